@@ -482,7 +482,69 @@ async def test_a_pod_records_each_request_under_its_request_id_only_when_asked()
         assert req.first_token_at is not None
         assert req.finished_at is not None
         assert req.first_scheduled_at < req.first_token_at <= req.finished_at
-        # The engine's clock may date the step before the arrival (it stays continuous across short
-        # idle gaps); the written first token is timed on the wall clock, after the arrival.
+        # The written first token is timed on the wall clock, after the arrival.
         assert first.first_token_s is not None
         assert first.taken_s < first.first_token_s
+
+
+async def test_a_request_after_a_short_idle_gap_is_not_served_in_the_past() -> None:
+    """A step never starts before the request it admits arrived.
+
+    The driver keeps its virtual clock continuous across gaps shorter than the re-sync threshold
+    (50 ms of wall time, a whole simulated second at time scale 0.05); a request arriving 10 ms of
+    wall time after the previous step ended was scheduled at that old instant: its prefill ran
+    0.2 simulated seconds in the past, its TTFT came that much early and the pod's
+    ``request_queue_time_seconds`` histogram summed to a negative time.
+    """
+    pod_spec = {"name": "a", "preset": "llama-3.1-8b/a10g", "jitter_sigma": 0}
+    async with run_fleet(fleet_spec(pod_spec, time_scale=0.05), admin=False) as fleet:
+        pod = fleet.pod("a")
+        pod.arrivals = {}
+        url = fleet.pods[0].url
+        async with aiohttp.ClientSession() as s:
+            for rid, letter in (("cold", "x"), ("after-gap", "y")):
+                body = {"model": MODEL, "prompt": letter * 4000, "max_tokens": 1}
+                async with s.post(url + "/v1/completions", json=body, headers={"X-Request-Id": rid}) as r:
+                    assert r.status == 200
+                    await r.read()
+                await asyncio.sleep(0.01)  # 0.2 simulated seconds: well inside the re-sync threshold
+            async with s.get(url + "/metrics") as r:
+                page = await r.text()
+        ttft = {}
+        for rid in ("cold", "after-gap"):
+            req = pod.arrivals[rid].request
+            assert req.first_scheduled_at is not None
+            assert req.first_token_at is not None
+            assert req.first_scheduled_at >= req.arrival
+            ttft[rid] = req.first_token_at - req.arrival
+        # Same prompt length on an idle pod, no jitter: the same prefill time.
+        assert ttft["after-gap"] == pytest.approx(ttft["cold"], abs=0.02)
+        sums = {
+            s.name: s.value
+            for fam in text_string_to_metric_families(page)
+            for s in fam.samples
+            if s.name == "vllm:request_queue_time_seconds_sum"
+        }
+        assert sums["vllm:request_queue_time_seconds_sum"] >= 0.0
+
+
+async def test_a_fault_injected_at_run_time_honours_its_window() -> None:
+    """``start_s``/``end_s`` of an admin-API fault count from the injection (they were ignored: the
+    fault started at once and never ended); a DELETE also cancels a window still pending."""
+    async with run_fleet(fleet_spec(H100, time_scale=0.2)) as fleet:
+        live = fleet.pod("h")
+        status, _ = await _admin(
+            fleet, "POST", "/pods/h/faults", {"kind": "slow", "factor": 3, "start_s": 0.25, "end_s": 0.75}
+        )
+        assert status == 200
+        assert live.engine.slowdown == 1.0  # not yet
+        await asyncio.sleep(0.4 * 0.2)
+        assert live.engine.slowdown == 3.0
+        await asyncio.sleep(0.6 * 0.2)
+        assert live.engine.slowdown == 1.0  # it ended by itself
+        assert live.faults == {}
+        await fleet.inject("h", FaultSpec(kind=FaultKind.HANG, start_s=0.25))
+        status, _ = await _admin(fleet, "DELETE", "/pods/h/faults/hang")
+        assert status == 200
+        await asyncio.sleep(0.4 * 0.2)
+        assert live.faults == {}  # the cancelled window never started

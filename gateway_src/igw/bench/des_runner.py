@@ -19,7 +19,7 @@ from igw.bench.policies.registry import POLICIES, PolicyContext, build_policy
 from igw.bench.results import PolicyRun, ScenarioRun
 from igw.bench.scenarios import SCENARIOS, LoraShape, Scenario
 from igw.bench.stats import RequestSample, summarize
-from igw.bench.trace_fleet import check_servable, trace_capacity
+from igw.bench.trace_fleet import check_servable, check_sizes, trace_capacity
 from igw.bench.workload import fleet_pods, mean_fraction, model_name, scenario_requests
 from igw.sim import workloads
 from igw.sim.des import SimulationResult, simulate
@@ -226,6 +226,7 @@ def run_trace(
     if not requests:
         raise ValueError(f"{path}: the trace holds no requests")
     check_servable(pods, requests, source=str(path))
+    check_sizes(pods, requests, source=str(path))
     say("capacity: flood probe per pod type on the trace's requests")
     cap = trace_capacity(pods, requests, seed=CAPACITY_SEED)
     span = requests[-1].arrival - requests[0].arrival

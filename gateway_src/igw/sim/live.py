@@ -87,7 +87,8 @@ class RunningFleet:
             raise KeyError(f"no pod named or keyed {ref!r}") from None
 
     async def inject(self, ref: str, fault: FaultSpec) -> None:
-        await self.pod(ref).inject(fault)
+        """Inject ``fault`` into a pod; a window (``start_s``/``end_s``) counts from now."""
+        await self.pod(ref).schedule(fault)
 
     async def clear(self, ref: str, kind: FaultKind | None = None) -> None:
         await self.pod(ref).clear(kind)
@@ -131,7 +132,7 @@ class RunningFleet:
             return _json({"error": f"body is not valid JSON: {exc}"}, status=400)
         except SpecError as exc:
             return _json({"error": str(exc), "field": exc.path}, status=400)
-        await pod.inject(fault)
+        await pod.schedule(fault)
         return _json({"pod": pod.spec.name, "faults": [f.to_mapping() for f in pod.faults.values()]})
 
     async def _admin_clear(self, request: web.Request) -> web.Response:

@@ -94,9 +94,9 @@ class PodArrival:
     token was written.
 
     ``taken_s`` and ``first_token_s`` are read from the wall clock (:meth:`LivePod.vnow`), not the
-    engine's virtual clock: that one stays continuous across short idle gaps, so it can run up to
-    :data:`RESYNC_WALL_S` behind the wall and date a step before the request it serves arrived. Step
-    durations on the engine's clock are exact.
+    engine's virtual clock: that one stays continuous across timer overshoot, so it can run up to
+    :data:`RESYNC_WALL_S` behind the wall (never before the newest arrival). Step durations on the
+    engine's clock are exact.
     """
 
     request: EngineRequest
@@ -162,7 +162,11 @@ class LivePod:
         self._page_cache: tuple[tuple[int | float, ...], str] | None = None
         self._restricted_cache: tuple[str, tuple[str, ...], str] | None = None
         self._fault_tasks: list[asyncio.Task[None]] = []
+        self._windows: list[tuple[FaultKind, asyncio.Task[None]]] = []
+        """Run-time fault windows still pending (:meth:`schedule`), by kind."""
         self._vclock = 0.0
+        self._last_arrival = 0.0
+        """Virtual time the newest request joined the engine: no step may start before it."""
         self._t0 = 0.0
         self._driver: asyncio.Task[None] | None = None
         self._runner: web.AppRunner | None = None
@@ -232,13 +236,13 @@ class LivePod:
                 self._fault_tasks.append(asyncio.create_task(self._fault_window(fault)))
 
     async def _fault_window(self, fault: FaultSpec) -> None:
-        """Start and/or end a spec fault at its simulated times (mapped through the time scale)."""
+        """Start and/or end a fault at its simulated times from now (mapped through the time scale)."""
         if fault.start_s > 0:
             await asyncio.sleep(fault.start_s * self.time_scale)
             await self.inject(fault)
         if fault.end_s is not None:
             await asyncio.sleep((fault.end_s - fault.start_s) * self.time_scale)
-            await self.clear(fault.kind)
+            await self._end(fault.kind)
 
     async def _listen(self) -> None:
         assert self._runner is not None
@@ -253,6 +257,7 @@ class LivePod:
     async def stop(self) -> None:
         for task in self._fault_tasks:
             task.cancel()
+        self._cancel_windows(None)
         self._forget_background()
         self._unhang.set()
         if self._driver is not None:
@@ -266,8 +271,30 @@ class LivePod:
             self._runner = None
 
     # ------------------------------------------------------------------ faults
+    async def schedule(self, fault: FaultSpec) -> None:
+        """Inject ``fault`` at run time, honouring its window counted from now: it starts
+        ``start_s`` simulated seconds from now and, with an ``end_s``, ends by itself ``end_s``
+        seconds from now. Replaces a fault of the same kind and any window of that kind still pending.
+
+        (The admin API and :meth:`RunningFleet.inject` call this; :meth:`inject` alone started the
+        fault at once and never ended it, whatever window it carried.)
+        """
+        self._cancel_windows(fault.kind)
+        if fault.start_s == 0:
+            await self.inject(fault)
+        if fault.start_s > 0 or fault.end_s is not None:
+            task = asyncio.create_task(self._fault_window(fault))
+            self._windows.append((fault.kind, task))
+            task.add_done_callback(lambda t: self._windows.remove((fault.kind, t)))
+
+    def _cancel_windows(self, kind: FaultKind | None) -> None:
+        """Cancel the pending run-time windows of ``kind`` (all kinds for ``None``)."""
+        for k, task in list(self._windows):
+            if kind is None or k is kind:
+                task.cancel()
+
     async def inject(self, fault: FaultSpec) -> None:
-        """Start a fault now (replacing one of the same kind)."""
+        """Start a fault now (replacing one of the same kind); its window is not looked at."""
         self.faults[fault.kind] = fault
         if fault.kind is FaultKind.SLOW:
             self.engine.slowdown = fault.factor
@@ -287,7 +314,13 @@ class LivePod:
             self.responses = ResponseStore()  # ... and an empty response store
 
     async def clear(self, kind: FaultKind | None = None) -> None:
-        """End one fault (or all); a killed pod listens again on the same port."""
+        """End one fault (or all) and cancel its pending run-time windows; a killed pod listens
+        again on the same port."""
+        self._cancel_windows(kind)
+        await self._end(kind)
+
+    async def _end(self, kind: FaultKind | None) -> None:
+        """End one fault (or all), leaving pending windows alone."""
         kinds = list(self.faults) if kind is None else [kind]
         for k in kinds:
             self.faults.pop(k, None)
@@ -344,11 +377,14 @@ class LivePod:
                 await self._wake.wait()
                 continue
             # Keep virtual time continuous across timer overshoot (sleep targets are absolute, so a late
-            # wake-up does not accumulate); re-sync only when the loop fell clearly behind or was idle.
+            # wake-up does not accumulate); re-sync only when the loop fell clearly behind. A step never
+            # starts before the newest request that joined the queue: after a short idle gap the old
+            # clock lies before that arrival, and starting there ran its prefill partly in the past (a
+            # request 30 ms after the previous step answered 35 ms early, its queue time negative).
             vnow = self.vnow()
             late = vnow - self._vclock
             if late < RESYNC_WALL_S / self.time_scale:
-                start = self._vclock
+                start = max(self._vclock, self._last_arrival)
             else:
                 start = vnow
                 if self._vclock > 0 and self._was_busy:
@@ -613,6 +649,7 @@ class LivePod:
             self.arrivals[headers.get("X-Request-Id", request_id)] = record
         stream = _Stream(req, record)
         self._streams[request_id] = stream
+        self._last_arrival = max(self._last_arrival, req.arrival)
         self._wake.set()
         try:
             yield stream

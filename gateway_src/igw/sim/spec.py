@@ -85,9 +85,11 @@ class FaultSpec:
     after_tokens: int = 1
     mode: StreamCut = StreamCut.FIN
     start_s: float = 0.0
-    """When the fault begins, in simulated seconds from the start (spec faults only)."""
+    """When the fault begins, in simulated seconds: from the fleet's start for a spec fault, from the
+    moment of injection for one injected at run time (admin API, ``RunningFleet.inject``)."""
     end_s: float | None = None
-    """When it ends (None: never); a killed pod comes back empty, a hung one resumes."""
+    """When it ends (None: never), on the same clock as ``start_s``; a killed pod comes back empty, a
+    hung one resumes."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.kind, FaultKind):
