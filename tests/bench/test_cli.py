@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 
 from igw.bench.console import PlainProgress
-from igw.cli.main import main
+from igw.cli import bench as bench_cli
+from igw.cli import demo as demo_cli
+from igw.cli.main import build_parser, main
 
 
 @pytest.mark.parametrize(
@@ -199,3 +201,39 @@ def test_demo_refuses_options_it_would_ignore(tmp_path: Path, capsys: pytest.Cap
     assert exited.value.code == 2
     assert "argument --global: not allowed with argument --operator" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["bench", "global"], 10.0),
+        (["bench", "global", "--live-rate", "20"], 20.0),
+        (["bench", "global", "--live-rate", "15"], 15.0),
+        (["bench", "demo-mixed-8b", "--mode", "live"], 20.0),
+        (["bench", "demo-mixed-8b", "--mode", "live", "--live-rate", "10"], 10.0),
+    ],
+)
+def test_bench_runs_at_the_live_rate_given_even_when_it_equals_another_default(
+    argv: list[str], expected: float
+) -> None:
+    """``igw bench global --live-rate 20`` ran at 10 requests/s: the command told "not given" from
+    "given" by comparing the value with the general default (20), so that one value was replaced."""
+    args = build_parser().parse_args(argv)
+    default = bench_cli.GLOBAL_LIVE_RATE if argv[1] == "global" else bench_cli.DEFAULT_LIVE_RATE
+    assert bench_cli.offered_rate(args, default=default) == expected
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["demo", "--global"], 10.0),
+        (["demo", "--global", "--rate", "20"], 20.0),
+        (["demo"], 20.0),
+        (["demo", "--rate", "10"], 10.0),
+    ],
+)
+def test_demo_runs_at_the_rate_given_even_when_it_equals_another_default(
+    argv: list[str], expected: float
+) -> None:
+    """``igw demo --global --rate 20`` ran at 10 requests/s (the same comparison with the default)."""
+    assert demo_cli.offered_rate(build_parser().parse_args(argv)) == expected
