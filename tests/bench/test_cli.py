@@ -237,3 +237,37 @@ def test_demo_runs_at_the_rate_given_even_when_it_equals_another_default(
 ) -> None:
     """``igw demo --global --rate 20`` ran at 10 requests/s (the same comparison with the default)."""
     assert demo_cli.offered_rate(build_parser().parse_args(argv)) == expected
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["bench", "overload-priorty"],
+            "unknown scenario 'overload-priorty' (known: mixed-fleet-8b,",
+        ),
+        (["bench", "overload-priority", "mixed-fleet-8b"], "overload-priority runs alone"),
+        (["bench", "mixed-fleet-8b", "random"], "random runs alone"),
+    ],
+)
+def test_a_scenario_name_error_names_the_benchmarks_that_run_alone(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``igw bench overload-priorty`` listed only the scenarios as known, and
+    ``igw bench overload-priority mixed-fleet-8b`` said "unknown scenario 'overload-priority'":
+    the benchmarks that run alone (global, global-des, overload-priority, canary-rollout, random)
+    were named nowhere but in the docs."""
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err, err
+    assert "unknown scenario 'overload-priority'" not in err
+    if "unknown" in message:
+        assert "each run alone: random, global, global-des, overload-priority, canary-rollout" in err
+
+
+def test_list_names_the_benchmarks_that_run_alone(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "--list"]) == 0
+    out = capsys.readouterr().out
+    alone = out.split("run alone", 1)[1].split("policies:", 1)[0]
+    for name in ("random", "global", "global-des", "overload-priority", "canary-rollout"):
+        assert f"\n  {name} " in alone, out

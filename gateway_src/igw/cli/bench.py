@@ -131,7 +131,30 @@ def offered_rate(args: argparse.Namespace, *, default: float) -> float:
     return default if rate is None else rate
 
 
+def scenario_name_problem(names: list[str], known: list[str], run_alone: list[str]) -> str | None:
+    """Why ``names`` cannot run together, or ``None``. A run-alone benchmark beside another name
+    was reported as an unknown scenario, and neither ``--list`` nor that message named the
+    run-alone benchmarks, so ``igw bench overload-priorty`` led nowhere."""
+    alone = [n for n in names if n in run_alone]
+    if alone and len(names) > 1:
+        return f"{alone[0]} runs alone: name no other scenario with it"
+    unknown = [n for n in names if n not in known and n not in run_alone]
+    if unknown:
+        return (
+            f"unknown scenario {unknown[0]!r} (known: {', '.join(known)}; "
+            f"each run alone: {', '.join(run_alone)}; see --list)"
+        )
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
+    # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
+    from igw.bench.scenarios import GROUPS, RUN_ALONE, SCENARIOS
+
+    problem = scenario_name_problem(list(args.scenarios), [*SCENARIOS, *GROUPS], list(RUN_ALONE))
+    if problem is not None:
+        print(f"igw bench: {problem}", file=sys.stderr)
+        return 2
     if args.scenarios == ["global-des"]:
         # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
         from igw.bench.global_des import run_global_des_command
