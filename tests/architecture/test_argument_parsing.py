@@ -24,7 +24,7 @@ from igw.cli.arg_types import (
     output_file,
     region_name,
 )
-from igw.cli.main import build_parser
+from igw.cli.main import build_parser, main
 from igw.config.paths import REPO_ROOT
 from tests.architecture.support import SOURCE_ROOT, assert_none, offenders, python_files, sample
 
@@ -350,3 +350,43 @@ def test_preflight_refuses_a_ca_bundle_it_cannot_load_while_parsing(
             build_parser().parse_args(["preflight", "--probe", f"--ca-bundle={given}"])
         assert exited.value.code == 2
         assert f"argument --ca-bundle: {message}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("words", "usage", "needle"),
+    [
+        (
+            ["serve", "--config", "c.yaml", "--endpoints", "e.yaml", "--prot", "1"],
+            "usage: igw serve ",
+            "igw serve: error: unrecognized arguments: --prot 1 (did you mean --port?)",
+        ),
+        (
+            ["sim", "fleet", "--spec", "f.yaml", "--jsno"],
+            "usage: igw sim fleet ",
+            "igw sim fleet: error: unrecognized arguments: --jsno (did you mean --json?)",
+        ),
+        (
+            ["addon", "update", "--cluster", "c", "--verison=2"],
+            "usage: igw addon update ",
+            "igw addon update: error: unrecognized arguments: --verison=2 (did you mean --version?)",
+        ),
+        (
+            ["validate", "x.yaml", "--zzz"],
+            "usage: igw validate ",
+            "igw validate: error: unrecognized arguments: --zzz\n",
+        ),
+    ],
+)
+def test_an_unknown_option_is_reported_by_the_command_it_was_given_to(
+    words: list[str], usage: str, needle: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``igw serve ... --prot 1`` printed ``usage: igw [-h] [--version] COMMAND ...`` and
+    ``igw: error: unrecognized arguments``: argparse leaves a sub-command's unknown option to the
+    top-level parser, so the newcomer saw neither the command's usage nor the option they meant."""
+    with pytest.raises(SystemExit) as exited:
+        main(words)
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(usage), err
+    assert needle in err, err
+    assert "usage: igw [-h]" not in err

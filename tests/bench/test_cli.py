@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 
 from igw.bench.console import PlainProgress
-from igw.cli.main import main
+from igw.cli import bench as bench_cli
+from igw.cli import demo as demo_cli
+from igw.cli.main import build_parser, main
 
 
 @pytest.mark.parametrize(
@@ -199,3 +201,73 @@ def test_demo_refuses_options_it_would_ignore(tmp_path: Path, capsys: pytest.Cap
     assert exited.value.code == 2
     assert "argument --global: not allowed with argument --operator" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["bench", "global"], 10.0),
+        (["bench", "global", "--live-rate", "20"], 20.0),
+        (["bench", "global", "--live-rate", "15"], 15.0),
+        (["bench", "demo-mixed-8b", "--mode", "live"], 20.0),
+        (["bench", "demo-mixed-8b", "--mode", "live", "--live-rate", "10"], 10.0),
+    ],
+)
+def test_bench_runs_at_the_live_rate_given_even_when_it_equals_another_default(
+    argv: list[str], expected: float
+) -> None:
+    """``igw bench global --live-rate 20`` ran at 10 requests/s: the command told "not given" from
+    "given" by comparing the value with the general default (20), so that one value was replaced."""
+    args = build_parser().parse_args(argv)
+    default = bench_cli.GLOBAL_LIVE_RATE if argv[1] == "global" else bench_cli.DEFAULT_LIVE_RATE
+    assert bench_cli.offered_rate(args, default=default) == expected
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["demo", "--global"], 10.0),
+        (["demo", "--global", "--rate", "20"], 20.0),
+        (["demo"], 20.0),
+        (["demo", "--rate", "10"], 10.0),
+    ],
+)
+def test_demo_runs_at_the_rate_given_even_when_it_equals_another_default(
+    argv: list[str], expected: float
+) -> None:
+    """``igw demo --global --rate 20`` ran at 10 requests/s (the same comparison with the default)."""
+    assert demo_cli.offered_rate(build_parser().parse_args(argv)) == expected
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["bench", "overload-priorty"],
+            "unknown scenario 'overload-priorty' (known: mixed-fleet-8b,",
+        ),
+        (["bench", "overload-priority", "mixed-fleet-8b"], "overload-priority runs alone"),
+        (["bench", "mixed-fleet-8b", "random"], "random runs alone"),
+    ],
+)
+def test_a_scenario_name_error_names_the_benchmarks_that_run_alone(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``igw bench overload-priorty`` listed only the scenarios as known, and
+    ``igw bench overload-priority mixed-fleet-8b`` said "unknown scenario 'overload-priority'":
+    the benchmarks that run alone (global, global-des, overload-priority, canary-rollout, random)
+    were named nowhere but in the docs."""
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err, err
+    assert "unknown scenario 'overload-priority'" not in err
+    if "unknown" in message:
+        assert "each run alone: random, global, global-des, overload-priority, canary-rollout" in err
+
+
+def test_list_names_the_benchmarks_that_run_alone(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "--list"]) == 0
+    out = capsys.readouterr().out
+    alone = out.split("run alone", 1)[1].split("policies:", 1)[0]
+    for name in ("random", "global", "global-des", "overload-priority", "canary-rollout"):
+        assert f"\n  {name} " in alone, out

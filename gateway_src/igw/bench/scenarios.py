@@ -296,6 +296,17 @@ GROUPS: Final[dict[str, tuple[str, ...]]] = {
 """Names that expand to several scenarios on the command line."""
 
 
+RUN_ALONE: Final[dict[str, str]] = {
+    "random": "a random family of --count scenarios drawn with --seed",
+    "global": "tier 2, live: failover, ramp-up, regional failover, cost policy",
+    "global-des": "tier 2 in virtual time: 10 regions x 20 clusters",
+    "overload-priority": "flow control at 150 % load: priority bands, tenants (DES; --mode live)",
+    "canary-rollout": "live: canary 10 % -> 50 % -> 100 % by hot reload",
+}
+"""``igw bench NAME`` benchmarks that are not scenarios: each runs alone, with options of its own
+(``igw bench --list`` shows them; ``igw.cli.bench`` dispatches them)."""
+
+
 def resolve(names: list[str]) -> list[Scenario]:
     """Scenario names (or group names) to scenarios, in order, without duplicates."""
     out: list[str] = []

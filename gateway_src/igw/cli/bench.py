@@ -25,6 +25,8 @@ from pathlib import Path
 from igw.cli.arg_types import COUNT, NON_NEGATIVE, POSITIVE, SEED, SEEDS, output_directory, output_file
 
 DEFAULT_LIVE_RATE = 20.0
+GLOBAL_LIVE_RATE = 10.0
+"""``igw bench global``'s offered rate when ``--live-rate`` is not given."""
 
 HELP = "Benchmark routing policies (gateway, round-robin, peers, oracle) on the simulated fleet."
 
@@ -75,8 +77,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--live-rate",
         type=POSITIVE,
-        default=DEFAULT_LIVE_RATE,
-        help="live mode: offered requests per wall s (default 20; 10 for `igw bench global`)",
+        default=None,
+        help=f"live mode: offered requests per wall s (default {DEFAULT_LIVE_RATE:g}; "
+        f"{GLOBAL_LIVE_RATE:g} for `igw bench global`)",
     )
     parser.add_argument(
         "--drain", type=NON_NEGATIVE, default=30.0, help="live mode: wall s to wait after the last send"
@@ -120,7 +123,38 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def offered_rate(args: argparse.Namespace, *, default: float) -> float:
+    """``--live-rate`` as given, else ``default`` (which differs by benchmark). The option defaults
+    to ``None`` so that a rate given on the command line is told apart from no rate: compared with
+    the general default, ``igw bench global --live-rate 20`` ran at 10 requests/s."""
+    rate: float | None = args.live_rate
+    return default if rate is None else rate
+
+
+def scenario_name_problem(names: list[str], known: list[str], run_alone: list[str]) -> str | None:
+    """Why ``names`` cannot run together, or ``None``. A run-alone benchmark beside another name
+    was reported as an unknown scenario, and neither ``--list`` nor that message named the
+    run-alone benchmarks, so ``igw bench overload-priorty`` led nowhere."""
+    alone = [n for n in names if n in run_alone]
+    if alone and len(names) > 1:
+        return f"{alone[0]} runs alone: name no other scenario with it"
+    unknown = [n for n in names if n not in known and n not in run_alone]
+    if unknown:
+        return (
+            f"unknown scenario {unknown[0]!r} (known: {', '.join(known)}; "
+            f"each run alone: {', '.join(run_alone)}; see --list)"
+        )
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
+    # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
+    from igw.bench.scenarios import GROUPS, RUN_ALONE, SCENARIOS
+
+    problem = scenario_name_problem(list(args.scenarios), [*SCENARIOS, *GROUPS], list(RUN_ALONE))
+    if problem is not None:
+        print(f"igw bench: {problem}", file=sys.stderr)
+        return 2
     if args.scenarios == ["global-des"]:
         # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
         from igw.bench.global_des import run_global_des_command
@@ -156,9 +190,10 @@ def run(args: argparse.Namespace) -> int:
         # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
         from igw.bench.global_run import run_global_command
 
-        rate = args.live_rate if args.live_rate != DEFAULT_LIVE_RATE else 10.0
+        rate = offered_rate(args, default=GLOBAL_LIVE_RATE)
         command = "igw bench global" + (" --quick" if args.quick else "")
         return run_global_command(out=Path(args.out), rate=rate, quick=args.quick, command=command)
+    args.live_rate = offered_rate(args, default=DEFAULT_LIVE_RATE)
     # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
     from igw.cli.bench_run import run_bench
 

@@ -18,7 +18,7 @@ from igw.bench.live_runner import run_live_cli
 from igw.bench.policies.registry import DEFAULT_POLICIES, POLICIES
 from igw.bench.random_family import family, family_verdict, is_family_member, verdict_markdown
 from igw.bench.report import write_report
-from igw.bench.scenarios import GROUPS, SCENARIOS, resolve
+from igw.bench.scenarios import GROUPS, RUN_ALONE, SCENARIOS, resolve
 from igw.bench.summary import write_summary
 from igw.bench.tune import DEFAULT_CANDIDATES, DEFAULT_SCENARIOS, tune
 
@@ -34,7 +34,9 @@ def _print_catalogue() -> None:
         print(f"  {'':30} fleet: {d['fleet']}; load: {d['load']}; workload: {d['workload']}")
     for name, members in GROUPS.items():
         print(f"  {name:30} group: {', '.join(members)}")
-    print(f"  {RANDOM_FAMILY:30} a random family of --count scenarios drawn with --seed (igw bench random)")
+    print("run alone (igw bench NAME):")
+    for name, summary in RUN_ALONE.items():
+        print(f"  {name:30} {summary}")
     print("policies:")
     for e in POLICIES.values():
         print(f"  {e.name:22} {e.description}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import signal
 import sys
@@ -17,6 +18,8 @@ from igw.cli.registry import SUBCOMMANDS
 from igw.redaction import redact_value
 
 USAGE_ERROR = 2
+_PARSER_ATTRIBUTE = "_igw_parser"
+"""Namespace attribute holding the innermost parser that parsed the command line."""
 
 
 def _load(module_name: str) -> ModuleType | None:
@@ -38,6 +41,21 @@ class _RedactingParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         super().error(redact_value(message))
+
+    def parse_known_args(  # type: ignore[override]  # typeshed's overloads; same behaviour
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        """Also record, in the namespace, the innermost (sub-)command parser that parsed it.
+
+        argparse leaves an option no sub-command knows (``igw serve --prot 1``) to the top-level
+        parser, which printed ``usage: igw [-h] [--version] COMMAND ...`` and named no command:
+        :func:`_parse` reports it through the parser recorded here instead, with that command's
+        usage. A sub-parser's namespace is copied into its parent's after it returns, so the
+        innermost parser is the one kept (``setdefault``-like: set only when absent)."""
+        parsed, extras = super().parse_known_args(args, namespace)
+        if not hasattr(parsed, _PARSER_ATTRIBUTE):
+            setattr(parsed, _PARSER_ATTRIBUTE, self)
+        return parsed, extras
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -132,9 +150,29 @@ def _act_on_stop_signals(previous: dict[signal.Signals, Any]) -> None:
 Command = Callable[[argparse.Namespace], int]
 
 
+def _unrecognized(parser: argparse.ArgumentParser, extras: list[str]) -> str:
+    """argparse's ``unrecognized arguments`` message, plus the nearest option for each unknown one
+    (``--prot`` -> ``--port``), so a typo is fixed from the message alone."""
+    message = f"unrecognized arguments: {' '.join(extras)}"
+    known = [s for action in parser._actions for s in action.option_strings if s.startswith("--")]
+    hints = []
+    for extra in extras:
+        if not extra.startswith("--"):
+            continue
+        close = difflib.get_close_matches(extra.split("=", 1)[0], known, n=1, cutoff=0.75)
+        if close:
+            hints.append(close[0])
+    if hints:
+        message += f" (did you mean {', '.join(hints)}?)"
+    return message
+
+
 def _parse(argv: Sequence[str] | None) -> tuple[argparse.Namespace, Command | None]:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extras = parser.parse_known_args(argv)
+    if extras:
+        innermost: argparse.ArgumentParser = getattr(args, _PARSER_ATTRIBUTE, parser)
+        innermost.error(_unrecognized(innermost, extras))
     run: Command | None = getattr(args, "_run", None)
     if run is None:
         parser.print_help(sys.stderr)
