@@ -59,6 +59,7 @@ from typing import Final
 
 from aiohttp import HttpVersion, HttpVersion11, web
 from aiohttp.http_exceptions import BadHttpMessage, BadHttpMethod, HttpProcessingError, LineTooLong
+from aiohttp.streams import StreamReader
 from aiohttp.web_protocol import RequestHandler, RequestPayloadError
 from aiohttp.web_request import BaseRequest
 
@@ -193,7 +194,7 @@ class GatewayRequestHandler(RequestHandler):
     eviction."""
 
     # Attributes of our own: RequestHandler uses __slots__, so they are declared here.
-    __slots__ = ("_head_timer", "_limits", "_max_connections", "_send_timer")
+    __slots__ = ("_head_timer", "_last_body", "_limits", "_max_connections", "_send_timer")
 
     def __init__(self, *args: object, limits: ServerLimits, max_connections: int, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
@@ -201,6 +202,8 @@ class GatewayRequestHandler(RequestHandler):
         self._max_connections = max_connections
         self._head_timer: asyncio.TimerHandle | None = None
         self._send_timer: asyncio.TimerHandle | None = None
+        self._last_body: StreamReader | None = None
+        """The body of the last request aiohttp handled on this connection (:meth:`_lingering`)."""
 
     # ---- connection limit ----------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -233,10 +236,28 @@ class GatewayRequestHandler(RequestHandler):
         if waiting_for_head and self._head_timer is None:
             self._head_timer = self._loop.call_later(self._limits.header_timeout_s, self._head_timed_out)
 
+    def _lingering(self) -> bool:
+        """Whether the bytes arriving are the rest of an answered request's body, which aiohttp
+        reads and discards for up to its lingering time (so that the client, still sending, sees
+        the answer rather than a reset) - not a request head."""
+        body = self._last_body
+        if body is None or self._request_in_progress:
+            return False
+        if body.is_eof():
+            self._last_body = None  # read to its end: nothing of it is kept
+            return False
+        return True
+
     def data_received(self, data: bytes) -> None:
-        if data:
-            self.start_head_timer()
+        # The rest of a body answered early (a 404, a 413, a 408 for a slow body) is not a head:
+        # it starts no head timer. Before session s39 it did, and the timer then wrote a second
+        # answer, an unasked-for 408, into the connection and closed it - a keep-alive connection
+        # ``headerTimeout`` after such a body ended. (A next head that begins in the read ending
+        # that body starts its timer with its next read; the keep-alive timeout bounds it.)
+        lingering = self._lingering()
         super().data_received(data)
+        if data and not lingering:
+            self.start_head_timer()
         if self._head_timer is not None and (self._messages or self._request_in_progress):
             self._head_timer.cancel()
             self._head_timer = None
@@ -309,6 +330,7 @@ class GatewayRequestHandler(RequestHandler):
         refusal = _refusal_before_handling(request)
         if refusal is not None:
             request_handler = refusal
+        self._last_body = request.content
         return await super()._handle_request(request, start_time, request_handler)
 
     # ---- errors aiohttp answers itself -----------------------------------------------------------
