@@ -514,6 +514,53 @@ class GatewayRunner(web.AppRunner):
         return server
 
 
+class GatewaySite(web.TCPSite):
+    """aiohttp's TCP site with a bound on the TLS handshake: ``handshake_timeout_s``.
+
+    aiohttp's site takes no handshake timeout, so asyncio's default applied: 60 s, whatever
+    ``headerTimeout`` says. A connection still in its handshake is not yet a connection to the
+    server (its handler exists only once the handshake is done), so neither the head timer nor the
+    connection cap's eviction can reach it: before session s39 a client that opened TCP connections
+    to the TLS port and sent nothing (or half a ClientHello) held a file descriptor for 60 s each.
+    """
+
+    __slots__ = ("_handshake_timeout_s",)
+
+    def __init__(
+        self,
+        runner: web.BaseRunner,
+        host: str,
+        port: int,
+        *,
+        ssl_context: ssl.SSLContext | None,
+        backlog: int,
+        reuse_port: bool | None,
+        handshake_timeout_s: float,
+    ) -> None:
+        super().__init__(runner, host, port, ssl_context=ssl_context, backlog=backlog, reuse_port=reuse_port)
+        self._handshake_timeout_s = handshake_timeout_s
+
+    async def start(self) -> None:
+        """``TCPSite.start`` with ``ssl_handshake_timeout`` (given only with a TLS context, as asyncio
+        requires)."""
+        await web.BaseSite.start(self)  # registers the site with its runner (TCPSite's super call)
+        server = self._runner.server
+        assert server is not None
+        tls = self._ssl_context
+        self._server = await asyncio.get_running_loop().create_server(
+            server,
+            self._host,
+            self._port,
+            ssl=tls,
+            backlog=self._backlog,
+            reuse_address=self._reuse_address,
+            reuse_port=self._reuse_port,
+            ssl_handshake_timeout=self._handshake_timeout_s if tls is not None else None,
+        )
+        sockets = self._server.sockets
+        self._bound_port = sockets[0].getsockname()[1] if sockets else self._port
+
+
 def _bound_port(site: web.TCPSite) -> int:
     server = site._server
     sockets = getattr(server, "sockets", None)
@@ -588,8 +635,14 @@ async def serve_app(
     )
     await runner.setup()
     try:
-        site = web.TCPSite(
-            runner, host, port, ssl_context=ssl_context, backlog=1024, reuse_port=reuse_port or None
+        site = GatewaySite(
+            runner,
+            host,
+            port,
+            ssl_context=ssl_context,
+            backlog=1024,
+            reuse_port=reuse_port or None,
+            handshake_timeout_s=limits.header_timeout_s,
         )
         await start_site(site, host=host, port=port)
         sock_port = _bound_port(site)
