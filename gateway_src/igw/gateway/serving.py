@@ -40,7 +40,8 @@ one warning line - the bytes at fault may be a credential. Two requests the pars
 refused before any handler runs: a request line without an HTTP version (HTTP/0.9, which aiohttp
 would answer as if it were a valid request) gets 400, and ``Expect: 100-continue`` with a
 ``Content-Length`` over ``bbr.maxRequestBodyBytes`` gets 413 instead of ``100 Continue`` (the client
-never sends a body that would be refused anyway).
+never sends a body that would be refused anyway); any other ``Expect`` gets an OpenAI-shaped 417
+(aiohttp's is plain text quoting the field).
 """
 
 from __future__ import annotations
@@ -400,8 +401,11 @@ def _refusal_before_handling(
         codings != ["chunked"] or request.version < HttpVersion11
     ):
         code, text, status = _transfer_coding_refusal(request, codings)
+    elif (expect := request.headers.get("Expect")) is not None and expect.lower() != "100-continue":
+        # aiohttp's own answer is a plain-text 417 that quotes the field ("Unknown Expect: ...").
+        code, text, status = "expectation_failed", "Expect: only 100-continue is supported", 417
     elif (
-        request.headers.get("Expect", "").lower() == "100-continue"
+        expect is not None
         and request.content_length is not None
         and request.content_length > request.client_max_size
     ):
