@@ -263,6 +263,28 @@ async def test_a_streamed_completion_is_relayed(tmp_path: Path) -> None:
     assert second[0] == 200
 
 
+@pytest.mark.parametrize("connection_field", ["", "Connection: keep-alive\r\n"])
+async def test_a_stream_to_an_http_10_client_ends_with_its_connection(
+    tmp_path: Path, connection_field: str
+) -> None:
+    """HTTP/1.0 has no chunked framing: a stream's end is its connection's. aiohttp kept the
+    connection of a client that asked for keep-alive open after the stream (before session s39),
+    and the client waited for the body's end until the keep-alive timeout."""
+    body = orjson.dumps({"model": "m", "prompt": "hi", "max_tokens": 3, "stream": True})
+    request = post(body, extra=connection_field).replace(b"HTTP/1.1", b"HTTP/1.0", 1)
+    async with (
+        running(FakeModelServer("a", tokens=3)) as (a,),
+        lean_gateway(tmp_path, a.key) as (port, _server),
+        connection(port) as (reader, writer),
+    ):
+        writer.write(request)
+        answer = await asyncio.wait_for(reader.read(), timeout=10)  # everything, to the close
+    head, _, events = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.0 200 ")
+    assert b"transfer-encoding" not in head.lower()
+    assert events.endswith(b"data: [DONE]\n\n")
+
+
 async def test_a_large_body_is_read_with_flow_control(tmp_path: Path) -> None:
     """A body larger than the reader's buffer pauses the socket until the handler reads it."""
     body = orjson.dumps({"model": "m", "prompt": "word " * 200_000, "max_tokens": 1})

@@ -17,6 +17,7 @@ import uvloop
 
 from igw.gateway.tcp_keepalive import UPSTREAM
 from igw.gateway.upstream_client import (
+    MAX_RESPONSE_HEAD_BYTES,
     READ_HIGH_WATER,
     ConnectFailed,
     Origin,
@@ -323,6 +324,34 @@ async def test_malformed_response_is_broken() -> None:
     async with scripted(answer_then_wait(b"SPDY/9 what\r\n\r\n")) as srv, pool() as p:
         with pytest.raises(UpstreamBroken, match="malformed HTTP response"):
             await post(p, srv, b"a")
+
+
+@pytest.mark.parametrize(
+    ("start", "unit"),
+    [
+        pytest.param(b"HTTP/1.1 200 OK\r\n", b"X-Junk: " + b"a" * 1000 + b"\r\n", id="endless fields"),
+        pytest.param(b"HTTP/1.1 200 OK\r\nX-Junk: ", b"a" * 1024, id="one endless field"),
+        pytest.param(b"", b"HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n", id="endless interim responses"),
+    ],
+)
+async def test_a_response_head_that_never_ends_is_broken_past_the_bound(start: bytes, unit: bytes) -> None:
+    """A model server streaming a head that never completes: the request fails as soon as the head
+    passes :data:`MAX_RESPONSE_HEAD_BYTES`, its connection aborted (before session s39 the gateway
+    kept every byte - one endless field was concatenated whole inside httptools - and waited)."""
+    sent = [0]
+
+    async def endless(srv: ScriptedServer, reader: asyncio.StreamReader, out: asyncio.StreamWriter) -> None:
+        await srv.read_request(reader)
+        out.write(start)
+        while sent[0] < 64 * MAX_RESPONSE_HEAD_BYTES:  # stops when the client aborts (ConnectionError)
+            out.write(unit * 16)
+            sent[0] += len(unit) * 16
+            await out.drain()
+
+    async with scripted(endless) as srv, pool() as p:
+        with pytest.raises(UpstreamBroken, match="response head is larger than"):
+            await asyncio.wait_for(post(p, srv, b"a"), timeout=10)
+    assert sent[0] < 16 * MAX_RESPONSE_HEAD_BYTES  # the socket buffers' worth, not the whole
 
 
 async def test_reading_pauses_above_the_high_water_mark_and_resumes() -> None:

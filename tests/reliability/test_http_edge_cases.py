@@ -167,3 +167,23 @@ async def test_refusals_of_a_messages_api_request_are_anthropic_shaped(tmp_path:
             assert error["error"]["type"] == error_type
             assert error["request_id"]
         assert not pod.received
+
+
+async def test_an_expectation_other_than_100_continue_gets_an_openai_shaped_417(tmp_path: Path) -> None:
+    """aiohttp's own answer was a plain-text 417 that quoted the field back (``Unknown Expect:
+    ...``), without a request id: a header's bytes echoed, the one answer not in the API's shape."""
+    document = orjson.dumps({"model": "llama", "prompt": "hello", "max_tokens": 3})
+    async with running(FakeModelServer("a")) as (pod,), in_process_gateway(tmp_path, DOC, [pod.key]) as gw:
+        for path in ("/v1/completions", "/v1/models"):
+            request = (
+                f"POST {path} HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(document)}\r\nExpect: 200-secret-ok\r\n\r\n"
+            ).encode() + document
+            answer = await first_answer(gw.url, request)
+            head, _, body = answer.partition(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 417 "), answer[:200]
+            assert b"content-type: application/json" in head.lower()
+            assert b"x-request-id:" in head.lower()
+            assert b"secret" not in answer
+            assert orjson.loads(body)["error"]["code"] == "expectation_failed"
+        assert not pod.received

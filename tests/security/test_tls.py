@@ -13,6 +13,7 @@ import pytest
 import trustme
 from aiohttp import web
 
+from igw.gateway.serving import ServerLimits, serve_app
 from igw.security.tls import CertificateReloader, build_server_ssl_context, build_server_tls
 
 
@@ -211,3 +212,39 @@ def test_build_server_tls_from_extensions(tmp_path: Path, ca: trustme.CA) -> Non
         build_server_tls(
             {"tlsTermination": {"certFile": str(tmp_path / "missing"), "keyFile": str(key_file)}}
         )
+
+
+@pytest.mark.parametrize(
+    "sent",
+    [
+        pytest.param(b"", id="nothing"),
+        pytest.param(b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", id="half a ClientHello"),
+    ],
+)
+async def test_a_tls_handshake_that_does_not_finish_is_ended_at_the_header_timeout(
+    tmp_path: Path, ca: trustme.CA, sent: bytes
+) -> None:
+    """A connection still in its TLS handshake has no handler yet (no head timer, not counted for
+    the connection cap's eviction): ``igw serve`` ends it at ``headerTimeout`` - asyncio's own 60 s
+    applied before session s39 - while a client that completes its handshake is served."""
+    cert_file, key_file = write_pair(ca, tmp_path)
+    context = build_server_ssl_context(cert_file=cert_file, key_file=key_file)
+    app = web.Application()
+    app.router.add_get("/", _ok)
+    limits = ServerLimits(header_timeout_s=0.5)
+    async with serve_app(app, host="127.0.0.1", port=0, ssl_context=context, limits=limits) as url:
+        port = int(url.rsplit(":", 1)[1])
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        try:
+            writer.write(sent)
+            assert await asyncio.wait_for(reader.read(), timeout=10) == b""  # closed, well before 60 s
+        finally:
+            writer.close()
+        trusted = ssl.create_default_context()
+        ca.configure_trust(trusted)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=trusted)
+        try:
+            writer.write(b"GET / HTTP/1.1\r\nHost: gw\r\nConnection: close\r\n\r\n")
+            assert (await asyncio.wait_for(reader.read(), timeout=10)).startswith(b"HTTP/1.1 200 ")
+        finally:
+            writer.close()

@@ -40,7 +40,8 @@ one warning line - the bytes at fault may be a credential. Two requests the pars
 refused before any handler runs: a request line without an HTTP version (HTTP/0.9, which aiohttp
 would answer as if it were a valid request) gets 400, and ``Expect: 100-continue`` with a
 ``Content-Length`` over ``bbr.maxRequestBodyBytes`` gets 413 instead of ``100 Continue`` (the client
-never sends a body that would be refused anyway).
+never sends a body that would be refused anyway); any other ``Expect`` gets an OpenAI-shaped 417
+(aiohttp's is plain text quoting the field).
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ from typing import Final
 
 from aiohttp import HttpVersion, HttpVersion11, web
 from aiohttp.http_exceptions import BadHttpMessage, BadHttpMethod, HttpProcessingError, LineTooLong
+from aiohttp.streams import StreamReader
 from aiohttp.web_protocol import RequestHandler, RequestPayloadError
 from aiohttp.web_request import BaseRequest
 
@@ -193,7 +195,7 @@ class GatewayRequestHandler(RequestHandler):
     eviction."""
 
     # Attributes of our own: RequestHandler uses __slots__, so they are declared here.
-    __slots__ = ("_head_timer", "_limits", "_max_connections", "_send_timer")
+    __slots__ = ("_head_timer", "_last_body", "_limits", "_max_connections", "_send_timer")
 
     def __init__(self, *args: object, limits: ServerLimits, max_connections: int, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
@@ -201,6 +203,8 @@ class GatewayRequestHandler(RequestHandler):
         self._max_connections = max_connections
         self._head_timer: asyncio.TimerHandle | None = None
         self._send_timer: asyncio.TimerHandle | None = None
+        self._last_body: StreamReader | None = None
+        """The body of the last request aiohttp handled on this connection (:meth:`_lingering`)."""
 
     # ---- connection limit ----------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -233,10 +237,28 @@ class GatewayRequestHandler(RequestHandler):
         if waiting_for_head and self._head_timer is None:
             self._head_timer = self._loop.call_later(self._limits.header_timeout_s, self._head_timed_out)
 
+    def _lingering(self) -> bool:
+        """Whether the bytes arriving are the rest of an answered request's body, which aiohttp
+        reads and discards for up to its lingering time (so that the client, still sending, sees
+        the answer rather than a reset) - not a request head."""
+        body = self._last_body
+        if body is None or self._request_in_progress:
+            return False
+        if body.is_eof():
+            self._last_body = None  # read to its end: nothing of it is kept
+            return False
+        return True
+
     def data_received(self, data: bytes) -> None:
-        if data:
-            self.start_head_timer()
+        # The rest of a body answered early (a 404, a 413, a 408 for a slow body) is not a head:
+        # it starts no head timer. Before session s39 it did, and the timer then wrote a second
+        # answer, an unasked-for 408, into the connection and closed it - a keep-alive connection
+        # ``headerTimeout`` after such a body ended. (A next head that begins in the read ending
+        # that body starts its timer with its next read; the keep-alive timeout bounds it.)
+        lingering = self._lingering()
         super().data_received(data)
+        if data and not lingering:
+            self.start_head_timer()
         if self._head_timer is not None and (self._messages or self._request_in_progress):
             self._head_timer.cancel()
             self._head_timer = None
@@ -309,6 +331,7 @@ class GatewayRequestHandler(RequestHandler):
         refusal = _refusal_before_handling(request)
         if refusal is not None:
             request_handler = refusal
+        self._last_body = request.content
         return await super()._handle_request(request, start_time, request_handler)
 
     # ---- errors aiohttp answers itself -----------------------------------------------------------
@@ -378,8 +401,11 @@ def _refusal_before_handling(
         codings != ["chunked"] or request.version < HttpVersion11
     ):
         code, text, status = _transfer_coding_refusal(request, codings)
+    elif (expect := request.headers.get("Expect")) is not None and expect.lower() != "100-continue":
+        # aiohttp's own answer is a plain-text 417 that quotes the field ("Unknown Expect: ...").
+        code, text, status = "expectation_failed", "Expect: only 100-continue is supported", 417
     elif (
-        request.headers.get("Expect", "").lower() == "100-continue"
+        expect is not None
         and request.content_length is not None
         and request.content_length > request.client_max_size
     ):
@@ -492,6 +518,53 @@ class GatewayRunner(web.AppRunner):
         return server
 
 
+class GatewaySite(web.TCPSite):
+    """aiohttp's TCP site with a bound on the TLS handshake: ``handshake_timeout_s``.
+
+    aiohttp's site takes no handshake timeout, so asyncio's default applied: 60 s, whatever
+    ``headerTimeout`` says. A connection still in its handshake is not yet a connection to the
+    server (its handler exists only once the handshake is done), so neither the head timer nor the
+    connection cap's eviction can reach it: before session s39 a client that opened TCP connections
+    to the TLS port and sent nothing (or half a ClientHello) held a file descriptor for 60 s each.
+    """
+
+    __slots__ = ("_handshake_timeout_s",)
+
+    def __init__(
+        self,
+        runner: web.BaseRunner,
+        host: str,
+        port: int,
+        *,
+        ssl_context: ssl.SSLContext | None,
+        backlog: int,
+        reuse_port: bool | None,
+        handshake_timeout_s: float,
+    ) -> None:
+        super().__init__(runner, host, port, ssl_context=ssl_context, backlog=backlog, reuse_port=reuse_port)
+        self._handshake_timeout_s = handshake_timeout_s
+
+    async def start(self) -> None:
+        """``TCPSite.start`` with ``ssl_handshake_timeout`` (given only with a TLS context, as asyncio
+        requires)."""
+        await web.BaseSite.start(self)  # registers the site with its runner (TCPSite's super call)
+        server = self._runner.server
+        assert server is not None
+        tls = self._ssl_context
+        self._server = await asyncio.get_running_loop().create_server(
+            server,
+            self._host,
+            self._port,
+            ssl=tls,
+            backlog=self._backlog,
+            reuse_address=self._reuse_address,
+            reuse_port=self._reuse_port,
+            ssl_handshake_timeout=self._handshake_timeout_s if tls is not None else None,
+        )
+        sockets = self._server.sockets
+        self._bound_port = sockets[0].getsockname()[1] if sockets else self._port
+
+
 def _bound_port(site: web.TCPSite) -> int:
     server = site._server
     sockets = getattr(server, "sockets", None)
@@ -566,8 +639,14 @@ async def serve_app(
     )
     await runner.setup()
     try:
-        site = web.TCPSite(
-            runner, host, port, ssl_context=ssl_context, backlog=1024, reuse_port=reuse_port or None
+        site = GatewaySite(
+            runner,
+            host,
+            port,
+            ssl_context=ssl_context,
+            backlog=1024,
+            reuse_port=reuse_port or None,
+            handshake_timeout_s=limits.header_timeout_s,
         )
         await start_site(site, host=host, port=port)
         sock_port = _bound_port(site)

@@ -33,7 +33,7 @@ from typing import Final, Protocol, cast
 import aiohttp
 import aiohttp.web_response  # mypyc: the compiled module needs _RelayedStream's base module
 import orjson
-from aiohttp import web
+from aiohttp import HttpVersion11, web
 from aiohttp.abc import AbstractStreamWriter
 from multidict import CIMultiDict
 from mypy_extensions import mypyc_attr
@@ -729,6 +729,12 @@ class _RelayedStream(web.StreamResponse):
     async def prepare(self, request: web.BaseRequest) -> AbstractStreamWriter | None:
         if self.start_now(request):
             return self._payload_writer
+        if request.version < HttpVersion11:
+            # No chunked framing on HTTP/1.0: the stream ends where the connection does. aiohttp
+            # frames it so but keeps the connection open when the client asked for keep-alive
+            # (``Connection: keep-alive``): before session s39 such a client, its stream over,
+            # waited for the end of the body until the keep-alive timeout (75 s).
+            self.force_close()
         return await super().prepare(request)
 
 

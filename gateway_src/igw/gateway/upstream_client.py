@@ -25,7 +25,8 @@ Behaviour the forward path relies on:
   which the caller may retry elsewhere; waiting for a free connection slot is not a connect failure;
 * a pooled connection the server closed while idle (the keep-alive race) is replaced by a fresh one
   once, when not a byte of the response had arrived - the server never saw the request;
-* a response whose connection closes before it is complete raises :class:`UpstreamBroken`;
+* a response whose connection closes before it is complete raises :class:`UpstreamBroken`, as does
+  one whose head (interim responses included) passes :data:`MAX_RESPONSE_HEAD_BYTES` unfinished;
 * reading pauses while more than :data:`READ_HIGH_WATER` bytes wait to be relayed (a slow client
   slows the model server's socket, not the gateway's memory); a whole body read at once
   (:meth:`UpstreamResponse.read`, a non-streamed answer) is collected as it comes, so reading never
@@ -68,6 +69,13 @@ real completion - logprobs with ``top_logprobs=20`` on 32k tokens is ~40 MB - an
 a broken or hostile model server (an endless body delimited by the connection's end) can take."""
 SMALL_BODY: Final = 64 * 1024
 """Bodies up to this size are written in the same call as the request head (one segment)."""
+MAX_RESPONSE_HEAD_BYTES: Final = 256 * 1024
+"""Most bytes a response may take to complete its head (status line and header fields, interim
+``1xx`` responses before it included). A model server's head is a few hundred bytes; before session
+s39 nothing bounded it: llhttp reports a header field only once it is whole, and httptools
+accumulates its value by concatenation, so a broken or hostile model server streaming one endless
+field (or endless fields, or endless ``103 Early Hints``) grew the gateway's memory without limit
+(from 77 MB to 490 MB resident in 20 s, one request) while the request waited for a head that never came."""
 
 
 NOTED_FIELDS: Final = frozenset(
@@ -211,6 +219,8 @@ class _Connection:
     until_eof: bool
     heard: bool
     """Set by every byte received and by every request sent; cleared by the pool's stall sweep."""
+    head_bytes: int
+    """Bytes received for the current response while its head was still incomplete."""
     first_bytes: Callable[[bytes], None] | None
     """Called once with the response's first body bytes as they are parsed, before they are queued
     (:meth:`UpstreamResponse.on_first_bytes`)."""
@@ -244,6 +254,7 @@ class _Connection:
         self.paused = False
         self.until_eof = False
         self.heard = True
+        self.head_bytes = 0
         self.first_bytes = None
 
     # ---- asyncio.Protocol --------------------------------------------------------------------
@@ -262,8 +273,18 @@ class _Connection:
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade:
             self._fail(UpstreamBroken("the model server switched protocols"))
+            return
         except httptools.HttpParserError as exc:
             self._fail(UpstreamBroken(f"malformed HTTP response from the model server: {exc}"))
+            return
+        if not self.headers_done:  # counted only until the head is complete: one comparison after it
+            self.head_bytes += len(data)
+            if self.head_bytes > MAX_RESPONSE_HEAD_BYTES and self.error is None:
+                self._fail(
+                    UpstreamBroken(
+                        f"the model server's response head is larger than {MAX_RESPONSE_HEAD_BYTES} bytes"
+                    )
+                )
 
     def eof_received(self) -> bool:
         self.closed = True  # never handed out again, even before connection_lost runs
