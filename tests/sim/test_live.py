@@ -14,7 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from igw.sim.live import RunningFleet, run_fleet
 from igw.sim.server import TIME_SCALE_HEADER
-from igw.sim.spec import FaultKind, FaultSpec, FleetSpec, StreamCut
+from igw.sim.spec import SLOW_FACTOR_MAX, FaultKind, FaultSpec, FleetSpec, StreamCut
 from igw.sim.tokens import generated_text
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
@@ -324,6 +324,26 @@ async def test_error_rate_and_slow_down() -> None:
                 assert r.status == 200
         unslowed = pod.engine.step_time_estimate(num_tokens=1, sum_ctx=11) / pod.engine.slowdown
         assert pod.stats.itl.total / pod.stats.itl.n == pytest.approx(4 * unslowed, rel=0.2)
+
+
+async def test_clearing_a_slow_fault_rescales_the_step_already_running() -> None:
+    """A step scheduled under ``slow`` (factor 1000: a 27 ms prefill becomes 27 s) kept its slowed
+    length after ``clear``: the request was still stuck seconds later. What is left of the step
+    now runs at the new factor, and the admin API refuses a factor above the documented maximum."""
+    async with run_fleet(fleet_spec(H100, time_scale=1.0)) as fleet, aiohttp.ClientSession() as s:
+        status, out = await _admin(fleet, "POST", "/pods/h/faults", {"kind": "slow", "factor": 1e6})
+        assert status == 400
+        assert out["field"] == "fault.factor"
+        await fleet.inject("h", FaultSpec(kind=FaultKind.SLOW, factor=SLOW_FACTOR_MAX))
+        body = {"model": MODEL, "prompt": "x" * 400, "max_tokens": 3}
+        sent = asyncio.create_task(s.post(fleet.pods[0].url + "/v1/completions", json=body))
+        await asyncio.sleep(0.2)
+        assert not sent.done()
+        await fleet.clear("h")
+        cleared = time.monotonic()
+        async with await asyncio.wait_for(sent, 2.0) as r:
+            assert r.status == 200
+        assert time.monotonic() - cleared < 1.0
 
 
 async def test_die_mid_stream_cuts_the_connection_without_done() -> None:
