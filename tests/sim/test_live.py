@@ -139,7 +139,7 @@ async def test_streaming_sends_one_event_per_token_then_done() -> None:
         (json.dumps({"model": MODEL, "prompt": "x", "max_tokens": 0}).encode(), 400, "max_tokens"),
         (json.dumps({"model": MODEL, "prompt": ""}).encode(), 400, "prompt"),
         (json.dumps({"model": MODEL, "prompt": "x", "stream": "yes"}).encode(), 400, "stream"),
-        (json.dumps({"model": MODEL, "prompt": "x", "max_tokens": 10**7}).encode(), 400, "max_model_len"),
+        (json.dumps({"model": MODEL, "prompt": "x", "max_tokens": 10**7}).encode(), 400, "context length"),
     ],
 )
 async def test_bad_requests_get_openai_style_errors(body: bytes, status: int, needle: str) -> None:
@@ -153,6 +153,49 @@ async def test_bad_requests_get_openai_style_errors(body: bytes, status: int, ne
     assert err["object"] == "error"
     assert needle in err["message"]
     assert err["code"] == status
+
+
+A10G = {"name": "a", "preset": "llama-3.1-8b/a10g"}  # max_model_len 16384
+
+
+@pytest.mark.parametrize(
+    ("prompt_tokens", "max_tokens", "message"),
+    [
+        (
+            16384,
+            1,
+            "This model's maximum context length is 16384 tokens. However, your request has 16384 "
+            "input tokens. Please reduce the length of the input messages.",
+        ),
+        (
+            16000,
+            500,
+            "'max_tokens' or 'max_completion_tokens' is too large: 500. This model's maximum context "
+            "length is 16384 tokens and your request has 16000 input tokens (500 > 16384 - 16000).",
+        ),
+    ],
+)
+async def test_context_overflow_is_worded_as_vllm_words_it(
+    prompt_tokens: int, max_tokens: int, message: str
+) -> None:
+    """vLLM 0.10-0.11 words a prompt that alone fills the window and an output bound that overflows
+    it differently, and names no ``param`` (a plain ValueError); the simulator answered its own
+    wording with ``param: "max_tokens"`` even when the prompt alone was too long."""
+    body = {"model": MODEL, "prompt": "x" * 4 * prompt_tokens, "max_tokens": max_tokens}
+    async with (
+        run_fleet(fleet_spec(A10G)) as fleet,
+        aiohttp.ClientSession() as s,
+        s.post(fleet.pods[0].url + "/v1/completions", json=body) as r,
+    ):
+        assert r.status == 400
+        err = await r.json()
+    assert err == {
+        "object": "error",
+        "message": message,
+        "type": "BadRequestError",
+        "param": None,
+        "code": 400,
+    }
 
 
 async def test_oversized_body_is_refused() -> None:

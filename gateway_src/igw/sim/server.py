@@ -655,7 +655,8 @@ class LivePod:
         # Checked before anything sized by max_tokens is built (a huge max_tokens must be a fast 400).
         problem = self.engine.size_error(prompt_tokens, parsed.max_tokens)
         if problem is not None:
-            raise ApiError(400, problem, param="max_tokens" if "max_tokens" in problem else None)
+            # vLLM raises these as a plain ValueError: its ErrorResponse names no ``param``
+            raise ApiError(400, problem)
         priority = self._priority(parsed.priority)
         req = EngineRequest(
             request_id=request_id,
@@ -675,7 +676,7 @@ class LivePod:
         try:
             self.engine.add(req)
         except RequestRejected as exc:
-            raise ApiError(400, str(exc), param="max_tokens" if "max_tokens" in str(exc) else None) from None
+            raise ApiError(400, str(exc)) from None
         record = None
         if self.arrivals is not None:
             record = PodArrival(req, running, waiting, taken_s=req.arrival)
