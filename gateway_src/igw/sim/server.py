@@ -828,6 +828,10 @@ class LivePod:
             task = asyncio.create_task(self._in_background(asked, stored, dict(request.headers), created))
             self._background.add(task)
             task.add_done_callback(self._background.discard)
+            if asked.parsed.stream:
+                # vLLM streams a background response's events (its background stream generator);
+                # the generation goes on whatever this connection does
+                return await self._respond_background_events(request, stored)
             return json_response(queued)
         async with self._generating(asked.parsed, request_id=response_id, headers=request.headers) as stream:
             if asked.parsed.stream:
@@ -869,6 +873,22 @@ class LivePod:
         if not stream.done:
             return resp  # cut by the die-mid-stream fault
         await resp.write(events.closing(self._finish_response(asked, req, created)))
+        await resp.write_eof()
+        return resp
+
+    async def _respond_background_events(
+        self, request: web.Request, stored: StoredResponse
+    ) -> web.StreamResponse:
+        """The event stream of a ``background`` + ``stream`` response: opened at once, the text and
+        the closing events once the response has finished (or failed, or was cancelled)."""
+        resp = await self._open_event_stream(request)
+        events = ResponseEvents(stored.request_id)
+        await resp.write(events.opening({**stored.body, "status": "in_progress"}))
+        await stored.finished.wait()
+        tokens = (stored.body.get("usage") or {}).get("output_tokens", 0)
+        for index in range(1, tokens + 1):
+            await resp.write(events.delta(index))
+        await resp.write(events.closing(stored.body))
         await resp.write_eof()
         return resp
 
