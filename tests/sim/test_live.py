@@ -155,6 +155,51 @@ async def test_bad_requests_get_openai_style_errors(body: bytes, status: int, ne
     assert err["code"] == status
 
 
+async def test_a_completion_prompt_takes_the_one_prompt_forms_vllm_takes() -> None:
+    """A token-id list (and a one-element list of one) is a prompt to vLLM; the simulator answered
+    400 ``'prompt' must be a non-empty string``. Equal id prefixes share cached blocks."""
+    ids = list(range(1000, 1000 + 64))
+    async with run_fleet(fleet_spec(H100)) as fleet, aiohttp.ClientSession() as s:
+        url = fleet.pods[0].url + "/v1/completions"
+        usages = []
+        for prompt in (ids, [ids + [7] * 16], ["one prompt as a list"]):
+            async with s.post(url, json={"model": MODEL, "prompt": prompt, "max_tokens": 2}) as r:
+                assert r.status == 200, await r.text()
+                answer = await r.json()
+            assert len(answer["choices"]) == 1
+            usages.append(answer["usage"])
+        assert [u["prompt_tokens"] for u in usages[:2]] == [64, 80]
+        assert usages[1]["prompt_tokens_details"]["cached_tokens"] == 64  # the first 4 blocks
+        async with s.post(url, json={"model": MODEL, "prompt": [1, 10**9]}) as r:
+            assert r.status == 400
+            assert (await r.json())["message"] == "Token id 1000000000 is out of vocabulary"
+
+
+@pytest.mark.parametrize(
+    ("body", "param", "needle"),
+    [
+        ({"prompt": ["a", "b"]}, "prompt", "a batch of 2 prompts is not simulated"),
+        ({"prompt": [[1, 2], [3, 4]]}, "prompt", "a batch of 2 prompts is not simulated"),
+        ({"prompt": "x", "n": 3}, "n", "'n' > 1 (parallel sampling) is not simulated"),
+        ({"prompt": "x", "n": 0}, "n", "'n' must be a positive integer"),
+    ],
+)
+async def test_batches_and_parallel_sampling_are_refused_not_answered_with_one_choice(
+    body: dict[str, Any], param: str, needle: str
+) -> None:
+    """vLLM answers a batch with a choice per prompt and ``n`` with n choices (n-fold decode work and
+    usage); the simulator answered one choice and one usage without a word. It now refuses them."""
+    async with (
+        run_fleet(fleet_spec(H100)) as fleet,
+        aiohttp.ClientSession() as s,
+        s.post(fleet.pods[0].url + "/v1/completions", json={"model": MODEL, **body}) as r,
+    ):
+        assert r.status == 400
+        err = await r.json()
+    assert (err["param"], err["object"]) == (param, "error")
+    assert needle in err["message"]
+
+
 A10G = {"name": "a", "preset": "llama-3.1-8b/a10g"}  # max_model_len 16384
 
 
