@@ -35,8 +35,9 @@ def test_t_critical_values_round_df_down_and_reject_nonsense() -> None:
     assert t_critical_975(4) == 2.776
     assert t_critical_975(4.9) == 2.776  # rounded down: stricter
     assert t_critical_975(0.5) == 12.706
-    assert t_critical_975(45) == 2.042
-    assert t_critical_975(500) == pytest.approx(1.96, abs=1e-3)
+    # beyond the table: the exact quantiles (t(0.975, 45) = 2.01410, t(0.975, 500) = 1.96472)
+    assert t_critical_975(45) == pytest.approx(2.01410, abs=1e-4)
+    assert t_critical_975(500) == pytest.approx(1.96472, abs=1e-4)
     with pytest.raises(ValueError, match="degrees of freedom"):
         t_critical_975(0)
 

@@ -15,6 +15,7 @@ from igw.bench.stats import (
     prefix_hit_rate,
     reduction_pct,
     summarize,
+    t_critical_975,
     t_interval,
 )
 
@@ -79,6 +80,31 @@ def test_t_interval_known_values() -> None:
     assert (single.lo, single.hi, single.n) == (5.0, 5.0, 1)
     with pytest.raises(ValueError, match="at least one"):
         t_interval([])
+
+
+@pytest.mark.parametrize(
+    ("n", "t975"),
+    [(31, 2.042), (32, 2.03951), (40, 2.02269), (61, 2.00030), (121, 1.97993), (200, 1.97196)],
+)
+def test_t_interval_uses_the_t_quantile_for_every_sample_size(n: int, t975: float) -> None:
+    """From 32 seeds on the half-width used z = 1.96 (while t(0.975, 39) = 2.0227): intervals for
+    32-120 seeds were up to 4 % too narrow. Reference values: the exact Student-t quantiles."""
+    values = [float(i % 5) for i in range(n)]
+    mean = sum(values) / n
+    sem = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1) / n)
+    est = t_interval(values)
+    assert (est.hi - est.mean) / sem == pytest.approx(t975, abs=1e-4)
+    assert t_critical_975(n - 1) == pytest.approx(t975, abs=1e-4)
+
+
+def test_t_critical_value_falls_smoothly_past_the_table() -> None:
+    """No jump where the table ends (df 30 -> 31) nor at df 120 (it dropped from 2.042 to 1.960)."""
+    dfs = [30, 30.5, 31, 45, 60, 119, 120, 121, 1000, 10**6]
+    crits = [t_critical_975(df) for df in dfs]
+    assert crits == sorted(crits, reverse=True)
+    assert t_critical_975(30) - t_critical_975(31) < 0.003
+    assert t_critical_975(119) - t_critical_975(120) < 0.001
+    assert crits[-1] == pytest.approx(1.959964, abs=1e-5)
 
 
 def test_bootstrap_interval_is_reproducible_and_brackets_the_mean() -> None:

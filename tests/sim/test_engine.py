@@ -148,7 +148,7 @@ def test_abort_frees_blocks_immediately(text_of: TextOf) -> None:
 
 def test_requests_that_can_never_fit_are_rejected(text_of: TextOf) -> None:
     e = quiet_engine("llama-3.1-8b/a10g")
-    with pytest.raises(RequestRejected, match="max_model_len"):
+    with pytest.raises(RequestRejected, match="maximum context length is 16384 tokens"):
         e.add(make_request("a", text=text_of(16_000), out=1000))
 
 

@@ -14,7 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from igw.sim.live import RunningFleet, run_fleet
 from igw.sim.server import TIME_SCALE_HEADER
-from igw.sim.spec import FaultKind, FaultSpec, FleetSpec, StreamCut
+from igw.sim.spec import SLOW_FACTOR_MAX, FaultKind, FaultSpec, FleetSpec, StreamCut
 from igw.sim.tokens import generated_text
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
@@ -139,7 +139,7 @@ async def test_streaming_sends_one_event_per_token_then_done() -> None:
         (json.dumps({"model": MODEL, "prompt": "x", "max_tokens": 0}).encode(), 400, "max_tokens"),
         (json.dumps({"model": MODEL, "prompt": ""}).encode(), 400, "prompt"),
         (json.dumps({"model": MODEL, "prompt": "x", "stream": "yes"}).encode(), 400, "stream"),
-        (json.dumps({"model": MODEL, "prompt": "x", "max_tokens": 10**7}).encode(), 400, "max_model_len"),
+        (json.dumps({"model": MODEL, "prompt": "x", "max_tokens": 10**7}).encode(), 400, "context length"),
     ],
 )
 async def test_bad_requests_get_openai_style_errors(body: bytes, status: int, needle: str) -> None:
@@ -153,6 +153,94 @@ async def test_bad_requests_get_openai_style_errors(body: bytes, status: int, ne
     assert err["object"] == "error"
     assert needle in err["message"]
     assert err["code"] == status
+
+
+async def test_a_completion_prompt_takes_the_one_prompt_forms_vllm_takes() -> None:
+    """A token-id list (and a one-element list of one) is a prompt to vLLM; the simulator answered
+    400 ``'prompt' must be a non-empty string``. Equal id prefixes share cached blocks."""
+    ids = list(range(1000, 1000 + 64))
+    async with run_fleet(fleet_spec(H100)) as fleet, aiohttp.ClientSession() as s:
+        url = fleet.pods[0].url + "/v1/completions"
+        usages = []
+        for prompt in (ids, [ids + [7] * 16], ["one prompt as a list"]):
+            async with s.post(url, json={"model": MODEL, "prompt": prompt, "max_tokens": 2}) as r:
+                assert r.status == 200, await r.text()
+                answer = await r.json()
+            assert len(answer["choices"]) == 1
+            usages.append(answer["usage"])
+        assert [u["prompt_tokens"] for u in usages[:2]] == [64, 80]
+        assert usages[1]["prompt_tokens_details"]["cached_tokens"] == 64  # the first 4 blocks
+        async with s.post(url, json={"model": MODEL, "prompt": [1, 10**9]}) as r:
+            assert r.status == 400
+            assert (await r.json())["message"] == "Token id 1000000000 is out of vocabulary"
+
+
+@pytest.mark.parametrize(
+    ("body", "param", "needle"),
+    [
+        ({"prompt": ["a", "b"]}, "prompt", "a batch of 2 prompts is not simulated"),
+        ({"prompt": [[1, 2], [3, 4]]}, "prompt", "a batch of 2 prompts is not simulated"),
+        ({"prompt": "x", "n": 3}, "n", "'n' > 1 (parallel sampling) is not simulated"),
+        ({"prompt": "x", "n": 0}, "n", "'n' must be a positive integer"),
+    ],
+)
+async def test_batches_and_parallel_sampling_are_refused_not_answered_with_one_choice(
+    body: dict[str, Any], param: str, needle: str
+) -> None:
+    """vLLM answers a batch with a choice per prompt and ``n`` with n choices (n-fold decode work and
+    usage); the simulator answered one choice and one usage without a word. It now refuses them."""
+    async with (
+        run_fleet(fleet_spec(H100)) as fleet,
+        aiohttp.ClientSession() as s,
+        s.post(fleet.pods[0].url + "/v1/completions", json={"model": MODEL, **body}) as r,
+    ):
+        assert r.status == 400
+        err = await r.json()
+    assert (err["param"], err["object"]) == (param, "error")
+    assert needle in err["message"]
+
+
+A10G = {"name": "a", "preset": "llama-3.1-8b/a10g"}  # max_model_len 16384
+
+
+@pytest.mark.parametrize(
+    ("prompt_tokens", "max_tokens", "message"),
+    [
+        (
+            16384,
+            1,
+            "This model's maximum context length is 16384 tokens. However, your request has 16384 "
+            "input tokens. Please reduce the length of the input messages.",
+        ),
+        (
+            16000,
+            500,
+            "'max_tokens' or 'max_completion_tokens' is too large: 500. This model's maximum context "
+            "length is 16384 tokens and your request has 16000 input tokens (500 > 16384 - 16000).",
+        ),
+    ],
+)
+async def test_context_overflow_is_worded_as_vllm_words_it(
+    prompt_tokens: int, max_tokens: int, message: str
+) -> None:
+    """vLLM 0.10-0.11 words a prompt that alone fills the window and an output bound that overflows
+    it differently, and names no ``param`` (a plain ValueError); the simulator answered its own
+    wording with ``param: "max_tokens"`` even when the prompt alone was too long."""
+    body = {"model": MODEL, "prompt": "x" * 4 * prompt_tokens, "max_tokens": max_tokens}
+    async with (
+        run_fleet(fleet_spec(A10G)) as fleet,
+        aiohttp.ClientSession() as s,
+        s.post(fleet.pods[0].url + "/v1/completions", json=body) as r,
+    ):
+        assert r.status == 400
+        err = await r.json()
+    assert err == {
+        "object": "error",
+        "message": message,
+        "type": "BadRequestError",
+        "param": None,
+        "code": 400,
+    }
 
 
 async def test_oversized_body_is_refused() -> None:
@@ -324,6 +412,26 @@ async def test_error_rate_and_slow_down() -> None:
                 assert r.status == 200
         unslowed = pod.engine.step_time_estimate(num_tokens=1, sum_ctx=11) / pod.engine.slowdown
         assert pod.stats.itl.total / pod.stats.itl.n == pytest.approx(4 * unslowed, rel=0.2)
+
+
+async def test_clearing_a_slow_fault_rescales_the_step_already_running() -> None:
+    """A step scheduled under ``slow`` (factor 1000: a 27 ms prefill becomes 27 s) kept its slowed
+    length after ``clear``: the request was still stuck seconds later. What is left of the step
+    now runs at the new factor, and the admin API refuses a factor above the documented maximum."""
+    async with run_fleet(fleet_spec(H100, time_scale=1.0)) as fleet, aiohttp.ClientSession() as s:
+        status, out = await _admin(fleet, "POST", "/pods/h/faults", {"kind": "slow", "factor": 1e6})
+        assert status == 400
+        assert out["field"] == "fault.factor"
+        await fleet.inject("h", FaultSpec(kind=FaultKind.SLOW, factor=SLOW_FACTOR_MAX))
+        body = {"model": MODEL, "prompt": "x" * 400, "max_tokens": 3}
+        sent = asyncio.create_task(s.post(fleet.pods[0].url + "/v1/completions", json=body))
+        await asyncio.sleep(0.2)
+        assert not sent.done()
+        await fleet.clear("h")
+        cleared = time.monotonic()
+        async with await asyncio.wait_for(sent, 2.0) as r:
+            assert r.status == 200
+        assert time.monotonic() - cleared < 1.0
 
 
 async def test_die_mid_stream_cuts_the_connection_without_done() -> None:

@@ -145,6 +145,24 @@ async def test_a_background_response_is_polled_resumed_and_cancelled() -> None:
             await oai.responses.cancel(whole.id)
 
 
+async def test_a_background_streamed_response_answers_its_events() -> None:
+    """``background`` with ``stream``: vLLM answers the response's event stream (its background
+    stream generator) while it goes on generating; the simulator answered a JSON ``queued`` object."""
+    async with run_fleet(fleet_spec(POD, time_scale=0.2)) as fleet, client(fleet.pods[0].url) as oai:
+        stream = await oai.responses.create(
+            model=MODEL, input="later", background=True, stream=True, max_output_tokens=5
+        )
+        events = [event async for event in stream]
+        kinds = [e.type for e in events]
+        assert kinds[:2] == ["response.created", "response.in_progress"]
+        assert kinds.count("response.output_text.delta") == 5
+        assert kinds[-1] == "response.completed"
+        assert [e.sequence_number for e in events] == list(range(len(events)))
+        done = events[-1].response  # type: ignore[union-attr]
+        stored = await oai.responses.retrieve(done.id)
+        assert (stored.status, stored.output_text) == ("completed", done.output_text)
+
+
 @pytest.mark.parametrize(
     ("body", "param"),
     [

@@ -65,6 +65,21 @@ def test_example_spec_loads_and_expands_replicas() -> None:
             "spec.pods[0].faults[0].end_s",
         ),
         ({"pods": [{"preset": "llama-3.1-8b/h100", "port": 8000, "replicas": 2}]}, "spec.pods[0].port"),
+        # two pods on one fixed port failed at bind time (exit 1, "address already in use")
+        (
+            {
+                "pods": [
+                    {"preset": "llama-3.1-8b/h100", "name": "a", "port": 8000},
+                    {"preset": "llama-3.1-8b/h100", "name": "b", "port": 8000},
+                ]
+            },
+            "spec.pods[1].port",
+        ),
+        # an unbounded slow factor (1e6) made a fault that outlived its clearing
+        (
+            {"pods": [{"preset": "llama-3.1-8b/h100", "faults": [{"kind": "slow", "factor": 1001}]}]},
+            "spec.pods[0].faults[0].factor",
+        ),
         (
             {
                 "pods": [

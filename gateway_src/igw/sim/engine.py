@@ -248,12 +248,21 @@ class Engine:
         Cheap (arithmetic only), so servers call it before building anything sized by the request.
         """
         total = prompt_tokens + max_output_tokens
+        window = self.preset.max_model_len
         if prompt_tokens <= 0:
             return "prompt must contain at least one token"
-        if total > self.preset.max_model_len:
+        # vLLM's words (0.10-0.11, ``OpenAIServing._validate_input``): the prompt alone first (it
+        # must leave room for one output token), then the output bound on top of it.
+        if prompt_tokens >= window:
             return (
-                f"prompt ({prompt_tokens} tokens) + max_tokens ({max_output_tokens}) "
-                f"exceeds max_model_len {self.preset.max_model_len}"
+                f"This model's maximum context length is {window} tokens. However, your request has "
+                f"{prompt_tokens} input tokens. Please reduce the length of the input messages."
+            )
+        if total > window:
+            return (
+                f"'max_tokens' or 'max_completion_tokens' is too large: {max_output_tokens}. "
+                f"This model's maximum context length is {window} tokens and your request has "
+                f"{prompt_tokens} input tokens ({max_output_tokens} > {window} - {prompt_tokens})."
             )
         if -(-total // self.block_size) > self.pool.num_blocks:
             return f"request needs more KV blocks than the cache holds ({self.pool.num_blocks})"

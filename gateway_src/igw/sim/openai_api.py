@@ -15,6 +15,7 @@ from aiohttp import web
 
 from igw.errors import IgwToolingError
 from igw.sim.engine import EngineRequest
+from igw.sim.tokens import VOCAB_SIZE, token_ids_text
 
 MAX_BODY_BYTES: Final = 8 * 1024 * 1024
 DEFAULT_MAX_TOKENS_COMPLETIONS: Final = 16
@@ -93,15 +94,15 @@ def parse_request(body: object, *, chat: bool, base_model: str, adapters: tuple[
         raw_max = body.get("max_completion_tokens", body.get("max_tokens"))
         default_max = DEFAULT_MAX_TOKENS_CHAT
     else:
-        prompt = body.get("prompt")
-        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
-            prompt = prompt[0]
-        if not isinstance(prompt, str) or not prompt:
-            raise ApiError(400, "'prompt' must be a non-empty string", param="prompt")
-        prompt_text = prompt
+        prompt_text = completion_prompt(body.get("prompt"))
         raw_max = body.get("max_tokens")
         default_max = DEFAULT_MAX_TOKENS_COMPLETIONS
     max_tokens = output_bound(raw_max, default=default_max, name="max_tokens")
+    n = body.get("n")
+    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+        raise ApiError(400, "'n' must be a positive integer", param="n")
+    if n is not None and n > 1:
+        raise ApiError(400, NOT_SIMULATED_N, param="n")
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise ApiError(400, "'stream' must be a boolean", param="stream")
@@ -120,6 +121,37 @@ def parse_request(body: object, *, chat: bool, base_model: str, adapters: tuple[
         priority_of(body),
         cache_salt_of(body),
     )
+
+
+NOT_SIMULATED_N: Final = "'n' > 1 (parallel sampling) is not simulated; send one request per completion"
+"""The answer to ``n`` > 1: vLLM would generate ``n`` completions (``n`` choices, ``n``-fold decode
+work, the usage of all of them); a simulator that returned one choice and one usage under-counted
+load and tokens without a word, so it refuses instead."""
+
+
+def completion_prompt(prompt: object) -> str:
+    """The prompt text of a completion body's ``prompt``: a string, a token-id list, or either as a
+    one-element list (the forms vLLM takes for one prompt); a batch of several prompts is a 400."""
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
+        prompt = prompt[0]
+    if isinstance(prompt, str) and prompt:
+        return prompt
+    if (
+        isinstance(prompt, list)
+        and prompt
+        and all(isinstance(p, int) and not isinstance(p, bool) for p in prompt)
+    ):
+        out_of_vocab = [i for i in prompt if not 0 <= i < VOCAB_SIZE]
+        if out_of_vocab:
+            raise ApiError(400, f"Token id {max(out_of_vocab)} is out of vocabulary", param="prompt")
+        return token_ids_text(prompt)
+    if isinstance(prompt, list) and len(prompt) > 1 and all(isinstance(p, (str, list)) for p in prompt):
+        raise ApiError(
+            400,
+            f"a batch of {len(prompt)} prompts is not simulated; send one prompt per request",
+            param="prompt",
+        )
+    raise ApiError(400, "'prompt' must be a non-empty string or list of token ids", param="prompt")
 
 
 def cache_salt_of(body: dict[str, Any]) -> str | None:

@@ -169,6 +169,8 @@ class LivePod:
         """Virtual time the newest request joined the engine: no step may start before it."""
         self._t0 = 0.0
         self._driver: asyncio.Task[None] | None = None
+        self._step_wait: asyncio.Future[None] | None = None
+        """The wake-up of the step the driver is sleeping through (a fault change resolves it early)."""
         self._runner: web.AppRunner | None = None
         self._site: web.TCPSite | None = None
         self._gen_mark = (0.0, 0)
@@ -297,7 +299,7 @@ class LivePod:
         """Start a fault now (replacing one of the same kind); its window is not looked at."""
         self.faults[fault.kind] = fault
         if fault.kind is FaultKind.SLOW:
-            self.engine.slowdown = fault.factor
+            self._set_slowdown(fault.factor)
         elif fault.kind is FaultKind.HANG:
             self._unhang.clear()
         elif fault.kind is FaultKind.FREEZE_METRICS:
@@ -325,7 +327,7 @@ class LivePod:
         for k in kinds:
             self.faults.pop(k, None)
             if k is FaultKind.SLOW:
-                self.engine.slowdown = 1.0
+                self._set_slowdown(1.0)
             elif k is FaultKind.HANG:
                 self._unhang.set()
             elif k is FaultKind.FREEZE_METRICS:
@@ -400,10 +402,7 @@ class LivePod:
             dq = engine.counters.prefix_queries - q0
             if dq:
                 stats.last_prefill_hit_rate = (engine.counters.prefix_hits - h0) / dq
-            end = start + batch.duration
-            delay = (end - self.vnow()) * self.time_scale
-            if delay > 0:
-                await asyncio.sleep(delay)
+            end = await self._step_end(start + batch.duration)
             self._vclock = end
             self._was_busy = True
             previous = {r.request_id: r.last_token_at for r in batch.requests}
@@ -426,6 +425,40 @@ class LivePod:
                     waiting=",".join(sorted(engine.waiting_adapters())),
                     unix_now=time.time(),
                 )
+
+    async def _step_end(self, end: float) -> float:
+        """Sleep until the running step ends at virtual time ``end`` and return when it ended.
+
+        A ``slow`` fault injected or cleared while the step runs rescales what is left of it to the
+        new factor (the part already run keeps the old one), as a GPU whose clocks change mid-step
+        would: without that, a step scheduled under ``factor=1000`` kept its slowed length after
+        ``clear`` and the pod looked hung long after the fault was gone.
+        """
+        loop = asyncio.get_running_loop()
+        factor = self.engine.slowdown
+        while (delay := (end - self.vnow()) * self.time_scale) > 0:
+            woken: asyncio.Future[None] = loop.create_future()
+            timer = loop.call_later(delay, _resolve, woken)
+            self._step_wait = woken
+            try:
+                await woken
+            finally:
+                timer.cancel()
+                self._step_wait = None
+            new = self.engine.slowdown
+            if new != factor:
+                now = self.vnow()
+                if end > now:
+                    end = now + (end - now) * new / factor
+                factor = new
+        return end
+
+    def _set_slowdown(self, factor: float) -> None:
+        """Change the step-time multiplier and wake the driver so the step it is sleeping through
+        is rescaled to ``factor`` at once (:meth:`_step_end`)."""
+        self.engine.slowdown = factor
+        if self._step_wait is not None:
+            _resolve(self._step_wait)
 
     # ------------------------------------------------------------------ HTTP
     @web.middleware
@@ -622,7 +655,8 @@ class LivePod:
         # Checked before anything sized by max_tokens is built (a huge max_tokens must be a fast 400).
         problem = self.engine.size_error(prompt_tokens, parsed.max_tokens)
         if problem is not None:
-            raise ApiError(400, problem, param="max_tokens" if "max_tokens" in problem else None)
+            # vLLM raises these as a plain ValueError: its ErrorResponse names no ``param``
+            raise ApiError(400, problem)
         priority = self._priority(parsed.priority)
         req = EngineRequest(
             request_id=request_id,
@@ -642,7 +676,7 @@ class LivePod:
         try:
             self.engine.add(req)
         except RequestRejected as exc:
-            raise ApiError(400, str(exc), param="max_tokens" if "max_tokens" in str(exc) else None) from None
+            raise ApiError(400, str(exc)) from None
         record = None
         if self.arrivals is not None:
             record = PodArrival(req, running, waiting, taken_s=req.arrival)
@@ -794,6 +828,10 @@ class LivePod:
             task = asyncio.create_task(self._in_background(asked, stored, dict(request.headers), created))
             self._background.add(task)
             task.add_done_callback(self._background.discard)
+            if asked.parsed.stream:
+                # vLLM streams a background response's events (its background stream generator);
+                # the generation goes on whatever this connection does
+                return await self._respond_background_events(request, stored)
             return json_response(queued)
         async with self._generating(asked.parsed, request_id=response_id, headers=request.headers) as stream:
             if asked.parsed.stream:
@@ -835,6 +873,22 @@ class LivePod:
         if not stream.done:
             return resp  # cut by the die-mid-stream fault
         await resp.write(events.closing(self._finish_response(asked, req, created)))
+        await resp.write_eof()
+        return resp
+
+    async def _respond_background_events(
+        self, request: web.Request, stored: StoredResponse
+    ) -> web.StreamResponse:
+        """The event stream of a ``background`` + ``stream`` response: opened at once, the text and
+        the closing events once the response has finished (or failed, or was cancelled)."""
+        resp = await self._open_event_stream(request)
+        events = ResponseEvents(stored.request_id)
+        await resp.write(events.opening({**stored.body, "status": "in_progress"}))
+        await stored.finished.wait()
+        tokens = (stored.body.get("usage") or {}).get("output_tokens", 0)
+        for index in range(1, tokens + 1):
+            await resp.write(events.delta(index))
+        await resp.write(events.closing(stored.body))
         await resp.write_eof()
         return resp
 
@@ -964,6 +1018,12 @@ class LivePod:
             if stream is not None:
                 stream.queue.put_nowait(-1)
         return json_response(stored.body)
+
+
+def _resolve(waiter: asyncio.Future[None]) -> None:
+    """Wake ``waiter`` unless it already woke (or was cancelled with the driver)."""
+    if not waiter.done():
+        waiter.set_result(None)
 
 
 async def _generated(stream: _Stream) -> None:

@@ -70,6 +70,12 @@ class FaultKind(enum.StrEnum):
     """Cut every streaming response after ``after_tokens`` tokens (``mode``: fin, rst or stall)."""
 
 
+SLOW_FACTOR_MIN: Final = 0.01
+SLOW_FACTOR_MAX: Final = 1000.0
+"""The largest ``slow`` factor: a thousand times slower already turns a 7 ms decode step into 7 s
+(a pod that looks dead to any client); larger factors only made a fault that outlived its clearing."""
+
+
 class StreamCut(enum.StrEnum):
     FIN = "fin"
     RST = "rst"
@@ -96,6 +102,8 @@ class FaultSpec:
             object.__setattr__(self, "kind", _enum(FaultKind, self.kind, "kind"))
         if not isinstance(self.mode, StreamCut):
             object.__setattr__(self, "mode", _enum(StreamCut, self.mode, "mode"))
+        if not SLOW_FACTOR_MIN <= self.factor <= SLOW_FACTOR_MAX:
+            raise SpecError("factor", f"must be in [{SLOW_FACTOR_MIN}, {SLOW_FACTOR_MAX}], got {self.factor}")
         if self.start_s < 0:
             raise SpecError("start_s", f"must be >= 0, got {self.start_s}")
         if self.end_s is not None and self.end_s <= self.start_s:
@@ -106,7 +114,9 @@ class FaultSpec:
         m = _mapping(data, path)
         _only(m, {"kind", "factor", "rate", "status", "after_tokens", "mode", "start_s", "end_s"}, path)
         kind = _enum(FaultKind, _req(m, "kind", path), f"{path}.kind")
-        factor = _number(m.get("factor", 1.0), f"{path}.factor", minimum=0.01)
+        factor = _number(
+            m.get("factor", 1.0), f"{path}.factor", minimum=SLOW_FACTOR_MIN, maximum=SLOW_FACTOR_MAX
+        )
         rate = _number(m.get("rate", 0.0), f"{path}.rate", minimum=0.0, maximum=1.0)
         status = _int(m.get("status", 500), f"{path}.status", minimum=400, maximum=599)
         after = _int(m.get("after_tokens", 1), f"{path}.after_tokens", minimum=0)
@@ -375,12 +385,19 @@ class FleetSpec:
             raise SpecError(f"{path}.pods", "must list at least one pod")
         pods: list[PodSpec] = []
         names: set[str] = set()
+        ports: dict[int, str] = {}
         for i, raw in enumerate(raw_pods):
             pp = f"{path}.pods[{i}]"
             pod = PodSpec.from_mapping(raw, path=pp)
             replicas = _int(_mapping(raw, pp).get("replicas", 1), f"{pp}.replicas", minimum=1, maximum=4096)
             if replicas > 1 and pod.port:
                 raise SpecError(f"{pp}.port", "a fixed port cannot be combined with replicas > 1")
+            if pod.port:
+                # every pod listens on the fleet's one host: a second pod on a port would only fail at
+                # bind time ("address already in use"), after the first pods had started
+                if pod.port in ports:
+                    raise SpecError(f"{pp}.port", f"port {pod.port} is already taken by {ports[pod.port]}")
+                ports[pod.port] = pp
             base = pod.name or f"pod-{i}"
             for r in range(replicas):
                 name = base if replicas == 1 else f"{base}-{r}"

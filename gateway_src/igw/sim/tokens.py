@@ -46,6 +46,25 @@ def token_ids(text: str) -> list[int]:
     ]
 
 
+_ID_DIGITS: Final = "0123456789abcdefghijklmnopqrstuvwxyz"
+
+
+def token_ids_text(ids: list[int]) -> str:
+    """Prompt text standing for a token-id prompt: each id spelled as :data:`CHARS_PER_TOKEN` base-36
+    digits (36**4 > :data:`VOCAB_SIZE`), so the prompt counts ``len(ids)`` tokens and two id prompts
+    share cached blocks iff they share an id prefix of whole blocks. (The ids the simulator hands out
+    for a text are hashes, so this text is not the one ``/tokenize`` was given.)"""
+    digits = _ID_DIGITS
+    out = []
+    for i in ids:
+        chunk = ""
+        for _ in range(CHARS_PER_TOKEN):
+            i, d = divmod(i, 36)
+            chunk = digits[d] + chunk
+        out.append(chunk)
+    return "".join(out)
+
+
 def block_hashes(text: str, *, block_size: int, salt: str = "") -> tuple[int, ...]:
     """Chained 64-bit hashes of every *full* block of ``text``.
 
