@@ -53,6 +53,7 @@ ERRORS: Final[Mapping[str, ErrorKind]] = MappingProxyType(
         "request_too_large": ErrorKind(413, _INVALID),
         "request_line_too_long": ErrorKind(414, _INVALID),
         "request_header_too_large": ErrorKind(431, _INVALID),
+        "unsupported_content_encoding": ErrorKind(415, _INVALID),  # a body coding not decoded
         "unsupported_transfer_coding": ErrorKind(501, _INVALID),  # RFC 9112 6.1: only chunked
         "debug_token_invalid": ErrorKind(401, "authentication_error"),  # /debug/decisions
         # The fleet cannot take the request now.
