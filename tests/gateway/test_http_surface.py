@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gzip
 import json
 from typing import Any
 
 import orjson
+import pytest
 from yarl import URL
 
+from igw.gateway.inference_apis import InferenceApi
 from igw.gateway.model_router import NO_MATCH_MESSAGE
+from igw.gateway.request_body import parse_body
 from tests.gateway.fake_model_server import FakeModelServer, running
-from tests.gateway.support import config_doc, scheduler
+from tests.gateway.support import config_doc, scheduler, wait_for
 
 DOC = config_doc(
     [
@@ -86,6 +90,28 @@ async def test_routes_by_model_field_and_header_and_sets_gateway_headers(gateway
         assert qwen.received[-1].body == json.dumps(completion("qwen3")).encode()  # a body naming it: as sent
 
 
+async def test_a_null_model_is_no_model_so_the_header_names_it(gateway: Any) -> None:
+    """``"model": null`` is read as vLLM and SGLang read it, as no model: the request is routed by
+    its ``x-gateway-model-name`` header and the header's model is written into the body forwarded
+    (else the pod would serve its base model for the adapter routed and authorized). Before session
+    s39 the null was taken as the name: 404 ``model_not_found`` whatever the header said."""
+    async with (
+        running(FakeModelServer("llama"), FakeModelServer("qwen")) as (llama, qwen),
+        gateway(DOC, {"llama": [llama.key], "qwen": [qwen.key]}) as gw,
+    ):
+        chat = {"model": None, "messages": [{"role": "user", "content": "hi"}]}
+        resp = await gw.post("/v1/chat/completions", chat, headers={"x-gateway-model-name": "sql-lora"})
+        assert resp.status == 200, await resp.text()
+        assert (await resp.json())["server"] == "llama"
+        assert orjson.loads(llama.received[-1].body) == {**chat, "model": "sql-lora"}
+        assert llama.received[-1].headers["X-Gateway-Model-Name"] == "sql-lora"
+        resp = await gw.post("/v1/chat/completions", chat)  # no header either: no model
+        assert resp.status == 404
+        assert (await resp.json())["error"]["code"] == "model_not_found"
+        assert len(llama.received) == 1
+        assert qwen.received == []
+
+
 async def test_error_paths_have_openai_shape(gateway: Any) -> None:
     async with running(FakeModelServer("a")) as (a,), gateway(DOC, {"llama": [a.key], "qwen": []}) as gw:
         cases = [
@@ -120,6 +146,39 @@ async def test_error_paths_have_openai_shape(gateway: Any) -> None:
         message = (await resp.json())["error"]["message"]
         assert message.startswith("POST /v1/completions: Not Found (the path as decoded: its %2F"), message
         assert a.received == []
+
+
+async def test_a_body_in_a_coding_the_gateway_does_not_decode_is_a_415_naming_the_header(
+    gateway: Any,
+) -> None:
+    """A gzip body is decoded and routed; a body whose ``Content-Encoding`` the gateway does not
+    decode (a coding aiohttp passes by as if none: ``x-gzip``, ``compress``, two codings, junk) is a
+    415 naming the header, with ``Accept-Encoding`` listing what it decodes, in the API's shape.
+    Before session s39 such a body was read as not encoded: a compressed one got 400 "request body
+    is not valid JSON", and a plain one under a junk coding was served."""
+    chat = {"model": "qwen3", "messages": [{"role": "user", "content": "hi"}]}
+    async with running(FakeModelServer("q")) as (q,), gateway(DOC, {"llama": [], "qwen": [q.key]}) as gw:
+        zipped = gzip.compress(orjson.dumps(chat))
+        resp = await gw.post("/v1/chat/completions", zipped, headers={"Content-Encoding": "gzip"})
+        assert resp.status == 200, await resp.text()
+        assert orjson.loads(q.received[-1].body) == chat
+        for coding, body in [
+            ("x-gzip", zipped),
+            ("compress", zipped),
+            ("gzip, deflate", zipped),
+            ("junk", orjson.dumps(chat)),
+        ]:
+            resp = await gw.post("/v1/chat/completions", body, headers={"Content-Encoding": coding})
+            assert resp.status == 415, (coding, await resp.text())
+            error = (await resp.json())["error"]
+            assert (error["code"], error["param"]) == ("unsupported_content_encoding", "Content-Encoding")
+            assert error["message"].startswith(f"Content-Encoding {coding!r} is not supported"), error
+            assert "gzip" in resp.headers["Accept-Encoding"].split(", ")
+        messages = {"model": "qwen3", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}
+        resp = await gw.post("/v1/messages", orjson.dumps(messages), headers={"Content-Encoding": "junk"})
+        assert resp.status == 415
+        assert (await resp.json())["type"] == "error"  # Anthropic's shape on its route
+        assert len(q.received) == 1
 
 
 async def test_json_bombs_are_400s_and_a_repeated_model_routes_as_the_server_reads_it(gateway: Any) -> None:
@@ -189,6 +248,56 @@ async def test_models_lists_configured_models_and_adapters(gateway: Any) -> None
             ("qwen3", None),
             ("sql-lora", "meta-llama/Llama-3.1-8B-Instruct"),
         ]
+
+
+async def test_a_model_is_retrieved_as_listed_and_an_unknown_one_is_model_not_found(gateway: Any) -> None:
+    """``GET /v1/models/{model}`` (the OpenAI SDK's ``models.retrieve``, which sends a name's ``/`` as
+    ``%2F``; curl sends it as it is) answers the entry ``GET /v1/models`` lists; a name the gateway
+    does not serve is an OpenAI-shaped 404 ``model_not_found`` naming ``model``. Before session s39
+    every retrieval was 404 ``not_found``: no such route."""
+    import openai
+
+    async with (
+        running(FakeModelServer("a")) as (a,),
+        gateway(DOC, {"llama": [a.key], "qwen": []}) as gw,
+        openai.AsyncOpenAI(base_url=gw.url + "/v1", api_key="unused", max_retries=0) as client,
+    ):
+        listed = (await (await gw.http.get(gw.url + "/v1/models")).json())["data"]
+        for entry in listed:
+            model = await client.models.retrieve(entry["id"])
+            assert model.model_dump(exclude_unset=True) == entry
+        resp = await gw.http.get(gw.url + "/v1/models/meta-llama/Llama-3.1-8B-Instruct")  # '/' as sent
+        assert resp.status == 200
+        assert await resp.json() == listed[0]
+        with pytest.raises(openai.NotFoundError) as missing:
+            await client.models.retrieve("nope/model")
+        assert missing.value.code == "model_not_found"
+        assert missing.value.body == {
+            "message": "The model 'nope/model' does not exist",
+            "type": "invalid_request_error",
+            "param": "model",
+            "code": "model_not_found",
+        }
+        assert a.received == []
+
+
+async def test_a_request_for_n_answers_counts_n_output_bounds_in_flight(gateway: Any) -> None:
+    """The tokens an endpoint has in flight (what the token-load scorer reads) count each of a
+    request's ``n`` answers: a request for four answers of up to 50 tokens may generate 200. Before
+    session s39 it counted as one answer (50)."""
+    async with (
+        running(FakeModelServer("a", first_token_delay_s=0.5)) as (a,),
+        gateway(DOC, {"llama": [a.key], "qwen": []}) as gw,
+    ):
+        body = completion("meta-llama/Llama-3.1-8B-Instruct", max_tokens=50, n=4)
+        prompt = parse_body(orjson.dumps(body), api=InferenceApi.COMPLETIONS, header_model=None).prompt_tokens
+        state = gw.state.runtime.schedulers["llama"].pool.states[a.key]
+        sent = asyncio.ensure_future(gw.post("/v1/completions", body))
+        await wait_for(lambda: state.view().inflight == 1, what="the request in flight")
+        assert state.view().inflight_tokens == prompt + 4 * 50
+        assert (await sent).status == 200
+        await wait_for(lambda: state.view().inflight == 0, what="the request completed")
+        assert state.view().inflight_tokens == 0
 
 
 async def test_non_streaming_usage_metrics_and_nodelay_keepalive(gateway: Any) -> None:

@@ -28,7 +28,7 @@ from igw.gateway.endpoints import DiscoveredEndpoint, EndpointPool
 from igw.gateway.guards import OpenGuard
 from igw.gateway.inference_apis import InferenceApi
 from igw.gateway.model_router import ModelRouter
-from igw.gateway.request_body import BadRequestBody, parse_body
+from igw.gateway.request_body import BadRequestBody, estimated_tokens, parse_body, with_leading_field
 from igw.gateway.runtime import SchedulerRuntime
 from igw.gateway.state import GatewayState
 from tests.gateway.support import config_doc, scheduler
@@ -166,6 +166,9 @@ def test_parse_body(raw: bytes, api: InferenceApi, header: str | None, expected:
             "max_tokens",
         ),
         (b'{"model": "m", "messages": "hi"}', CHAT, "'messages' must be a list", "messages"),
+        (b'{"model": "m", "messages": [], "n": 0}', CHAT, "'n' must be a positive integer", "n"),
+        (b'{"model": "m", "prompt": "", "n": "2"}', COMPLETIONS, "'n' must be a positive integer", "n"),
+        (b'{"model": "m", "prompt": "", "n": true}', COMPLETIONS, "'n' must be a positive integer", "n"),
         (b'{"model": "m", "prompt": "hi"}', CHAT, "'messages' must be a list", "messages"),
         (b'{"model": "m", "messages": []}', COMPLETIONS, "'prompt' is required", "prompt"),
         (b"\xff\xfe", COMPLETIONS, "request body is not valid JSON", None),
@@ -218,6 +221,25 @@ def test_parse_body_errors(raw: bytes, api: InferenceApi, message: str, param: s
         parse_body(raw, api=api, header_model=None)
     assert err.value.message.startswith(message)
     assert err.value.param == param
+
+
+@pytest.mark.parametrize(
+    ("raw", "api", "choices", "estimate"),
+    [
+        (b'{"model": "m", "prompt": "abcdefgh", "max_tokens": 10, "n": 8}', COMPLETIONS, 8, 2 + 80),
+        (b'{"model": "m", "messages": [], "max_completion_tokens": 10, "n": 3}', CHAT, 3, 1 + 30),
+        (b'{"model": "m", "prompt": "abcdefgh", "max_tokens": 10, "n": null}', COMPLETIONS, 1, 2 + 10),
+        (b'{"model": "m", "prompt": "abcdefgh", "n": 8}', COMPLETIONS, 8, 2),  # no bound: none known
+        (b'{"model": "m", "input": "abcdefgh", "n": 8}', RESPONSES, 1, 2),  # no n in the Responses API
+    ],
+)
+def test_a_request_for_n_answers_is_estimated_as_n_output_bounds(
+    raw: bytes, api: InferenceApi, choices: int, estimate: int
+) -> None:
+    """Each of a completion's ``n`` answers may run to ``max_tokens`` (session s39: counted once)."""
+    body = parse_body(raw, api=api, header_model=None)
+    assert (body.choices, estimated_tokens(body)) == (choices, estimate)
+    assert with_leading_field(body, "salt", "x").choices == choices
 
 
 def spec(name: str, model: str, adapters: tuple[str, ...] = ()) -> SchedulerSpec:

@@ -92,6 +92,19 @@ async def test_jwt_is_required_and_identity_is_forwarded_not_the_token(
             # the models listed are those the caller may use (session s34: every served model before)
             async with http.get(url + "/v1/models", headers=bearer(tokens.token())) as resp:
                 assert [m["id"] for m in (await resp.json())["data"]] == [MODEL]
+            # and retrieved alike (session s39: no route before): "secret", served but not team-a's,
+            # is answered as a name no cluster serves
+            async with http.get(f"{url}/v1/models/{MODEL}", headers=bearer(tokens.token())) as resp:
+                assert (resp.status, (await resp.json())["id"]) == (200, MODEL)
+            answers = []
+            for name in ("secret", "unserved"):
+                async with http.get(f"{url}/v1/models/{name}", headers=bearer(tokens.token())) as resp:
+                    answers.append((resp.status, (await resp.read()).replace(name.encode(), b"NAME")))
+            assert answers[0] == answers[1]
+            assert answers[0][0] == 404
+            assert b'"code":"model_not_found"' in answers[0][1]
+            async with http.get(f"{url}/v1/models/{MODEL}") as resp:
+                assert resp.status == 401
 
 
 async def test_igw_global_serve_accepts_a_valid_token_and_refuses_an_expired_one(

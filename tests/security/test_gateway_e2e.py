@@ -226,6 +226,17 @@ async def test_identity_headers_authorization_health_metrics_403_429(
         auth = {"Authorization": f"Bearer {tokens.token()}"}
         async with gw.http.get(gw.url + "/v1/models", headers=auth) as resp:
             assert [m["id"] for m in (await resp.json())["data"]] == ["m"]
+        # and retrieved alike: "secret", served but not team-a's, is answered as a name nobody serves
+        # (session s39; no route before)
+        async with gw.http.get(gw.url + "/v1/models/m", headers=auth) as resp:
+            assert (resp.status, (await resp.json())["id"]) == (200, "m")
+        answers = []
+        for name in ("secret", "unserved"):
+            async with gw.http.get(f"{gw.url}/v1/models/{name}", headers=auth) as resp:
+                answers.append((resp.status, (await resp.read()).replace(name.encode(), b"NAME")))
+        assert answers[0] == answers[1]
+        assert answers[0][0] == 404
+        assert b'"code":"model_not_found"' in answers[0][1]
 
         # query-string tokens are never read
         async with gw.http.post(
@@ -243,6 +254,8 @@ async def test_identity_headers_authorization_health_metrics_403_429(
         async with gw.http.get(gw.url + "/readyz") as resp:
             assert "JWKS: 3 keys" in (await resp.json())["guard"]["detail"]
         async with gw.http.get(gw.url + "/v1/models") as resp:
+            assert resp.status == 401
+        async with gw.http.get(gw.url + "/v1/models/m") as resp:
             assert resp.status == 401
 
 

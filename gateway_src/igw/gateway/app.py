@@ -18,7 +18,7 @@ import logging
 import os
 import random
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
@@ -33,7 +33,7 @@ from igw.gateway.discovery import DiscoverySource
 from igw.gateway.emf import emf_context, emf_reporter
 from igw.gateway.errors import REQUEST_ID_HEADER, anthropic_shaped, denial_response, gateway_error
 from igw.gateway.forwarded_answer import as_response
-from igw.gateway.guards import GuardDenied, GuardFactory, OpenGuard, RequestGuard
+from igw.gateway.guards import GuardDenied, GuardFactory, OpenGuard, Principal, RequestGuard
 from igw.gateway.heartbeat import EXTENSION as HEARTBEAT_EXTENSION
 from igw.gateway.heartbeat import heartbeat_context, publishes_heartbeat
 from igw.gateway.inference import (
@@ -99,18 +99,31 @@ def _lean_routes(state: GatewayState) -> dict[str, LeanHandler]:
     }
 
 
-async def _models(request: web.Request) -> web.StreamResponse:
-    """The models this gateway serves that the caller may use (``modelAccess``): before session s34
+MODEL_ROUTE: Final = "/v1/models/{model:.+}"
+"""``GET /v1/models/{model}``, the OpenAI SDK's ``models.retrieve``: ``.+`` because model names hold
+a ``/`` (``meta-llama/Llama-3.1-8B-Instruct``), which a client sends as it is (curl) or encoded as
+``%2F`` (the OpenAI SDK), both the same name here."""
+
+
+def model_answer(listed: Sequence[Mapping[str, object]], model: str) -> web.Response:
+    """The answer to ``GET /v1/models/{model}``: the entry of ``listed`` (what ``GET /v1/models``
+    shows the same caller) whose ``id`` is ``model``, else a 404 ``model_not_found`` - the same answer
+    for a model not served and for one the caller may not use, so the route tells no caller which
+    other models exist. Before session s39 every retrieval answered 404 ``not_found`` (no route), so
+    a client that checks its model with ``models.retrieve`` before use refused to start."""
+    for entry in listed:
+        if entry.get("id") == model:
+            return web.Response(body=orjson.dumps(entry), content_type="application/json")
+    shown = redact(model[:200])
+    return gateway_error("model_not_found", f"The model {shown!r} does not exist", param="model")
+
+
+def _listed_models(state: GatewayState, guard: RequestGuard, principal: Principal) -> list[dict[str, object]]:
+    """The models this gateway serves that ``principal`` may use (``modelAccess``): before session s34
     every caller saw every model and adapter, other tenants' included, which named them (and, with
     adapters named per customer, the customers)."""
-    state = request.app[STATE_KEY]
-    guard = state.guard
-    try:
-        principal = await guard.authenticate(request.headers)
-    except GuardDenied as denied:
-        return denial_response(denied)
     routes = state.runtime.router.models()
-    data = [
+    data: list[dict[str, object]] = [
         {
             "id": r.model,
             "object": "model",
@@ -128,7 +141,30 @@ async def _models(request: web.Request) -> web.StreamResponse:
             data.append(
                 {"id": name, "object": "model", "created": 0, "owned_by": "igw", "root": name, "parent": None}
             )
+    return data
+
+
+async def _models(request: web.Request) -> web.StreamResponse:
+    """``GET /v1/models``: the models the caller may use (:func:`_listed_models`)."""
+    state = request.app[STATE_KEY]
+    guard = state.guard
+    try:
+        principal = await guard.authenticate(request.headers)
+    except GuardDenied as denied:
+        return denial_response(denied)
+    data = _listed_models(state, guard, principal)
     return web.Response(body=orjson.dumps({"object": "list", "data": data}), content_type="application/json")
+
+
+async def _model(request: web.Request) -> web.StreamResponse:
+    """``GET /v1/models/{model}``: one of the models ``GET /v1/models`` lists (:func:`model_answer`)."""
+    state = request.app[STATE_KEY]
+    guard = state.guard
+    try:
+        principal = await guard.authenticate(request.headers)
+    except GuardDenied as denied:
+        return denial_response(denied)
+    return model_answer(_listed_models(state, guard, principal), request.match_info["model"])
 
 
 async def healthz(request: web.Request) -> web.StreamResponse:
@@ -295,6 +331,7 @@ def create_app(
         app[LEAN_ROUTES_KEY] = _lean_routes(state)
         app[CONNECTION_HANDLER_KEY] = LeanRequestHandler
     app.router.add_get("/v1/models", _models)
+    app.router.add_get(MODEL_ROUTE, _model)
     app.router.add_get("/healthz", healthz)
     if management_listener:
         app.router.add_get("/readyz", _plain_readyz)

@@ -54,6 +54,7 @@ ERRORS: Final[Mapping[str, ErrorKind]] = MappingProxyType(
         "request_line_too_long": ErrorKind(414, _INVALID),
         "expectation_failed": ErrorKind(417, _INVALID),  # an Expect other than 100-continue
         "request_header_too_large": ErrorKind(431, _INVALID),
+        "unsupported_content_encoding": ErrorKind(415, _INVALID),  # a body coding not decoded
         "unsupported_transfer_coding": ErrorKind(501, _INVALID),  # RFC 9112 6.1: only chunked
         "debug_token_invalid": ErrorKind(401, "authentication_error"),  # /debug/decisions
         # The fleet cannot take the request now.

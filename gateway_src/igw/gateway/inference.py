@@ -60,6 +60,9 @@ from igw.gateway.request_body import (
     BadRequestBody,
     BodyTooLarge,
     InferenceBody,
+    UnsupportedContentEncoding,
+    check_content_encoding,
+    estimated_tokens,
     parse_body,
     read_limited,
     received_whole,
@@ -471,6 +474,7 @@ async def _route(
     rt = state.runtime
     rid = obs.request_id
     try:
+        check_content_encoding(request.headers)
         max_bytes = rt.config.bbr.max_request_body_bytes
         if request.content.is_eof():  # the body arrived with the head (the usual case): no timer
             raw = received_whole(request, limit=max_bytes)
@@ -483,6 +487,11 @@ async def _route(
         return gateway_error("request_timeout", message, request_id=rid, headers=_CLOSE)
     except BodyTooLarge as too_large:
         return gateway_error("request_too_large", str(too_large), request_id=rid)
+    except UnsupportedContentEncoding as coded:
+        accept = {"Accept-Encoding": coded.accepted()}
+        return gateway_error(
+            "unsupported_content_encoding", coded.message, param=coded.HEADER, request_id=rid, headers=accept
+        )
     except BadRequestBody as bad_body:
         return gateway_error("invalid_request", bad_body.message, param=bad_body.param, request_id=rid)
     continues = body.previous_response_id
@@ -496,7 +505,7 @@ async def _route(
             if split.target != body.model:
                 obs.rewritten(body.model, named=split.named)
                 body = retargeted(body, split.target)
-    est_tokens = body.prompt_tokens + (body.max_tokens or 0)
+    est_tokens = estimated_tokens(body)
     route = rt.router.resolve(body.model) if body.model else None
     if route is None:
         target = state.default_backend.address(rt.config.bbr.default_backend)
@@ -523,10 +532,11 @@ async def _route(
     obs.admitted()  # tracing hook
     sr = rt.schedulers[route.scheduler]
     limit = sr.pool.largest_context()
-    if limit is not None and est_tokens > limit:
+    positions = body.prompt_tokens + (body.max_tokens or 0)  # each of its n answers: its own sequence
+    if limit is not None and positions > limit:
         obs.rejected("context_length")
         message = (
-            f"this request needs {est_tokens} tokens (prompt ~{body.prompt_tokens} + max_tokens "
+            f"this request needs {positions} tokens (prompt ~{body.prompt_tokens} + max_tokens "
             f"{body.max_tokens or 0}) but no model server for {route.base_model!r} accepts more than {limit}"
         )
         return gateway_error("context_length_exceeded", message, param="max_tokens", request_id=rid)
@@ -892,7 +902,7 @@ async def _forward(
         headers = upstream_header_block(fields, strip=strip_fields, add=add)
     else:
         headers = upstream_headers(request.headers, strip=strip, add=add)
-    est_tokens = body.prompt_tokens + (body.max_tokens or 0)
+    est_tokens = estimated_tokens(body)
     scheduler = plan.sr.spec.name if plan.sr is not None else None
     prepared: list[web.StreamResponse] = []
     result: ExchangeResult | None = None

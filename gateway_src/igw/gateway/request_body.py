@@ -3,15 +3,16 @@
 * The body is read in chunks and abandoned as soon as it exceeds ``bbr.maxRequestBodyBytes`` (413);
   a ``Content-Length`` over the limit is refused before reading anything. At most ``limit`` bytes are
   ever held.
-* It must be a JSON object (400 naming the problem); ``model`` comes from the body or, if absent,
-  the ``x-gateway-model-name`` header.
+* It must be a JSON object (400 naming the problem); ``model`` comes from the body or, if absent
+  or ``null``, the ``x-gateway-model-name`` header (then written into the body forwarded).
 * What routing needs is extracted once, per API (:class:`~igw.gateway.inference_apis.InferenceApi`):
   the text used for prefix hashing (the ``prompt`` of a completion, the serialised ``messages`` of a
   chat completion - as GIE does -, the ``input`` of an embedding request, the ``instructions`` and
   ``input`` of a Responses API request), an estimate of prompt tokens (4 characters per token; an
   inline image, audio clip or file a fixed number, :mod:`igw.gateway.inline_media`), the
   output bound (``max_completion_tokens``/``max_tokens``; ``max_output_tokens`` of a response; none
-  for embeddings) and ``stream`` (an embedding answer is never streamed).
+  for embeddings), the answers asked for (``n`` of a completion or chat completion: each may run to
+  the output bound) and ``stream`` (an embedding answer is never streamed).
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from typing import Any, Final
 
 import orjson
 from aiohttp import web
+from aiohttp.compression_utils import HAS_BROTLI, HAS_ZSTD
+from multidict import MultiMapping
 
 from igw.errors import IgwGatewayError
 from igw.gateway.cache_salt import SALTED_APIS
@@ -40,6 +43,51 @@ and sent to every pod a search asks, so before session s35 a megabyte-long one w
 as it came."""
 _CONTROL_CHARACTERS: Final = re.compile(r"[\x00-\x1f\x7f]")
 """Characters a model name may not hold: HTTP forbids them in a header field's value (RFC 9110 5.5)."""
+
+
+DECODED_CONTENT_CODINGS: Final = frozenset(
+    {"gzip", "deflate", "identity"} | ({"br"} if HAS_BROTLI else set()) | ({"zstd"} if HAS_ZSTD else set())
+)
+"""The ``Content-Encoding`` values of a request body the gateway reads: one coding aiohttp decodes
+(gzip and deflate; br and zstd only where their decoders are installed, which the gateway image
+does not ship), or ``identity``."""
+
+
+class UnsupportedContentEncoding(IgwGatewayError):
+    """A request body in a content coding the gateway does not decode: answered 415 naming the
+    header (RFC 9110 15.5.16), with ``Accept-Encoding`` listing the codings it does decode.
+
+    aiohttp decodes only one coding of its own list and passes any other value by (``junk``,
+    ``compress``, ``gzip, deflate``): before session s39 such a body was read as if not encoded,
+    and a compressed one answered 400 "request body is not valid JSON", naming nothing the
+    client could change."""
+
+    HEADER: Final = "Content-Encoding"
+
+    def __init__(self, codings: list[str]) -> None:
+        named = ", ".join(c[:40] for c in codings[:4])
+        super().__init__(
+            f"Content-Encoding {named!r} is not supported: send the request body uncompressed or in "
+            f"one of {', '.join(sorted(DECODED_CONTENT_CODINGS - {'identity'}))}"
+        )
+        self.message = str(self)
+
+    @staticmethod
+    def accepted() -> str:
+        """The ``Accept-Encoding`` of the 415: the codings a request body may be sent in."""
+        return ", ".join(sorted(DECODED_CONTENT_CODINGS))
+
+
+def check_content_encoding(headers: MultiMapping[str]) -> None:
+    """:class:`UnsupportedContentEncoding` unless the request's ``Content-Encoding`` (every field of
+    it) names at most one coding of :data:`DECODED_CONTENT_CODINGS`: aiohttp decoded that one, and
+    a body in two codings (``gzip, br``) is decoded by none."""
+    values = headers.getall(UnsupportedContentEncoding.HEADER, ())
+    if not values:
+        return
+    codings = [c.strip().lower() for value in values for c in value.split(",") if c.strip()]
+    if len(codings) > 1 or (codings and codings[0] not in DECODED_CONTENT_CODINGS):
+        raise UnsupportedContentEncoding(codings)
 
 
 class BodyTooLarge(IgwGatewayError):
@@ -81,6 +129,9 @@ class InferenceBody:
     stream_usage: Final[StreamUsage | None]
     """Whether its stream reports usage, or could be asked to (:mod:`igw.gateway.stream_usage`);
     ``None``: not a streamed completion or chat completion."""
+    choices: Final[int]
+    """How many answers the request generates: a completion's or chat completion's ``n``, else 1.
+    Each may run to ``max_tokens`` (:func:`output_bound`)."""
 
     def __init__(
         self,
@@ -94,6 +145,7 @@ class InferenceBody:
         cache_salt: str | None = None,
         background: bool = False,
         stream_usage: StreamUsage | None = None,
+        choices: int = 1,
     ) -> None:
         self.raw = raw
         self.model = model
@@ -105,6 +157,21 @@ class InferenceBody:
         self.cache_salt = cache_salt
         self.background = background
         self.stream_usage = stream_usage
+        self.choices = choices
+
+
+def output_bound(body: InferenceBody) -> int:
+    """The tokens ``body`` may generate in all: ``max_tokens`` for each of its ``n`` answers (0
+    without a ``max_tokens``)."""
+    return (body.max_tokens or 0) * body.choices
+
+
+def estimated_tokens(body: InferenceBody) -> int:
+    """The tokens a request is estimated to cost before it runs: its prompt's estimate and its
+    :func:`output_bound` - what admission charges a tenant's token limit and what the endpoint it is
+    sent to counts in flight (``inflight_tokens``). Before session s39 ``n`` was not counted: a
+    request for eight answers was admitted and counted as one."""
+    return body.prompt_tokens + output_bound(body)
 
 
 def received_whole(request: web.Request, *, limit: int) -> bytes:
@@ -168,7 +235,12 @@ def parse_body(raw: bytes, *, api: InferenceApi, header_model: str | None) -> In
         raise BadRequestBody(f"request body is not valid JSON: {exc}") from exc
     if not isinstance(body, dict):
         raise BadRequestBody(f"request body must be a JSON object, got {type(body).__name__}")
-    model = body.get("model", header_model)
+    model = body.get("model")
+    if model is None:
+        # ``"model": null`` is no model, as vLLM and SGLang read it (their request models default
+        # the field to None): the header's then. Before session s39 a null was taken as the name,
+        # and a body with it and the header was answered 404 model_not_found.
+        model = header_model
     if model is not None and not isinstance(model, str):
         raise BadRequestBody("'model' must be a string", param="model")
     if model is not None and len(model) > MAX_MODEL_NAME_LENGTH:
@@ -185,6 +257,7 @@ def parse_body(raw: bytes, *, api: InferenceApi, header_model: str | None) -> In
     continues = None
     background = False
     extra_chars = 0  # what the engine reads besides ``text``: a rerank's query once per document
+    choices = _choices(body) if api in CHOICE_APIS else 1
     if api is InferenceApi.CHAT:
         max_tokens = _output_bound(body, "max_completion_tokens", "max_tokens")
         messages = body.get("messages")
@@ -237,11 +310,12 @@ def parse_body(raw: bytes, *, api: InferenceApi, header_model: str | None) -> In
         if given is not None and not isinstance(given, str):
             raise BadRequestBody("'cache_salt' must be a string", param="cache_salt")
         cache_salt = given or ""
-    if model and "model" not in body:
-        # Named by the x-gateway-model-name header only: written into the body the model server gets,
-        # which otherwise serves its base model for a body without one (vLLM's _check_model), while
-        # the gateway routed, authorized and rate-limited the request as the header's model (an
-        # adapter a tenant may use answered by a base model it may not; before session s34).
+    if model and body.get("model") is None:
+        # Named by the x-gateway-model-name header only (the body has no model, or a null one):
+        # written into the body the model server gets, which otherwise serves its base model for a
+        # body without one (vLLM's _check_model), while the gateway routed, authorized and
+        # rate-limited the request as the header's model (an adapter a tenant may use answered by a
+        # base model it may not; before session s34).
         raw = orjson.dumps({**body, "model": model})
     media_tokens = media_chars = 0
     if api in MEDIA_FIELDS and holds_inline_media(text):
@@ -260,7 +334,24 @@ def parse_body(raw: bytes, *, api: InferenceApi, header_model: str | None) -> In
         cache_salt=cache_salt,
         background=background,
         stream_usage=stream_usage_of(body, api=api, stream=stream) if stream else None,
+        choices=choices,
     )
+
+
+CHOICE_APIS: Final = frozenset({InferenceApi.CHAT, InferenceApi.COMPLETIONS})
+"""The APIs whose ``n`` asks for several answers to one prompt (vLLM and SGLang serve it on both)."""
+
+
+def _choices(body: dict[str, Any]) -> int:
+    """A completion's or chat completion's ``n`` (1 when absent or ``null``, as the engines default
+    it); :class:`BadRequestBody` naming ``n`` when it is not a positive integer (the engines refuse
+    such a request too)."""
+    value = body.get("n")
+    if value is None:
+        return 1
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise BadRequestBody("'n' must be a positive integer", param="n")
+    return value
 
 
 def _output_bound(body: dict[str, Any], *names: str) -> int | None:
@@ -386,6 +477,7 @@ def with_leading_field(body: InferenceBody, name: str, value: object) -> Inferen
         body.cache_salt,
         body.background,
         body.stream_usage,
+        body.choices,
     )
 
 

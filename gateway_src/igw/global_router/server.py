@@ -37,7 +37,7 @@ from multidict import CIMultiDict
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from igw.config.redis_password import redis_password
-from igw.gateway.app import healthz, openai_errors
+from igw.gateway.app import MODEL_ROUTE, healthz, model_answer, openai_errors
 from igw.gateway.emf import emf_context
 from igw.gateway.errors import (
     BUSY_CODES,
@@ -58,7 +58,15 @@ from igw.gateway.inference_apis import (
     InferenceApi,
     anthropic_path,
 )
-from igw.gateway.request_body import BadRequestBody, BodyTooLarge, InferenceBody, parse_body, read_limited
+from igw.gateway.request_body import (
+    BadRequestBody,
+    BodyTooLarge,
+    InferenceBody,
+    UnsupportedContentEncoding,
+    check_content_encoding,
+    parse_body,
+    read_limited,
+)
 from igw.gateway.retries import request_digest
 from igw.gateway.server_identity import name_every_answer
 from igw.gateway.serving import INFLIGHT_KEY, LIMITS_KEY, ServerLimits
@@ -213,6 +221,7 @@ async def _route(
     tenant = principal.tenant or router.anonymous_tenant
     body_timeout_s = request.app.get(LIMITS_KEY, _DEFAULT_LIMITS).body_timeout_s
     try:
+        check_content_encoding(request.headers)  # 415 for a body coding it does not decode, as tier 1
         # A client that stalls mid-body would otherwise hold the connection (and its handler) forever:
         # the same bound as the gateway's (``serverLimits.bodyTimeout``, 60 s by default).
         async with asyncio.timeout(body_timeout_s):
@@ -224,6 +233,11 @@ async def _route(
     except BodyTooLarge as exc:
         message = f"request body exceeds spec.routing.maxRequestBodyBytes ({exc.limit} bytes)"
         return gateway_error("request_too_large", message)
+    except UnsupportedContentEncoding as coded:
+        accept = {"Accept-Encoding": coded.accepted()}
+        return gateway_error(
+            "unsupported_content_encoding", coded.message, param=coded.HEADER, headers=accept
+        )
     except BadRequestBody as exc:
         return gateway_error("invalid_request", exc.message, param=exc.param)
     if body.model is None:
@@ -567,18 +581,34 @@ def _inference_route(api: InferenceApi) -> Callable[[web.Request], Awaitable[web
     return handle
 
 
+def _listed_models(router: GlobalRouter, principal: Principal) -> list[dict[str, object]]:
+    """The models some cluster serves that ``principal`` may use, as at tier 1."""
+    return [
+        {"id": name, "object": "model", "created": 0, "owned_by": "igw"}
+        for name in router.fleet.available_models()
+        if router.guard.may_use(principal, model=name)
+    ]
+
+
 async def _models(request: web.Request) -> web.StreamResponse:
     router = request.app[ROUTER_KEY]
     try:
         principal = await router.guard.authenticate(request.headers)
     except GuardDenied as denied:
         return _denied(denied)
-    data = [  # only those the caller may use, as at tier 1
-        {"id": name, "object": "model", "created": 0, "owned_by": "igw"}
-        for name in router.fleet.available_models()
-        if router.guard.may_use(principal, model=name)
-    ]
+    data = _listed_models(router, principal)
     return web.Response(body=orjson.dumps({"object": "list", "data": data}), content_type="application/json")
+
+
+async def _model(request: web.Request) -> web.StreamResponse:
+    """``GET /v1/models/{model}`` (the OpenAI SDK's ``models.retrieve``), as at tier 1
+    (:func:`igw.gateway.app.model_answer`)."""
+    router = request.app[ROUTER_KEY]
+    try:
+        principal = await router.guard.authenticate(request.headers)
+    except GuardDenied as denied:
+        return _denied(denied)
+    return model_answer(_listed_models(router, principal), request.match_info["model"])
 
 
 def _readiness(router: GlobalRouter) -> tuple[bool, dict[str, object]]:
@@ -696,6 +726,7 @@ def create_global_app(
     for method, path in STORED_RESPONSE_ROUTES:
         app.router.add_route(method, path, _stored_response)
     app.router.add_get("/v1/models", _models)
+    app.router.add_get(MODEL_ROUTE, _model)
     app.router.add_get("/healthz", healthz)
     if management_listener:
         app.router.add_get("/readyz", _plain_readyz)
