@@ -24,8 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 import orjson
-from aiohttp import web
-from aiohttp.compression_utils import HAS_BROTLI, HAS_ZSTD
+from aiohttp import compression_utils, web
 from multidict import MultiMapping
 
 from igw.errors import IgwGatewayError
@@ -45,8 +44,11 @@ _CONTROL_CHARACTERS: Final = re.compile(r"[\x00-\x1f\x7f]")
 """Characters a model name may not hold: HTTP forbids them in a header field's value (RFC 9110 5.5)."""
 
 
+# getattr: aiohttp before 3.12 (the pin allows 3.10) has no zstd support and no HAS_ZSTD to import
 DECODED_CONTENT_CODINGS: Final = frozenset(
-    {"gzip", "deflate", "identity"} | ({"br"} if HAS_BROTLI else set()) | ({"zstd"} if HAS_ZSTD else set())
+    {"gzip", "deflate", "identity"}
+    | ({"br"} if getattr(compression_utils, "HAS_BROTLI", False) else set())
+    | ({"zstd"} if getattr(compression_utils, "HAS_ZSTD", False) else set())
 )
 """The ``Content-Encoding`` values of a request body the gateway reads: one coding aiohttp decodes
 (gzip and deflate; br and zstd only where their decoders are installed, which the gateway image
