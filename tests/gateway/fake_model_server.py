@@ -90,6 +90,9 @@ class FakeModelServer:
     them the page stayed byte-identical while requests were dispatched, and tests longer than
     ``staleThreshold`` saw the gateway exclude the pod as frozen."""
     generation_tokens_total: int = 0
+    max_model_len: int | None = None
+    """Not None: ``GET /v1/models`` lists one model with this context window, as vLLM's does (the
+    gateway reads it); None: no such route (a window the gateway cannot know)."""
     port: int = 0
     _runner: web.AppRunner | None = None
 
@@ -481,6 +484,10 @@ class FakeModelServer:
             return web.Response(body=body, content_type="text/event-stream")
         return web.json_response(done)
 
+    async def _models(self, request: web.Request) -> web.StreamResponse:
+        entry = {"id": self.name, "object": "model", "max_model_len": self.max_model_len}
+        return web.json_response({"object": "list", "data": [entry]})
+
     async def start(self) -> FakeModelServer:
         app = web.Application()
         app.router.add_get("/metrics", self._metrics)
@@ -496,6 +503,8 @@ class FakeModelServer:
         app.router.add_delete("/v1/responses/{rid}", self._stored)
         app.router.add_post("/v1/responses/{rid}/cancel", self._stored)
         app.router.add_get("/v1/responses/{rid}/input_items", self._stored)
+        if self.max_model_len is not None:
+            app.router.add_get("/v1/models", self._models)
         self._runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port)

@@ -550,4 +550,9 @@ def reference_fitting(request: RoutingRequest, endpoints: Sequence[EndpointView]
     need = request.prompt_tokens + (request.max_tokens or 0)
     if all(e.max_model_len is None or e.max_model_len >= need for e in endpoints):
         return endpoints
-    return [e for e in endpoints if e.max_model_len is None or e.max_model_len >= need]
+    fit = [e for e in endpoints if e.max_model_len is None or e.max_model_len >= need]
+    if any(e.max_model_len is not None for e in fit):
+        return fit
+    # no known window holds the estimate: the largest known windows (and the unknown) decide
+    largest = max(e.max_model_len for e in endpoints if e.max_model_len is not None)
+    return [e for e in endpoints if e.max_model_len is None or e.max_model_len == largest]

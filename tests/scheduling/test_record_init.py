@@ -144,6 +144,7 @@ _GIVEN: dict[type, dict[str, Any]] = {
         "cache_salt": "salt-44",
         "background": True,
         "stream_usage": StreamUsage.OTHER_OPTIONS,
+        "choices": 3,
     },
     EndpointView: {
         "key": "h:1",

@@ -91,6 +91,7 @@ from igw.gateway.upstream import (
     upstream_headers,
 )
 from igw.gateway.upstream_client import UpstreamPool
+from igw.scheduling.plugins.context_length_filter import surely_too_long
 from igw.scheduling.response_affinity import RESPONSE_SEARCH
 from igw.scheduling.retry_policy import RetryCondition, retried_for
 from igw.scheduling.scheduler import PENDING_SCORES
@@ -532,14 +533,16 @@ async def _route(
     obs.admitted()  # tracing hook
     sr = rt.schedulers[route.scheduler]
     limit = sr.pool.largest_context()
-    positions = body.prompt_tokens + (body.max_tokens or 0)  # each of its n answers: its own sequence
-    if limit is not None and positions > limit:
+    # each of its n answers is a sequence of its own: n does not multiply this
+    if limit is not None and surely_too_long(body.prompt_tokens, body.max_tokens, limit):
         obs.rejected("context_length")
+        output = body.max_tokens or 0
         message = (
-            f"this request needs {positions} tokens (prompt ~{body.prompt_tokens} + max_tokens "
-            f"{body.max_tokens or 0}) but no model server for {route.base_model!r} accepts more than {limit}"
+            f"this request needs more than {limit} tokens (prompt ~{body.prompt_tokens} estimated + "
+            f"max_tokens {output}), the most any model server for {route.base_model!r} accepts"
         )
-        return gateway_error("context_length_exceeded", message, param="max_tokens", request_id=rid)
+        param = "max_tokens" if output >= limit else None  # the prompt alone: vLLM names no field
+        return gateway_error("context_length_exceeded", message, param=param, request_id=rid)
     if (
         continues is not None
         and len(sr.pool.states) > 1
