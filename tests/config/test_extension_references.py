@@ -17,6 +17,7 @@ from igw.config.validate import validate_document
 from igw.gateway.model_rewrite import ModelRewriteError, ModelRewrites
 from igw.gateway.runtime import GatewayRuntime
 from igw.scheduling.flow_control import FlowControlError, FlowControlSettings
+from igw.security.settings import RateLimitSettings
 from tests.gateway.support import config_doc, scheduler
 
 from .cases import base_document
@@ -187,3 +188,25 @@ def test_what_the_gateway_refuses_at_start_igw_validate_refuses_by_path(
     field = re.sub(r"\[\d+\]$", "", path.rsplit(".", 1)[1])
     with pytest.raises(ValueError, match=field):  # the gateway's own build refuses it, naming the field
         GatewayRuntime(build_gateway_config(doc), rng=random.Random(0), clock=lambda: 0.0)
+
+
+def test_a_tenant_listed_twice_under_rate_limits_is_refused_naming_the_second_entry() -> None:
+    """``igw serve`` refuses it at start; before session s39 ``igw validate`` found 0 problems."""
+    doc = _with(
+        {
+            "rateLimits": {
+                "tenants": [
+                    {"tenant": "acme", "requestsPerSecond": 1},
+                    {"tenant": "beta", "requestsPerSecond": 2},
+                    {"tenant": "acme", "requestsPerSecond": 5},
+                ]
+            }
+        }
+    )
+    problems = validate_document(doc)
+    assert [(p.path, p.rule) for p in problems] == [
+        ("spec.extensions.rateLimits.tenants[2].tenant", "unique-rate-limit-tenant")
+    ]
+    assert 'duplicates spec.extensions.rateLimits.tenants[0].tenant ("acme")' in problems[0].message
+    with pytest.raises(ValueError, match=r"tenants\[2\]\.tenant"):  # what igw serve says at start
+        RateLimitSettings.from_mapping(build_gateway_config(doc).extensions["rateLimits"])

@@ -64,6 +64,7 @@ def test_problems_name_the_field() -> None:
     spec["routing"] = {"policy": "cheapest", "saturationThreshold": 2}
     spec["failover"] = {"heartbeatStalenessSeconds": 0}
     spec["modelRateLimits"] = [{"tenant": "*", "model": "m"}, {"tenant": "*", "model": "m"}]
+    spec["rateLimits"] = {"tenants": [{"tenant": "acme"}, {"tenant": "acme"}]}
     spec["auth"] = {
         "jwt": {"provider": {"name": "p", "issuer": "http://x", "remoteJWKS": {"uri": "https://k"}}}
     }
@@ -77,6 +78,7 @@ def test_problems_name_the_field() -> None:
     assert found["spec.routing.saturationThreshold"].startswith("schema.maximum")
     assert found["spec.failover.heartbeatStalenessSeconds"].startswith("schema.minimum")
     assert found["spec.modelRateLimits[1].model"].startswith("global-unique-model")
+    assert found["spec.rateLimits.tenants[1].tenant"].startswith("global-unique-tenant")
     assert found["spec.auth.jwt.provider.issuer"].startswith("schema.pattern")
     assert found["spec.surprise"].startswith("schema.unknown-field")
     with pytest.raises(GlobalConfigError, match=r"invalid GlobalRouterConfig \(\d+ problems\)"):

@@ -316,3 +316,20 @@ def test_an_update_that_leaves_an_invalid_value_alone_is_let_through(
     stored = find(kube, "InferenceGatewayConfig", "inference", "llama-gateway") or {}
     assert stored["spec"]["schedulers"][0]["targetPort"] == 70000
     assert stored["metadata"]["labels"] == {"team": "a"}
+
+
+def test_a_rate_limit_tenant_listed_twice_is_refused_as_a_duplicate_map_key(
+    kube: FakeKubeApiServer, kubeconfig: Path, tmp_path: Path
+) -> None:
+    """``rateLimits.tenants`` is a list keyed by ``tenant`` (a CEL uniqueness rule over its 1,000
+    items would exceed the API server's cost budget): the API server refuses a repeated tenant."""
+    doc = _single_model()
+    doc["spec"]["extensions"] = {
+        "rateLimits": {"tenants": [{"tenant": "acme", "burst": 1}, {"tenant": "acme", "burst": 2}]}
+    }
+    created = run_kubectl(kubeconfig, "create", "-f", _manifest(tmp_path, doc))
+    assert created.returncode != 0
+    assert 'spec.extensions.rateLimits.tenants[1]: Duplicate value: {"tenant":"acme"}' in created.stderr, (
+        created.stderr
+    )
+    assert find(kube, "InferenceGatewayConfig", "inference", "llama-gateway") is None

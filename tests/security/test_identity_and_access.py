@@ -101,6 +101,27 @@ async def test_require_tenant(make_guard: GuardMaker, tokens: TokenFactory) -> N
     assert make_guard.metric("igw_auth_denied_total", {"reason": "tenant_missing"}) == 1
 
 
+async def test_a_verified_tenant_named_like_the_anonymous_tenant_is_refused(
+    make_guard: GuardMaker, tokens: TokenFactory
+) -> None:
+    """Before session s39 such a token shared the anonymous callers' bucket and series: with
+    ``burst: 1`` its one request left a caller without a tenant claim a 429."""
+    guard = await make_guard(
+        extensions={
+            "authorization": {"tenantClaim": "org"},
+            "rateLimits": {"anonymousTenant": "nobody", "default": {"requestsPerSecond": 0.001, "burst": 1}},
+        }
+    )
+    with pytest.raises(GuardDenied) as info:
+        await guard.authenticate(bearer(tokens.token(org="nobody")))
+    assert info.value.status == 401
+    assert make_guard.metric("igw_auth_denied_total", {"reason": "tenant_reserved"}) == 1
+    tenantless = await guard.authenticate(bearer(tokens.token()))
+    await guard.admit(tenantless, model="m", est_tokens=1)  # its bucket is still full
+    # the default anonymousTenant is an ordinary tenant name once another is configured
+    assert (await guard.authenticate(bearer(tokens.token(org="anonymous")))).tenant == "anonymous"
+
+
 ACCESS = {
     "authorization": {
         "modelAccess": [

@@ -3,6 +3,7 @@ limits shared by two guards through one Redis, and the stated behaviour when Red
 
 from __future__ import annotations
 
+import random
 import socket
 import sys
 import tempfile
@@ -17,10 +18,11 @@ from igw.gateway.guards import GuardDenied, Principal
 from igw.security.guard import SecurityGuard
 from igw.security.metrics import SecurityMetrics
 from igw.security.ratelimit.backend import HOLD_TTL_S
+from igw.security.ratelimit.buckets import Bucket, Decision, decide, token_rate
 from igw.security.ratelimit.limiter import RateLimiter
-from igw.security.ratelimit.local import MAX_HELD, LocalBuckets
+from igw.security.ratelimit.local import MAX_HELD, SWEEP_FLOOR, LocalBuckets
 from igw.security.ratelimit.registry import BACKENDS
-from igw.security.settings import RateLimitSettings
+from igw.security.settings import RateLimitSettings, TenantLimits
 from tests.security import helpers
 from tests.security.helpers import (
     GuardMaker,
@@ -409,3 +411,113 @@ async def test_a_process_keeps_at_most_max_held_reservations_the_oldest_forgotte
     await buckets.hold(key="late", tenant="t", tokens=5)
     clock.advance(HOLD_TTL_S + 1)
     assert await buckets.release("late") is None  # expired
+
+
+class _KeepEveryBucket:
+    """The local backend as it was before session s39: one bucket per tenant, kept forever (the
+    reference the pruned backend must agree with, decision for decision)."""
+
+    def __init__(self, clock: ManualClock) -> None:
+        self._clock = clock
+        self._tables: dict[str, dict[str, Bucket]] = {"req": {}, "tok": {}}
+
+    def bucket(self, kind: str, tenant: str, *, rate: float, capacity: float) -> Bucket:
+        now = self._clock()
+        found = self._tables[kind].get(tenant)
+        if found is None:
+            found = self._tables[kind][tenant] = Bucket(level=capacity, updated_at=now)
+        else:
+            found.refill(now=now, rate=rate, capacity=capacity)
+        return found
+
+    def admit(self, tenant: str, limits: TenantLimits, est_tokens: int) -> Decision:
+        assert limits.requests_per_second is not None
+        requests = self.bucket(
+            "req", tenant, rate=limits.requests_per_second, capacity=limits.request_capacity
+        )
+        tokens = self.bucket("tok", tenant, rate=token_rate(limits), capacity=limits.token_capacity)
+        return decide(limits=limits, requests=requests, tokens=tokens, est_tokens=est_tokens)
+
+    def account(self, tenant: str, limits: TenantLimits, tokens: int) -> None:
+        self.bucket("tok", tenant, rate=token_rate(limits), capacity=limits.token_capacity).level -= tokens
+
+
+async def test_local_buckets_forget_full_buckets_without_changing_a_decision(clock: ManualClock) -> None:
+    """Many tenants, a few in debt, the clock moving in random steps: every decision equals the
+    keep-everything reference's, while the buckets kept stay a small multiple of those not full."""
+    rng = random.Random(39)
+    plans = [
+        TenantLimits(requests_per_second=2.0, burst=3, tokens_per_minute=600.0),
+        TenantLimits(requests_per_second=0.5, tokens_per_minute=60.0, token_burst=30),
+    ]
+    local, reference = LocalBuckets(clock=clock), _KeepEveryBucket(clock)
+    most_kept = 0
+    for step in range(30_000):
+        clock.advance(rng.choice((0.0, 0.0, 0.001, 0.01, 0.3, 2.0)))
+        # a few busy tenants, and a stream of one-off tenants (per-user tenant claims)
+        tenant = f"busy-{rng.randrange(8)}" if rng.random() < 0.5 else f"user-{step}"
+        limits = plans[hash(tenant) % 2]
+        est = rng.choice((1, 5, 40, 500))
+        got = await local.admit(tenant=tenant, limits=limits, est_tokens=est)
+        assert got == reference.admit(tenant, limits, est), (step, tenant)
+        if got.allowed:
+            used = rng.choice((-3, 0, 7, 90))  # a credit (a settled reservation) now and then
+            await local.account(tenant=tenant, limits=limits, tokens=used)
+            reference.account(tenant, limits, used)
+        most_kept = max(most_kept, local.bucket_count())
+    assert most_kept <= 2 * SWEEP_FLOOR + 2 * 8  # before s39: two per tenant ever seen, ~30,000
+
+
+async def test_local_buckets_of_200000_idle_tenants_are_forgotten_once_full(clock: ManualClock) -> None:
+    local = LocalBuckets(clock=clock)
+    limits = TenantLimits(requests_per_second=10.0, tokens_per_minute=6000.0)
+    for i in range(200_000):
+        await local.admit(tenant=f"user-{i}", limits=limits, est_tokens=5)
+        await local.account(tenant=f"user-{i}", limits=limits, tokens=5)
+    clock.advance(60.0)  # everyone has refilled
+    await local.admit(tenant="late", limits=limits, est_tokens=5)
+    assert local.bucket_count() <= SWEEP_FLOOR  # before s39: 400,002 (60.9 MB by tracemalloc)
+
+
+async def test_the_tenant_label_is_bounded_named_tenants_first(clock: ManualClock) -> None:
+    """With a per-user tenant claim every user was a series of ``igw_tenant_requests_total`` and
+    ``igw_tenant_tokens_total`` for ever (10,000 users: a 4.6 MB /metrics page before session s39).
+    Named tenants (``tenants``, ``anonymousTenant``) keep their label, then the first
+    ``maxTenantLabels`` others; the rest are ``other``, and nothing is lost from the totals."""
+    registry = CollectorRegistry()
+    metrics = SecurityMetrics(registry=registry)
+    settings = RateLimitSettings.from_mapping(
+        {
+            "tenants": [{"tenant": "vip", "burst": 100, "requestsPerSecond": 1}],
+            "metrics": {"maxTenantLabels": 2},
+        }
+    )
+    limiter = RateLimiter(settings=settings, backend=LocalBuckets(clock=clock), clock=clock, metrics=metrics)
+    users = [f"user-{i}" for i in range(500)]
+    for tenant in [*users, "vip", None]:
+        await limiter.admit(tenant=tenant, est_tokens=1)
+        await limiter.account(tenant=tenant, prompt_tokens=3, completion_tokens=4)
+    limiter.count_forbidden("user-499")
+
+    def series(name: str) -> dict[tuple[str, str], float]:
+        [family] = [f for f in registry.collect() if f.name == name]
+        return {
+            (s.labels["tenant"], s.labels.get("outcome", s.labels.get("kind", ""))): s.value
+            for s in family.samples
+            if s.name.endswith("_total")
+        }
+
+    requests = series("igw_tenant_requests")
+    assert {tenant for tenant, _ in requests} == {"user-0", "user-1", "vip", "anonymous", "other"}
+    assert requests[("other", "admitted")] == 498
+    assert requests[("other", "forbidden")] == 1
+    tokens = series("igw_tenant_tokens")
+    assert tokens[("other", "completion")] == 4 * 498
+    assert sum(tokens.values()) == 7 * 502
+    # the per-request caches are keyed by label: bounded as the series are
+    assert len(limiter._admitted) <= 5
+    assert len(limiter._tokens) <= 5
+    # a new limiter (a configuration reload) keeps the labels already handed out
+    reloaded = RateLimiter(settings=settings, backend=LocalBuckets(clock=clock), clock=clock, metrics=metrics)
+    await reloaded.admit(tenant="user-1", est_tokens=1)
+    assert series("igw_tenant_requests")[("user-1", "admitted")] == 2

@@ -13,7 +13,10 @@ entry at fault:
 * a ``flowControl.enginePriority`` entry naming no scheduler, one listed twice, one whose engine
   reads no priority (TGI, a generic server without ``engine``), or SGLang settings on vLLM;
 * an ``engines`` entry (``tgi[i]``, ``generic[i].scheduler``) naming no scheduler, or a scheduler
-  given an engine twice (the rules of :func:`igw.config.engine_selection.scheduler_engines`).
+  given an engine twice (the rules of :func:`igw.config.engine_selection.scheduler_engines`);
+* a tenant listed twice under ``rateLimits.tenants`` (which limits would it get?). The CRD refuses
+  it too, as a list keyed by ``tenant`` (``x-kubernetes-list-type: map``): a CEL uniqueness rule
+  over its 1,000 items would exceed the API server's cost budget.
 
 They are not admission rules (``schemas/admission-rules.yaml``) because each needs nested loops over
 every member list of every entry, which the API server's CEL cost budget (``igw.config.cel_cost``)
@@ -37,6 +40,7 @@ REWRITE_TARGET_RULE: Final = "rewrite-target-served"
 ENGINE_PRIORITY_RULE: Final = "engine-priority-scheduler"
 ENGINE_SELECTION_RULE: Final = "engine-selection-scheduler"
 BAND_ORDER_RULE: Final = "flow-band-order"
+RATE_LIMIT_TENANT_RULE: Final = "unique-rate-limit-tenant"
 _SGLANG_ONLY: Final = ("preemptionThreshold", "preemption", "lowValuesFirst")
 
 
@@ -254,6 +258,24 @@ def engine_selection_problems(doc: Mapping[str, Any]) -> Iterator[Problem]:
             seen[name] = format_path(parts)
 
 
+def rate_limit_tenant_problems(doc: Mapping[str, Any]) -> Iterator[Problem]:
+    """A ``rateLimits.tenants`` entry naming a tenant an earlier entry names (the gateway refuses
+    the first at start: :class:`~igw.security.settings.RateLimitSettings`)."""
+    first_seen: dict[str, int] = {}
+    for index, entry in enumerate(_list(_extension(doc, "rateLimits").get("tenants"))):
+        tenant = _mapping(entry).get("tenant")
+        if not isinstance(tenant, str):
+            continue
+        first = first_seen.setdefault(tenant, index)
+        if first != index:
+            yield _problem(
+                RATE_LIMIT_TENANT_RULE,
+                ("spec", "extensions", "rateLimits", "tenants", index, "tenant"),
+                f"duplicates spec.extensions.rateLimits.tenants[{first}].tenant ({json.dumps(tenant)}); "
+                "each tenant may have one entry",
+            )
+
+
 def reference_problems(doc: Mapping[str, Any]) -> list[Problem]:
     """Every cross-reference problem of one InferenceGatewayConfig document."""
     return [
@@ -262,4 +284,5 @@ def reference_problems(doc: Mapping[str, Any]) -> list[Problem]:
         *rewrite_target_problems(doc),
         *engine_priority_problems(doc),
         *engine_selection_problems(doc),
+        *rate_limit_tenant_problems(doc),
     ]

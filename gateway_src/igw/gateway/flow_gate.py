@@ -51,6 +51,7 @@ from typing import Final
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from igw.errors import IgwGatewayError
+from igw.gateway.tenant_labels import TenantLabels
 from igw.scheduling.engine_priority import EnginePriority
 from igw.scheduling.flow_control import (
     BatchEstimate,
@@ -78,8 +79,6 @@ WAIT_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 
 MAX_QUEUE_MS_DIGITS: Final = 12
 """Significant digits of the longest ``x-gateway-max-queue-ms`` read as a number; a longer one is
 longer than any band's TTL (which then decides alone), and converting it would only cost time."""
-OTHER_TENANT: Final = "other"
-"""The ``tenant`` label of every tenant without a label of its own."""
 
 Picker = Callable[[], RoutingDecision]
 """Re-runs the scheduler for one queued request against the pool as it is now."""
@@ -299,30 +298,6 @@ class FlowMetrics:
             ["scheduler", "objective"],
             registry=registry,
         )
-
-
-class TenantLabels:
-    """Maps tenants to a bounded set of ``tenant`` label values.
-
-    An allow-list, when configured, decides alone; otherwise the first ``limit`` distinct tenants
-    keep their name and the rest share :data:`OTHER_TENANT`. The names handed out are kept for the
-    life of the process, so one tenant's series never switches label.
-    """
-
-    def __init__(self) -> None:
-        self._given: set[str] = set()
-
-    def label(self, tenant: str, settings: FlowControlSettings | None) -> str:
-        allowed = settings.tenant_labels if settings is not None else frozenset()
-        limit = settings.max_tenant_labels if settings is not None else 0
-        if allowed:
-            return tenant if tenant in allowed else OTHER_TENANT
-        if tenant in self._given:
-            return tenant
-        if len(self._given) < limit:
-            self._given.add(tenant)
-            return tenant
-        return OTHER_TENANT
 
 
 class FlowGates:
@@ -766,7 +741,13 @@ class FlowGates:
         return controller.retry_after_s(now, min_s=low, max_s=high)
 
     def _count_rejection(self, scheduler: str, priority: int, tenant: str, reason: ShedReason) -> None:
-        label = self.tenant_labels.label(tenant, self.settings)
+        settings = self.settings
+        label = self.tenant_labels.label(
+            tenant,
+            named=settings.tenant_labels if settings is not None else frozenset(),
+            limit=settings.max_tenant_labels if settings is not None else 0,
+            named_only=settings is None or bool(settings.tenant_labels),
+        )
         self.metrics.rejections.labels(scheduler, str(priority), label, reason.value).inc()
 
     def _update_depth(self, scheduler: str, controller: FlowController) -> None:

@@ -140,7 +140,8 @@ def _origin_of(cluster: Mapping[str, Any]) -> str | None:
 
 
 def rule_problems(doc: Mapping[str, Any]) -> list[Problem]:
-    """Cross-field checks: unique cluster names and endpoints, unique rate-limit entries, costs."""
+    """Cross-field checks: unique cluster names and endpoints, unique rate-limit entries and
+    ``rateLimits.tenants``, costs."""
     spec = doc.get("spec")
     if not isinstance(spec, Mapping):
         return []
@@ -171,6 +172,12 @@ def rule_problems(doc: Mapping[str, Any]) -> list[Problem]:
                 problems.append(
                     Problem(where, "needs perMillionTokens or perGpuHour", "global-cost-one-basis")
                 )
+    rate_limits = spec.get("rateLimits")
+    tenants = rate_limits.get("tenants") if isinstance(rate_limits, Mapping) else None
+    if isinstance(tenants, list):  # igw global serve refuses a duplicate at start
+        problems += _duplicates(
+            tenants, lambda e: e.get("tenant"), list_path="spec.rateLimits.tenants", field="tenant"
+        )
     limits = spec.get("modelRateLimits")
     if isinstance(limits, list):
         problems += _duplicates(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import random
 import ssl
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from prometheus_client import REGISTRY, CollectorRegistry
@@ -100,8 +101,10 @@ def build_guard(
     Shared by a tier-1 gateway (:func:`build_request_guard`) and the global router, whose
     configuration holds the same three parts at other paths.
     """
-    settings = AuthorizationSettings.from_mapping(authorization)
     limits = RateLimitSettings.from_mapping(rate_limits)
+    settings = replace(
+        AuthorizationSettings.from_mapping(authorization), anonymous_tenant=limits.anonymous_tenant
+    )
     if metrics is None:
         metrics = SecurityMetrics(registry=registry if registry is not None else REGISTRY)
     limiter = RateLimiter(

@@ -7,6 +7,11 @@ non-ASCII) or longer than ``maxForwardedHeaderBytes`` makes the whole token unac
 forwarding it could split or smuggle headers, and silently dropping it would hide identity from
 the model server. Client-supplied copies of every forwarded header name are stripped by the
 gateway (``RequestGuard.stripped_request_headers``).
+
+A tenant claim equal to ``rateLimits.anonymousTenant`` is refused (401 ``tenant_reserved``): the
+name keys the bucket, limits and metric series of callers *without* a tenant, and an authenticated
+caller must never be merged into them (it could drain their bucket, or take their limits). The
+operator names anonymous callers with a value the issuer never mints.
 """
 
 from __future__ import annotations
@@ -59,6 +64,8 @@ def build_principal(claims: Mapping[str, Any], *, settings: AuthorizationSetting
             reject("bad_tenant_claim")
         if not _PRINTABLE_ASCII.fullmatch(tenant_value):
             reject("claim_header_unsafe")
+        if tenant_value == settings.anonymous_tenant:
+            reject("tenant_reserved")  # it would pass as, and be counted with, the anonymous callers
         tenant = tenant_value
     elif settings.require_tenant:
         reject("tenant_missing")

@@ -77,6 +77,10 @@ class AuthorizationSettings:
     """Header carrying the tenant to model servers; ``None`` (``tenantHeader: ""``) to not forward it."""
     require_tenant: bool = False
     """When true, a verified token without the tenant claim is refused (401)."""
+    anonymous_tenant: str | None = None
+    """``rateLimits.anonymousTenant`` (set by the guard's builder, not read from this extension): a
+    verified token naming it as its tenant is refused (401 ``tenant_reserved``), since it would
+    otherwise share the anonymous callers' bucket, limits and metric series."""
     isolate_prefix_caches: bool = False
     """``prefixCacheIsolation: tenant``: each caller scope's prompts are cached under a salt of its
     own in the model servers (:mod:`igw.gateway.cache_salt`); ``shared`` (false): one cache."""
@@ -228,6 +232,15 @@ class RateLimitSettings:
     tenants: Mapping[str, TenantLimits] = field(default_factory=dict)
     anonymous_tenant: str = "anonymous"
     """Bucket key for callers without a tenant (no ``spec.auth``, or a token without the tenant claim)."""
+    max_tenant_labels: int = 32
+    """``metrics.maxTenantLabels``: how many tenants beyond the named ones (``tenants``,
+    ``anonymous_tenant``) get their own ``tenant`` label in ``igw_tenant_*`` (the first seen by the
+    process; later ones are ``other``: :mod:`igw.gateway.tenant_labels`)."""
+
+    @property
+    def labelled_tenants(self) -> frozenset[str]:
+        """Tenants that always get their own ``tenant`` label: those the configuration names."""
+        return frozenset((*self.tenants, self.anonymous_tenant))
 
     def limits_for(self, tenant: str) -> TenantLimits:
         return self.tenants.get(tenant, self.default)
@@ -257,6 +270,9 @@ class RateLimitSettings:
             default=_tenant_limits(raw.get("default", {})),
             tenants=_tenant_overrides(raw.get("tenants", ())),
             anonymous_tenant=str(raw.get("anonymousTenant", defaults.anonymous_tenant)),
+            max_tenant_labels=int(
+                (raw.get("metrics") or {}).get("maxTenantLabels", defaults.max_tenant_labels)
+            ),
         )
 
 

@@ -66,10 +66,12 @@ class RateLimiter:
         self._metrics = metrics
         self._down_until = float("-inf")
         self._down_logged = False
+        self._labelled = settings.labelled_tenants
         self._admitted: dict[str, Any] = {}
-        """Tenant -> its ``tenant_requests{outcome="admitted"}`` child (updated on every request)."""
+        """Tenant label -> its ``tenant_requests{outcome="admitted"}`` child (updated on every
+        request); keyed by label, not tenant, so it holds at most as many entries as there are labels."""
         self._tokens: dict[str, tuple[Any, Any]] = {}
-        """Tenant -> its prompt and completion ``tenant_tokens`` children (updated on every request)."""
+        """Tenant label -> its prompt and completion ``tenant_tokens`` children (likewise)."""
         if metrics is not None:
             metrics.ratelimit_backend_up.labels(backend=backend.name).set(1)
 
@@ -171,15 +173,22 @@ class RateLimiter:
             return await call(self._fallback)
         return None
 
+    def _label(self, metrics: SecurityMetrics, key: str) -> str:
+        """The ``tenant`` label of a tenant key (bounded: :mod:`igw.gateway.tenant_labels`)."""
+        return metrics.tenant_labels.label(key, named=self._labelled, limit=self._settings.max_tenant_labels)
+
     def _count_tokens(self, key: str, prompt_tokens: int, completion_tokens: int) -> None:
         m = self._metrics
         if m is not None:
             children = self._tokens.get(key)
-            if children is None:  # looked up per tenant here: SecurityMetrics.child costs more per call
-                children = self._tokens[key] = (
-                    m.child(m.tenant_tokens, key, "prompt"),
-                    m.child(m.tenant_tokens, key, "completion"),
-                )
+            if children is None:  # looked up per label here: SecurityMetrics.child costs more per call
+                label = self._label(m, key)
+                children = self._tokens.get(label)
+                if children is None:
+                    children = self._tokens[label] = (
+                        m.child(m.tenant_tokens, label, "prompt"),
+                        m.child(m.tenant_tokens, label, "completion"),
+                    )
             children[0].inc(max(0, prompt_tokens))
             children[1].inc(max(0, completion_tokens))
 
@@ -239,9 +248,13 @@ class RateLimiter:
             return
         child = self._admitted.get(tenant)
         if child is None:
-            child = self._admitted[tenant] = m.child(m.tenant_requests, tenant, "admitted")
+            label = self._label(m, tenant)
+            child = self._admitted.get(label)
+            if child is None:
+                child = self._admitted[label] = m.child(m.tenant_requests, label, "admitted")
         child.inc()
 
     def _count(self, tenant: str, outcome: str) -> None:
-        if self._metrics is not None:
-            self._metrics.child(self._metrics.tenant_requests, tenant, outcome).inc()
+        m = self._metrics
+        if m is not None:
+            m.child(m.tenant_requests, self._label(m, tenant), outcome).inc()
