@@ -52,6 +52,10 @@ class MetricFamilies:
     combine_load: Literal["sum", "max"]
     """How several series of one queue/running gauge combine: ``sum`` when each series is a separate
     engine (vLLM data parallelism), ``max`` when every rank repeats the same scheduler numbers."""
+    load_scope_label: str | None = None
+    """A label whose values name separate schedulers, each with its own queue and batch (SGLang's
+    ``dp_rank``: one scheduler per data-parallel rank): queue/running series are combined by
+    :attr:`combine_load` within each value of it and summed across them. ``None``: one scope."""
     name_filter: bool = False
     """The server renders ``/metrics`` with prometheus_client's exposition, which honours
     ``?name[]=<sample name>`` (only those samples, with their families' HELP/TYPE lines): the scraper
@@ -172,7 +176,11 @@ SGLANG: Final = Engine(
         cache_config="sglang:cache_config_info",
         block_size_label="page_size",
         num_blocks_label="num_pages",
+        # one scheduler per data-parallel rank, each with its own waiting queue and running batch
+        # (series labelled dp_rank); within one rank the TP/PP ranks repeat the same numbers when
+        # every scheduler logs (--enable-metrics-for-all-schedulers)
         combine_load="max",
+        load_scope_label="dp_rank",
         name_filter=True,
         activity=("sglang:prompt_tokens_total", "sglang:generation_tokens_total"),
     ),

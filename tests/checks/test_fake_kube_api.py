@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, cast
@@ -170,6 +171,36 @@ def test_watch_from_compacted_version_gets_410(kube: FakeKubeApiServer) -> None:
         for _ in _watch().stream(api.list_namespaced_pod, "ns", resource_version="1", timeout_seconds=2):
             pass
     assert err.value.status == 410
+
+
+def test_an_open_watch_can_be_ended_mid_stream_with_410(kube: FakeKubeApiServer) -> None:
+    """:meth:`FakeKubeApiServer.gone_open_watches`: the events so far, then an ``ERROR`` event with a
+    410 ``Expired`` Status, which the real client (``timeoutSeconds`` set) raises."""
+    api = kubernetes.client.CoreV1Api(kube.api_client())
+    kube.add(make_pod(name="p", namespace="ns"))
+    seen: list[str] = []
+
+    def expire_when_open() -> None:
+        deadline = time.monotonic() + 5
+        while not kube.open_watches() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        kube.add(make_pod(name="q", namespace="ns"))
+        kube.gone_open_watches()
+
+    def watch_all() -> None:
+        for event in _watch().stream(api.list_namespaced_pod, "ns", timeout_seconds=5):
+            seen.append(event["object"].metadata.name)
+
+    timer = threading.Timer(0.05, expire_when_open)
+    timer.start()
+    with pytest.raises(kubernetes.client.ApiException) as err:
+        watch_all()
+    timer.join()
+    assert err.value.status == 410
+    assert "Expired" in str(err.value.reason)
+    assert seen[0] == "p"
+    assert kube.gone_sent == 1
+    assert kube.open_watches() == []
 
 
 def test_forbidden_and_unreachable(kube: FakeKubeApiServer, tmp_path: Path) -> None:

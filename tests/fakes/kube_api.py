@@ -33,8 +33,10 @@ and point the REAL ``kubernetes`` client at it over HTTP. It serves:
   resourceVersion (or "0") the stream starts with synthetic ADDED events for the current state;
   with one it replays later events; after :meth:`KubeStore.compact` an old version gets an
   ``ERROR`` event with a 410 Status (so relist logic can be tested; :meth:`FakeKubeApiServer.expire_watches`
-  also ends every open watch, so running clients resume, get 410 and must re-list). ``timeoutSeconds``
-  is honoured.
+  also ends every open watch, so running clients resume, get 410 and must re-list;
+  :meth:`FakeKubeApiServer.gone_open_watches` ends every open watch with that ``ERROR`` event, as the
+  API server's watch cache does when a watcher's resourceVersion falls out of its window).
+  ``timeoutSeconds`` is honoured.
   With a label/field selector, a modification that makes an object start (stop) matching arrives as
   ADDED (DELETED), as the API server's watch cache does.
 * what controllers and ``kubectl`` need beyond CRUD: legacy discovery (``/api/v1``, ``/apis``,
@@ -241,6 +243,8 @@ class FakeKubeApiServer:
         self._watch_epoch = 0
         self._stall_epoch = 0
         """Watches opened before the last :meth:`stall_open_watches` send nothing more."""
+        self._gone_epoch = 0
+        """Watches opened before the last :meth:`gone_open_watches` end with a 410 ``ERROR`` event."""
         self.gone_sent = 0
         """How many watches were answered 410 Gone (see :meth:`expire_watches`)."""
         self._thread: threading.Thread | None = None
@@ -347,6 +351,13 @@ class FakeKubeApiServer:
         must re-list."""
         self.store.compact(advance=True)
         self._watch_epoch += 1
+        self._notify_threadsafe()
+
+    def gone_open_watches(self) -> None:
+        """End every open watch mid-stream with an ``ERROR`` event carrying a 410 ``Expired`` Status,
+        as the API server does when the resourceVersion a watcher is at is too old for its watch
+        cache (history compacted under a slow watcher). Counted in :attr:`gone_sent`."""
+        self._gone_epoch += 1
         self._notify_threadsafe()
 
     def stall_open_watches(self) -> None:
@@ -829,7 +840,7 @@ class FakeKubeApiServer:
         self._watch_wakeups.add(wakeup)
         with self._open_watches_lock:
             self._open_watches[wakeup] = (request.path, dict(query))
-        epoch, stall = self._watch_epoch, self._stall_epoch
+        epoch, stall, gone = self._watch_epoch, self._stall_epoch, self._gone_epoch
         try:
             while not self._closing and self._watch_epoch == epoch:
                 if self._stall_epoch != stall:  # black-holed: silent until the server stops
@@ -837,6 +848,11 @@ class FakeKubeApiServer:
                         wakeup.clear()
                         await wakeup.wait()
                     return response
+                if self._gone_epoch != gone:  # the watch cache's window moved past this watcher
+                    self.gone_sent += 1
+                    message = f"too old resource version: {last_rv} ({self.store.resource_version})"
+                    await send("ERROR", _status(410, "Expired", message))
+                    break
                 try:
                     events = self.store.events_after(last_rv)
                 except StoreError as exc:

@@ -327,3 +327,42 @@ async def test_a_forbidden_pod_list_is_logged_once_with_the_missing_permission_a
                 )
             finally:
                 await discovery.stop()
+
+
+async def test_a_watch_ended_by_410_gone_is_listed_again_at_once_and_quietly(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The API server ends a watch whose resourceVersion fell out of its window with an ``ERROR``
+    event carrying a 410 Status; with ``timeoutSeconds`` set the client raises it. That is the
+    routine end of a watch on a busy cluster, not a failure: listed again at once and logged at
+    INFO, as client-go's reflector does. Before, it was logged as an ERROR and re-listed only after
+    the failure back-off (here set to 30 s, so a pod added meanwhile stayed unseen)."""
+    async with serving_fake_kube() as kube:
+        kube.add(make_pod(name="pod-1", namespace=NS, labels={"app": "llama"}, pod_ip="10.0.0.1"))
+        doc = config_doc([scheduler("llama", "llama-8b", targetPort=8000)])
+        doc["metadata"]["namespace"] = NS
+        config = build_gateway_config(doc)
+        sink = _RecordingSink()
+        discovery = KubeDiscovery(
+            api_client=kube.api_client(), namespace=NS, schedulers=config.schedulers, retry_delay_s=30.0
+        )
+        with caplog.at_level(logging.INFO, logger="igw.gateway.discovery"):
+            await discovery.start(sink)
+            try:
+                await wait_for(lambda: sink.keys.get("llama") == ["10.0.0.1:8000"], what="the first pod")
+                await wait_for(lambda: len(kube.open_watches()) == 2, what="both watches open")
+                kube.gone_open_watches()
+                await wait_for(lambda: kube.gone_sent == 2, what="both watches ended with 410")
+                kube.add(make_pod(name="pod-2", namespace=NS, labels={"app": "llama"}, pod_ip="10.0.0.2"))
+                await wait_for(
+                    lambda: sink.keys.get("llama") == ["10.0.0.1:8000", "10.0.0.2:8000"],
+                    within=WATCH_WITHIN_S,
+                    what="the pod added after the 410",
+                )
+                await wait_for(lambda: len(kube.open_watches()) == 2, what="both watches open again")
+            finally:
+                await discovery.stop()
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert errors == []
+    expired = [r.getMessage() for r in caplog.records if "resourceVersion expired" in r.getMessage()]
+    assert sorted(m.split(":")[0] for m in expired) == ["watch configmaps/bbr-managed", "watch pods/llama"]

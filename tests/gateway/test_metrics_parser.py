@@ -6,6 +6,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from igw.gateway.metrics_parser import SGLANG, VLLM, parse_labels, parse_page, series
+from igw.gateway.page_template import PageReader
 from igw.sim.engine import Engine
 from igw.sim.metrics_page import render_vllm
 from igw.sim.pod_stats import PodStats
@@ -172,6 +173,43 @@ def test_sglang_names_and_tp_ranks_not_double_counted() -> None:
     m = parsed.metrics
     assert (m.waiting, m.running, m.kv_usage, m.block_size, m.num_gpu_blocks) == (4, 9, 0.3, 1, 100)
     assert parsed.missing == frozenset()
+
+
+def _sglang_dp_page(queues: dict[tuple[int, int], int], running: dict[tuple[int, int], int]) -> str:
+    """An SGLang page with one series per (dp_rank, tp_rank), labels sorted as SGLang prints them."""
+    lines = []
+    for family, by_rank in (("sglang:num_queue_reqs", queues), ("sglang:num_running_reqs", running)):
+        lines += [f"# HELP {family} x", f"# TYPE {family} gauge"]
+        lines += [
+            f'{family}{{dp_rank="{dp}",engine_type="unified",model_name="m",pp_rank="0",'
+            f'tp_rank="{tp}"}} {v}.0'
+            for (dp, tp), v in sorted(by_rank.items())
+        ]
+    lines += [
+        "# HELP sglang:token_usage x",
+        "# TYPE sglang:token_usage gauge",
+        'sglang:token_usage{dp_rank="0",engine_type="unified",model_name="m",pp_rank="0",tp_rank="0"} 0.3',
+        'sglang:cache_config_info{num_pages="100",page_size="1"} 1.0',
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def test_sglang_data_parallel_ranks_are_summed_tp_ranks_are_not() -> None:
+    """SGLang runs one scheduler per ``dp_rank``, each with its own waiting queue and running batch;
+    the TP ranks of one DP rank repeat its numbers. The maximum across every series read a pod with
+    two busy DP ranks (queues 5 and 7) as holding 7 requests, not 12. Both readings - the full
+    parser and a small page's template - agree."""
+    queues = {(0, 0): 5, (0, 1): 5, (1, 0): 7, (1, 1): 7}
+    running = {(0, 0): 3, (0, 1): 3, (1, 0): 4, (1, 1): 4}
+    m = parse_page(_sglang_dp_page(queues, running), SGLANG).metrics
+    assert (m.waiting, m.running) == (12, 7)
+    reader = PageReader()
+    reader.read(_sglang_dp_page(queues, running), SGLANG, {})
+    template = reader._template
+    assert template is not None
+    moved = reader.read(_sglang_dp_page({k: v + 1 for k, v in queues.items()}, running), SGLANG, {})
+    assert reader._template is template  # read through the first page's template, not parsed again
+    assert (moved.metrics.waiting, moved.metrics.running) == (14, 7)
 
 
 def test_labels_with_escapes_commas_and_braces() -> None:

@@ -20,7 +20,9 @@ characters are read that way. Both readings give the same result (the first grou
 each family), which ``tests/gateway/test_metrics_parser_small.py`` checks on simulated pages.
 
 Multi-series gauges: queue/running combine as the catalogue says (summed for vLLM, one series per
-data-parallel engine; maxed for SGLang, every TP rank repeats the same numbers); KV takes the maximum.
+data-parallel engine; for SGLang maxed within a ``dp_rank``, every TP rank repeats the same numbers,
+and summed across ``dp_rank`` values, each its own scheduler: :func:`combine_scoped`); KV takes the
+maximum.
 ``missing`` names every expected family that is absent, so the caller can report it loudly.
 """
 
@@ -276,6 +278,18 @@ def _split_adapters(value: str | None) -> frozenset[str] | None:
     return names
 
 
+def combine_scoped(
+    values: Sequence[float], scopes: Sequence[str], combine: Callable[[Sequence[float]], float]
+) -> float:
+    """``values`` combined by ``combine`` within each scope (``scopes[i]`` is ``values[i]``'s) and
+    summed across scopes: SGLang with data parallelism publishes one queue per ``dp_rank``, and the
+    largest of them under-counted a pod with several ranks busy."""
+    groups: dict[str, list[float]] = {}
+    for value, scope in zip(values, scopes, strict=True):
+        groups.setdefault(scope, []).append(value)
+    return sum(combine(group) for group in groups.values())
+
+
 def label_signal(family: str, label: str) -> str:
     """The name a missing or unparseable integer label is reported under: ``family{label}``."""
     return f"{family}{{{label}}}"
@@ -301,9 +315,20 @@ def parse_page(text: str, families: MetricFamilies, starts: FamilyStarts | None 
         missing.add(label_signal(family, key))  # absent or not an integer: a missing signal
         return None
 
+    scope = families.load_scope_label
+
     def load(name: str) -> int | None:
-        values = _values(matching(name))
-        total = combine(values) if values else math.nan
+        samples = matching(name)
+        if scope is None or len(samples) < 2:
+            values = _values(samples)
+            total = combine(values) if values else math.nan
+        else:
+            values, scopes = [], []
+            for label_text, raw in samples:
+                for value in _values([(label_text, raw)]):
+                    values.append(value)
+                    scopes.append(parse_labels(label_text).get(scope, ""))
+            total = combine_scoped(values, scopes, combine) if values else math.nan
         if not math.isfinite(total):  # no finite value, or series summing past the largest float
             missing.add(name)
             return None

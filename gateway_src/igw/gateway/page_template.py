@@ -24,7 +24,15 @@ from collections.abc import Callable, Sequence
 from typing import Final
 
 from igw.engines import MetricFamilies, parse_metric_spec
-from igw.gateway.metrics_parser import COMBINE, SMALL_PAGE, FamilyStarts, ParsedPage, parse_labels, parse_page
+from igw.gateway.metrics_parser import (
+    COMBINE,
+    SMALL_PAGE,
+    FamilyStarts,
+    ParsedPage,
+    combine_scoped,
+    parse_labels,
+    parse_page,
+)
 from igw.scheduling.types import EngineMetrics
 
 _WAITING: Final = 0
@@ -56,6 +64,7 @@ class PageTemplate:
         "_lines",
         "_prefixes",
         "_samples",
+        "_scopes",
         "_values",
         "families",
     )
@@ -69,6 +78,7 @@ class PageTemplate:
         fixed: dict[int, str],
         samples: dict[int, str],
         values: list[tuple[int, int, int]],
+        scopes: list[str] | None = None,
     ) -> None:
         self.families = families
         self._last = base
@@ -83,6 +93,8 @@ class PageTemplate:
         self._values = tuple(values)
         """(line index, prefix length, role) of each line whose value routing reads."""
         self._last_values: list[float] | None = None
+        self._scopes = None if scopes is None else tuple(scopes)
+        """Each value line's ``load_scope_label`` value (``None``: the engine has no such label)."""
 
     def read(self, text: str) -> ParsedPage | None:
         """``text`` read through the template, or ``None`` when its shape differs."""
@@ -104,7 +116,16 @@ class PageTemplate:
         found: list[list[float]] = [[] for _ in range(_KV + self._kv_roles)]
         for (_, _, role), value in zip(self._values, values, strict=True):
             found[role].append(value)
-        combine = self._combine
+        loads: list[float | None] = []
+        for role in (_WAITING, _RUNNING):
+            if not found[role]:
+                loads.append(None)
+            elif self._scopes is None:
+                loads.append(self._combine(found[role]))
+            else:  # combined within each scope (SGLang's dp_rank), summed across scopes
+                roles = zip(self._values, values, self._scopes, strict=True)
+                picked = [(v, scope) for (_, _, r), v, scope in roles if r == role]
+                loads.append(combine_scoped([v for v, _ in picked], [sc for _, sc in picked], self._combine))
         kv_usage = None
         for kv in found[_KV:]:
             if kv:
@@ -115,8 +136,8 @@ class PageTemplate:
         base = self._last
         old = base.metrics
         metrics = EngineMetrics(
-            waiting=int(combine(found[_WAITING])) if found[_WAITING] else None,
-            running=int(combine(found[_RUNNING])) if found[_RUNNING] else None,
+            waiting=None if loads[0] is None else int(loads[0]),
+            running=None if loads[1] is None else int(loads[1]),
             kv_usage=kv_usage,
             active_adapters=old.active_adapters,
             waiting_adapters=old.waiting_adapters,
@@ -156,6 +177,8 @@ def build_template(text: str, families: MetricFamilies, base: ParsedPage) -> Pag
     fixed: dict[int, str] = {}
     samples: dict[int, str] = {}
     values: list[tuple[int, int, int]] = []
+    scope = families.load_scope_label
+    scopes: list[str] = []
     started: set[str] = set()
     previous: str | None = None
     first_group = False
@@ -189,10 +212,18 @@ def build_template(text: str, families: MetricFamilies, base: ParsedPage) -> Pag
         for role, (family, want) in enumerate(specs):
             if family == name and (not want or all(parse_labels(label_text).get(k) == v for k, v in want)):
                 values.append((i, start, role))
+                if scope is not None:
+                    scopes.append(parse_labels(label_text).get(scope, ""))
     if lora_lines > 1 or not _readable(lines, values):
         return None
     return PageTemplate(
-        families=families, base=base, lines=len(lines), fixed=fixed, samples=samples, values=values
+        families=families,
+        base=base,
+        lines=len(lines),
+        fixed=fixed,
+        samples=samples,
+        values=values,
+        scopes=None if scope is None else scopes,
     )
 
 

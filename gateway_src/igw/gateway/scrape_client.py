@@ -29,7 +29,12 @@ connection). :meth:`ScrapeClient.start` is the scraper's steady state: on an idl
 the pre-encoded request and returns at once; the connection's ``data_received`` feeds llhttp, and the
 complete answer (or the failure, or the shared deadline timer's timeout) is handed to the caller's
 ``done`` callback from inside that callback - no task, no future and no extra event-loop turn per
-scrape. Why llhttp and not a hand-written reader for the common fixed-length answer: llhttp is C,
+scrape. Both bound the whole request: :meth:`~ScrapeClient.get` takes one deadline, ``timeout_s``
+away, before it connects, so a slow connect (a SYN dropped by a full accept queue) shortens the wait
+for the answer instead of adding to it; :meth:`~ScrapeClient.start` never connects (it sends only
+on an idle kept-alive connection) and fails the request ``timeout_s`` after sending it, or at the
+caller's deadline (the scraper's first group tick after ``timeout_s``: up to one scrape interval
+later). Why llhttp and not a hand-written reader for the common fixed-length answer: llhttp is C,
 a whole 2 KB answer costs it two Python callbacks, and a hand-written reader would have to repeat
 its handling of chunked bodies, ``Connection: close`` and malformed heads, which is where scrape
 failures come from.

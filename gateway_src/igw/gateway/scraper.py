@@ -170,6 +170,7 @@ class _Member:
         "scheduler",
         "slot",
         "started",
+        "state",
         "task",
         "tk",
     )
@@ -179,6 +180,8 @@ class _Member:
         self.scheduler, self.key = tk
         self.slot = slot
         self.pacing = IdlePacing()
+        self.state: EndpointState | None = None
+        """The endpoint state it was started for: another one at the same key is another pod."""
         self.models_read_at: float | None = None
         self.task: asyncio.Task[None] | None = None
         """The task of a scrape off the steady path (connect, filter check, ``/v1/models``)."""
@@ -254,21 +257,35 @@ class Scraper:
         self._event_loop: asyncio.AbstractEventLoop | None = None
 
     def sync(self) -> None:
-        """Start scraping new endpoints and stop scraping those that left."""
+        """Start scraping new endpoints and stop scraping those that left.
+
+        An address whose endpoint state was replaced (another pod behind a reused IP:
+        :meth:`~igw.gateway.endpoints.EndpointPool.replace`) is started afresh: the old pod's page
+        mode, parsed page, ``/v1/models`` reading time, "model not listed" flag, reported missing
+        signals and kept-alive connections are not the new pod's (its context window stayed
+        unknown or wrong until the next ``/v1/models`` read, up to a minute later)."""
         rt = self._runtime()
-        wanted = {(name, key) for name, sr in rt.schedulers.items() for key in sr.pool.states}
-        for tk in list(self._members):
-            if tk not in wanted:
-                self._drop(self._members.pop(tk))
-                self._modes.pop(tk, None)
-                self._read.pop(tk, None)
-                self._paces.pop(tk, None)
-                self._unlisted.discard(tk)
-                self._readers.pop(tk, None)
-                if not any(other[1] == tk[1] for other in wanted):
-                    self._client.forget(tk[1])
-        for tk in sorted(wanted - set(self._members)):
+        wanted = {
+            (name, key): state for name, sr in rt.schedulers.items() for key, state in sr.pool.states.items()
+        }
+        for tk, member in list(self._members.items()):
+            state = wanted.get(tk)
+            if state is member.state:
+                continue
+            self._drop(self._members.pop(tk))
+            self._modes.pop(tk, None)
+            self._read.pop(tk, None)
+            self._paces.pop(tk, None)
+            self._unlisted.discard(tk)
+            self._readers.pop(tk, None)
+            if state is not None:  # another pod at this address: a new endpoint
+                self._reported = {r for r in self._reported if r[:2] != tk}
+                self._client.forget(tk[1])
+            elif not any(other[1] == tk[1] for other in wanted):
+                self._client.forget(tk[1])
+        for tk in sorted(wanted.keys() - self._members.keys()):
             member = self._members[tk] = _Member(tk, next(self._slots))
+            member.state = wanted[tk]
             member.done = functools.partial(self._landed, member)
             self._paces[tk] = member.pacing
             self._run(member)

@@ -12,7 +12,9 @@ objects to the event loop with ``call_soon_threadsafe``; a change reaches routin
 server sends the event, except during a burst of events, when deliveries are coalesced
 (:class:`_WatchThread`). A watch that ends or fails is restarted (after a short back-off on errors),
 re-listing so nothing is missed; one that stays silent past its ``timeoutSeconds`` (a lost
-connection) is given up and restarted the same way (:data:`WATCH_READ_GRACE_S`).
+connection) is given up and restarted the same way (:data:`WATCH_READ_GRACE_S`). A watch ended by
+410 Gone (its resourceVersion fell out of the API server's window: routine on a busy cluster) is
+no failure: it is re-listed at once and logged at INFO, as client-go's reflector treats it.
 """
 
 from __future__ import annotations
@@ -53,6 +55,8 @@ RETRY_DELAY_S: Final = 1.0
 """Seconds before a failed list or watch is tried again; doubled for each failure in a row, up to
 :data:`MAX_RETRY_DELAY_S` (client-go's reflector backs off the same way, 0.8 s to 30 s)."""
 MAX_RETRY_DELAY_S: Final = 30.0
+HTTP_GONE: Final = 410
+"""A watch's resourceVersion is too old (``Expired``/``Gone``): re-list at once, not a failure."""
 REPEAT_LOG_S: Final = 60.0
 """A failure repeating with the same reason is logged as an ERROR again only this often. Before, an
 RBAC 403 was logged every second for each watch, without the API server's message that names the
@@ -121,10 +125,12 @@ class _WatchThread:
         min_interval_s: float = DELIVERY_INTERVAL_S,
         watch_timeout_s: int = WATCH_TIMEOUT_S,
         read_grace_s: float = WATCH_READ_GRACE_S,
+        retry_delay_s: float = RETRY_DELAY_S,
     ) -> None:
-        """``watch_timeout_s`` and ``read_grace_s``: see :data:`WATCH_TIMEOUT_S` and
-        :data:`WATCH_READ_GRACE_S` (tests shorten them)."""
+        """``watch_timeout_s``, ``read_grace_s`` and ``retry_delay_s``: see :data:`WATCH_TIMEOUT_S`,
+        :data:`WATCH_READ_GRACE_S` and :data:`RETRY_DELAY_S` (tests change them)."""
         self.name = name
+        self._retry_delay_s = retry_delay_s
         self._watch_timeout_s = watch_timeout_s
         self._read_grace_s = read_grace_s
         self._list_fn = list_fn
@@ -195,6 +201,9 @@ class _WatchThread:
         from kubernetes.client.exceptions import ApiException
 
         failures = 0
+        # 410s in a row with no event between them: the first re-lists at once, later ones back off
+        # (a list whose resourceVersion is already too old for the watch would otherwise loop).
+        expired = 0
         while not self._stop.is_set():
             ran = False
             try:
@@ -211,6 +220,7 @@ class _WatchThread:
                     **self._kwargs,
                 ):
                     ran = True
+                    expired = 0
                     if self._stop.is_set():
                         return
                     obj = event["object"]
@@ -223,7 +233,26 @@ class _WatchThread:
                         objects[key] = obj
                     self._publish(objects)
                 ran = True  # the watch ran to its timeout: a working list+watch
+                expired = 0
             except ApiException as exc:
+                if exc.status == HTTP_GONE and not self._stop.is_set():
+                    # With ``timeoutSeconds`` set the client raises the watch's 410 ERROR event
+                    # instead of retrying it: the list worked, the watch only fell behind. Logged as
+                    # a failure and re-listed a second later, the routine end of a watch on a busy
+                    # cluster read as an outage and left pod changes unseen for that second.
+                    expired += 1
+                    if failures:
+                        log.info("watch %s works again after %d failed attempt(s)", self.name, failures)
+                    failures = 0
+                    log.log(
+                        logging.INFO if expired == 1 else logging.DEBUG,
+                        "watch %s: resourceVersion expired (HTTP 410 %s); listing again",
+                        self.name,
+                        exc.reason,
+                    )
+                    if expired > 1:
+                        self._stop.wait(min(self._retry_delay_s * 2 ** (expired - 2), MAX_RETRY_DELAY_S))
+                    continue
                 failures = self._failed(
                     failures, ran, f"HTTP {exc.status} {exc.reason}{_status_message(exc)}"
                 )
@@ -234,7 +263,7 @@ class _WatchThread:
                     log.info("watch %s works again after %d failed attempt(s)", self.name, failures)
                 failures = 0
             if failures:
-                self._stop.wait(min(RETRY_DELAY_S * 2 ** (failures - 1), MAX_RETRY_DELAY_S))
+                self._stop.wait(min(self._retry_delay_s * 2 ** (failures - 1), MAX_RETRY_DELAY_S))
 
     def _failed(self, failures: int, ran: bool, why: str) -> int:
         """Log a failed list or watch and return the failures in a row (a watch that delivered events
@@ -272,11 +301,13 @@ class KubeDiscovery:
         schedulers: tuple[SchedulerSpec, ...],
         watch_timeout_s: int = WATCH_TIMEOUT_S,
         read_grace_s: float = WATCH_READ_GRACE_S,
+        retry_delay_s: float = RETRY_DELAY_S,
     ) -> None:
-        """``watch_timeout_s``, ``read_grace_s``: each watch's (:class:`_WatchThread`)."""
+        """``watch_timeout_s``, ``read_grace_s``, ``retry_delay_s``: each watch's (:class:`_WatchThread`)."""
         self.api_client = api_client
         self._watch_timeout_s = watch_timeout_s
         self._read_grace_s = read_grace_s
+        self._retry_delay_s = retry_delay_s
         self.namespace = namespace
         self.schedulers = schedulers
         self._threads: list[_WatchThread] = []
@@ -305,6 +336,7 @@ class KubeDiscovery:
                 loop=loop,
                 watch_timeout_s=self._watch_timeout_s,
                 read_grace_s=self._read_grace_s,
+                retry_delay_s=self._retry_delay_s,
             )
         )
         for t in self._threads:
@@ -346,6 +378,7 @@ class KubeDiscovery:
                 loop=self._loop,
                 watch_timeout_s=self._watch_timeout_s,
                 read_grace_s=self._read_grace_s,
+                retry_delay_s=self._retry_delay_s,
             )
             self._pod_threads[name] = (identity, thread)
             thread.start()

@@ -14,7 +14,11 @@ mapping with ``address`` and optional ``labels``; optionally ``services``, plain
       fallback-svc: [127.0.0.1:9000]
 
 A file that fails to parse on a later change is reported and ignored (the previous endpoints stay),
-the same rule as the configuration file's hot reload.
+the same rule as the configuration file's hot reload. A change is seen by the file's device, inode,
+size, mtime and ctime: a replacement that keeps the size and the old mtime (``cp -p``, ``rsync -a``,
+a rename over it) still gets a new inode or ctime, which no tool can set. A file that is missing or
+cannot be stat'ed is reported once (again only when the reason changes), and applied again, with
+an INFO line, as soon as it is back, even unchanged.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import asyncio
 import contextlib
 import ipaddress
 import logging
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -144,6 +149,16 @@ def read_endpoints_file(
     return parse_endpoints(doc, path=path, names=names), parse_services(doc, path=path)
 
 
+def file_stamp(st: os.stat_result) -> tuple[int, ...]:
+    """What identifies one version of the file: (device, inode, size, mtime, ctime) in ns.
+
+    ``(mtime, size)`` alone misses a same-size replacement that keeps the old mtime (``cp -p``,
+    ``rsync -a``); the inode changes on a rename over the file and the ctime on any write or
+    ``chmod``, and neither can be set by a tool.
+    """
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
 def scheduler_names(schedulers: Sequence[SchedulerSpec]) -> dict[str, str]:
     """Keys accepted in the file (scheduler name or modelName) -> scheduler name."""
     return {s.model_name: s.name for s in schedulers} | {s.name: s.name for s in schedulers}
@@ -155,7 +170,8 @@ class StaticFileDiscovery:
         self.names = dict(names)
         self.poll_interval_s = poll_interval_s
         self._task: asyncio.Task[None] | None = None
-        self._stamp: tuple[float, int] | None = None
+        self._stamp: tuple[int, ...] | None = None
+        self._unreadable: str | None = None  # why the last poll could not stat the file, reported once
 
     @classmethod
     def for_schedulers(
@@ -171,30 +187,40 @@ class StaticFileDiscovery:
     def describe(self) -> str:
         return f"static endpoints file {self.path}"
 
-    def _load_into(self, sink: DiscoverySink) -> None:
-        try:
-            st = self.path.stat()
-        except OSError as exc:
-            raise EndpointsFileError(self.path, [f"cannot read: {exc.strerror or exc}"]) from exc
-        self._stamp = (st.st_mtime, st.st_size)
+    def _load_into(self, sink: DiscoverySink, st: os.stat_result) -> None:
+        """Apply the file whose stat is ``st``; the stamp is kept first, so a bad version is reported
+        once, not every poll."""
+        self._stamp = file_stamp(st)
         found, services = read_endpoints_file(self.path, names=self.names)
         for sched in set(self.names.values()):
             sink.apply_endpoints(sched, found.get(sched, []))
         sink.apply_services(services)
 
     async def start(self, sink: DiscoverySink) -> None:
-        self._load_into(sink)  # a bad file at start-up is fatal: raise to the caller
+        # a bad file at start-up is fatal: raise to the caller
+        try:
+            st = self.path.stat()
+        except OSError as exc:
+            raise EndpointsFileError(self.path, [f"cannot read: {exc.strerror or exc}"]) from exc
+        self._load_into(sink, st)
         self._task = asyncio.create_task(self._watch(sink), name="endpoints file watch")
 
     async def _watch(self, sink: DiscoverySink) -> None:
         while True:
             await asyncio.sleep(self.poll_interval_s)
             try:
-                st = self.path.stat()
-                if (st.st_mtime, st.st_size) == self._stamp:
+                try:
+                    st = self.path.stat()
+                except OSError as exc:
+                    self._report_unreadable(exc.strerror or str(exc))
                     continue
-                self._load_into(sink)
-                log.info("endpoints file %s reloaded", self.path)
+                back = self._unreadable is not None
+                if back:
+                    self._unreadable = None
+                elif file_stamp(st) == self._stamp:
+                    continue
+                self._load_into(sink, st)
+                log.info("endpoints file %s %s", self.path, "applied again" if back else "reloaded")
             except (OSError, EndpointsFileError) as exc:
                 log.error("endpoints file %s not applied, previous endpoints kept: %s", self.path, exc)
             except Exception as exc:  # the watch must outlive any file: a dead watch is silent
@@ -204,6 +230,18 @@ class StaticFileDiscovery:
                     type(exc).__name__,
                     exc,
                 )
+
+    def _report_unreadable(self, reason: str) -> None:
+        """Once per reason: a file removed for a while (an editor, a deploy script) is one ERROR line,
+        not one a second for as long as it is missing."""
+        if reason == self._unreadable:
+            return
+        self._unreadable = reason
+        log.error(
+            "endpoints file %s cannot be read, previous endpoints kept (applied again when it can be): %s",
+            self.path,
+            reason,
+        )
 
     async def stop(self) -> None:
         if self._task is not None:
