@@ -312,3 +312,17 @@ def test_the_cli_clients_retry_a_throttled_call_with_backoff(monkeypatch: pytest
         clients.addons.describe_addon(cluster="igw", name="igw-inference-gateway")
     assert len(delays) == 2
     assert all(0 <= delay <= 20 for delay in delays)
+
+
+@pytest.mark.usefixtures("no_aws_setup")
+def test_irsa_without_a_role_is_a_usage_error_before_any_aws_call(capsys: pytest.CaptureFixture[str]) -> None:
+    """``igw addon create --identity irsa`` without ``--role-arn`` (nor ``serviceAccount.roleArn`` in
+    the values) went on to the AWS calls: here it ended in "Unable to locate credentials", with
+    credentials in DescribeCluster and the other pre-checks."""
+    argv = ["addon", "create", "--cluster", "c", "--identity", "irsa", "--region", "us-west-2"]
+    argv += ["--configuration-values", '{"mode": "gateway"}']
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "--identity irsa" in err
+    assert "pass --role-arn ARN (or set serviceAccount.roleArn in the configuration values)" in err
+    assert "credentials" not in err

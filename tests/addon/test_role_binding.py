@@ -230,3 +230,47 @@ def test_update_refuses_a_new_irsa_role_the_gateway_cannot_use(aws: AwsFixture) 
         with pytest.raises(operations.AddonOperationError) as caught:
             operations.update(clients=clients, cluster=CLUSTER, values=values, version=None)
         assert says in str(caught.value)
+
+
+def test_irsa_without_a_role_is_refused_before_any_call(aws: AwsFixture) -> None:
+    """``--identity irsa`` with no role anywhere went on to the AWS calls (DescribeCluster...) and,
+    on a cluster that passed them, installed a gateway without the role the flag asked for."""
+    clients, _stubber, _ = aws  # nothing stubbed: any add-on API call would fail the test
+    with pytest.raises(operations.AddonInputError) as caught:
+        operations.create(
+            clients=clients, cluster=CLUSTER, role_arn=None, values=GATEWAY_MODE, identity="irsa"
+        )
+    assert any("--identity irsa" in p and "--role-arn" in p for p in caught.value.problems), (
+        caught.value.problems
+    )
+
+
+def test_irsa_takes_the_values_role_and_checks_it_like_a_flag_role(aws: AwsFixture) -> None:
+    """With ``--identity irsa``, no ``--role-arn`` and ``serviceAccount.roleArn`` in the values, that
+    role is the one bound: its trust is checked (a role for another service account is refused) and it
+    is sent as ``serviceAccountRoleArn``, as ``update`` does with a role new values set. It was
+    installed unchecked, without ``serviceAccountRoleArn``."""
+    clients, stubber, _ = aws
+    other = _irsa_role(
+        clients,
+        "igw-gateway-values-other",
+        {"StringEquals": {"PROVIDER:sub": "system:serviceaccount:kube-system:aws-node"}},
+    )
+    values = {**GATEWAY_MODE, "serviceAccount": {"roleArn": other}}
+    _dependencies_installed(stubber, agent=False)
+    with pytest.raises(operations.AddonOperationError) as caught:  # no create_addon stubbed
+        operations.create(clients=clients, cluster=CLUSTER, role_arn=None, values=values, identity="irsa")
+    assert "lets only other service accounts assume it (IRSA)" in str(caught.value)
+
+    own = _irsa_role(clients, "igw-gateway-values-own", {"StringEquals": {"PROVIDER:sub": OWN_SUB}})
+    values = {**GATEWAY_MODE, "serviceAccount": {"roleArn": own}}
+    _dependencies_installed(stubber, agent=False)
+    _expect_create(
+        stubber,
+        '{"mode":"gateway","serviceAccount":{"roleArn":"' + own + '"}}',
+        serviceAccountRoleArn=own,
+    )
+    created = operations.create(
+        clients=clients, cluster=CLUSTER, role_arn=None, values=values, identity="irsa"
+    )
+    assert created["status"] == "CREATING"

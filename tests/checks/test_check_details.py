@@ -425,3 +425,24 @@ def test_an_ingress_of_any_alb_ingress_class_is_audited(
     assert not [
         r for r in of(run(other, Command.AUDIT), "IGW-AU102") if r.resource.startswith("Ingress ml/gateway")
     ]
+
+
+@pytest.mark.parametrize(
+    ("issuer", "jwks", "status"),
+    [
+        ("HTTPS://idp.example.com/", "HTTPS://idp.example.com/.well-known/jwks.json", Status.PASS),
+        ("https://idp.example.com/", "Https://idp.example.com/.well-known/jwks.json", Status.PASS),
+        ("https://idp.example.com/", "HTTP://idp.example.com/.well-known/jwks.json", Status.FAIL),
+        ("https:idp.example.com", "https://idp.example.com/.well-known/jwks.json", Status.FAIL),
+    ],
+)
+def test_jwt_urls_are_https_whatever_the_case_of_their_scheme(issuer: str, jwks: str, status: Status) -> None:
+    """URL schemes are case-insensitive (RFC 3986 3.1) and the gateway fetches ``HTTPS://`` over https;
+    IGW-AU202 failed it HIGH as "is not https"."""
+
+    def spell(docs: list[dict[str, Any]]) -> None:
+        provider = find(docs, "InferenceGatewayConfig", "gateway")["spec"]["auth"]["jwt"]["provider"]
+        provider["issuer"], provider["remoteJWKS"]["uri"] = issuer, jwks
+
+    [result] = of(run(mutated(spell), Command.AUDIT), "IGW-AU202")
+    assert result.status is status, result.message

@@ -71,6 +71,8 @@ BUILTIN_KINDS: tuple[ResourceKind, ...] = (
     ResourceKind("apps", "v1", "deployments", "Deployment", True, ("deploy",)),
     ResourceKind("apps", "v1", "statefulsets", "StatefulSet", True, ("sts",)),
     ResourceKind("apps", "v1", "daemonsets", "DaemonSet", True, ("ds",)),
+    ResourceKind("batch", "v1", "jobs", "Job", True),
+    ResourceKind("batch", "v1", "cronjobs", "CronJob", True, ("cj",)),
     ResourceKind("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True, ("pdb",)),
     ResourceKind("autoscaling", "v2", "horizontalpodautoscalers", "HorizontalPodAutoscaler", True, ("hpa",)),
     ResourceKind("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy", True, ("netpol",)),
@@ -89,6 +91,7 @@ BUILTIN_KINDS: tuple[ResourceKind, ...] = (
         True,
     ),
     ResourceKind("cert-manager.io", "v1", "certificates", "Certificate", True),
+    ResourceKind("elbv2.k8s.aws", "v1beta1", "ingressclassparams", "IngressClassParams", False),
 )
 
 ObjectKey = tuple[tuple[str, str, str], str, str]

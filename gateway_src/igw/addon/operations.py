@@ -291,6 +291,13 @@ def create_input_problems(
     """Every reason :func:`create`'s input is invalid, found without AWS (no client, region or
     credentials needed: ``igw addon`` reports them before it makes its clients)."""
     problems = _values_and_version_problems(values, version)
+    if identity == "irsa" and role_arn is None and not _values_role(values):
+        problems.append(
+            "role: --identity irsa binds an IAM role to the gateway's service account, and none is given: "
+            "pass --role-arn ARN (or set serviceAccount.roleArn in the configuration values)"
+        )
+        return problems
+    role_arn = bound_role(values, role_arn, identity)
     if role_arn is not None and values.get("mode", "operator") != "gateway":
         problems.append(
             f"role: with the chart's mode operator no pod runs as service account "
@@ -301,6 +308,17 @@ def create_input_problems(
     elif role_arn is not None:
         problems.extend(_role_binding_problems(values, role_arn, identity))
     return problems
+
+
+def bound_role(values: Mapping[str, Any], role_arn: str | None, identity: Identity) -> str | None:
+    """The role :func:`create` binds: ``--role-arn``, or with ``--identity irsa`` and no ``--role-arn``
+    the values' ``serviceAccount.roleArn``, checked and sent as ``serviceAccountRoleArn`` like one
+    given by flag (as ``update`` does with a role new values set). Before session s39 ``--identity
+    irsa`` without ``--role-arn`` went on to the AWS calls: an IRSA role in the values was installed
+    unchecked, and with none the gateway ran without the role the flag asked for."""
+    if role_arn is None and identity == "irsa":
+        return _values_role(values) or None
+    return role_arn
 
 
 def _values_role(values: Mapping[str, Any]) -> str:
@@ -356,6 +374,7 @@ def create(
 ) -> dict[str, Any]:
     """Install the add-on; returns its final description (or the creation response without ``wait``)."""
     problems = create_input_problems(values=values, version=version, role_arn=role_arn, identity=identity)
+    role_arn = bound_role(values, role_arn, identity)
     if resolve_conflicts not in get_args(CreateConflictPolicy):
         problems.append(
             f"resolve conflicts: {resolve_conflicts} is not supported by CreateAddon (update only)"

@@ -13,7 +13,10 @@ from typing import Any
 from igw.checks.inventory import Manifest
 
 SYSTEM_NAMESPACES = frozenset({"kube-system", "kube-public", "kube-node-lease"})
-WORKLOAD_KINDS = ("Deployment", "StatefulSet", "DaemonSet")
+WORKLOAD_KINDS = ("Deployment", "StatefulSet", "DaemonSet", "Job", "CronJob")
+"""Kinds that create pods from a template (a Job's is ``spec.template``, a CronJob's
+``spec.jobTemplate.spec.template``). Jobs and CronJobs since session s39: a model server or a gateway
+run as one escaped every workload check."""
 DERIVED_ANNOTATION = "igw.checks/derived-from"
 """Set on objects a source infers (a Helm chart seen as a Deployment, the CRD an add-on installs)."""
 TEMPLATE_ANNOTATION = "igw.checks/from-template"
@@ -55,23 +58,36 @@ def spec(obj: Manifest) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
+def pod_template(obj: Manifest) -> Mapping[str, Any]:
+    """The pod a workload creates, as ``{metadata, spec}``: a Pod itself, a CronJob's
+    ``spec.jobTemplate.spec.template``, any other workload's ``spec.template`` (empty when absent)."""
+    if obj.get("kind") == "Pod":
+        return obj
+    body = spec(obj)
+    if obj.get("kind") == "CronJob":
+        job = body.get("jobTemplate")
+        body = spec(job) if isinstance(job, Mapping) else {}
+    template = body.get("template")
+    return template if isinstance(template, Mapping) else {}
+
+
 def pod_spec(obj: Manifest) -> Mapping[str, Any]:
     """The pod spec of a Pod or of a workload's template."""
-    if obj.get("kind") == "Pod":
-        return spec(obj)
-    template = spec(obj).get("template")
-    if isinstance(template, Mapping):
-        inner = template.get("spec")
-        if isinstance(inner, Mapping):
-            return inner
-    return {}
+    return spec(pod_template(obj))
 
 
 def template_labels(obj: Manifest) -> dict[str, str]:
-    template = spec(obj).get("template")
-    if isinstance(template, Mapping):
-        return labels_of(template)
-    return {}
+    """The labels of the pods ``obj`` creates (a Pod's own labels)."""
+    return labels_of(pod_template(obj))
+
+
+def controller_kind(obj: Manifest) -> str | None:
+    """The kind of the ``ownerReferences`` entry marked ``controller: true`` (``None``: nothing
+    manages ``obj``; for a Pod, what ``kubectl drain`` calls unmanaged)."""
+    for owner in meta(obj).get("ownerReferences") or []:
+        if isinstance(owner, Mapping) and owner.get("controller") is True:
+            return str(owner.get("kind"))
+    return None
 
 
 def containers(obj: Manifest, *, include_init: bool = False) -> list[Mapping[str, Any]]:
@@ -131,8 +147,7 @@ def iter_workloads(objects: Mapping[str, Sequence[Manifest]]) -> Iterator[Manife
 
 def pod_from_template(workload: Manifest) -> dict[str, Any]:
     """A pod as the workload would create it (no status): what static sources check selectors against."""
-    template = spec(workload).get("template")
-    template_meta = dict(meta(template)) if isinstance(template, Mapping) else {}
+    template_meta = dict(meta(pod_template(workload)))
     annotations = dict(template_meta.get("annotations") or {})
     annotations[TEMPLATE_ANNOTATION] = f"{workload.get('kind')}/{name_of(workload)}"
     return {

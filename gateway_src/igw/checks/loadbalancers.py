@@ -5,17 +5,25 @@ is written (scheme ``internal``, listener ``HTTP:80``, policy ELBSecurityPolicy-
 ``0.0.0.0/0``), so they are filled in here and marked implicit. A Service of type LoadBalancer *not*
 handled by the controller falls to the legacy in-tree provider, whose default scheme is
 internet-facing.
+
+An IngressClass may name an IngressClassParams (``elbv2.k8s.aws``, ``spec.parameters``) whose
+``scheme``, ``sslPolicy``, ``inboundCIDRs``, ``certificateArn`` and ``loadBalancerAttributes`` the
+controller applies to every Ingress of the class, over the Ingress's own annotations (attributes:
+merged, the class's winning). Before session s39 only the annotations were read: an
+IngressClassParams making every ALB of a class internet-facing, open to ``0.0.0.0/0`` with a TLS 1.0
+policy passed as the annotations' internal, restricted, TLS 1.3 load balancer.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from igw.checks.framework import CheckContext
 from igw.checks.inventory import Listener, LoadBalancer, Manifest, Missing, MissingFact
-from igw.checks.k8s import annotations_of, ref, spec
+from igw.checks.k8s import annotations_of, name_of, ref, spec
 from igw.checks.model import SkipKind
 from igw.checks.tls_policies import AWS_DEFAULT_POLICY
 
@@ -54,6 +62,8 @@ def _cidrs(text: str | None) -> tuple[str, ...] | None:
 ALB_CONTROLLER = "ingress.k8s.aws/alb"
 """``spec.controller`` of an IngressClass the AWS Load Balancer Controller serves."""
 DEFAULT_CLASS_ANNOTATION = "ingressclass.kubernetes.io/is-default-class"
+PARAMS_GROUP = "elbv2.k8s.aws"
+PARAMS_KIND = "IngressClassParams"
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +75,11 @@ class AlbClasses:
 
     names: frozenset[str] = frozenset({"alb"})
     default: str | None = None
+    params: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    """Class name -> the ``spec`` of the IngressClassParams that class names."""
+    unreadable: Missing | None = None
+    """Set when a class names IngressClassParams the source could not list (what they override is
+    unknown, so the load-balancer checks are not evaluated rather than judged on annotations)."""
 
 
 def alb_classes(ctx: CheckContext) -> AlbClasses:
@@ -77,15 +92,45 @@ def alb_classes(ctx: CheckContext) -> AlbClasses:
     classes = ctx.inventory.kube.of("IngressClass")
     if isinstance(classes, Missing):
         return AlbClasses()
+    listed = ctx.inventory.kube.of(PARAMS_KIND)
+    by_name = {} if isinstance(listed, Missing) else {name_of(p): spec(p) for p in listed}
     names, default = {"alb"}, None
+    params: dict[str, Mapping[str, Any]] = {}
+    unreadable = None
     for item in classes:
         if spec(item).get("controller") != ALB_CONTROLLER:
             continue
-        name = str((item.get("metadata") or {}).get("name") or "")
+        name = name_of(item) if (item.get("metadata") or {}).get("name") else ""
         names.add(name)
         if annotations_of(item).get(DEFAULT_CLASS_ANNOTATION) == "true":
             default = name
-    return AlbClasses(frozenset(names - {""}), default)
+        ref_ = spec(item).get("parameters")
+        if not (
+            isinstance(ref_, Mapping)
+            and ref_.get("apiGroup") == PARAMS_GROUP
+            and ref_.get("kind") == PARAMS_KIND
+        ):
+            continue
+        if isinstance(listed, Missing):
+            unreadable = unreadable or listed
+        elif str(ref_.get("name")) in by_name:
+            params[name] = by_name[str(ref_.get("name"))]
+    return AlbClasses(frozenset(names - {""}), default, params, unreadable)
+
+
+def _params_attributes(params: Mapping[str, Any]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in params.get("loadBalancerAttributes") or []:
+        if isinstance(item, Mapping) and "key" in item:
+            out[str(item["key"]).strip()] = str(item.get("value", "")).strip()
+    return out
+
+
+def _params_cidrs(params: Mapping[str, Any]) -> tuple[str, ...] | None:
+    value = params.get("inboundCIDRs")
+    if not isinstance(value, list) or not value:
+        return None
+    return tuple(str(c).strip() for c in value if str(c).strip())
 
 
 def from_ingress(ingress: Manifest, classes: AlbClasses = AlbClasses()) -> LoadBalancer | None:
@@ -95,8 +140,14 @@ def from_ingress(ingress: Manifest, classes: AlbClasses = AlbClasses()) -> LoadB
     )
     if ingress_class not in classes.names:
         return None
-    has_cert = bool(ann.get(f"{ALB}certificate-arn")) or bool(spec(ingress).get("tls"))
-    policy = ann.get(f"{ALB}ssl-policy")
+    params = classes.params.get(str(ingress_class), {})
+    has_cert = (
+        bool(params.get("certificateArn"))
+        or bool(ann.get(f"{ALB}certificate-arn"))
+        or bool(spec(ingress).get("tls"))
+    )
+    policy = params.get("sslPolicy") or ann.get(f"{ALB}ssl-policy")
+    policy = str(policy) if policy is not None else None
     redirect = f"{ALB}ssl-redirect" in ann
     listeners = tuple(
         Listener(
@@ -108,15 +159,15 @@ def from_ingress(ingress: Manifest, classes: AlbClasses = AlbClasses()) -> LoadB
         )
         for proto, port in _listen_ports(ann, has_cert)
     )
-    attrs = _attributes(ann.get(f"{ALB}load-balancer-attributes"))
-    scheme = ann.get(f"{ALB}scheme")
+    attrs = {**_attributes(ann.get(f"{ALB}load-balancer-attributes")), **_params_attributes(params)}
+    scheme = str(params["scheme"]) if params.get("scheme") else ann.get(f"{ALB}scheme")
     return LoadBalancer(
         resource=ref(ingress),
         type="application",
         scheme=scheme or "internal",
         scheme_explicit=scheme is not None,
         listeners=listeners,
-        inbound_cidrs=_cidrs(ann.get(f"{ALB}inbound-cidrs")) or OPEN_CIDRS[:1],
+        inbound_cidrs=_params_cidrs(params) or _cidrs(ann.get(f"{ALB}inbound-cidrs")) or OPEN_CIDRS[:1],
         drop_invalid_header_fields=attrs.get("routing.http.drop_invalid_header_fields.enabled") == "true",
         internet_facing_approved=ann.get(APPROVAL_ANNOTATION) == "true",
     )
@@ -180,6 +231,8 @@ def load_balancers(ctx: CheckContext) -> list[LoadBalancer]:
     missing: list[Missing] = []
     kube = ctx.inventory.kube
     classes = alb_classes(ctx)
+    if classes.unreadable is not None:
+        missing.append(classes.unreadable)
     for kind, convert in (
         ("Ingress", lambda obj: from_ingress(obj, classes)),
         ("Service", from_service),

@@ -173,7 +173,14 @@ def simulated_cluster(*, pods: int, configs: int, schedulers: int) -> list[dict[
             {
                 "apiVersion": "v1",
                 "kind": "Pod",
-                "metadata": {"name": f"{app}-{p}", "namespace": f"team-{c}", "labels": {"app": app}},
+                "metadata": {
+                    "name": f"{app}-{p}",
+                    "namespace": f"team-{c}",
+                    "labels": {"app": app},
+                    # as in a cluster: the pod belongs to its Deployment's ReplicaSet (the audit judges
+                    # the Deployment's template, not each of its pods)
+                    "ownerReferences": [{"kind": "ReplicaSet", "name": f"{app}-rs", "controller": True}],
+                },
                 "spec": deployment["spec"]["template"]["spec"],
                 "status": {
                     "phase": "Running",

@@ -1,4 +1,4 @@
-"""Which namespaced objects (NetworkPolicies, PDBs) select a workload's pods."""
+"""Which namespaced objects (NetworkPolicies, PDBs, Services) select a workload's pods."""
 
 from __future__ import annotations
 
@@ -24,3 +24,12 @@ def selecting(
         if selector.matches(labels):
             found.append(candidate)
     return found
+
+
+def service_selects(service: Manifest, namespace: str, labels: Mapping[str, str]) -> bool:
+    """Whether ``service`` (an equality ``spec.selector``, as Services have) selects pods labelled
+    ``labels`` in ``namespace``; a Service without a selector selects nothing."""
+    selector = spec(service).get("selector")
+    if namespace_of(service) != namespace or not isinstance(selector, Mapping) or not selector:
+        return False
+    return all(labels.get(str(k)) == str(v) for k, v in selector.items())

@@ -3,6 +3,12 @@
 Findings are per workload (listing the offending containers), the unit an operator fixes.
 System namespaces are skipped unless ``--include-system-namespaces``; objects a source only inferred
 (a Helm chart standing in for its Deployment) are skipped because their pod spec is unknown.
+
+Audited: Deployments, StatefulSets, DaemonSets, Jobs, CronJobs and bare Pods (no controlling owner:
+a Pod a ReplicaSet, Job... created is judged through its workload's template, a Pod a static source
+synthesised from a template is that template again). A Job a CronJob created is judged through the
+CronJob. Before session s39 only the first three were read: a model server or a gateway run as a bare
+Pod or a Job escaped every workload check.
 """
 
 from __future__ import annotations
@@ -14,9 +20,11 @@ from igw.checks.framework import CheckContext
 from igw.checks.inventory import Manifest, Missing, need
 from igw.checks.k8s import (
     DERIVED_ANNOTATION,
+    TEMPLATE_ANNOTATION,
     WORKLOAD_KINDS,
     annotations_of,
     containers,
+    controller_kind,
     in_scope,
     namespace_of,
     pod_spec,
@@ -27,7 +35,19 @@ ContainerTest = Callable[[Mapping[str, Any], Mapping[str, Any]], str | None]
 """``(container, pod_spec) -> problem or None``."""
 
 
-def workloads(ctx: CheckContext, kinds: Sequence[str] = WORKLOAD_KINDS) -> list[Manifest]:
+AUDITED_KINDS = (*WORKLOAD_KINDS, "Pod")
+
+
+def _judged_here(obj: Manifest) -> bool:
+    """Whether ``obj``'s pods are judged on ``obj`` itself rather than through the workload owning it."""
+    if obj.get("kind") == "Pod":
+        return TEMPLATE_ANNOTATION not in annotations_of(obj) and controller_kind(obj) is None
+    if obj.get("kind") == "Job":
+        return controller_kind(obj) != "CronJob"
+    return True
+
+
+def workloads(ctx: CheckContext, kinds: Sequence[str] = AUDITED_KINDS) -> list[Manifest]:
     found: list[Manifest] = []
     missing: Missing | None = None
     for kind in kinds:
@@ -40,6 +60,7 @@ def workloads(ctx: CheckContext, kinds: Sequence[str] = WORKLOAD_KINDS) -> list[
             for o in objects
             if in_scope(o, include_system=ctx.options.include_system_namespaces)
             and DERIVED_ANNOTATION not in annotations_of(o)
+            and _judged_here(o)
         )
     if not found and missing is not None:
         need(missing)

@@ -1,4 +1,9 @@
-"""IGW-AU202: the JWT issuer and JWKS URI use https (a JWKS fetched over http can be swapped in transit)."""
+"""IGW-AU202: the JWT issuer and JWKS URI use https (a JWKS fetched over http can be swapped in transit).
+
+The scheme is read as RFC 3986 says, case-insensitively: ``HTTPS://idp/jwks`` is fetched over https.
+Until session s39 a prefix test failed it HIGH as "not https" (the configuration's schema refuses that
+spelling; ``igw validate`` says so, and this check is about transport).
+"""
 
 from __future__ import annotations
 
@@ -21,6 +26,14 @@ META = CheckMeta(
 )
 
 
+HTTPS = "https://"
+
+
+def _is_https(url: str) -> bool:
+    """``https://`` in any case (the test it replaced, ``startswith("https://")``, otherwise unchanged)."""
+    return url[: len(HTTPS)].lower() == HTTPS
+
+
 def _run(ctx: CheckContext, r: Reporter) -> Iterator[Result]:
     for config in need(ctx.inventory.kube.of("InferenceGatewayConfig")):
         for provider in jwt_providers(config):
@@ -31,11 +44,11 @@ def _run(ctx: CheckContext, r: Reporter) -> Iterator[Result]:
             problems = []
             if not issuer:
                 problems.append("no issuer")
-            elif not issuer.startswith("https://"):
+            elif not _is_https(issuer):
                 problems.append(f"issuer {issuer!r} is not https")
             if not uri:
                 problems.append("no remoteJWKS.uri")
-            elif not uri.startswith("https://"):
+            elif not _is_https(uri):
                 problems.append(f"JWKS {uri!r} is not https")
             if problems:
                 yield r.fail(resource, "; ".join(problems))

@@ -20,6 +20,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from igw.checks.audit._selecting import service_selects
 from igw.checks.audit._workloads import workloads
 from igw.checks.framework import CheckContext, FunctionCheck, Reporter
 from igw.checks.inventory import Manifest
@@ -98,13 +99,6 @@ def _objects(ctx: CheckContext, kind: str) -> list[Manifest]:
     return found if isinstance(found, list) else []
 
 
-def _selects(service: Manifest, namespace: str, labels: Mapping[str, str]) -> bool:
-    selector = spec(service).get("selector")
-    if namespace_of(service) != namespace or not isinstance(selector, Mapping) or not selector:
-        return False
-    return all(labels.get(str(k)) == str(v) for k, v in selector.items())
-
-
 def _service_targets(service: Manifest, port_filter: object = None) -> tuple[int | str, ...]:
     """The ``targetPort`` of each of ``service``'s ports (its ``port`` when unset), or of the one
     ``port_filter`` names (an Ingress backend's ``{number: N}`` or ``{name: NAME}``)."""
@@ -138,7 +132,7 @@ def _ingress_backends(ingress: Manifest) -> Iterator[Mapping[str, Any]]:
 def _exposures(ctx: CheckContext, workload: Manifest) -> list[Exposure]:
     """The load balancers that forward to ``workload``'s pods, with the target ports they reach."""
     namespace, labels = namespace_of(workload), template_labels(workload)
-    services = [s for s in _objects(ctx, "Service") if _selects(s, namespace, labels)]
+    services = [s for s in _objects(ctx, "Service") if service_selects(s, namespace, labels)]
     found: list[Exposure] = []
     for service in services:
         lb = from_service(service)

@@ -23,6 +23,16 @@ def flatten(docs: Iterable[Any]) -> list[Manifest]:
     return out
 
 
+def _creates_pods(workload: Manifest) -> bool:
+    """Whether the workload as declared runs pods: not scaled to zero (``replicas``, a Job's
+    ``parallelism``) and not suspended (a Job or CronJob's ``suspend``)."""
+    body = spec(workload)
+    if body.get("suspend") is True:
+        return False
+    count = body.get("parallelism" if workload.get("kind") == "Job" else "replicas", 1)
+    return bool(count != 0)
+
+
 def static_view(docs: Iterable[Any], *, source: str) -> KubeView:
     """Objects by kind; pods are the declared Pods plus one synthetic pod per workload template."""
     objects: dict[str, list[Manifest]] = {kind: [] for kind in KINDS}
@@ -32,7 +42,6 @@ def static_view(docs: Iterable[Any], *, source: str) -> KubeView:
             objects[kind].append(doc)
     for kind in WORKLOAD_KINDS:
         for workload in objects[kind]:
-            replicas = spec(workload).get("replicas", 1)
-            if replicas != 0:
+            if _creates_pods(workload):
                 objects["Pod"].append(pod_from_template(workload))
     return KubeView(objects=dict(objects), static=True, source=source)

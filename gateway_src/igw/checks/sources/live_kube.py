@@ -4,7 +4,7 @@ Responses are read raw (``_preload_content=False``) rather than through the clie
 checks work on manifests, and raw JSON keeps fields the models would drop. Each kind is listed
 once across all namespaces, paginated. A 401/403 on one kind makes only that kind ``Missing``
 (not-evaluated, with the API's message); a connection failure marks every kind unreachable
-without further attempts, so an unreachable API costs one timeout, not thirteen.
+without further attempts, so an unreachable API costs one timeout, not one per kind.
 """
 
 from __future__ import annotations
@@ -41,8 +41,17 @@ LISTERS: tuple[_Lister, ...] = (
     _Lister("Deployment", "AppsV1Api", "list_deployment_for_all_namespaces"),
     _Lister("StatefulSet", "AppsV1Api", "list_stateful_set_for_all_namespaces"),
     _Lister("DaemonSet", "AppsV1Api", "list_daemon_set_for_all_namespaces"),
+    _Lister("Job", "BatchV1Api", "list_job_for_all_namespaces"),
+    _Lister("CronJob", "BatchV1Api", "list_cron_job_for_all_namespaces"),
     _Lister("Ingress", "NetworkingV1Api", "list_ingress_for_all_namespaces"),
     _Lister("IngressClass", "NetworkingV1Api", "list_ingress_class"),
+    _Lister(
+        "IngressClassParams",
+        "CustomObjectsApi",
+        "list_cluster_custom_object",
+        ("elbv2.k8s.aws", "v1beta1", "ingressclassparams"),
+        absent_ok=True,
+    ),
     _Lister("NetworkPolicy", "NetworkingV1Api", "list_network_policy_for_all_namespaces"),
     _Lister("PodDisruptionBudget", "PolicyV1Api", "list_pod_disruption_budget_for_all_namespaces"),
     _Lister(
