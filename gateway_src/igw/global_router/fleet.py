@@ -112,6 +112,8 @@ class Fleet:
             transition = health.evaluate(now=now, source_up=self.source_up)
             if transition is not None:
                 self._record(transition)
+            for recovery in health.model_recoveries(now=now):
+                self._record(recovery)
             spec = self.clusters[name]
             m.available.labels(name, spec.region).set(1 if health.available() else 0)
             m.ramp.labels(name).set(health.ramp(now=now))
@@ -135,8 +137,9 @@ class Fleet:
         else:
             self._metrics.recoveries.labels(transition.cluster).inc()
             log.warning(
-                "cluster %s is back; slow start over %.0f s",
+                "cluster %s is back%s; slow start over %.0f s",
                 transition.cluster,
+                "" if transition.model is None else f" for model {transition.model!r}",
                 self.config.failover.slow_start_s,
             )
 
@@ -159,7 +162,9 @@ class Fleet:
         now = self._clock()
         states = [
             ClusterState(
-                spec=spec, heartbeat=self.health[name].heartbeat, ramp=self.health[name].ramp(now=now)
+                spec=spec,
+                heartbeat=self.health[name].heartbeat,
+                ramp=self.health[name].ramp(now=now, model=model),  # the model's own slow start too
             )
             for name, spec in self.clusters.items()
             if not self.health[name].ejected(now=now, model=model)  # out for this model's failures
