@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
+from igw.bench import global_des
 from igw.bench.global_des import DesOptions, run_global_des, run_global_des_command
 
 SMALL = DesOptions(
@@ -30,8 +32,6 @@ def test_failover_in_virtual_time_loses_no_request_and_redirects_within_the_stal
 
 
 def test_same_seed_same_result_and_cost_first_is_cheaper() -> None:
-    from dataclasses import replace
-
     assert run_global_des(SMALL) == run_global_des(SMALL)
     cheap = run_global_des(replace(SMALL, policy="cost-first-within-slo", slo_s=5.0))
     assert cheap["cost_per_1k_requests_usd"] < run_global_des(SMALL)["cost_per_1k_requests_usd"]
@@ -45,3 +45,20 @@ def test_command_writes_the_report(tmp_path: Path) -> None:
     assert "| latency-first |" in report
     assert "| cost-first-within-slo |" in report
     assert (tmp_path / "global-des-results.json").is_file()
+
+
+POOLS = replace(global_des.POOLS, end_s=30.0)
+"""Two models on every cluster, its 4 pods split 3/1 or 1/3 in turn: each cluster as busy as the
+next, but one of its two pools far busier than the other."""
+
+
+def test_routing_on_each_models_pool_figures_refuses_fewer_requests() -> None:
+    """Heartbeats carrying each model's pool figures (as tier 1's do) let the routers keep a model's
+    requests off the clusters whose pool of it is full. Before session s39 the routers read only the
+    cluster-wide figures, the same as heartbeats without pools: here 1925 answers 429 and 60 failed
+    requests (every attempt refused), against 772 and none."""
+    cluster_only = run_global_des(replace(POOLS, pool_figures=False))
+    pools = run_global_des(POOLS)
+    assert pools["refused_429"] < cluster_only["refused_429"] / 2
+    assert pools["failed"] < cluster_only["failed"]
+    assert pools["p99_latency_s"] < cluster_only["p99_latency_s"]

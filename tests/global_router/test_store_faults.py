@@ -10,18 +10,26 @@ that had none) drained every cluster at once as gone.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
+import random
 import signal
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
+import aiohttp
+import pytest
 import redis.asyncio as redis_asyncio
 from prometheus_client import CollectorRegistry
 
+from igw.gateway.serving import serve_app
+from igw.global_router.config import parse_global_config
 from igw.global_router.fleet import Fleet
 from igw.global_router.heartbeats import HeartbeatReader
 from igw.global_router.metrics import FleetMetrics
-from tests.global_router.support import beat, global_config, reading_fleet
-from tests.security.helpers import RedisServer
+from igw.global_router.server import create_global_app
+from tests.global_router.support import beat, global_config, global_doc, reading_fleet, redis_on_path
+from tests.security.helpers import RedisServer, start_redis
 
 PREFIX = "sf:hb:"
 NAMES = ("east-a", "east-b", "west-a")
@@ -168,3 +176,55 @@ async def test_a_router_started_on_an_empty_store_waits_for_heartbeats(redis_ser
         await fleet.poll_once()
         assert fleet.source_up
         assert drained(fleet) == dict.fromkeys(NAMES, "no-heartbeat")
+
+
+WRONG = "wrong-secret-3f9a1c"
+RIGHT = "right-secret-7d2e4b"
+
+
+async def test_a_store_that_refuses_the_password_is_named_in_the_log_and_readyz(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A heartbeat Redis (``requirepass``) refusing the router's password (``WRONGPASS``), or asking
+    for one the router does not send (``NOAUTH``), is a configuration error, not an outage: the log
+    and ``/readyz`` say so, naming ``passwordEnv`` and its variable, never the password. Before
+    session s39 both read as any outage (``heartbeat store unreadable (AuthenticationError: ...)``),
+    and ``/readyz`` of a router started that way said only ``heartbeat_source_up: false``."""
+    monkeypatch.setenv("PATH", redis_on_path())
+    monkeypatch.setenv("SF_HB_PASSWORD", WRONG)
+    server = start_redis(tmp_path, password=RIGHT)
+    caplog.set_level(logging.ERROR, logger="igw.global_router")
+    try:
+        for redis_node, cause in (
+            (
+                {"url": server.url, "passwordEnv": "SF_HB_PASSWORD"},
+                "refused the router's authentication: wrong password (or user) from "
+                "spec.heartbeats.redis.passwordEnv, environment variable SF_HB_PASSWORD",
+            ),
+            (
+                {"url": server.url},
+                "refused the router's authentication: it requires a password and none is configured "
+                "(set spec.heartbeats.redis.passwordEnv",
+            ),
+        ):
+            caplog.clear()
+            app = create_global_app(
+                parse_global_config(global_doc(heartbeats={"redis": redis_node})), rng=random.Random(1)
+            )
+            async with (
+                serve_app(app, host="127.0.0.1", port=0) as url,
+                aiohttp.ClientSession() as http,
+                http.get(url + "/readyz") as resp,
+            ):
+                assert resp.status == 503
+                detail = await resp.json()
+                shown = await resp.text()
+            assert detail["heartbeat_source_up"] is False
+            assert cause in detail["heartbeat_source_problem"]
+            logged = caplog.text
+            assert cause in logged
+            for text in (shown, logged):
+                assert WRONG not in text
+                assert RIGHT not in text
+    finally:
+        server.stop()

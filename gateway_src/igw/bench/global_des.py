@@ -16,7 +16,13 @@ Model, and what it leaves out:
 - every cluster publishes a heartbeat each second (saturation, P99 TTFT over 10 s); routers read
   all heartbeats every ``poll_s``; failure detection from request outcomes is applied at the
   moment of the attempt (not one round trip later);
-- faults: one cluster of region 0 is killed, returns, then region 0 goes down.
+- faults: one cluster of region 0 is killed, returns, then region 0 goes down;
+- models (``pod_splits``): by default one model on every pod. With several, each cluster serves
+  them on pods of their own (a pool per model, each an M/G/c queue answering 429 beyond ``2c``
+  queued), its pods split as ``pod_splits`` says in turn over the clusters, and a request's model is
+  drawn with equal odds; ``pool_figures`` says whether the heartbeats carry each pool's figures (as
+  tier 1's do) or only the cluster's (as from a gateway that publishes no ``pools``), the routing
+  then reading what the heartbeat holds (:func:`igw.global_router.policy.model_load`).
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from igw.gateway.heartbeat_message import Heartbeat
+from igw.gateway.heartbeat_message import Heartbeat, PoolLoad
 from igw.global_router.config import ClusterSpec, FailoverSpec, RoutingSpec
 from igw.global_router.health import ClusterHealth, Transition, record_failure
 from igw.global_router.policy import ClusterState, plan
@@ -59,15 +65,27 @@ class DesOptions:
     slo_s: float = 1.0
     slow_start_s: float = 20.0
     seed: int = 1
+    pod_splits: tuple[tuple[int, ...], ...] = ()
+    """Per cluster in turn, its pods per model (each split summing to ``pods_per_cluster``); empty:
+    one model on every pod."""
+    pool_figures: bool = True
+    """Whether the heartbeats carry each model's pool figures (``pools``), or only the cluster's."""
+
+
+@dataclass
+class _Pool:
+    """One model's pods at a cluster: an M/G/c queue."""
+
+    slots: int
+    busy: int = 0
+    queue: deque[tuple[float, int]] = field(default_factory=deque)
 
 
 @dataclass
 class _Cluster:
     spec: ClusterSpec
-    slots: int
+    pools: dict[str, _Pool]
     alive: bool = True
-    busy: int = 0
-    queue: deque[tuple[float, int]] = field(default_factory=deque)
     ttfts: deque[tuple[float, float]] = field(default_factory=deque)
     seq: int = 0
     seq_epoch: int = 0
@@ -84,6 +102,9 @@ class _Request:
     latency_s: float = math.nan
     failed: bool = False
     retried: bool = False
+    model: str = MODEL
+    refusals: int = 0
+    """429s answered on the way (each a round trip before the next cluster was tried)."""
 
 
 def _ring_rtt(a: int, b: int, options: DesOptions) -> float:
@@ -97,15 +118,20 @@ def run_global_des(options: DesOptions) -> dict[str, Any]:
     """Simulate; return the measurements (redirect times, failures, latency, ramp, cost)."""
     rng = random.Random(options.seed)
     regions = [f"r{i}" for i in range(options.regions)]
+    splits = options.pod_splits or ((options.pods_per_cluster,),)
+    models = (MODEL,) if len(splits[0]) == 1 else tuple(f"model-{m}" for m in range(len(splits[0])))
     clusters: dict[str, _Cluster] = {}
     for r, region in enumerate(regions):
         for c in range(options.clusters_per_region):
             name = f"{region}-c{c}"
             price = 0.2 + 0.05 * r + 0.01 * c  # regions differ in price; cost-first has a reason to move
-            spec = ClusterSpec(
-                name, region, f"http://{name}", (MODEL,), float(options.pods_per_cluster), price
-            )
-            clusters[name] = _Cluster(spec, slots=options.pods_per_cluster * options.slots_per_pod)
+            spec = ClusterSpec(name, region, f"http://{name}", models, float(options.pods_per_cluster), price)
+            split = splits[(r * options.clusters_per_region + c) % len(splits)]
+            pools = {
+                model: _Pool(slots=pods * options.slots_per_pod)
+                for model, pods in zip(models, split, strict=True)
+            }
+            clusters[name] = _Cluster(spec, pools)
     failover = FailoverSpec(slow_start_s=options.slow_start_s)
     routing = RoutingSpec(
         policy="cost-first-within-slo" if options.policy == "cost-first-within-slo" else "latency-first",
@@ -138,13 +164,14 @@ def run_global_des(options: DesOptions) -> dict[str, Any]:
     push(options.return_at_s, "revive", [victim])
     push(options.region_down_at_s, "kill", [n for n in clusters if n.startswith(f"{regions[0]}-")])
 
-    def start_service(cluster: _Cluster, now: float) -> None:
-        while cluster.busy < cluster.slots and cluster.queue:
-            enqueued, index = cluster.queue.popleft()
-            cluster.busy += 1
+    def start_service(cluster: _Cluster, model: str, now: float) -> None:
+        pool = cluster.pools[model]
+        while pool.busy < pool.slots and pool.queue:
+            enqueued, index = pool.queue.popleft()
+            pool.busy += 1
             service = rng.lognormvariate(math.log(options.mean_service_s) - 0.125, 0.5)
             cluster.ttfts.append((now, now - enqueued + 0.05))
-            push(now + service, "finish", (cluster.spec.name, index, cluster.seq_epoch))
+            push(now + service, "finish", (cluster.spec.name, model, index, cluster.seq_epoch))
 
     def observe(r: int, name: str, transition: Transition | None, now: float) -> None:
         if transition is not None and transition.kind == "failover":
@@ -161,7 +188,7 @@ def run_global_des(options: DesOptions) -> dict[str, Any]:
         ]
         elapsed = 0.0
         answered = 0
-        for choice in plan(MODEL, states, region=regions[r], routing=routing, rng=rng):
+        for choice in plan(request.model, states, region=regions[r], routing=routing, rng=rng):
             if answered >= routing.max_attempts:
                 break
             target = clusters[choice.cluster.name]
@@ -172,14 +199,16 @@ def run_global_des(options: DesOptions) -> dict[str, Any]:
                 observe(r, target.spec.name, views[target.spec.name].evaluate(now=now, source_up=True), now)
                 continue
             answered += 1
-            if len(target.queue) > 2 * target.slots:
+            pool = target.pools[request.model]
+            if len(pool.queue) > 2 * pool.slots:
                 elapsed += rtt  # 429 from tier 1: the router tries the next cluster
+                request.refusals += 1
                 continue
             request.cluster = target.spec.name
             request.network_s += elapsed + rtt
-            target.queue.append((now, index))
+            pool.queue.append((now, index))
             in_flight[target.spec.name].add(index)
-            start_service(target, now)
+            start_service(target, request.model, now)
             return
         request.failed = True
 
@@ -191,17 +220,18 @@ def run_global_des(options: DesOptions) -> dict[str, Any]:
         if kind == "arrival":
             if t < options.end_s:
                 push(t + rng.expovariate(options.rate_per_region), "arrival", payload)
-            requests.append(_Request(region=payload, sent=t))
+            model = models[0] if len(models) == 1 else models[rng.randrange(len(models))]
+            requests.append(_Request(region=payload, sent=t, model=model))
             dispatch(len(requests) - 1, t)
         elif kind == "finish":
-            name, index, epoch = payload
+            name, model, index, epoch = payload
             cluster = clusters[name]
             if epoch != cluster.seq_epoch:
                 continue  # the cluster crashed meanwhile; the request was retried elsewhere
-            cluster.busy -= 1
+            cluster.pools[model].busy -= 1
             in_flight[name].discard(index)
             requests[index].latency_s = t - requests[index].sent + requests[index].network_s
-            start_service(cluster, t)
+            start_service(cluster, model, t)
         elif kind == "heartbeat":
             cluster = clusters[payload]
             push(t + 1.0, "heartbeat", payload)
@@ -212,18 +242,7 @@ def run_global_des(options: DesOptions) -> dict[str, Any]:
             values = sorted(v for _, v in cluster.ttfts)
             p99 = values[min(len(values) - 1, int(0.99 * len(values)))] if values else None
             cluster.seq += 1
-            store[payload] = Heartbeat(
-                cluster=payload,
-                region=cluster.spec.region,
-                seq=cluster.seq,
-                sent_at=t,
-                models=(MODEL,),
-                endpoints_total=options.pods_per_cluster,
-                endpoints_fresh=options.pods_per_cluster,
-                saturation=min(1.0, (cluster.busy + len(cluster.queue)) / cluster.slots),
-                queue_depth=len(cluster.queue),
-                ttft_p99_s=p99,
-            )
+            store[payload] = _heartbeat(cluster, options, seq=cluster.seq, at=t, ttft_p99_s=p99)
         elif kind == "poll":
             push(t + options.poll_s, "poll", payload)
             for name, h in health[payload].items():
@@ -234,8 +253,9 @@ def run_global_des(options: DesOptions) -> dict[str, Any]:
                 cluster = clusters[name]
                 cluster.alive = False
                 cluster.seq_epoch += 1
-                cluster.queue.clear()
-                cluster.busy = 0
+                for pool in cluster.pools.values():
+                    pool.queue.clear()
+                    pool.busy = 0
                 orphans, in_flight[name] = in_flight[name], set()
                 for index in sorted(orphans):
                     requests[index].retried = True
@@ -244,6 +264,39 @@ def run_global_des(options: DesOptions) -> dict[str, Any]:
             for name in payload:
                 clusters[name].alive = True
     return _summary(requests, drains, clusters, regions, victim, options)
+
+
+def _heartbeat(
+    cluster: _Cluster, options: DesOptions, *, seq: int, at: float, ttft_p99_s: float | None
+) -> Heartbeat:
+    """What the cluster's gateway publishes: saturation as queued and running requests over slots,
+    the cluster's and (``options.pool_figures``) each model pool's."""
+    pods_per_slot = 1 / options.slots_per_pod
+    pools = {
+        model: PoolLoad(
+            model=model,
+            endpoints_total=round(pool.slots * pods_per_slot),
+            endpoints_fresh=round(pool.slots * pods_per_slot),
+            saturation=min(1.0, (pool.busy + len(pool.queue)) / pool.slots) if pool.slots else 1.0,
+            queue_depth=len(pool.queue),
+        )
+        for model, pool in cluster.pools.items()
+    }
+    slots = sum(pool.slots for pool in cluster.pools.values())
+    load = sum(pool.busy + len(pool.queue) for pool in cluster.pools.values())
+    return Heartbeat(
+        cluster=cluster.spec.name,
+        region=cluster.spec.region,
+        seq=seq,
+        sent_at=at,
+        models=tuple(cluster.pools),
+        endpoints_total=options.pods_per_cluster,
+        endpoints_fresh=options.pods_per_cluster,
+        saturation=min(1.0, load / slots),
+        queue_depth=sum(len(pool.queue) for pool in cluster.pools.values()),
+        ttft_p99_s=ttft_p99_s,
+        pools=pools if options.pool_figures else {},
+    )
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -289,6 +342,7 @@ def _summary(
         "clusters": len(clusters),
         "requests": len(requests),
         "failed": sum(q.failed for q in requests),
+        "refused_429": sum(q.refusals for q in requests),
         "retried_after_crash": sum(q.retried for q in requests),
         "redirect_cluster_s": redirect(victim, options.kill_at_s),
         "redirect_region_s": None
@@ -318,7 +372,6 @@ def run_global_des_command(
             base = DesOptions(regions=5, clusters_per_region=10, rate_per_region=30.0, seed=seed)
     results = {policy: run_global_des(replace(base, policy=policy)) for policy in POLICIES}
     out.mkdir(parents=True, exist_ok=True)
-    (out / "global-des-results.json").write_text(json.dumps(results, indent=2, default=str))
     first = results[POLICIES[0]]
     lines = [
         "# Tier-2 global router: discrete-event model",
@@ -341,12 +394,48 @@ def run_global_des_command(
             f"| {_fmt(r['region0_p50_before_s'])} / {_fmt(r['region0_p50_region_down_s'])} "
             f"| ${r['cost_per_1k_requests_usd']:.4f} | {_fmt(r['p99_latency_s'])} |"
         )
+    pooled = replace(POOLS, seed=seed, end_s=30.0 if quick else POOLS.end_s)
+    pool_results = {
+        (policy, figures): run_global_des(replace(pooled, policy=policy, pool_figures=figures))
+        for policy in POLICIES
+        for figures in (False, True)
+    }
+    lines += [
+        "",
+        f"Model pools: {pooled.regions} regions × {pooled.clusters_per_region} clusters, two models, each "
+        f"cluster's {pooled.pods_per_cluster} pods split 3/1 or 1/3 in turn, "
+        f"{pooled.rate_per_region:g} req/s per region, {pooled.end_s:g} s, no fault; routed on the "
+        "cluster's figures (heartbeats without `pools`) or each model's pool figures.",
+        "",
+        "| policy | heartbeat figures | requests | failed | answered 429 | P99 latency |",
+        "|---|---|---|---|---|---|",
+    ]
+    for (policy, figures), r in pool_results.items():
+        lines.append(
+            f"| {policy} | {'model pools' if figures else 'cluster'} | {r['requests']} | {r['failed']} "
+            f"| {r['refused_429']} | {_fmt(r['p99_latency_s'])} |"
+        )
+    results["model-pools"] = {
+        f"{policy}/{'pools' if f else 'cluster'}": r for (policy, f), r in pool_results.items()
+    }
+    (out / "global-des-results.json").write_text(json.dumps(results, indent=2, default=str))
     (out / "global-des-report.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0
 
 
 POLICIES = ("latency-first", "cost-first-within-slo")
+POOLS = DesOptions(
+    regions=3,
+    clusters_per_region=4,
+    rate_per_region=150.0,
+    pod_splits=((3, 1), (1, 3)),
+    kill_at_s=math.inf,
+    return_at_s=math.inf,
+    region_down_at_s=math.inf,
+    end_s=60.0,
+)
+"""The model-pools scenario: each cluster as busy as the next, one of its two pools far busier."""
 
 
 def _fmt(value: float | None) -> str:

@@ -18,7 +18,7 @@ from igw.gateway.heartbeat_message import Heartbeat
 from igw.gateway.ticker import Ticker
 from igw.global_router.config import ClusterSpec, GlobalRouterConfig
 from igw.global_router.health import ClusterHealth, Transition, record_failure
-from igw.global_router.heartbeats import HeartbeatReader, HeartbeatSourceDown
+from igw.global_router.heartbeats import HeartbeatReader, HeartbeatSourceDown, HeartbeatSourceRefused
 from igw.global_router.metrics import FleetMetrics
 from igw.global_router.policy import Choice, ClusterState, plan
 from igw.scheduling.request_faults import RequestFaultMemory
@@ -63,6 +63,10 @@ class Fleet:
             self._tick, interval_s=config.heartbeats.poll_interval_s, name="igw-global-poll"
         )
         self._logged_down = False
+        self.source_problem: str | None = None
+        """Why the heartbeat store cannot be read, while it cannot (shown in ``/readyz``)."""
+        self.source_problem_refused = False
+        """Whether :attr:`source_problem` is the store refusing the router's credentials."""
         self.evaluate()
 
     # -- heartbeats ------------------------------------------------------------------------------
@@ -71,14 +75,21 @@ class Fleet:
             try:
                 beats = await self._reader.read()
             except HeartbeatSourceDown as exc:
-                if not self._logged_down:
-                    log.error("heartbeat store unreadable (%s): staleness suspended", exc)
+                refused = isinstance(exc, HeartbeatSourceRefused)
+                problem = str(exc) if refused else f"heartbeat store unreadable ({exc})"
+                # Logged once per kind of trouble: a refusal after an outage (or back) is news.
+                if not self._logged_down or refused != self.source_problem_refused:
+                    log.error("%s: staleness suspended", problem)
                     self._logged_down = True
+                self.source_problem = problem
+                self.source_problem_refused = refused
                 self.source_up = False
             else:
                 if self._logged_down:
                     log.warning("heartbeat store readable again")
                     self._logged_down = False
+                self.source_problem = None
+                self.source_problem_refused = False
                 now = self._clock()
                 if not self.source_up and self._read_at is not None:
                     # Back after an outage: its length is not counted toward any cluster's staleness.
@@ -101,6 +112,8 @@ class Fleet:
             transition = health.evaluate(now=now, source_up=self.source_up)
             if transition is not None:
                 self._record(transition)
+            for recovery in health.model_recoveries(now=now):
+                self._record(recovery)
             spec = self.clusters[name]
             m.available.labels(name, spec.region).set(1 if health.available() else 0)
             m.ramp.labels(name).set(health.ramp(now=now))
@@ -124,8 +137,9 @@ class Fleet:
         else:
             self._metrics.recoveries.labels(transition.cluster).inc()
             log.warning(
-                "cluster %s is back; slow start over %.0f s",
+                "cluster %s is back%s; slow start over %.0f s",
                 transition.cluster,
+                "" if transition.model is None else f" for model {transition.model!r}",
                 self.config.failover.slow_start_s,
             )
 
@@ -148,7 +162,9 @@ class Fleet:
         now = self._clock()
         states = [
             ClusterState(
-                spec=spec, heartbeat=self.health[name].heartbeat, ramp=self.health[name].ramp(now=now)
+                spec=spec,
+                heartbeat=self.health[name].heartbeat,
+                ramp=self.health[name].ramp(now=now, model=model),  # the model's own slow start too
             )
             for name, spec in self.clusters.items()
             if not self.health[name].ejected(now=now, model=model)  # out for this model's failures
@@ -276,7 +292,11 @@ class Fleet:
             for name, h in self.health.items()
         }
         ready = self.polled and any(h.available() for h in self.health.values())
-        return ready, {"region": self.region, "heartbeat_source_up": self.source_up, "clusters": clusters}
+        detail: dict[str, Any] = {"region": self.region, "heartbeat_source_up": self.source_up}
+        if self.source_problem is not None:
+            detail["heartbeat_source_problem"] = self.source_problem
+        detail["clusters"] = clusters
+        return ready, detail
 
 
 def _configured(beat: Heartbeat, models: frozenset[str]) -> Heartbeat:

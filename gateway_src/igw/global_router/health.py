@@ -32,7 +32,11 @@ Pure state with an injected clock (the router passes ``now``), so every transiti
   it completes is not bounded.
 - **Slow start**: when a drained cluster becomes available again its share of traffic ramps
   linearly from :data:`RAMP_FLOOR` to 1 over ``slow_start_s`` (:meth:`ClusterHealth.ramp`), so a
-  recovering cluster is not hit by a thundering herd.
+  recovering cluster is not hit by a thundering herd. So does a cluster's share of one model's
+  traffic when its ejection for that model's failed answers ends (``ramp(model=...)``, the smaller
+  of the two ramps), reported as a recovery of the cluster for that model
+  (:meth:`ClusterHealth.model_recoveries`). Until session s39 such a model came back at full share
+  the moment its ejection ended, with no recovery event, while a whole cluster's return ramped.
 
 Transitions are reported as :class:`Transition` values (the router counts them as failover and
 recovery events).
@@ -82,6 +86,9 @@ class ClusterHealth:
         self.model_failures: dict[str, int] = {}
         """Per model: failed answers in a row (a model of the cluster's configuration: bounded)."""
         self._model_ejected_until: dict[str, float] = {}
+        """Per model: when its ejection here ends (kept through the slow start that follows it)."""
+        self._model_returned: set[str] = set()
+        """The models whose ejection ended and whose recovery was reported (slow start under way)."""
         self.available_since: float | None = None
         """When the cluster last became available (``None`` while it is drained)."""
         self._has_failed = False
@@ -150,6 +157,7 @@ class ClusterHealth:
             self.ejected_until = now + self._spec.ejection_s
         else:
             self._model_ejected_until[model] = now + self._spec.ejection_s
+            self._model_returned.discard(model)
 
     def ejected(self, *, now: float, model: str | None = None) -> bool:
         """Out for failing requests at ``now``: the cluster, or (``model``) the cluster for that model."""
@@ -160,6 +168,23 @@ class ClusterHealth:
     def ejected_models(self, *, now: float) -> list[str]:
         """The models this cluster is out for at ``now`` (their failed answers), sorted."""
         return sorted(model for model, until in self._model_ejected_until.items() if now < until)
+
+    def model_recoveries(self, *, now: float) -> list[Transition]:
+        """The recoveries of this cluster for models whose ejection ended by ``now`` (each reported
+        once; their slow start runs from the ejection's end), sorted by model; forgets the models
+        whose slow start is over (what is kept is bounded by the configured models)."""
+        window = max(0.0, self._spec.slow_start_s)
+        back: list[Transition] = []
+        for model, until in sorted(self._model_ejected_until.items()):
+            if now < until:
+                continue
+            if model not in self._model_returned:
+                self._model_returned.add(model)
+                back.append(Transition(self.name, "recovery", "available", now, model=model))
+            if now - until >= window:
+                del self._model_ejected_until[model]
+                self._model_returned.discard(model)
+        return back
 
     # -- state ---------------------------------------------------------------------------------
     def reason_drained(self, *, now: float, source_up: bool) -> DrainReason | None:
@@ -205,12 +230,21 @@ class ClusterHealth:
     def available(self) -> bool:
         return self.drain_reason is None
 
-    def ramp(self, *, now: float) -> float:
-        """Share of full traffic (``RAMP_FLOOR`` .. 1) during slow start; 0 while drained."""
+    def ramp(self, *, now: float, model: str | None = None) -> float:
+        """Share of full traffic (``RAMP_FLOOR`` .. 1) during slow start; 0 while drained. With
+        ``model``: of that model's traffic, whose own slow start follows an ejection for its failed
+        answers (0 while it lasts), the smaller of the two ramps."""
         if self.drain_reason is not None or self.available_since is None:
             return 0.0
+        share = self._slow_start(now - self.available_since)
+        until = None if model is None else self._model_ejected_until.get(model)
+        if until is not None:
+            share = 0.0 if now < until else min(share, self._slow_start(now - until))
+        return share
+
+    def _slow_start(self, elapsed: float) -> float:
+        """The share ``elapsed`` seconds into a slow start."""
         window = self._spec.slow_start_s
-        elapsed = now - self.available_since
         if window <= 0 or elapsed >= window:
             return 1.0
         return RAMP_FLOOR + (1.0 - RAMP_FLOOR) * max(0.0, elapsed) / window

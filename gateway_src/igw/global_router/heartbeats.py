@@ -9,7 +9,8 @@ A malformed value (or one naming another cluster) is logged once per cluster and
 fine again and left out; a cluster whose key holds no well-formed document at all is read as no
 heartbeat and listed in :attr:`HeartbeatReader.malformed`, which drains it (reason ``malformed``:
 :mod:`igw.global_router.health`). A Redis error makes :meth:`HeartbeatReader.read` raise
-:class:`HeartbeatSourceDown`; the router then suspends staleness instead of draining the fleet.
+:class:`HeartbeatSourceDown`; the router then suspends staleness instead of draining the fleet. A
+store that refuses the router's credentials raises :class:`HeartbeatSourceRefused`, which says so.
 
 A store that held two clusters' keys or more at the last read and holds none now lost its data (a
 Redis restarted without it, or failed over to a replica that lost it): several clusters' last
@@ -95,6 +96,38 @@ class HeartbeatSourceDown(IgwGatewayError):
     """The heartbeat store could not be read."""
 
 
+class HeartbeatSourceRefused(HeartbeatSourceDown):
+    """The heartbeat store refused the router's credentials (``WRONGPASS``, ``NOAUTH``, ``NOPERM``):
+    a configuration error, not an outage, which no retry mends. Its message names the setting to
+    look at (``spec.heartbeats.redis.passwordEnv`` and the variable), never the password. Until
+    session s39 it read as any outage (``heartbeat store unreadable (AuthenticationError: ...)``),
+    and ``/readyz`` of a router started that way said only ``heartbeat_source_up: false``."""
+
+
+def _refusal(exc: Exception, *, password_env: str | None, has_password: bool) -> str:
+    """What a refusal of the router's credentials means, naming the setting (never the password):
+    ``password_env``, the variable the password came from; ``has_password``, whether the client
+    sent one at all (from that variable or the URL)."""
+    # deferred: optional dependency: redis is imported only when this feature is configured
+    from redis.exceptions import NoPermissionError
+
+    where = "spec.heartbeats.redis"
+    if isinstance(exc, NoPermissionError):
+        return (
+            "the heartbeat store refused a command to the router's Redis user (NOPERM): grant that "
+            f"user (the user name in {where}.url) read access to the heartbeat keys and EVAL/EVALSHA"
+        )
+    if not has_password:
+        return (
+            "the heartbeat store refused the router's authentication: it requires a password and "
+            f"none is configured (set {where}.passwordEnv to the environment variable that holds it)"
+        )
+    source = f"{where}.url"
+    if password_env is not None:
+        source = f"{where}.passwordEnv, environment variable {password_env}"
+    return "the heartbeat store refused the router's authentication: wrong password (or user) from " + source
+
+
 class HeartbeatReader:
     def __init__(
         self,
@@ -103,11 +136,13 @@ class HeartbeatReader:
         key_prefix: str,
         clusters: Sequence[str],
         password: str | None = None,
+        password_env: str | None = None,
         timeout_s: float = 0.5,
         staleness_s: float = 3.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """``password``: the Redis password when the URL holds none (``spec.heartbeats.redis.passwordEnv``);
+        ``password_env``: the name of that variable (named when the store refuses the password);
         ``staleness_s``: how long a replica counts after its ``seq`` last changed (the config's
         ``failover.heartbeatStalenessSeconds``); ``clock``: the router's clock."""
         # deferred: optional dependency: redis is imported only when this feature is configured
@@ -116,6 +151,7 @@ class HeartbeatReader:
         self._client = redis_asyncio.Redis.from_url(
             url, password=password, socket_connect_timeout=timeout_s, socket_timeout=timeout_s
         )
+        self._password_env = password_env
         self._clusters = tuple(clusters)
         self._keys = [f"{key_prefix}{name}" for name in self._clusters]
         self._merges = {name: ReplicaMerge(staleness_s=staleness_s) for name in self._clusters}
@@ -186,10 +222,14 @@ class HeartbeatReader:
         """Every cluster's fields (replica name → raw document; a plain-string key as one field), or
         why its key was not read (too many fields or bytes, another type: :data:`_FETCH`)."""
         # deferred: optional dependency: redis is imported only when this feature is configured
-        from redis.exceptions import RedisError
+        from redis.exceptions import AuthenticationError, AuthorizationError, NoPermissionError, RedisError
 
         try:
             results = await self._fetch_script(keys=self._keys, args=[MAX_REPLICA_FIELDS, MAX_KEY_BYTES])
+        except (AuthenticationError, AuthorizationError, NoPermissionError) as exc:
+            has_password = bool(self._client.connection_pool.connection_kwargs.get("password"))
+            refusal = _refusal(exc, password_env=self._password_env, has_password=has_password)
+            raise HeartbeatSourceRefused(refusal) from exc
         except (RedisError, OSError) as exc:
             raise HeartbeatSourceDown(f"{type(exc).__name__}: {exc}") from exc
         out: list[dict[str, bytes] | str] = []

@@ -56,7 +56,8 @@ class FleetMetrics:
         )
         self.recoveries = Counter(
             f"{PREFIX}_recovery_events",
-            "Drained clusters that became available again.",
+            "Drained clusters that became available again (for every model, or for the one model "
+            "they were drained for).",
             ["cluster"],
             registry=r,
         )

@@ -10,11 +10,17 @@ here reads a clock, a socket or a global. The order is:
    even when it is the only cluster of its region.
 3. **Saturation**: clusters whose heartbeat reports saturation at or above
    ``routing.saturationThreshold`` (or no fresh endpoint) go after every cluster with headroom, so
-   traffic moves away before they start answering 429.
+   traffic moves away before they start answering 429. The figures are the requested model's own
+   pools' when the heartbeat carries them (:func:`model_load`), else the cluster's: a cluster serves
+   several models on pods of their own, and one model's pool full (or without a fresh pod) while
+   the others idle leaves the cluster-wide figures low. Until session s39 only the cluster's were
+   read, so such a cluster kept its full share of that model's requests, each costing a 429 or 503
+   round trip before the next cluster was tried.
 4. Among clusters with headroom:
 
    - ``latency-first``: the router's own region first, then the others; within each group a
      weighted random order with weight ``capacityWeight × headroom / (predicted P99 TTFT + 50 ms)``
+     (headroom: 1 - the saturation of step 3)
      (load spreads in proportion to capacity and spare room instead of piling onto one cluster);
    - ``cost-first-within-slo``: clusters whose *predicted* P99 TTFT (the heartbeat's recent P99
      plus ``interRegionPenaltySeconds`` outside the router's region) is under the SLO, in the
@@ -74,15 +80,44 @@ def predicted_ttft(state: ClusterState, *, region: str, routing: RoutingSpec) ->
     return recent + (0.0 if state.spec.region == region else routing.inter_region_penalty_s)
 
 
-def is_saturated(state: ClusterState, routing: RoutingSpec) -> bool:
-    beat = state.heartbeat
+@dataclass(frozen=True, slots=True)
+class Load:
+    """The load figures routing reads of one cluster for one model."""
+
+    saturation: float
+    """0 (every endpoint has spare capacity) .. 1 (none has)."""
+    endpoints_fresh: int
+
+
+IDLE: Final = Load(saturation=0.0, endpoints_fresh=1)
+"""The load of a cluster without a heartbeat (routed on its configuration alone)."""
+
+
+def model_load(beat: Heartbeat | None, model: str | None) -> Load:
+    """``model``'s load at the cluster whose heartbeat is ``beat``: its own pools' figures (the
+    saturation of several pools of the model weighted by their endpoints, their fresh endpoints
+    summed) when ``beat`` carries a pool of it, else the cluster's (a heartbeat without ``pools``,
+    or a LoRA adapter's name, which names no pool; ``model`` ``None``: the cluster's)."""
     if beat is None:
+        return IDLE
+    pools = [pool for pool in beat.pools.values() if pool.model == model] if model is not None else []
+    if not pools:
+        return Load(saturation=beat.saturation, endpoints_fresh=beat.endpoints_fresh)
+    total = sum(pool.endpoints_total for pool in pools)
+    saturation = 1.0 if total == 0 else sum(pool.saturation * pool.endpoints_total for pool in pools) / total
+    return Load(saturation=saturation, endpoints_fresh=sum(pool.endpoints_fresh for pool in pools))
+
+
+def is_saturated(state: ClusterState, routing: RoutingSpec, model: str | None = None) -> bool:
+    """Whether the cluster has no room for ``model`` (its pools' figures: :func:`model_load`)."""
+    if state.heartbeat is None:
         return False
-    return beat.saturation >= routing.saturation_threshold or beat.endpoints_fresh == 0
+    load = model_load(state.heartbeat, model)
+    return load.saturation >= routing.saturation_threshold or load.endpoints_fresh == 0
 
 
-def _weight(state: ClusterState, predicted: float) -> float:
-    headroom = 1.0 - (state.heartbeat.saturation if state.heartbeat else 0.0)
+def _weight(state: ClusterState, predicted: float, model: str | None) -> float:
+    headroom = 1.0 - model_load(state.heartbeat, model).saturation
     return max(1e-9, state.spec.capacity_weight * max(headroom, 0.01) / (predicted + TTFT_FLOOR_S))
 
 
@@ -92,11 +127,13 @@ def _weighted_order(
     region: str,
     routing: RoutingSpec,
     rng: random.Random,
+    model: str | None,
     factor: Callable[[ClusterState], float] = lambda _state: 1.0,
 ) -> list[ClusterState]:
     keyed = []
     for state in states:
-        weight = _weight(state, predicted_ttft(state, region=region, routing=routing)) * factor(state)
+        predicted = predicted_ttft(state, region=region, routing=routing)
+        weight = _weight(state, predicted, model) * factor(state)
         u = rng.random() or 1e-12
         keyed.append((math.log(u) / weight, state.spec.name, state))
     keyed.sort(key=lambda item: (item[0], item[1]), reverse=True)
@@ -121,13 +158,24 @@ def _cost_factor(states: Sequence[ClusterState]) -> Callable[[ClusterState], flo
 
 
 def _latency_first(
-    states: Sequence[ClusterState], *, region: str, routing: RoutingSpec, rng: random.Random
+    states: Sequence[ClusterState],
+    *,
+    region: str,
+    routing: RoutingSpec,
+    rng: random.Random,
+    model: str | None,
 ) -> list[tuple[ClusterState, str]]:
     local = [s for s in states if s.spec.region == region]
     remote = [s for s in states if s.spec.region != region]
     return [
-        *((s, "same-region") for s in _weighted_order(local, region=region, routing=routing, rng=rng)),
-        *((s, "cross-region") for s in _weighted_order(remote, region=region, routing=routing, rng=rng)),
+        *(
+            (s, "same-region")
+            for s in _weighted_order(local, region=region, routing=routing, rng=rng, model=model)
+        ),
+        *(
+            (s, "cross-region")
+            for s in _weighted_order(remote, region=region, routing=routing, rng=rng, model=model)
+        ),
     ]
 
 
@@ -145,25 +193,26 @@ def plan(
     held_back: list[ClusterState] = []
     for state in serving:
         (in_play if state.ramp >= 1.0 or rng.random() < state.ramp else held_back).append(state)
-    roomy = [s for s in in_play if not is_saturated(s, routing)]
-    full = [s for s in in_play if is_saturated(s, routing)]
+    roomy = [s for s in in_play if not is_saturated(s, routing, model)]
+    full = [s for s in in_play if is_saturated(s, routing, model)]
     ordered: list[tuple[ClusterState, str]]
     if routing.policy == "cost-first-within-slo":
         slo = routing.ttft_p99_slo_s
         within = [s for s in roomy if predicted_ttft(s, region=region, routing=routing) < slo]
         over = [s for s in roomy if predicted_ttft(s, region=region, routing=routing) >= slo]
         cheapest = _weighted_order(
-            within, region=region, routing=routing, rng=rng, factor=_cost_factor(within)
+            within, region=region, routing=routing, rng=rng, model=model, factor=_cost_factor(within)
         )
+        over_order = _latency_first(over, region=region, routing=routing, rng=rng, model=model)
         ordered = [
             *((s, "cost-within-slo") for s in cheapest),
-            *((s, "over-slo") for s, _ in _latency_first(over, region=region, routing=routing, rng=rng)),
+            *((s, "over-slo") for s, _ in over_order),
         ]
     else:
-        ordered = _latency_first(roomy, region=region, routing=routing, rng=rng)
+        ordered = _latency_first(roomy, region=region, routing=routing, rng=rng, model=model)
     full.sort(
         key=lambda s: (
-            s.heartbeat.saturation if s.heartbeat else 0.0,
+            model_load(s.heartbeat, model).saturation,
             predicted_ttft(s, region=region, routing=routing),
         )
     )

@@ -691,6 +691,7 @@ def create_global_app(
                 config.heartbeats.redis_password_env,
                 path="spec.heartbeats.redis",
             ),
+            password_env=config.heartbeats.redis_password_env,
             key_prefix=config.heartbeats.key_prefix,
             clusters=[c.name for c in config.clusters],
             staleness_s=config.failover.heartbeat_staleness_s,
