@@ -61,6 +61,7 @@ class SimPod:
         "series",
         "spec",
         "stalled",
+        "step_end",
         "view",
     )
 
@@ -120,6 +121,8 @@ class SimPod:
         self.hung = False
         self.stalled = False
         """A step ended while the pod was hung; it completes when the hang ends."""
+        self.step_end = 0.0
+        """When the step in progress (``batch``) ends: the time of its pending step event."""
         for fault in spec.faults:
             if fault.kind is FaultKind.DIE_MID_STREAM:
                 raise SimulationError(
