@@ -310,6 +310,29 @@ def test_slow_window_only_slows_inside_it() -> None:
     assert min(inside) > 3 * max(outside)
 
 
+def test_a_step_running_when_a_slow_window_ends_finishes_at_the_normal_speed() -> None:
+    """The step in progress when a ``slow`` window ends runs what is left of it at the normal speed
+    (the part already run keeps the slowed one), as the live pod rescales it: the DES kept the slowed
+    length, so a prefill started under factor 1000 ended ~7 s later although the window lasted 0.1 s."""
+    one = [
+        SimRequest(
+            request_id="r", arrival=0.0, prompt_text="x", prompt_tokens=100, output_tokens=4, model="m"
+        )
+    ]
+    plain = PodSpec(preset="llama-3.1-8b/h100", jitter_sigma=0.0)
+    slow = FaultSpec(kind=FaultKind.SLOW, factor=1000.0, start_s=0.0, end_s=0.1)
+    windowed = dataclasses.replace(plain, faults=(slow,))
+    base = simulate(pods=[plain], requests=one, policy=RoundRobin(), seed=0).records[0]
+    got = simulate(pods=[windowed], requests=one, policy=RoundRobin(), seed=0).records[0]
+    assert base.ttft is not None
+    assert base.e2e is not None
+    assert got.e2e is not None
+    assert got.ttft is not None
+    prefill = base.ttft  # the first step, alone on the pod
+    assert got.ttft == pytest.approx(0.1 + (prefill * 1000 - 0.1) / 1000, rel=1e-9)
+    assert got.e2e - got.ttft == pytest.approx(base.e2e - base.ttft, rel=1e-9)  # decode at full speed
+
+
 def test_fault_windows_keep_fast_forward_exact() -> None:
     faults = (
         FaultSpec(kind=FaultKind.SLOW, factor=2.0, start_s=0.5, end_s=1.5),

@@ -4,14 +4,21 @@ from __future__ import annotations
 
 import random
 
+import aiohttp
 import pytest
 from packaging.version import Version
 from prometheus_client.parser import text_string_to_metric_families
 
+from igw import engines
+from igw.gateway.metrics_parser import parse_page
+from igw.gateway.page_filter import filter_path
+from igw.sim.des_pod import SimPod
 from igw.sim.engine import Engine
+from igw.sim.live import run_fleet
 from igw.sim.metrics_page import PageContext, render_sglang, render_vllm
 from igw.sim.pod_stats import PodStats
 from igw.sim.presets import get_preset
+from igw.sim.spec import FleetSpec
 from tests.sim.support import make_request, run_alone
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
@@ -208,3 +215,44 @@ def test_cached_histogram_blocks_follow_new_observations() -> None:
     buckets = {labels["le"]: v for labels, v in s["vllm:time_to_first_token_seconds_bucket"]}
     assert buckets["0.02"] == 0.0
     assert buckets["0.04"] == 1.0
+
+
+@pytest.mark.parametrize(
+    ("version", "published"), [("0.4.6", False), ("0.5.8", True), ("0.5.11", True), ("0.5.12", False)]
+)
+async def test_an_sglang_pod_publishes_its_cache_config_and_the_gateway_reads_it(
+    version: str, published: bool
+) -> None:
+    """SGLang 0.5.8 - 0.5.11 publish ``sglang:cache_config_info{num_pages,page_size}`` (the page size
+    and page count of the KV pool), which the gateway reads for prefix auto-tuning: a simulated pod
+    of those versions lacked it, so every one was reported as missing that signal. Read here as the
+    gateway scrapes it (the name-filtered page) from a real simulated pod; the DES reports the same."""
+    pod = {"name": "s", "preset": "llama-3.1-8b/h100", "engine": "sglang", "engine_version": version}
+    spec = FleetSpec.from_mapping({"time_scale": 0.2, "seed": 1, "pods": [pod]})
+    families = engines.SGLANG.families
+    path = filter_path(families)
+    assert path is not None
+    async with run_fleet(spec) as fleet, aiohttp.ClientSession() as http:
+        async with http.get(fleet.pods[0].url + path) as resp:
+            page = await resp.text()
+        async with http.get(fleet.pods[0].url + engines.SGLANG.metrics_path) as resp:
+            whole = _samples(await resp.text())
+        num_blocks = fleet.pod("s").engine.pool.num_blocks
+    parsed = parse_page(page, families)
+    des_pod = SimPod(
+        index=0, spec=spec.pods[0], rng=random.Random(1), scrape_interval=0.05, sample_interval=1.0
+    )
+    des_pod.observe(0.1)
+    if published:
+        assert families.cache_config not in parsed.missing
+        assert (parsed.metrics.block_size, parsed.metrics.num_gpu_blocks) == (16, num_blocks)
+        assert des_pod.metrics is not None
+        assert (des_pod.metrics.block_size, des_pod.metrics.num_gpu_blocks) == (16, num_blocks)
+    else:
+        assert families.cache_config in parsed.missing
+        assert parsed.metrics.block_size is None
+    # from 0.5.12 the capacity is two plain gauges instead (which the catalogue does not read)
+    gauges = Version(version) >= Version("0.5.12")
+    assert ("sglang:page_size" in whole) is gauges
+    if gauges:
+        assert [v for _, v in whole["sglang:num_pages"]] == [float(num_blocks)]

@@ -163,6 +163,28 @@ async def test_a_background_streamed_response_answers_its_events() -> None:
         assert (stored.status, stored.output_text) == ("completed", done.output_text)
 
 
+async def test_a_background_streamed_response_sends_each_delta_as_its_token_is_generated() -> None:
+    """The deltas of a ``background`` + ``stream`` response come while it generates (vLLM's background
+    stream generator forwards them live), so time to first token measured on that path is real; the
+    simulator sent them all, replayed, only once the response had completed."""
+    async with run_fleet(fleet_spec(POD, time_scale=0.5)) as fleet, client(fleet.pods[0].url) as oai:
+        stream = await oai.responses.create(
+            model=MODEL, input="later", background=True, stream=True, max_output_tokens=60
+        )
+        status_at_first_delta = None
+        kinds = []
+        response_id = ""
+        async for event in stream:
+            kinds.append(event.type)
+            if event.type == "response.created":
+                response_id = event.response.id
+            elif event.type == "response.output_text.delta" and status_at_first_delta is None:
+                status_at_first_delta = (await oai.responses.retrieve(response_id)).status
+        assert status_at_first_delta == "in_progress"
+        assert kinds.count("response.output_text.delta") == 60
+        assert kinds[-1] == "response.completed"
+
+
 @pytest.mark.parametrize(
     ("body", "param"),
     [

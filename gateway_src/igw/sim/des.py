@@ -375,7 +375,8 @@ class _Runner:
         batch = pod.engine.schedule(now)
         pod.batch = batch
         if batch is not None:
-            pod.event_seq = self.push(now + batch.duration, _STEP, pod)
+            pod.step_end = now + batch.duration
+            pod.event_seq = self.push(pod.step_end, _STEP, pod)
 
     def _cut_run(self, pod: SimPod, now: float) -> None:
         """A request joined a pod in a decode run: the step in progress becomes an ordinary batch."""
@@ -384,7 +385,8 @@ class _Runner:
         batch = decode_run.cut(pod.engine, run, now)
         pod.run = None
         pod.batch = batch
-        pod.event_seq = self.push(run.ends[run.applied], _STEP, pod)
+        pod.step_end = run.ends[run.applied]
+        pod.event_seq = self.push(pod.step_end, _STEP, pod)
 
     def _step_end(self, pod: SimPod, now: float) -> None:
         pod.observe(now)
@@ -415,7 +417,15 @@ class _Runner:
         pod.observe(now)
         if pod.run is not None:
             self._cut_run(pod, now)  # its precomputed steps assumed the old speed
+        factor = pod.engine.slowdown
         pod.set_fault(fault, active=active)
+        new = pod.engine.slowdown
+        if new != factor and pod.batch is not None and not pod.stalled and pod.step_end > now:
+            # the step in progress runs what is left of it at the new speed (the part already run
+            # keeps the old one), as the live pod does (igw.sim.server LivePod._step_end): without
+            # that a step started under factor=1000 kept its slowed length after the window ended
+            pod.step_end = now + (pod.step_end - now) * new / factor
+            pod.event_seq = self.push(pod.step_end, _STEP, pod)
         if fault.kind is FaultKind.KILL and active:
             self._kill(pod, now)
         elif fault.kind is FaultKind.HANG and not active:

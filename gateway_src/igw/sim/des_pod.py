@@ -19,6 +19,7 @@ from igw.scheduling.types import EndpointKey, EndpointView, EngineMetrics
 from igw.sim import decode_run
 from igw.sim.des_result import PodSeries, SimulationError
 from igw.sim.engine import Batch, Engine
+from igw.sim.metrics_page import sglang_cache_info
 from igw.sim.spec import EngineKind, FaultKind, FaultSpec, PodSpec
 
 
@@ -61,6 +62,7 @@ class SimPod:
         "series",
         "spec",
         "stalled",
+        "step_end",
         "view",
     )
 
@@ -120,6 +122,8 @@ class SimPod:
         self.hung = False
         self.stalled = False
         """A step ended while the pod was hung; it completes when the hang ends."""
+        self.step_end = 0.0
+        """When the step in progress (``batch``) ends: the time of its pending step event."""
         for fault in spec.faults:
             if fault.kind is FaultKind.DIE_MID_STREAM:
                 raise SimulationError(
@@ -243,7 +247,15 @@ class SimPod:
     def _snapshot(self) -> EngineMetrics:
         e = self.engine
         if self.spec.engine is EngineKind.SGLANG:
-            return EngineMetrics(waiting=e.num_waiting, running=e.num_running, kv_usage=e.pool.usage)
+            if not sglang_cache_info(self.spec.version):
+                return EngineMetrics(waiting=e.num_waiting, running=e.num_running, kv_usage=e.pool.usage)
+            return EngineMetrics(
+                waiting=e.num_waiting,
+                running=e.num_running,
+                kv_usage=e.pool.usage,
+                block_size=e.block_size,
+                num_gpu_blocks=e.pool.num_blocks,
+            )
         if self.spec.engine is EngineKind.TGI:
             return EngineMetrics(waiting=e.num_waiting, running=e.num_running)  # no KV-cache gauge
         lora = self.spec.effective_max_loras > 0

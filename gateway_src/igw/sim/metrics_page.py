@@ -12,7 +12,9 @@ the gateway's parser and the pre-flight checks read. Version rules (vLLM): < 0.9
 and the new names (old ones marked DEPRECATED); >= 0.11 only ``vllm:kv_cache_usage_perc`` /
 ``vllm:prefix_cache_*`` and the inter-token-latency histograms.
 SGLang: a multiprocess-style page (no ``_created``, no runtime families, ``_sum`` first) only with
-``--enable-metrics`` and version >= 0.3.5.post1 - callers check :attr:`PodSpec.exposes_metrics`.
+``--enable-metrics`` and version >= 0.3.5.post1 - callers check :attr:`PodSpec.exposes_metrics`;
+its KV-cache capacity as ``sglang:cache_config_info{num_pages,page_size}`` from 0.5.8 and as the
+``sglang:page_size`` / ``sglang:num_pages`` gauges from 0.5.12 (see :func:`sglang_cache_info`).
 TGI: its router's short unlabelled page (queue, batch size, request counters; no KV-cache gauge).
 
 vLLM and SGLang serve their page through prometheus_client's exposition app, which answers
@@ -40,6 +42,13 @@ V_0_12: Final = Version("0.12")
 V_0_13: Final = Version("0.13")
 SG_0_4: Final = Version("0.4")
 SG_0_5: Final = Version("0.5")
+SG_CACHE_CONFIG: Final = Version("0.5.8")
+"""First SGLang release with ``sglang:cache_config_info{page_size,num_pages}`` (sgl-project/sglang
+PR #17273, merged 2026-01-17: a gauge set to 1 once at scheduler start-up; the first release after
+the merge is assumed, not verified)."""
+SG_CAPACITY_GAUGES: Final = Version("0.5.12")
+"""SGLang replaced the info gauge with plain ``sglang:page_size`` / ``sglang:num_pages`` gauges
+(sgl-project/sglang PR #24197; "v0.5.12 onwards" per llm-d/llm-d-router issue #2294)."""
 
 CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
 NAME_FILTER: Final = "name[]"
@@ -532,8 +541,23 @@ def render_sglang(*, ctx: PageContext, engine: Engine, stats: PodStats, gen_thro
             ("sglang:engine_startup_time", "The time taken for the engine to start up.", 31.5),
             ("sglang:engine_load_weights_time", "The time taken for the engine to load weights.", 12.25),
         )
+    v = ctx.version
+    if v >= SG_CAPACITY_GAUGES:
+        gauges += (
+            ("sglang:page_size", "KV cache page size in tokens.", float(engine.block_size)),
+            ("sglang:num_pages", "Number of KV cache pages.", float(pool.num_blocks)),
+        )
     for g_name, help_, value in gauges:
         page.gauge(g_name, help_, sched, value)
+    if sglang_cache_info(v):
+        # labelled with the cache config only (no model/rank labels), multiprocess mode mostrecent
+        cache = SGLANG_FAMILIES.cache_config
+        assert cache is not None  # the catalogue names SGLang's info gauge
+        info = (
+            f'{SGLANG_FAMILIES.num_blocks_label}="{pool.num_blocks}",'
+            f'{SGLANG_FAMILIES.block_size_label}="{engine.block_size}"'
+        )
+        page.gauge(cache, "Cache configuration information.", info, 1.0)
     if ctx.version >= SG_0_4:
         c = engine.counters
         modes = (
@@ -615,6 +639,12 @@ def render_sglang(*, ctx: PageContext, engine: Engine, stats: PodStats, gen_thro
             sum_first=True,
         )
     return page.text()
+
+
+def sglang_cache_info(version: Version) -> bool:
+    """Whether an SGLang version publishes ``sglang:cache_config_info`` (KV page size and page
+    count as labels, what the gateway reads for prefix auto-tuning): 0.5.8 up to before 0.5.12."""
+    return SG_CACHE_CONFIG <= version < SG_CAPACITY_GAUGES
 
 
 def render_tgi(*, ctx: PageContext, engine: Engine) -> str:

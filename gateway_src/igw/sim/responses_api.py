@@ -71,6 +71,16 @@ class StoredResponse:
     """The engine request generating it (a background response's cancel aborts it)."""
     finished: asyncio.Event = field(default_factory=asyncio.Event)
     """Set once it is no longer generating (a resumed stream waits for it)."""
+    generated: int = 0
+    """Tokens generated so far (a background response's live event streams follow it)."""
+    progress: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set (and replaced by a fresh one) at each new token and at the end: what a live event
+    stream of a background response waits on, one wake-up for all its readers."""
+
+    def advanced(self) -> None:
+        """Wake the readers waiting for the next token (or the end)."""
+        woken, self.progress = self.progress, asyncio.Event()
+        woken.set()
 
 
 class ResponseStore:

@@ -879,15 +879,24 @@ class LivePod:
     async def _respond_background_events(
         self, request: web.Request, stored: StoredResponse
     ) -> web.StreamResponse:
-        """The event stream of a ``background`` + ``stream`` response: opened at once, the text and
-        the closing events once the response has finished (or failed, or was cancelled)."""
+        """The event stream of a ``background`` + ``stream`` response: opened at once, each text
+        delta as its token is generated (vLLM's background stream generator forwards the events as
+        they come), the closing events once the response has finished (or failed, or was cancelled).
+        The generation goes on whatever this connection does."""
         resp = await self._open_event_stream(request)
         events = ResponseEvents(stored.request_id)
         await resp.write(events.opening({**stored.body, "status": "in_progress"}))
-        await stored.finished.wait()
-        tokens = (stored.body.get("usage") or {}).get("output_tokens", 0)
-        for index in range(1, tokens + 1):
-            await resp.write(events.delta(index))
+        sent = 0
+        while True:
+            progress = stored.progress
+            ended = stored.finished.is_set()
+            while sent < stored.generated:
+                sent += 1
+                await resp.write(events.delta(sent))
+            if ended:
+                break
+            if stored.generated == sent:
+                await progress.wait()
         await resp.write(events.closing(stored.body))
         await resp.write_eof()
         return resp
@@ -976,7 +985,11 @@ class LivePod:
                 asked.parsed, request_id=stored.request_id, headers=headers
             ) as stream:
                 stored.body = {**stored.body, "status": "in_progress"}
-                await _generated(stream)
+                while (idx := await stream.queue.get()) != -1:
+                    if idx == 1 and asked.parsed.stream and stream.arrival is not None:
+                        stream.arrival.first_token_s = self.vnow()  # streamed to the client now
+                    stored.generated = idx
+                    stored.advanced()
                 if stored.body["status"] != "cancelled":
                     self._finish_response(asked, stream.req, created, stored)
         except ApiError as failed:
@@ -984,6 +997,7 @@ class LivePod:
             stored.body = {**stored.body, "status": "failed", "error": error}
         finally:
             stored.finished.set()
+            stored.advanced()
 
     async def _stored_response(self, request: web.Request) -> web.StreamResponse:
         """vLLM ``GET /v1/responses/{response_id}``: the stored object; ``?stream=true`` replays its
