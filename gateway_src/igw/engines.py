@@ -56,6 +56,11 @@ class MetricFamilies:
     """A label whose values name separate schedulers, each with its own queue and batch (SGLang's
     ``dp_rank``: one scheduler per data-parallel rank): queue/running series are combined by
     :attr:`combine_load` within each value of it and summed across them. ``None``: one scope."""
+    cache_gauges: tuple[str, str] | None = None
+    """Plain gauges carrying the KV block size and the number of KV blocks, read when the page has no
+    :attr:`cache_config` info gauge (``None``: none). SGLang replaced its ``cache_config_info`` gauge
+    with ``sglang:page_size`` and ``sglang:num_pages`` (PR #24197); reading only the info gauge, every
+    current SGLang pod was reported missing the signal and lost prefix auto-tuning."""
     name_filter: bool = False
     """The server renders ``/metrics`` with prometheus_client's exposition, which honours
     ``?name[]=<sample name>`` (only those samples, with their families' HELP/TYPE lines): the scraper
@@ -176,6 +181,7 @@ SGLANG: Final = Engine(
         cache_config="sglang:cache_config_info",
         block_size_label="page_size",
         num_blocks_label="num_pages",
+        cache_gauges=("sglang:page_size", "sglang:num_pages"),
         # one scheduler per data-parallel rank, each with its own waiting queue and running batch
         # (series labelled dp_rank); within one rank the TP/PP ranks repeat the same numbers when
         # every scheduler logs (--enable-metrics-for-all-schedulers)

@@ -218,15 +218,17 @@ def test_cached_histogram_blocks_follow_new_observations() -> None:
 
 
 @pytest.mark.parametrize(
-    ("version", "published"), [("0.4.6", False), ("0.5.8", True), ("0.5.11", True), ("0.5.12", False)]
+    ("version", "published"), [("0.4.6", False), ("0.5.8", True), ("0.5.11", True), ("0.5.12", True)]
 )
 async def test_an_sglang_pod_publishes_its_cache_config_and_the_gateway_reads_it(
     version: str, published: bool
 ) -> None:
     """SGLang 0.5.8 - 0.5.11 publish ``sglang:cache_config_info{num_pages,page_size}`` (the page size
-    and page count of the KV pool), which the gateway reads for prefix auto-tuning: a simulated pod
-    of those versions lacked it, so every one was reported as missing that signal. Read here as the
-    gateway scrapes it (the name-filtered page) from a real simulated pod; the DES reports the same."""
+    and page count of the KV pool), 0.5.12 on the ``sglang:page_size`` and ``sglang:num_pages``
+    gauges, which the gateway reads for prefix auto-tuning: a simulated pod of those versions lacked
+    them, so every one was reported as missing that signal, and the gateway read only the info gauge
+    (every current SGLang pod was reported so). Read here as the gateway scrapes it (the
+    name-filtered page) from a real simulated pod; the DES reports the same."""
     pod = {"name": "s", "preset": "llama-3.1-8b/h100", "engine": "sglang", "engine_version": version}
     spec = FleetSpec.from_mapping({"time_scale": 0.2, "seed": 1, "pods": [pod]})
     families = engines.SGLANG.families
@@ -251,7 +253,7 @@ async def test_an_sglang_pod_publishes_its_cache_config_and_the_gateway_reads_it
     else:
         assert families.cache_config in parsed.missing
         assert parsed.metrics.block_size is None
-    # from 0.5.12 the capacity is two plain gauges instead (which the catalogue does not read)
+    # from 0.5.12 the capacity is two plain gauges instead (the catalogue's cache_gauges)
     gauges = Version(version) >= Version("0.5.12")
     assert ("sglang:page_size" in whole) is gauges
     if gauges:

@@ -218,6 +218,7 @@ def _family_names(families: MetricFamilies) -> frozenset[str]:
     specs = [families.waiting, families.running, *families.kv_usage]
     names = {_spec(s)[0] for s in specs}
     names.update(n for n in (families.lora, families.cache_config) if n is not None)
+    names.update(families.cache_gauges or ())
     return frozenset(names)
 
 
@@ -293,6 +294,11 @@ def combine_scoped(
 def label_signal(family: str, label: str) -> str:
     """The name a missing or unparseable integer label is reported under: ``family{label}``."""
     return f"{family}{{{label}}}"
+
+
+def _whole(value: float) -> int | None:
+    """``value`` as a whole number above 0 (a block size or a block count), else ``None``."""
+    return int(value) if value >= 1 and value == int(value) else None
 
 
 def parse_page(text: str, families: MetricFamilies, starts: FamilyStarts | None = None) -> ParsedPage:
@@ -386,10 +392,20 @@ def parse_page(text: str, families: MetricFamilies, starts: FamilyStarts | None 
     num_blocks: int | None = None
     if families.cache_config is not None:
         cache = found(families.cache_config)
+        gauges = families.cache_gauges
         if cache:
             info = _info_labels(cache[0][0])
             block_size = int_label(info, families.cache_config, families.block_size_label)
             num_blocks = int_label(info, families.cache_config, families.num_blocks_label)
+        elif (
+            gauges is not None
+            and (sizes := _values(found(gauges[0])))
+            and (counts := _values(found(gauges[1])))
+        ):
+            # the engine's plain gauges instead (current SGLang): whole, positive numbers only
+            block_size, num_blocks = _whole(sizes[0]), _whole(counts[0])
+            if block_size is None or num_blocks is None:
+                missing.add(families.cache_config)
         else:
             missing.add(families.cache_config)
 

@@ -34,6 +34,7 @@ def filter_names(families: MetricFamilies) -> tuple[str, ...]:
         names.append(families.lora)
     if families.cache_config is not None:
         names.append(families.cache_config)
+    names.extend(families.cache_gauges or ())
     return tuple(dict.fromkeys([*(metric_family(n) for n in names), *families.activity]))
 
 

@@ -19,7 +19,7 @@ from igw.scheduling.types import EndpointKey, EndpointView, EngineMetrics
 from igw.sim import decode_run
 from igw.sim.des_result import PodSeries, SimulationError
 from igw.sim.engine import Batch, Engine
-from igw.sim.metrics_page import sglang_cache_info
+from igw.sim.metrics_page import sglang_publishes_capacity
 from igw.sim.spec import EngineKind, FaultKind, FaultSpec, PodSpec
 
 
@@ -247,7 +247,7 @@ class SimPod:
     def _snapshot(self) -> EngineMetrics:
         e = self.engine
         if self.spec.engine is EngineKind.SGLANG:
-            if not sglang_cache_info(self.spec.version):
+            if not sglang_publishes_capacity(self.spec.version):
                 return EngineMetrics(waiting=e.num_waiting, running=e.num_running, kv_usage=e.pool.usage)
             return EngineMetrics(
                 waiting=e.num_waiting,

@@ -641,6 +641,12 @@ def render_sglang(*, ctx: PageContext, engine: Engine, stats: PodStats, gen_thro
     return page.text()
 
 
+def sglang_publishes_capacity(version: Version) -> bool:
+    """Whether an SGLang version publishes its KV page size and page count in either form (the info
+    gauge, or from 0.5.12 the two plain gauges): what the gateway reads for prefix auto-tuning."""
+    return version >= SG_CACHE_CONFIG
+
+
 def sglang_cache_info(version: Version) -> bool:
     """Whether an SGLang version publishes ``sglang:cache_config_info`` (KV page size and page
     count as labels, what the gateway reads for prefix auto-tuning): 0.5.8 up to before 0.5.12."""
