@@ -200,7 +200,7 @@ def parse_origin(endpoint: str) -> Origin:
     return Origin(host=host, port=port, tls=tls)
 
 
-class _Unsolicited(Exception):
+class _Unsolicited(IgwGatewayError):
     """Raised inside the parser when a response begins after the current one's end: nothing asked for
     it, and parsed it would overwrite the current response's status, reason and fields."""
 
