@@ -806,3 +806,75 @@ async def test_a_connection_closed_or_aborted_before_the_turns_writes_is_not_wri
         conn.abort()
         await asyncio.sleep(0.05)  # the queued write runs: nothing for the aborted connection, no error
         assert len(srv.requests) == 1
+
+
+async def test_bytes_arriving_on_an_idle_pooled_connection_close_it_and_the_next_request_goes_fresh() -> None:
+    """A model server that writes between responses (a stray partial answer, no request in flight):
+    before session s39 the bytes were fed to the parser, and the next request sent on the connection
+    had its own answer read as the junk's continuation (here: a malformed-response 502 for a request
+    the model server answered correctly). An idle connection that receives data is closed and
+    dropped from the pool."""
+
+    async def junk_while_idle(
+        srv: ScriptedServer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        if srv.connections > 1:
+            await keep_serving(srv, reader, writer)
+            return
+        await srv.read_request(reader)
+        writer.write(ok(b'{"n":1}'))
+        await writer.drain()
+        await pooled.wait()  # the client has put the connection back in its pool
+        writer.write(b'HTTP/1.1 200 OK\r\nContent-Length: 40\r\n\r\n{"junk":')  # unasked for, partial
+        await writer.drain()
+        await keep_serving(srv, reader, writer)  # were a request sent here, its answer would follow
+
+    pooled = asyncio.Event()
+    async with scripted(junk_while_idle) as srv, pool() as p:
+        idle = await one_idle_connection(p, srv)
+        pooled.set()
+        for _ in range(100):
+            await asyncio.sleep(0.01)
+            if idle.closed:
+                break
+        assert idle.closed
+        assert not p._idle.get(parse_origin(f"127.0.0.1:{srv.port}"))  # dropped from the pool
+        second = await post(p, srv, b"b")
+        assert (second.status, await second.read()) == (200, b'{"n":2}')
+        second.close()
+        assert srv.connections == 2
+
+
+async def test_bytes_after_a_complete_response_in_its_read_keep_the_connection_out_of_the_pool() -> None:
+    """Junk written together with a response (after its end, no request for it) leaves the parser
+    inside an unasked-for response: the connection is not pooled."""
+
+    async def answer_and_junk(
+        srv: ScriptedServer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        while True:
+            await srv.read_request(reader)
+            extra = b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\nju" if srv.connections == 1 else b""
+            writer.write(ok(b'{"n":%d}' % len(srv.requests)) + extra)
+            await writer.drain()
+
+    async with scripted(answer_and_junk) as srv, pool() as p:
+        first = await post(p, srv, b"a")
+        assert await first.read() == b'{"n":1}'
+        first.close()
+        assert not p._idle.get(parse_origin(f"127.0.0.1:{srv.port}"))
+        second = await post(p, srv, b"b")
+        assert (second.status, await second.read()) == (200, b'{"n":2}')
+        second.close()
+        assert srv.connections == 2
+
+
+@pytest.mark.parametrize("status", [b"000", b"099", b"600", b"999"])
+async def test_a_status_outside_100_to_599_is_broken_at_once_not_waited_past(status: bytes) -> None:
+    """Before session s39 a status below 100 was taken for an interim response (the request waited
+    for the stall sweep, 11 s in the probe) and one above 599 was relayed as it came."""
+    head = b"HTTP/1.1 " + status + b" X\r\nContent-Length: 2\r\n\r\n{}"
+    async with scripted(answer_then_wait(head)) as srv, pool() as p:
+        with pytest.raises(UpstreamBroken, match="outside 100-599"):
+            await asyncio.wait_for(post(p, srv, b"a"), timeout=5)
+        await asyncio.wait_for(srv.disconnected.wait(), timeout=5)  # the connection was ended

@@ -10,6 +10,8 @@ out of ``data_received``: no answer, an asyncio "Fatal error" logged per request
 
 from __future__ import annotations
 
+import asyncio
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -97,3 +99,123 @@ async def test_an_upgrade_request_is_served_as_plain_http_by_either_side(
         assert status == 200, (server_side, body)
         assert len(pod.received) == 1
     assert not [r for r in caplog.records if r.name == "asyncio"], [r.getMessage() for r in caplog.records]
+
+
+async def read_until_closed(url: str, request: bytes) -> bytes:
+    """Send ``request`` on a fresh connection; every byte until the gateway closes it."""
+    host, port = url.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        writer.write(request)
+        await writer.drain()
+        return await asyncio.wait_for(reader.read(), timeout=30)
+    finally:
+        writer.close()
+
+
+def post(target: str = "/v1/completions", *, version: str = "1.1", extra: str = "") -> bytes:
+    return f"POST {target} HTTP/{version}\r\nHost: g\r\n{extra}{CL}\r\n".encode() + BODY
+
+
+async def test_a_version_other_than_http_1_0_and_1_1_gets_505_on_either_side(
+    gateway: Callable[..., Any], server_side: str
+) -> None:
+    """Before session s39 ``HTTP/2.0`` (which llhttp accepts) was served as HTTP/1.1 and answered
+    ``HTTP/2.0 200 OK``; ``HTTP/1.2`` and ``HTTP/3.0`` got a 400 saying the request line was malformed."""
+    async with running(FakeModelServer("a")) as (pod,), gateway(DOC, {"llama": [pod.key]}) as gw:
+        for version in ("2.0", "1.2", "3.0"):
+            for request in (
+                post(version=version),
+                f"GET /v1/models HTTP/{version}\r\nHost: g\r\n\r\n".encode(),
+            ):
+                status, headers, body = await raw_exchange(gw.url, request)  # answered as HTTP/1.1
+                assert status == 505, (server_side, request[:40], body)
+                assert orjson.loads(body)["error"]["code"] == "http_version_not_supported"
+                assert headers.get("x-request-id")
+                assert headers.get("connection") == "close"
+        assert pod.received == []
+
+
+TARGETS_REFUSED = {
+    "/v1/completions#frag": "fragment",
+    "/v1/completions?a=1#frag": "fragment",
+    "/v1/%63ompletions": "percent-encoded unreserved",
+    "/v1/%2e%2e/v1/completions": "percent-encoded unreserved",
+    "/%76%31/completions": "percent-encoded unreserved",
+}
+
+
+async def test_a_target_with_a_fragment_or_an_encoded_unreserved_character_is_refused_by_either_side(
+    gateway: Callable[..., Any], server_side: str
+) -> None:
+    """The route table read ``/v1/%63ompletions`` as ``/v1/completions`` and the model server was
+    sent it as it came, and a fragment was forwarded as part of the target (before session s39): a
+    target must mean one thing at both hops. An encoded query is the parameters' business: served."""
+    async with running(FakeModelServer("a")) as (pod,), gateway(DOC, {"llama": [pod.key]}) as gw:
+        for target, why in TARGETS_REFUSED.items():
+            status, headers, body = await raw_exchange(gw.url, post(target))
+            assert status == 400, (server_side, target, body)
+            error = orjson.loads(body)["error"]
+            assert error["code"] == "bad_http_request"
+            assert why in error["message"], (target, error)
+            assert headers.get("x-request-id")
+        assert pod.received == []
+        status, _, body = await raw_exchange(
+            gw.url, post("/v1/completions?x=%63", extra="Connection: close\r\n")
+        )
+        assert status == 200, body
+        assert len(pod.received) == 1
+
+
+async def test_pipelined_requests_up_to_one_that_closes_the_connection_are_answered_by_either_side(
+    gateway: Callable[..., Any], server_side: str
+) -> None:
+    """aiohttp's parser refused the bytes after a ``Connection: close`` request in the same read, and
+    the refusal took the requests before it along (before session s39: one 400 for a valid ``GET``,
+    nothing else answered, nothing forwarded). The requests up to the closing one are answered, the
+    connection then closes, the rest is never parsed nor forwarded."""
+    get = b"GET /v1/models HTTP/1.1\r\nHost: g\r\n\r\n"
+    close = "Connection: close\r\n"
+    chunked_close = (
+        f"POST /v1/completions HTTP/1.1\r\nHost: g\r\n{close}{TE}\r\n{N:x}\r\n".encode()
+        + BODY
+        + b"\r\n0\r\n\r\n"
+    )
+    cases = [
+        (get + post() + post(extra=close) + post(), 3, 2),
+        (get + chunked_close + post(), 2, 1),
+        (b"GET /v1/models HTTP/1.0\r\n\r\n" + get + post(), 1, 0),  # HTTP/1.0 closes by default
+        (get + post(extra=close) + b"\x00 not http at all\r\n\r\n", 2, 1),
+    ]
+    async with running(FakeModelServer("a")) as (pod,), gateway(DOC, {"llama": [pod.key]}) as gw:
+        for request, answers, forwarded in cases:
+            before = len(pod.received)
+            data = await read_until_closed(gw.url, request)
+            statuses = re.findall(rb"HTTP/1\.[01] (\d{3}) ", data)
+            assert statuses == [b"200"] * answers, (server_side, request[:60], data[-300:])
+            assert len(pod.received) - before == forwarded
+
+
+async def test_pipelined_requests_whose_bodies_say_close_keep_the_connection(
+    gateway: Callable[..., Any], server_side: str
+) -> None:
+    """A body that merely mentions ``close`` changes nothing: both answered, the connection kept."""
+    body = orjson.dumps({"model": "m", "prompt": "close the door, Connection: close", "max_tokens": 3})
+    request = (
+        f"POST /v1/completions HTTP/1.1\r\nHost: g\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body
+    )
+    async with running(FakeModelServer("a")) as (pod,), gateway(DOC, {"llama": [pod.key]}) as gw:
+        host, port = gw.url.removeprefix("http://").split(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        try:
+            writer.write(request + b"GET /v1/models HTTP/1.1\r\nHost: g\r\n\r\n" + request)
+            await writer.drain()
+            data = b""
+            while len(re.findall(rb"HTTP/1\.1 200 ", data)) < 3:
+                chunk = await asyncio.wait_for(reader.read(65536), timeout=30)
+                assert chunk, (server_side, data[-300:])
+                data += chunk
+            assert b"connection: close" not in data.lower()
+        finally:
+            writer.close()
+        assert len(pod.received) == 2

@@ -56,6 +56,7 @@ ERRORS: Final[Mapping[str, ErrorKind]] = MappingProxyType(
         "request_header_too_large": ErrorKind(431, _INVALID),
         "unsupported_content_encoding": ErrorKind(415, _INVALID),  # a body coding not decoded
         "unsupported_transfer_coding": ErrorKind(501, _INVALID),  # RFC 9112 6.1: only chunked
+        "http_version_not_supported": ErrorKind(505, _INVALID),  # a request line's HTTP/2.0, 1.2...
         "debug_token_invalid": ErrorKind(401, "authentication_error"),  # /debug/decisions
         # The fleet cannot take the request now.
         "pool_saturated": ErrorKind(429, "rate_limit_error"),

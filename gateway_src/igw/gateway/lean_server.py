@@ -651,12 +651,14 @@ class LeanRequestHandler(GatewayRequestHandler):
 
     def _target(self, url: bytes) -> tuple[LeanHandler | None, str, str]:
         """The lean route's handler for request target ``url`` (``None`` when its path is not a lean
-        route, or is percent-encoded), the path and the target as text; remembered per connection (a
-        client sends the same target request after request)."""
+        route, or is percent-encoded, or the target has a fragment: aiohttp's side answers those, as
+        :func:`igw.gateway.serving.target_refusal` says), the path and the target as text;
+        remembered per connection (a client sends the same target request after request)."""
         found = self._lean_targets.get(url)
         if found is None:
             path, _, _ = url.partition(b"?")
-            handler = None if b"%" in path else self._lean_routes.get(path.decode("ascii", "replace"))
+            plain = b"%" not in path and b"#" not in url
+            handler = self._lean_routes.get(path.decode("ascii", "replace")) if plain else None
             text = url.decode(_CHARSET, _UNDECODABLE)
             if len(self._lean_targets) >= _TARGETS_PER_CONNECTION:
                 self._lean_targets.clear()

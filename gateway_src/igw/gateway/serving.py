@@ -41,25 +41,38 @@ refused before any handler runs: a request line without an HTTP version (HTTP/0.
 would answer as if it were a valid request) gets 400, and ``Expect: 100-continue`` with a
 ``Content-Length`` over ``bbr.maxRequestBodyBytes`` gets 413 instead of ``100 Continue`` (the client
 never sends a body that would be refused anyway); any other ``Expect`` gets an OpenAI-shaped 417
-(aiohttp's is plain text quoting the field).
+(aiohttp's is plain text quoting the field). A version other than HTTP/1.0 and 1.1 (``HTTP/2.0``,
+which aiohttp's parser accepts and answered as if it were 1.1) gets 505; a request target with a
+fragment (``#``), or a path with a percent-encoded unreserved character (``/v1/%63ompletions``, which
+the route table reads decoded while the target is forwarded as it came), gets 400: a target must mean
+one thing to the gateway and to the model server (:func:`target_refusal`).
+
+Pipelined requests: aiohttp's parser refuses bytes after a request that closes the connection
+(``Connection: close``, or HTTP/1.0 without keep-alive) in the same read, and the refusal took the
+requests before it along: one 400 for a valid first request, the others unanswered.
+:class:`_StopAfterClose` feeds the parser so that it never sees those bytes: the requests up to
+the closing one are answered, the connection then closes and the rest is ignored (RFC 9112 9.6).
 """
 
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import logging
 import os
+import re
 import resource
 import socket
 import ssl
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
-from aiohttp import HttpVersion, HttpVersion11, web
+from aiohttp import HttpVersion, HttpVersion10, HttpVersion11, web
 from aiohttp.http_exceptions import BadHttpMessage, BadHttpMethod, HttpProcessingError, LineTooLong
+from aiohttp.http_parser import HttpParser
 from aiohttp.streams import StreamReader
 from aiohttp.web_protocol import RequestHandler, RequestPayloadError
 from aiohttp.web_request import BaseRequest
@@ -150,6 +163,8 @@ def effective_max_connections(limits: ServerLimits) -> int:
 
 def _refusal(exc: BaseException | None, limits: ServerLimits) -> tuple[str, str]:
     """(error code, fixed message) for an HTTP-parser error; never quotes the request's bytes."""
+    if "invalid http version" in _parser_reason(exc):  # HTTP/d.d, but not one llhttp knows (1.2, 3.0)
+        return "http_version_not_supported", UNSUPPORTED_VERSION
     if isinstance(exc, LineTooLong):
         limit = exc.args[1] if len(exc.args) > 1 else None
         if limit == MAX_REQUEST_LINE_BYTES:
@@ -199,6 +214,7 @@ class GatewayRequestHandler(RequestHandler):
 
     def __init__(self, *args: object, limits: ServerLimits, max_connections: int, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self._parser = _StopAfterClose(self._parser)  # type: ignore[assignment]
         self._limits = limits
         self._max_connections = max_connections
         self._head_timer: asyncio.TimerHandle | None = None
@@ -389,6 +405,30 @@ def handler_failure_response(
 
 HTTP09: Final = HttpVersion(0, 9)
 """What aiohttp's parser reports for a request line that has no ``HTTP/x.y`` part."""
+UNSUPPORTED_VERSION: Final = "HTTP version not supported: the gateway speaks HTTP/1.1 (and HTTP/1.0)"
+
+_UNRESERVED_ESCAPE: Final = re.compile(r"%(?:3[0-9]|[46][1-9a-f]|[57][0-9a]|2[de]|5f|7e)", re.IGNORECASE)
+"""A percent-encoded unreserved character (RFC 3986 2.3: ALPHA, DIGIT, ``-._~``): equivalent to the
+character itself, so two readers of the path may disagree on it (no URI producer should make one)."""
+
+
+def target_refusal(target: str) -> str | None:
+    """Why request target ``target`` (as it came) is refused, else ``None``.
+
+    The gateway routes on the path as aiohttp decodes it and forwards the target as it came: a
+    fragment (RFC 9112 3.2: a client must not send one) went to the model server as part of the
+    path, and ``/v1/%63ompletions`` was routed as ``/v1/completions`` while the model server was
+    handed the encoded form, which another reader (a proxy in front, a model server's own router)
+    may not decode. Refused rather than rewritten: the forwarded target stays byte for byte what
+    the client sent and what every hop in front of the gateway saw. Only the path is checked; a
+    query's encoding is its parameters' business. The lean side hands such targets to aiohttp
+    (:mod:`igw.gateway.lean_server`), so this one check covers both server sides."""
+    if "#" in target:
+        return "a request target must not carry a fragment ('#')"
+    path = target.partition("?")[0]
+    if "%" in path and _UNRESERVED_ESCAPE.search(path) is not None:
+        return "a percent-encoded unreserved character (ALPHA, DIGIT, '-', '.', '_', '~') in the request path"
+    return None
 
 
 def _refusal_before_handling(
@@ -397,6 +437,10 @@ def _refusal_before_handling(
     """A handler answering a request the gateway refuses from its head alone, else ``None``."""
     if request.version == HTTP09:
         code, text, status = "bad_http_request", "request line without an HTTP version (HTTP/0.9)", 400
+    elif request.version != HttpVersion11 and request.version != HttpVersion10:
+        code, text, status = "http_version_not_supported", UNSUPPORTED_VERSION, 505
+    elif (why := target_refusal(request.raw_path)) is not None:
+        code, text, status = "bad_http_request", why, 400
     elif (codings := _transfer_codings(request)) is not None and (
         codings != ["chunked"] or request.version < HttpVersion11
     ):
@@ -462,13 +506,106 @@ def _transfer_coding_refusal(request: BaseRequest, codings: list[str]) -> tuple[
 
 def _answer_as_http11(request: BaseRequest) -> None:
     """aiohttp stands an unparseable request in as an HTTP/1.0 one, so its answer would say
-    ``HTTP/1.0``; the gateway speaks HTTP/1.1, also when it refuses a request."""
-    if request._version < HttpVersion11:
+    ``HTTP/1.0`` (and one to an ``HTTP/2.0`` request line ``HTTP/2.0``); the gateway speaks HTTP/1.1,
+    also when it refuses a request."""
+    if request._version != HttpVersion11:
         request._version = HttpVersion11
         request._cache.pop("version", None)  # ``version`` is a cached property
 
 
 _GatewayRequestHandler = GatewayRequestHandler  # the name tests/gateway patches
+
+
+_CLOSE_HINT: Final = re.compile(rb"close|HTTP/1\.0", re.IGNORECASE)
+"""Bytes without a match hold no request that closes the connection: parsed in one call."""
+_HEAD_END: Final = b"\r\n\r\n"
+
+
+class _StopAfterClose:
+    """aiohttp's request parser, never fed the bytes after a request that closes the connection.
+
+    llhttp (and aiohttp's Python parser) raise on any byte after such a request ("Data after
+    ``Connection: close``"), and aiohttp turns the raise into one 400 for the whole read: the
+    requests parsed before it in that read were lost. Once a read may hold such a request (it says
+    ``close`` or ``HTTP/1.0`` somewhere; from then on, for the connection's life), reads are fed in
+    steps that end where a request's head can end (after each blank line, and in a read's first
+    three bytes, for a blank line begun in the read before): a request that closes the connection
+    is returned at the end of a step, only its body follows (its ``Content-Length``, or chunks up to
+    the last one), and nothing after it ever reaches the parser. Every other read is fed in one
+    call, as aiohttp does."""
+
+    __slots__ = ("_body_fed", "_closing", "_done", "_parser", "_previous", "_watch")
+
+    def __init__(self, parser: HttpParser[Any] | None) -> None:
+        self._parser = parser
+        self._done = False
+        self._watch = False
+        self._previous = b""
+        """The last bytes of the previous read (a ``close`` split across two reads is still seen)."""
+        self._closing: tuple[Any, Any] | None = None
+        """The request that closes the connection (message, body reader), once parsed."""
+        self._body_fed = 0
+        """Bytes of :attr:`_closing`'s body handed to the parser (counted here: the parser may hold
+        some back while a decompressed body waits to be read)."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._parser, name)
+
+    def feed_data(self, data: bytes) -> tuple[Sequence[tuple[Any, Any]], bool, bytes]:
+        parser = self._parser
+        assert parser is not None
+        if self._done:
+            return (), False, b""  # after a request that closes the connection: ignored
+        if not data:  # the parser's own resumption (a paused body's held-back bytes)
+            return parser.feed_data(data)
+        if not self._watch:
+            if _CLOSE_HINT.search(self._previous + data) is None:
+                self._previous = data[-8:]
+                return parser.feed_data(data)
+            self._watch = True
+        messages: list[tuple[Any, Any]] = []
+        cuts = sorted({*range(1, min(len(data), 3) + 1), *_head_ends(data)})
+        start = 0
+        while start < len(data):
+            closing = self._closing
+            if closing is not None and closing[1].is_eof():
+                self._done = True
+                break
+            at = bisect.bisect_right(cuts, start)
+            end = cuts[at] if at < len(cuts) else len(data)
+            if closing is not None and not closing[0].chunked:  # exactly the rest of its body
+                left = int(closing[0].headers.get("Content-Length") or 0) - self._body_fed
+                if left <= 0:  # all of it handed over already: what follows is after it
+                    self._done = True
+                    break
+                end = start + left
+                self._body_fed += min(end, len(data)) - start
+            try:
+                found, upgraded, tail = parser.feed_data(data[start:end])
+            except BadHttpMessage as exc:
+                if closing is None or "after `connection: close`" not in _parser_reason(exc):
+                    raise
+                self._done = True  # a step's cut missed the end of the body: the rest is ignored
+                break
+            messages.extend(found)
+            if upgraded:
+                return messages, True, tail + data[end:]
+            if closing is None:
+                self._closing = next((m for m in found if m[0].should_close), None)
+            start = end
+        if self._closing is not None and self._closing[1].is_eof():
+            self._done = True
+        return messages, False, b""
+
+
+def _head_ends(data: bytes) -> list[int]:
+    """The offsets just after each ``CRLF CRLF`` in ``data``."""
+    ends = []
+    at = data.find(_HEAD_END)
+    while at >= 0:
+        ends.append(at + 4)
+        at = data.find(_HEAD_END, at + 1)
+    return ends
 
 
 CONNECTION_HANDLER_KEY: Final[web.AppKey[type[GatewayRequestHandler]]] = web.AppKey("igw_connection_handler")

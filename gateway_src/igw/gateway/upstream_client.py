@@ -26,7 +26,12 @@ Behaviour the forward path relies on:
 * a pooled connection the server closed while idle (the keep-alive race) is replaced by a fresh one
   once, when not a byte of the response had arrived - the server never saw the request;
 * a response whose connection closes before it is complete raises :class:`UpstreamBroken`, as does
-  one whose head (interim responses included) passes :data:`MAX_RESPONSE_HEAD_BYTES` unfinished;
+  one whose head (interim responses included) passes :data:`MAX_RESPONSE_HEAD_BYTES` unfinished, and
+  one whose status is outside 100-599 (``HTTP/1.1 000 X``: neither an interim response to wait past
+  nor a status to relay);
+* a pooled connection that receives bytes while idle (no request in flight), or bytes after its
+  response's end, is closed, never reused: unsolicited bytes left in the parser would be read as the
+  start of the next request's response (a desync: the next answer read as the junk's continuation);
 * reading pauses while more than :data:`READ_HIGH_WATER` bytes wait to be relayed (a slow client
   slows the model server's socket, not the gateway's memory); a whole body read at once
   (:meth:`UpstreamResponse.read`, a non-streamed answer) is collected as it comes, so reading never
@@ -195,6 +200,11 @@ def parse_origin(endpoint: str) -> Origin:
     return Origin(host=host, port=port, tls=tls)
 
 
+class _Unsolicited(IgwGatewayError):
+    """Raised inside the parser when a response begins after the current one's end: nothing asked for
+    it, and parsed it would overwrite the current response's status, reason and fields."""
+
+
 class _Connection:
     """One connection to a model server, parsing one response at a time.
 
@@ -221,6 +231,8 @@ class _Connection:
     """Set by every byte received and by every request sent; cleared by the pool's stall sweep."""
     head_bytes: int
     """Bytes received for the current response while its head was still incomplete."""
+    idle: bool
+    """Kept in the pool with no request written to it: any byte arriving now is unsolicited."""
     first_bytes: Callable[[bytes], None] | None
     """Called once with the response's first body bytes as they are parsed, before they are queued
     (:meth:`UpstreamResponse.on_first_bytes`)."""
@@ -237,6 +249,7 @@ class _Connection:
         self.silent_since = 0.0
         """The loop time of the stall sweep that last found :attr:`heard` set (or first saw the
         connection)."""
+        self.idle = False
         self._reset()
 
     def _reset(self) -> None:
@@ -267,6 +280,11 @@ class _Connection:
             probe_silent_peer(sock, UPSTREAM)
 
     def data_received(self, data: bytes) -> None:
+        if self.idle:
+            # Bytes no request asked for (a model server's stray or late answer): fed to the parser,
+            # they would begin the next request's response. Closed and dropped, as HTTP clients do.
+            self.abort()
+            return
         self.received_any = True
         self.heard = True
         try:
@@ -275,6 +293,9 @@ class _Connection:
             self._fail(UpstreamBroken("the model server switched protocols"))
             return
         except httptools.HttpParserError as exc:
+            if self.complete:  # bytes after the response's end: the response stands, the connection not
+                self.abort()
+                return
             self._fail(UpstreamBroken(f"malformed HTTP response from the model server: {exc}"))
             return
         if not self.headers_done:  # counted only until the head is complete: one comparison after it
@@ -307,6 +328,10 @@ class _Connection:
         self._wake()
 
     # ---- httptools callbacks -----------------------------------------------------------------
+    def on_message_begin(self) -> None:
+        if self.complete:  # a response after the final one, unasked for: stop before it is parsed
+            raise _Unsolicited
+
     def on_status(self, status: bytes) -> None:
         self.reason = status.decode("latin-1")
 
@@ -323,6 +348,9 @@ class _Connection:
 
     def on_headers_complete(self) -> None:
         status = self._parser.get_status_code()
+        if not 100 <= status <= 599:  # no HTTP status: neither interim nor one to relay
+            self._fail(UpstreamBroken(f"the model server answered with status {status}, outside 100-599"))
+            return
         if status < 200:  # an interim response (100 Continue): the real one follows
             self.fields = []
             self.noted = {}
@@ -404,6 +432,7 @@ class _Connection:
         transport = self.transport
         if transport is None or self.closed or transport.is_closing():
             return
+        self.idle = False  # from here on, bytes received are this request's response
         if len(body) <= SMALL_BODY:
             transport.write(head + body)
         else:
@@ -729,6 +758,7 @@ class UpstreamPool:
             conn.abort()
             return
         conn.idle_since = self.loop.time()
+        conn.idle = True
         self._idle.setdefault(conn.origin, []).append(conn)
         if self._sweep_timer is None:
             # A timer, not the next release, closes connections left idle: after a burst no release
