@@ -559,7 +559,8 @@ class _StopAfterClose:
         if not data:  # the parser's own resumption (a paused body's held-back bytes)
             return parser.feed_data(data)
         if not self._watch:
-            if _CLOSE_HINT.search(self._previous + data) is None:
+            # the read itself, then only its seam with the previous one: no copy of a large read
+            if _CLOSE_HINT.search(data) is None and _CLOSE_HINT.search(self._previous + data[:8]) is None:
                 self._previous = data[-8:]
                 return parser.feed_data(data)
             self._watch = True
