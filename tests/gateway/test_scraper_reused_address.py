@@ -9,16 +9,20 @@ loopback pod whose behaviour changes as if another pod took its address.
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import logging
 import random
 import time
 
 import orjson
+import pytest
 
 from igw.config.build import build_gateway_config
-from igw.gateway.endpoints import DiscoveredEndpoint
+from igw.gateway.endpoints import DiscoveredEndpoint, EndpointState
 from igw.gateway.runtime import GatewayRuntime
 from igw.gateway.scrape_client import ScrapeClient
-from igw.gateway.scraper import WHOLE_PAGE, FilteredPage, Scraper
+from igw.gateway.scraper import PAGE_MISSING, WHOLE_PAGE, FilteredPage, Scraper
 from igw.gateway.telemetry import GatewayMetrics
 from tests.gateway.scrape_support import MetricsPod
 from tests.gateway.support import FAST_ROUTING, config_doc, scheduler, wait_for
@@ -80,3 +84,56 @@ async def test_a_new_pod_behind_a_reused_address_is_scraped_afresh() -> None:
         finally:
             await scraper.close()
             await client.close()
+
+
+def _all_report(states: list[EndpointState], family: str) -> bool:
+    return all(family in s.missing for s in states)
+
+
+async def test_missing_signal_warnings_of_pods_that_left_are_forgotten(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Pods without ``/metrics`` come and go (a fleet rolled daily, new pod IPs each time): each is
+    warned about once, and the record of what was warned leaves with the pod. It kept every address
+    ever seen (one entry per address and missing family, for the gateway's lifetime) until session
+    s39. Real scraper and client, real loopback pods answering 404."""
+    rt = GatewayRuntime(
+        build_gateway_config(config_doc([scheduler("s", "m")], routing=FAST_ROUTING)),
+        rng=random.Random(0),
+        clock=time.monotonic,
+    )
+    pool = rt.schedulers["s"].pool
+    client = ScrapeClient()
+    scraper = Scraper(
+        runtime=lambda: rt,
+        client=client,
+        clock=time.monotonic,
+        metrics=GatewayMetrics(lister=rt.endpoints, clock=time.monotonic),
+    )
+    rounds, per_round = 6, 10
+    try:
+        with caplog.at_level(logging.WARNING, logger="igw.gateway.scraper"):
+            for r in range(rounds):
+                async with contextlib.AsyncExitStack() as stack:
+                    pods = [
+                        await stack.enter_async_context(MetricsPod("absent").running())
+                        for _ in range(per_round)
+                    ]
+                    pool.replace(
+                        [DiscoveredEndpoint(key=p.key, pod=f"ns/pod-{r}-{i}") for i, p in enumerate(pods)]
+                    )
+                    scraper.sync()
+                    states = [pool.states[p.key] for p in pods]
+                    await wait_for(
+                        functools.partial(_all_report, states, PAGE_MISSING),
+                        what="every pod's missing /metrics reported",
+                    )
+                    assert len(scraper._reported) == per_round
+                    pool.replace([])  # the whole round rolled away
+                    scraper.sync()
+                    assert scraper._reported == {}, f"round {r}: kept {len(scraper._reported)} addresses"
+    finally:
+        await scraper.close()
+        await client.close()
+    warned = [r for r in caplog.records if "does not publish /metrics" in r.getMessage()]
+    assert len(warned) == rounds * per_round  # each pod once, none twice

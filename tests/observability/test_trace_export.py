@@ -148,6 +148,7 @@ def test_unreachable_collector_counts_failed_spans_and_logs_once(caplog: pytest.
     assert _counts(stats) == {
         "igw_trace_export_spans_total{'result': 'exported'}": 0.0,
         "igw_trace_export_spans_total{'result': 'failed'}": 5.0,
+        "igw_trace_export_spans_total{'result': 'dropped'}": 0.0,
         "igw_trace_export_failed_batches_total": 2.0,
     }
     for name in EXPORTER_LOGGERS:  # undone: the filter is gone from every logger
@@ -179,6 +180,39 @@ def test_shutdown_with_the_collector_silent_ends_within_the_exporter_timeout() -
     assert stats is not None
     assert took < 4.0, f"shutdown took {took:.1f} s with a 1.5 s exporter timeout"
     assert (stats.spans_exported, stats.spans_failed) == (0, 2000)
+
+
+def test_spans_the_full_queue_turns_away_are_counted_as_dropped(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The collector down, the exporter retries its first batch while the request path goes on
+    ending spans: the batch processor's queue (here 64) fills and the rest are thrown away. The SDK
+    only logged "Queue full, dropping Span": 1,000 spans read as 0 exported and 112 failed after
+    shutdown, 888 counted nowhere (before session s39). Now every span ended is counted exactly
+    once: exported, failed or dropped."""
+    monkeypatch.setenv("OTEL_BSP_MAX_QUEUE_SIZE", "64")
+    monkeypatch.setenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "16")
+    endpoint = f"http://127.0.0.1:{_closed_port()}"
+    options = tracing_options(endpoint, 1.0, env={"OTEL_EXPORTER_OTLP_TIMEOUT": "1"})
+    assert options is not None
+    tracing = Tracing.exporting(options)
+    stats = tracing.export_stats
+    assert stats is not None
+    try:
+        with caplog.at_level(logging.WARNING):
+            for i in range(1000):
+                tracing.tracer.start_span(f"span-{i}").end()
+        queued_at_most = 64 + 16 * 4  # the queue, and the batches popped meanwhile
+        assert stats.spans_dropped >= 1000 - queued_at_most
+        assert _counts(stats)["igw_trace_export_spans_total{'result': 'dropped'}"] == stats.spans_dropped
+        full = [r.getMessage() for r in caplog.records if "queue full" in r.getMessage()]
+        assert len(full) == 1, full  # one line (the throttle holds the repeats), naming the counter
+        assert 'igw_trace_export_spans_total{result="dropped"}' in full[0]
+    finally:
+        tracing.shutdown()
+    assert stats.spans_exported + stats.spans_failed + stats.spans_dropped == 1000
+    tracing.tracer.start_span("after shutdown").end()  # the processor ignores it: dropped too
+    assert stats.spans_dropped + stats.spans_failed == 1001
 
 
 def test_the_export_timeout_is_read_as_the_sdk_reads_it() -> None:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import socket
 import sys
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -89,6 +91,26 @@ async def test_a_refused_token_fails_without_printing_it(tmp_path: Path) -> None
     assert not (tmp_path / "x.svg").exists()
 
 
+async def test_a_gateway_that_does_not_answer_ends_the_screenshot_at_once(tmp_path: Path) -> None:
+    """A port nothing listens on (a wrong port, a port-forward not running): ``--screenshot`` kept
+    trying for 30 refresh intervals, 31 s at the default interval, before exit 1 (before session
+    s39). Now it gives up at the first unanswered attempt, and says how to wait for a gateway that
+    is still starting; ``--screenshot-wait`` gives it that time."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{s.getsockname()[1]}"
+    for wait, took_at_least in (None, 0.0), ("2", 2.0):
+        started = time.monotonic()
+        extra = () if wait is None else ("--screenshot-wait", wait)
+        rc, out = await igw_top(url, "--screenshot", str(tmp_path / "x.svg"), *extra, env={})
+        took = time.monotonic() - started
+        assert rc == 1, out
+        assert took_at_least <= took < took_at_least + 15, f"took {took:.1f} s"
+        assert f"igw top: no answer from {url}: {url}/metrics: ClientConnectorError" in out, out
+        assert ("pass --screenshot-wait S" in out) is (wait is None), out
+    assert not (tmp_path / "x.svg").exists()
+
+
 async def test_usage_errors_name_the_option() -> None:
     cases: list[tuple[tuple[str, ...], dict[str, str], str]] = [
         (("ftp://host",), {}, "URL must be http(s)://host:port"),
@@ -98,6 +120,7 @@ async def test_usage_errors_name_the_option() -> None:
         (("http://127.0.0.1:1", "--token-env", "NOT_SET_ANYWHERE"), {}, "NOT_SET_ANYWHERE is not set"),
         (("http://127.0.0.1:1", "--decisions", "5"), {}, "--decisions needs --token-env"),
         (("http://127.0.0.1:1", "--decisions", "51"), {}, "--decisions must be 0..50"),
+        (("http://127.0.0.1:1", "--screenshot-wait", "-1"), {}, "argument --screenshot-wait"),
         # a port out of range was only found fetching, 30 refreshes later ("no data", exit 1)
         (("http://127.0.0.1:99999", "--screenshot", "x.svg"), {}, "with a port from 1 to 65535"),
         (("http://127.0.0.1:0",), {}, "got 'http://127.0.0.1:0'"),

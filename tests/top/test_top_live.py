@@ -29,8 +29,15 @@ from igw.top.app import (
     POOL_COLUMNS,
     TopApp,
 )
-from igw.top.source import GatewaySource
-from igw.top.view import POD_GAUGES, READ_METRICS, RETRIES, SIGNAL_MISSING
+from igw.top.source import MAX_PAGE_BYTES, GatewaySource
+from igw.top.view import (
+    POD_GAUGES,
+    READ_METRICS,
+    RETRIES,
+    SIGNAL_MISSING,
+    GatewayUnreachable,
+    ScrapeError,
+)
 from tests.gateway.support import wait_for
 from tests.observability.live_gateway import (
     MODEL,
@@ -337,3 +344,61 @@ async def test_a_page_top_cannot_draw_is_named_in_the_status_line(
             status = str(app.query_one("#status").render())
     assert named in status, status
     assert "scrape failed" in status
+
+
+@contextlib.asynccontextmanager
+async def endless_gateway(*, declare: int | None = None) -> AsyncIterator[tuple[str, list[int]]]:
+    """A loopback server whose ``/metrics`` streams 1 MiB chunks (up to twice :data:`MAX_PAGE_BYTES`)
+    or, with ``declare``, announces that many bytes and sends one chunk; yields its URL and the bytes
+    it managed to send per request."""
+    chunk = b"# filler\n" * (1024 * 1024 // 9)
+    sent: list[int] = []
+
+    async def metrics_page(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/plain"})
+        if declare is not None:
+            response.content_length = declare
+        await response.prepare(request)
+        sent.append(0)
+        with contextlib.suppress(ConnectionError):
+            while sent[-1] < 2 * MAX_PAGE_BYTES:
+                await response.write(chunk)
+                sent[-1] += len(chunk)
+                if declare is not None:
+                    await asyncio.sleep(30)  # the rest never comes
+        return response
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics_page)
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    try:
+        yield str(server.make_url("")).rstrip("/"), sent
+    finally:
+        await server.close()
+
+
+async def test_a_page_past_the_size_bound_is_refused_and_named_in_the_status_line() -> None:
+    """A broken or hostile endpoint that sends without end: ``igw top`` kept every byte until the
+    5 s timeout (1.9 GB of memory for a 600 MiB stream, before session s39); now it stops reading at
+    :data:`MAX_PAGE_BYTES` and the status line says why."""
+    async with endless_gateway() as (url, sent):
+        app = TopApp(GatewaySource(url), interval_s=30)
+        async with app.run_test(size=SIZE):
+            await wait_for(lambda: app.last_error is not None, within=30, what="a refused page")
+            assert app.is_running
+            status = str(app.query_one("#status").render())
+    assert f"{url}/metrics: page larger than 64 MiB, not read" in status, status
+    assert sent
+    assert sent[0] < 2 * MAX_PAGE_BYTES  # it stopped reading; the server could not finish
+
+
+async def test_a_declared_length_past_the_bound_is_refused_before_reading() -> None:
+    async with endless_gateway(declare=MAX_PAGE_BYTES + 1) as (url, _):
+        source = GatewaySource(url)
+        try:
+            with pytest.raises(ScrapeError, match="page larger than 64 MiB") as caught:
+                await asyncio.wait_for(source.scrape(), timeout=4)  # not the 5 s read timeout
+        finally:
+            await source.close()
+    assert not isinstance(caught.value, GatewayUnreachable)

@@ -7,8 +7,9 @@ machine (``igw top http://127.0.0.1:8080``) or a gateway in a cluster through
 gateway's debug token for ``--decisions``, or pages behind an authenticating proxy; never on the
 command line). ``--decisions N`` adds the last N scheduling decisions (``igw serve
 --debug-decisions``). ``--screenshot FILE`` runs without a terminal, waits for
-``--screenshot-after`` refreshes and saves the screen as SVG (the picture in docs/observability.md).
-Exit codes: 0 quit or screenshot saved, 1 no data for the screenshot, 2 bad usage (including a
+``--screenshot-after`` refreshes and saves the screen as SVG (the picture in docs/observability.md);
+a gateway that does not answer at all ends it at once unless ``--screenshot-wait S`` gives it time
+to start. Exit codes: 0 quit or screenshot saved, 1 no data for the screenshot, 2 bad usage (including a
 missing token variable or an unusable URL).
 """
 
@@ -18,7 +19,15 @@ import argparse
 import os
 import sys
 
-from igw.cli.arg_types import COUNT, NON_NEGATIVE_INT, POSITIVE, create_parent, http_url, output_file
+from igw.cli.arg_types import (
+    COUNT,
+    NON_NEGATIVE,
+    NON_NEGATIVE_INT,
+    POSITIVE,
+    create_parent,
+    http_url,
+    output_file,
+)
 from igw.redaction import redact
 
 HELP = "Live terminal view of a running gateway: pools, pods (KV, queue, picks, scrape age), models."
@@ -62,6 +71,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="with --screenshot: refreshes to wait for before saving (default 3)",
     )
+    parser.add_argument(
+        "--screenshot-wait",
+        type=NON_NEGATIVE,
+        default=0.0,
+        metavar="S",
+        help="with --screenshot: seconds to keep trying a gateway that does not answer at all (refused, "
+        "reset, timed out), e.g. one still starting (default 0: give up at the first such attempt)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -103,6 +120,8 @@ def run(args: argparse.Namespace) -> int:
     app = TopApp(source, interval_s=args.interval, show_decisions=args.decisions > 0)
     if args.screenshot:
         create_parent(args.screenshot)
-        return save_screenshot(app, args.screenshot, refreshes=args.screenshot_after)
+        return save_screenshot(
+            app, args.screenshot, refreshes=args.screenshot_after, wait_unanswered_s=args.screenshot_wait
+        )
     app.run()
     return EXIT_OK

@@ -51,7 +51,8 @@ for (the server ignores the filter) or one lacking routing families that the who
 empty answer) switches that endpoint to the whole page; a failed scrape, or a filtered page whose
 missing families change, makes the next scrape check again.
 
-Missing signals are reported loudly and exactly once per (endpoint, family): a warning log naming
+Missing signals are reported loudly and exactly once per (endpoint, family), forgotten when the
+endpoint leaves the pool: a warning log naming
 the family and what to do about it, the gauge ``igw_endpoint_signal_missing`` (via the endpoint
 state) and the ``/readyz`` detail. ``/metrics`` answering 404 is itself reported as the missing
 signal ``/metrics`` (an SGLang server started without ``--enable-metrics``).
@@ -252,7 +253,10 @@ class Scraper:
         self._members: dict[TaskKey, _Member] = {}
         self._unlisted: set[TaskKey] = set()
         """(scheduler, endpoint) whose ``/v1/models`` does not list the scheduler's model (warned once)."""
-        self._reported: set[tuple[str, str, str]] = set()
+        self._reported: dict[TaskKey, set[str]] = {}
+        """(scheduler, endpoint) -> the missing families already warned about (once each); dropped
+        with the endpoint, so pod IP churn does not grow it (it kept every address ever seen until
+        session s39)."""
         self._without_lora: dict[MetricFamilies, MetricFamilies] = {}
         self._event_loop: asyncio.AbstractEventLoop | None = None
 
@@ -278,10 +282,9 @@ class Scraper:
             self._paces.pop(tk, None)
             self._unlisted.discard(tk)
             self._readers.pop(tk, None)
-            if state is not None:  # another pod at this address: a new endpoint
-                self._reported = {r for r in self._reported if r[:2] != tk}
-                self._client.forget(tk[1])
-            elif not any(other[1] == tk[1] for other in wanted):
+            self._reported.pop(tk, None)  # gone, or another pod at the address: warned afresh
+            # another pod at this address (a new endpoint), or no scheduler scrapes the address now
+            if state is not None or not any(other[1] == tk[1] for other in wanted):
                 self._client.forget(tk[1])
         for tk in sorted(wanted.keys() - self._members.keys()):
             member = self._members[tk] = _Member(tk, next(self._slots))
@@ -779,9 +782,9 @@ class Scraper:
         if missing == state.missing:
             return  # as on the scrape before (almost always)
         for family in missing - state.missing:
-            tag = (sr.spec.name, state.key, family)
-            if tag not in self._reported:
-                self._reported.add(tag)
+            reported = self._reported.setdefault((sr.spec.name, state.key), set())
+            if family not in reported:
+                reported.add(family)
                 log.warning(
                     "endpoint %s (scheduler %s, engine %s) does not publish %s: %s",
                     state.key,

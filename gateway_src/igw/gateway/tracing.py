@@ -46,7 +46,14 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from opentelemetry.util.types import AttributeValue
 
 from igw.gateway.inference_apis import operation_name
-from igw.gateway.trace_export import CountingSpanExporter, ExportStats, RepeatThrottle, throttle_exporter_logs
+from igw.gateway.trace_export import (
+    CountingSpanExporter,
+    ExportStats,
+    QueueBound,
+    RepeatThrottle,
+    queue_size,
+    throttle_exporter_logs,
+)
 from igw.gateway.tracing_options import SERVICE_NAME, TracingOptions
 from igw.scheduling.types import RoutingDecision
 
@@ -91,7 +98,8 @@ class Tracing:
 
     @classmethod
     def exporting(cls, options: TracingOptions) -> Tracing:
-        """Batch-export to ``options.endpoint`` over OTLP/HTTP (protobuf) from a background thread."""
+        """Batch-export to ``options.endpoint`` over OTLP/HTTP (protobuf) from a background thread;
+        spans that find the batch queue full are counted as dropped (:class:`QueueBound`)."""
         # deferred: optional dependency weight: the exporter (and requests) load only with tracing on
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
@@ -100,8 +108,9 @@ class Tracing:
             OTLPSpanExporter(endpoint=options.endpoint, timeout=options.export_timeout_s), stats
         )
         undo = throttle_exporter_logs(RepeatThrottle())
+        capacity = queue_size()
         return cls(
-            BatchSpanProcessor(exporter),
+            QueueBound(BatchSpanProcessor(exporter, max_queue_size=capacity), stats, capacity),
             sample_ratio=options.sample_ratio,
             export_stats=stats,
             undo_log_throttle=undo,
@@ -120,7 +129,7 @@ class Tracing:
     def shutdown(self) -> None:
         """Export what is still buffered, then stop the exporter; with a ``flush_timeout_s`` (an OTLP
         export: the exporter's own timeout) the exporter is stopped once that has passed, which ends
-        its retries, and the spans still queued are dropped (counted as failed). Without the cut the
+        its retries, and the spans still queued are dropped (counted as such). Without the cut the
         SDK's batch processor kept retrying batch after batch of a collector that is down for 30 s,
         its own fixed bound, three times what the documentation promised and past the 10 s the
         pod's grace period keeps for the exit (before session s39)."""

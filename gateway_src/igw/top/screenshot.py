@@ -2,13 +2,18 @@
 
 Uses textual's headless mode and auto-pilot: wait until the screen has drawn the wanted number of
 successful refreshes (so rates and quantiles are filled in), save, quit. Gives up, saving nothing,
-when the gateway does not answer within :data:`GIVE_UP_AFTER_INTERVALS` refresh intervals.
+when no answer came at all (refused, reset, timed out) once ``wait_unanswered_s`` has passed
+(``--screenshot-wait``, default 0: at the first such attempt), and when the refreshes are not drawn
+within :data:`GIVE_UP_AFTER_INTERVALS` refresh intervals (the gateway answers, but with errors or
+pages it cannot draw). Until session s39 a port nothing listens on took those 30 intervals, 31 s
+at the default interval, to say so.
 """
 
 from __future__ import annotations
 
 import asyncio
 import sys
+import time
 from pathlib import Path
 from typing import Final
 
@@ -22,16 +27,25 @@ EXIT_SAVED = 0
 EXIT_NO_DATA = 1
 
 
-def save_screenshot(app: TopApp, file: str, *, refreshes: int) -> int:
+def save_screenshot(app: TopApp, file: str, *, refreshes: int, wait_unanswered_s: float = 0.0) -> int:
     """Run ``app`` headless until it has drawn ``refreshes`` scrapes, then write ``file`` (SVG)."""
     target = Path(file)
     outcome: list[int] = []
 
     async def pilot(driver: Pilot[object]) -> None:
         wait_s = app.interval_s / 4
-        for _ in range(int(GIVE_UP_AFTER_INTERVALS * app.interval_s / wait_s)):
+        started = time.monotonic()
+        for _ in range(int((GIVE_UP_AFTER_INTERVALS * app.interval_s + wait_unanswered_s) / wait_s)):
             if app.refreshes >= refreshes:
                 break
+            if app.unreachable and not app.refreshes and time.monotonic() - started >= wait_unanswered_s:
+                hint = "" if wait_unanswered_s else " (a gateway still starting: pass --screenshot-wait S)"
+                print(
+                    f"igw top: no answer from {app.source.base_url}: {app.last_error}{hint}", file=sys.stderr
+                )
+                outcome.append(EXIT_NO_DATA)
+                app.exit()
+                return
             await asyncio.sleep(wait_s)
         else:
             print(f"igw top: no data from {app.source.base_url}: {app.last_error}", file=sys.stderr)

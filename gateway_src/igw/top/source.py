@@ -5,10 +5,15 @@ Works against ``igw serve`` on this machine and against a gateway in a cluster t
 command line) is sent as a bearer token: the gateway's debug token opens ``/debug/decisions`` (the
 last scheduling decisions, when asked for), and pages behind an authenticating proxy need one too.
 It is never printed; error messages name the URL and the status only.
+
+Each page is read up to :data:`MAX_PAGE_BYTES`: a broken or hostile endpoint behind the URL could
+send without end, and until session s39 every byte was kept until the 5 s timeout (a loopback
+server streaming 600 MiB took ``igw top``'s process to 1.9 GB).
 """
 
 from __future__ import annotations
 
+import codecs
 import time
 from collections.abc import Callable
 from typing import Any, Final
@@ -21,6 +26,10 @@ from igw.redaction import redact
 from igw.top.view import GatewayUnreachable, Scrape, ScrapeError, parse_scrape
 
 DEFAULT_TIMEOUT_S: Final = 5.0
+MAX_PAGE_BYTES: Final = 64 * 1024 * 1024
+"""The most ``igw top`` reads of one page, chosen to stay well above a 1,000-pod gateway's
+``/metrics`` (a few KB of series per pod, estimated); a longer page is refused and named in the
+status line."""
 
 
 class GatewaySource:
@@ -83,8 +92,9 @@ class GatewaySource:
                     )
                 if response.status not in accept:
                     raise ScrapeError(f"{shown}: HTTP {response.status}")
+                body = await _read_capped(response, shown)
                 try:
-                    return await response.text()
+                    return body.decode(_charset(response))
                 except UnicodeDecodeError as exc:  # was a traceback ending igw top (before session s39)
                     raise ScrapeError(
                         f"{shown}: not text in its charset ({exc.reason} at byte {exc.start})"
@@ -99,3 +109,32 @@ class GatewaySource:
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+
+def _too_large(shown: str) -> ScrapeError:
+    return ScrapeError(f"{shown}: page larger than {MAX_PAGE_BYTES // (1024 * 1024)} MiB, not read")
+
+
+async def _read_capped(response: aiohttp.ClientResponse, shown: str) -> bytes:
+    """The body, refused once it passes :data:`MAX_PAGE_BYTES` (before reading, when its declared
+    length says so); the connection of a refused page is closed, not reused."""
+    if response.content_length is not None and response.content_length > MAX_PAGE_BYTES:
+        response.close()
+        raise _too_large(shown)
+    body = bytearray()
+    async for chunk in response.content.iter_any():
+        body += chunk
+        if len(body) > MAX_PAGE_BYTES:
+            response.close()
+            raise _too_large(shown)
+    return bytes(body)
+
+
+def _charset(response: aiohttp.ClientResponse) -> str:
+    """The page's declared charset when Python knows it, else UTF-8 (what aiohttp's ``text()`` did)."""
+    if response.charset:
+        try:
+            return codecs.lookup(response.charset).name
+        except LookupError:
+            pass
+    return "utf-8"
