@@ -104,8 +104,55 @@ def test_operator_rbac_grants_exactly_what_it_uses() -> None:
     assert lease_role["metadata"]["namespace"] == pins.ADDON_NAMESPACE
     assert _grants(lease_role["rules"]) == {("coordination.k8s.io", "leases"): {"get", "create", "update"}}
     assert all("*" not in verbs for verbs in grants.values())
-    # Secrets: read only (the cert-manager Secret of an auto-issued certificate), never written or listed.
-    assert grants[("", "secrets")] == {"get"}
+    # Secrets: read (the cert-manager Secret of an auto-issued certificate) and deleted with their
+    # Certificate once unused; never written or listed.
+    assert grants[("", "secrets")] == {"get", "delete"}
+
+
+def _without_auto_tls(expected: dict[tuple[str, str], set[str]]) -> dict[tuple[str, str], set[str]]:
+    return {key: verbs for key, verbs in expected.items() if key not in KUBE_ACCESS}
+
+
+def test_auto_tls_off_drops_secret_and_certificate_access_from_the_rbac() -> None:
+    """RBAC cannot narrow Secrets to the operator's own: in all-namespaces mode auto-issued TLS meant
+    ``get`` on every Secret of the cluster. ``operator.autoTls: false`` takes it away (and Certificate
+    access), in the ClusterRole and in each namespaced Role, and tells the operator (``--no-auto-tls``),
+    which then never makes those calls (tests/operator/test_tls_auto_issue.py)."""
+    objects = _objects({"operator": {"autoTls": False}})
+    (cluster_role,) = [o for o in objects if o["kind"] == "ClusterRole"]
+    expected = _without_auto_tls(_expected_namespaced_grants())
+    expected[("apiextensions.k8s.io", "customresourcedefinitions")] = {"get", "list", "watch"}
+    assert _grants(cluster_role["rules"]) == expected
+    assert not any(key in KUBE_ACCESS for key in _grants(cluster_role["rules"]))
+    (deployment,) = [o for o in objects if o["kind"] == "Deployment"]
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--no-auto-tls" in args
+    assert "--tls-issuer" not in args
+    assert (
+        "--no-auto-tls"
+        not in next(o for o in _objects({}) if o["kind"] == "Deployment")["spec"]["template"]["spec"][
+            "containers"
+        ][0]["args"]
+    )
+
+    namespaced = _objects({"operator": {"autoTls": False, "namespaces": ["models-a"]}})
+    (role,) = [o for o in namespaced if o["kind"] == "Role" and "leader" not in o["metadata"]["name"]]
+    assert _grants(role["rules"]) == _without_auto_tls(_expected_namespaced_grants())
+    assert configuration.problems({"operator": {"autoTls": False}}) == []
+    (problem,) = configuration.problems({"operator": {"autoTls": "no"}})
+    assert problem.startswith("operator.autoTls:")
+
+
+def test_roles_and_rolebindings_are_granted_only_the_verbs_the_operator_writes_them_with() -> None:
+    """The operator creates one Role and one RoleBinding per config, named after it (no fixed name, so
+    no ``resourceNames``; RBAC cannot restrict ``create`` by name anyway): ``get`` to compare, ``create``,
+    and ``update`` to put back an edited one. Never ``patch``, ``delete``, ``list``, ``bind`` or
+    ``escalate``: without the last two it can only grant what it holds itself."""
+    (cluster_role,) = [o for o in _objects({}) if o["kind"] == "ClusterRole"]
+    grants = _grants(cluster_role["rules"])
+    for resource in ("roles", "rolebindings"):
+        assert grants[("rbac.authorization.k8s.io", resource)] == {"get", "create", "update"}
+    assert not any(resource in {"clusterroles", "clusterrolebindings"} for _, resource in grants)
 
 
 def test_namespace_list_gives_namespaced_roles_and_a_read_only_cluster_role() -> None:

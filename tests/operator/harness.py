@@ -129,7 +129,8 @@ def write_tls_secret(
 ) -> str:
     """Play cert-manager: a real certificate (leaf + CA chain) and key in the Certificate's Secret,
     annotated with the Certificate's name as cert-manager annotates it (``certificate``; by default
-    the Secret's name without ``-tls``, the operator's naming)."""
+    the Secret's name without ``-tls``, the operator's naming) and labelled with that Certificate's
+    ``spec.secretTemplate.labels`` when it exists, as cert-manager labels it."""
     ca = trustme.CA()
     leaf = ca.issue_cert(hostname)
     chain = b"".join(blob.bytes() for blob in leaf.cert_chain_pems)
@@ -142,6 +143,10 @@ def write_tls_secret(
     meta: dict[str, Any] = {"name": name, "namespace": "inference"}
     if issued_for:
         meta["annotations"] = {"cert-manager.io/certificate-name": issued_for}
+        issued_by = find(kube, "Certificate", "inference", issued_for) or {}
+        labels = ((issued_by.get("spec") or {}).get("secretTemplate") or {}).get("labels")
+        if labels:
+            meta["labels"] = dict(labels)
     body = {"apiVersion": "v1", "kind": "Secret", "metadata": meta}
     body |= {"type": "kubernetes.io/tls", "data": data}
     if current is None:

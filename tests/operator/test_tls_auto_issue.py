@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import logging
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,11 +18,12 @@ from moto import mock_aws
 from igw.operator.dataplane import DataPlaneSettings
 from igw.operator.kube import Kube, OperatorStopping
 from igw.operator.reconcile import Reconciler
-from igw.operator.tls import UID_TAG, AcmImporter, AutoTlsSettings, IssuerRef
+from igw.operator.tls import KUBE_ACCESS, UID_TAG, AcmImporter, AutoTlsSettings, IssuerRef
 from tests.fakes.kube_api import FakeKubeApiServer
 from tests.operator.harness import (
     condition,
     find,
+    igwc,
     running_operator,
     tls_igwc,
     update_spec,
@@ -294,3 +296,119 @@ def test_a_secret_cert_manager_did_not_write_for_this_object_is_neither_imported
     secret = find(cluster, "Secret", "inference", "billing-gateway-tls")
     assert secret is not None
     assert _pem(base64.b64decode(secret["data"]["tls.crt"]).decode()).startswith(_pem(theirs))
+
+
+def _issued(cluster: FakeKubeApiServer, acm: Any) -> Reconciler:
+    """A reconciler and ``chat`` with ``tls: {}`` whose certificate cert-manager issued and ACM holds."""
+    settings = AutoTlsSettings(IssuerRef("ClusterIssuer", "test-ca"), lambda: acm)
+    reconciler = Reconciler(Kube(cluster.api_client()), DataPlaneSettings(), auto_tls=settings)
+    cluster.add(tls_igwc("chat"))
+    asyncio.run(reconciler.reconcile("inference", "chat"))
+    write_tls_secret(cluster, "chat-gateway-tls", "chat.llm.example.com")
+    asyncio.run(reconciler.reconcile("inference", "chat"))
+    assert _status_tls(cluster).get("issuedAt")
+    return reconciler
+
+
+@pytest.mark.parametrize("tls", [None, "given"])
+def test_dropping_auto_issue_deletes_the_certificate_and_its_secret_once_acm_let_go(
+    cluster: FakeKubeApiServer, acm: Any, tls: str | None
+) -> None:
+    """``tls: {}`` changed to a given ``acmArn`` or to no TLS: the Certificate and the Secret holding
+    its private key stayed until the object was deleted (the Secret even after), and cert-manager kept
+    renewing a certificate nothing used. They go once the ACM import is deleted, not before."""
+    ca = trustme.CA()
+    leaf = ca.issue_cert("chat.llm.example.com")
+    given = acm.import_certificate(
+        Certificate=leaf.cert_chain_pems[0].bytes(), PrivateKey=leaf.private_key_pem.bytes()
+    )["CertificateArn"]
+    in_use = _InUseOnce(acm)
+    reconciler = _issued(cluster, in_use)
+
+    def change(spec: dict[str, Any]) -> None:
+        if tls is None:
+            spec.pop("tls")
+        else:
+            spec["tls"] = {"acmArn": given}
+
+    update_spec(cluster, "inference", "chat", change)
+    asyncio.run(reconciler.reconcile("inference", "chat"))  # ACM still in use: everything stays
+    assert in_use.refused == 1
+    assert find(cluster, "Certificate", "inference", "chat-gateway") is not None
+    assert find(cluster, "Secret", "inference", "chat-gateway-tls") is not None
+
+    asyncio.run(reconciler.reconcile("inference", "chat"))
+    assert {c["CertificateArn"] for c in acm.list_certificates()["CertificateSummaryList"]} == {given}
+    assert find(cluster, "Certificate", "inference", "chat-gateway") is None
+    assert find(cluster, "Secret", "inference", "chat-gateway-tls") is None
+    condition_ = condition(find(cluster, "InferenceGatewayConfig", "inference", "chat"), "GatewayProgrammed")
+    assert condition_["status"] == "True"
+
+
+def test_a_secret_of_that_name_without_the_operators_labels_is_left_alone(
+    cluster: FakeKubeApiServer, acm: Any
+) -> None:
+    """Only the Secret cert-manager wrote for the operator's Certificate (annotated with its name and
+    carrying the data plane's labels) is deleted; the same name made by someone else is theirs."""
+    reconciler = _issued(cluster, acm)
+    theirs = find(cluster, "Secret", "inference", "chat-gateway-tls")
+    assert theirs is not None
+    theirs["metadata"].pop("labels")
+    secrets = cluster.store.kind_for(api_version="v1", kind="Secret")
+    cluster.store.replace(secrets, "inference", "chat-gateway-tls", theirs)
+
+    update_spec(cluster, "inference", "chat", lambda spec: spec.pop("tls"))
+    asyncio.run(reconciler.reconcile("inference", "chat"))
+    assert find(cluster, "Certificate", "inference", "chat-gateway") is None
+    assert find(cluster, "Secret", "inference", "chat-gateway-tls") is not None
+
+
+def test_deleting_the_object_deletes_the_secret_of_its_certificate(
+    cluster: FakeKubeApiServer, acm: Any
+) -> None:
+    """The garbage collector removes the owned Certificate, but cert-manager's Secret has no owner
+    reference (cert-manager's default): the private key stayed in the namespace for good."""
+    reconciler = _issued(cluster, acm)
+    obj = find(cluster, "InferenceGatewayConfig", "inference", "chat")
+    assert obj is not None
+    kind = cluster.store.kind_for(
+        api_version="inference.sagemaker.aws.amazon.com/v1alpha1", kind="InferenceGatewayConfig"
+    )
+    cluster.store.delete(kind, "inference", "chat")
+    asyncio.run(reconciler.forget(obj))  # the watch's DELETED event
+    assert not acm.list_certificates()["CertificateSummaryList"]
+    assert find(cluster, "Certificate", "inference", "chat-gateway") is None
+    assert find(cluster, "Secret", "inference", "chat-gateway-tls") is None
+
+
+def test_with_auto_tls_switched_off_tls_auto_issue_is_reported_without_touching_secrets(
+    cluster: FakeKubeApiServer, acm: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``--no-auto-tls`` (chart ``operator.autoTls: false``, whose RBAC grants no Secret and no
+    Certificate access: the fake answers 403 for both, as the API server would): a ``tls: {}`` config
+    is reported ``AutoTlsDisabled`` with no Service, and a config without it is programmed, its pass
+    making no call that RBAC refuses. Without the switch the 403 surfaced as ``CertificateFailed``."""
+    cluster.forbid(*{resource for _, resource in KUBE_ACCESS})
+    caplog.set_level(logging.WARNING, logger="igw.operator")
+    settings = AutoTlsSettings(IssuerRef("ClusterIssuer", "test-ca"), lambda: acm, enabled=False)
+    reconciler = Reconciler(Kube(cluster.api_client()), DataPlaneSettings(), auto_tls=settings)
+    cluster.add(tls_igwc("chat"))
+    cluster.add(igwc("plain", model="mistral", app="mistral"))
+    asyncio.run(reconciler.reconcile("inference", "chat"))
+    asyncio.run(reconciler.reconcile("inference", "plain"))
+
+    refused = condition(find(cluster, "InferenceGatewayConfig", "inference", "chat"), "GatewayProgrammed")
+    assert (refused["status"], refused["reason"]) == ("False", "AutoTlsDisabled")
+    assert "spec.tls.acmArn" in refused["message"]
+    assert "operator.autoTls" in refused["message"]
+    assert find(cluster, "Service", "inference", "chat-gateway") is None  # never plain HTTP instead
+    assert not acm.list_certificates()["CertificateSummaryList"]
+    programmed = condition(find(cluster, "InferenceGatewayConfig", "inference", "plain"), "GatewayProgrammed")
+    assert programmed["status"] == "True", programmed
+
+    update_spec(cluster, "inference", "chat", lambda spec: spec.pop("tls"))  # nothing to clean up either
+    asyncio.run(reconciler.reconcile("inference", "chat"))
+    programmed = condition(find(cluster, "InferenceGatewayConfig", "inference", "chat"), "GatewayProgrammed")
+    assert programmed["status"] == "True", programmed
+    refusals = [r.getMessage() for r in caplog.records if "Forbidden" in r.getMessage()]
+    assert not refusals, refusals

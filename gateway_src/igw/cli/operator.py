@@ -100,6 +100,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "for spec.tls: {} and imported into ACM (default ClusterIssuer/igw-selfsigned)",
     )
     parser.add_argument(
+        "--no-auto-tls",
+        action="store_true",
+        help="do not support spec.tls: {} (the operator then never reads Secrets nor touches cert-manager "
+        "Certificates, so its RBAC need not grant them); such a config is reported AutoTlsDisabled",
+    )
+    parser.add_argument(
         "--resync-seconds",
         type=POSITIVE,
         default=5.0,
@@ -170,7 +176,7 @@ def run(args: argparse.Namespace) -> int:
         kubeconfig=args.kubeconfig,
         namespaces=tuple(args.namespace),
         data_plane=data_plane,
-        auto_tls=AutoTlsSettings(issuer=issuer),
+        auto_tls=AutoTlsSettings(issuer=issuer, enabled=not args.no_auto_tls),
         resync_s=args.resync_seconds,
         leader_election=not args.no_leader_election,
         lease_name=args.lease_name,

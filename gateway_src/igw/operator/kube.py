@@ -375,6 +375,31 @@ class Kube:
         self._stored.pop((api_version, kind, namespace, name), None)
         return True
 
+    def _delete_if(
+        self,
+        api_version: str,
+        kind: str,
+        namespace: str,
+        name: str,
+        check: Callable[[Mapping[str, Any]], bool],
+    ) -> bool:
+        """Delete the object when it exists and ``check`` accepts it; ``True`` when it was deleted.
+        The delete carries the uid read, so an object deleted and made anew in between is left alone."""
+        # deferred: start-up cost: kubernetes.dynamic loads with the client, in the worker thread
+        from kubernetes.dynamic.exceptions import NotFoundError
+
+        current = self._get(api_version, kind, namespace, name)
+        if current is None or not check(current):
+            return False
+        preconditions = {"uid": current["metadata"]["uid"]}
+        try:
+            self._resource(api_version, kind).delete(
+                name=name, namespace=namespace, body={"preconditions": preconditions}
+            )
+        except NotFoundError:
+            return False
+        return True
+
     def _remember(self, key: tuple[str, str, str, str], written: Any, wanted: Mapping[str, Any]) -> None:
         stored = written.to_dict() if hasattr(written, "to_dict") else written
         if isinstance(stored, Mapping):
@@ -475,6 +500,17 @@ class Kube:
         """Delete ``kind`` ``namespace/name`` if the object ``uid`` controls it, or it is an orphan of
         the data plane labelled ``labels`` (``_delete_controlled``)."""
         return await self._in_thread(self._delete_controlled, api_version, kind, namespace, name, uid, labels)
+
+    async def delete_if(
+        self,
+        api_version: str,
+        kind: str,
+        namespace: str,
+        name: str,
+        check: Callable[[Mapping[str, Any]], bool],
+    ) -> bool:
+        """Delete ``kind`` ``namespace/name`` if it exists and ``check`` accepts it (``_delete_if``)."""
+        return await self._in_thread(self._delete_if, api_version, kind, namespace, name, check)
 
     async def apply(self, desired: Mapping[str, Any], *, initial_only: tuple[str, ...] = ()) -> bool:
         return await self._in_thread(self._apply, desired, initial_only)

@@ -18,7 +18,11 @@ ConfigMap carries them and the gateway's hot reload serves them; each gets ``Acc
 For ``spec.tls: {}`` the pass first obtains the auto-issued certificate (:mod:`igw.operator.tls`):
 it imports the Secret's certificate into ACM once cert-manager has written it, and applies the
 cert-manager Certificate with the rest of the data plane (all or nothing), the Service with that ARN on
-its TLS listener only once there is one.
+its TLS listener only once there is one. When the spec stops asking for it, the pass deletes the
+import once the listener has moved off it, then the Certificate and the Secret cert-manager wrote for
+it (left in place, cert-manager kept renewing them and the Secret kept the private key); the same
+happens when the object is deleted (:meth:`Reconciler.forget`). With auto-issue switched off
+(:attr:`AutoTlsSettings.enabled`) none of this runs and ``tls: {}`` is reported ``AutoTlsDisabled``.
 """
 
 from __future__ import annotations
@@ -49,7 +53,7 @@ from igw.operator.dataplane import (
     initial_only_fields,
     object_metadata,
 )
-from igw.operator.kube import IGWC_API_VERSION, Kube
+from igw.operator.kube import ADOPTION_LABELS, IGWC_API_VERSION, Kube
 from igw.operator.status import Observation, Transition, compute_status
 from igw.operator.tls import (
     CERT_MANAGER_API,
@@ -62,6 +66,7 @@ from igw.operator.tls import (
     client_hostnames,
     dns_names,
     foreign_secret,
+    issued_secret,
     secret_name,
     wants_auto_issue,
 )
@@ -112,6 +117,9 @@ class Reconciler:
         self._auto_tls = auto_tls or AutoTlsSettings()
         self._acm = AcmImporter(self._auto_tls.acm_client_factory)
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
+        self._certificates_gone: dict[tuple[str, str], str] = {}
+        """``(namespace, name): uid`` of objects not asking for auto-issue whose Certificate and Secret
+        this process has seen gone (checked once per object, not on every pass; dropped with the object)."""
 
     async def reconcile(self, namespace: str, name: str) -> bool:
         """One pass over the object; ``False`` when it no longer exists (or is being deleted)."""
@@ -120,6 +128,7 @@ class Reconciler:
             igwc = await self._kube.get(IGWC_API_VERSION, KIND, namespace, name)
             if igwc is None or (igwc.get("metadata") or {}).get("deletionTimestamp"):
                 self._locks.pop((namespace, name), None)
+                self._certificates_gone.pop((namespace, name), None)
                 return False
             await self._pass(igwc)
             return True
@@ -206,7 +215,8 @@ class Reconciler:
         tls = TlsOutcome()
         if refusal is None:
             if wants_auto_issue(igwc.get("spec") or {}):
-                tls = await self._auto_issue(igwc)
+                self._certificates_gone.pop(_identity(igwc)[:2], None)
+                tls = await self._auto_issue(igwc) if self._auto_tls.enabled else _AUTO_TLS_DISABLED
             try:
                 objects = [
                     *([] if tls.certificate is None else [tls.certificate]),
@@ -225,7 +235,10 @@ class Reconciler:
         if refusal is None and apply_error is None and not wants_auto_issue(igwc.get("spec") or {}):
             # The spec stopped asking for auto-issue and the Service no longer names the imported
             # certificate: delete it (ACM refuses while the load balancer still uses it; retried).
-            retired = await self.forget(igwc)
+            # Once ACM let it go, the Certificate and its Secret go too.
+            retired = await self._forget_import(igwc)
+            if retired or not _names_import(igwc):
+                await self._retire_certificate(igwc)
         seen = await self._observe(
             igwc,
             refusal=refusal,
@@ -329,7 +342,14 @@ class Reconciler:
         namespace, service_name = meta["namespace"], base_name(meta["name"])
         issuer = self._auto_tls.issuer
         hostnames = client_hostnames(igwc.get("spec") or {})
-        wanted = certificate(service_name, namespace, issuer, object_metadata(igwc, service_name), hostnames)
+        wanted = certificate(
+            service_name,
+            namespace,
+            issuer,
+            object_metadata(igwc, service_name),
+            hostnames,
+            secret_labels=_ownership_labels(igwc),
+        )
         try:
             await self._kube.get(CERT_MANAGER_API, CERTIFICATE_KIND, namespace, service_name)
         except ResourceNotFoundError:
@@ -382,13 +402,61 @@ class Reconciler:
         }
         return TlsOutcome(acm_arn=arn, status=status, certificate=wanted)
 
-    async def forget(self, igwc: Mapping[str, Any]) -> bool:
+    async def forget(self, igwc: Mapping[str, Any]) -> None:
+        """``igwc`` was deleted: delete its ACM import, its Certificate and the Secret cert-manager
+        wrote for it. The garbage collector removes the Certificate, but not the Secret (cert-manager
+        sets no owner reference on it by default): left, it kept the private key for good."""
+        await self._forget_import(igwc)
+        await self._retire_certificate(igwc)
+        self._certificates_gone.pop(_identity(igwc)[:2], None)
+
+    async def _retire_certificate(self, igwc: Mapping[str, Any]) -> None:
+        """Delete the Certificate this operator applied for ``igwc`` and the Secret cert-manager wrote
+        for it (:func:`~igw.operator.tls.issued_secret`: never someone else's), the Certificate first
+        so cert-manager does not write the Secret again. Once both are gone, later passes skip this
+        (one read per object and operator process); a failure is logged and retried on the next pass."""
+        # deferred: start-up cost: kubernetes.dynamic loads with the client, in the worker thread
+        from kubernetes.dynamic.exceptions import ResourceNotFoundError
+
+        meta = igwc.get("metadata") or {}
+        identity = _identity(igwc)
+        if (
+            not self._auto_tls.enabled
+            or not identity[2]
+            or self._certificates_gone.get(identity[:2]) == identity[2]
+        ):
+            return
+        namespace, name = identity[0], base_name(identity[1])
+        labels = _ownership_labels(igwc)
+        try:
+            if await self._kube.delete_controlled(
+                CERT_MANAGER_API, CERTIFICATE_KIND, namespace, name, uid=identity[2], labels=labels
+            ):
+                log.info("%s/%s: deleted Certificate %s", namespace, meta.get("name"), name)
+            secret = secret_name(name)
+            if await self._kube.delete_if(
+                "v1", "Secret", namespace, secret, lambda s: issued_secret(s, name, labels)
+            ):
+                log.info("%s/%s: deleted Secret %s of its Certificate", namespace, meta.get("name"), secret)
+        except ResourceNotFoundError:  # no cert-manager in the cluster: no Certificate was ever made
+            pass
+        except Exception as exc:  # logged, not raised: retried on the next pass
+            log.warning(
+                "%s/%s: deleting the auto-issued certificate's Certificate/Secret failed: %s",
+                namespace,
+                meta.get("name"),
+                _error_text(exc),
+            )
+            return
+        self._certificates_gone[identity[:2]] = identity[2]
+
+    async def _forget_import(self, igwc: Mapping[str, Any]) -> bool:
         """Delete the ACM certificate auto-issued for ``igwc`` (gone, or no longer asking for one);
-        ``True`` when ``status.tls`` no longer names a certificate of ours (owners collect the rest)."""
+        ``True`` when ``status.tls`` no longer names a certificate of ours."""
         meta = igwc.get("metadata") or {}
         previous = (igwc.get("status") or {}).get("tls") or {}
         arn = previous.get("acmArn")
-        if not arn or not previous.get("issuedAt") or not meta.get("uid"):
+        if not _names_import(igwc) or not meta.get("uid"):
             return False
         try:
             deleted = await self._kube.outside(self._acm.delete_owned, str(arn), uid=str(meta["uid"]))
@@ -406,6 +474,33 @@ class Reconciler:
                 "%s/%s: deleted imported ACM certificate %s", meta.get("namespace"), meta.get("name"), arn
             )
         return True
+
+
+_AUTO_TLS_DISABLED = TlsOutcome(
+    problem=(
+        "AutoTlsDisabled",
+        "spec.tls asks for an auto-issued certificate, but the operator runs with auto-issued TLS "
+        "switched off (chart value operator.autoTls: false): set spec.tls.acmArn, or ask the cluster "
+        "administrator to enable operator.autoTls",
+    )
+)
+
+
+def _identity(igwc: Mapping[str, Any]) -> tuple[str, str, str]:
+    meta = igwc.get("metadata") or {}
+    return (str(meta.get("namespace") or ""), str(meta.get("name") or ""), str(meta.get("uid") or ""))
+
+
+def _names_import(igwc: Mapping[str, Any]) -> bool:
+    """Whether ``status.tls`` names a certificate this operator imported into ACM."""
+    previous = (igwc.get("status") or {}).get("tls") or {}
+    return bool(previous.get("acmArn") and previous.get("issuedAt"))
+
+
+def _ownership_labels(igwc: Mapping[str, Any]) -> dict[str, str]:
+    """The data plane's labels that mark an object as written by this operator for ``igwc``."""
+    labels = object_metadata(igwc, base_name(igwc["metadata"]["name"]))["labels"]
+    return {key: labels[key] for key in ADOPTION_LABELS}
 
 
 def _controlled(obj: dict[str, Any] | None, uid: str) -> dict[str, Any] | None:

@@ -9,6 +9,17 @@ and re-imports it under the same ARN whenever the Secret's certificate changes (
 it). The ARN then goes on the Service's TLS listener exactly as a user-supplied ``acmArn`` would.
 ACM has no owner references: the imported certificate is deleted when the operator sees the object
 deleted, and only when its uid tag names that object (a user-supplied certificate is never touched).
+
+cert-manager leaves the Secret behind when its Certificate goes (unless it runs with
+``--enable-certificate-owner-ref``), and keeps renewing a Certificate that nothing uses. So once the
+object stops asking for auto-issue (and its ACM import is gone) or is deleted, the operator deletes
+its Certificate and that Certificate's Secret: only a Secret cert-manager wrote for it (annotation
+:data:`CERTIFICATE_NAME_ANNOTATION`) that carries the data plane's ownership labels, which the
+Certificate's ``secretTemplate`` asks cert-manager to put on it (:func:`issued_secret`).
+
+Auto-issue can be switched off (``igw operator --no-auto-tls``, chart ``operator.autoTls: false``):
+the operator then never reads Secrets or Certificates, so its RBAC need not grant them, and reports
+a ``tls: {}`` object ``AutoTlsDisabled`` instead.
 """
 
 from __future__ import annotations
@@ -29,11 +40,12 @@ UID_TAG: Final = "igw.dev/inference-gateway-config-uid"
 NAME_TAG: Final = "igw.dev/inference-gateway-config"
 DEFAULT_ISSUER: Final = "ClusterIssuer/igw-selfsigned"
 KUBE_ACCESS: Final[dict[tuple[str, str], frozenset[str]]] = {
-    ("cert-manager.io", "certificates"): frozenset({"get", "create", "update"}),
-    ("", "secrets"): frozenset({"get"}),
+    ("cert-manager.io", "certificates"): frozenset({"get", "create", "update", "delete"}),
+    ("", "secrets"): frozenset({"get", "delete"}),
 }
 """The API access auto-issue needs on top of the data plane's, ``(group, resource): verbs`` (the
-Certificate is applied like every data-plane object; the Secret is only read)."""
+Certificate is applied like every data-plane object; the Secret is read, and deleted with the
+Certificate once the object no longer uses them). None of it with auto-issue switched off."""
 CERTIFICATE_NAME_ANNOTATION: Final = "cert-manager.io/certificate-name"
 """What cert-manager writes on the Secret of a Certificate: that Certificate's name."""
 _ISSUER_KINDS: Final = ("Issuer", "ClusterIssuer")
@@ -93,6 +105,20 @@ def foreign_secret(secret: Mapping[str, Any] | None, certificate_name: str) -> b
     return annotations.get(CERTIFICATE_NAME_ANNOTATION) != certificate_name
 
 
+def issued_secret(secret: Mapping[str, Any] | None, certificate_name: str, labels: Mapping[str, str]) -> bool:
+    """Whether ``secret`` is the one cert-manager wrote for the operator's Certificate
+    ``certificate_name``: annotated with that name and carrying every ownership label in ``labels``
+    (the Certificate's ``secretTemplate``). Only such a Secret is deleted with the Certificate: one
+    without the labels (made by hand, or by someone's Certificate of that name) is left alone."""
+    if secret is None:
+        return False
+    meta = secret.get("metadata") or {}
+    if (meta.get("annotations") or {}).get(CERTIFICATE_NAME_ANNOTATION) != certificate_name:
+        return False
+    have = meta.get("labels") or {}
+    return bool(labels) and all(have.get(key) == value for key, value in labels.items())
+
+
 def dns_names(service_name: str, namespace: str, hostnames: Sequence[str] = ()) -> list[str]:
     """The names the certificate covers: the client-facing ``hostnames`` (``spec.extensions.dataPlane``)
     first, then the Service's in-cluster names, shortest first; the first is the common name."""
@@ -117,8 +143,11 @@ def certificate(
     issuer: IssuerRef,
     metadata: Mapping[str, Any],
     hostnames: Sequence[str] = (),
+    secret_labels: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """The cert-manager Certificate for one gateway Service (``metadata`` carries the owner reference)."""
+    """The cert-manager Certificate for one gateway Service (``metadata`` carries the owner reference);
+    ``secret_labels`` go on the Secret cert-manager writes (``secretTemplate``), so the operator can
+    tell that Secret is its own when it deletes it (:func:`issued_secret`)."""
     names = dns_names(service_name, namespace, hostnames)
     return {
         "apiVersion": CERT_MANAGER_API,
@@ -132,6 +161,7 @@ def certificate(
             "privateKey": {"algorithm": "ECDSA", "size": 256, "rotationPolicy": "Always"},
             "usages": ["server auth", "digital signature", "key encipherment"],
             "issuerRef": {"group": "cert-manager.io", "kind": issuer.kind, "name": issuer.name},
+            **({"secretTemplate": {"labels": dict(secret_labels)}} if secret_labels else {}),
         },
     }
 
@@ -257,7 +287,10 @@ class AcmImporter:
 
 @dataclass(frozen=True, slots=True)
 class AutoTlsSettings:
-    """How the operator auto-issues certificates (``--tls-issuer``, the ACM client)."""
+    """How the operator auto-issues certificates (``--tls-issuer``, the ACM client), or whether at all."""
 
     issuer: IssuerRef = IssuerRef("ClusterIssuer", "igw-selfsigned")
     acm_client_factory: AcmClientFactory = default_acm_client
+    enabled: bool = True
+    """``False`` (``--no-auto-tls``): no Certificate or Secret is ever read, written or deleted (the
+    operator's RBAC grants none); ``tls: {}`` is reported ``AutoTlsDisabled``."""

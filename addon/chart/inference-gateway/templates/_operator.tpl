@@ -20,8 +20,14 @@ app.kubernetes.io/part-of: inference-gateway
 What the operator does in a watched namespace, verb by verb (igw/operator/kube.py and kopf):
 read, create and replace (update) each data-plane kind, and delete the HorizontalPodAutoscaler it
 made once a spec stops asking for one; list pods for status; post Events; for
-spec.tls: {} read, create and replace cert-manager Certificates and read their Secrets
-(igw/operator/tls.py KUBE_ACCESS).
+spec.tls: {} read, create, replace and delete cert-manager Certificates, read their Secrets and delete
+the one of a Certificate it deletes (igw/operator/tls.py KUBE_ACCESS); none of that with
+operator.autoTls: false (RBAC cannot narrow Secrets to the operator's own, so the switch is the way
+to take cluster-wide Secret access away).
+Roles and RoleBindings: get/create/update only, without resourceNames: the operator creates one of
+each per InferenceGatewayConfig, named after it (`<name>-gateway`), so no fixed name exists, and
+RBAC cannot restrict `create` by name anyway; `update` puts back an edited one and adopts an orphan.
+No bind/escalate: it can only grant what it holds itself.
 It must itself hold the read access it grants the gateway pods' Role (pods, ConfigMaps), or the API
 server refuses to create that Role (RBAC escalation prevention).
 */}}
@@ -65,10 +71,12 @@ server refuses to create that Role (RBAC escalation prevention).
 - apiGroups: ["networking.k8s.io"]
   resources: ["networkpolicies"]
   verbs: ["get", "create", "update"]
+{{- if .Values.operator.autoTls }}
 - apiGroups: ["cert-manager.io"]
   resources: ["certificates"]
-  verbs: ["get", "create", "update"]
+  verbs: ["get", "create", "update", "delete"]
 - apiGroups: [""]
   resources: ["secrets"]
-  verbs: ["get"]
+  verbs: ["get", "delete"]
+{{- end }}
 {{- end }}
