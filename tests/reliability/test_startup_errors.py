@@ -62,7 +62,7 @@ def taken_port() -> Iterator[int]:
         ("", "expected a mapping with the key 'schedulers'"),
         (
             "schedulers:\n  llama: ['http://127.0.0.1:8001']\n",
-            "expected 'host:port', got 'http://127.0.0.1:8001'",
+            "expected 'host:port' (an address, not a URL: no scheme or path), got 'http://127.0.0.1:8001'",
         ),
         ("schedulers:\n  nobody: ['127.0.0.1:8001']\n", "no scheduler or modelName 'nobody'"),
     ],

@@ -51,8 +51,12 @@ def _address(value: Any, where: str, problems: list[str]) -> str | None:
     """``host:port`` or ``[ipv6]:port`` (the form discovery gives an IPv6 pod); an unbracketed IPv6
     address is refused: ``fd00::1:8000`` reads as a host on the default port."""
     if not isinstance(value, str) or (value.count(":") != 1 and not value.startswith("[")):
-        v6 = " (an IPv6 address as '[addr]:port')" if isinstance(value, str) and value.count(":") > 1 else ""
-        problems.append(f"{where}: expected 'host:port'{v6}, got {value!r}")
+        hint = ""
+        if isinstance(value, str) and "://" in value:
+            hint = " (an address, not a URL: no scheme or path)"
+        elif isinstance(value, str) and value.count(":") > 1:
+            hint = " (an IPv6 address as '[addr]:port')"
+        problems.append(f"{where}: expected 'host:port'{hint}, got {value!r}")
         return None
     host, _, port = value.rpartition(":")
     if host.startswith("["):
