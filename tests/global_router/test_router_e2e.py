@@ -513,6 +513,26 @@ async def test_errors_have_the_openai_shape(redis_server: RedisServer) -> None:
             assert (await resp.json())["data"] == []
 
 
+async def test_a_body_without_a_model_name_is_routed_by_the_header(
+    redis_server: RedisServer,
+) -> None:
+    """A body without ``model``, with ``null`` or with ``""`` (which vLLM reads as none: its base
+    model) is routed by its ``x-gateway-model-name`` header, as at tier 1 (igw.gateway.request_body);
+    the cluster's gateway gets body and header as sent, and writes the header's model into the body
+    its pod gets. Before session s39 an empty name ignored the header: 400 "'model' is required"
+    here, 404 ``model_not_found`` at tier 1."""
+    async with fleet(redis_server, **STEADY) as fx:
+        for body in ({"prompt": "x"}, {"model": None, "prompt": "x"}, {"model": "", "prompt": "x"}):
+            async with await fx.post(body, headers={"x-gateway-model-name": MODEL}) as resp:
+                assert resp.status == 200, (body, await resp.text())
+                served = fx.clusters[resp.headers["x-igw-cluster"]].server.received[-1]
+            assert orjson.loads(served.body) == body
+            assert served.headers["x-gateway-model-name"] == MODEL
+            async with await fx.post(body) as resp:  # no header either: no model
+                assert resp.status == 400
+                assert (await resp.json())["error"]["param"] == "model"
+
+
 async def test_model_rate_limit_is_shared_by_both_replicas(redis_server: RedisServer) -> None:
     limits = {
         "rateLimits": {"backend": "redis", "redis": {"url": redis_server.url, "keyPrefix": "e2e:rl:"}},
