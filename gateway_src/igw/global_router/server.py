@@ -64,6 +64,7 @@ from igw.gateway.request_body import (
     InferenceBody,
     UnsupportedContentEncoding,
     check_content_encoding,
+    estimated_tokens,
     parse_body,
     read_limited,
 )
@@ -243,7 +244,11 @@ async def _route(
     if body.model is None:
         return gateway_error("invalid_request", "'model' is required", param="model")
     model = body.model
-    est_tokens = body.prompt_tokens
+    # What tier 1 asks of the token buckets (its prompt's estimate and max_tokens for each of its n
+    # answers): admission takes nothing, the answer's usage is debited after it. Until session s39
+    # the prompt's estimate alone: a tenant with a few tokens left was admitted a request that could
+    # generate max_tokens x n more.
+    est_tokens = estimated_tokens(body)
     try:
         router.guard.authorize(principal, model=model)
         await router.guard.admit(principal, model=model, est_tokens=est_tokens)
