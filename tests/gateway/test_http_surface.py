@@ -90,16 +90,18 @@ async def test_routes_by_model_field_and_header_and_sets_gateway_headers(gateway
         assert qwen.received[-1].body == json.dumps(completion("qwen3")).encode()  # a body naming it: as sent
 
 
-async def test_a_null_model_is_no_model_so_the_header_names_it(gateway: Any) -> None:
+@pytest.mark.parametrize("none", [None, ""], ids=["null", "empty"])
+async def test_a_null_model_is_no_model_so_the_header_names_it(gateway: Any, none: str | None) -> None:
     """``"model": null`` is read as vLLM and SGLang read it, as no model: the request is routed by
     its ``x-gateway-model-name`` header and the header's model is written into the body forwarded
     (else the pod would serve its base model for the adapter routed and authorized). Before session
-    s39 the null was taken as the name: 404 ``model_not_found`` whatever the header said."""
+    s39 the null was taken as the name: 404 ``model_not_found`` whatever the header said; so was an
+    empty name, which vLLM also reads as none (its base model), until later in s39."""
     async with (
         running(FakeModelServer("llama"), FakeModelServer("qwen")) as (llama, qwen),
         gateway(DOC, {"llama": [llama.key], "qwen": [qwen.key]}) as gw,
     ):
-        chat = {"model": None, "messages": [{"role": "user", "content": "hi"}]}
+        chat = {"model": none, "messages": [{"role": "user", "content": "hi"}]}
         resp = await gw.post("/v1/chat/completions", chat, headers={"x-gateway-model-name": "sql-lora"})
         assert resp.status == 200, await resp.text()
         assert (await resp.json())["server"] == "llama"

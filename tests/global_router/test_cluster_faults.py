@@ -352,3 +352,56 @@ async def test_a_request_planned_on_a_cluster_whose_connections_are_all_held_goe
         finally:
             release.set()
             await asyncio.gather(*stuck, return_exceptions=True)
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "whole-answer"])
+async def test_a_cluster_that_never_finishes_is_cut_at_max_request_seconds(stream: bool) -> None:
+    """A cluster that streams forever (a stuck generation: a token, then a keep-alive comment, every
+    0.1 s) is within ``requestTimeoutSeconds`` at every gap; a non-streamed request it never answers
+    is within it for 30 s per attempt. ``maxRequestSeconds`` bounds the whole request: the stream
+    ends with a terminal SSE error event ``route_timeout`` and ``[DONE]``, the other request is a
+    504 ``route_timeout``, and the cluster's connection is closed (its handler ends). Until session
+    s39 nothing did: the stream and both connections stayed open for ever."""
+    handlers_running = 0
+
+    async def endless(request: web.Request) -> web.StreamResponse:
+        nonlocal handlers_running
+        handlers_running += 1
+        try:
+            if not (await request.json()).get("stream"):
+                await asyncio.Event().wait()
+            response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await response.prepare(request)
+            while True:
+                await response.write(b'data: {"choices": [{"index": 0, "text": "t"}]}\n\n')
+                await asyncio.sleep(0.05)
+                await response.write(b": keep-alive\n\n")
+                await asyncio.sleep(0.05)
+        finally:
+            handlers_running -= 1
+
+    cluster = web.Application()
+    cluster.router.add_post("/v1/completions", endless)
+    async with contextlib.AsyncExitStack() as stack:
+        cluster_url = await stack.enter_async_context(serve_app(cluster, host="127.0.0.1", port=0))
+        clusters = [{"name": "c", "region": "east", "endpoint": cluster_url, "models": [MODEL]}]
+        upstream = {"requestTimeoutSeconds": 30, "maxRequestSeconds": 1.5}
+        url = await stack.enter_async_context(_router(clusters, upstream=upstream))
+        http = await stack.enter_async_context(aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)))
+        started = time.monotonic()
+        body = {"model": MODEL, "prompt": "hello", "stream": stream}
+        async with http.post(url + "/v1/completions", json=body) as resp:
+            received = await resp.read()
+        took = time.monotonic() - started
+        assert 1.5 <= took < 5, took
+        if stream:
+            assert resp.status == 200
+            assert received.count(b'"text": "t"') >= 5  # it streamed until the bound
+            error, done = received.split(b"\n\n")[-3:-1]
+            assert b'"code":"route_timeout"' in error
+            assert b"maxRequestSeconds (1.5s)" in error
+            assert done == b"data: [DONE]"
+        else:
+            assert resp.status == 504
+            assert (await resp.json())["error"]["code"] == "route_timeout"
+        await wait_for(lambda: handlers_running == 0, within=5, what="the cluster's connection closed")

@@ -52,6 +52,13 @@ def test_defaults() -> None:
     assert config.routing.max_attempts == 3
     assert config.heartbeats.poll_interval_s == 0.5
     assert config.clusters[0].endpoint == "http://127.0.0.1:1"
+    assert (config.request_timeout_s, config.max_request_s) == (600.0, 3600.0)
+
+
+def test_max_request_seconds_is_read_and_bounded() -> None:
+    config = parse_global_config(global_doc(upstream={"maxRequestSeconds": 90}))
+    assert config.max_request_s == 90.0
+    assert "spec.upstream.maxRequestSeconds" in problems(global_doc(upstream={"maxRequestSeconds": 0}))
 
 
 def test_problems_name_the_field() -> None:

@@ -513,6 +513,26 @@ async def test_errors_have_the_openai_shape(redis_server: RedisServer) -> None:
             assert (await resp.json())["data"] == []
 
 
+async def test_a_body_without_a_model_name_is_routed_by_the_header(
+    redis_server: RedisServer,
+) -> None:
+    """A body without ``model``, with ``null`` or with ``""`` (which vLLM reads as none: its base
+    model) is routed by its ``x-gateway-model-name`` header, as at tier 1 (igw.gateway.request_body);
+    the cluster's gateway gets body and header as sent, and writes the header's model into the body
+    its pod gets. Before session s39 an empty name ignored the header: 400 "'model' is required"
+    here, 404 ``model_not_found`` at tier 1."""
+    async with fleet(redis_server, **STEADY) as fx:
+        for body in ({"prompt": "x"}, {"model": None, "prompt": "x"}, {"model": "", "prompt": "x"}):
+            async with await fx.post(body, headers={"x-gateway-model-name": MODEL}) as resp:
+                assert resp.status == 200, (body, await resp.text())
+                served = fx.clusters[resp.headers["x-igw-cluster"]].server.received[-1]
+            assert orjson.loads(served.body) == body
+            assert served.headers["x-gateway-model-name"] == MODEL
+            async with await fx.post(body) as resp:  # no header either: no model
+                assert resp.status == 400
+                assert (await resp.json())["error"]["param"] == "model"
+
+
 async def test_model_rate_limit_is_shared_by_both_replicas(redis_server: RedisServer) -> None:
     limits = {
         "rateLimits": {"backend": "redis", "redis": {"url": redis_server.url, "keyPrefix": "e2e:rl:"}},
@@ -557,13 +577,13 @@ async def test_a_background_response_is_charged_its_output_bound(redis_server: R
     async with fleet(redis_server, **_token_limits(redis_server, "e2e:bg:"), **STEADY) as fx:
         statuses = []
         for i in range(4):
-            body = {"model": MODEL, "input": "x", "max_output_tokens": 200, "background": True}
+            body = {"model": MODEL, "input": "x", "max_output_tokens": 180, "background": True}
             async with fx.http.post(fx.urls[i % 2] + "/v1/responses", json=body) as resp:
                 statuses.append(resp.status)
                 if resp.status == 200:
                     assert (await resp.json())["status"] == "queued"
-        # 600 tokens, about 201 charged each: tier 2 admits while its bucket holds the prompt's
-        # estimate (its admission does not add the output bound), so the third goes into debt
+        # 600 tokens, 181 charged each and asked of the bucket at admission (the prompt's estimate
+        # and the output bound, as tier 1 asks since session s39): 57 left for the fourth
         assert statuses == [200, 200, 200, 429]
 
 
@@ -582,7 +602,7 @@ async def test_a_background_response_s_bound_is_settled_by_the_poll_that_shows_i
     (at either replica) whose answer shows the usage: the tenant is credited the bound less the 5
     tokens generated (before session s37, never: the bound stayed charged)."""
     async with fleet(redis_server, **limits(redis_server, "e2e:bgs:"), **STEADY) as fx:
-        body = {"model": MODEL, "input": "x", "max_output_tokens": 200, "background": True}
+        body = {"model": MODEL, "input": "x", "max_output_tokens": 180, "background": True}
         accepted: list[str] = []
         for i in range(4):
             async with fx.http.post(fx.urls[i % 2] + "/v1/responses", json=body) as resp:
@@ -594,10 +614,34 @@ async def test_a_background_response_s_bound_is_settled_by_the_poll_that_shows_i
                 assert resp.status == 200
                 assert (await resp.json())["usage"]["output_tokens"] == 5
         statuses = []
-        for i in range(4):  # about 3 x 195 credited: the bucket holds about 600 - 3 x 6 again
+        for i in range(4):  # 3 x 175 credited: the bucket holds about 57 + 525 = 582 again
             async with fx.http.post(fx.urls[i % 2] + "/v1/responses", json=body) as resp:
                 statuses.append(resp.status)
         assert statuses == [200, 200, 200, 429], statuses
+
+
+@pytest.mark.parametrize("limits", [_token_limits, _tenant_token_limits], ids=["per-model", "tenant-wide"])
+@pytest.mark.parametrize("bound", [{"max_tokens": 300}, {"max_tokens": 100, "n": 3}], ids=["max_tokens", "n"])
+async def test_admission_needs_the_prompt_and_the_output_bound_and_usage_is_charged(
+    redis_server: RedisServer, limits: Callable[[RedisServer, str], dict[str, Any]], bound: dict[str, int]
+) -> None:
+    """Admission asks the token bucket for what tier 1 asks (``estimated_tokens``: the prompt's
+    estimate and ``max_tokens`` for each of the ``n`` answers), and the answer's usage is what is
+    debited. A tenant left 193 of its 600 tokens is refused a request that may generate 300; before
+    session s39 tier 2 asked for the prompt's estimate alone (one token) and admitted it."""
+    async with fleet(redis_server, **limits(redis_server, "e2e:bound:"), **STEADY) as fx:
+        for c in fx.clusters.values():
+            c.server.tokens = 400
+        async with await fx.post({"model": MODEL, "prompt": "x"}) as resp:  # 7 + 400 tokens used
+            assert resp.status == 200, await resp.text()
+        async with await fx.post({"model": MODEL, "prompt": "x", **bound}) as resp:
+            assert resp.status == 429, await resp.text()
+            assert "(tokens)" in (await resp.json())["error"]["message"]
+            assert 100 <= int(resp.headers["Retry-After"]) <= 120  # 108 tokens missing, at 1 a second
+        async with await fx.post({"model": MODEL, "prompt": "x", "max_tokens": 150}) as resp:
+            assert resp.status == 200, await resp.text()  # within what is left: admitted, 407 debited
+        async with await fx.post({"model": MODEL, "prompt": "x", "max_tokens": 1}) as resp:
+            assert resp.status == 429  # the usage (407), not the bound (151), was debited: in debt
 
 
 async def test_a_stream_left_before_its_end_is_charged_the_tokens_relayed(redis_server: RedisServer) -> None:

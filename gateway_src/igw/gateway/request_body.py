@@ -3,8 +3,8 @@
 * The body is read in chunks and abandoned as soon as it exceeds ``bbr.maxRequestBodyBytes`` (413);
   a ``Content-Length`` over the limit is refused before reading anything. At most ``limit`` bytes are
   ever held.
-* It must be a JSON object (400 naming the problem); ``model`` comes from the body or, if absent
-  or ``null``, the ``x-gateway-model-name`` header (then written into the body forwarded).
+* It must be a JSON object (400 naming the problem); ``model`` comes from the body or, if absent,
+  ``null`` or ``""``, the ``x-gateway-model-name`` header (then written into the body forwarded).
 * What routing needs is extracted once, per API (:class:`~igw.gateway.inference_apis.InferenceApi`):
   the text used for prefix hashing (the ``prompt`` of a completion, the serialised ``messages`` of a
   chat completion - as GIE does -, the ``input`` of an embedding request, the ``instructions`` and
@@ -238,10 +238,13 @@ def parse_body(raw: bytes, *, api: InferenceApi, header_model: str | None) -> In
     if not isinstance(body, dict):
         raise BadRequestBody(f"request body must be a JSON object, got {type(body).__name__}")
     model = body.get("model")
-    if model is None:
+    named_by_header = model is None or model == ""
+    if named_by_header:
         # ``"model": null`` is no model, as vLLM and SGLang read it (their request models default
-        # the field to None): the header's then. Before session s39 a null was taken as the name,
-        # and a body with it and the header was answered 404 model_not_found.
+        # the field to None), and so is ``""`` (vLLM serves its base model for an empty name, as
+        # for none: ``_is_model_supported``): the header's then. Before session s39 a null was
+        # taken as the name, and a body with it and the header was answered 404 model_not_found;
+        # an empty one ignored the header (404 at tier 1, 400 "'model' is required" at tier 2).
         model = header_model
     if model is not None and not isinstance(model, str):
         raise BadRequestBody("'model' must be a string", param="model")
@@ -312,8 +315,8 @@ def parse_body(raw: bytes, *, api: InferenceApi, header_model: str | None) -> In
         if given is not None and not isinstance(given, str):
             raise BadRequestBody("'cache_salt' must be a string", param="cache_salt")
         cache_salt = given or ""
-    if model and body.get("model") is None:
-        # Named by the x-gateway-model-name header only (the body has no model, or a null one):
+    if model and named_by_header:
+        # Named by the x-gateway-model-name header only (the body has no model, a null or an empty one):
         # written into the body the model server gets, which otherwise serves its base model for a
         # body without one (vLLM's _check_model), while the gateway routed, authorized and
         # rate-limited the request as the header's model (an adapter a tenant may use answered by a

@@ -92,6 +92,10 @@ class GlobalRouterConfig:
     heartbeats: HeartbeatSpec = field(default_factory=HeartbeatSpec)
     connect_timeout_s: float = 2.0
     request_timeout_s: float = 600.0
+    max_request_s: float = 3600.0
+    """``spec.upstream.maxRequestSeconds``: the bound on a whole request (every attempt, a stream to
+    its end); ``request_timeout_s`` bounds each wait only, so a cluster streaming forever (a stuck
+    generation's tokens or keep-alive comments) held the client's and its own connection forever."""
     auth: AuthSpec | None = None
     authorization: Mapping[str, Any] = field(default_factory=dict)
     """Raw ``spec.authorization`` (the IGWC ``extensions.authorization`` shape), read by igw.security."""
@@ -168,6 +172,7 @@ def build_global_config(doc: Mapping[str, Any]) -> GlobalRouterConfig:
         ),
         connect_timeout_s=float(upstream.get("connectTimeoutSeconds", 2.0)),
         request_timeout_s=float(upstream.get("requestTimeoutSeconds", 600.0)),
+        max_request_s=float(upstream.get("maxRequestSeconds", 3600.0)),
         auth=build_auth_spec(spec["auth"]) if "auth" in spec else None,
         authorization=dict(spec.get("authorization", {})),
         rate_limits=dict(spec.get("rateLimits", {})),

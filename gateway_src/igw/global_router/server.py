@@ -16,7 +16,9 @@ the same OpenAI-shaped errors (:mod:`igw.gateway.errors`). Per request:
    so they move on without counting (a dead region's clusters cannot exhaust the attempts before
    the healthy region is reached);
 4. once a stream has started it is never retried: an upstream that dies mid-stream ends the
-   client's stream with an OpenAI-style SSE error event and ``[DONE]``.
+   client's stream with an OpenAI-style SSE error event and ``[DONE]``;
+5. ``spec.upstream.maxRequestSeconds`` bounds the whole request (every attempt, a stream to its
+   end): past it a stream ends the same way (``route_timeout``), an unanswered request is a 504.
 
 Responses carry ``x-igw-cluster`` and ``x-igw-region`` (where the request was served).
 """
@@ -64,6 +66,7 @@ from igw.gateway.request_body import (
     InferenceBody,
     UnsupportedContentEncoding,
     check_content_encoding,
+    estimated_tokens,
     parse_body,
     read_limited,
 )
@@ -243,7 +246,11 @@ async def _route(
     if body.model is None:
         return gateway_error("invalid_request", "'model' is required", param="model")
     model = body.model
-    est_tokens = body.prompt_tokens
+    # What tier 1 asks of the token buckets (its prompt's estimate and max_tokens for each of its n
+    # answers): admission takes nothing, the answer's usage is debited after it. Until session s39
+    # the prompt's estimate alone: a tenant with a few tokens left was admitted a request that could
+    # generate max_tokens x n more.
+    est_tokens = estimated_tokens(body)
     try:
         router.guard.authorize(principal, model=model)
         await router.guard.admit(principal, model=model, est_tokens=est_tokens)
@@ -303,19 +310,23 @@ async def _route(
             continue
         m.decisions.labels(cluster.name, cluster.region, choice.reason).inc()
         try:
-            result = await exchange(
-                request,
-                session=pools.of(cluster.name),
-                endpoint=cluster.endpoint,
-                body=raw,
-                headers=headers,
-                started=started,
-                connect_timeout_s=router.config.connect_timeout_s,
-                idle_timeout_s=router.config.request_timeout_s,
-                response_headers={CLUSTER_HEADER: cluster.name, REGION_HEADER: cluster.region},
-                on_prepared=prepared.append,
-                strip_usage=reads_usage,
-                body_timeout_s=router.config.request_timeout_s,
+            result = await _within(
+                router,
+                started,
+                exchange(
+                    request,
+                    session=pools.of(cluster.name),
+                    endpoint=cluster.endpoint,
+                    body=raw,
+                    headers=headers,
+                    started=started,
+                    connect_timeout_s=router.config.connect_timeout_s,
+                    idle_timeout_s=router.config.request_timeout_s,
+                    response_headers={CLUSTER_HEADER: cluster.name, REGION_HEADER: cluster.region},
+                    on_prepared=prepared.append,
+                    strip_usage=reads_usage,
+                    body_timeout_s=router.config.request_timeout_s,
+                ),
             )
         except ConnectFailed:
             router.fleet.record_outcome(cluster.name, ok=False, unreachable=True)
@@ -333,6 +344,11 @@ async def _route(
                 raise
             m.requests.labels(model, "499").inc()
             return prepared[0] if prepared else web.Response(status=499)
+        if result is None:  # spec.upstream.maxRequestSeconds passed: no other cluster is tried
+            m.requests.labels(model, "504").inc()
+            if prepared:
+                await _charge_relayed(router, principal, tenant, model, body, prepared)
+            return await _past_max_request(request, router, prepared)
         last = result
         if searches and result.status == 404 and choice is not choices[-1]:
             m.retries.labels(cluster.name, RESPONSE_SEARCH).inc()  # not stored there: no attempt spent
@@ -425,12 +441,48 @@ async def _shut_down(
     message = "the router is shutting down; retry the request"
     if not prepared:
         return gateway_error("shutting_down", message)
-    with contextlib.suppress(ConnectionResetError, ClientConnectionResetError, asyncio.CancelledError):
-        await prepared[0].write(
-            sse_error_event("shutting_down", message, anthropic=anthropic_path(request.path))
-        )
-        await prepared[0].write_eof()
+    await _end_stream(request, prepared[0], "shutting_down", message)
     return prepared[0]
+
+
+async def _within(
+    router: GlobalRouter, started: float, exchanging: Awaitable[ExchangeResult]
+) -> ExchangeResult | None:
+    """``exchanging``'s result, or ``None`` (the exchange cancelled, its upstream connection closed)
+    once ``spec.upstream.maxRequestSeconds`` have passed since the request arrived (``started``,
+    :func:`time.perf_counter`). ``requestTimeoutSeconds`` bounds each wait only: until session s39 a
+    cluster that streamed forever (a stuck generation's tokens, or keep-alive comments) held the
+    client's connection and its own for ever."""
+    bound = asyncio.timeout(router.config.max_request_s - (time.perf_counter() - started))
+    try:
+        async with bound:
+            return await exchanging
+    except TimeoutError:
+        if bound.expired():
+            return None
+        raise
+
+
+async def _past_max_request(
+    request: web.Request, router: GlobalRouter, prepared: Sequence[web.StreamResponse]
+) -> web.StreamResponse:
+    """The answer of a request :func:`_within` ended: a started stream gets a terminal SSE error
+    event ``route_timeout`` and ``[DONE]`` (as a tier-1 gateway ends one past its ``routeTimeout``),
+    a request not answered yet a 504 ``route_timeout``."""
+    limit = router.config.max_request_s
+    if not prepared:
+        message = f"spec.upstream.maxRequestSeconds ({limit:g}s) passed before a cluster answered"
+        return gateway_error("route_timeout", message)
+    message = f"spec.upstream.maxRequestSeconds ({limit:g}s) exceeded; the response is incomplete"
+    await _end_stream(request, prepared[0], "route_timeout", message)
+    return prepared[0]
+
+
+async def _end_stream(request: web.Request, response: web.StreamResponse, code: str, message: str) -> None:
+    """Finish a started SSE response with an error event and ``[DONE]`` (the client may be gone)."""
+    with contextlib.suppress(ConnectionResetError, ClientConnectionResetError, asyncio.CancelledError):
+        await response.write(sse_error_event(code, message, anthropic=anthropic_path(request.path)))
+        await response.write_eof()
 
 
 def _reservation(response_id: str) -> str:
@@ -506,21 +558,26 @@ async def _stored_response(request: web.Request) -> web.StreamResponse:
     headers = _forwarded_headers(router, request, principal)
     prepared: list[web.StreamResponse] = []
     last: web.StreamResponse | None = None
+    started = time.perf_counter()
     for cluster in clusters:
         try:
-            result = await exchange(
-                request,
-                session=request.app[SESSION_KEY].of(cluster.name),
-                endpoint=cluster.endpoint,
-                body=b"",
-                headers=headers,
-                started=time.perf_counter(),
-                connect_timeout_s=router.config.connect_timeout_s,
-                idle_timeout_s=router.config.request_timeout_s,
-                response_headers={CLUSTER_HEADER: cluster.name, REGION_HEADER: cluster.region},
-                on_prepared=prepared.append,
-                method=request.method.encode("ascii"),
-                body_timeout_s=router.config.request_timeout_s,
+            result = await _within(
+                router,
+                started,
+                exchange(
+                    request,
+                    session=request.app[SESSION_KEY].of(cluster.name),
+                    endpoint=cluster.endpoint,
+                    body=b"",
+                    headers=headers,
+                    started=started,
+                    connect_timeout_s=router.config.connect_timeout_s,
+                    idle_timeout_s=router.config.request_timeout_s,
+                    response_headers={CLUSTER_HEADER: cluster.name, REGION_HEADER: cluster.region},
+                    on_prepared=prepared.append,
+                    method=request.method.encode("ascii"),
+                    body_timeout_s=router.config.request_timeout_s,
+                ),
             )
         except ConnectFailed:
             router.fleet.record_outcome(cluster.name, ok=False, unreachable=True)
@@ -528,6 +585,8 @@ async def _stored_response(request: web.Request) -> web.StreamResponse:
             continue
         except ClientGone:
             return prepared[0] if prepared else web.Response(status=499)
+        if result is None:  # spec.upstream.maxRequestSeconds passed (a replayed stream's too)
+            return await _past_max_request(request, router, prepared)
         last = result.response
         if known is None and result.status == 404 and cluster is not clusters[-1]:
             router.metrics.retries.labels(cluster.name, RESPONSE_SEARCH).inc()  # the next one is asked
