@@ -46,12 +46,23 @@ SECURITY = {
 
 
 def doc(
-    *, issuer: str | None, jwks_uri: str = "", extensions: Mapping[str, Any] | None = None
+    *,
+    issuer: str | None,
+    jwks_uri: str = "",
+    extensions: Mapping[str, Any] | None = None,
+    pool: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
+    """The configuration: two pools, ``pool`` (model ``m``, with the fields ``pool`` adds: an
+    ``engineType``, ``loraAdapters``) and ``other`` (model ``secret``)."""
     spec: dict[str, Any] = {
         "bbr": {"enabled": True},
         "schedulers": [
-            {"name": "pool", "modelName": "m", "modelSelector": {"matchLabels": {"app": "pool"}}},
+            {
+                "name": "pool",
+                "modelName": "m",
+                "modelSelector": {"matchLabels": {"app": "pool"}},
+                **(pool or {}),
+            },
             {"name": "other", "modelName": "secret", "modelSelector": {"matchLabels": {"app": "other"}}},
         ],
         "extensions": {"routing": ROUTING, **(extensions or {})},
@@ -114,6 +125,7 @@ async def secured_gateway(
     server_ssl: ssl.SSLContext | None = None,
     clock: Any = None,
     wait_ready: bool = True,
+    pool: Mapping[str, Any] | None = None,
 ) -> AsyncIterator[Gw]:
     config_path = tmp_path / "igwc.yaml"
     config_path.write_text(
@@ -122,6 +134,7 @@ async def secured_gateway(
                 issuer=issuer.issuer if issuer else None,
                 jwks_uri=issuer.jwks_uri if issuer else "",
                 extensions=extensions,
+                pool=pool,
             )
         )
     )

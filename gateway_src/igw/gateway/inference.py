@@ -52,6 +52,7 @@ from igw.gateway.flow_gate import (
 from igw.gateway.forwarded_answer import ForwardedAnswer, as_response
 from igw.gateway.guards import GuardDenied, Principal, RequestGuard, caller_scope
 from igw.gateway.inference_apis import ANTHROPIC_APIS, GENERATING_APIS, InferenceApi, anthropic_path
+from igw.gateway.lora_field import LORA_PATH_ENGINES, lora_path_refusal
 from igw.gateway.model_rewrite import retargeted
 from igw.gateway.model_router import BASE_MODEL_HEADER, MODEL_HEADER, NO_MATCH_MESSAGE
 from igw.gateway.observer import CLIENT_CLOSED, RequestObserver
@@ -513,6 +514,10 @@ async def _route(
         if target is None:
             return gateway_error("model_not_found", NO_MATCH_MESSAGE, param="model", request_id=rid)
         obs.routed(model=body.model, scheduler=DEFAULT_BACKEND_SCHEDULER, stream=body.stream)
+        # the backend's engine is unknown: a lora_path may name the model authorized, nothing else
+        refusal = lora_path_refusal(body.lora_path, adapter=body.model, model=body.model)
+        if refusal is not None:
+            return gateway_error("invalid_request", refusal, param="lora_path", request_id=rid)
         guard.authorize(principal, model=body.model or "")
         await guard.admit(principal, model=body.model or "", est_tokens=est_tokens)
         obs.admitted()  # tracing hook
@@ -528,6 +533,9 @@ async def _route(
         stream=body.stream,
         configured=True,
     )
+    refusal = lora_path_refusal(body.lora_path, adapter=route.adapter, model=route.model)
+    if refusal is not None:  # igw.gateway.lora_field: the adapter served is the one authorized
+        return gateway_error("invalid_request", refusal, param="lora_path", request_id=rid)
     guard.authorize(principal, model=route.model)
     await guard.admit(principal, model=route.model, est_tokens=est_tokens)
     obs.admitted()  # tracing hook
@@ -695,6 +703,8 @@ async def _route(
     fields: dict[str, object] = {}
     if engine is not None and priority is not None:
         fields["priority"] = engine.value(priority)
+    if route.adapter is not None and body.lora_path is None and sr.engine in LORA_PATH_ENGINES:
+        fields["lora_path"] = route.adapter  # SGLang serves its base model for a bare adapter name
     if api is InferenceApi.RESPONSES and sr.engine in MINTING_ENGINES:
         # The stored response's id, bound to the caller (igw.gateway.response_ids); the same on
         # every attempt: only the pod that answers stores it.
