@@ -380,6 +380,13 @@ async def handle_stored_response(request: web.Request) -> web.StreamResponse:
         if len(response_id) > MAX_RESPONSE_ID_LENGTH:  # no engine makes such an id: not searched for
             message = f"no response has an id longer than {MAX_RESPONSE_ID_LENGTH} characters"
             return obs.finish(gateway_error("response_not_found", message, request_id=obs.request_id))
+        if "/" in response_id:
+            # Sent as %2F: aiohttp decodes it into the id, the engines' servers (uvicorn) into the path
+            # they route, so `GET /v1/responses/<id>%2Finput_items` was an id of no minted shape here
+            # (not checked) and another tenant's `/v1/responses/<id>/input_items` at the pod (before
+            # session s39). No engine makes an id with a slash: not searched for.
+            message = "no response has an id containing '/'"
+            return obs.finish(gateway_error("response_not_found", message, request_id=obs.request_id))
         if minted_for(response_id, caller_scope(principal)) is False:
             return obs.finish(_not_yours(response_id, request_id=obs.request_id))
         found = stored_response_holder(state, response_id)
