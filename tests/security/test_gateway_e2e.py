@@ -235,6 +235,13 @@ async def test_identity_headers_authorization_health_metrics_403_429(
         assert status == 403
         assert b"not allowed to use model 'secret'" in body
         assert b.received == []
+        # a name nobody serves is refused alike: the answer does not tell which models exist for
+        # others (session s39: 404 model_not_found before, 403 for a served one)
+        refusals = []
+        for name in ("secret", "unserved-adapter"):
+            status, _, body = await gw.call(model=name, headers={"Authorization": f"Bearer {tokens.token()}"})
+            refusals.append((status, body.replace(name.encode(), b"NAME")))
+        assert refusals[0] == refusals[1]
         # the models listed are those the caller may use: team-a's "m", not "secret" (session s34)
         auth = {"Authorization": f"Bearer {tokens.token()}"}
         async with gw.http.get(gw.url + "/v1/models", headers=auth) as resp:

@@ -519,6 +519,12 @@ async def _route(
     if route is None:
         target = state.default_backend.address(rt.config.bbr.default_backend)
         if target is None:
+            if body.model:
+                # A name the caller may not use is refused as one that exists is (403), so the answer
+                # does not tell which models and adapters are served to others: GET /v1/models hides
+                # them, and tier 2 authorizes first too. Before session s39 a served name answered
+                # 403 and an unknown one 404 here, so any tenant could test names.
+                guard.authorize(principal, model=body.model)
             return gateway_error("model_not_found", NO_MATCH_MESSAGE, param="model", request_id=rid)
         obs.routed(model=body.model, scheduler=DEFAULT_BACKEND_SCHEDULER, stream=body.stream)
         # the backend's engine is unknown: a lora_path may name the model authorized, nothing else
