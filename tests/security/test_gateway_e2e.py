@@ -46,12 +46,23 @@ SECURITY = {
 
 
 def doc(
-    *, issuer: str | None, jwks_uri: str = "", extensions: Mapping[str, Any] | None = None
+    *,
+    issuer: str | None,
+    jwks_uri: str = "",
+    extensions: Mapping[str, Any] | None = None,
+    pool: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
+    """The configuration: two pools, ``pool`` (model ``m``, with the fields ``pool`` adds: an
+    ``engineType``, ``loraAdapters``) and ``other`` (model ``secret``)."""
     spec: dict[str, Any] = {
         "bbr": {"enabled": True},
         "schedulers": [
-            {"name": "pool", "modelName": "m", "modelSelector": {"matchLabels": {"app": "pool"}}},
+            {
+                "name": "pool",
+                "modelName": "m",
+                "modelSelector": {"matchLabels": {"app": "pool"}},
+                **(pool or {}),
+            },
             {"name": "other", "modelName": "secret", "modelSelector": {"matchLabels": {"app": "other"}}},
         ],
         "extensions": {"routing": ROUTING, **(extensions or {})},
@@ -114,6 +125,7 @@ async def secured_gateway(
     server_ssl: ssl.SSLContext | None = None,
     clock: Any = None,
     wait_ready: bool = True,
+    pool: Mapping[str, Any] | None = None,
 ) -> AsyncIterator[Gw]:
     config_path = tmp_path / "igwc.yaml"
     config_path.write_text(
@@ -122,6 +134,7 @@ async def secured_gateway(
                 issuer=issuer.issuer if issuer else None,
                 jwks_uri=issuer.jwks_uri if issuer else "",
                 extensions=extensions,
+                pool=pool,
             )
         )
     )
@@ -222,6 +235,13 @@ async def test_identity_headers_authorization_health_metrics_403_429(
         assert status == 403
         assert b"not allowed to use model 'secret'" in body
         assert b.received == []
+        # a name nobody serves is refused alike: the answer does not tell which models exist for
+        # others (session s39: 404 model_not_found before, 403 for a served one)
+        refusals = []
+        for name in ("secret", "unserved-adapter"):
+            status, _, body = await gw.call(model=name, headers={"Authorization": f"Bearer {tokens.token()}"})
+            refusals.append((status, body.replace(name.encode(), b"NAME")))
+        assert refusals[0] == refusals[1]
         # the models listed are those the caller may use: team-a's "m", not "secret" (session s34)
         auth = {"Authorization": f"Bearer {tokens.token()}"}
         async with gw.http.get(gw.url + "/v1/models", headers=auth) as resp:

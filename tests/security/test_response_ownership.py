@@ -18,6 +18,7 @@ from typing import Any
 
 import orjson
 import pytest
+import yarl
 
 from igw.gateway.response_ids import minted_for
 from tests.gateway.fake_model_server import FakeModelServer, running
@@ -113,6 +114,35 @@ async def test_a_stored_response_is_read_continued_and_ended_only_by_its_tenant(
         status, _ = await _ask(gw, "DELETE", f"/v1/responses/{rid}", alice)
         assert status == 200
         assert rid not in pod.stored_responses
+
+
+async def test_an_encoded_slash_does_not_carry_another_tenants_id_past_the_check(
+    tmp_path: Path, jwks_server: JwksServer, client_ssl: ssl.SSLContext, tokens: TokenFactory
+) -> None:
+    """``%2F`` is decoded into the id the gateway checks (an id of no minted shape, so it was not
+    checked before session s39) and, by the engines' servers (uvicorn), into the path they route:
+    ``GET /v1/responses/<alice's id>%2Finput_items`` reached ``/v1/responses/<alice's id>/input_items``
+    at the pod, as mallory."""
+    async with _gateway(tmp_path, jwks_server, client_ssl) as (gw, servers):
+        tokens.clock.now = time.time()
+        alice = tokens.token(tenant="team-a", sub="alice")
+        mallory = tokens.token(tenant="team-b", sub="mallory")
+        status, made = await _post(gw, "/v1/responses", {"model": "m", "input": "my secret"}, alice)
+        assert status == 200
+        rid = made["id"]
+        asked = sum(len(s.received) for s in servers)
+        for method, raw in (
+            ("GET", f"/v1/responses/{rid}%2Finput_items"),
+            ("GET", f"/v1/responses/{rid}%2f"),
+            ("DELETE", f"/v1/responses/{rid}%2F"),
+            ("POST", f"/v1/responses/{rid}%2Fx/cancel"),
+        ):
+            headers = {"Authorization": f"Bearer {mallory}"}
+            async with gw.http.request(method, yarl.URL(gw.url + raw, encoded=True), headers=headers) as r:
+                assert r.status == 404, (method, raw)
+                assert (await r.json())["error"]["code"] == "response_not_found"
+        reached = [rec.path for s in servers for rec in s.received][asked:]
+        assert reached == []  # no pod was asked, least of all for alice's response
 
 
 async def test_without_a_tenant_claim_a_response_is_its_subjects(

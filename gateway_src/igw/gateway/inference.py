@@ -52,6 +52,7 @@ from igw.gateway.flow_gate import (
 from igw.gateway.forwarded_answer import ForwardedAnswer, as_response
 from igw.gateway.guards import GuardDenied, Principal, RequestGuard, caller_scope
 from igw.gateway.inference_apis import ANTHROPIC_APIS, GENERATING_APIS, InferenceApi, anthropic_path
+from igw.gateway.lora_field import LORA_PATH_ENGINES, lora_path_refusal
 from igw.gateway.model_rewrite import retargeted
 from igw.gateway.model_router import BASE_MODEL_HEADER, MODEL_HEADER, NO_MATCH_MESSAGE
 from igw.gateway.observer import CLIENT_CLOSED, RequestObserver
@@ -379,6 +380,13 @@ async def handle_stored_response(request: web.Request) -> web.StreamResponse:
         if len(response_id) > MAX_RESPONSE_ID_LENGTH:  # no engine makes such an id: not searched for
             message = f"no response has an id longer than {MAX_RESPONSE_ID_LENGTH} characters"
             return obs.finish(gateway_error("response_not_found", message, request_id=obs.request_id))
+        if "/" in response_id:
+            # Sent as %2F: aiohttp decodes it into the id, the engines' servers (uvicorn) into the path
+            # they route, so `GET /v1/responses/<id>%2Finput_items` was an id of no minted shape here
+            # (not checked) and another tenant's `/v1/responses/<id>/input_items` at the pod (before
+            # session s39). No engine makes an id with a slash: not searched for.
+            message = "no response has an id containing '/'"
+            return obs.finish(gateway_error("response_not_found", message, request_id=obs.request_id))
         if minted_for(response_id, caller_scope(principal)) is False:
             return obs.finish(_not_yours(response_id, request_id=obs.request_id))
         found = stored_response_holder(state, response_id)
@@ -511,8 +519,18 @@ async def _route(
     if route is None:
         target = state.default_backend.address(rt.config.bbr.default_backend)
         if target is None:
+            if body.model:
+                # A name the caller may not use is refused as one that exists is (403), so the answer
+                # does not tell which models and adapters are served to others: GET /v1/models hides
+                # them, and tier 2 authorizes first too. Before session s39 a served name answered
+                # 403 and an unknown one 404 here, so any tenant could test names.
+                guard.authorize(principal, model=body.model)
             return gateway_error("model_not_found", NO_MATCH_MESSAGE, param="model", request_id=rid)
         obs.routed(model=body.model, scheduler=DEFAULT_BACKEND_SCHEDULER, stream=body.stream)
+        # the backend's engine is unknown: a lora_path may name the model authorized, nothing else
+        refusal = lora_path_refusal(body.lora_path, adapter=body.model, model=body.model)
+        if refusal is not None:
+            return gateway_error("invalid_request", refusal, param="lora_path", request_id=rid)
         guard.authorize(principal, model=body.model or "")
         await guard.admit(principal, model=body.model or "", est_tokens=est_tokens)
         obs.admitted()  # tracing hook
@@ -528,6 +546,9 @@ async def _route(
         stream=body.stream,
         configured=True,
     )
+    refusal = lora_path_refusal(body.lora_path, adapter=route.adapter, model=route.model)
+    if refusal is not None:  # igw.gateway.lora_field: the adapter served is the one authorized
+        return gateway_error("invalid_request", refusal, param="lora_path", request_id=rid)
     guard.authorize(principal, model=route.model)
     await guard.admit(principal, model=route.model, est_tokens=est_tokens)
     obs.admitted()  # tracing hook
@@ -695,6 +716,8 @@ async def _route(
     fields: dict[str, object] = {}
     if engine is not None and priority is not None:
         fields["priority"] = engine.value(priority)
+    if route.adapter is not None and body.lora_path is None and sr.engine in LORA_PATH_ENGINES:
+        fields["lora_path"] = route.adapter  # SGLang serves its base model for a bare adapter name
     if api is InferenceApi.RESPONSES and sr.engine in MINTING_ENGINES:
         # The stored response's id, bound to the caller (igw.gateway.response_ids); the same on
         # every attempt: only the pod that answers stores it.

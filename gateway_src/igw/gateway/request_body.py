@@ -134,6 +134,9 @@ class InferenceBody:
     choices: Final[int]
     """How many answers the request generates: a completion's or chat completion's ``n``, else 1.
     Each may run to ``max_tokens`` (:func:`output_bound`)."""
+    lora_path: Final[str | None]
+    """The client's ``lora_path`` (SGLang's second way to name a LoRA adapter); ``None``: absent or
+    ``null`` (:mod:`igw.gateway.lora_field`)."""
 
     def __init__(
         self,
@@ -148,6 +151,7 @@ class InferenceBody:
         background: bool = False,
         stream_usage: StreamUsage | None = None,
         choices: int = 1,
+        lora_path: str | None = None,
     ) -> None:
         self.raw = raw
         self.model = model
@@ -160,6 +164,7 @@ class InferenceBody:
         self.background = background
         self.stream_usage = stream_usage
         self.choices = choices
+        self.lora_path = lora_path
 
 
 def output_bound(body: InferenceBody) -> int:
@@ -315,6 +320,12 @@ def parse_body(raw: bytes, *, api: InferenceApi, header_model: str | None) -> In
         if given is not None and not isinstance(given, str):
             raise BadRequestBody("'cache_salt' must be a string", param="cache_salt")
         cache_salt = given or ""
+    lora_path = body.get("lora_path")
+    if lora_path is not None and not isinstance(lora_path, str):
+        # SGLang also takes a list (one adapter per prompt of a batch): never one the gateway authorized
+        raise BadRequestBody(
+            "'lora_path' must be a string naming the adapter 'model' names", param="lora_path"
+        )
     if model and named_by_header:
         # Named by the x-gateway-model-name header only (the body has no model, a null or an empty one):
         # written into the body the model server gets, which otherwise serves its base model for a
@@ -340,6 +351,7 @@ def parse_body(raw: bytes, *, api: InferenceApi, header_model: str | None) -> In
         background=background,
         stream_usage=stream_usage_of(body, api=api, stream=stream) if stream else None,
         choices=choices,
+        lora_path=lora_path,
     )
 
 
@@ -483,6 +495,7 @@ def with_leading_field(body: InferenceBody, name: str, value: object) -> Inferen
         body.background,
         body.stream_usage,
         body.choices,
+        body.lora_path,
     )
 
 
