@@ -11,6 +11,7 @@ import orjson
 import yaml
 
 from igw.config.loader import load_gateway_config
+from igw.gateway.serving import MAX_REQUEST_LINE_BYTES, request_target
 from tests.gateway.fake_model_server import FakeModelServer, running
 from tests.reliability.harness import gateway_doc, in_process_gateway
 
@@ -238,6 +239,18 @@ async def test_a_head_the_parser_refuses_on_the_messages_api_gets_an_anthropic_s
             else:
                 assert error["error"]["code"] == "request_header_too_large", (name, error)
         assert not pod.received
+
+
+def test_the_request_target_is_read_from_where_a_head_begins() -> None:
+    """What :meth:`GatewayRequestHandler.api_path` reads for a head aiohttp could not parse: the target
+    without its query, after any empty lines (RFC 9112 2.2), within the request-line limit."""
+    assert request_target(b"POST /v1/messages?beta=true HTTP/1.1\r\nHost: gw\r\n") == b"/v1/messages"
+    assert request_target(b"\r\n\r\nPOST /v1/messages HTTP/1.1\r\n") == b"/v1/messages"
+    assert request_target(b"POST http://gw/v1/messages HTTP/1.1\r\n") == b"http://gw/v1/messages"
+    long_query = b"POST /v1/messages?" + b"q" * 2 * MAX_REQUEST_LINE_BYTES  # a 414: no CRLF in the window
+    assert request_target(long_query) == b"/v1/messages"
+    for no_target in (b"", b"POS", b"POST\r\n", b"\r\n" * MAX_REQUEST_LINE_BYTES + b"POST /v1/messages "):
+        assert request_target(no_target) == b"", no_target
 
 
 async def test_an_expectation_other_than_100_continue_gets_an_openai_shaped_417(tmp_path: Path) -> None:
