@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import gzip
 import json
+import zlib
 from typing import Any
 
 import orjson
@@ -14,7 +15,7 @@ from yarl import URL
 
 from igw.gateway.inference_apis import InferenceApi
 from igw.gateway.model_router import NO_MATCH_MESSAGE
-from igw.gateway.request_body import parse_body
+from igw.gateway.request_body import DECODED_CONTENT_CODINGS, parse_body
 from tests.gateway.fake_model_server import FakeModelServer, running
 from tests.gateway.support import config_doc, scheduler, wait_for
 
@@ -181,6 +182,38 @@ async def test_a_body_in_a_coding_the_gateway_does_not_decode_is_a_415_naming_th
         assert resp.status == 415
         assert (await resp.json())["type"] == "error"  # Anthropic's shape on its route
         assert len(q.received) == 1
+
+
+async def test_a_body_in_br_or_zstd_without_their_decoder_is_a_415_not_a_malformed_request(
+    gateway: Any,
+) -> None:
+    """aiohttp's parser refuses a head whose ``Content-Encoding`` is ``br`` or ``zstd`` when their
+    decoder is not installed (the gateway image ships neither): that was a 400 "malformed HTTP
+    request" naming nothing before session s39, OpenAI-shaped on ``/v1/messages`` too. It is the 415
+    of any other coding the gateway does not decode, in the API's shape; a deflate body cut short
+    (aiohttp raises the same exception class) stays a 400."""
+    codings = [coding for coding in ("br", "zstd") if coding not in DECODED_CONTENT_CODINGS]
+    if not codings:
+        pytest.skip("brotli and zstd decoders are installed: aiohttp decodes both")
+    said = [{"role": "user", "content": "hi"}]
+    chat = orjson.dumps({"model": "qwen3", "messages": said})
+    messages = orjson.dumps({"model": "qwen3", "max_tokens": 5, "messages": said})
+    async with running(FakeModelServer("q")) as (q,), gateway(DOC, {"llama": [], "qwen": [q.key]}) as gw:
+        for coding in codings:
+            resp = await gw.post("/v1/chat/completions", chat, headers={"Content-Encoding": coding})
+            assert resp.status == 415, (coding, await resp.text())
+            error = (await resp.json())["error"]
+            assert (error["code"], error["param"]) == ("unsupported_content_encoding", "Content-Encoding")
+            assert error["message"].startswith(f"Content-Encoding {coding!r} is not supported"), error
+            assert resp.headers["Accept-Encoding"].split(", ") == sorted(DECODED_CONTENT_CODINGS)
+            resp = await gw.post("/v1/messages", messages, headers={"Content-Encoding": coding})
+            assert resp.status == 415, (coding, await resp.text())
+            assert (await resp.json())["error"]["type"] == "invalid_request_error"  # Anthropic's shape
+        cut_short = zlib.compress(chat)[:-6]
+        resp = await gw.post("/v1/chat/completions", cut_short, headers={"Content-Encoding": "deflate"})
+        assert resp.status == 400, await resp.text()
+        assert (await resp.json())["error"]["code"] == "bad_http_request"
+        assert q.received == []
 
 
 async def test_json_bombs_are_400s_and_a_repeated_model_routes_as_the_server_reads_it(gateway: Any) -> None:

@@ -15,6 +15,7 @@ from igw.addon.alert_rules import (
 from igw.addon.promql_names import metric_names
 from igw.config import paths
 from igw.gateway.telemetry import TTFT_BUCKETS
+from igw.gateway.trace_export import ExportStats
 
 
 def test_metric_names_skips_functions_labels_grouping_and_durations() -> None:
@@ -34,6 +35,20 @@ def test_every_alert_reads_at_least_one_metric_and_names_are_unique() -> None:
 
 def test_ttft_objective_is_a_histogram_boundary() -> None:
     assert TTFT_SLO_SECONDS in TTFT_BUCKETS
+
+
+def test_dropped_spans_alert_apart_from_failed_batches() -> None:
+    """Spans turned away with the export queue full are ``igw_trace_export_spans_total
+    {result="dropped"}``: a collector slow enough to fill the queue but failing no batch left
+    IgwTraceExportFailing (failed batches only) silent before session s39. The label value is one
+    the gateway's counter writes, and the alert stays quiet while batches fail (that alert says so)."""
+    by_name = {a.name: a for a in ALERTS}
+    dropped = by_name["IgwTraceSpansDropped"]
+    assert 'igw_trace_export_spans_total{result="dropped"}[5m])) > 0' in dropped.expr
+    assert dropped.expr.split("\n")[1] == "unless sum(rate(igw_trace_export_failed_batches_total[5m])) > 0"
+    assert (dropped.for_, dropped.severity) == (by_name["IgwTraceExportFailing"].for_, "warning")
+    results = {s.labels.get("result") for family in ExportStats().collect() for s in family.samples}
+    assert "dropped" in results
 
 
 def test_generated_rules_file_is_fresh() -> None:

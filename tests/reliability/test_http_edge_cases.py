@@ -4,12 +4,14 @@ the body is sent, and a request line without an HTTP version (HTTP/0.9) is never
 from __future__ import annotations
 
 import asyncio
+import re
 from pathlib import Path
 
 import orjson
 import yaml
 
 from igw.config.loader import load_gateway_config
+from igw.gateway.serving import MAX_REQUEST_LINE_BYTES, request_target
 from tests.gateway.fake_model_server import FakeModelServer, running
 from tests.reliability.harness import gateway_doc, in_process_gateway
 
@@ -167,6 +169,88 @@ async def test_refusals_of_a_messages_api_request_are_anthropic_shaped(tmp_path:
             assert error["error"]["type"] == error_type
             assert error["request_id"]
         assert not pod.received
+
+
+async def answers_to(url: str, parts: list[bytes]) -> list[bytes]:
+    """Send ``parts`` on one connection, a quarter second apart (each its own read at the server),
+    and return each answer (head and body) that arrives until the server closes or goes quiet."""
+    host, port = url.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    received = b""
+    try:
+        for part in parts:
+            writer.write(part)
+            await writer.drain()
+            await asyncio.sleep(0.25)
+        while True:
+            try:
+                chunk = await asyncio.wait_for(reader.read(65536), timeout=1.0)
+            except TimeoutError:
+                break
+            if not chunk:
+                break
+            received += chunk
+    finally:
+        writer.close()
+        await writer.wait_closed()
+    answers = []
+    while received:
+        head, _, rest = received.partition(b"\r\n\r\n")
+        length = int(re.search(rb"(?i)content-length: *(\d+)", head)[1])  # type: ignore[index]
+        answers.append(head + b"\r\n\r\n" + rest[:length])
+        received = rest[length:]
+    return answers
+
+
+async def test_a_head_the_parser_refuses_on_the_messages_api_gets_an_anthropic_shaped_answer(
+    tmp_path: Path,
+) -> None:
+    """aiohttp answers a head it cannot parse (a header field over the limit: 431) with a stand-in
+    request whose path is ``/``: the answer to a ``/v1/messages`` request was OpenAI-shaped before
+    session s39, and the Anthropic SDK read no ``error.type``. The path comes from the request line:
+    whether the lean side handed the head over in its first read or a later one, or aiohttp's side
+    serves the connection already - and only for the head it began (a later ``/v1/completions`` head
+    on that connection is OpenAI-shaped)."""
+    big = b"X-Filler: " + b"f" * 20_000 + b"\r\n"
+    start = b"POST /v1/messages?beta=true HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\n"
+    rest = big + b"Content-Length: 2\r\n\r\n{}"
+    served_by_aiohttp = b"GET /v1/messages HTTP/1.1\r\nHost: gw\r\n\r\n"  # a 405, the connection kept
+    cases = {
+        "one read": ([start + rest], 1, True),
+        "the head over two reads": ([start, rest], 1, True),
+        "after a request aiohttp served": ([served_by_aiohttp, start + rest], 2, True),
+        "a completions head after a messages request": (
+            [served_by_aiohttp, start.replace(b"/v1/messages?beta=true", b"/v1/completions") + rest],
+            2,
+            False,
+        ),
+    }
+    async with running(FakeModelServer("a")) as (pod,), in_process_gateway(tmp_path, DOC, [pod.key]) as gw:
+        for name, (parts, count, anthropic) in cases.items():
+            answers = await answers_to(gw.url, parts)
+            assert len(answers) == count, (name, answers)
+            head, _, body = answers[-1].partition(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 431 "), (name, answers[-1][:200])
+            error = orjson.loads(body)
+            if anthropic:
+                assert error.get("type") == "error", (name, error)
+                assert error["error"]["type"] == "invalid_request_error"
+                assert error["request_id"]
+            else:
+                assert error["error"]["code"] == "request_header_too_large", (name, error)
+        assert not pod.received
+
+
+def test_the_request_target_is_read_from_where_a_head_begins() -> None:
+    """What :meth:`GatewayRequestHandler.api_path` reads for a head aiohttp could not parse: the target
+    without its query, after any empty lines (RFC 9112 2.2), within the request-line limit."""
+    assert request_target(b"POST /v1/messages?beta=true HTTP/1.1\r\nHost: gw\r\n") == b"/v1/messages"
+    assert request_target(b"\r\n\r\nPOST /v1/messages HTTP/1.1\r\n") == b"/v1/messages"
+    assert request_target(b"POST http://gw/v1/messages HTTP/1.1\r\n") == b"http://gw/v1/messages"
+    long_query = b"POST /v1/messages?" + b"q" * 2 * MAX_REQUEST_LINE_BYTES  # a 414: no CRLF in the window
+    assert request_target(long_query) == b"/v1/messages"
+    for no_target in (b"", b"POS", b"POST\r\n", b"\r\n" * MAX_REQUEST_LINE_BYTES + b"POST /v1/messages "):
+        assert request_target(no_target) == b"", no_target
 
 
 async def test_an_expectation_other_than_100_continue_gets_an_openai_shaped_417(tmp_path: Path) -> None:

@@ -148,6 +148,21 @@ ALERTS: Final[tuple[Alert, ...]] = (
         "Check the collector's endpoint, its NetworkPolicy egress and its health.",
     ),
     Alert(
+        # Spans the exporter never got (its queue full) are counted apart from failed batches since
+        # session s39: a collector that accepts every batch but too slowly for the span volume left
+        # no failed batch, and the traces full of holes raised no alert. While batches fail too,
+        # IgwTraceExportFailing says so (the queue fills behind the retries): this one stays quiet.
+        "IgwTraceSpansDropped",
+        'sum(rate(igw_trace_export_spans_total{result="dropped"}[5m])) > 0\n'
+        "unless sum(rate(igw_trace_export_failed_batches_total[5m])) > 0",
+        "10m",
+        "warning",
+        "The gateway has been dropping spans for 10 minutes: its OTLP export queue is full.",
+        "The exporter cannot ship spans as fast as they end (a slow collector, or more spans than one "
+        "exporter sends): traces have holes. Lower --otel-sample-ratio, raise OTEL_BSP_MAX_QUEUE_SIZE / "
+        "OTEL_BSP_MAX_EXPORT_BATCH_SIZE, or scale the collector.",
+    ),
+    Alert(
         "IgwTtftSloFastBurn",
         _burn("1h", "5m", 14.4),
         "2m",

@@ -65,6 +65,7 @@ from igw.gateway.serving import (
     GatewayServer,
     ServerLimits,
     handler_failure_response,
+    request_target,
 )
 
 log = logging.getLogger("igw.gateway")
@@ -516,6 +517,9 @@ class LeanRequestHandler(GatewayRequestHandler):
     def _hand_over(self) -> None:
         """aiohttp serves this connection from here on, starting with the current request's bytes."""
         raw = bytes(self._lean_raw or b"")
+        # The head began in an earlier read when the head timer runs: aiohttp's side, which reads
+        # the target where a head begins, would not see it begin (``raw`` is the head from its start).
+        self._head_target = request_target(raw)
         self._lean_app = None
         self._lean_parser = None
         self._lean_raw = None

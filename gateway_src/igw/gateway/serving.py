@@ -35,8 +35,11 @@ itself and hands everything else to this class's aiohttp handling.
 aiohttp answers HTTP-parser errors (malformed request line, a control byte in a header, conflicting
 ``Content-Length``/``Transfer-Encoding``, over-limit heads) with a plain-text 400 that echoes the
 offending bytes and logs a traceback. :class:`GatewayRequestHandler` replaces that: an OpenAI-shaped
-error (400, 414 or 431) with an ``X-Request-Id``, a fixed message that never quotes the request, and
-one warning line - the bytes at fault may be a credential. Two requests the parser accepts are
+error (400, 414 or 431; Anthropic-shaped when the request line named the Messages API, read where the
+head began: :func:`request_target`) with an ``X-Request-Id``, a fixed message that never quotes the
+request, and one warning line - the bytes at fault may be a credential. A ``br`` or ``zstd`` body,
+which the parser refuses for want of a decoder, gets the 415 of any coding the gateway does not
+decode. Two requests the parser accepts are
 refused before any handler runs: a request line without an HTTP version (HTTP/0.9, which aiohttp
 would answer as if it were a valid request) gets 400, and ``Expect: 100-continue`` with a
 ``Content-Length`` over ``bbr.maxRequestBodyBytes`` gets 413 instead of ``100 Continue`` (the client
@@ -71,16 +74,23 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from aiohttp import HttpVersion, HttpVersion10, HttpVersion11, web
-from aiohttp.http_exceptions import BadHttpMessage, BadHttpMethod, HttpProcessingError, LineTooLong
+from aiohttp.http_exceptions import (
+    BadHttpMessage,
+    BadHttpMethod,
+    ContentEncodingError,
+    HttpProcessingError,
+    LineTooLong,
+)
 from aiohttp.http_parser import HttpParser
 from aiohttp.streams import StreamReader
-from aiohttp.web_protocol import RequestHandler, RequestPayloadError
+from aiohttp.web_protocol import ERROR, RequestHandler, RequestPayloadError
 from aiohttp.web_request import BaseRequest
+from yarl import URL
 
 from igw.errors import IgwGatewayError
 from igw.gateway.errors import REQUEST_ID_HEADER, anthropic_shaped, gateway_error
 from igw.gateway.inference_apis import anthropic_path
-from igw.gateway.request_body import BodyTooLarge
+from igw.gateway.request_body import DECODED_CONTENT_CODINGS, BodyTooLarge, UnsupportedContentEncoding
 from igw.gateway.shutdown import InflightRequests
 from igw.gateway.tcp_keepalive import CLIENT, probe_silent_peer
 
@@ -210,7 +220,7 @@ class GatewayRequestHandler(RequestHandler):
     eviction."""
 
     # Attributes of our own: RequestHandler uses __slots__, so they are declared here.
-    __slots__ = ("_head_timer", "_last_body", "_limits", "_max_connections", "_send_timer")
+    __slots__ = ("_head_target", "_head_timer", "_last_body", "_limits", "_max_connections", "_send_timer")
 
     def __init__(self, *args: object, limits: ServerLimits, max_connections: int, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
@@ -221,6 +231,9 @@ class GatewayRequestHandler(RequestHandler):
         self._send_timer: asyncio.TimerHandle | None = None
         self._last_body: StreamReader | None = None
         """The body of the last request aiohttp handled on this connection (:meth:`_lingering`)."""
+        self._head_target = b""
+        """The request target of the head arriving or last arrived (:func:`request_target`): the path
+        of an answer to a head aiohttp could not parse (:meth:`api_path`)."""
 
     # ---- connection limit ----------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -272,6 +285,8 @@ class GatewayRequestHandler(RequestHandler):
         # ``headerTimeout`` after such a body ended. (A next head that begins in the read ending
         # that body starts its timer with its next read; the keep-alive timeout bounds it.)
         lingering = self._lingering()
+        if data and not lingering and self._head_timer is None and self.evictable():
+            self._head_target = request_target(data)  # a head begins: once per request, not per read
         super().data_received(data)
         if data and not lingering:
             self.start_head_timer()
@@ -361,7 +376,16 @@ class GatewayRequestHandler(RequestHandler):
         if request.writer.output_size > 0:
             raise ConnectionError("the response had started: the connection is closed instead")
         rid = uuid.uuid4().hex
-        if isinstance(exc, HttpProcessingError) or (status == 400 and exc is None):
+        param: str | None = None
+        headers: dict[str, str] | None = None
+        if (coding := _undecoded_coding(exc)) is not None:
+            # aiohttp refuses the head itself (no decoder for br or zstd is installed): a 400
+            # "malformed HTTP request" named nothing the client could change before session s39.
+            refused = UnsupportedContentEncoding([coding])
+            code, text, param = "unsupported_content_encoding", refused.message, refused.HEADER
+            headers = {"Accept-Encoding": refused.accepted()}
+            log.warning("refused a request from %s: 415 (request id %s): %s", request.remote, rid, text)
+        elif isinstance(exc, HttpProcessingError) or (status == 400 and exc is None):
             code, text = _refusal(exc, self._limits)
             log.warning(
                 "refused a malformed HTTP request from %s (request id %s): %s",
@@ -379,9 +403,58 @@ class GatewayRequestHandler(RequestHandler):
         else:
             return handler_failure_response(status, exc, remote=request.remote, request=request)
         _answer_as_http11(request)
-        response = _in_the_api_s_shape(request, gateway_error(code, text, request_id=rid), rid)
+        error = gateway_error(code, text, param=param, request_id=rid, headers=headers)
+        response = _in_the_api_s_shape(self.api_path(request), error, rid)
         response.force_close()
         return response
+
+    def api_path(self, request: BaseRequest) -> str:
+        """The path whose API shapes an error answer to ``request``: its own, or for aiohttp's
+        stand-in for a head it could not parse (whose path is ``/``), the path of the request line
+        this connection received last. Before session s39 such an answer on ``/v1/messages`` (a
+        header over the limit, a body in ``br``) was OpenAI-shaped: the Anthropic SDK read no
+        ``error.type``."""
+        if request._message is not ERROR:  # (``Request.message``, public, is deprecated)
+            return request.path
+        target = self._head_target.decode("latin-1")
+        if target.startswith("/"):
+            return target
+        with contextlib.suppress(ValueError):  # absolute form (RFC 9112 3.2.2): its path
+            return URL(target).path
+        return ""
+
+
+_REQUEST_LINE: Final = re.compile(rb"(?:\r?\n)*[^ \r\n]+ ([^ \r\n?]+)")
+"""A request line's method and target, the target's query left out (after any empty lines, which
+a server ignores before a request line: RFC 9112 2.2)."""
+
+
+def request_target(head: bytes) -> bytes:
+    """The request target, without its query, of the request line ``head`` begins with; empty
+    when none shows in its first :data:`MAX_REQUEST_LINE_BYTES` bytes (the most aiohttp takes).
+
+    Read once per request, where its head begins; only an answer to a head aiohttp could not parse
+    uses it (:meth:`GatewayRequestHandler.api_path`)."""
+    found = _REQUEST_LINE.match(head, 0, MAX_REQUEST_LINE_BYTES)
+    return found[1] if found is not None else b""
+
+
+_NAMED_CODING: Final = re.compile(r"\(([a-z0-9-]+)\)")
+"""The coding a :class:`ContentEncodingError` names in parentheses: aiohttp's "Can not decode
+content-encoding: brotli (br). Please install `Brotli`" (likewise zstandard (zstd))."""
+
+
+def _undecoded_coding(exc: BaseException | None) -> str | None:
+    """The ``Content-Encoding`` aiohttp refused a head for because it has no decoder for it
+    (``br``, ``zstd``: packages the gateway image does not ship), else ``None`` - also for a body
+    that failed to decode (a deflate stream cut short, named without parentheses): a malformed
+    body, not an unsupported coding."""
+    if not isinstance(exc, ContentEncodingError):
+        return None
+    found = _NAMED_CODING.search(_parser_reason(exc))
+    if found is None or found[1] in DECODED_CONTENT_CODINGS:
+        return None
+    return found[1]
 
 
 def handler_failure_response(
@@ -461,18 +534,17 @@ def _refusal_before_handling(
         rid = uuid.uuid4().hex
         log.warning("refused a request from %s: %d (request id %s): %s", request.remote, status, rid, text)
         _answer_as_http11(request)
-        response = _in_the_api_s_shape(request, gateway_error(code, text, request_id=rid), rid)
+        response = _in_the_api_s_shape(request.path, gateway_error(code, text, request_id=rid), rid)
         response.force_close()  # the body (if any) is not read: the connection cannot be reused
         return response
 
     return refuse
 
 
-def _in_the_api_s_shape(request: BaseRequest, response: web.Response, request_id: str) -> web.StreamResponse:
-    """``response`` in the Anthropic error shape when the request was for the Messages API (as the
-    app's own errors there are, :func:`igw.gateway.errors.anthropic_shaped`), else as it is. A head
-    aiohttp could not parse has no path (its stand-in's is ``/``): OpenAI-shaped."""
-    if anthropic_path(request.path):
+def _in_the_api_s_shape(path: str, response: web.Response, request_id: str) -> web.StreamResponse:
+    """``response`` in the Anthropic error shape when the request was for the Messages API (``path``,
+    as the app's own errors there are, :func:`igw.gateway.errors.anthropic_shaped`), else as it is."""
+    if anthropic_path(path):
         return anthropic_shaped(response, request_id=request_id)
     return response
 
