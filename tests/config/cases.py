@@ -666,6 +666,21 @@ CASES: list[Case] = [
         set_("spec.extensions", {"management": {"port": 8080}}),
         fails=[("spec.extensions.management.port", "management-port-not-serving-port")],
     ),
+    # Kubernetes accepts an empty toleration operator (Equal) and effect (every effect) on a Pod, and
+    # AWS's CRD passes tolerations through; igw refused both as not in its enums until session s39
+    case(
+        "toleration-empty-operator-and-effect",
+        set_(
+            "spec.podDefaults.tolerations",
+            [{"operator": "Exists", "effect": ""}, {"key": "gpu", "operator": "", "value": "yes"}],
+        ),
+        fails=[],
+    ),
+    case(
+        "toleration-unknown-effect",
+        set_("spec.podDefaults.tolerations", [{"operator": "Exists", "effect": "NoRun"}]),
+        fails=[("spec.podDefaults.tolerations[0].effect", "schema.enum")],
+    ),
     case("management-port-own", set_("spec.extensions", {"management": {"port": 9090}}), fails=[]),
     # spec.extensions.dataPlane.autoscaling: bounds for the operator's HPA, or external alone (CEL + Python)
     case(

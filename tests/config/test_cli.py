@@ -192,7 +192,7 @@ kind: EndpointPickerConfig
 plugins:
   - type: queue-scorer
   - type: prefix-cache-scorer
-    parameters: {blockSize: 0, hashBlockSize: 64}
+    parameters: {blockSize: 0, blocksize: 64}
 schedulingProfiles:
   - name: default
     plugins:
@@ -212,13 +212,13 @@ def test_a_reference_picker_config_with_bad_parameters_warns_and_strict_plugins_
     assert main(["validate", str(path)]) == 0
     captured = capsys.readouterr()
     assert f"{path}:6: warning: plugins[1].parameters.blockSize: must be >= 1, got 0" in captured.err
-    assert "unknown field 'hashBlockSize'" in captured.err
+    assert "unknown field 'blocksize'" in captured.err
     assert "1 EndpointPickerConfig document(s) checked, 0 problem(s)" in captured.err
     assert main(["validate", "--strict-plugins", str(path)]) == 1
     out = capsys.readouterr().out
     expected = f"{path}:6: plugins[1].parameters.blockSize: must be >= 1, got 0 [endpoint-picker-parameter]"
     assert expected in out
-    assert "hashBlockSize" in out
+    assert "blocksize" in out
 
 
 def test_a_picker_config_with_an_unknown_plugin_type_is_a_problem(

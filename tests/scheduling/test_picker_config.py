@@ -136,7 +136,7 @@ def test_all_problems_reported_at_once() -> None:
          "max_blocks", 256),
         ({"lruCapacityPerServer": 1.5}, "plugins[0].parameters.lruCapacityPerServer: must be an integer",
          "lru_capacity", 31250),
-        ({"hashBlockSize": 64}, "plugins[0].parameters: unknown field 'hashBlockSize' ignored",
+        ({"blocksize": 32}, "plugins[0].parameters: unknown field 'blocksize' ignored",
          "block_chars", 64),
     ],
 )  # fmt: skip

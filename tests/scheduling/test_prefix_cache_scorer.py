@@ -165,3 +165,40 @@ def test_factory_reports_bad_parameters_with_path() -> None:
         "plugins[1].parameters.blockSize: must be >= 1, got 0",
         "plugins[1].parameters.autoTune: must be true or false, got 'yes'",
     )
+
+
+@pytest.mark.parametrize(
+    ("parameters", "block_chars"),
+    [
+        pytest.param({"blockSizeTokens": 5}, 20, id="gie-v1.4-tokens"),
+        pytest.param({"blockSize": 20}, 20, id="gie-v1.1-characters"),
+        pytest.param({"hashBlockSize": 20}, 20, id="gie-v1.0-characters"),
+        pytest.param({"blockSizeTokens": 5, "blockSize": 64, "hashBlockSize": 128}, 20, id="newest-wins"),
+        pytest.param({"blockSize": 20, "hashBlockSize": 128}, 20, id="blockSize-over-hashBlockSize"),
+        pytest.param({}, 64, id="default"),
+    ],
+)
+def test_block_size_is_read_under_each_name_gie_has_used(
+    parameters: dict[str, int], block_chars: int
+) -> None:
+    """GIE v1.4+ documents ``blockSizeTokens`` (its config-text guide: ``blockSizeTokens: 5``), v1.1-v1.3
+    ``blockSize`` (characters), v1.0 ``hashBlockSize``: a file written for any of them cuts prompts
+    into the same blocks here, with no warning."""
+    plugin = prefix_cache_scorer.factory("p", {"autoTune": False, **parameters}, "plugins[0].parameters")
+    assert plugin.block_chars == block_chars
+    c = ctx(req("y" * 200))
+    plugin.score(c, [ep("e1")])
+    assert len(c.state["prefix.hashes"]) == 200 // block_chars
+
+
+def test_max_prefix_tokens_to_match_bounds_the_blocks_by_the_block_size_in_use() -> None:
+    """GIE v1.5's ``maxPrefixTokensToMatch``: when set it wins over ``maxPrefixBlocksToMatch``, as
+    ``tokens / blockSizeTokens`` blocks of the block size in use, auto-tuned included."""
+    params = {"maxPrefixTokensToMatch": 40, "maxPrefixBlocksToMatch": 2, "blockSizeTokens": 5}
+    plugin = prefix_cache_scorer.factory("p", params, "plugins[0].parameters")
+    c = ctx(req("y" * 400))
+    plugin.score(c, [ep("e1")])  # no cache_config_info: 5-token (20-char) blocks, 40 / 5 = 8 blocks
+    assert len(c.state["prefix.hashes"]) == 8
+    c = ctx(req("y" * 400))
+    plugin.score(c, [ep("e1", block_size=10)])  # auto-tuned to 10-token blocks: 40 / 10 = 4 blocks
+    assert len(c.state["prefix.hashes"]) == 4

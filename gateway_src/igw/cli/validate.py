@@ -114,7 +114,7 @@ def _check_file(
     """Findings for one file, whether it was readable, how many documents were checked, and how many
     of them were of each kind other than InferenceGatewayConfig."""
     # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
-    from igw.config.documents import DocumentReadError, read_documents
+    from igw.config.documents import DocumentReadError, read_resources
     from igw.config.inference_extension import is_inference_extension_resource, validate_resource
     from igw.config.jsonpath import parse_path
     from igw.config.validate import is_gateway_config, validate_document
@@ -122,7 +122,7 @@ def _check_file(
     from igw.scheduling.picker_config import KIND as PICKER_KIND
 
     try:
-        documents = read_documents(name)
+        documents = read_resources(name)
     except DocumentReadError as exc:
         message = str(exc).removeprefix(f"{name}: ")
         return [Finding(name, None, None, "", message, "unreadable")], False, 0, {}

@@ -289,6 +289,53 @@ def read_documents(path: str | Path) -> list[SourceDocument]:
     return parse_text(read_text(path), source=str(path))
 
 
+def is_list_document(content: Any) -> bool:
+    """Whether ``content`` is a Kubernetes list (``kind: List`` or ``<Kind>List`` holding ``items``),
+    the form ``kubectl get -o yaml`` writes and ``kubectl apply -f`` accepts."""
+    return (
+        isinstance(content, dict)
+        and isinstance(content.get("kind"), str)
+        and content["kind"].endswith("List")
+        and isinstance(content.get("items"), list)
+    )
+
+
+def expand_lists(documents: Sequence[SourceDocument]) -> list[SourceDocument]:
+    """``documents`` with every Kubernetes list replaced by its items, in order (nested lists too).
+
+    ``kubectl apply -f`` applies each item of a list; until session s39 ``igw validate`` skipped a
+    list as "kind List" (a list holding a broken InferenceGatewayConfig exited 0, nothing checked) and
+    ``igw serve`` found "no InferenceGatewayConfig document". An item keeps its list's document index
+    and starts at its own line; its node is the item's, so a problem's line is the field's own.
+    """
+    out: list[SourceDocument] = []
+    pending = list(reversed(documents))
+    while pending:
+        document = pending.pop()
+        if not is_list_document(document.content):
+            out.append(document)
+            continue
+        items_node = None
+        if isinstance(document.node, yaml.MappingNode):
+            items_node = next(
+                (v for k, v in document.node.value if getattr(k, "value", None) == "items"), None
+            )
+        nodes = items_node.value if isinstance(items_node, yaml.SequenceNode) else []
+        expanded = []
+        for position, item in enumerate(document.content["items"]):
+            node = nodes[position] if position < len(nodes) else None
+            line = node.start_mark.line + 1 if node is not None else document.line
+            expanded.append(SourceDocument(index=document.index, line=line, content=item, node=node))
+        pending.extend(reversed(expanded))
+    return out
+
+
+def read_resources(path: str | Path) -> list[SourceDocument]:
+    """:func:`read_documents` for files of Kubernetes objects: lists are expanded into their items
+    (:func:`expand_lists`), as ``kubectl apply -f`` does."""
+    return expand_lists(read_documents(path))
+
+
 def read_text(path: str | Path) -> str:
     """The UTF-8 text of one file (``-`` is standard input); ``DocumentReadError`` if unreadable.
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from igw.config.build import build_gateway_config
-from igw.config.documents import DocumentReadError, read_documents
+from igw.config.documents import DocumentReadError, read_resources
 from igw.config.errors import ConfigError, Problem
 from igw.config.model import GatewayConfig
 from igw.config.schema import SchemaError
@@ -18,10 +18,11 @@ from igw.config.validate import is_gateway_config, validate_document
 
 
 def load_gateway_config(path: str | Path) -> GatewayConfig:
-    """The first InferenceGatewayConfig document in ``path`` (YAML or JSON), validated and built."""
+    """The first InferenceGatewayConfig document in ``path`` (YAML or JSON; the items of a
+    ``kind: List`` count as documents, as for ``kubectl apply -f``), validated and built."""
     source = str(path)
     try:
-        documents = read_documents(path)
+        documents = read_resources(path)
     except DocumentReadError as exc:
         raise ConfigError([Problem(path="", message=str(exc), rule="syntax")], source=source) from exc
     for document in documents:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from igw.config.build import build_auth_spec
-from igw.config.documents import DocumentReadError, read_documents
+from igw.config.documents import DocumentReadError, read_resources
 from igw.config.errors import ConfigError, Problem
 from igw.config.model import MAX_REQUEST_BODY_BYTES, AuthSpec
 from igw.global_router.schema import KIND, is_global_router_config, validate_global_document
@@ -203,7 +203,7 @@ def parse_global_config(doc: Any, *, source: str | None = None) -> GlobalRouterC
 def load_global_config(path: str | Path) -> GlobalRouterConfig:
     """Read the one GlobalRouterConfig document of ``path``."""
     try:
-        documents = read_documents(path)
+        documents = read_resources(path)
     except DocumentReadError as exc:
         raise GlobalConfigError([Problem("", str(exc), "unreadable")], source=str(path)) from exc
     found = [d for d in documents if is_global_router_config(d.content)]

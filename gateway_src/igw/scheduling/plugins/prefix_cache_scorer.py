@@ -6,8 +6,13 @@ the longest chain of the request's block hashes this gateway previously sent to 
 Signal: none required. Block size and LRU size are *auto-tuned* from ``cache_config_info``
 (``block_size`` x 4 characters; ``num_gpu_blocks`` per endpoint) when the engine publishes it.
 
-Parameters (all optional): ``blockSize`` (characters, default 64), ``autoTune`` (default true),
-``maxPrefixBlocksToMatch`` (default 256), ``lruCapacityPerServer`` (default 31250).
+Parameters (all optional), under each name GIE has used for them: the block size as
+``blockSizeTokens`` (tokens, GIE v1.4+; x 4 characters), ``blockSize`` (characters, GIE v1.1-v1.3) or
+``hashBlockSize`` (characters, GIE v1.0), default 64 characters, the first of these given wins;
+``autoTune`` (default true); ``maxPrefixBlocksToMatch`` (default 256), or ``maxPrefixTokensToMatch``
+(GIE v1.5; when above 0 it wins: that many tokens over the block size in use); ``lruCapacityPerServer``
+(default 31250). Until session s39 only ``blockSize`` was read: a GIE v1.4+ file's
+``blockSizeTokens`` was ignored with a warning and the block size stayed 64 characters.
 
 Publishes (declares it ``produces``) to the cycle state: ``prefix.hashes`` (list of ints) and
 ``prefix.any_hit`` (bool), read by ``no-hit-lru-scorer``, and ``prefix.match`` (endpoint -> matched
@@ -60,11 +65,15 @@ class PrefixCacheScorer(PluginHooks):
         auto_tune: bool = True,
         max_blocks: int = DEFAULT_MAX_BLOCKS,
         lru_capacity: int = DEFAULT_LRU_CAPACITY,
+        max_tokens: int = 0,
     ) -> None:
         self.name = name
         self.block_chars = block_chars
         self.auto_tune = auto_tune
         self.max_blocks = max_blocks
+        self.max_tokens = max_tokens
+        """``maxPrefixTokensToMatch``: when above 0, the blocks matched are at most this many tokens'
+        worth of the block size in use (auto-tuned or not), instead of ``max_blocks``."""
         self.lru_capacity = lru_capacity
         self.index = PrefixIndex()
         self.block_budget: int | None = None
@@ -82,15 +91,22 @@ class PrefixCacheScorer(PluginHooks):
                     return e.metrics.block_size * CHARS_PER_TOKEN
         return self.block_chars
 
+    def _max_blocks(self, block_chars: int) -> int:
+        """Most blocks hashed and matched for a request cut into ``block_chars``-character blocks."""
+        if self.max_tokens > 0:
+            return max(1, self.max_tokens * CHARS_PER_TOKEN // block_chars)
+        return self.max_blocks
+
     def _hashes(self, ctx: CycleContext, endpoints: Sequence[EndpointView]) -> list[int]:
         hashes: list[int] | None = ctx.state.get(STATE_HASHES)
         if hashes is None:
             req = ctx.request
+            block_chars = self._block_chars(endpoints)
             hashes = self._hasher.hashes(
                 req.model if req.cache_salt is None else _salted(req.model, req.cache_salt),
                 req.prefix_text,
-                block_chars=self._block_chars(endpoints),
-                max_blocks=self.max_blocks,
+                block_chars=block_chars,
+                max_blocks=self._max_blocks(block_chars),
             )
             ctx.state[STATE_HASHES] = hashes
         return hashes
@@ -100,11 +116,12 @@ class PrefixCacheScorer(PluginHooks):
         hashes: list[int] | None = state.get(STATE_HASHES)
         if hashes is None:  # _hashes, written out (this scorer is usually the first to hash)
             req = ctx.request
+            block_chars = self._block_chars(endpoints)
             hashes = state[STATE_HASHES] = self._hasher.hashes(
                 req.model if req.cache_salt is None else _salted(req.model, req.cache_salt),
                 req.prefix_text,
-                block_chars=self._block_chars(endpoints),
-                max_blocks=self.max_blocks,
+                block_chars=block_chars,
+                max_blocks=self._max_blocks(block_chars),
             )
         if not hashes:
             ctx.state[STATE_ANY_HIT] = False
@@ -196,7 +213,10 @@ class PrefixCacheScorer(PluginHooks):
             raise ValueError(f"{self.name}: pick note field 'h' must be a list of block hashes")
         if type(capacity) is not int or capacity < 1:
             raise ValueError(f"{self.name}: pick note field 'c' must be a positive integer")
-        self._insert(endpoint, hashes[: self.max_blocks], capacity)
+        # a peer worker runs this configuration: its chain is at most max_blocks long, or with
+        # maxPrefixTokensToMatch at most that many tokens of blocks of one character or more
+        limit = self.max_tokens * CHARS_PER_TOKEN if self.max_tokens > 0 else self.max_blocks
+        self._insert(endpoint, hashes[:limit], capacity)
 
     def on_endpoints_removed(self, keys: Sequence[EndpointKey]) -> None:
         for key in keys:
@@ -205,12 +225,18 @@ class PrefixCacheScorer(PluginHooks):
 
 def factory(name: str, params: Mapping[str, Any], path: str) -> PrefixCacheScorer:
     r = ParamReader(params, path=path)
+    # each name is read (so none is reported unknown); 0: not given, or invalid (reported by the
+    # reader); the newest name given wins
+    block_tokens = r.integer("blockSizeTokens", 0, minimum=1)
+    block_chars = r.integer("blockSize", 0, minimum=1)
+    legacy_chars = r.integer("hashBlockSize", 0, minimum=1)
     plugin = PrefixCacheScorer(
         name=name,
-        block_chars=r.integer("blockSize", DEFAULT_BLOCK_CHARS, minimum=1),
+        block_chars=block_tokens * CHARS_PER_TOKEN or block_chars or legacy_chars or DEFAULT_BLOCK_CHARS,
         auto_tune=r.boolean("autoTune", True),
         max_blocks=r.integer("maxPrefixBlocksToMatch", DEFAULT_MAX_BLOCKS, minimum=1),
         lru_capacity=r.integer("lruCapacityPerServer", DEFAULT_LRU_CAPACITY, minimum=1),
+        max_tokens=r.integer("maxPrefixTokensToMatch", 0, minimum=0),
     )
     r.finish()
     return plugin
