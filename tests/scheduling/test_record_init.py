@@ -145,6 +145,8 @@ _GIVEN: dict[type, dict[str, Any]] = {
         "background": True,
         "stream_usage": StreamUsage.OTHER_OPTIONS,
         "choices": 3,
+        "lora_path": "adapter-45",
+        "engine_code": "logits_processors",
     },
     EndpointView: {
         "key": "h:1",
