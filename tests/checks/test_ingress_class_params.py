@@ -6,7 +6,11 @@ controller then applies the params' ``scheme``, ``sslPolicy``, ``inboundCIDRs``,
 and ``loadBalancerAttributes`` to every Ingress of the class, ignoring the matching annotations
 (AWS Load Balancer Controller guide, "IngressClass", IngressClassParams specification). Before
 session s39 only the annotations were read: the secure corpus's Ingress, made internet-facing, open
-to the world and TLS 1.0 by its class's params, passed all four checks.
+to the world and TLS 1.0 by its class's params, passed all four checks. Those findings then spoke
+the annotations' words, and a user searched the Ingress for an annotation that is not there: they now
+name the params and the field. The params' ``namespaceSelector`` was not read either: an Ingress in a
+namespace it does not select gets no load balancer from the class (the controller refuses to
+reconcile it), yet was judged internet-facing.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from tests.checks.helpers import cli, find, of, run, secure_docs
 from tests.fakes.kube_api import running_fake_kube
 
 INGRESS = "Ingress ml/gateway"
+PARAMS_SCHEME_CIDRS = "IngressClassParams public-params (spec.scheme, spec.inboundCIDRs): "
 
 
 def _class(params: str | None = "public-params") -> dict[str, Any]:
@@ -61,19 +66,42 @@ def test_params_override_the_ingress_annotations() -> None:
     policy = _on_ingress(results, "IGW-AU102")
     assert (policy.status, policy.message) == (
         Status.FAIL,
-        "effective policy ELBSecurityPolicy-TLS-1-0-2015-04 allows TLS 1.0/1.1 or weak ciphers",
+        "IngressClassParams public-params (spec.sslPolicy): effective policy "
+        "ELBSecurityPolicy-TLS-1-0-2015-04 allows TLS 1.0/1.1 or weak ciphers",
     )
     scheme = _on_ingress(results, "IGW-AU301")
-    assert scheme.status is Status.WARN
-    assert "internet-facing" in scheme.message
+    assert (scheme.status, scheme.message) == (
+        Status.WARN,
+        "IngressClassParams public-params (spec.scheme): internet-facing and not approved",
+    )
     cidrs = _on_ingress(results, "IGW-AU302")
     assert (cidrs.status, cidrs.severity, cidrs.message) == (
         Status.FAIL,
         Severity.HIGH,
-        "internet-facing and open to 0.0.0.0/0",
+        f"{PARAMS_SCHEME_CIDRS}internet-facing and open to 0.0.0.0/0",
     )
     headers = _on_ingress(results, "IGW-AU304")
-    assert headers.status is Status.FAIL
+    assert (headers.status, headers.message) == (
+        Status.FAIL,
+        "IngressClassParams public-params (spec.loadBalancerAttributes): "
+        "routing.http.drop_invalid_header_fields.enabled is false",
+    )
+
+
+def test_findings_from_the_annotations_do_not_name_the_params() -> None:
+    """Only what the params set is attributed to them: a class whose params set nothing the checks
+    read, or only some fields, leaves the others in the annotations' words."""
+    docs = secure_docs()
+    find(docs, "Ingress", "gateway")["metadata"]["annotations"]["alb.ingress.kubernetes.io/scheme"] = (
+        "internet-facing"
+    )
+    results = run([*docs, _class(), _params(sslPolicy="ELBSecurityPolicy-TLS-1-0-2015-04")], Command.AUDIT)
+    assert _on_ingress(results, "IGW-AU301").message == "internet-facing and not approved"
+    assert _on_ingress(results, "IGW-AU304").message == "drops invalid header fields"
+    tls = _on_ingress(results, "IGW-AU102").message
+    assert tls.startswith("IngressClassParams public-params (spec.sslPolicy): "), tls
+    bare = run([*secure_docs(), _class(), _params(group={"name": "shared"})], Command.AUDIT)
+    assert not any("IngressClassParams" in r.message for r in bare), [r.message for r in bare]
 
 
 def test_params_can_also_harden_and_unset_fields_leave_the_annotations() -> None:
@@ -83,7 +111,9 @@ def test_params_can_also_harden_and_unset_fields_leave_the_annotations() -> None
         "0.0.0.0/0"
     )
     results = run([*docs, _class(), _params(inboundCIDRs=["10.20.0.0/16"])], Command.AUDIT)
-    assert _on_ingress(results, "IGW-AU302").message == "inbound 10.20.0.0/16"
+    assert _on_ingress(results, "IGW-AU302").message == (
+        "IngressClassParams public-params (spec.inboundCIDRs): inbound 10.20.0.0/16"
+    )
     assert _on_ingress(results, "IGW-AU301").message == "scheme internal"
     assert _on_ingress(results, "IGW-AU102").status is Status.PASS
 
@@ -118,7 +148,10 @@ def _live_scan(tmp_path: Path, *, forbid: str | None = None) -> dict[str, Any]:
 def test_a_live_cluster_reads_them(tmp_path: Path) -> None:
     report = _live_scan(tmp_path)
     [result] = [r for r in report["results"] if r["resource"] == INGRESS]
-    assert (result["status"], result["message"]) == ("FAIL", "internet-facing and open to 0.0.0.0/0")
+    assert (result["status"], result["message"]) == (
+        "FAIL",
+        f"{PARAMS_SCHEME_CIDRS}internet-facing and open to 0.0.0.0/0",
+    )
     assert report["exit"] == 1
 
 
@@ -129,3 +162,48 @@ def test_params_a_class_names_but_rbac_hides_are_not_evaluated(tmp_path: Path) -
     assert (result["status"], result["skipKind"]) == ("SKIP", SkipKind.NOT_EVALUATED.value)
     assert "ingressclassparams" in result["message"]
     assert report["exit"] == 3
+
+
+def _namespace(name: str, **labels: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}}
+
+
+def _selecting(selector: dict[str, Any]) -> dict[str, Any]:
+    params = json.loads(json.dumps(WEAKENING))
+    params["spec"]["namespaceSelector"] = selector
+    return params
+
+
+def test_an_ingress_outside_the_params_namespace_selector_gets_no_load_balancer() -> None:
+    """The controller refuses to reconcile an Ingress of the class outside the selected namespaces
+    (AWS Load Balancer Controller guide, spec.namespaceSelector): it is judged by no load-balancer
+    check, where it was reported internet-facing and open to the world."""
+    params = _selecting({"matchLabels": {"team": "public-api"}})
+    outside = run([*secure_docs(), _namespace("ml", team="research"), _class(), params], Command.AUDIT)
+    for check_id in ("IGW-AU102", "IGW-AU301", "IGW-AU302", "IGW-AU304"):
+        assert not [r for r in of(outside, check_id) if r.resource.startswith(INGRESS)], check_id
+    inside = run([*secure_docs(), _namespace("ml", team="public-api"), _class(), params], Command.AUDIT)
+    assert _on_ingress(inside, "IGW-AU302").status is Status.FAIL
+
+
+def test_the_namespace_name_label_is_selectable_and_an_unknown_namespace_counts_as_selected() -> None:
+    """``kubernetes.io/metadata.name`` is on every namespace (the API server sets it, manifests leave
+    it out); a namespace the source does not describe may be selected, so it is still judged."""
+    by_name = _selecting(
+        {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["web"]}]}
+    )
+    results = run([*secure_docs(), _namespace("ml"), _class(), by_name], Command.AUDIT)
+    assert not [r for r in of(results, "IGW-AU301") if r.resource.startswith(INGRESS)]
+    unknown = run([*secure_docs(), _class(), _selecting({"matchLabels": {"team": "x"}})], Command.AUDIT)
+    assert _on_ingress(unknown, "IGW-AU301").status is Status.WARN
+
+
+def test_a_live_cluster_reads_the_namespace_labels(tmp_path: Path) -> None:
+    with running_fake_kube() as kube:
+        kube.add_all(d for d in secure_docs() if d["kind"] != "Namespace")
+        params = _selecting({"matchLabels": {"team": "web"}})
+        kube.add_all([_namespace("ml", team="research"), _class(), params])
+        config = kube.write_kubeconfig(tmp_path / "kubeconfig")
+        _, out = cli("audit", "--kubeconfig", str(config), "-o", "json", "--check", "IGW-AU302")
+    report = json.loads(out)
+    assert not [r for r in report["results"] if r["resource"] == INGRESS], report["results"]

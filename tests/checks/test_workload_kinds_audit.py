@@ -180,3 +180,42 @@ def test_a_live_cluster_lists_them(tmp_path: Path, forbid: str | None) -> None:
         expected.add("Job ml/batch-model")
     assert failed == expected, report["results"]
     assert code == 1
+
+
+def _owned(pod: dict[str, Any], api_version: str, kind: str) -> dict[str, Any]:
+    pod["metadata"]["ownerReferences"] = [
+        {"apiVersion": api_version, "kind": kind, "name": "owner", "uid": "u1", "controller": True}
+    ]
+    return pod
+
+
+def test_pods_a_custom_resource_controls_are_audited_as_pods() -> None:
+    """A Pod whose controller is a custom resource (KubeRay's RayCluster, a LeaderWorkerSet, a Volcano
+    Job: its kind is Job, its group is not ``batch``) was neither bare nor owned by a workload the
+    audit reads: it escaped every workload check. Its owner's template is unknown, so it is judged as
+    the Pod it is; a Pod of a built-in workload still is not (no double count)."""
+    custom = [
+        _owned(_pod("ray-head"), "ray.io/v1", "RayCluster"),
+        _owned(_pod("lws-0"), "leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet"),
+        _owned(_pod("volcano-0"), "batch.volcano.sh/v1alpha1", "Job"),
+    ]
+    built_in = [
+        _owned(_pod("llama-abc"), "apps/v1", "ReplicaSet"),
+        _owned(_pod("llama-0"), "apps/v1", "StatefulSet"),
+        _owned(_pod("agent-x"), "apps/v1", "DaemonSet"),
+        _owned(_pod("batch-q"), "batch/v1", "Job"),
+    ]
+    results = run([*secure_docs(), *custom, *built_in], Command.AUDIT)
+    for check_id in ("IGW-AU401", "IGW-AU405"):
+        pods = {r.resource: r.status for r in of(results, check_id) if r.resource.startswith("Pod ")}
+        assert pods == dict.fromkeys(("Pod ml/ray-head", "Pod ml/lws-0", "Pod ml/volcano-0"), Status.FAIL)
+
+
+def test_a_live_cluster_audits_pods_a_custom_resource_controls(tmp_path: Path) -> None:
+    with running_fake_kube() as kube:
+        kube.add(_owned(_pod("ray-worker-1"), "ray.io/v1", "RayCluster"))
+        config = kube.write_kubeconfig(tmp_path / "kubeconfig")
+        code, out = cli("audit", "--kubeconfig", str(config), "-o", "json", "--check", "IGW-AU405")
+    report = json.loads(out)
+    assert [(r["resource"], r["status"]) for r in report["results"]] == [("Pod ml/ray-worker-1", "FAIL")]
+    assert code == 1

@@ -131,6 +131,21 @@ class LoadBalancer:
     """``None`` when unknown; an empty tuple means no inbound rule at all."""
     drop_invalid_header_fields: bool | None = None
     internet_facing_approved: bool = False
+    params: str | None = None
+    """The IngressClassParams whose fields override this Ingress's annotations (``None``: none)."""
+    from_params: frozenset[str] = frozenset()
+    """Which of ``scheme``, ``sslPolicy``, ``inboundCIDRs``, ``certificateArn`` and the attribute
+    ``routing.http.drop_invalid_header_fields.enabled`` (``loadBalancerAttributes``) :attr:`params`
+    set: findings about them name the params, not the Ingress annotation the controller ignored."""
+
+    def source_of(self, *fields: str) -> str:
+        """A finding's prefix naming the IngressClassParams that set any of ``fields`` (``""``: the
+        values are the resource's own). Why: a value the class's params set was reported in the
+        annotations' words, and the user searched the Ingress for an annotation that is not there."""
+        named = [f for f in fields if f in self.from_params]
+        if self.params is None or not named:
+            return ""
+        return f"IngressClassParams {self.params} ({', '.join(f'spec.{f}' for f in named)}): "
 
 
 @dataclass

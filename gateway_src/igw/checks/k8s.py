@@ -81,12 +81,14 @@ def template_labels(obj: Manifest) -> dict[str, str]:
     return labels_of(pod_template(obj))
 
 
-def controller_kind(obj: Manifest) -> str | None:
-    """The kind of the ``ownerReferences`` entry marked ``controller: true`` (``None``: nothing
-    manages ``obj``; for a Pod, what ``kubectl drain`` calls unmanaged)."""
+def controller_ref(obj: Manifest) -> tuple[str | None, str] | None:
+    """``(API group, kind)`` of the ``ownerReferences`` entry marked ``controller: true`` (group ``""``
+    for the core API, ``None`` when the entry names no ``apiVersion``); ``None``: nothing manages it."""
     for owner in meta(obj).get("ownerReferences") or []:
         if isinstance(owner, Mapping) and owner.get("controller") is True:
-            return str(owner.get("kind"))
+            api_version = owner.get("apiVersion")
+            group = str(api_version).rpartition("/")[0] if api_version is not None else None
+            return group, str(owner.get("kind"))
     return None
 
 

@@ -11,7 +11,15 @@ An IngressClass may name an IngressClassParams (``elbv2.k8s.aws``, ``spec.parame
 controller applies to every Ingress of the class, over the Ingress's own annotations (attributes:
 merged, the class's winning). Before session s39 only the annotations were read: an
 IngressClassParams making every ALB of a class internet-facing, open to ``0.0.0.0/0`` with a TLS 1.0
-policy passed as the annotations' internal, restricted, TLS 1.3 load balancer.
+policy passed as the annotations' internal, restricted, TLS 1.3 load balancer. Findings about a value
+the params set name them (:meth:`LoadBalancer.source_of`), since the Ingress has no such annotation.
+
+The params' ``namespaceSelector`` restricts the namespaces whose Ingresses may use the class: the
+controller refuses to reconcile any other Ingress of it (AWS Load Balancer Controller guide,
+"IngressClassParams specification"), so such an Ingress is no load balancer. A namespace the sources
+do not describe is judged selected (the controller may well reconcile it: a missed exposure costs
+more than a finding on an Ingress that gets no ALB); its ``kubernetes.io/metadata.name`` label is the
+one the API server sets on every namespace.
 """
 
 from __future__ import annotations
@@ -23,14 +31,16 @@ from typing import Any
 
 from igw.checks.framework import CheckContext
 from igw.checks.inventory import Listener, LoadBalancer, Manifest, Missing, MissingFact
-from igw.checks.k8s import annotations_of, name_of, ref, spec
+from igw.checks.k8s import annotations_of, labels_of, name_of, namespace_of, ref, spec
 from igw.checks.model import SkipKind
+from igw.checks.selectors import selector_from_mapping
 from igw.checks.tls_policies import AWS_DEFAULT_POLICY
 
 ALB = "alb.ingress.kubernetes.io/"
 NLB = "service.beta.kubernetes.io/"
 APPROVAL_ANNOTATION = "igw.dev/internet-facing-approved"
 OPEN_CIDRS = ("0.0.0.0/0", "::/0")
+DROP_INVALID_HEADERS = "routing.http.drop_invalid_header_fields.enabled"
 
 
 def _listen_ports(ann: Mapping[str, str], has_cert: bool) -> list[tuple[str, int]]:
@@ -64,6 +74,8 @@ ALB_CONTROLLER = "ingress.k8s.aws/alb"
 DEFAULT_CLASS_ANNOTATION = "ingressclass.kubernetes.io/is-default-class"
 PARAMS_GROUP = "elbv2.k8s.aws"
 PARAMS_KIND = "IngressClassParams"
+NAME_LABEL = "kubernetes.io/metadata.name"
+"""The label the API server sets on every Namespace to its name (Kubernetes 1.21+)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +89,11 @@ class AlbClasses:
     default: str | None = None
     params: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     """Class name -> the ``spec`` of the IngressClassParams that class names."""
+    params_names: Mapping[str, str] = field(default_factory=dict)
+    """Class name -> the name of that IngressClassParams (what findings about its values quote)."""
+    namespace_labels: Mapping[str, Mapping[str, str]] | None = None
+    """Namespace name -> its labels, for the params' ``namespaceSelector`` (``None``: the source
+    lists no Namespaces; then every namespace counts as selected)."""
     unreadable: Missing | None = None
     """Set when a class names IngressClassParams the source could not list (what they override is
     unknown, so the load-balancer checks are not evaluated rather than judged on annotations)."""
@@ -96,6 +113,7 @@ def alb_classes(ctx: CheckContext) -> AlbClasses:
     by_name = {} if isinstance(listed, Missing) else {name_of(p): spec(p) for p in listed}
     names, default = {"alb"}, None
     params: dict[str, Mapping[str, Any]] = {}
+    params_names: dict[str, str] = {}
     unreadable = None
     for item in classes:
         if spec(item).get("controller") != ALB_CONTROLLER:
@@ -115,7 +133,37 @@ def alb_classes(ctx: CheckContext) -> AlbClasses:
             unreadable = unreadable or listed
         elif str(ref_.get("name")) in by_name:
             params[name] = by_name[str(ref_.get("name"))]
-    return AlbClasses(frozenset(names - {""}), default, params, unreadable)
+            params_names[name] = str(ref_.get("name"))
+    namespaces = ctx.inventory.kube.of("Namespace")
+    namespace_labels = (
+        None
+        if isinstance(namespaces, Missing)
+        else {name_of(ns): {**labels_of(ns), NAME_LABEL: name_of(ns)} for ns in namespaces}
+    )
+    return AlbClasses(
+        names=frozenset(names - {""}),
+        default=default,
+        params=params,
+        params_names=params_names,
+        namespace_labels=namespace_labels,
+        unreadable=unreadable,
+    )
+
+
+def _selected(params: Mapping[str, Any], namespace: str, classes: AlbClasses) -> bool:
+    """Whether the params' ``namespaceSelector`` lets an Ingress in ``namespace`` use the class (no
+    selector: every namespace; an unknown namespace or a selector the API would not accept: selected,
+    so the Ingress is still judged)."""
+    raw = params.get("namespaceSelector")
+    if raw is None:
+        return True
+    labels = (classes.namespace_labels or {}).get(namespace)
+    if labels is None:
+        return True
+    try:
+        return selector_from_mapping(raw).matches(labels)
+    except ValueError:
+        return True
 
 
 def _params_attributes(params: Mapping[str, Any]) -> dict[str, str]:
@@ -141,6 +189,8 @@ def from_ingress(ingress: Manifest, classes: AlbClasses = AlbClasses()) -> LoadB
     if ingress_class not in classes.names:
         return None
     params = classes.params.get(str(ingress_class), {})
+    if not _selected(params, namespace_of(ingress), classes):
+        return None  # the controller refuses to reconcile it: no load balancer
     has_cert = (
         bool(params.get("certificateArn"))
         or bool(ann.get(f"{ALB}certificate-arn"))
@@ -161,6 +211,11 @@ def from_ingress(ingress: Manifest, classes: AlbClasses = AlbClasses()) -> LoadB
     )
     attrs = {**_attributes(ann.get(f"{ALB}load-balancer-attributes")), **_params_attributes(params)}
     scheme = str(params["scheme"]) if params.get("scheme") else ann.get(f"{ALB}scheme")
+    from_params = {key for key in ("scheme", "sslPolicy", "certificateArn") if params.get(key)}
+    if _params_cidrs(params):
+        from_params.add("inboundCIDRs")
+    if DROP_INVALID_HEADERS in _params_attributes(params):
+        from_params.add("loadBalancerAttributes")
     return LoadBalancer(
         resource=ref(ingress),
         type="application",
@@ -168,8 +223,10 @@ def from_ingress(ingress: Manifest, classes: AlbClasses = AlbClasses()) -> LoadB
         scheme_explicit=scheme is not None,
         listeners=listeners,
         inbound_cidrs=_params_cidrs(params) or _cidrs(ann.get(f"{ALB}inbound-cidrs")) or OPEN_CIDRS[:1],
-        drop_invalid_header_fields=attrs.get("routing.http.drop_invalid_header_fields.enabled") == "true",
+        drop_invalid_header_fields=attrs.get(DROP_INVALID_HEADERS) == "true",
         internet_facing_approved=ann.get(APPROVAL_ANNOTATION) == "true",
+        params=classes.params_names.get(str(ingress_class)) if from_params else None,
+        from_params=frozenset(from_params),
     )
 
 

@@ -305,7 +305,8 @@ class FlowGates:
 
     def __init__(self, *, registry: CollectorRegistry, clock: Callable[[], float]) -> None:
         self.metrics = FlowMetrics(registry)
-        self.tenant_labels = TenantLabels()
+        self.tenant_labels = TenantLabels.of(registry)
+        """Shared with the other families of ``registry`` labelled by tenant (:mod:`.tenant_labels`)."""
         self.clock = clock
         self._controllers: dict[str, FlowController] = {}
         self._waiters: dict[str, _Waiter] = {}
@@ -346,6 +347,7 @@ class FlowGates:
         self.settings = settings
         if settings is None:
             return
+        self.tenant_labels.name(settings.tenant_labels)
         now = self.clock()
         for scheduler, controller in self._controllers.items():
             shed = controller.reconfigure(

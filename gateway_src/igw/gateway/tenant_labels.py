@@ -8,40 +8,82 @@ labelled by tenant maps it through :class:`TenantLabels`:
 
 - tenants the configuration *names* always get their own label (flow control's
   ``metrics.tenantLabels``; the tenants of ``rateLimits.tenants`` and ``rateLimits.anonymousTenant``);
-- with ``named_only`` (flow control when ``tenantLabels`` is set) every other tenant is
-  :data:`OTHER_TENANT`;
+- with ``named_only`` (flow control when ``tenantLabels`` is set) a tenant no family has given a
+  label of its own is :data:`OTHER_TENANT`;
 - otherwise the first ``limit`` distinct other tenants a process sees keep their name, later ones
   are :data:`OTHER_TENANT`. The names handed out are kept for the life of the process (across
   configuration reloads), so one tenant's series never switches label.
+
+The families exported on one ``/metrics`` page agree: they share one instance per Prometheus
+registry (:meth:`TenantLabels.of`), so a tenant named, or given a label, by one family (flow
+control's ``igw_flow_rejections_total``, the security guard's ``igw_tenant_*_total``) has it in the
+other too, and ``other`` means the same tenants in every family. Before session s39 each family kept
+its own instance: a tenant could be ``acme`` in one and ``other`` in the other, and a dashboard
+joining them on ``tenant`` was wrong.
+
+:data:`OTHER_TENANT` is the overflow alone: a real tenant whose name is ``other``, or starts with
+:data:`ESCAPE`, is labelled with :data:`ESCAPE` prepended (``other`` -> ``~other``, ``~x`` -> ``~~x``),
+an injective mapping. Before session s39 a tenant named ``other`` shared the overflow's series.
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Set
 from typing import Final
 
 OTHER_TENANT: Final = "other"
-"""The ``tenant`` label of every tenant without a label of its own."""
+"""The ``tenant`` label of every tenant without a label of its own (and of no real tenant)."""
+ESCAPE: Final = "~"
+"""Prepended to the label of a real tenant named :data:`OTHER_TENANT` or starting with it."""
+
+_SHARED: weakref.WeakKeyDictionary[object, TenantLabels] = weakref.WeakKeyDictionary()
+
+
+def is_plain(tenant: str) -> bool:
+    """Whether ``tenant``'s own label is ``tenant`` itself (no escape): a cache keyed by label may be
+    looked up by such a tenant directly."""
+    return tenant != OTHER_TENANT and not tenant.startswith(ESCAPE)
+
+
+def _own(tenant: str) -> str:
+    return tenant if is_plain(tenant) else ESCAPE + tenant
 
 
 class TenantLabels:
     """Maps tenants to a bounded set of ``tenant`` label values (module docstring)."""
 
-    __slots__ = ("_given",)
+    __slots__ = ("_given", "_named")
 
     def __init__(self) -> None:
         self._given: set[str] = set()
+        """Tenants given a label of their own first come, first served (bounded by ``limit``)."""
+        self._named: set[str] = set()
+        """Tenants some family's configuration named (bounded by the configurations)."""
+
+    @classmethod
+    def of(cls, registry: object) -> TenantLabels:
+        """The instance every tenant-labelled family registered on ``registry`` shares (one
+        ``/metrics`` page, one mapping); created on first use, gone with the registry."""
+        found = _SHARED.get(registry)
+        if found is None:
+            found = _SHARED[registry] = cls()
+        return found
+
+    def name(self, tenants: Set[str]) -> None:
+        """Record tenants a family's configuration names (at start-up and on reload), so the other
+        families label them by name from their first request, not only after this family's first."""
+        self._named.update(tenants)
 
     def label(self, tenant: str, *, named: Set[str], limit: int, named_only: bool = False) -> str:
-        """``tenant`` when it is ``named`` or among the first ``limit`` others seen, else ``other``."""
+        """``tenant``'s own label when any family named it or gave it one, or when it is among the
+        first ``limit`` others seen (not with ``named_only``); else :data:`OTHER_TENANT`."""
         if tenant in named:
-            return tenant
-        if named_only:
-            return OTHER_TENANT
-        given = self._given
-        if tenant in given:
-            return tenant
-        if len(given) < limit:
-            given.add(tenant)
-            return tenant
+            self._named.add(tenant)
+            return _own(tenant)
+        if tenant in self._named or tenant in self._given:
+            return _own(tenant)
+        if not named_only and len(self._given) < limit:
+            self._given.add(tenant)
+            return _own(tenant)
         return OTHER_TENANT

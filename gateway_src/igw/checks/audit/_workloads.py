@@ -4,11 +4,13 @@ Findings are per workload (listing the offending containers), the unit an operat
 System namespaces are skipped unless ``--include-system-namespaces``; objects a source only inferred
 (a Helm chart standing in for its Deployment) are skipped because their pod spec is unknown.
 
-Audited: Deployments, StatefulSets, DaemonSets, Jobs, CronJobs and bare Pods (no controlling owner:
-a Pod a ReplicaSet, Job... created is judged through its workload's template, a Pod a static source
-synthesised from a template is that template again). A Job a CronJob created is judged through the
-CronJob. Before session s39 only the first three were read: a model server or a gateway run as a bare
-Pod or a Job escaped every workload check.
+Audited: Deployments, StatefulSets, DaemonSets, Jobs, CronJobs and Pods no built-in workload owns
+(a Pod a ReplicaSet, StatefulSet, DaemonSet or Job created is judged through its workload's template;
+a Pod a static source synthesised from a template is that template again). A Job a CronJob created is
+judged through the CronJob. Before session s39 only the first three were read: a model server or a
+gateway run as a bare Pod or a Job escaped every workload check. A Pod whose controller is a custom
+resource (KubeRay's RayCluster, a LeaderWorkerSet, a Volcano ``batch.volcano.sh`` Job...) escaped too:
+not bare, so not judged as a Pod, and its owner's template is unknown to us; it is judged as a Pod.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from igw.checks.k8s import (
     WORKLOAD_KINDS,
     annotations_of,
     containers,
-    controller_kind,
+    controller_ref,
     in_scope,
     namespace_of,
     pod_spec,
@@ -36,14 +38,30 @@ ContainerTest = Callable[[Mapping[str, Any], Mapping[str, Any]], str | None]
 
 
 AUDITED_KINDS = (*WORKLOAD_KINDS, "Pod")
+TEMPLATE_OWNERS = frozenset(
+    {("apps", "ReplicaSet"), ("apps", "StatefulSet"), ("apps", "DaemonSet"), ("batch", "Job")}
+)
+"""``(API group, kind)`` of the controllers whose Pods are judged through a workload's template: a
+ReplicaSet's (a Deployment's), a StatefulSet's, a DaemonSet's, a Job's (or its CronJob's)."""
+
+
+def _owned_by_template(pod: Manifest) -> bool:
+    """Whether a workload template the audit reads stands for ``pod`` (an owner reference without
+    ``apiVersion`` is matched by kind alone)."""
+    owner = controller_ref(pod)
+    if owner is None:
+        return False
+    group, kind = owner
+    return any(kind == k and group in (None, g) for g, k in TEMPLATE_OWNERS)
 
 
 def _judged_here(obj: Manifest) -> bool:
     """Whether ``obj``'s pods are judged on ``obj`` itself rather than through the workload owning it."""
     if obj.get("kind") == "Pod":
-        return TEMPLATE_ANNOTATION not in annotations_of(obj) and controller_kind(obj) is None
+        return TEMPLATE_ANNOTATION not in annotations_of(obj) and not _owned_by_template(obj)
     if obj.get("kind") == "Job":
-        return controller_kind(obj) != "CronJob"
+        owner = controller_ref(obj)
+        return owner is None or owner[1] != "CronJob" or owner[0] not in (None, "batch")
     return True
 
 

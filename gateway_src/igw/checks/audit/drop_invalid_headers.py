@@ -25,10 +25,11 @@ def _run(ctx: CheckContext, r: Reporter) -> Iterator[Result]:
     for lb in load_balancers(ctx):
         if lb.type != "application" or lb.drop_invalid_header_fields is None:
             continue
+        source = lb.source_of("loadBalancerAttributes")
         if lb.drop_invalid_header_fields:
-            yield r.passed(lb.resource, "drops invalid header fields")
+            yield r.passed(lb.resource, f"{source}drops invalid header fields")
         else:
-            yield r.fail(lb.resource, "routing.http.drop_invalid_header_fields.enabled is false")
+            yield r.fail(lb.resource, f"{source}routing.http.drop_invalid_header_fields.enabled is false")
 
 
 CHECK = FunctionCheck(META, _run)

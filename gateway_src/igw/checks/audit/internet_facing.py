@@ -27,10 +27,11 @@ META = CheckMeta(
 
 def _run(ctx: CheckContext, r: Reporter) -> Iterator[Result]:
     for lb in load_balancers(ctx):
+        source = lb.source_of("scheme")
         if lb.scheme != "internet-facing":
-            yield r.passed(lb.resource, f"scheme {lb.scheme}")
+            yield r.passed(lb.resource, f"{source}scheme {lb.scheme}")
         elif lb.internet_facing_approved or ctx.options.allow_internet_facing:
-            yield r.passed(lb.resource, "internet-facing, explicitly approved")
+            yield r.passed(lb.resource, f"{source}internet-facing, explicitly approved")
         elif not lb.scheme_explicit:
             yield r.fail(
                 lb.resource,
@@ -38,7 +39,7 @@ def _run(ctx: CheckContext, r: Reporter) -> Iterator[Result]:
                 severity=Severity.HIGH,
             )
         else:
-            yield r.warn(lb.resource, "internet-facing and not approved")
+            yield r.warn(lb.resource, f"{source}internet-facing and not approved")
 
 
 CHECK = FunctionCheck(META, _run)

@@ -35,6 +35,7 @@ def _run(ctx: CheckContext, r: Reporter) -> Iterator[Result]:
             if listener.protocol not in ("HTTPS", "TLS") or listener.ssl_policy is None:
                 continue
             resource = f"{lb.resource} listener {listener.protocol}:{listener.port}"
+            source = lb.source_of("sslPolicy")
             written = listener.ssl_policy
             policy = written.strip()
             implicit = "" if listener.ssl_policy_explicit else " (the default when no policy is set)"
@@ -44,26 +45,27 @@ def _run(ctx: CheckContext, r: Reporter) -> Iterator[Result]:
             if verdict is PolicyGrade.ALLOWED and policy != written:
                 yield r.warn(
                     resource,
-                    f"policy {policy}{implicit}: ELB knows no policy of that name as written; "
+                    f"{source}policy {policy}{implicit}: ELB knows no policy of that name as written; "
                     "write the name alone",
                     severity=Severity.MEDIUM,
                 )
             elif verdict is PolicyGrade.ALLOWED:
-                yield r.passed(resource, f"policy {policy}")
+                yield r.passed(resource, f"{source}policy {policy}")
             elif verdict is PolicyGrade.DENIED:
                 yield r.fail(
-                    resource, f"effective policy {policy}{implicit} allows TLS 1.0/1.1 or weak ciphers"
+                    resource,
+                    f"{source}effective policy {policy}{implicit} allows TLS 1.0/1.1 or weak ciphers",
                 )
             elif verdict is PolicyGrade.LEGACY:
                 yield r.warn(
                     resource,
-                    f"policy {policy}{implicit} is TLS 1.2 but keeps CBC/SHA-1 ciphers",
+                    f"{source}policy {policy}{implicit} is TLS 1.2 but keeps CBC/SHA-1 ciphers",
                     severity=Severity.LOW,
                 )
             else:
                 yield r.warn(
                     resource,
-                    f"unknown policy {policy}{implicit}: not on the allow-list, review it",
+                    f"{source}unknown policy {policy}{implicit}: not on the allow-list, review it",
                     severity=Severity.MEDIUM,
                 )
 

@@ -32,18 +32,21 @@ def _run(ctx: CheckContext, r: Reporter) -> Iterator[Result]:
             continue
         open_ranges = [c for c in lb.inbound_cidrs if c in OPEN_CIDRS]
         if not open_ranges:
-            yield r.passed(lb.resource, f"inbound {', '.join(lb.inbound_cidrs) or 'none'}")
+            source = lb.source_of("inboundCIDRs")
+            yield r.passed(lb.resource, f"{source}inbound {', '.join(lb.inbound_cidrs) or 'none'}")
         elif lb.scheme == "internet-facing":
             approved = lb.internet_facing_approved or ctx.options.allow_internet_facing
             yield r.fail(
                 lb.resource,
-                f"internet-facing and open to {', '.join(open_ranges)}",
+                f"{lb.source_of('scheme', 'inboundCIDRs')}internet-facing and open to "
+                f"{', '.join(open_ranges)}",
                 severity=Severity.MEDIUM if approved else Severity.HIGH,
             )
         else:
             yield r.warn(
                 lb.resource,
-                f"internal but open to {', '.join(open_ranges)} (whole VPC and peers)",
+                f"{lb.source_of('scheme', 'inboundCIDRs')}internal but open to "
+                f"{', '.join(open_ranges)} (whole VPC and peers)",
                 severity=Severity.LOW,
             )
 

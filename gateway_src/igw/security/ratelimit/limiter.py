@@ -23,6 +23,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+from igw.gateway.tenant_labels import is_plain
 from igw.security.clock import Clock
 from igw.security.denials import limiter_unavailable, rate_limited
 from igw.security.metrics import SecurityMetrics
@@ -74,6 +75,7 @@ class RateLimiter:
         """Tenant label -> its prompt and completion ``tenant_tokens`` children (likewise)."""
         if metrics is not None:
             metrics.ratelimit_backend_up.labels(backend=backend.name).set(1)
+            metrics.tenant_labels.name(self._labelled)  # other families label them by name at once
 
     @property
     def backend_name(self) -> str:
@@ -180,7 +182,7 @@ class RateLimiter:
     def _count_tokens(self, key: str, prompt_tokens: int, completion_tokens: int) -> None:
         m = self._metrics
         if m is not None:
-            children = self._tokens.get(key)
+            children = self._tokens.get(key) if is_plain(key) else None  # keyed by label
             if children is None:  # looked up per label here: SecurityMetrics.child costs more per call
                 label = self._label(m, key)
                 children = self._tokens.get(label)
@@ -246,7 +248,7 @@ class RateLimiter:
         m = self._metrics
         if m is None:
             return
-        child = self._admitted.get(tenant)
+        child = self._admitted.get(tenant) if is_plain(tenant) else None  # keyed by label
         if child is None:
             label = self._label(m, tenant)
             child = self._admitted.get(label)
