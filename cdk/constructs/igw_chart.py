@@ -9,10 +9,14 @@ explicit choice in ``inference.addon.configurationValues``) the chart runs one g
 the deployment config's InferenceGatewayConfig from its ConfigMap, and with an endpoint the ACM
 certificate goes on the chart's Service.
 
+The gateway calls no AWS API, so no gateway service account gets an IAM role. The operator does: with
+auto-issued TLS on (``operator.autoTls``, the chart's default) it imports certificates into ACM, so
+its service account gets the role of :mod:`cdk.constructs.operator_role` (Pod Identity association,
+or ``operator.roleArn`` for IRSA) before the chart starts it, unless the values name a role already.
+
 The values are validated at synth against the chart's own configuration schema with placeholders
 standing in for values CloudFormation only knows at deploy time (image URI, certificate ARN), so a
-mistake fails ``cdk synth`` rather than a Helm install ten minutes into ``cdk deploy``. The gateway
-calls no AWS API, so no service account gets an IAM role.
+mistake fails ``cdk synth`` rather than a Helm install ten minutes into ``cdk deploy``.
 """
 
 from __future__ import annotations
@@ -22,16 +26,19 @@ from typing import Any, Final
 
 import aws_cdk as cdk
 from aws_cdk import aws_eks_v2 as eks
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3_assets as s3_assets
 from constructs import Construct
 
-from cdk.config import REPO_ROOT, AddonConfig, GatewayConfigManifest
+from cdk.config import REPO_ROOT, AddonConfig, GatewayConfigManifest, IdentityMode
 from cdk.constructs.gateway_endpoint import PLACEHOLDER_CERTIFICATE
 from cdk.constructs.gateway_image import GatewayImage
 from cdk.constructs.nag_ack import acknowledge, asset_bucket, partition_of
+from cdk.constructs.operator_role import OperatorRole, operator_service_account, wants_operator_role
 from igw.addon import configuration, pins, schemas
 
 PLACEHOLDER_REPOSITORY: Final = "111111111111.dkr.ecr.us-west-2.amazonaws.com/placeholder"
+PLACEHOLDER_ROLE: Final = "arn:aws:iam::111111111111:role/placeholder"
 RELEASE: Final = pins.CHART_NAME
 """Helm release name; with no ``fullnameOverride`` it is also the gateway Service's name (``mode:
 gateway``)."""
@@ -44,12 +51,14 @@ def chart_values(
     repository: str,
     tag: str,
     certificate_arn: str | None,
+    operator_role_arn: str | None = None,
 ) -> dict[str, Any]:
     """The chart values for this deployment (the user's values win where they set the same key).
 
     ``mode`` is always explicit; both modes send the gateway pods' EMF to the CloudWatch agent. Only
     ``mode: gateway`` gets the served configuration and the certificate: in operator mode both
-    travel in the applied InferenceGatewayConfig instead.
+    travel in the applied InferenceGatewayConfig instead, and ``operator_role_arn`` (IRSA) annotates
+    the operator's service account.
     """
     values: dict[str, Any] = json.loads(json.dumps(dict(config.configuration_values)))
     values["mode"] = config.chart_mode
@@ -61,6 +70,8 @@ def chart_values(
     # (in operator mode the chart hands this to the operator, which renders it into every data plane).
     gateway.setdefault("cloudWatch", {}).setdefault("enabled", True)
     if config.chart_mode == "operator":
+        if operator_role_arn is not None:
+            values.setdefault("operator", {}).setdefault("roleArn", operator_role_arn)
         return values
     gateway.setdefault(
         "config",
@@ -89,8 +100,21 @@ class IgwChart(Construct):
         gateway_config: GatewayConfigManifest,
         image: GatewayImage,
         certificate_arn: str | None,
+        identity: IdentityMode,
+        oidc_provider: iam.IOidcProvider | None,
     ) -> None:
         super().__init__(scope, id_)
+        self.operator_role: OperatorRole | None = None
+        if wants_operator_role(config.configuration_values):
+            self.operator_role = OperatorRole(
+                self,
+                "OperatorRole",
+                cluster=cluster,
+                identity=identity,
+                oidc_provider=oidc_provider,
+                service_account=operator_service_account(config.configuration_values, release=RELEASE),
+            )
+        irsa_role = self.operator_role is not None and identity == "irsa"
         configuration.validated(
             chart_values(
                 config,
@@ -98,6 +122,7 @@ class IgwChart(Construct):
                 repository=PLACEHOLDER_REPOSITORY,
                 tag=pins.APP_VERSION,
                 certificate_arn=PLACEHOLDER_CERTIFICATE if certificate_arn is not None else None,
+                operator_role_arn=PLACEHOLDER_ROLE if irsa_role else None,
             )
         )
         self.image = image
@@ -107,6 +132,9 @@ class IgwChart(Construct):
             repository=image.repository,
             tag=image.tag,
             certificate_arn=certificate_arn,
+            operator_role_arn=self.operator_role.role.role.role_arn
+            if self.operator_role is not None and irsa_role
+            else None,
         )
         chart_asset = s3_assets.Asset(self, "ChartAsset", path=str(REPO_ROOT / schemas.CHART_DIR))
         _acknowledge_chart_asset_read(cluster)
@@ -122,6 +150,9 @@ class IgwChart(Construct):
             timeout=cdk.Duration.minutes(10),
             values=self.values,
         )
+        if self.operator_role is not None:
+            # The role, its policy and (Pod Identity) the association exist before the operator starts.
+            self.chart.node.add_dependency(self.operator_role)
 
 
 def _acknowledge_chart_asset_read(cluster: eks.ICluster) -> None:

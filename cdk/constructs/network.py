@@ -15,6 +15,19 @@ INTERNAL_ELB_TAG = "kubernetes.io/role/internal-elb"
 PUBLIC_ELB_TAG = "kubernetes.io/role/elb"
 
 
+def import_zones(zones: Sequence[str], *, region: str, subnet_count: int) -> list[str]:
+    """Zone names for importing ``subnet_count`` subnets with ``Vpc.from_vpc_attributes``.
+
+    CDK refuses a subnet count that is not a multiple of the zone count (``Number of privateSubnetIds
+    (2) must be a multiple of availability zones (3)``, and ``(0)`` zones with none listed) and pairs
+    subnets with zones by position only; nothing the stacks build reads those zones (EKS, HyperPod and
+    the kubectl handler take subnet IDs). So: the configured zones (else the region's ``a``, ``b``,
+    ``c``), as many as the largest divisor of ``subnet_count`` that they have."""
+    names = list(zones) or [f"{region}{letter}" for letter in "abc"]
+    usable = max(d for d in range(1, min(len(names), subnet_count) + 1) if subnet_count % d == 0)
+    return names[:usable]
+
+
 class Network(Construct):
     """Exposes ``vpc`` and ``private_subnets`` (cluster, HyperPod nodes, internal load balancers)."""
 
@@ -34,7 +47,11 @@ class Network(Construct):
                 self,
                 "Vpc",
                 vpc_id=config.vpc_id,
-                availability_zones=list(availability_zones),
+                availability_zones=import_zones(
+                    availability_zones,
+                    region=cdk.Stack.of(self).region,
+                    subnet_count=len(config.private_subnet_ids),
+                ),
                 private_subnet_ids=list(config.private_subnet_ids),
             )
         else:

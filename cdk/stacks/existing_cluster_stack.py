@@ -19,6 +19,7 @@ from constructs import Construct
 
 from cdk.config import DeploymentConfig, ExistingClusterConfig
 from cdk.constructs.eks_cluster import acknowledge_kubectl_provider
+from cdk.constructs.network import import_zones
 
 
 class ExistingClusterStack(cdk.Stack):
@@ -32,14 +33,16 @@ class ExistingClusterStack(cdk.Stack):
         **kwargs: Any,
     ) -> None:
         super().__init__(scope, id_, **kwargs)
-        count = len(existing.private_subnet_ids)
-        zones = list(config.availability_zones) or [f"{config.region}{letter}" for letter in "abc"]
         self.vpc = ec2.Vpc.from_vpc_attributes(
             self,
             "Vpc",
             vpc_id=existing.vpc_id,
             # CDK wants one zone per subnet (or a divisor); the handler only needs the subnet IDs.
-            availability_zones=zones[:count] if count <= len(zones) else zones,
+            availability_zones=import_zones(
+                config.availability_zones,
+                region=config.region,
+                subnet_count=len(existing.private_subnet_ids),
+            ),
             private_subnet_ids=list(existing.private_subnet_ids),
         )
         subnets = [

@@ -78,6 +78,8 @@ class InferenceStack(cdk.Stack):
                 gateway_config=config.gateway_config,
                 image=self.image,
                 certificate_arn=certificate.certificate.certificate_arn if certificate else None,
+                identity=config.platform.identity,
+                oidc_provider=cluster.oidc_provider,
             )
             installed = self.chart.chart
             schedulers = config.gateway_config.spec.get("schedulers") or []

@@ -167,6 +167,8 @@ def _chart_stack(
         gateway_config=GATEWAY_CONFIG,
         image=gateway_image,
         certificate_arn=certificate_arn,
+        identity="podIdentity",
+        oidc_provider=None,
     )
     return stack
 
@@ -194,7 +196,10 @@ def test_igw_chart_values_in_operator_mode_carry_the_image_and_nothing_per_confi
         "operator": {"replicaCount": 3},
         "image": {"repository": "111111111111.dkr.ecr.us-west-2.amazonaws.com/igw", "tag": "1.2.3"},
         "gateway": {"cloudWatch": {"enabled": True}},  # the operator's gateway pods send EMF to the agent
-    }, "the served config and the certificate travel in the InferenceGatewayConfig; no role anywhere"
+    }, (
+        "the served config and the certificate travel in the InferenceGatewayConfig; "
+        "the operator's role is bound by Pod Identity"
+    )
 
 
 def test_igw_chart_values_in_gateway_mode_carry_image_served_config_and_certificate() -> None:

@@ -46,6 +46,19 @@ KUBE_ACCESS: Final[dict[tuple[str, str], frozenset[str]]] = {
 """The API access auto-issue needs on top of the data plane's, ``(group, resource): verbs`` (the
 Certificate is applied like every data-plane object; the Secret is read, and deleted with the
 Certificate once the object no longer uses them). None of it with auto-issue switched off."""
+ACM_LIST_ACTIONS: Final = ("acm:ListCertificates",)
+"""IAM actions of the ACM calls :class:`AcmImporter` makes that take no resource ARN (finding the
+certificate an object already owns)."""
+ACM_CERTIFICATE_ACTIONS: Final = (
+    "acm:GetCertificate",
+    "acm:ListTagsForCertificate",
+    "acm:ImportCertificate",
+    "acm:AddTagsToCertificate",
+    "acm:DeleteCertificate",
+)
+"""IAM actions of its calls on one certificate (an import with tags is authorised as both
+``ImportCertificate`` and ``AddTagsToCertificate``). Together with :data:`ACM_LIST_ACTIONS`: what the
+operator's IAM role must allow for auto-issued TLS (the CDK app's role grants exactly these)."""
 CERTIFICATE_NAME_ANNOTATION: Final = "cert-manager.io/certificate-name"
 """What cert-manager writes on the Secret of a Certificate: that Certificate's name."""
 _ISSUER_KINDS: Final = ("Issuer", "ClusterIssuer")
