@@ -19,6 +19,7 @@ import os
 import sys
 
 from igw.cli.arg_types import COUNT, NON_NEGATIVE_INT, POSITIVE, create_parent, http_url, output_file
+from igw.cli.option_scope import given
 from igw.redaction import redact
 
 HELP = "Live terminal view of a running gateway: pools, pods (KV, queue, picks, scrape age), models."
@@ -81,6 +82,9 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     if args.decisions and not args.token_env:
         print("igw top: --decisions needs --token-env (the gateway's debug token)", file=sys.stderr)
+        return EXIT_USAGE
+    if "screenshot_after" in given(args) and args.screenshot is None:  # it was ignored: a live view ran
+        print("igw top: --screenshot-after needs --screenshot FILE", file=sys.stderr)
         return EXIT_USAGE
     if args.screenshot_after < 1:
         print("igw top: --screenshot-after must be at least 1", file=sys.stderr)
