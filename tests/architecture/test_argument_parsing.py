@@ -390,3 +390,63 @@ def test_an_unknown_option_is_reported_by_the_command_it_was_given_to(
     assert err.startswith(usage), err
     assert needle in err, err
     assert "usage: igw [-h]" not in err
+
+
+def test_no_parser_accepts_an_abbreviated_option(capsys: pytest.CaptureFixture[str]) -> None:
+    """``igw serve --endpoint FILE`` was taken for ``--endpoints``: a script relying on an abbreviation
+    broke (or hit another option) once a new option shared the prefix. Every parser, sub-commands and
+    the ``python -m igw.cli.*_process`` entry points included, refuses them."""
+    assert all(not parser.allow_abbrev for parser in _parsers(build_parser()))
+    with pytest.raises(SystemExit) as exited:
+        main(["serve", "--config", "c.yaml", "--in-cluster", "--endpoint", "e.yaml"])
+    assert exited.value.code == 2
+    assert "unrecognized arguments: --endpoint e.yaml (did you mean --endpoints?)" in capsys.readouterr().err
+    for path in python_files(CLI_PACKAGE):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "ArgumentParser":
+                keywords = {k.arg: ast.unparse(k.value) for k in node.keywords}
+                # serve.worker_argv's parser only lists option names, it parses nothing
+                if path.name != "serve.py":
+                    assert keywords.get("allow_abbrev") == "False", f"{path.name}:{node.lineno}"
+
+
+_DESCRIBED_DEFAULTS = frozenset({"all three", "not pinned", "48,000 / size, >= 300"})
+"""``(default ...)`` claims that describe a computed default in words rather than state a value."""
+
+
+def _shown(value: object) -> str:
+    if isinstance(value, list | tuple):
+        return ",".join(_shown(v) for v in value)
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def test_every_default_a_help_text_states_is_the_parsers_default() -> None:
+    """``--help`` promising one default while the parser holds another misleads silently: the help
+    text's ``(default X`` (up to ``:``, ``;`` or ``)``) must be the option's default as shown."""
+    import re
+
+    checked = 0
+    for words, action in _options(build_parser()):
+        match = re.search(r"\(default:? ([^;)]+)", action.help or "")
+        if match is None or action.default is None or isinstance(action.default, bool):
+            continue
+        claimed = match.group(1).split(": ", 1)[0].strip()
+        if claimed in _DESCRIBED_DEFAULTS:
+            continue
+        if claimed.replace(".", "", 1).isdigit():
+            assert float(claimed) == float(_shown(action.default)), (words, action.option_strings, claimed)
+        else:
+            assert claimed == _shown(action.default), (words, action.option_strings, claimed)
+        checked += 1
+    assert checked > 50, checked
+
+
+def test_bench_seeds_help_names_the_one_seed_quick_tune_and_random_use() -> None:
+    """``igw bench --help`` said ``--seeds (default 1,2,3)``; ``--quick``, ``--tune`` and ``random`` run
+    seed 1 alone when none is given."""
+    (seeds,) = [
+        a for words, a in _options(build_parser()) if words == ["bench"] and "--seeds" in a.option_strings
+    ]
+    assert "1 with --quick, --tune and random" in (seeds.help or "")

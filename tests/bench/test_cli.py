@@ -5,11 +5,13 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
+import orjson
 import pytest
 
 from igw.bench.console import PlainProgress
 from igw.cli import bench as bench_cli
 from igw.cli import demo as demo_cli
+from igw.cli import option_scope
 from igw.cli.main import build_parser, main
 
 
@@ -271,3 +273,99 @@ def test_list_names_the_benchmarks_that_run_alone(capsys: pytest.CaptureFixture[
     alone = out.split("run alone", 1)[1].split("policies:", 1)[0]
     for name in ("random", "global", "global-des", "overload-priority", "canary-rollout"):
         assert f"\n  {name} " in alone, out
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["demo", "--global", "--requests", "50"], "igw demo: --requests does not apply to --global"),
+        (
+            ["demo", "--global", "--requests", "600", "--drain", "5", "--routers", "round-robin"],
+            "--requests, --drain, --routers do not apply to --global",
+        ),
+        (["demo", "--operator", "--rate", "3"], "igw demo: --rate does not apply to --operator"),
+        (["demo", "--operator", "--routers", "gateway-default"], "--routers does not apply to --operator"),
+        (["bench", "overload-priority", "--seeds", "1,2,3"], "overload-priority runs one seed"),
+        (["bench", "global-des", "--seeds", "1,2"], "global-des runs one seed"),
+        (
+            ["bench", "overload-priority", "--policies", "fifo"],
+            "--policies does not apply to overload-priority",
+        ),
+        (["bench", "global", "--seeds", "4"], "igw bench: --seeds does not apply to global"),
+        (["bench", "global", "--policies", "gateway-default"], "--policies does not apply to global"),
+        (["bench", "canary-rollout", "--seeds", "2"], "--seeds does not apply to canary-rollout"),
+        (["bench", "canary-rollout", "--policies", "x"], "--policies does not apply to canary-rollout"),
+        (["bench", "canary-rollout", "--mode", "des"], "--mode does not apply to canary-rollout"),
+        (["bench", "global-des", "--mode", "live"], "--mode does not apply to global-des"),
+        (["bench", "global", "--list"], "--list lists every scenario: name none with it"),
+        (["bench", "--tune", "--quick"], "--quick does not apply to --tune"),
+        (["bench", "--tune", "--policies", "oracle"], "--policies does not apply to --tune"),
+        (["bench", "mixed-fleet-8b", "--count", "5"], "--count does not apply to a DES run of scenarios"),
+        (["bench", "mixed-fleet-8b", "--fleet", "f.yaml"], "--fleet does not apply to a DES run"),
+        (["bench", "mixed-fleet-8b", "--peers"], "--peers does not apply to a DES run"),
+        (
+            ["bench", "mixed-fleet-8b", "--mode", "live", "--duration-scale", "0.5"],
+            "--duration-scale does not",
+        ),
+        (
+            ["bench", "mixed-fleet-8b", "--mode", "live", "--agreement-des-seeds", "5"],
+            "--agreement-des-seeds",
+        ),
+        (["bench", "mixed-fleet-8b", "--mode", "live", "--decisions-out", "d.jsonl"], "--decisions-out does"),
+        (["bench", "mixed-fleet-8b", "--trace", "t.jsonl"], "--trace replays the trace instead"),
+        (["bench", "--summarize", "x", "--seeds", "1"], "--seeds does not apply to --summarize"),
+    ],
+)
+def test_an_option_the_chosen_mode_would_ignore_is_refused_naming_option_and_mode(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """``igw demo --global --requests 50`` ran the fixed tier-2 script, ``igw bench overload-priority
+    --seeds 1,2,3`` ran seed 1 alone, ``igw bench global --seeds 4 --policies ...`` ran neither: each
+    finished with exit 0 and results the user took for those of the options given."""
+    out = tmp_path / "out"
+    assert main([*argv, "--out", str(out)] if "--summarize" not in argv else argv) == 2
+    assert message in capsys.readouterr().err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("argv", "mode"),
+    [
+        (["demo", "--global", "--rate", "5", "--quick"], "--global"),
+        (["demo", "--operator"], "--operator"),
+        (["bench", "global", "--live-rate", "5", "--quick", "--mode", "live"], "global"),
+        (["bench", "global-des", "--seeds", "2", "--quick"], "global-des"),
+        (
+            ["bench", "overload-priority", "--mode", "live", "--policies", "fifo", "--seeds", "3"],
+            "overload-priority",
+        ),
+        (["bench", "canary-rollout", "--quick"], "canary-rollout"),
+        (
+            ["bench", "mixed-fleet-8b", "--scrape-interval", "0.1", "--decisions-out", "d"],
+            "a DES run of scenarios",
+        ),
+        (["bench", "random", "--count", "3", "--seed", "2", "--draws", "1"], "random"),
+        (["bench", "--trace", "t.jsonl", "--fleet", "f.yaml", "--trace-speedup", "2"], "--trace"),
+        (["bench", "x", "--mode", "live", "--check-agreement", "--agreement-des-seeds", "3"], "--mode live"),
+        (["bench", "--tune", "--weights", "{}", "--seeds", "2", "--duration-scale", "2"], "--tune"),
+    ],
+)
+def test_the_options_a_mode_uses_are_accepted_with_it(argv: list[str], mode: str) -> None:
+    """The refusal above names only options the mode ignores: every option it uses stays allowed."""
+    args = build_parser().parse_args([*argv, "--out", "o"])
+    if argv[0] == "demo":
+        used = demo_cli.GLOBAL_USES if args.global_router else demo_cli.OPERATOR_USES
+        assert set(option_scope.given(args)) <= used
+        return
+    found, used, _ = bench_cli.options_used(args)
+    assert found == mode
+    assert option_scope.unused_options(args, used) == []
+
+
+def test_bench_des_runs_at_the_scrape_interval_given(tmp_path: Path) -> None:
+    """``igw bench SCENARIO --scrape-interval 1`` ran with 0.05 s scrapes: the option was parsed, then
+    never passed to the simulation (its report said ``"scrape_interval_s": 0.05``)."""
+    argv = ["bench", "homogeneous-steady", "--quick", "--duration-scale", "0.05", "--policies", "round-robin"]
+    assert main([*argv, "--scrape-interval", "1", "--out", str(tmp_path)]) == 0
+    report = orjson.loads((tmp_path / "homogeneous-steady.json").read_bytes())
+    assert report["parameters"]["scrape_interval_s"] == 1.0

@@ -23,10 +23,35 @@ import sys
 from pathlib import Path
 
 from igw.cli.arg_types import COUNT, NON_NEGATIVE, POSITIVE, SEED, SEEDS, output_directory, output_file
+from igw.cli.option_scope import given, refuse_unused
 
 DEFAULT_LIVE_RATE = 20.0
 GLOBAL_LIVE_RATE = 10.0
 """``igw bench global``'s offered rate when ``--live-rate`` is not given."""
+
+DES_USES = frozenset(
+    {"mode", "policies", "seeds", "quick", "duration_scale", "weights", "scrape_interval", "admission",
+     "decisions_out", "allow_failures", "out"}
+)  # fmt: skip
+"""The options a DES run of named scenarios uses."""
+TRACE_USES = DES_USES | {"trace", "fleet", "trace_speedup"}
+RANDOM_USES = DES_USES | {"count", "seed", "draws"}
+LIVE_USES = frozenset(
+    {"mode", "policies", "seeds", "quick", "weights", "peers", "live_requests", "live_rate", "drain",
+     "check_agreement", "agreement_des_seeds", "allow_failures", "out"}
+)  # fmt: skip
+"""The options ``--mode live`` uses (no ``--duration-scale``: ``--live-requests`` sets the scale)."""
+RUN_ALONE_USES: dict[str, frozenset[str]] = {
+    "global": frozenset({"quick", "live_rate", "out"}),
+    "global-des": frozenset({"quick", "seeds", "out"}),
+    "overload-priority": frozenset({"mode", "quick", "seeds", "out"}),
+    "canary-rollout": frozenset({"quick", "out"}),
+}
+"""The options each run-alone benchmark uses (besides ``--mode`` naming the mode it runs in)."""
+NATIVE_MODE = {"global": "live", "global-des": "des", "canary-rollout": "live"}
+"""The one mode of a run-alone benchmark that has one: ``--mode`` naming it is accepted, as a no-op."""
+ONE_SEED = ("global-des", "overload-priority")
+"""Run-alone benchmarks of a single seed: more than one in ``--seeds`` is refused, not cut to the first."""
 
 HELP = "Benchmark routing policies (gateway, round-robin, peers, oracle) on the simulated fleet."
 
@@ -53,7 +78,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--mode", choices=("des", "live"), default="des")
     parser.add_argument("--policies", type=_csv, default=None, help="comma-separated policy names")
-    parser.add_argument("--seeds", type=SEEDS, default=None, help="comma-separated seeds (default 1,2,3)")
+    parser.add_argument(
+        "--seeds",
+        type=SEEDS,
+        default=None,
+        help="comma-separated seeds (default 1,2,3; 1 with --quick, --tune and random)",
+    )
     parser.add_argument(
         "--quick", action="store_true", help="one seed, a quarter of each duration (smoke run)"
     )
@@ -147,6 +177,59 @@ def scenario_name_problem(names: list[str], known: list[str], run_alone: list[st
     return None
 
 
+def options_used(args: argparse.Namespace) -> tuple[str, frozenset[str], str | None]:
+    """The mode the command line chose (as the message names it), the options that mode uses, and
+    why the positional scenarios cannot go with it (``None`` when they can). Each mode once ignored
+    the options it does not use: ``igw bench global --seeds 4`` and ``overload-priority --seeds
+    1,2,3`` ran seed 1, ``--count`` outside ``random`` did nothing, ``--list`` after a run-alone
+    name ran that benchmark."""
+    names = list(args.scenarios)
+    if args.list:
+        return "--list", frozenset({"list"}), "--list lists every scenario: name none with it"
+    if args.summarize:
+        return "--summarize", frozenset({"summarize"}), "--summarize reads a run's folder: name no scenario"
+    if args.tune:
+        return "--tune", frozenset({"tune", "weights", "seeds", "duration_scale", "out", "mode"} - (
+            {"mode"} if args.mode == "live" else set())), None  # fmt: skip
+    if len(names) == 1 and names[0] in RUN_ALONE_USES:
+        name = names[0]
+        used = RUN_ALONE_USES[name]
+        native = NATIVE_MODE.get(name)
+        if native is None or args.mode == native:
+            used = used | {"mode"}
+        if name == "overload-priority" and args.mode == "live":
+            used = used | {"policies"}
+        return name, used, None
+    if args.trace:
+        return "--trace", TRACE_USES, "--trace replays the trace instead: name no scenario with it"
+    if args.mode == "live":
+        return (
+            "--mode live",
+            LIVE_USES - ({"agreement_des_seeds"} if not args.check_agreement else set()),
+            None,
+        )
+    if names == ["random"]:
+        return "random", RANDOM_USES, None
+    return "a DES run of scenarios", DES_USES, None
+
+
+def _refuse_options_the_mode_ignores(args: argparse.Namespace) -> bool:
+    """Print a usage error and return ``True`` when an option given is one the chosen mode ignores."""
+    mode, used, no_scenarios = options_used(args)
+    if no_scenarios is not None and args.scenarios:
+        print(f"igw bench: {no_scenarios}", file=sys.stderr)
+        return True
+    if refuse_unused(args, command="igw bench", mode=mode, used=used):
+        return True
+    if mode in ONE_SEED and "seeds" in given(args) and len(args.seeds) > 1:
+        print(
+            f"igw bench: {mode} runs one seed: give one to --seeds (e.g. --seeds {args.seeds[0]})",
+            file=sys.stderr,
+        )
+        return True
+    return False
+
+
 def run(args: argparse.Namespace) -> int:
     # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
     from igw.bench.scenarios import GROUPS, RUN_ALONE, SCENARIOS
@@ -154,6 +237,8 @@ def run(args: argparse.Namespace) -> int:
     problem = scenario_name_problem(list(args.scenarios), [*SCENARIOS, *GROUPS], list(RUN_ALONE))
     if problem is not None:
         print(f"igw bench: {problem}", file=sys.stderr)
+        return 2
+    if _refuse_options_the_mode_ignores(args):
         return 2
     if args.scenarios == ["global-des"]:
         # deferred: start-up cost: loaded only when this command runs (igw builds every parser)

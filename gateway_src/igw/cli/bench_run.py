@@ -112,6 +112,7 @@ def run_bench(args: argparse.Namespace) -> int:
     options = DesOptions(
         policies=policies,
         seeds=seeds,
+        scrape_interval_s=args.scrape_interval,
         duration_scale=scale,
         weights=weights,
         saturation_off=not args.admission,

@@ -14,9 +14,15 @@ import sys
 from pathlib import Path
 
 from igw.cli.arg_types import COUNT, NON_NEGATIVE, POSITIVE, output_directory
+from igw.cli.option_scope import given, refuse_unused
 
 DEFAULT_RATE = 20.0
 GLOBAL_RATE = 10.0
+
+GLOBAL_USES = frozenset({"global_router", "out", "rate", "quick"})
+"""The options ``igw demo --global`` uses: its phases, clusters and requests are fixed by the script."""
+OPERATOR_USES = frozenset({"operator", "out"})
+"""The options ``igw demo --operator`` uses: ``--out`` keeps its kubeconfig, manifest and gateway log."""
 
 HELP = "Run the local end-to-end demo: simulated GPU fleet, gateway vs round-robin, report."
 
@@ -38,7 +44,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--operator",
         action="store_true",
         help="instead: the operator demo (fake API server, igw operator, kubectl, a request through the "
-        "gateway it created); runs from a source checkout, see docs/operating.md",
+        "gateway it created); runs from a source checkout, see docs/operating.md; takes --out only "
+        "(keeps its kubeconfig, manifest and gateway log in OUT/operator)",
     )
     parser.add_argument(
         "--routers",
@@ -49,7 +56,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--global",
         dest="global_router",
         action="store_true",
-        help="the tier-2 demo instead: 3 clusters in 2 regions, 2 global router replicas, failover script",
+        help="the tier-2 demo instead: 3 clusters in 2 regions, 2 global router replicas, failover script; "
+        "takes --out, --rate and --quick only",
     )
     parser.add_argument("--quick", action="store_true", help="with --global: shorter phases")
 
@@ -73,8 +81,12 @@ def run(args: argparse.Namespace) -> int:
         )
         return 2
     if args.operator:
-        return _operator_demo()
+        if refuse_unused(args, command="igw demo", mode="--operator", used=OPERATOR_USES):
+            return 2
+        return _operator_demo(Path(args.out) / "operator" if "out" in given(args) else None)
     if args.global_router:
+        if refuse_unused(args, command="igw demo", mode="--global", used=GLOBAL_USES):
+            return 2
         # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
         from igw.bench.global_run import run_global_command
 
@@ -88,8 +100,9 @@ def run(args: argparse.Namespace) -> int:
     return run_demo(args)
 
 
-def _operator_demo() -> int:
-    """The operator demo needs the test suite's fake Kubernetes API server, so it lives in tests/."""
+def _operator_demo(workdir: Path | None) -> int:
+    """The operator demo needs the test suite's fake Kubernetes API server, so it lives in tests/.
+    It keeps its files in ``workdir`` when given, else in a temporary folder it removes."""
     # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
     from igw.config.paths import REPO_ROOT
 
@@ -105,4 +118,4 @@ def _operator_demo() -> int:
             file=sys.stderr,
         )
         return 2
-    return operator_demo([])
+    return operator_demo([] if workdir is None else ["--workdir", str(workdir)])

@@ -14,6 +14,7 @@ from typing import Any, NoReturn
 
 from igw import __version__
 from igw.cli import early_stop
+from igw.cli.option_scope import record_given
 from igw.cli.registry import SUBCOMMANDS
 from igw.redaction import redact_value
 
@@ -37,7 +38,17 @@ class _RedactingParser(argparse.ArgumentParser):
     """An argument parser whose errors quote no credential: an option's value is quoted in them
     (``argument --gateway-otlp-endpoint: 'http://admin:<password>@host:99999' is not ...``), and a
     command that fails to start in a pod writes them to its log. Sub-command parsers are made of the
-    same class (``add_subparsers`` uses the parent's)."""
+    same class (``add_subparsers`` uses the parent's).
+
+    Abbreviations are off (``allow_abbrev=False`` is this class's default, so every sub-command
+    parser has it too): ``igw serve --endpoint FILE`` was taken for ``--endpoints``, and a script
+    relying on an abbreviation broke, or silently hit another option, once a new option shared the
+    prefix. The options given are recorded (:func:`igw.cli.option_scope.record_given`) so that a
+    mode can refuse those it would ignore."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         super().error(redact_value(message))
@@ -52,9 +63,11 @@ class _RedactingParser(argparse.ArgumentParser):
         :func:`_parse` reports it through the parser recorded here instead, with that command's
         usage. A sub-parser's namespace is copied into its parent's after it returns, so the
         innermost parser is the one kept (``setdefault``-like: set only when absent)."""
-        parsed, extras = super().parse_known_args(args, namespace)
+        words = list(sys.argv[1:] if args is None else args)
+        parsed, extras = super().parse_known_args(words, namespace)
         if not hasattr(parsed, _PARSER_ATTRIBUTE):
             setattr(parsed, _PARSER_ATTRIBUTE, self)
+        record_given(self, words, parsed)
         return parsed, extras
 
 

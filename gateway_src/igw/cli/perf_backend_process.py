@@ -15,7 +15,9 @@ from igw.perf.gateway_backend import serve_forever, serve_forever_raw
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="igw.cli.perf_backend_process", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="igw.cli.perf_backend_process", description=__doc__, allow_abbrev=False
+    )
     parser.add_argument("--chunks", type=COUNT, default=20, help="SSE events per streamed answer")
     parser.add_argument(
         "--chunk-interval", type=NON_NEGATIVE, default=0.005, help="seconds between SSE events"

@@ -15,7 +15,9 @@ from igw.perf.scrape_fleet import VARIANTS, run_fleet
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="igw.cli.perf_scrape_fleet_process", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="igw.cli.perf_scrape_fleet_process", description=__doc__, allow_abbrev=False
+    )
     parser.add_argument("--pods", type=COUNT, required=True, help="listening ports (pods) to serve")
     parser.add_argument(
         "--variants", type=COUNT, default=VARIANTS, help="distinct pages each pod cycles through (1: idle)"

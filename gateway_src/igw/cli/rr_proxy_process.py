@@ -14,7 +14,7 @@ from igw.bench.rr_proxy import serve_until_signalled
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="igw.cli.rr_proxy_process", description=__doc__)
+    parser = argparse.ArgumentParser(prog="igw.cli.rr_proxy_process", description=__doc__, allow_abbrev=False)
     parser.add_argument("backends", nargs="+", help="backend base URLs, e.g. http://127.0.0.1:8001")
     args = parser.parse_args(argv)
     try:

@@ -29,6 +29,7 @@ from igw.cli.arg_types import (
     WORKER_COUNT,
     listen_host,
 )
+from igw.cli.option_scope import given
 from igw.gateway.worker_heartbeat import STUCK_AFTER_S
 
 HELP = "Run the GPU-aware inference gateway (OpenAI-compatible proxy with the endpoint picker)."
@@ -216,6 +217,19 @@ def _default_limits() -> Any:
     return ServerLimits()
 
 
+def _ignored_option(args: argparse.Namespace) -> str | None:
+    """Why an option given would do nothing, or ``None``: ``--worker-timeout`` checks a worker group
+    (one process has no parent watching it) and ``--emf-endpoint`` is where EMF documents go, which
+    ``--emf-interval`` switches on. Both were accepted and ignored, so a user believed a check or a
+    CloudWatch feed was in place."""
+    options = given(args)
+    if "worker_timeout" in options and args.workers == 1:
+        return "--worker-timeout needs --workers N (N > 1) or auto: a single process has no group to check"
+    if "emf_endpoint" in options and args.emf_interval <= 0:
+        return "--emf-endpoint needs --emf-interval SECONDS > 0: without it no EMF document is written"
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
     """``igw serve``; the log handlers it installs are removed and closed when it returns, so a
     caller in the same process (a test, an embedding tool) is not left writing to its streams."""
@@ -280,6 +294,10 @@ def _run(args: argparse.Namespace) -> int:
         emf_endpoint = endpoint_from(args.emf_endpoint)
     except EmfEndpointError as exc:
         print(f"igw serve: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    ignored = _ignored_option(args)  # after the endpoint's own check: a bad value is named first
+    if ignored is not None:
+        print(f"igw serve: {ignored}", file=sys.stderr)
         return EXIT_CONFIG
     if emf_endpoint is None:
         logging.getLogger("igw.emf").addHandler(access)  # EMF lines share stdout with the access log

@@ -7,6 +7,11 @@ import sys
 from typing import Any
 
 from igw.cli.arg_types import COUNT, NON_NEGATIVE_INT, POSITIVE, SEED, output_file, policy_name
+from igw.cli.option_scope import refuse_given
+
+TRACE_REPLACES = frozenset({"requests", "rate", "cv", "lengths"})
+"""``igw sim run`` options that shape generated requests: a ``--trace`` replaces them (it brings its own
+arrivals and lengths), so giving one with it is refused rather than ignored."""
 
 HELP = (
     "Simulated GPU fleet: start live vLLM/SGLang-like pods, run the discrete-event simulator, list presets."
@@ -41,9 +46,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     run.add_argument(
         "--lengths",
         default="sharegpt",
-        help="length profile: sharegpt, azure-conv, azure-code (ignored with --trace)",
+        help="length profile: sharegpt, azure-conv, azure-code (not with --trace)",
     )
-    run.add_argument("--trace", default=None, help="replay a JSONL/CSV trace instead of generating requests")
+    run.add_argument(
+        "--trace",
+        default=None,
+        help="replay a JSONL/CSV trace instead of generating requests (then no --requests, --rate, --cv "
+        "or --lengths: the trace sets them)",
+    )
     run.add_argument("--seed", type=SEED, default=0)
     run.add_argument("--scrape-interval", type=POSITIVE, default=0.05, help="seconds between metric scrapes")
     run.add_argument(
@@ -69,6 +79,10 @@ def run(args: argparse.Namespace) -> int:
             spec_path=args.spec, as_json=args.json, time_scale=args.time_scale, duration=args.duration
         )
     if args.sim_command == "run":
+        if args.trace is not None and refuse_given(
+            args, command="igw sim run", mode="--trace", ignored=TRACE_REPLACES
+        ):
+            return 2
         # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
         from igw.cli.sim_run import run_des_command
 

@@ -28,6 +28,7 @@ from igw.cli.arg_types import (
     http_url,
     output_file,
 )
+from igw.cli.option_scope import given
 from igw.redaction import redact
 
 HELP = "Live terminal view of a running gateway: pools, pods (KV, queue, picks, scrape age), models."
@@ -99,6 +100,11 @@ def run(args: argparse.Namespace) -> int:
     if args.decisions and not args.token_env:
         print("igw top: --decisions needs --token-env (the gateway's debug token)", file=sys.stderr)
         return EXIT_USAGE
+    for name in ("screenshot_after", "screenshot_wait"):
+        if name in given(args) and args.screenshot is None:  # it was ignored: a live view ran
+            option = "--" + name.replace("_", "-")
+            print(f"igw top: {option} needs --screenshot FILE", file=sys.stderr)
+            return EXIT_USAGE
     if args.screenshot_after < 1:
         print("igw top: --screenshot-after must be at least 1", file=sys.stderr)
         return EXIT_USAGE

@@ -1,0 +1,76 @@
+"""An option the command would ignore is refused (exit 2, naming it), not accepted and dropped.
+
+``igw bench`` and ``igw demo`` modes are covered in ``tests/bench/test_cli.py``; these are the other
+commands whose run function used an option only together with another one.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from igw.cli.main import main
+from igw.config.paths import REPO_ROOT
+
+SPEC = REPO_ROOT / "gateway_src" / "igw" / "sim" / "examples"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["sim", "run", "--trace", "t.jsonl", "--rate", "5"],
+            "igw sim run: --rate does not apply to --trace",
+        ),
+        (
+            ["sim", "run", "--trace", "t.jsonl", "--requests", "9", "--cv", "2", "--lengths", "azure-code"],
+            "--requests, --cv, --lengths do not apply to --trace",
+        ),
+        (
+            ["serve", "--config", "c.yaml", "--endpoints", "e.yaml", "--worker-timeout", "5"],
+            "igw serve: --worker-timeout needs --workers N (N > 1) or auto",
+        ),
+        (
+            [
+                "serve",
+                "--config",
+                "c.yaml",
+                "--endpoints",
+                "e.yaml",
+                "--emf-endpoint",
+                "tcp://127.0.0.1:25888",
+            ],
+            "igw serve: --emf-endpoint needs --emf-interval SECONDS > 0",
+        ),
+        (
+            ["top", "http://127.0.0.1:1", "--screenshot-after", "5"],
+            "igw top: --screenshot-after needs --screenshot",
+        ),
+        (
+            ["top", "http://127.0.0.1:1", "--screenshot-wait", "5"],
+            "igw top: --screenshot-wait needs --screenshot",
+        ),
+    ],
+)
+def test_an_option_that_would_do_nothing_is_refused(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``igw sim run --trace T --rate 5`` replayed the trace at its own rate; ``igw serve
+    --worker-timeout 5`` (one process) and ``--emf-endpoint`` without an interval started with no
+    check and no CloudWatch feed; ``igw top --screenshot-after 5`` opened the live view. Each exit 0."""
+    if argv[:2] == ["sim", "run"]:
+        argv = [*argv, "--spec", str(next(SPEC.glob("*.yaml")))]
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_a_trace_run_still_takes_the_options_it_uses(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Refusing the generator's options leaves ``--seed`` and the rest to a trace run (it fails on the
+    missing trace, not on an option)."""
+    spec = str(next(SPEC.glob("*.yaml")))
+    code = main(["sim", "run", "--spec", spec, "--trace", str(tmp_path / "none.jsonl"), "--seed", "3"])
+    assert "does not apply" not in capsys.readouterr().err
+    assert code == 2
