@@ -169,7 +169,7 @@ def _namespace(name: str, **labels: str) -> dict[str, Any]:
 
 
 def _selecting(selector: dict[str, Any]) -> dict[str, Any]:
-    params = json.loads(json.dumps(WEAKENING))
+    params: dict[str, Any] = json.loads(json.dumps(WEAKENING))
     params["spec"]["namespaceSelector"] = selector
     return params
 
