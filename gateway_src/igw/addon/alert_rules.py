@@ -61,12 +61,16 @@ def _burn(long: str, short: str, factor: float) -> str:
 
 ALERTS: Final[tuple[Alert, ...]] = (
     Alert(
+        # "shed": the same overload with spec.extensions.flowControl on, answered from its queue
+        # (429 request_shed) instead of at once (429 pool_saturated); read since session s39.
         "IgwPoolSaturated",
-        'sum by (model) (rate(igw_rejections_total{reason="saturated"}[5m])) > 0',
+        'sum by (model) (rate(igw_rejections_total{reason=~"saturated|shed"}[5m])) > 0',
         "10m",
         "warning",
-        "Model {{ $labels.model }} has been shedding requests (429 saturated) for 10 minutes.",
-        "Every endpoint of the pool is over its saturation thresholds; add replicas or raise the limits.",
+        "Model {{ $labels.model }} has been shedding requests (429 pool_saturated or request_shed) "
+        "for 10 minutes.",
+        "Every endpoint of the pool is over its saturation thresholds; add replicas or raise "
+        "spec.extensions.routing.saturation.queueDepthThreshold / kvCacheUtilThreshold.",
     ),
     Alert(
         "IgwPoolKvCacheNearlyFull",
