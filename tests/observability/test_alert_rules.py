@@ -16,6 +16,7 @@ from igw.addon.alert_rules import (
     render_alert_rules,
     rule_groups,
 )
+from igw.addon.dashboards import DASHBOARDS
 from igw.addon.promql_names import metric_names
 from igw.config import paths
 from igw.gateway.telemetry import TTFT_BUCKETS
@@ -129,3 +130,24 @@ async def test_pool_saturated_alert_counts_the_429s_flow_control_sheds(gateway: 
     for reason in plain | shed:
         assert _selects(alert.expr, "igw_rejections_total", {"model": "m1", "reason": reason}), reason
     assert not _selects(alert.expr, "igw_rejections_total", {"model": "m1", "reason": "context_length"})
+
+
+def test_operator_mode_ships_the_rules_and_dashboards_it_is_asked_for() -> None:
+    """``mode: operator`` is the chart's default and what the CDK app installs: its gateways export
+    the same series, so ``prometheusRule.enabled`` and ``grafanaDashboards.enabled`` must render
+    there too. Until session s39 both were silently ignored outside ``mode: gateway``: a cluster
+    installed as documented had no alert at all, whatever its values said."""
+    values = {
+        "prometheusRule": {"enabled": True, "labels": {"release": "kps"}},
+        "grafanaDashboards": {"enabled": True},
+    }
+    objects = chart.render(values, release="igw", namespace=pins.ADDON_NAMESPACE)
+    (rule,) = [o for o in objects if o["kind"] == "PrometheusRule"]
+    assert rule["spec"] == yaml.safe_load(yaml.safe_dump(rule_groups()))
+    assert rule["metadata"]["labels"]["release"] == "kps"
+    boards = [
+        o for o in objects if o["kind"] == "ConfigMap" and "grafana_dashboard" in o["metadata"]["labels"]
+    ]
+    assert len(boards) == len(DASHBOARDS)
+    assert "PrometheusRule" not in [o["kind"] for o in chart.render({}, release="igw")]
+    assert chart.addon_rule_violations() == []
