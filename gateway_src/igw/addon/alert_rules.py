@@ -18,6 +18,10 @@ import yaml
 
 ALERT_RULES_FILE: Final = "addon/chart/inference-gateway/files/alert-rules.yaml"
 
+RUNBOOK_DOC: Final = "docs/runbook.md"
+"""Where each alert's entry lives (a heading named after the alert, under "Alerts"): the on-call
+engineer's first stop, linked from every rule's ``runbook_url`` annotation."""
+
 EXTERNAL_METRICS: Final = {
     "certmanager_certificate_expiration_timestamp_seconds": "cert-manager's controller metrics",
 }
@@ -211,6 +215,12 @@ ALERTS: Final[tuple[Alert, ...]] = (
 """Every alert the chart ships."""
 
 
+def runbook_url(alert: Alert) -> str:
+    """The repository path and anchor of ``alert``'s runbook entry (a Markdown heading's anchor is
+    its text in lower case)."""
+    return f"{RUNBOOK_DOC}#{alert.name.lower()}"
+
+
 def rule_groups() -> dict[str, object]:
     """The ``spec`` of the PrometheusRule: one group with every alert."""
     rules = [
@@ -219,7 +229,11 @@ def rule_groups() -> dict[str, object]:
             "expr": a.expr,
             "for": a.for_,
             "labels": {"severity": a.severity},
-            "annotations": {"summary": a.summary, "description": a.description},
+            "annotations": {
+                "summary": a.summary,
+                "description": a.description,
+                "runbook_url": runbook_url(a),
+            },
         }
         for a in ALERTS
     ]
