@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import re
+from typing import Any
+
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from igw.addon import chart, pins
 from igw.addon.alert_rules import (
@@ -12,10 +16,13 @@ from igw.addon.alert_rules import (
     render_alert_rules,
     rule_groups,
 )
+from igw.addon.dashboards import DASHBOARDS
 from igw.addon.promql_names import metric_names
 from igw.config import paths
 from igw.gateway.telemetry import TTFT_BUCKETS
 from igw.gateway.trace_export import ExportStats
+from tests.gateway.fake_model_server import FakeModelServer, running
+from tests.gateway.support import config_doc, scheduler
 
 
 def test_metric_names_skips_functions_labels_grouping_and_durations() -> None:
@@ -68,4 +75,79 @@ def test_chart_renders_the_rules_only_when_enabled() -> None:
     assert rule["metadata"]["labels"]["release"] == "kps"
     assert rule["metadata"]["namespace"] == pins.ADDON_NAMESPACE
     assert rule["spec"] == yaml.safe_load(yaml.safe_dump(rule_groups()))
+    assert chart.addon_rule_violations() == []
+
+
+_SELECTOR = re.compile(r"(?P<name>[A-Za-z_:][A-Za-z0-9_:]*)\{(?P<matchers>[^}]*)\}")
+_MATCHER = re.compile(r'(?P<label>\w+)\s*(?P<op>=~|!~|!=|=)\s*"(?P<value>(?:[^"\\]|\\.)*)"')
+
+
+def _selects(expr: str, metric: str, labels: dict[str, str]) -> bool:
+    """Whether a selector of ``metric`` in ``expr`` matches a series with ``labels``, as Prometheus
+    applies label matchers (regular expressions anchored at both ends)."""
+    for selector in _SELECTOR.finditer(expr):
+        if selector["name"] != metric:
+            continue
+        ok = True
+        for m in _MATCHER.finditer(selector["matchers"]):
+            have = labels.get(m["label"], "")
+            hit = re.fullmatch(m["value"], have) is not None if "~" in m["op"] else have == m["value"]
+            ok &= hit if m["op"] in ("=", "=~") else not hit
+        if ok:
+            return True
+    return False
+
+
+async def _overload_reasons(gateway: Any, flow: dict[str, Any] | None) -> set[str]:
+    """The ``reason`` labels of ``igw_rejections_total`` after one request to a pool whose only pod
+    is saturated, answered 429 (with ``flow`` as ``spec.extensions.flowControl``, shed by its queue)."""
+    doc = config_doc([scheduler("pool", "m1")])
+    if flow is not None:
+        doc["spec"]["extensions"]["flowControl"] = flow
+    async with running(FakeModelServer("a", waiting=9)) as (a,), gateway(doc, {"pool": [a.key]}) as gw:
+        resp = await gw.post("/v1/completions", {"model": "m1", "prompt": "hello", "max_tokens": 3})
+        assert resp.status == 429, await resp.text()
+        page = await (await gw.http.get(gw.url + "/metrics")).text()
+    return {
+        s.labels["reason"]
+        for family in text_string_to_metric_families(page)
+        for s in family.samples
+        if s.name == "igw_rejections_total" and s.value > 0
+    }
+
+
+async def test_pool_saturated_alert_counts_the_429s_flow_control_sheds(gateway: Any) -> None:
+    """A saturated pool answers 429 ``pool_saturated`` without flow control and 429 ``request_shed``
+    when its queue sheds with flow control on: both are the pool out of capacity. Until session s39
+    the alert read only ``reason="saturated"``, so a gateway with flow control (the overload feature)
+    could shed for hours without IgwPoolSaturated firing."""
+    alert = {a.name: a for a in ALERTS}["IgwPoolSaturated"]
+    plain = await _overload_reasons(gateway, None)
+    flow = {"pollInterval": "10ms", "bands": [{"priority": 0, "ttl": "100ms"}]}
+    shed = await _overload_reasons(gateway, flow)
+    assert plain == {"saturated"}
+    assert shed == {"shed"}
+    for reason in plain | shed:
+        assert _selects(alert.expr, "igw_rejections_total", {"model": "m1", "reason": reason}), reason
+    assert not _selects(alert.expr, "igw_rejections_total", {"model": "m1", "reason": "context_length"})
+
+
+def test_operator_mode_ships_the_rules_and_dashboards_it_is_asked_for() -> None:
+    """``mode: operator`` is the chart's default and what the CDK app installs: its gateways export
+    the same series, so ``prometheusRule.enabled`` and ``grafanaDashboards.enabled`` must render
+    there too. Until session s39 both were silently ignored outside ``mode: gateway``: a cluster
+    installed as documented had no alert at all, whatever its values said."""
+    values = {
+        "prometheusRule": {"enabled": True, "labels": {"release": "kps"}},
+        "grafanaDashboards": {"enabled": True},
+    }
+    objects = chart.render(values, release="igw", namespace=pins.ADDON_NAMESPACE)
+    (rule,) = [o for o in objects if o["kind"] == "PrometheusRule"]
+    assert rule["spec"] == yaml.safe_load(yaml.safe_dump(rule_groups()))
+    assert rule["metadata"]["labels"]["release"] == "kps"
+    boards = [
+        o for o in objects if o["kind"] == "ConfigMap" and "grafana_dashboard" in o["metadata"]["labels"]
+    ]
+    assert len(boards) == len(DASHBOARDS)
+    assert "PrometheusRule" not in [o["kind"] for o in chart.render({}, release="igw")]
     assert chart.addon_rule_violations() == []

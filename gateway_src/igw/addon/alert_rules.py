@@ -18,6 +18,10 @@ import yaml
 
 ALERT_RULES_FILE: Final = "addon/chart/inference-gateway/files/alert-rules.yaml"
 
+RUNBOOK_DOC: Final = "docs/runbook.md"
+"""Where each alert's entry lives (a heading named after the alert, under "Alerts"): the on-call
+engineer's first stop, linked from every rule's ``runbook_url`` annotation."""
+
 EXTERNAL_METRICS: Final = {
     "certmanager_certificate_expiration_timestamp_seconds": "cert-manager's controller metrics",
 }
@@ -61,12 +65,16 @@ def _burn(long: str, short: str, factor: float) -> str:
 
 ALERTS: Final[tuple[Alert, ...]] = (
     Alert(
+        # "shed": the same overload with spec.extensions.flowControl on, answered from its queue
+        # (429 request_shed) instead of at once (429 pool_saturated); read since session s39.
         "IgwPoolSaturated",
-        'sum by (model) (rate(igw_rejections_total{reason="saturated"}[5m])) > 0',
+        'sum by (model) (rate(igw_rejections_total{reason=~"saturated|shed"}[5m])) > 0',
         "10m",
         "warning",
-        "Model {{ $labels.model }} has been shedding requests (429 saturated) for 10 minutes.",
-        "Every endpoint of the pool is over its saturation thresholds; add replicas or raise the limits.",
+        "Model {{ $labels.model }} has been shedding requests (429 pool_saturated or request_shed) "
+        "for 10 minutes.",
+        "Every endpoint of the pool is over its saturation thresholds; add replicas or raise "
+        "spec.extensions.routing.saturation.queueDepthThreshold / kvCacheUtilThreshold.",
     ),
     Alert(
         "IgwPoolKvCacheNearlyFull",
@@ -207,6 +215,12 @@ ALERTS: Final[tuple[Alert, ...]] = (
 """Every alert the chart ships."""
 
 
+def runbook_url(alert: Alert) -> str:
+    """The repository path and anchor of ``alert``'s runbook entry (a Markdown heading's anchor is
+    its text in lower case)."""
+    return f"{RUNBOOK_DOC}#{alert.name.lower()}"
+
+
 def rule_groups() -> dict[str, object]:
     """The ``spec`` of the PrometheusRule: one group with every alert."""
     rules = [
@@ -215,7 +229,11 @@ def rule_groups() -> dict[str, object]:
             "expr": a.expr,
             "for": a.for_,
             "labels": {"severity": a.severity},
-            "annotations": {"summary": a.summary, "description": a.description},
+            "annotations": {
+                "summary": a.summary,
+                "description": a.description,
+                "runbook_url": runbook_url(a),
+            },
         }
         for a in ALERTS
     ]
