@@ -362,6 +362,16 @@ class Kube:
             return Write("create", body, wanted, desired, initial_only)
         owner = _controller_uid(body)
         if owner is not None and _controller_uid(current) != owner:
+            leaving = current.get("metadata") or {}
+            if leaving.get("deletionTimestamp"):
+                # The config deleted and made again under its name (``kubectl replace --force``, a
+                # GitOps re-create): its Service waits for the load balancer controller's finalizer
+                # while the NLB goes. The message told the user to rename or delete it.
+                waiting = ", ".join(leaving.get("finalizers") or []) or "the garbage collector"
+                raise NotOwnedError(
+                    f"{body['kind']} {meta['namespace']}/{meta['name']} of {_holder(current)} is being "
+                    f"deleted (waiting for {waiting}); it is made for this object once it is gone"
+                )
             if not _adoptable(current, body):
                 # Two objects whose names give the same data-plane name (a 253-character name
                 # shortened with its digest, say), or someone else's object of that name: replacing
