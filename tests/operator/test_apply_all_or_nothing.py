@@ -209,3 +209,38 @@ def test_a_certificate_the_api_server_refuses_is_named_and_nothing_is_applied(
         assert "dry run: Certificate inference/chat-gateway (" in refused["message"]
         assert "certificates come from the platform team" in refused["message"]
         assert find(cluster, "ConfigMap", "inference", "chat-gateway-config") is None
+
+
+def test_a_write_conflicting_with_another_writer_is_read_again_and_written(
+    cluster: FakeKubeApiServer,
+) -> None:
+    """The Deployment controller writes the Deployment's status all through a rollout; one such write
+    between the pass's read and its replace (which carries the resourceVersion read) got 409 Conflict
+    and made the pass ``PartlyApplied``: the new ConfigMap served with the old Deployment, a Warning
+    Event and GatewayProgrammed=False until the next resync. The object is read again and written."""
+    reconciler = Reconciler(Kube(cluster.api_client()), DataPlaneSettings())
+    cluster.add(igwc("chat"))
+    assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
+    deployments = cluster.store.kind_for(api_version="apps/v1", kind="Deployment")
+    status_writes: list[str] = []
+
+    def deployment_controller(
+        operation: str, kind: ResourceKind, obj: Mapping[str, Any], old: Mapping[str, Any] | None, dry: bool
+    ) -> None:
+        if kind.plural == "deployments" and dry and not status_writes:  # between the read and the write
+            status_writes.append(operation)
+            current = cluster.store.get(deployments, "inference", "chat-gateway")
+            current["status"] = {"observedGeneration": current["metadata"]["generation"], "replicas": 2}
+            cluster.store.replace(deployments, "inference", "chat-gateway", current, status_only=True)
+
+    cluster.store.validators.append(deployment_controller)
+    update_spec(cluster, "inference", "chat", lambda spec: spec["schedulers"][0].update(replicas=3))
+    assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
+
+    assert status_writes == ["UPDATE"]
+    programmed = _programmed(cluster)
+    assert (programmed["status"], programmed["reason"]) == ("True", "Programmed"), programmed["message"]
+    deployment = find(cluster, "Deployment", "inference", "chat-gateway")
+    assert deployment is not None
+    assert deployment["spec"]["replicas"] == 3
+    assert deployment["status"]["replicas"] == 2  # the controller's write is kept

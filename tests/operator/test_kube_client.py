@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 from kubernetes.dynamic.exceptions import ResourceNotFoundError
 
-from igw.operator.kube import IGWC_API_VERSION, Kube, OperatorStopping
+from igw.operator.kube import IGWC_API_VERSION, MISSING_KIND_RETRY_S, Kube, OperatorStopping
 from tests.fakes.kube_api import KubeStore, running_fake_kube
 from tests.fakes.kube_store import ResourceKind
-from tests.operator.harness import install_crd
+from tests.operator.harness import install_crd, install_extension_crds
 
 KINDS = [
     ("apps/v1", "Deployment"),
@@ -67,6 +67,28 @@ def test_resource_lookups_from_many_threads_at_once_all_succeed() -> None:
             assert {(r.api_version, r.kind) for r in run.found} == {(v.split("/")[-1], k) for v, k in KINDS}
             assert len(run.found) == len(KINDS) * 2
             assert run.kube._resource("apps/v1", "Deployment") is run.kube._resource("apps/v1", "Deployment")
+
+
+def test_a_kind_not_served_is_not_rediscovered_on_every_call_until_it_may_be_installed() -> None:
+    """A miss made the dynamic client read all of discovery again (``/version``, ``/api``, ``/apis``)
+    under the lock every call waits on, and each pass missed twice where the InferenceObjective and
+    InferenceModelRewrite CRDs are not installed. The miss is remembered for a while; a CRD installed
+    after that is used."""
+    clock = [0.0]
+    with running_fake_kube() as server:
+        install_crd(server)
+        kube = Kube(server.api_client(), monotonic=lambda: clock[0])
+        objectives = ("inference.networking.x-k8s.io/v1alpha2", "InferenceObjective")
+        with pytest.raises(ResourceNotFoundError):
+            kube._resource(*objectives)
+        since = len(server.requests)
+        for _ in range(5):
+            with pytest.raises(ResourceNotFoundError):
+                asyncio.run(kube.list(*objectives, "inference"))
+        assert server.requests[since:] == []
+        install_extension_crds(server)
+        clock[0] += MISSING_KIND_RETRY_S
+        assert asyncio.run(kube.list(*objectives, "inference")) == []
 
 
 def _config_map(text: str) -> dict[str, Any]:

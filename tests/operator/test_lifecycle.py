@@ -459,6 +459,44 @@ def test_an_orphan_is_adopted_only_by_a_live_config_of_its_name(cluster: FakeKub
     assert {o["kind"] for o in owned_by(cluster, reborn["metadata"]["uid"])} >= DATA_PLANE_KINDS
 
 
+def test_a_config_made_again_under_its_name_waits_for_its_old_service_and_says_so(
+    cluster: FakeKubeApiServer,
+) -> None:
+    """Deleted and created again (``kubectl replace --force``, a GitOps re-create), the config met its
+    old Service still there while the load balancer controller's finalizer deletes the NLB, and was told
+    to "rename one of them or delete that Service" - it is being deleted already. The status says it
+    waits, and the next pass once it is gone programs the new object."""
+    reconciler = Reconciler(Kube(cluster.api_client()), DataPlaneSettings())
+    cluster.add(igwc("chat"))
+    assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
+    services = cluster.store.kind_for(api_version="v1", kind="Service")
+
+    def finalizers(names: list[str]) -> Callable[[dict[str, Any]], object]:
+        def write(body: dict[str, Any]) -> object:
+            body["metadata"]["finalizers"] = names
+            return cluster.store.replace(services, "inference", "chat-gateway", body)
+
+        return write
+
+    write_latest(cluster, "Service", "inference", "chat-gateway", finalizers(["service.k8s.aws/resources"]))
+    igwc_kind = cluster.store.kind_for(api_version=IGWC_API_VERSION, kind="InferenceGatewayConfig")
+    cluster.store.delete(igwc_kind, "inference", "chat")
+    reborn = cluster.add(igwc("chat"))
+    assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
+
+    waiting = condition(find(cluster, "InferenceGatewayConfig", "inference", "chat"), "GatewayProgrammed")
+    assert waiting["reason"] == "ApplyFailed"
+    assert "Service inference/chat-gateway of InferenceGatewayConfig" in waiting["message"]
+    assert "is being deleted (waiting for service.k8s.aws/resources)" in waiting["message"]
+    assert "rename one of them" not in waiting["message"]
+
+    write_latest(cluster, "Service", "inference", "chat-gateway", finalizers([]))  # the NLB is gone
+    assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
+    programmed = condition(find(cluster, "InferenceGatewayConfig", "inference", "chat"), "GatewayProgrammed")
+    assert programmed["status"] == "True"
+    assert {o["kind"] for o in owned_by(cluster, reborn["metadata"]["uid"])} >= DATA_PLANE_KINDS
+
+
 def test_no_finalizer_so_deleting_never_waits_for_the_operator(
     cluster: FakeKubeApiServer, kubeconfig: Path
 ) -> None:

@@ -36,7 +36,7 @@ from igw.config.inference_extension_crds import PLURALS as EXTENSION_PLURALS
 from igw.config.model import API_GROUP, API_VERSION
 from igw.operator.bindings import pool_name
 from igw.operator.diffbase import DigestDiffBaseStorage
-from igw.operator.reconcile import Reconciler
+from igw.operator.reconcile import NamespaceListing, Reconciler
 
 KOPF_PREFIX: Final = "operator.igw.dev"
 KOPF_FINALIZER: Final = "kopf.zalando.org/KopfFinalizerMarker"
@@ -78,9 +78,25 @@ class Resync:
                 await self.pass_all()
 
     async def pass_all(self) -> None:
+        """One pass per known object, with the lists of each namespace read once for all of its
+        objects (:class:`~igw.operator.reconcile.NamespaceListing`: a list per object made a resync
+        O(n^2) in the objects of a namespace); a namespace whose lists fail is passed over list by list."""
         known = sorted(self._known)
+        namespaces = sorted({namespace for namespace, _ in known})
+        listings = await asyncio.gather(
+            *(self._reconciler.listing(namespace) for namespace in namespaces), return_exceptions=True
+        )
+        listed: dict[str, NamespaceListing] = {}
+        for namespace, listing in zip(namespaces, listings, strict=True):
+            if isinstance(listing, NamespaceListing):
+                listed[namespace] = listing
+            elif isinstance(listing, Exception):
+                log.warning("%s: listing for the resync failed: %r", namespace, listing)
         results = await asyncio.gather(
-            *(self._reconciler.reconcile(namespace, name) for namespace, name in known),
+            *(
+                self._reconciler.reconcile(namespace, name, listed=listed.get(namespace))
+                for namespace, name in known
+            ),
             return_exceptions=True,
         )
         for (namespace, name), result in zip(known, results, strict=True):

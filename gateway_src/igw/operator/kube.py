@@ -23,6 +23,7 @@ import asyncio
 import hashlib
 import json
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -36,6 +37,12 @@ APPLIED_HASH: Final = f"{API_GROUP}/applied-hash"
 IGWC_API_VERSION: Final = f"{API_GROUP}/{API_VERSION}"
 ADOPTION_LABELS: Final = ("app.kubernetes.io/managed-by", CONFIG_LABEL)
 """Labels an orphaned object must share with the desired one to be adopted (:func:`_adoptable`)."""
+CONFLICT_ATTEMPTS: Final = 3
+"""Tries at writing one object in a pass while the API server answers 409 Conflict
+(:meth:`Kube._write_through_conflicts`)."""
+MISSING_KIND_RETRY_S: Final = 30.0
+"""How long a kind the API server does not serve (a CRD not installed) is answered as missing without
+asking again: a CRD installed meanwhile is used from the first call after that."""
 _KEPT_SERVICE_FIELDS: Final = ("clusterIP", "clusterIPs", "healthCheckNodePort", "ipFamilies")
 T = TypeVar("T")
 
@@ -112,6 +119,9 @@ class Write:
     body: dict[str, Any]
     wanted: dict[str, Any]
     """What the operator wants stored, for :meth:`Kube._remember`."""
+    desired: Mapping[str, Any]
+    """The desired object it was planned from, to plan it again after a conflict."""
+    initial_only: tuple[str, ...] = ()
 
     @property
     def key(self) -> tuple[str, str, str, str]:
@@ -152,12 +162,22 @@ def _holder(obj: Mapping[str, Any]) -> str:
 class Kube:
     """Dict-in, dict-out access to any kind through one ``kubernetes.client.ApiClient``."""
 
-    def __init__(self, api_client: Any, *, reporting_instance: str = "") -> None:
+    def __init__(
+        self,
+        api_client: Any,
+        *,
+        reporting_instance: str = "",
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._api_client = api_client
         self._reporting_instance = reporting_instance
         self._dynamic: Any = None
         self._discovery_lock = threading.Lock()
         self._resources: dict[tuple[str, str], Any] = {}
+        self._monotonic = monotonic
+        self._missing: dict[tuple[str, str], float] = {}
+        """``(apiVersion, kind)`` the API server did not serve, and when that was found
+        (:data:`MISSING_KIND_RETRY_S`)."""
         self._calls = threading.Condition()
         self._running = 0
         self._quiesced = False
@@ -170,6 +190,9 @@ class Kube:
     def _resource(self, api_version: str, kind: str) -> Any:
         # The dynamic client reads the API's discovery documents when it is built: do that lazily,
         # in the worker thread, never on the event loop.
+        # deferred: start-up cost: kubernetes.dynamic loads with the client, in the worker thread
+        from kubernetes.dynamic.exceptions import ResourceNotFoundError
+
         with self._discovery_lock:
             if self._dynamic is None:
                 # deferred: start-up cost: the dynamic client reads discovery documents when built
@@ -178,11 +201,34 @@ class Kube:
                 self._dynamic = DynamicClient(self._api_client)  # type: ignore[no-untyped-call]
             # Under the lock too: a lookup that misses the dynamic client's discovery cache rewrites
             # it, and two threads doing that at once fail with KeyError('resources').
-            resource = self._resources.get((api_version, kind))
+            key = (api_version, kind)
+            resource = self._resources.get(key)
             if resource is None:
-                resource = self._dynamic.resources.get(api_version=api_version, kind=kind)
-                self._resources[(api_version, kind)] = resource
+                self._not_served_lately(key)
+                try:
+                    resource = self._dynamic.resources.get(api_version=api_version, kind=kind)
+                except ResourceNotFoundError:
+                    self._missing[key] = self._monotonic()
+                    raise
+                self._missing.pop(key, None)
+                self._resources[key] = resource
             return resource
+
+    def _not_served_lately(self, key: tuple[str, str]) -> None:
+        """Raise ``ResourceNotFoundError`` when ``key`` was not served less than
+        :data:`MISSING_KIND_RETRY_S` ago. The dynamic client answers a kind it does not know by
+        reading the whole discovery again (``/version``, ``/api``, ``/apis``, rewriting its cache file),
+        under the lock every other call waits on: every pass did that twice where the
+        InferenceObjective/InferenceModelRewrite CRDs are not installed (and once more for a
+        ``tls: {}`` config without cert-manager)."""
+        # deferred: start-up cost: kubernetes.dynamic loads with the client, in the worker thread
+        from kubernetes.dynamic.exceptions import ResourceNotFoundError
+
+        missed = self._missing.get(key)
+        if missed is not None and self._monotonic() - missed < MISSING_KIND_RETRY_S:
+            raise ResourceNotFoundError(
+                f"No matches found for {{'api_version': {key[0]!r}, 'kind': {key[1]!r}}}"
+            )
 
     # ---- sync bodies (run in threads) -------------------------------------------------------------
     def _get(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
@@ -235,15 +281,45 @@ class Kube:
         written: list[str] = []
         for index, write in enumerate(writes):
             try:
-                self._send(write, dry_run=False)
+                sent = self._write_through_conflicts(write)
             except Exception as exc:
                 rest = [w.label for w in writes[index + 1 :]]
                 raise PartlyApplied(
                     f"partly applied: written {_listed(written)}; refused {write.label} "
                     f"({refusal_text(exc)}); not written {_listed(rest)}"
                 ) from exc
-            written.append(write.label)
+            if sent:
+                written.append(write.label)
         return written
+
+    def _write_through_conflicts(self, write: Write) -> bool:
+        """Send ``write`` for real; on 409 Conflict read the object again, plan the write anew and send
+        that (up to :data:`CONFLICT_ATTEMPTS` times in all); ``False`` when the object turned out to
+        be in place already.
+
+        A replace carries the resourceVersion read when the pass began, and the objects the pass
+        replaces have other writers: the Deployment controller writes the Deployment's status all
+        through a rollout, the load balancer controller adds its finalizer to the Service, an
+        autoscaler sets the replicas. One such write between the read and this one made the whole pass
+        ``PartlyApplied`` (the ConfigMap new, the Deployment old), a Warning Event and a
+        GatewayProgrammed flap until the next resync, where controllers simply write again. The plan
+        again checks ownership, so an object someone else took meanwhile is still never replaced."""
+        # deferred: start-up cost: kubernetes.dynamic loads with the client, in the worker thread
+        from kubernetes.dynamic.exceptions import ConflictError
+
+        attempt = 1
+        while True:
+            try:
+                self._send(write, dry_run=False)
+                return True
+            except ConflictError:
+                if attempt >= CONFLICT_ATTEMPTS:
+                    raise
+            attempt += 1
+            again = self._plan(write.desired, write.initial_only)
+            if again is None:
+                return False
+            write = again
 
     @staticmethod
     def _dry_run_skipped(write: Write, writes: Sequence[Write]) -> bool:
@@ -283,9 +359,19 @@ class Kube:
         key = (body["apiVersion"], body["kind"], meta["namespace"], meta["name"])
         current = self._get(body["apiVersion"], body["kind"], meta["namespace"], meta["name"])
         if current is None:
-            return Write("create", body, wanted)
+            return Write("create", body, wanted, desired, initial_only)
         owner = _controller_uid(body)
         if owner is not None and _controller_uid(current) != owner:
+            leaving = current.get("metadata") or {}
+            if leaving.get("deletionTimestamp"):
+                # The config deleted and made again under its name (``kubectl replace --force``, a
+                # GitOps re-create): its Service waits for the load balancer controller's finalizer
+                # while the NLB goes. The message told the user to rename or delete it.
+                waiting = ", ".join(leaving.get("finalizers") or []) or "the garbage collector"
+                raise NotOwnedError(
+                    f"{body['kind']} {meta['namespace']}/{meta['name']} of {_holder(current)} is being "
+                    f"deleted (waiting for {waiting}); it is made for this object once it is gone"
+                )
             if not _adoptable(current, body):
                 # Two objects whose names give the same data-plane name (a 253-character name
                 # shortened with its digest, say), or someone else's object of that name: replacing
@@ -317,7 +403,7 @@ class Kube:
         for field in kept:
             if field in (current.get("spec") or {}):
                 body["spec"][field] = current["spec"][field]
-        return Write("replace", body, wanted)
+        return Write("replace", body, wanted, desired, initial_only)
 
     def _send(self, write: Write, *, dry_run: bool) -> None:
         """Send ``write``; a dry run (``?dryRun=All``) is validated and admitted, never stored.
