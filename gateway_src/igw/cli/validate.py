@@ -7,7 +7,9 @@ plugin *parameter*, which the gateway (like the reference) replaces by the plugi
 warning, is a warning on stderr, or a problem with ``--strict-plugins``.
 
 Prints one line per problem, ``FILE:LINE: PATH: MESSAGE [RULE]``, reporting every problem of every
-document; documents of other kinds in the same file are skipped with a note on stderr. Exit codes:
+document; documents of other kinds in the same file are skipped with a note on stderr, except that a
+kind unknown to an API group igw owns or reads (``kind: InferenceGatewayconfig``, which ``kubectl
+apply`` refuses) is a problem naming the nearest known kind (:mod:`igw.config.kinds`). Exit codes:
 0 all valid, 1 at least one problem, 2 a file could not be read or parsed (or bad usage).
 """
 
@@ -108,6 +110,12 @@ def _picker_problems(content: Any, *, strict: bool, warn: Callable[[str], None])
     return []
 
 
+def _generated_name_only(content: Any) -> bool:
+    """Whether an object's metadata has ``generateName`` and no ``name`` (``kubectl create`` only)."""
+    metadata = content.get("metadata") if isinstance(content, dict) else None
+    return isinstance(metadata, dict) and "generateName" in metadata and "name" not in metadata
+
+
 def _check_file(
     name: str, notes: list[str], *, strict_plugins: bool = False
 ) -> tuple[list[Finding], bool, int, dict[str, int]]:
@@ -117,6 +125,7 @@ def _check_file(
     from igw.config.documents import DocumentReadError, read_resources
     from igw.config.inference_extension import is_inference_extension_resource, validate_resource
     from igw.config.jsonpath import parse_path
+    from igw.config.kinds import unknown_kind_problem
     from igw.config.validate import is_gateway_config, validate_document
     from igw.global_router.schema import is_global_router_config, validate_global_document
     from igw.scheduling.picker_config import KIND as PICKER_KIND
@@ -146,12 +155,23 @@ def _check_file(
                     notes.append(f"{name}:{line}: warning: {text} (--strict-plugins makes this a problem)")
 
                 return _picker_problems(content, strict=strict_plugins, warn=warn)
+        elif (unknown := unknown_kind_problem(doc.content)) is not None:
+            # a kind its API group (one igw owns or reads) does not hold: kubectl apply fails on it
+            line = doc.line_of(("kind",))
+            findings.append(Finding(name, doc.index + 1, line, unknown.path, unknown.message, unknown.rule))
+            continue
         else:
             kind = doc.content.get("kind") if isinstance(doc.content, dict) else None
             what = f"kind {kind}" if kind else f"a {type(doc.content).__name__}, no kind"
             notes.append(f"{name}:{doc.line}: note: skipped document {doc.index + 1} ({what})")
             continue
         checked += 1
+        if validate is validate_document and _generated_name_only(doc.content):
+            notes.append(
+                f"{name}:{doc.line_of(('metadata',))}: note: document {doc.index + 1} has "
+                "metadata.generateName and no metadata.name: valid for kubectl create; kubectl apply "
+                "and igw serve --config need a name"
+            )
         if validate is not validate_document:
             others[str(doc.content["kind"])] = others.get(str(doc.content["kind"]), 0) + 1
         located = [(doc.line_of(parse_path(p.path)), p) for p in validate(doc.content)]

@@ -1,4 +1,4 @@
-"""Read configuration files: YAML (several documents per file) or JSON, with useful errors.
+"""Read configuration files: YAML (several documents per file) or JSON (one value or a stream of them).
 
 A YAML syntax error is reported with its line and column (``line 7, column 3: mapping values are
 not allowed in this context``), never as a traceback. YAML is parsed by libyaml where PyYAML has it
@@ -56,6 +56,16 @@ MANIFEST_LIMITS: Final = ShapeLimits(max_nesting=256, max_values=2_000_000)
 CustomResourceDefinition's schema nests two levels per level of its objects, so a deep CRD passes 64
 (256 stays well inside Python's recursion limit, which the checks' walks and ``json`` need), and a
 rendered chart of CRDs holds more values than a configuration."""
+
+
+MAX_DOCUMENTS = 100_000
+"""Most documents (YAML documents, or values of a JSON stream) read from one text: a 16 MiB file of
+``{}`` is eight million JSON values, which took minutes to read; a real file holds at most thousands
+(``kubectl get -o yaml`` of many objects writes one ``List``)."""
+
+
+def _too_many_documents() -> str:
+    return f"more than {MAX_DOCUMENTS:,} documents"
 
 
 MAX_FILE_BYTES = 16 * 2**20
@@ -228,10 +238,96 @@ def _json_node_tree(text: str) -> yaml.Node | None:
         return None
 
 
+def _parse_json_stream(
+    text: str, *, source: str, limits: ShapeLimits, field_lines: bool
+) -> list[SourceDocument]:
+    """The JSON values of ``text``, one document each: one value, or several back to back (a JSON
+    stream, ``{...}{...}`` or one per line, which ``kubectl apply -f`` reads as several objects).
+
+    Until session s39 a stream was refused as ``line 2, column 1: Extra data``. Each value keeps the
+    line it starts on, and its node tree (composed from its own text, then moved to where the value
+    is in the file) gives its fields' lines in the file. The shape limits hold for each value. Lines
+    are counted once over the text, so a stream of many small values stays linear.
+    """
+    decoder = json.JSONDecoder(object_pairs_hook=_unique_json_object)
+    documents: list[SourceDocument] = []
+    position = _skip_json_space(text, 0)
+    line, counted_to, line_start = 1, 0, 0
+    while position < len(text):
+        if len(documents) == MAX_DOCUMENTS:
+            raise _shape_error(source, _too_many_documents())
+        line += text.count("\n", counted_to, position)
+        if (last_break := text.rfind("\n", counted_to, position)) >= 0:
+            line_start = last_break + 1
+        counted_to, column = position, position - line_start
+        try:
+            content, end = decoder.raw_decode(text, position)
+        except json.JSONDecodeError as exc:
+            raise DocumentReadError(f"{source}: line {exc.lineno}, column {exc.colno}: {exc.msg}") from exc
+        except RecursionError:
+            raise _shape_error(source, _too_deep(limits)) from None
+        except _DuplicateJsonKey as exc:
+            # the value's end, read again without the duplicate check, to find the key's line
+            _, end = json.JSONDecoder().raw_decode(text, position)
+            node = _moved(_json_node_tree(text[position:end]), line - 1, column)
+            raise DocumentReadError(
+                f"{source}: {_duplicate_key_position(node, exc.key)}duplicate key {exc.key!r}"
+            ) from None
+        if (problem := _shape_problem(content, limits)) is not None:
+            raise _shape_error(source, problem)
+        node = None
+        if field_lines:
+            try:
+                node = _moved(_json_node_tree(text[position:end]), line - 1, column)
+            except RecursionError:
+                node = None
+        documents.append(SourceDocument(index=len(documents), line=line, content=content, node=node))
+        position = _skip_json_space(text, end)
+    return documents
+
+
+def _skip_json_space(text: str, position: int) -> int:
+    """The position of the first character from ``position`` that is not JSON whitespace."""
+    while position < len(text) and text[position] in " \t\r\n":
+        position += 1
+    return position
+
+
+def _moved(root: yaml.Node | None, lines: int, column: int) -> yaml.Node | None:
+    """``root`` (composed from a value's own text) with every mark moved down ``lines`` lines, and
+    right ``column`` columns on the value's first line: the marks of the value where it is in the
+    file. Iterative; each node once."""
+    if root is None or (lines == 0 and column == 0):
+        return root
+    pending: list[yaml.Node] = [root]
+    seen: set[int] = set()
+    while pending:
+        node = pending.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        for attribute in ("start_mark", "end_mark"):
+            mark = getattr(node, attribute, None)
+            if mark is not None:
+                shift = column if mark.line == 0 else 0
+                setattr(
+                    node,
+                    attribute,
+                    yaml.Mark(mark.name, mark.index, mark.line + lines, mark.column + shift, None, 0),
+                )
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                pending.extend((key, value))
+        elif isinstance(node, yaml.SequenceNode):
+            pending.extend(node.value)
+    return root
+
+
 def parse_text(
     text: str, *, source: str, limits: ShapeLimits = CONFIG_LIMITS, field_lines: bool = True
 ) -> list[SourceDocument]:
-    """Parse ``text`` as JSON (when it starts with ``{`` or ``[``) or multi-document YAML.
+    """Parse ``text`` as JSON (when it starts with ``{`` or ``[``: one value or a stream of them,
+    :func:`_parse_json_stream`) or multi-document YAML.
 
     Empty YAML documents (``---`` with nothing after it) are dropped. ``field_lines``: keep a JSON
     document's node tree for :meth:`SourceDocument.line_of` (a second parse of the text; a caller
@@ -240,22 +336,7 @@ def parse_text(
     """
     stripped = text.lstrip()
     if stripped.startswith(("{", "[")):
-        try:
-            content = json.loads(text, object_pairs_hook=_unique_json_object)
-        except json.JSONDecodeError as exc:
-            raise DocumentReadError(f"{source}: line {exc.lineno}, column {exc.colno}: {exc.msg}") from exc
-        except RecursionError:
-            raise _shape_error(source, _too_deep(limits)) from None
-        except _DuplicateJsonKey as exc:
-            where = _duplicate_key_position(_json_node_tree(text), exc.key)
-            raise DocumentReadError(f"{source}: {where}duplicate key {exc.key!r}") from None
-        if (problem := _shape_problem(content, limits)) is not None:
-            raise _shape_error(source, problem)
-        try:
-            node = _json_node_tree(text) if field_lines else None
-        except RecursionError:
-            node = None
-        return [SourceDocument(index=0, line=1, content=content, node=node)]
+        return _parse_json_stream(text, source=source, limits=limits, field_lines=field_lines)
     documents: list[SourceDocument] = []
     try:
         loader = _UniqueKeyLoader(text)
@@ -273,6 +354,8 @@ def parse_text(
                         SourceDocument(index=index, line=node.start_mark.line + 1, content=content, node=node)
                     )
                 index += 1
+                if index > MAX_DOCUMENTS:
+                    raise _shape_error(source, _too_many_documents())
         finally:
             loader.dispose()
     except yaml.YAMLError as exc:
@@ -282,6 +365,17 @@ def parse_text(
     except RecursionError:
         raise _shape_error(source, _too_deep(limits)) from None
     return documents
+
+
+def parse_one(
+    text: str, *, source: str, limits: ShapeLimits = CONFIG_LIMITS, field_lines: bool = True
+) -> SourceDocument:
+    """:func:`parse_text` for a text that must hold exactly one document (a CloudFormation template,
+    a JSON value): ``DocumentReadError`` naming how many it holds otherwise."""
+    documents = parse_text(text, source=source, limits=limits, field_lines=field_lines)
+    if len(documents) != 1:
+        raise DocumentReadError(f"{source}: one document expected, found {len(documents)}")
+    return documents[0]
 
 
 def read_documents(path: str | Path) -> list[SourceDocument]:

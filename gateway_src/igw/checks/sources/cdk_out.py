@@ -39,7 +39,7 @@ from igw.checks.k8s import DERIVED_ANNOTATION, ref
 from igw.checks.loadbalancers import APPROVAL_ANNOTATION
 from igw.checks.sources.documents import static_view
 from igw.checks.tls_policies import AWS_DEFAULT_POLICY
-from igw.config.documents import MANIFEST_LIMITS, DocumentReadError, parse_text, read_text
+from igw.config.documents import MANIFEST_LIMITS, DocumentReadError, parse_one, parse_text, read_text
 from igw.config.model import API_GROUP, API_VERSION
 
 SOURCE_PREFIX: Final = "cdk.out "
@@ -98,8 +98,7 @@ def _json_value(text: str, *, source: str) -> Any:
             return json.loads(text)
         except ValueError as exc:
             raise DocumentReadError(f"{source}: not JSON: {exc}") from None
-    (document,) = parse_text(text, source=source, limits=MANIFEST_LIMITS, field_lines=False)
-    return document.content
+    return parse_one(text, source=source, limits=MANIFEST_LIMITS, field_lines=False).content
 
 
 def _resources(template: Mapping[str, Any]) -> Iterator[tuple[str, str, Mapping[str, Any]]]:
@@ -399,8 +398,7 @@ def load_cdk_out(root: Path) -> Inventory:
             if not text.lstrip().startswith("{"):
                 reader.errors.append(f"{path}: not a CloudFormation template (a JSON object)")
                 continue
-            (document,) = parse_text(text, source=str(path), limits=MANIFEST_LIMITS, field_lines=False)
-            template = document.content
+            template = parse_one(text, source=str(path), limits=MANIFEST_LIMITS, field_lines=False).content
         except DocumentReadError as exc:  # the message names the file
             reader.errors.append(str(exc))
             continue
