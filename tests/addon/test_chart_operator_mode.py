@@ -6,7 +6,7 @@ from typing import Any
 
 from igw.addon import chart, configuration, pins
 from igw.operator.dataplane import HPA_API_VERSION, HPA_KIND, DataPlaneSettings, desired_objects
-from igw.operator.tls import KUBE_ACCESS
+from igw.operator.tls import CLUSTER_ACCESS, KUBE_ACCESS
 
 DATA_PLANE_VERBS = {"get", "create", "update"}
 
@@ -99,14 +99,19 @@ def test_operator_rbac_grants_exactly_what_it_uses() -> None:
     grants = _grants(cluster_role["rules"])
     expected = _expected_namespaced_grants()
     expected[("apiextensions.k8s.io", "customresourcedefinitions")] = {"get", "list", "watch"}
+    for key, verbs in CLUSTER_ACCESS.items():
+        expected[key] = set(verbs)
     assert grants == expected
+    # The cluster's identity (tls_sweep.ClusterIdentity): the kube-system Namespace only.
+    (namespaces,) = [r for r in cluster_role["rules"] if "namespaces" in r["resources"]]
+    assert namespaces["resourceNames"] == ["kube-system"]
     (lease_role,) = [o for o in objects if o["kind"] == "Role"]
     assert lease_role["metadata"]["namespace"] == pins.ADDON_NAMESPACE
     assert _grants(lease_role["rules"]) == {("coordination.k8s.io", "leases"): {"get", "create", "update"}}
     assert all("*" not in verbs for verbs in grants.values())
-    # Secrets: read (the cert-manager Secret of an auto-issued certificate) and deleted with their
-    # Certificate once unused; never written or listed.
-    assert grants[("", "secrets")] == {"get", "delete"}
+    # Secrets: read (the cert-manager Secret of an auto-issued certificate), deleted with their
+    # Certificate once unused, listed (by the operator's labels) by the orphan sweep; never written.
+    assert grants[("", "secrets")] == {"get", "list", "delete"}
 
 
 def _without_auto_tls(expected: dict[tuple[str, str], set[str]]) -> dict[tuple[str, str], set[str]]:
@@ -123,7 +128,7 @@ def test_auto_tls_off_drops_secret_and_certificate_access_from_the_rbac() -> Non
     expected = _without_auto_tls(_expected_namespaced_grants())
     expected[("apiextensions.k8s.io", "customresourcedefinitions")] = {"get", "list", "watch"}
     assert _grants(cluster_role["rules"]) == expected
-    assert not any(key in KUBE_ACCESS for key in _grants(cluster_role["rules"]))
+    assert not any(key in KUBE_ACCESS or key in CLUSTER_ACCESS for key in _grants(cluster_role["rules"]))
     (deployment,) = [o for o in objects if o["kind"] == "Deployment"]
     args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "--no-auto-tls" in args

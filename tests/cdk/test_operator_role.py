@@ -50,7 +50,8 @@ def _issued(ca: trustme.CA, name: str) -> IssuedCertificate:
 @pytest.fixture
 def acm_calls() -> Iterator[set[tuple[str, str]]]:
     """``(IAM action, certificate ARN or "*")`` of every ACM call one auto-issue lifecycle makes:
-    a first import, a lost status (the owned certificate found again), a renewal, the delete."""
+    a first import, a lost status (the owned certificate found again), a renewal, the delete, and the
+    orphan sweep (its listing, then the delete of an import whose config is gone)."""
     calls: set[tuple[str, str]] = set()
 
     def record(model: Any, params: Mapping[str, Any], **_: Any) -> None:
@@ -71,6 +72,12 @@ def acm_calls() -> Iterator[set[tuple[str, str]]]:
         assert importer.ensure_imported(_issued(ca, "a.example"), arn=None, uid="u1", name="chat") == arn
         assert importer.ensure_imported(_issued(ca, "b.example"), arn=arn, uid="u1", name="chat") == arn
         assert importer.delete_owned(arn, uid="u1")
+        gone = importer.ensure_imported(
+            _issued(ca, "c.example"), arn=None, uid="u2", name="gone", namespace="n", cluster="c"
+        )
+        (orphan,) = importer.owned_imports("c")
+        assert orphan.arn == gone
+        assert importer.delete_owned(orphan.arn, uid=orphan.uid)
         yield {(action, _in_stack_account(resource)) for action, resource in calls}
 
 

@@ -15,7 +15,7 @@ own (the reconciler posts one per condition transition) and registers no deletio
 data plane is removed by owner references, so no finalizer blocks ``kubectl delete``. The one thing
 outside the cluster, an ACM certificate imported for ``spec.tls: {}``, is deleted when the watch
 reports the object DELETED (its last status names the ARN); an object deleted while no operator
-runs leaves that certificate behind, found by its ``igw.dev/inference-gateway-config-uid`` tag.
+runs (or during a watch gap) is left to the orphan sweep (:mod:`igw.operator.tls_sweep`).
 """
 
 from __future__ import annotations

@@ -70,6 +70,7 @@ from igw.operator.tls import (
     secret_name,
     wants_auto_issue,
 )
+from igw.operator.tls_sweep import ClusterIdentity
 
 log = logging.getLogger("igw.operator")
 
@@ -133,6 +134,7 @@ class Reconciler:
         self._clock = clock
         self._auto_tls = auto_tls or AutoTlsSettings()
         self._acm = AcmImporter(self._auto_tls.acm_client_factory)
+        self._cluster = ClusterIdentity(kube)
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
         self._sequence = 0
         """Counts passes begun (and listings, :class:`NamespaceListing`), so a listing can tell
@@ -141,6 +143,16 @@ class Reconciler:
         self._certificates_gone: dict[tuple[str, str], str] = {}
         """``(namespace, name): uid`` of objects not asking for auto-issue whose Certificate and Secret
         this process has seen gone (checked once per object, not on every pass; dropped with the object)."""
+
+    @property
+    def acm(self) -> AcmImporter:
+        """The ACM client side of auto-issue (shared with the orphan sweep)."""
+        return self._acm
+
+    @property
+    def cluster(self) -> ClusterIdentity:
+        """This cluster's identity, tagged on every import (shared with the orphan sweep)."""
+        return self._cluster
 
     async def listing(self, namespace: str) -> NamespaceListing:
         """The configs, objectives and rewrites of ``namespace``, for every pass of one resync."""
@@ -442,9 +454,16 @@ class Reconciler:
                 certificate=wanted,
             )
         previous = ((igwc.get("status") or {}).get("tls") or {}).get("acmArn")
+        cluster = await self._cluster.uid()
         try:
             arn = await self._kube.outside(
-                self._acm.ensure_imported, issued, arn=previous, uid=meta["uid"], name=meta["name"]
+                self._acm.ensure_imported,
+                issued,
+                arn=previous,
+                uid=meta["uid"],
+                name=meta["name"],
+                namespace=namespace,
+                cluster=cluster,
             )
         except Exception as exc:  # ACM refusals (permissions, quota) are reported on the object
             return TlsOutcome(problem=("AcmImportFailed", _error_text(exc)), certificate=wanted)

@@ -21,6 +21,7 @@ from igw.operator.handlers import Connection, Resync, build_registry, build_sett
 from igw.operator.kube import Kube
 from igw.operator.reconcile import Reconciler
 from igw.operator.tls import AutoTlsSettings
+from igw.operator.tls_sweep import SWEEP_INTERVAL_S, OrphanSweep
 
 log = logging.getLogger("igw.operator")
 
@@ -39,6 +40,9 @@ class OperatorOptions:
     auto_tls: AutoTlsSettings = field(default_factory=AutoTlsSettings)
     """Issuer and ACM client for ``spec.tls: {}`` (auto-issued certificates)."""
     resync_s: float = 5.0
+    tls_sweep_s: float = SWEEP_INTERVAL_S
+    """How often the leader sweeps the ACM imports and Secrets of auto-issued TLS whose config is gone
+    (:mod:`igw.operator.tls_sweep`; also once when it starts leading). None with auto-issue off."""
     leader_election: bool = True
     lease_name: str = "igw-operator"
     lease_namespace: str = "kube-system"
@@ -201,6 +205,10 @@ async def _run(options: OperatorOptions, stop: asyncio.Event, stop_signals: tupl
     )
     signals_back = asyncio.ensure_future(_take_signals_back(kopf_ready, stop, stop_signals))
     resyncing = asyncio.ensure_future(resync.run(kopf_stop))
+    sweeping: asyncio.Task[None] | None = None
+    if options.auto_tls.enabled:  # off: the operator may read no Secret (and has no ACM role)
+        sweep = OrphanSweep(kube, reconciler.acm, reconciler.cluster, namespaces=options.namespaces)
+        sweeping = asyncio.create_task(sweep.run(kopf_stop, options.tls_sweep_s))
     watchers = {asyncio.ensure_future(stop.wait()), asyncio.ensure_future(lost.wait()), running}
     await asyncio.wait(watchers, return_when=asyncio.FIRST_COMPLETED)
     signals_back.cancel()
@@ -212,9 +220,11 @@ async def _run(options: OperatorOptions, stop: asyncio.Event, stop_signals: tupl
     with contextlib.suppress(asyncio.CancelledError, Exception):
         await asyncio.wait_for(running, 10)
     joined = await _join_handler_threads(settings)
-    resyncing.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await resyncing
+    for background in (resyncing, sweeping):
+        if background is not None:
+            background.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await background
     for task in watchers:
         task.cancel()
     if election is not None:

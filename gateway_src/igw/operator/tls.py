@@ -8,7 +8,9 @@ that Secret holds a certificate, the operator imports it into ACM (tagged with t
 and re-imports it under the same ARN whenever the Secret's certificate changes (cert-manager renewed
 it). The ARN then goes on the Service's TLS listener exactly as a user-supplied ``acmArn`` would.
 ACM has no owner references: the imported certificate is deleted when the operator sees the object
-deleted, and only when its uid tag names that object (a user-supplied certificate is never touched).
+deleted, and only when its uid tag names that object (a user-supplied certificate is never touched);
+one whose object went while no operator watched is found by its cluster, namespace and uid tags
+(:mod:`igw.operator.tls_sweep`).
 
 cert-manager leaves the Secret behind when its Certificate goes (unless it runs with
 ``--enable-certificate-owner-ref``), and keeps renewing a Certificate that nothing uses. So once the
@@ -38,14 +40,23 @@ CERT_MANAGER_API: Final = "cert-manager.io/v1"
 CERTIFICATE_KIND: Final = "Certificate"
 UID_TAG: Final = "igw.dev/inference-gateway-config-uid"
 NAME_TAG: Final = "igw.dev/inference-gateway-config"
+NAMESPACE_TAG: Final = "igw.dev/inference-gateway-config-namespace"
+CLUSTER_TAG: Final = "igw.dev/cluster"
+"""The cluster an import was made from: the uid of its ``kube-system`` Namespace (fixed for the
+cluster's life). ACM is shared by every cluster of an account and region, so the orphan sweep
+(:mod:`igw.operator.tls_sweep`) deletes only imports carrying this cluster's value."""
 DEFAULT_ISSUER: Final = "ClusterIssuer/igw-selfsigned"
 KUBE_ACCESS: Final[dict[tuple[str, str], frozenset[str]]] = {
     ("cert-manager.io", "certificates"): frozenset({"get", "create", "update", "delete"}),
-    ("", "secrets"): frozenset({"get", "delete"}),
+    ("", "secrets"): frozenset({"get", "list", "delete"}),
 }
 """The API access auto-issue needs on top of the data plane's, ``(group, resource): verbs`` (the
 Certificate is applied like every data-plane object; the Secret is read, and deleted with the
-Certificate once the object no longer uses them). None of it with auto-issue switched off."""
+Certificate once the object no longer uses them; the orphan sweep lists the Secrets carrying the
+operator's labels). None of it with auto-issue switched off."""
+CLUSTER_ACCESS: Final[dict[tuple[str, str], frozenset[str]]] = {("", "namespaces"): frozenset({"get"})}
+"""Cluster-scoped access auto-issue needs: ``get`` on the ``kube-system`` Namespace (its uid is the
+:data:`CLUSTER_TAG` value; the chart grants that one name only)."""
 ACM_LIST_ACTIONS: Final = ("acm:ListCertificates",)
 """IAM actions of the ACM calls :class:`AcmImporter` makes that take no resource ARN (finding the
 certificate an object already owns)."""
@@ -220,6 +231,16 @@ LISTED_KEY_TYPES: Final = ("EC_prime256v1", "EC_secp384r1", "RSA_2048", "RSA_307
 """Key types searched for an owned certificate (ACM lists only RSA_2048 unless asked)."""
 
 
+@dataclass(frozen=True, slots=True)
+class OwnedImport:
+    """An ACM import the operator's tags attribute to one InferenceGatewayConfig of this cluster."""
+
+    arn: str
+    uid: str
+    namespace: str
+    name: str
+
+
 class AcmImporter:
     """Imports cert-manager certificates into ACM and removes the ones it imported (sync; run in a thread)."""
 
@@ -235,32 +256,72 @@ class AcmImporter:
                 self._client = self._client_factory()
             return self._client
 
-    def _owner_uid(self, arn: str) -> str | None:
+    def _tags_of(self, arn: str) -> dict[str, str]:
         tags = self._acm().list_tags_for_certificate(CertificateArn=arn).get("Tags") or []
-        return next((str(t.get("Value")) for t in tags if t.get("Key") == UID_TAG), None)
+        return {str(t.get("Key")): str(t.get("Value") or "") for t in tags}
 
-    def ensure_imported(self, issued: IssuedCertificate, *, arn: str | None, uid: str, name: str) -> str:
+    def _owner_uid(self, arn: str) -> str | None:
+        return self._tags_of(arn).get(UID_TAG)
+
+    def ensure_imported(
+        self,
+        issued: IssuedCertificate,
+        *,
+        arn: str | None,
+        uid: str,
+        name: str,
+        namespace: str = "",
+        cluster: str = "",
+    ) -> str:
         """The ARN holding ``issued``: unchanged when ACM already has it, re-imported under ``arn``
-        when the Secret's certificate changed, a fresh import when there is no (owned) ARN yet."""
+        when the Secret's certificate changed, a fresh import when there is no (owned) ARN yet.
+        ``namespace`` and ``cluster`` (:data:`CLUSTER_TAG`) are tagged too when known, and added to
+        an owned import made before they were (so the orphan sweep can find it)."""
         acm = self._acm()
+        tags = self._tags(uid, name, namespace, cluster)
         # No ARN recorded (first pass, or a status write lost after an import): reuse the certificate
         # this object already owns, so a retried pass never imports a second one.
         arn = arn or self._find_owned(uid)
         if arn:
             try:
                 current = acm.get_certificate(CertificateArn=arn).get("Certificate") or ""
-                owned = self._owner_uid(arn) == uid
+                have = self._tags_of(arn)
             except acm.exceptions.ResourceNotFoundException:
-                current, owned = "", False
+                current, have = "", {}
+            owned = have.get(UID_TAG) == uid
             if owned and _same_pem(current, issued.leaf):
+                if any(have.get(tag["Key"]) != tag["Value"] for tag in tags):
+                    acm.add_tags_to_certificate(CertificateArn=arn, Tags=tags)
                 return arn
             if owned:
                 acm.import_certificate(CertificateArn=arn, **self._parts(issued))
                 # A re-import takes no tags; put the owner tags back in case the import dropped them.
-                acm.add_tags_to_certificate(CertificateArn=arn, Tags=self._tags(uid, name))
+                acm.add_tags_to_certificate(CertificateArn=arn, Tags=tags)
                 return arn
-        created = acm.import_certificate(**self._parts(issued), Tags=self._tags(uid, name))
+        created = acm.import_certificate(**self._parts(issued), Tags=tags)
         return str(created["CertificateArn"])
+
+    def owned_imports(self, cluster: str) -> list[OwnedImport]:
+        """Every imported certificate tagged as this operator's for the cluster ``cluster`` (its
+        :data:`CLUSTER_TAG` value), with the object its tags name (one ACM listing, one tag read each)."""
+        found: list[OwnedImport] = []
+        pages = (
+            self._acm()
+            .get_paginator("list_certificates")
+            .paginate(Includes={"keyTypes": list(LISTED_KEY_TYPES)})
+        )
+        for page in pages:
+            for summary in page.get("CertificateSummaryList") or []:
+                if summary.get("Type", "IMPORTED") != "IMPORTED":
+                    continue
+                arn = str(summary["CertificateArn"])
+                tags = self._tags_of(arn)
+                if not cluster or tags.get(CLUSTER_TAG) != cluster or not tags.get(UID_TAG):
+                    continue
+                found.append(
+                    OwnedImport(arn, tags[UID_TAG], tags.get(NAMESPACE_TAG, ""), tags.get(NAME_TAG, ""))
+                )
+        return found
 
     def _find_owned(self, uid: str) -> str | None:
         """The imported certificate whose uid tag names this object, if any (one ACM listing)."""
@@ -276,8 +337,10 @@ class AcmImporter:
         return None
 
     @staticmethod
-    def _tags(uid: str, name: str) -> list[dict[str, str]]:
-        return [{"Key": UID_TAG, "Value": uid}, {"Key": NAME_TAG, "Value": name}]
+    def _tags(uid: str, name: str, namespace: str = "", cluster: str = "") -> list[dict[str, str]]:
+        tags = [{"Key": UID_TAG, "Value": uid}, {"Key": NAME_TAG, "Value": name}]
+        tags += [{"Key": NAMESPACE_TAG, "Value": namespace}] if namespace else []
+        return tags + ([{"Key": CLUSTER_TAG, "Value": cluster}] if cluster else [])
 
     @staticmethod
     def _parts(issued: IssuedCertificate) -> dict[str, bytes]:

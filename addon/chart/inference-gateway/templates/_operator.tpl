@@ -21,7 +21,8 @@ What the operator does in a watched namespace, verb by verb (igw/operator/kube.p
 read, create and replace (update) each data-plane kind, and delete the HorizontalPodAutoscaler it
 made once a spec stops asking for one; list pods for status; post Events; for
 spec.tls: {} read, create, replace and delete cert-manager Certificates, read their Secrets and delete
-the one of a Certificate it deletes (igw/operator/tls.py KUBE_ACCESS); none of that with
+the one of a Certificate it deletes, and list the Secrets carrying its labels (the orphan sweep of
+configs deleted while no operator ran; igw/operator/tls.py KUBE_ACCESS); none of that with
 operator.autoTls: false (RBAC cannot narrow Secrets to the operator's own, so the switch is the way
 to take cluster-wide Secret access away).
 Roles and RoleBindings: get/create/update only, without resourceNames: the operator creates one of
@@ -77,6 +78,6 @@ server refuses to create that Role (RBAC escalation prevention).
   verbs: ["get", "create", "update", "delete"]
 - apiGroups: [""]
   resources: ["secrets"]
-  verbs: ["get", "delete"]
+  verbs: ["get", "list", "delete"]
 {{- end }}
 {{- end }}

@@ -1,0 +1,232 @@
+"""The orphan sweep of auto-issued TLS: ACM imports and cert-manager Secrets whose config is gone.
+
+The operator deletes an object's ACM import and the Secret holding its private key when the watch
+reports the object deleted (:meth:`igw.operator.reconcile.Reconciler.forget`). An object deleted while
+no operator runs, or while the watch was away (a 410 Gone relist reports no DELETED), never got that:
+the import stayed in ACM and the Secret (cert-manager sets no owner reference on it by default) kept
+the private key in the namespace for good. The Certificate itself is garbage-collected by its owner
+reference. So the leader sweeps when it starts and every :data:`SWEEP_INTERVAL_S` after:
+
+* ACM: every imported certificate tagged with this cluster's :data:`~igw.operator.tls.CLUSTER_TAG`
+  (ACM is shared by every cluster of the account and region) and an object uid, in a watched
+  namespace, whose uid names no InferenceGatewayConfig now. A config of the same name made anew has
+  another uid: another owner. ACM refuses to delete a certificate a listener still uses; that one is
+  tried again at the next sweep.
+* Secrets: every Secret carrying the data plane's ownership labels and cert-manager's
+  ``cert-manager.io/certificate-name`` annotation whose config (by name, in its namespace) is gone,
+  after the Certificate of that name and labels if the garbage collector has not removed it yet (or
+  cert-manager writes the Secret again). A config of that name existing again takes the Secret over
+  (its Certificate names it) or deletes it in its own pass, so the Secret is left to it.
+
+ACM and the Secrets are listed before the configs: an import or Secret seen first belongs to a config
+that existed then, so a config missing from the later listing was deleted, never one not made yet.
+Nothing without the operator's tags or labels is touched. With auto-issue switched off
+(``operator.autoTls: false``) the operator may read no Secret, and no sweep runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from igw.config.model import KIND
+from igw.operator.dataplane import CONFIG_LABEL, MANAGED_BY, base_name, label_value
+from igw.operator.kube import ADOPTION_LABELS, IGWC_API_VERSION, Kube, refusal_text
+from igw.operator.tls import (
+    CERT_MANAGER_API,
+    CERTIFICATE_KIND,
+    CERTIFICATE_NAME_ANNOTATION,
+    AcmImporter,
+    OwnedImport,
+    secret_name,
+)
+
+log = logging.getLogger("igw.operator")
+
+SWEEP_INTERVAL_S: Final = 600.0
+"""Seconds between two sweeps (one ACM listing and one tag read per imported certificate each)."""
+CLUSTER_NAMESPACE: Final = "kube-system"
+"""The Namespace whose uid names the cluster (:data:`~igw.operator.tls.CLUSTER_TAG`)."""
+
+
+class ClusterIdentity:
+    """The uid of this cluster's ``kube-system`` Namespace, read once and kept; ``""`` while unknown
+    (not readable: imports then carry no cluster tag and the sweep leaves ACM alone)."""
+
+    def __init__(self, kube: Kube) -> None:
+        self._kube = kube
+        self._uid = ""
+        self._warned = False
+
+    async def uid(self) -> str:
+        # No lock: passes reading it at once read the same uid.
+        if not self._uid:
+            try:
+                found = await self._kube.get("v1", "Namespace", "", CLUSTER_NAMESPACE)
+            except Exception as exc:  # RBAC or a transient refusal: tried again next time
+                if not self._warned:  # once: every pass of a tls: {} object asks
+                    self._warned = True
+                    log.warning(
+                        "reading Namespace %s (the cluster's identity) failed; ACM imports carry "
+                        "no cluster tag and the orphan sweep leaves ACM alone until it can: %s",
+                        CLUSTER_NAMESPACE,
+                        refusal_text(exc),
+                    )
+                return ""
+            self._uid = str(((found or {}).get("metadata") or {}).get("uid") or "")
+        return self._uid
+
+
+@dataclass(slots=True)
+class SweepResult:
+    """What one sweep deleted, and what it left to the next one."""
+
+    acm_deleted: list[str] = field(default_factory=list)
+    acm_in_use: list[str] = field(default_factory=list)
+    """Imports of a gone config that ACM refused to delete (a listener still uses them): retried."""
+    secrets_deleted: list[str] = field(default_factory=list)
+    """``namespace/name`` of each Secret deleted."""
+    failed: int = 0
+
+
+class OrphanSweep:
+    """Deletes the ACM imports and cert-manager Secrets of InferenceGatewayConfigs that are gone."""
+
+    def __init__(
+        self, kube: Kube, acm: AcmImporter, cluster: ClusterIdentity, *, namespaces: Sequence[str] = ()
+    ) -> None:
+        self._kube = kube
+        self._acm = acm
+        self._cluster = cluster
+        self._namespaces = tuple(namespaces)
+        """Watched namespaces; empty: all of them."""
+
+    async def run(self, stop: asyncio.Event, interval_s: float = SWEEP_INTERVAL_S) -> None:
+        """Sweep now, then every ``interval_s`` until ``stop``; a failed sweep is logged and retried."""
+        while not stop.is_set():
+            try:
+                await self.sweep()
+            except Exception as exc:  # logged, not raised: the next sweep tries again
+                log.warning("sweeping orphaned auto-issued TLS failed: %s", refusal_text(exc))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), interval_s)
+
+    async def sweep(self) -> SweepResult:
+        """One sweep; raises (deleting nothing) when the configs cannot be listed."""
+        result = SweepResult()
+        cluster = await self._cluster.uid()
+        imports = await self._kube.outside(self._acm.owned_imports, cluster) if cluster else []
+        imports = [i for i in imports if not self._namespaces or i.namespace in self._namespaces]
+        secrets = await self._list(
+            "v1", "Secret", label_selector=f"app.kubernetes.io/managed-by={MANAGED_BY}"
+        )
+        configs = await self._list(IGWC_API_VERSION, KIND)
+        uids = {str(c["metadata"].get("uid")) for c in configs}
+        names: dict[str, set[str]] = {}
+        for config in configs:
+            meta = config["metadata"]
+            names.setdefault(str(meta["namespace"]), set()).update(
+                {label_value(meta["name"]), base_name(meta["name"])}
+            )
+        for owned in imports:
+            if owned.uid not in uids:
+                await self._delete_import(owned, result)
+        for secret in secrets:
+            await self._delete_secret(secret, names, result)
+        if result.acm_deleted or result.acm_in_use or result.secrets_deleted or result.failed:
+            log.info(
+                "swept orphaned auto-issued TLS: %d ACM certificate(s) deleted, %d in use (retried), "
+                "%d Secret(s) deleted, %d failed",
+                len(result.acm_deleted),
+                len(result.acm_in_use),
+                len(result.secrets_deleted),
+                result.failed,
+            )
+        return result
+
+    async def _list(
+        self, api_version: str, kind: str, *, label_selector: str | None = None
+    ) -> list[dict[str, Any]]:
+        scopes: Sequence[str | None] = self._namespaces or (None,)
+        found: list[dict[str, Any]] = []
+        for namespace in scopes:
+            found += await self._kube.list(api_version, kind, namespace, label_selector=label_selector)
+        return found
+
+    async def _delete_import(self, owned: OwnedImport, result: SweepResult) -> None:
+        where = f"{owned.namespace}/{owned.name}"
+        try:
+            deleted = await self._kube.outside(self._acm.delete_owned, owned.arn, uid=owned.uid)
+        except Exception as exc:  # ACM's in-use refusal, or any other: the next sweep tries again
+            if _acm_error_code(exc) == "ResourceInUseException":
+                result.acm_in_use.append(owned.arn)
+                log.info(
+                    "%s (gone): ACM certificate %s still in use; retried at the next sweep", where, owned.arn
+                )
+            else:
+                result.failed += 1
+                log.warning(
+                    "%s (gone): deleting ACM certificate %s failed: %s", where, owned.arn, refusal_text(exc)
+                )
+            return
+        if deleted:
+            result.acm_deleted.append(owned.arn)
+            log.info("%s (gone): deleted its imported ACM certificate %s", where, owned.arn)
+
+    async def _delete_secret(
+        self, secret: Mapping[str, Any], names: Mapping[str, set[str]], result: SweepResult
+    ) -> None:
+        """Delete ``secret`` (and the Certificate it was issued for) when it is cert-manager's for the
+        operator's Certificate of a config that no longer exists in its namespace."""
+        # deferred: start-up cost: kubernetes.dynamic loads with the client, in the worker thread
+        from kubernetes.dynamic.exceptions import ResourceNotFoundError
+
+        meta = secret.get("metadata") or {}
+        namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
+        certificate = str((meta.get("annotations") or {}).get(CERTIFICATE_NAME_ANNOTATION) or "")
+        labels = {key: str((meta.get("labels") or {}).get(key) or "") for key in ADOPTION_LABELS}
+        config = labels[CONFIG_LABEL]
+        if (
+            not certificate
+            or not config
+            or labels["app.kubernetes.io/managed-by"] != MANAGED_BY
+            or name != secret_name(certificate)
+            or names.get(namespace, set()) & {config, certificate}
+        ):
+            return
+
+        def ours(obj: Mapping[str, Any]) -> bool:
+            have = (obj.get("metadata") or {}).get("labels") or {}
+            return all(have.get(key) == value for key, value in labels.items())
+
+        def still_ours(obj: Mapping[str, Any]) -> bool:
+            annotations = (obj.get("metadata") or {}).get("annotations") or {}
+            return ours(obj) and annotations.get(CERTIFICATE_NAME_ANNOTATION) == certificate
+
+        try:
+            # First the Certificate, or cert-manager writes the Secret again; without cert-manager
+            # (the kind is not served) nothing writes it again.
+            with contextlib.suppress(ResourceNotFoundError):
+                await self._kube.delete_if(CERT_MANAGER_API, CERTIFICATE_KIND, namespace, certificate, ours)
+            deleted = await self._kube.delete_if("v1", "Secret", namespace, name, still_ours)
+        except Exception as exc:  # logged, not raised: the next sweep tries again
+            result.failed += 1
+            log.warning(
+                "%s/%s (gone): deleting Secret %s failed: %s", namespace, config, name, refusal_text(exc)
+            )
+            return
+        if deleted:
+            result.secrets_deleted.append(f"{namespace}/{name}")
+            log.info(
+                "%s/%s (gone): deleted Secret %s of its auto-issued certificate", namespace, config, name
+            )
+
+
+def _acm_error_code(exc: BaseException) -> str:
+    """The AWS error code of a botocore ``ClientError`` (``""`` for anything else)."""
+    response = getattr(exc, "response", None)
+    return str(((response or {}).get("Error") or {}).get("Code") or "") if isinstance(response, dict) else ""

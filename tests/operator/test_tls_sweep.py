@@ -1,0 +1,198 @@
+"""The orphan sweep of auto-issued TLS (``igw.operator.tls_sweep``): an InferenceGatewayConfig deleted
+while no operator ran (or during a watch gap: a 410 relist reports no DELETED) left its ACM import and
+the Secret with its private key behind for good, since :meth:`Reconciler.forget` never ran.
+
+Fake API server, moto's ACM, real trustme certificates."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+import trustme
+from moto import mock_aws
+
+from igw.operator.dataplane import DataPlaneSettings
+from igw.operator.kube import Kube
+from igw.operator.reconcile import Reconciler
+from igw.operator.tls import CLUSTER_TAG, KUBE_ACCESS, NAMESPACE_TAG, UID_TAG, AutoTlsSettings, IssuerRef
+from igw.operator.tls_sweep import OrphanSweep
+from tests.fakes.kube_api import FakeKubeApiServer
+from tests.operator.harness import find, running_operator, tls_igwc, wait_for, write_tls_secret
+
+REGION = "us-east-1"
+IGWC = {"api_version": "inference.sagemaker.aws.amazon.com/v1alpha1", "kind": "InferenceGatewayConfig"}
+
+
+@pytest.fixture
+def acm() -> Iterator[Any]:
+    with mock_aws():
+        yield boto3.client("acm", region_name=REGION)
+
+
+@pytest.fixture
+def cluster_uid(cluster: FakeKubeApiServer) -> str:
+    """The cluster's identity: its kube-system Namespace's uid, as on every real cluster."""
+    created = cluster.add({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kube-system"}})
+    return str(created["metadata"]["uid"])
+
+
+def _settings(acm: Any, *, enabled: bool = True) -> AutoTlsSettings:
+    return AutoTlsSettings(IssuerRef("ClusterIssuer", "test-ca"), lambda: acm, enabled=enabled)
+
+
+def _issue(cluster: FakeKubeApiServer, acm: Any, name: str) -> tuple[Reconciler, str]:
+    """``name`` with ``tls: {}``, its certificate issued and imported (by an operator since stopped)."""
+    reconciler = Reconciler(Kube(cluster.api_client()), DataPlaneSettings(), auto_tls=_settings(acm))
+    uid = str(cluster.add(tls_igwc(name))["metadata"]["uid"])
+    asyncio.run(reconciler.reconcile("inference", name))
+    write_tls_secret(cluster, f"{name}-gateway-tls", f"{name}.llm.example.com")
+    asyncio.run(reconciler.reconcile("inference", name))
+    return reconciler, uid
+
+
+def _delete_unseen(cluster: FakeKubeApiServer, name: str) -> None:
+    """Delete the config with no operator watching: nothing calls ``forget``."""
+    cluster.store.delete(cluster.store.kind_for(**IGWC), "inference", name)
+
+
+def _arns(acm: Any) -> set[str]:
+    listed = acm.list_certificates(Includes={"keyTypes": ["EC_prime256v1", "RSA_2048"]})
+    return {c["CertificateArn"] for c in listed["CertificateSummaryList"]}
+
+
+def _foreign_import(acm: Any, tags: list[dict[str, str]]) -> str:
+    leaf = trustme.CA().issue_cert("other.example")
+    return str(
+        acm.import_certificate(
+            Certificate=leaf.cert_chain_pems[0].bytes(), PrivateKey=leaf.private_key_pem.bytes(), Tags=tags
+        )["CertificateArn"]
+    )
+
+
+def test_a_config_deleted_while_no_operator_ran_loses_its_acm_import_and_secret_at_start(
+    cluster: FakeKubeApiServer, kubeconfig: Path, acm: Any, cluster_uid: str
+) -> None:
+    """The leader sweeps when it starts: the gone config's import and private-key Secret are deleted;
+    another cluster's import of the same account, an untagged one, a live config's and a Secret
+    without the operator's labels are not."""
+    _, gone_uid = _issue(cluster, acm, "chat")
+    _, live_uid = _issue(cluster, acm, "live")
+    (gone_arn,) = [a for a in _arns(acm) if {"Key": UID_TAG, "Value": gone_uid} in _tags(acm, a)]
+    assert {"Key": CLUSTER_TAG, "Value": cluster_uid} in _tags(acm, gone_arn)
+    other_cluster = _foreign_import(
+        acm, [{"Key": UID_TAG, "Value": gone_uid}, {"Key": CLUSTER_TAG, "Value": "another-cluster"}]
+    )
+    untagged = _foreign_import(acm, [{"Key": "team", "Value": "search"}])
+    write_tls_secret(cluster, "hand-made-tls", "hand.example.com", certificate="hand-made")
+    _delete_unseen(cluster, "chat")
+    assert find(cluster, "Secret", "inference", "chat-gateway-tls") is not None
+
+    with running_operator(kubeconfig, auto_tls=_settings(acm)):
+        wait_for(lambda: gone_arn not in _arns(acm), what="the orphaned ACM import deleted")
+        wait_for(
+            lambda: find(cluster, "Secret", "inference", "chat-gateway-tls") is None,
+            what="the orphaned Secret deleted",
+        )
+    left = _arns(acm)
+    assert {other_cluster, untagged} <= left
+    assert len(left) == 3  # the live config's import too
+    assert any({"Key": UID_TAG, "Value": live_uid} in _tags(acm, a) for a in left)
+    assert find(cluster, "Secret", "inference", "live-gateway-tls") is not None
+    assert find(cluster, "Secret", "inference", "hand-made-tls") is not None
+
+
+def _tags(acm: Any, arn: str) -> list[dict[str, str]]:
+    return list(acm.list_tags_for_certificate(CertificateArn=arn)["Tags"])
+
+
+class _InUseOnce:
+    """moto's ACM refusing the first DeleteCertificate as in use by a listener (as real ACM does)."""
+
+    def __init__(self, acm: Any) -> None:
+        self._acm = acm
+        self.refused = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._acm, name)
+
+    def delete_certificate(self, **kwargs: Any) -> Any:
+        if not self.refused:
+            self.refused += 1
+            error = {"Error": {"Code": "ResourceInUseException", "Message": "in use by a listener"}}
+            raise self._acm.exceptions.ResourceInUseException(error, "DeleteCertificate")
+        return self._acm.delete_certificate(**kwargs)
+
+
+def test_the_sweep_spares_a_config_made_anew_and_retries_an_import_acm_says_is_in_use(
+    cluster: FakeKubeApiServer, acm: Any, cluster_uid: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``chat`` deleted unseen and made again (a new uid): the old uid's import is another owner's
+    and goes (retried after ACM's in-use refusal); the new config's import stays, and so does the
+    Secret, which the new config's Certificate names again."""
+    reconciler, _ = _issue(cluster, acm, "chat")
+    (old_arn,) = _arns(acm)
+    _delete_unseen(cluster, "chat")
+    cluster.add(tls_igwc("chat"))
+    in_use = _InUseOnce(acm)
+    reconciler = Reconciler(Kube(cluster.api_client()), DataPlaneSettings(), auto_tls=_settings(in_use))
+    asyncio.run(reconciler.reconcile("inference", "chat"))
+    (new_arn,) = _arns(acm) - {old_arn}
+    sweep = OrphanSweep(Kube(cluster.api_client()), reconciler.acm, reconciler.cluster)
+    caplog.set_level(logging.INFO, logger="igw.operator")
+
+    first = asyncio.run(sweep.sweep())
+    assert (first.acm_deleted, first.acm_in_use, first.secrets_deleted) == ([], [old_arn], [])
+    second = asyncio.run(sweep.sweep())
+    assert (second.acm_deleted, second.acm_in_use, second.secrets_deleted) == ([old_arn], [], [])
+    assert _arns(acm) == {new_arn}
+    assert find(cluster, "Secret", "inference", "chat-gateway-tls") is not None
+    assert "1 ACM certificate(s) deleted, 0 in use (retried), 0 Secret(s) deleted" in caplog.text
+
+
+def test_with_auto_tls_off_no_sweep_runs(
+    cluster: FakeKubeApiServer, kubeconfig: Path, acm: Any, cluster_uid: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``operator.autoTls: false``: the RBAC grants no Secret access and no ACM role is bound, so the
+    operator sweeps nothing (and makes no refused call)."""
+    _issue(cluster, acm, "chat")
+    _delete_unseen(cluster, "chat")
+    cluster.forbid(*{resource for _, resource in KUBE_ACCESS})
+    caplog.set_level(logging.INFO, logger="igw.operator")
+    with running_operator(kubeconfig, auto_tls=_settings(acm, enabled=False), tls_sweep_s=0.2):
+        time.sleep(1.5)  # several sweep intervals
+    assert len(_arns(acm)) == 1
+    assert find(cluster, "Secret", "inference", "chat-gateway-tls") is not None
+    assert "swept" not in caplog.text
+    assert "Forbidden" not in caplog.text
+
+
+def test_a_namespaced_operator_sweeps_only_its_namespaces(
+    cluster: FakeKubeApiServer, acm: Any, cluster_uid: str
+) -> None:
+    """An import of this cluster tagged with a namespace the operator does not watch belongs to the
+    configs of another operator (``operator.namespaces``), which this one cannot list: left alone."""
+    reconciler, _ = _issue(cluster, acm, "chat")
+    (ours,) = _arns(acm)
+    theirs = _foreign_import(
+        acm,
+        [
+            {"Key": UID_TAG, "Value": "uid-in-team-b"},
+            {"Key": CLUSTER_TAG, "Value": cluster_uid},
+            {"Key": NAMESPACE_TAG, "Value": "team-b"},
+        ],
+    )
+    _delete_unseen(cluster, "chat")
+    sweep = OrphanSweep(
+        Kube(cluster.api_client()), reconciler.acm, reconciler.cluster, namespaces=["inference"]
+    )
+    result = asyncio.run(sweep.sweep())
+    assert result.acm_deleted == [ours]
+    assert result.secrets_deleted == ["inference/chat-gateway-tls"]
+    assert _arns(acm) == {theirs}
