@@ -144,27 +144,31 @@ def _listed_models(state: GatewayState, guard: RequestGuard, principal: Principa
     return data
 
 
-async def _models(request: web.Request) -> web.StreamResponse:
-    """``GET /v1/models``: the models the caller may use (:func:`_listed_models`)."""
+async def _callers_models(request: web.Request) -> list[dict[str, object]] | web.Response:
+    """The models the authenticated caller may use (:func:`_listed_models`), or the denial."""
     state = request.app[STATE_KEY]
     guard = state.guard
     try:
         principal = await guard.authenticate(request.headers)
     except GuardDenied as denied:
         return denial_response(denied)
-    data = _listed_models(state, guard, principal)
+    return _listed_models(state, guard, principal)
+
+
+async def _models(request: web.Request) -> web.StreamResponse:
+    """``GET /v1/models``: the models the caller may use."""
+    data = await _callers_models(request)
+    if isinstance(data, web.Response):
+        return data
     return web.Response(body=orjson.dumps({"object": "list", "data": data}), content_type="application/json")
 
 
 async def _model(request: web.Request) -> web.StreamResponse:
     """``GET /v1/models/{model}``: one of the models ``GET /v1/models`` lists (:func:`model_answer`)."""
-    state = request.app[STATE_KEY]
-    guard = state.guard
-    try:
-        principal = await guard.authenticate(request.headers)
-    except GuardDenied as denied:
-        return denial_response(denied)
-    return model_answer(_listed_models(state, guard, principal), request.match_info["model"])
+    data = await _callers_models(request)
+    if isinstance(data, web.Response):
+        return data
+    return model_answer(data, request.match_info["model"])
 
 
 async def healthz(request: web.Request) -> web.StreamResponse:
