@@ -29,6 +29,7 @@ IMAGE_CLI_MODULES = {
     "arg_types.py",
     "early_stop.py",
     "main.py",
+    "option_scope.py",
     "registry.py",
     "serve.py",
     "validate.py",
