@@ -331,9 +331,12 @@ async def test_a_request_planned_on_a_cluster_whose_connections_are_all_held_goe
     async with contextlib.AsyncExitStack() as stack:
         slow_url = await stack.enter_async_context(serve_app(slow_app, host="127.0.0.1", port=0))
         fast_url = await stack.enter_async_context(serve_app(fast_app, host="127.0.0.1", port=0))
+        # slow in the router's region, fast in another: every plan puts slow first (latency-first
+        # routing learns fast's quick answers, so with both in one region a loaded machine could send
+        # fewer than 4 requests to slow before the plans settled on fast)
         clusters = [
             {"name": "slow", "region": "east", "endpoint": slow_url, "models": [MODEL]},
-            {"name": "fast", "region": "east", "endpoint": fast_url, "models": [MODEL]},
+            {"name": "fast", "region": "west", "endpoint": fast_url, "models": [MODEL]},
         ]
         url = await stack.enter_async_context(_router(clusters, upstream={"requestTimeoutSeconds": 120}))
         http = await stack.enter_async_context(aiohttp.ClientSession())
