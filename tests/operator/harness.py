@@ -353,3 +353,23 @@ def kubelet_env(container: dict[str, Any], *, pod_name: str, namespace: str) -> 
             assert divisor, ref
             env[entry["name"]] = str(math.ceil(quantity / divisor))
     return env
+
+
+class InUseOnce:
+    """moto's ACM, except that the first DeleteCertificate is refused as real ACM refuses one while a
+    load balancer listener still uses the certificate (the Load Balancer Controller moves the
+    listener to the new ARN after the Service changed, not at once)."""
+
+    def __init__(self, acm: Any) -> None:
+        self._acm = acm
+        self.refused = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._acm, name)
+
+    def delete_certificate(self, **kwargs: Any) -> Any:
+        if not self.refused:
+            self.refused += 1
+            error = {"Error": {"Code": "ResourceInUseException", "Message": "in use by a listener"}}
+            raise self._acm.exceptions.ResourceInUseException(error, "DeleteCertificate")
+        return self._acm.delete_certificate(**kwargs)

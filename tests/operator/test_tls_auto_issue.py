@@ -21,6 +21,7 @@ from igw.operator.reconcile import Reconciler
 from igw.operator.tls import KUBE_ACCESS, UID_TAG, AcmImporter, AutoTlsSettings, IssuerRef
 from tests.fakes.kube_api import FakeKubeApiServer
 from tests.operator.harness import (
+    InUseOnce,
     condition,
     find,
     igwc,
@@ -165,26 +166,6 @@ def test_dropping_auto_issue_deletes_the_imported_certificate(
         assert service["spec"]["ports"][0]["port"] == 80
 
 
-class _InUseOnce:
-    """moto's ACM, except that the first DeleteCertificate is refused as real ACM refuses one while a
-    load balancer listener still uses the certificate (the Load Balancer Controller moves the
-    listener to the new ARN after the Service changed, not at once)."""
-
-    def __init__(self, acm: Any) -> None:
-        self._acm = acm
-        self.refused = 0
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._acm, name)
-
-    def delete_certificate(self, **kwargs: Any) -> Any:
-        if not self.refused:
-            self.refused += 1
-            error = {"Error": {"Code": "ResourceInUseException", "Message": "in use by a listener"}}
-            raise self._acm.exceptions.ResourceInUseException(error, "DeleteCertificate")
-        return self._acm.delete_certificate(**kwargs)
-
-
 def test_moving_to_a_given_acm_arn_deletes_the_import_once_acm_lets_it_go(
     cluster: FakeKubeApiServer, acm: Any
 ) -> None:
@@ -197,7 +178,7 @@ def test_moving_to_a_given_acm_arn_deletes_the_import_once_acm_lets_it_go(
     given = acm.import_certificate(
         Certificate=leaf.cert_chain_pems[0].bytes(), PrivateKey=leaf.private_key_pem.bytes()
     )["CertificateArn"]
-    in_use = _InUseOnce(acm)
+    in_use = InUseOnce(acm)
     settings = AutoTlsSettings(IssuerRef("ClusterIssuer", "test-ca"), lambda: in_use)
     reconciler = Reconciler(Kube(cluster.api_client()), DataPlaneSettings(), auto_tls=settings)
     cluster.add(tls_igwc("chat"))
@@ -322,7 +303,7 @@ def test_dropping_auto_issue_deletes_the_certificate_and_its_secret_once_acm_let
     given = acm.import_certificate(
         Certificate=leaf.cert_chain_pems[0].bytes(), PrivateKey=leaf.private_key_pem.bytes()
     )["CertificateArn"]
-    in_use = _InUseOnce(acm)
+    in_use = InUseOnce(acm)
     reconciler = _issued(cluster, in_use)
 
     def change(spec: dict[str, Any]) -> None:

@@ -24,7 +24,7 @@ from igw.operator.reconcile import Reconciler
 from igw.operator.tls import CLUSTER_TAG, KUBE_ACCESS, NAMESPACE_TAG, UID_TAG, AutoTlsSettings, IssuerRef
 from igw.operator.tls_sweep import OrphanSweep
 from tests.fakes.kube_api import FakeKubeApiServer
-from tests.operator.harness import find, running_operator, tls_igwc, wait_for, write_tls_secret
+from tests.operator.harness import InUseOnce, find, running_operator, tls_igwc, wait_for, write_tls_secret
 
 REGION = "us-east-1"
 IGWC = {"api_version": "inference.sagemaker.aws.amazon.com/v1alpha1", "kind": "InferenceGatewayConfig"}
@@ -112,24 +112,6 @@ def _tags(acm: Any, arn: str) -> list[dict[str, str]]:
     return list(acm.list_tags_for_certificate(CertificateArn=arn)["Tags"])
 
 
-class _InUseOnce:
-    """moto's ACM refusing the first DeleteCertificate as in use by a listener (as real ACM does)."""
-
-    def __init__(self, acm: Any) -> None:
-        self._acm = acm
-        self.refused = 0
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._acm, name)
-
-    def delete_certificate(self, **kwargs: Any) -> Any:
-        if not self.refused:
-            self.refused += 1
-            error = {"Error": {"Code": "ResourceInUseException", "Message": "in use by a listener"}}
-            raise self._acm.exceptions.ResourceInUseException(error, "DeleteCertificate")
-        return self._acm.delete_certificate(**kwargs)
-
-
 def test_the_sweep_spares_a_config_made_anew_and_retries_an_import_acm_says_is_in_use(
     cluster: FakeKubeApiServer, acm: Any, cluster_uid: str, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -140,7 +122,7 @@ def test_the_sweep_spares_a_config_made_anew_and_retries_an_import_acm_says_is_i
     (old_arn,) = _arns(acm)
     _delete_unseen(cluster, "chat")
     cluster.add(tls_igwc("chat"))
-    in_use = _InUseOnce(acm)
+    in_use = InUseOnce(acm)
     reconciler = Reconciler(Kube(cluster.api_client()), DataPlaneSettings(), auto_tls=_settings(in_use))
     asyncio.run(reconciler.reconcile("inference", "chat"))
     (new_arn,) = _arns(acm) - {old_arn}

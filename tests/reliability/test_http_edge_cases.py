@@ -19,23 +19,29 @@ BODY_LIMIT = 64 * 1024
 DOC = gateway_doc(bbr={"maxRequestBodyBytes": BODY_LIMIT})
 
 
+async def _until_quiet(reader: asyncio.StreamReader) -> bytes:
+    """What arrives until the server closes the connection or goes quiet for a second."""
+    received = b""
+    while True:
+        try:
+            chunk = await asyncio.wait_for(reader.read(65536), timeout=1.0)
+        except TimeoutError:
+            break
+        if not chunk:
+            break
+        received += chunk
+    return received
+
+
 async def first_answer(url: str, request: bytes) -> bytes:
     """Send ``request`` on a fresh connection and return what arrives until the server closes it or
     goes quiet for a second (the client never sends a body it was not asked for)."""
     host, port = url.removeprefix("http://").split(":")
     reader, writer = await asyncio.open_connection(host, int(port))
-    received = b""
     try:
         writer.write(request)
         await writer.drain()
-        while True:
-            try:
-                chunk = await asyncio.wait_for(reader.read(65536), timeout=1.0)
-            except TimeoutError:
-                break
-            if not chunk:
-                break
-            received += chunk
+        received = await _until_quiet(reader)
     finally:
         writer.close()
         await writer.wait_closed()
@@ -176,20 +182,12 @@ async def answers_to(url: str, parts: list[bytes]) -> list[bytes]:
     and return each answer (head and body) that arrives until the server closes or goes quiet."""
     host, port = url.removeprefix("http://").split(":")
     reader, writer = await asyncio.open_connection(host, int(port))
-    received = b""
     try:
         for part in parts:
             writer.write(part)
             await writer.drain()
             await asyncio.sleep(0.25)
-        while True:
-            try:
-                chunk = await asyncio.wait_for(reader.read(65536), timeout=1.0)
-            except TimeoutError:
-                break
-            if not chunk:
-                break
-            received += chunk
+        received = await _until_quiet(reader)
     finally:
         writer.close()
         await writer.wait_closed()
