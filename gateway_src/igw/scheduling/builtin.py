@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
+from igw.scheduling import gie_sections
 from igw.scheduling.framework import PluginHooks
 from igw.scheduling.params import ParamReader
 from igw.scheduling.plugins import (
@@ -87,6 +88,8 @@ def build_registry() -> PluginRegistry:
     registry.register(utilization_detector.TYPE, utilization_detector.factory)
     for type_name in ACCEPTED_ONLY:
         registry.register(type_name, _accepted(type_name))
+    for type_name, factory in gie_sections.factories().items():
+        registry.register(type_name, factory)
     return registry
 
 

@@ -24,17 +24,21 @@ unknown parameter is ignored, each with a warning naming its path (logged on ``i
 returned by :func:`load_picker_config`), so a file written for GIE loads unchanged. ``strict=True``
 turns those warnings into errors (``igw validate``-style checking of a file before it ships).
 The v1.5 form ``saturationDetector: {pluginRef: NAME}`` makes a declared ``utilization-detector`` the
-scheduler's admission rule. Plugins that share per-pick state run in data-flow order whatever their
+scheduler's admission rule. GIE's data-layer, parser, flow-control and feature-gate sections are
+judged in :mod:`igw.scheduling.gie_sections` (accepted, accepted with a warning, or refused).
+Plugins that share per-pick state run in data-flow order whatever their
 order in the file (:mod:`igw.scheduling.data_flow`): ``no-hit-lru-scorer`` after ``prefix-cache-scorer``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Mapping, Set
 from typing import Any, Final
 
 from igw.config.durations import parse_duration
+from igw.scheduling import gie_sections
 from igw.scheduling.builtin import REGISTRY
 from igw.scheduling.data_flow import Placed, order_by_data_flow
 from igw.scheduling.errors import SchedulerConfigError
@@ -48,9 +52,10 @@ from igw.scheduling.settings import RoutingSettings
 API_VERSIONS: Final = frozenset({"inference.networking.x-k8s.io/v1alpha1", "llm-d.ai/v1alpha1"})
 KIND: Final = "EndpointPickerConfig"
 _TOP_LEVEL: Final = frozenset(
-    {"apiVersion", "kind", "plugins", "schedulingProfiles", "saturationDetector", "featureGates"}
+    {"apiVersion", "kind", "plugins", "schedulingProfiles", "saturationDetector", *gie_sections.TOP_LEVEL}
 )
 DEFAULT_SCORER_WEIGHT: Final = 1.0
+_log = logging.getLogger("igw.scheduling")
 
 
 def _instantiate(
@@ -244,6 +249,12 @@ def load_picker_config(
     if detector is not None:
         profile = dataclasses.replace(profile, detector=detector)
     settings = _saturation(doc, settings, problems)
+    notes = gie_sections.check_sections(doc, plugins, refused, problems)
+    if strict:
+        problems.extend(notes)
+        notes = []
+    for note in notes:
+        _log.warning("EndpointPickerConfig: %s", note)
     if problems:
         raise SchedulerConfigError(problems)
-    return profile, settings, warnings
+    return profile, settings, [*warnings, *notes]
