@@ -83,6 +83,7 @@ from igw.gateway.stream_usage import (
     StreamUsage,
     with_usage_asked,
 )
+from igw.gateway.tenant_fields import refusal_message
 from igw.gateway.upstream import (
     ClientGone,
     ConnectFailed,
@@ -354,20 +355,12 @@ response's pod is not known here (a 404 each is about a round trip on the pool's
 what one request costs)."""
 
 
-def _engine_code_refused(field: str, rid: str) -> web.Response:
-    """The answer to an authenticated request asking the model server to run code its caller chose
-    (:data:`~igw.gateway.request_body.ENGINE_CODE_FIELDS`).
-
-    Why: a model server's pods serve every tenant, and a server started to take such code runs it in
-    its own process (SGLang unpickles a ``custom_logit_processor``): forwarded, any tenant could run
-    code beside every other tenant's requests, their prompts and answers included. Before session
-    s39 the gateway forwarded the field as it came. Without authentication (no tenants: network
-    controls only) the field goes to the model server, whose own flag decides."""
-    message = (
-        f"'{field}' asks the model server to run code the caller supplies; the gateway does not "
-        "forward it for an authenticated tenant (the model server's pods serve every tenant)"
-    )
-    return gateway_error("invalid_request", message, param=field, request_id=rid)
+def _tenant_field_refused(field: str, rid: str) -> web.Response:
+    """The answer to an authenticated request carrying a field no tenant may send to a model
+    server that serves every tenant (:mod:`igw.gateway.tenant_fields`: code for it to run, its own
+    request id, a stored session, a KV-cache transfer). Without authentication (no tenants:
+    network controls only) the field goes to the model server, whose own flags decide."""
+    return gateway_error("invalid_request", refusal_message(field), param=field, request_id=rid)
 
 
 NO_BODY: Final = InferenceBody(
@@ -543,8 +536,8 @@ async def _route(
                 guard.authorize(principal, model=body.model)
             return gateway_error("model_not_found", NO_MATCH_MESSAGE, param="model", request_id=rid)
         obs.routed(model=body.model, scheduler=DEFAULT_BACKEND_SCHEDULER, stream=body.stream)
-        if body.engine_code is not None and principal.authenticated:
-            return _engine_code_refused(body.engine_code, rid)
+        if body.tenant_refused is not None and principal.authenticated:
+            return _tenant_field_refused(body.tenant_refused, rid)
         # the backend's engine is unknown: a lora_path may name the model authorized, nothing else
         refusal = lora_path_refusal(body.lora_path, adapter=body.model, model=body.model)
         if refusal is not None:
@@ -564,8 +557,8 @@ async def _route(
         stream=body.stream,
         configured=True,
     )
-    if body.engine_code is not None and principal.authenticated:
-        return _engine_code_refused(body.engine_code, rid)
+    if body.tenant_refused is not None and principal.authenticated:
+        return _tenant_field_refused(body.tenant_refused, rid)
     refusal = lora_path_refusal(body.lora_path, adapter=route.adapter, model=route.model)
     if refusal is not None:  # igw.gateway.lora_field: the adapter served is the one authorized
         return gateway_error("invalid_request", refusal, param="lora_path", request_id=rid)

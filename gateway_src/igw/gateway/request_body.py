@@ -32,6 +32,7 @@ from igw.gateway.cache_salt import SALTED_APIS
 from igw.gateway.inference_apis import InferenceApi
 from igw.gateway.inline_media import MEDIA_TOKENS, holds_inline_media, inline_media
 from igw.gateway.stream_usage import StreamUsage, stream_usage_of
+from igw.gateway.tenant_fields import refused_field
 
 CHARS_PER_TOKEN: Final = 4
 MAX_MODEL_NAME_LENGTH: Final = 256
@@ -137,9 +138,11 @@ class InferenceBody:
     lora_path: Final[str | None]
     """The client's ``lora_path`` (SGLang's second way to name a LoRA adapter); ``None``: absent or
     ``null`` (:mod:`igw.gateway.lora_field`)."""
-    engine_code: Final[str | None]
-    """The field by which the body asks the model server to run code the caller supplies
-    (:data:`ENGINE_CODE_FIELDS`), when it carries one (not ``null``); ``None`` otherwise."""
+    tenant_refused: Final[str | None]
+    """The first field of the body that no authenticated tenant may send
+    (:data:`~igw.gateway.tenant_fields.TENANT_REFUSED_FIELDS`: code for the model server to run,
+    its own request id, a session or KV transfer of its), when it carries one (not ``null``);
+    ``None`` otherwise."""
 
     def __init__(
         self,
@@ -155,7 +158,7 @@ class InferenceBody:
         stream_usage: StreamUsage | None = None,
         choices: int = 1,
         lora_path: str | None = None,
-        engine_code: str | None = None,
+        tenant_refused: str | None = None,
     ) -> None:
         self.raw = raw
         self.model = model
@@ -169,7 +172,7 @@ class InferenceBody:
         self.stream_usage = stream_usage
         self.choices = choices
         self.lora_path = lora_path
-        self.engine_code = engine_code
+        self.tenant_refused = tenant_refused
 
 
 def output_bound(body: InferenceBody) -> int:
@@ -234,14 +237,6 @@ MEDIA_FIELDS: Final[Mapping[InferenceApi, tuple[str, ...]]] = {
 media in the prompt's estimate, per API: those its prefix text is made of and a multimodal model
 reads media in (vLLM's chat, embedding, Messages and Responses APIs, and its rerank's image
 documents)."""
-
-
-ENGINE_CODE_FIELDS: Final = ("custom_logit_processor", "logits_processors")
-"""Body fields by which a request asks the model server to run code the caller chose: SGLang's
-``custom_logit_processor`` (a serialized Python callable, run when the server was started with
-``--enable-custom-logit-processor``) and vLLM's ``logits_processors`` (classes by qualified name,
-loaded when ``--logits-processor-pattern`` matches them). A pod serves every tenant: an authenticated
-request carrying one is refused (:mod:`igw.gateway.inference`)."""
 
 
 def parse_body(raw: bytes, *, api: InferenceApi, header_model: str | None) -> InferenceBody:
@@ -365,7 +360,7 @@ def parse_body(raw: bytes, *, api: InferenceApi, header_model: str | None) -> In
         stream_usage=stream_usage_of(body, api=api, stream=stream) if stream else None,
         choices=choices,
         lora_path=lora_path,
-        engine_code=next((name for name in ENGINE_CODE_FIELDS if body.get(name) is not None), None),
+        tenant_refused=refused_field(body),
     )
 
 
@@ -510,7 +505,7 @@ def with_leading_field(body: InferenceBody, name: str, value: object) -> Inferen
         body.stream_usage,
         body.choices,
         body.lora_path,
-        body.engine_code,
+        body.tenant_refused,
     )
 
 
