@@ -166,6 +166,29 @@ def request_id_for(headers: Mapping[str, str]) -> str:
     return fresh_request_id()
 
 
+UPSTREAM_SUFFIX_HEX: Final = 16
+"""Hex digits of the request's own key appended to a client's id in the model server's copy."""
+
+
+def upstream_request_id(request_id: str, *, key: str, headers: Mapping[str, str]) -> str:
+    """The ``X-Request-Id`` a model server gets for a request the gateway names ``request_id``
+    (whose scheduler key is ``key``, 32 fresh hex digits): a client's own id with ``-`` and the
+    first :data:`UPSTREAM_SUFFIX_HEX` digits of ``key`` after it, a fresh id as it is.
+
+    Why: vLLM takes the header as the engine's id of the request (``_base_request_id``, whatever
+    its flags; ``--enable-request-id-headers`` only echoes it), and its releases before
+    vllm-project/vllm#27987 (Nov 2025) refuse a second request under an id in flight (400 ``Request
+    id ... already running``; an abort racing a reuse could also end or leak the other request,
+    vllm-project/vllm#23697). Before session s40 the client's id went to the pod as it came: two
+    requests under one id (a client's session id, a retrying SDK) on one pod failed, and a tenant
+    knowing the ids another tenant sends could keep requests in flight under them so that
+    tenant's were refused. The client's id still leads the pod's, so the pod's log lines are found
+    by it; the client gets its own id back (the gateway's answer and access log keep it)."""
+    if headers.get(REQUEST_ID_HEADER) != request_id:
+        return request_id  # the gateway's own: fresh, unique
+    return f"{request_id}-{key[:UPSTREAM_SUFFIX_HEX]}"
+
+
 @dataclass(slots=True, kw_only=True, init=False)
 class _Forward:
     """Where and how one request is forwarded (a scheduled pick, the default backend, or the pod
@@ -932,7 +955,8 @@ async def _forward(
         named = {h.lower() for h in principal.forward_headers}
         strip = strip | named
         strip_fields = strip_fields | {h.encode(_CHARSET, _UNDECODABLE) for h in named}
-    add = {**principal.forward_headers, **plan.add_headers, "X-Request-Id": obs.request_id}
+    upstream_id = upstream_request_id(obs.request_id, key=obs.key, headers=request.headers)
+    add = {**principal.forward_headers, **plan.add_headers, "X-Request-Id": upstream_id}
     # A request the lean server parsed carries its fields as received: without a trace context to
     # inject, the upstream head's fields are serialised from them directly (no header maps).
     fields: Sequence[tuple[bytes, bytes]] | None = getattr(request, "raw_fields", None)
