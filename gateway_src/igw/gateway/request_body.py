@@ -133,8 +133,9 @@ class InferenceBody:
     """Whether its stream reports usage, or could be asked to (:mod:`igw.gateway.stream_usage`);
     ``None``: not a streamed completion or chat completion."""
     choices: Final[int]
-    """How many answers the request generates: a completion's or chat completion's ``n``, else 1.
-    Each may run to ``max_tokens`` (:func:`output_bound`)."""
+    """How many answers the request generates: a completion's or chat completion's ``n`` (a
+    completion's ``best_of`` when larger: the engine generates that many and returns ``n``), else
+    1. Each may run to ``max_tokens`` (:func:`output_bound`)."""
     lora_path: Final[str | None]
     """The client's ``lora_path`` (SGLang's second way to name a LoRA adapter); ``None``: absent or
     ``null`` (:mod:`igw.gateway.lora_field`)."""
@@ -276,6 +277,11 @@ def parse_body(raw: bytes, *, api: InferenceApi, header_model: str | None) -> In
     background = False
     extra_chars = 0  # what the engine reads besides ``text``: a rerank's query once per document
     choices = _choices(body) if api in CHOICE_APIS else 1
+    if api is InferenceApi.COMPLETIONS:
+        # vLLM generates best_of sequences and returns the n best (its V0 engine; V1 refuses
+        # best_of > 1): admission counts what it generates. Before session s40 best_of was not
+        # counted, so a completion of n=1, best_of=20 was charged one answer.
+        choices = max(choices, _choices(body, "best_of"))
     if api is InferenceApi.CHAT:
         max_tokens = _output_bound(body, "max_completion_tokens", "max_tokens")
         messages = body.get("messages")
@@ -368,15 +374,15 @@ CHOICE_APIS: Final = frozenset({InferenceApi.CHAT, InferenceApi.COMPLETIONS})
 """The APIs whose ``n`` asks for several answers to one prompt (vLLM and SGLang serve it on both)."""
 
 
-def _choices(body: dict[str, Any]) -> int:
-    """A completion's or chat completion's ``n`` (1 when absent or ``null``, as the engines default
-    it); :class:`BadRequestBody` naming ``n`` when it is not a positive integer (the engines refuse
-    such a request too)."""
-    value = body.get("n")
+def _choices(body: dict[str, Any], name: str = "n") -> int:
+    """A completion's or chat completion's ``n`` (or a completion's ``best_of``: ``name``), 1 when
+    absent or ``null``, as the engines default it; :class:`BadRequestBody` naming the field when it
+    is not a positive integer (the engines refuse such a request too)."""
+    value = body.get(name)
     if value is None:
         return 1
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise BadRequestBody("'n' must be a positive integer", param="n")
+        raise BadRequestBody(f"'{name}' must be a positive integer", param=name)
     return value
 
 
