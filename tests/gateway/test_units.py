@@ -239,7 +239,7 @@ def test_parse_body_errors(raw: bytes, api: InferenceApi, message: str, param: s
             COMPLETIONS,
             3,
             32,
-        ),  # noqa: E501
+        ),
         (b'{"model": "m", "messages": [], "max_tokens": 10, "best_of": 5}', CHAT, 1, 11),  # not a chat field
     ],
 )
