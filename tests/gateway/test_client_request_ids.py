@@ -47,8 +47,39 @@ async def test_requests_sharing_a_client_request_id_are_two_requests_to_the_sche
         assert list(await asyncio.gather(one(), one())) == [(200, "session-7")] * 2  # still their name
         assert [len(p.received) for p in pods] == [1, 1]  # one on each pod
         sent = [{k.lower(): v for k, v in p.received[0].headers.items()} for p in pods]
-        assert [h["x-request-id"] for h in sent] == ["session-7"] * 2  # the pods log the client's id
+        # the pods get the client's id, each request's made unique (upstream_request_id)
+        assert all(h["x-request-id"].startswith("session-7-") for h in sent)
+        assert sent[0]["x-request-id"] != sent[1]["x-request-id"]
         fits = backlog.fits
         assert sorted(fits) == sorted(p.key for p in pods)  # each pod's first token learned
         assert fits[slow.key].mean_y > 0.4 > fits[fast.key].mean_y  # ... as its own
         assert sum(backlog.pending.values()) == 0
+
+
+async def test_two_tenants_requests_under_one_client_id_are_two_ids_to_the_engine(gateway: Any) -> None:
+    """vLLM takes ``X-Request-Id`` as the engine's id of a request, and its releases before
+    vllm-project/vllm#27987 refuse a second request under an id in flight (400 ``Request id ...
+    already running``). Before session s40 the pod got the client's id as it came: two requests
+    under one id on one pod (two tenants' callers sending the same id, or one tenant sending the
+    id it saw another use) were one engine id. Now each reaches the pod under an id of its own,
+    led by the client's, and each client gets back the id it sent."""
+    pod = FakeModelServer("only", first_token_delay_s=0.2)
+    async with running(pod), gateway(DOC, {"llama": [pod.key]}) as gw:
+        body = {"model": CHAT_MODEL, "messages": [{"role": "user", "content": "hi"}], "stream": True}
+
+        async def one() -> tuple[int, str]:
+            async with gw.http.post(
+                gw.url + "/v1/chat/completions", json=body, headers={"X-Request-Id": "req-1"}
+            ) as r:
+                await r.read()
+                return r.status, r.headers["X-Request-Id"]
+
+        assert list(await asyncio.gather(one(), one())) == [(200, "req-1")] * 2
+        ids = [{k.lower(): v for k, v in r.headers.items()}["x-request-id"] for r in pod.received]
+        assert len(set(ids)) == len(ids) == 2, ids  # two engine ids
+        assert all(i.startswith("req-1-") for i in ids)
+        # an id the gateway made itself goes to the pod as the client sees it
+        async with gw.http.post(gw.url + "/v1/chat/completions", json=body) as r:
+            await r.read()
+            last = {k.lower(): v for k, v in pod.received[-1].headers.items()}
+            assert last["x-request-id"] == r.headers["X-Request-Id"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import re
 import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -127,7 +128,8 @@ async def test_a_completion_is_answered_alike_by_either_side(
     assert int(headers["content-length"]) == len(body)
     assert "connection" not in headers  # kept alive
     assert orjson.loads(body)["choices"]
-    assert {k.lower(): v for k, v in a.received[-1].headers.items()}["x-request-id"] == "req-1"
+    sent = {k.lower(): v for k, v in a.received[-1].headers.items()}["x-request-id"]
+    assert re.fullmatch(r"req-1-[0-9a-f]{16}", sent)  # the client's id, made unique for the engine
 
 
 async def test_keep_alive_hands_over_at_the_next_other_request_and_stays_with_aiohttp(tmp_path: Path) -> None:

@@ -169,6 +169,7 @@ def test_parse_body(raw: bytes, api: InferenceApi, header: str | None, expected:
         (b'{"model": "m", "messages": [], "n": 0}', CHAT, "'n' must be a positive integer", "n"),
         (b'{"model": "m", "prompt": "", "n": "2"}', COMPLETIONS, "'n' must be a positive integer", "n"),
         (b'{"model": "m", "prompt": "", "n": true}', COMPLETIONS, "'n' must be a positive integer", "n"),
+        (b'{"model": "m", "prompt": "", "best_of": 0}', COMPLETIONS, "'best_of' must be", "best_of"),
         (b'{"model": "m", "prompt": "hi"}', CHAT, "'messages' must be a list", "messages"),
         (b'{"model": "m", "messages": []}', COMPLETIONS, "'prompt' is required", "prompt"),
         (b"\xff\xfe", COMPLETIONS, "request body is not valid JSON", None),
@@ -231,6 +232,15 @@ def test_parse_body_errors(raw: bytes, api: InferenceApi, message: str, param: s
         (b'{"model": "m", "prompt": "abcdefgh", "max_tokens": 10, "n": null}', COMPLETIONS, 1, 2 + 10),
         (b'{"model": "m", "prompt": "abcdefgh", "n": 8}', COMPLETIONS, 8, 2),  # no bound: none known
         (b'{"model": "m", "input": "abcdefgh", "n": 8}', RESPONSES, 1, 2),  # no n in the Responses API
+        # best_of sequences generated, the n best returned (session s40: not counted)
+        (b'{"model": "m", "prompt": "abcdefgh", "max_tokens": 10, "n": 2, "best_of": 5}', COMPLETIONS, 5, 52),
+        (
+            b'{"model": "m", "prompt": "abcdefgh", "max_tokens": 10, "n": 3, "best_of": null}',
+            COMPLETIONS,
+            3,
+            32,
+        ),
+        (b'{"model": "m", "messages": [], "max_tokens": 10, "best_of": 5}', CHAT, 1, 11),  # not a chat field
     ],
 )
 def test_a_request_for_n_answers_is_estimated_as_n_output_bounds(

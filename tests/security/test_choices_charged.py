@@ -2,7 +2,9 @@
 
 Each of a completion's ``n`` answers may run to ``max_tokens``; before session s39 admission charged
 the prompt's estimate and one ``max_tokens``, so a tenant with room for one answer was admitted a
-request that could generate eight (:func:`igw.gateway.request_body.estimated_tokens`)."""
+request that could generate eight (:func:`igw.gateway.request_body.estimated_tokens`). A
+completion's ``best_of`` likewise (vLLM generates that many and returns the ``n`` best), before
+session s40 not counted at all."""
 
 from __future__ import annotations
 
@@ -38,5 +40,7 @@ async def test_a_request_for_n_answers_is_admitted_as_n_times_its_output_bound(
         # 600-token bucket; the first answer costs its prompt and 300 tokens: about 290 are left
         assert await post(max_tokens=300) == 200
         assert await post(max_tokens=100, n=4) == 429  # up to 400 tokens: more than is left
+        # best_of answers generated, n returned (vLLM): counted as generated (before s40: as one)
+        assert await post(max_tokens=100, n=1, best_of=4) == 429
         assert await post(max_tokens=100) == 200  # one answer of 100 fits
         assert len(pods[0].received) + len(pods[1].received) == 2

@@ -83,6 +83,7 @@ from igw.gateway.stream_usage import (
     StreamUsage,
     with_usage_asked,
 )
+from igw.gateway.tenant_fields import refusal_message
 from igw.gateway.upstream import (
     ClientGone,
     ConnectFailed,
@@ -163,6 +164,29 @@ def request_id_for(headers: Mapping[str, str]) -> str:
     if given and _CLIENT_REQUEST_ID.fullmatch(given) and given.count(".") < 2:  # not a JWT
         return given
     return fresh_request_id()
+
+
+UPSTREAM_SUFFIX_HEX: Final = 16
+"""Hex digits of the request's own key appended to a client's id in the model server's copy."""
+
+
+def upstream_request_id(request_id: str, *, key: str, headers: Mapping[str, str]) -> str:
+    """The ``X-Request-Id`` a model server gets for a request the gateway names ``request_id``
+    (whose scheduler key is ``key``, 32 fresh hex digits): a client's own id with ``-`` and the
+    first :data:`UPSTREAM_SUFFIX_HEX` digits of ``key`` after it, a fresh id as it is.
+
+    Why: vLLM takes the header as the engine's id of the request (``_base_request_id``, whatever
+    its flags; ``--enable-request-id-headers`` only echoes it), and its releases before
+    vllm-project/vllm#27987 (Nov 2025) refuse a second request under an id in flight (400 ``Request
+    id ... already running``; an abort racing a reuse could also end or leak the other request,
+    vllm-project/vllm#23697). Before session s40 the client's id went to the pod as it came: two
+    requests under one id (a client's session id, a retrying SDK) on one pod failed, and a tenant
+    knowing the ids another tenant sends could keep requests in flight under them so that
+    tenant's were refused. The client's id still leads the pod's, so the pod's log lines are found
+    by it; the client gets its own id back (the gateway's answer and access log keep it)."""
+    if headers.get(REQUEST_ID_HEADER) != request_id:
+        return request_id  # the gateway's own: fresh, unique
+    return f"{request_id}-{key[:UPSTREAM_SUFFIX_HEX]}"
 
 
 @dataclass(slots=True, kw_only=True, init=False)
@@ -354,20 +378,12 @@ response's pod is not known here (a 404 each is about a round trip on the pool's
 what one request costs)."""
 
 
-def _engine_code_refused(field: str, rid: str) -> web.Response:
-    """The answer to an authenticated request asking the model server to run code its caller chose
-    (:data:`~igw.gateway.request_body.ENGINE_CODE_FIELDS`).
-
-    Why: a model server's pods serve every tenant, and a server started to take such code runs it in
-    its own process (SGLang unpickles a ``custom_logit_processor``): forwarded, any tenant could run
-    code beside every other tenant's requests, their prompts and answers included. Before session
-    s39 the gateway forwarded the field as it came. Without authentication (no tenants: network
-    controls only) the field goes to the model server, whose own flag decides."""
-    message = (
-        f"'{field}' asks the model server to run code the caller supplies; the gateway does not "
-        "forward it for an authenticated tenant (the model server's pods serve every tenant)"
-    )
-    return gateway_error("invalid_request", message, param=field, request_id=rid)
+def _tenant_field_refused(field: str, rid: str) -> web.Response:
+    """The answer to an authenticated request carrying a field no tenant may send to a model
+    server that serves every tenant (:mod:`igw.gateway.tenant_fields`: code for it to run, its own
+    request id, a stored session, a KV-cache transfer). Without authentication (no tenants:
+    network controls only) the field goes to the model server, whose own flags decide."""
+    return gateway_error("invalid_request", refusal_message(field), param=field, request_id=rid)
 
 
 NO_BODY: Final = InferenceBody(
@@ -543,8 +559,8 @@ async def _route(
                 guard.authorize(principal, model=body.model)
             return gateway_error("model_not_found", NO_MATCH_MESSAGE, param="model", request_id=rid)
         obs.routed(model=body.model, scheduler=DEFAULT_BACKEND_SCHEDULER, stream=body.stream)
-        if body.engine_code is not None and principal.authenticated:
-            return _engine_code_refused(body.engine_code, rid)
+        if body.tenant_refused is not None and principal.authenticated:
+            return _tenant_field_refused(body.tenant_refused, rid)
         # the backend's engine is unknown: a lora_path may name the model authorized, nothing else
         refusal = lora_path_refusal(body.lora_path, adapter=body.model, model=body.model)
         if refusal is not None:
@@ -564,8 +580,8 @@ async def _route(
         stream=body.stream,
         configured=True,
     )
-    if body.engine_code is not None and principal.authenticated:
-        return _engine_code_refused(body.engine_code, rid)
+    if body.tenant_refused is not None and principal.authenticated:
+        return _tenant_field_refused(body.tenant_refused, rid)
     refusal = lora_path_refusal(body.lora_path, adapter=route.adapter, model=route.model)
     if refusal is not None:  # igw.gateway.lora_field: the adapter served is the one authorized
         return gateway_error("invalid_request", refusal, param="lora_path", request_id=rid)
@@ -939,7 +955,8 @@ async def _forward(
         named = {h.lower() for h in principal.forward_headers}
         strip = strip | named
         strip_fields = strip_fields | {h.encode(_CHARSET, _UNDECODABLE) for h in named}
-    add = {**principal.forward_headers, **plan.add_headers, "X-Request-Id": obs.request_id}
+    upstream_id = upstream_request_id(obs.request_id, key=obs.key, headers=request.headers)
+    add = {**principal.forward_headers, **plan.add_headers, "X-Request-Id": upstream_id}
     # A request the lean server parsed carries its fields as received: without a trace context to
     # inject, the upstream head's fields are serialised from them directly (no header maps).
     fields: Sequence[tuple[bytes, bytes]] | None = getattr(request, "raw_fields", None)

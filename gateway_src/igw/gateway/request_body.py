@@ -32,6 +32,7 @@ from igw.gateway.cache_salt import SALTED_APIS
 from igw.gateway.inference_apis import InferenceApi
 from igw.gateway.inline_media import MEDIA_TOKENS, holds_inline_media, inline_media
 from igw.gateway.stream_usage import StreamUsage, stream_usage_of
+from igw.gateway.tenant_fields import refused_field
 
 CHARS_PER_TOKEN: Final = 4
 MAX_MODEL_NAME_LENGTH: Final = 256
@@ -132,14 +133,17 @@ class InferenceBody:
     """Whether its stream reports usage, or could be asked to (:mod:`igw.gateway.stream_usage`);
     ``None``: not a streamed completion or chat completion."""
     choices: Final[int]
-    """How many answers the request generates: a completion's or chat completion's ``n``, else 1.
-    Each may run to ``max_tokens`` (:func:`output_bound`)."""
+    """How many answers the request generates: a completion's or chat completion's ``n`` (a
+    completion's ``best_of`` when larger: the engine generates that many and returns ``n``), else
+    1. Each may run to ``max_tokens`` (:func:`output_bound`)."""
     lora_path: Final[str | None]
     """The client's ``lora_path`` (SGLang's second way to name a LoRA adapter); ``None``: absent or
     ``null`` (:mod:`igw.gateway.lora_field`)."""
-    engine_code: Final[str | None]
-    """The field by which the body asks the model server to run code the caller supplies
-    (:data:`ENGINE_CODE_FIELDS`), when it carries one (not ``null``); ``None`` otherwise."""
+    tenant_refused: Final[str | None]
+    """The first field of the body that no authenticated tenant may send
+    (:data:`~igw.gateway.tenant_fields.TENANT_REFUSED_FIELDS`: code for the model server to run,
+    its own request id, a session or KV transfer of its), when it carries one (not ``null``);
+    ``None`` otherwise."""
 
     def __init__(
         self,
@@ -155,7 +159,7 @@ class InferenceBody:
         stream_usage: StreamUsage | None = None,
         choices: int = 1,
         lora_path: str | None = None,
-        engine_code: str | None = None,
+        tenant_refused: str | None = None,
     ) -> None:
         self.raw = raw
         self.model = model
@@ -169,7 +173,7 @@ class InferenceBody:
         self.stream_usage = stream_usage
         self.choices = choices
         self.lora_path = lora_path
-        self.engine_code = engine_code
+        self.tenant_refused = tenant_refused
 
 
 def output_bound(body: InferenceBody) -> int:
@@ -236,14 +240,6 @@ reads media in (vLLM's chat, embedding, Messages and Responses APIs, and its rer
 documents)."""
 
 
-ENGINE_CODE_FIELDS: Final = ("custom_logit_processor", "logits_processors")
-"""Body fields by which a request asks the model server to run code the caller chose: SGLang's
-``custom_logit_processor`` (a serialized Python callable, run when the server was started with
-``--enable-custom-logit-processor``) and vLLM's ``logits_processors`` (classes by qualified name,
-loaded when ``--logits-processor-pattern`` matches them). A pod serves every tenant: an authenticated
-request carrying one is refused (:mod:`igw.gateway.inference`)."""
-
-
 def parse_body(raw: bytes, *, api: InferenceApi, header_model: str | None) -> InferenceBody:
     """What routing reads of a request ``raw`` to ``api`` (:class:`BadRequestBody` naming the field
     when a field routing reads is missing or of the wrong type; the model server validates the rest)."""
@@ -281,6 +277,11 @@ def parse_body(raw: bytes, *, api: InferenceApi, header_model: str | None) -> In
     background = False
     extra_chars = 0  # what the engine reads besides ``text``: a rerank's query once per document
     choices = _choices(body) if api in CHOICE_APIS else 1
+    if api is InferenceApi.COMPLETIONS:
+        # vLLM generates best_of sequences and returns the n best (its V0 engine; V1 refuses
+        # best_of > 1): admission counts what it generates. Before session s40 best_of was not
+        # counted, so a completion of n=1, best_of=20 was charged one answer.
+        choices = max(choices, _choices(body, "best_of"))
     if api is InferenceApi.CHAT:
         max_tokens = _output_bound(body, "max_completion_tokens", "max_tokens")
         messages = body.get("messages")
@@ -365,7 +366,7 @@ def parse_body(raw: bytes, *, api: InferenceApi, header_model: str | None) -> In
         stream_usage=stream_usage_of(body, api=api, stream=stream) if stream else None,
         choices=choices,
         lora_path=lora_path,
-        engine_code=next((name for name in ENGINE_CODE_FIELDS if body.get(name) is not None), None),
+        tenant_refused=refused_field(body),
     )
 
 
@@ -373,15 +374,15 @@ CHOICE_APIS: Final = frozenset({InferenceApi.CHAT, InferenceApi.COMPLETIONS})
 """The APIs whose ``n`` asks for several answers to one prompt (vLLM and SGLang serve it on both)."""
 
 
-def _choices(body: dict[str, Any]) -> int:
-    """A completion's or chat completion's ``n`` (1 when absent or ``null``, as the engines default
-    it); :class:`BadRequestBody` naming ``n`` when it is not a positive integer (the engines refuse
-    such a request too)."""
-    value = body.get("n")
+def _choices(body: dict[str, Any], name: str = "n") -> int:
+    """A completion's or chat completion's ``n`` (or a completion's ``best_of``: ``name``), 1 when
+    absent or ``null``, as the engines default it; :class:`BadRequestBody` naming the field when it
+    is not a positive integer (the engines refuse such a request too)."""
+    value = body.get(name)
     if value is None:
         return 1
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise BadRequestBody("'n' must be a positive integer", param="n")
+        raise BadRequestBody(f"'{name}' must be a positive integer", param=name)
     return value
 
 
@@ -510,7 +511,7 @@ def with_leading_field(body: InferenceBody, name: str, value: object) -> Inferen
         body.stream_usage,
         body.choices,
         body.lora_path,
-        body.engine_code,
+        body.tenant_refused,
     )
 
 
