@@ -67,6 +67,44 @@ def test_bad_seeds_and_draws_are_an_argparse_error(
     assert option in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("argv", [["bench", "homogeneous-steady"], ["perf", "workers-des"]])
+def test_a_seed_given_twice_is_an_argparse_error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """``--seeds 1,1`` ran seed 1 twice and reported its spread as ``±0``: a result no seed changes."""
+    with pytest.raises(SystemExit):
+        build_parser().parse_args([*argv, "--seeds", "1,2,1"])
+    err = capsys.readouterr().err
+    assert "--seeds" in err
+    assert "1 given more than once" in err
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (
+            ["--policies", "gateway-default", "--weights", '{"foo": 1}'],
+            "--weights: weights.foo: unknown scorer",
+        ),
+        (
+            ["--policies", "gateway-tuned", "--weights", '{"queue": -1}'],
+            "weights.queue: must be a non-negative",
+        ),
+        (["--policies", "random", "--weights", '{"queue": 3}'], "--weights: none of the policies run"),
+    ],
+)
+def test_bad_weights_are_refused_before_any_policy_runs(
+    extra: list[str], message: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Weights were checked only when the gateway policy's turn came, after round-robin and every
+    earlier policy had run (minutes at full scale), and ignored without a word when no policy has
+    weights. (Refused at once now: the scenario below never starts.)"""
+    argv = ["bench", "homogeneous-steady", "--quick", "--duration-scale", "0.05", *extra]
+    assert main([*argv, "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert message in err
+    assert "seed 1:" not in err  # no policy ran
+    assert not (tmp_path / "out").exists()
+
+
 def test_list_names_every_scenario_and_policy(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bench", "--list"]) == 0
     out = capsys.readouterr().out

@@ -87,6 +87,41 @@ async def test_sglang_without_enable_metrics_is_reported_and_not_routed_to(gatew
                 assert served_by(body) == "good"
 
 
+async def test_sglang_data_parallel_ranks_are_summed_from_a_live_pod(gateway: Any) -> None:
+    """An SGLang pod with two data-parallel ranks (one request slot each) behind the gateway: four
+    long requests put one running and one queued on each rank, and the gateway's scrape of the real
+    page reads the pod's queue and batch as the sum over ``dp_rank`` (2 and 2), not one rank's."""
+    spec = fleet(
+        pod(
+            "dp",
+            preset="llama-3.1-8b/a10g",
+            engine="sglang",
+            engine_version="0.5.12",
+            dp_size=2,
+            max_num_seqs=1,
+        ),
+        time_scale=1.0,
+    )
+    doc = config_doc([scheduler("sg", "llama", engineType="sglang")])
+    async with run_fleet(spec, admin=False) as f:
+        (dp,) = f.pods
+        async with gateway(doc, {"sg": [dp.key]}) as gw:
+            views = gw.state.runtime.schedulers["sg"].pool.views
+            body = {"model": "llama", "prompt": "hello " * 40, "max_tokens": 2000}
+            sends = [asyncio.create_task(gw.post("/v1/completions", body)) for _ in range(4)]
+            try:
+                await wait_for(
+                    lambda: (views()[0].metrics.waiting, views()[0].metrics.running) == (2, 2),
+                    within=5.0,
+                    what="the pod's two ranks summed",
+                )
+                assert gw.state.runtime.schedulers["sg"].pool.states[dp.key].missing == frozenset()
+            finally:
+                for task in sends:
+                    task.cancel()
+                await asyncio.gather(*sends, return_exceptions=True)
+
+
 @pytest.mark.parametrize("fault", [FaultKind.KILL, FaultKind.HANG])
 async def test_dead_or_hung_pod_is_excluded_and_recovers(gateway: Any, fault: FaultKind) -> None:
     # KILL closes the pod's pooled keep-alive connections too (a dead process), so the scraper's

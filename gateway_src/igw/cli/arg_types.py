@@ -89,9 +89,13 @@ class NumberRange(Generic[Number]):
 
 @dataclass(frozen=True)
 class NumberList(Generic[Number]):
-    """A comma-separated, non-empty list of numbers, each within ``item``."""
+    """A comma-separated, non-empty list of numbers, each within ``item`` (and each once when
+    ``distinct``)."""
 
     item: NumberRange[Number]
+    distinct: bool = False
+    """Refuse a number given twice: a repeated seed reruns the same run, and its zero spread then
+    reads as a result that no seed changes."""
 
     @property
     def __name__(self) -> str:
@@ -111,6 +115,13 @@ class NumberList(Generic[Number]):
                 raise argparse.ArgumentTypeError(
                     f"expected {self.__name__}, got {text!r} ({part!r} is not one)"
                 ) from None
+        if self.distinct:
+            repeated = sorted({v for v in values if values.count(v) > 1})
+            if repeated:
+                raise argparse.ArgumentTypeError(
+                    f"expected {self.__name__}, each once, got {text!r} "
+                    f"({', '.join(str(v) for v in repeated)} given more than once)"
+                )
         return values
 
     def outside(self) -> str | None:
@@ -168,8 +179,8 @@ WORKER_COUNT: Final = NumberOrWord(COUNT, "auto")
 """``--workers``: how many, or ``auto`` (see :mod:`igw.gateway.worker_count`)."""
 COUNTS: Final = NumberList(COUNT)
 """Comma-separated counts (fleet sizes, worker counts), each at least one."""
-SEEDS: Final = NumberList(SEED)
-"""Comma-separated seeds."""
+SEEDS: Final = NumberList(SEED, distinct=True)
+"""Comma-separated seeds, each once."""
 
 
 def output_directory(text: str) -> Path:

@@ -15,12 +15,14 @@ from rich.table import Table
 from igw.bench.console import PlainProgress, failure_exit_status, scenario_table, share_table
 from igw.bench.des_runner import DesOptions, run_des, run_trace
 from igw.bench.live_runner import run_live_cli
-from igw.bench.policies.registry import DEFAULT_POLICIES, POLICIES
+from igw.bench.policies.registry import DEFAULT_POLICIES, POLICIES, WEIGHTED_POLICIES
 from igw.bench.random_family import family, family_verdict, is_family_member, verdict_markdown
 from igw.bench.report import write_report
 from igw.bench.scenarios import GROUPS, RUN_ALONE, SCENARIOS, resolve
 from igw.bench.summary import write_summary
 from igw.bench.tune import DEFAULT_CANDIDATES, DEFAULT_SCENARIOS, tune
+from igw.scheduling.errors import SchedulerConfigError
+from igw.scheduling.factory import profile_from_weights
 
 RANDOM_FAMILY = "random"
 """``igw bench random``: the scenario name that draws a random family (``--count``, ``--seed``)."""
@@ -54,7 +56,14 @@ def _parse_weights(raw: str | None) -> dict[str, float] | None:
         for k, v in value.items()
     ):
         raise ValueError('--weights: expected a JSON object of numbers, e.g. {"queue": 3, "prefix": 2}')
-    return {k: float(v) for k, v in value.items()}
+    weights = {k: float(v) for k, v in value.items()}
+    try:
+        # the scheduler is built from them only when a gateway policy's turn comes: checked now, an
+        # unknown scorer or a negative weight failed after every earlier policy's run
+        profile_from_weights(weights)
+    except SchedulerConfigError as exc:
+        raise ValueError(f"--weights: {exc}") from None
+    return weights
 
 
 def _policies(args: argparse.Namespace) -> list[str]:
@@ -95,6 +104,11 @@ def run_bench(args: argparse.Namespace) -> int:
     scale = args.duration_scale * (0.25 if args.quick else 1.0)
     weights = _parse_weights(args.weights)
     policies = _policies(args)
+    if weights is not None and not WEIGHTED_POLICIES.intersection(policies):
+        raise ValueError(
+            f"--weights: none of the policies run ({', '.join(policies)}) has weights; "
+            f"add {' or '.join(sorted(WEIGHTED_POLICIES))} to --policies"
+        )
     if args.mode == "live":
         if args.trace:
             raise ValueError("--trace runs in DES mode only")

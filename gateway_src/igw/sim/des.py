@@ -105,6 +105,13 @@ def simulate(
     """
     if not pods:
         raise SimulationError("pods: at least one pod is required")
+    for i, pod in enumerate(pods):
+        if pod.dp_size > 1:
+            # one DES pod is one engine; a silently single-rank pod would halve its capacity
+            raise SimulationError(
+                f"pods[{i}].dp_size: {pod.dp_size} data-parallel ranks are simulated by live pods only "
+                "(igw sim fleet); in the DES, list the ranks as separate pods"
+            )
     if scrape_interval_s <= 0:
         raise SimulationError("scrape_interval_s must be > 0")
     if sample_interval_s <= 0:

@@ -477,19 +477,30 @@ def _http_families(page: _Page, stats: PodStats) -> None:
     page.histogram("http_request_duration_highr_seconds", help_highr, "", stats.http_highr)
 
 
-def render_sglang(*, ctx: PageContext, engine: Engine, stats: PodStats, gen_throughput: float) -> str:
-    """An SGLang multiprocess-style page (only call when the pod exposes metrics)."""
-    page = _Page(created=ctx.created_unix, with_created=False)
-    name = _esc(ctx.model_name)
-    sched = f'engine_type="unified",model_name="{name}",pp_rank="0",tp_rank="0"'
-    tok = f'model_name="{name}"'
+@dataclass(frozen=True, slots=True)
+class SchedulerRank:
+    """One SGLang scheduler as its page shows it: a data-parallel rank's engine, its scheduler-level
+    statistics (queue time, stages, last prefill hit rate) and generation throughput."""
+
+    engine: Engine
+    stats: PodStats
+    gen_throughput: float
+    dp_rank: int | None = None
+    """``None`` for a pod without data parallelism: SGLang adds the ``dp_rank`` label only when
+    ``--dp-size`` is above 1."""
+
+
+def _sglang_gauges(
+    ctx: PageContext, engine: Engine, stats: PodStats, gen: float
+) -> list[tuple[str, str, float]]:
+    """One scheduler's gauge families in registration order: (name, HELP, value)."""
     pool = engine.pool
     used_tokens = (pool.num_blocks - pool.num_free) * engine.block_size
-    gauges: tuple[tuple[str, str, float], ...] = (
+    gauges: list[tuple[str, str, float]] = [
         (SGLANG_FAMILIES.running, "The number of running requests.", float(engine.num_running)),
         ("sglang:num_used_tokens", "The number of used tokens.", float(used_tokens)),
         (SGLANG_FAMILIES.kv_usage[0], "The token usage.", pool.usage),
-        ("sglang:gen_throughput", "The generation throughput (token/s).", gen_throughput),
+        ("sglang:gen_throughput", "The generation throughput (token/s).", gen),
         (SGLANG_FAMILIES.waiting, "The number of requests in the waiting queue.", float(engine.num_waiting)),
         ("sglang:num_grammar_queue_reqs", "The number of requests in the grammar waiting queue.", 0.0),
         ("sglang:cache_hit_rate", "The prefix cache hit rate.", stats.last_prefill_hit_rate),
@@ -500,10 +511,10 @@ def render_sglang(*, ctx: PageContext, engine: Engine, stats: PodStats, gen_thro
             float(pool.num_blocks * engine.block_size),
         ),
         ("sglang:is_cuda_graph", "Whether the batch is using CUDA graph.", 1.0),
-    )
+    ]
     if ctx.version >= SG_0_4:
         running_tokens = float(sum(r.num_computed for r in engine.running))
-        gauges += (
+        gauges += [
             ("sglang:decode_sum_seq_lens", "The sum of all sequence lengths in decode.", running_tokens),
             (
                 "sglang:num_running_reqs_offline_batch",
@@ -540,51 +551,88 @@ def render_sglang(*, ctx: PageContext, engine: Engine, stats: PodStats, gen_thro
             ("sglang:kv_transfer_latency_ms", "The transfer latency of the KV cache in ms.", 0.0),
             ("sglang:engine_startup_time", "The time taken for the engine to start up.", 31.5),
             ("sglang:engine_load_weights_time", "The time taken for the engine to load weights.", 12.25),
-        )
-    v = ctx.version
-    if v >= SG_CAPACITY_GAUGES:
-        gauges += (
+        ]
+    if ctx.version >= SG_CAPACITY_GAUGES:
+        gauges += [
             ("sglang:page_size", "KV cache page size in tokens.", float(engine.block_size)),
             ("sglang:num_pages", "Number of KV cache pages.", float(pool.num_blocks)),
-        )
-    for g_name, help_, value in gauges:
-        page.gauge(g_name, help_, sched, value)
+        ]
+    return gauges
+
+
+def render_sglang(
+    *,
+    ctx: PageContext,
+    stats: PodStats,
+    engine: Engine | None = None,
+    gen_throughput: float = 0.0,
+    ranks: Sequence[SchedulerRank] = (),
+) -> str:
+    """An SGLang multiprocess-style page (only call when the pod exposes metrics).
+
+    ``stats`` holds the tokenizer-level numbers (one tokenizer per pod); the schedulers are ``ranks``
+    (one per data-parallel rank, each series labelled ``dp_rank``), or else the one ``engine``
+    whose scheduler statistics are ``stats``. Each scheduler family lists one series per rank under
+    a single HELP/TYPE, as prometheus_client's multiprocess collector merges the schedulers' files.
+    """
+    if not ranks:
+        if engine is None:
+            raise ValueError("render_sglang needs an engine or ranks")
+        ranks = (SchedulerRank(engine=engine, stats=stats, gen_throughput=gen_throughput),)
+    page = _Page(created=ctx.created_unix, with_created=False)
+    name = _esc(ctx.model_name)
+
+    def sched(rank: SchedulerRank, extra: str = "") -> str:
+        """The scheduler labels, sorted (``dp_rank`` < ``engine_type`` < ``mode`` < ``model_name``
+        < ``pp_rank`` < ``stage`` < ``tp_rank``); ``extra`` is ``mode``/``stage`` text."""
+        dp = "" if rank.dp_rank is None else f'dp_rank="{rank.dp_rank}",'
+        mode = f"{extra}," if extra.startswith("mode=") else ""
+        stage = f"{extra}," if extra.startswith("stage=") else ""
+        return f'{dp}engine_type="unified",{mode}model_name="{name}",pp_rank="0",{stage}tp_rank="0"'
+
+    tok = f'model_name="{name}"'
+    per_rank = [_sglang_gauges(ctx, r.engine, r.stats, r.gen_throughput) for r in ranks]
+    for column, (g_name, help_, _) in enumerate(per_rank[0]):
+        page.lines += [f"# HELP {g_name} {help_}", f"# TYPE {g_name} gauge"]
+        page.lines += [
+            f"{g_name}{{{sched(r)}}} {_f(rows[column][2])}" for r, rows in zip(ranks, per_rank, strict=True)
+        ]
+    v = ctx.version
     if sglang_cache_info(v):
-        # labelled with the cache config only (no model/rank labels), multiprocess mode mostrecent
+        # labelled with the cache config only (no model/rank labels), multiprocess mode mostrecent:
+        # every rank writes the same series, the page shows it once
         cache = SGLANG_FAMILIES.cache_config
         assert cache is not None  # the catalogue names SGLang's info gauge
+        first = ranks[0].engine
         info = (
-            f'{SGLANG_FAMILIES.num_blocks_label}="{pool.num_blocks}",'
-            f'{SGLANG_FAMILIES.block_size_label}="{engine.block_size}"'
+            f'{SGLANG_FAMILIES.num_blocks_label}="{first.pool.num_blocks}",'
+            f'{SGLANG_FAMILIES.block_size_label}="{first.block_size}"'
         )
         page.gauge(cache, "Cache configuration information.", info, 1.0)
-    if ctx.version >= SG_0_4:
-        c = engine.counters
-        modes = (
-            ("decode", float(c.generation_tokens)),
-            ("prefill_cache", float(c.prefix_hits)),
-            ("prefill_compute", float(max(0, c.prompt_tokens - c.prefix_hits))),
-        )
+    engines_ = [r.engine for r in ranks]
+    prompt_tokens = sum(e.counters.prompt_tokens for e in engines_)
+    generation_tokens = sum(e.counters.generation_tokens for e in engines_)
+    prefix_hits = sum(e.counters.prefix_hits for e in engines_)
+    if v >= SG_0_4:
+        series: list[tuple[str, float]] = []
+        for r in ranks:
+            c = r.engine.counters
+            series += [
+                (sched(r, 'mode="decode"'), float(c.generation_tokens)),
+                (sched(r, 'mode="prefill_cache"'), float(c.prefix_hits)),
+                (sched(r, 'mode="prefill_compute"'), float(max(0, c.prompt_tokens - c.prefix_hits))),
+            ]
         page.counter(
-            "sglang:realtime_tokens",
-            "The number of tokens processed in real time, by mode.",
-            [
-                (f'engine_type="unified",mode="{mode}",model_name="{name}",pp_rank="0",tp_rank="0"', v)
-                for mode, v in modes
-            ],
+            "sglang:realtime_tokens", "The number of tokens processed in real time, by mode.", series
         )
     if stats.requests_received:
-        c = engine.counters
+        aborted = sum(e.counters.finished_by_reason.get("abort", 0) for e in engines_)
         counters = (
-            ("sglang:prompt_tokens", "Number of prefill tokens processed.", c.prompt_tokens),
-            ("sglang:generation_tokens", "Number of generation tokens processed.", c.generation_tokens),
-            ("sglang:cached_tokens", "Number of cached prompt tokens.", c.prefix_hits),
+            ("sglang:prompt_tokens", "Number of prefill tokens processed.", prompt_tokens),
+            ("sglang:generation_tokens", "Number of generation tokens processed.", generation_tokens),
+            ("sglang:cached_tokens", "Number of cached prompt tokens.", prefix_hits),
             ("sglang:num_requests", "Number of requests processed.", stats.requests_received),
-            (
-                "sglang:num_aborted_requests",
-                "Number of requests aborted.",
-                c.finished_by_reason.get("abort", 0),
-            ),
+            ("sglang:num_aborted_requests", "Number of requests aborted.", aborted),
         )
         for c_name, help_, value in counters:
             page.counter(c_name, help_, [(tok, float(value))])
@@ -609,28 +657,31 @@ def render_sglang(*, ctx: PageContext, engine: Engine, stats: PodStats, gen_thro
             stats.sg_e2e,
             sum_first=True,
         )
-    page.histogram(
-        "sglang:queue_time_seconds",
-        "Histogram of queueing time in seconds.",
-        sched,
-        stats.sg_queue,
-        sum_first=True,
-    )
+    for i, r in enumerate(ranks):
+        page.histogram(
+            "sglang:queue_time_seconds",
+            "Histogram of queueing time in seconds.",
+            sched(r),
+            r.stats.sg_queue,
+            sum_first=True,
+            header=i == 0,
+        )
     if ctx.version >= SG_0_5 and stats.requests_received:
         help_stage = "The latency of each stage of requests."
         page.lines += [
             f"# HELP sglang:per_stage_req_latency_seconds {help_stage}",
             "# TYPE sglang:per_stage_req_latency_seconds histogram",
         ]
-        for stage, h in stats.sg_stage.items():
-            page.histogram(
-                "sglang:per_stage_req_latency_seconds",
-                help_stage,
-                f'engine_type="unified",model_name="{name}",pp_rank="0",stage="{stage}",tp_rank="0"',
-                h,
-                sum_first=True,
-                header=False,
-            )
+        for r in ranks:
+            for stage, h in r.stats.sg_stage.items():
+                page.histogram(
+                    "sglang:per_stage_req_latency_seconds",
+                    help_stage,
+                    sched(r, f'stage="{stage}"'),
+                    h,
+                    sum_first=True,
+                    header=False,
+                )
         page.histogram(
             "sglang:num_retractions",
             "Histogram of the number of retractions of each request.",

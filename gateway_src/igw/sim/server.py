@@ -36,6 +36,7 @@ from igw.sim.metrics_page import (
     CONTENT_TYPE,
     NAME_FILTER,
     PageContext,
+    SchedulerRank,
     render_sglang,
     render_tgi,
     render_vllm,
@@ -107,13 +108,53 @@ class PodArrival:
     """When the first token was written to the client (streamed answers only)."""
 
 
+class _Rank:
+    """One scheduler of the pod (one SGLang data-parallel rank; the whole pod when ``dp_size`` is 1):
+    its engine, its step loop's clock and wake-ups, and its scheduler-level statistics.
+
+    Each rank is a full replica of the preset with its own waiting queue, running batch and KV pool,
+    stepped by its own driver task, as SGLang runs one scheduler process per ``--dp-size`` rank.
+    """
+
+    __slots__ = (
+        "engine",
+        "gen_mark",
+        "gen_throughput",
+        "index",
+        "last_arrival",
+        "stats",
+        "step_wait",
+        "vclock",
+        "wake",
+        "was_busy",
+    )
+
+    def __init__(self, *, index: int, engine: Engine, stats: PodStats) -> None:
+        self.index = index
+        self.engine = engine
+        self.stats = stats
+        """Scheduler-level statistics (queue time, stages, the last prefill's hit rate): the pod's
+        own :class:`PodStats` when the pod has one rank, a rank-private one otherwise."""
+        self.vclock = 0.0
+        self.last_arrival = 0.0
+        """Virtual time the newest request joined this rank: no step may start before it."""
+        self.wake = asyncio.Event()
+        self.step_wait: asyncio.Future[None] | None = None
+        """The wake-up of the step the driver is sleeping through (a fault change resolves it early)."""
+        self.was_busy = False
+        self.gen_mark = (0.0, 0)
+        self.gen_throughput = 0.0
+
+
 class _Stream:
     """Token events of one request, pushed by the driver and consumed by its handler."""
 
-    __slots__ = ("arrival", "done", "queue", "req")
+    __slots__ = ("arrival", "done", "engine", "queue", "req")
 
-    def __init__(self, req: EngineRequest, arrival: PodArrival | None = None) -> None:
+    def __init__(self, req: EngineRequest, engine: Engine, arrival: PodArrival | None = None) -> None:
         self.req = req
+        self.engine = engine
+        """The engine (data-parallel rank) running the request."""
         self.queue: asyncio.Queue[int] = asyncio.Queue()
         self.done = False
         self.arrival = arrival
@@ -128,15 +169,26 @@ class LivePod:
         self.time_scale = time_scale
         self.preset = spec.resolved_preset()
         self._rng = random.Random(seed)
-        self.engine = Engine(
-            preset=self.preset,
-            rng=random.Random(seed ^ 0x5EED),
-            jitter_sigma=spec.jitter_sigma,
-            prefix_caching=spec.prefix_caching,
-            max_loras=spec.effective_max_loras,
-            priority=spec.priority_scheduling(),
-        )
         self.stats = PodStats(max_model_len=self.preset.max_model_len)
+        self.ranks = [
+            _Rank(
+                index=i,
+                engine=Engine(
+                    preset=self.preset,
+                    # rank 0 draws what a single-rank pod always drew (same seed, same records)
+                    rng=random.Random((seed ^ 0x5EED) + i),
+                    jitter_sigma=spec.jitter_sigma,
+                    prefix_caching=spec.prefix_caching,
+                    max_loras=spec.effective_max_loras,
+                    priority=spec.priority_scheduling(),
+                ),
+                stats=self.stats if spec.dp_size == 1 else PodStats(max_model_len=self.preset.max_model_len),
+            )
+            for i in range(spec.dp_size)
+        ]
+        """The pod's schedulers: one, or one per SGLang data-parallel rank (``dp_size``)."""
+        self._next_rank = 0
+        """The round-robin DP controller's next rank (SGLang's default ``--load-balance-method``)."""
         self.port = spec.port
         self.faults: dict[FaultKind, FaultSpec] = {}
         self._created_unix = time.time()
@@ -152,7 +204,6 @@ class LivePod:
         self._streams: dict[str, _Stream] = {}
         self._active: dict[int, web.Request] = {}
         self._ids = itertools.count()
-        self._wake = asyncio.Event()
         self._unhang = asyncio.Event()
         self._unhang.set()
         self._frozen_page: str | None = None
@@ -164,22 +215,14 @@ class LivePod:
         self._fault_tasks: list[asyncio.Task[None]] = []
         self._windows: list[tuple[FaultKind, asyncio.Task[None]]] = []
         """Run-time fault windows still pending (:meth:`schedule`), by kind."""
-        self._vclock = 0.0
-        self._last_arrival = 0.0
-        """Virtual time the newest request joined the engine: no step may start before it."""
         self._t0 = 0.0
-        self._driver: asyncio.Task[None] | None = None
-        self._step_wait: asyncio.Future[None] | None = None
-        """The wake-up of the step the driver is sleeping through (a fault change resolves it early)."""
+        self._drivers: list[asyncio.Task[None]] = []
         self._runner: web.AppRunner | None = None
         self._site: web.TCPSite | None = None
-        self._gen_mark = (0.0, 0)
-        self._gen_throughput = 0.0
         self.killed = False
         self.lagged_steps = 0
         """Steps that started more than RESYNC_WALL_S late (the host is too slow for this time scale)."""
         self.max_lag_s = 0.0
-        self._was_busy = False
         self.trace_contexts: deque[tuple[str, str | None]] = deque(maxlen=TRACE_CONTEXTS_KEPT)
         """The W3C ``(traceparent, tracestate)`` of the latest requests that carried one, oldest
         first: lets a test check that the gateway propagates trace context to model servers."""
@@ -189,6 +232,11 @@ class LivePod:
         time it queued at the pod and the time its first step took."""
 
     # ------------------------------------------------------------------ lifecycle
+    @property
+    def engine(self) -> Engine:
+        """The pod's engine (the first data-parallel rank's when it runs several: see :attr:`ranks`)."""
+        return self.ranks[0].engine
+
     @property
     def key(self) -> str:
         return f"{self.host}:{self.port}"
@@ -230,7 +278,10 @@ class LivePod:
         self._runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
         await self._runner.setup()
         await self._listen()
-        self._driver = asyncio.create_task(self._drive(), name=f"sim-pod-{self.spec.name}")
+        self._drivers = [
+            asyncio.create_task(self._drive(rank), name=f"sim-pod-{self.spec.name}-dp{rank.index}")
+            for rank in self.ranks
+        ]
         for fault in self.spec.faults:
             if fault.start_s == 0:
                 await self.inject(fault)
@@ -262,11 +313,11 @@ class LivePod:
         self._cancel_windows(None)
         self._forget_background()
         self._unhang.set()
-        if self._driver is not None:
-            self._driver.cancel()
+        for driver in self._drivers:
+            driver.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await self._driver
-            self._driver = None
+                await driver
+        self._drivers = []
         self._cut_all(StreamCut.FIN)
         if self._runner is not None:
             await self._runner.cleanup()
@@ -311,7 +362,8 @@ class LivePod:
                 self._site = None
             self._cut_all(StreamCut.RST)
             self._close_idle_connections()
-            self.engine.pool.reset_prefix_cache()  # a restarted server starts with an empty cache
+            for rank in self.ranks:
+                rank.engine.pool.reset_prefix_cache()  # a restarted server starts with an empty cache
             self._forget_background()
             self.responses = ResponseStore()  # ... and an empty response store
 
@@ -356,7 +408,7 @@ class LivePod:
     def _cut_all(self, mode: StreamCut) -> None:
         now = self._vnow_safe()
         for stream in list(self._streams.values()):
-            self.engine.abort(stream.req.request_id, now=now)
+            stream.engine.abort(stream.req.request_id, now=now)
         for request in list(self._active.values()):
             _cut_connection(request, mode)
         self._active.clear()
@@ -365,18 +417,19 @@ class LivePod:
         try:
             return self.vnow()
         except RuntimeError:
-            return self._vclock
+            return max(rank.vclock for rank in self.ranks)
 
     # ------------------------------------------------------------------ engine driver
-    async def _drive(self) -> None:
-        """Step the engine in virtual time mapped to wall time; sleeps while idle."""
-        engine = self.engine
+    async def _drive(self, rank: _Rank) -> None:
+        """Step one rank's engine in virtual time mapped to wall time; sleeps while idle."""
+        engine = rank.engine
         stats = self.stats
+        rank_stats = rank.stats if rank.stats is not stats else None
         while True:
             if not engine.has_work():
-                self._was_busy = False
-                self._wake.clear()
-                await self._wake.wait()
+                rank.was_busy = False
+                rank.wake.clear()
+                await rank.wake.wait()
                 continue
             # Keep virtual time continuous across timer overshoot (sleep targets are absolute, so a late
             # wake-up does not accumulate); re-sync only when the loop fell clearly behind. A step never
@@ -384,27 +437,27 @@ class LivePod:
             # clock lies before that arrival, and starting there ran its prefill partly in the past (a
             # request 30 ms after the previous step answered 35 ms early, its queue time negative).
             vnow = self.vnow()
-            late = vnow - self._vclock
+            late = vnow - rank.vclock
             if late < RESYNC_WALL_S / self.time_scale:
-                start = max(self._vclock, self._last_arrival)
+                start = max(rank.vclock, rank.last_arrival)
             else:
                 start = vnow
-                if self._vclock > 0 and self._was_busy:
+                if rank.vclock > 0 and rank.was_busy:
                     # The host could not keep up: simulated latencies now include event-loop delay.
                     self.lagged_steps += 1
                     self.max_lag_s = max(self.max_lag_s, late * self.time_scale)
             q0, h0 = engine.counters.prefix_queries, engine.counters.prefix_hits
             batch = engine.schedule(start)
             if batch is None:
-                self._wake.clear()
-                await self._wake.wait()
+                rank.wake.clear()
+                await rank.wake.wait()
                 continue
             dq = engine.counters.prefix_queries - q0
             if dq:
-                stats.last_prefill_hit_rate = (engine.counters.prefix_hits - h0) / dq
-            end = await self._step_end(start + batch.duration)
-            self._vclock = end
-            self._was_busy = True
+                rank.stats.last_prefill_hit_rate = (engine.counters.prefix_hits - h0) / dq
+            end = await self._step_end(rank, start + batch.duration)
+            rank.vclock = end
+            rank.was_busy = True
             previous = {r.request_id: r.last_token_at for r in batch.requests}
             out = engine.complete(batch, end)
             stats.iteration_tokens.observe(batch.num_tokens)
@@ -415,6 +468,8 @@ class LivePod:
                     stream.queue.put_nowait(req.output_tokens)
             for req in out.finished:
                 stats.on_finish(req, requested_max_tokens=req.max_output_tokens)
+                if rank_stats is not None:  # the rank's own queue-time and stage histograms
+                    rank_stats.on_finish(req, requested_max_tokens=req.max_output_tokens)
                 stream = self._streams.get(req.request_id)
                 if stream is not None:
                     stream.done = True
@@ -426,7 +481,7 @@ class LivePod:
                     unix_now=time.time(),
                 )
 
-    async def _step_end(self, end: float) -> float:
+    async def _step_end(self, rank: _Rank, end: float) -> float:
         """Sleep until the running step ends at virtual time ``end`` and return when it ended.
 
         A ``slow`` fault injected or cleared while the step runs rescales what is left of it to the
@@ -435,17 +490,17 @@ class LivePod:
         ``clear`` and the pod looked hung long after the fault was gone.
         """
         loop = asyncio.get_running_loop()
-        factor = self.engine.slowdown
+        factor = rank.engine.slowdown
         while (delay := (end - self.vnow()) * self.time_scale) > 0:
             woken: asyncio.Future[None] = loop.create_future()
             timer = loop.call_later(delay, _resolve, woken)
-            self._step_wait = woken
+            rank.step_wait = woken
             try:
                 await woken
             finally:
                 timer.cancel()
-                self._step_wait = None
-            new = self.engine.slowdown
+                rank.step_wait = None
+            new = rank.engine.slowdown
             if new != factor:
                 now = self.vnow()
                 if end > now:
@@ -456,9 +511,10 @@ class LivePod:
     def _set_slowdown(self, factor: float) -> None:
         """Change the step-time multiplier and wake the driver so the step it is sleeping through
         is rescaled to ``factor`` at once (:meth:`_step_end`)."""
-        self.engine.slowdown = factor
-        if self._step_wait is not None:
-            _resolve(self._step_wait)
+        for rank in self.ranks:
+            rank.engine.slowdown = factor
+            if rank.step_wait is not None:
+                _resolve(rank.step_wait)
 
     # ------------------------------------------------------------------ HTTP
     @web.middleware
@@ -549,15 +605,19 @@ class LivePod:
 
     def _render(self) -> str:
         """The current page; an idle pod's page is reused until something it shows changes."""
-        e = self.engine
-        c = e.counters
-        key = (
-            c.steps,
-            c.preemptions,
-            sum(c.finished_by_reason.values()),
-            e.num_waiting,
-            e.num_running,
-            e.pool.num_free,
+        key: tuple[int | float, ...] = ()
+        for rank in self.ranks:
+            e = rank.engine
+            c = e.counters
+            key += (
+                c.steps,
+                c.preemptions,
+                sum(c.finished_by_reason.values()),
+                e.num_waiting,
+                e.num_running,
+                e.pool.num_free,
+            )
+        key += (
             self.stats.requests_received,
             sum(self.stats.http_requests.values()),
             len(self.stats.lora_series),
@@ -574,14 +634,22 @@ class LivePod:
         if self.spec.engine is EngineKind.TGI:
             return render_tgi(ctx=self._ctx, engine=self.engine)
         if self.spec.engine is EngineKind.SGLANG:
-            t_mark, g_mark = self._gen_mark
-            gen = self.engine.counters.generation_tokens
-            if vnow - t_mark >= 1.0:
-                self._gen_throughput = (gen - g_mark) / (vnow - t_mark)
-                self._gen_mark = (vnow, gen)
-            return render_sglang(
-                ctx=self._ctx, engine=self.engine, stats=self.stats, gen_throughput=self._gen_throughput
-            )
+            views: list[SchedulerRank] = []
+            for rank in self.ranks:
+                t_mark, g_mark = rank.gen_mark
+                gen = rank.engine.counters.generation_tokens
+                if vnow - t_mark >= 1.0:
+                    rank.gen_throughput = (gen - g_mark) / (vnow - t_mark)
+                    rank.gen_mark = (vnow, gen)
+                views.append(
+                    SchedulerRank(
+                        engine=rank.engine,
+                        stats=rank.stats,
+                        gen_throughput=rank.gen_throughput,
+                        dp_rank=rank.index if len(self.ranks) > 1 else None,
+                    )
+                )
+            return render_sglang(ctx=self._ctx, stats=self.stats, ranks=views)
         return render_vllm(
             ctx=self._ctx,
             engine=self.engine,
@@ -653,6 +721,7 @@ class LivePod:
         self.stats.requests_received += 1
         prompt_tokens = count_tokens(parsed.prompt_text)
         # Checked before anything sized by max_tokens is built (a huge max_tokens must be a fast 400).
+        # Every rank is the same preset: any of them answers for the pod.
         problem = self.engine.size_error(prompt_tokens, parsed.max_tokens)
         if problem is not None:
             # vLLM raises these as a plain ValueError: its ErrorResponse names no ``param``
@@ -672,25 +741,41 @@ class LivePod:
             arrival=self.vnow(),
             priority=priority,
         )
-        running, waiting = self.engine.num_running, self.engine.num_waiting
+        rank = self._dispatch()
+        engine = rank.engine
+        running = sum(r.engine.num_running for r in self.ranks)
+        waiting = sum(r.engine.num_waiting for r in self.ranks)
         try:
-            self.engine.add(req)
+            engine.add(req)
         except RequestRejected as exc:
             raise ApiError(400, str(exc)) from None
         record = None
         if self.arrivals is not None:
             record = PodArrival(req, running, waiting, taken_s=req.arrival)
             self.arrivals[headers.get("X-Request-Id", request_id)] = record
-        stream = _Stream(req, record)
+        stream = _Stream(req, engine, record)
         self._streams[request_id] = stream
-        self._last_arrival = max(self._last_arrival, req.arrival)
-        self._wake.set()
+        rank.last_arrival = max(rank.last_arrival, req.arrival)
+        rank.wake.set()
         try:
             yield stream
         finally:
             self._streams.pop(request_id, None)
             if req.finish_reason is None:
-                self.engine.abort(request_id, now=self._vnow_safe())
+                engine.abort(request_id, now=self._vnow_safe())
+
+    def _abort(self, request_id: str) -> None:
+        """Abort ``request_id`` on the rank running it (nothing when it is no longer in flight)."""
+        stream = self._streams.get(request_id)
+        if stream is not None:
+            stream.engine.abort(request_id, now=self._vnow_safe())
+
+    def _dispatch(self) -> _Rank:
+        """The rank a new request joins: SGLang's DP controller with its default
+        ``--load-balance-method round_robin`` (the only rank when ``dp_size`` is 1)."""
+        rank = self.ranks[self._next_rank % len(self.ranks)]
+        self._next_rank += 1
+        return rank
 
     def _priority(self, given: int | None) -> int:
         """The engine priority of a request whose body carries ``given``, as the real server treats it.
@@ -803,7 +888,7 @@ class LivePod:
     async def _die_mid_stream(self, request: web.Request, req: EngineRequest, cut: FaultSpec) -> None:
         """The ``die-mid-stream`` fault: the request aborted, the client's connection cut (or, for
         ``stall``, left open and silent for good)."""
-        self.engine.abort(req.request_id, now=self._vnow_safe())
+        self._abort(req.request_id)
         _cut_connection(request, cut.mode)
         if cut.mode is StreamCut.STALL:
             await asyncio.Event().wait()
@@ -1027,7 +1112,7 @@ class LivePod:
             raise ApiError(400, "Cannot cancel a synchronous response.")
         if stored.body["status"] in UNFINISHED:
             stored.body = {**stored.body, "status": "cancelled"}
-            self.engine.abort(stored.request_id, now=self._vnow_safe())
+            self._abort(stored.request_id)
             stream = self._streams.get(stored.request_id)
             if stream is not None:
                 stream.queue.put_nowait(-1)

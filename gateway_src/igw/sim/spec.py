@@ -47,7 +47,10 @@ class SchedulingPolicy(enum.StrEnum):
 
 
 _VLLM_ONLY: Final = ("scheduling_policy",)
+DP_SIZE_MAX: Final = 64
+"""The most data-parallel ranks one simulated SGLang pod runs (each rank is one engine)."""
 _SGLANG_ONLY: Final = (
+    "dp_size",
     "enable_priority_scheduling",
     "disable_priority_preemption",
     "priority_scheduling_preemption_threshold",
@@ -195,6 +198,11 @@ class PodSpec:
     """SGLang's ``--priority-scheduling-preemption-threshold``."""
     schedule_low_priority_values_first: bool = False
     """SGLang's ``--schedule-low-priority-values-first``."""
+    dp_size: int = 1
+    """SGLang's ``--dp-size``: data-parallel ranks, each a full replica of the preset (its own
+    scheduler, waiting queue, running batch and KV pool) behind the pod's round-robin DP controller
+    (SGLang's default ``--load-balance-method round_robin``); with more than one, every scheduler
+    series on the page carries a ``dp_rank`` label. Live pods only (the DES refuses it)."""
 
     def priority_scheduling(self) -> PriorityScheduling | None:
         """The engine's priority scheduling as this pod's flags set it (``None``: FCFS)."""
@@ -219,6 +227,12 @@ class PodSpec:
             raise SpecError("preset", f"unknown preset {self.preset!r}; known: {', '.join(sorted(PRESETS))}")
         object.__setattr__(self, "lora_adapters", tuple(self.lora_adapters))
         object.__setattr__(self, "faults", tuple(self.faults))
+        if isinstance(self.dp_size, bool) or not isinstance(self.dp_size, int):
+            raise SpecError("dp_size", f"expected an integer, got {self.dp_size!r}")
+        if not 1 <= self.dp_size <= DP_SIZE_MAX:
+            raise SpecError("dp_size", f"must be in [1, {DP_SIZE_MAX}], got {self.dp_size}")
+        if self.dp_size > 1 and self.engine is not EngineKind.SGLANG:
+            raise SpecError("dp_size", f"not a flag of engine {self.engine.value}")
         try:
             Version(self.engine_version)
         except InvalidVersion:
@@ -363,6 +377,7 @@ class PodSpec:
                 m.get("schedule_low_priority_values_first", False),
                 f"{path}.schedule_low_priority_values_first",
             ),
+            dp_size=_int(m.get("dp_size", 1), f"{path}.dp_size", minimum=1, maximum=DP_SIZE_MAX),
         )
 
 

@@ -148,6 +148,8 @@ _ENTRIES: Final[tuple[PolicyEntry, ...]] = (
 POLICIES: Final[dict[str, PolicyEntry]] = {e.name: e for e in _ENTRIES}
 
 DEFAULT_POLICIES: Final[tuple[str, ...]] = tuple(p for p in POLICIES if p != "oracle-slo")
+WEIGHTED_POLICIES: Final[frozenset[str]] = frozenset({"gateway-default", "gateway-tuned"})
+"""The policies whose scorer weights ``igw bench --weights`` replaces (the others have none)."""
 """Every policy but ``oracle-slo`` (opt in with ``--policies``; it doubles the oracle's cost)."""
 
 
