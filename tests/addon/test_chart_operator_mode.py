@@ -255,6 +255,21 @@ def test_auto_issued_tls_settings_reach_the_operator() -> None:
     (deployment,) = [o for o in objects if o["kind"] == "Deployment"]
     args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
     assert args[args.index("--tls-issuer") + 1] == "Issuer/team-ca"
+    assert args[args.index("--tls-sweep-seconds") + 1] == "600"
+    swept = _objects({"operator": {"tlsSweepSeconds": 60}})
+    (deployment,) = [o for o in swept if o["kind"] == "Deployment"]
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[args.index("--tls-sweep-seconds") + 1] == "60"
+    assert configuration.problems({"operator": {"tlsSweepSeconds": 5}})[0].startswith(
+        "operator.tlsSweepSeconds"
+    )
+    off = _objects({"operator": {"autoTls": False, "tlsSweepSeconds": 60}})
+    assert (
+        "--tls-sweep-seconds"
+        not in next(o for o in off if o["kind"] == "Deployment")["spec"]["template"]["spec"]["containers"][0][
+            "args"
+        ]
+    )
     (account,) = [o for o in objects if o["kind"] == "ServiceAccount"]
     assert account["metadata"]["annotations"]["eks.amazonaws.com/role-arn"] == role_arn
     (issuer,) = [o for o in objects if o["kind"] == "ClusterIssuer"]

@@ -53,7 +53,12 @@ and point the REAL ``kubernetes`` client at it over HTTP. It serves:
   through defaulting, validation and admission (webhooks included) and is answered with the object as
   it would be stored, but nothing is stored: no resourceVersion consumed, no watch event, no CRD
   registered. Any other value is refused 422 as the API server refuses it.
+* namespace lifecycle (:mod:`tests.fakes.kube_namespaces`): a deleted Namespace stays
+  ``Terminating`` until :meth:`KubeStore.finalize_namespace`, and creating anything in it meanwhile
+  is refused 403 with the ``NamespaceTerminating`` cause.
 * failure modes: :meth:`forbid` (403 with the real message shape, for all or some resources),
+  :meth:`enforce_rbac` (403 for whatever some Roles and ClusterRoles, e.g. a rendered chart's, do not
+  grant: :mod:`tests.fakes.kube_rbac`),
   :meth:`add_validating_webhook` (a validating admission webhook that denies some writes, answered as
   the API server answers a denial), :attr:`required_token` (401 without it),
   :meth:`stall_open_watches` (the watches open now go silent and never end, ``timeoutSeconds``
@@ -108,6 +113,7 @@ from tests.fakes.kube_discovery import (
     table,
     wants_table,
 )
+from tests.fakes.kube_rbac import Rbac
 from tests.fakes.kube_selectors import SelectorError, parse_field_selector, parse_label_selector
 from tests.fakes.kube_store import (
     FIELD_VALIDATION_DIRECTIVES,
@@ -234,6 +240,7 @@ class FakeKubeApiServer:
         self.required_token: str | None = None
         self._forbidden: set[str] | None = set()
         self._forbidden_all = False
+        self._rbac: Rbac | None = None
         self._runner: web.AppRunner | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._watch_wakeups: set[asyncio.Event] = set()
@@ -378,6 +385,13 @@ class FakeKubeApiServer:
     def allow_all(self) -> None:
         self._forbidden = set()
         self._forbidden_all = False
+        self._rbac = None
+
+    def enforce_rbac(self, roles: Iterable[Mapping[str, Any]]) -> None:
+        """Answer 403, as the API server does, for every request the rules of ``roles`` (Roles and
+        ClusterRoles, e.g. a rendered chart's; other kinds are ignored) do not allow
+        (:mod:`tests.fakes.kube_rbac`); :meth:`allow_all` ends it."""
+        self._rbac = Rbac(roles)
 
     def add_validating_webhook(
         self, name: str, plurals: Iterable[str], review: WebhookReview, *, code: int = 400
@@ -497,18 +511,24 @@ class FakeKubeApiServer:
             kind, namespace, name, subresource = self._route(parts)
         except StoreError as exc:
             return _error(exc)
-        if self._forbidden_all or (self._forbidden and kind.plural in self._forbidden):
-            verb = {
-                "GET": "get" if name else "list",
-                "POST": "create",
-                "PUT": "update",
-                "PATCH": "patch",
-                "DELETE": "delete",
-            }.get(request.method, "get")
+        verb = {
+            "GET": ("watch" if query.get("watch") in ("true", "1") else "list") if name is None else "get",
+            "POST": "create",
+            "PUT": "update",
+            "PATCH": "patch",
+            "DELETE": "delete" if name else "deletecollection",
+        }.get(request.method, "get")
+        resource = f"{kind.plural}/{subresource}" if subresource else kind.plural
+        denied = self._forbidden_all or (self._forbidden and kind.plural in self._forbidden)
+        if not denied and self._rbac is not None:
+            denied = not self._rbac.allows(
+                verb=verb, group=kind.group, resource=resource, namespace=namespace or None, name=name
+            )
+        if denied:
             where = f' in the namespace "{namespace}"' if namespace else " at the cluster scope"
             message = (
                 f'{kind.plural} is forbidden: User "system:serviceaccount:igw:test" cannot {verb} resource '
-                f'"{kind.plural}" in API group "{kind.group}"{where}'
+                f'"{resource}" in API group "{kind.group}"{where}'
             )
             return _json(_status(403, "Forbidden", message, details={"kind": kind.plural}), 403)
         try:

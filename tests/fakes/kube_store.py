@@ -24,6 +24,15 @@ from typing import Any
 from tests.fakes.kube_admission import Admission, admit, admit_status
 from tests.fakes.kube_crd_validation import crd_errors, stored_versions, with_defaults
 from tests.fakes.kube_field_errors import invalid_details, invalid_message
+from tests.fakes.kube_namespaces import (
+    IMMORTAL_NAMESPACES,
+    TERMINATING,
+    default_namespace,
+    holds_finalizer,
+    immortal_refusal,
+    terminating,
+    terminating_refusal,
+)
 from tests.fakes.kube_validation import object_problems
 
 
@@ -143,6 +152,8 @@ def _default(kind: ResourceKind, body: dict[str, Any]) -> None:
         spec = body.get("spec")
         if isinstance(spec, dict) and spec.get("replicas") is None:
             spec["replicas"] = 1
+    if kind.key == NAMESPACE_KEY:
+        default_namespace(body)
 
 
 def _validate(kind: ResourceKind, body: Mapping[str, Any]) -> None:
@@ -153,6 +164,7 @@ def _validate(kind: ResourceKind, body: Mapping[str, Any]) -> None:
 
 
 CRD_KEY = ("apiextensions.k8s.io", "v1", "customresourcedefinitions")
+NAMESPACE_KEY = ("", "v1", "namespaces")
 MAX_GENERATED_NAME_BASE = 58
 """apiserver's ``names.MaxGeneratedNameLength`` (63 less the 5 random characters): a longer
 ``generateName`` is cut to it before the suffix is added."""
@@ -226,6 +238,9 @@ class KubeStore:
         self.kinds: dict[tuple[str, str, str], ResourceKind] = {k.key: k for k in BUILTIN_KINDS}
         self.on_change: Callable[[], None] = lambda: None
         self.validators: list[Validator] = []
+        self.deleted_namespaces: set[str] = set()
+        """Namespaces :meth:`finalize_namespace` removed (and not made again): creating in one is
+        refused 404, as the API server refuses it (other absent namespaces are not checked)."""
         """Validating admission run on every create and update of an object or its status, dry runs
         included, after defaulting and schema validation (as the API server calls webhooks)."""
 
@@ -352,6 +367,12 @@ class KubeStore:
             meta = body["metadata"]
         with self._lock:
             key = (kind.key, namespace, name)
+            if kind.namespaced and terminating(self._objects.get((NAMESPACE_KEY, "", namespace))):
+                message, details = terminating_refusal(kind.group, kind.plural, namespace, name)
+                raise StoreError(403, "Forbidden", message, details=details)
+            if kind.namespaced and namespace in self.deleted_namespaces:
+                details = {"name": namespace, "kind": "namespaces"}
+                raise StoreError(404, "NotFound", f'namespaces "{namespace}" not found', details=details)
             if key in self._objects:
                 raise StoreError(409, "AlreadyExists", f'{kind.plural} "{name}" already exists')
             body["apiVersion"] = kind.api_version
@@ -367,6 +388,8 @@ class KubeStore:
                 return copy.deepcopy(body)
             meta["resourceVersion"] = self._bump()
             self._objects[key] = body
+            if kind.key == NAMESPACE_KEY:
+                self.deleted_namespaces.discard(name)
             self._record(kind, namespace, "ADDED", body)
             result = copy.deepcopy(body)
         self.on_change()
@@ -444,7 +467,8 @@ class KubeStore:
             if dry_run:
                 return copy.deepcopy(new)
             new["metadata"]["resourceVersion"] = self._bump()
-            if deleting and not new["metadata"].get("finalizers"):
+            held = kind.key == NAMESPACE_KEY and holds_finalizer(new)  # until finalize_namespace
+            if deleting and not new["metadata"].get("finalizers") and not held:
                 del self._objects[key]
                 self._record(kind, namespace, "DELETED", new)
                 self._collect_dependents(str(new["metadata"].get("uid", "")))
@@ -489,6 +513,10 @@ class KubeStore:
             obj = self._objects.get(key)
             if obj is None:
                 raise StoreError(404, "NotFound", f'{kind.plural} "{name}" not found')
+            if kind.key == NAMESPACE_KEY and name in IMMORTAL_NAMESPACES:
+                raise StoreError(
+                    403, "Forbidden", immortal_refusal(name), details={"name": name, "kind": "namespaces"}
+                )
             if dry_run:
                 answer = copy.deepcopy(obj)
                 if answer["metadata"].get("finalizers") and not answer["metadata"].get("deletionTimestamp"):
@@ -496,7 +524,14 @@ class KubeStore:
                 return answer
             if propagation == "Orphan":
                 self._orphan_dependents(str(obj["metadata"].get("uid", "")))
-            if obj["metadata"].get("finalizers"):
+            if kind.key == NAMESPACE_KEY and holds_finalizer(obj):
+                if not terminating(obj):  # the namespace controller empties it (finalize_namespace)
+                    previous = copy.deepcopy(obj)
+                    obj["metadata"]["deletionTimestamp"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+                    obj.setdefault("status", {})["phase"] = TERMINATING
+                    obj["metadata"]["resourceVersion"] = self._bump()
+                    self._record(kind, namespace, "MODIFIED", obj, previous=previous)
+            elif obj["metadata"].get("finalizers"):
                 if not obj["metadata"].get("deletionTimestamp"):
                     previous = copy.deepcopy(obj)
                     obj["metadata"]["deletionTimestamp"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -510,6 +545,29 @@ class KubeStore:
             result = copy.deepcopy(obj)
         self.on_change()
         return result
+
+    def finalize_namespace(self, name: str) -> bool:
+        """What the namespace controller does for a Terminating namespace: delete everything in it
+        (an object with ``metadata.finalizers`` is only marked, and holds the namespace) and, once
+        nothing is left, the Namespace itself. ``True`` when the Namespace is gone."""
+        with self._lock:
+            namespace_obj = self._objects.get((NAMESPACE_KEY, "", name))
+            if namespace_obj is None:
+                return True
+            if not terminating(namespace_obj):
+                raise ValueError(f"namespace {name} is not being deleted")
+            for resource, ns, obj_name in sorted(self._objects):
+                if ns == name and (resource, ns, obj_name) in self._objects:
+                    self.delete(self.kinds[resource], ns, obj_name)
+            if any(ns == name for _, ns, _ in self._objects):
+                return False
+            del self._objects[(NAMESPACE_KEY, "", name)]
+            self.deleted_namespaces.add(name)
+            namespace_obj["spec"]["finalizers"] = []
+            namespace_obj["metadata"]["resourceVersion"] = self._bump()
+            self._record(self.kinds[NAMESPACE_KEY], "", "DELETED", namespace_obj)
+        self.on_change()
+        return True
 
     def _orphan_dependents(self, owner_uid: str) -> None:
         """Remove the owner references naming ``owner_uid`` (a MODIFIED event each, as the garbage

@@ -21,7 +21,15 @@ from moto import mock_aws
 from igw.operator.dataplane import DataPlaneSettings
 from igw.operator.kube import Kube
 from igw.operator.reconcile import Reconciler
-from igw.operator.tls import CLUSTER_TAG, KUBE_ACCESS, NAMESPACE_TAG, UID_TAG, AutoTlsSettings, IssuerRef
+from igw.operator.tls import (
+    CLUSTER_TAG,
+    KUBE_ACCESS,
+    NAME_TAG,
+    NAMESPACE_TAG,
+    UID_TAG,
+    AutoTlsSettings,
+    IssuerRef,
+)
 from igw.operator.tls_sweep import OrphanSweep
 from tests.fakes.kube_api import FakeKubeApiServer
 from tests.operator.harness import InUseOnce, find, running_operator, tls_igwc, wait_for, write_tls_secret
@@ -178,3 +186,87 @@ def test_a_namespaced_operator_sweeps_only_its_namespaces(
     assert result.acm_deleted == [ours]
     assert result.secrets_deleted == ["inference/chat-gateway-tls"]
     assert _arns(acm) == {theirs}
+
+
+def _count_tag_reads(acm: Any) -> list[str]:
+    """Every ListTagsForCertificate call ``acm`` makes from now on (its ARN)."""
+    calls: list[str] = []
+
+    def record(params: dict[str, Any], **_: Any) -> None:
+        calls.append(str(params.get("CertificateArn")))
+
+    acm.meta.events.register("provide-client-params.acm.ListTagsForCertificate", record)
+    return calls
+
+
+def test_the_sweep_reads_each_imports_tags_once_and_again_only_before_deleting(
+    cluster: FakeKubeApiServer, acm: Any, cluster_uid: str
+) -> None:
+    """The sweep listed every import of the account and region and read the tags of each, at every
+    sweep (every 10 minutes, for good): tags that cannot change are now remembered. Deleting an
+    import still reads its tags afresh (a hand-made retag is respected)."""
+    reconciler, _ = _issue(cluster, acm, "chat")
+    other = _foreign_import(acm, [{"Key": UID_TAG, "Value": "x"}, {"Key": CLUSTER_TAG, "Value": "another"}])
+    _foreign_import(acm, [{"Key": "team", "Value": "search"}])
+    sweep = OrphanSweep(Kube(cluster.api_client()), reconciler.acm, reconciler.cluster)
+    reads = _count_tag_reads(acm)
+
+    first = asyncio.run(sweep.sweep())
+    assert len(reads) == 3
+    reads.clear()
+    second = asyncio.run(sweep.sweep())
+    assert reads == []
+    assert (first.tag_reads, second.tag_reads, second.acm_deleted) == (3, 0, [])
+
+    (chat_arn,) = [a for a in _arns(acm) if {"Key": NAME_TAG, "Value": "chat"} in _tags(acm, a)]
+    _delete_unseen(cluster, "chat")
+    reads.clear()
+    third = asyncio.run(sweep.sweep())
+    assert third.acm_deleted == [chat_arn]
+    assert (third.tag_reads, reads) == (0, [chat_arn])  # the fresh read before deleting
+    reads.clear()
+    acm.delete_certificate(CertificateArn=other)  # gone from the listing: forgotten
+    new = _foreign_import(acm, [{"Key": "team", "Value": "ads"}])
+    fourth = asyncio.run(sweep.sweep())
+    assert (fourth.tag_reads, reads) == (1, [new])
+
+
+def test_an_import_made_before_the_cluster_tag_is_reported_once_and_never_deleted(
+    cluster: FakeKubeApiServer, acm: Any, cluster_uid: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An import with the operator's uid, name and namespace tags but no cluster tag (made by an
+    operator before the tag existed): nothing says which cluster's it is, so it is never deleted. Its
+    config gone from here, the sweep says so once, with the ARN and how to delete it by hand; one whose
+    config is here is not reported, and gets the cluster tag at that config's next pass."""
+    reconciler, live_uid = _issue(cluster, acm, "live")
+    (live_arn,) = _arns(acm)
+    acm.remove_tags_from_certificate(
+        CertificateArn=live_arn, Tags=[{"Key": CLUSTER_TAG, "Value": cluster_uid}]
+    )
+    legacy = _foreign_import(
+        acm,
+        [
+            {"Key": UID_TAG, "Value": "uid-of-a-config-gone-long-ago"},
+            {"Key": NAME_TAG, "Value": "old-chat"},
+            {"Key": NAMESPACE_TAG, "Value": "inference"},
+        ],
+    )
+    sweep = OrphanSweep(Kube(cluster.api_client()), reconciler.acm, reconciler.cluster)
+    caplog.set_level(logging.WARNING, logger="igw.operator")
+
+    first = asyncio.run(sweep.sweep())
+    (warning,) = [r.getMessage() for r in caplog.records]
+    assert legacy in warning
+    assert "inference/old-chat" in warning
+    assert "aws acm delete-certificate" in warning
+    assert (first.legacy_reported, first.acm_deleted) == ([legacy], [])
+    caplog.clear()
+    second = asyncio.run(sweep.sweep())
+    assert (second.legacy_reported, second.acm_deleted, caplog.records) == ([], [], [])
+    assert _arns(acm) == {live_arn, legacy}
+
+    asyncio.run(reconciler.reconcile("inference", "live"))  # its next pass tags it with the cluster
+    assert {"Key": CLUSTER_TAG, "Value": cluster_uid} in _tags(acm, live_arn)
+    _delete_unseen(cluster, "live")
+    assert asyncio.run(sweep.sweep()).acm_deleted == [live_arn]
+    assert live_uid

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from igw.cli.arg_types import (
     NON_NEGATIVE,
@@ -30,6 +31,9 @@ from igw.cli.arg_types import (
     object_name,
 )
 from igw.gateway.worker_heartbeat import STUCK_AFTER_S
+
+if TYPE_CHECKING:
+    from igw.operator.runner import OperatorOptions
 
 HELP = "Run the operator: reconcile InferenceGatewayConfig objects into gateway data planes."
 
@@ -106,6 +110,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "Certificates, so its RBAC need not grant them); such a config is reported AutoTlsDisabled",
     )
     parser.add_argument(
+        "--tls-sweep-seconds",
+        type=POSITIVE,
+        default=600.0,
+        metavar="S",
+        help="how often the leader deletes the ACM imports and Secrets of auto-issued TLS whose config "
+        "is gone (one ACM listing each; an import's tags are read once); also once when it starts "
+        "leading (default 600; none with --no-auto-tls)",
+    )
+    parser.add_argument(
         "--resync-seconds",
         type=POSITIVE,
         default=5.0,
@@ -133,37 +146,22 @@ DEFERS_STOP_SIGNALS = True
 (:mod:`igw.cli.early_stop`): an interrupt inside kopf's imports was turned into a traceback."""
 
 
-def run(args: argparse.Namespace) -> int:
+def operator_options(args: argparse.Namespace) -> OperatorOptions:
+    """The operator's options from its parsed arguments (what the chart's container args become);
+    raises ``TlsIssuerError`` / ``EmfEndpointError`` naming the option for a value the parser does
+    not check alone."""
     # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
-    import asyncio
-    import contextlib
-    import signal
-
-    from igw.cli import early_stop
-    from igw.gateway.discovery.kube_client import KubeClientError
-    from igw.gateway.emf_sink import AgentEndpoint, EmfEndpointError
-    from igw.gateway.redaction import configure_logging
-    from igw.gateway.serving import EXIT_LISTEN_FAILED, ListenError
-    from igw.gateway.stop_signals import hold_stop_signals, ignore_held_stop_signals
+    from igw.gateway.emf_sink import AgentEndpoint
     from igw.operator.dataplane import DataPlaneSettings
-    from igw.operator.runner import OperatorOptions, run_operator
-    from igw.operator.tls import AutoTlsSettings, IssuerRef, TlsIssuerError
+    from igw.operator.runner import OperatorOptions
+    from igw.operator.tls import AutoTlsSettings, IssuerRef
 
-    configure_logging(args.log_level)
-    try:
-        issuer = IssuerRef.parse(args.tls_issuer)
-    except TlsIssuerError as exc:
-        print(f"igw operator: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    try:
-        emf_endpoint = (
-            AgentEndpoint.parse(args.gateway_emf_endpoint, source="--gateway-emf-endpoint")
-            if args.gateway_emf_endpoint
-            else None
-        )
-    except EmfEndpointError as exc:
-        print(f"igw operator: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+    issuer = IssuerRef.parse(args.tls_issuer)
+    emf_endpoint = (
+        AgentEndpoint.parse(args.gateway_emf_endpoint, source="--gateway-emf-endpoint")
+        if args.gateway_emf_endpoint
+        else None
+    )
     data_plane = DataPlaneSettings(
         image=args.gateway_image,
         workers=args.gateway_workers,
@@ -172,18 +170,42 @@ def run(args: argparse.Namespace) -> int:
         emf_endpoint=emf_endpoint,
         otlp_endpoint=args.gateway_otlp_endpoint or "",
     )
-    options = OperatorOptions(
+    return OperatorOptions(
         kubeconfig=args.kubeconfig,
         namespaces=tuple(args.namespace),
         data_plane=data_plane,
         auto_tls=AutoTlsSettings(issuer=issuer, enabled=not args.no_auto_tls),
         resync_s=args.resync_seconds,
+        tls_sweep_s=args.tls_sweep_seconds,
         leader_election=not args.no_leader_election,
         lease_name=args.lease_name,
         lease_namespace=args.lease_namespace,
         health_port=args.health_port,
         **({"identity": args.identity} if args.identity else {}),
     )
+
+
+def run(args: argparse.Namespace) -> int:
+    # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
+    import asyncio
+    import contextlib
+    import signal
+
+    from igw.cli import early_stop
+    from igw.gateway.discovery.kube_client import KubeClientError
+    from igw.gateway.emf_sink import EmfEndpointError
+    from igw.gateway.redaction import configure_logging
+    from igw.gateway.serving import EXIT_LISTEN_FAILED, ListenError
+    from igw.gateway.stop_signals import hold_stop_signals, ignore_held_stop_signals
+    from igw.operator.runner import run_operator
+    from igw.operator.tls import TlsIssuerError
+
+    configure_logging(args.log_level)
+    try:
+        options = operator_options(args)
+    except (TlsIssuerError, EmfEndpointError) as exc:
+        print(f"igw operator: {exc}", file=sys.stderr)
+        return EXIT_USAGE
 
     async def main() -> int:
         stop = asyncio.Event()

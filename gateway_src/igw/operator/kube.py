@@ -143,6 +143,35 @@ class NothingApplied(IgwToolingError):
     could not be prepared): none of the pass's objects was written."""
 
 
+class NamespaceTerminating(NothingApplied):
+    """Every refusal of the pass's dry run was the API server's ``NamespaceLifecycle`` answer: the
+    namespace is being deleted, and nothing new may be created in it until it is gone."""
+
+
+NAMESPACE_TERMINATING_CAUSE: Final = "NamespaceTerminating"
+"""The ``details.causes[].reason`` of a create refused in a namespace being deleted (403)."""
+
+
+def namespace_terminating(exc: BaseException) -> bool:
+    """Whether ``exc`` is the API server's refusal to create in a namespace being deleted (403
+    ``Forbidden`` with a ``NamespaceTerminating`` cause), as opposed to an RBAC 403."""
+    if isinstance(exc, NamespaceTerminating):
+        return True
+    body = getattr(exc, "body", None)
+    if isinstance(body, bytes):
+        body = body.decode(errors="replace")
+    if not isinstance(body, str) or NAMESPACE_TERMINATING_CAUSE not in body:
+        return False
+    try:
+        status = json.loads(body)
+    except ValueError:
+        return False
+    causes = ((status.get("details") or {}).get("causes") or []) if isinstance(status, Mapping) else []
+    return any(
+        isinstance(cause, Mapping) and cause.get("reason") == NAMESPACE_TERMINATING_CAUSE for cause in causes
+    )
+
+
 class PartlyApplied(IgwToolingError):
     """Every object passed its dry run, but a real write was then refused: the message lists what was
     written, what was refused and what was not written."""
@@ -266,6 +295,7 @@ class Kube:
         except Exception as exc:  # a read failed, or an object is someone else's: nothing written yet
             raise NothingApplied(f"nothing of this pass was applied: {refusal_text(exc)}") from exc
         refused: list[str] = []
+        terminating = 0
         for write in writes:
             if self._dry_run_skipped(write, writes):
                 continue
@@ -273,6 +303,14 @@ class Kube:
                 self._send(write, dry_run=True)
             except Exception as exc:  # every refusal is collected, so one pass reports them all
                 refused.append(f"{write.label} ({refusal_text(exc)})")
+                terminating += namespace_terminating(exc)
+        if refused and terminating == len(refused):
+            namespace = writes[0].body["metadata"].get("namespace", "")
+            raise NamespaceTerminating(
+                f"namespace {namespace} is being deleted: the API server creates nothing new in it, so "
+                f"{_listed([label.partition(' (')[0] for label in refused])} cannot be put back; nothing "
+                "of this pass was applied, and the rest of the data plane goes with the namespace"
+            )
         if refused:
             raise NothingApplied(
                 "nothing of this pass was applied: the API server refused in a server-side dry run: "

@@ -53,7 +53,7 @@ from igw.operator.dataplane import (
     initial_only_fields,
     object_metadata,
 )
-from igw.operator.kube import ADOPTION_LABELS, IGWC_API_VERSION, Kube
+from igw.operator.kube import ADOPTION_LABELS, IGWC_API_VERSION, Kube, namespace_terminating, refusal_text
 from igw.operator.status import Observation, Transition, compute_status
 from igw.operator.tls import (
     CERT_MANAGER_API,
@@ -143,6 +143,9 @@ class Reconciler:
         self._certificates_gone: dict[tuple[str, str], str] = {}
         """``(namespace, name): uid`` of objects not asking for auto-issue whose Certificate and Secret
         this process has seen gone (checked once per object, not on every pass; dropped with the object)."""
+        self._terminating: set[tuple[str, str]] = set()
+        """Objects whose namespace the API server said is being deleted (logged once, not every pass;
+        dropped with the object, which the namespace's deletion removes)."""
 
     @property
     def acm(self) -> AcmImporter:
@@ -180,6 +183,7 @@ class Reconciler:
                 self._locks.pop(key, None)
                 self._last_pass.pop(key, None)
                 self._certificates_gone.pop(key, None)
+                self._terminating.discard(key)
                 return False
             await self._pass(igwc, listed)
             return True
@@ -277,6 +281,7 @@ class Reconciler:
             merged, served = Merge(spec={}), igwc
         refusal = admit(served, neighbours)
         apply_error: str | None = None
+        apply_reason = "ApplyFailed"
         tls = TlsOutcome()
         if refusal is None:
             if wants_auto_issue(igwc.get("spec") or {}):
@@ -295,7 +300,17 @@ class Reconciler:
                 await self._retire_autoscaler(served)
             except Exception as exc:  # any API refusal is reported on the object, not raised
                 apply_error = _error_text(exc)
-                log.warning("%s/%s: applying the data plane failed: %s", namespace, name, apply_error)
+                if namespace_terminating(exc):
+                    # Not a fault to retry: the namespace's deletion removes the object and its data
+                    # plane; logged once, where a WARNING every resync pass went on until it was gone.
+                    apply_reason = "NamespaceTerminating"
+                    first = (namespace, name) not in self._terminating
+                    self._terminating.add((namespace, name))
+                    log.log(logging.INFO if first else logging.DEBUG, "%s/%s: %s", namespace, name, exc)
+                elif await self._deleted_meanwhile(igwc):
+                    return
+                else:
+                    log.warning("%s/%s: applying the data plane failed: %s", namespace, name, apply_error)
         retired = False
         if refusal is None and apply_error is None and not wants_auto_issue(igwc.get("spec") or {}):
             # The spec stopped asking for auto-issue and the Service no longer names the imported
@@ -308,6 +323,7 @@ class Reconciler:
             igwc,
             refusal=refusal,
             apply_error=apply_error,
+            apply_reason=apply_reason,
             tls_problem=tls.problem,
             tls_status=tls.status,
             tls_retired=retired,
@@ -315,9 +331,34 @@ class Reconciler:
         await self._report_bindings(igwc, bound, merged, refusal)
         status, transitions = compute_status(igwc, seen, now=self._clock())
         if _differs(status, igwc.get("status") or {}):
-            await self._kube.patch_status(namespace, name, status)
+            # deferred: start-up cost: kubernetes.dynamic loads with the client, in the worker thread
+            from kubernetes.dynamic.exceptions import NotFoundError
+
+            try:
+                await self._kube.patch_status(namespace, name, status)
+            except NotFoundError:  # deleted during the pass: nothing to report on
+                log.debug("%s/%s: deleted while its pass ran; status not written", namespace, name)
+                return
         for transition in transitions:
             await self._post(igwc, transition)
+
+    async def _deleted_meanwhile(self, igwc: Mapping[str, Any]) -> bool:
+        """Whether ``igwc`` was deleted (or is being deleted, or was made anew) since its pass read it.
+
+        A pass still running when the object, or its namespace, went refused its writes (``namespaces
+        "x" not found``, an orphan it may not adopt) and logged that as a failure: a WARNING, then an
+        ERROR with the client's traceback text when the status write found the object gone."""
+        meta = igwc["metadata"]
+        now = await self._kube.get(IGWC_API_VERSION, KIND, meta["namespace"], meta["name"])
+        now_meta = (now or {}).get("metadata") or {}
+        if (
+            now is not None
+            and now_meta.get("uid") == meta.get("uid")
+            and not now_meta.get("deletionTimestamp")
+        ):
+            return False
+        log.debug("%s/%s: deleted while its pass ran; nothing more to apply", meta["namespace"], meta["name"])
+        return True
 
     async def _post(self, igwc: Mapping[str, Any], transition: Transition) -> None:
         """Post one transition as an Event, best effort: an Event the API server refuses (403 where
@@ -334,12 +375,14 @@ class Reconciler:
             )
         except Exception as exc:  # events are best effort; the status already says it
             meta = igwc["metadata"]
-            log.warning(
+            log.log(
+                # A namespace being deleted takes no new Event: expected, and the status says it.
+                logging.DEBUG if namespace_terminating(exc) else logging.WARNING,
                 "%s/%s: posting the %s event failed: %s",
                 meta["namespace"],
                 meta["name"],
                 reason,
-                _error_text(exc),
+                refusal_text(exc),
             )
 
     async def _retire_autoscaler(self, igwc: Mapping[str, Any]) -> None:
@@ -381,6 +424,7 @@ class Reconciler:
             refusal=admission["refusal"],
             programmed=served is not None and deployment is not None and admission["apply_error"] is None,
             apply_error=admission["apply_error"],
+            apply_reason=admission["apply_reason"],
             served_spec=(served or {}).get("spec"),
             deployment=deployment,
             service=service,

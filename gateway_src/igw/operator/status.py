@@ -81,6 +81,9 @@ class Observation:
     """``status.tls`` of the auto-issued certificate (``acmArn``, ``issuedAt``, ``dnsNames``)."""
     tls_retired: bool = False
     """The spec stopped asking for auto-issue and the imported certificate was deleted."""
+    apply_reason: str = "ApplyFailed"
+    """GatewayProgrammed's reason while ``apply_error`` is set: ``NamespaceTerminating`` when the
+    API server refused only because the namespace is being deleted."""
     served_problem: str | None = None
     """Why the ConfigMap the gateway pods serve holds no valid InferenceGatewayConfig (edited outside
     the operator while the object's own spec is refused), else ``None``."""
@@ -182,7 +185,7 @@ def _conditions(
         keeps = "the previous data plane keeps serving" if seen.programmed else "no data plane exists yet"
         out["AdmissionBlocked"] = ("True", refused.reason, f"the latest spec was refused; {keeps}")
     if seen.apply_error is not None:
-        out["GatewayProgrammed"] = ("False", "ApplyFailed", seen.apply_error)
+        out["GatewayProgrammed"] = ("False", seen.apply_reason, seen.apply_error)
     elif seen.tls_problem is not None:
         out["GatewayProgrammed"] = ("False", *seen.tls_problem)
     elif seen.served_problem is not None:

@@ -241,6 +241,38 @@ class OwnedImport:
     name: str
 
 
+@dataclass(frozen=True, slots=True)
+class _KnownTags:
+    """What the sweep needs of one import's tags: the owner uid (``""``: none), namespace, name and
+    cluster (``""``: an import made before :data:`CLUSTER_TAG` existed)."""
+
+    uid: str
+    namespace: str
+    name: str
+    cluster: str
+
+    @property
+    def settled(self) -> bool:
+        """Whether these can no longer change: an import without the uid tag is not the operator's and
+        never gets its tags; one with both tags keeps them (the uid is fixed at import). Only an
+        owned import without the cluster tag still gets it (the next pass of its config adds it)."""
+        return not self.uid or bool(self.cluster)
+
+
+@dataclass(slots=True)
+class TaggedImports:
+    """One listing of ACM imports by the operator's tags (:meth:`AcmImporter.tagged_imports`)."""
+
+    owned: list[OwnedImport]
+    """Tagged with this cluster's :data:`CLUSTER_TAG` and an owner uid."""
+    legacy: list[OwnedImport]
+    """Tagged with an owner uid but no cluster: imported before the cluster tag existed (or by an
+    operator that could not read its cluster's identity). ACM is shared by every cluster of the
+    account and region, so nothing tells whose they are: the sweep never deletes them."""
+    tag_reads: int = 0
+    """ListTagsForCertificate calls this listing made (the others were remembered)."""
+
+
 class AcmImporter:
     """Imports cert-manager certificates into ACM and removes the ones it imported (sync; run in a thread)."""
 
@@ -248,6 +280,12 @@ class AcmImporter:
         self._client_factory = client_factory
         self._client: Any = None
         self._client_lock = threading.Lock()
+        self._known: dict[str, _KnownTags] = {}
+        """Settled tags of each import the last listing showed (:attr:`_KnownTags.settled`): the
+        sweep reads an import's tags once, not every sweep (one call per import of the whole account
+        and region every 10 minutes). Pruned to the ARNs of each listing, so it never holds more
+        entries than ACM lists."""
+        self._known_lock = threading.Lock()
 
     def _acm(self) -> Any:
         # Passes for several objects run in worker threads at once; build the client only once.
@@ -292,19 +330,28 @@ class AcmImporter:
             if owned and _same_pem(current, issued.leaf):
                 if any(have.get(tag["Key"]) != tag["Value"] for tag in tags):
                     acm.add_tags_to_certificate(CertificateArn=arn, Tags=tags)
+                    self._forget_tags(arn)
                 return arn
             if owned:
                 acm.import_certificate(CertificateArn=arn, **self._parts(issued))
                 # A re-import takes no tags; put the owner tags back in case the import dropped them.
                 acm.add_tags_to_certificate(CertificateArn=arn, Tags=tags)
+                self._forget_tags(arn)
                 return arn
         created = acm.import_certificate(**self._parts(issued), Tags=tags)
         return str(created["CertificateArn"])
 
     def owned_imports(self, cluster: str) -> list[OwnedImport]:
         """Every imported certificate tagged as this operator's for the cluster ``cluster`` (its
-        :data:`CLUSTER_TAG` value), with the object its tags name (one ACM listing, one tag read each)."""
-        found: list[OwnedImport] = []
+        :data:`CLUSTER_TAG` value), with the object its tags name."""
+        return self.tagged_imports(cluster).owned if cluster else []
+
+    def tagged_imports(self, cluster: str) -> TaggedImports:
+        """The imports tagged as this operator's for ``cluster``, and those tagged before the cluster
+        tag existed (:attr:`TaggedImports.legacy`): one ACM listing, and one tag read per import
+        whose tags are not remembered from an earlier listing."""
+        found = TaggedImports(owned=[], legacy=[])
+        listed: set[str] = set()
         pages = (
             self._acm()
             .get_paginator("list_certificates")
@@ -315,13 +362,36 @@ class AcmImporter:
                 if summary.get("Type", "IMPORTED") != "IMPORTED":
                     continue
                 arn = str(summary["CertificateArn"])
-                tags = self._tags_of(arn)
-                if not cluster or tags.get(CLUSTER_TAG) != cluster or not tags.get(UID_TAG):
+                listed.add(arn)
+                with self._known_lock:
+                    known = self._known.get(arn)
+                if known is None:
+                    tags = self._tags_of(arn)
+                    found.tag_reads += 1
+                    known = _KnownTags(
+                        tags.get(UID_TAG, ""),
+                        tags.get(NAMESPACE_TAG, ""),
+                        tags.get(NAME_TAG, ""),
+                        tags.get(CLUSTER_TAG, ""),
+                    )
+                    if known.settled:
+                        with self._known_lock:
+                            self._known[arn] = known
+                if not known.uid:
                     continue
-                found.append(
-                    OwnedImport(arn, tags[UID_TAG], tags.get(NAMESPACE_TAG, ""), tags.get(NAME_TAG, ""))
-                )
+                entry = OwnedImport(arn, known.uid, known.namespace, known.name)
+                if not known.cluster:
+                    found.legacy.append(entry)
+                elif cluster and known.cluster == cluster:
+                    found.owned.append(entry)
+        with self._known_lock:  # what ACM no longer lists is forgotten: bounded by the listing
+            for arn in [arn for arn in self._known if arn not in listed]:
+                del self._known[arn]
         return found
+
+    def _forget_tags(self, arn: str) -> None:
+        with self._known_lock:
+            self._known.pop(arn, None)
 
     def _find_owned(self, uid: str) -> str | None:
         """The imported certificate whose uid tag names this object, if any (one ACM listing)."""
@@ -332,6 +402,10 @@ class AcmImporter:
                 if summary.get("Type", "IMPORTED") != "IMPORTED":
                     continue
                 arn = str(summary["CertificateArn"])
+                with self._known_lock:
+                    known = self._known.get(arn)
+                if known is not None and known.uid != uid:  # settled: another owner's for good
+                    continue
                 if self._owner_uid(arn) == uid:
                     return arn
         return None
@@ -349,15 +423,21 @@ class AcmImporter:
             parts["CertificateChain"] = issued.chain.encode()
         return parts
 
-    def delete_owned(self, arn: str, *, uid: str) -> bool:
-        """Delete ``arn`` when its uid tag names the deleted object; ``True`` when deleted."""
+    def delete_owned(self, arn: str, *, uid: str, cluster: str | None = None) -> bool:
+        """Delete ``arn`` when its uid tag names the deleted object (and, given ``cluster``, its
+        :data:`CLUSTER_TAG` is that one), read afresh: the sweep's remembered tags never decide a
+        deletion alone. ``True`` when deleted."""
         acm = self._acm()
         try:
-            if self._owner_uid(arn) != uid:
+            tags = self._tags_of(arn)
+            if tags.get(UID_TAG) != uid or (cluster is not None and tags.get(CLUSTER_TAG) != cluster):
+                self._forget_tags(arn)  # retagged by hand since: read again at the next listing
                 return False
             acm.delete_certificate(CertificateArn=arn)
         except acm.exceptions.ResourceNotFoundException:
+            self._forget_tags(arn)
             return False
+        self._forget_tags(arn)
         return True
 
 

@@ -11,7 +11,14 @@ reference. So the leader sweeps when it starts and every :data:`SWEEP_INTERVAL_S
   (ACM is shared by every cluster of the account and region) and an object uid, in a watched
   namespace, whose uid names no InferenceGatewayConfig now. A config of the same name made anew has
   another uid: another owner. ACM refuses to delete a certificate a listener still uses; that one is
-  tried again at the next sweep.
+  tried again at the next sweep. Each import's tags are read once and remembered (they cannot change:
+  :class:`~igw.operator.tls.AcmImporter`), and read afresh before a deletion, so a sweep makes one
+  ACM listing plus one tag read per import new since the last.
+* Imports made before the cluster tag existed (uid and name tags, no cluster tag): one whose uid
+  names a config here gets the cluster tag at that config's next pass. One whose uid names none may
+  be another cluster's (nothing in ACM says which), so it is never deleted: the sweep reports it
+  once per operator process (a WARNING with its ARN and the namespace/name its tags name, to be
+  deleted by hand with ``aws acm delete-certificate`` once no cluster has that config).
 * Secrets: every Secret carrying the data plane's ownership labels and cert-manager's
   ``cert-manager.io/certificate-name`` annotation whose config (by name, in its namespace) is gone,
   after the Certificate of that name and labels if the garbage collector has not removed it yet (or
@@ -40,6 +47,7 @@ from igw.operator.tls import (
     CERT_MANAGER_API,
     CERTIFICATE_KIND,
     CERTIFICATE_NAME_ANNOTATION,
+    CLUSTER_TAG,
     AcmImporter,
     OwnedImport,
     secret_name,
@@ -48,7 +56,9 @@ from igw.operator.tls import (
 log = logging.getLogger("igw.operator")
 
 SWEEP_INTERVAL_S: Final = 600.0
-"""Seconds between two sweeps (one ACM listing and one tag read per imported certificate each)."""
+"""Default seconds between two sweeps (``igw operator --tls-sweep-seconds``, chart value
+``operator.tlsSweepSeconds``): one ACM listing, a tag read per import not seen before, and one list
+of the operator's Secrets each."""
 CLUSTER_NAMESPACE: Final = "kube-system"
 """The Namespace whose uid names the cluster (:data:`~igw.operator.tls.CLUSTER_TAG`)."""
 
@@ -90,6 +100,10 @@ class SweepResult:
     """Imports of a gone config that ACM refused to delete (a listener still uses them): retried."""
     secrets_deleted: list[str] = field(default_factory=list)
     """``namespace/name`` of each Secret deleted."""
+    legacy_reported: list[str] = field(default_factory=list)
+    """Imports without the cluster tag whose config is not here, reported (once) and left alone."""
+    tag_reads: int = 0
+    """ACM tag reads the listing made (imports whose tags were not remembered)."""
     failed: int = 0
 
 
@@ -104,6 +118,8 @@ class OrphanSweep:
         self._cluster = cluster
         self._namespaces = tuple(namespaces)
         """Watched namespaces; empty: all of them."""
+        self._reported: set[str] = set()
+        """ARNs of imports without the cluster tag already reported (pruned to each listing's)."""
 
     async def run(self, stop: asyncio.Event, interval_s: float = SWEEP_INTERVAL_S) -> None:
         """Sweep now, then every ``interval_s`` until ``stop``; a failed sweep is logged and retried."""
@@ -119,8 +135,9 @@ class OrphanSweep:
         """One sweep; raises (deleting nothing) when the configs cannot be listed."""
         result = SweepResult()
         cluster = await self._cluster.uid()
-        imports = await self._kube.outside(self._acm.owned_imports, cluster) if cluster else []
-        imports = [i for i in imports if not self._namespaces or i.namespace in self._namespaces]
+        tagged = await self._kube.outside(self._acm.tagged_imports, cluster) if cluster else None
+        result.tag_reads = tagged.tag_reads if tagged else 0
+        imports = [i for i in (tagged.owned if tagged else []) if self._watched(i.namespace)]
         secrets = await self._list(
             "v1", "Secret", label_selector=f"app.kubernetes.io/managed-by={MANAGED_BY}"
         )
@@ -134,7 +151,9 @@ class OrphanSweep:
             )
         for owned in imports:
             if owned.uid not in uids:
-                await self._delete_import(owned, result)
+                await self._delete_import(owned, result, cluster)
+        if tagged is not None:
+            self._report_legacy(tagged.legacy, uids, result)
         for secret in secrets:
             await self._delete_secret(secret, names, result)
         if result.acm_deleted or result.acm_in_use or result.secrets_deleted or result.failed:
@@ -148,6 +167,34 @@ class OrphanSweep:
             )
         return result
 
+    def _watched(self, namespace: str) -> bool:
+        return not self._namespaces or namespace in self._namespaces
+
+    def _report_legacy(self, legacy: Sequence[OwnedImport], uids: set[str], result: SweepResult) -> None:
+        """Report, once each, the imports without the cluster tag whose uid names no config here."""
+        self._reported &= {found.arn for found in legacy}
+        for found in legacy:
+            # Another namespace's (a tag the old operator wrote) is the other operator's to report.
+            if (
+                found.uid in uids
+                or found.arn in self._reported
+                or (found.namespace and not self._watched(found.namespace))
+            ):
+                continue
+            self._reported.add(found.arn)
+            result.legacy_reported.append(found.arn)
+            log.warning(
+                "ACM certificate %s was imported for InferenceGatewayConfig %s (uid %s) before imports "
+                "carried the %s tag: no config with that uid is here, but it may be another cluster's, "
+                "so it is not deleted; once no cluster has that config, delete it with "
+                "`aws acm delete-certificate --certificate-arn %s`",
+                found.arn,
+                f"{found.namespace}/{found.name}" if found.namespace else found.name or "(unnamed)",
+                found.uid,
+                CLUSTER_TAG,
+                found.arn,
+            )
+
     async def _list(
         self, api_version: str, kind: str, *, label_selector: str | None = None
     ) -> list[dict[str, Any]]:
@@ -157,10 +204,12 @@ class OrphanSweep:
             found += await self._kube.list(api_version, kind, namespace, label_selector=label_selector)
         return found
 
-    async def _delete_import(self, owned: OwnedImport, result: SweepResult) -> None:
+    async def _delete_import(self, owned: OwnedImport, result: SweepResult, cluster: str) -> None:
         where = f"{owned.namespace}/{owned.name}"
         try:
-            deleted = await self._kube.outside(self._acm.delete_owned, owned.arn, uid=owned.uid)
+            deleted = await self._kube.outside(
+                self._acm.delete_owned, owned.arn, uid=owned.uid, cluster=cluster
+            )
         except Exception as exc:  # ACM's in-use refusal, or any other: the next sweep tries again
             if _acm_error_code(exc) == "ResourceInUseException":
                 result.acm_in_use.append(owned.arn)

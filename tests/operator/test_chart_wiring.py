@@ -1,0 +1,144 @@
+"""The chart's operator settings, end to end: values → rendered container args → ``igw operator``'s
+own argument parsing → the operator acting on the fake API server under the rendered RBAC.
+
+The chart tests checked the args and the RBAC apart, and the operator tests built their options by
+hand: nothing showed that ``operator.autoTls: false`` gives an operator that makes no call its
+narrower RBAC refuses, nor that the default RBAC covers every call of auto-issued TLS."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from igw.addon import chart, pins
+from igw.cli import operator as operator_cli
+from igw.operator.runner import OperatorOptions
+from tests.fakes.kube_api import FakeKubeApiServer
+from tests.operator.harness import (
+    OperatorThread,
+    find,
+    igwc,
+    tls_igwc,
+    wait_condition,
+    wait_for,
+    write_tls_secret,
+)
+
+
+def _render(values: dict[str, Any]) -> list[dict[str, Any]]:
+    return chart.render(values, release="igw", namespace=pins.ADDON_NAMESPACE)
+
+
+def _container_args(objects: list[dict[str, Any]]) -> list[str]:
+    (deployment,) = [o for o in objects if o["kind"] == "Deployment"]
+    args: list[str] = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    return args
+
+
+def _options(args: list[str], kubeconfig: Path) -> OperatorOptions:
+    """What ``igw operator`` makes of the rendered args, pointed at the fake cluster (the pod's
+    account becomes the kubeconfig; the kubelet's ``$(POD_NAME)`` a fixed identity; no probe port)."""
+    assert args[0] == "operator"
+    parser = argparse.ArgumentParser()
+    operator_cli.add_arguments(parser)
+    options = operator_cli.operator_options(parser.parse_args(args[1:]))
+    return dataclasses.replace(
+        options, kubeconfig=str(kubeconfig), identity="igw-operator-0", health_port=None
+    )
+
+
+@pytest.fixture
+def acm() -> Iterator[Any]:
+    with mock_aws():
+        yield boto3.client("acm", region_name="us-east-1")
+
+
+def _refusals(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if "forbidden" in r.getMessage().lower()]
+
+
+def test_auto_tls_off_from_the_chart_gives_an_operator_that_needs_no_secret_access(
+    cluster: FakeKubeApiServer, kubeconfig: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``operator.autoTls: false``: the args carry ``--no-auto-tls``, the RBAC grants no Secret,
+    Certificate or Namespace access, and the operator so started (leader election included) programs
+    a plain config, reports a ``tls: {}`` one ``AutoTlsDisabled``, runs no sweep, never builds an ACM
+    client and never asks for what its RBAC refuses."""
+    rendered = _render({"operator": {"autoTls": False}})
+    options = _options(_container_args(rendered), kubeconfig)
+    assert (options.auto_tls.enabled, options.leader_election) == (False, True)
+
+    def no_acm() -> Any:
+        raise AssertionError("the operator built an ACM client with auto-issued TLS off")
+
+    options = dataclasses.replace(
+        options, auto_tls=dataclasses.replace(options.auto_tls, acm_client_factory=no_acm)
+    )
+    cluster.enforce_rbac(rendered)
+    caplog.set_level(logging.INFO)
+    operator = OperatorThread(options).start()
+    try:
+        cluster.add(igwc("plain", model="mistral", app="mistral"))
+        cluster.add(tls_igwc("chat"))
+        disabled = wait_condition(cluster, "chat", "GatewayProgrammed", "False")
+        wait_for(
+            lambda: wait_condition(cluster, "chat", "GatewayProgrammed")["reason"] == "AutoTlsDisabled",
+            what="AutoTlsDisabled",
+        )
+        wait_condition(cluster, "plain", "GatewayProgrammed", "True")
+        assert disabled
+    finally:
+        assert operator.stop() == 0
+    touched = [path for _, path, _ in cluster.requests if "/secrets" in path or "/certificates" in path]
+    assert touched == []
+    assert not [path for _, path, _ in cluster.requests if path.endswith("/namespaces/kube-system")]
+    assert _refusals(caplog) == []
+    assert find(cluster, "Lease", pins.ADDON_NAMESPACE, "igw-operator") is not None
+
+
+def test_the_default_chart_rbac_covers_auto_issued_tls_and_its_sweep(
+    cluster: FakeKubeApiServer, kubeconfig: Path, acm: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Default values plus ``operator.tlsSweepSeconds``: the rendered args set the sweep interval,
+    and under the rendered RBAC the operator issues, imports and serves a ``tls: {}`` config and
+    sweeps (Secrets listed cluster-wide, the kube-system Namespace read) with no call refused."""
+    cluster.add({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kube-system"}})
+    rendered = _render({"operator": {"tlsSweepSeconds": 30}})
+    options = _options(_container_args(rendered), kubeconfig)
+    assert (options.auto_tls.enabled, options.tls_sweep_s) == (True, 30.0)
+    options = dataclasses.replace(
+        options, auto_tls=dataclasses.replace(options.auto_tls, acm_client_factory=lambda: acm)
+    )
+    cluster.enforce_rbac(rendered)
+    caplog.set_level(logging.INFO)
+    operator = OperatorThread(options).start()
+    try:
+        cluster.add(tls_igwc("chat"))
+        wait_for(lambda: find(cluster, "Certificate", "inference", "chat-gateway"), what="the Certificate")
+        write_tls_secret(cluster, "chat-gateway-tls", "chat.llm.example.com")
+        wait_condition(cluster, "chat", "GatewayProgrammed", "True")
+        wait_for(
+            lambda: any(
+                method == "GET" and path == "/api/v1/secrets" for method, path, _ in cluster.requests
+            ),
+            what="the sweep's cluster-wide Secret listing",
+        )
+    finally:
+        assert operator.stop() == 0
+    assert (
+        len(
+            acm.list_certificates(Includes={"keyTypes": ["EC_prime256v1", "RSA_2048"]})[
+                "CertificateSummaryList"
+            ]
+        )
+        == 1
+    )
+    assert _refusals(caplog) == []

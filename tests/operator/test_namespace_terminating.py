@@ -1,0 +1,153 @@
+"""A namespace being deleted: the fake API server's NamespaceLifecycle, and what the operator does.
+
+Deleting a namespace leaves it ``Terminating`` until the namespace controller has deleted what is in it;
+meanwhile the API server refuses to create anything there (403 with a ``NamespaceTerminating``
+cause) but lets existing objects be updated. An InferenceGatewayConfig's pass in that window found a
+data-plane object missing (the namespace controller deletes in no particular order, or someone
+deleted it) and reported ``ApplyFailed`` with a WARNING at every resync (every 5 s) until the
+namespace was gone, plus a WARNING per refused Event carrying the API server's whole JSON answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import kubernetes
+import pytest
+from kubernetes.client.exceptions import ApiException
+
+from igw.operator.dataplane import DataPlaneSettings
+from igw.operator.kube import IGWC_API_VERSION, Kube
+from igw.operator.reconcile import Reconciler
+from tests.fakes.kube_api import FakeKubeApiServer
+from tests.operator.harness import find, igwc, running_operator, wait_condition, wait_for
+
+NAMESPACE = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "inference"}}
+
+
+def _config_map(name: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": "inference"}}
+
+
+def test_the_fake_refuses_creating_in_a_namespace_being_deleted_as_the_api_server_does(
+    cluster: FakeKubeApiServer,
+) -> None:
+    """Real client, real answers: Active with the ``kubernetes`` finalizer when made; Terminating once
+    deleted; a create there (dry run too) refused 403 with the NamespaceLifecycle message and cause;
+    an update allowed; gone once the namespace controller has emptied it; kube-system undeletable."""
+    core: Any = kubernetes.client.CoreV1Api(cluster.api_client())
+    made = core.create_namespace(NAMESPACE)
+    assert (made.spec.finalizers, made.status.phase) == (["kubernetes"], "Active")
+    core.create_namespaced_config_map("inference", _config_map("kept"))
+    core.delete_namespace("inference")
+    marked = core.read_namespace("inference")
+    assert marked.status.phase == "Terminating"
+    assert marked.metadata.deletion_timestamp is not None
+
+    for dry_run in ("All", None):
+        with pytest.raises(ApiException) as refused:
+            core.create_namespaced_config_map("inference", _config_map("new"), dry_run=dry_run)
+        assert refused.value.status == 403
+        status = json.loads(str(refused.value.body))
+        assert status["reason"] == "Forbidden"
+        assert status["message"] == (
+            'configmaps "new" is forbidden: unable to create new content in namespace inference '
+            "because it is being terminated"
+        )
+        assert status["details"]["causes"] == [
+            {
+                "reason": "NamespaceTerminating",
+                "message": "namespace inference is being terminated",
+                "field": "metadata.namespace",
+            }
+        ]
+    core.patch_namespaced_config_map("kept", "inference", {"data": {"a": "b"}})  # updates still pass
+    core.create_namespaced_config_map("elsewhere", {**_config_map("x"), "metadata": {"name": "x"}})
+
+    assert cluster.store.finalize_namespace("inference") is True
+    assert find(cluster, "ConfigMap", "inference", "kept") is None
+    with pytest.raises(ApiException) as gone:
+        core.read_namespace("inference")
+    assert gone.value.status == 404
+
+    cluster.add({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kube-system"}})
+    with pytest.raises(ApiException) as immortal:
+        core.delete_namespace("kube-system")
+    assert immortal.value.status == 403
+    assert "this namespace may not be deleted" in str(immortal.value.body)
+
+
+def test_a_config_in_a_namespace_being_deleted_reports_it_once_and_writes_nothing(
+    cluster: FakeKubeApiServer, kubeconfig: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The namespace controller deleted the ConfigMap first; the config is still there. Each pass is
+    refused in its dry run: the status says ``NamespaceTerminating`` (not a fault to chase), the log
+    says it once at INFO (no WARNING per resync, none per refused Event), nothing is half-written (the
+    objects still there keep their resourceVersion); once the namespace is emptied the operator
+    forgets the config without an error."""
+    cluster.add(NAMESPACE)
+    caplog.set_level(logging.DEBUG, logger="igw.operator")
+    with running_operator(kubeconfig, resync_s=0.2):
+        cluster.add(igwc("chat"))
+        wait_condition(cluster, "chat", "GatewayProgrammed", "True")
+        namespace_kind = cluster.store.kind_for(api_version="v1", kind="Namespace")
+        cluster.store.delete(namespace_kind, "", "inference")
+        before = {
+            kind: find(cluster, kind, "inference", "chat-gateway")["metadata"]["resourceVersion"]  # type: ignore[index]
+            for kind in ("Deployment", "Service", "ServiceAccount")
+        }
+        cluster.store.delete(
+            cluster.store.kind_for(api_version="v1", kind="ConfigMap"), "inference", "chat-gateway-config"
+        )
+        programmed = wait_condition(cluster, "chat", "GatewayProgrammed", "False")
+        wait_for(
+            lambda: wait_condition(cluster, "chat", "GatewayProgrammed")["reason"] == "NamespaceTerminating",
+            what="GatewayProgrammed=False NamespaceTerminating",
+        )
+        programmed = wait_condition(cluster, "chat", "GatewayProgrammed")
+        assert "namespace inference is being deleted" in programmed["message"]
+        assert "ConfigMap inference/chat-gateway-config" in programmed["message"]
+        time.sleep(1.5)  # several resync passes
+        after = {
+            kind: find(cluster, kind, "inference", "chat-gateway")["metadata"]["resourceVersion"]  # type: ignore[index]
+            for kind in ("Deployment", "Service", "ServiceAccount")
+        }
+        assert after == before
+        assert find(cluster, "ConfigMap", "inference", "chat-gateway-config") is None
+        assert cluster.store.finalize_namespace("inference") is True
+        time.sleep(1.0)
+    said = [r for r in caplog.records if "is being deleted" in r.getMessage()]
+    assert [r.levelno for r in said[:1]] == [logging.INFO]
+    assert all(r.levelno == logging.DEBUG for r in said[1:])
+    assert len(said) >= 3, "the pass ran several times"
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert not [w for w in warnings if "inference/chat" in w], warnings
+    assert find(cluster, "InferenceGatewayConfig", "inference", "chat") is None
+
+
+def test_a_config_deleted_while_its_pass_runs_ends_the_pass_quietly(
+    cluster: FakeKubeApiServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The object goes (``kubectl delete``, or its namespace's deletion) between the pass's read and
+    its status write: the write's 404 ended the pass in a ``NotFoundError`` (the resync logged an
+    ERROR carrying the client's traceback text; kopf retried the handler)."""
+    reconciler = Reconciler(Kube(cluster.api_client()), DataPlaneSettings())
+    cluster.add(igwc("chat"))
+    kind = cluster.store.kind_for(api_version=IGWC_API_VERSION, kind="InferenceGatewayConfig")
+
+    def delete_config_once(operation: str, obj: Mapping[str, Any], old: Mapping[str, Any] | None) -> None:
+        if find(cluster, "InferenceGatewayConfig", "inference", "chat") is not None:
+            cluster.store.delete(kind, "inference", "chat")
+        return None
+
+    cluster.add_validating_webhook("deleter", ["configmaps"], delete_config_once)
+    with caplog.at_level(logging.WARNING, logger="igw.operator"):
+        assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
+    assert find(cluster, "InferenceGatewayConfig", "inference", "chat") is None
+    assert not caplog.records, [r.getMessage() for r in caplog.records]
