@@ -163,6 +163,8 @@ class ExistingClusterConfig:
     """The cluster security group; the kubectl handler joins it to reach a private endpoint."""
     installed_addons: tuple[str, ...] = ()
     """EKS add-ons already on the cluster: not created again (CloudFormation cannot adopt them)."""
+    kubernetes_version: str = pins.KUBERNETES_VERSION
+    """Its EKS version: which kubectl layer the kubectl handler runs (``cdk/constructs/kubectl_layer.py``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -650,6 +652,7 @@ def _build(doc: Mapping[str, Any]) -> DeploymentConfig:
             hyperpod_cluster_arn=existing.get("hyperpodClusterArn"),
             cluster_security_group_id=existing.get("clusterSecurityGroupId"),
             installed_addons=tuple(existing.get("installedAddons", ())),
+            kubernetes_version=existing.get("kubernetesVersion", pins.KUBERNETES_VERSION),
         )
         if existing
         else None,
