@@ -349,3 +349,40 @@ def test_the_service_account_name_follows_the_chart_with_long_names() -> None:
         == account["metadata"]["name"]
     )
     assert operator_service_account({}, release=pins.CHART_NAME) == "inference-gateway-operator"
+
+
+def test_the_operator_reaches_acm_of_the_stacks_region_with_pod_identity_credentials(
+    synthesized: Synthesized,
+) -> None:
+    """EKS Pod Identity (the default identity) injects credentials but no region, and the operator's
+    NetworkPolicy allowed only DNS and TCP 443: neither the Pod Identity agent (169.254.170.23:80)
+    nor the instance metadata service (the SDK's region fallback) was reachable, so every ACM call of
+    auto-issued TLS failed. Before session s40 the app set no region and the chart opened no route to
+    the agent."""
+    _, helm = inference_kubernetes_inputs(synthesized.templates["inference"])
+    rendered = chart.render(helm["Values"], release=helm["Release"], namespace=helm["Namespace"])
+    (deployment,) = [o for o in rendered if o["kind"] == "Deployment"]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["AWS_REGION"] == env["AWS_DEFAULT_REGION"] == REGION
+    (policy,) = [
+        o
+        for o in rendered
+        if o["kind"] == "NetworkPolicy" and o["spec"]["podSelector"] == deployment["spec"]["selector"]
+    ]
+    agent = [
+        rule
+        for rule in policy["spec"]["egress"]
+        if {"ipBlock": {"cidr": "169.254.170.23/32"}} in rule.get("to", [])
+    ]
+    assert [rule["ports"] for rule in agent] == [[{"port": 80, "protocol": "TCP"}]]
+
+
+def test_without_auto_tls_the_operator_gets_no_route_to_aws_credentials() -> None:
+    rendered = chart.render(
+        {"operator": {"autoTls": False}}, release=pins.CHART_NAME, namespace=pins.ADDON_NAMESPACE
+    )
+    (policy,) = [o for o in rendered if o["kind"] == "NetworkPolicy"]
+    assert all("169.254.170.23/32" not in json.dumps(rule) for rule in policy["spec"]["egress"]), policy[
+        "spec"
+    ]["egress"]
