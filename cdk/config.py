@@ -163,6 +163,8 @@ class ExistingClusterConfig:
     """The cluster security group; the kubectl handler joins it to reach a private endpoint."""
     installed_addons: tuple[str, ...] = ()
     """EKS add-ons already on the cluster: not created again (CloudFormation cannot adopt them)."""
+    kubernetes_version: str = pins.KUBERNETES_VERSION
+    """Its EKS version: which kubectl layer the kubectl handler runs (``cdk/constructs/kubectl_layer.py``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -442,9 +444,45 @@ def _semantic_problems(doc: Mapping[str, Any]) -> list[str]:
                 "inference.gatewayConfig.spec.tls.acmArn: leave it empty with inference.endpoint (the app "
                 "puts the endpoint's certificate there)"
             )
+        problems += _auto_tls_problems(doc)
     problems += [f"inference.gatewayConfig.{p}" for p in _gateway_config_problems(doc)]
     problems += _heartbeat_token_problems(doc)
     return problems
+
+
+def _auto_tls_problems(doc: Mapping[str, Any]) -> list[str]:
+    """The deployment's own InferenceGatewayConfig asking the operator for an auto-issued certificate
+    (``spec.tls: {}`` without ``inference.endpoint``, whose certificate would fill ``acmArn``) when the
+    chart values leave the operator unable to get one: auto-issue switched off, or the default issuer
+    ``ClusterIssuer/igw-selfsigned`` named while the chart does not create it (off by default). Either
+    way ``cdk deploy`` succeeded and the gateway never got its TLS listener. Schema-valid ``doc``, our
+    chart (``mode: igw``)."""
+    from igw.operator.tls import DEFAULT_ISSUER, wants_auto_issue
+
+    values = doc["inference"].get("addon", {}).get("configurationValues", {})
+    spec = doc["inference"]["gatewayConfig"]["spec"]
+    if values.get("mode", "operator") != "operator" or "endpoint" in doc["inference"]:
+        return []
+    if not isinstance(spec, Mapping) or not wants_auto_issue(spec):
+        return []
+    operator = values.get("operator") or {}
+    where = "inference.addon.configurationValues.operator"
+    if operator.get("autoTls", True) is False:
+        return [
+            f"{where}.autoTls: false, but inference.gatewayConfig.spec.tls asks the operator for an "
+            "auto-issued certificate (tls without acmArn), which it then refuses (AutoTlsDisabled); set "
+            "spec.tls.acmArn, add inference.endpoint, or leave autoTls on"
+        ]
+    issuer = operator.get("tlsIssuer", DEFAULT_ISSUER)
+    if issuer == DEFAULT_ISSUER and operator.get("selfSignedClusterIssuer") is not True:
+        return [
+            f"{where}.selfSignedClusterIssuer: inference.gatewayConfig.spec.tls asks for an auto-issued "
+            f"certificate from the default issuer {DEFAULT_ISSUER}, which the chart creates only with "
+            f"selfSignedClusterIssuer: true (the certificate would never be issued); set {where}.tlsIssuer "
+            "to an issuer of your cluster, set selfSignedClusterIssuer: true (a self-signed certificate "
+            "clients must be told to trust), or add inference.endpoint (an ACM certificate for a DNS name)"
+        ]
+    return []
 
 
 def _duration_seconds(text: str) -> int:
@@ -650,6 +688,7 @@ def _build(doc: Mapping[str, Any]) -> DeploymentConfig:
             hyperpod_cluster_arn=existing.get("hyperpodClusterArn"),
             cluster_security_group_id=existing.get("clusterSecurityGroupId"),
             installed_addons=tuple(existing.get("installedAddons", ())),
+            kubernetes_version=existing.get("kubernetesVersion", pins.KUBERNETES_VERSION),
         )
         if existing
         else None,

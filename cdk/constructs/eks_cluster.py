@@ -15,10 +15,10 @@ import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_kms as kms
-from aws_cdk.lambda_layer_kubectl_v34 import KubectlV34Layer
 from constructs import Construct
 
 from cdk.config import ClusterConfig
+from cdk.constructs.kubectl_layer import kubectl_layer
 from cdk.constructs.nag_ack import acknowledge, arn_of, managed_policy
 from cdk.constructs.typing_fixes import as_icluster
 from igw.addon import addon_version, pins
@@ -70,7 +70,9 @@ class EksCluster(Construct):
             cluster_logging=list(ALL_LOG_TYPES),
             secrets_encryption_key=self.secrets_key,
             kubectl_provider_options=eks.KubectlProviderOptions(
-                kubectl_layer=KubectlV34Layer(self, "KubectlLayer"),
+                kubectl_layer=kubectl_layer(
+                    self, "KubectlLayer", kubernetes_version=config.kubernetes_version
+                ),
                 private_subnets=list(private_subnets),
             ),
         )

@@ -52,13 +52,14 @@ def chart_values(
     tag: str,
     certificate_arn: str | None,
     operator_role_arn: str | None = None,
+    region: str | None = None,
 ) -> dict[str, Any]:
     """The chart values for this deployment (the user's values win where they set the same key).
 
     ``mode`` is always explicit; both modes send the gateway pods' EMF to the CloudWatch agent. Only
     ``mode: gateway`` gets the served configuration and the certificate: in operator mode both
-    travel in the applied InferenceGatewayConfig instead, and ``operator_role_arn`` (IRSA) annotates
-    the operator's service account.
+    travel in the applied InferenceGatewayConfig instead, ``operator_role_arn`` (IRSA) annotates
+    the operator's service account and ``region`` is the operator's AWS region (its ACM calls).
     """
     values: dict[str, Any] = json.loads(json.dumps(dict(config.configuration_values)))
     values["mode"] = config.chart_mode
@@ -70,8 +71,13 @@ def chart_values(
     # (in operator mode the chart hands this to the operator, which renders it into every data plane).
     gateway.setdefault("cloudWatch", {}).setdefault("enabled", True)
     if config.chart_mode == "operator":
+        operator = values.setdefault("operator", {})
         if operator_role_arn is not None:
-            values.setdefault("operator", {}).setdefault("roleArn", operator_role_arn)
+            operator.setdefault("roleArn", operator_role_arn)
+        # ACM of the stack's region (the load balancers'): EKS Pod Identity injects no region, and the
+        # operator's NetworkPolicy keeps it from the instance metadata service the SDK falls back on.
+        if region is not None:
+            operator.setdefault("awsRegion", region)
         return values
     gateway.setdefault(
         "config",
@@ -115,6 +121,8 @@ class IgwChart(Construct):
                 service_account=operator_service_account(config.configuration_values, release=RELEASE),
             )
         irsa_role = self.operator_role is not None and identity == "irsa"
+        stack_region = cdk.Stack.of(self).region
+        region = None if cdk.Token.is_unresolved(stack_region) else stack_region
         configuration.validated(
             chart_values(
                 config,
@@ -123,6 +131,7 @@ class IgwChart(Construct):
                 tag=pins.APP_VERSION,
                 certificate_arn=PLACEHOLDER_CERTIFICATE if certificate_arn is not None else None,
                 operator_role_arn=PLACEHOLDER_ROLE if irsa_role else None,
+                region=region,
             )
         )
         self.image = image
@@ -135,6 +144,7 @@ class IgwChart(Construct):
             operator_role_arn=self.operator_role.role.role.role_arn
             if self.operator_role is not None and irsa_role
             else None,
+            region=region,
         )
         chart_asset = s3_assets.Asset(self, "ChartAsset", path=str(REPO_ROOT / schemas.CHART_DIR))
         _acknowledge_chart_asset_read(cluster)

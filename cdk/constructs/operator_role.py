@@ -11,9 +11,21 @@ later with kubectl - stayed without a TLS listener while the operator's ACM call
 The role allows exactly the ACM actions the operator calls (:data:`igw.operator.tls.ACM_LIST_ACTIONS`
 and :data:`~igw.operator.tls.ACM_CERTIFICATE_ACTIONS`): listing has no resource-level permission,
 everything else is limited to certificates of this stack's account and region (the load balancer's).
-Which certificate it may re-import or delete the operator decides itself, by the uid tag it put on
-its own imports. It is bound to the operator's one service account, through EKS Pod Identity or IRSA
-as the deployment's identity mode says.
+Reads (the certificate and its tags) cover every such certificate: finding the one an object owns
+means reading the tags of all imports. Writes are limited by tag, as ACM's service authorization
+reference allows (``aws:ResourceTag`` on the certificate resource; ``aws:RequestTag`` and
+``aws:TagKeys`` on ``ImportCertificate`` and ``AddTagsToCertificate``): a new import must carry the
+owner tag :data:`~igw.operator.tls.UID_TAG`, and re-importing, tagging or deleting needs a
+certificate that carries it already (every import the operator ever made has it; the cluster tag
+is added only once the cluster's uid is known, and its value is known only inside the cluster). Tags
+written are ``igw.dev/*`` only. So neither a bug nor stolen operator credentials re-import or delete
+the endpoint's certificate, or another team's, in one call; IAM cannot tell the tags of a new import
+from tags added to an existing certificate, so tagging a foreign certificate with an owner tag
+(then re-importing or deleting it) stays possible, and the operator itself also checks the uid tag's
+value before it re-imports or deletes. Before session s40 the writes had no condition at all.
+
+It is bound to the operator's one service account, through EKS Pod Identity or IRSA as the
+deployment's identity mode says.
 """
 
 from __future__ import annotations
@@ -30,9 +42,27 @@ from cdk.config import IdentityMode
 from cdk.constructs.nag_ack import acknowledge
 from cdk.constructs.workload_role import WorkloadRole
 from igw.addon import pins
-from igw.operator.tls import ACM_CERTIFICATE_ACTIONS, ACM_LIST_ACTIONS
+from igw.operator.tls import (
+    ACM_CERTIFICATE_ACTIONS,
+    ACM_LIST_ACTIONS,
+    CLUSTER_TAG,
+    NAME_TAG,
+    NAMESPACE_TAG,
+    UID_TAG,
+)
 
 MAX_NAME: Final = 63
+ACM_READ_ACTIONS: Final = ("acm:GetCertificate", "acm:ListTagsForCertificate")
+"""Of :data:`~igw.operator.tls.ACM_CERTIFICATE_ACTIONS`, those that change nothing (allowed on every
+certificate of the account and region); the others are the tag-conditioned writes."""
+ACM_WRITE_ACTIONS: Final = tuple(a for a in ACM_CERTIFICATE_ACTIONS if a not in ACM_READ_ACTIONS)
+OWNER_TAG: Final = UID_TAG
+"""The tag every import of the operator carries (the object's uid): the writes' condition."""
+TAG_KEYS: Final = "igw.dev/*"
+"""The only tag keys the role may write (``aws:TagKeys``)."""
+assert all(
+    tag.startswith(TAG_KEYS.removesuffix("*")) for tag in (UID_TAG, NAME_TAG, NAMESPACE_TAG, CLUSTER_TAG)
+)
 
 
 def _helm_name(text: str) -> str:
@@ -89,9 +119,24 @@ class OperatorRole(Construct):
         )
         self.role.role.add_to_principal_policy(
             iam.PolicyStatement(
-                sid="ManageImportedCertificates",
-                actions=list(ACM_CERTIFICATE_ACTIONS),
+                sid="ReadCertificates", actions=list(ACM_READ_ACTIONS), resources=[certificates]
+            )
+        )
+        only_our_tag_keys = {"ForAllValues:StringLike": {"aws:TagKeys": [TAG_KEYS]}}
+        self.role.role.add_to_principal_policy(
+            iam.PolicyStatement(
+                sid="ImportOwnedCertificates",
+                actions=[a for a in ACM_WRITE_ACTIONS if a != "acm:DeleteCertificate"],
                 resources=[certificates],
+                conditions={"Null": {f"aws:RequestTag/{OWNER_TAG}": "false"}, **only_our_tag_keys},
+            )
+        )
+        self.role.role.add_to_principal_policy(
+            iam.PolicyStatement(
+                sid="ManageOwnedCertificates",
+                actions=list(ACM_WRITE_ACTIONS),
+                resources=[certificates],
+                conditions={"Null": {f"aws:ResourceTag/{OWNER_TAG}": "false"}, **only_our_tag_keys},
             )
         )
         acknowledge(
@@ -99,7 +144,8 @@ class OperatorRole(Construct):
             "AwsSolutions-IAM5",
             reason="acm:ListCertificates has no resource-level permission; the other ACM actions are "
             "limited to this account's certificates in this region, whose ARNs exist only once the "
-            "operator imported them; the operator re-imports and deletes only those carrying its uid tag",
+            "operator imported them; its writes need the operator's owner tag on the certificate or in "
+            "the import request",
             findings=(
                 "Resource::*",
                 "Resource::arn:<AWS::Partition>:acm:<AWS::Region>:<AWS::AccountId>:certificate/*",

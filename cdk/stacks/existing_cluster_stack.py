@@ -14,11 +14,11 @@ import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_lambda as lambda_
-from aws_cdk.lambda_layer_kubectl_v34 import KubectlV34Layer
 from constructs import Construct
 
 from cdk.config import DeploymentConfig, ExistingClusterConfig
 from cdk.constructs.eks_cluster import acknowledge_kubectl_provider
+from cdk.constructs.kubectl_layer import kubectl_layer
 from cdk.constructs.network import import_zones
 
 
@@ -62,7 +62,7 @@ class ExistingClusterStack(cdk.Stack):
             self,
             "KubectlProvider",
             cluster=target,
-            kubectl_layer=KubectlV34Layer(self, "KubectlLayer"),
+            kubectl_layer=kubectl_layer(self, "KubectlLayer", kubernetes_version=existing.kubernetes_version),
             private_subnets=subnets,
         )
         self.cluster = eks.Cluster.from_cluster_attributes(

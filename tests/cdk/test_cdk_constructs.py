@@ -193,7 +193,7 @@ def test_igw_chart_values_in_operator_mode_carry_the_image_and_nothing_per_confi
     values = _chart_values(stack)
     assert values == {
         "mode": "operator",
-        "operator": {"replicaCount": 3},
+        "operator": {"replicaCount": 3, "awsRegion": "us-west-2"},  # the stack's: its ACM calls
         "image": {"repository": "111111111111.dkr.ecr.us-west-2.amazonaws.com/igw", "tag": "1.2.3"},
         "gateway": {"cloudWatch": {"enabled": True}},  # the operator's gateway pods send EMF to the agent
     }, (

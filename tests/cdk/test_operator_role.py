@@ -10,9 +10,10 @@ synthesized values.
 
 from __future__ import annotations
 
+import fnmatch
 import json
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import aws_cdk as cdk
 import boto3
@@ -24,12 +25,13 @@ from cdk.config import AddonConfig, GatewayConfigManifest, ImageConfig
 from cdk.constructs.operator_role import operator_service_account, wants_operator_role
 from igw.addon import chart, pins
 from igw.checks.iam import action_matches
-from igw.operator.tls import AcmImporter, IssuedCertificate
+from igw.operator.tls import NAME_TAG, UID_TAG, AcmImporter, IssuedCertificate
 from tests.cdk.support import Synthesized, inference_kubernetes_inputs, resolve
 
 REGION = "us-west-2"
 ACCOUNT = "111111111111"
 NEW_CERTIFICATE = f"arn:aws:acm:{REGION}:{ACCOUNT}:certificate/00000000-0000-0000-0000-000000000000"
+CERTIFICATE = f"arn:aws:acm:{REGION}:{ACCOUNT}:certificate"
 OIDC = f"arn:aws:iam::{ACCOUNT}:oidc-provider/oidc.eks.{REGION}.amazonaws.com/id/X"
 
 
@@ -47,30 +49,56 @@ def _issued(ca: trustme.CA, name: str) -> IssuedCertificate:
     )
 
 
-@pytest.fixture
-def acm_calls() -> Iterator[set[tuple[str, str]]]:
-    """``(IAM action, certificate ARN or "*")`` of every ACM call one auto-issue lifecycle makes:
-    a first import, a lost status (the owned certificate found again), a renewal, the delete, and the
-    orphan sweep (its listing, then the delete of an import whose config is gone)."""
-    calls: set[tuple[str, str]] = set()
+class Call(NamedTuple):
+    """One ACM authorisation: the IAM action, the certificate ARN (or ``"*"``) and the tags IAM's
+    conditions read: those in the request (``aws:RequestTag``, ``aws:TagKeys``) and those the
+    certificate had when called (``aws:ResourceTag``)."""
 
-    def record(model: Any, params: Mapping[str, Any], **_: Any) -> None:
-        resource = str(params.get("CertificateArn") or "*")
-        if model.name == "ImportCertificate" and resource == "*":
-            resource = NEW_CERTIFICATE  # a fresh import: authorised on the ARN it gets
-        calls.add((f"acm:{model.name}", resource))
-        if model.name == "ImportCertificate" and params.get("Tags"):
-            # ACM authorises the tags of an import as AddTagsToCertificate too.
-            calls.add(("acm:AddTagsToCertificate", resource))
+    action: str
+    resource: str
+    request_tags: Mapping[str, str]
+    resource_tags: Mapping[str, str]
+
+
+@pytest.fixture
+def acm_calls() -> Iterator[set[Call]]:
+    """Every ACM authorisation one auto-issue lifecycle needs: a first import, a lost status (the owned
+    certificate found again), a renewal, the delete, and the orphan sweep (its listing, then the
+    delete of an import whose config is gone)."""
+    calls: list[Call] = []
 
     with mock_aws():
         client = boto3.client("acm", region_name=REGION)
+        plain = boto3.client("acm", region_name=REGION)  # reads the tags a certificate has, unrecorded
+
+        def record(model: Any, params: Mapping[str, Any], **_: Any) -> None:
+            resource = str(params.get("CertificateArn") or "*")
+            request = {str(t["Key"]): str(t.get("Value") or "") for t in params.get("Tags") or []}
+            existing: dict[str, str] = {}
+            if resource != "*":
+                try:
+                    tags = plain.list_tags_for_certificate(CertificateArn=resource).get("Tags") or []
+                except plain.exceptions.ResourceNotFoundException:
+                    tags = []
+                existing = {str(t["Key"]): str(t.get("Value") or "") for t in tags}
+            if model.name == "ImportCertificate" and resource == "*":
+                resource = NEW_CERTIFICATE  # a fresh import: authorised on the ARN it gets
+            calls.append(Call(f"acm:{model.name}", resource, request, existing))
+            if model.name == "ImportCertificate" and request:
+                # ACM authorises the tags of an import as AddTagsToCertificate too.
+                calls.append(Call("acm:AddTagsToCertificate", resource, request, existing))
+
         client.meta.events.register("before-parameter-build.acm", record)
         importer = AcmImporter(lambda: client)
         ca = trustme.CA()
         arn = importer.ensure_imported(_issued(ca, "a.example"), arn=None, uid="u1", name="chat")
         assert importer.ensure_imported(_issued(ca, "a.example"), arn=None, uid="u1", name="chat") == arn
         assert importer.ensure_imported(_issued(ca, "b.example"), arn=arn, uid="u1", name="chat") == arn
+        # A cluster tag learnt later is added to an owned import (the sweep finds it by that tag).
+        assert (
+            importer.ensure_imported(_issued(ca, "b.example"), arn=arn, uid="u1", name="chat", cluster="c")
+            == arn
+        )
         assert importer.delete_owned(arn, uid="u1")
         gone = importer.ensure_imported(
             _issued(ca, "c.example"), arn=None, uid="u2", name="gone", namespace="n", cluster="c"
@@ -78,7 +106,17 @@ def acm_calls() -> Iterator[set[tuple[str, str]]]:
         (orphan,) = importer.owned_imports("c")
         assert orphan.arn == gone
         assert importer.delete_owned(orphan.arn, uid=orphan.uid)
-        yield {(action, _in_stack_account(resource)) for action, resource in calls}
+        yield {
+            Call(c.action, _in_stack_account(c.resource), _Frozen(c.request_tags), _Frozen(c.resource_tags))
+            for c in calls
+        }
+
+
+class _Frozen(dict[str, str]):
+    """A hashable tag mapping (calls are collected in a set)."""
+
+    def __hash__(self) -> int:  # type: ignore[override]
+        return hash(tuple(sorted(self.items())))
 
 
 def _in_stack_account(arn: str) -> str:
@@ -90,16 +128,43 @@ def _in_stack_account(arn: str) -> str:
     return ":".join(parts)
 
 
-def _allowed(statements: list[dict[str, Any]], action: str, resource: str) -> bool:
+def _condition_holds(operator: str, key: str, wanted: Any, call: Call) -> bool:
+    """One condition of an IAM statement against a call: the operators and keys the role uses (any
+    other fails the test, so a new condition is never waved through)."""
+    wanted = wanted if isinstance(wanted, list) else [wanted]
+    if key.startswith("aws:RequestTag/"):
+        value = call.request_tags.get(key.removeprefix("aws:RequestTag/"))
+    elif key.startswith("aws:ResourceTag/"):
+        value = call.resource_tags.get(key.removeprefix("aws:ResourceTag/"))
+    elif key != "aws:TagKeys":
+        raise AssertionError(f"condition key {key} not modelled")
+    if operator == "Null":
+        present = bool(call.request_tags) if key == "aws:TagKeys" else value is not None
+        return present is not (str(wanted[0]).lower() == "true")
+    if operator == "ForAllValues:StringLike" and key == "aws:TagKeys":
+        return all(any(fnmatch.fnmatchcase(k, w) for w in wanted) for k in call.request_tags)
+    if operator == "StringEquals" and key != "aws:TagKeys":
+        return value is not None and value in wanted
+    raise AssertionError(f"condition operator {operator} on {key} not modelled")
+
+
+def _allowed(statements: list[dict[str, Any]], call: Call) -> bool:
     for statement in statements:
         actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
         resources = (
             statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
         )
-        if statement["Effect"] != "Allow" or "Condition" in statement:
+        if statement["Effect"] != "Allow":
             continue
-        if any(action_matches(a, action) for a in actions) and any(
-            r == "*" or (resource != "*" and action_matches(r, resource)) for r in resources
+        conditions = statement.get("Condition", {})
+        if not all(
+            _condition_holds(operator, key, wanted, call)
+            for operator, pairs in conditions.items()
+            for key, wanted in pairs.items()
+        ):
+            continue
+        if any(action_matches(a, call.action) for a in actions) and any(
+            r == "*" or (call.resource != "*" and action_matches(r, call.resource)) for r in resources
         ):
             return True
     return False
@@ -114,7 +179,7 @@ def _role_statements(template: Mapping[str, Any], role_id: str) -> list[dict[str
 
 
 def test_the_operators_service_account_gets_a_role_allowing_every_acm_call_it_makes(
-    synthesized: Synthesized, acm_calls: set[tuple[str, str]]
+    synthesized: Synthesized, acm_calls: set[Call]
 ) -> None:
     template = synthesized.templates["inference"]
     _, helm = inference_kubernetes_inputs(template)
@@ -134,13 +199,13 @@ def test_the_operators_service_account_gets_a_role_allowing_every_acm_call_it_ma
 
     statements = _role_statements(template, role_id)
     calls = acm_calls
-    assert {action for action, _ in calls} >= {"acm:ImportCertificate", "acm:ListCertificates"}
-    refused = sorted(call for call in calls if not _allowed(statements, *call))
+    assert {c.action for c in calls} >= {"acm:ImportCertificate", "acm:ListCertificates"}
+    refused = [call for call in calls if not _allowed(statements, call)]
     assert refused == [], (refused, statements)
     granted = {
         a for s in statements for a in (s["Action"] if isinstance(s["Action"], list) else [s["Action"]])
     }
-    assert granted == {action for action, _ in calls}, "the role grants only what the operator calls"
+    assert granted == {c.action for c in calls}, "the role grants only what the operator calls"
     certificate_scope = {r for s in statements if s["Resource"] != "*" for r in [s["Resource"]]}
     assert certificate_scope == {f"arn:aws:acm:{REGION}:{ACCOUNT}:certificate/*"}
 
@@ -160,6 +225,44 @@ def test_the_operators_service_account_gets_a_role_allowing_every_acm_call_it_ma
         if {"Ref": role_id} in r["Properties"]["Roles"]
     ]
     assert {*association_ids, *policy_ids} <= set(chart_resource["DependsOn"]), "credentials before the pods"
+
+
+def _operator_statements(template: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The policy statements of the role the Pod Identity association in our chart's namespace binds."""
+    _, helm = inference_kubernetes_inputs(template)
+    (association,) = [
+        r["Properties"]
+        for r in _resources(template, "AWS::EKS::PodIdentityAssociation").values()
+        if r["Properties"]["Namespace"] == helm["Namespace"]
+    ]
+    return _role_statements(template, association["RoleArn"]["Fn::GetAtt"][0])
+
+
+@pytest.mark.parametrize(
+    ("call", "allowed"),
+    [
+        # The endpoint's DNS-validated certificate, or another team's import: no owner tag.
+        (Call("acm:DeleteCertificate", f"{CERTIFICATE}/endpoint", {}, {"Name": "llm"}), False),
+        (Call("acm:ImportCertificate", f"{CERTIFICATE}/endpoint", {}, {"Name": "llm"}), False),
+        (Call("acm:AddTagsToCertificate", f"{CERTIFICATE}/endpoint", {"team": "x"}, {}), False),
+        # Reads cover every certificate (finding the owned one reads the tags of all of them).
+        (Call("acm:ListTagsForCertificate", f"{CERTIFICATE}/endpoint", {}, {"Name": "llm"}), True),
+        (Call("acm:GetCertificate", f"{CERTIFICATE}/endpoint", {}, {}), True),
+        # A new import without the owner tag, or with tags outside igw.dev/.
+        (Call("acm:ImportCertificate", NEW_CERTIFICATE, {}, {}), False),
+        (Call("acm:ImportCertificate", NEW_CERTIFICATE, {UID_TAG: "u", "owner": "x"}, {}), False),
+        (Call("acm:AddTagsToCertificate", NEW_CERTIFICATE, {UID_TAG: "u", "owner": "x"}, {}), False),
+        (Call("acm:ImportCertificate", NEW_CERTIFICATE, {UID_TAG: "u", NAME_TAG: "g"}, {}), True),
+        # An owned import: re-imported, re-tagged and deleted; a foreign tag key still refused.
+        (Call("acm:ImportCertificate", f"{CERTIFICATE}/own", {}, {UID_TAG: "u"}), True),
+        (Call("acm:DeleteCertificate", f"{CERTIFICATE}/own", {}, {UID_TAG: "u"}), True),
+        (Call("acm:AddTagsToCertificate", f"{CERTIFICATE}/own", {"owner": "x"}, {UID_TAG: "u"}), False),
+    ],
+)
+def test_the_role_writes_only_certificates_carrying_the_operators_owner_tag(
+    synthesized: Synthesized, call: Call, allowed: bool
+) -> None:
+    assert _allowed(_operator_statements(synthesized.templates["inference"]), call) is allowed
 
 
 def _bare_chart_stack(values: Mapping[str, Any]) -> dict[str, Any]:
@@ -246,3 +349,40 @@ def test_the_service_account_name_follows_the_chart_with_long_names() -> None:
         == account["metadata"]["name"]
     )
     assert operator_service_account({}, release=pins.CHART_NAME) == "inference-gateway-operator"
+
+
+def test_the_operator_reaches_acm_of_the_stacks_region_with_pod_identity_credentials(
+    synthesized: Synthesized,
+) -> None:
+    """EKS Pod Identity (the default identity) injects credentials but no region, and the operator's
+    NetworkPolicy allowed only DNS and TCP 443: neither the Pod Identity agent (169.254.170.23:80)
+    nor the instance metadata service (the SDK's region fallback) was reachable, so every ACM call of
+    auto-issued TLS failed. Before session s40 the app set no region and the chart opened no route to
+    the agent."""
+    _, helm = inference_kubernetes_inputs(synthesized.templates["inference"])
+    rendered = chart.render(helm["Values"], release=helm["Release"], namespace=helm["Namespace"])
+    (deployment,) = [o for o in rendered if o["kind"] == "Deployment"]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["AWS_REGION"] == env["AWS_DEFAULT_REGION"] == REGION
+    (policy,) = [
+        o
+        for o in rendered
+        if o["kind"] == "NetworkPolicy" and o["spec"]["podSelector"] == deployment["spec"]["selector"]
+    ]
+    agent = [
+        rule
+        for rule in policy["spec"]["egress"]
+        if {"ipBlock": {"cidr": "169.254.170.23/32"}} in rule.get("to", [])
+    ]
+    assert [rule["ports"] for rule in agent] == [[{"port": 80, "protocol": "TCP"}]]
+
+
+def test_without_auto_tls_the_operator_gets_no_route_to_aws_credentials() -> None:
+    rendered = chart.render(
+        {"operator": {"autoTls": False}}, release=pins.CHART_NAME, namespace=pins.ADDON_NAMESPACE
+    )
+    (policy,) = [o for o in rendered if o["kind"] == "NetworkPolicy"]
+    assert all("169.254.170.23/32" not in json.dumps(rule) for rule in policy["spec"]["egress"]), policy[
+        "spec"
+    ]["egress"]

@@ -59,7 +59,8 @@ GATEWAY_IMAGE_REPOSITORY: Final = "public.ecr.aws/igw/inference-gateway"
 """Default image repository; production installs point this at their own ECR mirror."""
 
 KUBERNETES_VERSION: Final = "1.34"
-"""EKS version of the cluster; HyperPod supports 1.28–1.34 and aws-cdk-lib's kubectl layer matches it."""
+"""EKS version of the cluster; HyperPod supports 1.28–1.34. The CDK app's kubectl handler runs the kubectl
+layer of the cluster's own version (``cdk/constructs/kubectl_layer.py``)."""
 
 SUPPORTED_KUBERNETES_VERSIONS: Final = ("1.31", "1.32", "1.33", "1.34")
 """Versions the chart is rendered and validated against (the EKS add-on rule: every supported one)."""
