@@ -743,6 +743,11 @@ CASES: list[Case] = [
         ],
     ),
     case(
+        "allowed-engine-field-outside-the-table",
+        set_("spec.extensions", {"authorization": {"allowedEngineFields": ["rid", "priority"]}}),
+        fails=[("spec.extensions.authorization.allowedEngineFields[1]", "schema.enum")],
+    ),
+    case(
         "jwks-max-stale-under-the-ttl",
         set_("spec.extensions", {"authorization": {"jwks": {"maxStale": "4m"}}}),
         fails=[("spec.extensions.authorization.jwks.maxStale", "jwks-timing")],

@@ -189,3 +189,18 @@ def test_per_tenant_prefix_caches_are_said_to_be_the_clusters_setting(
         with caplog.at_level(logging.WARNING, logger="igw.global_router"):
             create_global_app(parse_global_config(doc), read_heartbeats=False, registry=CollectorRegistry())
         assert ("prefixCacheIsolation has no effect at tier 2" in caplog.text) is warned
+
+
+def test_allowed_engine_fields_are_said_to_be_the_clusters_setting(caplog: pytest.LogCaptureFixture) -> None:
+    """Tier 2 checks no engine fields (each cluster's gateway refuses them for its tenants):
+    ``allowedEngineFields`` there would allow nothing, silently, without the warning."""
+    doc = global_doc(
+        [{"name": "east-a", "region": "east", "endpoint": "http://127.0.0.1:9", "models": [MODEL]}],
+        heartbeats={"required": False},
+    )
+    for fields, warned in ((["rid"], True), ([], False)):
+        doc["spec"]["authorization"] = {"allowedEngineFields": fields}
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="igw.global_router"):
+            create_global_app(parse_global_config(doc), read_heartbeats=False, registry=CollectorRegistry())
+        assert ("allowedEngineFields has no effect at tier 2" in caplog.text) is warned

@@ -146,7 +146,7 @@ _GIVEN: dict[type, dict[str, Any]] = {
         "stream_usage": StreamUsage.OTHER_OPTIONS,
         "choices": 3,
         "lora_path": "adapter-45",
-        "tenant_refused": "logits_processors",
+        "tenant_fields": ("logits_processors",),
     },
     EndpointView: {
         "key": "h:1",

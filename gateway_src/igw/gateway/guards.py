@@ -40,6 +40,9 @@ class Principal:
     """The salt of this caller's prompts in the model servers' prefix caches
     (``authorization.prefixCacheIsolation: tenant``, :mod:`igw.gateway.cache_salt`); ``None``: the
     caches are shared."""
+    engine_fields: frozenset[str] = frozenset()
+    """The fields no tenant may send to a shared model server that this caller may send anyway
+    (``authorization.allowedEngineFields``, :mod:`igw.gateway.tenant_fields`); empty: none."""
 
 
 ANONYMOUS = Principal()

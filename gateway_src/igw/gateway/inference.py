@@ -83,7 +83,7 @@ from igw.gateway.stream_usage import (
     StreamUsage,
     with_usage_asked,
 )
-from igw.gateway.tenant_fields import refusal_message
+from igw.gateway.tenant_fields import header_refusal_message, refusal_message, refused_field, refused_header
 from igw.gateway.upstream import (
     ClientGone,
     ConnectFailed,
@@ -378,12 +378,25 @@ response's pod is not known here (a 404 each is about a round trip on the pool's
 what one request costs)."""
 
 
-def _tenant_field_refused(field: str, rid: str) -> web.Response:
-    """The answer to an authenticated request carrying a field no tenant may send to a model
-    server that serves every tenant (:mod:`igw.gateway.tenant_fields`: code for it to run, its own
-    request id, a stored session, a KV-cache transfer). Without authentication (no tenants:
-    network controls only) the field goes to the model server, whose own flags decide."""
-    return gateway_error("invalid_request", refusal_message(field), param=field, request_id=rid)
+def _tenant_refusal(
+    request: web.Request, body: InferenceBody, principal: Principal, rid: str
+) -> web.Response | None:
+    """The answer to an authenticated request carrying a body field or a header no tenant may send
+    to a model server that serves every tenant (:mod:`igw.gateway.tenant_fields`: code for it to
+    run, its own request id, a stored session, a KV-cache transfer, a data-parallel rank; the
+    headers by which SGLang and vLLM set them) and ``allowedEngineFields`` does not allow: 400
+    naming the field or header. ``None``: nothing refused. Without authentication (no tenants:
+    network controls only) the request goes to the model server, whose own flags decide."""
+    if not principal.authenticated:
+        return None
+    allowed = principal.engine_fields
+    field = refused_field(body.tenant_fields, allowed) if body.tenant_fields else None
+    if field is not None:
+        return gateway_error("invalid_request", refusal_message(field), param=field, request_id=rid)
+    header = refused_header(request.headers.keys(), allowed)
+    if header is not None:
+        return gateway_error("invalid_request", header_refusal_message(header), param=header, request_id=rid)
+    return None
 
 
 NO_BODY: Final = InferenceBody(
@@ -559,8 +572,9 @@ async def _route(
                 guard.authorize(principal, model=body.model)
             return gateway_error("model_not_found", NO_MATCH_MESSAGE, param="model", request_id=rid)
         obs.routed(model=body.model, scheduler=DEFAULT_BACKEND_SCHEDULER, stream=body.stream)
-        if body.tenant_refused is not None and principal.authenticated:
-            return _tenant_field_refused(body.tenant_refused, rid)
+        refused = _tenant_refusal(request, body, principal, rid)
+        if refused is not None:
+            return refused
         # the backend's engine is unknown: a lora_path may name the model authorized, nothing else
         refusal = lora_path_refusal(body.lora_path, adapter=body.model, model=body.model)
         if refusal is not None:
@@ -580,8 +594,9 @@ async def _route(
         stream=body.stream,
         configured=True,
     )
-    if body.tenant_refused is not None and principal.authenticated:
-        return _tenant_field_refused(body.tenant_refused, rid)
+    refused = _tenant_refusal(request, body, principal, rid)
+    if refused is not None:
+        return refused
     refusal = lora_path_refusal(body.lora_path, adapter=route.adapter, model=route.model)
     if refusal is not None:  # igw.gateway.lora_field: the adapter served is the one authorized
         return gateway_error("invalid_request", refusal, param="lora_path", request_id=rid)

@@ -32,7 +32,7 @@ from igw.gateway.cache_salt import SALTED_APIS
 from igw.gateway.inference_apis import InferenceApi
 from igw.gateway.inline_media import MEDIA_TOKENS, holds_inline_media, inline_media
 from igw.gateway.stream_usage import StreamUsage, stream_usage_of
-from igw.gateway.tenant_fields import refused_field
+from igw.gateway.tenant_fields import engine_fields
 
 CHARS_PER_TOKEN: Final = 4
 MAX_MODEL_NAME_LENGTH: Final = 256
@@ -139,11 +139,11 @@ class InferenceBody:
     lora_path: Final[str | None]
     """The client's ``lora_path`` (SGLang's second way to name a LoRA adapter); ``None``: absent or
     ``null`` (:mod:`igw.gateway.lora_field`)."""
-    tenant_refused: Final[str | None]
-    """The first field of the body that no authenticated tenant may send
-    (:data:`~igw.gateway.tenant_fields.TENANT_REFUSED_FIELDS`: code for the model server to run,
-    its own request id, a session or KV transfer of its), when it carries one (not ``null``);
-    ``None`` otherwise."""
+    tenant_fields: Final[tuple[str, ...]]
+    """The fields of the body that no authenticated tenant may send unless allowed
+    (:func:`~igw.gateway.tenant_fields.engine_fields`: code for the model server to run, its own
+    request id, a session, KV transfer or data-parallel rank of its), those it carries (not
+    ``null``); ``()`` when none."""
 
     def __init__(
         self,
@@ -159,7 +159,7 @@ class InferenceBody:
         stream_usage: StreamUsage | None = None,
         choices: int = 1,
         lora_path: str | None = None,
-        tenant_refused: str | None = None,
+        tenant_fields: tuple[str, ...] = (),
     ) -> None:
         self.raw = raw
         self.model = model
@@ -173,7 +173,7 @@ class InferenceBody:
         self.stream_usage = stream_usage
         self.choices = choices
         self.lora_path = lora_path
-        self.tenant_refused = tenant_refused
+        self.tenant_fields = tenant_fields
 
 
 def output_bound(body: InferenceBody) -> int:
@@ -366,7 +366,7 @@ def parse_body(raw: bytes, *, api: InferenceApi, header_model: str | None) -> In
         stream_usage=stream_usage_of(body, api=api, stream=stream) if stream else None,
         choices=choices,
         lora_path=lora_path,
-        tenant_refused=refused_field(body),
+        tenant_fields=engine_fields(body),
     )
 
 
@@ -511,7 +511,7 @@ def with_leading_field(body: InferenceBody, name: str, value: object) -> Inferen
         body.stream_usage,
         body.choices,
         body.lora_path,
-        body.tenant_refused,
+        body.tenant_fields,
     )
 
 

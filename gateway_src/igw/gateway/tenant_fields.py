@@ -1,10 +1,11 @@
-"""Request body fields no tenant may send to a model server that serves every tenant.
+"""Request body fields and headers no tenant may send to a model server that serves every tenant.
 
 Why: a pool's pods serve every tenant of the gateway, and the engines' request models take
 extension fields that reach past the request itself: into code the server runs, into the engine's
-own bookkeeping of requests, into another request's state. Forwarded as they came (before session
-s39 for the first two, s40 for the rest), any authenticated tenant could use them against the
-others. Read in the engines' request models (vLLM's and SGLang's OpenAI-compatible ones):
+own bookkeeping of requests, into another request's state, into where the engine places a request.
+Forwarded as they came (before session s39 for the first two, s40 for the rest), any authenticated
+tenant could use them against the others. Read in the engines' request models (vLLM's and SGLang's
+OpenAI-compatible ones):
 
 - ``custom_logit_processor`` (SGLang: a serialized Python callable, unpickled and run when the
   server was started with ``--enable-custom-logit-processor``) and ``logits_processors`` (vLLM:
@@ -18,27 +19,57 @@ others. Read in the engines' request models (vLLM's and SGLang's OpenAI-compatib
 - ``session_params`` (SGLang): continues a session opened on the server (``/open_session``, which
   the gateway does not route): the request is appended to the session's earlier requests, their
   prompts and answers, so a tenant naming another's session id generates from that conversation.
-- ``bootstrap_host``, ``bootstrap_port``, ``bootstrap_room`` (SGLang) and ``kv_transfer_params``
-  (vLLM): where a disaggregated (prefill/decode) server fetches or hands over a request's KV cache -
-  the prefill server's address and the transfer's room, or the remote engine, host and block ids.
-  A tenant choosing them points the server at an address of its choice or at another request's
-  cache. Ignored by a server that is not disaggregated; a router in front of disaggregated servers
-  writes them itself.
+- ``bootstrap_host``, ``bootstrap_port``, ``bootstrap_room``, ``disagg_prefill_dp_rank`` (SGLang) and
+  ``kv_transfer_params`` (vLLM): where a disaggregated (prefill/decode) server fetches or hands over a
+  request's KV cache - the prefill server's address, the transfer's room and the prefill rank that
+  holds it, or the remote engine, host and block ids. ``ec_transfer_params`` (vLLM, since s40): the
+  same for encoder-cache disaggregation (where a multimodal input's encoder output is fetched from,
+  peer host and port per input hash). A tenant choosing them points the server at an address of its
+  choice or at another request's cache. Ignored by a server that is not disaggregated; a router in
+  front of disaggregated servers writes them itself.
+- ``routed_dp_rank`` and its deprecated alias ``data_parallel_rank`` (SGLang, since s40): the
+  data-parallel rank the request runs on, past the engine's own balancing of every tenant's requests
+  over its ranks (SGLang's default dispatch is round robin, blind to load): a tenant pinning its load
+  to one rank makes the others' requests dispatched there queue behind all of it, where the pod's
+  metrics, which the gateway schedules by, show an average.
+- ``vllm_xargs`` entries ``kv_transfer_params`` and ``ec_transfer_params``: vLLM copies
+  ``vllm_xargs`` into the request's ``extra_args``, where its engine reads the transfer parameters
+  (``Request.kv_transfer_params = extra_args.get("kv_transfer_params")``): a second road to the
+  fields above. Other ``vllm_xargs`` entries (arguments for extensions the operator installed) pass.
 
-An authenticated request carrying one of them (not ``null``) is refused, 400 ``invalid_request``
-naming the field, nothing sent (:mod:`igw.gateway.inference`). Without ``spec.auth`` (no tenants:
-network controls only) the body goes as it came, and the model server's own flags decide.
+Headers do the same (:func:`refused_header`): vLLM takes a client's ``X-Data-Parallel-Rank`` as the
+request's data-parallel rank (``_get_data_parallel_rank``, no flag), as recent SGLang's OpenAI routes
+do (over the body's ``routed_dp_rank``),
+and SGLang started with ``SGLANG_ENABLE_REQUEST_HEADER_OVERRIDES`` replaces body fields with the
+``x-override-*`` headers' values (``x-override-rid``, ``-bootstrap-host``/``-port``/``-room``,
+``-routed-dp-rank``, ``-disagg-prefill-dp-rank``, ``-priority``, ``-conversation-id``): a channel for
+a router in front of the server that leaves the body opaque, never a client's - and through it the
+refused fields, or a ``priority`` over the one the gateway writes (``enginePriority``).
+
+An authenticated request carrying one of them (a field not ``null``) is refused, 400
+``invalid_request`` naming the field or header, nothing sent (:mod:`igw.gateway.inference`), unless
+``spec.extensions.authorization.allowedEngineFields`` names the field (a deployment whose tenants
+are trusted with it: a router of their own in front). Without ``spec.auth`` (no tenants: network
+controls only) the request goes as it came, and the model server's own flags decide.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Final
 
 _RUNS_CODE: Final = "asks the model server to run code the caller supplies"
 _KV_TRANSFER: Final = (
     "tells a disaggregated model server where to fetch or hand over a request's KV cache; "
     "the router in front of such servers sets it"
+)
+_ENCODER_TRANSFER: Final = (
+    "tells a model server serving multimodal inputs disaggregated where to fetch or hand over an "
+    "input's encoder cache; the router in front of such servers sets it"
+)
+_DP_RANK: Final = (
+    "pins the request to one data-parallel rank of the model server, past the engine's balancing of "
+    "every tenant's requests over its ranks"
 )
 
 TENANT_REFUSED_FIELDS: Final[Mapping[str, str]] = {
@@ -55,23 +86,97 @@ TENANT_REFUSED_FIELDS: Final[Mapping[str, str]] = {
     "bootstrap_host": _KV_TRANSFER,
     "bootstrap_port": _KV_TRANSFER,
     "bootstrap_room": _KV_TRANSFER,
+    "disagg_prefill_dp_rank": _KV_TRANSFER,
     "kv_transfer_params": _KV_TRANSFER,
+    "ec_transfer_params": _ENCODER_TRANSFER,
+    "routed_dp_rank": _DP_RANK,
+    "data_parallel_rank": _DP_RANK,
 }
-"""Each refused field and why (the error message's reason)."""
+"""Each refused field and why (the error message's reason); the names
+``allowedEngineFields`` may list (its schema's enum is this table's keys, a test holds them equal)."""
+
+XARGS_FIELD: Final = "vllm_xargs"
+XARGS_REFUSED: Final = ("kv_transfer_params", "ec_transfer_params")
+"""The ``vllm_xargs`` entries vLLM's engine reads as the body fields of those names."""
+
+DP_RANK_HEADER: Final = "x-data-parallel-rank"
+OVERRIDE_PREFIX: Final = "x-override-"
+_DP_RANK_FIELDS: Final = ("routed_dp_rank", "data_parallel_rank")
+"""The fields ``X-Data-Parallel-Rank`` sets (SGLang's and vLLM's name): allowing either allows it."""
 
 
-def refused_field(body: Mapping[str, object]) -> str | None:
-    """The first of :data:`TENANT_REFUSED_FIELDS` that the parsed JSON object ``body`` sets (a
-    ``null`` asks for nothing); ``None`` when it sets none."""
-    for name in TENANT_REFUSED_FIELDS:
-        if body.get(name) is not None:
+def engine_fields(body: Mapping[str, object]) -> tuple[str, ...]:
+    """The fields of :data:`TENANT_REFUSED_FIELDS` that the parsed JSON object ``body`` sets (a
+    ``null`` asks for nothing), in the table's order, then ``vllm_xargs.<name>`` for each
+    :data:`XARGS_REFUSED` entry its ``vllm_xargs`` sets; ``()`` when none (the usual case)."""
+    found = [name for name in TENANT_REFUSED_FIELDS if body.get(name) is not None]
+    xargs = body.get(XARGS_FIELD)
+    if isinstance(xargs, dict):
+        found.extend(f"{XARGS_FIELD}.{name}" for name in XARGS_REFUSED if xargs.get(name) is not None)
+    return tuple(found) if found else ()
+
+
+def refused_field(fields: Iterable[str], allowed: frozenset[str]) -> str | None:
+    """The first of ``fields`` (:func:`engine_fields`) whose table field ``allowed`` does not name
+    (``vllm_xargs.kv_transfer_params`` is allowed with ``kv_transfer_params``); ``None``: none."""
+    for name in fields:
+        if name.rpartition(".")[2] not in allowed:
             return name
     return None
 
 
+def refused_header(names: Iterable[str], allowed: frozenset[str]) -> str | None:
+    """The first of the request's header ``names`` that sets an engine field no tenant may send
+    (``X-Data-Parallel-Rank``, any ``x-override-*``) and ``allowed`` does not name, lower-case;
+    ``None``: none. An ``x-override-*`` header is allowed when its field is (``x-override-rid``:
+    ``rid``); those of fields outside the table (``priority``, ``conversation_id``) never are: the
+    body carries them."""
+    for name in names:
+        lower = name.lower()
+        if lower == DP_RANK_HEADER:
+            if allowed.isdisjoint(_DP_RANK_FIELDS):
+                return lower
+        elif lower.startswith(OVERRIDE_PREFIX) and _override_field(lower) not in allowed:
+            return lower
+    return None
+
+
+def _override_field(header: str) -> str:
+    """The body field an ``x-override-*`` header replaces (``x-override-bootstrap-host``:
+    ``bootstrap_host``), as SGLang's table names them."""
+    return header[len(OVERRIDE_PREFIX) :].replace("-", "_")
+
+
 def refusal_message(field: str) -> str:
-    """The 400's message for an authenticated request that sets ``field``."""
+    """The 400's message for an authenticated request that sets ``field`` (a name
+    :func:`engine_fields` returns)."""
+    container, _, name = field.rpartition(".")
+    reason = TENANT_REFUSED_FIELDS[name]
+    if container:
+        reason = f"is read by the model server as '{name}', which {reason}"
     return (
-        f"'{field}' {TENANT_REFUSED_FIELDS[field]}; the gateway does not forward it for an "
-        "authenticated tenant (the model server's pods serve every tenant)"
+        f"'{field}' {reason}; the gateway does not forward it for an authenticated tenant (the model "
+        "server's pods serve every tenant)"
+    )
+
+
+def header_refusal_message(header: str) -> str:
+    """The 400's message for an authenticated request that sends ``header`` (a name
+    :func:`refused_header` returns)."""
+    if header == DP_RANK_HEADER:
+        why = _DP_RANK
+    else:
+        field = _override_field(header)
+        why = (
+            f"makes a model server that takes header overrides (SGLang with "
+            f"SGLANG_ENABLE_REQUEST_HEADER_OVERRIDES) replace the body's '{field}' with its value, "
+            "a channel for a router in front of the server"
+        )
+        if field in TENANT_REFUSED_FIELDS:
+            why += f"; '{field}' {TENANT_REFUSED_FIELDS[field]}"
+        else:
+            why += f"; send '{field}' in the request body"
+    return (
+        f"header '{header}' {why}; the gateway does not forward it for an authenticated tenant (the "
+        "model server's pods serve every tenant)"
     )

@@ -732,6 +732,12 @@ def create_global_app(
             "spec.authorization.prefixCacheIsolation has no effect at tier 2 (the router writes nothing "
             "into request bodies): set it in each cluster's InferenceGatewayConfig"
         )
+    if (config.authorization or {}).get("allowedEngineFields"):
+        log.warning(
+            "spec.authorization.allowedEngineFields has no effect at tier 2 (each cluster's gateway "
+            "decides which engine fields its tenants may send): set it in each cluster's "
+            "InferenceGatewayConfig"
+        )
     security_metrics: SecurityMetrics | None = None  # an injected guard (tests) keeps its own
     if guard is None:
         security_metrics = SecurityMetrics(registry=metrics.registry)

@@ -83,6 +83,7 @@ def build_principal(claims: Mapping[str, Any], *, settings: AuthorizationSetting
         claims=claims,
         forward_headers=headers,
         authenticated=True,
+        engine_fields=settings.allowed_engine_fields,
     )
     if settings.isolate_prefix_caches:  # once per verified token: the principal is cached with it
         principal = dataclasses.replace(principal, cache_salt=scope_salt(caller_scope(principal)))

@@ -100,6 +100,10 @@ class AuthorizationSettings:
     oidc_discovery: bool = False
     jwks: JwksSettings = field(default_factory=JwksSettings)
     verified_token_cache: VerifiedTokenCacheSettings = field(default_factory=VerifiedTokenCacheSettings)
+    allowed_engine_fields: frozenset[str] = frozenset()
+    """``allowedEngineFields``: the engine fields authenticated callers may send although no tenant
+    of a shared model server should (:data:`igw.gateway.tenant_fields.TENANT_REFUSED_FIELDS`, the
+    schema's enum); empty: every one is refused."""
 
     @property
     def forwarded_header_names(self) -> frozenset[str]:
@@ -174,6 +178,7 @@ class AuthorizationSettings:
             oidc_discovery=bool(raw.get("oidcDiscovery", defaults.oidc_discovery)),
             jwks=jwks,
             verified_token_cache=cache,
+            allowed_engine_fields=frozenset(_strings(raw.get("allowedEngineFields", ()))),
         )
 
 
