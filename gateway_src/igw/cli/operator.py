@@ -25,6 +25,7 @@ from igw.cli.arg_types import (
     POSITIVE,
     WORKER_COUNT,
     container_image,
+    env_assignment,
     http_url,
     namespace_name,
     object_name,
@@ -92,6 +93,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="URL",
         help="OTEL_EXPORTER_OTLP_ENDPOINT of the gateway pods: they export traces there",
     )
+    observability.add_argument(
+        "--gateway-env",
+        action="append",
+        type=env_assignment,
+        default=[],
+        metavar="NAME=VALUE",
+        help="an environment variable of every gateway pod (repeatable), e.g. OTEL_BSP_MAX_QUEUE_SIZE=8192 "
+        "or OTEL_TRACES_SAMPLER_ARG=0.1; a config's spec.podDefaults.env entry of the same name wins",
+    )
     parser.add_argument(
         "--tls-issuer",
         default="ClusterIssuer/igw-selfsigned",
@@ -145,7 +155,7 @@ def run(args: argparse.Namespace) -> int:
     from igw.gateway.redaction import configure_logging
     from igw.gateway.serving import EXIT_LISTEN_FAILED, ListenError
     from igw.gateway.stop_signals import hold_stop_signals, ignore_held_stop_signals
-    from igw.operator.dataplane import DataPlaneSettings
+    from igw.operator.dataplane import DataPlaneSettings, gateway_env_problem
     from igw.operator.runner import OperatorOptions, run_operator
     from igw.operator.tls import AutoTlsSettings, IssuerRef, TlsIssuerError
 
@@ -164,6 +174,10 @@ def run(args: argparse.Namespace) -> int:
     except EmfEndpointError as exc:
         print(f"igw operator: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    env_problem = gateway_env_problem(tuple(args.gateway_env))
+    if env_problem is not None:
+        print(f"igw operator: {env_problem}", file=sys.stderr)
+        return EXIT_USAGE
     data_plane = DataPlaneSettings(
         image=args.gateway_image,
         workers=args.gateway_workers,
@@ -171,6 +185,7 @@ def run(args: argparse.Namespace) -> int:
         emf_interval_s=args.gateway_emf_interval,
         emf_endpoint=emf_endpoint,
         otlp_endpoint=args.gateway_otlp_endpoint or "",
+        extra_env=tuple(args.gateway_env),
     )
     options = OperatorOptions(
         kubeconfig=args.kubeconfig,
