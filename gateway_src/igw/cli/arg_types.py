@@ -332,6 +332,22 @@ def container_image(text: str) -> str:
     return text
 
 
+_ENV_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def env_assignment(text: str) -> tuple[str, str]:
+    """``NAME=VALUE``: an environment variable's name (``[A-Za-z_][A-Za-z0-9_]*``) and its value
+    (anything after the first ``=``, possibly empty). The value is never repeated in the message: it
+    may be a credential (``OTEL_EXPORTER_OTLP_HEADERS``)."""
+    name, equals, value = text.partition("=")
+    if not equals or not _ENV_NAME.fullmatch(name):
+        raise argparse.ArgumentTypeError(
+            "expected NAME=VALUE with NAME an environment variable name ([A-Za-z_][A-Za-z0-9_]*) "
+            "(what was given is not shown: it may hold a credential)"
+        )
+    return name, value
+
+
 def listen_host(text: str) -> str:
     """A listen address, not empty: ``igw serve --host ''`` (an unset variable in a script) listened on
     every interface, silently (an empty host is the socket layer's "any address"). Every interface

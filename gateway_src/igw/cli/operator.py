@@ -26,6 +26,7 @@ from igw.cli.arg_types import (
     POSITIVE,
     WORKER_COUNT,
     container_image,
+    env_assignment,
     http_url,
     namespace_name,
     object_name,
@@ -95,6 +96,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=http_url,
         metavar="URL",
         help="OTEL_EXPORTER_OTLP_ENDPOINT of the gateway pods: they export traces there",
+    )
+    observability.add_argument(
+        "--gateway-env",
+        action="append",
+        type=env_assignment,
+        default=[],
+        metavar="NAME=VALUE",
+        help="an environment variable of every gateway pod (repeatable), e.g. OTEL_BSP_MAX_QUEUE_SIZE=8192 "
+        "or OTEL_TRACES_SAMPLER_ARG=0.1; a config's spec.podDefaults.env entry of the same name wins",
     )
     parser.add_argument(
         "--tls-issuer",
@@ -169,6 +179,7 @@ def operator_options(args: argparse.Namespace) -> OperatorOptions:
         emf_interval_s=args.gateway_emf_interval,
         emf_endpoint=emf_endpoint,
         otlp_endpoint=args.gateway_otlp_endpoint or "",
+        extra_env=tuple(args.gateway_env),
     )
     return OperatorOptions(
         kubeconfig=args.kubeconfig,
@@ -197,10 +208,15 @@ def run(args: argparse.Namespace) -> int:
     from igw.gateway.redaction import configure_logging
     from igw.gateway.serving import EXIT_LISTEN_FAILED, ListenError
     from igw.gateway.stop_signals import hold_stop_signals, ignore_held_stop_signals
+    from igw.operator.dataplane import gateway_env_problem
     from igw.operator.runner import run_operator
     from igw.operator.tls import TlsIssuerError
 
     configure_logging(args.log_level)
+    env_problem = gateway_env_problem(tuple(args.gateway_env))
+    if env_problem is not None:
+        print(f"igw operator: {env_problem}", file=sys.stderr)
+        return EXIT_USAGE
     try:
         options = operator_options(args)
     except (TlsIssuerError, EmfEndpointError) as exc:

@@ -5,9 +5,10 @@ Fields: ``ts`` (unix), ``request_id``, ``method``, ``path``, ``model``, ``base_m
 per-scorer weighted scores of the chosen endpoint and its fallbacks), ``decision_us``,
 ``reason`` (the scheduler's notes: stale endpoints excluded, imputed signals...), ``duration_ms``,
 ``ttft_ms``, ``stream``, ``prompt_tokens``, ``completion_tokens``, ``error``; for a request that
-waited in a flow-control queue ``priority`` (its band), ``tenant`` (its fairness key) and
-``queue_ms``; for a canary-split request ``requested_model`` (the name the client sent); for a
-request whose OpenTelemetry trace was recorded ``trace_id`` (32 hex digits), to find its trace.
+waited in a flow-control queue ``priority`` (its band), ``tenant`` (its fairness key;
+``rateLimits.anonymousTenant`` for none, as the metrics say) and ``queue_ms``; for a canary-split
+request ``requested_model`` (the name the client sent); for a request whose OpenTelemetry trace
+was recorded ``trace_id`` (32 hex digits), to find its trace.
 
 Where ``igw serve`` set the logger up (its batched handler only), the line is queued without a
 :class:`logging.LogRecord` (:func:`igw.gateway.log_buffer.line_sink`); otherwise it is logged.

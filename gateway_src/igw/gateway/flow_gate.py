@@ -51,7 +51,7 @@ from typing import Final
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from igw.errors import IgwGatewayError
-from igw.gateway.tenant_labels import TenantLabels
+from igw.gateway.tenant_labels import ANONYMOUS_TENANT, TenantLabels
 from igw.scheduling.engine_priority import EnginePriority
 from igw.scheduling.flow_control import (
     BatchEstimate,
@@ -329,8 +329,17 @@ class FlowGates:
         self.settings: FlowControlSettings | None = None
         self.retry_after_bounds = (1, 60)
         """Whole seconds a ``Retry-After`` may say (``spec.extensions.routing.retryAfter``)."""
+        self.anonymous_tenant = ANONYMOUS_TENANT
+        """What the metrics and the access log call the queues' anonymous tenant (``""``, see
+        :func:`flow_tenant`): ``rateLimits.anonymousTenant``, the security families' name for it."""
 
-    def configure(self, settings: FlowControlSettings | None, *, retry_after_bounds: tuple[int, int]) -> None:
+    def configure(
+        self,
+        settings: FlowControlSettings | None,
+        *,
+        retry_after_bounds: tuple[int, int],
+        anonymous_tenant: str = ANONYMOUS_TENANT,
+    ) -> None:
         """Apply the current runtime's settings (``None``: off for new arrivals; queued ones stay).
 
         Called when the gateway starts and when a reload is applied
@@ -342,6 +351,8 @@ class FlowGates:
         dispatch pass, within a poll interval.
         """
         self.retry_after_bounds = retry_after_bounds
+        self.anonymous_tenant = anonymous_tenant
+        self.tenant_labels.name({anonymous_tenant})  # always labelled by name, as the guard's families do
         if settings is self.settings:
             return
         self.settings = settings
@@ -745,7 +756,7 @@ class FlowGates:
     def _count_rejection(self, scheduler: str, priority: int, tenant: str, reason: ShedReason) -> None:
         settings = self.settings
         label = self.tenant_labels.label(
-            tenant,
+            tenant or self.anonymous_tenant,
             named=settings.tenant_labels if settings is not None else frozenset(),
             limit=settings.max_tenant_labels if settings is not None else 0,
             named_only=settings is None or bool(settings.tenant_labels),

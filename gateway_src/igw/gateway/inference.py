@@ -855,7 +855,7 @@ async def _wait_in_queue(
     if priority is None:
         priority = _priority(request, state, principal, rreq, sr.spec.name, obs)
     obs.record.priority = priority
-    obs.record.tenant = tenant
+    obs.record.tenant = tenant or state.flow.anonymous_tenant  # the name the metrics use
     return await state.flow.wait(
         scheduler=sr.spec.name,
         request_id=rreq.request_id,

@@ -27,6 +27,7 @@ from igw.gateway.runtime import GatewayRuntime, PickerConfigs
 from igw.gateway.scraper import ScrapeService
 from igw.gateway.shutdown import InflightRequests
 from igw.gateway.telemetry import GatewayMetrics
+from igw.gateway.tenant_labels import anonymous_tenant
 
 if TYPE_CHECKING:
     from igw.gateway.tracing import Tracing
@@ -199,7 +200,11 @@ class GatewayState:
         reload, so queued requests are held to the new limits at once (:meth:`FlowGates.configure`)."""
         rt = self.runtime
         bounds = (rt.settings.retry_after_min_s, rt.settings.retry_after_max_s)
-        self.flow.configure(rt.flow_settings, retry_after_bounds=bounds)
+        self.flow.configure(
+            rt.flow_settings,
+            retry_after_bounds=bounds,
+            anonymous_tenant=anonymous_tenant(rt.config.extensions),
+        )
 
     def readiness(self) -> tuple[bool, dict[str, Any]]:
         """Ready when discovery has reported, some scheduler has an endpoint and the guard is ready.

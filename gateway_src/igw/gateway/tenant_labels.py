@@ -24,18 +24,35 @@ joining them on ``tenant`` was wrong.
 :data:`OTHER_TENANT` is the overflow alone: a real tenant whose name is ``other``, or starts with
 :data:`ESCAPE`, is labelled with :data:`ESCAPE` prepended (``other`` -> ``~other``, ``~x`` -> ``~~x``),
 an injective mapping. Before session s39 a tenant named ``other`` shared the overflow's series.
+
+Callers without a tenant are one tenant, named :func:`anonymous_tenant` (``rateLimits.anonymousTenant``,
+default ``anonymous``) in every family and in the access log. Before session s40 flow control labelled
+them ``""`` (no label, to Prometheus), or ``other`` with ``tenantLabels`` set, while the security
+families said ``anonymous``.
 """
 
 from __future__ import annotations
 
 import weakref
-from collections.abc import Set
-from typing import Final
+from collections.abc import Mapping, Set
+from typing import Any, Final
 
 OTHER_TENANT: Final = "other"
 """The ``tenant`` label of every tenant without a label of its own (and of no real tenant)."""
 ESCAPE: Final = "~"
 """Prepended to the label of a real tenant named :data:`OTHER_TENANT` or starting with it."""
+
+ANONYMOUS_TENANT: Final = "anonymous"
+"""``spec.extensions.rateLimits.anonymousTenant`` when not set."""
+
+
+def anonymous_tenant(extensions: Mapping[str, Any]) -> str:
+    """The name of the tenant of callers without one: ``rateLimits.anonymousTenant`` of the config's
+    ``spec.extensions`` (the rate limiter's bucket key), else :data:`ANONYMOUS_TENANT`."""
+    limits = extensions.get("rateLimits")
+    name = limits.get("anonymousTenant") if isinstance(limits, Mapping) else None
+    return str(name) if name else ANONYMOUS_TENANT
+
 
 _SHARED: weakref.WeakKeyDictionary[object, TenantLabels] = weakref.WeakKeyDictionary()
 

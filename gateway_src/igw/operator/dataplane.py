@@ -105,6 +105,17 @@ class DataPlaneSettings:
     otlp_endpoint: str = ""
     """``OTEL_EXPORTER_OTLP_ENDPOINT`` of every gateway pod (switches tracing on; NetworkPolicy egress
     to its port); empty: no traces."""
+    extra_env: tuple[tuple[str, str], ...] = ()
+    """Variables (name, value) of every gateway pod (``--gateway-env``, the chart's
+    ``operator.gatewayEnv``): the tracing settings (``OTEL_BSP_*``, ``OTEL_TRACES_SAMPLER*``,
+    ``OTEL_SERVICE_NAME``, ...) that gateway mode sets through ``gateway.extraEnv``. A config's
+    ``spec.podDefaults.env`` entry of the same name replaces one of these in its own pods. Before session
+    s40 nothing set them fleet-wide: every config had to repeat them in ``podDefaults.env``."""
+
+    def __post_init__(self) -> None:
+        problem = gateway_env_problem(self.extra_env)
+        if problem is not None:
+            raise ValueError(problem)
 
     def worker_args(self) -> list[str]:
         """``igw serve --workers`` and ``--worker-timeout`` when not the single process it starts by
@@ -138,6 +149,31 @@ class DataPlaneSettings:
             port_number = otlp.port or (443 if otlp.scheme == "https" else 80)
             rules.append({"ports": [{"port": port_number, "protocol": "TCP"}]})
         return rules
+
+
+OTLP_ENDPOINT_ENV: Final = "OTEL_EXPORTER_OTLP_ENDPOINT"
+RESERVED_ENV: Final = {
+    CPU_REQUEST_ENV: "the operator (--gateway-workers auto)",
+    OTLP_ENDPOINT_ENV: "--gateway-otlp-endpoint (which also opens the NetworkPolicy to its port)",
+}
+"""Variables :attr:`DataPlaneSettings.extra_env` may not set, and what sets each instead."""
+_ENV_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def gateway_env_problem(env: tuple[tuple[str, str], ...]) -> str | None:
+    """Why ``env`` cannot be the gateway pods' extra variables (a name that is not a variable name,
+    given twice, or one the operator sets itself: a pod's ``env`` is a list keyed by name, and the
+    second entry of a name is refused by server-side apply), or ``None``."""
+    seen: set[str] = set()
+    for name, _ in env:
+        if not _ENV_NAME.fullmatch(name):
+            return f"--gateway-env {name!r}: not an environment variable name ([A-Za-z_][A-Za-z0-9_]*)"
+        if name in RESERVED_ENV:
+            return f"--gateway-env {name}: set by {RESERVED_ENV[name]}, not here"
+        if name in seen:
+            return f"--gateway-env {name}: given more than once"
+        seen.add(name)
+    return None
 
 
 def _digest(igwc_name: str) -> str:
@@ -385,7 +421,9 @@ def _pod_spec(igwc: Mapping[str, Any], settings: DataPlaneSettings) -> dict[str,
             container[key] = defaults[key]
     own = settings.worker_env()
     if settings.otlp_endpoint:
-        own.append({"name": "OTEL_EXPORTER_OTLP_ENDPOINT", "value": settings.otlp_endpoint})
+        own.append({"name": OTLP_ENDPOINT_ENV, "value": settings.otlp_endpoint})
+    pinned = {str(entry.get("name")) for entry in defaults.get("env") or [] if isinstance(entry, Mapping)}
+    own.extend({"name": n, "value": v} for n, v in settings.extra_env if n not in pinned)
     if own:  # before podDefaults.env: a later entry of the same name wins
         container["env"] = [*own, *(defaults.get("env") or [])]
     pod: dict[str, Any] = {

@@ -16,6 +16,7 @@ from typing import Any, Final, Literal
 
 from igw.config.durations import parse_duration
 from igw.config.rules import MIN_UNKNOWN_KID_COOLDOWN_S
+from igw.gateway.tenant_labels import ANONYMOUS_TENANT
 
 DEFAULT_ALGORITHMS: Final[tuple[str, ...]] = (
     "RS256",
@@ -235,7 +236,7 @@ class RateLimitSettings:
     """``local``: this replica's own buckets decide; ``allow``: fail open; ``deny``: fail closed (429)."""
     default: TenantLimits = field(default_factory=TenantLimits)
     tenants: Mapping[str, TenantLimits] = field(default_factory=dict)
-    anonymous_tenant: str = "anonymous"
+    anonymous_tenant: str = ANONYMOUS_TENANT
     """Bucket key for callers without a tenant (no ``spec.auth``, or a token without the tenant claim)."""
     max_tenant_labels: int = 32
     """``metrics.maxTenantLabels``: how many tenants beyond the named ones (``tenants``,

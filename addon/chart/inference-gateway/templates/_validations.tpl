@@ -52,6 +52,8 @@ Cross-field rules the schema cannot express (draft-06 has no if/then); each fail
 {{- include "igw.validateNotSelfSelecting" . }}
 {{- include "igw.validateOwnAnnotations" . }}
 {{- include "igw.validateExtraEnv" . }}
+{{- else }}
+{{- include "igw.validateGatewayEnv" . }}
 {{- end }}
 {{- end }}
 
@@ -185,5 +187,20 @@ for key"), and a client-side apply silently ran with whichever came last.
 {{- fail (printf "gateway.extraEnv[%d].name: %s is already set by %s; each variable may be given once (the API server's server-side apply refuses a name twice)" $index $name .) }}
 {{- end }}
 {{- $_ := set $seen $name (printf "gateway.extraEnv[%d]" $index) }}
+{{- end }}
+{{- end }}
+
+{{/*
+Operator mode. operator.gatewayEnv names must be unique and not the operator's own: the operator
+(igw operator --gateway-env) refuses them and would not start.
+*/}}
+{{- define "igw.validateGatewayEnv" -}}
+{{- $seen := dict "IGW_CPU_REQUEST_MILLICORES" "the operator" "OTEL_EXPORTER_OTLP_ENDPOINT" "operator.gatewayOtlpEndpoint (which also opens the NetworkPolicy to its port)" }}
+{{- range $index, $variable := (.Values.operator.gatewayEnv | default list) }}
+{{- $name := toString $variable.name }}
+{{- with get $seen $name }}
+{{- fail (printf "operator.gatewayEnv[%d].name: %s is already set by %s; each variable may be given once" $index $name .) }}
+{{- end }}
+{{- $_ := set $seen $name (printf "operator.gatewayEnv[%d]" $index) }}
 {{- end }}
 {{- end }}
