@@ -600,10 +600,12 @@ class _StopAfterClose:
     the last one), and nothing after it ever reaches the parser. Every other read is fed in one
     call, as aiohttp does."""
 
-    __slots__ = ("_body_fed", "_closing", "_done", "_parser", "_previous", "_watch")
+    __slots__ = ("_body", "_body_fed", "_closing", "_done", "_parser", "_previous", "_watch")
 
     def __init__(self, parser: HttpParser[Any] | None) -> None:
         self._parser = parser
+        self._body: StreamReader | None = None
+        """The body of the last request the parser returned, while it may still be arriving."""
         self._done = False
         self._watch = False
         self._previous = b""
@@ -618,6 +620,28 @@ class _StopAfterClose:
         return getattr(self._parser, name)
 
     def feed_data(self, data: bytes) -> tuple[Sequence[tuple[Any, Any]], bool, bytes]:
+        try:
+            found = self._feed(data)
+        except HttpProcessingError as exc:
+            self._fail_body(exc)
+            raise
+        if found[0]:
+            body = found[0][-1][1]
+            self._body = body if isinstance(body, StreamReader) and not body.is_eof() else None
+        return found
+
+    def _fail_body(self, exc: HttpProcessingError) -> None:
+        """The parser refused bytes inside a body it had handed on (a chunk-size line or a trailer
+        section that is malformed or over the header limits, in a read after the head's): aiohttp's
+        C parser raises without ending that body, so the handler reading it waited for the rest until
+        ``body_timeout_s`` (then 408 "request body not received", and 10 s of lingering: before session
+        s40), while the error answer aiohttp queued waited behind it. The body ends with the error
+        instead: the handler's read raises it, answered 400 (:meth:`GatewayRequestHandler.handle_error`)."""
+        body, self._body = self._body, None
+        if body is not None and not body.is_eof() and body.exception() is None:
+            body.set_exception(RequestPayloadError("malformed request body"), exc)
+
+    def _feed(self, data: bytes) -> tuple[Sequence[tuple[Any, Any]], bool, bytes]:
         parser = self._parser
         assert parser is not None
         if self._done:
