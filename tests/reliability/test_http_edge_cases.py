@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 from pathlib import Path
 
 import orjson
+import pytest
 import yaml
 
 from igw.config.loader import load_gateway_config
-from igw.gateway.serving import MAX_REQUEST_LINE_BYTES, request_target
+from igw.gateway.serving import MAX_REQUEST_LINE_BYTES, ServerLimits, request_target
 from tests.gateway.fake_model_server import FakeModelServer, running
 from tests.reliability.harness import gateway_doc, in_process_gateway
 
@@ -268,4 +270,43 @@ async def test_an_expectation_other_than_100_continue_gets_an_openai_shaped_417(
             assert b"x-request-id:" in head.lower()
             assert b"secret" not in answer
             assert orjson.loads(body)["error"]["code"] == "expectation_failed"
+        assert not pod.received
+
+
+@pytest.mark.parametrize(
+    "rest",
+    [
+        pytest.param(b"zz\r\n", id="a malformed chunk-size line"),
+        pytest.param(b"".join(b"X-T%d: v\r\n" % i for i in range(101)) + b"\r\n", id="101 trailer fields"),
+        pytest.param(b"X-T: " + b"v" * 20_000 + b"\r\n\r\n", id="a trailer field over the limit"),
+        pytest.param(b"X-T: a\x01b\r\n\r\n", id="a control byte in a trailer"),
+    ],
+)
+async def test_a_chunked_body_malformed_in_a_later_read_is_refused_at_once(
+    tmp_path: Path, rest: bytes
+) -> None:
+    """A chunked body whose framing breaks in a read after its head's (a chunk-size line, a trailer
+    section over the header limits or malformed): aiohttp's parser raised without ending the body,
+    so the handler waited for the rest until ``bodyTimeout`` and answered 408 "request body not
+    received" (then lingered 10 s) before session s40. It gets its 400 at once now."""
+    document = orjson.dumps({"model": "llama", "prompt": "hello", "max_tokens": 3})
+    head = (
+        b"POST /v1/completions HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\n"
+        b"Transfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n" % (len(document), document)
+    )
+    if not rest.startswith(b"zz"):
+        head += b"0\r\n"  # the last chunk: the trailer section follows
+    limits = ServerLimits(body_timeout_s=30, stream_grace_s=1)
+    async with (
+        running(FakeModelServer("a")) as (pod,),
+        in_process_gateway(tmp_path, DOC, [pod.key], limits=limits) as gw,
+    ):
+        started = time.monotonic()
+        answers = await answers_to(gw.url, [head, rest])
+        assert len(answers) == 1, "no answer: the handler still waits for the body"
+        assert time.monotonic() - started < 10  # 30 s (bodyTimeout) before session s40
+        answer = answers[0]
+        head_bytes, _, body = answer.partition(b"\r\n\r\n")
+        assert head_bytes.startswith(b"HTTP/1.1 400 "), answer[:200]
+        assert orjson.loads(body)["error"]["code"] == "bad_http_request"
         assert not pod.received

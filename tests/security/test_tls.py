@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import trustme
+import uvloop
 from aiohttp import web
 
 from igw.gateway.serving import ServerLimits, serve_app
@@ -248,3 +249,61 @@ async def test_a_tls_handshake_that_does_not_finish_is_ended_at_the_header_timeo
             assert (await asyncio.wait_for(reader.read(), timeout=10)).startswith(b"HTTP/1.1 200 ")
         finally:
             writer.close()
+
+
+async def _eof_within(reader: asyncio.StreamReader, timeout_s: float) -> bool:
+    """Whether the server ended the connection within ``timeout_s``."""
+    try:
+        return await asyncio.wait_for(reader.read(), timeout=timeout_s) == b""
+    except TimeoutError:
+        return False
+    except ConnectionError:
+        return True
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_connections_still_in_their_tls_handshake_count_against_the_connection_cap(
+    tmp_path: Path, ca: trustme.CA, loop: str
+) -> None:
+    """A TLS connection counts for ``maxConnections`` from its accept, not from the end of its
+    handshake: before session s40 the loop ran the handshake out of the server's sight, and 40 TCP
+    connections that sent nothing (or half a ClientHello) to a TLS listener capped at 5 were all held
+    until the handshake timeout. Now the oldest such connections are closed to keep the count at the
+    cap, well before the timeout, and a client that completes its handshake is still served (it takes
+    the place of one); on asyncio and on uvloop (which ``igw serve`` runs)."""
+    cert_file, key_file = write_pair(ca, tmp_path)
+    context = build_server_ssl_context(cert_file=cert_file, key_file=key_file)
+    trusted = ssl.create_default_context()
+    ca.configure_trust(trusted)
+    cap, opened = 5, 40
+
+    async def scenario() -> tuple[int, int, bytes]:
+        app = web.Application()
+        app.router.add_get("/", _ok)
+        limits = ServerLimits(header_timeout_s=30, max_connections=cap)
+        async with serve_app(app, host="127.0.0.1", port=0, ssl_context=context, limits=limits) as url:
+            port = int(url.rsplit(":", 1)[1])
+            stalled = []
+            for n in range(opened):
+                reader, writer = await asyncio.open_connection("127.0.0.1", port)
+                if n % 2:
+                    writer.write(b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03")  # half a ClientHello
+                stalled.append((reader, writer))
+            try:
+                reader, writer = await asyncio.open_connection(
+                    "127.0.0.1", port, ssl=trusted, server_hostname="127.0.0.1"
+                )
+                writer.write(b"GET / HTTP/1.1\r\nHost: gw\r\nConnection: close\r\n\r\n")
+                answer = await asyncio.wait_for(reader.read(), timeout=10)
+                writer.close()
+                ended = await asyncio.gather(*(_eof_within(r, 2.0) for r, _ in stalled))
+                return sum(ended), len(stalled) - sum(ended), answer
+            finally:
+                for _, w in stalled:
+                    w.close()
+
+    run = uvloop.run if loop == "uvloop" else asyncio.run
+    closed, still_open, answer = run(scenario())
+    assert answer.startswith(b"HTTP/1.1 200 "), answer[:100]
+    assert still_open <= cap, (closed, still_open)  # held: 40 of 40 before session s40
+    assert closed >= opened - cap

@@ -20,9 +20,10 @@ internet-facing gateway behind a load balancer):
   connection - the model server stops generating for a reader that is gone (nginx's
   ``send_timeout``; without it such a client held a model-server request and an upstream slot for as
   long as it kept the connection open);
-- at most ``max_connections`` client connections are open; at the limit, a new connection evicts the
-  oldest one that has no request in progress (an idle or stalled connection), else it is refused -
-  so stalled clients cannot deny service to healthy ones;
+- at most ``max_connections`` client connections are open, a TLS one counted from its accept (while
+  its handshake runs: :mod:`igw.gateway.tls_accept`); at the limit, a new connection evicts the
+  oldest one still in its TLS handshake, else the oldest that has no request in progress (an idle
+  or stalled connection), else it is refused - so stalled clients cannot deny service to healthy ones;
 - one header field (name + value) may be up to ``max_header_field_bytes`` (a bearer token at the
   guard's own cap of 8192 bytes reaches the guard, which answers 401), at most ``max_headers``
   fields, and a request line of up to :data:`MAX_REQUEST_LINE_BYTES`.
@@ -62,6 +63,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import contextlib
+import functools
 import logging
 import os
 import re
@@ -93,6 +95,7 @@ from igw.gateway.inference_apis import anthropic_path
 from igw.gateway.request_body import DECODED_CONTENT_CODINGS, BodyTooLarge, UnsupportedContentEncoding
 from igw.gateway.shutdown import InflightRequests
 from igw.gateway.tcp_keepalive import CLIENT, probe_silent_peer
+from igw.gateway.tls_accept import TlsHandshake
 
 log = logging.getLogger("igw.gateway")
 
@@ -242,22 +245,13 @@ class GatewayRequestHandler(RequestHandler):
         if sock is not None:  # aiohttp turns keep-alive on with the kernel's 2-hour timing
             probe_silent_peer(sock, CLIENT)
         manager = self._manager
-        if manager is None:
-            return
-        cap = self._max_connections
-        if len(manager.connections) <= cap:
-            return
-        for other in manager.connections:
-            if other is not self and isinstance(other, GatewayRequestHandler) and other.evictable():
-                log.warning("connection limit %d reached: closed an idle or stalled connection", cap)
-                other.force_close()
-                return
-        log.warning("connection limit %d reached: refused a new connection", cap)
-        self.force_close()
+        if isinstance(manager, GatewayServer) and not manager.admit(self):
+            self.force_close()
 
     def evictable(self) -> bool:
-        """No request is being handled on this connection (it is idle or still sending its head)."""
-        return not self._request_in_progress and not self._messages
+        """No request is being handled on this connection (it is idle or still sending its head), and
+        it is still open (one closed to make room for another stays counted until its end is seen)."""
+        return not self._request_in_progress and not self._messages and self.transport is not None
 
     # ---- request-head timeout --------------------------------------------------------------------
     def start_head_timer(self) -> None:
@@ -606,10 +600,12 @@ class _StopAfterClose:
     the last one), and nothing after it ever reaches the parser. Every other read is fed in one
     call, as aiohttp does."""
 
-    __slots__ = ("_body_fed", "_closing", "_done", "_parser", "_previous", "_watch")
+    __slots__ = ("_body", "_body_fed", "_closing", "_done", "_parser", "_previous", "_watch")
 
     def __init__(self, parser: HttpParser[Any] | None) -> None:
         self._parser = parser
+        self._body: StreamReader | None = None
+        """The body of the last request the parser returned, while it may still be arriving."""
         self._done = False
         self._watch = False
         self._previous = b""
@@ -624,6 +620,28 @@ class _StopAfterClose:
         return getattr(self._parser, name)
 
     def feed_data(self, data: bytes) -> tuple[Sequence[tuple[Any, Any]], bool, bytes]:
+        try:
+            found = self._feed(data)
+        except HttpProcessingError as exc:
+            self._fail_body(exc)
+            raise
+        if found[0]:
+            body = found[0][-1][1]
+            self._body = body if isinstance(body, StreamReader) and not body.is_eof() else None
+        return found
+
+    def _fail_body(self, exc: HttpProcessingError) -> None:
+        """The parser refused bytes inside a body it had handed on (a chunk-size line or a trailer
+        section that is malformed or over the header limits, in a read after the head's): aiohttp's
+        C parser raises without ending that body, so the handler reading it waited for the rest until
+        ``body_timeout_s`` (then 408 "request body not received", and 10 s of lingering: before session
+        s40), while the error answer aiohttp queued waited behind it. The body ends with the error
+        instead: the handler's read raises it, answered 400 (:meth:`GatewayRequestHandler.handle_error`)."""
+        body, self._body = self._body, None
+        if body is not None and not body.is_eof() and body.exception() is None:
+            body.set_exception(RequestPayloadError("malformed request body"), exc)
+
+    def _feed(self, data: bytes) -> tuple[Sequence[tuple[Any, Any]], bool, bytes]:
         parser = self._parser
         assert parser is not None
         if self._done:
@@ -687,7 +705,9 @@ the gateway's app sets :class:`igw.gateway.lean_server.LeanRequestHandler`)."""
 
 
 class GatewayServer(web.Server):
-    """aiohttp's server object with the gateway's connection handler, limits and app."""
+    """aiohttp's server object with the gateway's connection handler, limits and app, and the
+    connection cap: every connection counts from its accept, a TLS one still in its handshake
+    (:mod:`igw.gateway.tls_accept`) as much as one with a handler."""
 
     limits: ServerLimits = ServerLimits()
     max_connections: int = 10_000  # replaced by GatewayRunner with the capped value
@@ -695,11 +715,63 @@ class GatewayServer(web.Server):
     handler_class: type[GatewayRequestHandler] = GatewayRequestHandler
     lean_requests: int = 0
     """Requests served by :mod:`igw.gateway.lean_server` rather than aiohttp (tests read it)."""
+    handshakes: dict[asyncio.Protocol, TlsHandshake]
+    """Connections still in their TLS handshake, oldest first, by the handler that will serve them
+    (set by :class:`GatewayRunner`)."""
 
     def __call__(self) -> RequestHandler:
         return self.handler_class(
             self, loop=self._loop, limits=self.limits, max_connections=self.max_connections, **self._kwargs
         )
+
+    def open_connections(self) -> int:
+        """Client connections open: with a handler, or still in their TLS handshake."""
+        return len(self._connections) + len(self.handshakes)
+
+    def admit(self, newcomer: asyncio.Protocol) -> bool:
+        """Whether a connection just accepted (``newcomer``, counted already) may stay: the count is
+        within ``max_connections``, or another connection was closed to make room - the oldest still
+        in its TLS handshake (a client that completes one takes milliseconds), else the oldest with
+        no request in progress (idle, or still sending its head). ``False``: none could be closed,
+        the newcomer is refused."""
+        cap = self.max_connections
+        if self.open_connections() <= cap:
+            return True
+        stalled = next((h for other, h in self.handshakes.items() if other is not newcomer), None)
+        if stalled is not None:
+            log.warning("connection limit %d reached: closed a connection still in its TLS handshake", cap)
+            stalled.close()
+            return True
+        for other in self._connections:
+            if other is not newcomer and isinstance(other, GatewayRequestHandler) and other.evictable():
+                log.warning("connection limit %d reached: closed an idle or stalled connection", cap)
+                other.force_close()
+                return True
+        log.warning("connection limit %d reached: refused a new connection", cap)
+        return False
+
+    def admit_handshake(self, handler: asyncio.Protocol, handshake: TlsHandshake) -> bool:
+        """Count a TLS connection whose handshake begins (:meth:`admit`); ``False``: refused."""
+        self.handshakes[handler] = handshake
+        if self.admit(handler):
+            return True
+        del self.handshakes[handler]
+        return False
+
+    def handshake_ended(self, handler: asyncio.Protocol) -> None:
+        """The handshake of ``handler``'s connection is over; the handler counts it from now on (in
+        ``connection_made``) if it goes on."""
+        handshake = self.handshakes.pop(handler, None)
+        if handshake is not None and len(self.handshakes) == 0:
+            self.handshakes = {}  # (a dict keeps its largest size: a flood's table is let go)
+
+    def pre_shutdown(self) -> None:
+        """aiohttp's first step of its shutdown (closing idle connections), which also closes every
+        connection still in its TLS handshake (it never served a request: nothing to wait for)."""
+        for handshake in list(self.handshakes.values()):
+            handshake.close()
+        self.handshakes.clear()
+        super().pre_shutdown()
 
 
 class GatewayRunner(web.AppRunner):
@@ -725,17 +797,21 @@ class GatewayRunner(web.AppRunner):
         app = self.app
         server.app = app
         server.handler_class = app.get(CONNECTION_HANDLER_KEY, GatewayRequestHandler)
+        server.handshakes = {}
         return server
 
 
 class GatewaySite(web.TCPSite):
-    """aiohttp's TCP site with a bound on the TLS handshake: ``handshake_timeout_s``.
+    """aiohttp's TCP site with the TLS handshake run by the gateway (:mod:`igw.gateway.tls_accept`),
+    bounded by ``handshake_timeout_s``.
 
     aiohttp's site takes no handshake timeout, so asyncio's default applied: 60 s, whatever
-    ``headerTimeout`` says. A connection still in its handshake is not yet a connection to the
-    server (its handler exists only once the handshake is done), so neither the head timer nor the
-    connection cap's eviction can reach it: before session s39 a client that opened TCP connections
-    to the TLS port and sent nothing (or half a ClientHello) held a file descriptor for 60 s each.
+    ``headerTimeout`` says (before session s39). And with the loop's own TLS termination a connection
+    still in its handshake was not yet a connection to the server (its handler is called only once
+    the handshake is done): the connection cap neither counted nor could close it, and a client
+    opening TCP connections to the TLS port that sent nothing held a file descriptor each, past
+    ``maxConnections`` (before session s40). The listener now accepts plain TCP and each connection's
+    handshake is counted from its accept.
     """
 
     __slots__ = ("_handshake_timeout_s",)
@@ -761,8 +837,12 @@ class GatewaySite(web.TCPSite):
         server = self._runner.server
         assert server is not None
         tls = self._ssl_context
+        factory: Callable[[], asyncio.BaseProtocol] = server
+        if tls is not None and isinstance(server, GatewayServer):
+            factory = functools.partial(_tls_connection, server, tls, self._handshake_timeout_s)
+            tls = None  # the handshake is TlsHandshake's, not the loop's
         self._server = await asyncio.get_running_loop().create_server(
-            server,
+            factory,
             self._host,
             self._port,
             ssl=tls,
@@ -773,6 +853,11 @@ class GatewaySite(web.TCPSite):
         )
         sockets = self._server.sockets
         self._bound_port = sockets[0].getsockname()[1] if sockets else self._port
+
+
+def _tls_connection(server: GatewayServer, context: ssl.SSLContext, timeout_s: float) -> TlsHandshake:
+    """An accepted TLS connection's protocol: its handshake, then its handler (``server()``)."""
+    return TlsHandshake(server, server(), context, timeout_s=timeout_s)
 
 
 def _bound_port(site: web.TCPSite) -> int:

@@ -1,0 +1,205 @@
+"""A client connection during its TLS handshake: counted against the connection cap from its accept.
+
+The event loop's own TLS termination (``create_server(ssl=...)``) calls the connection's protocol
+only once the handshake is done: until then the gateway could neither count the connection nor
+close it, so the connection cap (``maxConnections``) held only for clients that finished their
+handshake. A client that opened connections to the TLS port and sent nothing, or half a ClientHello,
+held one file descriptor each until the handshake timeout, however many (before session s40: 50 such
+connections open at once under a cap of 5, where a plain-TCP listener kept 5).
+
+The gateway's TLS listener therefore accepts plain TCP and runs the handshake itself
+(:meth:`asyncio.AbstractEventLoop.start_tls`, which asyncio and uvloop both provide):
+:class:`TlsHandshake` is the connection's protocol from its accept, registered with the server as a
+connection still in its handshake (counted, and closed first when the cap needs room), until the
+handshake is done and the connection's HTTP handler takes the TLS transport over. The handshake
+timeout still ends one that does not finish.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import ssl
+from typing import Final, Protocol, cast
+
+log = logging.getLogger("igw.gateway")
+
+
+class HandshakeRegistry(Protocol):
+    """What :class:`TlsHandshake` needs of the server it accepts for
+    (:class:`igw.gateway.serving.GatewayServer`)."""
+
+    def admit_handshake(self, handler: asyncio.Protocol, handshake: TlsHandshake) -> bool:
+        """Count a connection whose handshake begins; ``False``: it is refused (the cap is reached
+        and no other connection could be closed to make room)."""
+        ...
+
+    def handshake_ended(self, handler: asyncio.Protocol) -> None:
+        """The connection's handshake is over (done, failed or the connection closed): no longer
+        counted as a handshake (a connection that goes on is counted by its handler from then on)."""
+        ...
+
+
+class TlsHandshake(asyncio.Protocol):
+    """The protocol of an accepted TLS connection until its handshake is done; then ``handler``'s.
+
+    Two windows where bytes reach this object rather than the TLS layer or ``handler``:
+
+    - before ``start_tls`` took the connection over: uvloop starts reading right after
+      ``connection_made`` whatever the protocol asked (a ClientHello sent with the connection's first
+      packet arrives here), so those bytes are kept and handed to the TLS layer once it is the
+      connection's protocol (it keeps bytes that arrive before its own start);
+    - between the handshake's end and the resumption of the coroutine awaiting it: the loop hands the
+      first decrypted bytes (and a half-close) at once to the protocol ``start_tls`` was given, this
+      object, which passes them on to ``handler`` once it has the TLS transport, so the handler sees
+      the callbacks in the order a connection's protocol always does."""
+
+    __slots__ = (
+        "_context",
+        "_early",
+        "_ended",
+        "_handler",
+        "_received",
+        "_registry",
+        "_task",
+        "_timeout_s",
+        "_tls_started",
+        "_transport",
+    )
+
+    def __init__(
+        self,
+        registry: HandshakeRegistry,
+        handler: asyncio.Protocol,
+        context: ssl.SSLContext,
+        *,
+        timeout_s: float,
+    ) -> None:
+        self._registry = registry
+        self._handler = handler
+        self._context = context
+        self._timeout_s = timeout_s
+        self._transport: asyncio.Transport | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._tls_started = False
+        self._early = bytearray()
+        """Raw bytes read before ``start_tls`` took the connection over (the ClientHello's start)."""
+        self._received: list[bytes] = []
+        """Decrypted bytes that arrived before ``handler`` had the TLS transport."""
+        self._ended: tuple[bool, BaseException | None] | None = None
+        """Set when the client ended the connection before ``handler`` had it: ``(True, None)`` for a
+        half-close after the handshake, ``(False, exc)`` for a lost connection."""
+
+    # ---- the raw TCP connection ------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        tcp = cast(asyncio.Transport, transport)  # uvloop's is no asyncio.Transport subclass
+        self._transport = tcp
+        tcp.pause_reading()  # (asyncio keeps it paused; uvloop resumes reading once this returns)
+        if not self._registry.admit_handshake(self._handler, self):
+            tcp.close()
+            return
+        task = self._task = asyncio.get_running_loop().create_task(self._handshake(tcp))
+        task.add_done_callback(self._finished)
+
+    def close(self) -> None:
+        """End the connection (the connection cap needs room, or the server stops)."""
+        if self._task is not None:
+            self._task.cancel()  # start_tls closes the connection as it is cancelled
+        if self._transport is not None:
+            self._transport.close()  # also when the task never ran (cancelled before its start)
+
+    async def _handshake(self, tcp: asyncio.Transport) -> None:
+        loop = asyncio.get_running_loop()
+        starting = loop.create_task(
+            loop.start_tls(tcp, self, self._context, server_side=True, ssl_handshake_timeout=self._timeout_s)
+        )
+        try:
+            # start_tls makes its TLS layer the connection's protocol in its first step, which runs
+            # before this coroutine's next one (the loop runs its callbacks in the order they came)
+            await asyncio.sleep(0)
+            self._tls_started = True
+            early, self._early = bytes(self._early), bytearray()
+            if early and not starting.done():
+                layer = tcp.get_protocol()
+                if layer is self:  # (not seen: the loop ran the callbacks out of order)
+                    raise ConnectionAbortedError("the TLS layer did not take the connection over")
+                _feed(layer, early)
+            tls = await starting
+        except OSError as exc:  # ssl.SSLError, ConnectionAbortedError (the timeout), a reset
+            # A failed or timed-out handshake, or a client gone during it: closed (the loop logs it
+            # at debug level, as for its own TLS termination).
+            log.debug("TLS handshake with a client failed: %s", type(exc).__name__)
+            return
+        finally:
+            if not starting.done():  # this coroutine was cancelled: so is the handshake
+                starting.cancel()
+        self._registry.handshake_ended(self._handler)
+        ended = self._ended
+        if tls is None or (ended is not None and not ended[0]):
+            return  # lost before the handler had it: it never saw the connection, nothing to tell it
+        handler = self._handler
+        tls.set_protocol(handler)
+        handler.connection_made(tls)
+        received, self._received = self._received, []
+        for data in received:
+            handler.data_received(data)
+        if ended is not None and not handler.eof_received():
+            tls.close()
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        """The handshake's task ended (done, failed, cancelled): no longer counted as a handshake; a
+        connection whose handler did not take it over is closed."""
+        self._registry.handshake_ended(self._handler)
+        failure = None if task.cancelled() else task.exception()
+        if failure is not None:
+            log.error("TLS handshake task failed", exc_info=failure)
+        if (task.cancelled() or failure is not None) and self._transport is not None:
+            with contextlib.suppress(Exception):
+                self._transport.close()
+
+    # ---- bytes before the TLS layer or the handler took the connection over -------------------------
+    def data_received(self, data: bytes) -> None:
+        if self._tls_started:
+            self._received.append(data)  # decrypted, for the handler
+            return
+        self._early += data  # raw (uvloop read them before start_tls paused the connection)
+        if self._transport is not None:
+            self._transport.pause_reading()
+        if len(self._early) > _EARLY_LIMIT and self._transport is not None:
+            self._transport.close()  # no ClientHello is that long
+
+    def eof_received(self) -> bool:
+        if not self._tls_started:
+            return False  # the client ended the connection before the handshake: closed
+        self._ended = (True, None)
+        return True  # kept open: the handler decides once it has the connection
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        # The raw connection closed before the handshake began, or the TLS connection before its
+        # handler had it: its handler never saw it and never will.
+        self._ended = (False, exc)
+        self._registry.handshake_ended(self._handler)
+        if self._task is not None and not self._tls_started:
+            self._task.cancel()
+
+
+_EARLY_LIMIT: Final = 2**16
+"""Raw bytes kept before the TLS layer takes a connection over: a ClientHello is at most 16 KiB plus
+the record's header in practice; uvloop reads at most 256 KiB at once."""
+
+
+def _feed(protocol: asyncio.BaseProtocol, data: bytes) -> None:
+    """Hand ``data`` to ``protocol`` as its transport would: through its buffer when it reads into one
+    (both loops' TLS layers do; uvloop's is no :class:`asyncio.BufferedProtocol` subclass)."""
+    get_buffer = getattr(protocol, "get_buffer", None)
+    if get_buffer is None:
+        cast(asyncio.Protocol, protocol).data_received(data)
+        return
+    view = memoryview(data)
+    while view:
+        buffer = memoryview(get_buffer(len(view)))
+        size = min(len(buffer), len(view))
+        buffer[:size] = view[:size]
+        cast(asyncio.BufferedProtocol, protocol).buffer_updated(size)
+        view = view[size:]
