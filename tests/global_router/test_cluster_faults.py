@@ -411,3 +411,49 @@ async def test_a_cluster_that_never_finishes_is_cut_at_max_request_seconds(strea
             assert resp.status == 504
             assert (await resp.json())["error"]["code"] == "route_timeout"
         await wait_for(lambda: handlers_running == 0, within=5, what="the cluster's connection closed")
+
+
+async def test_a_cluster_cut_at_max_request_seconds_before_answering_counts_a_failure() -> None:
+    """``frozen`` takes requests and never answers; ``requestTimeoutSeconds`` (30) is above
+    ``maxRequestSeconds`` (0.5), so the bound on the whole request ends each such wait. Such a cut is
+    the cluster's failure, as the same wait ended by ``requestTimeoutSeconds`` is: three in a row drain
+    it and the requests that follow go to ``healthy``. Until session s40 it counted nothing: every
+    request the plan put on ``frozen`` first (about half) waited the whole bound and got a 504,
+    for as long as the cluster stayed frozen (21 of 40 in the probe)."""
+
+    async def frozen(request: web.Request) -> web.Response:
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+    async def healthy(request: web.Request) -> web.Response:
+        await request.read()
+        return web.json_response({"choices": [{"text": "ok"}]})
+
+    frozen_app, healthy_app = web.Application(), web.Application()
+    frozen_app.router.add_post("/v1/completions", frozen)
+    healthy_app.router.add_post("/v1/completions", healthy)
+    async with contextlib.AsyncExitStack() as stack:
+        frozen_url = await stack.enter_async_context(serve_app(frozen_app, host="127.0.0.1", port=0))
+        healthy_url = await stack.enter_async_context(serve_app(healthy_app, host="127.0.0.1", port=0))
+        clusters = [
+            {"name": "frozen", "region": "east", "endpoint": frozen_url, "models": [MODEL]},
+            {"name": "healthy", "region": "east", "endpoint": healthy_url, "models": [MODEL]},
+        ]
+        upstream = {"requestTimeoutSeconds": 30, "maxRequestSeconds": 0.5}
+        url = await stack.enter_async_context(
+            _router(clusters, upstream=upstream, failover={"ejectionSeconds": 60})
+        )
+        http = await stack.enter_async_context(aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)))
+
+        async def ask(n: int) -> tuple[int, str]:
+            async with http.post(url + "/v1/completions", json={"model": MODEL, "prompt": f"p{n}"}) as resp:
+                await resp.read()
+                return resp.status, resp.headers.get("x-igw-cluster", "")
+
+        answers = [await ask(n) for n in range(40)]
+        cut = [status for status, _ in answers if status == 504]
+        assert len(cut) == 3, answers  # then drained: the rest all answered by healthy
+        assert answers[-10:] == [(200, "healthy")] * 10
+        async with http.get(url + "/readyz") as resp:
+            ready = await resp.json()
+        assert ready["clusters"]["frozen"]["drain_reason"] == "failures"

@@ -346,8 +346,14 @@ async def _route(
             return prepared[0] if prepared else web.Response(status=499)
         if result is None:  # spec.upstream.maxRequestSeconds passed: no other cluster is tried
             m.requests.labels(model, "504").inc()
-            if prepared:
+            if prepared:  # it was answering (a long stream): the bound is the request's, not a fault
                 await _charge_relayed(router, principal, tenant, model, body, prepared)
+            else:
+                # No answer within the whole request's bound: the cluster's failure, as the same wait
+                # ended by requestTimeoutSeconds is (until session s40 it counted nothing, so a
+                # cluster that took requests and never answered was never drained when
+                # maxRequestSeconds is the smaller bound: every request planned on it a 504).
+                router.fleet.record_outcome(cluster.name, ok=False)
             return await _past_max_request(request, router, prepared)
         last = result
         if searches and result.status == 404 and choice is not choices[-1]:
