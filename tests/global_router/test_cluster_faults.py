@@ -197,6 +197,51 @@ async def test_a_heartbeat_listing_models_its_cluster_is_not_configured_for_keep
         await fleet.stop()
 
 
+async def test_a_cluster_configured_for_an_adapter_keeps_the_pool_serving_it(
+    redis_server: RedisServer,
+) -> None:
+    """Cluster ``east-a`` is configured for the adapter ``sql-lora`` only; its gateway's heartbeat
+    (real Redis) has the pool of the base model listing that adapter and 1000 others. The router
+    keeps that pool with the configured adapter alone, and routes ``sql-lora`` on its figures (full
+    here: the cluster goes last though the cluster-wide figures are idle). Until session s40 pools
+    named no adapter and the pool was dropped as not configured: the adapter routed on the
+    cluster's figures."""
+    clusters = [
+        {"name": "east-a", "region": "east", "endpoint": "http://127.0.0.1:1", "models": ["sql-lora"]},
+        {"name": "east-b", "region": "east", "endpoint": "http://127.0.0.1:2", "models": ["sql-lora"]},
+    ]
+    config = parse_global_config(
+        global_doc(clusters, heartbeats={"redis": {"url": redis_server.url, "keyPrefix": "lora:"}})
+    )
+    reader = HeartbeatReader(url=redis_server.url, key_prefix="lora:", clusters=["east-a", "east-b"])
+    fleet = reading_fleet(config, reader)
+    others = tuple(f"made-up-{i}" for i in range(1000))
+    full = PoolLoad(model=MODEL, endpoints_total=2, endpoints_fresh=2, saturation=1.0, queue_depth=9,
+                    adapters=("sql-lora", *others))  # fmt: skip
+    roomy = dataclasses.replace(full, saturation=0.0, queue_depth=0)
+    client = redis_asyncio.Redis.from_url(redis_server.url)
+    try:
+        for name, pool in (("east-a", full), ("east-b", roomy)):
+            document = dataclasses.replace(
+                beat(name, saturation=0.1 if name == "east-a" else 0.9, models=(MODEL, "sql-lora", *others)),
+                pools={"base-pool": pool},
+            )
+            await client.hset(f"lora:{name}", "replica-1", document.encode())
+        await fleet.poll_once()
+        kept = fleet.health["east-a"].heartbeat
+        assert kept is not None
+        assert kept.models == ("sql-lora",)
+        assert kept.pools["base-pool"].adapters == ("sql-lora",)
+        for _ in range(20):
+            assert [(c.cluster.name, c.reason) for c in fleet.plan("sql-lora")] == [
+                ("east-b", "same-region"),
+                ("east-a", "saturated"),
+            ]
+    finally:
+        await client.aclose()  # type: ignore[attr-defined]
+        await fleet.stop()
+
+
 def _busy_cluster(retry_after: str) -> web.Application:
     """A cluster whose gateway refuses every request: 429 ``pool_saturated`` with ``retry_after``."""
 

@@ -96,11 +96,18 @@ IDLE: Final = Load(saturation=0.0, endpoints_fresh=1)
 def model_load(beat: Heartbeat | None, model: str | None) -> Load:
     """``model``'s load at the cluster whose heartbeat is ``beat``: its own pools' figures (the
     saturation of several pools of the model weighted by their endpoints, their fresh endpoints
-    summed) when ``beat`` carries a pool of it, else the cluster's (a heartbeat without ``pools``,
-    or a LoRA adapter's name, which names no pool; ``model`` ``None``: the cluster's)."""
+    summed) when ``beat`` carries a pool of it (a pool of a LoRA adapter: one listing it in its
+    ``adapters``), else the cluster's (a heartbeat without ``pools``, or an adapter of a pool from a
+    gateway that does not list adapters; ``model`` ``None``: the cluster's). Until session s40 an
+    adapter was always routed on the cluster's figures: the pool of its base model full while the
+    cluster's other pools idled kept the cluster first for the adapter's requests, each a 429."""
     if beat is None:
         return IDLE
-    pools = [pool for pool in beat.pools.values() if pool.model == model] if model is not None else []
+    pools = (
+        [pool for pool in beat.pools.values() if pool.model == model or model in pool.adapters]
+        if model is not None
+        else []
+    )
     if not pools:
         return Load(saturation=beat.saturation, endpoints_fresh=beat.endpoints_fresh)
     total = sum(pool.endpoints_total for pool in pools)
