@@ -485,8 +485,8 @@ async def test_errors_have_the_openai_shape(redis_server: RedisServer) -> None:
         async with fx.http.post(fx.urls[0] + "/v1/completions", data=b"{") as resp:
             assert resp.status == 400
             assert (await resp.json())["error"]["type"] == "invalid_request_error"
-        async with await fx.post({"prompt": "x"}) as resp:
-            assert resp.status == 400
+        async with await fx.post({"prompt": "x"}) as resp:  # no model: tier 1's answer
+            assert resp.status == 404
             assert (await resp.json())["error"]["param"] == "model"
         async with await fx.post({"model": "llama\r\nX-Injected: 1", "prompt": "x"}) as resp:
             assert resp.status == 400
