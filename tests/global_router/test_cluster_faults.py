@@ -197,6 +197,51 @@ async def test_a_heartbeat_listing_models_its_cluster_is_not_configured_for_keep
         await fleet.stop()
 
 
+async def test_a_cluster_configured_for_an_adapter_keeps_the_pool_serving_it(
+    redis_server: RedisServer,
+) -> None:
+    """Cluster ``east-a`` is configured for the adapter ``sql-lora`` only; its gateway's heartbeat
+    (real Redis) has the pool of the base model listing that adapter and 1000 others. The router
+    keeps that pool with the configured adapter alone, and routes ``sql-lora`` on its figures (full
+    here: the cluster goes last though the cluster-wide figures are idle). Until session s40 pools
+    named no adapter and the pool was dropped as not configured: the adapter routed on the
+    cluster's figures."""
+    clusters = [
+        {"name": "east-a", "region": "east", "endpoint": "http://127.0.0.1:1", "models": ["sql-lora"]},
+        {"name": "east-b", "region": "east", "endpoint": "http://127.0.0.1:2", "models": ["sql-lora"]},
+    ]
+    config = parse_global_config(
+        global_doc(clusters, heartbeats={"redis": {"url": redis_server.url, "keyPrefix": "lora:"}})
+    )
+    reader = HeartbeatReader(url=redis_server.url, key_prefix="lora:", clusters=["east-a", "east-b"])
+    fleet = reading_fleet(config, reader)
+    others = tuple(f"made-up-{i}" for i in range(1000))
+    full = PoolLoad(model=MODEL, endpoints_total=2, endpoints_fresh=2, saturation=1.0, queue_depth=9,
+                    adapters=("sql-lora", *others))  # fmt: skip
+    roomy = dataclasses.replace(full, saturation=0.0, queue_depth=0)
+    client = redis_asyncio.Redis.from_url(redis_server.url)
+    try:
+        for name, pool in (("east-a", full), ("east-b", roomy)):
+            document = dataclasses.replace(
+                beat(name, saturation=0.1 if name == "east-a" else 0.9, models=(MODEL, "sql-lora", *others)),
+                pools={"base-pool": pool},
+            )
+            await client.hset(f"lora:{name}", "replica-1", document.encode())
+        await fleet.poll_once()
+        kept = fleet.health["east-a"].heartbeat
+        assert kept is not None
+        assert kept.models == ("sql-lora",)
+        assert kept.pools["base-pool"].adapters == ("sql-lora",)
+        for _ in range(20):
+            assert [(c.cluster.name, c.reason) for c in fleet.plan("sql-lora")] == [
+                ("east-b", "same-region"),
+                ("east-a", "saturated"),
+            ]
+    finally:
+        await client.aclose()  # type: ignore[attr-defined]
+        await fleet.stop()
+
+
 def _busy_cluster(retry_after: str) -> web.Application:
     """A cluster whose gateway refuses every request: 429 ``pool_saturated`` with ``retry_after``."""
 
@@ -411,3 +456,49 @@ async def test_a_cluster_that_never_finishes_is_cut_at_max_request_seconds(strea
             assert resp.status == 504
             assert (await resp.json())["error"]["code"] == "route_timeout"
         await wait_for(lambda: handlers_running == 0, within=5, what="the cluster's connection closed")
+
+
+async def test_a_cluster_cut_at_max_request_seconds_before_answering_counts_a_failure() -> None:
+    """``frozen`` takes requests and never answers; ``requestTimeoutSeconds`` (30) is above
+    ``maxRequestSeconds`` (0.5), so the bound on the whole request ends each such wait. Such a cut is
+    the cluster's failure, as the same wait ended by ``requestTimeoutSeconds`` is: three in a row drain
+    it and the requests that follow go to ``healthy``. Until session s40 it counted nothing: every
+    request the plan put on ``frozen`` first (about half) waited the whole bound and got a 504,
+    for as long as the cluster stayed frozen (21 of 40 in the probe)."""
+
+    async def frozen(request: web.Request) -> web.Response:
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+    async def healthy(request: web.Request) -> web.Response:
+        await request.read()
+        return web.json_response({"choices": [{"text": "ok"}]})
+
+    frozen_app, healthy_app = web.Application(), web.Application()
+    frozen_app.router.add_post("/v1/completions", frozen)
+    healthy_app.router.add_post("/v1/completions", healthy)
+    async with contextlib.AsyncExitStack() as stack:
+        frozen_url = await stack.enter_async_context(serve_app(frozen_app, host="127.0.0.1", port=0))
+        healthy_url = await stack.enter_async_context(serve_app(healthy_app, host="127.0.0.1", port=0))
+        clusters = [
+            {"name": "frozen", "region": "east", "endpoint": frozen_url, "models": [MODEL]},
+            {"name": "healthy", "region": "east", "endpoint": healthy_url, "models": [MODEL]},
+        ]
+        upstream = {"requestTimeoutSeconds": 30, "maxRequestSeconds": 0.5}
+        url = await stack.enter_async_context(
+            _router(clusters, upstream=upstream, failover={"ejectionSeconds": 60})
+        )
+        http = await stack.enter_async_context(aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)))
+
+        async def ask(n: int) -> tuple[int, str]:
+            async with http.post(url + "/v1/completions", json={"model": MODEL, "prompt": f"p{n}"}) as resp:
+                await resp.read()
+                return resp.status, resp.headers.get("x-igw-cluster", "")
+
+        answers = [await ask(n) for n in range(40)]
+        cut = [status for status, _ in answers if status == 504]
+        assert len(cut) == 3, answers  # then drained: the rest all answered by healthy
+        assert answers[-10:] == [(200, "healthy")] * 10
+        async with http.get(url + "/readyz") as resp:
+            ready = await resp.json()
+        assert ready["clusters"]["frozen"]["drain_reason"] == "failures"

@@ -129,6 +129,21 @@ def _document(**changes: Any) -> bytes:
             "field 'pools.llama.saturation' must be a number from 0 to 1",
         ),
         ({"pools": {"llama": {"model": "llama"}}}, "lacks field 'pools.llama.endpoints_total'"),
+        (
+            {
+                "pools": {
+                    "llama": {
+                        "model": "llama",
+                        "endpoints_total": 2,
+                        "endpoints_fresh": 2,
+                        "saturation": 0.5,
+                        "queue_depth": 0,
+                        "adapters": "sql-lora",
+                    }
+                }
+            },
+            "field 'pools.llama.adapters' must be a list of strings, got string 'sql-lora'",
+        ),
     ],
 )
 def test_a_document_no_working_gateway_publishes_is_refused_naming_the_field(
@@ -181,7 +196,7 @@ def test_a_counter_reset_starts_the_load_window_anew_so_no_rate_or_ttft_goes_bel
 async def test_gateway_publishes_its_load_and_the_router_reads_it(
     gateway: Callable[..., Any], redis_server: RedisServer
 ) -> None:
-    doc = config_doc([scheduler("llama", "llama")])
+    doc = config_doc([scheduler("llama", "llama", loraAdapters=["sql-lora"])])
     doc["spec"]["extensions"]["globalHeartbeat"] = {
         "cluster": "east-a",
         "region": "east",
@@ -203,7 +218,7 @@ async def test_gateway_publishes_its_load_and_the_router_reads_it(
                 hb = seen["east-a"]
                 assert hb is not None
                 assert seen["west-a"] is None
-                assert (hb.cluster, hb.region, hb.models) == ("east-a", "east", ("llama",))
+                assert (hb.cluster, hb.region, hb.models) == ("east-a", "east", ("llama", "sql-lora"))
                 assert hb.endpoints_total == 3
                 assert hb.endpoints_fresh == 2
                 assert hb.saturation == pytest.approx(2 / 3)  # busy is over the thresholds, dead is not fresh
@@ -212,6 +227,8 @@ async def test_gateway_publishes_its_load_and_the_router_reads_it(
                 assert hb.ttft_p99_s > 0
                 assert hb.requests_per_s > 0
                 assert hb.pools["llama"].endpoints_fresh == 2
+                # the pool names its adapters: a router reads an adapter's load from it (since s40)
+                assert hb.pools["llama"].adapters == ("sql-lora",)
                 first = hb.seq
                 await poll(reader, lambda b: b.seq > first)
                 gw.state.draining = True

@@ -165,8 +165,8 @@ def test_a_cluster_whose_pool_for_the_model_is_full_or_without_fresh_pods_goes_l
 
 
 def test_without_a_pool_of_the_model_the_cluster_figures_route() -> None:
-    """A heartbeat without ``pools`` (an older gateway), or a model no pool names (a LoRA adapter:
-    pools name their base model), is routed on the cluster-wide figures, as before."""
+    """A heartbeat without ``pools`` (an older gateway), or a model no pool names (a LoRA adapter of
+    a gateway that does not list its pools' ``adapters``), is routed on the cluster-wide figures."""
     a, b = cluster("east-a", "east"), cluster("east-b", "east")
     full = pooled("east-a", saturation=1.0, fresh=0)
     adapter = [
@@ -192,3 +192,35 @@ def test_without_a_pool_of_the_model_the_cluster_figures_route() -> None:
         ("east-a", "same-region"),
         ("east-b", "saturated"),
     ]
+
+
+def test_an_adapter_is_routed_on_the_figures_of_the_pool_that_serves_it() -> None:
+    """Each cluster serves ``an-adapter`` on its :data:`MODEL` pool (listed in the pool's
+    ``adapters``). ``east-a``'s pool is full (the cluster-wide figures 20 % busy: its other pool
+    idles); ``east-b``'s pool has room (its cluster 90 % busy). Until session s40 an adapter was
+    routed on the cluster's figures: ``east-a`` first and ``east-b`` "saturated", every such
+    request a 429 round trip at ``east-a`` before ``east-b`` was tried."""
+    a = replace(cluster("east-a", "east"), models=(MODEL, "an-adapter"))
+    b = replace(cluster("east-b", "east"), models=(MODEL, "an-adapter"))
+
+    def serving_adapter(hb: Heartbeat, *, cluster_saturation: float) -> Heartbeat:
+        pools = {
+            name: replace(pool, adapters=("an-adapter",)) if pool.model == MODEL else pool
+            for name, pool in hb.pools.items()
+        }
+        return replace(hb, saturation=cluster_saturation, models=(MODEL, "an-adapter", "other"), pools=pools)
+
+    full = serving_adapter(pooled("east-a", saturation=1.0, fresh=2), cluster_saturation=0.2)
+    roomy = serving_adapter(pooled("east-b", saturation=0.3, fresh=2), cluster_saturation=0.9)
+    for seed in range(20):
+        adapter = [
+            (c.cluster.name, c.reason)
+            for c in plan(
+                "an-adapter",
+                [state(a, full), state(b, roomy)],
+                region="east",
+                routing=LATENCY,
+                rng=random.Random(seed),
+            )
+        ]
+        assert adapter == [("east-b", "same-region"), ("east-a", "saturated")]

@@ -28,6 +28,7 @@ from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
 from igw.gateway.errors import gateway_error
+from igw.gateway.model_router import NO_MATCH_MESSAGE
 from igw.gateway.serving import serve_app
 from igw.gateway.ticker import Ticker
 from igw.global_router.config import parse_global_config
@@ -484,8 +485,8 @@ async def test_errors_have_the_openai_shape(redis_server: RedisServer) -> None:
         async with fx.http.post(fx.urls[0] + "/v1/completions", data=b"{") as resp:
             assert resp.status == 400
             assert (await resp.json())["error"]["type"] == "invalid_request_error"
-        async with await fx.post({"prompt": "x"}) as resp:
-            assert resp.status == 400
+        async with await fx.post({"prompt": "x"}) as resp:  # no model: tier 1's answer
+            assert resp.status == 404
             assert (await resp.json())["error"]["param"] == "model"
         async with await fx.post({"model": "llama\r\nX-Injected: 1", "prompt": "x"}) as resp:
             assert resp.status == 400
@@ -520,7 +521,8 @@ async def test_a_body_without_a_model_name_is_routed_by_the_header(
     model) is routed by its ``x-gateway-model-name`` header, as at tier 1 (igw.gateway.request_body);
     the cluster's gateway gets body and header as sent, and writes the header's model into the body
     its pod gets. Before session s39 an empty name ignored the header: 400 "'model' is required"
-    here, 404 ``model_not_found`` at tier 1."""
+    here, 404 ``model_not_found`` at tier 1. Without the header either, tier 1's 404 (the message
+    AWS documents); until session s40 a 400 "'model' is required" here."""
     async with fleet(redis_server, **STEADY) as fx:
         for body in ({"prompt": "x"}, {"model": None, "prompt": "x"}, {"model": "", "prompt": "x"}):
             async with await fx.post(body, headers={"x-gateway-model-name": MODEL}) as resp:
@@ -528,9 +530,11 @@ async def test_a_body_without_a_model_name_is_routed_by_the_header(
                 served = fx.clusters[resp.headers["x-igw-cluster"]].server.received[-1]
             assert orjson.loads(served.body) == body
             assert served.headers["x-gateway-model-name"] == MODEL
-            async with await fx.post(body) as resp:  # no header either: no model
-                assert resp.status == 400
-                assert (await resp.json())["error"]["param"] == "model"
+            async with await fx.post(body) as resp:  # no header either: no model, as tier 1 answers
+                assert resp.status == 404
+                error = (await resp.json())["error"]
+                assert (error["code"], error["param"]) == ("model_not_found", "model")
+                assert error["message"] == NO_MATCH_MESSAGE
 
 
 async def test_model_rate_limit_is_shared_by_both_replicas(redis_server: RedisServer) -> None:

@@ -203,6 +203,7 @@ def build_heartbeat(
             endpoints_fresh=len(p_fresh),
             saturation=1.0 if not views else 1.0 - len(p_free) / len(views),
             queue_depth=p_queue,
+            adapters=tuple(sorted(sr.spec.lora_adapters)),
         )
         if views:
             models.add(sr.spec.model_name)

@@ -23,6 +23,10 @@ class PoolLoad:
     endpoints_fresh: int
     saturation: float
     queue_depth: int
+    adapters: tuple[str, ...] = ()
+    """The LoRA adapters the pool serves (its scheduler's ``loraAdapters``): a request naming one of
+    them is routed on this pool's figures. Absent from an older gateway's document (routed on the
+    cluster's figures then, as before session s40)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +132,7 @@ def _pools(raw: object) -> dict[str, PoolLoad]:
             endpoints_fresh=pool.count("endpoints_fresh"),
             saturation=pool.share("saturation"),
             queue_depth=pool.count("queue_depth"),
+            adapters=pool.texts("adapters", ()),
         )
     return pools
 
@@ -168,8 +173,10 @@ class _Fields:
             raise self._wrong(name, "a non-empty string", value)
         return value
 
-    def texts(self, name: str) -> tuple[str, ...]:
-        value = self._get(name, _MISSING)
+    def texts(self, name: str, default: object = _MISSING) -> tuple[str, ...]:
+        value = self._get(name, default)
+        if isinstance(value, tuple):  # the default
+            return value
         if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
             raise self._wrong(name, "a list of strings", value)
         return tuple(value)

@@ -14,7 +14,7 @@ import random
 from collections.abc import Callable
 from typing import Any
 
-from igw.gateway.heartbeat_message import Heartbeat
+from igw.gateway.heartbeat_message import Heartbeat, PoolLoad
 from igw.gateway.ticker import Ticker
 from igw.global_router.config import ClusterSpec, GlobalRouterConfig
 from igw.global_router.health import ClusterHealth, Transition, record_failure
@@ -306,7 +306,17 @@ def _configured(beat: Heartbeat, models: frozenset[str]) -> Heartbeat:
     router's memory and every request's plan, which scans the models of each cluster's heartbeat
     (200 000 made-up models: 2 ms per request, before session s38)."""
     kept = tuple(model for model in beat.models if model in models)
-    pools = {name: pool for name, pool in beat.pools.items() if pool.model in models}
-    if len(kept) == len(beat.models) and len(pools) == len(beat.pools):
+    pools = {
+        name: _configured_pool(pool, models)
+        for name, pool in beat.pools.items()
+        if pool.model in models or any(adapter in models for adapter in pool.adapters)
+    }
+    if len(kept) == len(beat.models) and pools == beat.pools:
         return beat
     return dataclasses.replace(beat, models=kept, pools=pools)
+
+
+def _configured_pool(pool: PoolLoad, models: frozenset[str]) -> PoolLoad:
+    """``pool`` less the adapters its cluster is not configured for (bounded as the models are)."""
+    adapters = tuple(adapter for adapter in pool.adapters if adapter in models)
+    return pool if len(adapters) == len(pool.adapters) else dataclasses.replace(pool, adapters=adapters)

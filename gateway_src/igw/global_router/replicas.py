@@ -109,6 +109,7 @@ def _merged_pools(beats: Sequence[Heartbeat]) -> dict[str, PoolLoad]:
             endpoints_fresh=max(p.endpoints_fresh for p in pools),
             saturation=sum(p.saturation for p in pools) / len(pools),
             queue_depth=max(p.queue_depth for p in pools),
+            adapters=tuple(sorted({adapter for p in pools for adapter in p.adapters})),
         )
         for name, pools in by_name.items()
     }

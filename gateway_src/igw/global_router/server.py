@@ -60,6 +60,7 @@ from igw.gateway.inference_apis import (
     InferenceApi,
     anthropic_path,
 )
+from igw.gateway.model_router import NO_MATCH_MESSAGE
 from igw.gateway.request_body import (
     BadRequestBody,
     BodyTooLarge,
@@ -244,7 +245,10 @@ async def _route(
     except BadRequestBody as exc:
         return gateway_error("invalid_request", exc.message, param=exc.param)
     if body.model is None:
-        return gateway_error("invalid_request", "'model' is required", param="model")
+        # Tier 1's answer (the message AWS documents for its gateway), so a client sees the same
+        # whichever tier it reaches; until session s40 a 400 "'model' is required" here.
+        m.requests.labels(UNKNOWN_MODEL, "404").inc()
+        return gateway_error("model_not_found", NO_MATCH_MESSAGE, param="model")
     model = body.model
     # What tier 1 asks of the token buckets (its prompt's estimate and max_tokens for each of its n
     # answers): admission takes nothing, the answer's usage is debited after it. Until session s39
@@ -346,8 +350,14 @@ async def _route(
             return prepared[0] if prepared else web.Response(status=499)
         if result is None:  # spec.upstream.maxRequestSeconds passed: no other cluster is tried
             m.requests.labels(model, "504").inc()
-            if prepared:
+            if prepared:  # it was answering (a long stream): the bound is the request's, not a fault
                 await _charge_relayed(router, principal, tenant, model, body, prepared)
+            else:
+                # No answer within the whole request's bound: the cluster's failure, as the same wait
+                # ended by requestTimeoutSeconds is (until session s40 it counted nothing, so a
+                # cluster that took requests and never answered was never drained when
+                # maxRequestSeconds is the smaller bound: every request planned on it a 504).
+                router.fleet.record_outcome(cluster.name, ok=False)
             return await _past_max_request(request, router, prepared)
         last = result
         if searches and result.status == 404 and choice is not choices[-1]:
