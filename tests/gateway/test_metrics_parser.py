@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import random
+import tracemalloc
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -311,6 +312,27 @@ def test_a_page_whose_capacity_gauge_changed_is_not_read_with_the_old_capacity()
     bigger = _data_parallel_page("sglang-gauges", ("0.5", "0.5"), (5000, 1000))
     assert reader.read(bigger, SGLANG, {}) == parse_page(bigger, SGLANG)
     assert parse_page(bigger, SGLANG).metrics.num_gpu_blocks == 6000
+
+
+def test_a_long_cache_config_label_that_changes_every_page_is_not_kept() -> None:
+    """A pod whose ``cache_config_info`` series carried a long label value that changed on every page
+    (a broken or hostile exporter) had each page's label text and its parse remembered: 2 MB held
+    for each 1 MB value, growing with every scrape (1,024 remembered; 16 MiB pages allowed). The
+    parse is still right, and nothing of the pages stays."""
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for i in range(30):
+            junk = f"{i}" + "x" * 1_000_000
+            labels = f'block_size="16",engine="0",junk="{junk}",num_gpu_blocks="7"'
+            page = f"vllm:cache_config_info{{{labels}}} 1\n"
+            parsed = parse_page(page, VLLM)
+            assert (parsed.metrics.block_size, parsed.metrics.num_gpu_blocks) == (16, 7)
+        del page, parsed, junk, labels
+        kept = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert kept < 4_000_000, kept  # 60 MB before
 
 
 def test_labels_with_escapes_commas_and_braces() -> None:
