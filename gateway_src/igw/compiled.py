@@ -143,11 +143,12 @@ _SCRAPE_PATH: Final = (
     "metrics_parser",
     "page_template",
     "page_filter",
+    "page_encoding",
     "scrape_share",
     "scrape_pacing",
 )
-"""What worker 0 runs per scrape (the scraper, its HTTP client, the page's filter, parser and
-template, the idle pacing) and what every other worker of a group runs per relayed snapshot
+"""What worker 0 runs per scrape (the scraper, its HTTP client, the page's filter, encoding check,
+parser and template, the idle pacing) and what every other worker of a group runs per relayed snapshot
 (``scrape_share``). Compiling them needs no ``@runtime_checkable`` protocol in them and the HTTP
 client's exception class kept a Python class (``OSError`` among its bases); its connection is an
 asyncio protocol by its methods, so it compiles to a native class (as the upstream client's)."""

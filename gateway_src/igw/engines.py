@@ -50,12 +50,16 @@ class MetricFamilies:
     block_size_label: str
     num_blocks_label: str
     combine_load: Literal["sum", "max"]
-    """How several series of one queue/running gauge combine: ``sum`` when each series is a separate
-    engine (vLLM data parallelism), ``max`` when every rank repeats the same scheduler numbers."""
-    load_scope_label: str | None = None
-    """A label whose values name separate schedulers, each with its own queue and batch (SGLang's
-    ``dp_rank``: one scheduler per data-parallel rank): queue/running series are combined by
-    :attr:`combine_load` within each value of it and summed across them. ``None``: one scope."""
+    """How several series of one queue/running gauge combine within one :attr:`rank_label` value:
+    ``sum`` when each series is a separate engine, ``max`` when every rank repeats the same scheduler
+    numbers (SGLang's TP ranks with ``--enable-metrics-for-all-schedulers``)."""
+    rank_label: str | None = None
+    """A label whose values name separate engines in one pod, each with its own scheduler (queue and
+    batch) and its own KV cache: SGLang's ``dp_rank`` and vLLM's ``engine`` (one per data-parallel
+    rank). Queue/running series are combined by :attr:`combine_load` within each value of it and
+    summed across them; the KV capacity is summed across them and the KV usage is their
+    capacity-weighted mean (:func:`igw.gateway.metrics_parser.kv_share` says why). ``None``: one
+    engine per pod."""
     cache_gauges: tuple[str, str] | None = None
     """Plain gauges carrying the KV block size and the number of KV blocks, read when the page has no
     :attr:`cache_config` info gauge (``None``: none). SGLang replaced its ``cache_config_info`` gauge
@@ -137,7 +141,9 @@ VLLM: Final = Engine(
         cache_config="vllm:cache_config_info",
         block_size_label="block_size",
         num_blocks_label="num_gpu_blocks",
+        # one engine per data-parallel rank (--data-parallel-size), each series labelled engine
         combine_load="sum",
+        rank_label="engine",
         name_filter=True,
         activity=("vllm:prompt_tokens_total", "vllm:generation_tokens_total"),
     ),
@@ -186,7 +192,7 @@ SGLANG: Final = Engine(
         # (series labelled dp_rank); within one rank the TP/PP ranks repeat the same numbers when
         # every scheduler logs (--enable-metrics-for-all-schedulers)
         combine_load="max",
-        load_scope_label="dp_rank",
+        rank_label="dp_rank",
         name_filter=True,
         activity=("sglang:prompt_tokens_total", "sglang:generation_tokens_total"),
     ),

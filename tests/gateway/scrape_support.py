@@ -8,7 +8,7 @@ import contextlib
 import dataclasses
 import random
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -41,6 +41,8 @@ class MetricsPod:
         """``freeze``: read requests, never answer, keep the connection open; ``cut``: send the head
         and half the body, then close."""
         self.pages = PAGES
+        self.encoder: Callable[[bytes], bytes] | None = None
+        """Applied to every answer's body, sent with ``Content-Encoding: gzip`` whether asked or not."""
         self.pages_served = 0
         """``/metrics`` answers written in full (each a successful scrape once it lands)."""
         self.connections = 0
@@ -84,7 +86,10 @@ class MetricsPod:
                 self.targets.append(target)
                 status, body = self._answer(target)
                 data = body.encode()
-                reply = b"HTTP/1.1 %d X\r\nContent-Length: %d\r\n\r\n%s" % (status, len(data), data)
+                coding = b""
+                if self.encoder is not None:
+                    data, coding = self.encoder(data), b"Content-Encoding: gzip\r\n"
+                reply = b"HTTP/1.1 %d X\r\n%sContent-Length: %d\r\n\r\n%s" % (status, coding, len(data), data)
                 if self.stall == "cut":
                     writer.write(reply[: len(reply) - len(data) // 2])
                     await writer.drain()

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import random
+import tracemalloc
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -32,9 +33,9 @@ L = 'engine="0",model_name="m"'
         ),
         pytest.param(
             'vllm:num_requests_waiting{engine="0"} 2\nvllm:num_requests_waiting{engine="1"} 5\n'
-            'vllm:kv_cache_usage_perc{engine="0"} 0.1\nvllm:kv_cache_usage_perc{engine="1"} 0.7\n',
-            {"waiting": 7, "kv_usage": 0.7},
-            id="data-parallel-engines-summed-kv-max",
+            'vllm:kv_cache_usage_perc{engine="0"} 0.25\nvllm:kv_cache_usage_perc{engine="1"} 0.75\n',
+            {"waiting": 7, "kv_usage": 0.5},
+            id="data-parallel-engines-summed-kv-mean-without-capacities",
         ),
         pytest.param(
             "# HELP vllm:num_requests_waiting_total x\n"
@@ -210,6 +211,128 @@ def test_sglang_data_parallel_ranks_are_summed_tp_ranks_are_not() -> None:
     moved = reader.read(_sglang_dp_page({k: v + 1 for k, v in queues.items()}, running), SGLANG, {})
     assert reader._template is template  # read through the first page's template, not parsed again
     assert (moved.metrics.waiting, moved.metrics.running) == (14, 7)
+
+
+SG_LABELS = 'engine_type="unified",model_name="m",pp_rank="0"'
+"""The scheduler labels after ``dp_rank``, sorted as SGLang prints them (``tp_rank`` follows)."""
+
+
+def _sglang_rank(family: str, dp: int, tp: int, value: str) -> str:
+    return f'{family}{{dp_rank="{dp}",{SG_LABELS},tp_rank="{tp}"}} {value}'
+
+
+def _data_parallel_page(kind: str, usage: tuple[str, str], pages: tuple[int, int]) -> str:
+    """A pod of two data-parallel ranks (rank 0 with ``usage[0]`` of ``pages[0]`` 16-token pages,
+    rank 1 likewise), as each engine prints it: SGLang >= 0.5.12 (plain gauges) and 0.5.8 - 0.5.11
+    (``cache_config_info``) with two TP ranks per DP rank repeating its numbers, vLLM with one
+    ``engine`` per rank."""
+    lines = []
+    if kind == "vllm":
+        for family, values in (
+            ("vllm:num_requests_waiting", ("1.0", "2.0")),
+            ("vllm:num_requests_running", ("3.0", "4.0")),
+            ("vllm:kv_cache_usage_perc", usage),
+        ):
+            lines += [f"# TYPE {family} gauge"]
+            lines += [f'{family}{{engine="{e}",model_name="m"}} {values[e]}' for e in (0, 1)]
+        lines += ["# TYPE vllm:cache_config_info gauge"]
+        lines += [
+            f'vllm:cache_config_info{{block_size="16",engine="{e}",num_gpu_blocks="{pages[e]}"}} 1.0'
+            for e in (0, 1)
+        ]
+        return "\n".join(lines) + "\n"
+    gauges = [
+        ("sglang:num_queue_reqs", ("1.0", "2.0")),
+        ("sglang:num_running_reqs", ("3.0", "4.0")),
+        ("sglang:token_usage", usage),
+    ]
+    if kind == "sglang-gauges":
+        counts = (f"{pages[0]}.0", f"{pages[1]}.0")
+        gauges += [("sglang:page_size", ("16.0", "16.0")), ("sglang:num_pages", counts)]
+    for family, values in gauges:
+        lines += [f"# TYPE {family} gauge"]
+        lines += [_sglang_rank(family, dp, tp, values[dp]) for dp in (0, 1) for tp in (0, 1)]
+    if kind == "sglang-info":
+        lines += ["# TYPE sglang:cache_config_info gauge"]
+        lines += [
+            f'sglang:cache_config_info{{dp_rank="{dp}",{SG_LABELS},num_pages="{pages[dp]}",page_size="16",'
+            f'tp_rank="{tp}"}} 1.0'
+            for dp in (0, 1)
+            for tp in (0, 1)
+        ]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("kind", ["sglang-gauges", "sglang-info", "vllm"])
+def test_data_parallel_ranks_kv_capacity_is_summed_and_usage_weighted_by_it(kind: str) -> None:
+    """Each data-parallel rank (SGLang's ``dp_rank``, vLLM's ``engine``) is an engine with its own KV
+    pool, and the pod deals requests to all of them. Before, the capacity was the first series' (one
+    rank's: 1,000 pages of a 4,000-page pod) and the usage the fullest rank's (0.8 on a pod whose
+    tokens are 35 % used: the KV scorer ranked it last and the saturation check counted it full).
+    Now the pages are summed and the usage is the pod's used tokens over its tokens; the TP ranks
+    of one DP rank are counted once. A small page's template reads it the same way."""
+    families = VLLM if kind == "vllm" else SGLANG
+    page = _data_parallel_page(kind, ("0.8", "0.2"), (1000, 3000))
+    parsed = parse_page(page, families)
+    m = parsed.metrics
+    assert (m.block_size, m.num_gpu_blocks) == (16, 4000)
+    assert m.kv_usage == pytest.approx((0.8 * 1000 + 0.2 * 3000) / 4000)  # 0.35, not 0.8
+    assert (m.waiting, m.running) == (3, 7)
+    assert not [s for s in parsed.missing if "lora" not in s]
+    reader = PageReader()
+    assert reader.read(page, families, {}) == parsed
+    template = reader._template
+    assert template is not None
+    moved = _data_parallel_page(kind, ("0.1", "0.9"), (1000, 3000))
+    again = reader.read(moved, families, {})
+    assert reader._template is template  # read through the first page's template
+    assert again == parse_page(moved, families)
+    assert again.metrics.kv_usage == pytest.approx((0.1 * 1000 + 0.9 * 3000) / 4000)
+
+
+def test_a_rank_without_its_capacity_leaves_the_pod_capacity_unknown_and_ranks_count_equally() -> None:
+    """Half the pod's capacity is no capacity figure: a rank whose ``num_pages`` is absent leaves the
+    total unknown (reported missing), and without every rank's capacity the ranks' shares count
+    equally (they run the same model and flags)."""
+    page = _data_parallel_page("sglang-gauges", ("0.8", "0.2"), (1000, 3000))
+    page = "\n".join(line for line in page.split("\n") if not line.startswith('sglang:num_pages{dp_rank="1"'))
+    parsed = parse_page(page, SGLANG)
+    assert (parsed.metrics.block_size, parsed.metrics.num_gpu_blocks) == (16, None)
+    assert parsed.metrics.kv_usage == pytest.approx(0.5)
+    assert parsed.missing == {SGLANG.cache_config}
+
+
+def test_a_page_whose_capacity_gauge_changed_is_not_read_with_the_old_capacity() -> None:
+    """SGLang >= 0.5.12 prints its KV capacity as gauge values, not labels: a small page's template
+    re-read only the queue, running and KV lines and kept the capacity of the page it was built from,
+    so a restarted server with another ``--max-total-tokens`` and the same page shape kept its old
+    capacity (and its prefix index size) for as long as the shape held."""
+    reader = PageReader()
+    reader.read(_data_parallel_page("sglang-gauges", ("0.5", "0.5"), (1000, 1000)), SGLANG, {})
+    bigger = _data_parallel_page("sglang-gauges", ("0.5", "0.5"), (5000, 1000))
+    assert reader.read(bigger, SGLANG, {}) == parse_page(bigger, SGLANG)
+    assert parse_page(bigger, SGLANG).metrics.num_gpu_blocks == 6000
+
+
+def test_a_long_cache_config_label_that_changes_every_page_is_not_kept() -> None:
+    """A pod whose ``cache_config_info`` series carried a long label value that changed on every page
+    (a broken or hostile exporter) had each page's label text and its parse remembered: 2 MB held
+    for each 1 MB value, growing with every scrape (1,024 remembered; 16 MiB pages allowed). The
+    parse is still right, and nothing of the pages stays."""
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for i in range(30):
+            junk = f"{i}" + "x" * 1_000_000
+            labels = f'block_size="16",engine="0",junk="{junk}",num_gpu_blocks="7"'
+            page = f"vllm:cache_config_info{{{labels}}} 1\n"
+            parsed = parse_page(page, VLLM)
+            assert (parsed.metrics.block_size, parsed.metrics.num_gpu_blocks) == (16, 7)
+        del page, parsed, junk, labels
+        kept = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert kept < 4_000_000, kept  # 60 MB before
 
 
 def test_labels_with_escapes_commas_and_braces() -> None:

@@ -11,6 +11,7 @@ from typing import Any
 import aiohttp
 import orjson
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from igw.sim.live import run_fleet
 from igw.sim.spec import FaultKind, FaultSpec, FleetSpec, StreamCut
@@ -120,6 +121,50 @@ async def test_sglang_data_parallel_ranks_are_summed_from_a_live_pod(gateway: An
                 for task in sends:
                     task.cancel()
                 await asyncio.gather(*sends, return_exceptions=True)
+
+
+def _per_rank(text: str, family: str) -> dict[str, float]:
+    """``family``'s samples on an SGLang page by their ``dp_rank``, as Prometheus reads them."""
+    (fam,) = (f for f in text_string_to_metric_families(text) if f.name == family)
+    return {s.labels["dp_rank"]: s.value for s in fam.samples}
+
+
+async def test_sglang_data_parallel_kv_capacity_and_usage_are_the_pods_from_a_live_pod(gateway: Any) -> None:
+    """A two-rank SGLang pod with one long request (on rank 0; rank 1 idle): the gateway's reading of
+    the real page through its scraper (filtered page, template) holds the pod's KV cache - both
+    ranks' pages summed - and the pod's used share - its used tokens over that, half of rank 0's
+    share here. Before, it read one rank's pages and the busy rank's share as the pod's."""
+    spec = fleet(
+        pod("dp", preset="llama-3.1-8b/a10g", engine="sglang", engine_version="0.5.12", dp_size=2),
+        time_scale=1.0,
+    )
+    doc = config_doc([scheduler("sg", "llama", engineType="sglang")])
+    async with run_fleet(spec, admin=False) as f:
+        (dp,) = f.pods
+        async with gateway(doc, {"sg": [dp.key]}) as gw:
+            views = gw.state.runtime.schedulers["sg"].pool.views
+            body = {"model": "llama", "prompt": "hello " * 3000, "max_tokens": 2000}
+            send = asyncio.create_task(gw.post("/v1/completions", body))
+            try:
+                for _ in range(200):  # the page moves as the request decodes: compare one reading
+                    text = await (await gw.http.get(dp.url + "/metrics")).text()
+                    usage, pages = _per_rank(text, "sglang:token_usage"), _per_rank(text, "sglang:num_pages")
+                    m = views()[0].metrics
+                    if usage.get("0", 0.0) > 0.0 and m is not None and m.kv_usage:
+                        expected = sum(usage[r] * pages[r] for r in usage) / sum(pages.values())
+                        if m.kv_usage == pytest.approx(expected):
+                            break
+                    await asyncio.sleep(0.02)
+                else:
+                    pytest.fail(f"the gateway read KV usage {m and m.kv_usage}; the page had {usage}")
+                assert usage["1"] == 0.0
+                assert m.kv_usage == pytest.approx(usage["0"] / 2)
+                assert len(pages) == 2
+                assert (m.block_size, m.num_gpu_blocks) == (16, int(sum(pages.values())))
+                assert gw.state.runtime.schedulers["sg"].pool.states[dp.key].missing == frozenset()
+            finally:
+                send.cancel()
+                await asyncio.gather(send, return_exceptions=True)
 
 
 @pytest.mark.parametrize("fault", [FaultKind.KILL, FaultKind.HANG])

@@ -19,10 +19,12 @@ that picks out the wanted families (:func:`index_families`), so pages up to :dat
 characters are read that way. Both readings give the same result (the first group of sample lines of
 each family), which ``tests/gateway/test_metrics_parser_small.py`` checks on simulated pages.
 
-Multi-series gauges: queue/running combine as the catalogue says (summed for vLLM, one series per
-data-parallel engine; for SGLang maxed within a ``dp_rank``, every TP rank repeats the same numbers,
-and summed across ``dp_rank`` values, each its own scheduler: :func:`combine_scoped`); KV takes the
-maximum.
+Multi-series gauges: a pod may run several engines, one per data-parallel rank, each with its own
+scheduler and KV cache, its series told apart by the catalogue's ``rank_label`` (vLLM's ``engine``,
+SGLang's ``dp_rank``). Queue/running combine as the catalogue says within one rank (SGLang's TP ranks
+repeat the same numbers: the maximum) and are summed across ranks (:func:`combine_scoped`); the KV
+capacity is summed across ranks and the KV usage is the ranks' capacity-weighted mean
+(:func:`kv_share`).
 ``missing`` names every expected family that is absent, so the caller can report it loudly.
 """
 
@@ -53,6 +55,10 @@ COMBINE: Final[Mapping[str, Callable[[Sequence[float]], float]]] = {"sum": sum, 
 """How several series of one queue/running gauge combine, by ``MetricFamilies.combine_load``."""
 
 
+RankTokens = tuple[tuple[str, int], ...]
+"""``(rank, KV-cache tokens)`` of each engine in a pod, by its ``rank_label`` value (``""``: none)."""
+
+
 @dataclass(slots=True, init=False, unsafe_hash=True)
 class ParsedPage:
     """What one scrape's page yielded. Read-only and hashable by value, as the frozen dataclass it
@@ -65,11 +71,21 @@ class ParsedPage:
     fallback supplied the value: that endpoint runs a version we should warn about)."""
     kv_source: Final[str | None]
     """The family the KV value came from, or ``None``."""
+    rank_tokens: Final[RankTokens]
+    """Each rank's KV-cache capacity in tokens, when the page gives every rank's (the weights of
+    :func:`kv_share`; a page template re-reads the usage with them); empty otherwise."""
 
-    def __init__(self, metrics: EngineMetrics, missing: frozenset[str], kv_source: str | None) -> None:
+    def __init__(
+        self,
+        metrics: EngineMetrics,
+        missing: frozenset[str],
+        kv_source: str | None,
+        rank_tokens: RankTokens = (),
+    ) -> None:
         self.metrics = metrics
         self.missing = missing
         self.kv_source = kv_source
+        self.rank_tokens = rank_tokens
 
 
 HINT_WINDOW: Final = 4096
@@ -222,11 +238,26 @@ def _family_names(families: MetricFamilies) -> frozenset[str]:
     return frozenset(names)
 
 
+INFO_CACHE_CHARS: Final = 4096
+"""Longest info-gauge label text whose parse is remembered (a real ``vllm:cache_config_info`` series
+has ~20 labels in ~550 characters)."""
+
+
 @functools.lru_cache(maxsize=1024)
-def _info_labels(text: str) -> Mapping[str, str]:
-    """:func:`parse_labels` of an info gauge's label text, remembered: a cache-config series is the
-    same on every page of a pod (read only; never mutated)."""
+def _remembered_info_labels(text: str) -> Mapping[str, str]:
     return parse_labels(text)
+
+
+def _info_labels(text: str) -> Mapping[str, str]:
+    """:func:`parse_labels` of an info gauge's label text, remembered when it is no longer than
+    :data:`INFO_CACHE_CHARS`: a cache-config series is the same on every page of a pod (read only;
+    never mutated). A longer one is parsed each time: remembered, a pod whose cache-config series
+    carried a long label value that changed on every page kept each page's text and its parse in the
+    cache, 1,024 of them - 4 MB per scrape for a 2 MB value, 1.2 GB after 300 scrapes (15 s at the
+    50 ms interval), up to 32 GB with 16 MiB pages."""
+    if len(text) > INFO_CACHE_CHARS:
+        return parse_labels(text)
+    return _remembered_info_labels(text)
 
 
 def _values(samples: Samples) -> list[float]:
@@ -247,12 +278,14 @@ def _values(samples: Samples) -> list[float]:
     return out
 
 
-def _fractions(values: list[float]) -> list[float]:
-    """The values that can be a KV cache's used share: at most 1 (every engine's gauge is a fraction,
-    0..1, :mod:`igw.engines`). A larger value is an exporter printing a percentage or a broken one, and
-    counts as absent: taken as it was, it made its pod read as full and the gateway skip it, or
-    answer 429 when every pod printed percentages, with nothing saying why."""
-    return values if not values or max(values) <= 1.0 else [v for v in values if v <= 1.0]
+def kv_shares(values: list[float], ranks: list[str]) -> dict[str, float]:
+    """Each rank's KV-cache used share from its readable values (:func:`_values`) that can be one: at
+    most 1 (every engine's gauge is a fraction, 0..1, :mod:`igw.engines`). A larger value is an
+    exporter printing a percentage or a broken one, and counts as absent: taken as it was, it made its
+    pod read as full and the gateway skip it, or answer 429 when every pod printed percentages, with
+    nothing saying why. Several values of one rank (its TP ranks): the largest."""
+    kept = [(value, rank) for value, rank in zip(values, ranks, strict=True) if value <= 1.0]
+    return rank_maxima([value for value, _ in kept], [rank for _, rank in kept])
 
 
 MAX_LISTED_ADAPTERS: Final = 1024
@@ -291,6 +324,40 @@ def combine_scoped(
     return sum(combine(group) for group in groups.values())
 
 
+def rank_maxima(values: Sequence[float], ranks: Sequence[str]) -> dict[str, float]:
+    """The largest of ``values`` within each rank (``ranks[i]`` is ``values[i]``'s): the TP ranks of
+    one SGLang scheduler repeat its numbers."""
+    out: dict[str, float] = {}
+    for value, rank in zip(values, ranks, strict=True):
+        if rank not in out or value > out[rank]:
+            out[rank] = value
+    return out
+
+
+def kv_share(usage: Mapping[str, float], tokens: RankTokens) -> float:
+    """The KV-cache used share of a pod from each rank's (``usage``, rank -> share) and each rank's
+    capacity (``tokens``): the capacity-weighted mean, i.e. the pod's used tokens over its tokens.
+
+    Why not the largest rank's share, which is what was read before: each data-parallel rank is a
+    scheduler with its own KV pool (SGLang's ``dp_rank``, vLLM's ``engine``), and the pod spreads
+    requests over all of them - SGLang's default ``--load-balance-method`` (``auto``: round robin
+    outside prefill/decode disaggregation) deals requests to the ranks in turn whatever their fill,
+    vLLM's internal balancer sends each to its least-loaded engine - so the requests the gateway sends
+    a pod until the next scrape land on every rank, and what they meet is the pod's fill, not its
+    fullest rank's. The largest share made a pod with one busy rank look full: the KV scorer ranked
+    it last, and the saturation check refused requests (429) while the other ranks held free
+    blocks. The weights make the share agree with the capacity the page reports (its tokens summed
+    over ranks): share x capacity = the tokens in use. Without every rank's capacity the ranks count
+    equally (they run the same model with the same flags). One rank: its share, unchanged."""
+    if len(usage) == 1:
+        return next(iter(usage.values()))
+    weights = dict(tokens)
+    if not weights or not usage.keys() <= weights.keys():
+        return sum(usage.values()) / len(usage)
+    total = sum(weights[rank] for rank in usage)
+    return min(1.0, sum(share * weights[rank] for rank, share in usage.items()) / total)
+
+
 def label_signal(family: str, label: str) -> str:
     """The name a missing or unparseable integer label is reported under: ``family{label}``."""
     return f"{family}{{{label}}}"
@@ -321,7 +388,19 @@ def parse_page(text: str, families: MetricFamilies, starts: FamilyStarts | None 
         missing.add(label_signal(family, key))  # absent or not an integer: a missing signal
         return None
 
-    scope = families.load_scope_label
+    scope = families.rank_label
+
+    def ranked(samples: Samples) -> tuple[list[float], list[str]]:
+        """The readable values of ``samples`` (:func:`_values`) and each one's rank."""
+        if scope is None or len(samples) < 2:  # one engine: no labels to split (the usual page)
+            values = _values(samples)
+            return values, [""] * len(values)
+        values, ranks = [], []
+        for label_text, raw in samples:
+            for value in _values([(label_text, raw)]):
+                values.append(value)
+                ranks.append(parse_labels(label_text).get(scope, ""))
+        return values, ranks
 
     def load(name: str) -> int | None:
         samples = matching(name)
@@ -329,11 +408,7 @@ def parse_page(text: str, families: MetricFamilies, starts: FamilyStarts | None 
             values = _values(samples)
             total = combine(values) if values else math.nan
         else:
-            values, scopes = [], []
-            for label_text, raw in samples:
-                for value in _values([(label_text, raw)]):
-                    values.append(value)
-                    scopes.append(parse_labels(label_text).get(scope, ""))
+            values, scopes = ranked(samples)
             total = combine_scoped(values, scopes, combine) if values else math.nan
         if not math.isfinite(total):  # no finite value, or series summing past the largest float
             missing.add(name)
@@ -342,15 +417,6 @@ def parse_page(text: str, families: MetricFamilies, starts: FamilyStarts | None 
 
     waiting = load(families.waiting)
     running = load(families.running)
-    kv_usage: float | None = None
-    kv_source: str | None = None
-    for name in families.kv_usage:
-        values = _fractions(_values(matching(name)))
-        if values:
-            kv_usage, kv_source = max(values), name
-            break
-    if families.kv_usage and kv_source != families.kv_usage[0]:
-        missing.add(families.kv_usage[0])
 
     active: frozenset[str] | None = None
     waiting_adapters: frozenset[str] | None = None
@@ -388,26 +454,57 @@ def parse_page(text: str, families: MetricFamilies, starts: FamilyStarts | None 
                 # saying nothing about adapters (with only the lists dropped, its slots looked free).
                 active = waiting_adapters = max_lora = None
 
-    block_size: int | None = None
-    num_blocks: int | None = None
+    # KV capacity of each rank: (block size, blocks), by rank, in page order
+    capacity: dict[str, tuple[int | None, int | None]] = {}
     if families.cache_config is not None:
         cache = found(families.cache_config)
         gauges = families.cache_gauges
         if cache:
-            info = _info_labels(cache[0][0])
-            block_size = int_label(info, families.cache_config, families.block_size_label)
-            num_blocks = int_label(info, families.cache_config, families.num_blocks_label)
+            for label_text, _ in cache:
+                info = _info_labels(label_text)
+                rank = info.get(scope, "") if scope is not None else ""
+                if rank not in capacity:  # a rank's first series (its TP ranks repeat it)
+                    capacity[rank] = (
+                        int_label(info, families.cache_config, families.block_size_label),
+                        int_label(info, families.cache_config, families.num_blocks_label),
+                    )
         elif (
             gauges is not None
-            and (sizes := _values(found(gauges[0])))
-            and (counts := _values(found(gauges[1])))
+            and (sizes := rank_maxima(*ranked(found(gauges[0]))))
+            and (counts := rank_maxima(*ranked(found(gauges[1]))))
         ):
-            # the engine's plain gauges instead (current SGLang): whole, positive numbers only
-            block_size, num_blocks = _whole(sizes[0]), _whole(counts[0])
-            if block_size is None or num_blocks is None:
+            # the engine's plain gauges instead (current SGLang): whole, positive numbers only, for
+            # the same ranks
+            for rank in [*sizes, *(r for r in counts if r not in sizes)]:
+                size, count = sizes.get(rank), counts.get(rank)
+                capacity[rank] = (
+                    None if size is None else _whole(size),
+                    None if count is None else _whole(count),
+                )
+            if any(None in pair for pair in capacity.values()):
                 missing.add(families.cache_config)
         else:
             missing.add(families.cache_config)
+    # The pod's cache: every rank's tokens summed (each rank is an engine with its own KV pool; the
+    # first series alone was one rank's), in blocks of the first rank's size (the ranks run the
+    # same flags, so their sizes agree). A rank without its figures leaves the total unknown.
+    block_size = next(iter(capacity.values()))[0] if capacity else None
+    num_blocks: int | None = None
+    rank_tokens: RankTokens = ()
+    if block_size is not None:
+        known = [(rank, size * count) for rank, (size, count) in capacity.items() if size and count]
+        if len(known) == len(capacity):
+            rank_tokens = tuple(known)
+            num_blocks = sum(tokens for _, tokens in known) // block_size
+
+    kv_usage: float | None = None
+    kv_source: str | None = None
+    for name in families.kv_usage:
+        if usage := kv_shares(*ranked(matching(name))):
+            kv_usage, kv_source = kv_share(usage, rank_tokens), name
+            break
+    if families.kv_usage and kv_source != families.kv_usage[0]:
+        missing.add(families.kv_usage[0])
 
     metrics = EngineMetrics(
         waiting=waiting,
@@ -419,4 +516,6 @@ def parse_page(text: str, families: MetricFamilies, starts: FamilyStarts | None 
         block_size=block_size,
         num_gpu_blocks=num_blocks,
     )
-    return ParsedPage(metrics=metrics, missing=frozenset(missing), kv_source=kv_source)
+    return ParsedPage(
+        metrics=metrics, missing=frozenset(missing), kv_source=kv_source, rank_tokens=rank_tokens
+    )

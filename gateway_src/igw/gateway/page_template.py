@@ -30,6 +30,8 @@ from igw.gateway.metrics_parser import (
     FamilyStarts,
     ParsedPage,
     combine_scoped,
+    kv_share,
+    kv_shares,
     parse_labels,
     parse_page,
 )
@@ -63,6 +65,7 @@ class PageTemplate:
         "_last_values",
         "_lines",
         "_prefixes",
+        "_ranks",
         "_samples",
         "_scopes",
         "_values",
@@ -94,7 +97,12 @@ class PageTemplate:
         """(line index, prefix length, role) of each line whose value routing reads."""
         self._last_values: list[float] | None = None
         self._scopes = None if scopes is None else tuple(scopes)
-        """Each value line's ``load_scope_label`` value (``None``: the engine has no such label)."""
+        """Each value line's ``rank_label`` value (``None``: the engine has no such label)."""
+        self._ranks: list[list[str]] = [
+            [rank for (_, _, r), rank in zip(values, scopes or (), strict=False) if r == role]
+            for role in range(_KV + self._kv_roles)
+        ]
+        """The ranks of each role's value lines, in order (empty without ``_scopes``)."""
 
     def read(self, text: str) -> ParsedPage | None:
         """``text`` read through the template, or ``None`` when its shape differs."""
@@ -120,19 +128,20 @@ class PageTemplate:
         for role in (_WAITING, _RUNNING):
             if not found[role]:
                 loads.append(None)
-            elif self._scopes is None:
+            elif self._scopes is None or len(found[role]) < 2:
                 loads.append(self._combine(found[role]))
-            else:  # combined within each scope (SGLang's dp_rank), summed across scopes
-                roles = zip(self._values, values, self._scopes, strict=True)
-                picked = [(v, scope) for (_, _, r), v, scope in roles if r == role]
-                loads.append(combine_scoped([v for v, _ in picked], [sc for _, sc in picked], self._combine))
+            else:  # combined within each rank (SGLang's dp_rank, vLLM's engine), summed across ranks
+                loads.append(combine_scoped(found[role], self._ranks[role], self._combine))
         kv_usage = None
-        for kv in found[_KV:]:
-            if kv:
-                kv_usage = max(kv)
+        for role in range(_KV, _KV + self._kv_roles):
+            if kv := found[role]:
+                if max(kv) > 1.0:
+                    return None  # not a fraction: the full parser decides (it counts it as absent)
+                if len(kv) == 1 or self._scopes is None:
+                    kv_usage = max(kv)
+                else:  # each rank's share, weighted by its capacity (as the full parser reads it)
+                    kv_usage = kv_share(kv_shares(kv, self._ranks[role]), self._last.rank_tokens)
                 break
-        if kv_usage is not None and kv_usage > 1.0:
-            return None  # not a fraction: the full parser decides (it counts such a value as absent)
         base = self._last
         old = base.metrics
         metrics = EngineMetrics(
@@ -146,7 +155,9 @@ class PageTemplate:
             num_gpu_blocks=old.num_gpu_blocks,
         )
         self._last_values = values
-        self._last = ParsedPage(metrics=metrics, missing=base.missing, kv_source=base.kv_source)
+        self._last = ParsedPage(
+            metrics=metrics, missing=base.missing, kv_source=base.kv_source, rank_tokens=base.rank_tokens
+        )
         return self._last
 
 
@@ -177,7 +188,8 @@ def build_template(text: str, families: MetricFamilies, base: ParsedPage) -> Pag
     fixed: dict[int, str] = {}
     samples: dict[int, str] = {}
     values: list[tuple[int, int, int]] = []
-    scope = families.load_scope_label
+    scope = families.rank_label
+    capacity_gauges = frozenset(families.cache_gauges or ())
     scopes: list[str] = []
     started: set[str] = set()
     previous: str | None = None
@@ -191,6 +203,13 @@ def build_template(text: str, families: MetricFamilies, base: ParsedPage) -> Pag
             previous = None
             continue
         name = line[:end]
+        if name in capacity_gauges:
+            # a KV capacity read from its value (SGLang's page_size / num_pages): the template keeps
+            # the base page's capacity, so that value must stay what it was, as a label would
+            fixed[i] = line
+            previous = name
+            started.add(name)
+            continue
         if name != previous:  # a new group: only a family's first group counts, as in index_families
             previous = name
             first_group = name not in started

@@ -76,10 +76,11 @@ from igw.engines import ENGINES, MetricFamilies
 from igw.gateway.endpoints import EndpointState
 from igw.gateway.metrics_parser import parse_page
 from igw.gateway.model_info import lists_model, max_model_len
+from igw.gateway.page_encoding import plain_body
 from igw.gateway.page_filter import METRICS_PATH, filter_names, filter_path, unrequested_sample
 from igw.gateway.page_template import PageReader
 from igw.gateway.runtime import GatewayRuntime, SchedulerRuntime
-from igw.gateway.scrape_client import Landed, PageGetter, ScrapeResponse
+from igw.gateway.scrape_client import Landed, PageGetter, ScrapeRequestError, ScrapeResponse
 from igw.gateway.scrape_pacing import IdlePacing, idle_gap_limit, next_scrape_due
 from igw.gateway.telemetry import GatewayMetrics
 
@@ -590,7 +591,7 @@ class Scraper:
         tk = (sr.spec.name, state.key)
         missing: frozenset[str] | None = None
         if filtered.status == 200:
-            text = filtered.body.decode("utf-8", errors="replace")
+            text = plain_body(filtered.body, max_bytes=MAX_PAGE_BYTES).decode("utf-8", errors="replace")
             stray = unrequested_sample(text, frozenset(filter_names(families)))
             if stray is not None:
                 log.info(
@@ -613,9 +614,8 @@ class Scraper:
         if whole.status != 200:
             return whole  # nothing learnt: the next scrape checks again
         if missing is not None:
-            whole_missing = self._reportable(
-                sr, parse_page(whole.body.decode("utf-8", errors="replace"), families).missing
-            )
+            whole_text = plain_body(whole.body, max_bytes=MAX_PAGE_BYTES).decode("utf-8", errors="replace")
+            whole_missing = self._reportable(sr, parse_page(whole_text, families).missing)
             if whole_missing == missing:  # the filter hides nothing the page has
                 self._switch(state, tk, FilteredPage(missing))
                 return filtered
@@ -673,6 +673,10 @@ class Scraper:
         if status != 200:
             self._fail(sr, state, f"GET /metrics answered HTTP {status}")
             return False
+        try:
+            raw = plain_body(raw, max_bytes=MAX_PAGE_BYTES)
+        except ScrapeRequestError as exc:
+            return self._failed_fetch(sr, state, exc)
         now = self._clock()
         # xxh3 rather than hash(): the page is a fresh bytes object each scrape, and CPython's SipHash
         # over a whole page costs as much as parsing it.
