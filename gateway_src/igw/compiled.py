@@ -83,7 +83,7 @@ _SCHEDULING: Final = (
     ".slot_init",
     ".values",
 )
-"""Every module of ``igw.scheduling`` but three, which stay interpreted:
+"""Every module of ``igw.scheduling`` but four, which stay interpreted:
 
 - ``types`` and ``framework``: their ``@runtime_checkable`` protocols fail to import when compiled
   (mypyc/mypyc#909), and ``framework.UnitScores`` subclasses ``list``, which mypyc cannot compile.
@@ -91,9 +91,11 @@ _SCHEDULING: Final = (
   s13), re-exported where they were: the records of ``types`` (``EndpointView``, ``RoutingRequest``,
   ``RoutingDecision``, ...) into ``values``, ``framework``'s ``CycleContext`` into ``cycle``;
 - ``data_flow``: configuration time only, and its generic frozen dataclass ``Placed`` fails to
-  import when compiled ("attribute '__dict__' of 'type' objects is not writable")."""
+  import when compiled ("attribute '__dict__' of 'type' objects is not writable");
+- ``gie_sections``: configuration time only (GIE's data-layer, parser, flow-control and feature-gate
+  sections, judged once per picker-config load); nothing a pick runs."""
 
-SCHEDULING_INTERPRETED: Final = ("types", "framework", "data_flow")
+SCHEDULING_INTERPRETED: Final = ("types", "framework", "data_flow", "gie_sections")
 """The modules of ``igw.scheduling`` that :data:`_SCHEDULING` leaves out, for the reasons it gives:
 every other module of the package is compiled (a test holds the two lists to the package's files, so
 a new plugin is compiled or named here)."""
