@@ -295,6 +295,11 @@ def test_perf_creates_the_folder_of_its_output_files_before_it_measures(tmp_path
         (["perf", "scrape-des", "--policy", "nope"], "argument --policy: unknown policy 'nope'"),
         (["perf", "scrape-des", "--scenarios", "nope"], "argument --scenarios: unknown scenario 'nope'"),
         (["sim", "run", "--spec", "x", "--policy", "nope"], "argument --policy: unknown policy 'nope'"),
+        # accepted, then a RuntimeError traceback once the first scenario ran (before session s40)
+        (["perf", "workers-des", "--policy", "oracle"], "argument --policy: oracle reads the simulator's"),
+        (["perf", "workers-des", "--policy", "oracle-slo"], "argument --policy: oracle-slo reads the"),
+        # accepted, then a ValueError traceback (before session s40)
+        (["perf", "des", "--policy", "oracle-slo"], "argument --policy: oracle-slo needs a scenario's"),
     ],
 )
 def test_an_unknown_policy_scenario_or_preset_is_refused_while_parsing(

@@ -33,6 +33,8 @@ from igw.cli.arg_types import (
     preset_name,
     scenario_names,
     split_names,
+    worker_policy_name,
+    workload_policy_name,
 )
 from igw.compiled import COMPILED_MODULES
 
@@ -111,7 +113,10 @@ def _des_arguments(parser: argparse.ArgumentParser) -> None:
         help="offered load per pod as a fraction of ~12.5 req/s (ShareGPT on H100)",
     )
     parser.add_argument(
-        "--policy", type=policy_name, default="round-robin", help="policy from the benchmark registry"
+        "--policy",
+        type=workload_policy_name,
+        default="round-robin",
+        help="policy from the benchmark registry (default round-robin)",
     )
     parser.add_argument("--lengths", default="sharegpt")
     parser.add_argument("--seed", type=SEED, default=0)
@@ -323,7 +328,10 @@ def _workers_des_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--seeds", type=SEEDS, default=[1, 2], help="comma-separated seeds (default 1,2)")
     parser.add_argument(
-        "--policy", type=policy_name, default="gateway-default", help="policy each worker runs"
+        "--policy",
+        type=worker_policy_name,
+        default="gateway-default",
+        help="policy each worker runs (default gateway-default)",
     )
     parser.add_argument(
         "--shares",

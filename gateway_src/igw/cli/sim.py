@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from igw.cli.arg_types import COUNT, NON_NEGATIVE_INT, POSITIVE, SEED, output_file, policy_name
+from igw.cli.arg_types import COUNT, NON_NEGATIVE_INT, POSITIVE, SEED, output_file, workload_policy_name
 from igw.cli.option_scope import refuse_given
 
 TRACE_REPLACES = frozenset({"requests", "rate", "cv", "lengths"})
@@ -36,7 +36,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--spec", required=True, help="fleet spec YAML (faults: slow, error_rate, freeze_metrics, kill)"
     )
     run.add_argument(
-        "--policy", type=policy_name, default="round-robin", help="policy name from the benchmark registry"
+        "--policy",
+        type=workload_policy_name,
+        default="round-robin",
+        help="policy name from the benchmark registry (default round-robin)",
     )
     run.add_argument("--requests", type=COUNT, default=1000, help="number of requests to generate")
     run.add_argument("--rate", type=POSITIVE, default=10.0, help="mean arrival rate, requests/s")
