@@ -448,6 +448,25 @@ def test_every_default_a_help_text_states_is_the_parsers_default() -> None:
     assert checked > 50, checked
 
 
+def test_every_option_with_a_default_states_it_in_its_help() -> None:
+    """A newcomer reads ``--help`` to learn what a bare command does: ``igw perf des --help`` gave
+    ``--requests`` and ``--pods`` no text at all (100,000 requests on 64 pods), ``igw operator``
+    hid the image its gateway pods run, ``igw perf workers-des --duration-scale`` ("multiply scenario
+    durations") did not say it halves them, ``igw sim run`` named none of its defaults (before session
+    s40). Every option holding a value when not given says so as ``(default X``, which the test
+    above then holds to the parser's default."""
+    silent = [
+        f"igw {' '.join(words)} {action.option_strings[0]} (default {_shown(action.default)})"
+        for words, action in _options(build_parser())
+        if action.default is not None
+        and not isinstance(action.default, bool)
+        and action.default not in ([], ())
+        and action.help is not argparse.SUPPRESS
+        and "default" not in (action.help or "")
+    ]
+    assert_none(silent, "options whose --help does not state their default")
+
+
 def test_bench_seeds_help_names_the_one_seed_quick_tune_and_random_use() -> None:
     """``igw bench --help`` said ``--seeds (default 1,2,3)``; ``--quick``, ``--tune`` and ``random`` run
     seed 1 alone when none is given."""
