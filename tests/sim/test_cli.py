@@ -126,3 +126,36 @@ def test_run_refuses_a_trace_without_requests_or_text(
     trace.write_bytes(content)
     assert main(["sim", "run", "--spec", str(spec), "--trace", str(trace)]) == 2
     assert f"{tmp_path}/{message}" in capsys.readouterr().err
+
+
+def test_run_runs_every_policy_it_accepts_and_names_it_as_asked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """README's ``igw sim run --policy gateway-default`` printed ``"policy": "gateway"``, as did
+    ``gateway-tuned``: the summary named the policy object, not the one asked for (before session
+    s40). Every policy ``--policy`` accepts now runs on a generated workload and is named as given."""
+    from igw.bench.policies.registry import POLICIES
+
+    spec = tmp_path / "fleet.yaml"
+    spec.write_text(SPEC, encoding="utf-8")
+    accepted = [name for name, entry in POLICIES.items() if not entry.needs_slo]
+    assert {"gateway-default", "gateway-tuned", "oracle"} <= set(accepted)
+    for name in accepted:
+        assert main(["sim", "run", "--spec", str(spec), "--requests", "5", "--policy", name]) == 0, name
+        summary = json.loads(capsys.readouterr().out)
+        assert (summary["policy"], summary["served"]) == (name, 5)
+
+
+def test_run_refuses_a_policy_that_needs_a_scenarios_slos_while_parsing(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``--policy oracle-slo`` was accepted, then refused after the fleet spec was read with a message
+    naming an internal field (``PolicyContext.slo``); ``igw perf des`` ended in its traceback."""
+    for words in (["sim", "run", "--spec", "x"], ["perf", "des"]):
+        with pytest.raises(SystemExit) as exited:
+            main([*words, "--policy", "oracle-slo"])
+        assert exited.value.code == 2
+        err = capsys.readouterr().err
+        assert "argument --policy: oracle-slo needs a scenario's TTFT and TPOT SLOs" in err, words
+        assert "igw bench SCENARIO --policies oracle-slo" in err
+        assert "PolicyContext" not in err

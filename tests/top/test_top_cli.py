@@ -111,6 +111,30 @@ async def test_a_gateway_that_does_not_answer_ends_the_screenshot_at_once(tmp_pa
     assert not (tmp_path / "x.svg").exists()
 
 
+async def test_decisions_from_a_gateway_without_a_decision_log_still_save_the_view(tmp_path: Path) -> None:
+    """README's ``igw top URL --token-env IGW_DEBUG_TOKEN --decisions 8`` against a gateway started
+    as README starts it (no ``--debug-decisions``): ``/debug/decisions`` answers 404, and that failed
+    every refresh, so the screen showed no pool or pod at all and ``--screenshot`` gave up after 30
+    intervals (34 s at the default) with a bare ``HTTP 404`` (before session s40). The pools and pods
+    are drawn; the missing decisions are named, with what turns the log on."""
+    target = tmp_path / "top.svg"
+    async with guarded_pages() as (url, _):
+        started = time.monotonic()
+        rc, out = await igw_top(
+            url, "--interval", "0.2", "--token-env", "TOP_TOKEN", "--decisions", "8",
+            "--screenshot", str(target), "--screenshot-after", "2", env={"TOP_TOKEN": TOKEN},
+        )  # fmt: skip
+        took = time.monotonic() - started
+    assert rc == 0, out
+    assert took < 5.0 + 6.0 * 0.2, f"took {took:.1f} s"  # start-up, not 30 intervals
+    text = target.read_text().replace("&#160;", " ")
+    for cell in ("qwen", "10.0.0.7:8000", "62.5%"):
+        assert cell in text, cell
+    assert f"{url}/debug/decisions?limit=8: HTTP 404" in out, out
+    assert "igw serve --debug-decisions N" in out, out
+    assert TOKEN not in out
+
+
 async def test_usage_errors_name_the_option() -> None:
     cases: list[tuple[tuple[str, ...], dict[str, str], str]] = [
         (("ftp://host",), {}, "URL must be http(s)://host:port"),

@@ -193,9 +193,13 @@ async def test_a_wrong_debug_token_is_reported_not_printed(tmp_path: Path) -> No
         app = TopApp(GatewaySource(url, token=wrong, decisions=5), interval_s=0.2, show_decisions=True)
         async with app.run_test(size=SIZE):
             await wait_for(lambda: app.last_error is not None, within=30, what="a refused scrape")
+            await wait_for(lambda: app.refreshes > 0, within=30, what="a drawn view")
             status = str(app.query_one("#status").render())
-    assert "/debug/decisions?limit=5: HTTP 401" in status
+            pods = cells(app, "pods", POD_COLUMNS)
+    assert "decisions not shown" in status
+    assert "/debug/decisions?limit=5: HTTP 401 (--token-env must name" in status
     assert wrong not in status
+    assert len(pods) == 2  # the refused decisions hid the pools and pods too (before session s40)
 
 
 async def test_unreachable_gateway_is_named_in_the_status_line() -> None:

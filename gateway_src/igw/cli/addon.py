@@ -65,7 +65,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             + (", PRESERVE: keep them" if name == "update" else "; PRESERVE is update only"),
         )
         action.add_argument("--no-wait", action="store_true", help="return once EKS accepted the request")
-        action.add_argument("--timeout", type=POSITIVE, default=900.0, help="seconds to wait for ACTIVE")
+        action.add_argument(
+            "--timeout", type=POSITIVE, default=900.0, help="seconds to wait for ACTIVE (default 900)"
+        )
         _aws_options(action)
         if name == "create":
             action.add_argument(
@@ -73,14 +75,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                 type=iam_role_arn,
                 help="an IAM role for the chart's gateway service account (mode: gateway only)",
             )
-            action.add_argument("--identity", choices=("pod-identity", "irsa"), default="pod-identity")
+            action.add_argument(
+                "--identity",
+                choices=("pod-identity", "irsa"),
+                default="pod-identity",
+                help="how the add-on's pods get their AWS role (default pod-identity)",
+            )
 
     delete = sub.add_parser("delete", help="remove the add-on")
     delete.add_argument("--cluster", type=eks_cluster_name, required=True, help="EKS cluster name")
     delete.add_argument("--preserve", action="store_true", help="keep its Kubernetes resources running")
     delete.add_argument("--no-wait", action="store_true", help="return once EKS accepted the request")
     delete.add_argument(
-        "--timeout", type=POSITIVE, default=900.0, help="seconds to wait for the add-on to be gone"
+        "--timeout",
+        type=POSITIVE,
+        default=900.0,
+        help="seconds to wait for the add-on to be gone (default 900)",
     )
     _aws_options(delete)
 
@@ -88,13 +98,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "package", help="package the chart as a .tgz (with its configuration schema) through Helm's SDK"
     )
     package.add_argument(
-        "--destination", type=output_directory, default=Path("dist"), help="output directory"
+        "--destination", type=output_directory, default=Path("dist"), help="output directory (default dist)"
     )
     package.add_argument(
         "--push", action="store_true", help="push it to this account's ECR as an OCI artifact"
     )
     package.add_argument(
-        "--namespace", type=ecr_namespace, default="igw-charts", help="ECR repository namespace (igw-charts)"
+        "--namespace",
+        type=ecr_namespace,
+        default="igw-charts",
+        help="ECR repository namespace (default igw-charts)",
     )
     _aws_options(package)
 

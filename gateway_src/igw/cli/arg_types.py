@@ -235,14 +235,50 @@ def create_parent(path: Path) -> Path:
 
 
 def policy_name(text: str) -> str:
-    """A routing policy of the benchmark registry (``igw sim run --policy``, ``igw perf des
-    --policy``): ``igw perf des --policy nope`` ended in a ValueError traceback."""
+    """A routing policy of the benchmark registry (``igw perf scrape-des --policy``, which runs
+    scenarios): ``igw perf des --policy nope`` ended in a ValueError traceback."""
     # deferred: start-up cost: the registry loads only when a command taking a policy is parsed
     from igw.bench.policies.registry import POLICIES
 
     if text not in POLICIES:
         raise argparse.ArgumentTypeError(f"unknown policy {text!r} (known: {', '.join(POLICIES)})")
     return text
+
+
+def workload_policy_name(text: str) -> str:
+    """A policy of the registry that runs on a generated workload or a trace (``igw sim run
+    --policy``, ``igw perf des --policy``): not one needing a scenario's SLOs. ``oracle-slo`` was
+    accepted, then ended ``igw perf des`` in a ValueError traceback and ``igw sim run`` with a message
+    naming an internal field (before session s40)."""
+    # deferred: start-up cost: the registry loads only when a command taking a policy is parsed
+    from igw.bench.policies.registry import POLICIES
+
+    name = policy_name(text)
+    if POLICIES[name].needs_slo:
+        usable = ", ".join(n for n, e in POLICIES.items() if not e.needs_slo)
+        raise argparse.ArgumentTypeError(
+            f"{name} needs a scenario's TTFT and TPOT SLOs: run it with igw bench SCENARIO "
+            f"--policies {name} (this command takes: {usable})"
+        )
+    return name
+
+
+def worker_policy_name(text: str) -> str:
+    """A policy each of several simulated gateway workers can run (``igw perf workers-des
+    --policy``): not an oracle, which reads the simulator's exact pod state rather than a worker's
+    own view. ``oracle`` and ``oracle-slo`` were accepted, then ended the run in a RuntimeError
+    traceback (before session s40)."""
+    # deferred: start-up cost: the registry loads only when a command taking a policy is parsed
+    from igw.bench.policies.registry import POLICIES
+
+    name = policy_name(text)
+    if POLICIES[name].needs_oracle:
+        usable = ", ".join(n for n, e in POLICIES.items() if not e.needs_oracle)
+        raise argparse.ArgumentTypeError(
+            f"{name} reads the simulator's exact pod state, not a worker's own view, so it cannot "
+            f"run as a worker (this command takes: {usable})"
+        )
+    return name
 
 
 def split_names(text: str, known: Collection[str]) -> tuple[list[str], list[str]]:

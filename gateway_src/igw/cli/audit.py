@@ -27,7 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=NON_NEGATIVE_INT,
         default=14,
         metavar="DAYS",
-        help="warn when a certificate expires within DAYS (14)",
+        help="warn when a certificate expires within DAYS (default 14)",
     )
 
 

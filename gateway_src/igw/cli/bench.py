@@ -74,9 +74,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trace", metavar="FILE", help="replay a JSONL/CSV trace instead of a scenario")
     parser.add_argument("--fleet", metavar="FLEET.yaml", help="fleet for --trace (default: mixed-fleet-8b's)")
     parser.add_argument(
-        "--trace-speedup", type=POSITIVE, default=1.0, help="divide trace arrival times by this"
+        "--trace-speedup", type=POSITIVE, default=1.0, help="divide trace arrival times by this (default 1)"
     )
-    parser.add_argument("--mode", choices=("des", "live"), default="des")
+    parser.add_argument(
+        "--mode",
+        choices=("des", "live"),
+        default="des",
+        help="des: the discrete-event simulator; live: simulated pods on loopback (default des)",
+    )
     parser.add_argument("--policies", type=_csv, default=None, help="comma-separated policy names")
     parser.add_argument(
         "--seeds",
@@ -87,7 +92,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--quick", action="store_true", help="one seed, a quarter of each duration (smoke run)"
     )
-    parser.add_argument("--duration-scale", type=POSITIVE, default=1.0, help="multiply scenario durations")
+    parser.add_argument(
+        "--duration-scale", type=POSITIVE, default=1.0, help="multiply scenario durations (default 1)"
+    )
     parser.add_argument(
         "--weights", default=None, help='gateway weights as JSON, e.g. \'{"queue":3,"prefix":2}\''
     )
@@ -103,7 +110,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--peers", action="store_true", help="live mode: install and run sglang-router/vllm-router"
     )
-    parser.add_argument("--live-requests", type=COUNT, default=400, help="live mode: requests per router")
+    parser.add_argument(
+        "--live-requests", type=COUNT, default=400, help="live mode: requests per router (default 400)"
+    )
     parser.add_argument(
         "--live-rate",
         type=POSITIVE,
@@ -112,7 +121,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         f"{GLOBAL_LIVE_RATE:g} for `igw bench global`)",
     )
     parser.add_argument(
-        "--drain", type=NON_NEGATIVE, default=30.0, help="live mode: wall s to wait after the last send"
+        "--drain",
+        type=NON_NEGATIVE,
+        default=30.0,
+        help="live mode: wall s to wait after the last send (default 30)",
     )
     parser.add_argument(
         "--check-agreement",
@@ -149,7 +161,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="exit 0 even when requests failed (they still count as infinite latency and against goodput)",
     )
     parser.add_argument(
-        "--out", type=output_directory, default="bench-results", help="report directory (Markdown, JSON, PNG)"
+        "--out",
+        type=output_directory,
+        default="bench-results",
+        help="report directory: Markdown, JSON, PNG (default bench-results)",
     )
 
 

@@ -38,7 +38,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help=f"offered requests per wall second (default {DEFAULT_RATE:g}; {GLOBAL_RATE:g} with --global)",
     )
-    parser.add_argument("--drain", type=NON_NEGATIVE, default=45.0, help="wall s to wait after the last send")
+    parser.add_argument(
+        "--drain", type=NON_NEGATIVE, default=45.0, help="wall s to wait after the last send (default 45)"
+    )
     instead = parser.add_mutually_exclusive_group()  # --operator --global ran the operator demo alone
     instead.add_argument(
         "--operator",
@@ -50,7 +52,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--routers",
         default="round-robin,gateway-default",
-        help="comma-separated live routers (also: gateway-tuned, sglang-router, vllm-router)",
+        help="comma-separated live routers (default round-robin,gateway-default; also: gateway-tuned, "
+        "sglang-router, vllm-router)",
     )
     instead.add_argument(
         "--global",

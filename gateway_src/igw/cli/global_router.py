@@ -48,7 +48,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "port the load balancer exposes (default: the config's spec.management.port, else one port "
         "serves everything)",
     )
-    serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    serve.add_argument(
+        "--log-level", default="info", choices=["debug", "info", "warning", "error"], help="(default info)"
+    )
     serve.add_argument(
         "--drain-seconds",
         type=NON_NEGATIVE,

@@ -58,7 +58,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=container_image,
         default="public.ecr.aws/igw/inference-gateway:0.1.0",
         metavar="IMAGE",
-        help="image of the gateway pods the operator creates",
+        help="image of the gateway pods the operator creates "
+        "(default public.ecr.aws/igw/inference-gateway:0.1.0)",
     )
     parser.add_argument(
         "--gateway-workers",
@@ -148,7 +149,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--health-port", type=PORT, metavar="PORT", help="serve GET /healthz on this port (probes)"
     )
-    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    parser.add_argument(
+        "--log-level", default="info", choices=["debug", "info", "warning", "error"], help="(default info)"
+    )
 
 
 DEFERS_STOP_SIGNALS = True

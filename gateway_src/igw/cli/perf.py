@@ -33,6 +33,8 @@ from igw.cli.arg_types import (
     preset_name,
     scenario_names,
     split_names,
+    worker_policy_name,
+    workload_policy_name,
 )
 from igw.compiled import COMPILED_MODULES
 
@@ -52,7 +54,9 @@ def _gateway_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--rounds", type=COUNT, default=3, help="alternating direct/gateway rounds (default 3)"
     )
-    parser.add_argument("--stream-requests", type=COUNT, default=200, help="streaming requests per phase")
+    parser.add_argument(
+        "--stream-requests", type=COUNT, default=200, help="streaming requests per phase (default 200)"
+    )
     parser.add_argument("--json", type=output_file, metavar="FILE", help="also write the results as JSON")
     parser.add_argument(
         "--skip-load", action="store_true", help="only the in-process decision and parse benchmarks"
@@ -101,21 +105,38 @@ def _auth_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _des_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--requests", type=COUNT, default=100_000)
-    parser.add_argument("--pods", type=COUNT, default=64)
-    parser.add_argument("--preset", type=preset_name, default="llama-3.1-8b/h100")
+    parser.add_argument("--requests", type=COUNT, default=100_000, help="requests simulated (default 100000)")
+    parser.add_argument("--pods", type=COUNT, default=64, help="simulated pods (default 64)")
+    parser.add_argument(
+        "--preset",
+        type=preset_name,
+        default="llama-3.1-8b/h100",
+        help="GPU/model preset (default llama-3.1-8b/h100)",
+    )
     parser.add_argument(
         "--load",
         type=POSITIVE,
         default=0.6,
-        help="offered load per pod as a fraction of ~12.5 req/s (ShareGPT on H100)",
+        help="offered load per pod as a fraction of ~12.5 req/s, ShareGPT on H100 (default 0.6)",
     )
     parser.add_argument(
-        "--policy", type=policy_name, default="round-robin", help="policy from the benchmark registry"
+        "--policy",
+        type=workload_policy_name,
+        default="round-robin",
+        help="policy from the benchmark registry (default round-robin)",
     )
-    parser.add_argument("--lengths", default="sharegpt")
-    parser.add_argument("--seed", type=SEED, default=0)
-    parser.add_argument("--target-s", type=POSITIVE, default=60.0)
+    parser.add_argument(
+        "--lengths",
+        default="sharegpt",
+        help="length profile: sharegpt, azure-conv, azure-code (default sharegpt)",
+    )
+    parser.add_argument("--seed", type=SEED, default=0, help="random seed of the workload (default 0)")
+    parser.add_argument(
+        "--target-s",
+        type=POSITIVE,
+        default=60.0,
+        help="wall seconds the simulation should stay under; the ratio to it is printed (default 60)",
+    )
     parser.add_argument(
         "--no-fast-forward", action="store_true", help="step every decode one by one (same records, slower)"
     )
@@ -130,7 +151,9 @@ def _checks_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pods", type=COUNT, default=1000, help="model-server pods (default 1000)")
     parser.add_argument("--configs", type=COUNT, default=50, help="InferenceGatewayConfigs (default 50)")
     parser.add_argument("--schedulers", type=COUNT, default=2, help="schedulers per config (default 2)")
-    parser.add_argument("--repeat", type=COUNT, default=3, help="runs per measurement; the best is reported")
+    parser.add_argument(
+        "--repeat", type=COUNT, default=3, help="runs per measurement; the best is reported (default 3)"
+    )
 
 
 def _soak_arguments(parser: argparse.ArgumentParser) -> None:
@@ -156,10 +179,12 @@ def _soak_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"idle wait before counting descriptors (default {SOAK_SETTLE_S:g})",
     )
     parser.add_argument(
-        "--calibrate-seconds", type=POSITIVE, default=20.0, help="capacity measurement length"
+        "--calibrate-seconds", type=POSITIVE, default=20.0, help="capacity measurement length (default 20)"
     )
-    parser.add_argument("--concurrency", type=COUNT, default=96, help="closed-loop clients when calibrating")
-    parser.add_argument("--seed", type=SEED, default=1)
+    parser.add_argument(
+        "--concurrency", type=COUNT, default=96, help="closed-loop clients when calibrating (default 96)"
+    )
+    parser.add_argument("--seed", type=SEED, default=1, help="random seed of the load (default 1)")
 
 
 def _scrape_arguments(parser: argparse.ArgumentParser) -> None:
@@ -169,12 +194,18 @@ def _scrape_arguments(parser: argparse.ArgumentParser) -> None:
         default=[16, 64, 256, 1000],
         help="comma-separated fleet sizes, each measured in turn (default 16,64,256,1000)",
     )
-    parser.add_argument("--seconds", type=POSITIVE, default=10.0, help="measured wall time per fleet size")
-    parser.add_argument("--interval", type=POSITIVE, default=0.05, help="scrape interval in seconds (0.05)")
+    parser.add_argument(
+        "--seconds", type=POSITIVE, default=10.0, help="measured wall time per fleet size (default 10)"
+    )
+    parser.add_argument(
+        "--interval", type=POSITIVE, default=0.05, help="scrape interval in seconds (default 0.05)"
+    )
     parser.add_argument(
         "--stale-threshold", type=POSITIVE, default=1.0, help="staleness bound in seconds (default 1.0)"
     )
-    parser.add_argument("--parse-iterations", type=COUNT, default=2000, help="pages parsed for the parse row")
+    parser.add_argument(
+        "--parse-iterations", type=COUNT, default=2000, help="pages parsed for the parse row (default 2000)"
+    )
     parser.add_argument(
         "--page-variants",
         type=COUNT,
@@ -323,7 +354,10 @@ def _workers_des_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--seeds", type=SEEDS, default=[1, 2], help="comma-separated seeds (default 1,2)")
     parser.add_argument(
-        "--policy", type=policy_name, default="gateway-default", help="policy each worker runs"
+        "--policy",
+        type=worker_policy_name,
+        default="gateway-default",
+        help="policy each worker runs (default gateway-default)",
     )
     parser.add_argument(
         "--shares",
@@ -331,8 +365,12 @@ def _workers_des_arguments(parser: argparse.ArgumentParser) -> None:
         default=["inflight", "dispatches", "picks"],
         help="mitigations measured for N > 1: inflight, dispatches, picks (default all three)",
     )
-    parser.add_argument("--duration-scale", type=POSITIVE, default=0.5, help="multiply scenario durations")
-    parser.add_argument("--scrape-interval", type=POSITIVE, default=0.05, help="scrape interval in seconds")
+    parser.add_argument(
+        "--duration-scale", type=POSITIVE, default=0.5, help="multiply scenario durations (default 0.5)"
+    )
+    parser.add_argument(
+        "--scrape-interval", type=POSITIVE, default=0.05, help="scrape interval in seconds (default 0.05)"
+    )
     parser.add_argument(
         "--note-interval",
         type=POSITIVE,
@@ -369,10 +407,14 @@ def _scrape_des_arguments(parser: argparse.ArgumentParser) -> None:
         default="gateway-default",
         help="the policy routed (default gateway-default)",
     )
-    parser.add_argument("--duration-scale", type=POSITIVE, default=0.25, help="multiply scenario durations")
-    parser.add_argument("--scrape-interval", type=POSITIVE, default=0.05, help="scrape interval in seconds")
     parser.add_argument(
-        "--stale-threshold", type=POSITIVE, default=1.0, help="staleThreshold in seconds (1.0)"
+        "--duration-scale", type=POSITIVE, default=0.25, help="multiply scenario durations (default 0.25)"
+    )
+    parser.add_argument(
+        "--scrape-interval", type=POSITIVE, default=0.05, help="scrape interval in seconds (default 0.05)"
+    )
+    parser.add_argument(
+        "--stale-threshold", type=POSITIVE, default=1.0, help="staleThreshold in seconds (default 1.0)"
     )
 
 
@@ -447,7 +489,8 @@ def _compiled_arguments(parser: argparse.ArgumentParser) -> None:
         "--tree",
         type=output_directory,
         default="build/compiled-tree",
-        help="where the compiled copy is built, and reused while its sources match (build/compiled-tree)",
+        help="where the compiled copy is built, and reused while its sources match "
+        "(default build/compiled-tree)",
     )
     parser.add_argument(
         "--modules",
@@ -455,10 +498,12 @@ def _compiled_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="compile only these modules of igw.compiled.COMPILED_MODULES (comma-separated; default all)",
     )
-    parser.add_argument("--requests", type=COUNT, default=1000, help="igw perf gateway --requests (1000)")
-    parser.add_argument("--rounds", type=COUNT, default=3, help="igw perf gateway --rounds (3)")
     parser.add_argument(
-        "--stream-requests", type=COUNT, default=150, help="igw perf gateway --stream-requests (150)"
+        "--requests", type=COUNT, default=1000, help="igw perf gateway --requests (default 1000)"
+    )
+    parser.add_argument("--rounds", type=COUNT, default=3, help="igw perf gateway --rounds (default 3)")
+    parser.add_argument(
+        "--stream-requests", type=COUNT, default=150, help="igw perf gateway --stream-requests (default 150)"
     )
     parser.add_argument(
         "--peers",

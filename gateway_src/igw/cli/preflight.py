@@ -23,7 +23,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="fetch each Ready model-server pod's /metrics and each JWT provider's JWKS",
     )
     probe.add_argument(
-        "--probe-timeout", type=POSITIVE, default=5.0, metavar="SECONDS", help="per-fetch timeout (5)"
+        "--probe-timeout", type=POSITIVE, default=5.0, metavar="SECONDS", help="per-fetch timeout (default 5)"
     )
     probe.add_argument(
         "--ca-bundle",

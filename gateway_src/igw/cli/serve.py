@@ -99,7 +99,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(it would keep its share of the port's connections and hang them), which stops the group "
         "(exit 3); a starting worker has 60 s more; 0: off (default 30)",
     )
-    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    parser.add_argument(
+        "--log-level", default="info", choices=["debug", "info", "warning", "error"], help="(default info)"
+    )
     parser.add_argument("--no-reload", action="store_true", help="do not watch the configuration file")
     parser.add_argument(
         "--emf-interval",

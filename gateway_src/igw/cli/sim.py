@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from igw.cli.arg_types import COUNT, NON_NEGATIVE_INT, POSITIVE, SEED, output_file, policy_name
+from igw.cli.arg_types import COUNT, NON_NEGATIVE_INT, POSITIVE, SEED, output_file, workload_policy_name
 from igw.cli.option_scope import refuse_given
 
 TRACE_REPLACES = frozenset({"requests", "rate", "cv", "lengths"})
@@ -36,17 +36,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--spec", required=True, help="fleet spec YAML (faults: slow, error_rate, freeze_metrics, kill)"
     )
     run.add_argument(
-        "--policy", type=policy_name, default="round-robin", help="policy name from the benchmark registry"
+        "--policy",
+        type=workload_policy_name,
+        default="round-robin",
+        help="policy name from the benchmark registry (default round-robin)",
     )
-    run.add_argument("--requests", type=COUNT, default=1000, help="number of requests to generate")
-    run.add_argument("--rate", type=POSITIVE, default=10.0, help="mean arrival rate, requests/s")
     run.add_argument(
-        "--cv", type=POSITIVE, default=1.0, help="inter-arrival coefficient of variation (1 = Poisson)"
+        "--requests", type=COUNT, default=1000, help="number of requests to generate (default 1000)"
+    )
+    run.add_argument("--rate", type=POSITIVE, default=10.0, help="mean arrival rate, requests/s (default 10)")
+    run.add_argument(
+        "--cv", type=POSITIVE, default=1.0, help="inter-arrival coefficient of variation (default 1: Poisson)"
     )
     run.add_argument(
         "--lengths",
         default="sharegpt",
-        help="length profile: sharegpt, azure-conv, azure-code (not with --trace)",
+        help="length profile: sharegpt, azure-conv, azure-code (default sharegpt; not with --trace)",
     )
     run.add_argument(
         "--trace",
@@ -54,13 +59,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="replay a JSONL/CSV trace instead of generating requests (then no --requests, --rate, --cv "
         "or --lengths: the trace sets them)",
     )
-    run.add_argument("--seed", type=SEED, default=0)
-    run.add_argument("--scrape-interval", type=POSITIVE, default=0.05, help="seconds between metric scrapes")
+    run.add_argument("--seed", type=SEED, default=0, help="random seed of the workload (default 0)")
+    run.add_argument(
+        "--scrape-interval", type=POSITIVE, default=0.05, help="seconds between metric scrapes (default 0.05)"
+    )
     run.add_argument(
         "--max-retries",
         type=NON_NEGATIVE_INT,
         default=0,
-        help="retry 429/503 after Retry-After up to N times",
+        help="retry 429/503 after Retry-After up to N times (default 0)",
     )
     run.add_argument(
         "--records", type=output_file, default=None, help="write per-request records to this JSONL file"

@@ -61,7 +61,9 @@ def run_des_command(
     except (SpecError, WorkloadError, SimulationError, ValueError) as exc:
         print(f"igw sim run: {exc}", file=sys.stderr)
         return 2
-    summary = result.summary()
+    # the registry name asked for: the policy's own name is "gateway" for both gateway-default and
+    # gateway-tuned, so the summary could not tell them apart (before session s40)
+    summary = {**result.summary(), "policy": policy_name}
     print(json.dumps(summary, indent=2))
     if records_path is not None:
         try:

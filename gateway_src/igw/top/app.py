@@ -192,6 +192,7 @@ class TopApp(App[None]):
         """Successful scrapes drawn so far (tests and ``--screenshot`` wait on it)."""
         self.view: TopView | None = None
         self.last_error: str | None = None
+        """The last failed scrape's error, or after a good one why its decisions could not be read."""
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -242,12 +243,14 @@ class TopApp(App[None]):
                 self._status(f"scrape failed: {exc} ({shown}{retry})")
             return
         self.unreachable = 0
-        self._previous, self.view, self.last_error = scrape, view, None
+        # the decisions asked for but not read: the rest is drawn, the status line says why
+        self._previous, self.view, self.last_error = scrape, view, scrape.decisions_error
         stamp = time.strftime("%H:%M:%S", time.localtime(self._clock()))
         interval = DASH if view.interval_s is None else f"{view.interval_s:.1f} s"
+        missing = "" if scrape.decisions_error is None else f"  decisions not shown: {scrape.decisions_error}"
         try:
             self._draw(view)
-            self._status(f"{stamp}  rates over {interval}")
+            self._status(f"{stamp}  rates over {interval}{missing}")
         except NoMatches:  # the screen closed while the scrape was out: nothing left to draw on
             return
         self.refreshes += 1

@@ -54,6 +54,8 @@ def save_screenshot(app: TopApp, file: str, *, refreshes: int, wait_unanswered_s
             return
         await driver.pause()
         app.save_screenshot(filename=target.name, path=str(target.parent.resolve()))
+        if app.last_error is not None:  # saved without the decisions asked for: say why
+            print(f"igw top: saved {file} without decisions: {app.last_error}", file=sys.stderr)
         outcome.append(EXIT_SAVED)
         app.exit()
 

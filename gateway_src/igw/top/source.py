@@ -31,6 +31,18 @@ MAX_PAGE_BYTES: Final = 64 * 1024 * 1024
 ``/metrics`` (a few KB of series per pod, estimated); a longer page is refused and named in the
 status line."""
 
+STATUS_HINTS: Final[dict[tuple[str, int], str]] = {
+    ("/metrics", 404): (
+        " (a gateway run with --management-port serves /metrics only there: pass that port's URL)"
+    ),
+    (DEBUG_DECISIONS_PATH, 404): (
+        " (the gateway keeps no decision log: start it with igw serve --debug-decisions N, "
+        "the debug token in $IGW_DEBUG_TOKEN)"
+    ),
+    (DEBUG_DECISIONS_PATH, 401): " (--token-env must name a variable holding the gateway's IGW_DEBUG_TOKEN)",
+}
+"""What an error status of a page most likely means, by path and status: the message names the cause."""
+
 
 class GatewaySource:
     """Takes :class:`Scrape` snapshots of the gateway at ``base_url``; close it when done."""
@@ -71,13 +83,20 @@ class GatewaySource:
         if not isinstance(readiness, dict):
             raise ScrapeError(f"{self.base_url}/readyz: expected a JSON object")
         decisions: list[Any] = []
+        decisions_error: str | None = None
         if self._decisions:
+            # A gateway without a decision log (404) or a refused token (401) still has pools and
+            # pods to show: until session s40 either failed the whole refresh, every refresh.
             path = f"{DEBUG_DECISIONS_PATH}?limit={self._decisions}"
             try:
                 decisions = orjson.loads(await self._get(path, accept=(200,)))["decisions"]
+            except GatewayUnreachable:
+                raise
+            except ScrapeError as exc:
+                decisions_error = str(exc)
             except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
-                raise ScrapeError(f"{self.base_url}{path}: not a decision log ({exc})") from exc
-        return parse_scrape(metrics, readiness, at=at, decisions=decisions)
+                decisions_error = f"{self.base_url}{path}: not a decision log ({exc})"
+        return parse_scrape(metrics, readiness, at=at, decisions=decisions, decisions_error=decisions_error)
 
     async def _get(self, path: str, *, accept: tuple[int, ...]) -> str:
         assert self._session is not None
@@ -85,13 +104,9 @@ class GatewaySource:
         shown = self.base_url + path
         try:
             async with self._session.get(url) as response:
-                if response.status == 404 and path == "/metrics":
-                    raise ScrapeError(
-                        f"{shown}: HTTP 404 (a gateway run with --management-port serves /metrics only "
-                        "there: pass that port's URL)"
-                    )
                 if response.status not in accept:
-                    raise ScrapeError(f"{shown}: HTTP {response.status}")
+                    hint = STATUS_HINTS.get((path.partition("?")[0], response.status), "")
+                    raise ScrapeError(f"{shown}: HTTP {response.status}{hint}")
                 body = await _read_capped(response, shown)
                 try:
                     return body.decode(_charset(response))

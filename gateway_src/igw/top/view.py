@@ -112,6 +112,9 @@ class Scrape:
     """The ``/readyz`` body (``schedulers`` → endpoints with ``fresh`` and ``adapters``); may be empty."""
     decisions: Sequence[Mapping[str, Any]] = ()
     """Newest first, from ``/debug/decisions`` when asked for (see :mod:`igw.gateway.decision_log`)."""
+    decisions_error: str | None = None
+    """Why the decisions asked for could not be read (no decision log, a refused token), else
+    ``None``: the rest of the scrape stands, so the pools and pods are still drawn."""
 
 
 def parse_scrape(
@@ -120,6 +123,7 @@ def parse_scrape(
     *,
     at: float,
     decisions: Sequence[Mapping[str, Any]] = (),
+    decisions_error: str | None = None,
 ) -> Scrape:
     """The samples of a Prometheus text page that ``igw top`` reads, keyed by name and labels."""
     samples: dict[SampleKey, float] = {}
@@ -132,7 +136,9 @@ def parse_scrape(
     except ValueError as exc:
         raise ScrapeError(f"/metrics: not a Prometheus text page ({exc})") from exc
     _check_readiness(readiness)
-    return Scrape(at=at, samples=samples, readiness=readiness, decisions=decisions)
+    return Scrape(
+        at=at, samples=samples, readiness=readiness, decisions=decisions, decisions_error=decisions_error
+    )
 
 
 def _check_sample(name: str, labels: Mapping[str, str], value: float) -> None:

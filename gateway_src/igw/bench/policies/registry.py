@@ -50,6 +50,9 @@ class PolicyEntry:
     description: str
     build: PolicyBuilder
     needs_oracle: bool = False
+    """It reads the DES's exact pod state (``bind_oracle``): it runs in the DES alone, as one router."""
+    needs_slo: bool = False
+    """It needs the run's SLOs (:attr:`PolicyContext.slo`), which only a scenario sets."""
 
 
 TUNED_WEIGHTS: Final[Mapping[str, float]] = {
@@ -143,6 +146,7 @@ _ENTRIES: Final[tuple[PolicyEntry, ...]] = (
         "exact pod state, SLO goodput objective: least predicted TTFT among pods meeting both SLOs",
         _oracle_slo,
         needs_oracle=True,
+        needs_slo=True,
     ),
 )
 POLICIES: Final[dict[str, PolicyEntry]] = {e.name: e for e in _ENTRIES}
