@@ -128,8 +128,19 @@ def test_a_values_file_that_cannot_be_read_is_named_without_a_token(
     missing = tmp_path / "sk-proj4f9aQ2x7LmN8pR3tV6wY1zB5cD0eF-values.yaml"
     assert main(["addon", "create", "--cluster", "c", "--configuration-values", str(missing)]) == 2
     err = capsys.readouterr().err
+    assert "--configuration-values: cannot read " in err
     assert "No such file or directory" in err
     assert "proj4f9aQ2x7LmN8pR3t" not in err
+
+
+@pytest.mark.usefixtures("no_aws_setup")
+def test_a_missing_file_url_names_the_option(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``file://missing.yaml`` (the form ``aws eks update-addon`` takes) printed only the OS error."""
+    missing = tmp_path / "missing.yaml"
+    assert main(["addon", "update", "--cluster", "c", "--configuration-values", f"file://{missing}"]) == 2
+    err = capsys.readouterr().err
+    assert f"--configuration-values: cannot read {missing}: No such file or directory" in err
+    assert "Traceback" not in err
 
 
 @pytest.mark.usefixtures("no_aws_setup")

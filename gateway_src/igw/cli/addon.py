@@ -221,7 +221,9 @@ def _values_text(value: str) -> str:
 
 def _read_values_file(path: str) -> str:
     """The text of a values file; a file that is not UTF-8 (a binary picked by mistake) is refused as
-    configuration values (exit 2) naming it: it ended in a UnicodeDecodeError traceback."""
+    configuration values (exit 2) naming it: it ended in a UnicodeDecodeError traceback. A file that
+    cannot be read is named with the option that gave it (before session s40 the message was the
+    bare ``[Errno 2] No such file or directory: 'missing.yaml'``)."""
     # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
     from igw.addon.configuration import ConfigurationValuesError
 
@@ -229,6 +231,11 @@ def _read_values_file(path: str) -> str:
         return Path(path).read_text(encoding="utf-8")
     except UnicodeDecodeError:
         raise ConfigurationValuesError([f"{redact_value(path)}: not UTF-8 text"]) from None
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise ConfigurationValuesError(
+            [f"--configuration-values: cannot read {redact_value(path)}: {reason}"]
+        ) from None
 
 
 def _values_source(value: str) -> str:
