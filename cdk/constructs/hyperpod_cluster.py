@@ -120,7 +120,10 @@ class HyperPodCluster(Construct):
                 for group in config.instance_groups
             ],
         )
-        self.cluster.node.add_dependency(self.scripts, *after)
+        # The role's inline policy (ENI, ECR, lifecycle scripts) is a resource of its own: without the
+        # dependency CloudFormation creates the cluster beside it, and on delete removes it while
+        # HyperPod still tears down the nodes' network interfaces with the role.
+        self.cluster.node.add_dependency(self.scripts, self.execution_role, *after)
 
     def _instance_group(
         self, group: InstanceGroupConfig, *, on_create: str
