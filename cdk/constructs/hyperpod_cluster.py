@@ -7,7 +7,8 @@ each node runs ``hyperpod.lifecycleScriptOnCreate`` (default ``on_create.sh``) o
 fixed, so the bucket is deleted with the stack (objects first): ``cdk destroy`` then ``cdk deploy``
 must not find it left over. The execution role carries the managed
 ``AmazonSageMakerClusterInstanceRolePolicy``, the ENI permissions EKS orchestration needs, ECR pull
-(model-server and plugin images) and ``eks-auth:AssumeRoleForPodIdentity`` for node agents.
+(model-server and plugin images) and ``eks-auth:AssumeRoleForPodIdentity`` on this EKS cluster for
+the node's Pod Identity agent.
 """
 
 from __future__ import annotations
@@ -78,7 +79,7 @@ class HyperPodCluster(Construct):
             destination_bucket=self.lifecycle_bucket,
             destination_key_prefix=SCRIPTS_PREFIX,
         )
-        self.execution_role = self._execution_role()
+        self.execution_role = self._execution_role(eks_cluster)
         self.execution_role.add_to_policy(
             iam.PolicyStatement(
                 sid="ReadLifecycleScripts",
@@ -152,7 +153,7 @@ class HyperPodCluster(Construct):
             else None,
         )
 
-    def _execution_role(self) -> iam.Role:
+    def _execution_role(self, eks_cluster: eks.Cluster) -> iam.Role:
         role = iam.Role(
             self,
             "ExecutionRole",
@@ -200,11 +201,13 @@ class HyperPodCluster(Construct):
                 resources=["*"],
             )
         )
+        # The Pod Identity agent on these nodes exchanges tokens of this cluster only; the action takes
+        # the cluster's ARN (AWS's managed node policies grant it on every cluster).
         role.add_to_policy(
             iam.PolicyStatement(
                 sid="PodIdentityForNodeAgents",
                 actions=["eks-auth:AssumeRoleForPodIdentity"],
-                resources=["*"],
+                resources=[eks_cluster.cluster_arn],
             )
         )
         return role
