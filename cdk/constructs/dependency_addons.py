@@ -124,16 +124,24 @@ class DependencyAddons(Construct):
                 resolve_conflicts="OVERWRITE",
                 service_account_role_arn=self._irsa_role_for(dependency.name),
             )
+            role = self._workload_role_for(dependency.name)
+            if role is not None:
+                # Created after the role's inline policy and deleted before it, like CDK's functions.
+                addon.node.add_dependency(role.role)
             if self.pod_identity_agent is not None:
                 addon.add_resource_dependency(self.pod_identity_agent)
             self.addons[dependency.name] = addon
 
-    def _irsa_role_for(self, name: str) -> str | None:
-        if name == S3_CSI_ADDON and self.s3_csi_role is not None:
-            return self.s3_csi_role.role.role_arn
+    def _workload_role_for(self, name: str) -> WorkloadRole | None:
+        if name == S3_CSI_ADDON:
+            return self.s3_csi_role
         if name == FSX_CSI_ADDON:
-            return self.fsx_csi_role.role.role_arn
+            return self.fsx_csi_role
         return None
+
+    def _irsa_role_for(self, name: str) -> str | None:
+        role = self._workload_role_for(name)
+        return role.role.role_arn if role is not None else None
 
 
 def _construct_id(addon_name: str) -> str:

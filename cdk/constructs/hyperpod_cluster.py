@@ -7,7 +7,8 @@ each node runs ``hyperpod.lifecycleScriptOnCreate`` (default ``on_create.sh``) o
 fixed, so the bucket is deleted with the stack (objects first): ``cdk destroy`` then ``cdk deploy``
 must not find it left over. The execution role carries the managed
 ``AmazonSageMakerClusterInstanceRolePolicy``, the ENI permissions EKS orchestration needs, ECR pull
-(model-server and plugin images) and ``eks-auth:AssumeRoleForPodIdentity`` for node agents.
+(model-server and plugin images) and ``eks-auth:AssumeRoleForPodIdentity`` on this EKS cluster for
+the node's Pod Identity agent.
 """
 
 from __future__ import annotations
@@ -78,7 +79,7 @@ class HyperPodCluster(Construct):
             destination_bucket=self.lifecycle_bucket,
             destination_key_prefix=SCRIPTS_PREFIX,
         )
-        self.execution_role = self._execution_role()
+        self.execution_role = self._execution_role(eks_cluster)
         self.execution_role.add_to_policy(
             iam.PolicyStatement(
                 sid="ReadLifecycleScripts",
@@ -120,7 +121,10 @@ class HyperPodCluster(Construct):
                 for group in config.instance_groups
             ],
         )
-        self.cluster.node.add_dependency(self.scripts, *after)
+        # The role's inline policy (ENI, ECR, lifecycle scripts) is a resource of its own: without the
+        # dependency CloudFormation creates the cluster beside it, and on delete removes it while
+        # HyperPod still tears down the nodes' network interfaces with the role.
+        self.cluster.node.add_dependency(self.scripts, self.execution_role, *after)
 
     def _instance_group(
         self, group: InstanceGroupConfig, *, on_create: str
@@ -149,7 +153,7 @@ class HyperPodCluster(Construct):
             else None,
         )
 
-    def _execution_role(self) -> iam.Role:
+    def _execution_role(self, eks_cluster: eks.Cluster) -> iam.Role:
         role = iam.Role(
             self,
             "ExecutionRole",
@@ -197,11 +201,13 @@ class HyperPodCluster(Construct):
                 resources=["*"],
             )
         )
+        # The Pod Identity agent on these nodes exchanges tokens of this cluster only; the action takes
+        # the cluster's ARN (AWS's managed node policies grant it on every cluster).
         role.add_to_policy(
             iam.PolicyStatement(
                 sid="PodIdentityForNodeAgents",
                 actions=["eks-auth:AssumeRoleForPodIdentity"],
-                resources=["*"],
+                resources=[eks_cluster.cluster_arn],
             )
         )
         return role

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
@@ -42,6 +42,21 @@ def policy_json(partition: str) -> dict[str, Any]:
 
 def policy_document() -> iam.PolicyDocument:
     return iam.PolicyDocument.from_json(policy_json(cdk.Aws.PARTITION))
+
+
+WILDCARD_REASON: Final = (
+    "the controller's upstream policy (kubernetes-sigs/aws-load-balancer-controller "
+    "docs/install/iam_policy.json, without WAF, Shield and Cognito): it creates load balancers, target "
+    "groups, listeners and security groups at run time, so their ARNs are unknown. CreateLoadBalancer and "
+    "CreateTargetGroup need an elbv2.k8s.aws/cluster request tag, and changing or deleting them or its "
+    "security groups needs that tag on the resource (any value: any cluster's controller); as upstream "
+    "has them, listener and rule changes, RegisterTargets/DeregisterTargets and ingress rules on any "
+    "security group (the nodes' own) carry no tag condition, and ec2:CreateSecurityGroup, "
+    "iam:CreateServiceLinkedRole (elasticloadbalancing only), acm:DescribeCertificate, "
+    "ec2:GetSecurityGroupsForVpc and the Describe calls are on Resource *"
+)
+"""The AwsSolutions-IAM5 acknowledgement: what the wildcards allow, as the policy file has it
+(``tests/cdk/test_iam_wildcards.py`` checks it names every write on ``Resource *``)."""
 
 
 def wildcard_resources() -> list[str]:
@@ -85,20 +100,10 @@ class LoadBalancerController(Construct):
             self.policy,
             "CKV_AWS_111",
             reason="the controller creates load balancers, target groups and security groups whose ARNs "
-            "exist only at run time; mutations are conditioned on the elbv2.k8s.aws/cluster tag",
+            "exist only at run time; upstream's policy file conditions most of its writes on the "
+            "elbv2.k8s.aws/cluster tag (listed with the cdk-nag acknowledgement)",
         )
-        acknowledge(
-            self.policy,
-            "AwsSolutions-IAM5",
-            reason=(
-                "the controller creates load balancers, target groups and security groups at run "
-                "time, so their "
-                "ARNs are unknown; mutations are conditioned on the elbv2.k8s.aws/cluster tag and only "
-                "Describe/List "
-                "actions (which support no resource scoping) use Resource *"
-            ),
-            findings=wildcard_resources(),
-        )
+        acknowledge(self.policy, "AwsSolutions-IAM5", reason=WILDCARD_REASON, findings=wildcard_resources())
         service_account: dict[str, object] = {
             "create": True,
             "name": pins.LOAD_BALANCER_CONTROLLER_SERVICE_ACCOUNT,
