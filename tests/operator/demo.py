@@ -170,7 +170,11 @@ async def run(workdir: Path) -> int:
                 gateway_port = _free_port()
                 args[args.index("--port") + 1] = str(gateway_port)
                 args[args.index("--management-port") + 1] = str(_free_port())  # /metrics, pod detail
-                args += ["--kubeconfig", str(kubeconfig), "--host", "127.0.0.1", "--drain-seconds", "0"]
+                if "--drain-seconds" in args:  # the rendered pod drains for its load balancer: none here
+                    args[args.index("--drain-seconds") + 1] = "0"
+                else:
+                    args += ["--drain-seconds", "0"]
+                args += ["--kubeconfig", str(kubeconfig), "--host", "127.0.0.1"]
                 print("kubelet stand-in: igw " + " ".join(args))
                 gateway = _start_gateway(args, workdir / "gateway.log", env)
                 url = f"http://127.0.0.1:{gateway_port}"

@@ -22,3 +22,5 @@ def test_demo_prints_status_and_a_completion(
     assert "Rollout State:  Available" in out or "rolloutState: Available" in out
     assert '"finish_reason"' in out
     assert "kubelet stand-in: igw serve --config" in out
+    stand_in = next(line for line in out.splitlines() if line.startswith("kubelet stand-in: "))
+    assert stand_in.split().count("--drain-seconds") == 1, stand_in  # the rendered one, replaced
