@@ -214,6 +214,7 @@ def test_a_reference_picker_config_with_bad_parameters_warns_and_strict_plugins_
     assert f"{path}:6: warning: plugins[1].parameters.blockSize: must be >= 1, got 0" in captured.err
     assert "unknown field 'blocksize'" in captured.err
     assert "1 EndpointPickerConfig document(s) checked, 0 problem(s)" in captured.err
+    assert "0 InferenceGatewayConfig" not in captured.err  # a file of other kinds counts only those
     assert main(["validate", "--strict-plugins", str(path)]) == 1
     out = capsys.readouterr().out
     expected = f"{path}:6: plugins[1].parameters.blockSize: must be >= 1, got 0 [endpoint-picker-parameter]"

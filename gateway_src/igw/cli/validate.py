@@ -216,7 +216,8 @@ def _run(args: argparse.Namespace) -> int:
         for finding in findings:
             print(finding.text())
         problems = sum(1 for f in findings if f.rule != "unreadable")
-        counted = [f"{total - sum(others.values())} InferenceGatewayConfig document(s)"]
+        configs = total - sum(others.values())
+        counted = [f"{configs} InferenceGatewayConfig document(s)"] if configs or not others else []
         counted += [f"{count} {kind} document(s)" for kind, count in sorted(others.items())]
         print(
             " and ".join(counted)
