@@ -434,7 +434,10 @@ def _carries_token(chunk: bytes) -> bool:
 
     TTFT is the time to the first *token*: vLLM sends the role chunk with the first token, other
     servers before prefill, and counting that would make slow-prefill pods look fast. Bytes that do
-    not parse as complete events (an event split across reads) count as output.
+    not parse as complete events (an event split across reads) count as output, as does an event
+    whose ``choices`` is not a list: the model server's bytes are relayed, never assumed to have
+    the shape of a completion chunk (before session s40 ``{"choices": 5}`` raised TypeError here,
+    which cut the client's stream without its terminal event and skipped the request's accounting).
     """
     for line in chunk.split(b"\n"):
         if not line.startswith(b"data:"):
@@ -457,7 +460,10 @@ def _carries_token(chunk: bytes) -> bool:
             if kind.endswith(".delta") or kind == "content_block_delta" or kind in RESPONSE_ENDS:
                 return True
             continue
-        for choice in event.get("choices") or ():
+        choices = event.get("choices")
+        if choices is not None and not isinstance(choices, list):
+            return True
+        for choice in choices or ():
             if not isinstance(choice, dict):
                 return True
             delta = choice.get("delta")
