@@ -72,6 +72,9 @@ class FakeModelServer:
     poison: bytes | None = None
     """A completion request whose body contains these bytes is answered 500, as an engine whose
     request processing fails on one input (a poison request: its fault, not the pod's)."""
+    reported: dict[str, int] | None = None
+    """Not None: the usage a completion's answer and its stream's usage chunk report, in place of the
+    true counts (an engine that lies: a broken or compromised model server)."""
     infer_reset: bool = False
     """Every inference request is read, then its connection closed with no answer (an engine crash)."""
     received: list[Received] = field(default_factory=list)
@@ -193,11 +196,7 @@ class FakeModelServer:
                         "server": self.name,
                         "model": data.get("model"),
                         "choices": [{"index": 0, "text": "t" * self.tokens, "finish_reason": "length"}],
-                        "usage": {
-                            "prompt_tokens": PROMPT_TOKENS,
-                            "completion_tokens": self.tokens,
-                            "total_tokens": PROMPT_TOKENS + self.tokens,
-                        },
+                        "usage": self._usage(),
                     }
                 )
             resp = web.StreamResponse(
@@ -225,12 +224,7 @@ class FakeModelServer:
             relayed = request.headers.get(RELAY_USAGE_HEADER) == RELAY_USAGE
             asked = relayed or (isinstance(options, dict) and options.get("include_usage") is True)
             if asked and self.usage_chunk:
-                usage = {
-                    "prompt_tokens": PROMPT_TOKENS,
-                    "completion_tokens": self.tokens,
-                    "total_tokens": PROMPT_TOKENS + self.tokens,
-                }
-                chunk = {"id": "cmpl-1", "object": "text_completion", "choices": [], "usage": usage}
+                chunk = {"id": "cmpl-1", "object": "text_completion", "choices": [], "usage": self._usage()}
                 await resp.write(b"data: " + orjson.dumps(chunk) + b"\n\n")
             await resp.write(b"data: [DONE]\n\n")
             await resp.write_eof()
@@ -512,6 +506,16 @@ class FakeModelServer:
         server: Any = site._server
         self.port = server.sockets[0].getsockname()[1]
         return self
+
+    def _usage(self) -> dict[str, int]:
+        """A completion's usage: :attr:`reported` when set, else the true counts."""
+        if self.reported is not None:
+            return dict(self.reported)
+        return {
+            "prompt_tokens": PROMPT_TOKENS,
+            "completion_tokens": self.tokens,
+            "total_tokens": PROMPT_TOKENS + self.tokens,
+        }
 
     async def stop(self) -> None:
         if self._runner is not None:

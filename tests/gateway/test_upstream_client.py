@@ -17,6 +17,7 @@ import uvloop
 
 from igw.gateway.tcp_keepalive import UPSTREAM
 from igw.gateway.upstream_client import (
+    MAX_RESPONSE_FIELDS,
     MAX_RESPONSE_HEAD_BYTES,
     READ_HIGH_WATER,
     ConnectFailed,
@@ -352,6 +353,31 @@ async def test_a_response_head_that_never_ends_is_broken_past_the_bound(start: b
         with pytest.raises(UpstreamBroken, match="response head is larger than"):
             await asyncio.wait_for(post(p, srv, b"a"), timeout=10)
     assert sent[0] < 16 * MAX_RESPONSE_HEAD_BYTES  # the socket buffers' worth, not the whole
+
+
+async def test_a_response_with_more_header_fields_than_the_bound_is_broken() -> None:
+    """At most :data:`MAX_RESPONSE_FIELDS` fields (``Content-Type`` and ``Content-Length`` among
+    them): one more and the request fails, its connection aborted; before session s40 thousands
+    were taken and relayed to the client, whose HTTP library refused them."""
+    answers: list[bytes] = []
+
+    async def answer(srv: ScriptedServer, reader: asyncio.StreamReader, out: asyncio.StreamWriter) -> None:
+        await srv.read_request(reader)
+        out.write(answers[0])
+        await out.drain()
+        await reader.read()
+
+    for extra, fails in ((MAX_RESPONSE_FIELDS - 2, False), (MAX_RESPONSE_FIELDS - 1, True)):
+        answers[:] = [ok(b"{}", *(b"X-H%d: v\r\n" % i for i in range(extra)))]
+        async with scripted(answer) as srv, pool() as p:
+            if fails:
+                with pytest.raises(UpstreamBroken, match=f"more than {MAX_RESPONSE_FIELDS} header fields"):
+                    await post(p, srv, b"a")
+            else:
+                resp = await post(p, srv, b"a")
+                assert len(resp.fields) == MAX_RESPONSE_FIELDS
+                assert await resp.read() == b"{}"
+                resp.close()
 
 
 async def test_reading_pauses_above_the_high_water_mark_and_resumes() -> None:

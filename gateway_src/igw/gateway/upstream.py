@@ -234,6 +234,15 @@ def upstream_header_block(
     return b"".join(lines)
 
 
+MAX_REPORTED_TOKENS: Final = 1 << 30
+"""The largest token count of a model server's ``usage`` the gateway believes (about a billion: a
+hundred times the longest context window served today). A count outside 0 to this is no count (the
+answer is then counted as one that reported none, by the prompt's estimate and its events): a model
+server is not trusted with what every tenant is charged. Before session s40 a negative count failed
+the request with a 500 after the answer had arrived (the token counter refused it), and one near
+``2**64`` made the Redis rate-limit script fail (an expiry it cannot represent), which declared the
+backend down for every tenant of the replica (``onRedisUnavailable`` applied to all of them)."""
+
 RESPONSES_USAGE: Final = (("input_tokens", "prompt_tokens"), ("output_tokens", "completion_tokens"))
 """The Responses API's and the Anthropic Messages API's usage names -> the completion APIs' (which
 the metrics, the token rate limits and the scheduler's feedback read)."""
@@ -256,7 +265,11 @@ def _usage_from(obj: object) -> Mapping[str, int] | None:
             usage = response.get("usage")
     if not isinstance(usage, dict):
         return None
-    counts = {k: v for k, v in usage.items() if isinstance(v, int) and not isinstance(v, bool)}
+    counts = {
+        k: v
+        for k, v in usage.items()
+        if isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_REPORTED_TOKENS
+    }
     if "prompt_tokens" not in counts:  # not a completion API's answer (one test for those)
         for name, alias in RESPONSES_USAGE:  # a Responses API or Anthropic answer, or a part of one
             if name in counts and alias not in counts:
@@ -421,7 +434,10 @@ def _carries_token(chunk: bytes) -> bool:
 
     TTFT is the time to the first *token*: vLLM sends the role chunk with the first token, other
     servers before prefill, and counting that would make slow-prefill pods look fast. Bytes that do
-    not parse as complete events (an event split across reads) count as output.
+    not parse as complete events (an event split across reads) count as output, as does an event
+    whose ``choices`` is not a list: the model server's bytes are relayed, never assumed to have
+    the shape of a completion chunk (before session s40 ``{"choices": 5}`` raised TypeError here,
+    which cut the client's stream without its terminal event and skipped the request's accounting).
     """
     for line in chunk.split(b"\n"):
         if not line.startswith(b"data:"):
@@ -444,7 +460,10 @@ def _carries_token(chunk: bytes) -> bool:
             if kind.endswith(".delta") or kind == "content_block_delta" or kind in RESPONSE_ENDS:
                 return True
             continue
-        for choice in event.get("choices") or ():
+        choices = event.get("choices")
+        if choices is not None and not isinstance(choices, list):
+            return True
+        for choice in choices or ():
             if not isinstance(choice, dict):
                 return True
             delta = choice.get("delta")

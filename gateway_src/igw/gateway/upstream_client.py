@@ -28,7 +28,7 @@ Behaviour the forward path relies on:
 * a response whose connection closes before it is complete raises :class:`UpstreamBroken`, as does
   one whose head (interim responses included) passes :data:`MAX_RESPONSE_HEAD_BYTES` unfinished, and
   one whose status is outside 100-599 (``HTTP/1.1 000 X``: neither an interim response to wait past
-  nor a status to relay);
+  nor a status to relay), and one with more than :data:`MAX_RESPONSE_FIELDS` header fields;
 * a pooled connection that receives bytes while idle (no request in flight), or bytes after its
   response's end, is closed, never reused: unsolicited bytes left in the parser would be read as the
   start of the next request's response (a desync: the next answer read as the junk's continuation);
@@ -81,6 +81,14 @@ s39 nothing bounded it: llhttp reports a header field only once it is whole, and
 accumulates its value by concatenation, so a broken or hostile model server streaming one endless
 field (or endless fields, or endless ``103 Early Hints``) grew the gateway's memory without limit
 (from 77 MB to 490 MB resident in 20 s, one request) while the request waited for a head that never came."""
+
+MAX_RESPONSE_FIELDS: Final = 100
+"""Most header fields a response may have (Envoy's ``max_headers_count``, which it applies to
+upstream responses too; the gateway's own ``--max-headers`` default for requests). A model server
+sends about five; the gateway relays what it sends, and before session s40 a head of thousands of
+fields reached the client, whose HTTP library refused it with an error of its own (aiohttp's client
+``400, message='Too many headers received'``, read as the gateway's 400; Python's ``http.client``
+``got more than 100 headers``) instead of the gateway's 502 ``upstream_error``."""
 
 
 NOTED_FIELDS: Final = frozenset(
@@ -354,6 +362,13 @@ class _Connection:
         if status < 200:  # an interim response (100 Continue): the real one follows
             self.fields = []
             self.noted = {}
+            return
+        if len(self.fields) > MAX_RESPONSE_FIELDS:
+            self._fail(
+                UpstreamBroken(
+                    f"the model server's response has more than {MAX_RESPONSE_FIELDS} header fields"
+                )
+            )
             return
         self.status = status
         self.keep_alive = self._parser.should_keep_alive()

@@ -1,0 +1,85 @@
+"""A broken or hostile model server's answers: relayed faithfully where they are HTTP and SSE, a
+clear OpenAI-shaped error where they are not, never an error in the gateway.
+
+- Stream events of a shape no engine sends are relayed, not trusted: before session s40 an event
+  whose ``choices`` was not a list (``{"choices": 5}``, ``{"choices": true}``) raised TypeError inside
+  the relay, which cut the client's stream without its terminal event or ``[DONE]``, logged a
+  traceback and skipped the request's accounting.
+- A head of more header fields than :data:`~igw.gateway.upstream_client.MAX_RESPONSE_FIELDS` is a
+  502 ``upstream_error``: before s40 it was relayed, and the client's own HTTP library refused it
+  (aiohttp's client with ``400, message='Too many headers received'``, as if the gateway had
+  answered 400).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+
+from igw.gateway.upstream import _carries_token
+from igw.gateway.upstream_client import MAX_RESPONSE_FIELDS
+from tests.reliability.harness import gateway_doc, in_process_gateway, scripted_upstream
+
+ODD_EVENTS = (b'data: {"choices": 5}\n\n', b'data: {"choices": true}\n\n', b'data: {"choices": "x"}\n\n')
+
+
+async def odd_stream(request: web.Request) -> web.StreamResponse:
+    await request.read()
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await resp.prepare(request)
+    for event in ODD_EVENTS:
+        await resp.write(event)
+    await resp.write(b'data: {"choices": [{"index": 0, "text": "hi"}]}\n\ndata: [DONE]\n\n')
+    await resp.write_eof()
+    return resp
+
+
+async def test_events_whose_choices_are_not_a_list_are_relayed_whole(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with (
+        scripted_upstream({"POST /v1/completions": odd_stream}) as key,
+        in_process_gateway(tmp_path, gateway_doc(), [key]) as gw,
+    ):
+        for _ in range(2):
+            resp = await gw.complete("hello", stream=True)
+            assert resp.status == 200
+            streamed = await resp.read()
+            assert all(event in streamed for event in ODD_EVENTS)
+            assert streamed.endswith(b"data: [DONE]\n\n")
+        metrics = await (await gw.http.get(gw.url + "/metrics")).text()
+    assert "unhandled error" not in caplog.text
+    # each stream was counted (its first token observed, its outcome recorded)
+    (ttft,) = [m for m in metrics.splitlines() if m.startswith("igw_time_to_first_token_seconds_count")]
+    assert float(ttft.split()[-1]) == 2
+
+
+@pytest.mark.parametrize("event", ODD_EVENTS)
+def test_an_event_of_another_shape_counts_as_output(event: bytes) -> None:
+    assert _carries_token(event) is True
+
+
+async def many_fields(request: web.Request) -> web.Response:
+    await request.read()
+    headers = {f"X-Field-{i}": "v" for i in range(int(request.query.get("fields", "0")))}
+    return web.json_response({"choices": [{"index": 0, "text": "hi"}]}, headers=headers)
+
+
+async def test_an_answer_with_too_many_header_fields_is_a_502(tmp_path: Path) -> None:
+    async with (
+        scripted_upstream({"POST /v1/completions": many_fields}) as key,
+        in_process_gateway(tmp_path, gateway_doc(), [key]) as gw,
+    ):
+        url = gw.url + "/v1/completions"
+        body = {"model": "llama", "prompt": "hello", "max_tokens": 4}
+        # an answer of 100 fields is relayed (aiohttp adds Content-Type, Content-Length, Date, Server)
+        async with gw.http.post(url, params={"fields": str(MAX_RESPONSE_FIELDS - 4)}, json=body) as resp:
+            assert resp.status == 200
+            assert resp.headers["X-Field-0"] == "v"
+        async with gw.http.post(url, params={"fields": "5000"}, json=body) as resp:
+            assert resp.status == 502
+            error = (await resp.json())["error"]
+        assert error["code"] == "upstream_error"
+        assert len(resp.headers) < 20
