@@ -155,7 +155,7 @@ NAMESPACE_TERMINATING_CAUSE: Final = "NamespaceTerminating"
 def namespace_terminating(exc: BaseException) -> bool:
     """Whether ``exc`` is the API server's refusal to create in a namespace being deleted (403
     ``Forbidden`` with a ``NamespaceTerminating`` cause), as opposed to an RBAC 403."""
-    if isinstance(exc, NamespaceTerminating):
+    if isinstance(exc, NamespaceTerminating | NamespaceTerminatedMidway):
         return True
     body = getattr(exc, "body", None)
     if isinstance(body, bytes):
@@ -175,6 +175,13 @@ def namespace_terminating(exc: BaseException) -> bool:
 class PartlyApplied(IgwToolingError):
     """Every object passed its dry run, but a real write was then refused: the message lists what was
     written, what was refused and what was not written."""
+
+
+class NamespaceTerminatedMidway(PartlyApplied):
+    """Every object passed its dry run, then the namespace began terminating before the real writes
+    were done: the API server refused the next create there (``NamespaceLifecycle``). Not a fault to
+    chase, as :class:`NamespaceTerminating` is not; reported as ``PartlyApplied`` it made the status say
+    ``ApplyFailed`` and the log a WARNING for what the namespace's deletion clears up anyway."""
 
 
 def _listed(labels: Sequence[str]) -> str:
@@ -322,6 +329,13 @@ class Kube:
                 sent = self._write_through_conflicts(write)
             except Exception as exc:
                 rest = [w.label for w in writes[index + 1 :]]
+                if namespace_terminating(exc):
+                    raise NamespaceTerminatedMidway(
+                        f"namespace {write.body['metadata'].get('namespace', '')} is being deleted: it "
+                        f"began after this pass's dry run, so {write.label} and what follows cannot be "
+                        f"put back (written {_listed(written)}; not written {_listed(rest)}); the rest "
+                        "of the data plane goes with the namespace"
+                    ) from exc
                 raise PartlyApplied(
                     f"partly applied: written {_listed(written)}; refused {write.label} "
                     f"({refusal_text(exc)}); not written {_listed(rest)}"
