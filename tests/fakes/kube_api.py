@@ -113,9 +113,11 @@ from tests.fakes.kube_discovery import (
     table,
     wants_table,
 )
+from tests.fakes.kube_field_errors import FieldError, invalid_details, invalid_message, quoted
 from tests.fakes.kube_rbac import Rbac
 from tests.fakes.kube_selectors import SelectorError, parse_field_selector, parse_label_selector
 from tests.fakes.kube_store import (
+    BUILTIN_KINDS,
     FIELD_VALIDATION_DIRECTIVES,
     KubeStore,
     ResourceKind,
@@ -639,6 +641,7 @@ class FakeKubeApiServer:
                     field_validation=directive,
                     warnings=write_warnings,
                     dry_run=dry_run,
+                    precondition_uid=str((body.get("metadata") or {}).get("uid") or "") or None,
                 )
             else:
                 written = await self._patch(
@@ -775,6 +778,7 @@ class FakeKubeApiServer:
                 raise
             read_version = current["metadata"]["resourceVersion"]
             updated = apply(current, patch)
+            _check_patched_uid(kind, name, subresource, current, updated)
             sent_version = updated.setdefault("metadata", {}).get("resourceVersion")
             pinned = sent_version is not None and sent_version != read_version
             if not pinned:
@@ -912,6 +916,32 @@ class FakeKubeApiServer:
         with contextlib.suppress(ConnectionResetError, ClientConnectionError):
             await response.write_eof()
         return response
+
+
+def _check_patched_uid(
+    kind: ResourceKind, name: str, subresource: str | None, current: Mapping[str, Any], patched: Any
+) -> None:
+    """A patch that changes ``metadata.uid``, as the API server answers it. A PATCH is no uid
+    precondition (its ``UpdatedObjectInfo`` holds no object to take one from, unlike a PUT's): the
+    changed uid fails update validation (``rest.BeforeUpdate``: 422, ``field is immutable``), on the
+    object and on a built-in kind's ``/status`` (a kubelet's pod status patch relies on that). On a
+    custom resource's ``/status`` the status strategy copies the stored object and keeps only the
+    patched ``status`` (``statusStrategy.PrepareForUpdate``), so the uid sent is dropped and the
+    write lands on whatever object has that name now; a JSON patch's ``test`` op on
+    ``/metadata/uid`` is what makes such a status write conditional on it."""
+    stored = str((current.get("metadata") or {}).get("uid") or "")
+    sent = str(((patched.get("metadata") if isinstance(patched, Mapping) else None) or {}).get("uid") or "")
+    custom = kind.schema is not None or kind not in BUILTIN_KINDS
+    if (subresource == "status" and custom) or not sent or sent == stored:
+        return
+    error = FieldError("metadata.uid", "FieldValueInvalid", quoted(sent), "field is immutable")
+    qualified = f"{kind.kind}.{kind.group}" if kind.group else kind.kind
+    raise StoreError(
+        422,
+        "Invalid",
+        invalid_message(qualified, name, [error]),
+        details=invalid_details(kind.group, kind.kind, name, [error]),
+    )
 
 
 def _selected_event_type(event_type: str, matches_now: bool, matched_before: bool) -> str | None:

@@ -249,12 +249,8 @@ class Reconciler:
         if wanted == previous:
             return
         try:
-            await self._kube.patch_status(
-                meta["namespace"],
-                meta["name"],
-                {"conditions": wanted},
-                api_version=EXTENSION_API_VERSION,
-                kind=str(obj.get("kind")),
+            await self._kube.write_status(
+                obj, {"conditions": wanted}, api_version=EXTENSION_API_VERSION, kind=str(obj.get("kind"))
             )
         except Exception as exc:  # reported in the log; the next pass writes it again
             log.warning(
@@ -330,15 +326,11 @@ class Reconciler:
         )
         await self._report_bindings(igwc, bound, merged, refusal)
         status, transitions = compute_status(igwc, seen, now=self._clock())
-        if _differs(status, igwc.get("status") or {}):
-            # deferred: start-up cost: kubernetes.dynamic loads with the client, in the worker thread
-            from kubernetes.dynamic.exceptions import NotFoundError
-
-            try:
-                await self._kube.patch_status(namespace, name, status)
-            except NotFoundError:  # deleted during the pass: nothing to report on
-                log.debug("%s/%s: deleted while its pass ran; status not written", namespace, name)
-                return
+        if _differs(status, igwc.get("status") or {}) and not await self._kube.write_status(igwc, status):
+            # Deleted during the pass, or deleted and made anew under its name: the new object's own
+            # pass reports on it; this one's status and transitions were the old object's.
+            log.debug("%s/%s: deleted or made anew while its pass ran; status not written", namespace, name)
+            return
         for transition in transitions:
             await self._post(igwc, transition)
 
