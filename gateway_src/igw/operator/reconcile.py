@@ -30,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -315,15 +315,28 @@ class Reconciler:
             retired = await self._forget_import(igwc)
             if retired or not _names_import(igwc):
                 await self._retire_certificate(igwc)
-        seen = await self._observe(
-            igwc,
+        seen = Observation(
             refusal=refusal,
+            programmed=False,
             apply_error=apply_error,
             apply_reason=apply_reason,
+            served_spec=None,
+            deployment=None,
+            service=None,
             tls_problem=tls.problem,
             tls_status=tls.status,
             tls_retired=retired,
         )
+        try:
+            seen = await self._observe(igwc, seen)
+        except Exception as exc:  # a read the API server refuses (RBAC, a policy) is reported on the object
+            if await self._deleted_meanwhile(igwc):
+                return
+            # Raised, it ended the pass before the status write: the object kept no status at all (not
+            # even an ApplyFailed this pass found) and the resync logged an ERROR every pass.
+            text = refusal_text(exc)
+            log.warning("%s/%s: reading the data plane failed: %s", namespace, name, text)
+            seen = replace(seen, observe_error=f"the operator could not read the data plane: {text}")
         await self._report_bindings(igwc, bound, merged, refusal)
         status, transitions = compute_status(igwc, seen, now=self._clock())
         if _differs(status, igwc.get("status") or {}) and not await self._kube.write_status(igwc, status):
@@ -396,7 +409,8 @@ class Reconciler:
         ):
             log.info("%s/%s: deleted HorizontalPodAutoscaler %s", meta["namespace"], meta["name"], name)
 
-    async def _observe(self, igwc: Mapping[str, Any], **admission: Any) -> Observation:
+    async def _observe(self, igwc: Mapping[str, Any], known: Observation) -> Observation:
+        """``known`` (what the pass found: admission, apply, TLS) with what runs read from the API."""
         meta = igwc["metadata"]
         namespace, base = meta["namespace"], base_name(meta["name"])
         # Only what this object controls is its data plane: an object of the same name controlled by
@@ -412,18 +426,13 @@ class Reconciler:
                 pods[scheduler.name] = await self._kube.list(
                     "v1", "Pod", namespace, label_selector=scheduler.model_selector.to_query() or None
                 )
-        return Observation(
-            refusal=admission["refusal"],
-            programmed=served is not None and deployment is not None and admission["apply_error"] is None,
-            apply_error=admission["apply_error"],
-            apply_reason=admission["apply_reason"],
+        return replace(
+            known,
+            programmed=served is not None and deployment is not None and known.apply_error is None,
             served_spec=(served or {}).get("spec"),
             deployment=deployment,
             service=service,
             pods=pods,
-            tls_problem=admission["tls_problem"],
-            tls_status=admission["tls_status"],
-            tls_retired=admission["tls_retired"],
             served_problem=served_problem,
         )
 
