@@ -745,20 +745,18 @@ class FakeKubeApiServer:
         except (ValueError, yaml.YAMLError) as exc:
             raise StoreError(400, "BadRequest", f"malformed patch: {exc}") from exc
         apply: Callable[[Any, Any], Any]
-        if content_type == "application/json-patch+json":
-            apply = json_patch
-        elif content_type in (
-            "application/merge-patch+json",
-            "application/strategic-merge-patch+json",
-            "application/apply-patch+yaml",
-        ):
-            apply = merge_patch
-        else:
+        # A custom resource takes no strategic merge patch (it has no patch strategies to merge by):
+        # the API server answers 415 naming the types it takes, and ``kubectl patch`` (strategic
+        # unless told otherwise) fails on an InferenceGatewayConfig. The fake merged it as a merge patch.
+        accepted = [*_PATCH_TYPES[:2], *_PATCH_TYPES[3:]] if _custom(kind) else list(_PATCH_TYPES)
+        if content_type not in accepted:
             raise StoreError(
                 415,
                 "UnsupportedMediaType",
-                f"the body of the request was in an unknown format: {content_type}",
+                "the body of the request was in an unknown format - accepted media types include: "
+                + ", ".join(accepted),
             )
+        apply = json_patch if content_type == "application/json-patch+json" else merge_patch
         # Atomic, as the API server's GuaranteedUpdate: the patch applies to the version it replaces
         # (a write landing between read and write is retried on the newer version, never overwritten),
         # unless the patch itself names a resourceVersion - a precondition, answered 409 when stale.
@@ -918,6 +916,21 @@ class FakeKubeApiServer:
         return response
 
 
+_PATCH_TYPES = (
+    "application/json-patch+json",
+    "application/merge-patch+json",
+    "application/strategic-merge-patch+json",
+    "application/apply-patch+yaml",
+)
+"""The patch types a built-in kind takes, in the API server's order (a custom resource: all but the
+strategic merge patch)."""
+
+
+def _custom(kind: ResourceKind) -> bool:
+    """Whether ``kind`` is served from a CRD (apiextensions' handler), not a built-in kind."""
+    return kind.schema is not None or kind not in BUILTIN_KINDS
+
+
 def _check_patched_uid(
     kind: ResourceKind, name: str, subresource: str | None, current: Mapping[str, Any], patched: Any
 ) -> None:
@@ -931,8 +944,7 @@ def _check_patched_uid(
     ``/metadata/uid`` is what makes such a status write conditional on it."""
     stored = str((current.get("metadata") or {}).get("uid") or "")
     sent = str(((patched.get("metadata") if isinstance(patched, Mapping) else None) or {}).get("uid") or "")
-    custom = kind.schema is not None or kind not in BUILTIN_KINDS
-    if (subresource == "status" and custom) or not sent or sent == stored:
+    if (subresource == "status" and _custom(kind)) or not sent or sent == stored:
         return
     error = FieldError("metadata.uid", "FieldValueInvalid", quoted(sent), "field is immutable")
     qualified = f"{kind.kind}.{kind.group}" if kind.group else kind.kind

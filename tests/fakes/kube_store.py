@@ -655,14 +655,33 @@ def _pointer_parts(pointer: str) -> list[str]:
     return [p.replace("~1", "/").replace("~0", "~") for p in pointer[1:].split("/")]
 
 
+def _resolve(doc: Any, pointer: str) -> Any:
+    """The value at ``pointer`` in ``doc`` (a ``from`` of move/copy)."""
+    value = doc
+    for part in _pointer_parts(pointer):
+        value = value[int(part)] if isinstance(value, list) else value[part]
+    return copy.deepcopy(value)
+
+
 def json_patch(target: Any, operations: Any) -> Any:
-    """RFC 6902 JSON patch: add, remove, replace, test (move/copy are rarely used by clients)."""
+    """RFC 6902 JSON patch: add, remove, replace, move, copy, test."""
     if not isinstance(operations, list):
         raise StoreError(422, "Invalid", "json patch must be a list of operations")
     doc = copy.deepcopy(target)
     for op in operations:
         if not isinstance(op, dict) or "op" not in op or "path" not in op:
             raise StoreError(422, "Invalid", f"malformed json patch operation {op!r}")
+        if op["op"] in ("move", "copy"):
+            try:
+                value = _resolve(doc, str(op.get("from", "")))
+            except (KeyError, IndexError, ValueError, TypeError) as exc:
+                raise StoreError(
+                    422, "Invalid", f"json patch {op['op']} from {op.get('from')}: {exc}"
+                ) from exc
+            if op["op"] == "move":
+                doc = json_patch(doc, [{"op": "remove", "path": op["from"]}])
+            doc = json_patch(doc, [{"op": "add", "path": op["path"], "value": value}])
+            continue
         parts = _pointer_parts(op["path"])
         if not parts:
             raise StoreError(422, "Invalid", "json patch on the whole document is not supported")
