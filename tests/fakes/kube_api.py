@@ -113,9 +113,11 @@ from tests.fakes.kube_discovery import (
     table,
     wants_table,
 )
+from tests.fakes.kube_field_errors import FieldError, invalid_details, invalid_message, quoted
 from tests.fakes.kube_rbac import Rbac
 from tests.fakes.kube_selectors import SelectorError, parse_field_selector, parse_label_selector
 from tests.fakes.kube_store import (
+    BUILTIN_KINDS,
     FIELD_VALIDATION_DIRECTIVES,
     KubeStore,
     ResourceKind,
@@ -639,6 +641,7 @@ class FakeKubeApiServer:
                     field_validation=directive,
                     warnings=write_warnings,
                     dry_run=dry_run,
+                    precondition_uid=str((body.get("metadata") or {}).get("uid") or "") or None,
                 )
             else:
                 written = await self._patch(
@@ -742,20 +745,18 @@ class FakeKubeApiServer:
         except (ValueError, yaml.YAMLError) as exc:
             raise StoreError(400, "BadRequest", f"malformed patch: {exc}") from exc
         apply: Callable[[Any, Any], Any]
-        if content_type == "application/json-patch+json":
-            apply = json_patch
-        elif content_type in (
-            "application/merge-patch+json",
-            "application/strategic-merge-patch+json",
-            "application/apply-patch+yaml",
-        ):
-            apply = merge_patch
-        else:
+        # A custom resource takes no strategic merge patch (it has no patch strategies to merge by):
+        # the API server answers 415 naming the types it takes, and ``kubectl patch`` (strategic
+        # unless told otherwise) fails on an InferenceGatewayConfig. The fake merged it as a merge patch.
+        accepted = [*_PATCH_TYPES[:2], *_PATCH_TYPES[3:]] if _custom(kind) else list(_PATCH_TYPES)
+        if content_type not in accepted:
             raise StoreError(
                 415,
                 "UnsupportedMediaType",
-                f"the body of the request was in an unknown format: {content_type}",
+                "the body of the request was in an unknown format - accepted media types include: "
+                + ", ".join(accepted),
             )
+        apply = json_patch if content_type == "application/json-patch+json" else merge_patch
         # Atomic, as the API server's GuaranteedUpdate: the patch applies to the version it replaces
         # (a write landing between read and write is retried on the newer version, never overwritten),
         # unless the patch itself names a resourceVersion - a precondition, answered 409 when stale.
@@ -775,6 +776,7 @@ class FakeKubeApiServer:
                 raise
             read_version = current["metadata"]["resourceVersion"]
             updated = apply(current, patch)
+            _check_patched_uid(kind, name, subresource, current, updated)
             sent_version = updated.setdefault("metadata", {}).get("resourceVersion")
             pinned = sent_version is not None and sent_version != read_version
             if not pinned:
@@ -912,6 +914,46 @@ class FakeKubeApiServer:
         with contextlib.suppress(ConnectionResetError, ClientConnectionError):
             await response.write_eof()
         return response
+
+
+_PATCH_TYPES = (
+    "application/json-patch+json",
+    "application/merge-patch+json",
+    "application/strategic-merge-patch+json",
+    "application/apply-patch+yaml",
+)
+"""The patch types a built-in kind takes, in the API server's order (a custom resource: all but the
+strategic merge patch)."""
+
+
+def _custom(kind: ResourceKind) -> bool:
+    """Whether ``kind`` is served from a CRD (apiextensions' handler), not a built-in kind."""
+    return kind.schema is not None or kind not in BUILTIN_KINDS
+
+
+def _check_patched_uid(
+    kind: ResourceKind, name: str, subresource: str | None, current: Mapping[str, Any], patched: Any
+) -> None:
+    """A patch that changes ``metadata.uid``, as the API server answers it. A PATCH is no uid
+    precondition (its ``UpdatedObjectInfo`` holds no object to take one from, unlike a PUT's): the
+    changed uid fails update validation (``rest.BeforeUpdate``: 422, ``field is immutable``), on the
+    object and on a built-in kind's ``/status`` (a kubelet's pod status patch relies on that). On a
+    custom resource's ``/status`` the status strategy copies the stored object and keeps only the
+    patched ``status`` (``statusStrategy.PrepareForUpdate``), so the uid sent is dropped and the
+    write lands on whatever object has that name now; a JSON patch's ``test`` op on
+    ``/metadata/uid`` is what makes such a status write conditional on it."""
+    stored = str((current.get("metadata") or {}).get("uid") or "")
+    sent = str(((patched.get("metadata") if isinstance(patched, Mapping) else None) or {}).get("uid") or "")
+    if (subresource == "status" and _custom(kind)) or not sent or sent == stored:
+        return
+    error = FieldError("metadata.uid", "FieldValueInvalid", quoted(sent), "field is immutable")
+    qualified = f"{kind.kind}.{kind.group}" if kind.group else kind.kind
+    raise StoreError(
+        422,
+        "Invalid",
+        invalid_message(qualified, name, [error]),
+        details=invalid_details(kind.group, kind.kind, name, [error]),
+    )
 
 
 def _selected_event_type(event_type: str, matches_now: bool, matched_before: bool) -> str | None:

@@ -407,16 +407,29 @@ class KubeStore:
         warnings: MutableSequence[str] | None = None,
         admit_custom: bool = True,
         dry_run: bool = False,
+        precondition_uid: str | None = None,
     ) -> dict[str, Any]:
         """Replace an object (or only its status); a custom resource is admitted first, as an update
         (``admit_custom``: as for :meth:`create`). ``dry_run``: the object as it would be stored, its
-        resourceVersion still the stored one, nothing changed."""
+        resourceVersion still the stored one, nothing changed.
+
+        ``precondition_uid``: the ``metadata.uid`` a PUT's body carries. The API server makes it a
+        storage precondition (``defaultUpdatedObjectInfo.Preconditions``), checked before anything
+        else: another uid (the object deleted and made anew under its name) is refused 409. A PATCH
+        has no such precondition (see :meth:`FakeKubeApiServer._patch`)."""
         body = copy.deepcopy(dict(obj))
         with self._lock:
             key = (kind.key, namespace, name)
             current = self._objects.get(key)
             if current is None:
                 raise StoreError(404, "NotFound", f'{kind.plural} "{name}" not found')
+            stored_uid = current["metadata"].get("uid", "")
+            if precondition_uid and precondition_uid != stored_uid:
+                raise StoreError(
+                    409,
+                    "Conflict",
+                    uid_precondition_failed(kind, namespace, name, precondition_uid, stored_uid),
+                )
             sent_rv = (body.get("metadata") or {}).get("resourceVersion")
             if sent_rv and sent_rv != current["metadata"]["resourceVersion"]:
                 raise StoreError(
@@ -608,6 +621,19 @@ class KubeStore:
         yield from snapshot
 
 
+def uid_precondition_failed(kind: ResourceKind, namespace: str, name: str, sent: str, stored: str) -> str:
+    """The API server's answer to a write whose uid precondition fails (storage's ``InvalidObjError``,
+    which ``InterpretUpdateError`` turns into 409 ``Conflict``), word for word."""
+    resource = f"{kind.plural}.{kind.group}" if kind.group else kind.plural
+    prefix = f"/registry/{kind.group}/{kind.plural}" if kind.group else f"/registry/{kind.plural}"
+    key = f"{prefix}/{namespace}/{name}" if namespace else f"{prefix}/{name}"
+    return (
+        f'Operation cannot be fulfilled on {resource} "{name}": StorageError: invalid object, Code: 4, '
+        f"Key: {key}, ResourceVersion: 0, AdditionalErrorMsg: Precondition failed: UID in precondition: "
+        f"{sent}, UID in object meta: {stored}"
+    )
+
+
 def merge_patch(target: Any, patch: Any) -> Any:
     """RFC 7386 JSON merge patch (also used for strategic-merge and apply patches, see kube_api)."""
     if not isinstance(patch, dict):
@@ -629,14 +655,33 @@ def _pointer_parts(pointer: str) -> list[str]:
     return [p.replace("~1", "/").replace("~0", "~") for p in pointer[1:].split("/")]
 
 
+def _resolve(doc: Any, pointer: str) -> Any:
+    """The value at ``pointer`` in ``doc`` (a ``from`` of move/copy)."""
+    value = doc
+    for part in _pointer_parts(pointer):
+        value = value[int(part)] if isinstance(value, list) else value[part]
+    return copy.deepcopy(value)
+
+
 def json_patch(target: Any, operations: Any) -> Any:
-    """RFC 6902 JSON patch: add, remove, replace, test (move/copy are rarely used by clients)."""
+    """RFC 6902 JSON patch: add, remove, replace, move, copy, test."""
     if not isinstance(operations, list):
         raise StoreError(422, "Invalid", "json patch must be a list of operations")
     doc = copy.deepcopy(target)
     for op in operations:
         if not isinstance(op, dict) or "op" not in op or "path" not in op:
             raise StoreError(422, "Invalid", f"malformed json patch operation {op!r}")
+        if op["op"] in ("move", "copy"):
+            try:
+                value = _resolve(doc, str(op.get("from", "")))
+            except (KeyError, IndexError, ValueError, TypeError) as exc:
+                raise StoreError(
+                    422, "Invalid", f"json patch {op['op']} from {op.get('from')}: {exc}"
+                ) from exc
+            if op["op"] == "move":
+                doc = json_patch(doc, [{"op": "remove", "path": op["from"]}])
+            doc = json_patch(doc, [{"op": "add", "path": op["path"], "value": value}])
+            continue
         parts = _pointer_parts(op["path"])
         if not parts:
             raise StoreError(422, "Invalid", "json patch on the whole document is not supported")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import tempfile
+import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
@@ -14,7 +15,7 @@ import kubernetes
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from tests.fakes.kube_api import FakeKubeApiServer, forget_discovery_cache, running_fake_kube
+from tests.fakes.kube_api import FakeKubeApiServer, forget_discovery_cache, make_pod, running_fake_kube
 from tests.operator.harness import find, igwc, install_crd
 
 
@@ -225,6 +226,99 @@ def test_a_patch_naming_a_stale_resource_version_gets_409_and_changes_nothing(
     fresh = {"metadata": {"resourceVersion": current, "labels": {"a": "3"}}}
     patched = cast(dict[str, Any], custom.patch_namespaced_custom_object(*args, fresh))
     assert patched["metadata"]["labels"] == {"a": "3"}
+
+
+def _send(
+    kube: FakeKubeApiServer, method: str, path: str, body: Any, content_type: str
+) -> tuple[int, dict[str, Any]]:
+    """One raw request: its status code and JSON answer (an error's ``Status`` too)."""
+    request = urllib.request.Request(
+        f"{kube.url}{path}",
+        data=json.dumps(body).encode(),
+        method=method,
+        headers={"Content-Type": content_type},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as refused:
+        return refused.code, json.loads(refused.read())
+
+
+IGWC_PATH = (
+    "/apis/inference.sagemaker.aws.amazon.com/v1alpha1/namespaces/inference/inferencegatewayconfigs/chat"
+)
+
+
+def test_a_uid_in_a_write_is_a_precondition_only_where_the_api_server_makes_it_one(
+    kube: FakeKubeApiServer,
+) -> None:
+    """Another object's ``metadata.uid`` in a write, as the API server answers it (sources:
+    apiserver ``rest.defaultUpdatedObjectInfo.Preconditions``, ``rest.BeforeUpdate``, apiextensions
+    ``statusStrategy.PrepareForUpdate``): a PUT (object or ``/status``) makes it a precondition, 409
+    ``Precondition failed: UID in precondition``; a merge patch of the object fails validation (422,
+    ``field is immutable``), as does one of a pod's ``/status``; a merge patch of a custom resource's
+    ``/status`` drops it and writes anyway; a JSON patch ``test`` of ``/metadata/uid`` is refused 422
+    when it differs. The fake copied the stored uid over whatever a write sent, so nothing failed."""
+    uid = kube.add(igwc("chat"))["metadata"]["uid"]
+    other = "00000000-0000-4000-8000-000000000000"
+    current = find(kube, "InferenceGatewayConfig", "inference", "chat") or {}
+    for path in (IGWC_PATH, f"{IGWC_PATH}/status"):
+        replaced = {**current, "metadata": {**current["metadata"], "uid": other}, "status": {"models": "x"}}
+        code, answer = _send(kube, "PUT", path, replaced, "application/json")
+        assert code == 409, answer
+        assert answer["reason"] == "Conflict"
+        assert answer["message"] == (
+            "Operation cannot be fulfilled on inferencegatewayconfigs.inference.sagemaker.aws.amazon.com "
+            '"chat": '
+            "StorageError: invalid object, Code: 4, Key: /registry/inference.sagemaker.aws.amazon.com/"
+            "inferencegatewayconfigs/inference/chat, ResourceVersion: 0, AdditionalErrorMsg: Precondition "
+            f"failed: UID in precondition: {other}, UID in object meta: {uid}"
+        )
+    merge = "application/merge-patch+json"
+    code, answer = _send(kube, "PATCH", IGWC_PATH, {"metadata": {"uid": other, "labels": {"a": "b"}}}, merge)
+    assert code == 422, answer
+    assert answer["message"] == (
+        'InferenceGatewayConfig.inference.sagemaker.aws.amazon.com "chat" is invalid: '
+        f'metadata.uid: Invalid value: "{other}": field is immutable'
+    )
+    assert answer["details"]["causes"] == [
+        {
+            "reason": "FieldValueInvalid",
+            "message": f'Invalid value: "{other}": field is immutable',
+            "field": "metadata.uid",
+        }
+    ]
+    code, answer = _send(
+        kube, "PATCH", f"{IGWC_PATH}/status", {"metadata": {"uid": other}, "status": {"models": "y"}}, merge
+    )
+    assert code == 200, answer
+    assert (answer["metadata"]["uid"], answer["status"]) == (uid, {"models": "y"})
+
+    json_patch = "application/json-patch+json"
+    test_other: list[dict[str, Any]] = [
+        {"op": "test", "path": "/metadata/uid", "value": other},
+        {"op": "add", "path": "/status", "value": {"models": "z"}},
+    ]
+    code, answer = _send(kube, "PATCH", f"{IGWC_PATH}/status", test_other, json_patch)
+    assert code == 422, answer
+    test_same = [{**test_other[0], "value": uid}, test_other[1]]
+    code, answer = _send(kube, "PATCH", f"{IGWC_PATH}/status", test_same, json_patch)
+    assert code == 200, answer
+    assert answer["status"] == {"models": "z"}
+    assert (find(kube, "InferenceGatewayConfig", "inference", "chat") or {})["metadata"].get("labels") is None
+
+    kube.add(make_pod(name="p", namespace="inference", labels={"app": "x"}))
+    pod_uid = (find(kube, "Pod", "inference", "p") or {})["metadata"]["uid"]
+    pod_status = "/api/v1/namespaces/inference/pods/p/status"
+    code, answer = _send(
+        kube, "PATCH", pod_status, {"metadata": {"uid": other}, "status": {"phase": "Failed"}}, merge
+    )
+    assert code == 422, answer
+    code, answer = _send(
+        kube, "PATCH", pod_status, {"metadata": {"uid": pod_uid}, "status": {"phase": "Failed"}}, merge
+    )
+    assert code == 200, answer
 
 
 def test_discovery_lists_short_names_and_status_subresources(kube: FakeKubeApiServer) -> None:

@@ -211,3 +211,45 @@ def test_a_spec_over_half_the_annotation_limit_is_handled_and_so_is_its_edit(
     assert kopf_copy is not None, "kopf never recorded the object as handled"
     assert len(kopf_copy) < 200  # a digest, not a copy of the spec
     assert not [r for r in caplog.records if "Too long" in r.getMessage()]
+
+
+def test_kubectl_patch_of_a_config_takes_the_patch_types_a_custom_resource_takes(
+    cluster: FakeKubeApiServer, kubeconfig: Path
+) -> None:
+    """``kubectl patch`` sends a strategic merge patch unless told otherwise; a custom resource takes
+    none (the API server answers 415 naming the types it takes), where the fake merged it as a merge
+    patch, so a documented ``kubectl patch igwc ...`` could pass here and fail on a cluster. A merge
+    patch and a JSON patch (``move`` and ``copy`` included, which the fake refused) go through."""
+    cluster.add(igwc("chat"))
+    refused = run_kubectl(
+        kubeconfig, "patch", "igwc", "chat", "-n", "inference", "-p", '{"spec":{"bbr":{"enabled":false}}}'
+    )
+    assert refused.returncode != 0
+    assert (
+        "the body of the request was in an unknown format - accepted media types include: " in refused.stderr
+    )
+    assert "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml" in (
+        refused.stderr
+    )
+    assert find(cluster, "InferenceGatewayConfig", "inference", "chat")["spec"]["bbr"]["enabled"] is True  # type: ignore[index]
+    merge = '{"spec":{"bbr":{"enabled":false}}}'
+    assert "patched" in kubectl(
+        kubeconfig, "patch", "igwc", "chat", "-n", "inference", "--type=merge", "-p", merge
+    )
+    ops = json.dumps(
+        [
+            {"op": "add", "path": "/metadata/labels", "value": {"team": "a"}},
+            {"op": "copy", "from": "/metadata/labels", "path": "/metadata/annotations"},
+            {"op": "move", "from": "/metadata/labels/team", "path": "/metadata/labels/owner"},
+        ]
+    )
+    assert "patched" in kubectl(
+        kubeconfig, "patch", "igwc", "chat", "-n", "inference", "--type=json", "-p", ops
+    )
+    stored = find(cluster, "InferenceGatewayConfig", "inference", "chat") or {}
+    assert stored["spec"]["bbr"]["enabled"] is False
+    assert stored["metadata"]["labels"] == {"owner": "a"}
+    assert stored["metadata"]["annotations"]["team"] == "a"
+    pods = json.dumps({"metadata": {"labels": {"app": "x"}}})
+    cluster.add(make_pod(name="p", namespace="inference", labels={"app": "llama"}))
+    assert "patched" in kubectl(kubeconfig, "patch", "pod", "p", "-n", "inference", "-p", pods)

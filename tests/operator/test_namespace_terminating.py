@@ -151,3 +151,35 @@ def test_a_config_deleted_while_its_pass_runs_ends_the_pass_quietly(
         assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
     assert find(cluster, "InferenceGatewayConfig", "inference", "chat") is None
     assert not caplog.records, [r.getMessage() for r in caplog.records]
+
+
+def test_a_namespace_deleted_between_the_dry_run_and_the_writes_is_reported_namespace_terminating(
+    cluster: FakeKubeApiServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The namespace goes Terminating after every object passed its dry run, while the real writes
+    run: the first create after that is refused 403 ``NamespaceTerminating``. The pass reported
+    ``ApplyFailed`` (``PartlyApplied: ...``) with a WARNING, where the same refusal one request earlier
+    is ``NamespaceTerminating`` at INFO: not a fault to chase, the namespace's deletion clears it up."""
+    cluster.add(NAMESPACE)
+    reconciler = Reconciler(Kube(cluster.api_client()), DataPlaneSettings())
+    cluster.add(igwc("chat"))
+    namespace_kind = cluster.store.kind_for(api_version="v1", kind="Namespace")
+    written: list[str] = []
+
+    def delete_namespace_after_first_write(
+        operation: str, kind: Any, obj: Mapping[str, Any], old: Mapping[str, Any] | None, dry_run: bool
+    ) -> None:
+        if not dry_run and not written and kind.plural != "namespaces":
+            written.append(f"{kind.kind} {obj['metadata']['name']}")
+            cluster.store.delete(namespace_kind, "", "inference")
+
+    cluster.store.validators.append(delete_namespace_after_first_write)
+    with caplog.at_level(logging.INFO, logger="igw.operator"):
+        assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
+    assert written == ["ConfigMap chat-gateway-config"]
+    programmed = wait_condition(cluster, "chat", "GatewayProgrammed", "False")
+    assert programmed["reason"] == "NamespaceTerminating", programmed
+    assert "namespace inference is being deleted" in programmed["message"]
+    assert "written ConfigMap inference/chat-gateway-config" in programmed["message"]
+    assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert [r.levelno for r in caplog.records if "is being deleted" in r.getMessage()] == [logging.INFO]

@@ -36,6 +36,7 @@ from igw.config.inference_extension_crds import PLURALS as EXTENSION_PLURALS
 from igw.config.model import API_GROUP, API_VERSION
 from igw.operator.bindings import pool_name
 from igw.operator.diffbase import DigestDiffBaseStorage
+from igw.operator.kube import refusal_text
 from igw.operator.reconcile import NamespaceListing, Reconciler
 
 KOPF_PREFIX: Final = "operator.igw.dev"
@@ -91,7 +92,7 @@ class Resync:
             if isinstance(listing, NamespaceListing):
                 listed[namespace] = listing
             elif isinstance(listing, Exception):
-                log.warning("%s: listing for the resync failed: %r", namespace, listing)
+                log.warning("%s: listing for the resync failed: %s", namespace, refusal_text(listing))
         results = await asyncio.gather(
             *(
                 self._reconciler.reconcile(namespace, name, listed=listed.get(namespace))
@@ -101,7 +102,8 @@ class Resync:
         )
         for (namespace, name), result in zip(known, results, strict=True):
             if isinstance(result, Exception):
-                log.error("%s/%s: resync pass failed: %r", namespace, name, result)
+                # refusal_text: an API refusal's %r is "ForbiddenError(ApiException())", naming nothing
+                log.error("%s/%s: resync pass failed: %s", namespace, name, refusal_text(result))
             elif result is False:  # deleted while the watch was away (a relist shows no DELETED)
                 self._known.discard((namespace, name))
 

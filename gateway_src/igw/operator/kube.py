@@ -67,6 +67,20 @@ def managed_view(current: Any, desired: Any) -> Any:
     return current
 
 
+def merged_status(current: Any, patch: Mapping[str, Any]) -> dict[str, Any]:
+    """``current`` with ``patch`` merged in as a JSON merge patch (RFC 7386) would: mappings merged key
+    by key, ``None`` removing a key, anything else replacing what was there."""
+    merged: dict[str, Any] = dict(current) if isinstance(current, Mapping) else {}
+    for key, value in patch.items():
+        if value is None:
+            merged.pop(key, None)
+        elif isinstance(value, Mapping):
+            merged[key] = merged_status(merged.get(key), value)
+        else:
+            merged[key] = value
+    return merged
+
+
 class NotOwnedError(IgwToolingError):
     """A data-plane object of that name exists and is controlled by something else (or by nothing):
     the operator neither replaces nor adopts it."""
@@ -155,7 +169,7 @@ NAMESPACE_TERMINATING_CAUSE: Final = "NamespaceTerminating"
 def namespace_terminating(exc: BaseException) -> bool:
     """Whether ``exc`` is the API server's refusal to create in a namespace being deleted (403
     ``Forbidden`` with a ``NamespaceTerminating`` cause), as opposed to an RBAC 403."""
-    if isinstance(exc, NamespaceTerminating):
+    if isinstance(exc, NamespaceTerminating | NamespaceTerminatedMidway):
         return True
     body = getattr(exc, "body", None)
     if isinstance(body, bytes):
@@ -175,6 +189,13 @@ def namespace_terminating(exc: BaseException) -> bool:
 class PartlyApplied(IgwToolingError):
     """Every object passed its dry run, but a real write was then refused: the message lists what was
     written, what was refused and what was not written."""
+
+
+class NamespaceTerminatedMidway(PartlyApplied):
+    """Every object passed its dry run, then the namespace began terminating before the real writes
+    were done: the API server refused the next create there (``NamespaceLifecycle``). Not a fault to
+    chase, as :class:`NamespaceTerminating` is not; reported as ``PartlyApplied`` it made the status say
+    ``ApplyFailed`` and the log a WARNING for what the namespace's deletion clears up anyway."""
 
 
 def _listed(labels: Sequence[str]) -> str:
@@ -322,6 +343,13 @@ class Kube:
                 sent = self._write_through_conflicts(write)
             except Exception as exc:
                 rest = [w.label for w in writes[index + 1 :]]
+                if namespace_terminating(exc):
+                    raise NamespaceTerminatedMidway(
+                        f"namespace {write.body['metadata'].get('namespace', '')} is being deleted: it "
+                        f"began after this pass's dry run, so {write.label} and what follows cannot be "
+                        f"put back (written {_listed(written)}; not written {_listed(rest)}); the rest "
+                        "of the data plane goes with the namespace"
+                    ) from exc
                 raise PartlyApplied(
                     f"partly applied: written {_listed(written)}; refused {write.label} "
                     f"({refusal_text(exc)}); not written {_listed(rest)}"
@@ -529,16 +557,36 @@ class Kube:
         if isinstance(stored, Mapping):
             self._stored[key] = desired_hash(managed_view(stored, wanted))
 
-    def _patch_status(
-        self, namespace: str, name: str, status: Mapping[str, Any], api_version: str, kind: str
-    ) -> None:
+    def _write_status(
+        self, obj: Mapping[str, Any], status: Mapping[str, Any], api_version: str, kind: str
+    ) -> bool:
+        """The body of :meth:`write_status`."""
+        # deferred: start-up cost: kubernetes.dynamic loads with the client, in the worker thread
+        from kubernetes.dynamic.exceptions import NotFoundError, UnprocessibleEntityError
+
+        meta = obj["metadata"]
+        namespace, name, uid = meta["namespace"], meta["name"], str(meta.get("uid") or "")
+        if not uid:
+            raise ValueError(
+                f"{kind} {namespace}/{name}: no metadata.uid to make the status write conditional on"
+            )
+        body = [
+            {"op": "test", "path": "/metadata/uid", "value": uid},
+            {"op": "add", "path": "/status", "value": merged_status(obj.get("status"), status)},
+        ]
         resource = self._resource(api_version, kind)
-        resource.status.patch(
-            body={"status": dict(status)},
-            name=name,
-            namespace=namespace,
-            content_type="application/merge-patch+json",
-        )
+        try:
+            resource.status.patch(
+                body=body, name=name, namespace=namespace, content_type="application/json-patch+json"
+            )
+        except NotFoundError:
+            return False
+        except UnprocessibleEntityError:  # the uid test failed, or the status was refused
+            now = self._get(api_version, kind, namespace, name)
+            if now is None or (now.get("metadata") or {}).get("uid") != uid:
+                return False
+            raise
+        return True
 
     def _event(self, involved: Mapping[str, Any], *, reason: str, message: str, warning: bool) -> None:
         meta = involved["metadata"]
@@ -668,17 +716,28 @@ class Kube:
         skipped is a RoleBinding to a Role created in the same pass (:meth:`_dry_run_skipped`)."""
         return tuple(await self._in_thread(self._apply_all, objects))
 
-    async def patch_status(
+    async def write_status(
         self,
-        namespace: str,
-        name: str,
+        obj: Mapping[str, Any],
         status: Mapping[str, Any],
         *,
         api_version: str = IGWC_API_VERSION,
         kind: str = KIND,
-    ) -> None:
-        """Merge-patch the status subresource (of an InferenceGatewayConfig unless told otherwise)."""
-        await self._in_thread(self._patch_status, namespace, name, status, api_version, kind)
+    ) -> bool:
+        """Write ``status`` (a merge patch onto the status ``obj`` was read with) to the status of
+        ``obj`` (an InferenceGatewayConfig unless told otherwise) if it is still that object, not one
+        deleted and made anew under its name; ``False`` (nothing written) when it is gone or another.
+
+        A plain merge patch of ``/status`` is not conditional on anything: a pass still running while
+        its object was deleted and created again wrote the old object's status onto the new one (its
+        conditions, ``observedGeneration``, models, even ``status.tls`` naming the old object's ACM
+        import). A ``metadata.uid`` in the merge patch does not help on a custom resource: the API
+        server's status strategy copies the stored object and keeps only the patched ``status``, so
+        the uid sent is dropped. So the write is a JSON patch whose first op tests ``/metadata/uid``,
+        applied atomically against the stored object (422 when it differs), and whose second sets the
+        status that the merge patch would have given: the operator is the status's only writer, and
+        passes over one object never overlap."""
+        return await self._in_thread(self._write_status, obj, status, api_version, kind)
 
     async def event(self, involved: Mapping[str, Any], *, reason: str, message: str, warning: bool) -> None:
         await self._in_thread(self._event, involved, reason=reason, message=message, warning=warning)

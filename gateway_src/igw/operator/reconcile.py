@@ -30,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -249,12 +249,8 @@ class Reconciler:
         if wanted == previous:
             return
         try:
-            await self._kube.patch_status(
-                meta["namespace"],
-                meta["name"],
-                {"conditions": wanted},
-                api_version=EXTENSION_API_VERSION,
-                kind=str(obj.get("kind")),
+            await self._kube.write_status(
+                obj, {"conditions": wanted}, api_version=EXTENSION_API_VERSION, kind=str(obj.get("kind"))
             )
         except Exception as exc:  # reported in the log; the next pass writes it again
             log.warning(
@@ -319,26 +315,35 @@ class Reconciler:
             retired = await self._forget_import(igwc)
             if retired or not _names_import(igwc):
                 await self._retire_certificate(igwc)
-        seen = await self._observe(
-            igwc,
+        seen = Observation(
             refusal=refusal,
+            programmed=False,
             apply_error=apply_error,
             apply_reason=apply_reason,
+            served_spec=None,
+            deployment=None,
+            service=None,
             tls_problem=tls.problem,
             tls_status=tls.status,
             tls_retired=retired,
         )
+        try:
+            seen = await self._observe(igwc, seen)
+        except Exception as exc:  # a read the API server refuses (RBAC, a policy) is reported on the object
+            if await self._deleted_meanwhile(igwc):
+                return
+            # Raised, it ended the pass before the status write: the object kept no status at all (not
+            # even an ApplyFailed this pass found) and the resync logged an ERROR every pass.
+            text = refusal_text(exc)
+            log.warning("%s/%s: reading the data plane failed: %s", namespace, name, text)
+            seen = replace(seen, observe_error=f"the operator could not read the data plane: {text}")
         await self._report_bindings(igwc, bound, merged, refusal)
         status, transitions = compute_status(igwc, seen, now=self._clock())
-        if _differs(status, igwc.get("status") or {}):
-            # deferred: start-up cost: kubernetes.dynamic loads with the client, in the worker thread
-            from kubernetes.dynamic.exceptions import NotFoundError
-
-            try:
-                await self._kube.patch_status(namespace, name, status)
-            except NotFoundError:  # deleted during the pass: nothing to report on
-                log.debug("%s/%s: deleted while its pass ran; status not written", namespace, name)
-                return
+        if _differs(status, igwc.get("status") or {}) and not await self._kube.write_status(igwc, status):
+            # Deleted during the pass, or deleted and made anew under its name: the new object's own
+            # pass reports on it; this one's status and transitions were the old object's.
+            log.debug("%s/%s: deleted or made anew while its pass ran; status not written", namespace, name)
+            return
         for transition in transitions:
             await self._post(igwc, transition)
 
@@ -404,7 +409,8 @@ class Reconciler:
         ):
             log.info("%s/%s: deleted HorizontalPodAutoscaler %s", meta["namespace"], meta["name"], name)
 
-    async def _observe(self, igwc: Mapping[str, Any], **admission: Any) -> Observation:
+    async def _observe(self, igwc: Mapping[str, Any], known: Observation) -> Observation:
+        """``known`` (what the pass found: admission, apply, TLS) with what runs read from the API."""
         meta = igwc["metadata"]
         namespace, base = meta["namespace"], base_name(meta["name"])
         # Only what this object controls is its data plane: an object of the same name controlled by
@@ -420,18 +426,13 @@ class Reconciler:
                 pods[scheduler.name] = await self._kube.list(
                     "v1", "Pod", namespace, label_selector=scheduler.model_selector.to_query() or None
                 )
-        return Observation(
-            refusal=admission["refusal"],
-            programmed=served is not None and deployment is not None and admission["apply_error"] is None,
-            apply_error=admission["apply_error"],
-            apply_reason=admission["apply_reason"],
+        return replace(
+            known,
+            programmed=served is not None and deployment is not None and known.apply_error is None,
             served_spec=(served or {}).get("spec"),
             deployment=deployment,
             service=service,
             pods=pods,
-            tls_problem=admission["tls_problem"],
-            tls_status=admission["tls_status"],
-            tls_retired=admission["tls_retired"],
             served_problem=served_problem,
         )
 

@@ -8,7 +8,8 @@ Conditions (the AWS set, see ``docs/operating.md`` for every reason):
   and the previous data plane keeps serving.
 * ``GatewayProgrammed`` - the data-plane objects were applied (``Programmed``), could not be
   (``ApplyFailed``), never were because no spec was ever admitted (``NotProgrammed``), or the
-  served ConfigMap was rewritten outside the operator into no valid config (``ServedConfigInvalid``).
+  served ConfigMap was rewritten outside the operator into no valid config (``ServedConfigInvalid``),
+  or what runs could not be read (``ObserveFailed``: the API server refused a read, RBAC or a policy).
 * ``BBRReady`` - body-based routing is on and a gateway replica is ready (``Ready``), waiting
   (``GatewayNotReady``), or switched off (``Disabled``).
 * ``Ready`` - programmed, at least one gateway replica ready and every scheduler has a ready
@@ -87,6 +88,9 @@ class Observation:
     served_problem: str | None = None
     """Why the ConfigMap the gateway pods serve holds no valid InferenceGatewayConfig (edited outside
     the operator while the object's own spec is refused), else ``None``."""
+    observe_error: str | None = None
+    """Why the operator could not read what runs (the API server refused reading the served ConfigMap,
+    the Deployment, the Service or the model-server pods: RBAC, a policy), else ``None``."""
 
 
 def _pod_ready(pod: Mapping[str, Any]) -> bool:
@@ -186,6 +190,8 @@ def _conditions(
         out["AdmissionBlocked"] = ("True", refused.reason, f"the latest spec was refused; {keeps}")
     if seen.apply_error is not None:
         out["GatewayProgrammed"] = ("False", seen.apply_reason, seen.apply_error)
+    elif seen.observe_error is not None:
+        out["GatewayProgrammed"] = ("False", "ObserveFailed", seen.observe_error)
     elif seen.tls_problem is not None:
         out["GatewayProgrammed"] = ("False", *seen.tls_problem)
     elif seen.served_problem is not None:
@@ -204,6 +210,8 @@ def _conditions(
             "Disabled",
             "body-based routing is switched off (spec.bbr.enabled: false)",
         )
+    elif seen.observe_error is not None:
+        out["BBRReady"] = ("False", "ObserveFailed", seen.observe_error)
     elif gateway_ready > 0:
         out["BBRReady"] = (
             "True",
