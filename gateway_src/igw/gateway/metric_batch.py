@@ -88,7 +88,8 @@ class MetricBatch:
     """The pending updates of one metrics instance (see the module docstring)."""
 
     def __init__(self) -> None:
-        self._pending: list[PendingCount | PendingObservations] = []
+        self._pending: dict[int, PendingCount | PendingObservations] = {}
+        """By ``id``: a dict, so :meth:`discard` of one child costs no scan of the others."""
 
     def pending(self, metric: MetricWrapperBase, child: Any) -> PendingCount | PendingObservations | Any:
         """A batched stand-in for ``child`` (a child of ``metric``), or ``child`` itself when ``metric``
@@ -100,11 +101,16 @@ class MetricBatch:
             found = PendingCount(child)
         else:
             return child
-        self._pending.append(found)
+        self._pending[id(found)] = found
         return found
 
+    def discard(self, pending: Any) -> None:
+        """Stop folding ``pending`` (a stand-in :meth:`pending` returned; its child was removed from
+        its family): an update it still held is dropped with the series."""
+        self._pending.pop(id(pending), None)
+
     def fold(self) -> None:
-        for pending in self._pending:
+        for pending in self._pending.values():
             pending.fold()
 
 

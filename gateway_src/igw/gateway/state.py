@@ -118,6 +118,7 @@ class GatewayState:
         if removed:
             sr.scheduler.on_endpoints_removed(removed)
             self.flow.forget(removed)
+            self.metrics.drop_departed()  # starts the removed endpoints' grace period
         if added or removed:
             log.info("scheduler %s endpoints: +%s -%s", scheduler, added, removed)
             if self.scraper is not None:
@@ -154,6 +155,7 @@ class GatewayState:
                     self.flow.forget(removed)
         self.runtime = new
         self.config_error = None
+        self.metrics.drop_departed()  # the endpoints of a scheduler the reload removed have left too
         self._configure_flow()
         for hook in self.on_config_applied:
             hook(config)

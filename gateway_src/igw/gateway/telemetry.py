@@ -6,7 +6,9 @@ duration and TTFT also carry ``requested_model``: the name the client sent when 
 (``spec.extensions.modelRewrites``, configured names only: a name only a fallback rule caught is
 ``(unknown)``) sent it to ``model``, else ``model``. Per-endpoint
 series (scrape age, queue and KV as seen, in-flight) are produced by a collector that reads the live
-endpoint state at scrape time, so a removed endpoint's series disappear with it.
+endpoint state at scrape time, so a removed endpoint's series disappear with it; the per-endpoint
+counters (picks, ejections) of an endpoint that left every pool are dropped after a grace period
+(:mod:`igw.gateway.departed_series`), so pod churn does not grow the page or the process.
 
 In a worker group (``igw serve --workers N``) only the process that scrapes (worker 0) exports the
 series read from the scrapes - ages, failures, frozen pages, queue, running, KV, adapters, missing
@@ -28,6 +30,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.registry import Collector
 
+from igw.gateway.departed_series import DEPARTED_GRACE_S, DepartedEndpoints, EndpointLabels
 from igw.gateway.endpoints import EndpointState
 from igw.gateway.epp_compat import EppCompatCollector
 from igw.gateway.metric_batch import FoldingCounter, FoldingHistogram, MetricBatch
@@ -242,7 +245,10 @@ class GatewayMetrics:
         stale_threshold_s: Callable[[], float] = _default_stale_threshold_s,
         scrapes: bool = True,
         ejections: EjectionLister = _no_ejections,
+        departed_grace_s: float = DEPARTED_GRACE_S,
     ) -> None:
+        self._lister = lister
+        self._clock = clock
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
         self.ejected = ejections
         """Lists the endpoints outlier detection leaves out now (``igw_endpoint_ejected_seconds``, EMF)."""
@@ -365,6 +371,8 @@ class GatewayMetrics:
             self.config_reloads, self.scrapes, self.ejections, self.request_faults,
         ):  # fmt: skip
             family.folds = self._batch.fold
+        for per_endpoint in (self.picks, self.ejections):
+            per_endpoint.folds = self._drop_departed_and_fold
         r.register(
             _EndpointCollector(
                 lister=lister,
@@ -383,6 +391,9 @@ class GatewayMetrics:
         self._series: dict[tuple[str, str], ModelSeries] = {}
         self._decisions: dict[str, Any] = {}
         self._picks: dict[str, dict[str, Any]] = {}
+        self._endpoint_series: set[EndpointLabels] = set()
+        """``(scheduler, endpoint)`` of every endpoint with a child in a per-endpoint counter."""
+        self._departed = DepartedEndpoints(departed_grace_s)
 
     def child(self, metric: MetricWrapperBase, *labels: str) -> Any:
         """``metric.labels(*labels)``, cached, and batched for this instance's counters and histograms:
@@ -393,6 +404,8 @@ class GatewayMetrics:
         found = self._children.get(key)
         if found is None:
             found = self._children[key] = self._batch.pending(metric, metric.labels(*labels))
+            if metric is self.picks or metric is self.ejections:
+                self._endpoint_series.add((labels[0], labels[1]))
         return found
 
     def decision_child(self, scheduler: str) -> Any:
@@ -427,6 +440,30 @@ class GatewayMetrics:
 
     def fold(self) -> None:
         """Hand every pending update to prometheus_client (also done by every collect)."""
+        self._batch.fold()
+
+    def drop_departed(self) -> None:
+        """Drop the per-endpoint counters (picks, ejections) of every endpoint that has been out of
+        all pools for the grace period (:mod:`igw.gateway.departed_series`): their series leave
+        ``/metrics`` and their children this process. Run when those counters are collected and
+        when discovery removes endpoints, so churn without a scrape is bounded too."""
+        if not self._endpoint_series:
+            return
+        present = {(sched, st.key) for sched, st in self._lister()}
+        for labels in self._departed.expired(self._endpoint_series, present, self._clock()):
+            self._endpoint_series.discard(labels)
+            sched, key = labels
+            per_endpoint = self._picks.get(sched)
+            if per_endpoint is not None:
+                per_endpoint.pop(key, None)
+            for family in (self.picks, self.ejections):
+                child = self._children.pop((id(family), labels), None)
+                if child is not None:
+                    self._batch.discard(child)
+                    family.remove(sched, key)
+
+    def _drop_departed_and_fold(self) -> None:
+        self.drop_departed()
         self._batch.fold()
 
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import random
 import time
@@ -77,6 +78,7 @@ from igw.gateway.serving import INFLIGHT_KEY, LIMITS_KEY, ServerLimits
 from igw.gateway.shutdown import InflightRequests
 from igw.gateway.stream_usage import RELAY_USAGE, RELAY_USAGE_HEADER, StreamUsage
 from igw.gateway.telemetry import UNKNOWN_MODEL
+from igw.gateway.tenant_labels import TenantLabels
 from igw.gateway.upstream import (
     ClientGone,
     ConnectFailed,
@@ -90,7 +92,7 @@ from igw.global_router.config import GlobalRouterConfig
 from igw.global_router.emf import FleetEmfReporter
 from igw.global_router.fleet import Fleet
 from igw.global_router.heartbeats import HeartbeatReader
-from igw.global_router.limits import ModelRateLimits
+from igw.global_router.limits import WILDCARD, ModelRateLimits
 from igw.global_router.metrics import FleetMetrics
 from igw.global_router.retry_after import soonest_retry_after
 from igw.scheduling.response_affinity import RESPONSE_SEARCH, ResponseAffinity
@@ -148,9 +150,13 @@ class GlobalRouter:
         metrics: FleetMetrics,
         fleet: Fleet,
         anonymous_tenant: str,
+        tenant_label: Callable[[str], str] | None = None,
         wall_clock: Clock = SYSTEM_CLOCK,
     ) -> None:
+        """``tenant_label``: a tenant's ``tenant`` label in the router's own series (bounded, as
+        every ``igw_tenant_*`` family of the page; default: the tenant's name)."""
         self.config = config
+        self.tenant_label: Callable[[str], str] = tenant_label or str
         self.region = region
         self.guard = guard
         self.model_limits = model_limits
@@ -274,7 +280,7 @@ async def _route(
         label = _model_label(router, model)
         if denied.status == 429:
             limit = "tokens" if "(tokens)" in denied.message else "requests"
-            m.ratelimit_hits.labels(tenant, label, limit).inc()
+            m.ratelimit_hits.labels(router.tenant_label(tenant), label, limit).inc()
         m.requests.labels(label, str(denied.status)).inc()
         return _denied(denied)
     choices = router.fleet.plan(model)
@@ -711,6 +717,20 @@ async def _metrics(request: web.Request) -> web.StreamResponse:
     return web.Response(body=payload, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
+def _tenant_labels(
+    config: GlobalRouterConfig, settings: RateLimitSettings, registry: CollectorRegistry
+) -> Callable[[str], str]:
+    """The ``tenant`` label of ``igw_global_ratelimit_hits_total``: the page's shared, bounded
+    mapping (:mod:`igw.gateway.tenant_labels`), which names the tenants ``rateLimits`` and
+    ``modelRateLimits`` name and the first ``rateLimits.metrics.maxTenantLabels`` others; the rest
+    are ``other``. With ``tenantClaim: sub`` every user is a tenant: their raw names made one series
+    per refused user for the replica's life (until session s40)."""
+    labels = TenantLabels.of(registry)
+    named = settings.labelled_tenants | {e.tenant for e in config.model_limits if e.tenant != WILDCARD}
+    labels.name(named)
+    return functools.partial(labels.label, named=named, limit=settings.max_tenant_labels)
+
+
 def create_global_app(
     config: GlobalRouterConfig,
     *,
@@ -790,6 +810,7 @@ def create_global_app(
         metrics=metrics,
         fleet=fleet,
         anonymous_tenant=limit_settings.anonymous_tenant,
+        tenant_label=_tenant_labels(config, limit_settings, metrics.registry),
         wall_clock=token_clock,
     )
     app = name_every_answer(
