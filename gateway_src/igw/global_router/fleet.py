@@ -248,13 +248,18 @@ class Fleet:
 
     def searched(self, may_use: Callable[[str], bool]) -> list[ClusterSpec]:
         """The clusters a search for a stored response asks (a request that names no model has no
-        plan): the available ones serving a model ``may_use`` allows, this router's region first."""
+        plan): those available for a model ``may_use`` allows, this router's region first. A cluster
+        out for that model's failed answers is not asked (until session s40 it was, first in its
+        region: a search for a response stored elsewhere got its 5xx while it was out)."""
         now = self._clock()
         return sorted(
             (
                 spec
                 for name, spec in self.clusters.items()
-                if self.health[name].ramp(now=now) > 0 and any(may_use(model) for model in spec.models)
+                if any(
+                    may_use(model) and self.health[name].ramp(now=now, model=model) > 0
+                    for model in spec.models
+                )
             ),
             key=lambda spec: spec.region != self.region,
         )
