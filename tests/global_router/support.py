@@ -134,11 +134,15 @@ async def post_part_of_a_body(
 
 @contextlib.asynccontextmanager
 async def global_serve(
-    workdir: Path, doc: Mapping[str, Any], *, env: Mapping[str, str] | None = None
+    workdir: Path,
+    doc: Mapping[str, Any],
+    *,
+    env: Mapping[str, str] | None = None,
+    pids: list[int] | None = None,
 ) -> AsyncIterator[str]:
     """``igw global serve`` (the real command, a child process) for ``doc`` on a free loopback port;
     yields its URL once it serves (its log is read on, so it never blocks on a full pipe), then
-    SIGTERMs it and requires exit code 0 (no drain)."""
+    SIGTERMs it and requires exit code 0 (no drain). ``pids``: the process's id is appended to it."""
     config = workdir / "global.yaml"
     config.write_text(yaml.safe_dump(dict(doc)))
     proc = await asyncio.create_subprocess_exec(
@@ -146,6 +150,8 @@ async def global_serve(
         "--host", "127.0.0.1", "--port", "0", "--drain-seconds", "0",
         stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE, env={**os.environ, **(env or {})},
     )  # fmt: skip
+    if pids is not None:
+        pids.append(proc.pid)
     stderr = proc.stderr
     assert stderr is not None
     serving: asyncio.Future[str] = asyncio.get_running_loop().create_future()

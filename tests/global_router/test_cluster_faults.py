@@ -502,3 +502,58 @@ async def test_a_cluster_cut_at_max_request_seconds_before_answering_counts_a_fa
         async with http.get(url + "/readyz") as resp:
             ready = await resp.json()
         assert ready["clusters"]["frozen"]["drain_reason"] == "failures"
+
+
+def _retrieval_cluster(*, stored: str | None, failing: str | None) -> web.Application:
+    """A cluster's gateway for ``GET /v1/responses/{id}``: ``stored`` is the one response it has (a
+    200; any other id a 404); ``failing``: every retrieval answered 500 (``"500"``) or never
+    (``"hang"``) instead."""
+
+    async def retrieve(request: web.Request) -> web.Response:
+        if failing == "hang":
+            await asyncio.sleep(3600)
+        if failing == "500":
+            return web.json_response({"error": {"message": "engine crashed"}}, status=500)
+        response_id = request.match_info["response_id"]
+        if response_id != stored:
+            return web.json_response(
+                {"error": {"message": f"Response with id {response_id} not found"}}, status=404
+            )
+        return web.json_response({"id": response_id, "object": "response", "status": "completed"})
+
+    app = web.Application()
+    app.router.add_get("/v1/responses/{response_id}", retrieve)
+    return app
+
+
+@pytest.mark.parametrize("failing", ["500", "hang"])
+async def test_a_cluster_failing_every_retrieval_is_drained_and_no_longer_searched(failing: str) -> None:
+    """A cluster whose gateway answers every stored-response retrieval 500 (or never answers it,
+    past ``maxRequestSeconds``), asked first by every search (this router's region): until session
+    s40 those requests counted no failure, so it was never drained and a response stored on the
+    other cluster could not be retrieved (every GET the broken cluster's 500 or a 504). Its failures
+    count now: after ``failureThreshold`` it is out, and the search asks the other cluster."""
+    async with contextlib.AsyncExitStack() as stack:
+        broken_url = await stack.enter_async_context(
+            serve_app(_retrieval_cluster(stored=None, failing=failing), host="127.0.0.1", port=0)
+        )
+        holder_url = await stack.enter_async_context(
+            serve_app(_retrieval_cluster(stored="resp_1", failing=None), host="127.0.0.1", port=0)
+        )
+        clusters = [
+            {"name": "broken", "region": "east", "endpoint": broken_url, "models": [MODEL]},
+            {"name": "holder", "region": "west", "endpoint": holder_url, "models": [MODEL]},
+        ]
+        spec = {
+            "failover": {"failureThreshold": 2, "ejectionSeconds": 60},
+            "upstream": {"maxRequestSeconds": 1},
+        }
+        url = await stack.enter_async_context(_router(clusters, **spec))
+        http = await stack.enter_async_context(aiohttp.ClientSession())
+        statuses = []
+        for _ in range(4):
+            async with http.get(url + "/v1/responses/resp_1") as resp:
+                statuses.append((resp.status, resp.headers.get("x-igw-cluster")))
+    failed = 500 if failing == "500" else 504
+    assert statuses[2:] == [(200, "holder")] * 2, statuses
+    assert [status for status, _ in statuses[:2]] == [failed] * 2

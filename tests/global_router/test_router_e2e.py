@@ -502,6 +502,12 @@ async def test_errors_have_the_openai_shape(redis_server: RedisServer) -> None:
         assert not [r for c in fx.clusters.values() for r in c.server.received if b"someone" in r.body]
         for name in list(fx.clusters):
             await fx.crash(name)
+        # Every heartbeat stops at once, which the router cannot tell from a store refusing the
+        # gateways' writes (staleness suspended: test_store_faults.py); the refused connections drain them.
+        for replica in range(len(fx.urls)):
+            for _ in range(2):  # failureThreshold 2: each request tries every cluster
+                async with await fx.post({"model": MODEL, "prompt": "x"}, replica=replica) as resp:
+                    assert resp.status == 503
         for f in fx.fleets:
             await wait_for(partial(_all_drained, f), within=10, what="all drained")
         async with await fx.post({"model": MODEL, "prompt": "x"}) as resp:

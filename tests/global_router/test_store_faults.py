@@ -24,7 +24,7 @@ from prometheus_client import CollectorRegistry
 
 from igw.gateway.serving import serve_app
 from igw.global_router.config import parse_global_config
-from igw.global_router.fleet import Fleet
+from igw.global_router.fleet import TRANSITIONS_KEPT, Fleet
 from igw.global_router.heartbeats import HeartbeatReader
 from igw.global_router.metrics import FleetMetrics
 from igw.global_router.server import create_global_app
@@ -113,7 +113,7 @@ async def test_a_store_outage_longer_than_the_staleness_drains_nothing_when_it_e
             await fleet.poll_once()
             assert fleet.source_up
             assert drained(fleet) == ALL_AVAILABLE
-            assert fleet.transitions == []
+            assert not fleet.transitions
             # Staleness goes on from where it stood: one gateway publishes again, the other two do not.
             await publish(client, seq=2, names=("east-a",))
             clock.now += 1.0
@@ -154,7 +154,7 @@ async def test_a_store_that_lost_every_key_drains_no_cluster_as_gone(redis_serve
             clock.now += 0.5
             await fleet.poll_once()
             assert drained(fleet) == ALL_AVAILABLE
-            assert fleet.transitions == []  # no failover, so no slow start either
+            assert not fleet.transitions  # no failover, so no slow start either
             # west-a's gateway never writes again: stale once its last heartbeat is 3 s old.
             await publish(client, seq=3, names=("east-a", "east-b"))
             clock.now += 1.5
@@ -228,3 +228,76 @@ async def test_a_store_that_refuses_the_password_is_named_in_the_log_and_readyz(
                 assert RIGHT not in text
     finally:
         server.stop()
+
+
+async def test_a_store_refusing_every_write_drains_no_cluster_that_was_fresh(
+    redis_server: RedisServer,
+) -> None:
+    """A full heartbeat store (``maxmemory`` with ``noeviction``) refuses the gateways' writes
+    (``OOM command not allowed``) and still answers the router's reads. Until session s40 every
+    cluster then went stale at once and the whole fleet was drained (probe: 20 of 20 requests
+    ``503 no_healthy_cluster`` 5 s after the store filled, every cluster healthy). Now, when every
+    publishing cluster is silent past the staleness at once, the ones fresh at the fleet's last
+    heartbeat keep it (one already stale stays drained); once heartbeats come again each has its
+    staleness from where it stood then."""
+    from redis.exceptions import ResponseError
+
+    clock = Clock()
+    client = redis_asyncio.Redis.from_url(redis_server.url)
+    try:
+        async with polled_fleet(redis_server, clock) as fleet:
+            await publish(client, seq=1)
+            await fleet.poll_once()
+            clock.now += 4.5  # west-a's gateway stopped publishing before the store filled: stale
+            await publish(client, seq=2, names=("east-a", "east-b"))
+            await fleet.poll_once()
+            assert drained(fleet) == {"east-a": None, "east-b": None, "west-a": "stale"}
+            await client.config_set("maxmemory-policy", "noeviction")
+            await client.config_set("maxmemory", "1")
+            with pytest.raises(ResponseError, match="maxmemory"):
+                await publish(client, seq=3)
+            for step in (2.0, 1.5, 30.0):  # past the 3 s staleness, and far past it
+                clock.now += step
+                await fleet.poll_once()
+                assert drained(fleet) == {"east-a": None, "east-b": None, "west-a": "stale"}
+            assert fleet.readiness()[1]["heartbeats_silent_s"] == pytest.approx(33.5)
+            await client.config_set("maxmemory", "0")  # room again: east-a's gateway writes first
+            await publish(client, seq=3, names=("east-a",))
+            clock.now += 0.5
+            await fleet.poll_once()
+            assert "heartbeats_silent_s" not in fleet.readiness()[1]
+            clock.now += 2.5  # east-b's staleness from where it stood at the last heartbeat (0 s)
+            await fleet.poll_once()
+            assert drained(fleet) == {"east-a": None, "east-b": None, "west-a": "stale"}
+            clock.now += 1.0  # east-b's gateway did not write again: stale now
+            await publish(client, seq=4, names=("east-a",))
+            await fleet.poll_once()
+            assert drained(fleet) == {"east-a": None, "east-b": "stale", "west-a": "stale"}
+    finally:
+        await client.config_set("maxmemory", "0")
+        await client.aclose()  # type: ignore[attr-defined]
+
+
+async def test_a_flapping_cluster_does_not_grow_the_router_s_memory(redis_server: RedisServer) -> None:
+    """A cluster whose key is there at one poll and gone at the next (a gateway restarting in a
+    loop) makes a failover and a recovery per flap. Until session s40 the fleet kept every one for
+    the process's life (two a second, without end); it keeps the last
+    :data:`~igw.global_router.fleet.TRANSITIONS_KEPT` now (the metrics count them all)."""
+    clock = Clock()
+    client = redis_asyncio.Redis.from_url(redis_server.url)
+    try:
+        async with polled_fleet(redis_server, clock) as fleet:
+            await publish(client, seq=1)
+            await fleet.poll_once()
+            for seq in range(2, TRANSITIONS_KEPT):  # about twice as many transitions as kept
+                await client.delete(PREFIX + "east-a")
+                clock.now += 0.5
+                await fleet.poll_once()
+                await publish(client, seq=seq)
+                clock.now += 0.5
+                await fleet.poll_once()
+            assert fleet.health["east-a"].drain_reason is None
+            assert len(fleet.transitions) == TRANSITIONS_KEPT
+            assert fleet.transitions[-1].kind == "recovery"
+    finally:
+        await client.aclose()  # type: ignore[attr-defined]

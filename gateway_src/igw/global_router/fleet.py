@@ -11,8 +11,9 @@ from __future__ import annotations
 import dataclasses
 import logging
 import random
+from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 from igw.gateway.heartbeat_message import Heartbeat, PoolLoad
 from igw.gateway.ticker import Ticker
@@ -24,6 +25,9 @@ from igw.global_router.policy import Choice, ClusterState, plan
 from igw.scheduling.request_faults import RequestFaultMemory
 
 log = logging.getLogger("igw.global_router")
+
+TRANSITIONS_KEPT: Final = 1024
+"""Failovers and recoveries :attr:`Fleet.transitions` keeps (tests and a debugger read them)."""
 
 
 class Fleet:
@@ -53,8 +57,10 @@ class Fleet:
         self._read_at: float | None = None
         """When the heartbeat store was last read (the fleet's clock); ``None`` before the first read."""
         self.polled = False
-        self.transitions: list[Transition] = []
-        """Every failover and recovery so far, in order (also counted in the metrics)."""
+        self.transitions: deque[Transition] = deque(maxlen=TRANSITIONS_KEPT)
+        """The last :data:`TRANSITIONS_KEPT` failovers and recoveries, in order (every one is counted
+        in the metrics and logged). Until session s40 every one was kept for the process's life: a
+        flapping cluster (its heartbeat there one second, gone the next) added two a second."""
         self.request_faults: RequestFaultMemory[str] = RequestFaultMemory()
         """The clusters each request body that a cluster answered with a 500 failed at: the same
         body failing at a second cluster is the request's fault, counted at neither
@@ -67,6 +73,11 @@ class Fleet:
         """Why the heartbeat store cannot be read, while it cannot (shown in ``/readyz``)."""
         self.source_problem_refused = False
         """Whether :attr:`source_problem` is the store refusing the router's credentials."""
+        self.silent_since: float | None = None
+        """While every publishing cluster's heartbeat is stale at once (:meth:`_judge_silence`): when
+        the fleet's last one was seen (the fleet's clock, the time excused deducted)."""
+        self._kept: frozenset[str] = frozenset()
+        """The clusters whose staleness is suspended while :attr:`silent_since` is set."""
         self.evaluate()
 
     # -- heartbeats ------------------------------------------------------------------------------
@@ -101,15 +112,55 @@ class Fleet:
                 for name, beat in beats.items():
                     kept = None if beat is None else _configured(beat, self._models[name])
                     self.health[name].observe_heartbeat(kept, now=now, malformed=name in malformed)
+                self._judge_silence(now)
         self.polled = True
         self.evaluate()
+
+    def _judge_silence(self, now: float) -> None:
+        """Suspend staleness while no cluster's heartbeat changes: when every cluster publishing one
+        (two or more) has been silent past ``heartbeatStalenessSeconds`` at once, the store is far
+        likelier to be refusing the gateways' writes - full (``maxmemory`` with ``noeviction``:
+        ``OOM command not allowed``), a read-only replica after a failover - than every cluster to
+        have died in the same second, so the clusters that were fresh at the fleet's last heartbeat
+        keep it (logged once; ``/readyz`` ``heartbeats_silent_s``), as during a store outage, and
+        failing requests still drain them. When a heartbeat comes again the silence is excused
+        (:meth:`ClusterHealth.excuse`): each cluster has its staleness from where it stood at the
+        fleet's last heartbeat to publish again. Until session s40 a full store drained the whole
+        fleet as ``stale`` (every request ``503 no_healthy_cluster``; clusters healthy)."""
+        staleness = self.config.failover.heartbeat_staleness_s
+        silences = {name: s for name, h in self.health.items() if (s := h.silence(now=now)) is not None}
+        quietest = min(silences.values(), default=0.0)
+        if self.silent_since is None:
+            if len(silences) >= 2 and quietest > staleness:
+                self.silent_since = now - quietest
+                self._kept = frozenset(n for n, s in silences.items() if s - quietest <= staleness)
+                log.error(
+                    "no cluster's heartbeat has changed for %.1f s: the gateways cannot write to the "
+                    "heartbeat store (full? read-only?); staleness suspended for %s, failing requests "
+                    "still drain them",
+                    quietest,
+                    ", ".join(sorted(self._kept)),
+                )
+            return
+        if silences and quietest > staleness:
+            return  # still silent
+        gap = now - self.silent_since
+        for name in self._kept:  # those that have not published since: their staleness as it stood
+            health = self.health[name]
+            silent = health.silence(now=now)
+            if silent is not None and silent >= gap:
+                health.excuse(gap)
+        log.warning("heartbeats are changing again after %.1f s of silence", gap)
+        self.silent_since = None
+        self._kept = frozenset()
 
     def evaluate(self) -> None:
         now = self._clock()
         m = self._metrics
         m.heartbeat_source_up.set(1 if self.source_up else 0)
         for name, health in self.health.items():
-            transition = health.evaluate(now=now, source_up=self.source_up)
+            suspended = self.silent_since is not None and name in self._kept
+            transition = health.evaluate(now=now, source_up=self.source_up and not suspended)
             if transition is not None:
                 self._record(transition)
             for recovery in health.model_recoveries(now=now):
@@ -248,13 +299,18 @@ class Fleet:
 
     def searched(self, may_use: Callable[[str], bool]) -> list[ClusterSpec]:
         """The clusters a search for a stored response asks (a request that names no model has no
-        plan): the available ones serving a model ``may_use`` allows, this router's region first."""
+        plan): those available for a model ``may_use`` allows, this router's region first. A cluster
+        out for that model's failed answers is not asked (until session s40 it was, first in its
+        region: a search for a response stored elsewhere got its 5xx while it was out)."""
         now = self._clock()
         return sorted(
             (
                 spec
                 for name, spec in self.clusters.items()
-                if self.health[name].ramp(now=now) > 0 and any(may_use(model) for model in spec.models)
+                if any(
+                    may_use(model) and self.health[name].ramp(now=now, model=model) > 0
+                    for model in spec.models
+                )
             ),
             key=lambda spec: spec.region != self.region,
         )
@@ -295,6 +351,8 @@ class Fleet:
         detail: dict[str, Any] = {"region": self.region, "heartbeat_source_up": self.source_up}
         if self.source_problem is not None:
             detail["heartbeat_source_problem"] = self.source_problem
+        if self.silent_since is not None:
+            detail["heartbeats_silent_s"] = round(now - self.silent_since, 3)
         detail["clusters"] = clusters
         return ready, detail
 

@@ -115,6 +115,15 @@ class ClusterHealth:
         if self.heartbeat_seen_at is not None:
             self._excused_s += max(0.0, seconds)
 
+    def silence(self, *, now: float) -> float | None:
+        """Seconds since this cluster's last new heartbeat, less the time excused (what staleness
+        compares with ``heartbeat_staleness_s``); ``None`` when it has none to judge (no heartbeat,
+        or one that is gone, malformed or draining: drained for that, whatever its age)."""
+        beat, seen = self.heartbeat, self.heartbeat_seen_at
+        if beat is None or seen is None or self._gone or self._malformed or beat.draining:
+            return None
+        return now - seen - self._excused_s
+
     def record_success(self, model: str | None = None) -> None:
         """A request (of ``model``) succeeded here: the cluster answers, and that model works."""
         self.consecutive_failures = 0

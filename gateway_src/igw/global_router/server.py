@@ -83,12 +83,13 @@ from igw.gateway.upstream import (
     ClientGone,
     ConnectFailed,
     ExchangeResult,
+    end_unfinished,
     exchange,
     proxy_session,
     upstream_headers,
 )
 from igw.gateway.upstream_client import UpstreamPool
-from igw.global_router.config import GlobalRouterConfig
+from igw.global_router.config import ClusterSpec, GlobalRouterConfig
 from igw.global_router.emf import FleetEmfReporter
 from igw.global_router.fleet import Fleet
 from igw.global_router.heartbeats import HeartbeatReader
@@ -112,6 +113,11 @@ models their heartbeats list)."""
 CLUSTER_HEADER: Final = "x-igw-cluster"
 REGION_HEADER: Final = "x-igw-region"
 MODEL_HEADER: Final = "x-gateway-model-name"
+WHOLE_ANSWER_BUFFER_BYTES: Final = 1024 * 1024
+"""A cluster's whole (non-streamed) answer below status 400 - never retried here - is relayed as it
+arrives once it is larger than this (:func:`igw.gateway.upstream._relay_whole`): a router relaying
+large answers (logprobs, embeddings of many inputs) holds at most this much of each, not all of it
+twice (until session s40: 2.2 GB resident for twenty concurrent 50 MB answers)."""
 
 
 class ClusterPools:
@@ -336,6 +342,7 @@ async def _route(
                     on_prepared=prepared.append,
                     strip_usage=reads_usage,
                     body_timeout_s=router.config.request_timeout_s,
+                    relay_whole_above=WHOLE_ANSWER_BUFFER_BYTES,
                 ),
             )
         except ConnectFailed:
@@ -495,7 +502,12 @@ async def _past_max_request(
 
 
 async def _end_stream(request: web.Request, response: web.StreamResponse, code: str, message: str) -> None:
-    """Finish a started SSE response with an error event and ``[DONE]`` (the client may be gone)."""
+    """Finish a started SSE response with an error event and ``[DONE]`` (the client may be gone). A
+    whole answer being relayed (:data:`WHOLE_ANSWER_BUFFER_BYTES`) has no place for an event: its
+    client's connection is closed before the body's end (:func:`~igw.gateway.upstream.end_unfinished`)."""
+    if response.content_type != "text/event-stream":
+        end_unfinished(request)
+        return
     with contextlib.suppress(ConnectionResetError, ClientConnectionResetError, asyncio.CancelledError):
         await response.write(sse_error_event(code, message, anthropic=anthropic_path(request.path)))
         await response.write_eof()
@@ -593,6 +605,7 @@ async def _stored_response(request: web.Request) -> web.StreamResponse:
                     on_prepared=prepared.append,
                     method=request.method.encode("ascii"),
                     body_timeout_s=router.config.request_timeout_s,
+                    relay_whole_above=WHOLE_ANSWER_BUFFER_BYTES,
                 ),
             )
         except ConnectFailed:
@@ -602,7 +615,10 @@ async def _stored_response(request: web.Request) -> web.StreamResponse:
         except ClientGone:
             return prepared[0] if prepared else web.Response(status=499)
         if result is None:  # spec.upstream.maxRequestSeconds passed (a replayed stream's too)
+            if not prepared:  # no answer within the request's bound: the cluster's failure, as in _route
+                router.fleet.record_outcome(cluster.name, ok=False)
             return await _past_max_request(request, router, prepared)
+        _record_stored_outcome(router, cluster, result)
         last = result.response
         if known is None and result.status == 404 and cluster is not clusters[-1]:
             router.metrics.retries.labels(cluster.name, RESPONSE_SEARCH).inc()  # the next one is asked
@@ -623,6 +639,28 @@ async def _stored_response(request: web.Request) -> web.StreamResponse:
     return gateway_error(
         "upstream_connect_failed", "could not connect to " + ", ".join(c.name for c in clusters)
     )
+
+
+def _record_stored_outcome(router: GlobalRouter, cluster: ClusterSpec, result: ExchangeResult) -> None:
+    """A stored-response request's outcome at ``cluster``, counted as :func:`_route` counts an
+    inference request's: a failed exchange (no answer within ``requestTimeoutSeconds``, a connection
+    broken mid-answer) against the cluster; a failed answer (a 5xx, not a busy one) against the
+    cluster for its model - when it serves one only: the request names no model, and counting one
+    model's failing pods against every model a cluster serves drained them all (session s39's
+    defect); that model's inference requests count them - and any other answer as a success.
+    Until session s40 these requests counted connect failures only: a cluster answering every
+    retrieval 5xx (or never answering one) was never drained by them, and a search asked it first
+    for ever."""
+    if _busy(result):
+        return
+    models = cluster.models
+    model = models[0] if len(models) == 1 else None
+    if result.ok:
+        router.fleet.record_outcome(cluster.name, ok=True, model=model)
+    elif result.error is not None:
+        router.fleet.record_outcome(cluster.name, ok=False)
+    elif model is not None:
+        router.fleet.record_outcome(cluster.name, ok=False, model=model)
 
 
 def _observe(

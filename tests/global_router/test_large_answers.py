@@ -1,0 +1,188 @@
+"""Large whole (non-streamed) answers through the router: relayed as they arrive, not collected.
+
+A cluster's whole answer below status 400 is final at tier 2 (never retried), so past
+:data:`~igw.global_router.server.WHOLE_ANSWER_BUFFER_BYTES` it is relayed as it arrives, its usage
+read as it passes (:mod:`igw.gateway.answer_scan`). Clusters are small aiohttp apps on loopback; the
+memory test runs the real ``igw global serve`` and reads its peak resident set from ``/proc``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import re
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+import pytest
+from aiohttp import web
+
+from igw.gateway.serving import serve_app
+from igw.global_router.config import parse_global_config
+from igw.global_router.server import ROUTER_KEY, WHOLE_ANSWER_BUFFER_BYTES, create_global_app
+from tests.global_router.support import MODEL, global_doc, global_serve
+
+
+def _answer(size: int, *, completion_tokens: int = 7) -> bytes:
+    """A completion answer of about ``size`` bytes, its usage after its text (as vLLM orders them)
+    and a field after the usage (vLLM's ``prompt_logprobs``)."""
+    doc = {
+        "id": "cmpl-1",
+        "object": "text_completion",
+        "choices": [{"index": 0, "text": "x" * size}],
+        "usage": {
+            "prompt_tokens": 5,
+            "completion_tokens": completion_tokens,
+            "total_tokens": 5 + completion_tokens,
+        },
+        "prompt_logprobs": None,
+    }
+    return orjson.dumps(doc)
+
+
+def _cluster(body: bytes) -> web.Application:
+    """A cluster whose gateway answers every completion with ``body``."""
+
+    async def complete(request: web.Request) -> web.Response:
+        await request.read()
+        return web.Response(body=body, content_type="application/json")
+
+    app = web.Application()
+    app.router.add_post("/v1/completions", complete)
+    return app
+
+
+def _peak_mb(pid: int) -> tuple[int, int]:
+    """The process's peak and current resident set, in MB (``/proc/PID/status``)."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    peak = re.search(r"VmHWM:\s+(\d+) kB", status)
+    now = re.search(r"VmRSS:\s+(\d+) kB", status)
+    assert peak is not None
+    assert now is not None
+    return int(peak.group(1)) // 1024, int(now.group(1)) // 1024
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads the resident set from /proc")
+async def test_concurrent_large_answers_are_relayed_in_bounded_memory(tmp_path: Path) -> None:
+    """Ten concurrent 20 MB answers through ``igw global serve``. Until session s40 each was collected
+    whole (and joined: twice its size) before it was forwarded: the router's resident set grew by
+    about 400 MB here (2.2 GB for twenty 50 MB answers); relayed as they arrive, by a few MB."""
+    size, clients = 20_000_000, 10
+    body = _answer(size)
+    digest = hashlib.sha256(body).hexdigest()
+    pids: list[int] = []
+    async with contextlib.AsyncExitStack() as stack:
+        cluster_url = await stack.enter_async_context(serve_app(_cluster(body), host="127.0.0.1", port=0))
+        clusters = [{"name": "big", "region": "east", "endpoint": cluster_url, "models": [MODEL]}]
+        doc = global_doc(clusters, heartbeats={"required": False})
+        url = await stack.enter_async_context(global_serve(tmp_path, doc, pids=pids))
+        http = await stack.enter_async_context(
+            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120))
+        )
+
+        async def ask() -> tuple[int, str | None, str]:
+            received = hashlib.sha256()
+            async with http.post(url + "/v1/completions", json={"model": MODEL, "prompt": "hi"}) as resp:
+                async for chunk in resp.content.iter_chunked(1 << 20):
+                    received.update(chunk)
+                return resp.status, resp.headers.get("Content-Length"), received.hexdigest()
+
+        async with http.post(url + "/v1/completions", json={"model": MODEL, "prompt": "hi"}) as resp:
+            assert resp.status == 200  # one answer first: what any first request allocates is settled
+            await resp.read()
+        _, before = _peak_mb(pids[0])
+        answers = await asyncio.gather(*(ask() for _ in range(clients)))
+        peak, _ = _peak_mb(pids[0])
+    assert answers == [(200, str(len(body)), digest)] * clients  # whole, byte for byte, framed by length
+    assert peak - before < 100, f"resident set {before} MB before, {peak} MB at its peak"
+
+
+@contextlib.asynccontextmanager
+async def _router(cluster: web.Application, **spec: Any) -> AsyncIterator[tuple[str, web.Application]]:
+    """A router in front of one cluster serving ``cluster`` (no heartbeats), both on loopback."""
+    async with contextlib.AsyncExitStack() as stack:
+        cluster_url = await stack.enter_async_context(serve_app(cluster, host="127.0.0.1", port=0))
+        clusters = [{"name": "big", "region": "east", "endpoint": cluster_url, "models": [MODEL]}]
+        app = create_global_app(
+            parse_global_config(global_doc(clusters, heartbeats={"required": False}, **spec)),
+            read_heartbeats=False,
+        )
+        yield await stack.enter_async_context(serve_app(app, host="127.0.0.1", port=0)), app
+
+
+async def test_a_large_answer_s_usage_is_charged_as_it_passes() -> None:
+    """Relayed, not parsed whole, a large answer is still charged the usage it reports (read from its
+    bytes as they pass): 505 tokens a request against a 600-token model limit."""
+    limits = [
+        {"tenant": "*", "model": MODEL, "requestsPerSecond": 100, "tokensPerMinute": 1, "tokenBurst": 600}
+    ]
+    body = _answer(3 * WHOLE_ANSWER_BUFFER_BYTES, completion_tokens=500)
+    async with _router(_cluster(body), modelRateLimits=limits) as (url, _), aiohttp.ClientSession() as http:
+        statuses = []
+        for _ in range(3):
+            request = {"model": MODEL, "prompt": "hi", "max_tokens": 1}
+            async with http.post(url + "/v1/completions", json=request) as resp:
+                statuses.append(resp.status)
+                answer = await resp.read()
+                assert resp.status != 200 or answer == body
+    assert statuses == [200, 200, 429]  # 600 - 505 = 95 admit the second, which leaves the tenant in debt
+
+
+def _breaking_cluster(*, sent: int, announced: int | None, hang: bool) -> web.Application:
+    """A cluster that sends ``sent`` body bytes of the ``announced`` ones (``None``: chunked, no
+    length), then closes the connection (``hang``: keeps it open, silent)."""
+
+    async def complete(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        response = web.StreamResponse(headers={"Content-Type": "application/json"})
+        if announced is None:
+            response.enable_chunked_encoding()
+        else:
+            response.content_length = announced
+        await response.prepare(request)
+        await response.write(b'{"choices":[{"text":"' + b"x" * sent)
+        if hang:
+            await asyncio.sleep(3600)
+        assert request.transport is not None
+        request.transport.abort()
+        return response
+
+    app = web.Application()
+    app.router.add_post("/v1/completions", complete)
+    return app
+
+
+@pytest.mark.parametrize("framing", ["length", "chunked"])
+@pytest.mark.parametrize(
+    ("hang", "spec"),
+    [(False, {}), (True, {"upstream": {"maxRequestSeconds": 1}})],
+    ids=["cluster-dies", "max-request-seconds"],
+)
+async def test_a_large_answer_cut_off_mid_body_ends_the_client_s_connection(
+    hang: bool, spec: dict[str, Any], framing: str
+) -> None:
+    """A large answer whose cluster dies (or that ``maxRequestSeconds`` cuts off) after the router began
+    relaying it: the client's connection closes before the body's end - a broken body, never a
+    shorter one taken for whole, nor an SSE error event written into a JSON body - and the cluster's
+    failure is counted."""
+    sent = 2 * WHOLE_ANSWER_BUFFER_BYTES
+    announced = 10 * WHOLE_ANSWER_BUFFER_BYTES if framing == "length" else None
+    cluster = _breaking_cluster(sent=sent, announced=announced, hang=hang)
+    async with _router(cluster, **spec) as (url, app), aiohttp.ClientSession() as http:
+        received = bytearray()
+
+        async def read_all(resp: aiohttp.ClientResponse) -> None:
+            async for chunk in resp.content.iter_chunked(1 << 20):
+                received.extend(chunk)
+
+        async with http.post(url + "/v1/completions", json={"model": MODEL, "prompt": "hi"}) as resp:
+            assert resp.status == 200
+            with pytest.raises(aiohttp.ClientPayloadError):
+                await read_all(resp)
+        assert received == b'{"choices":[{"text":"' + b"x" * (len(received) - 21)
+        if not hang:
+            assert app[ROUTER_KEY].fleet.health["big"].consecutive_failures == 1
