@@ -1,4 +1,5 @@
-"""Constants shared by the CDK tests and their fixtures (importable; conftest.py only registers fixtures)."""
+"""Constants and helpers shared by the CDK tests and their fixtures (importable; conftest.py only registers
+fixtures)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from igw.addon import pins
 
@@ -89,3 +92,60 @@ def inference_kubernetes_inputs(
     properties = dict(chart)
     properties["Values"] = json.loads(resolve(chart["Values"], refs))
     return manifests, properties
+
+
+def synthesize(document: dict[str, Any], outdir: Path) -> Synthesized:
+    """``document`` (a deployment config) synthesized into ``outdir``: each stack's template and file."""
+    # deferred: start-up cost: the CDK app loads jsii only for tests that synthesize
+    from cdk import config
+    from cdk.app_builder import build_app
+
+    built = build_app(config.parse(document), outdir=outdir)
+    assembly = built.app.synth()
+    roles = {
+        "network": built.network,
+        "cluster": built.cluster,
+        "platform": built.platform,
+        "inference": built.inference,
+    }
+    templates: dict[str, dict[str, Any]] = {}
+    files: dict[str, Path] = {}
+    for role, stack in roles.items():
+        if stack is None:
+            continue
+        artifact = assembly.get_stack_artifact(stack.artifact_id)
+        templates[role] = artifact.template
+        files[role] = outdir / artifact.template_file
+    return Synthesized(outdir=outdir, templates=templates, files=files)
+
+
+def _example(name: str) -> dict[str, Any]:
+    document: dict[str, Any] = yaml.safe_load((EXAMPLES / name).read_text())
+    return document
+
+
+def example_document() -> dict[str, Any]:
+    """The default: a new VPC, EKS and HyperPod cluster, our chart with our image, TLS and DNS."""
+    return _example("deployment.yaml")
+
+
+def gateway_mode_document() -> dict[str, Any]:
+    """The default config with the chart's explicit ``mode: gateway``: the chart runs one gateway itself."""
+    document = example_document()
+    document["inference"]["addon"]["configurationValues"] = {
+        "mode": "gateway",
+        "replicaCount": 3,
+        "service": {"scheme": "internal"},
+    }
+    return document
+
+
+def variant_document() -> dict[str, Any]:
+    """Every non-default choice at once: imported VPC, API_AND_CONFIG_MAP, public+private endpoint, admin
+    access entry, IRSA instead of Pod Identity, and AWS's managed add-on instead of our chart."""
+    return _example("aws-managed-addon.yaml")
+
+
+def existing_document() -> dict[str, Any]:
+    """Existing-cluster mode: the cluster (and vpc-cni) exist; only add-ons and the gateway are created."""
+    return _example("existing-cluster.yaml")

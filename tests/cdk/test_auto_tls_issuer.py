@@ -21,8 +21,7 @@ import pytest
 
 from cdk import config
 from igw.addon import chart
-from tests.cdk.conftest import _synthesize, example_document
-from tests.cdk.support import inference_kubernetes_inputs
+from tests.cdk.support import example_document, inference_kubernetes_inputs, synthesize
 
 OPERATOR = "inference.addon.configurationValues.operator"
 
@@ -78,7 +77,7 @@ def test_the_default_example_with_its_endpoint_needs_no_issuer() -> None:
 
 
 def test_with_the_self_signed_issuer_the_chart_renders_the_issuer_the_operator_uses(tmp_path: Path) -> None:
-    synthesized = _synthesize(_without_endpoint({"selfSignedClusterIssuer": True}), tmp_path / "cdk.out")
+    synthesized = synthesize(_without_endpoint({"selfSignedClusterIssuer": True}), tmp_path / "cdk.out")
     _, helm = inference_kubernetes_inputs(synthesized.templates["inference"])
     rendered = chart.render(helm["Values"], release=helm["Release"], namespace=helm["Namespace"])
     (operator,) = [o for o in rendered if o["kind"] == "Deployment"]

@@ -21,7 +21,7 @@ import pytest
 from cdk import config
 from cdk.constructs.kubectl_layer import layer_package
 from igw.addon import pins
-from tests.cdk.conftest import existing_document
+from tests.cdk.support import existing_document
 
 ROOT = Path(__file__).resolve().parents[2]
 
