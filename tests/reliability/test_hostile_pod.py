@@ -9,6 +9,10 @@ clear OpenAI-shaped error where they are not, never an error in the gateway.
   502 ``upstream_error``: before s40 it was relayed, and the client's own HTTP library refused it
   (aiohttp's client with ``400, message='Too many headers received'``, as if the gateway had
   answered 400).
+- A Responses API answer is believed to name the stored response the gateway minted an id for, and
+  no other (:func:`igw.gateway.response_ids.believed`): before s40 a pod that named another tenant's
+  response id in its answer to any request was remembered as that response's pod, and received that
+  tenant's continuations and retrievals of it.
 """
 
 from __future__ import annotations
@@ -18,9 +22,11 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
+from igw.gateway.response_ids import believed, mint
 from igw.gateway.upstream import _carries_token
 from igw.gateway.upstream_client import MAX_RESPONSE_FIELDS
-from tests.reliability.harness import gateway_doc, in_process_gateway, scripted_upstream
+from tests.gateway.fake_model_server import FakeModelServer, running
+from tests.reliability.harness import MODEL, gateway_doc, in_process_gateway, scripted_upstream
 
 ODD_EVENTS = (b'data: {"choices": 5}\n\n', b'data: {"choices": true}\n\n', b'data: {"choices": "x"}\n\n')
 
@@ -83,3 +89,56 @@ async def test_an_answer_with_too_many_header_fields_is_a_502(tmp_path: Path) ->
             error = (await resp.json())["error"]
         assert error["code"] == "upstream_error"
         assert len(resp.headers) < 20
+
+
+async def test_a_pod_naming_another_response_id_does_not_take_its_continuations(tmp_path: Path) -> None:
+    """Pod ``h`` answers every Responses API request naming the id of a response pod ``a`` stored
+    (learnt, say, when a search asked it for that id): the id stays ``a``'s, and so do its
+    continuations and retrievals."""
+    claimed: list[str] = []
+    asked: list[str] = []
+
+    async def claims(request: web.Request) -> web.Response:
+        asked.append((await request.json())["request_id"])
+        usage = {"input_tokens": 1, "output_tokens": 1, "total_tokens": 2}
+        answer = {"id": claimed[0], "object": "response", "status": "completed", "output": []}
+        return web.json_response({**answer, "usage": usage, "store": True, "server": "h"})
+
+    async with (
+        running(FakeModelServer("a")) as (a,),
+        scripted_upstream({"POST /v1/responses": claims}) as h,
+        in_process_gateway(tmp_path, gateway_doc(), [a.key, h]) as gw,
+    ):
+        responses = gw.state.runtime.schedulers[MODEL].scheduler.responses
+        url = gw.url + "/v1/responses"
+        while not a.stored_responses:  # the pick is load-aware: until one lands on a
+            async with gw.http.post(url, json={"model": MODEL, "input": "a secret"}) as resp:
+                assert resp.status == 200
+        (victim,) = a.stored_responses
+        claimed.append(victim)
+        assert responses.endpoint_of(victim) == a.key
+        for _ in range(40):  # until h has answered a few
+            async with gw.http.post(url, json={"model": MODEL, "input": "hello"}) as resp:
+                assert resp.status == 200
+            if len(asked) >= 3:
+                break
+        assert len(asked) >= 3
+        assert responses.endpoint_of(victim) == a.key  # not h's: h was asked to store another id
+        assert not any(responses.endpoint_of(rid) == h for rid in asked)  # nor did h store those
+        body = {"model": MODEL, "input": "and then?", "previous_response_id": victim}
+        async with gw.http.post(url, json=body) as resp:
+            assert resp.status == 200
+            assert (await resp.json())["server"] == "a"
+        async with gw.http.get(f"{url}/{victim}") as resp:
+            assert (resp.status, (await resp.json())["server"]) == (200, "a")
+
+
+def test_only_the_minted_id_is_believed() -> None:
+    minted, other = mint("tenant:a"), mint("tenant:b")
+    assert believed(minted, minted) == minted
+    assert believed(other, minted) is None  # another request's id, claimed
+    assert believed("resp_engine_own", minted) is None  # the engine ignored the id written
+    assert believed(None, minted) is None
+    # no id minted (an engine that takes none): the engine's own ids, never one of the minted shape
+    assert believed("resp_engine_own", None) == "resp_engine_own"
+    assert believed(other, None) is None
