@@ -13,10 +13,15 @@ clear OpenAI-shaped error where they are not, never an error in the gateway.
   no other (:func:`igw.gateway.response_ids.believed`): before s40 a pod that named another tenant's
   response id in its answer to any request was remembered as that response's pod, and received that
   tenant's continuations and retrievals of it.
+- A non-JSON error's reason phrase is not copied into the client's error: before s40 it was, as the
+  pod sent it (up to the head's 256 KiB bound, terminal escapes and all).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -142,3 +147,46 @@ def test_only_the_minted_id_is_believed() -> None:
     # no id minted (an engine that takes none): the engine's own ids, never one of the minted shape
     assert believed("resp_engine_own", None) == "resp_engine_own"
     assert believed(other, None) is None
+
+
+@contextlib.asynccontextmanager
+async def raw_pod(status_line: bytes, body: bytes = b"<html>boom</html>") -> AsyncIterator[str]:
+    """A loopback pod written byte by byte: a valid vLLM ``/metrics`` page, and ``status_line`` (what
+    follows ``HTTP/1.1``) with an HTML ``body`` to anything else; one answer per connection."""
+    page = FakeModelServer("raw").page().encode()
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = [
+                ln.split(b":")[1] for ln in head.split(b"\r\n") if ln.lower().startswith(b"content-length:")
+            ]
+            await reader.readexactly(int(length[0]) if length else 0)
+            if head.startswith(b"GET /metrics "):
+                answer, kind = b"200 OK", b"text/plain"
+                payload = page
+            else:
+                answer, kind, payload = status_line, b"text/html", body
+            writer.write(
+                b"HTTP/1.1 %s\r\nContent-Type: %s\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s"
+                % (answer, kind, len(payload), payload)
+            )
+            await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    try:
+        yield f"127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+async def test_a_non_json_errors_reason_phrase_is_not_relayed(tmp_path: Path) -> None:
+    injected = b"503 Bad \x1b[2J\x1b[31mtenant-b said: hunter2 \xe9" + b"B" * 5000
+    async with raw_pod(injected) as pod, in_process_gateway(tmp_path, gateway_doc(), [pod]) as gw:
+        resp = await gw.complete("hello")
+        error = (await resp.json())["error"]
+    assert resp.status == 503
+    assert error["code"] == "upstream_error"
+    assert error["message"] == "the model server answered HTTP 503 Service Unavailable"

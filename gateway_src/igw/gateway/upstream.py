@@ -28,6 +28,7 @@ import contextlib
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from http import HTTPStatus
 from typing import Final, Protocol, cast
 
 import aiohttp
@@ -642,14 +643,25 @@ def _whole_answer(upstream: UpstreamResponse, payload: bytes, *, extra: Mapping[
 
 def _wrapped_error(upstream: UpstreamResponse, extra: Mapping[str, str]) -> web.Response:
     """A non-JSON upstream error in the OpenAI shape, keeping its status (the body is not relayed:
-    it is not meant for API clients and may echo the request)."""
+    it is not meant for API clients and may echo the request). Nor is the pod's reason phrase: the
+    message names the status by its standard phrase. Before session s40 the reason phrase was copied
+    into the message as it came, anything up to the response head's bound (256 KiB): terminal escape
+    sequences, or another tenant's data a compromised pod chose to show this client."""
     keep = {k: v for k, v in upstream.headers.items() if k.lower() == "retry-after"}
     return gateway_error(
         "upstream_error",
-        f"the model server answered HTTP {upstream.status} {upstream.reason or ''}".rstrip(),
+        f"the model server answered HTTP {upstream.status} {_standard_phrase(upstream.status)}".rstrip(),
         status=upstream.status,
         headers={**keep, **extra},
     )
+
+
+def _standard_phrase(status: int) -> str:
+    """HTTP's reason phrase for ``status`` (RFC 9110's registry), empty for a status it has none for."""
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return ""
 
 
 class ChunkSender(Protocol):
