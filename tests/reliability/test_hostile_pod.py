@@ -15,12 +15,17 @@ clear OpenAI-shaped error where they are not, never an error in the gateway.
   tenant's continuations and retrievals of it.
 - A non-JSON error's reason phrase is not copied into the client's error: before s40 it was, as the
   pod sent it (up to the head's 256 KiB bound, terminal escapes and all).
+- Pods are asked for no content coding, and an event stream compressed anyway is a 502: before s40
+  the client's ``Accept-Encoding`` was forwarded, and a compressed stream was relayed with the
+  keep-alive comments written as plain text inside its compressed body (the client's decoder
+  failed on the first one).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import zlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -190,3 +195,50 @@ async def test_a_non_json_errors_reason_phrase_is_not_relayed(tmp_path: Path) ->
     assert resp.status == 503
     assert error["code"] == "upstream_error"
     assert error["message"] == "the model server answered HTTP 503 Service Unavailable"
+
+
+EVENTS = (b'data: {"choices":[{"index":0,"text":"hi"}]}\n\n', b"data: [DONE]\n\n")
+
+
+async def compressing(request: web.Request) -> web.StreamResponse:
+    """A pod behind a compressing proxy: its stream gzipped when the request accepts gzip (or always,
+    ``?always=1``), its events 300 ms apart (the gateway's keep-alive comments fall between them)."""
+    await request.read()
+    gzipped = "gzip" in request.headers.get("Accept-Encoding", "") or "always" in request.query
+    headers = {"Content-Type": "text/event-stream", **({"Content-Encoding": "gzip"} if gzipped else {})}
+    resp = web.StreamResponse(headers=headers)
+    await resp.prepare(request)
+    coder = zlib.compressobj(wbits=31)
+    for i, event in enumerate(EVENTS):
+        if i:
+            await asyncio.sleep(0.3)
+        last = i == len(EVENTS) - 1
+        await resp.write(
+            coder.compress(event) + coder.flush(zlib.Z_FINISH if last else zlib.Z_SYNC_FLUSH)
+            if gzipped
+            else event
+        )
+    await resp.write_eof()
+    return resp
+
+
+async def test_pods_are_asked_for_no_content_coding_and_a_compressed_stream_is_a_502(tmp_path: Path) -> None:
+    doc = gateway_doc(routing={"sseKeepAliveInterval": "100ms"})
+    async with (
+        scripted_upstream({"POST /v1/completions": compressing}) as pod,
+        in_process_gateway(tmp_path, doc, [pod]) as gw,
+    ):
+        url = gw.url + "/v1/completions"
+        body = {"model": MODEL, "prompt": "hello", "stream": True}
+        accepting = {"Accept-Encoding": "gzip, deflate"}  # what the OpenAI SDK sends
+        async with gw.http.post(url, json=body, headers=accepting) as resp:
+            assert resp.status == 200
+            streamed = await resp.read()  # whole: the keep-alive comments are plain events between
+        assert streamed.startswith(EVENTS[0])
+        assert streamed.endswith(EVENTS[1])
+        assert b": ping\n\n" in streamed  # the gateway's keep-alive, between the events
+        async with gw.http.post(url, params={"always": "1"}, json=body, headers=accepting) as resp:
+            assert resp.status == 502
+            error = (await resp.json())["error"]
+        assert error["code"] == "upstream_error"
+        assert "compressed event stream" in error["message"]

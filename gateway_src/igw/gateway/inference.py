@@ -85,6 +85,7 @@ from igw.gateway.stream_usage import (
 )
 from igw.gateway.tenant_fields import header_refusal_message, refusal_message, refused_field, refused_header
 from igw.gateway.upstream import (
+    UPSTREAM_ACCEPT_ENCODING,
     ClientGone,
     ConnectFailed,
     ExchangeResult,
@@ -978,7 +979,12 @@ async def _forward(
         strip = strip | named
         strip_fields = strip_fields | {h.encode(_CHARSET, _UNDECODABLE) for h in named}
     upstream_id = upstream_request_id(obs.request_id, key=obs.key, headers=request.headers)
-    add = {**principal.forward_headers, **plan.add_headers, "X-Request-Id": upstream_id}
+    add = {
+        **principal.forward_headers,
+        **plan.add_headers,
+        **UPSTREAM_ACCEPT_ENCODING,
+        "X-Request-Id": upstream_id,
+    }
     # A request the lean server parsed carries its fields as received: without a trace context to
     # inject, the upstream head's fields are serialised from them directly (no header maps).
     fields: Sequence[tuple[bytes, bytes]] | None = getattr(request, "raw_fields", None)

@@ -585,6 +585,9 @@ async def exchange(
         return _upstream_failed(f"upstream {endpoint} failed before responding", failed, response_headers)
     try:
         if upstream.content_type == "text/event-stream":
+            coding = upstream.noted.get(b"content-encoding")
+            if coding is not None and coding.strip().lower() != b"identity":
+                return _compressed_stream(endpoint, response_headers)
             return await _relay_stream(
                 request,
                 upstream,
@@ -615,6 +618,29 @@ async def exchange(
         return _whole_answer(upstream, payload, extra=response_headers)
     finally:
         upstream.close()
+
+
+UPSTREAM_ACCEPT_ENCODING: Final = {"Accept-Encoding": "identity"}
+"""What the gateway asks of a model server in place of the client's ``Accept-Encoding``: no content
+coding. The relay reads what a pod answers (a stream's events and usage, a whole answer's usage)
+and writes into a stream (keep-alive comments, the terminal error event): before session s40 the
+client's ``gzip, deflate`` (the OpenAI SDK's, aiohttp's default) was forwarded, and a pod that
+compressed (behind a compressing proxy) had its streams broken by the plain-text comments inside
+the compressed body, and its whole answers' usage went unread (charged as no output)."""
+
+
+def _compressed_stream(endpoint: str, extra: Mapping[str, str]) -> ExchangeResult:
+    """A 502 ``upstream_error`` for an event stream a pod sent compressed though the gateway asked
+    for none (:data:`UPSTREAM_ACCEPT_ENCODING`): nothing of it is relayed. Relayed, the keep-alive
+    comments and a terminal error event would be written as plain text inside the compressed body,
+    which the client could not decode (before session s40), and its events could not be read."""
+    message = f"upstream {endpoint} sent a compressed event stream; the gateway asks for none"
+    return ExchangeResult(
+        answer=gateway_error("upstream_error", message, headers=extra),
+        status=502,
+        ok=False,
+        error="compressed event stream",
+    )
 
 
 def _whole_answer(upstream: UpstreamResponse, payload: bytes, *, extra: Mapping[str, str]) -> ExchangeResult:
