@@ -9,18 +9,34 @@ clear OpenAI-shaped error where they are not, never an error in the gateway.
   502 ``upstream_error``: before s40 it was relayed, and the client's own HTTP library refused it
   (aiohttp's client with ``400, message='Too many headers received'``, as if the gateway had
   answered 400).
+- A Responses API answer is believed to name the stored response the gateway minted an id for, and
+  no other (:func:`igw.gateway.response_ids.believed`): before s40 a pod that named another tenant's
+  response id in its answer to any request was remembered as that response's pod, and received that
+  tenant's continuations and retrievals of it.
+- A non-JSON error's reason phrase is not copied into the client's error: before s40 it was, as the
+  pod sent it (up to the head's 256 KiB bound, terminal escapes and all).
+- Pods are asked for no content coding, and an event stream compressed anyway is a 502: before s40
+  the client's ``Accept-Encoding`` was forwarded, and a compressed stream was relayed with the
+  keep-alive comments written as plain text inside its compressed body (the client's decoder
+  failed on the first one).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import zlib
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 from aiohttp import web
 
+from igw.gateway.response_ids import believed, mint
 from igw.gateway.upstream import _carries_token
 from igw.gateway.upstream_client import MAX_RESPONSE_FIELDS
-from tests.reliability.harness import gateway_doc, in_process_gateway, scripted_upstream
+from tests.gateway.fake_model_server import FakeModelServer, running
+from tests.reliability.harness import MODEL, gateway_doc, in_process_gateway, scripted_upstream
 
 ODD_EVENTS = (b'data: {"choices": 5}\n\n', b'data: {"choices": true}\n\n', b'data: {"choices": "x"}\n\n')
 
@@ -83,3 +99,146 @@ async def test_an_answer_with_too_many_header_fields_is_a_502(tmp_path: Path) ->
             error = (await resp.json())["error"]
         assert error["code"] == "upstream_error"
         assert len(resp.headers) < 20
+
+
+async def test_a_pod_naming_another_response_id_does_not_take_its_continuations(tmp_path: Path) -> None:
+    """Pod ``h`` answers every Responses API request naming the id of a response pod ``a`` stored
+    (learnt, say, when a search asked it for that id): the id stays ``a``'s, and so do its
+    continuations and retrievals."""
+    claimed: list[str] = []
+    asked: list[str] = []
+
+    async def claims(request: web.Request) -> web.Response:
+        asked.append((await request.json())["request_id"])
+        usage = {"input_tokens": 1, "output_tokens": 1, "total_tokens": 2}
+        answer = {"id": claimed[0], "object": "response", "status": "completed", "output": []}
+        return web.json_response({**answer, "usage": usage, "store": True, "server": "h"})
+
+    async with (
+        running(FakeModelServer("a")) as (a,),
+        scripted_upstream({"POST /v1/responses": claims}) as h,
+        in_process_gateway(tmp_path, gateway_doc(), [a.key, h]) as gw,
+    ):
+        responses = gw.state.runtime.schedulers[MODEL].scheduler.responses
+        url = gw.url + "/v1/responses"
+        while not a.stored_responses:  # the pick is load-aware: until one lands on a
+            async with gw.http.post(url, json={"model": MODEL, "input": "a secret"}) as resp:
+                assert resp.status == 200
+        (victim,) = a.stored_responses
+        claimed.append(victim)
+        assert responses.endpoint_of(victim) == a.key
+        for _ in range(40):  # until h has answered a few
+            async with gw.http.post(url, json={"model": MODEL, "input": "hello"}) as resp:
+                assert resp.status == 200
+            if len(asked) >= 3:
+                break
+        assert len(asked) >= 3
+        assert responses.endpoint_of(victim) == a.key  # not h's: h was asked to store another id
+        assert not any(responses.endpoint_of(rid) == h for rid in asked)  # nor did h store those
+        body = {"model": MODEL, "input": "and then?", "previous_response_id": victim}
+        async with gw.http.post(url, json=body) as resp:
+            assert resp.status == 200
+            assert (await resp.json())["server"] == "a"
+        async with gw.http.get(f"{url}/{victim}") as resp:
+            assert (resp.status, (await resp.json())["server"]) == (200, "a")
+
+
+def test_only_the_minted_id_is_believed() -> None:
+    minted, other = mint("tenant:a"), mint("tenant:b")
+    assert believed(minted, minted) == minted
+    assert believed(other, minted) is None  # another request's id, claimed
+    assert believed("resp_engine_own", minted) is None  # the engine ignored the id written
+    assert believed(None, minted) is None
+    # no id minted (an engine that takes none): the engine's own ids, never one of the minted shape
+    assert believed("resp_engine_own", None) == "resp_engine_own"
+    assert believed(other, None) is None
+
+
+@contextlib.asynccontextmanager
+async def raw_pod(status_line: bytes, body: bytes = b"<html>boom</html>") -> AsyncIterator[str]:
+    """A loopback pod written byte by byte: a valid vLLM ``/metrics`` page, and ``status_line`` (what
+    follows ``HTTP/1.1``) with an HTML ``body`` to anything else; one answer per connection."""
+    page = FakeModelServer("raw").page().encode()
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = [
+                ln.split(b":")[1] for ln in head.split(b"\r\n") if ln.lower().startswith(b"content-length:")
+            ]
+            await reader.readexactly(int(length[0]) if length else 0)
+            if head.startswith(b"GET /metrics "):
+                answer, kind = b"200 OK", b"text/plain"
+                payload = page
+            else:
+                answer, kind, payload = status_line, b"text/html", body
+            writer.write(
+                b"HTTP/1.1 %s\r\nContent-Type: %s\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s"
+                % (answer, kind, len(payload), payload)
+            )
+            await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    try:
+        yield f"127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+async def test_a_non_json_errors_reason_phrase_is_not_relayed(tmp_path: Path) -> None:
+    injected = b"503 Bad \x1b[2J\x1b[31mtenant-b said: hunter2 \xe9" + b"B" * 5000
+    async with raw_pod(injected) as pod, in_process_gateway(tmp_path, gateway_doc(), [pod]) as gw:
+        resp = await gw.complete("hello")
+        error = (await resp.json())["error"]
+    assert resp.status == 503
+    assert error["code"] == "upstream_error"
+    assert error["message"] == "the model server answered HTTP 503 Service Unavailable"
+
+
+EVENTS = (b'data: {"choices":[{"index":0,"text":"hi"}]}\n\n', b"data: [DONE]\n\n")
+
+
+async def compressing(request: web.Request) -> web.StreamResponse:
+    """A pod behind a compressing proxy: its stream gzipped when the request accepts gzip (or always,
+    ``?always=1``), its events 300 ms apart (the gateway's keep-alive comments fall between them)."""
+    await request.read()
+    gzipped = "gzip" in request.headers.get("Accept-Encoding", "") or "always" in request.query
+    headers = {"Content-Type": "text/event-stream", **({"Content-Encoding": "gzip"} if gzipped else {})}
+    resp = web.StreamResponse(headers=headers)
+    await resp.prepare(request)
+    coder = zlib.compressobj(wbits=31)
+    for i, event in enumerate(EVENTS):
+        if i:
+            await asyncio.sleep(0.3)
+        last = i == len(EVENTS) - 1
+        await resp.write(
+            coder.compress(event) + coder.flush(zlib.Z_FINISH if last else zlib.Z_SYNC_FLUSH)
+            if gzipped
+            else event
+        )
+    await resp.write_eof()
+    return resp
+
+
+async def test_pods_are_asked_for_no_content_coding_and_a_compressed_stream_is_a_502(tmp_path: Path) -> None:
+    doc = gateway_doc(routing={"sseKeepAliveInterval": "100ms"})
+    async with (
+        scripted_upstream({"POST /v1/completions": compressing}) as pod,
+        in_process_gateway(tmp_path, doc, [pod]) as gw,
+    ):
+        url = gw.url + "/v1/completions"
+        body = {"model": MODEL, "prompt": "hello", "stream": True}
+        accepting = {"Accept-Encoding": "gzip, deflate"}  # what the OpenAI SDK sends
+        async with gw.http.post(url, json=body, headers=accepting) as resp:
+            assert resp.status == 200
+            streamed = await resp.read()  # whole: the keep-alive comments are plain events between
+        assert streamed.startswith(EVENTS[0])
+        assert streamed.endswith(EVENTS[1])
+        assert b": ping\n\n" in streamed  # the gateway's keep-alive, between the events
+        async with gw.http.post(url, params={"always": "1"}, json=body, headers=accepting) as resp:
+            assert resp.status == 502
+            error = (await resp.json())["error"]
+        assert error["code"] == "upstream_error"
+        assert "compressed event stream" in error["message"]

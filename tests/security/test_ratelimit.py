@@ -19,7 +19,7 @@ from igw.security.guard import SecurityGuard
 from igw.security.metrics import SecurityMetrics
 from igw.security.ratelimit.backend import HOLD_TTL_S
 from igw.security.ratelimit.buckets import Bucket, Decision, decide, token_rate
-from igw.security.ratelimit.limiter import RateLimiter
+from igw.security.ratelimit.limiter import MAX_CHARGE_TOKENS, RateLimiter
 from igw.security.ratelimit.local import MAX_HELD, SWEEP_FLOOR, LocalBuckets
 from igw.security.ratelimit.registry import BACKENDS
 from igw.security.settings import RateLimitSettings, TenantLimits
@@ -200,6 +200,28 @@ async def test_a_reservation_is_settled_once_by_the_tokens_generated(
     await limiter.settle(reservation="resp_4", completion_tokens=0)
     await limiter.admit(tenant="w", est_tokens=500)
     await denied(limiter.admit(tenant="x", est_tokens=100))
+
+
+async def test_a_charge_of_absurd_counts_is_bounded_and_leaves_the_backend_up(
+    make_limiter: tuple[LimiterMaker, CollectorRegistry],
+) -> None:
+    """Counts past :data:`MAX_CHARGE_TOKENS` (a client's ``max_output_tokens: 2**63`` held as a
+    background response's bound) are charged as that bound: before session s40 the Redis script
+    failed on them, and the limiter took Redis for down for every tenant."""
+    make, registry = make_limiter
+    limiter = await make(default={"tokensPerMinute": 600}, onRedisUnavailable="deny")
+    for count in (2**63, 2**64 + 5, 10**30):
+        await limiter.account(
+            tenant="t", prompt_tokens=count, completion_tokens=count, reserved_tokens=count, reservation="r"
+        )
+        await limiter.settle(reservation="r", completion_tokens=-count)
+    await limiter.admit(tenant="u", est_tokens=2**63)  # another tenant: served
+    await denied(limiter.admit(tenant="t", est_tokens=1))  # the tenant itself owes what it was charged
+    assert not registry.get_sample_value(
+        "igw_ratelimit_backend_errors_total", {"backend": limiter.backend_name}
+    )
+    completion = registry.get_sample_value("igw_tenant_tokens_total", {"tenant": "t", "kind": "completion"})
+    assert completion == 3 * MAX_CHARGE_TOKENS
 
 
 async def test_a_settlement_fills_the_bucket_to_its_capacity_not_beyond(clock: ManualClock) -> None:

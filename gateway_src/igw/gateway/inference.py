@@ -70,7 +70,7 @@ from igw.gateway.request_body import (
     with_fields,
     with_leading_field,
 )
-from igw.gateway.response_ids import MINTING_ENGINES, mint, minted_for
+from igw.gateway.response_ids import MINTING_ENGINES, believed, mint, minted_for
 from igw.gateway.retries import refused_status, request_digest, retry_condition
 from igw.gateway.runtime import SchedulerRuntime
 from igw.gateway.serving import LIMITS_KEY, ServerLimits
@@ -85,6 +85,7 @@ from igw.gateway.stream_usage import (
 )
 from igw.gateway.tenant_fields import header_refusal_message, refusal_message, refused_field, refused_header
 from igw.gateway.upstream import (
+    UPSTREAM_ACCEPT_ENCODING,
     ClientGone,
     ConnectFailed,
     ExchangeResult,
@@ -236,6 +237,9 @@ class _Forward:
     """A stored response's retrieval or cancel (else ``None``): the response's id, under which the
     output bound charged for it in the background is held; an answer showing its usage settles that
     charge (:meth:`RequestGuard.settle`)."""
+    minted: str | None
+    """The stored response's id the gateway wrote into the request (``request_id``,
+    :mod:`igw.gateway.response_ids`), else ``None``: the only id an answer is believed to name."""
 
     def __init__(
         self,
@@ -255,6 +259,7 @@ class _Forward:
         search_pools: dict[str, str] | None = None,
         strip_usage: bool = False,
         settles: str | None = None,
+        minted: str | None = None,
     ) -> None:
         self.candidates = candidates
         self.sr = sr
@@ -271,6 +276,7 @@ class _Forward:
         self.search_pools = {} if search_pools is None else search_pools
         self.strip_usage = strip_usage
         self.settles = settles
+        self.minted = minted
 
 
 async def handle_inference(
@@ -765,6 +771,7 @@ async def _route(
         else None
     )
     fields: dict[str, object] = {}
+    minted = None
     if engine is not None and priority is not None:
         fields["priority"] = engine.value(priority)
     if route.adapter is not None and body.lora_path is None and sr.engine in LORA_PATH_ENGINES:
@@ -772,7 +779,7 @@ async def _route(
     if api is InferenceApi.RESPONSES and sr.engine in MINTING_ENGINES:
         # The stored response's id, bound to the caller (igw.gateway.response_ids); the same on
         # every attempt: only the pod that answers stores it.
-        fields["request_id"] = mint(caller_scope(principal))
+        minted = fields["request_id"] = mint(caller_scope(principal))
     asks_usage = body.stream_usage is not None and sr.engine in USAGE_ENGINES
     if asks_usage:  # the usage chunk asked for where the client did not (igw.gateway.stream_usage)
         if body.stream_usage is StreamUsage.UNASKED:
@@ -815,6 +822,7 @@ async def _route(
         search_for=search_for,
         strip_usage=asks_usage,
         routed_body=routed_body,
+        minted=minted,
     )
     if log is not None and log.opens(request.headers.get(DEBUG_TOKEN_HEADER)):
         plan.response_headers[DECISION_HEADER] = decision_header(decision)
@@ -971,7 +979,12 @@ async def _forward(
         strip = strip | named
         strip_fields = strip_fields | {h.encode(_CHARSET, _UNDECODABLE) for h in named}
     upstream_id = upstream_request_id(obs.request_id, key=obs.key, headers=request.headers)
-    add = {**principal.forward_headers, **plan.add_headers, "X-Request-Id": upstream_id}
+    add = {
+        **principal.forward_headers,
+        **plan.add_headers,
+        **UPSTREAM_ACCEPT_ENCODING,
+        "X-Request-Id": upstream_id,
+    }
     # A request the lean server parsed carries its fields as received: without a trace context to
     # inject, the upstream head's fields are serialised from them directly (no header maps).
     fields: Sequence[tuple[bytes, bytes]] | None = getattr(request, "raw_fields", None)
@@ -1027,6 +1040,8 @@ async def _forward(
                 result = await exchanging
             else:
                 result = await _within(deadline - time.monotonic(), exchanging)
+            if result.response_id is not None:  # remembered (its pod) and a reservation's key
+                result.response_id = believed(result.response_id, plan.minted)
         except ConnectFailed as exc:
             connected = False
             obs.connect_failed(key, str(exc))

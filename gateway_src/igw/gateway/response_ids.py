@@ -34,6 +34,15 @@ What it does not do:
   (tier 2 sends a conversation's turns to any of them); the binding does not depend on it.
 - An id of another shape (a response made before this check existed, made at a pod directly, or by
   an engine that ignores ``request_id``) is not checked: it is relayed as before.
+
+The id a model server's answer reports is not taken on trust (:func:`believed`): the gateway
+remembers which pod stores a response (:mod:`igw.scheduling.response_affinity`) by the id the pod's
+answer names, and before session s40 any id was believed. A compromised pod that learnt another
+tenant's id (a search for a stored response asks every candidate pod for it) named it in its answer
+to any request, and the gateway then sent that tenant's continuations and retrievals of the response
+to it. Now an answer to a request the gateway minted an id for is believed only when it names that id,
+and an answer to any other request never names one of the minted shape (only a gateway makes those:
+it can only be another request's).
 """
 
 from __future__ import annotations
@@ -75,13 +84,30 @@ def mint(owner: str) -> str:
     return PREFIX + nonce + _tag(owner, nonce)
 
 
+def _minted_shape(response_id: str) -> bool:
+    """Whether ``response_id`` has the shape :func:`mint` gives (``resp_``, then hex digits only)."""
+    return (
+        len(response_id) == MINTED_LENGTH
+        and response_id.startswith(PREFIX)
+        and _HEX.issuperset(response_id[len(PREFIX) :])
+    )
+
+
 def minted_for(response_id: str, owner: str) -> bool | None:
     """Whether ``response_id`` was minted for ``owner``; ``None`` for an id of another shape (not
     minted by a gateway: not checked, the module docstring)."""
-    if len(response_id) != MINTED_LENGTH or not response_id.startswith(PREFIX):
+    if not _minted_shape(response_id):
         return None
     nonce = response_id[len(PREFIX) : len(PREFIX) + NONCE_HEX]
     tag = response_id[len(PREFIX) + NONCE_HEX :]
-    if not _HEX.issuperset(nonce) or not _HEX.issuperset(tag):
-        return None
     return secrets.compare_digest(tag, _tag(owner, nonce))
+
+
+def believed(reported: str | None, minted: str | None) -> str | None:
+    """The stored response's id a model server's answer ``reported``, as far as the gateway believes
+    it (the module docstring): ``minted``, the id the gateway wrote into the request, when the answer
+    names it; none when the answer names another; for a request the gateway minted no id for, the
+    reported one unless it has the minted shape (another request's, claimed)."""
+    if reported is None or minted is not None:
+        return reported if reported == minted else None
+    return None if _minted_shape(reported) else reported

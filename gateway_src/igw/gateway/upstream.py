@@ -29,6 +29,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from http import HTTPStatus
 from typing import Final, Protocol, cast
 
 import aiohttp
@@ -593,6 +594,9 @@ async def exchange(
         return _upstream_failed(f"upstream {endpoint} failed before responding", failed, response_headers)
     try:
         if upstream.content_type == "text/event-stream":
+            coding = upstream.noted.get(b"content-encoding")
+            if coding is not None and coding.strip().lower() != b"identity":
+                return _compressed_stream(endpoint, response_headers)
             return await _relay_stream(
                 request,
                 upstream,
@@ -633,6 +637,29 @@ async def exchange(
         return _whole_answer(upstream, payload, extra=response_headers)
     finally:
         upstream.close()
+
+
+UPSTREAM_ACCEPT_ENCODING: Final = {"Accept-Encoding": "identity"}
+"""What the gateway asks of a model server in place of the client's ``Accept-Encoding``: no content
+coding. The relay reads what a pod answers (a stream's events and usage, a whole answer's usage)
+and writes into a stream (keep-alive comments, the terminal error event): before session s40 the
+client's ``gzip, deflate`` (the OpenAI SDK's, aiohttp's default) was forwarded, and a pod that
+compressed (behind a compressing proxy) had its streams broken by the plain-text comments inside
+the compressed body, and its whole answers' usage went unread (charged as no output)."""
+
+
+def _compressed_stream(endpoint: str, extra: Mapping[str, str]) -> ExchangeResult:
+    """A 502 ``upstream_error`` for an event stream a pod sent compressed though the gateway asked
+    for none (:data:`UPSTREAM_ACCEPT_ENCODING`): nothing of it is relayed. Relayed, the keep-alive
+    comments and a terminal error event would be written as plain text inside the compressed body,
+    which the client could not decode (before session s40), and its events could not be read."""
+    message = f"upstream {endpoint} sent a compressed event stream; the gateway asks for none"
+    return ExchangeResult(
+        answer=gateway_error("upstream_error", message, headers=extra),
+        status=502,
+        ok=False,
+        error="compressed event stream",
+    )
 
 
 def _whole_answer(upstream: UpstreamResponse, payload: bytes, *, extra: Mapping[str, str]) -> ExchangeResult:
@@ -762,14 +789,25 @@ def end_unfinished(request: web.BaseRequest) -> None:
 
 def _wrapped_error(upstream: UpstreamResponse, extra: Mapping[str, str]) -> web.Response:
     """A non-JSON upstream error in the OpenAI shape, keeping its status (the body is not relayed:
-    it is not meant for API clients and may echo the request)."""
+    it is not meant for API clients and may echo the request). Nor is the pod's reason phrase: the
+    message names the status by its standard phrase. Before session s40 the reason phrase was copied
+    into the message as it came, anything up to the response head's bound (256 KiB): terminal escape
+    sequences, or another tenant's data a compromised pod chose to show this client."""
     keep = {k: v for k, v in upstream.headers.items() if k.lower() == "retry-after"}
     return gateway_error(
         "upstream_error",
-        f"the model server answered HTTP {upstream.status} {upstream.reason or ''}".rstrip(),
+        f"the model server answered HTTP {upstream.status} {_standard_phrase(upstream.status)}".rstrip(),
         status=upstream.status,
         headers={**keep, **extra},
     )
+
+
+def _standard_phrase(status: int) -> str:
+    """HTTP's reason phrase for ``status`` (RFC 9110's registry), empty for a status it has none for."""
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return ""
 
 
 class ChunkSender(Protocol):

@@ -15,13 +15,18 @@ key (the response's id) in the backend, and settled once by the tokens the respo
 have generated (:meth:`RateLimiter.settle`): in Redis, whichever replica settles them.
 Every failure is logged (rate-limited to one line per outage) and counted
 (``igw_ratelimit_backend_errors_total``, ``igw_ratelimit_backend_up``).
+
+Each count a charge is made of is taken up to :data:`MAX_CHARGE_TOKENS`: before session s40 a
+background response asking for ``max_output_tokens: 2**63`` was held and debited as such, and the
+Redis script failed on it (the bucket's expiry past what Redis represents), which took Redis for down
+and applied ``onRedisUnavailable`` to every tenant of the replica (``deny``: 429 for all of them).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 from igw.gateway.tenant_labels import is_plain
 from igw.security.clock import Clock
@@ -35,6 +40,19 @@ from igw.security.settings import RateLimitSettings, TenantLimits
 log = logging.getLogger("igw.security.ratelimit")
 
 _T = TypeVar("_T")
+
+MAX_CHARGE_TOKENS: Final = 1 << 30
+"""The most tokens one count of a charge (a prompt, an answer, a held bound, a settlement) debits:
+about a billion, a hundred times the longest context window served today, and the largest usage
+count the gateway believes of a model server (``igw.gateway.upstream.MAX_REPORTED_TOKENS``). A
+tenant's bucket owes at most a few of these per request: a debt its limits repay in centuries
+at the least, and a number Redis's expiry arithmetic represents."""
+
+
+def _charged(tokens: int) -> int:
+    """``tokens`` as one count of a charge: 0 to :data:`MAX_CHARGE_TOKENS`."""
+    return min(max(0, tokens), MAX_CHARGE_TOKENS)
+
 
 _Plan = tuple[TenantLimits, bool, bool]
 """A tenant's limits, whether any applies (``limited``) and whether tokens count against one."""
@@ -117,9 +135,11 @@ class RateLimiter:
         series; ``reserved_tokens`` are debited, not counted (a bound, not a measurement), and held
         under ``reservation`` (when given) for :meth:`settle`."""
         key = self.tenant_key(tenant)
+        prompt_tokens, completion_tokens = _charged(prompt_tokens), _charged(completion_tokens)
+        reserved_tokens = _charged(reserved_tokens)
         self._count_tokens(key, prompt_tokens, completion_tokens)
         limits, _, counts_tokens = self._plans.get(key, self._default_plan)
-        total = max(0, prompt_tokens) + max(0, completion_tokens) + max(0, reserved_tokens)
+        total = prompt_tokens + completion_tokens + reserved_tokens
         if not counts_tokens or total == 0:
             return
         if self._backend_usable():
@@ -154,7 +174,7 @@ class RateLimiter:
         """:meth:`settle`'s second half: ``held`` (:meth:`release`'s answer) settled by
         ``completion_tokens`` with this limiter's limits for its tenant key."""
         key, tokens = held
-        completion_tokens = max(0, completion_tokens)
+        tokens, completion_tokens = _charged(tokens), _charged(completion_tokens)
         self._count_tokens(key, 0, completion_tokens)
         limits = self._plans.get(key, self._default_plan)[0]
         difference = completion_tokens - tokens
