@@ -17,7 +17,8 @@ settled, so the configuration was never applied after the issuer came back - and
 served two configurations (two audiences, two sets of rate limits) until the file changed again.
 Any failure (YAML, schema, admission rule, EndpointPickerConfig, routing extension, a guard setting,
 a guard that does not become ready) is logged with its own message, counted as
-``igw_config_reloads{result="rejected"}`` and shown in ``/readyz``; the running configuration and
+``igw_config_reloads{result="rejected"}``, shown in ``/readyz`` and by
+``igw_config_last_reload_successful`` 0 until a reload is applied; the running configuration and
 guard stay in force and a half-built new guard is closed.
 """
 
@@ -169,6 +170,7 @@ class ConfigReloader:
             await old_guard.close()
             log.info("request guard rebuilt: %s", new_guard.readiness().detail)
         self.state.metrics.config_reloads.labels("applied").inc()
+        self.state.metrics.config_reload_ok.set(1)
         log.info("configuration %s reloaded and applied", self.path)
         after = restart_only_values(config.extensions)
         for name, running in RESTART_ONLY.items():
@@ -213,5 +215,6 @@ class ConfigReloader:
     def _reject(self, message: str) -> bool:
         self.state.config_error = message
         self.state.metrics.config_reloads.labels("rejected").inc()
+        self.state.metrics.config_reload_ok.set(0)
         log.error("configuration reload rejected, the running configuration stays: %s", message)
         return False
