@@ -146,11 +146,13 @@ def picker_configs_from_cluster(config: GatewayConfig, api_client: Any) -> Picke
     return out
 
 
-def guard_factory(registry: CollectorRegistry) -> GuardFactory:
+def guard_factory(registry: CollectorRegistry, *, processes: int = 1) -> GuardFactory:
     """``igw.security``'s guards when installed (they read spec.auth and our extensions), else open.
 
     A factory rather than one guard, so a hot reload that changes ``spec.auth`` or the security
-    extensions rebuilds the guard (see :mod:`igw.gateway.reload`).
+    extensions rebuilds the guard (see :mod:`igw.gateway.reload`). ``processes``: the workers of this
+    pod's group, each of which enforces its share of the local rate limits (before session s40 each
+    enforced all of them, and a tenant got N times its limit from ``--workers N``).
     """
     if importlib.util.find_spec("igw.security.factory") is None:
         log.warning("igw.security is not installed: requests are not authenticated (OpenGuard)")
@@ -162,7 +164,7 @@ def guard_factory(registry: CollectorRegistry) -> GuardFactory:
     # deferred: optional package: a slim install may lack igw.security (checked by find_spec above)
     from igw.security.factory import RequestGuardFactory
 
-    return RequestGuardFactory(registry=registry)
+    return RequestGuardFactory(registry=registry, processes=processes)
 
 
 def _announce_code(registry: CollectorRegistry) -> None:
@@ -249,7 +251,7 @@ async def _run_gateway(config: GatewayConfig, options: LaunchOptions) -> None:
         tls = _tls(config)
         app = create_app(
             config,
-            guard_factory=guard_factory(registry),
+            guard_factory=guard_factory(registry, processes=processes),
             discovery=discovery,
             picker_configs=pickers,
             config_path=Path(options.config_path) if options.reload else None,

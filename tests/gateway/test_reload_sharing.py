@@ -103,3 +103,23 @@ async def test_worker_0_s_announcement_nudges_the_other_workers(tmp_path: Path) 
     finally:
         await follower.close()
         await leader.close()
+
+
+async def test_the_gauge_says_whether_the_running_config_is_the_file_s(tmp_path: Path) -> None:
+    """``igw_config_last_reload_successful``: 1 from the start, 0 from a rejected change until a change
+    is applied - what a counter of rejections cannot say once its alert window has passed (each worker
+    of a group exports its own, labelled by the merge)."""
+    reloader, state, path = _reloader(tmp_path)
+
+    def ok() -> float | None:
+        return state.metrics.registry.get_sample_value("igw_config_last_reload_successful")
+
+    assert ok() == 1.0
+    path.write_text("spec: [not, a, config")
+    assert await reloader.check() is False
+    assert ok() == 0.0
+    assert await reloader.check() is None  # unchanged: still the older configuration
+    assert ok() == 0.0
+    _write(path, "second")
+    assert await reloader.check() is True
+    assert ok() == 1.0

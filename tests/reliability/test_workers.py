@@ -99,9 +99,38 @@ async def test_two_workers_share_the_port_and_one_scrape_per_interval(tmp_path: 
         assert time.monotonic() - t_stop < 60
     assert "stopping: not ready" in gw.output
     assert gw.output.count("igw gateway stopped") == 2
+    for index in (0, 1):  # each worker's lines name it (the group shares one stderr)
+        assert f"INFO igw.gateway [worker {index}]: igw gateway stopped" in gw.output
     # each worker states its prefix index budget (none without a container memory limit)
     assert gw.output.count("prefix index budget: ") == 2
     assert "endpoint discovery: worker 0's (static endpoints file" in gw.output
+
+
+async def test_a_tenant_gets_its_local_rate_limit_once_per_pod_not_once_per_worker(tmp_path: Path) -> None:
+    """``rateLimits`` with the local backend is the limit per pod ("each replica"): with ``--workers 2``
+    each worker enforces half of it, so a burst of 4 admits 4 requests whichever worker the kernel
+    hands each connection to. Before, every worker kept the whole bucket and the pod admitted 8 (N
+    times the limit with N workers: a client only had to open new connections)."""
+    doc = gateway_doc()
+    doc["spec"]["extensions"]["rateLimits"] = {"default": {"requestsPerSecond": 0.001, "burst": 4}}
+    statuses: dict[int, int] = {}
+    async with (
+        running(FakeModelServer("p0")) as pods,
+        igw_serve(tmp_path, doc, [p.key for p in pods], "--workers", "2") as gw,
+        aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as http,
+    ):
+        seen: set[int] = set()
+        deadline = time.monotonic() + 60  # the second worker may still be starting on a loaded machine
+        while len(seen) < 2 and time.monotonic() < deadline:
+            seen.add((await _worker_of_new_connection(gw.url))["index"])
+        assert seen == {0, 1}
+        for _ in range(40):  # a new connection each: both workers get many (P(one gets < 3) ~ 1e-9)
+            body = {"model": MODEL, "prompt": "hi", "max_tokens": 1}
+            async with http.post(gw.url + "/v1/completions", json=body) as resp:
+                await resp.read()
+                statuses[resp.status] = statuses.get(resp.status, 0) + 1
+    assert set(statuses) == {200, 429}, statuses
+    assert statuses[200] <= 4, statuses  # 8 before: each worker admitted the whole burst
 
 
 async def test_auto_starts_one_worker_per_core_of_the_cpu_request(

@@ -10,6 +10,7 @@ and configuration keep serving (and ``igw_auth_enabled`` keeps describing them).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import random
 import ssl
@@ -26,7 +27,9 @@ from igw.config.loader import load_gateway_config
 from igw.gateway.app import create_app
 from igw.gateway.discovery.static_file import StaticFileDiscovery
 from igw.gateway.inference import STATE_KEY
+from igw.gateway.reload import ConfigReloader
 from igw.gateway.serving import serve_app
+from igw.gateway.state import GatewayState
 from igw.security.factory import RequestGuardFactory
 from tests.gateway.fake_model_server import FakeModelServer, running
 from tests.security.helpers import JwksServer, TokenFactory, wait_until
@@ -192,3 +195,58 @@ async def test_reload_with_a_failing_guard_keeps_the_old_guard_and_config(
         expected_auth = 1 if running_guard is guard else 0
         assert auth_enabled(gw) == expected_auth  # the gauge describes the guard that serves
         assert ready == running_guard.readiness().ready
+
+
+async def test_a_reload_whose_guard_was_not_ready_is_applied_once_the_issuer_is_back(
+    tmp_path: Path, jwks_server: JwksServer, client_ssl: ssl.SSLContext
+) -> None:
+    """Worker 0 and a follower of ``igw serve --workers 2`` (two reloaders on one file, as there):
+    worker 0 reloads a change of the tenant's models and fetches the issuer's keys; the issuer fails
+    the follower's fetch, so the follower rejects the change. Once the issuer answers again the
+    follower applies it without the file changing - before, its digest was settled, and it served the
+    old models (another tenant's access) until the file changed again while worker 0 served the new."""
+    config_path = tmp_path / "igwc.yaml"
+    write(config_path, issuer=jwks_server, extensions=access(["m"]))
+    registry = CollectorRegistry()
+    factory = RequestGuardFactory(registry=registry, jwks_ssl_context=client_ssl)
+    workers: list[tuple[GatewayState, ConfigReloader]] = []
+    for _ in range(2):
+        config = load_gateway_config(config_path)
+        guard = factory(config)
+        await guard.start()
+        await wait_until(lambda g=guard: g.readiness().ready, timeout_s=5)  # type: ignore[misc]
+        state = GatewayState(config, guard=guard, clock=time.monotonic, rng=random.Random(0))
+        reloader = ConfigReloader(config_path, state=state, guard_factory=factory, guard_ready_timeout_s=0.3)
+        workers.append((state, reloader))
+    (leader, leading), (follower, following) = workers
+    following.follows = True
+    leading.on_changed = following.nudge  # worker 0's announcement over the scrape channel
+    jwks_server.mode = "status"  # the issuer fails: worker 0's guard below is built by hand first
+
+    def models(state: GatewayState) -> object:
+        return state.runtime.config.extensions["authorization"]["modelAccess"][0]["models"]
+
+    try:
+        write(config_path, issuer=jwks_server, extensions=access(["secret"]))
+        # Worker 0 got the keys (its check runs while the issuer answers), the follower did not.
+        jwks_server.mode = "ok"
+        assert await leading.check() is True
+        jwks_server.mode = "status"
+        assert await following.check() is False
+        assert models(leader) == ["secret"]
+        assert models(follower) == ["m"]
+        assert "request guard not ready" in (follower.config_error or "")
+        leading.start()
+        following.start()
+        await asyncio.sleep(0.5)
+        assert models(follower) == ["m"]  # the issuer still fails: the old config and guard stay
+
+        jwks_server.mode = "ok"  # the issuer is back; the file has not changed
+        await wait_until(lambda: models(follower) == ["secret"], timeout_s=5)
+        assert follower.config_error is None
+        assert following.retrying is False
+        assert models(leader) == ["secret"]
+    finally:
+        for state, reloader in workers:
+            await reloader.stop()
+            await state.guard.close()

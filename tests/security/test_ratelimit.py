@@ -543,3 +543,25 @@ async def test_the_tenant_label_is_bounded_named_tenants_first(clock: ManualCloc
     reloaded = RateLimiter(settings=settings, backend=LocalBuckets(clock=clock), clock=clock, metrics=metrics)
     await reloaded.admit(tenant="user-1", est_tokens=1)
     assert series("igw_tenant_requests")[("user-1", "admitted")] == 2
+
+
+def test_local_limits_are_shared_by_the_workers_of_a_pod() -> None:
+    """``igw serve --workers N`` with the local backend: each worker enforces 1/N of every rate and
+    bucket (rounded up, a request bucket never under one request), so the pod enforces the limit as
+    configured; Redis is shared by every process already and keeps its limits; one process keeps them."""
+    raw = {
+        "default": {"requestsPerSecond": 10, "burst": 5, "tokensPerMinute": 6000},
+        "tenants": [{"tenant": "t", "requestsPerSecond": 1}],
+    }
+    local = RateLimitSettings.from_mapping(raw)
+    share = local.shared_by(4)
+    assert share.default == TenantLimits(
+        requests_per_second=2.5, burst=2, tokens_per_minute=1500.0, token_burst=1500
+    )
+    assert share.tenants["t"].requests_per_second == 0.25
+    assert share.tenants["t"].request_capacity == 1.0  # a worker can still admit one request
+    assert (share.anonymous_tenant, share.backend) == (local.anonymous_tenant, "local")
+    assert local.shared_by(1) is local
+    redis = RateLimitSettings.from_mapping({**raw, "backend": "redis"})
+    assert redis.shared_by(4) is redis
+    assert TenantLimits().shared_by(3) == TenantLimits()  # no limit stays no limit

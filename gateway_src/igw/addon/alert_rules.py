@@ -204,6 +204,14 @@ ALERTS: Final[tuple[Alert, ...]] = (
         "Every inference request is refused with 401 until the issuer's JWKS can be fetched.",
     ),
     Alert(
+        "IgwConfigReloadRejected",
+        "igw_config_last_reload_successful == 0",
+        "10m",
+        "warning",
+        "The gateway serves an older configuration than its file: the last change was rejected.",
+        "The running configuration stays; /readyz names the reason (config_reload_error).",
+    ),
+    Alert(
         "IgwCertificateExpiringSoon",
         "certmanager_certificate_expiration_timestamp_seconds - time() < 14 * 86400",
         "1h",

@@ -262,7 +262,7 @@ def _run(args: argparse.Namespace) -> int:
     from igw.config.loader import load_gateway_config
     from igw.gateway.limits_config import EXTENSION_NAME, ServerLimitsError, server_limits
     from igw.gateway.log_buffer import BatchedLineHandler
-    from igw.gateway.redaction import RedactingFormatter, configure_logging
+    from igw.gateway.redaction import RedactingFormatter, configure_logging, install, worker_log_format
     from igw.gateway.reload import file_digest
     from igw.gateway.serving import EXIT_LISTEN_FAILED, ServerLimits
     from igw.gateway.tracing_options import TracingConfigError, tracing_options
@@ -313,6 +313,8 @@ def _run(args: argparse.Namespace) -> int:
     except WorkerSetupError as exc:
         print(f"igw serve: {exc}", file=sys.stderr)
         return EXIT_CONFIG
+    if role is not None:  # every line says which worker of the group logged it
+        install(logging.getLogger().handlers, worker_log_format(role.index))
     if role is not None and role.parent is not None:
         # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
         from igw.gateway.parent_death import ParentGoneError, stop_with_parent

@@ -18,6 +18,14 @@ LOG_FORMAT: Final = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 """The line every long-running igw command logs: time, level, logger, message."""
 
 
+def worker_log_format(index: int) -> str:
+    """:data:`LOG_FORMAT` for worker ``index`` of an ``igw serve --workers N`` group: the logger's name
+    followed by ``[worker N]``. The workers share the container's stderr, and before session s40 their
+    lines were alike - a reload rejected by one worker, a JWKS fetch that failed in one, a channel that
+    broke could not be told from the others'."""
+    return f"%(asctime)s %(levelname)s %(name)s [worker {index}]: %(message)s"
+
+
 class RedactingFormatter(logging.Formatter):
     """A :class:`logging.Formatter` whose output has passed through :func:`redact`."""
 

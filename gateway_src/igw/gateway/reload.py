@@ -9,9 +9,16 @@ a new request guard is built and started first and must become ready (JWKS loade
 request sees one without the other) and the old guard is closed.
 
 A file that cannot be read is reported once and loaded again when it can be, even unchanged.
+A reload rejected only because its new guard did not start or become ready (the issuer's keys could
+not be fetched: an issuer down or flaky for a moment) is tried again every interval, the file
+unchanged, until it is applied or the file changes: before session s40 the file's digest was taken as
+settled, so the configuration was never applied after the issuer came back - and in an ``igw serve
+--workers`` group whose worker 0 fetched the keys while another worker's fetch failed, the workers
+served two configurations (two audiences, two sets of rate limits) until the file changed again.
 Any failure (YAML, schema, admission rule, EndpointPickerConfig, routing extension, a guard setting,
 a guard that does not become ready) is logged with its own message, counted as
-``igw_config_reloads{result="rejected"}`` and shown in ``/readyz``; the running configuration and
+``igw_config_reloads{result="rejected"}``, shown in ``/readyz`` and by
+``igw_config_last_reload_successful`` 0 until a reload is applied; the running configuration and
 guard stay in force and a half-built new guard is closed.
 """
 
@@ -48,6 +55,11 @@ reload intervals: a safety net should a nudge be lost."""
 
 class GuardReloadError(IgwGatewayError, ValueError):
     """The new configuration's request guard could not be built or did not become ready."""
+
+
+class GuardNotReadyError(GuardReloadError):
+    """The new guard was built but did not start or become ready in time: the issuer, not the
+    configuration, is at fault, so the same file is tried again (:attr:`ConfigReloader.retrying`)."""
 
 
 def file_digest(path: Path) -> str:
@@ -88,6 +100,9 @@ class ConfigReloader:
         of them apply a change within milliseconds of each other instead of up to an interval apart."""
         self.on_changed: Callable[[], None] | None = None
         """Called after a check that found the file changed (applied or rejected)."""
+        self.retrying = False
+        """The file's current content was rejected because its guard did not become ready: the next
+        check loads it again although it did not change (every interval, a follower too)."""
 
     def nudge(self) -> None:
         """Check the file now (the loop's next turn) instead of at the end of the interval."""
@@ -105,10 +120,9 @@ class ConfigReloader:
     async def _run(self) -> None:
         while True:
             interval = self.state.runtime.settings.config_reload_interval_s
+            waits = interval * FOLLOWER_POLL_FACTOR if self.follows and not self.retrying else interval
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(
-                    self._nudged.wait(), interval * FOLLOWER_POLL_FACTOR if self.follows else interval
-                )
+                await asyncio.wait_for(self._nudged.wait(), waits)
             self._nudged.clear()
             try:
                 changed = await self.check()
@@ -131,9 +145,10 @@ class ConfigReloader:
                 return None
             self._digest = unreadable
             return self._reject(unreadable)
-        if digest == self._digest:
+        if digest == self._digest and not self.retrying:
             return None
         self._digest = digest
+        self.retrying = False
         new_guard: RequestGuard | None = None
         try:
             config = load_gateway_config(self.path)
@@ -143,6 +158,9 @@ class ConfigReloader:
             new_guard = await self._next_guard(config)
             before = restart_only_values(self.state.runtime.config.extensions)
             self.state.apply_config(config, picker_configs=pickers)
+        except GuardNotReadyError as exc:
+            self.retrying = True
+            return self._reject(f"{exc} (tried again every configReloadInterval)")
         except (ConfigError, SchedulerConfigError, ValueError) as exc:
             if new_guard is not None:
                 await new_guard.close()
@@ -152,6 +170,7 @@ class ConfigReloader:
             await old_guard.close()
             log.info("request guard rebuilt: %s", new_guard.readiness().detail)
         self.state.metrics.config_reloads.labels("applied").inc()
+        self.state.metrics.config_reload_ok.set(1)
         log.info("configuration %s reloaded and applied", self.path)
         after = restart_only_values(config.extensions)
         for name, running in RESTART_ONLY.items():
@@ -179,7 +198,7 @@ class ConfigReloader:
             if isinstance(exc, GuardReloadError):
                 raise
             if isinstance(exc, Exception):
-                raise GuardReloadError(f"request guard failed to start: {exc!r}") from exc
+                raise GuardNotReadyError(f"request guard failed to start: {exc!r}") from exc
             raise
         return guard
 
@@ -188,7 +207,7 @@ class ConfigReloader:
         deadline = loop.time() + self.guard_ready_timeout_s
         while not (readiness := guard.readiness()).ready:
             if loop.time() >= deadline:
-                raise GuardReloadError(
+                raise GuardNotReadyError(
                     f"request guard not ready after {self.guard_ready_timeout_s:g}s: {readiness.detail}"
                 )
             await asyncio.sleep(_READY_POLL_S)
@@ -196,5 +215,6 @@ class ConfigReloader:
     def _reject(self, message: str) -> bool:
         self.state.config_error = message
         self.state.metrics.config_reloads.labels("rejected").inc()
+        self.state.metrics.config_reload_ok.set(0)
         log.error("configuration reload rejected, the running configuration stays: %s", message)
         return False

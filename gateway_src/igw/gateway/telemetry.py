@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Final
 
 from mypy_extensions import mypyc_attr
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, Gauge
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.registry import Collector
@@ -349,6 +349,16 @@ class GatewayMetrics:
             ["result"],
             registry=r,
         )
+        self.config_reload_ok = Gauge(
+            "igw_config_last_reload_successful",
+            "1 while this process serves the configuration file as it is (unchanged since start, or "
+            "its last change applied); 0 from a rejected reload until a reload is applied.",
+            registry=r,
+        )
+        """What the counter cannot say: whether the running configuration is the file's *now* (an
+        alert on ``increase(igw_config_reloads_total{result="rejected"})`` forgets a rejection once
+        the window passes, and one worker of a group may be behind the others)."""
+        self.config_reload_ok.set(1)
         self.scrapes = FoldingCounter(
             "igw_endpoint_scrapes", "Metrics scrapes by result (ok, error).", ["result"], registry=r
         )

@@ -41,11 +41,15 @@ class RequestGuardFactory:
         clock: Clock = SYSTEM_CLOCK,
         rng: random.Random | None = None,
         jwks_ssl_context: ssl.SSLContext | None = None,
+        processes: int = 1,
     ) -> None:
+        """``processes``: how many gateway processes of one pod enforce the local rate limits, each
+        its share (``igw serve --workers N``; :meth:`RateLimitSettings.shared_by`)."""
         self._metrics = SecurityMetrics(registry=registry if registry is not None else REGISTRY)
         self._clock = clock
         self._rng = rng
         self._jwks_ssl_context = jwks_ssl_context
+        self._processes = processes
 
     def __call__(self, config: GatewayConfig) -> SecurityGuard:
         return build_request_guard(
@@ -54,6 +58,7 @@ class RequestGuardFactory:
             rng=self._rng,
             metrics=self._metrics,
             jwks_ssl_context=self._jwks_ssl_context,
+            processes=self._processes,
         )
 
 
@@ -65,6 +70,7 @@ def build_request_guard(
     registry: CollectorRegistry | None = None,
     metrics: SecurityMetrics | None = None,
     jwks_ssl_context: ssl.SSLContext | None = None,
+    processes: int = 1,
 ) -> SecurityGuard:
     """The guard enforcing ``config``; raises ``ValueError`` naming the field for a bad setting.
 
@@ -72,6 +78,8 @@ def build_request_guard(
     registry; pass a fresh one when several guards live in one process, as in tests).
     ``metrics``: already registered metrics to report through instead (see :class:`RequestGuardFactory`).
     ``jwks_ssl_context``: trust for the issuer's HTTPS endpoints (default: the system trust store).
+    ``processes``: the pod's gateway processes that share the local rate limits (see
+    :class:`RequestGuardFactory`).
     """
     return build_guard(
         config.auth,
@@ -82,6 +90,7 @@ def build_request_guard(
         registry=registry,
         metrics=metrics,
         jwks_ssl_context=jwks_ssl_context,
+        processes=processes,
     )
 
 
@@ -95,13 +104,14 @@ def build_guard(
     registry: CollectorRegistry | None = None,
     metrics: SecurityMetrics | None = None,
     jwks_ssl_context: ssl.SSLContext | None = None,
+    processes: int = 1,
 ) -> SecurityGuard:
     """The guard for an ``auth`` spec and the raw ``authorization``/``rateLimits`` settings.
 
     Shared by a tier-1 gateway (:func:`build_request_guard`) and the global router, whose
     configuration holds the same three parts at other paths.
     """
-    limits = RateLimitSettings.from_mapping(rate_limits)
+    limits = RateLimitSettings.from_mapping(rate_limits).shared_by(processes)
     settings = replace(
         AuthorizationSettings.from_mapping(authorization), anonymous_tenant=limits.anonymous_tenant
     )

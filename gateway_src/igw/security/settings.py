@@ -11,7 +11,8 @@ default here, so the two cannot drift.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from math import ceil
 from typing import Any, Final, Literal
 
 from igw.config.durations import parse_duration
@@ -215,6 +216,21 @@ class TenantLimits:
     def limited(self) -> bool:
         return self.requests_per_second is not None or self.tokens_per_minute is not None
 
+    def shared_by(self, processes: int) -> TenantLimits:
+        """The share of these limits that each of ``processes`` processes enforces on its own buckets
+        so that together they enforce the whole (``igw serve --workers N``, local backend): rates
+        divided, bucket sizes divided and rounded up, a request bucket never under one request (a
+        worker must be able to admit one)."""
+        if processes <= 1:
+            return self
+        rps, tpm = self.requests_per_second, self.tokens_per_minute
+        return TenantLimits(
+            requests_per_second=None if rps is None else rps / processes,
+            burst=None if rps is None else max(1, ceil(self.request_capacity / processes)),
+            tokens_per_minute=None if tpm is None else tpm / processes,
+            token_burst=None if tpm is None else max(1, ceil(self.token_capacity / processes)),
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class RedisSettings:
@@ -250,6 +266,19 @@ class RateLimitSettings:
 
     def limits_for(self, tenant: str) -> TenantLimits:
         return self.tenants.get(tenant, self.default)
+
+    def shared_by(self, processes: int) -> RateLimitSettings:
+        """These settings for one of ``processes`` worker processes that each keep their own local
+        buckets (:meth:`TenantLimits.shared_by`): with the ``local`` backend a tenant then gets its
+        limits per pod, as configured, not once per worker. The ``redis`` backend is shared by every
+        process already and is left as it is (its ``onRedisUnavailable: local`` fallback included)."""
+        if processes <= 1 or self.backend != "local":
+            return self
+        return replace(
+            self,
+            default=self.default.shared_by(processes),
+            tenants={tenant: limits.shared_by(processes) for tenant, limits in self.tenants.items()},
+        )
 
     @property
     def enabled(self) -> bool:
