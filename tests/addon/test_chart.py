@@ -788,6 +788,9 @@ def test_the_charts_pods_prefer_nodes_other_than_hyperpod_by_default(mode: str) 
         "requiredDuringSchedulingIgnoredDuringExecution": required,
     }
     assert "nodeAffinity" not in affinity({"mode": mode, "nodeAffinity": None})
+    # ...and EKS's configurationValues check (the add-on schema) lets the documented null through: it
+    # refused it ("expected object, got null"), so no add-on install could drop the default
+    assert configuration.problems({"mode": mode, "nodeAffinity": None}) == []
 
 
 @pytest.mark.parametrize(
