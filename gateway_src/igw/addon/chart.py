@@ -26,14 +26,47 @@ FORBIDDEN_PATTERNS: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
 GATEWAY_MODE_ONLY_VALUES: Final = (
     "replicaCount",
     "autoscaling",
-    "gateway",
+    "gateway.port",
+    "gateway.managementPort",
+    "gateway.logLevel",
+    "gateway.extraArgs",
+    "gateway.extraEnv",
+    "gateway.config",
     "service",
     "certManager",
     "serviceAccount",
+    "resources",
+    "terminationGracePeriodSeconds",
+    "preStopSleepSeconds",
+    "podAntiAffinity",
+    "priorityClassName",
+    "podAnnotations",
+    "podLabels",
+    "podDisruptionBudget",
+    "rbac",
+    "networkPolicy.ingressCidrs",
+    "networkPolicy.modelServerPorts",
+    "networkPolicy.extraEgress",
 )
-"""Top-level values that only ``mode: gateway`` reads: with ``mode: operator`` the chart renders the
-same objects whatever they say (the operator takes replicas, Service and TLS from each
-InferenceGatewayConfig, and its gateway pods run as ``<name>-gateway`` in the object's namespace)."""
+"""Values (dotted paths) that only ``mode: gateway`` reads: with ``mode: operator`` the chart renders the
+same objects whatever they say (the operator takes replicas, Service, TLS, pod settings and network
+policy from each InferenceGatewayConfig, and its gateway pods run as ``<name>-gateway`` in the object's
+namespace). ``gateway.workers``, ``gateway.workerTimeoutSeconds`` and ``gateway.cloudWatch`` are not
+here: the operator hands them to every gateway it runs."""
+
+
+def gateway_mode_only_paths(values: Mapping[str, Any]) -> list[str]:
+    """The :data:`GATEWAY_MODE_ONLY_VALUES` that ``values`` sets, in that order."""
+    found: list[str] = []
+    for path in GATEWAY_MODE_ONLY_VALUES:
+        node: Any = values
+        for key in path.split("."):
+            if not isinstance(node, Mapping) or key not in node:
+                break
+            node = node[key]
+        else:
+            found.append(path)
+    return found
 
 
 @dataclass(frozen=True, slots=True)
