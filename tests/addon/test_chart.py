@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import re
+import shutil
+import tarfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -347,6 +350,42 @@ def test_package_produces_a_chart_archive(tmp_path: Path) -> None:
     archive = chart.package(destination=tmp_path)
     assert archive.name == f"{pins.CHART_NAME}-{pins.CHART_VERSION}.tgz"
     assert archive.stat().st_size > 1000
+
+
+def _checkout(root: Path, mtime: int) -> Path:
+    """A copy of the chart as another checkout leaves it: its own file times, and strays beside it."""
+    copy = root / pins.CHART_NAME
+    shutil.copytree(chart.chart_dir(), copy)
+    for path in copy.rglob("*"):
+        os.utime(path, (mtime, mtime))
+    (copy / "values-prod.yaml").write_text("redis:\n  password: hunter2\n", encoding="utf-8")
+    (copy / "files" / "__pycache__").mkdir()
+    (copy / "files" / "__pycache__" / "render.cpython-311.pyc").write_bytes(b"\x00")
+    (copy / "templates" / "gateway-deployment.yaml.bak").write_text("kind: Secret\n", encoding="utf-8")
+    return copy
+
+
+def test_package_is_the_same_bytes_from_any_checkout_and_only_the_chart(tmp_path: Path) -> None:
+    """Helm wrote each file's modification time into the archive, so two checkouts of one commit made
+    two archives (two OCI digests for one chart version); and whatever lay in the chart folder went in
+    (a values file with a password, __pycache__)."""
+    archives = [
+        chart.package(
+            destination=tmp_path / f"out{n}",
+            directory=_checkout(tmp_path / f"checkout{n}", 1_700_000_000 + n),
+        )
+        for n in range(2)
+    ]
+    assert archives[0].read_bytes() == archives[1].read_bytes()
+    with tarfile.open(archives[0]) as archive:
+        names = {name.removeprefix(f"{pins.CHART_NAME}/") for name in archive.getnames()}
+        assert {member.mtime for member in archive.getmembers()} == {chart.ARCHIVE_FILE_TIME}
+    tracked = {
+        str(path.relative_to(chart.chart_dir()))
+        for path in chart.chart_dir().rglob("*")
+        if path.is_file() and "ci" not in path.relative_to(chart.chart_dir()).parts
+    }
+    assert names == tracked
 
 
 def test_chart_metadata_matches_pins() -> None:
