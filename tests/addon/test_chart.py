@@ -854,3 +854,71 @@ def test_a_gateway_service_name_the_api_server_refuses_fails_at_render_time(
         "gw-prod",
         "gw-prod-management",
     }
+
+
+def _strings_expected(obj: Any, path: str = "") -> list[tuple[str, Any]]:
+    """Every value under a key that Kubernetes types as a string (names, namespaces, arguments, DNS
+    names, label values) that is not one, as ``(path, value)``."""
+    found: list[tuple[str, Any]] = []
+    if isinstance(obj, dict):
+        for key, value in obj.items():
+            inner = f"{path}.{key}"
+            if key in ("name", "namespace", "serviceAccountName") and not isinstance(
+                value, (str, dict, list)
+            ):
+                found.append((inner, value))
+            elif key in ("args", "dnsNames", "matchNames") and isinstance(value, list):
+                found += [
+                    (f"{inner}[{n}]", item) for n, item in enumerate(value) if not isinstance(item, str)
+                ]
+            elif key == "matchLabels" and isinstance(value, dict):
+                found += [(f"{inner}.{k}", v) for k, v in value.items() if not isinstance(v, str)]
+            else:
+                found += _strings_expected(value, inner)
+    elif isinstance(obj, list):
+        for n, item in enumerate(obj):
+            found += _strings_expected(item, f"{path}[{n}]")
+    return found
+
+
+YAML_LOOKALIKES = ["on", "2024", "null", "true"]
+"""Valid DNS labels (namespace and object names) that plain YAML reads as a boolean, a number or null."""
+
+
+@pytest.mark.parametrize("namespace", YAML_LOOKALIKES)
+@pytest.mark.parametrize(
+    "values",
+    [
+        {
+            "operator": {"namespaces": YAML_LOOKALIKES},
+            "podMonitor": {"enabled": True, "selector": {"a": "b"}},
+        },
+        {
+            "mode": "gateway",
+            "rbac": {"namespaces": YAML_LOOKALIKES},
+            "gateway": {
+                "config": {"name": "true", "namespace": "null"},
+                "cloudWatch": {"enabled": True, "agent": {"namespace": "on"}},
+            },
+            "serviceAccount": {"name": "null"},
+            "certManager": {"dnsNames": ["*.example.com", "2024.example.com"]},
+            "serviceMonitor": {"enabled": True},
+        },
+    ],
+    ids=["operator", "gateway"],
+)
+def test_names_and_namespaces_render_as_strings(namespace: str, values: dict[str, Any]) -> None:
+    """Every namespace and name the add-on takes (``--namespace-config``, operator.namespaces,
+    rbac.namespaces, gateway.config, serviceAccount.name) and certManager.dnsNames' wildcard, which the
+    schema allows: they were written unquoted, so a namespace ``2024`` or ``on`` reached the API server
+    as a number or ``true`` (refused: metadata.namespace is a string) and ``*.example.com`` failed the
+    render as a YAML alias."""
+    assert configuration.problems(values) == []
+    objects = chart.render(values, release="igw", namespace=namespace)
+    for obj in objects:
+        if obj["kind"] != "CustomResourceDefinition":
+            assert _strings_expected(obj) == [], (obj["kind"], obj["metadata"]["name"])
+    served = [o for o in objects if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "igw-config"]
+    for config_map in served:
+        (document,) = yaml.safe_load_all(config_map["data"]["inferencegatewayconfig.yaml"])
+        assert document["metadata"] == {"name": "true", "namespace": "null"}
