@@ -433,10 +433,10 @@ def _semantic_problems(doc: Mapping[str, Any]) -> list[str]:
             problems += [
                 f"inference.addon.configurationValues.{key}: has no effect with the chart's mode operator "
                 f"(the operator builds the gateway from inference.gatewayConfig: replicas from "
-                f"spec.schedulers[].replicas, the Service from spec.tls and spec.extensions.dataPlane; "
-                f"gateway pods call no AWS API and need no role); remove it, or set mode: gateway"
-                for key in chart.GATEWAY_MODE_ONLY_VALUES
-                if key in values
+                f"spec.schedulers[].replicas, the Service from spec.tls and spec.extensions.dataPlane, "
+                f"pod settings from spec.podDefaults; gateway pods call no AWS API and need no role); "
+                f"remove it, or set mode: gateway"
+                for key in chart.gateway_mode_only_paths(values)
             ]
         acm_arn = ((doc["inference"]["gatewayConfig"]["spec"].get("tls") or {}).get("acmArn")) or ""
         if "endpoint" in doc["inference"] and acm_arn:

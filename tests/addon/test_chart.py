@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import re
+import shutil
+import tarfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -347,6 +350,42 @@ def test_package_produces_a_chart_archive(tmp_path: Path) -> None:
     archive = chart.package(destination=tmp_path)
     assert archive.name == f"{pins.CHART_NAME}-{pins.CHART_VERSION}.tgz"
     assert archive.stat().st_size > 1000
+
+
+def _checkout(root: Path, mtime: int) -> Path:
+    """A copy of the chart as another checkout leaves it: its own file times, and strays beside it."""
+    copy = root / pins.CHART_NAME
+    shutil.copytree(chart.chart_dir(), copy)
+    for path in copy.rglob("*"):
+        os.utime(path, (mtime, mtime))
+    (copy / "values-prod.yaml").write_text("redis:\n  password: hunter2\n", encoding="utf-8")
+    (copy / "files" / "__pycache__").mkdir()
+    (copy / "files" / "__pycache__" / "render.cpython-311.pyc").write_bytes(b"\x00")
+    (copy / "templates" / "gateway-deployment.yaml.bak").write_text("kind: Secret\n", encoding="utf-8")
+    return copy
+
+
+def test_package_is_the_same_bytes_from_any_checkout_and_only_the_chart(tmp_path: Path) -> None:
+    """Helm wrote each file's modification time into the archive, so two checkouts of one commit made
+    two archives (two OCI digests for one chart version); and whatever lay in the chart folder went in
+    (a values file with a password, __pycache__)."""
+    archives = [
+        chart.package(
+            destination=tmp_path / f"out{n}",
+            directory=_checkout(tmp_path / f"checkout{n}", 1_700_000_000 + n),
+        )
+        for n in range(2)
+    ]
+    assert archives[0].read_bytes() == archives[1].read_bytes()
+    with tarfile.open(archives[0]) as archive:
+        names = {name.removeprefix(f"{pins.CHART_NAME}/") for name in archive.getnames()}
+        assert {member.mtime for member in archive.getmembers()} == {chart.ARCHIVE_FILE_TIME}
+    tracked = {
+        str(path.relative_to(chart.chart_dir()))
+        for path in chart.chart_dir().rglob("*")
+        if path.is_file() and "ci" not in path.relative_to(chart.chart_dir()).parts
+    }
+    assert names == tracked
 
 
 def test_chart_metadata_matches_pins() -> None:
@@ -788,6 +827,9 @@ def test_the_charts_pods_prefer_nodes_other_than_hyperpod_by_default(mode: str) 
         "requiredDuringSchedulingIgnoredDuringExecution": required,
     }
     assert "nodeAffinity" not in affinity({"mode": mode, "nodeAffinity": None})
+    # ...and EKS's configurationValues check (the add-on schema) lets the documented null through: it
+    # refused it ("expected object, got null"), so no add-on install could drop the default
+    assert configuration.problems({"mode": mode, "nodeAffinity": None}) == []
 
 
 @pytest.mark.parametrize(
@@ -812,3 +854,71 @@ def test_a_gateway_service_name_the_api_server_refuses_fails_at_render_time(
         "gw-prod",
         "gw-prod-management",
     }
+
+
+def _strings_expected(obj: Any, path: str = "") -> list[tuple[str, Any]]:
+    """Every value under a key that Kubernetes types as a string (names, namespaces, arguments, DNS
+    names, label values) that is not one, as ``(path, value)``."""
+    found: list[tuple[str, Any]] = []
+    if isinstance(obj, dict):
+        for key, value in obj.items():
+            inner = f"{path}.{key}"
+            if key in ("name", "namespace", "serviceAccountName") and not isinstance(
+                value, (str, dict, list)
+            ):
+                found.append((inner, value))
+            elif key in ("args", "dnsNames", "matchNames") and isinstance(value, list):
+                found += [
+                    (f"{inner}[{n}]", item) for n, item in enumerate(value) if not isinstance(item, str)
+                ]
+            elif key == "matchLabels" and isinstance(value, dict):
+                found += [(f"{inner}.{k}", v) for k, v in value.items() if not isinstance(v, str)]
+            else:
+                found += _strings_expected(value, inner)
+    elif isinstance(obj, list):
+        for n, item in enumerate(obj):
+            found += _strings_expected(item, f"{path}[{n}]")
+    return found
+
+
+YAML_LOOKALIKES = ["on", "2024", "null", "true"]
+"""Valid DNS labels (namespace and object names) that plain YAML reads as a boolean, a number or null."""
+
+
+@pytest.mark.parametrize("namespace", YAML_LOOKALIKES)
+@pytest.mark.parametrize(
+    "values",
+    [
+        {
+            "operator": {"namespaces": YAML_LOOKALIKES},
+            "podMonitor": {"enabled": True, "selector": {"a": "b"}},
+        },
+        {
+            "mode": "gateway",
+            "rbac": {"namespaces": YAML_LOOKALIKES},
+            "gateway": {
+                "config": {"name": "true", "namespace": "null"},
+                "cloudWatch": {"enabled": True, "agent": {"namespace": "on"}},
+            },
+            "serviceAccount": {"name": "null"},
+            "certManager": {"dnsNames": ["*.example.com", "2024.example.com"]},
+            "serviceMonitor": {"enabled": True},
+        },
+    ],
+    ids=["operator", "gateway"],
+)
+def test_names_and_namespaces_render_as_strings(namespace: str, values: dict[str, Any]) -> None:
+    """Every namespace and name the add-on takes (``--namespace-config``, operator.namespaces,
+    rbac.namespaces, gateway.config, serviceAccount.name) and certManager.dnsNames' wildcard, which the
+    schema allows: they were written unquoted, so a namespace ``2024`` or ``on`` reached the API server
+    as a number or ``true`` (refused: metadata.namespace is a string) and ``*.example.com`` failed the
+    render as a YAML alias."""
+    assert configuration.problems(values) == []
+    objects = chart.render(values, release="igw", namespace=namespace)
+    for obj in objects:
+        if obj["kind"] != "CustomResourceDefinition":
+            assert _strings_expected(obj) == [], (obj["kind"], obj["metadata"]["name"])
+    served = [o for o in objects if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "igw-config"]
+    for config_map in served:
+        (document,) = yaml.safe_load_all(config_map["data"]["inferencegatewayconfig.yaml"])
+        assert document["metadata"] == {"name": "true", "namespace": "null"}

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import yaml
+
 from igw.addon import chart, configuration, pins
 from igw.operator.dataplane import HPA_API_VERSION, HPA_KIND, DataPlaneSettings, desired_objects
 from igw.operator.tls import CLUSTER_ACCESS, KUBE_ACCESS
@@ -222,23 +224,91 @@ def test_gateway_mode_stays_available_and_renders_no_operator() -> None:
 GATEWAY_MODE_SETTINGS: dict[str, Any] = {
     "replicaCount": 5,
     "autoscaling": {"enabled": True},
-    "gateway": {"port": 9443, "config": {"name": "other", "spec": {"bbr": {"enabled": False}}}},
+    "gateway.port": 9443,
+    "gateway.managementPort": 9191,
+    "gateway.logLevel": "debug",
+    "gateway.extraArgs": ["--access-log"],
+    "gateway.extraEnv": [{"name": "TEAM", "value": "a"}],
+    "gateway.config": {"name": "other", "spec": {"bbr": {"enabled": False}}},
     "service": {"scheme": "internet-facing", "port": 8443},
     "certManager": {"enabled": False},
     "serviceAccount": {"name": "custom", "roleArn": "arn:aws:iam::111111111111:role/gateway"},
+    "resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "2", "memory": "2Gi"}},
+    "terminationGracePeriodSeconds": 120,
+    "preStopSleepSeconds": 30,
+    "podAntiAffinity": "hard",
+    "priorityClassName": "system-cluster-critical",
+    "podAnnotations": {"team": "a"},
+    "podLabels": {"team": "a"},
+    "podDisruptionBudget": {"enabled": False},
+    "rbac": {"namespaces": ["models"]},
+    "networkPolicy.ingressCidrs": ["10.1.0.0/16"],
+    "networkPolicy.modelServerPorts": [30000],
+    "networkPolicy.extraEgress": [{"ports": [{"port": 4318, "protocol": "TCP"}]}],
 }
-"""A changed setting for every key of ``chart.GATEWAY_MODE_ONLY_VALUES``."""
+"""A changed setting for every path of ``chart.GATEWAY_MODE_ONLY_VALUES``."""
+
+OPERATOR_MODE_SETTINGS: dict[str, Any] = {
+    "nameOverride": "igw2",
+    "fullnameOverride": "igw2",
+    "operator": {"logLevel": "debug"},
+    "image": {"tag": "0.2.0"},
+    "imagePullSecrets": [{"name": "pull"}],
+    "gateway.workers": 3,
+    "gateway.workerTimeoutSeconds": 10,
+    "gateway.cloudWatch": {"enabled": True},
+    "runAsUser": 20000,
+    "nodeAffinity": None,
+    "nodeSelector": {"pool": "system"},
+    "tolerations": [{"key": "dedicated", "operator": "Exists"}],
+    "networkPolicy.enabled": False,
+    "networkPolicy.httpsEgressCidrs": ["10.0.0.0/8"],
+    "serviceMonitor": {"enabled": True},
+    "prometheusRule": {"enabled": True},
+    "podMonitor": {"enabled": True, "selector": {"app": "vllm"}},
+    "grafanaDashboards": {"enabled": True},
+    "crds": {"enabled": False},
+}
+"""A changed setting for every other value: each changes what operator mode renders."""
+
+
+def _nested(path: str, setting: Any) -> dict[str, Any]:
+    head, _, rest = path.partition(".")
+    return {head: _nested(rest, setting) if rest else setting}
+
+
+def test_every_value_is_either_read_in_operator_mode_or_refused_there() -> None:
+    """Every key of values.yaml (and of its gateway / networkPolicy sections) has a side: a value
+    neither side names was accepted by ``igw addon create`` and the CDK app and changed nothing."""
+    defaults = yaml.safe_load((chart.chart_dir() / "values.yaml").read_text(encoding="utf-8"))
+    paths = {f"{top}.{key}" for top in ("gateway", "networkPolicy") for key in defaults[top]}
+    paths |= set(defaults) - {"gateway", "networkPolicy", "mode"}
+    assert paths == set(GATEWAY_MODE_SETTINGS) | set(OPERATOR_MODE_SETTINGS)
 
 
 def test_gateway_mode_only_values_change_nothing_in_operator_mode() -> None:
-    """The deployment config refuses these keys in operator mode; this is why: they are inert there
-    (and each changes what gateway mode renders, so the list names no key by mistake)."""
+    """The deployment config and ``igw addon`` refuse these in operator mode; this is why: they are
+    inert there (and each changes what gateway mode renders, so the list names no path by mistake)."""
     assert set(GATEWAY_MODE_SETTINGS) == set(chart.GATEWAY_MODE_ONLY_VALUES)
     baseline = _objects({})
     gateway_baseline = _objects({"mode": "gateway"})
-    for key, setting in GATEWAY_MODE_SETTINGS.items():
-        assert _objects({key: setting}) == baseline, key
-        assert _objects({"mode": "gateway", key: setting}) != gateway_baseline, key
+    for path, setting in GATEWAY_MODE_SETTINGS.items():
+        values = _nested(path, setting)
+        assert _objects(values) == baseline, path
+        assert _objects({"mode": "gateway", **values}) != gateway_baseline, path
+        (problem,) = configuration.operator_mode_problems(values)
+        assert problem.startswith(f"{path}: has no effect with the chart's mode operator"), problem
+
+
+def test_values_operator_mode_reads_are_accepted_there() -> None:
+    """``gateway.workers``, ``gateway.workerTimeoutSeconds`` and ``gateway.cloudWatch`` reach the
+    operator's gateways: they were refused with the rest of ``gateway`` as having no effect."""
+    baseline = _objects({})
+    for path, setting in OPERATOR_MODE_SETTINGS.items():
+        values = _nested(path, setting)
+        assert _objects(values) != baseline, path
+        assert configuration.operator_mode_problems(values) == [], path
+        assert configuration.problems(values) == [], path
 
 
 def test_auto_issued_tls_settings_reach_the_operator() -> None:

@@ -388,3 +388,19 @@ def test_a_final_newline_is_refused_as_cloudformation_and_eks_refuse_it(example:
     with pytest.raises(config.DeploymentConfigError) as caught:
         config.parse(document, source="deploy.yaml")
     assert "clusterName" in str(caught.value)
+
+
+def test_operator_mode_takes_the_gateway_values_its_operator_hands_on(example: dict[str, Any]) -> None:
+    """``gateway.workers``, ``workerTimeoutSeconds`` and ``cloudWatch`` reach every gateway the operator
+    runs: they were refused with the whole of ``gateway`` as having no effect; ``resources`` (a gateway
+    pod setting the operator never reads) was accepted and changed nothing."""
+    values = example["inference"]["addon"]["configurationValues"]
+    values["gateway"] = {"workers": 2, "workerTimeoutSeconds": 10, "cloudWatch": {"emfIntervalSeconds": 30}}
+    config.parse(example)
+    values["resources"] = {"requests": {"cpu": "1"}}
+    with pytest.raises(config.DeploymentConfigError) as refused:
+        config.parse(example)
+    assert (
+        "inference.addon.configurationValues.resources: has no effect with the chart's mode operator"
+        in str(refused.value)
+    )

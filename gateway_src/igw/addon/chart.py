@@ -3,7 +3,10 @@ add-on rules scan. No helm binary is needed; this is real Helm, not a re-impleme
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,14 +29,47 @@ FORBIDDEN_PATTERNS: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
 GATEWAY_MODE_ONLY_VALUES: Final = (
     "replicaCount",
     "autoscaling",
-    "gateway",
+    "gateway.port",
+    "gateway.managementPort",
+    "gateway.logLevel",
+    "gateway.extraArgs",
+    "gateway.extraEnv",
+    "gateway.config",
     "service",
     "certManager",
     "serviceAccount",
+    "resources",
+    "terminationGracePeriodSeconds",
+    "preStopSleepSeconds",
+    "podAntiAffinity",
+    "priorityClassName",
+    "podAnnotations",
+    "podLabels",
+    "podDisruptionBudget",
+    "rbac",
+    "networkPolicy.ingressCidrs",
+    "networkPolicy.modelServerPorts",
+    "networkPolicy.extraEgress",
 )
-"""Top-level values that only ``mode: gateway`` reads: with ``mode: operator`` the chart renders the
-same objects whatever they say (the operator takes replicas, Service and TLS from each
-InferenceGatewayConfig, and its gateway pods run as ``<name>-gateway`` in the object's namespace)."""
+"""Values (dotted paths) that only ``mode: gateway`` reads: with ``mode: operator`` the chart renders the
+same objects whatever they say (the operator takes replicas, Service, TLS, pod settings and network
+policy from each InferenceGatewayConfig, and its gateway pods run as ``<name>-gateway`` in the object's
+namespace). ``gateway.workers``, ``gateway.workerTimeoutSeconds`` and ``gateway.cloudWatch`` are not
+here: the operator hands them to every gateway it runs."""
+
+
+def gateway_mode_only_paths(values: Mapping[str, Any]) -> list[str]:
+    """The :data:`GATEWAY_MODE_ONLY_VALUES` that ``values`` sets, in that order."""
+    found: list[str] = []
+    for path in GATEWAY_MODE_ONLY_VALUES:
+        node: Any = values
+        for key in path.split("."):
+            if not isinstance(node, Mapping) or key not in node:
+                break
+            node = node[key]
+        else:
+            found.append(path)
+    return found
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,13 +131,52 @@ def lint(
     return result
 
 
+CHART_ENTRIES: Final = (
+    "Chart.yaml",
+    "Chart.lock",
+    "values.yaml",
+    "values.schema.json",
+    "README.md",
+    "LICENSE",
+    ".helmignore",
+    "templates",
+    "files",
+    "crds",
+    "charts",
+)
+"""What a chart directory's top level may bring into the archive (Helm's own layout): anything else
+there (a ``values-prod.yaml`` with a password, a scratch file) stays out."""
+
+ARCHIVE_FILE_TIME: Final = 315_532_800
+"""Modification time of every file in the archive (1980-01-01T00:00:00Z, the zip epoch wheels use):
+Helm writes each file's own time into the tar headers, so two checkouts of the same commit packaged
+different bytes (another sha256, another OCI digest for the same chart version)."""
+
+
 def package(*, destination: Path, directory: Path | None = None) -> Path:
-    """The chart as ``<name>-<version>.tgz`` in ``destination``."""
+    """The chart as ``<name>-<version>.tgz`` in ``destination``: the same bytes for the same chart files,
+    whenever and wherever they were checked out.
+
+    Helm packages a staged copy holding only :data:`CHART_ENTRIES` (minus ``.helmignore``'s patterns,
+    which Helm applies), every file and folder dated :data:`ARCHIVE_FILE_TIME`."""
     # deferred: optional dependency: helm-python-sdk (ops extra) is needed only to render the chart
     import helm_python as helm
 
+    source = directory or chart_dir()
     destination.mkdir(parents=True, exist_ok=True)
-    return Path(helm.package(str(directory or chart_dir()), destination=str(destination)))
+    with tempfile.TemporaryDirectory(prefix="igw-chart-") as scratch:
+        staged = Path(scratch) / source.name
+        staged.mkdir()
+        for name in CHART_ENTRIES:
+            entry = source / name
+            if entry.is_dir():
+                shutil.copytree(entry, staged / name)
+            elif entry.is_file():
+                shutil.copyfile(entry, staged / name)
+        for path in sorted(staged.rglob("*"), reverse=True):
+            os.utime(path, (ARCHIVE_FILE_TIME, ARCHIVE_FILE_TIME))
+        os.utime(staged, (ARCHIVE_FILE_TIME, ARCHIVE_FILE_TIME))
+        return Path(helm.package(str(staged), destination=str(destination.resolve())))
 
 
 def addon_rule_violations(directory: Path | None = None) -> list[RuleViolation]:

@@ -106,21 +106,30 @@ def operator_mode_problems(values: Mapping[str, Any]) -> list[str]:
     """Values the chart's ``mode: operator`` (the default) never reads, one problem each.
 
     EKS accepts them (the schema is shared by both modes), and they silently changed nothing:
-    ``service.scheme`` or ``replicaCount`` in ``igw addon create --configuration-values`` looked applied.
-    The CDK app already refused them; the CLI now does too."""
+    ``service.scheme``, ``replicaCount``, ``resources`` or ``podAnnotations`` in ``igw addon create
+    --configuration-values`` looked applied. The CDK app already refused them; the CLI now does too.
+    ``gateway.workers``, ``gateway.workerTimeoutSeconds`` and ``gateway.cloudWatch`` reach the
+    operator's gateways and are accepted (the whole of ``gateway`` was refused, these with it)."""
     if values.get("mode", "operator") != "operator":
         return []
     return [
-        f"{key}: has no effect with the chart's mode operator (each InferenceGatewayConfig sets its "
-        f"gateway's replicas, Service and TLS; its pods call no AWS API){_OPERATOR_MODE_HINTS.get(key, '')}; "
-        "remove it, or set mode: gateway"
-        for key in chart.GATEWAY_MODE_ONLY_VALUES
-        if key in values
+        f"{path}: has no effect with the chart's mode operator (the operator builds each gateway - its "
+        f"replicas, Service, TLS, pods and NetworkPolicy - from its InferenceGatewayConfig; its pods call "
+        f"no AWS API){_OPERATOR_MODE_HINTS.get(path, '')}; remove it, or set mode: gateway"
+        for path in chart.gateway_mode_only_paths(values)
     ]
 
 
 _OPERATOR_MODE_HINTS: dict[str, str] = {
     "autoscaling": " - autoscale an operator's gateway with its spec.extensions.dataPlane.autoscaling",
+    "resources": (
+        " - the operator's own: operator.resources; a config's gateway pods: its spec.podDefaults.resources"
+    ),
+    "podAnnotations": " - a config's gateway pods: its spec.podDefaults.annotations",
+    "podLabels": " - a config's gateway pods: its spec.podDefaults.labels",
+    "gateway.extraEnv": (
+        " - every operator gateway: operator.gatewayEnv; one config's: its spec.podDefaults.env"
+    ),
 }
 """Where a gateway-mode value's setting lives in operator mode, where there is such a place."""
 
