@@ -101,6 +101,21 @@ def with_segments(ctx: Ctx, edit: Callable[[list[str]], list[str]]) -> dict[str,
     return bearer(".".join(edit(parts)))
 
 
+_B64URL = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+
+
+def non_canonical(segment_text: str) -> str:
+    """The same bytes spelt with a nonzero unused bit in the last character (``...Q`` -> ``...R``):
+    lax base64 decoders read it as the canonical segment; RFC 4648 §3.5 lets them refuse it."""
+    assert len(segment_text) % 4 in (2, 3), "the segment's length leaves no unused bits"
+    last = _B64URL.index(segment_text[-1])
+    return segment_text[:-1] + _B64URL[last + 1]
+
+
+def non_canonical_signature(parts: list[str]) -> list[str]:
+    return [parts[0], parts[1], non_canonical(parts[2])]
+
+
 def raw_payload(ctx: Ctx, payload: bytes) -> dict[str, str]:
     return bearer(mint(ctx.keys.rsa, payload))
 
@@ -243,6 +258,18 @@ CASES: list[Case] = [
     Case("J17-empty-signature", "malformed", lambda c: with_segments(c, lambda p: [p[0], p[1], ""])),
     Case(
         "J17-impossible-length", "malformed", lambda c: with_segments(c, lambda p: [p[0], p[1] + "A", p[2]])
+    ),
+    # one signed token under another spelling (a signature of 256 or 64 bytes ends in a character
+    # with 4 unused bits); lax decoding accepted each of its 16 spellings before session s40
+    Case(
+        "J17-non-canonical-rsa-signature",
+        "malformed",
+        lambda c: with_segments(c, non_canonical_signature),
+    ),
+    Case(
+        "J17-non-canonical-ec-signature",
+        "malformed",
+        lambda c: bearer(".".join(non_canonical_signature(mint(c.keys.ec, c.tokens.claims()).split(".")))),
     ),
     # J18: not a JSON object
     Case("J18-header-array", "not_json_object", lambda c: raw_header(c, b'["RS256"]')),

@@ -32,7 +32,7 @@ from igw.gateway.serving import serve_app
 from igw.gateway.state import GatewayState
 from igw.security.factory import RequestGuardFactory
 from tests.gateway.fake_model_server import FakeModelServer, running
-from tests.security.helpers import JwksServer, TokenFactory, wait_until
+from tests.security.helpers import JwksServer, Keys, TokenFactory, wait_until
 from tests.security.test_gateway_e2e import ROUTING, Gw, doc
 
 FAST_RELOAD = {"routing": {**ROUTING, "configReloadInterval": "50ms"}}
@@ -250,3 +250,30 @@ async def test_a_reload_whose_guard_was_not_ready_is_applied_once_the_issuer_is_
         for state, reloader in workers:
             await reloader.stop()
             await state.guard.close()
+
+
+async def test_a_request_waiting_for_a_rotated_key_is_answered_across_a_reload(
+    tmp_path: Path, jwks_server: JwksServer, client_ssl: ssl.SSLContext, tokens: TokenFactory, keys: Keys
+) -> None:
+    """A token signed with a key the issuer just added makes its request wait for a JWKS refetch. A
+    reload that replaces the guard meanwhile closes the old one at once: before session s40 that
+    cancelled the refetch under the request, whose connection was dropped without an answer
+    (aiohttp's ServerDisconnectedError at the client); now the refetch finishes and answers it."""
+    write(tmp_path / "igwc.yaml", issuer=jwks_server, extensions=access(["m"]))
+    async with (
+        running(FakeModelServer("a"), FakeModelServer("b")) as servers,
+        reloading_gateway(tmp_path, servers, client_ssl=client_ssl) as (gw, config_path),
+    ):
+        tokens.clock.now = time.time()
+        assert (await gw.call(headers={"Authorization": f"Bearer {tokens.token()}"}))[0] == 200
+        jwks_server.set_keys(keys.rsa, keys.rsa2)  # rotation: a new kid appears
+        jwks_server.delay_s = 2.0  # the old guard's refetch is slow ...
+        rotated = {"Authorization": f"Bearer {tokens.token(keys.rsa2)}"}
+        waiting = asyncio.create_task(gw.call(headers=rotated))
+        await wait_until(lambda: jwks_server.hits.get("/jwks", 0) >= 2, timeout_s=5)
+        jwks_server.delay_s = 0.0  # ... the new guard's is not: the swap happens mid-refetch
+        write(config_path, issuer=jwks_server, extensions=access(["m", "secret"]))
+        await wait_until(lambda: reloads(gw, "applied") == 1, timeout_s=8)
+        status, _, _ = await waiting
+        assert status == 200
+        assert (await gw.call(headers=rotated))[0] == 200  # and the new guard knows the key

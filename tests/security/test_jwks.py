@@ -5,6 +5,7 @@ flight, background refresh, OIDC discovery, and a multi-token request during an 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import random
 import time
@@ -362,3 +363,34 @@ def test_the_key_generation_moves_with_each_installed_key_set_and_is_read_withou
         sys.setprofile(None)
     assert read == 2
     assert calls == []
+
+
+async def test_closing_lets_a_fetch_that_requests_wait_on_finish_and_cancels_an_idle_one(
+    make_guard: GuardMaker, jwks_server: JwksServer, tokens: TokenFactory, keys: Keys
+) -> None:
+    """A hot reload closes the replaced guard at once. A request waiting on its refetch (a new
+    ``kid``) is answered by that fetch's keys (before session s40 the fetch was cancelled under it:
+    CancelledError, a dropped connection); a refresh nobody waits on is still cancelled, so closing
+    (and shutting down) does not wait for a slow issuer."""
+    guard = await make_guard()
+    jwks = guard.jwks
+    assert jwks is not None
+    jwks_server.set_keys(keys.rsa, keys.rsa2)
+    jwks_server.delay_s = 1.0
+    fetches = jwks_server.hits.get("/jwks", 0)
+    waiting = asyncio.create_task(guard.authenticate(bearer(tokens.token(keys.rsa2))))
+    await wait_until(lambda: jwks_server.hits.get("/jwks", 0) > fetches, timeout_s=5)
+    await guard.close()
+    assert (await waiting).authenticated
+
+    idle = await make_guard()
+    assert idle.jwks is not None
+    fetches = jwks_server.hits.get("/jwks", 0)
+    background = asyncio.create_task(idle.jwks.refresh())
+    await wait_until(lambda: jwks_server.hits.get("/jwks", 0) > fetches, timeout_s=5)
+    background.cancel()  # its only waiter gone: nobody waits on the fetch
+    with contextlib.suppress(asyncio.CancelledError):
+        await background
+    started = time.monotonic()
+    await idle.close()
+    assert time.monotonic() - started < 0.5

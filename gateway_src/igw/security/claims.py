@@ -6,7 +6,7 @@ signature verified. Times use the injected clock; skew applies symmetrically:
 
 - ``exp`` required, numeric (not bool), finite; refused when ``now >= exp + skew``;
 - ``nbf`` / ``iat`` optional; refused when later than ``now + skew``;
-- with ``maxTokenLifetimeSeconds``: refused when ``exp - now > max_lifetime + skew``;
+- with ``maxTokenLifetime``: refused when ``exp - now > max_lifetime + skew``;
 - ``iss`` must equal the configured issuer exactly (no prefix, case or trailing-slash games);
 - ``aud`` (string or array of strings): any configured audience matches; checked only when
   audiences are configured, as Envoy does;

@@ -85,6 +85,11 @@ class JwksCache:
         attribute, not a property: the verifier reads it for every authenticated request, and this
         module stays interpreted (a property is a Python call per read)."""
         self._inflight: asyncio.Task[None] | None = None
+        self._waiters = 0
+        """Callers of :meth:`refresh` waiting on :attr:`_inflight` (see :meth:`close`)."""
+        self._closed = False
+        """Set by :meth:`close`: a fetch finishing after it no longer sets the shared key gauge (the
+        guard replacing this one owns it)."""
         self._failures = 0
         self._next_attempt_at = float("-inf")
         self._last_kid_refetch_at = float("-inf")
@@ -108,12 +113,24 @@ class JwksCache:
             self._refresher = asyncio.create_task(self._refresh_loop(), name="igw-jwks-refresh")
 
     async def close(self) -> None:
-        tasks = [t for t in (self._refresher, self._inflight) if t is not None]
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
+        """Stop refreshing and close the HTTP session. A fetch that requests are waiting on (a new
+        ``kid``, keys not loaded yet) is let finish (``fetchTimeout`` bounds it), so they are answered
+        by its keys: a hot reload closes the replaced guard at once, and cancelling the fetch under
+        them dropped their connections without an answer (before session s40). One nobody waits on
+        (the background refresh's) is cancelled."""
+        self._closed = True
+        refresher, inflight = self._refresher, self._inflight
+        if refresher is not None:
+            refresher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await task
+                await refresher
+        if inflight is not None and not inflight.done():
+            if self._waiters:
+                await asyncio.wait({inflight})
+            else:
+                inflight.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await inflight
         self._refresher = self._inflight = None
         if self._session is not None:
             await self._session.close()
@@ -173,7 +190,7 @@ class JwksCache:
         self._failures = 0
         self._next_attempt_at = float("-inf")
         self.last_error = None
-        if self._metrics is not None:
+        if self._metrics is not None and not self._closed:
             self._metrics.jwks_keys.set(len(keys))
 
     # -- lookups -------------------------------------------------------------------------------
@@ -206,7 +223,11 @@ class JwksCache:
         if self._inflight is None:
             self._inflight = asyncio.create_task(self._fetch_and_install(), name="igw-jwks-fetch")
             self._inflight.add_done_callback(self._clear_inflight)
-        await asyncio.shield(self._inflight)
+        self._waiters += 1
+        try:
+            await asyncio.shield(self._inflight)
+        finally:
+            self._waiters -= 1
 
     def _clear_inflight(self, task: asyncio.Task[None]) -> None:
         if self._inflight is task:

@@ -5,7 +5,10 @@ refused without touching the JWKS cache (Envoy's order: format, then claims, the
 What is refused, and why (RFC 7515, RFC 8725, attack cases J1-J21 of the security reference):
 
 - more or fewer than three segments (JWE, JWS JSON serialization, truncated tokens), empty segments;
-- anything but unpadded base64url (``=``, ``+``, ``/``, whitespace, non-ASCII);
+- anything but unpadded, canonical base64url (``=``, ``+``, ``/``, whitespace, non-ASCII, and a
+  last character whose unused low bits are not zero: RFC 4648 §3.5 lets a decoder refuse it, and
+  taking it let one signed token be sent under up to 16 spellings, each a token of its own to the
+  verified-token cache and to anything that tells tokens apart by their text; before session s40);
 - a header or payload that is not a UTF-8 JSON object, has duplicate member names, or uses NaN/Infinity;
 - ``alg`` outside the configured allow-list (which never contains ``none`` or an HMAC algorithm);
 - any ``crit`` (we implement no extension), ``b64`` (RFC 7797), ``zip``, nested JWTs (``cty: JWT``);
@@ -28,7 +31,18 @@ from typing import Any, Final, NoReturn
 from igw.errors import IgwSecurityError
 
 MAX_KID_CHARS: Final = 256
+MEMO_HEADER_CHARS: Final = 512
+"""Longest header segment whose verdict is memoized. An issuer's headers are a few dozen to a couple
+of hundred characters; a longer one is checked afresh each time, so tokens nobody signed cannot fill
+the memo with large headers (up to ``maxTokenBytes`` each: 1,024 hostile headers of 6.8 KB held
+about 52 MB before session s40)."""
 _SEGMENT: Final = re.compile(r"[A-Za-z0-9_-]+")
+_ALPHABET: Final = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+_CANONICAL_LAST: Final = {
+    2: frozenset(_ALPHABET[::16]),  # one byte in the last quantum: 4 unused bits
+    3: frozenset(_ALPHABET[::4]),  # two bytes: 2 unused bits
+}
+"""The characters that may end a segment of each length modulo 4 (its unused bits zero)."""
 _URLSAFE_TO_STD: Final = bytes.maketrans(b"-_", b"+/")
 
 
@@ -82,7 +96,8 @@ def _split(
     if len(parts) != 3:
         reject("not_compact_jws")
     header_b64, payload_b64, signature_b64 = parts
-    header, alg, kid = _checked_header(header_b64, frozenset(algorithms), frozenset(allowed_types))
+    check = _checked_header if len(header_b64) <= MEMO_HEADER_CHARS else _check_header
+    header, alg, kid = check(header_b64, frozenset(algorithms), frozenset(allowed_types))
     payload = _b64decode(payload_b64)
     return header, alg, kid, f"{header_b64}.{payload_b64}", signature_b64, payload
 
@@ -130,12 +145,11 @@ def parse_compact_jws(
     )
 
 
-@functools.lru_cache(maxsize=1024)
-def _checked_header(
+def _check_header(
     header_b64: str, algorithms: frozenset[str], allowed_types: frozenset[str]
 ) -> tuple[Mapping[str, Any], str, str | None]:
-    """The header checks, memoized: an issuer's tokens share a handful of distinct headers, and the
-    verdict is a pure function of the segment text (a refusal raises, and is not cached)."""
+    """The header checks; a pure function of the segment text (memoized as :func:`_checked_header`
+    for segments up to :data:`MEMO_HEADER_CHARS`)."""
     header = _json_object(_b64decode(header_b64))
     alg = header.get("alg")
     if not isinstance(alg, str) or alg not in algorithms:
@@ -157,8 +171,16 @@ def _checked_header(
     return MappingProxyType(header), alg, kid
 
 
+_checked_header: Final = functools.lru_cache(maxsize=1024)(_check_header)
+""":func:`_check_header`, memoized: an issuer's tokens share a handful of distinct headers (a refusal
+raises, and is not cached)."""
+
+
 def _b64decode(segment: str) -> bytes:
-    if not _SEGMENT.fullmatch(segment) or len(segment) % 4 == 1:
+    if not _SEGMENT.fullmatch(segment):
+        reject("malformed")
+    tail = len(segment) % 4
+    if tail == 1 or (tail and segment[-1] not in _CANONICAL_LAST[tail]):
         reject("malformed")
     try:
         padded = (segment + "=" * (-len(segment) % 4)).encode("ascii")
