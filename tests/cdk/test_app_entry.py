@@ -158,3 +158,24 @@ def test_a_missing_deployment_config_or_global_router_file_is_named(tmp_path: Pa
     assert "nope.yaml: invalid deployment config" in missing.stderr
     assert "cannot read: No such file or directory" in missing.stderr
     assert "router.yaml" in router.stderr
+
+
+def test_only_the_nag_packs_findings_fail_the_app(tmp_path: Path) -> None:
+    """aws-cdk-lib's own "CloudFormation Validate" plugin writes its warnings into the same report; they
+    are not cdk-nag findings and fail nothing."""
+    from cdk import nag
+
+    finding = {
+        "ruleName": "W3010",
+        "description": "Avoid hardcoding availability zones",
+        "violatingConstructs": [],
+    }
+    report = {
+        "pluginReports": [
+            {"pluginName": "CloudFormation Validate", "violations": [finding]},
+            {"pluginName": "AwsSolutions", "violations": [], "suppressedViolations": []},
+        ]
+    }
+    (tmp_path / nag.REPORT_FILE).write_text(json.dumps(report), encoding="utf-8")
+
+    assert nag.read_report(tmp_path) == ([], [])
