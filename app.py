@@ -4,7 +4,9 @@
 ``globalRouterConfig`` context value (or ``IGW_GLOBAL_ROUTER_CONFIG``) adds the global router's stack.
 
 An invalid file ends the app with its problems, each naming its field, and exit status 1: the ``cdk``
-CLI shows the app's stderr, and a Python traceback in front of the problems would bury them.
+CLI shows the app's stderr, and a Python traceback in front of the problems would bury them. So does an
+unsuppressed cdk-nag finding, whether or not the CLI would stop on it (``cdk deploy --ignore-errors``
+does not): see :func:`cdk.nag.synthesize`.
 """
 
 from __future__ import annotations
@@ -15,8 +17,8 @@ from pathlib import Path
 
 import aws_cdk as cdk
 
-from cdk import config, global_router_config
-from cdk.app_builder import build_app
+from cdk import config, global_router_config, nag
+from cdk.app_builder import build_app, feature_flags
 
 
 def _chosen(app: cdk.App, context_key: str, environment_variable: str) -> str | None:
@@ -27,7 +29,9 @@ def _chosen(app: cdk.App, context_key: str, environment_variable: str) -> str | 
 
 
 def main() -> int:
-    app = cdk.App()
+    # cdk.json's feature flags as the app's own context: the CLI passes them too (and its context wins),
+    # so `python app.py` alone synthesizes what `cdk synth` does.
+    app = cdk.App(context=feature_flags())
     chosen = _chosen(app, "deploymentConfig", "IGW_DEPLOYMENT_CONFIG")
     global_router = _chosen(app, "globalRouterConfig", "IGW_GLOBAL_ROUTER_CONFIG")
     try:
@@ -41,7 +45,16 @@ def main() -> int:
         from cdk.stacks.global_router_stack import build_global_router_stack
 
         build_global_router_stack(app, router, apply_nag=False)
-    app.synth()
+    violations = nag.synthesize(app)
+    if violations:
+        print(
+            f"cdk-nag AwsSolutions: {len(violations)} unsuppressed finding(s); fix each, or acknowledge it "
+            "beside its resource with a reason (cdk/constructs/nag_ack.py):",
+            file=sys.stderr,
+        )
+        for finding in violations:
+            print(f"  {finding.rule} {', '.join(finding.constructs)}: {finding.message}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -81,8 +81,13 @@ class Network(Construct):
                 "S3": ec2.GatewayVpcEndpointOptions(service=ec2.GatewayVpcEndpointAwsService.S3)
             },
         )
+        flow_log = vpc.node.find_child("all")
+        # The flow log service delivers with this role; CDK creates the role's policy beside the flow log,
+        # so without this the flow log is created before it may write (its delivery starts in "Access
+        # error") and, on destroy, outlives it.
+        flow_log.node.find_child("FlowLog").node.add_dependency(flow_log.node.find_child("IAMRole"))
         checkov_ack.acknowledge(
-            vpc.node.find_child("all").node.find_child("LogGroup"),
+            flow_log.node.find_child("LogGroup"),
             "CKV_AWS_158",
             reason="VPC flow logs hold addresses and ports, no secrets; CloudWatch Logs encrypts them at "
             "rest with its own keys, and a customer key would outlive the stack",

@@ -55,5 +55,25 @@ class ClusterStack(cdk.Stack):
             after=[self.eks.vpc_cni],
         )
         self.hyperpod_cluster_arn: str | None = self.hyperpod.cluster.attr_cluster_arn
+        self._export_whatever_this_config_imports()
         cdk.CfnOutput(self, "ClusterName", value=self.cluster.cluster_name)
         cdk.CfnOutput(self, "HyperPodClusterArn", value=self.hyperpod.cluster.attr_cluster_arn)
+
+    def _export_whatever_this_config_imports(self) -> None:
+        """Export every value the platform and inference stacks import in any config, in every config.
+
+        CDK exports a value only while some consumer imports it, and CloudFormation refuses to delete an
+        export still imported. The producer deploys first, so a config change that drops the last
+        consumer of a value (``inference.addon.mode: awsManaged`` -> ``igw`` stops importing the
+        HyperPod cluster ARN) would fail this stack's update with "Export ... cannot be deleted as it is
+        in use by <prefix>Inference". Exported always, under the names CDK generates for the imports,
+        the set never shrinks."""
+        provider = self.cluster.kubectl_provider
+        assert provider is not None  # EksCluster always builds its kubectl handler
+        for value in (
+            self.cluster.cluster_name,
+            provider.service_token,
+            self.oidc_provider.oidc_provider_arn,
+            self.hyperpod.cluster.attr_cluster_arn,
+        ):
+            self.export_value(value)

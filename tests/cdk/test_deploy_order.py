@@ -7,7 +7,9 @@ that nothing references: a HyperPod cluster or an EKS add-on naming only the rol
 beside the policy (its first calls made without it) and, on ``cdk destroy``, deleted after the policy
 is gone. CDK orders its own Lambda functions after their role's policy for this reason. Before session
 s40 the HyperPod cluster (whose nodes' network interfaces HyperPod creates and deletes with the
-execution role) and the Mountpoint S3 CSI add-on (reading model buckets with its IRSA role) were not.
+execution role), the Mountpoint S3 CSI add-on (reading model buckets with its IRSA role) and the VPC's
+flow log (delivering to CloudWatch Logs with its ``DeliverLogsPermissionArn`` role, whose policy
+``ec2.Vpc(flow_logs=...)`` creates beside it) were not.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import pytest
 from tests.cdk.support import Synthesized
 
 ACTS_AS_ROLE = (
+    "AWS::EC2::FlowLog",
     "AWS::SageMaker::Cluster",
     "AWS::EKS::Addon",
     "AWS::Lambda::Function",
