@@ -96,6 +96,7 @@ from igw.global_router.heartbeats import HeartbeatReader
 from igw.global_router.limits import WILDCARD, ModelRateLimits
 from igw.global_router.metrics import FleetMetrics
 from igw.global_router.retry_after import soonest_retry_after
+from igw.global_router.stored_ids import believed
 from igw.scheduling.response_affinity import RESPONSE_SEARCH, ResponseAffinity
 from igw.scheduling.retry_policy import UNAVAILABLE_STATUSES
 from igw.security.clock import SYSTEM_CLOCK, Clock
@@ -390,8 +391,11 @@ async def _route(
         router.fleet.record_outcome(
             cluster.name, ok=result.ok, digest=request_digest(result, raw), model=failed_for
         )
-        if result.response_id is not None and result.ok:
-            router.responses.remember(result.response_id, cluster.name)
+        stored = believed(result.response_id, principal) if result.ok else None
+        if stored is not None and router.responses.endpoint_of(stored) is None:
+            # Only an id minted for this caller, and never over a holder already known: a fresh id is
+            # known nowhere, an id already known is another answer's, claimed (igw.global_router.stored_ids)
+            router.responses.remember(stored, cluster.name)
         _observe(router, result, model=model, region=cluster.region, started=started)
         usage = result.usage or {}
         # Without a usage, the prompt's estimate and, for a stream, its events times the model's
@@ -620,10 +624,13 @@ async def _stored_response(request: web.Request) -> web.StreamResponse:
             return await _past_max_request(request, router, prepared)
         _record_stored_outcome(router, cluster, result)
         last = result.response
-        if known is None and result.status == 404 and cluster is not clusters[-1]:
+        named = result.response_id  # the id of the response object the answer carries, if any
+        other = named is not None and named != response_id  # an answer about another response
+        searching_on = known is None and cluster is not clusters[-1] and not result.response.prepared
+        if searching_on and (result.status == 404 or other):
             router.metrics.retries.labels(cluster.name, RESPONSE_SEARCH).inc()  # the next one is asked
             continue
-        if known is None and result.status < 400 and request.method != "DELETE":
+        if known is None and result.status < 400 and _found(request, response_id, named, principal):
             router.responses.remember(response_id, cluster.name)
         shown = None if result.usage is None else result.usage.get("completion_tokens")
         if shown is not None and result.status < 400:
@@ -639,6 +646,18 @@ async def _stored_response(request: web.Request) -> web.StreamResponse:
     return gateway_error(
         "upstream_connect_failed", "could not connect to " + ", ".join(c.name for c in clusters)
     )
+
+
+def _found(request: web.Request, response_id: str, named: str | None, principal: Principal) -> bool:
+    """Whether a search's answer (below 400) to ``principal``'s request about ``response_id`` shows
+    where the response is stored, for the router to remember: never a deletion's; a retrieval's or a
+    cancel's only when it carries the response itself (an answer naming another id, or none, is no
+    proof); input items (a list, no id) as they come; and only an id minted for the caller, else
+    one tenant's search (a hostile cluster answering 200 to anything) chose where another tenant's
+    retrievals of its own response went (:mod:`igw.global_router.stored_ids`)."""
+    if request.method == "DELETE" or believed(response_id, principal) is None:
+        return False
+    return named == response_id or request.path.endswith("/input_items")
 
 
 def _record_stored_outcome(router: GlobalRouter, cluster: ClusterSpec, result: ExchangeResult) -> None:
