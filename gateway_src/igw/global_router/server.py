@@ -453,7 +453,7 @@ def _relayed_refusal(last: ExchangeResult, waits: Sequence[str], *, now: float) 
 
 
 async def _shut_down(
-    request: web.Request, prepared: Sequence[web.StreamResponse], *, model: str, metrics: FleetMetrics
+    request: web.Request, prepared: Sequence[web.StreamResponse], *, model: str | None, metrics: FleetMetrics
 ) -> web.StreamResponse:
     """The answer of a request the shutdown ended (the stream grace over, :meth:`InflightRequests.cut`
     cancelled its handler): a started stream gets a terminal SSE error event ``shutting_down`` and
@@ -464,7 +464,8 @@ async def _shut_down(
     task = asyncio.current_task()
     if task is not None:
         task.uncancel()
-    metrics.requests.labels(model, "503").inc()
+    if model is not None:  # a stored response's request (no model) is not in the requests' series
+        metrics.requests.labels(model, "503").inc()
     message = "the router is shutting down; retry the request"
     if not prepared:
         return gateway_error("shutting_down", message)
@@ -565,13 +566,28 @@ def _busy(result: ExchangeResult) -> bool:
 
 
 async def _stored_response(request: web.Request) -> web.StreamResponse:
+    """The handler of :data:`STORED_RESPONSE_ROUTES` (:func:`_forward_stored`), counted in flight as
+    an inference request is: a retrieval being relayed when the router stops (a large background
+    response, a resumed event stream) gets the stream grace to finish, then ends as
+    :func:`_shut_down` ends one. Until session s40 these requests were not counted: the listener's
+    1 s shutdown timeout cut them short (a 4 MiB retrieval relayed over 3 s, SIGTERM after its first
+    half MiB: the client's read failed 2.4 s in, the body incomplete, the stream grace 10 s)."""
+    inflight = request.app.get(INFLIGHT_KEY)
+    task = None if inflight is None else inflight.enter()
+    try:
+        return await _forward_stored(request, request.app[ROUTER_KEY])
+    finally:
+        if inflight is not None:
+            inflight.leave(task)
+
+
+async def _forward_stored(request: web.Request, router: GlobalRouter) -> web.StreamResponse:
     """A stored response's retrieval, deletion, cancel or input items (:data:`STORED_RESPONSE_ROUTES`):
     forwarded to the cluster that stored it (whose gateway forwards it to its pod). One this replica
     does not know (made through another router replica, or before a restart) is asked of the
     available clusters serving a model the caller may use, this region's first, a 404 moving on to
     the next (each cluster's gateway searches its own pods); the cluster that has it is remembered.
     None has it: the last cluster's 404; no cluster to ask: 404 ``response_not_found``."""
-    router = request.app[ROUTER_KEY]
     try:
         principal = await router.guard.authenticate(request.headers)
     except GuardDenied as denied:
@@ -618,6 +634,11 @@ async def _stored_response(request: web.Request) -> web.StreamResponse:
             continue
         except ClientGone:
             return prepared[0] if prepared else web.Response(status=499)
+        except asyncio.CancelledError:
+            inflight = request.app.get(INFLIGHT_KEY)
+            if inflight is None or not inflight.cutting:
+                raise
+            return await _shut_down(request, prepared, model=None, metrics=router.metrics)
         if result is None:  # spec.upstream.maxRequestSeconds passed (a replayed stream's too)
             if not prepared:  # no answer within the request's bound: the cluster's failure, as in _route
                 router.fleet.record_outcome(cluster.name, ok=False)
