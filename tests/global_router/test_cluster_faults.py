@@ -119,21 +119,24 @@ def _streaming_cluster(events: int) -> web.Application:
 
     app = web.Application()
     app.router.add_post("/v1/completions", stream)
+    app.router.add_get("/v1/responses/{response_id}", stream)  # a resumed background response
     return app
 
 
+@pytest.mark.parametrize("route", ["inference", "stored-response"])
 @pytest.mark.parametrize(
-    ("events", "ends_with_error"), [(5, False), (10_000, True)], ids=["short", "endless"]
+    ("events", "ends_with_error"), [(30, False), (10_000, True)], ids=["short", "endless"]
 )
 async def test_a_stream_in_flight_at_shutdown_finishes_or_ends_with_a_clean_error(
-    events: int, ends_with_error: bool
+    events: int, ends_with_error: bool, route: str
 ) -> None:
     """A stream in flight when the router stops (SIGTERM, drain over: ``serve_app`` exits) gets the
     stream grace to finish; one that does not finish within it ends with a terminal SSE error event
     ``shutting_down`` and ``[DONE]`` (a complete chunked response a client can retry on). Until
     session s38 the router counted no request in flight: the listener's 1 s shutdown timeout cut
     every stream short, a chunked body without its last chunk (``TransferEncodingError`` at the
-    client), however soon it would have ended."""
+    client), however soon it would have ended; until session s40 it still did so to a stored
+    response's (``GET /v1/responses/{id}?stream=true``, a background response's events resumed)."""
     async with contextlib.AsyncExitStack() as stack:
         cluster_url = await stack.enter_async_context(
             serve_app(_streaming_cluster(events), host="127.0.0.1", port=0)
@@ -141,11 +144,17 @@ async def test_a_stream_in_flight_at_shutdown_finishes_or_ends_with_a_clean_erro
         clusters = [{"name": "c", "region": "east", "endpoint": cluster_url, "models": [MODEL]}]
         doc = global_doc(clusters, heartbeats={"required": False})
         app = create_global_app(parse_global_config(doc), read_heartbeats=False)
-        listener = serve_app(app, host="127.0.0.1", port=0, limits=ServerLimits(stream_grace_s=2.0))
+        # the grace (5 s) longer than the short stream (3 s), which outlasts the listener's own stop (~2 s)
+        listener = serve_app(app, host="127.0.0.1", port=0, limits=ServerLimits(stream_grace_s=5.0))
         url = await listener.__aenter__()
         http = await stack.enter_async_context(aiohttp.ClientSession())
         body = {"model": MODEL, "prompt": "hello", "stream": True}
-        async with http.post(url + "/v1/completions", json=body) as resp:
+        asking = (
+            http.post(url + "/v1/completions", json=body)
+            if route == "inference"
+            else http.get(url + "/v1/responses/resp_background?stream=true")
+        )
+        async with asking as resp:
             assert resp.status == 200
             first = await resp.content.readline()
             assert first.startswith(b"data: ")

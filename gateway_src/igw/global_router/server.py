@@ -96,6 +96,7 @@ from igw.global_router.heartbeats import HeartbeatReader
 from igw.global_router.limits import WILDCARD, ModelRateLimits
 from igw.global_router.metrics import FleetMetrics
 from igw.global_router.retry_after import soonest_retry_after
+from igw.global_router.stored_ids import believed
 from igw.scheduling.response_affinity import RESPONSE_SEARCH, ResponseAffinity
 from igw.scheduling.retry_policy import UNAVAILABLE_STATUSES
 from igw.security.clock import SYSTEM_CLOCK, Clock
@@ -390,8 +391,11 @@ async def _route(
         router.fleet.record_outcome(
             cluster.name, ok=result.ok, digest=request_digest(result, raw), model=failed_for
         )
-        if result.response_id is not None and result.ok:
-            router.responses.remember(result.response_id, cluster.name)
+        stored = believed(result.response_id, principal) if result.ok else None
+        if stored is not None and router.responses.endpoint_of(stored) is None:
+            # Only an id minted for this caller, and never over a holder already known: a fresh id is
+            # known nowhere, an id already known is another answer's, claimed (igw.global_router.stored_ids)
+            router.responses.remember(stored, cluster.name)
         _observe(router, result, model=model, region=cluster.region, started=started)
         usage = result.usage or {}
         # Without a usage, the prompt's estimate and, for a stream, its events times the model's
@@ -449,7 +453,7 @@ def _relayed_refusal(last: ExchangeResult, waits: Sequence[str], *, now: float) 
 
 
 async def _shut_down(
-    request: web.Request, prepared: Sequence[web.StreamResponse], *, model: str, metrics: FleetMetrics
+    request: web.Request, prepared: Sequence[web.StreamResponse], *, model: str | None, metrics: FleetMetrics
 ) -> web.StreamResponse:
     """The answer of a request the shutdown ended (the stream grace over, :meth:`InflightRequests.cut`
     cancelled its handler): a started stream gets a terminal SSE error event ``shutting_down`` and
@@ -460,7 +464,8 @@ async def _shut_down(
     task = asyncio.current_task()
     if task is not None:
         task.uncancel()
-    metrics.requests.labels(model, "503").inc()
+    if model is not None:  # a stored response's request (no model) is not in the requests' series
+        metrics.requests.labels(model, "503").inc()
     message = "the router is shutting down; retry the request"
     if not prepared:
         return gateway_error("shutting_down", message)
@@ -561,13 +566,28 @@ def _busy(result: ExchangeResult) -> bool:
 
 
 async def _stored_response(request: web.Request) -> web.StreamResponse:
+    """The handler of :data:`STORED_RESPONSE_ROUTES` (:func:`_forward_stored`), counted in flight as
+    an inference request is: a retrieval being relayed when the router stops (a large background
+    response, a resumed event stream) gets the stream grace to finish, then ends as
+    :func:`_shut_down` ends one. Until session s40 these requests were not counted: the listener's
+    1 s shutdown timeout cut them short (a 4 MiB retrieval relayed over 3 s, SIGTERM after its first
+    half MiB: the client's read failed 2.4 s in, the body incomplete, the stream grace 10 s)."""
+    inflight = request.app.get(INFLIGHT_KEY)
+    task = None if inflight is None else inflight.enter()
+    try:
+        return await _forward_stored(request, request.app[ROUTER_KEY])
+    finally:
+        if inflight is not None:
+            inflight.leave(task)
+
+
+async def _forward_stored(request: web.Request, router: GlobalRouter) -> web.StreamResponse:
     """A stored response's retrieval, deletion, cancel or input items (:data:`STORED_RESPONSE_ROUTES`):
     forwarded to the cluster that stored it (whose gateway forwards it to its pod). One this replica
     does not know (made through another router replica, or before a restart) is asked of the
     available clusters serving a model the caller may use, this region's first, a 404 moving on to
     the next (each cluster's gateway searches its own pods); the cluster that has it is remembered.
     None has it: the last cluster's 404; no cluster to ask: 404 ``response_not_found``."""
-    router = request.app[ROUTER_KEY]
     try:
         principal = await router.guard.authenticate(request.headers)
     except GuardDenied as denied:
@@ -614,16 +634,24 @@ async def _stored_response(request: web.Request) -> web.StreamResponse:
             continue
         except ClientGone:
             return prepared[0] if prepared else web.Response(status=499)
+        except asyncio.CancelledError:
+            inflight = request.app.get(INFLIGHT_KEY)
+            if inflight is None or not inflight.cutting:
+                raise
+            return await _shut_down(request, prepared, model=None, metrics=router.metrics)
         if result is None:  # spec.upstream.maxRequestSeconds passed (a replayed stream's too)
             if not prepared:  # no answer within the request's bound: the cluster's failure, as in _route
                 router.fleet.record_outcome(cluster.name, ok=False)
             return await _past_max_request(request, router, prepared)
         _record_stored_outcome(router, cluster, result)
         last = result.response
-        if known is None and result.status == 404 and cluster is not clusters[-1]:
+        named = result.response_id  # the id of the response object the answer carries, if any
+        other = named is not None and named != response_id  # an answer about another response
+        searching_on = known is None and cluster is not clusters[-1] and not result.response.prepared
+        if searching_on and (result.status == 404 or other):
             router.metrics.retries.labels(cluster.name, RESPONSE_SEARCH).inc()  # the next one is asked
             continue
-        if known is None and result.status < 400 and request.method != "DELETE":
+        if known is None and result.status < 400 and _found(request, response_id, named, principal):
             router.responses.remember(response_id, cluster.name)
         shown = None if result.usage is None else result.usage.get("completion_tokens")
         if shown is not None and result.status < 400:
@@ -639,6 +667,18 @@ async def _stored_response(request: web.Request) -> web.StreamResponse:
     return gateway_error(
         "upstream_connect_failed", "could not connect to " + ", ".join(c.name for c in clusters)
     )
+
+
+def _found(request: web.Request, response_id: str, named: str | None, principal: Principal) -> bool:
+    """Whether a search's answer (below 400) to ``principal``'s request about ``response_id`` shows
+    where the response is stored, for the router to remember: never a deletion's; a retrieval's or a
+    cancel's only when it carries the response itself (an answer naming another id, or none, is no
+    proof); input items (a list, no id) as they come; and only an id minted for the caller, else
+    one tenant's search (a hostile cluster answering 200 to anything) chose where another tenant's
+    retrievals of its own response went (:mod:`igw.global_router.stored_ids`)."""
+    if request.method == "DELETE" or believed(response_id, principal) is None:
+        return False
+    return named == response_id or request.path.endswith("/input_items")
 
 
 def _record_stored_outcome(router: GlobalRouter, cluster: ClusterSpec, result: ExchangeResult) -> None:

@@ -1,0 +1,188 @@
+"""Which cluster stores a response, as far as the router believes a cluster's answer: an answer naming
+another tenant's response id teaches the router nothing (igw.global_router.stored_ids).
+
+The clusters are tier-1 gateways in miniature on loopback (aiohttp): the honest one mints each
+response's id for the caller's scope as a real gateway does (``igw.gateway.response_ids.mint``, the
+scope from the tenant header the router forwards) and answers a retrieval of an id it holds; the
+hostile one (a compromised pod behind its gateway, whose answer the gateway relays unchanged) names
+whatever id it was told to claim, and answers 200 to any retrieval.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ssl
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+import aiohttp
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+
+from igw.gateway.response_ids import mint, minted_for
+from igw.gateway.serving import serve_app
+from igw.global_router.config import parse_global_config
+from igw.global_router.server import ROUTER_KEY, GlobalRouter, create_global_app
+from igw.security.factory import build_guard
+from tests.global_router.support import MODEL, global_doc
+from tests.security.helpers import JwksServer, ManualClock, TokenFactory, bearer, jwt_auth, wait_until
+
+
+@dataclass
+class Tier1:
+    """A cluster's gateway in miniature: stores what it mints, or (``claims``) names another id."""
+
+    name: str
+    claims: str | None = None
+    """Hostile: the id every answer names (else the one minted, or asked for)."""
+    answers_any: bool = False
+    """Hostile: every retrieval answered 200, whoever asks for whichever id."""
+    stored: set[str] = field(default_factory=set)
+    asked: list[str] = field(default_factory=list)
+
+    def app(self) -> web.Application:
+        async def create(request: web.Request) -> web.Response:
+            self.asked.append(f"POST {request.path}")
+            scope = "tenant:" + request.headers.get("x-igw-tenant", "")
+            response_id = self.claims or mint(scope)
+            self.stored.add(response_id)
+            return web.json_response({"id": response_id, "object": "response", "status": "completed"})
+
+        async def retrieve(request: web.Request) -> web.Response:
+            response_id = request.match_info["response_id"]
+            self.asked.append(f"GET {response_id}")
+            scope = "tenant:" + request.headers.get("x-igw-tenant", "")
+            held = response_id in self.stored and minted_for(response_id, scope)
+            if not held and not self.answers_any:
+                return web.json_response({"error": {"message": "not found"}}, status=404)
+            return web.json_response({"id": self.claims or response_id, "object": "response"})
+
+        app = web.Application()
+        app.router.add_post("/v1/responses", create)
+        app.router.add_get("/v1/responses/{response_id}", retrieve)
+        return app
+
+
+@dataclass
+class Routed:
+    url: str
+    router: GlobalRouter
+    http: aiohttp.ClientSession
+    tokens: TokenFactory
+
+    async def create(self, tenant: str, *, at: str) -> str:
+        """A response made for ``tenant``, sent until the cluster ``at`` answered it; its id."""
+        for _ in range(200):
+            body = {"model": MODEL, "input": "hi"}
+            headers = bearer(self.tokens.token(tenant=tenant, sub=tenant))
+            async with self.http.post(self.url + "/v1/responses", json=body, headers=headers) as resp:
+                assert resp.status == 200, await resp.text()
+                if resp.headers["x-igw-cluster"] == at:
+                    response_id: str = (await resp.json())["id"]
+                    return response_id
+        raise AssertionError(f"{at} never answered")
+
+    async def retrieve(self, tenant: str, response_id: str) -> tuple[int, str]:
+        """Who answered ``tenant``'s retrieval of ``response_id``: (status, cluster)."""
+        headers = bearer(self.tokens.token(tenant=tenant, sub=tenant))
+        async with self.http.get(f"{self.url}/v1/responses/{response_id}", headers=headers) as resp:
+            await resp.read()
+            return resp.status, resp.headers.get("x-igw-cluster", "")
+
+
+@contextlib.asynccontextmanager
+async def routed(
+    clusters: list[Tier1],
+    issuer: JwksServer,
+    tokens: TokenFactory,
+    clock: ManualClock,
+    client_ssl: ssl.SSLContext,
+) -> AsyncIterator[Routed]:
+    """A router replica (JWT auth, ``tenantClaim: tenant``) in front of ``clusters``, all in one region."""
+    async with contextlib.AsyncExitStack() as stack:
+        urls = [
+            await stack.enter_async_context(serve_app(c.app(), host="127.0.0.1", port=0)) for c in clusters
+        ]
+        doc = global_doc(
+            [
+                {"name": c.name, "region": "east", "endpoint": url, "models": [MODEL]}
+                for c, url in zip(clusters, urls, strict=True)
+            ],
+            heartbeats={"required": False},
+            auth=jwt_auth(issuer),
+            authorization={"tenantClaim": "tenant"},
+        )
+        config = parse_global_config(doc)
+        guard = build_guard(
+            config.auth,
+            authorization=config.authorization,
+            rate_limits=config.rate_limits,
+            clock=clock,
+            registry=CollectorRegistry(),
+            jwks_ssl_context=client_ssl,
+        )
+        app = create_global_app(config, guard=guard, read_heartbeats=False)
+        url = await stack.enter_async_context(serve_app(app, host="127.0.0.1", port=0))
+        await wait_until(lambda: guard.readiness().ready, timeout_s=5)
+        http = await stack.enter_async_context(aiohttp.ClientSession())
+        yield Routed(url=url, router=app[ROUTER_KEY], http=http, tokens=tokens)
+
+
+async def test_an_answer_naming_another_tenant_s_response_id_is_not_believed(
+    jwks_server: JwksServer, tokens: TokenFactory, clock: ManualClock, client_ssl: ssl.SSLContext
+) -> None:
+    """A hostile cluster that learnt the victim's response id names it in its answer to another
+    tenant's request: before session s40 the router remembered that cluster as the response's holder,
+    and sent the victim's retrievals (and continuations) of it there, never to the cluster storing it."""
+    honest, hostile = Tier1("east-a"), Tier1("east-b")
+    async with routed([honest, hostile], jwks_server, tokens, clock, client_ssl) as r:
+        victims = await r.create("victim", at="east-a")
+        hostile.claims = victims
+        claimed = await r.create("attacker", at="east-b")
+        assert claimed == victims  # relayed as it came: the answer is the attacker's own business
+        assert r.router.responses.endpoint_of(victims) == "east-a"
+        assert await r.retrieve("victim", victims) == (200, "east-a")
+        # Named again in an answer to the victim's own request: the id is the victim's, but already
+        # known from the answer that made it, and an id is made once.
+        await r.create("victim", at="east-b")
+        assert r.router.responses.endpoint_of(victims) == "east-a"
+        assert hostile.asked.count(f"GET {victims}") == 0
+
+
+async def test_a_search_answered_by_a_cluster_that_does_not_hold_the_response_steers_no_one(
+    jwks_server: JwksServer, tokens: TokenFactory, clock: ManualClock, client_ssl: ssl.SSLContext
+) -> None:
+    """A response this replica does not know is searched for. Before session s40 the first cluster
+    answering 200 was remembered as its holder, whoever searched: an attacker's retrieval of the
+    victim's id (the honest cluster's gateway answers it 404, the id not being the attacker's) made a
+    hostile cluster answering 200 to anything the holder, and the victim's own retrievals went to it
+    from then on, never to the cluster storing the response. Now a search remembers only an id
+    minted for the searcher."""
+    honest, hostile = Tier1("east-a"), Tier1("east-b", answers_any=True)
+    victims = mint("tenant:victim")  # stored through another router replica
+    honest.stored.add(victims)
+    async with routed([honest, hostile], jwks_server, tokens, clock, client_ssl) as r:
+        assert await r.retrieve("attacker", victims) == (200, "east-b")
+        assert r.router.responses.endpoint_of(victims) is None
+        assert await r.retrieve("victim", victims) == (200, "east-a")
+        assert await r.retrieve("victim", victims) == (200, "east-a")  # remembered: straight there
+        assert hostile.asked.count(f"GET {victims}") == 1
+
+
+async def test_a_search_moves_on_from_an_answer_about_another_response(
+    jwks_server: JwksServer, tokens: TokenFactory, clock: ManualClock, client_ssl: ssl.SSLContext
+) -> None:
+    """A cluster answering a retrieval 200 with another response than the one asked for does not
+    store it: the search goes on to the next cluster, as after a 404, and remembers the one whose
+    answer names the id (before session s40 the wrong answer was relayed, and its cluster remembered
+    as the holder). Only the last cluster's answer is relayed whatever it says."""
+    honest, hostile = Tier1("east-a"), Tier1("east-b", claims="resp_somewhere_else", answers_any=True)
+    mine = mint("tenant:victim")
+    honest.stored.add(mine)
+    async with routed([hostile, honest], jwks_server, tokens, clock, client_ssl) as r:
+        assert await r.retrieve("victim", mine) == (200, "east-a")
+        assert r.router.responses.endpoint_of(mine) == "east-a"
+        honest.stored.clear()
+        unknown = mint("tenant:victim")
+        assert await r.retrieve("victim", unknown) == (404, "east-a")  # the hostile answer is not relayed
+        assert r.router.responses.endpoint_of(unknown) is None
