@@ -119,6 +119,7 @@ _GIVEN: dict[type, dict[str, Any]] = {
         "search_pools": {"g:1": "pool-f"},
         "strip_usage": True,
         "settles": "resp_s",
+        "minted": "resp_m",
     },
     ExchangeResult: {
         "answer": web.Response(status=201),
@@ -169,7 +170,12 @@ _GIVEN: dict[type, dict[str, Any]] = {
         "block_size": 64,
         "num_gpu_blocks": 65,
     },
-    ParsedPage: {"metrics": EngineMetrics(waiting=7), "missing": frozenset({"f"}), "kv_source": "kv"},
+    ParsedPage: {
+        "metrics": EngineMetrics(waiting=7),
+        "missing": frozenset({"f"}),
+        "kv_source": "kv",
+        "rank_tokens": (("0", 4096), ("1", 8192)),
+    },
     PublishedScores: {"endpoints": ("i:1", "j:1"), "scores": (0.25, None)},
     Predictions: {
         "endpoints": ("k:1", "l:1"),
