@@ -69,7 +69,7 @@ async def test_igw_serve_sheds_the_lowest_band_with_retry_after(tmp_path: Path) 
         assert (await served.json())["server"] == "pod"
         metrics = await (await http.get(gw.url + "/metrics")).text()
         assert (
-            'igw_flow_rejections_total{priority="-1",reason="displaced",scheduler="m",tenant=""} 1.0'
+            'igw_flow_rejections_total{priority="-1",reason="displaced",scheduler="m",tenant="anonymous"} 1.0'
             in metrics
         )
 
