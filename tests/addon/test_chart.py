@@ -1042,3 +1042,24 @@ def test_names_and_labels_spelt_as_yaml_booleans_stay_strings(word: str, mode: s
     assert dashboards
     for dashboard in dashboards:
         assert dashboard["metadata"]["labels"][word] == word
+
+
+@pytest.mark.parametrize(
+    ("anti_affinity", "rollout"),
+    [("soft", {"maxUnavailable": 0, "maxSurge": 1}), ("hard", {"maxUnavailable": 1, "maxSurge": 0})],
+)
+def test_hard_anti_affinity_rolls_one_pod_at_a_time_without_a_surge(
+    anti_affinity: str, rollout: dict[str, int]
+) -> None:
+    """``podAntiAffinity: hard`` requires one gateway pod per node; with ``maxUnavailable: 0`` and
+    ``maxSurge: 1`` a cluster of exactly as many nodes as replicas had no node for the surge pod and
+    stopped no old pod to make one: every rollout stalled. Hard anti-affinity replaces one pod at a
+    time now; soft keeps the surge (the endpoint stays at full capacity)."""
+    objects = chart.render({"mode": "gateway", "podAntiAffinity": anti_affinity, "replicaCount": 3})
+    (deployment,) = [o for o in objects if o["kind"] == "Deployment"]
+    assert deployment["spec"]["strategy"] == {"type": "RollingUpdate", "rollingUpdate": rollout}
+    anti = deployment["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]
+    required = "requiredDuringSchedulingIgnoredDuringExecution" in anti
+    assert required == (anti_affinity == "hard")
+    # with one pod per node required, a surge pod needs a node more than the replicas: none is assumed
+    assert not required or rollout["maxSurge"] == 0 < rollout["maxUnavailable"]

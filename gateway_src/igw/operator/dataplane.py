@@ -34,7 +34,7 @@ from igw.config.rules import OPERATOR_SERVING_PORT
 from igw.gateway.emf_sink import AgentEndpoint
 from igw.gateway.worker_count import AUTO, CPU_REQUEST_ENV
 from igw.gateway.worker_heartbeat import STUCK_AFTER_S
-from igw.operator.placement import OFF_HYPERPOD_NODES, spread_constraints
+from igw.operator.placement import OFF_HYPERPOD_NODES, rolling_update, spread_constraints
 from igw.operator.shutdown_timing import shutdown_timing
 
 CONFIG_KEY: Final = "config.yaml"
@@ -449,7 +449,8 @@ def _pod_spec(igwc: Mapping[str, Any], settings: DataPlaneSettings) -> dict[str,
 
 
 def deployment(igwc: Mapping[str, Any], settings: DataPlaneSettings) -> dict[str, Any]:
-    """``igw serve`` pods; a rolling update never drops below the desired count."""
+    """``igw serve`` pods; a rolling update never drops below the desired count, unless the pods'
+    ``spec.podDefaults.affinity`` requires them apart (:func:`~igw.operator.placement.rolling_update`)."""
     spec = igwc.get("spec") or {}
     igwc_name = igwc["metadata"]["name"]
     defaults = spec.get("podDefaults") or {}
@@ -462,11 +463,13 @@ def deployment(igwc: Mapping[str, Any], settings: DataPlaneSettings) -> dict[str
         # The configuration igw serve reads only at start: a change rolls the pods (a hot reload
         # would keep the old values while the status says Programmed).
         template_meta["annotations"][RESTART_CONFIG_ANNOTATION] = digest
+    pod_spec = _pod_spec(igwc, settings)
+    rollout = rolling_update(pod_spec, template_meta["labels"], igwc["metadata"].get("namespace", ""))
     deployment_spec: dict[str, Any] = {
         "replicas": gateway_replicas(spec),
         "selector": {"matchLabels": selector_labels(igwc_name)},
-        "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
-        "template": {"metadata": template_meta, "spec": _pod_spec(igwc, settings)},
+        "strategy": {"type": "RollingUpdate", "rollingUpdate": rollout},
+        "template": {"metadata": template_meta, "spec": pod_spec},
     }
     scaling = autoscaling(spec)
     if scaling is not None and scaling.get("external") is not True:
