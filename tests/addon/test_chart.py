@@ -1063,3 +1063,43 @@ def test_hard_anti_affinity_rolls_one_pod_at_a_time_without_a_surge(
     assert required == (anti_affinity == "hard")
     # with one pod per node required, a surge pod needs a node more than the replicas: none is assumed
     assert not required or rollout["maxSurge"] == 0 < rollout["maxUnavailable"]
+
+
+def test_the_operator_spreads_over_zones_and_requests_ephemeral_storage_as_the_gateway_pods() -> None:
+    """The operator's Deployment spread its replicas over nodes only (both could run in one zone and
+    stop every reconcile with it) and requested no ephemeral storage, so under disk pressure the
+    kubelet evicted it before any pod with a request; the gateway pods had both."""
+    from igw.checks.audit.spread import spread_by
+
+    operator = chart.render({"mode": "operator"}, release="igw", namespace=pins.ADDON_NAMESPACE)
+    gateway = chart.render({"mode": "gateway"}, release="igw", namespace=pins.ADDON_NAMESPACE)
+    for objects in (operator, gateway):
+        (deployment,) = [o for o in objects if o["kind"] == "Deployment"]
+        template = deployment["spec"]["template"]
+        pod = template["spec"]
+        zone = [
+            c for c in pod["topologySpreadConstraints"] if c["topologyKey"] == "topology.kubernetes.io/zone"
+        ]
+        assert len(zone) == 1, deployment["metadata"]["name"]
+        assert (zone[0]["maxSkew"], zone[0]["whenUnsatisfiable"]) == (1, "ScheduleAnyway")
+        assert zone[0]["labelSelector"]["matchLabels"] == deployment["spec"]["selector"]["matchLabels"]
+        only_zone = {**pod, "topologySpreadConstraints": zone, "affinity": {}}
+        assert (
+            spread_by(only_zone, template["metadata"]["labels"])
+            == "topology spread on topology.kubernetes.io/zone"
+        )
+        (container,) = pod["containers"]
+        resources = container["resources"]
+        (tmp,) = [v for v in pod["volumes"] if v["name"] == "tmp"]
+        assert chart_quantity(tmp["emptyDir"]["sizeLimit"]) <= chart_quantity(
+            resources["requests"]["ephemeral-storage"]
+        )
+        assert chart_quantity(resources["requests"]["ephemeral-storage"]) < chart_quantity(
+            resources["limits"]["ephemeral-storage"]
+        )
+
+
+def chart_quantity(text: str) -> int:
+    """A binary-suffixed Kubernetes quantity (``16Mi``) in bytes."""
+    units = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30}
+    return int(text[:-2]) * units[text[-2:]]
