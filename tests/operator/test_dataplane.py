@@ -281,7 +281,7 @@ REPLACE = {"maxUnavailable": 1, "maxSurge": 0}
         (
             _required_apart({"matchExpressions": [{"key": "team", "operator": "In", "values": ["a"]}]}),
             REPLACE,
-        ),  # noqa: E501
+        ),
         (_required_apart({"matchLabels": {"app": "vllm"}}), SURGE),
         (_required_apart({"matchLabels": {"team": "a"}}, namespaces=["models"]), SURGE),
         (_required_apart({"matchLabels": {"team": "a"}}, namespaces=["models", "inference"]), REPLACE),

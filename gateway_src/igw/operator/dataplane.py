@@ -70,6 +70,11 @@ DIGEST_CHARS: Final = 8
 _SERVICE_NAME: Final = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 
 
+DEFAULT_HTTPS_EGRESS_CIDRS: Final = ("0.0.0.0/0", "::/0")
+"""Where the gateway pods may reach HTTPS by default: anywhere, in both address families, so the
+pods of an IPv6 cluster reach its API server (until session s40 IPv4 only: ``0.0.0.0/0``)."""
+
+
 @dataclass(frozen=True, slots=True)
 class DataPlaneSettings:
     """What the operator puts into every data plane (from its command line / chart values)."""
@@ -78,7 +83,9 @@ class DataPlaneSettings:
     image_pull_policy: str = "IfNotPresent"
     run_as_user: int = 10001
     """The image's non-root user (``gateway_src/Dockerfile``)."""
-    https_egress_cidrs: tuple[str, ...] = ("0.0.0.0/0",)
+    https_egress_cidrs: tuple[str, ...] = DEFAULT_HTTPS_EGRESS_CIDRS
+    """Destinations of the gateway pods' HTTPS egress (API server, JWKS, AWS APIs; ``igw operator
+    --gateway-https-egress-cidr``, the chart's ``networkPolicy.httpsEgressCidrs``)."""
     resources: Mapping[str, Any] = field(
         default_factory=lambda: {
             "requests": {"cpu": "500m", "memory": "512Mi", "ephemeral-storage": "64Mi"},
