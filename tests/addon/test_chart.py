@@ -10,7 +10,7 @@ import shutil
 import tarfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import kubernetes_validate
 import pytest
@@ -392,6 +392,19 @@ def test_chart_metadata_matches_pins() -> None:
     metadata = yaml.safe_load((chart.chart_dir() / "Chart.yaml").read_text())
     assert metadata["version"] == pins.CHART_VERSION
     assert metadata["appVersion"] == pins.APP_VERSION
+
+
+def test_the_addon_version_igw_addon_installs_is_the_charts_version() -> None:
+    """``igw addon create`` installs ``pins.IGW_ADDON_VERSION``, the add-on version the chart is
+    published under: its ``X.Y.Z`` must be the chart's own ``version`` (what ``igw addon package``
+    names the archive), or a chart bump would install, and report, the previous chart's add-on.
+    Nothing tied the two before."""
+    from igw.addon.addon_version import AddonVersion
+
+    metadata = yaml.safe_load((chart.chart_dir() / "Chart.yaml").read_text())
+    version = AddonVersion.parse(pins.IGW_ADDON_VERSION)
+    assert re.fullmatch(r"v\d+\.\d+\.\d+-eksbuild\.[1-9]\d*", pins.IGW_ADDON_VERSION)
+    assert f"{version.major}.{version.minor}.{version.patch}" == metadata["version"] == pins.CHART_VERSION
 
 
 def test_helm_lint_reports_schema_violations() -> None:
@@ -922,3 +935,171 @@ def test_names_and_namespaces_render_as_strings(namespace: str, values: dict[str
     for config_map in served:
         (document,) = yaml.safe_load_all(config_map["data"]["inferencegatewayconfig.yaml"])
         assert document["metadata"] == {"name": "true", "namespace": "null"}
+
+
+class _GoYamlV2Loader(yaml.SafeLoader):
+    """PyYAML's YAML 1.1 reading plus ``y``/``Y``/``n``/``N`` as booleans: how go-yaml v2 (Helm's and
+    kubectl's ``sigs.k8s.io/yaml``) reads a plain scalar. PyYAML alone takes ``yes``/``no``/``on``/
+    ``off`` (any case spelling YAML 1.1 lists) as booleans but keeps ``y`` and ``n`` as strings."""
+
+    bool_values: ClassVar[dict[str, bool]] = {**yaml.SafeLoader.bool_values, "y": True, "n": False}
+
+
+_GoYamlV2Loader.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?:y|Y|n|N)$"), list("yYnN"))
+
+YAML_BOOLEAN_WORDS = ["y", "n", "yes", "no", "on", "off"]
+"""Lower-case words the values schema takes as names, label keys and label values, that go-yaml v2
+reads as booleans when written plain."""
+
+
+def test_pyyaml_reads_the_yaml_1_1_booleans_but_y_and_n_only_with_the_go_yaml_resolver() -> None:
+    """Which spellings the test's reading treats as booleans, checked rather than assumed."""
+    plain = {word: yaml.safe_load(f"k: {word}")["k"] for word in YAML_BOOLEAN_WORDS}
+    assert plain == {"y": "y", "n": "n", "yes": True, "no": False, "on": True, "off": False}
+    go = {word: yaml.load(f"k: {word}", Loader=_GoYamlV2Loader)["k"] for word in YAML_BOOLEAN_WORDS}
+    assert go == {"y": True, "n": False, "yes": True, "no": False, "on": True, "off": False}
+
+
+def _render_read_as_go_yaml(values: dict[str, Any], release: str) -> list[dict[str, Any]]:
+    """The chart rendered by Helm's SDK, each manifest read as Helm and kubectl read it (go-yaml v2)."""
+    import helm_python as helm
+
+    loaded = helm.Chart.load(str(chart.chart_dir()))
+    try:
+        rendered = loaded.render(values, name=release, namespace=pins.ADDON_NAMESPACE)
+    finally:
+        loaded.close()
+    return [
+        document
+        for path, text in sorted(rendered.items())
+        if path.endswith(".yaml")
+        for document in yaml.load_all(text, Loader=_GoYamlV2Loader)
+        if isinstance(document, dict) and document.get("kind") != "CustomResourceDefinition"
+    ]
+
+
+def _label_like_not_strings(obj: Any, path: str = "") -> list[tuple[str, Any]]:
+    """Every key and scalar value of a label map, selector or annotation map, and every image, TLS
+    server name, Secret name and kind, that is not a string (each a string in the Kubernetes API)."""
+    found: list[tuple[str, Any]] = []
+    if isinstance(obj, dict):
+        for key, value in obj.items():
+            inner = f"{path}.{key}"
+            if key in ("labels", "matchLabels", "selector", "annotations") and isinstance(value, dict):
+                found += [
+                    (f"{inner}.{k}", v)
+                    for k, v in value.items()
+                    if not isinstance(k, str) or not isinstance(v, (str, dict, list))
+                ]
+            elif key in ("image", "serverName", "secretName", "kind") and not isinstance(value, str):
+                found.append((inner, value))
+            found += _label_like_not_strings(value, inner)
+    elif isinstance(obj, list):
+        for n, item in enumerate(obj):
+            found += _label_like_not_strings(item, f"{path}[{n}]")
+    return found
+
+
+@pytest.mark.parametrize("word", YAML_BOOLEAN_WORDS)
+@pytest.mark.parametrize("mode", ["operator", "gateway"])
+def test_names_and_labels_spelt_as_yaml_booleans_stay_strings(word: str, mode: str) -> None:
+    """A release, ``nameOverride``, ``fullnameOverride`` or Grafana label called ``on``, ``no``, ``y``
+    (valid DNS labels the schema takes) was written plain: go-yaml v2 read every object's name and its
+    ``app.kubernetes.io/name``/``instance`` labels and selectors as booleans, which the API server
+    refuses (the install fails), and the Grafana label key ``on`` became the label ``true``. The
+    values that reach the manifests through ``toYaml`` (labels, tolerations, env, annotations) were
+    already quoted by Helm's encoder; they are here so that stays so."""
+    values: dict[str, Any] = {
+        "mode": mode,
+        "nameOverride": word,
+        "fullnameOverride": word,
+        "grafanaDashboards": {"enabled": True, "label": word, "labelValue": word, "annotations": {"a": word}},
+        "serviceMonitor": {"enabled": True},
+        "podMonitor": {"enabled": True, "selector": {"app": word}, "port": word},
+        "tolerations": [{"key": word, "operator": "Equal", "value": word, "effect": "NoSchedule"}],
+        "nodeSelector": {"pool": word},
+        "image": {"tag": word},
+    }
+    if mode == "gateway":
+        values |= {
+            "podLabels": {"tier": word},
+            "podAnnotations": {"note": word},
+            "certManager": {"issuerRef": {"name": word, "kind": "ClusterIssuer"}},
+            "gateway": {"extraArgs": [word], "extraEnv": [{"name": "X", "value": word}]},
+            "service": {"annotations": {"note": word}},
+        }
+    else:
+        values["operator"] = {"gatewayEnv": [{"name": "X", "value": word}], "namespaces": [word]}
+    assert configuration.problems(values) == []
+    objects = _render_read_as_go_yaml(values, release=word)
+    assert len(objects) > 5
+    for obj in objects:
+        assert _strings_expected(obj) + _label_like_not_strings(obj) == [], (
+            obj["kind"],
+            obj["metadata"]["name"],
+        )
+    dashboards = [o for o in objects if o["kind"] == "ConfigMap" and "-dashboard-" in o["metadata"]["name"]]
+    assert dashboards
+    for dashboard in dashboards:
+        assert dashboard["metadata"]["labels"][word] == word
+
+
+@pytest.mark.parametrize(
+    ("anti_affinity", "rollout"),
+    [("soft", {"maxUnavailable": 0, "maxSurge": 1}), ("hard", {"maxUnavailable": 1, "maxSurge": 0})],
+)
+def test_hard_anti_affinity_rolls_one_pod_at_a_time_without_a_surge(
+    anti_affinity: str, rollout: dict[str, int]
+) -> None:
+    """``podAntiAffinity: hard`` requires one gateway pod per node; with ``maxUnavailable: 0`` and
+    ``maxSurge: 1`` a cluster of exactly as many nodes as replicas had no node for the surge pod and
+    stopped no old pod to make one: every rollout stalled. Hard anti-affinity replaces one pod at a
+    time now; soft keeps the surge (the endpoint stays at full capacity)."""
+    objects = chart.render({"mode": "gateway", "podAntiAffinity": anti_affinity, "replicaCount": 3})
+    (deployment,) = [o for o in objects if o["kind"] == "Deployment"]
+    assert deployment["spec"]["strategy"] == {"type": "RollingUpdate", "rollingUpdate": rollout}
+    anti = deployment["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]
+    required = "requiredDuringSchedulingIgnoredDuringExecution" in anti
+    assert required == (anti_affinity == "hard")
+    # with one pod per node required, a surge pod needs a node more than the replicas: none is assumed
+    assert not required or rollout["maxSurge"] == 0 < rollout["maxUnavailable"]
+
+
+def test_the_operator_spreads_over_zones_and_requests_ephemeral_storage_as_the_gateway_pods() -> None:
+    """The operator's Deployment spread its replicas over nodes only (both could run in one zone and
+    stop every reconcile with it) and requested no ephemeral storage, so under disk pressure the
+    kubelet evicted it before any pod with a request; the gateway pods had both."""
+    from igw.checks.audit.spread import spread_by
+
+    operator = chart.render({"mode": "operator"}, release="igw", namespace=pins.ADDON_NAMESPACE)
+    gateway = chart.render({"mode": "gateway"}, release="igw", namespace=pins.ADDON_NAMESPACE)
+    for objects in (operator, gateway):
+        (deployment,) = [o for o in objects if o["kind"] == "Deployment"]
+        template = deployment["spec"]["template"]
+        pod = template["spec"]
+        zone = [
+            c for c in pod["topologySpreadConstraints"] if c["topologyKey"] == "topology.kubernetes.io/zone"
+        ]
+        assert len(zone) == 1, deployment["metadata"]["name"]
+        assert (zone[0]["maxSkew"], zone[0]["whenUnsatisfiable"]) == (1, "ScheduleAnyway")
+        assert zone[0]["labelSelector"]["matchLabels"] == deployment["spec"]["selector"]["matchLabels"]
+        only_zone = {**pod, "topologySpreadConstraints": zone, "affinity": {}}
+        assert (
+            spread_by(only_zone, template["metadata"]["labels"])
+            == "topology spread on topology.kubernetes.io/zone"
+        )
+        (container,) = pod["containers"]
+        resources = container["resources"]
+        (tmp,) = [v for v in pod["volumes"] if v["name"] == "tmp"]
+        assert chart_quantity(tmp["emptyDir"]["sizeLimit"]) <= chart_quantity(
+            resources["requests"]["ephemeral-storage"]
+        )
+        assert chart_quantity(resources["requests"]["ephemeral-storage"]) < chart_quantity(
+            resources["limits"]["ephemeral-storage"]
+        )
+
+
+def chart_quantity(text: str) -> int:
+    """A binary-suffixed Kubernetes quantity (``16Mi``) in bytes."""
+    units = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30}
+    return int(text[:-2]) * units[text[-2:]]

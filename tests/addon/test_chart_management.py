@@ -127,9 +127,53 @@ def test_a_config_field_colliding_with_the_gateway_port_is_refused_naming_the_fi
         _objects({**GATEWAY, "gateway": {"port": 9000, "managementPort": 9000}})
 
 
-@pytest.mark.parametrize("arg", ["--management-port", "--management-port=9999", "--port", "--config=/x.yaml"])
-def test_extra_args_may_not_set_a_listener_or_config_flag_the_chart_sets(arg: str) -> None:
-    # argparse takes the last occurrence: an extra --management-port won over the chart's, silently.
-    flag = arg.split("=")[0]
-    with pytest.raises(helm.HelmError, match=rf"gateway\.extraArgs\[1\]: {flag} is set by the chart"):
-        _objects({**GATEWAY, "gateway": {"extraArgs": ["--log-json", arg, "9999"]}})
+EVERY_FLAG = {**GATEWAY, "gateway": {"cloudWatch": {"enabled": True}}}
+"""Values under which the chart passes ``igw serve`` every flag it can (workers auto, CloudWatch EMF)."""
+CHART_FLAGS = sorted({arg for arg in _container(_objects(EVERY_FLAG))["args"] if arg.startswith("--")})
+SET_BY = {
+    "--config": "the chart (the ConfigMap of gateway.config)",
+    "--host": "the chart (0.0.0.0",
+    "--in-cluster": "the chart (",
+    "--port": "gateway.port;",
+    "--management-port": "gateway.managementPort;",
+    "--log-level": "gateway.logLevel;",
+    "--drain-seconds": "terminationGracePeriodSeconds/preStopSleepSeconds or "
+    "gateway.config.spec.extensions.serverLimits.drainPeriod;",
+    "--stream-grace-seconds": "terminationGracePeriodSeconds/preStopSleepSeconds or "
+    "gateway.config.spec.extensions.serverLimits.streamGrace;",
+    "--workers": "gateway.workers;",
+    "--worker-timeout": "gateway.workerTimeoutSeconds;",
+    "--emf-interval": "gateway.cloudWatch.emfIntervalSeconds;",
+    "--emf-endpoint": "gateway.cloudWatch.agent;",
+}
+"""What each flag the chart passes is set by, as the refusal names it."""
+
+
+def test_every_flag_the_chart_passes_has_its_source_named() -> None:
+    assert sorted(SET_BY) == CHART_FLAGS
+
+
+@pytest.mark.parametrize("flag", CHART_FLAGS)
+@pytest.mark.parametrize("form", ["separate", "joined"])
+def test_extra_args_may_not_repeat_a_flag_the_chart_sets_naming_what_sets_it(flag: str, form: str) -> None:
+    """argparse takes the last occurrence: an extra ``--management-port`` won over the chart's,
+    silently, and so did ``--stream-grace-seconds`` (past the grace period the chart checked it
+    against) or ``--log-level``, which were not refused. The refusal named the port values as what set
+    ``--config`` and ``--host`` too; it names each flag's own source now."""
+    arg = [flag, "9"] if form == "separate" else [f"{flag}=9"]
+    with pytest.raises(helm.HelmError) as refused:
+        _objects({**GATEWAY, "gateway": {"extraArgs": ["--log-json", *arg]}})
+    assert f"gateway.extraArgs[1]: {flag} is set by {SET_BY[flag]}" in str(refused.value)
+    if flag not in ("--port", "--management-port"):
+        assert "gateway.port" not in str(refused.value).split("is set by")[1]
+
+
+def test_the_management_port_refusal_names_the_config_field_when_it_is_set() -> None:
+    with pytest.raises(helm.HelmError) as refused:
+        _objects(_with_management_field(9100, extraArgs=["--management-port=1"]))
+    assert "--management-port is set by gateway.config.spec.extensions.management.port;" in str(refused.value)
+
+
+def test_other_extra_args_are_passed_after_the_charts() -> None:
+    args = _container(_objects({**GATEWAY, "gateway": {"extraArgs": ["--max-connections", "2048"]}}))["args"]
+    assert args[-2:] == ["--max-connections", "2048"]

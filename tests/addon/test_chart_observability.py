@@ -5,6 +5,7 @@ OTLP endpoint; the rendered arguments are read back by the real ``igw serve``/``
 from __future__ import annotations
 
 import argparse
+import ipaddress
 from typing import Any
 
 import kubernetes_validate
@@ -176,3 +177,87 @@ def test_bad_observability_values_fail_with_the_field(values: dict[str, Any], me
     with pytest.raises(helm.HelmError) as caught:
         chart.render(values)
     assert message in str(caught.value)
+
+
+IPV4_API_SERVER = "10.0.12.7"
+IPV6_API_SERVER = "2600:1f14:9a3:c400::7"
+"""Addresses of an EKS API server endpoint: in an IPv4 VPC, and in the VPC's (global) IPv6 block."""
+IPV6_LOAD_BALANCER = "2600:1f14:9a3:c401::2b"
+
+
+def _admits(peers: list[dict[str, Any]], address: str) -> bool:
+    """Whether a rule's ``to``/``from`` list admits ``address`` through an ipBlock."""
+    ip = ipaddress.ip_address(address)
+    return any(
+        ip in ipaddress.ip_network(peer["ipBlock"]["cidr"], strict=False)
+        and not any(ip in ipaddress.ip_network(e, strict=False) for e in peer["ipBlock"].get("except", []))
+        for peer in peers
+        if "ipBlock" in peer
+    )
+
+
+def _https_peers(policy: dict[str, Any]) -> list[dict[str, Any]]:
+    (rule,) = [r for r in policy["spec"]["egress"] if {"port": 443, "protocol": "TCP"} in r.get("ports", [])]
+    peers: list[dict[str, Any]] = rule["to"]
+    return peers
+
+
+@pytest.mark.parametrize("address", [IPV4_API_SERVER, IPV6_API_SERVER])
+def test_every_network_policy_reaches_the_api_server_of_an_ipv4_or_ipv6_cluster_by_default(
+    address: str,
+) -> None:
+    """``networkPolicy.httpsEgressCidrs`` defaulted to ``0.0.0.0/0`` and the operator's gateways had
+    ``0.0.0.0/0`` alone: on an IPv6 EKS cluster no pod of the add-on reached the API server (the
+    operator never reconciled, the gateways never read their config or pods). Both families now: the
+    chart's gateway, the operator, and the gateways the operator runs (from the operator's arguments
+    as the chart renders them, read back by its own parser)."""
+    gateway = _objects({"mode": "gateway"})
+    assert _admits(_https_peers(_one(gateway, "NetworkPolicy")), address)
+    objects = _objects({})
+    assert _admits(_https_peers(_one(objects, "NetworkPolicy")), address)
+    settings = operator.operator_options(_args(objects, operator.add_arguments)).data_plane
+    (policy,) = [o for o in desired_objects(igwc_object(), settings) if o["kind"] == "NetworkPolicy"]
+    assert _admits(_https_peers(policy), address)
+    assert _admits(
+        _https_peers(_one([*desired_objects(igwc_object(), DataPlaneSettings())], "NetworkPolicy")), address
+    )
+
+
+@pytest.mark.parametrize("address", ["10.1.2.3", "192.168.7.9", IPV6_LOAD_BALANCER])
+def test_the_gateway_port_admits_the_load_balancer_of_an_ipv4_or_ipv6_cluster_by_default(
+    address: str,
+) -> None:
+    """``networkPolicy.ingressCidrs`` held the private IPv4 ranges alone, so on an IPv6 cluster the
+    load balancer (an address of the VPC's IPv6 block) never reached the gateway port: every health
+    check failed and the endpoint served nothing."""
+    policy = _one(_objects({"mode": "gateway"}), "NetworkPolicy")
+    (rule,) = [r for r in policy["spec"]["ingress"] if {"port": 8443, "protocol": "TCP"} in r["ports"]]
+    assert _admits(rule["from"], address)
+    assert not _admits(rule["from"], "8.8.8.8")  # public IPv4 sources stay out
+
+
+def test_the_https_egress_cidrs_reach_the_gateways_the_operator_runs() -> None:
+    """In operator mode ``networkPolicy.httpsEgressCidrs`` narrowed the operator's own NetworkPolicy
+    only: every gateway it ran kept ``0.0.0.0/0``, the value silently ignored for them."""
+    cidrs = ["10.0.0.0/16", "2600:1f14:9a3:c400::/56"]
+    objects = _objects({"networkPolicy": {"httpsEgressCidrs": cidrs}})
+    args = _args(objects, operator.add_arguments)
+    assert args.gateway_https_egress_cidr == cidrs
+    settings = operator.operator_options(args).data_plane
+    (policy,) = [o for o in desired_objects(igwc_object(), settings) if o["kind"] == "NetworkPolicy"]
+    assert _https_peers(policy) == [{"ipBlock": {"cidr": cidr}} for cidr in cidrs]
+    kubernetes_validate.validate(policy, K8S_VERSION, strict=True)
+
+
+@pytest.mark.parametrize("cidr", ["10.0.0.1", "10.0.0.0/33", "::/129", "any"])
+def test_the_operator_refuses_a_https_egress_cidr_that_is_not_one(
+    cidr: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    parser = argparse.ArgumentParser()
+    operator.add_arguments(parser)
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--gateway-https-egress-cidr", cidr])
+    assert (
+        f"argument --gateway-https-egress-cidr: {cidr!r} is not an IPv4 or IPv6 CIDR block"
+        in capsys.readouterr().err
+    )

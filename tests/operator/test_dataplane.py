@@ -258,6 +258,52 @@ def test_gateway_pods_spread_over_zones_and_nodes_and_prefer_nodes_other_than_hy
     assert spread_by(spec, selector) == "topology spread on topology.kubernetes.io/zone"
 
 
+def _required_apart(selector: dict[str, Any], **term: Any) -> dict[str, Any]:
+    return {
+        "podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {"topologyKey": "kubernetes.io/hostname", "labelSelector": selector, **term}
+            ]
+        }
+    }
+
+
+SURGE = {"maxUnavailable": 0, "maxSurge": 1}
+REPLACE = {"maxUnavailable": 1, "maxSurge": 0}
+
+
+@pytest.mark.parametrize(
+    ("affinity", "rollout"),
+    [
+        (None, SURGE),
+        (_required_apart({"matchLabels": {"app.kubernetes.io/instance": "chat"}}), REPLACE),
+        (_required_apart({"matchLabels": {"team": "a"}}), REPLACE),
+        (
+            _required_apart({"matchExpressions": [{"key": "team", "operator": "In", "values": ["a"]}]}),
+            REPLACE,
+        ),
+        (_required_apart({"matchLabels": {"app": "vllm"}}), SURGE),
+        (_required_apart({"matchLabels": {"team": "a"}}, namespaces=["models"]), SURGE),
+        (_required_apart({"matchLabels": {"team": "a"}}, namespaces=["models", "inference"]), REPLACE),
+    ],
+    ids=["default", "own-label", "podDefaults-label", "expression", "other-pods", "other-ns", "listed"],
+)
+def test_pods_required_apart_roll_one_at_a_time_without_a_surge(
+    affinity: dict[str, Any] | None, rollout: dict[str, int]
+) -> None:
+    """``maxUnavailable: 0`` with ``maxSurge: 1`` stalled the rollout of a config whose
+    ``podDefaults.affinity`` requires its gateway pods apart (one per node) on exactly as many nodes as
+    replicas: the surge pod found no node and no old pod was stopped to make room, for ever."""
+    defaults: dict[str, Any] = {"labels": {"team": "a"}}
+    if affinity is not None:
+        defaults["affinity"] = affinity
+    objects = desired_objects(igwc_object(podDefaults=defaults), DataPlaneSettings())
+    deployment = by_kind(objects)["Deployment"]
+    assert deployment["metadata"]["namespace"] == "inference"
+    assert deployment["spec"]["strategy"] == {"type": "RollingUpdate", "rollingUpdate": rollout}
+    kubernetes_validate.validate(deployment, K8S_VERSION, strict=True)
+
+
 def test_the_users_affinity_replaces_the_default_and_the_spread_stays() -> None:
     mine = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
         {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["cpu"]}]}

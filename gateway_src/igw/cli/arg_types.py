@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ipaddress
 import math
 import re
 import tempfile
@@ -392,6 +393,20 @@ def listen_host(text: str) -> str:
         raise argparse.ArgumentTypeError(
             "an empty address would listen on every interface; name one (0.0.0.0 or :: for every interface)"
         )
+    return text
+
+
+def cidr_block(text: str) -> str:
+    """An IPv4 or IPv6 CIDR block (``10.0.0.0/16``, ``::/0``), as a NetworkPolicy ``ipBlock`` takes it:
+    a bare address or a bad prefix would make every NetworkPolicy the operator applies invalid."""
+    try:
+        if "/" not in text:
+            raise ValueError(text)
+        ipaddress.ip_network(text, strict=False)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an IPv4 or IPv6 CIDR block (e.g. 10.0.0.0/16 or ::/0)"
+        ) from None
     return text
 
 

@@ -25,6 +25,7 @@ from igw.cli.arg_types import (
     PORT,
     POSITIVE,
     WORKER_COUNT,
+    cidr_block,
     container_image,
     env_assignment,
     http_url,
@@ -77,6 +78,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="igw serve --worker-timeout of those pods (when they run more than one worker): a worker "
         "whose event loop is silent for S seconds is killed and the container restarts; 0: off "
         f"(default {STUCK_AFTER_S:g})",
+    )
+    parser.add_argument(
+        "--gateway-https-egress-cidr",
+        action="append",
+        type=cidr_block,
+        default=[],
+        metavar="CIDR",
+        help="a destination of the gateway pods' HTTPS egress in their NetworkPolicy (API server, JWKS, "
+        "AWS APIs; repeatable; default 0.0.0.0/0 and ::/0, both address families)",
     )
     observability = parser.add_argument_group("gateway pods' observability (off by default)")
     observability.add_argument(
@@ -165,7 +175,7 @@ def operator_options(args: argparse.Namespace) -> OperatorOptions:
     not check alone."""
     # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
     from igw.gateway.emf_sink import AgentEndpoint
-    from igw.operator.dataplane import DataPlaneSettings
+    from igw.operator.dataplane import DEFAULT_HTTPS_EGRESS_CIDRS, DataPlaneSettings
     from igw.operator.runner import OperatorOptions
     from igw.operator.tls import AutoTlsSettings, IssuerRef
 
@@ -183,6 +193,7 @@ def operator_options(args: argparse.Namespace) -> OperatorOptions:
         emf_endpoint=emf_endpoint,
         otlp_endpoint=args.gateway_otlp_endpoint or "",
         extra_env=tuple(args.gateway_env),
+        https_egress_cidrs=tuple(args.gateway_https_egress_cidr) or DEFAULT_HTTPS_EGRESS_CIDRS,
     )
     return OperatorOptions(
         kubeconfig=args.kubeconfig,

@@ -34,7 +34,7 @@ from igw.config.rules import OPERATOR_SERVING_PORT
 from igw.gateway.emf_sink import AgentEndpoint
 from igw.gateway.worker_count import AUTO, CPU_REQUEST_ENV
 from igw.gateway.worker_heartbeat import STUCK_AFTER_S
-from igw.operator.placement import OFF_HYPERPOD_NODES, spread_constraints
+from igw.operator.placement import OFF_HYPERPOD_NODES, rolling_update, spread_constraints
 from igw.operator.shutdown_timing import shutdown_timing
 
 CONFIG_KEY: Final = "config.yaml"
@@ -70,6 +70,11 @@ DIGEST_CHARS: Final = 8
 _SERVICE_NAME: Final = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 
 
+DEFAULT_HTTPS_EGRESS_CIDRS: Final = ("0.0.0.0/0", "::/0")
+"""Where the gateway pods may reach HTTPS by default: anywhere, in both address families, so the
+pods of an IPv6 cluster reach its API server (until session s40 IPv4 only: ``0.0.0.0/0``)."""
+
+
 @dataclass(frozen=True, slots=True)
 class DataPlaneSettings:
     """What the operator puts into every data plane (from its command line / chart values)."""
@@ -78,7 +83,9 @@ class DataPlaneSettings:
     image_pull_policy: str = "IfNotPresent"
     run_as_user: int = 10001
     """The image's non-root user (``gateway_src/Dockerfile``)."""
-    https_egress_cidrs: tuple[str, ...] = ("0.0.0.0/0",)
+    https_egress_cidrs: tuple[str, ...] = DEFAULT_HTTPS_EGRESS_CIDRS
+    """Destinations of the gateway pods' HTTPS egress (API server, JWKS, AWS APIs; ``igw operator
+    --gateway-https-egress-cidr``, the chart's ``networkPolicy.httpsEgressCidrs``)."""
     resources: Mapping[str, Any] = field(
         default_factory=lambda: {
             "requests": {"cpu": "500m", "memory": "512Mi", "ephemeral-storage": "64Mi"},
@@ -449,7 +456,8 @@ def _pod_spec(igwc: Mapping[str, Any], settings: DataPlaneSettings) -> dict[str,
 
 
 def deployment(igwc: Mapping[str, Any], settings: DataPlaneSettings) -> dict[str, Any]:
-    """``igw serve`` pods; a rolling update never drops below the desired count."""
+    """``igw serve`` pods; a rolling update never drops below the desired count, unless the pods'
+    ``spec.podDefaults.affinity`` requires them apart (:func:`~igw.operator.placement.rolling_update`)."""
     spec = igwc.get("spec") or {}
     igwc_name = igwc["metadata"]["name"]
     defaults = spec.get("podDefaults") or {}
@@ -462,11 +470,13 @@ def deployment(igwc: Mapping[str, Any], settings: DataPlaneSettings) -> dict[str
         # The configuration igw serve reads only at start: a change rolls the pods (a hot reload
         # would keep the old values while the status says Programmed).
         template_meta["annotations"][RESTART_CONFIG_ANNOTATION] = digest
+    pod_spec = _pod_spec(igwc, settings)
+    rollout = rolling_update(pod_spec, template_meta["labels"], igwc["metadata"].get("namespace", ""))
     deployment_spec: dict[str, Any] = {
         "replicas": gateway_replicas(spec),
         "selector": {"matchLabels": selector_labels(igwc_name)},
-        "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
-        "template": {"metadata": template_meta, "spec": _pod_spec(igwc, settings)},
+        "strategy": {"type": "RollingUpdate", "rollingUpdate": rollout},
+        "template": {"metadata": template_meta, "spec": pod_spec},
     }
     scaling = autoscaling(spec)
     if scaling is not None and scaling.get("external") is not True:

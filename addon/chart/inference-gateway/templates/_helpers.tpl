@@ -18,8 +18,8 @@ Names and labels. Only .Release.Name and .Release.Namespace are used (EKS add-on
 {{- end }}
 
 {{- define "igw.selectorLabels" -}}
-app.kubernetes.io/name: {{ include "igw.name" . }}
-app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/name: {{ include "igw.name" . | quote }}
+app.kubernetes.io/instance: {{ .Release.Name | quote }}
 app.kubernetes.io/component: gateway
 {{- end }}
 

@@ -4,8 +4,8 @@
 {{- end }}
 
 {{- define "igw.operatorSelectorLabels" -}}
-app.kubernetes.io/name: {{ include "igw.name" . }}
-app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/name: {{ include "igw.name" . | quote }}
+app.kubernetes.io/instance: {{ .Release.Name | quote }}
 app.kubernetes.io/component: operator
 {{- end }}
 

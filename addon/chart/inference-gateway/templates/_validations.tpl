@@ -22,9 +22,27 @@ Cross-field rules the schema cannot express (draft-06 has no if/then); each fail
 {{- if eq (include "igw.managementPort" . | int) (int .Values.gateway.port) }}
 {{- fail (printf "%s (%s) must differ from gateway.port: metrics and pod detail would be served to inference clients" (include "igw.managementPortPath" .) (include "igw.managementPort" .)) }}
 {{- end }}
+{{- /* Every igw serve flag the chart passes, and what sets it: argparse takes the last occurrence, so a
+repeat in gateway.extraArgs would silently win over the chart's (the drain and stream grace would
+outlast the grace period the chart checked them against). */}}
+{{- $chartFlags := dict
+  "--config" "the chart (the ConfigMap of gateway.config)"
+  "--in-cluster" "the chart (configs and pods are read from the API server)"
+  "--host" "the chart (0.0.0.0: the load balancer and the kubelet's probes reach the pod's address)"
+  "--port" "gateway.port"
+  "--management-port" (include "igw.managementPortPath" .)
+  "--log-level" "gateway.logLevel"
+  "--drain-seconds" "terminationGracePeriodSeconds/preStopSleepSeconds or gateway.config.spec.extensions.serverLimits.drainPeriod"
+  "--stream-grace-seconds" "terminationGracePeriodSeconds/preStopSleepSeconds or gateway.config.spec.extensions.serverLimits.streamGrace"
+  "--workers" "gateway.workers"
+  "--worker-timeout" "gateway.workerTimeoutSeconds"
+  "--emf-interval" "gateway.cloudWatch.emfIntervalSeconds"
+  "--emf-endpoint" "gateway.cloudWatch.agent"
+}}
 {{- range $index, $arg := .Values.gateway.extraArgs }}
-{{- if regexMatch "^--(port|management-port|host|config)(=.*)?$" (toString $arg) }}
-{{- fail (printf "gateway.extraArgs[%d]: %s is set by the chart (gateway.port, gateway.config.spec.extensions.management.port or gateway.managementPort); a second one would silently win over it" $index (regexReplaceAll "=.*$" (toString $arg) "")) }}
+{{- $flag := regexReplaceAll "=.*$" (toString $arg) "" }}
+{{- if hasKey $chartFlags $flag }}
+{{- fail (printf "gateway.extraArgs[%d]: %s is set by %s; a second one would silently win over it" $index $flag (get $chartFlags $flag)) }}
 {{- end }}
 {{- end }}
 {{- /* cert-manager's own limits (its webhook refuses the Certificate only at install): lifetime >= 1h, renewBefore >= 5m and < lifetime. */}}
