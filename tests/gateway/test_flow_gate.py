@@ -18,6 +18,7 @@ from igw.gateway.state import GatewayState
 from igw.scheduling.flow_control import CRITICAL, SHEDDABLE, STANDARD, BandLimits, FlowControlSettings
 from igw.scheduling.types import DecisionKind, EndpointView, EngineMetrics, RoutingDecision
 from tests.gateway.support import config_doc, scheduler, wait_for
+from tests.state_walk import paths_holding
 
 SATURATED = RoutingDecision(DecisionKind.SATURATED, reason="full")
 
@@ -403,6 +404,29 @@ def test_what_was_learned_of_an_endpoint_is_dropped_when_it_leaves() -> None:
     assert held(0, 7, 4.0)
     gates.forget(["a:1"])
     assert not held(0, 7, 5.0)  # a new pod at that address: its batch is unknown again
+
+
+def test_an_endpoint_that_left_with_requests_in_flight_is_dropped_once_they_finish() -> None:
+    """Per-band in-flight counts (engine priority): a pod a rolling update drains leaves its pool
+    with requests still running; its entry went only if it had none then, so every drained pod left
+    an emptied counter behind for good (until session s40)."""
+    gates = FlowGates(registry=CollectorRegistry(), clock=lambda: 0.0)
+    drained = [f"10.0.{i // 250}.{i % 250}:8000" for i in range(500)]
+    for key in drained:
+        gates.started(key, STANDARD)
+        gates.started(key, CRITICAL)
+        gates.forget([key])
+        gates.finished(key, CRITICAL)
+        gates.finished(key, STANDARD)
+    assert [key for key in drained if paths_holding(gates, key)] == []
+
+    gates.started("a:1", STANDARD)
+    gates.forget(["a:1"])
+    gates.started("a:1", CRITICAL)  # back (a readiness probe failed for a moment), sent one more
+    gates.finished("a:1", STANDARD)
+    assert paths_holding(gates, "a:1") != [], "its request still in flight is counted"
+    gates.finished("a:1", CRITICAL)
+    assert paths_holding(gates, "a:1") == []
 
 
 def test_the_gateway_forgets_an_endpoint_that_leaves_its_pool() -> None:

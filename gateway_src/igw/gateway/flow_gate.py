@@ -326,6 +326,10 @@ class FlowGates:
         """Each endpoint's busy batch slots over time, for its capacity (:class:`CapacityEstimate`)."""
         self._inflight: dict[EndpointKey, collections.Counter[int]] = {}
         """This router's requests in flight at each endpoint, per band (engine preemption)."""
+        self._leaving: set[EndpointKey] = set()
+        """Endpoints that left their pool with requests still in flight here: their entry in
+        ``_inflight`` goes once the last of those finishes (kept, its emptied counter stayed for
+        good, one per pod that a rolling update drained)."""
         self.settings: FlowControlSettings | None = None
         self.retry_after_bounds = (1, 60)
         """Whole seconds a ``Retry-After`` may say (``spec.extensions.routing.retryAfter``)."""
@@ -394,6 +398,9 @@ class FlowGates:
             counts[priority] -= 1
             if counts[priority] <= 0:
                 del counts[priority]
+                if not counts and endpoint in self._leaving:
+                    self._leaving.discard(endpoint)
+                    del self._inflight[endpoint]
 
     def preempting_endpoint(
         self, scheduler: str, priority: int, endpoints: Mapping[EndpointKey, EndpointSample]
@@ -722,8 +729,11 @@ class FlowGates:
         for key in endpoints:
             self._scraped.pop(key, None)
             self._capacity.pop(key, None)
-            if not self._inflight.get(key):  # requests still in flight there finish into it
+            if self._inflight.get(key):  # requests still in flight there finish into it
+                self._leaving.add(key)
+            else:
                 self._inflight.pop(key, None)
+                self._leaving.discard(key)
 
     @staticmethod
     def _has_place(

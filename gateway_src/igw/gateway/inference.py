@@ -33,6 +33,7 @@ from multidict import CIMultiDict
 from igw.gateway.cache_salt import SALTED_APIS, SALTING_ENGINES, request_salt
 from igw.gateway.decision_log import DEBUG_TOKEN_HEADER, DECISION_HEADER, decision_header
 from igw.gateway.default_backend import DEFAULT_BACKEND_SCHEDULER
+from igw.gateway.endpoints import EndpointState
 from igw.gateway.errors import anthropic_shaped, denial_response, gateway_error, sse_error_event
 from igw.gateway.event_tokens import TokensPerEvent
 from igw.gateway.flow_gate import (
@@ -488,7 +489,13 @@ async def handle_stored_response(request: web.Request) -> web.StreamResponse:
             if searching:
                 state.response_searches.end()
         holder = obs.record.endpoint
-        if found is None and answer.status < 400 and request.method != "DELETE" and holder in owners:
+        if (
+            found is None
+            and answer.status < 400
+            and request.method != "DELETE"
+            and holder in owners
+            and holder in owners[holder].pool.states  # not if it left its pool meanwhile
+        ):
             owners[holder].scheduler.remember_response(response_id, holder, now=state.clock())
         return as_response(answer)
     except GuardDenied as denied:
@@ -1030,8 +1037,8 @@ async def _forward(
                 on_prepared=prepared.append,
                 keepalive_s=settings.sse_keepalive_interval_s,
                 on_first_token=None
-                if plan.sr is None
-                else _first_token_feedback(plan.sr, key, obs, clock=state.clock),
+                if plan.sr is None or ep is None
+                else _first_token_feedback(plan.sr, ep, obs, clock=state.clock),
                 method=plan.method,
                 strip_usage=plan.strip_usage,
             )
@@ -1087,7 +1094,12 @@ async def _forward(
                     ep.refused()  # the pod's own error answer: its page did not move (frozen pages)
                 if plan.priority is not None:
                     state.flow.finished(key, plan.priority)
-            if plan.sr is not None:
+            # Told only while the endpoint is still the pool's: one that left while the request ran
+            # (a rolling update drains a pod after discovery dropped it) was forgotten by the
+            # scheduler, and its outcome told now would make its state again, kept for good since
+            # no removal comes for it any more; another pod now at its address would be charged
+            # with the old one's failure.
+            if plan.sr is not None and plan.sr.pool.states.get(key) is ep:
                 if connected:
                     # A 404 for the pool's own model: the pod does not serve what it was selected for
                     # (a served-model-name mismatch), its fault; for an adapter: it lacks that adapter.
@@ -1300,12 +1312,16 @@ async def _end_stream(request: web.Request, response: web.StreamResponse, code: 
 
 
 def _first_token_feedback(
-    sr: SchedulerRuntime, key: str, obs: RequestObserver, *, clock: Callable[[], float]
+    sr: SchedulerRuntime, ep: EndpointState, obs: RequestObserver, *, clock: Callable[[], float]
 ) -> Callable[[float], None]:
     """Tell the scheduler a streamed request's TTFT as soon as its first token is relayed (the
-    backlog scorer learns a pod's speed from it in one TTFT, not one whole response)."""
+    backlog scorer learns a pod's speed from it in one TTFT, not one whole response); not once
+    ``ep`` has left the pool (see :func:`_forward`'s outcome)."""
+    key = ep.key
 
     def heard(ttft_s: float) -> None:
+        if sr.pool.states.get(key) is not ep:
+            return
         sr.scheduler.on_first_token(
             RequestOutcome(
                 request_id=obs.key,

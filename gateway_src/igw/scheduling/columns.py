@@ -306,6 +306,13 @@ class MeasuredColumn:
         self._missing: set[int] = set()
         self._fallback = 0.0
 
+    def forget(self) -> None:
+        """Endpoints left the pool (the EWMA forgot them, and their changes): the next :meth:`of`
+        reads every candidate again. A removal changes the candidate list, which does so anyway,
+        except for an endpoint that left and came back between two picks (its kept value is
+        stale)."""
+        self._version = -1
+
     def of(self, keys: list[EndpointKey], fallback: float) -> list[float]:
         """``[ewma.values.get(k, fallback) for k in keys]``."""
         values = self._ewma.values

@@ -37,9 +37,12 @@ class EndpointEwma:
         """:meth:`standard_error` per endpoint, computed when a sample arrives rather than on every
         read (a scheduler reads it for every candidate of every pick)."""
         self.changed: set[EndpointKey] | None = set() if track_changes else None
-        """With ``track_changes``: endpoints whose state was set or forgotten since the owner last
-        cleared this set (an owner that keeps something derived from every endpoint updates only
-        what changed). ``None`` otherwise, so an owner that never clears it holds nothing."""
+        """With ``track_changes``: endpoints whose state was set since the owner last cleared this
+        set (an owner that keeps something derived from every endpoint updates only what changed).
+        ``None`` otherwise, so an owner that never clears it holds nothing. Forgotten endpoints leave
+        it (their owner drops what it derived from them itself, told of the removal as the EWMA
+        is): it names only endpoints the EWMA has a state for, however long the owner goes without
+        reading it (a pool whose picks all fall back to in-flight counts, a pool of one)."""
 
     def observe(self, key: EndpointKey, sample: float) -> None:
         """Take in one sample: :meth:`set_state` with the updated mean, variance and count.
@@ -115,10 +118,15 @@ class EndpointEwma:
         return max(window_error, sd / math.sqrt(count))
 
     def forget(self, keys: Sequence[EndpointKey]) -> None:
+        """Drop the state of endpoints that left their pool, and their pending changes.
+
+        Until session s40 a forgotten endpoint was added to ``changed`` instead: an owner that did
+        not read the set for a while (no scored pick) kept every address its pool ever had."""
+        changed = self.changed
         for key in keys:
             self.values.pop(key, None)
             self.variances.pop(key, None)
             self.counts.pop(key, None)
             self.errors.pop(key, None)
-            if self.changed is not None:
-                self.changed.add(key)
+            if changed is not None:
+                changed.discard(key)

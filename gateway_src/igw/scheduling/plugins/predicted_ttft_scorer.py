@@ -160,6 +160,7 @@ class PredictedTtftScorer(PluginHooks):
     def on_endpoints_removed(self, keys: Sequence[EndpointKey]) -> None:
         self.ttft.forget(keys)
         self.log_ttft.forget(keys)
+        self.pool.forget()
 
 
 def factory(name: str, params: Mapping[str, Any], path: str) -> PredictedTtftScorer:

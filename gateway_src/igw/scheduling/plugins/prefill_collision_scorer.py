@@ -262,6 +262,7 @@ class PrefillCollisionScorer(PluginHooks):
 
     def on_endpoints_removed(self, keys: Sequence[EndpointKey]) -> None:
         self.rate.forget(keys)
+        self._rates.forget()
         for key in keys:
             self.recent.pop(key, None)
 

@@ -111,6 +111,12 @@ class TtftPool:
         if self.noise_z > 0 and moves:
             self._regroup(out, moves)
 
+    def forget(self) -> None:
+        """Endpoints left the pool (the EWMAs forgot them, and their changes): nothing kept, the
+        next :meth:`pooled` rebuilds (a removal changes the candidate list, which does so anyway,
+        except for an endpoint that left and came back between two picks)."""
+        self._keys = None
+
     def _take_changes(self) -> set[EndpointKey]:
         if not self.ttft.changed and not self.log_ttft.changed:
             return set()  # the usual case at a pick: ``catch_up`` took them after the outcome
