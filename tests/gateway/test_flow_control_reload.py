@@ -152,3 +152,27 @@ async def test_a_request_queued_for_a_scheduler_the_reload_removes_is_answered_a
         # the new configuration routes what clients send now
         served = await gw.post("/v1/completions", {"model": "v2", "prompt": "hello"})
         assert served.status == 200
+
+
+async def test_a_raised_saturation_threshold_reaches_the_requests_already_queued(gateway: Any) -> None:
+    def with_threshold(threshold: int) -> dict[str, Any]:
+        d = doc(bands=[{"priority": 0, "ttl": "60s"}])
+        d["spec"]["extensions"]["routing"]["saturation"] = {"queueDepthThreshold": threshold}
+        return d
+
+    async with (
+        running(FakeModelServer("a", waiting=9)) as (a,),  # saturated at the threshold of 5
+        gateway(with_threshold(5), {"pool": [a.key]}, reload=True) as gw,
+    ):
+        first = asyncio.create_task(send(gw, "first"))
+        await wait_for(lambda: queued(gw) == {0: 1}, what="first queued")
+        before = gw.state.runtime
+        reload(gw, with_threshold(20))  # the operator lets the pool's queue grow to relieve ours
+        await wait_for(lambda: gw.state.runtime is not before, within=10, what="the reload")
+        # Before: the queued request was still picked by the scheduler it arrived under (threshold
+        # 5, saturated) until its TTL; a new arrival queued behind it (never overtaking its band)
+        # waited as long, although the scheduler now in force places both at once.
+        second = asyncio.create_task(send(gw, "second"))
+        done = await asyncio.wait_for(asyncio.gather(first, second), timeout=5)
+        assert [(rid, status) for rid, status, _, _ in done] == [("first", 200), ("second", 200)]
+        assert len(a.received) == 2
