@@ -122,3 +122,57 @@ async def test_a_raised_headroom_threshold_lets_a_held_request_go_without_a_new_
         _, status, _, _ = await asyncio.wait_for(standard, timeout=5)
         assert status == 200
         assert len(a.received) == 1
+
+
+async def test_a_request_queued_for_a_scheduler_the_reload_removes_is_answered_at_once(gateway: Any) -> None:
+    flow = {"pollInterval": "10ms", "bands": [{"priority": 0, "ttl": "60s"}]}
+    before = config_doc([scheduler("old", "v1"), scheduler("new", "v2")])
+    before["spec"]["extensions"]["flowControl"] = flow
+    after = config_doc([scheduler("new", "v2")])  # e.g. the canary finished: the old pool goes
+    after["spec"]["extensions"]["flowControl"] = flow
+    async with (
+        running(FakeModelServer("a", waiting=9), FakeModelServer("b")) as (a, b),
+        gateway(before, {"old": [a.key], "new": [b.key]}, reload=True) as gw,
+    ):
+        queued_for_old = asyncio.create_task(
+            gw.post("/v1/completions", {"model": "v1", "prompt": "hello"}, headers={"X-Request-Id": "q"})
+        )
+        await wait_for(lambda: gw.state.flow.depths("old") == {0: 1}, what="queued for old")
+        reload(gw, after)
+        # Before: nothing dispatched it (the removed pool is no longer scraped) and it waited its
+        # whole TTL, then was told the gone pool was saturated (429, retry after the upper bound).
+        resp = await asyncio.wait_for(queued_for_old, timeout=5)
+        body = await resp.json()
+        assert (resp.status, body["error"]["code"]) == (503, "no_endpoints")
+        assert "'old' was removed by a configuration reload" in body["error"]["message"]
+        assert a.received == []
+        assert gw.state.flow.depths("old") == {}
+        metrics = await (await gw.http.get(gw.url + "/metrics")).text()
+        assert 'igw_flow_queue_depth{priority="0",scheduler="old"}' not in metrics
+        # the new configuration routes what clients send now
+        served = await gw.post("/v1/completions", {"model": "v2", "prompt": "hello"})
+        assert served.status == 200
+
+
+async def test_a_raised_saturation_threshold_reaches_the_requests_already_queued(gateway: Any) -> None:
+    def with_threshold(threshold: int) -> dict[str, Any]:
+        d = doc(bands=[{"priority": 0, "ttl": "60s"}])
+        d["spec"]["extensions"]["routing"]["saturation"] = {"queueDepthThreshold": threshold}
+        return d
+
+    async with (
+        running(FakeModelServer("a", waiting=9)) as (a,),  # saturated at the threshold of 5
+        gateway(with_threshold(5), {"pool": [a.key]}, reload=True) as gw,
+    ):
+        first = asyncio.create_task(send(gw, "first"))
+        await wait_for(lambda: queued(gw) == {0: 1}, what="first queued")
+        before = gw.state.runtime
+        reload(gw, with_threshold(20))  # the operator lets the pool's queue grow to relieve ours
+        await wait_for(lambda: gw.state.runtime is not before, within=10, what="the reload")
+        # Before: the queued request was still picked by the scheduler it arrived under (threshold
+        # 5, saturated) until its TTL; a new arrival queued behind it (never overtaking its band)
+        # waited as long, although the scheduler now in force places both at once.
+        second = asyncio.create_task(send(gw, "second"))
+        done = await asyncio.wait_for(asyncio.gather(first, second), timeout=5)
+        assert [(rid, status) for rid, status, _, _ in done] == [("first", 200), ("second", 200)]
+        assert len(a.received) == 2

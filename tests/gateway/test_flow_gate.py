@@ -630,3 +630,19 @@ def test_steer_sends_critical_to_the_candidate_with_a_free_slot() -> None:
     assert not gates.steers(STANDARD)
     gates.configure(None, retry_after_bounds=(1, 30))
     assert not gates.steers(CRITICAL)  # flow control off: the scheduler's pick stands
+
+
+async def test_a_request_reaching_the_queue_of_a_scheduler_a_reload_removed_is_answered_at_once() -> None:
+    """A request whose handling began before the reload (it holds the old runtime) and reaches the
+    queue after it: the removed scheduler's pool is no longer scraped, so queued it would wait for
+    its TTL; it is answered NO_ENDPOINTS at once instead, and leaves no queue behind."""
+    clock = [0.0]
+    gates, pool = _gates(clock), Pool()
+    settings = FlowControlSettings(poll_interval_s=0.001, dispatch_per_endpoint=100)
+    gates.configure(settings, retry_after_bounds=(1, 30), schedulers=["other"])
+    result = await asyncio.wait_for(_wait(gates, pool, "late", STANDARD), timeout=1)
+    assert isinstance(result, RoutingDecision)
+    assert result.kind is DecisionKind.NO_ENDPOINTS
+    assert "'pool' was removed by a configuration reload" in result.reason
+    assert gates.depths("pool") == {}
+    assert pool.picks == 0

@@ -10,7 +10,9 @@ arrivals. Waiting requests only await their own future: with each of them pollin
 of a few hundred requests woke the event loop tens of thousands of times a second and took the
 gateway's CPU from the requests it was serving.
 
-A waiter that is cancelled (its client disconnected) leaves its queue at once.
+A waiter that is cancelled (its client disconnected) leaves its queue at once. A reload that removes
+a scheduler answers the requests queued for it at once (:meth:`FlowGates.configure`): nothing
+dispatches them any more (its pool is no longer discovered nor scraped).
 
 Per-band headroom (``dispatchBelow``) needs the pool's utilisation, which only the request path
 can read (it owns the scheduler and the pool's views): it hands a :data:`Utilisation` probe to
@@ -44,7 +46,7 @@ import itertools
 import logging
 import math
 import sys
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -84,6 +86,10 @@ Picker = Callable[[], RoutingDecision]
 """Re-runs the scheduler for one queued request against the pool as it is now."""
 Utilisation = Callable[[], float]
 """Reads the pool's load now, as a fraction of its saturation point (1.0: saturated)."""
+REMOVED_BY_RELOAD: Final = (
+    "its scheduler {scheduler!r} was removed by a configuration reload; retry the request"
+)
+"""The reason of the decision a request queued for a scheduler that a reload removed is answered with."""
 HELD_BY_FLOW_CONTROL: Final = RoutingDecision(
     kind=DecisionKind.SATURATED, reason="held back by flow control for higher bands"
 )
@@ -331,6 +337,8 @@ class FlowGates:
         ``_inflight`` goes once the last of those finishes (kept, its emptied counter stayed for
         good, one per pod that a rolling update drained)."""
         self.settings: FlowControlSettings | None = None
+        self.schedulers: frozenset[str] | None = None
+        """The schedulers of the runtime applied last (``None``: not told, every name is taken)."""
         self.retry_after_bounds = (1, 60)
         """Whole seconds a ``Retry-After`` may say (``spec.extensions.routing.retryAfter``)."""
         self.anonymous_tenant = ANONYMOUS_TENANT
@@ -343,6 +351,7 @@ class FlowGates:
         *,
         retry_after_bounds: tuple[int, int],
         anonymous_tenant: str = ANONYMOUS_TENANT,
+        schedulers: Collection[str] | None = None,
     ) -> None:
         """Apply the current runtime's settings (``None``: off for new arrivals; queued ones stay).
 
@@ -353,7 +362,17 @@ class FlowGates:
         TTL no longer admits is answered now as any shed or expired request is (429 ``request_shed``
         with a ``Retry-After``). Raised limits reach the queued requests at their pool's next
         dispatch pass, within a poll interval.
+
+        ``schedulers``: the runtime's scheduler names. The requests queued for a scheduler not among
+        them are answered at once with a ``NO_ENDPOINTS`` decision (503 ``no_endpoints``, naming the
+        reload; a retry is routed by the new configuration): its pool is no longer discovered nor
+        scraped, so nothing would dispatch them, and they waited for their TTL (a minute for
+        Critical) to be told that a pool which no longer exists was saturated.
         """
+        if schedulers is not None:
+            self.schedulers = frozenset(schedulers)
+            for gone in [name for name in self._controllers if name not in self.schedulers]:
+                self._retire(gone)
         self.retry_after_bounds = retry_after_bounds
         self.anonymous_tenant = anonymous_tenant
         self.tenant_labels.name({anonymous_tenant})  # always labelled by name, as the guard's families do
@@ -370,6 +389,23 @@ class FlowGates:
             )
             self._shed(scheduler, controller, shed)
             self._update_depth(scheduler, controller)
+
+    def _retire(self, scheduler: str) -> None:
+        """Answer every request queued for ``scheduler`` (removed by a reload) and forget its queue."""
+        controller = self._controllers.pop(scheduler)
+        gone = RoutingDecision(
+            kind=DecisionKind.NO_ENDPOINTS, reason=REMOVED_BY_RELOAD.format(scheduler=scheduler)
+        )
+        for item in controller.drain():
+            waiter = self._waiters.get(item.request_id)
+            if waiter is not None and not waiter.future.done():
+                waiter.future.set_result(gone)
+        for priority in controller.priorities():
+            self.metrics.depth.remove(scheduler, str(priority))
+        self._last_pump.pop(scheduler, None)
+        self._utilisation.pop(scheduler, None)
+        self._samples.pop(scheduler, None)
+        self._pumps.pop(scheduler, None)  # still sleeping, it finds no queue and ends
 
     def _controller(self, scheduler: str, settings: FlowControlSettings) -> FlowController:
         controller = self._controllers.get(scheduler)
@@ -551,6 +587,10 @@ class FlowGates:
         settings = self.settings
         if settings is None:  # turned off by a reload between the caller's check and now
             return Refused(ShedReason.QUEUE_FULL, 1, priority)
+        if self.schedulers is not None and scheduler not in self.schedulers:  # removed meanwhile
+            return RoutingDecision(
+                kind=DecisionKind.NO_ENDPOINTS, reason=REMOVED_BY_RELOAD.format(scheduler=scheduler)
+            )
         if utilisation is not None:
             self._utilisation[scheduler] = utilisation
         if endpoints is not None:
@@ -588,7 +628,7 @@ class FlowGates:
             raise
         finally:
             self._waiters.pop(key, None)
-        if isinstance(result, RoutingDecision):
+        if isinstance(result, RoutingDecision) and result.kind is not DecisionKind.NO_ENDPOINTS:
             self.metrics.wait.labels(scheduler, str(priority)).observe(self.clock() - now)
         return result
 

@@ -759,6 +759,7 @@ async def _route(
             )
             return gateway_error("request_shed", message, headers={"Retry-After": retry}, request_id=rid)
         decision = queued
+        sr = _current(state, sr)  # the scheduler that placed it (a reload may have rebuilt it)
     if decision.kind is DecisionKind.SATURATED:
         obs.rejected("saturated")
         retry = str(math.ceil(decision.retry_after_s or 1))
@@ -878,15 +879,29 @@ async def _wait_in_queue(
         tenant=tenant,
         size_bytes=size_bytes,
         max_queue_s=max_queue_s,
-        pick=lambda: _preempting(
-            state,
-            sr,
-            priority,
-            _steered(state, sr, priority, sr.scheduler.pick(rreq, sr.pool.views(), now=state.clock())),
-        ),
+        pick=lambda: _queued_pick(state, sr, rreq, priority),
         utilisation=_utilisation(state, sr),
         endpoints=_endpoint_samples(state, sr),
     )
+
+
+def _current(state: GatewayState, sr: SchedulerRuntime) -> SchedulerRuntime:
+    """``sr``'s scheduler as the runtime applied last has it (``sr`` when a reload removed it).
+
+    A queued request is placed by the scheduler of the runtime in force when the queue dispatches,
+    not the one it arrived under: a reload that rebuilt the scheduler (a raised saturation threshold,
+    new weights) left the queued requests picked by the old one, which still called the pool
+    saturated, so the oldest blocked its band (and every arrival queued behind it) until its TTL."""
+    return state.runtime.schedulers.get(sr.spec.name, sr)
+
+
+def _queued_pick(
+    state: GatewayState, sr: SchedulerRuntime, rreq: RoutingRequest, priority: int
+) -> RoutingDecision:
+    """The decision for a queued request, by :func:`_current`'s scheduler and pool now."""
+    now_sr = _current(state, sr)
+    picked = now_sr.scheduler.pick(rreq, now_sr.pool.views(), now=state.clock())
+    return _preempting(state, now_sr, priority, _steered(state, now_sr, priority, picked))
 
 
 def _steered(
@@ -949,15 +964,21 @@ def _priority(
 
 def _utilisation(state: GatewayState, sr: SchedulerRuntime) -> Callable[[], float]:
     """A probe of the pool's load now, as a fraction of its saturation point (per-band headroom)."""
-    return lambda: sr.scheduler.utilisation(sr.pool.views(), now=state.clock())
+
+    def probe() -> float:
+        now_sr = _current(state, sr)  # a reload may have rebuilt it while requests queue
+        return now_sr.scheduler.utilisation(now_sr.pool.views(), now=state.clock())
+
+    return probe
 
 
-def _endpoint_samples(state: GatewayState, sr: SchedulerRuntime) -> EndpointSamples:
+def _endpoint_samples(state: GatewayState, arrived: SchedulerRuntime) -> EndpointSamples:
     """A probe of each fresh endpoint's queue, batch, in-flight requests and completion rate (flow
-    control's places)."""
+    control's places), of the scheduler ``arrived`` names as the runtime now has it."""
 
     def probe() -> Mapping[EndpointKey, EndpointSample]:
         now = state.clock()
+        sr = _current(state, arrived)  # a reload may have rebuilt it while requests queue
         sr.scheduler.settle()  # a pick made before flow control was turned on: its ledger entry
         fresh = [v for v in sr.pool.views() if sr.scheduler.is_fresh(v, now)]
         ledger = sr.scheduler.ledger

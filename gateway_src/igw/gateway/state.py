@@ -206,6 +206,7 @@ class GatewayState:
             rt.flow_settings,
             retry_after_bounds=bounds,
             anonymous_tenant=anonymous_tenant(rt.config.extensions),
+            schedulers=rt.schedulers.keys(),
         )
 
     def readiness(self) -> tuple[bool, dict[str, Any]]:

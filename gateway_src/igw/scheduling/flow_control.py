@@ -1151,6 +1151,14 @@ class FlowController:
             self._remove(item)
         return item
 
+    def drain(self) -> tuple[QueuedRequest, ...]:
+        """Remove and return every queued request, oldest first (its pool is gone: a reload removed
+        its scheduler, so nothing will ever dispatch them)."""
+        items = tuple(sorted(self._by_id.values(), key=lambda r: r.seq))
+        for item in items:
+            self._remove(item)
+        return items
+
     def expire(self, now: float) -> Iterator[Shed]:
         """Remove and yield every request whose deadline has passed."""
         late = [r for r in self._by_id.values() if r.deadline <= now]
