@@ -368,61 +368,79 @@ def _whole(value: float) -> int | None:
     return int(value) if value >= 1 and value == int(value) else None
 
 
-def parse_page(text: str, families: MetricFamilies, starts: FamilyStarts | None = None) -> ParsedPage:
-    """The routing signals on ``text``; ``starts`` is the endpoint's search hints (see :func:`series`)."""
-    missing: set[str] = set()
-    combine = COMBINE[families.combine_load]
-    index = index_families(text, _family_names(families)) if len(text) <= SMALL_PAGE else None
+class _PageReader:
+    """The reads :func:`parse_page` makes of one page, and the signals it found missing.
 
-    def found(name: str) -> Samples:
-        return series(text, name, starts) if index is None else index.get(name, [])
+    A class rather than nested functions: compiled by mypyc, nested functions that call one another
+    share an environment object that holds them, a reference cycle that kept each page's text (up to
+    16 MiB) until the cyclic collector ran - one page per parse piling up between collections (30 MB
+    after 30 pages of 1 MB, session s40's compiled-build test); interpreted they freed it at once."""
 
-    def matching(spec: str) -> Samples:
+    def __init__(self, text: str, families: MetricFamilies, starts: FamilyStarts | None) -> None:
+        self.text = text
+        self.starts = starts
+        self.index = index_families(text, _family_names(families)) if len(text) <= SMALL_PAGE else None
+        self.missing: set[str] = set()
+        self.combine = COMBINE[families.combine_load]
+        self.scope = families.rank_label
+
+    def found(self, name: str) -> Samples:
+        index = self.index
+        return series(self.text, name, self.starts) if index is None else index.get(name, [])
+
+    def matching(self, spec: str) -> Samples:
         name, want = _spec(spec)
-        return _matching(found(name), want)
+        return _matching(self.found(name), want)
 
-    def int_label(labels: Mapping[str, str], family: str, key: str) -> int | None:
+    def int_label(self, labels: Mapping[str, str], family: str, key: str) -> int | None:
         raw = labels.get(key, "").strip()
         if raw.isdigit():
             return int(raw)
-        missing.add(label_signal(family, key))  # absent or not an integer: a missing signal
+        self.missing.add(label_signal(family, key))  # absent or not an integer: a missing signal
         return None
 
-    scope = families.rank_label
-
-    def ranked(samples: Samples) -> tuple[list[float], list[str]]:
+    def ranked(self, samples: Samples) -> tuple[list[float], list[str]]:
         """The readable values of ``samples`` (:func:`_values`) and each one's rank."""
+        scope = self.scope
         if scope is None or len(samples) < 2:  # one engine: no labels to split (the usual page)
-            values = _values(samples)
-            return values, [""] * len(values)
-        values, ranks = [], []
+            readable = _values(samples)
+            return readable, [""] * len(readable)
+        values: list[float] = []
+        ranks: list[str] = []
         for label_text, raw in samples:
             for value in _values([(label_text, raw)]):
                 values.append(value)
                 ranks.append(parse_labels(label_text).get(scope, ""))
         return values, ranks
 
-    def load(name: str) -> int | None:
-        samples = matching(name)
-        if scope is None or len(samples) < 2:
+    def load(self, name: str) -> int | None:
+        samples = self.matching(name)
+        if self.scope is None or len(samples) < 2:
             values = _values(samples)
-            total = combine(values) if values else math.nan
+            total = self.combine(values) if values else math.nan
         else:
-            values, scopes = ranked(samples)
-            total = combine_scoped(values, scopes, combine) if values else math.nan
+            values, scopes = self.ranked(samples)
+            total = combine_scoped(values, scopes, self.combine) if values else math.nan
         if not math.isfinite(total):  # no finite value, or series summing past the largest float
-            missing.add(name)
+            self.missing.add(name)
             return None
         return int(total)
 
-    waiting = load(families.waiting)
-    running = load(families.running)
+
+def parse_page(text: str, families: MetricFamilies, starts: FamilyStarts | None = None) -> ParsedPage:
+    """The routing signals on ``text``; ``starts`` is the endpoint's search hints (see :func:`series`)."""
+    page = _PageReader(text, families, starts)
+    missing = page.missing
+    scope = page.scope
+
+    waiting = page.load(families.waiting)
+    running = page.load(families.running)
 
     active: frozenset[str] | None = None
     waiting_adapters: frozenset[str] | None = None
     max_lora: int | None = None
     if families.lora is not None:
-        lora_series = found(families.lora)
+        lora_series = page.found(families.lora)
         if not lora_series:
             missing.add(families.lora)
         else:
@@ -448,7 +466,7 @@ def parse_page(text: str, families: MetricFamilies, starts: FamilyStarts | None 
             ):
                 if names is None:  # over the bounds: the pod's adapters are unknown, and it says so
                     missing.add(label_signal(families.lora, label))
-            max_lora = int_label(chosen, families.lora, "max_lora")
+            max_lora = page.int_label(chosen, families.lora, "max_lora")
             if active is None or waiting_adapters is None:
                 # Unknown as a whole: the LoRA filter and scorer treat a pod without max_lora as
                 # saying nothing about adapters (with only the lists dropped, its slots looked free).
@@ -457,7 +475,7 @@ def parse_page(text: str, families: MetricFamilies, starts: FamilyStarts | None 
     # KV capacity of each rank: (block size, blocks), by rank, in page order
     capacity: dict[str, tuple[int | None, int | None]] = {}
     if families.cache_config is not None:
-        cache = found(families.cache_config)
+        cache = page.found(families.cache_config)
         gauges = families.cache_gauges
         if cache:
             for label_text, _ in cache:
@@ -465,13 +483,13 @@ def parse_page(text: str, families: MetricFamilies, starts: FamilyStarts | None 
                 rank = info.get(scope, "") if scope is not None else ""
                 if rank not in capacity:  # a rank's first series (its TP ranks repeat it)
                     capacity[rank] = (
-                        int_label(info, families.cache_config, families.block_size_label),
-                        int_label(info, families.cache_config, families.num_blocks_label),
+                        page.int_label(info, families.cache_config, families.block_size_label),
+                        page.int_label(info, families.cache_config, families.num_blocks_label),
                     )
         elif (
             gauges is not None
-            and (sizes := rank_maxima(*ranked(found(gauges[0]))))
-            and (counts := rank_maxima(*ranked(found(gauges[1]))))
+            and (sizes := rank_maxima(*page.ranked(page.found(gauges[0]))))
+            and (counts := rank_maxima(*page.ranked(page.found(gauges[1]))))
         ):
             # the engine's plain gauges instead (current SGLang): whole, positive numbers only, for
             # the same ranks
@@ -500,7 +518,7 @@ def parse_page(text: str, families: MetricFamilies, starts: FamilyStarts | None 
     kv_usage: float | None = None
     kv_source: str | None = None
     for name in families.kv_usage:
-        if usage := kv_shares(*ranked(matching(name))):
+        if usage := kv_shares(*page.ranked(page.matching(name))):
             kv_usage, kv_source = kv_share(usage, rank_tokens), name
             break
     if families.kv_usage and kv_source != families.kv_usage[0]:
