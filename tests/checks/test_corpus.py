@@ -288,6 +288,19 @@ CORPUS: list[tuple[str, Callable[[Docs], None], Command, set[tuple[str, str, str
         Command.AUDIT,
         {("IGW-AU205", "FAIL", "HIGH")},
     ),
+    # a token is accepted for as long as its own exp says (Envoy's default too; session s40)
+    (
+        "token-lifetime-unbounded",
+        lambda d: _igwc(d)["spec"]["extensions"]["authorization"].pop("maxTokenLifetime"),
+        Command.AUDIT,
+        {("IGW-AU206", "WARN", "MEDIUM")},
+    ),
+    (
+        "token-lifetime-of-a-month",
+        lambda d: _igwc(d)["spec"]["extensions"]["authorization"].update(maxTokenLifetime="720h"),
+        Command.AUDIT,
+        {("IGW-AU206", "WARN", "LOW")},
+    ),
     # ---- exposure (E4, E5)
     (
         "internet-facing-open",
@@ -397,7 +410,7 @@ CORPUS: list[tuple[str, Callable[[Docs], None], Command, set[tuple[str, str, str
         "no-tenant-isolation",
         lambda d: _igwc(d)["spec"]["extensions"].pop("authorization"),
         Command.AUDIT,
-        {("IGW-AU602", "WARN", "MEDIUM"), ("IGW-AU604", "WARN", "LOW")},
+        {("IGW-AU602", "WARN", "MEDIUM"), ("IGW-AU604", "WARN", "LOW"), ("IGW-AU206", "WARN", "MEDIUM")},
     ),
     (
         "prefix-caches-shared-by-tenants",

@@ -748,6 +748,19 @@ CASES: list[Case] = [
         fails=[("spec.extensions.authorization.allowedEngineFields[1]", "schema.enum")],
     ),
     case(
+        "token-cap-beyond-the-default-header-limit",
+        set_("spec.extensions", {"authorization": {"maxTokenBytes": 32768}}),
+        fails=[("spec.extensions.authorization.maxTokenBytes", "token-fits-header-limit")],
+    ),
+    case(
+        "token-cap-beyond-a-lowered-header-limit",
+        set_(
+            "spec.extensions",
+            {"authorization": {"requireTenant": True}, "serverLimits": {"maxHeaderBytes": 8211}},
+        ),
+        fails=[("spec.extensions.authorization.maxTokenBytes", "token-fits-header-limit")],
+    ),
+    case(
         "jwks-max-stale-under-the-ttl",
         set_("spec.extensions", {"authorization": {"jwks": {"maxStale": "4m"}}}),
         fails=[("spec.extensions.authorization.jwks.maxStale", "jwks-timing")],

@@ -69,3 +69,22 @@ def test_non_object_document() -> None:
     (problem,) = validate_document(["not", "a", "mapping"])  # type: ignore[arg-type]
     assert problem.rule == "schema.type"
     assert problem.path == ""
+
+
+def test_a_token_cap_beyond_the_header_limit_names_both_fields_and_the_fix() -> None:
+    """``maxTokenBytes: 32768`` was accepted and changed nothing: the listener answered 431 to every
+    Authorization header over ``maxHeaderBytes`` (16384) first. Raising both, it is accepted (CEL too)."""
+    doc = base_document()
+    doc["spec"]["extensions"] = {"authorization": {"maxTokenBytes": 32768}}
+    (problem,) = validate_document(doc)
+    assert problem.path == "spec.extensions.authorization.maxTokenBytes"
+    assert "serverLimits.maxHeaderBytes of at least 32788, got 16384 (its default)" in problem.message
+    assert "tokens over 16364 bytes never reach the token check" in problem.message
+    doc["spec"]["extensions"]["serverLimits"] = {"maxHeaderBytes": 32788}
+    assert validate_document(doc) == []
+    assert cel_failures(doc) == set()
+    # a lowered header limit without the authorization extension is the listener's own business
+    del doc["spec"]["extensions"]["authorization"]
+    doc["spec"]["extensions"]["serverLimits"] = {"maxHeaderBytes": 4096}
+    assert validate_document(doc) == []
+    assert cel_failures(doc) == set()

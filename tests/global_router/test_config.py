@@ -224,3 +224,19 @@ def test_global_serve_refuses_an_invalid_config_with_exit_2(
     err = capsys.readouterr().err
     assert "invalid GlobalRouterConfig (1 problem)" in err
     assert "spec.routing.maxAttempts: must be >= 1" in err
+
+
+def test_a_token_cap_beyond_the_header_limit_is_refused_naming_both_fields() -> None:
+    """The gateway's rule ``token-fits-header-limit`` for the router's own listener: a token cap over
+    ``serverLimits.maxHeaderBytes`` (less 20 bytes of header name and scheme) changed nothing, since
+    the listener answered 431 to such a token first (before session s40)."""
+    doc = global_doc(authorization={"maxTokenBytes": 20000})
+    problem = problems(doc)["spec.authorization.maxTokenBytes"]
+    assert problem.startswith(
+        "token-fits-header-limit: 20000 needs spec.serverLimits.maxHeaderBytes of at least"
+    )
+    assert "got 16384 (its default)" in problem
+    assert (
+        problems(global_doc(authorization={"maxTokenBytes": 20000}, serverLimits={"maxHeaderBytes": 20020}))
+        == {}
+    )

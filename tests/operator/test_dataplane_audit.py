@@ -40,5 +40,6 @@ def test_data_plane_has_no_serious_findings_and_no_workload_hardening_findings()
     assert {f for f in found if Severity[f[2]].rank >= Severity.HIGH.rank} == set()
     # Pod hardening, probes, replicas, PDB and NetworkPolicy (IGW-AU4xx) are all satisfied.
     assert {f[0] for f in found if f[0].startswith("IGW-AU4")} == set()
-    # What is left is about the user's spec (rate limits, tenancy) and the VPC-wide source range.
-    assert {f[0] for f in found} <= {"IGW-AU302", "IGW-AU601", "IGW-AU602", "IGW-AU604"}
+    # What is left is about the user's spec (rate limits, tenancy, token lifetime) and the VPC-wide
+    # source range.
+    assert {f[0] for f in found} <= {"IGW-AU206", "IGW-AU302", "IGW-AU601", "IGW-AU602", "IGW-AU604"}

@@ -343,7 +343,13 @@ CASES: list[Case] = [
         "bad_signature",
         lambda c: with_segments(c, lambda p: [p[0], segment(c.tokens.claims(sub="admin")), p[2]]),
     ),
-    Case("sig-truncated", "bad_signature", lambda c: with_segments(c, lambda p: [p[0], p[1], p[2][:-4]])),
+    # three bytes fewer, the final partial quantum kept: cutting the last four characters left a
+    # last character with nonzero unused bits 15 times in 16 (refused as malformed, a flaky case)
+    Case(
+        "sig-truncated",
+        "bad_signature",
+        lambda c: with_segments(c, lambda p: [p[0], p[1], p[2][:-6] + p[2][-2:]]),
+    ),
     Case(
         "sig-other-key-same-kid",
         "bad_signature",

@@ -444,6 +444,57 @@ def _jwks_timing(doc: Mapping[str, Any]) -> Iterator[Problem]:
         )
 
 
+AUTHORIZATION_HEADER_OVERHEAD_BYTES: Final = len("authorization") + len("Bearer ")
+"""What a header field holding a bearer token takes beyond the token: the listener's
+``serverLimits.maxHeaderBytes`` counts the field's name and value (rule ``token-fits-header-limit``,
+whose CEL expression states the same 20)."""
+
+
+def _token_fits_header_limit(doc: Mapping[str, Any]) -> Iterator[Problem]:
+    """``spec.extensions.authorization.maxTokenBytes`` fits in ``serverLimits.maxHeaderBytes``
+    (:func:`token_header_problem`)."""
+    ext = _mapping(_spec(doc).get("extensions")) or {}
+    problem = token_header_problem(
+        ext.get("authorization"), ext.get("serverLimits"), at=("spec", "extensions")
+    )
+    if problem is not None:
+        yield problem
+
+
+def token_header_problem(authorization: Any, limits: Any, *, at: Sequence[PathPart]) -> Problem | None:
+    """The authorization extension's ``maxTokenBytes`` fits in ``serverLimits.maxHeaderBytes`` (the
+    schema's defaults where a field is absent; checked when the authorization extension is written),
+    both nodes under ``at`` (``spec.extensions``; a GlobalRouterConfig's ``spec``). A larger cap
+    changed nothing: the listener answered 431 to every token over about 16 KB before the guard saw
+    it, so ``maxTokenBytes: 32768`` alone was accepted and silently ineffective (before session s40)."""
+    authz = _mapping(authorization)
+    if authz is None:
+        return None
+    header_limits = _mapping(limits) or {}
+    properties = shared_schema()["properties"]["spec"]["properties"]["extensions"]["properties"]
+    token_bytes = authz.get(
+        "maxTokenBytes", properties["authorization"]["properties"]["maxTokenBytes"]["default"]
+    )
+    header_bytes = header_limits.get(
+        "maxHeaderBytes", properties["serverLimits"]["properties"]["maxHeaderBytes"]["default"]
+    )
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (token_bytes, header_bytes)):
+        return None  # the schema reports it
+    needed = token_bytes + AUTHORIZATION_HEADER_OVERHEAD_BYTES
+    if needed <= header_bytes:
+        return None
+    stated = "" if "maxHeaderBytes" in header_limits else " (its default)"
+    return _problem(
+        "token-fits-header-limit",
+        (*at, "authorization", "maxTokenBytes"),
+        f"{token_bytes} needs {format_path((*at, 'serverLimits', 'maxHeaderBytes'))} of at least {needed}, "
+        f"got {header_bytes}{stated}: the listener answers 431 to an Authorization header longer than "
+        f"maxHeaderBytes (the field name and 'Bearer ' take {AUTHORIZATION_HEADER_OVERHEAD_BYTES} bytes), "
+        f"so tokens over {header_bytes - AUTHORIZATION_HEADER_OVERHEAD_BYTES} bytes never reach the token "
+        "check; raise serverLimits.maxHeaderBytes or lower maxTokenBytes",
+    )
+
+
 def _extension(doc: Mapping[str, Any], name: str) -> Mapping[str, Any]:
     """``spec.extensions.<name>`` as a mapping (empty when absent or of the wrong type)."""
     return _mapping((_mapping(_spec(doc).get("extensions")) or {}).get(name)) or {}
@@ -557,6 +608,7 @@ RULE_CHECKS: Final[Mapping[str, RuleCheck]] = {
         "flowControl", "objectives", "name", "unique-flow-objective-name"
     ),
     "jwks-timing": _jwks_timing,
+    "token-fits-header-limit": _token_fits_header_limit,
     "unique-flow-objective-access": _unique_in_extension(
         "flowControl", "objectiveAccess", "objective", "unique-flow-objective-access"
     ),

@@ -26,6 +26,7 @@ from jsonschema.protocols import Validator
 from igw.config.errors import Problem
 from igw.config.model import API_GROUP, API_VERSION
 from igw.config.paths import BUNDLED_DIR, SCHEMAS_DIR_ENV, checkout_schemas_dir
+from igw.config.rules import token_header_problem
 from igw.config.schema import SchemaError, inline_refs, resolved_schema
 from igw.config.schema_messages import ProblemCollector, json_type
 from igw.config.schema_validator import schema_validator
@@ -141,7 +142,8 @@ def _origin_of(cluster: Mapping[str, Any]) -> str | None:
 
 def rule_problems(doc: Mapping[str, Any]) -> list[Problem]:
     """Cross-field checks: unique cluster names and endpoints, unique rate-limit entries and
-    ``rateLimits.tenants``, costs."""
+    ``rateLimits.tenants``, costs, ``authorization.maxTokenBytes`` within ``serverLimits.maxHeaderBytes``
+    (the gateway's rule ``token-fits-header-limit``)."""
     spec = doc.get("spec")
     if not isinstance(spec, Mapping):
         return []
@@ -186,6 +188,9 @@ def rule_problems(doc: Mapping[str, Any]) -> list[Problem]:
             list_path="spec.modelRateLimits",
             field="model",
         )
+    token_header = token_header_problem(spec.get("authorization"), spec.get("serverLimits"), at=("spec",))
+    if token_header is not None:
+        problems.append(token_header)
     return problems
 
 

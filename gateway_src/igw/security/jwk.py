@@ -49,18 +49,43 @@ class KeySet:
     without_kid: tuple[VerificationKey, ...] = ()
     skipped: tuple[str, ...] = ()
     """``"<index>: <reason>"`` for each JWK that was not used."""
+    _every_by_alg: Mapping[str, tuple[VerificationKey, ...]] = field(init=False, repr=False, compare=False)
+    _without_kid_by_alg: Mapping[str, tuple[VerificationKey, ...]] = field(
+        init=False, repr=False, compare=False
+    )
+
+    def __post_init__(self) -> None:
+        # indexed once per fetch: a look-up for a token naming no key costs no scan of up to maxKeys keys
+        object.__setattr__(self, "_every_by_alg", _by_alg((*self.by_kid.values(), *self.without_kid)))
+        object.__setattr__(self, "_without_kid_by_alg", _by_alg(self.without_kid))
 
     def __len__(self) -> int:
         return len(self.by_kid) + len(self.without_kid)
 
     def candidates(self, *, kid: str | None, alg: str) -> tuple[VerificationKey, ...]:
-        """Keys that may verify a token with this ``kid``/``alg``; a token without ``kid`` may use any
-        key bound to its algorithm (as Envoy does), a token with one only that key."""
+        """Keys that may verify a token with this ``kid``/``alg``, each bound to ``alg``, in JWKS order:
+        for a ``kid`` some key carries, that key alone; for a ``kid`` none carries, the keys
+        published without one; for no ``kid``, every key. The last two are Envoy's matching
+        (jwt_verify_lib skips a key only when both it and the token name a kid and they differ):
+        before session s40 a token with a ``kid`` never matched a key published without one, so
+        a JWKS written without kids refused every token of an issuer that stamps them, which
+        Envoy (and so AWS's gateway) accepts. Unlike Envoy, a token whose ``kid`` names a key is
+        not tried against the keys without one when that key fails: one check, not one per key."""
         if kid is not None:
             key = self.by_kid.get(kid)
-            return (key,) if key is not None and alg in key.algorithms else ()
-        every = (*self.by_kid.values(), *self.without_kid)
-        return tuple(k for k in every if alg in k.algorithms)
+            if key is not None:
+                return (key,) if alg in key.algorithms else ()
+            return self._without_kid_by_alg.get(alg, ())
+        return self._every_by_alg.get(alg, ())
+
+
+def _by_alg(keys: tuple[VerificationKey, ...]) -> dict[str, tuple[VerificationKey, ...]]:
+    """``keys`` grouped by each algorithm they may verify, in their order."""
+    grouped: dict[str, list[VerificationKey]] = {}
+    for key in keys:
+        for alg in sorted(key.algorithms):
+            grouped.setdefault(alg, []).append(key)
+    return {alg: tuple(group) for alg, group in grouped.items()}
 
 
 def parse_jwks(document: Any, *, allowed_algorithms: Collection[str], max_keys: int) -> KeySet:

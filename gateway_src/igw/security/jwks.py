@@ -9,7 +9,9 @@ every unknown ``kid`` and dropped its cache on a fetch error (CVE-2026-48524). B
   while no usable keys exist (so the gateway becomes ready within ~2 s of the issuer recovering)
   and at ``min(ttl_s, 30 s)`` while stale keys are still in use.
 - **Unknown ``kid``**: triggers one refetch, at most once per ``unknown_kid_cooldown_s`` for the whole
-  cache (so a flood of random kids costs at most one fetch per cooldown window).
+  cache (so a flood of random kids costs at most one fetch per cooldown window); not when the set
+  names none of its keys and has keys without ``kid`` for the token's algorithm, which may verify it
+  (:meth:`KeySet.candidates <igw.security.jwk.KeySet.candidates>`).
 - **Stale while error**: a failed refresh keeps the last good keys; they are used for at most
   ``max_stale_s`` after their fetch, then the cache fails closed (every token is refused, not ready).
 - **Replacement on success**: a fetched set that parses to zero usable keys counts as a failure;
@@ -205,12 +207,14 @@ class JwksCache:
             if keys is None:
                 raise JwksUnavailable(self.readiness_detail())
         found = keys.candidates(kid=kid, alg=alg)
-        if found or kid is None or kid in keys.by_kid:
+        if kid is None or kid in keys.by_kid or (found and not keys.by_kid):
+            # A kid no key carries, answered by keys published without one, is not taken for a
+            # rotation while the issuer names none of its keys (Envoy refetches in no such case).
             return found
         if self._inflight is None:
             now = self._clock()
             if now - self._last_kid_refetch_at < self._settings.unknown_kid_cooldown_s:
-                return ()
+                return found
             self._last_kid_refetch_at = now
         await self.refresh()
         keys = self.usable_keys()

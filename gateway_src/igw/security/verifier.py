@@ -6,6 +6,8 @@
 3. claims against the provider (:mod:`igw.security.claims`) - still no I/O, so wrong issuers and
    expired tokens never trigger a JWKS fetch;
 4. key lookup in the JWKS cache (:mod:`igw.security.jwks`) - may wait for a single-flight fetch;
+   a token that names no key and would be tried against more than ``jwks.maxKeysPerToken`` keys
+   is refused here, before any signature check;
 5. signature verification by PyJWT's algorithm objects (``cryptography``), with the algorithm
    bound to the key (never chosen by the token alone);
 6. tenant and forwarded headers from the verified claims (:mod:`igw.security.identity`).
@@ -95,6 +97,9 @@ class TokenVerifier:
             reject("jwks_unavailable")
         if not candidates:
             reject("no_matching_key")
+        if len(candidates) > self._settings.jwks.max_keys_per_token:
+            # a token naming no key of a large set: refused before a signature check per key
+            reject("kid_required")
         algorithm = self._algorithms[parsed.alg]
         if not any(
             verify_signature(algorithm, key.key, parsed.signing_input, parsed.signature) for key in candidates
