@@ -724,7 +724,7 @@ async def _route(
         # it gets the stream grace to be dispatched, and is then answered 503 instead of being dropped.
         task = state.inflight.enter(getattr(request, "handler_task", None))
         try:
-            queued = await _wait_in_queue(
+            queued, priority = await _wait_in_queue(
                 request, state, principal, sr, rreq, _queued_bytes(request, body), obs, priority, max_queue_s
             )
         except asyncio.CancelledError:
@@ -863,26 +863,49 @@ async def _wait_in_queue(
     obs: RequestObserver,
     priority: int | None,
     max_queue_s: float | None,
-) -> RoutingDecision | Refused:
+) -> tuple[RoutingDecision | Refused, int]:
     """Wait in the request's flow-control band until the pool can take it (or it is shed);
-    ``max_queue_s``: the client's own deadline (:func:`~igw.gateway.flow_gate.client_max_queue_s`)."""
+    ``max_queue_s``: the client's own deadline (:func:`~igw.gateway.flow_gate.client_max_queue_s`).
+
+    Returns the outcome and the request's band then: a reload applied while it waited classifies
+    it again (:meth:`~igw.gateway.flow_gate.FlowGates.wait`'s ``classify``), and the band it is
+    dispatched from is the one the engine's ``priority`` field, the in-flight count per band and
+    the access log carry."""
     headers = request.headers
     tenant = flow_tenant(principal.tenant, principal.authenticated, headers)
     if priority is None:
         priority = _priority(request, state, principal, rreq, sr.spec.name, obs)
     obs.record.priority = priority
     obs.record.tenant = tenant or state.flow.anonymous_tenant  # the name the metrics use
-    return await state.flow.wait(
+    band = _QueuedBand(priority)
+
+    def classify() -> int:
+        band.priority = obs.record.priority = _priority(
+            request, state, principal, rreq, sr.spec.name, obs, count_denied=False
+        )
+        return band.priority
+
+    result = await state.flow.wait(
         scheduler=sr.spec.name,
         request_id=rreq.request_id,
         priority=priority,
         tenant=tenant,
         size_bytes=size_bytes,
         max_queue_s=max_queue_s,
-        pick=lambda: _queued_pick(state, sr, rreq, priority),
+        pick=lambda: _queued_pick(state, sr, rreq, band.priority),
         utilisation=_utilisation(state, sr),
         endpoints=_endpoint_samples(state, sr),
+        classify=classify,
     )
+    return result, band.priority
+
+
+@dataclasses.dataclass(slots=True)
+class _QueuedBand:
+    """A queued request's band: the one it arrived in, until a reload that changes its objective's
+    priority moves it (the gate's ``classify``); read when the request is placed and dispatched."""
+
+    priority: int
 
 
 def _current(state: GatewayState, sr: SchedulerRuntime) -> SchedulerRuntime:
@@ -948,9 +971,12 @@ def _priority(
     rreq: RoutingRequest,
     scheduler: str,
     obs: RequestObserver,
+    *,
+    count_denied: bool = True,
 ) -> int:
     """The request's flow-control band (objective header, else its model's or tenant's objective;
-    the model routed to, else the name the client sent before a canary rule replaced it)."""
+    the model routed to, else the name the client sent before a canary rule replaced it);
+    ``count_denied``: see :meth:`~igw.gateway.flow_gate.FlowGates.priority`."""
     tenant = flow_tenant(principal.tenant, principal.authenticated, request.headers)
     return state.flow.priority(
         request.headers,
@@ -959,6 +985,7 @@ def _priority(
         tenant=tenant,
         authenticated_tenant=principal.tenant,
         requested_model=obs.record.requested_model,
+        count_denied=count_denied,
     )
 
 
