@@ -187,7 +187,10 @@ def flow_tenant(tenant: str | None, authenticated: bool, headers: Mapping[str, s
     each name is a tenant of its own in the round-robin and in the displacement of a full band, so a
     caller sending a new name per request took one turn per name and pushed another tenant's queued
     requests out (429 ``fair_share``) down to one, that tenant's authenticated requests included.
-    Without authentication the header is the only signal there is, as in the reference."""
+    Without authentication the header is the only signal there is, as in the reference.
+
+    A canary rule's ``stickyBy: tenant`` keys its split by this tenant too (``None`` for ``""``: a
+    random draw), so a caller whose token names no tenant cannot pick its target by the header."""
     if tenant:
         return tenant
     if authenticated:

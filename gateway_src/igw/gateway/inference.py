@@ -37,7 +37,6 @@ from igw.gateway.endpoints import EndpointState
 from igw.gateway.errors import anthropic_shaped, denial_response, gateway_error, sse_error_event
 from igw.gateway.event_tokens import TokensPerEvent
 from igw.gateway.flow_gate import (
-    FAIRNESS_HEADER,
     HELD_BY_FLOW_CONTROL,
     MAX_QUEUE_MS_HEADER,
     BadQueueDeadline,
@@ -565,7 +564,11 @@ async def _route(
     if continues is not None and minted_for(continues, caller_scope(principal)) is False:
         return _not_yours(continues, request_id=rid, param="previous_response_id")
     if body.model and rt.rewrites.configured:
-        tenant = principal.tenant or request.headers.get(FAIRNESS_HEADER)
+        # `stickyBy: tenant` keys by the tenant flow control queues the request under: the token's
+        # claim, the fairness header only where the gateway authenticates nobody, and none (a random
+        # draw) for a verified token without a tenant claim, whose caller would otherwise pick its
+        # target by picking the header's value.
+        tenant = flow_tenant(principal.tenant, principal.authenticated, request.headers) or None
         split = rt.rewrites.split(body.model, headers=request.headers, tenant=tenant, rng=state.rng)
         if split is not None:
             obs.on_finish = state.rewrite_metrics.on_finish(split)
