@@ -86,6 +86,8 @@ Picker = Callable[[], RoutingDecision]
 """Re-runs the scheduler for one queued request against the pool as it is now."""
 Classifier = Callable[[], int]
 """Classifies one queued request again under the gate's settings now (its band after a reload)."""
+Releaser = Callable[[RoutingDecision], None]
+"""Takes back a pick that was handed to a queued request but never sent (its dispatch ledger entry)."""
 Utilisation = Callable[[], float]
 """Reads the pool's load now, as a fraction of its saturation point (1.0: saturated)."""
 REMOVED_BY_RELOAD: Final = (
@@ -280,6 +282,7 @@ class _Waiter:
     priority: int
     """Its band now (a reload may move it: :meth:`FlowGates.configure`)."""
     classify: Classifier | None = None
+    release: Releaser | None = None
 
 
 class FlowMetrics:
@@ -617,6 +620,7 @@ class FlowGates:
         utilisation: Utilisation | None = None,
         endpoints: EndpointSamples | None = None,
         classify: Classifier | None = None,
+        release: Releaser | None = None,
     ) -> RoutingDecision | Refused:
         """Queue the request and wait for a picked decision or a refusal.
 
@@ -626,7 +630,9 @@ class FlowGates:
         applied while it waits moves it to the band ``classify`` then answers (its objective's new
         priority); the caller's classifier is where the caller learns that band (for the engine's
         ``priority`` field and its logs), and must not count the request's denied objective headers
-        again.
+        again. ``release`` takes back a pick handed to the request that it will not send: its client
+        went away in the loop turn the queue handed it the pick, before its task resumed (the
+        scheduler's ledger counted the dispatch, and kept counting it until the pod's next scrape).
         """
         settings = self.settings
         if settings is None:  # turned off by a reload between the caller's check and now
@@ -666,6 +672,7 @@ class FlowGates:
             request_id=request_id,
             priority=priority,
             classify=classify,
+            release=release,
         )
         self._waiters[key] = waiter
         self._update_depth(scheduler, controller)
@@ -677,12 +684,26 @@ class FlowGates:
         except asyncio.CancelledError:
             controller.cancel(key)
             self._update_depth(scheduler, controller)
+            self._release_unsent(waiter)
             raise
         finally:
             self._waiters.pop(key, None)
         if isinstance(result, RoutingDecision) and result.kind is not DecisionKind.NO_ENDPOINTS:
             self.metrics.wait.labels(scheduler, str(waiter.priority)).observe(self.clock() - now)
         return result
+
+    @staticmethod
+    def _release_unsent(waiter: _Waiter) -> None:
+        """Take back the pick a cancelled waiter was handed and will not send (see :meth:`wait`)."""
+        future = waiter.future
+        if waiter.release is None or not future.done() or future.cancelled():
+            return
+        decision = future.result()
+        if isinstance(decision, RoutingDecision) and decision.endpoint is not None:
+            try:
+                waiter.release(decision)
+            except Exception:  # the cancellation goes on: a failed release costs a scrape's phantom
+                log.exception("flow control: taking back the pick of request %s failed", waiter.request_id)
 
     def _ensure_pump(self, scheduler: str) -> None:
         task = self._pumps.get(scheduler)
@@ -734,7 +755,10 @@ class FlowGates:
         preempting = engine is not None and engine.preempts_for_slot
         while (item := self._head(controller, now, probe, preempting=preempting)) is not None:
             waiter = self._waiters.get(item.request_id)
-            if waiter is None:  # its task is gone without cancelling (should not happen): drop it
+            if waiter is None or waiter.future.done():
+                # Its task is gone without cancelling (should not happen), or its client went away
+                # and its task has not run its cancellation yet: a pick now would be a dispatch never
+                # sent (and answering its cancelled future raised, ending this pass).
                 controller.cancel(item.request_id)
                 continue
             loads = self._loads(samples()) if samples is not None else {}

@@ -899,6 +899,7 @@ async def _wait_in_queue(
         utilisation=_utilisation(state, sr),
         endpoints=_endpoint_samples(state, sr),
         classify=classify,
+        release=lambda decision: _release_pick(state, sr, decision),
     )
     return result, band.priority
 
@@ -928,6 +929,13 @@ def _queued_pick(
     now_sr = _current(state, sr)
     picked = now_sr.scheduler.pick(rreq, now_sr.pool.views(), now=state.clock())
     return _preempting(state, now_sr, priority, _steered(state, now_sr, priority, picked))
+
+
+def _release_pick(state: GatewayState, sr: SchedulerRuntime, decision: RoutingDecision) -> None:
+    """Take back a queued request's pick that will not be sent (its client went away in the turn the
+    queue handed it over): the scheduler that placed it (:func:`_current`'s) forgets the dispatch."""
+    if decision.endpoint is not None:
+        _current(state, sr).scheduler.release_dispatch(decision.endpoint, now=state.clock())
 
 
 def _steered(
