@@ -10,7 +10,8 @@ arrivals. Waiting requests only await their own future: with each of them pollin
 of a few hundred requests woke the event loop tens of thousands of times a second and took the
 gateway's CPU from the requests it was serving.
 
-A waiter that is cancelled (its client disconnected) leaves its queue at once. A reload that removes
+A waiter that is cancelled (its client disconnected) leaves its queue at once, and gives back a pick
+handed to it in the same loop turn (:meth:`FlowGates.wait`'s ``release``). A reload that removes
 a scheduler answers the requests queued for it at once (:meth:`FlowGates.configure`): nothing
 dispatches them any more (its pool is no longer discovered nor scraped).
 
