@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import orjson
 import yaml
 
 from tests.gateway.fake_model_server import FakeModelServer, running
@@ -176,3 +177,60 @@ async def test_a_raised_saturation_threshold_reaches_the_requests_already_queued
         done = await asyncio.wait_for(asyncio.gather(first, second), timeout=5)
         assert [(rid, status) for rid, status, _, _ in done] == [("first", 200), ("second", 200)]
         assert len(a.received) == 2
+
+
+async def test_a_reload_moves_a_queued_request_to_its_objectives_new_band(gateway: Any) -> None:
+    """Objective ``batch`` at -5, one request of it queued under a queue bound of 1; a reload raises
+    ``batch`` to 10. Before: the request stayed in band -5, and a Critical arrival displaced it
+    (429 ``displaced``) although the new configuration ranks it above Critical."""
+
+    def with_batch(priority: int) -> dict[str, Any]:
+        d = doc(maxRequests=1, objectives=[{"name": "batch", "priority": priority}])
+        d["spec"]["extensions"]["flowControl"]["enginePriority"] = [{"scheduler": "pool"}]
+        return d
+
+    async with (
+        running(FakeModelServer("a", waiting=9)) as (a,),
+        gateway(with_batch(-5), {"pool": [a.key]}, reload=True) as gw,
+    ):
+        batch = asyncio.create_task(send(gw, "batch", "batch"))
+        await wait_for(lambda: queued(gw) == {-5: 1}, what="batch queued in band -5")
+        reload(gw, with_batch(10))
+        await wait_for(lambda: queued(gw) == {10: 1}, within=10, what="batch moved to band 10")
+        _, status, _, body = await asyncio.wait_for(send(gw, "critical", "Critical"), timeout=5)
+        assert (status, body["error"]["code"]) == (429, "request_shed")
+        assert "priority 1 request (queue_full)" in body["error"]["message"]  # nothing lower to displace
+        assert not batch.done()
+        a.waiting = 0
+        rid, status, _, _ = await asyncio.wait_for(batch, timeout=15)
+        assert (rid, status) == ("batch", 200)
+        assert orjson.loads(a.received[0].body)["priority"] == -10  # vLLM: the lower value first
+        metrics = await (await gw.http.get(gw.url + "/metrics")).text()
+        assert 'igw_flow_wait_seconds_count{priority="10",scheduler="pool"} 1.0' in metrics
+        assert 'igw_flow_queue_depth{priority="-5",scheduler="pool"} 0.0' in metrics
+        assert 'reason="displaced"' not in metrics
+
+
+async def test_a_reload_classifies_queued_requests_again_without_counting_a_denied_objective_twice(
+    gateway: Any,
+) -> None:
+    def with_secret(priority: int) -> dict[str, Any]:
+        return doc(
+            objectives=[{"name": "secret", "priority": priority}],
+            objectiveAccess=[{"objective": "secret", "tenants": ["vip"]}],
+        )
+
+    async with (
+        running(FakeModelServer("a", waiting=9)) as (a,),
+        gateway(with_secret(5), {"pool": [a.key]}, reload=True) as gw,
+    ):
+        task = asyncio.create_task(send(gw, "denied", "secret"))  # no token: may not name it
+        await wait_for(lambda: queued(gw) == {0: 1}, what="queued in Standard")
+        before = gw.state.runtime
+        reload(gw, with_secret(7))
+        await wait_for(lambda: gw.state.runtime is not before, within=10, what="the reload")
+        assert queued(gw) == {0: 1}  # still denied under the new configuration: it stays
+        metrics = await (await gw.http.get(gw.url + "/metrics")).text()
+        assert 'igw_flow_objective_denied_total{objective="secret",scheduler="pool"} 1.0' in metrics
+        a.waiting = 0
+        assert (await asyncio.wait_for(task, timeout=15))[1] == 200

@@ -8,15 +8,18 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from aiohttp.test_utils import make_mocked_request
 from prometheus_client import CollectorRegistry
 
 from igw.config.build import build_gateway_config
 from igw.gateway.endpoints import DiscoveredEndpoint
 from igw.gateway.flow_gate import EndpointSample, FlowGates, Refused, endpoint_samples
-from igw.gateway.guards import OpenGuard
+from igw.gateway.guards import ANONYMOUS, OpenGuard
+from igw.gateway.inference import _wait_in_queue
+from igw.gateway.observer import RequestObserver
 from igw.gateway.state import GatewayState
 from igw.scheduling.flow_control import CRITICAL, SHEDDABLE, STANDARD, BandLimits, FlowControlSettings
-from igw.scheduling.types import DecisionKind, EndpointView, EngineMetrics, RoutingDecision
+from igw.scheduling.types import DecisionKind, EndpointView, EngineMetrics, RoutingDecision, RoutingRequest
 from tests.gateway.support import config_doc, scheduler, wait_for
 from tests.state_walk import paths_holding
 
@@ -646,3 +649,49 @@ async def test_a_request_reaching_the_queue_of_a_scheduler_a_reload_removed_is_a
     assert "'pool' was removed by a configuration reload" in result.reason
     assert gates.depths("pool") == {}
     assert pool.picks == 0
+
+
+def _queued_request_state(clock: list[float]) -> tuple[GatewayState, Any]:
+    """A gateway state whose one pod ``a:1`` is saturated (9 waiting at the default threshold 5)."""
+    doc = config_doc([scheduler("s", "m")])
+    doc["spec"]["extensions"]["flowControl"] = {"bands": [{"priority": 0, "ttl": "60s"}]}
+    state = GatewayState(
+        build_gateway_config(doc), guard=OpenGuard(), clock=lambda: clock[0], rng=random.Random(0)
+    )
+    state.apply_endpoints("s", [DiscoveredEndpoint("a:1")])
+    pod = state.runtime.schedulers["s"].pool.states["a:1"]
+    pod.metrics, pod.scraped_at = EngineMetrics(waiting=9, running=4, kv_usage=0.1), 0.0
+    return state, pod
+
+
+@pytest.mark.parametrize("pick_first", [True, False], ids=["picked-then-cancelled", "cancelled-then-pump"])
+async def test_a_queued_request_whose_client_leaves_in_the_turn_of_its_pick_leaves_no_phantom_dispatch(
+    pick_first: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The queue hands a request its pick (the scheduler's ledger counts the dispatch) and its client
+    disconnects in the same loop turn, before the request's task resumes: nothing is sent, so the
+    ledger must not keep counting the dispatch until the pod's next scrape. Or the client went first
+    and the pump came to its request before its task ran its cancellation."""
+    clock = [0.0]
+    state, pod = _queued_request_state(clock)
+    sr = state.runtime.schedulers["s"]
+    rreq = RoutingRequest(request_id="q", model="m", base_model="m", prefix_text="hi", prompt_tokens=1)
+    request = make_mocked_request("POST", "/v1/completions")
+    obs = RequestObserver(state.metrics, request_id="q", method="POST", path="/v1/completions")
+    task = asyncio.create_task(_wait_in_queue(request, state, ANONYMOUS, sr, rreq, 10, obs, STANDARD, None))
+    await wait_for(lambda: state.flow.depths("s") == {STANDARD: 1}, what="queued")
+    pod.metrics, pod.scraped_at = EngineMetrics(waiting=0, running=4, kv_usage=0.0), 1.0  # room now
+    clock[0] = 1.0
+    if pick_first:
+        state.flow.pump("s")  # hands it its pick ...
+        task.cancel()  # ... and its client goes away before its task resumes
+    else:
+        task.cancel()
+        state.flow.pump("s")
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert sr.scheduler.utilisation(sr.pool.views(), now=1.0) == 0.0  # no unsent dispatch counted
+    assert sr.scheduler.ledger is not None
+    assert sr.scheduler.ledger.unreflected(pod.view(), now=1.0) == 0
+    assert state.flow.depths("s") == {}
+    assert not [r for r in caplog.records if r.levelname == "ERROR"]

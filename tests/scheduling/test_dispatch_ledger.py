@@ -94,6 +94,20 @@ def test_annotated_view_keeps_every_other_field() -> None:
     assert _with_unreflected(view, 4) == dataclasses.replace(view, unreflected_dispatches=4)
 
 
+def test_a_released_dispatch_is_no_longer_counted() -> None:
+    # A queued request's client went away in the turn its pick was handed over: nothing was sent.
+    ledger = DispatchLedger(horizon_s=1.0)
+    ledger.record("e1", now=0.10)
+    ledger.record("e1", now=0.12)
+    assert ledger.release("e1", now=0.12)
+    assert ledger.unreflected(ep("e1", scraped_at=0.0), now=0.13) == 1
+    assert not ledger.release("e1", now=0.05)  # none made by then
+    assert ledger.release("e1", now=0.13)
+    assert not ledger.release("e1", now=0.13)  # nothing left to release
+    assert not ledger.release("e2", now=0.13)
+    assert ledger.unreflected(ep("e1", scraped_at=0.0), now=0.14) == 0
+
+
 def test_a_moved_dispatch_counts_at_its_new_endpoint_only() -> None:
     # Flow control sends a Critical pick to another candidate: the pick's endpoint must not carry it
     # as phantom load until its next scrape.

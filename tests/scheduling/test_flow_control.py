@@ -302,6 +302,39 @@ def test_reconfigure_reorders_queued_requests_for_the_new_ordering() -> None:
     assert _drain(fc, 1.0) == ["early-deadline", "late-deadline"]
 
 
+def test_reconfigure_moves_reclassified_requests_keeping_their_arrival_order_and_age() -> None:
+    """A request whose objective's priority a reload changed joins its new band in its arrival
+    order (behind an older request there, ahead of a newer one), with the new band's TTL counted
+    from its own arrival, and a band it overfills sheds by the usual rule."""
+    fc = FlowController(_settings())
+    _offer(fc, "older-critical", CRITICAL, now=0.0)
+    _offer(fc, "moved", SHEDDABLE, now=1.0)
+    _offer(fc, "newer-critical", CRITICAL, now=2.0)
+    short = BandLimits(max_requests=2, max_bytes=1 << 20, ttl_s=10.0)
+    shed = fc.reconfigure(
+        _settings(bands={CRITICAL: short, STANDARD: BIG, SHEDDABLE: BIG}),
+        engine_priority=None,
+        now=3.0,
+        priorities={"moved": CRITICAL, "unknown": STANDARD, "older-critical": CRITICAL},
+    )
+    assert _shed_ids(shed) == [("newer-critical", ShedReason.BAND_FULL)]  # its band's newest
+    assert fc.depths() == {CRITICAL: 2}
+    assert fc.next_deadline() == 10.0  # "older-critical": 10 s from its arrival at 0
+    assert _shed_ids(tuple(fc.expire(10.0))) == [("older-critical", ShedReason.TTL_EXPIRED)]
+    assert fc.next_deadline() == 11.0  # "moved": the new band's 10 s from its arrival at 1, not from 3
+    assert fc.queued_bytes == 10
+    assert _drain(fc, 10.5) == ["moved"]
+
+
+def test_a_moved_request_takes_its_arrival_place_in_its_new_band() -> None:
+    fc = FlowController(_settings())
+    _offer(fc, "first", STANDARD, now=0.0)
+    _offer(fc, "moved", SHEDDABLE, now=1.0)
+    _offer(fc, "last", STANDARD, now=2.0)
+    fc.reconfigure(_settings(), engine_priority=None, now=3.0, priorities={"moved": STANDARD})
+    assert _drain(fc, 3.0) == ["first", "moved", "last"]
+
+
 def test_unnamed_priority_uses_nearest_band_limits() -> None:
     tight = BandLimits(max_requests=1, max_bytes=1000, ttl_s=1.0)
     fc = FlowController(_settings(bands={CRITICAL: BIG, SHEDDABLE: tight}))

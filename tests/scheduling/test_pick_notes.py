@@ -380,6 +380,25 @@ def test_a_dispatch_moved_after_its_pick_is_noted_at_its_new_endpoint() -> None:
     assert b.ledger.unreflected(next(e for e in eps if e.key == other), now=10.02) == 1
 
 
+def test_a_released_dispatch_is_neither_counted_nor_noted() -> None:
+    """A pick handed to a queued request whose client went away in that turn is never sent: this
+    worker's ledger forgets it and its note, still in the outbox, is withdrawn, so another worker's
+    ledger does not count it either. The prefix index's note stays, as this worker's index does."""
+    a, b, eps, outbox = _two_sharing_workers()
+    picked = a.pick(req(PROMPT, request_id="unsent"), eps, now=10.01).endpoint
+    assert picked is not None
+    a.release_dispatch(picked, now=10.011)
+    notes = outbox.drain()
+    assert [n for n in notes if n[1] == LEDGER_NOTES] == []
+    assert {n[2] for n in notes if n[1] != LEDGER_NOTES} == {picked}
+    b.learn_picks(notes, now=10.02)
+    assert a.ledger is not None
+    assert b.ledger is not None
+    for view in eps:
+        assert a.ledger.unreflected(view, now=10.02) == 0
+        assert b.ledger.unreflected(view, now=10.02) == 0
+
+
 def test_a_dispatch_no_pick_chose_is_counted_and_noted_in_a_pool_of_any_size() -> None:
     """Flow control's preemption sends a saturated pick's request to an endpoint without a pick: the
     ledger counts it, and so do the other workers' ledgers through its note (also in a one-endpoint

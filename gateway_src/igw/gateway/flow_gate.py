@@ -10,7 +10,8 @@ arrivals. Waiting requests only await their own future: with each of them pollin
 of a few hundred requests woke the event loop tens of thousands of times a second and took the
 gateway's CPU from the requests it was serving.
 
-A waiter that is cancelled (its client disconnected) leaves its queue at once. A reload that removes
+A waiter that is cancelled (its client disconnected) leaves its queue at once, and gives back a pick
+handed to it in the same loop turn (:meth:`FlowGates.wait`'s ``release``). A reload that removes
 a scheduler answers the requests queued for it at once (:meth:`FlowGates.configure`): nothing
 dispatches them any more (its pool is no longer discovered nor scraped).
 
@@ -84,6 +85,10 @@ longer than any band's TTL (which then decides alone), and converting it would o
 
 Picker = Callable[[], RoutingDecision]
 """Re-runs the scheduler for one queued request against the pool as it is now."""
+Classifier = Callable[[], int]
+"""Classifies one queued request again under the gate's settings now (its band after a reload)."""
+Releaser = Callable[[RoutingDecision], None]
+"""Takes back a pick that was handed to a queued request but never sent (its dispatch ledger entry)."""
 Utilisation = Callable[[], float]
 """Reads the pool's load now, as a fraction of its saturation point (1.0: saturated)."""
 REMOVED_BY_RELOAD: Final = (
@@ -185,7 +190,10 @@ def flow_tenant(tenant: str | None, authenticated: bool, headers: Mapping[str, s
     each name is a tenant of its own in the round-robin and in the displacement of a full band, so a
     caller sending a new name per request took one turn per name and pushed another tenant's queued
     requests out (429 ``fair_share``) down to one, that tenant's authenticated requests included.
-    Without authentication the header is the only signal there is, as in the reference."""
+    Without authentication the header is the only signal there is, as in the reference.
+
+    A canary rule's ``stickyBy: tenant`` keys its split by this tenant too (``None`` for ``""``: a
+    random draw), so a caller whose token names no tenant cannot pick its target by the header."""
     if tenant:
         return tenant
     if authenticated:
@@ -272,6 +280,10 @@ class _Waiter:
     gate: str
     request_id: str
     """The request's own id (for logs); the queue knows it by a key of the gate's own."""
+    priority: int
+    """Its band now (a reload may move it: :meth:`FlowGates.configure`)."""
+    classify: Classifier | None = None
+    release: Releaser | None = None
 
 
 class FlowMetrics:
@@ -357,7 +369,9 @@ class FlowGates:
 
         Called when the gateway starts and when a reload is applied
         (:meth:`~igw.gateway.state.GatewayState.apply_config`), so new settings reach the queues
-        that exist at once, not at their pool's next arrival: every queue is reconfigured
+        that exist at once, not at their pool's next arrival: every queued request is classified
+        again (:meth:`_reclassified`: an objective's new priority moves it to its new band), every
+        queue is reconfigured
         (:meth:`~igw.scheduling.flow_control.FlowController.reconfigure`), and what a lowered bound or
         TTL no longer admits is answered now as any shed or expired request is (429 ``request_shed``
         with a ``Retry-After``). Raised limits reach the queued requests at their pool's next
@@ -385,10 +399,33 @@ class FlowGates:
         now = self.clock()
         for scheduler, controller in self._controllers.items():
             shed = controller.reconfigure(
-                settings, engine_priority=settings.engine_priority.get(scheduler), now=now
+                settings,
+                engine_priority=settings.engine_priority.get(scheduler),
+                now=now,
+                priorities=self._reclassified(scheduler, controller),
             )
             self._shed(scheduler, controller, shed)
             self._update_depth(scheduler, controller)
+
+    def _reclassified(self, scheduler: str, controller: FlowController) -> dict[str, int]:
+        """The band of each request queued for ``scheduler`` under the settings just applied (queue
+        key -> priority), by the classifier its request path handed to :meth:`wait`.
+
+        The objective, model and tenant tables are part of the settings: a reload that moved an
+        objective's priority left its queued requests in the old band, so a request whose objective
+        was raised above Critical was still displaced by a Critical arrival as the sheddable request
+        it no longer was. A classifier that fails leaves its request where it is (logged)."""
+        bands: dict[str, int] = {}
+        for key, waiter in self._waiters.items():
+            if waiter.gate != scheduler or waiter.classify is None or key not in controller:
+                continue
+            try:
+                priority = waiter.classify()
+            except Exception:  # one request's classification must not stop the reload's others
+                log.exception("flow control: classifying queued request %s again failed", waiter.request_id)
+                continue
+            waiter.priority = bands[key] = priority
+        return bands
 
     def _retire(self, scheduler: str) -> None:
         """Answer every request queued for ``scheduler`` (removed by a reload) and forget its queue."""
@@ -479,6 +516,7 @@ class FlowGates:
         tenant: str,
         authenticated_tenant: str | None,
         requested_model: str | None = None,
+        count_denied: bool = True,
     ) -> int:
         """The request's band: its objective header (where the tenant may name that objective), else
         its model's or tenant's objective, else 0. A tenant objective is taken for a tenant that only
@@ -489,7 +527,10 @@ class FlowGates:
         rule (``modelRewrites``) replaced it. An objective listing the routed model wins; else one
         listing the client's name applies: the name clients send is the one an operator lists, and
         matching the canary's target alone left such an objective without effect (its requests
-        landed in Standard)."""
+        landed in Standard).
+
+        ``count_denied``: count an objective the tenant may not name in ``igw_flow_objective_denied``;
+        off when a queued request is classified again on a reload (it was counted on arrival)."""
         s = self.settings
         objective = headers.get(OBJECTIVE_HEADER)
         if s is None:
@@ -499,13 +540,15 @@ class FlowGates:
         if objective is not None and not header_objective_allowed(
             objective, s, authenticated_tenant=authenticated_tenant
         ):
-            self.metrics.objective_denied.labels(scheduler, objective).inc()
+            if count_denied:
+                self.metrics.objective_denied.labels(scheduler, objective).inc()
             objective = None
         by_tenant: str | None = tenant
         if authenticated_tenant is None and s.tenant_objectives and reaches_tenant(objective, model, s):
             denied = header_tenant_denied(tenant, s)
             if denied is not None:
-                self.metrics.objective_denied.labels(scheduler, denied).inc()
+                if count_denied:
+                    self.metrics.objective_denied.labels(scheduler, denied).inc()
                 by_tenant = None
         return priority_for(
             objective,
@@ -577,12 +620,20 @@ class FlowGates:
         pick: Picker,
         utilisation: Utilisation | None = None,
         endpoints: EndpointSamples | None = None,
+        classify: Classifier | None = None,
+        release: Releaser | None = None,
     ) -> RoutingDecision | Refused:
         """Queue the request and wait for a picked decision or a refusal.
 
         With ``utilisation``, queued requests dispatch only while their band's headroom rule
         admits them (see :meth:`FlowController.peek`), besides the scheduler placing them; with
-        ``endpoints``, only to an endpoint with a place for their band.
+        ``endpoints``, only to an endpoint with a place for their band. With ``classify``, a reload
+        applied while it waits moves it to the band ``classify`` then answers (its objective's new
+        priority); the caller's classifier is where the caller learns that band (for the engine's
+        ``priority`` field and its logs), and must not count the request's denied objective headers
+        again. ``release`` takes back a pick handed to the request that it will not send: its client
+        went away in the loop turn the queue handed it the pick, before its task resumed (the
+        scheduler's ledger counted the dispatch, and kept counting it until the pod's next scrape).
         """
         settings = self.settings
         if settings is None:  # turned off by a reload between the caller's check and now
@@ -615,7 +666,16 @@ class FlowGates:
             self._update_depth(scheduler, controller)
             return Refused(reason, self._retry_after(controller, now), priority)
         future: asyncio.Future[RoutingDecision | Refused] = asyncio.get_running_loop().create_future()
-        self._waiters[key] = _Waiter(pick=pick, future=future, gate=scheduler, request_id=request_id)
+        waiter = _Waiter(
+            pick=pick,
+            future=future,
+            gate=scheduler,
+            request_id=request_id,
+            priority=priority,
+            classify=classify,
+            release=release,
+        )
+        self._waiters[key] = waiter
         self._update_depth(scheduler, controller)
         try:
             self._pump_logging_failures(scheduler)
@@ -625,12 +685,26 @@ class FlowGates:
         except asyncio.CancelledError:
             controller.cancel(key)
             self._update_depth(scheduler, controller)
+            self._release_unsent(waiter)
             raise
         finally:
             self._waiters.pop(key, None)
         if isinstance(result, RoutingDecision) and result.kind is not DecisionKind.NO_ENDPOINTS:
-            self.metrics.wait.labels(scheduler, str(priority)).observe(self.clock() - now)
+            self.metrics.wait.labels(scheduler, str(waiter.priority)).observe(self.clock() - now)
         return result
+
+    @staticmethod
+    def _release_unsent(waiter: _Waiter) -> None:
+        """Take back the pick a cancelled waiter was handed and will not send (see :meth:`wait`)."""
+        future = waiter.future
+        if waiter.release is None or not future.done() or future.cancelled():
+            return
+        decision = future.result()
+        if isinstance(decision, RoutingDecision) and decision.endpoint is not None:
+            try:
+                waiter.release(decision)
+            except Exception:  # the cancellation goes on: a failed release costs a scrape's phantom
+                log.exception("flow control: taking back the pick of request %s failed", waiter.request_id)
 
     def _ensure_pump(self, scheduler: str) -> None:
         task = self._pumps.get(scheduler)
@@ -682,7 +756,10 @@ class FlowGates:
         preempting = engine is not None and engine.preempts_for_slot
         while (item := self._head(controller, now, probe, preempting=preempting)) is not None:
             waiter = self._waiters.get(item.request_id)
-            if waiter is None:  # its task is gone without cancelling (should not happen): drop it
+            if waiter is None or waiter.future.done():
+                # Its task is gone without cancelling (should not happen), or its client went away
+                # and its task has not run its cancellation yet: a pick now would be a dispatch never
+                # sent (and answering its cancelled future raised, ending this pass).
                 controller.cancel(item.request_id)
                 continue
             loads = self._loads(samples()) if samples is not None else {}

@@ -37,7 +37,6 @@ from igw.gateway.endpoints import EndpointState
 from igw.gateway.errors import anthropic_shaped, denial_response, gateway_error, sse_error_event
 from igw.gateway.event_tokens import TokensPerEvent
 from igw.gateway.flow_gate import (
-    FAIRNESS_HEADER,
     HELD_BY_FLOW_CONTROL,
     MAX_QUEUE_MS_HEADER,
     BadQueueDeadline,
@@ -565,7 +564,11 @@ async def _route(
     if continues is not None and minted_for(continues, caller_scope(principal)) is False:
         return _not_yours(continues, request_id=rid, param="previous_response_id")
     if body.model and rt.rewrites.configured:
-        tenant = principal.tenant or request.headers.get(FAIRNESS_HEADER)
+        # `stickyBy: tenant` keys by the tenant flow control queues the request under: the token's
+        # claim, the fairness header only where the gateway authenticates nobody, and none (a random
+        # draw) for a verified token without a tenant claim, whose caller would otherwise pick its
+        # target by picking the header's value.
+        tenant = flow_tenant(principal.tenant, principal.authenticated, request.headers) or None
         split = rt.rewrites.split(body.model, headers=request.headers, tenant=tenant, rng=state.rng)
         if split is not None:
             obs.on_finish = state.rewrite_metrics.on_finish(split)
@@ -724,7 +727,7 @@ async def _route(
         # it gets the stream grace to be dispatched, and is then answered 503 instead of being dropped.
         task = state.inflight.enter(getattr(request, "handler_task", None))
         try:
-            queued = await _wait_in_queue(
+            queued, priority = await _wait_in_queue(
                 request, state, principal, sr, rreq, _queued_bytes(request, body), obs, priority, max_queue_s
             )
         except asyncio.CancelledError:
@@ -863,26 +866,50 @@ async def _wait_in_queue(
     obs: RequestObserver,
     priority: int | None,
     max_queue_s: float | None,
-) -> RoutingDecision | Refused:
+) -> tuple[RoutingDecision | Refused, int]:
     """Wait in the request's flow-control band until the pool can take it (or it is shed);
-    ``max_queue_s``: the client's own deadline (:func:`~igw.gateway.flow_gate.client_max_queue_s`)."""
+    ``max_queue_s``: the client's own deadline (:func:`~igw.gateway.flow_gate.client_max_queue_s`).
+
+    Returns the outcome and the request's band then: a reload applied while it waited classifies
+    it again (:meth:`~igw.gateway.flow_gate.FlowGates.wait`'s ``classify``), and the band it is
+    dispatched from is the one the engine's ``priority`` field, the in-flight count per band and
+    the access log carry."""
     headers = request.headers
     tenant = flow_tenant(principal.tenant, principal.authenticated, headers)
     if priority is None:
         priority = _priority(request, state, principal, rreq, sr.spec.name, obs)
     obs.record.priority = priority
     obs.record.tenant = tenant or state.flow.anonymous_tenant  # the name the metrics use
-    return await state.flow.wait(
+    band = _QueuedBand(priority)
+
+    def classify() -> int:
+        band.priority = obs.record.priority = _priority(
+            request, state, principal, rreq, sr.spec.name, obs, count_denied=False
+        )
+        return band.priority
+
+    result = await state.flow.wait(
         scheduler=sr.spec.name,
         request_id=rreq.request_id,
         priority=priority,
         tenant=tenant,
         size_bytes=size_bytes,
         max_queue_s=max_queue_s,
-        pick=lambda: _queued_pick(state, sr, rreq, priority),
+        pick=lambda: _queued_pick(state, sr, rreq, band.priority),
         utilisation=_utilisation(state, sr),
         endpoints=_endpoint_samples(state, sr),
+        classify=classify,
+        release=lambda decision: _release_pick(state, sr, decision),
     )
+    return result, band.priority
+
+
+@dataclasses.dataclass(slots=True)
+class _QueuedBand:
+    """A queued request's band: the one it arrived in, until a reload that changes its objective's
+    priority moves it (the gate's ``classify``); read when the request is placed and dispatched."""
+
+    priority: int
 
 
 def _current(state: GatewayState, sr: SchedulerRuntime) -> SchedulerRuntime:
@@ -902,6 +929,13 @@ def _queued_pick(
     now_sr = _current(state, sr)
     picked = now_sr.scheduler.pick(rreq, now_sr.pool.views(), now=state.clock())
     return _preempting(state, now_sr, priority, _steered(state, now_sr, priority, picked))
+
+
+def _release_pick(state: GatewayState, sr: SchedulerRuntime, decision: RoutingDecision) -> None:
+    """Take back a queued request's pick that will not be sent (its client went away in the turn the
+    queue handed it over): the scheduler that placed it (:func:`_current`'s) forgets the dispatch."""
+    if decision.endpoint is not None:
+        _current(state, sr).scheduler.release_dispatch(decision.endpoint, now=state.clock())
 
 
 def _steered(
@@ -948,9 +982,12 @@ def _priority(
     rreq: RoutingRequest,
     scheduler: str,
     obs: RequestObserver,
+    *,
+    count_denied: bool = True,
 ) -> int:
     """The request's flow-control band (objective header, else its model's or tenant's objective;
-    the model routed to, else the name the client sent before a canary rule replaced it)."""
+    the model routed to, else the name the client sent before a canary rule replaced it);
+    ``count_denied``: see :meth:`~igw.gateway.flow_gate.FlowGates.priority`."""
     tenant = flow_tenant(principal.tenant, principal.authenticated, request.headers)
     return state.flow.priority(
         request.headers,
@@ -959,6 +996,7 @@ def _priority(
         tenant=tenant,
         authenticated_tenant=principal.tenant,
         requested_model=obs.record.requested_model,
+        count_denied=count_denied,
     )
 
 

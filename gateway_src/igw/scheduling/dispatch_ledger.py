@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from bisect import bisect_left, insort
+from bisect import bisect_left, bisect_right, insort
 from collections.abc import Callable, Sequence
 from typing import cast
 
@@ -83,6 +83,22 @@ class DispatchLedger:
             if not times:
                 del self._pending[source]
         self.record(target, now=now)
+
+    def release(self, key: EndpointKey, *, now: float) -> bool:
+        """Forget one dispatch to ``key`` recorded at or before ``now`` (the latest) that was never
+        sent: a queued request's client went away in the loop turn its pick was handed to it. Left
+        counted, it was phantom load on ``key`` until the next scrape. Whether one was still counted
+        (a scrape since may already have dropped it)."""
+        times = self._pending.get(key)
+        if not times:
+            return False
+        at = bisect_right(times, now)
+        if not at:
+            return False
+        del times[at - 1]
+        if not times:
+            del self._pending[key]
+        return True
 
     def pick_note(self, ctx: CycleContext, endpoint: EndpointView) -> object | None:
         """The pick's time: all another worker's ledger needs to count this dispatch."""

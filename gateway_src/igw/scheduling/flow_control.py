@@ -1066,15 +1066,23 @@ class FlowController:
 
     # -- reloads ----------------------------------------------------------------------------
     def reconfigure(
-        self, settings: FlowControlSettings, *, engine_priority: EnginePriority | None, now: float
+        self,
+        settings: FlowControlSettings,
+        *,
+        engine_priority: EnginePriority | None,
+        now: float,
+        priorities: Mapping[str, int] | None = None,
     ) -> tuple[Shed, ...]:
         """Apply new settings to the requests already queued, at once; what no longer fits is shed.
 
         A reload changes the limits under requests that were admitted by the old ones; applying the
         new ones only to later arrivals left a lowered bound or TTL without effect on a full queue
-        until those requests were served or expired by the old limits. Here each queued request's
-        deadline is recomputed from its band's new ``ttl`` (still capped by the client's own
-        deadline), the bands' orders are rebuilt for the new ``ordering``, and then, in this order:
+        until those requests were served or expired by the old limits. ``priorities`` (request id ->
+        its band under the new settings, for the requests the caller classified again) moves each
+        request whose objective's priority changed to its new band first (:meth:`_move`), keeping
+        its arrival time and place in the arrival order. Then each queued request's deadline is
+        recomputed from its band's new ``ttl`` (still capped by the client's own deadline), the
+        bands' orders are rebuilt for the new ``ordering``, and then, in this order:
 
         * requests past their new deadline leave (``ttl_expired``);
         * a band over its new ``maxRequests`` / ``maxBytes`` sheds until it fits (``band_full``):
@@ -1088,6 +1096,10 @@ class FlowController:
         """
         self.settings = settings
         self.engine_priority = engine_priority
+        for request_id, priority in (priorities or {}).items():
+            item = self._by_id.get(request_id)
+            if item is not None and item.priority != priority:
+                self._move(item, priority)
         for band in self._bands.values():
             band.limits = settings.limits_for(band.priority)
             for item in band.items():
@@ -1110,6 +1122,21 @@ class FlowController:
             self._remove(victim)
             shed.append(Shed(victim, ShedReason.QUEUE_FULL))
         return tuple(shed)
+
+    def _move(self, item: QueuedRequest, priority: int) -> None:
+        """Put a queued request in the band of ``priority`` (its objective's priority changed).
+
+        It keeps its arrival time and sequence number, so it takes its arrival-order place among the
+        new band's requests of its tenant (FCFS, and EDF once :meth:`reconfigure` recomputes its
+        deadline from the new band's TTL counted from its arrival), and joins the band's round-robin
+        turns last when its tenant had nothing queued there. Its bytes stay counted (the queue's
+        total is unchanged); the band bounds are applied by :meth:`reconfigure` afterwards."""
+        self._bands[item.priority].remove(item)
+        item.priority = priority
+        band = self._bands.get(priority)
+        if band is None:
+            band = self._bands[priority] = _Band(priority, self.settings.limits_for(priority))
+        band.add(item, self.settings.ordering)
 
     def _band_victim(self, band: _Band) -> QueuedRequest:
         """The request a band over its limits gives up first (see :meth:`reconfigure`)."""

@@ -162,6 +162,18 @@ class PickNoteOutbox:
                 return True
         return False
 
+    def withdraw(self, plugin: str, endpoint: str) -> bool:
+        """Drop the latest note of ``plugin`` about ``endpoint`` (a dispatch never sent,
+        :meth:`Scheduler.release_dispatch <igw.scheduling.scheduler.Scheduler.release_dispatch>`);
+        whether there was one still unsent."""
+        notes = self._notes
+        for i in range(len(notes) - 1, -1, -1):
+            _, name, key, _ = notes[i]
+            if name == plugin and key == endpoint:
+                del notes[i]
+                return True
+        return False
+
     def drain(self) -> list[PickNote]:
         """The notes kept since the last drain, oldest first; the outbox is empty afterwards."""
         out = list(self._notes)

@@ -253,6 +253,21 @@ class Scheduler:
         if self.pick_notes is not None:
             self.pick_notes.retarget(self.ledger.name, source, target)
 
+    def release_dispatch(self, key: EndpointKey, *, now: float) -> None:
+        """A pick's dispatch to ``key`` that was never sent (flow control handed a queued request its
+        pick in the loop turn its client went away): the dispatch ledger forgets it, and its pick
+        note is withdrawn while still in the outbox, so neither this worker's saturation and flow
+        control nor the other workers' count phantom load on ``key`` until its next scrape (a note
+        already sent stays counted there until then). The plugins' own state keeps the pick, as
+        :meth:`move_dispatch` leaves it: a prefix index that takes the prompt for cached there is
+        wrong at worst as after any pick whose request failed."""
+        self.settle()
+        if self.ledger is None:
+            return
+        self.ledger.release(key, now=now)
+        if self.pick_notes is not None:
+            self.pick_notes.withdraw(self.ledger.name, key)
+
     def record_dispatch(self, key: EndpointKey, *, now: float) -> None:
         """A dispatch to ``key`` that no pick chose (flow control sent a saturated pick's request to
         an engine that preempts a lower band for it): the dispatch ledger counts it, and its note
