@@ -304,6 +304,8 @@ async def _run_gateway(config: GatewayConfig, options: LaunchOptions) -> None:
             raise ListenUnavailableError(str(exc)) from exc
         if tls is not None:
             await tls[1].start()
+        if options.worker is not None:  # the parent starts the group's other workers after worker 0
+            options.worker.report_started()
         log.info("igw gateway %s serving %d scheduler(s) at %s", config.name, len(config.schedulers), url)
         log.info("garbage collector: start-up objects frozen, thresholds %s", tune_collector())
         try:

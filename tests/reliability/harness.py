@@ -247,11 +247,16 @@ class WorkerGroup:
     proc: subprocess.Popen[str]
     pids: list[int]
     """The workers' pids, as the parent logs them."""
+    serving: int = 0
+    """Workers whose "serving" line was read before the parent named them (worker 0's: the parent
+    starts the others once it serves)."""
 
     def wait_serving(self) -> None:
         """Read the log until both workers serve."""
         assert self.proc.stderr is not None
-        serving = 0
+        serving = self.serving
+        if serving == len(self.pids):
+            return
         for line in self.proc.stderr:
             serving += "serving 1 scheduler" in line
             if serving == len(self.pids):
@@ -290,10 +295,15 @@ def worker_group(tmp_path: Path, *extra: str) -> Iterator[WorkerGroup]:
     pids: list[int] = []
     try:
         assert proc.stderr is not None
-        started = next((line for line in proc.stderr if "workers (pids" in line), "")
+        started, serving = "", 0
+        for line in proc.stderr:
+            serving += "serving 1 scheduler" in line
+            if "workers (pids" in line:
+                started = line
+                break
         pids = [int(pid) for pid in started.partition("(pids ")[2].partition(")")[0].split()]
         assert len(pids) == 2, f"the parent named no workers: {started!r}"
-        yield WorkerGroup(proc, pids)
+        yield WorkerGroup(proc, pids, serving)
     finally:
         end_process(proc)
         for pid in pids:

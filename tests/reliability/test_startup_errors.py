@@ -187,3 +187,47 @@ def test_global_router_port_in_use_is_said_in_one_line(taken_port: int) -> None:
     assert_one_line_error(
         done, f"igw global serve: cannot listen on 127.0.0.1:{taken_port}", code=EXIT_UNAVAILABLE
     )
+
+
+@pytest.mark.parametrize(
+    "refusal",
+    ["no-cluster-credentials", "unknown-scheduler-in-endpoints", "missing-tls-files", "no-debug-token"],
+)
+def test_a_worker_group_refuses_to_start_as_one_process_does(tmp_path: Path, refusal: str) -> None:
+    """``igw serve --workers 2`` given what a worker refuses at start: one line and exit 2, as a single
+    process. Before session s40 every worker printed the refusal and the parent exited 3 (``worker 0
+    ... exited with status 2``); a refusal only worker 0 makes (the endpoints file, which only it
+    reads) came after worker 1 had logged ``serving``, and after worker 1's 5 s drain."""
+    doc = gateway_doc()
+    env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST")}
+    env.pop("IGW_DEBUG_TOKEN", None)
+    env["HOME"] = str(tmp_path)  # no ~/.kube/config
+    if refusal == "missing-tls-files":
+        doc["spec"]["extensions"]["tlsTermination"] = {
+            "certFile": str(tmp_path / "tls.crt"),
+            "keyFile": str(tmp_path / "tls.key"),
+        }
+    config, eps = write_config(tmp_path, doc, ["127.0.0.1:9"])
+    where = ["--endpoints", str(eps)]
+    extra: list[str] = []
+    needle = {
+        "no-cluster-credentials": "igw serve: cannot load cluster credentials: not running in a pod",
+        "unknown-scheduler-in-endpoints": "no scheduler or modelName 'nobody' in the configuration",
+        "missing-tls-files": "igw serve: spec.extensions.tlsTermination: ",
+        "no-debug-token": "igw serve: --debug-decisions: IGW_DEBUG_TOKEN must hold at least 16 characters",
+    }[refusal]
+    if refusal == "no-cluster-credentials":
+        where = ["--in-cluster"]
+    elif refusal == "unknown-scheduler-in-endpoints":
+        eps.write_text("schedulers:\n  nobody: ['127.0.0.1:8001']\n")
+    elif refusal == "no-debug-token":
+        extra = ["--debug-decisions", "5"]
+    done = igw(
+        "serve", "--config", str(config), *where, "--host", "127.0.0.1", "--port", "0", "--workers", "2",
+        *extra, env=env,
+    )  # fmt: skip
+    assert_one_line_error(done, needle)
+    said = [line for line in done.stderr.splitlines() if line.startswith("igw serve:")]
+    assert len(said) == 1, done.stderr
+    assert "[worker 1]" not in done.stderr  # no other worker started, so none served or drained
+    assert "exited with status" not in done.stderr

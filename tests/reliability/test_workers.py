@@ -5,6 +5,7 @@ parent killed outright."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
 import subprocess
@@ -18,7 +19,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from igw.gateway.worker_count import CPU_REQUEST_ENV
-from igw.gateway.workers import WORKER_ENV, WorkerRole
+from igw.gateway.workers import WORKER_ENV, WorkerRole, supervise
 from tests.gateway.fake_model_server import FakeModelServer, running
 from tests.gateway.support import wait_all_fresh
 from tests.reliability.harness import (
@@ -30,6 +31,7 @@ from tests.reliability.harness import (
     worker_group,
     write_config,
 )
+from tests.security.helpers import start_redis
 
 INTERVAL_S = 0.05
 
@@ -131,6 +133,44 @@ async def test_a_tenant_gets_its_local_rate_limit_once_per_pod_not_once_per_work
                 statuses[resp.status] = statuses.get(resp.status, 0) + 1
     assert set(statuses) == {200, 429}, statuses
     assert statuses[200] <= 4, statuses  # 8 before: each worker admitted the whole burst
+
+
+async def test_during_a_redis_outage_the_pod_s_workers_fall_back_to_the_limit_once(tmp_path: Path) -> None:
+    """The Redis backend with ``onRedisUnavailable: local``: Redis is stopped once both workers
+    serve, and each worker's fallback buckets hold half the burst of 4, so the pod admits at most 4
+    whichever worker each new connection reaches. Before session s40 each fallback held the whole
+    burst: the pod admitted up to 8 while the ``local`` backend admitted 4."""
+    redis = start_redis(tmp_path)
+    try:
+        doc = gateway_doc()
+        doc["spec"]["extensions"]["rateLimits"] = {
+            "backend": "redis",
+            "redis": {"url": redis.url},
+            "onRedisUnavailable": "local",
+            "default": {"requestsPerSecond": 0.001, "burst": 4},
+        }
+        statuses: dict[int, int] = {}
+        async with (
+            running(FakeModelServer("p0")) as pods,
+            igw_serve(tmp_path, doc, [p.key for p in pods], "--workers", "2") as gw,
+            aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as http,
+        ):
+            seen: set[int] = set()
+            deadline = time.monotonic() + 60  # the second worker may still be starting on a loaded machine
+            while len(seen) < 2 and time.monotonic() < deadline:
+                seen.add((await _worker_of_new_connection(gw.url))["index"])
+            assert seen == {0, 1}
+            redis.stop()
+            for _ in range(40):  # a new connection each: both workers get many (P(one gets < 3) ~ 1e-9)
+                body = {"model": MODEL, "prompt": "hi", "max_tokens": 1}
+                async with http.post(gw.url + "/v1/completions", json=body) as resp:
+                    await resp.read()
+                    statuses[resp.status] = statuses.get(resp.status, 0) + 1
+            assert "rate-limit backend redis unavailable" in gw.output
+    finally:
+        redis.stop()
+    assert set(statuses) == {200, 429}, statuses
+    assert statuses[200] <= 4, statuses  # 8 before: each worker's fallback admitted the whole burst
 
 
 async def test_auto_starts_one_worker_per_core_of_the_cpu_request(
@@ -324,3 +364,46 @@ def test_a_worker_whose_event_loop_stops_is_killed_and_ends_the_group(tmp_path: 
         assert "worker 0 (pid" not in rest.split("sent no heartbeat")[0]
         assert process_gone(group.pids[0])
         assert process_gone(group.pids[1])
+
+
+_REFUSE_IN_WORKER_1 = (
+    "import json, os, sys\n"
+    "index = json.loads(os.environ['IGW_WORKER'])['index']\n"
+    "extra = ['--debug-decisions', '5'] if index == 1 else []\n"
+    "os.execv(sys.executable, [sys.executable, *sys.argv[1:], *extra])\n"
+)
+"""Runs ``igw serve`` with the arguments after it; worker 1 gets an option it refuses without
+``$IGW_DEBUG_TOKEN`` (what one worker alone refuses in life: an input changed between two workers'
+starts)."""
+
+
+def test_a_worker_that_refuses_to_start_after_worker_0_ends_the_group_with_its_code(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """Worker 0 starts and serves, worker 1 (started after it) refuses: the group exits 2, the code
+    of a start-up refusal, not 3 (a worker that died, taken for a crash), and worker 0 drains."""
+    monkeypatch.delenv("IGW_DEBUG_TOKEN", raising=False)
+    config, eps = write_config(tmp_path, gateway_doc(), ["127.0.0.1:9"])
+    serve = [
+        "-m", "igw.cli.main", "serve", "--config", str(config), "--endpoints", str(eps),
+        "--host", "127.0.0.1", "--no-reload", "--drain-seconds", "0.2", "--stream-grace-seconds", "0.2",
+    ]  # fmt: skip
+    caplog.set_level(logging.INFO, logger="igw.gateway.workers")
+    code = supervise(
+        2,
+        host="127.0.0.1",
+        port=0,
+        worker_command=lambda port, _: [sys.executable, "-c", _REFUSE_IN_WORKER_1, *serve, f"--port={port}"],
+        stop_budget_s=0.4,
+        stuck_after_s=None,
+    )
+    assert code == 2, caplog.text
+    assert "2 workers (pids" in caplog.text  # worker 1 started after worker 0 served
+    assert "worker 1 (pid " in caplog.text
+    assert "refused to start with status 2: stopping all workers" in caplog.text
+    workers_said = capfd.readouterr().err
+    assert "igw serve: --debug-decisions: IGW_DEBUG_TOKEN" in workers_said
+    assert "INFO igw.gateway [worker 0]: igw gateway stopped" in workers_said  # drained, not killed

@@ -3,6 +3,7 @@ limits shared by two guards through one Redis, and the stated behaviour when Red
 
 from __future__ import annotations
 
+import contextlib
 import random
 import socket
 import sys
@@ -389,6 +390,49 @@ async def test_redis_outage_and_recovery(clock: ManualClock) -> None:
             assert registry.get_sample_value("igw_ratelimit_backend_up", {"backend": "redis"}) == 1
         finally:
             await limiter.close()
+            server.stop()
+
+
+async def test_each_worker_s_fallback_holds_its_share_of_the_limits_during_a_redis_outage(
+    clock: ManualClock,
+) -> None:
+    """``igw serve --workers 2`` with the Redis backend: Redis enforces the whole limit for every
+    process, and while it is down each worker's fallback buckets (``onRedisUnavailable: local``) hold
+    half of it, so the pod admits the limit once, as the ``local`` backend's workers do. Before
+    session s40 each fallback held the whole burst: a pod admitted twice it."""
+    raw = {
+        "backend": "redis",
+        "onRedisUnavailable": "local",
+        "default": {"requestsPerSecond": 0.001, "burst": 4, "tokensPerMinute": 0.001, "tokenBurst": 100},
+    }
+    with tempfile.TemporaryDirectory(prefix="igw-redis-") as workdir:
+        server = start_redis(Path(workdir))
+        settings = RateLimitSettings.from_mapping({**raw, "redis": {"url": server.url}}).shared_by(2)
+        assert settings.default.burst == 4  # the Redis backend's limits are the pod's, unsplit
+        workers = [
+            RateLimiter(
+                settings=settings, backend=BACKENDS["redis"](settings, clock), clock=clock, processes=2
+            )
+            for _ in range(2)
+        ]
+        try:
+            await workers[0].admit(tenant="t", est_tokens=1)  # Redis: the shared bucket, 3 left
+            await workers[1].admit(tenant="t", est_tokens=1)  # 2 left, whichever worker asks
+            server.stop()
+            admitted = 0
+            for worker in workers:
+                for _ in range(4):
+                    with contextlib.suppress(GuardDenied):  # 429 rate_limit_exceeded
+                        await worker.admit(tenant="t", est_tokens=1)
+                        admitted += 1
+            assert admitted == 4  # 2 per worker's fallback; 8 before (4 each)
+            # tokens too: 50 of the 100-token burst per worker
+            await workers[0].account(tenant="u", prompt_tokens=50, completion_tokens=0)
+            with pytest.raises(GuardDenied):
+                await workers[0].admit(tenant="u", est_tokens=1)
+        finally:
+            for worker in workers:
+                await worker.close()
             server.stop()
 
 

@@ -65,13 +65,22 @@ class HeartbeatWatch:
     """The parent side: when each worker last beat, read from the pipes' read ends."""
 
     def __init__(self, read_fds: Sequence[int], *, started_at: float, stuck_after_s: float) -> None:
-        self._fds = list(read_fds)
-        for fd in self._fds:
-            os.set_blocking(fd, False)
-        self._started_at = started_at
         self._stuck_after_s = stuck_after_s
-        self._last: list[float | None] = [None] * len(self._fds)
-        self._open = [True] * len(self._fds)
+        self._fds: list[int] = []
+        self._started_at: list[float] = []
+        self._last: list[float | None] = []
+        self._open: list[bool] = []
+        for fd in read_fds:
+            self.add(fd, started_at=started_at)
+
+    def add(self, read_fd: int, *, started_at: float) -> None:
+        """Watch one more worker's pipe (the next index), started at ``started_at``: a group starts
+        its workers in two steps (worker 0 first, :mod:`igw.gateway.workers`)."""
+        os.set_blocking(read_fd, False)
+        self._fds.append(read_fd)
+        self._started_at.append(started_at)
+        self._last.append(None)
+        self._open.append(True)
 
     def stuck(self, now: float) -> list[tuple[int, float]]:
         """Drain the pipes; the workers (index, seconds silent) that have gone too long without a beat.
@@ -87,7 +96,7 @@ class HeartbeatWatch:
             if not self._open[index]:
                 continue
             last = self._last[index]
-            silent = now - (self._started_at if last is None else last)
+            silent = now - (self._started_at[index] if last is None else last)
             limit = self._stuck_after_s + (START_ALLOWANCE_S if last is None else 0.0)
             if silent > limit:
                 out.append((index, silent))
@@ -111,5 +120,6 @@ class HeartbeatWatch:
             with contextlib.suppress(OSError):
                 os.close(fd)
         self._fds = []
+        self._started_at = []
         self._open = []
         self._last = []

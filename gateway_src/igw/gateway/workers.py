@@ -21,6 +21,14 @@ in-flight ledger, and the workers tell each other their picks on the same channe
 learns them, see :mod:`igw.gateway.pick_share`). ``/metrics`` of any worker answers for the whole host (see
 :mod:`igw.gateway.worker_metrics`).
 
+Start-up: worker 0 starts first and the others once it reports that its listeners are open
+(:meth:`WorkerRole.report_started`, a byte on a pipe), so a start-up refusal (no cluster credentials,
+a bad endpoints or TLS file, an option a worker refuses) is worker 0's alone: one message, and the
+group exits with its code (2, or 1 for a listener) as one process does. A worker that exits with
+one of those codes before it reported having started, after worker 0 did, ends the group with that
+code too (worker 0 drains first). Before session s40 every worker printed the refusal and the group
+exited 3, a refusal only worker 0 makes after the others' drain.
+
 Lifecycle: every worker stops (SIGTERM from the kernel) when the parent is gone, whatever ended it
 (:mod:`igw.gateway.parent_death`). SIGTERM or SIGINT to the parent is passed to every worker, which
 drains (``/readyz`` 503 for ``--drain-seconds`` while serving, then ``--stream-grace-seconds`` for
@@ -70,6 +78,12 @@ STOPPED_EXITS: Final = frozenset(
 """A worker's exit codes that end a requested stop cleanly: drained and exited (0), or stopped
 while it was starting (``igw`` exits 128 + the signal then, or the signal's default action ended it
 before the interpreter had started ``igw``)."""
+START_REFUSALS: Final = frozenset({1, 2})
+"""A worker's exit codes that, before it reported having started, are a start-up refusal and become
+the group's: ``igw serve`` exits 2 for a configuration or option it refuses, 1 for a listener it
+cannot open (and Python for an error it did not catch), the codes one process exits with."""
+STARTED_MARK: Final = b"!"
+"""What a worker writes to its start pipe once its listeners are open (:meth:`WorkerRole.report_started`)."""
 POLL_S: Final = 0.1
 KILL_AFTER_S: Final = 10.0
 """Seconds past a worker's drain + grace budget before the parent kills it."""
@@ -99,6 +113,10 @@ class WorkerRole:
     heartbeat_fd: int | None = None
     """The write end of this worker's heartbeat pipe (:mod:`igw.gateway.worker_heartbeat`); ``None``:
     the parent watches no heartbeat."""
+    started_fd: int | None = None
+    """The write end of this worker's start pipe: :meth:`report_started` writes one byte to it once
+    the worker's listeners are open (the parent starts the other workers after worker 0's); ``None``:
+    nobody waits for it."""
 
     @property
     def leads_scraping(self) -> bool:
@@ -116,6 +134,18 @@ class WorkerRole:
 
     def metrics_socket(self, index: int) -> str:
         return str(Path(self.directory) / f"metrics-{index}.sock")
+
+    def report_started(self) -> None:
+        """Tell the parent this worker has started (its listeners are open); called once (it closes
+        the descriptor). The parent starts the other workers only after worker 0 has, and tells a
+        worker that exits before it started from one that failed later (:func:`supervise`)."""
+        fd = self.started_fd
+        if fd is None:
+            return
+        with contextlib.suppress(OSError):  # the parent gone: the kernel's parent-death signal stops us
+            os.write(fd, STARTED_MARK)
+        with contextlib.suppress(OSError):
+            os.close(fd)
 
     def leave(self) -> None:
         """At this worker's exit: remove the group's sockets and directory when the parent is gone. A
@@ -137,6 +167,8 @@ class WorkerRole:
             doc["parent"] = self.parent
         if self.heartbeat_fd is not None:
             doc["heartbeat_fd"] = self.heartbeat_fd
+        if self.started_fd is not None:
+            doc["started_fd"] = self.started_fd
         return orjson.dumps(doc).decode()
 
     @classmethod
@@ -148,12 +180,14 @@ class WorkerRole:
             doc = orjson.loads(raw)
             parent = doc.get("parent")
             heartbeat_fd = doc.get("heartbeat_fd")
+            started_fd = doc.get("started_fd")
             role = cls(
                 index=int(doc["index"]),
                 count=int(doc["count"]),
                 directory=str(doc["dir"]),
                 parent=None if parent is None else int(parent),
                 heartbeat_fd=None if heartbeat_fd is None else int(heartbeat_fd),
+                started_fd=None if started_fd is None else int(started_fd),
             )
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise WorkerSetupError(f"${WORKER_ENV} is not a worker role: {exc}") from exc
@@ -218,7 +252,16 @@ def supervise(
     like ``port`` so that every worker binds the same one (0 picks a free one); ``None``: none.
     ``stuck_after_s``: kill a worker whose event loop has not beaten for that long, which ends the
     group (:mod:`igw.gateway.worker_heartbeat`); ``None``: no heartbeats.
-    Returns 0 after a requested stop in which every worker ended cleanly (:data:`STOPPED_EXITS`), else
+
+    Worker 0 starts first, the others once it has reported that it serves
+    (:meth:`WorkerRole.report_started`): whatever a worker refuses at start (credentials, a file, an
+    option, the configuration's settings) worker 0 refuses alone, with its one message and its exit
+    code, as a single process would, and no other worker starts (before session s40 every worker
+    printed the refusal, and the group exited 3 after the others' drain).
+
+    Returns 0 after a requested stop in which every worker ended cleanly (:data:`STOPPED_EXITS`); the
+    exit code of a worker that ended before it had started when that is one of
+    :data:`START_REFUSALS` (a start-up refusal, as one process reports it); else
     :data:`EXIT_WORKER_DIED`.
     """
     stop_requested = False
@@ -239,59 +282,46 @@ def supervise(
         raise
     bound_management: int | None = None if management is None else management.getsockname()[1]
     previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGTERM, signal.SIGINT)}
-    workers: list[subprocess.Popen[bytes]] = []
-    beats: list[int] = []
-    watch: HeartbeatWatch | None = None
+    group: _Group | None = None
     try:
         with tempfile.TemporaryDirectory(prefix="igw-workers-") as directory:
             os.chmod(directory, 0o700)
-            command = list(worker_command(bound_port, bound_management))
-            for index in range(count):
-                beat_fd = None
-                if stuck_after_s is not None:
-                    read_end, beat_fd = os.pipe()  # not inherited (PEP 446) but for pass_fds
-                    beats.append(read_end)
-                role = WorkerRole(index, count, directory, parent=os.getpid(), heartbeat_fd=beat_fd)
-                env = {**os.environ, WORKER_ENV: role.to_env()}
-                try:
-                    workers.append(
-                        subprocess.Popen(command, env=env, pass_fds=() if beat_fd is None else (beat_fd,))
-                    )
-                finally:
-                    if beat_fd is not None:
-                        os.close(beat_fd)  # the worker holds it now: its end shows when the worker is gone
-            if stuck_after_s is not None:
-                watch = HeartbeatWatch(beats, started_at=time.monotonic(), stuck_after_s=stuck_after_s)
-            log.info(
-                "igw serve: %d workers (pids %s) on %s:%d%s",
-                count,
-                " ".join(str(w.pid) for w in workers),
-                host,
-                bound_port,
-                "" if bound_management is None else f", management port {bound_management}",
+            group = running = _Group(
+                list(worker_command(bound_port, bound_management)), count, directory, stuck_after_s
             )
-            died = _wait(workers, lambda: stop_requested, watch)
-            if died is not None:
+            running.spawn()  # worker 0; the others once it has started (_wait)
+
+            def all_started() -> None:
+                log.info(
+                    "igw serve: %d workers (pids %s) on %s:%d%s",
+                    count,
+                    " ".join(str(w.pid) for w in running.workers),
+                    host,
+                    bound_port,
+                    "" if bound_management is None else f", management port {bound_management}",
+                )
+
+            died = _wait(group, lambda: stop_requested, all_started)
+            refused = died is not None and group.refused(died)
+            if died is not None and (not refused or len(group.workers) > 1):
+                index = group.workers.index(died)
+                what = "refused to start" if refused else "exited"
                 log.error(
-                    "worker %d (pid %d) exited with status %s: stopping all workers",
-                    workers.index(died),
+                    "worker %d (pid %d) %s with status %s: stopping all workers",
+                    index,
                     died.pid,
+                    what,
                     died.returncode,
                 )
-            codes = _stop(workers, stop_budget_s + KILL_AFTER_S)
+            codes = _stop(group.workers, stop_budget_s + KILL_AFTER_S)
+            if refused and died is not None:
+                return died.returncode
             if died is not None or not all(code in STOPPED_EXITS for code in codes):
                 return EXIT_WORKER_DIED
             return 0
     finally:
-        for w in workers:
-            if w.poll() is None:
-                w.kill()
-                w.wait()
-        if watch is not None:
-            watch.close()
-        else:
-            for fd in beats:
-                os.close(fd)
+        if group is not None:
+            group.close()
         for sig, handler in previous.items():
             # After a requested stop a supervisor's repeated SIGTERM must not end the process (the
             # previous action may be the default, which did: exit -15 instead of 0): ignored from here.
@@ -301,15 +331,98 @@ def supervise(
             management.close()
 
 
+class _Group:
+    """The parent's side of the workers: their processes, start pipes and heartbeat watch."""
+
+    def __init__(self, command: list[str], count: int, directory: str, stuck_after_s: float | None) -> None:
+        self.command = command
+        self.count = count
+        self.directory = directory
+        self.workers: list[subprocess.Popen[bytes]] = []
+        self.watch = (
+            None
+            if stuck_after_s is None
+            else HeartbeatWatch([], started_at=time.monotonic(), stuck_after_s=stuck_after_s)
+        )
+        self._started_reads: list[int | None] = []
+        """Each worker's start pipe (read end), ``None`` once it has reported or closed."""
+        self._started: list[bool] = []
+
+    def spawn(self) -> None:
+        """Start the next worker, with its heartbeat pipe (when watched) and its start pipe."""
+        index = len(self.workers)
+        beat_read = beat_fd = None
+        if self.watch is not None:
+            beat_read, beat_fd = os.pipe()  # not inherited (PEP 446) but for pass_fds
+        started_read, started_fd = os.pipe()
+        os.set_blocking(started_read, False)
+        self._started_reads.append(started_read)
+        self._started.append(False)
+        role = WorkerRole(
+            index,
+            self.count,
+            self.directory,
+            parent=os.getpid(),
+            heartbeat_fd=beat_fd,
+            started_fd=started_fd,
+        )
+        env = {**os.environ, WORKER_ENV: role.to_env()}
+        passed = (started_fd,) if beat_fd is None else (beat_fd, started_fd)
+        try:
+            self.workers.append(subprocess.Popen(self.command, env=env, pass_fds=passed))
+        finally:
+            for fd in passed:
+                os.close(fd)  # the worker holds them now: their ends show when the worker is gone
+        if beat_read is not None and self.watch is not None:
+            self.watch.add(beat_read, started_at=time.monotonic())
+
+    def started(self, index: int) -> bool:
+        """Whether worker ``index`` has reported that it started (read from its start pipe)."""
+        fd = self._started_reads[index]
+        if fd is not None:
+            try:
+                chunk = os.read(fd, 16)
+            except BlockingIOError:
+                return self._started[index]
+            self._started[index] = self._started[index] or STARTED_MARK in chunk
+            if self._started[index] or not chunk:  # reported, or closed without reporting
+                os.close(fd)
+                self._started_reads[index] = None
+        return self._started[index]
+
+    def refused(self, worker: subprocess.Popen[bytes]) -> bool:
+        """Whether ``worker`` (exited) ended before it started with a start-up refusal's code."""
+        return not self.started(self.workers.index(worker)) and worker.returncode in START_REFUSALS
+
+    def close(self) -> None:
+        for w in self.workers:
+            if w.poll() is None:
+                w.kill()
+                w.wait()
+        if self.watch is not None:
+            self.watch.close()
+        for fd in self._started_reads:
+            if fd is not None:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self._started_reads = []
+
+
 def _wait(
-    workers: list[subprocess.Popen[bytes]], stopping: Callable[[], bool], watch: HeartbeatWatch | None
+    group: _Group, stopping: Callable[[], bool], all_started: Callable[[], None]
 ) -> subprocess.Popen[bytes] | None:
     """Until a stop is requested (None) or a worker exits on its own or is killed as stuck (that
-    worker)."""
+    worker). Starts workers 1..N-1 once worker 0 has started (``all_started`` is told then)."""
+    workers = group.workers
     while not stopping():
         for w in workers:
             if w.poll() is not None:
                 return w
+        if len(workers) < group.count and group.started(0):
+            while len(workers) < group.count:
+                group.spawn()
+            all_started()
+        watch = group.watch
         if watch is not None:
             for index, silent in watch.stuck(time.monotonic()):
                 stuck = workers[index]

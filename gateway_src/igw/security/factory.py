@@ -118,7 +118,11 @@ def build_guard(
     if metrics is None:
         metrics = SecurityMetrics(registry=registry if registry is not None else REGISTRY)
     limiter = RateLimiter(
-        settings=limits, backend=BACKENDS[limits.backend](limits, clock), clock=clock, metrics=metrics
+        settings=limits,
+        backend=BACKENDS[limits.backend](limits, clock),
+        clock=clock,
+        metrics=metrics,
+        processes=processes,
     )
     if auth is None:
         return SecurityGuard(settings=settings, verifier=None, jwks=None, limiter=limiter, metrics=metrics)

@@ -14,7 +14,10 @@ mapping with ``address`` and optional ``labels``; optionally ``services``, plain
       fallback-svc: [127.0.0.1:9000]
 
 A file that fails to parse on a later change is reported and ignored (the previous endpoints stay),
-the same rule as the configuration file's hot reload. A change is seen by the file's device, inode,
+the same rule as the configuration file's hot reload. A key naming a scheduler that a reload removed
+is skipped with a warning instead (the file is often edited after the configuration, and the other
+schedulers' changes would wait on it); a key that never named one is refused as at start (a typo
+would otherwise empty the scheduler it misspells). A change is seen by the file's device, inode,
 size, mtime and ctime: a replacement that keeps the size and the old mtime (``cp -p``, ``rsync -a``,
 a rename over it) still gets a new inode or ctime, which no tool can set. A file that is missing or
 cannot be stat'ed is reported once (again only when the reason changes), and applied again, with
@@ -28,9 +31,9 @@ import contextlib
 import ipaddress
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from igw.config.documents import DocumentReadError, read_documents
 from igw.config.model import SchedulerSpec
@@ -71,8 +74,12 @@ def _address(value: Any, where: str, problems: list[str]) -> str | None:
     return value
 
 
-def parse_endpoints(doc: Any, *, path: Path, names: Mapping[str, str]) -> dict[str, list[DiscoveredEndpoint]]:
-    """``names`` maps every accepted key (scheduler name or modelName) to the scheduler name."""
+def parse_endpoints(
+    doc: Any, *, path: Path, names: Mapping[str, str], departed: Collection[str] = ()
+) -> dict[str, list[DiscoveredEndpoint]]:
+    """``names`` maps every accepted key (scheduler name or modelName) to the scheduler name;
+    ``departed``: keys of schedulers a reload removed, skipped (:func:`departed_keys` names them)
+    rather than refused as unknown."""
     problems: list[str] = []
     if (
         not isinstance(doc, Mapping)
@@ -87,6 +94,8 @@ def parse_endpoints(doc: Any, *, path: Path, names: Mapping[str, str]) -> dict[s
     for key, entries in doc["schedulers"].items():
         where = f"schedulers.{key}"
         sched = names.get(str(key))
+        if sched is None and str(key) in departed:
+            continue
         if sched is None:
             problems.append(f"{where}: no scheduler or modelName {key!r} in the configuration")
             continue
@@ -135,10 +144,26 @@ def parse_services(doc: Any, *, path: Path) -> dict[str, list[str]]:
     return out
 
 
+def departed_keys(doc: Any, *, names: Mapping[str, str], departed: Collection[str]) -> list[str]:
+    """The keys of ``doc``'s ``schedulers`` that :func:`parse_endpoints` skips as departed."""
+    listed = doc.get("schedulers") if isinstance(doc, Mapping) else None
+    if not isinstance(listed, Mapping):
+        return []
+    return [str(key) for key in listed if str(key) not in names and str(key) in departed]
+
+
+class EndpointsFile(NamedTuple):
+    endpoints: dict[str, list[DiscoveredEndpoint]]
+    services: dict[str, list[str]]
+    departed: list[str]
+    """Keys naming schedulers a reload removed, skipped (:func:`parse_endpoints`)."""
+
+
 def read_endpoints_file(
-    path: Path, *, names: Mapping[str, str]
-) -> tuple[dict[str, list[DiscoveredEndpoint]], dict[str, list[str]]]:
-    """(endpoints per scheduler, services); either part failing rejects the whole file.
+    path: Path, *, names: Mapping[str, str], departed: Collection[str] = ()
+) -> EndpointsFile:
+    """(endpoints per scheduler, services, departed keys skipped); either part failing rejects the
+    whole file.
 
     Read like a configuration file (:func:`igw.config.documents.read_documents`): duplicate keys,
     excessive nesting and alias expansion are refused with the line or reason.
@@ -150,7 +175,11 @@ def read_endpoints_file(
     if len(documents) > 1:
         raise EndpointsFileError(path, [f"expected one document, found {len(documents)}"])
     doc = documents[0].content if documents else None
-    return parse_endpoints(doc, path=path, names=names), parse_services(doc, path=path)
+    return EndpointsFile(
+        parse_endpoints(doc, path=path, names=names, departed=departed),
+        parse_services(doc, path=path),
+        departed_keys(doc, names=names, departed=departed),
+    )
 
 
 def file_stamp(st: os.stat_result) -> tuple[int, ...]:
@@ -172,6 +201,10 @@ class StaticFileDiscovery:
     def __init__(self, path: Path, *, names: Mapping[str, str], poll_interval_s: float = 1.0) -> None:
         self.path = path
         self.names = dict(names)
+        self.departed: set[str] = set()
+        """Names (scheduler or modelName) that a reload removed from the configuration: the file may
+        still list them (it is edited on its own, often after the configuration), and they are
+        skipped with a warning, not refused with the rest of the file."""
         self.poll_interval_s = poll_interval_s
         self._task: asyncio.Task[None] | None = None
         self._stamp: tuple[int, ...] | None = None
@@ -184,8 +217,11 @@ class StaticFileDiscovery:
         return cls(path, names=scheduler_names(schedulers), poll_interval_s=poll_interval_s)
 
     def retarget(self, schedulers: tuple[SchedulerSpec, ...]) -> None:
-        """New scheduler names: re-read the file at the next poll even if it did not change."""
-        self.names = scheduler_names(schedulers)
+        """New scheduler names: re-read the file at the next poll even if it did not change. Names
+        that left the configuration are remembered as departed (:attr:`departed`)."""
+        names = scheduler_names(schedulers)
+        self.departed = (self.departed | set(self.names)) - set(names)
+        self.names = names
         self._stamp = None
 
     def describe(self) -> str:
@@ -195,7 +231,15 @@ class StaticFileDiscovery:
         """Apply the file whose stat is ``st``; the stamp is kept first, so a bad version is reported
         once, not every poll."""
         self._stamp = file_stamp(st)
-        found, services = read_endpoints_file(self.path, names=self.names)
+        found, services, departed = read_endpoints_file(self.path, names=self.names, departed=self.departed)
+        if departed:
+            log.warning(
+                "endpoints file %s: %s no longer in the configuration (removed by a reload): ignored; "
+                "the other schedulers' endpoints are applied (remove %s from the file)",
+                self.path,
+                ", ".join(f"schedulers.{key}" for key in departed),
+                "it" if len(departed) == 1 else "them",
+            )
         for sched in set(self.names.values()):
             sink.apply_endpoints(sched, found.get(sched, []))
         sink.apply_services(services)

@@ -4,7 +4,8 @@ When the backend cannot decide (Redis unreachable or slower than its timeouts), 
 ``onRedisUnavailable`` policy applies and Redis is not asked again for ``retryAfterFailureSeconds``
 (so an outage adds no per-request latency):
 
-- ``local`` (default): this replica's own buckets decide - limits stay enforced, per replica;
+- ``local`` (default): this replica's own buckets decide - limits stay enforced, per replica (with
+  ``igw serve --workers N`` each worker's buckets hold 1/N of them);
 - ``allow``: fail open - the request is admitted;
 - ``deny``: fail closed - 429 with ``Retry-After: 1`` (never a 5xx).
 
@@ -71,7 +72,11 @@ class RateLimiter:
         backend: RateLimitBackend,
         clock: Clock,
         metrics: SecurityMetrics | None = None,
+        processes: int = 1,
     ) -> None:
+        """``processes``: the gateway processes of one pod (``igw serve --workers N``), each of whose
+        fallback buckets (``onRedisUnavailable: local``) enforces its share of the limits, so that
+        the pod enforces them once during an outage, as the ``local`` backend does."""
         self._settings = settings
         self._anonymous = settings.anonymous_tenant
         self._default_plan = _plan(settings.default)
@@ -80,7 +85,9 @@ class RateLimiter:
         builds a new limiter, and ``RateLimitSettings.limits_for`` and ``TenantLimits.limited`` are
         interpreted calls (three per request) in the compiled build, where this module is native."""
         self._backend = backend
-        self._fallback = backend if isinstance(backend, LocalBuckets) else LocalBuckets(clock=clock)
+        self._fallback = (
+            backend if isinstance(backend, LocalBuckets) else LocalBuckets(clock=clock, processes=processes)
+        )
         self._clock = clock
         self._metrics = metrics
         self._down_until = float("-inf")

@@ -86,8 +86,17 @@ class _Table:
 class LocalBuckets:
     name = "local"
 
-    def __init__(self, *, clock: Clock) -> None:
+    def __init__(self, *, clock: Clock, processes: int = 1) -> None:
+        """``processes``: how many processes of one pod keep buckets like these for limits given per
+        pod, each enforcing its share (:meth:`TenantLimits.shared_by`): the Redis backend's fallback
+        under ``igw serve --workers N`` (``onRedisUnavailable: local``), whose limits are the whole
+        ones Redis enforces. Before session s40 each worker's fallback held the whole limit, and a
+        pod admitted N times it during an outage. The ``local`` backend gets its share in its
+        settings already (:meth:`RateLimitSettings.shared_by`) and keeps 1."""
         self._clock = clock
+        self._processes = processes
+        self._shares: dict[TenantLimits, TenantLimits] = {}
+        """Limits -> this process's share of them (as many entries as the configuration has limits)."""
         self._requests = _Table()
         self._tokens = _Table()
         self._held: dict[str, tuple[str, int, float]] = {}
@@ -100,7 +109,16 @@ class LocalBuckets:
         """Buckets kept (both tables), for tests and memory measurements."""
         return len(self._requests.buckets) + len(self._tokens.buckets)
 
+    def _share(self, limits: TenantLimits) -> TenantLimits:
+        if self._processes <= 1:
+            return limits
+        share = self._shares.get(limits)
+        if share is None:
+            share = self._shares[limits] = limits.shared_by(self._processes)
+        return share
+
     async def admit(self, *, tenant: str, limits: TenantLimits, est_tokens: int | None) -> Decision:
+        limits = self._share(limits)
         requests = tokens = None
         if limits.requests_per_second is not None:
             requests = self._bucket(
@@ -113,6 +131,7 @@ class LocalBuckets:
         return decide(limits=limits, requests=requests, tokens=tokens, est_tokens=est_tokens or 0)
 
     async def account(self, *, tenant: str, limits: TenantLimits, tokens: int) -> None:
+        limits = self._share(limits)
         if limits.tokens_per_minute is None or tokens == 0:
             return
         bucket = self._bucket(self._tokens, tenant, rate=token_rate(limits), capacity=limits.token_capacity)
