@@ -90,15 +90,6 @@ BUILTIN_KINDS: tuple[ResourceKind, ...] = (
     ResourceKind(
         "apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", False
     ),
-    ResourceKind(
-        "inference.sagemaker.aws.amazon.com",
-        "v1alpha1",
-        "inferencegatewayconfigs",
-        "InferenceGatewayConfig",
-        True,
-        ("igwc",),
-        True,
-    ),
     ResourceKind("cert-manager.io", "v1", "certificates", "Certificate", True),
     ResourceKind("elbv2.k8s.aws", "v1beta1", "ingressclassparams", "IngressClassParams", False),
 )
@@ -477,7 +468,7 @@ class KubeStore:
                 new["metadata"]["deletionTimestamp"] = deleting
             new["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
             self._admit_write("UPDATE", kind, new, current, dry_run)
-            if dry_run:
+            if dry_run or unchanged(new, current):
                 return copy.deepcopy(new)
             new["metadata"]["resourceVersion"] = self._bump()
             held = kind.key == NAMESPACE_KEY and holds_finalizer(new)  # until finalize_namespace
@@ -485,6 +476,8 @@ class KubeStore:
                 del self._objects[key]
                 self._record(kind, namespace, "DELETED", new)
                 self._collect_dependents(str(new["metadata"].get("uid", "")))
+                if kind.key == CRD_KEY:
+                    self._forget_crd(new)
             else:
                 self._objects[key] = new
                 self._record(kind, namespace, "MODIFIED", new, previous=current)
@@ -555,6 +548,8 @@ class KubeStore:
                 obj["metadata"]["resourceVersion"] = self._bump()
                 self._record(kind, namespace, "DELETED", obj)
                 self._collect_dependents(str(obj["metadata"].get("uid", "")))
+                if kind.key == CRD_KEY:
+                    self._forget_crd(obj)
             result = copy.deepcopy(obj)
         self.on_change()
         return result
@@ -581,6 +576,21 @@ class KubeStore:
             self._record(self.kinds[NAMESPACE_KEY], "", "DELETED", namespace_obj)
         self.on_change()
         return True
+
+    def _forget_crd(self, crd: Mapping[str, Any]) -> None:
+        """A deleted CRD's kind is no longer served (its URLs answer 404 again) and its objects are
+        gone, as apiextensions-apiserver's ``customresourcecleanup`` finalizer deletes them before
+        the CRD goes (here at once: their own finalizers are not waited for); called with the lock
+        held."""
+        spec = crd.get("spec") or {}
+        group, plural = str(spec.get("group", "")), str((spec.get("names") or {}).get("plural", ""))
+        served = [key for key in self.kinds if key[0] == group and key[2] == plural]
+        for key in served:
+            for object_key in [k for k in self._objects if k[0] == key]:
+                obj = self._objects.pop(object_key)
+                obj["metadata"]["resourceVersion"] = self._bump()
+                self._record(self.kinds[key], object_key[1], "DELETED", obj)
+            del self.kinds[key]
 
     def _orphan_dependents(self, owner_uid: str) -> None:
         """Remove the owner references naming ``owner_uid`` (a MODIFIED event each, as the garbage
@@ -619,6 +629,22 @@ class KubeStore:
         with self._lock:
             snapshot = [copy.deepcopy(o) for o in self._objects.values()]
         yield from snapshot
+
+
+def unchanged(new: Mapping[str, Any], current: Mapping[str, Any]) -> bool:
+    """Whether a write would store what is stored already (its resourceVersion aside): the API
+    server's ``GuaranteedUpdate`` compares the encoded object with the stored bytes and, when they
+    are equal, writes nothing - no new resourceVersion, no watch event - and answers the stored
+    object, so ``kubectl patch`` with the same value prints ``(no change)``. A fake that bumped the
+    version and sent ``MODIFIED`` let a controller that reacts to its own no-op writes look fine
+    here and loop on a cluster, or the other way round, hid a controller waiting for an event that
+    never comes."""
+
+    def without_version(obj: Mapping[str, Any]) -> dict[str, Any]:
+        meta = {k: v for k, v in (obj.get("metadata") or {}).items() if k != "resourceVersion"}
+        return {**obj, "metadata": meta}
+
+    return without_version(new) == without_version(current)
 
 
 def uid_precondition_failed(kind: ResourceKind, namespace: str, name: str, sent: str, stored: str) -> str:
