@@ -11,10 +11,11 @@ CRD's ``additionalPrinterColumns``, evaluated here with the small JSONPath subse
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Final
 
+from tests.fakes.kube_printers import PRINTERS, Cells, Column
 from tests.fakes.kube_store import ResourceKind
 
 _VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
@@ -166,7 +167,11 @@ def _cell(obj: Mapping[str, Any], column: Mapping[str, Any]) -> Any:
 
 
 def table(kind: ResourceKind, items: list[dict[str, Any]], resource_version: str) -> dict[str, Any]:
-    """A ``meta.k8s.io/v1`` ``Table``: Name, then the kind's printer columns (or Age)."""
+    """A ``meta.k8s.io/v1`` ``Table``: Name, then the kind's printer columns (a CRD's, or a built-in
+    kind's as the API server prints it, :mod:`tests.fakes.kube_printers`; else Age)."""
+    printer = PRINTERS.get((kind.group, kind.plural)) if kind.schema is None else None
+    if printer is not None:
+        return _printed_table(printer, items, resource_version)
     columns: list[Mapping[str, Any]] = list(kind.printer_columns) or [
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
     ]
@@ -186,6 +191,38 @@ def table(kind: ResourceKind, items: list[dict[str, Any]], resource_version: str
     rows = [
         {
             "cells": [item["metadata"]["name"], *(_cell(item, c) for c in columns)],
+            "object": {
+                "kind": "PartialObjectMetadata",
+                "apiVersion": "meta.k8s.io/v1",
+                "metadata": item["metadata"],
+            },
+        }
+        for item in items
+    ]
+    return {
+        "kind": "Table",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": {"resourceVersion": resource_version},
+        "columnDefinitions": definitions,
+        "rows": rows,
+    }
+
+
+def _printed_table(
+    printer: tuple[Sequence[Column], Cells], items: list[dict[str, Any]], resource_version: str
+) -> dict[str, Any]:
+    columns, cells = printer
+    name = {"name": "Name", "type": "string", "format": "name", "description": "Name", "priority": 0}
+    definitions = [
+        name,
+        *({"name": n, "type": t, "format": "", "description": d, "priority": p} for n, t, p, d in columns),
+    ]
+    rows = [
+        {
+            "cells": [
+                item["metadata"]["name"],
+                *cells(item, human_age(str(item["metadata"].get("creationTimestamp", "")))),
+            ],
             "object": {
                 "kind": "PartialObjectMetadata",
                 "apiVersion": "meta.k8s.io/v1",

@@ -139,3 +139,55 @@ def test_an_operator_started_before_its_crd_serves_the_first_config_at_once(
         )
     failed = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
     assert failed == []
+
+
+@needs_kubectl
+def test_kubectl_get_prints_a_built_in_kind_s_columns(kube: FakeKubeApiServer, tmp_path: Path) -> None:
+    """The API server's table printers give a Deployment READY/UP-TO-DATE/AVAILABLE (and CONTAINERS,
+    IMAGES, SELECTOR with ``-o wide``), an HPA its reference, targets and bounds. The fake printed
+    NAME and AGE only, so what ``kubectl get deploy`` tells a user of a gateway was never seen."""
+    template = {
+        "metadata": {"labels": {"app": "gw"}},
+        "spec": {"containers": [{"name": "igw", "image": "igw:1"}]},
+    }
+    kube.add(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "chat-gateway", "namespace": "default"},
+            "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "gw"}}, "template": template},
+            "status": {"readyReplicas": 2, "updatedReplicas": 3, "availableReplicas": 2},
+        }
+    )
+    kube.add(
+        {
+            "apiVersion": "autoscaling/v2",
+            "kind": "HorizontalPodAutoscaler",
+            "metadata": {"name": "chat-gateway", "namespace": "default"},
+            "spec": {
+                "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "chat-gateway"},
+                "minReplicas": 2,
+                "maxReplicas": 5,
+                "metrics": [
+                    {
+                        "type": "Resource",
+                        "resource": {
+                            "name": "cpu",
+                            "target": {"type": "Utilization", "averageUtilization": 70},
+                        },
+                    }
+                ],
+            },
+        }
+    )
+    lines = [line.split() for line in kubectl(kube, tmp_path, "get", "deploy").stdout.splitlines()]
+    assert lines[0] == ["NAME", "READY", "UP-TO-DATE", "AVAILABLE", "AGE"]
+    assert lines[1][:4] == ["chat-gateway", "2/3", "3", "2"]
+    wide = [
+        line.split() for line in kubectl(kube, tmp_path, "get", "deploy", "-o", "wide").stdout.splitlines()
+    ]
+    assert wide[0][-3:] == ["CONTAINERS", "IMAGES", "SELECTOR"]
+    assert wide[1][-3:] == ["igw", "igw:1", "app=gw"]
+    hpa = kubectl(kube, tmp_path, "get", "hpa").stdout.splitlines()
+    assert hpa[0].split() == ["NAME", "REFERENCE", "TARGETS", "MINPODS", "MAXPODS", "REPLICAS", "AGE"]
+    assert "Deployment/chat-gateway   cpu: <unknown>/70%   2         5         0" in hpa[1]
