@@ -111,13 +111,12 @@ from tests.fakes.kube_discovery import (
     SCALABLE,
     group_document,
     group_list,
-    openapi_group_version,
-    openapi_root,
     resource_list,
     table,
     wants_table,
 )
 from tests.fakes.kube_field_errors import FieldError, invalid_details, invalid_message, quoted
+from tests.fakes.kube_openapi import openapi_group_version, openapi_root
 from tests.fakes.kube_rbac import Rbac
 from tests.fakes.kube_selectors import SelectorError, parse_field_selector, parse_label_selector
 from tests.fakes.kube_store import (

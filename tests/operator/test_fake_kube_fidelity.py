@@ -191,3 +191,20 @@ def test_kubectl_get_prints_a_built_in_kind_s_columns(kube: FakeKubeApiServer, t
     hpa = kubectl(kube, tmp_path, "get", "hpa").stdout.splitlines()
     assert hpa[0].split() == ["NAME", "REFERENCE", "TARGETS", "MINPODS", "MAXPODS", "REPLICAS", "AGE"]
     assert "Deployment/chat-gateway   cpu: <unknown>/70%   2         5         0" in hpa[1]
+
+
+@needs_kubectl
+def test_kubectl_explain_reads_the_crd_s_published_schema(kube: FakeKubeApiServer, tmp_path: Path) -> None:
+    """apiextensions-apiserver publishes each CRD version's schema in ``/openapi/v3`` (TypeMeta's
+    documented ``apiVersion``/``kind``, ``metadata`` as ObjectMeta); ``kubectl explain igwc`` reads
+    the descriptions there. The fake listed paths with no schema: ``GVK ... not found in OpenAPI
+    schema``."""
+    install_crd(kube)
+    explained = kubectl(kube, tmp_path, "explain", "igwc.spec.tls")
+    assert explained.returncode == 0, explained.stderr
+    assert "KIND:       InferenceGatewayConfig" in explained.stdout
+    assert "auto-issues a certificate" in " ".join(explained.stdout.split())
+    top = kubectl(kube, tmp_path, "explain", "igwc").stdout
+    assert "metadata\t<ObjectMeta>" in top
+    assert "APIVersion defines the versioned schema" in top
+    assert "Name must be unique" in kubectl(kube, tmp_path, "explain", "igwc.metadata.name").stdout
