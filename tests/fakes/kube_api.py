@@ -47,8 +47,11 @@ and point the REAL ``kubernetes`` client at it over HTTP. It serves:
   complete enough for ``kubectl`` to leave field validation to the server, ``meta.k8s.io/v1``
   ``Table`` answers (CRD printer columns) for ``kubectl get``, ``BOOKMARK`` events on idle watches
   that set ``allowWatchBookmarks``, ``coordination.k8s.io`` Leases, core Events, RBAC objects,
-  owner-reference garbage collection on delete (immediate and transitive; ``propagationPolicy:
-  Orphan`` keeps the dependents and drops their owner reference), and writes to a main
+  owner-reference garbage collection (done at once, transitive; ``propagationPolicy: Orphan`` keeps
+  the dependents and drops their owner reference; ``Foreground`` keeps the owner, marked with the
+  ``foregroundDeletion`` finalizer, until its ``blockOwnerDeletion`` dependents are gone; an object
+  written with owner references whose uids are gone is collected, or loses the dangling ones:
+  :meth:`KubeStore.delete`), and writes to a main
   resource that keep its ``/status`` subresource as stored (optimistic concurrency by
   ``resourceVersion`` on replace: 409 Conflict).
 * server-side dry run (``?dryRun=All`` on create, replace, patch, ``/status``, ``/scale`` and

@@ -17,7 +17,15 @@ from typing import Any
 import pytest
 
 from tests.fakes.kube_api import FakeKubeApiServer, running_fake_kube
-from tests.operator.harness import find, igwc, install_crd, running_operator, wait_for
+from tests.operator.harness import (
+    OperatorThread,
+    find,
+    igwc,
+    install_crd,
+    owned_by,
+    running_operator,
+    wait_for,
+)
 
 KUBECTL = shutil.which("kubectl") or "/usr/bin/kubectl"
 needs_kubectl = pytest.mark.skipif(not Path(KUBECTL).exists(), reason="kubectl is not installed")
@@ -208,3 +216,92 @@ def test_kubectl_explain_reads_the_crd_s_published_schema(kube: FakeKubeApiServe
     assert "metadata\t<ObjectMeta>" in top
     assert "APIVersion defines the versioned schema" in top
     assert "Name must be unique" in kubectl(kube, tmp_path, "explain", "igwc.metadata.name").stdout
+
+
+def _owned_config_map(name: str, owner: dict[str, Any], **meta: Any) -> dict[str, Any]:
+    ref = {
+        "apiVersion": owner["apiVersion"],
+        "kind": owner["kind"],
+        "name": owner["metadata"]["name"],
+        "uid": owner["metadata"]["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+    body = _config_map(name, ownerReferences=[ref], **meta)
+    body["metadata"]["namespace"] = owner["metadata"]["namespace"]
+    return body
+
+
+@needs_kubectl
+def test_a_foreground_delete_keeps_the_owner_until_its_blocking_dependents_are_gone(
+    kube: FakeKubeApiServer, tmp_path: Path
+) -> None:
+    """``kubectl delete --cascade=foreground``: the API server marks the owner (``deletionTimestamp``,
+    the ``foregroundDeletion`` finalizer) and the garbage collector deletes its dependents, removing
+    the finalizer once no ``blockOwnerDeletion`` dependent is left. The fake deleted the owner at once,
+    so no test could see a config that stays Terminating behind a dependent held by a finalizer."""
+    install_crd(kube)
+    owner = kube.add(igwc("chat"))
+    kube.add(_owned_config_map("held", owner, finalizers=["example.com/hold"]))
+    kube.add(_owned_config_map("free", owner))
+    deleted = kubectl(
+        kube, tmp_path, "delete", "igwc", "chat", "-n", "inference", "--cascade=foreground", "--wait=false"
+    )
+    assert deleted.returncode == 0, deleted.stderr
+    waiting = find(kube, "InferenceGatewayConfig", "inference", "chat")
+    assert waiting is not None
+    assert waiting["metadata"]["finalizers"] == ["foregroundDeletion"]
+    assert waiting["metadata"]["deletionTimestamp"]
+    assert find(kube, "ConfigMap", "inference", "free") is None
+    held = find(kube, "ConfigMap", "inference", "held")
+    assert held is not None
+    assert held["metadata"]["deletionTimestamp"]
+    held["metadata"]["finalizers"] = []
+    _request(kube, "PUT", "/api/v1/namespaces/inference/configmaps/held", held)
+    assert find(kube, "ConfigMap", "inference", "held") is None
+    assert find(kube, "InferenceGatewayConfig", "inference", "chat") is None
+
+
+def test_the_garbage_collector_takes_what_a_gone_owner_s_uid_still_names(kube: FakeKubeApiServer) -> None:
+    """A dependent written with an owner reference whose uid is gone (the owner deleted, or deleted
+    and made again under its name) is collected; one that also has a live owner only loses the
+    dangling reference. The fake left such objects behind for good."""
+    install_crd(kube)
+    first = kube.add(igwc("chat"))
+    api = f"{IGWC_PATH}/namespaces/inference/inferencegatewayconfigs/chat"
+    _request(kube, "DELETE", api)
+    again = kube.add(igwc("chat"))
+    kube.add(_owned_config_map("stale", first))
+    assert find(kube, "ConfigMap", "inference", "stale") is None
+    shared = _owned_config_map("shared", first)
+    live = _owned_config_map("x", again)["metadata"]["ownerReferences"][0] | {"controller": False}
+    shared["metadata"]["ownerReferences"].append(live)
+    kube.add(shared)
+    kept = find(kube, "ConfigMap", "inference", "shared")
+    assert kept is not None
+    assert [ref["uid"] for ref in kept["metadata"]["ownerReferences"]] == [again["metadata"]["uid"]]
+
+
+@needs_kubectl
+def test_a_foreground_delete_of_a_config_the_operator_serves_takes_its_data_plane(
+    cluster: FakeKubeApiServer, kubeconfig: Path, operator: OperatorThread, tmp_path: Path
+) -> None:
+    """The operator, seeing its config marked for foreground deletion, writes nothing back (a write
+    would re-create a dependent the collector just deleted and hold the config); ``kubectl delete
+    --cascade=foreground`` returns with the config and its whole data plane gone."""
+    uid = cluster.add(igwc("chat"))["metadata"]["uid"]
+    wait_for(lambda: find(cluster, "Deployment", "inference", "chat-gateway"), what="the gateway")
+    deleted = kubectl(
+        cluster,
+        tmp_path,
+        "delete",
+        "igwc",
+        "chat",
+        "-n",
+        "inference",
+        "--cascade=foreground",
+        "--timeout=30s",
+    )
+    assert deleted.returncode == 0, deleted.stderr
+    assert find(cluster, "InferenceGatewayConfig", "inference", "chat") is None
+    assert owned_by(cluster, uid) == []
