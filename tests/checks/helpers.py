@@ -41,6 +41,12 @@ def secure_docs() -> list[dict[str, Any]]:
     return docs
 
 
+def crds_first(docs: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``docs`` with the CustomResourceDefinitions first, as an installer applies them: an API server
+    (the fake in ``tests.fakes`` too) serves a custom kind only once its CRD is there."""
+    return sorted(docs, key=lambda doc: doc.get("kind") != "CustomResourceDefinition")
+
+
 def find(docs: Iterable[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
     return next(d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name)
 

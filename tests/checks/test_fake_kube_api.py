@@ -12,13 +12,17 @@ from typing import Any, cast
 
 import kubernetes
 import pytest
+import yaml
 
+from igw.config.crd import CRD_PATH
 from tests.fakes.kube_api import (
     FakeKubeApiServer,
     make_pod,
     running_fake_kube,
     unreachable_url,
 )
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -90,8 +94,18 @@ def test_custom_objects_and_crd_registration(kube: FakeKubeApiServer) -> None:
         "apiVersion": f"{group}/{version}",
         "kind": "InferenceGatewayConfig",
         "metadata": {"name": "gw", "namespace": "ml"},
-        "spec": {"bbr": {"enabled": True}},
+        "spec": {
+            "bbr": {"enabled": True},
+            "schedulers": [
+                {"name": "main", "modelName": "m", "modelSelector": {"matchLabels": {"app": "m"}}}
+            ],
+        },
     }
+    # As on a real API server, the kind is served only once its CRD is installed.
+    with pytest.raises(kubernetes.client.ApiException) as missing:
+        custom.create_namespaced_custom_object(group, version, "ml", "inferencegatewayconfigs", igwc)
+    assert missing.value.status == 404
+    kube.add(yaml.safe_load((ROOT / CRD_PATH).read_text()))
     custom.create_namespaced_custom_object(group, version, "ml", "inferencegatewayconfigs", igwc)
     # The generated client annotates custom-object bodies as ``object``; they are decoded JSON objects.
     listed = cast(

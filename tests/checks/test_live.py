@@ -23,7 +23,7 @@ from igw.checks.registry import checks_for
 from igw.checks.sources.aws_api import AwsAccount
 from igw.checks.sources.live import load_live
 from igw.cli.main import main
-from tests.checks.helpers import SECURE, cli, find, secure_docs
+from tests.checks.helpers import SECURE, cli, crds_first, find, secure_docs
 from tests.fakes.kube_api import (
     FakeKubeApiServer,
     make_pod,
@@ -107,7 +107,7 @@ def _seed(kube: FakeKubeApiServer, port: int, pod_ip: str = "127.0.0.1") -> None
         if doc["kind"] == "Deployment":
             replicas = doc["spec"].get("replicas", 1)
             doc["status"] = {"replicas": replicas, "availableReplicas": replicas, "readyReplicas": replicas}
-    kube.add_all(d for d in docs if d["kind"] != "Namespace")
+    kube.add_all(d for d in crds_first(docs) if d["kind"] != "Namespace")
     for index in range(3):
         kube.add(
             make_pod(

@@ -7,18 +7,21 @@ and point the REAL ``kubernetes`` client at it over HTTP. It serves:
   deployments, statefulsets (a Deployment's ``spec.replicas`` defaulted to 1, as the API server
   does); policy/v1 poddisruptionbudgets; autoscaling/v2 horizontalpodautoscalers;
   networking.k8s.io/v1 networkpolicies, ingresses; apiextensions.k8s.io/v1 customresourcedefinitions;
-  custom objects
-  ``inference.sagemaker.aws.amazon.com/v1alpha1`` inferencegatewayconfigs and ``cert-manager.io/v1``
-  certificates. Creating a CRD registers its kind, so other custom objects work too
-  (or call :meth:`FakeKubeApiServer.register_kind`). A CRD itself is validated as
-  apiextensions-apiserver validates it (names, versions, structural schema, defaults, CEL rules that
-  do not compile...) and a malformed one is refused whole with 422 ``Invalid``, nothing registered
-  (:mod:`tests.fakes.kube_crd_validation`, where what is not modelled is listed).
+  ``cert-manager.io/v1`` certificates. A custom kind, ``inference.sagemaker.aws.amazon.com/v1alpha1``
+  inferencegatewayconfigs included, is served only once its CRD is created (404 before, as on a
+  cluster; then the CRD gets its ``NamesAccepted``/``Established`` conditions in a MODIFIED event, as
+  the apiextensions controllers write them) and no more once the CRD is deleted (its objects deleted
+  with it); :meth:`FakeKubeApiServer.register_kind` registers one without a CRD. A CRD itself is
+  validated as apiextensions-apiserver validates it (names, versions, structural schema, defaults,
+  CEL rules that do not compile...) and a malformed one is refused whole with 422 ``Invalid``,
+  nothing registered (:mod:`tests.fakes.kube_crd_validation`, where what is not modelled is listed).
 * list (namespaced and all-namespaces) honouring ``labelSelector`` (equality, set-based, existence),
   ``fieldSelector`` (``path=value``/``!=`` on dotted paths) and ``limit``/``continue`` paging; get;
   create (POST); replace (PUT); patch (merge, strategic-merge treated as merge, JSON patch, apply
-  treated as merge-or-create); delete; ``/status`` subresources; ``/scale`` of Deployments and
-  StatefulSets (what ``kubectl scale`` and an HPA write the count through); ``/version/``.
+  treated as merge-or-create), a write that changes nothing storing nothing (same resourceVersion, no
+  watch event: ``kubectl patch`` prints ``(no change)``); delete; ``/status`` subresources;
+  ``/scale`` of Deployments and StatefulSets (what ``kubectl scale`` and an HPA write the count
+  through); ``/version/``.
 * custom resources admitted as apiextensions admits them, on every create, replace, patch and
   apply of the object and of its ``/status``, for any kind whose CRD the fake was given: unknown
   fields pruned (``fieldValidation``: ``Strict`` refuses them with 400, ``Warn`` - the default -
@@ -44,8 +47,11 @@ and point the REAL ``kubernetes`` client at it over HTTP. It serves:
   complete enough for ``kubectl`` to leave field validation to the server, ``meta.k8s.io/v1``
   ``Table`` answers (CRD printer columns) for ``kubectl get``, ``BOOKMARK`` events on idle watches
   that set ``allowWatchBookmarks``, ``coordination.k8s.io`` Leases, core Events, RBAC objects,
-  owner-reference garbage collection on delete (immediate and transitive; ``propagationPolicy:
-  Orphan`` keeps the dependents and drops their owner reference), and writes to a main
+  owner-reference garbage collection (done at once, transitive; ``propagationPolicy: Orphan`` keeps
+  the dependents and drops their owner reference; ``Foreground`` keeps the owner, marked with the
+  ``foregroundDeletion`` finalizer, until its ``blockOwnerDeletion`` dependents are gone; an object
+  written with owner references whose uids are gone is collected, or loses the dangling ones:
+  :meth:`KubeStore.delete`), and writes to a main
   resource that keep its ``/status`` subresource as stored (optimistic concurrency by
   ``resourceVersion`` on replace: 409 Conflict).
 * server-side dry run (``?dryRun=All`` on create, replace, patch, ``/status``, ``/scale`` and
@@ -97,6 +103,7 @@ import socket
 import tempfile
 import threading
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -107,17 +114,17 @@ from tests.fakes.kube_discovery import (
     SCALABLE,
     group_document,
     group_list,
-    openapi_group_version,
-    openapi_root,
     resource_list,
     table,
     wants_table,
 )
 from tests.fakes.kube_field_errors import FieldError, invalid_details, invalid_message, quoted
+from tests.fakes.kube_openapi import openapi_group_version, openapi_root
 from tests.fakes.kube_rbac import Rbac
 from tests.fakes.kube_selectors import SelectorError, parse_field_selector, parse_label_selector
 from tests.fakes.kube_store import (
     BUILTIN_KINDS,
+    CRD_KEY,
     FIELD_VALIDATION_DIRECTIVES,
     KubeStore,
     ResourceKind,
@@ -340,6 +347,7 @@ class FakeKubeApiServer:
         created = self.store.create(kind, namespace, obj, admit_custom=admit_custom)
         if kind.plural == "customresourcedefinitions":
             self._register_crd(created)
+            return self._establish(created)
         return created
 
     def add_all(self, objs: Iterable[Mapping[str, Any]]) -> None:
@@ -471,6 +479,36 @@ class FakeKubeApiServer:
                     schema=(version.get("schema") or {}).get("openAPIV3Schema"),
                 )
             )
+
+    def _establish(self, crd: Mapping[str, Any]) -> dict[str, Any]:
+        """Once a new CRD's kind is served, its ``NamesAccepted`` and ``Established`` conditions, written
+        as apiextensions-apiserver's naming and establishing controllers write them just after the
+        create (a ``MODIFIED`` event of the CRD). Clients rely on that event: kopf scans discovery
+        again on every CRD event, and the ``ADDED`` one can arrive before the kind is served (here it
+        always did), so without this later event an operator started before its CRD never served it
+        (and ``kubectl wait --for=condition=Established`` never returned)."""
+        names = (crd.get("spec") or {}).get("names") or {}
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        conditions = [
+            {
+                "type": "NamesAccepted",
+                "status": "True",
+                "reason": "NoConflicts",
+                "message": "no conflicts found",
+                "lastTransitionTime": now,
+            },
+            {
+                "type": "Established",
+                "status": "True",
+                "reason": "InitialNamesAccepted",
+                "message": "the initial names have been accepted",
+                "lastTransitionTime": now,
+            },
+        ]
+        status = {**(crd.get("status") or {}), "acceptedNames": dict(names), "conditions": conditions}
+        kind = self.store.kinds[CRD_KEY]
+        name = str(crd["metadata"]["name"])
+        return self.store.replace(kind, "", name, {**crd, "status": status}, status_only=True)
 
     def _discovery(self, parts: list[str]) -> web.Response | None:
         """Legacy discovery documents, or ``None`` when the path is not a discovery path."""
@@ -615,6 +653,7 @@ class FakeKubeApiServer:
                 )
                 if kind.plural == "customresourcedefinitions" and not dry_run:
                     self._register_crd(created)
+                    self._establish(created)
                 return _written(created, warnings, 201)
             raise StoreError(405, "MethodNotAllowed", f"method {method} not allowed on a collection")
         if subresource == "scale" and kind.key in SCALABLE:

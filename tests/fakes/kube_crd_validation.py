@@ -52,9 +52,9 @@ here), the CEL cost estimates (``igw generate`` checks the shipped CRDs' cost, s
 igw.config.cel_cost), ``selectableFields``, ``x-kubernetes-embedded-resource`` metadata defaults,
 webhook URL/service/CA bundle details, the ``status.acceptedNames`` checks, warnings (unrecognized
 formats), and the leniency the server keeps for CRDs stored by older releases (every CRD stored here
-passed these rules). The stored status carries ``storedVersions`` only (no ``acceptedNames``, no
-``Established``/``NamesAccepted`` conditions: the controllers that write them are not modelled), and
-every stored CRD counts as established. ``pattern`` compiles
+passed these rules). A new CRD is established at once: the fake server writes its ``acceptedNames``
+and ``NamesAccepted``/``Established`` conditions right after the create (no name conflicts are
+looked for). ``pattern`` compiles
 with Python's ``re``, not Go's RE2. An invalid value that is a Go struct or list (``spec.versions``,
 a rule) is printed abbreviated, where Go prints its ``%#v``; parse errors carry cel-python's
 position, not cel-go's reason text.

@@ -11,10 +11,11 @@ CRD's ``additionalPrinterColumns``, evaluated here with the small JSONPath subse
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Final
 
+from tests.fakes.kube_printers import PRINTERS, Cells, Column
 from tests.fakes.kube_store import ResourceKind
 
 _VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
@@ -166,7 +167,11 @@ def _cell(obj: Mapping[str, Any], column: Mapping[str, Any]) -> Any:
 
 
 def table(kind: ResourceKind, items: list[dict[str, Any]], resource_version: str) -> dict[str, Any]:
-    """A ``meta.k8s.io/v1`` ``Table``: Name, then the kind's printer columns (or Age)."""
+    """A ``meta.k8s.io/v1`` ``Table``: Name, then the kind's printer columns (a CRD's, or a built-in
+    kind's as the API server prints it, :mod:`tests.fakes.kube_printers`; else Age)."""
+    printer = PRINTERS.get((kind.group, kind.plural)) if kind.schema is None else None
+    if printer is not None:
+        return _printed_table(printer, items, resource_version)
     columns: list[Mapping[str, Any]] = list(kind.printer_columns) or [
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
     ]
@@ -203,46 +208,33 @@ def table(kind: ResourceKind, items: list[dict[str, Any]], resource_version: str
     }
 
 
-def _group_version_path(kind: ResourceKind) -> str:
-    return f"apis/{kind.group}/{kind.version}" if kind.group else "api/v1"
-
-
-def openapi_root(kinds: Iterable[ResourceKind]) -> dict[str, Any]:
-    """``/openapi/v3``: where each group/version's document lives."""
-    paths = sorted({_group_version_path(k) for k in kinds})
-    return {"paths": {p: {"serverRelativeURL": f"/openapi/v3/{p}?hash=fake"} for p in paths}}
-
-
-def openapi_group_version(path: str, kinds: Iterable[ResourceKind]) -> dict[str, Any] | None:
-    """A group/version's OpenAPI v3 document: enough operations for ``kubectl`` to see that the
-    server validates fields itself (``fieldValidation``), so it sends objects without a local schema."""
-    matching = [k for k in kinds if _group_version_path(k) == path]
-    if not matching:
-        return None
-    parameters = [
-        {"name": name, "in": "query", "schema": {"type": "string", "uniqueItems": True}}
-        for name in ("dryRun", "fieldManager", "fieldValidation")
+def _printed_table(
+    printer: tuple[Sequence[Column], Cells], items: list[dict[str, Any]], resource_version: str
+) -> dict[str, Any]:
+    columns, cells = printer
+    name = {"name": "Name", "type": "string", "format": "name", "description": "Name", "priority": 0}
+    definitions = [
+        name,
+        *({"name": n, "type": t, "format": "", "description": d, "priority": p} for n, t, p, d in columns),
     ]
-    paths: dict[str, Any] = {}
-    for kind in matching:
-        gvk = [{"group": kind.group, "version": kind.version, "kind": kind.kind}]
-        scope = (
-            f"/{path}/namespaces/{{namespace}}/{kind.plural}" if kind.namespaced else f"/{path}/{kind.plural}"
-        )
-
-        def operation(verb: str, gvk: list[dict[str, str]] = gvk) -> dict[str, Any]:
-            return {
-                "parameters": parameters,
-                "x-kubernetes-action": verb,
-                "x-kubernetes-group-version-kind": gvk[0],
-                "responses": {"200": {"description": "OK"}},
-            }
-
-        paths[scope] = {"post": operation("post")}
-        paths[f"{scope}/{{name}}"] = {"put": operation("put"), "patch": operation("patch")}
+    rows = [
+        {
+            "cells": [
+                item["metadata"]["name"],
+                *cells(item, human_age(str(item["metadata"].get("creationTimestamp", "")))),
+            ],
+            "object": {
+                "kind": "PartialObjectMetadata",
+                "apiVersion": "meta.k8s.io/v1",
+                "metadata": item["metadata"],
+            },
+        }
+        for item in items
+    ]
     return {
-        "openapi": "3.0.0",
-        "info": {"title": "Kubernetes", "version": "v1.33.4"},
-        "paths": paths,
-        "components": {"schemas": {}},
+        "kind": "Table",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": {"resourceVersion": resource_version},
+        "columnDefinitions": definitions,
+        "rows": rows,
     }

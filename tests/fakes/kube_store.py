@@ -16,7 +16,7 @@ import copy
 import dataclasses
 import threading
 import uuid
-from collections.abc import Callable, Iterator, Mapping, MutableSequence
+from collections.abc import Callable, Iterator, Mapping, MutableSequence, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -90,15 +90,6 @@ BUILTIN_KINDS: tuple[ResourceKind, ...] = (
     ResourceKind(
         "apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", False
     ),
-    ResourceKind(
-        "inference.sagemaker.aws.amazon.com",
-        "v1alpha1",
-        "inferencegatewayconfigs",
-        "InferenceGatewayConfig",
-        True,
-        ("igwc",),
-        True,
-    ),
     ResourceKind("cert-manager.io", "v1", "certificates", "Certificate", True),
     ResourceKind("elbv2.k8s.aws", "v1beta1", "ingressclassparams", "IngressClassParams", False),
 )
@@ -117,6 +108,10 @@ class WatchEvent:
     previous: dict[str, Any] | None = None
     """The object before a MODIFIED event (lets selector watches turn it into ADDED/DELETED)."""
 
+
+FOREGROUND_FINALIZER = "foregroundDeletion"
+"""What a foreground delete adds to the owner (``metav1.FinalizerDeleteDependents``): it stays, with
+its ``deletionTimestamp``, until the garbage collector has deleted its blocking dependents."""
 
 PROPAGATION_POLICIES = ("Orphan", "Background", "Foreground")
 """A delete's ``propagationPolicy`` values (``Background`` when absent, for most kinds)."""
@@ -392,6 +387,7 @@ class KubeStore:
                 self.deleted_namespaces.discard(name)
             self._record(kind, namespace, "ADDED", body)
             result = copy.deepcopy(body)
+            self._collect_if_dangling(key)
         self.on_change()
         return result
 
@@ -477,17 +473,17 @@ class KubeStore:
                 new["metadata"]["deletionTimestamp"] = deleting
             new["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
             self._admit_write("UPDATE", kind, new, current, dry_run)
-            if dry_run:
+            if dry_run or unchanged(new, current):
                 return copy.deepcopy(new)
             new["metadata"]["resourceVersion"] = self._bump()
             held = kind.key == NAMESPACE_KEY and holds_finalizer(new)  # until finalize_namespace
             if deleting and not new["metadata"].get("finalizers") and not held:
-                del self._objects[key]
-                self._record(kind, namespace, "DELETED", new)
-                self._collect_dependents(str(new["metadata"].get("uid", "")))
+                self._remove(key, new)
             else:
                 self._objects[key] = new
                 self._record(kind, namespace, "MODIFIED", new, previous=current)
+                if _owners(new) != _owners(current):
+                    self._collect_if_dangling(key)
             result = copy.deepcopy(new)
         self.on_change()
         return result
@@ -505,8 +501,12 @@ class KubeStore:
 
         ``propagation`` is the request's ``propagationPolicy``: ``Orphan`` (``kubectl delete
         --cascade=orphan``) keeps the dependents and removes their owner reference to the object, as
-        the garbage collector's orphan finalizer does; ``Background`` and ``Foreground`` both collect
-        them at once (the collector does it later, and ``Foreground`` keeps the owner until it has).
+        the garbage collector's orphan finalizer does; ``Background`` deletes the object, then its
+        dependents; ``Foreground`` (``--cascade=foreground``) marks the object (``deletionTimestamp``
+        and the ``foregroundDeletion`` finalizer, answered as such), deletes its dependents, and
+        deletes it once no dependent with ``blockOwnerDeletion: true`` is left - at once, or when the
+        last one held by its own finalizers goes. The collector's work is done at once here, where
+        the real one does it moments later.
 
         An object with ``metadata.finalizers`` is only marked (``deletionTimestamp``, a MODIFIED
         event) and stays until a write removes its last finalizer, as the API server does: with the
@@ -535,6 +535,7 @@ class KubeStore:
                 if answer["metadata"].get("finalizers") and not answer["metadata"].get("deletionTimestamp"):
                     answer["metadata"]["deletionTimestamp"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
                 return answer
+            result: dict[str, Any] | None = None
             if propagation == "Orphan":
                 self._orphan_dependents(str(obj["metadata"].get("uid", "")))
             if kind.key == NAMESPACE_KEY and holds_finalizer(obj):
@@ -544,6 +545,15 @@ class KubeStore:
                     obj.setdefault("status", {})["phase"] = TERMINATING
                     obj["metadata"]["resourceVersion"] = self._bump()
                     self._record(kind, namespace, "MODIFIED", obj, previous=previous)
+            elif propagation == "Foreground" and not obj["metadata"].get("deletionTimestamp"):
+                previous = copy.deepcopy(obj)
+                obj["metadata"]["deletionTimestamp"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+                obj["metadata"]["finalizers"] = [*obj["metadata"].get("finalizers", []), FOREGROUND_FINALIZER]
+                obj["metadata"]["resourceVersion"] = self._bump()
+                self._record(kind, namespace, "MODIFIED", obj, previous=previous)
+                result = copy.deepcopy(obj)
+                self._delete_dependents(str(obj["metadata"].get("uid", "")))
+                self._finish_foreground(key)
             elif obj["metadata"].get("finalizers"):
                 if not obj["metadata"].get("deletionTimestamp"):
                     previous = copy.deepcopy(obj)
@@ -551,11 +561,10 @@ class KubeStore:
                     obj["metadata"]["resourceVersion"] = self._bump()
                     self._record(kind, namespace, "MODIFIED", obj, previous=previous)
             else:
-                del self._objects[key]
                 obj["metadata"]["resourceVersion"] = self._bump()
-                self._record(kind, namespace, "DELETED", obj)
-                self._collect_dependents(str(obj["metadata"].get("uid", "")))
-            result = copy.deepcopy(obj)
+                self._remove(key, obj)
+            if result is None:
+                result = copy.deepcopy(obj)
         self.on_change()
         return result
 
@@ -581,6 +590,130 @@ class KubeStore:
             self._record(self.kinds[NAMESPACE_KEY], "", "DELETED", namespace_obj)
         self.on_change()
         return True
+
+    # ---- the garbage collector ---------------------------------------------------------------------
+    def _remove(self, key: ObjectKey, obj: dict[str, Any]) -> None:
+        """Take ``obj`` (its new resourceVersion set) out of the store for good: the DELETED event, its
+        dependents collected, an owner waiting in foreground deletion for it released, a CRD's kind
+        no longer served. Called with the lock held."""
+        resource, namespace, _ = key
+        self._objects.pop(key, None)
+        self._record(self.kinds[resource], namespace, "DELETED", obj)
+        self._collect_dependents(str(obj["metadata"].get("uid", "")))
+        for ref in _owners(obj):
+            owner = self._find_uid(str(ref.get("uid", "")))
+            if owner is not None:
+                self._finish_foreground(owner)
+        if resource == CRD_KEY:
+            self._forget_crd(obj)
+
+    def _find_uid(self, uid: str) -> ObjectKey | None:
+        if not uid:
+            return None
+        for key, obj in self._objects.items():
+            if (obj.get("metadata") or {}).get("uid") == uid:
+                return key
+        return None
+
+    def _dependents(self, owner_uid: str) -> Sequence[ObjectKey]:
+        return [
+            key
+            for key, obj in self._objects.items()
+            if owner_uid and any(ref.get("uid") == owner_uid for ref in _owners(obj))
+        ]
+
+    def _delete_dependents(self, owner_uid: str) -> None:
+        """The collector's part of a foreground deletion: each dependent deleted (in the foreground
+        too when it has dependents of its own, as ``attemptToDeleteItem`` does). Lock held."""
+        for resource, namespace, name in self._dependents(owner_uid):
+            dependent = self._objects.get((resource, namespace, name))
+            if dependent is None or (dependent.get("metadata") or {}).get("deletionTimestamp"):
+                continue
+            nested = self._dependents(str(dependent["metadata"].get("uid", "")))
+            self.delete(
+                self.kinds[resource], namespace, name, propagation="Foreground" if nested else "Background"
+            )
+
+    def _finish_foreground(self, key: ObjectKey) -> None:
+        """An owner in foreground deletion loses its ``foregroundDeletion`` finalizer once no dependent
+        with ``blockOwnerDeletion: true`` is left (then goes, unless other finalizers hold it), as the
+        garbage collector's ``processDeletingDependentsItem`` does. Lock held."""
+        obj = self._objects.get(key)
+        if obj is None or FOREGROUND_FINALIZER not in (obj["metadata"].get("finalizers") or []):
+            return
+        uid = str(obj["metadata"].get("uid", ""))
+        for dependent in self._dependents(uid):
+            refs = _owners(self._objects[dependent])
+            if any(ref.get("uid") == uid and ref.get("blockOwnerDeletion") is True for ref in refs):
+                return
+        previous = copy.deepcopy(obj)
+        kept = [f for f in obj["metadata"]["finalizers"] if f != FOREGROUND_FINALIZER]
+        if kept:
+            obj["metadata"]["finalizers"] = kept
+        else:
+            obj["metadata"].pop("finalizers", None)
+        obj["metadata"]["resourceVersion"] = self._bump()
+        if kept:
+            self._record(self.kinds[key[0]], key[1], "MODIFIED", obj, previous=previous)
+        else:
+            self._remove(key, obj)
+
+    def _owner_state(self, ref: Mapping[str, Any], namespace: str) -> str:
+        """``present``, ``absent`` (no object of that kind and name with that uid where the dependent
+        can have its owner: its namespace, or the cluster scope) or ``unknown`` (a kind the server
+        does not serve: the collector cannot look it up and leaves the dependent alone)."""
+        group, _, version = str(ref.get("apiVersion", "")).rpartition("/")
+        kind = next(
+            (
+                k
+                for k in self.kinds.values()
+                if (k.group, k.version, k.kind) == (group, version, ref.get("kind"))
+            ),
+            None,
+        )
+        if kind is None or not ref.get("uid"):
+            return "unknown"
+        owner = self._objects.get((kind.key, namespace if kind.namespaced else "", str(ref.get("name"))))
+        return "present" if owner is not None and owner["metadata"].get("uid") == ref["uid"] else "absent"
+
+    def _collect_if_dangling(self, key: ObjectKey) -> None:
+        """The garbage collector's look at an object written with owner references: every owner gone
+        (its uid no longer there: deleted, or deleted and made again) - the object is deleted; some
+        gone, some there - the dangling references are removed. The collector does it moments after
+        the write (``attemptToDeleteItem``); here at once. A reference to a kind the server does not
+        serve leaves the object alone, as it does the collector. Lock held."""
+        obj = self._objects.get(key)
+        refs = _owners(obj or {})
+        if obj is None or not refs:
+            return
+        states = [self._owner_state(ref, key[1]) for ref in refs]
+        if "unknown" in states or "absent" not in states:
+            return
+        resource, namespace, name = key
+        if "present" not in states:
+            self.delete(self.kinds[resource], namespace, name)
+            return
+        previous = copy.deepcopy(obj)
+        obj["metadata"]["ownerReferences"] = [
+            r for r, state in zip(refs, states, strict=True) if state == "present"
+        ]
+        obj["metadata"]["resourceVersion"] = self._bump()
+        self._record(self.kinds[resource], namespace, "MODIFIED", obj, previous=previous)
+
+    def _forget_crd(self, crd: Mapping[str, Any]) -> None:
+        """A deleted CRD's kind is no longer served (its URLs answer 404 again) and its objects are
+        gone, as apiextensions-apiserver's ``customresourcecleanup`` finalizer deletes them before
+        the CRD goes (here at once: their own finalizers are not waited for); called with the lock
+        held."""
+        spec = crd.get("spec") or {}
+        group, plural = str(spec.get("group", "")), str((spec.get("names") or {}).get("plural", ""))
+        served = [key for key in self.kinds if key[0] == group and key[2] == plural]
+        for key in served:
+            for object_key in [k for k in self._objects if k[0] == key]:
+                obj = self._objects.pop(object_key)
+                obj["metadata"]["resourceVersion"] = self._bump()
+                self._record(self.kinds[key], object_key[1], "DELETED", obj)
+            del self.kinds[key]
 
     def _orphan_dependents(self, owner_uid: str) -> None:
         """Remove the owner references naming ``owner_uid`` (a MODIFIED event each, as the garbage
@@ -619,6 +752,27 @@ class KubeStore:
         with self._lock:
             snapshot = [copy.deepcopy(o) for o in self._objects.values()]
         yield from snapshot
+
+
+def _owners(obj: Mapping[str, Any]) -> list[dict[str, Any]]:
+    refs = (obj.get("metadata") or {}).get("ownerReferences")
+    return [r for r in refs if isinstance(r, dict)] if isinstance(refs, list) else []
+
+
+def unchanged(new: Mapping[str, Any], current: Mapping[str, Any]) -> bool:
+    """Whether a write would store what is stored already (its resourceVersion aside): the API
+    server's ``GuaranteedUpdate`` compares the encoded object with the stored bytes and, when they
+    are equal, writes nothing - no new resourceVersion, no watch event - and answers the stored
+    object, so ``kubectl patch`` with the same value prints ``(no change)``. A fake that bumped the
+    version and sent ``MODIFIED`` let a controller that reacts to its own no-op writes look fine
+    here and loop on a cluster, or the other way round, hid a controller waiting for an event that
+    never comes."""
+
+    def without_version(obj: Mapping[str, Any]) -> dict[str, Any]:
+        meta = {k: v for k, v in (obj.get("metadata") or {}).items() if k != "resourceVersion"}
+        return {**obj, "metadata": meta}
+
+    return without_version(new) == without_version(current)
 
 
 def uid_precondition_failed(kind: ResourceKind, namespace: str, name: str, sent: str, stored: str) -> str:

@@ -669,9 +669,12 @@ def test_the_v1_defaults_are_stored(kube: FakeKubeApiServer) -> None:
 @pytest.fixture
 def stored_widget() -> Iterator[tuple[FakeKubeApiServer, Crd]]:
     with running_fake_kube() as kube:
-        stored = _post(kube, widget_crd())
-        assert stored["kind"] == "CustomResourceDefinition", stored
-        yield kube, stored
+        created = _post(kube, widget_crd())
+        assert created["kind"] == "CustomResourceDefinition", created
+        # Read back, as the API server's controllers write its Established condition after the create
+        # (a write carrying the create's resourceVersion would be refused 409).
+        crds = kube.store.kinds[("apiextensions.k8s.io", "v1", "customresourcedefinitions")]
+        yield kube, kube.store.get(crds, "", created["metadata"]["name"])
 
 
 def _causes(status: dict[str, Any]) -> dict[str, str]:

@@ -33,7 +33,7 @@ from igw.config.crd import PLURAL
 from igw.config.inference_extension import GROUP as EXTENSION_GROUP
 from igw.config.inference_extension import VERSION as EXTENSION_VERSION
 from igw.config.inference_extension_crds import PLURALS as EXTENSION_PLURALS
-from igw.config.model import API_GROUP, API_VERSION
+from igw.config.model import API_GROUP, API_VERSION, KIND
 from igw.operator.bindings import pool_name
 from igw.operator.diffbase import DigestDiffBaseStorage
 from igw.operator.kube import refusal_text
@@ -171,6 +171,7 @@ def build_registry(
         )
 
     async def reconcile(namespace: str | None, name: str | None, **_: Any) -> None:
+        reconciler.served(f"{API_GROUP}/{API_VERSION}", KIND)  # kopf serves it: the CRD is installed
         if namespace and name:
             await reconciler.reconcile(namespace, name)
 
@@ -180,6 +181,7 @@ def build_registry(
 
     @kopf.on.event(*resource, registry=registry, id="forget-on-delete")
     async def forget(event: Mapping[str, Any], **_: Any) -> None:
+        reconciler.served(f"{API_GROUP}/{API_VERSION}", KIND)
         resync.saw(event.get("type"), event.get("object") or {})
         if event.get("type") == "DELETED":
             await reconciler.forget(event.get("object") or {})
@@ -188,6 +190,7 @@ def build_registry(
     # the config they bind to, which merges them and writes their conditions.
     async def rebind(event: Mapping[str, Any], **_: Any) -> None:
         obj = event.get("object") or {}
+        reconciler.served(f"{EXTENSION_GROUP}/{EXTENSION_VERSION}", str(obj.get("kind")))
         namespace, pool = (obj.get("metadata") or {}).get("namespace"), pool_name(obj)
         if event.get("type") == "DELETED":  # its config's next pass leaves it out
             if namespace and pool:

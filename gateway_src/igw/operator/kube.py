@@ -264,6 +264,14 @@ class Kube:
                 self._resources[key] = resource
             return resource
 
+    def served(self, api_version: str, kind: str) -> None:
+        """``kind`` is served now (a watch just delivered one of its objects): forget that it was
+        missing, so the next call looks it up at once. Without this, an operator started before its
+        CRD was installed kept answering "not served" for up to :data:`MISSING_KIND_RETRY_S` after the
+        CRD came: the first pass of the first config failed with a traceback in the log (kopf
+        retried it 60 s later) and its gateway came up only with a later resync."""
+        self._missing.pop((api_version, kind), None)
+
     def _not_served_lately(self, key: tuple[str, str]) -> None:
         """Raise ``ResourceNotFoundError`` when ``key`` was not served less than
         :data:`MISSING_KIND_RETRY_S` ago. The dynamic client answers a kind it does not know by

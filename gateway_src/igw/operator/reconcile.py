@@ -165,6 +165,10 @@ class Reconciler:
         objectives, rewrites = await self._list_bindable(namespace)
         return NamespaceListing(sequence, configs, objectives, rewrites)
 
+    def served(self, api_version: str, kind: str) -> None:
+        """A watch delivered an object of ``kind``: it is served (see :meth:`Kube.served`)."""
+        self._kube.served(api_version, kind)
+
     async def reconcile(self, namespace: str, name: str, *, listed: NamespaceListing | None = None) -> bool:
         """One pass over the object; ``False`` when it no longer exists (or is being deleted).
 
