@@ -15,9 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
+from igw.config.crd import CRD_PATH
 from tests.fakes.kube_api import FakeKubeApiServer, running_fake_kube
 from tests.operator.harness import (
+    ROOT,
     OperatorThread,
     find,
     igwc,
@@ -216,6 +219,29 @@ def test_kubectl_explain_reads_the_crd_s_published_schema(kube: FakeKubeApiServe
     assert "metadata\t<ObjectMeta>" in top
     assert "APIVersion defines the versioned schema" in top
     assert "Name must be unique" in kubectl(kube, tmp_path, "explain", "igwc.metadata.name").stdout
+
+
+@needs_kubectl
+@pytest.mark.parametrize("field", ["spec", "spec.schedulers", "status.schedulers"])
+def test_kubectl_explain_describes_every_field_it_lists(
+    kube: FakeKubeApiServer, tmp_path: Path, field: str
+) -> None:
+    """``kubectl explain igwc.spec.schedulers`` printed ``<no description>`` for most fields (and
+    ``<empty>`` for ``spec``): the schema left them undescribed. Each field explain lists now shows
+    the description the CRD carries for it (tests/config/test_crd_descriptions.py holds every
+    field of every CRD to that)."""
+    install_crd(kube)
+    explained = kubectl(kube, tmp_path, "explain", f"igwc.{field}")
+    assert explained.returncode == 0, explained.stderr
+    assert "<no description>" not in explained.stdout
+    assert "<empty>" not in explained.stdout
+    node = yaml.safe_load((ROOT / CRD_PATH).read_text())["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    for part in field.split("."):
+        node = node["properties"][part]
+        node = node.get("items", node)
+    shown = " ".join(explained.stdout.split())
+    for name, sub in node["properties"].items():
+        assert " ".join(sub["description"].split()) in shown, (field, name)
 
 
 def _owned_config_map(name: str, owner: dict[str, Any], **meta: Any) -> dict[str, Any]:
