@@ -1247,6 +1247,8 @@ async def _charge_relayed(
     charged, nor a stored response's replay (``GET .../{id}?stream=true``: generated, and counted,
     once)."""
     relayed = getattr(prepared[0], "relayed", None) if prepared else None
+    if relayed is not None:
+        prepared[0].relayed = None  # type: ignore[attr-defined]  # read once: no cycle left behind
     if relayed is None or not plan.generates:
         return
     usage = relayed.usage or {}
