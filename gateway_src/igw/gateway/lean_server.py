@@ -786,6 +786,11 @@ class LeanRequestHandler(GatewayRequestHandler):
         if task is not None and not task.done():
             task.cancel()
         super().connection_lost(exc)
+        # Both hold this handler (the parser its methods, the flow itself): left in place, each
+        # closed connection's handler, parser and flow waited for the cyclic collector (session s40).
+        # A body still being read keeps its own reference to the flow.
+        self._lean_parser = None
+        self._lean_flow = None
 
 
 def _handler_failed(request: LeanRequest, status: int, exc: BaseException | None) -> web.Response:
