@@ -329,6 +329,9 @@ async def handle_inference(
                     state.response_searches.end()
         finally:
             state.inflight.leave(task)
+            # Interpreted, a cancelled handler's traceback keeps this frame, whose ``task`` holds
+            # that CancelledError: a cycle that kept the whole request (see LeanRequestHandler._serve).
+            task = None
     except GuardDenied as denied:
         return obs.finish(denial_response(denied, request_id=obs.request_id))
 
@@ -738,6 +741,7 @@ async def _route(
             return gateway_error("shutting_down", message, request_id=rid)
         finally:
             state.inflight.leave(task)
+            task = None  # a cancelled wait's traceback keeps this frame (see handle_inference)
         waited_s = state.clock() - queued_at
         obs.waited(waited_s, queued.reason.value if isinstance(queued, Refused) else queued)
         if log is not None and not isinstance(queued, Refused):  # why this pod, after the queue

@@ -716,6 +716,10 @@ class LeanRequestHandler(GatewayRequestHandler):
             try:
                 request.run_after_response()
             finally:
+                # A handler cancelled (its client gone) leaves its CancelledError on this task, and
+                # the error's traceback the frames that hold this request: the request naming the
+                # task closed a cycle that kept the whole request until the cyclic collector ran.
+                request.task = None
                 self._end_request(keep_alive)
 
     @staticmethod
