@@ -8,7 +8,8 @@ itself). Skipped only when there is no C compiler. Then:
 - the DES decisions of two scenarios are byte-identical between the compiled copy and this tree;
 - the lean server's and the HTTP surface's tests (malformed bodies, error shapes, streaming,
   keep-alive) pass against the compiled copy, run by pytest in a process with ``PYTHONPATH`` at it;
-- ``igw perf decide`` runs on it and says it measured compiled code.
+- ``igw perf decide`` runs on it and says it measured compiled code;
+- the hot paths leave no garbage in reference cycles there (``tests/gateway/test_garbage_cycles.py``).
 """
 
 from __future__ import annotations
@@ -199,6 +200,23 @@ def test_the_upstream_and_scrape_paths_hold_when_compiled(compiled_tree: Path) -
     ]
     left_out = "not (first_body_bytes_reach_a_callback or cannot_read_ends_the_channel)"
     done = _run(compiled_tree, "-m", "pytest", *tests, "-k", left_out, "-p", "no:cacheprovider", "-q")
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+
+
+def test_the_hot_paths_leave_no_reference_cycles_when_compiled(compiled_tree: Path) -> None:
+    """Requests (plain, streamed, guarded, cut short) and scrapes leave no garbage in reference cycles
+    on the compiled copy either (``tests/gateway/test_garbage_cycles.py``): compiled by mypyc, nested
+    functions that refer to one another share an environment that holds them, a cycle per call the
+    interpreted code does not make (``parse_page`` kept each parsed page that way until session s40)."""
+    probe = (
+        "import igw.gateway.metrics_parser as m, igw.gateway.scrape_client as s, igw.gateway.upstream as u\n"
+        "print(m.__file__.endswith('.py'), s.__file__.endswith('.py'), u.__file__.endswith('.py'))"
+    )
+    done = _run(compiled_tree, "-c", probe)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "False", "False"], done.stdout
+    test = "tests/gateway/test_garbage_cycles.py"
+    done = _run(compiled_tree, "-m", "pytest", test, "-p", "no:cacheprovider", "-q")
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
 
 

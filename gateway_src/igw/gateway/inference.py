@@ -328,6 +328,9 @@ async def handle_inference(
                     state.response_searches.end()
         finally:
             state.inflight.leave(task)
+            # Interpreted, a cancelled handler's traceback keeps this frame, whose ``task`` holds
+            # that CancelledError: a cycle that kept the whole request (see LeanRequestHandler._serve).
+            task = None
     except GuardDenied as denied:
         return obs.finish(denial_response(denied, request_id=obs.request_id))
 
@@ -741,6 +744,7 @@ async def _route(
             return gateway_error("shutting_down", message, request_id=rid)
         finally:
             state.inflight.leave(task)
+            task = None  # a cancelled wait's traceback keeps this frame (see handle_inference)
         waited_s = state.clock() - queued_at
         obs.waited(waited_s, queued.reason.value if isinstance(queued, Refused) else queued)
         if log is not None and not isinstance(queued, Refused):  # why this pod, after the queue
@@ -1285,6 +1289,8 @@ async def _charge_relayed(
     charged, nor a stored response's replay (``GET .../{id}?stream=true``: generated, and counted,
     once)."""
     relayed = getattr(prepared[0], "relayed", None) if prepared else None
+    if relayed is not None:
+        prepared[0].relayed = None  # type: ignore[attr-defined]  # read once: no cycle left behind
     if relayed is None or not plan.generates:
         return
     usage = relayed.usage or {}

@@ -716,6 +716,10 @@ class LeanRequestHandler(GatewayRequestHandler):
             try:
                 request.run_after_response()
             finally:
+                # A handler cancelled (its client gone) leaves its CancelledError on this task, and
+                # the error's traceback the frames that hold this request: the request naming the
+                # task closed a cycle that kept the whole request until the cyclic collector ran.
+                request.task = None
                 self._end_request(keep_alive)
 
     @staticmethod
@@ -786,6 +790,11 @@ class LeanRequestHandler(GatewayRequestHandler):
         if task is not None and not task.done():
             task.cancel()
         super().connection_lost(exc)
+        # Both hold this handler (the parser its methods, the flow itself): left in place, each
+        # closed connection's handler, parser and flow waited for the cyclic collector (session s40).
+        # A body still being read keeps its own reference to the flow.
+        self._lean_parser = None
+        self._lean_flow = None
 
 
 def _handler_failed(request: LeanRequest, status: int, exc: BaseException | None) -> web.Response:

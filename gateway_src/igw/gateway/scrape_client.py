@@ -43,6 +43,7 @@ failures come from.
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
 from collections.abc import Callable
 from typing import Final, NamedTuple, Protocol, cast
@@ -107,7 +108,10 @@ class _Connection:
         self._on_idle = on_idle
         self._on_lost = on_lost
         self._transport: asyncio.Transport | None = None
-        self._parser = httptools.HttpResponseParser(self)
+        self._parser: httptools.HttpResponseParser | None = httptools.HttpResponseParser(self)
+        """The connection's response parser, dropped once the connection is lost: it holds this
+        protocol's methods, a reference cycle that kept each closed connection (its socket object,
+        buffers and callbacks) for the cyclic collector."""
         self._done: Landed | None = None
         self._chunks: list[bytes] = []
         self._size = 0
@@ -121,8 +125,11 @@ class _Connection:
         self._transport = cast(asyncio.Transport, transport)  # uvloop's transports are not subclasses
 
     def data_received(self, data: bytes) -> None:
+        parser = self._parser
+        if parser is None:  # lost: nothing more to read
+            return
         try:
-            self._parser.feed_data(data)
+            parser.feed_data(data)
         except httptools.HttpParserUpgrade:
             self._fail(ScrapeRequestError("the server switched protocols"))
         except httptools.HttpParserError as exc:
@@ -144,6 +151,7 @@ class _Connection:
         self._on_lost(self)
         reason = f": {exc}" if exc is not None else ""
         self._fail(ScrapeRequestError(f"the server closed the connection{reason}"))
+        self._parser = None  # the cycle it closes with this protocol, broken (see __init__)
 
     # ---- httptools callbacks (only those defined are called: the status is read at the end) --------
     def on_body(self, body: bytes) -> None:
@@ -158,7 +166,7 @@ class _Connection:
         chunks = self._chunks
         body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
         self._chunks = []
-        parser = self._parser
+        parser = cast(httptools.HttpResponseParser, self._parser)  # it is calling this: not dropped
         status = parser.get_status_code()
         if not parser.should_keep_alive():
             self._close()
@@ -330,13 +338,16 @@ class ScrapeClient:
         for conn, request, timeout_s in self._slots.pop(deadline, ()):
             conn.time_out(request, timeout_s)
 
+    def _idle(self, pod: _Pod, conn: _Connection) -> None:
+        """``conn``, done with its request, waits for the next one to ``pod`` (unless closing)."""
+        if not self._closed:
+            pod.idle.append(conn)
+
     async def _connect(self, pod: _Pod, timeout_s: float) -> _Connection:
         loop = asyncio.get_running_loop()
-
-        def on_idle(conn: _Connection) -> None:
-            if not self._closed:
-                pod.idle.append(conn)
-
+        # A partial, not a nested function: compiled by mypyc, a nested function the factory below
+        # refers to is kept in the environment both hold, a reference cycle left by each connection.
+        on_idle = functools.partial(self._idle, pod)
         try:
             async with asyncio.timeout(timeout_s):
                 _, made = await loop.create_connection(

@@ -252,7 +252,9 @@ class _Connection:
         self.closed = False
         self.idle_since = 0.0
         self.reused = False
-        self._parser = httptools.HttpResponseParser(self)
+        self._parser: httptools.HttpResponseParser | None = httptools.HttpResponseParser(self)
+        """Dropped once the connection is lost: it holds this protocol's methods, a reference cycle
+        that kept each closed connection (and what its last response held) for the cyclic collector."""
         self._waiter: asyncio.Future[None] | None = None
         self.silent_since = 0.0
         """The loop time of the stall sweep that last found :attr:`heard` set (or first saw the
@@ -293,10 +295,13 @@ class _Connection:
             # they would begin the next request's response. Closed and dropped, as HTTP clients do.
             self.abort()
             return
+        parser = self._parser
+        if parser is None:  # lost: nothing more to read
+            return
         self.received_any = True
         self.heard = True
         try:
-            self._parser.feed_data(data)
+            parser.feed_data(data)
         except httptools.HttpParserUpgrade:
             self._fail(UpstreamBroken("the model server switched protocols"))
             return
@@ -333,6 +338,7 @@ class _Connection:
         elif not self.complete and self.error is None:
             why = f": {exc}" if exc is not None else ""
             self.error = UpstreamBroken(f"the model server closed the connection{why}")
+        self._parser = None  # the cycle it closes with this protocol, broken (see __init__)
         self._wake()
 
     # ---- httptools callbacks -----------------------------------------------------------------
@@ -355,7 +361,8 @@ class _Connection:
                     noted[low] += b"," + value
 
     def on_headers_complete(self) -> None:
-        status = self._parser.get_status_code()
+        parser = cast(httptools.HttpResponseParser, self._parser)  # it is calling this: not dropped
+        status = parser.get_status_code()
         if not 100 <= status <= 599:  # no HTTP status: neither interim nor one to relay
             self._fail(UpstreamBroken(f"the model server answered with status {status}, outside 100-599"))
             return
@@ -371,7 +378,7 @@ class _Connection:
             )
             return
         self.status = status
-        self.keep_alive = self._parser.should_keep_alive()
+        self.keep_alive = parser.should_keep_alive()
         framed = b"content-length" in self.noted or b"transfer-encoding" in self.noted
         self.until_eof = not framed and status not in (204, 304)
         self.headers_done = True
