@@ -56,6 +56,7 @@ def _noted(fields: list[tuple[bytes, bytes]]) -> dict[bytes, bytes]:
     """What the upstream client notes of ``fields`` (its parser is fed the same head)."""
     conn = parsing_connection()
     head = b"HTTP/1.1 200 OK\r\n" + b"".join(b"%b: %b\r\n" % f for f in fields) + b"\r\n"
+    assert conn._parser is not None  # dropped only when the connection is lost
     conn._parser.feed_data(head)
     assert conn.fields == fields
     return conn.noted

@@ -14,6 +14,7 @@ from tests.gateway.support import parsing_connection
 
 def _parsed(head: bytes) -> UpstreamResponse:
     conn = parsing_connection()
+    assert conn._parser is not None  # dropped only when the connection is lost
     conn._parser.feed_data(head)
     assert conn.headers_done
     return UpstreamResponse(conn)
