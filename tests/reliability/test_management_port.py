@@ -138,6 +138,10 @@ async def test_two_workers_answer_for_the_whole_host_on_the_management_port(tmp_
         running(FakeModelServer("p0")) as (pod,),
         igw_serve(tmp_path, gateway_doc(), [pod.key], "--workers", "2", "--management-port", "0") as gw,
     ):
+        # the parent names the port once worker 0 serves (workers start one after the other)
+        await wait_until(
+            lambda: re.search(r"management port (\d+)", gw.output) is not None, within=60, what="the port"
+        )
         found = re.search(r"management port (\d+)", gw.output)
         assert found, gw.output  # the parent reserved one port for both workers
         management = f"http://127.0.0.1:{found.group(1)}"

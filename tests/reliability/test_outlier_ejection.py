@@ -138,6 +138,19 @@ async def test_a_worker_group_ejects_once_for_all_its_workers(tmp_path: Path) ->
                 if len(endpoints) == 3 and all(e["fresh"] for e in endpoints.values()):
                     break
                 await asyncio.sleep(0.05)
+            # Worker 1 starts once worker 0 serves: both must see every pod fresh before the fault
+            # (each new connection lands on either worker; /readyz is the answering worker's).
+            fresh_in: set[int] = set()
+            for _ in range(600):
+                async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as one:
+                    ready = await (await one.get(url + "/readyz")).json()
+                endpoints = ready["schedulers"][MODEL]["endpoints"]
+                if len(endpoints) == 3 and all(e["fresh"] for e in endpoints.values()):
+                    fresh_in.add(ready["worker"]["index"])
+                if fresh_in == {0, 1}:
+                    break
+                await asyncio.sleep(0.05)
+            assert fresh_in == {0, 1}
             await fleet.inject("p0", FaultSpec(kind=FaultKind.ERROR_RATE, rate=1.0, status=500))
             failed = 0
             for i in range(40):  # one connection: one worker takes all of them

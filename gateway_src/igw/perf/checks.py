@@ -123,7 +123,11 @@ def simulated_cluster(*, pods: int, configs: int, schedulers: int) -> list[dict[
                     "schedulers": sched,
                     "extensions": {
                         "rateLimits": {"default": {"requestsPerSecond": 10, "burst": 20}},
-                        "authorization": {"requireTenant": True, "prefixCacheIsolation": "tenant"},
+                        "authorization": {
+                            "requireTenant": True,
+                            "prefixCacheIsolation": "tenant",
+                            "maxTokenLifetime": "1h",
+                        },
                     },
                 },
             }
