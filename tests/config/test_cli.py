@@ -233,6 +233,22 @@ def test_a_picker_config_with_an_unknown_plugin_type_is_a_problem(
     assert "[endpoint-picker-config]" in out
 
 
+def test_a_misspelled_plugin_type_names_the_closest_known_type(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``type: queue-scorrer`` listed 36 known types and left the user to spot the one they meant;
+    the message now names it first (as a misspelled kind does)."""
+    path = tmp_path / "plugins.yaml"
+    path.write_text(_REFERENCE_PICKER.replace("type: queue-scorer", "type: queue-scorrer"))
+    assert main(["validate", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert (
+        f"{path}:4: plugins[0].type: unknown plugin type 'queue-scorrer' "
+        "(did you mean 'queue-scorer'?); known: " in out
+    )
+    assert "kv-cache-utilization-scorer" in out  # the full list still follows
+
+
 def test_stdin_that_is_not_utf8_is_an_unreadable_file_not_a_traceback() -> None:
     """Under the C/POSIX locale Python reads standard input with surrogateescape: ``printf '\\xff' |
     igw validate -`` ended in a UnicodeEncodeError traceback from the YAML parser."""
