@@ -39,6 +39,46 @@ def test_examples_are_valid(capsys: pytest.CaptureFixture[str]) -> None:
     assert "skipped document 2 (kind ConfigMap)" in err
 
 
+def test_aws_fields_igw_does_not_use_are_named_in_notes_and_the_exit_code_stays_0(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A file written for AWS's gateway with ``logLevel: 4``, ``bbr.replicas: 3`` ... validated with
+    no word that igw does nothing with them; each is now a note naming its path and line."""
+    doc = base_document()
+    doc["spec"]["bbr"]["replicas"] = 3
+    doc["spec"]["observability"] = {"metrics": {"enabled": False}}
+    first = doc["spec"]["schedulers"][0]
+    first.update({"appProtocol": "kubernetes.io/h2c", "logLevel": 4, "env": [{"name": "A", "value": "b"}]})
+    doc["spec"]["schedulers"][1]["envFrom"] = [{"configMapRef": {"name": "cm"}}]
+    path = tmp_path / "aws.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    assert main(["validate", str(path)]) == 0
+    out, err = capsys.readouterr()
+    assert out == ""
+    text = path.read_text().splitlines()
+    noted = {}
+    for line in err.splitlines():
+        if "[accepted-unused]" in line:
+            _, number, rest = line.split(":", 2)
+            field_path = rest.removeprefix(" note: ").split(": ")[0]
+            noted[field_path] = int(number)
+    assert set(noted) == {
+        "spec.bbr.replicas",
+        "spec.observability.metrics.enabled",
+        "spec.schedulers[0].appProtocol",
+        "spec.schedulers[0].logLevel",
+        "spec.schedulers[0].env",
+        "spec.schedulers[1].envFrom",
+    }
+    for field_path, number in noted.items():  # each note points at its field (a list: its first item)
+        key = field_path.rsplit(".", 1)[-1]
+        assert key in text[number - 1] or f"{key}:" in text[number - 2], field_path
+    assert "has no effect in igw" in err
+    assert "1 InferenceGatewayConfig document(s) checked, 0 problem(s)" in err
+    assert main(["validate", "--output", "json", str(path)]) == 0
+    assert json.loads(capsys.readouterr().out) == []  # notes are not problems
+
+
 def test_three_errors_are_all_printed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = _three_errors(tmp_path)
     assert main(["validate", str(path)]) == 1
@@ -231,6 +271,22 @@ def test_a_picker_config_with_an_unknown_plugin_type_is_a_problem(
     out = capsys.readouterr().out
     assert f"{path}:4: plugins[0].type: unknown plugin type 'nope-scorer'" in out
     assert "[endpoint-picker-config]" in out
+
+
+def test_a_misspelled_plugin_type_names_the_closest_known_type(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``type: queue-scorrer`` listed 36 known types and left the user to spot the one they meant;
+    the message now names it first (as a misspelled kind does)."""
+    path = tmp_path / "plugins.yaml"
+    path.write_text(_REFERENCE_PICKER.replace("type: queue-scorer", "type: queue-scorrer"))
+    assert main(["validate", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert (
+        f"{path}:4: plugins[0].type: unknown plugin type 'queue-scorrer' "
+        "(did you mean 'queue-scorer'?); known: " in out
+    )
+    assert "kv-cache-utilization-scorer" in out  # the full list still follows
 
 
 def test_stdin_that_is_not_utf8_is_an_unreadable_file_not_a_traceback() -> None:

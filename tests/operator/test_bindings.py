@@ -62,6 +62,24 @@ def test_objectives_enable_flow_control_and_unset_priority_is_standard() -> None
     assert "extensions" not in merge(SPEC, [], []).spec
 
 
+def test_a_priority_gie_allows_outside_a_million_is_accepted_and_merges_into_a_valid_config() -> None:
+    """GIE's ``InferenceObjective.spec.priority`` is an unbounded Go int; igw refused anything past
+    +-1,000,000 (``spec.priority: must be <= 1000000``), so YAML written for GIE with priority
+    2000000 did not apply. Any 32-bit priority is accepted, and the merged config is valid too."""
+    from igw.config.inference_extension import validate_resource
+
+    for priority in (2_000_000, -2_000_000, 2_147_483_647, -2_147_483_648):
+        obj = objective("premium", priority)
+        assert validate_resource(obj) == []
+        result = merge(SPEC, [obj], [])
+        assert result.spec["extensions"]["flowControl"]["objectives"] == [
+            {"name": "premium", "priority": priority}
+        ]
+        assert validate_document(as_config(result.spec)) == []
+    beyond = validate_resource(objective("premium", 2_147_483_648))
+    assert [(p.path, p.rule) for p in beyond] == [("spec.priority", "schema.maximum")]
+
+
 def test_spec_objectives_win_and_the_older_object_wins() -> None:
     spec = {**SPEC, "extensions": {"flowControl": {"objectives": [{"name": "chat", "priority": 1}]}}}
     result = merge(

@@ -137,6 +137,49 @@ def test_transitions_only_on_change_and_times_are_kept() -> None:
     assert ready["lastTransitionTime"] == "2026-12-01T12:05:00Z"
 
 
+def _scheduler_conditions(entry: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    return {c["type"]: (c["status"], c["reason"]) for c in entry["conditions"]}
+
+
+def test_each_scheduler_reports_ready_and_available_conditions_that_keep_their_time() -> None:
+    """AWS's ``status.schedulers[].conditions`` was declared in the CRD and never written, so
+    ``kubectl wait --for=jsonpath=...`` on a scheduler had nothing to wait on."""
+    pods: dict[str, list[dict[str, Any]]] = {
+        "llama": [make_pod(name="old", labels={"app": "llama"}, image="vllm/vllm-openai:v0.8.5")],
+        "qwen": [],
+    }
+    first, _ = compute_status(_igwc(), _seen(pods), now=NOW)
+    llama, qwen = first["schedulers"]
+    assert _scheduler_conditions(llama) == {
+        "Ready": ("True", "Ready"),
+        "Available": ("False", "MissingSignals"),
+    }
+    available = next(c for c in llama["conditions"] if c["type"] == "Available")
+    assert "0.8.5" in available["message"]
+    assert _scheduler_conditions(qwen) == {
+        "Ready": ("False", "NoEndpoints"),
+        "Available": ("False", "Pending"),
+    }
+    assert all(c["observedGeneration"] == 4 for c in llama["conditions"] + qwen["conditions"])
+    crd = build_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    assert list(Draft202012Validator(crd["properties"]["status"]).iter_errors(first)) == []
+
+    later = NOW + timedelta(minutes=5)
+    pods["llama"] = [make_pod(name="new", labels={"app": "llama"})]
+    pods["qwen"] = [make_pod(name="q", labels={"app": "qwen"}, ready=False)]
+    second, _ = compute_status(_igwc(first), _seen(pods), now=later)
+    llama, qwen = second["schedulers"]
+    assert _scheduler_conditions(llama) == {"Ready": ("True", "Ready"), "Available": ("True", "Available")}
+    times = {c["type"]: c["lastTransitionTime"] for c in llama["conditions"]}
+    assert times == {"Ready": "2026-12-01T12:00:00Z", "Available": "2026-12-01T12:05:00Z"}
+    assert _scheduler_conditions(qwen) == {
+        "Ready": ("False", "NoReadyEndpoints"),
+        "Available": ("False", "NoReadyEndpoints"),
+    }
+    times = {c["type"]: c["lastTransitionTime"] for c in qwen["conditions"]}
+    assert times == {"Ready": "2026-12-01T12:00:00Z", "Available": "2026-12-01T12:00:00Z"}
+
+
 def test_load_balancer_hostname_is_the_address() -> None:
     service = {
         "metadata": {"name": "chat-gateway", "namespace": "ns"},

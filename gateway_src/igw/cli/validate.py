@@ -9,7 +9,9 @@ warning, is a warning on stderr, or a problem with ``--strict-plugins``.
 Prints one line per problem, ``FILE:LINE: PATH: MESSAGE [RULE]``, reporting every problem of every
 document; documents of other kinds in the same file are skipped with a note on stderr, except that a
 kind unknown to an API group igw owns or reads (``kind: InferenceGatewayconfig``, which ``kubectl
-apply`` refuses) is a problem naming the nearest known kind (:mod:`igw.config.kinds`). Exit codes:
+apply`` refuses) is a problem naming the nearest known kind (:mod:`igw.config.kinds`). An AWS field
+that igw accepts without using (``logLevel``, ``bbr.replicas`` ...) is a note on stderr naming its
+path (:mod:`igw.config.unused_fields`), which leaves the exit code as it was. Exit codes:
 0 all valid, 1 at least one problem, 2 a file could not be read or parsed (or bad usage).
 """
 
@@ -126,6 +128,7 @@ def _check_file(
     from igw.config.inference_extension import is_inference_extension_resource, validate_resource
     from igw.config.jsonpath import parse_path
     from igw.config.kinds import unknown_kind_problem
+    from igw.config.unused_fields import unused_field_notes
     from igw.config.validate import is_gateway_config, validate_document
     from igw.global_router.schema import is_global_router_config, validate_global_document
     from igw.scheduling.picker_config import KIND as PICKER_KIND
@@ -174,6 +177,13 @@ def _check_file(
             )
         if validate is not validate_document:
             others[str(doc.content["kind"])] = others.get(str(doc.content["kind"]), 0) + 1
+        else:
+            placed = [(doc.line_of(parse_path(u.path)), u) for u in unused_field_notes(doc.content)]
+            for line, unused in sorted(placed, key=lambda item: item[0]):
+                notes.append(
+                    f"{name}:{line}: note: {unused.path}: accepted (AWS's field) but has no effect in igw: "
+                    f"{unused.message} [{unused.rule}]"
+                )
         located = [(doc.line_of(parse_path(p.path)), p) for p in validate(doc.content)]
         for line, problem in sorted(located, key=lambda item: item[0]):
             findings.append(Finding(name, doc.index + 1, line, problem.path, problem.message, problem.rule))

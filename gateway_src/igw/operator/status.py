@@ -16,9 +16,13 @@ Conditions (the AWS set, see ``docs/operating.md`` for every reason):
   endpoint (``Ready``), else the first reason that fails.
 
 ``schedulers[]`` reports, per scheduler of the spec being served, model-server pods found / ready /
-stale (ready, but a requirement for its signals fails), the missing signals in words, and
-``rolloutState``. A condition keeps its ``lastTransitionTime`` until its status changes; every
-change of status or reason is a :class:`Transition`, which the operator posts as an Event.
+stale (ready, but a requirement for its signals fails), the missing signals in words,
+``rolloutState``, and two conditions: ``Ready`` (``Ready``, or ``NotProgrammed``, ``NoEndpoints``,
+``NoReadyEndpoints``) and ``Available`` (``Available``, or ``Pending``, ``Progressing``,
+``NoReadyEndpoints``, ``MissingSignals``); until session s41 AWS's ``schedulers[].conditions`` was
+declared in the CRD and never written. A condition keeps its ``lastTransitionTime`` until its
+status changes; every change of status or reason of the object's own conditions is a
+:class:`Transition`, which the operator posts as an Event.
 """
 
 from __future__ import annotations
@@ -155,11 +159,76 @@ def _scheduler_status(
         state = "Available"
     return {
         "name": str(scheduler.get("name")),
+        "conditions": _scheduler_conditions(
+            state, found=len(pods), ready=len(ready_pods), missing=missing, programmed=programmed
+        ),
         "currentScheduler": str(scheduler.get("scheduler", "llm-d")),
         "rolloutState": state,
         "endpoints": {"found": len(pods), "ready": len(ready_pods), "stale": stale},
         "missingSignals": missing,
     }
+
+
+def _scheduler_conditions(
+    state: str, *, found: int, ready: int, missing: Sequence[str], programmed: bool
+) -> dict[str, tuple[str, str, str]]:
+    """``{type: (status, reason, message)}`` of one scheduler: ``Ready`` (a ready model-server pod
+    to route to) and ``Available`` (``rolloutState`` is Available: ready pods, the gateway rolled
+    out, every routing signal readable), each with the reason a dashboard or ``kubectl wait`` needs."""
+    if not programmed:
+        ready_condition = ("False", "NotProgrammed", "the gateway's data plane is not programmed yet")
+    elif found == 0:
+        ready_condition = ("False", "NoEndpoints", "no pod matches this scheduler's modelSelector")
+    elif ready == 0:
+        ready_condition = (
+            "False",
+            "NoReadyEndpoints",
+            f"{found} pod(s) match the modelSelector; none is Running and Ready",
+        )
+    else:
+        ready_condition = ("True", "Ready", f"{ready} of {found} matching model-server pod(s) ready")
+    if state == "Available":
+        available = ("True", "Available", f"{ready} ready pod(s), every routing signal readable")
+    elif state == "Progressing":
+        available = ("False", "Progressing", "the gateway is rolling out")
+    elif state == "Degraded" and missing:
+        available = ("False", "MissingSignals", "routing signals missing: " + "; ".join(missing))
+    elif state == "Degraded":
+        available = ("False", "NoReadyEndpoints", ready_condition[2])
+    else:
+        available = ("False", "Pending", ready_condition[2])
+    return {"Ready": ready_condition, "Available": available}
+
+
+def _stamped(
+    computed: Mapping[str, tuple[str, str, str]],
+    previous: Sequence[Mapping[str, Any]],
+    *,
+    generation: int,
+    stamp: str,
+) -> tuple[list[dict[str, Any]], list[Transition]]:
+    """``computed`` as ``metav1.Condition`` entries, each keeping the ``lastTransitionTime`` of
+    ``previous`` while its status stays, and the transitions (status or reason changed)."""
+    before_by_type = {c.get("type"): c for c in previous if isinstance(c, Mapping)}
+    conditions: list[dict[str, Any]] = []
+    transitions: list[Transition] = []
+    for kind, (status, reason, full_message) in computed.items():
+        message = bounded_message(full_message)
+        before = before_by_type.get(kind) or {}
+        changed_status = before.get("status") != status
+        if changed_status or before.get("reason") != reason:
+            transitions.append(Transition(kind, status, reason, message))
+        conditions.append(
+            {
+                "type": kind,
+                "status": status,
+                "reason": reason,
+                "message": message,
+                "observedGeneration": generation,
+                "lastTransitionTime": stamp if changed_status else before.get("lastTransitionTime", stamp),
+            }
+        )
+    return conditions, transitions
 
 
 def _address(service: Mapping[str, Any] | None) -> str:
@@ -256,25 +325,22 @@ def compute_status(
         for s in spec.get("schedulers") or []
     ]
     generation = int((igwc.get("metadata") or {}).get("generation", 0))
-    previous = {c.get("type"): c for c in (igwc.get("status") or {}).get("conditions") or []}
+    old_status = igwc.get("status") or {}
     stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
-    conditions: list[dict[str, Any]] = []
-    transitions: list[Transition] = []
-    for kind, (status, reason, full_message) in _conditions(igwc, seen, schedulers).items():
-        message = bounded_message(full_message)
-        before = previous.get(kind) or {}
-        changed_status = before.get("status") != status
-        if changed_status or before.get("reason") != reason:
-            transitions.append(Transition(kind, status, reason, message))
-        conditions.append(
-            {
-                "type": kind,
-                "status": status,
-                "reason": reason,
-                "message": message,
-                "observedGeneration": generation,
-                "lastTransitionTime": stamp if changed_status else before.get("lastTransitionTime", stamp),
-            }
+    conditions, transitions = _stamped(
+        _conditions(igwc, seen, schedulers),
+        old_status.get("conditions") or [],
+        generation=generation,
+        stamp=stamp,
+    )
+    previous_schedulers = {
+        s.get("name"): s for s in old_status.get("schedulers") or [] if isinstance(s, Mapping)
+    }
+    for entry in schedulers:
+        before = previous_schedulers.get(entry["name"]) or {}
+        # per-scheduler changes are not Events: the object's Ready names the schedulers at fault
+        entry["conditions"], _ = _stamped(
+            entry["conditions"], before.get("conditions") or [], generation=generation, stamp=stamp
         )
     status_body: dict[str, Any] = {
         "observedGeneration": generation,

@@ -1,0 +1,67 @@
+"""AWS's InferenceGatewayConfig fields that igw accepts but does not act on, named path by path.
+
+The contract is AWS's shape, so a file written for AWS's gateway validates here unchanged; a few of
+its fields configure parts AWS runs and igw does not (separate BBR pods, an OpenTelemetry sidecar,
+one endpoint-picker container per scheduler, HTTP/2 to model servers). The CRD descriptions said so,
+but ``igw validate`` passed such a file without a word, and a user migrating from AWS expected e.g.
+``logLevel: 4`` to raise a log level. :func:`unused_field_notes` lists every such field a document
+sets, each with its path and what igw does instead; ``igw validate`` prints them as notes and its
+exit code does not change (the document is valid). ``bbr.enabled: false`` is not among them: the
+field is required, false is the usual value with one scheduler, and it does act (``BBRReady``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any, Final
+
+from igw.config.errors import Problem
+
+RULE: Final = "accepted-unused"
+
+_SCHEDULER_FIELDS: Final[Mapping[str, str]] = {
+    "env": "one gateway container serves every scheduler; it takes spec.podDefaults.env",
+    "envFrom": "one gateway container serves every scheduler; it takes spec.podDefaults.envFrom",
+    "logLevel": "one gateway process serves every scheduler with one log level (igw serve --log-level)",
+}
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def unused_field_notes(doc: Any) -> list[Problem]:
+    """One note (as a :class:`Problem` with rule :data:`RULE`) per field ``doc`` sets that igw
+    accepts without using; empty for a document that sets none or is not a mapping."""
+    return list(_notes(_mapping(_mapping(doc).get("spec"))))
+
+
+def _notes(spec: Mapping[str, Any]) -> Iterator[Problem]:
+    bbr = _mapping(spec.get("bbr"))
+    if "replicas" in bbr:
+        yield Problem(
+            "spec.bbr.replicas",
+            "body-based routing runs inside the gateway pods, whose count the largest "
+            "spec.schedulers[].replicas sets",
+            RULE,
+        )
+    metrics = _mapping(_mapping(spec.get("observability")).get("metrics"))
+    if "enabled" in metrics:
+        yield Problem(
+            "spec.observability.metrics.enabled",
+            "no OpenTelemetry collector sidecar is injected; the gateway always serves Prometheus "
+            "metrics on its management port",
+            RULE,
+        )
+    schedulers = spec.get("schedulers")
+    for i, scheduler in enumerate(schedulers if isinstance(schedulers, list) else []):
+        entry = _mapping(scheduler)
+        if entry.get("appProtocol") == "kubernetes.io/h2c":
+            yield Problem(
+                f"spec.schedulers[{i}].appProtocol",
+                "the gateway speaks HTTP/1.1 to model servers whatever this says",
+                RULE,
+            )
+        for key, why in _SCHEDULER_FIELDS.items():
+            if key in entry:
+                yield Problem(f"spec.schedulers[{i}].{key}", why, RULE)
