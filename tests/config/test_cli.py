@@ -59,9 +59,9 @@ def test_aws_fields_igw_does_not_use_are_named_in_notes_and_the_exit_code_stays_
     noted = {}
     for line in err.splitlines():
         if "[accepted-unused]" in line:
-            _, number, rest = line.split(":", 2)
+            _, line_number, rest = line.split(":", 2)
             field_path = rest.removeprefix(" note: ").split(": ")[0]
-            noted[field_path] = int(number)
+            noted[field_path] = int(line_number)
     assert set(noted) == {
         "spec.bbr.replicas",
         "spec.observability.metrics.enabled",
