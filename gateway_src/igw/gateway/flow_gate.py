@@ -700,11 +700,18 @@ class FlowGates:
         if waiter.release is None or not future.done() or future.cancelled():
             return
         decision = future.result()
-        if isinstance(decision, RoutingDecision) and decision.endpoint is not None:
-            try:
-                waiter.release(decision)
-            except Exception:  # the cancellation goes on: a failed release costs a scrape's phantom
-                log.exception("flow control: taking back the pick of request %s failed", waiter.request_id)
+        if isinstance(decision, RoutingDecision):
+            FlowGates._give_back(waiter, decision)
+
+    @staticmethod
+    def _give_back(waiter: _Waiter, decision: RoutingDecision) -> None:
+        """Take back ``decision``, a pick made for ``waiter`` that is not sent (its ``release``)."""
+        if waiter.release is None or decision.endpoint is None:
+            return
+        try:
+            waiter.release(decision)
+        except Exception:  # the queue goes on: a failed release costs a scrape's phantom dispatch
+            log.exception("flow control: taking back the pick of request %s failed", waiter.request_id)
 
     def _ensure_pump(self, scheduler: str) -> None:
         task = self._pumps.get(scheduler)
@@ -774,11 +781,18 @@ class FlowGates:
                 controller.cancel(item.request_id)
                 waiter.future.set_exception(exc)
                 continue
-            if decision.kind is DecisionKind.SATURATED or taken[decision.endpoint] >= budget:
+            if decision.kind is DecisionKind.SATURATED:
+                break
+            if taken[decision.endpoint] >= budget:
+                self._give_back(waiter, decision)  # picked, but left queued: no dispatch to count
                 break
             chosen = loads.get(decision.endpoint) if decision.endpoint is not None else None
             if chosen is not None and not controller.admits_to(item.priority, chosen, now=now):
-                break  # the scheduler prefers an endpoint without a place: wait for the next poll
+                # the scheduler prefers an endpoint without a place: wait for the next poll, and take
+                # the pick back (left counted, every poll added a phantom dispatch to that endpoint
+                # and the prefix index placed the prompt there, until session s41)
+                self._give_back(waiter, decision)
+                break
             taken[decision.endpoint] += 1
             controller.take(item, now)
             waiter.future.set_result(decision)
