@@ -9,6 +9,7 @@ import asyncio
 from typing import Any
 
 import orjson
+import pytest
 import yaml
 
 from tests.gateway.fake_model_server import FakeModelServer, running
@@ -153,6 +154,39 @@ async def test_a_request_queued_for_a_scheduler_the_reload_removes_is_answered_a
         # the new configuration routes what clients send now
         served = await gw.post("/v1/completions", {"model": "v2", "prompt": "hello"})
         assert served.status == 200
+
+
+@pytest.mark.parametrize(
+    ("server", "answer"),
+    [
+        pytest.param({"kv": 0.76}, (200, None), id="held-by-dispatchBelow-is-sent"),
+        pytest.param({"waiting": 9}, (429, "pool_saturated"), id="saturated-is-refused-as-an-arrival"),
+    ],
+)
+async def test_a_reload_that_removes_flow_control_answers_the_queued_requests_as_arrivals(
+    gateway: Any, server: dict[str, Any], answer: tuple[int, str | None]
+) -> None:
+    """Flow control removed: the queued requests are answered at once as a request arriving now is.
+    Until session s41 they stayed queued under the removed rules: a Standard request held back by
+    dispatchBelow (the pod's KV at 0.95 of its saturation point) waited its whole TTL, 30 s, while a
+    Standard request sent after the reload was served at once."""
+    async with (
+        running(FakeModelServer("a", **server)) as (a,),
+        gateway(doc(), {"pool": [a.key]}, reload=True) as gw,
+    ):
+        standard = asyncio.create_task(send(gw, "standard", "Standard"))
+        await wait_for(lambda: queued(gw) == {0: 1}, what="the Standard request queued")
+        off = doc()
+        del off["spec"]["extensions"]["flowControl"]
+        reload(gw, off)
+        _, status, headers, body = await asyncio.wait_for(standard, timeout=5)
+        assert (status, body["error"]["code"] if status != 200 else None) == answer
+        assert len(a.received) == (1 if status == 200 else 0)
+        if status == 429:
+            assert int(headers["Retry-After"]) >= 1
+        assert queued(gw) == {}
+        metrics = await (await gw.http.get(gw.url + "/metrics")).text()
+        assert 'igw_flow_queue_depth{priority="0",scheduler="pool"}' not in metrics
 
 
 async def test_a_raised_saturation_threshold_reaches_the_requests_already_queued(gateway: Any) -> None:

@@ -19,6 +19,8 @@ from igw.gateway.inference import _wait_in_queue
 from igw.gateway.observer import RequestObserver
 from igw.gateway.state import GatewayState
 from igw.scheduling.flow_control import CRITICAL, SHEDDABLE, STANDARD, BandLimits, FlowControlSettings
+from igw.scheduling.plugins.prefix_cache_scorer import PrefixCacheScorer
+from igw.scheduling.plugins.prefix_index import PrefixIndex
 from igw.scheduling.types import DecisionKind, EndpointView, EngineMetrics, RoutingDecision, RoutingRequest
 from tests.gateway.support import config_doc, scheduler, wait_for
 from tests.state_walk import paths_holding
@@ -695,3 +697,93 @@ async def test_a_queued_request_whose_client_leaves_in_the_turn_of_its_pick_leav
     assert sr.scheduler.ledger.unreflected(pod.view(), now=1.0) == 0
     assert state.flow.depths("s") == {}
     assert not [r for r in caplog.records if r.levelname == "ERROR"]
+
+
+def _two_pod_state(clock: list[float], bands: list[dict[str, Any]]) -> tuple[GatewayState, Any, Any]:
+    """A gateway state with flow control ``bands`` and two saturated pods ``a:1`` and ``b:1``."""
+    # GIE's scorers only: the prefix the pods hold decides against a shorter queue
+    weights = {"queue": 2, "kvCache": 2, "prefix": 3, "predictedLatency": 0}
+    doc = config_doc([scheduler("s", "m", weights=weights)])
+    doc["spec"]["extensions"]["flowControl"] = {"pollInterval": "10ms", "bands": bands}
+    state = GatewayState(
+        build_gateway_config(doc), guard=OpenGuard(), clock=lambda: clock[0], rng=random.Random(0)
+    )
+    state.apply_endpoints("s", [DiscoveredEndpoint("a:1"), DiscoveredEndpoint("b:1")])
+    pool = state.runtime.schedulers["s"].pool
+    a, b = pool.states["a:1"], pool.states["b:1"]
+    for pod in (a, b):
+        pod.metrics, pod.scraped_at = EngineMetrics(waiting=9, running=4, kv_usage=0.1), 0.0
+    return state, a, b
+
+
+def _prefix_index(state: GatewayState) -> PrefixIndex:
+    plugins = state.runtime.schedulers["s"].scheduler.plugins
+    (scorer,) = [p for p in plugins if isinstance(p, PrefixCacheScorer)]
+    return scorer.index
+
+
+async def _queue_one(state: GatewayState, prompt: str) -> asyncio.Task[Any]:
+    """Queue one Standard request for ``prompt`` (the pool is saturated); its waiting task."""
+    sr = state.runtime.schedulers["s"]
+    rreq = RoutingRequest(request_id="q", model="m", base_model="m", prefix_text=prompt, prompt_tokens=1)
+    request = make_mocked_request("POST", "/v1/completions")
+    obs = RequestObserver(state.metrics, request_id="q", method="POST", path="/v1/completions")
+    task = asyncio.create_task(_wait_in_queue(request, state, ANONYMOUS, sr, rreq, 10, obs, STANDARD, None))
+    await wait_for(lambda: state.flow.depths("s") == {STANDARD: 1}, what="queued")
+    return task
+
+
+async def test_a_queued_pick_left_for_want_of_a_place_counts_no_dispatch_and_places_no_prefix() -> None:
+    """The scheduler prefers pod a (it holds the prompt's first blocks) but a has no queue place
+    for Standard: the pump leaves the request queued. Each such pass picked, and the pick stayed
+    counted: a phantom dispatch on a per poll (10 after 10 polls) until a's next scrape, and the
+    prompt's new blocks placed in a's prefix index although a never received them."""
+    clock = [0.0]
+    bands = [{"priority": 1, "ttl": "60s"}, {"priority": 0, "ttl": "60s", "maxEndpointQueue": 2}]
+    state, a, b = _two_pod_state(clock, bands)
+    sr = state.runtime.schedulers["s"]
+    shared, prompt = "x" * 1920, "x" * 1920 + "y" * 128
+    seed = RoutingRequest(request_id="seed", model="m", base_model="m", prefix_text=shared, prompt_tokens=1)
+    sr.scheduler.pick(seed, [a.view()], now=0.5)  # sent to a earlier
+    index = _prefix_index(state)
+    held = index.size("a:1")
+    task = await _queue_one(state, prompt)
+    a.metrics, a.scraped_at = EngineMetrics(waiting=2, running=4, kv_usage=0.0), 1.0  # no place
+    b.metrics, b.scraped_at = EngineMetrics(waiting=1, running=4, kv_usage=0.7), 1.0  # a place
+    for i in range(10):
+        clock[0] = 1.0 + 0.011 * (i + 1)
+        state.flow.pump("s")
+        await asyncio.sleep(0)
+    assert state.flow.depths("s") == {STANDARD: 1}  # still queued: the scheduler keeps preferring a
+    assert sr.scheduler.ledger is not None
+    assert sr.scheduler.ledger.unreflected(a.view(), now=clock[0]) == 0
+    assert index.size("a:1") == held  # the blocks only this request has are not placed on a
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_a_steered_pick_places_the_prompt_on_the_pod_it_is_sent_to() -> None:
+    """The top band's pick moved by flow control to a pod with a free batch slot: the prefix index
+    placed the prompt on the pod picked (which never got it) and not on the pod sent to, so the next
+    requests with that prefix went to the pod without it."""
+    clock = [0.0]
+    state, a, b = _two_pod_state(clock, [{"priority": 0, "ttl": "60s"}])  # Standard is the top band
+    sr = state.runtime.schedulers["s"]
+    shared, prompt = "x" * 1920, "x" * 1920 + "y" * 128
+    seed = RoutingRequest(request_id="seed", model="m", base_model="m", prefix_text=shared, prompt_tokens=1)
+    sr.scheduler.pick(seed, [a.view()], now=0.5)
+    index = _prefix_index(state)
+    held = index.size("a:1")
+    task = await _queue_one(state, prompt)
+    a.metrics, a.scraped_at = EngineMetrics(waiting=2, running=4, kv_usage=0.0), 1.0
+    b.metrics, b.scraped_at = EngineMetrics(waiting=1, running=4, kv_usage=0.7), 1.0
+    clock[0] = 1.02
+    result = await asyncio.wait_for(task, timeout=10)
+    decision = result[0]
+    assert isinstance(decision, RoutingDecision)
+    assert (decision.endpoint, decision.fallbacks) == ("b:1", ("a:1",))  # picked a, steered to b
+    assert index.size("a:1") == held  # a keeps what it was sent, and nothing more
+    assert index.size("b:1") == len(prompt) // 64  # b got the whole prompt
+    again = RoutingRequest(request_id="r2", model="m", base_model="m", prefix_text=prompt, prompt_tokens=1)
+    later = sr.scheduler.pick(again, sr.pool.views(), now=1.03)
+    assert later.scores["b:1"]["prefix-cache-scorer"] > later.scores["a:1"]["prefix-cache-scorer"]

@@ -411,23 +411,70 @@ async def test_a_field_left_by_a_replica_killed_outright_is_pruned_after_the_ttl
         settings = HeartbeatSettings(
             cluster="a", region="r", redis_url=redis_server.url, key_prefix="k:", ttl_s=2.0
         )
-        wall = [1000.0]
+        clock = [0.0]
         killed = HeartbeatPublisher(
-            gw.state, dataclasses.replace(settings, replica="killed"), clock=lambda: 0.0, wall=lambda: wall[0]
+            gw.state, dataclasses.replace(settings, replica="killed"), clock=lambda: clock[0]
         )
         await killed.publish_once()  # then killed: never stopped, its field stays
         live = HeartbeatPublisher(
-            gw.state, dataclasses.replace(settings, replica="live"), clock=lambda: 0.0, wall=lambda: wall[0]
+            gw.state, dataclasses.replace(settings, replica="live"), clock=lambda: clock[0]
         )
-        await live.publish_once()
+        await live.publish_once()  # prunes (its first write): sees killed's field as it is
         assert await _field_names(client, "k:a") == {"killed", "live"}
-        wall[0] += 2.5
-        await live.publish_once()  # the live replica's next write
-        assert await _field_names(client, "k:a") == {"killed", "live"}  # pruned once per TTL only
-        await live.prune()
+        clock[0] += 1.0
+        await live.publish_once()  # the live replica's next write: no prune within a TTL
+        assert await _field_names(client, "k:a") == {"killed", "live"}
+        clock[0] += 1.5
+        await live.publish_once()  # prunes: killed's seq unchanged for 2.5 s, past the 2 s TTL
         assert await _field_names(client, "k:a") == {"live"}
         await live.stop()
         await killed.stop()
+    await client.aclose()  # type: ignore[attr-defined]
+
+
+async def test_a_step_of_the_wall_clock_prunes_no_live_replica(
+    gateway: Callable[..., Any], redis_server: RedisServer
+) -> None:
+    """Ages are measured on the pruning replica's monotonic clock. Until session s41 they were the
+    fields' ``sent_at`` against its wall clock: after an NTP step of one node by a minute (TTL 10 s),
+    its prune removed the other replica's field although that replica had just written it, and at
+    every prune while the step lasted; a node whose clock ran a minute behind had its own field
+    pruned by the others likewise."""
+    server = FakeModelServer("s")
+    client = redis_asyncio.Redis.from_url(redis_server.url)
+    async with (
+        running(server),
+        gateway(config_doc([scheduler("llama", "llama")]), {"llama": [server.key]}) as gw,
+    ):
+        settings = HeartbeatSettings(
+            cluster="a", region="r", redis_url=redis_server.url, key_prefix="k:", ttl_s=10.0
+        )
+        clock, ahead, behind = [0.0], [1000.0], [1000.0]
+        stepped = HeartbeatPublisher(
+            gw.state,
+            dataclasses.replace(settings, replica="stepped"),
+            clock=lambda: clock[0],
+            wall=lambda: ahead[0],
+        )
+        other = HeartbeatPublisher(
+            gw.state,
+            dataclasses.replace(settings, replica="other"),
+            clock=lambda: clock[0],
+            wall=lambda: behind[0],
+        )
+        await other.publish_once()
+        await stepped.publish_once()
+        for _ in range(3):  # both keep writing every second for 30 s; one node's clock is a minute ahead
+            ahead[0] += 60.0 if clock[0] == 0.0 else 0.0
+            for _ in range(10):
+                clock[0] += 1.0
+                ahead[0] += 1.0
+                behind[0] += 1.0
+                await other.publish_once()
+                await stepped.publish_once()
+            assert await _field_names(client, "k:a") == {"stepped", "other"}
+        await stepped.stop()
+        await other.stop()
     await client.aclose()  # type: ignore[attr-defined]
 
 

@@ -17,6 +17,7 @@ from igw.scheduling.plugins.lora_slot_filter import LoraSlotFilter
 from igw.scheduling.plugins.no_hit_lru_scorer import NoHitLruScorer
 from igw.scheduling.plugins.prefill_collision_scorer import PrefillCollisionScorer
 from igw.scheduling.plugins.prefix_cache_scorer import STATE_ANY_HIT, PrefixCacheScorer
+from igw.scheduling.plugins.prefix_index import prefix_hashes
 from igw.scheduling.scheduler import Scheduler
 from igw.scheduling.settings import RoutingSettings
 from igw.scheduling.types import EndpointView, RequestOutcome, RoutingRequest
@@ -383,7 +384,8 @@ def test_a_dispatch_moved_after_its_pick_is_noted_at_its_new_endpoint() -> None:
 def test_a_released_dispatch_is_neither_counted_nor_noted() -> None:
     """A pick handed to a queued request whose client went away in that turn is never sent: this
     worker's ledger forgets it and its note, still in the outbox, is withdrawn, so another worker's
-    ledger does not count it either. The prefix index's note stays, as this worker's index does."""
+    ledger does not count it either. Without the pick's request id the prefix index's note stays, as
+    this worker's index does."""
     a, b, eps, outbox = _two_sharing_workers()
     picked = a.pick(req(PROMPT, request_id="unsent"), eps, now=10.01).endpoint
     assert picked is not None
@@ -434,3 +436,28 @@ def test_retarget_changes_only_the_latest_note_of_that_plugin_and_endpoint() -> 
     assert outbox.retarget("p", "a", "c")
     assert not outbox.retarget("p", "z", "c")
     assert outbox.drain() == [(1.0, "p", "a", 1), (2.0, "q", "a", 2), (3.0, "p", "c", 3), (4.0, "p", "b", 4)]
+
+
+def _prefix_scorer(sched: Scheduler) -> PrefixCacheScorer:
+    (scorer,) = [p for p in sched.plugins if isinstance(p, PrefixCacheScorer)]
+    return scorer
+
+
+@pytest.mark.parametrize("steered", [False, True], ids=["released", "steered"])
+def test_a_pick_not_sent_where_it_was_picked_leaves_no_prefix_there_in_any_worker(steered: bool) -> None:
+    """Given the pick's request id, a released pick's prefix note is withdrawn and the prompt taken
+    out of this worker's index; a steered pick's is placed, in both workers, on the pod it went to."""
+    a, b, eps, outbox = _two_sharing_workers()
+    picked = a.pick(req(PROMPT, request_id="q"), eps, now=10.01).endpoint
+    assert picked is not None
+    other = next(e for e in eps if e.key != picked)
+    if steered:
+        a.move_dispatch(picked, other.key, now=10.011, request_id="q", sent_to=other)
+    else:
+        a.release_dispatch(picked, now=10.011, request_id="q")
+    b.learn_picks(outbox.drain(), now=10.02)
+    for sched in (a, b):
+        holders = _prefix_scorer(sched).index.match(
+            prefix_hashes("base", PROMPT, block_chars=64, max_blocks=256)
+        )
+        assert holders == ({other.key: len(PROMPT) // 64} if steered else {})

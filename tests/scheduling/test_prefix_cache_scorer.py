@@ -202,3 +202,39 @@ def test_max_prefix_tokens_to_match_bounds_the_blocks_by_the_block_size_in_use()
     c = ctx(req("y" * 400))
     plugin.score(c, [ep("e1", block_size=10)])  # auto-tuned to 10-token blocks: 40 / 10 = 4 blocks
     assert len(c.state["prefix.hashes"]) == 4
+
+
+def test_a_pick_given_back_takes_back_only_the_blocks_it_placed() -> None:
+    """A pick whose request never reached its pod (flow control left it queued, its client went
+    away): the pod keeps what earlier requests brought it and loses what only this pick placed, so
+    the next request with that prompt is not sent to a pod that never saw it."""
+    scorer = PrefixCacheScorer(auto_tune=False)
+    e1, e2 = ep("e1"), ep("e2")
+    scorer.on_picked(ctx(req(A + B, request_id="sent")), e1)
+    scorer.on_picked(ctx(req(A + B + C, request_id="unsent")), e1)
+    assert scorer.on_not_sent("unsent", "e1", sent_to=None)
+    assert scorer.score(ctx(req(A + B + C)), [e1, e2]) == pytest.approx([2 / 3, 0.0])
+    assert not scorer.on_not_sent("unsent", "e1", sent_to=None)  # once only
+    assert not scorer.on_not_sent("sent", "e2", sent_to=None)  # not the pod it was picked for
+
+
+def test_a_pick_given_back_after_another_insert_at_its_pod_is_kept() -> None:
+    """A later request sent to the same pod may have brought the same blocks: they stay."""
+    scorer = PrefixCacheScorer(auto_tune=False)
+    e1, e2 = ep("e1"), ep("e2")
+    scorer.on_picked(ctx(req(A + B, request_id="unsent")), e1)
+    scorer.learn_pick("e1", {"h": prefix_hashes("base", A + B, block_chars=64, max_blocks=256), "c": 100})
+    assert not scorer.on_not_sent("unsent", "e1", sent_to=None)
+    assert scorer.score(ctx(req(A + B)), [e1, e2]) == pytest.approx([1.0, 0.0])
+
+
+def test_a_steered_pick_is_placed_on_the_pod_it_was_sent_to() -> None:
+    scorer = PrefixCacheScorer(auto_tune=False)
+    e1, e2 = ep("e1"), ep("e2")
+    scorer.on_picked(ctx(req(A, request_id="early")), e1)
+    scorer.on_picked(ctx(req(A + B, request_id="steered")), e1)
+    assert scorer.on_not_sent("steered", "e1", sent_to=e2)
+    assert scorer.score(ctx(req(A + B)), [e1, e2]) == pytest.approx([0.5, 1.0])
+    assert scorer.on_not_sent("steered", "e2", sent_to=None)  # and given back from there later
+    assert scorer.score(ctx(req(A + B)), [e1, e2]) == pytest.approx([0.5, 0.0])
+    assert scorer.index.endpoint_count() == 1  # e2 held nothing else: it left the index

@@ -365,7 +365,8 @@ class FlowGates:
         anonymous_tenant: str = ANONYMOUS_TENANT,
         schedulers: Collection[str] | None = None,
     ) -> None:
-        """Apply the current runtime's settings (``None``: off for new arrivals; queued ones stay).
+        """Apply the current runtime's settings (``None``: off; the queued requests are answered
+        at once, as an arrival is without flow control: :meth:`_release_all`).
 
         Called when the gateway starts and when a reload is applied
         (:meth:`~igw.gateway.state.GatewayState.apply_config`), so new settings reach the queues
@@ -394,6 +395,8 @@ class FlowGates:
             return
         self.settings = settings
         if settings is None:
+            for scheduler in list(self._controllers):
+                self._release_all(scheduler)
             return
         self.tenant_labels.name(settings.tenant_labels)
         now = self.clock()
@@ -429,20 +432,47 @@ class FlowGates:
 
     def _retire(self, scheduler: str) -> None:
         """Answer every request queued for ``scheduler`` (removed by a reload) and forget its queue."""
-        controller = self._controllers.pop(scheduler)
         gone = RoutingDecision(
             kind=DecisionKind.NO_ENDPOINTS, reason=REMOVED_BY_RELOAD.format(scheduler=scheduler)
         )
+        for waiter in self._close_queue(scheduler):
+            waiter.future.set_result(gone)
+
+    def _release_all(self, scheduler: str) -> None:
+        """Flow control turned off by a reload: answer every request queued for ``scheduler`` as an
+        arrival is answered without flow control, with the scheduler's decision now (placed where
+        the pool has room, else ``SATURATED``: 429 ``pool_saturated`` with its Retry-After), and
+        forget the queue.
+
+        Until session s41 they stayed queued under the rules of the settings removed: a Standard
+        request held by ``dispatchBelow`` waited for its TTL (30 s by default) while a Standard
+        request arriving after the reload was sent at once."""
+        for waiter in self._close_queue(scheduler):
+            try:
+                decision = waiter.pick()
+            except Exception as exc:  # a scheduler bug fails this request, not the reload
+                log.exception("flow control: placing queued request %s failed", waiter.request_id)
+                waiter.future.set_exception(exc)
+                continue
+            waiter.future.set_result(decision)
+
+    def _close_queue(self, scheduler: str) -> list[_Waiter]:
+        """Take ``scheduler``'s queue away (its requests, its series, its probes; its pump task,
+        still sleeping, finds no queue and ends); the waiters of its requests still unanswered,
+        oldest first."""
+        controller = self._controllers.pop(scheduler)
+        waiters = []
         for item in controller.drain():
             waiter = self._waiters.get(item.request_id)
             if waiter is not None and not waiter.future.done():
-                waiter.future.set_result(gone)
+                waiters.append(waiter)
         for priority in controller.priorities():
             self.metrics.depth.remove(scheduler, str(priority))
         self._last_pump.pop(scheduler, None)
         self._utilisation.pop(scheduler, None)
         self._samples.pop(scheduler, None)
-        self._pumps.pop(scheduler, None)  # still sleeping, it finds no queue and ends
+        self._pumps.pop(scheduler, None)
+        return waiters
 
     def _controller(self, scheduler: str, settings: FlowControlSettings) -> FlowController:
         controller = self._controllers.get(scheduler)
@@ -700,11 +730,18 @@ class FlowGates:
         if waiter.release is None or not future.done() or future.cancelled():
             return
         decision = future.result()
-        if isinstance(decision, RoutingDecision) and decision.endpoint is not None:
-            try:
-                waiter.release(decision)
-            except Exception:  # the cancellation goes on: a failed release costs a scrape's phantom
-                log.exception("flow control: taking back the pick of request %s failed", waiter.request_id)
+        if isinstance(decision, RoutingDecision):
+            FlowGates._give_back(waiter, decision)
+
+    @staticmethod
+    def _give_back(waiter: _Waiter, decision: RoutingDecision) -> None:
+        """Take back ``decision``, a pick made for ``waiter`` that is not sent (its ``release``)."""
+        if waiter.release is None or decision.endpoint is None:
+            return
+        try:
+            waiter.release(decision)
+        except Exception:  # the queue goes on: a failed release costs a scrape's phantom dispatch
+            log.exception("flow control: taking back the pick of request %s failed", waiter.request_id)
 
     def _ensure_pump(self, scheduler: str) -> None:
         task = self._pumps.get(scheduler)
@@ -774,11 +811,18 @@ class FlowGates:
                 controller.cancel(item.request_id)
                 waiter.future.set_exception(exc)
                 continue
-            if decision.kind is DecisionKind.SATURATED or taken[decision.endpoint] >= budget:
+            if decision.kind is DecisionKind.SATURATED:
+                break
+            if taken[decision.endpoint] >= budget:
+                self._give_back(waiter, decision)  # picked, but left queued: no dispatch to count
                 break
             chosen = loads.get(decision.endpoint) if decision.endpoint is not None else None
             if chosen is not None and not controller.admits_to(item.priority, chosen, now=now):
-                break  # the scheduler prefers an endpoint without a place: wait for the next poll
+                # the scheduler prefers an endpoint without a place: wait for the next poll, and take
+                # the pick back (left counted, every poll added a phantom dispatch to that endpoint
+                # and the prefix index placed the prompt there, until session s41)
+                self._give_back(waiter, decision)
+                break
             taken[decision.endpoint] += 1
             controller.take(item, now)
             waiter.future.set_result(decision)

@@ -22,8 +22,9 @@ machines does not matter.
 
 A publication failure (Redis down) is logged once per outage and retried at the next tick; the
 gateway keeps serving. A replica that stops removes its own field (the key goes with the last
-field); fields of replicas killed without stopping are removed by the others once older than the
-TTL (:meth:`HeartbeatPublisher.prune`), and routers ignore them once stale anyway.
+field); fields of replicas killed without stopping are removed by the others once unchanged for a
+TTL on their own monotonic clock (:meth:`HeartbeatPublisher.prune`: no wall clock, so a clock step
+or skew prunes no live replica), and routers ignore them once stale anyway.
 """
 
 from __future__ import annotations
@@ -270,6 +271,9 @@ class HeartbeatPublisher:
         self._window = LoadWindow(settings.window_s)
         self._field = settings.field
         self._pruned_at = float("-inf")
+        self._seen_fields: dict[bytes, tuple[int, float]] = {}
+        """The other replicas' fields at the last :meth:`prune`: field -> (its ``seq``, when this
+        replica first saw that ``seq``, on ``clock``)."""
         self._seq = 0
         self._failing = False
         self._ticker = Ticker(self._tick, interval_s=settings.interval_s, name="igw-heartbeat")
@@ -301,19 +305,39 @@ class HeartbeatPublisher:
             await self.prune()
 
     async def prune(self) -> None:
-        """Remove the fields of replicas that stopped writing more than a TTL ago by their own
-        ``sent_at`` (killed without stopping: their field outlives them, since the other replicas'
-        writes renew the key's TTL). Judged on this machine's wall clock: a TTL (10 s by default) is
-        far beyond the skew between one cluster's nodes. A field that cannot be read is left to the
-        routers, which ignore it."""
+        """Remove the fields of replicas that stopped writing (killed without stopping: their field
+        outlives them, since the other replicas' writes renew the key's TTL).
+
+        A field's age is measured here, on this process's monotonic clock: how long this replica
+        has seen its ``seq`` unchanged. Prune runs once per TTL, so a field goes one to two TTLs
+        after its replica's last write. Until session s41 the age was the field's own ``sent_at``
+        (its writer's wall clock) against this machine's wall clock: a step of this node's clock
+        (NTP) by more than a TTL pruned every other replica's live field at once, and did again at
+        every prune while it lasted (a node whose clock ran that far behind had its field pruned
+        by every other replica likewise); the routers then read the cluster from fewer replicas
+        until the others wrote again. This replica's own field, and a field that cannot be read,
+        are left (the routers ignore one that is malformed)."""
         key = self._settings.key
         fields = await self._client.hgetall(key)
-        horizon = self._wall() - self._settings.ttl_s
+        now = self._clock()
+        own = self._field.encode()
+        seen: dict[bytes, tuple[int, float]] = {}
         old = []
         for field_name, raw in fields.items():
-            with contextlib.suppress(ValueError):
-                if Heartbeat.decode(raw).sent_at < horizon:
-                    old.append(field_name)
+            if field_name == own:
+                continue
+            try:
+                seq = Heartbeat.decode(raw).seq
+            except ValueError:
+                continue
+            last = self._seen_fields.get(field_name)
+            if last is None or last[0] != seq:
+                seen[field_name] = (seq, now)
+            elif now - last[1] >= self._settings.ttl_s:
+                old.append(field_name)
+            else:
+                seen[field_name] = last
+        self._seen_fields = seen
         if old:
             await self._client.hdel(key, *old)
 

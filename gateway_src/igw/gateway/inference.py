@@ -709,7 +709,8 @@ async def _route(
         )
         elapsed = time.perf_counter() - t0
         if priority is not None:
-            decision = _preempting(state, sr, priority, _steered(state, sr, priority, decision))
+            steered = _steered(state, sr, priority, decision, rreq.request_id)
+            decision = _preempting(state, sr, priority, steered)
         if decision.scores is PENDING_SCORES:
             obs.decided_later(sr.spec.name, elapsed)
         else:
@@ -903,7 +904,7 @@ async def _wait_in_queue(
         utilisation=_utilisation(state, sr),
         endpoints=_endpoint_samples(state, sr),
         classify=classify,
-        release=lambda decision: _release_pick(state, sr, decision),
+        release=lambda decision: _release_pick(state, sr, decision, rreq.request_id),
     )
     return result, band.priority
 
@@ -932,26 +933,40 @@ def _queued_pick(
     """The decision for a queued request, by :func:`_current`'s scheduler and pool now."""
     now_sr = _current(state, sr)
     picked = now_sr.scheduler.pick(rreq, now_sr.pool.views(), now=state.clock())
-    return _preempting(state, now_sr, priority, _steered(state, now_sr, priority, picked))
+    return _preempting(state, now_sr, priority, _steered(state, now_sr, priority, picked, rreq.request_id))
 
 
-def _release_pick(state: GatewayState, sr: SchedulerRuntime, decision: RoutingDecision) -> None:
-    """Take back a queued request's pick that will not be sent (its client went away in the turn the
-    queue handed it over): the scheduler that placed it (:func:`_current`'s) forgets the dispatch."""
+def _release_pick(
+    state: GatewayState, sr: SchedulerRuntime, decision: RoutingDecision, request_id: str
+) -> None:
+    """Take back a queued request's pick that will not be sent (flow control left the request queued
+    after picking for it, or its client went away in the turn the queue handed it over): the
+    scheduler that placed it (:func:`_current`'s) forgets the dispatch, and its prefix index the
+    prompt it would have sent there."""
     if decision.endpoint is not None:
-        _current(state, sr).scheduler.release_dispatch(decision.endpoint, now=state.clock())
+        _current(state, sr).scheduler.release_dispatch(
+            decision.endpoint, now=state.clock(), request_id=request_id
+        )
 
 
 def _steered(
-    state: GatewayState, sr: SchedulerRuntime, priority: int, decision: RoutingDecision
+    state: GatewayState, sr: SchedulerRuntime, priority: int, decision: RoutingDecision, request_id: str
 ) -> RoutingDecision:
     """The top band's pick moved to the candidate with the smallest predicted wait for a batch slot
-    (flow control's :meth:`~igw.gateway.flow_gate.FlowGates.steer`), the dispatch ledger told."""
+    (flow control's :meth:`~igw.gateway.flow_gate.FlowGates.steer`), the dispatch ledger and the
+    prefix index told (the prompt is placed on the pod it is sent to)."""
     if decision.endpoint is None or not decision.fallbacks or not state.flow.steers(priority):
         return decision
     steered = state.flow.steer(decision, _endpoint_samples(state, sr)())
     if steered.endpoint is not None and steered.endpoint != decision.endpoint:
-        sr.scheduler.move_dispatch(decision.endpoint, steered.endpoint, now=state.clock())
+        target = sr.pool.states.get(steered.endpoint)
+        sr.scheduler.move_dispatch(
+            decision.endpoint,
+            steered.endpoint,
+            now=state.clock(),
+            request_id=request_id,
+            sent_to=None if target is None else target.view(),
+        )
     return steered
 
 

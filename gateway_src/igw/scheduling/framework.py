@@ -43,6 +43,16 @@ class PluginHooks:
         request first), but always before the scheduler's next pick or hook call; so it reads only
         ``ctx``, ``endpoint`` and the plugin's own state."""
 
+    def on_not_sent(self, request_id: str, endpoint: EndpointKey, *, sent_to: EndpointView | None) -> bool:
+        """Called when the pick of request ``request_id`` (``RoutingRequest.request_id``) on
+        ``endpoint`` was not sent there: given back (``sent_to`` ``None``: flow control left the
+        request queued after picking for it, or its client went away before it was sent) or sent to
+        ``sent_to`` instead (flow control steered it). A plugin whose ``on_picked`` took the pick
+        for a request sent takes it back, or moves it, where it still can; whether it did (then the
+        scheduler withdraws, or moves, the plugin's latest note about ``endpoint`` still unsent: the
+        pick's). Optional: a plugin that does not derive from this class need not have it."""
+        return False
+
     def on_complete(self, outcome: RequestOutcome, *, now: float) -> None:
         """Called when a dispatched request finishes (GIE's ResponseComplete)."""
 

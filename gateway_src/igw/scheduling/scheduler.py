@@ -181,6 +181,13 @@ class Scheduler:
         )
         self._on_picked = tuple(p for p in self._plugins if _overrides(p, "on_picked"))
         """The plugins whose ``on_picked`` does something (most inherit the no-op of PluginHooks)."""
+        self._on_not_sent = tuple(
+            p
+            for p in self._plugins
+            if callable(getattr(p, "on_not_sent", None)) and _overrides(p, "on_not_sent")
+        )
+        """The plugins that take back, or move, a pick not sent where it was picked (``on_not_sent``:
+        the prefix index), told by :meth:`release_dispatch` and :meth:`move_dispatch`."""
         self._on_complete = tuple(p for p in self._plugins if _overrides(p, "on_complete"))
         """The plugins whose ``on_complete`` does something, in profile order (the others' no-op
         calls cost a Python call each per outcome, for nothing)."""
@@ -239,29 +246,54 @@ class Scheduler:
             )
         return self.pick_notes
 
-    def move_dispatch(self, source: EndpointKey, target: EndpointKey, *, now: float) -> None:
+    def move_dispatch(
+        self,
+        source: EndpointKey,
+        target: EndpointKey,
+        *,
+        now: float,
+        request_id: str | None = None,
+        sent_to: EndpointView | None = None,
+    ) -> None:
         """The last pick's dispatch to ``source`` went to ``target`` instead (flow control steered
         it): the dispatch ledger counts it at ``target``, and so does the ledger's pick note, still in
         the outbox, so the other workers' ledgers agree with this one's (they counted phantom load on
-        ``source`` and none on ``target`` until the next scrapes). The plugins' notes keep ``source``,
-        as their own state here does (their ``on_picked`` saw the pick): every worker's prefix index
-        says the same."""
+        ``source`` and none on ``target`` until the next scrapes).
+
+        With ``request_id`` (the pick's ``RoutingRequest.request_id``) and ``sent_to`` (``target``'s
+        view), the plugins with ``on_not_sent`` move the pick too, and so do their notes still in the
+        outbox: the prefix index places the prompt on the pod that got it, not on the pod that never
+        saw it (until session s41 it stayed on ``source``, and the next requests with that prefix
+        were sent there). The other plugins' state and notes keep ``source``."""
         self.settle()
+        if request_id is not None and sent_to is not None:
+            for plugin in self._on_not_sent:
+                moved = plugin.on_not_sent(request_id, source, sent_to=sent_to)  # type: ignore[attr-defined]
+                if moved and self.pick_notes is not None:
+                    self.pick_notes.retarget(plugin.name, source, target)
         if self.ledger is None:
             return
         self.ledger.move(source, target, now=now)
         if self.pick_notes is not None:
             self.pick_notes.retarget(self.ledger.name, source, target)
 
-    def release_dispatch(self, key: EndpointKey, *, now: float) -> None:
-        """A pick's dispatch to ``key`` that was never sent (flow control handed a queued request its
-        pick in the loop turn its client went away): the dispatch ledger forgets it, and its pick
-        note is withdrawn while still in the outbox, so neither this worker's saturation and flow
-        control nor the other workers' count phantom load on ``key`` until its next scrape (a note
-        already sent stays counted there until then). The plugins' own state keeps the pick, as
-        :meth:`move_dispatch` leaves it: a prefix index that takes the prompt for cached there is
-        wrong at worst as after any pick whose request failed."""
+    def release_dispatch(self, key: EndpointKey, *, now: float, request_id: str | None = None) -> None:
+        """A pick's dispatch to ``key`` that was never sent (flow control picked for a queued request
+        and then left it queued, or handed it its pick in the loop turn its client went away): the
+        dispatch ledger forgets it, and its pick note is withdrawn while still in the outbox, so
+        neither this worker's saturation and flow control nor the other workers' count phantom load
+        on ``key`` until its next scrape (a note already sent stays counted there until then).
+
+        With ``request_id`` (the pick's ``RoutingRequest.request_id``) the plugins with
+        ``on_not_sent`` take the pick back too, and their notes still in the outbox are withdrawn:
+        the prefix index no longer places the prompt on a pod that never saw it. The other plugins'
+        state keeps the pick, as after any pick whose request failed."""
         self.settle()
+        if request_id is not None:
+            for plugin in self._on_not_sent:
+                taken = plugin.on_not_sent(request_id, key, sent_to=None)  # type: ignore[attr-defined]
+                if taken and self.pick_notes is not None:
+                    self.pick_notes.withdraw(plugin.name, key)
         if self.ledger is None:
             return
         self.ledger.release(key, now=now)

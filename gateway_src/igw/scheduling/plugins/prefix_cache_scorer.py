@@ -42,6 +42,9 @@ STATE_HASHES = "prefix.hashes"
 STATE_ANY_HIT = "prefix.any_hit"
 STATE_MATCH = "prefix.match"
 """Endpoint key -> share of this request's prefix blocks the index places there (0..1)."""
+RECENT_PICKS_KEPT = 64
+"""Picks whose insert :meth:`PrefixCacheScorer.on_not_sent` can still take back (the latest ones; a
+bound on memory). A pick is given back within a loop turn or two of being made."""
 _INT_ONLY: frozenset[type] = frozenset({int})
 """The one type a learned note's block hash may have."""
 
@@ -83,6 +86,13 @@ class PrefixCacheScorer(PluginHooks):
         self._hasher = PrefixHasher()
         """The request's block hashes, reusing the blocks a recent prompt shared (see its docstring)."""
         self._positions = Positions()
+        self._recent: dict[str, tuple[EndpointKey, list[int], list[int], int]] = {}
+        """Request id -> (endpoint, the pick's hashes, those the endpoint did not hold before, the
+        endpoint's insert count after it) of the latest picks (at most ``RECENT_PICKS_KEPT``): what
+        :meth:`on_not_sent` takes back."""
+        self._inserts: dict[EndpointKey, int] = {}
+        """Inserts per endpoint (own picks and learned ones): an insert after a pick's may have
+        touched the blocks it added, so the pick is then no longer taken back."""
 
     def _block_chars(self, endpoints: Sequence[EndpointView]) -> int:
         if self.auto_tune:
@@ -172,12 +182,15 @@ class PrefixCacheScorer(PluginHooks):
         if budget is not None and holders:
             self.index.trim(max(1, budget // holders))
 
-    def _insert(self, endpoint: EndpointKey, hashes: list[int], capacity: int) -> None:
-        """Insert within the budget; an endpoint new to the index shrinks the others' shares now."""
+    def _insert(self, endpoint: EndpointKey, hashes: list[int], capacity: int) -> list[int]:
+        """Insert within the budget; an endpoint new to the index shrinks the others' shares now.
+        Returns the hashes ``endpoint`` did not hold before."""
         joins = self.block_budget is not None and self.index.size(endpoint) == 0
-        self.index.insert(endpoint, hashes, capacity=self._within_budget(capacity, endpoint))
+        added = self.index.insert(endpoint, hashes, capacity=self._within_budget(capacity, endpoint))
+        self._inserts[endpoint] = self._inserts.get(endpoint, 0) + 1
         if joins:
             self._trim_to_budget()
+        return added
 
     def _within_budget(self, capacity: int, endpoint: EndpointKey) -> int:
         """``capacity``, or ``endpoint``'s equal share of :attr:`block_budget` when smaller (counting
@@ -193,7 +206,35 @@ class PrefixCacheScorer(PluginHooks):
         if hashes is None:
             hashes = self._hashes(ctx, (endpoint,))
         if hashes:
-            self._insert(endpoint.key, hashes, self.capacity_for(endpoint))
+            self._remember(ctx.request.request_id, endpoint, hashes)
+
+    def _remember(self, request_id: str, endpoint: EndpointView, hashes: list[int]) -> None:
+        """Insert a pick's ``hashes`` at ``endpoint`` and keep what :meth:`on_not_sent` needs."""
+        key = endpoint.key
+        added = self._insert(key, hashes, self.capacity_for(endpoint))
+        recent = self._recent
+        if len(recent) >= RECENT_PICKS_KEPT and request_id not in recent:
+            del recent[next(iter(recent))]  # the oldest pick: given back by now, or sent
+        recent[request_id] = (key, hashes, added, self._inserts[key])
+
+    def on_not_sent(self, request_id: str, endpoint: EndpointKey, *, sent_to: EndpointView | None) -> bool:
+        """Take back the blocks the pick of ``request_id`` added at ``endpoint`` (the pod never got
+        the prompt), and with ``sent_to`` insert the pick there (the pod that did).
+
+        Only while no insert at ``endpoint`` followed the pick's (a later request sent there may have
+        brought the same blocks): then the pick's blocks stay, as before session s41 every given-back
+        pick's did. Blocks the pick's insert evicted from a full LRU are not restored."""
+        kept = self._recent.pop(request_id, None)
+        if kept is None or kept[0] != endpoint:
+            return False
+        _, hashes, added, inserts = kept
+        if self._inserts.get(endpoint) != inserts:
+            return False
+        if added:
+            self.index.forget(endpoint, added)
+        if sent_to is not None:
+            self._remember(request_id, sent_to, hashes)
+        return True
 
     def pick_note(self, ctx: CycleContext, endpoint: EndpointView) -> object | None:
         """The pick's block hashes and the pod's LRU capacity (``SharesPicks``): enough for another
@@ -221,6 +262,10 @@ class PrefixCacheScorer(PluginHooks):
     def on_endpoints_removed(self, keys: Sequence[EndpointKey]) -> None:
         for key in keys:
             self.index.remove_endpoint(key)
+            self._inserts.pop(key, None)
+        gone = set(keys)
+        for request_id in [r for r, kept in self._recent.items() if kept[0] in gone]:
+            del self._recent[request_id]  # its endpoint's insert count starts again if it comes back
 
 
 def factory(name: str, params: Mapping[str, Any], path: str) -> PrefixCacheScorer:

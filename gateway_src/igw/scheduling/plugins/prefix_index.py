@@ -202,8 +202,11 @@ class PrefixIndex:
         kept[v] = keys
         return keys
 
-    def insert(self, endpoint: EndpointKey, hashes: Iterable[int], *, capacity: int) -> None:
-        """Record that ``endpoint`` now (probably) caches ``hashes``; evict beyond ``capacity``."""
+    def insert(self, endpoint: EndpointKey, hashes: Iterable[int], *, capacity: int) -> list[int]:
+        """Record that ``endpoint`` now (probably) caches ``hashes``; evict beyond ``capacity``.
+
+        Returns the hashes ``endpoint`` did not hold before (what :meth:`forget` takes back when the
+        request was never sent there)."""
         lru = self._lru.get(endpoint)
         if lru is None:
             lru = self._lru[endpoint] = OrderedDict()
@@ -211,16 +214,34 @@ class PrefixIndex:
         slot = self._slots[endpoint]
         holders = self._holders
         move_to_end = lru.move_to_end  # bound once: most hashes of a shared prefix are moved
+        added: list[int] = []
         for h in hashes:
             if h in lru:
                 move_to_end(h)
                 continue
             lru[h] = None
+            added.append(h)
             v = holders.get(h)
             holders[h] = slot if v is None else _with_slot(v, slot)
         while len(lru) > capacity:
             old, _ = lru.popitem(last=False)
             self._forget(old, slot)
+        return added
+
+    def forget(self, endpoint: EndpointKey, hashes: Iterable[int]) -> None:
+        """Take ``hashes`` out of ``endpoint``'s entries (those it still holds): an insert whose
+        request never reached it. An endpoint left with no entry leaves the index (its slot is
+        freed, and it no longer counts among the holders sharing a block budget)."""
+        lru = self._lru.get(endpoint)
+        if lru is None:
+            return
+        slot = self._slots[endpoint]
+        for h in hashes:
+            if h in lru:
+                del lru[h]
+                self._forget(h, slot)
+        if not lru:
+            self.remove_endpoint(endpoint)
 
     def trim(self, capacity: int) -> int:
         """Evict every endpoint's oldest entries beyond ``capacity``; how many were evicted."""
