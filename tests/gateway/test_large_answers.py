@@ -1,6 +1,8 @@
 """Non-streamed answers larger than the upstream client's read high-water mark (256 KiB) are forwarded
-whole, over real loopback HTTP on both sides of the ``IGW_HTTP_SERVER`` switch; a body past
-:data:`~igw.gateway.upstream_client.MAX_WHOLE_BODY_BYTES` is a 502, not unbounded memory.
+whole, over real loopback HTTP on both sides of the ``IGW_HTTP_SERVER`` switch; one past
+:data:`~igw.gateway.upstream.WHOLE_ANSWER_BUFFER_BYTES` (1 MiB) is relayed as it arrives, so each costs
+the gateway at most that much whatever its size; an error answer (collected whole: it may be retried)
+past :data:`~igw.gateway.upstream_client.MAX_WHOLE_BODY_BYTES` is a 502, not unbounded memory.
 
 Before: reading paused at the high-water mark and the whole-body read never took the bytes that
 would resume it, so any non-streamed answer of more than about half a megabyte (long outputs,
@@ -8,17 +10,21 @@ logprobs, ``n`` > 1) waited forever - there is no ``routeTimeout`` by default.""
 
 from __future__ import annotations
 
+import asyncio
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 import orjson
 import pytest
+from aiohttp import web
 
 from igw.gateway import upstream_client
 from igw.gateway.lean_server import SWITCH_ENV
 from tests.compiled.tree import skip_compiled
 from tests.gateway.fake_model_server import FakeModelServer, running
 from tests.gateway.support import config_doc, scheduler
+from tests.reliability.harness import gateway_doc, in_process_gateway, scripted_upstream
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 DOC = config_doc([scheduler("llama", MODEL)])
@@ -50,22 +56,108 @@ async def test_a_20_mb_answer_is_forwarded_whole(
     "the cap MAX_WHOLE_BODY_BYTES is lowered by monkeypatch; compiled code bound the Final constant "
     "at build time",
 )
-async def test_an_answer_past_the_cap_is_a_502_and_the_gateway_serves_on(
-    gateway: Any, monkeypatch: pytest.MonkeyPatch
+async def test_an_error_answer_past_the_cap_is_a_502_and_the_gateway_serves_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """An error answer (400 and above) is collected whole - it may be retried on another pod - so the
+    cap bounds it; a success that large is relayed as it arrives (the test below)."""
     monkeypatch.setattr(upstream_client, "MAX_WHOLE_BODY_BYTES", 1024 * 1024)
+    size = {"n": 4_000_000}
+
+    async def failing(request: web.Request) -> web.Response:
+        await request.read()
+        body = orjson.dumps({"error": {"message": "x" * size["n"]}})
+        return web.Response(status=400, body=body, content_type="application/json")
+
     async with (
-        running(FakeModelServer("a", tokens=4_000_000)) as (a,),
-        gateway(DOC, {"llama": [a.key]}) as gw,
+        scripted_upstream({"POST /v1/completions": failing}) as pod,
+        in_process_gateway(tmp_path, gateway_doc(), [pod]) as gw,
     ):
-        async with gw.http.post(
-            gw.url + "/v1/completions", json={"model": MODEL, "prompt": "huge"}, timeout=BOUNDED
-        ) as resp:
-            assert resp.status == 502
-            error = (await resp.json())["error"]
+        resp = await gw.complete("huge")
+        assert resp.status == 502
+        error = (await resp.json())["error"]
         assert error["code"] == "upstream_error"
-        a.tokens = 5
-        async with gw.http.post(
-            gw.url + "/v1/completions", json={"model": MODEL, "prompt": "small"}, timeout=BOUNDED
-        ) as resp:
-            assert resp.status == 200
+        size["n"] = 5
+        resp = await gw.complete("small")
+        assert resp.status == 400
+
+
+LARGE = 4 * 1024 * 1024  # past WHOLE_ANSWER_BUFFER_BYTES (1 MiB): relayed as it arrives
+
+
+@pytest.mark.parametrize("switch", ["lean", "aiohttp"])
+async def test_a_large_answer_is_relayed_as_it_arrives_and_its_usage_charged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, switch: str
+) -> None:
+    """The pod sends the first 4 MiB of its answer and holds the rest until the client has read them:
+    a gateway that collected whole answers (every one until session s41, up to 256 MiB each, so N
+    concurrent large answers held N times that) never passes them on, and the exchange hangs. The
+    usage at the answer's end is still read and charged."""
+    monkeypatch.setenv(SWITCH_ENV, switch)
+    release = asyncio.Event()
+    head = b'{"object":"text_completion","choices":[{"index":0,"text":"' + b"t" * LARGE
+    tail = b'"}],"usage":{"prompt_tokens":3,"completion_tokens":4321,"total_tokens":4324}}'
+
+    async def large(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        resp = web.StreamResponse(headers={"Content-Type": "application/json"})
+        resp.content_length = len(head) + len(tail)
+        await resp.prepare(request)
+        await resp.write(head)
+        await release.wait()
+        await resp.write(tail)
+        await resp.write_eof()
+        return resp
+
+    async with (
+        scripted_upstream({"POST /v1/completions": large}) as pod,
+        in_process_gateway(tmp_path, gateway_doc(), [pod]) as gw,
+    ):
+        resp = await gw.complete("long")
+        assert resp.status == 200
+        received = b""
+        async with asyncio.timeout(30):  # collected whole, nothing arrives: the test fails here
+            while len(received) < len(head):
+                received += await resp.content.readany()
+        release.set()
+        received += await resp.content.read()
+        assert orjson.loads(received)["usage"]["completion_tokens"] == 4321
+        charged = 'igw_tokens_total{direction="out",model="llama"} 4321.0'
+        for _ in range(200):  # counted once the handler has finished its accounting
+            if charged in await (await gw.http.get(gw.url + "/metrics")).text():
+                break
+            await asyncio.sleep(0.05)
+        else:
+            pytest.fail("the answer's usage was not charged")
+
+
+async def test_a_large_answer_cut_by_route_timeout_ends_the_clients_connection(tmp_path: Path) -> None:
+    """routeTimeout passing while a large whole answer is relayed closes the client's connection
+    before the body's end: a JSON body has no place for the SSE error event a stream gets, and a
+    client must never read a shorter body as whole."""
+    head = b'{"object":"text_completion","choices":[{"index":0,"text":"' + b"t" * LARGE
+
+    async def stuck(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        resp = web.StreamResponse(headers={"Content-Type": "application/json"})
+        resp.content_length = len(head) + 100
+        await resp.prepare(request)
+        await resp.write(head)
+        await asyncio.sleep(60)
+        return resp
+
+    async with (
+        scripted_upstream({"POST /v1/completions": stuck}) as pod,
+        in_process_gateway(tmp_path, gateway_doc(routeTimeout="1s"), [pod]) as gw,
+    ):
+        resp = await gw.complete("long")
+        assert resp.status == 200
+        received = bytearray()
+
+        async def read_all() -> None:
+            while chunk := await resp.content.readany():
+                received.extend(chunk)
+
+        with pytest.raises(aiohttp.ClientPayloadError):
+            await asyncio.wait_for(read_all(), 30)
+    assert bytes(received) == head

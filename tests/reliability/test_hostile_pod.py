@@ -25,10 +25,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gzip
+import os
 import zlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import orjson
 import pytest
 from aiohttp import web
 
@@ -36,7 +39,13 @@ from igw.gateway.response_ids import believed, mint
 from igw.gateway.upstream import _carries_token
 from igw.gateway.upstream_client import MAX_RESPONSE_FIELDS
 from tests.gateway.fake_model_server import FakeModelServer, running
-from tests.reliability.harness import MODEL, gateway_doc, in_process_gateway, scripted_upstream
+from tests.reliability.harness import (
+    MODEL,
+    InProcessGateway,
+    gateway_doc,
+    in_process_gateway,
+    scripted_upstream,
+)
 
 ODD_EVENTS = (b'data: {"choices": 5}\n\n', b'data: {"choices": true}\n\n', b'data: {"choices": "x"}\n\n')
 
@@ -242,3 +251,82 @@ async def test_pods_are_asked_for_no_content_coding_and_a_compressed_stream_is_a
             error = (await resp.json())["error"]
         assert error["code"] == "upstream_error"
         assert "compressed event stream" in error["message"]
+
+
+USAGE = {"prompt_tokens": 3, "completion_tokens": 5000, "total_tokens": 5003}
+
+
+def coded_answer(coding: str, text: str) -> bytes:
+    """A completion answer of ``text`` with :data:`USAGE`, in ``coding``."""
+    plain = orjson.dumps(
+        {"object": "text_completion", "choices": [{"index": 0, "text": text}], "usage": USAGE}
+    )
+    if coding == "gzip":
+        return gzip.compress(plain)
+    return zlib.compress(plain) if coding == "deflate" else plain
+
+
+async def charged_out(gw: InProcessGateway) -> float:
+    """The output tokens the gateway has counted (``igw_tokens_total``), once the count moved."""
+    async with asyncio.timeout(10):
+        while True:
+            text = await (await gw.http.get(gw.url + "/metrics")).text()
+            for line in text.splitlines():
+                if line.startswith('igw_tokens_total{direction="out"'):
+                    return float(line.split()[-1])
+            await asyncio.sleep(0.05)
+
+
+@pytest.mark.parametrize(
+    ("coding", "text"),
+    [("gzip", "hi"), ("deflate", "hi"), ("gzip", os.urandom(1 << 20).hex())],  # the last relayed as it comes
+    ids=["gzip", "deflate", "gzip-relayed"],
+)
+async def test_a_compressed_whole_answers_usage_is_charged(tmp_path: Path, coding: str, text: str) -> None:
+    """A pod that compresses a whole answer though asked for ``identity``: the answer is forwarded as
+    it came and its usage charged. Before session s41 it went unread: charged no output tokens."""
+    body = coded_answer(coding, text)
+
+    async def answer(request: web.Request) -> web.Response:
+        await request.read()
+        return web.Response(
+            body=body, headers={"Content-Type": "application/json", "Content-Encoding": coding}
+        )
+
+    async with (
+        scripted_upstream({"POST /v1/completions": answer}) as pod,
+        in_process_gateway(tmp_path, gateway_doc(), [pod]) as gw,
+    ):
+        resp = await gw.complete("hello")
+        assert resp.status == 200
+        assert orjson.loads(await resp.read())["usage"] == USAGE  # decoded by the client, as sent
+        assert await charged_out(gw) == 5000
+
+
+@pytest.mark.parametrize(
+    ("coding", "body", "why"),
+    [
+        ("br", b"\x0b\x02\x80hi\x03", "content coding 'br'"),
+        ("gzip", b"not gzip at all", "not valid for its content coding"),
+        ("gzip", gzip.compress(b" " * (300 << 20)), "decodes to more than"),  # 300 MiB in 300 KiB
+    ],
+    ids=["unknown-coding", "corrupt", "zip-bomb"],
+)
+async def test_a_compressed_answer_the_gateway_cannot_read_is_a_502(
+    tmp_path: Path, coding: str, body: bytes, why: str
+) -> None:
+    async def answer(request: web.Request) -> web.Response:
+        await request.read()
+        return web.Response(
+            body=body, headers={"Content-Type": "application/json", "Content-Encoding": coding}
+        )
+
+    async with (
+        scripted_upstream({"POST /v1/completions": answer}) as pod,
+        in_process_gateway(tmp_path, gateway_doc(), [pod]) as gw,
+    ):
+        resp = await gw.complete("hello")
+        error = (await resp.json())["error"]
+    assert resp.status == 502
+    assert error["code"] == "upstream_error"
+    assert why in error["message"]

@@ -86,9 +86,11 @@ from igw.gateway.stream_usage import (
 from igw.gateway.tenant_fields import header_refusal_message, refusal_message, refused_field, refused_header
 from igw.gateway.upstream import (
     UPSTREAM_ACCEPT_ENCODING,
+    WHOLE_ANSWER_BUFFER_BYTES,
     ClientGone,
     ConnectFailed,
     ExchangeResult,
+    end_unfinished,
     exchange,
     upstream_header_block,
     upstream_headers,
@@ -1119,6 +1121,7 @@ async def _forward(
                 else _first_token_feedback(plan.sr, ep, obs, clock=state.clock),
                 method=plan.method,
                 strip_usage=plan.strip_usage,
+                relay_whole_above=WHOLE_ANSWER_BUFFER_BYTES,
             )
             # routeTimeout bounds the whole exchange; without one (the default) no timer is armed
             if deadline is None:
@@ -1383,7 +1386,13 @@ def _finish_after_write(
 
 
 async def _end_stream(request: web.Request, response: web.StreamResponse, code: str, message: str) -> None:
-    """Finish a started SSE response with an error event and ``[DONE]`` (the client may be gone)."""
+    """Finish a started SSE response with an error event and ``[DONE]`` (the client may be gone). A
+    large whole answer being relayed (:data:`~igw.gateway.upstream.WHOLE_ANSWER_BUFFER_BYTES`) has no
+    place for an event: its client's connection is closed before the body's end
+    (:func:`~igw.gateway.upstream.end_unfinished`), never a JSON body with an SSE event inside it."""
+    if response.content_type != "text/event-stream":
+        end_unfinished(request)
+        return
     with contextlib.suppress(
         ConnectionResetError, aiohttp.ClientConnectionResetError, asyncio.CancelledError
     ):

@@ -41,6 +41,7 @@ from multidict import CIMultiDict
 from mypy_extensions import mypyc_attr
 
 from igw.errors import IgwGatewayError
+from igw.gateway.answer_coding import CodedScan, compressed
 from igw.gateway.answer_scan import AnswerScan
 from igw.gateway.errors import gateway_error, sse_error_event
 from igw.gateway.forwarded_answer import HOP_BY_HOP, HOP_BY_HOP_FIELDS, ForwardedAnswer, forwarded_answer
@@ -68,6 +69,16 @@ __all__ = [
     "upstream_header_block",
     "upstream_headers",
 ]
+
+WHOLE_ANSWER_BUFFER_BYTES: Final = 1024 * 1024
+"""A model server's whole (non-streamed) answer below status 400 - never retried: nothing of it
+differs by pod once it is a success - is relayed as it arrives once it is larger than this
+(``relay_whole_above`` of :func:`exchange`, :func:`_relay_whole`), so each costs the gateway at most
+this much and the reads in flight, whatever its size. Until session s41 tier 1 collected every whole
+answer (up to :data:`~igw.gateway.upstream_client.MAX_WHOLE_BODY_BYTES`, 256 MiB) and joined its
+parts before forwarding it: eight concurrent 40 MB answers took an ``igw serve`` process from 76 MiB
+to a 477 MiB peak, and pods answering 256 MiB each could take N x 320 MiB, past any pod's memory
+limit (``igw.gateway.worker_count`` plans 256 MiB per worker)."""
 
 UPSTREAM_POOL_LIMIT: Final = 1024
 """Concurrent upstream connections per process (keep-alive pooled); Envoy's default circuit-breaker limit."""
@@ -566,9 +577,10 @@ async def exchange(
     runs no stall sweep, passes ``requestTimeoutSeconds``; ``None`` (tier 1, whose
     :mod:`~igw.gateway.upstream_watchdog` and ``routeTimeout`` bound it): no bound here.
     ``relay_whole_above``: a whole answer below status 400 is relayed as it arrives once more than
-    this many of its bytes have (:func:`_relay_whole`; the global router, which never retries such an
-    answer); ``None`` (tier 1, which may retry an answer and forwards it whole): collected whole, up
-    to :data:`~igw.gateway.upstream_client.MAX_WHOLE_BODY_BYTES`."""
+    this many of its bytes have (:func:`_relay_whole`; both tiers pass
+    :data:`WHOLE_ANSWER_BUFFER_BYTES` or their own bound: neither retries such an answer); ``None``:
+    collected whole, up to :data:`~igw.gateway.upstream_client.MAX_WHOLE_BODY_BYTES`, as an error
+    answer (400 and above, which tier 1 may retry on another pod) always is."""
     # ``endpoint`` is a pod's ``host:port``, or a base URL with its scheme (the global router's
     # clusters). Waiting for a free pooled connection is not a connect failure (it would turn pool
     # exhaustion under load into retries and 502s); routeTimeout bounds the wait.
@@ -648,6 +660,19 @@ compressed (behind a compressing proxy) had its streams broken by the plain-text
 the compressed body, and its whole answers' usage went unread (charged as no output)."""
 
 
+def _unreadable_answer(why: str, extra: Mapping[str, str]) -> ExchangeResult:
+    """A 502 ``upstream_error`` for a whole answer a pod compressed though the gateway asked for none
+    (:data:`UPSTREAM_ACCEPT_ENCODING`) in a way it cannot read (:mod:`igw.gateway.answer_coding`):
+    forwarded, its usage would go uncharged."""
+    message = f"the model server sent a compressed answer the gateway could not read: {why}"
+    return ExchangeResult(
+        answer=gateway_error("upstream_error", message, headers=extra),
+        status=502,
+        ok=False,
+        error="unreadable compressed answer",
+    )
+
+
 def _compressed_stream(endpoint: str, extra: Mapping[str, str]) -> ExchangeResult:
     """A 502 ``upstream_error`` for an event stream a pod sent compressed though the gateway asked
     for none (:data:`UPSTREAM_ACCEPT_ENCODING`): nothing of it is relayed. Relayed, the keep-alive
@@ -667,8 +692,19 @@ def _whole_answer(upstream: UpstreamResponse, payload: bytes, *, extra: Mapping[
     the OpenAI shape), with the token usage its JSON body reports."""
     usage = None
     response_id = None
-    is_json = upstream.content_type == "application/json" and b"content-encoding" not in upstream.noted
-    if is_json:
+    coding = upstream.noted.get(b"content-encoding")
+    is_json = upstream.content_type == "application/json" and coding is None
+    if upstream.content_type == "application/json" and upstream.status < 400 and compressed(coding):
+        # compressed though the gateway asked for none: its usage read from the decoded bytes
+        coded = CodedScan(cast(bytes, coding))
+        coded.feed(payload)
+        coded.finish()
+        if coded.unreadable is not None:
+            return _unreadable_answer(coded.unreadable, extra)
+        doc = coded.document()
+        usage = _usage_from(doc)
+        response_id = _stored_response_id(doc)
+    elif is_json:
         try:  # not contextlib.suppress: an object and two calls per answer
             doc = orjson.loads(payload)
         except orjson.JSONDecodeError:
@@ -735,12 +771,21 @@ async def _relay_whole(
     response = _RelayedStream(status=upstream.status)
     _response_headers(upstream, extra, response.headers)
     length = upstream.noted.get(b"content-length")
-    if length is not None and b"transfer-encoding" not in upstream.noted:
+    # The lean server writes every relayed body chunked (:class:`~igw.gateway.lean_server.LeanStreamWriter`):
+    # a length there would sit beside ``Transfer-Encoding: chunked``, a head clients refuse.
+    lean = getattr(request, "start_stream", None) is not None
+    if length is not None and b"transfer-encoding" not in upstream.noted and not lean:
         response.content_length = int(length)
     result = ExchangeResult(answer=response, status=upstream.status, ok=True)
     response.relayed = result
-    scan = AnswerScan()
-    reads_json = upstream.content_type == "application/json" and b"content-encoding" not in upstream.noted
+    coding = upstream.noted.get(b"content-encoding")
+    reads_json = upstream.content_type == "application/json"
+    scan: AnswerScan | CodedScan = AnswerScan()
+    if reads_json and compressed(coding):
+        scan = CodedScan(cast(bytes, coding))
+        if scan.unreadable is not None:  # a coding the gateway cannot decode: refused, nothing relayed
+            response.relayed = None
+            return _unreadable_answer(scan.unreadable, extra)
     try:
         await response.prepare(request)
         on_prepared(response)
@@ -754,6 +799,15 @@ async def _relay_whole(
                 scan.feed(chunk)
             await response.write(chunk)
         await response.write_eof()
+        if isinstance(scan, CodedScan):
+            scan.finish()
+            if scan.unreadable is not None:  # relayed already: its usage is unknown, said loudly
+                log.warning(
+                    "upstream %s sent a compressed answer whose usage could not be read: %s",
+                    endpoint,
+                    scan.unreadable,
+                )
+                reads_json = False
     except (ConnectionResetError, aiohttp.ClientConnectionResetError) as reset:
         raise ClientGone() from reset
     except (UpstreamBroken, TimeoutError) as exc:

@@ -1,0 +1,94 @@
+"""The usage of a whole answer a model server compressed though the gateway asked for none.
+
+The gateway asks pods for ``Accept-Encoding: identity``
+(:data:`igw.gateway.upstream.UPSTREAM_ACCEPT_ENCODING`), but a pod behind a compressing proxy, or
+one that ignores the header, may still answer ``gzip`` or ``deflate``. The answer is forwarded as
+it came; its ``usage`` - what the token rate limits and quotas charge - is read from its decoded
+bytes here. Before session s41 it went unread: such an
+answer was charged no output tokens at all, so a pod ignoring the header let every tenant past its
+token budget.
+
+Decoding is bounded: the decoded bytes go through an :class:`~igw.gateway.answer_scan.AnswerScan`
+in pieces of at most :data:`PIECE_BYTES` (never held whole), and at most :data:`MAX_DECODED_BYTES`
+are decoded (a small body that inflates without end, a zip bomb, costs that much CPU and no more).
+A coding the gateway cannot decode (``br``, ``zstd``, anything else), a body that is not valid for
+its coding, or one that decodes past the bound is :attr:`CodedScan.unreadable`: the caller refuses
+the answer when it still can (a 502) rather than forward it uncharged.
+"""
+
+from __future__ import annotations
+
+import zlib
+from typing import Final
+
+from igw.gateway.answer_scan import AnswerScan
+
+PIECE_BYTES: Final = 1024 * 1024
+"""The most decoded bytes produced by one step (what the decoder holds at once)."""
+MAX_DECODED_BYTES: Final = 256 * 1024 * 1024
+"""The most bytes one answer is decoded to (the cap on a plain whole answer,
+:data:`~igw.gateway.upstream_client.MAX_WHOLE_BODY_BYTES`)."""
+_WBITS: Final = {b"gzip": 31, b"x-gzip": 31, b"deflate": 15}
+"""zlib's window setting per content coding: a gzip member, or a zlib stream (HTTP's ``deflate``)."""
+_RAW_DEFLATE: Final = -15
+"""A raw deflate stream without the zlib wrapper, which some servers send as ``deflate``."""
+
+
+def compressed(coding: bytes | None) -> bool:
+    """Whether a ``Content-Encoding`` value names a coding (absent and ``identity`` do not)."""
+    return coding is not None and coding.strip().lower() not in (b"", b"identity")
+
+
+class CodedScan:
+    """Feed it a compressed answer's bytes in order (:meth:`feed`); :meth:`document` then holds
+    what :class:`~igw.gateway.answer_scan.AnswerScan` read of the decoded answer, unless
+    :attr:`unreadable` says why nothing could be."""
+
+    __slots__ = ("_decoded", "_decoder", "_first", "_wbits", "scan", "unreadable")
+
+    def __init__(self, coding: bytes) -> None:
+        name = coding.strip().lower()
+        self.scan = AnswerScan()
+        self.unreadable: str | None = None
+        self._decoded = 0
+        self._first = True
+        wbits = _WBITS.get(name)
+        self._wbits = 0 if wbits is None else wbits
+        self._decoder = None if wbits is None else zlib.decompressobj(wbits)
+        if wbits is None:
+            self.unreadable = f"content coding {name.decode('latin-1')[:40]!r} the gateway cannot decode"
+
+    def feed(self, data: bytes) -> None:
+        """Decode ``data`` (the bytes after those fed before) and read what it decodes to."""
+        decoder = self._decoder
+        if decoder is None or self.unreadable is not None:
+            return
+        try:
+            if self._first and data:
+                self._first = False
+                if self._wbits == 15 and (data[0] & 0x0F) != 8:  # no zlib header: raw deflate
+                    decoder = self._decoder = zlib.decompressobj(_RAW_DEFLATE)
+            while data:
+                piece = decoder.decompress(data, PIECE_BYTES)
+                data = decoder.unconsumed_tail
+                self._decoded += len(piece)
+                if self._decoded > MAX_DECODED_BYTES:
+                    self.unreadable = f"it decodes to more than {MAX_DECODED_BYTES} bytes"
+                    self._decoder = None
+                    return
+                self.scan.feed(piece)
+                if decoder.eof:
+                    return
+        except zlib.error as exc:
+            self.unreadable = f"its body is not valid for its content coding ({exc})"
+            self._decoder = None
+
+    def finish(self) -> None:
+        """The answer ended: a compressed stream cut short is unreadable too."""
+        decoder = self._decoder
+        if decoder is not None and self.unreadable is None and not decoder.eof:
+            self.unreadable = "its compressed body ends early"
+
+    def document(self) -> dict[str, object]:
+        """The fields read of the decoded answer (:meth:`AnswerScan.document`)."""
+        return self.scan.document()
