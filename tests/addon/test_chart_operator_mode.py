@@ -242,7 +242,6 @@ GATEWAY_MODE_SETTINGS: dict[str, Any] = {
     "podLabels": {"team": "a"},
     "podDisruptionBudget": {"enabled": False},
     "rbac": {"namespaces": ["models"]},
-    "networkPolicy.ingressCidrs": ["10.1.0.0/16"],
     "networkPolicy.modelServerPorts": [30000],
     "networkPolicy.extraEgress": [{"ports": [{"port": 4318, "protocol": "TCP"}]}],
 }
@@ -263,6 +262,7 @@ OPERATOR_MODE_SETTINGS: dict[str, Any] = {
     "tolerations": [{"key": "dedicated", "operator": "Exists"}],
     "networkPolicy.enabled": False,
     "networkPolicy.httpsEgressCidrs": ["10.0.0.0/8"],
+    "networkPolicy.ingressCidrs": ["10.1.0.0/16"],
     "serviceMonitor": {"enabled": True},
     "prometheusRule": {"enabled": True},
     "podMonitor": {"enabled": True, "selector": {"app": "vllm"}},

@@ -13,7 +13,10 @@ lets the garbage collector remove its data plane (model deployments are not owne
 The pods serve inference on :data:`GATEWAY_PORT` (the Service's only port) and ``/metrics``, the
 detailed ``/readyz`` and the decision debug API on a management port of their own
 (:func:`management_port`, see :mod:`igw.gateway.management`), which Prometheus finds through the
-pods' ``prometheus.io/*`` annotations and the NetworkPolicy opens to pods of the cluster only.
+pods' ``prometheus.io/*`` annotations and the NetworkPolicy opens to pods of the cluster only. The
+NetworkPolicy admits inference clients on the gateway port from the source CIDRs the operator is given
+(:attr:`DataPlaneSettings.ingress_cidrs`, the chart's ``networkPolicy.ingressCidrs``), and none is made
+when the operator runs without one (``networkPolicy.enabled: false``), as in the chart's gateway mode.
 """
 
 from __future__ import annotations
@@ -56,6 +59,8 @@ TLS_POLICY: Final = "ELBSecurityPolicy-TLS13-1-2-2021-06"
 DEFAULT_REPLICAS: Final = 2
 HPA_API_VERSION: Final = "autoscaling/v2"
 HPA_KIND: Final = "HorizontalPodAutoscaler"
+NETWORK_POLICY_API_VERSION: Final = "networking.k8s.io/v1"
+NETWORK_POLICY_KIND: Final = "NetworkPolicy"
 DEFAULT_TARGET_CPU_PERCENT: Final = 70
 """``dataPlane.autoscaling.targetCPUUtilizationPercentage`` when not set (the CPU request's share)."""
 SCALE_DOWN_WINDOW_S: Final = 300
@@ -74,6 +79,12 @@ DEFAULT_HTTPS_EGRESS_CIDRS: Final = ("0.0.0.0/0", "::/0")
 """Where the gateway pods may reach HTTPS by default: anywhere, in both address families, so the
 pods of an IPv6 cluster reach its API server (until session s40 IPv4 only: ``0.0.0.0/0``)."""
 
+DEFAULT_INGRESS_CIDRS: Final = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "::/0")
+"""Sources admitted on the gateway port by default: the private IPv4 ranges (the load balancer's
+addresses with IP targets, pods of the VPC) and any IPv6 source (an IPv6 cluster's pods and load
+balancers have addresses of the VPC's global block) - the chart's ``networkPolicy.ingressCidrs``
+default. Before session s41 the operator's NetworkPolicy admitted every source on that port."""
+
 
 @dataclass(frozen=True, slots=True)
 class DataPlaneSettings:
@@ -86,6 +97,12 @@ class DataPlaneSettings:
     https_egress_cidrs: tuple[str, ...] = DEFAULT_HTTPS_EGRESS_CIDRS
     """Destinations of the gateway pods' HTTPS egress (API server, JWKS, AWS APIs; ``igw operator
     --gateway-https-egress-cidr``, the chart's ``networkPolicy.httpsEgressCidrs``)."""
+    network_policy: bool = True
+    """Whether each data plane gets a NetworkPolicy (``igw operator --no-gateway-network-policy``, the
+    chart's ``networkPolicy.enabled: false``): without one the operator deletes the one it made."""
+    ingress_cidrs: tuple[str, ...] = DEFAULT_INGRESS_CIDRS
+    """Sources admitted on the gateway port (clients, the load balancer; ``igw operator
+    --gateway-ingress-cidr``, the chart's ``networkPolicy.ingressCidrs``)."""
     resources: Mapping[str, Any] = field(
         default_factory=lambda: {
             "requests": {"cpu": "500m", "memory": "512Mi", "ephemeral-storage": "64Mi"},
@@ -123,6 +140,11 @@ class DataPlaneSettings:
         problem = gateway_env_problem(self.extra_env)
         if problem is not None:
             raise ValueError(problem)
+        if not self.ingress_cidrs:
+            # A NetworkPolicy rule with no source admits every source: the opposite of a short list.
+            raise ValueError(
+                "ingress_cidrs: at least one source CIDR (an empty list would admit every source)"
+            )
 
     def worker_args(self) -> list[str]:
         """``igw serve --workers`` and ``--worker-timeout`` when not the single process it starts by
@@ -567,10 +589,11 @@ def _redis_ports(spec: Mapping[str, Any]) -> list[int]:
 
 
 def network_policy(igwc: Mapping[str, Any], settings: DataPlaneSettings) -> dict[str, Any]:
-    """Clients in on the gateway port, pods of the cluster (Prometheus, ``igw top``) on the management
-    port; out only to DNS, the model servers' ports, HTTPS (API server, JWKS), the Redis ports of
-    shared rate limits and of the global heartbeat store (:func:`_redis_ports`), and the CloudWatch
-    agent's / OTLP collector's ports when the operator's settings send there."""
+    """Clients from :attr:`DataPlaneSettings.ingress_cidrs` in on the gateway port, pods of the cluster
+    (Prometheus, ``igw top``) on the management port; out only to DNS, the model servers' ports, HTTPS
+    (API server, JWKS), the Redis ports of shared rate limits and of the global heartbeat store
+    (:func:`_redis_ports`), and the CloudWatch agent's / OTLP collector's ports when the operator's
+    settings send there."""
     spec = igwc.get("spec") or {}
     igwc_name = igwc["metadata"]["name"]
     model_ports = sorted(
@@ -582,14 +605,17 @@ def network_policy(igwc: Mapping[str, Any], settings: DataPlaneSettings) -> dict
         extra.append({"ports": [{"port": port, "protocol": "TCP"} for port in redis_ports]})
     extra.extend(settings.observability_egress())
     return {
-        "apiVersion": "networking.k8s.io/v1",
-        "kind": "NetworkPolicy",
+        "apiVersion": NETWORK_POLICY_API_VERSION,
+        "kind": NETWORK_POLICY_KIND,
         "metadata": _metadata(igwc, base_name(igwc_name)),
         "spec": {
             "podSelector": {"matchLabels": selector_labels(igwc_name)},
             "policyTypes": ["Ingress", "Egress"],
             "ingress": [
-                {"ports": [{"port": GATEWAY_PORT, "protocol": "TCP"}]},
+                {
+                    "from": [{"ipBlock": {"cidr": cidr}} for cidr in settings.ingress_cidrs],
+                    "ports": [{"port": GATEWAY_PORT, "protocol": "TCP"}],
+                },
                 {
                     "from": [{"namespaceSelector": {}}],
                     "ports": [{"port": management_port(spec), "protocol": "TCP"}],
@@ -641,7 +667,7 @@ def desired_objects(
         *([] if scaler is None else [scaler]),
         *([] if waits_for_certificate else [service(igwc, issued_acm_arn=issued_acm_arn)]),
         disruption_budget(igwc),
-        network_policy(igwc, settings),
+        *([network_policy(igwc, settings)] if settings.network_policy else []),
     ]
 
 

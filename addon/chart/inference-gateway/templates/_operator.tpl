@@ -19,7 +19,8 @@ app.kubernetes.io/part-of: inference-gateway
 {{/*
 What the operator does in a watched namespace, verb by verb (igw/operator/kube.py and kopf):
 read, create and replace (update) each data-plane kind, and delete the HorizontalPodAutoscaler it
-made once a spec stops asking for one; list pods for status; post Events; for
+made once a spec stops asking for one; with networkPolicy.enabled: false only read and delete the
+gateways' NetworkPolicies (it deletes the ones it made before, and makes none); list pods for status; post Events; for
 spec.tls: {} read, create, replace and delete cert-manager Certificates, read their Secrets and delete
 the one of a Certificate it deletes, and list the Secrets carrying its labels (the orphan sweep of
 configs deleted while no operator ran; igw/operator/tls.py KUBE_ACCESS); none of that with
@@ -71,7 +72,11 @@ server refuses to create that Role (RBAC escalation prevention).
   verbs: ["get", "create", "update", "delete"]
 - apiGroups: ["networking.k8s.io"]
   resources: ["networkpolicies"]
+  {{- if .Values.networkPolicy.enabled }}
   verbs: ["get", "create", "update"]
+  {{- else }}
+  verbs: ["get", "delete"]
+  {{- end }}
 {{- if .Values.operator.autoTls }}
 - apiGroups: ["cert-manager.io"]
   resources: ["certificates"]
