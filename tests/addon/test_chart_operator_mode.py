@@ -46,6 +46,12 @@ def _expected_namespaced_grants() -> dict[tuple[str, str], set[str]]:
     ]:
         group = obj["apiVersion"].rpartition("/")[0]
         expected.setdefault((group, _plural(obj["kind"])), set()).update(DATA_PLANE_VERBS)
+        # An owner reference with blockOwnerDeletion: the OwnerReferencesPermissionEnforcement
+        # admission plugin wants update on the owner's finalizers (tests/fakes/kube_owner_refs.py).
+        for ref in obj["metadata"].get("ownerReferences") or []:
+            if ref.get("blockOwnerDeletion"):
+                owner_group = ref["apiVersion"].rpartition("/")[0]
+                expected[(owner_group, f"{_plural(ref['kind'])}/finalizers")] = {"update"}
     # the operator deletes the HPA it made once the spec stops asking for one (Reconciler._retire_autoscaler)
     expected[(HPA_API_VERSION.rpartition("/")[0], _plural(HPA_KIND))].add("delete")
     group = "inference.sagemaker.aws.amazon.com"

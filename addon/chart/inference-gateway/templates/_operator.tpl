@@ -30,6 +30,10 @@ Roles and RoleBindings: get/create/update only, without resourceNames: the opera
 each per InferenceGatewayConfig, named after it (`<name>-gateway`), so no fixed name exists, and
 RBAC cannot restrict `create` by name anyway; `update` puts back an edited one and adopts an orphan.
 No bind/escalate: it can only grant what it holds itself.
+Every data-plane object carries an owner reference to its InferenceGatewayConfig with
+blockOwnerDeletion: true, which the OwnerReferencesPermissionEnforcement admission plugin (hardened and
+OpenShift clusters) admits only from a caller that may update the owner's finalizers subresource: hence
+update on inferencegatewayconfigs/finalizers (the operator never writes that subresource itself).
 It must itself hold the read access it grants the gateway pods' Role (pods, ConfigMaps), or the API
 server refuses to create that Role (RBAC escalation prevention).
 */}}
@@ -40,6 +44,9 @@ server refuses to create that Role (RBAC escalation prevention).
 - apiGroups: ["inference.sagemaker.aws.amazon.com"]
   resources: ["inferencegatewayconfigs/status"]
   verbs: ["patch"]
+- apiGroups: ["inference.sagemaker.aws.amazon.com"]
+  resources: ["inferencegatewayconfigs/finalizers"]
+  verbs: ["update"]
 - apiGroups: ["inference.networking.x-k8s.io"]
   resources: ["inferenceobjectives", "inferencemodelrewrites"]
   verbs: ["get", "list", "watch"]
