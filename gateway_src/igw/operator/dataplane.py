@@ -34,9 +34,12 @@ import yaml
 from igw.config.model import API_GROUP, API_VERSION, KIND
 from igw.config.restart_only import restart_digest
 from igw.config.rules import OPERATOR_SERVING_PORT
+from igw.gateway.emf_sink import ENDPOINT_ENV as EMF_ENDPOINT_ENV
 from igw.gateway.emf_sink import AgentEndpoint
+from igw.gateway.tracing_options import ENDPOINT_ENV as OTLP_ENDPOINT_ENVS
 from igw.gateway.worker_count import AUTO, CPU_REQUEST_ENV
 from igw.gateway.worker_heartbeat import STUCK_AFTER_S
+from igw.gateway.workers import WORKER_ENV
 from igw.operator.placement import OFF_HYPERPOD_NODES, rolling_update, spread_constraints
 from igw.operator.shutdown_timing import shutdown_timing
 
@@ -180,12 +183,21 @@ class DataPlaneSettings:
         return rules
 
 
-OTLP_ENDPOINT_ENV: Final = "OTEL_EXPORTER_OTLP_ENDPOINT"
+TRACES_ENDPOINT_ENV, OTLP_ENDPOINT_ENV = OTLP_ENDPOINT_ENVS
 RESERVED_ENV: Final = {
     CPU_REQUEST_ENV: "the operator (--gateway-workers auto)",
     OTLP_ENDPOINT_ENV: "--gateway-otlp-endpoint (which also opens the NetworkPolicy to its port)",
+    TRACES_ENDPOINT_ENV: (
+        "--gateway-otlp-endpoint (which also opens the NetworkPolicy to its port; this one would win over it)"
+    ),
+    EMF_ENDPOINT_ENV: "--gateway-emf-endpoint (which also opens the NetworkPolicy to its port)",
+    WORKER_ENV: "igw serve itself (the role it gives each worker it starts)",
 }
-"""Variables :attr:`DataPlaneSettings.extra_env` may not set, and what sets each instead."""
+"""Variables :attr:`DataPlaneSettings.extra_env` may not set, and what sets each instead. Before
+session s41 only the first two were refused: ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` silently won
+over ``--gateway-otlp-endpoint`` (the pods exported to a port the NetworkPolicy kept closed),
+``AWS_EMF_AGENT_ENDPOINT`` sent EMF documents past it the same way, and ``IGW_WORKER`` made every
+pod's first process take itself for a worker."""
 _ENV_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
