@@ -188,7 +188,8 @@ def test_gateway_env_reaches_every_operator_made_gateway(cluster: FakeKubeApiSer
         # past gateway.cloudWatch.agent, and IGW_WORKER made each pod's first process a "worker".
         (
             [{"name": "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "value": "http://x:4317/v1/traces"}],
-            "operator.gatewayEnv[0].name: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is already set by operator.gatewayOtlpEndpoint",
+            "operator.gatewayEnv[0].name: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is already set by "
+            "operator.gatewayOtlpEndpoint",
         ),
         (
             [{"name": "AWS_EMF_AGENT_ENDPOINT", "value": "tcp://agent:25888"}],
