@@ -46,6 +46,12 @@ def _expected_namespaced_grants() -> dict[tuple[str, str], set[str]]:
     ]:
         group = obj["apiVersion"].rpartition("/")[0]
         expected.setdefault((group, _plural(obj["kind"])), set()).update(DATA_PLANE_VERBS)
+        # An owner reference with blockOwnerDeletion: the OwnerReferencesPermissionEnforcement
+        # admission plugin wants update on the owner's finalizers (tests/fakes/kube_owner_refs.py).
+        for ref in obj["metadata"].get("ownerReferences") or []:
+            if ref.get("blockOwnerDeletion"):
+                owner_group = ref["apiVersion"].rpartition("/")[0]
+                expected[(owner_group, f"{_plural(ref['kind'])}/finalizers")] = {"update"}
     # the operator deletes the HPA it made once the spec stops asking for one (Reconciler._retire_autoscaler)
     expected[(HPA_API_VERSION.rpartition("/")[0], _plural(HPA_KIND))].add("delete")
     group = "inference.sagemaker.aws.amazon.com"
@@ -242,7 +248,6 @@ GATEWAY_MODE_SETTINGS: dict[str, Any] = {
     "podLabels": {"team": "a"},
     "podDisruptionBudget": {"enabled": False},
     "rbac": {"namespaces": ["models"]},
-    "networkPolicy.ingressCidrs": ["10.1.0.0/16"],
     "networkPolicy.modelServerPorts": [30000],
     "networkPolicy.extraEgress": [{"ports": [{"port": 4318, "protocol": "TCP"}]}],
 }
@@ -263,6 +268,7 @@ OPERATOR_MODE_SETTINGS: dict[str, Any] = {
     "tolerations": [{"key": "dedicated", "operator": "Exists"}],
     "networkPolicy.enabled": False,
     "networkPolicy.httpsEgressCidrs": ["10.0.0.0/8"],
+    "networkPolicy.ingressCidrs": ["10.1.0.0/16"],
     "serviceMonitor": {"enabled": True},
     "prometheusRule": {"enabled": True},
     "podMonitor": {"enabled": True, "selector": {"app": "vllm"}},

@@ -64,7 +64,8 @@ and point the REAL ``kubernetes`` client at it over HTTP. It serves:
   is refused 403 with the ``NamespaceTerminating`` cause.
 * failure modes: :meth:`forbid` (403 with the real message shape, for all or some resources),
   :meth:`enforce_rbac` (403 for whatever some Roles and ClusterRoles, e.g. a rendered chart's, do not
-  grant: :mod:`tests.fakes.kube_rbac`),
+  grant: :mod:`tests.fakes.kube_rbac`, and with it the ``OwnerReferencesPermissionEnforcement``
+  admission plugin's checks of owner references: :mod:`tests.fakes.kube_owner_refs`),
   :meth:`add_validating_webhook` (a validating admission webhook that denies some writes, answered as
   the API server answers a denial), :attr:`required_token` (401 without it),
   :meth:`stall_open_watches` (the watches open now go silent and never end, ``timeoutSeconds``
@@ -120,6 +121,7 @@ from tests.fakes.kube_discovery import (
 )
 from tests.fakes.kube_field_errors import FieldError, invalid_details, invalid_message, quoted
 from tests.fakes.kube_openapi import openapi_group_version, openapi_root
+from tests.fakes.kube_owner_refs import owner_reference_refusal
 from tests.fakes.kube_rbac import Rbac
 from tests.fakes.kube_selectors import SelectorError, parse_field_selector, parse_label_selector
 from tests.fakes.kube_store import (
@@ -571,12 +573,34 @@ class FakeKubeApiServer:
                 f'"{resource}" in API group "{kind.group}"{where}'
             )
             return _json(_status(403, "Forbidden", message, details={"kind": kind.plural}), 403)
+        if self._rbac is not None and request.method in ("POST", "PUT") and subresource is None:
+            refused = await self._owner_reference_refusal(request, kind, namespace or "", name)
+            if refused is not None:
+                return _json(_status(403, "Forbidden", refused, details={"kind": kind.plural}), 403)
         try:
             return await self._dispatch(request, kind, namespace, name, subresource, query)
         except StoreError as exc:
             return _error(exc)
         except SelectorError as exc:
             return _json(_status(400, "BadRequest", str(exc)), 400)
+
+    async def _owner_reference_refusal(
+        self, request: web.Request, kind: ResourceKind, namespace: str, name: str | None
+    ) -> str | None:
+        """The ``OwnerReferencesPermissionEnforcement`` plugin's answer (:mod:`tests.fakes.kube_owner_refs`)
+        to this create or replace; a body the handler would refuse anyway is left to it."""
+        assert self._rbac is not None
+        try:
+            body = await self._body(request)
+        except StoreError:
+            return None
+        old = None
+        if request.method == "PUT" and name is not None:
+            try:
+                old = self.store.get(kind, namespace, name)
+            except StoreError:
+                old = None
+        return owner_reference_refusal(self._rbac, self.store, kind, namespace, name, body, old)
 
     def _route(self, parts: list[str]) -> tuple[ResourceKind, str | None, str | None, str | None]:
         if parts[:2] == ["api", "v1"]:

@@ -183,8 +183,30 @@ def test_gateway_env_reaches_every_operator_made_gateway(cluster: FakeKubeApiSer
         ([{"name": "IGW_CPU_REQUEST_MILLICORES", "value": "1"}], "operator.gatewayEnv[0].name"),
         ([{"name": "1BAD", "value": "1"}], "/operator/gatewayEnv/0/name"),
         ([{"name": "A"}], "/operator/gatewayEnv/0"),
+        # Before session s41 these three were accepted: the traces variable won over
+        # gatewayOtlpEndpoint (and the NetworkPolicy opened only that one's port), the EMF one sent
+        # past gateway.cloudWatch.agent, and IGW_WORKER made each pod's first process a "worker".
+        (
+            [{"name": "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "value": "http://x:4317/v1/traces"}],
+            "operator.gatewayEnv[0].name: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is already set by "
+            "operator.gatewayOtlpEndpoint",
+        ),
+        (
+            [{"name": "AWS_EMF_AGENT_ENDPOINT", "value": "tcp://agent:25888"}],
+            "operator.gatewayEnv[0].name: AWS_EMF_AGENT_ENDPOINT is already set by gateway.cloudWatch.agent",
+        ),
+        ([{"name": "IGW_WORKER", "value": "{}"}], "operator.gatewayEnv[0].name: IGW_WORKER"),
     ],
-    ids=["twice", "otlp-endpoint", "cpu-request", "bad-name", "no-value"],
+    ids=[
+        "twice",
+        "otlp-endpoint",
+        "cpu-request",
+        "bad-name",
+        "no-value",
+        "traces-endpoint",
+        "emf-endpoint",
+        "worker-role",
+    ],
 )
 def test_bad_gateway_env_fails_with_the_field(env: list[dict[str, str]], message: str) -> None:
     with pytest.raises(helm.HelmError) as caught:
@@ -202,8 +224,14 @@ def test_bad_gateway_env_fails_with_the_field(env: list[dict[str, str]], message
         (["--gateway-env", "OTEL_EXPORTER_OTLP_ENDPOINT=http://x:1"], "--gateway-otlp-endpoint"),
         (["--gateway-env", "OTEL_EXPORTER_OTLP_HEADERS"], "NAME=VALUE"),
         (["--gateway-env", "bad name=S3cretPassw0rd9XYZqq"], "NAME=VALUE"),
+        (
+            ["--gateway-env", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=http://x:4317/v1/traces"],
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: set by --gateway-otlp-endpoint",
+        ),
+        (["--gateway-env", "AWS_EMF_AGENT_ENDPOINT=tcp://agent:25888"], "set by --gateway-emf-endpoint"),
+        (["--gateway-env", "IGW_WORKER={}"], "IGW_WORKER: set by igw serve itself"),
     ],
-    ids=["twice", "reserved", "no-equals", "bad-name"],
+    ids=["twice", "reserved", "no-equals", "bad-name", "traces-endpoint", "emf-endpoint", "worker-role"],
 )
 def test_bad_gateway_env_options_exit_2_without_echoing_values(argv: list[str], message: str) -> None:
     """Refused before the operator touches a cluster (no kubeconfig anywhere), the value never shown."""

@@ -493,3 +493,59 @@ def test_a_new_fake_server_leaves_no_discovery_cache_of_its_address_behind() -> 
         client = DynamicClient(kube.api_client())  # type: ignore[no-untyped-call]
         deployments = client.resources.get(api_version="apps/v1", kind="Deployment")
         assert "scale" in deployments.subresources
+
+
+def _message(exc: ApiException) -> str:
+    return str(json.loads(exc.body or "{}")["message"])
+
+
+def _role(*rules: dict[str, Any]) -> dict[str, Any]:
+    return {"kind": "ClusterRole", "metadata": {"name": "r"}, "rules": list(rules)}
+
+
+def test_owner_references_need_the_grants_the_owner_references_plugin_wants(kube: FakeKubeApiServer) -> None:
+    """Under RBAC the fake answers as ``OwnerReferencesPermissionEnforcement``: a create naming an owner
+    with ``blockOwnerDeletion: true`` needs ``update`` on the owner's ``finalizers``; a replace that
+    changes the owner references needs ``delete`` on the object. Before, every such write passed, so a
+    chart RBAC without the finalizers grant looked enough and failed on a cluster with the plugin."""
+    owner = kube.add(igwc("chat"))
+    ref = {
+        "apiVersion": "inference.sagemaker.aws.amazon.com/v1alpha1",
+        "kind": "InferenceGatewayConfig",
+        "name": "chat",
+        "uid": owner["metadata"]["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+    core: Any = kubernetes.client.CoreV1Api(kube.api_client())  # dict bodies, as the operator sends
+    configmaps = {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "create", "update"]}
+    finalizers = {
+        "apiGroups": ["inference.sagemaker.aws.amazon.com"],
+        "resources": ["inferencegatewayconfigs/finalizers"],
+        "verbs": ["update"],
+    }
+
+    def body(name: str, refs: list[dict[str, Any]]) -> dict[str, Any]:
+        meta = {"name": name, "namespace": "inference", "ownerReferences": refs}
+        return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta}
+
+    kube.enforce_rbac([_role(configmaps)])
+    with pytest.raises(ApiException) as refused:
+        core.create_namespaced_config_map("inference", body("owned", [ref]))
+    assert refused.value.status == 403
+    assert "cannot set blockOwnerDeletion" in _message(refused.value)
+    assert '"inferencegatewayconfigs/finalizers"' in _message(refused.value)
+    core.create_namespaced_config_map("inference", body("plain", []))  # no owner: nothing more to grant
+    core.create_namespaced_config_map("inference", body("loose", [{**ref, "blockOwnerDeletion": False}]))
+
+    kube.enforce_rbac([_role(configmaps, finalizers)])
+    core.create_namespaced_config_map("inference", body("owned", [ref]))
+    core.replace_namespaced_config_map("owned", "inference", body("owned", [ref]))  # refs unchanged
+    with pytest.raises(ApiException) as adopting:
+        core.replace_namespaced_config_map("plain", "inference", body("plain", [ref]))
+    assert adopting.value.status == 403
+    assert "cannot set an ownerRef on a resource you can't delete" in _message(adopting.value)
+
+    kube.enforce_rbac([_role({**configmaps, "verbs": ["get", "create", "update", "delete"]}, finalizers)])
+    core.replace_namespaced_config_map("plain", "inference", body("plain", [ref]))
+    kube.allow_all()

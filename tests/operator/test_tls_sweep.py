@@ -27,12 +27,21 @@ from igw.operator.tls import (
     NAME_TAG,
     NAMESPACE_TAG,
     UID_TAG,
+    AcmImporter,
     AutoTlsSettings,
     IssuerRef,
 )
-from igw.operator.tls_sweep import OrphanSweep
-from tests.fakes.kube_api import FakeKubeApiServer
-from tests.operator.harness import InUseOnce, find, running_operator, tls_igwc, wait_for, write_tls_secret
+from igw.operator.tls_sweep import CRD_MISSING_REPEAT_S, ClusterIdentity, OrphanSweep
+from tests.fakes.kube_api import FakeKubeApiServer, running_fake_kube
+from tests.operator.harness import (
+    InUseOnce,
+    find,
+    install_crd,
+    running_operator,
+    tls_igwc,
+    wait_for,
+    write_tls_secret,
+)
 
 REGION = "us-east-1"
 IGWC = {"api_version": "inference.sagemaker.aws.amazon.com/v1alpha1", "kind": "InferenceGatewayConfig"}
@@ -272,3 +281,63 @@ def test_an_import_made_before_the_cluster_tag_is_reported_once_and_never_delete
     _delete_unseen(cluster, "live")
     assert asyncio.run(sweep.sweep()).acm_deleted == [live_arn]
     assert live_uid
+
+
+def test_a_missing_crd_is_reported_once_with_what_to_do_then_at_most_every_half_hour(
+    acm: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The CRD not installed (``crds.enabled: false``, applied later): every sweep logged
+    ``sweeping orphaned auto-issued TLS failed: ResourceNotFoundError: No matches found for {...}``.
+    Now the first sweep says which CRD is missing and how to install it, the next ones say nothing
+    until :data:`CRD_MISSING_REPEAT_S` has passed (injected clock), and the CRD's arrival is logged."""
+    now = [1000.0]
+    with running_fake_kube() as cluster:
+        cluster.add({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kube-system"}})
+        kube = Kube(cluster.api_client(), monotonic=lambda: now[0])
+        sweep = OrphanSweep(kube, AcmImporter(lambda: acm), ClusterIdentity(kube), clock=lambda: now[0])
+        caplog.set_level(logging.INFO, logger="igw.operator")
+
+        def secret_lists() -> int:
+            """Sweeps begun: each lists the operator's Secrets first."""
+            return len([p for m, p, _ in cluster.requests if m == "GET" and p == "/api/v1/secrets"])
+
+        def sweeps(count: int) -> list[str]:
+            """Run ``count`` sweeps (the loop's own, 1 ms apart); the operator's records they logged."""
+            caplog.clear()
+            lists = secret_lists()
+
+            async def main() -> None:
+                stop = asyncio.Event()
+                task = asyncio.create_task(sweep.run(stop, 0.001))
+                await asyncio.to_thread(
+                    wait_for,
+                    lambda: secret_lists() >= lists + count,
+                    what=f"{count} sweeps",
+                )
+                stop.set()
+                await task
+
+            asyncio.run(main())
+            return [f"{r.levelname} {r.getMessage()}" for r in caplog.records if r.name == "igw.operator"]
+
+        first = sweeps(5)
+        assert len(first) == 1, first
+        assert first[0].startswith(
+            "WARNING the inferencegatewayconfigs.inference.sagemaker.aws.amazon.com CRD is not installed"
+        )
+        assert "crds.enabled: true" in first[0]
+        assert "ResourceNotFoundError" not in first[0]
+        now[0] += CRD_MISSING_REPEAT_S - 1
+        assert sweeps(3) == []
+        now[0] += 2
+        assert [m.split(" CRD")[0] for m in sweeps(3)] == [
+            "WARNING the inferencegatewayconfigs.inference.sagemaker.aws.amazon.com"
+        ]
+        install_crd(cluster)
+        now[0] += 60  # past the client's memory of the kind as not served
+        back = sweeps(3)
+        assert [m for m in back if "CRD" in m] == [
+            "INFO the inferencegatewayconfigs.inference.sagemaker.aws.amazon.com CRD is installed: the "
+            "orphan sweep of auto-issued TLS runs"
+        ]
+        assert not [m for m in back if m.startswith("WARNING")]

@@ -47,7 +47,6 @@ GATEWAY_MODE_ONLY_VALUES: Final = (
     "podLabels",
     "podDisruptionBudget",
     "rbac",
-    "networkPolicy.ingressCidrs",
     "networkPolicy.modelServerPorts",
     "networkPolicy.extraEgress",
 )
@@ -55,7 +54,9 @@ GATEWAY_MODE_ONLY_VALUES: Final = (
 same objects whatever they say (the operator takes replicas, Service, TLS, pod settings and network
 policy from each InferenceGatewayConfig, and its gateway pods run as ``<name>-gateway`` in the object's
 namespace). ``gateway.workers``, ``gateway.workerTimeoutSeconds`` and ``gateway.cloudWatch`` are not
-here: the operator hands them to every gateway it runs."""
+here: the operator hands them to every gateway it runs, nor is ``networkPolicy.ingressCidrs`` (the
+sources the operator's gateway NetworkPolicies admit; refused in operator mode before session s41,
+while those NetworkPolicies admitted every source)."""
 
 
 def gateway_mode_only_paths(values: Mapping[str, Any]) -> list[str]:

@@ -88,6 +88,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="a destination of the gateway pods' HTTPS egress in their NetworkPolicy (API server, JWKS, "
         "AWS APIs; repeatable; default 0.0.0.0/0 and ::/0, both address families)",
     )
+    parser.add_argument(
+        "--gateway-ingress-cidr",
+        action="append",
+        type=cidr_block,
+        default=[],
+        metavar="CIDR",
+        help="a source admitted on the gateway pods' inference port by their NetworkPolicy (the load "
+        "balancer, in-VPC clients; repeatable; default the private IPv4 ranges 10.0.0.0/8, "
+        "172.16.0.0/12, 192.168.0.0/16 and ::/0); the metrics port admits pods of the cluster only",
+    )
+    parser.add_argument(
+        "--no-gateway-network-policy",
+        action="store_true",
+        help="make no NetworkPolicy for the gateways (and delete the ones made before), e.g. where "
+        "another policy engine governs their traffic",
+    )
     observability = parser.add_argument_group("gateway pods' observability (off by default)")
     observability.add_argument(
         "--gateway-emf-interval",
@@ -175,7 +191,7 @@ def operator_options(args: argparse.Namespace) -> OperatorOptions:
     not check alone."""
     # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
     from igw.gateway.emf_sink import AgentEndpoint
-    from igw.operator.dataplane import DEFAULT_HTTPS_EGRESS_CIDRS, DataPlaneSettings
+    from igw.operator.dataplane import DEFAULT_HTTPS_EGRESS_CIDRS, DEFAULT_INGRESS_CIDRS, DataPlaneSettings
     from igw.operator.runner import OperatorOptions
     from igw.operator.tls import AutoTlsSettings, IssuerRef
 
@@ -194,6 +210,8 @@ def operator_options(args: argparse.Namespace) -> OperatorOptions:
         otlp_endpoint=args.gateway_otlp_endpoint or "",
         extra_env=tuple(args.gateway_env),
         https_egress_cidrs=tuple(args.gateway_https_egress_cidr) or DEFAULT_HTTPS_EGRESS_CIDRS,
+        ingress_cidrs=tuple(args.gateway_ingress_cidr) or DEFAULT_INGRESS_CIDRS,
+        network_policy=not args.no_gateway_network_policy,
     )
     return OperatorOptions(
         kubeconfig=args.kubeconfig,

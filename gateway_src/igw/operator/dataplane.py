@@ -13,7 +13,10 @@ lets the garbage collector remove its data plane (model deployments are not owne
 The pods serve inference on :data:`GATEWAY_PORT` (the Service's only port) and ``/metrics``, the
 detailed ``/readyz`` and the decision debug API on a management port of their own
 (:func:`management_port`, see :mod:`igw.gateway.management`), which Prometheus finds through the
-pods' ``prometheus.io/*`` annotations and the NetworkPolicy opens to pods of the cluster only.
+pods' ``prometheus.io/*`` annotations and the NetworkPolicy opens to pods of the cluster only. The
+NetworkPolicy admits inference clients on the gateway port from the source CIDRs the operator is given
+(:attr:`DataPlaneSettings.ingress_cidrs`, the chart's ``networkPolicy.ingressCidrs``), and none is made
+when the operator runs without one (``networkPolicy.enabled: false``), as in the chart's gateway mode.
 """
 
 from __future__ import annotations
@@ -31,9 +34,12 @@ import yaml
 from igw.config.model import API_GROUP, API_VERSION, KIND
 from igw.config.restart_only import restart_digest
 from igw.config.rules import OPERATOR_SERVING_PORT
+from igw.gateway.emf_sink import ENDPOINT_ENV as EMF_ENDPOINT_ENV
 from igw.gateway.emf_sink import AgentEndpoint
+from igw.gateway.tracing_options import ENDPOINT_ENV as OTLP_ENDPOINT_ENVS
 from igw.gateway.worker_count import AUTO, CPU_REQUEST_ENV
 from igw.gateway.worker_heartbeat import STUCK_AFTER_S
+from igw.gateway.workers import WORKER_ENV
 from igw.operator.placement import OFF_HYPERPOD_NODES, rolling_update, spread_constraints
 from igw.operator.shutdown_timing import shutdown_timing
 
@@ -56,6 +62,8 @@ TLS_POLICY: Final = "ELBSecurityPolicy-TLS13-1-2-2021-06"
 DEFAULT_REPLICAS: Final = 2
 HPA_API_VERSION: Final = "autoscaling/v2"
 HPA_KIND: Final = "HorizontalPodAutoscaler"
+NETWORK_POLICY_API_VERSION: Final = "networking.k8s.io/v1"
+NETWORK_POLICY_KIND: Final = "NetworkPolicy"
 DEFAULT_TARGET_CPU_PERCENT: Final = 70
 """``dataPlane.autoscaling.targetCPUUtilizationPercentage`` when not set (the CPU request's share)."""
 SCALE_DOWN_WINDOW_S: Final = 300
@@ -74,6 +82,12 @@ DEFAULT_HTTPS_EGRESS_CIDRS: Final = ("0.0.0.0/0", "::/0")
 """Where the gateway pods may reach HTTPS by default: anywhere, in both address families, so the
 pods of an IPv6 cluster reach its API server (until session s40 IPv4 only: ``0.0.0.0/0``)."""
 
+DEFAULT_INGRESS_CIDRS: Final = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "::/0")
+"""Sources admitted on the gateway port by default: the private IPv4 ranges (the load balancer's
+addresses with IP targets, pods of the VPC) and any IPv6 source (an IPv6 cluster's pods and load
+balancers have addresses of the VPC's global block) - the chart's ``networkPolicy.ingressCidrs``
+default. Before session s41 the operator's NetworkPolicy admitted every source on that port."""
+
 
 @dataclass(frozen=True, slots=True)
 class DataPlaneSettings:
@@ -86,6 +100,12 @@ class DataPlaneSettings:
     https_egress_cidrs: tuple[str, ...] = DEFAULT_HTTPS_EGRESS_CIDRS
     """Destinations of the gateway pods' HTTPS egress (API server, JWKS, AWS APIs; ``igw operator
     --gateway-https-egress-cidr``, the chart's ``networkPolicy.httpsEgressCidrs``)."""
+    network_policy: bool = True
+    """Whether each data plane gets a NetworkPolicy (``igw operator --no-gateway-network-policy``, the
+    chart's ``networkPolicy.enabled: false``): without one the operator deletes the one it made."""
+    ingress_cidrs: tuple[str, ...] = DEFAULT_INGRESS_CIDRS
+    """Sources admitted on the gateway port (clients, the load balancer; ``igw operator
+    --gateway-ingress-cidr``, the chart's ``networkPolicy.ingressCidrs``)."""
     resources: Mapping[str, Any] = field(
         default_factory=lambda: {
             "requests": {"cpu": "500m", "memory": "512Mi", "ephemeral-storage": "64Mi"},
@@ -123,6 +143,11 @@ class DataPlaneSettings:
         problem = gateway_env_problem(self.extra_env)
         if problem is not None:
             raise ValueError(problem)
+        if not self.ingress_cidrs:
+            # A NetworkPolicy rule with no source admits every source: the opposite of a short list.
+            raise ValueError(
+                "ingress_cidrs: at least one source CIDR (an empty list would admit every source)"
+            )
 
     def worker_args(self) -> list[str]:
         """``igw serve --workers`` and ``--worker-timeout`` when not the single process it starts by
@@ -158,12 +183,21 @@ class DataPlaneSettings:
         return rules
 
 
-OTLP_ENDPOINT_ENV: Final = "OTEL_EXPORTER_OTLP_ENDPOINT"
+TRACES_ENDPOINT_ENV, OTLP_ENDPOINT_ENV = OTLP_ENDPOINT_ENVS
 RESERVED_ENV: Final = {
     CPU_REQUEST_ENV: "the operator (--gateway-workers auto)",
     OTLP_ENDPOINT_ENV: "--gateway-otlp-endpoint (which also opens the NetworkPolicy to its port)",
+    TRACES_ENDPOINT_ENV: (
+        "--gateway-otlp-endpoint (which also opens the NetworkPolicy to its port; this one would win over it)"
+    ),
+    EMF_ENDPOINT_ENV: "--gateway-emf-endpoint (which also opens the NetworkPolicy to its port)",
+    WORKER_ENV: "igw serve itself (the role it gives each worker it starts)",
 }
-"""Variables :attr:`DataPlaneSettings.extra_env` may not set, and what sets each instead."""
+"""Variables :attr:`DataPlaneSettings.extra_env` may not set, and what sets each instead. Before
+session s41 only the first two were refused: ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` silently won
+over ``--gateway-otlp-endpoint`` (the pods exported to a port the NetworkPolicy kept closed),
+``AWS_EMF_AGENT_ENDPOINT`` sent EMF documents past it the same way, and ``IGW_WORKER`` made every
+pod's first process take itself for a worker."""
 _ENV_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -567,10 +601,11 @@ def _redis_ports(spec: Mapping[str, Any]) -> list[int]:
 
 
 def network_policy(igwc: Mapping[str, Any], settings: DataPlaneSettings) -> dict[str, Any]:
-    """Clients in on the gateway port, pods of the cluster (Prometheus, ``igw top``) on the management
-    port; out only to DNS, the model servers' ports, HTTPS (API server, JWKS), the Redis ports of
-    shared rate limits and of the global heartbeat store (:func:`_redis_ports`), and the CloudWatch
-    agent's / OTLP collector's ports when the operator's settings send there."""
+    """Clients from :attr:`DataPlaneSettings.ingress_cidrs` in on the gateway port, pods of the cluster
+    (Prometheus, ``igw top``) on the management port; out only to DNS, the model servers' ports, HTTPS
+    (API server, JWKS), the Redis ports of shared rate limits and of the global heartbeat store
+    (:func:`_redis_ports`), and the CloudWatch agent's / OTLP collector's ports when the operator's
+    settings send there."""
     spec = igwc.get("spec") or {}
     igwc_name = igwc["metadata"]["name"]
     model_ports = sorted(
@@ -582,14 +617,17 @@ def network_policy(igwc: Mapping[str, Any], settings: DataPlaneSettings) -> dict
         extra.append({"ports": [{"port": port, "protocol": "TCP"} for port in redis_ports]})
     extra.extend(settings.observability_egress())
     return {
-        "apiVersion": "networking.k8s.io/v1",
-        "kind": "NetworkPolicy",
+        "apiVersion": NETWORK_POLICY_API_VERSION,
+        "kind": NETWORK_POLICY_KIND,
         "metadata": _metadata(igwc, base_name(igwc_name)),
         "spec": {
             "podSelector": {"matchLabels": selector_labels(igwc_name)},
             "policyTypes": ["Ingress", "Egress"],
             "ingress": [
-                {"ports": [{"port": GATEWAY_PORT, "protocol": "TCP"}]},
+                {
+                    "from": [{"ipBlock": {"cidr": cidr}} for cidr in settings.ingress_cidrs],
+                    "ports": [{"port": GATEWAY_PORT, "protocol": "TCP"}],
+                },
                 {
                     "from": [{"namespaceSelector": {}}],
                     "ports": [{"port": management_port(spec), "protocol": "TCP"}],
@@ -641,7 +679,7 @@ def desired_objects(
         *([] if scaler is None else [scaler]),
         *([] if waits_for_certificate else [service(igwc, issued_acm_arn=issued_acm_arn)]),
         disruption_budget(igwc),
-        network_policy(igwc, settings),
+        *([network_policy(igwc, settings)] if settings.network_policy else []),
     ]
 
 

@@ -23,6 +23,8 @@ import once the listener has moved off it, then the Certificate and the Secret c
 it (left in place, cert-manager kept renewing them and the Secret kept the private key); the same
 happens when the object is deleted (:meth:`Reconciler.forget`). With auto-issue switched off
 (:attr:`AutoTlsSettings.enabled`) none of this runs and ``tls: {}`` is reported ``AutoTlsDisabled``.
+With the gateways' NetworkPolicy switched off (:attr:`DataPlaneSettings.network_policy`) the pass
+deletes the one it made before, which would otherwise keep filtering the pods, never updated again.
 """
 
 from __future__ import annotations
@@ -46,6 +48,8 @@ from igw.operator.dataplane import (
     CONFIG_KEY,
     HPA_API_VERSION,
     HPA_KIND,
+    NETWORK_POLICY_API_VERSION,
+    NETWORK_POLICY_KIND,
     DataPlaneSettings,
     base_name,
     desired_objects,
@@ -298,6 +302,7 @@ class Reconciler:
                 for label in written:
                     log.info("%s/%s: applied %s", namespace, name, label)
                 await self._retire_autoscaler(served)
+                await self._retire_network_policy(served)
             except Exception as exc:  # any API refusal is reported on the object, not raised
                 apply_error = _error_text(exc)
                 if namespace_terminating(exc):
@@ -330,6 +335,7 @@ class Reconciler:
             tls_problem=tls.problem,
             tls_status=tls.status,
             tls_retired=retired,
+            network_policy=self._settings.network_policy,
         )
         try:
             seen = await self._observe(igwc, seen)
@@ -412,6 +418,33 @@ class Reconciler:
             HPA_API_VERSION, HPA_KIND, meta["namespace"], name, uid=meta["uid"], labels=labels
         ):
             log.info("%s/%s: deleted HorizontalPodAutoscaler %s", meta["namespace"], meta["name"], name)
+
+    async def _retire_network_policy(self, igwc: Mapping[str, Any]) -> None:
+        """Delete the NetworkPolicy this operator made for ``igwc`` when it runs without gateway
+        NetworkPolicies (``--no-gateway-network-policy``): left in place it would keep filtering the
+        pods by rules the operator no longer updates (a scheduler's new ``targetPort``, a new Redis
+        port). Someone else's NetworkPolicy of that name is left alone."""
+        if self._settings.network_policy:
+            return
+        meta = igwc["metadata"]
+        if not meta.get("uid"):
+            return
+        name = base_name(meta["name"])
+        labels = object_metadata(igwc, name)["labels"]
+        if await self._kube.delete_controlled(
+            NETWORK_POLICY_API_VERSION,
+            NETWORK_POLICY_KIND,
+            meta["namespace"],
+            name,
+            uid=meta["uid"],
+            labels=labels,
+        ):
+            log.info(
+                "%s/%s: deleted NetworkPolicy %s (gateway NetworkPolicies are off)",
+                meta["namespace"],
+                meta["name"],
+                name,
+            )
 
     async def _observe(self, igwc: Mapping[str, Any], known: Observation) -> Observation:
         """``known`` (what the pass found: admission, apply, TLS) with what runs read from the API."""

@@ -95,6 +95,8 @@ class Observation:
     observe_error: str | None = None
     """Why the operator could not read what runs (the API server refused reading the served ConfigMap,
     the Deployment, the Service or the model-server pods: RBAC, a policy), else ``None``."""
+    network_policy: bool = True
+    """Whether the data plane includes a NetworkPolicy (``igw operator --no-gateway-network-policy``)."""
 
 
 def _pod_ready(pod: Mapping[str, Any]) -> bool:
@@ -267,7 +269,11 @@ def _conditions(
         message = f"{seen.served_problem}; it is rewritten once the object's spec is admitted"
         out["GatewayProgrammed"] = ("False", "ServedConfigInvalid", message)
     elif seen.programmed:
-        applied = "Deployment, Service, configuration, RBAC, PDB and NetworkPolicy applied"
+        applied = (
+            "Deployment, Service, configuration, RBAC, PDB and NetworkPolicy applied"
+            if seen.network_policy
+            else "Deployment, Service, configuration, RBAC and PDB applied (gateway NetworkPolicies are off)"
+        )
         if seen.tls_status:
             applied += f"; TLS listener with the auto-issued certificate {seen.tls_status.get('acmArn')}"
         out["GatewayProgrammed"] = ("True", "Programmed", applied)

@@ -29,6 +29,12 @@ ACM and the Secrets are listed before the configs: an import or Secret seen firs
 that existed then, so a config missing from the later listing was deleted, never one not made yet.
 Nothing without the operator's tags or labels is touched. With auto-issue switched off
 (``operator.autoTls: false``) the operator may read no Secret, and no sweep runs.
+
+Where the InferenceGatewayConfig CRD is not installed (yet: ``crds.enabled: false`` and the CRD applied
+later), no sweep can tell which configs exist, so it deletes nothing; that is logged once as a WARNING
+naming the CRD and how to install it, then at most every :data:`CRD_MISSING_REPEAT_S` (before session
+s41 every sweep logged ``ResourceNotFoundError: No matches found for {...}``), and once at INFO when the
+CRD is back.
 """
 
 from __future__ import annotations
@@ -36,10 +42,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from igw.config.crd import CRD_NAME
 from igw.config.model import KIND
 from igw.operator.dataplane import CONFIG_LABEL, MANAGED_BY, base_name, label_value
 from igw.operator.kube import ADOPTION_LABELS, IGWC_API_VERSION, Kube, refusal_text
@@ -59,6 +67,9 @@ SWEEP_INTERVAL_S: Final = 600.0
 """Default seconds between two sweeps (``igw operator --tls-sweep-seconds``, chart value
 ``operator.tlsSweepSeconds``): one ACM listing, a tag read per import not seen before, and one list
 of the operator's Secrets each."""
+CRD_MISSING_REPEAT_S: Final = 1800.0
+"""Seconds between two WARNINGs that the InferenceGatewayConfig CRD is not installed (the first comes
+at the first sweep that finds it missing)."""
 CLUSTER_NAMESPACE: Final = "kube-system"
 """The Namespace whose uid names the cluster (:data:`~igw.operator.tls.CLUSTER_TAG`)."""
 
@@ -111,9 +122,18 @@ class OrphanSweep:
     """Deletes the ACM imports and cert-manager Secrets of InferenceGatewayConfigs that are gone."""
 
     def __init__(
-        self, kube: Kube, acm: AcmImporter, cluster: ClusterIdentity, *, namespaces: Sequence[str] = ()
+        self,
+        kube: Kube,
+        acm: AcmImporter,
+        cluster: ClusterIdentity,
+        *,
+        namespaces: Sequence[str] = (),
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._kube = kube
+        self._clock = clock
+        self._crd_missing_logged: float | None = None
+        """When the missing CRD was last logged (``clock``); ``None`` while it is installed."""
         self._acm = acm
         self._cluster = cluster
         self._namespaces = tuple(namespaces)
@@ -123,13 +143,44 @@ class OrphanSweep:
 
     async def run(self, stop: asyncio.Event, interval_s: float = SWEEP_INTERVAL_S) -> None:
         """Sweep now, then every ``interval_s`` until ``stop``; a failed sweep is logged and retried."""
+        # deferred: start-up cost: kubernetes.dynamic loads with the client
+        from kubernetes.dynamic.exceptions import ResourceNotFoundError
+
         while not stop.is_set():
             try:
                 await self.sweep()
+            except ResourceNotFoundError as exc:
+                if KIND not in str(exc):
+                    log.warning("sweeping orphaned auto-issued TLS failed: %s", refusal_text(exc))
+                else:  # the CRD is not installed: no config can be told gone
+                    self._crd_missing(interval_s)
             except Exception as exc:  # logged, not raised: the next sweep tries again
                 log.warning("sweeping orphaned auto-issued TLS failed: %s", refusal_text(exc))
+            else:
+                if self._crd_missing_logged is not None:
+                    self._crd_missing_logged = None
+                    log.info("the %s CRD is installed: the orphan sweep of auto-issued TLS runs", CRD_NAME)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), interval_s)
+
+    def _crd_missing(self, interval_s: float) -> None:
+        """Say that the CRD is missing, and what to do: the first time, then at most every
+        :data:`CRD_MISSING_REPEAT_S` (the sweep keeps trying every ``interval_s``)."""
+        now = self._clock()
+        last = self._crd_missing_logged
+        if last is not None and now - last < CRD_MISSING_REPEAT_S:
+            return
+        self._crd_missing_logged = now
+        log.warning(
+            "the %s CRD is not installed, so the orphan sweep of auto-issued TLS cannot tell which "
+            "configs are gone and deletes nothing; install it (the chart's crds.enabled: true, or "
+            "kubectl apply -f crds/%s.yaml); the sweep tries again every %gs, and this is logged again "
+            "at most every %g minutes",
+            CRD_NAME,
+            CRD_NAME,
+            interval_s,
+            CRD_MISSING_REPEAT_S / 60,
+        )
 
     async def sweep(self) -> SweepResult:
         """One sweep; raises (deleting nothing) when the configs cannot be listed."""

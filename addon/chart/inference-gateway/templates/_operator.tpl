@@ -19,7 +19,8 @@ app.kubernetes.io/part-of: inference-gateway
 {{/*
 What the operator does in a watched namespace, verb by verb (igw/operator/kube.py and kopf):
 read, create and replace (update) each data-plane kind, and delete the HorizontalPodAutoscaler it
-made once a spec stops asking for one; list pods for status; post Events; for
+made once a spec stops asking for one; with networkPolicy.enabled: false only read and delete the
+gateways' NetworkPolicies (it deletes the ones it made before, and makes none); list pods for status; post Events; for
 spec.tls: {} read, create, replace and delete cert-manager Certificates, read their Secrets and delete
 the one of a Certificate it deletes, and list the Secrets carrying its labels (the orphan sweep of
 configs deleted while no operator ran; igw/operator/tls.py KUBE_ACCESS); none of that with
@@ -29,6 +30,10 @@ Roles and RoleBindings: get/create/update only, without resourceNames: the opera
 each per InferenceGatewayConfig, named after it (`<name>-gateway`), so no fixed name exists, and
 RBAC cannot restrict `create` by name anyway; `update` puts back an edited one and adopts an orphan.
 No bind/escalate: it can only grant what it holds itself.
+Every data-plane object carries an owner reference to its InferenceGatewayConfig with
+blockOwnerDeletion: true, which the OwnerReferencesPermissionEnforcement admission plugin (hardened and
+OpenShift clusters) admits only from a caller that may update the owner's finalizers subresource: hence
+update on inferencegatewayconfigs/finalizers (the operator never writes that subresource itself).
 It must itself hold the read access it grants the gateway pods' Role (pods, ConfigMaps), or the API
 server refuses to create that Role (RBAC escalation prevention).
 */}}
@@ -39,6 +44,9 @@ server refuses to create that Role (RBAC escalation prevention).
 - apiGroups: ["inference.sagemaker.aws.amazon.com"]
   resources: ["inferencegatewayconfigs/status"]
   verbs: ["patch"]
+- apiGroups: ["inference.sagemaker.aws.amazon.com"]
+  resources: ["inferencegatewayconfigs/finalizers"]
+  verbs: ["update"]
 - apiGroups: ["inference.networking.x-k8s.io"]
   resources: ["inferenceobjectives", "inferencemodelrewrites"]
   verbs: ["get", "list", "watch"]
@@ -71,7 +79,11 @@ server refuses to create that Role (RBAC escalation prevention).
   verbs: ["get", "create", "update", "delete"]
 - apiGroups: ["networking.k8s.io"]
   resources: ["networkpolicies"]
+  {{- if .Values.networkPolicy.enabled }}
   verbs: ["get", "create", "update"]
+  {{- else }}
+  verbs: ["get", "delete"]
+  {{- end }}
 {{- if .Values.operator.autoTls }}
 - apiGroups: ["cert-manager.io"]
   resources: ["certificates"]

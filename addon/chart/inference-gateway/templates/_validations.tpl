@@ -210,10 +210,10 @@ for key"), and a client-side apply silently ran with whichever came last.
 
 {{/*
 Operator mode. operator.gatewayEnv names must be unique and not the operator's own: the operator
-(igw operator --gateway-env) refuses them and would not start.
+(igw operator --gateway-env, igw/operator/dataplane.py RESERVED_ENV) refuses them and would not start.
 */}}
 {{- define "igw.validateGatewayEnv" -}}
-{{- $seen := dict "IGW_CPU_REQUEST_MILLICORES" "the operator" "OTEL_EXPORTER_OTLP_ENDPOINT" "operator.gatewayOtlpEndpoint (which also opens the NetworkPolicy to its port)" }}
+{{- $seen := dict "IGW_CPU_REQUEST_MILLICORES" "the operator" "OTEL_EXPORTER_OTLP_ENDPOINT" "operator.gatewayOtlpEndpoint (which also opens the NetworkPolicy to its port)" "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT" "operator.gatewayOtlpEndpoint (which also opens the NetworkPolicy to its port; this one would win over it)" "AWS_EMF_AGENT_ENDPOINT" "gateway.cloudWatch.agent (which also opens the NetworkPolicy to its port)" "IGW_WORKER" "igw serve itself (the role it gives each worker it starts)" }}
 {{- range $index, $variable := (.Values.operator.gatewayEnv | default list) }}
 {{- $name := toString $variable.name }}
 {{- with get $seen $name }}

@@ -1,0 +1,137 @@
+"""The chart's ``networkPolicy`` values hold for the gateways the operator runs, end to end: values →
+rendered container args → ``igw operator``'s own parsing → the operator on the fake API server under
+the rendered RBAC.
+
+Before session s41 the operator's gateway NetworkPolicy admitted every source on the inference port
+(``networkPolicy.ingressCidrs`` was refused in operator mode), and ``networkPolicy.enabled: false``
+removed only the operator's own NetworkPolicy: every gateway still got one."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from igw.addon import chart, pins
+from igw.cli import operator as operator_cli
+from igw.operator.dataplane import DEFAULT_INGRESS_CIDRS, GATEWAY_PORT, DataPlaneSettings
+from igw.operator.runner import OperatorOptions
+from tests.fakes.kube_api import FakeKubeApiServer
+from tests.operator.harness import OperatorThread, find, igwc, wait_condition, wait_for
+
+
+def _rendered_operator(values: dict[str, Any]) -> tuple[list[dict[str, Any]], list[str]]:
+    rendered = chart.render(values, release="igw", namespace=pins.ADDON_NAMESPACE)
+    (deployment,) = [o for o in rendered if o["kind"] == "Deployment"]
+    return rendered, deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+
+
+def _options(args: list[str], kubeconfig: Path) -> OperatorOptions:
+    assert args[0] == "operator"
+    parser = argparse.ArgumentParser()
+    operator_cli.add_arguments(parser)
+    options = operator_cli.operator_options(parser.parse_args(args[1:]))
+    return dataclasses.replace(
+        options, kubeconfig=str(kubeconfig), identity="igw-operator-0", health_port=None
+    )
+
+
+def _inference_sources(policy: dict[str, Any]) -> list[Any]:
+    """The ``from`` of the ingress rule(s) opening the gateway's inference port."""
+    return [
+        rule.get("from")
+        for rule in policy["spec"]["ingress"]
+        if any(port.get("port") == GATEWAY_PORT for port in rule.get("ports") or [])
+    ]
+
+
+def _refusals(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if "forbidden" in r.getMessage().lower()]
+
+
+def test_the_charts_ingress_cidrs_restrict_the_inference_port_of_every_operator_gateway(
+    cluster: FakeKubeApiServer, kubeconfig: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``networkPolicy.ingressCidrs`` reaches the operator (``--gateway-ingress-cidr``) and becomes the
+    only sources of the inference port in the NetworkPolicy of the gateway it makes; the add-on
+    configuration check no longer calls the value ineffective in operator mode."""
+    values = {"networkPolicy": {"ingressCidrs": ["10.20.0.0/16", "fd00:10::/56"]}}
+    rendered, args = _rendered_operator(values)
+    cluster.enforce_rbac(rendered)
+    caplog.set_level(logging.INFO)
+    operator = OperatorThread(_options(args, kubeconfig)).start()
+    try:
+        cluster.add(igwc("chat", model="mistral", app="mistral"))
+        wait_condition(cluster, "chat", "GatewayProgrammed", "True")
+        policy = find(cluster, "NetworkPolicy", "inference", "chat-gateway")
+    finally:
+        assert operator.stop() == 0
+    assert policy is not None
+    assert _inference_sources(policy) == [
+        [{"ipBlock": {"cidr": "10.20.0.0/16"}}, {"ipBlock": {"cidr": "fd00:10::/56"}}]
+    ]
+    assert _refusals(caplog) == []
+    assert "networkPolicy.ingressCidrs" not in chart.gateway_mode_only_paths(values)
+
+
+def test_by_default_the_inference_port_admits_the_charts_default_sources_only() -> None:
+    """Without ``--gateway-ingress-cidr`` the operator uses the chart's default sources (private IPv4
+    ranges and IPv6), never a rule without ``from`` (which admits every source)."""
+    _, args = _rendered_operator({})
+    default_chart = tuple(args[i + 1] for i, arg in enumerate(args) if arg == "--gateway-ingress-cidr")
+    assert default_chart == DEFAULT_INGRESS_CIDRS
+    parser = argparse.ArgumentParser()
+    operator_cli.add_arguments(parser)
+    assert (
+        operator_cli.operator_options(parser.parse_args([])).data_plane.ingress_cidrs == DEFAULT_INGRESS_CIDRS
+    )
+    with pytest.raises(ValueError, match="ingress_cidrs"):
+        DataPlaneSettings(ingress_cidrs=())
+
+
+def test_network_policy_disabled_in_the_chart_gives_gateways_none_and_deletes_the_old_one(
+    cluster: FakeKubeApiServer, kubeconfig: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``networkPolicy.enabled: false``: the operator (``--no-gateway-network-policy``), under the
+    RBAC rendered for it, deletes the NetworkPolicy it made while they were on, makes none for a new
+    config, says so in GatewayProgrammed, and leaves a NetworkPolicy of the same name it did not make."""
+    rendered_on, args_on = _rendered_operator({})
+    cluster.enforce_rbac(rendered_on)
+    operator = OperatorThread(_options(args_on, kubeconfig)).start()
+    try:
+        cluster.add(igwc("chat", model="mistral", app="mistral"))
+        wait_for(
+            lambda: find(cluster, "NetworkPolicy", "inference", "chat-gateway"), what="the NetworkPolicy"
+        )
+    finally:
+        assert operator.stop() == 0
+    foreign = {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": "hand-gateway", "namespace": "inference"},
+        "spec": {"podSelector": {}, "policyTypes": ["Ingress"]},
+    }
+    cluster.add(foreign)
+
+    rendered_off, args_off = _rendered_operator({"networkPolicy": {"enabled": False}})
+    assert "--no-gateway-network-policy" in args_off
+    assert not [o for o in rendered_off if o["kind"] == "NetworkPolicy"]
+    cluster.enforce_rbac(rendered_off)
+    caplog.set_level(logging.INFO)
+    operator = OperatorThread(_options(args_off, kubeconfig)).start()
+    try:
+        wait_for(
+            lambda: find(cluster, "NetworkPolicy", "inference", "chat-gateway") is None,
+            what="the gateway's NetworkPolicy deleted",
+        )
+        cluster.add(igwc("hand", model="llama", app="llama"))
+        programmed = wait_condition(cluster, "hand", "GatewayProgrammed", "True")
+    finally:
+        assert operator.stop() == 0
+    assert find(cluster, "NetworkPolicy", "inference", "hand-gateway") is not None  # not ours: left
+    assert "NetworkPolicies are off" in programmed["message"]
+    assert _refusals(caplog) == []
