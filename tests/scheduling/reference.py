@@ -294,7 +294,7 @@ class ReferenceBacklogTtftScorer(BacklogTtftScorer):
             pending[old[0]] -= 1
             pending_tokens[old[0]] -= old[3]
         floored = own if ctx.request.stream else 0.0
-        self.dispatched[rid] = (key, ahead, backlog.total, floored)
+        self.dispatched[rid] = (key, ahead, backlog.total, floored, own)
         pending[key] = pending.get(key, 0) + 1
         pending_tokens[key] = pending_tokens.get(key, 0.0) + floored
         while len(self.dispatched) > self.max_tracked * max(1, len(self.backlogs)):
@@ -311,7 +311,7 @@ class ReferenceBacklogTtftScorer(BacklogTtftScorer):
             self.pending_tokens[entry[0]] -= entry[3]
         if entry is None or not outcome.ok or outcome.ttft_s is None or outcome.ttft_s < 0:
             return
-        key, ahead, total_after, _ = entry
+        key, ahead, total_after = entry[0], entry[1], entry[2]
         own = max(MIN_TOKENS, outcome.prompt_tokens - outcome.cached_tokens)
         if not math.isfinite(outcome.ttft_s):
             return

@@ -1181,3 +1181,37 @@ def test_the_one_kind_check_kept_per_scrape_answers_as_reading_every_candidate()
         assert updated_alike > 50  # both answers were seen
         if hardware_label:
             assert 50 < updated_differ < 1400
+
+
+def test_a_pick_sent_elsewhere_teaches_the_fit_of_the_pod_that_served_it() -> None:
+    """Flow control steered the pick from a to b (or a refused the connection and b served): b's
+    first token teaches b's fit. Until session s41 the dispatch stayed recorded on a, and b's time to
+    first token became a sample of a's speed (on a mixed fleet, a slow pod learnt a fast one's TTFT)."""
+    s = scheduler_from_weights(dict(DEFAULT_WEIGHTS), rng=random.Random(0))
+    (scorer,) = [p for p in s.plugins if isinstance(p, BacklogTtftScorer)]
+    a, b = ep("a", waiting=1, running=4), ep("b", waiting=1, running=4)
+    rreq = dataclasses.replace(request(1000, "q"), stream=True)
+    picked = s.pick(rreq, [a, b], now=1.0).endpoint
+    assert picked is not None
+    other = b if picked == "a" else a
+    s.move_dispatch(picked, other.key, now=1.0, request_id="q", sent_to=other)
+    assert scorer.pending_tokens.get(picked, 0.0) == 0.0
+    s.on_first_token(
+        RequestOutcome(request_id="q", endpoint=other.key, ok=True, ttft_s=0.5, prompt_tokens=1000), now=1.5
+    )
+    assert set(scorer.fits) == {other.key}
+
+
+def test_picks_given_back_leave_no_backlog_and_no_pending_floor() -> None:
+    """The flow-control pump picks a queued request's pod at every poll and gives the pick back while
+    the pod has no place; then the client leaves (no outcome ever comes). Until session s41 each
+    poll added the prompt to the pod's backlog (10,000 tokens after 10 polls of a 1,000-token prompt)
+    and the last pick held 1,000 tokens in the pod's pending floor until maxTracked more picks."""
+    s = BacklogTtftScorer()
+    rreq = dataclasses.replace(request(1000, "q"), stream=True)
+    for _ in range(10):
+        s.on_picked(ctx(rreq, now=1.0), ep("a", kv=0.5))
+        assert s.on_not_sent("q", "a", sent_to=None)
+    assert s.backlogs["a"].tokens == 0.0
+    assert (s.pending["a"], s.pending_tokens["a"], s.dispatched) == (0, 0.0, {})
+    assert not s.on_not_sent("q", "a", sent_to=None)

@@ -820,7 +820,7 @@ def test_backlog_outcome_matches_its_reference(
         )
         for scorer in (fast, reference):
             own = float(outcome.prompt_tokens)
-            scorer.dispatched[str(i)] = ("a", 40.0 * i, queued + 0.5 * sent_after * i, own)
+            scorer.dispatched[str(i)] = ("a", 40.0 * i, queued + 0.5 * sent_after * i, own, own)
             scorer.pending["a"] = scorer.pending.get("a", 0) + 1
             scorer.pending_tokens["a"] = scorer.pending_tokens.get("a", 0.0) + own
             scorer.on_complete(outcome, now=1.0 + 0.003 * i)

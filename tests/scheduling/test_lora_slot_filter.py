@@ -297,3 +297,41 @@ def test_a_404_for_an_adapter_travels_to_the_other_workers() -> None:
     assert all(n[1] != "@model-missing" for n in b.pick_notes.drain())  # learned, not sent on again
     for bad in (["chat"], [1, 5.0], ["chat", float("nan")], "chat"):
         assert b.learn_picks([(5.0, "@model-missing", "x", bad)], now=5.1).malformed == 1
+
+
+def test_a_pick_not_sent_leaves_no_unfinished_request_on_its_pod() -> None:
+    """Two y requests picked for p were never sent there (flow control gave the picks back and their
+    clients left; or no attempt connected): no outcome ever comes for them. Until session s41 they
+    stayed counted as unfinished on p for as long as p stayed in the pool, so y (really idle there)
+    was never p's drain victim and the starving adapter kept waiting behind it."""
+    filt = LoraSlotFilter()
+    starving = ep(
+        "p", active=frozenset({"x", "y"}), waiting_adapters=frozenset({"rare"}), max_lora=2, scraped_at=-1.0
+    )
+    _send(filt, starving, "x", "r1")
+    for rid in ("g1", "g2"):
+        _send(filt, starving, "y", rid)
+        assert filt.on_not_sent(rid, "p", sent_to=None)
+    assert filt.drain_victim(starving) == "y"
+    assert not filt.on_not_sent("g1", "p", sent_to=None)  # once only
+    assert not filt.on_not_sent("r1", "q", sent_to=None)  # not the pod it was picked for
+
+
+def test_a_pick_sent_elsewhere_counts_on_the_pod_it_went_to() -> None:
+    """A y request picked for p went to q instead (steered, or p refused the connection): q holds the
+    unfinished request and the slot claim, and p neither (until session s41, p had both)."""
+    filt = LoraSlotFilter()
+    p = ep(
+        "p", active=frozenset({"x", "y"}), waiting_adapters=frozenset({"rare"}), max_lora=2, scraped_at=-1.0
+    )
+    q = ep(
+        "q", active=frozenset({"x", "y"}), waiting_adapters=frozenset({"rare"}), max_lora=2, scraped_at=-1.0
+    )
+    _send(filt, p, "x", "r1")
+    _send(filt, q, "x", "r2")
+    _send(filt, p, "y", "moved")
+    assert filt.on_not_sent("moved", "p", sent_to=q)
+    assert (filt.drain_victim(p), filt.drain_victim(q)) == ("y", "x")
+    assert filt.unreflected(q) == frozenset({"x", "y"})
+    filt.on_complete(RequestOutcome(request_id="moved", endpoint="q", ok=True), now=1.0)
+    assert filt.drain_victim(q) == "y"

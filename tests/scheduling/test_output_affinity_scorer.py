@@ -465,3 +465,39 @@ def test_in_a_profile_the_queue_gate_leaves_a_light_load_to_the_other_scorers() 
     picks = profile_picks(15, waiting=0)
     assert len(picks) > 1
     assert picks == profile_picks(15, waiting=0, weights=WITHOUT_IT)
+
+
+def test_a_pick_not_sent_leaves_no_answer_in_flight_on_its_pod() -> None:
+    """A pick flow control gave back (its client then left) or that no attempt could send never gets
+    an outcome: until session s41 its answer stayed in the pod's mean until 65,536 later picks."""
+    s = OutputAffinityScorer()
+    s.on_picked(
+        ctx(
+            RoutingRequest(
+                request_id="sent", model="m", base_model="m", prefix_text="", prompt_tokens=10, max_tokens=10
+            )
+        ),
+        bare_ep("a"),
+    )
+    s.on_picked(
+        ctx(
+            RoutingRequest(
+                request_id="gone",
+                model="m",
+                base_model="m",
+                prefix_text="",
+                prompt_tokens=10,
+                max_tokens=1000,
+            )
+        ),
+        bare_ep("a"),
+    )
+    assert s.on_not_sent("gone", "a", sent_to=None)
+    assert s.mean_owed == {"a": 10.0}
+    assert not s.on_not_sent("gone", "a", sent_to=None)
+    assert not s.on_not_sent("sent", "b", sent_to=None)  # not the pod it was picked for
+    assert s.on_not_sent("sent", "a", sent_to=bare_ep("b"))  # steered: counted where it went
+    assert s.mean_owed == {"b": 10.0}
+    s.on_complete(RequestOutcome(request_id="sent", endpoint="b", ok=True), now=1.0)
+    assert s.mean_owed == {}
+    assert s.tracked == {}

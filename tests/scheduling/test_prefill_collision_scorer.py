@@ -285,3 +285,33 @@ def test_before_any_measured_rate_nothing_is_counted_ahead() -> None:
         RequestOutcome(request_id="r2", endpoint="a", ok=True, ttft_s=0.02, prompt_tokens=1000), now=0.02
     )
     assert s.rate_of("a") == pytest.approx(1000 / 0.02)
+
+
+def test_picks_given_back_at_every_poll_add_no_prefill_work() -> None:
+    """The flow-control pump picks a queued request's pod at every poll and gives the pick back while
+    that pod has no place. Until session s41 each poll's pick stayed in the pod's recent dispatches
+    (10 entries after 10 polls): the pod scored as prefilling ten prompts it never received."""
+    s = measured({"a": RATE, "b": RATE})
+    for poll in range(10):
+        s.on_picked(ctx(request(request_id="q"), now=0.0001 * poll), ep("a"))
+        assert s.on_not_sent("q", "a", sent_to=None)
+    assert "a" not in s.recent
+    assert s.score(ctx(request(), now=0.002), [ep("a"), ep("b")]) == [1.0, 1.0]
+
+
+def test_a_pick_steered_elsewhere_is_prefilling_on_the_pod_it_went_to() -> None:
+    s = measured({"a": RATE, "b": RATE})
+    s.on_picked(ctx(request(request_id="q"), now=0.0), ep("a"))
+    assert s.on_not_sent("q", "a", sent_to=ep("b"))
+    assert s.score(ctx(request(), now=0.002), [ep("a"), ep("b")]) == pytest.approx([1.0, 10 / 18])
+    assert not s.on_not_sent("q", "b", sent_to=None)  # only the latest pick is taken back
+
+
+def test_only_the_latest_pick_is_taken_back() -> None:
+    """A pick other picks followed (a connection that failed later) stays: it is worked off within
+    its prefill time, and which entry is its own is no longer known."""
+    s = measured({"a": RATE, "b": RATE})
+    s.on_picked(ctx(request(request_id="first"), now=0.0), ep("a"))
+    s.on_picked(ctx(request(request_id="second"), now=0.0), ep("b"))
+    assert not s.on_not_sent("first", "a", sent_to=None)
+    assert len(s.recent["a"]) == 1

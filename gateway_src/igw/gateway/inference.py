@@ -1088,12 +1088,18 @@ async def _forward(
     budgeted = False  # the running attempt is a retry counted in the retry budget
     searched = 0  # attempts that found no stored response (``plan.search_for``): not retries
     missed = 0  # candidates that answered a search 404, the last one's included
+    # The pool's endpoint whose connection failed, holding the pick's dispatch: moved to the next
+    # attempt's endpoint when it starts, given back if none does (_sent_instead)
+    unsent: EndpointKey | None = None
     # routeTimeout bounds every attempt together: each retry gets what is left of it
     deadline = None if plan.timeout_s is None else time.monotonic() + plan.timeout_s
     for attempt, key in enumerate(plan.candidates, start=1):
         ep = plan.sr.pool.states.get(key) if plan.sr is not None else None
         if plan.sr is not None and ep is None:
             continue
+        if unsent is not None and ep is not None and plan.sr is not None:
+            _sent_instead(plan.sr, unsent, ep, request_id=obs.key, now=state.clock())
+            unsent = None
         result = None
         obs.attempt(attempt, key, scheduler=scheduler)
         if not isinstance(headers, bytes):
@@ -1200,6 +1206,7 @@ async def _forward(
                         plan.sr.scheduler.on_model_missing(key, plan.adapter, now=state.clock())
                 else:  # outlier detection counts it; settles a forced choice's scores (access log)
                     plan.sr.scheduler.on_connect_failed(key, now=state.clock())
+                    unsent = key  # the pod never got the request: its pick moves on (_sent_instead)
         # Retried here, not in the handler: mypyc cannot compile a `continue` inside try/finally
         # (igw.compiled). A plain answer - a success, most errors - costs the status test alone.
         if connected and (result is None or prepared or result.status < 400):
@@ -1227,6 +1234,8 @@ async def _forward(
             budgeted = True
     if budgeted:  # the retry's endpoint was gone before its attempt started
         state.retry_budget.give_back()
+    if unsent is not None and plan.sr is not None:  # no attempt connected after it: nobody got it
+        plan.sr.scheduler.release_dispatch(unsent, now=state.clock(), request_id=obs.key)
     if plan.search_for is not None:
         _searched(state, plan, result, every_pod_missed=missed == len(plan.candidates))
     if result is None:
@@ -1276,6 +1285,18 @@ async def _forward(
     except GuardDenied:
         pass
     return _finish_after_write(request, obs, result.answer)
+
+
+def _sent_instead(
+    sr: SchedulerRuntime, failed: EndpointKey, target: EndpointState, *, request_id: str, now: float
+) -> None:
+    """The request whose connection to ``failed`` failed goes to ``target`` instead (the next
+    attempt): its pick moves there, in the dispatch ledger and in the plugins that take a pick not
+    sent where it was picked (``on_not_sent``: the prefix index places the prompt on the pod that
+    got it). Until session s41 the ledger counted the dispatch on the pod that refused the connection
+    and none on the one serving it, and the prefix index sent the next requests with that prompt to
+    the pod that never saw it."""
+    sr.scheduler.move_dispatch(failed, target.key, now=now, request_id=request_id, sent_to=target.view())
 
 
 def _tokens_per_event(learnt: dict[str, TokensPerEvent], sr: SchedulerRuntime) -> TokensPerEvent:

@@ -187,7 +187,8 @@ class Scheduler:
             if callable(getattr(p, "on_not_sent", None)) and _overrides(p, "on_not_sent")
         )
         """The plugins that take back, or move, a pick not sent where it was picked (``on_not_sent``:
-        the prefix index), told by :meth:`release_dispatch` and :meth:`move_dispatch`."""
+        the prefix index and the plugins counting picks in flight), told by :meth:`release_dispatch`
+        and :meth:`move_dispatch`."""
         self._on_complete = tuple(p for p in self._plugins if _overrides(p, "on_complete"))
         """The plugins whose ``on_complete`` does something, in profile order (the others' no-op
         calls cost a Python call each per outcome, for nothing)."""
@@ -264,7 +265,10 @@ class Scheduler:
         view), the plugins with ``on_not_sent`` move the pick too, and so do their notes still in the
         outbox: the prefix index places the prompt on the pod that got it, not on the pod that never
         saw it (until session s41 it stayed on ``source``, and the next requests with that prefix
-        were sent there). The other plugins' state and notes keep ``source``."""
+        were sent there), and the plugins that count picks in flight count it at ``target`` (the
+        backlog scorer's fit learns the first token of the pod that served it). The plugins
+        without the hook keep ``source``. Also called when the connection to ``source`` failed and
+        the request went to the next candidate (``igw.gateway.inference``)."""
         self.settle()
         if request_id is not None and sent_to is not None:
             for plugin in self._on_not_sent:
@@ -286,8 +290,10 @@ class Scheduler:
 
         With ``request_id`` (the pick's ``RoutingRequest.request_id``) the plugins with
         ``on_not_sent`` take the pick back too, and their notes still in the outbox are withdrawn:
-        the prefix index no longer places the prompt on a pod that never saw it. The other plugins'
-        state keeps the pick, as after any pick whose request failed."""
+        the prefix index no longer places the prompt on a pod that never saw it, and the plugins
+        that count picks in flight (backlog, prefill work, answers, adapter requests) no longer count
+        one whose outcome will never come. The plugins without the hook keep the pick. Also called
+        when no attempt of the request could connect (``igw.gateway.inference``)."""
         self.settle()
         if request_id is not None:
             for plugin in self._on_not_sent:

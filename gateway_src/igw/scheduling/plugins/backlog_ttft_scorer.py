@@ -491,7 +491,7 @@ class BacklogTtftScorer(PluginHooks):
         self._cycle_models: dict[EndpointKey, tuple[float, float]] = {}
         """``(intercept, slope)`` each endpoint was predicted with in the last cycle, guesses
         included, so ``on_picked`` drains the chosen endpoint's backlog at the speed it was judged by."""
-        self.dispatched: OrderedDict[str, tuple[EndpointKey, float, float, float]] = OrderedDict()
+        self.dispatched: OrderedDict[str, tuple[EndpointKey, float, float, float, float]] = OrderedDict()
         self._label_of: dict[EndpointKey, str] = {}
         """Each picked endpoint's ``hardwareLabel`` value (labelled endpoints only)."""
         self._labels_version = 0
@@ -502,7 +502,8 @@ class BacklogTtftScorer(PluginHooks):
         """Per endpoint, the dispatches in ``dispatched`` (sent, first token not seen yet): the
         scraped ``waiting`` requests they explain."""
         """Request id -> (endpoint, backlog tokens ahead of it at dispatch, the endpoint's
-        ``Backlog.total`` just after it), until its outcome."""
+        ``Backlog.total`` just after it, its tokens in the pending floor, the tokens it added to the
+        backlog), until its outcome (or :meth:`on_not_sent`)."""
         self.pools = SpeedPools(pool_ratio=pool_ratio)
         """Every fit's own regression, pooled by speed (kept current whenever a fit learns)."""
         self._fits_version = 0
@@ -1398,7 +1399,7 @@ class BacklogTtftScorer(PluginHooks):
             pending[old[0]] -= 1
             pending_tokens[old[0]] -= old[3]
         floored = own if ctx.request.stream else 0.0  # see "pending floor" in the module docstring
-        self.dispatched[rid] = (key, ahead, backlog.total, floored)
+        self.dispatched[rid] = (key, ahead, backlog.total, floored, own)
         pending[key] = pending.get(key, 0) + 1
         pending_tokens[key] = pending_tokens.get(key, 0.0) + floored
         while len(self.dispatched) > self.max_tracked * max(1, len(self.backlogs)):
@@ -1421,7 +1422,7 @@ class BacklogTtftScorer(PluginHooks):
             self.pending_tokens[entry[0]] -= entry[3]
         if entry is None or not outcome.ok or outcome.ttft_s is None or outcome.ttft_s < 0:
             return
-        key, ahead, total_after, _ = entry
+        key, ahead, total_after = entry[0], entry[1], entry[2]
         own = max(MIN_TOKENS, outcome.prompt_tokens - outcome.cached_tokens)
         if not math.isfinite(outcome.ttft_s):
             return
@@ -1474,6 +1475,40 @@ class BacklogTtftScorer(PluginHooks):
             backlog.tokens = min(ahead, backlog.total - total_after)
             backlog.at = now
 
+    def on_not_sent(self, request_id: str, endpoint: EndpointKey, *, sent_to: EndpointView | None) -> bool:
+        """Take the pick of ``request_id`` off ``endpoint`` (its backlog, its pending floor, the
+        dispatch its first token would teach the fit), and with ``sent_to`` put it there instead.
+
+        Left in place, a pick flow control gave back (the pump picks a queued request's pod at every
+        poll) added its prompt to that pod's backlog each time, and one whose request never came
+        back (its client left, shed) held its pending floor there until ``maxTracked`` more picks;
+        a pick sent elsewhere (steered, or its connection failed) taught the picked pod's fit the
+        time to first token of the pod that served it (until session s41)."""
+        entry = self.dispatched.get(request_id)
+        if entry is None or entry[0] != endpoint:
+            return False
+        del self.dispatched[request_id]
+        floored, own = entry[3], entry[4]
+        self.pending[endpoint] -= 1
+        self.pending_tokens[endpoint] -= floored
+        backlog = self.backlogs.get(endpoint)
+        if backlog is not None:  # drained since, in arrival order: what is left of it at most
+            left = backlog.tokens - own
+            backlog.tokens = left if left > 0.0 else 0.0
+        if sent_to is None:
+            return True
+        key = sent_to.key
+        target = self.backlogs.get(key)
+        if target is None:
+            target = self.backlogs[key] = Backlog(at=backlog.at if backlog is not None else 0.0)
+        ahead = target.tokens  # as of its last update: the drain since is not known here
+        target.tokens = ahead + own
+        target.total += own
+        self.dispatched[request_id] = (key, ahead, target.total, floored, own)
+        self.pending[key] = self.pending.get(key, 0) + 1
+        self.pending_tokens[key] = self.pending_tokens.get(key, 0.0) + floored
+        return True
+
     def on_endpoints_removed(self, keys: Sequence[EndpointKey]) -> None:
         gone = set(keys)
         for key in gone:
@@ -1484,7 +1519,7 @@ class BacklogTtftScorer(PluginHooks):
         self._members_version += 1
         self._speed_version += 1
         self._measured_version += 1
-        for rid in [rid for rid, (key, _, _, _) in self.dispatched.items() if key in gone]:
+        for rid in [rid for rid, entry in self.dispatched.items() if entry[0] in gone]:
             del self.dispatched[rid]
         for key in gone:
             self.pending.pop(key, None)

@@ -134,6 +134,31 @@ class LoraSlotFilter(PluginHooks):
         if outcome.ok and outcome.endpoint not in self._answered:
             self._answered[outcome.endpoint] = now
 
+    def on_not_sent(self, request_id: str, endpoint: EndpointKey, *, sent_to: EndpointView | None) -> bool:
+        """Take the adapter request ``request_id`` off ``endpoint``'s unfinished requests (the pod
+        never got it), and with ``sent_to`` count it there, its slot claimed there since the pick.
+
+        Left in place, a pick whose request never came back (flow control gave it back and the
+        client left, or no attempt connected) stayed counted there for as long as the pod stayed in
+        the pool (it held the adapter away from being the pod's drain victim, and one entry of
+        memory per such request), and a pick sent elsewhere (steered, or its connection failed)
+        claimed no slot on the pod that loads the adapter for it (until session s41). The claim on
+        ``endpoint`` stays until its next scrape: another request may have claimed the same slot."""
+        slot = self._inflight.get(request_id)
+        if slot is None or slot[0] != endpoint:
+            return False
+        del self._inflight[request_id]
+        self._release(slot)
+        if sent_to is not None:
+            adapter = slot[1]
+            claimed = self._sent.get(endpoint, {}).get(adapter)
+            if claimed is not None:
+                self._sent.setdefault(sent_to.key, {})[adapter] = claimed
+            moved = (sent_to.key, adapter)
+            self._inflight[request_id] = moved
+            self._counts[moved] = self._counts.get(moved, 0) + 1
+        return True
+
     def _runs_without_lora(self, endpoint: EndpointView) -> bool:
         """``endpoint`` publishes no LoRA metrics although a scrape taken after it answered a request
         would show them (an engine with LoRA publishes them from its first step on)."""

@@ -189,6 +189,25 @@ class OutputAffinityScorer(PluginHooks):
         if entry is not None:
             self._release(*entry)
 
+    def on_not_sent(self, request_id: str, endpoint: EndpointKey, *, sent_to: EndpointView | None) -> bool:
+        """Take the answer of ``request_id`` off ``endpoint``'s answers in flight (the pod never got
+        it), and with ``sent_to`` count it there. Left in place, a pick whose request never came back
+        (flow control gave it back and the client left, or no attempt connected) stayed in the pod's
+        mean answer until ``MAX_TRACKED`` later picks, and a pick sent elsewhere (steered, or its
+        connection failed) counted on the pod that never saw it (until session s41)."""
+        entry = self.tracked.get(request_id)
+        if entry is None or entry[0] != endpoint:
+            return False
+        del self.tracked[request_id]
+        self._release(*entry)
+        if sent_to is not None:
+            key, tokens = sent_to.key, entry[1]
+            self.tracked[request_id] = (key, tokens)
+            owed = self.owed[key] = self.owed.get(key, 0.0) + tokens
+            n = self.count[key] = self.count.get(key, 0) + 1
+            self._set_mean(key, owed / n)
+        return True
+
     def on_endpoints_removed(self, keys: Sequence[EndpointKey]) -> None:
         gone = set(keys)
         for key in gone:

@@ -114,6 +114,9 @@ class PrefillCollisionScorer(PluginHooks):
         self.recent: dict[EndpointKey, deque[tuple[float, int]]] = {}
         """This scheduler's own dispatches per endpoint (time, prompt tokens) still being prefilled."""
         self._positions = Positions()
+        self._last: tuple[str, EndpointKey, tuple[float, int]] | None = None
+        """The latest pick (request id, endpoint, its entry in ``recent``): what :meth:`on_not_sent`
+        takes back. Flow control gives a pick back, or steers it, right after making it."""
 
     def rate_of(self, key: EndpointKey) -> float | None:
         """Measured prefill rate; unmeasured endpoints take the mean of the measured ones."""
@@ -250,9 +253,38 @@ class PrefillCollisionScorer(PluginHooks):
             if len(self.ahead) > MAX_TRACKED_AHEAD:
                 self.ahead.popitem(last=False)
         queue = self.recent.setdefault(endpoint.key, deque())
-        queue.append((ctx.now, tokens))
+        entry = (ctx.now, tokens)
+        queue.append(entry)
+        self._last = (ctx.request.request_id, endpoint.key, entry)
         if len(queue) > MAX_TRACKED_DISPATCHES:
             queue.popleft()
+
+    def on_not_sent(self, request_id: str, endpoint: EndpointKey, *, sent_to: EndpointView | None) -> bool:
+        """Take the latest pick, ``request_id``'s on ``endpoint``, off the pod's prefill work (the
+        pod never got its prompt), and with ``sent_to`` count it there. Left in place, the flow
+        control pump, which picks a queued request's pod at every poll, added the prompt's prefill
+        to that pod at each one (until session s41: 10 entries after 10 polls, the pod scored as
+        prefilling ten prompts). A pick other picks followed (a connection that failed later) is
+        left: its entry is worked off within the prompt's prefill time."""
+        last = self._last
+        if last is None or last[0] != request_id or last[1] != endpoint:
+            return False
+        self._last = None
+        entry = last[2]
+        queue = self.recent.get(endpoint)
+        if queue is None or not queue or queue[-1] is not entry:
+            return False
+        queue.pop()
+        if not queue:
+            del self.recent[endpoint]
+        if sent_to is None:
+            if self.count_ahead:
+                self.ahead.pop(request_id, None)
+            return True
+        if self.count_ahead:
+            self.ahead[request_id] = self.tokens_ahead(sent_to.key, now=entry[0])
+        self.recent.setdefault(sent_to.key, deque()).append(entry)
+        return True
 
     def on_complete(self, outcome: RequestOutcome, *, now: float) -> None:
         ahead = self.ahead.pop(outcome.request_id, 0.0) if self.count_ahead else 0.0
