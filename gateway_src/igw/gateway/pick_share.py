@@ -119,7 +119,7 @@ class PickShare:
         is older than the stale threshold (1 s) after a second, so a worker that started or
         reconnected later neither got it replayed nor would have learned it, and sent requests to a
         pod the group had ejected until it had seen that pod fail ``consecutiveFailures`` times
-        itself (session s41: 4 failed answers of 60 from the second worker of a fresh group)."""
+        itself (session s41: 4 and 5 failed answers of 60 in two runs of a fresh two-worker group)."""
         now = self._clock()
         rows: list[list[object]] = [
             [name, now, OUTLIER_NOTES, key, [until, ejections]]
