@@ -340,6 +340,27 @@ async def test_a_worker_that_joins_late_is_replayed_the_recent_notes(
     assert replayed >= 1
 
 
+async def test_a_worker_that_joins_late_learns_the_ejections_still_in_force(
+    pair: tuple[FakeModelServer, Worker, Worker],
+) -> None:
+    """An ejection made ten seconds before a worker joined (its note long past the stale threshold)
+    still has twenty seconds to run: the joining worker leaves that pod out too."""
+    pod, leader, follower = pair
+    sr = leader.scheduler
+    sr.scheduler.share_picks()  # as the leader's first drain does
+    failing = pod.key
+    ejected_at = time.monotonic() - 10.0
+    for _ in range(sr.scheduler.settings.outlier_detection.consecutive_failures):
+        sr.scheduler.on_connect_failed(failing, now=ejected_at)
+    assert failing in sr.scheduler.outliers.ejected
+    await follower.start()
+    outliers = follower.scheduler.scheduler.outliers
+    await wait_for(lambda: failing in outliers.ejected, within=5, what="the ejection in force")
+    assert outliers.ejected[failing] == pytest.approx(ejected_at + 30.0)
+    decisions = {pick(follower, request(f"r{i}", prompt(i))).endpoint for i in range(20)}
+    assert failing not in decisions
+
+
 def test_a_worker_does_not_learn_its_own_notes_again() -> None:
     runtime = worker_runtime("a:1", "b:1")
     share = PickShare(lambda: runtime, time.monotonic, max_line=4096, worker=1)

@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -303,6 +304,28 @@ def test_workers_stop_when_the_parent_is_killed_outright(tmp_path: Path) -> None
             time.sleep(0.05)
         assert [pid for pid in group.pids if not process_gone(pid)] == []
         assert not directory.exists()  # the parent could not remove it: the workers did
+
+
+def test_the_parent_logs_one_line_once_every_worker_serves(tmp_path: Path) -> None:
+    """The line naming the workers comes when worker 1 is only starting; a second line says when the
+    whole group serves, after every worker's own "serving" line (before session s41 there was none)."""
+    with worker_group(tmp_path) as group:
+        assert group.proc.stderr is not None
+        serving = group.serving
+        # The parent killed after a minute ends the log (its workers stop with it): no endless read.
+        deadline = threading.Timer(60, group.proc.kill)
+        deadline.start()
+        try:
+            for line in group.proc.stderr:
+                if "igw serve: all 2 workers serve on 127.0.0.1:" in line:
+                    break
+                serving += "serving 1 scheduler" in line
+            else:
+                pytest.fail("the group's log ended without saying that all its workers serve")
+        finally:
+            deadline.cancel()
+        assert serving == 2, "the group's line came before a worker served"
+        assert "(the group started in " in line
 
 
 def test_a_worker_whose_parent_is_already_gone_does_not_start(tmp_path: Path) -> None:

@@ -17,6 +17,9 @@ gathering drains the outboxes, learning runs in the channel's reader.
 :data:`REPLAY_LINES` lines and :data:`REPLAY_BYTES` bytes) and replays them to a worker that
 (re)connects, after the endpoints' snapshots: its prefix index and backlogs then start from the
 recent picks rather than from empty (older notes would be dropped as stale on arrival anyway).
+Then the ejections worker 0's outlier detection has in force, stamped with the time of the replay
+(:meth:`PickShare.ejection_lines`): an ejection outlives the stale threshold many times over, and
+worker 0 learns every follower's, so a late worker starts with the group's ejections.
 
 **Counters.** :class:`PickNoteCollector` exports what became of the notes as Prometheus counters
 (``igw_pick_notes_received_total{outcome}``, ``igw_pick_notes_dropped_total``,
@@ -37,6 +40,7 @@ from prometheus_client.metrics_core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from igw.gateway.runtime import GatewayRuntime
+from igw.scheduling.outliers import OUTLIER_NOTES
 from igw.scheduling.pick_notes import LearnCounts
 
 log = logging.getLogger("igw.gateway.pick_share")
@@ -102,10 +106,30 @@ class PickShare:
         return [line for at, line in self._recent if at >= oldest]
 
     def replay(self, writer: asyncio.StreamWriter) -> None:
-        """Write :meth:`recent` to a peer that just connected."""
-        for line in self.recent():
+        """Write :meth:`recent`, then :meth:`ejection_lines`, to a peer that just connected."""
+        for line in (*self.recent(), *self.ejection_lines()):
             writer.write(line)
             self.lines_replayed += 1
+
+    def ejection_lines(self) -> list[bytes]:
+        """Every ejection this worker's outlier detection has in force (its own and those the other
+        workers' notes taught it), as ``@outlier-detection`` notes stamped now.
+
+        Why not only :meth:`recent`: an ejection lasts ``baseEjectionTime`` (30 s) and more, its note
+        is older than the stale threshold (1 s) after a second, so a worker that started or
+        reconnected later neither got it replayed nor would have learned it, and sent requests to a
+        pod the group had ejected until it had seen that pod fail ``consecutiveFailures`` times
+        itself (session s41: 4 and 5 failed answers of 60 in two runs of a fresh two-worker group)."""
+        now = self._clock()
+        rows: list[list[object]] = [
+            [name, now, OUTLIER_NOTES, key, [until, ejections]]
+            for name, sr in self._runtime().schedulers.items()
+            for key, (until, ejections) in sr.scheduler.outliers.in_force(now)
+        ]
+        if not rows:
+            return []
+        encoded, _ = self._encode_rows(rows)
+        return self._pack(encoded)
 
     async def due(self, interval: float, idle_s: float) -> None:
         """Return when the next :meth:`lines` is due.

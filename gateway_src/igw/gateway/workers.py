@@ -291,17 +291,23 @@ def supervise(
             )
             running.spawn()  # worker 0; the others once it has started (_wait)
 
-            def all_started() -> None:
+            where = f"{host}:{bound_port}" + (
+                "" if bound_management is None else f", management port {bound_management}"
+            )
+
+            def all_spawned() -> None:
                 log.info(
-                    "igw serve: %d workers (pids %s) on %s:%d%s",
+                    "igw serve: %d workers (pids %s) on %s: worker 0 serves, the others are starting",
                     count,
                     " ".join(str(w.pid) for w in running.workers),
-                    host,
-                    bound_port,
-                    "" if bound_management is None else f", management port {bound_management}",
+                    where,
                 )
 
-            died = _wait(group, lambda: stop_requested, all_started)
+            def all_serving(seconds: float) -> None:
+                what = "igw serve: all %d workers serve on %s (the group started in %.1fs)"
+                log.info(what, count, where, seconds)
+
+            died = _wait(group, lambda: stop_requested, all_spawned, all_serving)
             refused = died is not None and group.refused(died)
             if died is not None and (not refused or len(group.workers) > 1):
                 index = group.workers.index(died)
@@ -409,11 +415,21 @@ class _Group:
 
 
 def _wait(
-    group: _Group, stopping: Callable[[], bool], all_started: Callable[[], None]
+    group: _Group,
+    stopping: Callable[[], bool],
+    all_spawned: Callable[[], None],
+    all_serving: Callable[[float], None],
 ) -> subprocess.Popen[bytes] | None:
     """Until a stop is requested (None) or a worker exits on its own or is killed as stuck (that
-    worker). Starts workers 1..N-1 once worker 0 has started (``all_started`` is told then)."""
+    worker). Starts workers 1..N-1 once worker 0 has started (``all_spawned`` is told then), and tells
+    ``all_serving`` the seconds since the start once every worker has reported that it serves.
+
+    Why two lines: the first (the workers' pids) comes when the others are only starting, seconds
+    before they serve on a loaded machine; it was the group's only line, so an operator could not
+    tell from the log when the whole group served (session s41)."""
     workers = group.workers
+    began = time.monotonic()
+    serving = False
     while not stopping():
         for w in workers:
             if w.poll() is not None:
@@ -421,7 +437,10 @@ def _wait(
         if len(workers) < group.count and group.started(0):
             while len(workers) < group.count:
                 group.spawn()
-            all_started()
+            all_spawned()
+        if not serving and len(workers) == group.count and all(map(group.started, range(group.count))):
+            serving = True
+            all_serving(time.monotonic() - began)
         watch = group.watch
         if watch is not None:
             for index, silent in watch.stuck(time.monotonic()):

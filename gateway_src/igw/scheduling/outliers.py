@@ -232,6 +232,18 @@ class OutlierDetector:
         ejected = self.ejected
         return sorted((key, ejected[key] - now) for key in self._bounded(out, len(pool)))
 
+    def in_force(self, now: float) -> list[tuple[EndpointKey, Ejection]]:
+        """Every ejection not ended at ``now``, as ``(endpoint, (until, ejections in a row))`` by key:
+        the group's state a worker that joins late (or reconnects) is told at once, rather than only
+        the notes younger than the stale threshold, which missed an ejection made a few seconds
+        earlier while it still had most of its time to run (:mod:`igw.gateway.pick_share`)."""
+        records = self._records
+        return sorted(
+            (key, (until, max(1, records[key].ejections if key in records else 1)))
+            for key, until in self.ejected.items()
+            if until > now
+        )
+
     def forget(self, keys: Iterable[EndpointKey]) -> None:
         """Endpoints left the pool: their history goes with them."""
         for key in keys:
