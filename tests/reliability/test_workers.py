@@ -322,6 +322,42 @@ def test_a_worker_whose_parent_is_already_gone_does_not_start(tmp_path: Path) ->
     assert "serving" not in done.stderr
 
 
+def test_a_group_stopped_by_sigterm_leaves_no_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The parent makes the group's socket directory in the temporary directory (``TMPDIR``); a
+    requested stop removes it with the sockets in it."""
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(temp))
+    with worker_group(tmp_path) as group:
+        group.wait_serving()
+        assert [p.name for p in temp.iterdir() if p.name.startswith("igw-workers-")] != []
+        group.proc.send_signal(signal.SIGTERM)
+        rest = group.rest_of_log()
+        assert group.proc.wait(timeout=60) == 0, rest
+    assert list(temp.iterdir()) == []
+
+
+def test_a_worker_whose_parent_is_gone_removes_the_group_directory(tmp_path: Path) -> None:
+    """A parent killed outright while a worker still starts: the worker finds it gone (or gets the
+    parent-death SIGTERM) before it serves. Only a worker that had served removed the group's
+    directory, so each such kill left an ``igw-workers-*`` folder in the temporary directory."""
+    config, eps = write_config(tmp_path, gateway_doc(), ["127.0.0.1:9"])
+    group = tmp_path / "igw-workers-group"
+    group.mkdir()
+    role = WorkerRole(index=0, count=2, directory=str(group), parent=os.getpid() + 1_000_000)
+    done = subprocess.run(
+        [
+            sys.executable, "-m", "igw.cli.main", "serve", "--config", str(config), "--endpoints", str(eps),
+            "--host", "127.0.0.1", "--port", "0", "--no-reload",
+        ],
+        env={**os.environ, WORKER_ENV: role.to_env()}, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    assert not group.exists()
+
+
 async def test_a_second_group_on_a_port_a_group_serves_is_refused(tmp_path: Path) -> None:
     """Both groups' listeners set SO_REUSEPORT; the second used to start and take half the connections."""
     async with (
