@@ -302,10 +302,15 @@ def test_workers_stop_when_the_parent_is_killed_outright(tmp_path: Path) -> None
 
 
 def test_a_worker_whose_parent_is_already_gone_does_not_start(tmp_path: Path) -> None:
-    """The parent died between starting the worker and the worker tying itself to it: the worker
-    names that and exits instead of serving unsupervised."""
+    """The parent died between starting the worker and the worker tying itself to it (killed
+    outright while the worker started): the worker names that and exits instead of serving
+    unsupervised, and removes the group's directory, which the parent could not. Before session
+    s41 only a worker that had served removed it: each such kill left an ``igw-workers-*`` folder in
+    the temporary directory."""
     config, eps = write_config(tmp_path, gateway_doc(), ["127.0.0.1:9"])
-    role = WorkerRole(index=1, count=2, directory=str(tmp_path), parent=os.getpid() + 1_000_000)
+    group = tmp_path / "igw-workers-group"
+    group.mkdir()
+    role = WorkerRole(index=1, count=2, directory=str(group), parent=os.getpid() + 1_000_000)
     done = subprocess.run(
         [
             sys.executable, "-m", "igw.cli.main", "serve", "--config", str(config), "--endpoints", str(eps),
@@ -316,6 +321,7 @@ def test_a_worker_whose_parent_is_already_gone_does_not_start(tmp_path: Path) ->
     assert done.returncode == 1
     assert f"worker 1: the parent process (pid {role.parent}) has already exited" in done.stderr
     assert "serving" not in done.stderr
+    assert not group.exists()
 
 
 def test_a_group_stopped_by_sigterm_leaves_no_directory(
@@ -333,25 +339,6 @@ def test_a_group_stopped_by_sigterm_leaves_no_directory(
         rest = group.rest_of_log()
         assert group.proc.wait(timeout=60) == 0, rest
     assert list(temp.iterdir()) == []
-
-
-def test_a_worker_whose_parent_is_gone_removes_the_group_directory(tmp_path: Path) -> None:
-    """A parent killed outright while a worker still starts: the worker finds it gone (or gets the
-    parent-death SIGTERM) before it serves. Only a worker that had served removed the group's
-    directory, so each such kill left an ``igw-workers-*`` folder in the temporary directory."""
-    config, eps = write_config(tmp_path, gateway_doc(), ["127.0.0.1:9"])
-    group = tmp_path / "igw-workers-group"
-    group.mkdir()
-    role = WorkerRole(index=0, count=2, directory=str(group), parent=os.getpid() + 1_000_000)
-    done = subprocess.run(
-        [
-            sys.executable, "-m", "igw.cli.main", "serve", "--config", str(config), "--endpoints", str(eps),
-            "--host", "127.0.0.1", "--port", "0", "--no-reload",
-        ],
-        env={**os.environ, WORKER_ENV: role.to_env()}, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
-    assert done.returncode == 1, done.stderr
-    assert not group.exists()
 
 
 async def test_a_second_group_on_a_port_a_group_serves_is_refused(tmp_path: Path) -> None:
