@@ -38,6 +38,27 @@ async def _post(gw: Any, headers: dict[str, str], body: str) -> tuple[int, dict[
 _PLAIN: Final = '{"model": "m", "prompt": "hi", "max_tokens": 2}'
 
 
+async def _refused_and_then_served(
+    tmp_path: Path,
+    jwks_server: JwksServer,
+    client_ssl: ssl.SSLContext,
+    tokens: TokenFactory,
+    refused: tuple[str, str],
+    served: str,
+) -> None:
+    """A tenant's completion with the raw JSON member ``refused[0]`` is a 400 naming the parameter
+    ``refused[1]`` and reaches no pod; the same request with ``served`` instead is answered 200."""
+    raw_field, param = refused
+    async with tenant_gateway(tmp_path, jwks_server, client_ssl, tokens) as (servers, gw):
+        headers = _tenant_headers(tokens)
+        status, answer = await _post(gw, headers, _PLAIN[:-1] + ", " + raw_field + "}")
+        assert status == 400, answer
+        assert answer["error"]["param"] == param
+        assert not any(s.received for s in servers)  # nothing reached a pod
+        status, answer = await _post(gw, headers, _PLAIN[:-1] + ", " + served + "}")
+        assert status == 200, answer
+
+
 @pytest.mark.parametrize(
     ("raw_field", "param"),
     [
@@ -64,14 +85,10 @@ async def test_an_authenticated_tenant_cannot_send_engine_fields_that_reach_past
     raw_field: str,
     param: str,
 ) -> None:
-    async with tenant_gateway(tmp_path, jwks_server, client_ssl, tokens) as (servers, gw):
-        headers = _tenant_headers(tokens)
-        status, answer = await _post(gw, headers, _PLAIN[:-1] + ", " + raw_field + "}")
-        assert status == 400, answer
-        assert answer["error"]["param"] == param
-        assert not any(s.received for s in servers)  # nothing reached a pod
-        status, answer = await _post(gw, headers, _PLAIN[:-1] + ', "custom_logit_processor": null}')
-        assert status == 200, answer  # null asks for nothing
+    # null asks for nothing
+    await _refused_and_then_served(
+        tmp_path, jwks_server, client_ssl, tokens, (raw_field, param), '"custom_logit_processor": null'
+    )
 
 
 @pytest.mark.parametrize(
@@ -98,15 +115,10 @@ async def test_encoder_cache_transfer_dp_ranks_and_transfer_xargs_are_refused_fo
     raw_field: str,
     param: str,
 ) -> None:
-    async with tenant_gateway(tmp_path, jwks_server, client_ssl, tokens) as (servers, gw):
-        headers = _tenant_headers(tokens)
-        status, answer = await _post(gw, headers, _PLAIN[:-1] + ", " + raw_field + "}")
-        assert status == 400, answer
-        assert answer["error"]["param"] == param
-        assert not any(s.received for s in servers)
-        # other vllm_xargs entries are arguments of the operator's extensions: forwarded
-        status, answer = await _post(gw, headers, _PLAIN[:-1] + ', "vllm_xargs": {"target_token": 7}}')
-        assert status == 200, answer
+    # other vllm_xargs entries are arguments of the operator's extensions: forwarded
+    await _refused_and_then_served(
+        tmp_path, jwks_server, client_ssl, tokens, (raw_field, param), '"vllm_xargs": {"target_token": 7}'
+    )
 
 
 @pytest.mark.parametrize(
