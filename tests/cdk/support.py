@@ -7,11 +7,14 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from igw.addon import pins
+
+if TYPE_CHECKING:
+    from cdk.stacks.existing_cluster_stack import ExistingClusterStack
 
 
 @dataclass(frozen=True)
@@ -149,3 +152,22 @@ def variant_document() -> dict[str, Any]:
 def existing_document() -> dict[str, Any]:
     """Existing-cluster mode: the cluster (and vpc-cni) exist; only add-ons and the gateway are created."""
     return _example("existing-cluster.yaml")
+
+
+def existing_cluster_stack(document: dict[str, Any]) -> ExistingClusterStack:
+    """The existing-cluster stack (``Access``) of the deployment config ``document``, in a new app."""
+    # deferred: start-up cost: the CDK app loads jsii only for tests that synthesize
+    import aws_cdk as cdk
+
+    from cdk import config
+    from cdk.stacks.existing_cluster_stack import ExistingClusterStack
+
+    deployment = config.parse(document)
+    assert deployment.existing_cluster is not None
+    return ExistingClusterStack(
+        cdk.App(),
+        "Access",
+        config=deployment,
+        existing=deployment.existing_cluster,
+        env=cdk.Environment(account=deployment.account, region=deployment.region),
+    )

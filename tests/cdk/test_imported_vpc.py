@@ -15,7 +15,7 @@ import yaml
 
 from cdk import config
 from cdk.constructs.network import Network, import_zones
-from tests.cdk.support import EXAMPLES
+from tests.cdk.support import EXAMPLES, existing_cluster_stack, existing_document
 
 SUBNETS = ["subnet-0123456789abcdef0", "subnet-0123456789abcdef1"]
 
@@ -64,20 +64,10 @@ def test_an_imported_vpc_takes_every_subnet_whatever_the_zones(
 
 
 def test_an_existing_clusters_subnets_are_all_imported() -> None:
-    from cdk.stacks.existing_cluster_stack import ExistingClusterStack
-
-    document: dict[str, Any] = yaml.safe_load((EXAMPLES / "existing-cluster.yaml").read_text())
+    document = existing_document()
     subnets = [*SUBNETS, "subnet-0123456789abcdef2", "subnet-0123456789abcdef3"]
     document["existingCluster"]["privateSubnetIds"] = subnets  # four, beside three zones
-    deployment = config.parse(document)
-    assert deployment.existing_cluster is not None
-    stack = ExistingClusterStack(
-        cdk.App(),
-        "Access",
-        config=deployment,
-        existing=deployment.existing_cluster,
-        env=cdk.Environment(account=deployment.account, region=deployment.region),
-    )
+    stack = existing_cluster_stack(document)
     assert [s.subnet_id for s in stack.vpc.private_subnets] == subnets
 
 

@@ -21,7 +21,7 @@ import pytest
 from cdk import config
 from cdk.constructs.kubectl_layer import layer_package
 from igw.addon import pins
-from tests.cdk.support import existing_document
+from tests.cdk.support import existing_cluster_stack, existing_document
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -40,19 +40,9 @@ def _kubectl_versions(template: dict[str, Any]) -> list[str]:
 
 @pytest.mark.parametrize("version", pins.SUPPORTED_KUBERNETES_VERSIONS)
 def test_an_existing_clusters_kubectl_handler_runs_the_kubectl_of_its_version(version: str) -> None:
-    from cdk.stacks.existing_cluster_stack import ExistingClusterStack
-
     document = existing_document()
     document["existingCluster"]["kubernetesVersion"] = version
-    parsed = config.parse(document)
-    assert parsed.existing_cluster is not None
-    stack = ExistingClusterStack(
-        cdk.App(),
-        "Access",
-        config=parsed,
-        existing=parsed.existing_cluster,
-        env=cdk.Environment(account=parsed.account, region=parsed.region),
-    )
+    stack = existing_cluster_stack(document)
     template = dict(cdk.assertions.Template.from_stack(stack).to_json())
     assert _kubectl_versions(template) == [version]
 

@@ -292,12 +292,17 @@ class FakeKubeApiServer:
         return self.url
 
     async def stop(self) -> None:
+        """Stop serving, and remove the clients' discovery cache of this address: the server it
+        describes is gone (each fake's port left an ``osrcp-*.json`` file in the temporary folder,
+        about 1,800 after one run of the suite)."""
         self._closing = True
         for wakeup in list(self._watch_wakeups):
             wakeup.set()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+        if self.port:
+            forget_discovery_cache(self.url)
 
     async def __aenter__(self) -> FakeKubeApiServer:
         await self.start()

@@ -27,6 +27,19 @@ def _backlog(gw: Any) -> BacklogTtftScorer:
     return found
 
 
+_STREAMED_CHAT = {"model": CHAT_MODEL, "messages": [{"role": "user", "content": "hi"}], "stream": True}
+
+
+async def _streamed_chat_under(gw: Any, request_id: str) -> tuple[int, str]:
+    """A streamed chat completion sent with ``X-Request-Id: request_id``, read to its end; its status
+    and the ``X-Request-Id`` the gateway answered with."""
+    async with gw.http.post(
+        gw.url + "/v1/chat/completions", json=_STREAMED_CHAT, headers={"X-Request-Id": request_id}
+    ) as r:
+        await r.read()
+        return r.status, r.headers["X-Request-Id"]
+
+
 async def test_requests_sharing_a_client_request_id_are_two_requests_to_the_scheduler(gateway: Any) -> None:
     """Two streamed requests under one client-chosen id, on a slow pod and a fast one: the backlog
     scorer learns each pod's time to first token from its own request (before s35 the fast pod's
@@ -35,16 +48,8 @@ async def test_requests_sharing_a_client_request_id_are_two_requests_to_the_sche
     pods = [slow, fast]
     async with running(*pods), gateway(DOC, {"llama": [p.key for p in pods]}) as gw:
         backlog = _backlog(gw)
-        body = {"model": CHAT_MODEL, "messages": [{"role": "user", "content": "hi"}], "stream": True}
-
-        async def one() -> tuple[int, str]:
-            async with gw.http.post(
-                gw.url + "/v1/chat/completions", json=body, headers={"X-Request-Id": "session-7"}
-            ) as r:
-                await r.read()
-                return r.status, r.headers["X-Request-Id"]
-
-        assert list(await asyncio.gather(one(), one())) == [(200, "session-7")] * 2  # still their name
+        two = [_streamed_chat_under(gw, "session-7") for _ in range(2)]
+        assert list(await asyncio.gather(*two)) == [(200, "session-7")] * 2  # still their name
         assert [len(p.received) for p in pods] == [1, 1]  # one on each pod
         sent = [{k.lower(): v for k, v in p.received[0].headers.items()} for p in pods]
         # the pods get the client's id, each request's made unique (upstream_request_id)
@@ -65,21 +70,13 @@ async def test_two_tenants_requests_under_one_client_id_are_two_ids_to_the_engin
     led by the client's, and each client gets back the id it sent."""
     pod = FakeModelServer("only", first_token_delay_s=0.2)
     async with running(pod), gateway(DOC, {"llama": [pod.key]}) as gw:
-        body = {"model": CHAT_MODEL, "messages": [{"role": "user", "content": "hi"}], "stream": True}
-
-        async def one() -> tuple[int, str]:
-            async with gw.http.post(
-                gw.url + "/v1/chat/completions", json=body, headers={"X-Request-Id": "req-1"}
-            ) as r:
-                await r.read()
-                return r.status, r.headers["X-Request-Id"]
-
-        assert list(await asyncio.gather(one(), one())) == [(200, "req-1")] * 2
+        two = [_streamed_chat_under(gw, "req-1") for _ in range(2)]
+        assert list(await asyncio.gather(*two)) == [(200, "req-1")] * 2
         ids = [{k.lower(): v for k, v in r.headers.items()}["x-request-id"] for r in pod.received]
         assert len(set(ids)) == len(ids) == 2, ids  # two engine ids
         assert all(i.startswith("req-1-") for i in ids)
         # an id the gateway made itself goes to the pod as the client sees it
-        async with gw.http.post(gw.url + "/v1/chat/completions", json=body) as r:
+        async with gw.http.post(gw.url + "/v1/chat/completions", json=_STREAMED_CHAT) as r:
             await r.read()
             last = {k.lower(): v for k, v in pod.received[-1].headers.items()}
             assert last["x-request-id"] == r.headers["X-Request-Id"]

@@ -22,6 +22,7 @@ from igw.scheduling.flow_control import CRITICAL, SHEDDABLE, STANDARD, BandLimit
 from igw.scheduling.plugins.prefix_cache_scorer import PrefixCacheScorer
 from igw.scheduling.plugins.prefix_index import PrefixIndex
 from igw.scheduling.types import DecisionKind, EndpointView, EngineMetrics, RoutingDecision, RoutingRequest
+from tests.gateway.flow_shedding import shed_on_arrival
 from tests.gateway.support import config_doc, scheduler, wait_for
 from tests.state_walk import paths_holding
 
@@ -126,18 +127,7 @@ async def _shed_one_per_tenant(settings: FlowControlSettings, tenants: list[str]
     registry = CollectorRegistry()
     gates = FlowGates(registry=registry, clock=lambda: 0.0)
     gates.configure(settings, retry_after_bounds=(1, 30))
-    pool = Pool()
-    for i, tenant in enumerate(tenants):
-        result = await gates.wait(
-            scheduler="pool",
-            request_id=f"r{i}",
-            priority=SHEDDABLE,
-            tenant=tenant,
-            size_bytes=2,  # larger than the band's maxBytes: refused on arrival
-            max_queue_s=None,
-            pick=lambda: pool.picker("x"),
-        )
-        assert isinstance(result, Refused)
+    await shed_on_arrival(gates, tenants)  # each larger than the band's maxBytes
     return _tenant_label_values(registry)
 
 

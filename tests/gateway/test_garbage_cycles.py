@@ -117,6 +117,25 @@ KINDS = {
 }
 
 
+async def cycles_of_kept_alive_requests(url: str, raw: bytes) -> collections.Counter[str]:
+    """Send ``raw`` :data:`REQUESTS` times on one kept-alive connection to ``url`` (after 5 that warm
+    caches and pools and make first-time state), each answered 200; the cyclic garbage those
+    requests left (:func:`cyclic_garbage`)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port_of(url))
+    try:
+        for _ in range(5):
+            writer.write(raw)
+            assert (await read_answer(reader))[0] == 200
+        with cyclic_garbage() as found:
+            for _ in range(REQUESTS):
+                writer.write(raw)
+                status, answer = await read_answer(reader)
+                assert status == 200, answer
+    finally:
+        writer.close()
+    return found
+
+
 @pytest.mark.parametrize("kind", list(KINDS))
 async def test_requests_on_a_kept_alive_connection_leave_no_cycles(gateway: Any, kind: str) -> None:
     path, body = KINDS[kind]
@@ -125,18 +144,7 @@ async def test_requests_on_a_kept_alive_connection_leave_no_cycles(gateway: Any,
         running(FakeModelServer("a")) as (a,),
         gateway(config_doc([scheduler("pool", MODEL)], routing=ROUTING), {"pool": [a.key]}) as gw,
     ):
-        reader, writer = await asyncio.open_connection("127.0.0.1", port_of(gw.url))
-        try:
-            for _ in range(5):  # caches and pools warmed, first-time state made
-                writer.write(raw)
-                assert (await read_answer(reader))[0] == 200
-            with cyclic_garbage() as found:
-                for _ in range(REQUESTS):
-                    writer.write(raw)
-                    status, answer = await read_answer(reader)
-                    assert status == 200, answer
-        finally:
-            writer.close()
+        found = await cycles_of_kept_alive_requests(gw.url, raw)
     assert not own(found), f"{kind}: cycles left by {REQUESTS} requests: {own(found)}"
 
 
@@ -173,18 +181,7 @@ async def test_streams_with_auth_and_flow_control_leave_no_cycles(gateway: Any, 
         running(FakeModelServer("a"), FakeModelServer("b")) as (a, b),
         gateway(doc, {"pool": [a.key, b.key]}, guard=guard) as gw,
     ):
-        reader, writer = await asyncio.open_connection("127.0.0.1", port_of(gw.url))
-        try:
-            for _ in range(5):
-                writer.write(raw)
-                assert (await read_answer(reader))[0] == 200
-            with cyclic_garbage() as found:
-                for _ in range(REQUESTS):
-                    writer.write(raw)
-                    status, answer = await read_answer(reader)
-                    assert status == 200, answer
-        finally:
-            writer.close()
+        found = await cycles_of_kept_alive_requests(gw.url, raw)
     assert not own(found), f"cycles left by {REQUESTS} requests: {own(found)}"
 
 

@@ -4,8 +4,9 @@ model-server behaviour (continuous batching, exact metric names per engine versi
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import aiohttp
@@ -88,39 +89,40 @@ async def test_sglang_without_enable_metrics_is_reported_and_not_routed_to(gatew
                 assert served_by(body) == "good"
 
 
-async def test_sglang_data_parallel_ranks_are_summed_from_a_live_pod(gateway: Any) -> None:
-    """An SGLang pod with two data-parallel ranks (one request slot each) behind the gateway: four
-    long requests put one running and one queued on each rank, and the gateway's scrape of the real
-    page reads the pod's queue and batch as the sum over ``dp_rank`` (2 and 2), not one rank's."""
+@contextlib.asynccontextmanager
+async def _sglang_dp_pod(gateway: Any, **extra: Any) -> AsyncIterator[tuple[Any, Any]]:
+    """A simulated SGLang 0.5.12 pod with two data-parallel ranks (``extra``: more of its settings)
+    at real speed, behind the gateway (scheduler ``sg``); yields the pod and the gateway."""
     spec = fleet(
-        pod(
-            "dp",
-            preset="llama-3.1-8b/a10g",
-            engine="sglang",
-            engine_version="0.5.12",
-            dp_size=2,
-            max_num_seqs=1,
-        ),
+        pod("dp", preset="llama-3.1-8b/a10g", engine="sglang", engine_version="0.5.12", dp_size=2, **extra),
         time_scale=1.0,
     )
     doc = config_doc([scheduler("sg", "llama", engineType="sglang")])
     async with run_fleet(spec, admin=False) as f:
         (dp,) = f.pods
         async with gateway(doc, {"sg": [dp.key]}) as gw:
-            views = gw.state.runtime.schedulers["sg"].pool.views
-            body = {"model": "llama", "prompt": "hello " * 40, "max_tokens": 2000}
-            sends = [asyncio.create_task(gw.post("/v1/completions", body)) for _ in range(4)]
-            try:
-                await wait_for(
-                    lambda: (views()[0].metrics.waiting, views()[0].metrics.running) == (2, 2),
-                    within=5.0,
-                    what="the pod's two ranks summed",
-                )
-                assert gw.state.runtime.schedulers["sg"].pool.states[dp.key].missing == frozenset()
-            finally:
-                for task in sends:
-                    task.cancel()
-                await asyncio.gather(*sends, return_exceptions=True)
+            yield dp, gw
+
+
+async def test_sglang_data_parallel_ranks_are_summed_from_a_live_pod(gateway: Any) -> None:
+    """An SGLang pod with two data-parallel ranks (one request slot each) behind the gateway: four
+    long requests put one running and one queued on each rank, and the gateway's scrape of the real
+    page reads the pod's queue and batch as the sum over ``dp_rank`` (2 and 2), not one rank's."""
+    async with _sglang_dp_pod(gateway, max_num_seqs=1) as (dp, gw):
+        views = gw.state.runtime.schedulers["sg"].pool.views
+        body = {"model": "llama", "prompt": "hello " * 40, "max_tokens": 2000}
+        sends = [asyncio.create_task(gw.post("/v1/completions", body)) for _ in range(4)]
+        try:
+            await wait_for(
+                lambda: (views()[0].metrics.waiting, views()[0].metrics.running) == (2, 2),
+                within=5.0,
+                what="the pod's two ranks summed",
+            )
+            assert gw.state.runtime.schedulers["sg"].pool.states[dp.key].missing == frozenset()
+        finally:
+            for task in sends:
+                task.cancel()
+            await asyncio.gather(*sends, return_exceptions=True)
 
 
 def _per_rank(text: str, family: str) -> dict[str, float]:
@@ -134,37 +136,30 @@ async def test_sglang_data_parallel_kv_capacity_and_usage_are_the_pods_from_a_li
     the real page through its scraper (filtered page, template) holds the pod's KV cache - both
     ranks' pages summed - and the pod's used share - its used tokens over that, half of rank 0's
     share here. Before, it read one rank's pages and the busy rank's share as the pod's."""
-    spec = fleet(
-        pod("dp", preset="llama-3.1-8b/a10g", engine="sglang", engine_version="0.5.12", dp_size=2),
-        time_scale=1.0,
-    )
-    doc = config_doc([scheduler("sg", "llama", engineType="sglang")])
-    async with run_fleet(spec, admin=False) as f:
-        (dp,) = f.pods
-        async with gateway(doc, {"sg": [dp.key]}) as gw:
-            views = gw.state.runtime.schedulers["sg"].pool.views
-            body = {"model": "llama", "prompt": "hello " * 3000, "max_tokens": 2000}
-            send = asyncio.create_task(gw.post("/v1/completions", body))
-            try:
-                for _ in range(200):  # the page moves as the request decodes: compare one reading
-                    text = await (await gw.http.get(dp.url + "/metrics")).text()
-                    usage, pages = _per_rank(text, "sglang:token_usage"), _per_rank(text, "sglang:num_pages")
-                    m = views()[0].metrics
-                    if usage.get("0", 0.0) > 0.0 and m is not None and m.kv_usage:
-                        expected = sum(usage[r] * pages[r] for r in usage) / sum(pages.values())
-                        if m.kv_usage == pytest.approx(expected):
-                            break
-                    await asyncio.sleep(0.02)
-                else:
-                    pytest.fail(f"the gateway read KV usage {m and m.kv_usage}; the page had {usage}")
-                assert usage["1"] == 0.0
-                assert m.kv_usage == pytest.approx(usage["0"] / 2)
-                assert len(pages) == 2
-                assert (m.block_size, m.num_gpu_blocks) == (16, int(sum(pages.values())))
-                assert gw.state.runtime.schedulers["sg"].pool.states[dp.key].missing == frozenset()
-            finally:
-                send.cancel()
-                await asyncio.gather(send, return_exceptions=True)
+    async with _sglang_dp_pod(gateway) as (dp, gw):
+        views = gw.state.runtime.schedulers["sg"].pool.views
+        body = {"model": "llama", "prompt": "hello " * 3000, "max_tokens": 2000}
+        send = asyncio.create_task(gw.post("/v1/completions", body))
+        try:
+            for _ in range(200):  # the page moves as the request decodes: compare one reading
+                text = await (await gw.http.get(dp.url + "/metrics")).text()
+                usage, pages = _per_rank(text, "sglang:token_usage"), _per_rank(text, "sglang:num_pages")
+                m = views()[0].metrics
+                if usage.get("0", 0.0) > 0.0 and m is not None and m.kv_usage:
+                    expected = sum(usage[r] * pages[r] for r in usage) / sum(pages.values())
+                    if m.kv_usage == pytest.approx(expected):
+                        break
+                await asyncio.sleep(0.02)
+            else:
+                pytest.fail(f"the gateway read KV usage {m and m.kv_usage}; the page had {usage}")
+            assert usage["1"] == 0.0
+            assert m.kv_usage == pytest.approx(usage["0"] / 2)
+            assert len(pages) == 2
+            assert (m.block_size, m.num_gpu_blocks) == (16, int(sum(pages.values())))
+            assert gw.state.runtime.schedulers["sg"].pool.states[dp.key].missing == frozenset()
+        finally:
+            send.cancel()
+            await asyncio.gather(send, return_exceptions=True)
 
 
 @pytest.mark.parametrize("fault", [FaultKind.KILL, FaultKind.HANG])

@@ -9,6 +9,7 @@ import os
 import random
 import re
 import signal
+import ssl
 import sys
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -16,12 +17,18 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from aiohttp import web
+from prometheus_client import CollectorRegistry
 
 from igw.gateway.heartbeat_message import Heartbeat
-from igw.global_router.config import ClusterSpec, GlobalRouterConfig, build_global_config
+from igw.gateway.serving import serve_app
+from igw.global_router.config import ClusterSpec, GlobalRouterConfig, build_global_config, parse_global_config
 from igw.global_router.fleet import Fleet
 from igw.global_router.heartbeats import HeartbeatReader
 from igw.global_router.metrics import FleetMetrics
+from igw.global_router.server import create_global_app
+from igw.security.factory import build_guard
+from tests.security.helpers import ManualClock, wait_until
 
 MODEL = "llama"
 
@@ -130,6 +137,28 @@ async def post_part_of_a_body(
     await writer.drain()
     head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=10)
     return reader, writer, head
+
+
+@contextlib.asynccontextmanager
+async def guarded_router(
+    doc: dict[str, Any], *, clock: ManualClock, client_ssl: ssl.SSLContext
+) -> AsyncIterator[tuple[str, web.Application]]:
+    """A router replica in this process for ``doc`` (no heartbeat reader) with a guard on the test
+    clock that trusts the test issuer (``client_ssl``); yields its URL and app once the guard has
+    the issuer's keys."""
+    config = parse_global_config(doc)
+    guard = build_guard(
+        config.auth,
+        authorization=config.authorization,
+        rate_limits=config.rate_limits,
+        clock=clock,
+        registry=CollectorRegistry(),
+        jwks_ssl_context=client_ssl,
+    )
+    app = create_global_app(config, guard=guard, read_heartbeats=False)
+    async with serve_app(app, host="127.0.0.1", port=0) as url:
+        await wait_until(lambda: guard.readiness().ready, timeout_s=5)
+        yield url, app
 
 
 @contextlib.asynccontextmanager

@@ -4,11 +4,9 @@ and the guard that ``igw global serve`` builds itself verifies tokens on the wal
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import ssl
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -17,13 +15,11 @@ import pytest
 import trustme
 from prometheus_client import CollectorRegistry
 
-from igw.gateway.serving import serve_app
 from igw.global_router.config import parse_global_config
 from igw.global_router.server import create_global_app
-from igw.security.factory import build_guard
 from tests.gateway.fake_model_server import FakeModelServer, running
-from tests.global_router.support import MODEL, global_doc, global_serve, post_part_of_a_body
-from tests.security.helpers import JwksServer, ManualClock, TokenFactory, bearer, jwt_auth, wait_until
+from tests.global_router.support import MODEL, global_doc, global_serve, guarded_router, post_part_of_a_body
+from tests.security.helpers import JwksServer, ManualClock, TokenFactory, bearer, jwt_auth
 
 
 def secured(server: FakeModelServer, issuer: JwksServer) -> dict[str, Any]:
@@ -33,27 +29,6 @@ def secured(server: FakeModelServer, issuer: JwksServer) -> dict[str, Any]:
         heartbeats={"required": False},
         auth=jwt_auth(issuer),
     )
-
-
-@contextlib.asynccontextmanager
-async def router_with_guard(
-    doc: dict[str, Any], *, clock: ManualClock, client_ssl: ssl.SSLContext
-) -> AsyncIterator[str]:
-    """A router replica in this process for ``doc`` with a guard on the test clock that trusts the
-    test issuer; yields its URL once the guard has the issuer's keys."""
-    config = parse_global_config(doc)
-    guard = build_guard(
-        config.auth,
-        authorization=config.authorization,
-        rate_limits=config.rate_limits,
-        clock=clock,
-        registry=CollectorRegistry(),
-        jwks_ssl_context=client_ssl,
-    )
-    app = create_global_app(config, guard=guard, read_heartbeats=False)
-    async with serve_app(app, host="127.0.0.1", port=0) as url:
-        await wait_until(lambda: guard.readiness().ready, timeout_s=5)
-        yield url
 
 
 async def test_jwt_is_required_and_identity_is_forwarded_not_the_token(
@@ -69,7 +44,7 @@ async def test_jwt_is_required_and_identity_is_forwarded_not_the_token(
             "modelAccess": [{"claim": "tenant", "values": ["team-a"], "models": [MODEL]}],
         }
         async with (
-            router_with_guard(doc, clock=clock, client_ssl=client_ssl) as url,
+            guarded_router(doc, clock=clock, client_ssl=client_ssl) as (url, _),
             aiohttp.ClientSession() as http,
         ):
             body: dict[str, Any] = {"model": MODEL, "prompt": "x"}
@@ -146,7 +121,7 @@ async def test_model_labels_are_served_models_only_whatever_a_client_sends(
     server = FakeModelServer("east-a")
     async with (
         running(server),
-        router_with_guard(secured(server, jwks_server), clock=clock, client_ssl=client_ssl) as url,
+        guarded_router(secured(server, jwks_server), clock=clock, client_ssl=client_ssl) as (url, _),
         aiohttp.ClientSession() as http,
     ):
         for i in range(20):

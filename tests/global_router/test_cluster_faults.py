@@ -13,7 +13,7 @@ import contextlib
 import dataclasses
 import time
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import aiohttp
@@ -45,6 +45,23 @@ async def _router(clusters: list[dict[str, Any]], **spec: Any) -> AsyncIterator[
         yield url
 
 
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+async def _serve_cluster(stack: contextlib.AsyncExitStack, answer: Handler) -> str:
+    """A cluster that answers ``POST /v1/completions`` with ``answer``, served on loopback until
+    ``stack`` closes; its URL."""
+    app = web.Application()
+    app.router.add_post("/v1/completions", answer)
+    return await stack.enter_async_context(serve_app(app, host="127.0.0.1", port=0))
+
+
+async def _answer_ok(request: web.Request) -> web.Response:
+    """A healthy cluster's completion."""
+    await request.read()
+    return web.json_response({"choices": [{"text": "ok"}]})
+
+
 async def test_a_frozen_cluster_holding_connections_does_not_starve_other_clusters(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -67,16 +84,9 @@ async def test_a_frozen_cluster_holding_connections_does_not_starve_other_cluste
         await release.wait()
         return web.json_response({"error": {"message": "too late"}}, status=500)
 
-    async def healthy(request: web.Request) -> web.Response:
-        await request.read()
-        return web.json_response({"choices": [{"text": "ok"}]})
-
-    frozen_app, healthy_app = web.Application(), web.Application()
-    frozen_app.router.add_post("/v1/completions", frozen)
-    healthy_app.router.add_post("/v1/completions", healthy)
     async with contextlib.AsyncExitStack() as stack:
-        frozen_url = await stack.enter_async_context(serve_app(frozen_app, host="127.0.0.1", port=0))
-        healthy_url = await stack.enter_async_context(serve_app(healthy_app, host="127.0.0.1", port=0))
+        frozen_url = await _serve_cluster(stack, frozen)
+        healthy_url = await _serve_cluster(stack, _answer_ok)
         clusters = [
             {"name": "frozen", "region": "east", "endpoint": frozen_url, "models": [SLOW_MODEL]},
             {"name": "healthy", "region": "east", "endpoint": healthy_url, "models": [MODEL]},
@@ -375,16 +385,9 @@ async def test_a_request_planned_on_a_cluster_whose_connections_are_all_held_goe
         await release.wait()
         return web.json_response({"choices": [{"text": "late"}]})
 
-    async def fast(request: web.Request) -> web.Response:
-        await request.read()
-        return web.json_response({"choices": [{"text": "ok"}]})
-
-    slow_app, fast_app = web.Application(), web.Application()
-    slow_app.router.add_post("/v1/completions", slow)
-    fast_app.router.add_post("/v1/completions", fast)
     async with contextlib.AsyncExitStack() as stack:
-        slow_url = await stack.enter_async_context(serve_app(slow_app, host="127.0.0.1", port=0))
-        fast_url = await stack.enter_async_context(serve_app(fast_app, host="127.0.0.1", port=0))
+        slow_url = await _serve_cluster(stack, slow)
+        fast_url = await _serve_cluster(stack, _answer_ok)
         # slow in the router's region, fast in another: every plan puts slow first (latency-first
         # routing learns fast's quick answers, so with both in one region a loaded machine could send
         # fewer than 4 requests to slow before the plans settled on fast)
@@ -440,10 +443,8 @@ async def test_a_cluster_that_never_finishes_is_cut_at_max_request_seconds(strea
         finally:
             handlers_running -= 1
 
-    cluster = web.Application()
-    cluster.router.add_post("/v1/completions", endless)
     async with contextlib.AsyncExitStack() as stack:
-        cluster_url = await stack.enter_async_context(serve_app(cluster, host="127.0.0.1", port=0))
+        cluster_url = await _serve_cluster(stack, endless)
         clusters = [{"name": "c", "region": "east", "endpoint": cluster_url, "models": [MODEL]}]
         upstream = {"requestTimeoutSeconds": 30, "maxRequestSeconds": 1.5}
         url = await stack.enter_async_context(_router(clusters, upstream=upstream))
@@ -479,16 +480,9 @@ async def test_a_cluster_cut_at_max_request_seconds_before_answering_counts_a_fa
         await asyncio.Event().wait()
         raise AssertionError("unreachable")
 
-    async def healthy(request: web.Request) -> web.Response:
-        await request.read()
-        return web.json_response({"choices": [{"text": "ok"}]})
-
-    frozen_app, healthy_app = web.Application(), web.Application()
-    frozen_app.router.add_post("/v1/completions", frozen)
-    healthy_app.router.add_post("/v1/completions", healthy)
     async with contextlib.AsyncExitStack() as stack:
-        frozen_url = await stack.enter_async_context(serve_app(frozen_app, host="127.0.0.1", port=0))
-        healthy_url = await stack.enter_async_context(serve_app(healthy_app, host="127.0.0.1", port=0))
+        frozen_url = await _serve_cluster(stack, frozen)
+        healthy_url = await _serve_cluster(stack, _answer_ok)
         clusters = [
             {"name": "frozen", "region": "east", "endpoint": frozen_url, "models": [MODEL]},
             {"name": "healthy", "region": "east", "endpoint": healthy_url, "models": [MODEL]},

@@ -64,6 +64,21 @@ async def polled_fleet(redis_server: RedisServer, clock: Clock) -> AsyncIterator
         await fleet.stop()
 
 
+@contextlib.asynccontextmanager
+async def polled_store(
+    redis_server: RedisServer,
+) -> AsyncIterator[tuple[Clock, redis_asyncio.Redis, Fleet]]:  # type: ignore[type-arg]
+    """The test's clock, a client of ``redis_server`` to publish and fault it with, and
+    :func:`polled_fleet` on that clock; the client is closed on exit."""
+    clock = Clock()
+    client = redis_asyncio.Redis.from_url(redis_server.url)
+    try:
+        async with polled_fleet(redis_server, clock) as fleet:
+            yield clock, client, fleet
+    finally:
+        await client.aclose()  # type: ignore[attr-defined]
+
+
 async def publish(client: redis_asyncio.Redis, seq: int, names: tuple[str, ...] = NAMES) -> None:  # type: ignore[type-arg]
     """One publication of each of ``names``' gateways (one replica each), as tier 1 writes it."""
     for name in names:
@@ -95,35 +110,30 @@ async def test_a_store_outage_longer_than_the_staleness_drains_nothing_when_it_e
     ``seq`` as before. Before session s38 the outage's length counted toward staleness, and every
     cluster was drained at that read (stale), each request answered 503 until the next publication
     and the whole fleet slow-started after it."""
-    clock = Clock()
-    client = redis_asyncio.Redis.from_url(redis_server.url)
-    try:
-        async with polled_fleet(redis_server, clock) as fleet:
-            await publish(client, seq=1)
+    async with polled_store(redis_server) as (clock, client, fleet):
+        await publish(client, seq=1)
+        await fleet.poll_once()
+        assert drained(fleet) == ALL_AVAILABLE
+        clock.now += 1.0
+        with stopped(redis_server):
             await fleet.poll_once()
-            assert drained(fleet) == ALL_AVAILABLE
-            clock.now += 1.0
-            with stopped(redis_server):
-                await fleet.poll_once()
-                assert not fleet.source_up
-                clock.now += 10.0  # far longer than the 3 s staleness
-                await fleet.poll_once()
-                assert drained(fleet) == ALL_AVAILABLE  # suspended while it lasts (as before)
-            clock.now += 0.5
+            assert not fleet.source_up
+            clock.now += 10.0  # far longer than the 3 s staleness
             await fleet.poll_once()
-            assert fleet.source_up
-            assert drained(fleet) == ALL_AVAILABLE
-            assert not fleet.transitions
-            # Staleness goes on from where it stood: one gateway publishes again, the other two do not.
-            await publish(client, seq=2, names=("east-a",))
-            clock.now += 1.0
-            await fleet.poll_once()
-            assert drained(fleet) == ALL_AVAILABLE  # 1 s counted for east-b and west-a
-            clock.now += 2.5
-            await fleet.poll_once()
-            assert drained(fleet) == {"east-a": None, "east-b": "stale", "west-a": "stale"}
-    finally:
-        await client.aclose()  # type: ignore[attr-defined]
+            assert drained(fleet) == ALL_AVAILABLE  # suspended while it lasts (as before)
+        clock.now += 0.5
+        await fleet.poll_once()
+        assert fleet.source_up
+        assert drained(fleet) == ALL_AVAILABLE
+        assert not fleet.transitions
+        # Staleness goes on from where it stood: one gateway publishes again, the other two do not.
+        await publish(client, seq=2, names=("east-a",))
+        clock.now += 1.0
+        await fleet.poll_once()
+        assert drained(fleet) == ALL_AVAILABLE  # 1 s counted for east-b and west-a
+        clock.now += 2.5
+        await fleet.poll_once()
+        assert drained(fleet) == {"east-a": None, "east-b": "stale", "west-a": "stale"}
 
 
 async def test_a_store_that_lost_every_key_drains_no_cluster_as_gone(redis_server: RedisServer) -> None:
@@ -134,38 +144,33 @@ async def test_a_store_that_lost_every_key_drains_no_cluster_as_gone(redis_serve
     its own phase: one cluster back is no reason to drain the others), and staleness still drains
     one whose gateway never does; one cluster's key deleted while others remain still drains that
     cluster at once."""
-    clock = Clock()
-    client = redis_asyncio.Redis.from_url(redis_server.url)
-    try:
-        async with polled_fleet(redis_server, clock) as fleet:
-            await publish(client, seq=1)
-            await fleet.poll_once()
-            assert drained(fleet) == ALL_AVAILABLE
-            await client.flushall()
-            for _ in range(2):
-                clock.now += 0.5
-                await fleet.poll_once()
-                assert drained(fleet) == ALL_AVAILABLE
-            await publish(client, seq=2, names=("east-a",))  # the gateways write again, one by one
+    async with polled_store(redis_server) as (clock, client, fleet):
+        await publish(client, seq=1)
+        await fleet.poll_once()
+        assert drained(fleet) == ALL_AVAILABLE
+        await client.flushall()
+        for _ in range(2):
             clock.now += 0.5
             await fleet.poll_once()
             assert drained(fleet) == ALL_AVAILABLE
-            await publish(client, seq=2, names=("east-b",))
-            clock.now += 0.5
-            await fleet.poll_once()
-            assert drained(fleet) == ALL_AVAILABLE
-            assert not fleet.transitions  # no failover, so no slow start either
-            # west-a's gateway never writes again: stale once its last heartbeat is 3 s old.
-            await publish(client, seq=3, names=("east-a", "east-b"))
-            clock.now += 1.5
-            await fleet.poll_once()
-            assert drained(fleet) == {"east-a": None, "east-b": None, "west-a": "stale"}
-            await client.delete(PREFIX + "east-b")  # east-b's last replica stopped: drained at once
-            clock.now += 0.5
-            await fleet.poll_once()
-            assert drained(fleet)["east-b"] == "gone"
-    finally:
-        await client.aclose()  # type: ignore[attr-defined]
+        await publish(client, seq=2, names=("east-a",))  # the gateways write again, one by one
+        clock.now += 0.5
+        await fleet.poll_once()
+        assert drained(fleet) == ALL_AVAILABLE
+        await publish(client, seq=2, names=("east-b",))
+        clock.now += 0.5
+        await fleet.poll_once()
+        assert drained(fleet) == ALL_AVAILABLE
+        assert not fleet.transitions  # no failover, so no slow start either
+        # west-a's gateway never writes again: stale once its last heartbeat is 3 s old.
+        await publish(client, seq=3, names=("east-a", "east-b"))
+        clock.now += 1.5
+        await fleet.poll_once()
+        assert drained(fleet) == {"east-a": None, "east-b": None, "west-a": "stale"}
+        await client.delete(PREFIX + "east-b")  # east-b's last replica stopped: drained at once
+        clock.now += 0.5
+        await fleet.poll_once()
+        assert drained(fleet)["east-b"] == "gone"
 
 
 async def test_a_router_started_on_an_empty_store_waits_for_heartbeats(redis_server: RedisServer) -> None:
@@ -242,10 +247,8 @@ async def test_a_store_refusing_every_write_drains_no_cluster_that_was_fresh(
     staleness from where it stood then."""
     from redis.exceptions import ResponseError
 
-    clock = Clock()
-    client = redis_asyncio.Redis.from_url(redis_server.url)
-    try:
-        async with polled_fleet(redis_server, clock) as fleet:
+    async with polled_store(redis_server) as (clock, client, fleet):
+        try:
             await publish(client, seq=1)
             await fleet.poll_once()
             clock.now += 4.5  # west-a's gateway stopped publishing before the store filled: stale
@@ -273,9 +276,8 @@ async def test_a_store_refusing_every_write_drains_no_cluster_that_was_fresh(
             await publish(client, seq=4, names=("east-a",))
             await fleet.poll_once()
             assert drained(fleet) == {"east-a": None, "east-b": "stale", "west-a": "stale"}
-    finally:
-        await client.config_set("maxmemory", "0")
-        await client.aclose()  # type: ignore[attr-defined]
+        finally:
+            await client.config_set("maxmemory", "0")
 
 
 async def test_a_flapping_cluster_does_not_grow_the_router_s_memory(redis_server: RedisServer) -> None:
@@ -283,21 +285,16 @@ async def test_a_flapping_cluster_does_not_grow_the_router_s_memory(redis_server
     loop) makes a failover and a recovery per flap. Until session s40 the fleet kept every one for
     the process's life (two a second, without end); it keeps the last
     :data:`~igw.global_router.fleet.TRANSITIONS_KEPT` now (the metrics count them all)."""
-    clock = Clock()
-    client = redis_asyncio.Redis.from_url(redis_server.url)
-    try:
-        async with polled_fleet(redis_server, clock) as fleet:
-            await publish(client, seq=1)
+    async with polled_store(redis_server) as (clock, client, fleet):
+        await publish(client, seq=1)
+        await fleet.poll_once()
+        for seq in range(2, TRANSITIONS_KEPT):  # about twice as many transitions as kept
+            await client.delete(PREFIX + "east-a")
+            clock.now += 0.5
             await fleet.poll_once()
-            for seq in range(2, TRANSITIONS_KEPT):  # about twice as many transitions as kept
-                await client.delete(PREFIX + "east-a")
-                clock.now += 0.5
-                await fleet.poll_once()
-                await publish(client, seq=seq)
-                clock.now += 0.5
-                await fleet.poll_once()
-            assert fleet.health["east-a"].drain_reason is None
-            assert len(fleet.transitions) == TRANSITIONS_KEPT
-            assert fleet.transitions[-1].kind == "recovery"
-    finally:
-        await client.aclose()  # type: ignore[attr-defined]
+            await publish(client, seq=seq)
+            clock.now += 0.5
+            await fleet.poll_once()
+        assert fleet.health["east-a"].drain_reason is None
+        assert len(fleet.transitions) == TRANSITIONS_KEPT
+        assert fleet.transitions[-1].kind == "recovery"

@@ -17,15 +17,12 @@ from dataclasses import dataclass, field
 
 import aiohttp
 from aiohttp import web
-from prometheus_client import CollectorRegistry
 
 from igw.gateway.response_ids import mint, minted_for
 from igw.gateway.serving import serve_app
-from igw.global_router.config import parse_global_config
-from igw.global_router.server import ROUTER_KEY, GlobalRouter, create_global_app
-from igw.security.factory import build_guard
-from tests.global_router.support import MODEL, global_doc
-from tests.security.helpers import JwksServer, ManualClock, TokenFactory, bearer, jwt_auth, wait_until
+from igw.global_router.server import ROUTER_KEY, GlobalRouter
+from tests.global_router.support import MODEL, global_doc, guarded_router
+from tests.security.helpers import JwksServer, ManualClock, TokenFactory, bearer, jwt_auth
 
 
 @dataclass
@@ -112,18 +109,7 @@ async def routed(
             auth=jwt_auth(issuer),
             authorization={"tenantClaim": "tenant"},
         )
-        config = parse_global_config(doc)
-        guard = build_guard(
-            config.auth,
-            authorization=config.authorization,
-            rate_limits=config.rate_limits,
-            clock=clock,
-            registry=CollectorRegistry(),
-            jwks_ssl_context=client_ssl,
-        )
-        app = create_global_app(config, guard=guard, read_heartbeats=False)
-        url = await stack.enter_async_context(serve_app(app, host="127.0.0.1", port=0))
-        await wait_until(lambda: guard.readiness().ready, timeout_s=5)
+        url, app = await stack.enter_async_context(guarded_router(doc, clock=clock, client_ssl=client_ssl))
         http = await stack.enter_async_context(aiohttp.ClientSession())
         yield Routed(url=url, router=app[ROUTER_KEY], http=http, tokens=tokens)
 

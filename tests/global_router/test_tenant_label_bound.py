@@ -15,8 +15,8 @@ import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.gateway.fake_model_server import FakeModelServer, running
-from tests.global_router.support import MODEL
-from tests.global_router.test_auth import router_with_guard, secured
+from tests.global_router.support import MODEL, guarded_router
+from tests.global_router.test_auth import secured
 from tests.security.helpers import JwksServer, ManualClock, TokenFactory, bearer
 
 USERS = 12
@@ -39,7 +39,7 @@ async def test_rate_limit_hits_name_a_bounded_set_of_tenants(
             {"tenant": "named", "model": MODEL, "requestsPerSecond": 0.001, "burst": 1},
         ]
         async with (
-            router_with_guard(doc, clock=clock, client_ssl=client_ssl) as url,
+            guarded_router(doc, clock=clock, client_ssl=client_ssl) as (url, _),
             aiohttp.ClientSession() as http,
         ):
             body = {"model": MODEL, "prompt": "x"}

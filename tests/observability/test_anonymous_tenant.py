@@ -20,11 +20,9 @@ import yaml
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from igw.gateway.flow_gate import FlowGates, Refused
 from igw.perf.serve_process import serve_process
-from igw.scheduling.flow_control import SHEDDABLE, BandLimits, FlowControlSettings
-from igw.scheduling.types import RoutingDecision
 from tests.gateway.fake_model_server import FakeModelServer, running
+from tests.gateway.flow_shedding import shed_on_arrival, shedding_gates
 from tests.gateway.support import config_doc, scheduler
 
 MODEL = "m"
@@ -93,31 +91,11 @@ async def test_anonymous_callers_are_the_anonymous_tenant_in_every_family_and_th
     assert {entry["tenant"] for entry in queued} == {GUEST}
 
 
-def _never_picked() -> RoutingDecision:
-    raise AssertionError("refused on arrival: never dispatched")
-
-
 async def test_flow_control_labels_the_anonymous_tenant_by_its_name_without_rate_limits() -> None:
     """Without ``rateLimits`` the name is the field's default, ``anonymous``, and it is labelled by
     name even when ``tenantLabels`` hands out no other label."""
     registry = CollectorRegistry()
-    gates = FlowGates(registry=registry, clock=lambda: 0.0)
-    bands = {SHEDDABLE: BandLimits(max_requests=1, max_bytes=1, ttl_s=1.0)}
-    settings = FlowControlSettings(
-        bands=bands, max_requests=1, max_bytes=1, tenant_labels=frozenset({"acme"})
-    )
-    gates.configure(settings, retry_after_bounds=(1, 30))
-    for tenant in ["", "acme", "bob"]:
-        result = await gates.wait(
-            scheduler="pool",
-            request_id=tenant or "anon",
-            priority=SHEDDABLE,
-            tenant=tenant,
-            size_bytes=2,
-            max_queue_s=None,
-            pick=_never_picked,
-        )
-        assert isinstance(result, Refused)
+    await shed_on_arrival(shedding_gates(registry, tenant_labels={"acme"}), ["", "acme", "bob"])
     labels = {
         s.labels["tenant"]
         for metric in registry.collect()

@@ -23,9 +23,9 @@ import yaml
 from igw.global_router.crd import CRD_PATH as GLOBAL_CRD_PATH
 from tests.fakes.kube_api import FakeKubeApiServer, running_fake_kube
 from tests.operator.harness import ROOT, crd_document, find, install_crd, install_extension_crds
-from tests.operator.test_kubectl import KUBECTL, run_kubectl
+from tests.operator.kubectl_cli import needs_kubectl, run_kubectl
 
-pytestmark = pytest.mark.skipif(not Path(KUBECTL).exists(), reason="kubectl is not installed")
+pytestmark = needs_kubectl
 
 EXAMPLES = sorted((ROOT / "crds" / "examples").glob("*.yaml"))
 GLOBAL_EXAMPLE = ROOT / "crds" / "examples" / "global" / "global-router.yaml"

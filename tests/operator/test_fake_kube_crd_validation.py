@@ -23,7 +23,7 @@ from igw.addon import chart, pins
 from tests.fakes.kube_api import FakeKubeApiServer, running_fake_kube
 from tests.fakes.kube_crd_validation import _memoised_errors, crd_errors, with_defaults
 from tests.operator.harness import ROOT, crd_document
-from tests.operator.test_kubectl import KUBECTL, run_kubectl
+from tests.operator.kubectl_cli import needs_kubectl, run_kubectl
 
 CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 GROUP = "example.com"
@@ -760,7 +760,7 @@ def test_a_merge_patch_that_breaks_the_crd_is_refused(stored_widget: tuple[FakeK
     assert causes["spec.versions[0].schema.openAPIV3Schema"] == "Required value"
 
 
-@pytest.mark.skipif(not Path(KUBECTL).exists(), reason="kubectl is not installed")
+@needs_kubectl
 def test_kubectl_apply_of_a_malformed_crd_prints_the_servers_refusal(tmp_path: Path) -> None:
     crd = widget_crd()
     crd["spec"]["versions"][0]["storage"] = False

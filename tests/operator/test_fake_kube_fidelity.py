@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
 import subprocess
 import urllib.error
 import urllib.parse
@@ -29,9 +28,7 @@ from tests.operator.harness import (
     running_operator,
     wait_for,
 )
-
-KUBECTL = shutil.which("kubectl") or "/usr/bin/kubectl"
-needs_kubectl = pytest.mark.skipif(not Path(KUBECTL).exists(), reason="kubectl is not installed")
+from tests.operator.kubectl_cli import needs_kubectl, run_kubectl
 
 
 @pytest.fixture
@@ -41,10 +38,7 @@ def kube() -> Iterator[FakeKubeApiServer]:
 
 
 def kubectl(kube: FakeKubeApiServer, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    config = kube.write_kubeconfig(tmp_path / "kubeconfig")
-    return subprocess.run(
-        [KUBECTL, "--kubeconfig", str(config), *args], capture_output=True, text=True, timeout=60, check=False
-    )
+    return run_kubectl(kube.write_kubeconfig(tmp_path / "kubeconfig"), *args)
 
 
 def _watch_types(kube: FakeKubeApiServer, path: str, resource_version: str) -> list[str]:

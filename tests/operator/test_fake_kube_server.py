@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import tempfile
@@ -15,7 +16,13 @@ import kubernetes
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from tests.fakes.kube_api import FakeKubeApiServer, forget_discovery_cache, make_pod, running_fake_kube
+from tests.fakes.kube_api import (
+    FakeKubeApiServer,
+    forget_discovery_cache,
+    make_pod,
+    running_fake_kube,
+    serving_fake_kube,
+)
 from tests.operator.harness import find, igwc, install_crd
 
 
@@ -475,6 +482,33 @@ def test_status_writes_the_crd_schema_refuses_get_422(
     assert (find(kube, "InferenceGatewayConfig", "inference", "chat") or {})["status"] == {"models": "kept"}
 
 
+def _discovery_cache(url: str) -> Path:
+    """The file in which the kubernetes dynamic client caches what ``url`` serves."""
+    return Path(tempfile.gettempdir(), f"osrcp-{hashlib.md5(url.encode()).hexdigest()}.json")
+
+
+def test_a_stopped_fake_server_leaves_no_discovery_cache_in_the_temporary_folder() -> None:
+    """The cache a client wrote of the fake's address goes when the fake stops (one file per port
+    used was left in the temporary folder)."""
+    from kubernetes.dynamic import DynamicClient
+
+    with running_fake_kube() as kube:
+        DynamicClient(kube.api_client())  # type: ignore[no-untyped-call]
+        cache = _discovery_cache(kube.url)
+        assert cache.exists()
+    assert not cache.exists()
+
+
+async def test_a_stopped_fake_server_on_the_loop_leaves_no_discovery_cache() -> None:
+    from kubernetes.dynamic import DynamicClient
+
+    async with serving_fake_kube() as kube:
+        await asyncio.to_thread(DynamicClient, kube.api_client())
+        cache = _discovery_cache(kube.url)
+        assert cache.exists()
+    assert not cache.exists()
+
+
 def test_a_new_fake_server_leaves_no_discovery_cache_of_its_address_behind() -> None:
     """The dynamic client caches discovery per host and port in the temporary folder and reads it
     back without asking: a stale cache of an earlier fake on the same port (other kinds) made a
@@ -484,7 +518,7 @@ def test_a_new_fake_server_leaves_no_discovery_cache_of_its_address_behind() -> 
     from kubernetes.dynamic import DynamicClient
 
     with running_fake_kube() as kube:
-        stale = Path(tempfile.gettempdir(), f"osrcp-{hashlib.md5(kube.url.encode()).hexdigest()}.json")
+        stale = _discovery_cache(kube.url)
         assert not stale.exists()
         DynamicClient(kube.api_client())  # type: ignore[no-untyped-call]
         assert stale.exists()  # the client's cache of this address: the file the fake forgets

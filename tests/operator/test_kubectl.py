@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -22,26 +19,9 @@ from tests.operator.harness import (
     wait_condition,
     wait_for,
 )
+from tests.operator.kubectl_cli import kubectl, needs_kubectl, run_kubectl
 
-KUBECTL = shutil.which("kubectl") or "/usr/bin/kubectl"
-pytestmark = pytest.mark.skipif(not Path(KUBECTL).exists(), reason="kubectl is not installed")
-
-
-def run_kubectl(kubeconfig: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [KUBECTL, "--kubeconfig", str(kubeconfig), *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "KUBECTL_EXTERNAL_DIFF": ""},
-        check=False,
-    )
-
-
-def kubectl(kubeconfig: Path, *args: str) -> str:
-    result = run_kubectl(kubeconfig, *args)
-    assert result.returncode == 0, f"kubectl {' '.join(args)} failed: {result.stderr}"
-    return result.stdout
+pytestmark = needs_kubectl
 
 
 def test_apply_get_describe_reapply_delete(

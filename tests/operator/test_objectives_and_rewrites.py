@@ -13,9 +13,9 @@ from igw.config.inference_extension import OBJECTIVE_KIND, REWRITE_KIND
 from igw.operator.dataplane import CONFIG_KEY
 from tests.fakes.kube_api import FakeKubeApiServer
 from tests.operator.harness import ROOT, OperatorThread, condition, find, install_extension_crds, wait_for
-from tests.operator.test_kubectl import KUBECTL, kubectl
+from tests.operator.kubectl_cli import kubectl, needs_kubectl
 
-pytestmark = pytest.mark.skipif(not Path(KUBECTL).exists(), reason="kubectl is not installed")
+pytestmark = needs_kubectl
 
 EXAMPLE = ROOT / "crds" / "examples" / "objectives-and-rewrites.yaml"
 NS = "inference"

@@ -43,19 +43,39 @@ async def _worker_of_new_connection(url: str) -> dict[str, int]:
         return worker
 
 
+async def _both_workers_serve(url: str) -> dict[int, int]:
+    """Open new connections to ``url`` (the kernel hashes each to a worker) until both workers of
+    the group of 2 have answered, within 60 s (the second may still be starting on a loaded
+    machine); each worker's pid by its index."""
+    seen: dict[int, int] = {}
+    deadline = time.monotonic() + 60
+    while len(seen) < 2 and time.monotonic() < deadline:
+        worker = await _worker_of_new_connection(url)
+        assert worker["count"] == 2
+        seen[worker["index"]] = worker["pid"]
+    assert sorted(seen) == [0, 1]
+    return seen
+
+
+async def _statuses_of_40_requests(http: aiohttp.ClientSession, url: str) -> dict[int, int]:
+    """How many of 40 completions sent through ``http`` (a new connection each: both workers get
+    many, P(one gets < 3) ~ 1e-9) got each status."""
+    statuses: dict[int, int] = {}
+    for _ in range(40):
+        body = {"model": MODEL, "prompt": "hi", "max_tokens": 1}
+        async with http.post(url + "/v1/completions", json=body) as resp:
+            await resp.read()
+            statuses[resp.status] = statuses.get(resp.status, 0) + 1
+    return statuses
+
+
 async def test_two_workers_share_the_port_and_one_scrape_per_interval(tmp_path: Path) -> None:
     routing = {"scrapeInterval": f"{round(INTERVAL_S * 1000)}ms", "staleThreshold": "1s"}
     async with (
         running(FakeModelServer("p0"), FakeModelServer("p1")) as pods,
         igw_serve(tmp_path, gateway_doc(routing=routing), [p.key for p in pods], "--workers", "2") as gw,
     ):
-        seen: dict[int, int] = {}
-        deadline = time.monotonic() + 60  # the second worker may still be starting on a loaded machine
-        while len(seen) < 2 and time.monotonic() < deadline:
-            worker = await _worker_of_new_connection(gw.url)  # the kernel hashes each new connection
-            assert worker["count"] == 2
-            seen[worker["index"]] = worker["pid"]
-        assert sorted(seen) == [0, 1]
+        seen = await _both_workers_serve(gw.url)
         assert len(set(seen.values())) == 2
         assert gw.proc.pid not in seen.values()
 
@@ -116,22 +136,13 @@ async def test_a_tenant_gets_its_local_rate_limit_once_per_pod_not_once_per_work
     times the limit with N workers: a client only had to open new connections)."""
     doc = gateway_doc()
     doc["spec"]["extensions"]["rateLimits"] = {"default": {"requestsPerSecond": 0.001, "burst": 4}}
-    statuses: dict[int, int] = {}
     async with (
         running(FakeModelServer("p0")) as pods,
         igw_serve(tmp_path, doc, [p.key for p in pods], "--workers", "2") as gw,
         aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as http,
     ):
-        seen: set[int] = set()
-        deadline = time.monotonic() + 60  # the second worker may still be starting on a loaded machine
-        while len(seen) < 2 and time.monotonic() < deadline:
-            seen.add((await _worker_of_new_connection(gw.url))["index"])
-        assert seen == {0, 1}
-        for _ in range(40):  # a new connection each: both workers get many (P(one gets < 3) ~ 1e-9)
-            body = {"model": MODEL, "prompt": "hi", "max_tokens": 1}
-            async with http.post(gw.url + "/v1/completions", json=body) as resp:
-                await resp.read()
-                statuses[resp.status] = statuses.get(resp.status, 0) + 1
+        await _both_workers_serve(gw.url)
+        statuses = await _statuses_of_40_requests(http, gw.url)
     assert set(statuses) == {200, 429}, statuses
     assert statuses[200] <= 4, statuses  # 8 before: each worker admitted the whole burst
 
@@ -150,23 +161,14 @@ async def test_during_a_redis_outage_the_pod_s_workers_fall_back_to_the_limit_on
             "onRedisUnavailable": "local",
             "default": {"requestsPerSecond": 0.001, "burst": 4},
         }
-        statuses: dict[int, int] = {}
         async with (
             running(FakeModelServer("p0")) as pods,
             igw_serve(tmp_path, doc, [p.key for p in pods], "--workers", "2") as gw,
             aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as http,
         ):
-            seen: set[int] = set()
-            deadline = time.monotonic() + 60  # the second worker may still be starting on a loaded machine
-            while len(seen) < 2 and time.monotonic() < deadline:
-                seen.add((await _worker_of_new_connection(gw.url))["index"])
-            assert seen == {0, 1}
+            await _both_workers_serve(gw.url)
             redis.stop()
-            for _ in range(40):  # a new connection each: both workers get many (P(one gets < 3) ~ 1e-9)
-                body = {"model": MODEL, "prompt": "hi", "max_tokens": 1}
-                async with http.post(gw.url + "/v1/completions", json=body) as resp:
-                    await resp.read()
-                    statuses[resp.status] = statuses.get(resp.status, 0) + 1
+            statuses = await _statuses_of_40_requests(http, gw.url)
             assert "rate-limit backend redis unavailable" in gw.output
     finally:
         redis.stop()
@@ -191,13 +193,7 @@ async def test_auto_starts_one_worker_per_core_of_the_cpu_request(
         )
         assert f"CPU request 1.5 ({CPU_REQUEST_ENV})" in gw.output
         if expected == 2:
-            seen: set[int] = set()
-            deadline = time.monotonic() + 60
-            while len(seen) < 2 and time.monotonic() < deadline:
-                worker = await _worker_of_new_connection(gw.url)
-                assert worker["count"] == 2
-                seen.add(worker["index"])
-            assert seen == {0, 1}
+            await _both_workers_serve(gw.url)
         assert await gw.stop() == 0
 
 
@@ -329,10 +325,15 @@ def test_the_parent_logs_one_line_once_every_worker_serves(tmp_path: Path) -> No
 
 
 def test_a_worker_whose_parent_is_already_gone_does_not_start(tmp_path: Path) -> None:
-    """The parent died between starting the worker and the worker tying itself to it: the worker
-    names that and exits instead of serving unsupervised."""
+    """The parent died between starting the worker and the worker tying itself to it (killed
+    outright while the worker started): the worker names that and exits instead of serving
+    unsupervised, and removes the group's directory, which the parent could not. Before session
+    s41 only a worker that had served removed it: each such kill left an ``igw-workers-*`` folder in
+    the temporary directory."""
     config, eps = write_config(tmp_path, gateway_doc(), ["127.0.0.1:9"])
-    role = WorkerRole(index=1, count=2, directory=str(tmp_path), parent=os.getpid() + 1_000_000)
+    group = tmp_path / "igw-workers-group"
+    group.mkdir()
+    role = WorkerRole(index=1, count=2, directory=str(group), parent=os.getpid() + 1_000_000)
     done = subprocess.run(
         [
             sys.executable, "-m", "igw.cli.main", "serve", "--config", str(config), "--endpoints", str(eps),
@@ -343,6 +344,24 @@ def test_a_worker_whose_parent_is_already_gone_does_not_start(tmp_path: Path) ->
     assert done.returncode == 1
     assert f"worker 1: the parent process (pid {role.parent}) has already exited" in done.stderr
     assert "serving" not in done.stderr
+    assert not group.exists()
+
+
+def test_a_group_stopped_by_sigterm_leaves_no_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The parent makes the group's socket directory in the temporary directory (``TMPDIR``); a
+    requested stop removes it with the sockets in it."""
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(temp))
+    with worker_group(tmp_path) as group:
+        group.wait_serving()
+        assert [p.name for p in temp.iterdir() if p.name.startswith("igw-workers-")] != []
+        group.proc.send_signal(signal.SIGTERM)
+        rest = group.rest_of_log()
+        assert group.proc.wait(timeout=60) == 0, rest
+    assert list(temp.iterdir()) == []
 
 
 async def test_a_second_group_on_a_port_a_group_serves_is_refused(tmp_path: Path) -> None:

@@ -8,14 +8,13 @@ the caller picked its target (canary or stable) by picking a header value."""
 from __future__ import annotations
 
 import ssl
-import time
 from collections import Counter
 from pathlib import Path
 
 from igw.gateway.model_rewrite import sticky_point
-from tests.gateway.fake_model_server import FakeModelServer, running
+from tests.gateway.fake_model_server import FakeModelServer
 from tests.security.helpers import DELETE, JwksServer, TokenFactory
-from tests.security.test_gateway_e2e import Gw, secured_gateway
+from tests.security.test_gateway_e2e import Gw, tenant_gateway
 
 RULE = {
     "model": "llama",
@@ -48,17 +47,10 @@ async def targets(gw: Gw, token: str, header: str, n: int = 24) -> Counter[str]:
 async def test_the_fairness_header_does_not_pick_an_authenticated_callers_canary_target(
     tmp_path: Path, jwks_server: JwksServer, client_ssl: ssl.SSLContext, tokens: TokenFactory
 ) -> None:
-    async with (
-        running(FakeModelServer("stable"), FakeModelServer("canary")) as servers,
-        secured_gateway(
-            tmp_path,
-            servers,
-            issuer=jwks_server,
-            client_ssl=client_ssl,
-            extensions={"modelRewrites": {"rules": [RULE]}},
-        ) as gw,
-    ):
-        tokens.clock.now = time.time()
+    pods = (FakeModelServer("stable"), FakeModelServer("canary"))
+    rewrites = {"modelRewrites": {"rules": [RULE]}}
+    gateway = tenant_gateway(tmp_path, jwks_server, client_ssl, tokens, extensions=rewrites, pods=pods)
+    async with gateway as (_, gw):
         no_tenant = tokens.token(tenant=DELETE, sub="mallory")
         # Before: every request with the first value went to the canary, every one with the second
         # to the stable target (24 of 24 each). Now the caller is the anonymous tenant, as in flow

@@ -14,7 +14,6 @@ the server) and the KV-transfer fields of disaggregated serving (SGLang's ``boot
 from __future__ import annotations
 
 import ssl
-import time
 from pathlib import Path
 from typing import Any, Final
 
@@ -22,7 +21,42 @@ import pytest
 
 from tests.gateway.fake_model_server import FakeModelServer, running
 from tests.security.helpers import JwksServer, TokenFactory
-from tests.security.test_gateway_e2e import SECURITY, secured_gateway
+from tests.security.test_gateway_e2e import SECURITY, secured_gateway, tenant_gateway
+
+
+def _tenant_headers(tokens: TokenFactory) -> dict[str, str]:
+    """A tenant's request headers: a valid token, a JSON body."""
+    return {"Authorization": f"Bearer {tokens.token()}", "Content-Type": "application/json"}
+
+
+async def _post(gw: Any, headers: dict[str, str], body: str) -> tuple[int, dict[str, Any]]:
+    """POST ``body`` (raw JSON text) to ``/v1/completions``; the status and the JSON answer."""
+    async with gw.http.post(gw.url + "/v1/completions", data=body, headers=headers) as resp:
+        return resp.status, await resp.json()
+
+
+_PLAIN: Final = '{"model": "m", "prompt": "hi", "max_tokens": 2}'
+
+
+async def _refused_and_then_served(
+    tmp_path: Path,
+    jwks_server: JwksServer,
+    client_ssl: ssl.SSLContext,
+    tokens: TokenFactory,
+    refused: tuple[str, str],
+    served: str,
+) -> None:
+    """A tenant's completion with the raw JSON member ``refused[0]`` is a 400 naming the parameter
+    ``refused[1]`` and reaches no pod; the same request with ``served`` instead is answered 200."""
+    raw_field, param = refused
+    async with tenant_gateway(tmp_path, jwks_server, client_ssl, tokens) as (servers, gw):
+        headers = _tenant_headers(tokens)
+        status, answer = await _post(gw, headers, _PLAIN[:-1] + ", " + raw_field + "}")
+        assert status == 400, answer
+        assert answer["error"]["param"] == param
+        assert not any(s.received for s in servers)  # nothing reached a pod
+        status, answer = await _post(gw, headers, _PLAIN[:-1] + ", " + served + "}")
+        assert status == 200, answer
 
 
 @pytest.mark.parametrize(
@@ -51,29 +85,10 @@ async def test_an_authenticated_tenant_cannot_send_engine_fields_that_reach_past
     raw_field: str,
     param: str,
 ) -> None:
-    async with (
-        running(FakeModelServer("a"), FakeModelServer("b")) as servers,
-        secured_gateway(tmp_path, servers, issuer=jwks_server, client_ssl=client_ssl) as gw,
-    ):
-        tokens.clock.now = time.time()
-        headers = {"Authorization": f"Bearer {tokens.token()}", "Content-Type": "application/json"}
-        body = '{"model": "m", "prompt": "hi", "max_tokens": 2, ' + raw_field + "}"
-        async with gw.http.post(gw.url + "/v1/completions", data=body, headers=headers) as resp:
-            status, answer = resp.status, await resp.json()
-        assert status == 400, answer
-        assert answer["error"]["param"] == param
-        assert not any(s.received for s in servers)  # nothing reached a pod
-        ok = '{"model": "m", "prompt": "hi", "max_tokens": 2, "custom_logit_processor": null}'
-        async with gw.http.post(gw.url + "/v1/completions", data=ok, headers=headers) as resp:
-            assert resp.status == 200  # null asks for nothing
-
-
-async def _post(gw: Any, headers: dict[str, str], body: str) -> tuple[int, dict[str, Any]]:
-    async with gw.http.post(gw.url + "/v1/completions", data=body, headers=headers) as resp:
-        return resp.status, await resp.json()
-
-
-_PLAIN: Final = '{"model": "m", "prompt": "hi", "max_tokens": 2}'
+    # null asks for nothing
+    await _refused_and_then_served(
+        tmp_path, jwks_server, client_ssl, tokens, (raw_field, param), '"custom_logit_processor": null'
+    )
 
 
 @pytest.mark.parametrize(
@@ -100,19 +115,10 @@ async def test_encoder_cache_transfer_dp_ranks_and_transfer_xargs_are_refused_fo
     raw_field: str,
     param: str,
 ) -> None:
-    async with (
-        running(FakeModelServer("a"), FakeModelServer("b")) as servers,
-        secured_gateway(tmp_path, servers, issuer=jwks_server, client_ssl=client_ssl) as gw,
-    ):
-        tokens.clock.now = time.time()
-        headers = {"Authorization": f"Bearer {tokens.token()}", "Content-Type": "application/json"}
-        status, answer = await _post(gw, headers, _PLAIN[:-1] + ", " + raw_field + "}")
-        assert status == 400, answer
-        assert answer["error"]["param"] == param
-        assert not any(s.received for s in servers)
-        # other vllm_xargs entries are arguments of the operator's extensions: forwarded
-        status, answer = await _post(gw, headers, _PLAIN[:-1] + ', "vllm_xargs": {"target_token": 7}}')
-        assert status == 200, answer
+    # other vllm_xargs entries are arguments of the operator's extensions: forwarded
+    await _refused_and_then_served(
+        tmp_path, jwks_server, client_ssl, tokens, (raw_field, param), '"vllm_xargs": {"target_token": 7}'
+    )
 
 
 @pytest.mark.parametrize(
@@ -136,12 +142,8 @@ async def test_a_tenant_cannot_set_refused_engine_fields_through_headers(
     tokens: TokenFactory,
     header: str,
 ) -> None:
-    async with (
-        running(FakeModelServer("a"), FakeModelServer("b")) as servers,
-        secured_gateway(tmp_path, servers, issuer=jwks_server, client_ssl=client_ssl) as gw,
-    ):
-        tokens.clock.now = time.time()
-        headers = {"Authorization": f"Bearer {tokens.token()}", "Content-Type": "application/json"}
+    async with tenant_gateway(tmp_path, jwks_server, client_ssl, tokens) as (servers, gw):
+        headers = _tenant_headers(tokens)
         status, answer = await _post(gw, {**headers, header: "1"}, _PLAIN)
         assert status == 400, answer
         assert answer["error"]["param"] == header.lower()
@@ -176,14 +178,9 @@ ALLOWING: Final = {
 async def test_allowed_engine_fields_are_forwarded_and_the_others_still_refused(
     tmp_path: Path, jwks_server: JwksServer, client_ssl: ssl.SSLContext, tokens: TokenFactory
 ) -> None:
-    async with (
-        running(FakeModelServer("a"), FakeModelServer("b")) as servers,
-        secured_gateway(
-            tmp_path, servers, issuer=jwks_server, client_ssl=client_ssl, extensions=ALLOWING
-        ) as gw,
-    ):
-        tokens.clock.now = time.time()
-        headers = {"Authorization": f"Bearer {tokens.token()}", "Content-Type": "application/json"}
+    gateway = tenant_gateway(tmp_path, jwks_server, client_ssl, tokens, extensions=ALLOWING)
+    async with gateway as (servers, gw):
+        headers = _tenant_headers(tokens)
         allowed = {**headers, "x-override-rid": "mine-2", "X-Data-Parallel-Rank": "1"}
         status, answer = await _post(gw, allowed, _PLAIN[:-1] + ', "rid": "mine-1", "routed_dp_rank": 1}')
         assert status == 200, answer

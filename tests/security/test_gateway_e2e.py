@@ -167,6 +167,27 @@ async def secured_gateway(
         yield gw
 
 
+@contextlib.asynccontextmanager
+async def tenant_gateway(
+    tmp_path: Path,
+    issuer: JwksServer,
+    client_ssl: ssl.SSLContext,
+    tokens: TokenFactory,
+    *,
+    extensions: Mapping[str, Any] | None = SECURITY,
+    pods: tuple[FakeModelServer, FakeModelServer] | None = None,
+) -> AsyncIterator[tuple[tuple[FakeModelServer, ...], Gw]]:
+    """:func:`secured_gateway` with JWT auth from ``issuer`` in front of ``pods`` (two fake model
+    servers ``a`` and ``b`` unless given), running; ``tokens`` set to the wall clock (the gateway's),
+    so that a token minted in the block is valid. Yields the servers and the gateway."""
+    async with (
+        running(*(pods or (FakeModelServer("a"), FakeModelServer("b")))) as servers,
+        secured_gateway(tmp_path, servers, issuer=issuer, client_ssl=client_ssl, extensions=extensions) as gw,
+    ):
+        tokens.clock.now = time.time()
+        yield servers, gw
+
+
 def upstream_calls(*servers: FakeModelServer) -> int:
     return sum(len(s.received) for s in servers)
 
@@ -313,14 +334,8 @@ async def test_the_anthropic_sdk_authenticates_with_its_api_key_header(
 async def test_rate_limit_429_through_the_gateway(
     tmp_path: Path, jwks_server: JwksServer, client_ssl: ssl.SSLContext, tokens: TokenFactory
 ) -> None:
-    extensions = {"rateLimits": {"default": {"requestsPerSecond": 0.001, "burst": 2}}}
-    async with (
-        running(FakeModelServer("a"), FakeModelServer("b")) as servers,
-        secured_gateway(
-            tmp_path, servers, issuer=jwks_server, client_ssl=client_ssl, extensions=extensions
-        ) as gw,
-    ):
-        tokens.clock.now = time.time()
+    limits = {"rateLimits": {"default": {"requestsPerSecond": 0.001, "burst": 2}}}
+    async with tenant_gateway(tmp_path, jwks_server, client_ssl, tokens, extensions=limits) as (servers, gw):
         headers = {"Authorization": f"Bearer {tokens.token()}"}
         results = [await gw.call(headers=headers) for _ in range(3)]
         assert [r[0] for r in results] == [200, 200, 429]

@@ -11,12 +11,10 @@ bucket's expiry past what Redis represents), the limiter took Redis for down, an
 from __future__ import annotations
 
 import ssl
-import time
 from pathlib import Path
 
-from tests.gateway.fake_model_server import FakeModelServer, running
 from tests.security.helpers import JwksServer, RedisServer, TokenFactory
-from tests.security.test_gateway_e2e import secured_gateway
+from tests.security.test_gateway_e2e import tenant_gateway
 
 
 def _extensions(redis_url: str) -> dict[str, object]:
@@ -40,17 +38,10 @@ async def test_a_huge_background_bound_leaves_other_tenants_served(
     tokens: TokenFactory,
     redis_server: RedisServer,
 ) -> None:
-    async with (
-        running(FakeModelServer("a"), FakeModelServer("b")) as servers,
-        secured_gateway(
-            tmp_path,
-            servers,
-            issuer=jwks_server,
-            client_ssl=client_ssl,
-            extensions=_extensions(redis_server.url),
-        ) as gw,
-    ):
-        tokens.clock.now = time.time()
+    gateway = tenant_gateway(
+        tmp_path, jwks_server, client_ssl, tokens, extensions=_extensions(redis_server.url)
+    )
+    async with gateway as (_, gw):
         mallory = {"Authorization": f"Bearer {tokens.token(tenant='team-a', sub='mallory')}"}
         alice = {"Authorization": f"Bearer {tokens.token(tenant='team-b', sub='alice')}"}
         url = gw.url + "/v1/responses"

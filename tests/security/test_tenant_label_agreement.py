@@ -13,13 +13,11 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry
 
-from igw.gateway.flow_gate import FlowGates, Refused
-from igw.scheduling.flow_control import SHEDDABLE, BandLimits, FlowControlSettings
-from igw.scheduling.types import RoutingDecision
 from igw.security.metrics import SecurityMetrics
 from igw.security.ratelimit.limiter import RateLimiter
 from igw.security.ratelimit.local import LocalBuckets
 from igw.security.settings import RateLimitSettings
+from tests.gateway.flow_shedding import shed_on_arrival, shedding_gates
 from tests.security.helpers import ManualClock
 
 
@@ -44,38 +42,14 @@ def _limiter(registry: CollectorRegistry, clock: ManualClock, limit: int) -> Rat
     )
 
 
-def _never_picked() -> RoutingDecision:
-    raise AssertionError("refused on arrival: never dispatched")
-
-
-async def _shed(gates: FlowGates, tenants: list[str]) -> None:
-    """Every arrival is refused at once (larger than its band's ``maxBytes``)."""
-    for i, tenant in enumerate(tenants):
-        result = await gates.wait(
-            scheduler="pool",
-            request_id=f"r{i}",
-            priority=SHEDDABLE,
-            tenant=tenant,
-            size_bytes=2,
-            max_queue_s=None,
-            pick=_never_picked,
-        )
-        assert isinstance(result, Refused)
-
-
 async def test_flow_control_and_the_security_metrics_label_the_same_tenants(clock: ManualClock) -> None:
     registry = CollectorRegistry()
     limiter = _limiter(registry, clock, limit=2)
-    gates = FlowGates(registry=registry, clock=lambda: 0.0)
-    bands = {SHEDDABLE: BandLimits(max_requests=1, max_bytes=1, ttl_s=1.0)}
-    gates.configure(
-        FlowControlSettings(bands=bands, max_requests=1, max_bytes=1, tenant_labels=frozenset({"acme"})),
-        retry_after_bounds=(1, 30),
-    )
+    gates = shedding_gates(registry, tenant_labels={"acme"})
     tenants = ["user-0", "user-1", "user-2", "acme"]
     for tenant in tenants:  # admission (the guard) comes before flow control on the request path
         await limiter.admit(tenant=tenant, est_tokens=1)
-    await _shed(gates, tenants)
+    await shed_on_arrival(gates, tenants)
     admitted = _labels(registry, "igw_tenant_requests", "admitted")
     shed = _labels(registry, "igw_flow_rejections")
     assert admitted == {"user-0": 1, "user-1": 1, "acme": 1, "other": 1}

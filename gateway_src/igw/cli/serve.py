@@ -313,8 +313,16 @@ def _run(args: argparse.Namespace) -> int:
     except WorkerSetupError as exc:
         print(f"igw serve: {exc}", file=sys.stderr)
         return EXIT_CONFIG
-    if role is not None:  # every line says which worker of the group logged it
-        install(logging.getLogger().handlers, worker_log_format(role.index))
+    if role is not None:
+        # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
+        import atexit
+
+        # At every exit from here on (a refusal's return, the parent-death SIGTERM during start-up,
+        # the end of serving): the group's directory goes when the parent is gone. Only the end of
+        # serving did, so a parent killed outright while a worker started left it in the temporary
+        # directory (the worker found its parent gone, or got the SIGTERM, before serving).
+        atexit.register(role.leave)
+        install(logging.getLogger().handlers, worker_log_format(role.index))  # lines name the worker
     if role is not None and role.parent is not None:
         # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
         from igw.gateway.parent_death import ParentGoneError, stop_with_parent
@@ -460,7 +468,4 @@ def _run(args: argparse.Namespace) -> int:
         return EXIT_CONFIG
     except KeyboardInterrupt:
         pass
-    finally:
-        if role is not None:
-            role.leave()
     return 0
