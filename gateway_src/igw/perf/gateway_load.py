@@ -166,7 +166,11 @@ def gateway_process(
         yield f"127.0.0.1:{port}", proc
     finally:
         proc.terminate()
-        proc.wait(timeout=10)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:  # a group still draining: killed (its workers follow their parent)
+            proc.kill()
+            proc.wait()
         log.close()
 
 
