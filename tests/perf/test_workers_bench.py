@@ -116,6 +116,20 @@ def test_the_gateway_runs_the_tree_it_is_given(tmp_path: Path, monkeypatch: pyte
     assert [env.get("PYTHONPATH") for env in spawned] == [os.environ.get("PYTHONPATH")]
 
 
+def test_a_gateway_that_ignores_sigterm_is_killed_when_the_run_ends(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A gateway still running past the grace after SIGTERM (a ``--workers`` group draining) is
+    killed when the benchmark leaves it, not left running behind a ``TimeoutExpired``."""
+    stubborn = tmp_path / "python"
+    stubborn.write_text("#!/bin/sh\ntrap '' TERM\nexec sleep 60\n")  # SIG_IGN survives the exec
+    stubborn.chmod(0o755)
+    monkeypatch.setattr(gateway_load, "STOP_GRACE_S", 0.5)
+    with gateway_process(tmp_path, backend="127.0.0.1:9", python=stubborn) as (_base, proc):
+        time.sleep(0.2)  # the shell has set its trap and become sleep
+    assert proc.returncode == -signal.SIGKILL
+
+
 async def test_the_gateway_runs_under_the_interpreter_it_is_given(tmp_path: Path) -> None:
     """``igw perf gateway --gateway-python``: the gateway, and only it, starts under that interpreter
     (here a wrapper that notes its arguments, then runs this one)."""

@@ -105,6 +105,8 @@ def backend_process(
             proc.stdout.close()
 
 
+STOP_GRACE_S: Final = 10.0
+"""How long :func:`gateway_process` waits for the gateway to stop after SIGTERM before it kills it."""
 GATEWAY_LOG_NAME: Final = "gateway.log"
 """The file in :func:`gateway_process`'s ``workdir`` that holds the gateway's stderr."""
 
@@ -167,7 +169,7 @@ def gateway_process(
     finally:
         proc.terminate()
         try:
-            proc.wait(timeout=10)
+            proc.wait(timeout=STOP_GRACE_S)
         except subprocess.TimeoutExpired:  # a group still draining: killed (its workers follow their parent)
             proc.kill()
             proc.wait()
@@ -318,7 +320,7 @@ def peer_process(
     finally:
         proc.terminate()
         try:
-            proc.wait(timeout=10)
+            proc.wait(timeout=STOP_GRACE_S)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=10)
