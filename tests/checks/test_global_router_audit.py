@@ -123,3 +123,38 @@ def test_igw_audit_cdk_out_reads_the_config_the_global_router_stack_passes_its_t
     assert result["status"] == status.value
     assert result["resource"] == "GlobalRouterConfig global-llama"
     assert code == (1 if status is Status.FAIL else 0)
+
+
+@pytest.mark.parametrize(
+    ("authorization", "check", "status", "finding"),
+    [
+        ({"clockSkew": "1h"}, "IGW-AU205", Status.FAIL, "clockSkew 1h exceeds 300s"),
+        ({"clockSkew": "60s", "forwardAuthorization": True}, "IGW-AU205", Status.PASS, "defaults"),
+        ({}, "IGW-AU206", Status.WARN, "spec.authorization.maxTokenLifetime is not set"),
+        ({"maxTokenLifetime": "72h"}, "IGW-AU206", Status.WARN, "spec.authorization.maxTokenLifetime 72h"),
+        ({"maxTokenLifetime": "1h"}, "IGW-AU206", Status.PASS, "maxTokenLifetime 1h"),
+    ],
+    ids=["skew-1h", "forwarded-to-tier1", "lifetime-unset", "lifetime-72h", "lifetime-1h"],
+)
+def test_a_global_router_configs_jwt_settings_are_audited_as_a_gateways(
+    authorization: dict[str, Any], check: str, status: Status, finding: str
+) -> None:
+    """Tier 2 verifies its callers' tokens with the same settings at ``spec.authorization``; before
+    session s41 IGW-AU205 and IGW-AU206 read only InferenceGatewayConfig objects and skipped a
+    GlobalRouterConfig with ``clockSkew: 1h`` or no token lifetime bound ("nothing in scope").
+    ``forwardAuthorization`` there hands the token to the tier-1 gateways (IGW-AU307 grades that)."""
+    doc = _router(endpoint="https://igw.use1-b.example.com", auth=True)
+    doc["spec"]["authorization"] = authorization
+    [result] = of(run([doc], Command.AUDIT), check)
+    assert result.status is status, result.message
+    assert result.resource == "GlobalRouterConfig global-llama"
+    assert finding in result.message
+
+
+def test_a_global_router_config_without_auth_is_not_graded_for_jwt_settings() -> None:
+    doc = _router(endpoint="https://igw.use1-b.example.com", auth=False)
+    doc["spec"]["authorization"] = {"clockSkew": "1h"}
+    results = run([doc], Command.AUDIT)
+    for check in ("IGW-AU205", "IGW-AU206"):
+        [result] = of(results, check)
+        assert result.status is Status.SKIP, result.message

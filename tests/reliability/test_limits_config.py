@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import subprocess
+import sys
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
@@ -113,6 +115,64 @@ def test_igw_serve_refuses_an_out_of_range_field_at_start(
     code = main(["serve", "--config", str(config), "--endpoints", str(eps), "--port", "0"])
     assert code == 2
     assert f"{PATH}.keepAliveTimeout: must be greater than 0s and at most 120s" in capsys.readouterr().err
+
+
+def _with_jwt(doc: dict[str, Any], **authorization: Any) -> dict[str, Any]:
+    """``doc`` with ``spec.auth.jwt`` (an issuer nothing here serves: the start is refused before
+    any fetch) and, when given, ``spec.extensions.authorization``."""
+    doc["spec"]["auth"] = {
+        "jwt": {
+            "provider": {
+                "name": "idp",
+                "issuer": "https://idp.example.com",
+                "remoteJWKS": {"uri": "https://idp.example.com/jwks"},
+                "audiences": ["igw"],
+            }
+        }
+    }
+    if authorization:
+        doc["spec"]["extensions"]["authorization"] = authorization
+    return doc
+
+
+@pytest.mark.parametrize(
+    ("authorization", "option", "needed"),
+    [({}, "4096", 8212), ({"maxTokenBytes": 2048}, "2000", 2068)],
+)
+def test_igw_serve_refuses_a_max_header_bytes_option_that_leaves_no_room_for_the_token_cap(
+    tmp_path: Path, authorization: dict[str, int], option: str, needed: int
+) -> None:
+    """``--max-header-bytes`` below ``maxTokenBytes`` + 20 made the listener answer 431 to tokens
+    the guard would take, unnoticed (the config's ``serverLimits.maxHeaderBytes`` is held to it by
+    the rule ``token-fits-header-limit``; the option was not). A process of its own: accepted, the
+    command serves until stopped, so the bound on its run fails the test instead of hanging it."""
+    doc = _with_jwt(gateway_doc(), **authorization)
+    config, eps = write_config(tmp_path, doc, ["127.0.0.1:9"])
+    argv = ["serve", "--config", str(config), "--endpoints", str(eps), "--port", "0"]
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "igw.cli.main", *argv, "--max-header-bytes", option],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"igw serve --max-header-bytes {option} started serving")
+    assert done.returncode == 2, done.stderr
+    assert "--max-header-bytes" in done.stderr
+    assert "spec.extensions.authorization.maxTokenBytes" in done.stderr
+    assert f"needs at least {needed}" in done.stderr
+    assert f"got {option}" in done.stderr
+
+
+def test_a_max_header_bytes_option_with_room_for_the_token_or_without_auth_is_taken() -> None:
+    option = {**NO_OPTIONS, "max_header_field_bytes": 8212}
+    assert server_limits(None, option, max_token_bytes=8192).max_header_field_bytes == 8212
+    small = {**NO_OPTIONS, "max_header_field_bytes": 2048}
+    assert server_limits(None, small, max_token_bytes=None).max_header_field_bytes == 2048
+    with pytest.raises(ServerLimitsError, match="needs at least 8213"):
+        server_limits(None, option, max_token_bytes=8193)
 
 
 @pytest.mark.parametrize(

@@ -75,3 +75,5 @@ def test_an_allowed_field_allows_its_header_and_vllm_xargs_forms() -> None:
     assert refused_header(["x-override-priority"], allowed) == "x-override-priority"  # the body carries it
     assert refused_header(["X-Data-Parallel-Rank"], frozenset({"data_parallel_rank"})) is None
     assert refused_header(["X-Data-Parallel-Rank"], frozenset({"rid"})) == "x-data-parallel-rank"
+    assert refused_header(["X-SMG-Routing-Key"], frozenset({"rid"})) == "x-smg-routing-key"
+    assert refused_header(["X-SMG-Routing-Key"], frozenset({"routing_key"})) is None

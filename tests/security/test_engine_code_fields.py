@@ -101,11 +101,21 @@ async def test_an_authenticated_tenant_cannot_send_engine_fields_that_reach_past
         ('"routed_dp_rank": 0', "routed_dp_rank"),
         ('"data_parallel_rank": 0', "data_parallel_rank"),
         ('"disagg_prefill_dp_rank": 1', "disagg_prefill_dp_rank"),
+        # SGLang's --schedule-policy routing-key runs first the queued requests whose key is hot
+        ('"routing_key": "mine"', "routing_key"),
         # vLLM copies vllm_xargs into extra_args, where its engine reads the transfer parameters
         ('"vllm_xargs": {"kv_transfer_params": "x"}', "vllm_xargs.kv_transfer_params"),
         ('"vllm_xargs": {"my_ext": 1, "ec_transfer_params": [1]}', "vllm_xargs.ec_transfer_params"),
     ],
-    ids=["ec-transfer", "routed-dp-rank", "data-parallel-rank", "prefill-dp-rank", "xargs-kv", "xargs-ec"],
+    ids=[
+        "ec-transfer",
+        "routed-dp-rank",
+        "data-parallel-rank",
+        "prefill-dp-rank",
+        "routing-key",
+        "xargs-kv",
+        "xargs-ec",
+    ],
 )
 async def test_encoder_cache_transfer_dp_ranks_and_transfer_xargs_are_refused_for_a_tenant(
     tmp_path: Path,
@@ -133,6 +143,8 @@ async def test_encoder_cache_transfer_dp_ranks_and_transfer_xargs_are_refused_fo
         "x-override-conversation-id",
         # vLLM and SGLang take it as the request's data-parallel rank
         "X-data-parallel-rank",
+        # SGLang's OpenAI routes take it as the request's routing_key (its routing-key queue order)
+        "X-SMG-Routing-Key",
     ],
 )
 async def test_a_tenant_cannot_set_refused_engine_fields_through_headers(

@@ -129,3 +129,46 @@ async def test_a_kid_naming_a_key_uses_that_key_alone(
     header = {"alg": "RS256", "typ": "JWT", "kid": keys.rsa2.kid}
     signed_by_other = mint(keys.rsa, claims, header=header)
     assert await _refusal_reason(make_guard, guard, signed_by_other) == "bad_signature"
+
+
+async def test_a_jwks_with_more_keys_per_algorithm_than_the_cap_is_logged_once_without_key_material(
+    make_guard: GuardMaker,
+    jwks_server: JwksServer,
+    tokens: TokenFactory,
+    keys: Keys,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An issuer that stamps no kid and publishes 6 RS256 keys without one: every token it signs is
+    refused ``kid_required``. Before session s41 nothing in the log said so (only the denial metric's
+    reason); now each load of such a set warns, naming the algorithm, the counts and the setting, once
+    per shape of set (a refresh of the same set does not repeat it), and no key material."""
+    published = [
+        _without_kid(keys.rsa),
+        *[{k: v for k, v in jwk.items() if k != "kid"} for jwk in _copies(keys.rsa2, 5)],
+        keys.ec.public_jwk(),
+    ]
+    jwks_server.jwks = {"keys": published}
+    with caplog.at_level("WARNING", logger="igw.security.jwks"):
+        guard = await make_guard()
+        own = mint(keys.rsa, tokens.claims(), header={"alg": "RS256", "typ": "JWT"})
+        assert await _refusal_reason(make_guard, guard, own) == "kid_required"
+        assert guard.jwks is not None
+        await guard.jwks.refresh()  # the same set again: not logged again
+    lines = [r.getMessage() for r in caplog.records if "maxKeysPerToken" in r.getMessage()]
+    assert len(lines) == 1, lines
+    (line,) = lines
+    for part in ("RS256: 6 keys", "6 keys have no kid", "(4)", "kid_required", "jwks.maxKeysPerToken"):
+        assert part in line
+    assert "ES256" not in line  # one EC key: under the cap
+    for jwk in published:
+        for member in ("n", "x", "y"):
+            if member in jwk:
+                assert jwk[member] not in line
+    # a set under the cap logs nothing; one over it again logs again
+    caplog.clear()
+    jwks_server.jwks = {"keys": [keys.rsa.public_jwk()]}
+    with caplog.at_level("WARNING", logger="igw.security.jwks"):
+        await guard.jwks.refresh()
+        jwks_server.jwks = {"keys": published}
+        await guard.jwks.refresh()
+    assert len([r for r in caplog.records if "maxKeysPerToken" in r.getMessage()]) == 1

@@ -212,6 +212,19 @@ def _worker_count(asked: int | str) -> int:
     return budget.workers
 
 
+def _max_token_bytes(config: Any) -> int | None:
+    """The JWT size cap the guard of ``config`` (a ``GatewayConfig``) enforces; ``None`` without
+    ``spec.auth`` (no tokens to carry)."""
+    if config.auth is None:
+        return None
+    # deferred: start-up cost: like the guard's own settings, read only when this command runs
+    from igw.security.settings import AuthorizationSettings
+
+    authorization = config.extensions.get("authorization") or {}
+    stated = authorization.get("maxTokenBytes")  # schema-validated: an integer when present
+    return AuthorizationSettings().max_token_bytes if stated is None else int(stated)
+
+
 def _default_limits() -> Any:
     # deferred: start-up cost: like every gateway import of this module, ``igw --help`` must not load aiohttp
     from igw.gateway.serving import ServerLimits
@@ -377,6 +390,7 @@ def _run(args: argparse.Namespace) -> int:
         limits = server_limits(
             config.extensions.get(EXTENSION_NAME),
             {f.name: getattr(args, f.name) for f in fields(ServerLimits)},
+            max_token_bytes=_max_token_bytes(config),
         )
     except ServerLimitsError as exc:
         print(f"igw serve: {exc}", file=sys.stderr)

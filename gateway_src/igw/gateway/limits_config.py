@@ -19,7 +19,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any, Final
 
 from igw.config.durations import parse_duration
-from igw.config.rules import SERVER_LIMITS_MAX_KEEPALIVE_S
+from igw.config.rules import AUTHORIZATION_HEADER_OVERHEAD_BYTES, SERVER_LIMITS_MAX_KEEPALIVE_S
 from igw.errors import IgwGatewayError
 from igw.gateway.serving import MAX_REQUEST_LINE_BYTES, ServerLimits
 
@@ -96,9 +96,14 @@ def server_limits(
     overrides: Mapping[str, float | int | None],
     *,
     path: str = PATH,
+    max_token_bytes: int | None = None,
 ) -> ServerLimits:
     """Defaults, then ``extension`` (``spec.extensions.serverLimits``, schema-validated or not),
     then every non-``None`` entry of ``overrides`` (``ServerLimits`` field name -> command-line value).
+
+    ``max_token_bytes``: the JWT size cap in force (``spec.extensions.authorization.maxTokenBytes``
+    or its default; ``None`` without ``spec.auth``). A ``--max-header-bytes`` that leaves no room
+    for a token of that size is a problem (:func:`token_room_problem`).
 
     Raises :class:`ServerLimitsError` listing every problem; nothing is half-applied.
     """
@@ -111,6 +116,31 @@ def server_limits(
     limits = replace(ServerLimits(), **values)
     # Whatever is still wrong came from the command line (the config's values were checked above).
     problems = limits.problems()
+    if max_token_bytes is not None and overrides.get("max_header_field_bytes") is not None:
+        room = token_room_problem(max_token_bytes, limits.max_header_field_bytes)
+        if room is not None:
+            problems.append(room)
     if problems:
         raise ServerLimitsError(problems)
     return limits
+
+
+def token_room_problem(max_token_bytes: int, max_header_field_bytes: int) -> str | None:
+    """Why ``--max-header-bytes max_header_field_bytes`` cannot carry a bearer token of
+    ``max_token_bytes``; ``None`` when it can.
+
+    Why: the listener answers 431 to a header field longer than the limit before the guard sees it,
+    so the option silently lowered the token cap (before session s41 ``igw serve --max-header-bytes
+    4096`` served with ``maxTokenBytes: 8192``, refusing every token over 4,075 bytes with a 431 that
+    names no token). The configuration's ``serverLimits.maxHeaderBytes`` is held to the same bound
+    by the rule ``token-fits-header-limit``; the command line bypassed it."""
+    needed = max_token_bytes + AUTHORIZATION_HEADER_OVERHEAD_BYTES
+    if needed <= max_header_field_bytes:
+        return None
+    return (
+        f"--max-header-bytes: spec.extensions.authorization.maxTokenBytes {max_token_bytes} needs at "
+        f"least {needed} (the field name and 'Bearer ' take {AUTHORIZATION_HEADER_OVERHEAD_BYTES} bytes), "
+        f"got {max_header_field_bytes}: the listener would answer 431 to every token over "
+        f"{max_header_field_bytes - AUTHORIZATION_HEADER_OVERHEAD_BYTES} bytes before the token check; "
+        "raise --max-header-bytes or lower maxTokenBytes"
+    )

@@ -32,6 +32,13 @@ OpenAI-compatible ones):
   over its ranks (SGLang's default dispatch is round robin, blind to load): a tenant pinning its load
   to one rank makes the others' requests dispatched there queue behind all of it, where the pod's
   metrics, which the gateway schedules by, show an average.
+- ``routing_key`` (SGLang, since s41): the key of SGLang's ``--schedule-policy routing-key``, which
+  sorts the server's waiting queue so that requests whose key is held by the most running requests
+  go first, ahead of every request without it. Meant for a router's session affinity; chosen by a
+  tenant, it moves that tenant's queued requests ahead of the others' on a pod they share (keep one
+  key hot with a few long requests, then send the rest under it), past the ``priority`` the gateway
+  writes. SGLang reads it from ``/generate``'s body and, on its OpenAI routes, from the
+  ``X-SMG-Routing-Key`` header (:func:`refused_header`).
 - ``vllm_xargs`` entries ``kv_transfer_params`` and ``ec_transfer_params``: vLLM copies
   ``vllm_xargs`` into the request's ``extra_args``, where its engine reads the transfer parameters
   (``Request.kv_transfer_params = extra_args.get("kv_transfer_params")``): a second road to the
@@ -39,7 +46,8 @@ OpenAI-compatible ones):
 
 Headers do the same (:func:`refused_header`): vLLM takes a client's ``X-Data-Parallel-Rank`` as the
 request's data-parallel rank (``_get_data_parallel_rank``, no flag), as recent SGLang's OpenAI routes
-do (over the body's ``routed_dp_rank``),
+do (over the body's ``routed_dp_rank``), SGLang's OpenAI routes take ``X-SMG-Routing-Key`` as the
+request's ``routing_key``,
 and SGLang started with ``SGLANG_ENABLE_REQUEST_HEADER_OVERRIDES`` replaces body fields with the
 ``x-override-*`` headers' values (``x-override-rid``, ``-bootstrap-host``/``-port``/``-room``,
 ``-routed-dp-rank``, ``-disagg-prefill-dp-rank``, ``-priority``, ``-conversation-id``): a channel for
@@ -91,6 +99,11 @@ TENANT_REFUSED_FIELDS: Final[Mapping[str, str]] = {
     "ec_transfer_params": _ENCODER_TRANSFER,
     "routed_dp_rank": _DP_RANK,
     "data_parallel_rank": _DP_RANK,
+    "routing_key": (
+        "moves the request ahead of other callers' in the model server's waiting queue (SGLang's "
+        "--schedule-policy routing-key runs first the requests whose key running requests hold), "
+        "past the priority the gateway writes"
+    ),
 }
 """Each refused field and why (the error message's reason); the names
 ``allowedEngineFields`` may list (its schema's enum is this table's keys, a test holds them equal)."""
@@ -100,6 +113,8 @@ XARGS_REFUSED: Final = ("kv_transfer_params", "ec_transfer_params")
 """The ``vllm_xargs`` entries vLLM's engine reads as the body fields of those names."""
 
 DP_RANK_HEADER: Final = "x-data-parallel-rank"
+ROUTING_KEY_HEADER: Final = "x-smg-routing-key"
+"""SGLang's OpenAI routes take it as the request's ``routing_key``; allowed with that field."""
 OVERRIDE_PREFIX: Final = "x-override-"
 _DP_RANK_FIELDS: Final = ("routed_dp_rank", "data_parallel_rank")
 """The fields ``X-Data-Parallel-Rank`` sets (SGLang's and vLLM's name): allowing either allows it."""
@@ -127,7 +142,8 @@ def refused_field(fields: Iterable[str], allowed: frozenset[str]) -> str | None:
 
 def refused_header(names: Iterable[str], allowed: frozenset[str]) -> str | None:
     """The first of the request's header ``names`` that sets an engine field no tenant may send
-    (``X-Data-Parallel-Rank``, any ``x-override-*``) and ``allowed`` does not name, lower-case;
+    (``X-Data-Parallel-Rank``, ``X-SMG-Routing-Key``, any ``x-override-*``) and ``allowed`` does not
+    name, lower-case;
     ``None``: none. An ``x-override-*`` header is allowed when its field is (``x-override-rid``:
     ``rid``); those of fields outside the table (``priority``, ``conversation_id``) never are: the
     body carries them."""
@@ -135,6 +151,9 @@ def refused_header(names: Iterable[str], allowed: frozenset[str]) -> str | None:
         lower = name.lower()
         if lower == DP_RANK_HEADER:
             if allowed.isdisjoint(_DP_RANK_FIELDS):
+                return lower
+        elif lower == ROUTING_KEY_HEADER:
+            if "routing_key" not in allowed:
                 return lower
         elif lower.startswith(OVERRIDE_PREFIX) and _override_field(lower) not in allowed:
             return lower
@@ -165,6 +184,9 @@ def header_refusal_message(header: str) -> str:
     :func:`refused_header` returns)."""
     if header == DP_RANK_HEADER:
         why = _DP_RANK
+    elif header == ROUTING_KEY_HEADER:
+        reason = TENANT_REFUSED_FIELDS["routing_key"]
+        why = f"is read by SGLang as the request's 'routing_key', which {reason}"
     else:
         field = _override_field(header)
         why = (

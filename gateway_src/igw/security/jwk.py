@@ -78,6 +78,17 @@ class KeySet:
             return self._without_kid_by_alg.get(alg, ())
         return self._every_by_alg.get(alg, ())
 
+    def crowded(self, max_keys_per_token: int) -> dict[str, tuple[int, int]]:
+        """Algorithm -> (its keys, those of them published without ``kid``) for each algorithm
+        with more than ``max_keys_per_token`` keys: a token of it naming no key (no ``kid``, or, when
+        the second number is over the cap too, a ``kid`` no key carries) has more candidates than
+        the verifier tries, and is refused ``kid_required`` (:mod:`igw.security.verifier`)."""
+        return {
+            alg: (len(keys), len(self._without_kid_by_alg.get(alg, ())))
+            for alg, keys in sorted(self._every_by_alg.items())
+            if len(keys) > max_keys_per_token
+        }
+
 
 def _by_alg(keys: tuple[VerificationKey, ...]) -> dict[str, tuple[VerificationKey, ...]]:
     """``keys`` grouped by each algorithm they may verify, in their order."""

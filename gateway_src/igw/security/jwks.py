@@ -96,6 +96,8 @@ class JwksCache:
         self._next_attempt_at = float("-inf")
         self._last_kid_refetch_at = float("-inf")
         self._refresher: asyncio.Task[None] | None = None
+        self._crowded_warning: str | None = None
+        """The last :meth:`_warn_if_crowded` line logged: repeated only when the set's shape changes."""
         self.fetch_count = 0
         """Fetch attempts so far (tests use it to bound refetches; the metric is jwks_fetch_total)."""
         self.last_error: str | None = None
@@ -194,6 +196,35 @@ class JwksCache:
         self.last_error = None
         if self._metrics is not None and not self._closed:
             self._metrics.jwks_keys.set(len(keys))
+        self._warn_if_crowded(keys)
+
+    def _warn_if_crowded(self, keys: KeySet) -> None:
+        """Log, once per shape of key set, the algorithms whose tokens naming no key are refused
+        (``kid_required``): more keys qualify than ``jwks.maxKeysPerToken``.
+
+        Why: the refusal is by design (a signature check per key is a cost an unauthenticated caller
+        chooses), but an issuer that stamps no ``kid`` and publishes more keys than the cap made every
+        one of its tokens a 401 while nothing in the log said why (before session s41). Counts and
+        algorithm names only; no key material."""
+        cap = self._settings.max_keys_per_token
+        crowded = keys.crowded(cap)
+        if not crowded:
+            self._crowded_warning = None
+            return
+        parts = []
+        for alg, (every, without_kid) in crowded.items():
+            refused = "a token without kid"
+            if without_kid > cap:
+                refused += f" or with a kid no key carries ({without_kid} keys have no kid)"
+            parts.append(f"{alg}: {every} keys, {refused}")
+        line = (
+            f"JWKS of issuer {self._issuer}: more keys than jwks.maxKeysPerToken ({cap}) for "
+            f"{'; '.join(parts)} is refused (kid_required) without a signature check; have the issuer "
+            "stamp a kid that names its key, or raise spec.extensions.authorization.jwks.maxKeysPerToken"
+        )
+        if line != self._crowded_warning:
+            self._crowded_warning = line
+            log.warning("%s", line)
 
     # -- lookups -------------------------------------------------------------------------------
 

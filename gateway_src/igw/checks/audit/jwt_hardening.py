@@ -1,16 +1,18 @@
 """IGW-AU205: JWT verification settings in ``spec.extensions.authorization`` are not weakened.
 
 Flags clock skew above 300 s, HMAC algorithms alongside a JWKS (key confusion), and forwarding the raw
-Authorization header upstream (model servers then see bearer tokens in their logs).
+Authorization header upstream (model servers then see bearer tokens in their logs). A
+GlobalRouterConfig's ``spec.authorization`` is read the same way (since session s41), except
+``forwardAuthorization``: there it hands the token to the tier-1 gateways, which may verify it
+themselves (IGW-AU307 grades where that travels in clear).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
+from igw.checks.audit._jwt_configs import jwt_configs
 from igw.checks.framework import CheckContext, FunctionCheck, Reporter
-from igw.checks.igwc import section
-from igw.checks.inventory import need
 from igw.checks.k8s import ref
 from igw.checks.model import CheckMeta, Command, Result, Severity
 from igw.config.durations import parse_duration
@@ -25,16 +27,14 @@ META = CheckMeta(
     severity=Severity.MEDIUM,
     description="clockSkew <= 300s, no HS* algorithms with a JWKS, bearer tokens not forwarded to model "
     "servers.",
-    remediation="Keep spec.extensions.authorization.clockSkew at 60s, algorithms asymmetric only, "
-    "forwardAuthorization false.",
+    remediation="Keep spec.extensions.authorization.clockSkew (a GlobalRouterConfig's "
+    "spec.authorization.clockSkew) at 60s, algorithms asymmetric only, forwardAuthorization false.",
 )
 
 
 def _run(ctx: CheckContext, r: Reporter) -> Iterator[Result]:
-    for config in need(ctx.inventory.kube.of("InferenceGatewayConfig")):
-        if section(config, "auth", "jwt") is None:
-            continue
-        authz = section(config, "extensions", "authorization") or {}
+    for found in jwt_configs(ctx):
+        config, authz = found.config, found.authorization
         problems: list[tuple[Severity, str]] = []
         skew_text = authz.get("clockSkew")
         if isinstance(skew_text, str):
@@ -48,7 +48,7 @@ def _run(ctx: CheckContext, r: Reporter) -> Iterator[Result]:
             problems.append(
                 (Severity.HIGH, f"HMAC algorithms {', '.join(map(str, hmac))} accepted with a JWKS")
             )
-        if authz.get("forwardAuthorization") is True:
+        if authz.get("forwardAuthorization") is True and found.kind == "InferenceGatewayConfig":
             problems.append((Severity.LOW, "forwardAuthorization passes bearer tokens to model servers"))
         if problems:
             worst = max((s for s, _ in problems), key=lambda s: s.rank)
