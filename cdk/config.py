@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Literal
 
+from cdk import aws_tags
 from igw.addon import addon_version, aws_addon, chart, configuration, pins
 from igw.config.documents import DocumentReadError, parse_text
 from igw.config.schema_validator import schema_validator
@@ -344,9 +345,47 @@ def _network_problems(doc: Mapping[str, Any]) -> list[str]:
     return problems
 
 
+ACM_DOMAIN_NAME_MAX: Final = 64
+"""ACM's limit on a certificate's domain name (its first name, the subject's common name)."""
+
+
+def _platform_problems(doc: Mapping[str, Any]) -> list[str]:
+    """HyperPod's health-monitoring agent (on by default) where AWS does not publish its image: the
+    platform stack needs the image's regional registry, and without one synthesis ended in a
+    ``ValueError`` traceback instead of this message."""
+    dependencies = doc.get("platform", {}).get("hyperpodDependencies", {})
+    region = doc["region"]
+    published = pins.HEALTH_MONITORING_AGENT_REGISTRIES
+    if dependencies.get("healthMonitoringAgent", True) and region not in published:
+        return [
+            f"platform.hyperpodDependencies.healthMonitoringAgent: HyperPod's health-monitoring agent is "
+            f"not published in {region} (it is in {', '.join(sorted(published))}); set it to false"
+        ]
+    return []
+
+
+def _endpoint_problems(doc: Mapping[str, Any]) -> list[str]:
+    """An endpoint name ACM cannot put in a certificate: ``recordName.zoneName`` over 64 characters
+    ended synthesis in a jsii traceback (``Domain name must be 64 characters or less``)."""
+    endpoint = doc["inference"].get("endpoint")
+    if endpoint is None:
+        return []
+    fqdn = f"{endpoint['recordName']}.{endpoint['zoneName']}"
+    if len(fqdn) > ACM_DOMAIN_NAME_MAX:
+        return [
+            f"inference.endpoint.recordName: {fqdn} is {len(fqdn)} characters, over the "
+            f"{ACM_DOMAIN_NAME_MAX} ACM allows in a certificate's domain name; use a shorter recordName or "
+            "zoneName"
+        ]
+    return []
+
+
 def _semantic_problems(doc: Mapping[str, Any]) -> list[str]:
     """Rules beyond the schema; only called on a schema-valid document."""
     problems: list[str] = _network_problems(doc)
+    problems += aws_tags.problems(doc.get("tags", {}))
+    problems += _platform_problems(doc)
+    problems += _endpoint_problems(doc)
     cluster = doc.get("cluster", {})
     public = cluster.get("endpointAccess") == "publicAndPrivate"
     if public and not cluster.get("publicAccessCidrs"):

@@ -1,0 +1,97 @@
+"""Settings every AWS service refuses at deploy time, or that ended synthesis in a traceback, are
+refused by the deployment config with the field's path (session s41).
+
+Before the fix, ``tags: {"aws:owner": x}``, an empty key or a ``*`` in a key synthesized and failed at
+``cdk deploy`` on the first resource created (the VPC, then rolled back); a region without HyperPod's
+health-monitoring agent image and an endpoint name over ACM's 64 characters ended ``app.py`` and
+``make synth`` in a Python traceback (``ValueError``, jsii ``RuntimeError``) with no field named.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from cdk import config
+from tests.cdk.test_app_entry import run_app
+
+
+@pytest.fixture
+def example() -> dict[str, Any]:
+    document: dict[str, Any] = yaml.safe_load(config.EXAMPLE_FILE.read_text(encoding="utf-8"))
+    return document
+
+
+def _problems(document: dict[str, Any]) -> list[str]:
+    with pytest.raises(config.DeploymentConfigError) as caught:
+        config.parse(document)
+    return caught.value.problems
+
+
+@pytest.mark.parametrize(
+    ("tags", "expected"),
+    [
+        ({"aws:owner": "me"}, "tags.aws:owner: the key prefix 'aws:' is reserved for AWS"),
+        ({"AWS:Owner": "me"}, "tags.AWS:Owner: the key prefix 'AWS:' is reserved for AWS"),
+        ({"": "x"}, "tags: an empty tag key"),
+        ({"cost*center": "a"}, "tags.cost*center: the key has '*'"),
+        ({"team": "a<b>"}, "tags.team: the value has '<>'"),
+    ],
+)
+def test_a_tag_aws_refuses_is_refused_naming_it(
+    example: dict[str, Any], tags: dict[str, str], expected: str
+) -> None:
+    example["tags"] = tags
+    assert any(problem.startswith(expected) for problem in _problems(example)), _problems(example)
+
+
+def test_tags_aws_accepts_are_accepted(example: dict[str, Any]) -> None:
+    example["tags"] = {
+        "cost-center": "ml/llm@team_1",
+        "Équipe": "données +=:.",
+        "owner name": "",
+        "aws-cdk-style:key": "ok",
+    }
+    assert dict(config.parse(example).tags) == example["tags"]
+
+
+def test_a_region_without_the_health_agent_image_is_refused_naming_the_switch(
+    example: dict[str, Any],
+) -> None:
+    text = yaml.safe_dump(example).replace("us-west-2", "ap-northeast-2")
+    document = yaml.safe_load(text)
+    assert _problems(document) == [
+        "platform.hyperpodDependencies.healthMonitoringAgent: HyperPod's health-monitoring agent is not "
+        "published in ap-northeast-2 (it is in ap-northeast-1, ap-south-1, ap-southeast-1, ap-southeast-2, "
+        "eu-central-1, eu-north-1, eu-west-1, eu-west-2, sa-east-1, us-east-1, us-east-2, us-west-1, "
+        "us-west-2); set it to false"
+    ]
+    document["platform"]["hyperpodDependencies"]["healthMonitoringAgent"] = False
+    assert config.parse(document).region == "ap-northeast-2"
+
+
+def test_an_endpoint_name_over_acms_64_characters_is_refused(example: dict[str, Any]) -> None:
+    example["inference"]["endpoint"].update(recordName="r" * 40, zoneName="inference.example-corp.com")
+    problems = _problems(example)
+    assert problems == [
+        f"inference.endpoint.recordName: {'r' * 40}.inference.example-corp.com is 67 characters, over the "
+        "64 ACM allows in a certificate's domain name; use a shorter recordName or zoneName"
+    ]
+    example["inference"]["endpoint"].update(recordName="r" * 37)
+    endpoint = config.parse(example).endpoint
+    assert endpoint is not None
+    assert len(endpoint.fqdn) == 64
+
+
+def test_the_app_reports_the_region_problem_without_a_traceback(
+    tmp_path: Path, example: dict[str, Any]
+) -> None:
+    source = tmp_path / "seoul.yaml"
+    source.write_text(yaml.safe_dump(example).replace("us-west-2", "ap-northeast-2"), encoding="utf-8")
+    done = run_app(tmp_path / "out", context=None, IGW_DEPLOYMENT_CONFIG=str(source))
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr
+    assert "platform.hyperpodDependencies.healthMonitoringAgent: " in done.stderr
