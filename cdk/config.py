@@ -380,12 +380,32 @@ def _endpoint_problems(doc: Mapping[str, Any]) -> list[str]:
     return []
 
 
+IPV6_REASONS: Final = {
+    "cluster": "the stacks build an IPv4 VPC (no IPv6 block) and an IPv4 cluster",
+    "existingCluster": "an IPv6 cluster's pods have only IPv6 addresses",
+}
+"""Why ``ipv6`` is refused in each section that takes ``ipFamily``."""
+
+
+def _ip_family_problems(doc: Mapping[str, Any]) -> list[str]:
+    """An IPv6 cluster asked for, new or existing: refused before synthesis rather than deployed with a
+    gateway load balancer that never reaches its pods (its NLB is IPv4 with IP targets; IPv6 pods need
+    ``aws-load-balancer-ip-address-type: dualstack``, which nothing here sets)."""
+    return [
+        f"{section}.ipFamily: ipv6 is not supported: {why}, and the gateway's internal NLB is IPv4-only; "
+        'use ipv4 (docs/infrastructure.md, "IPv6")'
+        for section, why in IPV6_REASONS.items()
+        if (doc.get(section) or {}).get("ipFamily", "ipv4") == "ipv6"
+    ]
+
+
 def _semantic_problems(doc: Mapping[str, Any]) -> list[str]:
     """Rules beyond the schema; only called on a schema-valid document."""
     problems: list[str] = _network_problems(doc)
     problems += aws_tags.problems(doc.get("tags", {}))
     problems += _platform_problems(doc)
     problems += _endpoint_problems(doc)
+    problems += _ip_family_problems(doc)
     cluster = doc.get("cluster", {})
     public = cluster.get("endpointAccess") == "publicAndPrivate"
     if public and not cluster.get("publicAccessCidrs"):

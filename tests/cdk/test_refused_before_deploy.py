@@ -95,3 +95,24 @@ def test_the_app_reports_the_region_problem_without_a_traceback(
     assert done.returncode == 1
     assert "Traceback" not in done.stderr
     assert "platform.hyperpodDependencies.healthMonitoringAgent: " in done.stderr
+
+
+def test_an_ipv6_cluster_is_refused_with_the_reason(example: dict[str, Any]) -> None:
+    example["cluster"]["ipFamily"] = "ipv6"
+    assert _problems(example) == [
+        "cluster.ipFamily: ipv6 is not supported: the stacks build an IPv4 VPC (no IPv6 block) and an IPv4 "
+        'cluster, and the gateway\'s internal NLB is IPv4-only; use ipv4 (docs/infrastructure.md, "IPv6")'
+    ]
+    example["cluster"]["ipFamily"] = "ipv4"
+    assert config.parse(example).cluster_name == "igw-inference"
+
+
+def test_an_existing_ipv6_cluster_is_refused_with_the_reason() -> None:
+    document: dict[str, Any] = yaml.safe_load(
+        (config.EXAMPLE_FILE.parent / "existing-cluster.yaml").read_text(encoding="utf-8")
+    )
+    document["existingCluster"]["ipFamily"] = "ipv6"
+    assert _problems(document) == [
+        "existingCluster.ipFamily: ipv6 is not supported: an IPv6 cluster's pods have only IPv6 addresses, "
+        'and the gateway\'s internal NLB is IPv4-only; use ipv4 (docs/infrastructure.md, "IPv6")'
+    ]
