@@ -380,6 +380,39 @@ def _endpoint_problems(doc: Mapping[str, Any]) -> list[str]:
     return []
 
 
+AWS_ADDON_GENERATED: Final = {
+    ("executionRoleArn",): "the execution role the app creates",
+    ("tlsCertificateS3Bucket",): "the TLS-certificate bucket the app creates",
+    ("hyperpodClusterArn",): "the HyperPod cluster's ARN (existingCluster.hyperpodClusterArn names an "
+    "existing one)",
+    ("inferenceGateway", "serviceAccount", "roleArn"): "the gateway controller's IRSA role the app creates",
+}
+"""AWS's add-on values the app fills in itself (:func:`igw.addon.aws_addon.values_for`), with what."""
+
+
+def _aws_addon_generated_problems(values: Mapping[str, Any]) -> list[str]:
+    """Values for AWS's add-on that the app replaces: a user's was accepted and silently overwritten
+    (their own execution role, bucket, or ``alb.enabled: true`` for the add-on's bundled Load Balancer
+    Controller, which the app switches off because the platform stack runs one)."""
+    found: list[str] = []
+    for path, what in AWS_ADDON_GENERATED.items():
+        node: Any = values
+        for key in path:
+            node = node.get(key) if isinstance(node, Mapping) else None
+        if node is not None:
+            found.append(
+                f"inference.addon.configurationValues.{'.'.join(path)}: set by the app to {what}; remove it"
+            )
+    alb = values.get("alb")
+    if isinstance(alb, Mapping) and alb.get("enabled") is True:
+        found.append(
+            "inference.addon.configurationValues.alb.enabled: the app sets it false (the platform stack "
+            "runs the AWS Load Balancer Controller, and two controllers would fight over the same load "
+            "balancers); remove it"
+        )
+    return found
+
+
 IPV6_REASONS: Final = {
     "cluster": "the stacks build an IPv4 VPC (no IPv6 block) and an IPv4 cluster",
     "existingCluster": "an IPv6 cluster's pods have only IPv6 addresses",
@@ -478,6 +511,7 @@ def _semantic_problems(doc: Mapping[str, Any]) -> list[str]:
             f"inference.addon.configurationValues.{p}"
             for p in aws_addon.problems(values, require_generated=False)
         ]
+        problems += _aws_addon_generated_problems(values)
         if existing is not None and "hyperpodClusterArn" not in existing:
             problems.append("existingCluster.hyperpodClusterArn: required by AWS's add-on (awsManaged)")
         if "endpoint" in doc["inference"]:

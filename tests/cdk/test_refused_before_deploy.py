@@ -116,3 +116,42 @@ def test_an_existing_ipv6_cluster_is_refused_with_the_reason() -> None:
         "existingCluster.ipFamily: ipv6 is not supported: an IPv6 cluster's pods have only IPv6 addresses, "
         'and the gateway\'s internal NLB is IPv4-only; use ipv4 (docs/infrastructure.md, "IPv6")'
     ]
+
+
+def _aws_managed() -> dict[str, Any]:
+    document: dict[str, Any] = yaml.safe_load(
+        (config.EXAMPLE_FILE.parent / "aws-managed-addon.yaml").read_text(encoding="utf-8")
+    )
+    return document
+
+
+@pytest.mark.parametrize(
+    ("values", "expected"),
+    [
+        ({"executionRoleArn": "arn:aws:iam::111111111111:role/mine"}, "executionRoleArn: set by the app"),
+        ({"tlsCertificateS3Bucket": "my-bucket"}, "tlsCertificateS3Bucket: set by the app"),
+        (
+            {"hyperpodClusterArn": "arn:aws:sagemaker:us-west-2:111111111111:cluster/abc"},
+            "hyperpodClusterArn: set by the app",
+        ),
+        (
+            {"inferenceGateway": {"serviceAccount": {"roleArn": "arn:aws:iam::111111111111:role/mine"}}},
+            "inferenceGateway.serviceAccount.roleArn: set by the app",
+        ),
+        ({"alb": {"enabled": True}}, "alb.enabled: the app sets it false"),
+    ],
+)
+def test_aws_addon_values_the_app_overwrites_are_refused(values: dict[str, Any], expected: str) -> None:
+    """Before session s41 each was accepted and replaced by the app's own value without a word."""
+    document = _aws_managed()
+    document["inference"]["addon"]["configurationValues"].update(values)
+    problems = _problems(document)
+    assert any(p.startswith(f"inference.addon.configurationValues.{expected}") for p in problems), problems
+
+
+def test_aws_addon_values_agreeing_with_the_app_are_accepted() -> None:
+    document = _aws_managed()
+    document["inference"]["addon"]["configurationValues"].update(
+        {"alb": {"enabled": False}, "inferenceGateway": {"enabled": True}}
+    )
+    assert config.parse(document).addon.mode == "awsManaged"
