@@ -413,6 +413,31 @@ def _aws_addon_generated_problems(values: Mapping[str, Any]) -> list[str]:
     return found
 
 
+def _chart_generated_problems(doc: Mapping[str, Any], values: Mapping[str, Any]) -> list[str]:
+    """Chart values the app fills in itself in the chart's gateway mode (``cdk.constructs.igw_chart``):
+    ``gateway.config`` from ``inference.gatewayConfig`` and, with ``inference.endpoint``, the endpoint's
+    certificate in ``service.tls.certificateArn``. A user's ``gateway.config`` won silently (the gateway
+    served it, while the dashboard, the alarms and the applied object followed ``inference.gatewayConfig``),
+    and a user's certificate was silently replaced by the endpoint's."""
+    if values.get("mode", "operator") != "gateway":
+        return []
+    found: list[str] = []
+    gateway = values.get("gateway")
+    if isinstance(gateway, Mapping) and "config" in gateway:
+        found.append(
+            "inference.addon.configurationValues.gateway.config: the app serves inference.gatewayConfig "
+            "there; remove it and configure the gateway in inference.gatewayConfig"
+        )
+    service = values.get("service")
+    tls = service.get("tls") if isinstance(service, Mapping) else None
+    if "endpoint" in doc["inference"] and isinstance(tls, Mapping) and "certificateArn" in tls:
+        found.append(
+            "inference.addon.configurationValues.service.tls.certificateArn: the app puts "
+            "inference.endpoint's certificate there; remove it, or remove inference.endpoint"
+        )
+    return found
+
+
 IPV6_REASONS: Final = {
     "cluster": "the stacks build an IPv4 VPC (no IPv6 block) and an IPv4 cluster",
     "existingCluster": "an IPv6 cluster's pods have only IPv6 addresses",
@@ -531,6 +556,7 @@ def _semantic_problems(doc: Mapping[str, Any]) -> list[str]:
                 f"remove it, or set mode: gateway"
                 for key in chart.gateway_mode_only_paths(values)
             ]
+        problems += _chart_generated_problems(doc, values)
         acm_arn = ((doc["inference"]["gatewayConfig"]["spec"].get("tls") or {}).get("acmArn")) or ""
         if "endpoint" in doc["inference"] and acm_arn:
             problems.append(

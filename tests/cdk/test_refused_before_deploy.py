@@ -155,3 +155,39 @@ def test_aws_addon_values_agreeing_with_the_app_are_accepted() -> None:
         {"alb": {"enabled": False}, "inferenceGateway": {"enabled": True}}
     )
     assert config.parse(document).addon.mode == "awsManaged"
+
+
+def _gateway_mode(example: dict[str, Any], **values: Any) -> dict[str, Any]:
+    """The example with the chart in gateway mode and ``values`` added to its chart values."""
+    example["inference"]["addon"]["configurationValues"] = {"mode": "gateway", **values}
+    return example
+
+
+def test_chart_values_the_app_fills_in_gateway_mode_are_refused(example: dict[str, Any]) -> None:
+    """Before session s41 a ``gateway.config`` in the values was what the chart's gateway served (the
+    dashboard, alarms and applied object followed ``inference.gatewayConfig``), and a certificate in
+    ``service.tls.certificateArn`` was replaced by the endpoint's; both without a word."""
+    served = {
+        "name": "other",
+        "spec": {
+            "bbr": {"enabled": True},
+            "schedulers": [{"name": "a", "modelName": "m", "modelSelector": {"matchLabels": {"app": "a"}}}],
+        },
+    }
+    certificate = "arn:aws:acm:us-west-2:111111111111:certificate/11111111-2222-3333-4444-555555555555"
+    document = _gateway_mode(
+        example, gateway={"config": served}, service={"tls": {"certificateArn": certificate}}
+    )
+    assert _problems(document) == [
+        "inference.addon.configurationValues.gateway.config: the app serves inference.gatewayConfig there; "
+        "remove it and configure the gateway in inference.gatewayConfig",
+        "inference.addon.configurationValues.service.tls.certificateArn: the app puts inference.endpoint's "
+        "certificate there; remove it, or remove inference.endpoint",
+    ]
+
+
+def test_a_chart_certificate_without_an_endpoint_is_the_users(example: dict[str, Any]) -> None:
+    certificate = "arn:aws:acm:us-west-2:111111111111:certificate/11111111-2222-3333-4444-555555555555"
+    document = _gateway_mode(example, service={"tls": {"certificateArn": certificate}})
+    del document["inference"]["endpoint"]
+    assert config.parse(document).addon.chart_mode == "gateway"
