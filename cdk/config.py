@@ -414,14 +414,25 @@ def _aws_addon_generated_problems(values: Mapping[str, Any]) -> list[str]:
 
 
 def _chart_generated_problems(doc: Mapping[str, Any], values: Mapping[str, Any]) -> list[str]:
-    """Chart values the app fills in itself in the chart's gateway mode (``cdk.constructs.igw_chart``):
+    """Chart values the app fills in itself (``cdk.constructs.igw_chart``): ``image.repository`` and
+    ``image.tag`` from ``inference.image`` (a user's won silently, while the app still built and pushed
+    its own image, or ignored ``inference.image``); in the chart's gateway mode also
     ``gateway.config`` from ``inference.gatewayConfig`` and, with ``inference.endpoint``, the endpoint's
     certificate in ``service.tls.certificateArn``. A user's ``gateway.config`` won silently (the gateway
     served it, while the dashboard, the alarms and the applied object followed ``inference.gatewayConfig``),
     and a user's certificate was silently replaced by the endpoint's."""
-    if values.get("mode", "operator") != "gateway":
-        return []
     found: list[str] = []
+    image = values.get("image")
+    for key in ("repository", "tag"):
+        if isinstance(image, Mapping) and key in image:
+            # The chart ran it while the app still built and pushed its own image (or ignored
+            # inference.image).
+            found.append(
+                f"inference.addon.configurationValues.image.{key}: the app sets it from inference.image "
+                "(default: the image it builds); set inference.image instead"
+            )
+    if values.get("mode", "operator") != "gateway":
+        return found
     gateway = values.get("gateway")
     if isinstance(gateway, Mapping) and "config" in gateway:
         found.append(

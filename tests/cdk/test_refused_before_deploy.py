@@ -191,3 +191,25 @@ def test_a_chart_certificate_without_an_endpoint_is_the_users(example: dict[str,
     document = _gateway_mode(example, service={"tls": {"certificateArn": certificate}})
     del document["inference"]["endpoint"]
     assert config.parse(document).addon.chart_mode == "gateway"
+
+
+@pytest.mark.parametrize("mode", ["operator", "gateway"])
+def test_an_image_in_the_chart_values_is_refused_for_inference_image(
+    example: dict[str, Any], mode: str
+) -> None:
+    """Before session s41 the chart ran the values' image while ``cdk deploy`` still built and pushed
+    the gateway image (or ignored ``inference.image``)."""
+    repository = "111111111111.dkr.ecr.us-west-2.amazonaws.com/mine"
+    example["inference"]["addon"]["configurationValues"] = {
+        "mode": mode,
+        "image": {"repository": repository, "tag": "1.0", "pullPolicy": "Always"},
+    }
+    assert _problems(example) == [
+        f"inference.addon.configurationValues.image.{key}: the app sets it from inference.image (default: "
+        "the image it builds); set inference.image instead"
+        for key in ("repository", "tag")
+    ]
+    del example["inference"]["addon"]["configurationValues"]["image"]["repository"]
+    del example["inference"]["addon"]["configurationValues"]["image"]["tag"]
+    example["inference"]["image"] = {"repository": repository, "tag": "1.0"}
+    assert config.parse(example).image.repository == repository
