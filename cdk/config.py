@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Literal
 
+from cdk import aws_tags
 from igw.addon import addon_version, aws_addon, chart, configuration, pins
 from igw.config.documents import DocumentReadError, parse_text
 from igw.config.schema_validator import schema_validator
@@ -344,9 +345,136 @@ def _network_problems(doc: Mapping[str, Any]) -> list[str]:
     return problems
 
 
+ACM_DOMAIN_NAME_MAX: Final = 64
+"""ACM's limit on a certificate's domain name (its first name, the subject's common name)."""
+
+
+def _platform_problems(doc: Mapping[str, Any]) -> list[str]:
+    """HyperPod's health-monitoring agent (on by default) where AWS does not publish its image: the
+    platform stack needs the image's regional registry, and without one synthesis ended in a
+    ``ValueError`` traceback instead of this message."""
+    dependencies = doc.get("platform", {}).get("hyperpodDependencies", {})
+    region = doc["region"]
+    published = pins.HEALTH_MONITORING_AGENT_REGISTRIES
+    if dependencies.get("healthMonitoringAgent", True) and region not in published:
+        return [
+            f"platform.hyperpodDependencies.healthMonitoringAgent: HyperPod's health-monitoring agent is "
+            f"not published in {region} (it is in {', '.join(sorted(published))}); set it to false"
+        ]
+    return []
+
+
+def _endpoint_problems(doc: Mapping[str, Any]) -> list[str]:
+    """An endpoint name ACM cannot put in a certificate: ``recordName.zoneName`` over 64 characters
+    ended synthesis in a jsii traceback (``Domain name must be 64 characters or less``)."""
+    endpoint = doc["inference"].get("endpoint")
+    if endpoint is None:
+        return []
+    fqdn = f"{endpoint['recordName']}.{endpoint['zoneName']}"
+    if len(fqdn) > ACM_DOMAIN_NAME_MAX:
+        return [
+            f"inference.endpoint.recordName: {fqdn} is {len(fqdn)} characters, over the "
+            f"{ACM_DOMAIN_NAME_MAX} ACM allows in a certificate's domain name; use a shorter recordName or "
+            "zoneName"
+        ]
+    return []
+
+
+AWS_ADDON_GENERATED: Final = {
+    ("executionRoleArn",): "the execution role the app creates",
+    ("tlsCertificateS3Bucket",): "the TLS-certificate bucket the app creates",
+    ("hyperpodClusterArn",): "the HyperPod cluster's ARN (existingCluster.hyperpodClusterArn names an "
+    "existing one)",
+    ("inferenceGateway", "serviceAccount", "roleArn"): "the gateway controller's IRSA role the app creates",
+}
+"""AWS's add-on values the app fills in itself (:func:`igw.addon.aws_addon.values_for`), with what."""
+
+
+def _aws_addon_generated_problems(values: Mapping[str, Any]) -> list[str]:
+    """Values for AWS's add-on that the app replaces: a user's was accepted and silently overwritten
+    (their own execution role, bucket, or ``alb.enabled: true`` for the add-on's bundled Load Balancer
+    Controller, which the app switches off because the platform stack runs one)."""
+    found: list[str] = []
+    for path, what in AWS_ADDON_GENERATED.items():
+        node: Any = values
+        for key in path:
+            node = node.get(key) if isinstance(node, Mapping) else None
+        if node is not None:
+            found.append(
+                f"inference.addon.configurationValues.{'.'.join(path)}: set by the app to {what}; remove it"
+            )
+    alb = values.get("alb")
+    if isinstance(alb, Mapping) and alb.get("enabled") is True:
+        found.append(
+            "inference.addon.configurationValues.alb.enabled: the app sets it false (the platform stack "
+            "runs the AWS Load Balancer Controller, and two controllers would fight over the same load "
+            "balancers); remove it"
+        )
+    return found
+
+
+def _chart_generated_problems(doc: Mapping[str, Any], values: Mapping[str, Any]) -> list[str]:
+    """Chart values the app fills in itself (``cdk.constructs.igw_chart``): ``image.repository`` and
+    ``image.tag`` from ``inference.image`` (a user's won silently, while the app still built and pushed
+    its own image, or ignored ``inference.image``); in the chart's gateway mode also
+    ``gateway.config`` from ``inference.gatewayConfig`` and, with ``inference.endpoint``, the endpoint's
+    certificate in ``service.tls.certificateArn``. A user's ``gateway.config`` won silently (the gateway
+    served it, while the dashboard, the alarms and the applied object followed ``inference.gatewayConfig``),
+    and a user's certificate was silently replaced by the endpoint's."""
+    found: list[str] = []
+    image = values.get("image")
+    for key in ("repository", "tag"):
+        if isinstance(image, Mapping) and key in image:
+            # The chart ran it while the app still built and pushed its own image (or ignored
+            # inference.image).
+            found.append(
+                f"inference.addon.configurationValues.image.{key}: the app sets it from inference.image "
+                "(default: the image it builds); set inference.image instead"
+            )
+    if values.get("mode", "operator") != "gateway":
+        return found
+    gateway = values.get("gateway")
+    if isinstance(gateway, Mapping) and "config" in gateway:
+        found.append(
+            "inference.addon.configurationValues.gateway.config: the app serves inference.gatewayConfig "
+            "there; remove it and configure the gateway in inference.gatewayConfig"
+        )
+    service = values.get("service")
+    tls = service.get("tls") if isinstance(service, Mapping) else None
+    if "endpoint" in doc["inference"] and isinstance(tls, Mapping) and "certificateArn" in tls:
+        found.append(
+            "inference.addon.configurationValues.service.tls.certificateArn: the app puts "
+            "inference.endpoint's certificate there; remove it, or remove inference.endpoint"
+        )
+    return found
+
+
+IPV6_REASONS: Final = {
+    "cluster": "the stacks build an IPv4 VPC (no IPv6 block) and an IPv4 cluster",
+    "existingCluster": "an IPv6 cluster's pods have only IPv6 addresses",
+}
+"""Why ``ipv6`` is refused in each section that takes ``ipFamily``."""
+
+
+def _ip_family_problems(doc: Mapping[str, Any]) -> list[str]:
+    """An IPv6 cluster asked for, new or existing: refused before synthesis rather than deployed with a
+    gateway load balancer that never reaches its pods (its NLB is IPv4 with IP targets; IPv6 pods need
+    ``aws-load-balancer-ip-address-type: dualstack``, which nothing here sets)."""
+    return [
+        f"{section}.ipFamily: ipv6 is not supported: {why}, and the gateway's internal NLB is IPv4-only; "
+        'use ipv4 (docs/infrastructure.md, "IPv6")'
+        for section, why in IPV6_REASONS.items()
+        if (doc.get(section) or {}).get("ipFamily", "ipv4") == "ipv6"
+    ]
+
+
 def _semantic_problems(doc: Mapping[str, Any]) -> list[str]:
     """Rules beyond the schema; only called on a schema-valid document."""
     problems: list[str] = _network_problems(doc)
+    problems += aws_tags.problems(doc.get("tags", {}))
+    problems += _platform_problems(doc)
+    problems += _endpoint_problems(doc)
+    problems += _ip_family_problems(doc)
     cluster = doc.get("cluster", {})
     public = cluster.get("endpointAccess") == "publicAndPrivate"
     if public and not cluster.get("publicAccessCidrs"):
@@ -419,6 +547,7 @@ def _semantic_problems(doc: Mapping[str, Any]) -> list[str]:
             f"inference.addon.configurationValues.{p}"
             for p in aws_addon.problems(values, require_generated=False)
         ]
+        problems += _aws_addon_generated_problems(values)
         if existing is not None and "hyperpodClusterArn" not in existing:
             problems.append("existingCluster.hyperpodClusterArn: required by AWS's add-on (awsManaged)")
         if "endpoint" in doc["inference"]:
@@ -438,6 +567,7 @@ def _semantic_problems(doc: Mapping[str, Any]) -> list[str]:
                 f"remove it, or set mode: gateway"
                 for key in chart.gateway_mode_only_paths(values)
             ]
+        problems += _chart_generated_problems(doc, values)
         acm_arn = ((doc["inference"]["gatewayConfig"]["spec"].get("tls") or {}).get("acmArn")) or ""
         if "endpoint" in doc["inference"] and acm_arn:
             problems.append(
