@@ -264,6 +264,47 @@ async def test_a_line_is_skipped_and_counted_when_the_peer_has_too_much_unread()
         await peer.wait_closed()
 
 
+async def test_an_ejection_is_written_even_when_the_peer_has_too_much_unread() -> None:
+    """A flood of ordinary notes (or snapshots) leaves the peer more than MAX_NOTES_BACKLOG unread:
+    the next batch's prefix notes are skipped, as before, but the ejection made in the same interval
+    still goes out. Until session s41 it shared the batch's line and was skipped with it, so the peer
+    never learned the ejection (its note alone told it) and sent its own requests to the failing pod."""
+    sender, learner = (worker_runtime("a:1", "b:1", stale_threshold="60s") for _ in range(2))
+    share = PickShare(lambda: sender, time.monotonic, max_line=4096)
+    share.lines()  # attaches the outboxes
+    sr = sender.schedulers["s"]
+    now = time.monotonic()
+    for n in range(40):
+        sr.scheduler.pick(request(f"r{n}", prompt(n)), sr.pool.views(), now=now)
+    for _ in range(sr.scheduler.settings.outlier_detection.consecutive_failures):
+        sr.scheduler.on_connect_failed("a:1", now=now)
+    assert "a:1" in sr.scheduler.outliers.ejected
+    ours, theirs = socket.socketpair()
+    reader, peer = await asyncio.open_connection(sock=theirs, limit=1 << 20)
+    _, writer = await asyncio.open_connection(sock=ours)
+    try:
+        flood = b'{"t":"x","pad":"' + b"x" * 1000 + b'"}\n'
+        for _ in range(3 * MAX_NOTES_BACKLOG // len(flood)):
+            writer.write(flood)
+        assert writer.transport.get_write_buffer_size() > MAX_NOTES_BACKLOG
+        lines = share.lines()
+        assert len(lines) > 1
+        for line in lines:
+            share.write(writer, line, max_unsent=MAX_NOTES_BACKLOG)
+        assert 0 < share.lines_unsent < len(lines)  # the prefix notes skipped, not the ejection
+        writer.write_eof()
+        receiver = PickShare(lambda: learner, time.monotonic, max_line=4096, worker=1)
+        while line := await asyncio.wait_for(reader.readline(), timeout=10):
+            doc = orjson.loads(line)
+            if doc["t"] == "p":
+                receiver.learn(doc)
+        assert "a:1" in learner.schedulers["s"].scheduler.outliers.ejected, receiver.learned
+    finally:
+        writer.close()
+        peer.close()
+        await peer.wait_closed()
+
+
 def backlog(worker: Worker) -> BacklogTtftScorer:
     return next(
         ws.scorer
