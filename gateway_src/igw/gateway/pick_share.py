@@ -20,7 +20,9 @@ their own, marked :data:`URGENT`, which a peer's backlog never makes :meth:`Pick
 recent picks rather than from empty (older notes would be dropped as stale on arrival anyway).
 Then the ejections worker 0's outlier detection has in force, stamped with the time of the replay
 (:meth:`PickShare.ejection_lines`): an ejection outlives the stale threshold many times over, and
-worker 0 learns every follower's, so a late worker starts with the group's ejections.
+worker 0 learns every follower's, so a late worker starts with the group's ejections. Then, for the
+same reason, the adapter 404s still in memory and the newest stored responses' endpoints
+(:meth:`PickShare.memory_lines`, bounded by :data:`REPLAY_MEMORY_ROWS`).
 
 **Counters.** :class:`PickNoteCollector` exports what became of the notes as Prometheus counters
 (``igw_pick_notes_received_total{outcome}``, ``igw_pick_notes_dropped_total``,
@@ -43,6 +45,7 @@ from prometheus_client.registry import Collector
 from igw.gateway.runtime import GatewayRuntime
 from igw.scheduling.outliers import OUTLIER_NOTES
 from igw.scheduling.pick_notes import LearnCounts
+from igw.scheduling.scheduler import MODEL_MISSING_NOTES
 
 log = logging.getLogger("igw.gateway.pick_share")
 
@@ -55,6 +58,10 @@ REPLAY_LINES: Final = 256
 REPLAY_BYTES: Final = 1024 * 1024
 """Bytes of recent notes worker 0 keeps for a worker that (re)connects (half the backlog at which
 a peer's notes are skipped, so a replay never makes the next batch skip)."""
+REPLAY_MEMORY_ROWS: Final = 4096
+"""At most this many of the adapter 404s in memory, and this many of the stored responses' ids, are
+told to a worker that (re)connects (:meth:`PickShare.memory_lines`): the newest, a few hundred KB at
+most, so a replay stays within the backlog at which a peer's notes are skipped."""
 _TAIL: Final = b"]}\n"
 URGENT: Final = b'{"t":"p","e":1,'
 """How a line of ejections starts (:meth:`PickShare.lines`): :meth:`PickShare.write` never skips it,
@@ -111,8 +118,9 @@ class PickShare:
         return [line for at, line in self._recent if at >= oldest]
 
     def replay(self, writer: asyncio.StreamWriter) -> None:
-        """Write :meth:`recent`, then :meth:`ejection_lines`, to a peer that just connected."""
-        for line in (*self.recent(), *self.ejection_lines()):
+        """Write :meth:`recent`, then :meth:`ejection_lines` and :meth:`memory_lines`, to a peer that
+        just connected."""
+        for line in (*self.recent(), *self.ejection_lines(), *self.memory_lines()):
             writer.write(line)
             self.lines_replayed += 1
 
@@ -135,6 +143,38 @@ class PickShare:
             return []
         encoded, _ = self._encode_rows(rows)
         return self._pack(encoded, self._urgent_head)
+
+    def memory_lines(self) -> list[bytes]:
+        """What this worker remembers past the stale threshold besides ejections, as notes stamped
+        now: the adapter 404s still in memory (``@model-missing``, 60 s) and the endpoints of the most
+        recently used stored responses (``@response-affinity``), at most :data:`REPLAY_MEMORY_ROWS`
+        of each, the newest.
+
+        Why: like an ejection, each outlives its note's stale threshold, so a worker that started
+        or reconnected later knew none of them. It sent an adapter request to the pod that had just
+        answered 404 for it, and a continuation (``previous_response_id``) of an earlier response to
+        any pod, searching every pod for it (one 404 per pod asked) (session s41)."""
+        now = self._clock()
+        schedulers = self._runtime().schedulers
+        newest = sorted(
+            (at, name, key, model)
+            for name, sr in schedulers.items()
+            for key, model, at in sr.scheduler.models_missing(now)
+        )[-REPLAY_MEMORY_ROWS:]
+        rows: list[list[object]] = [
+            [name, now, MODEL_MISSING_NOTES, key, [model, at]] for at, name, key, model in newest
+        ]
+        left = REPLAY_MEMORY_ROWS
+        for name, sr in schedulers.items():
+            if left <= 0:
+                break
+            stored = sr.scheduler.responses.most_recent(left)
+            left -= len(stored)
+            rows += [[name, now, sr.scheduler.responses.name, key, [rid]] for rid, key in stored]
+        if not rows:
+            return []
+        encoded, _ = self._encode_rows(rows)
+        return self._pack(encoded, self._head)
 
     async def due(self, interval: float, idle_s: float) -> None:
         """Return when the next :meth:`lines` is due.
