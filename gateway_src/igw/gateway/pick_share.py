@@ -173,6 +173,12 @@ class PickShare:
             rows += [[name, now, sr.scheduler.responses.name, key, [rid]] for rid, key in stored]
         if not rows:
             return []
+        # One call when it fits a line (4,096 response ids: about 420 KB), as lines() does: row by
+        # row took 17-55 ms of worker 0's loop per connecting worker on this busy 2-core machine,
+        # one call 5-8 ms (70,000 ids remembered, session s41).
+        line = orjson.dumps({"t": KIND, "w": self._worker, "p": rows}) + b"\n"
+        if len(line) <= self._max_line:
+            return [line]
         encoded, _ = self._encode_rows(rows)
         return self._pack(encoded, self._head)
 
