@@ -22,7 +22,13 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from igw.gateway.endpoints import DiscoveredEndpoint
-from igw.gateway.pick_share import REPLAY_BYTES, REPLAY_LINES, PickNoteCollector, PickShare
+from igw.gateway.pick_share import (
+    REPLAY_BYTES,
+    REPLAY_LINES,
+    REPLAY_MEMORY_ROWS,
+    PickNoteCollector,
+    PickShare,
+)
 from igw.gateway.scrape_share import MAX_NOTES_BACKLOG, LeadingScraper, ScrapeFollower
 from igw.scheduling.pick_notes import LearnCounts
 from igw.scheduling.plugins.backlog_ttft_scorer import BacklogTtftScorer
@@ -264,6 +270,47 @@ async def test_a_line_is_skipped_and_counted_when_the_peer_has_too_much_unread()
         await peer.wait_closed()
 
 
+async def test_an_ejection_is_written_even_when_the_peer_has_too_much_unread() -> None:
+    """A flood of ordinary notes (or snapshots) leaves the peer more than MAX_NOTES_BACKLOG unread:
+    the next batch's prefix notes are skipped, as before, but the ejection made in the same interval
+    still goes out. Until session s41 it shared the batch's line and was skipped with it, so the peer
+    never learned the ejection (its note alone told it) and sent its own requests to the failing pod."""
+    sender, learner = (worker_runtime("a:1", "b:1", stale_threshold="60s") for _ in range(2))
+    share = PickShare(lambda: sender, time.monotonic, max_line=4096)
+    share.lines()  # attaches the outboxes
+    sr = sender.schedulers["s"]
+    now = time.monotonic()
+    for n in range(40):
+        sr.scheduler.pick(request(f"r{n}", prompt(n)), sr.pool.views(), now=now)
+    for _ in range(sr.scheduler.settings.outlier_detection.consecutive_failures):
+        sr.scheduler.on_connect_failed("a:1", now=now)
+    assert "a:1" in sr.scheduler.outliers.ejected
+    ours, theirs = socket.socketpair()
+    reader, peer = await asyncio.open_connection(sock=theirs, limit=1 << 20)
+    _, writer = await asyncio.open_connection(sock=ours)
+    try:
+        flood = b'{"t":"x","pad":"' + b"x" * 1000 + b'"}\n'
+        for _ in range(3 * MAX_NOTES_BACKLOG // len(flood)):
+            writer.write(flood)
+        assert writer.transport.get_write_buffer_size() > MAX_NOTES_BACKLOG
+        lines = share.lines()
+        assert len(lines) > 1
+        for line in lines:
+            share.write(writer, line, max_unsent=MAX_NOTES_BACKLOG)
+        assert 0 < share.lines_unsent < len(lines)  # the prefix notes skipped, not the ejection
+        writer.write_eof()
+        receiver = PickShare(lambda: learner, time.monotonic, max_line=4096, worker=1)
+        while line := await asyncio.wait_for(reader.readline(), timeout=10):
+            doc = orjson.loads(line)
+            if doc["t"] == "p":
+                receiver.learn(doc)
+        assert "a:1" in learner.schedulers["s"].scheduler.outliers.ejected, receiver.learned
+    finally:
+        writer.close()
+        peer.close()
+        await peer.wait_closed()
+
+
 def backlog(worker: Worker) -> BacklogTtftScorer:
     return next(
         ws.scorer
@@ -359,6 +406,76 @@ async def test_a_worker_that_joins_late_learns_the_ejections_still_in_force(
     assert outliers.ejected[failing] == pytest.approx(ejected_at + 30.0)
     decisions = {pick(follower, request(f"r{i}", prompt(i))).endpoint for i in range(20)}
     assert failing not in decisions
+
+
+async def test_a_worker_that_joins_late_learns_the_adapter_404s_and_stored_responses_in_memory(
+    tmp_path: Path,
+) -> None:
+    """A 404 for an adapter ten seconds before a worker joined (remembered for 60 s) and a response
+    stored then (remembered until evicted): their notes are long past the stale threshold, yet the
+    joining worker leaves the pod out for that adapter and sends the continuation to the pod that
+    stores it, as worker 0 does. Until session s41 it knew neither: the adapter request could go to
+    the pod that had just answered 404, and the continuation was searched for on every pod."""
+    weights = {**WEIGHTS, "loraAffinity": 1}
+    async with running(FakeModelServer("a"), FakeModelServer("b")) as pods:
+        lacks, stores = (p.key for p in pods)
+        leader, follower = (
+            Worker(
+                i,
+                tmp_path,
+                count=2,
+                runtime=worker_runtime(lacks, stores, stale_threshold="5s", weights=weights),
+            )
+            for i in range(2)
+        )
+        await leader.start()
+        try:
+            await wait_for(partial(scraped, leader), what="the leader's first scrape")
+            sr = leader.scheduler
+            sr.scheduler.share_picks()  # as the leader's first drain does
+            then = time.monotonic() - 10.0
+            sr.scheduler.on_model_missing(lacks, "chat", now=then)
+            sr.scheduler.remember_response("resp_early", stores, now=then)
+            await follower.start()
+            await wait_for(partial(scraped, follower), what="the follower's first snapshot")
+            learned = follower.scheduler.scheduler
+            await wait_for(
+                lambda: learned.responses.endpoint_of("resp_early") is not None, within=5, what="the replay"
+            )
+            assert learned.responses.endpoint_of("resp_early") == stores
+            [(key, model, at)] = learned.models_missing(time.monotonic())
+            assert (key, model) == (lacks, "chat")
+            assert at == pytest.approx(then)
+            adapter = replace(request("lora", prompt(1)), model="chat", adapter="chat")
+            for n in range(10):
+                assert pick(follower, replace(adapter, request_id=f"lora-{n}")).endpoint == stores
+            follow_up = replace(request("turn-2", prompt(2)), previous_response_id="resp_early")
+            assert pick(follower, follow_up).endpoint == stores
+        finally:
+            await follower.close()
+            await leader.close()
+
+
+def test_the_memory_told_to_a_late_worker_is_bounded_to_the_newest() -> None:
+    """More stored responses than REPLAY_MEMORY_ROWS: the newest that many are told, in the order a
+    learner's LRU rebuilds them, packed into lines within the channel limit, and learned."""
+    sender, learner = (worker_runtime("a:1", "b:1", stale_threshold="5s") for _ in range(2))
+    share = PickShare(lambda: sender, time.monotonic, max_line=64 * 1024)
+    responses = sender.schedulers["s"].scheduler.responses
+    for n in range(REPLAY_MEMORY_ROWS + 100):
+        responses.remember(f"resp_{n}", "ab"[n % 2] + ":1")
+    lines = share.memory_lines()
+    assert all(len(line) <= 64 * 1024 for line in lines)
+    rows = [row for line in lines for row in orjson.loads(line)["p"]]
+    assert len(rows) == REPLAY_MEMORY_ROWS
+    assert [row[4][0] for row in rows[:1] + rows[-1:]] == ["resp_100", f"resp_{REPLAY_MEMORY_ROWS + 99}"]
+    receiver = PickShare(lambda: learner, time.monotonic, max_line=64 * 1024, worker=1)
+    for line in lines:
+        receiver.learn(orjson.loads(line))
+    learned = learner.schedulers["s"].scheduler.responses
+    assert len(learned) == REPLAY_MEMORY_ROWS
+    assert learned.endpoint_of("resp_101") == "b:1"
+    assert learned.endpoint_of("resp_99") is None
 
 
 def test_a_worker_does_not_learn_its_own_notes_again() -> None:

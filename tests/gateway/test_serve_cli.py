@@ -12,7 +12,8 @@ import aiohttp
 import pytest
 import yaml
 
-from igw.cli.main import main
+from igw.cli.main import build_parser, main
+from igw.gateway.worker_count import MAX_WORKERS
 from tests.gateway.fake_model_server import FakeModelServer, running
 from tests.gateway.support import config_doc, scheduler, serving_url
 
@@ -109,3 +110,25 @@ def test_options_it_would_ignore_or_cannot_use_are_refused_at_start(
     (tmp_path / "e.yaml").write_text("schedulers: {}\n")
     assert main(["serve", "--config", "c.yaml", "--port", "0", *extra]) == 2
     assert f"igw serve: {message}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "flag"),
+    [
+        (["serve", "--config", "c.yaml", "--endpoints", "e.yaml"], "--workers"),
+        (["operator"], "--gateway-workers"),
+    ],
+)
+def test_a_worker_count_above_the_maximum_is_refused_naming_the_flag(
+    capsys: pytest.CaptureFixture[str], argv: list[str], flag: str
+) -> None:
+    """``auto`` stops at MAX_WORKERS (64, the chart's bound too); a number given was taken whatever its
+    size, so ``--workers 65`` (or a typo of 1000) started that many processes. The bound is the same."""
+    parser = build_parser()
+    accepted = parser.parse_args([*argv, flag, str(MAX_WORKERS)])
+    assert getattr(accepted, flag.lstrip("-").replace("-", "_")) == MAX_WORKERS
+    with pytest.raises(SystemExit) as refused:
+        parser.parse_args([*argv, flag, str(MAX_WORKERS + 1)])
+    assert refused.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument {flag}: expected a whole number from 1 to {MAX_WORKERS} or 'auto', got '65'" in err

@@ -30,6 +30,8 @@ from pathlib import Path
 from typing import Final, Generic, TypeVar
 from urllib.parse import urlsplit
 
+from igw.gateway.worker_count import MAX_WORKERS
+
 Number = TypeVar("Number", int, float)
 
 
@@ -176,8 +178,11 @@ FINITE: Final = NumberRange(float)
 """A finite number whose range the command itself checks against its one source of truth."""
 FRACTION: Final = NumberRange(float, 0.0, 1.0)
 """A share from 0 to 1."""
-WORKER_COUNT: Final = NumberOrWord(COUNT, "auto")
-"""``--workers``: how many, or ``auto`` (see :mod:`igw.gateway.worker_count`)."""
+WORKER_COUNT: Final = NumberOrWord(NumberRange(int, 1, MAX_WORKERS), "auto")
+"""``--workers``: how many, at most :data:`~igw.gateway.worker_count.MAX_WORKERS`, or ``auto`` (see
+:mod:`igw.gateway.worker_count`). The same bound as ``auto`` and the chart's ``gateway.workers``:
+until session s41 any count was taken, so ``--workers 65`` (which the add-on schema refuses) or a
+typo such as ``--workers 1000`` started that many processes."""
 COUNTS: Final = NumberList(COUNT)
 """Comma-separated counts (fleet sizes, worker counts), each at least one."""
 SEEDS: Final = NumberList(SEED, distinct=True)

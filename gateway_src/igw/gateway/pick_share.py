@@ -11,7 +11,8 @@ sleeps until its first note (:meth:`PickShare.due`).
 A batch is one or more channel lines ``{"t": "p", "w": worker, "p": [[scheduler, at, plugin,
 endpoint, note], ...]}``, each at most ``max_line`` bytes (the channel reader's limit), so a busy
 interval is split rather than breaking the channel. Nothing here runs on the request path:
-gathering drains the outboxes, learning runs in the channel's reader.
+gathering drains the outboxes, learning runs in the channel's reader. Ejections go in lines of
+their own, marked :data:`URGENT`, which a peer's backlog never makes :meth:`PickShare.write` skip.
 
 **Late joiners.** Worker 0 keeps the lines it sent or relayed in the last stale threshold (at most
 :data:`REPLAY_LINES` lines and :data:`REPLAY_BYTES` bytes) and replays them to a worker that
@@ -19,7 +20,9 @@ gathering drains the outboxes, learning runs in the channel's reader.
 recent picks rather than from empty (older notes would be dropped as stale on arrival anyway).
 Then the ejections worker 0's outlier detection has in force, stamped with the time of the replay
 (:meth:`PickShare.ejection_lines`): an ejection outlives the stale threshold many times over, and
-worker 0 learns every follower's, so a late worker starts with the group's ejections.
+worker 0 learns every follower's, so a late worker starts with the group's ejections. Then, for the
+same reason, the adapter 404s still in memory and the newest stored responses' endpoints
+(:meth:`PickShare.memory_lines`, bounded by :data:`REPLAY_MEMORY_ROWS`).
 
 **Counters.** :class:`PickNoteCollector` exports what became of the notes as Prometheus counters
 (``igw_pick_notes_received_total{outcome}``, ``igw_pick_notes_dropped_total``,
@@ -42,6 +45,7 @@ from prometheus_client.registry import Collector
 from igw.gateway.runtime import GatewayRuntime
 from igw.scheduling.outliers import OUTLIER_NOTES
 from igw.scheduling.pick_notes import LearnCounts
+from igw.scheduling.scheduler import MODEL_MISSING_NOTES
 
 log = logging.getLogger("igw.gateway.pick_share")
 
@@ -54,7 +58,14 @@ REPLAY_LINES: Final = 256
 REPLAY_BYTES: Final = 1024 * 1024
 """Bytes of recent notes worker 0 keeps for a worker that (re)connects (half the backlog at which
 a peer's notes are skipped, so a replay never makes the next batch skip)."""
+REPLAY_MEMORY_ROWS: Final = 4096
+"""At most this many of the adapter 404s in memory, and this many of the stored responses' ids, are
+told to a worker that (re)connects (:meth:`PickShare.memory_lines`): the newest, a few hundred KB at
+most, so a replay stays within the backlog at which a peer's notes are skipped."""
 _TAIL: Final = b"]}\n"
+URGENT: Final = b'{"t":"p","e":1,'
+"""How a line of ejections starts (:meth:`PickShare.lines`): :meth:`PickShare.write` never skips it,
+and worker 0 relays a follower's such line with its bytes, so the mark travels with it."""
 
 
 class PickShare:
@@ -70,6 +81,7 @@ class PickShare:
     ) -> None:
         self._worker = worker
         self._head = b'{"t":"p","w":%d,"p":[' % worker
+        self._urgent_head = URGENT + b'"w":%d,"p":[' % worker
         """Each line names the worker whose picks it carries: a replay to a worker that reconnected
         may hold its own earlier notes, which it must not learn twice (a backlog would double)."""
         self._runtime = runtime
@@ -106,8 +118,9 @@ class PickShare:
         return [line for at, line in self._recent if at >= oldest]
 
     def replay(self, writer: asyncio.StreamWriter) -> None:
-        """Write :meth:`recent`, then :meth:`ejection_lines`, to a peer that just connected."""
-        for line in (*self.recent(), *self.ejection_lines()):
+        """Write :meth:`recent`, then :meth:`ejection_lines` and :meth:`memory_lines`, to a peer that
+        just connected."""
+        for line in (*self.recent(), *self.ejection_lines(), *self.memory_lines()):
             writer.write(line)
             self.lines_replayed += 1
 
@@ -129,7 +142,45 @@ class PickShare:
         if not rows:
             return []
         encoded, _ = self._encode_rows(rows)
-        return self._pack(encoded)
+        return self._pack(encoded, self._urgent_head)
+
+    def memory_lines(self) -> list[bytes]:
+        """What this worker remembers past the stale threshold besides ejections, as notes stamped
+        now: the adapter 404s still in memory (``@model-missing``, 60 s) and the endpoints of the most
+        recently used stored responses (``@response-affinity``), at most :data:`REPLAY_MEMORY_ROWS`
+        of each, the newest.
+
+        Why: like an ejection, each outlives its note's stale threshold, so a worker that started
+        or reconnected later knew none of them. It sent an adapter request to the pod that had just
+        answered 404 for it, and a continuation (``previous_response_id``) of an earlier response to
+        any pod, searching every pod for it (one 404 per pod asked) (session s41)."""
+        now = self._clock()
+        schedulers = self._runtime().schedulers
+        newest = sorted(
+            (at, name, key, model)
+            for name, sr in schedulers.items()
+            for key, model, at in sr.scheduler.models_missing(now)
+        )[-REPLAY_MEMORY_ROWS:]
+        rows: list[list[object]] = [
+            [name, now, MODEL_MISSING_NOTES, key, [model, at]] for at, name, key, model in newest
+        ]
+        left = REPLAY_MEMORY_ROWS
+        for name, sr in schedulers.items():
+            if left <= 0:
+                break
+            stored = sr.scheduler.responses.most_recent(left)
+            left -= len(stored)
+            rows += [[name, now, sr.scheduler.responses.name, key, [rid]] for rid, key in stored]
+        if not rows:
+            return []
+        # One call when it fits a line (4,096 response ids: about 420 KB), as lines() does: row by
+        # row took 17-55 ms of worker 0's loop per connecting worker on this busy 2-core machine,
+        # one call 5-8 ms (70,000 ids remembered, session s41).
+        line = orjson.dumps({"t": KIND, "w": self._worker, "p": rows}) + b"\n"
+        if len(line) <= self._max_line:
+            return [line]
+        encoded, _ = self._encode_rows(rows)
+        return self._pack(encoded, self._head)
 
     async def due(self, interval: float, idle_s: float) -> None:
         """Return when the next :meth:`lines` is due.
@@ -179,17 +230,26 @@ class PickShare:
             rows += [[name, at, plugin, endpoint, note] for at, plugin, endpoint, note in notes]
         lines: list[bytes] = []
         self._found_notes = bool(rows) or dropped > 0
+        ejections = [row for row in rows if row[2] == OUTLIER_NOTES]
+        if ejections:
+            # Lines of their own, which write() never skips: an ejection shared a line with the
+            # interval's pick notes and, when the peer had too much unread, was skipped with them,
+            # and the peer never learned it (its note is the only telling; session s41).
+            rows = [row for row in rows if row[2] != OUTLIER_NOTES]
+            encoded, unsent = self._encode_rows(ejections)
+            dropped += unsent
+            lines = self._pack(encoded, self._urgent_head)
         if rows:
             try:
                 line = orjson.dumps({"t": KIND, "w": self._worker, "p": rows}) + b"\n"
             except TypeError:
                 line = b""  # a third-party plugin's note that is not JSON: found row by row below
             if line and len(line) <= self._max_line:
-                lines = [line]
+                lines.append(line)
             else:
                 encoded, unsent = self._encode_rows(rows)
                 dropped += unsent
-                lines = self._pack(encoded)
+                lines += self._pack(encoded, self._head)
         if dropped:
             self.dropped += dropped
             now = self._clock()
@@ -209,30 +269,35 @@ class PickShare:
             except TypeError:
                 dropped += 1
                 continue
-            if len(data) + len(self._head) + len(_TAIL) > self._max_line:
+            if len(data) + len(self._urgent_head) + len(_TAIL) > self._max_line:
                 dropped += 1
                 continue
             encoded.append(data)
         return encoded, dropped
 
-    def _pack(self, rows: list[bytes]) -> list[bytes]:
+    def _pack(self, rows: list[bytes], head: bytes) -> list[bytes]:
         lines: list[bytes] = []
         batch: list[bytes] = []
-        size = len(self._head) + len(_TAIL)
+        size = len(head) + len(_TAIL)
         for row in rows:
             if batch and size + len(row) + 1 > self._max_line:
-                lines.append(self._head + b",".join(batch) + _TAIL)
-                batch, size = [], len(self._head) + len(_TAIL)
+                lines.append(head + b",".join(batch) + _TAIL)
+                batch, size = [], len(head) + len(_TAIL)
             batch.append(row)
             size += len(row) + 1
         if batch:
-            lines.append(self._head + b",".join(batch) + _TAIL)
+            lines.append(head + b",".join(batch) + _TAIL)
         return lines
 
     def write(self, writer: asyncio.StreamWriter, line: bytes, *, max_unsent: int) -> None:
         """Write a line of notes to a peer unless it already has ``max_unsent`` bytes unread (then
-        the line is skipped and counted: the request path and the channel never wait for notes)."""
-        if writer.transport.get_write_buffer_size() > max_unsent:
+        the line is skipped and counted: the request path and the channel never wait for notes).
+
+        A line of ejections (:data:`URGENT`) is always written: ejections are few (one per failing
+        pod per ejection time), each is told once, and a peer that missed one sent requests to the
+        failing pod until its own failures there ejected it again. A peer that stops reading is
+        disconnected by the snapshots' bound (:mod:`igw.gateway.scrape_share`), not by these."""
+        if writer.transport.get_write_buffer_size() > max_unsent and not line.startswith(URGENT):
             self.lines_unsent += 1
         else:
             writer.write(line)

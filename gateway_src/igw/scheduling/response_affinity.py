@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Iterable
+from itertools import islice
 from typing import Final
 
 from igw.scheduling.cycle import CycleContext
@@ -60,6 +61,12 @@ class ResponseAffinity:
         where.move_to_end(response_id)
         if len(where) > self.capacity:
             where.popitem(last=False)
+
+    def most_recent(self, limit: int) -> list[tuple[str, EndpointKey]]:
+        """The ``limit`` most recently used ``(response id, endpoint)`` pairs, least recent first (the
+        order :meth:`remember` rebuilds them in): what a worker that joins late is told."""
+        where = self._where
+        return list(islice(reversed(where.items()), limit))[::-1]
 
     def endpoint_of(self, response_id: str) -> EndpointKey | None:
         """The endpoint that stored ``response_id`` (``None``: not known here); a continuation keeps

@@ -742,6 +742,18 @@ class Scheduler:
         if self._model_missing_notes is not None and self.pick_notes is not None:
             self.pick_notes.add(now, self._model_missing_notes.name, key, [model, now])
 
+    def models_missing(self, now: float) -> list[tuple[EndpointKey, str, float]]:
+        """Every 404 for an adapter a plugin still remembers at ``now`` (``missing_in_force``), as
+        ``(endpoint, adapter, when it was answered)``, the latest per pair: the memory a worker of a
+        group that joins late is told (:mod:`igw.gateway.pick_share`)."""
+        latest: dict[tuple[EndpointKey, str], float] = {}
+        for plugin in self._model_missing:
+            in_force = getattr(plugin, "missing_in_force", None)
+            if callable(in_force):
+                for key, model, at in in_force(now):
+                    latest[(key, model)] = max(at, latest.get((key, model), at))
+        return sorted((key, model, at) for (key, model), at in latest.items())
+
     def _tell_model_missing(self, key: EndpointKey, model: str, *, now: float) -> None:
         for plugin in self._model_missing:
             plugin.on_model_missing(key, model, now=now)  # type: ignore[attr-defined]

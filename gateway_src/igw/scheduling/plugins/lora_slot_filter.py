@@ -176,6 +176,16 @@ class LoraSlotFilter(PluginHooks):
     def on_model_missing(self, endpoint: EndpointKey, model: str, *, now: float) -> None:
         self._missing[(endpoint, model)] = now + MISSING_MEMORY_S
 
+    def missing_in_force(self, now: float) -> list[tuple[EndpointKey, str, float]]:
+        """Every 404 still remembered at ``now``, as ``(endpoint, adapter, when it was answered)``:
+        what a worker of ``igw serve --workers`` that joins late is told (the 404's own note is
+        older than the stale threshold after a second, while the memory lasts a minute)."""
+        return sorted(
+            (key, model, until - MISSING_MEMORY_S)
+            for (key, model), until in self._missing.items()
+            if until > now
+        )
+
     def _without_missing(
         self, adapter: str, endpoints: Sequence[EndpointView], now: float
     ) -> Sequence[EndpointView]:
