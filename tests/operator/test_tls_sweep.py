@@ -34,6 +34,8 @@ from igw.operator.tls_sweep import OrphanSweep
 from tests.fakes.kube_api import FakeKubeApiServer
 from tests.operator.harness import InUseOnce, find, running_operator, tls_igwc, wait_for, write_tls_secret
 
+pytestmark = pytest.mark.usefixtures("cert_manager")
+
 REGION = "us-east-1"
 IGWC = {"api_version": "inference.sagemaker.aws.amazon.com/v1alpha1", "kind": "InferenceGatewayConfig"}
 
