@@ -497,9 +497,22 @@ class FakeKubeApiServer:
             wakeup.set()
 
     def _register_crd(self, crd: Mapping[str, Any]) -> None:
+        """Serve the CRD's kind at each version it marks ``served`` (and at no other: a version marked
+        ``served: false``, or dropped by an update, answers 404 as on a cluster; the fake served every
+        version listed, so a client still on an unserved version passed here)."""
         spec = crd.get("spec") or {}
         names = spec.get("names") or {}
-        for version in spec.get("versions") or []:
+        group, plural = str(spec.get("group", "")), str(names.get("plural"))
+        served = [v for v in spec.get("versions") or [] if v.get("served", True) is not False]
+        served_keys = {(group, str(v.get("name")), plural) for v in served}
+        self.store.unregister_kinds(
+            [
+                key
+                for key in self.store.kinds
+                if key[0] == group and key[2] == plural and key not in served_keys
+            ]
+        )
+        for version in served:
             self.store.register_kind(
                 ResourceKind(
                     group=str(spec.get("group", "")),

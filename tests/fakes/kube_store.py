@@ -276,6 +276,12 @@ class KubeStore:
         with self._lock:
             self.kinds[kind.key] = kind
 
+    def unregister_kinds(self, keys: Sequence[tuple[str, str, str]]) -> None:
+        """Stop serving these resources (a CRD version no longer served); their objects stay stored."""
+        with self._lock:
+            for key in keys:
+                self.kinds.pop(key, None)
+
     def kind_for(self, *, api_version: str, kind: str) -> ResourceKind:
         group, _, version = api_version.rpartition("/")
         for candidate in self.kinds.values():

@@ -3,6 +3,7 @@ writes, deletion propagation and the garbage collector, CRD-served kinds, OpenAP
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import shutil
@@ -19,6 +20,7 @@ import yaml
 
 from igw.config.crd import CRD_PATH
 from tests.fakes.kube_api import FakeKubeApiServer, make_pod, running_fake_kube
+from tests.fakes.kube_crds import ingress_class_params_crd
 from tests.operator.harness import (
     ROOT,
     OperatorThread,
@@ -545,3 +547,21 @@ def test_a_built_in_kind_s_status_is_written_through_its_status_subresource_only
     assert _request(kube, "POST", "/api/v1/namespaces/default/pods", pod)["status"] == {"phase": "Pending"}
     kube.add(_config_map("a"))
     assert _status_of(kube, "/api/v1/namespaces/default/configmaps/a/status") == 404
+
+
+def test_a_crd_version_not_served_answers_404(kube: FakeKubeApiServer) -> None:
+    """A CRD version marked ``served: false`` is not served (404), and one an update stops serving is
+    served no more; the fake served every version the CRD listed."""
+    crd = ingress_class_params_crd()
+    old = {**copy.deepcopy(crd["spec"]["versions"][0]), "name": "v1alpha1", "storage": False, "served": False}
+    crd["spec"]["versions"].append(old)
+    created = kube.add(crd)
+    v1alpha1, v1beta1 = (f"/apis/elbv2.k8s.aws/{v}/ingressclassparams" for v in ("v1alpha1", "v1beta1"))
+    assert (_status_of(kube, v1alpha1), _status_of(kube, v1beta1)) == (404, 200)
+    created["spec"]["versions"][1]["served"] = True
+    path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{created['metadata']['name']}"
+    created = _request(kube, "PUT", path, created)
+    assert (_status_of(kube, v1alpha1), _status_of(kube, v1beta1)) == (200, 200)
+    created["spec"]["versions"][1]["served"] = False
+    _request(kube, "PUT", path, created)
+    assert (_status_of(kube, v1alpha1), _status_of(kube, v1beta1)) == (404, 200)
