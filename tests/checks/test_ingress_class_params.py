@@ -135,6 +135,7 @@ def test_a_certificate_in_the_params_gives_the_default_listener_https() -> None:
 def _live_scan(tmp_path: Path, *, forbid: str | None = None) -> dict[str, Any]:
     with running_fake_kube() as kube:
         kube.add_all(d for d in crds_first(secure_docs()) if d["kind"] != "Namespace")
+        kube.install_load_balancer_controller()
         kube.add_all([_class(), WEAKENING])
         if forbid:
             kube.forbid(forbid)
@@ -201,6 +202,7 @@ def test_the_namespace_name_label_is_selectable_and_an_unknown_namespace_counts_
 def test_a_live_cluster_reads_the_namespace_labels(tmp_path: Path) -> None:
     with running_fake_kube() as kube:
         kube.add_all(d for d in crds_first(secure_docs()) if d["kind"] != "Namespace")
+        kube.install_load_balancer_controller()
         params = _selecting({"matchLabels": {"team": "web"}})
         kube.add_all([_namespace("ml", team="research"), _class(), params])
         config = kube.write_kubeconfig(tmp_path / "kubeconfig")

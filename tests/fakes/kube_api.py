@@ -6,20 +6,29 @@ and point the REAL ``kubernetes`` client at it over HTTP. It serves:
 * core/v1 pods, services, configmaps, secrets, serviceaccounts, namespaces, nodes; apps/v1
   deployments, statefulsets (a Deployment's ``spec.replicas`` defaulted to 1, as the API server
   does); policy/v1 poddisruptionbudgets; autoscaling/v2 horizontalpodautoscalers;
-  networking.k8s.io/v1 networkpolicies, ingresses; apiextensions.k8s.io/v1 customresourcedefinitions;
-  ``cert-manager.io/v1`` certificates. A custom kind, ``inference.sagemaker.aws.amazon.com/v1alpha1``
-  inferencegatewayconfigs included, is served only once its CRD is created (404 before, as on a
-  cluster; then the CRD gets its ``NamesAccepted``/``Established`` conditions in a MODIFIED event, as
-  the apiextensions controllers write them) and no more once the CRD is deleted (its objects deleted
-  with it); :meth:`FakeKubeApiServer.register_kind` registers one without a CRD. A CRD itself is
-  validated as apiextensions-apiserver validates it (names, versions, structural schema, defaults,
-  CEL rules that do not compile...) and a malformed one is refused whole with 422 ``Invalid``,
-  nothing registered (:mod:`tests.fakes.kube_crd_validation`, where what is not modelled is listed).
+  networking.k8s.io/v1 networkpolicies, ingresses; apiextensions.k8s.io/v1 customresourcedefinitions.
+  A custom kind, ``inference.sagemaker.aws.amazon.com/v1alpha1`` inferencegatewayconfigs and the
+  add-ons' ``cert-manager.io/v1`` certificates and ``elbv2.k8s.aws/v1beta1`` ingressclassparams
+  included (:meth:`FakeKubeApiServer.install_cert_manager`,
+  :meth:`FakeKubeApiServer.install_load_balancer_controller`), is served only once its CRD is
+  created (404 before, as on a cluster; then the CRD gets its ``NamesAccepted``/``Established``
+  conditions in a MODIFIED event, as the apiextensions controllers write them) and no more once
+  the CRD is deleted (its objects deleted with it); :meth:`FakeKubeApiServer.register_kind`
+  registers one without a CRD. A CRD itself is validated as apiextensions-apiserver validates it
+  (names, versions, structural schema, defaults, CEL rules that do not compile...) and a malformed
+  one is refused whole with 422 ``Invalid``, nothing registered (:mod:`tests.fakes.kube_crd_validation`,
+  where what is not modelled is listed).
 * list (namespaced and all-namespaces) honouring ``labelSelector`` (equality, set-based, existence),
   ``fieldSelector`` (``path=value``/``!=`` on dotted paths) and ``limit``/``continue`` paging; get;
   create (POST); replace (PUT); patch (merge, strategic-merge treated as merge, JSON patch, apply
-  treated as merge-or-create), a write that changes nothing storing nothing (same resourceVersion, no
-  watch event: ``kubectl patch`` prints ``(no change)``); delete; ``/status`` subresources;
+  treated as merge-or-create: ``fieldManager`` required, but no ``managedFields``, no conflicts
+  between managers and no removal of fields a manager stops applying), the object the update
+  carries checked against the URL's name and namespace (400), a write that changes nothing
+  storing nothing (same resourceVersion, no watch event: ``kubectl patch`` prints ``(no change)``);
+  delete; ``/status`` subresources (of the built-in kinds that have a status, and of CRDs declaring
+  one: a create over HTTP starts without the status sent, an update of the object keeps the stored
+  one - :data:`tests.fakes.kube_store.BUILTIN_KINDS`); JSON patch operations refused (422) below a
+  missing parent;
   ``/scale`` of Deployments and StatefulSets (what ``kubectl scale`` and an HPA write the count
   through); ``/version/``.
 * custom resources admitted as apiextensions admits them, on every create, replace, patch and
@@ -111,6 +120,7 @@ from typing import Any
 import yaml
 from aiohttp import ClientConnectionError, web
 
+from tests.fakes.kube_crds import cert_manager_crds, ingress_class_params_crd
 from tests.fakes.kube_discovery import (
     SCALABLE,
     group_document,
@@ -123,6 +133,7 @@ from tests.fakes.kube_field_errors import FieldError, invalid_details, invalid_m
 from tests.fakes.kube_openapi import openapi_group_version, openapi_root
 from tests.fakes.kube_owner_refs import owner_reference_refusal
 from tests.fakes.kube_rbac import Rbac
+from tests.fakes.kube_request_info import RequestAttributes, request_attributes
 from tests.fakes.kube_selectors import SelectorError, parse_field_selector, parse_label_selector
 from tests.fakes.kube_store import (
     BUILTIN_KINDS,
@@ -195,6 +206,20 @@ def _field_validation(query: Mapping[str, str]) -> str:
             f"fieldValidation must be one of {', '.join(FIELD_VALIDATION_DIRECTIVES)}, got {directive!r}",
         )
     return directive
+
+
+def _int_param(query: Mapping[str, str], name: str, default: int) -> int:
+    """The integer query parameter ``name`` (``default`` when absent or empty). One that is not an
+    integer is refused 400 ``BadRequest`` before anything is served, as the API server refuses
+    options it cannot decode; the fake raised ``ValueError`` (500, and for a watch a stream already
+    started with 200 and cut off)."""
+    text = query.get(name)
+    if not text:
+        return default
+    try:
+        return int(text)
+    except ValueError:
+        raise StoreError(400, "BadRequest", f'{name}: Invalid value: "{text}": must be an integer') from None
 
 
 _DRY_RUN_OPTIONS = {"POST": "CreateOptions", "PUT": "UpdateOptions", "PATCH": "PatchOptions"}
@@ -361,6 +386,15 @@ class FakeKubeApiServer:
         for obj in objs:
             self.add(obj)
 
+    def install_cert_manager(self) -> None:
+        """Install cert-manager's CRDs (Certificate, Issuer, ClusterIssuer): a cluster without them
+        answers 404 for ``cert-manager.io`` (:mod:`tests.fakes.kube_crds`)."""
+        self.add_all(cert_manager_crds())
+
+    def install_load_balancer_controller(self) -> None:
+        """Install the AWS Load Balancer Controller's IngressClassParams CRD (``elbv2.k8s.aws``)."""
+        self.add(ingress_class_params_crd())
+
     def register_kind(self, kind: ResourceKind) -> None:
         self.store.register_kind(kind)
 
@@ -470,9 +504,22 @@ class FakeKubeApiServer:
             wakeup.set()
 
     def _register_crd(self, crd: Mapping[str, Any]) -> None:
+        """Serve the CRD's kind at each version it marks ``served`` (and at no other: a version marked
+        ``served: false``, or dropped by an update, answers 404 as on a cluster; the fake served every
+        version listed, so a client still on an unserved version passed here)."""
         spec = crd.get("spec") or {}
         names = spec.get("names") or {}
-        for version in spec.get("versions") or []:
+        group, plural = str(spec.get("group", "")), str(names.get("plural"))
+        served = [v for v in spec.get("versions") or [] if v.get("served", True) is not False]
+        served_keys = {(group, str(v.get("name")), plural) for v in served}
+        self.store.unregister_kinds(
+            [
+                key
+                for key in self.store.kinds
+                if key[0] == group and key[2] == plural and key not in served_keys
+            ]
+        )
+        for version in served:
             self.store.register_kind(
                 ResourceKind(
                     group=str(spec.get("group", "")),
@@ -554,30 +601,18 @@ class FakeKubeApiServer:
         discovery = self._discovery(parts)
         if discovery is not None:
             return discovery
+        # Authorization comes before routing, as in the API server's filter chain: a request the
+        # caller may not make is answered 403 whether or not its resource is served (a kind whose CRD
+        # is not installed included); only an allowed one can learn that it is not (404).
+        attributes = request_attributes(parts)
+        if attributes is not None:
+            denied = self._denial(request.method, query, attributes)
+            if denied is not None:
+                return denied
         try:
             kind, namespace, name, subresource = self._route(parts)
         except StoreError as exc:
             return _error(exc)
-        verb = {
-            "GET": ("watch" if query.get("watch") in ("true", "1") else "list") if name is None else "get",
-            "POST": "create",
-            "PUT": "update",
-            "PATCH": "patch",
-            "DELETE": "delete" if name else "deletecollection",
-        }.get(request.method, "get")
-        resource = f"{kind.plural}/{subresource}" if subresource else kind.plural
-        denied = self._forbidden_all or (self._forbidden and kind.plural in self._forbidden)
-        if not denied and self._rbac is not None:
-            denied = not self._rbac.allows(
-                verb=verb, group=kind.group, resource=resource, namespace=namespace or None, name=name
-            )
-        if denied:
-            where = f' in the namespace "{namespace}"' if namespace else " at the cluster scope"
-            message = (
-                f'{kind.plural} is forbidden: User "system:serviceaccount:igw:test" cannot {verb} resource '
-                f'"{resource}" in API group "{kind.group}"{where}'
-            )
-            return _json(_status(403, "Forbidden", message, details={"kind": kind.plural}), 403)
         if self._rbac is not None and request.method in ("POST", "PUT") and subresource is None:
             refused = await self._owner_reference_refusal(request, kind, namespace or "", name)
             if refused is not None:
@@ -606,6 +641,37 @@ class FakeKubeApiServer:
             except StoreError:
                 old = None
         return owner_reference_refusal(self._rbac, self.store, kind, namespace, name, body, old)
+
+    def _denial(
+        self, method: str, query: Mapping[str, str], attributes: RequestAttributes
+    ) -> web.Response | None:
+        """The 403 answer to a request :meth:`forbid` or :meth:`enforce_rbac` refuses, worded as the
+        RBAC authorizer words it, or ``None`` when it is allowed."""
+        name = attributes.name
+        verb = {
+            "GET": ("watch" if query.get("watch") in ("true", "1") else "list") if name is None else "get",
+            "POST": "create",
+            "PUT": "update",
+            "PATCH": "patch",
+            "DELETE": "delete" if name else "deletecollection",
+        }.get(method, "get")
+        plural, group, namespace = attributes.resource, attributes.group, attributes.namespace
+        resource = f"{plural}/{attributes.subresource}" if attributes.subresource else plural
+        denied = self._forbidden_all or bool(self._forbidden and plural in self._forbidden)
+        if not denied and self._rbac is not None:
+            denied = not self._rbac.allows(
+                verb=verb, group=group, resource=resource, namespace=namespace or None, name=name
+            )
+        if not denied:
+            return None
+        where = f' in the namespace "{namespace}"' if namespace else " at the cluster scope"
+        qualified = f"{plural}.{group}" if group else plural
+        message = (
+            f'{qualified} is forbidden: User "system:serviceaccount:igw:test" cannot {verb} resource '
+            f'"{resource}" in API group "{group}"{where}'
+        )
+        details = {"group": group, "kind": plural} if group else {"kind": plural}
+        return _json(_status(403, "Forbidden", message, details=details), 403)
 
     def _route(self, parts: list[str]) -> tuple[ResourceKind, str | None, str | None, str | None]:
         if parts[:2] == ["api", "v1"]:
@@ -675,7 +741,7 @@ class FakeKubeApiServer:
                 created = self.store.create(
                     kind,
                     ns,
-                    body,
+                    _status_reset(kind, body),
                     field_validation=_field_validation(query),
                     warnings=warnings,
                     dry_run=dry_run,
@@ -689,6 +755,8 @@ class FakeKubeApiServer:
             return await self._scale(request, kind, ns, name)
         if subresource not in (None, "status"):
             raise StoreError(404, "NotFound", f"subresource {subresource!r} is not served by the fake")
+        if subresource == "status" and not kind.status_subresource:  # a ConfigMap's, say
+            raise StoreError(404, "NotFound", "the server could not find the requested resource")
         if method == "GET":
             found = self.store.get(kind, ns, name)
             if wants_table(request.headers.get("Accept", "")):
@@ -700,6 +768,7 @@ class FakeKubeApiServer:
             dry_run = _dry_run(method, query)
             if method == "PUT":
                 body = await self._body(request)
+                _check_url_names(kind, name, ns, body)
                 written = self.store.replace(
                     kind,
                     ns,
@@ -824,6 +893,7 @@ class FakeKubeApiServer:
                 "the body of the request was in an unknown format - accepted media types include: "
                 + ", ".join(accepted),
             )
+        _check_patch_options(content_type, request.query)
         apply = json_patch if content_type == "application/json-patch+json" else merge_patch
         # Atomic, as the API server's GuaranteedUpdate: the patch applies to the version it replaces
         # (a write landing between read and write is retried on the newer version, never overwritten),
@@ -833,10 +903,11 @@ class FakeKubeApiServer:
                 current = self.store.get(kind, ns, name)
             except StoreError:
                 if content_type == "application/apply-patch+yaml":
+                    _check_url_names(kind, name, ns, patch)
                     return self.store.create(
                         kind,
                         ns,
-                        patch,
+                        _status_reset(kind, patch),
                         field_validation=field_validation,
                         warnings=warnings,
                         dry_run=dry_run,
@@ -844,6 +915,7 @@ class FakeKubeApiServer:
                 raise
             read_version = current["metadata"]["resourceVersion"]
             updated = apply(current, patch)
+            _check_url_names(kind, name, ns, updated)
             _check_patched_uid(kind, name, subresource, current, updated)
             sent_version = updated.setdefault("metadata", {}).get("resourceVersion")
             pinned = sent_version is not None and sent_version != read_version
@@ -878,7 +950,7 @@ class FakeKubeApiServer:
                 start = int(base64.urlsafe_b64decode(query["continue"].encode()).decode())
             except ValueError as exc:
                 raise StoreError(410, "Expired", "the provided continue parameter is too old") from exc
-        limit = int(query.get("limit") or 0)
+        limit = _int_param(query, "limit", 0)
         if limit > 0:
             page = selected[start : start + limit]
             if start + limit < len(selected):
@@ -904,8 +976,9 @@ class FakeKubeApiServer:
         labels = parse_label_selector(query.get("labelSelector"))
         fields = parse_field_selector(query.get("fieldSelector"))
         loop = asyncio.get_running_loop()
-        timeout = float(query.get("timeoutSeconds") or 3600)
+        timeout = _int_param(query, "timeoutSeconds", 3600)
         deadline = loop.time() + timeout
+        from_version = _int_param(query, "resourceVersion", 0)  # refused before the stream starts
 
         def wanted(obj: Mapping[str, Any]) -> bool:
             return bool(labels((obj.get("metadata") or {}).get("labels") or {}) and fields(obj))
@@ -918,14 +991,13 @@ class FakeKubeApiServer:
             await response.write(json.dumps({"type": event_type, "object": obj}).encode() + b"\n")
 
         bookmarks = query.get("allowWatchBookmarks") in ("true", "1")
-        start = query.get("resourceVersion")
-        if not start or start == "0":
+        if not from_version:
             items, last_rv = self.store.list(kind, namespace or None)
             for obj in items:
                 if wanted(obj):
                     await send("ADDED", obj)
         else:
-            last_rv = int(start)
+            last_rv = from_version
         wakeup = asyncio.Event()
         self._watch_wakeups.add(wakeup)
         with self._open_watches_lock:
@@ -997,6 +1069,54 @@ strategic merge patch)."""
 def _custom(kind: ResourceKind) -> bool:
     """Whether ``kind`` is served from a CRD (apiextensions' handler), not a built-in kind."""
     return kind.schema is not None or kind not in BUILTIN_KINDS
+
+
+def _status_reset(kind: ResourceKind, body: Mapping[str, Any]) -> dict[str, Any]:
+    """``body`` as a create over HTTP starts it, for a kind with a ``/status`` subresource (built-in,
+    or a CRD declaring one): without the ``status`` the client sent (the strategies'
+    ``PrepareForCreate``; a Pod's is ``phase: Pending``), which only a ``/status`` write sets."""
+    if not kind.status_subresource:
+        return dict(body)
+    reset = {k: v for k, v in body.items() if k != "status"}
+    if kind.key == ("", "v1", "pods"):
+        reset["status"] = {"phase": "Pending"}
+    return reset
+
+
+def _check_patch_options(content_type: str, query: Mapping[str, str]) -> None:
+    """A patch's options as the API server validates them (``ValidatePatchOptions``: 422): an apply
+    patch names its ``fieldManager`` (``kubectl apply --server-side`` sends one; a controller must),
+    and ``force`` goes with an apply patch only. The fake took both, so a client that applied with
+    no field manager, or sent ``force`` with a merge patch, passed here and is refused on a cluster."""
+    problems = []
+    if content_type != "application/apply-patch+yaml":
+        if "force" in query:
+            problems.append("force: Forbidden: may not be specified for non-apply patch")
+    elif not query.get("fieldManager"):
+        problems.append("fieldManager: Required value: is required for apply patch")
+    if problems:
+        raise StoreError(422, "Invalid", 'PatchOptions.meta.k8s.io "" is invalid: ' + ", ".join(problems))
+
+
+def _check_url_names(kind: ResourceKind, name: str, namespace: str, obj: Any) -> None:
+    """An update's object (a PUT's body, a patched object, an apply's) must carry the name on the URL,
+    and a namespaced one no other namespace than the URL's, as the API server's update and patch
+    handlers check (``checkName``, ``EnsureObjectNamespaceMatchesRequestNamespace``: 400
+    ``BadRequest``). The fake took the URL's and stored the write under it, so a client that sent one
+    object's body to another's URL, or a patch renaming the object, passed here and fails on a
+    cluster."""
+    meta = (obj.get("metadata") if isinstance(obj, Mapping) else None) or {}
+    sent = meta.get("name") if isinstance(meta, Mapping) else None
+    if (sent or "") != name:
+        message = f"the name of the object ({sent or ''}) does not match the name on the URL ({name})"
+        raise StoreError(400, "BadRequest", message)
+    sent_namespace = meta.get("namespace") if isinstance(meta, Mapping) else None
+    if kind.namespaced and sent_namespace and sent_namespace != namespace:
+        raise StoreError(
+            400,
+            "BadRequest",
+            "the namespace of the provided object does not match the namespace sent on the request",
+        )
 
 
 def _check_patched_uid(

@@ -66,33 +66,54 @@ class ResourceKind:
 
 
 BUILTIN_KINDS: tuple[ResourceKind, ...] = (
-    ResourceKind("", "v1", "pods", "Pod", True, ("po",)),
+    ResourceKind("", "v1", "pods", "Pod", True, ("po",), status_subresource=True),
     ResourceKind("", "v1", "events", "Event", True, ("ev",)),
     ResourceKind("coordination.k8s.io", "v1", "leases", "Lease", True),
     ResourceKind("rbac.authorization.k8s.io", "v1", "roles", "Role", True),
     ResourceKind("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding", True),
-    ResourceKind("", "v1", "services", "Service", True, ("svc",)),
+    ResourceKind("", "v1", "services", "Service", True, ("svc",), status_subresource=True),
     ResourceKind("", "v1", "configmaps", "ConfigMap", True, ("cm",)),
     ResourceKind("", "v1", "secrets", "Secret", True),
     ResourceKind("", "v1", "serviceaccounts", "ServiceAccount", True, ("sa",)),
-    ResourceKind("", "v1", "namespaces", "Namespace", False, ("ns",)),
-    ResourceKind("", "v1", "nodes", "Node", False, ("no",)),
-    ResourceKind("apps", "v1", "deployments", "Deployment", True, ("deploy",)),
-    ResourceKind("apps", "v1", "statefulsets", "StatefulSet", True, ("sts",)),
-    ResourceKind("apps", "v1", "daemonsets", "DaemonSet", True, ("ds",)),
-    ResourceKind("batch", "v1", "jobs", "Job", True),
-    ResourceKind("batch", "v1", "cronjobs", "CronJob", True, ("cj",)),
-    ResourceKind("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True, ("pdb",)),
-    ResourceKind("autoscaling", "v2", "horizontalpodautoscalers", "HorizontalPodAutoscaler", True, ("hpa",)),
+    ResourceKind("", "v1", "namespaces", "Namespace", False, ("ns",), status_subresource=True),
+    ResourceKind("", "v1", "nodes", "Node", False, ("no",), status_subresource=True),
+    ResourceKind("apps", "v1", "deployments", "Deployment", True, ("deploy",), status_subresource=True),
+    ResourceKind("apps", "v1", "statefulsets", "StatefulSet", True, ("sts",), status_subresource=True),
+    ResourceKind("apps", "v1", "daemonsets", "DaemonSet", True, ("ds",), status_subresource=True),
+    ResourceKind("batch", "v1", "jobs", "Job", True, status_subresource=True),
+    ResourceKind("batch", "v1", "cronjobs", "CronJob", True, ("cj",), status_subresource=True),
+    ResourceKind(
+        "policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True, ("pdb",), status_subresource=True
+    ),
+    ResourceKind(
+        "autoscaling",
+        "v2",
+        "horizontalpodautoscalers",
+        "HorizontalPodAutoscaler",
+        True,
+        ("hpa",),
+        status_subresource=True,
+    ),
     ResourceKind("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy", True, ("netpol",)),
-    ResourceKind("networking.k8s.io", "v1", "ingresses", "Ingress", True, ("ing",)),
+    ResourceKind("networking.k8s.io", "v1", "ingresses", "Ingress", True, ("ing",), status_subresource=True),
     ResourceKind("networking.k8s.io", "v1", "ingressclasses", "IngressClass", False),
     ResourceKind(
-        "apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", False
+        "apiextensions.k8s.io",
+        "v1",
+        "customresourcedefinitions",
+        "CustomResourceDefinition",
+        False,
+        status_subresource=True,
     ),
-    ResourceKind("cert-manager.io", "v1", "certificates", "Certificate", True),
-    ResourceKind("elbv2.k8s.aws", "v1beta1", "ingressclassparams", "IngressClassParams", False),
 )
+"""The kinds every API server serves; those with a ``status`` have it as a ``/status`` subresource,
+as the API server does: an update of the object keeps the stored status (its strategy's
+``PrepareForUpdate``) and a create over HTTP starts without one (``PrepareForCreate``; a Pod's is
+``phase: Pending``), so only a ``/status`` write - a controller's, a kubelet's - sets it. Seeding
+(:meth:`KubeStore.create`, ``FakeKubeApiServer.add``) stores the status given, as those controllers
+would have written it. An add-on's kinds (cert-manager's, the Load Balancer
+Controller's IngressClassParams) are not among them: served only once their CRDs are installed
+(:mod:`tests.fakes.kube_crds`), as a cluster without the add-on answers 404 for them."""
 
 ObjectKey = tuple[tuple[str, str, str], str, str]
 """(resource key, namespace or "", name)."""
@@ -254,6 +275,12 @@ class KubeStore:
     def register_kind(self, kind: ResourceKind) -> None:
         with self._lock:
             self.kinds[kind.key] = kind
+
+    def unregister_kinds(self, keys: Sequence[tuple[str, str, str]]) -> None:
+        """Stop serving these resources (a CRD version no longer served); their objects stay stored."""
+        with self._lock:
+            for key in keys:
+                self.kinds.pop(key, None)
 
     def kind_for(self, *, api_version: str, kind: str) -> ResourceKind:
         group, _, version = api_version.rpartition("/")
@@ -839,11 +866,24 @@ def json_patch(target: Any, operations: Any) -> Any:
         parts = _pointer_parts(op["path"])
         if not parts:
             raise StoreError(422, "Invalid", "json patch on the whole document is not supported")
+        kind = op["op"]
         parent: Any = doc
         for part in parts[:-1]:
-            parent = parent[int(part)] if isinstance(parent, list) else parent.setdefault(part, {})
+            # Every operation needs its target's parent to exist (RFC 6902 4.1): the API server's
+            # json-patch answers "doc is missing path" (422); the fake made the missing parents, so an
+            # ``add`` of ``/metadata/annotations/x`` to an object without annotations - the classic
+            # ``kubectl patch --type=json`` mistake - passed here and fails on a cluster.
+            try:
+                parent = parent[int(part)] if isinstance(parent, list) else parent[part]
+            except (KeyError, IndexError, ValueError, TypeError):
+                parent = None
+            if not isinstance(parent, (dict, list)):
+                raise StoreError(
+                    422,
+                    "Invalid",
+                    f'{kind} operation does not apply: doc is missing path: "{op["path"]}": missing value',
+                )
         last = parts[-1]
-        kind = op["op"]
         try:
             if kind in ("add", "replace"):
                 if isinstance(parent, list):

@@ -18,6 +18,14 @@ def cluster() -> Iterator[FakeKubeApiServer]:
 
 
 @pytest.fixture
+def cert_manager(cluster: FakeKubeApiServer) -> FakeKubeApiServer:
+    """``cluster`` with cert-manager's CRDs installed: without them ``cert-manager.io`` is not served
+    (404), as on a cluster without cert-manager."""
+    cluster.install_cert_manager()
+    return cluster
+
+
+@pytest.fixture
 def kubeconfig(cluster: FakeKubeApiServer, tmp_path: Path) -> Path:
     return cluster.write_kubeconfig(tmp_path / "kubeconfig")
 

@@ -153,6 +153,7 @@ def test_a_refused_pass_leaves_the_auto_issued_certificate_as_it_was(cluster: Fa
     (a webhook refusing the Deployment) still rewrote the Certificate's ``dnsNames``: cert-manager
     reissued it, and the next pass imported the new certificate under the ARN the live load balancer
     serves, while the status said nothing of the pass was applied."""
+    cluster.install_cert_manager()
     with mock_aws():
         acm = boto3.client("acm", region_name="us-east-1")
         auto_tls = AutoTlsSettings(IssuerRef("ClusterIssuer", "test-ca"), lambda: acm)
@@ -193,6 +194,7 @@ def test_a_certificate_the_api_server_refuses_is_named_and_nothing_is_applied(
 ) -> None:
     """The Certificate's own dry run is one of the pass's: refused, it is named in the status, and no
     other object of the pass is written (before, the rest was written without it)."""
+    cluster.install_cert_manager()
     with mock_aws():
         acm = boto3.client("acm", region_name="us-east-1")
         auto_tls = AutoTlsSettings(IssuerRef("ClusterIssuer", "test-ca"), lambda: acm)

@@ -104,6 +104,7 @@ def test_auto_tls_off_from_the_chart_gives_an_operator_that_needs_no_secret_acce
     assert find(cluster, "Lease", pins.ADDON_NAMESPACE, "igw-operator") is not None
 
 
+@pytest.mark.usefixtures("cert_manager")
 def test_the_default_chart_rbac_covers_auto_issued_tls_and_its_sweep(
     cluster: FakeKubeApiServer, kubeconfig: Path, acm: Any, caplog: pytest.LogCaptureFixture
 ) -> None:

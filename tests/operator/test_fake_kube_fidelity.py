@@ -3,6 +3,7 @@ writes, deletion propagation and the garbage collector, CRD-served kinds, OpenAP
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import subprocess
@@ -17,7 +18,8 @@ import pytest
 import yaml
 
 from igw.config.crd import CRD_PATH
-from tests.fakes.kube_api import FakeKubeApiServer, running_fake_kube
+from tests.fakes.kube_api import FakeKubeApiServer, make_pod, running_fake_kube
+from tests.fakes.kube_crds import ingress_class_params_crd
 from tests.operator.harness import (
     ROOT,
     OperatorThread,
@@ -120,6 +122,67 @@ def test_a_custom_kind_is_served_only_while_its_crd_is_installed(kube: FakeKubeA
     _request(kube, "DELETE", f"{crds}/{crd['metadata']['name']}")
     assert _status_of(kube, f"{IGWC_PATH}/namespaces/inference/inferencegatewayconfigs/chat") == 404
     assert not any(o["kind"] == "InferenceGatewayConfig" for o in kube.store.iter_all())
+
+
+def test_an_add_on_s_kinds_are_served_only_once_its_crds_are_installed(kube: FakeKubeApiServer) -> None:
+    """cert-manager's kinds and the Load Balancer Controller's IngressClassParams are CRDs: a cluster
+    without the add-on answers 404 for them and lists neither group in discovery. The fake served
+    Certificates and IngressClassParams as built-in kinds, so the operator's "install cert-manager"
+    path and the audit's "IngressClassParams not installed" path were never met by a 404 here."""
+    certificates = "/apis/cert-manager.io/v1/namespaces/inference/certificates"
+    issuers = "/apis/cert-manager.io/v1/clusterissuers"
+    params = "/apis/elbv2.k8s.aws/v1beta1/ingressclassparams"
+
+    def groups() -> set[str]:
+        return {group["name"] for group in _request(kube, "GET", "/apis")["groups"]}
+
+    assert [_status_of(kube, path) for path in (certificates, issuers, params)] == [404, 404, 404]
+    assert not {"cert-manager.io", "elbv2.k8s.aws"} & groups()
+    kube.install_cert_manager()
+    kube.install_load_balancer_controller()
+    assert [_status_of(kube, path) for path in (certificates, issuers, params)] == [200, 200, 200]
+    assert {"cert-manager.io", "elbv2.k8s.aws"} <= groups()
+    kube.add(
+        {
+            "apiVersion": "cert-manager.io/v1",
+            "kind": "Certificate",
+            "metadata": {"name": "chat", "namespace": "inference"},
+            "spec": {"secretName": "chat-tls", "issuerRef": {"kind": "ClusterIssuer", "name": "ca"}},
+        }
+    )
+    crds = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+    _request(kube, "DELETE", f"{crds}/certificates.cert-manager.io")  # cert-manager uninstalled
+    assert _status_of(kube, certificates) == 404
+    assert not any(o["kind"] == "Certificate" for o in kube.store.iter_all())
+
+
+def test_a_caller_rbac_refuses_gets_403_for_a_kind_that_is_not_served_too(kube: FakeKubeApiServer) -> None:
+    """The API server authorizes a request on its URL before any handler looks the resource up, so
+    a caller whose RBAC grants nothing of ``cert-manager.io`` gets 403 on a cluster without
+    cert-manager as well (the RBAC authorizer's message, the resource qualified by its group), and
+    only a caller it allows learns the kind is not there (404). The fake routed first and answered
+    404, so a test of a component under a chart's RBAC never saw the refusal a cluster gives."""
+    certificates = "/apis/cert-manager.io/v1/namespaces/inference/certificates"
+    kube.enforce_rbac(
+        [
+            {
+                "kind": "ClusterRole",
+                "metadata": {"name": "reader"},
+                "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["list"]}],
+            }
+        ]
+    )
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(f"{kube.url}{certificates}", timeout=10)
+    assert refused.value.code == 403
+    message = json.loads(refused.value.read())["message"]
+    assert message == (
+        'certificates.cert-manager.io is forbidden: User "system:serviceaccount:igw:test" cannot list '
+        'resource "certificates" in API group "cert-manager.io" in the namespace "inference"'
+    )
+    assert _status_of(kube, "/api/v1/namespaces/inference/configmaps") == 200
+    kube.allow_all()
+    assert _status_of(kube, certificates) == 404
 
 
 def test_an_operator_started_before_its_crd_serves_the_first_config_at_once(
@@ -325,3 +388,174 @@ def test_a_foreground_delete_of_a_config_the_operator_serves_takes_its_data_plan
     assert deleted.returncode == 0, deleted.stderr
     assert find(cluster, "InferenceGatewayConfig", "inference", "chat") is None
     assert owned_by(cluster, uid) == []
+
+
+def _refusal(
+    kube: FakeKubeApiServer, method: str, path: str, body: Any = None, content_type: str = "application/json"
+) -> tuple[int, str]:
+    """The code and Status message of a request the server refuses."""
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(f"{kube.url}{path}", data=data, method=method)
+    request.add_header("Content-Type", content_type)
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=10)
+    return refused.value.code, str(json.loads(refused.value.read())["message"])
+
+
+def test_an_update_must_carry_the_name_and_namespace_on_its_url(kube: FakeKubeApiServer) -> None:
+    """A PUT of another object's body, one naming another namespace, and a patch renaming the object
+    are refused 400 by the API server's update and patch handlers. The fake stored each under the
+    URL's name, so a client writing the wrong object's body passed here."""
+    kube.add(_config_map("a"))
+    path = "/api/v1/namespaces/default/configmaps/a"
+    assert _refusal(kube, "PUT", path, _config_map("b")) == (
+        400,
+        "the name of the object (b) does not match the name on the URL (a)",
+    )
+    assert _refusal(kube, "PUT", path, _config_map("a", namespace="other")) == (
+        400,
+        "the namespace of the provided object does not match the namespace sent on the request",
+    )
+    rename = {"metadata": {"name": "renamed"}}
+    assert _refusal(kube, "PATCH", path, rename, "application/merge-patch+json") == (
+        400,
+        "the name of the object (renamed) does not match the name on the URL (a)",
+    )
+    assert _request(kube, "GET", path)["metadata"]["resourceVersion"] == "1"  # nothing written
+    assert _request(kube, "PUT", path, {**_config_map("a"), "data": {"a": "2"}})["data"] == {"a": "2"}
+
+
+def test_patch_options_are_validated_as_the_api_server_validates_them(kube: FakeKubeApiServer) -> None:
+    """An apply patch without ``fieldManager`` and a merge patch with ``force`` are refused 422
+    (``ValidatePatchOptions``); the fake applied both."""
+    kube.add(_config_map("a"))
+    path = "/api/v1/namespaces/default/configmaps/a"
+    invalid = 'PatchOptions.meta.k8s.io "" is invalid: '
+    apply = yaml.safe_dump(_config_map("a"))
+    request = urllib.request.Request(f"{kube.url}{path}", data=apply.encode(), method="PATCH")
+    request.add_header("Content-Type", "application/apply-patch+yaml")
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=10)
+    assert refused.value.code == 422
+    message = json.loads(refused.value.read())["message"]
+    assert message == f"{invalid}fieldManager: Required value: is required for apply patch"
+    assert _refusal(
+        kube, "PATCH", f"{path}?force=true", {"data": {"a": "2"}}, "application/merge-patch+json"
+    ) == (
+        422,
+        f"{invalid}force: Forbidden: may not be specified for non-apply patch",
+    )
+
+
+@pytest.mark.parametrize(
+    "query",
+    ["limit=ten", "watch=true&timeoutSeconds=1.5", "watch=true&resourceVersion=latest"],
+)
+def test_a_malformed_integer_option_is_refused_400_not_a_crash(kube: FakeKubeApiServer, query: str) -> None:
+    """A list's ``limit`` and a watch's ``timeoutSeconds`` and ``resourceVersion`` are integers: the
+    API server refuses one that is not with 400. The fake raised ``ValueError``: a 500, and for a
+    watch a 200 stream cut off before its first event, which a client reads as a dropped connection
+    and retries forever."""
+    code, message = _refusal(kube, "GET", f"/api/v1/namespaces/default/configmaps?{query}")
+    assert code == 400
+    assert "must be an integer" in message
+
+
+def test_a_json_patch_below_a_missing_parent_is_refused(kube: FakeKubeApiServer) -> None:
+    """RFC 6902: an operation's target must have a parent. ``add`` of ``/metadata/annotations/team``
+    to an object with no annotations is the classic ``kubectl patch --type=json`` mistake the API
+    server refuses (422, "doc is missing path"); the fake made the missing ``annotations`` and
+    applied it, so a client sending it passed here."""
+    kube.add(_config_map("a"))
+    path = "/api/v1/namespaces/default/configmaps/a"
+    patch = "application/json-patch+json"
+    add = [{"op": "add", "path": "/metadata/annotations/team", "value": "x"}]
+    assert _refusal(kube, "PATCH", path, add, patch) == (
+        422,
+        'add operation does not apply: doc is missing path: "/metadata/annotations/team": missing value',
+    )
+    remove = [{"op": "remove", "path": "/metadata/labels/team"}]
+    assert _refusal(kube, "PATCH", path, remove, patch)[0] == 422
+    assert "annotations" not in _request(kube, "GET", path)["metadata"]
+    parent_first = [{"op": "add", "path": "/metadata/annotations", "value": {}}, *add]
+    request = urllib.request.Request(
+        f"{kube.url}{path}", data=json.dumps(parent_first).encode(), method="PATCH"
+    )
+    request.add_header("Content-Type", patch)
+    with urllib.request.urlopen(request, timeout=10) as response:
+        assert json.loads(response.read())["metadata"]["annotations"] == {"team": "x"}
+
+
+def _deployment(name: str) -> dict[str, Any]:
+    labels = {"app": name}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "replicas": 2,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {"containers": [{"name": "c", "image": "x"}]},
+            },
+        },
+        "status": {"replicas": 2, "readyReplicas": 2, "availableReplicas": 2},
+    }
+
+
+@needs_kubectl
+def test_a_built_in_kind_s_status_is_written_through_its_status_subresource_only(
+    kube: FakeKubeApiServer, tmp_path: Path
+) -> None:
+    """A Deployment's (a Pod's, a Service's...) ``status`` is a subresource: a create starts without
+    the status sent, an update or patch of the object keeps the stored one (``kubectl patch`` of it
+    prints ``(no change)``), and only a ``/status`` write - the controller's - changes it; discovery
+    lists ``deployments/status``, and a ConfigMap has no ``/status``. The fake wrote the status
+    through the object, so a client reporting readiness it had made up passed here."""
+    created = _request(kube, "POST", "/apis/apps/v1/namespaces/default/deployments", _deployment("web"))
+    assert "readyReplicas" not in (created.get("status") or {})
+    patched = kubectl(
+        kube, tmp_path, "patch", "deploy", "web", "--type=merge", "-p", '{"status":{"readyReplicas":2}}'
+    )
+    assert patched.returncode == 0, patched.stderr
+    assert "(no change)" in patched.stdout
+    path = "/apis/apps/v1/namespaces/default/deployments/web"
+    assert "readyReplicas" not in (_request(kube, "GET", path).get("status") or {})
+    status = kubectl(
+        kube,
+        tmp_path,
+        "patch",
+        "deploy",
+        "web",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        '{"status":{"readyReplicas":2}}',
+    )
+    assert status.returncode == 0, status.stderr
+    assert _request(kube, "GET", path)["status"]["readyReplicas"] == 2
+    resources = {r["name"] for r in _request(kube, "GET", "/apis/apps/v1")["resources"]}
+    assert {"deployments/status", "statefulsets/status"} <= resources
+    pod = make_pod(name="p")
+    assert _request(kube, "POST", "/api/v1/namespaces/default/pods", pod)["status"] == {"phase": "Pending"}
+    kube.add(_config_map("a"))
+    assert _status_of(kube, "/api/v1/namespaces/default/configmaps/a/status") == 404
+
+
+def test_a_crd_version_not_served_answers_404(kube: FakeKubeApiServer) -> None:
+    """A CRD version marked ``served: false`` is not served (404), and one an update stops serving is
+    served no more; the fake served every version the CRD listed."""
+    crd = ingress_class_params_crd()
+    old = {**copy.deepcopy(crd["spec"]["versions"][0]), "name": "v1alpha1", "storage": False, "served": False}
+    crd["spec"]["versions"].append(old)
+    created = kube.add(crd)
+    v1alpha1, v1beta1 = (f"/apis/elbv2.k8s.aws/{v}/ingressclassparams" for v in ("v1alpha1", "v1beta1"))
+    assert (_status_of(kube, v1alpha1), _status_of(kube, v1beta1)) == (404, 200)
+    created["spec"]["versions"][1]["served"] = True
+    path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{created['metadata']['name']}"
+    created = _request(kube, "PUT", path, created)
+    assert (_status_of(kube, v1alpha1), _status_of(kube, v1beta1)) == (200, 200)
+    created["spec"]["versions"][1]["served"] = False
+    _request(kube, "PUT", path, created)
+    assert (_status_of(kube, v1alpha1), _status_of(kube, v1beta1)) == (404, 200)

@@ -51,6 +51,7 @@ def _pem(text: str) -> str:
     return "".join(text.split())
 
 
+@pytest.mark.usefixtures("cert_manager")
 def test_auto_issued_certificate_is_imported_renewed_and_deleted(
     cluster: FakeKubeApiServer, kubeconfig: Path, acm: Any
 ) -> None:
@@ -112,8 +113,7 @@ def test_auto_issued_certificate_is_imported_renewed_and_deleted(
 def test_without_cert_manager_the_condition_says_so(
     cluster: FakeKubeApiServer, kubeconfig: Path, acm: Any
 ) -> None:
-    certificates = cluster.store.kind_for(api_version="cert-manager.io/v1", kind="Certificate")
-    cluster.store.kinds.pop(certificates.key)  # a cluster without cert-manager
+    # ``cluster`` has no cert-manager CRDs: ``cert-manager.io`` answers 404, as on such a cluster
     with running_operator(kubeconfig, **_options(acm)):
         cluster.add(tls_igwc("plain"))
 
@@ -142,6 +142,7 @@ def test_a_user_supplied_certificate_is_never_deleted(acm: Any) -> None:
     assert acm.describe_certificate(CertificateArn=arn)["Certificate"]["CertificateArn"] == arn
 
 
+@pytest.mark.usefixtures("cert_manager")
 def test_dropping_auto_issue_deletes_the_imported_certificate(
     cluster: FakeKubeApiServer, kubeconfig: Path, acm: Any
 ) -> None:
@@ -166,6 +167,7 @@ def test_dropping_auto_issue_deletes_the_imported_certificate(
         assert service["spec"]["ports"][0]["port"] == 80
 
 
+@pytest.mark.usefixtures("cert_manager")
 def test_moving_to_a_given_acm_arn_deletes_the_import_once_acm_lets_it_go(
     cluster: FakeKubeApiServer, acm: Any
 ) -> None:
@@ -225,6 +227,7 @@ class _SlowImport:
         return self._acm.import_certificate(**kwargs)
 
 
+@pytest.mark.usefixtures("cert_manager")
 def test_a_stopping_operator_waits_for_an_acm_import_its_cancelled_pass_left_running(
     cluster: FakeKubeApiServer, acm: Any
 ) -> None:
@@ -255,6 +258,7 @@ def test_a_stopping_operator_waits_for_an_acm_import_its_cancelled_pass_left_run
 
 
 @pytest.mark.parametrize("issued_for", ["", "billing-api"])
+@pytest.mark.usefixtures("cert_manager")
 def test_a_secret_cert_manager_did_not_write_for_this_object_is_neither_imported_nor_overwritten(
     cluster: FakeKubeApiServer, acm: Any, issued_for: str
 ) -> None:
@@ -292,6 +296,7 @@ def _issued(cluster: FakeKubeApiServer, acm: Any) -> Reconciler:
 
 
 @pytest.mark.parametrize("tls", [None, "given"])
+@pytest.mark.usefixtures("cert_manager")
 def test_dropping_auto_issue_deletes_the_certificate_and_its_secret_once_acm_let_go(
     cluster: FakeKubeApiServer, acm: Any, tls: str | None
 ) -> None:
@@ -326,6 +331,7 @@ def test_dropping_auto_issue_deletes_the_certificate_and_its_secret_once_acm_let
     assert condition_["status"] == "True"
 
 
+@pytest.mark.usefixtures("cert_manager")
 def test_a_secret_of_that_name_without_the_operators_labels_is_left_alone(
     cluster: FakeKubeApiServer, acm: Any
 ) -> None:
@@ -344,6 +350,7 @@ def test_a_secret_of_that_name_without_the_operators_labels_is_left_alone(
     assert find(cluster, "Secret", "inference", "chat-gateway-tls") is not None
 
 
+@pytest.mark.usefixtures("cert_manager")
 def test_deleting_the_object_deletes_the_secret_of_its_certificate(
     cluster: FakeKubeApiServer, acm: Any
 ) -> None:
@@ -362,6 +369,7 @@ def test_deleting_the_object_deletes_the_secret_of_its_certificate(
     assert find(cluster, "Secret", "inference", "chat-gateway-tls") is None
 
 
+@pytest.mark.usefixtures("cert_manager")
 def test_with_auto_tls_switched_off_tls_auto_issue_is_reported_without_touching_secrets(
     cluster: FakeKubeApiServer, acm: Any, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -43,6 +43,8 @@ from tests.operator.harness import (
     write_tls_secret,
 )
 
+pytestmark = pytest.mark.usefixtures("cert_manager")
+
 REGION = "us-east-1"
 IGWC = {"api_version": "inference.sagemaker.aws.amazon.com/v1alpha1", "kind": "InferenceGatewayConfig"}
 
