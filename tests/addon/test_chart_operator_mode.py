@@ -252,7 +252,6 @@ GATEWAY_MODE_SETTINGS: dict[str, Any] = {
     "podDisruptionBudget": {"enabled": False},
     "rbac": {"namespaces": ["models"]},
     "networkPolicy.modelServerPorts": [30000],
-    "networkPolicy.extraEgress": [{"ports": [{"port": 4318, "protocol": "TCP"}]}],
 }
 """A changed setting for every path of ``chart.GATEWAY_MODE_ONLY_VALUES``."""
 
@@ -272,6 +271,7 @@ OPERATOR_MODE_SETTINGS: dict[str, Any] = {
     "networkPolicy.enabled": False,
     "networkPolicy.httpsEgressCidrs": ["10.0.0.0/8"],
     "networkPolicy.ingressCidrs": ["10.1.0.0/16"],
+    "networkPolicy.extraEgress": [{"ports": [{"port": 4318, "protocol": "TCP"}]}],
     "serviceMonitor": {"enabled": True},
     "prometheusRule": {"enabled": True},
     "podMonitor": {"enabled": True, "selector": {"app": "vllm"}},
@@ -355,3 +355,19 @@ def test_auto_issued_tls_settings_reach_the_operator() -> None:
     assert (issuer["metadata"]["name"], issuer["spec"]) == ("igw-selfsigned", {"selfSigned": {}})
     default_args = next(o for o in _objects({}) if o["kind"] == "Deployment")["spec"]["template"]["spec"]
     assert "--tls-issuer" in default_args["containers"][0]["args"]
+
+
+def test_extra_egress_rules_are_checked_by_the_configuration_schema() -> None:
+    """``networkPolicy.extraEgress`` reaches the operator's gateways (``--gateway-extra-egress``): a rule
+    that is not a NetworkPolicyEgressRule is refused at ``create-addon`` time, naming the field, instead
+    of the operator refusing to start (it checks each rule too)."""
+    good = {"to": [{"ipBlock": {"cidr": "169.254.20.10/32"}}], "ports": [{"port": 53, "protocol": "UDP"}]}
+    assert configuration.problems({"networkPolicy": {"extraEgress": [good]}}) == []
+    for rule, field in [
+        ({"to": "anywhere"}, "networkPolicy.extraEgress[0].to"),
+        ({"ports": [{"port": 70000}]}, "networkPolicy.extraEgress[0].ports[0].port"),
+        ({"to": [{"ipBlock": {"cidr": "169.254.20.10"}}]}, "networkPolicy.extraEgress[0].to[0].ipBlock.cidr"),
+        ({"from": []}, "networkPolicy.extraEgress[0]"),
+    ]:
+        (problem,) = configuration.problems({"networkPolicy": {"extraEgress": [rule]}})
+        assert problem.startswith(field), problem

@@ -107,6 +107,11 @@ class DataPlaneSettings:
     ingress_cidrs: tuple[str, ...] = DEFAULT_INGRESS_CIDRS
     """Sources admitted on the gateway port (clients, the load balancer; ``igw operator
     --gateway-ingress-cidr``, the chart's ``networkPolicy.ingressCidrs``)."""
+    extra_egress: tuple[Mapping[str, Any], ...] = ()
+    """NetworkPolicy egress rules added to every gateway's, after those derived from its config
+    (``igw operator --gateway-extra-egress``, the chart's ``networkPolicy.extraEgress``; checked by
+    :func:`igw.operator.egress_rules.parse_egress_rule`): destinations of the cluster rather than of a
+    config, such as a NodeLocal DNSCache or an HTTPS proxy."""
     resources: Mapping[str, Any] = field(
         default_factory=lambda: {
             "requests": {"cpu": "500m", "memory": "512Mi", "ephemeral-storage": "64Mi"},
@@ -645,8 +650,9 @@ def network_policy(igwc: Mapping[str, Any], settings: DataPlaneSettings) -> dict
     (Prometheus, ``igw top``) on the management port; out only to DNS, the model servers' and the
     default backend's ports (:func:`_model_ports`), HTTPS (API server, JWKS and OIDC discovery on their
     URLs' ports, :func:`_https_ports`), the Redis ports of shared rate limits and of the global
-    heartbeat store (:func:`_redis_ports`), and the CloudWatch agent's / OTLP collector's ports when
-    the operator's settings send there."""
+    heartbeat store (:func:`_redis_ports`), the CloudWatch agent's / OTLP collector's ports when
+    the operator's settings send there, and the operator's extra rules
+    (:attr:`DataPlaneSettings.extra_egress`)."""
     spec = igwc.get("spec") or {}
     igwc_name = igwc["metadata"]["name"]
     model_ports = _model_ports(spec)
@@ -655,6 +661,7 @@ def network_policy(igwc: Mapping[str, Any], settings: DataPlaneSettings) -> dict
     if redis_ports:
         extra.append({"ports": [{"port": port, "protocol": "TCP"} for port in redis_ports]})
     extra.extend(settings.observability_egress())
+    extra.extend(copy.deepcopy(dict(rule)) for rule in settings.extra_egress)
     return {
         "apiVersion": NETWORK_POLICY_API_VERSION,
         "kind": NETWORK_POLICY_KIND,
