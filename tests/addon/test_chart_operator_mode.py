@@ -7,10 +7,14 @@ from typing import Any
 import yaml
 
 from igw.addon import chart, configuration, pins
-from igw.operator.dataplane import HPA_API_VERSION, HPA_KIND, DataPlaneSettings, desired_objects
+from igw.operator.dataplane import DataPlaneSettings, desired_objects
 from igw.operator.tls import CLUSTER_ACCESS, KUBE_ACCESS
 
-DATA_PLANE_VERBS = {"get", "create", "update"}
+DATA_PLANE_VERBS = {"get", "create", "update", "delete"}
+"""``delete``: adopting an orphan (``kubectl delete --cascade=orphan``, the config applied again) sets
+its owner reference, which the ``OwnerReferencesPermissionEnforcement`` admission plugin admits only
+from a caller that may delete the object (tests/fakes/kube_owner_refs.py); the operator also deletes
+the HorizontalPodAutoscaler it made once a spec stops asking for one."""
 
 
 def _objects(values: dict[str, Any]) -> list[dict[str, Any]]:
@@ -52,8 +56,6 @@ def _expected_namespaced_grants() -> dict[tuple[str, str], set[str]]:
             if ref.get("blockOwnerDeletion"):
                 owner_group = ref["apiVersion"].rpartition("/")[0]
                 expected[(owner_group, f"{_plural(ref['kind'])}/finalizers")] = {"update"}
-    # the operator deletes the HPA it made once the spec stops asking for one (Reconciler._retire_autoscaler)
-    expected[(HPA_API_VERSION.rpartition("/")[0], _plural(HPA_KIND))].add("delete")
     group = "inference.sagemaker.aws.amazon.com"
     expected[(group, "inferencegatewayconfigs")] = {"get", "list", "watch", "patch"}
     expected[(group, "inferencegatewayconfigs/status")] = {"patch"}
@@ -159,12 +161,13 @@ def test_auto_tls_off_drops_secret_and_certificate_access_from_the_rbac() -> Non
 def test_roles_and_rolebindings_are_granted_only_the_verbs_the_operator_writes_them_with() -> None:
     """The operator creates one Role and one RoleBinding per config, named after it (no fixed name, so
     no ``resourceNames``; RBAC cannot restrict ``create`` by name anyway): ``get`` to compare, ``create``,
-    and ``update`` to put back an edited one. Never ``patch``, ``delete``, ``list``, ``bind`` or
-    ``escalate``: without the last two it can only grant what it holds itself."""
+    ``update`` to put back an edited one, and ``delete``, which the ``OwnerReferencesPermissionEnforcement``
+    admission plugin wants of whoever sets an orphan's owner reference (adoption). Never ``patch``,
+    ``list``, ``bind`` or ``escalate``: without the last two it can only grant what it holds itself."""
     (cluster_role,) = [o for o in _objects({}) if o["kind"] == "ClusterRole"]
     grants = _grants(cluster_role["rules"])
     for resource in ("roles", "rolebindings"):
-        assert grants[("rbac.authorization.k8s.io", resource)] == {"get", "create", "update"}
+        assert grants[("rbac.authorization.k8s.io", resource)] == {"get", "create", "update", "delete"}
     assert not any(resource in {"clusterroles", "clusterrolebindings"} for _, resource in grants)
 
 
@@ -249,7 +252,6 @@ GATEWAY_MODE_SETTINGS: dict[str, Any] = {
     "podDisruptionBudget": {"enabled": False},
     "rbac": {"namespaces": ["models"]},
     "networkPolicy.modelServerPorts": [30000],
-    "networkPolicy.extraEgress": [{"ports": [{"port": 4318, "protocol": "TCP"}]}],
 }
 """A changed setting for every path of ``chart.GATEWAY_MODE_ONLY_VALUES``."""
 
@@ -269,6 +271,7 @@ OPERATOR_MODE_SETTINGS: dict[str, Any] = {
     "networkPolicy.enabled": False,
     "networkPolicy.httpsEgressCidrs": ["10.0.0.0/8"],
     "networkPolicy.ingressCidrs": ["10.1.0.0/16"],
+    "networkPolicy.extraEgress": [{"ports": [{"port": 4318, "protocol": "TCP"}]}],
     "serviceMonitor": {"enabled": True},
     "prometheusRule": {"enabled": True},
     "podMonitor": {"enabled": True, "selector": {"app": "vllm"}},
@@ -352,3 +355,19 @@ def test_auto_issued_tls_settings_reach_the_operator() -> None:
     assert (issuer["metadata"]["name"], issuer["spec"]) == ("igw-selfsigned", {"selfSigned": {}})
     default_args = next(o for o in _objects({}) if o["kind"] == "Deployment")["spec"]["template"]["spec"]
     assert "--tls-issuer" in default_args["containers"][0]["args"]
+
+
+def test_extra_egress_rules_are_checked_by_the_configuration_schema() -> None:
+    """``networkPolicy.extraEgress`` reaches the operator's gateways (``--gateway-extra-egress``): a rule
+    that is not a NetworkPolicyEgressRule is refused at ``create-addon`` time, naming the field, instead
+    of the operator refusing to start (it checks each rule too)."""
+    good = {"to": [{"ipBlock": {"cidr": "169.254.20.10/32"}}], "ports": [{"port": 53, "protocol": "UDP"}]}
+    assert configuration.problems({"networkPolicy": {"extraEgress": [good]}}) == []
+    for rule, field in [
+        ({"to": "anywhere"}, "networkPolicy.extraEgress[0].to"),
+        ({"ports": [{"port": 70000}]}, "networkPolicy.extraEgress[0].ports[0].port"),
+        ({"to": [{"ipBlock": {"cidr": "169.254.20.10"}}]}, "networkPolicy.extraEgress[0].to[0].ipBlock.cidr"),
+        ({"from": []}, "networkPolicy.extraEgress[0]"),
+    ]:
+        (problem,) = configuration.problems({"networkPolicy": {"extraEgress": [rule]}})
+        assert problem.startswith(field), problem

@@ -8,6 +8,7 @@ narrower RBAC refuses, nor that the default RBAC covers every call of auto-issue
 from __future__ import annotations
 
 import argparse
+import asyncio
 import dataclasses
 import logging
 from collections.abc import Iterator
@@ -20,12 +21,18 @@ from moto import mock_aws
 
 from igw.addon import chart, pins
 from igw.cli import operator as operator_cli
+from igw.operator.dataplane import DataPlaneSettings
+from igw.operator.kube import IGWC_API_VERSION, Kube
+from igw.operator.reconcile import Reconciler
 from igw.operator.runner import OperatorOptions
 from tests.fakes.kube_api import FakeKubeApiServer
 from tests.operator.harness import (
+    DATA_PLANE_KINDS,
     OperatorThread,
+    condition,
     find,
     igwc,
+    owned_by,
     tls_igwc,
     wait_condition,
     wait_for,
@@ -143,3 +150,38 @@ def test_the_default_chart_rbac_covers_auto_issued_tls_and_its_sweep(
         == 1
     )
     assert _refusals(caplog) == []
+
+
+def test_the_chart_rbac_lets_the_operator_adopt_the_orphans_of_a_config_applied_again(
+    cluster: FakeKubeApiServer,
+) -> None:
+    """``kubectl delete igwc chat --cascade=orphan``, then the same manifest applied again, on a cluster
+    with the ``OwnerReferencesPermissionEnforcement`` admission plugin: adopting an orphan replaces its
+    owner references, which the plugin admits only from a caller that may delete the object. Under the
+    chart's RBAC (no ``delete`` on the data-plane kinds) the pass was refused for every object
+    (``cannot set an ownerRef on a resource you can't delete``) and the gateway stayed unowned, its
+    config ``ApplyFailed``, for good. Now the same objects (same uids: no new pods) carry the new
+    owner."""
+    cluster.enforce_rbac(_render({}))
+    reconciler = Reconciler(Kube(cluster.api_client()), DataPlaneSettings())
+    cluster.add(igwc("chat"))
+    assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
+    first = find(cluster, "InferenceGatewayConfig", "inference", "chat")
+    assert first is not None
+    before = {
+        (o["kind"], o["metadata"]["name"]): o["metadata"]["uid"]
+        for o in owned_by(cluster, first["metadata"]["uid"])
+    }
+    assert {kind for kind, _ in before} >= DATA_PLANE_KINDS
+    igwc_kind = cluster.store.kind_for(api_version=IGWC_API_VERSION, kind="InferenceGatewayConfig")
+    cluster.store.delete(igwc_kind, "inference", "chat", propagation="Orphan")
+
+    reborn = cluster.add(igwc("chat"))
+    assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
+    programmed = condition(find(cluster, "InferenceGatewayConfig", "inference", "chat"), "GatewayProgrammed")
+    assert programmed["status"] == "True", programmed.get("message")
+    after = {
+        (o["kind"], o["metadata"]["name"]): o["metadata"]["uid"]
+        for o in owned_by(cluster, reborn["metadata"]["uid"])
+    }
+    assert after == before

@@ -154,6 +154,51 @@ def test_network_policy_lets_global_heartbeats_reach_their_store() -> None:
     assert {6380, 6390} <= set(_egress_ports(both))
 
 
+def _egress_rule_ports(igwc: dict[str, Any], destination: dict[str, Any]) -> list[int]:
+    """The ports of the egress rule whose first destination is ``destination``."""
+    policy = by_kind(desired_objects(igwc, DataPlaneSettings()))["NetworkPolicy"]
+    (rule,) = [r for r in policy["spec"]["egress"] if (r.get("to") or [None])[0] == destination]
+    return [p["port"] for p in rule["ports"]]
+
+
+HTTPS_DESTINATION: dict[str, Any] = {"ipBlock": {"cidr": "0.0.0.0/0"}}
+MODEL_DESTINATION: dict[str, Any] = {"namespaceSelector": {}}
+
+
+def test_network_policy_lets_the_gateway_fetch_keys_from_a_jwks_on_another_port() -> None:
+    """An in-cluster identity provider (Keycloak on 8443): only 443 was opened, so the gateway could
+    fetch no key and refused every token, and nothing (``extraEgress`` was refused in operator mode)
+    could open the port. The JWKS URL's port is opened to the HTTPS destinations, and with OIDC
+    discovery the issuer's too."""
+    provider = {
+        "name": "keycloak",
+        "issuer": "https://sso.example.com:9443/realms/llm",
+        "remoteJWKS": {"uri": "https://keycloak.auth.svc.cluster.local:8443/realms/llm/certs"},
+        "audiences": ["inference"],
+    }
+    igwc = igwc_object(auth={"jwt": {"provider": provider}})
+    assert validate_document(served_document(igwc)) == []
+    assert _egress_rule_ports(igwc, HTTPS_DESTINATION) == [443, 8443]
+    discovery = igwc_object(
+        auth={"jwt": {"provider": provider}}, extensions={"authorization": {"oidcDiscovery": True}}
+    )
+    assert validate_document(served_document(discovery)) == []
+    assert _egress_rule_ports(discovery, HTTPS_DESTINATION) == [443, 8443, 9443]
+    provider["remoteJWKS"] = {"uri": "https://idp.example.com/keys"}
+    assert _egress_rule_ports(igwc_object(auth={"jwt": {"provider": provider}}), HTTPS_DESTINATION) == [443]
+
+
+def test_network_policy_lets_requests_for_no_served_model_reach_the_default_backend() -> None:
+    """``bbr.defaultBackend`` on a port no scheduler uses: requests naming no served model got a 502
+    from the gateway (its connection dropped by the NetworkPolicy); its port is opened as the model
+    servers' are."""
+    igwc = igwc_object(bbr={"enabled": True, "defaultBackend": {"name": "fallback", "port": 9000}})
+    assert validate_document(served_document(igwc)) == []
+    assert _egress_rule_ports(igwc, MODEL_DESTINATION) == [8000, 9000]
+    default_port = igwc_object(bbr={"enabled": True, "defaultBackend": {"name": "fallback"}})
+    assert _egress_rule_ports(default_port, MODEL_DESTINATION) == [8000]
+
+
 @pytest.mark.parametrize(("grace", "pre_stop"), [(60, 15), (120, 30), (30, 15)])
 def test_termination_grace_covers_the_gateway_shutdown(grace: int, pre_stop: int) -> None:
     """preStop sleep + drain + stream grace + the final cut (SSE error events) fit the grace period,

@@ -11,6 +11,7 @@ import kubernetes_validate
 from igw.cli.main import build_parser
 from igw.config.restart_only import restart_digest
 from igw.operator.dataplane import (
+    DEFAULT_INGRESS_CIDRS,
     GATEWAY_PORT,
     MANAGEMENT_PORT,
     RESTART_CONFIG_ANNOTATION,
@@ -46,7 +47,10 @@ def test_the_gateway_serves_operations_on_a_port_the_load_balancer_never_reaches
     assert [p["targetPort"] for p in service["spec"]["ports"]] == ["http"]
     ingress = by_kind(objects)["NetworkPolicy"]["spec"]["ingress"]
     assert ingress == [
-        {"ports": [{"port": GATEWAY_PORT, "protocol": "TCP"}]},
+        {
+            "from": [{"ipBlock": {"cidr": cidr}} for cidr in DEFAULT_INGRESS_CIDRS],
+            "ports": [{"port": GATEWAY_PORT, "protocol": "TCP"}],
+        },
         {"from": [{"namespaceSelector": {}}], "ports": [{"port": MANAGEMENT_PORT, "protocol": "TCP"}]},
     ]
 

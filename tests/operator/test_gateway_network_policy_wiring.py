@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from igw.addon import chart, pins
+from igw.addon import chart, configuration, pins
 from igw.cli import operator as operator_cli
 from igw.operator.dataplane import DEFAULT_INGRESS_CIDRS, GATEWAY_PORT, DataPlaneSettings
 from igw.operator.runner import OperatorOptions
@@ -135,3 +135,61 @@ def test_network_policy_disabled_in_the_chart_gives_gateways_none_and_deletes_th
     assert find(cluster, "NetworkPolicy", "inference", "hand-gateway") is not None  # not ours: left
     assert "NetworkPolicies are off" in programmed["message"]
     assert _refusals(caplog) == []
+
+
+NODE_LOCAL_DNS = {
+    "to": [{"ipBlock": {"cidr": "169.254.20.10/32"}}],
+    "ports": [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}],
+}
+"""A NodeLocal DNSCache: the pods' resolver is a link-local address, not the kube-dns pods the
+operator's NetworkPolicy opens DNS to."""
+
+
+def test_the_charts_extra_egress_reaches_the_network_policy_of_every_operator_gateway(
+    cluster: FakeKubeApiServer, kubeconfig: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``networkPolicy.extraEgress`` in operator mode: refused (``has no effect with the chart's mode
+    operator``) and rendered nowhere, so a destination of the cluster's rather than of a config (here a
+    NodeLocal DNSCache) could not be opened for the gateways the operator runs. Now it reaches the
+    operator (``--gateway-extra-egress``) and is added, as given, to each gateway's NetworkPolicy."""
+    values = {"networkPolicy": {"extraEgress": [NODE_LOCAL_DNS]}}
+    assert configuration.problems(values) == []
+    rendered, args = _rendered_operator(values)
+    cluster.enforce_rbac(rendered)
+    caplog.set_level(logging.INFO)
+    operator = OperatorThread(_options(args, kubeconfig)).start()
+    try:
+        cluster.add(igwc("chat", model="mistral", app="mistral"))
+        wait_condition(cluster, "chat", "GatewayProgrammed", "True")
+        policy = find(cluster, "NetworkPolicy", "inference", "chat-gateway")
+    finally:
+        assert operator.stop() == 0
+    assert policy is not None
+    assert policy["spec"]["egress"][-1] == NODE_LOCAL_DNS
+    assert _refusals(caplog) == []
+
+
+@pytest.mark.parametrize(
+    ("rule", "named"),
+    [
+        ('{"to": [{"ipBlock": {"cidr": "169.254.20.10"}}]}', "to[0].ipBlock.cidr"),
+        ('{"ports": [{"port": 70000}]}', "ports[0].port"),
+        ('{"ports": [{"port": 53, "protocol": "udp"}]}', "ports[0].protocol"),
+        ('{"to": [{"podSelector": {}, "ipBlock": {"cidr": "10.0.0.0/8"}}]}', "to[0]"),
+        ('{"from": []}', "unknown field 'from'"),
+        ("[]", "rule: expected an object"),
+        ("{", "not JSON"),
+    ],
+)
+def test_a_malformed_extra_egress_rule_is_refused_naming_the_field(
+    rule: str, named: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Passed on as it was, the API server would refuse the NetworkPolicy of every config, each pass."""
+    parser = argparse.ArgumentParser()
+    operator_cli.add_arguments(parser)
+    with pytest.raises(SystemExit) as exited:
+        parser.parse_args(["--gateway-extra-egress", rule])
+    assert exited.value.code == 2
+    error = capsys.readouterr().err
+    assert "--gateway-extra-egress: not a NetworkPolicy egress rule" in error
+    assert named in error

@@ -48,15 +48,16 @@ GATEWAY_MODE_ONLY_VALUES: Final = (
     "podDisruptionBudget",
     "rbac",
     "networkPolicy.modelServerPorts",
-    "networkPolicy.extraEgress",
 )
 """Values (dotted paths) that only ``mode: gateway`` reads: with ``mode: operator`` the chart renders the
 same objects whatever they say (the operator takes replicas, Service, TLS, pod settings and network
 policy from each InferenceGatewayConfig, and its gateway pods run as ``<name>-gateway`` in the object's
 namespace). ``gateway.workers``, ``gateway.workerTimeoutSeconds`` and ``gateway.cloudWatch`` are not
-here: the operator hands them to every gateway it runs, nor is ``networkPolicy.ingressCidrs`` (the
+here: the operator hands them to every gateway it runs, nor are ``networkPolicy.ingressCidrs`` (the
 sources the operator's gateway NetworkPolicies admit; refused in operator mode before session s41,
-while those NetworkPolicies admitted every source)."""
+while those NetworkPolicies admitted every source) and ``networkPolicy.extraEgress`` (rules added to
+each of them, ``igw operator --gateway-extra-egress``; refused before session s41, so a destination
+of the cluster's, a NodeLocal DNSCache or an HTTPS proxy, could not be opened)."""
 
 
 def gateway_mode_only_paths(values: Mapping[str, Any]) -> list[str]:

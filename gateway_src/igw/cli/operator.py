@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from igw.cli.arg_types import (
     NON_NEGATIVE,
@@ -97,6 +97,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="a source admitted on the gateway pods' inference port by their NetworkPolicy (the load "
         "balancer, in-VPC clients; repeatable; default the private IPv4 ranges 10.0.0.0/8, "
         "172.16.0.0/12, 192.168.0.0/16 and ::/0); the metrics port admits pods of the cluster only",
+    )
+    parser.add_argument(
+        "--gateway-extra-egress",
+        action="append",
+        type=_egress_rule,
+        default=[],
+        metavar="JSON",
+        help="an egress rule added to every gateway pod's NetworkPolicy, a NetworkPolicyEgressRule as "
+        'JSON (e.g. \'{"to": [{"ipBlock": {"cidr": "169.254.20.10/32"}}], "ports": [{"port": 53, '
+        '"protocol": "UDP"}]}\' for a NodeLocal DNSCache); repeatable. The ports each config needs '
+        "(model servers, JWKS, Redis, observability) are opened without one",
     )
     parser.add_argument(
         "--no-gateway-network-policy",
@@ -180,6 +191,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _egress_rule(text: str) -> dict[str, Any]:
+    """``--gateway-extra-egress``: one NetworkPolicyEgressRule as JSON, refused naming the field."""
+    # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
+    from igw.operator.egress_rules import EgressRuleError, parse_egress_rule
+
+    try:
+        return parse_egress_rule(text)
+    except EgressRuleError as exc:
+        raise argparse.ArgumentTypeError(f"not a NetworkPolicy egress rule: {exc}") from None
+
+
 DEFERS_STOP_SIGNALS = True
 """SIGTERM / Ctrl-C before the loop's handlers are in place are recorded, then acted on
 (:mod:`igw.cli.early_stop`): an interrupt inside kopf's imports was turned into a traceback."""
@@ -211,6 +233,7 @@ def operator_options(args: argparse.Namespace) -> OperatorOptions:
         extra_env=tuple(args.gateway_env),
         https_egress_cidrs=tuple(args.gateway_https_egress_cidr) or DEFAULT_HTTPS_EGRESS_CIDRS,
         ingress_cidrs=tuple(args.gateway_ingress_cidr) or DEFAULT_INGRESS_CIDRS,
+        extra_egress=tuple(args.gateway_extra_egress),
         network_policy=not args.no_gateway_network_policy,
     )
     return OperatorOptions(

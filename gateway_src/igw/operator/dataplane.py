@@ -71,6 +71,7 @@ SCALE_DOWN_WINDOW_S: Final = 300
 grace), so the count does not follow every dip of the load."""
 DEFAULT_TARGET_PORT: Final = 8000
 REDIS_PORT: Final = 6379
+HTTPS_PORT: Final = 443
 NAME_SUFFIX: Final = "-gateway"
 MAX_SERVICE_NAME: Final = 63
 MAX_LABEL_VALUE: Final = 63
@@ -106,6 +107,11 @@ class DataPlaneSettings:
     ingress_cidrs: tuple[str, ...] = DEFAULT_INGRESS_CIDRS
     """Sources admitted on the gateway port (clients, the load balancer; ``igw operator
     --gateway-ingress-cidr``, the chart's ``networkPolicy.ingressCidrs``)."""
+    extra_egress: tuple[Mapping[str, Any], ...] = ()
+    """NetworkPolicy egress rules added to every gateway's, after those derived from its config
+    (``igw operator --gateway-extra-egress``, the chart's ``networkPolicy.extraEgress``; checked by
+    :func:`igw.operator.egress_rules.parse_egress_rule`): destinations of the cluster rather than of a
+    config, such as a NodeLocal DNSCache or an HTTPS proxy."""
     resources: Mapping[str, Any] = field(
         default_factory=lambda: {
             "requests": {"cpu": "500m", "memory": "512Mi", "ephemeral-storage": "64Mi"},
@@ -600,22 +606,62 @@ def _redis_ports(spec: Mapping[str, Any]) -> list[int]:
     return sorted(ports)
 
 
+def _url_port(url: object, default: int) -> int | None:
+    """The port ``url`` names, ``default`` when it names none, ``None`` when it is not a URL with one."""
+    try:
+        return urlsplit(str(url)).port or default
+    except ValueError:
+        return None
+
+
+def _https_ports(spec: Mapping[str, Any]) -> list[int]:
+    """The HTTPS ports the gateway fetches keys from: 443, the port of ``spec.auth.jwt.provider``'s
+    ``remoteJWKS.uri`` and, with ``extensions.authorization.oidcDiscovery``, of its ``issuer`` (the
+    discovery document). Before these were opened, a JWKS served on another port (an in-cluster
+    Keycloak on 8443, say) was blocked by the NetworkPolicy of every gateway the operator runs: every
+    token was refused (no keys), and the chart's ``extraEgress`` that gateway mode has for it was
+    refused in operator mode."""
+    ports = {HTTPS_PORT}
+    provider = ((spec.get("auth") or {}).get("jwt") or {}).get("provider")
+    if isinstance(provider, Mapping):
+        urls = [(provider.get("remoteJWKS") or {}).get("uri")]
+        authorization = (spec.get("extensions") or {}).get("authorization") or {}
+        if isinstance(authorization, Mapping) and authorization.get("oidcDiscovery") is True:
+            urls.append(provider.get("issuer"))
+        ports.update(port for url in urls if url and (port := _url_port(url, HTTPS_PORT)) is not None)
+    return sorted(ports)
+
+
+def _model_ports(spec: Mapping[str, Any]) -> list[int]:
+    """The ports the gateway proxies to and scrapes: each scheduler's ``targetPort`` and the port of
+    ``spec.bbr.defaultBackend`` (where requests naming no served model go). Before the latter was
+    opened, those requests got a 502 from every gateway the operator runs whose default backend listened
+    on a port no scheduler used. The default backend is reached through its Service: a Service whose
+    ``targetPort`` differs from its ``port`` needs that port opened with ``networkPolicy.extraEgress``."""
+    ports = {int(s.get("targetPort", DEFAULT_TARGET_PORT)) for s in spec.get("schedulers") or []}
+    backend = (spec.get("bbr") or {}).get("defaultBackend")
+    if isinstance(backend, Mapping) and backend.get("name"):
+        ports.add(int(backend.get("port", DEFAULT_TARGET_PORT)))
+    return sorted(ports) or [DEFAULT_TARGET_PORT]
+
+
 def network_policy(igwc: Mapping[str, Any], settings: DataPlaneSettings) -> dict[str, Any]:
     """Clients from :attr:`DataPlaneSettings.ingress_cidrs` in on the gateway port, pods of the cluster
-    (Prometheus, ``igw top``) on the management port; out only to DNS, the model servers' ports, HTTPS
-    (API server, JWKS), the Redis ports of shared rate limits and of the global heartbeat store
-    (:func:`_redis_ports`), and the CloudWatch agent's / OTLP collector's ports when the operator's
-    settings send there."""
+    (Prometheus, ``igw top``) on the management port; out only to DNS, the model servers' and the
+    default backend's ports (:func:`_model_ports`), HTTPS (API server, JWKS and OIDC discovery on their
+    URLs' ports, :func:`_https_ports`), the Redis ports of shared rate limits and of the global
+    heartbeat store (:func:`_redis_ports`), the CloudWatch agent's / OTLP collector's ports when
+    the operator's settings send there, and the operator's extra rules
+    (:attr:`DataPlaneSettings.extra_egress`)."""
     spec = igwc.get("spec") or {}
     igwc_name = igwc["metadata"]["name"]
-    model_ports = sorted(
-        {int(s.get("targetPort", DEFAULT_TARGET_PORT)) for s in spec.get("schedulers") or []}
-    ) or [DEFAULT_TARGET_PORT]
+    model_ports = _model_ports(spec)
     extra: list[dict[str, Any]] = []
     redis_ports = _redis_ports(spec)
     if redis_ports:
         extra.append({"ports": [{"port": port, "protocol": "TCP"} for port in redis_ports]})
     extra.extend(settings.observability_egress())
+    extra.extend(copy.deepcopy(dict(rule)) for rule in settings.extra_egress)
     return {
         "apiVersion": NETWORK_POLICY_API_VERSION,
         "kind": NETWORK_POLICY_KIND,
@@ -651,7 +697,7 @@ def network_policy(igwc: Mapping[str, Any], settings: DataPlaneSettings) -> dict
                 },
                 {
                     "to": [{"ipBlock": {"cidr": cidr}} for cidr in settings.https_egress_cidrs],
-                    "ports": [{"port": 443, "protocol": "TCP"}],
+                    "ports": [{"port": port, "protocol": "TCP"} for port in _https_ports(spec)],
                 },
                 *extra,
             ],

@@ -18,8 +18,13 @@ app.kubernetes.io/part-of: inference-gateway
 
 {{/*
 What the operator does in a watched namespace, verb by verb (igw/operator/kube.py and kopf):
-read, create and replace (update) each data-plane kind, and delete the HorizontalPodAutoscaler it
-made once a spec stops asking for one; with networkPolicy.enabled: false only read and delete the
+read, create, replace (update) and delete each data-plane kind: it deletes the HorizontalPodAutoscaler
+it made once a spec stops asking for one, and adopts the orphans `kubectl delete --cascade=orphan`
+leaves when the config is applied again, a replace that sets their owner reference, which the
+OwnerReferencesPermissionEnforcement admission plugin (hardened and OpenShift clusters) admits only
+from a caller that may delete the object ("cannot set an ownerRef on a resource you can't delete").
+The operator already holds update on these kinds, which can rewrite them wholly; delete adds only
+their removal. With networkPolicy.enabled: false only read and delete the
 gateways' NetworkPolicies (it deletes the ones it made before, and makes none); list pods for status; post Events; for
 spec.tls: {} read, create, replace and delete cert-manager Certificates, read their Secrets and delete
 the one of a Certificate it deletes, and list the Secrets carrying its labels (the orphan sweep of
@@ -28,7 +33,8 @@ operator.autoTls: false (RBAC cannot narrow Secrets to the operator's own, so th
 to take cluster-wide Secret access away).
 Roles and RoleBindings: get/create/update only, without resourceNames: the operator creates one of
 each per InferenceGatewayConfig, named after it (`<name>-gateway`), so no fixed name exists, and
-RBAC cannot restrict `create` by name anyway; `update` puts back an edited one and adopts an orphan.
+RBAC cannot restrict `create` by name anyway; `update` puts back an edited one and, with `delete`,
+adopts an orphan.
 No bind/escalate: it can only grant what it holds itself.
 Every data-plane object carries an owner reference to its InferenceGatewayConfig with
 blockOwnerDeletion: true, which the OwnerReferencesPermissionEnforcement admission plugin (hardened and
@@ -55,32 +61,32 @@ server refuses to create that Role (RBAC escalation prevention).
   verbs: ["patch"]
 - apiGroups: [""]
   resources: ["configmaps"]
-  verbs: ["get", "list", "watch", "create", "update"]
+  verbs: ["get", "list", "watch", "create", "update", "delete"]
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["get", "list", "watch"]
 - apiGroups: [""]
   resources: ["services", "serviceaccounts"]
-  verbs: ["get", "create", "update"]
+  verbs: ["get", "create", "update", "delete"]
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create"]
 - apiGroups: ["apps"]
   resources: ["deployments"]
-  verbs: ["get", "create", "update"]
+  verbs: ["get", "create", "update", "delete"]
 - apiGroups: ["rbac.authorization.k8s.io"]
   resources: ["roles", "rolebindings"]
-  verbs: ["get", "create", "update"]
+  verbs: ["get", "create", "update", "delete"]
 - apiGroups: ["policy"]
   resources: ["poddisruptionbudgets"]
-  verbs: ["get", "create", "update"]
+  verbs: ["get", "create", "update", "delete"]
 - apiGroups: ["autoscaling"]
   resources: ["horizontalpodautoscalers"]
   verbs: ["get", "create", "update", "delete"]
 - apiGroups: ["networking.k8s.io"]
   resources: ["networkpolicies"]
   {{- if .Values.networkPolicy.enabled }}
-  verbs: ["get", "create", "update"]
+  verbs: ["get", "create", "update", "delete"]
   {{- else }}
   verbs: ["get", "delete"]
   {{- end }}

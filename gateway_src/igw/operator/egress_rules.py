@@ -1,0 +1,115 @@
+"""Extra NetworkPolicy egress rules for every gateway the operator runs (``igw operator
+--gateway-extra-egress``, the chart's ``networkPolicy.extraEgress``), checked before any is applied.
+
+The operator derives what each gateway needs from its config (model-server and default-backend
+ports, the JWKS and discovery ports, Redis, the observability endpoints it was given), but some
+destinations are the cluster's, not the config's: a NodeLocal DNSCache on a link-local address, an
+HTTPS proxy the pods reach through ``HTTPS_PROXY``, a default backend whose Service maps its port to
+another ``targetPort``, the keys of an OIDC discovery document on another host and port. Gateway mode
+has ``networkPolicy.extraEgress`` for them; before session s41 operator mode refused it and had no
+other way. A rule is one ``NetworkPolicyEgressRule`` (``to`` and ``ports``) as JSON. A malformed one
+is refused here, naming the flag and the field: sent as it was, the API server would refuse the
+NetworkPolicy of every config, each pass.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+from collections.abc import Mapping
+from typing import Any, Final
+
+from igw.errors import IgwToolingError
+
+RULE_FIELDS: Final = frozenset({"to", "ports"})
+PEER_FIELDS: Final = frozenset({"ipBlock", "namespaceSelector", "podSelector"})
+PORT_FIELDS: Final = frozenset({"port", "endPort", "protocol"})
+SELECTOR_FIELDS: Final = frozenset({"matchLabels", "matchExpressions"})
+PROTOCOLS: Final = ("TCP", "UDP", "SCTP")
+_PORT_NAME: Final = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+"""An IANA service name as a container port's name (at most 15 characters, a letter among them)."""
+
+
+class EgressRuleError(IgwToolingError, ValueError):
+    """An extra egress rule that is not a NetworkPolicyEgressRule; the message names the field."""
+
+
+def _fields(value: object, allowed: frozenset[str], where: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise EgressRuleError(f"{where}: expected an object, got {type(value).__name__}")
+    unknown = sorted(set(value) - allowed)
+    if unknown:
+        raise EgressRuleError(
+            f"{where}: unknown field {unknown[0]!r} (allowed: {', '.join(sorted(allowed))})"
+        )
+    return value
+
+
+def _list(value: object, where: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise EgressRuleError(f"{where}: expected a list, got {type(value).__name__}")
+    return value
+
+
+def _cidr(value: object, where: str) -> None:
+    if not isinstance(value, str) or "/" not in value:
+        raise EgressRuleError(f"{where}: {value!r} is not a CIDR block (e.g. 169.254.20.10/32)")
+    try:
+        ipaddress.ip_network(value, strict=False)
+    except ValueError:
+        raise EgressRuleError(f"{where}: {value!r} is not a CIDR block (e.g. 169.254.20.10/32)") from None
+
+
+def _peer(value: object, where: str) -> None:
+    peer = _fields(value, PEER_FIELDS, where)
+    if not peer:
+        raise EgressRuleError(f"{where}: names no destination (ipBlock, namespaceSelector or podSelector)")
+    if "ipBlock" in peer:
+        if len(peer) > 1:
+            raise EgressRuleError(f"{where}: ipBlock cannot be combined with a selector")
+        block = _fields(peer["ipBlock"], frozenset({"cidr", "except"}), f"{where}.ipBlock")
+        _cidr(block.get("cidr"), f"{where}.ipBlock.cidr")
+        for index, item in enumerate(_list(block.get("except", []), f"{where}.ipBlock.except")):
+            _cidr(item, f"{where}.ipBlock.except[{index}]")
+    for selector in ("namespaceSelector", "podSelector"):
+        if selector in peer:
+            _fields(peer[selector], SELECTOR_FIELDS, f"{where}.{selector}")
+
+
+def _port(value: object, where: str) -> None:
+    entry = _fields(value, PORT_FIELDS, where)
+    protocol = entry.get("protocol", "TCP")
+    if protocol not in PROTOCOLS:
+        raise EgressRuleError(f"{where}.protocol: {protocol!r} is not one of {', '.join(PROTOCOLS)}")
+    port = entry.get("port")
+    if port is None:
+        if "endPort" in entry:
+            raise EgressRuleError(f"{where}.endPort: needs a port")
+        return
+    if isinstance(port, bool) or not isinstance(port, int | str):
+        raise EgressRuleError(f"{where}.port: expected a number or a port name, got {port!r}")
+    if isinstance(port, int) and not 1 <= port <= 65535:
+        raise EgressRuleError(f"{where}.port: {port} is not in 1-65535")
+    if isinstance(port, str) and not (len(port) <= 15 and _PORT_NAME.fullmatch(port)):
+        raise EgressRuleError(f"{where}.port: {port!r} is not a port name")
+    end = entry.get("endPort")
+    if end is not None:
+        if not isinstance(port, int):
+            raise EgressRuleError(f"{where}.endPort: needs a numeric port")
+        if isinstance(end, bool) or not isinstance(end, int) or not port <= end <= 65535:
+            raise EgressRuleError(f"{where}.endPort: {end!r} is not a port from {port} to 65535")
+
+
+def parse_egress_rule(text: str) -> dict[str, Any]:
+    """The rule ``text`` (a JSON object) holds; :class:`EgressRuleError` naming the field otherwise."""
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise EgressRuleError(f"not JSON: {exc}") from None
+    rule = dict(_fields(value, RULE_FIELDS, "rule"))
+    for index, peer in enumerate(_list(rule.get("to", []), "to")):
+        _peer(peer, f"to[{index}]")
+    for index, port in enumerate(_list(rule.get("ports", []), "ports")):
+        _port(port, f"ports[{index}]")
+    return rule
