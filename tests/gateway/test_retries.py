@@ -110,6 +110,23 @@ async def test_a_refused_pick_is_counted_on_the_pod_that_served_it(gateway: Any,
         assert unreflected_dispatches(gw, best.key, nxt.key) == {best.key: 0, nxt.key: 1}
 
 
+async def test_a_continuation_s_pick_goes_on_to_the_pod_its_search_found(gateway: Any) -> None:
+    """A continuation of a response no scheduler here remembers is asked of the pods in turn; the
+    picked one answers 404 (it does not store that response: nothing prefilled) and the next, which
+    stores it, serves: the prompt and the dispatch are counted there. Until session s41 they stayed
+    on the pod that answered 404 (62 blocks there, none on the pod that served)."""
+    async with pair(gateway)() as (best, nxt, gw):
+        nxt.stored_responses["resp_stored_on_next"] = {"id": "resp_stored_on_next"}
+        body = {"model": MODEL, "input": "z" * 4000, "previous_response_id": "resp_stored_on_next"}
+        resp = await gw.post("/v1/responses", body)
+        assert resp.status == 200, await resp.text()
+        assert (len(best.received), len(nxt.received)) == (1, 1)
+        blocks = prefix_blocks(gw, best.key, nxt.key)
+        assert blocks[best.key] == 0, blocks
+        assert blocks[nxt.key] > 0, blocks
+        assert unreflected_dispatches(gw, best.key, nxt.key) == {best.key: 0, nxt.key: 1}
+
+
 async def test_a_refusal_that_is_not_retried_keeps_its_pick(gateway: Any) -> None:
     """A refusal the client gets (a 500, which ``retryOn`` does not name by default) stays counted
     where it was picked: no other pod got the request."""

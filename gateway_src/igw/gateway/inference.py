@@ -1221,6 +1221,8 @@ async def _forward(
             searched += 1
             refusal = result
             obs.retrying(scheduler or plan.search_pools.get(key, ""), RESPONSE_SEARCH, status=404)
+            if plan.sr is not None and plan.sr.pool.states.get(key) is ep:
+                unsent = key  # a continuation's pick goes on with it: that pod prefilled nothing
             continue
         if scheduler is None:
             if plan.search_for is not None and not connected:
