@@ -16,6 +16,7 @@ import aiohttp
 import pytest
 
 from igw.gateway.upstream_client import Origin, UpstreamPool, _Connection
+from igw.scheduling.plugins.prefix_cache_scorer import PrefixCacheScorer
 
 FAST_ROUTING = {
     "scrapeInterval": "20ms",
@@ -139,3 +140,19 @@ async def streams_left_early(
             response.close()
         await asyncio.sleep(0.1)  # the gateway's next write finds the connection gone
     return statuses
+
+
+def prefix_blocks(gw: Any, *keys: str, pool: str = "pool") -> dict[str, int]:
+    """The blocks scheduler ``pool``'s prefix index places on each of ``keys`` (the pick's
+    bookkeeping settled): where the gateway believes a prompt is cached."""
+    sch = gw.state.runtime.schedulers[pool].scheduler
+    sch.settle()
+    (scorer,) = [p for p in sch.plugins if isinstance(p, PrefixCacheScorer)]
+    return {key: scorer.index.size(key) for key in keys}
+
+
+def unreflected_dispatches(gw: Any, *keys: str, pool: str = "pool") -> dict[str, int]:
+    """The dispatches scheduler ``pool``'s ledger counts on each of ``keys`` since its scrape."""
+    sch = gw.state.runtime.schedulers[pool].scheduler
+    views = {v.key: v for v in gw.state.runtime.schedulers[pool].pool.views()}
+    return {key: sch.ledger.unreflected(views[key], now=gw.state.clock()) for key in keys}

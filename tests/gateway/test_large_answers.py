@@ -1,8 +1,9 @@
 """Non-streamed answers larger than the upstream client's read high-water mark (256 KiB) are forwarded
 whole, over real loopback HTTP on both sides of the ``IGW_HTTP_SERVER`` switch; one past
 :data:`~igw.gateway.upstream.WHOLE_ANSWER_BUFFER_BYTES` (1 MiB) is relayed as it arrives, so each costs
-the gateway at most that much whatever its size; an error answer (collected whole: it may be retried)
-past :data:`~igw.gateway.upstream_client.MAX_WHOLE_BODY_BYTES` is a 502, not unbounded memory.
+the gateway at most that much whatever its size; an error answer (held while it may be retried)
+past :data:`~igw.gateway.upstream.ERROR_ANSWER_BUFFER_BYTES` (1 MiB) is relayed as it arrives (JSON) or
+answered without its body (anything else), never collected whole.
 
 Before: reading paused at the high-water mark and the whole-body read never took the bytes that
 would resume it, so any non-streamed answer of more than about half a megabyte (long outputs,
@@ -19,9 +20,7 @@ import orjson
 import pytest
 from aiohttp import web
 
-from igw.gateway import upstream_client
 from igw.gateway.lean_server import SWITCH_ENV
-from tests.compiled.tree import skip_compiled
 from tests.gateway.fake_model_server import FakeModelServer, running
 from tests.gateway.support import config_doc, scheduler
 from tests.reliability.harness import gateway_doc, in_process_gateway, scripted_upstream
@@ -51,38 +50,84 @@ async def test_a_20_mb_answer_is_forwarded_whole(
             assert resp.status == 200
 
 
-@skip_compiled(
-    "igw.gateway.upstream_client",
-    "the cap MAX_WHOLE_BODY_BYTES is lowered by monkeypatch; compiled code bound the Final constant "
-    "at build time",
-)
-async def test_an_error_answer_past_the_cap_is_a_502_and_the_gateway_serves_on(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """An error answer (400 and above) is collected whole - it may be retried on another pod - so the
-    cap bounds it; a success that large is relayed as it arrives (the test below)."""
-    monkeypatch.setattr(upstream_client, "MAX_WHOLE_BODY_BYTES", 1024 * 1024)
-    size = {"n": 4_000_000}
+LARGE = 4 * 1024 * 1024  # past WHOLE_ANSWER_BUFFER_BYTES and ERROR_ANSWER_BUFFER_BYTES (1 MiB each)
 
-    async def failing(request: web.Request) -> web.Response:
+
+async def test_a_large_json_error_answer_is_relayed_as_it_arrives_not_retried(tmp_path: Path) -> None:
+    """An error answer is held while it may still be retried on another pod, but only up to
+    :data:`~igw.gateway.upstream.ERROR_ANSWER_BUFFER_BYTES`: past it a JSON error is relayed as it
+    arrives (and so not retried). The pod sends the first 4 MiB of a 503 and holds the rest until the
+    client has read them: until session s41 the gateway collected every error answer whole, up to
+    256 MiB each (eight concurrent 40 MB ones took ``igw serve`` from 78 to 431 MiB), never passed
+    them on, and the exchange hung here. The next small 503 is still a refusal retried as before."""
+    release = asyncio.Event()
+    head = b'{"error":{"code":503,"message":"' + b"x" * LARGE
+    tail = b'"}}'
+    sent = {"n": 0}
+
+    async def failing(request: web.Request) -> web.StreamResponse:
         await request.read()
-        body = orjson.dumps({"error": {"message": "x" * size["n"]}})
-        return web.Response(status=400, body=body, content_type="application/json")
+        sent["n"] += 1
+        resp = web.StreamResponse(status=503, headers={"Content-Type": "application/json"})
+        resp.content_length = len(head) + len(tail)
+        await resp.prepare(request)
+        await resp.write(head)
+        await release.wait()
+        await resp.write(tail)
+        await resp.write_eof()
+        return resp
 
     async with (
         scripted_upstream({"POST /v1/completions": failing}) as pod,
         in_process_gateway(tmp_path, gateway_doc(), [pod]) as gw,
     ):
         resp = await gw.complete("huge")
+        assert resp.status == 503
+        received = b""
+        async with asyncio.timeout(30):  # collected whole, nothing arrives: the test fails here
+            while len(received) < len(head):
+                received += await resp.content.readany()
+        release.set()
+        received += await resp.content.read()
+        assert received == head + tail
+        assert sent["n"] == 1  # relayed: not retried
+
+
+async def test_a_large_non_json_error_answer_is_answered_without_its_body(tmp_path: Path) -> None:
+    """A non-JSON error answer's body never reaches the client (it is answered in the OpenAI shape,
+    with its status alone), so the gateway reads at most
+    :data:`~igw.gateway.upstream.ERROR_ANSWER_BUFFER_BYTES` of it and answers at once. The pod sends
+    4 MiB of an HTML 502 page and never ends it: until session s41 the gateway collected it whole (up
+    to 256 MiB) and the request waited for its end. Then a small one: the gateway serves on."""
+    endless = {"on": True}
+    done = asyncio.Event()
+
+    async def failing(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        resp = web.StreamResponse(status=502, headers={"Content-Type": "text/html"})
+        await resp.prepare(request)
+        await resp.write(b"<html>" + b"x" * (LARGE if endless["on"] else 10))
+        if endless["on"]:
+            await done.wait()  # not ended while the test runs (the gateway closes the connection)
+            return resp
+        await resp.write_eof()
+        return resp
+
+    async with (
+        scripted_upstream({"POST /v1/completions": failing}) as pod,
+        in_process_gateway(tmp_path, gateway_doc(), [pod]) as gw,
+    ):
+        async with asyncio.timeout(30):  # collected whole, never answered: the test fails here
+            resp = await gw.complete("huge")
+            error = (await resp.json())["error"]
         assert resp.status == 502
-        error = (await resp.json())["error"]
         assert error["code"] == "upstream_error"
-        size["n"] = 5
+        assert "HTTP 502" in error["message"]
+        endless["on"] = False
         resp = await gw.complete("small")
-        assert resp.status == 400
-
-
-LARGE = 4 * 1024 * 1024  # past WHOLE_ANSWER_BUFFER_BYTES (1 MiB): relayed as it arrives
+        assert resp.status == 502
+        assert (await resp.json())["error"]["code"] == "upstream_error"
+        done.set()
 
 
 @pytest.mark.parametrize("switch", ["lean", "aiohttp"])

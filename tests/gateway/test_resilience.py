@@ -10,9 +10,15 @@ from typing import Any
 
 import orjson
 
-from igw.scheduling.plugins.prefix_cache_scorer import PrefixCacheScorer
 from tests.gateway.fake_model_server import FakeModelServer, running
-from tests.gateway.support import config_doc, data_events, scheduler, wait_for
+from tests.gateway.support import (
+    config_doc,
+    data_events,
+    prefix_blocks,
+    scheduler,
+    unreflected_dispatches,
+    wait_for,
+)
 
 MODEL = "m1"
 
@@ -100,21 +106,6 @@ async def test_connect_failure_is_retried_once_on_the_next_best(gateway: Any) ->
         assert 'igw_upstream_retries_total{cause="connect-failure",scheduler="pool"} 1.0' in metrics
 
 
-def _prefix_blocks(gw: Any, *keys: str) -> dict[str, int]:
-    """The blocks the pool's prefix index places on each of ``keys`` (the pick's bookkeeping settled)."""
-    sch = gw.state.runtime.schedulers["pool"].scheduler
-    sch.settle()
-    (scorer,) = [p for p in sch.plugins if isinstance(p, PrefixCacheScorer)]
-    return {key: scorer.index.size(key) for key in keys}
-
-
-def _dispatches(gw: Any, *keys: str) -> dict[str, int]:
-    """The dispatches the pool's ledger counts on each of ``keys`` since its scrape."""
-    sch = gw.state.runtime.schedulers["pool"].scheduler
-    views = {v.key: v for v in gw.state.runtime.schedulers["pool"].pool.views()}
-    return {key: sch.ledger.unreflected(views[key], now=gw.state.clock()) for key in keys}
-
-
 async def test_a_pick_whose_connection_failed_is_counted_on_the_pod_that_served_it(gateway: Any) -> None:
     """The prompt goes to the next-best pod after the picked one refused the connection: the prefix
     index places it there, and the dispatch ledger counts it there. Until session s41 both kept the
@@ -128,10 +119,10 @@ async def test_a_pick_whose_connection_failed_is_counted_on_the_pod_that_served_
         await best.stop()  # still "fresh" for 30 s, but nothing listens any more
         resp = await gw.post("/v1/completions", {**req(), "prompt": "z" * 4000})
         assert (resp.status, (await resp.json())["server"]) == (200, "next")
-        blocks = _prefix_blocks(gw, best.key, nxt.key)
+        blocks = prefix_blocks(gw, best.key, nxt.key)
         assert blocks[best.key] == 0, blocks
         assert blocks[nxt.key] > 0, blocks
-        assert _dispatches(gw, best.key, nxt.key) == {best.key: 0, nxt.key: 1}
+        assert unreflected_dispatches(gw, best.key, nxt.key) == {best.key: 0, nxt.key: 1}
 
 
 async def test_a_pick_no_pod_accepted_is_given_back(gateway: Any) -> None:
@@ -146,8 +137,8 @@ async def test_a_pick_no_pod_accepted_is_given_back(gateway: Any) -> None:
         await nxt.stop()
         resp = await gw.post("/v1/completions", {**req(), "prompt": "z" * 4000})
         assert (resp.status, (await resp.json())["error"]["code"]) == (502, "upstream_connect_failed")
-        assert _prefix_blocks(gw, best.key, nxt.key) == {best.key: 0, nxt.key: 0}
-        assert _dispatches(gw, best.key, nxt.key) == {best.key: 0, nxt.key: 0}
+        assert prefix_blocks(gw, best.key, nxt.key) == {best.key: 0, nxt.key: 0}
+        assert unreflected_dispatches(gw, best.key, nxt.key) == {best.key: 0, nxt.key: 0}
 
 
 async def test_upstream_death_mid_stream_ends_with_error_event_and_clean_close(gateway: Any) -> None:

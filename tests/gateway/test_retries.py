@@ -17,7 +17,7 @@ from igw.gateway.retries import RetryBudget, retry_condition
 from igw.gateway.upstream import ExchangeResult
 from igw.scheduling.retry_policy import DEFAULT_RETRY_ON, RetryCondition, RetryPolicy, retried_for
 from tests.gateway.fake_model_server import FakeModelServer, running
-from tests.gateway.support import config_doc, scheduler
+from tests.gateway.support import config_doc, prefix_blocks, scheduler, unreflected_dispatches
 
 MODEL = "m1"
 SLOW_SCRAPES = {"scrapeInterval": "10s", "staleThreshold": "30s"}
@@ -91,6 +91,51 @@ async def test_a_stream_refused_before_it_started_is_streamed_by_the_next_best(g
         events = [e for e in (await resp.read()).split(b"\n\n") if e]
         assert orjson.loads(events[0][6:])["server"] == "next"
         assert events[-1] == b"data: [DONE]"
+
+
+@pytest.mark.parametrize("status", [503, 429, 404])
+async def test_a_refused_pick_is_counted_on_the_pod_that_served_it(gateway: Any, status: int) -> None:
+    """A pod that refuses a request (a 503 from a full queue, a 429, a 404 for an adapter it lacks)
+    never prefilled its prompt, and the request is not waiting there: the next-best pod that served
+    it holds the prompt and the dispatch, as for a pick whose connection failed. Until session s41
+    the prefix index placed the prompt (62 blocks) on the refusing pod and none on the pod that
+    served, and the dispatch ledger counted a phantom dispatch there and none on the pod serving."""
+    async with pair(gateway)() as (best, nxt, gw):
+        best.infer_status = status
+        resp = await gw.post("/v1/completions", {**req(), "prompt": "z" * 4000})
+        assert (resp.status, (await resp.json())["server"]) == (200, "next")
+        blocks = prefix_blocks(gw, best.key, nxt.key)
+        assert blocks[best.key] == 0, blocks
+        assert blocks[nxt.key] > 0, blocks
+        assert unreflected_dispatches(gw, best.key, nxt.key) == {best.key: 0, nxt.key: 1}
+
+
+async def test_a_continuation_s_pick_goes_on_to_the_pod_its_search_found(gateway: Any) -> None:
+    """A continuation of a response no scheduler here remembers is asked of the pods in turn; the
+    picked one answers 404 (it does not store that response: nothing prefilled) and the next, which
+    stores it, serves: the prompt and the dispatch are counted there. Until session s41 they stayed
+    on the pod that answered 404 (62 blocks there, none on the pod that served)."""
+    async with pair(gateway)() as (best, nxt, gw):
+        nxt.stored_responses["resp_stored_on_next"] = {"id": "resp_stored_on_next"}
+        body = {"model": MODEL, "input": "z" * 4000, "previous_response_id": "resp_stored_on_next"}
+        resp = await gw.post("/v1/responses", body)
+        assert resp.status == 200, await resp.text()
+        assert (len(best.received), len(nxt.received)) == (1, 1)
+        blocks = prefix_blocks(gw, best.key, nxt.key)
+        assert blocks[best.key] == 0, blocks
+        assert blocks[nxt.key] > 0, blocks
+        assert unreflected_dispatches(gw, best.key, nxt.key) == {best.key: 0, nxt.key: 1}
+
+
+async def test_a_refusal_that_is_not_retried_keeps_its_pick(gateway: Any) -> None:
+    """A refusal the client gets (a 500, which ``retryOn`` does not name by default) stays counted
+    where it was picked: no other pod got the request."""
+    async with pair(gateway)() as (best, nxt, gw):
+        best.infer_status = 500
+        resp = await gw.post("/v1/completions", {**req(), "prompt": "z" * 4000})
+        assert resp.status == 500
+        assert prefix_blocks(gw, best.key, nxt.key)[nxt.key] == 0
+        assert unreflected_dispatches(gw, best.key, nxt.key) == {best.key: 1, nxt.key: 0}
 
 
 async def test_a_500_reaches_the_client_unless_5xx_is_named(gateway: Any) -> None:

@@ -1088,8 +1088,9 @@ async def _forward(
     budgeted = False  # the running attempt is a retry counted in the retry budget
     searched = 0  # attempts that found no stored response (``plan.search_for``): not retries
     missed = 0  # candidates that answered a search 404, the last one's included
-    # The pool's endpoint whose connection failed, holding the pick's dispatch: moved to the next
-    # attempt's endpoint when it starts, given back if none does (_sent_instead)
+    # The pool's endpoint holding the pick's dispatch that did not take the request - its connection
+    # failed, or it refused the request (an answer retried elsewhere: nothing prefilled there): moved
+    # to the next attempt's endpoint when it starts, given back if none does (_sent_instead)
     unsent: EndpointKey | None = None
     # routeTimeout bounds every attempt together: each retry gets what is left of it
     deadline = None if plan.timeout_s is None else time.monotonic() + plan.timeout_s
@@ -1220,6 +1221,8 @@ async def _forward(
             searched += 1
             refusal = result
             obs.retrying(scheduler or plan.search_pools.get(key, ""), RESPONSE_SEARCH, status=404)
+            if plan.sr is not None and plan.sr.pool.states.get(key) is ep:
+                unsent = key  # a continuation's pick goes on with it: that pod prefilled nothing
             continue
         if scheduler is None:
             if plan.search_for is not None and not connected:
@@ -1232,9 +1235,11 @@ async def _forward(
         if result is not None:
             refusal = result
             budgeted = True
+            if plan.sr is not None and plan.sr.pool.states.get(key) is ep:
+                unsent = key  # refused, so never prefilled there: its pick moves on (_sent_instead)
     if budgeted:  # the retry's endpoint was gone before its attempt started
         state.retry_budget.give_back()
-    if unsent is not None and plan.sr is not None:  # no attempt connected after it: nobody got it
+    if unsent is not None and plan.sr is not None:  # no attempt took it after that: nobody got it
         plan.sr.scheduler.release_dispatch(unsent, now=state.clock(), request_id=obs.key)
     if plan.search_for is not None:
         _searched(state, plan, result, every_pod_missed=missed == len(plan.candidates))
@@ -1290,12 +1295,14 @@ async def _forward(
 def _sent_instead(
     sr: SchedulerRuntime, failed: EndpointKey, target: EndpointState, *, request_id: str, now: float
 ) -> None:
-    """The request whose connection to ``failed`` failed goes to ``target`` instead (the next
-    attempt): its pick moves there, in the dispatch ledger and in the plugins that take a pick not
-    sent where it was picked (``on_not_sent``: the prefix index places the prompt on the pod that
-    got it). Until session s41 the ledger counted the dispatch on the pod that refused the connection
-    and none on the one serving it, and the prefix index sent the next requests with that prompt to
-    the pod that never saw it."""
+    """The request ``failed`` did not take - its connection failed, or it refused the request with
+    an answer that was retried (a 503 from a full queue, a 429, a 404 for a missing adapter: nothing
+    was prefilled there) - goes to ``target`` instead (the next attempt): its pick moves there, in the
+    dispatch ledger and in the plugins that take a pick not sent where it was picked
+    (``on_not_sent``: the prefix index places the prompt on the pod that got it). Until session s41
+    the ledger counted the dispatch on the pod that refused the connection or the request and none on
+    the one serving it, and the prefix index sent the next requests with that prompt to the pod that
+    never prefilled it (62 blocks there, none on the pod that served, in the tests' probe)."""
     sr.scheduler.move_dispatch(failed, target.key, now=now, request_id=request_id, sent_to=target.view())
 
 

@@ -80,6 +80,18 @@ parts before forwarding it: eight concurrent 40 MB answers took an ``igw serve``
 to a 477 MiB peak, and pods answering 256 MiB each could take N x 320 MiB, past any pod's memory
 limit (``igw.gateway.worker_count`` plans 256 MiB per worker)."""
 
+ERROR_ANSWER_BUFFER_BYTES: Final = 1024 * 1024
+"""Most of a model server's error answer (400 and above, which the request path may retry on
+another pod: it must not have reached the client) the gateway holds. A real error is an OpenAI-shaped
+JSON of a few KB (vLLM's, SGLang's), a proxy's HTML page a few more; Envoy's default buffer limit per
+connection is 1 MiB. Past it a JSON error is relayed as it arrives (:func:`_relay_whole`; so it is
+not retried) and any other error, whose body the client never gets (:func:`_wrapped_error`), is
+answered with its status without reading the rest (the upstream connection closed). Until session
+s41 every error answer was collected whole, up to
+:data:`~igw.gateway.upstream_client.MAX_WHOLE_BODY_BYTES` (256 MiB): eight concurrent 40 MB error
+answers took an ``igw serve`` process from 78 MiB to a 431 MiB peak (to 477 MiB when they were 503s
+retried on a second pod)."""
+
 UPSTREAM_POOL_LIMIT: Final = 1024
 """Concurrent upstream connections per process (keep-alive pooled); Envoy's default circuit-breaker limit."""
 
@@ -578,9 +590,11 @@ async def exchange(
     :mod:`~igw.gateway.upstream_watchdog` and ``routeTimeout`` bound it): no bound here.
     ``relay_whole_above``: a whole answer below status 400 is relayed as it arrives once more than
     this many of its bytes have (:func:`_relay_whole`; both tiers pass
-    :data:`WHOLE_ANSWER_BUFFER_BYTES` or their own bound: neither retries such an answer); ``None``:
-    collected whole, up to :data:`~igw.gateway.upstream_client.MAX_WHOLE_BODY_BYTES`, as an error
-    answer (400 and above, which tier 1 may retry on another pod) always is."""
+    :data:`WHOLE_ANSWER_BUFFER_BYTES` or their own bound: neither retries such an answer), an error
+    answer (400 and above, which either tier may retry elsewhere while nothing of it was relayed)
+    once more than :data:`ERROR_ANSWER_BUFFER_BYTES` have (a JSON one relayed, any other answered
+    with its status alone: :func:`_discarded_error`); ``None``: collected whole, up to
+    :data:`~igw.gateway.upstream_client.MAX_WHOLE_BODY_BYTES`."""
     # ``endpoint`` is a pod's ``host:port``, or a base URL with its scheme (the global router's
     # clusters). Waiting for a free pooled connection is not a connect failure (it would turn pool
     # exhaustion under load into retries and 502s); routeTimeout bounds the wait.
@@ -623,14 +637,17 @@ async def exchange(
         # A complete answer, read in this coroutine: usually it came with its head (no wait at all)
         try:
             payload = upstream.received()
-            if payload is None and relay_whole_above is not None and upstream.status < 400:
+            if payload is None and relay_whole_above is not None and _wrapped(upstream):
+                async with asyncio.timeout(body_timeout_s):
+                    return await _discarded_error(upstream, extra=response_headers)
+            if payload is None and relay_whole_above is not None:
                 return await _relay_whole(
                     request,
                     upstream,
                     endpoint=endpoint,
                     extra=response_headers,
                     on_prepared=on_prepared,
-                    buffer_bytes=relay_whole_above,
+                    buffer_bytes=relay_whole_above if upstream.status < 400 else ERROR_ANSWER_BUFFER_BYTES,
                     body_timeout_s=body_timeout_s,
                 )
             if payload is None:
@@ -693,7 +710,7 @@ def _whole_answer(upstream: UpstreamResponse, payload: bytes, *, extra: Mapping[
     usage = None
     response_id = None
     coding = upstream.noted.get(b"content-encoding")
-    is_json = upstream.content_type == "application/json" and coding is None
+    is_json = _plain_json(upstream)
     if upstream.content_type == "application/json" and upstream.status < 400 and compressed(coding):
         # compressed though the gateway asked for none: its usage read from the decoded bytes
         coded = CodedScan(cast(bytes, coding))
@@ -713,13 +730,41 @@ def _whole_answer(upstream: UpstreamResponse, payload: bytes, *, extra: Mapping[
         if upstream.status < 400:
             response_id = _stored_response_id(doc)
     answer: web.StreamResponse | ForwardedAnswer
-    if upstream.status >= 400 and not is_json:
+    if _wrapped(upstream):
         answer = _wrapped_error(upstream, extra)
     else:
         answer = forwarded_answer(upstream.status, upstream.fields, payload, noted=upstream.noted, add=extra)
     return ExchangeResult(
         answer=answer, status=upstream.status, ok=upstream.status < 500, usage=usage, response_id=response_id
     )
+
+
+def _plain_json(upstream: UpstreamResponse) -> bool:
+    """Whether ``upstream``'s body is JSON the gateway reads as it is (no content coding)."""
+    return upstream.content_type == "application/json" and b"content-encoding" not in upstream.noted
+
+
+def _wrapped(upstream: UpstreamResponse) -> bool:
+    """Whether ``upstream`` is an error answer whose body the client never gets: anything but plain
+    JSON is answered in the OpenAI shape with its status alone (:func:`_wrapped_error`)."""
+    return upstream.status >= 400 and not _plain_json(upstream)
+
+
+async def _discarded_error(upstream: UpstreamResponse, *, extra: Mapping[str, str]) -> ExchangeResult:
+    """An error answer whose body the client never gets (:func:`_wrapped`): its bytes are read and
+    let go, so the connection may serve again, up to :data:`ERROR_ANSWER_BUFFER_BYTES`; past that it
+    is answered without reading the rest (the connection is then closed, not reused). Still a
+    refusal the request path may retry elsewhere. A connection that fails before the body's end
+    (:class:`~igw.gateway.upstream_client.UpstreamBroken`), or a body the watchdog finds silent,
+    raises, the exchange's failure as for a collected answer."""
+    read = 0
+    while read <= ERROR_ANSWER_BUFFER_BYTES:
+        chunk = await upstream.readany()
+        if not chunk:
+            break
+        read += len(chunk)
+    answer = _wrapped_error(upstream, extra)
+    return ExchangeResult(answer=answer, status=upstream.status, ok=upstream.status < 500)
 
 
 async def _relay_whole(
@@ -776,8 +821,16 @@ async def _relay_whole(
     lean = getattr(request, "start_stream", None) is not None
     if length is not None and b"transfer-encoding" not in upstream.noted and not lean:
         response.content_length = int(length)
-    result = ExchangeResult(answer=response, status=upstream.status, ok=True)
+    result = ExchangeResult(answer=response, status=upstream.status, ok=upstream.status < 500)
     response.relayed = result
+    if upstream.status >= 400:  # past ERROR_ANSWER_BUFFER_BYTES: relayed, so not retried
+        log.warning(
+            "upstream %s answered HTTP %d with an error body over %d bytes: relayed as it arrives, "
+            "not retried",
+            endpoint,
+            upstream.status,
+            ERROR_ANSWER_BUFFER_BYTES,
+        )
     coding = upstream.noted.get(b"content-encoding")
     reads_json = upstream.content_type == "application/json"
     scan: AnswerScan | CodedScan = AnswerScan()

@@ -69,9 +69,9 @@ READ_HIGH_WATER: Final = 256 * 1024
 ORIGIN_CACHE_SIZE: Final = 4096
 """Endpoint strings whose parsed :class:`Origin` is kept (one per pod, typically)."""
 MAX_WHOLE_BODY_BYTES: Final = 256 * 1024 * 1024
-"""Largest non-streamed answer the gateway collects (it forwards such an answer whole: an error
-answer, which may be retried on another pod; a success past
-:data:`~igw.gateway.upstream.WHOLE_ANSWER_BUFFER_BYTES` is relayed as it arrives instead). Far above a
+"""Largest non-streamed answer :meth:`UpstreamResponse.read` collects (the request path holds at
+most :data:`~igw.gateway.upstream.WHOLE_ANSWER_BUFFER_BYTES` of a success and
+:data:`~igw.gateway.upstream.ERROR_ANSWER_BUFFER_BYTES` of an error answer, then relays it). Far above a
 real completion - logprobs with ``top_logprobs=20`` on 32k tokens is ~40 MB - and it bounds the memory
 a broken or hostile model server (an endless body delimited by the connection's end) can take."""
 SMALL_BODY: Final = 64 * 1024
