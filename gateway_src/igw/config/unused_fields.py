@@ -8,6 +8,10 @@ but ``igw validate`` passed such a file without a word, and a user migrating fro
 sets, each with its path and what igw does instead; ``igw validate`` prints them as notes and its
 exit code does not change (the document is valid). ``bbr.enabled: false`` is not among them: the
 field is required, false is the usual value with one scheduler, and it does act (``BBRReady``).
+
+A user who applies the YAML with kubectl, or serves a file, never runs ``igw validate``: ``igw serve``
+logs the same notes (:func:`note_text`) at start and on every applied reload, and the operator posts
+them as one Event per generation of the object.
 """
 
 from __future__ import annotations
@@ -24,6 +28,12 @@ _SCHEDULER_FIELDS: Final[Mapping[str, str]] = {
     "envFrom": "one gateway container serves every scheduler; it takes spec.podDefaults.envFrom",
     "logLevel": "one gateway process serves every scheduler with one log level (igw serve --log-level)",
 }
+
+
+def note_text(note: Problem) -> str:
+    """The one wording of a note, shared by ``igw validate``, ``igw serve``'s log and the operator's
+    Event, so a user finds the same sentence wherever they look."""
+    return f"{note.path}: accepted (AWS's field) but has no effect in igw: {note.message} [{note.rule}]"
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:
