@@ -27,7 +27,7 @@ ENV_FROM_NOTE = "note: spec.schedulers[0].envFrom: accepted (AWS's field) but ha
 
 def _doc(**fields: Any) -> dict[str, Any]:
     doc = config_doc([scheduler("pool", "m", **fields)])
-    doc["spec"]["bbr"]["replicas"] = 2
+    doc["spec"]["bbr"]["replicas"] = 3
     return doc
 
 
@@ -37,7 +37,7 @@ def test_the_loaded_config_names_each_unused_field_with_its_file_and_line(tmp_pa
     lines = path.read_text().splitlines()
     config = load_gateway_config(path)
     assert len(config.notes) == 2
-    replicas_line = next(i for i, text in enumerate(lines, 1) if "replicas: 2" in text)
+    replicas_line = next(i for i, text in enumerate(lines, 1) if "replicas: 3" in text)
     log_level_line = next(i for i, text in enumerate(lines, 1) if "logLevel: 4" in text)
     assert config.notes[0].startswith(f"{path}:{replicas_line}: {REPLICAS_NOTE}")
     assert config.notes[1].startswith(f"{path}:{log_level_line}: {LOG_LEVEL_NOTE}")
@@ -46,6 +46,17 @@ def test_the_loaded_config_names_each_unused_field_with_its_file_and_line(tmp_pa
     plain = tmp_path / "plain.yaml"
     plain.write_text(yaml.safe_dump(_doc(logLevel=4)))
     assert load_gateway_config(plain) == config
+
+
+def test_a_value_equal_to_the_default_is_not_named_by_serve(tmp_path: Path) -> None:
+    """The operator serves the stored object, into which the API server wrote the CRD's defaults
+    (``bbr.replicas: 2``): every gateway pod would log a note about a field nobody wrote."""
+    doc = _doc()
+    doc["spec"]["bbr"]["replicas"] = 2
+    doc["spec"]["observability"] = {"metrics": {"enabled": True}}
+    path = tmp_path / "igwc.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    assert load_gateway_config(path).notes == ()
 
 
 async def test_a_worker_group_logs_each_note_once_at_start_and_once_per_reload(tmp_path: Path) -> None:

@@ -67,7 +67,7 @@ def load_gateway_config(path: str | Path) -> GatewayConfig:
             )
         notes = [
             (document.line_of(parse_path(note.path)), note_text(note))
-            for note in unused_field_notes(document.content)
+            for note in unused_field_notes(document.content, skip_defaults=True)
         ]
         return replace(
             build_gateway_config(document.content),
