@@ -81,6 +81,7 @@ _SCHEDULING: Final = (
     ".scheduler",
     ".settings",
     ".slot_init",
+    ".upstream_plugins",
     ".values",
 )
 """Every module of ``igw.scheduling`` but four, which stay interpreted:

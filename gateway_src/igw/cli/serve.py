@@ -386,6 +386,10 @@ def _run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"igw serve: {exc}", file=sys.stderr)
         return EXIT_CONFIG
+    if role is None:  # once per igw serve, not once more by each worker of a group
+        # A user who applies the YAML or serves the file never ran igw validate: same notes, logged.
+        for note in config.notes:
+            logging.getLogger("igw.config").warning("%s", note)
     try:
         limits = server_limits(
             config.extensions.get(EXTENSION_NAME),

@@ -128,7 +128,7 @@ def _check_file(
     from igw.config.inference_extension import is_inference_extension_resource, validate_resource
     from igw.config.jsonpath import parse_path
     from igw.config.kinds import unknown_kind_problem
-    from igw.config.unused_fields import unused_field_notes
+    from igw.config.unused_fields import note_text, unused_field_notes
     from igw.config.validate import is_gateway_config, validate_document
     from igw.global_router.schema import is_global_router_config, validate_global_document
     from igw.scheduling.picker_config import KIND as PICKER_KIND
@@ -180,10 +180,7 @@ def _check_file(
         else:
             placed = [(doc.line_of(parse_path(u.path)), u) for u in unused_field_notes(doc.content)]
             for line, unused in sorted(placed, key=lambda item: item[0]):
-                notes.append(
-                    f"{name}:{line}: note: {unused.path}: accepted (AWS's field) but has no effect in igw: "
-                    f"{unused.message} [{unused.rule}]"
-                )
+                notes.append(f"{name}:{line}: note: {note_text(unused)}")
         located = [(doc.line_of(parse_path(p.path)), p) for p in validate(doc.content)]
         for line, problem in sorted(located, key=lambda item: item[0]):
             findings.append(Finding(name, doc.index + 1, line, problem.path, problem.message, problem.rule))

@@ -8,15 +8,18 @@ failure - syntax errors and a broken contract file in ``schemas/`` included - ca
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from igw.config.build import build_gateway_config
 from igw.config.documents import DocumentReadError, read_resources
 from igw.config.errors import ConfigError, Problem
+from igw.config.jsonpath import parse_path
 from igw.config.kinds import unknown_kind_problem
 from igw.config.model import GatewayConfig
 from igw.config.schema import SchemaError
+from igw.config.unused_fields import note_text, unused_field_notes
 from igw.config.validate import is_gateway_config, validate_document
 
 
@@ -43,7 +46,8 @@ def served_name_problems(doc: Mapping[str, Any]) -> list[Problem]:
 def load_gateway_config(path: str | Path) -> GatewayConfig:
     """The first InferenceGatewayConfig document in ``path`` (YAML or JSON, a JSON stream included;
     the items of a ``kind: List`` count as documents, as for ``kubectl apply -f``), validated and
-    built; it must have a ``metadata.name`` (:func:`served_name_problems`)."""
+    built; it must have a ``metadata.name`` (:func:`served_name_problems`). Its
+    :attr:`~GatewayConfig.notes` name the fields of AWS's that it sets without effect here."""
     source = str(path)
     try:
         documents = read_resources(path)
@@ -61,7 +65,14 @@ def load_gateway_config(path: str | Path) -> GatewayConfig:
             raise ConfigError(
                 problems, source=f"{source} (document {document.index + 1}, line {document.line})"
             )
-        return build_gateway_config(document.content)
+        notes = [
+            (document.line_of(parse_path(note.path)), note_text(note))
+            for note in unused_field_notes(document.content, skip_defaults=True)
+        ]
+        return replace(
+            build_gateway_config(document.content),
+            notes=tuple(f"{source}:{line}: note: {text}" for line, text in sorted(notes)),
+        )
     # a misspelled kind (``InferenceGatewayconfig``) is named, not only counted
     misspelled = [
         Problem(path=p.path, message=f"document {d.index + 1}, line {d.line}: {p.message}", rule=p.rule)

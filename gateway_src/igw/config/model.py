@@ -166,6 +166,10 @@ class GatewayConfig:
     extensions: Mapping[str, Any] = field(default_factory=dict)
     """Our own fields beyond AWS's shape (``spec.x-igw`` is *not* used; see ``schemas/README.md``).
     Raw validated mappings keyed by extension name, interpreted by the component that owns them."""
+    notes: tuple[str, ...] = field(default=(), compare=False)
+    """``FILE:LINE: note: ...`` for each of AWS's fields the document sets that igw accepts without
+    acting on (:mod:`igw.config.unused_fields`), filled by the file loader so that ``igw serve`` and
+    its hot reload can log them; not part of the configuration (equality ignores it)."""
 
     def scheduler_for_model(self, model: str) -> SchedulerSpec | None:
         for sched in self.schedulers:

@@ -8,14 +8,25 @@ but ``igw validate`` passed such a file without a word, and a user migrating fro
 sets, each with its path and what igw does instead; ``igw validate`` prints them as notes and its
 exit code does not change (the document is valid). ``bbr.enabled: false`` is not among them: the
 field is required, false is the usual value with one scheduler, and it does act (``BBRReady``).
+
+A user who applies the YAML with kubectl, or serves a file, never runs ``igw validate``: ``igw serve``
+logs the same notes (:func:`note_text`) at start and on every applied reload, and the operator posts
+them as one Event per generation of the object. Those two pass ``skip_defaults``: the API server fills
+in the CRD's defaults (``bbr.replicas: 2`` on every object with ``bbr``, ``metrics.enabled: true``)
+before the operator reads the object or serves it to the gateway pods as their file, so a value equal
+to the default may be one nobody wrote, and naming it put a note on every object and every gateway.
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator, Mapping
 from typing import Any, Final
 
+from igw.config.build import apply_defaults
 from igw.config.errors import Problem
+from igw.config.jsonpath import parse_path
+from igw.config.schema import shared_schema
 
 RULE: Final = "accepted-unused"
 
@@ -26,14 +37,42 @@ _SCHEDULER_FIELDS: Final[Mapping[str, str]] = {
 }
 
 
+def note_text(note: Problem) -> str:
+    """The one wording of a note, shared by ``igw validate``, ``igw serve``'s log and the operator's
+    Event, so a user finds the same sentence wherever they look."""
+    return f"{note.path}: accepted (AWS's field) but has no effect in igw: {note.message} [{note.rule}]"
+
+
 def _mapping(value: Any) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
-def unused_field_notes(doc: Any) -> list[Problem]:
+def unused_field_notes(doc: Any, *, skip_defaults: bool = False) -> list[Problem]:
     """One note (as a :class:`Problem` with rule :data:`RULE`) per field ``doc`` sets that igw
-    accepts without using; empty for a document that sets none or is not a mapping."""
-    return list(_notes(_mapping(_mapping(doc).get("spec"))))
+    accepts without using; empty for a document that sets none or is not a mapping.
+    ``skip_defaults``: leave out a field whose value is the one the API server's defaulting writes
+    (a document read from the cluster cannot tell it from one its author wrote)."""
+    notes = list(_notes(_mapping(_mapping(doc).get("spec"))))
+    if skip_defaults:
+        notes = [note for note in notes if not _is_default(doc, note.path)]
+    return notes
+
+
+def _is_default(doc: Any, path: str) -> bool:
+    """Whether the field at ``path`` holds what the contract's defaults fill in where it is absent."""
+    keys = parse_path(path)
+    stripped = copy.deepcopy(doc)
+    parent: Any = stripped
+    for key in keys[:-1]:
+        parent = parent[key]
+    value = parent.pop(keys[-1])
+    filled: Any = apply_defaults(stripped, shared_schema())
+    try:
+        for key in keys:
+            filled = filled[key]
+    except (KeyError, IndexError, TypeError):  # no default there
+        return False
+    return bool(filled == value)
 
 
 def _notes(spec: Mapping[str, Any]) -> Iterator[Problem]:

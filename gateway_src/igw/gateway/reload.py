@@ -19,7 +19,9 @@ Any failure (YAML, schema, admission rule, EndpointPickerConfig, routing extensi
 a guard that does not become ready) is logged with its own message, counted as
 ``igw_config_reloads{result="rejected"}``, shown in ``/readyz`` and by
 ``igw_config_last_reload_successful`` 0 until a reload is applied; the running configuration and
-guard stay in force and a half-built new guard is closed.
+guard stay in force and a half-built new guard is closed. An applied reload logs the new file's notes
+(AWS's fields it sets that igw accepts without effect, :attr:`GatewayConfig.notes`), as ``igw serve``
+does at start: a user who edits the file never runs ``igw validate``.
 """
 
 from __future__ import annotations
@@ -172,6 +174,9 @@ class ConfigReloader:
         self.state.metrics.config_reloads.labels("applied").inc()
         self.state.metrics.config_reload_ok.set(1)
         log.info("configuration %s reloaded and applied", self.path)
+        if not self.follows:  # worker 0 of a group logs them, not every worker once more
+            for note in config.notes:
+                log.warning("%s", note)
         after = restart_only_values(config.extensions)
         for name, running in RESTART_ONLY.items():
             if after.get(name) == before.get(name):

@@ -7,8 +7,9 @@ or nothing (:meth:`igw.operator.kube.Kube.apply_all`: every object dry-run on th
 so a Service or Deployment the API server refuses leaves the served ConfigMap as it was), observes
 what runs (the rendered configuration actually served, the gateway Deployment and Service, the
 model-server pods of each served scheduler), then writes the status when it changed and posts
-one Event per condition transition (best effort: one the API server refuses is logged). Passes over
-the same object never overlap.
+one Event per condition transition (best effort: one the API server refuses is logged), and once per
+generation a Warning Event naming AWS's fields the spec sets that igw accepts without effect
+(``FieldsWithoutEffect``, :mod:`igw.config.unused_fields`). Passes over the same object never overlap.
 
 InferenceObjective and InferenceModelRewrite objects bound to the config (``spec.poolRef.name`` is its
 name, same namespace; :mod:`igw.operator.bindings`) are merged into the spec before admission, so the
@@ -41,6 +42,7 @@ from igw.config.documents import DocumentReadError, parse_text
 from igw.config.inference_extension import API_VERSION as EXTENSION_API_VERSION
 from igw.config.inference_extension import OBJECTIVE_KIND, REWRITE_KIND
 from igw.config.model import KIND
+from igw.config.unused_fields import unused_field_notes
 from igw.config.validate import validate_document
 from igw.operator.admission import Refusal, admit
 from igw.operator.bindings import Merge, Verdict, conditions, merge, pool_name, unbound
@@ -77,6 +79,8 @@ from igw.operator.tls import (
 from igw.operator.tls_sweep import ClusterIdentity
 
 log = logging.getLogger("igw.operator")
+NOTES_REASON = "FieldsWithoutEffect"
+"""The reason of the Event naming AWS's fields an object sets that igw accepts without acting on."""
 
 Clock = Callable[[], datetime]
 
@@ -150,6 +154,9 @@ class Reconciler:
         self._terminating: set[tuple[str, str]] = set()
         """Objects whose namespace the API server said is being deleted (logged once, not every pass;
         dropped with the object, which the namespace's deletion removes)."""
+        self._noted: dict[tuple[str, str], tuple[object, object]] = {}
+        """``(namespace, name): (uid, generation)`` whose accepted-unused notes this process has
+        handled (:meth:`_post_notes`): one Event per generation, not one per pass."""
 
     @property
     def acm(self) -> AcmImporter:
@@ -192,6 +199,7 @@ class Reconciler:
                 self._last_pass.pop(key, None)
                 self._certificates_gone.pop(key, None)
                 self._terminating.discard(key)
+                self._noted.pop(key, None)
                 return False
             await self._pass(igwc, listed)
             return True
@@ -356,6 +364,7 @@ class Reconciler:
             return
         for transition in transitions:
             await self._post(igwc, transition)
+        await self._post_notes(igwc)
 
     async def _deleted_meanwhile(self, igwc: Mapping[str, Any]) -> bool:
         """Whether ``igwc`` was deleted (or is being deleted, or was made anew) since its pass read it.
@@ -397,6 +406,47 @@ class Reconciler:
                 meta["namespace"],
                 meta["name"],
                 reason,
+                refusal_text(exc),
+            )
+
+    async def _post_notes(self, igwc: Mapping[str, Any]) -> None:
+        """One Warning Event ``FieldsWithoutEffect`` per generation of ``igwc`` naming AWS's fields it
+        sets that igw accepts without acting on (what ``igw validate`` prints as notes; a user who
+        applies the YAML with kubectl never runs it and expected e.g. ``logLevel: 4`` to do something).
+
+        Warning, not Normal: the object is valid and served, but a setting its author wrote is not in
+        force, which is what ``kubectl get events --field-selector type=Warning`` is read for. Once per
+        generation: the first pass of a generation posts it (a later one finds this process noted it,
+        or, after a restart or a change of leader, the status already observing the generation, so an
+        earlier pass posted it). Best effort, as :meth:`_post`."""
+        meta = igwc["metadata"]
+        key, mark = (meta["namespace"], meta["name"]), (meta.get("uid"), meta.get("generation"))
+        if self._noted.get(key) == mark:
+            return
+        self._noted[key] = mark
+        if (igwc.get("status") or {}).get("observedGeneration") == meta.get("generation"):
+            return
+        grouped: dict[str, list[str]] = {}
+        for note in unused_field_notes(igwc, skip_defaults=True):
+            grouped.setdefault(note.message, []).append(note.path)
+        if not grouped:
+            return
+        said = "; ".join(f"{', '.join(paths)}: {why}" for why, paths in grouped.items())
+        count = sum(len(paths) for paths in grouped.values())
+        try:
+            await self._kube.event(
+                igwc,
+                reason=NOTES_REASON,
+                message=f"{count} field(s) accepted (AWS's) but without effect in igw: {said}",
+                warning=True,
+            )
+        except Exception as exc:  # events are best effort
+            log.log(
+                logging.DEBUG if namespace_terminating(exc) else logging.WARNING,
+                "%s/%s: posting the %s event failed: %s",
+                key[0],
+                key[1],
+                NOTES_REASON,
                 refusal_text(exc),
             )
 
