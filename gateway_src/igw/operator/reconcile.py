@@ -459,15 +459,7 @@ class Reconciler:
         autoscaler would resize it just the same."""
         if horizontal_autoscaler(igwc) is not None:
             return
-        meta = igwc["metadata"]
-        if not meta.get("uid"):
-            return
-        name = base_name(meta["name"])
-        labels = object_metadata(igwc, name)["labels"]
-        if await self._kube.delete_controlled(
-            HPA_API_VERSION, HPA_KIND, meta["namespace"], name, uid=meta["uid"], labels=labels
-        ):
-            log.info("%s/%s: deleted HorizontalPodAutoscaler %s", meta["namespace"], meta["name"], name)
+        await self._delete_own(igwc, HPA_API_VERSION, HPA_KIND, why="")
 
     async def _retire_network_policy(self, igwc: Mapping[str, Any]) -> None:
         """Delete the NetworkPolicy this operator made for ``igwc`` when it runs without gateway
@@ -476,25 +468,23 @@ class Reconciler:
         port). Someone else's NetworkPolicy of that name is left alone."""
         if self._settings.network_policy:
             return
+        await self._delete_own(
+            igwc, NETWORK_POLICY_API_VERSION, NETWORK_POLICY_KIND, why=" (gateway NetworkPolicies are off)"
+        )
+
+    async def _delete_own(self, igwc: Mapping[str, Any], api_version: str, kind: str, *, why: str) -> None:
+        """Delete ``igwc``'s object of ``kind`` (its data plane's name) when this operator made it: one
+        ``igwc`` controls, or one ``kubectl delete --cascade=orphan`` left with its labels; anyone
+        else's object of that name is left alone. ``why`` ends the log line."""
         meta = igwc["metadata"]
         if not meta.get("uid"):
             return
         name = base_name(meta["name"])
         labels = object_metadata(igwc, name)["labels"]
         if await self._kube.delete_controlled(
-            NETWORK_POLICY_API_VERSION,
-            NETWORK_POLICY_KIND,
-            meta["namespace"],
-            name,
-            uid=meta["uid"],
-            labels=labels,
+            api_version, kind, meta["namespace"], name, uid=meta["uid"], labels=labels
         ):
-            log.info(
-                "%s/%s: deleted NetworkPolicy %s (gateway NetworkPolicies are off)",
-                meta["namespace"],
-                meta["name"],
-                name,
-            )
+            log.info("%s/%s: deleted %s %s%s", meta["namespace"], meta["name"], kind, name, why)
 
     async def _observe(self, igwc: Mapping[str, Any], known: Observation) -> Observation:
         """``known`` (what the pass found: admission, apply, TLS) with what runs read from the API."""
