@@ -12,6 +12,7 @@ logprobs, ``n`` > 1) waited forever - there is no ``routeTimeout`` by default.""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +54,29 @@ async def test_a_20_mb_answer_is_forwarded_whole(
 LARGE = 4 * 1024 * 1024  # past WHOLE_ANSWER_BUFFER_BYTES and ERROR_ANSWER_BUFFER_BYTES (1 MiB each)
 
 
+def _held_back(
+    status: int, head: bytes, tail: bytes, release: asyncio.Event, sent: dict[str, int] | None = None
+) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    """A pod handler answering ``status`` with a JSON body of ``head`` + ``tail`` (its length
+    declared) that holds ``tail`` back until ``release`` is set: a gateway collecting the answer
+    whole passes nothing on meanwhile. Each request counts in ``sent["n"]`` when given."""
+
+    async def answer(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        if sent is not None:
+            sent["n"] += 1
+        resp = web.StreamResponse(status=status, headers={"Content-Type": "application/json"})
+        resp.content_length = len(head) + len(tail)
+        await resp.prepare(request)
+        await resp.write(head)
+        await release.wait()
+        await resp.write(tail)
+        await resp.write_eof()
+        return resp
+
+    return answer
+
+
 async def test_a_large_json_error_answer_is_relayed_as_it_arrives_not_retried(tmp_path: Path) -> None:
     """An error answer is held while it may still be retried on another pod, but only up to
     :data:`~igw.gateway.upstream.ERROR_ANSWER_BUFFER_BYTES`: past it a JSON error is relayed as it
@@ -64,18 +88,7 @@ async def test_a_large_json_error_answer_is_relayed_as_it_arrives_not_retried(tm
     head = b'{"error":{"code":503,"message":"' + b"x" * LARGE
     tail = b'"}}'
     sent = {"n": 0}
-
-    async def failing(request: web.Request) -> web.StreamResponse:
-        await request.read()
-        sent["n"] += 1
-        resp = web.StreamResponse(status=503, headers={"Content-Type": "application/json"})
-        resp.content_length = len(head) + len(tail)
-        await resp.prepare(request)
-        await resp.write(head)
-        await release.wait()
-        await resp.write(tail)
-        await resp.write_eof()
-        return resp
+    failing = _held_back(503, head, tail, release, sent)
 
     async with (
         scripted_upstream({"POST /v1/completions": failing}) as pod,
@@ -142,17 +155,7 @@ async def test_a_large_answer_is_relayed_as_it_arrives_and_its_usage_charged(
     release = asyncio.Event()
     head = b'{"object":"text_completion","choices":[{"index":0,"text":"' + b"t" * LARGE
     tail = b'"}],"usage":{"prompt_tokens":3,"completion_tokens":4321,"total_tokens":4324}}'
-
-    async def large(request: web.Request) -> web.StreamResponse:
-        await request.read()
-        resp = web.StreamResponse(headers={"Content-Type": "application/json"})
-        resp.content_length = len(head) + len(tail)
-        await resp.prepare(request)
-        await resp.write(head)
-        await release.wait()
-        await resp.write(tail)
-        await resp.write_eof()
-        return resp
+    large = _held_back(200, head, tail, release)
 
     async with (
         scripted_upstream({"POST /v1/completions": large}) as pod,
