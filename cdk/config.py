@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Literal
 
-from cdk import aws_tags
+from cdk import aws_tags, cdk_tokens
 from igw.addon import addon_version, aws_addon, chart, configuration, pins
 from igw.config.documents import DocumentReadError, parse_text
 from igw.config.schema_validator import schema_validator
@@ -878,6 +878,8 @@ def parse(document: Any, *, source: str = "<deployment config>") -> DeploymentCo
     problems = _schema_problems(document)
     if not problems:
         problems = _semantic_problems(document)
+    # Whatever the schema says of the field: any string or number of the file may reach a construct.
+    problems += [f"{_path(path)}: {message}" for path, message in cdk_tokens.problems(document)]
     if problems:
         raise DeploymentConfigError(problems, source=source)
     return _build(document)
