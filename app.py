@@ -6,7 +6,9 @@
 An invalid file ends the app with its problems, each naming its field, and exit status 1: the ``cdk``
 CLI shows the app's stderr, and a Python traceback in front of the problems would bury them. So does an
 unsuppressed cdk-nag finding, whether or not the CLI would stop on it (``cdk deploy --ignore-errors``
-does not): see :func:`cdk.nag.synthesize`.
+does not): see :func:`cdk.nag.synthesize`. A value CDK or a construct refuses while the stacks are
+built or synthesized ends it the same way, in one line naming the file (:mod:`cdk.synth_errors`); any
+other exception is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import aws_cdk as cdk
 
 from cdk import config, global_router_config, nag
 from cdk.app_builder import build_app, feature_flags
+from cdk.synth_errors import refusal
 
 
 def _chosen(app: cdk.App, context_key: str, environment_variable: str) -> str | None:
@@ -40,12 +43,20 @@ def main() -> int:
     except (config.DeploymentConfigError, global_router_config.GlobalRouterDeploymentError) as exc:
         print(exc, file=sys.stderr)
         return 1
-    build_app(deployment, app=app)
-    if router is not None:
-        from cdk.stacks.global_router_stack import build_global_router_stack
+    try:
+        build_app(deployment, app=app)
+        if router is not None:
+            from cdk.stacks.global_router_stack import build_global_router_stack
 
-        build_global_router_stack(app, router, apply_nag=False)
-    violations = nag.synthesize(app)
+            build_global_router_stack(app, router, apply_nag=False)
+        violations = nag.synthesize(app)
+    except Exception as exc:
+        message = refusal(exc)
+        if message is None:  # a bug: its traceback
+            raise
+        source = chosen or config.EXAMPLE_FILE
+        print(f"{source}: synthesis failed: {message}", file=sys.stderr)
+        return 1
     if violations:
         print(
             f"cdk-nag AwsSolutions: {len(violations)} unsuppressed finding(s); fix each, or acknowledge it "

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Literal
 
-from cdk import aws_tags
+from cdk import aws_tags, cdk_tokens
 from igw.addon import addon_version, aws_addon, chart, configuration, pins
 from igw.config.documents import DocumentReadError, parse_text
 from igw.config.schema_validator import schema_validator
@@ -413,6 +413,20 @@ def _aws_addon_generated_problems(values: Mapping[str, Any]) -> list[str]:
     return found
 
 
+def _aws_gateway_disabled_problems(values: Mapping[str, Any]) -> list[str]:
+    """AWS's add-on with its gateway switched off (``inferenceGateway.enabled: false``): the stacks still
+    applied ``inference.gatewayConfig`` and created the gateway controller's role, and ``cdk deploy``
+    succeeded with an InferenceGatewayConfig no controller would ever act on (no gateway, no error)."""
+    gateway = values.get("inferenceGateway")
+    if isinstance(gateway, Mapping) and gateway.get("enabled") is False:
+        return [
+            "inference.addon.configurationValues.inferenceGateway.enabled: false switches off the gateway "
+            "of AWS's add-on, yet the stacks apply inference.gatewayConfig for it (an "
+            "InferenceGatewayConfig nothing would act on); remove it (the app turns the gateway on)"
+        ]
+    return []
+
+
 def _chart_generated_problems(doc: Mapping[str, Any], values: Mapping[str, Any]) -> list[str]:
     """Chart values the app fills in itself (``cdk.constructs.igw_chart``): ``image.repository`` and
     ``image.tag`` from ``inference.image`` (a user's won silently, while the app still built and pushed
@@ -548,6 +562,7 @@ def _semantic_problems(doc: Mapping[str, Any]) -> list[str]:
             for p in aws_addon.problems(values, require_generated=False)
         ]
         problems += _aws_addon_generated_problems(values)
+        problems += _aws_gateway_disabled_problems(values)
         if existing is not None and "hyperpodClusterArn" not in existing:
             problems.append("existingCluster.hyperpodClusterArn: required by AWS's add-on (awsManaged)")
         if "endpoint" in doc["inference"]:
@@ -863,6 +878,8 @@ def parse(document: Any, *, source: str = "<deployment config>") -> DeploymentCo
     problems = _schema_problems(document)
     if not problems:
         problems = _semantic_problems(document)
+    # Whatever the schema says of the field: any string or number of the file may reach a construct.
+    problems += [f"{_path(path)}: {message}" for path, message in cdk_tokens.problems(document)]
     if problems:
         raise DeploymentConfigError(problems, source=source)
     return _build(document)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cdk import cdk_tokens
 from cdk.config import REPO_ROOT, ipv4_network, subnets_fit
 from igw.config.documents import DocumentReadError, read_documents
 from igw.config.schema_validator import schema_validator
@@ -84,6 +85,11 @@ def _schema_problems(raw: Any, source: str) -> list[str]:
     return [f"{source}: {_path(list(error.absolute_path))}: {error.message}" for error in errors]
 
 
+def _token_problems(raw: Any, source: str) -> list[str]:
+    """Values CDK would read as its tokens (:mod:`cdk.cdk_tokens`), each with its field."""
+    return [f"{source}: {_path(path)}: {message}" for path, message in cdk_tokens.problems(raw)]
+
+
 def _network_problems(raw: Mapping[str, Any], source: str) -> list[str]:
     """The zones, the VPC and the admitted networks: what EC2 or CDK refuse (CDK with a traceback)."""
     problems: list[str] = []
@@ -118,7 +124,7 @@ def parse(raw: Any, *, base: Path, source: str) -> GlobalRouterDeployment:
     """Validate a decoded deployment file (schema, then zones, networks and the router configuration
     it names) and return it typed, or raise :class:`GlobalRouterDeploymentError` listing every
     problem with its field."""
-    problems = _schema_problems(raw, source)
+    problems = _schema_problems(raw, source) + _token_problems(raw, source)
     if problems:
         raise GlobalRouterDeploymentError("\n".join(problems))
     problems = _network_problems(raw, source)
@@ -134,6 +140,8 @@ def parse(raw: Any, *, base: Path, source: str) -> GlobalRouterDeployment:
             problems.append(f"{router_path}: expected exactly one GlobalRouterConfig document")
         else:
             problems += [f"{router_path}: {p}" for p in validate_global_document(documents[0])]
+            # The stack embeds the router's configuration in its template.
+            problems += _token_problems(documents[0], str(router_path))
     vpc_cidr = str(raw.get("vpcCidr", DEFAULT_VPC_CIDR))
     cidrs, peers, network_problems = _tier1_networks(
         raw.get("tier1Networks", {}), region=str(raw["region"]), vpc_cidr=vpc_cidr, source=source

@@ -157,6 +157,18 @@ def test_aws_addon_values_agreeing_with_the_app_are_accepted() -> None:
     assert config.parse(document).addon.mode == "awsManaged"
 
 
+def test_aws_addon_with_its_gateway_switched_off_is_refused() -> None:
+    """Before session s41 ``inferenceGateway.enabled: false`` was accepted: the stacks created the
+    gateway controller's role and applied an InferenceGatewayConfig that no controller would act on."""
+    document = _aws_managed()
+    document["inference"]["addon"]["configurationValues"]["inferenceGateway"] = {"enabled": False}
+    assert _problems(document) == [
+        "inference.addon.configurationValues.inferenceGateway.enabled: false switches off the gateway of "
+        "AWS's add-on, yet the stacks apply inference.gatewayConfig for it (an InferenceGatewayConfig "
+        "nothing would act on); remove it (the app turns the gateway on)"
+    ]
+
+
 def _gateway_mode(example: dict[str, Any], **values: Any) -> dict[str, Any]:
     """The example with the chart in gateway mode and ``values`` added to its chart values."""
     example["inference"]["addon"]["configurationValues"] = {"mode": "gateway", **values}
