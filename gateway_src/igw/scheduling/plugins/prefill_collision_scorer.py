@@ -272,7 +272,8 @@ class PrefillCollisionScorer(PluginHooks):
         self._last = None
         entry = last[2]
         queue = self.recent.get(endpoint)
-        if queue is None or not queue or queue[-1] is not entry:
+        # equal, not identical: the compiled build keeps the tuple unboxed and boxes a new one per use
+        if queue is None or not queue or queue[-1] != entry:
             return False
         queue.pop()
         if not queue:
