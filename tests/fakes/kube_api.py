@@ -13,7 +13,8 @@ and point the REAL ``kubernetes`` client at it over HTTP. It serves:
   :meth:`FakeKubeApiServer.install_load_balancer_controller`), is served only once its CRD is
   created (404 before, as on a cluster; then the CRD gets its ``NamesAccepted``/``Established``
   conditions in a MODIFIED event, as the apiextensions controllers write them) and no more once
-  the CRD is deleted (its objects deleted with it); :meth:`FakeKubeApiServer.register_kind`
+  the CRD is deleted (its objects deleted with it, and the watches open on the kind ended after
+  their DELETED events, as its storage goes); :meth:`FakeKubeApiServer.register_kind`
   registers one without a CRD. A CRD itself is validated as apiextensions-apiserver validates it
   (names, versions, structural schema, defaults, CEL rules that do not compile...) and a malformed
   one is refused whole with 422 ``Invalid``, nothing registered (:mod:`tests.fakes.kube_crd_validation`,
@@ -23,7 +24,10 @@ and point the REAL ``kubernetes`` client at it over HTTP. It serves:
   create (POST); replace (PUT); patch (merge, strategic-merge treated as merge, JSON patch, apply
   treated as merge-or-create: ``fieldManager`` required, but no ``managedFields``, no conflicts
   between managers and no removal of fields a manager stops applying), the object the update
-  carries checked against the URL's name and namespace (400), a write that changes nothing
+  carries checked against the URL's name and namespace (400), a create's or update's ``apiVersion``
+  and ``kind`` against the URL's resource (:mod:`tests.fakes.kube_type_meta`; absent: the URL's),
+  ``metadata.generation`` kept only for the kinds that have one
+  (:attr:`tests.fakes.kube_store.ResourceKind.generation`), a write that changes nothing
   storing nothing (same resourceVersion, no watch event: ``kubectl patch`` prints ``(no change)``);
   delete; ``/status`` subresources (of the built-in kinds that have a status, and of CRDs declaring
   one: a create over HTTP starts without the status sent, an update of the object keeps the stored
@@ -145,6 +149,7 @@ from tests.fakes.kube_store import (
     json_patch,
     merge_patch,
 )
+from tests.fakes.kube_type_meta import check_apply_version, check_type_meta
 
 __all__ = [
     "FakeKubeApiServer",
@@ -728,6 +733,7 @@ class FakeKubeApiServer:
                 body = await self._body(request)
                 if kind.namespaced and namespace is None:
                     raise StoreError(405, "MethodNotAllowed", "create requires a namespace")
+                check_type_meta(kind, body, custom=_custom(kind))
                 meta_ns = (body.get("metadata") or {}).get("namespace")
                 if kind.namespaced and meta_ns and meta_ns != ns:
                     raise StoreError(
@@ -768,6 +774,7 @@ class FakeKubeApiServer:
             dry_run = _dry_run(method, query)
             if method == "PUT":
                 body = await self._body(request)
+                check_type_meta(kind, body, custom=_custom(kind))
                 _check_url_names(kind, name, ns, body)
                 written = self.store.replace(
                     kind,
@@ -894,6 +901,8 @@ class FakeKubeApiServer:
                 + ", ".join(accepted),
             )
         _check_patch_options(content_type, request.query)
+        if content_type == "application/apply-patch+yaml" and isinstance(patch, Mapping):
+            check_apply_version(kind, patch)
         apply = json_patch if content_type == "application/json-patch+json" else merge_patch
         # Atomic, as the API server's GuaranteedUpdate: the patch applies to the version it replaces
         # (a write landing between read and write is retried on the newer version, never overwritten),
@@ -1015,6 +1024,9 @@ class FakeKubeApiServer:
                     message = f"too old resource version: {last_rv} ({self.store.resource_version})"
                     await send("ERROR", _status(410, "Expired", message))
                     break
+                # Read before the events: a CRD's deletion records its objects' DELETED events and
+                # stops serving the kind in one step, so once it is seen gone they are all below.
+                withdrawn = self.store.kinds.get(kind.key) is None
                 try:
                     events = self.store.events_after(last_rv)
                 except StoreError as exc:
@@ -1032,6 +1044,8 @@ class FakeKubeApiServer:
                     )
                     if event_type is not None:
                         await send(event_type, event.object)
+                if withdrawn:  # the CRD is gone (or no longer serves this version): its storage with it
+                    break
                 remaining = deadline - loop.time()
                 if remaining <= 0:
                     break

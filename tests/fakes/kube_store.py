@@ -49,6 +49,14 @@ class ResourceKind:
     status_subresource: bool = False
     """Whether ``/status`` is a separate subresource: then writes to the main resource keep the
     stored status, as the API server does for built-in kinds and CRDs declaring it."""
+    generation: bool = True
+    """Whether the API server keeps ``metadata.generation`` for it (1 on create, one more on each
+    change outside ``metadata`` and a ``/status`` subresource's ``status``): the strategies of
+    workloads, policies, networking kinds and CRDs do, apiextensions does for every custom resource.
+    A ConfigMap, Secret, ServiceAccount, Service, Namespace, Node, Event, Lease, Role or RoleBinding
+    has none (nor a Pod on 1.33, where ``PodObservedGenerationTracking`` is off by default); the
+    fake gave every object one, so a client reading a ConfigMap's generation passed here and read
+    nothing on a cluster."""
     printer_columns: tuple[Mapping[str, Any], ...] = ()
     """A CRD's ``additionalPrinterColumns`` (server-side ``kubectl get`` tables)."""
     schema: Mapping[str, Any] | None = dataclasses.field(default=None, compare=False, hash=False)
@@ -66,17 +74,19 @@ class ResourceKind:
 
 
 BUILTIN_KINDS: tuple[ResourceKind, ...] = (
-    ResourceKind("", "v1", "pods", "Pod", True, ("po",), status_subresource=True),
-    ResourceKind("", "v1", "events", "Event", True, ("ev",)),
-    ResourceKind("coordination.k8s.io", "v1", "leases", "Lease", True),
-    ResourceKind("rbac.authorization.k8s.io", "v1", "roles", "Role", True),
-    ResourceKind("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding", True),
-    ResourceKind("", "v1", "services", "Service", True, ("svc",), status_subresource=True),
-    ResourceKind("", "v1", "configmaps", "ConfigMap", True, ("cm",)),
-    ResourceKind("", "v1", "secrets", "Secret", True),
-    ResourceKind("", "v1", "serviceaccounts", "ServiceAccount", True, ("sa",)),
-    ResourceKind("", "v1", "namespaces", "Namespace", False, ("ns",), status_subresource=True),
-    ResourceKind("", "v1", "nodes", "Node", False, ("no",), status_subresource=True),
+    ResourceKind("", "v1", "pods", "Pod", True, ("po",), status_subresource=True, generation=False),
+    ResourceKind("", "v1", "events", "Event", True, ("ev",), generation=False),
+    ResourceKind("coordination.k8s.io", "v1", "leases", "Lease", True, generation=False),
+    ResourceKind("rbac.authorization.k8s.io", "v1", "roles", "Role", True, generation=False),
+    ResourceKind("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding", True, generation=False),
+    ResourceKind("", "v1", "services", "Service", True, ("svc",), status_subresource=True, generation=False),
+    ResourceKind("", "v1", "configmaps", "ConfigMap", True, ("cm",), generation=False),
+    ResourceKind("", "v1", "secrets", "Secret", True, generation=False),
+    ResourceKind("", "v1", "serviceaccounts", "ServiceAccount", True, ("sa",), generation=False),
+    ResourceKind(
+        "", "v1", "namespaces", "Namespace", False, ("ns",), status_subresource=True, generation=False
+    ),
+    ResourceKind("", "v1", "nodes", "Node", False, ("no",), status_subresource=True, generation=False),
     ResourceKind("apps", "v1", "deployments", "Deployment", True, ("deploy",), status_subresource=True),
     ResourceKind("apps", "v1", "statefulsets", "StatefulSet", True, ("sts",), status_subresource=True),
     ResourceKind("apps", "v1", "daemonsets", "DaemonSet", True, ("ds",), status_subresource=True),
@@ -403,7 +413,10 @@ class KubeStore:
                 meta["namespace"] = namespace
             meta["uid"] = str(uuid.uuid4())
             meta["creationTimestamp"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-            meta["generation"] = 1
+            if kind.generation:
+                meta["generation"] = 1
+            else:
+                meta.pop("generation", None)
             meta.pop("resourceVersion", None)
             self._admit_write("CREATE", kind, body, None, dry_run)
             if dry_run:
@@ -492,7 +505,10 @@ class KubeStore:
                         meta[field] = current["metadata"][field]
                 old_spec = {k: v for k, v in current.items() if k not in ("metadata", "status")}
                 new_spec = {k: v for k, v in new.items() if k not in ("metadata", "status")}
-                meta["generation"] = current["metadata"].get("generation", 1) + (old_spec != new_spec)
+                if kind.generation:
+                    meta["generation"] = current["metadata"].get("generation", 1) + (old_spec != new_spec)
+                else:  # a request cannot set it (``rest.BeforeUpdate``), and nothing else does
+                    meta.pop("generation", None)
             new["apiVersion"] = kind.api_version
             new["kind"] = kind.kind
             deleting = current["metadata"].get("deletionTimestamp")

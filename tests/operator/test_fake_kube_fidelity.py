@@ -7,6 +7,7 @@ import copy
 import json
 import logging
 import subprocess
+import threading
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -559,3 +560,111 @@ def test_a_crd_version_not_served_answers_404(kube: FakeKubeApiServer) -> None:
     created["spec"]["versions"][1]["served"] = False
     _request(kube, "PUT", path, created)
     assert (_status_of(kube, v1alpha1), _status_of(kube, v1beta1)) == (404, 200)
+
+
+def _answer(
+    kube: FakeKubeApiServer, method: str, path: str, body: Any, content_type: str = "application/json"
+) -> tuple[int, dict[str, Any]]:
+    """``(status code, JSON body)`` of a request, an error's included."""
+    request = urllib.request.Request(f"{kube.url}{path}", data=json.dumps(body).encode(), method=method)
+    request.add_header("Content-Type", content_type)
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return int(response.status), json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return int(exc.code), json.loads(exc.read())
+
+
+def test_a_write_of_another_api_version_or_kind_is_refused(kube: FakeKubeApiServer) -> None:
+    """The API server decodes a write with the URL's resource as defaults only: a body naming another
+    API version is refused 400, another kind 400 (422 ``kind: Invalid value`` for a custom resource),
+    and nothing is stored. The fake rewrote both to the URL's and stored the write (201)."""
+    configmaps = "/api/v1/namespaces/default/configmaps"
+    code, answer = _answer(kube, "POST", configmaps, {**_config_map("a"), "apiVersion": "v2"})
+    assert (code, answer["reason"]) == (400, "BadRequest")
+    assert (
+        answer["message"] == "the API version in the data (v2) does not match the expected API version (v1)"
+    )
+    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "b"}, "data": {}}
+    code, answer = _answer(kube, "POST", configmaps, secret)
+    assert (code, answer["reason"]) == (400, "BadRequest")
+    assert answer["message"].startswith('Secret in version "v1" cannot be handled as a ConfigMap')
+    assert _request(kube, "GET", configmaps)["items"] == []
+    kube.add(_config_map("c"))
+    deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "c"}}
+    assert _answer(kube, "PUT", f"{configmaps}/c", deployment)[0] == 400
+    assert _request(kube, "GET", f"{configmaps}/c")["data"] == {"a": "1"}
+    apply = {**_config_map("c"), "apiVersion": "v2"}
+    code, answer = _answer(
+        kube, "PATCH", f"{configmaps}/c?fieldManager=t", apply, "application/apply-patch+yaml"
+    )
+    assert (code, answer["message"]) == (
+        400,
+        "Incorrect version specified in apply patch. Specified patch version: v2, expected: v1",
+    )
+    install_crd(kube)
+    igwcs = "/apis/inference.sagemaker.aws.amazon.com/v1alpha1/namespaces/inference/inferencegatewayconfigs"
+    code, answer = _answer(kube, "POST", igwcs, {**igwc("chat"), "kind": "Gateway"})
+    assert (code, answer["reason"]) == (422, "Invalid")
+    assert answer["details"]["causes"] == [
+        {
+            "reason": "FieldValueInvalid",
+            "message": 'Invalid value: "Gateway": must be InferenceGatewayConfig',
+            "field": "kind",
+        }
+    ]
+    untyped = {k: v for k, v in _config_map("d").items() if k not in ("apiVersion", "kind")}
+    code, answer = _answer(kube, "POST", configmaps, untyped)  # left out: the URL's
+    assert (code, answer["apiVersion"], answer["kind"]) == (201, "v1", "ConfigMap")
+
+
+def test_only_kinds_with_a_generation_get_one(kube: FakeKubeApiServer) -> None:
+    """``metadata.generation`` is kept by the strategies of kinds with a spec (a Deployment: 1, then
+    one more per spec change) and for every custom resource, never for a ConfigMap; the fake gave
+    every object one and bumped a ConfigMap's on each data change."""
+    configmaps = "/api/v1/namespaces/default/configmaps"
+    created = _request(
+        kube, "POST", configmaps, {**_config_map("a"), "metadata": {"name": "a", "generation": 7}}
+    )
+    assert "generation" not in created["metadata"]
+    replaced = _request(kube, "PUT", f"{configmaps}/a", {**created, "data": {"a": "2"}})
+    assert "generation" not in replaced["metadata"]
+    deployments = "/apis/apps/v1/namespaces/default/deployments"
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "web"},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}}},
+    }
+    assert _request(kube, "POST", deployments, deployment)["metadata"]["generation"] == 1
+    patch = {"spec": {"replicas": 2}}
+    code, patched = _answer(kube, "PATCH", f"{deployments}/web", patch, "application/merge-patch+json")
+    assert (code, patched["metadata"]["generation"]) == (200, 2)
+    install_crd(kube)
+    assert kube.add(igwc("chat"))["metadata"]["generation"] == 1
+
+
+def test_deleting_a_crd_ends_the_watches_on_its_kind(kube: FakeKubeApiServer) -> None:
+    """A CRD's deletion takes its storage away: a watch open on its kind gets the DELETED events of
+    its objects and then ends (a client re-lists and gets 404). The fake kept the watch open, silent,
+    until its ``timeoutSeconds``."""
+    install_crd(kube)
+    kube.add(igwc("chat"))
+    path = "/apis/inference.sagemaker.aws.amazon.com/v1alpha1/namespaces/inference/inferencegatewayconfigs"
+    query = urllib.parse.urlencode({"watch": "true", "timeoutSeconds": "60"})
+    lines: list[str] = []
+
+    def read() -> None:
+        with urllib.request.urlopen(f"{kube.url}{path}?{query}", timeout=90) as response:
+            lines.extend(response.read().decode().splitlines())
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    wait_for(lambda: kube.open_watches() or None, what="the watch open")
+    crd = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/"
+    _request(kube, "DELETE", crd + "inferencegatewayconfigs.inference.sagemaker.aws.amazon.com")
+    reader.join(10)
+    assert not reader.is_alive(), "the watch stayed open after its CRD was deleted"
+    assert [json.loads(line)["type"] for line in lines if line] == ["ADDED", "DELETED"]
+    assert kube.open_watches() == []
+    assert _status_of(kube, path) == 404

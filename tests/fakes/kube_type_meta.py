@@ -1,0 +1,65 @@
+"""A write's ``apiVersion`` and ``kind`` checked against the URL's resource, as the API server checks them.
+
+The API server decodes a create's or an update's body with the URL's group, version and kind as
+defaults only: a body that names another API version is refused 400 ``BadRequest`` (``the API version
+in the data (v2) does not match the expected API version (v1)``, the create and update handlers'
+``AcceptsGroupVersion``), and one that names another kind cannot be decoded into the URL's type
+(400 ``<Kind> in version "<v>" cannot be handled as a <URL kind>``, ``transformDecodeError``) - for a
+custom resource, whose body decodes as unstructured, the strategy's ``ValidateTypeMeta`` refuses it
+instead (422 ``Invalid``, cause ``kind: Invalid value: "<Kind>": must be <URL kind>``). A server-side
+apply patch naming another version is refused 400 by the field manager. A body that leaves either out
+gets the URL's. The fake rewrote both to the URL's and stored the write (201), so a client that sent a
+Secret to the ConfigMaps URL, or a manifest of another version, passed here and fails on a cluster.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from tests.fakes.kube_field_errors import FieldError, invalid_details, invalid_message, quoted
+from tests.fakes.kube_store import ResourceKind, StoreError
+
+
+def check_type_meta(kind: ResourceKind, body: Mapping[str, Any], *, custom: bool) -> None:
+    """Refuse a create's or update's ``body`` whose ``apiVersion`` or ``kind`` is not ``kind``'s
+    (``custom``: served from a CRD, whose kind mismatch is a 422 rather than a decoding error)."""
+    sent_version, sent_kind = body.get("apiVersion"), body.get("kind")
+    if sent_version and sent_version != kind.api_version:
+        raise StoreError(
+            400,
+            "BadRequest",
+            f"the API version in the data ({sent_version}) does not match the expected API version "
+            f"({kind.api_version})",
+        )
+    if not sent_kind or sent_kind == kind.kind:
+        return
+    if not custom:
+        raise StoreError(
+            400,
+            "BadRequest",
+            f'{sent_kind} in version "{kind.version}" cannot be handled as a {kind.kind}: '
+            f"the object provided is not a {kind.kind}",
+        )
+    name = str((body.get("metadata") or {}).get("name") or "")
+    error = FieldError("kind", "FieldValueInvalid", quoted(sent_kind), f"must be {kind.kind}")
+    qualified = f"{kind.kind}.{kind.group}" if kind.group else kind.kind
+    raise StoreError(
+        422,
+        "Invalid",
+        invalid_message(qualified, name, [error]),
+        details=invalid_details(kind.group, kind.kind, name, [error]),
+    )
+
+
+def check_apply_version(kind: ResourceKind, patch: Mapping[str, Any]) -> None:
+    """Refuse a server-side apply patch naming another API version than the URL's, as the field
+    manager does (400 ``BadRequest``)."""
+    sent_version = patch.get("apiVersion")
+    if sent_version and sent_version != kind.api_version:
+        raise StoreError(
+            400,
+            "BadRequest",
+            "Incorrect version specified in apply patch. "
+            f"Specified patch version: {sent_version}, expected: {kind.api_version}",
+        )
