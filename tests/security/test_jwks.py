@@ -9,6 +9,7 @@ import contextlib
 import math
 import random
 import time
+from typing import Any
 
 import pytest
 import trustme
@@ -153,6 +154,49 @@ async def test_a5_j4_unknown_kid_flood_refetches_at_most_once_per_cooldown(
     flood_fetches = jwks_server.fetches - start_fetches
     assert 1 <= flood_fetches <= math.ceil(window_s / 10) + 1
     assert make_guard.metric("igw_auth_denied_total", {"reason": "no_matching_key"}) == 600
+
+
+async def test_an_unknown_kid_looked_up_as_a_fetch_ends_refetches(
+    make_guard: GuardMaker, jwks_server: JwksServer
+) -> None:
+    """A lookup that runs after a fetch's task ended but before the event loop turned (a request
+    handled in the same pass, a burst of lookups that never suspends) starts a fetch of its own for an
+    unknown ``kid``. It joined the finished fetch instead (before session s41): nothing refetched, no
+    cooldown started, and the flood test above saw 0 refetches in about one run of five under load.
+    The probe runs in the fetch task's first done callback, exactly that moment."""
+    guard = await make_guard()
+    jwks = guard.jwks
+    assert jwks is not None
+    loop = asyncio.get_running_loop()
+    previous = loop.get_task_factory()
+    armed = [True]
+    suspended: list[bool] = []
+
+    def probe(_: object) -> None:
+        lookup = jwks.candidates(kid="kid-published-a-moment-ago", alg="RS256")
+        try:
+            lookup.send(None)
+        except StopIteration:
+            suspended.append(False)  # answered at once: it joined the finished fetch
+        else:
+            suspended.append(True)  # waits on a fetch of its own (which goes on without it)
+            lookup.close()
+
+    def factory(loop: asyncio.AbstractEventLoop, coro: Any) -> asyncio.Future[Any]:
+        task = asyncio.Task(coro, loop=loop)
+        if armed[0] and getattr(coro, "__qualname__", "") == "JwksCache._fetch_and_install":
+            armed[0] = False
+            task.add_done_callback(probe)  # before the cache's own callback, which clears it
+        return task
+
+    before = jwks_server.fetches
+    loop.set_task_factory(factory)
+    try:
+        await jwks.refresh()
+    finally:
+        loop.set_task_factory(previous)
+    assert suspended == [True]
+    await wait_until(lambda: jwks_server.fetches == before + 2, timeout_s=30)
 
 
 async def test_a6_j27_j26_rotation_under_traffic(

@@ -232,7 +232,7 @@ class JwksCache:
         """Keys that may verify a token with ``kid``/``alg``; raises :class:`JwksUnavailable`."""
         keys = self.usable_keys()
         if keys is None:
-            if self._inflight is not None or self._clock() >= self._next_attempt_at:
+            if self._fetching() is not None or self._clock() >= self._next_attempt_at:
                 await self.refresh()
             keys = self.usable_keys()
             if keys is None:
@@ -242,7 +242,7 @@ class JwksCache:
             # A kid no key carries, answered by keys published without one, is not taken for a
             # rotation while the issuer names none of its keys (Envoy refetches in no such case).
             return found
-        if self._inflight is None:
+        if self._fetching() is None:
             now = self._clock()
             if now - self._last_kid_refetch_at < self._settings.unknown_kid_cooldown_s:
                 return found
@@ -255,14 +255,25 @@ class JwksCache:
 
     async def refresh(self) -> None:
         """Fetch now (joining a fetch already in flight); never raises for issuer failures."""
-        if self._inflight is None:
-            self._inflight = asyncio.create_task(self._fetch_and_install(), name="igw-jwks-fetch")
-            self._inflight.add_done_callback(self._clear_inflight)
+        inflight = self._fetching()
+        if inflight is None:
+            inflight = self._inflight = asyncio.create_task(self._fetch_and_install(), name="igw-jwks-fetch")
+            inflight.add_done_callback(self._clear_inflight)
         self._waiters += 1
         try:
-            await asyncio.shield(self._inflight)
+            await asyncio.shield(inflight)
         finally:
             self._waiters -= 1
+
+    def _fetching(self) -> asyncio.Task[None] | None:
+        """The fetch in progress, if any. A finished one is none: its done callback clears
+        :attr:`_inflight` only when the event loop next turns, and a caller running before that (a
+        request handled in the same pass of the loop as the fetch's end, a burst of lookups that never
+        suspends) joined the finished fetch instead of starting its own: an unknown ``kid`` then
+        refetched nothing and did not start its cooldown, and every such lookup until the loop turned
+        was refused without a refetch (before session s41)."""
+        inflight = self._inflight
+        return None if inflight is None or inflight.done() else inflight
 
     def _clear_inflight(self, task: asyncio.Task[None]) -> None:
         if self._inflight is task:
