@@ -296,13 +296,15 @@ def worker_group(tmp_path: Path, *extra: str) -> Iterator[WorkerGroup]:
     try:
         assert proc.stderr is not None
         started, serving = "", 0
+        read: list[str] = []
         for line in proc.stderr:
+            read.append(line)
             serving += "serving 1 scheduler" in line
             if "workers (pids" in line:
                 started = line
                 break
         pids = [int(pid) for pid in started.partition("(pids ")[2].partition(")")[0].split()]
-        assert len(pids) == 2, f"the parent named no workers: {started!r}"
+        assert len(pids) == 2, f"the parent named no workers (exit {proc.poll()}): {''.join(read[-20:])!r}"
         yield WorkerGroup(proc, pids, serving)
     finally:
         end_process(proc)
