@@ -310,7 +310,8 @@ def test_zero_workers_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFix
     with pytest.raises(SystemExit) as exited:
         main(["serve", "--config", str(config), "--endpoints", str(endpoints), "--workers", "0"])
     assert exited.value.code == 2
-    assert "argument --workers: expected a whole number from 1 to 64 or 'auto', got '0'" in capsys.readouterr().err
+    refusal = "argument --workers: expected a whole number from 1 to 64 or 'auto', got '0'"
+    assert refusal in capsys.readouterr().err
 
 
 def test_workers_notes_benchmark_prints_both_fleets(capsys: pytest.CaptureFixture[str]) -> None:
