@@ -1,8 +1,9 @@
 """``make synth`` (``python -m cdk.synth_cli``) reports this run's synthesis, never an earlier one's.
 
-Before session s41 a synthesis that failed for a reason of its own (here a config string CDK reads as
-a token it does not know) printed the ``validation-report.json`` an earlier run had left in ``--out``,
-so the user read an old cdk-nag finding as the cause.
+Before session s41 a synthesis that failed for a reason of its own (found with a config string CDK
+read as a token it does not know, which the config now refuses; here a construct validation that fails
+when CDK synthesizes) printed the ``validation-report.json`` an earlier run had left in ``--out``, so the
+user read an old cdk-nag finding as the cause.
 """
 
 from __future__ import annotations
@@ -11,10 +12,13 @@ import json
 from pathlib import Path
 from typing import Any
 
+import aws_cdk as cdk
+import constructs
+import jsii
 import pytest
 import yaml
 
-from cdk import config, nag, synth_cli
+from cdk import app_builder, config, nag, synth_cli
 
 STALE_REPORT = {
     "title": "Validation Report",
@@ -41,23 +45,37 @@ def _example() -> dict[str, Any]:
     return document
 
 
+_REFUSAL = "this stack cannot be synthesized (the test's validation)"
+
+
+@jsii.implements(constructs.IValidation)
+class _FailingValidation:
+    """A validation CDK runs during synthesis (after the stacks were built), which fails."""
+
+    def validate(self) -> list[str]:
+        return [_REFUSAL]
+
+
 def test_a_failed_synthesis_does_not_report_an_earlier_runs_findings(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     out = tmp_path / "cdk.out"
     out.mkdir()
     (out / nag.REPORT_FILE).write_text(json.dumps(STALE_REPORT), encoding="utf-8")
-    document = _example()
-    # Valid for the config (any annotation value is), but CDK resolves it as a token it never issued.
-    document["inference"]["gatewayConfig"]["spec"]["podDefaults"] = {
-        "annotations": {"note": "${Token[TOKEN.99999]}"}
-    }
     source = tmp_path / "deployment.yaml"
-    source.write_text(yaml.safe_dump(document), encoding="utf-8")
+    source.write_text(yaml.safe_dump(_example()), encoding="utf-8")
+    real_build = app_builder.build_app
+
+    def build_with_a_failing_value(deployment: Any, *, app: cdk.App) -> Any:
+        built = real_build(deployment, app=app)
+        built.stacks[0].node.add_validation(_FailingValidation())
+        return built
+
+    monkeypatch.setattr(app_builder, "build_app", build_with_a_failing_value)
 
     assert synth_cli.main(["--config", str(source), "--out", str(out)]) == 1
     err = capsys.readouterr().err
     assert "synthesis failed: " in err
-    assert "Unrecognized token key: TOKEN.99999" in err
+    assert _REFUSAL in err
     assert "AwsSolutions-S1" not in err
     assert "RemovedBucket" not in err
