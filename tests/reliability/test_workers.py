@@ -7,9 +7,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -20,7 +22,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from igw.gateway.worker_count import CPU_REQUEST_ENV
-from igw.gateway.workers import WORKER_ENV, WorkerRole, supervise
+from igw.gateway.workers import SOCKET_PATH_MAX, WORKER_ENV, WorkerRole, socket_directory_parent, supervise
 from tests.gateway.fake_model_server import FakeModelServer, running
 from tests.gateway.support import wait_all_fresh
 from tests.reliability.harness import (
@@ -350,18 +352,45 @@ def test_a_worker_whose_parent_is_already_gone_does_not_start(tmp_path: Path) ->
 def test_a_group_stopped_by_sigterm_leaves_no_directory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The parent makes the group's socket directory in the temporary directory (``TMPDIR``); a
-    requested stop removes it with the sockets in it."""
-    temp = tmp_path / "tmp"
-    temp.mkdir()
-    monkeypatch.setenv("TMPDIR", str(temp))
+    """The parent makes the group's socket directory in the temporary directory (``TMPDIR``, here a
+    short one under /tmp: a deep one is not used, see the next test); a requested stop removes it
+    with the sockets in it."""
+    temp = Path(tempfile.mkdtemp(prefix="igwt-", dir="/tmp"))
+    try:
+        monkeypatch.setenv("TMPDIR", str(temp))
+        with worker_group(tmp_path) as group:
+            group.wait_serving()
+            assert [p.name for p in temp.iterdir() if p.name.startswith("igw-workers-")] != []
+            group.proc.send_signal(signal.SIGTERM)
+            rest = group.rest_of_log()
+            assert group.proc.wait(timeout=60) == 0, rest
+        assert list(temp.iterdir()) == []
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def test_a_group_under_a_tmpdir_too_deep_for_unix_sockets_serves(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ``TMPDIR`` whose path leaves no room for the workers' unix socket paths (107 characters):
+    the group puts its sockets under /tmp instead. Found by CI (2026-12-06), whose pytest folders are
+    that deep: every worker failed with ``OSError: AF_UNIX path too long`` and the group never
+    started."""
+    deep = tmp_path / ("d" * 80)
+    deep.mkdir()
+    assert len(str(deep)) + len("/igw-workers-xxxxxxxx/metrics-63.sock") > SOCKET_PATH_MAX
+    monkeypatch.setenv("TMPDIR", str(deep))
     with worker_group(tmp_path) as group:
         group.wait_serving()
-        assert [p.name for p in temp.iterdir() if p.name.startswith("igw-workers-")] != []
         group.proc.send_signal(signal.SIGTERM)
         rest = group.rest_of_log()
         assert group.proc.wait(timeout=60) == 0, rest
-    assert list(temp.iterdir()) == []
+    assert list(deep.iterdir()) == []
+
+
+def test_the_socket_folder_is_the_temporary_folder_unless_too_deep() -> None:
+    assert socket_directory_parent("/var/tmp") == "/var/tmp"
+    assert socket_directory_parent("/x" * 40) == "/tmp"
 
 
 async def test_a_second_group_on_a_port_a_group_serves_is_refused(tmp_path: Path) -> None:

@@ -62,6 +62,7 @@ from typing import Final
 import orjson
 
 from igw.errors import IgwGatewayError
+from igw.gateway.worker_count import MAX_WORKERS
 from igw.gateway.worker_heartbeat import HeartbeatWatch
 
 log = logging.getLogger("igw.gateway.workers")
@@ -89,8 +90,34 @@ KILL_AFTER_S: Final = 10.0
 """Seconds past a worker's drain + grace budget before the parent kills it."""
 
 
+SOCKET_PATH_MAX: Final = 107
+"""The longest path a unix socket may have on Linux (``sun_path`` is 108 bytes with its NUL)."""
+GROUP_DIRECTORY_PREFIX: Final = "igw-workers-"
+_LONGEST_SOCKET_NAME: Final = len(f"/{GROUP_DIRECTORY_PREFIX}xxxxxxxx/metrics-{MAX_WORKERS - 1}.sock")
+"""The group directory's name (``tempfile`` adds 8 characters) and its longest socket's, after the
+temporary folder: :func:`socket_directory_parent` keeps the sum within :data:`SOCKET_PATH_MAX`."""
+
+
 class WorkerSetupError(IgwGatewayError):
     """The worker group could not be set up (port reservation, bad worker environment)."""
+
+
+def socket_directory_parent(temporary: str | None = None) -> str:
+    """Where the group's socket directory goes: the temporary folder (``TMPDIR``), or ``/tmp`` when
+    that one's path leaves no room for the sockets' (a deep ``TMPDIR``: every worker failed with
+    ``OSError: AF_UNIX path too long`` and the group never started, before session s41). Raises
+    :class:`WorkerSetupError` naming ``TMPDIR`` when neither has room or ``/tmp`` is not writable."""
+    folder = temporary if temporary is not None else tempfile.gettempdir()
+    if len(folder) + _LONGEST_SOCKET_NAME <= SOCKET_PATH_MAX:
+        return folder
+    if os.access("/tmp", os.W_OK | os.X_OK):
+        log.info("igw serve: TMPDIR %r is too deep for the workers' unix sockets: using /tmp", folder)
+        return "/tmp"
+    raise WorkerSetupError(
+        f"TMPDIR {folder!r} leaves no room for the workers' unix sockets (paths of at most "
+        f"{SOCKET_PATH_MAX} characters) and /tmp is not writable: set TMPDIR to a folder of at most "
+        f"{SOCKET_PATH_MAX - _LONGEST_SOCKET_NAME} characters"
+    )
 
 
 class PortUnavailableError(WorkerSetupError):
@@ -284,7 +311,8 @@ def supervise(
     previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     group: _Group | None = None
     try:
-        with tempfile.TemporaryDirectory(prefix="igw-workers-") as directory:
+        parent = socket_directory_parent()
+        with tempfile.TemporaryDirectory(prefix=GROUP_DIRECTORY_PREFIX, dir=parent) as directory:
             os.chmod(directory, 0o700)
             group = running = _Group(
                 list(worker_command(bound_port, bound_management)), count, directory, stuck_after_s
