@@ -19,6 +19,7 @@ import aiohttp
 import yaml
 
 from igw.gateway.endpoints import DiscoveredEndpoint
+from tests.compiled.tree import skip_compiled
 from tests.gateway.fake_model_server import FakeModelServer, running
 from tests.gateway.fixtures import Gateway
 from tests.gateway.support import config_doc, scheduler, wait_for
@@ -51,6 +52,11 @@ async def _drained_while_running(gw: Gateway, leaving: FakeModelServer, staying:
         assert await _complete(gw, stream=False) == 200
 
 
+@skip_compiled(
+    "igw.scheduling.scheduler",
+    "the state walk (tests/state_walk.py) reads instance attributes, which a compiled class keeps "
+    "natively: it would find no endpoint anywhere, and the test's own check that it does fails",
+)
 async def test_a_pod_drained_after_discovery_dropped_it_leaves_no_state(gateway: Callable[..., Any]) -> None:
     leaving = FakeModelServer("m", tokens=5, token_delay_s=0.1)
     async with (

@@ -12,11 +12,11 @@ import yaml
 
 from igw.cli.main import main
 from igw.config.crd import to_structural
-from igw.config.paths import REPO_ROOT
 from igw.config.schema import resolved_schema
 from igw.global_router.config import GlobalConfigError, load_global_config, parse_global_config
 from igw.global_router.crd import build_crd, render_global_crd
 from igw.global_router.schema import global_schema, validate_global_document
+from tests.config.support import REPO_ROOT
 from tests.global_router.support import global_doc
 
 EXAMPLE = REPO_ROOT / "crds" / "examples" / "global" / "global-router.yaml"
