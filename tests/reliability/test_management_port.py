@@ -147,6 +147,15 @@ async def test_two_workers_answer_for_the_whole_host_on_the_management_port(tmp_
         management = f"http://127.0.0.1:{found.group(1)}"
         await wait_until(lambda: gw.output.count("management listener at") == 2, within=60, what="workers")
         assert set(_MANAGEMENT.findall(gw.output)) == {management}
+        # A worker's listeners open a moment before the other worker reads its metrics socket (a CI run
+        # on a loaded machine, 2026-12-06, read one worker's series alone): both are in before the checks.
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as http:
+            for _ in range(300):
+                body = (await _get(http, management + "/metrics"))[1]
+                families = text_string_to_metric_families(body)
+                if {s.labels.get("worker") for f in families for s in f.samples} == {"0", "1"}:
+                    break
+                await asyncio.sleep(0.1)
         seen: set[int] = set()
         for _ in range(200):
             if len(seen) == 2:
