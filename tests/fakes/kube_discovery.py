@@ -11,7 +11,7 @@ CRD's ``additionalPrinterColumns``, evaluated here with the small JSONPath subse
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Final
 
@@ -188,24 +188,7 @@ def table(kind: ResourceKind, items: list[dict[str, Any]], resource_version: str
             for c in columns
         ),
     ]
-    rows = [
-        {
-            "cells": [item["metadata"]["name"], *(_cell(item, c) for c in columns)],
-            "object": {
-                "kind": "PartialObjectMetadata",
-                "apiVersion": "meta.k8s.io/v1",
-                "metadata": item["metadata"],
-            },
-        }
-        for item in items
-    ]
-    return {
-        "kind": "Table",
-        "apiVersion": "meta.k8s.io/v1",
-        "metadata": {"resourceVersion": resource_version},
-        "columnDefinitions": definitions,
-        "rows": rows,
-    }
+    return _table(definitions, items, lambda item: [_cell(item, c) for c in columns], resource_version)
 
 
 def _printed_table(
@@ -217,12 +200,25 @@ def _printed_table(
         name,
         *({"name": n, "type": t, "format": "", "description": d, "priority": p} for n, t, p, d in columns),
     ]
+    return _table(
+        definitions,
+        items,
+        lambda item: cells(item, human_age(str(item["metadata"].get("creationTimestamp", "")))),
+        resource_version,
+    )
+
+
+def _table(
+    definitions: Sequence[Mapping[str, Any]],
+    items: list[dict[str, Any]],
+    cells: Callable[[dict[str, Any]], Sequence[Any]],
+    resource_version: str,
+) -> dict[str, Any]:
+    """The ``Table`` of ``items`` under ``definitions``: each row the item's name then ``cells(item)``,
+    with the item's metadata as a ``PartialObjectMetadata`` (what ``includeObject=Metadata`` gives)."""
     rows = [
         {
-            "cells": [
-                item["metadata"]["name"],
-                *cells(item, human_age(str(item["metadata"].get("creationTimestamp", "")))),
-            ],
+            "cells": [item["metadata"]["name"], *cells(item)],
             "object": {
                 "kind": "PartialObjectMetadata",
                 "apiVersion": "meta.k8s.io/v1",

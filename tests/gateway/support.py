@@ -156,3 +156,13 @@ def unreflected_dispatches(gw: Any, *keys: str, pool: str = "pool") -> dict[str,
     sch = gw.state.runtime.schedulers[pool].scheduler
     views = {v.key: v for v in gw.state.runtime.schedulers[pool].pool.views()}
     return {key: sch.ledger.unreflected(views[key], now=gw.state.clock()) for key in keys}
+
+
+def assert_pick_moved(gw: Any, refused: str, served: str, *, pool: str = "pool") -> None:
+    """Scheduler ``pool`` counts the last request where it was served (``served``), not on the pod
+    first picked that never took it (``refused``): the prompt's blocks in the prefix index are on
+    ``served`` alone, and so is the one dispatch in the ledger."""
+    blocks = prefix_blocks(gw, refused, served, pool=pool)
+    assert blocks[refused] == 0, blocks
+    assert blocks[served] > 0, blocks
+    assert unreflected_dispatches(gw, refused, served, pool=pool) == {refused: 0, served: 1}

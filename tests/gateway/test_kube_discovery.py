@@ -23,7 +23,7 @@ from igw.gateway.endpoints import DiscoveredEndpoint
 from igw.gateway.inference import STATE_KEY
 from igw.gateway.serving import serve_app
 from igw.launch import picker_configs_from_cluster
-from tests.fakes.kube_api import make_pod, serving_fake_kube
+from tests.fakes.kube_api import FakeKubeApiServer, make_pod, serving_fake_kube
 from tests.gateway.fake_model_server import FakeModelServer, running
 from tests.gateway.support import config_doc, scheduler, wait_for
 
@@ -254,6 +254,15 @@ class _RecordingSink:
         pass
 
 
+def _llama_discovery(kube: FakeKubeApiServer, **options: Any) -> KubeDiscovery:
+    """Discovery in :data:`NS` through ``kube`` for one scheduler, ``llama`` (pods labelled
+    ``app: llama``, port 8000); ``options``: :class:`KubeDiscovery`'s timings under test."""
+    doc = config_doc([scheduler("llama", "llama-8b", targetPort=8000)])
+    doc["metadata"]["namespace"] = NS
+    config = build_gateway_config(doc)
+    return KubeDiscovery(api_client=kube.api_client(), namespace=NS, schedulers=config.schedulers, **options)
+
+
 async def test_a_watch_that_goes_silent_is_given_up_and_the_pods_are_listed_again() -> None:
     """A watch whose connection was black-holed sends nothing and never ends (not at its
     ``timeoutSeconds`` either: the server's end of it cannot reach the client). Without a read
@@ -262,17 +271,8 @@ async def test_a_watch_that_goes_silent_is_given_up_and_the_pods_are_listed_agai
     grace period after its timeout and the pods are listed again."""
     async with serving_fake_kube() as kube:
         kube.add(make_pod(name="pod-1", namespace=NS, labels={"app": "llama"}, pod_ip="10.0.0.1"))
-        doc = config_doc([scheduler("llama", "llama-8b", targetPort=8000)])
-        doc["metadata"]["namespace"] = NS
-        config = build_gateway_config(doc)
         sink = _RecordingSink()
-        discovery = KubeDiscovery(
-            api_client=kube.api_client(),
-            namespace=NS,
-            schedulers=config.schedulers,
-            watch_timeout_s=2,
-            read_grace_s=1.0,
-        )
+        discovery = _llama_discovery(kube, watch_timeout_s=2, read_grace_s=1.0)
         await discovery.start(sink)
         try:
             await wait_for(lambda: sink.keys.get("llama") == ["10.0.0.1:8000"], what="the first pod")
@@ -298,11 +298,8 @@ async def test_a_forbidden_pod_list_is_logged_once_with_the_missing_permission_a
     async with serving_fake_kube() as kube:
         kube.add(make_pod(name="pod-1", namespace=NS, labels={"app": "llama"}, pod_ip="10.0.0.1"))
         kube.forbid("pods")
-        doc = config_doc([scheduler("llama", "llama-8b", targetPort=8000)])
-        doc["metadata"]["namespace"] = NS
-        config = build_gateway_config(doc)
         sink = _RecordingSink()
-        discovery = KubeDiscovery(api_client=kube.api_client(), namespace=NS, schedulers=config.schedulers)
+        discovery = _llama_discovery(kube)
         with caplog.at_level(logging.INFO, logger="igw.gateway.discovery"):
             await discovery.start(sink)
             try:
@@ -339,13 +336,8 @@ async def test_a_watch_ended_by_410_gone_is_listed_again_at_once_and_quietly(
     the failure back-off (here set to 30 s, so a pod added meanwhile stayed unseen)."""
     async with serving_fake_kube() as kube:
         kube.add(make_pod(name="pod-1", namespace=NS, labels={"app": "llama"}, pod_ip="10.0.0.1"))
-        doc = config_doc([scheduler("llama", "llama-8b", targetPort=8000)])
-        doc["metadata"]["namespace"] = NS
-        config = build_gateway_config(doc)
         sink = _RecordingSink()
-        discovery = KubeDiscovery(
-            api_client=kube.api_client(), namespace=NS, schedulers=config.schedulers, retry_delay_s=30.0
-        )
+        discovery = _llama_discovery(kube, retry_delay_s=30.0)
         with caplog.at_level(logging.INFO, logger="igw.gateway.discovery"):
             await discovery.start(sink)
             try:

@@ -77,6 +77,18 @@ def _held_back(
     return answer
 
 
+async def _read_past_held_back(resp: aiohttp.ClientResponse, head: bytes, release: asyncio.Event) -> bytes:
+    """The whole body of ``resp`` from a :func:`_held_back` pod: ``head`` read first (within 30 s: a
+    gateway that collects the answer whole passes nothing on, and the test fails here), then
+    ``release`` set and the rest read to the end."""
+    received = b""
+    async with asyncio.timeout(30):
+        while len(received) < len(head):
+            received += await resp.content.readany()
+    release.set()
+    return received + await resp.content.read()
+
+
 async def test_a_large_json_error_answer_is_relayed_as_it_arrives_not_retried(tmp_path: Path) -> None:
     """An error answer is held while it may still be retried on another pod, but only up to
     :data:`~igw.gateway.upstream.ERROR_ANSWER_BUFFER_BYTES`: past it a JSON error is relayed as it
@@ -96,12 +108,7 @@ async def test_a_large_json_error_answer_is_relayed_as_it_arrives_not_retried(tm
     ):
         resp = await gw.complete("huge")
         assert resp.status == 503
-        received = b""
-        async with asyncio.timeout(30):  # collected whole, nothing arrives: the test fails here
-            while len(received) < len(head):
-                received += await resp.content.readany()
-        release.set()
-        received += await resp.content.read()
+        received = await _read_past_held_back(resp, head, release)
         assert received == head + tail
         assert sent["n"] == 1  # relayed: not retried
 
@@ -163,12 +170,7 @@ async def test_a_large_answer_is_relayed_as_it_arrives_and_its_usage_charged(
     ):
         resp = await gw.complete("long")
         assert resp.status == 200
-        received = b""
-        async with asyncio.timeout(30):  # collected whole, nothing arrives: the test fails here
-            while len(received) < len(head):
-                received += await resp.content.readany()
-        release.set()
-        received += await resp.content.read()
+        received = await _read_past_held_back(resp, head, release)
         assert orjson.loads(received)["usage"]["completion_tokens"] == 4321
         charged = 'igw_tokens_total{direction="out",model="llama"} 4321.0'
         for _ in range(200):  # counted once the handler has finished its accounting

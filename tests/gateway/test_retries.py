@@ -17,7 +17,13 @@ from igw.gateway.retries import RetryBudget, retry_condition
 from igw.gateway.upstream import ExchangeResult
 from igw.scheduling.retry_policy import DEFAULT_RETRY_ON, RetryCondition, RetryPolicy, retried_for
 from tests.gateway.fake_model_server import FakeModelServer, running
-from tests.gateway.support import config_doc, prefix_blocks, scheduler, unreflected_dispatches
+from tests.gateway.support import (
+    assert_pick_moved,
+    config_doc,
+    prefix_blocks,
+    scheduler,
+    unreflected_dispatches,
+)
 
 MODEL = "m1"
 SLOW_SCRAPES = {"scrapeInterval": "10s", "staleThreshold": "30s"}
@@ -104,10 +110,7 @@ async def test_a_refused_pick_is_counted_on_the_pod_that_served_it(gateway: Any,
         best.infer_status = status
         resp = await gw.post("/v1/completions", {**req(), "prompt": "z" * 4000})
         assert (resp.status, (await resp.json())["server"]) == (200, "next")
-        blocks = prefix_blocks(gw, best.key, nxt.key)
-        assert blocks[best.key] == 0, blocks
-        assert blocks[nxt.key] > 0, blocks
-        assert unreflected_dispatches(gw, best.key, nxt.key) == {best.key: 0, nxt.key: 1}
+        assert_pick_moved(gw, best.key, nxt.key)
 
 
 async def test_a_continuation_s_pick_goes_on_to_the_pod_its_search_found(gateway: Any) -> None:
@@ -121,10 +124,7 @@ async def test_a_continuation_s_pick_goes_on_to_the_pod_its_search_found(gateway
         resp = await gw.post("/v1/responses", body)
         assert resp.status == 200, await resp.text()
         assert (len(best.received), len(nxt.received)) == (1, 1)
-        blocks = prefix_blocks(gw, best.key, nxt.key)
-        assert blocks[best.key] == 0, blocks
-        assert blocks[nxt.key] > 0, blocks
-        assert unreflected_dispatches(gw, best.key, nxt.key) == {best.key: 0, nxt.key: 1}
+        assert_pick_moved(gw, best.key, nxt.key)
 
 
 async def test_a_refusal_that_is_not_retried_keeps_its_pick(gateway: Any) -> None:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import re
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -399,26 +400,44 @@ async def _worker_of_new_connection(url: str) -> dict[str, int]:
         return worker
 
 
+@contextlib.asynccontextmanager
+async def _replicas_of_one_gateway(
+    gateway: Callable[..., Any], redis_server: RedisServer, ttl_s: float
+) -> AsyncIterator[tuple[Any, Any, Callable[..., HeartbeatPublisher]]]:
+    """A gateway (one pod), a client of ``redis_server`` and a maker of heartbeat publishers for it:
+    ``replica(name, clock, wall=...)`` publishes as replica ``name`` of cluster ``a`` under key prefix
+    ``k:`` with ``ttl_s``, reading the times it is given - several replicas of one gateway."""
+    server = FakeModelServer("s")
+    client = redis_asyncio.Redis.from_url(redis_server.url)
+    settings = HeartbeatSettings(
+        cluster="a", region="r", redis_url=redis_server.url, key_prefix="k:", ttl_s=ttl_s
+    )
+    try:
+        async with (
+            running(server),
+            gateway(config_doc([scheduler("llama", "llama")]), {"llama": [server.key]}) as gw,
+        ):
+
+            def replica(
+                name: str, clock: Callable[[], float], wall: Callable[[], float] = time.time
+            ) -> HeartbeatPublisher:
+                return HeartbeatPublisher(
+                    gw.state, dataclasses.replace(settings, replica=name), clock=clock, wall=wall
+                )
+
+            yield gw, client, replica
+    finally:
+        await client.aclose()  # type: ignore[attr-defined]
+
+
 async def test_a_field_left_by_a_replica_killed_outright_is_pruned_after_the_ttl(
     gateway: Callable[..., Any], redis_server: RedisServer
 ) -> None:
-    server = FakeModelServer("s")
-    client = redis_asyncio.Redis.from_url(redis_server.url)
-    async with (
-        running(server),
-        gateway(config_doc([scheduler("llama", "llama")]), {"llama": [server.key]}) as gw,
-    ):
-        settings = HeartbeatSettings(
-            cluster="a", region="r", redis_url=redis_server.url, key_prefix="k:", ttl_s=2.0
-        )
+    async with _replicas_of_one_gateway(gateway, redis_server, ttl_s=2.0) as (_, client, replica):
         clock = [0.0]
-        killed = HeartbeatPublisher(
-            gw.state, dataclasses.replace(settings, replica="killed"), clock=lambda: clock[0]
-        )
+        killed = replica("killed", lambda: clock[0])
         await killed.publish_once()  # then killed: never stopped, its field stays
-        live = HeartbeatPublisher(
-            gw.state, dataclasses.replace(settings, replica="live"), clock=lambda: clock[0]
-        )
+        live = replica("live", lambda: clock[0])
         await live.publish_once()  # prunes (its first write): sees killed's field as it is
         assert await _field_names(client, "k:a") == {"killed", "live"}
         clock[0] += 1.0
@@ -429,7 +448,6 @@ async def test_a_field_left_by_a_replica_killed_outright_is_pruned_after_the_ttl
         assert await _field_names(client, "k:a") == {"live"}
         await live.stop()
         await killed.stop()
-    await client.aclose()  # type: ignore[attr-defined]
 
 
 async def test_a_step_of_the_wall_clock_prunes_no_live_replica(
@@ -440,28 +458,10 @@ async def test_a_step_of_the_wall_clock_prunes_no_live_replica(
     its prune removed the other replica's field although that replica had just written it, and at
     every prune while the step lasted; a node whose clock ran a minute behind had its own field
     pruned by the others likewise."""
-    server = FakeModelServer("s")
-    client = redis_asyncio.Redis.from_url(redis_server.url)
-    async with (
-        running(server),
-        gateway(config_doc([scheduler("llama", "llama")]), {"llama": [server.key]}) as gw,
-    ):
-        settings = HeartbeatSettings(
-            cluster="a", region="r", redis_url=redis_server.url, key_prefix="k:", ttl_s=10.0
-        )
+    async with _replicas_of_one_gateway(gateway, redis_server, ttl_s=10.0) as (_, client, replica):
         clock, ahead, behind = [0.0], [1000.0], [1000.0]
-        stepped = HeartbeatPublisher(
-            gw.state,
-            dataclasses.replace(settings, replica="stepped"),
-            clock=lambda: clock[0],
-            wall=lambda: ahead[0],
-        )
-        other = HeartbeatPublisher(
-            gw.state,
-            dataclasses.replace(settings, replica="other"),
-            clock=lambda: clock[0],
-            wall=lambda: behind[0],
-        )
+        stepped = replica("stepped", lambda: clock[0], wall=lambda: ahead[0])
+        other = replica("other", lambda: clock[0], wall=lambda: behind[0])
         await other.publish_once()
         await stepped.publish_once()
         for _ in range(3):  # both keep writing every second for 30 s; one node's clock is a minute ahead
@@ -475,7 +475,6 @@ async def test_a_step_of_the_wall_clock_prunes_no_live_replica(
             assert await _field_names(client, "k:a") == {"stepped", "other"}
         await stepped.stop()
         await other.stop()
-    await client.aclose()  # type: ignore[attr-defined]
 
 
 async def test_the_reader_merges_replicas_and_drains_only_a_cluster_with_no_good_document(

@@ -30,11 +30,16 @@ def _rendered_operator(values: dict[str, Any]) -> tuple[list[dict[str, Any]], li
     return rendered, deployment["spec"]["template"]["spec"]["containers"][0]["args"]
 
 
-def _options(args: list[str], kubeconfig: Path) -> OperatorOptions:
-    assert args[0] == "operator"
+def _parser() -> argparse.ArgumentParser:
+    """A parser of ``igw operator``'s own arguments, as the CLI builds it."""
     parser = argparse.ArgumentParser()
     operator_cli.add_arguments(parser)
-    options = operator_cli.operator_options(parser.parse_args(args[1:]))
+    return parser
+
+
+def _options(args: list[str], kubeconfig: Path) -> OperatorOptions:
+    assert args[0] == "operator"
+    options = operator_cli.operator_options(_parser().parse_args(args[1:]))
     return dataclasses.replace(
         options, kubeconfig=str(kubeconfig), identity="igw-operator-0", health_port=None
     )
@@ -53,13 +58,11 @@ def _refusals(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [r.getMessage() for r in caplog.records if "forbidden" in r.getMessage().lower()]
 
 
-def test_the_charts_ingress_cidrs_restrict_the_inference_port_of_every_operator_gateway(
-    cluster: FakeKubeApiServer, kubeconfig: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    """``networkPolicy.ingressCidrs`` reaches the operator (``--gateway-ingress-cidr``) and becomes the
-    only sources of the inference port in the NetworkPolicy of the gateway it makes; the add-on
-    configuration check no longer calls the value ineffective in operator mode."""
-    values = {"networkPolicy": {"ingressCidrs": ["10.20.0.0/16", "fd00:10::/56"]}}
+def _chat_gateway_policy(
+    cluster: FakeKubeApiServer, kubeconfig: Path, caplog: pytest.LogCaptureFixture, values: dict[str, Any]
+) -> dict[str, Any]:
+    """The NetworkPolicy made for a new config ``chat`` by the operator run as the chart rendered
+    with ``values`` runs it (its container args), under the RBAC rendered for it; its log captured."""
     rendered, args = _rendered_operator(values)
     cluster.enforce_rbac(rendered)
     caplog.set_level(logging.INFO)
@@ -71,6 +74,17 @@ def test_the_charts_ingress_cidrs_restrict_the_inference_port_of_every_operator_
     finally:
         assert operator.stop() == 0
     assert policy is not None
+    return policy
+
+
+def test_the_charts_ingress_cidrs_restrict_the_inference_port_of_every_operator_gateway(
+    cluster: FakeKubeApiServer, kubeconfig: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``networkPolicy.ingressCidrs`` reaches the operator (``--gateway-ingress-cidr``) and becomes the
+    only sources of the inference port in the NetworkPolicy of the gateway it makes; the add-on
+    configuration check no longer calls the value ineffective in operator mode."""
+    values = {"networkPolicy": {"ingressCidrs": ["10.20.0.0/16", "fd00:10::/56"]}}
+    policy = _chat_gateway_policy(cluster, kubeconfig, caplog, values)
     assert _inference_sources(policy) == [
         [{"ipBlock": {"cidr": "10.20.0.0/16"}}, {"ipBlock": {"cidr": "fd00:10::/56"}}]
     ]
@@ -84,10 +98,9 @@ def test_by_default_the_inference_port_admits_the_charts_default_sources_only() 
     _, args = _rendered_operator({})
     default_chart = tuple(args[i + 1] for i, arg in enumerate(args) if arg == "--gateway-ingress-cidr")
     assert default_chart == DEFAULT_INGRESS_CIDRS
-    parser = argparse.ArgumentParser()
-    operator_cli.add_arguments(parser)
     assert (
-        operator_cli.operator_options(parser.parse_args([])).data_plane.ingress_cidrs == DEFAULT_INGRESS_CIDRS
+        operator_cli.operator_options(_parser().parse_args([])).data_plane.ingress_cidrs
+        == DEFAULT_INGRESS_CIDRS
     )
     with pytest.raises(ValueError, match="ingress_cidrs"):
         DataPlaneSettings(ingress_cidrs=())
@@ -154,17 +167,7 @@ def test_the_charts_extra_egress_reaches_the_network_policy_of_every_operator_ga
     operator (``--gateway-extra-egress``) and is added, as given, to each gateway's NetworkPolicy."""
     values = {"networkPolicy": {"extraEgress": [NODE_LOCAL_DNS]}}
     assert configuration.problems(values) == []
-    rendered, args = _rendered_operator(values)
-    cluster.enforce_rbac(rendered)
-    caplog.set_level(logging.INFO)
-    operator = OperatorThread(_options(args, kubeconfig)).start()
-    try:
-        cluster.add(igwc("chat", model="mistral", app="mistral"))
-        wait_condition(cluster, "chat", "GatewayProgrammed", "True")
-        policy = find(cluster, "NetworkPolicy", "inference", "chat-gateway")
-    finally:
-        assert operator.stop() == 0
-    assert policy is not None
+    policy = _chat_gateway_policy(cluster, kubeconfig, caplog, values)
     assert policy["spec"]["egress"][-1] == NODE_LOCAL_DNS
     assert _refusals(caplog) == []
 
@@ -185,10 +188,8 @@ def test_a_malformed_extra_egress_rule_is_refused_naming_the_field(
     rule: str, named: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Passed on as it was, the API server would refuse the NetworkPolicy of every config, each pass."""
-    parser = argparse.ArgumentParser()
-    operator_cli.add_arguments(parser)
     with pytest.raises(SystemExit) as exited:
-        parser.parse_args(["--gateway-extra-egress", rule])
+        _parser().parse_args(["--gateway-extra-egress", rule])
     assert exited.value.code == 2
     error = capsys.readouterr().err
     assert "--gateway-extra-egress: not a NetworkPolicy egress rule" in error

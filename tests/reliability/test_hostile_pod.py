@@ -31,6 +31,7 @@ import zlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import aiohttp
 import orjson
 import pytest
 from aiohttp import web
@@ -277,15 +278,13 @@ async def charged_out(gw: InProcessGateway) -> float:
             await asyncio.sleep(0.05)
 
 
-@pytest.mark.parametrize(
-    ("coding", "text"),
-    [("gzip", "hi"), ("deflate", "hi"), ("gzip", os.urandom(1 << 20).hex())],  # the last relayed as it comes
-    ids=["gzip", "deflate", "gzip-relayed"],
-)
-async def test_a_compressed_whole_answers_usage_is_charged(tmp_path: Path, coding: str, text: str) -> None:
-    """A pod that compresses a whole answer though asked for ``identity``: the answer is forwarded as
-    it came and its usage charged. Before session s41 it went unread: charged no output tokens."""
-    body = coded_answer(coding, text)
+@contextlib.asynccontextmanager
+async def _compressed_answer(
+    tmp_path: Path, coding: str, body: bytes
+) -> AsyncIterator[tuple[InProcessGateway, aiohttp.ClientResponse]]:
+    """A gateway in front of a pod answering every completion with ``body`` labelled
+    ``Content-Encoding: coding`` (though the gateway asks for ``identity``), and the answer the
+    gateway gave to one completion request."""
 
     async def answer(request: web.Request) -> web.Response:
         await request.read()
@@ -297,7 +296,18 @@ async def test_a_compressed_whole_answers_usage_is_charged(tmp_path: Path, codin
         scripted_upstream({"POST /v1/completions": answer}) as pod,
         in_process_gateway(tmp_path, gateway_doc(), [pod]) as gw,
     ):
-        resp = await gw.complete("hello")
+        yield gw, await gw.complete("hello")
+
+
+@pytest.mark.parametrize(
+    ("coding", "text"),
+    [("gzip", "hi"), ("deflate", "hi"), ("gzip", os.urandom(1 << 20).hex())],  # the last relayed as it comes
+    ids=["gzip", "deflate", "gzip-relayed"],
+)
+async def test_a_compressed_whole_answers_usage_is_charged(tmp_path: Path, coding: str, text: str) -> None:
+    """A pod that compresses a whole answer though asked for ``identity``: the answer is forwarded as
+    it came and its usage charged. Before session s41 it went unread: charged no output tokens."""
+    async with _compressed_answer(tmp_path, coding, coded_answer(coding, text)) as (gw, resp):
         assert resp.status == 200
         assert orjson.loads(await resp.read())["usage"] == USAGE  # decoded by the client, as sent
         assert await charged_out(gw) == 5000
@@ -326,18 +336,7 @@ async def test_a_compressed_answer_the_gateway_cannot_read_is_a_502(
 ) -> None:
     if body is None:
         body = _zip_bomb(300 << 20)
-
-    async def answer(request: web.Request) -> web.Response:
-        await request.read()
-        return web.Response(
-            body=body, headers={"Content-Type": "application/json", "Content-Encoding": coding}
-        )
-
-    async with (
-        scripted_upstream({"POST /v1/completions": answer}) as pod,
-        in_process_gateway(tmp_path, gateway_doc(), [pod]) as gw,
-    ):
-        resp = await gw.complete("hello")
+    async with _compressed_answer(tmp_path, coding, body) as (_, resp):
         error = (await resp.json())["error"]
     assert resp.status == 502
     assert error["code"] == "upstream_error"

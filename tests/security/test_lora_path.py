@@ -7,8 +7,10 @@ a client's ``lora_path`` untouched and wrote none itself."""
 
 from __future__ import annotations
 
+import contextlib
 import ssl
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -39,9 +41,12 @@ def _chat(**fields: Any) -> dict[str, Any]:
     return {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, **fields}
 
 
-async def test_a_tenant_cannot_reach_an_adapter_it_may_not_use_by_lora_path(
-    tmp_path: Path, jwks_server: JwksServer, client_ssl: ssl.SSLContext, tokens: TokenFactory
-) -> None:
+@contextlib.asynccontextmanager
+async def _sglang_gateway(
+    tmp_path: Path, jwks_server: JwksServer, client_ssl: ssl.SSLContext
+) -> AsyncIterator[tuple[Gw, tuple[FakeModelServer, ...]]]:
+    """The secured gateway with :data:`ACCESS` in front of two fake SGLang pods of
+    :data:`SGLANG_POOL`, and those pods (what each received)."""
     pods = FakeModelServer("a", engine="sglang"), FakeModelServer("b", engine="sglang")
     async with (
         running(*pods) as servers,
@@ -49,6 +54,13 @@ async def test_a_tenant_cannot_reach_an_adapter_it_may_not_use_by_lora_path(
             tmp_path, servers, issuer=jwks_server, client_ssl=client_ssl, extensions=ACCESS, pool=SGLANG_POOL
         ) as gw,
     ):
+        yield gw, servers
+
+
+async def test_a_tenant_cannot_reach_an_adapter_it_may_not_use_by_lora_path(
+    tmp_path: Path, jwks_server: JwksServer, client_ssl: ssl.SSLContext, tokens: TokenFactory
+) -> None:
+    async with _sglang_gateway(tmp_path, jwks_server, client_ssl) as (gw, servers):
         tokens.clock.now = time.time()
         mallory = tokens.token(tenant="base-only", sub="mallory")
         status, _ = await _post(gw, mallory, _chat(model="secret-adapter"))
@@ -66,13 +78,7 @@ async def test_a_tenant_cannot_reach_an_adapter_it_may_not_use_by_lora_path(
 async def test_an_adapter_on_an_sglang_pool_is_asked_for_by_lora_path(
     tmp_path: Path, jwks_server: JwksServer, client_ssl: ssl.SSLContext, tokens: TokenFactory
 ) -> None:
-    pods = FakeModelServer("a", engine="sglang"), FakeModelServer("b", engine="sglang")
-    async with (
-        running(*pods) as servers,
-        secured_gateway(
-            tmp_path, servers, issuer=jwks_server, client_ssl=client_ssl, extensions=ACCESS, pool=SGLANG_POOL
-        ) as gw,
-    ):
+    async with _sglang_gateway(tmp_path, jwks_server, client_ssl) as (gw, servers):
         tokens.clock.now = time.time()
         bob = tokens.token(tenant="adapter-only", sub="bob")
         for extra in ({}, {"lora_path": None}, {"lora_path": "m-adapter"}):

@@ -44,8 +44,14 @@ class RoundRobin:
 
 
 def run_alone(engine: Engine, req: EngineRequest, *, start: float = 0.0) -> float:
-    """Drive ``engine`` until idle; returns the virtual end time."""
+    """Add ``req`` and drive ``engine`` until idle; returns the virtual end time."""
     engine.add(req)
+    return run_until_idle(engine, start=start)
+
+
+def run_until_idle(engine: Engine, *, start: float = 0.0) -> float:
+    """Drive ``engine`` step by step from virtual time ``start`` until it has no work left; returns
+    the virtual end time."""
     t = start
     while engine.has_work():
         batch = engine.schedule(t)

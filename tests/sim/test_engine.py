@@ -10,7 +10,7 @@ import pytest
 
 from igw.sim.engine import Engine, RequestRejected
 from igw.sim.presets import get_preset
-from tests.sim.support import make_request, quiet_engine, run_alone
+from tests.sim.support import make_request, quiet_engine, run_alone, run_until_idle
 
 TextOf = Callable[[int], str]
 
@@ -29,12 +29,7 @@ def test_itl_equals_decode_step_at_that_batch_size(text_of: TextOf) -> None:
     reqs = [make_request(f"r{i}", text=text_of(200), out=50) for i in range(32)]  # one joint prefill step
     for r in reqs:
         e.add(r)
-    t = 0.0
-    while e.has_work():
-        b = e.schedule(t)
-        assert b is not None
-        t += b.duration
-        e.complete(b, t)
+    run_until_idle(e)
     # after the joint prefill all 32 decode together; context grows from 200 to ~250 tokens
     ctx_mid = 32 * (200 + 25)
     expected = e.step_time_estimate(num_tokens=32, sum_ctx=ctx_mid)
@@ -116,13 +111,8 @@ def test_lora_slots_make_other_adapters_wait_and_loading_costs_time(text_of: Tex
     assert {r.request_id for r in batch.requests} == {"a", "c"}  # b skipped, c passes it
     assert batch.duration > get_preset("llama-3.1-8b/h100").lora_cold_load_s
     assert e.waiting_adapters() == frozenset({"chat"})
-    t = batch.duration
-    e.complete(batch, t)
-    while e.has_work():
-        nb = e.schedule(t)
-        assert nb is not None
-        t += nb.duration
-        e.complete(nb, t)
+    e.complete(batch, batch.duration)
+    run_until_idle(e, start=batch.duration)
     assert (b.first_scheduled_at or 0) >= (a.finished_at or 0)
 
 
@@ -171,12 +161,7 @@ def _trace(seed: int, text_of: TextOf) -> list[tuple[float | None, float | None]
     reqs = [make_request(f"r{i}", text=text_of(200), out=30) for i in range(8)]
     for r in reqs:
         e.add(r)
-    t = 0.0
-    while e.has_work():
-        b = e.schedule(t)
-        assert b is not None
-        t += b.duration
-        e.complete(b, t)
+    run_until_idle(e)
     return [(r.first_token_at, r.finished_at) for r in reqs]
 
 

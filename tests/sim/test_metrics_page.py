@@ -24,14 +24,12 @@ from tests.sim.support import make_request, run_alone
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 
 
-def _page(version: str, *, max_lora: int = 0) -> tuple[str, Engine]:
+def _pod(version: str, *, max_lora: int = 0) -> tuple[PageContext, Engine, PodStats]:
+    """A simulated ``llama-3.1-8b/h100`` pod of engine ``version`` that has served nothing yet: the
+    context its page is rendered in, its engine (seeded, no jitter) and its stats."""
     preset = get_preset("llama-3.1-8b/h100")
     engine = Engine(preset=preset, rng=random.Random(0), jitter_sigma=0, max_loras=max_lora)
     stats = PodStats(max_model_len=preset.max_model_len)
-    run_alone(engine, make_request("a", text="x" * 800, out=3))
-    if max_lora:
-        stats.note_lora_state(running="sql", waiting="", unix_now=1.7e9)
-        stats.note_lora_state(running="", waiting="", unix_now=1.8e9)
     ctx = PageContext(
         model_name=MODEL,
         version=Version(version),
@@ -41,6 +39,15 @@ def _page(version: str, *, max_lora: int = 0) -> tuple[str, Engine]:
         created_unix=1.7e9,
         max_lora=max_lora,
     )
+    return ctx, engine, stats
+
+
+def _page(version: str, *, max_lora: int = 0) -> tuple[str, Engine]:
+    ctx, engine, stats = _pod(version, max_lora=max_lora)
+    run_alone(engine, make_request("a", text="x" * 800, out=3))
+    if max_lora:
+        stats.note_lora_state(running="sql", waiting="", unix_now=1.7e9)
+        stats.note_lora_state(running="", waiting="", unix_now=1.8e9)
     return render_vllm(ctx=ctx, engine=engine, stats=stats, unix_now=1.8e9, uptime_s=10), engine
 
 
@@ -121,18 +128,7 @@ def test_lora_requests_info_keeps_one_series_per_combination() -> None:
 
 
 def test_sglang_page_names_and_format() -> None:
-    preset = get_preset("llama-3.1-8b/h100")
-    engine = Engine(preset=preset, rng=random.Random(0), jitter_sigma=0)
-    stats = PodStats(max_model_len=preset.max_model_len)
-    ctx = PageContext(
-        model_name=MODEL,
-        version=Version("0.4.6"),
-        max_model_len=preset.max_model_len,
-        gpu_memory_utilization=0.9,
-        prefix_caching=True,
-        created_unix=1.7e9,
-        max_lora=0,
-    )
+    ctx, engine, stats = _pod("0.4.6")
     fresh = _samples(render_sglang(ctx=ctx, engine=engine, stats=stats, gen_throughput=0.0))
     assert "sglang:num_queue_reqs" in fresh
     assert "sglang:token_usage" in fresh
@@ -157,22 +153,11 @@ def test_sglang_page_names_and_format() -> None:
 
 @pytest.mark.parametrize(("version", "per_stage"), [("0.3.6", False), ("0.4.6", False), ("0.5.2", True)])
 def test_sglang_page_grows_with_version_and_stays_parseable(version: str, per_stage: bool) -> None:
-    preset = get_preset("llama-3.1-8b/h100")
-    engine = Engine(preset=preset, rng=random.Random(0), jitter_sigma=0)
-    stats = PodStats(max_model_len=preset.max_model_len)
+    ctx, engine, stats = _pod(version)
     req = make_request("a", text="x" * 800, out=3)
     run_alone(engine, req)
     stats.on_finish(req, requested_max_tokens=3)
     stats.requests_received = 1
-    ctx = PageContext(
-        model_name=MODEL,
-        version=Version(version),
-        max_model_len=preset.max_model_len,
-        gpu_memory_utilization=0.9,
-        prefix_caching=True,
-        created_unix=1.7e9,
-        max_lora=0,
-    )
     text = render_sglang(ctx=ctx, engine=engine, stats=stats, gen_throughput=0.0)
     s = _samples(text)
     assert ("sglang:per_stage_req_latency_seconds_count" in s) is per_stage
@@ -191,18 +176,7 @@ def test_sglang_page_grows_with_version_and_stays_parseable(version: str, per_st
 
 
 def test_cached_histogram_blocks_follow_new_observations() -> None:
-    preset = get_preset("llama-3.1-8b/h100")
-    engine = Engine(preset=preset, rng=random.Random(0), jitter_sigma=0)
-    stats = PodStats(max_model_len=preset.max_model_len)
-    ctx = PageContext(
-        model_name=MODEL,
-        version=Version("0.11.0"),
-        max_model_len=preset.max_model_len,
-        gpu_memory_utilization=0.9,
-        prefix_caching=True,
-        created_unix=1.7e9,
-        max_lora=0,
-    )
+    ctx, engine, stats = _pod("0.11.0")
 
     def render() -> str:
         return render_vllm(ctx=ctx, engine=engine, stats=stats, unix_now=1.8e9, uptime_s=1)
