@@ -21,9 +21,11 @@ and point the REAL ``kubernetes`` client at it over HTTP. It serves:
   where what is not modelled is listed).
 * list (namespaced and all-namespaces) honouring ``labelSelector`` (equality, set-based, existence),
   ``fieldSelector`` (``path=value``/``!=`` on dotted paths) and ``limit``/``continue`` paging; get;
-  create (POST); replace (PUT); patch (merge, strategic-merge treated as merge, JSON patch, apply
-  treated as merge-or-create: ``fieldManager`` required, but no ``managedFields``, no conflicts
-  between managers and no removal of fields a manager stops applying), the object the update
+  create (POST); replace (PUT); patch (merge, strategic-merge treated as merge, JSON patch, and
+  server-side apply with ``fieldManager`` required: ``metadata.managedFields`` kept for every write,
+  409 ``Conflict`` for an apply over another manager's field unless ``force=true``, fields an
+  applier stops setting removed, 201 for an apply that creates: :mod:`tests.fakes.kube_field_managers`,
+  where what is not modelled is listed), the object the update
   carries checked against the URL's name and namespace (400), a create's or update's ``apiVersion``
   and ``kind`` against the URL's resource (:mod:`tests.fakes.kube_type_meta`; absent: the URL's),
   ``metadata.generation`` kept only for the kinds that have one
@@ -124,6 +126,7 @@ from typing import Any
 import yaml
 from aiohttp import ClientConnectionError, web
 
+from tests.fakes import kube_field_managers as field_managers
 from tests.fakes.kube_crds import cert_manager_crds, ingress_class_params_crd
 from tests.fakes.kube_discovery import (
     SCALABLE,
@@ -143,6 +146,7 @@ from tests.fakes.kube_store import (
     BUILTIN_KINDS,
     CRD_KEY,
     FIELD_VALIDATION_DIRECTIVES,
+    FieldsRecorder,
     KubeStore,
     ResourceKind,
     StoreError,
@@ -751,6 +755,7 @@ class FakeKubeApiServer:
                     field_validation=_field_validation(query),
                     warnings=warnings,
                     dry_run=dry_run,
+                    record_fields=_updater(request, kind, None),
                 )
                 if kind.plural == "customresourcedefinitions" and not dry_run:
                     self._register_crd(created)
@@ -770,6 +775,7 @@ class FakeKubeApiServer:
             return _json(found)
         if method in ("PUT", "PATCH"):
             write_warnings: list[str] = []
+            made = False  # an apply that creates the object is answered 201, as a create is
             directive = _field_validation(query)
             dry_run = _dry_run(method, query)
             if method == "PUT":
@@ -786,14 +792,15 @@ class FakeKubeApiServer:
                     warnings=write_warnings,
                     dry_run=dry_run,
                     precondition_uid=str((body.get("metadata") or {}).get("uid") or "") or None,
+                    record_fields=_updater(request, kind, subresource),
                 )
             else:
-                written = await self._patch(
+                written, made = await self._patch(
                     request, kind, ns, name, subresource, directive, write_warnings, dry_run=dry_run
                 )
             if kind.plural == "customresourcedefinitions" and not dry_run:
                 self._register_crd(written)  # a new CRD generation: its schema and rules apply from now
-            return _written(written, write_warnings)
+            return _written(written, write_warnings, 201 if made else 200)
         if method == "DELETE":
             deleted = self.store.delete(
                 kind,
@@ -830,6 +837,7 @@ class FakeKubeApiServer:
                 name,
                 {**current, "spec": {**(current.get("spec") or {}), "replicas": replicas}},
                 dry_run=dry_run,
+                record_fields=_updater(request, kind, "scale"),
             )
         elif request.method != "GET":
             raise StoreError(405, "MethodNotAllowed", f"method {request.method} not allowed on scale")
@@ -881,7 +889,8 @@ class FakeKubeApiServer:
         warnings: list[str],
         *,
         dry_run: bool = False,
-    ) -> dict[str, Any]:
+    ) -> tuple[dict[str, Any], bool]:
+        """The patched object, and whether the patch (an apply) created it."""
         content_type = request.content_type
         text = await request.text()
         try:
@@ -908,22 +917,36 @@ class FakeKubeApiServer:
         # (a write landing between read and write is retried on the newer version, never overwritten),
         # unless the patch itself names a resourceVersion - a precondition, answered 409 when stale.
         while True:
+            applying = content_type == "application/apply-patch+yaml"
+            manager = field_managers.manager_from(request.query, request.headers.get("User-Agent", ""))
             try:
                 current = self.store.get(kind, ns, name)
             except StoreError:
-                if content_type == "application/apply-patch+yaml":
+                if applying:
                     _check_url_names(kind, name, ns, patch)
-                    return self.store.create(
+                    made = self.store.create(
                         kind,
                         ns,
                         _status_reset(kind, patch),
                         field_validation=field_validation,
                         warnings=warnings,
                         dry_run=dry_run,
+                        record_fields=field_managers.Applier(kind, manager).record,
                     )
+                    return made, True
                 raise
             read_version = current["metadata"]["resourceVersion"]
-            updated = apply(current, patch)
+            if applying:
+                updated = field_managers.apply(
+                    kind,
+                    current,
+                    patch,
+                    manager=manager,
+                    force=request.query.get("force") in ("true", "1"),
+                    subresource=subresource or "",
+                )
+            else:
+                updated = apply(current, patch)
             _check_url_names(kind, name, ns, updated)
             _check_patched_uid(kind, name, subresource, current, updated)
             sent_version = updated.setdefault("metadata", {}).get("resourceVersion")
@@ -931,12 +954,13 @@ class FakeKubeApiServer:
             if not pinned:
                 updated["metadata"]["resourceVersion"] = read_version
             try:
-                return self.store.replace(
+                replaced = self.store.replace(
                     kind,
                     ns,
                     name,
                     updated,
                     status_only=subresource == "status",
+                    record_fields=None if applying else _updater(request, kind, subresource),
                     field_validation=field_validation,
                     warnings=warnings,
                     dry_run=dry_run,
@@ -944,6 +968,8 @@ class FakeKubeApiServer:
             except StoreError as exc:
                 if exc.code != 409 or pinned:
                     raise
+            else:
+                return replaced, False
 
     def _list(
         self, kind: ResourceKind, namespace: str | None, query: dict[str, str], *, table_wanted: bool = False
@@ -1078,6 +1104,12 @@ _PATCH_TYPES = (
 )
 """The patch types a built-in kind takes, in the API server's order (a custom resource: all but the
 strategic merge patch)."""
+
+
+def _updater(request: web.Request, kind: ResourceKind, subresource: str | None) -> FieldsRecorder:
+    """The ``managedFields`` bookkeeping of a write other than an apply, by the request's manager."""
+    manager = field_managers.manager_from(request.query, request.headers.get("User-Agent", ""))
+    return field_managers.Updater(kind, manager, subresource or "").record
 
 
 def _custom(kind: ResourceKind) -> bool:

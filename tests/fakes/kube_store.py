@@ -35,6 +35,11 @@ from tests.fakes.kube_namespaces import (
 )
 from tests.fakes.kube_validation import object_problems
 
+FieldsRecorder = Callable[[Mapping[str, Any] | None, dict[str, Any]], None]
+"""Sets a write's ``metadata.managedFields`` from the stored object (``None`` on create) and the one
+about to be stored (:class:`tests.fakes.kube_field_managers.Updater`); a write without one keeps the
+stored ``managedFields`` unless it sends its own."""
+
 
 @dataclass(frozen=True, slots=True)
 class ResourceKind:
@@ -372,6 +377,7 @@ class KubeStore:
         warnings: MutableSequence[str] | None = None,
         admit_custom: bool = True,
         dry_run: bool = False,
+        record_fields: FieldsRecorder | None = None,
     ) -> dict[str, Any]:
         """Store a new object; a custom resource is admitted first (:mod:`tests.fakes.kube_admission`).
 
@@ -418,6 +424,8 @@ class KubeStore:
             else:
                 meta.pop("generation", None)
             meta.pop("resourceVersion", None)
+            if record_fields is not None:
+                record_fields(None, body)
             self._admit_write("CREATE", kind, body, None, dry_run)
             if dry_run:
                 return copy.deepcopy(body)
@@ -444,6 +452,7 @@ class KubeStore:
         admit_custom: bool = True,
         dry_run: bool = False,
         precondition_uid: str | None = None,
+        record_fields: FieldsRecorder | None = None,
     ) -> dict[str, Any]:
         """Replace an object (or only its status); a custom resource is admitted first, as an update
         (``admit_custom``: as for :meth:`create`). ``dry_run``: the object as it would be stored, its
@@ -477,6 +486,9 @@ class KubeStore:
             if status_only:
                 new = copy.deepcopy(current)
                 new.pop("status", None)
+                sent_fields = (body.get("metadata") or {}).get("managedFields")
+                if sent_fields:  # an apply to /status, its bookkeeping done
+                    new["metadata"]["managedFields"] = copy.deepcopy(sent_fields)
                 if kind.schema is None or not admit_custom:
                     new["status"] = body.get("status")
                 else:
@@ -515,6 +527,11 @@ class KubeStore:
             if deleting:  # being deleted: the timestamp stays, and the last finalizer's removal deletes
                 new["metadata"]["deletionTimestamp"] = deleting
             new["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+            if record_fields is not None:
+                record_fields(current, new)
+            elif not new["metadata"].get("managedFields") and current["metadata"].get("managedFields"):
+                # A write that leaves managedFields out (or sends []) keeps the stored ones.
+                new["metadata"]["managedFields"] = copy.deepcopy(current["metadata"]["managedFields"])
             self._admit_write("UPDATE", kind, new, current, dry_run)
             if dry_run or unchanged(new, current):
                 return copy.deepcopy(new)

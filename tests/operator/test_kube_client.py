@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from kubernetes.dynamic.exceptions import ResourceNotFoundError
 
-from igw.operator.kube import IGWC_API_VERSION, MISSING_KIND_RETRY_S, Kube, OperatorStopping
+from igw.operator.kube import FIELD_MANAGER, IGWC_API_VERSION, MISSING_KIND_RETRY_S, Kube, OperatorStopping
 from tests.fakes.kube_api import KubeStore, running_fake_kube
 from tests.fakes.kube_store import ResourceKind
 from tests.operator.harness import install_crd, install_extension_crds
@@ -138,6 +138,41 @@ def test_apply_puts_back_an_edited_field_and_ignores_fields_others_add() -> None
         assert kube._apply(wanted) is True
         assert _served(server.store) == "spec: {auth: {jwt: {}}}\n"
         assert kube._apply(wanted) is False
+
+
+def test_the_operators_writes_are_filed_under_its_own_field_manager() -> None:
+    """The API server files a write that names no ``fieldManager`` under its User-Agent's first
+    segment: every object the operator wrote listed ``OpenAPI-Generator`` in its ``managedFields``,
+    and a ``kubectl apply --server-side`` over a field the operator sets was refused with a conflict
+    naming ``"OpenAPI-Generator"``, as any script using the Python client would be named."""
+    igwc = {"apiVersion": IGWC_API_VERSION, "kind": "InferenceGatewayConfig"}
+    with running_fake_kube() as server:
+        install_crd(server)
+        stored = server.add(
+            {**igwc, "metadata": {"name": "chat", "namespace": "inference"}, "spec": {"schedulers": []}},
+            admit_custom=False,
+        )
+        kube = Kube(server.api_client())
+        assert kube._apply(_config_map("spec: {}\n")) is True
+        kube._write_status(stored, {"observedGeneration": 1}, IGWC_API_VERSION, "InferenceGatewayConfig")
+        kube._event(stored, reason="Applied", message="m", warning=False)
+        written = [
+            server.store.get(server.store.kind_for(api_version="v1", kind="ConfigMap"), "inference", name)
+            for name in ("chat-gateway-config",)
+        ]
+        written.append(
+            server.store.get(
+                server.store.kind_for(api_version=IGWC_API_VERSION, kind=igwc["kind"]), "inference", "chat"
+            )
+        )
+        events, _ = server.store.list(server.store.kind_for(api_version="v1", kind="Event"), "inference")
+        managers = {
+            (entry["manager"], entry.get("subresource", ""))
+            for obj in [*written, *events]
+            for entry in obj["metadata"]["managedFields"]
+        }
+        assert managers == {(FIELD_MANAGER, ""), (FIELD_MANAGER, "status")}
+        assert FIELD_MANAGER == "igw-operator"
 
 
 class _NormalisingStore(KubeStore):

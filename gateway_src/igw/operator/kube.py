@@ -31,12 +31,18 @@ from typing import Any, Final, Literal, TypeVar
 
 from igw.config.model import API_GROUP, API_VERSION, KIND
 from igw.errors import IgwToolingError
-from igw.operator.dataplane import CONFIG_LABEL
+from igw.operator.dataplane import CONFIG_LABEL, MANAGED_BY
 
 APPLIED_HASH: Final = f"{API_GROUP}/applied-hash"
 IGWC_API_VERSION: Final = f"{API_GROUP}/{API_VERSION}"
 ADOPTION_LABELS: Final = ("app.kubernetes.io/managed-by", CONFIG_LABEL)
 """Labels an orphaned object must share with the desired one to be adopted (:func:`_adoptable`)."""
+FIELD_MANAGER: Final = MANAGED_BY
+"""The ``fieldManager`` every write of the operator names. Without one the API server files a write
+under its User-Agent's first segment, and the Python client's is ``OpenAPI-Generator``: the
+``managedFields`` of every object the operator writes, and the 409 a ``kubectl apply --server-side``
+of a field the operator sets is answered with, named ``"OpenAPI-Generator"`` (as any script using
+the client would be named), not the operator."""
 CONFLICT_ATTEMPTS: Final = 3
 """Tries at writing one object in a pass while the API server answers 409 Conflict
 (:meth:`Kube._write_through_conflicts`)."""
@@ -486,7 +492,7 @@ class Kube:
         run is refused (409) rather than overwriting a change made in between."""
         body, meta = write.body, write.body["metadata"]
         resource = self._resource(body["apiVersion"], body["kind"])
-        options = {"dry_run": "All"} if dry_run else {}
+        options = {"field_manager": FIELD_MANAGER, **({"dry_run": "All"} if dry_run else {})}
         if write.verb == "create":
             stored = resource.create(body=body, namespace=meta["namespace"], **options)
         else:
@@ -585,7 +591,11 @@ class Kube:
         resource = self._resource(api_version, kind)
         try:
             resource.status.patch(
-                body=body, name=name, namespace=namespace, content_type="application/json-patch+json"
+                body=body,
+                name=name,
+                namespace=namespace,
+                content_type="application/json-patch+json",
+                field_manager=FIELD_MANAGER,
             )
         except NotFoundError:
             return False
@@ -621,7 +631,9 @@ class Kube:
             "lastTimestamp": now,
             "count": 1,
         }
-        self._resource("v1", "Event").create(body=event, namespace=meta["namespace"])
+        self._resource("v1", "Event").create(
+            body=event, namespace=meta["namespace"], field_manager=FIELD_MANAGER
+        )
 
     def _counted(self, call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run ``call`` in this worker thread, counted while it runs (:meth:`quiesce`)."""
