@@ -768,6 +768,23 @@ CASES: list[Case] = [
         fails=[("spec.extensions.authorization.maxTokenBytes", "token-fits-header-limit")],
     ),
     case(
+        # a wrong type in a band compared for order: before session s42 igw validate raised a
+        # TypeError traceback (int() of an object) instead of reporting the schema problem
+        "flow-band-keep-slots-of-the-wrong-type",
+        set_(
+            "spec.extensions", {"flowControl": {"bands": [{"priority": 0}, {"priority": 1, "keepSlots": {}}]}}
+        ),
+        fails=[("spec.extensions.flowControl.bands[1].keepSlots", "schema.type")],
+    ),
+    case(
+        "flow-band-dispatch-below-of-the-wrong-type",
+        set_(
+            "spec.extensions",
+            {"flowControl": {"bands": [{"priority": 0, "dispatchBelow": "high"}, {"priority": 1}]}},
+        ),
+        fails=[("spec.extensions.flowControl.bands[0].dispatchBelow", "schema.type")],
+    ),
+    case(
         "jwks-max-stale-under-the-ttl",
         set_("spec.extensions", {"authorization": {"jwks": {"maxStale": "4m"}}}),
         fails=[("spec.extensions.authorization.jwks.maxStale", "jwks-timing")],
