@@ -265,6 +265,7 @@ async def _run_gateway(config: GatewayConfig, options: LaunchOptions) -> None:
             worker=options.worker,
             management_listener=options.management_port is not None,
             index_blocks=index_blocks,
+            max_header_field_bytes=options.limits.max_header_field_bytes,
         )
     except ValueError as exc:
         raise LaunchError(str(exc)) from exc

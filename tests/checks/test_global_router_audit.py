@@ -155,6 +155,39 @@ def test_a_global_router_config_without_auth_is_not_graded_for_jwt_settings() ->
     doc = _router(endpoint="https://igw.use1-b.example.com", auth=False)
     doc["spec"]["authorization"] = {"clockSkew": "1h"}
     results = run([doc], Command.AUDIT)
-    for check in ("IGW-AU205", "IGW-AU206"):
+    for check in ("IGW-AU202", "IGW-AU203", "IGW-AU204", "IGW-AU205", "IGW-AU206"):
         [result] = of(results, check)
         assert result.status is Status.SKIP, result.message
+
+
+@pytest.mark.parametrize(
+    ("provider", "check", "status", "finding"),
+    [
+        ({"issuer": "http://idp.example.com"}, "IGW-AU202", Status.FAIL, "issuer 'http://idp.example.com'"),
+        ({"remoteJWKS": {"uri": "http://idp.example.com/jwks"}}, "IGW-AU202", Status.FAIL, "is not https"),
+        ({}, "IGW-AU202", Status.PASS, "issuer and JWKS are https"),
+        ({"audiences": []}, "IGW-AU203", Status.FAIL, "neither audiences nor requiredClaims"),
+        ({}, "IGW-AU203", Status.PASS, "1 audience(s)"),
+        (
+            {"remoteJWKS": {"uri": "https://169.254.169.254/latest/jwks"}},
+            "IGW-AU204",
+            Status.FAIL,
+            "169.254.169.254 is link-local",
+        ),
+        ({}, "IGW-AU204", Status.PASS, "JWKS host idp.example.com"),
+    ],
+    ids=["http-issuer", "http-jwks", "https", "no-audience", "audience", "jwks-metadata-ip", "jwks-public"],
+)
+def test_a_global_router_configs_jwt_provider_is_audited_as_a_gateways(
+    provider: dict[str, Any], check: str, status: Status, finding: str
+) -> None:
+    """Tier 2 verifies its callers' tokens against its ``spec.auth.jwt.provider``, the gateway's shape;
+    before session s42 IGW-AU202..204 read only InferenceGatewayConfig objects, so a GlobalRouterConfig
+    fetching its JWKS over http from 169.254.169.254 and taking any audience passed ("nothing in
+    scope", exit 0)."""
+    doc = _router(endpoint="https://igw.use1-b.example.com", auth=True)
+    doc["spec"]["auth"]["jwt"]["provider"].update(provider)
+    [result] = of(run([doc], Command.AUDIT), check)
+    assert result.status is status, result.message
+    assert result.resource == "GlobalRouterConfig global-llama provider idp"
+    assert finding in result.message

@@ -761,6 +761,30 @@ CASES: list[Case] = [
         fails=[("spec.extensions.authorization.maxTokenBytes", "token-fits-header-limit")],
     ),
     case(
+        # spec.auth without the authorization extension: the default cap of 8192 is in force, and
+        # before session s42 this served and answered 431 to every token over 4,076 bytes.
+        "default-token-cap-beyond-a-lowered-header-limit-with-auth-alone",
+        set_("spec.extensions", {"serverLimits": {"maxHeaderBytes": 4096}}),
+        fails=[("spec.extensions.authorization.maxTokenBytes", "token-fits-header-limit")],
+    ),
+    case(
+        # a wrong type in a band compared for order: before session s42 igw validate raised a
+        # TypeError traceback (int() of an object) instead of reporting the schema problem
+        "flow-band-keep-slots-of-the-wrong-type",
+        set_(
+            "spec.extensions", {"flowControl": {"bands": [{"priority": 0}, {"priority": 1, "keepSlots": {}}]}}
+        ),
+        fails=[("spec.extensions.flowControl.bands[1].keepSlots", "schema.type")],
+    ),
+    case(
+        "flow-band-dispatch-below-of-the-wrong-type",
+        set_(
+            "spec.extensions",
+            {"flowControl": {"bands": [{"priority": 0, "dispatchBelow": "high"}, {"priority": 1}]}},
+        ),
+        fails=[("spec.extensions.flowControl.bands[0].dispatchBelow", "schema.type")],
+    ),
+    case(
         "jwks-max-stale-under-the-ttl",
         set_("spec.extensions", {"authorization": {"jwks": {"maxStale": "4m"}}}),
         fails=[("spec.extensions.authorization.jwks.maxStale", "jwks-timing")],

@@ -225,9 +225,10 @@ def repair(doc: dict[str, Any]) -> dict[str, Any]:
         if key in limits:
             limits[key] = value  # above 0s; keep-alive at most 120s
     authorization = extensions.get("authorization")
-    if isinstance(authorization, dict):  # the token cap fits the header limit (token-fits-header-limit)
+    if isinstance(authorization, dict) or "auth" in spec:
+        # the token cap fits the header limit (token-fits-header-limit), with spec.auth its default too
         header_limits = extensions.setdefault("serverLimits", {})
-        needed = authorization.get("maxTokenBytes", 8192) + 20
+        needed = (authorization or {}).get("maxTokenBytes", 8192) + 20
         header_limits["maxHeaderBytes"] = max(header_limits.get("maxHeaderBytes", 16384), needed)
     provider = spec.get("auth", {}).get("jwt", {}).get("provider")
     if provider is not None:

@@ -83,8 +83,13 @@ def test_a_token_cap_beyond_the_header_limit_names_both_fields_and_the_fix() -> 
     doc["spec"]["extensions"]["serverLimits"] = {"maxHeaderBytes": 32788}
     assert validate_document(doc) == []
     assert cel_failures(doc) == set()
-    # a lowered header limit without the authorization extension is the listener's own business
+    # with spec.auth the default cap is in force even without the authorization extension (before
+    # session s42 this passed); without spec.auth no token is read: the listener's own business
     del doc["spec"]["extensions"]["authorization"]
     doc["spec"]["extensions"]["serverLimits"] = {"maxHeaderBytes": 4096}
+    (problem,) = validate_document(doc)
+    assert "8192 (its default) needs" in problem.message
+    assert {rule for rule, _ in cel_failures(doc)} == {"token-fits-header-limit"}
+    del doc["spec"]["auth"]
     assert validate_document(doc) == []
     assert cel_failures(doc) == set()

@@ -226,6 +226,28 @@ def test_global_serve_refuses_an_invalid_config_with_exit_2(
     assert "spec.routing.maxAttempts: must be >= 1" in err
 
 
+def test_spec_auth_alone_holds_the_default_token_cap_to_the_header_limit() -> None:
+    """With ``spec.auth`` and no ``spec.authorization`` the default cap of 8,192 is in force: a
+    ``serverLimits.maxHeaderBytes`` of 4,096 passed (before session s42) and the listener answered
+    431 to every token over 4,076 bytes; without ``spec.auth`` no token is read, so it is taken."""
+    auth = {
+        "jwt": {
+            "provider": {
+                "name": "idp",
+                "issuer": "https://idp.example.com",
+                "remoteJWKS": {"uri": "https://idp.example.com/jwks.json"},
+                "audiences": ["router"],
+            }
+        }
+    }
+    small = {"maxHeaderBytes": 4096}
+    problem = problems(global_doc(auth=auth, serverLimits=small))["spec.authorization.maxTokenBytes"]
+    assert problem.startswith("token-fits-header-limit: 8192 (its default) needs spec.serverLimits")
+    assert "got 4096" in problem
+    assert problems(global_doc(serverLimits=small)) == {}
+    assert problems(global_doc(auth=auth, serverLimits={"maxHeaderBytes": 8212})) == {}
+
+
 def test_a_token_cap_beyond_the_header_limit_is_refused_naming_both_fields() -> None:
     """The gateway's rule ``token-fits-header-limit`` for the router's own listener: a token cap over
     ``serverLimits.maxHeaderBytes`` (less 20 bytes of header name and scheme) changed nothing, since

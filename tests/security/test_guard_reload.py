@@ -28,7 +28,7 @@ from igw.gateway.app import create_app
 from igw.gateway.discovery.static_file import StaticFileDiscovery
 from igw.gateway.inference import STATE_KEY
 from igw.gateway.reload import ConfigReloader
-from igw.gateway.serving import serve_app
+from igw.gateway.serving import ServerLimits, serve_app
 from igw.gateway.state import GatewayState
 from igw.security.factory import RequestGuardFactory
 from tests.gateway.fake_model_server import FakeModelServer, running
@@ -53,8 +53,14 @@ def access(models: list[str]) -> dict[str, Any]:
 
 @contextlib.asynccontextmanager
 async def reloading_gateway(
-    tmp_path: Path, servers: tuple[FakeModelServer, ...], *, client_ssl: ssl.SSLContext
+    tmp_path: Path,
+    servers: tuple[FakeModelServer, ...],
+    *,
+    client_ssl: ssl.SSLContext,
+    limits: ServerLimits | None = None,
 ) -> AsyncIterator[tuple[Gw, Path]]:
+    """The gateway of ``igwc.yaml`` over loopback, reloading it; ``limits``: the listener's (as
+    ``igw serve`` passes them, the header field limit to the reloader too)."""
     config_path = tmp_path / "igwc.yaml"
     endpoints = tmp_path / "endpoints.yaml"
     a, b = servers
@@ -71,9 +77,10 @@ async def reloading_gateway(
         rng=random.Random(1),
         registry=registry,
         config_path=config_path,
+        max_header_field_bytes=None if limits is None else limits.max_header_field_bytes,
     )
     async with (
-        serve_app(app, host="127.0.0.1", port=0) as url,
+        serve_app(app, host="127.0.0.1", port=0, limits=limits or ServerLimits()) as url,
         aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=client_ssl)) as http,
     ):
         gw = Gw(url, app[STATE_KEY], http, registry)
@@ -277,3 +284,40 @@ async def test_a_request_waiting_for_a_rotated_key_is_answered_across_a_reload(
         status, _, _ = await waiting
         assert status == 200
         assert (await gw.call(headers=rotated))[0] == 200  # and the new guard knows the key
+
+
+async def test_a_reload_whose_token_cap_the_running_listener_cannot_carry_is_refused_whole(
+    tmp_path: Path, jwks_server: JwksServer, client_ssl: ssl.SSLContext, tokens: TokenFactory
+) -> None:
+    """``igw serve --max-header-bytes 8212`` with the default cap of 8,192 starts (the cap fits); a
+    reload that raised ``maxTokenBytes`` to 16,000 passed the config's own rule (its
+    ``serverLimits.maxHeaderBytes`` defaults to 16,384) and was applied before session s42, though the
+    listener keeps the limit it started with: every token over 8,192 bytes got a 431 naming no token.
+    Now the reload is refused as a whole, naming the file, and a cap that fits is applied."""
+    write(tmp_path / "igwc.yaml", issuer=jwks_server)
+    async with (
+        running(FakeModelServer("a"), FakeModelServer("b")) as servers,
+        reloading_gateway(
+            tmp_path, servers, client_ssl=client_ssl, limits=ServerLimits(max_header_field_bytes=8212)
+        ) as (gw, config_path),
+    ):
+        tokens.clock.now = time.time()
+        bearer = {"Authorization": f"Bearer {tokens.token()}"}
+        assert (await gw.call(headers=bearer))[0] == 200
+        guard, config = gw.state.guard, gw.state.runtime.config
+
+        write(config_path, issuer=jwks_server, extensions={"authorization": {"maxTokenBytes": 16000}})
+        await wait_until(lambda: reloads(gw, "rejected") == 1, timeout_s=5)
+        error = gw.state.readiness()[1]["config_reload_error"]
+        assert error.startswith(f"{config_path}: spec.extensions.authorization.maxTokenBytes 16000"), error
+        assert "listener runs with maxHeaderBytes 8212" in error
+        assert gw.state.guard is guard
+        assert gw.state.runtime.config is config
+        assert reloads(gw, "applied") == 0
+        assert gw.registry.get_sample_value("igw_config_last_reload_successful") == 0
+        assert (await gw.call(headers=bearer))[0] == 200
+
+        write(config_path, issuer=jwks_server, extensions={"authorization": {"maxTokenBytes": 4096}})
+        await wait_until(lambda: reloads(gw, "applied") == 1, timeout_s=5)
+        assert gw.state.runtime.config.extensions["authorization"]["maxTokenBytes"] == 4096
+        assert (await gw.call(headers=bearer))[0] == 200

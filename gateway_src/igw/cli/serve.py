@@ -214,15 +214,12 @@ def _worker_count(asked: int | str) -> int:
 
 def _max_token_bytes(config: Any) -> int | None:
     """The JWT size cap the guard of ``config`` (a ``GatewayConfig``) enforces; ``None`` without
-    ``spec.auth`` (no tokens to carry)."""
-    if config.auth is None:
-        return None
+    ``spec.auth`` (no tokens to carry). The reloader holds a reloaded config to the same bound."""
     # deferred: start-up cost: like the guard's own settings, read only when this command runs
-    from igw.security.settings import AuthorizationSettings
+    from igw.gateway.limits_config import token_cap
 
-    authorization = config.extensions.get("authorization") or {}
-    stated = authorization.get("maxTokenBytes")  # schema-validated: an integer when present
-    return AuthorizationSettings().max_token_bytes if stated is None else int(stated)
+    cap: int | None = token_cap(config)
+    return cap
 
 
 def _default_limits() -> Any:

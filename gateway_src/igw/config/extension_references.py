@@ -97,8 +97,8 @@ def band_order_violations(bands: Sequence[Any]) -> Iterator[tuple[int, str, str]
     indexed = sorted(typed, key=lambda ib: int(ib[1]["priority"]))
     for (_, low), (j, high) in itertools.pairwise(indexed):
         lower = int(low["priority"])
-        low_value, high_value = float(low.get("dispatchBelow", 1.0)), float(high.get("dispatchBelow", 1.0))
-        if low_value > high_value:
+        low_value, high_value = _number(low, "dispatchBelow", 1.0), _number(high, "dispatchBelow", 1.0)
+        if low_value is not None and high_value is not None and low_value > high_value:
             yield (
                 j,
                 "dispatchBelow",
@@ -107,9 +107,11 @@ def band_order_violations(bands: Sequence[Any]) -> Iterator[tuple[int, str, str]
                     "cannot keep headroom from a higher one"
                 ),
             )
-        low_cap = float(low.get("maxEndpointQueue", math.inf))
-        high_cap = float(high.get("maxEndpointQueue", math.inf))
-        if low_cap > high_cap:
+        low_cap, high_cap = (
+            _number(low, "maxEndpointQueue", math.inf),
+            _number(high, "maxEndpointQueue", math.inf),
+        )
+        if low_cap is not None and high_cap is not None and low_cap > high_cap:
             yield (
                 j,
                 "maxEndpointQueue",
@@ -118,16 +120,26 @@ def band_order_violations(bands: Sequence[Any]) -> Iterator[tuple[int, str, str]
                     "cannot keep queue places from a higher one"
                 ),
             )
-        low_keep, high_keep = int(low.get("keepSlots", 0)), int(high.get("keepSlots", 0))
-        if low_keep < high_keep:
+        low_keep, high_keep = _number(low, "keepSlots", 0), _number(high, "keepSlots", 0)
+        if low_keep is not None and high_keep is not None and low_keep < high_keep:
             yield (
                 j,
                 "keepSlots",
                 (
-                    f"{high_keep} is above the {low_keep} of the lower priority {lower}; a lower band "
-                    "cannot keep batch slots from a higher one"
+                    f"{int(high_keep)} is above the {int(low_keep)} of the lower priority {lower}; "
+                    "a lower band cannot keep batch slots from a higher one"
                 ),
             )
+
+
+def _number(band: Mapping[str, Any], key: str, default: float) -> float | None:
+    """``band[key]`` as a number (``default`` when absent); ``None`` when it is not one (a string, an
+    object, a boolean: the schema reports it). Before session s42 ``float()``/``int()`` of such a value
+    raised out of ``igw validate`` (a ``TypeError`` traceback for ``keepSlots: {}``)."""
+    value = band.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
 
 
 def band_order_problems(doc: Mapping[str, Any]) -> Iterator[Problem]:

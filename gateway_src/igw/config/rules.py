@@ -453,28 +453,43 @@ whose CEL expression states the same 20)."""
 def _token_fits_header_limit(doc: Mapping[str, Any]) -> Iterator[Problem]:
     """``spec.extensions.authorization.maxTokenBytes`` fits in ``serverLimits.maxHeaderBytes``
     (:func:`token_header_problem`)."""
-    ext = _mapping(_spec(doc).get("extensions")) or {}
+    spec = _spec(doc)
+    ext = _mapping(spec.get("extensions")) or {}
     problem = token_header_problem(
-        ext.get("authorization"), ext.get("serverLimits"), at=("spec", "extensions")
+        ext.get("authorization"), ext.get("serverLimits"), at=("spec", "extensions"), auth=spec.get("auth")
     )
     if problem is not None:
         yield problem
 
 
-def token_header_problem(authorization: Any, limits: Any, *, at: Sequence[PathPart]) -> Problem | None:
+def default_max_token_bytes() -> int:
+    """``authorization.maxTokenBytes``' default as the schema states it (the guard's own default; a
+    test keeps the two equal)."""
+    properties = shared_schema()["properties"]["spec"]["properties"]["extensions"]["properties"]
+    default: int = properties["authorization"]["properties"]["maxTokenBytes"]["default"]
+    return default
+
+
+def token_header_problem(
+    authorization: Any, limits: Any, *, at: Sequence[PathPart], auth: Any = None
+) -> Problem | None:
     """The authorization extension's ``maxTokenBytes`` fits in ``serverLimits.maxHeaderBytes`` (the
-    schema's defaults where a field is absent; checked when the authorization extension is written),
-    both nodes under ``at`` (``spec.extensions``; a GlobalRouterConfig's ``spec``). A larger cap
-    changed nothing: the listener answered 431 to every token over about 16 KB before the guard saw
-    it, so ``maxTokenBytes: 32768`` alone was accepted and silently ineffective (before session s40)."""
+    schema's defaults where a field is absent), both nodes under ``at`` (``spec.extensions``; a
+    GlobalRouterConfig's ``spec``). Checked when tokens are verified (``auth``, the ``spec.auth``
+    node, is present) or the authorization extension is written. A larger cap changed nothing: the
+    listener answered 431 to every token over about 16 KB before the guard saw it, so
+    ``maxTokenBytes: 32768`` alone was accepted and silently ineffective (before session s40); and
+    until session s42 a ``spec.auth`` without the authorization extension was not checked at all,
+    so ``serverLimits.maxHeaderBytes: 4096`` served and answered 431 to every token over 4,076 bytes
+    although the default cap of 8,192 is in force."""
     authz = _mapping(authorization)
     if authz is None:
-        return None
+        if _mapping(auth) is None:
+            return None
+        authz = {}
     header_limits = _mapping(limits) or {}
     properties = shared_schema()["properties"]["spec"]["properties"]["extensions"]["properties"]
-    token_bytes = authz.get(
-        "maxTokenBytes", properties["authorization"]["properties"]["maxTokenBytes"]["default"]
-    )
+    token_bytes = authz.get("maxTokenBytes", default_max_token_bytes())
     header_bytes = header_limits.get(
         "maxHeaderBytes", properties["serverLimits"]["properties"]["maxHeaderBytes"]["default"]
     )
@@ -484,10 +499,12 @@ def token_header_problem(authorization: Any, limits: Any, *, at: Sequence[PathPa
     if needed <= header_bytes:
         return None
     stated = "" if "maxHeaderBytes" in header_limits else " (its default)"
+    cap = "" if "maxTokenBytes" in authz else " (its default)"
     return _problem(
         "token-fits-header-limit",
         (*at, "authorization", "maxTokenBytes"),
-        f"{token_bytes} needs {format_path((*at, 'serverLimits', 'maxHeaderBytes'))} of at least {needed}, "
+        f"{token_bytes}{cap} needs {format_path((*at, 'serverLimits', 'maxHeaderBytes'))} "
+        f"of at least {needed}, "
         f"got {header_bytes}{stated}: the listener answers 431 to an Authorization header longer than "
         f"maxHeaderBytes (the field name and 'Bearer ' take {AUTHORIZATION_HEADER_OVERHEAD_BYTES} bytes), "
         f"so tokens over {header_bytes - AUTHORIZATION_HEADER_OVERHEAD_BYTES} bytes never reach the token "

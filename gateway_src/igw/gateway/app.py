@@ -268,6 +268,7 @@ def create_app(
     worker: WorkerRole | None = None,
     management_listener: bool = False,
     index_blocks: int | None = None,
+    max_header_field_bytes: int | None = None,
 ) -> web.Application:
     """Build the gateway for ``config``.
 
@@ -288,6 +289,8 @@ def create_app(
     ``/metrics``; see :mod:`igw.gateway.workers`).
     ``index_blocks``: the blocks this process's prefix indexes may hold together (``None``: no bound;
     see :func:`igw.gateway.memory.index_block_budget`).
+    ``max_header_field_bytes``: the listener's header field limit (``ServerLimits``), fixed at start:
+    a hot reload whose token cap it cannot carry is rejected (``None``: not checked).
     ``management_listener``: ``/metrics``, the detailed ``/readyz`` and ``/debug/decisions`` are served
     by :func:`igw.gateway.management.management_app` on a port of their own, so this app keeps only
     ``/healthz`` and a ``/readyz`` without detail next to the inference routes.
@@ -370,6 +373,7 @@ def create_app(
                 guard_factory=guard_factory,
                 guard_ready_timeout_s=guard_ready_timeout_s,
                 loaded_digest=config_digest,
+                max_header_field_bytes=max_header_field_bytes,
             )
             if config_path is not None
             else None

@@ -19,7 +19,12 @@ from dataclasses import dataclass, fields, replace
 from typing import Any, Final
 
 from igw.config.durations import parse_duration
-from igw.config.rules import AUTHORIZATION_HEADER_OVERHEAD_BYTES, SERVER_LIMITS_MAX_KEEPALIVE_S
+from igw.config.model import GatewayConfig
+from igw.config.rules import (
+    AUTHORIZATION_HEADER_OVERHEAD_BYTES,
+    SERVER_LIMITS_MAX_KEEPALIVE_S,
+    default_max_token_bytes,
+)
 from igw.errors import IgwGatewayError
 from igw.gateway.serving import MAX_REQUEST_LINE_BYTES, ServerLimits
 
@@ -143,4 +148,38 @@ def token_room_problem(max_token_bytes: int, max_header_field_bytes: int) -> str
         f"got {max_header_field_bytes}: the listener would answer 431 to every token over "
         f"{max_header_field_bytes - AUTHORIZATION_HEADER_OVERHEAD_BYTES} bytes before the token check; "
         "raise --max-header-bytes or lower maxTokenBytes"
+    )
+
+
+def token_cap(config: GatewayConfig) -> int | None:
+    """The JWT size cap the guard of ``config`` enforces (``spec.extensions.authorization.maxTokenBytes``
+    or the schema's default); ``None`` without ``spec.auth`` (no tokens to carry)."""
+    if config.auth is None:
+        return None
+    stated = (config.extensions.get("authorization") or {}).get("maxTokenBytes")
+    return default_max_token_bytes() if stated is None else int(stated)
+
+
+def reload_token_room_problem(config: GatewayConfig, running_header_field_bytes: int) -> str | None:
+    """Why a reloaded ``config`` cannot be applied to a listener that runs with
+    ``running_header_field_bytes`` (its ``maxHeaderBytes``, fixed at start: ``serverLimits`` is
+    restart-only); ``None`` when its token cap fits.
+
+    Why: ``igw serve`` checks the cap against the listener at start (:func:`token_room_problem`, rule
+    ``token-fits-header-limit``), but a reload that raised ``maxTokenBytes`` (or added ``spec.auth``
+    with a cap the listener cannot carry) was applied unchecked before session s42: the guard took the
+    new cap while the listener kept answering 431 to every token over the old limit, naming no token."""
+    cap = token_cap(config)
+    if cap is None:
+        return None
+    needed = cap + AUTHORIZATION_HEADER_OVERHEAD_BYTES
+    if needed <= running_header_field_bytes:
+        return None
+    return (
+        f"spec.extensions.authorization.maxTokenBytes {cap} needs a header limit of at least {needed} "
+        f"(the field name and 'Bearer ' take {AUTHORIZATION_HEADER_OVERHEAD_BYTES} bytes), but the "
+        f"listener runs with maxHeaderBytes {running_header_field_bytes} (--max-header-bytes or "
+        f"{PATH}.maxHeaderBytes, read only at start) and would answer 431 to every token over "
+        f"{running_header_field_bytes - AUTHORIZATION_HEADER_OVERHEAD_BYTES} bytes before the token "
+        "check; lower maxTokenBytes, or restart igw serve with a larger header limit"
     )

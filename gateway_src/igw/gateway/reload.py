@@ -39,6 +39,7 @@ from igw.config.model import GatewayConfig
 from igw.config.restart_only import RESTART_ONLY, restart_only_values
 from igw.errors import IgwGatewayError
 from igw.gateway.guards import GuardFactory, RequestGuard, guard_inputs
+from igw.gateway.limits_config import ServerLimitsError, reload_token_room_problem
 from igw.gateway.runtime import PickerConfigs
 from igw.gateway.state import GatewayState
 from igw.scheduling.errors import SchedulerConfigError
@@ -79,8 +80,13 @@ class ConfigReloader:
         guard_factory: GuardFactory | None = None,
         guard_ready_timeout_s: float = GUARD_READY_TIMEOUT_S,
         loaded_digest: str | None = None,
+        max_header_field_bytes: int | None = None,
     ) -> None:
-        """``loaded_digest``: :func:`file_digest` of the file as it was when the running configuration
+        """``max_header_field_bytes``: the listener's header field limit, fixed at start; a reload whose
+        token cap it cannot carry is rejected (:func:`~igw.gateway.limits_config.reload_token_room_problem`).
+        ``None``: not checked (no listener of igw's own, as in some tests).
+
+        ``loaded_digest``: :func:`file_digest` of the file as it was when the running configuration
         was loaded from it, taken before that load. Without it the file is read now, and an edit that
         landed between the load and now (the seconds a process takes to start; with ``--config-map``,
         worker 0's first ConfigMap read writes the file in that time) was taken for the running
@@ -92,6 +98,7 @@ class ConfigReloader:
         self.load_picker_configs = load_picker_configs
         self.guard_factory = guard_factory
         self.guard_ready_timeout_s = guard_ready_timeout_s
+        self.max_header_field_bytes = max_header_field_bytes
         self._digest = file_digest(path) if loaded_digest is None else loaded_digest
         self._task: asyncio.Task[None] | None = None
         self._nudged = asyncio.Event()
@@ -154,6 +161,10 @@ class ConfigReloader:
         new_guard: RequestGuard | None = None
         try:
             config = load_gateway_config(self.path)
+            if self.max_header_field_bytes is not None:
+                room = reload_token_room_problem(config, self.max_header_field_bytes)
+                if room is not None:
+                    raise ServerLimitsError([f"{self.path}: {room}"])
             pickers = None
             if self.load_picker_configs is not None:
                 pickers = await asyncio.to_thread(self.load_picker_configs, config)

@@ -188,7 +188,9 @@ def rule_problems(doc: Mapping[str, Any]) -> list[Problem]:
             list_path="spec.modelRateLimits",
             field="model",
         )
-    token_header = token_header_problem(spec.get("authorization"), spec.get("serverLimits"), at=("spec",))
+    token_header = token_header_problem(
+        spec.get("authorization"), spec.get("serverLimits"), at=("spec",), auth=spec.get("auth")
+    )
     if token_header is not None:
         problems.append(token_header)
     return problems

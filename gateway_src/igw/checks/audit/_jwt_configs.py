@@ -1,11 +1,13 @@
 """The JWT-verifying objects the audit reads: an InferenceGatewayConfig (tier 1) and a
 GlobalRouterConfig (tier 2), each with its ``spec.auth.jwt`` and the path of its authorization
-settings (IGW-AU205, IGW-AU206).
+settings (IGW-AU202..206).
 
 Why both: the global router verifies its callers' tokens with the same guard and the same settings
 (``spec.authorization`` there, ``spec.extensions.authorization`` in a gateway), and it is the tier
 clients reach first; before session s41 these checks read only InferenceGatewayConfig objects, so a
-GlobalRouterConfig with ``clockSkew: 1h`` or no token lifetime bound passed every audit.
+GlobalRouterConfig with ``clockSkew: 1h`` or no token lifetime bound passed every audit, and until
+session s42 IGW-AU202..204 skipped it too (an http JWKS at 169.254.169.254 with no audience: "nothing
+in scope", exit 0).
 """
 
 from __future__ import annotations

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from igw.checks.audit._jwt_configs import jwt_configs
 from igw.checks.framework import CheckContext, FunctionCheck, Reporter
 from igw.checks.igwc import jwt_providers
-from igw.checks.inventory import need
 from igw.checks.k8s import ref
 from igw.checks.model import CheckMeta, Command, Result, Severity
 
@@ -35,7 +35,7 @@ def _is_https(url: str) -> bool:
 
 
 def _run(ctx: CheckContext, r: Reporter) -> Iterator[Result]:
-    for config in need(ctx.inventory.kube.of("InferenceGatewayConfig")):
+    for config in (found.config for found in jwt_configs(ctx)):
         for provider in jwt_providers(config):
             resource = f"{ref(config)} provider {provider.get('name', '?')}"
             issuer = str(provider.get("issuer") or "")
