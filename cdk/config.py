@@ -572,6 +572,12 @@ def _semantic_problems(doc: Mapping[str, Any]) -> list[str]:
     else:
         if "version" in addon:
             problems.append("inference.addon.version: only with mode awsManaged (our chart is local)")
+        if "conflictPolicy" in addon:
+            # Read only for AWS's add-on (EKS's resolveConflicts); our chart is a Helm release.
+            problems.append(
+                "inference.addon.conflictPolicy: only with mode awsManaged (EKS resolves an add-on's "
+                "conflicts; our chart is installed by Helm, which this setting does not reach)"
+            )
         problems += [f"inference.addon.configurationValues.{p}" for p in configuration.problems(values)]
         if values.get("mode", "operator") == "operator":
             problems += [

@@ -57,6 +57,10 @@ def test_example_is_valid(example: dict[str, Any]) -> None:
             lambda d: d["inference"]["addon"].update(version="v2.0.0-eksbuild.2"),
             "inference.addon.version: only with mode awsManaged",
         ),
+        (  # session s42: it was accepted and read by nothing (our chart is a Helm release)
+            lambda d: d["inference"]["addon"].update(conflictPolicy="PRESERVE"),
+            "inference.addon.conflictPolicy: only with mode awsManaged",
+        ),
         (
             lambda d: d["inference"]["addon"]["configurationValues"].update(executionRoleArn="x"),
             "inference.addon.configurationValues.executionRoleArn: unknown field",
@@ -109,6 +113,7 @@ def test_example_is_valid(example: dict[str, Any]) -> None:
         "aws-addon-gets-our-keys",
         "endpoint-with-aws-addon",
         "version-with-igw",
+        "conflictPolicy-with-igw",
         "igw-gets-aws-keys",
         "no-hyperpod",
         "existing-without-oidc",
