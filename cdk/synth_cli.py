@@ -57,6 +57,9 @@ def main(argv: list[str] | None = None) -> int:
         "(needs AWS credentials; everything else stays offline)",
     )
     args = parser.parse_args(argv)
+    if args.out.exists() and not args.out.is_dir():
+        # CDK refuses it only once the app is created, in a jsii traceback.
+        parser.error(f"--out: {args.out} is a file; the cloud assembly is a directory")
 
     started = time.perf_counter()
     import aws_cdk as cdk

@@ -110,3 +110,16 @@ def test_a_bug_keeps_its_traceback_as_in_app_py(
         synth_cli.main(["--config", str(source), "--out", str(tmp_path / "cdk.out")])
     assert isinstance(raised.value.__context__, KeyError)
     assert "synthesis failed" not in capsys.readouterr().err
+
+
+def test_an_out_path_that_is_a_file_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Session s42: ``--out`` naming a file ended ``make synth`` in a jsii traceback (``RuntimeError: ...
+    must be a directory``) raised where the app is created."""
+    existing = tmp_path / "cdk.out"
+    existing.write_text("not a directory", encoding="utf-8")
+    with pytest.raises(SystemExit) as exited:
+        synth_cli.main(["--out", str(existing)])
+    assert exited.value.code == 2
+    assert f"--out: {existing} is a file" in capsys.readouterr().err
