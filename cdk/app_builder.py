@@ -9,7 +9,7 @@ from pathlib import Path
 
 import aws_cdk as cdk
 
-from cdk import nag
+from cdk import aws_tags, nag
 from cdk.config import REPO_ROOT, DeploymentConfig
 from cdk.constructs import checkov_ack
 from cdk.stacks.cluster_handle import ClusterHandle
@@ -98,7 +98,8 @@ def build_app(config: DeploymentConfig, *, outdir: Path | None = None, app: cdk.
     built = IgwApp(app=app, network=network, cluster=cluster, platform=platform, inference=inference)
     for stack in built.stacks:
         for key, value in config.tags.items():
-            cdk.Tags.of(stack).add(key, value)
+            # Above CDK's own Name tags (the VPC's resources, the certificate), which won there before.
+            cdk.Tags.of(stack).add(key, value, priority=aws_tags.PRIORITY)
     cdk.Aspects.of(app).add(checkov_ack.CdkProviderFunctions())
     nag.apply_checks(app)
     return built

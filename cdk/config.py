@@ -302,6 +302,10 @@ def subnets_fit(network: ipaddress.IPv4Network, masks: Sequence[int]) -> bool:
     return cursor <= int(network.broadcast_address) + 1
 
 
+NEW_VPC_KEYS: Final = ("cidr", "maxAzs", "natGateways")
+"""``network`` keys read only when the stacks create the VPC."""
+
+
 def _network_problems(doc: Mapping[str, Any]) -> list[str]:
     """Addresses and zones that the schema's patterns let through but EC2 or EKS refuse at deploy
     time (or CDK at synth, with a traceback), and new-VPC settings CDK would silently not apply."""
@@ -319,6 +323,18 @@ def _network_problems(doc: Mapping[str, Any]) -> list[str]:
         elif network.prefixlen == 0:
             problems.append(f"cluster.publicAccessCidrs[{i}]: {cidr} opens the API endpoint to everyone")
     net = doc.get("network", {})
+    # Each is read for one kind of VPC only; set for the other it changed nothing, without a word.
+    if "vpcId" in net:
+        problems += [
+            f"network.{key}: only for a new VPC (network.vpcId imports a VPC as it is); remove it"
+            for key in NEW_VPC_KEYS
+            if key in net
+        ]
+    elif "privateSubnetIds" in net:
+        problems.append(
+            "network.privateSubnetIds: only with network.vpcId (a new VPC makes its own subnets); add "
+            "vpcId to import that VPC, or remove privateSubnetIds"
+        )
     if "vpcId" in net or "existingCluster" in doc:
         return problems
     count = len(zones) or net.get("maxAzs", 3)
@@ -572,6 +588,12 @@ def _semantic_problems(doc: Mapping[str, Any]) -> list[str]:
     else:
         if "version" in addon:
             problems.append("inference.addon.version: only with mode awsManaged (our chart is local)")
+        if "conflictPolicy" in addon:
+            # Read only for AWS's add-on (EKS's resolveConflicts); our chart is a Helm release.
+            problems.append(
+                "inference.addon.conflictPolicy: only with mode awsManaged (EKS resolves an add-on's "
+                "conflicts; our chart is installed by Helm, which this setting does not reach)"
+            )
         problems += [f"inference.addon.configurationValues.{p}" for p in configuration.problems(values)]
         if values.get("mode", "operator") == "operator":
             problems += [

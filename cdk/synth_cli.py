@@ -1,5 +1,9 @@
 """``make synth``: validate the deployment config, synthesize every stack into ``cdk.out`` offline, and
-report the time taken and the cdk-nag findings. Exit 1 on an invalid config or unsuppressed findings."""
+report the time taken and the cdk-nag findings. Exit 1 on an invalid config or unsuppressed findings.
+
+A value CDK or a construct refuses while the stacks are built or synthesized ends it in one line naming
+the file, as ``app.py`` does; any other exception is a bug and keeps its traceback (one rule for both,
+:func:`cdk.synth_errors.refusal`)."""
 
 from __future__ import annotations
 
@@ -53,15 +57,20 @@ def main(argv: list[str] | None = None) -> int:
         "(needs AWS credentials; everything else stays offline)",
     )
     args = parser.parse_args(argv)
+    if args.out.exists() and not args.out.is_dir():
+        # CDK refuses it only once the app is created, in a jsii traceback.
+        parser.error(f"--out: {args.out} is a file; the cloud assembly is a directory")
 
     started = time.perf_counter()
     import aws_cdk as cdk
 
     from cdk import config, nag
     from cdk.app_builder import build_app, feature_flags
+    from cdk.synth_errors import refusal
 
+    source = args.config or config.EXAMPLE_FILE
     try:
-        deployment = config.load(args.config or config.EXAMPLE_FILE)
+        deployment = config.load(source)
     except config.DeploymentConfigError as exc:
         print(exc, file=sys.stderr)
         return 1
@@ -75,8 +84,11 @@ def main(argv: list[str] | None = None) -> int:
         # Removes an earlier run's report first: read after a failed synthesis, it was printed as this
         # run's findings.
         violations = nag.synthesize(app)
-    except Exception as exc:  # jsii surfaces validation failures as a generic RuntimeError
-        print(f"synthesis failed: {exc}", file=sys.stderr)
+    except Exception as exc:
+        message = refusal(exc)
+        if message is None:  # a bug (one in an aspect too, which jsii reraises): its traceback
+            raise
+        print(f"{source}: synthesis failed: {message}", file=sys.stderr)
         return 1
     if violations:
         print(f"synthesis failed: cdk-nag AwsSolutions: {len(violations)} unsuppressed", file=sys.stderr)

@@ -18,6 +18,7 @@ from constructs import Construct
 
 from cdk.config import DeploymentConfig, ExistingClusterConfig
 from cdk.constructs.eks_cluster import acknowledge_kubectl_provider
+from cdk.constructs.ipv4_check import Ipv4Check
 from cdk.constructs.kubectl_layer import kubectl_layer
 from cdk.constructs.network import import_zones
 
@@ -95,4 +96,8 @@ class ExistingClusterStack(cdk.Stack):
                 )
             ],
         )
+        # An IPv6 cluster fails here, at the first kubectl call, rather than 10 minutes into the inference
+        # stack's wait for a load balancer that never reaches its pods.
+        ipv4 = Ipv4Check(self, "Ipv4Check", cluster=self.cluster)
+        ipv4.manifest.node.add_dependency(self.access_entry)
         acknowledge_kubectl_provider(self.cluster)

@@ -57,6 +57,22 @@ def test_example_is_valid(example: dict[str, Any]) -> None:
             lambda d: d["inference"]["addon"].update(version="v2.0.0-eksbuild.2"),
             "inference.addon.version: only with mode awsManaged",
         ),
+        (  # session s42: accepted beside an imported VPC and read by nothing (no NAT gateway made)
+            lambda d: d["network"].update(
+                vpcId="vpc-0123456789abcdef0",
+                privateSubnetIds=["subnet-0123456789abcdef0", "subnet-0123456789abcdef1"],
+                natGateways=3,
+            ),
+            "network.natGateways: only for a new VPC",
+        ),
+        (  # session s42: accepted for a new VPC and read by nothing (the VPC made its own subnets)
+            lambda d: d["network"].update(privateSubnetIds=["subnet-01234567", "subnet-01234568"]),
+            "network.privateSubnetIds: only with network.vpcId",
+        ),
+        (  # session s42: it was accepted and read by nothing (our chart is a Helm release)
+            lambda d: d["inference"]["addon"].update(conflictPolicy="PRESERVE"),
+            "inference.addon.conflictPolicy: only with mode awsManaged",
+        ),
         (
             lambda d: d["inference"]["addon"]["configurationValues"].update(executionRoleArn="x"),
             "inference.addon.configurationValues.executionRoleArn: unknown field",
@@ -109,6 +125,9 @@ def test_example_is_valid(example: dict[str, Any]) -> None:
         "aws-addon-gets-our-keys",
         "endpoint-with-aws-addon",
         "version-with-igw",
+        "nat-gateways-with-imported-vpc",
+        "subnets-without-vpc-id",
+        "conflictPolicy-with-igw",
         "igw-gets-aws-keys",
         "no-hyperpod",
         "existing-without-oidc",

@@ -225,3 +225,37 @@ def test_an_image_in_the_chart_values_is_refused_for_inference_image(
     del example["inference"]["addon"]["configurationValues"]["image"]["tag"]
     example["inference"]["image"] = {"repository": repository, "tag": "1.0"}
     assert config.parse(example).image.repository == repository
+
+
+@pytest.mark.parametrize(
+    ("key", "expected"),
+    [
+        ("kubernetes.io/role/internal-elb", "tags.kubernetes.io/role/internal-elb: a tag the stacks set"),
+        ("kubernetes.io/role/elb", "tags.kubernetes.io/role/elb: a tag the stacks set"),
+        ("kubernetes.io/cluster/igw-inference", "tags.kubernetes.io/cluster/igw-inference: a tag the stacks"),
+        ("aws-cdk:auto-delete-objects", "tags.aws-cdk:auto-delete-objects: a tag the stacks set"),
+        ("AWS-CDK:subnet-type", "tags.AWS-CDK:subnet-type: a tag the stacks set"),
+    ],
+)
+def test_a_tag_the_stacks_set_per_resource_is_refused(
+    example: dict[str, Any], key: str, expected: str
+) -> None:
+    """Session s42: such a user tag lost where the stacks set it (``internal-elb: "0"`` stayed off the
+    private subnets) and landed on every other resource (the public subnets, the VPC, the buckets)."""
+    example["tags"] = {key: "0"}
+    assert [problem for problem in _problems(example) if problem.startswith(expected)], _problems(example)
+
+
+def test_a_token_in_a_tag_is_reported_once(example: dict[str, Any]) -> None:
+    """Session s42: ``${Token[...]}`` in a tag value was reported twice, as a token and as characters
+    AWS refuses; the characters beside the token are still checked."""
+    example["tags"] = {"project": "${Token[AWS.Region.7]}", "team": "${Token[AWS.Region.7]}<x>"}
+    problems = _problems(example)
+    assert [p for p in problems if p.startswith("tags.project:")] == [
+        "tags.project: '${Token[AWS.Region.7]}' is a CDK token marker: CDK would resolve it at synthesis "
+        "instead of taking it literally (a known key becomes another value, an unknown one fails synthesis); "
+        "write the literal value"
+    ]
+    team = [p for p in problems if p.startswith("tags.team:")]
+    assert len(team) == 2, team
+    assert team[0].startswith("tags.team: the value has '<>'"), team
