@@ -124,6 +124,40 @@ async def test_disconnected_client_leaves_the_queue_at_once(gateway: Any) -> Non
         assert a.received == []
 
 
+async def test_a_client_leaving_the_queue_is_counted_and_logged_as_a_disconnect(
+    gateway: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A client that gives up while queued is finished like one leaving a forward: 499 in
+    igw_requests_total, igw_client_disconnects_total, and an access-log line with its band, tenant
+    and queue time. Until session s42 it was counted nowhere (the probe: 92 clients left a saturated
+    pool's queue; the metrics showed only the 22 requests answered and the access log had no line)."""
+    caplog.set_level(logging.INFO, logger="igw.access")
+    async with (
+        running(FakeModelServer("a", waiting=9)) as (a,),
+        gateway(doc(), {"pool": [a.key]}) as gw,
+    ):
+        tasks = [asyncio.create_task(send(gw, "chat", tenant="acme")) for _ in range(3)]
+        await wait_for(lambda: queued(gw) == {10: 3}, what="queued")
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await wait_for(lambda: queued(gw) == {}, what="left the queue")
+
+        def gone() -> list[dict[str, Any]]:
+            entries = [orjson.loads(r.getMessage()) for r in caplog.records if r.name == "igw.access"]
+            return [e for e in entries if e["status"] == 499]
+
+        await wait_for(lambda: len(gone()) == 3, what="three access-log lines")
+        metrics = await (await gw.http.get(gw.url + "/metrics")).text()
+    assert 'igw_client_disconnects_total{model="m1"} 3.0' in metrics
+    assert 'igw_requests_total{code="499",model="m1",requested_model="m1"} 3.0' in metrics
+    entry = gone()[0]
+    assert (entry["priority"], entry["tenant"], entry["model"]) == (10, "acme", MODEL)
+    assert entry["queue_ms"] > 0
+    assert "while queued" in entry["error"]
+    assert a.received == []
+
+
 async def test_without_flow_control_a_saturated_pool_still_answers_429_at_once(gateway: Any) -> None:
     d = config_doc([scheduler("pool", MODEL)])
     async with (

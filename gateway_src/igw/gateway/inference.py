@@ -55,7 +55,7 @@ from igw.gateway.inference_apis import ANTHROPIC_APIS, GENERATING_APIS, Inferenc
 from igw.gateway.lora_field import LORA_PATH_ENGINES, lora_path_refusal
 from igw.gateway.model_rewrite import retargeted
 from igw.gateway.model_router import BASE_MODEL_HEADER, MODEL_HEADER, NO_MATCH_MESSAGE
-from igw.gateway.observer import CLIENT_CLOSED, RequestObserver
+from igw.gateway.observer import CLIENT_CLOSED, QUEUED_CLIENT_GONE, RequestObserver
 from igw.gateway.request_body import (
     MAX_RESPONSE_ID_LENGTH,
     BadRequestBody,
@@ -738,7 +738,13 @@ async def _route(
             )
         except asyncio.CancelledError:
             if not state.inflight.cutting:
-                raise  # the client went away: the gate has already taken it out of the queue
+                # The client went away: the gate has already taken it out of the queue. Finished
+                # here, so it is counted (igw_client_disconnects_total, igw_requests_total's 499, an
+                # access-log line with its band and queue time) as a client leaving a forward is:
+                # before session s42 a client that gave up while queued was counted nowhere.
+                obs.waited(state.clock() - queued_at, "client_gone")
+                obs.client_gone(QUEUED_CLIENT_GONE)
+                raise
             current = asyncio.current_task()
             if current is not None:
                 current.uncancel()
