@@ -86,6 +86,39 @@ async def test_saturated_requests_wait_and_shed_lowest_band_first(gateway: Any) 
         assert 'igw_flow_wait_seconds_count{priority="10",scheduler="pool"} 1.0' in metrics
 
 
+async def test_retry_after_of_a_refused_critical_request_ignores_the_lower_bands_queued(gateway: Any) -> None:
+    """10 requests dispatched from the queue (1/s over the 10 s window); then 2 Critical and 20
+    Sheddable requests queued. A Critical arrival refused by its full band waits behind the 2 only:
+    Retry-After 3, not 9 (the whole queue, 23 s, within routing.retryAfter.maxSeconds 9: what it
+    told until session s42)."""
+    bands = [
+        {"priority": 10, "maxRequests": 2, "dispatchBelow": 1.0},
+        {"priority": 0, "dispatchBelow": 1.0},
+        {"priority": -5, "dispatchBelow": 1.0},
+    ]
+    async with (
+        running(FakeModelServer("a", waiting=9)) as (a,),
+        gateway(doc(bands=bands, dispatchPerEndpoint=100), {"pool": [a.key]}) as gw,
+    ):
+        standard = [asyncio.create_task(send(gw, None)) for _ in range(10)]
+        await wait_for(lambda: queued(gw) == {0: 10}, what="standard queued")
+        a.waiting = 0
+        assert [r[0] for r in await asyncio.wait_for(asyncio.gather(*standard), timeout=15)] == [200] * 10
+        a.waiting = 9
+        views = gw.state.runtime.schedulers["pool"].pool.views
+        await wait_for(lambda: views()[0].metrics.waiting == 9, what="saturated again")
+        waiting = [asyncio.create_task(send(gw, "batch")) for _ in range(20)]
+        waiting += [asyncio.create_task(send(gw, "chat")) for _ in range(2)]
+        await wait_for(lambda: queued(gw) == {-5: 20, 10: 2}, what="batch and chat queued")
+        status, headers, body = await send(gw, "chat")
+        assert (status, body["error"]["code"]) == (429, "request_shed")
+        assert "band_full" in body["error"]["message"]
+        assert headers["Retry-After"] == "3"
+        for task in waiting:
+            task.cancel()
+        await asyncio.gather(*waiting, return_exceptions=True)
+
+
 async def test_queued_request_past_its_ttl_is_shed(gateway: Any) -> None:
     bands = [{"priority": 0, "ttl": "200ms"}]
     async with (
