@@ -55,3 +55,26 @@ async def test_a_canary_name_is_listed_for_the_callers_allowed_every_target(
         assert by_name == (False, 404, {403})  # before: listed, 200, yet every call refused
         one = await seen(gw, tokens.token(tenant="one-target", sub="c"))
         assert one[:2] == (False, 404)  # half its calls would be refused (the other target)
+
+
+async def test_a_refused_canary_call_names_the_model_the_client_sent_not_the_target(
+    tmp_path: Path, jwks_server: JwksServer, client_ssl: ssl.SSLContext, tokens: TokenFactory
+) -> None:
+    """The 403 of a call the split sends to a target the caller may not use names ``llama``: before
+    session s42 it named ``m`` or ``secret``, the targets ``GET /v1/models`` hides from that caller."""
+    extensions = {"modelRewrites": {"rules": [RULE]}, "authorization": {"modelAccess": ACCESS}}
+    pods = (FakeModelServer("stable"), FakeModelServer("canary"))
+    async with tenant_gateway(
+        tmp_path, jwks_server, client_ssl, tokens, extensions=extensions, pods=pods
+    ) as (
+        _,
+        gw,
+    ):
+        headers = {"Authorization": f"Bearer {tokens.token(tenant='by-name', sub='a')}"}
+        messages: set[str] = set()
+        for _ in range(8):
+            body = {"model": "llama", "prompt": "hi", "max_tokens": 2}
+            async with gw.http.post(gw.url + "/v1/completions", json=body, headers=headers) as resp:
+                assert resp.status == 403
+                messages.add((await resp.json())["error"]["message"])
+        assert messages == {"tenant 'by-name' is not allowed to use model 'llama'"}

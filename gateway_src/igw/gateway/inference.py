@@ -337,6 +337,30 @@ async def handle_inference(
         return obs.finish(denial_response(denied, request_id=obs.request_id))
 
 
+def _authorize_target(
+    guard: RequestGuard, principal: Principal, *, model: str, requested: str | None
+) -> None:
+    """Authorize ``model``, the model a request is routed to; ``requested`` is the name the client
+    sent when a canary rule (``modelRewrites``) replaced it.
+
+    A refusal names the model the client sent, not the canary's target: the target is the
+    operator's (``GET /v1/models`` hides it from a caller not allowed it), and before session s42
+    any caller learnt a canary's target names by calling the name it rewrites (403 ``tenant 't' is
+    not allowed to use model 'secret'``)."""
+    try:
+        guard.authorize(principal, model=model)
+    except GuardDenied as denied:
+        if requested is None or repr(model) not in denied.message:
+            raise
+        raise GuardDenied(
+            status=denied.status,
+            message=denied.message.replace(repr(model), repr(requested)),
+            error_type=denied.error_type,
+            code=denied.code,
+            headers=denied.headers,
+        ) from None
+
+
 def _search_refusal(
     state: GatewayState, response_id: str, *, request_id: str, param: str | None = None
 ) -> web.Response | None:
@@ -621,7 +645,7 @@ async def _route(
     refusal = lora_path_refusal(body.lora_path, adapter=route.adapter, model=route.model)
     if refusal is not None:  # igw.gateway.lora_field: the adapter served is the one authorized
         return gateway_error("invalid_request", refusal, param="lora_path", request_id=rid)
-    guard.authorize(principal, model=route.model)
+    _authorize_target(guard, principal, model=route.model, requested=obs.record.requested_model)
     await guard.admit(principal, model=route.model, est_tokens=est_tokens)
     obs.admitted()  # tracing hook
     sr = rt.schedulers[route.scheduler]
