@@ -86,6 +86,39 @@ async def test_saturated_requests_wait_and_shed_lowest_band_first(gateway: Any) 
         assert 'igw_flow_wait_seconds_count{priority="10",scheduler="pool"} 1.0' in metrics
 
 
+async def test_retry_after_of_a_refused_critical_request_ignores_the_lower_bands_queued(gateway: Any) -> None:
+    """10 requests dispatched from the queue (1/s over the 10 s window); then 2 Critical and 20
+    Sheddable requests queued. A Critical arrival refused by its full band waits behind the 2 only:
+    Retry-After 3, not 9 (the whole queue, 23 s, within routing.retryAfter.maxSeconds 9: what it
+    told until session s42)."""
+    bands = [
+        {"priority": 10, "maxRequests": 2, "dispatchBelow": 1.0},
+        {"priority": 0, "dispatchBelow": 1.0},
+        {"priority": -5, "dispatchBelow": 1.0},
+    ]
+    async with (
+        running(FakeModelServer("a", waiting=9)) as (a,),
+        gateway(doc(bands=bands, dispatchPerEndpoint=100), {"pool": [a.key]}) as gw,
+    ):
+        standard = [asyncio.create_task(send(gw, None)) for _ in range(10)]
+        await wait_for(lambda: queued(gw) == {0: 10}, what="standard queued")
+        a.waiting = 0
+        assert [r[0] for r in await asyncio.wait_for(asyncio.gather(*standard), timeout=15)] == [200] * 10
+        a.waiting = 9
+        views = gw.state.runtime.schedulers["pool"].pool.views
+        await wait_for(lambda: views()[0].metrics.waiting == 9, what="saturated again")
+        waiting = [asyncio.create_task(send(gw, "batch")) for _ in range(20)]
+        waiting += [asyncio.create_task(send(gw, "chat")) for _ in range(2)]
+        await wait_for(lambda: queued(gw) == {-5: 20, 10: 2}, what="batch and chat queued")
+        status, headers, body = await send(gw, "chat")
+        assert (status, body["error"]["code"]) == (429, "request_shed")
+        assert "band_full" in body["error"]["message"]
+        assert headers["Retry-After"] == "3"
+        for task in waiting:
+            task.cancel()
+        await asyncio.gather(*waiting, return_exceptions=True)
+
+
 async def test_queued_request_past_its_ttl_is_shed(gateway: Any) -> None:
     bands = [{"priority": 0, "ttl": "200ms"}]
     async with (
@@ -122,6 +155,40 @@ async def test_disconnected_client_leaves_the_queue_at_once(gateway: Any) -> Non
         a.waiting = 0
         await asyncio.sleep(0.1)
         assert a.received == []
+
+
+async def test_a_client_leaving_the_queue_is_counted_and_logged_as_a_disconnect(
+    gateway: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A client that gives up while queued is finished like one leaving a forward: 499 in
+    igw_requests_total, igw_client_disconnects_total, and an access-log line with its band, tenant
+    and queue time. Until session s42 it was counted nowhere (the probe: 92 clients left a saturated
+    pool's queue; the metrics showed only the 22 requests answered and the access log had no line)."""
+    caplog.set_level(logging.INFO, logger="igw.access")
+    async with (
+        running(FakeModelServer("a", waiting=9)) as (a,),
+        gateway(doc(), {"pool": [a.key]}) as gw,
+    ):
+        tasks = [asyncio.create_task(send(gw, "chat", tenant="acme")) for _ in range(3)]
+        await wait_for(lambda: queued(gw) == {10: 3}, what="queued")
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await wait_for(lambda: queued(gw) == {}, what="left the queue")
+
+        def gone() -> list[dict[str, Any]]:
+            entries = [orjson.loads(r.getMessage()) for r in caplog.records if r.name == "igw.access"]
+            return [e for e in entries if e["status"] == 499]
+
+        await wait_for(lambda: len(gone()) == 3, what="three access-log lines")
+        metrics = await (await gw.http.get(gw.url + "/metrics")).text()
+    assert 'igw_client_disconnects_total{model="m1"} 3.0' in metrics
+    assert 'igw_requests_total{code="499",model="m1",requested_model="m1"} 3.0' in metrics
+    entry = gone()[0]
+    assert (entry["priority"], entry["tenant"], entry["model"]) == (10, "acme", MODEL)
+    assert entry["queue_ms"] > 0
+    assert "while queued" in entry["error"]
+    assert a.received == []
 
 
 async def test_without_flow_control_a_saturated_pool_still_answers_429_at_once(gateway: Any) -> None:

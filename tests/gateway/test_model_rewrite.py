@@ -35,6 +35,26 @@ def test_zero_weight_targets_get_nothing_and_other_models_pass_through() -> None
     assert r.choose("other", headers={}, tenant=None, rng=rng) is None
 
 
+def test_targets_of_a_name_are_its_rules_targets_with_a_positive_weight() -> None:
+    """What GET /v1/models checks a caller may use before listing a canary name."""
+    raw = {
+        "rules": [
+            {
+                "model": "llama",
+                "targets": [{"model": "llama-v1", "weight": 0}, {"model": "llama-v2", "weight": 3}],
+            },
+            {
+                "model": "llama",
+                "headers": [{"name": "x-canary", "value": "always"}],
+                "targets": [{"model": "llama-v3", "weight": 1}, {"model": "llama-v2", "weight": 1}],
+            },
+        ]
+    }
+    r = ModelRewrites.from_extension(raw, routable=SERVED.__contains__)
+    assert r.targets_of("llama") == ("llama-v2", "llama-v3")
+    assert r.targets_of("other") == ()
+
+
 def test_tenant_stickiness_and_growing_the_last_target_only_moves_users_onto_it() -> None:
     before = rules([("llama-v1", 90), ("llama-v2", 10)], stickyBy="tenant")
     after = rules([("llama-v1", 50), ("llama-v2", 50)], stickyBy="tenant")

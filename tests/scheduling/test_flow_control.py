@@ -356,6 +356,26 @@ def test_retry_after_from_the_dispatch_rate() -> None:
     assert fc.retry_after_s(20.5) == 60  # the dispatches left the window: no evidence again
 
 
+def test_retry_after_counts_only_the_queue_ahead_of_the_refused_band() -> None:
+    """A refused request waits only behind its own band and those above: lower bands never go
+    first. Counting the whole queue told a Critical request behind 2 Critical and 70 Sheddable
+    ones to come back in 37 s (the probe over loopback HTTP) where 2 s was the answer."""
+    fc = FlowController(_settings())
+    for i in range(5):
+        _offer(fc, f"done{i}", CRITICAL)
+    for _ in range(5):
+        _take_next(fc, 0.0)  # 0.5 dispatches/s over the 10 s window
+    for i in range(70):
+        _offer(fc, f"s{i}", SHEDDABLE)
+    for i in range(2):
+        _offer(fc, f"c{i}", CRITICAL)
+    _offer(fc, "n0", STANDARD)
+    assert fc.retry_after_s(1.0, priority=CRITICAL) == 6  # 2 ahead + itself at 0.5/s
+    assert fc.retry_after_s(1.0, priority=STANDARD) == 8  # the Critical ones and its own band
+    assert fc.retry_after_s(1.0, priority=SHEDDABLE, max_s=1000) == 148  # the whole queue
+    assert fc.retry_after_s(1.0, max_s=1000) == 148  # no band given: the whole queue, as before
+
+
 @pytest.mark.parametrize(
     ("objective", "expected"),
     [(None, STANDARD), ("Critical", CRITICAL), ("Sheddable", SHEDDABLE), ("chat", 5), ("nope", STANDARD)],

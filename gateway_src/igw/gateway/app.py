@@ -136,8 +136,13 @@ def _listed_models(state: GatewayState, guard: RequestGuard, principal: Principa
         if guard.may_use(principal, model=r.model)
     ]
     served = {r.model for r in routes}
-    for name in sorted(set(state.runtime.rewrites.rules) - served):  # canary names clients may call
-        if guard.may_use(principal, model=name):
+    rewrites = state.runtime.rewrites
+    for name in sorted(set(rewrites.rules) - served):  # canary names clients may call
+        # A request naming it is authorized for the target it is split to, not for the name: listed
+        # only where every target it can go to is allowed. Until session s42 the name itself was
+        # checked, so a tenant allowed `llama` saw it listed and was refused (403) on every call,
+        # and one allowed both targets called it with success but was told it does not exist.
+        if all(guard.may_use(principal, model=target) for target in rewrites.targets_of(name)):
             data.append(
                 {"id": name, "object": "model", "created": 0, "owned_by": "igw", "root": name, "parent": None}
             )

@@ -694,7 +694,7 @@ class FlowGates:
             reason = offer.reason or ShedReason.QUEUE_FULL
             self._count_rejection(scheduler, priority, tenant, reason)
             self._update_depth(scheduler, controller)
-            return Refused(reason, self._retry_after(controller, now), priority)
+            return Refused(reason, self._retry_after(controller, now, priority), priority)
         future: asyncio.Future[RoutingDecision | Refused] = asyncio.get_running_loop().create_future()
         waiter = _Waiter(
             pick=pick,
@@ -917,12 +917,15 @@ class FlowGates:
             self._count_rejection(scheduler, s.request.priority, s.request.tenant, s.reason)
             waiter = self._waiters.get(s.request.request_id)
             if waiter is not None and not waiter.future.done():
-                refusal = Refused(s.reason, self._retry_after(controller, now), s.request.priority)
+                retry = self._retry_after(controller, now, s.request.priority)
+                refusal = Refused(s.reason, retry, s.request.priority)
                 waiter.future.set_result(refusal)
 
-    def _retry_after(self, controller: FlowController, now: float) -> int:
+    def _retry_after(self, controller: FlowController, now: float, priority: int) -> int:
+        """``Retry-After`` for a refused request of ``priority``: the queue ahead of it (its band and
+        those above) at the recent dispatch rate, within ``routing.retryAfter``."""
         low, high = self.retry_after_bounds
-        return controller.retry_after_s(now, min_s=low, max_s=high)
+        return controller.retry_after_s(now, priority=priority, min_s=low, max_s=high)
 
     def _count_rejection(self, scheduler: str, priority: int, tenant: str, reason: ShedReason) -> None:
         settings = self.settings

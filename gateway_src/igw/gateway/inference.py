@@ -55,7 +55,7 @@ from igw.gateway.inference_apis import ANTHROPIC_APIS, GENERATING_APIS, Inferenc
 from igw.gateway.lora_field import LORA_PATH_ENGINES, lora_path_refusal
 from igw.gateway.model_rewrite import retargeted
 from igw.gateway.model_router import BASE_MODEL_HEADER, MODEL_HEADER, NO_MATCH_MESSAGE
-from igw.gateway.observer import CLIENT_CLOSED, RequestObserver
+from igw.gateway.observer import CLIENT_CLOSED, QUEUED_CLIENT_GONE, RequestObserver
 from igw.gateway.request_body import (
     MAX_RESPONSE_ID_LENGTH,
     BadRequestBody,
@@ -335,6 +335,30 @@ async def handle_inference(
             task = None
     except GuardDenied as denied:
         return obs.finish(denial_response(denied, request_id=obs.request_id))
+
+
+def _authorize_target(
+    guard: RequestGuard, principal: Principal, *, model: str, requested: str | None
+) -> None:
+    """Authorize ``model``, the model a request is routed to; ``requested`` is the name the client
+    sent when a canary rule (``modelRewrites``) replaced it.
+
+    A refusal names the model the client sent, not the canary's target: the target is the
+    operator's (``GET /v1/models`` hides it from a caller not allowed it), and before session s42
+    any caller learnt a canary's target names by calling the name it rewrites (403 ``tenant 't' is
+    not allowed to use model 'secret'``)."""
+    try:
+        guard.authorize(principal, model=model)
+    except GuardDenied as denied:
+        if requested is None or repr(model) not in denied.message:
+            raise
+        raise GuardDenied(
+            status=denied.status,
+            message=denied.message.replace(repr(model), repr(requested)),
+            error_type=denied.error_type,
+            code=denied.code,
+            headers=denied.headers,
+        ) from None
 
 
 def _search_refusal(
@@ -621,7 +645,7 @@ async def _route(
     refusal = lora_path_refusal(body.lora_path, adapter=route.adapter, model=route.model)
     if refusal is not None:  # igw.gateway.lora_field: the adapter served is the one authorized
         return gateway_error("invalid_request", refusal, param="lora_path", request_id=rid)
-    guard.authorize(principal, model=route.model)
+    _authorize_target(guard, principal, model=route.model, requested=obs.record.requested_model)
     await guard.admit(principal, model=route.model, est_tokens=est_tokens)
     obs.admitted()  # tracing hook
     sr = rt.schedulers[route.scheduler]
@@ -738,7 +762,13 @@ async def _route(
             )
         except asyncio.CancelledError:
             if not state.inflight.cutting:
-                raise  # the client went away: the gate has already taken it out of the queue
+                # The client went away: the gate has already taken it out of the queue. Finished
+                # here, so it is counted (igw_client_disconnects_total, igw_requests_total's 499, an
+                # access-log line with its band and queue time) as a client leaving a forward is:
+                # before session s42 a client that gave up while queued was counted nowhere.
+                obs.waited(state.clock() - queued_at, "client_gone")
+                obs.client_gone(QUEUED_CLIENT_GONE)
+                raise
             current = asyncio.current_task()
             if current is not None:
                 current.uncancel()

@@ -69,6 +69,11 @@ class RewriteRule:
                 return target
         return self.targets[-1]
 
+    def reachable(self) -> tuple[str, ...]:
+        """The targets a request can be sent to: those with a positive weight (a share above 0)."""
+        lower = (0.0, *self.cumulative[:-1])
+        return tuple(t for t, lo, hi in zip(self.targets, lower, self.cumulative, strict=True) if hi > lo)
+
     def sticky_key(self, headers: Mapping[str, str], tenant: str | None) -> str | None:
         if self.sticky_by is StickyBy.TENANT:
             return tenant
@@ -119,6 +124,12 @@ class ModelRewrites:
             else:
                 rules.setdefault(model, []).append(built)
         return ModelRewrites(rules, fallback)
+
+    def targets_of(self, model: str) -> tuple[str, ...]:
+        """Every target a request naming ``model`` can be sent to, over the rules naming it (whatever
+        their headers): authorization judges the target, so a caller may use the name only when it
+        may use each of these."""
+        return tuple(dict.fromkeys(t for rule in self.rules.get(model, ()) for t in rule.reachable()))
 
     def match(self, model: str, headers: Mapping[str, str]) -> RewriteRule | None:
         """The first rule naming ``model`` whose headers match, else the first matching fallback."""

@@ -33,6 +33,10 @@ Answer = TypeVar("Answer", bound=web.StreamResponse | ForwardedAnswer)
 """What a request is answered with (its ``status`` is recorded)."""
 CLIENT_CLOSED: Final = 499
 """Status recorded (metrics, access log) for requests the client abandoned (nginx's convention)."""
+FORWARD_CLIENT_GONE: Final = "client disconnected; upstream request cancelled"
+"""The access log's ``error`` for a client that left while its request was forwarded."""
+QUEUED_CLIENT_GONE: Final = "client disconnected while queued by flow control; nothing was sent"
+"""The access log's ``error`` for a client that left while its request waited in flow control."""
 
 
 class RequestObserver:
@@ -246,11 +250,12 @@ class RequestObserver:
                 self.trace.finish(response.status, error=self.record.error)
         return response
 
-    def client_gone(self) -> None:
-        """The client went away: the upstream request was cancelled (its connection closed)."""
+    def client_gone(self, error: str = FORWARD_CLIENT_GONE) -> None:
+        """The client went away: the upstream request was cancelled (its connection closed), or,
+        with ``error`` saying so, the request left flow control's queue before it was sent."""
         if not self._done:
             self._done = True
-            self.record.error = "client disconnected; upstream request cancelled"
+            self.record.error = error
             self.metrics.child(self.metrics.client_disconnects, self.model_label).inc()
             self._emit(CLIENT_CLOSED)
             if self.trace is not None:

@@ -1197,13 +1197,22 @@ class FlowController:
         """When the earliest queued request expires (for the caller's timer)."""
         return min((r.deadline for r in self._by_id.values()), default=None)
 
-    def retry_after_s(self, now: float, *, min_s: int = 1, max_s: int = 60) -> int:
-        """Whole seconds a refused client should wait: the queue ahead at the recent dispatch rate."""
+    def retry_after_s(
+        self, now: float, *, priority: int | None = None, min_s: int = 1, max_s: int = 60
+    ) -> int:
+        """Whole seconds a refused client should wait: the queue ahead at the recent dispatch rate.
+
+        The queue ahead of a request of ``priority`` is what waits in its band and the bands above
+        (they dispatch first; lower bands never go before it); without ``priority``, the whole
+        queue. Counting the whole queue told a Critical request refused by its full band (2 queued
+        there) to come back in 37 s behind 70 queued Sheddable requests it would never wait for,
+        where 2 s was the answer (until session s42)."""
         self._forget_dispatches_before(now - DISPATCH_WINDOW_S)
         if not self._dispatched:
             return max_s
         rate = len(self._dispatched) / DISPATCH_WINDOW_S
-        return max(min_s, min(max_s, math.ceil((len(self._by_id) + 1) / rate)))
+        ahead = len(self._by_id) if priority is None else self.queued_at_or_above(priority)
+        return max(min_s, min(max_s, math.ceil((ahead + 1) / rate)))
 
     def _forget_dispatches_before(self, horizon: float) -> None:
         while self._dispatched and self._dispatched[0] < horizon:
