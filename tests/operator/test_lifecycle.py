@@ -526,6 +526,9 @@ def test_same_model_in_two_configs_is_a_conflict_on_the_newer(
 ) -> None:
     cluster.add(igwc("first", model="llama"))
     wait_for(lambda: find(cluster, "Deployment", "inference", "first-gateway"), what="first data plane")
+    # The older object's own status is written after its data plane (and, by another worker, maybe
+    # after the newer one's refusal): wait for it so the check below reads a written status.
+    wait_condition(cluster, "first", "Accepted", "True")
     cluster.add(igwc("second", model="llama"))
     refused = wait_condition(cluster, "second", "Accepted")
     assert (refused["status"], refused["reason"]) == ("False", "ModelNameConflict")
