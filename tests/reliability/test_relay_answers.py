@@ -6,6 +6,7 @@ content type, decides)."""
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import zlib
 from pathlib import Path
@@ -116,7 +117,8 @@ async def test_large_error_answers_log_one_warning_a_minute(
 ) -> None:
     """A JSON error answer past ``ERROR_ANSWER_BUFFER_BYTES`` (1 MiB) is relayed with a WARNING: a pod
     answering every request so wrote one line per request until session s42 (five here), a flood
-    that buried the rest of the log. Now the first passes and the rest are held for the minute."""
+    that buried the rest of the log, and no metric counted them. Now the first passes, the rest are
+    held for the minute, and each is counted in ``igw_upstream_large_error_answers_total``."""
     huge = b'{"error":{"code":400,"message":"' + b"x" * (1 << 21) + b'"}}'
 
     async def failing(request: web.Request) -> web.Response:
@@ -132,5 +134,12 @@ async def test_large_error_answers_log_one_warning_a_minute(
             resp = await gw.complete("x")
             assert resp.status == 400
             assert await resp.read() == huge
+        counted = 'igw_upstream_large_error_answers_total{model="llama"} 5.0'
+        for _ in range(200):  # counted once each handler has finished its accounting
+            if counted in await (await gw.http.get(gw.url + "/metrics")).text():
+                break
+            await asyncio.sleep(0.05)
+        else:
+            pytest.fail("the large error answers were not counted")
     lines = [r for r in caplog.records if "error body over" in r.getMessage()]
     assert len(lines) == 1

@@ -148,6 +148,9 @@ class ExchangeResult:
     response_id: str | None
     """The id of the Responses API answer the model server stored (a later request continuing it can
     only be answered there: :mod:`igw.scheduling.response_affinity`)."""
+    large_error: bool
+    """An error answer past :data:`ERROR_ANSWER_BUFFER_BYTES` relayed as it arrived (so not retried):
+    counted in ``igw_upstream_large_error_answers_total``, its WARNING throttled."""
     relayed_bytes: int
     """The body bytes of a whole answer relayed as they arrived (:func:`_relay_whole`,
     :func:`_relay_decoded`) written to the client so far: what a client that leaves before its end
@@ -167,6 +170,7 @@ class ExchangeResult:
         gave_up: bool = False,
         response_id: str | None = None,
         relayed_bytes: int = 0,
+        large_error: bool = False,
     ) -> None:
         self.answer = answer
         self.status = status
@@ -180,6 +184,7 @@ class ExchangeResult:
         self.gave_up = gave_up
         self.response_id = response_id
         self.relayed_bytes = relayed_bytes
+        self.large_error = large_error
 
     @property
     def response(self) -> web.StreamResponse:
@@ -861,6 +866,7 @@ async def _relay_whole(
     result = ExchangeResult(answer=response, status=upstream.status, ok=upstream.status < 500)
     response.relayed = result
     if upstream.status >= 400:  # past ERROR_ANSWER_BUFFER_BYTES: relayed, so not retried
+        result.large_error = True
         large_error_log.warning(
             "upstream %s answered HTTP %d with an error body over %d bytes: relayed as it arrives, "
             "not retried",
