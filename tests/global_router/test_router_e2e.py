@@ -666,6 +666,27 @@ async def test_a_stream_left_before_its_end_is_charged_the_tokens_relayed(redis_
         assert statuses[-1] == 429
 
 
+async def test_a_large_whole_answer_left_before_its_end_is_charged_the_bytes_relayed(
+    redis_server: RedisServer,
+) -> None:
+    """A non-streamed answer past the router's whole-answer buffer is relayed as it arrives, its
+    usage at its end: until session s42 a client that read its first megabyte and hung up was
+    charged its prompt alone at tier 2, so three such 32 MB answers went through a 600-token limit.
+    Now the bytes relayed are charged (four to a token): the first empties the bucket."""
+    async with fleet(redis_server, **_token_limits(redis_server, "e2e:whole:"), **STEADY) as fx:
+        for c in fx.clusters.values():
+            c.server.tokens = 32_000_000  # "t" a token: larger than the socket buffers on the way hold
+        statuses = []
+        for _ in range(3):
+            async with await fx.post({"model": MODEL, "prompt": "tell me"}) as resp:
+                statuses.append(resp.status)
+                if resp.status == 200:
+                    await resp.content.readexactly(1 << 20)  # a megabyte, then the client leaves
+                    resp.close()
+        assert statuses[0] == 200
+        assert 429 in statuses[1:], statuses
+
+
 async def test_a_stream_is_charged_its_usage_however_many_tokens_an_event_carries(
     redis_server: RedisServer,
 ) -> None:

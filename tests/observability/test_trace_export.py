@@ -19,11 +19,11 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from igw.gateway.log_throttle import RepeatThrottle
 from igw.gateway.trace_export import (
     EXPORTER_LOGGERS,
     CountingSpanExporter,
     ExportStats,
-    RepeatThrottle,
     throttle_exporter_logs,
 )
 from igw.gateway.tracing import Tracing

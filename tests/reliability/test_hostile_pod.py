@@ -38,7 +38,7 @@ from aiohttp import web
 
 from igw.gateway.response_ids import believed, mint
 from igw.gateway.upstream import _carries_token
-from igw.gateway.upstream_client import MAX_RESPONSE_FIELDS
+from igw.gateway.upstream_client import MAX_RESPONSE_FIELD_BYTES, MAX_RESPONSE_FIELDS
 from tests.gateway.fake_model_server import FakeModelServer, running
 from tests.reliability.harness import (
     MODEL,
@@ -109,6 +109,41 @@ async def test_an_answer_with_too_many_header_fields_is_a_502(tmp_path: Path) ->
             error = (await resp.json())["error"]
         assert error["code"] == "upstream_error"
         assert len(resp.headers) < 20
+
+
+async def big_field(request: web.Request) -> web.Response:
+    await request.read()
+    size, count = int(request.query["size"]), int(request.query.get("count", "1"))
+    headers = {f"X-Big-{i}": "v" * size for i in range(count)}
+    return web.json_response({"choices": [{"index": 0, "text": "hi"}]}, headers=headers)
+
+
+@pytest.mark.parametrize(
+    ("size", "count"),
+    [(MAX_RESPONSE_FIELD_BYTES, 1), (300_000, 1), (6000, 3)],
+    ids=["one-line-past-8190", "one-300k", "three-of-6000"],
+)
+async def test_an_answer_with_header_fields_clients_refuse_is_a_502(
+    tmp_path: Path, size: int, count: int
+) -> None:
+    """A pod's header field past aiohttp's client limit (8190 bytes a line), or fields past h11's
+    (the OpenAI Python SDK's: 16 KiB a head): the client would fail parsing what the gateway relayed,
+    an error of its own library read as the gateway's (aiohttp's ``400, message="Got more than 8190
+    bytes when reading"`` before session s42). A 502 ``upstream_error`` instead, and a head within
+    both limits is still relayed."""
+    async with (
+        scripted_upstream({"POST /v1/completions": big_field}) as key,
+        in_process_gateway(tmp_path, gateway_doc(), [key]) as gw,
+    ):
+        url = gw.url + "/v1/completions"
+        body = {"model": "llama", "prompt": "hello", "max_tokens": 4}
+        async with gw.http.post(url, params={"size": "4000", "count": "2"}, json=body) as resp:
+            assert resp.status == 200
+            assert resp.headers["X-Big-0"] == "v" * 4000
+        async with gw.http.post(url, params={"size": str(size), "count": str(count)}, json=body) as resp:
+            assert resp.status == 502
+            error = (await resp.json())["error"]
+        assert error["code"] == "upstream_error"
 
 
 async def test_a_pod_naming_another_response_id_does_not_take_its_continuations(tmp_path: Path) -> None:

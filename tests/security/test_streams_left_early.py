@@ -61,3 +61,30 @@ async def test_a_stream_left_before_its_end_is_charged_the_tokens_relayed(
             x for x in text.splitlines() if x.startswith('igw_tenant_tokens_total{kind="completion"')
         )
         assert float(counted.split()[-1]) >= 6 * 90
+
+
+async def test_a_large_whole_answer_left_before_its_end_is_charged_the_bytes_relayed(
+    tmp_path: Path, jwks_server: JwksServer, client_ssl: ssl.SSLContext, tokens: TokenFactory
+) -> None:
+    """A non-streamed answer past ``WHOLE_ANSWER_BUFFER_BYTES`` (1 MiB) is relayed as it arrives and
+    its usage comes at its end: a client that reads its first megabyte and hangs up was charged its
+    prompt alone until session s42, so huge answers asked for and left early got past
+    ``tokensPerMinute`` (every one of these three was served). Now the bytes relayed are charged
+    (four to a token, as a prompt): the first answer empties the 600-token bucket. The answer is
+    larger than the socket buffers between pod and client hold, so its usage is never reached."""
+    pods = (FakeModelServer("a", tokens=32_000_000), FakeModelServer("b"))  # 32 MB: "t" a token
+    async with limited_gateway(tmp_path, pods, issuer=jwks_server, client_ssl=client_ssl, tokens=tokens) as (
+        gw,
+        _,
+    ):
+        headers = {"Authorization": f"Bearer {tokens.token()}"}
+        body = {"model": "m", "prompt": "tell me"}
+        statuses = []
+        for _ in range(3):
+            async with gw.http.post(gw.url + "/v1/completions", json=body, headers=headers) as resp:
+                statuses.append(resp.status)
+                if resp.status == 200:
+                    await resp.content.readexactly(1 << 20)  # a megabyte, then the client leaves
+                    resp.close()
+        assert statuses[0] == 200
+        assert 429 in statuses[1:], statuses

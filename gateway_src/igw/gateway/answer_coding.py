@@ -3,10 +3,13 @@
 The gateway asks pods for ``Accept-Encoding: identity``
 (:data:`igw.gateway.upstream.UPSTREAM_ACCEPT_ENCODING`), but a pod behind a compressing proxy, or
 one that ignores the header, may still answer ``gzip`` or ``deflate``. The answer is forwarded as
-it came; its ``usage`` - what the token rate limits and quotas charge - is read from its decoded
-bytes here. Before session s41 it went unread: such an
+it came to a client whose ``Accept-Encoding`` accepts that coding (:func:`accepts_coding`), and
+decoded for any other (:meth:`CodedScan.decode`); its ``usage`` - what the token rate limits and
+quotas charge - is read from its decoded bytes here. Before session s41 it went unread: such an
 answer was charged no output tokens at all, so a pod ignoring the header let every tenant past its
-token budget.
+token budget. Before session s42 it was forwarded coded to every client, one that asked for
+``identity`` (or sent no ``Accept-Encoding``, as curl does) included, which read compressed bytes
+as its JSON answer.
 
 Decoding is bounded: the decoded bytes go through an :class:`~igw.gateway.answer_scan.AnswerScan`
 in pieces of at most :data:`PIECE_BYTES` (never held whole), and at most :data:`MAX_DECODED_BYTES`
@@ -19,6 +22,7 @@ the answer when it still can (a 502) rather than forward it uncharged.
 from __future__ import annotations
 
 import zlib
+from collections.abc import Iterator
 from typing import Final
 
 from igw.gateway.answer_scan import AnswerScan
@@ -30,8 +34,42 @@ MAX_DECODED_BYTES: Final = 256 * 1024 * 1024
 :data:`~igw.gateway.upstream_client.MAX_WHOLE_BODY_BYTES`)."""
 _WBITS: Final = {b"gzip": 31, b"x-gzip": 31, b"deflate": 15}
 """zlib's window setting per content coding: a gzip member, or a zlib stream (HTTP's ``deflate``)."""
+_ALIASES: Final = {"x-gzip": "gzip"}
+"""Content-coding names HTTP holds equivalent (RFC 9110 8.4.1.3)."""
 _RAW_DEFLATE: Final = -15
 """A raw deflate stream without the zlib wrapper, which some servers send as ``deflate``."""
+
+
+def accepts_coding(accept_encoding: str | None, coding: bytes) -> bool:
+    """Whether a client's ``Accept-Encoding`` (RFC 9110 12.5.3) accepts ``coding``: named (``x-gzip``
+    as ``gzip``) or covered by ``*`` with a weight above 0, a named entry over ``*``. Without the
+    header the client is held not to: RFC 9110 lets a server send it any coding then, but
+    ``identity`` is always acceptable and plain clients (curl, scripts reading JSON) cannot read
+    anything else, so the gateway decodes for them."""
+    if accept_encoding is None:
+        return False
+    wanted = coding.strip().lower().decode("latin-1")
+    wanted = _ALIASES.get(wanted, wanted)
+    named: float | None = None
+    anything: float | None = None
+    for entry in accept_encoding.split(","):
+        name, _, params = entry.partition(";")
+        name = name.strip().lower()
+        name = _ALIASES.get(name, name)
+        weight = 1.0
+        for param in params.split(";"):
+            key, _, value = param.partition("=")
+            if key.strip().lower() == "q":
+                try:
+                    weight = float(value.strip())
+                except ValueError:
+                    weight = 0.0  # a weight that does not parse accepts nothing
+        if name == wanted:
+            named = weight if named is None else max(named, weight)
+        elif name == "*":
+            anything = weight if anything is None else max(anything, weight)
+    found = named if named is not None else anything
+    return found is not None and found > 0
 
 
 def compressed(coding: bytes | None) -> bool:
@@ -60,6 +98,14 @@ class CodedScan:
 
     def feed(self, data: bytes) -> None:
         """Decode ``data`` (the bytes after those fed before) and read what it decodes to."""
+        for _ in self.decode(data):
+            pass
+
+    def decode(self, data: bytes) -> Iterator[bytes]:
+        """Decode ``data`` (the bytes after those fed before), reading what it decodes to, and yield
+        the decoded bytes a piece (at most :data:`PIECE_BYTES`) at a time: what the gateway forwards
+        to a client that does not accept the coding (:func:`accepts_coding`). Stops, with
+        :attr:`unreadable` set, at the first byte that is not valid or past the bound."""
         decoder = self._decoder
         if decoder is None or self.unreadable is not None:
             return
@@ -77,6 +123,8 @@ class CodedScan:
                     self._decoder = None
                     return
                 self.scan.feed(piece)
+                if piece:
+                    yield piece
                 if decoder.eof:
                     return
         except zlib.error as exc:

@@ -67,6 +67,7 @@ from igw.gateway.request_body import (
     parse_body,
     read_limited,
     received_whole,
+    relayed_tokens,
     with_fields,
     with_leading_field,
 )
@@ -1361,7 +1362,11 @@ async def _charge_relayed(
     tokens per event, :mod:`igw.gateway.event_tokens`), and shown in
     the access-log line. Before session s35 nothing was: a client that read a long stream and
     closed the connection before its last event, or asked for more than ``routeTimeout`` lets
-    through, was never charged (``tokensPerMinute`` did not bound it). Nothing relayed: nothing
+    through, was never charged (``tokensPerMinute`` did not bound it). A large whole answer relayed
+    as it arrived (:data:`~igw.gateway.upstream.WHOLE_ANSWER_BUFFER_BYTES`), whose usage comes at its
+    end, is charged by the bytes relayed (:func:`~igw.gateway.request_body.relayed_tokens`): until
+    session s42 it was charged its prompt alone, so asking for huge answers and hanging up once
+    their first megabytes arrived got past every token limit. Nothing relayed: nothing
     charged, nor a stored response's replay (``GET .../{id}?stream=true``: generated, and counted,
     once)."""
     relayed = getattr(prepared[0], "relayed", None) if prepared else None
@@ -1372,6 +1377,8 @@ async def _charge_relayed(
     usage = relayed.usage or {}
     prompt_tokens = usage.get("prompt_tokens", body.prompt_tokens)
     completion_tokens = usage.get("completion_tokens")
+    if completion_tokens is None and not relayed.streamed:
+        completion_tokens = relayed_tokens(relayed.relayed_bytes, body)
     if completion_tokens is None:
         per_event = None if plan.sr is None else _tokens_per_event(learnt, plan.sr)
         completion_tokens = relayed.events if per_event is None else per_event.tokens(relayed.events)

@@ -239,6 +239,8 @@ class RequestObserver:
             )
         if result.error:
             self.failed(result.error, stream_broken=result.streamed)
+        if result.large_error:
+            self.metrics.child(self.metrics.large_error_answers, self.model_label).inc()
         self.record.prompt_tokens, self.record.completion_tokens = prompt_tokens, completion_tokens
 
     def finish(self, response: Answer) -> Answer:

@@ -182,6 +182,15 @@ def output_bound(body: InferenceBody) -> int:
     return (body.max_tokens or 0) * body.choices
 
 
+def relayed_tokens(relayed_bytes: int, body: InferenceBody) -> int:
+    """The output tokens of a whole answer's ``relayed_bytes`` written to a client that left before
+    its end (its usage, at the end, never read): counted as a prompt is
+    (:data:`CHARS_PER_TOKEN`), at most ``body``'s :func:`output_bound` when it has one."""
+    tokens = relayed_bytes // CHARS_PER_TOKEN
+    bound = output_bound(body)
+    return min(tokens, bound) if bound else tokens
+
+
 def estimated_tokens(body: InferenceBody) -> int:
     """The tokens a request is estimated to cost before it runs: its prompt's estimate and its
     :func:`output_bound` - what admission charges a tenant's token limit and what the endpoint it is

@@ -329,6 +329,13 @@ class GatewayMetrics:
             ["model"],
             registry=r,
         )
+        self.large_error_answers = FoldingCounter(
+            "igw_upstream_large_error_answers",
+            "Model servers' JSON error answers over 1 MiB (ERROR_ANSWER_BUFFER_BYTES), relayed as they "
+            "arrived and so not retried (their WARNING is logged at most once a minute).",
+            ["model"],
+            registry=r,
+        )
         self.upstream_stalled = FoldingCounter(
             "igw_upstream_stalled",
             "Requests in flight the gateway ended because their model server sent nothing for too long, by "
@@ -378,7 +385,7 @@ class GatewayMetrics:
         for family in (
             self.requests, self.duration, self.ttft, self.itl, self.tokens, self.picks, self.rejections,
             self.decision, self.retries, self.retry_overflow, self.stream_errors, self.client_disconnects,
-            self.config_reloads, self.scrapes, self.ejections, self.request_faults,
+            self.config_reloads, self.scrapes, self.ejections, self.request_faults, self.large_error_answers,
         ):  # fmt: skip
             family.folds = self._batch.fold
         for per_endpoint in (self.picks, self.ejections):

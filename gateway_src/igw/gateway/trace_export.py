@@ -26,7 +26,6 @@ from __future__ import annotations
 import logging
 import os
 import threading
-import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Final
 
@@ -36,6 +35,8 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
+
+from igw.gateway.log_throttle import RepeatThrottle
 
 EXPORTER_LOGGERS: Final = (
     "opentelemetry.exporter.otlp.common.http",
@@ -47,9 +48,6 @@ EXPORTER_LOGGERS: Final = (
 give-ups, the trace exporter's, the batch processor's, and this module's "queue full" line."""
 
 log = logging.getLogger(__name__)
-
-REPEAT_INTERVAL_S: Final = 60.0
-"""At most one line per message per minute while a failure lasts."""
 
 DEFAULT_QUEUE_SIZE: Final = 2048
 """Spans that may wait for the exporter (the SDK's default; ``OTEL_BSP_MAX_QUEUE_SIZE`` overrides)."""
@@ -206,37 +204,6 @@ class QueueBound(SpanProcessor):
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         return self._inner.force_flush(timeout_millis)
-
-
-class RepeatThrottle(logging.Filter):
-    """Passes a message's first record, then at most one per ``interval_s``, noting how many were held.
-
-    Records are alike when they share logger, level and message template (``record.msg``, before
-    its arguments are merged): a retry's changing delay or status code does not make it new.
-    """
-
-    def __init__(
-        self, interval_s: float = REPEAT_INTERVAL_S, clock: Callable[[], float] = time.monotonic
-    ) -> None:
-        super().__init__()
-        self._interval_s = interval_s
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._seen: dict[tuple[str, int, str], tuple[float, int]] = {}
-        """(logger, level, template) -> (when one last passed, how many were held since)."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        key = (record.name, record.levelno, str(record.msg))
-        now = self._clock()
-        with self._lock:
-            last = self._seen.get(key)
-            if last is not None and now - last[0] < self._interval_s:
-                self._seen[key] = (last[0], last[1] + 1)
-                return False
-            self._seen[key] = (now, 0)
-        if last is not None and last[1]:
-            record.msg = f"{record.msg} [{last[1]} like this in the last {now - last[0]:.0f} s not logged]"
-        return True
 
 
 def throttle_exporter_logs(throttle: RepeatThrottle) -> Callable[[], None]:

@@ -46,11 +46,11 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from opentelemetry.util.types import AttributeValue
 
 from igw.gateway.inference_apis import operation_name
+from igw.gateway.log_throttle import RepeatThrottle
 from igw.gateway.trace_export import (
     CountingSpanExporter,
     ExportStats,
     QueueBound,
-    RepeatThrottle,
     queue_size,
     throttle_exporter_logs,
 )

@@ -41,11 +41,12 @@ from multidict import CIMultiDict
 from mypy_extensions import mypyc_attr
 
 from igw.errors import IgwGatewayError
-from igw.gateway.answer_coding import CodedScan, compressed
+from igw.gateway.answer_coding import CodedScan, accepts_coding, compressed
 from igw.gateway.answer_scan import AnswerScan
 from igw.gateway.errors import gateway_error, sse_error_event
 from igw.gateway.forwarded_answer import HOP_BY_HOP, HOP_BY_HOP_FIELDS, ForwardedAnswer, forwarded_answer
 from igw.gateway.inference_apis import anthropic_path
+from igw.gateway.log_throttle import RepeatThrottle
 from igw.gateway.server_identity import UPSTREAM_SERVER_FIELD
 from igw.gateway.upstream_client import (
     ConnectFailed,
@@ -58,6 +59,11 @@ from igw.gateway.upstream_client import (
 )
 
 log = logging.getLogger("igw.gateway")
+large_error_log = logging.getLogger("igw.gateway.large_error_answers")
+"""The warning for an error answer past :data:`ERROR_ANSWER_BUFFER_BYTES`, one line a minute at most
+(:class:`~igw.gateway.log_throttle.RepeatThrottle`, the held ones counted on the next): a pod that
+answers every request so wrote one WARNING per request until session s42."""
+large_error_log.addFilter(RepeatThrottle())
 
 __all__ = [
     "HOP_BY_HOP",
@@ -142,6 +148,13 @@ class ExchangeResult:
     response_id: str | None
     """The id of the Responses API answer the model server stored (a later request continuing it can
     only be answered there: :mod:`igw.scheduling.response_affinity`)."""
+    large_error: bool
+    """An error answer past :data:`ERROR_ANSWER_BUFFER_BYTES` relayed as it arrived (so not retried):
+    counted in ``igw_upstream_large_error_answers_total``, its WARNING throttled."""
+    relayed_bytes: int
+    """The body bytes of a whole answer relayed as they arrived (:func:`_relay_whole`,
+    :func:`_relay_decoded`) written to the client so far: what a client that leaves before its end
+    is charged output tokens by, as a stream's events are (:func:`igw.gateway.inference._charge_relayed`)."""
 
     def __init__(
         self,
@@ -156,6 +169,8 @@ class ExchangeResult:
         error: str | None = None,
         gave_up: bool = False,
         response_id: str | None = None,
+        relayed_bytes: int = 0,
+        large_error: bool = False,
     ) -> None:
         self.answer = answer
         self.status = status
@@ -168,6 +183,8 @@ class ExchangeResult:
         self.error = error
         self.gave_up = gave_up
         self.response_id = response_id
+        self.relayed_bytes = relayed_bytes
+        self.large_error = large_error
 
     @property
     def response(self) -> web.StreamResponse:
@@ -506,7 +523,11 @@ def _carries_token(chunk: bytes) -> bool:
 
 
 def _response_headers(
-    upstream: UpstreamResponse, extra: Mapping[str, str], out: CIMultiDict[str] | None = None
+    upstream: UpstreamResponse,
+    extra: Mapping[str, str],
+    out: CIMultiDict[str] | None = None,
+    *,
+    drop: frozenset[bytes] = _NO_FIELDS,
 ) -> CIMultiDict[str]:
     """A relayed stream's headers: the upstream's raw fields less the hop-by-hop ones, its ``Server``
     (the gateway names itself, :mod:`igw.gateway.server_identity`) and those its ``Connection``
@@ -514,20 +535,23 @@ def _response_headers(
     whose copy and ``Connection`` lookup were the larger part of this on the first event's path),
     then ``extra``. Added to ``out`` when given (the relayed response's own, empty, map: a map
     passed to the response's constructor would be copied there, on the first event's path), else to
-    a new map."""
+    a new map. ``drop``: more lower-case field names not relayed (those of a coding removed)."""
     connection = upstream.noted.get(b"connection")
     named = {token.strip().lower() for token in connection.split(b",")} if connection else _NO_FIELDS
     if out is None:
         out = CIMultiDict()
     for raw_name, raw_value in upstream.fields:
         low = raw_name.lower()
-        if low in HOP_BY_HOP_FIELDS or low in named or low == UPSTREAM_SERVER_FIELD:
+        if low in HOP_BY_HOP_FIELDS or low in named or low == UPSTREAM_SERVER_FIELD or low in drop:
             continue
         out.add(raw_name.decode(_CHARSET, _UNDECODABLE), raw_value.decode(_CHARSET, _UNDECODABLE))
     for name, value in extra.items():
         out[name] = value
     return out
 
+
+_CODED_FIELDS: Final = frozenset({b"content-encoding", b"content-md5", b"etag"})
+"""Fields that describe the coded bytes, dropped when the gateway decodes them (:func:`_relay_decoded`)."""
 
 STALLED_CODES: Final = {"unresponsive": "upstream_unresponsive", "response_timeout": "upstream_timeout"}
 """:attr:`UpstreamStalled.reason` -> the error code the client gets (both 504)."""
@@ -619,7 +643,11 @@ async def exchange(
     except (UpstreamBroken, OSError) as failed:
         return _upstream_failed(f"upstream {endpoint} failed before responding", failed, response_headers)
     try:
-        if upstream.content_type == "text/event-stream":
+        # Status, not content type, makes an answer a refusal: an error answered as an event stream
+        # (a 503 or 429 some servers send as ``text/event-stream``) is an error answer, wrapped and
+        # retried as a JSON or plain one is (before session s42 it was relayed as a stream, never
+        # retried, although the retry policy names the status alone).
+        if upstream.content_type == "text/event-stream" and upstream.status < 400:
             coding = upstream.noted.get(b"content-encoding")
             if coding is not None and coding.strip().lower() != b"identity":
                 return _compressed_stream(endpoint, response_headers)
@@ -636,6 +664,20 @@ async def exchange(
             )
         # A complete answer, read in this coroutine: usually it came with its head (no wait at all)
         try:
+            coding = upstream.noted.get(b"content-encoding")
+            if (
+                upstream.status < 400
+                and compressed(coding)
+                and not accepts_coding(request.headers.get("Accept-Encoding"), cast(bytes, coding))
+            ):
+                return await _relay_decoded(
+                    request,
+                    upstream,
+                    endpoint=endpoint,
+                    extra=response_headers,
+                    on_prepared=on_prepared,
+                    body_timeout_s=body_timeout_s,
+                )
             payload = upstream.received()
             if payload is None and relay_whole_above is not None and _wrapped(upstream):
                 async with asyncio.timeout(body_timeout_s):
@@ -824,7 +866,8 @@ async def _relay_whole(
     result = ExchangeResult(answer=response, status=upstream.status, ok=upstream.status < 500)
     response.relayed = result
     if upstream.status >= 400:  # past ERROR_ANSWER_BUFFER_BYTES: relayed, so not retried
-        log.warning(
+        result.large_error = True
+        large_error_log.warning(
             "upstream %s answered HTTP %d with an error body over %d bytes: relayed as it arrives, "
             "not retried",
             endpoint,
@@ -847,10 +890,12 @@ async def _relay_whole(
             if reads_json:
                 scan.feed(chunk)
             await response.write(chunk)
+            result.relayed_bytes += len(chunk)
         while chunk := await _read_more(upstream, left()):
             if reads_json:
                 scan.feed(chunk)
             await response.write(chunk)
+            result.relayed_bytes += len(chunk)
         await response.write_eof()
         if isinstance(scan, CodedScan):
             scan.finish()
@@ -874,6 +919,88 @@ async def _relay_whole(
             result.usage = _usage_from(doc)
             if upstream.status < 400:
                 result.response_id = _stored_response_id(doc)
+    response.relayed = None  # relayed to its end: nothing left to charge (see _RelayedStream.relayed)
+    return result
+
+
+async def _relay_decoded(
+    request: web.Request,
+    upstream: UpstreamResponse,
+    *,
+    endpoint: str,
+    extra: Mapping[str, str],
+    on_prepared: Callable[[web.StreamResponse], None],
+    body_timeout_s: float | None,
+) -> ExchangeResult:
+    """A whole answer below 400 a pod compressed though the gateway asked for none, for a client
+    whose ``Accept-Encoding`` does not accept that coding (RFC 9110 12.5.3): relayed decoded, as it
+    arrives, without ``Content-Encoding`` and ``Content-Length`` (chunked framing), a piece of at most
+    :data:`~igw.gateway.answer_coding.PIECE_BYTES` at a time, its usage read as it passes
+    (:class:`~igw.gateway.answer_coding.CodedScan`, bounded by its ``MAX_DECODED_BYTES``).
+
+    A coding the gateway cannot decode, or a body that is not valid for it before anything was
+    relayed, is a 502 ``upstream_error``; one found invalid (or past the bound, or cut short) once
+    the relay started closes the client's connection before the body's end, as an upstream failing
+    mid-body does (:func:`_relay_whole`). ``body_timeout_s`` bounds the body as there."""
+    coding = cast(bytes, upstream.noted.get(b"content-encoding"))
+    scan = CodedScan(coding)
+    if scan.unreadable is not None:
+        return _unreadable_answer(scan.unreadable, extra)
+    loop = asyncio.get_running_loop()
+    deadline = None if body_timeout_s is None else loop.time() + body_timeout_s
+
+    def left() -> float | None:
+        return None if deadline is None else max(0.0, deadline - loop.time())
+
+    response = _RelayedStream(status=upstream.status)
+    _response_headers(upstream, extra, response.headers, drop=_CODED_FIELDS)
+    result = ExchangeResult(answer=response, status=upstream.status, ok=upstream.status < 500)
+    try:
+        while True:
+            try:
+                chunk = await _read_more(upstream, left())
+            except (UpstreamBroken, TimeoutError) as exc:
+                if response.prepared:
+                    raise
+                if isinstance(exc, UpstreamStalled):
+                    return _stalled(exc, extra)
+                if isinstance(exc, TimeoutError):
+                    message = (
+                        f"upstream {endpoint} did not finish its response within {body_timeout_s or 0:g}s"
+                    )
+                    return _stalled(UpstreamStalled(message, reason="response_timeout"), extra)
+                return _upstream_failed("upstream failed while sending its response", exc, extra)
+            if not chunk:
+                scan.finish()
+            for piece in scan.decode(chunk):
+                if not response.prepared:
+                    response.relayed = result
+                    await response.prepare(request)
+                    on_prepared(response)
+                await response.write(piece)
+                result.relayed_bytes += len(piece)
+            if scan.unreadable is not None:
+                if not response.prepared:
+                    return _unreadable_answer(scan.unreadable, extra)
+                raise UpstreamBroken(f"its compressed answer could not be decoded: {scan.unreadable}")
+            if not chunk:
+                break
+        if not response.prepared:  # an empty body
+            response.relayed = result
+            await response.prepare(request)
+            on_prepared(response)
+        await response.write_eof()
+    except (ConnectionResetError, aiohttp.ClientConnectionResetError) as reset:
+        raise ClientGone() from reset
+    except (UpstreamBroken, TimeoutError) as exc:
+        result.ok = False
+        result.error = f"upstream failed while its answer was relayed: {type(exc).__name__}"
+        log.warning("upstream %s: %s; the client's connection is closed", endpoint, exc or result.error)
+        end_unfinished(request)
+    finally:
+        doc = scan.document()
+        result.usage = _usage_from(doc)
+        result.response_id = _stored_response_id(doc)
     response.relayed = None  # relayed to its end: nothing left to charge (see _RelayedStream.relayed)
     return result
 

@@ -28,7 +28,8 @@ Behaviour the forward path relies on:
 * a response whose connection closes before it is complete raises :class:`UpstreamBroken`, as does
   one whose head (interim responses included) passes :data:`MAX_RESPONSE_HEAD_BYTES` unfinished, and
   one whose status is outside 100-599 (``HTTP/1.1 000 X``: neither an interim response to wait past
-  nor a status to relay), and one with more than :data:`MAX_RESPONSE_FIELDS` header fields;
+  nor a status to relay), and one with more than :data:`MAX_RESPONSE_FIELDS` header fields, a field
+  line past :data:`MAX_RESPONSE_FIELD_BYTES` or fields past :data:`MAX_RESPONSE_FIELDS_BYTES` in all;
 * a pooled connection that receives bytes while idle (no request in flight), or bytes after its
   response's end, is closed, never reused: unsolicited bytes left in the parser would be read as the
   start of the next request's response (a desync: the next answer read as the junk's continuation);
@@ -54,7 +55,7 @@ import asyncio
 import socket
 import ssl
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Final, NamedTuple, Protocol, cast
 
 import httptools
@@ -91,6 +92,18 @@ sends about five; the gateway relays what it sends, and before session s40 a hea
 fields reached the client, whose HTTP library refused it with an error of its own (aiohttp's client
 ``400, message='Too many headers received'``, read as the gateway's 400; Python's ``http.client``
 ``got more than 100 headers``) instead of the gateway's 502 ``upstream_error``."""
+
+MAX_RESPONSE_FIELD_BYTES: Final = 8190
+"""The longest header field line (name, ``: ``, value) a response may have: aiohttp's client refuses
+a longer one (its ``max_field_size``), and the gateway relays the model server's fields as they
+came. Before session s42 a field of up to :data:`MAX_RESPONSE_HEAD_BYTES` reached the client, whose
+HTTP library failed with an error of its own (aiohttp's ``400, message="Got more than 8190 bytes
+when reading"``, read as the gateway's 400) instead of the gateway's 502 ``upstream_error``."""
+MAX_RESPONSE_FIELDS_BYTES: Final = 16 * 1024
+"""The most bytes a response's header fields may take in all: h11 (httpx, so the OpenAI Python SDK)
+and Node's HTTP parser refuse a response head over 16 KiB. A model server's fields take a few
+hundred bytes. Also what bounds a head that completed in the read that passed
+:data:`MAX_RESPONSE_HEAD_BYTES` (that bound is checked between reads)."""
 
 
 NOTED_FIELDS: Final = frozenset(
@@ -379,6 +392,10 @@ class _Connection:
                 )
             )
             return
+        oversized = _oversized_fields(self.fields)
+        if oversized is not None:
+            self._fail(UpstreamBroken(f"the model server's response has {oversized}"))
+            return
         self.status = status
         self.keep_alive = parser.should_keep_alive()
         framed = b"content-length" in self.noted or b"transfer-encoding" in self.noted
@@ -472,6 +489,20 @@ def _streaming(conn: _Connection) -> bool:
     """Whether ``conn``'s response is an event stream (its head arrived, ``text/event-stream``)."""
     ctype = conn.noted.get(b"content-type") if conn.headers_done else None
     return ctype is not None and _media_type(ctype) == "text/event-stream"
+
+
+def _oversized_fields(fields: Sequence[tuple[bytes, bytes]]) -> str | None:
+    """What makes a response head's ``fields`` too large to relay (a field line past
+    :data:`MAX_RESPONSE_FIELD_BYTES`, all of them past :data:`MAX_RESPONSE_FIELDS_BYTES`), else None."""
+    total = 0
+    for name, value in fields:
+        line = len(name) + len(value) + 2
+        if line > MAX_RESPONSE_FIELD_BYTES:
+            return f"a header field line of {line} bytes, more than {MAX_RESPONSE_FIELD_BYTES}"
+        total += line + 2
+    if total > MAX_RESPONSE_FIELDS_BYTES:
+        return f"header fields of {total} bytes in all, more than {MAX_RESPONSE_FIELDS_BYTES}"
+    return None
 
 
 class UpstreamResponse:

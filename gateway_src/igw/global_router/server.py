@@ -71,6 +71,7 @@ from igw.gateway.request_body import (
     estimated_tokens,
     parse_body,
     read_limited,
+    relayed_tokens,
 )
 from igw.gateway.retries import request_digest
 from igw.gateway.server_identity import name_every_answer
@@ -533,15 +534,20 @@ async def _charge_relayed(
     prepared: Sequence[web.StreamResponse],
 ) -> None:
     """Charge a stream its client left what had been relayed: the usage its events carried, else
-    the prompt's estimate and its events times the model's tokens per event (tier 1's rule,
-    :func:`igw.gateway.inference._charge_relayed`)."""
+    the prompt's estimate and its events times the model's tokens per event, or a large whole
+    answer's bytes relayed (tier 1's rule, :func:`igw.gateway.inference._charge_relayed`)."""
     relayed = getattr(prepared[0], "relayed", None) if prepared else None
     if relayed is None:
         return
     usage = relayed.usage or {}
     prompt_tokens = int(usage.get("prompt_tokens", body.prompt_tokens))
     reported = usage.get("completion_tokens")
-    completion_tokens = router.per_event(model).tokens(relayed.events) if reported is None else int(reported)
+    if reported is not None:
+        completion_tokens = int(reported)
+    elif relayed.streamed:
+        completion_tokens = router.per_event(model).tokens(relayed.events)
+    else:  # a large whole answer relayed as it arrived: by its bytes relayed (since session s42)
+        completion_tokens = relayed_tokens(relayed.relayed_bytes, body)
     with contextlib.suppress(GuardDenied):
         await router.guard.account(
             principal, model=model, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens

@@ -1,0 +1,145 @@
+"""What the answer relay hands a client for a pod's unusual answers, over real loopback HTTP on both
+sides of the ``IGW_HTTP_SERVER`` switch: a whole answer the pod compressed though asked for none is
+decoded for a client that does not accept its coding (RFC 9110 12.5.3) and kept as sent for one
+that does; an error answered as an event stream is a refusal retried as any other (status, not
+content type, decides)."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import zlib
+from pathlib import Path
+
+import aiohttp
+import orjson
+import pytest
+from aiohttp import web
+
+from igw.gateway.lean_server import SWITCH_ENV
+from tests.reliability.harness import MODEL, gateway_doc, in_process_gateway, scripted_upstream
+
+USAGE = {"prompt_tokens": 3, "completion_tokens": 5000, "total_tokens": 5003}
+SWITCHES = ["lean", "aiohttp"]
+
+
+def _answer(text: str) -> bytes:
+    return orjson.dumps(
+        {"object": "text_completion", "choices": [{"index": 0, "text": text}], "usage": USAGE}
+    )
+
+
+async def _post_raw(url: str, accept_encoding: str | None) -> tuple[int, str | None, bytes]:
+    """POST a completion as a plain client: no ``Accept-Encoding`` unless given, nothing decoded."""
+    headers = {} if accept_encoding is None else {"Accept-Encoding": accept_encoding}
+    async with (
+        aiohttp.ClientSession(auto_decompress=False, skip_auto_headers=["Accept-Encoding"]) as http,
+        http.post(url + "/v1/completions", json={"model": MODEL, "prompt": "x"}, headers=headers) as resp,
+    ):
+        return resp.status, resp.headers.get("Content-Encoding"), await resp.read()
+
+
+@pytest.mark.parametrize("switch", SWITCHES)
+@pytest.mark.parametrize(
+    ("coding", "text"),
+    [("gzip", "hi"), ("deflate", "hi"), ("gzip", "t" * (3 << 20))],  # the last past the 1 MiB buffer
+    ids=["gzip", "deflate", "gzip-large"],
+)
+async def test_a_compressed_answer_is_decoded_for_a_client_that_does_not_accept_its_coding(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, switch: str, coding: str, text: str
+) -> None:
+    """Before session s42 the coded bytes went to every client: curl (no ``Accept-Encoding``) and a
+    client asking for ``identity`` or ``br`` read gzip as their JSON answer. A client accepting
+    the coding still gets it as the pod sent it."""
+    monkeypatch.setenv(SWITCH_ENV, switch)
+    plain = _answer(text)
+    coded = gzip.compress(plain) if coding == "gzip" else zlib.compress(plain)
+
+    async def answer(request: web.Request) -> web.Response:
+        await request.read()
+        return web.Response(
+            body=coded, headers={"Content-Type": "application/json", "Content-Encoding": coding}
+        )
+
+    async with (
+        scripted_upstream({"POST /v1/completions": answer}) as pod,
+        in_process_gateway(tmp_path, gateway_doc(), [pod]) as gw,
+    ):
+        for refusing in (None, "identity", "br", f"{coding};q=0, *"):
+            status, sent_coding, body = await _post_raw(gw.url, refusing)
+            assert (status, sent_coding) == (200, None), refusing
+            assert body == plain, refusing
+        for accepting in (f"{coding}, br", "*"):
+            status, sent_coding, body = await _post_raw(gw.url, accepting)
+            assert (status, sent_coding, body) == (200, coding, coded), accepting
+
+
+@pytest.mark.parametrize("switch", SWITCHES)
+@pytest.mark.parametrize("status", [503, 429])
+async def test_an_error_answered_as_an_event_stream_is_retried(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, switch: str, status: int
+) -> None:
+    """A pod's 503 (or 429) sent as ``text/event-stream`` is a refusal as a JSON one is (the retry
+    policy names statuses): the next pod answers. Before session s42 it was relayed as a stream and
+    the client got the 503 with one pod never asked."""
+    monkeypatch.setenv(SWITCH_ENV, switch)
+    asked = {"refusing": 0, "serving": 0}
+
+    async def refusing(request: web.Request) -> web.Response:
+        await request.read()
+        asked["refusing"] += 1
+        return web.Response(
+            status=status,
+            body=b'data: {"error":"overloaded"}\n\n',
+            headers={"Content-Type": "text/event-stream"},
+        )
+
+    async def serving(request: web.Request) -> web.Response:
+        await request.read()
+        asked["serving"] += 1
+        return web.Response(body=_answer("ok"), content_type="application/json")
+
+    async with (
+        scripted_upstream({"POST /v1/completions": refusing}) as bad,
+        scripted_upstream({"POST /v1/completions": serving}) as good,
+        in_process_gateway(tmp_path, gateway_doc(), [bad, good]) as gw,
+    ):
+        for _ in range(4):
+            resp = await gw.complete("x", stream=True)
+            assert resp.status == 200
+            assert (await resp.json())["choices"][0]["text"] == "ok"
+    assert asked["serving"] == 4
+    assert asked["refusing"] >= 1
+
+
+async def test_large_error_answers_log_one_warning_a_minute(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A JSON error answer past ``ERROR_ANSWER_BUFFER_BYTES`` (1 MiB) is relayed with a WARNING: a pod
+    answering every request so wrote one line per request until session s42 (five here), a flood
+    that buried the rest of the log, and no metric counted them. Now the first passes, the rest are
+    held for the minute, and each is counted in ``igw_upstream_large_error_answers_total``."""
+    huge = b'{"error":{"code":400,"message":"' + b"x" * (1 << 21) + b'"}}'
+
+    async def failing(request: web.Request) -> web.Response:
+        await request.read()
+        return web.Response(status=400, body=huge, content_type="application/json")
+
+    async with (
+        scripted_upstream({"POST /v1/completions": failing}) as pod,
+        in_process_gateway(tmp_path, gateway_doc(), [pod]) as gw,
+    ):
+        caplog.set_level("WARNING", logger="igw.gateway")
+        for _ in range(5):
+            resp = await gw.complete("x")
+            assert resp.status == 400
+            assert await resp.read() == huge
+        counted = 'igw_upstream_large_error_answers_total{model="llama"} 5.0'
+        for _ in range(200):  # counted once each handler has finished its accounting
+            if counted in await (await gw.http.get(gw.url + "/metrics")).text():
+                break
+            await asyncio.sleep(0.05)
+        else:
+            pytest.fail("the large error answers were not counted")
+    lines = [r for r in caplog.records if "error body over" in r.getMessage()]
+    assert len(lines) == 1
