@@ -145,6 +145,33 @@ def test_one_gateway_written_two_ways_is_a_duplicate_endpoint() -> None:
     )
 
 
+@pytest.mark.parametrize(
+    ("heartbeats", "failover", "refused"),
+    [
+        ({"pollIntervalSeconds": 5}, {}, "below spec.failover.heartbeatStalenessSeconds (3)"),
+        ({"pollIntervalSeconds": 1}, {"heartbeatStalenessSeconds": 1}, "got 1"),
+        ({"pollIntervalSeconds": 1}, {"heartbeatStalenessSeconds": 2}, None),
+        ({}, {"heartbeatStalenessSeconds": 0.5}, "got 0.5"),  # the default poll
+        ({"pollIntervalSeconds": "5"}, {}, None),  # the schema's problem alone
+    ],
+)
+def test_a_heartbeat_poll_as_slow_as_the_staleness_is_refused(
+    heartbeats: dict[str, Any], failover: dict[str, Any], refused: str | None
+) -> None:
+    """A heartbeat's age runs from the read that saw it change: reads ``heartbeatStalenessSeconds``
+    apart or more age every cluster past it between two reads, so every failed request between them
+    drained the whole fleet as ``stale`` and the next read slow-started it again (probed in session
+    s42: polling every 5 s against the default 3 s, 24 failovers and recoveries in 20 s of healthy
+    heartbeats). Until then such a configuration validated."""
+    found = problems(global_doc(heartbeats=heartbeats, failover=failover))
+    poll = found.get("spec.heartbeats.pollIntervalSeconds", "")
+    if refused is None:
+        assert not poll.startswith("global-poll-within-staleness")
+    else:
+        assert poll.startswith("global-poll-within-staleness: must be below")
+        assert refused in poll
+
+
 def test_shared_nodes_are_the_inferencegatewayconfig_ones() -> None:
     schema = global_schema()
     igwc = resolved_schema()["properties"]["spec"]["properties"]

@@ -224,3 +224,14 @@ def test_an_adapter_is_routed_on_the_figures_of_the_pool_that_serves_it() -> Non
             )
         ]
         assert adapter == [("east-b", "same-region"), ("east-a", "saturated")]
+
+
+def test_prices_far_apart_weight_the_dearest_cluster_least_instead_of_dividing_by_zero() -> None:
+    """``perMillionTokens`` may be any number from 0 to 1e6: the dearest cluster's cost factor
+    ``(cheapest / price) ** 4`` underflowed to 0, and its key ``log(u) / weight`` divided by zero
+    (every request for the model a 500, before session s42)."""
+    cheap = state(cluster("east-a", "east", cost=1e-90))
+    dear = state(cluster("east-b", "east", cost=1e6))
+    routing = RoutingSpec(policy="cost-first-within-slo")
+    for seed in range(20):
+        assert [name for name, _ in order([cheap, dear], routing, seed=seed)] == ["east-a", "east-b"]

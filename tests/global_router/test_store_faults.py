@@ -173,6 +173,63 @@ async def test_a_store_that_lost_every_key_drains_no_cluster_as_gone(redis_serve
         assert drained(fleet)["east-b"] == "gone"
 
 
+async def test_a_store_that_lost_its_keys_drains_none_of_them_when_a_gateway_writes_before_the_next_read(
+    redis_server: RedisServer,
+) -> None:
+    """Gateways publish every second and a router reads every half second, so a store that lost its
+    keys usually has some written again before the router's next read. Until session s42 only a
+    store holding no configured key at all was taken for one that lost its data: the probe (flush,
+    east-a's gateway writes, the router reads) drained east-b and west-a as ``gone`` and
+    slow-started both (ramp 0.16 three seconds later)."""
+    async with polled_store(redis_server) as (clock, client, fleet):
+        await publish(client, seq=1)
+        await fleet.poll_once()
+        await client.flushall()
+        await publish(client, seq=2, names=("east-a",))  # before the router's next read
+        clock.now += 0.5
+        await fleet.poll_once()
+        assert drained(fleet) == ALL_AVAILABLE
+        await publish(client, seq=3)
+        clock.now += 0.5
+        await fleet.poll_once()
+        assert drained(fleet) == ALL_AVAILABLE
+        assert not fleet.transitions  # no failover, so no slow start either
+        assert {name: health.ramp(now=clock.now) for name, health in fleet.health.items()} == dict.fromkeys(
+            NAMES, 1.0
+        )
+
+
+async def test_a_store_read_again_after_an_outage_without_a_key_drains_that_cluster_by_staleness_only(
+    redis_server: RedisServer,
+) -> None:
+    """A store restarted (or failed over) without its data is unreadable first: the first read
+    after it missing a key it held is the loss, not that cluster's gateway stopping (whose own
+    deletion could not reach the store either), even when every other gateway wrote again first.
+    Until session s42 the cluster was drained at that read as ``gone``; now it keeps its last
+    heartbeat until its gateway writes again, and is drained as ``stale`` if it never does."""
+    async with polled_store(redis_server) as (clock, client, fleet):
+        await publish(client, seq=1)
+        await fleet.poll_once()
+        clock.now += 0.5
+        with stopped(redis_server):
+            await fleet.poll_once()
+            assert not fleet.source_up
+        await client.flushall()  # back without its data
+        await publish(client, seq=2, names=("east-a", "east-b"))  # two gateways write first
+        clock.now += 0.5
+        await fleet.poll_once()
+        assert fleet.source_up
+        assert drained(fleet) == ALL_AVAILABLE
+        await publish(client, seq=3, names=("east-a", "east-b"))  # west-a's gateway never does
+        clock.now += 3.5  # the outage's second excused: 3 s counted
+        await fleet.poll_once()
+        assert drained(fleet) == {"east-a": None, "east-b": None, "west-a": "stale"}
+        await client.delete(PREFIX + "east-b")  # the store readable throughout: gone at once
+        clock.now += 0.5
+        await fleet.poll_once()
+        assert drained(fleet)["east-b"] == "gone"
+
+
 async def test_a_router_started_on_an_empty_store_waits_for_heartbeats(redis_server: RedisServer) -> None:
     """An empty store at start is a fleet that has not published yet, not a store that lost its
     data: the store is up and the clusters wait for their first heartbeat (required by default)."""

@@ -6,7 +6,7 @@ Pure state with an injected clock (the router passes ``now``), so every transiti
   *new* one is one whose ``seq`` differs from the last seen, and its arrival time is taken on this
   router's clock. A cluster whose last new heartbeat is older than ``heartbeat_staleness_s`` is
   drained (``stale``); a heartbeat that disappears (the gateway deleted it on shutdown) drains it at
-  once (``gone``; not when the store lost every cluster's key at once:
+  once (``gone``; not when the store lost several clusters' keys at once, or one across an outage:
   :mod:`igw.global_router.heartbeats`); a heartbeat that says ``draining`` (the gateway got
   SIGTERM) too, and so does a value the router cannot read (``malformed``: a broken or newer
   writer; the cluster's last good heartbeat says nothing about it any more). While the

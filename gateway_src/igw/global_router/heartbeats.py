@@ -12,15 +12,22 @@ heartbeat and listed in :attr:`HeartbeatReader.malformed`, which drains it (reas
 :class:`HeartbeatSourceDown`; the router then suspends staleness instead of draining the fleet. A
 store that refuses the router's credentials raises :class:`HeartbeatSourceRefused`, which says so.
 
-A store that held two clusters' keys or more at the last read and holds none now lost its data (a
-Redis restarted without it, or failed over to a replica that lost it): several clusters' last
+A store in which two clusters' keys or more vanished since the last read lost its data (a Redis
+restarted without it, failed over to a replica that lost it, ``FLUSHALL``): several clusters' last
 gateways stopping within one poll is far less likely, and each of them said ``draining`` before
-deleting its field anyway. Until each of those clusters' keys is written again, the cluster is left
-out of :meth:`HeartbeatReader.read`'s answer (its last heartbeat stands, and its staleness goes on:
-a gateway that is alive publishes again within its interval). Until session s38 such a store read
-as every cluster's key deleted (``gone``), which drained the whole fleet at once: every request
+deleting its field anyway. So is a store read again after an outage without a key it held before
+(restarted, or failed over: a gateway stopping in the outage could not delete its field either).
+Until each of those clusters' keys is written again, the cluster is left out of
+:meth:`HeartbeatReader.read`'s answer (its last heartbeat stands, and its staleness goes on: a
+gateway that is alive publishes again within its interval). Until session s38 such a store read as
+every cluster's key deleted (``gone``), which drained the whole fleet at once: every request
 answered ``503 no_healthy_cluster`` until the gateways' next publication, then every cluster
-slow-started. One key vanishing alone is its cluster's last gateway stopping (``gone``).
+slow-started. Until session s42 only a store holding *no* configured key at all was taken for one
+that lost its data: a gateway writing its key again between the loss and the router's next read
+(likely: gateways publish every second, routers read every half second, a restarted store comes
+back to every gateway at once) made the others read as ``gone``, the same drain and slow start.
+One key vanishing alone, the store readable throughout, is its cluster's last gateway stopping
+(``gone``).
 
 A key holding more than :data:`MAX_REPLICA_FIELDS` fields or :data:`MAX_KEY_BYTES` bytes is not read:
 its cluster is drained as ``malformed`` (logged once) and the other clusters are read as usual. The
@@ -160,8 +167,11 @@ class HeartbeatReader:
         self._bad_fields: set[tuple[str, str]] = set()
         self._holding: frozenset[str] = frozenset()
         """The clusters whose key held a field at the last read."""
+        self._after_outage = False
+        """Whether the last attempt to read the store failed (the next read is the first after an
+        outage)."""
         self._lost: set[str] = set()
-        """The clusters whose key the store lost with all the others, not written again since."""
+        """The clusters whose key the store lost (the module's docstring), not written again since."""
         self._fetch_script = self._client.register_script(_FETCH)
         self._refused: set[str] = set()
         """The clusters whose key was too large to read (or of another type) at the last read."""
@@ -173,17 +183,24 @@ class HeartbeatReader:
 
     async def read(self) -> dict[str, Heartbeat | None]:
         """``{cluster: heartbeat or None}`` for every configured cluster, its replicas merged, less
-        the clusters whose key the store lost with every other one and that is not written again yet
-        (nothing is known of them: the module's docstring)."""
-        fields = await self._fetch()
+        the clusters whose key the store lost (with others, or across an outage) and that is not
+        written again yet (nothing is known of them: the module's docstring)."""
+        try:
+            fields = await self._fetch()
+        except HeartbeatSourceDown:
+            self._after_outage = True
+            raise
         holding = frozenset(name for name, replicas in zip(self._clusters, fields, strict=True) if replicas)
-        if not holding and len(self._holding) >= 2:
+        vanished = self._holding - holding
+        if len(vanished) >= 2 or (vanished and self._after_outage):
             log.error(
-                "the heartbeat store lost every cluster's key at once (restarted or failed over without "
-                "its data?): clusters %s kept as they were until their gateways publish again",
-                ", ".join(sorted(self._holding)),
+                "the heartbeat store lost the keys of clusters %s at once%s (restarted, failed over or "
+                "flushed?): kept as they were until their gateways publish again",
+                ", ".join(sorted(vanished)),
+                " (read after an outage)" if self._after_outage else "",
             )
-            self._lost |= self._holding
+            self._lost |= vanished
+        self._after_outage = False
         self._holding = holding
         self._lost -= holding
         now = self._clock()

@@ -48,6 +48,12 @@ from igw.global_router.config import ClusterSpec, RoutingSpec
 
 COST_EXPONENT: Final = 4
 """How strongly cost-first favours cheaper clusters: a cluster twice the price gets 1/16 of the weight."""
+MIN_WEIGHT: Final = 1e-300
+"""The least weight a cluster is drawn with: a cost factor of prices many orders of magnitude apart
+(``perMillionTokens`` may be any number from 0 to 1e6) underflows to 0, and an order keyed by
+``log(u) / weight`` then divided by zero. Until session s42 ``cost-first-within-slo`` with one
+cluster at 1e-90 per million tokens and another at 1e6 answered every request for their model 500
+(``ZeroDivisionError`` in the plan)."""
 TTFT_FLOOR_S: Final = 0.05
 """Added to the predicted TTFT in the weight, so a cluster without TTFT data is not infinitely good."""
 
@@ -142,7 +148,7 @@ def _weighted_order(
     keyed = []
     for state in states:
         predicted = predicted_ttft(state, region=region, routing=routing)
-        weight = _weight(state, predicted, model) * factor(state)
+        weight = max(MIN_WEIGHT, _weight(state, predicted, model) * factor(state))
         u = rng.random() or 1e-12
         keyed.append((math.log(u) / weight, state.spec.name, state))
     keyed.sort(key=lambda item: (item[0], item[1]), reverse=True)

@@ -34,6 +34,10 @@ from igw.config.schema_validator import schema_validator
 KIND: Final = "GlobalRouterConfig"
 SCHEMA_FILE: Final = "globalrouterconfig.schema.json"
 SAME_AS: Final = "x-igw-same-as"
+DEFAULT_POLL_S: Final = 0.5
+"""``spec.heartbeats.pollIntervalSeconds``' default (the schema's)."""
+DEFAULT_STALENESS_S: Final = 3.0
+"""``spec.failover.heartbeatStalenessSeconds``' default (the schema's)."""
 
 
 def is_global_router_config(doc: Any) -> bool:
@@ -143,7 +147,7 @@ def _origin_of(cluster: Mapping[str, Any]) -> str | None:
 def rule_problems(doc: Mapping[str, Any]) -> list[Problem]:
     """Cross-field checks: unique cluster names and endpoints, unique rate-limit entries and
     ``rateLimits.tenants``, costs, ``authorization.maxTokenBytes`` within ``serverLimits.maxHeaderBytes``
-    (the gateway's rule ``token-fits-header-limit``)."""
+    (the gateway's rule ``token-fits-header-limit``), the heartbeat poll within the staleness."""
     spec = doc.get("spec")
     if not isinstance(spec, Mapping):
         return []
@@ -188,12 +192,39 @@ def rule_problems(doc: Mapping[str, Any]) -> list[Problem]:
             list_path="spec.modelRateLimits",
             field="model",
         )
+    poll_problem = _poll_within_staleness(spec)
+    if poll_problem is not None:
+        problems.append(poll_problem)
     token_header = token_header_problem(
         spec.get("authorization"), spec.get("serverLimits"), at=("spec",), auth=spec.get("auth")
     )
     if token_header is not None:
         problems.append(token_header)
     return problems
+
+
+def _poll_within_staleness(spec: Mapping[str, Any]) -> Problem | None:
+    """``heartbeats.pollIntervalSeconds`` below ``failover.heartbeatStalenessSeconds`` (defaults where
+    unset; a value of the wrong type is the schema's problem). A heartbeat's age is measured from the
+    read that saw it change, so reads that far apart age every cluster past the threshold between two
+    reads: until session s42 such a configuration validated, and each failed request between reads
+    (its evaluation of the fleet) drained every cluster as ``stale``, the next read brought each back
+    with a slow start (24 failovers and recoveries in 20 s of healthy heartbeats, polling every 5 s
+    against the default 3 s)."""
+    heartbeats, failover = spec.get("heartbeats", {}), spec.get("failover", {})
+    if not isinstance(heartbeats, Mapping) or not isinstance(failover, Mapping):
+        return None
+    poll = heartbeats.get("pollIntervalSeconds", DEFAULT_POLL_S)
+    stale = failover.get("heartbeatStalenessSeconds", DEFAULT_STALENESS_S)
+    numbers = (int, float)
+    if type(poll) not in numbers or type(stale) not in numbers or poll < stale:
+        return None
+    return Problem(
+        "spec.heartbeats.pollIntervalSeconds",
+        f"must be below spec.failover.heartbeatStalenessSeconds ({stale:g}): reads that far apart "
+        f"drain every cluster as stale between them; got {poll:g}",
+        "global-poll-within-staleness",
+    )
 
 
 def validate_global_document(doc: Any, *, folder: Path | None = None) -> list[Problem]:
