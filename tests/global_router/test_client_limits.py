@@ -110,3 +110,38 @@ def test_igw_global_serve_applies_the_configs_server_limits(tmp_path: Path) -> N
         assert proc.wait(timeout=30) == 0
     finally:
         end_process(proc)
+
+
+async def test_bodies_the_router_cannot_read_are_counted_in_its_request_metric() -> None:
+    """400 (not JSON), 413 (over ``maxRequestBodyBytes``), 415 (an unknown ``Content-Encoding``) and
+    408 (a stalled body) were answered and counted nowhere: ``igw_global_requests_total`` ("requests
+    answered, by model and HTTP status") and every rate and error ratio built on it missed them,
+    while tier 1 counts its own. Labelled by the header's model when it is served, as 401s are."""
+    doc = global_doc(routing={"maxRequestBodyBytes": 1024})
+    app = create_global_app(parse_global_config(doc), rng=random.Random(1), read_heartbeats=False)
+    sends: tuple[tuple[bytes, dict[str, str]], ...] = (
+        (b"{not json", {"x-gateway-model-name": "llama"}),
+        (orjson.dumps({"model": "llama", "prompt": "x" * 2048}), {}),
+        (b"x", {"Content-Encoding": "br2", "x-gateway-model-name": "made-up"}),
+    )
+    async with serve_app(app, host="127.0.0.1", port=0, limits=ServerLimits(body_timeout_s=0.5)) as url:
+        async with aiohttp.ClientSession() as http:
+            for data, headers in sends:
+                async with http.post(f"{url}/v1/completions", data=data, headers=headers) as resp:
+                    assert resp.status in (400, 413, 415)
+        _, writer, head = await post_part_of_a_body(url, announced=100, sent=b'{"model":')
+        writer.close()
+        assert head.startswith(b"HTTP/1.1 408 ")
+        async with aiohttp.ClientSession() as http, http.get(f"{url}/metrics") as resp:
+            page = await resp.text()
+    counted = {
+        line.rpartition(" ")[0]: float(line.rpartition(" ")[2])
+        for line in page.splitlines()
+        if line.startswith("igw_global_requests_total{")
+    }
+    assert counted == {
+        'igw_global_requests_total{code="400",model="llama"}': 1.0,
+        'igw_global_requests_total{code="413",model="(unknown)"}': 1.0,
+        'igw_global_requests_total{code="415",model="(unknown)"}': 1.0,
+        'igw_global_requests_total{code="408",model="(unknown)"}': 1.0,
+    }

@@ -330,6 +330,48 @@ def test_options_come_from_the_flag_or_the_standard_variables() -> None:
         tracing_options(None, None, env={"OTEL_EXPORTER_OTLP_ENDPOINT": "c:4318"})
 
 
+HEADER_CASES = (
+    "x-honeycomb-team: hcK3y0123456789abcdef",  # a colon for '=': the SDK logged the key whole
+    "authorization=Bearer t0k3n, x-scope-orgid=tenant-1",  # accepted: the SDK reads spaces in values
+    "api-key=abc;def",  # ';' in a value
+    'dd-api-key="quoted"',
+    "=n0name",
+    "k=v,,x=y",  # an empty entry is skipped, as the SDK does
+    "k=caf\u00e9",  # not ASCII: URL-encode it
+)
+
+
+@pytest.mark.parametrize("headers", HEADER_CASES)
+@pytest.mark.parametrize("variable", ["OTEL_EXPORTER_OTLP_HEADERS", "OTEL_EXPORTER_OTLP_TRACES_HEADERS"])
+def test_header_variables_the_exporter_cannot_read_are_refused_without_quoting_them(
+    headers: str, variable: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The OTLP exporter drops an entry it cannot parse and logs it whole (``Header format
+    invalid! ...: x-honeycomb-team: hcK3y...``): a collector key went to the gateway's log, and
+    every export was refused for want of it. Refused at start now exactly where the exporter would
+    drop an entry (its own parser is the oracle), naming the variable, never the value."""
+    from opentelemetry.util.re import parse_env_headers
+
+    caplog.set_level(logging.WARNING, logger="opentelemetry.util.re")
+    parse_env_headers(headers, liberal=True)
+    sdk_drops = bool(caplog.records)
+    env = {variable: headers}
+    if not sdk_drops:
+        assert tracing_options("http://c:4318", None, env=env) is not None
+        return
+    with pytest.raises(TracingConfigError, match=variable) as refused:
+        tracing_options("http://c:4318", None, env=env)
+    for secret in ("hcK3y0123456789abcdef", "abc;def", "quoted", "n0name", "caf"):
+        assert secret not in str(refused.value)
+
+
+def test_the_traces_header_variable_wins_as_in_the_exporter() -> None:
+    env = {"OTEL_EXPORTER_OTLP_TRACES_HEADERS": "k=v", "OTEL_EXPORTER_OTLP_HEADERS": "bad: one"}
+    assert tracing_options("http://c:4318", None, env=env) is not None
+    with pytest.raises(TracingConfigError, match="OTEL_EXPORTER_OTLP_HEADERS: entry 1 of 1"):
+        tracing_options("http://c:4318", None, env={**env, "OTEL_EXPORTER_OTLP_TRACES_HEADERS": ""})
+
+
 @pytest.mark.parametrize("port", ["99999", "x"])
 def test_an_endpoint_with_an_impossible_port_is_refused_at_start_and_quoted_without_its_password(
     port: str,

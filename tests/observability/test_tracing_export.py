@@ -4,6 +4,7 @@ through the real exporter, and the simulated model server receives the trace con
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 from pathlib import Path
 
@@ -69,3 +70,21 @@ async def test_serve_refuses_bad_tracing_options(tmp_path: Path) -> None:
         _, err = await proc.communicate()
         assert proc.returncode == 2
         assert field in err.decode()
+
+
+async def test_serve_refuses_an_unreadable_otlp_header_variable_without_logging_it(tmp_path: Path) -> None:
+    """``OTEL_EXPORTER_OTLP_HEADERS="x-honeycomb-team: <key>"`` (a colon for '='): the gateway
+    started, the exporter logged the key whole on stderr and sent no key; now exit 2 naming the
+    variable, and the key is nowhere in the output."""
+    (tmp_path / "c.yaml").write_text("{}")
+    key = "hcK3y0123456789abcdef"
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "igw.cli.main", "serve", "--config", str(tmp_path / "c.yaml"),
+        "--endpoints", str(tmp_path / "e.yaml"), "--otel-endpoint", "http://127.0.0.1:9",
+        stderr=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        env={**os.environ, "OTEL_EXPORTER_OTLP_HEADERS": f"x-honeycomb-team: {key}"},
+    )  # fmt: skip
+    out, err = await proc.communicate()
+    assert proc.returncode == 2
+    assert "OTEL_EXPORTER_OTLP_HEADERS" in err.decode()
+    assert key not in out.decode() + err.decode()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
@@ -27,6 +28,16 @@ TIMEOUT_ENV: Final = ("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "OTEL_EXPORTER_OTLP_T
 """The exporter's timeout variables, in the SDK's order (seconds)."""
 DEFAULT_EXPORT_TIMEOUT_S: Final = 10.0
 """The SDK's timeout without them (or with a value that is not a number, as the SDK does)."""
+HEADERS_ENV: Final = ("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "OTEL_EXPORTER_OTLP_HEADERS")
+"""The exporter's header variables, in the SDK's order: the first one set (not empty) is read."""
+_HEADER_ENTRY: Final = re.compile(
+    r"[ \t]*[\x21\x23-\x27\x2a\x2b\x2d\x2e\x30-\x39\x41-\x5a\x5e-\x7a\x7c\x7e]+[ \t]*="
+    r"[ \t]*[\x20\x21\x23-\x2b\x2d-\x3a\x3c-\x5b\x5d-\x7e]*[ \t]*"
+)
+"""One ``name=value`` entry as the OTLP/HTTP exporter accepts it (``opentelemetry.util.re``'s
+liberal form: a token name, ``=``, a value of printable ASCII and spaces without ``"``, ``,``, ``;``
+or ``\\``)."""
+_HEADER_DELIMITER: Final = re.compile(r"[ \t]*,[ \t]*")
 
 
 class TracingConfigError(IgwGatewayError):
@@ -84,6 +95,7 @@ def tracing_options(
         )
     if parts.path in ("", "/"):
         endpoint = endpoint.rstrip("/") + TRACES_PATH
+    _check_headers(env)
     return TracingOptions(
         endpoint=endpoint, sample_ratio=sample_ratio, export_timeout_s=_export_timeout_s(env)
     )
@@ -97,3 +109,27 @@ def _export_timeout_s(env: Mapping[str, str]) -> float:
     except ValueError:
         return DEFAULT_EXPORT_TIMEOUT_S
     return value if value > 0 and math.isfinite(value) else DEFAULT_EXPORT_TIMEOUT_S
+
+
+def _check_headers(env: Mapping[str, str]) -> None:
+    """Refuse an exporter header variable with an entry the exporter cannot read, naming the
+    variable and the entry's position, never its text.
+
+    Why: the exporter drops such an entry and logs it whole (``Header format invalid! ...:
+    x-honeycomb-team: <the key>``), so a collector credential written ``name: value`` instead of
+    ``name=value`` went to the gateway's log (header names other than ``Authorization`` and the
+    API-key ones are not redacted), and every export was then refused for want of it."""
+    for name in HEADERS_ENV:
+        raw = env.get(name)
+        if raw:
+            break
+    else:
+        return
+    entries = _HEADER_DELIMITER.split(raw)
+    for position, entry in enumerate(entries, start=1):
+        if entry and not _HEADER_ENTRY.fullmatch(entry.strip()):
+            raise TracingConfigError(
+                f"{name}: entry {position} of {len(entries)} is not name=value (a header name, '=', "
+                "then a value of printable ASCII without '\"', ',', ';' or '\\'; URL-encode others); "
+                "not shown, as it may hold a credential"
+            )

@@ -207,6 +207,16 @@ def _model_label(router: GlobalRouter, model: str | None) -> str:
     return model if model is not None and router.fleet.known_model(model) else UNKNOWN_MODEL
 
 
+def _counted_unread(router: GlobalRouter, request: web.Request, refused: web.Response) -> web.Response:
+    """``refused`` (a body that could not be read: 400, 408, 413, 415), counted in
+    ``igw_global_requests_total`` by the header's model as the 401s are (the body's is unknown).
+    Until session s42 these answers were counted nowhere: a flood of malformed or oversized bodies
+    did not show in the router's request rate or error ratio, while tier 1 counts its own."""
+    model = _model_label(router, request.headers.get(MODEL_HEADER))
+    router.metrics.requests.labels(model, str(refused.status)).inc()
+    return refused
+
+
 def _forwarded_headers(router: GlobalRouter, request: web.Request, principal: Principal) -> CIMultiDict[str]:
     """The client's headers as a cluster gets them: less hop-by-hop ones, the guard's stripped ones
     and the router's own answer headers, plus the principal's forwarded identity."""
@@ -247,17 +257,20 @@ async def _route(
         body = parse_body(raw, api=api, header_model=request.headers.get(MODEL_HEADER))
     except TimeoutError:
         message = f"request body not received within {body_timeout_s:g}s"
-        return gateway_error("request_timeout", message, headers={"Connection": "close"})
+        refused = gateway_error("request_timeout", message, headers={"Connection": "close"})
+        return _counted_unread(router, request, refused)
     except BodyTooLarge as exc:
         message = f"request body exceeds spec.routing.maxRequestBodyBytes ({exc.limit} bytes)"
-        return gateway_error("request_too_large", message)
+        return _counted_unread(router, request, gateway_error("request_too_large", message))
     except UnsupportedContentEncoding as coded:
         accept = {"Accept-Encoding": coded.accepted()}
-        return gateway_error(
+        refused = gateway_error(
             "unsupported_content_encoding", coded.message, param=coded.HEADER, headers=accept
         )
+        return _counted_unread(router, request, refused)
     except BadRequestBody as exc:
-        return gateway_error("invalid_request", exc.message, param=exc.param)
+        refused = gateway_error("invalid_request", exc.message, param=exc.param)
+        return _counted_unread(router, request, refused)
     if body.model is None:
         # Tier 1's answer (the message AWS documents for its gateway), so a client sees the same
         # whichever tier it reaches; until session s40 a 400 "'model' is required" here.
