@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -318,6 +319,68 @@ def test_update_keeps_the_irsa_role(aws: AwsFixture) -> None:
     result = operations.update(
         clients=clients, cluster=CLUSTER, values={**GATEWAY_MODE, "replicaCount": 4}, version=None
     )
+    assert result["status"] == "InProgress"
+
+
+@pytest.mark.parametrize(
+    ("installed", "values", "message"),
+    [
+        pytest.param(
+            {"configurationValues": '{"mode":"gateway","replicaCount":3}'},
+            {"gateway": {"workers": 4}},
+            r"configurationValues\.mode: the installed add-on runs mode gateway and these values leave "
+            r"mode out, which means operator: the update would delete its gateway Deployment",
+            id="mode-left-out",
+        ),
+        pytest.param(
+            {"configurationValues": "mode: gateway\n", "serviceAccountRoleArn": "GATEWAY"},
+            {"mode": "operator"},
+            r"role: the installed add-on binds IRSA role arn:.*igw-gateway to its gateway's service "
+            r"account, and with the chart's mode operator no pod runs as inference-gateway",
+            id="irsa-role-to-operator",
+        ),
+        pytest.param(
+            {"configurationValues": '{"mode":"gateway"}', "podIdentityAssociations": ["ASSOCIATION"]},
+            {"mode": "operator"},
+            r"role: the installed add-on binds Pod Identity association arn:.*:podidentityassociation/",
+            id="pod-identity-to-operator",
+        ),
+    ],
+)
+def test_an_update_does_not_switch_a_gateway_mode_addon_to_operator_mode_unasked(
+    aws: AwsFixture, installed: dict[str, Any], values: dict[str, Any], message: str
+) -> None:
+    """``UpdateAddon`` replaces the values whole and ``mode`` defaults to operator: values leaving it out
+    deleted a gateway-mode add-on's gateway and its load balancer, and a switch to operator mode carried
+    the installed IAM role into values and a request ``create`` refuses. Refused before UpdateAddon."""
+    clients, stubber, gateway = aws
+    association = f"arn:aws:eks:us-west-2:123456789012:podidentityassociation/{CLUSTER}/a-1"
+    extra = {
+        key: gateway if value == "GATEWAY" else [association] if value == ["ASSOCIATION"] else value
+        for key, value in installed.items()
+    }
+    stubber.add_response(
+        "describe_addon", _addon(pins.IGW_ADDON_NAME, pins.IGW_ADDON_VERSION, "ACTIVE", **extra), OURS
+    )
+    with pytest.raises(operations.AddonOperationError) as raised:
+        operations.update(clients=clients, cluster=CLUSTER, values=values, version=None)
+    assert len(raised.value.problems) == 1
+    assert re.search(message, raised.value.problems[0]), raised.value.problems
+
+
+def test_an_update_switching_a_gateway_mode_addon_without_a_role_to_operator_mode_is_sent(
+    aws: AwsFixture,
+) -> None:
+    """``mode: operator`` written out is a deliberate switch; with no role bound it goes to EKS as given."""
+    clients, stubber, _ = aws
+    installed = _addon(pins.IGW_ADDON_NAME, pins.IGW_ADDON_VERSION, configurationValues='{"mode":"gateway"}')
+    stubber.add_response("describe_addon", installed, OURS)
+    stubber.add_response(
+        "update_addon",
+        {"update": {"id": "u3", "status": "InProgress", "type": "AddonUpdate"}},
+        {**OURS, "resolveConflicts": "OVERWRITE", "configurationValues": '{"mode":"operator"}'},
+    )
+    result = operations.update(clients=clients, cluster=CLUSTER, values={"mode": "operator"}, version=None)
     assert result["status"] == "InProgress"
 
 

@@ -14,7 +14,9 @@ gateway's service account) and, for EKS Pod Identity, the ``eks-pod-identity-age
 values name (:mod:`igw.addon.irsa_subject`). ``update``
 keeps an IRSA role: ``UpdateAddon`` gets the add-on's current ``serviceAccountRoleArn`` again and new
 configuration values keep ``serviceAccount.roleArn`` unless they set it; a new one they set is checked
-like ``create``'s and sent as ``serviceAccountRoleArn`` too. Waiting polls
+like ``create``'s and sent as ``serviceAccountRoleArn`` too. ``update`` of an add-on installed in
+``mode: gateway`` refuses values that leave ``mode`` out (they mean operator, and ``UpdateAddon``
+replaces the values whole) and a switch to ``mode: operator`` while a role is bound. Waiting polls
 ``describe_addon`` with an injected clock and sleep (tests never sleep) and reports each status
 change; an add-on that goes DEGRADED or *_FAILED ends the wait with its health issues. ``update``
 waits on its update's ``DescribeUpdate`` first (a failed update can leave the add-on ACTIVE), with the
@@ -30,6 +32,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, TypeVar, get_args
 
+import yaml
 from botocore.exceptions import ClientError
 
 from igw.addon import addon_version, configuration, irsa_subject, pins
@@ -439,6 +442,9 @@ def update(
             raise AddonOperationError(
                 f"refusing to update the add-on on {cluster}: pre-checks failed", problems
             )
+    problems = _mode_switch_problems(values, current) if values is not None else []
+    if problems:
+        raise AddonOperationError(f"refusing to update the add-on on {cluster}", problems)
     irsa_role = str(current.get("serviceAccountRoleArn") or "")
     new_values = _keep_irsa_role(values, current) if values is not None else None
     wanted = _values_role(new_values) if new_values is not None else ""
@@ -500,6 +506,48 @@ def _not_installed(clients: AwsClients, cluster: str) -> str:
             return f"cluster {cluster!r} does not exist in {clients.addons.region}"
         raise
     return f"{ADDON} is not installed on {cluster}"
+
+
+def _installed_values(current: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The installed add-on's configuration values (EKS keeps the string as given: JSON or YAML); empty
+    when there are none or they do not read as a mapping."""
+    try:
+        installed = yaml.safe_load(str(current.get("configurationValues") or "{}"))
+    except yaml.YAMLError:
+        return {}
+    return installed if isinstance(installed, Mapping) else {}
+
+
+def _mode_switch_problems(values: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
+    """Why new values would turn an add-on installed in ``mode: gateway`` into ``mode: operator`` by
+    mistake, or into one whose IAM role binding no pod can use.
+
+    Why: ``UpdateAddon`` replaces the configuration values whole, and ``mode`` defaults to operator, so
+    values that leave ``mode`` out (``{"gateway": {"workers": 4}}``) switched a gateway-mode add-on to
+    operator mode: EKS deleted its gateway Deployment and load balancer Service (the endpoint gone) and
+    nothing said so. And a switch to operator mode carried the installed IRSA role into the new values
+    (``serviceAccount.roleArn``) and ``serviceAccountRoleArn``, where ``create`` refuses a role."""
+    installed = _installed_values(current)
+    if installed.get("mode") != "gateway" or values.get("mode", "operator") != "operator":
+        return []
+    if "mode" not in values:
+        return [
+            "configurationValues.mode: the installed add-on runs mode gateway and these values leave mode "
+            "out, which means operator: the update would delete its gateway Deployment and load balancer "
+            "Service (UpdateAddon replaces the values whole); set mode: gateway to keep it, or mode: "
+            "operator to switch"
+        ]
+    bindings = [
+        *([f"IRSA role {current['serviceAccountRoleArn']}"] if current.get("serviceAccountRoleArn") else []),
+        *(f"Pod Identity association {item}" for item in current.get("podIdentityAssociations") or []),
+    ]
+    return [
+        f"role: the installed add-on binds {binding} to its gateway's service account, and with the "
+        f"chart's mode operator no pod runs as {pins.GATEWAY_SERVICE_ACCOUNT} (each "
+        "InferenceGatewayConfig's gateway runs as <name>-gateway in its own namespace and calls no AWS "
+        "API); igw addon delete it and create it again in mode operator without --role-arn"
+        for binding in bindings
+    ]
 
 
 def _keep_irsa_role(values: Mapping[str, Any], current: Mapping[str, Any]) -> dict[str, Any]:
