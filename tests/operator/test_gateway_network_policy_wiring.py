@@ -179,12 +179,17 @@ def test_the_charts_extra_egress_reaches_the_network_policy_of_every_operator_ga
         ('{"from": []}', "unknown field 'from'"),
         ("[]", "rule: expected an object"),
         ("{", "not JSON"),
+        ("{}", "allows all egress"),
+        ('{"to": [], "ports": []}', "allows all egress"),
+        ('{"ports": [{"port": 53}, {"protocol": "UDP"}]}', "allows all egress"),
     ],
 )
 def test_a_malformed_extra_egress_rule_is_refused_naming_the_field(
     rule: str, named: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Passed on as it was, the API server would refuse the NetworkPolicy of every config, each pass."""
+    """Passed on as it was, the API server would refuse the NetworkPolicy of every config, each pass.
+    A rule naming no destination and no port (``{}``) was accepted and turned every gateway's
+    default-deny egress into allow-all; it is refused too (naming the destinations means it)."""
     parser = argparse.ArgumentParser()
     operator_cli.add_arguments(parser)
     with pytest.raises(SystemExit) as exited:

@@ -9,7 +9,11 @@ another ``targetPort``, the keys of an OIDC discovery document on another host a
 has ``networkPolicy.extraEgress`` for them; before session s41 operator mode refused it and had no
 other way. A rule is one ``NetworkPolicyEgressRule`` (``to`` and ``ports``) as JSON. A malformed one
 is refused here, naming the flag and the field: sent as it was, the API server would refuse the
-NetworkPolicy of every config, each pass.
+NetworkPolicy of every config, each pass. So is a rule that opens every destination on every port
+(``{}``, ``{"to": []}``, ``{"ports": [{"protocol": "TCP"}]}``): Kubernetes reads a missing ``to`` as
+every destination and a missing port as every port, so before session s42 such a rule silently turned
+the default-deny egress of every gateway into allow-all. Meaning that takes an explicit destination
+(:data:`ALLOW_ALL_HINT`).
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ SELECTOR_FIELDS: Final = frozenset({"matchLabels", "matchExpressions"})
 PROTOCOLS: Final = ("TCP", "UDP", "SCTP")
 _PORT_NAME: Final = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 """An IANA service name as a container port's name (at most 15 characters, a letter among them)."""
+ALLOW_ALL_HINT: Final = '"to": [{"ipBlock": {"cidr": "0.0.0.0/0"}}, {"ipBlock": {"cidr": "::/0"}}]'
+"""How to open every destination on purpose: a rule that names them, rather than one that names none."""
 
 
 class EgressRuleError(IgwToolingError, ValueError):
@@ -101,6 +107,16 @@ def _port(value: object, where: str) -> None:
             raise EgressRuleError(f"{where}.endPort: {end!r} is not a port from {port} to 65535")
 
 
+def opens_all_egress(rule: Mapping[str, Any]) -> bool:
+    """Whether ``rule`` names no destination and, for some protocol, no port: every destination on
+    every port (Kubernetes reads a missing or empty ``to`` as all destinations, a missing or empty
+    ``ports`` or an entry without ``port`` as all ports)."""
+    if rule.get("to"):
+        return False
+    ports = rule.get("ports") or []
+    return not ports or any(isinstance(p, Mapping) and p.get("port") is None for p in ports)
+
+
 def parse_egress_rule(text: str) -> dict[str, Any]:
     """The rule ``text`` (a JSON object) holds; :class:`EgressRuleError` naming the field otherwise."""
     try:
@@ -112,4 +128,9 @@ def parse_egress_rule(text: str) -> dict[str, Any]:
         _peer(peer, f"to[{index}]")
     for index, port in enumerate(_list(rule.get("ports", []), "ports")):
         _port(port, f"ports[{index}]")
+    if opens_all_egress(rule):
+        raise EgressRuleError(
+            "rule: names no destination ('to') and no port, so it allows all egress on every port; "
+            f"to mean that, name the destinations: {ALLOW_ALL_HINT}"
+        )
     return rule
