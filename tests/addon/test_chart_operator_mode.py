@@ -271,6 +271,7 @@ OPERATOR_MODE_SETTINGS: dict[str, Any] = {
     "tolerations": [{"key": "dedicated", "operator": "Exists"}],
     "networkPolicy.enabled": False,
     "networkPolicy.httpsEgressCidrs": ["10.0.0.0/8"],
+    "networkPolicy.dnsCidrs": ["169.254.20.10/32"],
     "networkPolicy.ingressCidrs": ["10.1.0.0/16"],
     "networkPolicy.extraEgress": [{"ports": [{"port": 4318, "protocol": "TCP"}]}],
     "serviceMonitor": {"enabled": True},

@@ -198,3 +198,41 @@ def test_a_malformed_extra_egress_rule_is_refused_naming_the_field(
     error = capsys.readouterr().err
     assert "--gateway-extra-egress: not a NetworkPolicy egress rule" in error
     assert named in error
+
+
+def _dns_rule(policy: dict[str, Any]) -> dict[str, Any]:
+    rules: list[dict[str, Any]] = policy["spec"]["egress"]
+    (rule,) = [r for r in rules if {"port": 53, "protocol": "UDP"} in r.get("ports", [])]
+    return rule
+
+
+def test_the_charts_dns_cidrs_open_a_node_local_dns_cache_for_the_operator_and_every_gateway(
+    cluster: FakeKubeApiServer, kubeconfig: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """With a NodeLocal DNSCache (169.254.20.10, host network, so no pod selector matches it) the
+    operator's own NetworkPolicy opened DNS to the kube-dns pods only and ``extraEgress`` does not
+    reach it: under an enforcing CNI the operator resolved nothing, and no value could change that.
+    ``networkPolicy.dnsCidrs`` adds the resolver to the DNS rule of the operator, of gateway mode's
+    NetworkPolicy and (``--gateway-dns-cidr``) of every gateway the operator runs."""
+    cache = {"ipBlock": {"cidr": "169.254.20.10/32"}}
+    values = {"networkPolicy": {"dnsCidrs": ["169.254.20.10/32"]}}
+    assert configuration.problems(values) == []
+    rendered, args = _rendered_operator(values)
+    (own,) = [o for o in rendered if o["kind"] == "NetworkPolicy"]
+    assert cache in _dns_rule(own)["to"]
+    gateway_mode = chart.render({"mode": "gateway", **values})
+    (gateway_policy,) = [o for o in gateway_mode if o["kind"] == "NetworkPolicy"]
+    assert cache in _dns_rule(gateway_policy)["to"]
+    cluster.enforce_rbac(rendered)
+    operator = OperatorThread(_options(args, kubeconfig)).start()
+    try:
+        cluster.add(igwc("chat", model="mistral", app="mistral"))
+        wait_condition(cluster, "chat", "GatewayProgrammed", "True")
+        policy = find(cluster, "NetworkPolicy", "inference", "chat-gateway")
+    finally:
+        assert operator.stop() == 0
+    assert policy is not None
+    rule = _dns_rule(policy)
+    assert cache in rule["to"]
+    assert rule["to"][0]["podSelector"] == {"matchLabels": {"k8s-app": "kube-dns"}}
+    assert _refusals(caplog) == []

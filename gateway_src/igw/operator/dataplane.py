@@ -107,6 +107,11 @@ class DataPlaneSettings:
     ingress_cidrs: tuple[str, ...] = DEFAULT_INGRESS_CIDRS
     """Sources admitted on the gateway port (clients, the load balancer; ``igw operator
     --gateway-ingress-cidr``, the chart's ``networkPolicy.ingressCidrs``)."""
+    dns_cidrs: tuple[str, ...] = ()
+    """Resolvers the pods reach on port 53 besides the kube-dns pods (``igw operator
+    --gateway-dns-cidr``, the chart's ``networkPolicy.dnsCidrs``): a NodeLocal DNSCache on a
+    link-local address (169.254.20.10/32 on EKS). Its pods run on the host network, which no pod
+    selector matches, so without this an enforcing CNI dropped every lookup."""
     extra_egress: tuple[Mapping[str, Any], ...] = ()
     """NetworkPolicy egress rules added to every gateway's, after those derived from its config
     (``igw operator --gateway-extra-egress``, the chart's ``networkPolicy.extraEgress``; checked by
@@ -647,7 +652,8 @@ def _model_ports(spec: Mapping[str, Any]) -> list[int]:
 
 def network_policy(igwc: Mapping[str, Any], settings: DataPlaneSettings) -> dict[str, Any]:
     """Clients from :attr:`DataPlaneSettings.ingress_cidrs` in on the gateway port, pods of the cluster
-    (Prometheus, ``igw top``) on the management port; out only to DNS, the model servers' and the
+    (Prometheus, ``igw top``) on the management port; out only to DNS (the kube-dns pods and
+    :attr:`DataPlaneSettings.dns_cidrs`), the model servers' and the
     default backend's ports (:func:`_model_ports`), HTTPS (API server, JWKS and OIDC discovery on their
     URLs' ports, :func:`_https_ports`), the Redis ports of shared rate limits and of the global
     heartbeat store (:func:`_redis_ports`), the CloudWatch agent's / OTLP collector's ports when
@@ -687,7 +693,8 @@ def network_policy(igwc: Mapping[str, Any], settings: DataPlaneSettings) -> dict
                                 "matchLabels": {"kubernetes.io/metadata.name": "kube-system"}
                             },
                             "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
-                        }
+                        },
+                        *({"ipBlock": {"cidr": cidr}} for cidr in settings.dns_cidrs),
                     ],
                     "ports": [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}],
                 },
