@@ -4,8 +4,9 @@
 The operator derives what each gateway needs from its config (model-server and default-backend
 ports, the JWKS and discovery ports, Redis, the observability endpoints it was given), but some
 destinations are the cluster's, not the config's: a NodeLocal DNSCache on a link-local address, an
-HTTPS proxy the pods reach through ``HTTPS_PROXY``, a default backend whose Service maps its port to
-another ``targetPort``, the keys of an OIDC discovery document on another host and port. Gateway mode
+HTTPS proxy the pods reach through ``HTTPS_PROXY``, the pods of a Service the operator could not
+resolve (:mod:`igw.operator.service_ports`), the keys of an OIDC discovery document on another host
+and port. Gateway mode
 has ``networkPolicy.extraEgress`` for them; before session s41 operator mode refused it and had no
 other way. A rule is one ``NetworkPolicyEgressRule`` (``to`` and ``ports``) as JSON. A malformed one
 is refused here, naming the flag and the field: sent as it was, the API server would refuse the
