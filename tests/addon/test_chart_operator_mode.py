@@ -389,6 +389,11 @@ def test_extra_egress_rules_are_checked_by_the_configuration_schema() -> None:
         ({"ports": [{"port": 70000}]}, "networkPolicy.extraEgress[0].ports[0].port"),
         ({"to": [{"ipBlock": {"cidr": "169.254.20.10"}}]}, "networkPolicy.extraEgress[0].to[0].ipBlock.cidr"),
         ({"from": [], "ports": [{"port": 53}]}, "networkPolicy.extraEgress[0]"),
+        ({"to": [{"podSelector": {"matchLabels": "x"}}]}, "networkPolicy.extraEgress[0].to[0].podSelector"),
+        (
+            {"to": [{"namespaceSelector": {"matchExpressions": [{"key": "app", "operator": "In"}]}}]},
+            "networkPolicy.extraEgress[0].to[0].namespaceSelector.matchExpressions[0]",
+        ),
     ]:
         (problem,) = configuration.problems({"networkPolicy": {"extraEgress": [rule]}})
         assert problem.startswith(field), problem

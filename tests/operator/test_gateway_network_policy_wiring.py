@@ -179,6 +179,12 @@ def test_the_charts_extra_egress_reaches_the_network_policy_of_every_operator_ga
         ('{"from": []}', "unknown field 'from'"),
         ("[]", "rule: expected an object"),
         ("{", "not JSON"),
+        ('{"to": [{"podSelector": {"matchLabels": "app=x"}}]}', "to[0].podSelector.matchLabels"),
+        ('{"to": [{"namespaceSelector": {"matchLabels": {"a b": "x"}}}]}', "'a b' is not a label key"),
+        (
+            '{"to": [{"podSelector": {"matchExpressions": [{"key": "app", "operator": "In"}]}}]}',
+            "to[0].podSelector.matchExpressions[0].values: In needs at least one value",
+        ),
         ("{}", "allows all egress"),
         ('{"to": [], "ports": []}', "allows all egress"),
         ('{"ports": [{"port": 53}, {"protocol": "UDP"}]}', "allows all egress"),
@@ -189,7 +195,8 @@ def test_a_malformed_extra_egress_rule_is_refused_naming_the_field(
 ) -> None:
     """Passed on as it was, the API server would refuse the NetworkPolicy of every config, each pass.
     A rule naming no destination and no port (``{}``) was accepted and turned every gateway's
-    default-deny egress into allow-all; it is refused too (naming the destinations means it)."""
+    default-deny egress into allow-all; it is refused too (naming the destinations means it). So is a
+    selector the API server refuses (only its field names were checked before s42)."""
     parser = argparse.ArgumentParser()
     operator_cli.add_arguments(parser)
     with pytest.raises(SystemExit) as exited:

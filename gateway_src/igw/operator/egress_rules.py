@@ -34,6 +34,12 @@ SELECTOR_FIELDS: Final = frozenset({"matchLabels", "matchExpressions"})
 PROTOCOLS: Final = ("TCP", "UDP", "SCTP")
 _PORT_NAME: Final = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 """An IANA service name as a container port's name (at most 15 characters, a letter among them)."""
+_LABEL_NAME: Final = r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
+_DNS_SUBDOMAIN: Final = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+_LABEL_KEY: Final = re.compile(f"({_DNS_SUBDOMAIN}/)?{_LABEL_NAME}")
+"""A label key: an optional DNS-subdomain prefix (at most 253 characters) and '/', then a name."""
+_LABEL_VALUE: Final = re.compile(f"({_LABEL_NAME})?")
+SELECTOR_OPERATORS: Final = ("In", "NotIn", "Exists", "DoesNotExist")
 ALLOW_ALL_HINT: Final = '"to": [{"ipBlock": {"cidr": "0.0.0.0/0"}}, {"ipBlock": {"cidr": "::/0"}}]'
 """How to open every destination on purpose: a rule that names them, rather than one that names none."""
 
@@ -68,6 +74,44 @@ def _cidr(value: object, where: str) -> None:
         raise EgressRuleError(f"{where}: {value!r} is not a CIDR block (e.g. 169.254.20.10/32)") from None
 
 
+def _label_key(value: object, where: str) -> None:
+    prefix = value.rpartition("/")[0] if isinstance(value, str) else ""
+    if not isinstance(value, str) or len(prefix) > 253 or not _LABEL_KEY.fullmatch(value):
+        raise EgressRuleError(f"{where}: {value!r} is not a label key")
+
+
+def _label_value(value: object, where: str) -> None:
+    if not isinstance(value, str) or not _LABEL_VALUE.fullmatch(value):
+        raise EgressRuleError(f"{where}: {value!r} is not a label value (at most 63 characters)")
+
+
+def _selector(value: object, where: str) -> None:
+    """A LabelSelector whose labels and expressions the API server takes: a malformed one was passed
+    on, and the API server refused the NetworkPolicy (and so the whole data plane) of every config."""
+    selector = _fields(value, SELECTOR_FIELDS, where)
+    labels = selector.get("matchLabels", {})
+    if not isinstance(labels, Mapping):
+        raise EgressRuleError(f"{where}.matchLabels: expected an object, got {type(labels).__name__}")
+    for key, label in labels.items():
+        _label_key(key, f"{where}.matchLabels")
+        _label_value(label, f"{where}.matchLabels[{key!r}]")
+    for index, item in enumerate(_list(selector.get("matchExpressions", []), f"{where}.matchExpressions")):
+        at = f"{where}.matchExpressions[{index}]"
+        expression = _fields(item, frozenset({"key", "operator", "values"}), at)
+        _label_key(expression.get("key"), f"{at}.key")
+        operator = expression.get("operator")
+        if operator not in SELECTOR_OPERATORS:
+            allowed = ", ".join(SELECTOR_OPERATORS)
+            raise EgressRuleError(f"{at}.operator: {operator!r} is not one of {allowed}")
+        values = _list(expression.get("values", []), f"{at}.values")
+        for position, label in enumerate(values):
+            _label_value(label, f"{at}.values[{position}]")
+        if operator in ("In", "NotIn") and not values:
+            raise EgressRuleError(f"{at}.values: {operator} needs at least one value")
+        if operator in ("Exists", "DoesNotExist") and values:
+            raise EgressRuleError(f"{at}.values: {operator} takes no values")
+
+
 def _peer(value: object, where: str) -> None:
     peer = _fields(value, PEER_FIELDS, where)
     if not peer:
@@ -81,7 +125,7 @@ def _peer(value: object, where: str) -> None:
             _cidr(item, f"{where}.ipBlock.except[{index}]")
     for selector in ("namespaceSelector", "podSelector"):
         if selector in peer:
-            _fields(peer[selector], SELECTOR_FIELDS, f"{where}.{selector}")
+            _selector(peer[selector], f"{where}.{selector}")
 
 
 def _port(value: object, where: str) -> None:
