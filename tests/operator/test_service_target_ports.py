@@ -76,20 +76,27 @@ def _unresolved_events(cluster: FakeKubeApiServer) -> list[dict[str, Any]]:
 def test_the_pods_ports_behind_the_jwks_and_default_backend_services_are_opened(
     cluster: FakeKubeApiServer, kubeconfig: Path
 ) -> None:
-    """JWKS at ``https://jwks.auth.svc.cluster.local`` (Service 443 -> pod 8443, numeric) and the
-    default backend ``fallback:80`` (-> the named port ``http``, 9000 on its pods): both pod ports are
-    opened, each to its Service's namespace only, and no ServicePortUnresolved Event is posted."""
+    """JWKS at ``https://jwks.auth.svc.cluster.local`` (Service 443 -> pod 8443, numeric), the
+    default backend ``fallback:80`` (-> the named port ``http``, 9000 on its pods) and shared rate limits
+    in ``redis.cache.svc`` (6379 -> 7000): each pod port is opened, to its Service's namespace only,
+    and no ServicePortUnresolved Event is posted."""
+    cluster.add(_service("cache", "redis", 6379, 7000))
     cluster.add(_service("auth", "jwks", 443, 8443))
     cluster.add(_service("inference", "fallback", 80, "http"))
     cluster.add(_pod("inference", "fallback", "http", 9000))
     operator = OperatorThread(_operator({}, cluster, kubeconfig)).start()
     try:
-        cluster.add(_config())
+        config = _config()
+        config["spec"]["extensions"] = {
+            "rateLimits": {"backend": "redis", "redis": {"url": "redis://redis.cache.svc/0"}}
+        }
+        cluster.add(config)
         wait_condition(cluster, "chat", "GatewayProgrammed", "True")
         policy = find(cluster, "NetworkPolicy", "inference", "chat-gateway")
     finally:
         assert operator.stop() == 0
     assert policy is not None
+    assert _egress_ports(policy, "cache") == [7000]
     assert _egress_ports(policy, "auth") == [8443]
     assert _egress_ports(policy, "inference") == [9000]
     assert _unresolved_events(cluster) == []

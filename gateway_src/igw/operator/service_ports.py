@@ -18,6 +18,7 @@ from typing import Any, Final, Protocol
 from urllib.parse import urlsplit
 
 HTTPS_PORT: Final = 443
+REDIS_PORT: Final = 6379
 DEFAULT_BACKEND_PORT: Final = 8000
 _SVC_LABEL: Final = "svc"
 
@@ -67,12 +68,31 @@ def _service_of_url(url: object, default_port: int) -> tuple[str, str, int] | No
     return None
 
 
+def _redis_refs(spec: Mapping[str, Any]) -> list[ServiceRef]:
+    """The Redis stores (shared rate limits, the global heartbeat store) at a Service's DNS name."""
+    extensions = spec.get("extensions") or {}
+    urls: list[tuple[str, object]] = []
+    limits = extensions.get("rateLimits") or {}
+    if isinstance(limits, Mapping) and limits.get("backend") == "redis":
+        urls.append(("spec.extensions.rateLimits.redis.url", (limits.get("redis") or {}).get("url")))
+    heartbeat = extensions.get("globalHeartbeat")
+    if isinstance(heartbeat, Mapping):
+        urls.append(("spec.extensions.globalHeartbeat.redis.url", (heartbeat.get("redis") or {}).get("url")))
+    refs: list[ServiceRef] = []
+    for source, url in urls:
+        found = _service_of_url(url, REDIS_PORT) if url else None
+        if found is not None:
+            refs.append(ServiceRef(found[0], found[1], found[2], source))
+    return refs
+
+
 def service_refs(igwc: Mapping[str, Any]) -> list[ServiceRef]:
     """The in-cluster Service ports ``igwc`` makes its gateways connect to: the JWKS URL's and, with
-    ``oidcDiscovery``, the issuer's when their host is a Service's DNS name, and ``bbr.defaultBackend``."""
+    ``oidcDiscovery``, the issuer's, and the Redis stores' when their host is a Service's DNS name, and
+    ``bbr.defaultBackend``."""
     spec = igwc.get("spec") or {}
     namespace = str((igwc.get("metadata") or {}).get("namespace") or "default")
-    refs: list[ServiceRef] = []
+    refs: list[ServiceRef] = _redis_refs(spec)
     provider = ((spec.get("auth") or {}).get("jwt") or {}).get("provider")
     if isinstance(provider, Mapping):
         urls = [("spec.auth.jwt.provider.remoteJWKS.uri", (provider.get("remoteJWKS") or {}).get("uri"))]
