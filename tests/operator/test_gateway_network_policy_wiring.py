@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -185,6 +186,11 @@ def test_the_charts_extra_egress_reaches_the_network_policy_of_every_operator_ga
             '{"to": [{"podSelector": {"matchExpressions": [{"key": "app", "operator": "In"}]}}]}',
             "to[0].podSelector.matchExpressions[0].values: In needs at least one value",
         ),
+        (
+            '{"to": [{"ipBlock": {"cidr": "10.0.0.0/8", "except": ["192.168.0.0/16"]}}]}',
+            "to[0].ipBlock.except[0]: '192.168.0.0/16' is not a strict subset of '10.0.0.0/8'",
+        ),
+        ('{"to": [{"ipBlock": {"cidr": "::/0", "except": ["::/0"]}}]}', "is not a strict subset"),
         ("{}", "allows all egress"),
         ('{"to": [], "ports": []}', "allows all egress"),
         ('{"ports": [{"port": 53}, {"protocol": "UDP"}]}', "allows all egress"),
@@ -243,3 +249,18 @@ def test_the_charts_dns_cidrs_open_a_node_local_dns_cache_for_the_operator_and_e
     assert cache in rule["to"]
     assert rule["to"][0]["podSelector"] == {"matchLabels": {"k8s-app": "kube-dns"}}
     assert _refusals(caplog) == []
+
+
+def test_a_well_formed_extra_egress_rule_is_taken_as_given() -> None:
+    """The checks above refuse only what the API server would: an exception inside the block, a
+    selector with expressions and a rule naming its ports only are taken, unchanged."""
+    rules = [
+        {"to": [{"ipBlock": {"cidr": "10.0.0.0/8", "except": ["10.1.0.0/16"]}}]},
+        {"to": [{"podSelector": {"matchExpressions": [{"key": "t", "operator": "In", "values": ["a"]}]}}]},
+        {"ports": [{"port": 3128, "protocol": "TCP"}]},
+    ]
+    parser = argparse.ArgumentParser()
+    operator_cli.add_arguments(parser)
+    flags = [item for rule in rules for item in ("--gateway-extra-egress", json.dumps(rule))]
+    args = parser.parse_args(flags)
+    assert args.gateway_extra_egress == rules

@@ -121,8 +121,16 @@ def _peer(value: object, where: str) -> None:
             raise EgressRuleError(f"{where}: ipBlock cannot be combined with a selector")
         block = _fields(peer["ipBlock"], frozenset({"cidr", "except"}), f"{where}.ipBlock")
         _cidr(block.get("cidr"), f"{where}.ipBlock.cidr")
+        outer = ipaddress.ip_network(block["cidr"], strict=False)
         for index, item in enumerate(_list(block.get("except", []), f"{where}.ipBlock.except")):
             _cidr(item, f"{where}.ipBlock.except[{index}]")
+            # The API server refuses an exception outside the block (or the whole block): the
+            # NetworkPolicy of every config, each pass.
+            inner = ipaddress.ip_network(item, strict=False)
+            if inner.version != outer.version or inner == outer or not inner.subnet_of(outer):  # type: ignore[arg-type]
+                raise EgressRuleError(
+                    f"{where}.ipBlock.except[{index}]: {item!r} is not a strict subset of {block['cidr']!r}"
+                )
     for selector in ("namespaceSelector", "podSelector"):
         if selector in peer:
             _selector(peer[selector], f"{where}.{selector}")
