@@ -130,12 +130,13 @@ def test_a_service_the_narrowed_operator_may_not_read_is_reported_with_the_rule_
     assert '"kubernetes.io/metadata.name": "auth"' in event["message"]
 
 
-def test_a_service_made_after_the_config_is_resolved_at_the_next_pass_and_reported_once(
+def test_a_service_made_after_the_config_is_resolved_at_the_next_pass_and_reported_per_change(
     cluster: FakeKubeApiServer,
 ) -> None:
-    """A default backend whose Service does not exist yet: one Warning Event for as long as that
-    holds (not one per resync pass); once the Service and its pods are there, the next pass opens the
-    pods' port. An ExternalName JWKS Service (no DNAT to pods) opens nothing extra and is no problem."""
+    """A default backend and a Redis store whose Services do not exist yet: one Warning Event while
+    that holds (not one per resync pass), naming no password of the Redis URL. Once the backend's
+    Service and pods are there, the next pass opens the pods' port and one more Event names what is
+    still unresolved. An ExternalName JWKS Service (no DNAT to pods) opens nothing and is no problem."""
     cluster.add(
         {
             "apiVersion": "v1",
@@ -144,14 +145,21 @@ def test_a_service_made_after_the_config_is_resolved_at_the_next_pass_and_report
             "spec": {"type": "ExternalName", "externalName": "idp.example.com"},
         }
     )
-    cluster.add(_config())
+    config = _config()
+    config["spec"]["extensions"] = {
+        "rateLimits": {"backend": "redis", "redis": {"url": "rediss://:s3cr3t-token@redis.cache.svc:6380/0"}}
+    }
+    cluster.add(config)
     reconciler = Reconciler(Kube(cluster.api_client()), DataPlaneSettings())
     for _ in range(3):
         assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
     (event,) = _unresolved_events(cluster)
     assert event["message"].startswith(
-        "spec.bbr.defaultBackend (fallback.inference.svc:80): Service inference/fallback does not exist"
+        "spec.extensions.rateLimits.redis.url (redis.cache.svc:6380): Service cache/redis does not exist"
     )
+    backend = "spec.bbr.defaultBackend (fallback.inference.svc:80): Service inference/fallback does not"
+    assert backend in event["message"]
+    assert "s3cr3t" not in event["message"]
     cluster.add(_service("inference", "fallback", 80, "http"))
     cluster.add(_pod("inference", "fallback", "http", 9000))
     assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
@@ -159,4 +167,8 @@ def test_a_service_made_after_the_config_is_resolved_at_the_next_pass_and_report
     assert policy is not None
     assert _egress_ports(policy, "inference") == [9000]
     assert _egress_ports(policy, "auth") == []
-    assert len(_unresolved_events(cluster)) == 1
+    assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
+    first, second = _unresolved_events(cluster)
+    assert first == event
+    assert second["message"].startswith("spec.extensions.rateLimits.redis.url (redis.cache.svc:6380)")
+    assert "defaultBackend" not in second["message"]
