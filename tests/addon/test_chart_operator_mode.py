@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import yaml
 
 from igw.addon import chart, configuration, pins
@@ -270,6 +271,7 @@ OPERATOR_MODE_SETTINGS: dict[str, Any] = {
     "tolerations": [{"key": "dedicated", "operator": "Exists"}],
     "networkPolicy.enabled": False,
     "networkPolicy.httpsEgressCidrs": ["10.0.0.0/8"],
+    "networkPolicy.dnsCidrs": ["169.254.20.10/32"],
     "networkPolicy.ingressCidrs": ["10.1.0.0/16"],
     "networkPolicy.extraEgress": [{"ports": [{"port": 4318, "protocol": "TCP"}]}],
     "serviceMonitor": {"enabled": True},
@@ -357,6 +359,25 @@ def test_auto_issued_tls_settings_reach_the_operator() -> None:
     assert "--tls-issuer" in default_args["containers"][0]["args"]
 
 
+@pytest.mark.parametrize("rule", [{}, {"to": []}, {"ports": [{"protocol": "TCP"}]}])
+def test_an_extra_egress_rule_that_allows_all_egress_is_refused(rule: dict[str, Any]) -> None:
+    """A rule naming no destination and no port (``{}``) is every destination on every port to
+    Kubernetes: the schema took it and the chart rendered it into the NetworkPolicy (gateway mode) or
+    the operator's ``--gateway-extra-egress`` (operator mode), so default-deny egress became allow-all
+    with no word. The schema refuses it, naming the rule and how to mean it; Helm refuses to render it."""
+    (problem,) = configuration.problems({"networkPolicy": {"extraEgress": [rule]}})
+    assert problem.startswith("networkPolicy.extraEgress[0]: "), problem
+    assert "allows all egress" in problem
+    assert "0.0.0.0/0" in problem
+    explicit = {"to": [{"ipBlock": {"cidr": "0.0.0.0/0"}}, {"ipBlock": {"cidr": "::/0"}}]}
+    assert configuration.problems({"networkPolicy": {"extraEgress": [explicit]}}) == []
+    import helm_python as helm
+
+    for mode in ("gateway", "operator"):
+        with pytest.raises(helm.HelmError, match="extraEgress/0"):
+            chart.render({"mode": mode, "networkPolicy": {"extraEgress": [rule]}})
+
+
 def test_extra_egress_rules_are_checked_by_the_configuration_schema() -> None:
     """``networkPolicy.extraEgress`` reaches the operator's gateways (``--gateway-extra-egress``): a rule
     that is not a NetworkPolicyEgressRule is refused at ``create-addon`` time, naming the field, instead
@@ -367,7 +388,12 @@ def test_extra_egress_rules_are_checked_by_the_configuration_schema() -> None:
         ({"to": "anywhere"}, "networkPolicy.extraEgress[0].to"),
         ({"ports": [{"port": 70000}]}, "networkPolicy.extraEgress[0].ports[0].port"),
         ({"to": [{"ipBlock": {"cidr": "169.254.20.10"}}]}, "networkPolicy.extraEgress[0].to[0].ipBlock.cidr"),
-        ({"from": []}, "networkPolicy.extraEgress[0]"),
+        ({"from": [], "ports": [{"port": 53}]}, "networkPolicy.extraEgress[0]"),
+        ({"to": [{"podSelector": {"matchLabels": "x"}}]}, "networkPolicy.extraEgress[0].to[0].podSelector"),
+        (
+            {"to": [{"namespaceSelector": {"matchExpressions": [{"key": "app", "operator": "In"}]}}]},
+            "networkPolicy.extraEgress[0].to[0].namespaceSelector.matchExpressions[0]",
+        ),
     ]:
         (problem,) = configuration.problems({"networkPolicy": {"extraEgress": [rule]}})
         assert problem.startswith(field), problem

@@ -104,3 +104,39 @@ def test_the_network_policy_opens_the_redis_ports_the_served_configuration_uses(
     assert {6380, 6390} <= set(_egress_ports(config))
     del config["spec"]["extensions"]["globalHeartbeat"]["redis"]
     assert {6379, 6390} <= set(_egress_ports(config))
+
+
+def _rule_ports(config: dict[str, Any], peer: dict[str, Any]) -> list[int]:
+    objects = chart.render({"mode": "gateway", "gateway": {"config": config}})
+    [policy] = [o for o in objects if o["kind"] == "NetworkPolicy"]
+    rules: list[dict[str, Any]] = policy["spec"]["egress"]
+    return [p["port"] for rule in rules if peer in rule.get("to", []) for p in rule["ports"]]
+
+
+def test_the_network_policy_opens_the_model_jwks_and_backend_ports_the_served_configuration_names() -> None:
+    """As igw operator's policy does (since s41): each scheduler's ``targetPort``, the default
+    backend's port, the JWKS URL's and, with ``oidcDiscovery``, the issuer's. Before s42 gateway mode
+    opened only ``networkPolicy.modelServerPorts`` (8000) and 443: a config whose model servers listen
+    on 9000, or whose JWKS is an in-cluster Keycloak on 8443, passed every check, and an enforcing CNI
+    dropped every request (502) or every key fetch (every token refused)."""
+    pods: dict[str, Any] = {"namespaceSelector": {}}
+    https: dict[str, Any] = {"ipBlock": {"cidr": "0.0.0.0/0"}}
+    config = _config()
+    assert (_rule_ports(config, pods), _rule_ports(config, https)) == ([8000], [443])
+    config["spec"]["schedulers"][0]["targetPort"] = 9000
+    config["spec"]["bbr"]["defaultBackend"] = {"name": "fallback", "port": 9100}
+    issuer = "https://kc.auth.svc:9443/realms/x"
+    config["spec"]["auth"] = {
+        "jwt": {
+            "provider": {
+                "name": "kc",
+                "issuer": issuer,
+                "remoteJWKS": {"uri": "https://kc.auth.svc:8443/realms/x/certs"},
+                "audiences": ["inference"],
+            }
+        }
+    }
+    assert _rule_ports(config, pods) == [8000, 9000, 9100]
+    assert _rule_ports(config, https) == [443, 8443]
+    config["spec"].setdefault("extensions", {})["authorization"] = {"oidcDiscovery": True}
+    assert _rule_ports(config, https) == [443, 8443, 9443]

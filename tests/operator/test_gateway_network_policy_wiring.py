@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -182,15 +183,83 @@ def test_the_charts_extra_egress_reaches_the_network_policy_of_every_operator_ga
         ('{"from": []}', "unknown field 'from'"),
         ("[]", "rule: expected an object"),
         ("{", "not JSON"),
+        ('{"to": [{"podSelector": {"matchLabels": "app=x"}}]}', "to[0].podSelector.matchLabels"),
+        ('{"to": [{"namespaceSelector": {"matchLabels": {"a b": "x"}}}]}', "'a b' is not a label key"),
+        (
+            '{"to": [{"podSelector": {"matchExpressions": [{"key": "app", "operator": "In"}]}}]}',
+            "to[0].podSelector.matchExpressions[0].values: In needs at least one value",
+        ),
+        (
+            '{"to": [{"ipBlock": {"cidr": "10.0.0.0/8", "except": ["192.168.0.0/16"]}}]}',
+            "to[0].ipBlock.except[0]: '192.168.0.0/16' is not a strict subset of '10.0.0.0/8'",
+        ),
+        ('{"to": [{"ipBlock": {"cidr": "::/0", "except": ["::/0"]}}]}', "is not a strict subset"),
+        ("{}", "allows all egress"),
+        ('{"to": [], "ports": []}', "allows all egress"),
+        ('{"ports": [{"port": 53}, {"protocol": "UDP"}]}', "allows all egress"),
     ],
 )
 def test_a_malformed_extra_egress_rule_is_refused_naming_the_field(
     rule: str, named: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Passed on as it was, the API server would refuse the NetworkPolicy of every config, each pass."""
+    """Passed on as it was, the API server would refuse the NetworkPolicy of every config, each pass.
+    A rule naming no destination and no port (``{}``) was accepted and turned every gateway's
+    default-deny egress into allow-all; it is refused too (naming the destinations means it). So is a
+    selector the API server refuses (only its field names were checked before s42)."""
     with pytest.raises(SystemExit) as exited:
         _parser().parse_args(["--gateway-extra-egress", rule])
     assert exited.value.code == 2
     error = capsys.readouterr().err
     assert "--gateway-extra-egress: not a NetworkPolicy egress rule" in error
     assert named in error
+
+
+def _dns_rule(policy: dict[str, Any]) -> dict[str, Any]:
+    rules: list[dict[str, Any]] = policy["spec"]["egress"]
+    (rule,) = [r for r in rules if {"port": 53, "protocol": "UDP"} in r.get("ports", [])]
+    return rule
+
+
+def test_the_charts_dns_cidrs_open_a_node_local_dns_cache_for_the_operator_and_every_gateway(
+    cluster: FakeKubeApiServer, kubeconfig: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """With a NodeLocal DNSCache (169.254.20.10, host network, so no pod selector matches it) the
+    operator's own NetworkPolicy opened DNS to the kube-dns pods only and ``extraEgress`` does not
+    reach it: under an enforcing CNI the operator resolved nothing, and no value could change that.
+    ``networkPolicy.dnsCidrs`` adds the resolver to the DNS rule of the operator, of gateway mode's
+    NetworkPolicy and (``--gateway-dns-cidr``) of every gateway the operator runs."""
+    cache = {"ipBlock": {"cidr": "169.254.20.10/32"}}
+    values = {"networkPolicy": {"dnsCidrs": ["169.254.20.10/32"]}}
+    assert configuration.problems(values) == []
+    rendered, args = _rendered_operator(values)
+    (own,) = [o for o in rendered if o["kind"] == "NetworkPolicy"]
+    assert cache in _dns_rule(own)["to"]
+    gateway_mode = chart.render({"mode": "gateway", **values})
+    (gateway_policy,) = [o for o in gateway_mode if o["kind"] == "NetworkPolicy"]
+    assert cache in _dns_rule(gateway_policy)["to"]
+    cluster.enforce_rbac(rendered)
+    operator = OperatorThread(_options(args, kubeconfig)).start()
+    try:
+        cluster.add(igwc("chat", model="mistral", app="mistral"))
+        wait_condition(cluster, "chat", "GatewayProgrammed", "True")
+        policy = find(cluster, "NetworkPolicy", "inference", "chat-gateway")
+    finally:
+        assert operator.stop() == 0
+    assert policy is not None
+    rule = _dns_rule(policy)
+    assert cache in rule["to"]
+    assert rule["to"][0]["podSelector"] == {"matchLabels": {"k8s-app": "kube-dns"}}
+    assert _refusals(caplog) == []
+
+
+def test_a_well_formed_extra_egress_rule_is_taken_as_given() -> None:
+    """The checks above refuse only what the API server would: an exception inside the block, a
+    selector with expressions and a rule naming its ports only are taken, unchanged."""
+    rules = [
+        {"to": [{"ipBlock": {"cidr": "10.0.0.0/8", "except": ["10.1.0.0/16"]}}]},
+        {"to": [{"podSelector": {"matchExpressions": [{"key": "t", "operator": "In", "values": ["a"]}]}}]},
+        {"ports": [{"port": 3128, "protocol": "TCP"}]},
+    ]
+    flags = [item for rule in rules for item in ("--gateway-extra-egress", json.dumps(rule))]
+    args = _parser().parse_args(flags)
+    assert args.gateway_extra_egress == rules

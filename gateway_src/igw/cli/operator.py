@@ -89,6 +89,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "AWS APIs; repeatable; default 0.0.0.0/0 and ::/0, both address families)",
     )
     parser.add_argument(
+        "--gateway-dns-cidr",
+        action="append",
+        type=cidr_block,
+        default=[],
+        metavar="CIDR",
+        help="a resolver the gateway pods' NetworkPolicy opens port 53 to besides the kube-dns pods, e.g. "
+        "169.254.20.10/32 for a NodeLocal DNSCache (host network, which no pod selector matches); "
+        "repeatable",
+    )
+    parser.add_argument(
         "--gateway-ingress-cidr",
         action="append",
         type=cidr_block,
@@ -105,9 +115,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=[],
         metavar="JSON",
         help="an egress rule added to every gateway pod's NetworkPolicy, a NetworkPolicyEgressRule as "
-        'JSON (e.g. \'{"to": [{"ipBlock": {"cidr": "169.254.20.10/32"}}], "ports": [{"port": 53, '
-        '"protocol": "UDP"}]}\' for a NodeLocal DNSCache); repeatable. The ports each config needs '
-        "(model servers, JWKS, Redis, observability) are opened without one",
+        'JSON (e.g. \'{"to": [{"ipBlock": {"cidr": "10.0.0.5/32"}}], "ports": [{"port": 3128}]}\' for an '
+        "HTTPS proxy); repeatable. The ports each config needs (model servers, JWKS, Redis, "
+        "observability) are opened without one, and a NodeLocal DNSCache with --gateway-dns-cidr",
     )
     parser.add_argument(
         "--no-gateway-network-policy",
@@ -233,6 +243,7 @@ def operator_options(args: argparse.Namespace) -> OperatorOptions:
         extra_env=tuple(args.gateway_env),
         https_egress_cidrs=tuple(args.gateway_https_egress_cidr) or DEFAULT_HTTPS_EGRESS_CIDRS,
         ingress_cidrs=tuple(args.gateway_ingress_cidr) or DEFAULT_INGRESS_CIDRS,
+        dns_cidrs=tuple(args.gateway_dns_cidr),
         extra_egress=tuple(args.gateway_extra_egress),
         network_policy=not args.no_gateway_network_policy,
     )

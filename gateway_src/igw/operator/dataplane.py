@@ -41,6 +41,7 @@ from igw.gateway.worker_count import AUTO, CPU_REQUEST_ENV
 from igw.gateway.worker_heartbeat import STUCK_AFTER_S
 from igw.gateway.workers import WORKER_ENV
 from igw.operator.placement import OFF_HYPERPOD_NODES, rolling_update, spread_constraints
+from igw.operator.service_ports import ServiceEgress, egress_rules
 from igw.operator.shutdown_timing import shutdown_timing
 
 CONFIG_KEY: Final = "config.yaml"
@@ -107,6 +108,11 @@ class DataPlaneSettings:
     ingress_cidrs: tuple[str, ...] = DEFAULT_INGRESS_CIDRS
     """Sources admitted on the gateway port (clients, the load balancer; ``igw operator
     --gateway-ingress-cidr``, the chart's ``networkPolicy.ingressCidrs``)."""
+    dns_cidrs: tuple[str, ...] = ()
+    """Resolvers the pods reach on port 53 besides the kube-dns pods (``igw operator
+    --gateway-dns-cidr``, the chart's ``networkPolicy.dnsCidrs``): a NodeLocal DNSCache on a
+    link-local address (169.254.20.10/32 on EKS). Its pods run on the host network, which no pod
+    selector matches, so without this an enforcing CNI dropped every lookup."""
     extra_egress: tuple[Mapping[str, Any], ...] = ()
     """NetworkPolicy egress rules added to every gateway's, after those derived from its config
     (``igw operator --gateway-extra-egress``, the chart's ``networkPolicy.extraEgress``; checked by
@@ -636,8 +642,8 @@ def _model_ports(spec: Mapping[str, Any]) -> list[int]:
     """The ports the gateway proxies to and scrapes: each scheduler's ``targetPort`` and the port of
     ``spec.bbr.defaultBackend`` (where requests naming no served model go). Before the latter was
     opened, those requests got a 502 from every gateway the operator runs whose default backend listened
-    on a port no scheduler used. The default backend is reached through its Service: a Service whose
-    ``targetPort`` differs from its ``port`` needs that port opened with ``networkPolicy.extraEgress``."""
+    on a port no scheduler used. The default backend is reached through its Service: the pod port behind
+    it, where it differs, is resolved through the API (:mod:`igw.operator.service_ports`)."""
     ports = {int(s.get("targetPort", DEFAULT_TARGET_PORT)) for s in spec.get("schedulers") or []}
     backend = (spec.get("bbr") or {}).get("defaultBackend")
     if isinstance(backend, Mapping) and backend.get("name"):
@@ -645,13 +651,18 @@ def _model_ports(spec: Mapping[str, Any]) -> list[int]:
     return sorted(ports) or [DEFAULT_TARGET_PORT]
 
 
-def network_policy(igwc: Mapping[str, Any], settings: DataPlaneSettings) -> dict[str, Any]:
+def network_policy(
+    igwc: Mapping[str, Any], settings: DataPlaneSettings, service_egress: ServiceEgress | None = None
+) -> dict[str, Any]:
     """Clients from :attr:`DataPlaneSettings.ingress_cidrs` in on the gateway port, pods of the cluster
-    (Prometheus, ``igw top``) on the management port; out only to DNS, the model servers' and the
+    (Prometheus, ``igw top``) on the management port; out only to DNS (the kube-dns pods and
+    :attr:`DataPlaneSettings.dns_cidrs`), the model servers' and the
     default backend's ports (:func:`_model_ports`), HTTPS (API server, JWKS and OIDC discovery on their
     URLs' ports, :func:`_https_ports`), the Redis ports of shared rate limits and of the global
     heartbeat store (:func:`_redis_ports`), the CloudWatch agent's / OTLP collector's ports when
-    the operator's settings send there, and the operator's extra rules
+    the operator's settings send there, the pod ports behind the config's in-cluster Services where
+    they differ from the Service ports (``service_egress``, :mod:`igw.operator.service_ports`: a
+    NetworkPolicy sees the pod's port after the Service's DNAT), and the operator's extra rules
     (:attr:`DataPlaneSettings.extra_egress`)."""
     spec = igwc.get("spec") or {}
     igwc_name = igwc["metadata"]["name"]
@@ -661,6 +672,8 @@ def network_policy(igwc: Mapping[str, Any], settings: DataPlaneSettings) -> dict
     if redis_ports:
         extra.append({"ports": [{"port": port, "protocol": "TCP"} for port in redis_ports]})
     extra.extend(settings.observability_egress())
+    if service_egress is not None:
+        extra.extend(egress_rules(service_egress))
     extra.extend(copy.deepcopy(dict(rule)) for rule in settings.extra_egress)
     return {
         "apiVersion": NETWORK_POLICY_API_VERSION,
@@ -687,7 +700,8 @@ def network_policy(igwc: Mapping[str, Any], settings: DataPlaneSettings) -> dict
                                 "matchLabels": {"kubernetes.io/metadata.name": "kube-system"}
                             },
                             "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
-                        }
+                        },
+                        *({"ipBlock": {"cidr": cidr}} for cidr in settings.dns_cidrs),
                     ],
                     "ports": [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}],
                 },
@@ -706,9 +720,14 @@ def network_policy(igwc: Mapping[str, Any], settings: DataPlaneSettings) -> dict
 
 
 def desired_objects(
-    igwc: Mapping[str, Any], settings: DataPlaneSettings, *, issued_acm_arn: str | None = None
+    igwc: Mapping[str, Any],
+    settings: DataPlaneSettings,
+    *,
+    issued_acm_arn: str | None = None,
+    service_egress: ServiceEgress | None = None,
 ) -> list[dict[str, Any]]:
-    """Every data-plane object, in apply order (configuration and identity before the pods).
+    """Every data-plane object, in apply order (configuration and identity before the pods);
+    ``service_egress``: the pod ports behind the config's in-cluster Services (its NetworkPolicy).
 
     For ``spec.tls: {}`` the Service waits for the auto-issued certificate (``issued_acm_arn``): a
     client endpoint that asked for TLS is never opened in plain HTTP meanwhile."""
@@ -725,7 +744,7 @@ def desired_objects(
         *([] if scaler is None else [scaler]),
         *([] if waits_for_certificate else [service(igwc, issued_acm_arn=issued_acm_arn)]),
         disruption_budget(igwc),
-        *([network_policy(igwc, settings)] if settings.network_policy else []),
+        *([network_policy(igwc, settings, service_egress)] if settings.network_policy else []),
     ]
 
 

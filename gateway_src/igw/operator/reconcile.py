@@ -60,6 +60,7 @@ from igw.operator.dataplane import (
     object_metadata,
 )
 from igw.operator.kube import ADOPTION_LABELS, IGWC_API_VERSION, Kube, namespace_terminating, refusal_text
+from igw.operator.service_ports import ServiceEgress, resolve, service_refs
 from igw.operator.status import Observation, Transition, compute_status
 from igw.operator.tls import (
     CERT_MANAGER_API,
@@ -80,6 +81,9 @@ from igw.operator.tls_sweep import ClusterIdentity
 
 log = logging.getLogger("igw.operator")
 NOTES_REASON = "FieldsWithoutEffect"
+PORTS_REASON = "ServicePortUnresolved"
+"""Warning Event: a Service port the config names whose pod port the operator could not resolve, so
+its NetworkPolicy may keep the gateway's connections out (:mod:`igw.operator.service_ports`)."""
 """The reason of the Event naming AWS's fields an object sets that igw accepts without acting on."""
 
 Clock = Callable[[], datetime]
@@ -157,6 +161,9 @@ class Reconciler:
         self._noted: dict[tuple[str, str], tuple[object, object]] = {}
         """``(namespace, name): (uid, generation)`` whose accepted-unused notes this process has
         handled (:meth:`_post_notes`): one Event per generation, not one per pass."""
+        self._ports_noted: dict[tuple[str, str], tuple[object, tuple[str, ...]]] = {}
+        """``(namespace, name): (uid, problems)`` of the unresolved Service ports last reported
+        (:meth:`_service_egress`): one Event when they change, not one per pass."""
 
     @property
     def acm(self) -> AcmImporter:
@@ -300,9 +307,12 @@ class Reconciler:
                 self._certificates_gone.pop(_identity(igwc)[:2], None)
                 tls = await self._auto_issue(igwc) if self._auto_tls.enabled else _AUTO_TLS_DISABLED
             try:
+                egress = await self._service_egress(igwc, served)
                 objects = [
                     *([] if tls.certificate is None else [tls.certificate]),
-                    *desired_objects(served, self._settings, issued_acm_arn=tls.acm_arn),
+                    *desired_objects(
+                        served, self._settings, issued_acm_arn=tls.acm_arn, service_egress=egress
+                    ),
                 ]
                 written = await self._kube.apply_all(
                     [(desired, initial_only_fields(desired, served)) for desired in objects]
@@ -408,6 +418,35 @@ class Reconciler:
                 reason,
                 refusal_text(exc),
             )
+
+    async def _service_egress(self, igwc: Mapping[str, Any], served: Mapping[str, Any]) -> ServiceEgress:
+        """The pod ports behind ``served``'s in-cluster Services (JWKS, OIDC discovery, default
+        backend) for its NetworkPolicy; those it cannot resolve logged and reported in one Warning
+        Event (``ServicePortUnresolved``) each time they change, naming the rule that opens them."""
+        if not self._settings.network_policy:
+            return ServiceEgress()
+        egress = await resolve(self._kube, service_refs(served))
+        meta = igwc["metadata"]
+        key, mark = (meta["namespace"], meta["name"]), (meta.get("uid"), egress.unresolved)
+        if self._ports_noted.get(key) == mark:
+            return egress
+        self._ports_noted[key] = mark
+        if not egress.unresolved:
+            return egress
+        message = "; ".join(egress.unresolved)
+        log.warning("%s/%s: %s", key[0], key[1], message)
+        try:
+            await self._kube.event(igwc, reason=PORTS_REASON, message=message, warning=True)
+        except Exception as exc:  # events are best effort
+            log.log(
+                logging.DEBUG if namespace_terminating(exc) else logging.WARNING,
+                "%s/%s: posting the %s event failed: %s",
+                key[0],
+                key[1],
+                PORTS_REASON,
+                refusal_text(exc),
+            )
+        return egress
 
     async def _post_notes(self, igwc: Mapping[str, Any]) -> None:
         """One Warning Event ``FieldsWithoutEffect`` per generation of ``igwc`` naming AWS's fields it
@@ -603,6 +642,7 @@ class Reconciler:
         await self._forget_import(igwc)
         await self._retire_certificate(igwc)
         self._certificates_gone.pop(_identity(igwc)[:2], None)
+        self._ports_noted.pop(_identity(igwc)[:2], None)
 
     async def _retire_certificate(self, igwc: Mapping[str, Any]) -> None:
         """Delete the Certificate this operator applied for ``igwc`` and the Secret cert-manager wrote

@@ -209,6 +209,53 @@ shared rate limits' (spec.extensions.rateLimits with the redis backend) and the 
 store's (spec.extensions.globalHeartbeat), each its URL's port or 6379. The NetworkPolicy opens
 them, as igw operator's does (igw.operator.dataplane._redis_ports).
 */}}
+{{- /*
+The ports gateway mode's NetworkPolicy opens to model servers: networkPolicy.modelServerPorts, each
+scheduler's targetPort (8000 by default) and bbr.defaultBackend's port, comma-separated, in that
+order, each once. Before session s42 only modelServerPorts was opened: a config whose schedulers
+listened on 9000 passed every check and got a 502 for each request under an enforcing CNI.
+*/ -}}
+{{- define "igw.modelPorts" -}}
+{{- $spec := include "igw.configSpec" . | fromYaml }}
+{{- $ports := list }}
+{{- range .Values.networkPolicy.modelServerPorts }}
+{{- $ports = append $ports (int . | toString) }}
+{{- end }}
+{{- range $spec.schedulers | default list }}
+{{- $ports = append $ports (int (.targetPort | default 8000) | toString) }}
+{{- end }}
+{{- with ($spec.bbr | default dict).defaultBackend }}
+{{- if .name }}
+{{- $ports = append $ports (int (.port | default 8000) | toString) }}
+{{- end }}
+{{- end }}
+{{- $ports | uniq | join "," }}
+{{- end }}
+
+{{- /*
+The HTTPS ports gateway mode's NetworkPolicy opens: 443, the port of the JWT provider's
+remoteJWKS.uri and, with extensions.authorization.oidcDiscovery, of its issuer (as operator mode).
+*/ -}}
+{{- define "igw.httpsPorts" -}}
+{{- $spec := include "igw.configSpec" . | fromYaml }}
+{{- $ports := list "443" }}
+{{- $provider := (($spec.auth | default dict).jwt | default dict).provider | default dict }}
+{{- if kindIs "map" $provider }}
+{{- $urls := list (($provider.remoteJWKS | default dict).uri | default "") }}
+{{- $authorization := (($spec.extensions | default dict).authorization | default dict) }}
+{{- if eq (toString (get $authorization "oidcDiscovery")) "true" }}
+{{- $urls = append $urls ($provider.issuer | default "") }}
+{{- end }}
+{{- range $url := $urls }}
+{{- if $url }}
+{{- $port := regexFind ":[0-9]+$" (urlParse $url).host | trimPrefix ":" | default "443" }}
+{{- $ports = append $ports $port }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- $ports | uniq | join "," }}
+{{- end }}
+
 {{- define "igw.redisPorts" -}}
 {{- $extensions := (include "igw.configSpec" . | fromYaml).extensions | default dict }}
 {{- $urls := list }}
