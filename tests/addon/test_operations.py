@@ -501,7 +501,9 @@ def test_delete_waits_until_the_addon_is_gone(aws: AwsFixture) -> None:
     waiter = operations.Waiter(
         sleep=clock.sleep, monotonic=clock.monotonic, poll_s=10, timeout_s=60, progress=lines.append
     )
-    operations.delete(clients=clients, cluster=CLUSTER, preserve=False, wait=waiter)
+    operations.delete(
+        clients=clients, cluster=CLUSTER, preserve=False, wait=waiter, allow_config_deletion=True
+    )
     assert clock.now == 30
     assert lines[-1] == f"{pins.IGW_ADDON_NAME}: deleted"
 
@@ -512,14 +514,18 @@ def test_a_deletion_that_fails_or_outlasts_the_timeout_is_reported(aws: AwsFixtu
     waiter = operations.Waiter(sleep=clock.sleep, monotonic=clock.monotonic, poll_s=10, timeout_s=20)
     _expect_delete(stubber, "DELETING", "DELETE_FAILED")
     with pytest.raises(operations.AddonOperationError) as failed:
-        operations.delete(clients=clients, cluster=CLUSTER, preserve=False, wait=waiter)
+        operations.delete(
+            clients=clients, cluster=CLUSTER, preserve=False, wait=waiter, allow_config_deletion=True
+        )
     assert str(failed.value).splitlines() == [
         f"{pins.IGW_ADDON_NAME} is DELETE_FAILED",
         "  - ClusterUnreachable: finalizer stuck [igw]",
     ]
     _expect_delete(stubber, "DELETING", "DELETING", "DELETING")
     with pytest.raises(operations.AddonOperationError, match="timed out after 20 s waiting for the deletion"):
-        operations.delete(clients=clients, cluster=CLUSTER, preserve=False, wait=waiter)
+        operations.delete(
+            clients=clients, cluster=CLUSTER, preserve=False, wait=waiter, allow_config_deletion=True
+        )
 
 
 def test_cli_delete_waits_unless_told_not_to(
@@ -529,13 +535,67 @@ def test_cli_delete_waits_unless_told_not_to(
 
     clients, stubber, _ = aws
     monkeypatch.setattr(addon_cli, "_clients", lambda _args: clients)  # the Stubber's, not boto3's own
-    argv = ["addon", "delete", "--cluster", CLUSTER, "--region", REGION]
+    argv = ["addon", "delete", "--cluster", CLUSTER, "--region", REGION, "--allow-config-deletion"]
     _expect_delete(stubber, "")
     assert cli.main(argv) == 0
     assert capsys.readouterr().out == f"{pins.IGW_ADDON_NAME}: deleted from {CLUSTER}\n"
     _expect_delete(stubber)
     assert cli.main([*argv, "--no-wait"]) == 0
     assert capsys.readouterr().out == f"{pins.IGW_ADDON_NAME}: deleting from {CLUSTER}\n"
+
+
+def test_delete_without_preserve_refuses_while_the_addon_installs_the_config_crd(
+    aws: AwsFixture, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without ``--preserve`` EKS removes the chart's InferenceGatewayConfig CRD unless it honours
+    ``helm.sh/resource-policy: keep`` (unverifiable), and with the CRD every InferenceGatewayConfig and
+    its gateway go. ``igw addon delete`` called ``DeleteAddon`` with no word; it refuses now (exit 1,
+    no ``DeleteAddon``: the Stubber has none queued) and names the safe ways, and goes ahead with
+    ``--preserve``, ``--allow-config-deletion`` or values that install no CRD."""
+    from igw.cli import addon as addon_cli
+
+    clients, stubber, _ = aws
+    monkeypatch.setattr(addon_cli, "_clients", lambda _args: clients)
+    argv = ["addon", "delete", "--cluster", CLUSTER, "--region", REGION, "--no-wait"]
+    stubber.add_response("describe_addon", _addon(pins.IGW_ADDON_NAME, pins.IGW_ADDON_VERSION), OURS)
+    assert cli.main(argv) == 1
+    err = capsys.readouterr().err
+    assert "refusing to delete igw-inference-gateway from" in err
+    assert "deleting the CRD deletes every InferenceGatewayConfig" in err
+    assert "gateway Deployment and load balancer Service" in err
+    assert "igw addon delete --preserve" in err
+    assert "--allow-config-deletion" in err
+    stubber.assert_no_pending_responses()
+
+    no_keep = json.dumps({"crds": {"keep": False}})
+    stubber.add_response(
+        "describe_addon",
+        _addon(pins.IGW_ADDON_NAME, pins.IGW_ADDON_VERSION, configurationValues=no_keep),
+        OURS,
+    )
+    with pytest.raises(operations.AddonOperationError, match=r"does not keep the CRD \(crds.keep: false\)"):
+        operations.delete(clients=clients, cluster=CLUSTER, preserve=False)
+
+    stubber.add_response("describe_addon", _addon(pins.IGW_ADDON_NAME, pins.IGW_ADDON_VERSION), OURS)
+    stubber.add_response(
+        "delete_addon",
+        _addon(pins.IGW_ADDON_NAME, pins.IGW_ADDON_VERSION, "DELETING"),
+        {"clusterName": CLUSTER, "addonName": pins.IGW_ADDON_NAME, "preserve": True},
+    )
+    assert cli.main([*argv, "--preserve"]) == 0
+    no_crds = json.dumps({"crds": {"enabled": False}})
+    stubber.add_response(
+        "describe_addon",
+        _addon(pins.IGW_ADDON_NAME, pins.IGW_ADDON_VERSION, configurationValues=no_crds),
+        OURS,
+    )
+    stubber.add_response(
+        "delete_addon",
+        _addon(pins.IGW_ADDON_NAME, pins.IGW_ADDON_VERSION, "DELETING"),
+        {"clusterName": CLUSTER, "addonName": pins.IGW_ADDON_NAME, "preserve": False},
+    )
+    assert cli.main(argv) == 0
+    stubber.assert_no_pending_responses()
 
 
 def test_versions_sorted_newest_first(aws: AwsFixture) -> None:

@@ -564,17 +564,63 @@ def _keep_irsa_role(values: Mapping[str, Any], current: Mapping[str, Any]) -> di
     return out
 
 
+def crd_removal_risks(current: Mapping[str, Any]) -> list[str]:
+    """Why deleting the installed add-on without ``preserve`` may delete every InferenceGatewayConfig
+    (empty when its values install no CRD).
+
+    Why: without ``preserve`` EKS removes every resource of the chart, the InferenceGatewayConfig CRD
+    among them. The chart marks it ``helm.sh/resource-policy: keep`` (``crds.keep``), but whether EKS's
+    removal honours Helm's annotation is not documented and cannot be tested here; where it does not,
+    the API server deletes every InferenceGatewayConfig with its CRD, and garbage collection each
+    one's gateway Deployment and load balancer Service. ``igw addon delete`` did that with no word."""
+    installed = _installed_values(current)
+    section = installed.get("crds")
+    crds: Mapping[str, Any] = section if isinstance(section, Mapping) else {}
+    if crds.get("enabled") is False:
+        return []
+    keep = (
+        "the chart does not keep the CRD (crds.keep: false)"
+        if crds.get("keep") is False
+        else "the chart marks the CRD helm.sh/resource-policy: keep, which EKS is not documented to honour"
+    )
+    gateways = (
+        "and with each one its gateway Deployment and load balancer Service (the endpoint gone)"
+        if installed.get("mode", "operator") == "operator"
+        else "(the objects; mode gateway serves from its own ConfigMap)"
+    )
+    return [
+        f"without --preserve EKS removes the add-on's Kubernetes resources, the InferenceGatewayConfig CRD "
+        f"among them: {keep}; deleting the CRD deletes every InferenceGatewayConfig in the cluster "
+        f"{gateways} (list them: kubectl get igwc -A)",
+        "keep them with igw addon delete --preserve (the resources stay, no longer managed by EKS), or "
+        "delete the InferenceGatewayConfigs you mean to remove first; pass --allow-config-deletion to "
+        "delete the add-on anyway",
+    ]
+
+
 def delete(
-    *, clients: AwsClients, cluster: str, preserve: bool, wait: Waiter | None = None
+    *,
+    clients: AwsClients,
+    cluster: str,
+    preserve: bool,
+    wait: Waiter | None = None,
+    allow_config_deletion: bool = False,
 ) -> dict[str, Any]:
     """Remove the add-on; ``preserve`` keeps its Kubernetes resources running. Returns the add-on as
     ``DeleteAddon`` answered it (``DELETING``), after waiting until it is gone when ``wait`` is given.
+    Without ``preserve`` it refuses, before ``DeleteAddon``, an add-on whose values install the
+    InferenceGatewayConfig CRD unless ``allow_config_deletion`` (:func:`crd_removal_risks`).
 
     Why wait: ``DeleteAddon`` only starts the removal. Returning at once (exit 0) let
     ``igw addon delete && igw addon create`` fail on an add-on still DELETING, and a removal that
     ended DELETE_FAILED went unreported."""
-    if clients.addons.describe_addon(cluster=cluster, name=ADDON) is None:
+    current = clients.addons.describe_addon(cluster=cluster, name=ADDON)
+    if current is None:
         raise AddonOperationError("cannot delete", [_not_installed(clients, cluster)])
+    if not preserve and not allow_config_deletion and (risks := crd_removal_risks(current)):
+        raise AddonOperationError(
+            f"refusing to delete {ADDON} from {cluster}: it may delete every InferenceGatewayConfig", risks
+        )
     deleting = clients.addons.delete_addon(cluster=cluster, name=ADDON, preserve=preserve)
     if wait is not None:
         wait_until_deleted(clients=clients, cluster=cluster, waiter=wait)

@@ -85,6 +85,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     delete = sub.add_parser("delete", help="remove the add-on")
     delete.add_argument("--cluster", type=eks_cluster_name, required=True, help="EKS cluster name")
     delete.add_argument("--preserve", action="store_true", help="keep its Kubernetes resources running")
+    delete.add_argument(
+        "--allow-config-deletion",
+        action="store_true",
+        help="delete without --preserve even though removing the InferenceGatewayConfig CRD would delete "
+        "every InferenceGatewayConfig and its gateway (refused otherwise)",
+    )
     delete.add_argument("--no-wait", action="store_true", help="return once EKS accepted the request")
     delete.add_argument(
         "--timeout",
@@ -294,7 +300,13 @@ def run(args: argparse.Namespace) -> int:
                 timeout_s=args.timeout, progress=lambda line: print(line, file=sys.stderr)
             )
         if args.addon_command == "delete":
-            operations.delete(clients=clients, cluster=args.cluster, preserve=args.preserve, wait=waiter)
+            operations.delete(
+                clients=clients,
+                cluster=args.cluster,
+                preserve=args.preserve,
+                wait=waiter,
+                allow_config_deletion=args.allow_config_deletion,
+            )
             done = "deleting from" if waiter is None else "deleted from"
             print(f"{operations.ADDON}: {done} {args.cluster}")
             return 0
