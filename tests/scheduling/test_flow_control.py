@@ -376,6 +376,26 @@ def test_retry_after_counts_only_the_queue_ahead_of_the_refused_band() -> None:
     assert fc.retry_after_s(1.0, max_s=1000) == 148  # no band given: the whole queue, as before
 
 
+def test_retry_after_leaves_out_higher_bands_sent_straight() -> None:
+    """Critical requests sent straight at 10/s take the capacity ahead of a Sheddable request; its
+    band drains at the queue's 1/s. Counting them told it 1 s where 10 s was the answer."""
+    fc = FlowController(_settings())
+    for i in range(10):
+        _offer(fc, f"s{i}", SHEDDABLE)
+    for i in range(10):
+        fc.dispatched(0.1 * i, CRITICAL)
+    _take_next(fc, 0.5)  # 1 Sheddable dispatched from the queue in the second
+    assert fc.retry_after_s(1.0, priority=SHEDDABLE) == 10  # 9 ahead + itself at 1/s
+    assert fc.retry_after_s(1.0, priority=CRITICAL) == 1  # every dispatch is turnover for the top band
+    assert fc.retry_after_s(1.0) == 1  # no band given: every dispatch, as before
+    fc.dispatched(1.0, SHEDDABLE)  # its own band and those below count
+    assert fc.retry_after_s(1.0, priority=SHEDDABLE) == 5
+    only_higher = FlowController(_settings())
+    _offer(only_higher, "s", SHEDDABLE)
+    only_higher.dispatched(0.0, CRITICAL)
+    assert only_higher.retry_after_s(0.5, priority=SHEDDABLE) == 60  # no evidence for its band
+
+
 @pytest.mark.parametrize(
     ("straight", "queued", "ahead", "now", "expected"),
     [
@@ -408,7 +428,7 @@ def test_retry_after_rate_table(
     events = sorted([(t, True) for t in straight] + [(t, False) for t in queued])
     for t, sent_straight in events:
         if sent_straight:
-            fc.dispatched(t)
+            fc.dispatched(t, STANDARD)
         else:
             _take_next(fc, t)
     assert len(fc) == ahead
