@@ -87,10 +87,10 @@ async def test_saturated_requests_wait_and_shed_lowest_band_first(gateway: Any) 
 
 
 async def test_retry_after_of_a_refused_critical_request_ignores_the_lower_bands_queued(gateway: Any) -> None:
-    """10 requests dispatched from the queue (1/s over the 10 s window); then 2 Critical and 20
-    Sheddable requests queued. A Critical arrival refused by its full band waits behind the 2 only:
-    Retry-After 3, not 9 (the whole queue, 23 s, within routing.retryAfter.maxSeconds 9: what it
-    told until session s42)."""
+    """10 requests dispatched from the queue in one pass (10/s: the rate's span is at least 1 s);
+    then 2 Critical and 20 Sheddable requests queued. A Critical arrival refused by its full band
+    waits behind the 2 only: Retry-After 1, not 3 (the whole queue, 23 at 10/s: what it told until
+    session s42, when the rate's span was the whole 10 s window and the answers 3 and 9)."""
     bands = [
         {"priority": 10, "maxRequests": 2, "dispatchBelow": 1.0},
         {"priority": 0, "dispatchBelow": 1.0},
@@ -113,7 +113,33 @@ async def test_retry_after_of_a_refused_critical_request_ignores_the_lower_bands
         status, headers, body = await send(gw, "chat")
         assert (status, body["error"]["code"]) == (429, "request_shed")
         assert "band_full" in body["error"]["message"]
-        assert headers["Retry-After"] == "3"
+        assert headers["Retry-After"] == "1"
+        for task in waiting:
+            task.cancel()
+        await asyncio.gather(*waiting, return_exceptions=True)
+
+
+async def test_retry_after_counts_the_requests_served_without_queueing(gateway: Any) -> None:
+    """20 Critical requests served straight (none queued), then the pod fills up and a Critical
+    arrival is refused by its full band (2 queued). Capacity turned over at 20 requests in about
+    a second: Retry-After 1, not routing.retryAfter.maxSeconds (9), what it told until session s42,
+    when only the queue's dispatches counted towards the rate."""
+    bands = [{"priority": 10, "maxRequests": 2, "dispatchBelow": 1.0}, {"priority": 0, "dispatchBelow": 1.0}]
+    async with (
+        running(FakeModelServer("a", waiting=0)) as (a,),
+        gateway(doc(bands=bands), {"pool": [a.key]}) as gw,
+    ):
+        assert [(await send(gw, "chat"))[0] for _ in range(20)] == [200] * 20
+        assert queued(gw) == {}  # every one of them went straight
+        a.waiting = 9
+        views = gw.state.runtime.schedulers["pool"].pool.views
+        await wait_for(lambda: views()[0].metrics.waiting == 9, what="saturated")
+        waiting = [asyncio.create_task(send(gw, "chat")) for _ in range(2)]
+        await wait_for(lambda: queued(gw) == {10: 2}, what="chat queued")
+        status, headers, body = await send(gw, "chat")
+        assert (status, body["error"]["code"]) == (429, "request_shed")
+        assert "band_full" in body["error"]["message"]
+        assert headers["Retry-After"] == "1"
         for task in waiting:
             task.cancel()
         await asyncio.gather(*waiting, return_exceptions=True)

@@ -348,12 +348,12 @@ def test_retry_after_from_the_dispatch_rate() -> None:
     assert fc.retry_after_s(0.0) == 60  # no evidence of draining yet: the upper bound
     for i in range(10):
         _offer(fc, f"r{i}", now=float(i))
-    for _ in range(5):
-        _take_next(fc, 10.0)
-    # 5 dispatches in the 10 s window = 0.5/s; 5 queued + the client itself = 12 s
+    for t in (0.0, 2.0, 4.0, 6.0, 8.0):
+        _take_next(fc, t)
+    # 5 dispatches over the 10 s window = 0.5/s; 5 queued + the client itself = 12 s
     assert fc.retry_after_s(10.0) == 12
     assert fc.retry_after_s(10.0, max_s=8) == 8
-    assert fc.retry_after_s(20.5) == 60  # the dispatches left the window: no evidence again
+    assert fc.retry_after_s(18.5) == 60  # the dispatches left the window: no evidence again
 
 
 def test_retry_after_counts_only_the_queue_ahead_of_the_refused_band() -> None:
@@ -363,8 +363,8 @@ def test_retry_after_counts_only_the_queue_ahead_of_the_refused_band() -> None:
     fc = FlowController(_settings())
     for i in range(5):
         _offer(fc, f"done{i}", CRITICAL)
-    for _ in range(5):
-        _take_next(fc, 0.0)  # 0.5 dispatches/s over the 10 s window
+    for t in (-9.0, -7.0, -5.0, -3.0, -1.0):
+        _take_next(fc, t)  # 0.5 dispatches/s over the 10 s window up to t=1
     for i in range(70):
         _offer(fc, f"s{i}", SHEDDABLE)
     for i in range(2):
@@ -374,6 +374,65 @@ def test_retry_after_counts_only_the_queue_ahead_of_the_refused_band() -> None:
     assert fc.retry_after_s(1.0, priority=STANDARD) == 8  # the Critical ones and its own band
     assert fc.retry_after_s(1.0, priority=SHEDDABLE, max_s=1000) == 148  # the whole queue
     assert fc.retry_after_s(1.0, max_s=1000) == 148  # no band given: the whole queue, as before
+
+
+def test_retry_after_leaves_out_higher_bands_sent_straight() -> None:
+    """Critical requests sent straight at 10/s take the capacity ahead of a Sheddable request; its
+    band drains at the queue's 1/s. Counting them told it 1 s where 10 s was the answer."""
+    fc = FlowController(_settings())
+    for i in range(10):
+        _offer(fc, f"s{i}", SHEDDABLE)
+    for i in range(10):
+        fc.dispatched(0.1 * i, CRITICAL)
+    _take_next(fc, 0.5)  # 1 Sheddable dispatched from the queue in the second
+    assert fc.retry_after_s(1.0, priority=SHEDDABLE) == 10  # 9 ahead + itself at 1/s
+    assert fc.retry_after_s(1.0, priority=CRITICAL) == 1  # every dispatch is turnover for the top band
+    assert fc.retry_after_s(1.0) == 1  # no band given: every dispatch, as before
+    fc.dispatched(1.0, SHEDDABLE)  # its own band and those below count
+    assert fc.retry_after_s(1.0, priority=SHEDDABLE) == 5
+    only_higher = FlowController(_settings())
+    _offer(only_higher, "s", SHEDDABLE)
+    only_higher.dispatched(0.0, CRITICAL)
+    assert only_higher.retry_after_s(0.5, priority=SHEDDABLE) == 60  # no evidence for its band
+
+
+@pytest.mark.parametrize(
+    ("straight", "queued", "ahead", "now", "expected"),
+    [
+        # 10 dispatched in the last second, 20 ahead: 10/s, 3 s (21 s over the whole window, until s42)
+        ((), [0.1 * i for i in range(10)], 20, 1.0, 3),
+        # the same turnover sent straight, none queued (told the upper bound 60 s until s42)
+        ([0.1 * i for i in range(10)], (), 20, 1.0, 3),
+        # half straight, half from the queue: one rate
+        ([0.2 * i for i in range(5)], [0.2 * i + 0.1 for i in range(5)], 20, 1.0, 3),
+        # a burst in one instant is not thousands a second: the span is at least 1 s
+        ((), [0.5] * 4, 7, 0.5, 2),
+        # a steady 2/s over the whole window: the window's span
+        ((), [0.5 * i for i in range(20)], 9, 10.0, 5),
+        # a stall: 10 dispatched in the first second, nothing in the 7 s since: 10 over 8 s
+        ((), [0.1 * i for i in range(10)], 20, 8.0, 17),
+        # the dispatches left the window: no evidence, the upper bound
+        ((), [0.1 * i for i in range(10)], 20, 10.95, 60),
+        # bounded below by min_s (1): a fast pool and nothing ahead
+        ([0.01 * i for i in range(100)], (), 0, 1.0, 1),
+    ],
+)
+def test_retry_after_rate_table(
+    straight: list[float], queued: list[float], ahead: int, now: float, expected: int
+) -> None:
+    """The estimator on a fake clock: every dispatch counts (queued or sent straight), over the time
+    since the oldest in the window (at least 1 s), the queue ahead plus the client at that rate."""
+    fc = FlowController(_settings())
+    for i in range(len(queued) + ahead):
+        _offer(fc, f"q{i}", STANDARD)
+    events = sorted([(t, True) for t in straight] + [(t, False) for t in queued])
+    for t, sent_straight in events:
+        if sent_straight:
+            fc.dispatched(t, STANDARD)
+        else:
+            _take_next(fc, t)
+    assert len(fc) == ahead
+    assert fc.retry_after_s(now, priority=STANDARD) == expected
 
 
 @pytest.mark.parametrize(

@@ -487,6 +487,14 @@ class FlowGates:
         settings = self.settings
         return None if settings is None else settings.engine_priority.get(scheduler)
 
+    def sent_straight(self, scheduler: str, priority: int) -> None:
+        """A request of band ``priority`` of ``scheduler``'s pool was placed on arrival, without
+        queueing: it counts towards the dispatch rate behind a refused request's ``Retry-After`` as
+        a queued one's dispatch does (:meth:`~igw.scheduling.flow_control.FlowController.dispatched`)."""
+        settings = self.settings
+        if settings is not None:
+            self._controller(scheduler, settings).dispatched(self.clock(), priority)
+
     def started(self, endpoint: EndpointKey, priority: int) -> None:
         """A request of band ``priority`` was sent to ``endpoint``."""
         counts = self._inflight.get(endpoint)

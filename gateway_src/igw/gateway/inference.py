@@ -738,6 +738,8 @@ async def _route(
         if priority is not None:
             steered = _steered(state, sr, priority, decision, rreq.request_id)
             decision = _preempting(state, sr, priority, steered)
+            if decision.kind is DecisionKind.PICKED:
+                state.flow.sent_straight(sr.spec.name, priority)  # capacity turning over: Retry-After's rate
         if decision.scores is PENDING_SCORES:
             obs.decided_later(sr.spec.name, elapsed)
         else:

@@ -64,6 +64,10 @@ NAMED_PRIORITIES: Final[Mapping[str, int]] = {
 EXTENSION_NAME: Final = "flowControl"
 DISPATCH_WINDOW_S: Final = 10.0
 """How far back dispatches count towards the dispatch rate behind a shed request's ``Retry-After``."""
+DISPATCH_MIN_SPAN_S: Final = 1.0
+"""The shortest span the dispatch rate is taken over: a burst dispatched in one pass is not a
+sustained rate of thousands a second (the saturation ``Retry-After``'s drain rate floors its span
+the same way)."""
 DEFAULT_POLL_INTERVAL: Final = "20ms"
 DEFAULT_DISPATCH_BELOW: Final = 0.9
 """The named Standard and Sheddable bands' ``dispatch_below``: a tenth of the pool stays free for
@@ -821,7 +825,11 @@ class FlowController:
         self._seq = itertools.count()
         self._bytes = 0
         self._dispatched: deque[float] = deque()
-        """Dispatch times within the last :data:`DISPATCH_WINDOW_S` (for the computed ``Retry-After``)."""
+        """Dispatch times within the last :data:`DISPATCH_WINDOW_S` (for the computed ``Retry-After``):
+        the queue's (:meth:`take`) and those sent without queueing (:meth:`dispatched`)."""
+        self._straight: dict[int, deque[float]] = {}
+        """The times of those sent without queueing, per band: a band above the refused request's
+        takes capacity ahead of it without ever being in the queue ahead (:meth:`retry_after_s`)."""
         self._arrivals: dict[int, deque[float]] = {}
         """Arrival times per band within the last :data:`ARRIVAL_WINDOW_S` (for ``slot_wait_s``)."""
         self._first_arrival: dict[int, float] = {}
@@ -1171,6 +1179,21 @@ class FlowController:
         self._dispatched.append(now)
         self._forget_dispatches_before(now - DISPATCH_WINDOW_S)
 
+    def dispatched(self, now: float, priority: int) -> None:
+        """Count a request of band ``priority`` sent without queueing (a pick made on arrival)
+        towards the rate behind :meth:`retry_after_s`, as :meth:`take` counts the queue's.
+
+        Both take a batch slot as capacity turns over. Counting the queue's alone told a Critical
+        request refused right after 20 requests were served straight (none queued) to come back at
+        ``maxSeconds`` (9 s in the probe over loopback HTTP) as if nothing drained (until session s42).
+        """
+        self._dispatched.append(now)
+        times = self._straight.get(priority)
+        if times is None:
+            times = self._straight[priority] = deque()
+        times.append(now)
+        self._forget_dispatches_before(now - DISPATCH_WINDOW_S)
+
     def cancel(self, request_id: str) -> QueuedRequest | None:
         """Remove a request whose client went away; ``None`` when it is no longer queued."""
         item = self._by_id.get(request_id)
@@ -1206,17 +1229,36 @@ class FlowController:
         (they dispatch first; lower bands never go before it); without ``priority``, the whole
         queue. Counting the whole queue told a Critical request refused by its full band (2 queued
         there) to come back in 37 s behind 70 queued Sheddable requests it would never wait for,
-        where 2 s was the answer (until session s42)."""
+        where 2 s was the answer (until session s42).
+
+        The rate is the dispatches of the last :data:`DISPATCH_WINDOW_S` over the time since the
+        oldest of them (at least :data:`DISPATCH_MIN_SPAN_S`): dividing by the whole window while
+        the dispatches spanned less of it (an overload's first seconds) made the rate too low, 10
+        dispatches in the last second read as 1/s, and a client behind 20 queued requests was told
+        21 s where 3 s was the answer (until session s42). A stall still lowers the rate: the span
+        runs to ``now``, not to the newest dispatch.
+
+        Requests of bands above ``priority`` sent without queueing do not count: they took the
+        capacity ahead of it, and counting them told a Sheddable request behind 9 queued ones,
+        with 1 a second of its band dispatched and 10 a second of Critical ones sent straight, 1 s
+        where 10 s was the answer."""
         self._forget_dispatches_before(now - DISPATCH_WINDOW_S)
-        if not self._dispatched:
+        counted = len(self._dispatched)
+        if priority is not None:
+            counted -= sum(len(times) for p, times in self._straight.items() if p > priority)
+        if counted <= 0:
             return max_s
-        rate = len(self._dispatched) / DISPATCH_WINDOW_S
+        span = min(DISPATCH_WINDOW_S, max(DISPATCH_MIN_SPAN_S, now - self._dispatched[0]))
+        rate = counted / span
         ahead = len(self._by_id) if priority is None else self.queued_at_or_above(priority)
         return max(min_s, min(max_s, math.ceil((ahead + 1) / rate)))
 
     def _forget_dispatches_before(self, horizon: float) -> None:
         while self._dispatched and self._dispatched[0] < horizon:
             self._dispatched.popleft()
+        for times in self._straight.values():
+            while times and times[0] < horizon:
+                times.popleft()
 
     def _remove(self, item: QueuedRequest) -> None:
         self._bands[item.priority].remove(item)
