@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import trustme
 
 from igw.cli.main import main
 from igw.config.paths import REPO_ROOT
@@ -50,6 +51,10 @@ SPEC = REPO_ROOT / "gateway_src" / "igw" / "sim" / "examples"
         (
             ["top", "http://127.0.0.1:1", "--screenshot-wait", "5"],
             "igw top: --screenshot-wait needs --screenshot",
+        ),
+        (
+            ["preflight", "--manifests", "deploy", "--probe-timeout", "30"],
+            "igw preflight: --probe-timeout does not apply to a run without --probe",
         ),
         (
             ["addon", "package", "--namespace", "team-charts"],
@@ -105,3 +110,13 @@ def test_a_package_without_push_still_takes_its_destination(
     assert main(["addon", "package", "--destination", str(tmp_path)]) == 0
     assert "does not apply" not in capsys.readouterr().err
     assert list(tmp_path.glob("inference-gateway-*.tgz"))
+
+
+def test_a_ca_bundle_without_probe_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``igw preflight --ca-bundle PEM`` without ``--probe`` fetched nothing and ran as if the probes had
+    used it; it is refused, and taken with ``--probe``."""
+    ca = tmp_path / "ca.pem"
+    trustme.CA().cert_pem.write_to_path(str(ca))
+    manifests = REPO_ROOT / "crds" / "examples"
+    assert main(["preflight", "--manifests", str(manifests), "--ca-bundle", str(ca)]) == 2
+    assert "igw preflight: --ca-bundle does not apply to a run without --probe" in capsys.readouterr().err
