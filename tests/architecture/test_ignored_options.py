@@ -57,6 +57,22 @@ SPEC = REPO_ROOT / "gateway_src" / "igw" / "sim" / "examples"
             "igw preflight: --probe-timeout does not apply to a run without --probe",
         ),
         (
+            ["operator", "--no-gateway-network-policy", "--gateway-ingress-cidr", "10.0.0.0/8"],
+            "igw operator: --gateway-ingress-cidr does not apply to --no-gateway-network-policy",
+        ),
+        (
+            ["operator", "--no-auto-tls", "--tls-sweep-seconds", "60", "--tls-issuer", "ClusterIssuer/ca"],
+            "igw operator: --tls-sweep-seconds, --tls-issuer do not apply to --no-auto-tls",
+        ),
+        (
+            ["operator", "--no-leader-election", "--lease-name", "mine"],
+            "igw operator: --lease-name does not apply to --no-leader-election",
+        ),
+        (
+            ["operator", "--gateway-emf-endpoint", "udp://127.0.0.1:25888"],
+            "igw operator: --gateway-emf-endpoint does not apply to --gateway-emf-interval 0",
+        ),
+        (
             ["addon", "package", "--namespace", "team-charts"],
             "igw addon package: --namespace does not apply to a package without --push",
         ),
@@ -82,7 +98,8 @@ def test_an_option_that_would_do_nothing_is_refused(
     argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """``igw sim run --trace T --rate 5`` replayed the trace at its own rate; ``igw addon package
-    --namespace NS`` (no ``--push``) pushed nowhere and ``versions --check-pins --addon-name X`` checked
+    --namespace NS`` (no ``--push``) pushed nowhere, ``igw operator --no-gateway-network-policy
+    --gateway-ingress-cidr C`` wrote no policy at all and ``versions --check-pins --addon-name X`` checked
     the CDK app's pins, not X (refused before any AWS client exists); ``igw serve
     --worker-timeout 5`` (one process) and ``--emf-endpoint`` without an interval started with no
     check and no CloudWatch feed; ``igw top --screenshot-after 5`` opened the live view. Each exit 0."""
