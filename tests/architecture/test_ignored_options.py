@@ -73,6 +73,14 @@ SPEC = REPO_ROOT / "gateway_src" / "igw" / "sim" / "examples"
             "igw operator: --gateway-emf-endpoint does not apply to --gateway-emf-interval 0",
         ),
         (
+            ["perf", "workers", "--workers", "1", "--rounds", "1", "--seconds", "5"],
+            "igw perf workers: --seconds does not apply to --load raw",
+        ),
+        (
+            ["perf", "workers", "--load", "wrk", "--requests", "3000"],
+            "igw perf workers: --requests does not apply to --load wrk",
+        ),
+        (
             ["addon", "package", "--namespace", "team-charts"],
             "igw addon package: --namespace does not apply to a package without --push",
         ),
