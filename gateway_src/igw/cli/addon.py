@@ -212,7 +212,19 @@ def _values_text(value: str) -> str:
     As ``aws eks create-addon --configuration-values`` takes them - the values inline, or
     ``file://PATH`` - so that its documented commands work with this wrapper unchanged; a plain path
     (this command's earlier form) still names a file. Before, an inline value was taken for a file
-    name, and the error quoted the whole value, tokens included."""
+    name, and the error quoted the whole value, tokens included. An empty value (``"$VALUES"`` of an
+    unset variable) or a bare ``file://`` is refused as such: it was read as the current folder,
+    "cannot read : Is a directory"."""
+    # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
+    from igw.addon.configuration import ConfigurationValuesError
+
+    if not value.removeprefix(FILE_PREFIX).strip():
+        raise ConfigurationValuesError(
+            [
+                f"--configuration-values {value!r} names no values: pass them inline "
+                "('{}' for none), as file://PATH or as a PATH"
+            ]
+        )
     if value.startswith(FILE_PREFIX):
         return _read_values_file(value.removeprefix(FILE_PREFIX))
     if _inline(value) and not _names_a_file(value):
