@@ -175,6 +175,20 @@ def test_a_selection_that_leaves_no_check_is_a_usage_error(
     assert code == 2
 
 
+@pytest.mark.parametrize("option", ["--manifests", "--cdk-out"])
+@pytest.mark.parametrize("command", ["preflight", "audit"])
+def test_an_empty_source_path_is_refused_not_read_as_the_current_folder(
+    command: str, option: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``igw audit --cdk-out "$CDK_OUT"`` with the variable unset got ``''``, which is ``Path('.')``:
+    it scanned the current folder (from a checkout, the test fixtures: "21 failed ... exit 1") and
+    reported on it as the deployment asked about."""
+    with pytest.raises(SystemExit) as exited:
+        cli(command, option, "")
+    assert exited.value.code == 2
+    assert f"argument {option}: '' names no file or folder" in capsys.readouterr().err
+
+
 def test_table_output_shows_findings_and_summary(insecure_dir: Path) -> None:
     code, out = cli("audit", "--manifests", str(insecure_dir))
     assert code == 1

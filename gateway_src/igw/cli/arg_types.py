@@ -318,6 +318,15 @@ def preset_name(text: str) -> str:
     return text
 
 
+def source_path(text: str) -> Path:
+    """A file or folder to read (``igw preflight/audit --manifests``, ``--cdk-out``), not empty: ``''``
+    is ``Path('.')``, so ``--cdk-out "$CDK_OUT"`` with the variable unset scanned the current folder
+    (a checkout's test fixtures, say) and reported on it as the deployment asked about."""
+    if not text:
+        raise argparse.ArgumentTypeError("'' names no file or folder")
+    return Path(text)
+
+
 def ca_bundle(text: str) -> str:
     """A PEM file of CA certificates that loads (``igw preflight --ca-bundle``): a missing or non-PEM
     file was found only by the probes, each check reporting "FileNotFoundError: [Errno 2] No such
