@@ -7,7 +7,21 @@ STAMP := $(VENV)/.installed
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: test demo lint typecheck unit generate synth bench clean perf-compiled
+.PHONY: help venv test demo lint typecheck unit generate synth clean perf-compiled
+
+# The first target, so a bare `make` lists the targets instead of building anything.
+help:
+	@echo "make test           ruff, mypy --strict, the import-layer contracts and the whole test suite"
+	@echo "make demo           simulated GPU fleet + gateway on loopback, gateway vs round-robin, report"
+	@echo "make lint           ruff check, ruff format --check, lint-imports"
+	@echo "make typecheck      mypy --strict"
+	@echo "make unit           the test suite alone (pytest -n 2)"
+	@echo "make generate       regenerate the CRDs and schemas derived from schemas/ (igw generate)"
+	@echo "make synth          offline CDK synthesis into cdk.out, with cdk-nag"
+	@echo "make perf-compiled  the mypyc-compiled hot path against pure Python (PAIRS=3)"
+	@echo "make venv           create .venv and install the project with its extras"
+	@echo "make clean          remove .venv, cdk.out and the tool caches"
+	@echo "Every target but help and clean creates .venv first; igw COMMAND --help for the CLI."
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)

@@ -8,6 +8,8 @@ import pytest
 import yaml
 
 from igw.addon import chart, configuration, pins
+from igw.cli.main import build_parser
+from igw.cli.operator import refuse_ignored_options
 from igw.operator.dataplane import DataPlaneSettings, desired_objects
 from igw.operator.tls import CLUSTER_ACCESS, KUBE_ACCESS
 
@@ -397,3 +399,21 @@ def test_extra_egress_rules_are_checked_by_the_configuration_schema() -> None:
     ]:
         (problem,) = configuration.problems({"networkPolicy": {"extraEgress": [rule]}})
         assert problem.startswith(field), problem
+
+
+def test_the_operator_args_the_chart_renders_are_never_refused_as_ignored(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``igw operator`` refuses an option its switches leave without effect (``--no-auto-tls
+    --tls-issuer X``); the chart's container args, with each switch on and off, pass that check."""
+    for values in (
+        {},
+        {"operator": {"autoTls": False}},
+        {"networkPolicy": {"enabled": False}},
+        {"gateway": {"cloudWatch": {"enabled": True, "emfIntervalSeconds": 60}}},
+        {"gateway": {"workers": 1}},
+    ):
+        (deployment,) = [o for o in _objects(values) if o["kind"] == "Deployment"]
+        args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+        parsed = build_parser().parse_args(args)
+        assert not refuse_ignored_options(parsed), (values, capsys.readouterr().err)

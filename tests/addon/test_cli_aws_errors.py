@@ -144,6 +144,17 @@ def test_a_missing_file_url_names_the_option(tmp_path: Path, capsys: pytest.Capt
 
 
 @pytest.mark.usefixtures("no_aws_setup")
+@pytest.mark.parametrize("given", ["", "file://", "  "])
+def test_empty_configuration_values_are_named_as_such(given: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--configuration-values "$VALUES"`` with the variable unset (or a bare ``file://``) was read as
+    the current folder: "cannot read : Is a directory"."""
+    assert main(["addon", "update", "--cluster", "c", "--configuration-values", given]) == 2
+    err = capsys.readouterr().err
+    assert f"--configuration-values {given!r} names no values" in err
+    assert "Is a directory" not in err
+
+
+@pytest.mark.usefixtures("no_aws_setup")
 @pytest.mark.parametrize("prefix", ["", "file://"])
 def test_a_values_file_that_is_not_text_is_refused_naming_it(
     tmp_path: Path, prefix: str, capsys: pytest.CaptureFixture[str]

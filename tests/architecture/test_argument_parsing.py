@@ -23,6 +23,7 @@ from igw.cli.arg_types import (
     output_directory,
     output_file,
     region_name,
+    source_path,
 )
 from igw.cli.main import build_parser, main
 from igw.config.paths import REPO_ROOT
@@ -197,6 +198,28 @@ def test_an_output_path_that_cannot_be_written_is_refused_while_parsing(
         checked += 1
     assert checked >= 7, checked
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
+
+
+def test_an_empty_path_is_refused_by_every_output_folder_and_scanned_source_option(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``''`` (``--out "$OUT"`` of an unset variable) is ``Path('.')``: ``igw demo --out=`` and ``igw
+    bench --out=`` wrote their reports into the folder they ran in, ``igw addon package
+    --destination=`` its archive, and ``igw audit --cdk-out=`` scanned the current folder and reported
+    on it. Each refuses it while parsing now, naming the option."""
+    checked = []
+    for words, action in _options(build_parser()):
+        if action.type not in (output_directory, source_path):
+            continue
+        flag = action.option_strings[-1]
+        with pytest.raises(SystemExit) as exited:
+            build_parser().parse_args([*words, f"{flag}="])
+        assert exited.value.code == 2, (words, flag)
+        assert f"argument {'/'.join(action.option_strings)}: '' names no f" in capsys.readouterr().err
+        checked.append(f"{' '.join(words)} {flag}")
+    assert {"demo --out", "addon package --destination", "audit --cdk-out", "preflight --manifests"} <= set(
+        checked
+    ), checked
 
 
 def test_checking_an_output_directory_leaves_nothing_behind(tmp_path: Path) -> None:

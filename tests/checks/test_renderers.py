@@ -158,6 +158,37 @@ def test_check_selection(insecure_dir: Path) -> None:
     assert "IGW-AU201" not in {r["checkId"] for r in json.loads(out)["results"]}
 
 
+def test_a_selection_that_leaves_no_check_is_a_usage_error(
+    insecure_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--check X --skip-check X`` ran no check and printed "0 failed, 0 warnings, 0 passed, 0
+    skipped (... exit 0)": a CI gate that passes whatever the manifests hold. It is refused (exit 2)."""
+    code, out = cli(
+        "audit", "--manifests", str(insecure_dir), "--check", "IGW-AU201", "--skip-check", "IGW-AU201"
+    )
+    assert code == 2
+    assert out == ""
+    assert "leave no check to run" in capsys.readouterr().err
+    code, _ = cli(
+        "preflight", "--manifests", str(insecure_dir), "--check", "IGW-PF001", "--skip-check", "IGW-PF001"
+    )
+    assert code == 2
+
+
+@pytest.mark.parametrize("option", ["--manifests", "--cdk-out"])
+@pytest.mark.parametrize("command", ["preflight", "audit"])
+def test_an_empty_source_path_is_refused_not_read_as_the_current_folder(
+    command: str, option: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``igw audit --cdk-out "$CDK_OUT"`` with the variable unset got ``''``, which is ``Path('.')``:
+    it scanned the current folder (from a checkout, the test fixtures: "21 failed ... exit 1") and
+    reported on it as the deployment asked about."""
+    with pytest.raises(SystemExit) as exited:
+        cli(command, option, "")
+    assert exited.value.code == 2
+    assert f"argument {option}: '' names no file or folder" in capsys.readouterr().err
+
+
 def test_table_output_shows_findings_and_summary(insecure_dir: Path) -> None:
     code, out = cli("audit", "--manifests", str(insecure_dir))
     assert code == 1

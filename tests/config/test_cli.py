@@ -36,7 +36,9 @@ def test_examples_are_valid(capsys: pytest.CaptureFixture[str]) -> None:
     out, err = capsys.readouterr()
     assert out == ""
     assert "0 problem(s)" in err
-    assert "skipped document 2 (kind ConfigMap)" in err
+    # configmap-ref.yaml's ConfigMap holds the EndpointPickerConfig its configMapRef names: checked too
+    assert "1 EndpointPickerConfig document(s)" in err
+    assert "skipped document 2 (kind ConfigMap)" not in err
 
 
 def test_aws_fields_igw_does_not_use_are_named_in_notes_and_the_exit_code_stays_0(
@@ -190,7 +192,8 @@ def test_real_process_exit_codes_and_streams(tmp_path: Path) -> None:
     )
     assert done.returncode == 1
     assert len(done.stdout.splitlines()) == 3
-    assert "2 InferenceGatewayConfig document(s) checked, 3 problem(s)" in done.stderr
+    counted = "2 InferenceGatewayConfig document(s) and 1 EndpointPickerConfig document(s) checked"
+    assert f"{counted}, 3 problem(s)" in done.stderr
 
 
 def test_broken_contract_exits_2(tmp_path: Path, repo_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -287,6 +290,59 @@ def test_a_misspelled_plugin_type_names_the_closest_known_type(
         "(did you mean 'queue-scorer'?); known: " in out
     )
     assert "kv-cache-utilization-scorer" in out  # the full list still follows
+
+
+def _config_map(picker: str, *, key: str = "default-plugins.yaml") -> str:
+    """A ConfigMap manifest holding ``picker`` under ``key`` as a literal block, as
+    ``crds/examples/configmap-ref.yaml`` does (its ``data`` key on line 5)."""
+    body = "".join(f"    {line}\n" for line in picker.splitlines())
+    return f"apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: plugins}}\ndata:\n  {key}: |\n{body}"
+
+
+def test_a_configmap_holding_a_picker_config_has_its_plugins_checked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The README's plugins file is "the ConfigMap in crds/examples/configmap-ref.yaml", the form
+    ``kubectl apply`` takes beside the InferenceGatewayConfig; ``igw validate`` skipped every ConfigMap,
+    so ``type: queue-scorrer`` in one exited 0 and the gateway refused it later. Its
+    EndpointPickerConfig is checked as a plugins file is, each problem at its line in the file."""
+    path = tmp_path / "cm.yaml"
+    path.write_text(_config_map(_REFERENCE_PICKER.replace("type: queue-scorer", "type: queue-scorrer")))
+    assert main(["validate", str(path)]) == 1
+    out, err = capsys.readouterr()
+    lines = path.read_text().splitlines()
+    assert "type: queue-scorrer" in lines[8]  # line 9 of the file
+    assert (
+        f"{path}:9: data[default-plugins.yaml].plugins[0].type: unknown plugin type 'queue-scorrer' "
+        "(did you mean 'queue-scorer'?)" in out
+    )
+    assert "[endpoint-picker-config]" in out
+    assert "skipped document" not in err
+    assert "1 EndpointPickerConfig document(s) checked" in err
+    # a parameter the gateway replaces by its default: a warning at its line, a problem with --strict-plugins
+    assert "blockSize: 0" in lines[10]
+    path.write_text(_config_map(_REFERENCE_PICKER))
+    assert main(["validate", str(path)]) == 0
+    err = capsys.readouterr().err
+    warned = "warning: data[default-plugins.yaml].plugins[1].parameters.blockSize: must be >= 1"
+    assert f"{path}:11: {warned}" in err
+    assert main(["validate", "--strict-plugins", str(path)]) == 1
+    assert "[endpoint-picker-parameter]" in capsys.readouterr().out
+
+
+def test_a_configmap_entry_naming_the_picker_kind_that_is_not_yaml_is_a_problem(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A plugins entry with a YAML error is reported, not skipped; other ConfigMaps stay skipped."""
+    path = tmp_path / "cm.yaml"
+    path.write_text(
+        _config_map("kind: EndpointPickerConfig\nplugins: [\n")
+        + "---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: other}\ndata: {a: b}\n"
+    )
+    assert main(["validate", str(path)]) == 1
+    out, err = capsys.readouterr()
+    assert f"{path}:5: data[default-plugins.yaml]: line 3, column 1: " in out
+    assert "skipped document 2 (kind ConfigMap)" in err
 
 
 def test_stdin_that_is_not_utf8_is_an_unreadable_file_not_a_traceback() -> None:

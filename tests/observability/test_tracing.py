@@ -10,6 +10,7 @@ import logging
 import socket
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -19,6 +20,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
+from igw.cli.main import main
+from igw.config.paths import REPO_ROOT
 from igw.gateway.decision_log import DecisionLog
 from igw.gateway.tracing import FIRST_TOKEN_EVENT, Tracing
 from igw.gateway.tracing_options import SERVICE_NAME, TracingConfigError, TracingOptions, tracing_options
@@ -28,6 +31,8 @@ from tests.gateway.fake_model_server import FakeModelServer, running
 from tests.gateway.fixtures import Gateway
 from tests.gateway.support import config_doc, scheduler, wait_for
 from tests.security.helpers import GuardMaker, TokenFactory, bearer
+
+EXAMPLES = REPO_ROOT / "crds" / "examples"
 
 MODEL = "llama"
 TRACE_ID = "0af7651916cd43dd8448eb211c80319c"
@@ -237,6 +242,27 @@ async def test_sampling_ratio_zero_records_nothing_but_still_propagates(
 def test_tracing_refuses_a_ratio_outside_zero_to_one(ratio: float) -> None:
     with pytest.raises(TracingConfigError, match="--otel-sample-ratio"):
         tracing_options("http://127.0.0.1:4318", ratio, env={})
+
+
+def test_a_sample_ratio_without_a_receiver_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``igw serve --otel-sample-ratio 0.1`` with no ``--otel-endpoint`` and no
+    ``OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT`` started with tracing off and said nothing of the ratio;
+    it is refused (exit 2), and still taken with an endpoint from either place."""
+    with pytest.raises(TracingConfigError, match="--otel-sample-ratio needs --otel-endpoint"):
+        tracing_options(None, 0.1, env={})
+    from_env = tracing_options(None, 0.1, env={"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"})
+    assert from_env is not None
+    assert from_env.sample_ratio == 0.1
+    assert tracing_options(None, None, env={}) is None
+    for name in ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_SDK_DISABLED"):
+        monkeypatch.delenv(name, raising=False)
+    endpoints = tmp_path / "endpoints.yaml"
+    endpoints.write_text("schedulers: {}\n")
+    argv = ["serve", "--config", str(EXAMPLES / "single-model.yaml"), "--endpoints", str(endpoints)]
+    assert main([*argv, "--otel-sample-ratio", "0.1"]) == 2
+    assert "--otel-sample-ratio needs --otel-endpoint" in capsys.readouterr().err
 
 
 async def test_a_queued_request_has_a_queue_span_and_its_dispatch_is_in_the_decision_log(

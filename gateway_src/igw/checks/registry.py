@@ -140,7 +140,9 @@ def checks_for(command: Command) -> tuple[Check, ...]:
 def select(
     command: Command, *, only: list[str] | None = None, skip: list[str] | None = None
 ) -> tuple[Check, ...]:
-    """The command's checks filtered by ``--check``/``--skip-check`` IDs; ``ValueError`` on unknown IDs."""
+    """The command's checks filtered by ``--check``/``--skip-check`` IDs; ``ValueError`` on unknown IDs
+    and on a selection that leaves no check: a run of no check reports nothing and exits 0, a CI gate
+    that passes whatever the cluster holds."""
     checks = checks_for(command)
     known = {c.meta.id for c in checks}
     for wanted in (only or []) + (skip or []):
@@ -148,4 +150,7 @@ def select(
             raise ValueError(
                 f"unknown check ID {wanted!r} for igw {command.value}; known: {', '.join(sorted(known))}"
             )
-    return tuple(c for c in checks if (not only or c.meta.id in only) and c.meta.id not in set(skip or []))
+    chosen = tuple(c for c in checks if (not only or c.meta.id in only) and c.meta.id not in set(skip or []))
+    if not chosen:
+        raise ValueError("--check and --skip-check leave no check to run (every --check is skipped too)")
+    return chosen

@@ -17,6 +17,7 @@ from igw.cli.arg_types import (
     output_directory,
     region_name,
 )
+from igw.cli.option_scope import refuse_given
 from igw.redaction import redact_value
 
 HELP = "Manage the inference gateway EKS add-on: versions, create, update, delete, package."
@@ -217,7 +218,19 @@ def _values_text(value: str) -> str:
     As ``aws eks create-addon --configuration-values`` takes them - the values inline, or
     ``file://PATH`` - so that its documented commands work with this wrapper unchanged; a plain path
     (this command's earlier form) still names a file. Before, an inline value was taken for a file
-    name, and the error quoted the whole value, tokens included."""
+    name, and the error quoted the whole value, tokens included. An empty value (``"$VALUES"`` of an
+    unset variable) or a bare ``file://`` is refused as such: it was read as the current folder,
+    "cannot read : Is a directory"."""
+    # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
+    from igw.addon.configuration import ConfigurationValuesError
+
+    if not value.removeprefix(FILE_PREFIX).strip():
+        raise ConfigurationValuesError(
+            [
+                f"--configuration-values {value!r} names no values: pass them inline "
+                "('{}' for none), as file://PATH or as a PATH"
+            ]
+        )
     if value.startswith(FILE_PREFIX):
         return _read_values_file(value.removeprefix(FILE_PREFIX))
     if _inline(value) and not _names_a_file(value):
@@ -276,11 +289,32 @@ def _refuse_invalid_input(args: argparse.Namespace, values: dict[str, Any] | Non
         )
 
 
+def _refuse_ignored_options(args: argparse.Namespace) -> bool:
+    """Refuse (print and return ``True``) an option the chosen form of the action would ignore:
+    ``package --namespace NS`` without ``--push`` wrote the archive and pushed nowhere,
+    ``versions --check-pins --addon-name X`` checked the CDK app's pins and not X, and ``--timeout``
+    with ``--no-wait`` waited for nothing; each ran and exited 0 as if the option had been honoured."""
+    command = f"igw addon {args.addon_command}"
+    if args.addon_command == "package" and not args.push:
+        return refuse_given(args, command=command, mode="a package without --push", ignored=_PUSH_ONLY)
+    if args.addon_command == "versions" and args.check_pins:
+        return refuse_given(args, command=command, mode="--check-pins", ignored=("addon_name",))
+    if getattr(args, "no_wait", False):
+        return refuse_given(args, command=command, mode="--no-wait", ignored=("timeout",))
+    return False
+
+
+_PUSH_ONLY: Final = ("namespace", "region", "profile")
+"""``igw addon package`` options that only the push to ECR reads."""
+
+
 def run(args: argparse.Namespace) -> int:
     # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
     from igw.addon import configuration, operations, pins
     from igw.addon.eks_api import AddonApiError
 
+    if _refuse_ignored_options(args):
+        return EXIT_USAGE
     try:
         if args.addon_command == "package":
             return _package(args)

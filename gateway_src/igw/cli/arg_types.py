@@ -196,8 +196,12 @@ def output_directory(text: str) -> Path:
     Checked by creating the missing part of the path and a nameless temporary file in it, then
     removing both, so a parse has no lasting effect; the command creates the directory when it writes
     (:func:`create_parent` for an :func:`output_file`). An existing directory no file can be created
-    in (read-only, ``/proc``) passed before, and the command failed when it wrote its results.
+    in (read-only, ``/proc``) passed before, and the command failed when it wrote its results. ``''``
+    (``--out "$OUT"`` of an unset variable) is refused: it was ``Path('.')``, and the report went
+    into whatever folder the command ran in.
     """
+    if not text:
+        raise argparse.ArgumentTypeError("'' names no folder")
     path = Path(text)
     if path.exists() and not path.is_dir():
         raise argparse.ArgumentTypeError(f"{text!r} exists and is not a directory")
@@ -316,6 +320,15 @@ def preset_name(text: str) -> str:
     if text not in PRESETS:
         raise argparse.ArgumentTypeError(f"unknown preset {text!r} (known: {', '.join(sorted(PRESETS))})")
     return text
+
+
+def source_path(text: str) -> Path:
+    """A file or folder to read (``igw preflight/audit --manifests``, ``--cdk-out``), not empty: ``''``
+    is ``Path('.')``, so ``--cdk-out "$CDK_OUT"`` with the variable unset scanned the current folder
+    (a checkout's test fixtures, say) and reported on it as the deployment asked about."""
+    if not text:
+        raise argparse.ArgumentTypeError("'' names no file or folder")
+    return Path(text)
 
 
 def ca_bundle(text: str) -> str:

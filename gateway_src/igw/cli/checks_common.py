@@ -23,7 +23,7 @@ from igw.checks.framework import (
 )
 from igw.checks.inventory import Inventory
 from igw.checks.model import Command, Severity
-from igw.cli.arg_types import region_name
+from igw.cli.arg_types import region_name, source_path
 
 FORMATS = ("table", "json", "sarif", "junit")
 
@@ -34,11 +34,11 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     exclusive.add_argument(
         "--manifests",
         metavar="PATH",
-        type=Path,
+        type=source_path,
         help="directory or file of Kubernetes manifests (rendered chart, model deployments)",
     )
     exclusive.add_argument(
-        "--cdk-out", metavar="DIR", type=Path, help="CDK output directory (*.template.json)"
+        "--cdk-out", metavar="DIR", type=source_path, help="CDK output directory (*.template.json)"
     )
     source.add_argument(
         "--kubeconfig",

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from igw.cli.arg_types import (
     NON_NEGATIVE,
@@ -32,6 +32,7 @@ from igw.cli.arg_types import (
     namespace_name,
     object_name,
 )
+from igw.cli.option_scope import refuse_given
 from igw.gateway.worker_heartbeat import STUCK_AFTER_S
 
 if TYPE_CHECKING:
@@ -262,6 +263,38 @@ def operator_options(args: argparse.Namespace) -> OperatorOptions:
     )
 
 
+IGNORED_WITH: Final = (
+    (
+        "no_gateway_network_policy",
+        "--no-gateway-network-policy",
+        ("gateway_https_egress_cidr", "gateway_ingress_cidr", "gateway_extra_egress"),
+    ),
+    ("no_auto_tls", "--no-auto-tls", ("tls_issuer", "tls_sweep_seconds")),
+    ("no_leader_election", "--no-leader-election", ("lease_name", "lease_namespace")),
+)
+"""(switch, as typed, the options it leaves without effect): with the gateways' NetworkPolicy off no
+CIDR or egress rule is written anywhere, without auto-TLS nothing is issued or swept, and without
+leader election no Lease is taken."""
+
+
+def refuse_ignored_options(args: argparse.Namespace) -> bool:
+    """Refuse (print and return ``True``) an option that the switches given leave without effect: each
+    was accepted and dropped, so ``--no-gateway-network-policy --gateway-ingress-cidr 10.0.0.0/8`` ran
+    with no NetworkPolicy at all and said nothing. The chart passes each only with its switch off."""
+    for switch, typed, ignored in IGNORED_WITH:
+        if getattr(args, switch) and refuse_given(args, command="igw operator", mode=typed, ignored=ignored):
+            return True
+    return bool(
+        not args.gateway_emf_interval
+        and refuse_given(
+            args,
+            command="igw operator",
+            mode="--gateway-emf-interval 0 (the default: the gateways write no EMF)",
+            ignored=("gateway_emf_endpoint",),
+        )
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
     import asyncio
@@ -282,6 +315,8 @@ def run(args: argparse.Namespace) -> int:
     env_problem = gateway_env_problem(tuple(args.gateway_env))
     if env_problem is not None:
         print(f"igw operator: {env_problem}", file=sys.stderr)
+        return EXIT_USAGE
+    if refuse_ignored_options(args):
         return EXIT_USAGE
     try:
         options = operator_options(args)

@@ -36,6 +36,7 @@ from igw.cli.arg_types import (
     worker_policy_name,
     workload_policy_name,
 )
+from igw.cli.option_scope import refuse_given
 from igw.compiled import COMPILED_MODULES
 
 HELP = (
@@ -549,10 +550,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         cmd.set_defaults(_perf_run=module.run)
 
 
+def _refuse_ignored_options(args: argparse.Namespace) -> bool:
+    """Refuse (print and return ``True``) an option the chosen load of ``igw perf workers`` ignores:
+    a wrk phase runs for ``--seconds``, the others for ``--requests``, so ``--seconds 5`` with the
+    default raw load ran 3,000-request phases and printed them as asked."""
+    if args.benchmark != "workers":
+        return False
+    wrk = args.load == "wrk"
+    ignored = ("requests",) if wrk else ("seconds",)
+    mode = "--load wrk (a phase runs for --seconds)" if wrk else f"--load {args.load} (a phase is --requests)"
+    return refuse_given(args, command="igw perf workers", mode=mode, ignored=ignored)
+
+
 def run(args: argparse.Namespace) -> int:
     # deferred: start-up cost: igw builds every parser; the error type loads with the command
     from igw.errors import IgwToolingError
 
+    if _refuse_ignored_options(args):
+        return 2
     for dest in OUTPUT_FILES:  # checked while parsing; created now, before minutes of measuring
         path = getattr(args, dest, None)
         if isinstance(path, Path):

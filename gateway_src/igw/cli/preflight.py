@@ -29,16 +29,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--ca-bundle",
         type=ca_bundle,
         metavar="PEM",
-        help="CA file for HTTPS probes (default: system trust store)",
+        help="CA file for HTTPS probes (default: system trust store); this and --probe-timeout need --probe",
     )
 
 
 def run(args: argparse.Namespace) -> int:
     # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
-    from igw.checks.framework import CheckOptions
+    from igw.checks.framework import EXIT_USAGE, CheckOptions
     from igw.checks.model import Command
     from igw.cli.checks_common import run_command
+    from igw.cli.option_scope import refuse_given
 
+    # without --probe nothing is fetched: a --probe-timeout or --ca-bundle given then was dropped and the
+    # run exited as if the probes had used them
+    if not args.probe and refuse_given(
+        args, command="igw preflight", mode="a run without --probe", ignored=("probe_timeout", "ca_bundle")
+    ):
+        return EXIT_USAGE
     options = CheckOptions(
         probe=args.probe,
         probe_timeout_s=args.probe_timeout,

@@ -4,7 +4,9 @@ InferenceModelRewrite and EndpointPickerConfig files.
 An EndpointPickerConfig (the GIE/llm-d plugins file a ``configMapRef`` names) is loaded as the gateway
 loads it: unknown plugin types, bad references and bad thresholds are problems; an invalid or unknown
 plugin *parameter*, which the gateway (like the reference) replaces by the plugin's default with a
-warning, is a warning on stderr, or a problem with ``--strict-plugins``.
+warning, is a warning on stderr, or a problem with ``--strict-plugins``. A ``v1`` ConfigMap whose
+``data`` entry holds an EndpointPickerConfig (what a ``configMapRef`` names) has that entry checked the
+same way, at its lines in the file.
 
 Prints one line per problem, ``FILE:LINE: PATH: MESSAGE [RULE]``, reporting every problem of every
 document; documents of other kinds in the same file are skipped with a note on stderr, except that a
@@ -26,6 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from igw.config.documents import SourceDocument
     from igw.config.errors import Problem
 
 HELP = (
@@ -112,6 +115,104 @@ def _picker_problems(content: Any, *, strict: bool, warn: Callable[[str], None])
     return []
 
 
+@dataclass(frozen=True, slots=True)
+class EmbeddedPicker:
+    """An EndpointPickerConfig held as text under a ConfigMap's ``data`` key (or that key's YAML error)."""
+
+    key: str
+    key_line: int
+    """File line of the ``data`` key."""
+    first_line: int | None
+    """File line of the text's first line (a literal block scalar, ``key: |``), else ``None``."""
+    document: SourceDocument | None
+    error: str | None
+
+
+def _embedded_pickers(doc: SourceDocument) -> list[EmbeddedPicker]:
+    """The EndpointPickerConfigs a ``v1`` ConfigMap document holds in ``data`` (the form a
+    ``configMapRef`` names), read with the limits the gateway reads them with; an entry that names the
+    kind but is not YAML is returned with its error, so a broken plugins file is not skipped."""
+    # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
+    import yaml
+
+    from igw.config.documents import DocumentReadError, parse_text
+    from igw.scheduling.picker_config import KIND as PICKER_KIND
+
+    content = doc.content
+    if not isinstance(content, dict) or content.get("kind") != "ConfigMap":
+        return []
+    data = content.get("data") if content.get("apiVersion") == "v1" else None
+    if not isinstance(data, dict):
+        return []
+    found: list[EmbeddedPicker] = []
+    for key, text in data.items():
+        if not isinstance(key, str) or not isinstance(text, str) or PICKER_KIND not in text:
+            continue
+        key_line = doc.line_of(("data", key))
+        value = _mapping_value(_mapping_value(doc.node, "data"), key)
+        literal = isinstance(value, yaml.ScalarNode) and value.style == "|"
+        first_line = value.start_mark.line + 2 if literal and value is not None else None
+        source = f"data.{key}"
+        try:
+            documents = parse_text(text, source=source)
+        except DocumentReadError as exc:
+            error = str(exc).removeprefix(f"{source}: ")
+            found.append(EmbeddedPicker(key, key_line, first_line, None, error))
+            continue
+        for inner in documents:
+            if isinstance(inner.content, dict) and inner.content.get("kind") == PICKER_KIND:
+                found.append(EmbeddedPicker(key, key_line, first_line, inner, None))
+    return found
+
+
+def _mapping_value(node: Any, key: str) -> Any:
+    """The value node under ``key`` of a YAML mapping node (``None`` when absent or not a mapping)."""
+    # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
+    import yaml
+
+    if not isinstance(node, yaml.MappingNode):
+        return None
+    return next((v for k, v in node.value if getattr(k, "value", None) == key), None)
+
+
+def _embedded_picker_findings(
+    name: str, doc: SourceDocument, picker: EmbeddedPicker, notes: list[str], *, strict: bool
+) -> list[Finding]:
+    """Findings for one ConfigMap-held EndpointPickerConfig, each at its line in the file where the
+    text is a literal block (``key: |``), else at the ``data`` key's line."""
+    # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
+    from igw.config.jsonpath import parse_path
+
+    prefix = f"data[{picker.key}]"
+    if picker.document is None:
+        return [Finding(name, doc.index + 1, picker.key_line, prefix, str(picker.error), PICKER_RULE)]
+    inner = picker.document
+
+    def line_of(path: str) -> int:
+        if picker.first_line is None:
+            return picker.key_line
+        inner_line = inner.line_of(parse_path(path)) if path and " " not in path else inner.line
+        return picker.first_line + inner_line - 1
+
+    def warn(text: str) -> None:
+        path = text.partition(": ")[0]
+        where = f"{name}:{line_of(path)}"
+        notes.append(f"{where}: warning: {prefix}.{text} (--strict-plugins makes this a problem)")
+
+    problems = _picker_problems(inner.content, strict=strict, warn=warn)
+    return [
+        Finding(
+            name,
+            doc.index + 1,
+            line_of(problem.path),
+            f"{prefix}.{problem.path}" if problem.path else prefix,
+            problem.message,
+            problem.rule,
+        )
+        for problem in problems
+    ]
+
+
 def _generated_name_only(content: Any) -> bool:
     """Whether an object's metadata has ``generateName`` and no ``name`` (``kubectl create`` only)."""
     metadata = content.get("metadata") if isinstance(content, dict) else None
@@ -158,6 +259,14 @@ def _check_file(
                     notes.append(f"{name}:{line}: warning: {text} (--strict-plugins makes this a problem)")
 
                 return _picker_problems(content, strict=strict_plugins, warn=warn)
+        elif embedded := _embedded_pickers(doc):
+            # a ConfigMap holding the EndpointPickerConfig a configMapRef names (kubectl applies it
+            # beside the InferenceGatewayConfig): its plugins are checked as the gateway loads them
+            for picker in embedded:
+                findings.extend(_embedded_picker_findings(name, doc, picker, notes, strict=strict_plugins))
+            checked += len(embedded)
+            others[PICKER_KIND] = others.get(PICKER_KIND, 0) + len(embedded)
+            continue
         elif (unknown := unknown_kind_problem(doc.content)) is not None:
             # a kind its API group (one igw owns or reads) does not hold: kubectl apply fails on it
             line = doc.line_of(("kind",))

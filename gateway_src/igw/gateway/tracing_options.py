@@ -77,6 +77,12 @@ def tracing_options(
         elif generic:
             # The generic variable names the collector's base URL; the signal path is appended.
             endpoint, source = generic.rstrip("/") + TRACES_PATH, ENDPOINT_ENV[1]
+        elif sample_ratio is not None:
+            # tracing stays off: the ratio was dropped and the gateway started as if it sampled
+            raise TracingConfigError(
+                f"--otel-sample-ratio needs --otel-endpoint or {' / '.join(ENDPOINT_ENV)}: "
+                "without a receiver no trace is recorded"
+            )
         else:
             return None
     parts = urlsplit(endpoint)
