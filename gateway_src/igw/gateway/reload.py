@@ -39,6 +39,7 @@ from igw.config.model import GatewayConfig
 from igw.config.restart_only import RESTART_ONLY, restart_only_values
 from igw.errors import IgwGatewayError
 from igw.gateway.guards import GuardFactory, RequestGuard, guard_inputs
+from igw.gateway.picker_share import SharedPickerConfigs
 from igw.gateway.runtime import PickerConfigs
 from igw.gateway.state import GatewayState
 from igw.scheduling.errors import SchedulerConfigError
@@ -155,7 +156,9 @@ class ConfigReloader:
         try:
             config = load_gateway_config(self.path)
             pickers = None
-            if self.load_picker_configs is not None:
+            if isinstance(self.load_picker_configs, SharedPickerConfigs):  # a worker group: one read
+                pickers = await asyncio.to_thread(self.load_picker_configs.load, config, digest)
+            elif self.load_picker_configs is not None:
                 pickers = await asyncio.to_thread(self.load_picker_configs, config)
             new_guard = await self._next_guard(config)
             before = restart_only_values(self.state.runtime.config.extensions)

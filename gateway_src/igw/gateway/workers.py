@@ -10,7 +10,8 @@ parent resolves the port once (``--port 0`` picks a free one) by binding - not l
 Config: with ``--config-map`` the parent reads the ConfigMap into the config file once before it
 starts the workers, and only worker 0 watches it afterwards (:attr:`WorkerRole.mirrors_config_map`).
 Worker 0 checks that file every ``configReloadInterval`` and tells the others when it changed; they
-reload it then (see ``ConfigReloader.follows``), so the workers apply a change together.
+reload it then (see ``ConfigReloader.follows``), so the workers apply a change together. The
+``configMapRef`` EndpointPickerConfigs are worker 0's read too (:mod:`igw.gateway.picker_share`).
 
 Discovery: worker 0 alone runs the discovery source (with ``--in-cluster``, its Pod and ConfigMap
 watches) and relays every report to the others (see :mod:`igw.gateway.discovery_share`).
