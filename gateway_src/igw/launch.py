@@ -242,7 +242,7 @@ async def _run_gateway(config: GatewayConfig, options: LaunchOptions) -> None:
     loader: Callable[[GatewayConfig], PickerConfigs] = load_pickers
     if options.worker is not None:  # worker 0 reads the configMapRefs, the others take its read
         loader = SharedPickerConfigs(
-            options.worker.directory, leads=options.worker.index == 0, load=load_pickers
+            options.worker.picker_configs, leads=options.worker.index == 0, load=load_pickers
         )
     processes = 1 if options.worker is None else options.worker.count
     index_blocks = index_block_budget(memory_limit(), processes)

@@ -3,6 +3,7 @@ private directory, as the group's)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,7 @@ import pytest
 from igw.config.model import GatewayConfig
 from igw.gateway.picker_share import SharedPickerConfigs
 from igw.gateway.runtime import PickerConfigs
+from igw.gateway.workers import WorkerRole
 
 
 class Reads:
@@ -32,8 +34,8 @@ CONFIG: Any = object()  # the loaders here do not read it
 
 def test_the_others_take_worker_0_s_read_of_the_same_file(tmp_path: Path) -> None:
     first, other = Reads({"s": {"weight": 4}}), Reads({"s": {"weight": 9}})
-    leader = SharedPickerConfigs(str(tmp_path), leads=True, load=first)
-    follower = SharedPickerConfigs(str(tmp_path), leads=False, load=other)
+    leader = SharedPickerConfigs(str(tmp_path / "picker-configs.json"), leads=True, load=first)
+    follower = SharedPickerConfigs(str(tmp_path / "picker-configs.json"), leads=False, load=other)
     assert leader.load(CONFIG, "d1") == {"s": {"weight": 4}}
     assert follower.load(CONFIG, "d1") == {"s": {"weight": 4}}
     assert (first.calls, other.calls) == (1, 0)
@@ -43,10 +45,12 @@ def test_worker_0_s_refusal_is_every_worker_s(tmp_path: Path) -> None:
     """A read that failed on worker 0 (the API server refused it) fails the others' reload with the
     same message, rather than leaving them on a configuration worker 0 did not apply."""
     leader = SharedPickerConfigs(
-        str(tmp_path), leads=True, load=Reads(ValueError("configMapRef ns/epp: HTTP 403"))
+        str(tmp_path / "picker-configs.json"),
+        leads=True,
+        load=Reads(ValueError("configMapRef ns/epp: HTTP 403")),
     )
     other = Reads({"s": {}})
-    follower = SharedPickerConfigs(str(tmp_path), leads=False, load=other)
+    follower = SharedPickerConfigs(str(tmp_path / "picker-configs.json"), leads=False, load=other)
     with pytest.raises(ValueError, match="HTTP 403"):
         leader.load(CONFIG, "d2")
     with pytest.raises(ValueError, match="configMapRef ns/epp: HTTP 403"):
@@ -56,9 +60,23 @@ def test_worker_0_s_refusal_is_every_worker_s(tmp_path: Path) -> None:
 
 def test_another_file_s_read_is_not_taken(tmp_path: Path) -> None:
     """The file changed again in between (or the follower checked first): it reads its own."""
-    SharedPickerConfigs(str(tmp_path), leads=True, load=Reads({"s": {"weight": 4}})).load(CONFIG, "old")
+    SharedPickerConfigs(
+        str(tmp_path / "picker-configs.json"), leads=True, load=Reads({"s": {"weight": 4}})
+    ).load(CONFIG, "old")
     own = Reads({"s": {"weight": 5}})
-    assert SharedPickerConfigs(str(tmp_path), leads=False, load=own).load(CONFIG, "new") == {
-        "s": {"weight": 5}
-    }
+    assert SharedPickerConfigs(str(tmp_path / "picker-configs.json"), leads=False, load=own).load(
+        CONFIG, "new"
+    ) == {"s": {"weight": 5}}
     assert own.calls == 1
+
+
+def test_a_worker_leaving_after_its_parent_removes_the_shared_read_too(tmp_path: Path) -> None:
+    """A parent killed outright cannot remove the group's directory; its last worker does, and the
+    shared read must not keep it there (``rmdir`` of a directory with a file left in it fails)."""
+    group = tmp_path / "group"
+    group.mkdir()
+    orphaned = WorkerRole(index=0, count=1, directory=str(group), parent=os.getppid() + 1_000_000)
+    SharedPickerConfigs(orphaned.picker_configs, leads=True, load=Reads({"s": {}})).load(CONFIG, "d")
+    assert Path(orphaned.picker_configs).exists()
+    orphaned.leave()
+    assert not group.exists()

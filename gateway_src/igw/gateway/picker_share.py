@@ -8,7 +8,8 @@ worker 0 ``queue-scorer`` weight 4 and workers 1 and 2 weight 9, for good (picke
 again only when the gateway's own configuration changes).
 
 How: worker 0 reads the configs as a single process does and writes what it got (the configs, or the
-error it refused them with) to :data:`FILE_NAME` in the group's private directory, under the digest of
+error it refused them with) to ``picker-configs.json`` in the group's private directory
+(:attr:`~igw.gateway.workers.WorkerRole.picker_configs`), under the digest of
 the configuration file it loaded (:func:`~igw.gateway.reload.file_digest`). Worker 0 publishes at start
 before it reports having started (the others start after that) and at a reload before it tells the
 others (they reload when told), so a worker loading the same file finds worker 0's read and takes it:
@@ -23,7 +24,7 @@ import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
 import orjson
 
@@ -32,17 +33,13 @@ from igw.gateway.runtime import PickerConfigs
 
 log = logging.getLogger("igw.gateway.picker_share")
 
-FILE_NAME: Final = "picker-configs.json"
-
 
 class SharedPickerConfigs:
     """A worker's picker-config loader in a group: worker 0 (``leads``) reads with ``load`` and
     publishes; the others take worker 0's read of the same configuration file."""
 
-    def __init__(
-        self, directory: str, *, leads: bool, load: Callable[[GatewayConfig], PickerConfigs]
-    ) -> None:
-        self._path = Path(directory) / FILE_NAME
+    def __init__(self, path: str, *, leads: bool, load: Callable[[GatewayConfig], PickerConfigs]) -> None:
+        self._path = Path(path)
         self._leads = leads
         self._load = load
 
@@ -77,7 +74,7 @@ class SharedPickerConfigs:
     def _publish(self, doc: dict[str, Any]) -> None:
         """Write ``doc`` whole (a reader never sees half of it); on failure remove the old one, so
         that no worker takes a stale read for this digest's."""
-        partial = self._path.with_suffix(".partial")
+        partial = self._path.with_name(self._path.name + ".partial")
         try:
             partial.write_bytes(orjson.dumps(doc, option=orjson.OPT_NON_STR_KEYS))
             os.replace(partial, self._path)

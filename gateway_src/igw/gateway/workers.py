@@ -160,6 +160,11 @@ class WorkerRole:
     def scrape_channel(self) -> str:
         return str(Path(self.directory) / "scrape.sock")
 
+    @property
+    def picker_configs(self) -> str:
+        """Worker 0's read of the ``configMapRef`` picker configs (:mod:`igw.gateway.picker_share`)."""
+        return str(Path(self.directory) / "picker-configs.json")
+
     def metrics_socket(self, index: int) -> str:
         return str(Path(self.directory) / f"metrics-{index}.sock")
 
@@ -181,9 +186,10 @@ class WorkerRole:
         directory of dead sockets in the temporary directory."""
         if self.parent is None or os.getppid() == self.parent:
             return
-        # The group's own sockets, then the directory if that left it empty: never a tree named by an
-        # environment variable.
-        for path in (self.scrape_channel, *(self.metrics_socket(i) for i in range(self.count))):
+        # The group's own sockets and files, then the directory if that left it empty: never a tree
+        # named by an environment variable.
+        files = (self.scrape_channel, self.picker_configs, self.picker_configs + ".partial")
+        for path in (*files, *(self.metrics_socket(i) for i in range(self.count))):
             with contextlib.suppress(OSError):
                 os.unlink(path)
         with contextlib.suppress(OSError):
