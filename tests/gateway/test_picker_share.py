@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from igw.config.model import GatewayConfig
-from igw.gateway.picker_share import SharedPickerConfigs
+from igw.gateway.picker_share import PickerReadPending, SharedPickerConfigs
 from igw.gateway.runtime import PickerConfigs
 from igw.gateway.workers import WorkerRole
 
@@ -80,3 +80,26 @@ def test_a_worker_leaving_after_its_parent_removes_the_shared_read_too(tmp_path:
     assert Path(orphaned.picker_configs).exists()
     orphaned.leave()
     assert not group.exists()
+
+
+def test_a_reload_ahead_of_worker_0_waits_for_its_read(tmp_path: Path) -> None:
+    """A follower's safety-net check found the changed file before worker 0 had read its configs:
+    it waits (worker 0 tells it when it has read them) instead of reading its own, which a ConfigMap
+    edited in between would make another configuration."""
+    path = str(tmp_path / "picker-configs.json")
+    own = Reads({"s": {"weight": 5}})
+    follower = SharedPickerConfigs(path, leads=False, load=own)
+    with pytest.raises(PickerReadPending):
+        follower.load(CONFIG, "d3", wait=True)
+    SharedPickerConfigs(path, leads=True, load=Reads({"s": {"weight": 4}})).load(CONFIG, "d3")
+    assert follower.load(CONFIG, "d3", wait=True) == {"s": {"weight": 4}}
+    assert own.calls == 0
+
+
+def test_configs_json_cannot_carry_are_read_by_each_worker_not_waited_for(tmp_path: Path) -> None:
+    path = str(tmp_path / "picker-configs.json")
+    odd = Reads({"s": {"at": {1, 2}}})  # a set: not JSON
+    SharedPickerConfigs(path, leads=True, load=odd).load(CONFIG, "d4")
+    own = Reads({"s": {}})
+    assert SharedPickerConfigs(path, leads=False, load=own).load(CONFIG, "d4", wait=True) == {"s": {}}
+    assert own.calls == 1

@@ -14,7 +14,8 @@ the configuration file it loaded (:func:`~igw.gateway.reload.file_digest`). Work
 before it reports having started (the others start after that) and at a reload before it tells the
 others (they reload when told), so a worker loading the same file finds worker 0's read and takes it:
 the same configs, or the same refusal. A worker that finds another digest there (the file changed again
-in between, or its safety-net check ran ahead of worker 0) reads the ConfigMaps itself, as before.
+in between) reads the ConfigMaps itself at start; at a reload it waits for worker 0's word (its
+safety-net check can run ahead of worker 0: it then leaves the file for the next check).
 """
 
 from __future__ import annotations
@@ -34,6 +35,10 @@ from igw.gateway.runtime import PickerConfigs
 log = logging.getLogger("igw.gateway.picker_share")
 
 
+class PickerReadPending(Exception):
+    """Worker 0 has not published its read of this configuration file's picker configs yet."""
+
+
 class SharedPickerConfigs:
     """A worker's picker-config loader in a group: worker 0 (``leads``) reads with ``load`` and
     publishes; the others take worker 0's read of the same configuration file."""
@@ -47,11 +52,13 @@ class SharedPickerConfigs:
         """A read of this worker's own (no configuration file digest to share it under)."""
         return self._load(config)
 
-    def load(self, config: GatewayConfig, digest: str | None) -> PickerConfigs:
+    def load(self, config: GatewayConfig, digest: str | None, *, wait: bool = False) -> PickerConfigs:
         """The picker configs of ``config``, loaded from the file whose digest is ``digest``.
 
         Raises what the read raises (worker 0), or ``ValueError`` with worker 0's message when worker
-        0 refused the same file's configs (the others)."""
+        0 refused the same file's configs (the others). ``wait``: a worker other than 0 that finds no
+        read of this file's raises :class:`PickerReadPending` instead of reading its own (a reload:
+        worker 0 tells it when it has read them)."""
         if digest is None:
             return self._load(config)
         if self._leads:
@@ -64,7 +71,11 @@ class SharedPickerConfigs:
             return pickers
         shared = self._read()
         if shared is None or shared.get("digest") != digest:
+            if wait:
+                raise PickerReadPending(digest)
             log.info("picker configs: worker 0 has not read this configuration's yet: reading them here")
+            return self._load(config)
+        if shared.get("own"):
             return self._load(config)
         if "error" in shared:
             raise ValueError(str(shared["error"]))
@@ -72,13 +83,19 @@ class SharedPickerConfigs:
         return taken
 
     def _publish(self, doc: dict[str, Any]) -> None:
-        """Write ``doc`` whole (a reader never sees half of it); on failure remove the old one, so
-        that no worker takes a stale read for this digest's."""
+        """Write ``doc`` whole (a reader never sees half of it). Configs that JSON cannot carry are
+        published as ``own`` (the others read their own, rather than wait for a read that never
+        comes); a file that cannot be written is removed, so that no worker takes a stale read."""
+        try:
+            data = orjson.dumps(doc, option=orjson.OPT_NON_STR_KEYS)
+        except TypeError as exc:
+            log.warning("picker configs: cannot share worker 0's read (the others read their own): %s", exc)
+            data = orjson.dumps({"digest": doc["digest"], "own": True})
         partial = self._path.with_name(self._path.name + ".partial")
         try:
-            partial.write_bytes(orjson.dumps(doc, option=orjson.OPT_NON_STR_KEYS))
+            partial.write_bytes(data)
             os.replace(partial, self._path)
-        except (OSError, TypeError) as exc:
+        except OSError as exc:
             log.warning("picker configs: cannot share worker 0's read (the others read their own): %s", exc)
             with contextlib.suppress(OSError):
                 self._path.unlink()
