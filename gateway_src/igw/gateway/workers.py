@@ -91,6 +91,9 @@ KILL_AFTER_S: Final = 10.0
 """Seconds past a worker's drain + grace budget before the parent kills it."""
 
 
+SERVING_MARK: Final = "serving"
+"""The file in the group's directory that the parent creates once every worker serves
+(:meth:`WorkerRole.group_serving`)."""
 SOCKET_PATH_MAX: Final = 107
 """The longest path a unix socket may have on Linux (``sun_path`` is 108 bytes with its NUL)."""
 GROUP_DIRECTORY_PREFIX: Final = "igw-workers-"
@@ -161,6 +164,20 @@ class WorkerRole:
         return str(Path(self.directory) / "scrape.sock")
 
     @property
+    def serving_mark(self) -> str:
+        """The file the parent creates once every worker of the group has reported that it serves."""
+        return str(Path(self.directory) / SERVING_MARK)
+
+    def group_serving(self) -> bool:
+        """Whether every worker of the group serves (:attr:`serving_mark` exists); always true for a
+        role with no parent (nobody would create the mark). A worker's ``/readyz`` answers 503 until
+        then: worker 0 serves seconds before the others (4 s for three workers on this machine), and
+        before session s42 the pod was ready, and took its full share of traffic, on one worker."""
+        if self.parent is None:
+            return True
+        return os.path.exists(self.serving_mark)
+
+    @property
     def picker_configs(self) -> str:
         """Worker 0's read of the ``configMapRef`` picker configs (:mod:`igw.gateway.picker_share`)."""
         return str(Path(self.directory) / "picker-configs.json")
@@ -188,7 +205,12 @@ class WorkerRole:
             return
         # The group's own sockets and files, then the directory if that left it empty: never a tree
         # named by an environment variable.
-        files = (self.scrape_channel, self.picker_configs, self.picker_configs + ".partial")
+        files = (
+            self.scrape_channel,
+            self.serving_mark,
+            self.picker_configs,
+            self.picker_configs + ".partial",
+        )
         for path in (*files, *(self.metrics_socket(i) for i in range(self.count))):
             with contextlib.suppress(OSError):
                 os.unlink(path)
@@ -339,6 +361,10 @@ def supervise(
                 )
 
             def all_serving(seconds: float) -> None:
+                try:  # the workers' /readyz answers 200 from now on (WorkerRole.group_serving)
+                    Path(directory, SERVING_MARK).touch()
+                except OSError as exc:
+                    log.error("igw serve: cannot mark the group serving (its /readyz stays 503): %s", exc)
                 what = "igw serve: all %d workers serve on %s (the group started in %.1fs)"
                 log.info(what, count, where, seconds)
 
