@@ -30,12 +30,13 @@ from typing import Any
 import orjson
 
 from igw.config.model import GatewayConfig
+from igw.errors import IgwGatewayError
 from igw.gateway.runtime import PickerConfigs
 
 log = logging.getLogger("igw.gateway.picker_share")
 
 
-class PickerReadPending(Exception):
+class PickerReadPending(IgwGatewayError):
     """Worker 0 has not published its read of this configuration file's picker configs yet."""
 
 
