@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import importlib.util
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -36,6 +36,7 @@ from igw.gateway.guards import GuardFactory, OpenGuard, RequestGuard
 from igw.gateway.inference import STATE_KEY
 from igw.gateway.management import management_app
 from igw.gateway.memory import index_block_budget, pin_mmap_threshold
+from igw.gateway.picker_share import SharedPickerConfigs
 from igw.gateway.runtime import PickerConfigs, picker_config_key
 from igw.gateway.serving import (
     ListenError,
@@ -238,6 +239,11 @@ async def _run_gateway(config: GatewayConfig, options: LaunchOptions) -> None:
             return picker_configs_from_dir(cfg, directory)
 
         discovery = StaticFileDiscovery.for_schedulers(Path(options.endpoints_file), config.schedulers)
+    loader: Callable[[GatewayConfig], PickerConfigs] = load_pickers
+    if options.worker is not None:  # worker 0 reads the configMapRefs, the others take its read
+        loader = SharedPickerConfigs(
+            options.worker.picker_configs, leads=options.worker.index == 0, load=load_pickers
+        )
     processes = 1 if options.worker is None else options.worker.count
     index_blocks = index_block_budget(memory_limit(), processes)
     log.info(
@@ -247,7 +253,10 @@ async def _run_gateway(config: GatewayConfig, options: LaunchOptions) -> None:
         else f"{index_blocks} KV blocks in all ({processes} process(es) share the memory limit)",
     )
     try:
-        pickers = await asyncio.to_thread(load_pickers, config)
+        if isinstance(loader, SharedPickerConfigs):
+            pickers = await asyncio.to_thread(loader.load, config, options.config_digest)
+        else:
+            pickers = await asyncio.to_thread(loader, config)
         tls = _tls(config)
         app = create_app(
             config,
@@ -256,7 +265,7 @@ async def _run_gateway(config: GatewayConfig, options: LaunchOptions) -> None:
             picker_configs=pickers,
             config_path=Path(options.config_path) if options.reload else None,
             config_digest=options.config_digest,
-            load_picker_configs=load_pickers,
+            load_picker_configs=loader,
             registry=registry,
             service_domain=f"{config.namespace}.svc" if options.in_cluster else None,
             decision_debug=options.decision_debug,

@@ -311,6 +311,47 @@ async def test_an_ejection_is_written_even_when_the_peer_has_too_much_unread() -
         await peer.wait_closed()
 
 
+async def test_an_adapter_404_is_written_even_when_the_peer_has_too_much_unread() -> None:
+    """As an ejection: an adapter's 404 (``@model-missing``) is remembered for 60 s, far past its
+    note's stale threshold, and its note is the only telling, so a peer that skipped it sent that
+    adapter's requests to the pod that had just answered 404, paying its own 404 there. Until session
+    s42 the note went in the interval's ordinary line and was skipped with it under a flood."""
+    weights = {**WEIGHTS, "loraAffinity": 1}
+    sender, learner = (worker_runtime("a:1", "b:1", stale_threshold="60s", weights=weights) for _ in range(2))
+    share = PickShare(lambda: sender, time.monotonic, max_line=4096)
+    share.lines()  # attaches the outboxes
+    sr = sender.schedulers["s"]
+    now = time.monotonic()
+    for n in range(40):
+        sr.scheduler.pick(request(f"r{n}", prompt(n)), sr.pool.views(), now=now)
+    sr.scheduler.on_model_missing("a:1", "chat", now=now)
+    assert sr.scheduler.models_missing(now)
+    ours, theirs = socket.socketpair()
+    reader, peer = await asyncio.open_connection(sock=theirs, limit=1 << 20)
+    _, writer = await asyncio.open_connection(sock=ours)
+    try:
+        flood = b'{"t":"x","pad":"' + b"x" * 1000 + b'"}\n'
+        for _ in range(3 * MAX_NOTES_BACKLOG // len(flood)):
+            writer.write(flood)
+        assert writer.transport.get_write_buffer_size() > MAX_NOTES_BACKLOG
+        lines = share.lines()
+        for line in lines:
+            share.write(writer, line, max_unsent=MAX_NOTES_BACKLOG)
+        assert share.lines_unsent > 0  # the prefix notes skipped, not the 404
+        writer.write_eof()
+        receiver = PickShare(lambda: learner, time.monotonic, max_line=4096, worker=1)
+        while line := await asyncio.wait_for(reader.readline(), timeout=10):
+            doc = orjson.loads(line)
+            if doc["t"] == "p":
+                receiver.learn(doc)
+        missing = learner.schedulers["s"].scheduler.models_missing(time.monotonic())
+        assert [(key, model) for key, model, _ in missing] == [("a:1", "chat")], receiver.learned
+    finally:
+        writer.close()
+        peer.close()
+        await peer.wait_closed()
+
+
 def backlog(worker: Worker) -> BacklogTtftScorer:
     return next(
         ws.scorer

@@ -97,7 +97,7 @@ async def test_a_worker_that_stops_mid_page_is_left_out_not_merged_cut(
         finally:
             server.close()
             await server.wait_closed()
-    assert {worker for _, worker in counts} == {"0"}
+    assert {worker for name, worker in counts if name != worker_metrics.UP_FAMILY} == {"0"}
     assert "worker 1's metrics could not be read" in caplog.text
     assert "closed" in caplog.text
 
@@ -118,3 +118,20 @@ async def test_the_merge_runs_off_the_event_loop_s_thread(monkeypatch: pytest.Mo
     assert counts[("igw_last_total", "1")] == 1
     assert threads
     assert threads[0] != threading.get_ident()
+
+
+async def test_a_worker_that_does_not_answer_is_shown_as_down_not_just_left_out() -> None:
+    """A worker whose socket is not there yet (a group starting: worker 0 serves seconds before the
+    others) is named in the page with ``igw_worker_metrics_up`` 0, the others with 1: before session
+    s42 the page held worker 0's series alone and nothing told Prometheus that two workers were missing."""
+    async with _group([lambda: _page(0)]) as (first,):
+        sockets = [first._sockets[0], first._sockets[0] + ".1", first._sockets[0] + ".2"]
+        alone = WorkerMetrics(index=0, sockets=sockets, render=lambda: _page(0))
+        page = await alone.page()
+    up = {
+        s.labels["worker"]: s.value
+        for f in text_string_to_metric_families(page.decode())
+        for s in f.samples
+        if s.name == worker_metrics.UP_FAMILY
+    }
+    assert up == {"0": 1.0, "1": 0.0, "2": 0.0}

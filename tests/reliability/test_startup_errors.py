@@ -19,6 +19,8 @@ from pathlib import Path
 import pytest
 
 from igw.config.paths import REPO_ROOT
+from tests.fakes.kube_api import unreachable_url, write_kubeconfig
+from tests.gateway.support import config_doc, scheduler
 from tests.reliability.harness import gateway_doc, write_config
 
 EXIT_CONFIG = 2
@@ -231,3 +233,24 @@ def test_a_worker_group_refuses_to_start_as_one_process_does(tmp_path: Path, ref
     assert len(said) == 1, done.stderr
     assert "[worker 1]" not in done.stderr  # no other worker started, so none served or drained
     assert "exited with status" not in done.stderr
+
+
+@pytest.mark.parametrize("how", ["configMapRef", "--config-map", "configMapRef, --workers 2"])
+def test_an_api_server_that_does_not_answer_is_said_in_one_line(tmp_path: Path, how: str) -> None:
+    """A ConfigMap read at start (a scheduler's ``configMapRef``, ``--config-map``) from an API server
+    nothing answers: one line naming the ConfigMap and the reason, exit 2 as for any other refusal of
+    that ConfigMap. Until session s42 urllib3's ``MaxRetryError`` ended ``igw serve`` in a traceback
+    (exit 1), from worker 0 of a group too."""
+    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", server=unreachable_url(), namespace="inference")
+    doc = config_doc([scheduler("llama", "m", configMapRef={"name": "epp", "key": "plugins.yaml"})])
+    doc["metadata"]["namespace"] = "inference"
+    config, _ = write_config(tmp_path, doc, ["127.0.0.1:9"])
+    argv = ["serve", "--config", str(config), "--in-cluster", "--kubeconfig", str(kubeconfig), "--port", "0"]
+    if how == "--config-map":
+        argv += ["--config-map", "inference/igwc"]
+        needle = "igw serve: ConfigMap inference/igwc: cannot reach the API server: "
+    else:
+        needle = "igw serve: configMapRef inference/epp: cannot reach the API server: "
+    if how.endswith("--workers 2"):
+        argv += ["--workers", "2", "--host", "127.0.0.1"]
+    assert_one_line_error(igw(*argv), needle, "Connection refused")

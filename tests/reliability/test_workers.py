@@ -23,6 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from igw.gateway.worker_count import CPU_REQUEST_ENV
 from igw.gateway.workers import SOCKET_PATH_MAX, WORKER_ENV, WorkerRole, socket_directory_parent, supervise
+from igw.perf.serve_process import serve_process
 from tests.gateway.fake_model_server import FakeModelServer, running
 from tests.gateway.support import wait_all_fresh
 from tests.reliability.harness import (
@@ -478,3 +479,44 @@ def test_a_worker_that_refuses_to_start_after_worker_0_ends_the_group_with_its_c
     workers_said = capfd.readouterr().err
     assert "igw serve: --debug-decisions: IGW_DEBUG_TOKEN" in workers_said
     assert "INFO igw.gateway [worker 0]: igw gateway stopped" in workers_said  # drained, not killed
+
+
+async def test_the_pod_is_ready_only_once_every_worker_serves(tmp_path: Path) -> None:
+    """Worker 0 serves seconds before the others (they start once it has): its ``/readyz`` answers
+    503 until the parent has seen every worker serve, then 200. Until session s42 it answered 200 from
+    its first second, so Kubernetes and the load balancer sent the pod its full share on one worker of
+    three (4 s of it on this machine), and ``/metrics`` held that worker's series alone."""
+    lines: list[str] = []
+    arrived: list[float] = []
+
+    def on_line(line: str) -> None:
+        lines.append(line)
+        if "igw serve: all 3 workers serve" in line:
+            arrived.append(time.monotonic())
+
+    async with (
+        running(FakeModelServer("p0")) as (pod,),
+        serve_process(
+            *write_config(tmp_path, gateway_doc(), [pod.key]), "--workers", "3", on_line=on_line, ready=False
+        ) as gw,
+        aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as http,
+    ):
+        answers: list[tuple[float, int]] = []
+        deadline = time.monotonic() + 120
+        while not arrived:
+            assert time.monotonic() < deadline, "".join(lines)
+            async with http.get(gw.url + "/readyz") as resp:
+                await resp.read()
+                answers.append((time.monotonic(), resp.status))
+            await asyncio.sleep(0.02)
+        # The parent's line reaches this test a moment after the workers may answer 200 (a pipe and
+        # a reader task away): only the answers well before it count.
+        early = [status for at, status in answers if at < arrived[0] - 0.25]
+        assert early, "the group served within 0.25 s of worker 0: nothing to check"
+        assert set(early) == {503}
+        for _ in range(500):
+            async with http.get(gw.url + "/readyz") as resp:
+                if resp.status == 200:
+                    break
+            await asyncio.sleep(0.02)
+        assert resp.status == 200

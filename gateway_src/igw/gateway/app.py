@@ -252,6 +252,19 @@ async def openai_errors(
     return response
 
 
+def _once_true(check: Callable[[], bool]) -> Callable[[], bool]:
+    """``check`` until it answers true, then true without asking (the group serving: a file's
+    existence, not looked up at every ``/readyz`` once it is there)."""
+    seen = False
+
+    def answer() -> bool:
+        nonlocal seen
+        seen = seen or check()
+        return seen
+
+    return answer
+
+
 def create_app(
     config: GatewayConfig,
     *,
@@ -330,6 +343,7 @@ def create_app(
     worker_metrics = None
     if worker is not None:
         app[WORKER_KEY] = worker
+        state.group_serving = _once_true(worker.group_serving)
         worker_metrics = app[WORKER_METRICS_KEY] = WorkerMetrics(
             index=worker.index,
             sockets=[worker.metrics_socket(i) for i in range(worker.count)],

@@ -74,12 +74,19 @@ def fetch_config_map(api_client: Any, ref: ConfigMapRef, path: Path) -> None:
     # deferred: start-up cost: the kubernetes client loads only on cluster-facing paths
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
+    from urllib3.exceptions import HTTPError
+
+    from igw.gateway.discovery.kube_client import unreachable_reason
 
     try:
         config_map = client.CoreV1Api(api_client).read_namespaced_config_map(ref.name, ref.namespace)
     except ApiException as exc:
         raise ConfigSyncError(
             f"ConfigMap {ref.namespace}/{ref.name}: {exc.status} {exc.reason}".rstrip()
+        ) from exc
+    except (HTTPError, OSError) as exc:  # no answer at all: a traceback before session s42
+        raise ConfigSyncError(
+            f"ConfigMap {ref.namespace}/{ref.name}: cannot reach the API server: {unreachable_reason(exc)}"
         ) from exc
     text = _key_text(config_map, ref)
     if text is None:

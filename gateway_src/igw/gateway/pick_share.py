@@ -11,8 +11,9 @@ sleeps until its first note (:meth:`PickShare.due`).
 A batch is one or more channel lines ``{"t": "p", "w": worker, "p": [[scheduler, at, plugin,
 endpoint, note], ...]}``, each at most ``max_line`` bytes (the channel reader's limit), so a busy
 interval is split rather than breaking the channel. Nothing here runs on the request path:
-gathering drains the outboxes, learning runs in the channel's reader. Ejections go in lines of
-their own, marked :data:`URGENT`, which a peer's backlog never makes :meth:`PickShare.write` skip.
+gathering drains the outboxes, learning runs in the channel's reader. Ejections and adapter 404s
+(:data:`UNSKIPPABLE`) go in lines of their own, marked :data:`URGENT`, which a peer's backlog never
+makes :meth:`PickShare.write` skip.
 
 **Late joiners.** Worker 0 keeps the lines it sent or relayed in the last stale threshold (at most
 :data:`REPLAY_LINES` lines and :data:`REPLAY_BYTES` bytes) and replays them to a worker that
@@ -64,8 +65,14 @@ told to a worker that (re)connects (:meth:`PickShare.memory_lines`): the newest,
 most, so a replay stays within the backlog at which a peer's notes are skipped."""
 _TAIL: Final = b"]}\n"
 URGENT: Final = b'{"t":"p","e":1,'
-"""How a line of ejections starts (:meth:`PickShare.lines`): :meth:`PickShare.write` never skips it,
-and worker 0 relays a follower's such line with its bytes, so the mark travels with it."""
+"""How a line of :data:`UNSKIPPABLE` notes starts (:meth:`PickShare.lines`): :meth:`PickShare.write`
+never skips it, and worker 0 relays a follower's such line with its bytes, so the mark travels with it."""
+UNSKIPPABLE: Final = frozenset({OUTLIER_NOTES, MODEL_MISSING_NOTES})
+"""The notes that go in :data:`URGENT` lines: each is the only telling of a memory that outlives its
+note's stale threshold many times over (an ejection: ``baseEjectionTime``; an adapter's 404: 60 s),
+and they are few (one per failing pod per ejection, one per pod and adapter answered 404). A peer
+that skipped one sent requests to the pod until its own failures or 404s there taught it again.
+Adapter 404s joined the ejections in session s42 (a flood skipped them with the prefix notes)."""
 
 
 class PickShare:
@@ -96,7 +103,8 @@ class PickShare:
         """Lines of notes not written because the peer's buffer had no room (see
         :mod:`igw.gateway.scrape_share`)."""
         self.lines_replayed = 0
-        """Lines of recent notes written to a worker that (re)connected."""
+        """Lines written to a worker that (re)connected (:meth:`replay`: recent notes, ejections,
+        remembered 404s and stored responses)."""
         self._recent: deque[tuple[float, bytes]] = deque()
         self._recent_bytes = 0
         self._found_notes = False
@@ -230,13 +238,13 @@ class PickShare:
             rows += [[name, at, plugin, endpoint, note] for at, plugin, endpoint, note in notes]
         lines: list[bytes] = []
         self._found_notes = bool(rows) or dropped > 0
-        ejections = [row for row in rows if row[2] == OUTLIER_NOTES]
-        if ejections:
-            # Lines of their own, which write() never skips: an ejection shared a line with the
-            # interval's pick notes and, when the peer had too much unread, was skipped with them,
-            # and the peer never learned it (its note is the only telling; session s41).
-            rows = [row for row in rows if row[2] != OUTLIER_NOTES]
-            encoded, unsent = self._encode_rows(ejections)
+        urgent = [row for row in rows if row[2] in UNSKIPPABLE]
+        if urgent:
+            # Lines of their own, which write() never skips: an ejection (session s41) or an adapter
+            # 404 (s42) shared a line with the interval's pick notes and, when the peer had too much
+            # unread, was skipped with them, and the peer never learned it (its note is the only telling).
+            rows = [row for row in rows if row[2] not in UNSKIPPABLE]
+            encoded, unsent = self._encode_rows(urgent)
             dropped += unsent
             lines = self._pack(encoded, self._urgent_head)
         if rows:
@@ -293,9 +301,9 @@ class PickShare:
         """Write a line of notes to a peer unless it already has ``max_unsent`` bytes unread (then
         the line is skipped and counted: the request path and the channel never wait for notes).
 
-        A line of ejections (:data:`URGENT`) is always written: ejections are few (one per failing
-        pod per ejection time), each is told once, and a peer that missed one sent requests to the
-        failing pod until its own failures there ejected it again. A peer that stops reading is
+        A line of ejections or adapter 404s (:data:`URGENT`, :data:`UNSKIPPABLE`) is always written:
+        they are few, each is told once, and a peer that missed one sent requests to the pod until
+        its own failures or 404s there taught it again. A peer that stops reading is
         disconnected by the snapshots' bound (:mod:`igw.gateway.scrape_share`), not by these."""
         if writer.transport.get_write_buffer_size() > max_unsent and not line.startswith(URGENT):
             self.lines_unsent += 1
@@ -370,6 +378,7 @@ class PickNoteCollector(Collector):
         )
         yield CounterMetricFamily(
             "igw_pick_note_lines_replayed",
-            "Lines of recent pick notes replayed to a worker that (re)connected.",
+            "Lines replayed to a worker that (re)connected: recent pick notes, the ejections in force, "
+            "the adapter 404s and stored responses remembered.",
             value=share.lines_replayed,
         )

@@ -40,6 +40,7 @@ from igw.config.restart_only import RESTART_ONLY, restart_only_values
 from igw.errors import IgwGatewayError
 from igw.gateway.guards import GuardFactory, RequestGuard, guard_inputs
 from igw.gateway.limits_config import ServerLimitsError, reload_token_room_problem
+from igw.gateway.picker_share import PickerReadPending, SharedPickerConfigs
 from igw.gateway.runtime import PickerConfigs
 from igw.gateway.state import GatewayState
 from igw.scheduling.errors import SchedulerConfigError
@@ -156,6 +157,7 @@ class ConfigReloader:
             return self._reject(unreadable)
         if digest == self._digest and not self.retrying:
             return None
+        previous = self._digest, self.retrying
         self._digest = digest
         self.retrying = False
         new_guard: RequestGuard | None = None
@@ -166,11 +168,19 @@ class ConfigReloader:
                 if room is not None:
                     raise ServerLimitsError([f"{self.path}: {room}"])
             pickers = None
-            if self.load_picker_configs is not None:
+            if isinstance(self.load_picker_configs, SharedPickerConfigs):  # a worker group: one read
+                shared = self.load_picker_configs
+                pickers = await asyncio.to_thread(shared.load, config, digest, wait=True)
+            elif self.load_picker_configs is not None:
                 pickers = await asyncio.to_thread(self.load_picker_configs, config)
             new_guard = await self._next_guard(config)
             before = restart_only_values(self.state.runtime.config.extensions)
             self.state.apply_config(config, picker_configs=pickers)
+        except PickerReadPending:
+            # A follower's check ran ahead of worker 0's read of this file: not a change yet; worker
+            # 0 tells it when it has read (and this check comes again).
+            self._digest, self.retrying = previous
+            return None
         except GuardNotReadyError as exc:
             self.retrying = True
             return self._reject(f"{exc} (tried again every configReloadInterval)")

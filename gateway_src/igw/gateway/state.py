@@ -106,6 +106,9 @@ class GatewayState:
         """Called after a reload is applied (discovery follows new scheduler names and selectors)."""
         self.config_error: str | None = None
         """The last rejected reload's message (shown in /readyz until a valid config is applied)."""
+        self.group_serving: Callable[[], bool] | None = None
+        """In an ``igw serve --workers`` group: whether every worker serves (``WorkerRole.group_serving``);
+        /readyz answers 503 until then. ``None``: a single process."""
 
     # ---- discovery sink -------------------------------------------------------------------------
     def apply_endpoints(self, scheduler: str, endpoints: Sequence[DiscoveredEndpoint]) -> None:
@@ -255,5 +258,8 @@ class GatewayState:
             detail["config_reload_error"] = self.config_error
         if self.draining:
             detail["draining"] = True
-        ready = self.discovery_ready and any_usable and guard.ready and not self.draining
+        group = self.group_serving is None or self.group_serving()
+        if not group:
+            detail["workers_serving"] = False
+        ready = self.discovery_ready and any_usable and guard.ready and group and not self.draining
         return ready, detail

@@ -5,7 +5,8 @@ collects the other workers' expositions over their unix sockets (each worker ser
 registry on ``metrics-<index>.sock`` in the group's private directory) and answers one page in which
 every sample carries a ``worker="<index>"`` label: ``sum without (worker) (...)`` gives the host's
 counters and histograms, and every page shows every worker, so counters never appear to reset when
-consecutive scrapes land on different workers.
+consecutive scrapes land on different workers. A worker whose socket does not answer (still starting,
+stopped, stuck) is left out, and the page's ``igw_worker_metrics_up{worker}`` says so with a 0.
 
 Why not ``prometheus_client``'s multiprocess mode: it replaces every metric's storage with
 memory-mapped files chosen by an environment variable before the library is imported, supports only
@@ -27,6 +28,12 @@ from typing import Final
 log = logging.getLogger("igw.gateway.worker_metrics")
 
 WORKER_LABEL: Final = "worker"
+UP_FAMILY: Final = "igw_worker_metrics_up"
+"""The gauge each merged page ends with: per worker of the group, 1 when its series are in this page,
+0 when its metrics socket did not answer (still starting, stopped, stuck). Without it a worker left
+out looked to Prometheus like a worker that never existed (session s42: for the 4 s a three-worker
+group took to start, every scrape that reached worker 0 held worker 0's series alone, and said so
+only in worker 0's log)."""
 FETCH_TIMEOUT_S: Final = 2.0
 MAX_PAGE_BYTES: Final = 64 * 1024 * 1024
 _LENGTH: Final = struct.Struct(">Q")
@@ -69,6 +76,17 @@ def merge_pages(pages: Sequence[tuple[int, bytes]]) -> bytes:
             else:
                 out.extend(line for line in lines if not line.startswith(b"#"))
     return b"".join(line + b"\n" for lines in merged.values() for line in lines)
+
+
+def up_family(count: int, answered: set[int]) -> bytes:
+    """:data:`UP_FAMILY` for a group of ``count`` workers of which ``answered`` are in the page."""
+    lines = [
+        f"# HELP {UP_FAMILY} Whether this page holds the worker's series (0: its metrics socket did "
+        "not answer: starting, stopped or stuck).",
+        f"# TYPE {UP_FAMILY} gauge",
+        *(f'{UP_FAMILY}{{{WORKER_LABEL}="{i}"}} {1 if i in answered else 0}' for i in range(count)),
+    ]
+    return "".join(line + "\n" for line in lines).encode()
 
 
 class WorkerMetrics:
@@ -117,14 +135,16 @@ class WorkerMetrics:
         return index, page
 
     async def page(self) -> bytes:
-        """Every reachable worker's metrics, labelled by worker (a missing worker is logged and left out)."""
+        """Every reachable worker's metrics, labelled by worker (a missing worker is logged and left
+        out, and shown as 0 in :data:`UP_FAMILY`)."""
         others = [self._fetch(i) for i in range(len(self._sockets)) if i != self._index]
         fetched = await asyncio.gather(*others)
         pages = [(self._index, self._render())] + [p for p in fetched if p is not None]
         # The merge is bytes work over every worker's lines (16 workers at 1,000 endpoints: 128,000
         # lines, ≈ 100 ms): in a thread the event loop keeps serving requests meanwhile, taking the
         # interpreter back at every switch interval, instead of stalling them for the whole merge.
-        return await asyncio.to_thread(merge_pages, sorted(pages))
+        merged = await asyncio.to_thread(merge_pages, sorted(pages))
+        return merged + up_family(len(self._sockets), {index for index, _ in pages})
 
     async def close(self) -> None:
         if self._server is not None:

@@ -10,7 +10,8 @@ parent resolves the port once (``--port 0`` picks a free one) by binding - not l
 Config: with ``--config-map`` the parent reads the ConfigMap into the config file once before it
 starts the workers, and only worker 0 watches it afterwards (:attr:`WorkerRole.mirrors_config_map`).
 Worker 0 checks that file every ``configReloadInterval`` and tells the others when it changed; they
-reload it then (see ``ConfigReloader.follows``), so the workers apply a change together.
+reload it then (see ``ConfigReloader.follows``), so the workers apply a change together. The
+``configMapRef`` EndpointPickerConfigs are worker 0's read too (:mod:`igw.gateway.picker_share`).
 
 Discovery: worker 0 alone runs the discovery source (with ``--in-cluster``, its Pod and ConfigMap
 watches) and relays every report to the others (see :mod:`igw.gateway.discovery_share`).
@@ -90,6 +91,9 @@ KILL_AFTER_S: Final = 10.0
 """Seconds past a worker's drain + grace budget before the parent kills it."""
 
 
+SERVING_MARK: Final = "serving"
+"""The file in the group's directory that the parent creates once every worker serves
+(:meth:`WorkerRole.group_serving`)."""
 SOCKET_PATH_MAX: Final = 107
 """The longest path a unix socket may have on Linux (``sun_path`` is 108 bytes with its NUL)."""
 GROUP_DIRECTORY_PREFIX: Final = "igw-workers-"
@@ -159,6 +163,25 @@ class WorkerRole:
     def scrape_channel(self) -> str:
         return str(Path(self.directory) / "scrape.sock")
 
+    @property
+    def serving_mark(self) -> str:
+        """The file the parent creates once every worker of the group has reported that it serves."""
+        return str(Path(self.directory) / SERVING_MARK)
+
+    def group_serving(self) -> bool:
+        """Whether every worker of the group serves (:attr:`serving_mark` exists); always true for a
+        role with no parent (nobody would create the mark). A worker's ``/readyz`` answers 503 until
+        then: worker 0 serves seconds before the others (4 s for three workers on this machine), and
+        before session s42 the pod was ready, and took its full share of traffic, on one worker."""
+        if self.parent is None:
+            return True
+        return os.path.exists(self.serving_mark)
+
+    @property
+    def picker_configs(self) -> str:
+        """Worker 0's read of the ``configMapRef`` picker configs (:mod:`igw.gateway.picker_share`)."""
+        return str(Path(self.directory) / "picker-configs.json")
+
     def metrics_socket(self, index: int) -> str:
         return str(Path(self.directory) / f"metrics-{index}.sock")
 
@@ -180,9 +203,15 @@ class WorkerRole:
         directory of dead sockets in the temporary directory."""
         if self.parent is None or os.getppid() == self.parent:
             return
-        # The group's own sockets, then the directory if that left it empty: never a tree named by an
-        # environment variable.
-        for path in (self.scrape_channel, *(self.metrics_socket(i) for i in range(self.count))):
+        # The group's own sockets and files, then the directory if that left it empty: never a tree
+        # named by an environment variable.
+        files = (
+            self.scrape_channel,
+            self.serving_mark,
+            self.picker_configs,
+            self.picker_configs + ".partial",
+        )
+        for path in (*files, *(self.metrics_socket(i) for i in range(self.count))):
             with contextlib.suppress(OSError):
                 os.unlink(path)
         with contextlib.suppress(OSError):
@@ -332,6 +361,10 @@ def supervise(
                 )
 
             def all_serving(seconds: float) -> None:
+                try:  # the workers' /readyz answers 200 from now on (WorkerRole.group_serving)
+                    Path(directory, SERVING_MARK).touch()
+                except OSError as exc:
+                    log.error("igw serve: cannot mark the group serving (its /readyz stays 503): %s", exc)
                 what = "igw serve: all %d workers serve on %s (the group started in %.1fs)"
                 log.info(what, count, where, seconds)
 

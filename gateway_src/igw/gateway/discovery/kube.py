@@ -31,6 +31,7 @@ from typing import Any, Final
 from igw.config.documents import parse_text
 from igw.config.model import SchedulerSpec
 from igw.gateway.discovery import DiscoverySink
+from igw.gateway.discovery.kube_client import unreachable_reason
 from igw.gateway.endpoints import DiscoveredEndpoint, endpoint_key
 
 log = logging.getLogger("igw.gateway.discovery")
@@ -444,11 +445,16 @@ def read_picker_config(api_client: Any, *, namespace: str, name: str, key: str) 
     # deferred: start-up cost: the kubernetes client is heavy and only the in-cluster path needs it
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
+    from urllib3.exceptions import HTTPError
 
     try:
         cm = client.CoreV1Api(api_client).read_namespaced_config_map(name, namespace)
     except ApiException as exc:
         raise ValueError(f"configMapRef {namespace}/{name}: HTTP {exc.status} {exc.reason}") from exc
+    except (HTTPError, OSError) as exc:  # no answer at all: a traceback at start before session s42
+        raise ValueError(
+            f"configMapRef {namespace}/{name}: cannot reach the API server: {unreachable_reason(exc)}"
+        ) from exc
     text = (cm.data or {}).get(key)
     if text is None:
         raise ValueError(f"configMapRef {namespace}/{name}: no key {key!r} in data")

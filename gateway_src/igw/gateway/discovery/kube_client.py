@@ -76,3 +76,13 @@ def _not_a_kubeconfig(exc: Exception) -> str:
     if isinstance(exc, yaml.YAMLError):
         return "not valid YAML"
     return "not a kubeconfig (expected a mapping with clusters, contexts, users and current-context)"
+
+
+def unreachable_reason(exc: BaseException) -> str:
+    """Why a request got no answer from the API server, in a few words: urllib3's ``MaxRetryError``
+    repeats the pool, URL and connection object around the reason (``[Errno 111] Connection
+    refused``), which is what an operator needs."""
+    reason: BaseException = getattr(exc, "reason", None) or exc
+    text = str(reason)
+    cause = text.rsplit(": ", 1)[-1].rstrip(")\"'") if "Failed to establish" in text else text
+    return cause or type(exc).__name__
