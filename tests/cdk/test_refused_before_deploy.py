@@ -246,6 +246,18 @@ def test_a_tag_the_stacks_set_per_resource_is_refused(
     assert [problem for problem in _problems(example) if problem.startswith(expected)], _problems(example)
 
 
+@pytest.mark.parametrize(
+    "key", ["igw.dev/inference-gateway-config-uid", "IGW.dev/Inference-Gateway-Config-UID", "igw.dev/cluster"]
+)
+def test_a_tag_key_of_the_operators_certificate_imports_is_refused(example: dict[str, Any], key: str) -> None:
+    """Session s42: the config's tags land on the endpoint's ACM certificate, and the operator's role may
+    re-import or delete a certificate carrying the owner tag (``aws:ResourceTag``, any letter case);
+    ``igw.dev/cluster`` is what the orphan sweep deletes by. Such a key was accepted."""
+    example["tags"] = {key: "0"}
+    expected = f"tags.{key}: the key prefix {key[:8]!r} is the igw operator's"
+    assert [problem for problem in _problems(example) if problem.startswith(expected)], _problems(example)
+
+
 def test_a_token_in_a_tag_is_reported_once(example: dict[str, Any]) -> None:
     """Session s42: ``${Token[...]}`` in a tag value was reported twice, as a token and as characters
     AWS refuses; the characters beside the token are still checked."""
