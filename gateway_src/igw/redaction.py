@@ -61,9 +61,9 @@ _URL_SECRET_MARKS: Final = frozenset("@?#")
 
 
 def redact_url(url: str) -> str:
-    """``url`` with its user-info and the value of each query parameter and fragment replaced by
-    :data:`MASK`; scheme, host, port, path and parameter names kept, so the message still says which
-    endpoint and which parameters.
+    """``url`` with its user-info, the value of each query parameter and each ``name=value`` of its
+    fragment replaced by :data:`MASK`; scheme, host, port, path, parameter names and a fragment's
+    anchor kept, so the message still says which endpoint and which parameters.
 
     A JWKS, OIDC, OTLP, backend or Redis URL may carry a credential in any of these places
     (``rediss://user:password@host``, ``?api_key=``, ``?sig=`` of a SAS URL, ``X-Amz-Signature`` of a
@@ -78,17 +78,20 @@ def redact_url(url: str) -> str:
     if query is not None:
         shown += "?" + "&".join(_mask_parameter(item) for item in query.split("&"))
     if fragment is not None:
-        shown += "#" + "&".join(_mask_parameter(item) for item in fragment.split("&"))
+        shown += "#" + "&".join(_mask_parameter(item, bare=False) for item in fragment.split("&"))
     return shown
 
 
-def _mask_parameter(item: str) -> str:
-    """One ``name=value`` item of a query or fragment with its value masked; an item without ``=``
-    (``?s3cr3t``) is all value, and an empty one (``a=1&&b=2``) stays empty."""
+def _mask_parameter(item: str, *, bare: bool = True) -> str:
+    """One ``name=value`` item of a query or fragment with its value masked; an empty one
+    (``a=1&&b=2``) stays empty. An item without ``=`` is all value in a query (``?s3cr3t``), masked
+    when ``bare``; in a fragment it is an anchor (``schema#``, ``security.md#jwt``), kept."""
     if not item:
         return item
     name, equals, _ = item.partition("=")
-    return f"{name}={MASK}" if equals else MASK
+    if equals:
+        return f"{name}={MASK}"
+    return MASK if bare else item
 
 
 def redact(text: str) -> str:

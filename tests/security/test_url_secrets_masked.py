@@ -48,6 +48,8 @@ SECRET = "Zm9vYmFyYmF6cXV4"
         (f"redis://u:p@{SECRET}@cache:6379", f"redis://{MASK}@cache:6379"),
         (f"redis://cache:6379/0?password={SECRET}", f"redis://cache:6379/0?password={MASK}"),
         ("https://idp.example.com/.well-known/jwks.json", "https://idp.example.com/.well-known/jwks.json"),
+        # an anchor is no credential: a documentation link stays whole
+        ("https://docs.example.com/security.md#jwt", "https://docs.example.com/security.md#jwt"),
     ],
 )
 def test_redact_url_masks_user_info_query_and_fragment_values_and_keeps_host_and_path(
