@@ -18,7 +18,8 @@ a word while it landed everywhere else. Keys whose value the stacks or CDK need 
 refused instead (:data:`STACK_OWNED`): the Load Balancer Controller finds the gateway's subnets by
 ``kubernetes.io/role/internal-elb``/``elb`` and ``kubernetes.io/cluster/<name>``, and CDK's own
 ``aws-cdk:`` tags mark what its custom resources may delete (``aws-cdk:auto-delete-objects``) and
-what ``Vpc.fromLookup`` reads (``aws-cdk:subnet-type``).
+what ``Vpc.fromLookup`` reads (``aws-cdk:subnet-type``). The operator's ``igw.dev/`` keys are
+refused as well (:data:`OPERATOR_PREFIX`).
 
 A CDK token marker in a key or value is reported once, by :mod:`cdk.cdk_tokens`; the characters
 around it are still checked here.
@@ -50,6 +51,13 @@ STACK_OWNED: Final = {
 }
 """Keys (or key prefixes, ending ``/`` or ``:``) the stacks or CDK set per resource, with why: a config
 value would either lose there or land on every other resource, so it is refused."""
+OPERATOR_PREFIX: Final = "igw.dev/"
+"""The keys of the operator's ACM imports (:data:`igw.operator.tls.UID_TAG` and the others): its IAM role
+may re-import or delete a certificate carrying the owner tag ``igw.dev/inference-gateway-config-uid``
+(``aws:ResourceTag``, whose key IAM compares in any letter case) and writes ``igw.dev/*`` keys only,
+and the orphan sweep deletes imports by ``igw.dev/cluster``. The config's tags land on the endpoint's
+ACM certificate too, so such a key there put it in the operator's reach: refused, in any letter case.
+Before session s42 it was accepted."""
 
 
 def _bad_characters(text: str) -> list[str]:
@@ -81,6 +89,12 @@ def problems(tags: Mapping[str, str], *, path: str = "tags") -> list[str]:
             found.append(f"{where}: an empty tag key (AWS needs 1 to 128 characters)")
         if key[: len(RESERVED_PREFIX)].lower() == RESERVED_PREFIX:
             found.append(f"{where}: the key prefix {key[:4]!r} is reserved for AWS; no resource accepts it")
+        if key[: len(OPERATOR_PREFIX)].lower() == OPERATOR_PREFIX:
+            found.append(
+                f"{where}: the key prefix {key[: len(OPERATOR_PREFIX)]!r} is the igw operator's (its "
+                "certificate imports' owner tags: on the endpoint's certificate the operator's role could "
+                "re-import or delete it); use another key"
+            )
         owned = _stack_owned(key)
         if owned is not None:
             found.append(f"{where}: a tag the stacks set per resource ({owned}); use another key")

@@ -613,7 +613,30 @@ def _semantic_problems(doc: Mapping[str, Any]) -> list[str]:
             )
         problems += _auto_tls_problems(doc)
     problems += [f"inference.gatewayConfig.{p}" for p in _gateway_config_problems(doc)]
+    problems += _redis_url_password_problems(doc)
     problems += _heartbeat_token_problems(doc)
+    return problems
+
+
+def _redis_url_password_problems(doc: Mapping[str, Any]) -> list[str]:
+    """A Redis URL of ``inference.gatewayConfig`` that carries a password (user-info or
+    ``?password=``, both of which redis-py reads): the stacks write the config into the inference
+    stack's CloudFormation template (kept in the CDK assets bucket, shown by ``GetTemplate`` and the
+    console) and into the InferenceGatewayConfig object, so the password would be readable wherever
+    they are. Refused, naming the field and never quoting the password; ``passwordEnv`` read from a
+    Secret is the way (:mod:`igw.config.redis_password`). Before session s42 it was synthesized as given."""
+    from igw.config.redis_password import GATEWAY_REDIS_NODES, spec_node, url_holds_password
+
+    problems: list[str] = []
+    for path in GATEWAY_REDIS_NODES:
+        node = spec_node(doc["inference"]["gatewayConfig"].get("spec"), path)
+        url = node.get("url") if node is not None else None
+        if isinstance(url, str) and url_holds_password(url):
+            problems.append(
+                f"inference.gatewayConfig.spec.{'.'.join(path)}.url: holds a password, which the stacks "
+                "would write into the CloudFormation template and the InferenceGatewayConfig object; "
+                "remove it from the URL and set passwordEnv, read from a Secret in spec.podDefaults.env"
+            )
     return problems
 
 

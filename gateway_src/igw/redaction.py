@@ -1,8 +1,9 @@
 """Keep credentials out of every text igw writes or shows: logs, error messages, reports.
 
 :func:`redact` masks bearer tokens, JWT-looking strings and the values of credential headers
-(``Authorization``, ``Proxy-Authorization``, ``Cookie``, ``Set-Cookie``, API-key headers) and the
-user-info of URLs (``rediss://user:password@host``) in a text; :func:`redact_value` also masks values
+(``Authorization``, ``Proxy-Authorization``, ``Cookie``, ``Set-Cookie``, API-key headers) and, in
+URLs, the user-info and the query and fragment values (:func:`redact_url`: ``rediss://user:password@host``,
+``https://idp/jwks?api_key=...``) in a text; :func:`redact_value` also masks values
 assigned to a secret's name and token-like runs, for quoting what a user supplied.
 
 At the bottom of the package (the standard library only) so that every layer uses the same rules:
@@ -31,8 +32,11 @@ _CREDENTIAL_HEADER: Final = re.compile(
     r"(?i)\b((?:proxy-)?authorization|set-cookie|cookie|x-api-key|api-key|apikey|x-auth-token)"
     r"([\"']?\s*[:=]\s*[\"']?)([^\r\n\"']*)"
 )
-_URL_USERINFO: Final = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)([^/\s@\"'<>]+)@")
-"""A URL's scheme and the user-info before its host (a Redis or OTLP URL with a password in it)."""
+_URL: Final = re.compile(r"(?i)\b[a-z][a-z0-9+.-]*://[^\s\"'<>]*")
+"""A URL with a scheme, up to the first blank, quote or angle bracket: what :func:`redact_url` rewrites."""
+_URL_PARTS: Final = re.compile(r"(?s)([^:]*://)(?:([^/?#]*)@)?([^?#]*)(?:\?([^#]*))?(?:#(.*))?")
+"""Scheme, user-info (up to the last ``@`` before the path: a password may hold an unencoded ``@``),
+host and path, query, fragment."""
 _TRIGGERS: Final = ("authorization", "cookie", "api-key", "apikey", "x-auth-token", "bearer", "basic", "eyj")
 """Lower-case substrings at least one of which every pattern above needs in order to match. Most
 lines (the access log's, one per request) contain none, and the scan for them is several times
@@ -46,18 +50,56 @@ def needs_redaction(text: str) -> bool:
     The access log uses it on a line's strings, once per distinct string, so that a line built only
     of such strings is written without the writer thread scanning it again
     (:mod:`igw.gateway.access_log`)."""
-    if "@" in text and "://" in text:
+    if "://" in text and _URL_SECRET_MARKS.intersection(text):
         return True
     lowered = text.lower()
     return any(trigger in lowered for trigger in _TRIGGERS)
+
+
+_URL_SECRET_MARKS: Final = frozenset("@?#")
+"""Characters one of which a URL needs for :func:`redact_url` to change it."""
+
+
+def redact_url(url: str) -> str:
+    """``url`` with its user-info, the value of each query parameter and each ``name=value`` of its
+    fragment replaced by :data:`MASK`; scheme, host, port, path, parameter names and a fragment's
+    anchor kept, so the message still says which endpoint and which parameters.
+
+    A JWKS, OIDC, OTLP, backend or Redis URL may carry a credential in any of these places
+    (``rediss://user:password@host``, ``?api_key=``, ``?sig=`` of a SAS URL, ``X-Amz-Signature`` of a
+    presigned one, ``#access_token=``), and no list of parameter names covers them all, so every value
+    is masked. :func:`redact` applies this to every URL in a text, which is how log lines, errors,
+    Events and reports quote a configured URL; call it directly to quote one URL (a metric label)."""
+    parts = _URL_PARTS.fullmatch(url)
+    if parts is None:  # unreachable for a string holding "://"; masked whole rather than shown
+        return MASK
+    scheme, userinfo, rest, query, fragment = parts.groups()
+    shown = scheme + (f"{MASK}@" if userinfo is not None else "") + rest
+    if query is not None:
+        shown += "?" + "&".join(_mask_parameter(item) for item in query.split("&"))
+    if fragment is not None:
+        shown += "#" + "&".join(_mask_parameter(item, bare=False) for item in fragment.split("&"))
+    return shown
+
+
+def _mask_parameter(item: str, *, bare: bool = True) -> str:
+    """One ``name=value`` item of a query or fragment with its value masked; an empty one
+    (``a=1&&b=2``) stays empty. An item without ``=`` is all value in a query (``?s3cr3t``), masked
+    when ``bare``; in a fragment it is an anchor (``schema#``, ``security.md#jwt``), kept."""
+    if not item:
+        return item
+    name, equals, _ = item.partition("=")
+    if equals:
+        return f"{name}={MASK}"
+    return MASK if bare else item
 
 
 def redact(text: str) -> str:
     """``text`` with every credential-looking substring replaced by :data:`MASK`."""
     if not text:
         return text
-    if "@" in text and "://" in text:
-        text = _URL_USERINFO.sub(lambda m: f"{m.group(1)}{MASK}@", text)
+    if "://" in text and _URL_SECRET_MARKS.intersection(text):
+        text = _URL.sub(lambda m: redact_url(m.group(0)), text)
     lowered = text.lower()
     if not any(trigger in lowered for trigger in _TRIGGERS):
         return text

@@ -246,6 +246,53 @@ def test_a_tag_the_stacks_set_per_resource_is_refused(
     assert [problem for problem in _problems(example) if problem.startswith(expected)], _problems(example)
 
 
+@pytest.mark.parametrize(
+    "key", ["igw.dev/inference-gateway-config-uid", "IGW.dev/Inference-Gateway-Config-UID", "igw.dev/cluster"]
+)
+def test_a_tag_key_of_the_operators_certificate_imports_is_refused(example: dict[str, Any], key: str) -> None:
+    """Session s42: the config's tags land on the endpoint's ACM certificate, and the operator's role may
+    re-import or delete a certificate carrying the owner tag (``aws:ResourceTag``, any letter case);
+    ``igw.dev/cluster`` is what the orphan sweep deletes by. Such a key was accepted."""
+    example["tags"] = {key: "0"}
+    expected = f"tags.{key}: the key prefix {key[:8]!r} is the igw operator's"
+    assert [problem for problem in _problems(example) if problem.startswith(expected)], _problems(example)
+
+
+@pytest.mark.parametrize(
+    ("node", "url"),
+    [
+        ("rateLimits", "rediss://default:Pl41nPassw0rd@cache.example:6379/0"),
+        ("rateLimits", "redis://cache.example:6379/0?password=Pl41nPassw0rd"),
+        ("globalHeartbeat", "rediss://:Pl41nPassw0rd@global.example:6379/0"),
+    ],
+)
+def test_a_password_in_a_gateway_redis_url_is_refused_without_quoting_it(
+    example: dict[str, Any], node: str, url: str
+) -> None:
+    """Session s42: it was synthesized into the inference stack's CloudFormation template as given."""
+    redis: dict[str, Any] = {"url": url}
+    extension: dict[str, Any] = {"redis": redis}
+    if node == "rateLimits":
+        extension["backend"] = "redis"
+    example["inference"]["gatewayConfig"]["spec"].setdefault("extensions", {})[node] = extension
+    problems = _problems(example)
+    expected = f"inference.gatewayConfig.spec.extensions.{node}.redis.url: holds a password"
+    assert [p for p in problems if p.startswith(expected)], problems
+    assert not [p for p in problems if "Pl41nPassw0rd" in p], problems
+    # the way it names: passwordEnv (a Secret in podDefaults.env) and the URL without a password
+    redis["url"], redis["passwordEnv"] = "rediss://default@cache.example:6379/0", "REDIS_PASSWORD"
+    assert not [p for p in _problems_or_none(example) if "holds a password" in p]
+
+
+def _problems_or_none(document: dict[str, Any]) -> list[str]:
+    """The problems of ``document``, or none when it is accepted."""
+    try:
+        config.parse(document)
+    except config.DeploymentConfigError as exc:
+        return list(exc.problems)
+    return []
+
+
 def test_a_token_in_a_tag_is_reported_once(example: dict[str, Any]) -> None:
     """Session s42: ``${Token[...]}`` in a tag value was reported twice, as a token and as characters
     AWS refuses; the characters beside the token are still checked."""

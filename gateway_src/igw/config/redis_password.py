@@ -38,6 +38,19 @@ def spec_node(spec: object, path: tuple[str, ...]) -> Mapping[str, Any] | None:
     return node if isinstance(node, Mapping) else None
 
 
+def url_holds_password(url: str) -> bool:
+    """Whether the Redis URL ``url`` carries a password: in its user-info or as ``?password=``.
+
+    redis-py takes a password from the query as from the user-info, and the URL's wins over the
+    client's own argument: either one would override ``passwordEnv`` (before session s38 the query's
+    was not looked at). ``False`` for a malformed URL (its validation reports it)."""
+    try:
+        parts = urlsplit(url)
+        return parts.password is not None or "password" in parse_qs(parts.query)
+    except ValueError:
+        return False
+
+
 class RedisPasswordError(IgwConfigError, ValueError):
     """``passwordEnv`` names an unset variable, or the URL holds a password too; the message names the
     field, never the password."""
@@ -50,15 +63,7 @@ def redis_password(
     configured, the URL's own if any); ``path`` names the ``redis`` node in messages."""
     if password_env is None:
         return None
-    try:
-        parts = urlsplit(url)
-        # redis-py takes a password from the query as from the user-info, and the URL's wins over
-        # the client's own argument: either one here would override passwordEnv (before session s38
-        # the query's was not looked at).
-        in_url = parts.password is not None or "password" in parse_qs(parts.query)
-    except ValueError:
-        in_url = False
-    if in_url:
+    if url_holds_password(url):
         raise RedisPasswordError(
             f"{path}: url holds a password and passwordEnv names one; keep only passwordEnv "
             "(a password in the configuration is readable wherever the configuration is)"

@@ -3,7 +3,9 @@
 The JWKS endpoint is outside our control, so every way it can misbehave is bounded (attack case
 J28): HTTPS only (certificate verified), one total timeout, a body size cap enforced while reading
 (never trusting ``Content-Length``), no redirects except to the same HTTPS host and port, and a
-JSON body. Every failure becomes :class:`FetchError` with a short reason for logs and metrics.
+JSON body. Every failure becomes :class:`FetchError` with a short reason for logs and metrics; a URL
+in it is quoted through :func:`igw.redaction.redact_url` (the reason reaches ``/readyz`` and ``igw
+preflight``, which no log formatter redacts).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import aiohttp
 from yarl import URL
 
 from igw.errors import IgwSecurityError
+from igw.redaction import redact_url
 
 MAX_REDIRECTS: Final = 3
 _READ_CHUNK: Final = 65_536
@@ -36,9 +39,9 @@ def require_https(url: str) -> URL:
     except (ValueError, TypeError):
         # yarl refuses a malformed URL (an unclosed IPv6 bracket, a port out of range) with a bare
         # ValueError; callers expect FetchError (a JWKS fetch must fail with backoff, not crash)
-        raise FetchError(f"not a well-formed URL: {url!r}") from None
+        raise FetchError(f"not a well-formed URL: {redact_url(url)!r}") from None
     if not https_with_host:
-        raise FetchError(f"not an https URL: {url!r}")
+        raise FetchError(f"not an https URL: {redact_url(url)!r}")
     return parsed
 
 

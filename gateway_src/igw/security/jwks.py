@@ -34,6 +34,7 @@ from typing import Final
 import aiohttp
 
 from igw.errors import IgwSecurityError
+from igw.redaction import redact_url
 from igw.security.clock import Clock
 from igw.security.fetch import FetchError, fetch_json, require_https
 from igw.security.jwk import KeySet, VerificationKey, parse_jwks
@@ -316,7 +317,10 @@ class JwksCache:
         if self._metrics is not None:
             self._metrics.jwks_fetch.labels(result="success").inc()
         if not was_ready:
-            log.info("JWKS loaded from %s: %d usable keys", uri, len(keys))
+            # The URI's user-info and query values masked: a JWKS URI may carry an API key or a
+            # signature (?api_key=, ?sig=), and a handler without igw's redacting formatter
+            # (an embedding application's) would print it whole.
+            log.info("JWKS loaded from %s: %d usable keys", redact_url(uri), len(keys))
 
     def _on_failure(self, reason: str) -> None:
         self._failures += 1
@@ -355,7 +359,7 @@ class JwksCache:
             require_https(uri)
             return uri
         except FetchError as exc:
-            log.warning("OIDC discovery at %s failed (%s); using remoteJWKS.uri", url, exc.reason)
+            log.warning("OIDC discovery at %s failed (%s); using remoteJWKS.uri", redact_url(url), exc.reason)
             return self._configured_uri
 
     # -- background refresh --------------------------------------------------------------------
