@@ -17,8 +17,8 @@ The render is split where the threads' rules are:
   collected (their values are read under their locks, made for multi-threaded writers) and
   everything is formatted, byte for byte what :func:`prometheus_client.generate_latest` of the
   registry gives (a gauge's ``set_function`` callable is called there too: it must only read). The
-  loop takes the interpreter back at every switch interval (5 ms), so a request
-  waits at most that long for a scrape, instead of the whole render.
+  loop takes the interpreter back at every switch interval (5 ms), so a request waits about that
+  long for a scrape (plus, on a busy machine, its wait for a core), not for the whole render.
 
 Scrapes that arrive while a page is being rendered share that render (two Prometheus replicas, the
 management port and a worker's peers asking at once cost one render, not one each): the page they
