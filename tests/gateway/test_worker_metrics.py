@@ -14,7 +14,7 @@ import logging
 import os
 import tempfile
 import threading
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -41,11 +41,22 @@ def _page(worker: int) -> bytes:
     return ("\n".join(lines) + "\n").encode()
 
 
+def _rendering(render: Callable[[], bytes]) -> Callable[[], Awaitable[bytes]]:
+    """``render`` as the awaitable :class:`WorkerMetrics` takes (the gateway's renders off the loop)."""
+
+    async def page() -> bytes:
+        return render()
+
+    return page
+
+
 @contextlib.asynccontextmanager
 async def _group(renders: list[Callable[[], bytes]]) -> AsyncIterator[list[WorkerMetrics]]:
     with tempfile.TemporaryDirectory(prefix="igw-wm-") as tmp:  # short: a unix socket path has 107 bytes
         sockets = [str(Path(tmp) / f"m{i}.sock") for i in range(len(renders))]
-        workers = [WorkerMetrics(index=i, sockets=sockets, render=r) for i, r in enumerate(renders)]
+        workers = [
+            WorkerMetrics(index=i, sockets=sockets, render=_rendering(r)) for i, r in enumerate(renders)
+        ]
         for w in workers:
             await w.start()
         try:

@@ -482,6 +482,20 @@ def _compiled_modules(text: str) -> list[str]:
     return names
 
 
+def _metrics_page_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--endpoints",
+        type=COUNTS,
+        default=[16, 256, 1000],
+        help="comma-separated fleet sizes (default 16,256,1000)",
+    )
+    parser.add_argument(
+        "--pools", type=COUNT, default=20, help="pools the endpoints are spread over (default 20)"
+    )
+    parser.add_argument("--models", type=COUNT, default=40, help="models with request series (default 40)")
+    parser.add_argument("--scrapes", type=COUNT, default=5, help="scrapes per way and size (default 5)")
+
+
 def _compiled_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--pairs", type=COUNT, default=3, help="pairs of runs, the order swapped every pair (default 3)"
@@ -532,6 +546,7 @@ BENCHMARKS: Final[tuple[tuple[str, str, Callable[[argparse.ArgumentParser], None
     ("scrape-des", "igw.perf.scrape_des", _scrape_des_arguments),
     ("decide", "igw.perf.decide", _decide_arguments),
     ("compiled", "igw.perf.compiled", _compiled_arguments),
+    ("metrics-page", "igw.perf.metrics_page", _metrics_page_arguments),
 )
 
 

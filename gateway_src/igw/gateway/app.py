@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Final
 
 import orjson
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry
 
 from igw.config.model import GatewayConfig
 from igw.gateway.debug_api import DecisionDebug, add_debug_routes
@@ -205,7 +205,7 @@ async def metrics_page(request: web.Request) -> web.StreamResponse:
     if workers is not None:
         payload = await workers.page()
     else:
-        payload = generate_latest(request.app[STATE_KEY].metrics.registry)
+        payload = await request.app[STATE_KEY].metrics.page.render()
     return web.Response(body=payload, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
@@ -347,7 +347,7 @@ def create_app(
         worker_metrics = app[WORKER_METRICS_KEY] = WorkerMetrics(
             index=worker.index,
             sockets=[worker.metrics_socket(i) for i in range(worker.count)],
-            render=lambda: generate_latest(state.metrics.registry),
+            render=state.metrics.page.render,
         )
     for path, api in INFERENCE_PATHS.items():
         app.router.add_post(path, _inference_route(api))

@@ -25,6 +25,8 @@ from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.registry import Collector
 
 from igw.gateway.endpoints import EndpointState
+from igw.gateway.metric_batch import collect_unfolded
+from igw.scheduling.values import EngineMetrics
 
 SampleFilter = Callable[[Mapping[str, str]], bool]
 
@@ -125,7 +127,42 @@ class EppCompatCollector(Collector):
         self._pool_gauges_on = pool_gauges
 
     def collect(self) -> Iterator[Metric]:
-        by_name = {m.name: m for source in self._sources for m in source.collect()}
+        return self.snapshot(folded=False).collect()
+
+    def snapshot(self, *, folded: bool = True) -> EppFamilies:
+        """The pool gauges' inputs read now (one pass over the endpoints): cheap on the event loop,
+        and safe to collect on another thread (:mod:`igw.gateway.metrics_render`). ``folded``: the
+        caller folded the sources' pending updates already (on the event loop, where the batch
+        lives), so the snapshot's collection reads them without folding; else it folds, as a
+        collection on the loop does."""
+        rows = (
+            [(sched, st.key, _ready(st), st.metrics) for sched, st in self._lister()]
+            if self._pool_gauges_on
+            else []
+        )
+        return EppFamilies(
+            sources=self._sources, pools=rows, pool_gauges=self._pool_gauges_on, fold=not folded
+        )
+
+
+PoolRow = tuple[str, str, bool, EngineMetrics | None]
+"""``(scheduler, endpoint, ready, metrics)`` of one endpoint, as read for the pool gauges."""
+
+
+class EppFamilies(Collector):
+    """What :class:`EppCompatCollector` yields, from endpoint rows read earlier (see its snapshot)."""
+
+    def __init__(
+        self, *, sources: tuple[MetricWrapperBase, ...], pools: list[PoolRow], pool_gauges: bool, fold: bool
+    ) -> None:
+        self._sources = sources
+        self._pools = pools
+        self._pool_gauges_on = pool_gauges
+        self._fold = fold
+
+    def collect(self) -> Iterator[Metric]:
+        collect = _collect if self._fold else collect_unfolded
+        by_name = {m.name: m for source in self._sources for m in collect(source)}
         for alias in EPP_ALIASES:
             found = by_name.get(alias.source)
             if found is not None:
@@ -146,16 +183,15 @@ class EppCompatCollector(Collector):
         ready = GaugeMetricFamily(
             POOL_FAMILIES[3], "Pods of the pool whose metrics are current.", labels=["name"]
         )
-        pools: dict[str, list[EndpointState]] = {}
-        for sched, st in self._lister():
-            pools.setdefault(sched, []).append(st)
-        for pool, states in sorted(pools.items()):
-            live = [st for st in states if _ready(st) and st.metrics is not None]
+        pools: dict[str, list[tuple[str, EngineMetrics]]] = {}
+        for sched, key, is_ready, metrics in self._pools:
+            live = pools.setdefault(sched, [])
+            if is_ready and metrics is not None:
+                live.append((key, metrics))
+        for pool, live in sorted(pools.items()):
             ready.add_metric([pool], float(len(live)))
-            kvs = [st.metrics.kv_usage for st in live if st.metrics and st.metrics.kv_usage is not None]
-            waits = [
-                (st.key, st.metrics.waiting) for st in live if st.metrics and st.metrics.waiting is not None
-            ]
+            kvs = [m.kv_usage for _, m in live if m.kv_usage is not None]
+            waits = [(key, m.waiting) for key, m in live if m.waiting is not None]
             if kvs:
                 kv.add_metric([pool], sum(kvs) / len(kvs))
             if waits:
@@ -163,6 +199,10 @@ class EppCompatCollector(Collector):
             for key, waiting in waits:
                 per_pod.add_metric([key, pool], float(waiting))
         yield from (kv, queue, per_pod, ready)
+
+
+def _collect(source: MetricWrapperBase) -> Iterable[Metric]:
+    return source.collect()
 
 
 def _derive(alias: EppAlias, source: Metric) -> Metric:

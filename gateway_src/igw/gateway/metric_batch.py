@@ -9,8 +9,10 @@ search), and :meth:`MetricBatch.fold` hands the totals to the prometheus_client 
 are collected, so every reader - ``/metrics``, the registry's ``get_sample_value``, the EPP aliases,
 the EMF reporter, the heartbeat - sees every update made before the read.
 
-Updates and reads both run on the gateway's event loop thread (the request path, the ``/metrics``
-handler and the periodic reporters), so no lock is needed.
+Updates and folds both run on the gateway's event loop thread (the request path, the ``/metrics``
+handler's read of the values and the periodic reporters), so no lock is needed. ``/metrics`` folds on
+the loop and then collects on a worker thread with :func:`collect_unfolded`, which reads only the
+prometheus_client children (thread-safe), never the batch (:mod:`igw.gateway.metrics_render`).
 
 Why by hand: the folding adds to a histogram child's bucket and sum values directly (its ``_buckets``
 and ``_sum``, the only way to add N observations at once); ``tests/gateway/test_metric_batch.py``
@@ -131,6 +133,25 @@ class _FoldsOnCollect(MetricWrapperBase):
         if self.folds is not None:
             self.folds()
         return super().collect()
+
+    def collect_unfolded(self) -> Iterable[Metric]:
+        """The family as the last fold left it, folding nothing: for a collection on another thread
+        than the event loop's (the batch is not thread-safe; prometheus_client's children are),
+        after the loop folded the batch (:mod:`igw.gateway.metrics_render`)."""
+        return super().collect()
+
+
+def folds_of(metric: object) -> Callable[[], None] | None:
+    """What ``metric`` folds before it is collected (its batch's fold), if it is a folding family."""
+    return metric.folds if isinstance(metric, _FoldsOnCollect) else None
+
+
+def collect_unfolded(metric: MetricWrapperBase) -> Iterable[Metric]:
+    """``metric``'s samples without folding its batch (:meth:`_FoldsOnCollect.collect_unfolded`);
+    any other prometheus_client metric collects as usual (it holds no batch)."""
+    if isinstance(metric, _FoldsOnCollect):
+        return metric.collect_unfolded()
+    return metric.collect()
 
 
 @mypyc_attr(native_class=False)  # mypyc: a prometheus_client subclass, a Python class

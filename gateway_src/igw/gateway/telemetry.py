@@ -34,7 +34,9 @@ from igw.gateway.departed_series import DEPARTED_GRACE_S, DepartedEndpoints, End
 from igw.gateway.endpoints import EndpointState
 from igw.gateway.epp_compat import EppCompatCollector
 from igw.gateway.metric_batch import FoldingCounter, FoldingHistogram, MetricBatch
+from igw.gateway.metrics_render import MetricsPage
 from igw.scheduling.settings import RoutingSettings
+from igw.scheduling.values import EngineMetrics
 
 UNKNOWN_MODEL: Final = "(unknown)"
 LATENCY_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
@@ -68,6 +70,21 @@ def _no_ejections() -> Iterable[tuple[str, str, float]]:
     return ()
 
 
+EndpointRow = tuple[str, str, float | None, bool, bool, int, EngineMetrics | None, frozenset[str]]
+"""What the per-endpoint families show of one endpoint: ``(scheduler, endpoint, scraped_at,
+scrape_failing, page frozen, inflight, metrics, missing)``, read from its state in one pass. Every
+field is immutable (a scrape replaces the endpoint's ``EngineMetrics`` and ``missing``, never
+mutates them), so the rows can be formatted on another thread than the one that updates the state."""
+
+
+def endpoint_rows(lister: EndpointLister) -> list[EndpointRow]:
+    """Every endpoint's :data:`EndpointRow`, in the lister's order."""
+    return [
+        (sched, st.key, st.scraped_at, st.scrape_failing, st.page.frozen, st.inflight, st.metrics, st.missing)
+        for sched, st in lister()
+    ]
+
+
 @mypyc_attr(native_class=False)  # mypyc: it subclasses prometheus_client's, so it stays a Python class
 class _EndpointCollector(Collector):
     """The per-endpoint gauges (``scrapes``: the ones read from scrapes too, see the module's
@@ -89,6 +106,41 @@ class _EndpointCollector(Collector):
         self._ejections = ejections
 
     def collect(self) -> Iterator[Metric]:
+        return self.snapshot().collect()
+
+    def snapshot(self) -> EndpointFamilies:
+        """The families' inputs read now (one pass over the endpoints, no family built): cheap on
+        the event loop, and safe to collect on another thread (:mod:`igw.gateway.metrics_render`)."""
+        return EndpointFamilies(
+            rows=endpoint_rows(self._lister),
+            now=self._clock(),
+            stale_threshold_s=self._stale_threshold_s(),
+            scrapes=self._scrapes,
+            ejected=list(self._ejections()),
+        )
+
+
+@mypyc_attr(native_class=False)  # mypyc: it subclasses prometheus_client's, so it stays a Python class
+class EndpointFamilies(Collector):
+    """The families of :class:`_EndpointCollector` built from rows read earlier (a snapshot): holds
+    no reference to live state, so any thread may collect it."""
+
+    def __init__(
+        self,
+        *,
+        rows: list[EndpointRow],
+        now: float,
+        stale_threshold_s: float,
+        scrapes: bool,
+        ejected: list[tuple[str, str, float]],
+    ) -> None:
+        self._rows = rows
+        self._now = now
+        self._stale_threshold_s = stale_threshold_s
+        self._scrapes = scrapes
+        self._ejected_rows = ejected
+
+    def collect(self) -> Iterator[Metric]:
         if self._scrapes:
             yield from self._scraped()
         else:
@@ -104,15 +156,15 @@ class _EndpointCollector(Collector):
             "outlierDetection.consecutiveFailures requests in a row); only ejected endpoints are listed.",
             labels=["scheduler", "endpoint"],
         )
-        for sched, key, seconds in self._ejections():
+        for sched, key, seconds in self._ejected_rows:
             family.add_metric([sched, key], seconds)
         return family
 
     def _own(self) -> Iterator[Metric]:
         """What a follower exports per endpoint: its own requests in flight."""
         inflight = _inflight_family()
-        for sched, st in self._lister():
-            inflight.add_metric([sched, st.key], float(st.inflight))
+        for sched, key, _, _, _, in_flight, _, _ in self._rows:
+            inflight.add_metric([sched, key], float(in_flight))
         yield inflight
 
     def _summary(self) -> Iterator[Metric]:
@@ -130,16 +182,15 @@ class _EndpointCollector(Collector):
             "process holds them (with --workers each worker's own copy).",
             labels=["scheduler"],
         )
-        now, threshold = self._clock(), self._stale_threshold_s()
+        now, threshold = self._now, self._stale_threshold_s
         counts: dict[str, int] = {}
         ages: dict[str, float] = {}
-        for sched, st in self._lister():
-            scraped_at = st.scraped_at
+        for sched, _, scraped_at, scrape_failing, _, _, metrics, _ in self._rows:
             if scraped_at is None:
                 counts[sched] = counts.get(sched, 0) + 1
                 continue
             age = max(0.0, now - scraped_at)
-            routed_around = st.metrics is None or st.scrape_failing or age > threshold
+            routed_around = metrics is None or scrape_failing or age > threshold
             counts[sched] = counts.get(sched, 0) + (1 if routed_around else 0)
             if age > ages.get(sched, -1.0):
                 ages[sched] = age
@@ -191,15 +242,14 @@ class _EndpointCollector(Collector):
             "1 when the endpoint does not publish a signal routing uses (the value names the metric family).",
             labels=["scheduler", "endpoint", "signal"],
         )
-        now = self._clock()
-        for sched, st in self._lister():
-            lv = [sched, st.key]
-            if st.scraped_at is not None:
-                age.add_metric(lv, max(0.0, now - st.scraped_at))
-            failing.add_metric(lv, 1.0 if st.scrape_failing else 0.0)
-            frozen.add_metric(lv, 1.0 if st.page.frozen else 0.0)
-            inflight.add_metric(lv, float(st.inflight))
-            m = st.metrics
+        now = self._now
+        for sched, key, scraped_at, scrape_failing, page_frozen, in_flight, m, absent in self._rows:
+            lv = [sched, key]
+            if scraped_at is not None:
+                age.add_metric(lv, max(0.0, now - scraped_at))
+            failing.add_metric(lv, 1.0 if scrape_failing else 0.0)
+            frozen.add_metric(lv, 1.0 if page_frozen else 0.0)
+            inflight.add_metric(lv, float(in_flight))
             if m is not None:
                 if m.waiting is not None:
                     queue.add_metric(lv, float(m.waiting))
@@ -211,9 +261,9 @@ class _EndpointCollector(Collector):
                     max_lora.add_metric(lv, float(m.max_lora))
                 for state, names in (("running", m.active_adapters), ("waiting", m.waiting_adapters)):
                     for adapter in sorted(names or ()):
-                        adapters.add_metric([sched, st.key, adapter, state], 1.0)
-            for signal in sorted(st.missing):
-                missing.add_metric([sched, st.key, signal], 1.0)
+                        adapters.add_metric([sched, key, adapter, state], 1.0)
+            for signal in sorted(absent):
+                missing.add_metric([sched, key, signal], 1.0)
         yield from (age, failing, frozen, queue, running, kv, inflight, adapters, max_lora, missing)
 
 
@@ -411,6 +461,8 @@ class GatewayMetrics:
         self._endpoint_series: set[EndpointLabels] = set()
         """``(scheduler, endpoint)`` of every endpoint with a child in a per-endpoint counter."""
         self._departed = DepartedEndpoints(departed_grace_s)
+        self.page = MetricsPage(self.registry)
+        """``/metrics``: rendered off the event loop from values read on it (:mod:`.metrics_render`)."""
 
     def child(self, metric: MetricWrapperBase, *labels: str) -> Any:
         """``metric.labels(*labels)``, cached, and batched for this instance's counters and histograms:
