@@ -263,6 +263,30 @@ async def test_reader_ignores_malformed_or_misnamed_documents(redis_server: Redi
     await client.aclose()  # type: ignore[attr-defined]
 
 
+async def test_a_hostile_replica_or_pool_name_forges_no_line_of_the_router_s_log(
+    redis_server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A replica's field name and a pool's name are whatever the heartbeat's writer chose. Until
+    session s42 both went into the router's log as they came: a name holding a line break wrote a
+    line of the writer's choosing (``ERROR forged ...``) into it. Both are quoted now."""
+    client = redis_asyncio.Redis.from_url(redis_server.url)
+    doc = orjson.loads(beat("a").encode())
+    doc["pools"] = {"x\nERROR forged pool": 5}
+    await client.hset("j:a", mapping={"gw-1\nERROR forged replica": b"{oops", "gw-2": orjson.dumps(doc)})
+    reader = HeartbeatReader(url=redis_server.url, key_prefix="j:", clusters=["a"])
+    try:
+        with caplog.at_level(logging.ERROR, logger="igw.global_router"):
+            await reader.read()
+        messages = [r.getMessage() for r in caplog.records]
+        assert len(messages) == 3  # each replica's problem, then the cluster drained
+        assert all("\n" not in message for message in messages)
+        assert any("replica 'gw-1\\nERROR forged replica'" in message for message in messages)
+        assert any("'pools.x\\nERROR forged pool'" in message for message in messages)
+    finally:
+        await reader.close()
+        await client.aclose()  # type: ignore[attr-defined]
+
+
 async def test_unreachable_store_raises_source_down_and_publisher_keeps_serving() -> None:
     url = f"redis://127.0.0.1:{closed_port()}/0"
     reader = HeartbeatReader(url=url, key_prefix="p:", clusters=["a"])

@@ -279,7 +279,9 @@ class HeartbeatReader:
             self._bad_fields.discard(where)
         elif where not in self._bad_fields:
             self._bad_fields.add(where)
-            named = f" (replica {replica})" if replica != LEGACY_REPLICA else ""
+            # Quoted (repr): a field name is whatever a writer chose, and one with a line break
+            # would otherwise forge a line of the router's log.
+            named = f" (replica {replica!r})" if replica != LEGACY_REPLICA else ""
             log.error("cluster %s%s: %s", cluster, named, problem)
         return beat
 
