@@ -109,6 +109,9 @@ class Fleet:
                 self.source_up = True
                 self._read_at = now
                 malformed = self._reader.malformed
+                unread = self._reader.unread
+                for name in self.health:
+                    self._metrics.heartbeat_unread.labels(name).set(1 if name in unread else 0)
                 for name, beat in beats.items():
                     kept = None if beat is None else _configured(beat, self._models[name])
                     self.health[name].observe_heartbeat(kept, now=now, malformed=name in malformed)

@@ -79,6 +79,13 @@ class FleetMetrics:
             ["cluster"],
             registry=r,
         )
+        self.heartbeat_unread = Gauge(
+            f"{PREFIX}_heartbeat_unread",
+            "1 while the cluster's heartbeat key is not read (and the cluster drained as malformed): "
+            "over a key's bounds, of another type, or the largest key of a read over its budget.",
+            ["cluster"],
+            registry=r,
+        )
         self.heartbeat_source_up = Gauge(
             f"{PREFIX}_heartbeat_source_up", "1 while the heartbeat store (Redis) answers.", registry=r
         )
