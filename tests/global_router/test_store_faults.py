@@ -240,6 +240,24 @@ async def test_a_router_started_on_an_empty_store_waits_for_heartbeats(redis_ser
         assert drained(fleet) == dict.fromkeys(NAMES, "no-heartbeat")
 
 
+async def test_a_cluster_that_never_sent_a_heartbeat_has_an_age_an_alert_can_fire_on(
+    redis_server: RedisServer,
+) -> None:
+    """Until session s42 ``igw_global_heartbeat_age_seconds`` had no series for a cluster whose
+    gateway never published (a wrong ``keyPrefix`` or cluster name, a store it cannot reach): an
+    alert on the age never fired for it. Its age now runs from the router's start."""
+    async with polled_store(redis_server) as (clock, client, fleet):
+        await publish(client, seq=1, names=("east-a",))
+        clock.now += 4.0
+        await fleet.poll_once()
+        registry = fleet._metrics.registry
+        ages = {
+            name: registry.get_sample_value("igw_global_heartbeat_age_seconds", {"cluster": name})
+            for name in NAMES
+        }
+        assert ages == {"east-a": 0.0, "east-b": 4.0, "west-a": 4.0}
+
+
 WRONG = "wrong-secret-3f9a1c"
 RIGHT = "right-secret-7d2e4b"
 

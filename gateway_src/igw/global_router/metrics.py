@@ -75,7 +75,8 @@ class FleetMetrics:
         )
         self.heartbeat_age = Gauge(
             f"{PREFIX}_heartbeat_age_seconds",
-            "Seconds since this router saw a new heartbeat from the cluster.",
+            "Seconds since this router saw a new heartbeat from the cluster (since it started, for a "
+            "cluster it has seen none from).",
             ["cluster"],
             registry=r,
         )
