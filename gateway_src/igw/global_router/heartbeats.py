@@ -27,7 +27,11 @@ that lost its data: a gateway writing its key again between the loss and the rou
 (likely: gateways publish every second, routers read every half second, a restarted store comes
 back to every gateway at once) made the others read as ``gone``, the same drain and slow start.
 One key vanishing alone, the store readable throughout, is its cluster's last gateway stopping
-(``gone``).
+(``gone``) only when its last heartbeat read said ``draining``: a stopping gateway says so through
+its drain period (5 s by default, ten polls) before it deletes its field. A key that vanishes under
+a heartbeat that did not is kept as one the store lost, until its gateway writes again or its
+staleness drains it: until session s42 a store that lost its keys, every gateway but one writing
+again before the router's next read, drained that one as ``gone`` and slow-started it.
 
 A key holding more than :data:`MAX_REPLICA_FIELDS` fields or :data:`MAX_KEY_BYTES` bytes is not read:
 its cluster is drained as ``malformed`` (logged once) and the other clusters are read as usual. The
@@ -200,6 +204,9 @@ class HeartbeatReader:
         """Whether the last attempt to read the store failed (the next read is the first after an
         outage)."""
         self._lost: set[str] = set()
+        self._draining: set[str] = set()
+        """The clusters whose last heartbeat read said ``draining`` (every live gateway replica
+        stopping): their key vanishing next is their last replica's goodbye (``gone``)."""
         """The clusters whose key the store lost (the module's docstring), not written again since."""
         self._fetch_script = self._client.register_script(_FETCH)
         self._refused: set[str] = set()
@@ -235,9 +242,17 @@ class HeartbeatReader:
                 " (read after an outage)" if self._after_outage else "",
             )
             self._lost |= vanished
+        elif quiet := vanished - self._draining - self._bad - self._refused:  # fresh heartbeats only
+            log.warning(
+                "cluster %s: heartbeat key vanished though its gateway never said draining (the store "
+                "lost it?): kept as it was until its gateway publishes again or it goes stale",
+                ", ".join(sorted(quiet)),
+            )
+            self._lost |= quiet
         self._after_outage = False
         self._holding = holding
         self._lost -= holding
+        self._refused -= self._lost  # no key to refuse (igw_global_heartbeat_unread)
         now = self._clock()
         out: dict[str, Heartbeat | None] = {}
         slice_started = time.perf_counter()
@@ -271,7 +286,11 @@ class HeartbeatReader:
             elif name in self._bad:
                 log.warning("cluster %s: heartbeat well-formed again", name)
                 self._bad.discard(name)
-            out[name] = self._merges[name].merge(good, now=now)
+            out[name] = merged = self._merges[name].merge(good, now=now)
+            if merged is not None and merged.draining:
+                self._draining.add(name)
+            elif merged is not None:
+                self._draining.discard(name)
         return out
 
     async def _fetch(self) -> list[dict[str, bytes] | str]:
