@@ -951,3 +951,25 @@ async def test_a_conversation_made_through_one_router_replica_goes_on_through_th
         )
         assert await fx.metric("igw_global_requests_total", 1, code="404") == 0
         assert await fx.metric("igw_global_failover_events_total", 1) == 0
+
+
+async def test_stored_response_requests_are_counted_in_the_requests_series(redis_server: RedisServer) -> None:
+    """``igw_global_requests_total`` is documented as every answer, and a tier-1 gateway counts its
+    stored-response requests; until session s42 the router counted none of its retrievals or
+    deletions (a router answering every retrieval 404 or 5xx showed no error ratio). The model label
+    is the answering cluster's model when it serves one only."""
+    async with fleet(redis_server) as fx:
+        async with fx.http.post(fx.urls[0] + "/v1/responses", json={"model": MODEL, "input": "hi"}) as resp:
+            assert resp.status == 200, await resp.text()
+            response_id = (await resp.json())["id"]
+        async with fx.http.get(f"{fx.urls[0]}/v1/responses/{response_id}") as resp:
+            assert resp.status == 200
+        async with fx.http.get(f"{fx.urls[0]}/v1/responses/resp_unknown") as resp:
+            assert resp.status == 404
+        async with fx.http.delete(f"{fx.urls[0]}/v1/responses/{response_id}") as resp:
+            assert resp.status == 200
+        counted = {
+            code: await fx.metric("igw_global_requests_total", model=MODEL, code=code)
+            for code in ("200", "404")
+        }
+        assert counted == {"200": 3.0, "404": 1.0}  # the creation, the retrieval, the deletion; the miss

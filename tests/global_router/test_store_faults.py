@@ -85,6 +85,12 @@ async def publish(client: redis_asyncio.Redis, seq: int, names: tuple[str, ...] 
         await client.hset(PREFIX + name, "pod-0/1", beat(name, seq=seq).encode())
 
 
+async def say_draining(client: redis_asyncio.Redis, name: str, seq: int) -> None:  # type: ignore[type-arg]
+    """``name``'s gateway stopping: it publishes ``draining`` through its drain period (before it
+    deletes its field, which the test does)."""
+    await client.hset(PREFIX + name, "pod-0/1", beat(name, seq=seq, draining=True).encode())
+
+
 @contextlib.contextmanager
 def stopped(redis_server: RedisServer) -> Iterator[None]:
     """The Redis process stopped (SIGSTOP): connections stay open, nothing is answered (every read
@@ -167,7 +173,10 @@ async def test_a_store_that_lost_every_key_drains_no_cluster_as_gone(redis_serve
         clock.now += 1.5
         await fleet.poll_once()
         assert drained(fleet) == {"east-a": None, "east-b": None, "west-a": "stale"}
-        await client.delete(PREFIX + "east-b")  # east-b's last replica stopped: drained at once
+        await say_draining(client, "east-b", seq=4)  # east-b's last replica stops: drained at once
+        clock.now += 0.5
+        await fleet.poll_once()
+        await client.delete(PREFIX + "east-b")
         clock.now += 0.5
         await fleet.poll_once()
         assert drained(fleet)["east-b"] == "gone"
@@ -199,6 +208,54 @@ async def test_a_store_that_lost_its_keys_drains_none_of_them_when_a_gateway_wri
         )
 
 
+async def test_a_store_that_lost_its_keys_drains_no_cluster_when_all_but_one_write_before_the_next_read(
+    redis_server: RedisServer,
+) -> None:
+    """The store readable throughout, every gateway but one writes again between the loss and the
+    router's next read: one key vanished, which was taken for that cluster's last gateway stopping.
+    Until session s42 it was drained as ``gone`` and slow-started (the probe: flush, east-a and
+    east-b write, the router reads: west-a ``gone``). A gateway that stops says ``draining``
+    for its drain period first, so a key vanishing under a fresh heartbeat that did not say so is
+    kept until its gateway writes again, or drained as ``stale`` if it never does."""
+    async with polled_store(redis_server) as (clock, client, fleet):
+        await publish(client, seq=1)
+        await fleet.poll_once()
+        await client.flushall()
+        await publish(client, seq=2, names=("east-a", "east-b"))  # before the router's next read
+        clock.now += 0.5
+        await fleet.poll_once()
+        assert drained(fleet) == ALL_AVAILABLE
+        await publish(client, seq=3)
+        clock.now += 0.5
+        await fleet.poll_once()
+        assert drained(fleet) == ALL_AVAILABLE
+        assert not fleet.transitions  # no failover, so no slow start either
+        await client.delete(PREFIX + "west-a")  # and if its gateway never writes again: stale
+        clock.now += 3.5
+        await publish(client, seq=4, names=("east-a", "east-b"))
+        await fleet.poll_once()
+        assert drained(fleet) == {"east-a": None, "east-b": None, "west-a": "stale"}
+
+
+async def test_a_cluster_whose_gateway_said_draining_before_its_key_went_is_gone_at_once(
+    redis_server: RedisServer,
+) -> None:
+    """The last gateway replica of a cluster stopping publishes ``draining`` through its drain
+    period, then deletes its field (and so the key): drained at once, as ``draining`` then
+    ``gone``, however many keys the store holds."""
+    async with polled_store(redis_server) as (clock, client, fleet):
+        await publish(client, seq=1)
+        await fleet.poll_once()
+        await client.hset(PREFIX + "east-b", "pod-0/1", beat("east-b", seq=2, draining=True).encode())
+        clock.now += 0.5
+        await fleet.poll_once()
+        assert drained(fleet)["east-b"] == "draining"
+        await client.delete(PREFIX + "east-b")
+        clock.now += 0.5
+        await fleet.poll_once()
+        assert drained(fleet) == {"east-a": None, "east-b": "gone", "west-a": None}
+
+
 async def test_a_store_read_again_after_an_outage_without_a_key_drains_that_cluster_by_staleness_only(
     redis_server: RedisServer,
 ) -> None:
@@ -224,7 +281,10 @@ async def test_a_store_read_again_after_an_outage_without_a_key_drains_that_clus
         clock.now += 3.5  # the outage's second excused: 3 s counted
         await fleet.poll_once()
         assert drained(fleet) == {"east-a": None, "east-b": None, "west-a": "stale"}
-        await client.delete(PREFIX + "east-b")  # the store readable throughout: gone at once
+        await say_draining(client, "east-b", seq=4)  # the store readable throughout: gone at once
+        clock.now += 0.5
+        await fleet.poll_once()
+        await client.delete(PREFIX + "east-b")
         clock.now += 0.5
         await fleet.poll_once()
         assert drained(fleet)["east-b"] == "gone"
@@ -238,6 +298,24 @@ async def test_a_router_started_on_an_empty_store_waits_for_heartbeats(redis_ser
         await fleet.poll_once()
         assert fleet.source_up
         assert drained(fleet) == dict.fromkeys(NAMES, "no-heartbeat")
+
+
+async def test_a_cluster_that_never_sent_a_heartbeat_has_an_age_an_alert_can_fire_on(
+    redis_server: RedisServer,
+) -> None:
+    """Until session s42 ``igw_global_heartbeat_age_seconds`` had no series for a cluster whose
+    gateway never published (a wrong ``keyPrefix`` or cluster name, a store it cannot reach): an
+    alert on the age never fired for it. Its age now runs from the router's start."""
+    async with polled_store(redis_server) as (clock, client, fleet):
+        await publish(client, seq=1, names=("east-a",))
+        clock.now += 4.0
+        await fleet.poll_once()
+        registry = fleet._metrics.registry
+        ages = {
+            name: registry.get_sample_value("igw_global_heartbeat_age_seconds", {"cluster": name})
+            for name in NAMES
+        }
+        assert ages == {"east-a": 0.0, "east-b": 4.0, "west-a": 4.0}
 
 
 WRONG = "wrong-secret-3f9a1c"
@@ -346,6 +424,8 @@ async def test_a_flapping_cluster_does_not_grow_the_router_s_memory(redis_server
         await publish(client, seq=1)
         await fleet.poll_once()
         for seq in range(2, TRANSITIONS_KEPT):  # about twice as many transitions as kept
+            await say_draining(client, "east-a", seq=seq)  # it stops, saying so, then its key goes
+            await fleet.poll_once()
             await client.delete(PREFIX + "east-a")
             clock.now += 0.5
             await fleet.poll_once()

@@ -124,7 +124,9 @@ def _pools(raw: object) -> dict[str, PoolLoad]:
     pools: dict[str, PoolLoad] = {}
     for name, pool_raw in raw.items():
         if not isinstance(pool_raw, dict):
-            raise ValueError(f"heartbeat field 'pools.{name}' must be an object, got {_kind(pool_raw)}")
+            # The name quoted as every other field's is (repr): a hostile writer's pool name with a
+            # line break would otherwise forge a line of the router's log.
+            raise ValueError(f"heartbeat field {'pools.' + name!r} must be an object, got {_kind(pool_raw)}")
         pool = _Fields(pool_raw, f"pools.{name}.")
         pools[name] = PoolLoad(
             model=pool.text("model"),

@@ -54,6 +54,9 @@ class Fleet:
             for c in config.clusters
         }
         self.source_up = reader is None
+        self._started_at = clock()
+        """When this fleet was made: the age ``igw_global_heartbeat_age_seconds`` gives a cluster
+        that has sent no heartbeat yet (this router has waited that long for it)."""
         self._read_at: float | None = None
         """When the heartbeat store was last read (the fleet's clock); ``None`` before the first read."""
         self.polled = False
@@ -109,6 +112,9 @@ class Fleet:
                 self.source_up = True
                 self._read_at = now
                 malformed = self._reader.malformed
+                unread = self._reader.unread
+                for name in self.health:
+                    self._metrics.heartbeat_unread.labels(name).set(1 if name in unread else 0)
                 for name, beat in beats.items():
                     kept = None if beat is None else _configured(beat, self._models[name])
                     self.health[name].observe_heartbeat(kept, now=now, malformed=name in malformed)
@@ -168,8 +174,11 @@ class Fleet:
             spec = self.clusters[name]
             m.available.labels(name, spec.region).set(1 if health.available() else 0)
             m.ramp.labels(name).set(health.ramp(now=now))
-            if health.heartbeat_seen_at is not None:
-                m.heartbeat_age.labels(name).set(now - health.heartbeat_seen_at)
+            # A cluster never heard from has a series too, aging from this router's start: until
+            # session s42 it had none, so an age alert could not fire for a cluster whose gateway
+            # never published (a wrong keyPrefix or cluster name, a store it cannot reach).
+            seen = health.heartbeat_seen_at
+            m.heartbeat_age.labels(name).set(now - (self._started_at if seen is None else seen))
 
     def _record(self, transition: Transition) -> None:
         self.transitions.append(transition)

@@ -27,7 +27,11 @@ that lost its data: a gateway writing its key again between the loss and the rou
 (likely: gateways publish every second, routers read every half second, a restarted store comes
 back to every gateway at once) made the others read as ``gone``, the same drain and slow start.
 One key vanishing alone, the store readable throughout, is its cluster's last gateway stopping
-(``gone``).
+(``gone``) only when its last heartbeat read said ``draining``: a stopping gateway says so through
+its drain period (5 s by default, ten polls) before it deletes its field. A key that vanishes under
+a heartbeat that did not is kept as one the store lost, until its gateway writes again or its
+staleness drains it: until session s42 a store that lost its keys, every gateway but one writing
+again before the router's next read, drained that one as ``gone`` and slow-started it.
 
 A key holding more than :data:`MAX_REPLICA_FIELDS` fields or :data:`MAX_KEY_BYTES` bytes is not read:
 its cluster is drained as ``malformed`` (logged once) and the other clusters are read as usual. The
@@ -40,6 +44,7 @@ cluster, so a cluster that died meanwhile was never drained.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -59,9 +64,19 @@ MAX_REPLICA_FIELDS: Final = 1024
 MAX_KEY_BYTES: Final = 4 * 1024 * 1024
 """The most bytes one cluster's key may hold, field names and documents together."""
 
+MAX_READ_FIELDS: Final = 2048
+"""The most replica fields one read takes, every cluster's key together."""
+MAX_READ_BYTES: Final = 4 * 1024 * 1024
+"""The most bytes one read takes, every cluster's key together (field names and documents)."""
+
+DECODE_SLICE_S: Final = 0.005
+"""The longest the reader decodes documents before it lets the event loop run (requests wait on it)."""
+
 _FETCH: Final = """
 local max_fields, max_bytes = tonumber(ARGV[1]), tonumber(ARGV[2])
-local out = {}
+local read_fields, read_bytes = tonumber(ARGV[3]), tonumber(ARGV[4])
+local out, sizes, fields = {}, {}, {}
+local total_size, total_fields = 0, 0
 for i, key in ipairs(KEYS) do
   local kind = redis.call('TYPE', key)['ok']
   if kind == 'hash' then
@@ -77,6 +92,7 @@ for i, key in ipairs(KEYS) do
       else
         table.insert(kv, 1, 'hash')
         out[i] = kv
+        sizes[i], fields[i] = size, n
       end
     end
   elseif kind == 'string' then
@@ -85,18 +101,35 @@ for i, key in ipairs(KEYS) do
       out[i] = {'refused', size .. ' bytes, more than ' .. max_bytes}
     else
       out[i] = {'string', redis.call('GET', key)}
+      sizes[i], fields[i] = size, 1
     end
   elseif kind == 'none' then
     out[i] = {'none'}
   else
     out[i] = {'refused', 'a ' .. kind .. ', not a hash of replica documents'}
   end
+  if sizes[i] then
+    total_size, total_fields = total_size + sizes[i], total_fields + fields[i]
+  end
+end
+while total_size > read_bytes or total_fields > read_fields do
+  local largest = nil
+  for i = 1, #KEYS do
+    if sizes[i] and (largest == nil or sizes[i] > sizes[largest]) then largest = i end
+  end
+  out[largest] = {'refused', sizes[largest] .. ' bytes in ' .. fields[largest] ..
+    ' replica fields, the largest key of a read over its budget (' .. total_size .. ' bytes in ' ..
+    total_fields .. ' fields, more than ' .. read_bytes .. ' bytes or ' .. read_fields .. ' fields)'}
+  total_size, total_fields = total_size - sizes[largest], total_fields - fields[largest]
+  sizes[largest] = nil
 end
 return out
 """
 """Every cluster's key, each measured before it is taken: ``{'hash', field, value, ...}``,
 ``{'string', document}`` (a gateway from before per-replica fields), ``{'none'}``, or
-``{'refused', why}`` for a key too large to read or of another type."""
+``{'refused', why}`` for a key too large to read or of another type. When the keys within their
+own bounds hold more than the read's (``ARGV[3]`` fields, ``ARGV[4]`` bytes) together, the largest
+are refused until the rest fit: the clusters whose writers grew them are drained, not the others."""
 
 
 class HeartbeatSourceDown(IgwGatewayError):
@@ -171,10 +204,19 @@ class HeartbeatReader:
         """Whether the last attempt to read the store failed (the next read is the first after an
         outage)."""
         self._lost: set[str] = set()
+        self._draining: set[str] = set()
+        """The clusters whose last heartbeat read said ``draining`` (every live gateway replica
+        stopping): their key vanishing next is their last replica's goodbye (``gone``)."""
         """The clusters whose key the store lost (the module's docstring), not written again since."""
         self._fetch_script = self._client.register_script(_FETCH)
         self._refused: set[str] = set()
         """The clusters whose key was too large to read (or of another type) at the last read."""
+
+    @property
+    def unread(self) -> frozenset[str]:
+        """The clusters whose key was not read at the last :meth:`read`: too large (alone, or the
+        largest of a read over its budget) or of another type (``igw_global_heartbeat_unread``)."""
+        return frozenset(self._refused)
 
     @property
     def malformed(self) -> frozenset[str]:
@@ -200,11 +242,20 @@ class HeartbeatReader:
                 " (read after an outage)" if self._after_outage else "",
             )
             self._lost |= vanished
+        elif quiet := vanished - self._draining - self._bad - self._refused:  # fresh heartbeats only
+            log.warning(
+                "cluster %s: heartbeat key vanished though its gateway never said draining (the store "
+                "lost it?): kept as it was until its gateway publishes again or it goes stale",
+                ", ".join(sorted(quiet)),
+            )
+            self._lost |= quiet
         self._after_outage = False
         self._holding = holding
         self._lost -= holding
+        self._refused -= self._lost  # no key to refuse (igw_global_heartbeat_unread)
         now = self._clock()
         out: dict[str, Heartbeat | None] = {}
+        slice_started = time.perf_counter()
         for name, replicas in zip(self._clusters, fields, strict=True):
             if name in self._lost:
                 continue
@@ -220,6 +271,9 @@ class HeartbeatReader:
                 log.warning("cluster %s: heartbeat key readable again", name)
             good: dict[str, Heartbeat] = {}
             for replica, raw in replicas.items():
+                if time.perf_counter() - slice_started > DECODE_SLICE_S:
+                    await asyncio.sleep(0)  # let requests run between slices of decoding
+                    slice_started = time.perf_counter()
                 beat = self._decoded(name, replica, raw)
                 if beat is not None:
                     good[replica] = beat
@@ -232,7 +286,11 @@ class HeartbeatReader:
             elif name in self._bad:
                 log.warning("cluster %s: heartbeat well-formed again", name)
                 self._bad.discard(name)
-            out[name] = self._merges[name].merge(good, now=now)
+            out[name] = merged = self._merges[name].merge(good, now=now)
+            if merged is not None and merged.draining:
+                self._draining.add(name)
+            elif merged is not None:
+                self._draining.discard(name)
         return out
 
     async def _fetch(self) -> list[dict[str, bytes] | str]:
@@ -242,7 +300,9 @@ class HeartbeatReader:
         from redis.exceptions import AuthenticationError, AuthorizationError, NoPermissionError, RedisError
 
         try:
-            results = await self._fetch_script(keys=self._keys, args=[MAX_REPLICA_FIELDS, MAX_KEY_BYTES])
+            results = await self._fetch_script(
+                keys=self._keys, args=[MAX_REPLICA_FIELDS, MAX_KEY_BYTES, MAX_READ_FIELDS, MAX_READ_BYTES]
+            )
         except (AuthenticationError, AuthorizationError, NoPermissionError) as exc:
             has_password = bool(self._client.connection_pool.connection_kwargs.get("password"))
             refusal = _refusal(exc, password_env=self._password_env, has_password=has_password)
@@ -279,7 +339,9 @@ class HeartbeatReader:
             self._bad_fields.discard(where)
         elif where not in self._bad_fields:
             self._bad_fields.add(where)
-            named = f" (replica {replica})" if replica != LEGACY_REPLICA else ""
+            # Quoted (repr): a field name is whatever a writer chose, and one with a line break
+            # would otherwise forge a line of the router's log.
+            named = f" (replica {replica!r})" if replica != LEGACY_REPLICA else ""
             log.error("cluster %s%s: %s", cluster, named, problem)
         return beat
 

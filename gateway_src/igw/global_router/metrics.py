@@ -75,7 +75,15 @@ class FleetMetrics:
         )
         self.heartbeat_age = Gauge(
             f"{PREFIX}_heartbeat_age_seconds",
-            "Seconds since this router saw a new heartbeat from the cluster.",
+            "Seconds since this router saw a new heartbeat from the cluster (since it started, for a "
+            "cluster it has seen none from).",
+            ["cluster"],
+            registry=r,
+        )
+        self.heartbeat_unread = Gauge(
+            f"{PREFIX}_heartbeat_unread",
+            "1 while the cluster's heartbeat key is not read (and the cluster drained as malformed): "
+            "over a key's bounds, of another type, or the largest key of a read over its budget.",
             ["cluster"],
             registry=r,
         )
