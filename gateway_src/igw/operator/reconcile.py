@@ -420,12 +420,16 @@ class Reconciler:
             )
 
     async def _service_egress(self, igwc: Mapping[str, Any], served: Mapping[str, Any]) -> ServiceEgress:
-        """The pod ports behind ``served``'s in-cluster Services (JWKS, OIDC discovery, default
-        backend) for its NetworkPolicy; those it cannot resolve logged and reported in one Warning
-        Event (``ServicePortUnresolved``) each time they change, naming the rule that opens them."""
+        """The pod ports behind ``served``'s in-cluster Services (JWKS, OIDC discovery, Redis, default
+        backend, the operator's OTLP collector and CloudWatch agent) for its NetworkPolicy; those it
+        cannot resolve logged and reported in one Warning Event (``ServicePortUnresolved``) each time
+        they change, naming the rule that opens them."""
         if not self._settings.network_policy:
             return ServiceEgress()
-        egress = await resolve(self._kube, service_refs(served))
+        settings = self._settings
+        emf = settings.emf_endpoint if settings.emf_interval_s > 0 else None  # no interval: no documents
+        refs = service_refs(served, otlp_endpoint=settings.otlp_endpoint, emf_endpoint=emf)
+        egress = await resolve(self._kube, refs)
         meta = igwc["metadata"]
         key, mark = (meta["namespace"], meta["name"]), (meta.get("uid"), egress.unresolved)
         if self._ports_noted.get(key) == mark:
