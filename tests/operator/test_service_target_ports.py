@@ -11,15 +11,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from igw.addon import chart, pins
 from igw.cli import operator as operator_cli
+from igw.gateway.emf_sink import AgentEndpoint
 from igw.operator.dataplane import DataPlaneSettings
 from igw.operator.kube import Kube
 from igw.operator.reconcile import PORTS_REASON, Reconciler
 from igw.operator.runner import OperatorOptions
+from igw.operator.service_ports import READ_TTL_S
 from tests.fakes.kube_api import FakeKubeApiServer
 from tests.operator.harness import OperatorThread, find, igwc, jwt_provider, wait_condition, wait_for
 
@@ -150,9 +153,11 @@ def test_a_service_made_after_the_config_is_resolved_at_the_next_pass_and_report
         "rateLimits": {"backend": "redis", "redis": {"url": "rediss://:s3cr3t-token@redis.cache.svc:6380/0"}}
     }
     cluster.add(config)
-    reconciler = Reconciler(Kube(cluster.api_client()), DataPlaneSettings())
+    now = [datetime(2026, 12, 7, tzinfo=UTC)]
+    reconciler = Reconciler(Kube(cluster.api_client()), DataPlaneSettings(), clock=lambda: now[0])
     for _ in range(3):
         assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
+        now[0] += timedelta(seconds=5)  # the operator's default resync
     (event,) = _unresolved_events(cluster)
     assert event["message"].startswith(
         "spec.extensions.rateLimits.redis.url (redis.cache.svc:6380): Service cache/redis does not exist"
@@ -172,3 +177,121 @@ def test_a_service_made_after_the_config_is_resolved_at_the_next_pass_and_report
     assert first == event
     assert second["message"].startswith("spec.extensions.rateLimits.redis.url (redis.cache.svc:6380)")
     assert "defaultBackend" not in second["message"]
+
+
+def _egress_pairs(policy: dict[str, Any], namespace: str) -> list[tuple[int, str]]:
+    peer = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}}
+    rules = [rule for rule in policy["spec"]["egress"] if rule.get("to") == [peer]]
+    return [(p["port"], p["protocol"]) for rule in rules for p in rule["ports"]]
+
+
+def _reconciled_policy(cluster: FakeKubeApiServer, config: dict[str, Any], **settings: Any) -> dict[str, Any]:
+    cluster.add(config)
+    reconciler = Reconciler(Kube(cluster.api_client()), DataPlaneSettings(**settings))
+    assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
+    policy = find(cluster, "NetworkPolicy", "inference", "chat-gateway")
+    assert policy is not None
+    return policy
+
+
+def test_short_service_names_reached_through_the_pods_search_path_are_resolved(
+    cluster: FakeKubeApiServer,
+) -> None:
+    """``https://jwks.auth/keys`` (``<name>.<namespace>``) and ``redis://redis:6379`` (a bare name in
+    the config's namespace) reach Services through the pods' DNS search path, as ``jwks.auth.svc`` does:
+    their pod ports (8443, 7000) are opened. Before, only ``<name>.<namespace>.svc[...]`` was taken for
+    a Service, and an enforcing CNI dropped every key fetch and every Redis call, with nothing said. A
+    short name that is no Service (``idp.corp``, a host outside the cluster) is no problem to report."""
+    cluster.add(_service("auth", "jwks", 443, 8443))
+    cluster.add(_service("inference", "redis", 6379, 7000))
+    cluster.add(_service("inference", "fallback", 80, 9000))
+    config = _config()
+    config["spec"]["auth"] = jwt_provider("https://jwks.auth/keys")
+    config["spec"]["auth"]["jwt"]["provider"]["issuer"] = "https://idp.corp"
+    config["spec"]["extensions"] = {
+        "rateLimits": {"backend": "redis", "redis": {"url": "redis://redis:6379/0"}},
+        "authorization": {"oidcDiscovery": True},
+    }
+    policy = _reconciled_policy(cluster, config)
+    assert _egress_ports(policy, "auth") == [8443]
+    assert _egress_ports(policy, "inference") == [7000, 9000]
+    assert _egress_ports(policy, "corp") == []
+    assert _unresolved_events(cluster) == []
+
+
+def test_a_service_whose_pods_listen_on_its_own_port_is_opened_to_its_namespaces_pods(
+    cluster: FakeKubeApiServer,
+) -> None:
+    """JWKS at ``https://jwks.auth.svc`` with pods on 443 too: the config's HTTPS rule opens 443 to
+    ``ipBlock`` CIDRs only, which some CNIs (Cilium) never match with a pod's address. The resolved pod
+    port is opened to namespace ``auth``'s pods as well; before, only a pod port differing from the
+    Service port was, and such a CNI dropped every key fetch."""
+    cluster.add(_service("auth", "jwks", 443, 443))
+    cluster.add(_service("inference", "fallback", 80, 80))
+    policy = _reconciled_policy(cluster, _config())
+    assert _egress_ports(policy, "auth") == [443]
+    assert _egress_ports(policy, "inference") == [80]
+    assert _unresolved_events(cluster) == []
+
+
+def test_the_pod_ports_behind_the_otlp_collector_and_cloudwatch_agent_services_are_opened(
+    cluster: FakeKubeApiServer,
+) -> None:
+    """``--gateway-otlp-endpoint http://collector.observability.svc:4318`` in front of pods on 14318
+    and ``--gateway-emf-endpoint udp://cwagent.amazon-cloudwatch:25888`` in front of the named UDP port
+    ``emf`` (25889): both pod ports are opened, with their protocols. Before, only the Service ports
+    were, so an enforcing CNI dropped every span and every EMF document."""
+    cluster.add(_service("observability", "collector", 4318, 14318))
+    agent = _service("amazon-cloudwatch", "cwagent", 25888, "emf")
+    agent["spec"]["ports"][0]["protocol"] = "UDP"
+    cluster.add(agent)
+    pod = _pod("amazon-cloudwatch", "cwagent", "emf", 25889)
+    pod["spec"]["containers"][0]["ports"][0]["protocol"] = "UDP"
+    cluster.add(pod)
+    policy = _reconciled_policy(
+        cluster,
+        igwc("chat", model="mistral", app="mistral"),
+        otlp_endpoint="http://collector.observability.svc:4318",
+        emf_interval_s=60,
+        emf_endpoint=AgentEndpoint.parse("udp://cwagent.amazon-cloudwatch:25888"),
+    )
+    assert _egress_pairs(policy, "observability") == [(14318, "TCP")]
+    assert _egress_pairs(policy, "amazon-cloudwatch") == [(25889, "UDP")]
+    assert _unresolved_events(cluster) == []
+
+
+def test_the_configs_of_one_resync_share_their_service_reads(cluster: FakeKubeApiServer) -> None:
+    """Three configs with one JWKS Service behind a named port: one resync reads the Service and lists
+    its pods once, not once per config (before: 3 reads and 3 lists per resync, 150 of a 50-config
+    resync's 851 requests). Once :data:`READ_TTL_S` has passed, the next pass reads again and picks up
+    a changed Service."""
+    cluster.add(_service("auth", "jwks", 443, "https"))
+    cluster.add(_pod("auth", "jwks", "https", 8443))
+    now = [datetime(2026, 12, 7, tzinfo=UTC)]
+    names = [f"chat{index}" for index in range(3)]
+    for index, name in enumerate(names):
+        config = igwc(name, model=f"m{index}", app=f"m{index}")
+        config["spec"]["auth"] = jwt_provider("https://jwks.auth.svc/keys")
+        cluster.add(config)
+    reconciler = Reconciler(Kube(cluster.api_client()), DataPlaneSettings(), clock=lambda: now[0])
+
+    def resync() -> list[str]:
+        cluster.requests.clear()
+        for name in names:
+            assert asyncio.run(reconciler.reconcile("inference", name)) is True
+        return [path for _, path, _ in cluster.requests if path.startswith("/api/v1/namespaces/auth/")]
+
+    def opened() -> list[list[int]]:
+        policies = [find(cluster, "NetworkPolicy", "inference", f"{name}-gateway") for name in names]
+        return [_egress_ports(policy or {}, "auth") for policy in policies]
+
+    reads = ["/api/v1/namespaces/auth/services/jwks", "/api/v1/namespaces/auth/pods"]
+    assert resync() == reads
+    assert opened() == [[8443]] * 3
+    second = _pod("auth", "jwks", "https", 9443)
+    second["metadata"]["name"] = "jwks-1"
+    cluster.add(second)
+    assert resync() == []
+    now[0] += timedelta(seconds=READ_TTL_S)
+    assert resync() == reads
+    assert opened() == [[8443, 9443]] * 3

@@ -60,7 +60,7 @@ from igw.operator.dataplane import (
     object_metadata,
 )
 from igw.operator.kube import ADOPTION_LABELS, IGWC_API_VERSION, Kube, namespace_terminating, refusal_text
-from igw.operator.service_ports import ServiceEgress, resolve, service_refs
+from igw.operator.service_ports import CachedReader, ServiceEgress, resolve, service_refs
 from igw.operator.status import Observation, Transition, compute_status
 from igw.operator.tls import (
     CERT_MANAGER_API,
@@ -161,6 +161,9 @@ class Reconciler:
         self._noted: dict[tuple[str, str], tuple[object, object]] = {}
         """``(namespace, name): (uid, generation)`` whose accepted-unused notes this process has
         handled (:meth:`_post_notes`): one Event per generation, not one per pass."""
+        self._service_reads = CachedReader(kube, lambda: self._clock().timestamp())
+        """The Services and pods behind configs' in-cluster Services, reused across the passes of one
+        resync (:meth:`_service_egress`)."""
         self._ports_noted: dict[tuple[str, str], tuple[object, tuple[str, ...]]] = {}
         """``(namespace, name): (uid, problems)`` of the unresolved Service ports last reported
         (:meth:`_service_egress`): one Event when they change, not one per pass."""
@@ -420,12 +423,16 @@ class Reconciler:
             )
 
     async def _service_egress(self, igwc: Mapping[str, Any], served: Mapping[str, Any]) -> ServiceEgress:
-        """The pod ports behind ``served``'s in-cluster Services (JWKS, OIDC discovery, default
-        backend) for its NetworkPolicy; those it cannot resolve logged and reported in one Warning
-        Event (``ServicePortUnresolved``) each time they change, naming the rule that opens them."""
+        """The pod ports behind ``served``'s in-cluster Services (JWKS, OIDC discovery, Redis, default
+        backend, the operator's OTLP collector and CloudWatch agent) for its NetworkPolicy; those it
+        cannot resolve logged and reported in one Warning Event (``ServicePortUnresolved``) each time
+        they change, naming the rule that opens them."""
         if not self._settings.network_policy:
             return ServiceEgress()
-        egress = await resolve(self._kube, service_refs(served))
+        settings = self._settings
+        emf = settings.emf_endpoint if settings.emf_interval_s > 0 else None  # no interval: no documents
+        refs = service_refs(served, otlp_endpoint=settings.otlp_endpoint, emf_endpoint=emf)
+        egress = await resolve(self._service_reads, refs)
         meta = igwc["metadata"]
         key, mark = (meta["namespace"], meta["name"]), (meta.get("uid"), egress.unresolved)
         if self._ports_noted.get(key) == mark:
