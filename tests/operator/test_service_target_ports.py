@@ -397,3 +397,23 @@ def test_the_network_policy_with_resolved_services_is_valid_for_the_api_server(
     (rule,) = _namespace_rules(policy, "auth")
     assert rule["to"][0]["podSelector"] == {"matchLabels": jwks["spec"]["selector"]}
     assert len(_unresolved_events(cluster)) == 1  # the default backend's Service does not exist
+
+
+def test_a_host_under_svc_of_another_domain_is_reported_only_when_it_is_a_service(
+    cluster: FakeKubeApiServer,
+) -> None:
+    """``https://auth.payments.svc.corp.example.com`` (a host outside the cluster whose third label
+    happens to be ``svc``) as the issuer, with no Service ``payments/auth``: nothing is reported. Before,
+    any ``<a>.<b>.svc.<anything>`` was taken for a Service for certain, and a Warning said
+    ``Service payments/auth does not exist``. A Service under a custom cluster domain
+    (``jwks.auth.svc.example.internal``) is still resolved (8443 opened)."""
+    cluster.add(_service("auth", "jwks", 443, 8443))
+    cluster.add(_service("inference", "fallback", 80, 9000))
+    config = _config()
+    config["spec"]["auth"] = jwt_provider("https://jwks.auth.svc.example.internal/keys")
+    config["spec"]["auth"]["jwt"]["provider"]["issuer"] = "https://auth.payments.svc.corp.example.com"
+    config["spec"]["extensions"] = {"authorization": {"oidcDiscovery": True}}
+    policy = _reconciled_policy(cluster, config)
+    assert _egress_ports(policy, "auth") == [8443]
+    assert _egress_ports(policy, "payments") == []
+    assert _unresolved_events(cluster) == []

@@ -34,6 +34,8 @@ HTTP_PORT: Final = 80
 REDIS_PORT: Final = 6379
 DEFAULT_BACKEND_PORT: Final = 8000
 _SVC_LABEL: Final = "svc"
+_CLUSTER_DOMAIN: Final = ["cluster", "local"]
+"""The default cluster domain: ``<name>.<namespace>.svc.cluster.local`` names a Service for certain."""
 _SERVICE_NAME: Final = re.compile(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?")
 """A Service's name (an RFC 1035 label)."""
 _NAMESPACE_NAME: Final = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
@@ -143,9 +145,12 @@ class ServiceEgress:
 
 def _service_of_host(host: str, namespace: str) -> tuple[str, str, bool] | None:
     """``(namespace, name, explicit)`` of the Service ``host`` may name from a pod of ``namespace``:
-    ``<name>.<namespace>.svc`` with or without the cluster domain (explicit), or through the pods' DNS
-    search path ``<name>.<namespace>`` and a bare ``<name>`` in ``namespace`` (short names, which may
-    be hosts outside the cluster); ``None`` for an IP address, ``localhost`` or any other name."""
+    ``<name>.<namespace>.svc`` with or without the default cluster domain (explicit), or through the
+    pods' DNS search path ``<name>.<namespace>`` and a bare ``<name>`` in ``namespace`` (short names,
+    which may be hosts outside the cluster); ``None`` for an IP address, ``localhost`` or any other name.
+    ``<name>.<namespace>.svc.<other domain>`` is a Service under a custom cluster domain or a host
+    outside the cluster (``auth.payments.svc.corp.example.com``), which the operator cannot tell apart:
+    not explicit, so a missing Service is not reported."""
     host = host.rstrip(".").lower()
     try:
         ipaddress.ip_address(host)
@@ -154,8 +159,10 @@ def _service_of_host(host: str, namespace: str) -> tuple[str, str, bool] | None:
     else:
         return None
     labels = host.split(".")
-    if len(labels) >= 3 and labels[2] == _SVC_LABEL and labels[0] and labels[1]:
-        return labels[1], labels[0], True
+    if len(labels) >= 3 and labels[2] == _SVC_LABEL:
+        if not (_SERVICE_NAME.fullmatch(labels[0]) and _NAMESPACE_NAME.fullmatch(labels[1])):
+            return None
+        return labels[1], labels[0], labels[3:] in ([], _CLUSTER_DOMAIN)
     if len(labels) == 2 and _SERVICE_NAME.fullmatch(labels[0]) and _NAMESPACE_NAME.fullmatch(labels[1]):
         return labels[1], labels[0], False
     if len(labels) == 1 and _SERVICE_NAME.fullmatch(labels[0]) and labels[0] not in _NOT_SERVICES:
