@@ -15,6 +15,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import kubernetes_validate
+
 from igw.addon import chart, pins
 from igw.cli import operator as operator_cli
 from igw.gateway.emf_sink import AgentEndpoint
@@ -24,6 +26,7 @@ from igw.operator.reconcile import PORTS_REASON, Reconciler
 from igw.operator.runner import OperatorOptions
 from igw.operator.service_ports import READ_TTL_S
 from tests.fakes.kube_api import FakeKubeApiServer
+from tests.operator.dataplane_support import K8S_VERSION
 from tests.operator.harness import OperatorThread, find, igwc, jwt_provider, wait_condition, wait_for
 
 
@@ -67,9 +70,18 @@ def _config() -> dict[str, Any]:
     return obj
 
 
+def _namespace_rules(policy: dict[str, Any], namespace: str) -> list[dict[str, Any]]:
+    """The egress rules whose one peer is (some of) ``namespace``'s pods."""
+    peer = {"matchLabels": {"kubernetes.io/metadata.name": namespace}}
+    return [
+        rule
+        for rule in policy["spec"]["egress"]
+        if len(rule.get("to") or []) == 1 and rule["to"][0].get("namespaceSelector") == peer
+    ]
+
+
 def _egress_ports(policy: dict[str, Any], namespace: str) -> list[int]:
-    peer = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}}
-    return [p["port"] for rule in policy["spec"]["egress"] if rule.get("to") == [peer] for p in rule["ports"]]
+    return [p["port"] for rule in _namespace_rules(policy, namespace) for p in rule["ports"]]
 
 
 def _unresolved_events(cluster: FakeKubeApiServer) -> list[dict[str, Any]]:
@@ -180,9 +192,7 @@ def test_a_service_made_after_the_config_is_resolved_at_the_next_pass_and_report
 
 
 def _egress_pairs(policy: dict[str, Any], namespace: str) -> list[tuple[int, str]]:
-    peer = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}}
-    rules = [rule for rule in policy["spec"]["egress"] if rule.get("to") == [peer]]
-    return [(p["port"], p["protocol"]) for rule in rules for p in rule["ports"]]
+    return [(p["port"], p["protocol"]) for rule in _namespace_rules(policy, namespace) for p in rule["ports"]]
 
 
 def _reconciled_policy(cluster: FakeKubeApiServer, config: dict[str, Any], **settings: Any) -> dict[str, Any]:
@@ -214,7 +224,7 @@ def test_short_service_names_reached_through_the_pods_search_path_are_resolved(
     }
     policy = _reconciled_policy(cluster, config)
     assert _egress_ports(policy, "auth") == [8443]
-    assert _egress_ports(policy, "inference") == [7000, 9000]
+    assert sorted(_egress_ports(policy, "inference")) == [7000, 9000]
     assert _egress_ports(policy, "corp") == []
     assert _unresolved_events(cluster) == []
 
@@ -295,3 +305,115 @@ def test_the_configs_of_one_resync_share_their_service_reads(cluster: FakeKubeAp
     now[0] += timedelta(seconds=READ_TTL_S)
     assert resync() == reads
     assert opened() == [[8443, 9443]] * 3
+
+
+def test_only_the_pods_each_service_selects_are_opened_not_its_whole_namespace(
+    cluster: FakeKubeApiServer,
+) -> None:
+    """JWKS (``app: jwks``, 443 -> 8443) and Redis (``app: redis``, 6379 -> 7000) in namespace
+    ``shared``: each pod port is opened to the pods its Service selects (``podSelector`` with the
+    ``namespaceSelector``), one rule per Service. Before, both were opened to every pod of ``shared``,
+    so a gateway could reach any pod there listening on 8443 or 7000. A Service without a selector (its
+    endpoints managed by hand) names no pods: it is reported with the rule to add, and nothing opened."""
+    cluster.add(_service("shared", "jwks", 443, 8443))
+    cluster.add(_service("shared", "redis", 6379, 7000))
+    manual = _service("inference", "fallback", 80, 9000)
+    del manual["spec"]["selector"]
+    cluster.add(manual)
+    config = _config()
+    config["spec"]["auth"] = jwt_provider("https://jwks.shared.svc/keys")
+    config["spec"]["extensions"] = {
+        "rateLimits": {"backend": "redis", "redis": {"url": "redis://redis.shared.svc:6379/0"}}
+    }
+    policy = _reconciled_policy(cluster, config)
+    rules = [
+        (rule["to"][0].get("podSelector"), [p["port"] for p in rule["ports"]])
+        for rule in _namespace_rules(policy, "shared")
+    ]
+    assert rules == [({"matchLabels": {"app": "jwks"}}, [8443]), ({"matchLabels": {"app": "redis"}}, [7000])]
+    assert _egress_ports(policy, "inference") == []
+    (event,) = _unresolved_events(cluster)
+    assert (
+        "spec.bbr.defaultBackend (fallback.inference.svc:80): Service inference/fallback selects no pods"
+        in (event["message"])
+    )
+
+
+def test_a_short_name_of_no_namespace_is_not_reported_by_an_operator_narrowed_to_some(
+    cluster: FakeKubeApiServer, kubeconfig: Path
+) -> None:
+    """With ``operator.namespaces: [inference]``, the issuer ``https://idp.corp`` (a host outside the
+    cluster: there is no namespace ``corp``) is read as Service ``idp`` in ``corp``, and refused (403).
+    Before, that refusal was reported as a ServicePortUnresolved Warning telling the operator to open
+    pods of ``corp``; now the operator sees no namespace ``corp`` and says nothing of it. The short name
+    ``jwks.auth``, whose namespace exists, may be a Service the operator cannot read: still reported."""
+    for namespace in ("inference", "auth"):
+        cluster.add({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+    cluster.add(_service("auth", "jwks", 443, 8443))
+    cluster.add(_service("inference", "fallback", 80, 9000))
+    config = _config()
+    config["spec"]["auth"] = jwt_provider("https://jwks.auth/keys")
+    config["spec"]["auth"]["jwt"]["provider"]["issuer"] = "https://idp.corp"
+    config["spec"]["extensions"] = {"authorization": {"oidcDiscovery": True}}
+    operator = OperatorThread(
+        _operator({"operator": {"namespaces": ["inference"]}}, cluster, kubeconfig)
+    ).start()
+    try:
+        cluster.add(config)
+        wait_condition(cluster, "chat", "GatewayProgrammed", "True")
+        (event,) = wait_for(lambda: _unresolved_events(cluster) or None, what="ServicePortUnresolved")
+    finally:
+        assert operator.stop() == 0
+    assert "spec.auth.jwt.provider.remoteJWKS.uri (jwks.auth.svc:443)" in event["message"]
+    assert "corp" not in event["message"]
+
+
+def test_the_network_policy_with_resolved_services_is_valid_for_the_api_server(
+    cluster: FakeKubeApiServer,
+) -> None:
+    """The whole NetworkPolicy, with pod ports resolved behind TCP and UDP Services (numeric and named
+    ``targetPort``, selectors of several labels) and an unresolved one, passes the API server's schema
+    (kubernetes-validate, strict: no unknown field, ports and protocols and selectors in their shapes)."""
+    jwks = _service("auth", "jwks", 443, "https")
+    jwks["spec"]["selector"] = {"app.kubernetes.io/name": "keycloak", "app.kubernetes.io/instance": "sso"}
+    cluster.add(jwks)
+    pod = _pod("auth", "keycloak", "https", 8443)
+    pod["metadata"]["labels"] = dict(jwks["spec"]["selector"])
+    cluster.add(pod)
+    agent = _service("amazon-cloudwatch", "cwagent", 25888, 25889)
+    agent["spec"]["ports"][0]["protocol"] = "UDP"
+    cluster.add(agent)
+    config = _config()
+    config["spec"]["auth"] = jwt_provider("https://jwks.auth.svc/keys")
+    policy = _reconciled_policy(
+        cluster,
+        config,
+        emf_interval_s=60,
+        emf_endpoint=AgentEndpoint.parse("udp://cwagent.amazon-cloudwatch:25888"),
+    )
+    kubernetes_validate.validate(policy, K8S_VERSION, strict=True)
+    assert _egress_pairs(policy, "auth") == [(8443, "TCP")]
+    assert _egress_pairs(policy, "amazon-cloudwatch") == [(25889, "UDP")]
+    (rule,) = _namespace_rules(policy, "auth")
+    assert rule["to"][0]["podSelector"] == {"matchLabels": jwks["spec"]["selector"]}
+    assert len(_unresolved_events(cluster)) == 1  # the default backend's Service does not exist
+
+
+def test_a_host_under_svc_of_another_domain_is_reported_only_when_it_is_a_service(
+    cluster: FakeKubeApiServer,
+) -> None:
+    """``https://auth.payments.svc.corp.example.com`` (a host outside the cluster whose third label
+    happens to be ``svc``) as the issuer, with no Service ``payments/auth``: nothing is reported. Before,
+    any ``<a>.<b>.svc.<anything>`` was taken for a Service for certain, and a Warning said
+    ``Service payments/auth does not exist``. A Service under a custom cluster domain
+    (``jwks.auth.svc.example.internal``) is still resolved (8443 opened)."""
+    cluster.add(_service("auth", "jwks", 443, 8443))
+    cluster.add(_service("inference", "fallback", 80, 9000))
+    config = _config()
+    config["spec"]["auth"] = jwt_provider("https://jwks.auth.svc.example.internal/keys")
+    config["spec"]["auth"]["jwt"]["provider"]["issuer"] = "https://auth.payments.svc.corp.example.com"
+    config["spec"]["extensions"] = {"authorization": {"oidcDiscovery": True}}
+    policy = _reconciled_policy(cluster, config)
+    assert _egress_ports(policy, "auth") == [8443]
+    assert _egress_ports(policy, "payments") == []
+    assert _unresolved_events(cluster) == []

@@ -660,8 +660,8 @@ def network_policy(
     default backend's ports (:func:`_model_ports`), HTTPS (API server, JWKS and OIDC discovery on their
     URLs' ports, :func:`_https_ports`), the Redis ports of shared rate limits and of the global
     heartbeat store (:func:`_redis_ports`), the CloudWatch agent's / OTLP collector's ports when
-    the operator's settings send there, the pod ports behind the config's in-cluster Services, to their
-    namespaces' pods (``service_egress``, :mod:`igw.operator.service_ports`: a
+    the operator's settings send there, the pod ports behind the config's in-cluster Services, to the
+    pods each Service selects (``service_egress``, :mod:`igw.operator.service_ports`: a
     NetworkPolicy sees the pod's port after the Service's DNAT), and the operator's extra rules
     (:attr:`DataPlaneSettings.extra_egress`)."""
     spec = igwc.get("spec") or {}

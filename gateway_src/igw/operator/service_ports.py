@@ -5,19 +5,22 @@ A NetworkPolicy matches a connection after the Service's DNAT: the destination i
 names (the JWKS URL's, ``bbr.defaultBackend.port``): for ``https://jwks.auth.svc:443`` in front of pods
 listening on 8443, an enforcing CNI dropped every key fetch and every token was refused, with nothing
 saying why. Here the operator reads each such Service (and, for a named ``targetPort``, the ports of
-the pods it selects) and opens the ports the packets really go to, to that namespace's pods: the
-Service port's own too when the pods listen on it, since the config's rule for it may be an ``ipBlock``
-one, which some CNIs (Cilium) never match with a pod's address. A Service is named by its cluster DNS
+the pods it selects) and opens the ports the packets really go to, to the pods the Service selects
+(its ``spec.selector`` as the rule's ``podSelector``, in its namespace): the Service port's own too
+when the pods listen on it, since the config's rule for it may be an ``ipBlock`` one, which some CNIs
+(Cilium) never match with a pod's address. A Service is named by its cluster DNS
 name or, through the pods' search path, by ``<name>.<namespace>`` or a bare ``<name>`` (in the config's
 namespace); the operator's OTLP collector and CloudWatch agent are resolved the same way. What it
 cannot read or resolve (RBAC narrowed by ``operator.namespaces``, no Service yet, a Service without a
 selector, pods not yet up) is reported with the ``networkPolicy.extraEgress`` rule that would open it;
-a short name that is no Service is taken for a host outside the cluster, and not reported.
+a short name that is no Service, or whose would-be namespace does not exist (``idp.corp`` read by an
+operator whose RBAC does not reach ``corp``), is taken for a host outside the cluster, and not reported.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -31,6 +34,8 @@ HTTP_PORT: Final = 80
 REDIS_PORT: Final = 6379
 DEFAULT_BACKEND_PORT: Final = 8000
 _SVC_LABEL: Final = "svc"
+_CLUSTER_DOMAIN: Final = ["cluster", "local"]
+"""The default cluster domain: ``<name>.<namespace>.svc.cluster.local`` names a Service for certain."""
 _SERVICE_NAME: Final = re.compile(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?")
 """A Service's name (an RFC 1035 label)."""
 _NAMESPACE_NAME: Final = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
@@ -116,22 +121,36 @@ class ServiceRef:
 
 
 @dataclass(frozen=True, slots=True)
+class OpenedPods:
+    """Pod ports to open to the pods one Service selects: those of ``namespace`` matching ``selector``."""
+
+    namespace: str
+    selector: tuple[tuple[str, str], ...]
+    """The Service's ``spec.selector``, sorted: the egress rule's ``podSelector``, so only the Service's
+    backends are reached, not every pod of its namespace."""
+    ports: tuple[tuple[int, str], ...]
+    """``(port, protocol)``, the Service port's own too when the pods listen on it: the config's rule for
+    that port may be an ``ipBlock`` one, which some CNIs (Cilium) never match with a pod's address."""
+
+
+@dataclass(frozen=True, slots=True)
 class ServiceEgress:
     """The pod ports behind the Services of one config, and what could not be resolved."""
 
-    opened: tuple[tuple[str, tuple[tuple[int, str], ...]], ...] = ()
-    """``(namespace, ((port, protocol), ...))``: pod ports to open to that namespace's pods, the Service
-    port's own too when the pods listen on it: the config's rule for that port may be an ``ipBlock``
-    one, which some CNIs (Cilium) never match with a pod's address."""
+    opened: tuple[OpenedPods, ...] = ()
+    """Pod ports to open, per namespace and Service selector."""
     unresolved: tuple[str, ...] = field(default=())
     """One sentence per Service port whose pod port is unknown, naming the field and the remedy."""
 
 
 def _service_of_host(host: str, namespace: str) -> tuple[str, str, bool] | None:
     """``(namespace, name, explicit)`` of the Service ``host`` may name from a pod of ``namespace``:
-    ``<name>.<namespace>.svc`` with or without the cluster domain (explicit), or through the pods' DNS
-    search path ``<name>.<namespace>`` and a bare ``<name>`` in ``namespace`` (short names, which may
-    be hosts outside the cluster); ``None`` for an IP address, ``localhost`` or any other name."""
+    ``<name>.<namespace>.svc`` with or without the default cluster domain (explicit), or through the
+    pods' DNS search path ``<name>.<namespace>`` and a bare ``<name>`` in ``namespace`` (short names,
+    which may be hosts outside the cluster); ``None`` for an IP address, ``localhost`` or any other name.
+    ``<name>.<namespace>.svc.<other domain>`` is a Service under a custom cluster domain or a host
+    outside the cluster (``auth.payments.svc.corp.example.com``), which the operator cannot tell apart:
+    not explicit, so a missing Service is not reported."""
     host = host.rstrip(".").lower()
     try:
         ipaddress.ip_address(host)
@@ -140,8 +159,10 @@ def _service_of_host(host: str, namespace: str) -> tuple[str, str, bool] | None:
     else:
         return None
     labels = host.split(".")
-    if len(labels) >= 3 and labels[2] == _SVC_LABEL and labels[0] and labels[1]:
-        return labels[1], labels[0], True
+    if len(labels) >= 3 and labels[2] == _SVC_LABEL:
+        if not (_SERVICE_NAME.fullmatch(labels[0]) and _NAMESPACE_NAME.fullmatch(labels[1])):
+            return None
+        return labels[1], labels[0], labels[3:] in ([], _CLUSTER_DOMAIN)
     if len(labels) == 2 and _SERVICE_NAME.fullmatch(labels[0]) and _NAMESPACE_NAME.fullmatch(labels[1]):
         return labels[1], labels[0], False
     if len(labels) == 1 and _SERVICE_NAME.fullmatch(labels[0]) and labels[0] not in _NOT_SERVICES:
@@ -249,85 +270,120 @@ def named_container_ports(pods: Iterable[Mapping[str, Any]], name: str, protocol
     return found
 
 
-def _selector(service: Mapping[str, Any]) -> str:
+def _selector(service: Mapping[str, Any]) -> dict[str, str]:
+    """The Service's ``spec.selector`` (empty for one whose endpoints are managed by hand)."""
     selector = (service.get("spec") or {}).get("selector") or {}
-    return ",".join(f"{key}={value}" for key, value in sorted(selector.items()))
+    return {str(key): str(value) for key, value in selector.items()} if isinstance(selector, Mapping) else {}
 
 
-def remedy(ref: ServiceRef) -> str:
-    """The ``networkPolicy.extraEgress`` rule (``--gateway-extra-egress``) that opens ``ref``'s pods."""
-    return (
-        f'{{"to": [{{"namespaceSelector": {{"matchLabels": {{"kubernetes.io/metadata.name": '
-        f'"{ref.namespace}"}}}}}}], "ports": [{{"port": <the pods\' port>, "protocol": "{ref.protocol}"}}]}}'
-    )
+def _peer(namespace: str, selector: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """A NetworkPolicy peer: the pods of ``namespace``, only those matching ``selector`` when given."""
+    peer: dict[str, Any] = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}}
+    if selector:
+        peer["podSelector"] = {"matchLabels": dict(sorted(selector.items()))}
+    return peer
 
 
-async def _resolve(kube: ServiceReader, ref: ServiceRef) -> tuple[set[int] | None, str]:
-    """The pod ports behind ``ref``, or ``None`` and why not (an empty set: nothing to open, as for an
-    ExternalName Service or a short name that is no Service, :attr:`ServiceRef.explicit`)."""
+def remedy(ref: ServiceRef, selector: Mapping[str, str] | None = None) -> str:
+    """The ``networkPolicy.extraEgress`` rule (``--gateway-extra-egress``) that opens ``ref``'s pods:
+    those its Service selects (``selector``) when that is known, else its namespace's."""
+    peer = json.dumps(_peer(ref.namespace, selector))
+    return f'{{"to": [{peer}], "ports": [{{"port": <the pods\' port>, "protocol": "{ref.protocol}"}}]}}'
+
+
+async def _outside_the_cluster(kube: ServiceReader, ref: ServiceRef) -> bool:
+    """Whether the short name ``ref`` came from names a host outside the cluster for certain: its
+    would-be namespace does not exist (``idp.corp`` and no namespace ``corp``). The operator may read
+    Namespaces when its RBAC is narrowed to some (kopf follows them), not Services elsewhere."""
+    if ref.explicit:
+        return False
+    try:
+        return await kube.get("v1", "Namespace", "", ref.namespace) is None
+    except Exception:  # unknown: the Service may be there, so it is reported
+        return False
+
+
+async def _resolve(kube: ServiceReader, ref: ServiceRef) -> tuple[set[int] | None, dict[str, str], str]:
+    """The pod ports behind ``ref`` and the selector of the pods listening on them, or ``None`` and why
+    not (an empty set: nothing to open, as for an ExternalName Service or a short name that is no
+    Service, :attr:`ServiceRef.explicit`)."""
     where = f"Service {ref.namespace}/{ref.name}"
     try:
         service = await kube.get("v1", "Service", ref.namespace, ref.name)
     except Exception as exc:  # an API refusal (RBAC narrowed to other namespaces) is reported
         if getattr(exc, "status", None) == 403:
+            if await _outside_the_cluster(kube, ref):
+                return set(), {}, ""
             return (
                 None,
+                {},
                 f"{where} may not be read by the operator (403: its RBAC does not reach that namespace)",
             )
-        return None, f"{where} could not be read ({type(exc).__name__}: {getattr(exc, 'reason', exc)})"
+        return None, {}, f"{where} could not be read ({type(exc).__name__}: {getattr(exc, 'reason', exc)})"
     if service is None:
-        return (None, f"{where} does not exist") if ref.explicit else (set(), "")
+        return (None, {}, f"{where} does not exist") if ref.explicit else (set(), {}, "")
     if (service.get("spec") or {}).get("type") == "ExternalName":
-        return set(), ""
+        return set(), {}, ""
     entry = _service_port(service, ref.port, ref.protocol)
     if entry is None:
-        return None, f"{where} has no {ref.protocol} port {ref.port}"
-    target = entry.get("targetPort", ref.port)
-    if isinstance(target, int):
-        return {target}, ""
-    if str(target).isdigit():
-        return {int(target)}, ""
+        return None, {}, f"{where} has no {ref.protocol} port {ref.port}"
     selector = _selector(service)
     if not selector:
-        return None, f"{where} maps port {ref.port} to the named port {target!r} and selects no pods"
+        return None, {}, f"{where} selects no pods (its endpoints are managed by hand)"
+    target = entry.get("targetPort", ref.port)
+    if isinstance(target, int):
+        return {target}, selector, ""
+    if str(target).isdigit():
+        return {int(target)}, selector, ""
     try:
-        pods = await kube.list("v1", "Pod", ref.namespace, label_selector=selector)
+        pods = await kube.list(
+            "v1",
+            "Pod",
+            ref.namespace,
+            label_selector=",".join(f"{k}={v}" for k, v in sorted(selector.items())),
+        )
     except Exception as exc:
         reason = getattr(exc, "reason", exc)
-        return None, f"the pods of {where} could not be listed ({type(exc).__name__}: {reason})"
+        return None, selector, f"the pods of {where} could not be listed ({type(exc).__name__}: {reason})"
     ports = named_container_ports(pods, str(target), ref.protocol)
     if not ports:
-        return None, f"{where} maps port {ref.port} to the named port {target!r}, which no pod it selects has"
-    return ports, ""
+        why = f"{where} maps port {ref.port} to the named port {target!r}, which no pod it selects has"
+        return None, selector, why
+    return ports, selector, ""
 
 
 async def resolve(kube: ServiceReader, refs: Sequence[ServiceRef]) -> ServiceEgress:
-    """The pod ports behind each of ``refs``, grouped by namespace."""
-    opened: dict[str, set[tuple[int, str]]] = {}
+    """The pod ports behind each of ``refs``, grouped by namespace and Service selector."""
+    opened: dict[tuple[str, tuple[tuple[str, str], ...]], set[tuple[int, str]]] = {}
     unresolved: list[str] = []
     for ref in refs:
-        ports, why = await _resolve(kube, ref)
+        ports, selector, why = await _resolve(kube, ref)
         if ports is None:
             unresolved.append(
                 f"{ref.source} ({ref.name}.{ref.namespace}.svc:{ref.port}): {why}, so the NetworkPolicy "
                 f"opens port {ref.port} only; if the pods listen on another port, open it with "
-                f"networkPolicy.extraEgress (igw operator --gateway-extra-egress): {remedy(ref)}"
+                f"networkPolicy.extraEgress (igw operator --gateway-extra-egress): {remedy(ref, selector)}"
             )
             continue
         if ports:
-            opened.setdefault(ref.namespace, set()).update((port, ref.protocol) for port in ports)
+            key = (ref.namespace, tuple(sorted(selector.items())))
+            opened.setdefault(key, set()).update((port, ref.protocol) for port in ports)
     return ServiceEgress(
-        opened=tuple((namespace, tuple(sorted(ports))) for namespace, ports in sorted(opened.items())),
+        opened=tuple(
+            OpenedPods(namespace, selector, tuple(sorted(ports)))
+            for (namespace, selector), ports in sorted(opened.items())
+        ),
         unresolved=tuple(unresolved),
     )
 
 
 def egress_rules(egress: ServiceEgress) -> list[dict[str, Any]]:
-    """NetworkPolicy egress rules opening :attr:`ServiceEgress.opened` to each namespace's pods."""
+    """NetworkPolicy egress rules opening :attr:`ServiceEgress.opened` to the pods each Service selects
+    (least privilege: before s42's third round, to every pod of the Service's namespace)."""
     return [
         {
-            "to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}}],
-            "ports": [{"port": port, "protocol": protocol} for port, protocol in ports],
+            "to": [_peer(pods.namespace, dict(pods.selector))],
+            "ports": [{"port": port, "protocol": protocol} for port, protocol in pods.ports],
         }
-        for namespace, ports in egress.opened
+        for pods in egress.opened
     ]
