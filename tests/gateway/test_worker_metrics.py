@@ -137,7 +137,7 @@ async def test_a_worker_that_does_not_answer_is_shown_as_down_not_just_left_out(
     s42 the page held worker 0's series alone and nothing told Prometheus that two workers were missing."""
     async with _group([lambda: _page(0)]) as (first,):
         sockets = [first._sockets[0], first._sockets[0] + ".1", first._sockets[0] + ".2"]
-        alone = WorkerMetrics(index=0, sockets=sockets, render=lambda: _page(0))
+        alone = WorkerMetrics(index=0, sockets=sockets, render=_rendering(lambda: _page(0)))
         page = await alone.page()
     up = {
         s.labels["worker"]: s.value
