@@ -562,6 +562,21 @@ CASES: list[Case] = [
         fails=[("spec.extensions.flowControl.pollInterval", "flow-poll-interval-positive")],
     ),
     case(
+        "tls-reload-interval-0s",
+        set_(
+            "spec.extensions", {"tlsTermination": {"certFile": "/c", "keyFile": "/k", "reloadInterval": "0s"}}
+        ),
+        fails=[("spec.extensions.tlsTermination.reloadInterval", "tls-reload-interval-minimum")],
+    ),
+    case(
+        "tls-reload-interval-99ms",
+        set_(
+            "spec.extensions",
+            {"tlsTermination": {"certFile": "/c", "keyFile": "/k", "reloadInterval": "99ms"}},
+        ),
+        fails=[("spec.extensions.tlsTermination.reloadInterval", "tls-reload-interval-minimum")],
+    ),
+    case(
         "flow-band-ttl-and-slot-wait-0s",
         set_(
             "spec.extensions",

@@ -237,3 +237,15 @@ def test_plain_http_jwks_uri_is_refused_naming_the_field() -> None:
     config = make_config(issuer="https://idp.example", jwks_uri="http://idp.example/jwks")
     with pytest.raises(ValueError, match=r"remoteJWKS\.uri: not an https URL"):
         build_request_guard(config, registry=CollectorRegistry())
+
+
+@pytest.mark.parametrize("interval", ["0s", "0ms", "99ms"])
+def test_a_tls_reload_interval_under_100ms_is_refused(interval: str) -> None:
+    """``tlsTermination.reloadInterval`` under 100ms (rule ``tls-reload-interval-minimum``) stops the
+    gateway at start: before session s42 ``0s`` re-read and hashed the certificate and key without
+    pause, half a CPU core of an idle ``igw serve``."""
+    with pytest.raises(ValueError, match=r"tlsTermination\.reloadInterval: must be at least 100ms"):
+        TlsTerminationSettings.from_mapping({"certFile": "/c", "keyFile": "/k", "reloadInterval": interval})
+    assert TlsTerminationSettings.from_mapping(
+        {"certFile": "/c", "keyFile": "/k", "reloadInterval": "100ms"}
+    ) == TlsTerminationSettings(cert_file="/c", key_file="/k", reload_interval_s=0.1)

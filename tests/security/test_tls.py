@@ -5,7 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import pty
+import select
+import signal
 import ssl
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -13,9 +18,15 @@ import pytest
 import trustme
 import uvloop
 from aiohttp import web
+from cryptography.hazmat.primitives import serialization
 
 from igw.gateway.serving import ServerLimits, serve_app
-from igw.security.tls import CertificateReloader, build_server_ssl_context, build_server_tls
+from igw.security.tls import (
+    CertificateReloader,
+    EncryptedKeyError,
+    build_server_ssl_context,
+    build_server_tls,
+)
 
 
 def write_pair(ca: trustme.CA, folder: Path, *names: str) -> tuple[Path, Path]:
@@ -307,3 +318,75 @@ def test_connections_still_in_their_tls_handshake_count_against_the_connection_c
     assert answer.startswith(b"HTTP/1.1 200 "), answer[:100]
     assert still_open <= cap, (closed, still_open)  # held: 40 of 40 before session s40
     assert closed >= opened - cap
+
+
+def _encrypt_key(key_file: Path) -> None:
+    """Rewrite ``key_file``'s key passphrase-protected (as ``openssl pkcs8 -topk8 -v2 aes256`` does)."""
+    key = serialization.load_pem_private_key(key_file.read_bytes(), password=None)
+    key_file.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.BestAvailableEncryption(b"passphrase"),
+        )
+    )
+
+
+def test_an_encrypted_key_is_refused_at_start_with_a_message_that_says_so(
+    tmp_path: Path, ca: trustme.CA
+) -> None:
+    """A passphrase-protected key stops ``igw serve`` (``LaunchError`` from this ``ValueError``) with
+    a message naming the file and the cause: before session s42 it was ``[Errno 22] Invalid argument``."""
+    cert_file, key_file = write_pair(ca, tmp_path)
+    _encrypt_key(key_file)
+    with pytest.raises(EncryptedKeyError, match=r"tls\.key is encrypted \(passphrase-protected\)"):
+        build_server_tls({"tlsTermination": {"certFile": str(cert_file), "keyFile": str(key_file)}})
+
+
+def test_a_renewed_encrypted_key_never_asks_for_a_passphrase_on_the_terminal(
+    tmp_path: Path, ca: trustme.CA
+) -> None:
+    """A reload that meets a passphrase-protected key keeps the old certificate and says why, also
+    when ``igw serve`` runs in a terminal: before session s42 OpenSSL prompted ``Enter PEM pass
+    phrase:`` there and the reload - on the event loop - waited for an answer, and every request with
+    it. The reload runs in a child with a pseudo-terminal as its controlling terminal."""
+    cert_file, key_file = write_pair(ca, tmp_path)
+    context = build_server_ssl_context(cert_file=cert_file, key_file=key_file)
+    reloader = CertificateReloader(context=context, cert_file=cert_file, key_file=key_file, interval_s=1)
+    renewed = tmp_path / "renewed"
+    renewed.mkdir()
+    new_cert, new_key = write_pair(ca, renewed)
+    _encrypt_key(new_key)
+    cert_file.write_bytes(new_cert.read_bytes())
+    key_file.write_bytes(new_key.read_bytes())
+    pid, terminal = pty.fork()
+    if pid == 0:  # the child: its controlling terminal is the pseudo-terminal
+        try:
+            reloaded = reloader.check_now()
+            os.write(1, f"reloaded={reloaded} error={reloader.last_error}\n".encode())
+        finally:
+            os._exit(0)
+    seen = b""
+    deadline = time.monotonic() + 10
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([terminal], [], [], 0.1)
+            if not ready:
+                if b"pass phrase" in seen:
+                    break  # prompting, and waiting for an answer
+                continue
+            try:
+                chunk = os.read(terminal, 4096)
+            except OSError:  # EIO: the child exited and closed the terminal
+                break
+            if not chunk:
+                break
+            seen += chunk
+    finally:
+        if os.waitpid(pid, os.WNOHANG) == (0, 0):
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        os.close(terminal)
+    assert b"pass phrase" not in seen, seen
+    assert b"reloaded=False error=the private key in" in seen, seen
+    assert b"is encrypted (passphrase-protected)" in seen, seen

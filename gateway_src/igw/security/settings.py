@@ -16,7 +16,7 @@ from math import ceil
 from typing import Any, Final, Literal
 
 from igw.config.durations import parse_duration
-from igw.config.rules import MIN_UNKNOWN_KID_COOLDOWN_S
+from igw.config.rules import MIN_TLS_RELOAD_INTERVAL_S, MIN_UNKNOWN_KID_COOLDOWN_S
 from igw.gateway.tenant_labels import ANONYMOUS_TENANT
 
 DEFAULT_ALGORITHMS: Final[tuple[str, ...]] = (
@@ -331,11 +331,17 @@ class TlsTerminationSettings:
         if not raw:
             return None
         defaults_min: Literal["TLSv1.2", "TLSv1.3"] = "TLSv1.2"
+        reload_interval_s = _duration(raw, "reloadInterval", 10.0)
+        if reload_interval_s < MIN_TLS_RELOAD_INTERVAL_S:  # rule tls-reload-interval-minimum
+            raise ValueError(
+                f"spec.extensions.tlsTermination.reloadInterval: must be at least 100ms, got "
+                f"{reload_interval_s:g}s (the files would be re-read without pause)"
+            )
         return TlsTerminationSettings(
             cert_file=str(raw["certFile"]),
             key_file=str(raw["keyFile"]),
             min_version=raw.get("minVersion", defaults_min),
-            reload_interval_s=_duration(raw, "reloadInterval", 10.0),
+            reload_interval_s=reload_interval_s,
         )
 
 

@@ -10,6 +10,11 @@ swap), so :class:`CertificateReloader` polls the two files' *contents* and, when
 loads the new pair into the live context: new handshakes use the new certificate, established
 connections are untouched. A pair that fails to load (half-written, mismatched key) is logged
 and ignored; the previous certificate stays in service.
+
+The key must be unencrypted (cert-manager writes it so): there is nobody to type a passphrase. Left
+to itself OpenSSL asks for one on the controlling terminal, which blocked the event loop - and with
+it every request - when ``igw serve`` ran in a terminal, and otherwise failed with a bare
+``[Errno 22] Invalid argument``; :func:`_no_passphrase` turns both into an error that says why.
 """
 
 from __future__ import annotations
@@ -31,12 +36,30 @@ TLS12_CIPHERS: Final = "ECDHE+AESGCM:ECDHE+CHACHA20:!aNULL:!eNULL:!MD5:!SHA1:!DS
 _VERSIONS: Final = {"TLSv1.2": ssl.TLSVersion.TLSv1_2, "TLSv1.3": ssl.TLSVersion.TLSv1_3}
 
 
+class EncryptedKeyError(ValueError):
+    """The key file holds a passphrase-protected key, which the gateway cannot unlock."""
+
+
+def _load_pair(context: ssl.SSLContext, cert_file: Path, key_file: Path) -> None:
+    """``context.load_cert_chain`` that never asks for a passphrase (see :func:`_no_passphrase`)."""
+
+    def _no_passphrase() -> str:
+        # OpenSSL calls this only for an encrypted key; without it, it prompts on the terminal.
+        raise EncryptedKeyError(
+            f"the private key in {key_file} is encrypted (passphrase-protected); give an unencrypted "
+            "PEM key, as cert-manager writes it"
+        )
+
+    context.load_cert_chain(certfile=str(cert_file), keyfile=str(key_file), password=_no_passphrase)
+
+
 def build_server_ssl_context(
     *, cert_file: str | Path, key_file: str | Path, min_version: Literal["TLSv1.2", "TLSv1.3"] = "TLSv1.2"
 ) -> ssl.SSLContext:
     """A server context with our TLS policy and the given certificate chain and key loaded.
 
-    Raises ``OSError``/``ssl.SSLError`` when the files are missing or do not form a pair.
+    Raises ``OSError``/``ssl.SSLError`` when the files are missing or do not form a pair, and
+    :class:`EncryptedKeyError` (a ``ValueError``) when the key is passphrase-protected.
     """
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = _VERSIONS[min_version]
@@ -50,7 +73,7 @@ def build_server_ssl_context(
         | ssl.OP_NO_TICKET
     )
     context.set_alpn_protocols(["http/1.1"])
-    context.load_cert_chain(certfile=str(cert_file), keyfile=str(key_file))
+    _load_pair(context, Path(cert_file), Path(key_file))
     return context
 
 
@@ -86,9 +109,9 @@ class CertificateReloader:
         try:
             # Load into a scratch context first so a bad pair never touches the live one.
             scratch = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-            scratch.load_cert_chain(certfile=str(self._cert_file), keyfile=str(self._key_file))
-            self._context.load_cert_chain(certfile=str(self._cert_file), keyfile=str(self._key_file))
-        except (OSError, ssl.SSLError) as exc:
+            _load_pair(scratch, self._cert_file, self._key_file)
+            _load_pair(self._context, self._cert_file, self._key_file)
+        except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError; EncryptedKeyError
             if self.last_error != str(exc):
                 log.error("TLS certificate reload failed (%s); keeping the previous certificate", exc)
             self.last_error = str(exc)
