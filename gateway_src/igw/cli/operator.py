@@ -274,7 +274,8 @@ IGNORED_WITH: Final = (
 )
 """(switch, as typed, the options it leaves without effect): with the gateways' NetworkPolicy off no
 CIDR or egress rule is written anywhere, without auto-TLS nothing is issued or swept, and without
-leader election no Lease is taken."""
+leader election no Lease is taken (and ``--gateway-worker-timeout`` with ``--gateway-workers 1``
+below: the pods' single process has no worker group to check)."""
 
 
 def refuse_ignored_options(args: argparse.Namespace) -> bool:
@@ -284,6 +285,15 @@ def refuse_ignored_options(args: argparse.Namespace) -> bool:
     for switch, typed, ignored in IGNORED_WITH:
         if getattr(args, switch) and refuse_given(args, command="igw operator", mode=typed, ignored=ignored):
             return True
+    # one worker per pod: no parent process watches it, so the timeout was dropped (igw serve refuses
+    # --worker-timeout with --workers 1 the same way)
+    if args.gateway_workers == 1 and refuse_given(
+        args,
+        command="igw operator",
+        mode="--gateway-workers 1 (a single process has no worker group to check)",
+        ignored=("gateway_worker_timeout",),
+    ):
+        return True
     return bool(
         not args.gateway_emf_interval
         and refuse_given(
