@@ -31,6 +31,7 @@ from igw.cli.arg_types import (
     http_url,
     namespace_name,
     object_name,
+    source_name,
 )
 from igw.cli.option_scope import refuse_given
 from igw.gateway.worker_heartbeat import STUCK_AFTER_S
@@ -45,7 +46,10 @@ EXIT_USAGE = 2
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--kubeconfig", metavar="FILE", help="use this kubeconfig instead of the pod's account"
+        "--kubeconfig",
+        type=source_name,
+        metavar="FILE",
+        help="use this kubeconfig instead of the pod's account",
     )
     parser.add_argument(
         "--namespace",
