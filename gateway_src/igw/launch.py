@@ -126,9 +126,22 @@ def picker_configs_from_dir(config: GatewayConfig, directory: Path | None) -> Pi
             documents = read_documents(path)
         except DocumentReadError as exc:
             raise ValueError(f"scheduler {spec.name!r} configMapRef {key}: {exc}") from exc
-        doc = documents[0].content if len(documents) == 1 else None
+        where = f"scheduler {spec.name!r} configMapRef {key}: {path}"
+        if len(documents) != 1:
+            count = f"{len(documents)} YAML documents" if documents else "no YAML document"
+            raise ValueError(f"{where} holds {count}, expected one EndpointPickerConfig")
+        doc = documents[0].content
+        if isinstance(doc, Mapping) and doc.get("kind") == "ConfigMap":
+            # the manifest kubectl applies, copied whole: the gateway reads the files a ConfigMap
+            # volume mounts (one per data key); until session s42 this got "is not a YAML mapping"
+            # (beside other documents) or the picker schema's "kind: expected 'EndpointPickerConfig'"
+            raise ValueError(
+                f"{where} holds a whole ConfigMap manifest; the file must hold only the value of its "
+                f"data key {spec.config_map_ref.key!r} (the EndpointPickerConfig itself), as a "
+                "ConfigMap volume mounts it"
+            )
         if not isinstance(doc, Mapping):
-            raise ValueError(f"scheduler {spec.name!r} configMapRef {key}: {path} is not a YAML mapping")
+            raise ValueError(f"{where} is not a YAML mapping")
         out[key] = doc
     return out
 

@@ -412,6 +412,8 @@ def test_the_operator_args_the_chart_renders_are_never_refused_as_ignored(
         {"networkPolicy": {"enabled": False}},
         {"gateway": {"cloudWatch": {"enabled": True, "emfIntervalSeconds": 60}}},
         {"gateway": {"workers": 1}},
+        {"gateway": {"workers": 1, "workerTimeoutSeconds": 10}},
+        {"gateway": {"workers": 4, "workerTimeoutSeconds": 10}},
     ):
         (deployment,) = [o for o in _objects(values) if o["kind"] == "Deployment"]
         args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]

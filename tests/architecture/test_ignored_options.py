@@ -69,6 +69,10 @@ SPEC = REPO_ROOT / "gateway_src" / "igw" / "sim" / "examples"
             "igw operator: --lease-name does not apply to --no-leader-election",
         ),
         (
+            ["operator", "--gateway-workers", "1", "--gateway-worker-timeout", "5"],
+            "igw operator: --gateway-worker-timeout does not apply to --gateway-workers 1",
+        ),
+        (
             ["operator", "--gateway-emf-endpoint", "udp://127.0.0.1:25888"],
             "igw operator: --gateway-emf-endpoint does not apply to --gateway-emf-interval 0",
         ),

@@ -509,7 +509,7 @@ CORPUS: list[tuple[str, Callable[[Docs], None], Command, set[tuple[str, str, str
             d, "CustomResourceDefinition", "inferencegatewayconfigs.inference.sagemaker.aws.amazon.com"
         )["metadata"].update(labels={"app.kubernetes.io/managed-by": "EKS"}),
         Command.PREFLIGHT,
-        {("IGW-PF006", "WARN", "MEDIUM")},
+        {("IGW-PF006", "FAIL", "HIGH")},
     ),
     (
         "lbc-missing",

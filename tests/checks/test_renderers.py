@@ -175,6 +175,19 @@ def test_a_selection_that_leaves_no_check_is_a_usage_error(
     assert code == 2
 
 
+def test_check_ids_match_whatever_their_case(insecure_dir: Path) -> None:
+    """``igw audit --check igw-au201`` was refused as an unknown check ID (exit 2), the right one lost
+    in a list of 40; IDs are matched whatever their case, for ``--skip-check`` too."""
+    code, out = cli("audit", "--manifests", str(insecure_dir), "-o", "json", "--check", "igw-au201")
+    assert code == 1, out
+    assert {r["checkId"] for r in json.loads(out)["results"]} == {"IGW-AU201"}
+    code, out = cli(
+        "audit", "--manifests", str(insecure_dir), "-o", "json", "--check", "IGW-AU201", "--check",
+        "IGW-AU202", "--skip-check", "Igw-Au201",
+    )  # fmt: skip
+    assert {r["checkId"] for r in json.loads(out)["results"]} == {"IGW-AU202"}
+
+
 @pytest.mark.parametrize("option", ["--manifests", "--cdk-out"])
 @pytest.mark.parametrize("command", ["preflight", "audit"])
 def test_an_empty_source_path_is_refused_not_read_as_the_current_folder(

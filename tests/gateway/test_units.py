@@ -457,6 +457,19 @@ def test_config_map_ref_from_local_directory(tmp_path: Path) -> None:
     (tmp_path / "epp" / "default-plugins.yaml").write_text("- not a mapping\n")
     with pytest.raises(ValueError, match="is not a YAML mapping"):
         picker_configs_from_dir(cfg, tmp_path)
+    # the ConfigMap manifest copied whole (alone, or with the config beside it): named as such, not
+    # "is not a YAML mapping" or the picker schema's "kind: expected 'EndpointPickerConfig'" (before s42)
+    manifest = (
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: epp}\n"
+        "data:\n  default-plugins.yaml: |\n    plugins: [{type: queue-scorer}]\n"
+    )
+    (tmp_path / "epp" / "default-plugins.yaml").write_text(manifest)
+    whole = "holds a whole ConfigMap manifest; the file must hold only the value of its data key "
+    with pytest.raises(ValueError, match=whole + "'default-plugins.yaml'"):
+        picker_configs_from_dir(cfg, tmp_path)
+    (tmp_path / "epp" / "default-plugins.yaml").write_text("kind: InferenceGatewayConfig\n---\n" + manifest)
+    with pytest.raises(ValueError, match="holds 2 YAML documents, expected one EndpointPickerConfig"):
+        picker_configs_from_dir(cfg, tmp_path)
 
 
 @pytest.mark.parametrize(("configured", "applied"), [(None, None), (0.0, None), (0.5, 0.5)])

@@ -155,3 +155,63 @@ async def test_usage_errors_name_the_option() -> None:
         rc, out = await igw_top(*args, env=env)
         assert rc == 2, (args, out)
         assert message in out, (args, out)
+
+
+@contextlib.asynccontextmanager
+async def scripted_metrics(answers: list[tuple[int, str]]) -> AsyncIterator[str]:
+    """A loopback server whose ``/metrics`` gives ``answers`` (status, body) in turn, the last one
+    for ever (``PAGE`` once none is left); ``/readyz`` is always ``READY``. Yields its URL."""
+
+    async def metrics(_: web.Request) -> web.Response:
+        status, body = (answers.pop(0) if len(answers) > 1 else answers[0]) if answers else (200, PAGE)
+        return web.Response(status=status, text=body)
+
+    async def ready(_: web.Request) -> web.Response:
+        return web.Response(body=orjson.dumps(READY), content_type="application/json")
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/readyz", ready)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        yield f"http://127.0.0.1:{runner.addresses[0][1]}"
+    finally:
+        await runner.cleanup()
+
+
+async def test_an_answer_retrying_will_not_change_ends_the_screenshot_at_once(tmp_path: Path) -> None:
+    """``igw top URL --screenshot x.svg`` against a server answering 404 on ``/metrics`` (a wrong
+    port, a management port not passed) or a page that is not Prometheus text: 30 refresh intervals
+    of retries, 33 s at the default interval, before exit 1 (before session s42). Now exit 1 at the
+    first such answer, with one line naming it."""
+    for answer, named in (
+        ((404, "404: Not Found"), "/metrics: HTTP 404 (a gateway run with --management-port"),
+        ((403, "forbidden"), "/metrics: HTTP 403"),
+        ((200, "<html><body>sign in</body></html>"), "not a Prometheus text page"),
+    ):
+        async with scripted_metrics([answer]) as url:
+            started = time.monotonic()
+            rc, out = await igw_top(url, "--screenshot", str(tmp_path / "x.svg"), env={})
+            took = time.monotonic() - started
+        assert rc == 1, out
+        assert took < 10.0, f"took {took:.1f} s"  # start-up and one attempt, not 30 intervals
+        assert named in out, out
+        assert "(not retried)" in out, out
+        assert len(out.strip().splitlines()) == 1, out
+    assert not (tmp_path / "x.svg").exists()
+
+
+async def test_a_gateway_answering_5xx_or_429_is_retried_until_it_answers(tmp_path: Path) -> None:
+    """A 5xx (a gateway starting or overloaded) or a 429 is worth asking again: the screenshot is
+    saved once the pages come."""
+    target = tmp_path / "top.svg"
+    answers = [(503, "starting"), (429, "later"), (500, "oops"), (200, PAGE)]
+    async with scripted_metrics(answers) as url:
+        rc, out = await igw_top(
+            url, "--interval", "0.1", "--screenshot", str(target), "--screenshot-after", "2", env={}
+        )
+    assert rc == 0, out
+    assert "qwen" in target.read_text()

@@ -142,15 +142,25 @@ def select(
 ) -> tuple[Check, ...]:
     """The command's checks filtered by ``--check``/``--skip-check`` IDs; ``ValueError`` on unknown IDs
     and on a selection that leaves no check: a run of no check reports nothing and exits 0, a CI gate
-    that passes whatever the cluster holds."""
+    that passes whatever the cluster holds. IDs match whatever their case (``igw-au102`` is
+    ``IGW-AU102``: until session s42 it was refused as unknown, the right one lost in the list)."""
     checks = checks_for(command)
-    known = {c.meta.id for c in checks}
-    for wanted in (only or []) + (skip or []):
-        if wanted not in known:
+    known = {c.meta.id.upper(): c.meta.id for c in checks}
+
+    def resolve(name: str) -> str:
+        found = known.get(name.strip().upper())
+        if found is None:
             raise ValueError(
-                f"unknown check ID {wanted!r} for igw {command.value}; known: {', '.join(sorted(known))}"
+                f"unknown check ID {name!r} for igw {command.value}; "
+                f"known: {', '.join(sorted(known.values()))}"
             )
-    chosen = tuple(c for c in checks if (not only or c.meta.id in only) and c.meta.id not in set(skip or []))
+        return found
+
+    wanted_ids = {resolve(wanted) for wanted in only or []}
+    skipped_ids = {resolve(wanted) for wanted in skip or []}
+    chosen = tuple(
+        c for c in checks if (not only or c.meta.id in wanted_ids) and c.meta.id not in skipped_ids
+    )
     if not chosen:
         raise ValueError("--check and --skip-check leave no check to run (every --check is skipped too)")
     return chosen

@@ -331,6 +331,17 @@ def source_path(text: str) -> Path:
     return Path(text)
 
 
+def source_name(text: str) -> str:
+    """A file or folder name to read, kept as typed (``'-'`` too, where it means stdin), not empty:
+    ``''`` is ``Path('.')``, so ``igw validate ""`` and ``igw serve --config ""`` (a variable unset)
+    said ``Is a directory: '.'``, ``--config-maps=`` read the current folder, and ``bench --trace=``
+    (an empty value being false) was taken for no ``--trace`` at all, then said the option "does not
+    apply to a DES run" (before session s42)."""
+    if not text:
+        raise argparse.ArgumentTypeError("'' names no file or folder")
+    return text
+
+
 def ca_bundle(text: str) -> str:
     """A PEM file of CA certificates that loads (``igw preflight --ca-bundle``): a missing or non-PEM
     file was found only by the probes, each check reporting "FileNotFoundError: [Errno 2] No such

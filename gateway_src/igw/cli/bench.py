@@ -22,7 +22,16 @@ import argparse
 import sys
 from pathlib import Path
 
-from igw.cli.arg_types import COUNT, NON_NEGATIVE, POSITIVE, SEED, SEEDS, output_directory, output_file
+from igw.cli.arg_types import (
+    COUNT,
+    NON_NEGATIVE,
+    POSITIVE,
+    SEED,
+    SEEDS,
+    output_directory,
+    output_file,
+    source_name,
+)
 from igw.cli.option_scope import given, refuse_unused
 
 DEFAULT_LIVE_RATE = 20.0
@@ -65,13 +74,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "scenarios", nargs="*", metavar="SCENARIO", help="scenario or group names (see --list)"
     )
     parser.add_argument("--list", action="store_true", help="list scenarios and policies, then exit")
-    parser.add_argument("--summarize", metavar="DIR", help="rebuild DIR/summary.md from a run's JSON reports")
+    parser.add_argument(
+        "--summarize",
+        type=source_name,
+        metavar="DIR",
+        help="rebuild DIR/summary.md from a run's JSON reports",
+    )
     parser.add_argument(
         "--tune",
         action="store_true",
         help="rank gateway weight candidates by TTFT p99 / oracle's over the scenarios (DES, quick scale)",
     )
-    parser.add_argument("--trace", metavar="FILE", help="replay a JSONL/CSV trace instead of a scenario")
+    parser.add_argument(
+        "--trace", type=source_name, metavar="FILE", help="replay a JSONL/CSV trace instead of a scenario"
+    )
     parser.add_argument("--fleet", metavar="FLEET.yaml", help="fleet for --trace (default: mixed-fleet-8b's)")
     parser.add_argument(
         "--trace-speedup", type=POSITIVE, default=1.0, help="divide trace arrival times by this (default 1)"

@@ -23,7 +23,7 @@ from igw.checks.framework import (
 )
 from igw.checks.inventory import Inventory
 from igw.checks.model import Command, Severity
-from igw.cli.arg_types import region_name, source_path
+from igw.cli.arg_types import region_name, source_name, source_path
 
 FORMATS = ("table", "json", "sarif", "junit")
 
@@ -42,6 +42,7 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     )
     source.add_argument(
         "--kubeconfig",
+        type=source_name,
         help="kubeconfig file (default $KUBECONFIG or ~/.kube/config; "
         "in-cluster credentials when running in a pod)",
     )

@@ -31,6 +31,7 @@ from igw.cli.arg_types import (
     http_url,
     namespace_name,
     object_name,
+    source_name,
 )
 from igw.cli.option_scope import refuse_given
 from igw.gateway.worker_heartbeat import STUCK_AFTER_S
@@ -45,7 +46,10 @@ EXIT_USAGE = 2
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--kubeconfig", metavar="FILE", help="use this kubeconfig instead of the pod's account"
+        "--kubeconfig",
+        type=source_name,
+        metavar="FILE",
+        help="use this kubeconfig instead of the pod's account",
     )
     parser.add_argument(
         "--namespace",
@@ -274,7 +278,8 @@ IGNORED_WITH: Final = (
 )
 """(switch, as typed, the options it leaves without effect): with the gateways' NetworkPolicy off no
 CIDR or egress rule is written anywhere, without auto-TLS nothing is issued or swept, and without
-leader election no Lease is taken."""
+leader election no Lease is taken (and ``--gateway-worker-timeout`` with ``--gateway-workers 1``
+below: the pods' single process has no worker group to check)."""
 
 
 def refuse_ignored_options(args: argparse.Namespace) -> bool:
@@ -284,6 +289,15 @@ def refuse_ignored_options(args: argparse.Namespace) -> bool:
     for switch, typed, ignored in IGNORED_WITH:
         if getattr(args, switch) and refuse_given(args, command="igw operator", mode=typed, ignored=ignored):
             return True
+    # one worker per pod: no parent process watches it, so the timeout was dropped (igw serve refuses
+    # --worker-timeout with --workers 1 the same way)
+    if args.gateway_workers == 1 and refuse_given(
+        args,
+        command="igw operator",
+        mode="--gateway-workers 1 (a single process has no worker group to check)",
+        ignored=("gateway_worker_timeout",),
+    ):
+        return True
     return bool(
         not args.gateway_emf_interval
         and refuse_given(

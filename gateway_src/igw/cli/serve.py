@@ -28,6 +28,7 @@ from igw.cli.arg_types import (
     PORT,
     WORKER_COUNT,
     listen_host,
+    source_name,
 )
 from igw.cli.option_scope import given
 from igw.gateway.worker_heartbeat import STUCK_AFTER_S
@@ -40,9 +41,13 @@ EXIT_WORKER_SETUP = 1
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", required=True, metavar="IGWC.yaml", help="InferenceGatewayConfig file")
+    parser.add_argument(
+        "--config", required=True, type=source_name, metavar="IGWC.yaml", help="InferenceGatewayConfig file"
+    )
     where = parser.add_mutually_exclusive_group(required=True)
-    where.add_argument("--endpoints", metavar="FILE", help="static endpoints file (re-read on change)")
+    where.add_argument(
+        "--endpoints", type=source_name, metavar="FILE", help="static endpoints file (re-read on change)"
+    )
     where.add_argument(
         "--in-cluster",
         action="store_true",
@@ -50,6 +55,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--kubeconfig",
+        type=source_name,
         metavar="FILE",
         help="with --in-cluster: use this kubeconfig instead of the pod's account",
     )
@@ -61,6 +67,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--config-maps",
+        type=source_name,
         metavar="DIR",
         help="with --endpoints: directory holding configMapRef EndpointPickerConfigs as DIR/<name>/<key>",
     )

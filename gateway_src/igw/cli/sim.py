@@ -6,7 +6,15 @@ import argparse
 import sys
 from typing import Any
 
-from igw.cli.arg_types import COUNT, NON_NEGATIVE_INT, POSITIVE, SEED, output_file, workload_policy_name
+from igw.cli.arg_types import (
+    COUNT,
+    NON_NEGATIVE_INT,
+    POSITIVE,
+    SEED,
+    output_file,
+    source_name,
+    workload_policy_name,
+)
 from igw.cli.option_scope import refuse_given
 
 TRACE_REPLACES = frozenset({"requests", "rate", "cv", "lengths"})
@@ -22,7 +30,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="sim_command", metavar="VERB", required=True)
 
     fleet = sub.add_parser("fleet", help="start the pods of a fleet spec on loopback until SIGINT/SIGTERM")
-    fleet.add_argument("--spec", required=True, help="fleet spec YAML (see gateway_src/igw/sim/examples/)")
+    fleet.add_argument(
+        "--spec", required=True, type=source_name, help="fleet spec YAML (see gateway_src/igw/sim/examples/)"
+    )
     fleet.add_argument("--json", action="store_true", help="print endpoints as one JSON object (for scripts)")
     fleet.add_argument("--time-scale", type=POSITIVE, default=None, help="override the spec's time_scale")
     fleet.add_argument(
@@ -33,7 +43,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "run", help="run a workload through a routing policy in the discrete-event simulator"
     )
     run.add_argument(
-        "--spec", required=True, help="fleet spec YAML (faults: slow, error_rate, freeze_metrics, kill)"
+        "--spec",
+        required=True,
+        type=source_name,
+        help="fleet spec YAML (faults: slow, error_rate, freeze_metrics, kill)",
     )
     run.add_argument(
         "--policy",
@@ -55,6 +68,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     run.add_argument(
         "--trace",
+        type=source_name,
         default=None,
         help="replay a JSONL/CSV trace instead of generating requests (then no --requests, --rate, --cv "
         "or --lengths: the trace sets them)",

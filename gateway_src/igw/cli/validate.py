@@ -27,6 +27,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from igw.cli.arg_types import source_name
+
 if TYPE_CHECKING:
     from igw.config.documents import SourceDocument
     from igw.config.errors import Problem
@@ -69,7 +71,9 @@ class Finding:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("files", nargs="+", metavar="FILE", help="YAML or JSON files; '-' reads stdin")
+    parser.add_argument(
+        "files", nargs="+", type=source_name, metavar="FILE", help="YAML or JSON files; '-' reads stdin"
+    )
     parser.add_argument(
         "--output",
         choices=("text", "json"),

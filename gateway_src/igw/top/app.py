@@ -25,6 +25,7 @@ from textual.widgets import DataTable, Footer, Header, Static
 
 from igw.top.view import (
     DecisionRow,
+    GatewayFailing,
     GatewayUnreachable,
     ModelRow,
     PodRow,
@@ -193,6 +194,9 @@ class TopApp(App[None]):
         self.view: TopView | None = None
         self.last_error: str | None = None
         """The last failed scrape's error, or after a good one why its decisions could not be read."""
+        self.refused = False
+        """The last scrape failed with an answer that asking again will not change (a 4xx status, a
+        page that is not the gateway's): ``--screenshot`` ends at once instead of retrying it."""
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -237,12 +241,14 @@ class TopApp(App[None]):
         except ScrapeError as exc:
             self.last_error = str(exc)
             self.unreachable = self.unreachable + 1 if isinstance(exc, GatewayUnreachable) else 0
+            self.refused = not isinstance(exc, GatewayUnreachable | GatewayFailing)
             retry = f"; retrying in {self.next_delay_s():.1f} s" if self.unreachable else ""
             with contextlib.suppress(NoMatches):  # the screen may have closed meanwhile
                 shown = "no view yet" if self.view is None else "showing the last good view"
                 self._status(f"scrape failed: {exc} ({shown}{retry})")
             return
         self.unreachable = 0
+        self.refused = False
         # the decisions asked for but not read: the rest is drawn, the status line says why
         self._previous, self.view, self.last_error = scrape, view, scrape.decisions_error
         stamp = time.strftime("%H:%M:%S", time.localtime(self._clock()))

@@ -1,12 +1,15 @@
 """``igw top --screenshot FILE``: run the screen without a terminal and save it as SVG.
 
 Uses textual's headless mode and auto-pilot: wait until the screen has drawn the wanted number of
-successful refreshes (so rates and quantiles are filled in), save, quit. Gives up, saving nothing,
-when no answer came at all (refused, reset, timed out) once ``wait_unanswered_s`` has passed
-(``--screenshot-wait``, default 0: at the first such attempt), and when the refreshes are not drawn
-within :data:`GIVE_UP_AFTER_INTERVALS` refresh intervals (the gateway answers, but with errors or
-pages it cannot draw). Until session s39 a port nothing listens on took those 30 intervals, 31 s
-at the default interval, to say so.
+successful refreshes (so rates and quantiles are filled in), save, quit. Gives up, saving nothing:
+at once when the gateway answers with something asking again will not change (a 4xx status such
+as a 404 on ``/metrics``, a page that is not Prometheus text or ``/readyz`` JSON; until session s42
+those were retried for the 30 intervals below, 33 s at the default interval); when no answer came
+at all (refused, reset, timed out) once ``wait_unanswered_s`` has passed (``--screenshot-wait``,
+default 0: at the first such attempt); and when the refreshes are not drawn within
+:data:`GIVE_UP_AFTER_INTERVALS` refresh intervals (the gateway answers, but with a 5xx, a 408 or
+429, or a body cut off: a gateway starting or overloaded). Until session s39 a port nothing
+listens on took those 30 intervals, 31 s at the default interval, to say so.
 """
 
 from __future__ import annotations
@@ -38,6 +41,12 @@ def save_screenshot(app: TopApp, file: str, *, refreshes: int, wait_unanswered_s
         for _ in range(int((GIVE_UP_AFTER_INTERVALS * app.interval_s + wait_unanswered_s) / wait_s)):
             if app.refreshes >= refreshes:
                 break
+            if app.refused:
+                error = f"{app.source.base_url}: {app.last_error} (not retried)"
+                print(f"igw top: no data from {error}", file=sys.stderr)
+                outcome.append(EXIT_NO_DATA)
+                app.exit()
+                return
             if app.unreachable and not app.refreshes and time.monotonic() - started >= wait_unanswered_s:
                 hint = "" if wait_unanswered_s else " (a gateway still starting: pass --screenshot-wait S)"
                 print(

@@ -23,7 +23,7 @@ import orjson
 
 from igw.gateway.debug_api import DEBUG_DECISIONS_PATH
 from igw.redaction import redact
-from igw.top.view import GatewayUnreachable, Scrape, ScrapeError, parse_scrape
+from igw.top.view import GatewayFailing, GatewayUnreachable, Scrape, ScrapeError, parse_scrape
 
 DEFAULT_TIMEOUT_S: Final = 5.0
 MAX_PAGE_BYTES: Final = 64 * 1024 * 1024
@@ -42,6 +42,8 @@ STATUS_HINTS: Final[dict[tuple[str, int], str]] = {
     (DEBUG_DECISIONS_PATH, 401): " (--token-env must name a variable holding the gateway's IGW_DEBUG_TOKEN)",
 }
 """What an error status of a page most likely means, by path and status: the message names the cause."""
+RETRIED_STATUSES: Final = frozenset({408, 425, 429})
+"""Client-error statuses that mean "later", not "never": retried like a 5xx (:class:`GatewayFailing`)."""
 
 
 class GatewaySource:
@@ -106,7 +108,9 @@ class GatewaySource:
             async with self._session.get(url) as response:
                 if response.status not in accept:
                     hint = STATUS_HINTS.get((path.partition("?")[0], response.status), "")
-                    raise ScrapeError(f"{shown}: HTTP {response.status}{hint}")
+                    transient = response.status >= 500 or response.status in RETRIED_STATUSES
+                    failure = GatewayFailing if transient else ScrapeError
+                    raise failure(f"{shown}: HTTP {response.status}{hint}")
                 body = await _read_capped(response, shown)
                 try:
                     return body.decode(_charset(response))
@@ -117,6 +121,8 @@ class GatewaySource:
         except (aiohttp.ClientConnectionError, TimeoutError) as exc:
             # aiohttp's own text may quote the URL it was given, user-info and all
             raise GatewayUnreachable(redact(f"{shown}: {type(exc).__name__}: {exc}")) from exc
+        except aiohttp.ClientPayloadError as exc:  # the body was cut off: the next answer may be whole
+            raise GatewayFailing(redact(f"{shown}: {type(exc).__name__}: {exc}")) from exc
         except aiohttp.ClientError as exc:
             raise ScrapeError(redact(f"{shown}: {type(exc).__name__}: {exc}")) from exc
 

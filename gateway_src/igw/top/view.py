@@ -94,11 +94,19 @@ COUNTS: Final = frozenset({READY_PODS, STALE_ENDPOINTS})
 
 
 class ScrapeError(IgwToolingError):
-    """A page from the gateway could not be read."""
+    """A page from the gateway could not be read. This class itself is an answer that asking again
+    will not change (a 4xx status, a page that is not the gateway's): ``--screenshot`` ends at once;
+    its subclasses are the failures worth retrying."""
 
 
 class GatewayUnreachable(ScrapeError):
     """No HTTP answer at all (refused, reset, timed out, unresolvable): ``igw top`` backs off."""
+
+
+class GatewayFailing(ScrapeError):
+    """An answer the gateway may give differently soon: a 5xx status (starting, overloaded,
+    restarting), 408 or 429 (try later), a body cut off mid-transfer. ``--screenshot`` retries it
+    for a bounded number of refresh intervals."""
 
 
 @dataclass(frozen=True, slots=True)

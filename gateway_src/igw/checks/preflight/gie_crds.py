@@ -15,14 +15,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-import yaml
-
 from igw.addon import pins
 from igw.checks.framework import CheckContext, FunctionCheck, Reporter
-from igw.checks.inventory import Manifest, Missing, need
+from igw.checks.inventory import Manifest, need
 from igw.checks.k8s import annotations_of, labels_of, name_of, spec
 from igw.checks.model import CheckMeta, Command, Result, Severity
-from igw.checks.preflight._gateway_install import ours_installed
+from igw.checks.preflight._gateway_install import ours_addon_unknown, ours_installed, ours_values
 from igw.checks.preflight.igwc_crd import OWNER_LABEL, OWNER_VALUE
 from igw.config.inference_extension import GROUP, KINDS, VERSION
 from igw.config.inference_extension_crds import PLURALS
@@ -65,15 +63,8 @@ def _mapping(value: Any) -> dict[str, Any]:
 def _values_leave_them(ctx: CheckContext) -> str | None:
     """Why our installed add-on's configuration values do not install these CRDs (``None``: they do,
     or the values are not known here)."""
-    addons = ctx.inventory.aws.addons
-    addon = None if isinstance(addons, Missing) else addons.get(pins.IGW_ADDON_NAME)
-    if addon is None:
-        return None
-    try:
-        values: Any = yaml.safe_load(addon.configuration_values or "{}")
-    except yaml.YAMLError:
-        return None
-    if not isinstance(values, dict):
+    values = ours_values(ctx)
+    if values is None:
         return None
     crds = _mapping(values.get("crds"))
     extension = _mapping(crds.get("inferenceExtension"))
@@ -116,7 +107,7 @@ def _run(ctx: CheckContext, r: Reporter) -> Iterator[Result]:
         )
         if left is not None:
             yield r.passed(resource, f"owned by {owner}; {left}, so the chart leaves it alone{version_note}")
-        elif installed is not None and _addons_unknown(ctx):
+        elif installed is not None and ours_addon_unknown(ctx):
             yield r.passed(
                 resource,
                 f"owned by {owner}; the installed {installed} left it to that owner{version_note}",
@@ -130,12 +121,6 @@ def _run(ctx: CheckContext, r: Reporter) -> Iterator[Result]:
                 "takes the CRD over, so that deleting the add-on could delete it with every "
                 f"{name.split('.')[0]} object{version_note}",
             )
-
-
-def _addons_unknown(ctx: CheckContext) -> bool:
-    """True when our add-on's values cannot be read here (a Helm install, or no AWS side)."""
-    addons = ctx.inventory.aws.addons
-    return isinstance(addons, Missing) or pins.IGW_ADDON_NAME not in addons
 
 
 CHECK = FunctionCheck(META, _run)
