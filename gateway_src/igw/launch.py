@@ -270,7 +270,7 @@ async def _run_gateway(config: GatewayConfig, options: LaunchOptions) -> None:
             pickers = await asyncio.to_thread(loader.load, config, options.config_digest)
         else:
             pickers = await asyncio.to_thread(loader, config)
-        tls = _tls(config)
+        tls = _tls(config, registry)
         app = create_app(
             config,
             guard_factory=guard_factory(registry, processes=processes),
@@ -348,13 +348,13 @@ async def _run_gateway(config: GatewayConfig, options: LaunchOptions) -> None:
     log.info("igw gateway stopped")
 
 
-def _tls(config: GatewayConfig) -> Any:
+def _tls(config: GatewayConfig, registry: CollectorRegistry) -> Any:
     if importlib.util.find_spec("igw.security.tls") is None:
         return None
     # deferred: optional package: a slim install may lack igw.security (checked by find_spec above)
     from igw.security.tls import build_server_tls
 
     try:
-        return build_server_tls(config.extensions)
+        return build_server_tls(config.extensions, registry=registry)
     except (OSError, ValueError) as exc:
         raise LaunchError(f"spec.extensions.tlsTermination: {exc}") from exc

@@ -13,6 +13,7 @@ import ssl
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trustme
@@ -390,3 +391,41 @@ def test_a_renewed_encrypted_key_never_asks_for_a_passphrase_on_the_terminal(
     assert b"pass phrase" not in seen, seen
     assert b"reloaded=False error=the private key in" in seen, seen
     assert b"is encrypted (passphrase-protected)" in seen, seen
+
+
+async def test_a_certificate_replaced_between_the_scratch_and_the_live_load_never_breaks_the_live_context(
+    tls_server: tuple[Server, Path, Path], ca: trustme.CA, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reload loads the scratch and the live context from one read of the files. Before session s42
+    each load read them again, and a writer replacing ``tls.crt`` (then ``tls.key``) between the two
+    left the live context half-loaded - the new certificate, no key - so every new handshake failed
+    (``ConnectionResetError``) while the log said the previous certificate was kept."""
+    server, cert_file, key_file = tls_server
+    reloader = CertificateReloader(
+        context=server.context, cert_file=cert_file, key_file=key_file, interval_s=1
+    )
+    renewed, later = tmp_path / "renewed", tmp_path / "later"
+    renewed.mkdir()
+    later.mkdir()
+    new_cert, new_key = write_pair(ca, renewed)
+    later_cert, _ = write_pair(ca, later)
+    cert_file.write_bytes(new_cert.read_bytes())
+    key_file.write_bytes(new_key.read_bytes())
+    real = ssl.SSLContext.load_cert_chain
+    loads: list[str] = []
+
+    def load_then_swap(context: ssl.SSLContext, *args: Any, **kwargs: Any) -> None:
+        real(context, *args, **kwargs)
+        loads.append("loaded")
+        if len(loads) == 1:  # a writer mid-update: the next certificate is written, its key not yet
+            cert_file.write_bytes(later_cert.read_bytes())
+
+    monkeypatch.setattr(ssl.SSLContext, "load_cert_chain", load_then_swap)
+    reloaded = reloader.check_now()
+    _, _, served = await server.handshake(client(ca))  # ConnectionResetError before session s42
+    assert reloaded, reloader.last_error  # the pair read first: consistent, loaded
+    assert len(loads) == 2
+    assert served == ssl.PEM_cert_to_DER_cert(new_cert.read_text().split("\n-----BEGIN")[0] + "\n")
+    assert not reloader.check_now()  # now a certificate without its key: refused, nothing touched
+    assert reloader.last_error is not None
+    assert (await server.handshake(client(ca)))[2] == served

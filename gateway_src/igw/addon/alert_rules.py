@@ -219,6 +219,16 @@ ALERTS: Final[tuple[Alert, ...]] = (
         "Certificate {{ $labels.name }} in {{ $labels.namespace }} expires within 14 days.",
         "cert-manager should have renewed it; check the Certificate's status and its issuer.",
     ),
+    Alert(
+        "IgwServedCertificateExpiringSoon",
+        "igw_tls_certificate_expiry_timestamp_seconds - time() < 7 * 86400",
+        "10m",
+        "warning",
+        "Gateway {{ $labels.pod }} serves a TLS certificate that expires within 7 days (or has expired).",
+        "What the gateway loaded, not what the Secret holds: a renewal the gateway did not pick up "
+        "(its log: 'TLS certificate reload failed') or a certificate cert-manager does not manage. "
+        "Clients refuse an expired certificate.",
+    ),
 )
 """Every alert the chart ships."""
 
