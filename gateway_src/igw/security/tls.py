@@ -42,6 +42,7 @@ from typing import Any, Final, Literal
 
 from prometheus_client import CollectorRegistry
 
+from igw.errors import IgwSecurityError
 from igw.security.settings import TlsTerminationSettings
 from igw.security.tls_validity import CertificateValidity, ExpiryCollector, ValidityWatch
 
@@ -51,8 +52,9 @@ TLS12_CIPHERS: Final = "ECDHE+AESGCM:ECDHE+CHACHA20:!aNULL:!eNULL:!MD5:!SHA1:!DS
 _VERSIONS: Final = {"TLSv1.2": ssl.TLSVersion.TLSv1_2, "TLSv1.3": ssl.TLSVersion.TLSv1_3}
 
 
-class EncryptedKeyError(ValueError):
-    """The key file holds a passphrase-protected key, which the gateway cannot unlock."""
+class EncryptedKeyError(IgwSecurityError, ValueError):
+    """The key file holds a passphrase-protected key, which the gateway cannot unlock (a
+    :class:`ValueError` too, which the reloader and ``igw serve``'s start catch)."""
 
 
 @dataclass(frozen=True, slots=True)
