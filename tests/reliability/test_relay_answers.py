@@ -143,3 +143,39 @@ async def test_large_error_answers_log_one_warning_a_minute(
             pytest.fail("the large error answers were not counted")
     lines = [r for r in caplog.records if "error body over" in r.getMessage()]
     assert len(lines) == 1
+
+
+@pytest.mark.parametrize("switch", SWITCHES)
+async def test_a_large_error_answer_whose_client_leaves_mid_relay_is_counted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, switch: str
+) -> None:
+    """``igw_upstream_large_error_answers_total`` counts the large error answers relayed, however
+    their relay ended: until session s42 one whose client closed its connection after the first
+    megabytes (the rest of the pod's answer still coming) was not counted, nor logged as counted."""
+    monkeypatch.setenv(SWITCH_ENV, switch)
+    release = asyncio.Event()
+
+    async def failing(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        response = web.StreamResponse(status=400, headers={"Content-Type": "application/json"})
+        await response.prepare(request)
+        await response.write(b'{"error":{"code":400,"message":"' + b"x" * (3 << 19))
+        await release.wait()  # the rest never comes while the client is there
+        return response
+
+    async with (
+        scripted_upstream({"POST /v1/completions": failing}) as pod,
+        in_process_gateway(tmp_path, gateway_doc(), [pod]) as gw,
+    ):
+        resp = await gw.complete("x")
+        assert resp.status == 400
+        assert await resp.content.readexactly(1 << 20)  # the first MiB relayed
+        resp.close()  # the client leaves mid-relay
+        counted = 'igw_upstream_large_error_answers_total{model="llama"} 1.0'
+        for _ in range(200):
+            if counted in await (await gw.http.get(gw.url + "/metrics")).text():
+                break
+            await asyncio.sleep(0.05)
+        else:
+            pytest.fail("the large error answer cut short was not counted")
+        release.set()
