@@ -50,6 +50,7 @@ from igw.config.extension_references import band_order_violations
 from igw.errors import IgwSchedulingError
 from igw.scheduling.engine_priority import EXTENSION_FIELD as ENGINE_PRIORITY_FIELD
 from igw.scheduling.engine_priority import EnginePriority, engine_priorities
+from igw.scheduling.recent_count import RecentCount
 from igw.scheduling.types import EndpointKey
 
 CRITICAL: Final = 1
@@ -68,9 +69,6 @@ DISPATCH_MIN_SPAN_S: Final = 1.0
 """The shortest span the dispatch rate is taken over: a burst dispatched in one pass is not a
 sustained rate of thousands a second (the saturation ``Retry-After``'s drain rate floors its span
 the same way)."""
-RECENT_SLOT_S: Final = 0.1
-"""The time slot the dispatch and arrival records count in (:class:`_RecentCount`): a hundred slots
-to a 10 s window bound their memory and keep the rates within 1 % of an exact record."""
 DEFAULT_POLL_INTERVAL: Final = "20ms"
 DEFAULT_DISPATCH_BELOW: Final = 0.9
 """The named Standard and Sheddable bands' ``dispatch_below``: a tenth of the pool stays free for
@@ -813,61 +811,6 @@ class _Band:
             yield from queue
 
 
-@dataclass(slots=True)
-class _Slot:
-    """The events of one :data:`RECENT_SLOT_S` slot of time: how many, when the first and the last
-    of them happened, and when the slot ends."""
-
-    end: float
-    first: float
-    last: float
-    count: int = 1
-
-
-class _RecentCount:
-    """How many events of one kind happened within the last ``window_s``, kept as counts per
-    :data:`RECENT_SLOT_S` slot of time rather than one timestamp per event.
-
-    Memory is bounded by the window's slots (at most ``window_s / RECENT_SLOT_S + 1``) whatever the
-    request rate, and counting an event is O(1): at 10k requests/s a timestamp per request held
-    100k entries per record (until session s42). A slot leaves once its last event is older than
-    the window, so at the window's trailing edge up to one slot's events may still count: the rates
-    built on it are exact to within ``RECENT_SLOT_S / window_s`` (1 %)."""
-
-    def __init__(self, window_s: float) -> None:
-        self.window_s = window_s
-        self.count = 0
-        """Events within the window (as of the last :meth:`add` or :meth:`forget`)."""
-        self._slots: deque[_Slot] = deque()
-
-    def add(self, now: float) -> None:
-        """Count one event at ``now``."""
-        self.count += 1
-        slots = self._slots
-        if slots:
-            slot = slots[-1]
-            if now < slot.end:  # the same slot (or a clock that stepped back)
-                slot.count += 1
-                if now > slot.last:
-                    slot.last = now
-                elif now < slot.first:
-                    slot.first = now
-                return
-        slots.append(_Slot((math.floor(now / RECENT_SLOT_S) + 1) * RECENT_SLOT_S, now, now))
-        self.forget(now)
-
-    def forget(self, now: float) -> None:
-        """Drop the slots whose events all happened before the window that ends at ``now``."""
-        horizon = now - self.window_s
-        slots = self._slots
-        while slots and slots[0].last < horizon:
-            self.count -= slots.popleft().count
-
-    def oldest(self) -> float | None:
-        """When the oldest event still counted happened; ``None`` when none is."""
-        return self._slots[0].first if self._slots else None
-
-
 class FlowController:
     """The queues of one pool. Not thread-safe: one event loop owns it."""
 
@@ -882,14 +825,14 @@ class FlowController:
         self._by_id: dict[str, QueuedRequest] = {}
         self._seq = itertools.count()
         self._bytes = 0
-        self._taken = _RecentCount(DISPATCH_WINDOW_S)
+        self._taken = RecentCount(DISPATCH_WINDOW_S)
         """The queue's dispatches (:meth:`take`) within the last :data:`DISPATCH_WINDOW_S`, for the
         computed ``Retry-After``."""
-        self._straight: dict[int, _RecentCount] = {}
+        self._straight: dict[int, RecentCount] = {}
         """Those sent without queueing (:meth:`dispatched`), per band: a band above the refused
         request's takes capacity ahead of it without ever being in the queue ahead
         (:meth:`retry_after_s`)."""
-        self._arrivals: dict[int, _RecentCount] = {}
+        self._arrivals: dict[int, RecentCount] = {}
         """Arrivals per band within the last :data:`ARRIVAL_WINDOW_S` (for ``slot_wait_s``)."""
         self._first_arrival: dict[int, float] = {}
         self._arrival_count = 0
@@ -986,7 +929,7 @@ class FlowController:
         """Count one arrival of ``priority`` (every arrival, queued or not) for the arrival rates."""
         recent = self._arrivals.get(priority)
         if recent is None:
-            recent = self._arrivals[priority] = _RecentCount(ARRIVAL_WINDOW_S)
+            recent = self._arrivals[priority] = RecentCount(ARRIVAL_WINDOW_S)
             self._first_arrival.setdefault(priority, now)
         recent.add(now)
         self._arrival_count += 1
@@ -1244,7 +1187,7 @@ class FlowController:
         """
         recent = self._straight.get(priority)
         if recent is None:
-            recent = self._straight[priority] = _RecentCount(DISPATCH_WINDOW_S)
+            recent = self._straight[priority] = RecentCount(DISPATCH_WINDOW_S)
         recent.add(now)
 
     def cancel(self, request_id: str) -> QueuedRequest | None:
