@@ -73,6 +73,7 @@ _SCHEDULING: Final = (
     ".plugins.ttft_pool",
     ".plugins.utilization_detector",
     ".plugins.weighted_random_picker",
+    ".recent_count",
     ".registry",
     ".request_faults",
     ".response_affinity",

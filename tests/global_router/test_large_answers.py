@@ -186,3 +186,63 @@ async def test_a_large_answer_cut_off_mid_body_ends_the_client_s_connection(
         assert received == b'{"choices":[{"text":"' + b"x" * (len(received) - 21)
         if not hang:
             assert app[ROUTER_KEY].fleet.health["big"].consecutive_failures == 1
+
+
+def _large_error_cluster(release: asyncio.Event) -> web.Application:
+    """A cluster that answers 400 with a JSON error over 1 MiB: whole for ``stored`` retrievals and
+    its first completion, the second one's first 1.5 MiB and then nothing until ``release``."""
+    huge = b'{"error":{"code":400,"message":"' + b"x" * (2 << 20) + b'"}}'
+    calls = 0
+
+    async def complete(request: web.Request) -> web.StreamResponse:
+        nonlocal calls
+        await request.read()
+        calls += 1
+        if calls == 1 or request.method == "GET":
+            return web.Response(status=400, body=huge, content_type="application/json")
+        response = web.StreamResponse(status=400, headers={"Content-Type": "application/json"})
+        await response.prepare(request)
+        await response.write(huge[: 3 << 19])
+        await release.wait()
+        return response
+
+    app = web.Application()
+    app.router.add_post("/v1/completions", complete)
+    app.router.add_get("/v1/responses/{response_id}", complete)
+    return app
+
+
+async def test_large_error_answers_are_counted_by_cluster_however_their_relay_ends() -> None:
+    """A cluster's JSON error answer over 1 MiB is relayed as it arrives, not retried: counted in
+    ``igw_global_upstream_large_error_answers_total{cluster}``, relayed to its end or left by its
+    client mid-relay, and for a stored response's retrieval too. Until session s42 tier 2 had only
+    the throttled WARNING (tier 1 counts its own in ``igw_upstream_large_error_answers_total``)."""
+    release = asyncio.Event()
+    async with (
+        _router(_large_error_cluster(release)) as (url, app),
+        aiohttp.ClientSession() as http,
+    ):
+        registry = app[ROUTER_KEY].metrics.registry
+
+        def counted() -> float | None:
+            name = "igw_global_upstream_large_error_answers_total"
+            return registry.get_sample_value(name, {"cluster": "big"})
+
+        request = {"model": MODEL, "prompt": "hi"}
+        async with http.post(url + "/v1/completions", json=request) as resp:
+            assert resp.status == 400
+            assert len(await resp.read()) > 2 << 20
+        assert counted() == 1
+        async with http.post(url + "/v1/completions", json=request) as resp:
+            assert resp.status == 400
+            assert await resp.content.readexactly(1 << 20)  # the first MiB relayed; the client leaves
+        for _ in range(200):
+            if counted() == 2:
+                break
+            await asyncio.sleep(0.05)
+        assert counted() == 2
+        release.set()
+        async with http.get(url + "/v1/responses/resp_1") as resp:
+            assert resp.status == 400
+            assert len(await resp.read()) > 2 << 20
+        assert counted() == 3

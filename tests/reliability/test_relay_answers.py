@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import gzip
 import zlib
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import aiohttp
@@ -143,3 +144,108 @@ async def test_large_error_answers_log_one_warning_a_minute(
             pytest.fail("the large error answers were not counted")
     lines = [r for r in caplog.records if "error body over" in r.getMessage()]
     assert len(lines) == 1
+
+
+@pytest.mark.parametrize("switch", SWITCHES)
+async def test_a_large_error_answer_whose_client_leaves_mid_relay_is_counted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, switch: str
+) -> None:
+    """``igw_upstream_large_error_answers_total`` counts the large error answers relayed, however
+    their relay ended: until session s42 one whose client closed its connection after the first
+    megabytes (the rest of the pod's answer still coming) was not counted, nor logged as counted."""
+    monkeypatch.setenv(SWITCH_ENV, switch)
+    release = asyncio.Event()
+
+    async def failing(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        response = web.StreamResponse(status=400, headers={"Content-Type": "application/json"})
+        await response.prepare(request)
+        await response.write(b'{"error":{"code":400,"message":"' + b"x" * (3 << 19))
+        await release.wait()  # the rest never comes while the client is there
+        return response
+
+    async with (
+        scripted_upstream({"POST /v1/completions": failing}) as pod,
+        in_process_gateway(tmp_path, gateway_doc(), [pod]) as gw,
+    ):
+        resp = await gw.complete("x")
+        assert resp.status == 400
+        assert await resp.content.readexactly(1 << 20)  # the first MiB relayed
+        resp.close()  # the client leaves mid-relay
+        counted = 'igw_upstream_large_error_answers_total{model="llama"} 1.0'
+        for _ in range(200):
+            if counted in await (await gw.http.get(gw.url + "/metrics")).text():
+                break
+            await asyncio.sleep(0.05)
+        else:
+            pytest.fail("the large error answer cut short was not counted")
+        release.set()
+
+
+def _eventless(*, comment: bytes = b"") -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    """A pod that answers a stream 200 ``text/event-stream`` and ends it cleanly (its chunked
+    body's last chunk) without a single event: at once, or after ``comment`` and 0.3 s of silence."""
+
+    async def answer(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        if comment:
+            await response.write(comment)
+            await asyncio.sleep(0.3)
+        await response.write_eof()
+        return response
+
+    return answer
+
+
+@pytest.mark.parametrize("switch", SWITCHES)
+async def test_a_stream_ended_without_any_event_is_a_broken_stream_not_an_empty_success(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, switch: str
+) -> None:
+    """A pod's stream that ends with no event at all (no output, no ``[DONE]``) is answered 502
+    ``upstream_error`` while nothing was sent (retried at another pod with ``retryOn: [5xx]``, as
+    a connection closed before the answer's head is), or ends with the terminal error event once
+    comments were (the pod's, the gateway's keep-alives). Until session s42 it was relayed as an
+    empty 200 stream: the OpenAI SDK's iterator ended without a chunk or an error, and the caller
+    read an empty completion."""
+    monkeypatch.setenv(SWITCH_ENV, switch)
+    served = {"n": 0}
+    for name in ("one", "ka", "two"):
+        (tmp_path / name).mkdir()
+    retry_5xx = {"retry": {"attempts": 2, "retryOn": ["5xx"]}}
+    pings = {"sseKeepAliveInterval": "50ms"}
+
+    async def serving(request: web.Request) -> web.Response:
+        await request.read()
+        served["n"] += 1
+        body = b'data: {"choices":[{"index":0,"text":"ok"}]}\n\ndata: [DONE]\n\n'
+        return web.Response(body=body, headers={"Content-Type": "text/event-stream"})
+
+    async with (
+        scripted_upstream({"POST /v1/completions": _eventless()}) as empty,
+        in_process_gateway(tmp_path / "one", gateway_doc(), [empty]) as gw,
+    ):
+        resp = await gw.complete("x", stream=True)
+        assert resp.status == 502
+        assert (await resp.json())["error"]["code"] == "upstream_error"
+    async with (
+        scripted_upstream({"POST /v1/completions": _eventless(comment=b": opening\n\n")}) as slow,
+        in_process_gateway(tmp_path / "ka", gateway_doc(routing=pings), [slow]) as gw,
+    ):
+        resp = await gw.complete("x", stream=True)
+        assert resp.status == 200  # the pod's comment started the response, keep-alives followed
+        body = await resp.read()
+        assert body.startswith(b": opening\n\n: ping\n\n")
+        assert b'"code":"upstream_error"' in body
+        assert body.endswith(b"data: [DONE]\n\n")
+    async with (
+        scripted_upstream({"POST /v1/completions": _eventless()}) as empty,
+        scripted_upstream({"POST /v1/completions": serving}) as good,
+        in_process_gateway(tmp_path / "two", gateway_doc(routing=retry_5xx), [empty, good]) as gw,
+    ):
+        for _ in range(4):
+            resp = await gw.complete("x", stream=True)
+            assert resp.status == 200
+            assert b'"text":"ok"' in await resp.read()
+    assert served["n"] == 4

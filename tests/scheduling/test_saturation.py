@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import tracemalloc
+
 import pytest
 
 from igw.scheduling.saturation import DrainTracker, has_capacity, retry_after_seconds
@@ -57,3 +59,21 @@ def test_a_completion_exactly_one_window_old_still_counts() -> None:
     assert drain.rate("a", 10.0) == 2 / 10.0
     drain.record("a", 10.5)  # now it is older than the window: dropped
     assert drain.rate("a", 10.5) == 2 / 10.0
+
+
+def test_thirty_seconds_of_completions_at_ten_thousand_a_second_keep_the_tracker_small() -> None:
+    """Completions are counted per slot of time, not one timestamp each: 30 s at 10k completions/s
+    held 300k timestamps (about 10 MB) until session s42. The rate stays the exact record's."""
+    drain = DrainTracker(window_s=30.0)
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for i in range(300_000):
+            drain.record("a", i / 10_000)
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert held < 128 * 1024, held
+    assert drain.rate("a", 30.0) == pytest.approx(10_000, rel=0.01)
+    assert drain.rate("a", 45.0) == pytest.approx(5_000, rel=0.01)  # the last 15 s of them
+    assert drain.rate("a", 60.5) is None

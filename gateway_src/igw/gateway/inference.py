@@ -1368,12 +1368,16 @@ async def _charge_relayed(
     as it arrived (:data:`~igw.gateway.upstream.WHOLE_ANSWER_BUFFER_BYTES`), whose usage comes at its
     end, is charged by the bytes relayed (:func:`~igw.gateway.request_body.relayed_tokens`): until
     session s42 it was charged its prompt alone, so asking for huge answers and hanging up once
-    their first megabytes arrived got past every token limit. Nothing relayed: nothing
+    their first megabytes arrived got past every token limit. A model server's large error answer
+    cut short is counted in ``igw_upstream_large_error_answers_total`` here, as one relayed to its
+    end is by :meth:`~igw.gateway.observer.RequestObserver.exchanged`. Nothing relayed: nothing
     charged, nor a stored response's replay (``GET .../{id}?stream=true``: generated, and counted,
     once)."""
     relayed = getattr(prepared[0], "relayed", None) if prepared else None
     if relayed is not None:
         prepared[0].relayed = None  # type: ignore[attr-defined]  # read once: no cycle left behind
+        if relayed.large_error:  # counted however its relay ended (not counted cut short until s42)
+            obs.large_error_answer()
     if relayed is None or not plan.generates:
         return
     usage = relayed.usage or {}

@@ -240,8 +240,14 @@ class RequestObserver:
         if result.error:
             self.failed(result.error, stream_broken=result.streamed)
         if result.large_error:
-            self.metrics.child(self.metrics.large_error_answers, self.model_label).inc()
+            self.large_error_answer()
         self.record.prompt_tokens, self.record.completion_tokens = prompt_tokens, completion_tokens
+
+    def large_error_answer(self) -> None:
+        """Count a model server's error answer relayed as it arrived (past the error buffer): once
+        its relay ended, to its end (:meth:`exchanged`) or cut short (its client left,
+        ``routeTimeout`` or a shutdown ended it: :func:`igw.gateway.inference._charge_relayed`)."""
+        self.metrics.child(self.metrics.large_error_answers, self.model_label).inc()
 
     def finish(self, response: Answer) -> Answer:
         """Record the final status and emit; returns ``response`` so handlers can ``return`` it."""

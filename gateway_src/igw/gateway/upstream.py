@@ -123,6 +123,13 @@ class ClientGone(IgwGatewayError):
     """The client closed its connection while we were writing to it."""
 
 
+class EventlessStream(UpstreamBroken):
+    """The model server ended a stream it answered (its connection closed cleanly) without a single
+    ``data:`` event: no output, no ``[DONE]``. Relayed as it came, the client read an empty success
+    (the OpenAI SDK's stream iterator ends silently: an empty completion, no error) until session
+    s42; it is a broken stream, as a connection closed before the first event is."""
+
+
 @dataclass(slots=True, init=False)
 class ExchangeResult:
     """One exchange with a model server, as the request path records it. The ``__init__`` is written
@@ -1208,6 +1215,10 @@ async def _relay_stream(
     sent_at = 0.0
     first = b""
     gone = False
+    said = False  # whether an event with data was relayed (a stream without one: EventlessStream)
+    # A generation (POST) always has events; a stored response's replay (GET ``?stream=true``) past
+    # its last event, or a HEAD, may rightly have none.
+    generating = request.method == "POST"
 
     def first_bytes(data: bytes) -> None:
         nonlocal sent, sent_at, first, gone
@@ -1241,6 +1252,8 @@ async def _relay_stream(
                 continue
             heard = loop.time()
             if not chunk:
+                if not said and generating and b"data:" not in events.partial:
+                    raise EventlessStream("the model server ended its stream without sending any event")
                 break
             try:
                 if not sent and not response.prepared:
@@ -1265,6 +1278,8 @@ async def _relay_stream(
             except (ConnectionResetError, aiohttp.ClientConnectionResetError) as reset:
                 raise ClientGone() from reset
             if data:  # written: judged for the first token, timed for the gaps
+                if not said:
+                    said = b"data:" in data
                 if last is not None:
                     result.gaps.append(now - last)
                     last = now
@@ -1279,6 +1294,8 @@ async def _relay_stream(
             kind = "timed out (no data for streamIdleTimeout)"
         elif isinstance(exc, UpstreamStalled):
             kind = "stopped responding"
+        elif isinstance(exc, EventlessStream):
+            kind = "ended the stream without any event"
         else:
             kind = "closed the stream"
         message = f"upstream model server {kind} before the response was complete"

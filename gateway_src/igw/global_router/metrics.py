@@ -61,6 +61,14 @@ class FleetMetrics:
             ["cluster"],
             registry=r,
         )
+        self.large_error_answers = Counter(
+            f"{PREFIX}_upstream_large_error_answers",
+            "Clusters' JSON error answers over 1 MiB (ERROR_ANSWER_BUFFER_BYTES), relayed as they "
+            "arrived and so not retried, by cluster, however their relay ended (their WARNING is "
+            "logged at most once a minute).",
+            ["cluster"],
+            registry=r,
+        )
         self.available = Gauge(
             f"{PREFIX}_cluster_available",
             "1 while the cluster receives traffic.",

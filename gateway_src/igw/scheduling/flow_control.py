@@ -50,6 +50,7 @@ from igw.config.extension_references import band_order_violations
 from igw.errors import IgwSchedulingError
 from igw.scheduling.engine_priority import EXTENSION_FIELD as ENGINE_PRIORITY_FIELD
 from igw.scheduling.engine_priority import EnginePriority, engine_priorities
+from igw.scheduling.recent_count import RecentCount
 from igw.scheduling.types import EndpointKey
 
 CRITICAL: Final = 1
@@ -824,14 +825,15 @@ class FlowController:
         self._by_id: dict[str, QueuedRequest] = {}
         self._seq = itertools.count()
         self._bytes = 0
-        self._dispatched: deque[float] = deque()
-        """Dispatch times within the last :data:`DISPATCH_WINDOW_S` (for the computed ``Retry-After``):
-        the queue's (:meth:`take`) and those sent without queueing (:meth:`dispatched`)."""
-        self._straight: dict[int, deque[float]] = {}
-        """The times of those sent without queueing, per band: a band above the refused request's
-        takes capacity ahead of it without ever being in the queue ahead (:meth:`retry_after_s`)."""
-        self._arrivals: dict[int, deque[float]] = {}
-        """Arrival times per band within the last :data:`ARRIVAL_WINDOW_S` (for ``slot_wait_s``)."""
+        self._taken = RecentCount(DISPATCH_WINDOW_S)
+        """The queue's dispatches (:meth:`take`) within the last :data:`DISPATCH_WINDOW_S`, for the
+        computed ``Retry-After``."""
+        self._straight: dict[int, RecentCount] = {}
+        """Those sent without queueing (:meth:`dispatched`), per band: a band above the refused
+        request's takes capacity ahead of it without ever being in the queue ahead
+        (:meth:`retry_after_s`)."""
+        self._arrivals: dict[int, RecentCount] = {}
+        """Arrivals per band within the last :data:`ARRIVAL_WINDOW_S` (for ``slot_wait_s``)."""
         self._first_arrival: dict[int, float] = {}
         self._arrival_count = 0
         self._rate_cache: tuple[tuple[int, float, int], float] | None = None
@@ -925,14 +927,12 @@ class FlowController:
 
     def arrived(self, priority: int, now: float) -> None:
         """Count one arrival of ``priority`` (every arrival, queued or not) for the arrival rates."""
-        times = self._arrivals.get(priority)
-        if times is None:
-            times = self._arrivals[priority] = deque()
+        recent = self._arrivals.get(priority)
+        if recent is None:
+            recent = self._arrivals[priority] = RecentCount(ARRIVAL_WINDOW_S)
             self._first_arrival.setdefault(priority, now)
-        times.append(now)
+        recent.add(now)
         self._arrival_count += 1
-        while times[0] < now - ARRIVAL_WINDOW_S:
-            times.popleft()
 
     def arrival_rate_above(self, priority: int, now: float) -> float:
         """Arrivals per second of the bands above ``priority`` over the last :data:`ARRIVAL_WINDOW_S`
@@ -950,11 +950,10 @@ class FlowController:
     def _arrival_rate_above(self, priority: int, now: float) -> float:
         count = 0
         first = now
-        for p, times in self._arrivals.items():
+        for p, recent in self._arrivals.items():
             if p > priority:
-                while times and times[0] < now - ARRIVAL_WINDOW_S:
-                    times.popleft()
-                count += len(times)
+                recent.forget(now)
+                count += recent.count
                 first = min(first, self._first_arrival[p])
         return count / min(ARRIVAL_WINDOW_S, max(now - first, 1.0)) if count else 0.0
 
@@ -1176,8 +1175,7 @@ class FlowController:
         band = self._bands[item.priority]
         self._remove(item)
         band.rotate_past(item.tenant)
-        self._dispatched.append(now)
-        self._forget_dispatches_before(now - DISPATCH_WINDOW_S)
+        self._taken.add(now)
 
     def dispatched(self, now: float, priority: int) -> None:
         """Count a request of band ``priority`` sent without queueing (a pick made on arrival)
@@ -1187,12 +1185,10 @@ class FlowController:
         request refused right after 20 requests were served straight (none queued) to come back at
         ``maxSeconds`` (9 s in the probe over loopback HTTP) as if nothing drained (until session s42).
         """
-        self._dispatched.append(now)
-        times = self._straight.get(priority)
-        if times is None:
-            times = self._straight[priority] = deque()
-        times.append(now)
-        self._forget_dispatches_before(now - DISPATCH_WINDOW_S)
+        recent = self._straight.get(priority)
+        if recent is None:
+            recent = self._straight[priority] = RecentCount(DISPATCH_WINDOW_S)
+        recent.add(now)
 
     def cancel(self, request_id: str) -> QueuedRequest | None:
         """Remove a request whose client went away; ``None`` when it is no longer queued."""
@@ -1242,23 +1238,22 @@ class FlowController:
         capacity ahead of it, and counting them told a Sheddable request behind 9 queued ones,
         with 1 a second of its band dispatched and 10 a second of Critical ones sent straight, 1 s
         where 10 s was the answer."""
-        self._forget_dispatches_before(now - DISPATCH_WINDOW_S)
-        counted = len(self._dispatched)
-        if priority is not None:
-            counted -= sum(len(times) for p, times in self._straight.items() if p > priority)
+        counted = 0
+        oldest = now
+        for p, recent in (*self._straight.items(), (None, self._taken)):
+            recent.forget(now)
+            first = recent.oldest()
+            if first is None:
+                continue
+            oldest = min(oldest, first)  # every dispatch's: the span the turnover was seen over
+            if priority is None or p is None or p <= priority:
+                counted += recent.count
         if counted <= 0:
             return max_s
-        span = min(DISPATCH_WINDOW_S, max(DISPATCH_MIN_SPAN_S, now - self._dispatched[0]))
+        span = min(DISPATCH_WINDOW_S, max(DISPATCH_MIN_SPAN_S, now - oldest))
         rate = counted / span
         ahead = len(self._by_id) if priority is None else self.queued_at_or_above(priority)
         return max(min_s, min(max_s, math.ceil((ahead + 1) / rate)))
-
-    def _forget_dispatches_before(self, horizon: float) -> None:
-        while self._dispatched and self._dispatched[0] < horizon:
-            self._dispatched.popleft()
-        for times in self._straight.values():
-            while times and times[0] < horizon:
-                times.popleft()
 
     def _remove(self, item: QueuedRequest) -> None:
         self._bands[item.priority].remove(item)
