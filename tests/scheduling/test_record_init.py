@@ -133,6 +133,8 @@ _GIVEN: dict[type, dict[str, Any]] = {
         "error": "e",
         "gave_up": True,
         "response_id": "resp_5",
+        "relayed_bytes": 4096,
+        "large_error": True,
     },
     InferenceBody: {
         "raw": b'{"model": "m"}',

@@ -155,13 +155,13 @@ class ExchangeResult:
     response_id: str | None
     """The id of the Responses API answer the model server stored (a later request continuing it can
     only be answered there: :mod:`igw.scheduling.response_affinity`)."""
-    large_error: bool
-    """An error answer past :data:`ERROR_ANSWER_BUFFER_BYTES` relayed as it arrived (so not retried):
-    counted in ``igw_upstream_large_error_answers_total``, its WARNING throttled."""
     relayed_bytes: int
     """The body bytes of a whole answer relayed as they arrived (:func:`_relay_whole`,
     :func:`_relay_decoded`) written to the client so far: what a client that leaves before its end
     is charged output tokens by, as a stream's events are (:func:`igw.gateway.inference._charge_relayed`)."""
+    large_error: bool
+    """An error answer past :data:`ERROR_ANSWER_BUFFER_BYTES` relayed as it arrived (so not retried):
+    counted in ``igw_upstream_large_error_answers_total``, its WARNING throttled."""
 
     def __init__(
         self,
