@@ -8,11 +8,14 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import kubernetes_validate
 import pytest
 import yaml
 
 from igw.addon import chart, pins
 from igw.config.restart_only import RESTART_ONLY
+from igw.operator.model_egress import model_server_rules
+from tests.operator.dataplane_support import K8S_VERSION
 
 ANNOTATION = "inference.sagemaker.aws.amazon.com/restart-config"
 VALUES = {
@@ -106,11 +109,50 @@ def test_the_network_policy_opens_the_redis_ports_the_served_configuration_uses(
     assert {6379, 6390} <= set(_egress_ports(config))
 
 
-def _rule_ports(config: dict[str, Any], peer: dict[str, Any]) -> list[int]:
-    objects = chart.render({"mode": "gateway", "gateway": {"config": config}})
+def _policy(values: dict[str, Any]) -> dict[str, Any]:
+    objects = chart.render({"mode": "gateway", **values})
     [policy] = [o for o in objects if o["kind"] == "NetworkPolicy"]
-    rules: list[dict[str, Any]] = policy["spec"]["egress"]
+    return policy
+
+
+def _rule_ports(config: dict[str, Any], peer: dict[str, Any]) -> list[int]:
+    rules: list[dict[str, Any]] = _policy({"gateway": {"config": config}})["spec"]["egress"]
     return [p["port"] for rule in rules if peer in rule.get("to", []) for p in rule["ports"]]
+
+
+def _model_rules(policy: dict[str, Any]) -> list[dict[str, Any]]:
+    """The egress rules to pods that are neither DNS nor a CIDR: the model servers' and the backend's."""
+    return [
+        rule
+        for rule in policy["spec"]["egress"]
+        if rule.get("to")
+        and all("ipBlock" not in peer for peer in rule["to"])
+        and rule["to"][0].get("podSelector") != {"matchLabels": {"k8s-app": "kube-dns"}}
+    ]
+
+
+def test_the_network_policy_opens_model_ports_only_to_the_pods_the_served_configuration_selects() -> None:
+    """Each scheduler's ``targetPort`` to the pods its ``modelSelector`` selects (``matchLabels`` and
+    ``matchExpressions``) in the config's namespace, the default backend's port to that namespace's
+    pods: the rules igw operator writes (:func:`igw.operator.model_egress.model_server_rules`). Before,
+    gateway mode opened them and ``modelServerPorts`` (8000) to every pod of the cluster; now
+    ``modelServerPorts`` (default none) is the only broad rule, when asked for."""
+    config = _config()
+    config["namespace"] = "models"
+    config["spec"]["schedulers"][0]["modelSelector"] = {
+        "matchLabels": {"app": "llama"},
+        "matchExpressions": [{"key": "tier", "operator": "In", "values": ["gpu"]}],
+    }
+    config["spec"]["schedulers"][0]["targetPort"] = 9000
+    config["spec"]["bbr"]["defaultBackend"] = {"name": "fallback", "port": 9100}
+    policy = _policy({"gateway": {"config": config}})
+    kubernetes_validate.validate(policy, K8S_VERSION, strict=True)
+    assert _model_rules(policy) == model_server_rules(config["spec"], "models")
+    assert not any(peer == {"namespaceSelector": {}} for r in policy["spec"]["egress"] for peer in r["to"])
+    broad = _policy({"gateway": {"config": config}, "networkPolicy": {"modelServerPorts": [8000]}})
+    assert _rule_ports(config, {"namespaceSelector": {}}) == []
+    everywhere = [r for r in _model_rules(broad) if r["to"] == [{"namespaceSelector": {}}]]
+    assert [p["port"] for r in everywhere for p in r["ports"]] == [8000]
 
 
 def test_the_network_policy_opens_the_model_jwks_and_backend_ports_the_served_configuration_names() -> None:
@@ -119,10 +161,14 @@ def test_the_network_policy_opens_the_model_jwks_and_backend_ports_the_served_co
     opened only ``networkPolicy.modelServerPorts`` (8000) and 443: a config whose model servers listen
     on 9000, or whose JWKS is an in-cluster Keycloak on 8443, passed every check, and an enforcing CNI
     dropped every request (502) or every key fetch (every token refused)."""
-    pods: dict[str, Any] = {"namespaceSelector": {}}
     https: dict[str, Any] = {"ipBlock": {"cidr": "0.0.0.0/0"}}
     config = _config()
-    assert (_rule_ports(config, pods), _rule_ports(config, https)) == ([8000], [443])
+
+    def model_ports() -> list[int]:
+        rules = _model_rules(_policy({"gateway": {"config": config}}))
+        return sorted(p["port"] for rule in rules for p in rule["ports"])
+
+    assert (model_ports(), _rule_ports(config, https)) == ([8000], [443])
     config["spec"]["schedulers"][0]["targetPort"] = 9000
     config["spec"]["bbr"]["defaultBackend"] = {"name": "fallback", "port": 9100}
     issuer = "https://kc.auth.svc:9443/realms/x"
@@ -136,7 +182,7 @@ def test_the_network_policy_opens_the_model_jwks_and_backend_ports_the_served_co
             }
         }
     }
-    assert _rule_ports(config, pods) == [8000, 9000, 9100]
+    assert model_ports() == [9000, 9100]
     assert _rule_ports(config, https) == [443, 8443]
     config["spec"].setdefault("extensions", {})["authorization"] = {"oidcDiscovery": True}
     assert _rule_ports(config, https) == [443, 8443, 9443]

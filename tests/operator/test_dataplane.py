@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from igw.checks.audit.spread import spread_by
+from igw.config.model import LabelSelector, LabelSelectorRequirement
 from igw.config.validate import validate_document
 from igw.operator.dataplane import (
     CONFIG_KEY,
@@ -20,6 +21,7 @@ from igw.operator.dataplane import (
     served_document,
 )
 from igw.operator.placement import OFF_HYPERPOD_NODES
+from igw.operator.service_ports import OpenedPods, ServiceEgress
 from tests.fakes.kube_validation import object_problems
 from tests.operator.dataplane_support import K8S_VERSION, by_kind, igwc_object
 
@@ -162,7 +164,6 @@ def _egress_rule_ports(igwc: dict[str, Any], destination: dict[str, Any]) -> lis
 
 
 HTTPS_DESTINATION: dict[str, Any] = {"ipBlock": {"cidr": "0.0.0.0/0"}}
-MODEL_DESTINATION: dict[str, Any] = {"namespaceSelector": {}}
 
 
 def test_network_policy_lets_the_gateway_fetch_keys_from_a_jwks_on_another_port() -> None:
@@ -188,15 +189,96 @@ def test_network_policy_lets_the_gateway_fetch_keys_from_a_jwks_on_another_port(
     assert _egress_rule_ports(igwc_object(auth={"jwt": {"provider": provider}}), HTTPS_DESTINATION) == [443]
 
 
+def _reaches(policy: dict[str, Any], namespace: str, labels: dict[str, str], port: int) -> bool:
+    """Whether ``policy``'s egress lets the gateway open TCP ``port`` on a pod of ``namespace`` with
+    ``labels`` (Kubernetes NetworkPolicy semantics for pod peers; ``ipBlock`` peers are not pods)."""
+
+    def selects(selector: dict[str, Any] | None, object_labels: dict[str, str]) -> bool:
+        if selector is None:
+            return True
+        return LabelSelector(
+            match_labels=selector.get("matchLabels") or {},
+            match_expressions=tuple(
+                LabelSelectorRequirement(e["key"], e["operator"], tuple(e.get("values") or ()))
+                for e in selector.get("matchExpressions") or []
+            ),
+        ).matches(object_labels)
+
+    namespace_labels = {"kubernetes.io/metadata.name": namespace}
+    for rule in policy["spec"]["egress"]:
+        ports = rule.get("ports")
+        if ports and not any(p["port"] == port and p.get("protocol", "TCP") == "TCP" for p in ports):
+            continue
+        peers = rule.get("to")
+        if not peers:
+            return True
+        for peer in peers:
+            if "ipBlock" in peer:
+                continue
+            if "namespaceSelector" not in peer:
+                raise AssertionError(f"a peer of the gateway's own namespace only: {peer}")
+            if selects(peer["namespaceSelector"], namespace_labels) and selects(
+                peer.get("podSelector"), labels
+            ):
+                return True
+    return False
+
+
+def test_model_server_ports_are_opened_only_to_the_pods_each_scheduler_selects() -> None:
+    """The gateway proxies to and scrapes only the pods its schedulers' ``modelSelector`` select, in
+    the config's namespace (discovery lists pods there only). The rule was ``to: [{namespaceSelector:
+    {}}]`` on every scheduler's ``targetPort``: the gateway could connect to any pod of the cluster on
+    8000 or 9000 (another team's model server, any web app). Each scheduler's pods are now the only
+    peers of its port, ``matchLabels`` and ``matchExpressions`` as the API server evaluates them."""
+    mistral = {
+        "matchLabels": {"app": "mistral"},
+        "matchExpressions": [
+            {"key": "tier", "operator": "In", "values": ["gpu", "gpu-large"]},
+            {"key": "draining", "operator": "DoesNotExist"},
+        ],
+    }
+    igwc = igwc_object(
+        schedulers=[
+            {"name": "main", "modelName": "llama", "modelSelector": {"matchLabels": {"app": "llama"}}},
+            {"name": "m", "modelName": "mistral", "modelSelector": mistral, "targetPort": 9000},
+        ]
+    )
+    assert validate_document(served_document(igwc)) == []
+    policy = by_kind(desired_objects(igwc, DataPlaneSettings()))["NetworkPolicy"]
+    kubernetes_validate.validate(policy, K8S_VERSION, strict=True)
+    assert _reaches(policy, "inference", {"app": "llama"}, 8000)
+    assert _reaches(policy, "inference", {"app": "mistral", "tier": "gpu"}, 9000)
+    assert not _reaches(policy, "team-b", {"app": "llama"}, 8000)  # another namespace
+    assert not _reaches(policy, "inference", {"app": "web"}, 8000)  # not a model server
+    assert not _reaches(policy, "inference", {"app": "llama"}, 9000)  # not its scheduler's port
+    assert not _reaches(policy, "inference", {"app": "mistral", "tier": "cpu"}, 9000)
+    assert not _reaches(policy, "inference", {"app": "mistral", "tier": "gpu", "draining": "1"}, 9000)
+    peers = [peer for rule in policy["spec"]["egress"] for peer in rule.get("to", [])]
+    assert {"namespaceSelector": {}} not in peers
+
+
 def test_network_policy_lets_requests_for_no_served_model_reach_the_default_backend() -> None:
     """``bbr.defaultBackend`` on a port no scheduler uses: requests naming no served model got a 502
-    from the gateway (its connection dropped by the NetworkPolicy); its port is opened as the model
-    servers' are."""
+    from the gateway (its connection dropped by the NetworkPolicy). Its Service's pods are opened by
+    the Service resolution (``service_egress``); where that did not open them, its port is opened to
+    the pods of the config's namespace (its Service's), not to every pod of the cluster as before."""
     igwc = igwc_object(bbr={"enabled": True, "defaultBackend": {"name": "fallback", "port": 9000}})
     assert validate_document(served_document(igwc)) == []
-    assert _egress_rule_ports(igwc, MODEL_DESTINATION) == [8000, 9000]
+    policy = by_kind(desired_objects(igwc, DataPlaneSettings()))["NetworkPolicy"]
+    kubernetes_validate.validate(policy, K8S_VERSION, strict=True)
+    assert _reaches(policy, "inference", {"app": "fallback"}, 9000)
+    assert not _reaches(policy, "team-b", {"app": "fallback"}, 9000)
+    resolved = ServiceEgress(
+        opened=(OpenedPods("inference", (("app", "fallback"),), ((9100, "TCP"),)),),
+        opened_sources=frozenset({"spec.bbr.defaultBackend"}),
+    )
+    policy = by_kind(desired_objects(igwc, DataPlaneSettings(), service_egress=resolved))["NetworkPolicy"]
+    assert _reaches(policy, "inference", {"app": "fallback"}, 9100)
+    assert not _reaches(policy, "inference", {"app": "web"}, 9000)  # only the Service's pods now
+    assert not _reaches(policy, "inference", {"app": "web"}, 9100)
     default_port = igwc_object(bbr={"enabled": True, "defaultBackend": {"name": "fallback"}})
-    assert _egress_rule_ports(default_port, MODEL_DESTINATION) == [8000]
+    policy = by_kind(desired_objects(default_port, DataPlaneSettings()))["NetworkPolicy"]
+    assert _reaches(policy, "inference", {"app": "fallback"}, 8000)
 
 
 @pytest.mark.parametrize(("grace", "pre_stop"), [(60, 15), (120, 30), (30, 15)])

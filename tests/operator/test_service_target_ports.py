@@ -70,13 +70,20 @@ def _config() -> dict[str, Any]:
     return obj
 
 
+MODEL_PODS: dict[str, Any] = {"matchLabels": {"app": "mistral"}}
+"""The ``modelSelector`` of :func:`_config`'s scheduler: its rule (:mod:`igw.operator.model_egress`)
+is no Service's."""
+
+
 def _namespace_rules(policy: dict[str, Any], namespace: str) -> list[dict[str, Any]]:
-    """The egress rules whose one peer is (some of) ``namespace``'s pods."""
+    """The egress rules whose one peer is (some of) ``namespace``'s pods, but the model servers'."""
     peer = {"matchLabels": {"kubernetes.io/metadata.name": namespace}}
     return [
         rule
         for rule in policy["spec"]["egress"]
-        if len(rule.get("to") or []) == 1 and rule["to"][0].get("namespaceSelector") == peer
+        if len(rule.get("to") or []) == 1
+        and rule["to"][0].get("namespaceSelector") == peer
+        and rule["to"][0].get("podSelector") != MODEL_PODS
     ]
 
 
@@ -314,7 +321,8 @@ def test_only_the_pods_each_service_selects_are_opened_not_its_whole_namespace(
     ``shared``: each pod port is opened to the pods its Service selects (``podSelector`` with the
     ``namespaceSelector``), one rule per Service. Before, both were opened to every pod of ``shared``,
     so a gateway could reach any pod there listening on 8443 or 7000. A Service without a selector (its
-    endpoints managed by hand) names no pods: it is reported with the rule to add, and nothing opened."""
+    endpoints managed by hand) names no pods: it is reported with the rule to add, and only its own port
+    is opened, to the pods of its namespace."""
     cluster.add(_service("shared", "jwks", 443, 8443))
     cluster.add(_service("shared", "redis", 6379, 7000))
     manual = _service("inference", "fallback", 80, 9000)
@@ -331,7 +339,8 @@ def test_only_the_pods_each_service_selects_are_opened_not_its_whole_namespace(
         for rule in _namespace_rules(policy, "shared")
     ]
     assert rules == [({"matchLabels": {"app": "jwks"}}, [8443]), ({"matchLabels": {"app": "redis"}}, [7000])]
-    assert _egress_ports(policy, "inference") == []
+    # unresolved: only the default backend's own port, to its namespace's pods (igw.operator.model_egress)
+    assert _egress_ports(policy, "inference") == [80]
     (event,) = _unresolved_events(cluster)
     assert (
         "spec.bbr.defaultBackend (fallback.inference.svc:80): Service inference/fallback selects no pods"

@@ -40,6 +40,7 @@ from igw.gateway.tracing_options import ENDPOINT_ENV as OTLP_ENDPOINT_ENVS
 from igw.gateway.worker_count import AUTO, CPU_REQUEST_ENV
 from igw.gateway.worker_heartbeat import STUCK_AFTER_S
 from igw.gateway.workers import WORKER_ENV
+from igw.operator.model_egress import DEFAULT_BACKEND_SOURCE, model_server_rules
 from igw.operator.placement import OFF_HYPERPOD_NODES, rolling_update, spread_constraints
 from igw.operator.service_ports import ServiceEgress, egress_rules
 from igw.operator.shutdown_timing import shutdown_timing
@@ -70,7 +71,6 @@ DEFAULT_TARGET_CPU_PERCENT: Final = 70
 SCALE_DOWN_WINDOW_S: Final = 300
 """The HPA's scale-down stabilisation: a gateway replica removed ends its streams (the shutdown
 grace), so the count does not follow every dip of the load."""
-DEFAULT_TARGET_PORT: Final = 8000
 REDIS_PORT: Final = 6379
 HTTPS_PORT: Final = 443
 NAME_SUFFIX: Final = "-gateway"
@@ -638,27 +638,15 @@ def _https_ports(spec: Mapping[str, Any]) -> list[int]:
     return sorted(ports)
 
 
-def _model_ports(spec: Mapping[str, Any]) -> list[int]:
-    """The ports the gateway proxies to and scrapes: each scheduler's ``targetPort`` and the port of
-    ``spec.bbr.defaultBackend`` (where requests naming no served model go). Before the latter was
-    opened, those requests got a 502 from every gateway the operator runs whose default backend listened
-    on a port no scheduler used. The default backend is reached through its Service: the pod port behind
-    it, where it differs, is resolved through the API (:mod:`igw.operator.service_ports`)."""
-    ports = {int(s.get("targetPort", DEFAULT_TARGET_PORT)) for s in spec.get("schedulers") or []}
-    backend = (spec.get("bbr") or {}).get("defaultBackend")
-    if isinstance(backend, Mapping) and backend.get("name"):
-        ports.add(int(backend.get("port", DEFAULT_TARGET_PORT)))
-    return sorted(ports) or [DEFAULT_TARGET_PORT]
-
-
 def network_policy(
     igwc: Mapping[str, Any], settings: DataPlaneSettings, service_egress: ServiceEgress | None = None
 ) -> dict[str, Any]:
     """Clients from :attr:`DataPlaneSettings.ingress_cidrs` in on the gateway port, pods of the cluster
     (Prometheus, ``igw top``) on the management port; out only to DNS (the kube-dns pods and
-    :attr:`DataPlaneSettings.dns_cidrs`), the model servers' and the
-    default backend's ports (:func:`_model_ports`), HTTPS (API server, JWKS and OIDC discovery on their
-    URLs' ports, :func:`_https_ports`), the Redis ports of shared rate limits and of the global
+    :attr:`DataPlaneSettings.dns_cidrs`), the model servers (the pods each scheduler's ``modelSelector``
+    selects in the config's namespace, on its ``targetPort``) and the default backend
+    (:func:`igw.operator.model_egress.model_server_rules`), HTTPS (API server, JWKS and OIDC discovery
+    on their URLs' ports, :func:`_https_ports`), the Redis ports of shared rate limits and of the global
     heartbeat store (:func:`_redis_ports`), the CloudWatch agent's / OTLP collector's ports when
     the operator's settings send there, the pod ports behind the config's in-cluster Services, to the
     pods each Service selects (``service_egress``, :mod:`igw.operator.service_ports`: a
@@ -666,7 +654,9 @@ def network_policy(
     (:attr:`DataPlaneSettings.extra_egress`)."""
     spec = igwc.get("spec") or {}
     igwc_name = igwc["metadata"]["name"]
-    model_ports = _model_ports(spec)
+    namespace = str(igwc["metadata"]["namespace"])
+    backend_opened = service_egress is not None and DEFAULT_BACKEND_SOURCE in service_egress.opened_sources
+    model_rules = model_server_rules(spec, namespace, backend_opened=backend_opened)
     extra: list[dict[str, Any]] = []
     redis_ports = _redis_ports(spec)
     if redis_ports:
@@ -705,10 +695,7 @@ def network_policy(
                     ],
                     "ports": [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}],
                 },
-                {
-                    "to": [{"namespaceSelector": {}}],
-                    "ports": [{"port": port, "protocol": "TCP"} for port in model_ports],
-                },
+                *model_rules,
                 {
                     "to": [{"ipBlock": {"cidr": cidr}} for cidr in settings.https_egress_cidrs],
                     "ports": [{"port": port, "protocol": "TCP"} for port in _https_ports(spec)],

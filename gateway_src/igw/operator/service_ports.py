@@ -141,6 +141,9 @@ class ServiceEgress:
     """Pod ports to open, per namespace and Service selector."""
     unresolved: tuple[str, ...] = field(default=())
     """One sentence per Service port whose pod port is unknown, naming the field and the remedy."""
+    opened_sources: frozenset[str] = frozenset()
+    """The fields (:attr:`ServiceRef.source`) whose Service's pods :attr:`opened` reaches: the
+    default backend's model-server rule (:mod:`igw.operator.model_egress`) is not needed for it then."""
 
 
 def _service_of_host(host: str, namespace: str) -> tuple[str, str, bool] | None:
@@ -356,6 +359,7 @@ async def resolve(kube: ServiceReader, refs: Sequence[ServiceRef]) -> ServiceEgr
     """The pod ports behind each of ``refs``, grouped by namespace and Service selector."""
     opened: dict[tuple[str, tuple[tuple[str, str], ...]], set[tuple[int, str]]] = {}
     unresolved: list[str] = []
+    opened_sources: set[str] = set()
     for ref in refs:
         ports, selector, why = await _resolve(kube, ref)
         if ports is None:
@@ -368,12 +372,14 @@ async def resolve(kube: ServiceReader, refs: Sequence[ServiceRef]) -> ServiceEgr
         if ports:
             key = (ref.namespace, tuple(sorted(selector.items())))
             opened.setdefault(key, set()).update((port, ref.protocol) for port in ports)
+            opened_sources.add(ref.source)
     return ServiceEgress(
         opened=tuple(
             OpenedPods(namespace, selector, tuple(sorted(ports)))
             for (namespace, selector), ports in sorted(opened.items())
         ),
         unresolved=tuple(unresolved),
+        opened_sources=frozenset(opened_sources),
     )
 
 

@@ -210,29 +210,6 @@ store's (spec.extensions.globalHeartbeat), each its URL's port or 6379. The Netw
 them, as igw operator's does (igw.operator.dataplane._redis_ports).
 */}}
 {{- /*
-The ports gateway mode's NetworkPolicy opens to model servers: networkPolicy.modelServerPorts, each
-scheduler's targetPort (8000 by default) and bbr.defaultBackend's port, comma-separated, in that
-order, each once. Before session s42 only modelServerPorts was opened: a config whose schedulers
-listened on 9000 passed every check and got a 502 for each request under an enforcing CNI.
-*/ -}}
-{{- define "igw.modelPorts" -}}
-{{- $spec := include "igw.configSpec" . | fromYaml }}
-{{- $ports := list }}
-{{- range .Values.networkPolicy.modelServerPorts }}
-{{- $ports = append $ports (int . | toString) }}
-{{- end }}
-{{- range $spec.schedulers | default list }}
-{{- $ports = append $ports (int (.targetPort | default 8000) | toString) }}
-{{- end }}
-{{- with ($spec.bbr | default dict).defaultBackend }}
-{{- if .name }}
-{{- $ports = append $ports (int (.port | default 8000) | toString) }}
-{{- end }}
-{{- end }}
-{{- $ports | uniq | join "," }}
-{{- end }}
-
-{{- /*
 The HTTPS ports gateway mode's NetworkPolicy opens: 443, the port of the JWT provider's
 remoteJWKS.uri and, with extensions.authorization.oidcDiscovery, of its issuer (as operator mode).
 */ -}}
