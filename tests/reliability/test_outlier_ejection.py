@@ -111,7 +111,7 @@ async def test_a_pod_that_answered_client_errors_is_neither_ejected_nor_taken_fo
             await asyncio.sleep(0.5)  # p0's page settles: the last change shows every answer it gave
             await fleet.inject("p0", FaultSpec(kind=FaultKind.ERROR_RATE, rate=1.0, status=400))
             refused = 0
-            for i in range(12):
+            for i in range(24):  # 12 left p0 one of them on a loaded CI machine (1 in 3 runs there)
                 resp = await gw.complete(f"bad {i}", max_tokens=4)
                 refused += resp.status == 400
             assert refused >= 2  # p0 was sent some of them, and kept being sent them
