@@ -73,7 +73,7 @@ def test_auto_issued_certificate_is_imported_renewed_and_deleted(
         # No plain-HTTP endpoint while the certificate is missing.
         assert find(cluster, "Service", "inference", "chat-gateway") is None
 
-        first = write_tls_secret(cluster, "chat-gateway-tls", "chat-gateway.inference.svc")
+        first = write_tls_secret(cluster, "chat-gateway-tls", certificate["spec"]["dnsNames"])
         wait_condition(cluster, "chat", "GatewayProgrammed", "True")
         obj = find(cluster, "InferenceGatewayConfig", "inference", "chat")
         assert obj is not None
@@ -401,3 +401,41 @@ def test_with_auto_tls_switched_off_tls_auto_issue_is_reported_without_touching_
     assert programmed["status"] == "True", programmed
     refusals = [r.getMessage() for r in caplog.records if "Forbidden" in r.getMessage()]
     assert not refusals, refusals
+
+
+@pytest.mark.usefixtures("cert_manager")
+def test_status_names_what_the_imported_certificate_covers_not_what_the_spec_asks(
+    cluster: FakeKubeApiServer, acm: Any
+) -> None:
+    """``status.tls.dnsNames`` is documented as the names the certificate covers. It was computed from
+    the spec, so right after a ``hostnames`` edit (cert-manager not done reissuing, or an issuer that
+    refuses the new name for good) the status listed a name the load balancer's certificate lacks."""
+    reconciler = Reconciler(Kube(cluster.api_client()), DataPlaneSettings(), **_options(acm))
+    cluster.add(tls_igwc("chat"))
+    assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
+    asked = find(cluster, "Certificate", "inference", "chat-gateway")
+    assert asked is not None
+    write_tls_secret(cluster, "chat-gateway-tls", asked["spec"]["dnsNames"])
+    assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
+
+    def names() -> list[str]:
+        obj = find(cluster, "InferenceGatewayConfig", "inference", "chat")
+        assert obj is not None
+        return list(obj["status"]["tls"]["dnsNames"])
+
+    assert names() == asked["spec"]["dnsNames"]
+
+    def rename(spec: dict[str, Any]) -> None:
+        spec["extensions"]["dataPlane"]["hostnames"] = ["new.example.com"]
+
+    update_spec(cluster, "inference", "chat", rename)
+    assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
+    reissue = find(cluster, "Certificate", "inference", "chat-gateway")
+    assert reissue is not None
+    assert reissue["spec"]["dnsNames"][0] == "new.example.com"
+    assert "new.example.com" not in names()  # cert-manager has not reissued: not covered yet
+    assert names() == asked["spec"]["dnsNames"]
+
+    write_tls_secret(cluster, "chat-gateway-tls", reissue["spec"]["dnsNames"])
+    assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
+    assert names() == reissue["spec"]["dnsNames"]

@@ -71,7 +71,6 @@ from igw.operator.tls import (
     IssuedCertificate,
     certificate,
     client_hostnames,
-    dns_names,
     foreign_secret,
     issued_secret,
     secret_name,
@@ -638,7 +637,10 @@ class Reconciler:
         status = {
             "acmArn": arn,
             "issuedAt": issued.issued_at,
-            "dnsNames": dns_names(service_name, namespace, hostnames),
+            # The names the imported certificate covers, not those the Certificate asks: after a
+            # hostnames edit they differ until cert-manager has reissued it (or for good, when the
+            # issuer refuses a new name), and the status said the new name was served meanwhile.
+            "dnsNames": list(issued.dns_names),
         }
         return TlsOutcome(acm_arn=arn, status=status, certificate=wanted)
 
