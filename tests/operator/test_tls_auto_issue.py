@@ -439,3 +439,53 @@ def test_status_names_what_the_imported_certificate_covers_not_what_the_spec_ask
     write_tls_secret(cluster, "chat-gateway-tls", reissue["spec"]["dnsNames"])
     assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
     assert names() == reissue["spec"]["dnsNames"]
+
+
+@pytest.mark.usefixtures("cert_manager")
+def test_a_failed_issuance_is_reported_with_cert_managers_reason_not_as_pending(
+    cluster: FakeKubeApiServer, acm: Any
+) -> None:
+    """An issuer that refuses (an ACME order gone invalid, a CA that denies the request) makes
+    cert-manager set ``Issuing=False`` with the cause on the Certificate. The object said
+    ``CertificatePending: waiting for cert-manager to issue ...`` for good, the cause nowhere on it."""
+    reconciler = Reconciler(Kube(cluster.api_client()), DataPlaneSettings(), **_options(acm))
+    cluster.add(tls_igwc("chat"))
+    assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
+    kind = cluster.store.kind_for(api_version="cert-manager.io/v1", kind="Certificate")
+    applied = find(cluster, "Certificate", "inference", "chat-gateway")
+    assert applied is not None
+    cause = (
+        "The certificate request has failed to complete and will be retried: Failed to wait for order "
+        'resource "chat-gateway-1-2299060280" to become ready: order is in "invalid" state'
+    )
+
+    def cert_manager_says(observed_generation: int) -> None:
+        live = find(cluster, "Certificate", "inference", "chat-gateway")
+        assert live is not None
+        issuing = {"type": "Issuing", "status": "False", "reason": "Failed", "message": cause}
+        live["status"] = {"conditions": [issuing | {"observedGeneration": observed_generation}]}
+        cluster.store.replace(kind, "inference", "chat-gateway", live, status_only=True)
+
+    def programmed() -> dict[str, Any]:
+        found = condition(find(cluster, "InferenceGatewayConfig", "inference", "chat"), "GatewayProgrammed")
+        assert found is not None
+        return found
+
+    cert_manager_says(applied["metadata"]["generation"])
+    assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
+    failed = programmed()
+    assert (failed["status"], failed["reason"]) == ("False", "CertificateIssuanceFailed")
+    assert 'order is in "invalid" state' in failed["message"]
+    assert "inference/chat-gateway" in failed["message"]
+    assert "ClusterIssuer/test-ca" in failed["message"]
+    assert find(cluster, "Service", "inference", "chat-gateway") is None
+
+    # About an older spec (the Certificate changed since): cert-manager tries anew, so pending again.
+    cert_manager_says(applied["metadata"]["generation"] - 1)
+    assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
+    assert programmed()["reason"] == "CertificatePending"
+
+    cert_manager_says(applied["metadata"]["generation"])
+    write_tls_secret(cluster, "chat-gateway-tls", applied["spec"]["dnsNames"])  # a retry succeeded
+    assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
+    assert programmed()["status"] == "True"

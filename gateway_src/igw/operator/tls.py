@@ -145,6 +145,24 @@ def issued_secret(secret: Mapping[str, Any] | None, certificate_name: str, label
     return bool(labels) and all(have.get(key) == value for key, value in labels.items())
 
 
+def issuance_failure(live: Mapping[str, Any] | None) -> str | None:
+    """cert-manager's message when its last attempt to issue the Certificate ``live`` (as read from the
+    API) failed: condition ``Issuing`` False (reason ``Failed`` or ``Denied``; on success cert-manager
+    removes the condition), for the Certificate's current generation. ``None`` otherwise: still
+    issuing, or the condition is about a spec since changed (cert-manager tries that one anew)."""
+    if not live:
+        return None
+    generation = (live.get("metadata") or {}).get("generation")
+    for found in (live.get("status") or {}).get("conditions") or ():
+        if not isinstance(found, Mapping) or found.get("type") != "Issuing" or found.get("status") != "False":
+            continue
+        observed = found.get("observedGeneration")
+        if observed is not None and generation is not None and observed != generation:
+            return None
+        return str(found.get("message") or found.get("reason") or "issuance failed")
+    return None
+
+
 def dns_names(service_name: str, namespace: str, hostnames: Sequence[str] = ()) -> list[str]:
     """The names the certificate covers: the client-facing ``hostnames`` (``spec.extensions.dataPlane``)
     first, then the Service's in-cluster names, shortest first; the first is the common name."""
