@@ -8,7 +8,7 @@ import contextlib
 import math
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
@@ -125,14 +125,15 @@ def tls_igwc(name: str) -> dict[str, Any]:
 
 
 def write_tls_secret(
-    kube: FakeKubeApiServer, name: str, hostname: str, *, certificate: str | None = None
+    kube: FakeKubeApiServer, name: str, hostname: str | Sequence[str], *, certificate: str | None = None
 ) -> str:
     """Play cert-manager: a real certificate (leaf + CA chain) and key in the Certificate's Secret,
     annotated with the Certificate's name as cert-manager annotates it (``certificate``; by default
     the Secret's name without ``-tls``, the operator's naming) and labelled with that Certificate's
-    ``spec.secretTemplate.labels`` when it exists, as cert-manager labels it."""
+    ``spec.secretTemplate.labels`` when it exists, as cert-manager labels it. The leaf covers
+    ``hostname`` (one name, or several: a Certificate's ``dnsNames``)."""
     ca = trustme.CA()
-    leaf = ca.issue_cert(hostname)
+    leaf = ca.issue_cert(*([hostname] if isinstance(hostname, str) else hostname))
     chain = b"".join(blob.bytes() for blob in leaf.cert_chain_pems)
     data = {
         "tls.crt": base64.b64encode(chain).decode(),

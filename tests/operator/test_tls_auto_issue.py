@@ -73,7 +73,7 @@ def test_auto_issued_certificate_is_imported_renewed_and_deleted(
         # No plain-HTTP endpoint while the certificate is missing.
         assert find(cluster, "Service", "inference", "chat-gateway") is None
 
-        first = write_tls_secret(cluster, "chat-gateway-tls", "chat-gateway.inference.svc")
+        first = write_tls_secret(cluster, "chat-gateway-tls", certificate["spec"]["dnsNames"])
         wait_condition(cluster, "chat", "GatewayProgrammed", "True")
         obj = find(cluster, "InferenceGatewayConfig", "inference", "chat")
         assert obj is not None
@@ -401,3 +401,91 @@ def test_with_auto_tls_switched_off_tls_auto_issue_is_reported_without_touching_
     assert programmed["status"] == "True", programmed
     refusals = [r.getMessage() for r in caplog.records if "Forbidden" in r.getMessage()]
     assert not refusals, refusals
+
+
+@pytest.mark.usefixtures("cert_manager")
+def test_status_names_what_the_imported_certificate_covers_not_what_the_spec_asks(
+    cluster: FakeKubeApiServer, acm: Any
+) -> None:
+    """``status.tls.dnsNames`` is documented as the names the certificate covers. It was computed from
+    the spec, so right after a ``hostnames`` edit (cert-manager not done reissuing, or an issuer that
+    refuses the new name for good) the status listed a name the load balancer's certificate lacks."""
+    reconciler = Reconciler(Kube(cluster.api_client()), DataPlaneSettings(), **_options(acm))
+    cluster.add(tls_igwc("chat"))
+    assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
+    asked = find(cluster, "Certificate", "inference", "chat-gateway")
+    assert asked is not None
+    write_tls_secret(cluster, "chat-gateway-tls", asked["spec"]["dnsNames"])
+    assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
+
+    def names() -> list[str]:
+        obj = find(cluster, "InferenceGatewayConfig", "inference", "chat")
+        assert obj is not None
+        return list(obj["status"]["tls"]["dnsNames"])
+
+    assert names() == asked["spec"]["dnsNames"]
+
+    def rename(spec: dict[str, Any]) -> None:
+        spec["extensions"]["dataPlane"]["hostnames"] = ["new.example.com"]
+
+    update_spec(cluster, "inference", "chat", rename)
+    assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
+    reissue = find(cluster, "Certificate", "inference", "chat-gateway")
+    assert reissue is not None
+    assert reissue["spec"]["dnsNames"][0] == "new.example.com"
+    assert "new.example.com" not in names()  # cert-manager has not reissued: not covered yet
+    assert names() == asked["spec"]["dnsNames"]
+
+    write_tls_secret(cluster, "chat-gateway-tls", reissue["spec"]["dnsNames"])
+    assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
+    assert names() == reissue["spec"]["dnsNames"]
+
+
+@pytest.mark.usefixtures("cert_manager")
+def test_a_failed_issuance_is_reported_with_cert_managers_reason_not_as_pending(
+    cluster: FakeKubeApiServer, acm: Any
+) -> None:
+    """An issuer that refuses (an ACME order gone invalid, a CA that denies the request) makes
+    cert-manager set ``Issuing=False`` with the cause on the Certificate. The object said
+    ``CertificatePending: waiting for cert-manager to issue ...`` for good, the cause nowhere on it."""
+    reconciler = Reconciler(Kube(cluster.api_client()), DataPlaneSettings(), **_options(acm))
+    cluster.add(tls_igwc("chat"))
+    assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
+    kind = cluster.store.kind_for(api_version="cert-manager.io/v1", kind="Certificate")
+    applied = find(cluster, "Certificate", "inference", "chat-gateway")
+    assert applied is not None
+    cause = (
+        "The certificate request has failed to complete and will be retried: Failed to wait for order "
+        'resource "chat-gateway-1-2299060280" to become ready: order is in "invalid" state'
+    )
+
+    def cert_manager_says(observed_generation: int) -> None:
+        live = find(cluster, "Certificate", "inference", "chat-gateway")
+        assert live is not None
+        issuing = {"type": "Issuing", "status": "False", "reason": "Failed", "message": cause}
+        live["status"] = {"conditions": [issuing | {"observedGeneration": observed_generation}]}
+        cluster.store.replace(kind, "inference", "chat-gateway", live, status_only=True)
+
+    def programmed() -> dict[str, Any]:
+        found = condition(find(cluster, "InferenceGatewayConfig", "inference", "chat"), "GatewayProgrammed")
+        assert found is not None
+        return found
+
+    cert_manager_says(applied["metadata"]["generation"])
+    assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
+    failed = programmed()
+    assert (failed["status"], failed["reason"]) == ("False", "CertificateIssuanceFailed")
+    assert 'order is in "invalid" state' in failed["message"]
+    assert "inference/chat-gateway" in failed["message"]
+    assert "ClusterIssuer/test-ca" in failed["message"]
+    assert find(cluster, "Service", "inference", "chat-gateway") is None
+
+    # About an older spec (the Certificate changed since): cert-manager tries anew, so pending again.
+    cert_manager_says(applied["metadata"]["generation"] - 1)
+    assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
+    assert programmed()["reason"] == "CertificatePending"
+
+    cert_manager_says(applied["metadata"]["generation"])
+    write_tls_secret(cluster, "chat-gateway-tls", applied["spec"]["dnsNames"])  # a retry succeeded
+    assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
+    assert programmed()["status"] == "True"

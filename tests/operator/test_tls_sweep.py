@@ -278,7 +278,10 @@ def test_an_import_made_before_the_cluster_tag_is_reported_once_and_never_delete
     assert (second.legacy_reported, second.acm_deleted, about_it) == ([], [], [])
     assert _arns(acm) == {live_arn, legacy}
 
-    asyncio.run(reconciler.reconcile("inference", "live"))  # its next pass tags it with the cluster
+    # The upgraded operator's first pass tags it with the cluster (a new process: the import is not
+    # one it found with its tags already, which it would take as is for VERIFY_INTERVAL_S).
+    upgraded = Reconciler(Kube(cluster.api_client()), DataPlaneSettings(), auto_tls=_settings(acm))
+    asyncio.run(upgraded.reconcile("inference", "live"))
     assert {"Key": CLUSTER_TAG, "Value": cluster_uid} in _tags(acm, live_arn)
     _delete_unseen(cluster, "live")
     assert asyncio.run(sweep.sweep()).acm_deleted == [live_arn]

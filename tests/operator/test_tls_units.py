@@ -13,6 +13,7 @@ from igw.cli.main import main
 from igw.errors import IgwToolingError
 from igw.operator.dataplane import DataPlaneSettings, desired_objects
 from igw.operator.tls import (
+    VERIFY_INTERVAL_S,
     AcmImporter,
     IssuedCertificate,
     IssuerRef,
@@ -121,3 +122,60 @@ def test_an_import_retried_without_a_recorded_arn_reuses_the_owned_certificate()
         assert other != first
         listed = acm.list_certificates(Includes={"keyTypes": ["RSA_2048", "EC_prime256v1"]})
         assert len(listed["CertificateSummaryList"]) == 2
+
+
+def _issued(hostname: str) -> IssuedCertificate:
+    leaf = trustme.CA().issue_cert(hostname)
+    secret = {
+        "data": {
+            "tls.crt": base64.b64encode(b"".join(blob.bytes() for blob in leaf.cert_chain_pems)).decode(),
+            "tls.key": base64.b64encode(leaf.private_key_pem.bytes()).decode(),
+        }
+    }
+    issued = IssuedCertificate.from_secret(secret)
+    assert issued is not None
+    return issued
+
+
+def test_an_unchanged_certificate_asks_acm_again_only_after_the_verify_interval() -> None:
+    """Every resync pass (5 s) of every ``tls: {}`` object called GetCertificate and
+    ListTagsForCertificate, ACM calls the account and region share under its request-rate quotas. The
+    import found holding the Secret's certificate is now taken as is for VERIFY_INTERVAL_S; a renewed
+    certificate is re-imported at once, and one deleted by hand is imported again after the interval."""
+    now = [1000.0]
+    issued = _issued("chat-gateway.team.svc")
+    with mock_aws():
+        acm = boto3.client("acm", region_name="us-west-2")
+        calls: list[str] = []
+        acm.meta.events.register("before-call.acm.*", lambda model, **_: calls.append(model.name))
+        importer = AcmImporter(lambda: acm, clock=lambda: now[0])
+        arn = importer.ensure_imported(issued, arn=None, uid="uid-1", name="chat", cluster="c")
+        calls.clear()
+        for _ in range(60):  # five minutes of 5 s passes, less one
+            assert importer.ensure_imported(issued, arn=arn, uid="uid-1", name="chat", cluster="c") == arn
+            now[0] += VERIFY_INTERVAL_S / 60 - 0.01
+        assert calls == []
+
+        renewed = _issued("chat-gateway.team.svc")
+        assert importer.ensure_imported(renewed, arn=arn, uid="uid-1", name="chat", cluster="c") == arn
+        assert "ImportCertificate" in calls
+        assert "".join(acm.get_certificate(CertificateArn=arn)["Certificate"].split()) == "".join(
+            renewed.leaf.split()
+        )
+
+        calls.clear()  # a changed tag (the cluster's identity now known) is not taken from memory
+        assert importer.ensure_imported(renewed, arn=arn, uid="uid-1", name="chat", cluster="d") == arn
+        assert "AddTagsToCertificate" in calls
+
+        acm.delete_certificate(CertificateArn=arn)  # by hand
+        assert importer.ensure_imported(renewed, arn=arn, uid="uid-1", name="chat", cluster="d") == arn
+        now[0] += VERIFY_INTERVAL_S
+        again = importer.ensure_imported(renewed, arn=arn, uid="uid-1", name="chat", cluster="d")
+        assert again != arn
+        assert acm.describe_certificate(CertificateArn=again)["Certificate"]["Type"] == "IMPORTED"
+
+        assert importer.delete_owned(again, uid="uid-1") is True  # forgotten with the import
+        calls.clear()
+        third = importer.ensure_imported(renewed, arn=again, uid="uid-1", name="chat", cluster="d")
+        assert third != again
+        assert "ImportCertificate" in calls

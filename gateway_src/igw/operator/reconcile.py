@@ -71,8 +71,8 @@ from igw.operator.tls import (
     IssuedCertificate,
     certificate,
     client_hostnames,
-    dns_names,
     foreign_secret,
+    issuance_failure,
     issued_secret,
     secret_name,
     wants_auto_issue,
@@ -584,7 +584,7 @@ class Reconciler:
             secret_labels=_ownership_labels(igwc),
         )
         try:
-            await self._kube.get(CERT_MANAGER_API, CERTIFICATE_KIND, namespace, service_name)
+            live = await self._kube.get(CERT_MANAGER_API, CERTIFICATE_KIND, namespace, service_name)
         except ResourceNotFoundError:
             return TlsOutcome(
                 problem=(
@@ -611,6 +611,20 @@ class Reconciler:
         except ValueError as exc:  # not PEM: cert-manager never writes that, someone else did
             problem = ("CertificateInvalid", f"Secret {namespace}/{secret}: {exc}")
             return TlsOutcome(problem=problem, certificate=wanted)
+        failure = issuance_failure(live) if issued is None else None
+        if failure is not None:
+            # Reported as pending, a failure (an issuer that refuses, an ACME order gone invalid) left
+            # the object saying "waiting for cert-manager" for good, with the cause only on the
+            # Certificate.
+            return TlsOutcome(
+                problem=(
+                    "CertificateIssuanceFailed",
+                    f"cert-manager failed to issue Certificate {namespace}/{service_name} "
+                    f"(issuer {issuer.kind}/{issuer.name}): {failure}; it retries with back-off, and the "
+                    "Service is created once the certificate is in ACM",
+                ),
+                certificate=wanted,
+            )
         if issued is None:
             return TlsOutcome(
                 problem=(
@@ -638,7 +652,10 @@ class Reconciler:
         status = {
             "acmArn": arn,
             "issuedAt": issued.issued_at,
-            "dnsNames": dns_names(service_name, namespace, hostnames),
+            # The names the imported certificate covers, not those the Certificate asks: after a
+            # hostnames edit they differ until cert-manager has reissued it (or for good, when the
+            # issuer refuses a new name), and the status said the new name was served meanwhile.
+            "dnsNames": list(issued.dns_names),
         }
         return TlsOutcome(acm_arn=arn, status=status, certificate=wanted)
 

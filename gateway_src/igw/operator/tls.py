@@ -27,7 +27,9 @@ a ``tls: {}`` object ``AutoTlsDisabled`` instead.
 from __future__ import annotations
 
 import base64
+import hashlib
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -143,6 +145,24 @@ def issued_secret(secret: Mapping[str, Any] | None, certificate_name: str, label
     return bool(labels) and all(have.get(key) == value for key, value in labels.items())
 
 
+def issuance_failure(live: Mapping[str, Any] | None) -> str | None:
+    """cert-manager's message when its last attempt to issue the Certificate ``live`` (as read from the
+    API) failed: condition ``Issuing`` False (reason ``Failed`` or ``Denied``; on success cert-manager
+    removes the condition), for the Certificate's current generation. ``None`` otherwise: still
+    issuing, or the condition is about a spec since changed (cert-manager tries that one anew)."""
+    if not live:
+        return None
+    generation = (live.get("metadata") or {}).get("generation")
+    for found in (live.get("status") or {}).get("conditions") or ():
+        if not isinstance(found, Mapping) or found.get("type") != "Issuing" or found.get("status") != "False":
+            continue
+        observed = found.get("observedGeneration")
+        if observed is not None and generation is not None and observed != generation:
+            return None
+        return str(found.get("message") or found.get("reason") or "issuance failed")
+    return None
+
+
 def dns_names(service_name: str, namespace: str, hostnames: Sequence[str] = ()) -> list[str]:
     """The names the certificate covers: the client-facing ``hostnames`` (``spec.extensions.dataPlane``)
     first, then the Service's in-cluster names, shortest first; the first is the common name."""
@@ -199,6 +219,9 @@ class IssuedCertificate:
     private_key: str
     issued_at: str
     """The leaf's notBefore, RFC 3339."""
+    dns_names: tuple[str, ...] = ()
+    """The DNS names of the leaf's subjectAltName: what it covers (``status.tls.dnsNames``), which
+    differs from what the Certificate asks while cert-manager has not reissued it for new names."""
 
     @classmethod
     def from_secret(cls, secret: Mapping[str, Any] | None) -> IssuedCertificate | None:
@@ -220,12 +243,34 @@ class IssuedCertificate:
             chain="\n".join(blocks[1:]) + ("\n" if blocks[1:] else ""),
             private_key=key,
             issued_at=leaf.not_valid_before_utc.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            dns_names=_covered_names(leaf),
         )
 
 
-def _same_pem(left: str, right: str) -> bool:
-    return "".join(left.split()) == "".join(right.split())
+def _covered_names(leaf: x509.Certificate) -> tuple[str, ...]:
+    """The DNS names ``leaf``'s subjectAltName lists (none without the extension)."""
+    try:
+        names = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return ()
+    return tuple(names.get_values_for_type(x509.DNSName))
 
+
+def _compact(pem: str) -> str:
+    return "".join(pem.split())
+
+
+def _same_pem(left: str, right: str) -> bool:
+    return _compact(left) == _compact(right)
+
+
+VERIFY_INTERVAL_S: Final = 300.0
+"""Seconds an import :meth:`AcmImporter.ensure_imported` found holding a config's certificate with its
+tags is taken to still hold them without asking ACM again, while the Secret's certificate is the same.
+Every resync pass (5 s) of every ``tls: {}`` object asked ACM twice (GetCertificate and
+ListTagsForCertificate), calls the account and region share, with each cluster's operator, under
+ACM's request-rate quotas; a change made to the import outside the operator (deleted or retagged by
+hand) is still seen within this time."""
 
 LISTED_KEY_TYPES: Final = ("EC_prime256v1", "EC_secp384r1", "RSA_2048", "RSA_3072", "RSA_4096")
 """Key types searched for an owned certificate (ACM lists only RSA_2048 unless asked)."""
@@ -273,13 +318,32 @@ class TaggedImports:
     """ListTagsForCertificate calls this listing made (the others were remembered)."""
 
 
+@dataclass(frozen=True, slots=True)
+class _Verified:
+    """An import last found holding a config's certificate with its tags: which, what, and when."""
+
+    arn: str
+    fingerprint: str
+    """Digest of the leaf and the tags it was found with."""
+    at: float
+
+
 class AcmImporter:
     """Imports cert-manager certificates into ACM and removes the ones it imported (sync; run in a thread)."""
 
-    def __init__(self, client_factory: AcmClientFactory = default_acm_client) -> None:
+    def __init__(
+        self,
+        client_factory: AcmClientFactory = default_acm_client,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._client_factory = client_factory
         self._client: Any = None
         self._client_lock = threading.Lock()
+        self._clock = clock
+        self._verified: dict[str, _Verified] = {}
+        """Owner uid: the import :meth:`ensure_imported` last found (or made) holding its certificate,
+        so the passes in between ask ACM nothing (:data:`VERIFY_INTERVAL_S`). One entry per object
+        with an import; dropped when the import is deleted."""
         self._known: dict[str, _KnownTags] = {}
         """Settled tags of each import the last listing showed (:attr:`_KnownTags.settled`): the
         sweep reads an import's tags once, not every sweep (one call per import of the whole account
@@ -314,9 +378,29 @@ class AcmImporter:
         """The ARN holding ``issued``: unchanged when ACM already has it, re-imported under ``arn``
         when the Secret's certificate changed, a fresh import when there is no (owned) ARN yet.
         ``namespace`` and ``cluster`` (:data:`CLUSTER_TAG`) are tagged too when known, and added to
-        an owned import made before they were (so the orphan sweep can find it)."""
-        acm = self._acm()
+        an owned import made before they were (so the orphan sweep can find it). While the leaf and
+        tags are those this importer last found (or put) under ``arn`` less than
+        :data:`VERIFY_INTERVAL_S` ago, ACM is not asked again."""
         tags = self._tags(uid, name, namespace, cluster)
+        fingerprint = hashlib.sha256(repr((_compact(issued.leaf), tags)).encode()).hexdigest()
+        with self._known_lock:
+            verified = self._verified.get(uid)
+        if (
+            verified is not None
+            and arn == verified.arn
+            and verified.fingerprint == fingerprint
+            and self._clock() - verified.at < VERIFY_INTERVAL_S
+        ):
+            return arn
+        found = self._ensure_imported(issued, arn=arn, uid=uid, tags=tags)
+        with self._known_lock:
+            self._verified[uid] = _Verified(found, fingerprint, self._clock())
+        return found
+
+    def _ensure_imported(
+        self, issued: IssuedCertificate, *, arn: str | None, uid: str, tags: list[dict[str, str]]
+    ) -> str:
+        acm = self._acm()
         # No ARN recorded (first pass, or a status write lost after an import): reuse the certificate
         # this object already owns, so a retried pass never imports a second one.
         arn = arn or self._find_owned(uid)
@@ -427,6 +511,8 @@ class AcmImporter:
         """Delete ``arn`` when its uid tag names the deleted object (and, given ``cluster``, its
         :data:`CLUSTER_TAG` is that one), read afresh: the sweep's remembered tags never decide a
         deletion alone. ``True`` when deleted."""
+        with self._known_lock:  # asked again at the next import, whatever ACM answers now
+            self._verified.pop(uid, None)
         acm = self._acm()
         try:
             tags = self._tags_of(arn)
