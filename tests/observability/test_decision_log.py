@@ -17,7 +17,14 @@ from aiohttp.test_utils import TestServer
 from igw.cli.main import main
 from igw.errors import IgwGatewayError
 from igw.gateway.debug_api import DEBUG_DECISIONS_PATH, DEBUG_TOKEN_ENV, DecisionDebug, add_debug_routes
-from igw.gateway.decision_log import DEBUG_TOKEN_HEADER, DECISION_HEADER, ENTRY_TOP_N, DecisionLog
+from igw.gateway.decision_log import (
+    DEBUG_TOKEN_HEADER,
+    DECISION_HEADER,
+    ENTRY_TOP_N,
+    HEADER_TOP_N,
+    DecisionLog,
+    decision_header,
+)
 from igw.scheduling.factory import scheduler_from_picker_config, scheduler_from_weights
 from igw.scheduling.settings import RoutingSettings
 from igw.scheduling.types import DecisionKind
@@ -89,6 +96,26 @@ def test_an_entry_of_a_large_pool_lists_its_best_endpoints_and_counts_the_rest()
     assert entry["scored"][0]["endpoint"] == entry["chosen"] == d.endpoint
     assert entry["fallbacks"] == list(d.fallbacks[:ENTRY_TOP_N])
     assert len(orjson.dumps(entry)) < 5_000
+
+
+def test_the_decision_header_stays_small_when_many_endpoints_are_stale() -> None:
+    """With 500 of 1,000 endpoints stale the header names :data:`HEADER_TOP_N` removed ones and
+    counts them all; until session s42 it named all 500 (22 KB, over aiohttp's 8,190-byte header
+    line: the client's request failed)."""
+    s = scheduler_from_weights(
+        {"queue": 2, "kvCache": 2}, routing=RoutingSettings(stale_threshold_s=1.0), rng=random.Random(1)
+    )
+    views = [
+        ep(f"10.0.{i // 250}.{i % 250}:8000", waiting=i % 7, scraped_at=-5.0 if i % 2 else 0.0)
+        for i in range(1000)
+    ]
+    d = s.pick(req(), views, now=0.0)
+    header = decision_header(d)
+    summary = orjson.loads(header)
+    assert summary["removed_total"] == len(d.removed) == 500
+    assert summary["removed"] == dict(list(d.removed.items())[:HEADER_TOP_N])
+    assert summary["chosen"] == d.endpoint
+    assert len(header) < 1_000
 
 
 def test_bad_settings_are_refused() -> None:

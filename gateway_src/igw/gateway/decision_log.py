@@ -112,11 +112,18 @@ class DecisionLog:
 
 def decision_header(decision: RoutingDecision) -> str:
     """A compact JSON summary of one decision for :data:`DECISION_HEADER`: the choice, the top
-    :data:`HEADER_TOP_N` endpoints with their per-scorer scores, what excluded the others."""
+    :data:`HEADER_TOP_N` endpoints with their per-scorer scores, what excluded the first
+    :data:`HEADER_TOP_N` removed ones and how many were removed.
+
+    The removed endpoints are bounded like the scored ones: until session s42 the header named every
+    one, about 45 bytes each, so with 500 of a 1,000-endpoint pool stale it was 22 KB, over the 8 KB a
+    response header line may have at aiohttp's client (a 400 ``Got more than 8190 bytes``) and at
+    proxies' default buffers: the request with the debug token failed exactly when it was needed."""
     top = list(decision.scores.items())[:HEADER_TOP_N]
     summary = {
         "chosen": decision.endpoint,
         "scored": {key: {name: round(v, 4) for name, v in per.items()} for key, per in top},
-        "removed": dict(decision.removed),
+        "removed": dict(islice(decision.removed.items(), HEADER_TOP_N)),
+        "removed_total": len(decision.removed),
     }
     return orjson.dumps(summary).decode()
