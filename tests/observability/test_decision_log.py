@@ -17,7 +17,14 @@ from aiohttp.test_utils import TestServer
 from igw.cli.main import main
 from igw.errors import IgwGatewayError
 from igw.gateway.debug_api import DEBUG_DECISIONS_PATH, DEBUG_TOKEN_ENV, DecisionDebug, add_debug_routes
-from igw.gateway.decision_log import DEBUG_TOKEN_HEADER, DECISION_HEADER, DecisionLog
+from igw.gateway.decision_log import (
+    DEBUG_TOKEN_HEADER,
+    DECISION_HEADER,
+    ENTRY_TOP_N,
+    HEADER_TOP_N,
+    DecisionLog,
+    decision_header,
+)
 from igw.scheduling.factory import scheduler_from_picker_config, scheduler_from_weights
 from igw.scheduling.settings import RoutingSettings
 from igw.scheduling.types import DecisionKind
@@ -67,6 +74,48 @@ def test_ring_buffer_keeps_the_newest_decisions_with_every_score() -> None:
     # A header of bytes that are not UTF-8 reaches the handler as surrogates (aiohttp decodes with
     # ``surrogateescape``): refused, where encoding it raised and the request got a 500 and a traceback.
     assert not log.opens("\udcff\udcfe(abc")
+
+
+def test_an_entry_of_a_large_pool_lists_its_best_endpoints_and_counts_the_rest() -> None:
+    """A pick over 1,000 endpoints of which 300 are stale lists :data:`ENTRY_TOP_N` of the removed
+    ones, and every count. Until session s42 an entry listed all of them: with half of such a pool
+    stale, 98 MB per 1,000 entries (1 GB for a full ring), copied on the request path."""
+    s = scheduler_from_weights(
+        {"queue": 2, "kvCache": 2}, routing=RoutingSettings(stale_threshold_s=1.0), rng=random.Random(1)
+    )
+    views = [ep(f"10.0.{i // 250}.{i % 250}:8000", waiting=i % 7, kv=(i % 10) / 10) for i in range(700)]
+    views += [ep(f"10.9.{i // 250}.{i % 250}:8000", scraped_at=-5.0) for i in range(300)]
+    d = s.pick(req(), views, now=0.0)
+    log = DecisionLog(1, token=TOKEN)
+    log.record(request_id="r", scheduler="p", model="m", candidates=1000, decision=d, elapsed_s=None)
+    (entry,) = log.latest()
+    assert entry["removed_total"] == len(d.removed) == 300
+    assert [r["endpoint"] for r in entry["removed"]] == list(d.removed)[:ENTRY_TOP_N]
+    assert (entry["scored_total"], entry["fallbacks_total"]) == (len(d.scores), len(d.fallbacks))
+    assert [c["endpoint"] for c in entry["scored"]] == list(d.scores)[:ENTRY_TOP_N]
+    assert entry["scored"][0]["endpoint"] == entry["chosen"] == d.endpoint
+    assert entry["fallbacks"] == list(d.fallbacks[:ENTRY_TOP_N])
+    assert len(orjson.dumps(entry)) < 5_000
+
+
+def test_the_decision_header_stays_small_when_many_endpoints_are_stale() -> None:
+    """With 500 of 1,000 endpoints stale the header names :data:`HEADER_TOP_N` removed ones and
+    counts them all; until session s42 it named all 500 (22 KB, over aiohttp's 8,190-byte header
+    line: the client's request failed)."""
+    s = scheduler_from_weights(
+        {"queue": 2, "kvCache": 2}, routing=RoutingSettings(stale_threshold_s=1.0), rng=random.Random(1)
+    )
+    views = [
+        ep(f"10.0.{i // 250}.{i % 250}:8000", waiting=i % 7, scraped_at=-5.0 if i % 2 else 0.0)
+        for i in range(1000)
+    ]
+    d = s.pick(req(), views, now=0.0)
+    header = decision_header(d)
+    summary = orjson.loads(header)
+    assert summary["removed_total"] == len(d.removed) == 500
+    assert summary["removed"] == dict(list(d.removed.items())[:HEADER_TOP_N])
+    assert summary["chosen"] == d.endpoint
+    assert len(header) < 1_000
 
 
 def test_bad_settings_are_refused() -> None:

@@ -194,6 +194,17 @@ def test_a_decision_row_names_the_scorer_that_carried_the_chosen_pod() -> None:
     assert (row.candidates, row.removed, row.leading_scorer, row.decision_us) == (3, 1, "prefix-cache", 41.5)
 
 
+def test_a_decision_row_counts_every_removed_endpoint_not_only_those_listed() -> None:
+    """The gateway lists at most 32 removed endpoints per entry and counts them all in
+    ``removed_total`` (:data:`igw.gateway.decision_log.ENTRY_TOP_N`); an older gateway's entry has
+    no count and lists them all."""
+    listed = [{"endpoint": f"s:{i}", "by": "stale or failing metrics"} for i in range(32)]
+    (row,) = build_view(
+        None, parse_scrape("", {}, at=0.0, decisions=[{**ENTRY, "removed": listed, "removed_total": 300}])
+    ).decisions
+    assert row.removed == 300
+
+
 @pytest.mark.parametrize(
     ("change", "leading"),
     [({"outcome": "saturated", "chosen": None}, None), ({"scored": []}, None)],

@@ -494,6 +494,16 @@ def _metrics_page_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--models", type=COUNT, default=40, help="models with request series (default 40)")
     parser.add_argument("--scrapes", type=COUNT, default=5, help="scrapes per way and size (default 5)")
+    parser.add_argument(
+        "--clusters",
+        type=NON_NEGATIVE_INT,
+        default=100,
+        help="the global router's fleet for its /metrics measurement (default 100; 0: not measured)",
+    )
+    parser.add_argument("--regions", type=COUNT, default=10, help="the router fleet's regions (default 10)")
+    parser.add_argument(
+        "--router-models", type=COUNT, default=100, help="models the router serves (default 100)"
+    )
 
 
 def _compiled_arguments(parser: argparse.ArgumentParser) -> None:

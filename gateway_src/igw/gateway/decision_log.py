@@ -17,6 +17,7 @@ from __future__ import annotations
 import hmac
 import time
 from collections import deque
+from itertools import islice
 from typing import Any, Final
 
 import orjson
@@ -30,6 +31,13 @@ DEBUG_TOKEN_HEADER: Final = "X-Igw-Debug-Token"
 DECISION_HEADER: Final = "X-Igw-Decision"
 HEADER_TOP_N: Final = 5
 """Scored endpoints listed in :data:`DECISION_HEADER` (the header stays small on large pools)."""
+ENTRY_TOP_N: Final = 32
+"""Scored endpoints (best first), fallbacks and removed endpoints an entry lists; ``scored_total``,
+``fallbacks_total`` and ``removed_total`` count them all. The picker bounds the scored and fallback
+lists; the removed ones are as many as the pool's stale endpoints. Until session s42 an entry listed
+every one: with half of a 1,000-endpoint pool stale (a scrape outage on some nodes) an entry held
+500 removed endpoints, 98 MB per 1,000 entries (1 GB at :data:`MAX_CAPACITY`, copied on the request
+path), and ``/debug/decisions?limit=1000`` serialised 32 MB on the event loop (0.27 s)."""
 
 
 class DecisionLog:
@@ -54,14 +62,15 @@ class DecisionLog:
         elapsed_s: float | None,
         queued_s: float | None = None,
     ) -> None:
-        """Append one decision (the scores mapping is copied into plain JSON-ready values).
+        """Append one decision (the scores mapping is copied into plain JSON-ready values; at most
+        :data:`ENTRY_TOP_N` of each list, so an entry's size does not grow with the pool).
 
         ``queued_s``: the decision was the re-pick that dispatched a request after it waited this
         long in its flow-control queue (the saturated decision that queued it is its own entry);
         ``elapsed_s`` is ``None`` when the pick was not timed (the queue's re-picks)."""
         ranked = [
             {"endpoint": key, "rank": rank, "scores": {name: round(v, 6) for name, v in per.items()}}
-            for rank, (key, per) in enumerate(decision.scores.items())
+            for rank, (key, per) in enumerate(islice(decision.scores.items(), ENTRY_TOP_N))
         ]
         entry = {
             "time": time.time(),
@@ -70,10 +79,15 @@ class DecisionLog:
             "model": model,
             "outcome": decision.kind.value,
             "chosen": decision.endpoint,
-            "fallbacks": list(decision.fallbacks),
+            "fallbacks": list(decision.fallbacks[:ENTRY_TOP_N]),
+            "fallbacks_total": len(decision.fallbacks),
             "candidates": candidates,
             "scored": ranked,
-            "removed": [{"endpoint": key, "by": why} for key, why in decision.removed.items()],
+            "scored_total": len(decision.scores),
+            "removed": [
+                {"endpoint": key, "by": why} for key, why in islice(decision.removed.items(), ENTRY_TOP_N)
+            ],
+            "removed_total": len(decision.removed),
             "reason": decision.reason,
             "decision_us": None if elapsed_s is None else round(elapsed_s * 1e6, 1),
         }
@@ -98,11 +112,18 @@ class DecisionLog:
 
 def decision_header(decision: RoutingDecision) -> str:
     """A compact JSON summary of one decision for :data:`DECISION_HEADER`: the choice, the top
-    :data:`HEADER_TOP_N` endpoints with their per-scorer scores, what excluded the others."""
+    :data:`HEADER_TOP_N` endpoints with their per-scorer scores, what excluded the first
+    :data:`HEADER_TOP_N` removed ones and how many were removed.
+
+    The removed endpoints are bounded like the scored ones: until session s42 the header named every
+    one, about 45 bytes each, so with 500 of a 1,000-endpoint pool stale it was 22 KB, over the 8 KB a
+    response header line may have at aiohttp's client (a 400 ``Got more than 8190 bytes``) and at
+    proxies' default buffers: the request with the debug token failed exactly when it was needed."""
     top = list(decision.scores.items())[:HEADER_TOP_N]
     summary = {
         "chosen": decision.endpoint,
         "scored": {key: {name: round(v, 4) for name, v in per.items()} for key, per in top},
-        "removed": dict(decision.removed),
+        "removed": dict(islice(decision.removed.items(), HEADER_TOP_N)),
+        "removed_total": len(decision.removed),
     }
     return orjson.dumps(summary).decode()

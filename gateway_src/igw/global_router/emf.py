@@ -44,11 +44,20 @@ class FleetEmfReporter:
     def documents(self) -> list[dict[str, Any]]:
         """This interval's documents, one per dimension combination that moved (the first call
         reports everything since start)."""
+        return self._build(int(self._clock() * 1000))
+
+    def snapshot(self) -> Callable[[], list[str]]:
+        """The interval's timestamp read now, on the event loop; the returned call builds and
+        serialises the documents on any thread (the counters are prometheus_client's, read under
+        their locks), off the loop: at a fleet of hundreds of clusters the build is tens of ms."""
+        timestamp = int(self._clock() * 1000)
+        return lambda: [orjson.dumps(document).decode() for document in self._build(timestamp)]
+
+    def _build(self, timestamp: int) -> list[dict[str, Any]]:
         current = dict(self._samples())
         delta = {k: v - self._previous.get(k, 0.0) for k, v in current.items()}
         self._previous = current
         m = self._metrics
-        timestamp = int(self._clock() * 1000)
         out: list[dict[str, Any]] = []
 
         def add(family: Counter, name: str, dims: tuple[tuple[str, str], ...]) -> None:
@@ -65,8 +74,7 @@ class FleetEmfReporter:
         return out
 
     def lines(self) -> Iterator[str]:
-        for document in self.documents():
-            yield orjson.dumps(document).decode()
+        yield from self.snapshot()()
 
     def _samples(self) -> Iterator[tuple[_Key, float]]:
         m = self._metrics

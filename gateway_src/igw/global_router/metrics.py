@@ -10,6 +10,7 @@ from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from igw.gateway.metrics_render import MetricsPage
 from igw.gateway.telemetry import LATENCY_BUCKETS, TTFT_BUCKETS
 
 PREFIX: Final = "igw_global"
@@ -125,3 +126,9 @@ class FleetMetrics:
             buckets=TTFT_BUCKETS,
             registry=r,
         )
+        self.page = MetricsPage(r)
+        """``/metrics``, formatted on a worker thread (:mod:`igw.gateway.metrics_render`): the
+        duration and TTFT histograms are one series per model, region and locality, so at a fleet of
+        100 clusters in 10 regions serving 100 models the page is megabytes and ``generate_latest``
+        on the event loop stalled every routed request and stream for hundreds of milliseconds
+        (until session s42)."""

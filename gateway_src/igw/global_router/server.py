@@ -37,7 +37,7 @@ from typing import Final
 import orjson
 from aiohttp import ClientConnectionResetError, web
 from multidict import CIMultiDict
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry
 
 from igw.config.redis_password import redis_password
 from igw.gateway.app import MODEL_ROUTE, healthz, model_answer, openai_errors
@@ -844,7 +844,9 @@ async def _plain_readyz(request: web.Request) -> web.StreamResponse:
 
 
 async def _metrics(request: web.Request) -> web.StreamResponse:
-    payload = generate_latest(request.app[ROUTER_KEY].metrics.registry)
+    """The page, formatted off the event loop (:attr:`FleetMetrics.page`); concurrent scrapes share
+    one render."""
+    payload = await request.app[ROUTER_KEY].metrics.page.render()
     return web.Response(body=payload, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 

@@ -17,6 +17,16 @@ ratio holds on a loaded machine where the absolute figures do not. Last, the CPU
 way's own part on the loop (folding and reading the values,
 :meth:`~igw.gateway.metrics_render.MetricsPage.snapshot`): the rest of its stall is the interpreter
 lock changing hands (every 5 ms) and, on a busy machine, the wait for a core.
+
+Then the same two ways for the CloudWatch EMF interval (:mod:`igw.gateway.emf`, ``--emf-interval``):
+``on loop`` builds the documents in the ticker's task as before session s42, ``off loop`` reads the
+inputs on the loop (:meth:`~igw.gateway.emf.EmfReporter.snapshot`) and builds and serialises the
+documents on a worker thread, as :func:`~igw.gateway.emf.emf_context` does now; two reporters over the
+same state must give the same lines both ways.
+
+Last, the global router's ``/metrics`` (``igw global serve``) at a fleet of ``--clusters`` clusters
+in ``--regions`` regions serving ``--router-models`` models, both ways: ``generate_latest`` on the
+loop (until session s42) and :attr:`igw.global_router.metrics.FleetMetrics.page` (off it).
 """
 
 from __future__ import annotations
@@ -32,14 +42,16 @@ from dataclasses import dataclass
 from prometheus_client import generate_latest
 
 from igw.config.build import build_gateway_config
+from igw.gateway.emf import emf_reporter
 from igw.gateway.endpoints import DiscoveredEndpoint
 from igw.gateway.guards import OpenGuard
 from igw.gateway.state import GatewayState
+from igw.global_router.metrics import FleetMetrics
 from igw.scheduling.values import EngineMetrics
 
 HELP = (
     "Cost of a /metrics scrape at fleet scale: the event loop's stall and CPU per scrape, rendered on "
-    "the loop (as before session s42) and off it."
+    "the loop (as before session s42) and off it; the same for the CloudWatch EMF interval."
 )
 
 PROBE_SLEEP_S = 0.001
@@ -165,10 +177,93 @@ async def _size(endpoints: int, args: argparse.Namespace) -> None:
         state.metrics.page.snapshot()
         reads.append((time.thread_time() - cpu) * 1000)
     print(f"         off loop: the loop's own part (values read) {statistics.median(reads):.1f} ms CPU")
+    await _emf(state, args)
+
+
+async def _emf(state: GatewayState, args: argparse.Namespace) -> None:
+    """The EMF interval's cost both ways (see the module's docstring)."""
+    now = time.time()  # both reporters stamp their documents alike
+    on_loop = emf_reporter(state.metrics, clock=lambda: now)
+    off_loop = emf_reporter(state.metrics, clock=lambda: now)
+    lines = list(on_loop.lines())
+    assert lines == await asyncio.to_thread(off_loop.snapshot()), "the two EMF renderings differ"
+
+    async def emf_on_loop() -> bytes:
+        return "\n".join(on_loop.lines()).encode()
+
+    async def emf_off_loop() -> bytes:
+        return "\n".join(await asyncio.to_thread(off_loop.snapshot())).encode()
+
+    costs: dict[str, list[ScrapeCost]] = {"on loop": [], "off loop": []}
+    for _ in range(args.scrapes):
+        costs["on loop"].append(await _measure(emf_on_loop))
+        costs["off loop"].append(await _measure(emf_off_loop))
+    print(f"         EMF interval: {len(lines)} documents")
+    for way, measured in costs.items():
+        stall = statistics.median(c.stall_ms for c in measured)
+        cpu = statistics.median(c.cpu_ms for c in measured)
+        print(f"         EMF {way:<9} loop stall {stall:8.1f} ms   CPU per interval {cpu:8.1f} ms")
+    reads = []
+    for _ in range(args.scrapes):
+        cpu = time.thread_time()
+        off_loop.snapshot()
+        reads.append((time.thread_time() - cpu) * 1000)
+    print(f"         EMF off loop: the loop's own part (inputs read) {statistics.median(reads):.1f} ms CPU")
+
+
+def router_fleet_metrics(metrics: FleetMetrics, *, clusters: int, regions: int, models: int) -> FleetMetrics:
+    """``metrics`` as a router's traffic leaves them at a fleet of ``clusters`` clusters in ``regions``
+    regions serving ``models`` models: decisions, retries, failovers and heartbeat gauges per cluster,
+    requests per model, the duration and TTFT histograms per model, region and locality."""
+    for c in range(clusters):
+        cluster, region = f"cluster{c}", f"region{c % regions}"
+        for reason in ("same-region", "cross-region", "slow-start"):
+            metrics.decisions.labels(cluster, region, reason).inc(c + 1)
+        metrics.retries.labels(cluster, "503").inc()
+        metrics.failovers.labels(cluster, "stale-heartbeat").inc()
+        metrics.available.labels(cluster, region).set(1)
+        metrics.ramp.labels(cluster).set(1)
+        metrics.heartbeat_age.labels(cluster).set(c % 10 / 10)
+    for k in range(models):
+        model = f"model{k}"
+        metrics.requests.labels(model, "200").inc(k + 1)
+        for r in range(regions):
+            for locality in ("same-region", "cross-region"):
+                metrics.duration.labels(model, f"region{r}", locality).observe(0.2 + k / 100)
+                metrics.ttft.labels(model, f"region{r}", locality).observe(0.04)
+    return metrics
+
+
+async def _router(args: argparse.Namespace) -> None:
+    metrics = router_fleet_metrics(
+        FleetMetrics(), clusters=args.clusters, regions=args.regions, models=args.router_models
+    )
+    registry = metrics.registry
+
+    async def on_loop() -> bytes:
+        return generate_latest(registry)
+
+    page = await metrics.page.render()
+    assert page == generate_latest(registry), "the two renderings differ"
+    costs: dict[str, list[ScrapeCost]] = {"on loop": [], "off loop": []}
+    for _ in range(args.scrapes):
+        costs["on loop"].append(await _measure(on_loop))
+        costs["off loop"].append(await _measure(metrics.page.render))
+    lines = page.count(b"\n")
+    print(
+        f"global router, {args.clusters} clusters in {args.regions} regions, {args.router_models} models: "
+        f"page {len(page) / 1024:,.0f} KiB, {lines:,} lines"
+    )
+    for way, measured in costs.items():
+        stall = statistics.median(c.stall_ms for c in measured)
+        cpu = statistics.median(c.cpu_ms for c in measured)
+        print(f"         {way:<9} loop stall {stall:8.1f} ms   CPU per scrape {cpu:8.1f} ms")
 
 
 def run(args: argparse.Namespace) -> int:
     print(f"median of {args.scrapes} scrapes per way; probe: a task sleeping {PROBE_SLEEP_S * 1000:.0f} ms")
     for endpoints in args.endpoints:
         asyncio.run(_size(endpoints, args))
+    if args.clusters:
+        asyncio.run(_router(args))
     return 0

@@ -349,7 +349,8 @@ def decision_row(entry: Mapping[str, Any]) -> DecisionRow:
             outcome=str(entry["outcome"]),
             chosen=chosen,
             candidates=int(entry["candidates"]),
-            removed=len(entry["removed"]),
+            # a gateway since session s42 lists at most 32 removed endpoints and counts them all
+            removed=int(entry.get("removed_total", len(entry["removed"]))),
             leading_scorer=max(scores, key=lambda name: scores[name]) if scores else None,
             decision_us=float(entry["decision_us"]),
         )
