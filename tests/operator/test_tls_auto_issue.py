@@ -7,17 +7,19 @@ import base64
 import logging
 import threading
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import boto3
 import pytest
 import trustme
+from cryptography import x509
 from moto import mock_aws
 
 from igw.operator.dataplane import DataPlaneSettings
 from igw.operator.kube import Kube, OperatorStopping
-from igw.operator.reconcile import Reconciler
+from igw.operator.reconcile import RENEWAL_REASON, Reconciler
 from igw.operator.tls import KUBE_ACCESS, UID_TAG, AcmImporter, AutoTlsSettings, IssuerRef
 from tests.fakes.kube_api import FakeKubeApiServer
 from tests.operator.harness import (
@@ -484,8 +486,89 @@ def test_a_failed_issuance_is_reported_with_cert_managers_reason_not_as_pending(
     cert_manager_says(applied["metadata"]["generation"] - 1)
     assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
     assert programmed()["reason"] == "CertificatePending"
+    # cert-manager waits for a missing issuer without failing: the message says where to look.
+    assert "check that ClusterIssuer test-ca exists and is Ready" in programmed()["message"]
 
     cert_manager_says(applied["metadata"]["generation"])
     write_tls_secret(cluster, "chat-gateway-tls", applied["spec"]["dnsNames"])  # a retry succeeded
     assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
     assert programmed()["status"] == "True"
+
+
+def _renewal_events(cluster: FakeKubeApiServer) -> list[dict[str, Any]]:
+    return [e for e in cluster.store.iter_all() if e["kind"] == "Event" and e.get("reason") == RENEWAL_REASON]
+
+
+@pytest.mark.usefixtures("cert_manager")
+def test_a_failed_renewal_is_reported_while_the_current_certificate_keeps_being_served(
+    cluster: FakeKubeApiServer, acm: Any
+) -> None:
+    """Once the Secret held a certificate, cert-manager's ``Issuing=False`` (a renewal the issuer
+    refused) was never looked at: the object said ``Programmed`` and nothing else until the load
+    balancer served an expired certificate. Now GatewayProgrammed stays True (the current certificate
+    is still valid and served) with the failure in its message, and one Warning Event says it."""
+    now = [datetime.now(UTC)]
+    reconciler = Reconciler(
+        Kube(cluster.api_client()), DataPlaneSettings(), clock=lambda: now[0], **_options(acm)
+    )
+    cluster.add(tls_igwc("chat"))
+    assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
+    kind = cluster.store.kind_for(api_version="cert-manager.io/v1", kind="Certificate")
+    applied = find(cluster, "Certificate", "inference", "chat-gateway")
+    assert applied is not None
+    write_tls_secret(cluster, "chat-gateway-tls", applied["spec"]["dnsNames"])
+    assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
+
+    def programmed() -> dict[str, Any]:
+        found = condition(find(cluster, "InferenceGatewayConfig", "inference", "chat"), "GatewayProgrammed")
+        assert found is not None
+        return found
+
+    assert programmed()["status"] == "True"
+    assert "RENEWAL" not in programmed()["message"]
+    assert not _renewal_events(cluster)
+
+    def cert_manager_says(*conditions: dict[str, Any]) -> None:
+        live = find(cluster, "Certificate", "inference", "chat-gateway")
+        assert live is not None
+        live["status"] = {"conditions": list(conditions)}
+        cluster.store.replace(kind, "inference", "chat-gateway", live, status_only=True)
+
+    cause = "The certificate request has failed to complete and will be retried: CA refused: quota exceeded"
+    generation = applied["metadata"]["generation"]
+    cert_manager_says(
+        {"type": "Ready", "status": "True", "reason": "Ready"},
+        {"type": "Issuing", "status": "False", "reason": "Failed", "message": cause}
+        | {"observedGeneration": generation},
+    )
+    for _ in range(2):  # the second pass posts no second Event
+        assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
+    found = programmed()
+    assert (found["status"], found["reason"]) == ("True", "Programmed")
+    assert "CA refused: quota exceeded" in found["message"]
+    assert "inference/chat-gateway" in found["message"]
+    events = _renewal_events(cluster)
+    assert len(events) == 1, events
+    assert events[0]["type"] == "Warning"
+    assert "CA refused: quota exceeded" in events[0]["message"]
+    assert "expires at" in events[0]["message"]
+    assert find(cluster, "Service", "inference", "chat-gateway") is not None
+
+    # No Issuing condition, but the certificate is past two thirds of its life and not Ready.
+    secret = find(cluster, "Secret", "inference", "chat-gateway-tls")
+    assert secret is not None
+    leaf = x509.load_pem_x509_certificate(base64.b64decode(secret["data"]["tls.crt"]))
+    cert_manager_says({"type": "Ready", "status": "False", "reason": "Issuing", "message": "renewing"})
+    assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
+    assert "RENEWAL" not in programmed()["message"]  # early in its life: cert-manager is on it
+    now[0] = leaf.not_valid_after_utc - timedelta(hours=1)
+    assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
+    assert "Certificate not Ready: renewing" in programmed()["message"]
+    assert len(_renewal_events(cluster)) == 2
+
+    # Renewed: the report goes.
+    now[0] = datetime.now(UTC)
+    cert_manager_says({"type": "Ready", "status": "True", "reason": "Ready"})
+    write_tls_secret(cluster, "chat-gateway-tls", applied["spec"]["dnsNames"])
+    assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
+    assert "RENEWAL" not in programmed()["message"]

@@ -31,6 +31,31 @@ def test_a_bad_issuer_is_refused_with_the_expected_form(text: str) -> None:
     assert issubclass(TlsIssuerError, IgwToolingError)
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        "ClusterIssuer/a/b",
+        "Issuer/my issuer",
+        "Issuer/LetsEncrypt",
+        "Issuer/-x",
+        "Issuer/x.",
+        "Issuer/" + "a" * 254,
+    ],
+)
+def test_an_issuer_name_that_is_no_kubernetes_object_name_is_refused(text: str) -> None:
+    with pytest.raises(TlsIssuerError, match="not a Kubernetes object name"):
+        IssuerRef.parse(text)
+
+
+def test_a_dotted_issuer_name_is_taken() -> None:
+    assert IssuerRef.parse("ClusterIssuer/letsencrypt.prod") == IssuerRef("ClusterIssuer", "letsencrypt.prod")
+
+
+def test_the_cli_refuses_an_issuer_name_with_a_slash(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["operator", "--tls-issuer", "ClusterIssuer/a/b", "--no-leader-election"]) == 2
+    assert "--tls-issuer 'ClusterIssuer/a/b'" in capsys.readouterr().err
+
+
 def test_the_cli_refuses_a_bad_issuer_before_connecting(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["operator", "--tls-issuer", "letsencrypt", "--no-leader-election"]) == 2
     assert "--tls-issuer 'letsencrypt'" in capsys.readouterr().err

@@ -74,6 +74,7 @@ from igw.operator.tls import (
     foreign_secret,
     issuance_failure,
     issued_secret,
+    renewal_problem,
     secret_name,
     wants_auto_issue,
 )
@@ -85,6 +86,9 @@ PORTS_REASON = "ServicePortUnresolved"
 """Warning Event: a Service port the config names whose pod port the operator could not resolve, so
 its NetworkPolicy may keep the gateway's connections out (:mod:`igw.operator.service_ports`)."""
 """The reason of the Event naming AWS's fields an object sets that igw accepts without acting on."""
+RENEWAL_REASON = "CertificateRenewalFailed"
+"""Warning Event: cert-manager is not renewing the auto-issued certificate the load balancer serves
+(:func:`igw.operator.tls.renewal_problem`); the current one keeps being served until it expires."""
 
 Clock = Callable[[], datetime]
 
@@ -111,6 +115,8 @@ class TlsOutcome:
     certificate: Mapping[str, Any] | None = None
     """The cert-manager Certificate to apply with the rest of the data plane (all or nothing), when
     the cluster serves the kind."""
+    renewal: str | None = None
+    """Why the certificate served is not being renewed (it still is, until it expires), else ``None``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,6 +173,9 @@ class Reconciler:
         self._ports_noted: dict[tuple[str, str], tuple[object, tuple[str, ...]]] = {}
         """``(namespace, name): (uid, problems)`` of the unresolved Service ports last reported
         (:meth:`_service_egress`): one Event when they change, not one per pass."""
+        self._renewal_noted: dict[tuple[str, str], tuple[object, str]] = {}
+        """``(namespace, name): (uid, problem)`` of the renewal failure last reported
+        (:meth:`_post_renewal`): one Warning Event when it changes, not one per pass."""
 
     @property
     def acm(self) -> AcmImporter:
@@ -210,6 +219,7 @@ class Reconciler:
                 self._certificates_gone.pop(key, None)
                 self._terminating.discard(key)
                 self._noted.pop(key, None)
+                self._renewal_noted.pop(key, None)
                 return False
             await self._pass(igwc, listed)
             return True
@@ -356,6 +366,7 @@ class Reconciler:
             tls_problem=tls.problem,
             tls_status=tls.status,
             tls_retired=retired,
+            tls_renewal=tls.renewal,
             network_policy=self._settings.network_policy,
         )
         try:
@@ -378,6 +389,7 @@ class Reconciler:
         for transition in transitions:
             await self._post(igwc, transition)
         await self._post_notes(igwc)
+        await self._post_renewal(igwc, tls.renewal)
 
     async def _deleted_meanwhile(self, igwc: Mapping[str, Any]) -> bool:
         """Whether ``igwc`` was deleted (or is being deleted, or was made anew) since its pass read it.
@@ -419,6 +431,32 @@ class Reconciler:
                 meta["namespace"],
                 meta["name"],
                 reason,
+                refusal_text(exc),
+            )
+
+    async def _post_renewal(self, igwc: Mapping[str, Any], problem: str | None) -> None:
+        """One Warning Event ``CertificateRenewalFailed`` each time the renewal problem of ``igwc``'s
+        auto-issued certificate changes (the status's GatewayProgrammed message carries it meanwhile).
+        Best effort, as :meth:`_post`."""
+        meta = igwc["metadata"]
+        key = (meta["namespace"], meta["name"])
+        if problem is None:
+            self._renewal_noted.pop(key, None)
+            return
+        mark = (meta.get("uid"), problem)
+        if self._renewal_noted.get(key) == mark:
+            return
+        self._renewal_noted[key] = mark
+        log.warning("%s/%s: %s", key[0], key[1], problem)
+        try:
+            await self._kube.event(igwc, reason=RENEWAL_REASON, message=problem, warning=True)
+        except Exception as exc:  # events are best effort; the status already says it
+            log.log(
+                logging.DEBUG if namespace_terminating(exc) else logging.WARNING,
+                "%s/%s: posting the %s event failed: %s",
+                key[0],
+                key[1],
+                RENEWAL_REASON,
                 refusal_text(exc),
             )
 
@@ -631,7 +669,11 @@ class Reconciler:
                     "CertificatePending",
                     f"waiting for cert-manager to issue Certificate {namespace}/{service_name} "
                     f"(issuer {issuer.kind}/{issuer.name}) into Secret {namespace}/{secret}; "
-                    "the Service is created once the certificate is in ACM",
+                    "the Service is created once the certificate is in ACM. If this lasts, check that "
+                    f"{issuer.kind} {issuer.name}"
+                    + (f" exists in namespace {namespace}" if issuer.kind == "Issuer" else " exists")
+                    + " and is Ready (cert-manager waits for a missing issuer without failing: "
+                    f"kubectl describe certificaterequest -n {namespace})",
                 ),
                 certificate=wanted,
             )
@@ -657,7 +699,13 @@ class Reconciler:
             # issuer refuses a new name), and the status said the new name was served meanwhile.
             "dnsNames": list(issued.dns_names),
         }
-        return TlsOutcome(acm_arn=arn, status=status, certificate=wanted)
+        # The certificate in ACM is served either way; a renewal cert-manager fails (or never makes)
+        # is reported, or the listener served the old one until it expired with the object Programmed.
+        renewal = renewal_problem(live, issued, self._clock())
+        if renewal is not None:
+            where = f"Certificate {namespace}/{service_name} (issuer {issuer.kind}/{issuer.name})"
+            renewal = f"{where}: {renewal}"
+        return TlsOutcome(acm_arn=arn, status=status, certificate=wanted, renewal=renewal)
 
     async def forget(self, igwc: Mapping[str, Any]) -> None:
         """``igwc`` was deleted: delete its ACM import, its Certificate and the Secret cert-manager
@@ -667,6 +715,7 @@ class Reconciler:
         await self._retire_certificate(igwc)
         self._certificates_gone.pop(_identity(igwc)[:2], None)
         self._ports_noted.pop(_identity(igwc)[:2], None)
+        self._renewal_noted.pop(_identity(igwc)[:2], None)
 
     async def _retire_certificate(self, igwc: Mapping[str, Any]) -> None:
         """Delete the Certificate this operator applied for ``igwc`` and the Secret cert-manager wrote

@@ -86,6 +86,8 @@ class Observation:
     """``status.tls`` of the auto-issued certificate (``acmArn``, ``issuedAt``, ``dnsNames``)."""
     tls_retired: bool = False
     """The spec stopped asking for auto-issue and the imported certificate was deleted."""
+    tls_renewal: str | None = None
+    """Why cert-manager is not renewing the auto-issued certificate served (still served), else ``None``."""
     apply_reason: str = "ApplyFailed"
     """GatewayProgrammed's reason while ``apply_error`` is set: ``NamespaceTerminating`` when the
     API server refused only because the namespace is being deleted."""
@@ -276,6 +278,8 @@ def _conditions(
         )
         if seen.tls_status:
             applied += f"; TLS listener with the auto-issued certificate {seen.tls_status.get('acmArn')}"
+        if seen.tls_renewal:
+            applied += f"; RENEWAL FAILING: {seen.tls_renewal}"
         out["GatewayProgrammed"] = ("True", "Programmed", applied)
     else:
         out["GatewayProgrammed"] = ("False", "NotProgrammed", "no spec of this object has been admitted yet")

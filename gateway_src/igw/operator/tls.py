@@ -28,10 +28,12 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import re
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Final
 
 from cryptography import x509
@@ -75,6 +77,8 @@ operator's IAM role must allow for auto-issued TLS (the CDK app's role grants ex
 CERTIFICATE_NAME_ANNOTATION: Final = "cert-manager.io/certificate-name"
 """What cert-manager writes on the Secret of a Certificate: that Certificate's name."""
 _ISSUER_KINDS: Final = ("Issuer", "ClusterIssuer")
+_OBJECT_NAME: Final = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+"""A Kubernetes object name (DNS-1123 subdomain; at most 253 characters, checked apart)."""
 _PEM_END: Final = "-----END CERTIFICATE-----"
 
 
@@ -91,9 +95,18 @@ class IssuerRef:
 
     @classmethod
     def parse(cls, text: str) -> IssuerRef:
+        """``KIND/NAME`` as ``--tls-issuer`` takes it. The name must be a Kubernetes object name:
+        ``ClusterIssuer/a/b`` or a name with a space was accepted, and every Certificate the operator
+        applied then named an issuer that cannot exist, each object ``CertificatePending`` for good."""
         kind, _, name = text.partition("/")
         if kind not in _ISSUER_KINDS or not name:
             raise TlsIssuerError(f"--tls-issuer {text!r}: expected Issuer/NAME or ClusterIssuer/NAME")
+        if len(name) > 253 or not _OBJECT_NAME.fullmatch(name):
+            raise TlsIssuerError(
+                f"--tls-issuer {text!r}: NAME {name!r} is not a Kubernetes object name (lower-case "
+                "letters, digits, '-' and '.', starting and ending with a letter or digit, at most 253 "
+                "characters); expected Issuer/NAME or ClusterIssuer/NAME"
+            )
         return cls(kind, name)
 
 
@@ -163,6 +176,43 @@ def issuance_failure(live: Mapping[str, Any] | None) -> str | None:
     return None
 
 
+def _condition(live: Mapping[str, Any] | None, kind: str) -> Mapping[str, Any] | None:
+    for found in ((live or {}).get("status") or {}).get("conditions") or ():
+        if isinstance(found, Mapping) and found.get("type") == kind:
+            return found
+    return None
+
+
+def renewal_problem(live: Mapping[str, Any] | None, issued: IssuedCertificate, now: datetime) -> str | None:
+    """Why the certificate being served (``issued``, imported into ACM) is not being replaced as it
+    should be, or ``None``.
+
+    A failed renewal left the object saying ``Programmed`` until the load balancer served an expired
+    certificate: the Secret still held the old one, so :func:`issuance_failure` was never consulted.
+    Reported: cert-manager's last attempt failed for the Certificate's current generation (``Issuing``
+    False); or the served certificate is past two thirds of its lifetime (cert-manager's default
+    renewal point) while the Certificate is not ``Ready``; or it has expired."""
+    expiry = issued.not_after
+    until = ""
+    if expiry is not None:
+        verb = "expired" if now >= expiry else "expires"
+        until = f"; the certificate in ACM {verb} at {expiry.strftime('%Y-%m-%dT%H:%M:%SZ')}"
+    failure = issuance_failure(live)
+    if failure is not None:
+        return f"cert-manager failed to renew the certificate: {failure}{until}"
+    if expiry is None:
+        return None
+    if now >= expiry:
+        return f"cert-manager has not renewed the certificate{until}"
+    start = issued.not_before
+    ready = _condition(live, "Ready")
+    overdue = start is not None and now >= expiry - (expiry - start) / 3
+    if overdue and ready is not None and ready.get("status") == "False":
+        why = str(ready.get("message") or ready.get("reason") or "not Ready")
+        return f"cert-manager has not renewed the certificate (Certificate not Ready: {why}){until}"
+    return None
+
+
 def dns_names(service_name: str, namespace: str, hostnames: Sequence[str] = ()) -> list[str]:
     """The names the certificate covers: the client-facing ``hostnames`` (``spec.extensions.dataPlane``)
     first, then the Service's in-cluster names, shortest first; the first is the common name."""
@@ -222,6 +272,9 @@ class IssuedCertificate:
     dns_names: tuple[str, ...] = ()
     """The DNS names of the leaf's subjectAltName: what it covers (``status.tls.dnsNames``), which
     differs from what the Certificate asks while cert-manager has not reissued it for new names."""
+    not_before: datetime | None = None
+    not_after: datetime | None = None
+    """The leaf's validity (UTC): a renewal that does not come is reported (:func:`renewal_problem`)."""
 
     @classmethod
     def from_secret(cls, secret: Mapping[str, Any] | None) -> IssuedCertificate | None:
@@ -244,6 +297,8 @@ class IssuedCertificate:
             private_key=key,
             issued_at=leaf.not_valid_before_utc.strftime("%Y-%m-%dT%H:%M:%SZ"),
             dns_names=_covered_names(leaf),
+            not_before=leaf.not_valid_before_utc,
+            not_after=leaf.not_valid_after_utc,
         )
 
 
