@@ -476,6 +476,39 @@ async def test_a_cluster_busy_searching_for_responses_is_skipped_without_countin
         assert all(h.consecutive_failures == 0 for h in fx.fleets[0].health.values())
 
 
+async def test_a_relayed_404_ends_the_search_for_a_stored_response(redis_server: RedisServer) -> None:
+    """A continuation no cluster is known to store moves on from a cluster's 404, but a JSON 404
+    over 1 MiB is relayed as it arrives, and then it is the answer. Before session s42 the search went
+    on: the next cluster's 404 was written after it on the same connection (4,194,768 bytes, two
+    responses for one request), and the client's next request there read it as its own answer."""
+    asked: Counter[str] = Counter()
+    large = orjson.dumps({"error": {"message": "x" * (2 * 1024 * 1024), "code": "not_found"}})
+
+    async def not_stored(request: web.Request) -> web.StreamResponse:
+        asked[request.path] += 1
+        await request.read()
+        return web.Response(status=404, body=large, content_type="application/json")
+
+    app = web.Application()
+    app.router.add_post("/v1/responses", not_stored)
+    one_connection = aiohttp.TCPConnector(limit=1)
+    async with (
+        fleet(redis_server, **STEADY) as fx,
+        serve_app(app, host="127.0.0.1", port=0) as url,
+        aiohttp.ClientSession(connector=one_connection) as http,
+    ):
+        _east_answered_by(fx, url)
+        body = {"model": MODEL, "input": "hi", "previous_response_id": "resp_made_up"}
+        async with http.post(fx.urls[0] + "/v1/responses", json=body) as resp:
+            assert resp.status == 404
+            assert await resp.read() == large
+        async with http.get(fx.urls[0] + "/metrics") as resp:  # the same connection
+            assert resp.status == 200
+            assert resp.content_type == "text/plain"
+            assert (await resp.text()).startswith("#")
+        assert asked["/v1/responses"] == 1
+
+
 async def test_errors_have_the_openai_shape(redis_server: RedisServer) -> None:
     async with fleet(redis_server) as fx:
         async with await fx.post({"model": "nope", "prompt": "x"}) as resp:

@@ -1012,6 +1012,27 @@ def test_capacity_is_the_counted_rate_over_the_time_averaged_busy_slots(
     assert got == (None if capacity is None else pytest.approx(capacity))
 
 
+def test_thirty_seconds_of_observations_at_ten_thousand_a_second_keep_the_capacity_estimate_small() -> None:
+    """Flow control observes every endpoint's busy slots on every arrival: one entry per step held
+    300k entries (29 MB) per endpoint for the 30 s window at 10k requests/s until session s42. The
+    busy slot-seconds are summed per slot of the window, and the estimate stays that of the steps."""
+    estimate = CapacityEstimate(window_s=30.0)
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for i in range(300_000):
+            estimate.observe(i / 10_000, 4 + i % 3)  # 4, 5, 6 busy in turn: 5 on average
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert held < 64 * 1024, held
+    assert estimate.mean_busy(30.0) == pytest.approx(5.0, rel=1e-3)
+    assert estimate.capacity(30.0, completion_rate=20.0, batch=8) == pytest.approx(32.0, rel=1e-3)
+    # Ten seconds later, with 8 busy meanwhile, the window holds 20 s of 5 and 10 s of 8.
+    estimate.observe(30.0, 8)
+    assert estimate.mean_busy(40.0) == pytest.approx(6.0, rel=0.01)
+
+
 def test_capacity_keeps_fewer_slots_than_the_rate_of_a_held_back_pod() -> None:
     # An 8-sequence pod held at half its batch completes 18.85/s; counted like that, Critical at
     # 11.4/s looks like 60 % of the pod and the cap is kept. Its capacity is 37.7/s (30 %).

@@ -391,8 +391,12 @@ async def _route(
             return await _past_max_request(request, router, prepared)
         last = result
         _count_large_error(router, cluster.name, result)
-        if searches and result.status == 404 and choice is not choices[-1]:
-            m.retries.labels(cluster.name, RESPONSE_SEARCH).inc()  # not stored there: no attempt spent
+        if searches and result.status == 404 and not result.response.prepared and choice is not choices[-1]:
+            # Not stored there: no attempt spent. A 404 already relayed (a JSON body over
+            # ERROR_ANSWER_BUFFER_BYTES) is the answer: until session s42 the search went on, and
+            # the next cluster's answer was written after it on the same connection, where the
+            # client's next request on it read it as its own.
+            m.retries.labels(cluster.name, RESPONSE_SEARCH).inc()
             continue
         answered += 1
         # A cluster's failed answer counts against it for this model only (the model's pods may be
