@@ -210,3 +210,22 @@ def test_run_takes_its_seed_from_the_spec_unless_seed_is_given(tmp_path: Path) -
     assert from_spec == records(None, "--seed", "3")
     assert from_spec != records(None)  # no seed anywhere: 0
     assert records(3, "--seed", "0") == records(None)  # --seed wins over the spec
+
+
+def test_run_refuses_a_trace_row_beyond_the_simulators_time_range(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A finite but huge arrival (``1e308``) passed the trace checks and ended the run in an
+    ``OverflowError`` traceback from the scrape clock, naming no line."""
+    spec = tmp_path / "fleet.yaml"
+    spec.write_text(SPEC, encoding="utf-8")
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(
+        '{"arrival": 0, "output_tokens": 10, "prompt_tokens": 100}\n'
+        '{"arrival": 1e308, "output_tokens": 10, "prompt_tokens": 100}\n',
+        encoding="utf-8",
+    )
+    assert main(["sim", "run", "--spec", str(spec), "--trace", str(trace)]) == 2
+    err = capsys.readouterr().err
+    assert f"igw sim run: {trace}:2: arrival 1e+308 s after the first row" in err
+    assert "beyond the simulator's range of 1e+09 s" in err
