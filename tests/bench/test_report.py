@@ -196,3 +196,14 @@ def test_summary_shows_a_failed_gateway_tail_as_worse_not_as_unmeasured(
     assert cells[2] == "+∞ % / +∞ %"  # TTFT p95 / p99 against round-robin's 2 s
     assert cells[6] == "+∞ % (–)"  # gap to the oracle's 0.4 s (no gateway-tuned row)
     assert cells[9] == "-75.0 % / +0.0 %"  # p50 0.5 s against 2 s; the same output tokens per second
+
+
+def test_the_baseline_against_itself_reads_plus_zero_not_a_negative_zero_drop(
+    tmp_path: Path, scenario_run: ScenarioRun
+) -> None:
+    """Rates flip the reduction's sign; ``-0.0`` printed round-robin's throughput against its own as
+    "-0.0 %" in the report (the console table already avoided it)."""
+    md = write_report(scenario_run, tmp_path).read_text()
+    row = next(line for line in md.splitlines() if line.startswith("| round-robin | +0.0 %"))
+    assert "-0.0 %" not in row
+    assert row.count("+0.0 %") == 4  # TTFT p50, p95, p99 and out tok/s against itself
