@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
 import pytest
@@ -115,3 +116,21 @@ def test_des_side_of_the_check_keeps_the_live_seeds_and_adds_more() -> None:
     assert agreement_des_seeds(live_seeds=[1, 2, 3], count=5) == [1, 2, 3, 4, 5]
     assert agreement_des_seeds(live_seeds=[7, 3], count=4) == [7, 3, 1, 2]
     assert agreement_des_seeds(live_seeds=[1, 2, 3], count=2) == [1, 2, 3]  # never fewer than live
+
+
+def test_a_failed_percentile_is_worse_than_any_finite_one_and_ties_only_another_failure() -> None:
+    """Live routers that lose requests have an infinite p99 (failures are infinite latency): it tied
+    with a finite p99 (``inf <= 0.1 * inf``), and two of them over two seeds crashed Welch's test."""
+    inf = math.inf
+    assert separation([inf, inf, inf], [0.3, 0.4, 0.5], tolerance=0.1) == 1
+    assert separation([0.3, 0.4, 0.5], [inf, 2.0, 3.0], tolerance=0.1) == -1  # one failed seed suffices
+    assert separation([inf], [0.3], tolerance=0.1) == 1
+    assert separation([inf, inf], [inf, 4.0], tolerance=0.1) == 0
+    des = _run("des", {"round-robin": [3.8, 3.9], "sglang-router": [1.9, 1.8], "gateway-default": [0.5, 0.6]})
+    live = _run(
+        "live", {"round-robin": [inf, inf], "sglang-router": [inf, inf], "gateway-default": [0.4, 0.3]}
+    )
+    [p99] = compare(des, live, metrics=("ttft_p99_s",))
+    assert p99.agrees
+    assert set(p99.confirmed) == {("gateway-default", "round-robin"), ("gateway-default", "sglang-router")}
+    assert p99.ties == (("round-robin", "sglang-router"),)  # both failed live: not comparable there

@@ -89,6 +89,8 @@ def test_a_seed_given_twice_is_an_argparse_error(argv: list[str], capsys: pytest
             "weights.queue: must be a non-negative",
         ),
         (["--policies", "random", "--weights", '{"queue": 3}'], "--weights: none of the policies run"),
+        # `{}` ran the policies' own defaults while the report stated the override `{}` (s42)
+        (["--policies", "gateway-default", "--weights", "{}"], "--weights: the map is empty"),
     ],
 )
 def test_bad_weights_are_refused_before_any_policy_runs(

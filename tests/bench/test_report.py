@@ -171,3 +171,39 @@ def test_console_table_prints_the_signed_p99_change_against_round_robin(scenario
     assert "-0.0" not in rows["round-robin"]
     assert "-70.0" in rows["gateway"]  # 0.6 s against round-robin's 2.0 s
     assert "+100.0" in rows["slow"]  # 4.0 s against 2.0 s
+
+
+def test_summary_shows_a_failed_gateway_tail_as_worse_not_as_unmeasured(
+    tmp_path: Path, scenario_run: ScenarioRun
+) -> None:
+    """The gateway's p95/p99 reach into a failed request while round-robin's and the oracle's are finite:
+    the reductions are -inf, which the JSON can only write as null; the summary read that null as "not
+    measured" and printed "–" where it must say the gateway did infinitely worse."""
+    from igw.bench.summary import write_summary
+
+    gateway = scenario_run.policies.pop("gateway")
+    failed = RequestSample(endpoint="p0", ok=False, arrival_s=0.0, ttft_s=None, e2e_s=None, itl_s=None)
+    gateway.summaries = [
+        summarize([*gateway.samples, failed], endpoints=PODS, ttft_slo_s=1.0, duration_s=10.0)
+    ]
+    gateway.seeds = [0]
+    scenario_run.policies["gateway-default"] = gateway
+    write_report(scenario_run, tmp_path)
+    row = next(
+        line for line in write_summary(tmp_path).read_text().splitlines() if line.startswith("| tiny |")
+    )
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[2] == "+∞ % / +∞ %"  # TTFT p95 / p99 against round-robin's 2 s
+    assert cells[6] == "+∞ % (–)"  # gap to the oracle's 0.4 s (no gateway-tuned row)
+    assert cells[9] == "-75.0 % / +0.0 %"  # p50 0.5 s against 2 s; the same output tokens per second
+
+
+def test_the_baseline_against_itself_reads_plus_zero_not_a_negative_zero_drop(
+    tmp_path: Path, scenario_run: ScenarioRun
+) -> None:
+    """Rates flip the reduction's sign; ``-0.0`` printed round-robin's throughput against its own as
+    "-0.0 %" in the report (the console table already avoided it)."""
+    md = write_report(scenario_run, tmp_path).read_text()
+    row = next(line for line in md.splitlines() if line.startswith("| round-robin | +0.0 %"))
+    assert "-0.0 %" not in row
+    assert row.count("+0.0 %") == 4  # TTFT p50, p95, p99 and out tok/s against itself

@@ -57,3 +57,31 @@ def test_burst_mean_fraction_and_lora_and_prefix_shapes() -> None:
     demo = scenario_requests(DEMO, capacity_rps=100, seed=1, duration_s=3)
     assert max(r.output_tokens for r in demo) <= 48
     assert max(r.prompt_tokens for r in demo) <= 1024
+
+
+def test_a_run_too_long_to_hold_is_refused_before_any_request_is_built() -> None:
+    """``igw bench demo-mixed-8b --duration-scale 1e9`` built trillions of requests (prompt text
+    included) until the process died of a ``MemoryError`` traceback. Run in a child process capped at
+    1.5 GiB of address space, so that without the bound it fails fast instead of taking the machine's
+    memory."""
+    import resource
+    import subprocess
+    import sys
+
+    def cap_memory() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (3 << 29, 3 << 29))
+
+    code = (
+        "from igw.bench.scenarios import DEMO\n"
+        "from igw.bench.workload import scenario_requests\n"
+        "try:\n"
+        "    scenario_requests(DEMO, capacity_rps=300.0, seed=1, duration_s=DEMO.duration_s * 1e9)\n"
+        "except ValueError as exc:\n"
+        "    print(exc)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, preexec_fn=cap_memory
+    )
+    assert done.returncode == 0, done.stderr[-400:]
+    assert done.stdout.startswith("demo-mixed-8b: ")
+    assert "requests per seed, more than the 1,000,000 a run holds; lower --duration-scale" in done.stdout

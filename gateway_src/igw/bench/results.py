@@ -85,7 +85,8 @@ class ScenarioRun:
         red = reduction_pct(value, baseline=base)
         if red is None:
             return None
-        return red if name in LATENCY_FIELDS else -red
+        # 0.0 - x, not -x: the baseline against itself (and any equal rate) is +0.0, not a "-0.0 %" drop
+        return red if name in LATENCY_FIELDS else 0.0 - red
 
     def gap_to_oracle(self, policy: str, name: str) -> float | None:
         """% worse than the oracle (latency: above it; rates: below it)."""
@@ -95,7 +96,7 @@ class ScenarioRun:
         gap = gap_pct(value, oracle=best)
         if gap is None:
             return None
-        return gap if name in LATENCY_FIELDS else -gap
+        return gap if name in LATENCY_FIELDS else 0.0 - gap
 
     def to_json(self) -> dict[str, Any]:
         """All numbers and parameters (no raw samples), ready for ``orjson.dumps``."""

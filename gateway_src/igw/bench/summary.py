@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 
 from igw.bench.report import format_pct
-from igw.bench.stats import reduction_pct
+from igw.bench.stats import gap_pct, reduction_pct
 
 BEST_PEER_POLICIES = ("random", "least-request", "power-of-two", "sglang-cache-aware", "vllm-cache-aware")
 """The policies people would pick instead of the gateway (the peers' algorithms, modelled)."""
@@ -22,11 +22,14 @@ SERVICE_POLICY = "kube-service"
 
 
 def _red(doc: dict[str, Any], policy: str, field: str) -> float | None:
-    entry = doc["policies"].get(policy)
-    if entry is None or entry.get("unavailable"):
-        return None
-    value = entry["reduction_vs_baseline_pct"].get(field)
-    return None if value is None else float(value)
+    """% lower than the run's baseline (round-robin), recomputed from the two across-seed means.
+
+    Why not the JSON's ``reduction_vs_baseline_pct``: a failed percentile makes that reduction
+    ``-inf``, which JSON writes as ``null``, the same as "not measured" - the summary printed "–" where
+    the gateway's tail had failed (and "−100 %" only in the opposite case)."""
+    return reduction_pct(
+        _mean(doc, policy, field), baseline=_mean(doc, doc.get("baseline") or "round-robin", field)
+    )
 
 
 def _mean(doc: dict[str, Any], policy: str, field: str) -> float | None:
@@ -40,9 +43,10 @@ def _mean(doc: dict[str, Any], policy: str, field: str) -> float | None:
 
 
 def _gap(doc: dict[str, Any], policy: str, field: str) -> float | None:
-    entry = doc["policies"].get(policy)
-    value = None if entry is None else entry["gap_to_oracle_pct"].get(field)
-    return None if value is None else float(value)
+    """% above the oracle's across-seed mean, recomputed from the means (a failed side is ``±inf``,
+    which the JSON's ``gap_to_oracle_pct`` can only write as ``null``)."""
+    oracle = doc.get("oracle")
+    return None if oracle is None else gap_pct(_mean(doc, policy, field), oracle=_mean(doc, oracle, field))
 
 
 def _pct(v: float | None) -> str:
@@ -94,6 +98,7 @@ def summary_rows(docs: list[dict[str, Any]]) -> list[str]:
         )
         p50 = _red(doc, gw, "ttft_p50_s")
         tok = _red(doc, gw, "output_tok_per_s")
+        tok = None if tok is None else 0.0 - tok  # a rate: + = more throughput than the baseline
         lines.append(
             f"| {doc['scenario']} | {claim} | {vs_rr} | {vs_service} | {best_cell} | {vs_best} | {gap_cell} "
             f"| {speed} | {goodput} | {_pct(p50)} / {'–' if tok is None else f'{tok:+.1f} %'} |"

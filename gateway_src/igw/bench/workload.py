@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import random
 from collections.abc import Iterator
+from typing import Final
 
 from igw.bench.scenarios import (
     BurstLoad,
@@ -117,13 +118,29 @@ def _stream(
     return list(gen)
 
 
+MAX_REQUESTS_PER_SEED: Final = 1_000_000
+"""The most requests one seed of a scenario may hold (every one is built, prompt text included, before
+the run starts). Why a bound: ``--duration-scale 1e9`` asked for trillions, and the list grew until the
+process died of a ``MemoryError`` traceback (or took a shared machine's memory with it); the largest
+scenario at full scale (homogeneous-steady) holds about 22,000 per seed."""
+
+
 def scenario_requests(
     scenario: Scenario, *, capacity_rps: float, seed: int, duration_s: float | None = None
 ) -> list[SimRequest]:
-    """The scenario's requests for one seed at its load level relative to ``capacity_rps``."""
+    """The scenario's requests for one seed at its load level relative to ``capacity_rps``.
+
+    Raises ``ValueError`` naming the scenario and the count when it exceeds :data:`MAX_REQUESTS_PER_SEED`."""
     duration = scenario.duration_s if duration_s is None else duration_s
     rng = random.Random(seed)
-    count = max(1, round(mean_fraction(scenario) * capacity_rps * duration))
+    rate = mean_fraction(scenario) * capacity_rps
+    count = max(1, round(rate * duration))
+    if count > MAX_REQUESTS_PER_SEED:
+        raise ValueError(
+            f"{scenario.name}: {duration:g} s of traffic at {rate:.1f} req/s "
+            f"is {count:,} requests per seed, more than the {MAX_REQUESTS_PER_SEED:,} a run holds; lower "
+            "--duration-scale (live mode: --live-requests)"
+        )
     return _stream(
         scenario, arrivals=_arrivals(scenario, capacity_rps=capacity_rps, rng=rng), count=count, rng=rng
     )

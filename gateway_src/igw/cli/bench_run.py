@@ -57,6 +57,10 @@ def _parse_weights(raw: str | None) -> dict[str, float] | None:
     ):
         raise ValueError('--weights: expected a JSON object of numbers, e.g. {"queue": 3, "prefix": 2}')
     weights = {k: float(v) for k, v in value.items()}
+    if not weights:
+        # `{}` ran every policy on its own defaults (an empty map is falsy where the policies read
+        # it) while the report stated the override `{}`
+        raise ValueError("--weights: the map is empty; name at least one weight, or leave --weights out")
     try:
         # the scheduler is built from them only when a gateway policy's turn comes: checked now, an
         # unknown scorer or a negative weight failed after every earlier policy's run

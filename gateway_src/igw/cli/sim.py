@@ -73,7 +73,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="replay a JSONL/CSV trace instead of generating requests (then no --requests, --rate, --cv "
         "or --lengths: the trace sets them)",
     )
-    run.add_argument("--seed", type=SEED, default=0, help="random seed of the workload (default 0)")
+    run.add_argument(
+        "--seed",
+        type=SEED,
+        default=None,
+        help="random seed of the workload and the engines (default: the spec's seed, itself 0 by default)",
+    )
     run.add_argument(
         "--scrape-interval", type=POSITIVE, default=0.05, help="seconds between metric scrapes (default 0.05)"
     )

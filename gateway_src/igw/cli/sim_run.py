@@ -26,7 +26,7 @@ def run_des_command(
     cv: float,
     lengths: str,
     trace: str | None,
-    seed: int,
+    seed: int | None,
     scrape_interval_s: float,
     max_retries: int,
     records_path: str | None,
@@ -34,6 +34,9 @@ def run_des_command(
 
     try:
         spec = FleetSpec.from_yaml(spec_path)
+        # the spec's own seed unless --seed is given: it was ignored here (only `igw sim fleet` read it), so
+        # editing it changed nothing while the docs say every draw is seeded from the spec or --seed
+        seed = spec.seed if seed is None else seed
         model = spec.pods[0].model_name
         rng = random.Random(seed)
         requests: Iterator[SimRequest]

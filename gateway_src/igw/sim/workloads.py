@@ -267,6 +267,14 @@ _IN_FIELDS: Final = ("prompt_tokens", "input_tokens", "ContextTokens", "input_le
 _OUT_FIELDS: Final = ("output_tokens", "GeneratedTokens", "output_length")
 
 
+MAX_TRACE_OFFSET_S = 1e9
+"""The latest arrival a trace row may have, in seconds after the first row (after ``speedup``).
+
+Why a bound: a finite but huge time (``1e308``) passed every check and ended the simulation in an
+``OverflowError`` traceback (scrape ticks of ``now / interval``), naming no line; no trace spans 31
+years, and up to there a float still resolves well under a microsecond."""
+
+
 def replay(
     path: str | Path,
     *,
@@ -327,9 +335,15 @@ def replay(
         if adapter is not None and not isinstance(adapter, str):
             raise WorkloadError(f"{where}: adapter must be a string")
         row_model = row.get("model") or adapter or model
+        arrival = (t - t0) / speedup
+        if not arrival <= MAX_TRACE_OFFSET_S:
+            raise WorkloadError(
+                f"{where}: arrival {arrival:g} s after the first row (after the speedup) is beyond the "
+                f"simulator's range of {MAX_TRACE_OFFSET_S:g} s (about 31 years)"
+            )
         yield SimRequest(
             request_id=str(row.get("request_id") or f"trace-{count}"),
-            arrival=(t - t0) / speedup,
+            arrival=arrival,
             prompt_text=text,
             prompt_tokens=n_in,
             output_tokens=n_out,
