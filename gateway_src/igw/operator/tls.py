@@ -38,6 +38,7 @@ from typing import Any, Final
 
 from cryptography import x509
 
+from igw.config.certificate_renewal import renewal_time
 from igw.errors import IgwToolingError
 
 CERT_MANAGER_API: Final = "cert-manager.io/v1"
@@ -191,7 +192,12 @@ def renewal_problem(live: Mapping[str, Any] | None, issued: IssuedCertificate, n
     certificate: the Secret still held the old one, so :func:`issuance_failure` was never consulted.
     Reported: cert-manager's last attempt failed for the Certificate's current generation (``Issuing``
     False); or the served certificate is past two thirds of its lifetime (cert-manager's default
-    renewal point) while the Certificate is not ``Ready``; or it has expired."""
+    renewal point) while the Certificate is not ``Ready``; or it has expired.
+
+    The renewal point is cert-manager's (:func:`igw.config.certificate_renewal.renewal_time`): its
+    ``status.renewalTime``, else ``spec.renewBefore`` / ``renewBeforePercentage``, else two thirds of
+    the lifetime. Two thirds alone missed a Certificate renewed earlier (``renewBefore: 1440h`` on a
+    90-day certificate renews at day 30): not Ready and stuck for a month before it was reported."""
     expiry = issued.not_after
     until = ""
     if expiry is not None:
@@ -204,9 +210,9 @@ def renewal_problem(live: Mapping[str, Any] | None, issued: IssuedCertificate, n
         return None
     if now >= expiry:
         return f"cert-manager has not renewed the certificate{until}"
-    start = issued.not_before
     ready = _condition(live, "Ready")
-    overdue = start is not None and now >= expiry - (expiry - start) / 3
+    renewal = renewal_time(live, issued.not_before, expiry)
+    overdue = renewal is not None and now >= renewal
     if overdue and ready is not None and ready.get("status") == "False":
         why = str(ready.get("message") or ready.get("reason") or "not Ready")
         return f"cert-manager has not renewed the certificate (Certificate not Ready: {why}){until}"
