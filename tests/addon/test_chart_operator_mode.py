@@ -180,6 +180,8 @@ def test_namespace_list_gives_namespaced_roles_and_a_read_only_cluster_role() ->
     assert _grants(cluster_role["rules"]) == {
         ("apiextensions.k8s.io", "customresourcedefinitions"): {"get", "list", "watch"},
         ("", "namespaces"): {"get", "list", "watch"},
+        # cluster-scoped: a namespaced Role cannot grant it
+        ("cert-manager.io", "clusterissuers"): {"get"},
     }
     roles = {
         o["metadata"]["namespace"]: o
@@ -419,3 +421,35 @@ def test_the_operator_args_the_chart_renders_are_never_refused_as_ignored(
         args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
         parsed = build_parser().parse_args(args)
         assert not refuse_ignored_options(parsed), (values, capsys.readouterr().err)
+
+
+def _issuer_rules(rules: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        resource: rule.get("resourceNames")
+        for rule in rules
+        for resource in rule["resources"]
+        if resource in ("issuers", "clusterissuers")
+    }
+
+
+@pytest.mark.parametrize("namespaces", [[], ["models-a", "models-b"]])
+def test_the_operator_may_read_only_the_issuer_it_is_configured_with(namespaces: list[str]) -> None:
+    """While a Certificate waits, the operator reads the issuer ``operator.tlsIssuer`` names to report
+    it missing or not Ready (``IssuerNotFound`` / ``IssuerNotReady``). ``get`` on that name only: the
+    ClusterIssuer in the ClusterRole (cluster-scoped, in both modes), the Issuer in each namespace's
+    Role (or the ClusterRole with all namespaces); none with ``operator.autoTls: false``."""
+    objects = _objects({"operator": {"tlsIssuer": "Issuer/team-ca", "namespaces": namespaces}})
+    (cluster_role,) = [o for o in objects if o["kind"] == "ClusterRole"]
+    roles = [o for o in objects if o["kind"] == "Role" and "leader" not in o["metadata"]["name"]]
+    assert len(roles) == len(namespaces)
+    if namespaces:
+        assert _issuer_rules(cluster_role["rules"]) == {"clusterissuers": ["team-ca"]}
+        for role in roles:
+            assert _issuer_rules(role["rules"]) == {"issuers": ["team-ca"]}
+    else:
+        assert _issuer_rules(cluster_role["rules"]) == {"clusterissuers": ["team-ca"], "issuers": ["team-ca"]}
+    for rule in cluster_role["rules"] + [rule for role in roles for rule in role["rules"]]:
+        if {"issuers", "clusterissuers"} & set(rule["resources"]):
+            assert rule["verbs"] == ["get"]
+    off = _objects({"operator": {"autoTls": False, "namespaces": namespaces}})
+    assert not any(_issuer_rules(o["rules"]) for o in off if o["kind"] in ("ClusterRole", "Role"))

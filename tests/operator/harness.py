@@ -374,3 +374,27 @@ class InUseOnce:
             error = {"Error": {"Code": "ResourceInUseException", "Message": "in use by a listener"}}
             raise self._acm.exceptions.ResourceInUseException(error, "DeleteCertificate")
         return self._acm.delete_certificate(**kwargs)
+
+
+def add_issuer(
+    kube: FakeKubeApiServer,
+    kind: str,
+    name: str,
+    *,
+    namespace: str | None = None,
+    ready: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Play cert-manager: an ``Issuer`` (in ``namespace``) or ``ClusterIssuer`` ``name`` (self-signed)
+    whose ``Ready`` condition is ``ready`` (``{"status": "True"}`` by default, as cert-manager sets it
+    on an issuer it can use); replaced when it exists."""
+    meta: dict[str, Any] = {"name": name}
+    if namespace is not None:
+        meta["namespace"] = namespace
+    body: dict[str, Any] = {"apiVersion": "cert-manager.io/v1", "kind": kind, "metadata": meta}
+    body["spec"] = {"selfSigned": {}}
+    store_kind = kube.store.kind_for(api_version="cert-manager.io/v1", kind=kind)
+    live = find(kube, kind, namespace or "", name) or kube.add(body)
+    live["status"] = {
+        "conditions": [{"type": "Ready", "status": "True", "reason": "IsReady"} | (ready or {})]
+    }
+    return kube.store.replace(store_kind, namespace or "", name, live, status_only=True)

@@ -185,3 +185,25 @@ def test_the_chart_rbac_lets_the_operator_adopt_the_orphans_of_a_config_applied_
         for o in owned_by(cluster, reborn["metadata"]["uid"])
     }
     assert after == before
+
+
+@pytest.mark.usefixtures("cert_manager")
+@pytest.mark.parametrize("namespaces", [[], ["inference"]])
+def test_the_chart_rbac_lets_the_operator_report_a_missing_issuer(
+    cluster: FakeKubeApiServer, kubeconfig: Path, acm: Any, namespaces: list[str]
+) -> None:
+    """The default chart names ``ClusterIssuer/igw-selfsigned`` and creates it only with
+    ``operator.selfSignedClusterIssuer``: under the rendered RBAC (all namespaces, or a namespace
+    list, whose Roles cannot grant a cluster-scoped kind) the operator reads the issuer and says it
+    is missing (``IssuerNotFound``), rather than ``CertificatePending`` for good."""
+    rendered = _render({"operator": {"namespaces": namespaces}})
+    options = _options(_container_args(rendered), kubeconfig)
+    cluster.enforce_rbac(rendered)
+    settings = dataclasses.replace(options.auto_tls, acm_client_factory=lambda: acm)
+    reconciler = Reconciler(Kube(cluster.api_client()), DataPlaneSettings(), auto_tls=settings)
+    cluster.add(tls_igwc("chat"))
+    assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
+    found = condition(find(cluster, "InferenceGatewayConfig", "inference", "chat"), "GatewayProgrammed")
+    assert found is not None
+    assert (found["status"], found["reason"]) == ("False", "IssuerNotFound"), found
+    assert "ClusterIssuer igw-selfsigned does not exist" in found["message"]

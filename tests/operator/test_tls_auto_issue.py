@@ -24,6 +24,7 @@ from igw.operator.tls import KUBE_ACCESS, UID_TAG, AcmImporter, AutoTlsSettings,
 from tests.fakes.kube_api import FakeKubeApiServer
 from tests.operator.harness import (
     InUseOnce,
+    add_issuer,
     condition,
     find,
     igwc,
@@ -57,6 +58,7 @@ def _pem(text: str) -> str:
 def test_auto_issued_certificate_is_imported_renewed_and_deleted(
     cluster: FakeKubeApiServer, kubeconfig: Path, acm: Any
 ) -> None:
+    add_issuer(cluster, "ClusterIssuer", "test-ca")
     with running_operator(kubeconfig, **_options(acm)):
         uid = cluster.add(tls_igwc("chat"))["metadata"]["uid"]
         certificate = wait_for(lambda: find(cluster, "Certificate", "inference", "chat-gateway"), what="cert")
@@ -450,6 +452,7 @@ def test_a_failed_issuance_is_reported_with_cert_managers_reason_not_as_pending(
     """An issuer that refuses (an ACME order gone invalid, a CA that denies the request) makes
     cert-manager set ``Issuing=False`` with the cause on the Certificate. The object said
     ``CertificatePending: waiting for cert-manager to issue ...`` for good, the cause nowhere on it."""
+    add_issuer(cluster, "ClusterIssuer", "test-ca")
     reconciler = Reconciler(Kube(cluster.api_client()), DataPlaneSettings(), **_options(acm))
     cluster.add(tls_igwc("chat"))
     assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
@@ -572,3 +575,69 @@ def test_a_failed_renewal_is_reported_while_the_current_certificate_keeps_being_
     write_tls_secret(cluster, "chat-gateway-tls", applied["spec"]["dnsNames"])
     assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
     assert "RENEWAL" not in programmed()["message"]
+
+
+@pytest.mark.usefixtures("cert_manager")
+@pytest.mark.parametrize("kind", ["ClusterIssuer", "Issuer"])
+def test_a_missing_or_unready_issuer_is_reported_not_left_pending(
+    cluster: FakeKubeApiServer, acm: Any, kind: str
+) -> None:
+    """cert-manager waits for a missing or unready issuer without failing the Certificate: the object
+    said ``CertificatePending`` for good (its message only suggested checking the issuer). The
+    operator reads the issuer it is configured with while the Certificate waits: ``IssuerNotFound``,
+    then ``IssuerNotReady`` with the issuer's own Ready message, then pending once it is Ready."""
+    settings = AutoTlsSettings(IssuerRef(kind, "team-ca"), lambda: acm)
+    reconciler = Reconciler(Kube(cluster.api_client()), DataPlaneSettings(), auto_tls=settings)
+    cluster.add(tls_igwc("chat"))
+    namespace = "inference" if kind == "Issuer" else None
+
+    def programmed() -> dict[str, Any]:
+        assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
+        found = condition(find(cluster, "InferenceGatewayConfig", "inference", "chat"), "GatewayProgrammed")
+        assert found is not None
+        assert found["status"] == "False"
+        return found
+
+    missing = programmed()
+    assert missing["reason"] == "IssuerNotFound"
+    assert f"{kind} team-ca does not exist" in missing["message"]
+    assert "inference/chat-gateway" in missing["message"]
+    assert ("in namespace inference" in missing["message"]) == (kind == "Issuer")
+    assert find(cluster, "Certificate", "inference", "chat-gateway") is not None  # applied all the same
+
+    # an Issuer of that name elsewhere is not the one the Certificate names
+    if kind == "Issuer":
+        add_issuer(cluster, kind, "team-ca", namespace="default")
+        assert programmed()["reason"] == "IssuerNotFound"
+    cause = 'Error initializing issuer: secret "team-ca-key" not found'
+    add_issuer(cluster, kind, "team-ca", namespace=namespace, ready={"status": "False", "message": cause})
+    unready = programmed()
+    assert unready["reason"] == "IssuerNotReady"
+    assert f"{kind} team-ca" in unready["message"]
+    assert cause in unready["message"]
+
+    add_issuer(cluster, kind, "team-ca", namespace=namespace)
+    assert programmed()["reason"] == "CertificatePending"
+    write_tls_secret(cluster, "chat-gateway-tls", "chat.llm.example.com")
+    assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
+    done = condition(find(cluster, "InferenceGatewayConfig", "inference", "chat"), "GatewayProgrammed")
+    assert done is not None
+    assert done["status"] == "True"
+
+
+@pytest.mark.usefixtures("cert_manager")
+def test_an_issuer_the_operator_may_not_read_leaves_the_pending_message(
+    cluster: FakeKubeApiServer, acm: Any
+) -> None:
+    """RBAC narrowed by hand (no ``get`` on clusterissuers): the read's 403 is no verdict, the pass
+    goes on and reports ``CertificatePending`` with its advice to check the issuer, as before."""
+    cluster.forbid("clusterissuers")
+    reconciler = Reconciler(Kube(cluster.api_client()), DataPlaneSettings(), **_options(acm))
+    cluster.add(tls_igwc("chat"))
+    assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
+    pending = condition(find(cluster, "InferenceGatewayConfig", "inference", "chat"), "GatewayProgrammed")
+    assert pending is not None
+    assert (pending["status"], pending["reason"]) == ("False", "CertificatePending")
+    assert "check that ClusterIssuer test-ca exists and is Ready" in pending["message"]
+    assert find(cluster, "Certificate", "inference", "chat-gateway") is not None
+    assert any(path.endswith("/clusterissuers/test-ca") for _, path, _ in cluster.requests)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import base64
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import boto3
 import pytest
@@ -10,6 +12,7 @@ import trustme
 from moto import mock_aws
 
 from igw.cli.main import main
+from igw.config.certificate_renewal import parse_go_duration
 from igw.errors import IgwToolingError
 from igw.operator.dataplane import DataPlaneSettings, desired_objects
 from igw.operator.tls import (
@@ -20,6 +23,7 @@ from igw.operator.tls import (
     TlsIssuerError,
     certificate,
     client_hostnames,
+    renewal_problem,
     wants_auto_issue,
 )
 
@@ -204,3 +208,62 @@ def test_an_unchanged_certificate_asks_acm_again_only_after_the_verify_interval(
         third = importer.ensure_imported(renewed, arn=again, uid="uid-1", name="chat", cluster="d")
         assert third != again
         assert "ImportCertificate" in calls
+
+
+def _served(days: int) -> IssuedCertificate:
+    """A certificate in ACM valid for ``days`` days from 2026-01-01 (only its validity matters)."""
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    return IssuedCertificate(
+        leaf="", chain="", private_key="", issued_at="", not_before=start, not_after=start + timedelta(days)
+    )
+
+
+def _stuck(**fields: Any) -> dict[str, Any]:
+    """A Certificate not Ready (cert-manager renewing and not getting there), with ``fields``:
+    ``renewBefore`` / ``renewBeforePercentage`` (spec) or ``renewalTime`` (status)."""
+    spec = {key: value for key, value in fields.items() if key.startswith("renewBefore")}
+    status: dict[str, Any] = {"conditions": [{"type": "Ready", "status": "False", "message": "renewing"}]}
+    if "renewalTime" in fields:
+        status["renewalTime"] = fields["renewalTime"]
+    return {"metadata": {"generation": 1}, "spec": spec, "status": status}
+
+
+@pytest.mark.parametrize(
+    ("live", "quiet_day", "reported_day"),
+    [
+        (_stuck(), 59, 61),  # cert-manager's default: two thirds of 90 days
+        (_stuck(renewBefore="1440h"), 29, 31),  # 60 days before expiry
+        (_stuck(renewBefore="1440h0m0s"), 29, 31),  # as the API server writes it back
+        (_stuck(renewBeforePercentage=50), 44, 46),
+        (_stuck(renewBefore="2400h"), 59, 61),  # not shorter than the lifetime: cert-manager ignores it
+        # status.renewalTime (what cert-manager computed) wins over the spec
+        (_stuck(renewBefore="1440h", renewalTime="2026-01-11T00:00:00Z"), 9, 11),
+    ],
+)
+def test_a_stuck_renewal_is_reported_from_cert_managers_renewal_point(
+    live: dict[str, Any], quiet_day: int, reported_day: int
+) -> None:
+    """``renewal_problem`` assumed cert-manager renews two thirds into the lifetime: a Certificate
+    renewed earlier (``renewBefore``, ``renewBeforePercentage``, or the point cert-manager wrote in
+    ``status.renewalTime``) sat not Ready for weeks before the object said a word."""
+    served = _served(90)
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    assert renewal_problem(live, served, start + timedelta(days=quiet_day)) is None
+    problem = renewal_problem(live, served, start + timedelta(days=reported_day))
+    assert problem is not None
+    assert "Certificate not Ready: renewing" in problem
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("720h", 2592000.0), ("1h30m0s", 5400.0), ("1.5h", 5400.0), ("0", 0.0), ("90m", 5400.0)],
+)
+def test_go_durations_parse_as_cert_manager_writes_them(text: str, seconds: float) -> None:
+    parsed = parse_go_duration(text)
+    assert parsed is not None
+    assert parsed.total_seconds() == seconds
+
+
+@pytest.mark.parametrize("text", ["", "h", "-1h", "1 h", "1d", "10", 10, None])
+def test_what_is_no_go_duration_is_not_read_as_one(text: object) -> None:
+    assert parse_go_duration(text) is None

@@ -59,7 +59,14 @@ from igw.operator.dataplane import (
     initial_only_fields,
     object_metadata,
 )
-from igw.operator.kube import ADOPTION_LABELS, IGWC_API_VERSION, Kube, namespace_terminating, refusal_text
+from igw.operator.kube import (
+    ADOPTION_LABELS,
+    IGWC_API_VERSION,
+    Kube,
+    OperatorStopping,
+    namespace_terminating,
+    refusal_text,
+)
 from igw.operator.service_ports import CachedReader, ServiceEgress, resolve, service_refs
 from igw.operator.status import Observation, Transition, compute_status
 from igw.operator.tls import (
@@ -74,6 +81,7 @@ from igw.operator.tls import (
     foreign_secret,
     issuance_failure,
     issued_secret,
+    issuer_problem,
     renewal_problem,
     secret_name,
     wants_auto_issue,
@@ -664,6 +672,9 @@ class Reconciler:
                 certificate=wanted,
             )
         if issued is None:
+            blocked = await self._issuer_problem(namespace, service_name)
+            if blocked is not None:
+                return TlsOutcome(problem=blocked, certificate=wanted)
             return TlsOutcome(
                 problem=(
                     "CertificatePending",
@@ -706,6 +717,22 @@ class Reconciler:
             where = f"Certificate {namespace}/{service_name} (issuer {issuer.kind}/{issuer.name})"
             renewal = f"{where}: {renewal}"
         return TlsOutcome(acm_arn=arn, status=status, certificate=wanted, renewal=renewal)
+
+    async def _issuer_problem(self, namespace: str, certificate_name: str) -> tuple[str, str] | None:
+        """Why the configured issuer cannot sign the waiting Certificate (missing, not Ready), from
+        one read of it (:func:`igw.operator.tls.issuer_problem`); ``None`` when it is Ready or when it
+        cannot be read (RBAC narrowed by hand, the kind not served): then ``CertificatePending`` says
+        to check it, as before the read existed."""
+        issuer = self._auto_tls.issuer
+        scope = namespace if issuer.kind == "Issuer" else ""
+        try:
+            found = await self._kube.get(CERT_MANAGER_API, issuer.kind, scope, issuer.name)
+        except OperatorStopping:
+            raise
+        except Exception as exc:  # a refusal or a kind not served: no verdict, the pass goes on
+            log.debug("reading %s %s failed: %s", issuer.kind, issuer.name, refusal_text(exc))
+            return None
+        return issuer_problem(issuer, found, namespace, certificate_name)
 
     async def forget(self, igwc: Mapping[str, Any]) -> None:
         """``igwc`` was deleted: delete its ACM import, its Certificate and the Secret cert-manager

@@ -38,6 +38,7 @@ from typing import Any, Final
 
 from cryptography import x509
 
+from igw.config.certificate_renewal import renewal_time
 from igw.errors import IgwToolingError
 
 CERT_MANAGER_API: Final = "cert-manager.io/v1"
@@ -52,15 +53,22 @@ cluster's life). ACM is shared by every cluster of an account and region, so the
 DEFAULT_ISSUER: Final = "ClusterIssuer/igw-selfsigned"
 KUBE_ACCESS: Final[dict[tuple[str, str], frozenset[str]]] = {
     ("cert-manager.io", "certificates"): frozenset({"get", "create", "update", "delete"}),
+    ("cert-manager.io", "issuers"): frozenset({"get"}),
     ("", "secrets"): frozenset({"get", "list", "delete"}),
 }
 """The API access auto-issue needs on top of the data plane's, ``(group, resource): verbs`` (the
 Certificate is applied like every data-plane object; the Secret is read, and deleted with the
 Certificate once the object no longer uses them; the orphan sweep lists the Secrets carrying the
-operator's labels). None of it with auto-issue switched off."""
-CLUSTER_ACCESS: Final[dict[tuple[str, str], frozenset[str]]] = {("", "namespaces"): frozenset({"get"})}
+operator's labels; an ``Issuer`` named by ``--tls-issuer`` is read while a Certificate waits, to
+say whether it exists and is Ready, :func:`issuer_problem`; the chart grants that one name only).
+None of it with auto-issue switched off."""
+CLUSTER_ACCESS: Final[dict[tuple[str, str], frozenset[str]]] = {
+    ("", "namespaces"): frozenset({"get"}),
+    ("cert-manager.io", "clusterissuers"): frozenset({"get"}),
+}
 """Cluster-scoped access auto-issue needs: ``get`` on the ``kube-system`` Namespace (its uid is the
-:data:`CLUSTER_TAG` value; the chart grants that one name only)."""
+:data:`CLUSTER_TAG` value; the chart grants that one name only), and on the ``ClusterIssuer`` named
+by ``--tls-issuer`` (:func:`issuer_problem`; that one name only)."""
 ACM_LIST_ACTIONS: Final = ("acm:ListCertificates",)
 """IAM actions of the ACM calls :class:`AcmImporter` makes that take no resource ARN (finding the
 certificate an object already owns)."""
@@ -191,7 +199,12 @@ def renewal_problem(live: Mapping[str, Any] | None, issued: IssuedCertificate, n
     certificate: the Secret still held the old one, so :func:`issuance_failure` was never consulted.
     Reported: cert-manager's last attempt failed for the Certificate's current generation (``Issuing``
     False); or the served certificate is past two thirds of its lifetime (cert-manager's default
-    renewal point) while the Certificate is not ``Ready``; or it has expired."""
+    renewal point) while the Certificate is not ``Ready``; or it has expired.
+
+    The renewal point is cert-manager's (:func:`igw.config.certificate_renewal.renewal_time`): its
+    ``status.renewalTime``, else ``spec.renewBefore`` / ``renewBeforePercentage``, else two thirds of
+    the lifetime. Two thirds alone missed a Certificate renewed earlier (``renewBefore: 1440h`` on a
+    90-day certificate renews at day 30): not Ready and stuck for a month before it was reported."""
     expiry = issued.not_after
     until = ""
     if expiry is not None:
@@ -204,13 +217,44 @@ def renewal_problem(live: Mapping[str, Any] | None, issued: IssuedCertificate, n
         return None
     if now >= expiry:
         return f"cert-manager has not renewed the certificate{until}"
-    start = issued.not_before
     ready = _condition(live, "Ready")
-    overdue = start is not None and now >= expiry - (expiry - start) / 3
+    renewal = renewal_time(live, issued.not_before, expiry)
+    overdue = renewal is not None and now >= renewal
     if overdue and ready is not None and ready.get("status") == "False":
         why = str(ready.get("message") or ready.get("reason") or "not Ready")
         return f"cert-manager has not renewed the certificate (Certificate not Ready: {why}){until}"
     return None
+
+
+def issuer_problem(
+    issuer: IssuerRef, found: Mapping[str, Any] | None, namespace: str, certificate_name: str
+) -> tuple[str, str] | None:
+    """``(reason, message)`` when the issuer a waiting Certificate names cannot sign it: ``found``
+    (the issuer as read from the API, ``None`` when it does not exist) is missing
+    (``IssuerNotFound``) or not Ready (``IssuerNotReady``, with its own Ready message). ``None`` when
+    it is Ready: cert-manager is on it.
+
+    cert-manager waits for a missing or unready issuer without failing the Certificate, so the
+    object said ``CertificatePending`` for good with the cause nowhere on it (the default chart names
+    ``ClusterIssuer/igw-selfsigned`` and creates it only with ``operator.selfSignedClusterIssuer``)."""
+    where = f" in namespace {namespace}" if issuer.kind == "Issuer" else ""
+    waiting = f"Certificate {namespace}/{certificate_name} waits for it"
+    if found is None:
+        return (
+            "IssuerNotFound",
+            f"{issuer.kind} {issuer.name} does not exist{where}: {waiting} (cert-manager does not fail "
+            f"it); create the {issuer.kind}, or name another with the operator's --tls-issuer (chart "
+            "operator.tlsIssuer; operator.selfSignedClusterIssuer: true creates "
+            "ClusterIssuer/igw-selfsigned)",
+        )
+    ready = _condition(found, "Ready")
+    if ready is not None and ready.get("status") == "True":
+        return None
+    if ready is None:
+        why = "it has no Ready condition yet: cert-manager has not processed it (is cert-manager running?)"
+    else:
+        why = str(ready.get("message") or ready.get("reason") or "not Ready")
+    return ("IssuerNotReady", f"{issuer.kind} {issuer.name}{where} is not Ready: {why}; {waiting}")
 
 
 def dns_names(service_name: str, namespace: str, hostnames: Sequence[str] = ()) -> list[str]:

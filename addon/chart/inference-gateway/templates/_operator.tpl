@@ -28,7 +28,9 @@ their removal. With networkPolicy.enabled: false only read and delete the
 gateways' NetworkPolicies (it deletes the ones it made before, and makes none); list pods for status; post Events; for
 spec.tls: {} read, create, replace and delete cert-manager Certificates, read their Secrets and delete
 the one of a Certificate it deletes, and list the Secrets carrying its labels (the orphan sweep of
-configs deleted while no operator ran; igw/operator/tls.py KUBE_ACCESS); none of that with
+configs deleted while no operator ran; igw/operator/tls.py KUBE_ACCESS), and read the one Issuer
+(here) or ClusterIssuer (in the ClusterRole) operator.tlsIssuer names, while a Certificate waits for
+it, to report it missing or not Ready (that name only); none of that with
 operator.autoTls: false (RBAC cannot narrow Secrets to the operator's own, so the switch is the way
 to take cluster-wide Secret access away).
 Roles and RoleBindings: get/create/update only, without resourceNames: the operator creates one of
@@ -97,5 +99,17 @@ server refuses to create that Role (RBAC escalation prevention).
 - apiGroups: [""]
   resources: ["secrets"]
   verbs: ["get", "list", "delete"]
+- apiGroups: ["cert-manager.io"]
+  resources: ["issuers"]
+  resourceNames: [{{ include "igw.operatorIssuerName" . | quote }}]
+  verbs: ["get"]
 {{- end }}
+{{- end }}
+
+{{- /*
+The NAME of operator.tlsIssuer (KIND/NAME): the one Issuer or ClusterIssuer the operator reads while a
+Certificate waits, to report it missing or not Ready (igw/operator/tls.py issuer_problem).
+*/}}
+{{- define "igw.operatorIssuerName" -}}
+{{- splitList "/" .Values.operator.tlsIssuer | last -}}
 {{- end }}

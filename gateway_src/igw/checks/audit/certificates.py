@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 from igw.checks.framework import CheckContext, FunctionCheck, Reporter
 from igw.checks.inventory import Missing, need
 from igw.checks.k8s import ref
 from igw.checks.model import CheckMeta, Command, Result, Severity
-
-RENEWAL_GRACE = timedelta(hours=1)
+from igw.config.certificate_renewal import RENEWAL_GRACE, parse_time
 
 META = CheckMeta(
     id="IGW-AU103",
@@ -25,15 +24,6 @@ META = CheckMeta(
 )
 
 
-def _time(value: object) -> datetime | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-
-
 def _run(ctx: CheckContext, r: Reporter) -> Iterator[Result]:
     certificates = need(ctx.inventory.kube.of("Certificate"))
     now = ctx.clock()
@@ -44,8 +34,8 @@ def _run(ctx: CheckContext, r: Reporter) -> Iterator[Result]:
             yield r.skip(ref(cert), Missing("no status (manifest source or not yet reconciled)"))
             continue
         ready = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), None)
-        not_after = _time(status.get("notAfter"))
-        renewal = _time(status.get("renewalTime"))
+        not_after = parse_time(status.get("notAfter"))
+        renewal = parse_time(status.get("renewalTime"))
         if not_after is not None and not_after <= now:
             yield r.fail(ref(cert), f"expired at {status['notAfter']}", severity=Severity.CRITICAL)
         elif ready is None or ready.get("status") != "True":
