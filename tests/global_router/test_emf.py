@@ -9,9 +9,9 @@ import logging
 import os
 import random
 import re
+import select
 import signal
 import sys
-import termios
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -31,7 +31,7 @@ from igw.global_router.metrics import FleetMetrics
 from igw.global_router.server import ROUTER_KEY, create_global_app
 from tests.gateway.fake_model_server import FakeModelServer
 from tests.gateway.support import wait_for
-from tests.global_router.support import MODEL, global_doc
+from tests.global_router.support import MODEL, global_doc, read_to_end, unread
 from tests.security.helpers import RedisServer
 
 BURST = 30
@@ -200,8 +200,8 @@ async def test_global_serve_answers_while_its_stdout_is_not_read(
     )
     (tmp_path / "global.yaml").write_text(yaml.safe_dump(doc))
     read_end, write_end = os.pipe()
-    fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, 4096)  # the smallest pipe: it fills within a second
-    capacity = fcntl.fcntl(write_end, fcntl.F_GETPIPE_SZ)
+    fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, 4 * select.PIPE_BUF)  # a small pipe: it fills at once
+    full = fcntl.fcntl(write_end, fcntl.F_GETPIPE_SZ) - select.PIPE_BUF  # what a blocked writer left
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "igw.cli.main", "global", "serve", "--config", str(tmp_path / "global.yaml"),
         "--host", "127.0.0.1", "--port", "0", "--drain-seconds", "0", "--emf-interval", "0.01",
@@ -221,16 +221,16 @@ async def test_global_serve_answers_while_its_stdout_is_not_read(
         full_since: float | None = None
         loop = asyncio.get_running_loop()
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as http:
-            # Until the pipe holds half its capacity, then 2 s more: hundreds of intervals' lines.
+            # Until the pipe is full (its writer blocked), then 2 s more: hundreds of intervals' lines.
             while full_since is None or loop.time() - full_since < 2:
                 async with http.post(url + "/v1/completions", json={"model": MODEL, "prompt": "x"}) as resp:
                     assert resp.status == 200, await resp.text()
                 answered += 1
-                if full_since is None and _unread(read_end) >= capacity // 2:
+                if full_since is None and unread(read_end) >= full:
                     full_since = loop.time()
                 assert answered < 20_000, "the router's stdout never filled"
-        assert _unread(read_end) >= capacity // 2
-        drained = asyncio.ensure_future(asyncio.to_thread(_read_to_end, read_end))
+        assert unread(read_end) >= full
+        drained = asyncio.ensure_future(asyncio.to_thread(read_to_end, read_end))
         proc.send_signal(signal.SIGTERM)
         assert await asyncio.wait_for(proc.wait(), timeout=60) == 0
         stdout = await asyncio.wait_for(drained, timeout=30)
@@ -245,21 +245,3 @@ async def test_global_serve_answers_while_its_stdout_is_not_read(
     for document in documents:
         _check(document)
     assert _totals(documents)["ClusterRequests", (("Cluster", "east-a"),)] == answered
-
-
-def _unread(fd: int) -> int:
-    """Bytes waiting in the pipe whose read end is ``fd``."""
-    size = bytearray(4)
-    fcntl.ioctl(fd, termios.FIONREAD, size)
-    return int.from_bytes(size, sys.byteorder)
-
-
-def _read_to_end(fd: int) -> bytes:
-    """Everything written to the pipe whose read end is ``fd`` until its writers close it; closes ``fd``."""
-    chunks = []
-    try:
-        while chunk := os.read(fd, 65536):
-            chunks.append(chunk)
-    finally:
-        os.close(fd)
-    return b"".join(chunks)

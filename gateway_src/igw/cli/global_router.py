@@ -91,7 +91,7 @@ def _run(args: argparse.Namespace) -> int:
     from igw.global_router.config import GlobalConfigError, load_global_config
     from igw.global_router.launch import run_global_router
 
-    configure_logging(args.log_level)
+    configure_logging(args.log_level, lambda: BatchedLineHandler(sys.stderr))  # never blocks the loop
     try:
         config = load_global_config(args.config)
         management = management_port(
