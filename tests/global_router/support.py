@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import fcntl
 import os
 import random
 import re
 import signal
 import ssl
 import sys
+import termios
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
@@ -205,3 +207,23 @@ async def global_serve(
             proc.kill()
             await proc.wait()
         await reader
+
+
+def unread(fd: int) -> int:
+    """Bytes waiting in the pipe whose read end is ``fd``. A writer blocked on it (a full pipe) has
+    left fewer than ``select.PIPE_BUF`` bytes free: a write that small is atomic, a larger one fills
+    the pipe."""
+    size = bytearray(4)
+    fcntl.ioctl(fd, termios.FIONREAD, size)
+    return int.from_bytes(size, sys.byteorder)
+
+
+def read_to_end(fd: int) -> bytes:
+    """Everything written to the pipe whose read end is ``fd`` until its writers close it; closes ``fd``."""
+    chunks = []
+    try:
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+    return b"".join(chunks)

@@ -4,9 +4,12 @@
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import logging
+import os
 import random
 import re
+import select
 import signal
 import sys
 from collections import Counter
@@ -28,7 +31,7 @@ from igw.global_router.metrics import FleetMetrics
 from igw.global_router.server import ROUTER_KEY, create_global_app
 from tests.gateway.fake_model_server import FakeModelServer
 from tests.gateway.support import wait_for
-from tests.global_router.support import MODEL, global_doc
+from tests.global_router.support import MODEL, global_doc, read_to_end, unread
 from tests.security.helpers import RedisServer
 
 BURST = 30
@@ -180,3 +183,65 @@ async def test_global_serve_writes_emf_lines_on_stdout(tmp_path: Path, redis_ser
         == 3
     )
     assert totals["ClusterRequests", (("Cluster", "east-a"),)] == 3
+
+
+async def test_global_serve_answers_while_its_stdout_is_not_read(
+    tmp_path: Path, redis_server: RedisServer
+) -> None:
+    """A log shipper that stops reading stdout (a full pipe) must not stall the router: its EMF lines
+    wait for the writer thread, bounded, while requests keep being answered; once the pipe is read
+    again they come out, and SIGTERM still ends the process with code 0. Until s42 each line was
+    written on the event loop, so the first line past a full pipe blocked every request."""
+    server = FakeModelServer("east-a")
+    await server.start()
+    doc = global_doc(
+        [{"name": "east-a", "region": "east", "endpoint": f"http://{server.key}", "models": [MODEL]}],
+        heartbeats={"required": False, "redis": {"url": redis_server.url, "keyPrefix": "emf:hb:"}},
+    )
+    (tmp_path / "global.yaml").write_text(yaml.safe_dump(doc))
+    read_end, write_end = os.pipe()
+    fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, 4 * select.PIPE_BUF)  # a small pipe: it fills at once
+    full = fcntl.fcntl(write_end, fcntl.F_GETPIPE_SZ) - select.PIPE_BUF  # what a blocked writer left
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "igw.cli.main", "global", "serve", "--config", str(tmp_path / "global.yaml"),
+        "--host", "127.0.0.1", "--port", "0", "--drain-seconds", "0", "--emf-interval", "0.01",
+        stdout=write_end, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    os.close(write_end)
+    drained: asyncio.Future[bytes] | None = None
+    try:
+        assert proc.stderr is not None
+        url = ""
+        while not url:
+            line = (await asyncio.wait_for(proc.stderr.readline(), timeout=60)).decode()
+            assert line, "igw global serve exited before serving"
+            found = re.search(r"serving \d+ cluster\(s\) at (http://\S+)", line)
+            url = found.group(1) if found else ""
+        answered = 0
+        full_since: float | None = None
+        loop = asyncio.get_running_loop()
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as http:
+            # Until the pipe is full (its writer blocked), then 2 s more: hundreds of intervals' lines.
+            while full_since is None or loop.time() - full_since < 2:
+                async with http.post(url + "/v1/completions", json={"model": MODEL, "prompt": "x"}) as resp:
+                    assert resp.status == 200, await resp.text()
+                answered += 1
+                if full_since is None and unread(read_end) >= full:
+                    full_since = loop.time()
+                assert answered < 20_000, "the router's stdout never filled"
+        assert unread(read_end) >= full
+        drained = asyncio.ensure_future(asyncio.to_thread(read_to_end, read_end))
+        proc.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(proc.wait(), timeout=60) == 0
+        stdout = await asyncio.wait_for(drained, timeout=30)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+        if drained is None:
+            os.close(read_end)
+        await server.stop()
+    documents = [orjson.loads(line) for line in stdout.decode().splitlines()]
+    for document in documents:
+        _check(document)
+    assert _totals(documents)["ClusterRequests", (("Cluster", "east-a"),)] == answered

@@ -68,15 +68,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """``igw global serve``; the EMF handler it installs is removed and closed (what is queued
+    written) when it returns, so a caller in the same process (a test, an embedding tool) is not
+    left with a writer thread on its stdout, nor with one more handler at every call."""
+    emf = logging.getLogger("igw.emf")
+    installed_before = {id(handler) for handler in emf.handlers}
+    try:
+        return _run(args)
+    finally:
+        for handler in [h for h in emf.handlers if id(h) not in installed_before]:
+            emf.removeHandler(handler)
+            handler.close()
+
+
+def _run(args: argparse.Namespace) -> int:
     # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
     from igw.gateway.limits_config import ServerLimitsError, server_limits
+    from igw.gateway.log_buffer import BatchedLineHandler
     from igw.gateway.management import ManagementPortError, management_port
-    from igw.gateway.redaction import configure_logging
+    from igw.gateway.redaction import RedactingFormatter, configure_logging
     from igw.gateway.serving import EXIT_LISTEN_FAILED, ListenError
     from igw.global_router.config import GlobalConfigError, load_global_config
     from igw.global_router.launch import run_global_router
 
-    configure_logging(args.log_level)
+    configure_logging(args.log_level, lambda: BatchedLineHandler(sys.stderr))  # never blocks the loop
     try:
         config = load_global_config(args.config)
         management = management_port(
@@ -89,7 +104,13 @@ def run(args: argparse.Namespace) -> int:
     emf = logging.getLogger("igw.emf")
     emf.propagate = False  # the documents are the output, not diagnostics: bare JSON lines on stdout
     emf.setLevel(logging.INFO)
-    emf.addHandler(logging.StreamHandler(sys.stdout))
+    # Queued on the event loop, written in batches by a writer thread, bounded, dropping and counting
+    # what a stalled stdout reader leaves waiting: as igw serve's access log and EMF lines. Until s42
+    # a logging.StreamHandler wrote each line on the loop, so a log shipper that stopped reading (a
+    # full 64 KiB pipe) blocked the loop and every request of the replica with it.
+    lines = BatchedLineHandler(sys.stdout)
+    lines.setFormatter(RedactingFormatter("%(message)s"))
+    emf.addHandler(lines)
     try:
         with contextlib.suppress(KeyboardInterrupt):
             asyncio.run(

@@ -291,7 +291,7 @@ def _run(args: argparse.Namespace) -> int:
         print(f"igw serve: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     # Every line the process logs passes through redaction (tokens, credential headers, JWTs).
-    configure_logging(args.log_level)
+    configure_logging(args.log_level, lambda: BatchedLineHandler(sys.stderr))  # never blocks the loop
     # Our formats use none of these LogRecord fields; collecting them costs several µs per record,
     # and the access log writes one record per request (the logging HOWTO's "Optimization" section).
     logging.logThreads = False

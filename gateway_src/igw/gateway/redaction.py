@@ -9,7 +9,7 @@ net.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final, Literal
 
 from igw.redaction import redact
@@ -61,11 +61,20 @@ def install(handlers: list[logging.Handler], fmt: str | None = None) -> None:
         handler.setFormatter(RedactingFormatter(fmt))
 
 
-def configure_logging(level: str) -> None:
+def configure_logging(level: str, handler: Callable[[], logging.Handler] | None = None) -> None:
     """The root logger of a long-running command (``igw serve``, ``igw operator``, ``igw global
     serve``) at ``level``, its lines on stderr in :data:`LOG_FORMAT`, every one redacted. One place
     for all three: the operator and the global router used :func:`logging.basicConfig` alone, and
     kopf logged the API server's URL with its user-info (``GET http://admin:<password>@host/api``)
-    at every failed request."""
-    logging.basicConfig(level=level.upper())
-    install(logging.getLogger().handlers, LOG_FORMAT)
+    at every failed request.
+
+    ``handler`` builds the root logger's handler (else :func:`logging.basicConfig`'s
+    :class:`logging.StreamHandler` on stderr), called only when the root logger has none yet: the
+    servers pass a :class:`~igw.gateway.log_buffer.BatchedLineHandler` on stderr, so a stderr that
+    nobody reads cannot block their event loop (a StreamHandler writes on the logging thread: 272
+    malformed requests, one warning each, filled a 64 KiB pipe and stopped ``igw global serve``
+    answering anything until session s42)."""
+    root = logging.getLogger()
+    handlers = [handler()] if handler is not None and not root.handlers else None
+    logging.basicConfig(level=level.upper(), handlers=handlers)
+    install(root.handlers, LOG_FORMAT)

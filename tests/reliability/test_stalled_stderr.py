@@ -1,0 +1,94 @@
+"""``igw serve`` and ``igw global serve`` whose stderr nobody reads (a stalled log shipper, a full pipe)
+keep answering: their diagnostic lines wait for the log writer thread instead of blocking the event
+loop."""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import os
+import re
+import select
+import signal
+import sys
+from pathlib import Path
+
+import aiohttp
+import pytest
+import yaml
+
+from tests.global_router.support import global_doc, read_to_end, unread
+from tests.reliability.harness import gateway_doc, write_config
+
+MALFORMED = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n"
+"""A request head both servers refuse with a 400 and one WARNING line on stderr."""
+
+
+def _command(kind: str, tmp_path: Path) -> list[str]:
+    if kind == "gateway":
+        config, eps = write_config(tmp_path, gateway_doc(), ["127.0.0.1:9"])
+        return ["serve", "--config", str(config), "--endpoints", str(eps), "--no-reload"]
+    config = tmp_path / "global.yaml"
+    config.write_text(yaml.safe_dump(global_doc()))
+    return ["global", "serve", "--config", str(config)]
+
+
+async def _refused(host: str, port: int) -> bytes:
+    """Send :data:`MALFORMED` on a new connection; the answer (within 5 s)."""
+    reader, writer = await asyncio.open_connection(host, port)
+    try:
+        writer.write(MALFORMED)
+        return await asyncio.wait_for(reader.read(), timeout=5)
+    finally:
+        writer.close()
+
+
+@pytest.mark.parametrize("kind", ["gateway", "global-router"])
+async def test_it_answers_while_its_stderr_is_not_read(kind: str, tmp_path: Path) -> None:
+    """Any client can make the server log (one warning per malformed request). With stderr a full pipe,
+    each line used to be written on the event loop: in a probe the 272nd malformed request blocked
+    ``igw global serve``, and every request after it, for as long as nobody read. Now requests keep
+    being answered, the lines come out once stderr is read again, and SIGTERM ends it with code 0."""
+    read_end, write_end = os.pipe()
+    fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, 4 * select.PIPE_BUF)  # a small pipe: it fills at once
+    full = fcntl.fcntl(write_end, fcntl.F_GETPIPE_SZ) - select.PIPE_BUF  # what a blocked writer left
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "igw.cli.main", *_command(kind, tmp_path),
+        "--host", "127.0.0.1", "--port", "0", "--drain-seconds", "0",
+        stdout=asyncio.subprocess.DEVNULL, stderr=write_end,
+    )  # fmt: skip
+    os.close(write_end)
+    drained: asyncio.Future[bytes] | None = None
+    try:
+        printed = b""
+        while not (found := re.search(rb"serving .* at http://([\d.]+):(\d+)", printed)):
+            chunk = await asyncio.wait_for(asyncio.to_thread(os.read, read_end, 4096), timeout=60)
+            assert chunk, "the server exited before serving:\n" + printed.decode()
+            printed += chunk
+        host, port = found.group(1).decode(), int(found.group(2))
+        loop = asyncio.get_running_loop()
+        refused = 0
+        full_since: float | None = None
+        while full_since is None or loop.time() - full_since < 2:  # the pipe full, then 2 s more
+            assert (await _refused(host, port)).startswith(b"HTTP/1.1 400 ")
+            refused += 1
+            if full_since is None and unread(read_end) >= full:
+                full_since = loop.time()
+            assert refused < 20_000, "the server's stderr never filled"
+        async with (
+            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as http,
+            http.get(f"http://{host}:{port}/healthz") as resp,
+        ):
+            assert resp.status == 200, await resp.text()
+        drained = asyncio.ensure_future(asyncio.to_thread(read_to_end, read_end))
+        proc.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(proc.wait(), timeout=60) == 0
+        stderr = (printed + await asyncio.wait_for(drained, timeout=30)).decode()
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+        if drained is None:
+            os.close(read_end)
+    assert stderr.count("refused a malformed HTTP request") == refused
+    assert "Traceback" not in stderr
