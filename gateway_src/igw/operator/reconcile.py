@@ -422,18 +422,21 @@ class Reconciler:
         the operator may not create Events, 429 under load, a namespace's quota) is logged, as
         client-go's recorder drops it. Raised, it ended the pass after the status write, so the
         transitions after it were never posted and kopf retried the whole handler a minute later."""
-        reason = f"{transition.type}{transition.reason}"
+        await self._event(
+            igwc,
+            reason=f"{transition.type}{transition.reason}",
+            message=f"{transition.type}={transition.status}: {transition.message}",
+            warning=transition.warning,
+        )
+
+    async def _event(self, igwc: Mapping[str, Any], *, reason: str, message: str, warning: bool) -> None:
+        """Post an Event about ``igwc``, best effort (:meth:`_post` says why): a refusal is logged, at
+        DEBUG when the namespace is being deleted (it takes no new Event: expected), else WARNING."""
         try:
-            await self._kube.event(
-                igwc,
-                reason=reason,
-                message=f"{transition.type}={transition.status}: {transition.message}",
-                warning=transition.warning,
-            )
+            await self._kube.event(igwc, reason=reason, message=message, warning=warning)
         except Exception as exc:  # events are best effort; the status already says it
             meta = igwc["metadata"]
             log.log(
-                # A namespace being deleted takes no new Event: expected, and the status says it.
                 logging.DEBUG if namespace_terminating(exc) else logging.WARNING,
                 "%s/%s: posting the %s event failed: %s",
                 meta["namespace"],
@@ -456,17 +459,7 @@ class Reconciler:
             return
         self._renewal_noted[key] = mark
         log.warning("%s/%s: %s", key[0], key[1], problem)
-        try:
-            await self._kube.event(igwc, reason=RENEWAL_REASON, message=problem, warning=True)
-        except Exception as exc:  # events are best effort; the status already says it
-            log.log(
-                logging.DEBUG if namespace_terminating(exc) else logging.WARNING,
-                "%s/%s: posting the %s event failed: %s",
-                key[0],
-                key[1],
-                RENEWAL_REASON,
-                refusal_text(exc),
-            )
+        await self._event(igwc, reason=RENEWAL_REASON, message=problem, warning=True)
 
     async def _service_egress(self, igwc: Mapping[str, Any], served: Mapping[str, Any]) -> ServiceEgress:
         """The pod ports behind ``served``'s in-cluster Services (JWKS, OIDC discovery, Redis, default
@@ -488,17 +481,7 @@ class Reconciler:
             return egress
         message = "; ".join(egress.unresolved)
         log.warning("%s/%s: %s", key[0], key[1], message)
-        try:
-            await self._kube.event(igwc, reason=PORTS_REASON, message=message, warning=True)
-        except Exception as exc:  # events are best effort
-            log.log(
-                logging.DEBUG if namespace_terminating(exc) else logging.WARNING,
-                "%s/%s: posting the %s event failed: %s",
-                key[0],
-                key[1],
-                PORTS_REASON,
-                refusal_text(exc),
-            )
+        await self._event(igwc, reason=PORTS_REASON, message=message, warning=True)
         return egress
 
     async def _post_notes(self, igwc: Mapping[str, Any]) -> None:
@@ -525,22 +508,12 @@ class Reconciler:
             return
         said = "; ".join(f"{', '.join(paths)}: {why}" for why, paths in grouped.items())
         count = sum(len(paths) for paths in grouped.values())
-        try:
-            await self._kube.event(
-                igwc,
-                reason=NOTES_REASON,
-                message=f"{count} field(s) accepted (AWS's) but without effect in igw: {said}",
-                warning=True,
-            )
-        except Exception as exc:  # events are best effort
-            log.log(
-                logging.DEBUG if namespace_terminating(exc) else logging.WARNING,
-                "%s/%s: posting the %s event failed: %s",
-                key[0],
-                key[1],
-                NOTES_REASON,
-                refusal_text(exc),
-            )
+        await self._event(
+            igwc,
+            reason=NOTES_REASON,
+            message=f"{count} field(s) accepted (AWS's) but without effect in igw: {said}",
+            warning=True,
+        )
 
     async def _retire_autoscaler(self, igwc: Mapping[str, Any]) -> None:
         """Delete the HorizontalPodAutoscaler this operator made for ``igwc`` once its spec no longer
