@@ -89,8 +89,17 @@ async def test_requests_in_flight_to_a_stopped_pod_end_with_504_and_a_terminal_e
             assert len(access) == 1
             assert '"status":504' in access[0]
             assert "unresponsive" in access[0]
-            assert re.search(
-                r"WARNING .*ended [12] request\(s\) in flight: their endpoint stayed excluded", gw.output
+            # stderr has a writer thread of its own (since s42): the WARNING may follow the access line
+            await wait_until(
+                lambda: (
+                    re.search(
+                        r"WARNING .*ended [12] request\(s\) in flight: their endpoint stayed excluded",
+                        gw.output,
+                    )
+                    is not None
+                ),
+                within=10,
+                what="the in-flight requests' WARNING",
             )
 
 
