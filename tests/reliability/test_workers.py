@@ -172,7 +172,9 @@ async def test_during_a_redis_outage_the_pod_s_workers_fall_back_to_the_limit_on
             await _both_workers_serve(gw.url)
             redis.stop()
             statuses = await _statuses_of_40_requests(http, gw.url)
-            assert "rate-limit backend redis unavailable" in gw.output
+            await wait_until(  # stderr has a writer thread of its own (since s42)
+                lambda: "rate-limit backend redis unavailable" in gw.output, within=10, what="the warning"
+            )
     finally:
         redis.stop()
     assert set(statuses) == {200, 429}, statuses
