@@ -224,6 +224,9 @@ def repair(doc: dict[str, Any]) -> dict[str, Any]:
     ):
         if key in limits:
             limits[key] = value  # above 0s; keep-alive at most 120s
+    termination = extensions.get("tlsTermination") or {}
+    if "reloadInterval" in termination:
+        termination["reloadInterval"] = "1s"  # at least 100ms (tls-reload-interval-minimum)
     authorization = extensions.get("authorization")
     if isinstance(authorization, dict) or "auth" in spec:
         # the token cap fits the header limit (token-fits-header-limit), with spec.auth its default too

@@ -6,7 +6,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from igw.config.build import build_gateway_config
@@ -20,7 +20,12 @@ from .schema_strategies import document_strategy, walk
 SCHEMA = resolved_schema()
 DOCS = document_strategy(SCHEMA)
 PROPERTY_SETTINGS = settings(
-    max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+    max_examples=20,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    # no explain phase: on Python < 3.12 it traces every line while shrinking, which took a failing
+    # example past pytest's 120 s timeout and reported "FlakyStrategyDefinition" instead of the failure
+    phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink],
 )
 
 
