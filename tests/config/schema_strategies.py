@@ -66,6 +66,14 @@ def from_schema(node: Mapping[str, Any], *, skip: frozenset[str] = frozenset()) 
         items = from_schema(node["items"], skip=skip)
         low = node.get("minItems", 0)
         high = min(node.get("maxItems", MAX_ITEMS), max(low, MAX_ITEMS))
+        keys = node.get("x-kubernetes-list-map-keys")
+        if keys:  # a list keyed by these fields: the API server refuses two items with the same key
+            return st.lists(
+                items,
+                min_size=low,
+                max_size=high,
+                unique_by=lambda item: tuple(str(item.get(key)) for key in keys),
+            )
         return st.lists(
             items, min_size=low, max_size=high, unique_by=str if node.get("uniqueItems") else None
         )
