@@ -19,7 +19,7 @@ from moto import mock_aws
 
 from igw.operator.dataplane import DataPlaneSettings
 from igw.operator.kube import Kube, OperatorStopping
-from igw.operator.reconcile import RENEWAL_REASON, Reconciler
+from igw.operator.reconcile import ISSUER_READ_TTL_S, RENEWAL_REASON, Reconciler
 from igw.operator.tls import KUBE_ACCESS, UID_TAG, AcmImporter, AutoTlsSettings, IssuerRef
 from tests.fakes.kube_api import FakeKubeApiServer
 from tests.operator.harness import (
@@ -510,6 +510,7 @@ def test_a_failed_renewal_is_reported_while_the_current_certificate_keeps_being_
     refused) was never looked at: the object said ``Programmed`` and nothing else until the load
     balancer served an expired certificate. Now GatewayProgrammed stays True (the current certificate
     is still valid and served) with the failure in its message, and one Warning Event says it."""
+    add_issuer(cluster, "ClusterIssuer", "test-ca")  # Ready: only cert-manager's own failures here
     now = [datetime.now(UTC)]
     reconciler = Reconciler(
         Kube(cluster.api_client()), DataPlaneSettings(), clock=lambda: now[0], **_options(acm)
@@ -641,3 +642,125 @@ def test_an_issuer_the_operator_may_not_read_leaves_the_pending_message(
     assert "check that ClusterIssuer test-ca exists and is Ready" in pending["message"]
     assert find(cluster, "Certificate", "inference", "chat-gateway") is not None
     assert any(path.endswith("/clusterissuers/test-ca") for _, path, _ in cluster.requests)
+
+
+def _issued_chat(
+    cluster: FakeKubeApiServer, acm: Any, now: list[datetime]
+) -> tuple[Reconciler, x509.Certificate]:
+    """A reconciler (clock ``now``) whose ``chat`` object serves an auto-issued certificate issued by
+    a Ready ``ClusterIssuer/test-ca``, and that certificate's leaf."""
+    add_issuer(cluster, "ClusterIssuer", "test-ca")
+    reconciler = Reconciler(
+        Kube(cluster.api_client()), DataPlaneSettings(), clock=lambda: now[0], **_options(acm)
+    )
+    cluster.add(tls_igwc("chat"))
+    assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
+    applied = find(cluster, "Certificate", "inference", "chat-gateway")
+    assert applied is not None
+    write_tls_secret(cluster, "chat-gateway-tls", applied["spec"]["dnsNames"])
+    assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
+    secret = find(cluster, "Secret", "inference", "chat-gateway-tls")
+    assert secret is not None
+    return reconciler, x509.load_pem_x509_certificate(base64.b64decode(secret["data"]["tls.crt"]))
+
+
+def _events(cluster: FakeKubeApiServer, reason: str) -> list[dict[str, Any]]:
+    return [e for e in cluster.store.iter_all() if e["kind"] == "Event" and e.get("reason") == reason]
+
+
+@pytest.mark.usefixtures("cert_manager")
+def test_an_expired_served_certificate_is_not_programmed_and_recovers_when_renewed(
+    cluster: FakeKubeApiServer, acm: Any
+) -> None:
+    """Past the served certificate's notAfter (cert-manager never renewed it) the object said
+    ``GatewayProgrammed=True Programmed`` and ``Ready`` stayed True in ``kubectl get igwc`` while every
+    client's TLS handshake failed. Now GatewayProgrammed (and Ready) is False, reason
+    ``CertificateExpired`` naming the notAfter; ``status.tls.notAfter`` carries it; one Warning Event
+    (the transition), none more on later passes; a fresh certificate brings it back."""
+    now = [datetime.now(UTC)]
+    reconciler, leaf = _issued_chat(cluster, acm, now)
+    stamp = leaf.not_valid_after_utc.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    def status() -> dict[str, Any]:
+        found = find(cluster, "InferenceGatewayConfig", "inference", "chat")
+        assert found is not None
+        return dict(found["status"])
+
+    assert status()["tls"]["notAfter"] == stamp
+    assert condition({"status": status()}, "GatewayProgrammed")["reason"] == "Programmed"
+    now[0] = leaf.not_valid_after_utc + timedelta(minutes=1)
+    for _ in range(3):
+        assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
+    programmed = condition({"status": status()}, "GatewayProgrammed")
+    ready = condition({"status": status()}, "Ready")
+    assert programmed is not None
+    assert ready is not None
+    assert (programmed["status"], programmed["reason"]) == ("False", "CertificateExpired")
+    assert f"expired at {stamp}" in programmed["message"]
+    assert ready["status"] == "False"
+    assert status()["tls"]["acmArn"]  # still on the listener: nothing better to serve
+    expired_events = _events(cluster, "GatewayProgrammedCertificateExpired")
+    assert len(expired_events) == 1
+    assert expired_events[0]["type"] == "Warning"
+    assert not _renewal_events(cluster)  # the transition said it; no second Event for the same news
+    assert find(cluster, "Service", "inference", "chat-gateway") is not None
+
+    write_tls_secret(cluster, "chat-gateway-tls", ["chat-gateway.inference.svc"])  # renewed at last
+    fresh = find(cluster, "Secret", "inference", "chat-gateway-tls")
+    assert fresh is not None
+    renewed = x509.load_pem_x509_certificate(base64.b64decode(fresh["data"]["tls.crt"]))
+    now[0] = datetime.now(UTC)
+    assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
+    programmed = condition({"status": status()}, "GatewayProgrammed")
+    assert programmed is not None
+    assert (programmed["status"], programmed["reason"]) == ("True", "Programmed")
+    assert status()["tls"]["notAfter"] == renewed.not_valid_after_utc.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@pytest.mark.usefixtures("cert_manager")
+def test_an_issuer_gone_after_issuance_is_reported_once_per_change_from_a_shared_read(
+    cluster: FakeKubeApiServer, acm: Any
+) -> None:
+    """The issuer was read only while the first certificate waited: deleted or NotReady afterwards,
+    nothing said so and every renewal failed silently until the served certificate expired. Now
+    GatewayProgrammed's message says the renewal is at risk and one Warning Event (the issuer's reason)
+    is posted per change; the issuer is read at most once per ``ISSUER_READ_TTL_S`` for all passes."""
+    now = [datetime.now(UTC)]
+    reconciler, _ = _issued_chat(cluster, acm, now)
+
+    def programmed() -> dict[str, Any]:
+        found = condition(find(cluster, "InferenceGatewayConfig", "inference", "chat"), "GatewayProgrammed")
+        assert found is not None
+        return found
+
+    assert "RENEWAL AT RISK" not in programmed()["message"]
+    add_issuer(
+        cluster, "ClusterIssuer", "test-ca", ready={"status": "False", "message": "secret ca-key not found"}
+    )
+    now[0] += timedelta(seconds=ISSUER_READ_TTL_S)
+    reads = len(cluster.requests)
+    for _ in range(3):
+        assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
+    issuer_reads = [r for r in cluster.requests[reads:] if "clusterissuers" in r[1]]
+    assert len(issuer_reads) == 1, issuer_reads  # one read serves the passes within the TTL
+    found = programmed()
+    assert (found["status"], found["reason"]) == ("True", "Programmed")  # still served, still valid
+    assert "RENEWAL AT RISK" in found["message"]
+    assert "secret ca-key not found" in found["message"]
+    events = _events(cluster, "IssuerNotReady")
+    assert len(events) == 1
+    assert events[0]["type"] == "Warning"
+    assert "cannot renew Certificate inference/chat-gateway" in events[0]["message"]
+
+    cluster.store.delete(
+        cluster.store.kind_for(api_version="cert-manager.io/v1", kind="ClusterIssuer"), "", "test-ca"
+    )
+    now[0] += timedelta(seconds=ISSUER_READ_TTL_S)
+    assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
+    assert "ClusterIssuer test-ca does not exist" in programmed()["message"]
+    assert len(_events(cluster, "IssuerNotFound")) == 1
+
+    add_issuer(cluster, "ClusterIssuer", "test-ca")  # back: the report goes
+    now[0] += timedelta(seconds=ISSUER_READ_TTL_S)
+    assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
+    assert "RENEWAL AT RISK" not in programmed()["message"]

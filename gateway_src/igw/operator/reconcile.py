@@ -78,11 +78,13 @@ from igw.operator.tls import (
     IssuedCertificate,
     certificate,
     client_hostnames,
+    expired,
     foreign_secret,
     issuance_failure,
     issued_secret,
     issuer_problem,
     renewal_problem,
+    rfc3339,
     secret_name,
     wants_auto_issue,
 )
@@ -97,6 +99,13 @@ its NetworkPolicy may keep the gateway's connections out (:mod:`igw.operator.ser
 RENEWAL_REASON = "CertificateRenewalFailed"
 """Warning Event: cert-manager is not renewing the auto-issued certificate the load balancer serves
 (:func:`igw.operator.tls.renewal_problem`); the current one keeps being served until it expires."""
+EXPIRED_REASON = "CertificateExpired"
+"""GatewayProgrammed's reason while the auto-issued certificate the load balancer serves is past its
+notAfter (:func:`igw.operator.tls.expired`): every client that verifies it fails the TLS handshake."""
+ISSUER_READ_TTL_S = 60.0
+"""Seconds one read of the configured issuer serves every pass that checks it once the certificate is
+issued (:meth:`Reconciler._issuer_problem`): one GET per issuer (the ClusterIssuer, or each namespace's
+Issuer) a minute, not one per object every resync (5 s), to see an issuer go away before a renewal."""
 
 Clock = Callable[[], datetime]
 
@@ -125,6 +134,9 @@ class TlsOutcome:
     the cluster serves the kind."""
     renewal: str | None = None
     """Why the certificate served is not being renewed (it still is, until it expires), else ``None``."""
+    issuer: tuple[str, str] | None = None
+    """``(reason, message)`` when the issuer went missing or NotReady after the certificate served was
+    issued (:func:`igw.operator.tls.issuer_problem`): its next renewal will fail."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,6 +196,12 @@ class Reconciler:
         self._renewal_noted: dict[tuple[str, str], tuple[object, str]] = {}
         """``(namespace, name): (uid, problem)`` of the renewal failure last reported
         (:meth:`_post_renewal`): one Warning Event when it changes, not one per pass."""
+        self._issuer_noted: dict[tuple[str, str], tuple[object, str]] = {}
+        """``(namespace, name): (uid, problem)`` of the issuer problem last reported for an issued
+        certificate (:meth:`_post_renewal`): one Warning Event when it changes, not one per pass."""
+        self._issuer_reads = CachedReader(kube, lambda: self._clock().timestamp(), ISSUER_READ_TTL_S)
+        """Reads of the configured issuer once a certificate is issued, shared by every object's
+        passes for :data:`ISSUER_READ_TTL_S`."""
 
     @property
     def acm(self) -> AcmImporter:
@@ -228,6 +246,7 @@ class Reconciler:
                 self._terminating.discard(key)
                 self._noted.pop(key, None)
                 self._renewal_noted.pop(key, None)
+                self._issuer_noted.pop(key, None)
                 return False
             await self._pass(igwc, listed)
             return True
@@ -375,6 +394,7 @@ class Reconciler:
             tls_status=tls.status,
             tls_retired=retired,
             tls_renewal=tls.renewal,
+            tls_issuer=None if tls.issuer is None else tls.issuer[1],
             network_policy=self._settings.network_policy,
         )
         try:
@@ -398,6 +418,7 @@ class Reconciler:
             await self._post(igwc, transition)
         await self._post_notes(igwc)
         await self._post_renewal(igwc, tls.renewal)
+        await self._post_renewal(igwc, tls.issuer, noted=self._issuer_noted)
 
     async def _deleted_meanwhile(self, igwc: Mapping[str, Any]) -> bool:
         """Whether ``igwc`` was deleted (or is being deleted, or was made anew) since its pass read it.
@@ -445,21 +466,30 @@ class Reconciler:
                 refusal_text(exc),
             )
 
-    async def _post_renewal(self, igwc: Mapping[str, Any], problem: str | None) -> None:
-        """One Warning Event ``CertificateRenewalFailed`` each time the renewal problem of ``igwc``'s
-        auto-issued certificate changes (the status's GatewayProgrammed message carries it meanwhile).
-        Best effort, as :meth:`_post`."""
+    async def _post_renewal(
+        self,
+        igwc: Mapping[str, Any],
+        problem: str | tuple[str, str] | None,
+        *,
+        noted: dict[tuple[str, str], tuple[object, str]] | None = None,
+    ) -> None:
+        """One Warning Event each time a problem with the renewal of ``igwc``'s auto-issued certificate
+        changes (the status's GatewayProgrammed message carries it meanwhile): ``CertificateRenewalFailed``
+        for a message, or the ``(reason, message)`` given (the issuer gone or NotReady, remembered in
+        ``noted``). Best effort, as :meth:`_post`."""
         meta = igwc["metadata"]
         key = (meta["namespace"], meta["name"])
+        noted = self._renewal_noted if noted is None else noted
         if problem is None:
-            self._renewal_noted.pop(key, None)
+            noted.pop(key, None)
             return
-        mark = (meta.get("uid"), problem)
-        if self._renewal_noted.get(key) == mark:
+        reason, message = (RENEWAL_REASON, problem) if isinstance(problem, str) else problem
+        mark = (meta.get("uid"), message)
+        if noted.get(key) == mark:
             return
-        self._renewal_noted[key] = mark
-        log.warning("%s/%s: %s", key[0], key[1], problem)
-        await self._event(igwc, reason=RENEWAL_REASON, message=problem, warning=True)
+        noted[key] = mark
+        log.warning("%s/%s: %s", key[0], key[1], message)
+        await self._event(igwc, reason=reason, message=message, warning=True)
 
     async def _service_egress(self, igwc: Mapping[str, Any], served: Mapping[str, Any]) -> ServiceEgress:
         """The pod ports behind ``served``'s in-cluster Services (JWKS, OIDC discovery, Redis, default
@@ -682,30 +712,54 @@ class Reconciler:
             # hostnames edit they differ until cert-manager has reissued it (or for good, when the
             # issuer refuses a new name), and the status said the new name was served meanwhile.
             "dnsNames": list(issued.dns_names),
+            **({} if issued.not_after is None else {"notAfter": rfc3339(issued.not_after)}),
         }
         # The certificate in ACM is served either way; a renewal cert-manager fails (or never makes)
         # is reported, or the listener served the old one until it expired with the object Programmed.
-        renewal = renewal_problem(live, issued, self._clock())
+        now = self._clock()
+        where = f"Certificate {namespace}/{service_name} (issuer {issuer.kind}/{issuer.name})"
+        renewal = renewal_problem(live, issued, now)
         if renewal is not None:
-            where = f"Certificate {namespace}/{service_name} (issuer {issuer.kind}/{issuer.name})"
             renewal = f"{where}: {renewal}"
-        return TlsOutcome(acm_arn=arn, status=status, certificate=wanted, renewal=renewal)
+        blocked = await self._issuer_problem(namespace, service_name, served_until=issued.not_after)
+        if expired(issued, now):
+            # Still on the listener (nothing better to serve), but no client that verifies it connects:
+            # GatewayProgrammed False (and Ready False), where it said Programmed with the expiry deep
+            # in its message. The transition posts its Warning Event; the renewal Event would repeat it.
+            cause = renewal or f"{where}: cert-manager has not renewed it"
+            if blocked is not None:
+                cause += f"; {blocked[1]}"
+            problem = (
+                EXPIRED_REASON,
+                f"the certificate the load balancer serves ({arn}) expired at {status.get('notAfter')}: "
+                f"clients' TLS handshakes fail until it is renewed; {cause}",
+            )
+            return TlsOutcome(acm_arn=arn, status=status, problem=problem, certificate=wanted)
+        return TlsOutcome(acm_arn=arn, status=status, certificate=wanted, renewal=renewal, issuer=blocked)
 
-    async def _issuer_problem(self, namespace: str, certificate_name: str) -> tuple[str, str] | None:
+    async def _issuer_problem(
+        self, namespace: str, certificate_name: str, *, served_until: datetime | None = None
+    ) -> tuple[str, str] | None:
         """Why the configured issuer cannot sign the waiting Certificate (missing, not Ready), from
         one read of it (:func:`igw.operator.tls.issuer_problem`); ``None`` when it is Ready or when it
         cannot be read (RBAC narrowed by hand, the kind not served): then ``CertificatePending`` says
-        to check it, as before the read existed."""
+        to check it, as before the read existed.
+
+        ``served_until``: a certificate is issued and served (until then): the issuer is read once
+        for every object's passes within :data:`ISSUER_READ_TTL_S`. It was read only while the first
+        certificate waited: an issuer deleted or gone NotReady later was never reported, and every
+        renewal failed silently until the served certificate expired."""
         issuer = self._auto_tls.issuer
         scope = namespace if issuer.kind == "Issuer" else ""
+        reader = self._kube if served_until is None else self._issuer_reads
         try:
-            found = await self._kube.get(CERT_MANAGER_API, issuer.kind, scope, issuer.name)
+            found = await reader.get(CERT_MANAGER_API, issuer.kind, scope, issuer.name)
         except OperatorStopping:
             raise
         except Exception as exc:  # a refusal or a kind not served: no verdict, the pass goes on
             log.debug("reading %s %s failed: %s", issuer.kind, issuer.name, refusal_text(exc))
             return None
-        return issuer_problem(issuer, found, namespace, certificate_name)
+        return issuer_problem(issuer, found, namespace, certificate_name, served_until=served_until)
 
     async def forget(self, igwc: Mapping[str, Any]) -> None:
         """``igwc`` was deleted: delete its ACM import, its Certificate and the Secret cert-manager
@@ -716,6 +770,7 @@ class Reconciler:
         self._certificates_gone.pop(_identity(igwc)[:2], None)
         self._ports_noted.pop(_identity(igwc)[:2], None)
         self._renewal_noted.pop(_identity(igwc)[:2], None)
+        self._issuer_noted.pop(_identity(igwc)[:2], None)
 
     async def _retire_certificate(self, igwc: Mapping[str, Any]) -> None:
         """Delete the Certificate this operator applied for ``igwc`` and the Secret cert-manager wrote

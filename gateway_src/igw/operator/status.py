@@ -88,6 +88,8 @@ class Observation:
     """The spec stopped asking for auto-issue and the imported certificate was deleted."""
     tls_renewal: str | None = None
     """Why cert-manager is not renewing the auto-issued certificate served (still served), else ``None``."""
+    tls_issuer: str | None = None
+    """Why the issuer of the auto-issued certificate being served cannot renew it (gone, not Ready)."""
     apply_reason: str = "ApplyFailed"
     """GatewayProgrammed's reason while ``apply_error`` is set: ``NamespaceTerminating`` when the
     API server refused only because the namespace is being deleted."""
@@ -280,6 +282,8 @@ def _conditions(
             applied += f"; TLS listener with the auto-issued certificate {seen.tls_status.get('acmArn')}"
         if seen.tls_renewal:
             applied += f"; RENEWAL FAILING: {seen.tls_renewal}"
+        if seen.tls_issuer:
+            applied += f"; RENEWAL AT RISK: {seen.tls_issuer}"
         out["GatewayProgrammed"] = ("True", "Programmed", applied)
     else:
         out["GatewayProgrammed"] = ("False", "NotProgrammed", "no spec of this object has been admitted yet")

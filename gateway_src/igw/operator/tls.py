@@ -209,7 +209,7 @@ def renewal_problem(live: Mapping[str, Any] | None, issued: IssuedCertificate, n
     until = ""
     if expiry is not None:
         verb = "expired" if now >= expiry else "expires"
-        until = f"; the certificate in ACM {verb} at {expiry.strftime('%Y-%m-%dT%H:%M:%SZ')}"
+        until = f"; the certificate in ACM {verb} at {rfc3339(expiry)}"
     failure = issuance_failure(live)
     if failure is not None:
         return f"cert-manager failed to renew the certificate: {failure}{until}"
@@ -226,8 +226,26 @@ def renewal_problem(live: Mapping[str, Any] | None, issued: IssuedCertificate, n
     return None
 
 
+def rfc3339(moment: datetime) -> str:
+    """``moment`` (UTC) as RFC 3339, as the status and messages write times."""
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def expired(issued: IssuedCertificate, now: datetime) -> bool:
+    """Whether the certificate ``issued`` (the one imported into ACM and served) is past its notAfter.
+
+    Every client that verifies the certificate then fails its TLS handshake: the object said
+    ``Programmed`` (``Ready`` True in ``kubectl get igwc``) with the expiry only deep in a message."""
+    return issued.not_after is not None and now >= issued.not_after
+
+
 def issuer_problem(
-    issuer: IssuerRef, found: Mapping[str, Any] | None, namespace: str, certificate_name: str
+    issuer: IssuerRef,
+    found: Mapping[str, Any] | None,
+    namespace: str,
+    certificate_name: str,
+    *,
+    served_until: datetime | None = None,
 ) -> tuple[str, str] | None:
     """``(reason, message)`` when the issuer a waiting Certificate names cannot sign it: ``found``
     (the issuer as read from the API, ``None`` when it does not exist) is missing
@@ -236,14 +254,23 @@ def issuer_problem(
 
     cert-manager waits for a missing or unready issuer without failing the Certificate, so the
     object said ``CertificatePending`` for good with the cause nowhere on it (the default chart names
-    ``ClusterIssuer/igw-selfsigned`` and creates it only with ``operator.selfSignedClusterIssuer``)."""
+    ``ClusterIssuer/igw-selfsigned`` and creates it only with ``operator.selfSignedClusterIssuer``).
+
+    ``served_until``: the notAfter of the certificate already issued and served, when there is one:
+    the issuer went away or NotReady after issuance, so the next renewal will fail (the message says
+    so, and until when the current certificate lasts) rather than that the Certificate waits."""
     where = f" in namespace {namespace}" if issuer.kind == "Issuer" else ""
-    waiting = f"Certificate {namespace}/{certificate_name} waits for it"
+    waiting = f"Certificate {namespace}/{certificate_name} waits for it (cert-manager does not fail it)"
+    if served_until is not None:
+        waiting = (
+            f"cert-manager cannot renew Certificate {namespace}/{certificate_name} until it is; the "
+            f"certificate served expires at {rfc3339(served_until)}"
+        )
     if found is None:
         return (
             "IssuerNotFound",
-            f"{issuer.kind} {issuer.name} does not exist{where}: {waiting} (cert-manager does not fail "
-            f"it); create the {issuer.kind}, or name another with the operator's --tls-issuer (chart "
+            f"{issuer.kind} {issuer.name} does not exist{where}: {waiting}; create the {issuer.kind}, "
+            "or name another with the operator's --tls-issuer (chart "
             "operator.tlsIssuer; operator.selfSignedClusterIssuer: true creates "
             "ClusterIssuer/igw-selfsigned)",
         )
@@ -339,7 +366,7 @@ class IssuedCertificate:
             leaf=blocks[0] + "\n",
             chain="\n".join(blocks[1:]) + ("\n" if blocks[1:] else ""),
             private_key=key,
-            issued_at=leaf.not_valid_before_utc.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            issued_at=rfc3339(leaf.not_valid_before_utc),
             dns_names=_covered_names(leaf),
             not_before=leaf.not_valid_before_utc,
             not_after=leaf.not_valid_after_utc,
