@@ -143,3 +143,56 @@ async def test_sigterm_ends_it_in_bounded_time_while_stdout_and_stderr_are_not_r
             await proc.wait()
         os.close(err_read)
         os.close(out_read)
+
+
+async def test_a_closed_stdout_costs_one_traceback_and_its_lines_are_counted(tmp_path: Path) -> None:
+    """A log shipper that went away leaves stdout a broken pipe. Every batch's write raised
+    ``BrokenPipeError`` and wrote a ``--- Logging error ---`` traceback on stderr (a probe: 10 in the
+    2 s of 200 requests), and the access lines lost were counted nowhere. Now the first failure is
+    reported, the rest counted in ``igw_log_lines_dropped_total{stream="stdout"}``, and it serves on."""
+    err_read, err_write = os.pipe()
+    out_read, out_write = os.pipe()
+    os.close(out_read)  # nobody will ever read stdout: each write raises EPIPE
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "igw.cli.main", *_command("gateway", tmp_path),
+        "--host", "127.0.0.1", "--port", "0", "--drain-seconds", "0",
+        stdout=out_write, stderr=err_write,
+    )  # fmt: skip
+    os.close(err_write)
+    os.close(out_write)
+    drained: asyncio.Future[bytes] | None = None
+    try:
+        printed = b""
+        while not (found := re.search(rb"serving .* at http://([\d.]+):(\d+)", printed)):
+            chunk = await asyncio.wait_for(asyncio.to_thread(os.read, err_read, 4096), timeout=60)
+            assert chunk, "the server exited before serving:\n" + printed.decode()
+            printed += chunk
+        drained = asyncio.ensure_future(asyncio.to_thread(read_to_end, err_read))
+        url = f"http://{found.group(1).decode()}:{int(found.group(2))}"
+        requests = 200
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as http:
+            for _ in range(requests):  # one access line each (the endpoint refuses: a 5xx answer)
+                async with http.post(url + "/v1/completions", json={"model": "llama", "prompt": "x"}) as resp:
+                    await resp.read()
+            dropped = 0.0
+            for _ in range(100):  # the writer thread writes every 0.2 s
+                async with http.get(url + "/metrics") as resp:
+                    page = await resp.text()
+                found_line = re.search(r'^igw_log_lines_dropped_total\{stream="stdout"\} (\S+)$', page, re.M)
+                assert found_line, "no igw_log_lines_dropped_total{stream=stdout} on /metrics"
+                dropped = float(found_line.group(1))
+                if dropped >= requests:
+                    break
+                await asyncio.sleep(0.1)
+            assert dropped == requests
+        proc.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(proc.wait(), timeout=30) == 0
+        stderr = (printed + await asyncio.wait_for(drained, timeout=30)).decode()
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+        if drained is None:
+            os.close(err_read)
+    assert stderr.count("--- Logging error ---") == 1, stderr[-3000:]
+    assert "BrokenPipeError" in stderr

@@ -6,7 +6,8 @@ reached only one line on that same stream, written once it moved again: while th
 time an operator wants to know about it - nothing said that access, EMF or diagnostic lines were
 being lost. This collector reads the running totals of the handlers that ``igw serve`` and
 ``igw global serve`` install (the root logger's, on stderr; ``igw.access`` and ``igw.emf``'s, on
-stdout) at scrape time, so the request path keeps paying one comparison per line.
+stdout) at scrape time, so the request path keeps paying one comparison per line. Lines whose write
+raised (a closed pipe: ``BrokenPipeError``) count too: they are as lost.
 
 Both ``stream`` labels are always there (0 until a drop), so ``increase(...[5m]) > 0`` can alert from
 the first drop on.
@@ -41,11 +42,12 @@ class LogDropStats(Collector):
             for handler in logging.getLogger(name).handlers:
                 if isinstance(handler, BatchedLineHandler) and id(handler) not in seen:
                     seen.add(id(handler))
-                    dropped[handler.label] = dropped.get(handler.label, 0) + handler.dropped
+                    dropped[handler.label] = dropped.get(handler.label, 0) + handler.dropped + handler.failed
         family = CounterMetricFamily(
             FAMILY,
             "Log lines dropped because the stream took none while the writer's queue held its byte bound "
-            "(a stalled log shipper or a full pipe; stdout: access and EMF lines, stderr: diagnostics).",
+            "(a stalled log shipper or a full pipe) or refused them (a closed pipe); stdout: access and "
+            "EMF lines, stderr: diagnostics.",
             labels=["stream"],
         )
         for stream, count in dropped.items():
