@@ -307,3 +307,39 @@ async def test_igw_serve_writes_every_access_line_before_exiting_on_sigterm(tmp_
     access = [orjson.loads(line) for line in lines if line.startswith('{"request_id"')]
     assert len(access) == 25
     assert all(record["path"] == "/v1/completions" and record["status"] == 200 for record in access)
+
+
+def test_flush_and_close_give_up_on_a_stalled_stream_within_their_timeout() -> None:
+    """``logging.shutdown`` (at exit, also after SIGTERM) flushes and closes every handler: with the
+    writer thread blocked in a write that nobody reads, both waited for ever (a probe: ``igw serve``
+    with unread stdout and stderr pipes was still running 30 s after SIGTERM). Now they wait
+    ``close_timeout_s`` in all, count what was not written, and a record logged later does not block."""
+    stream = _Stalled()
+    handler = BatchedLineHandler(stream, interval_s=0.01, close_timeout_s=0.3)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    logger = _logger(handler, "igw.test.batched.close_stalled")
+    try:
+        logger.info("first")
+        assert stream.entered.wait(30)  # the writer thread holds "first" and is stuck in write()
+        for i in range(3):
+            logger.info("n%d", i)
+        started = time.monotonic()
+
+        def shut_down() -> None:  # as logging.shutdown does at exit
+            handler.flush()
+            handler.close()
+
+        shutdown = threading.Thread(target=shut_down, daemon=True)
+        shutdown.start()
+        shutdown.join(10)
+        assert not shutdown.is_alive(), "flush/close still waiting for a stream nobody reads"
+        assert time.monotonic() - started < 2.0
+        assert handler.unwritten == 4  # the record in the blocked write and the three queued
+        late = threading.Thread(target=logger.info, args=("late",), daemon=True)
+        late.start()
+        late.join(10)
+        assert not late.is_alive()
+        assert handler.unwritten == 5
+    finally:
+        stream.release.set()
+        logger.removeHandler(handler)

@@ -92,3 +92,107 @@ async def test_it_answers_while_its_stderr_is_not_read(kind: str, tmp_path: Path
             os.close(read_end)
     assert stderr.count("refused a malformed HTTP request") == refused
     assert "Traceback" not in stderr
+
+
+@pytest.mark.parametrize("kind", ["gateway", "global-router"])
+async def test_sigterm_ends_it_in_bounded_time_while_stdout_and_stderr_are_not_read(
+    kind: str, tmp_path: Path
+) -> None:
+    """A pod whose log shipper stopped must still exit within its grace period. Until s43 the exit's
+    flush waited for the writer threads, blocked in ``write()`` on full pipes: a probe's ``igw serve``
+    and ``igw global serve`` were both still running 30 s after SIGTERM, and exited only once someone
+    read. Now each stream's final flush waits at most ``DEFAULT_CLOSE_TIMEOUT_S`` (2 s)."""
+    err_read, err_write = os.pipe()
+    out_read, out_write = os.pipe()
+    for end in (err_write, out_write):
+        fcntl.fcntl(end, fcntl.F_SETPIPE_SZ, 4 * select.PIPE_BUF)  # small pipes: they fill at once
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "igw.cli.main", *_command(kind, tmp_path),
+        "--host", "127.0.0.1", "--port", "0", "--drain-seconds", "0",
+        stdout=out_write, stderr=err_write,
+    )  # fmt: skip
+    os.close(err_write)
+    os.close(out_write)
+    try:
+        printed = b""
+        while not (found := re.search(rb"serving .* at http://([\d.]+):(\d+)", printed)):
+            chunk = await asyncio.wait_for(asyncio.to_thread(os.read, err_read, 4096), timeout=60)
+            assert chunk, "the server exited before serving:\n" + printed.decode()
+            printed += chunk
+        host, port = found.group(1).decode(), int(found.group(2))
+        full = fcntl.fcntl(err_read, fcntl.F_GETPIPE_SZ) - select.PIPE_BUF
+        refused = 0
+        while unread(err_read) < full:  # stderr full: the writer thread is blocked in write()
+            assert (await _refused(host, port)).startswith(b"HTTP/1.1 400 ")
+            refused += 1
+            assert refused < 20_000, "the server's stderr never filled"
+        for _ in range(50):  # and more lines queued behind the blocked write
+            await _refused(host, port)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        proc.send_signal(signal.SIGTERM)
+        try:
+            code = await asyncio.wait_for(proc.wait(), timeout=20)
+        except TimeoutError:
+            pytest.fail("still running 20 s after SIGTERM with its stdout and stderr not read")
+        assert code == 0
+        assert loop.time() - started < 10  # the drain (0 s) and two bounded flushes of 2 s
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+        os.close(err_read)
+        os.close(out_read)
+
+
+async def test_a_closed_stdout_costs_one_traceback_and_its_lines_are_counted(tmp_path: Path) -> None:
+    """A log shipper that went away leaves stdout a broken pipe. Every batch's write raised
+    ``BrokenPipeError`` and wrote a ``--- Logging error ---`` traceback on stderr (a probe: 10 in the
+    2 s of 200 requests), and the access lines lost were counted nowhere. Now the first failure is
+    reported, the rest counted in ``igw_log_lines_dropped_total{stream="stdout"}``, and it serves on."""
+    err_read, err_write = os.pipe()
+    out_read, out_write = os.pipe()
+    os.close(out_read)  # nobody will ever read stdout: each write raises EPIPE
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "igw.cli.main", *_command("gateway", tmp_path),
+        "--host", "127.0.0.1", "--port", "0", "--drain-seconds", "0",
+        stdout=out_write, stderr=err_write,
+    )  # fmt: skip
+    os.close(err_write)
+    os.close(out_write)
+    drained: asyncio.Future[bytes] | None = None
+    try:
+        printed = b""
+        while not (found := re.search(rb"serving .* at http://([\d.]+):(\d+)", printed)):
+            chunk = await asyncio.wait_for(asyncio.to_thread(os.read, err_read, 4096), timeout=60)
+            assert chunk, "the server exited before serving:\n" + printed.decode()
+            printed += chunk
+        drained = asyncio.ensure_future(asyncio.to_thread(read_to_end, err_read))
+        url = f"http://{found.group(1).decode()}:{int(found.group(2))}"
+        requests = 200
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as http:
+            for _ in range(requests):  # one access line each (the endpoint refuses: a 5xx answer)
+                async with http.post(url + "/v1/completions", json={"model": "llama", "prompt": "x"}) as resp:
+                    await resp.read()
+            dropped = 0.0
+            for _ in range(100):  # the writer thread writes every 0.2 s
+                async with http.get(url + "/metrics") as resp:
+                    page = await resp.text()
+                found_line = re.search(r'^igw_log_lines_dropped_total\{stream="stdout"\} (\S+)$', page, re.M)
+                assert found_line, "no igw_log_lines_dropped_total{stream=stdout} on /metrics"
+                dropped = float(found_line.group(1))
+                if dropped >= requests:
+                    break
+                await asyncio.sleep(0.1)
+            assert dropped == requests
+        proc.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(proc.wait(), timeout=30) == 0
+        stderr = (printed + await asyncio.wait_for(drained, timeout=30)).decode()
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+        if drained is None:
+            os.close(err_read)
+    assert stderr.count("--- Logging error ---") == 1, stderr[-3000:]
+    assert "BrokenPipeError" in stderr

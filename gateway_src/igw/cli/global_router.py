@@ -71,6 +71,9 @@ def run(args: argparse.Namespace) -> int:
     """``igw global serve``; the EMF handler it installs is removed and closed (what is queued
     written) when it returns, so a caller in the same process (a test, an embedding tool) is not
     left with a writer thread on its stdout, nor with one more handler at every call."""
+    # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
+    from igw.gateway.log_buffer import close_reporting
+
     emf = logging.getLogger("igw.emf")
     installed_before = {id(handler) for handler in emf.handlers}
     try:
@@ -78,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
     finally:
         for handler in [h for h in emf.handlers if id(h) not in installed_before]:
             emf.removeHandler(handler)
-            handler.close()
+            close_reporting(handler)  # bounded: a stdout nobody reads cannot hold the exit
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -91,7 +94,9 @@ def _run(args: argparse.Namespace) -> int:
     from igw.global_router.config import GlobalConfigError, load_global_config
     from igw.global_router.launch import run_global_router
 
-    configure_logging(args.log_level, lambda: BatchedLineHandler(sys.stderr))  # never blocks the loop
+    configure_logging(
+        args.log_level, lambda: BatchedLineHandler(sys.stderr, label="stderr")
+    )  # never blocks the loop
     try:
         config = load_global_config(args.config)
         management = management_port(
@@ -108,7 +113,7 @@ def _run(args: argparse.Namespace) -> int:
     # what a stalled stdout reader leaves waiting: as igw serve's access log and EMF lines. Until s42
     # a logging.StreamHandler wrote each line on the loop, so a log shipper that stopped reading (a
     # full 64 KiB pipe) blocked the loop and every request of the replica with it.
-    lines = BatchedLineHandler(sys.stdout)
+    lines = BatchedLineHandler(sys.stdout, label="stdout")
     lines.setFormatter(RedactingFormatter("%(message)s"))
     emf.addHandler(lines)
     try:

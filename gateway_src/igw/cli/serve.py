@@ -255,6 +255,8 @@ def run(args: argparse.Namespace) -> int:
     # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
     import logging
 
+    from igw.gateway.log_buffer import close_reporting  # deferred: as logging, above
+
     loggers = [logging.getLogger(name) for name in ("igw.access", "igw.emf")]
     installed_before = {id(handler) for logger in loggers for handler in logger.handlers}
     try:
@@ -263,7 +265,7 @@ def run(args: argparse.Namespace) -> int:
         for logger in loggers:
             for handler in [h for h in logger.handlers if id(h) not in installed_before]:
                 logger.removeHandler(handler)
-                handler.close()
+                close_reporting(handler)  # bounded: a stdout nobody reads cannot hold the exit
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -291,7 +293,9 @@ def _run(args: argparse.Namespace) -> int:
         print(f"igw serve: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     # Every line the process logs passes through redaction (tokens, credential headers, JWTs).
-    configure_logging(args.log_level, lambda: BatchedLineHandler(sys.stderr))  # never blocks the loop
+    configure_logging(
+        args.log_level, lambda: BatchedLineHandler(sys.stderr, label="stderr")
+    )  # never blocks the loop
     # Our formats use none of these LogRecord fields; collecting them costs several µs per record,
     # and the access log writes one record per request (the logging HOWTO's "Optimization" section).
     logging.logThreads = False
@@ -301,7 +305,7 @@ def _run(args: argparse.Namespace) -> int:
     logging.getLogger("igw.access").propagate = False
     # Queued on the request path, formatted and written in batches by a writer thread; what is still
     # queued is written at exit (logging.shutdown), also after SIGTERM.
-    access = BatchedLineHandler(sys.stdout)
+    access = BatchedLineHandler(sys.stdout, label="stdout")
     access.setFormatter(RedactingFormatter("%(message)s"))
     logging.getLogger("igw.access").addHandler(access)
     logging.getLogger("igw.emf").propagate = False

@@ -8,7 +8,12 @@ writer thread formats what has queued and writes it with one ``write`` and one `
 
 No line is lost on a graceful exit: :meth:`close` (called by :func:`logging.shutdown`, which the
 interpreter runs at exit, also after ``igw serve`` handles SIGTERM) stops the thread and writes
-whatever is still queued. A process killed with SIGKILL loses at most one interval's lines.
+whatever is still queued. A process killed with SIGKILL loses at most one interval's lines. A stream
+that takes no lines at exit (a stalled log shipper) holds the exit at most ``close_timeout_s``
+(:data:`DEFAULT_CLOSE_TIMEOUT_S`): :meth:`~BatchedLineHandler.flush` and
+:meth:`~BatchedLineHandler.close` then give up, leave the writer thread (a daemon) blocked in its
+write, and count what was not written (:attr:`~BatchedLineHandler.unwritten`); until session s43 they
+waited for the write, and a pod whose log shipper stopped never exited after SIGTERM.
 
 Records wait up to an estimate of the memory they hold, ``max_queued_bytes`` (each item's
 estimate: :meth:`DeferredLine.queued_bytes`, a string's length plus its header, a fixed
@@ -67,6 +72,12 @@ LOG_RECORD_BYTES: Final = 1024
 message with two arguments; the rest leaves room for longer ones)."""
 STR_HEADER_BYTES: Final = 49
 """``sys.getsizeof("")``: a queued line's estimate is this plus its length (an ASCII string's size)."""
+DEFAULT_CLOSE_TIMEOUT_S: Final = 2.0
+"""How long :meth:`BatchedLineHandler.flush` and :meth:`~BatchedLineHandler.close` wait for a stream
+that takes no lines (a stalled log shipper, a full pipe) before giving up on what is still queued:
+the exit of ``igw serve`` and ``igw global serve`` after SIGTERM waits at most this long per stream,
+so it stays within the pod's grace period (the drain window plus a bound) instead of hanging until
+someone reads."""
 YIELD_EVERY: Final = 32
 """The writer thread lets the event loop's thread run after formatting this many records."""
 
@@ -102,13 +113,29 @@ class BatchedLineHandler(logging.Handler):
         interval_s: float = DEFAULT_INTERVAL_S,
         batch: int = DEFAULT_BATCH,
         max_queued_bytes: int = DEFAULT_MAX_QUEUED_BYTES,
+        close_timeout_s: float = DEFAULT_CLOSE_TIMEOUT_S,
+        label: str | None = None,
     ) -> None:
         super().__init__()
-        if not interval_s > 0 or batch < 1 or max_queued_bytes < 1:
+        if not interval_s > 0 or batch < 1 or max_queued_bytes < 1 or not close_timeout_s >= 0:
             raise ValueError(
-                "interval_s must be > 0, batch >= 1 and max_queued_bytes >= 1 "
-                f"(got {interval_s}, {batch}, {max_queued_bytes})"
+                "interval_s must be > 0, batch >= 1, max_queued_bytes >= 1 and close_timeout_s >= 0 "
+                f"(got {interval_s}, {batch}, {max_queued_bytes}, {close_timeout_s})"
             )
+        self.close_timeout_s = close_timeout_s
+        """How long :meth:`flush` and :meth:`close` wait for a stream that takes no lines."""
+        self.label = label if label is not None else _stream_label(stream)
+        """The stream's name in ``igw_log_lines_dropped_total{stream}`` (:mod:`igw.gateway.log_metrics`):
+        ``stdout``, ``stderr``, or ``other``."""
+        self.unwritten = 0
+        """Records given up at :meth:`close` because the stream took no lines for ``close_timeout_s``
+        (queued, or in the write that blocked); with the writer thread stuck, records logged after
+        the close are counted here too instead of being written."""
+        self._stuck = False
+        """Set by :meth:`close` when the writer thread did not finish within ``close_timeout_s``."""
+        self._flush_timed_out = False
+        """Set by :meth:`flush` when the writer thread held the stream for all of ``close_timeout_s``:
+        the stream has stalled, and a later flush or close does not wait for it again."""
         self._max_queued_bytes = max_queued_bytes
         self._bytes_in = 0
         """Estimated bytes of every record queued so far (added by the queuing thread)."""
@@ -117,6 +144,14 @@ class BatchedLineHandler(logging.Handler):
         self.dropped = 0
         """Records dropped because the queue held ``max_queued_bytes`` (never reset: a running total)."""
         self._reported = 0
+        self.failed = 0
+        """Lines whose write raised (a closed stdout: ``BrokenPipeError``), lost (a running total)."""
+        self._failing = False
+        """Whether the last write raised: a stream that keeps failing (a log shipper gone, its pipe
+        closed) is reported with a traceback once, not once per batch - until session s43 every batch
+        wrote a ≈ 1.1 kB ``--- Logging error ---`` traceback on stderr, 5 a second under traffic."""
+        self._writing = 0
+        """Records in the batch being written (popped from the queue, not yet written)."""
         self.stream = stream
         self._interval_s = interval_s
         self._batch = batch
@@ -161,27 +196,48 @@ class BatchedLineHandler(logging.Handler):
         return self._bytes_in - self._bytes_out
 
     def _enqueue(self, item: Queued, size: int) -> None:
+        if self._stuck:  # closed, and the writer thread is blocked in a write: writing would block too
+            self.unwritten += 1
+            return
         if self._bytes_in - self._bytes_out + size > self._max_queued_bytes and not self._stopping:
             self.dropped += 1
             return
         self._bytes_in += size
         self._queue.append(item)
-        if self._stopping:  # after close: write at once rather than drop
-            self._drain()
+        if self._stopping:  # after close: write at once rather than drop (bounded, as flush)
+            self.flush()
         elif len(self._queue) >= self._batch:
             self._wake.set()
 
     def flush(self) -> None:
-        """Write everything queued so far (on the calling thread)."""
-        self._drain()
+        """Write everything queued so far, waiting at most ``close_timeout_s`` for a writer thread
+        that is blocked in a write (a stream nobody reads) - :func:`logging.shutdown` flushes every
+        handler at exit, and an unbounded wait there hung the process after SIGTERM."""
+        if threading.current_thread() is self._thread or self._stuck:
+            return
+        if self._write_lock.acquire(timeout=0 if self._flush_timed_out else self.close_timeout_s):
+            try:
+                self._drain()
+            finally:
+                self._write_lock.release()
+        else:  # blocked for the whole timeout: close (logging.shutdown's next call) waits no more
+            self._flush_timed_out = True
 
     def close(self) -> None:
-        """Stop the writer thread and write what is still queued."""
+        """Stop the writer thread and write what is still queued, within ``close_timeout_s``: a
+        writer thread still blocked in a write then is left behind (a daemon thread: it does not keep
+        the process alive) and the records it did not write are counted in :attr:`unwritten`."""
+        if self._stuck:
+            return
         self._stopping = True
         self._wake.set()
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
-            self._thread.join()
-        self._drain()
+            self._thread.join(0 if self._flush_timed_out else self.close_timeout_s)
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._stuck = True
+            self.unwritten += len(self._queue) + self._writing
+        else:
+            self._drain()
         super().close()
 
     def _run(self) -> None:
@@ -189,6 +245,7 @@ class BatchedLineHandler(logging.Handler):
             self._wake.wait(self._interval_s)
             self._wake.clear()
             self._drain()
+        self._drain()  # what close() left: written here, so that a stream that blocks blocks this thread
 
     def _drain(self) -> None:
         # One drain at a time (writer thread, flush, close), so batches are written in order; at most
@@ -197,9 +254,11 @@ class BatchedLineHandler(logging.Handler):
             queue = self._queue
             while queue:
                 records = [queue.popleft() for _ in range(min(len(queue), self._batch))]
+                self._writing = len(records)
                 try:
                     self._write(records)
                 finally:
+                    self._writing = 0
                     self._bytes_out += sum(map(_estimate, records))
             dropped = self.dropped - self._reported
             if dropped and not queue:  # after the records that were waiting when these were dropped
@@ -227,7 +286,12 @@ class BatchedLineHandler(logging.Handler):
             self.stream.write("\n".join(lines) + "\n")
             self.stream.flush()
         except Exception:  # logging's contract: report, never raise
-            self.handleError(_as_record(records[0]))
+            self.failed += len(lines)
+            if not self._failing:  # the first failure of a run of them, not one traceback per batch
+                self.handleError(_as_record(records[0]))
+            self._failing = True
+        else:
+            self._failing = False
 
     def _format_item(self, item: Queued) -> str:
         if isinstance(item, logging.LogRecord):
@@ -250,6 +314,16 @@ class BatchedLineHandler(logging.Handler):
             self.handleError(logging.makeLogRecord({"msg": line}))
 
 
+_STREAM_LABELS: Final = {"<stdout>": "stdout", "<stderr>": "stderr"}
+"""The ``name`` of :data:`sys.stdout` and :data:`sys.stderr`, and their label."""
+
+
+def _stream_label(stream: TextIO) -> str:
+    """``stdout`` or ``stderr`` for the process's own streams (by their ``name``), else ``other``."""
+    name = getattr(stream, "name", None)
+    return _STREAM_LABELS.get(name, "other") if isinstance(name, str) else "other"
+
+
 def _estimate(item: Queued) -> int:
     """What :meth:`BatchedLineHandler._enqueue` counted for ``item``."""
     if isinstance(item, str):
@@ -266,6 +340,21 @@ def _as_record(item: Queued) -> logging.LogRecord:
     return logging.makeLogRecord(
         {"msg": item if isinstance(item, str) else f"(an unbuilt {type(item).__name__})"}
     )
+
+
+def close_reporting(handler: logging.Handler) -> None:
+    """Close ``handler``; when it is a :class:`BatchedLineHandler` that gave up on a stream that took
+    no lines (:meth:`BatchedLineHandler.close`), say on the ``igw.log_writer`` logger (stderr, itself
+    written within its own bound) how many lines were not written, so an exit that lost access or
+    EMF lines says so instead of losing them silently."""
+    handler.close()
+    if isinstance(handler, BatchedLineHandler) and handler.unwritten:
+        logging.getLogger("igw.log_writer").warning(
+            "%d log lines on %s not written at exit: the stream took none for %.1f s",
+            handler.unwritten,
+            handler.label,
+            handler.close_timeout_s,
+        )
 
 
 def line_sink(logger: logging.Logger) -> BatchedLineHandler | None:

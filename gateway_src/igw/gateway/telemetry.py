@@ -33,6 +33,7 @@ from prometheus_client.registry import Collector
 from igw.gateway.departed_series import DEPARTED_GRACE_S, DepartedEndpoints, EndpointLabels
 from igw.gateway.endpoints import EndpointState
 from igw.gateway.epp_compat import EppCompatCollector
+from igw.gateway.log_metrics import LogDropStats
 from igw.gateway.metric_batch import FoldingCounter, FoldingHistogram, MetricBatch
 from igw.gateway.metrics_render import MetricsPage
 from igw.scheduling.settings import RoutingSettings
@@ -303,6 +304,7 @@ class GatewayMetrics:
         self.ejected = ejections
         """Lists the endpoints outlier detection leaves out now (``igw_endpoint_ejected_seconds``, EMF)."""
         r = self.registry
+        r.register(LogDropStats())  # igw_log_lines_dropped_total{stream}: a stalled log shipper's losses
         self._batch = MetricBatch()
         self.requests = FoldingCounter(
             "igw_requests",

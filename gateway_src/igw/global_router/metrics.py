@@ -10,6 +10,7 @@ from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from igw.gateway.log_metrics import LogDropStats
 from igw.gateway.metrics_render import MetricsPage
 from igw.gateway.telemetry import LATENCY_BUCKETS, TTFT_BUCKETS
 
@@ -20,6 +21,7 @@ class FleetMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
         r = self.registry
+        r.register(LogDropStats())  # igw_log_lines_dropped_total{stream}: as at tier 1
         self.decisions = Counter(
             f"{PREFIX}_routing_decisions",
             "Requests sent to a cluster, by cluster, its region and why it was chosen "
