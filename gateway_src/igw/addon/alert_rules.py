@@ -229,6 +229,16 @@ ALERTS: Final[tuple[Alert, ...]] = (
         "(its log: 'TLS certificate reload failed') or a certificate cert-manager does not manage. "
         "Clients refuse an expired certificate.",
     ),
+    Alert(
+        "IgwLogLinesDropped",
+        "increase(igw_log_lines_dropped_total[10m]) > 0",
+        "1m",
+        "warning",
+        "Gateway {{ $labels.pod }} dropped {{ $labels.stream }} log lines in the last 10 minutes.",
+        "The stream took no lines (a stalled log shipper, a full or closed pipe) while 40 MiB of lines "
+        "waited: access, EMF or diagnostic lines are lost, so dashboards and audits built on them "
+        "undercount. The gateway keeps serving.",
+    ),
 )
 """Every alert the chart ships."""
 
