@@ -182,6 +182,29 @@ async def test_a_store_that_lost_every_key_drains_no_cluster_as_gone(redis_serve
         assert drained(fleet)["east-b"] == "gone"
 
 
+async def lost_then_rewritten(
+    clock: Clock,
+    client: redis_asyncio.Redis,  # type: ignore[type-arg]
+    fleet: Fleet,
+    early: tuple[str, ...],
+) -> None:
+    """The store loses every key (flushed) after one read; ``early``'s gateways write again before
+    the router's next read, and every gateway before the one after. Checks that no cluster was
+    drained at either read, and that no failover (so no slow start) followed."""
+    await publish(client, seq=1)
+    await fleet.poll_once()
+    await client.flushall()
+    await publish(client, seq=2, names=early)  # before the router's next read
+    clock.now += 0.5
+    await fleet.poll_once()
+    assert drained(fleet) == ALL_AVAILABLE
+    await publish(client, seq=3)
+    clock.now += 0.5
+    await fleet.poll_once()
+    assert drained(fleet) == ALL_AVAILABLE
+    assert not fleet.transitions  # no failover, so no slow start either
+
+
 async def test_a_store_that_lost_its_keys_drains_none_of_them_when_a_gateway_writes_before_the_next_read(
     redis_server: RedisServer,
 ) -> None:
@@ -191,18 +214,7 @@ async def test_a_store_that_lost_its_keys_drains_none_of_them_when_a_gateway_wri
     east-a's gateway writes, the router reads) drained east-b and west-a as ``gone`` and
     slow-started both (ramp 0.16 three seconds later)."""
     async with polled_store(redis_server) as (clock, client, fleet):
-        await publish(client, seq=1)
-        await fleet.poll_once()
-        await client.flushall()
-        await publish(client, seq=2, names=("east-a",))  # before the router's next read
-        clock.now += 0.5
-        await fleet.poll_once()
-        assert drained(fleet) == ALL_AVAILABLE
-        await publish(client, seq=3)
-        clock.now += 0.5
-        await fleet.poll_once()
-        assert drained(fleet) == ALL_AVAILABLE
-        assert not fleet.transitions  # no failover, so no slow start either
+        await lost_then_rewritten(clock, client, fleet, early=("east-a",))
         assert {name: health.ramp(now=clock.now) for name, health in fleet.health.items()} == dict.fromkeys(
             NAMES, 1.0
         )
@@ -218,18 +230,7 @@ async def test_a_store_that_lost_its_keys_drains_no_cluster_when_all_but_one_wri
     for its drain period first, so a key vanishing under a fresh heartbeat that did not say so is
     kept until its gateway writes again, or drained as ``stale`` if it never does."""
     async with polled_store(redis_server) as (clock, client, fleet):
-        await publish(client, seq=1)
-        await fleet.poll_once()
-        await client.flushall()
-        await publish(client, seq=2, names=("east-a", "east-b"))  # before the router's next read
-        clock.now += 0.5
-        await fleet.poll_once()
-        assert drained(fleet) == ALL_AVAILABLE
-        await publish(client, seq=3)
-        clock.now += 0.5
-        await fleet.poll_once()
-        assert drained(fleet) == ALL_AVAILABLE
-        assert not fleet.transitions  # no failover, so no slow start either
+        await lost_then_rewritten(clock, client, fleet, early=("east-a", "east-b"))
         await client.delete(PREFIX + "west-a")  # and if its gateway never writes again: stale
         clock.now += 3.5
         await publish(client, seq=4, names=("east-a", "east-b"))
