@@ -29,7 +29,7 @@ from igw.gateway.pick_share import (
     PickNoteCollector,
     PickShare,
 )
-from igw.gateway.runtime import GatewayRuntime
+from igw.gateway.runtime import GatewayRuntime, SchedulerRuntime
 from igw.gateway.scrape_share import MAX_NOTES_BACKLOG, LeadingScraper, ScrapeFollower
 from igw.scheduling.pick_notes import LearnCounts
 from igw.scheduling.plugins.backlog_ttft_scorer import BacklogTtftScorer
@@ -271,6 +271,19 @@ async def test_a_line_is_skipped_and_counted_when_the_peer_has_too_much_unread()
         await peer.wait_closed()
 
 
+def sharing_after_40_picks(sender: GatewayRuntime) -> tuple[PickShare, SchedulerRuntime, float]:
+    """``sender``'s pick share (outboxes attached) once its scheduler ``s`` made 40 picks of
+    different prompts: a batch of prefix notes waiting to be written. Returns the share, the
+    scheduler runtime and the time the picks were made at."""
+    share = PickShare(lambda: sender, time.monotonic, max_line=4096)
+    share.lines()  # attaches the outboxes
+    sr = sender.schedulers["s"]
+    now = time.monotonic()
+    for n in range(40):
+        sr.scheduler.pick(request(f"r{n}", prompt(n)), sr.pool.views(), now=now)
+    return share, sr, now
+
+
 async def written_past_a_flood(share: PickShare, learner: GatewayRuntime) -> tuple[list[bytes], PickShare]:
     """Write ``share``'s next lines to a real socket peer that already has more than
     MAX_NOTES_BACKLOG of a flood unread (so the lines past the backlog are skipped, as a worker
@@ -306,12 +319,7 @@ async def test_an_ejection_is_written_even_when_the_peer_has_too_much_unread() -
     still goes out. Until session s41 it shared the batch's line and was skipped with it, so the peer
     never learned the ejection (its note alone told it) and sent its own requests to the failing pod."""
     sender, learner = (worker_runtime("a:1", "b:1", stale_threshold="60s") for _ in range(2))
-    share = PickShare(lambda: sender, time.monotonic, max_line=4096)
-    share.lines()  # attaches the outboxes
-    sr = sender.schedulers["s"]
-    now = time.monotonic()
-    for n in range(40):
-        sr.scheduler.pick(request(f"r{n}", prompt(n)), sr.pool.views(), now=now)
+    share, sr, now = sharing_after_40_picks(sender)
     for _ in range(sr.scheduler.settings.outlier_detection.consecutive_failures):
         sr.scheduler.on_connect_failed("a:1", now=now)
     assert "a:1" in sr.scheduler.outliers.ejected
@@ -328,12 +336,7 @@ async def test_an_adapter_404_is_written_even_when_the_peer_has_too_much_unread(
     s42 the note went in the interval's ordinary line and was skipped with it under a flood."""
     weights = {**WEIGHTS, "loraAffinity": 1}
     sender, learner = (worker_runtime("a:1", "b:1", stale_threshold="60s", weights=weights) for _ in range(2))
-    share = PickShare(lambda: sender, time.monotonic, max_line=4096)
-    share.lines()  # attaches the outboxes
-    sr = sender.schedulers["s"]
-    now = time.monotonic()
-    for n in range(40):
-        sr.scheduler.pick(request(f"r{n}", prompt(n)), sr.pool.views(), now=now)
+    share, sr, now = sharing_after_40_picks(sender)
     sr.scheduler.on_model_missing("a:1", "chat", now=now)
     assert sr.scheduler.models_missing(now)
     _, receiver = await written_past_a_flood(share, learner)
