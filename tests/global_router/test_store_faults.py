@@ -91,6 +91,23 @@ async def say_draining(client: redis_asyncio.Redis, name: str, seq: int) -> None
     await client.hset(PREFIX + name, "pod-0/1", beat(name, seq=seq, draining=True).encode())
 
 
+async def last_replica_stops(
+    clock: Clock,
+    client: redis_asyncio.Redis,  # type: ignore[type-arg]
+    fleet: Fleet,
+    name: str,
+    seq: int,
+) -> None:
+    """``name``'s last gateway replica stopping as it does: it says ``draining`` (one read), then
+    its field and so its key go (the next read), half a second apart."""
+    await say_draining(client, name, seq=seq)
+    clock.now += 0.5
+    await fleet.poll_once()
+    await client.delete(PREFIX + name)
+    clock.now += 0.5
+    await fleet.poll_once()
+
+
 @contextlib.contextmanager
 def stopped(redis_server: RedisServer) -> Iterator[None]:
     """The Redis process stopped (SIGSTOP): connections stay open, nothing is answered (every read
@@ -173,12 +190,7 @@ async def test_a_store_that_lost_every_key_drains_no_cluster_as_gone(redis_serve
         clock.now += 1.5
         await fleet.poll_once()
         assert drained(fleet) == {"east-a": None, "east-b": None, "west-a": "stale"}
-        await say_draining(client, "east-b", seq=4)  # east-b's last replica stops: drained at once
-        clock.now += 0.5
-        await fleet.poll_once()
-        await client.delete(PREFIX + "east-b")
-        clock.now += 0.5
-        await fleet.poll_once()
+        await last_replica_stops(clock, client, fleet, "east-b", seq=4)  # drained at once
         assert drained(fleet)["east-b"] == "gone"
 
 
@@ -282,12 +294,8 @@ async def test_a_store_read_again_after_an_outage_without_a_key_drains_that_clus
         clock.now += 3.5  # the outage's second excused: 3 s counted
         await fleet.poll_once()
         assert drained(fleet) == {"east-a": None, "east-b": None, "west-a": "stale"}
-        await say_draining(client, "east-b", seq=4)  # the store readable throughout: gone at once
-        clock.now += 0.5
-        await fleet.poll_once()
-        await client.delete(PREFIX + "east-b")
-        clock.now += 0.5
-        await fleet.poll_once()
+        # the store readable throughout: gone at once
+        await last_replica_stops(clock, client, fleet, "east-b", seq=4)
         assert drained(fleet)["east-b"] == "gone"
 
 
