@@ -43,6 +43,19 @@ async def send(gw: Any, objective: str | None, tenant: str = "t1") -> tuple[int,
     return resp.status, dict(resp.headers), await resp.json()
 
 
+async def band_full_retry_after(gw: Any, waiting: list[asyncio.Task[tuple[int, dict[str, str], Any]]]) -> str:
+    """Send one more Critical (``chat``) request, check that its full band refuses it (429
+    ``request_shed``, ``band_full``), cancel the requests still ``waiting`` in the queue, and return
+    the refusal's Retry-After: what the tests below are about."""
+    status, headers, body = await send(gw, "chat")
+    assert (status, body["error"]["code"]) == (429, "request_shed")
+    assert "band_full" in body["error"]["message"]
+    for task in waiting:
+        task.cancel()
+    await asyncio.gather(*waiting, return_exceptions=True)
+    return headers["Retry-After"]
+
+
 async def test_saturated_requests_wait_and_shed_lowest_band_first(gateway: Any) -> None:
     bands = [
         {"priority": 10, "maxRequests": 5, "ttl": "60s"},
@@ -110,13 +123,7 @@ async def test_retry_after_of_a_refused_critical_request_ignores_the_lower_bands
         waiting = [asyncio.create_task(send(gw, "batch")) for _ in range(20)]
         waiting += [asyncio.create_task(send(gw, "chat")) for _ in range(2)]
         await wait_for(lambda: queued(gw) == {-5: 20, 10: 2}, what="batch and chat queued")
-        status, headers, body = await send(gw, "chat")
-        assert (status, body["error"]["code"]) == (429, "request_shed")
-        assert "band_full" in body["error"]["message"]
-        assert headers["Retry-After"] == "1"
-        for task in waiting:
-            task.cancel()
-        await asyncio.gather(*waiting, return_exceptions=True)
+        assert await band_full_retry_after(gw, waiting) == "1"
 
 
 async def test_retry_after_counts_the_requests_served_without_queueing(gateway: Any) -> None:
@@ -136,13 +143,7 @@ async def test_retry_after_counts_the_requests_served_without_queueing(gateway: 
         await wait_for(lambda: views()[0].metrics.waiting == 9, what="saturated")
         waiting = [asyncio.create_task(send(gw, "chat")) for _ in range(2)]
         await wait_for(lambda: queued(gw) == {10: 2}, what="chat queued")
-        status, headers, body = await send(gw, "chat")
-        assert (status, body["error"]["code"]) == (429, "request_shed")
-        assert "band_full" in body["error"]["message"]
-        assert headers["Retry-After"] == "1"
-        for task in waiting:
-            task.cancel()
-        await asyncio.gather(*waiting, return_exceptions=True)
+        assert await band_full_retry_after(gw, waiting) == "1"
 
 
 async def test_queued_request_past_its_ttl_is_shed(gateway: Any) -> None:

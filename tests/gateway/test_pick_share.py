@@ -29,6 +29,7 @@ from igw.gateway.pick_share import (
     PickNoteCollector,
     PickShare,
 )
+from igw.gateway.runtime import GatewayRuntime, SchedulerRuntime
 from igw.gateway.scrape_share import MAX_NOTES_BACKLOG, LeadingScraper, ScrapeFollower
 from igw.scheduling.pick_notes import LearnCounts
 from igw.scheduling.plugins.backlog_ttft_scorer import BacklogTtftScorer
@@ -270,21 +271,24 @@ async def test_a_line_is_skipped_and_counted_when_the_peer_has_too_much_unread()
         await peer.wait_closed()
 
 
-async def test_an_ejection_is_written_even_when_the_peer_has_too_much_unread() -> None:
-    """A flood of ordinary notes (or snapshots) leaves the peer more than MAX_NOTES_BACKLOG unread:
-    the next batch's prefix notes are skipped, as before, but the ejection made in the same interval
-    still goes out. Until session s41 it shared the batch's line and was skipped with it, so the peer
-    never learned the ejection (its note alone told it) and sent its own requests to the failing pod."""
-    sender, learner = (worker_runtime("a:1", "b:1", stale_threshold="60s") for _ in range(2))
+def sharing_after_40_picks(sender: GatewayRuntime) -> tuple[PickShare, SchedulerRuntime, float]:
+    """``sender``'s pick share (outboxes attached) once its scheduler ``s`` made 40 picks of
+    different prompts: a batch of prefix notes waiting to be written. Returns the share, the
+    scheduler runtime and the time the picks were made at."""
     share = PickShare(lambda: sender, time.monotonic, max_line=4096)
     share.lines()  # attaches the outboxes
     sr = sender.schedulers["s"]
     now = time.monotonic()
     for n in range(40):
         sr.scheduler.pick(request(f"r{n}", prompt(n)), sr.pool.views(), now=now)
-    for _ in range(sr.scheduler.settings.outlier_detection.consecutive_failures):
-        sr.scheduler.on_connect_failed("a:1", now=now)
-    assert "a:1" in sr.scheduler.outliers.ejected
+    return share, sr, now
+
+
+async def written_past_a_flood(share: PickShare, learner: GatewayRuntime) -> tuple[list[bytes], PickShare]:
+    """Write ``share``'s next lines to a real socket peer that already has more than
+    MAX_NOTES_BACKLOG of a flood unread (so the lines past the backlog are skipped, as a worker
+    does), then let ``learner`` learn every pick note that arrived. Returns the lines offered and the
+    receiving share (its ``learned`` counts explain a failed assertion)."""
     ours, theirs = socket.socketpair()
     reader, peer = await asyncio.open_connection(sock=theirs, limit=1 << 20)
     _, writer = await asyncio.open_connection(sock=ours)
@@ -294,21 +298,35 @@ async def test_an_ejection_is_written_even_when_the_peer_has_too_much_unread() -
             writer.write(flood)
         assert writer.transport.get_write_buffer_size() > MAX_NOTES_BACKLOG
         lines = share.lines()
-        assert len(lines) > 1
         for line in lines:
             share.write(writer, line, max_unsent=MAX_NOTES_BACKLOG)
-        assert 0 < share.lines_unsent < len(lines)  # the prefix notes skipped, not the ejection
         writer.write_eof()
         receiver = PickShare(lambda: learner, time.monotonic, max_line=4096, worker=1)
         while line := await asyncio.wait_for(reader.readline(), timeout=10):
             doc = orjson.loads(line)
             if doc["t"] == "p":
                 receiver.learn(doc)
-        assert "a:1" in learner.schedulers["s"].scheduler.outliers.ejected, receiver.learned
+        return lines, receiver
     finally:
         writer.close()
         peer.close()
         await peer.wait_closed()
+
+
+async def test_an_ejection_is_written_even_when_the_peer_has_too_much_unread() -> None:
+    """A flood of ordinary notes (or snapshots) leaves the peer more than MAX_NOTES_BACKLOG unread:
+    the next batch's prefix notes are skipped, as before, but the ejection made in the same interval
+    still goes out. Until session s41 it shared the batch's line and was skipped with it, so the peer
+    never learned the ejection (its note alone told it) and sent its own requests to the failing pod."""
+    sender, learner = (worker_runtime("a:1", "b:1", stale_threshold="60s") for _ in range(2))
+    share, sr, now = sharing_after_40_picks(sender)
+    for _ in range(sr.scheduler.settings.outlier_detection.consecutive_failures):
+        sr.scheduler.on_connect_failed("a:1", now=now)
+    assert "a:1" in sr.scheduler.outliers.ejected
+    lines, receiver = await written_past_a_flood(share, learner)
+    assert len(lines) > 1
+    assert 0 < share.lines_unsent < len(lines)  # the prefix notes skipped, not the ejection
+    assert "a:1" in learner.schedulers["s"].scheduler.outliers.ejected, receiver.learned
 
 
 async def test_an_adapter_404_is_written_even_when_the_peer_has_too_much_unread() -> None:
@@ -318,38 +336,13 @@ async def test_an_adapter_404_is_written_even_when_the_peer_has_too_much_unread(
     s42 the note went in the interval's ordinary line and was skipped with it under a flood."""
     weights = {**WEIGHTS, "loraAffinity": 1}
     sender, learner = (worker_runtime("a:1", "b:1", stale_threshold="60s", weights=weights) for _ in range(2))
-    share = PickShare(lambda: sender, time.monotonic, max_line=4096)
-    share.lines()  # attaches the outboxes
-    sr = sender.schedulers["s"]
-    now = time.monotonic()
-    for n in range(40):
-        sr.scheduler.pick(request(f"r{n}", prompt(n)), sr.pool.views(), now=now)
+    share, sr, now = sharing_after_40_picks(sender)
     sr.scheduler.on_model_missing("a:1", "chat", now=now)
     assert sr.scheduler.models_missing(now)
-    ours, theirs = socket.socketpair()
-    reader, peer = await asyncio.open_connection(sock=theirs, limit=1 << 20)
-    _, writer = await asyncio.open_connection(sock=ours)
-    try:
-        flood = b'{"t":"x","pad":"' + b"x" * 1000 + b'"}\n'
-        for _ in range(3 * MAX_NOTES_BACKLOG // len(flood)):
-            writer.write(flood)
-        assert writer.transport.get_write_buffer_size() > MAX_NOTES_BACKLOG
-        lines = share.lines()
-        for line in lines:
-            share.write(writer, line, max_unsent=MAX_NOTES_BACKLOG)
-        assert share.lines_unsent > 0  # the prefix notes skipped, not the 404
-        writer.write_eof()
-        receiver = PickShare(lambda: learner, time.monotonic, max_line=4096, worker=1)
-        while line := await asyncio.wait_for(reader.readline(), timeout=10):
-            doc = orjson.loads(line)
-            if doc["t"] == "p":
-                receiver.learn(doc)
-        missing = learner.schedulers["s"].scheduler.models_missing(time.monotonic())
-        assert [(key, model) for key, model, _ in missing] == [("a:1", "chat")], receiver.learned
-    finally:
-        writer.close()
-        peer.close()
-        await peer.wait_closed()
+    _, receiver = await written_past_a_flood(share, learner)
+    assert share.lines_unsent > 0  # the prefix notes skipped, not the 404
+    missing = learner.schedulers["s"].scheduler.models_missing(time.monotonic())
+    assert [(key, model) for key, model, _ in missing] == [("a:1", "chat")], receiver.learned
 
 
 def backlog(worker: Worker) -> BacklogTtftScorer:

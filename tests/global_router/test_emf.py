@@ -140,28 +140,43 @@ async def test_router_writes_fleet_documents_on_the_interval(caplog: pytest.LogC
     assert cluster_requests == sum(decisions.values())
 
 
-async def test_global_serve_writes_emf_lines_on_stdout(tmp_path: Path, redis_server: RedisServer) -> None:
-    """``igw global serve --emf-interval``: bare EMF lines on stdout, the last interval flushed at stop."""
-    server = FakeModelServer("east-a")
-    await server.start()
+def _router_config(tmp_path: Path, server: FakeModelServer, redis_server: RedisServer) -> Path:
+    """A router config file with one cluster, ``server`` in region ``east``, and optional heartbeats
+    on ``redis_server``: what each ``igw global serve`` run below is started with."""
     doc = global_doc(
         [{"name": "east-a", "region": "east", "endpoint": f"http://{server.key}", "models": [MODEL]}],
         heartbeats={"required": False, "redis": {"url": redis_server.url, "keyPrefix": "emf:hb:"}},
     )
-    (tmp_path / "global.yaml").write_text(yaml.safe_dump(doc))
+    config = tmp_path / "global.yaml"
+    config.write_text(yaml.safe_dump(doc))
+    return config
+
+
+async def _serving_url(proc: asyncio.subprocess.Process) -> str:
+    """The URL an ``igw global serve`` subprocess says (on stderr) it serves at, once it does; fails
+    the test if the process exits first."""
+    assert proc.stderr is not None
+    url = ""
+    while not url:
+        line = (await asyncio.wait_for(proc.stderr.readline(), timeout=60)).decode()
+        assert line, "igw global serve exited before serving"
+        found = re.search(r"serving \d+ cluster\(s\) at (http://\S+)", line)
+        url = found.group(1) if found else ""
+    return url
+
+
+async def test_global_serve_writes_emf_lines_on_stdout(tmp_path: Path, redis_server: RedisServer) -> None:
+    """``igw global serve --emf-interval``: bare EMF lines on stdout, the last interval flushed at stop."""
+    server = FakeModelServer("east-a")
+    await server.start()
+    config = _router_config(tmp_path, server, redis_server)
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "igw.cli.main", "global", "serve", "--config", str(tmp_path / "global.yaml"),
+        sys.executable, "-m", "igw.cli.main", "global", "serve", "--config", str(config),
         "--host", "127.0.0.1", "--port", "0", "--drain-seconds", "0", "--emf-interval", "30",
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     try:
-        assert proc.stderr is not None
-        url = ""
-        while not url:
-            line = (await asyncio.wait_for(proc.stderr.readline(), timeout=60)).decode()
-            assert line, "igw global serve exited before serving"
-            found = re.search(r"serving \d+ cluster\(s\) at (http://\S+)", line)
-            url = found.group(1) if found else ""
+        url = await _serving_url(proc)
         async with aiohttp.ClientSession() as http:
             for _ in range(3):
                 async with http.post(url + "/v1/completions", json={"model": MODEL, "prompt": "x"}) as resp:
@@ -194,29 +209,19 @@ async def test_global_serve_answers_while_its_stdout_is_not_read(
     written on the event loop, so the first line past a full pipe blocked every request."""
     server = FakeModelServer("east-a")
     await server.start()
-    doc = global_doc(
-        [{"name": "east-a", "region": "east", "endpoint": f"http://{server.key}", "models": [MODEL]}],
-        heartbeats={"required": False, "redis": {"url": redis_server.url, "keyPrefix": "emf:hb:"}},
-    )
-    (tmp_path / "global.yaml").write_text(yaml.safe_dump(doc))
+    config = _router_config(tmp_path, server, redis_server)
     read_end, write_end = os.pipe()
     fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, 4 * select.PIPE_BUF)  # a small pipe: it fills at once
     full = fcntl.fcntl(write_end, fcntl.F_GETPIPE_SZ) - select.PIPE_BUF  # what a blocked writer left
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "igw.cli.main", "global", "serve", "--config", str(tmp_path / "global.yaml"),
+        sys.executable, "-m", "igw.cli.main", "global", "serve", "--config", str(config),
         "--host", "127.0.0.1", "--port", "0", "--drain-seconds", "0", "--emf-interval", "0.01",
         stdout=write_end, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     os.close(write_end)
     drained: asyncio.Future[bytes] | None = None
     try:
-        assert proc.stderr is not None
-        url = ""
-        while not url:
-            line = (await asyncio.wait_for(proc.stderr.readline(), timeout=60)).decode()
-            assert line, "igw global serve exited before serving"
-            found = re.search(r"serving \d+ cluster\(s\) at (http://\S+)", line)
-            url = found.group(1) if found else ""
+        url = await _serving_url(proc)
         answered = 0
         full_since: float | None = None
         loop = asyncio.get_running_loop()

@@ -9,23 +9,16 @@ Now it is rendered by :class:`igw.gateway.metrics_render.MetricsPage`, as tier 1
 
 from __future__ import annotations
 
-import asyncio
 import random
-import threading
 
-import aiohttp
-from prometheus_client import Gauge, generate_latest
+from prometheus_client import generate_latest
 
-from igw.gateway.serving import serve_app
 from igw.global_router.config import parse_global_config
 from igw.global_router.metrics import FleetMetrics
 from igw.global_router.server import ROUTER_KEY, create_global_app
 from igw.perf.metrics_page import router_fleet_metrics
 from tests.global_router.support import global_doc
-
-BLOCKED_S = 5.0
-"""How long a render held by the test waits for its release before it goes on by itself: a render
-on the loop (the old handler) ends the test in this time instead of hanging it."""
+from tests.observability.slow_render import SlowGauge, answered_during_a_render
 
 
 async def test_the_page_is_byte_for_byte_what_generate_latest_gives_at_a_large_fleet() -> None:
@@ -37,27 +30,5 @@ async def test_a_request_is_answered_while_the_router_page_renders() -> None:
     """``/healthz`` sent while ``/metrics`` renders is answered before the page: the render (held by
     a gauge that waits for the health answer) no longer blocks the event loop."""
     app = create_global_app(parse_global_config(global_doc()), rng=random.Random(1), read_heartbeats=False)
-    entered, release = threading.Event(), threading.Event()
-
-    def slow() -> float:
-        entered.set()
-        release.wait(BLOCKED_S)
-        return 1.0
-
-    registry = app[ROUTER_KEY].metrics.registry
-    Gauge("igw_test_slow", "A gauge read slowly.", registry=registry).set_function(slow)
-    answered: list[str] = []
-    async with serve_app(app, host="127.0.0.1", port=0) as url, aiohttp.ClientSession() as http:
-
-        async def get(path: str) -> None:
-            async with http.get(url + path) as resp:
-                await resp.read()
-                assert resp.status == 200
-            answered.append(path)
-
-        scrape = asyncio.ensure_future(get("/metrics"))
-        assert await asyncio.to_thread(entered.wait, BLOCKED_S)
-        await get("/healthz")
-        release.set()
-        await scrape
-    assert answered == ["/healthz", "/metrics"]
+    slow = SlowGauge(app[ROUTER_KEY].metrics.registry)
+    assert await answered_during_a_render(app, slow) == ["/healthz", "/metrics"]

@@ -91,6 +91,23 @@ async def say_draining(client: redis_asyncio.Redis, name: str, seq: int) -> None
     await client.hset(PREFIX + name, "pod-0/1", beat(name, seq=seq, draining=True).encode())
 
 
+async def last_replica_stops(
+    clock: Clock,
+    client: redis_asyncio.Redis,  # type: ignore[type-arg]
+    fleet: Fleet,
+    name: str,
+    seq: int,
+) -> None:
+    """``name``'s last gateway replica stopping as it does: it says ``draining`` (one read), then
+    its field and so its key go (the next read), half a second apart."""
+    await say_draining(client, name, seq=seq)
+    clock.now += 0.5
+    await fleet.poll_once()
+    await client.delete(PREFIX + name)
+    clock.now += 0.5
+    await fleet.poll_once()
+
+
 @contextlib.contextmanager
 def stopped(redis_server: RedisServer) -> Iterator[None]:
     """The Redis process stopped (SIGSTOP): connections stay open, nothing is answered (every read
@@ -173,13 +190,31 @@ async def test_a_store_that_lost_every_key_drains_no_cluster_as_gone(redis_serve
         clock.now += 1.5
         await fleet.poll_once()
         assert drained(fleet) == {"east-a": None, "east-b": None, "west-a": "stale"}
-        await say_draining(client, "east-b", seq=4)  # east-b's last replica stops: drained at once
-        clock.now += 0.5
-        await fleet.poll_once()
-        await client.delete(PREFIX + "east-b")
-        clock.now += 0.5
-        await fleet.poll_once()
+        await last_replica_stops(clock, client, fleet, "east-b", seq=4)  # drained at once
         assert drained(fleet)["east-b"] == "gone"
+
+
+async def lost_then_rewritten(
+    clock: Clock,
+    client: redis_asyncio.Redis,  # type: ignore[type-arg]
+    fleet: Fleet,
+    early: tuple[str, ...],
+) -> None:
+    """The store loses every key (flushed) after one read; ``early``'s gateways write again before
+    the router's next read, and every gateway before the one after. Checks that no cluster was
+    drained at either read, and that no failover (so no slow start) followed."""
+    await publish(client, seq=1)
+    await fleet.poll_once()
+    await client.flushall()
+    await publish(client, seq=2, names=early)  # before the router's next read
+    clock.now += 0.5
+    await fleet.poll_once()
+    assert drained(fleet) == ALL_AVAILABLE
+    await publish(client, seq=3)
+    clock.now += 0.5
+    await fleet.poll_once()
+    assert drained(fleet) == ALL_AVAILABLE
+    assert not fleet.transitions  # no failover, so no slow start either
 
 
 async def test_a_store_that_lost_its_keys_drains_none_of_them_when_a_gateway_writes_before_the_next_read(
@@ -191,18 +226,7 @@ async def test_a_store_that_lost_its_keys_drains_none_of_them_when_a_gateway_wri
     east-a's gateway writes, the router reads) drained east-b and west-a as ``gone`` and
     slow-started both (ramp 0.16 three seconds later)."""
     async with polled_store(redis_server) as (clock, client, fleet):
-        await publish(client, seq=1)
-        await fleet.poll_once()
-        await client.flushall()
-        await publish(client, seq=2, names=("east-a",))  # before the router's next read
-        clock.now += 0.5
-        await fleet.poll_once()
-        assert drained(fleet) == ALL_AVAILABLE
-        await publish(client, seq=3)
-        clock.now += 0.5
-        await fleet.poll_once()
-        assert drained(fleet) == ALL_AVAILABLE
-        assert not fleet.transitions  # no failover, so no slow start either
+        await lost_then_rewritten(clock, client, fleet, early=("east-a",))
         assert {name: health.ramp(now=clock.now) for name, health in fleet.health.items()} == dict.fromkeys(
             NAMES, 1.0
         )
@@ -218,18 +242,7 @@ async def test_a_store_that_lost_its_keys_drains_no_cluster_when_all_but_one_wri
     for its drain period first, so a key vanishing under a fresh heartbeat that did not say so is
     kept until its gateway writes again, or drained as ``stale`` if it never does."""
     async with polled_store(redis_server) as (clock, client, fleet):
-        await publish(client, seq=1)
-        await fleet.poll_once()
-        await client.flushall()
-        await publish(client, seq=2, names=("east-a", "east-b"))  # before the router's next read
-        clock.now += 0.5
-        await fleet.poll_once()
-        assert drained(fleet) == ALL_AVAILABLE
-        await publish(client, seq=3)
-        clock.now += 0.5
-        await fleet.poll_once()
-        assert drained(fleet) == ALL_AVAILABLE
-        assert not fleet.transitions  # no failover, so no slow start either
+        await lost_then_rewritten(clock, client, fleet, early=("east-a", "east-b"))
         await client.delete(PREFIX + "west-a")  # and if its gateway never writes again: stale
         clock.now += 3.5
         await publish(client, seq=4, names=("east-a", "east-b"))
@@ -281,12 +294,8 @@ async def test_a_store_read_again_after_an_outage_without_a_key_drains_that_clus
         clock.now += 3.5  # the outage's second excused: 3 s counted
         await fleet.poll_once()
         assert drained(fleet) == {"east-a": None, "east-b": None, "west-a": "stale"}
-        await say_draining(client, "east-b", seq=4)  # the store readable throughout: gone at once
-        clock.now += 0.5
-        await fleet.poll_once()
-        await client.delete(PREFIX + "east-b")
-        clock.now += 0.5
-        await fleet.poll_once()
+        # the store readable throughout: gone at once
+        await last_replica_stops(clock, client, fleet, "east-b", seq=4)
         assert drained(fleet)["east-b"] == "gone"
 
 

@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import random
-import threading
 
-import aiohttp
-from prometheus_client import CollectorRegistry, Gauge, generate_latest
+from prometheus_client import generate_latest
 
 from igw.config.build import build_gateway_config
 from igw.gateway.app import create_app
@@ -22,14 +20,10 @@ from igw.gateway.departed_series import DEPARTED_GRACE_S
 from igw.gateway.endpoints import DiscoveredEndpoint
 from igw.gateway.guards import OpenGuard
 from igw.gateway.inference import STATE_KEY
-from igw.gateway.serving import serve_app
 from igw.gateway.state import GatewayState
 from igw.perf.metrics_page import fleet_state
 from tests.gateway.support import config_doc, scheduler
-
-BLOCKED_S = 5.0
-"""How long a render blocked by a test waits for its release before it goes on by itself: a render
-that stalls the loop (the old handler) ends the test in this time instead of hanging it."""
+from tests.observability.slow_render import SlowGauge, answered_during_a_render
 
 
 class Clock:
@@ -90,26 +84,6 @@ async def test_departed_endpoints_counters_leave_the_rendered_page() -> None:
     assert "igw_endpoint_picks_total{" not in page
 
 
-class SlowGauge:
-    """A gauge of ``registry`` whose value is read only once the test releases it (or after
-    :data:`BLOCKED_S`): a render that takes as long as the test wants. ``entered`` is set when a
-    render reads it, ``reads`` counts the reads."""
-
-    def __init__(self, registry: CollectorRegistry) -> None:
-        self.entered, self.release = threading.Event(), threading.Event()
-        self.reads = 0
-        Gauge("igw_test_slow", "A gauge read slowly.", registry=registry).set_function(self._read)
-
-    def _read(self) -> float:
-        self.reads += 1
-        self.entered.set()
-        self.release.wait(BLOCKED_S)
-        return 1.0
-
-    async def read_started(self) -> None:
-        assert await asyncio.to_thread(self.entered.wait, BLOCKED_S)
-
-
 async def test_scrapes_that_arrive_while_a_page_renders_share_that_render() -> None:
     state = fleet_state(20, pools=2, models=2, clock=Clock())
     slow = SlowGauge(state.metrics.registry)
@@ -143,18 +117,4 @@ async def test_a_request_is_answered_while_a_large_page_renders() -> None:
     config = build_gateway_config(config_doc([scheduler("pool", "m")]))
     app = create_app(config)
     slow = SlowGauge(app[STATE_KEY].metrics.registry)
-    answered: list[str] = []
-    async with serve_app(app, host="127.0.0.1", port=0) as url, aiohttp.ClientSession() as http:
-
-        async def get(path: str) -> None:
-            async with http.get(url + path) as resp:
-                await resp.read()
-                assert resp.status == 200
-            answered.append(path)
-
-        scrape = asyncio.ensure_future(get("/metrics"))
-        await slow.read_started()
-        await get("/healthz")
-        slow.release.set()
-        await scrape
-    assert answered == ["/healthz", "/metrics"]
+    assert await answered_during_a_render(app, slow) == ["/healthz", "/metrics"]

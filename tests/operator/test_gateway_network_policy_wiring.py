@@ -65,8 +65,16 @@ def _chat_gateway_policy(
     """The NetworkPolicy made for a new config ``chat`` by the operator run as the chart rendered
     with ``values`` runs it (its container args), under the RBAC rendered for it; its log captured."""
     rendered, args = _rendered_operator(values)
-    cluster.enforce_rbac(rendered)
     caplog.set_level(logging.INFO)
+    return _policy_made_for_chat(cluster, kubeconfig, rendered, args)
+
+
+def _policy_made_for_chat(
+    cluster: FakeKubeApiServer, kubeconfig: Path, rendered: list[dict[str, Any]], args: list[str]
+) -> dict[str, Any]:
+    """The NetworkPolicy made for a new config ``chat`` by the operator run with the container
+    ``args`` of ``rendered`` (the chart's objects), under the RBAC rendered there."""
+    cluster.enforce_rbac(rendered)
     operator = OperatorThread(_options(args, kubeconfig)).start()
     try:
         cluster.add(igwc("chat", model="mistral", app="mistral"))
@@ -237,15 +245,7 @@ def test_the_charts_dns_cidrs_open_a_node_local_dns_cache_for_the_operator_and_e
     gateway_mode = chart.render({"mode": "gateway", **values})
     (gateway_policy,) = [o for o in gateway_mode if o["kind"] == "NetworkPolicy"]
     assert cache in _dns_rule(gateway_policy)["to"]
-    cluster.enforce_rbac(rendered)
-    operator = OperatorThread(_options(args, kubeconfig)).start()
-    try:
-        cluster.add(igwc("chat", model="mistral", app="mistral"))
-        wait_condition(cluster, "chat", "GatewayProgrammed", "True")
-        policy = find(cluster, "NetworkPolicy", "inference", "chat-gateway")
-    finally:
-        assert operator.stop() == 0
-    assert policy is not None
+    policy = _policy_made_for_chat(cluster, kubeconfig, rendered, args)
     rule = _dns_rule(policy)
     assert cache in rule["to"]
     assert rule["to"][0]["podSelector"] == {"matchLabels": {"k8s-app": "kube-dns"}}

@@ -9,7 +9,10 @@ targets called it with success and was told it did not exist."""
 from __future__ import annotations
 
 import ssl
+from collections.abc import AsyncIterator
 from pathlib import Path
+
+import pytest
 
 from tests.gateway.fake_model_server import FakeModelServer
 from tests.security.helpers import JwksServer, TokenFactory
@@ -21,6 +24,23 @@ ACCESS = [
     {"claim": "tenant", "values": ["both-targets"], "models": ["m", "secret"]},
     {"claim": "tenant", "values": ["one-target"], "models": ["m"]},
 ]
+
+
+@pytest.fixture
+async def gw(
+    tmp_path: Path, jwks_server: JwksServer, client_ssl: ssl.SSLContext, tokens: TokenFactory
+) -> AsyncIterator[Gw]:
+    """The JWT-authenticated gateway splitting ``llama`` by :data:`RULE` under :data:`ACCESS`, in
+    front of a ``stable`` and a ``canary`` fake model server, running."""
+    extensions = {"modelRewrites": {"rules": [RULE]}, "authorization": {"modelAccess": ACCESS}}
+    pods = (FakeModelServer("stable"), FakeModelServer("canary"))
+    async with tenant_gateway(
+        tmp_path, jwks_server, client_ssl, tokens, extensions=extensions, pods=pods
+    ) as (
+        _,
+        gateway,
+    ):
+        yield gateway
 
 
 async def seen(gw: Gw, token: str) -> tuple[bool, int, set[int]]:
@@ -39,42 +59,26 @@ async def seen(gw: Gw, token: str) -> tuple[bool, int, set[int]]:
 
 
 async def test_a_canary_name_is_listed_for_the_callers_allowed_every_target(
-    tmp_path: Path, jwks_server: JwksServer, client_ssl: ssl.SSLContext, tokens: TokenFactory
+    gw: Gw, tokens: TokenFactory
 ) -> None:
-    extensions = {"modelRewrites": {"rules": [RULE]}, "authorization": {"modelAccess": ACCESS}}
-    pods = (FakeModelServer("stable"), FakeModelServer("canary"))
-    async with tenant_gateway(
-        tmp_path, jwks_server, client_ssl, tokens, extensions=extensions, pods=pods
-    ) as (
-        _,
-        gw,
-    ):
-        allowed = await seen(gw, tokens.token(tenant="both-targets", sub="b"))
-        assert allowed == (True, 200, {200})  # before: not listed, 404, yet every call served
-        by_name = await seen(gw, tokens.token(tenant="by-name", sub="a"))
-        assert by_name == (False, 404, {403})  # before: listed, 200, yet every call refused
-        one = await seen(gw, tokens.token(tenant="one-target", sub="c"))
-        assert one[:2] == (False, 404)  # half its calls would be refused (the other target)
+    allowed = await seen(gw, tokens.token(tenant="both-targets", sub="b"))
+    assert allowed == (True, 200, {200})  # before: not listed, 404, yet every call served
+    by_name = await seen(gw, tokens.token(tenant="by-name", sub="a"))
+    assert by_name == (False, 404, {403})  # before: listed, 200, yet every call refused
+    one = await seen(gw, tokens.token(tenant="one-target", sub="c"))
+    assert one[:2] == (False, 404)  # half its calls would be refused (the other target)
 
 
 async def test_a_refused_canary_call_names_the_model_the_client_sent_not_the_target(
-    tmp_path: Path, jwks_server: JwksServer, client_ssl: ssl.SSLContext, tokens: TokenFactory
+    gw: Gw, tokens: TokenFactory
 ) -> None:
     """The 403 of a call the split sends to a target the caller may not use names ``llama``: before
     session s42 it named ``m`` or ``secret``, the targets ``GET /v1/models`` hides from that caller."""
-    extensions = {"modelRewrites": {"rules": [RULE]}, "authorization": {"modelAccess": ACCESS}}
-    pods = (FakeModelServer("stable"), FakeModelServer("canary"))
-    async with tenant_gateway(
-        tmp_path, jwks_server, client_ssl, tokens, extensions=extensions, pods=pods
-    ) as (
-        _,
-        gw,
-    ):
-        headers = {"Authorization": f"Bearer {tokens.token(tenant='by-name', sub='a')}"}
-        messages: set[str] = set()
-        for _ in range(8):
-            body = {"model": "llama", "prompt": "hi", "max_tokens": 2}
-            async with gw.http.post(gw.url + "/v1/completions", json=body, headers=headers) as resp:
-                assert resp.status == 403
-                messages.add((await resp.json())["error"]["message"])
-        assert messages == {"tenant 'by-name' is not allowed to use model 'llama'"}
+    headers = {"Authorization": f"Bearer {tokens.token(tenant='by-name', sub='a')}"}
+    messages: set[str] = set()
+    for _ in range(8):
+        body = {"model": "llama", "prompt": "hi", "max_tokens": 2}
+        async with gw.http.post(gw.url + "/v1/completions", json=body, headers=headers) as resp:
+            assert resp.status == 403
+            messages.add((await resp.json())["error"]["message"])
+    assert messages == {"tenant 'by-name' is not allowed to use model 'llama'"}

@@ -59,14 +59,23 @@ def test_redact_url_masks_user_info_query_and_fragment_values_and_keeps_host_and
     assert redact(f"fetch from {url} failed") == f"fetch from {shown} failed"
 
 
-async def test_jwks_loaded_line_masks_the_uri_query(
-    jwks_server: JwksServer, client_ssl: ssl.SSLContext, caplog: pytest.LogCaptureFixture
-) -> None:
+async def refreshed_once(
+    jwks_uri: str,
+    jwks_server: JwksServer,
+    client_ssl: ssl.SSLContext,
+    caplog: pytest.LogCaptureFixture,
+    *,
+    algorithms: tuple[str, ...],
+    oidc_discovery: bool = False,
+) -> JwksCache:
+    """A :class:`JwksCache` of ``jwks_uri`` for ``jwks_server``'s issuer, refreshed once and closed,
+    its ``igw.security.jwks`` log at INFO captured in ``caplog``: what each test below reads."""
     cache = JwksCache(
-        jwks_uri=f"{jwks_server.jwks_uri}?api_key={SECRET}",
+        jwks_uri=jwks_uri,
         issuer=jwks_server.issuer,
         settings=JwksSettings(),
-        algorithms=("RS256", "ES256", "EdDSA"),
+        algorithms=algorithms,
+        oidc_discovery=oidc_discovery,
         clock=ManualClock(),
         rng=random.Random(0),
         ssl_context=client_ssl,
@@ -76,6 +85,19 @@ async def test_jwks_loaded_line_masks_the_uri_query(
         await cache.refresh()
     finally:
         await cache.close()
+    return cache
+
+
+async def test_jwks_loaded_line_masks_the_uri_query(
+    jwks_server: JwksServer, client_ssl: ssl.SSLContext, caplog: pytest.LogCaptureFixture
+) -> None:
+    cache = await refreshed_once(
+        f"{jwks_server.jwks_uri}?api_key={SECRET}",
+        jwks_server,
+        client_ssl,
+        caplog,
+        algorithms=("RS256", "ES256", "EdDSA"),
+    )
     assert cache.ready()
     loaded = [r for r in caplog.records if "JWKS loaded from" in r.getMessage()]
     assert loaded, caplog.text
@@ -91,21 +113,9 @@ async def test_a_discovered_non_https_jwks_uri_is_reported_without_its_query(
         "issuer": jwks_server.issuer,
         "jwks_uri": f"http://127.0.0.1:{jwks_server.port}/jwks?sig={SECRET}",
     }
-    cache = JwksCache(
-        jwks_uri=jwks_server.jwks_uri,
-        issuer=jwks_server.issuer,
-        settings=JwksSettings(),
-        algorithms=("RS256",),
-        oidc_discovery=True,
-        clock=ManualClock(),
-        rng=random.Random(0),
-        ssl_context=client_ssl,
+    await refreshed_once(
+        jwks_server.jwks_uri, jwks_server, client_ssl, caplog, algorithms=("RS256",), oidc_discovery=True
     )
-    caplog.set_level(logging.INFO, logger="igw.security.jwks")
-    try:
-        await cache.refresh()
-    finally:
-        await cache.close()
     failed = [r.getMessage() for r in caplog.records if "OIDC discovery at" in r.getMessage()]
     assert failed, caplog.text
     assert f"/jwks?sig={MASK}" in failed[0]

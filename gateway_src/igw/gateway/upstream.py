@@ -916,10 +916,7 @@ async def _relay_whole(
     except (ConnectionResetError, aiohttp.ClientConnectionResetError) as reset:
         raise ClientGone() from reset
     except (UpstreamBroken, TimeoutError) as exc:
-        result.ok = False
-        result.error = f"upstream failed while its answer was relayed: {type(exc).__name__}"
-        log.warning("upstream %s: %s; the client's connection is closed", endpoint, exc or result.error)
-        end_unfinished(request)
+        _relay_cut(request, result, endpoint, exc)
     finally:
         if reads_json:
             doc = scan.document()
@@ -1000,16 +997,24 @@ async def _relay_decoded(
     except (ConnectionResetError, aiohttp.ClientConnectionResetError) as reset:
         raise ClientGone() from reset
     except (UpstreamBroken, TimeoutError) as exc:
-        result.ok = False
-        result.error = f"upstream failed while its answer was relayed: {type(exc).__name__}"
-        log.warning("upstream %s: %s; the client's connection is closed", endpoint, exc or result.error)
-        end_unfinished(request)
+        _relay_cut(request, result, endpoint, exc)
     finally:
         doc = scan.document()
         result.usage = _usage_from(doc)
         result.response_id = _stored_response_id(doc)
     response.relayed = None  # relayed to its end: nothing left to charge (see _RelayedStream.relayed)
     return result
+
+
+def _relay_cut(request: web.BaseRequest, result: ExchangeResult, endpoint: str, exc: Exception) -> None:
+    """An answer whose relay the upstream cut (broken or past its deadline) after the client had its
+    head: ``result`` marked failed with the cause, a warning logged, and the client's connection
+    closed before the body's end (:func:`end_unfinished`). One place for :func:`_relay_whole` and
+    :func:`_relay_decoded`, so both say the same thing the same way."""
+    result.ok = False
+    result.error = f"upstream failed while its answer was relayed: {type(exc).__name__}"
+    log.warning("upstream %s: %s; the client's connection is closed", endpoint, exc or result.error)
+    end_unfinished(request)
 
 
 async def _read_more(upstream: UpstreamResponse, timeout_s: float | None) -> bytes:
