@@ -91,6 +91,12 @@ def test_a_seed_given_twice_is_an_argparse_error(argv: list[str], capsys: pytest
         (["--policies", "random", "--weights", '{"queue": 3}'], "--weights: none of the policies run"),
         # `{}` ran the policies' own defaults while the report stated the override `{}` (s42)
         (["--policies", "gateway-default", "--weights", "{}"], "--weights: the map is empty"),
+        # every weight 0 built no scorer: a random router reported as gateway-default (s43)
+        (
+            ["--policies", "gateway-default", "--weights", '{"queue": 0, "kvCache": 0, "prefix": 0}'],
+            "--weights: every weight is 0",
+        ),
+        (["--policies", "gateway-tuned", "--weights", '{"predictedLatency": 0.0}'], "every weight is 0"),
     ],
 )
 def test_bad_weights_are_refused_before_any_policy_runs(
@@ -409,3 +415,53 @@ def test_bench_des_runs_at_the_scrape_interval_given(tmp_path: Path) -> None:
     assert main([*argv, "--scrape-interval", "1", "--out", str(tmp_path)]) == 0
     report = orjson.loads((tmp_path / "homogeneous-steady.json").read_bytes())
     assert report["parameters"]["scrape_interval_s"] == 1.0
+
+
+@pytest.mark.parametrize(
+    ("value", "why"),
+    [
+        (",", "expected comma-separated names, got ','"),
+        ("", "expected comma-separated names, got ''"),
+        (" , ", "expected comma-separated names"),
+        ("round-robin,,oracle", "(a blank entry)"),
+        ("oracle,", "(a blank entry)"),
+        ("oracle,round-robin,oracle", "oracle given more than once"),
+    ],
+)
+def test_a_policy_list_with_a_blank_or_repeated_entry_is_an_argparse_error(
+    value: str, why: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """``--policies ,`` (or ``--policies=`` of an unset variable) was an empty list, read as "not
+    given": every default policy ran, 41 s at ``--quick``, exit 0; ``a,,b`` dropped the blank."""
+    with pytest.raises(SystemExit) as exited:
+        main(["bench", "homogeneous-steady", "--quick", "--policies", value, "--out", str(tmp_path / "out")])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --policies:" in err
+    assert why in err
+    assert "Traceback" not in err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("argv", "option"),
+    [
+        (["bench", "global", "--live-rate", "1e308"], "--live-rate"),
+        (["bench", "demo-mixed-8b", "--mode", "live", "--live-rate", "1001"], "--live-rate"),
+        (["demo", "--global", "--rate", "1e9"], "--rate"),
+    ],
+)
+def test_a_live_rate_beyond_what_a_loopback_run_can_offer_is_an_argparse_error(
+    argv: list[str], option: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``igw bench global --live-rate 1e308`` started requests as fast as the loop could, each held
+    for up to 60 s: the process grew by 59 MB in 20 s of a quick run, for as long as it ran."""
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(argv)
+    err = capsys.readouterr().err
+    assert f"argument {option}: expected a number > 0.0 and <= 1000.0" in err
+
+
+def test_the_largest_live_rate_is_accepted() -> None:
+    args = build_parser().parse_args(["bench", "global", "--live-rate", "1000"])
+    assert bench_cli.offered_rate(args, default=bench_cli.GLOBAL_LIVE_RATE) == 1000.0

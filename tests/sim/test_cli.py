@@ -229,3 +229,64 @@ def test_run_refuses_a_trace_row_beyond_the_simulators_time_range(
     err = capsys.readouterr().err
     assert f"igw sim run: {trace}:2: arrival 1e+308 s after the first row" in err
     assert "beyond the simulator's range of 1e+09 s" in err
+
+
+HUNG_POD_SPEC = """\
+seed: 7
+pods:
+  - name: h100
+    replicas: 2
+    preset: llama-3.1-8b/h100
+    engine: vllm
+  - name: stuck
+    preset: llama-3.1-8b/h100
+    engine: vllm
+    faults:
+      - {kind: hang, start_s: 0}
+"""
+
+
+def test_run_says_its_percentiles_leave_out_the_requests_it_did_not_serve(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Round-robin sent a third of 600 requests to a hung pod (200 ended 504) and printed a TTFT p99 of
+    43 ms, below least-request's 48 ms (22 lost): the percentiles are over served requests only, and
+    nothing beside them said how many that was."""
+    spec = tmp_path / "hung.yaml"
+    spec.write_text(HUNG_POD_SPEC, encoding="utf-8")
+    argv = ["sim", "run", "--spec", str(spec), "--requests", "60", "--rate", "20"]
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    summary = json.loads(captured.out)
+    unserved = summary["requests"] - summary["served"]
+    assert unserved == 20  # every third request, round-robin
+    assert summary["served_fraction"] == pytest.approx(40 / 60)
+    assert (
+        f"igw sim run: {unserved} of 60 requests were not served ({summary['errors']} errors, 0 429, 0 503); "
+        "the ttft/itl/e2e percentiles are over the 40 served ones only"
+    ) in captured.err
+
+
+def test_run_says_nothing_more_when_every_request_was_served(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec = tmp_path / "fleet.yaml"
+    spec.write_text(SPEC, encoding="utf-8")
+    assert main(["sim", "run", "--spec", str(spec), "--requests", "20", "--rate", "5"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["served_fraction"] == 1.0
+    assert captured.err == ""
+
+
+@pytest.mark.parametrize("cv", ["1e-300", "1e-160", "1e160", "1e300"])
+def test_run_refuses_a_cv_whose_gamma_shape_is_not_a_number(
+    cv: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--cv 1e-300`` (cv² underflows to 0) and ``--cv 1e160`` (1/cv² underflows to 0) ended in a
+    ZeroDivisionError traceback, exit 1."""
+    spec = tmp_path / "fleet.yaml"
+    spec.write_text(SPEC, encoding="utf-8")
+    assert main(["sim", "run", "--spec", str(spec), "--requests", "5", "--cv", cv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"igw sim run: cv {float(cv)!r} at rate 10.0 gives no usable gamma inter-arrivals")
+    assert "Traceback" not in err

@@ -55,6 +55,8 @@ class NumberRange(Generic[Number]):
     def describe(self) -> str:
         noun = "a whole number" if self.kind is int else "a number"
         if self.minimum is not None and self.maximum is not None:
+            if self.exclusive_minimum:
+                return f"{noun} > {self.minimum} and <= {self.maximum}"
             return f"{noun} from {self.minimum} to {self.maximum}"
         if self.minimum is not None:
             return f"{noun} {'>' if self.exclusive_minimum else '>='} {self.minimum}"
@@ -176,6 +178,13 @@ NON_NEGATIVE: Final = NumberRange(float, 0.0)
 """Seconds where 0 means "off" or "none"."""
 FINITE: Final = NumberRange(float)
 """A finite number whose range the command itself checks against its one source of truth."""
+MAX_LIVE_RATE: Final = 1000.0
+"""The most requests per wall second a live benchmark offers: 50 times the defaults' 20, for a load
+generator, routers and simulated pods that share one machine's cores over loopback."""
+LIVE_RATE: Final = NumberRange(float, 0.0, MAX_LIVE_RATE, exclusive_minimum=True)
+"""Offered requests per wall second of a live run (``igw bench --live-rate``, ``igw demo --rate``).
+Unbounded, ``--live-rate 1e308`` made ``igw bench global``'s load loop start requests as fast as it
+could, each held until answered or 60 s: its memory grew for the whole run (before session s43)."""
 FRACTION: Final = NumberRange(float, 0.0, 1.0)
 """A share from 0 to 1."""
 WORKER_COUNT: Final = NumberOrWord(NumberRange(int, 1, MAX_WORKERS), "auto")
@@ -289,6 +298,25 @@ def worker_policy_name(text: str) -> str:
             f"run as a worker (this command takes: {usable})"
         )
     return name
+
+
+def name_list(text: str) -> list[str]:
+    """Comma-separated names (``igw bench --policies``), none blank, each once; which names are known
+    is for the command to say (the set differs by mode). ``--policies ,`` or ``--policies=`` (an unset
+    variable) was an empty list, which reads as "not given": every default policy ran, for minutes,
+    and ``a,,b`` dropped the blank silently (before session s43)."""
+    parts = [part.strip() for part in text.split(",")]
+    if not any(parts):
+        raise argparse.ArgumentTypeError(f"expected comma-separated names, got {text!r}")
+    if not all(parts):
+        raise argparse.ArgumentTypeError(f"expected comma-separated names, got {text!r} (a blank entry)")
+    repeated = sorted({p for p in parts if parts.count(p) > 1})
+    if repeated:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated names, each once, got {text!r} "
+            f"({', '.join(repeated)} given more than once)"
+        )
+    return parts
 
 
 def split_names(text: str, known: Collection[str]) -> tuple[list[str], list[str]]:

@@ -24,10 +24,12 @@ from pathlib import Path
 
 from igw.cli.arg_types import (
     COUNT,
+    LIVE_RATE,
     NON_NEGATIVE,
     POSITIVE,
     SEED,
     SEEDS,
+    name_list,
     output_directory,
     output_file,
     source_name,
@@ -65,10 +67,6 @@ ONE_SEED = ("global-des", "overload-priority")
 HELP = "Benchmark routing policies (gateway, round-robin, peers, oracle) on the simulated fleet."
 
 
-def _csv(value: str) -> list[str]:
-    return [v.strip() for v in value.split(",") if v.strip()]
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "scenarios", nargs="*", metavar="SCENARIO", help="scenario or group names (see --list)"
@@ -98,7 +96,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="des",
         help="des: the discrete-event simulator; live: simulated pods on loopback (default des)",
     )
-    parser.add_argument("--policies", type=_csv, default=None, help="comma-separated policy names")
+    parser.add_argument("--policies", type=name_list, default=None, help="comma-separated policy names")
     parser.add_argument(
         "--seeds",
         type=SEEDS,
@@ -131,7 +129,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--live-rate",
-        type=POSITIVE,
+        type=LIVE_RATE,
         default=None,
         help=f"live mode: offered requests per wall s (default {DEFAULT_LIVE_RATE:g}; "
         f"{GLOBAL_LIVE_RATE:g} for `igw bench global`)",

@@ -64,9 +64,16 @@ def _parse_weights(raw: str | None) -> dict[str, float] | None:
     try:
         # the scheduler is built from them only when a gateway policy's turn comes: checked now, an
         # unknown scorer or a negative weight failed after every earlier policy's run
-        profile_from_weights(weights)
+        profile = profile_from_weights(weights)
     except SchedulerConfigError as exc:
         raise ValueError(f"--weights: {exc}") from None
+    if not profile.scorers:
+        # the weights replace the defaults, so with every one 0 no scorer ran: each pick was a tie of
+        # all pods, and the report showed that random router as gateway-default (before session s43)
+        raise ValueError(
+            "--weights: every weight is 0, so no scorer would run and the gateway would pick among "
+            "all pods alike; give at least one weight above 0"
+        )
     return weights
 
 

@@ -13,7 +13,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from igw.cli.arg_types import COUNT, NON_NEGATIVE, POSITIVE, output_directory
+from igw.cli.arg_types import COUNT, LIVE_RATE, NON_NEGATIVE, output_directory
 from igw.cli.option_scope import given, refuse_unused
 
 DEFAULT_RATE = 20.0
@@ -34,7 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--requests", type=COUNT, default=600, help="requests per router (default 600)")
     parser.add_argument(
         "--rate",
-        type=POSITIVE,
+        type=LIVE_RATE,
         default=None,
         help=f"offered requests per wall second (default {DEFAULT_RATE:g}; {GLOBAL_RATE:g} with --global)",
     )

@@ -55,8 +55,16 @@ def gamma_arrivals(*, rate: float, cv: float, rng: random.Random, start: float =
     """Gamma inter-arrivals with mean ``1/rate`` and coefficient of variation ``cv`` (cv=1 is Poisson)."""
     _positive(rate, "rate")
     _positive(cv, "cv")
-    shape = 1.0 / (cv * cv)
-    scale = 1.0 / (rate * shape)
+    # cv * cv underflows to 0 below about 1e-162 and 1 / cv² to 0 above about 1e154: each ended
+    # `igw sim run --cv` in a ZeroDivisionError traceback (before session s43)
+    square = cv * cv
+    shape = 1.0 / square if square > 0 else math.inf
+    scale = 1.0 / (rate * shape) if rate * shape > 0 else math.inf
+    if not (math.isfinite(shape) and math.isfinite(scale) and shape > 0 and scale > 0):
+        raise WorkloadError(
+            f"cv {cv!r} at rate {rate!r} gives no usable gamma inter-arrivals "
+            f"(shape 1/cv² = {shape!r}, scale {scale!r}); 1 is Poisson, above 1 burstier, below 1 more even"
+        )
     t = start
     while True:
         t += rng.gammavariate(shape, scale)
