@@ -599,6 +599,12 @@ def _semantic_problems(doc: Mapping[str, Any]) -> list[str]:
             problems.append(
                 "inference.endpoint: only with mode igw (AWS's add-on runs its own load balancer)"
             )
+        if "image" in doc["inference"]:
+            # Read only for our chart; AWS's add-on runs AWS's images (accepted and ignored until s43).
+            problems.append(
+                "inference.image: only with mode igw (AWS's add-on runs AWS's own images, which this "
+                "setting does not reach)"
+            )
     else:
         if "version" in addon:
             problems.append("inference.addon.version: only with mode awsManaged (our chart is local)")
