@@ -24,6 +24,8 @@ from igw.config.schema_validator import schema_validator
 
 REPO_ROOT: Final = Path(__file__).resolve().parent.parent
 SCHEMA_FILE: Final = REPO_ROOT / "schemas" / "deployment-config.schema.json"
+S3_CSI_ADDON: Final = "aws-mountpoint-s3-csi-driver"
+"""The Mountpoint S3 CSI driver's add-on: the one whose role carries ``platform.modelBuckets``."""
 EXAMPLE_FILE: Final = Path(__file__).resolve().parent / "examples" / "deployment.yaml"
 LIFECYCLE_SCRIPTS_DIR: Final = Path(__file__).resolve().parent / "constructs" / "lifecycle_scripts"
 """What the cluster stack uploads to the HyperPod lifecycle bucket (and nothing else: the upload
@@ -368,16 +370,28 @@ ACM_DOMAIN_NAME_MAX: Final = 64
 def _platform_problems(doc: Mapping[str, Any]) -> list[str]:
     """HyperPod's health-monitoring agent (on by default) where AWS does not publish its image: the
     platform stack needs the image's regional registry, and without one synthesis ended in a
-    ``ValueError`` traceback instead of this message."""
+    ``ValueError`` traceback instead of this message. And ``modelBuckets`` beside an installed
+    Mountpoint S3 CSI driver, whose role the app does not make (until session s43 the buckets went
+    into a role nothing used)."""
+    problems: list[str] = []
     dependencies = doc.get("platform", {}).get("hyperpodDependencies", {})
     region = doc["region"]
     published = pins.HEALTH_MONITORING_AGENT_REGISTRIES
     if dependencies.get("healthMonitoringAgent", True) and region not in published:
-        return [
+        problems.append(
             f"platform.hyperpodDependencies.healthMonitoringAgent: HyperPod's health-monitoring agent is "
             f"not published in {region} (it is in {', '.join(sorted(published))}); set it to false"
-        ]
-    return []
+        )
+    installed = (doc.get("existingCluster") or {}).get("installedAddons", ())
+    if doc.get("platform", {}).get("modelBuckets") and S3_CSI_ADDON in installed:
+        # The app grants the buckets through the role of the S3 CSI add-on it creates; an installed
+        # driver runs with its installer's role, so the list would be ignored without a word.
+        problems.append(
+            f"platform.modelBuckets: the Mountpoint S3 CSI driver is in existingCluster.installedAddons, "
+            f"so it runs with the role it was installed with and the app grants it nothing; grant "
+            f"these buckets to that role, and remove modelBuckets or {S3_CSI_ADDON} from installedAddons"
+        )
+    return problems
 
 
 def _endpoint_problems(doc: Mapping[str, Any]) -> list[str]:
@@ -584,6 +598,12 @@ def _semantic_problems(doc: Mapping[str, Any]) -> list[str]:
         if "endpoint" in doc["inference"]:
             problems.append(
                 "inference.endpoint: only with mode igw (AWS's add-on runs its own load balancer)"
+            )
+        if "image" in doc["inference"]:
+            # Read only for our chart; AWS's add-on runs AWS's images (accepted and ignored until s43).
+            problems.append(
+                "inference.image: only with mode igw (AWS's add-on runs AWS's own images, which this "
+                "setting does not reach)"
             )
     else:
         if "version" in addon:

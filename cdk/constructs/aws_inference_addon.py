@@ -9,12 +9,19 @@
   created before the add-on because the controller reads it at start;
 - ``alb.enabled: false``: the platform stack already runs the Load Balancer Controller.
 
+With ``inferenceOperator.enabled: false`` nothing runs under the execution role: AWS's schema still
+requires ``executionRoleArn`` and ``tlsCertificateS3Bucket``, so the role and the bucket are still
+created and passed, but the role carries no permission (neither the managed policy nor the bucket
+grant). Least privilege: before session s43 a role no deployed component used kept
+``AmazonSageMakerHyperPodInferenceAccess`` and read/write on the bucket.
+
 The values are checked at synth against AWS's schema (:mod:`igw.addon.aws_addon`), never our chart's.
 """
 
 from __future__ import annotations
 
-from typing import Final
+from collections.abc import Mapping
+from typing import Any, Final
 
 import aws_cdk as cdk
 from aws_cdk import aws_eks_v2 as eks
@@ -30,6 +37,13 @@ from igw.addon import aws_addon, pins
 OPERATOR_SERVICE_ACCOUNT: Final = "hyperpod-inference-controller-manager"
 PLACEHOLDER_ROLE: Final = "arn:aws:iam::111111111111:role/placeholder"
 PLACEHOLDER_CLUSTER: Final = "arn:aws:sagemaker:us-west-2:111111111111:cluster/placeholder"
+
+
+def operator_enabled(values: Mapping[str, Any]) -> bool:
+    """Whether AWS's add-on runs its inference operator (``inferenceOperator.enabled``, on unless
+    false): the one component that uses the execution role and the TLS-certificate bucket."""
+    operator = values.get("inferenceOperator") or {}
+    return operator.get("enabled", True) is not False
 
 
 class AwsInferenceAddon(Construct):
@@ -73,10 +87,12 @@ class AwsInferenceAddon(Construct):
             extra_principals=[iam.ServicePrincipal("sagemaker.amazonaws.com")],
         )
         self.execution_role = operator.role
-        self.execution_role.add_managed_policy(
-            iam.ManagedPolicy.from_aws_managed_policy_name(aws_addon.EXECUTION_POLICY)
-        )
-        self.tls_bucket.grant_read_write(self.execution_role)
+        self.operator_enabled = operator_enabled(config.configuration_values)
+        if self.operator_enabled:
+            self.execution_role.add_managed_policy(
+                iam.ManagedPolicy.from_aws_managed_policy_name(aws_addon.EXECUTION_POLICY)
+            )
+            self.tls_bucket.grant_read_write(self.execution_role)
         gateway = WorkloadRole(
             self,
             "GatewayControllerIdentity",
@@ -114,18 +130,20 @@ class AwsInferenceAddon(Construct):
 
     def _acknowledge(self) -> None:
         acknowledge(
-            self.execution_role,
-            "AwsSolutions-IAM4",
-            reason="AWS's add-on documents AmazonSageMakerHyperPodInferenceAccess as the operator "
-            "execution role's policy; AWS maintains it with the operator",
-            findings=[managed_policy(aws_addon.EXECUTION_POLICY)],
-        )
-        acknowledge(
             self.gateway_role,
             "AwsSolutions-IAM4",
             reason="AWS's add-on documents AmazonSageMakerHyperPodInferenceGatewayAccess (ACM import of "
             "the gateway's own certificates) as the gateway controller's policy",
             findings=[managed_policy(aws_addon.GATEWAY_POLICY)],
+        )
+        if not self.operator_enabled:
+            return
+        acknowledge(
+            self.execution_role,
+            "AwsSolutions-IAM4",
+            reason="AWS's add-on documents AmazonSageMakerHyperPodInferenceAccess as the operator "
+            "execution role's policy; AWS maintains it with the operator",
+            findings=[managed_policy(aws_addon.EXECUTION_POLICY)],
         )
         acknowledge(
             self.execution_role,

@@ -5,7 +5,10 @@ The Mountpoint S3 CSI driver gets a read-only role for the configured model buck
 driver's controller a role to manage FSx for Lustre volumes. Both are IRSA roles whatever the
 workload identity mode: Mountpoint's driver v1 reads credentials through IRSA only (EKS Pod Identity
 arrives with its v2), and the FSx driver is documented with IRSA. Add-ons an existing cluster already
-runs are left alone (``skip``).
+runs are left alone (``skip``), and so is their IAM: such a driver runs with the role its installer
+gave it, so no role is made for it (before session s43 an existing cluster listing
+``aws-fsx-csi-driver`` in ``installedAddons`` still got an unused role with ``AmazonFSxFullAccess``,
+trusted by that driver's service account).
 """
 
 from __future__ import annotations
@@ -17,18 +20,18 @@ from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
-from cdk.config import IdentityMode
+from cdk.config import S3_CSI_ADDON, IdentityMode
 from cdk.constructs.nag_ack import acknowledge, attach_aws_managed_policy
 from cdk.constructs.workload_role import WorkloadRole
 from igw.addon import addon_version, pins
 
-S3_CSI_ADDON = "aws-mountpoint-s3-csi-driver"
 FSX_CSI_ADDON = "aws-fsx-csi-driver"
 FSX_POLICY = "AmazonFSxFullAccess"
 
 
 class DependencyAddons(Construct):
-    """Exposes ``addons`` (name -> CfnAddon), ``pod_identity_agent`` (or ``None``) and ``s3_csi_role``."""
+    """Exposes ``addons`` (name -> CfnAddon), ``pod_identity_agent``, ``s3_csi_role`` and
+    ``fsx_csi_role`` (each ``None`` where not created)."""
 
     def __init__(
         self,
@@ -54,7 +57,7 @@ class DependencyAddons(Construct):
                 resolve_conflicts="OVERWRITE",
             )
         self.s3_csi_role: WorkloadRole | None = None
-        if model_buckets:
+        if model_buckets and S3_CSI_ADDON not in skip:
             self.s3_csi_role = WorkloadRole(
                 self,
                 "S3CsiRole",
@@ -90,23 +93,26 @@ class DependencyAddons(Construct):
                 ),
                 findings=[f"Resource::arn:<AWS::Partition>:s3:::{bucket}/*" for bucket in model_buckets],
             )
-        self.fsx_csi_role = WorkloadRole(
-            self,
-            "FsxCsiRole",
-            cluster=cluster,
-            identity="irsa",
-            namespace=pins.CSI_NAMESPACE,
-            service_account=pins.FSX_CSI_CONTROLLER_SERVICE_ACCOUNT,
-            oidc_provider=oidc_provider,
-            associate=False,
-            description="FSx CSI driver controller: create, attach and delete FSx for Lustre volumes",
-        )
-        attach_aws_managed_policy(
-            self.fsx_csi_role.role,
-            FSX_POLICY,
-            reason="the FSx CSI driver's documented policy is AmazonFSxFullAccess: it creates and deletes "
-            "file systems whose ARNs exist only at run time; the role is bound to its one service account",
-        )
+        self.fsx_csi_role: WorkloadRole | None = None
+        if FSX_CSI_ADDON not in skip:
+            self.fsx_csi_role = WorkloadRole(
+                self,
+                "FsxCsiRole",
+                cluster=cluster,
+                identity="irsa",
+                namespace=pins.CSI_NAMESPACE,
+                service_account=pins.FSX_CSI_CONTROLLER_SERVICE_ACCOUNT,
+                oidc_provider=oidc_provider,
+                associate=False,
+                description="FSx CSI driver controller: create, attach and delete FSx for Lustre volumes",
+            )
+            attach_aws_managed_policy(
+                self.fsx_csi_role.role,
+                FSX_POLICY,
+                reason="the FSx CSI driver's documented policy is AmazonFSxFullAccess: it creates and "
+                "deletes file systems whose ARNs exist only at run time; the role is bound to its one "
+                "service account",
+            )
         self.addons: dict[str, eks.CfnAddon] = {}
         for dependency in pins.DEPENDENCY_ADDONS:
             if not addon_version.at_least(dependency.pinned, dependency.minimum):

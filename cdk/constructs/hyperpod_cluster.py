@@ -186,7 +186,11 @@ class HyperPodCluster(Construct):
             iam.PolicyStatement(
                 sid="TagNetworkInterfaces",
                 actions=["ec2:CreateTags"],
-                resources=[f"arn:{cdk.Aws.PARTITION}:ec2:*:*:network-interface/*"],
+                # HyperPod's ENIs are created in this cluster's subnets, so in this account and region
+                # (AWS's sample policy names every region and account: ec2:*:*).
+                resources=[
+                    f"arn:{cdk.Aws.PARTITION}:ec2:{cdk.Aws.REGION}:{cdk.Aws.ACCOUNT_ID}:network-interface/*"
+                ],
             )
         )
         role.add_to_policy(
@@ -233,7 +237,7 @@ class HyperPodCluster(Construct):
             ),
             findings=[
                 "Resource::*",
-                "Resource::arn:<AWS::Partition>:ec2:*:*:network-interface/*",
+                "Resource::arn:<AWS::Partition>:ec2:<AWS::Region>:<AWS::AccountId>:network-interface/*",
                 f"Resource::{arn_of(self.lifecycle_bucket)}/{SCRIPTS_PREFIX}*",
             ],
         )

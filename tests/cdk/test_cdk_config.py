@@ -69,6 +69,15 @@ def test_example_is_valid(example: dict[str, Any]) -> None:
             lambda d: d["network"].update(privateSubnetIds=["subnet-01234567", "subnet-01234568"]),
             "network.privateSubnetIds: only with network.vpcId",
         ),
+        (  # session s43: accepted and read by nothing (AWS's add-on runs AWS's images)
+            lambda d: (
+                d["inference"].update(
+                    addon={"mode": "awsManaged"}, image={"repository": "example.com/igw", "tag": "1"}
+                )
+                or d["inference"].pop("endpoint")
+            ),
+            "inference.image: only with mode igw",
+        ),
         (  # session s42: it was accepted and read by nothing (our chart is a Helm release)
             lambda d: d["inference"]["addon"].update(conflictPolicy="PRESERVE"),
             "inference.addon.conflictPolicy: only with mode awsManaged",
@@ -127,6 +136,7 @@ def test_example_is_valid(example: dict[str, Any]) -> None:
         "version-with-igw",
         "nat-gateways-with-imported-vpc",
         "subnets-without-vpc-id",
+        "image-with-aws-addon",
         "conflictPolicy-with-igw",
         "igw-gets-aws-keys",
         "no-hyperpod",

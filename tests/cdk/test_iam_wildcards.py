@@ -145,3 +145,49 @@ def test_the_load_balancer_controllers_acknowledgement_names_each_unconditioned_
     assert reasons == {WILDCARD_REASON}
     assert writes == {"ec2:CreateSecurityGroup"}  # the policy file's, today
     assert [action for action in sorted(writes) if action.split(":")[1] not in WILDCARD_REASON] == []
+
+
+def _resource_texts(value: Any) -> Iterator[str]:
+    """Each ``Resource`` of a statement as text, ``Fn::Join``s joined with ``<ref>`` for each reference
+    (a colon-free stand-in, so the ARN's fields stay where they are)."""
+    for item in _listed(value):
+        if isinstance(item, str):
+            yield item
+        elif set(item) == {"Fn::Join"}:
+            separator, parts = item["Fn::Join"]
+            yield separator.join(p if isinstance(p, str) else "<ref>" for p in parts)
+        else:
+            yield "<ref>"
+
+
+def any_region_or_account(template: dict[str, Any]) -> list[str]:
+    """``policy: resource`` for each ARN of an allow statement whose region or account is ``*``."""
+    found = []
+    for name, resource in template["Resources"].items():
+        if resource["Type"] not in ("AWS::IAM::Policy", "AWS::IAM::ManagedPolicy"):
+            continue
+        for statement in resource["Properties"]["PolicyDocument"]["Statement"]:
+            for text in _resource_texts(statement.get("Resource")):
+                fields = text.split(":")
+                if len(fields) >= 6 and "*" in (fields[3], fields[4]):
+                    found.append(f"{name}: {text}")
+    return found
+
+
+@pytest.mark.parametrize("assembly", ["synthesized", "variant", "existing"])
+def test_arns_name_the_stacks_region_and_account_but_the_load_balancer_controllers_upstream_policy(
+    assembly: str, request: pytest.FixtureRequest
+) -> None:
+    """The stacks' region and account are known; only the Load Balancer Controller's policy file, kept
+    as upstream ships it, names ``*:*``. Before session s43 the HyperPod execution role could tag
+    network interfaces of every region and account (``ec2:*:*:network-interface/*``)."""
+    synthesized: Synthesized = request.getfixturevalue(assembly)
+
+    found = [
+        arn
+        for template in synthesized.templates.values()
+        for arn in any_region_or_account(template)
+        if not arn.startswith("LoadBalancerControllerPolicy")
+    ]
+
+    assert found == []
