@@ -6,6 +6,7 @@ import asyncio
 import gc
 import io
 import logging
+import os
 import subprocess
 import sys
 import threading
@@ -18,7 +19,12 @@ import orjson
 import pytest
 
 from igw.gateway.access_log import AccessRecord
-from igw.gateway.log_buffer import LOG_RECORD_BYTES, BatchedLineHandler
+from igw.gateway.log_buffer import (
+    ATOMIC_WRITE_BYTES,
+    LOG_RECORD_BYTES,
+    BatchedLineHandler,
+    whole_line_pieces,
+)
 from igw.gateway.redaction import RedactingFormatter
 from igw.perf.serve_process import serve_process
 from igw.redaction import MASK
@@ -32,12 +38,14 @@ class _Stream(io.StringIO):
     def __init__(self) -> None:
         super().__init__()
         self.writes = 0
+        self.sizes: list[int] = []
         self.flushes = 0
         self.lock = threading.Lock()
 
     def write(self, s: str) -> int:
         with self.lock:
             self.writes += 1
+            self.sizes.append(len(s.encode()))
             return super().write(s)
 
     def flush(self) -> None:
@@ -79,8 +87,11 @@ def test_close_writes_every_queued_line_in_order_in_few_writes() -> None:
         logger.removeHandler(handler)
         handler.close()
     assert stream.lines() == [f"line {i}" for i in range(2000)]
-    assert stream.writes == 1
-    assert stream.flushes == 1
+    total = len(stream.getvalue().encode())
+    # pieces of whole lines up to PIPE_BUF bytes (workers share a pipe), each filled to within a line
+    assert max(stream.sizes) <= ATOMIC_WRITE_BYTES
+    assert stream.writes <= total // (ATOMIC_WRITE_BYTES - len("line 1999\n")) + 1
+    assert stream.flushes == stream.writes
 
 
 def test_the_writer_thread_writes_after_the_interval_without_a_close() -> None:
@@ -343,3 +354,59 @@ def test_flush_and_close_give_up_on_a_stalled_stream_within_their_timeout() -> N
     finally:
         stream.release.set()
         logger.removeHandler(handler)
+
+
+def test_pieces_are_whole_lines_within_pipe_buf_bytes_and_a_longer_line_goes_alone() -> None:
+    long = "x" * (ATOMIC_WRITE_BYTES + 10)
+    wide = "é" * 1500  # 1,500 characters, 3,000 bytes in UTF-8: two do not fit in one piece
+    lines = ["a" * 100] * 50 + [long, "b", wide, wide, "c"]
+    pieces = list(whole_line_pieces(lines))
+    assert "".join(piece for _, piece in pieces) == "\n".join(lines) + "\n"
+    assert sum(count for count, _ in pieces) == len(lines)
+    assert all(piece.endswith("\n") for _, piece in pieces)
+    assert (1, long + "\n") in pieces
+    assert all(len(piece.encode()) <= ATOMIC_WRITE_BYTES for _, piece in pieces if piece != long + "\n")
+    assert [count for count, _ in pieces] == [40, 10, 1, 2, 2]
+
+
+_SHARES_A_PIPE = """
+import logging, sys
+from igw.gateway.log_buffer import BatchedLineHandler
+logger = logging.getLogger("igw.test.shared.pipe")
+logger.propagate = False
+logger.setLevel(logging.INFO)
+logger.addHandler(BatchedLineHandler(sys.stdout, interval_s=0.01, batch=512, close_timeout_s=120))
+pad = "p" * 700
+for i in range(3000):
+    logger.info('{"writer": %s, "n": %d, "pad": "%s"}', sys.argv[1], i, pad)
+"""
+
+
+def test_workers_sharing_a_slowly_read_pipe_never_split_each_others_lines() -> None:
+    """The workers of ``igw serve --workers N`` share one stdout pipe; a reader slower than they
+    write keeps it full, so a write larger than PIPE_BUF is taken in pieces and another process's
+    bytes land inside a line (broken JSON access and EMF lines) unless each write is at most
+    PIPE_BUF bytes of whole lines."""
+    read_end, write_end = os.pipe()
+    writers = [
+        subprocess.Popen([sys.executable, "-c", _SHARES_A_PIPE, str(n)], stdout=write_end) for n in range(3)
+    ]
+    os.close(write_end)
+    data = bytearray()
+    try:
+        with os.fdopen(read_end, "rb", buffering=0) as pipe:
+            while chunk := pipe.read(2048):
+                data += chunk
+                time.sleep(0.0005)  # a log shipper slower than three writers: the pipe stays full
+    finally:
+        for writer in writers:
+            writer.wait(timeout=120)
+    assert [writer.returncode for writer in writers] == [0, 0, 0]
+    lines = data.decode().splitlines()
+    broken = 0
+    for line in lines:
+        try:
+            orjson.loads(line)
+        except orjson.JSONDecodeError:
+            broken += 1
+    assert (len(lines), broken) == (9000, 0)

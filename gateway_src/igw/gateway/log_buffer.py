@@ -3,8 +3,11 @@
 The access log has one record per request. Written by :class:`logging.StreamHandler`, each record
 costs the request path a lock, the formatting (redaction included) and a ``write`` + ``flush``
 system call pair. :class:`BatchedLineHandler` only queues the record on the request path; a
-writer thread formats what has queued and writes it with one ``write`` and one ``flush`` every
-``interval_s`` (or as soon as ``batch`` records wait), so the request path pays an append.
+writer thread formats what has queued and writes it every ``interval_s`` (or as soon as ``batch``
+records wait), so the request path pays an append. A batch goes out in pieces of whole lines of at
+most ``PIPE_BUF`` bytes (:func:`whole_line_pieces`), one ``write`` and ``flush`` each, so the workers
+of ``igw serve --workers N``, which share one stdout and one stderr pipe, cannot split each other's
+lines.
 
 No line is lost on a graceful exit: :meth:`close` (called by :func:`logging.shutdown`, which the
 interpreter runs at exit, also after ``igw serve`` handles SIGTERM) stops the thread and writes
@@ -48,8 +51,10 @@ from __future__ import annotations
 
 import collections
 import logging
+import select
 import threading
 import time
+from collections.abc import Iterator
 from typing import Final, Protocol, TextIO
 
 from mypy_extensions import mypyc_attr
@@ -78,6 +83,11 @@ that takes no lines (a stalled log shipper, a full pipe) before giving up on wha
 the exit of ``igw serve`` and ``igw global serve`` after SIGTERM waits at most this long per stream,
 so it stays within the pod's grace period (the drain window plus a bound) instead of hanging until
 someone reads."""
+ATOMIC_WRITE_BYTES: Final[int] = getattr(select, "PIPE_BUF", 512)
+"""The most bytes one write to a pipe carries whole, never mixed with another process's writes
+(``PIPE_BUF``: 4,096 on Linux; POSIX guarantees 512): the batch is written in pieces of whole lines
+no larger than this (:func:`whole_line_pieces`), so the workers of ``igw serve --workers N``, which
+share one stdout and one stderr, cannot split each other's lines."""
 YIELD_EVERY: Final = 32
 """The writer thread lets the event loop's thread run after formatting this many records."""
 
@@ -282,11 +292,14 @@ class BatchedLineHandler(logging.Handler):
                 time.sleep(0)
         if not lines:
             return
+        written = 0
         try:
-            self.stream.write("\n".join(lines) + "\n")
-            self.stream.flush()
+            for count, piece in whole_line_pieces(lines):
+                self.stream.write(piece)
+                self.stream.flush()  # one write(2) per piece: atomic on a pipe up to PIPE_BUF bytes
+                written += count
         except Exception:  # logging's contract: report, never raise
-            self.failed += len(lines)
+            self.failed += len(lines) - written
             if not self._failing:  # the first failure of a run of them, not one traceback per batch
                 self.handleError(_as_record(records[0]))
             self._failing = True
@@ -312,6 +325,30 @@ class BatchedLineHandler(logging.Handler):
             self.stream.flush()
         except Exception:  # logging's contract: report, never raise
             self.handleError(logging.makeLogRecord({"msg": line}))
+
+
+def whole_line_pieces(lines: list[str]) -> Iterator[tuple[int, str]]:
+    """``lines`` as consecutive pieces of whole lines, each newline-terminated and at most
+    :data:`ATOMIC_WRITE_BYTES` bytes in UTF-8 (a line longer than that alone in its piece), with the
+    number of lines in each.
+
+    Why: the workers of ``igw serve --workers N`` share one stdout and one stderr pipe, and a write
+    to a pipe is atomic only up to ``PIPE_BUF`` bytes. Until session s43 each batch was one write of
+    up to hundreds of kB; while the pipe was full (a log shipper reading slower than the workers
+    write) the kernel took it in pieces and another worker's bytes landed inside a line - 94 of
+    1,483 access lines were broken JSON with 2 workers and a slow reader, and CloudWatch drops an
+    EMF line it cannot parse."""
+    piece: list[str] = []
+    size = 0
+    for line in lines:
+        length = (len(line) if line.isascii() else len(line.encode("utf-8", "surrogatepass"))) + 1
+        if piece and size + length > ATOMIC_WRITE_BYTES:
+            yield len(piece), "\n".join(piece) + "\n"
+            piece, size = [], 0
+        piece.append(line)
+        size += length
+    if piece:
+        yield len(piece), "\n".join(piece) + "\n"
 
 
 _STREAM_LABELS: Final = {"<stdout>": "stdout", "<stderr>": "stderr"}
