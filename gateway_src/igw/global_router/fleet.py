@@ -8,11 +8,12 @@ replica computes the same state from the same shared heartbeats, so replicas nee
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import random
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from igw.gateway.heartbeat_message import Heartbeat, PoolLoad
@@ -83,6 +84,11 @@ class Fleet:
         """The clusters whose staleness is suspended while :attr:`silent_since` is set."""
         self.evaluate()
 
+    @property
+    def rng(self) -> random.Random:
+        """The fleet's random source (plans' tie-breaks; the spread of the router's ``Retry-After``)."""
+        return self._rng
+
     # -- heartbeats ------------------------------------------------------------------------------
     async def poll_once(self) -> None:
         if self._reader is not None:
@@ -99,6 +105,9 @@ class Fleet:
                 self.source_problem_refused = refused
                 self.source_up = False
             else:
+                # Trimmed on a worker thread too: a heartbeat may list 100 000s of models (a broken
+                # or hostile writer), and scanning them took 10 ms of the loop at every poll.
+                beats = await asyncio.to_thread(_configured_beats, beats, self._models)
                 if self._logged_down:
                     log.warning("heartbeat store readable again")
                     self._logged_down = False
@@ -116,8 +125,7 @@ class Fleet:
                 for name in self.health:
                     self._metrics.heartbeat_unread.labels(name).set(1 if name in unread else 0)
                 for name, beat in beats.items():
-                    kept = None if beat is None else _configured(beat, self._models[name])
-                    self.health[name].observe_heartbeat(kept, now=now, malformed=name in malformed)
+                    self.health[name].observe_heartbeat(beat, now=now, malformed=name in malformed)
                 self._judge_silence(now)
         self.polled = True
         self.evaluate()
@@ -364,6 +372,14 @@ class Fleet:
             detail["heartbeats_silent_s"] = round(now - self.silent_since, 3)
         detail["clusters"] = clusters
         return ready, detail
+
+
+def _configured_beats(
+    beats: Mapping[str, Heartbeat | None], models: Mapping[str, frozenset[str]]
+) -> dict[str, Heartbeat | None]:
+    """Each cluster's heartbeat in ``beats`` less what its cluster is not configured for
+    (``models``: each cluster's configured models; :func:`_configured`)."""
+    return {name: None if beat is None else _configured(beat, models[name]) for name, beat in beats.items()}
 
 
 def _configured(beat: Heartbeat, models: frozenset[str]) -> Heartbeat:
