@@ -78,6 +78,7 @@ _SCHEDULING: Final = (
     ".request_faults",
     ".response_affinity",
     ".retry_policy",
+    ".retry_spread",
     ".saturation",
     ".scheduler",
     ".settings",

@@ -100,6 +100,7 @@ from igw.gateway.upstream_client import UpstreamPool
 from igw.scheduling.plugins.context_length_filter import surely_too_long
 from igw.scheduling.response_affinity import RESPONSE_SEARCH
 from igw.scheduling.retry_policy import RetryCondition, retried_for
+from igw.scheduling.retry_spread import spread_retry_after
 from igw.scheduling.scheduler import PENDING_SCORES
 from igw.scheduling.types import (
     DecisionKind,
@@ -795,7 +796,7 @@ async def _route(
             )
         if isinstance(queued, Refused):
             obs.rejected("shed")
-            retry = str(queued.retry_after_s)
+            retry = _retry_after(state, queued.retry_after_s)
             message = (
                 f"inference pool for {route.base_model!r} is saturated and flow control shed this "
                 f"priority {queued.priority} request ({queued.reason.value}); retry after {retry}s"
@@ -805,7 +806,7 @@ async def _route(
         sr = _current(state, sr)  # the scheduler that placed it (a reload may have rebuilt it)
     if decision.kind is DecisionKind.SATURATED:
         obs.rejected("saturated")
-        retry = str(math.ceil(decision.retry_after_s or 1))
+        retry = _retry_after(state, math.ceil(decision.retry_after_s or 1))
         message = (
             f"inference pool for {route.base_model!r} is saturated ({decision.reason}); retry after {retry}s"
         )
@@ -1556,3 +1557,10 @@ def _feedback(
         ),
         now=now,
     )
+
+
+def _retry_after(state: GatewayState, wait_s: int) -> str:
+    """The ``Retry-After`` of a 429 whose computed wait is ``wait_s``: spread over the next seconds
+    within ``routing.retryAfter.maxSeconds`` (:mod:`igw.scheduling.retry_spread`), so that a burst
+    refused at once does not come back at once."""
+    return str(spread_retry_after(wait_s, rng=state.rng, max_s=state.runtime.settings.retry_after_max_s))

@@ -69,9 +69,6 @@ MAX_READ_FIELDS: Final = 2048
 MAX_READ_BYTES: Final = 4 * 1024 * 1024
 """The most bytes one read takes, every cluster's key together (field names and documents)."""
 
-DECODE_SLICE_S: Final = 0.005
-"""The longest the reader decodes documents before it lets the event loop run (requests wait on it)."""
-
 _FETCH: Final = """
 local max_fields, max_bytes = tonumber(ARGV[1]), tonumber(ARGV[2])
 local read_fields, read_bytes = tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -253,9 +250,17 @@ class HeartbeatReader:
         self._holding = holding
         self._lost -= holding
         self._refused -= self._lost  # no key to refuse (igw_global_heartbeat_unread)
-        now = self._clock()
+        # Decoded on a worker thread: one cluster's key may hold MAX_KEY_BYTES of JSON, whose objects
+        # take a tenth of a second and more to build and check, and requests wait on the loop.
+        return await asyncio.to_thread(self._decode_all, fields, now=self._clock())
+
+    def _decode_all(
+        self, fields: Sequence[dict[str, bytes] | str], *, now: float
+    ) -> dict[str, Heartbeat | None]:
+        """Every cluster's documents in ``fields`` (as :meth:`_fetch` returns them) decoded and merged
+        at ``now``: :meth:`read`'s answer. Run on a worker thread (one read at a time: the fleet
+        polls in one task), so it touches only the reader's own bookkeeping."""
         out: dict[str, Heartbeat | None] = {}
-        slice_started = time.perf_counter()
         for name, replicas in zip(self._clusters, fields, strict=True):
             if name in self._lost:
                 continue
@@ -271,9 +276,6 @@ class HeartbeatReader:
                 log.warning("cluster %s: heartbeat key readable again", name)
             good: dict[str, Heartbeat] = {}
             for replica, raw in replicas.items():
-                if time.perf_counter() - slice_started > DECODE_SLICE_S:
-                    await asyncio.sleep(0)  # let requests run between slices of decoding
-                    slice_started = time.perf_counter()
                 beat = self._decoded(name, replica, raw)
                 if beat is not None:
                     good[replica] = beat

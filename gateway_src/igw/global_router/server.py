@@ -100,6 +100,7 @@ from igw.global_router.retry_after import soonest_retry_after
 from igw.global_router.stored_ids import believed
 from igw.scheduling.response_affinity import RESPONSE_SEARCH, ResponseAffinity
 from igw.scheduling.retry_policy import UNAVAILABLE_STATUSES
+from igw.scheduling.retry_spread import spread_retry_after
 from igw.security.clock import SYSTEM_CLOCK, Clock
 from igw.security.factory import build_guard
 from igw.security.metrics import SecurityMetrics
@@ -195,9 +196,12 @@ class GlobalRouter:
 ROUTER_KEY = web.AppKey("igw_global_router", GlobalRouter)
 
 
-def _no_cluster(message: str) -> web.Response:
-    """503 when no cluster can take the request; clients retry after a second (failover is that fast)."""
-    return gateway_error("no_healthy_cluster", message, headers={"Retry-After": "1"})
+def _no_cluster(router: GlobalRouter, message: str) -> web.Response:
+    """503 when no cluster can take the request; clients retry after a second (failover is that
+    fast), spread over two (:mod:`igw.scheduling.retry_spread`: a burst refused at once does not come
+    back at once)."""
+    retry = spread_retry_after(1, rng=router.fleet.rng)
+    return gateway_error("no_healthy_cluster", message, headers={"Retry-After": str(retry)})
 
 
 def _model_label(router: GlobalRouter, model: str | None) -> str:
@@ -307,7 +311,9 @@ async def _route(
     choices = router.fleet.plan(model)
     if not choices:
         m.requests.labels(model, "503").inc()
-        return _no_cluster(f"no cluster serving model {model!r} is available (all drained or not reporting)")
+        return _no_cluster(
+            router, f"no cluster serving model {model!r} is available (all drained or not reporting)"
+        )
     searches = False  # a continuation no cluster is known to store: a 404 moves on to the next
     holder = None
     if body.previous_response_id is not None:
@@ -458,7 +464,7 @@ async def _route(
         m.requests.labels(model, str(last.status)).inc()
         return _relayed_refusal(last, waits, now=router.wall_clock())
     m.requests.labels(model, "503").inc()
-    return _no_cluster(f"every cluster tried for model {model!r} failed to connect")
+    return _no_cluster(router, f"every cluster tried for model {model!r} failed to connect")
 
 
 def _relayed_refusal(last: ExchangeResult, waits: Sequence[str], *, now: float) -> web.StreamResponse:

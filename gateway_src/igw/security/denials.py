@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import logging
 import math
+import random
 
 from igw.gateway.guards import GuardDenied
+from igw.scheduling.retry_spread import spread_retry_after
 
 log = logging.getLogger("igw.security")
 
@@ -44,8 +46,11 @@ def forbidden_model(*, model: str, tenant: str | None) -> GuardDenied:
     )
 
 
-def rate_limited(*, tenant: str, limit: str, retry_after_s: float) -> GuardDenied:
-    seconds = max(1, math.ceil(retry_after_s))
+def rate_limited(*, tenant: str, limit: str, retry_after_s: float, rng: random.Random) -> GuardDenied:
+    """429 for a tenant over ``limit``: ``Retry-After`` is the wait until its bucket holds enough
+    again, spread by ``rng`` (:mod:`igw.scheduling.retry_spread`: a tenant's clients refused at once
+    do not come back at once)."""
+    seconds = spread_retry_after(max(1, math.ceil(retry_after_s)), rng=rng)
     return GuardDenied(
         status=429,
         message=f"rate limit exceeded for tenant {tenant!r} ({limit}); retry after {seconds} s",
@@ -55,12 +60,13 @@ def rate_limited(*, tenant: str, limit: str, retry_after_s: float) -> GuardDenie
     )
 
 
-def limiter_unavailable(*, tenant: str) -> GuardDenied:
-    """Fail-closed rate limiting while Redis is unreachable: 429 with a short retry, never a 5xx."""
+def limiter_unavailable(*, tenant: str, rng: random.Random) -> GuardDenied:
+    """Fail-closed rate limiting while Redis is unreachable: 429 with a short retry (1 s, spread by
+    ``rng`` as :func:`rate_limited`'s), never a 5xx."""
     return GuardDenied(
         status=429,
         message=f"rate limiter unavailable; request for tenant {tenant!r} refused (fail-closed policy)",
         error_type="rate_limit_error",
         code="rate_limiter_unavailable",
-        headers={"Retry-After": "1"},
+        headers={"Retry-After": str(spread_retry_after(1, rng=rng))},
     )

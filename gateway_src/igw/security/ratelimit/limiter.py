@@ -26,6 +26,7 @@ and applied ``onRedisUnavailable`` to every tenant of the replica (``deny``: 429
 from __future__ import annotations
 
 import logging
+import random
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, TypeVar
 
@@ -73,10 +74,13 @@ class RateLimiter:
         clock: Clock,
         metrics: SecurityMetrics | None = None,
         processes: int = 1,
+        rng: random.Random | None = None,
     ) -> None:
         """``processes``: the gateway processes of one pod (``igw serve --workers N``), each of whose
         fallback buckets (``onRedisUnavailable: local``) enforces its share of the limits, so that
-        the pod enforces them once during an outage, as the ``local`` backend does."""
+        the pod enforces them once during an outage, as the ``local`` backend does; ``rng``: what
+        spreads the refusals' ``Retry-After`` (:mod:`igw.scheduling.retry_spread`)."""
+        self._rng = rng if rng is not None else random.Random()
         self._settings = settings
         self._anonymous = settings.anonymous_tenant
         self._default_plan = _plan(settings.default)
@@ -122,11 +126,13 @@ class RateLimiter:
         decision = await self._decide(key, limits, est_tokens)
         if decision is None:
             self._count(key, "limiter_unavailable")
-            raise limiter_unavailable(tenant=key)
+            raise limiter_unavailable(tenant=key, rng=self._rng)
         if not decision.allowed:
             assert decision.limit is not None
             self._count(key, f"limited_{decision.limit}")
-            raise rate_limited(tenant=key, limit=decision.limit, retry_after_s=decision.retry_after_s)
+            raise rate_limited(
+                tenant=key, limit=decision.limit, retry_after_s=decision.retry_after_s, rng=self._rng
+            )
         self._count_admitted(key)
 
     async def account(
