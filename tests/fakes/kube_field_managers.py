@@ -503,7 +503,9 @@ def apply(
         _touch(entry, before)
     held = set().union(*(e.fields for e in others)) | wanted
     live: dict[str, Any] = copy.deepcopy(dict(current))
-    for path in sorted(mine.fields - held, key=len, reverse=True):
+    # Outermost first: a keyed item goes whole, before its key fields are gone (once they are, the
+    # item no longer has the key that finds it, and an emptied ``{}`` stayed in the list).
+    for path in sorted(mine.fields - held, key=len):
         if not any(other[: len(path)] == path for other in held):
             _remove(live, path)
     merged: dict[str, Any] = _merge(kind, live, config, kind.schema, "")

@@ -317,3 +317,28 @@ def test_an_apply_patch_the_field_manager_cannot_take_is_refused_400(
     assert [(i["data"], _managers(i)) for i in items] == (
         [({"a": "0"}, {("ops", "Apply"): {"f:data": {"f:a": {}}}})] if exists else []
     )
+
+
+@needs_kubectl
+def test_an_item_an_applier_stops_listing_leaves_the_keyed_list_whole(
+    kube: FakeKubeApiServer, tmp_path: Path
+) -> None:
+    """A manifest that drops an env var (a list keyed by name) removes that item. The fake removed the
+    item's fields one by one, its key among the first, so the rest no longer matched the key and a
+    nameless fragment (``{"value": "2"}``) stayed in the list, which a cluster refuses as an env var."""
+    kubeconfig = kube.write_kubeconfig(tmp_path / "kubeconfig")
+    container = {
+        "name": "c",
+        "image": "x:1",
+        "env": [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}],
+    }
+    manifest = yaml.safe_load(_deployment_manifest())
+    manifest["spec"]["template"]["spec"]["containers"] = [container]
+    path = tmp_path / "d.yaml"
+    path.write_text(yaml.safe_dump(manifest))
+    assert run_kubectl(kubeconfig, "apply", "--server-side", "-f", str(path)).returncode == 0
+    container["env"] = [{"name": "A", "value": "1"}]
+    path.write_text(yaml.safe_dump(manifest))
+    assert run_kubectl(kubeconfig, "apply", "--server-side", "-f", str(path)).returncode == 0
+    got = json.loads(run_kubectl(kubeconfig, "get", "deploy", "d", "-o", "json").stdout)
+    assert got["spec"]["template"]["spec"]["containers"][0]["env"] == [{"name": "A", "value": "1"}]
