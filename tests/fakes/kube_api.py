@@ -193,6 +193,8 @@ def _status(
         "reason": reason,
         "code": code,
     }
+    if not reason:  # an error that is no ``Status`` (``ErrorToAPIStatus``: reason unknown, left out)
+        del body["reason"]
     if details:
         body["details"] = dict(details)
     return body
@@ -914,6 +916,7 @@ class FakeKubeApiServer:
         if content_type == "application/apply-patch+yaml":
             check_apply_patch(kind, patch)
             patch = patch or {}
+            field_managers.check_no_duplicates(kind, patch)
         apply = json_patch if content_type == "application/json-patch+json" else merge_patch
         # Atomic, as the API server's GuaranteedUpdate: the patch applies to the version it replaces
         # (a write landing between read and write is retried on the newer version, never overwritten),

@@ -467,6 +467,53 @@ def conflict_error(conflicts: list[tuple[Path, Entry]]) -> StoreError:
     return StoreError(409, "Conflict", message, details={"causes": causes})
 
 
+def _duplicates(
+    kind: ResourceKind, value: Any, schema: Mapping[str, Any] | None, path: Path, name: str, out: list[str]
+) -> None:
+    if isinstance(value, Mapping):
+        for key, child in value.items():
+            _duplicates(kind, child, _child_schema(schema, key), (*path, f"f:{key}"), key, out)
+        return
+    if not isinstance(value, list):
+        return
+    keys = _list_keys(kind, schema, name)
+    if not isinstance(keys, tuple):
+        return
+    items = (schema or {}).get("items") if isinstance(schema, Mapping) else None
+    seen: set[str] = set()
+    reported: set[str] = set()
+    for item in value:
+        if not isinstance(item, Mapping):
+            continue
+        step = _item_step(item, keys)
+        if step in seen and step not in reported:
+            reported.add(step)
+            key = printed_path((step,))
+            out.append(f"{printed_path(path)}: duplicate entries for key {key}")
+        seen.add(step)
+        _duplicates(kind, item, items, (*path, step), "", out)
+
+
+def check_no_duplicates(kind: ResourceKind, applied: Mapping[str, Any]) -> None:
+    """Refuse an apply configuration listing one key twice in a keyed list (an env var, a container,
+    a port): the field manager cannot type it (500, ``failed to create typed patch object``, reason
+    unset, as the API server answers an error that is no ``Status``).
+
+    Why: the fake stored both items on create and kept the last on update, so a chart or manifest
+    naming an env var twice installed here and fails its server-side apply on a cluster."""
+    problems: list[str] = []
+    _duplicates(kind, applied, kind.schema, (), "", problems)
+    if not problems:
+        return
+    sent_meta = applied.get("metadata")
+    meta: Mapping[str, Any] = sent_meta if isinstance(sent_meta, Mapping) else {}
+    group_version = f"{kind.group}/{kind.version}" if kind.group else f"/{kind.version}"
+    named = f"{meta.get('namespace') or ''}/{meta.get('name') or ''}"
+    where = f"{named}; {group_version}, Kind={applied.get('kind') or ''}"
+    detail = problems[0] if len(problems) == 1 else "errors:\n" + "\n".join(f"  {p}" for p in problems)
+    raise StoreError(500, "", f"failed to create typed patch object ({where}): {detail}")
+
+
 def apply(
     kind: ResourceKind,
     current: Mapping[str, Any],

@@ -342,3 +342,36 @@ def test_an_item_an_applier_stops_listing_leaves_the_keyed_list_whole(
     assert run_kubectl(kubeconfig, "apply", "--server-side", "-f", str(path)).returncode == 0
     got = json.loads(run_kubectl(kubeconfig, "get", "deploy", "d", "-o", "json").stdout)
     assert got["spec"]["template"]["spec"]["containers"][0]["env"] == [{"name": "A", "value": "1"}]
+
+
+@needs_kubectl
+def test_an_apply_naming_a_key_twice_is_refused_and_nothing_is_written(
+    kube: FakeKubeApiServer, tmp_path: Path
+) -> None:
+    """An env var named twice (and a port listed twice) cannot be typed by the field manager: 500,
+    no reason, ``failed to create typed patch object``, every duplicate named; nothing is created,
+    and an existing object is left as it was. The fake created the Deployment with both items (and
+    kept the last one on an update)."""
+    kubeconfig = kube.write_kubeconfig(tmp_path / "kubeconfig")
+    manifest = yaml.safe_load(_deployment_manifest())
+    path = tmp_path / "d.yaml"
+    path.write_text(yaml.safe_dump(manifest))
+    container = manifest["spec"]["template"]["spec"]["containers"][0]
+    container["env"] = [{"name": "A", "value": "1"}, {"name": "A", "value": "2"}]
+    container["ports"] = [{"containerPort": 80}, {"containerPort": 80, "protocol": "TCP"}]
+    twice = tmp_path / "twice.yaml"
+    twice.write_text(yaml.safe_dump(manifest))
+    refused = run_kubectl(kubeconfig, "apply", "--server-side", "-f", str(twice))
+    assert refused.returncode == 1
+    assert refused.stderr == (
+        "Error from server: failed to create typed patch object "
+        "(default/d; apps/v1, Kind=Deployment): errors:\n"
+        '  .spec.template.spec.containers[name="c"].env: duplicate entries for key [name="A"]\n'
+        '  .spec.template.spec.containers[name="c"].ports: duplicate entries for key '
+        '[containerPort=80,protocol="TCP"]\n'
+    )
+    assert run_kubectl(kubeconfig, "get", "deploy", "d").returncode == 1
+    assert run_kubectl(kubeconfig, "apply", "--server-side", "-f", str(path)).returncode == 0
+    assert run_kubectl(kubeconfig, "apply", "--server-side", "-f", str(twice)).returncode == 1
+    got = json.loads(run_kubectl(kubeconfig, "get", "deploy", "d", "-o", "json").stdout)
+    assert "env" not in got["spec"]["template"]["spec"]["containers"][0]
