@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from tests.fakes.kube_api import FakeKubeApiServer, running_fake_kube
+from tests.operator.harness import igwc, install_crd
 from tests.operator.kubectl_cli import needs_kubectl, run_kubectl
 
 CONFIG_MAPS = "/api/v1/namespaces/default/configmaps"
@@ -375,3 +376,18 @@ def test_an_apply_naming_a_key_twice_is_refused_and_nothing_is_written(
     assert run_kubectl(kubeconfig, "apply", "--server-side", "-f", str(twice)).returncode == 1
     got = json.loads(run_kubectl(kubeconfig, "get", "deploy", "d", "-o", "json").stdout)
     assert "env" not in got["spec"]["template"]["spec"]["containers"][0]
+
+
+def test_a_field_the_crd_schema_defaulted_is_no_appliers(kube: FakeKubeApiServer) -> None:
+    """A custom resource applied without ``spec.bbr.replicas`` gets the schema's ``default: 2``, owned
+    by no one: another manager applies ``replicas: 3`` without a conflict. The fake gave the defaulted
+    field to the applier, so that apply was refused 409 (``conflict with "ops": .spec.bbr.replicas``)."""
+    install_crd(kube)
+    config = igwc("chat", namespace="default")
+    path = "/apis/inference.sagemaker.aws.amazon.com/v1alpha1/namespaces/default/inferencegatewayconfigs/chat"
+    code, created = _send(kube, "PATCH", f"{path}?fieldManager=ops", config, "application/apply-patch+yaml")
+    assert (code, created["spec"]["bbr"]["replicas"]) == (201, 2)
+    assert _managers(created)[("ops", "Apply")]["f:spec"]["f:bbr"] == {"f:enabled": {}}
+    tuned = {**config, "spec": {"bbr": {"replicas": 3}}}
+    code, applied = _send(kube, "PATCH", f"{path}?fieldManager=tuner", tuned, "application/apply-patch+yaml")
+    assert (code, applied["spec"]["bbr"]["replicas"]) == (200, 3)
