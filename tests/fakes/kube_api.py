@@ -27,7 +27,8 @@ and point the REAL ``kubernetes`` client at it over HTTP. It serves:
   applier stops setting removed, 201 for an apply that creates: :mod:`tests.fakes.kube_field_managers`,
   where what is not modelled is listed), the object the update
   carries checked against the URL's name and namespace (400), a create's or update's ``apiVersion``
-  and ``kind`` against the URL's resource (:mod:`tests.fakes.kube_type_meta`; absent: the URL's),
+  and ``kind`` against the URL's resource (:mod:`tests.fakes.kube_type_meta`; absent: the URL's,
+  but an apply patch must name its ``apiVersion``),
   ``metadata.generation`` kept only for the kinds that have one
   (:attr:`tests.fakes.kube_store.ResourceKind.generation`), a write that changes nothing
   storing nothing (same resourceVersion, no watch event: ``kubectl patch`` prints ``(no change)``);
@@ -153,7 +154,7 @@ from tests.fakes.kube_store import (
     json_patch,
     merge_patch,
 )
-from tests.fakes.kube_type_meta import check_apply_version, check_type_meta
+from tests.fakes.kube_type_meta import check_apply_patch, check_type_meta
 
 __all__ = [
     "FakeKubeApiServer",
@@ -192,6 +193,8 @@ def _status(
         "reason": reason,
         "code": code,
     }
+    if not reason:  # an error that is no ``Status`` (``ErrorToAPIStatus``: reason unknown, left out)
+        del body["reason"]
     if details:
         body["details"] = dict(details)
     return body
@@ -910,8 +913,10 @@ class FakeKubeApiServer:
                 + ", ".join(accepted),
             )
         _check_patch_options(content_type, request.query)
-        if content_type == "application/apply-patch+yaml" and isinstance(patch, Mapping):
-            check_apply_version(kind, patch)
+        if content_type == "application/apply-patch+yaml":
+            check_apply_patch(kind, patch)
+            patch = patch or {}
+            field_managers.check_no_duplicates(kind, patch)
         apply = json_patch if content_type == "application/json-patch+json" else merge_patch
         # Atomic, as the API server's GuaranteedUpdate: the patch applies to the version it replaces
         # (a write landing between read and write is retried on the newer version, never overwritten),
@@ -931,7 +936,7 @@ class FakeKubeApiServer:
                         field_validation=field_validation,
                         warnings=warnings,
                         dry_run=dry_run,
-                        record_fields=field_managers.Applier(kind, manager).record,
+                        record_fields=field_managers.Applier(kind, manager, patch).record,
                     )
                     return made, True
                 raise

@@ -19,9 +19,11 @@ client (or a test) that applied and then stopped setting a field kept it here an
 cluster, and one applying over a field someone changed with ``kubectl edit`` succeeded here and got
 409 on a cluster.
 
-Not modelled: the exact ``FieldsV1`` of fields the API server's defaulting adds (they are owned by
-the writer here), lists of built-in kinds are merged by the keys in :data:`_BUILTIN_LIST_KEYS` only
-(any other list is atomic, which most are), conflicts between an apply and an ``Update`` entry of the
+Fields the API server's defaulting adds are no applier's (ownership comes from the apply
+configuration) and an updater's (it owns what changed), as on a cluster; but the fake defaults only a
+Deployment's ``spec.replicas`` and CRD schema defaults. Not modelled: lists of built-in kinds are
+merged by the keys in :data:`_BUILTIN_LIST_KEYS` and :data:`_BUILTIN_KIND_LIST_KEYS` only (any other
+list is atomic, which most are), conflicts between an apply and an ``Update`` entry of the
 same manager name (the API server keeps them apart too, as different managers), ``managedFields``
 validation and the conversion of fields between API versions.
 """
@@ -62,15 +64,31 @@ _BUILTIN_LIST_KEYS: Final[Mapping[str, tuple[str, ...] | None]] = {
     "initContainers": ("name",),
     "ephemeralContainers": ("name",),
     "env": ("name",),
+    "ports": ("containerPort", "protocol"),
     "volumes": ("name",),
     "volumeMounts": ("mountPath",),
     "imagePullSecrets": ("name",),
+    "topologySpreadConstraints": ("topologyKey", "whenUnsatisfiable"),
     "conditions": ("type",),
     "ownerReferences": ("uid",),
     "finalizers": None,
 }
 """Built-in lists that are not atomic: ``listType=map`` with their keys, or ``None`` for a
-``listType=set`` (the kinds' OpenAPI ``x-kubernetes-list-*`` markers)."""
+``listType=set`` (the kinds' OpenAPI ``x-kubernetes-list-*`` markers). ``ports`` is a container's
+(keyed by ``containerPort`` and ``protocol``) but in the kinds of :data:`_BUILTIN_KIND_LIST_KEYS`."""
+
+_BUILTIN_KIND_LIST_KEYS: Final[Mapping[str, Mapping[str, tuple[str, ...] | str | None]]] = {
+    "Service": {"ports": ("port", "protocol")},
+    "NetworkPolicy": {"ports": "atomic"},
+    "Ingress": {"ports": "atomic"},
+}
+"""A kind's lists whose keys differ from the containers' lists of the same name: a Service's
+``spec.ports`` are keyed by ``port`` and ``protocol``; a NetworkPolicy's and an Ingress's are atomic."""
+
+_BUILTIN_KEY_DEFAULTS: Final[Mapping[str, Any]] = {"protocol": "TCP"}
+"""Key fields of built-in keyed lists that the API server defaults, as an item's key uses them when
+the item leaves them out (a port written without ``protocol`` is the ``TCP`` one: the OpenAPI
+``default`` of the key field, which structured-merge-diff fills into the key)."""
 
 _MISSING: Final = object()
 
@@ -130,7 +148,8 @@ def _list_keys(
 ) -> tuple[str, ...] | str | None:
     """``listType=map``: its keys; ``set``: ``None``; atomic: ``"atomic"``."""
     if kind.schema is None:
-        return _BUILTIN_LIST_KEYS.get(name, "atomic")
+        overrides = _BUILTIN_KIND_LIST_KEYS.get(kind.kind, {})
+        return overrides[name] if name in overrides else _BUILTIN_LIST_KEYS.get(name, "atomic")
     if name == "finalizers":
         return None
     if name == "ownerReferences":
@@ -143,8 +162,24 @@ def _list_keys(
     return "atomic"
 
 
+def _item_key(item: Mapping[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
+    """An item's key: its key fields, a built-in key field it leaves out taking its default."""
+    key = {k: item[k] for k in keys if k in item}
+    for name in keys:
+        if name not in key and name in _BUILTIN_KEY_DEFAULTS:
+            key[name] = _BUILTIN_KEY_DEFAULTS[name]
+    return key
+
+
+def _matches(item: Any, want: Mapping[str, Any]) -> bool:
+    """Whether ``item`` is the keyed list's item with key ``want`` (a defaulted key field counted)."""
+    return isinstance(item, Mapping) and all(
+        item.get(k, _BUILTIN_KEY_DEFAULTS.get(k)) == v for k, v in want.items()
+    )
+
+
 def _item_step(item: Mapping[str, Any], keys: tuple[str, ...]) -> str:
-    return "k:" + json.dumps({k: item[k] for k in keys if k in item}, sort_keys=True, separators=(",", ":"))
+    return "k:" + json.dumps(_item_key(item, keys), sort_keys=True, separators=(",", ":"))
 
 
 def _set_step(item: Any) -> str:
@@ -206,10 +241,7 @@ def value_at(obj: Any, path: Path) -> Any:
             node = node[rest]
         elif kind == "k" and isinstance(node, list):
             want = json.loads(rest)
-            node = next(
-                (i for i in node if isinstance(i, Mapping) and all(i.get(k) == v for k, v in want.items())),
-                _MISSING,
-            )
+            node = next((i for i in node if _matches(i, want)), _MISSING)
         elif kind == "v" and isinstance(node, list):
             want = json.loads(rest)
             node = want if want in node else _MISSING
@@ -367,15 +399,21 @@ class Updater:
 
 @dataclass(frozen=True)
 class Applier:
-    """An apply that creates the object: the manager owns every field it applied."""
+    """An apply that creates the object: the manager owns every field it applied, and no field the
+    API server's defaulting (a Deployment's ``spec.replicas``, a CRD schema's ``default``) added.
+
+    Why: the field manager sets ownership from the apply configuration before the object is
+    defaulted, so a defaulted field is no one's and another manager may apply it without conflict.
+    The fake recorded the created object's fields, so an HPA or a user applying ``spec.replicas`` to a
+    Deployment applied without it was refused 409 here and succeeds on a cluster."""
 
     kind: ResourceKind
     manager: str
+    applied: Mapping[str, Any]
 
     def record(self, current: Mapping[str, Any] | None, new: dict[str, Any]) -> None:
-        _store(
-            new, [Entry(self.manager, "Apply", self.kind.api_version, "", now(), field_set(self.kind, new))]
-        )
+        owned = {p for p in field_set(self.kind, self.applied) if value_at(new, p) is not _MISSING}
+        _store(new, [Entry(self.manager, "Apply", self.kind.api_version, "", now(), owned)])
 
 
 def _merge(kind: ResourceKind, live: Any, applied: Any, schema: Mapping[str, Any] | None, name: str) -> Any:
@@ -391,22 +429,15 @@ def _merge(kind: ResourceKind, live: Any, applied: Any, schema: Mapping[str, Any
         keys = _list_keys(kind, schema, name)
         if keys == "atomic":
             return copy.deepcopy(applied)
-        if keys is None:
+        if not isinstance(keys, tuple):
             return [*live, *(copy.deepcopy(i) for i in applied if i not in live)]
         items = (schema or {}).get("items") if isinstance(schema, Mapping) else None
         merged_items = list(live)
         for item in applied:
             if not isinstance(item, Mapping):
                 continue
-            want = {k: item[k] for k in keys if isinstance(keys, tuple) and k in item}
-            at = next(
-                (
-                    n
-                    for n, i in enumerate(merged_items)
-                    if isinstance(i, Mapping) and all(i.get(k) == v for k, v in want.items())
-                ),
-                None,
-            )
+            want = _item_key(item, keys)
+            at = next((n for n, i in enumerate(merged_items) if _matches(i, want)), None)
             if at is None:
                 merged_items.append(copy.deepcopy(item))
             else:
@@ -434,6 +465,53 @@ def conflict_error(conflicts: list[tuple[Path, Entry]]) -> StoreError:
             lines.extend(f"- {p}" for p in by_manager[manager])
         message = f"Apply failed with {len(conflicts)} conflicts: " + "\n".join(lines)
     return StoreError(409, "Conflict", message, details={"causes": causes})
+
+
+def _duplicates(
+    kind: ResourceKind, value: Any, schema: Mapping[str, Any] | None, path: Path, name: str, out: list[str]
+) -> None:
+    if isinstance(value, Mapping):
+        for key, child in value.items():
+            _duplicates(kind, child, _child_schema(schema, key), (*path, f"f:{key}"), key, out)
+        return
+    if not isinstance(value, list):
+        return
+    keys = _list_keys(kind, schema, name)
+    if not isinstance(keys, tuple):
+        return
+    items = (schema or {}).get("items") if isinstance(schema, Mapping) else None
+    seen: set[str] = set()
+    reported: set[str] = set()
+    for item in value:
+        if not isinstance(item, Mapping):
+            continue
+        step = _item_step(item, keys)
+        if step in seen and step not in reported:
+            reported.add(step)
+            key = printed_path((step,))
+            out.append(f"{printed_path(path)}: duplicate entries for key {key}")
+        seen.add(step)
+        _duplicates(kind, item, items, (*path, step), "", out)
+
+
+def check_no_duplicates(kind: ResourceKind, applied: Mapping[str, Any]) -> None:
+    """Refuse an apply configuration listing one key twice in a keyed list (an env var, a container,
+    a port): the field manager cannot type it (500, ``failed to create typed patch object``, reason
+    unset, as the API server answers an error that is no ``Status``).
+
+    Why: the fake stored both items on create and kept the last on update, so a chart or manifest
+    naming an env var twice installed here and fails its server-side apply on a cluster."""
+    problems: list[str] = []
+    _duplicates(kind, applied, kind.schema, (), "", problems)
+    if not problems:
+        return
+    sent_meta = applied.get("metadata")
+    meta: Mapping[str, Any] = sent_meta if isinstance(sent_meta, Mapping) else {}
+    group_version = f"{kind.group}/{kind.version}" if kind.group else f"/{kind.version}"
+    named = f"{meta.get('namespace') or ''}/{meta.get('name') or ''}"
+    where = f"{named}; {group_version}, Kind={applied.get('kind') or ''}"
+    detail = problems[0] if len(problems) == 1 else "errors:\n" + "\n".join(f"  {p}" for p in problems)
+    raise StoreError(500, "", f"failed to create typed patch object ({where}): {detail}")
 
 
 def apply(
@@ -472,7 +550,9 @@ def apply(
         _touch(entry, before)
     held = set().union(*(e.fields for e in others)) | wanted
     live: dict[str, Any] = copy.deepcopy(dict(current))
-    for path in sorted(mine.fields - held, key=len, reverse=True):
+    # Outermost first: a keyed item goes whole, before its key fields are gone (once they are, the
+    # item no longer has the key that finds it, and an emptied ``{}`` stayed in the list).
+    for path in sorted(mine.fields - held, key=len):
         if not any(other[: len(path)] == path for other in held):
             _remove(live, path)
     merged: dict[str, Any] = _merge(kind, live, config, kind.schema, "")

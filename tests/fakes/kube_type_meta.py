@@ -7,7 +7,8 @@ in the data (v2) does not match the expected API version (v1)``, the create and 
 (400 ``<Kind> in version "<v>" cannot be handled as a <URL kind>``, ``transformDecodeError``) - for a
 custom resource, whose body decodes as unstructured, the strategy's ``ValidateTypeMeta`` refuses it
 instead (422 ``Invalid``, cause ``kind: Invalid value: "<Kind>": must be <URL kind>``). A server-side
-apply patch naming another version is refused 400 by the field manager. A body that leaves either out
+apply patch naming another version, or none, is refused 400 by the field manager
+(:func:`check_apply_patch`). A body that leaves either out
 gets the URL's. The fake rewrote both to the URL's and stored the write (201), so a client that sent a
 Secret to the ConfigMaps URL, or a manifest of another version, passed here and fails on a cluster.
 """
@@ -52,14 +53,33 @@ def check_type_meta(kind: ResourceKind, body: Mapping[str, Any], *, custom: bool
     )
 
 
-def check_apply_version(kind: ResourceKind, patch: Mapping[str, Any]) -> None:
-    """Refuse a server-side apply patch naming another API version than the URL's, as the field
-    manager does (400 ``BadRequest``)."""
+def check_apply_patch(kind: ResourceKind, patch: Any) -> None:
+    """Refuse a server-side apply patch the field manager refuses (400 ``BadRequest``): one that is
+    no YAML map (``applyPatcher`` decodes it into one), one naming another API version than the
+    URL's or none (``Incorrect version specified in apply patch``), and one carrying
+    ``metadata.managedFields`` (an applier may not set ownership itself).
+
+    Why: the fake took an apply without ``apiVersion`` (201, as if the URL's), stored the
+    ``managedFields`` an apply sent, and answered a patch that was a YAML list or string with a 500
+    traceback, where a cluster answers each with a 400 naming the problem."""
+    if patch is None:
+        patch = {}
+    if not isinstance(patch, Mapping):
+        got = {list: "array", str: "string", bool: "bool"}.get(type(patch), "number")
+        raise StoreError(
+            400,
+            "BadRequest",
+            "error decoding YAML: error unmarshaling JSON: while decoding JSON: json: cannot unmarshal "
+            f"{got} into Go value of type map[string]interface {{}}",
+        )
     sent_version = patch.get("apiVersion")
-    if sent_version and sent_version != kind.api_version:
+    if sent_version != kind.api_version:
         raise StoreError(
             400,
             "BadRequest",
             "Incorrect version specified in apply patch. "
-            f"Specified patch version: {sent_version}, expected: {kind.api_version}",
+            f"Specified patch version: {sent_version or ''}, expected: {kind.api_version}",
         )
+    meta = patch.get("metadata")
+    if isinstance(meta, Mapping) and isinstance(meta.get("managedFields"), list):
+        raise StoreError(400, "BadRequest", "metadata.managedFields must be nil")

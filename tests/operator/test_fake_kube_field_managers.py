@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from tests.fakes.kube_api import FakeKubeApiServer, running_fake_kube
+from tests.operator.harness import igwc, install_crd
 from tests.operator.kubectl_cli import needs_kubectl, run_kubectl
 
 CONFIG_MAPS = "/api/v1/namespaces/default/configmaps"
@@ -186,3 +187,207 @@ def test_kubectl_apply_server_side_meets_the_conflict_and_force_conflicts_resolv
     got = json.loads(run_kubectl(kubeconfig, "get", "cm", "c", "-o", "json", "--show-managed-fields").stdout)
     assert got["data"] == {"a": "1"}
     assert _managers(got) == {("kubectl", "Apply"): {"f:data": {"f:a": {}}}}
+
+
+def _deployment_manifest(replicas: int | None = None) -> str:
+    spec = {
+        "selector": {"matchLabels": {"app": "d"}},
+        "template": {
+            "metadata": {"labels": {"app": "d"}},
+            "spec": {"containers": [{"name": "c", "image": "x:1"}]},
+        },
+    }
+    if replicas is not None:
+        spec = {"replicas": replicas}
+    manifest = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "d", "namespace": "default"},
+    }
+    return yaml.safe_dump({**manifest, "spec": spec})
+
+
+@needs_kubectl
+def test_a_field_the_api_server_defaulted_is_no_appliers_and_another_may_apply_it(
+    kube: FakeKubeApiServer, tmp_path: Path
+) -> None:
+    """A Deployment applied without ``spec.replicas`` gets 1 from defaulting, owned by no one: an
+    HPA-like manager applying ``replicas: 3`` succeeds and keeps it when the first re-applies. The
+    fake made the applier own the defaulted field, so the second apply was refused 409
+    (``conflict with "ops": .spec.replicas``)."""
+    kubeconfig = kube.write_kubeconfig(tmp_path / "kubeconfig")
+    (tmp_path / "d.yaml").write_text(_deployment_manifest())
+    (tmp_path / "scale.yaml").write_text(_deployment_manifest(replicas=3))
+    apply = ("apply", "--server-side", "-f")
+    assert run_kubectl(kubeconfig, *apply, str(tmp_path / "d.yaml"), "--field-manager=ops").returncode == 0
+    got = json.loads(
+        run_kubectl(kubeconfig, "get", "deploy", "d", "-o", "json", "--show-managed-fields").stdout
+    )
+    assert got["spec"]["replicas"] == 1
+    assert "f:replicas" not in _managers(got)[("ops", "Apply")]["f:spec"]
+    scaled = run_kubectl(kubeconfig, *apply, str(tmp_path / "scale.yaml"), "--field-manager=hpa")
+    assert (scaled.returncode, scaled.stderr) == (0, "")
+    assert run_kubectl(kubeconfig, *apply, str(tmp_path / "d.yaml"), "--field-manager=ops").returncode == 0
+    got = json.loads(
+        run_kubectl(kubeconfig, "get", "deploy", "d", "-o", "json", "--show-managed-fields").stdout
+    )
+    assert got["spec"]["replicas"] == 3
+    assert _managers(got)[("hpa", "Apply")] == {"f:spec": {"f:replicas": {}}}
+
+
+@needs_kubectl
+def test_container_and_service_ports_are_lists_keyed_by_port_and_protocol(
+    kube: FakeKubeApiServer, tmp_path: Path
+) -> None:
+    """A container's ``ports`` (keyed by ``containerPort`` and ``protocol``, TCP when left out) and a
+    Service's (``port`` and ``protocol``) merge item by item: two managers applying a port each both
+    keep theirs, and a port applied again with its default protocol spelled out is the same item. The
+    fake held both lists atomic: the second manager's apply was refused 409 (``conflict with "a":
+    .spec.ports``), and forced it would have dropped the first manager's port."""
+    kubeconfig = kube.write_kubeconfig(tmp_path / "kubeconfig")
+
+    def apply(manager: str, manifest: dict[str, Any]) -> None:
+        path = tmp_path / f"{manager}.yaml"
+        path.write_text(yaml.safe_dump(manifest))
+        done = run_kubectl(
+            kubeconfig, "apply", "--server-side", f"--field-manager={manager}", "-f", str(path)
+        )
+        assert (done.returncode, done.stderr) == (0, "")
+
+    meta = {"name": "s", "namespace": "default"}
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": meta}
+    apply(
+        "a", {**pod, "spec": {"containers": [{"name": "c", "image": "x", "ports": [{"containerPort": 80}]}]}}
+    )
+    apply(
+        "b", {**pod, "spec": {"containers": [{"name": "c", "ports": [{"containerPort": 9090, "name": "m"}]}]}}
+    )
+    apply(
+        "c",
+        {**pod, "spec": {"containers": [{"name": "c", "ports": [{"containerPort": 80, "protocol": "TCP"}]}]}},
+    )
+    got = json.loads(run_kubectl(kubeconfig, "get", "pod", "s", "-o", "json", "--show-managed-fields").stdout)
+    assert [p["containerPort"] for p in got["spec"]["containers"][0]["ports"]] == [80, 9090]
+    owned = _managers(got)[("b", "Apply")]["f:spec"]["f:containers"]['k:{"name":"c"}']["f:ports"]
+    assert list(owned) == ['k:{"containerPort":9090,"protocol":"TCP"}']
+
+    service = {"apiVersion": "v1", "kind": "Service", "metadata": meta}
+    apply("a", {**service, "spec": {"selector": {"app": "d"}, "ports": [{"port": 80, "name": "http"}]}})
+    apply("b", {**service, "spec": {"ports": [{"port": 9090, "name": "metrics"}]}})
+    got = json.loads(run_kubectl(kubeconfig, "get", "svc", "s", "-o", "json", "--show-managed-fields").stdout)
+    assert [p["port"] for p in got["spec"]["ports"]] == [80, 9090]
+    assert list(_managers(got)[("b", "Apply")]["f:spec"]["f:ports"]) == ['k:{"port":9090,"protocol":"TCP"}']
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (
+            "kind: ConfigMap\nmetadata: {name: c}\ndata: {a: '1'}\n",
+            "Incorrect version specified in apply patch. Specified patch version: , expected: v1",
+        ),
+        (
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c, managedFields: [{manager: x}]}\n",
+            "metadata.managedFields must be nil",
+        ),
+        (
+            "- apiVersion: v1\n",
+            "error decoding YAML: error unmarshaling JSON: while decoding JSON: json: cannot unmarshal "
+            "array into Go value of type map[string]interface {}",
+        ),
+    ],
+)
+@pytest.mark.parametrize("exists", [False, True])
+def test_an_apply_patch_the_field_manager_cannot_take_is_refused_400(
+    kube: FakeKubeApiServer, body: str, message: str, exists: bool
+) -> None:
+    """An apply with no ``apiVersion``, one carrying ``managedFields`` and one that is no YAML map are
+    refused 400 ``BadRequest``, nothing written. The fake stored the first two (201/200, the second's
+    ownership taken as sent) and answered the third with a 500 traceback."""
+    if exists:
+        assert _apply(kube, "c", {"a": "0"}, "fieldManager=ops")[0] == 201
+    request = urllib.request.Request(
+        f"{kube.url}{CONFIG_MAPS}/c?fieldManager=ops", data=body.encode(), method="PATCH"
+    )
+    request.add_header("Content-Type", "application/apply-patch+yaml")
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=10)
+    answer = json.loads(refused.value.read())
+    assert (refused.value.code, answer["reason"], answer["message"]) == (400, "BadRequest", message)
+    items = _send(kube, "GET", CONFIG_MAPS, None)[1]["items"]
+    assert [(i["data"], _managers(i)) for i in items] == (
+        [({"a": "0"}, {("ops", "Apply"): {"f:data": {"f:a": {}}}})] if exists else []
+    )
+
+
+@needs_kubectl
+def test_an_item_an_applier_stops_listing_leaves_the_keyed_list_whole(
+    kube: FakeKubeApiServer, tmp_path: Path
+) -> None:
+    """A manifest that drops an env var (a list keyed by name) removes that item. The fake removed the
+    item's fields one by one, its key among the first, so the rest no longer matched the key and a
+    nameless fragment (``{"value": "2"}``) stayed in the list, which a cluster refuses as an env var."""
+    kubeconfig = kube.write_kubeconfig(tmp_path / "kubeconfig")
+    container = {
+        "name": "c",
+        "image": "x:1",
+        "env": [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}],
+    }
+    manifest = yaml.safe_load(_deployment_manifest())
+    manifest["spec"]["template"]["spec"]["containers"] = [container]
+    path = tmp_path / "d.yaml"
+    path.write_text(yaml.safe_dump(manifest))
+    assert run_kubectl(kubeconfig, "apply", "--server-side", "-f", str(path)).returncode == 0
+    container["env"] = [{"name": "A", "value": "1"}]
+    path.write_text(yaml.safe_dump(manifest))
+    assert run_kubectl(kubeconfig, "apply", "--server-side", "-f", str(path)).returncode == 0
+    got = json.loads(run_kubectl(kubeconfig, "get", "deploy", "d", "-o", "json").stdout)
+    assert got["spec"]["template"]["spec"]["containers"][0]["env"] == [{"name": "A", "value": "1"}]
+
+
+@needs_kubectl
+def test_an_apply_naming_a_key_twice_is_refused_and_nothing_is_written(
+    kube: FakeKubeApiServer, tmp_path: Path
+) -> None:
+    """An env var named twice (and a port listed twice) cannot be typed by the field manager: 500,
+    no reason, ``failed to create typed patch object``, every duplicate named; nothing is created,
+    and an existing object is left as it was. The fake created the Deployment with both items (and
+    kept the last one on an update)."""
+    kubeconfig = kube.write_kubeconfig(tmp_path / "kubeconfig")
+    manifest = yaml.safe_load(_deployment_manifest())
+    path = tmp_path / "d.yaml"
+    path.write_text(yaml.safe_dump(manifest))
+    container = manifest["spec"]["template"]["spec"]["containers"][0]
+    container["env"] = [{"name": "A", "value": "1"}, {"name": "A", "value": "2"}]
+    container["ports"] = [{"containerPort": 80}, {"containerPort": 80, "protocol": "TCP"}]
+    twice = tmp_path / "twice.yaml"
+    twice.write_text(yaml.safe_dump(manifest))
+    refused = run_kubectl(kubeconfig, "apply", "--server-side", "-f", str(twice))
+    assert refused.returncode == 1
+    assert refused.stderr == (
+        "Error from server: failed to create typed patch object "
+        "(default/d; apps/v1, Kind=Deployment): errors:\n"
+        '  .spec.template.spec.containers[name="c"].env: duplicate entries for key [name="A"]\n'
+        '  .spec.template.spec.containers[name="c"].ports: duplicate entries for key '
+        '[containerPort=80,protocol="TCP"]\n'
+    )
+    assert run_kubectl(kubeconfig, "get", "deploy", "d").returncode == 1
+    assert run_kubectl(kubeconfig, "apply", "--server-side", "-f", str(path)).returncode == 0
+    assert run_kubectl(kubeconfig, "apply", "--server-side", "-f", str(twice)).returncode == 1
+    got = json.loads(run_kubectl(kubeconfig, "get", "deploy", "d", "-o", "json").stdout)
+    assert "env" not in got["spec"]["template"]["spec"]["containers"][0]
+
+
+def test_a_field_the_crd_schema_defaulted_is_no_appliers(kube: FakeKubeApiServer) -> None:
+    """A custom resource applied without ``spec.bbr.replicas`` gets the schema's ``default: 2``, owned
+    by no one: another manager applies ``replicas: 3`` without a conflict. The fake gave the defaulted
+    field to the applier, so that apply was refused 409 (``conflict with "ops": .spec.bbr.replicas``)."""
+    install_crd(kube)
+    config = igwc("chat", namespace="default")
+    path = "/apis/inference.sagemaker.aws.amazon.com/v1alpha1/namespaces/default/inferencegatewayconfigs/chat"
+    code, created = _send(kube, "PATCH", f"{path}?fieldManager=ops", config, "application/apply-patch+yaml")
+    assert (code, created["spec"]["bbr"]["replicas"]) == (201, 2)
+    assert _managers(created)[("ops", "Apply")]["f:spec"]["f:bbr"] == {"f:enabled": {}}
+    tuned = {**config, "spec": {"bbr": {"replicas": 3}}}
+    code, applied = _send(kube, "PATCH", f"{path}?fieldManager=tuner", tuned, "application/apply-patch+yaml")
+    assert (code, applied["spec"]["bbr"]["replicas"]) == (200, 3)
