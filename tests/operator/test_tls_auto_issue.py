@@ -853,3 +853,54 @@ def test_an_unusable_secret_after_issuance_keeps_the_service_on_the_previous_cer
     service = find(cluster, "Service", "inference", "chat-gateway")
     assert service is not None
     assert service["metadata"]["annotations"][SSL] == arn
+
+
+class _EchoingAcm:
+    """moto's ACM, except that ImportCertificate is refused with a message quoting the request, as an
+    AWS validation error does (``Value '...' at 'privateKey' failed to satisfy constraint``; a blob
+    travels base64-encoded): the private key both as PEM and as its base64."""
+
+    def __init__(self, acm: Any) -> None:
+        self._acm = acm
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._acm, name)
+
+    def import_certificate(self, **kwargs: Any) -> Any:
+        key = bytes(kwargs["PrivateKey"])
+        message = (
+            f"2 validation errors detected: Value '{base64.b64encode(key).decode()}' at 'privateKey' failed "
+            f"to satisfy constraint: Member must be valid; Value '{key.decode()}' at 'privateKey' failed"
+        )
+        error = {"Error": {"Code": "ValidationException", "Message": message}}
+        raise self._acm.exceptions.ValidationException(error, "ImportCertificate")
+
+
+@pytest.mark.usefixtures("cert_manager")
+def test_an_acm_refusal_quoting_the_private_key_reaches_neither_status_nor_events(
+    cluster: FakeKubeApiServer, acm: Any
+) -> None:
+    """``AcmImportFailed`` carried ACM's error text as it came: an AWS validation error that quotes the
+    request put the Secret's private key into the object's status and a Warning Event, readable by
+    anyone who may read the object (not the Secret)."""
+    add_issuer(cluster, "ClusterIssuer", "test-ca")
+    settings = AutoTlsSettings(IssuerRef("ClusterIssuer", "test-ca"), lambda: _EchoingAcm(acm))
+    reconciler = Reconciler(Kube(cluster.api_client()), DataPlaneSettings(), auto_tls=settings)
+    cluster.add(tls_igwc("chat"))
+    assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
+    write_tls_secret(cluster, "chat-gateway-tls", "chat.llm.example.com")
+    assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
+    secret = find(cluster, "Secret", "inference", "chat-gateway-tls")
+    assert secret is not None
+    key = base64.b64decode(secret["data"]["tls.key"]).decode()
+    body = "".join(key.strip().splitlines()[1:-1])
+    found = condition(find(cluster, "InferenceGatewayConfig", "inference", "chat"), "GatewayProgrammed")
+    assert found is not None
+    assert found["reason"] == "AcmImportFailed"
+    assert "ValidationException" in found["message"]
+    events = [e["message"] for e in cluster.store.iter_all() if e["kind"] == "Event"]
+    assert any("AcmImportFailed" in e or "ValidationException" in e for e in events)
+    for text in [found["message"], *events]:
+        assert "PRIVATE KEY" not in text
+        assert body[:40] not in text
+        assert base64.b64encode(key.encode()).decode()[:40] not in text

@@ -87,6 +87,7 @@ from igw.operator.tls import (
     rfc3339,
     secret_name,
     wants_auto_issue,
+    without_key_material,
 )
 from igw.operator.tls_sweep import ClusterIdentity
 
@@ -662,7 +663,7 @@ class Reconciler:
         try:
             issued = IssuedCertificate.from_secret(found)
         except ValueError as exc:  # not PEM: cert-manager never writes that, someone else did
-            problem = ("CertificateInvalid", f"Secret {namespace}/{secret}: {exc}")
+            problem = ("CertificateInvalid", f"Secret {namespace}/{secret}: {without_key_material(str(exc))}")
             return _keeping_previous(igwc, TlsOutcome(problem=problem, certificate=wanted))
         if issued is None and _names_import(igwc):
             return await self._reissuing(igwc, live, wanted)
@@ -710,7 +711,9 @@ class Reconciler:
                 cluster=cluster,
             )
         except Exception as exc:  # ACM refusals (permissions, quota) are reported on the object
-            failed = TlsOutcome(problem=("AcmImportFailed", _error_text(exc)), certificate=wanted)
+            # An AWS validation error may quote the request (the key): never into status or Events.
+            refused = ("AcmImportFailed", without_key_material(_error_text(exc)))
+            failed = TlsOutcome(problem=refused, certificate=wanted)
             return _keeping_previous(igwc, failed)
         status = {
             "acmArn": arn,
