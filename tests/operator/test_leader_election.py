@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from igw.operator.election import ElectionSettings, LeaseElection
+from igw.operator.kube import FIELD_MANAGER
 from tests.fakes.kube_api import FakeKubeApiServer
 from tests.operator.harness import find, igwc, wait_condition, wait_for, write_latest
 
@@ -182,3 +183,20 @@ def test_a_lease_another_candidate_holds_is_never_released(cluster: FakeKubeApiS
     own = cluster.store.get(kind, "default", "own")["spec"]
     assert "holderIdentity" not in own
     assert own["leaseDurationSeconds"] == 1
+
+
+def test_the_election_writes_the_lease_under_the_operators_field_manager(cluster: FakeKubeApiServer) -> None:
+    """The library's LeaseLock names no ``fieldManager``: the Lease's acquire, renewals and release
+    were filed under the Python client's User-Agent, ``OpenAPI-Generator`` (as any script using the
+    client), where every other write of the operator says ``igw-operator``."""
+    kind = cluster.store.kind_for(api_version="coordination.k8s.io/v1", kind="Lease")
+
+    async def main() -> bool:
+        election = LeaseElection(ElectionSettings("igw-operator", "default", "one"), cluster.api_client())
+        election.start()
+        await asyncio.wait_for(election.leading.wait(), 30)
+        return await election.release()
+
+    assert asyncio.run(main()) is True
+    lease = cluster.store.get(kind, "default", "igw-operator")
+    assert {entry["manager"] for entry in lease["metadata"]["managedFields"]} == {FIELD_MANAGER}

@@ -764,3 +764,143 @@ def test_an_issuer_gone_after_issuance_is_reported_once_per_change_from_a_shared
     now[0] += timedelta(seconds=ISSUER_READ_TTL_S)
     assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
     assert "RENEWAL AT RISK" not in programmed()["message"]
+
+
+def _delete(cluster: FakeKubeApiServer, kind: str, api_version: str, name: str) -> None:
+    cluster.store.delete(cluster.store.kind_for(api_version=api_version, kind=kind), "inference", name)
+
+
+@pytest.mark.usefixtures("cert_manager")
+def test_a_secret_deleted_after_issuance_keeps_the_previous_certificate_served_and_says_so(
+    cluster: FakeKubeApiServer, acm: Any
+) -> None:
+    """Deleting the Secret (a common way to make cert-manager issue anew) made the object say
+    ``CertificatePending: ... the Service is created once the certificate is in ACM`` (Ready False)
+    while the Service existed and served the previous certificate; a Service deleted meanwhile was not
+    made again. Now GatewayProgrammed stays True naming the certificate served while a new one is
+    issued, the Service is kept (made again) with it, a failed issuance posts one renewal Event, and
+    the new certificate is imported under the same ARN."""
+    now = [datetime.now(UTC)]
+    reconciler, _ = _issued_chat(cluster, acm, now)
+    arn = _status_tls(cluster)["acmArn"]
+
+    def programmed() -> dict[str, Any]:
+        found = condition(find(cluster, "InferenceGatewayConfig", "inference", "chat"), "GatewayProgrammed")
+        assert found is not None
+        return found
+
+    pending_before = len(_events(cluster, "GatewayProgrammedCertificatePending"))  # the first issuance's
+    _delete(cluster, "Secret", "v1", "chat-gateway-tls")
+    _delete(cluster, "Service", "v1", "chat-gateway")
+    for _ in range(2):
+        assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
+    found = programmed()
+    assert (found["status"], found["reason"]) == ("True", "Programmed")
+    assert "Service is created once" not in found["message"]
+    assert "REISSUING: Secret inference/chat-gateway-tls holds no certificate" in found["message"]
+    assert f"keeps serving the previous certificate {arn} from ACM" in found["message"]
+    assert len(_events(cluster, "GatewayProgrammedCertificatePending")) == pending_before
+    service = find(cluster, "Service", "inference", "chat-gateway")
+    assert service is not None
+    assert service["metadata"]["annotations"][SSL] == arn
+    assert _status_tls(cluster)["acmArn"] == arn
+
+    live = find(cluster, "Certificate", "inference", "chat-gateway")
+    assert live is not None
+    issuing = {"type": "Issuing", "status": "False", "reason": "Failed", "message": "CA refused"}
+    live["status"] = {"conditions": [issuing | {"observedGeneration": live["metadata"]["generation"]}]}
+    kind = cluster.store.kind_for(api_version="cert-manager.io/v1", kind="Certificate")
+    cluster.store.replace(kind, "inference", "chat-gateway", live, status_only=True)
+    for _ in range(3):
+        assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
+    assert "RENEWAL FAILING" in programmed()["message"]
+    assert "CA refused" in programmed()["message"]
+    assert len(_renewal_events(cluster)) == 1
+
+    live = find(cluster, "Certificate", "inference", "chat-gateway")
+    assert live is not None
+    live["status"] = {}
+    cluster.store.replace(kind, "inference", "chat-gateway", live, status_only=True)
+    fresh = write_tls_secret(cluster, "chat-gateway-tls", ["chat-gateway.inference.svc"])
+    assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
+    assert _pem(acm.get_certificate(CertificateArn=arn)["Certificate"]) == _pem(fresh)
+    assert "REISSUING" not in programmed()["message"]
+    assert programmed()["status"] == "True"
+
+
+@pytest.mark.usefixtures("cert_manager")
+def test_an_unusable_secret_after_issuance_keeps_the_service_on_the_previous_certificate(
+    cluster: FakeKubeApiServer, acm: Any
+) -> None:
+    """A Secret whose certificate is not PEM (``CertificateInvalid``) after issuance left the Service
+    out of every pass's writes (a deleted one was not made again) while the message did not say that
+    the previous certificate is still served from ACM."""
+    now = [datetime.now(UTC)]
+    reconciler, _ = _issued_chat(cluster, acm, now)
+    arn = _status_tls(cluster)["acmArn"]
+    secret = find(cluster, "Secret", "inference", "chat-gateway-tls")
+    assert secret is not None
+    secret["data"]["tls.crt"] = base64.b64encode(b"not a certificate").decode()
+    cluster.store.replace(
+        cluster.store.kind_for(api_version="v1", kind="Secret"), "inference", "chat-gateway-tls", secret
+    )
+    _delete(cluster, "Service", "v1", "chat-gateway")
+    assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
+    found = condition(find(cluster, "InferenceGatewayConfig", "inference", "chat"), "GatewayProgrammed")
+    assert found is not None
+    assert (found["status"], found["reason"]) == ("False", "CertificateInvalid")
+    assert f"keeps serving the previous certificate {arn} from ACM" in found["message"]
+    service = find(cluster, "Service", "inference", "chat-gateway")
+    assert service is not None
+    assert service["metadata"]["annotations"][SSL] == arn
+
+
+class _EchoingAcm:
+    """moto's ACM, except that ImportCertificate is refused with a message quoting the request, as an
+    AWS validation error does (``Value '...' at 'privateKey' failed to satisfy constraint``; a blob
+    travels base64-encoded): the private key both as PEM and as its base64."""
+
+    def __init__(self, acm: Any) -> None:
+        self._acm = acm
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._acm, name)
+
+    def import_certificate(self, **kwargs: Any) -> Any:
+        key = bytes(kwargs["PrivateKey"])
+        message = (
+            f"2 validation errors detected: Value '{base64.b64encode(key).decode()}' at 'privateKey' failed "
+            f"to satisfy constraint: Member must be valid; Value '{key.decode()}' at 'privateKey' failed"
+        )
+        error = {"Error": {"Code": "ValidationException", "Message": message}}
+        raise self._acm.exceptions.ValidationException(error, "ImportCertificate")
+
+
+@pytest.mark.usefixtures("cert_manager")
+def test_an_acm_refusal_quoting_the_private_key_reaches_neither_status_nor_events(
+    cluster: FakeKubeApiServer, acm: Any
+) -> None:
+    """``AcmImportFailed`` carried ACM's error text as it came: an AWS validation error that quotes the
+    request put the Secret's private key into the object's status and a Warning Event, readable by
+    anyone who may read the object (not the Secret)."""
+    add_issuer(cluster, "ClusterIssuer", "test-ca")
+    settings = AutoTlsSettings(IssuerRef("ClusterIssuer", "test-ca"), lambda: _EchoingAcm(acm))
+    reconciler = Reconciler(Kube(cluster.api_client()), DataPlaneSettings(), auto_tls=settings)
+    cluster.add(tls_igwc("chat"))
+    assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
+    write_tls_secret(cluster, "chat-gateway-tls", "chat.llm.example.com")
+    assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
+    secret = find(cluster, "Secret", "inference", "chat-gateway-tls")
+    assert secret is not None
+    key = base64.b64decode(secret["data"]["tls.key"]).decode()
+    body = "".join(key.strip().splitlines()[1:-1])
+    found = condition(find(cluster, "InferenceGatewayConfig", "inference", "chat"), "GatewayProgrammed")
+    assert found is not None
+    assert found["reason"] == "AcmImportFailed"
+    assert "ValidationException" in found["message"]
+    events = [e["message"] for e in cluster.store.iter_all() if e["kind"] == "Event"]
+    assert any("AcmImportFailed" in e or "ValidationException" in e for e in events)
+    for text in [found["message"], *events]:
+        assert "PRIVATE KEY" not in text
+        assert body[:40] not in text
+        assert base64.b64encode(key.encode()).decode()[:40] not in text

@@ -25,6 +25,7 @@ from igw.operator.tls import (
     client_hostnames,
     renewal_problem,
     wants_auto_issue,
+    without_key_material,
 )
 
 
@@ -267,3 +268,23 @@ def test_go_durations_parse_as_cert_manager_writes_them(text: str, seconds: floa
 @pytest.mark.parametrize("text", ["", "h", "-1h", "1 h", "1d", "10", 10, None])
 def test_what_is_no_go_duration_is_not_read_as_one(text: object) -> None:
     assert parse_go_duration(text) is None
+
+
+def test_key_material_is_cut_from_error_text_and_the_rest_kept() -> None:
+    """What goes into status and Events from an ACM error or a Secret's parse: PEM blocks (even cut
+    short) and long base64 runs go; ARNs, uids and words stay."""
+    arn = "arn:aws:acm:us-east-1:123456789012:certificate/0b9f1b08-e908-4058-985d-d5f13ba79f65"
+    pem = (
+        "-----BEGIN PRIVATE KEY-----\nMIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQg\n"
+        "-----END PRIVATE KEY-----"
+    )
+    encoded = "LS0tLS1CRUdJTiBQUklWQVRFIEtFWS0tLS0tCk1JR0hBZ0VBTUJNR0J5cUdTTTQ5QWdFR0NDcUdTTTQ5"
+    text = without_key_material(
+        f"import of {arn} refused: Value '{encoded}' bad; Value '{pem}'; and {pem[:60]}"
+    )
+    assert arn in text
+    assert "import of" in text
+    assert "refused" in text
+    assert "PRIVATE KEY" not in text
+    assert "MIGHAgEA" not in text
+    assert encoded[:20] not in text

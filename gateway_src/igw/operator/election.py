@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from igw.operator.kube import FIELD_MANAGER
+
 log = logging.getLogger("igw.operator")
 
 
@@ -43,6 +45,29 @@ def _failure(exc: Exception) -> str:
     """An API error as its status and reason (its body is left out), anything else as it prints."""
     status = getattr(exc, "status", None)
     return f"{type(exc).__name__}: {status} {getattr(exc, 'reason', '')}" if status else repr(exc)
+
+
+class _FieldManagedLeases:
+    """The ``CoordinationV1Api`` the election writes the Lease through, each write naming the
+    operator's ``fieldManager`` (:data:`~igw.operator.kube.FIELD_MANAGER`).
+
+    The library's LeaseLock names none, so the API server filed every acquire and renewal under the
+    Python client's User-Agent: ``managedFields`` of the Lease said ``OpenAPI-Generator`` (any script
+    using the client), where every other write of the operator says ``igw-operator``."""
+
+    def __init__(self, api: Any) -> None:
+        self._api = api
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._api, name)
+
+    def create_namespaced_lease(self, namespace: str, body: Any, **kwargs: Any) -> Any:
+        return self._api.create_namespaced_lease(namespace, body, field_manager=FIELD_MANAGER, **kwargs)
+
+    def replace_namespaced_lease(self, name: str, namespace: str, body: Any, **kwargs: Any) -> Any:
+        return self._api.replace_namespaced_lease(
+            name, namespace, body, field_manager=FIELD_MANAGER, **kwargs
+        )
 
 
 class _ReleasableLock:
@@ -160,7 +185,8 @@ class LeaseElection:
         lock = LeaseLock(  # type: ignore[no-untyped-call]
             self.settings.lease_name, self.settings.lease_namespace, self.settings.identity
         )
-        lock.api_instance = client.CoordinationV1Api(self._api_client)
+        leases: Any = _FieldManagedLeases(client.CoordinationV1Api(self._api_client))  # duck-typed
+        lock.api_instance = leases
         self._lock = _ReleasableLock(lock, lock.api_instance)
         self._thread = threading.Thread(target=self._campaign, name="lease-election", daemon=True)
         self._thread.start()

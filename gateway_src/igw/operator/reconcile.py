@@ -87,6 +87,7 @@ from igw.operator.tls import (
     rfc3339,
     secret_name,
     wants_auto_issue,
+    without_key_material,
 )
 from igw.operator.tls_sweep import ClusterIdentity
 
@@ -137,6 +138,9 @@ class TlsOutcome:
     issuer: tuple[str, str] | None = None
     """``(reason, message)`` when the issuer went missing or NotReady after the certificate served was
     issued (:func:`igw.operator.tls.issuer_problem`): its next renewal will fail."""
+    reissue: str | None = None
+    """The Secret holds no certificate while the one issued before is still served from ACM
+    (:meth:`Reconciler._reissuing`): what is served meanwhile, else ``None``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -395,6 +399,7 @@ class Reconciler:
             tls_retired=retired,
             tls_renewal=tls.renewal,
             tls_issuer=None if tls.issuer is None else tls.issuer[1],
+            tls_reissue=tls.reissue,
             network_policy=self._settings.network_policy,
         )
         try:
@@ -658,8 +663,10 @@ class Reconciler:
         try:
             issued = IssuedCertificate.from_secret(found)
         except ValueError as exc:  # not PEM: cert-manager never writes that, someone else did
-            problem = ("CertificateInvalid", f"Secret {namespace}/{secret}: {exc}")
-            return TlsOutcome(problem=problem, certificate=wanted)
+            problem = ("CertificateInvalid", f"Secret {namespace}/{secret}: {without_key_material(str(exc))}")
+            return _keeping_previous(igwc, TlsOutcome(problem=problem, certificate=wanted))
+        if issued is None and _names_import(igwc):
+            return await self._reissuing(igwc, live, wanted)
         failure = issuance_failure(live) if issued is None else None
         if failure is not None:
             # Reported as pending, a failure (an issuer that refuses, an ACME order gone invalid) left
@@ -704,7 +711,10 @@ class Reconciler:
                 cluster=cluster,
             )
         except Exception as exc:  # ACM refusals (permissions, quota) are reported on the object
-            return TlsOutcome(problem=("AcmImportFailed", _error_text(exc)), certificate=wanted)
+            # An AWS validation error may quote the request (the key): never into status or Events.
+            refused = ("AcmImportFailed", without_key_material(_error_text(exc)))
+            failed = TlsOutcome(problem=refused, certificate=wanted)
+            return _keeping_previous(igwc, failed)
         status = {
             "acmArn": arn,
             "issuedAt": issued.issued_at,
@@ -736,6 +746,54 @@ class Reconciler:
             )
             return TlsOutcome(acm_arn=arn, status=status, problem=problem, certificate=wanted)
         return TlsOutcome(acm_arn=arn, status=status, certificate=wanted, renewal=renewal, issuer=blocked)
+
+    async def _reissuing(
+        self, igwc: Mapping[str, Any], live: Mapping[str, Any] | None, wanted: Mapping[str, Any]
+    ) -> TlsOutcome:
+        """The Secret holds no certificate (deleted or emptied: a common way to make cert-manager
+        issue anew), but one issued before is in ACM and on the load balancer's listener (``status.tls``
+        names it): that one keeps being served, and the Service stays applied with it.
+
+        Reported as ``CertificatePending`` ("the Service is created once the certificate is in ACM"),
+        this said the opposite of what ran: the Service existed and served the previous certificate,
+        yet GatewayProgrammed and Ready went False. Now GatewayProgrammed stays True and its message
+        says which certificate is served while cert-manager issues a new one; an issuance that fails,
+        or an issuer gone or not Ready, is reported as for a renewal (one Warning Event per change);
+        the previous certificate past its notAfter is ``CertificateExpired``."""
+        meta = igwc["metadata"]
+        namespace, service_name = meta["namespace"], base_name(meta["name"])
+        issuer = self._auto_tls.issuer
+        previous = dict((igwc.get("status") or {}).get("tls") or {})
+        arn = str(previous["acmArn"])
+        not_after = _parsed_time(previous.get("notAfter"))
+        where = f"Certificate {namespace}/{service_name} (issuer {issuer.kind}/{issuer.name})"
+        until = "" if not_after is None else f" (it expires at {rfc3339(not_after)})"
+        serving = (
+            f"Secret {namespace}/{secret_name(service_name)} holds no certificate (deleted or emptied): "
+            f"cert-manager issues a new one for {where}; the load balancer keeps serving the previous "
+            f"certificate {arn} from ACM{until} until the new one is imported"
+        )
+        failure = issuance_failure(live)
+        renewal = None
+        if failure is not None:
+            renewal = f"{where}: cert-manager failed to issue a new certificate: {failure}"
+        blocked = await self._issuer_problem(namespace, service_name, served_until=not_after)
+        if not_after is not None and self._clock() >= not_after:
+            cause = renewal or f"{where}: cert-manager has not issued a new one"
+            problem = (
+                EXPIRED_REASON,
+                f"the certificate the load balancer serves ({arn}) expired at {rfc3339(not_after)}: "
+                f"clients' TLS handshakes fail until a new one is issued; {cause}; {serving}",
+            )
+            return TlsOutcome(acm_arn=arn, status=previous, problem=problem, certificate=wanted)
+        return TlsOutcome(
+            acm_arn=arn,
+            status=previous,
+            certificate=wanted,
+            renewal=renewal,
+            issuer=blocked,
+            reissue=serving,
+        )
 
     async def _issuer_problem(
         self, namespace: str, certificate_name: str, *, served_until: datetime | None = None
@@ -846,6 +904,27 @@ _AUTO_TLS_DISABLED = TlsOutcome(
         "administrator to enable operator.autoTls",
     )
 )
+
+
+def _keeping_previous(igwc: Mapping[str, Any], outcome: TlsOutcome) -> TlsOutcome:
+    """``outcome`` (no new certificate to serve: the Secret's is not PEM, or ACM refused its import)
+    with the certificate imported before, when ``status.tls`` names one: it is still on the listener,
+    so the Service stays applied with it (it was left out of the pass's writes, and not made again if
+    deleted) and the message says it is served."""
+    if not _names_import(igwc) or outcome.problem is None:
+        return outcome
+    previous = dict((igwc.get("status") or {}).get("tls") or {})
+    reason, message = outcome.problem
+    message += f"; the load balancer keeps serving the previous certificate {previous['acmArn']} from ACM"
+    return replace(outcome, acm_arn=str(previous["acmArn"]), status=previous, problem=(reason, message))
+
+
+def _parsed_time(text: Any) -> datetime | None:
+    """An RFC 3339 time as the status writes it (:func:`igw.operator.tls.rfc3339`), else ``None``."""
+    try:
+        return datetime.strptime(str(text), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    except ValueError:
+        return None
 
 
 def _identity(igwc: Mapping[str, Any]) -> tuple[str, str, str]:

@@ -90,6 +90,9 @@ class Observation:
     """Why cert-manager is not renewing the auto-issued certificate served (still served), else ``None``."""
     tls_issuer: str | None = None
     """Why the issuer of the auto-issued certificate being served cannot renew it (gone, not Ready)."""
+    tls_reissue: str | None = None
+    """The auto-issued certificate's Secret holds none while the one issued before is still served from
+    ACM (cert-manager issues anew): what is served meanwhile, else ``None``."""
     apply_reason: str = "ApplyFailed"
     """GatewayProgrammed's reason while ``apply_error`` is set: ``NamespaceTerminating`` when the
     API server refused only because the namespace is being deleted."""
@@ -280,6 +283,8 @@ def _conditions(
         )
         if seen.tls_status:
             applied += f"; TLS listener with the auto-issued certificate {seen.tls_status.get('acmArn')}"
+        if seen.tls_reissue:
+            applied += f"; REISSUING: {seen.tls_reissue}"
         if seen.tls_renewal:
             applied += f"; RENEWAL FAILING: {seen.tls_renewal}"
         if seen.tls_issuer:

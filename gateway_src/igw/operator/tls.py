@@ -88,6 +88,10 @@ _ISSUER_KINDS: Final = ("Issuer", "ClusterIssuer")
 _OBJECT_NAME: Final = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 """A Kubernetes object name (DNS-1123 subdomain; at most 253 characters, checked apart)."""
 _PEM_END: Final = "-----END CERTIFICATE-----"
+_PEM_BLOCK: Final = re.compile(r"-----BEGIN [A-Z0-9 ]+-----.*?(-----END [A-Z0-9 ]+-----|$)", re.DOTALL)
+_ENCODED_RUN: Final = re.compile(r"(?:[A-Za-z0-9+/]|\\n|\n){48,}={0,2}")
+"""48 or more characters of base64 (escaped newlines included): the encoding of a PEM body, or of a
+whole PEM as a JSON request carries a blob; no word, ARN or uid of an error message is that long."""
 
 
 class TlsIssuerError(IgwToolingError, ValueError):
@@ -224,6 +228,15 @@ def renewal_problem(live: Mapping[str, Any] | None, issued: IssuedCertificate, n
         why = str(ready.get("message") or ready.get("reason") or "not Ready")
         return f"cert-manager has not renewed the certificate (Certificate not Ready: {why}){until}"
     return None
+
+
+def without_key_material(text: str) -> str:
+    """``text`` (an error from ACM or from parsing a Secret) with every PEM block and every long
+    base64 run replaced by ``<redacted>``: it goes into the object's status and an Event, which anyone
+    who may read the object sees, while the Secret it came from holds a private key they may not read.
+    An AWS validation error can quote the request's value (``Value '...' at 'privateKey' failed to
+    satisfy constraint``; a blob travels base64-encoded), and a key pasted into ``tls.crt`` is PEM."""
+    return _ENCODED_RUN.sub("<redacted>", _PEM_BLOCK.sub("<redacted>", text))
 
 
 def rfc3339(moment: datetime) -> str:
