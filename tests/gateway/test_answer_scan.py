@@ -8,6 +8,7 @@ import random
 import orjson
 import pytest
 
+from igw.gateway import answer_scan
 from igw.gateway.answer_scan import MAX_VALUE_BYTES, AnswerScan
 
 RESPONSE = {
@@ -61,3 +62,37 @@ def test_a_value_longer_than_the_bound_is_skipped() -> None:
 
 def test_an_answer_that_is_not_json_yields_nothing() -> None:
     assert _scanned(b"usage: id: object:" * 1000, [100], random.Random(1)) == {}
+
+
+def test_a_value_nested_past_the_parsers_bound_is_no_value() -> None:
+    """Before session s43 ``RecursionError`` left the scan (and the relay: a 500 ``internal_error``
+    with a traceback, or a connection cut mid-answer); now such a value is skipped and a later
+    ``usage`` still read."""
+    deep = b'{"usage": ' + b"[" * 20_000 + b"]" * 20_000 + b', "usage": {"prompt_tokens": 2}}'
+    for size in (len(deep), 4096):
+        assert _scanned(deep, [size], random.Random(1)) == {"usage": {"prompt_tokens": 2}}
+
+
+@pytest.mark.parametrize(
+    "hostile",
+    [b' "usage": [' * 6000, b'{"usage": ' * 6000, b' "usage": {"a": "' * 4000],
+    ids=["keys-in-an-array", "nested-keys", "unterminated-strings"],
+)
+@pytest.mark.parametrize("size", [65_536, 1000])
+def test_the_parsing_is_bounded_by_the_answers_size(
+    monkeypatch: pytest.MonkeyPatch, hostile: bytes, size: int
+) -> None:
+    """An answer that repeats a key without a readable value: before session s43 each key found
+    parsed every value still pending again (up to 16 KiB each), 23 s of the event loop for one MiB
+    of ``"usage":[``; now the bytes handed to the parser stay within the scan's bound."""
+    parsed: list[int] = []
+    real_value = answer_scan._value
+
+    def counted(after_key: bytearray) -> tuple[object, bool]:
+        parsed.append(len(after_key))
+        return real_value(after_key)
+
+    monkeypatch.setattr(answer_scan, "_value", counted)
+    assert _scanned(hostile, [size], random.Random(1)) == {}
+    bound = answer_scan.PARSE_ALLOWANCE_BYTES + answer_scan.PARSE_BYTES_PER_BYTE * len(hostile)
+    assert sum(parsed) <= bound + MAX_VALUE_BYTES  # the last value parsed may pass it

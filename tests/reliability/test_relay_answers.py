@@ -75,6 +75,48 @@ async def test_a_compressed_answer_is_decoded_for_a_client_that_does_not_accept_
             assert (status, sent_coding, body) == (200, coding, coded), accepting
 
 
+def _two_members(plain: bytes) -> bytes:
+    """``plain`` as a gzip body of two members (RFC 1952 2.2), cut inside the answer's text."""
+    cut = len(plain) // 2
+    return gzip.compress(plain[:cut]) + gzip.compress(plain[cut:])
+
+
+def _nested_past_the_parsers_bound(plain: bytes) -> bytes:
+    """``plain`` with a key read by the relay whose value nests past the JSON parser's recursion
+    bound before it (a ``RecursionError`` for :mod:`json`), gzip-coded."""
+    deep = b'{"usage": ' + b"[" * 5000 + b"]" * 5000 + b", " + plain[1:]
+    return gzip.compress(deep)
+
+
+@pytest.mark.parametrize("switch", SWITCHES)
+@pytest.mark.parametrize("coded", [_two_members, _nested_past_the_parsers_bound], ids=["two-members", "deep"])
+async def test_an_unusual_gzip_answer_is_relayed_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, switch: str, coded: Callable[[bytes], bytes]
+) -> None:
+    """Before session s43 a gzip body of two members reached a client that does not accept gzip cut
+    at its first member's end, with a 200 (its usage, in the second, uncharged); and a value nested
+    past the JSON parser's bound ahead of the usage raised ``RecursionError`` in the relay: a 500
+    ``internal_error`` with a traceback, for clients accepting gzip or not."""
+    monkeypatch.setenv(SWITCH_ENV, switch)
+    plain = _answer("hello world")
+    body = coded(plain)
+
+    async def answer(request: web.Request) -> web.Response:
+        await request.read()
+        return web.Response(
+            body=body, headers={"Content-Type": "application/json", "Content-Encoding": "gzip"}
+        )
+
+    async with (
+        scripted_upstream({"POST /v1/completions": answer}) as pod,
+        in_process_gateway(tmp_path, gateway_doc(), [pod]) as gw,
+    ):
+        status, sent_coding, got = await _post_raw(gw.url, None)
+        assert (status, sent_coding) == (200, None)
+        assert gzip.decompress(body) == got
+        assert (await _post_raw(gw.url, "gzip")) == (200, "gzip", body)
+
+
 @pytest.mark.parametrize("switch", SWITCHES)
 @pytest.mark.parametrize("status", [503, 429])
 async def test_an_error_answered_as_an_event_stream_is_retried(

@@ -14,9 +14,14 @@ as its JSON answer.
 Decoding is bounded: the decoded bytes go through an :class:`~igw.gateway.answer_scan.AnswerScan`
 in pieces of at most :data:`PIECE_BYTES` (never held whole), and at most :data:`MAX_DECODED_BYTES`
 are decoded (a small body that inflates without end, a zip bomb, costs that much CPU and no more).
-A coding the gateway cannot decode (``br``, ``zstd``, anything else), a body that is not valid for
-its coding, or one that decodes past the bound is :attr:`CodedScan.unreadable`: the caller refuses
-the answer when it still can (a 502) rather than forward it uncharged.
+A gzip body is decoded member after member (RFC 1952 2.2: a gzip file is a series of members, as
+``gzip`` writes files appended to each other and as a compressor flushing per piece may send; Python's
+``gzip`` and browsers read them all); before session s43 only the first member was, so a client that
+does not accept gzip got the answer cut at its end with a 200, its ``usage`` (in a later member)
+unread and uncharged. A coding the gateway cannot decode (``br``, ``zstd``, anything else), a body
+that is not valid for its coding, or one that decodes past the bound is
+:attr:`CodedScan.unreadable`: the caller refuses the answer when it still can (a 502) rather than
+forward it uncharged. Bytes after the last member that start no gzip member are not read, as before.
 """
 
 from __future__ import annotations
@@ -32,7 +37,11 @@ PIECE_BYTES: Final = 1024 * 1024
 MAX_DECODED_BYTES: Final = 256 * 1024 * 1024
 """The most bytes one answer is decoded to (the cap on a plain whole answer,
 :data:`~igw.gateway.upstream_client.MAX_WHOLE_BODY_BYTES`)."""
-_WBITS: Final = {b"gzip": 31, b"x-gzip": 31, b"deflate": 15}
+_GZIP_WBITS: Final = 31
+"""zlib's window setting for one gzip member."""
+_GZIP_MAGIC: Final = b"\x1f\x8b"
+"""The first two bytes of a gzip member (RFC 1952 2.3.1)."""
+_WBITS: Final = {b"gzip": _GZIP_WBITS, b"x-gzip": _GZIP_WBITS, b"deflate": 15}
 """zlib's window setting per content coding: a gzip member, or a zlib stream (HTTP's ``deflate``)."""
 _ALIASES: Final = {"x-gzip": "gzip"}
 """Content-coding names HTTP holds equivalent (RFC 9110 8.4.1.3)."""
@@ -82,7 +91,7 @@ class CodedScan:
     what :class:`~igw.gateway.answer_scan.AnswerScan` read of the decoded answer, unless
     :attr:`unreadable` says why nothing could be."""
 
-    __slots__ = ("_decoded", "_decoder", "_first", "_wbits", "scan", "unreadable")
+    __slots__ = ("_decoded", "_decoder", "_first", "_trailing", "_wbits", "scan", "unreadable")
 
     def __init__(self, coding: bytes) -> None:
         name = coding.strip().lower()
@@ -90,6 +99,8 @@ class CodedScan:
         self.unreadable: str | None = None
         self._decoded = 0
         self._first = True
+        self._trailing = False
+        """The coded stream ended, and what followed is no gzip member: the rest is not read."""
         wbits = _WBITS.get(name)
         self._wbits = 0 if wbits is None else wbits
         self._decoder = None if wbits is None else zlib.decompressobj(wbits)
@@ -107,7 +118,7 @@ class CodedScan:
         to a client that does not accept the coding (:func:`accepts_coding`). Stops, with
         :attr:`unreadable` set, at the first byte that is not valid or past the bound."""
         decoder = self._decoder
-        if decoder is None or self.unreadable is not None:
+        if decoder is None or self.unreadable is not None or self._trailing:
             return
         try:
             if self._first and data:
@@ -115,6 +126,8 @@ class CodedScan:
                 if self._wbits == 15 and (data[0] & 0x0F) != 8:  # no zlib header: raw deflate
                     decoder = self._decoder = zlib.decompressobj(_RAW_DEFLATE)
             while data:
+                if decoder.eof and self._wbits == _GZIP_WBITS:  # the next gzip member (RFC 1952 2.2)
+                    decoder = self._decoder = zlib.decompressobj(_GZIP_WBITS)
                 piece = decoder.decompress(data, PIECE_BYTES)
                 data = decoder.unconsumed_tail
                 self._decoded += len(piece)
@@ -126,7 +139,10 @@ class CodedScan:
                 if piece:
                     yield piece
                 if decoder.eof:
-                    return
+                    data = decoder.unused_data
+                    if self._wbits != _GZIP_WBITS or not _GZIP_MAGIC.startswith(data[:2]):
+                        self._trailing = True  # what follows the stream (no gzip member) is not read
+                        return
         except zlib.error as exc:
             self.unreadable = f"its body is not valid for its content coding ({exc})"
             self._decoder = None
