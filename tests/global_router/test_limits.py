@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import os
+import signal
+
 import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -144,3 +149,57 @@ async def test_a_model_limits_redis_outage_is_counted_in_the_router_metrics(
             assert down["igw_ratelimit_backend_errors_total"] >= 1
     finally:
         await cluster.stop()
+
+
+async def test_a_frozen_redis_is_met_once_not_once_per_limit(
+    redis_server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Redis frozen (SIGSTOP: connections open, nothing answered) under a router with a tenant-wide
+    limit and one ``modelRateLimits`` entry per model: the first request meets the timeout, and the
+    router then leaves Redis alone for ``retryAfterFailure`` whichever limit a request asks, logs
+    the outage once and, after SIGCONT, its end once. Before session s43 each limiter kept its own
+    outage: the first request paid the timeout twice (tenant-wide, then its model's: 0.51 s), the
+    first of each other model once more (0.25 s), and one outage logged an ERROR and a WARNING per
+    limiter (probe: 5 and 5 with four models)."""
+    models = ("m0", "m1", "m2", "m3")
+    cluster = FakeModelServer("east-a")
+    await cluster.start()
+    doc = global_doc(
+        [{"name": "east-a", "region": "east", "endpoint": f"http://{cluster.key}", "models": list(models)}],
+        heartbeats={"required": False},
+        rateLimits={
+            "backend": "redis",
+            "redis": {"url": redis_server.url, "keyPrefix": "t:grl:", "retryAfterFailure": "3s"},
+            "default": {"requestsPerSecond": 1000, "burst": 1000},
+        },
+        modelRateLimits=[
+            {"tenant": "*", "model": m, "requestsPerSecond": 1000, "burst": 1000} for m in models
+        ],
+    )
+    app = create_global_app(parse_global_config(doc), read_heartbeats=False)
+    caplog.set_level(logging.WARNING, logger="igw.security.ratelimit")
+    try:
+        async with serve_app(app, host="127.0.0.1", port=0) as url, aiohttp.ClientSession() as http:
+
+            async def completion(model: str) -> int:
+                async with http.post(url + "/v1/completions", json={"model": model, "prompt": "x"}) as resp:
+                    await resp.read()
+                    return resp.status
+
+            assert [await completion(m) for m in models] == [200] * 4
+            os.kill(redis_server.process.pid, signal.SIGSTOP)
+            try:
+                assert [await completion(m) for m in models] == [200] * 4  # the local buckets
+                down = await _backend_samples(http, url)
+            finally:
+                os.kill(redis_server.process.pid, signal.SIGCONT)
+            assert down["igw_ratelimit_backend_up"] == 0
+            assert down["igw_ratelimit_backend_errors_total"] == 1  # 5 before: Redis asked per limit
+            await asyncio.sleep(3.2)  # retryAfterFailure: Redis is asked again
+            assert [await completion(m) for m in models] == [200] * 4
+            assert (await _backend_samples(http, url))["igw_ratelimit_backend_up"] == 1
+    finally:
+        await cluster.stop()
+    lines = [r.getMessage() for r in caplog.records if r.name == "igw.security.ratelimit"]
+    assert sum("rate-limit backend redis unavailable" in line for line in lines) == 1, lines
+    assert sum("rate-limit backend redis is answering again" in line for line in lines) == 1, lines

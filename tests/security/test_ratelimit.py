@@ -3,6 +3,7 @@ limits shared by two guards through one Redis, and the stated behaviour when Red
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import random
 import socket
@@ -369,6 +370,46 @@ async def test_redis_unreachable_policy(policy: str, expect: str, clock: ManualC
         assert registry.get_sample_value("igw_ratelimit_backend_up", {"backend": "redis"}) == 0
         # one attempt per retryAfterFailure window, not one per request
         assert registry.get_sample_value("igw_ratelimit_backend_errors_total", {"backend": "redis"}) == 1
+    finally:
+        await limiter.close()
+
+
+async def test_a_burst_beyond_the_redis_pool_waits_for_a_connection_not_for_the_outage_policy(
+    redis_server: RedisServer, clock: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """300 decisions at once on one process, Redis healthy, ``onRedisUnavailable: deny``: every one
+    is admitted, Redis stays up. Before session s43 redis-py's pool (100 connections, redis-py 8)
+    refused the other 200 at once (``MaxConnectionsError: Too many connections``), which the limiter
+    took for an outage: 200 refusals ``429 rate_limiter_unavailable``, an ERROR, and every tenant
+    refused for ``retryAfterFailure``. Generous timeouts: the burst may wait on a loaded machine."""
+    registry = CollectorRegistry()
+    settings = RateLimitSettings.from_mapping(
+        {
+            "backend": "redis",
+            "redis": {"url": redis_server.url, "connectTimeout": "2s", "commandTimeout": "2s"},
+            "onRedisUnavailable": "deny",
+            "default": {"requestsPerSecond": 1000, "burst": 1000},
+        }
+    )
+    limiter = RateLimiter(
+        settings=settings,
+        backend=BACKENDS["redis"](settings, clock),
+        clock=clock,
+        metrics=SecurityMetrics(registry=registry),
+    )
+
+    async def outcome() -> str:
+        try:
+            await limiter.admit(tenant="t", est_tokens=1)
+            return "ok"
+        except GuardDenied as exc:
+            return f"{exc.status} {exc.code}"
+
+    try:
+        outcomes = await asyncio.gather(*(outcome() for _ in range(300)))
+        assert outcomes == ["ok"] * 300, {o: outcomes.count(o) for o in set(outcomes)}
+        assert registry.get_sample_value("igw_ratelimit_backend_up", {"backend": "redis"}) == 1
+        assert not [r for r in caplog.records if "unavailable" in r.getMessage()]
     finally:
         await limiter.close()
 

@@ -8,29 +8,27 @@ the tier-1 ones (:mod:`igw.security.ratelimit`: the same arithmetic in one Lua s
 on Redis's clock), so replicas agree and limits mean the same at both tiers. When Redis cannot
 answer, ``spec.rateLimits.onRedisUnavailable`` applies as in tier 1 (local buckets, allow, deny),
 and the failure is counted as tier 1 counts its own (``igw_ratelimit_backend_errors_total``,
-``igw_ratelimit_backend_up``: :class:`ReportedBackend`). Until session s38 it was only logged: with
-``modelRateLimits`` and no tenant-wide limit (whose limiter alone reported), the router's per-model
-limits ran on each replica's local buckets (every replica admitting the whole limit) while
-``igw_ratelimit_backend_up`` said 1.
+``igw_ratelimit_backend_up``). Until session s38 it was only logged: with ``modelRateLimits`` and
+no tenant-wide limit (whose limiter alone reported), the router's per-model limits ran on each
+replica's local buckets (every replica admitting the whole limit) while ``igw_ratelimit_backend_up``
+said 1. Every limiter here shares one outage state with the tenant-wide limiter
+(:class:`~igw.security.ratelimit.limiter.BackendOutage`): Redis failing is met once per
+``retryAfterFailure``, not once per limit (since session s43).
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
-from typing import TypeVar
 
 from igw.global_router.config import ModelLimit
 from igw.security.clock import Clock
 from igw.security.metrics import SecurityMetrics
-from igw.security.ratelimit.backend import BackendUnavailable, RateLimitBackend
-from igw.security.ratelimit.buckets import Decision
-from igw.security.ratelimit.limiter import RateLimiter
+from igw.security.ratelimit.backend import RateLimitBackend
+from igw.security.ratelimit.limiter import BackendOutage, RateLimiter
 from igw.security.ratelimit.local import LocalBuckets
 from igw.security.ratelimit.registry import BACKENDS
 from igw.security.settings import RateLimitSettings, TenantLimits
-
-_T = TypeVar("_T")
 
 WILDCARD = "*"
 MODEL_SEPARATOR = "|model="
@@ -56,44 +54,6 @@ def _limits(entry: ModelLimit) -> TenantLimits:
     )
 
 
-class ReportedBackend:
-    """A shared backend (Redis) whose answers and failures are reported in the security metrics
-    (``igw_ratelimit_backend_up``, ``igw_ratelimit_backend_errors_total``), as tier 1's limiter
-    reports its own. The per-model limiters are built without those metrics: they would also count
-    their bucket keys (``<tenant>|model=<model>``) as tenants in ``igw_tenant_requests_total``."""
-
-    def __init__(self, inner: RateLimitBackend, metrics: SecurityMetrics) -> None:
-        self.name = inner.name
-        self._inner = inner
-        self._up = metrics.ratelimit_backend_up.labels(backend=inner.name)
-        self._errors = metrics.ratelimit_backend_errors.labels(backend=inner.name)
-
-    async def _reported(self, call: Awaitable[_T]) -> _T:
-        try:
-            result = await call
-        except BackendUnavailable:
-            self._errors.inc()
-            self._up.set(0)
-            raise
-        self._up.set(1)
-        return result
-
-    async def admit(self, *, tenant: str, limits: TenantLimits, est_tokens: int | None) -> Decision:
-        return await self._reported(self._inner.admit(tenant=tenant, limits=limits, est_tokens=est_tokens))
-
-    async def account(self, *, tenant: str, limits: TenantLimits, tokens: int) -> None:
-        await self._reported(self._inner.account(tenant=tenant, limits=limits, tokens=tokens))
-
-    async def hold(self, *, key: str, tenant: str, tokens: int) -> None:
-        await self._reported(self._inner.hold(key=key, tenant=tenant, tokens=tokens))
-
-    async def release(self, key: str) -> tuple[str, int] | None:
-        return await self._reported(self._inner.release(key))
-
-    async def close(self) -> None:
-        await self._inner.close()
-
-
 class ModelRateLimits:
     """Admission and accounting for ``spec.modelRateLimits``.
 
@@ -110,16 +70,24 @@ class ModelRateLimits:
         clock: Clock,
         backend: RateLimitBackend | None = None,
         metrics: SecurityMetrics | None = None,
+        outage: BackendOutage | None = None,
     ) -> None:
-        """``metrics``: the request guard's, where a shared backend's failures are counted
-        (:class:`ReportedBackend`; none where the backend is this replica's local buckets)."""
+        """``metrics``: the request guard's, where a shared backend's failures are counted (none
+        where the backend is this replica's local buckets); ``outage``: the tenant-wide limiter's
+        state of the same server (:class:`~igw.security.ratelimit.limiter.BackendOutage`, which
+        then reports the failures), so that an outage costs a request one timeout, not one per
+        limit, and is logged once. Without it the entries still share one among themselves."""
         self._entries = tuple(entries)
         self._backend = backend if backend is not None else BACKENDS[settings.backend](settings, clock)
-        if metrics is not None and not isinstance(self._backend, LocalBuckets):
-            self._backend = ReportedBackend(self._backend, metrics)
+        if outage is None:
+            reported = None if isinstance(self._backend, LocalBuckets) else metrics
+            outage = BackendOutage(name=self._backend.name, settings=settings, clock=clock, metrics=reported)
         self._limiters = {
             (e.tenant, e.model): RateLimiter(
-                settings=replace(settings, default=_limits(e), tenants={}), backend=self._backend, clock=clock
+                settings=replace(settings, default=_limits(e), tenants={}),
+                backend=self._backend,
+                clock=clock,
+                outage=outage,
             )
             for e in self._entries
         }

@@ -104,6 +104,7 @@ from igw.scheduling.retry_spread import spread_retry_after
 from igw.security.clock import SYSTEM_CLOCK, Clock
 from igw.security.factory import build_guard
 from igw.security.metrics import SecurityMetrics
+from igw.security.ratelimit.limiter import BackendOutage
 from igw.security.settings import RateLimitSettings
 
 log = logging.getLogger("igw.global_router")
@@ -912,15 +913,19 @@ def create_global_app(
             "InferenceGatewayConfig"
         )
     security_metrics: SecurityMetrics | None = None  # an injected guard (tests) keeps its own
+    outage: BackendOutage | None = None
     if guard is None:
         security_metrics = SecurityMetrics(registry=metrics.registry)
-        guard = build_guard(
+        built = build_guard(
             config.auth,
             authorization=config.authorization,
             rate_limits=config.rate_limits,
             clock=token_clock,
             metrics=security_metrics,
         )
+        # one Redis, one outage: a request meets its timeout once, not once per limit (s43)
+        outage = None if built.limiter is None else built.limiter.outage
+        guard = built
     if reader is None and read_heartbeats:
         reader = HeartbeatReader(
             url=config.heartbeats.redis_url,
@@ -948,7 +953,11 @@ def create_global_app(
         region=region or config.region,
         guard=guard,
         model_limits=ModelRateLimits(
-            config.model_limits, settings=limit_settings, clock=clock, metrics=security_metrics
+            config.model_limits,
+            settings=limit_settings,
+            clock=clock,
+            metrics=security_metrics,
+            outage=outage,
         ),
         metrics=metrics,
         fleet=fleet,

@@ -76,6 +76,12 @@ class SecurityGuard:
         self._previous_owner: weakref.ref[SecurityGuard] | None = None
 
     @property
+    def limiter(self) -> RateLimiter | None:
+        """The tenant-wide rate limiter (``None`` when rate limiting is off), whose backend outage
+        state the global router's per-model limits share."""
+        return self._limiter
+
+    @property
     def auth_enabled(self) -> bool:
         return self._verifier is not None
 

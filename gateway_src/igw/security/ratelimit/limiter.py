@@ -65,6 +65,66 @@ def _plan(limits: TenantLimits) -> _Plan:
     return (limits, limits.limited, limits.tokens_per_minute is not None)
 
 
+class BackendOutage:
+    """Whether a shared backend (Redis) is taken for down, and until when; its log lines and gauge.
+
+    One per backend *server*, shared by every limiter that asks it (the global router's tenant-wide
+    limiter and each of its ``modelRateLimits`` entries' limiters), so that an outage costs one
+    timeout per ``retryAfterFailureSeconds`` and is logged once, whichever limiter meets it first.
+    Until session s43 each limiter kept its own: with Redis frozen, a router request paid the
+    timeout once for the tenant-wide limit and again for its model's (0.51 s for the first, 0.25 s
+    more for the first request of each other model), and one outage logged one ERROR and one
+    WARNING per limiter."""
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        settings: RateLimitSettings,
+        clock: Clock,
+        metrics: SecurityMetrics | None = None,
+    ) -> None:
+        """``name``: the backend's (``igw_ratelimit_backend_up{backend}``); ``metrics``: where the
+        failures are counted (none: another part reports them)."""
+        self._name = name
+        self._retry_after_s = settings.redis.retry_after_failure_s
+        self._policy = settings.on_redis_unavailable
+        self._clock = clock
+        self._metrics = metrics
+        self._down_until = float("-inf")
+        self._down_logged = False
+        if metrics is not None:
+            metrics.ratelimit_backend_up.labels(backend=name).set(1)
+
+    def usable(self) -> bool:
+        """Whether the backend may be asked now (not within ``retryAfterFailure`` of a failure)."""
+        return self._clock() >= self._down_until
+
+    def ok(self) -> None:
+        """The backend answered: the end of an outage is logged once."""
+        if self._down_logged:
+            log.warning("rate-limit backend %s is answering again", self._name)
+            self._down_logged = False
+            if self._metrics is not None:
+                self._metrics.ratelimit_backend_up.labels(backend=self._name).set(1)
+
+    def failed(self, reason: str) -> None:
+        """The backend failed: not asked again for ``retryAfterFailure``; counted, logged once."""
+        self._down_until = self._clock() + self._retry_after_s
+        if self._metrics is not None:
+            self._metrics.ratelimit_backend_errors.labels(backend=self._name).inc()
+            self._metrics.ratelimit_backend_up.labels(backend=self._name).set(0)
+        if not self._down_logged:
+            log.error(
+                "rate-limit backend %s unavailable (%s); policy onRedisUnavailable=%s for %.1f s",
+                self._name,
+                reason,
+                self._policy,
+                self._retry_after_s,
+            )
+            self._down_logged = True
+
+
 class RateLimiter:
     def __init__(
         self,
@@ -75,11 +135,14 @@ class RateLimiter:
         metrics: SecurityMetrics | None = None,
         processes: int = 1,
         rng: random.Random | None = None,
+        outage: BackendOutage | None = None,
     ) -> None:
         """``processes``: the gateway processes of one pod (``igw serve --workers N``), each of whose
         fallback buckets (``onRedisUnavailable: local``) enforces its share of the limits, so that
         the pod enforces them once during an outage, as the ``local`` backend does; ``rng``: what
-        spreads the refusals' ``Retry-After`` (:mod:`igw.scheduling.retry_spread`)."""
+        spreads the refusals' ``Retry-After`` (:mod:`igw.scheduling.retry_spread`); ``outage``: the
+        backend's state shared with other limiters asking the same server (:class:`BackendOutage`;
+        by default this limiter's own, reported in ``metrics``)."""
         self._rng = rng if rng is not None else random.Random()
         self._settings = settings
         self._anonymous = settings.anonymous_tenant
@@ -94,8 +157,11 @@ class RateLimiter:
         )
         self._clock = clock
         self._metrics = metrics
-        self._down_until = float("-inf")
-        self._down_logged = False
+        self._outage = (
+            outage
+            if outage is not None
+            else BackendOutage(name=backend.name, settings=settings, clock=clock, metrics=metrics)
+        )
         self._labelled = settings.labelled_tenants
         self._admitted: dict[str, Any] = {}
         """Tenant label -> its ``tenant_requests{outcome="admitted"}`` child (updated on every
@@ -103,8 +169,12 @@ class RateLimiter:
         self._tokens: dict[str, tuple[Any, Any]] = {}
         """Tenant label -> its prompt and completion ``tenant_tokens`` children (likewise)."""
         if metrics is not None:
-            metrics.ratelimit_backend_up.labels(backend=backend.name).set(1)
             metrics.tenant_labels.name(self._labelled)  # other families label them by name at once
+
+    @property
+    def outage(self) -> BackendOutage:
+        """The backend's outage state, for limiters that ask the same server to share."""
+        return self._outage
 
     @property
     def backend_name(self) -> str:
@@ -252,29 +322,13 @@ class RateLimiter:
         return await self._fallback.admit(tenant=key, limits=limits, est_tokens=est_tokens)
 
     def _backend_usable(self) -> bool:
-        return self._backend is self._fallback or self._clock() >= self._down_until
+        return self._backend is self._fallback or self._outage.usable()
 
     def _backend_ok(self) -> None:
-        if self._down_logged:
-            log.warning("rate-limit backend %s is answering again", self._backend.name)
-            self._down_logged = False
-            if self._metrics is not None:
-                self._metrics.ratelimit_backend_up.labels(backend=self._backend.name).set(1)
+        self._outage.ok()
 
     def _backend_failed(self, reason: str) -> None:
-        self._down_until = self._clock() + self._settings.redis.retry_after_failure_s
-        if self._metrics is not None:
-            self._metrics.ratelimit_backend_errors.labels(backend=self._backend.name).inc()
-            self._metrics.ratelimit_backend_up.labels(backend=self._backend.name).set(0)
-        if not self._down_logged:
-            log.error(
-                "rate-limit backend %s unavailable (%s); policy onRedisUnavailable=%s for %.1f s",
-                self._backend.name,
-                reason,
-                self._settings.on_redis_unavailable,
-                self._settings.redis.retry_after_failure_s,
-            )
-            self._down_logged = True
+        self._outage.failed(reason)
 
     def _count_admitted(self, tenant: str) -> None:
         """``_count(tenant, "admitted")``, its child looked up per tenant (every request's outcome)."""

@@ -89,20 +89,43 @@ REDIS_PATH: Final = "spec.extensions.rateLimits.redis"
 same node)."""
 
 
+MAX_CONNECTIONS: Final = 100
+"""The most connections one gateway process (or router replica) opens to the rate-limit Redis; more
+concurrent decisions wait for one. A decision holds its connection for one round trip, so 100
+serve some 100,000 decisions a second from a Redis answering in a millisecond; a Redis slower than
+that, under that load, makes requests wait up to their deadline and then meet ``onRedisUnavailable``."""
+
+
 class RedisBuckets:
     name = "redis"
 
     def __init__(self, *, settings: RedisSettings) -> None:
         self._settings = settings
-        self._client: redis_asyncio.Redis[bytes] = redis_asyncio.Redis.from_url(
+        # A blocking pool: a decision that finds every connection busy waits for one (within its
+        # deadline, :meth:`_call`) rather than failing. redis-py's default pool (100 connections
+        # in redis-py 8) raises ``MaxConnectionsError`` at once instead, which took a healthy
+        # Redis for down: until session s43 a burst of more than 100 concurrent requests on one
+        # gateway process (or 1,000 requests a second on a Redis answering in 100 ms) applied
+        # ``onRedisUnavailable`` to every tenant for ``retryAfterFailure`` (``deny``: 429 for all).
+        pool: redis_asyncio.BlockingConnectionPool[Any] = redis_asyncio.BlockingConnectionPool.from_url(
             settings.url,
+            max_connections=MAX_CONNECTIONS,
+            timeout=self._deadline_s,
             password=redis_password(settings.url, settings.password_env, path=REDIS_PATH),
             socket_connect_timeout=settings.connect_timeout_s,
             socket_timeout=settings.command_timeout_s,
             retry_on_timeout=False,
         )
+        # from_pool: the client closes the pool with it (types-redis predates from_pool)
+        self._client: redis_asyncio.Redis[bytes] = redis_asyncio.Redis.from_pool(pool)  # type: ignore[attr-defined]
         self._script = self._client.register_script(_SCRIPT)
         self._release = self._client.register_script(_RELEASE)
+
+    @property
+    def _deadline_s(self) -> float:
+        """The longest one call may take, waiting for a connection included: what a request can
+        wait on Redis (``connectTimeout`` + ``commandTimeout``)."""
+        return self._settings.connect_timeout_s + self._settings.command_timeout_s
 
     def _keys(self, tenant: str) -> list[str]:
         base = f"{self._settings.key_prefix}{tenant}"
@@ -115,7 +138,7 @@ class RedisBuckets:
     async def _call(self, command: Awaitable[Any]) -> Any:
         """``command``'s result; any Redis error or timeout as :class:`BackendUnavailable`."""
         try:
-            async with asyncio.timeout(self._settings.connect_timeout_s + self._settings.command_timeout_s):
+            async with asyncio.timeout(self._deadline_s):
                 return await command
         except (RedisError, OSError, TimeoutError) as exc:
             raise BackendUnavailable(f"redis: {type(exc).__name__}: {exc}") from None
