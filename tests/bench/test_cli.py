@@ -197,10 +197,11 @@ def test_progress_is_written_as_lines_where_the_output_is_not_a_terminal(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A CI log or a pipe gets no status line from rich: without these lines a full-scale run was
-    silent until its first table, minutes later."""
+    silent until its first table, minutes later. (120 requests: with fewer than 100 a warning that
+    the p99 rests on too few of them would be written to stderr too.)"""
     trace = tmp_path / "trace.jsonl"
     trace.write_text(
-        "\n".join(f'{{"arrival": {i * 0.02}, "prompt_tokens": 200, "output_tokens": 20}}' for i in range(60))
+        "\n".join(f'{{"arrival": {i * 0.02}, "prompt_tokens": 200, "output_tokens": 20}}' for i in range(120))
     )
     argv = ["bench", "--trace", str(trace), "--policies", "round-robin", "--seeds", "1"]
     assert main([*argv, "--out", str(tmp_path / "out")]) == 0
@@ -465,3 +466,62 @@ def test_a_live_rate_beyond_what_a_loopback_run_can_offer_is_an_argparse_error(
 def test_the_largest_live_rate_is_accepted() -> None:
     args = build_parser().parse_args(["bench", "global", "--live-rate", "1000"])
     assert bench_cli.offered_rate(args, default=bench_cli.GLOBAL_LIVE_RATE) == 1000.0
+
+
+def _trace(path: Path, count: int) -> Path:
+    path.write_text(
+        "\n".join(
+            f'{{"arrival": {i * 0.02}, "prompt_tokens": 200, "output_tokens": 20}}' for i in range(count)
+        )
+    )
+    return path
+
+
+@pytest.mark.parametrize(
+    ("count", "warned"),
+    [
+        (10, "p95 and p99 rest on 10 requests per seed (fewer than 20 for a p95, 100 for a p99"),
+        (50, "p99 rests on 50 requests per seed (fewer than 100"),
+        (120, None),
+    ],
+)
+def test_percentiles_of_too_few_requests_are_warned_and_the_count_is_shown(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], count: int, warned: str | None
+) -> None:
+    """``igw bench SCENARIO --duration-scale 1e-300`` ran one request per seed, exited 0 and printed
+    that request's latency as p95 and p99, with no request count anywhere in the table. The table and
+    the report now give the requests per seed, and a p95 (p99) resting on fewer than 20 (100) of them
+    is warned about on stderr, naming the remedy."""
+    trace = _trace(tmp_path / "trace.jsonl", count)
+    out = tmp_path / "out"
+    argv = ["bench", "--trace", str(trace), "--policies", "round-robin", "--seeds", "1"]
+    assert main([*argv, "--out", str(out)]) == 0
+    captured = capsys.readouterr()
+    rows = [line for line in captured.out.splitlines() if line.startswith("│round-robin")]
+    assert "req/seed" in captured.out
+    assert len(rows) == 1
+    assert f"│ {count:>8} │" in rows[0]
+    assert f"| {count} | 0 |" in (out / "trace-trace.md").read_text()  # requests/seed, errors
+    if warned is None:
+        assert "warning" not in captured.err
+    else:
+        assert f"warning: trace-trace: {warned}" in captured.err
+        assert "replay a longer trace" in captured.err
+
+
+def test_a_scenario_scaled_to_one_request_per_seed_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = [
+        "bench",
+        "homogeneous-steady",
+        "--quick",
+        "--duration-scale",
+        "1e-300",
+        "--policies",
+        "round-robin",
+    ]
+    assert main([*argv, "--out", str(tmp_path)]) == 0
+    err = capsys.readouterr().err
+    assert "warning: homogeneous-steady: p95 and p99 rest on 1 request per seed" in err
+    assert "raise --duration-scale" in err

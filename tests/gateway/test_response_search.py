@@ -124,13 +124,36 @@ async def test_searches_beyond_the_limit_are_told_to_retry_not_that_the_response
         busy_too = await gw.post("/v1/responses", continuation)
         for resp in (busy, busy_too):
             assert resp.status == 503
-            assert resp.headers["Retry-After"] == "1"
-            assert (await resp.json())["error"]["code"] == "response_search_busy"
+            assert resp.headers["Retry-After"] in {"1", "2"}  # 1 s, spread (retry_spread)
+            error = (await resp.json())["error"]
+            assert error["code"] == "response_search_busy"
+            assert f"retry after {resp.headers['Retry-After']}s" in error["message"]
         assert all(r.path.endswith("resp_slow") for p in pods for r in p.received)
         assert (await slow).status == 404
         assert gw.state.response_searches.in_flight == 0
         assert (await gw.http.get(f"{gw.url}/v1/responses/resp_other")).status == 404
         assert asked(pods) == 4
+
+
+async def test_a_burst_refused_for_busy_searches_is_told_different_retry_afters(gateway: Any) -> None:
+    """30 retrievals refused at once while the process's searches are all in flight: their
+    ``Retry-After`` is spread over 1 and 2 s like every other tier-1 refusal's
+    (:mod:`igw.scheduling.retry_spread`), so that they do not all come back in the same second.
+    Until session s43 every one was told 1."""
+    pods = [FakeModelServer(name, stored_delay_s=0.5) for name in "ab"]
+    async with running(*pods), gateway(DOC, {"llama": [p.key for p in pods]}) as gw:
+        gw.state.response_searches.limit = 1
+        slow = asyncio.ensure_future(gw.http.get(f"{gw.url}/v1/responses/resp_slow"))
+        await wait_for(lambda: gw.state.response_searches.in_flight == 1, what="the slow search")
+        told = []
+        for i in range(30):
+            resp = await gw.http.get(f"{gw.url}/v1/responses/resp_other_{i}")
+            assert resp.status == 503
+            assert (await resp.json())["error"]["code"] == "response_search_busy"
+            told.append(resp.headers["Retry-After"])
+        assert gw.state.response_searches.in_flight == 1  # all 30 refused during the one search
+        assert set(told) == {"1", "2"}
+        assert (await slow).status == 404
 
 
 class TakenDuringThePick(ResponseSearches):

@@ -855,6 +855,40 @@ def test_an_unusable_secret_after_issuance_keeps_the_service_on_the_previous_cer
     assert service["metadata"]["annotations"][SSL] == arn
 
 
+@pytest.mark.usefixtures("cert_manager")
+def test_a_private_key_in_tls_crt_is_refused_and_never_sent_to_acm(
+    cluster: FakeKubeApiServer, acm: Any
+) -> None:
+    """A Secret whose ``tls.crt`` holds the certificates followed by their private key (a combined
+    PEM, as some tools write it): the blocks were cut at each ``END CERTIFICATE`` line, so the key
+    went to ACM inside ``CertificateChain`` and the object said ``AcmImportFailed`` with ACM's "not
+    PEM-encoded". Now ``CertificateInvalid`` names the problem, quotes no key, and ACM is not asked."""
+    add_issuer(cluster, "ClusterIssuer", "test-ca")
+    reconciler = Reconciler(Kube(cluster.api_client()), DataPlaneSettings(), **_options(acm))
+    cluster.add(tls_igwc("chat"))
+    assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
+    write_tls_secret(cluster, "chat-gateway-tls", "chat.llm.example.com")
+    secret = find(cluster, "Secret", "inference", "chat-gateway-tls")
+    assert secret is not None
+    key = base64.b64decode(secret["data"]["tls.key"])
+    secret["data"]["tls.crt"] = base64.b64encode(base64.b64decode(secret["data"]["tls.crt"]) + key).decode()
+    cluster.store.replace(
+        cluster.store.kind_for(api_version="v1", kind="Secret"), "inference", "chat-gateway-tls", secret
+    )
+    assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
+    found = condition(find(cluster, "InferenceGatewayConfig", "inference", "chat"), "GatewayProgrammed")
+    assert found is not None
+    assert (found["status"], found["reason"]) == ("False", "CertificateInvalid")
+    assert "tls.crt holds a private key" in found["message"]
+    assert "the key belongs in tls.key" in found["message"]
+    listed = acm.list_certificates(Includes={"keyTypes": ["RSA_2048", "EC_prime256v1", "EC_secp384r1"]})
+    assert listed["CertificateSummaryList"] == []
+    body = "".join(key.decode().strip().splitlines()[1:-1])
+    events = [e["message"] for e in cluster.store.iter_all() if e["kind"] == "Event"]
+    for text in [found["message"], *events]:
+        assert body[:40] not in text
+
+
 class _EchoingAcm:
     """moto's ACM, except that ImportCertificate is refused with a message quoting the request, as an
     AWS validation error does (``Value '...' at 'privateKey' failed to satisfy constraint``; a blob

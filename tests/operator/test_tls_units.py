@@ -132,6 +132,41 @@ def test_a_secret_splits_into_leaf_chain_and_key() -> None:
         IssuedCertificate.from_secret({"data": {"tls.crt": "bm90IGEgY2VydA==", "tls.key": "eA=="}})
 
 
+def _secret(crt: bytes, key: bytes) -> dict[str, Any]:
+    return {"data": {"tls.crt": base64.b64encode(crt).decode(), "tls.key": base64.b64encode(key).decode()}}
+
+
+def test_only_certificate_blocks_of_tls_crt_reach_the_chain() -> None:
+    """A combined PEM (certificates then their private key in ``tls.crt``) is refused with a message
+    that names the problem without quoting the key; before session s43 the key block was sent to ACM
+    as part of ``CertificateChain``. Any other non-certificate block is refused by its label, a block
+    cut short too; text outside the blocks (``openssl pkcs12``'s ``Bag Attributes``) is left out."""
+    leaf = trustme.CA().create_child_ca().issue_cert("chat-gateway.team.svc")
+    pems = [blob.bytes() for blob in leaf.cert_chain_pems]
+    key = leaf.private_key_pem.bytes()
+    for combined in (b"".join(pems) + key, key + b"".join(pems), pems[0] + key + pems[1]):
+        with pytest.raises(ValueError, match=r"tls\.crt holds a private key") as refused:
+            IssuedCertificate.from_secret(_secret(combined, key))
+        assert "".join(key.decode().splitlines()[1:-1])[:40] not in str(refused.value)
+    crl = b"-----BEGIN X509 CRL-----\nMIIBAA==\n-----END X509 CRL-----\n"
+    with pytest.raises(ValueError, match=r"tls\.crt holds a 'X509 CRL' PEM block"):
+        IssuedCertificate.from_secret(_secret(b"".join(pems) + crl, key))
+    with pytest.raises(ValueError, match=r"without its END line"):
+        IssuedCertificate.from_secret(_secret(pems[0] + pems[1][:200], key))
+    bags = b"Bag Attributes\n    friendlyName: chat\nsubject=CN = chat\n"
+    issued = IssuedCertificate.from_secret(_secret(bags + pems[0] + bags + pems[1], key))
+    assert issued is not None
+    assert issued.leaf.strip() == pems[0].decode().strip()
+    assert issued.chain.strip() == pems[1].decode().strip()
+    with mock_aws():
+        acm = boto3.client("acm", region_name="us-west-2")
+        arn = AcmImporter(lambda: acm).ensure_imported(issued, arn=None, uid="uid-1", name="chat")
+        imported = acm.get_certificate(CertificateArn=arn)
+        # moto appends Amazon's own CA certificates to what it was sent
+        assert "".join(imported["CertificateChain"].split()).startswith("".join(pems[1].decode().split()))
+        assert "Bag" not in imported["CertificateChain"]
+
+
 def test_an_import_retried_without_a_recorded_arn_reuses_the_owned_certificate() -> None:
     """A status write lost after the first import must not leave a second certificate in ACM."""
     ca = trustme.CA()

@@ -8,7 +8,7 @@ from typing import Any, TextIO
 
 from rich.table import Table
 
-from igw.bench.report import format_pct, format_value
+from igw.bench.report import format_pct, format_value, requests_per_seed
 from igw.bench.results import ScenarioRun, failed_requests
 
 PLAIN_PROGRESS_EVERY_S = 10.0
@@ -55,6 +55,37 @@ _COLUMNS = (
 )
 
 
+P99_MIN_REQUESTS = 100
+"""Fewer requests per seed than this and a p99 is the sample's largest value, not a tail estimate."""
+P95_MIN_REQUESTS = 20
+"""Fewer requests per seed than this and a p95 is the sample's largest value."""
+
+
+def thin_sample_warnings(runs: Sequence[ScenarioRun], *, remedy: str) -> list[str]:
+    """One warning per scenario whose p99 (fewer than :data:`P99_MIN_REQUESTS` requests in a seed)
+    or p95 (fewer than :data:`P95_MIN_REQUESTS`) rests on too few requests to be a tail; ``remedy``
+    says how to run more (the option of the mode run)."""
+    warnings = []
+    for run in runs:
+        counts = [s.requests for pol in run.policies.values() for s in pol.summaries]
+        if not counts:
+            continue
+        fewest = min(counts)
+        if fewest < P95_MIN_REQUESTS:
+            what = f"p95 and p99 rest on {fewest} request{'s' if fewest != 1 else ''} per seed"
+            floor = f"fewer than {P95_MIN_REQUESTS} for a p95, {P99_MIN_REQUESTS} for a p99"
+        elif fewest < P99_MIN_REQUESTS:
+            what = f"p99 rests on {fewest} requests per seed"
+            floor = f"fewer than {P99_MIN_REQUESTS}"
+        else:
+            continue
+        warnings.append(
+            f"warning: {run.scenario}: {what} ({floor}: the percentile is the sample's largest value, "
+            f"not a tail); {remedy}"
+        )
+    return warnings
+
+
 def _pct(v: float | None) -> str:
     return format_pct(v, unit="%")
 
@@ -69,7 +100,8 @@ def scenario_caption(run: ScenarioRun) -> str:
 
 
 def scenario_table(run: ScenarioRun) -> Any:
-    """One row per policy: latency/rate columns (means; ± over seeds), errors, p99 vs baseline and oracle."""
+    """One row per policy: latency/rate columns (means; ± over seeds), the requests per seed they rest
+    on, errors, p99 vs baseline and oracle."""
 
     table = Table(
         title=f"{run.scenario} ({run.mode})",
@@ -81,6 +113,7 @@ def scenario_table(run: ScenarioRun) -> Any:
     table.add_column("policy", no_wrap=True)
     for _, header in _COLUMNS:
         table.add_column(header, justify="right")
+    table.add_column("req/seed", justify="right")
     table.add_column("err", justify="right")
     # The signed change, as the summary tables print it: negative = lower than round-robin = better.
     table.add_column("p99 vs RR", justify="right")
@@ -91,6 +124,7 @@ def scenario_table(run: ScenarioRun) -> Any:
             table.add_row(name, f"[yellow]not run: {pol.unavailable}[/yellow]")
             continue
         row = [name, *(format_value(f, pol.estimate(f)) for f, _ in _COLUMNS)]
+        row.append(requests_per_seed(pol))
         row.append(str(sum(s.errors for s in pol.summaries)))
         cut = run.reduction_vs_baseline(name, "ttft_p99_s")
         row.append(_pct(None if cut is None else 0.0 - cut))  # 0.0 - x: no "-0.0%" for round-robin

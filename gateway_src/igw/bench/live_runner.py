@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -23,7 +24,7 @@ from typing import Any, Final
 
 from igw.bench.agreement import compare
 from igw.bench.capacity import FleetCapacity, fleet_capacity
-from igw.bench.console import failure_exit_status, scenario_table, share_table
+from igw.bench.console import failure_exit_status, scenario_table, share_table, thin_sample_warnings
 from igw.bench.des_runner import DesOptions, run_des
 from igw.bench.interrupt import run_interruptible
 from igw.bench.loadgen import LiveRequest, drive
@@ -334,4 +335,6 @@ def run_live_cli(
         + "\n"
     )
     console.print(f"reports written to {out}/")
+    for warning in thin_sample_warnings(live_runs, remedy="raise --live-requests"):
+        print(warning, file=sys.stderr)
     return failure_exit_status(console, live_runs, allowed=args.allow_failures)

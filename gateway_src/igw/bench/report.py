@@ -59,19 +59,30 @@ def _pct(v: float | None) -> str:
     return format_pct(v)
 
 
+def requests_per_seed(pol: PolicyRun) -> str:
+    """The requests each seed of ``pol`` measured (``"12"``, or ``"9-14"`` when seeds differ): what
+    its percentiles rest on. ``--duration-scale 1e-300`` ran one request per seed and printed p95 and
+    p99 of that one request with nothing in the table to say so."""
+    counts = [s.requests for s in pol.summaries]
+    if not counts:
+        return "-"
+    low, high = min(counts), max(counts)
+    return str(low) if low == high else f"{low}-{high}"
+
+
 def _metrics_table(run: ScenarioRun) -> list[str]:
     fields = list(_HEADERS)
     lines = [
-        "| policy | " + " | ".join(_HEADERS[f] for f in fields) + " | errors |",
-        "|---|" + "---:|" * (len(fields) + 1),
+        "| policy | " + " | ".join(_HEADERS[f] for f in fields) + " | requests/seed | errors |",
+        "|---|" + "---:|" * (len(fields) + 2),
     ]
     for name, pol in run.policies.items():
         if pol.unavailable is not None:
-            lines.append(f"| {name} | not run: {pol.unavailable} |" + " |" * len(fields))
+            lines.append(f"| {name} | not run: {pol.unavailable} |" + " |" * (len(fields) + 1))
             continue
         cells = [format_value(f, pol.estimate(f)) for f in fields]
         errors = sum(s.errors for s in pol.summaries)
-        lines.append(f"| {name} | " + " | ".join(cells) + f" | {errors} |")
+        lines.append(f"| {name} | " + " | ".join(cells) + f" | {requests_per_seed(pol)} | {errors} |")
     return lines
 
 

@@ -12,7 +12,13 @@ import orjson
 from rich.console import Console
 from rich.table import Table
 
-from igw.bench.console import PlainProgress, failure_exit_status, scenario_table, share_table
+from igw.bench.console import (
+    PlainProgress,
+    failure_exit_status,
+    scenario_table,
+    share_table,
+    thin_sample_warnings,
+)
 from igw.bench.des_runner import DesOptions, run_des, run_trace
 from igw.bench.live_runner import run_live_cli
 from igw.bench.policies.registry import DEFAULT_POLICIES, POLICIES, WEIGHTED_POLICIES
@@ -182,6 +188,9 @@ def run_bench(args: argparse.Namespace) -> int:
         index.append("random-family.md")
         console.print(text)
     console.print(f"reports written to {out}/ ({', '.join(index)}) in {time.monotonic() - started:.0f}s")
+    remedy = "replay a longer trace" if args.trace else "raise --duration-scale (or drop --quick)"
+    for warning in thin_sample_warnings(runs, remedy=remedy):
+        print(warning, file=sys.stderr)
     return failure_exit_status(console, runs, allowed=args.allow_failures)
 
 

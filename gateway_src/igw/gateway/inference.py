@@ -369,7 +369,8 @@ def _search_refusal(
     """The answer to a request that would search the pods for stored response ``response_id``, when
     it must not (:mod:`igw.gateway.response_search`): 404 ``response_not_found`` for an id such a
     search found nowhere moments ago, 503 ``response_search_busy`` when the process runs as many
-    searches as it may; else ``None``."""
+    searches as it may (its ``Retry-After`` 1 s spread by :func:`_retry_after`, as every tier-1
+    refusal's; a fixed 1 until session s43); else ``None``."""
     searches = state.response_searches
     if searches.recently_unfound(response_id, now=state.clock()):
         message = (
@@ -378,12 +379,19 @@ def _search_refusal(
         )
         return gateway_error("response_not_found", message, param=param, request_id=request_id)
     if searches.in_flight >= searches.limit:
+        # a search lasts a pod round trip or a few: 1 s, spread like every other refusal's wait so
+        # that the continuations refused in one burst do not all come back in the same second
+        retry_after = _retry_after(state, 1)
         message = (
             f"response {response_id!r} is not known to this gateway replica and it is already searching "
-            f"the model servers for {searches.limit} others; retry after 1s"
+            f"the model servers for {searches.limit} others; retry after {retry_after}s"
         )
         return gateway_error(
-            "response_search_busy", message, param=param, request_id=request_id, headers={"Retry-After": "1"}
+            "response_search_busy",
+            message,
+            param=param,
+            request_id=request_id,
+            headers={"Retry-After": retry_after},
         )
     return None
 

@@ -15,7 +15,8 @@ limits:
   ``response.created`` and polls another replica before then finds it nowhere for a while. A pod
   found storing the id after all takes it off the list at once.
 - **At most :data:`SEARCHES_IN_FLIGHT` searches at once per process.** A further one is answered 503
-  ``response_search_busy`` with ``Retry-After: 1`` (the OpenAI SDK retries a 503 by itself), never a
+  ``response_search_busy`` with ``Retry-After`` 1 or 2 (1 s spread as every tier-1 refusal's,
+  :mod:`igw.scheduling.retry_spread`; the OpenAI SDK retries a 503 by itself), never a
   404 that would tell the client its response is gone. Ids made up by a caller each cost a full
   search, so the limit is what bounds their load on the pods: at most that many searches' round
   trips in flight, whatever the request rate.

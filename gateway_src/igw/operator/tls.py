@@ -87,7 +87,9 @@ CERTIFICATE_NAME_ANNOTATION: Final = "cert-manager.io/certificate-name"
 _ISSUER_KINDS: Final = ("Issuer", "ClusterIssuer")
 _OBJECT_NAME: Final = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 """A Kubernetes object name (DNS-1123 subdomain; at most 253 characters, checked apart)."""
-_PEM_END: Final = "-----END CERTIFICATE-----"
+_PEM_CERTIFICATE: Final = re.compile(r"-----BEGIN CERTIFICATE-----.*?-----END CERTIFICATE-----", re.DOTALL)
+_PEM_BEGIN: Final = re.compile(r"-----BEGIN ([^-\r\n]{0,60})-----")
+"""A PEM block's first line and its label (``CERTIFICATE``, ``EC PRIVATE KEY``, ...)."""
 _PEM_BLOCK: Final = re.compile(r"-----BEGIN [A-Z0-9 ]+-----.*?(-----END [A-Z0-9 ]+-----|$)", re.DOTALL)
 _ENCODED_RUN: Final = re.compile(r"(?:[A-Za-z0-9+/]|\\n|\n){48,}={0,2}")
 """48 or more characters of base64 (escaped newlines included): the encoding of a PEM body, or of a
@@ -368,7 +370,7 @@ class IssuedCertificate:
             return None
         certs = base64.b64decode(data["tls.crt"]).decode()
         key = base64.b64decode(data["tls.key"]).decode()
-        blocks = [block.strip() + "\n" + _PEM_END for block in certs.split(_PEM_END) if block.strip()]
+        blocks = _certificate_blocks(certs)
         if not blocks:
             return None
         try:
@@ -384,6 +386,36 @@ class IssuedCertificate:
             not_before=leaf.not_valid_before_utc,
             not_after=leaf.not_valid_after_utc,
         )
+
+
+def _certificate_blocks(certs: str) -> list[str]:
+    """The PEM ``CERTIFICATE`` blocks of ``certs`` (a Secret's ``tls.crt``), in order: the leaf, then
+    the chain ACM is sent as ``CertificateChain``.
+
+    Any other block is refused (``ValueError``, whose message names the block's label, never its
+    content). Some tools write the certificate and its private key into one combined PEM; the
+    blocks were cut at each ``END CERTIFICATE`` line until session s43, so the key went to ACM inside
+    ``CertificateChain`` (and the import failed with ACM's "not PEM-encoded or is not valid", which
+    did not say why). Text outside the blocks (``openssl pkcs12``'s ``Bag Attributes``) is left out."""
+    labels = [match.group(1) for match in _PEM_BEGIN.finditer(certs)]
+    others = [label for label in labels if label != "CERTIFICATE"]
+    if any("PRIVATE KEY" in label for label in others):
+        raise ValueError(
+            "tls.crt holds a private key besides its certificates (a combined PEM): only CERTIFICATE "
+            "blocks may be in tls.crt, the key belongs in tls.key alone; nothing was sent to ACM"
+        )
+    if others:
+        raise ValueError(
+            f"tls.crt holds a {others[0][:40]!r} PEM block: only CERTIFICATE blocks (the leaf, then its "
+            "chain) may be in tls.crt; nothing was sent to ACM"
+        )
+    blocks = [match.group(0) for match in _PEM_CERTIFICATE.finditer(certs)]
+    if len(blocks) != len(labels) or (certs.strip() and not blocks):
+        raise ValueError(
+            "tls.crt does not start with a PEM certificate (a CERTIFICATE block without its END line, "
+            "or no BEGIN CERTIFICATE line at all)"
+        )
+    return blocks
 
 
 def _covered_names(leaf: x509.Certificate) -> tuple[str, ...]:
