@@ -7,8 +7,8 @@ When the backend cannot decide (Redis unreachable or slower than its timeouts), 
 - ``local`` (default): this replica's own buckets decide - limits stay enforced, per replica (with
   ``igw serve --workers N`` each worker's buckets hold 1/N of them);
 - ``allow``: fail open - the request is admitted;
-- ``deny``: fail closed - 429 with ``Retry-After`` 1 s, spread to 1 or 2 s (:mod:`igw.scheduling.retry_spread`;
-  never a 5xx).
+- ``deny``: fail closed - 429 with ``Retry-After`` 1 s, spread to 1 or 2 s
+  (:mod:`igw.scheduling.retry_spread`; never a 5xx).
 
 Accounting during an outage goes to the local buckets under ``local`` and is dropped otherwise.
 
