@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from igw.bench.global_run import GlobalRunOptions, Sample, Timeline, phase_printer, summarize, summary_lines
+from igw.cli.main import main
 
 
 def _alive(pid: int) -> bool:
@@ -70,6 +71,18 @@ def test_each_policys_line_shows_its_failed_requests(tmp_path: Path) -> None:
     assert "P99 latency 0.200 s (served requests; failed 2 of 4)" in latency_first
     assert "failed 0 of 2" in cost_first
     assert not math.isnan(results["policies"]["latency-first"]["latency_p99_s"])
+
+
+def test_demo_global_refuses_an_out_whose_global_folder_is_a_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``igw demo --global --out X`` writes under X/global; a file there ended the command in a
+    NotADirectoryError traceback (``--out``'s check covers X only)."""
+    (tmp_path / "global").write_text("not a folder")
+    assert main(["demo", "--global", "--quick", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert f"igw demo --global: cannot create {tmp_path / 'global' / 'work'}: Not a directory" in err
+    assert "Traceback" not in err
 
 
 def _run_until(tmp_path: Path, phase: str) -> subprocess.Popen[str]:

@@ -467,6 +467,14 @@ def run_global_options(options: GlobalRunOptions, *, command: str) -> int:
     from igw.bench.processes import RouterStartError
 
     name = command.removesuffix(" --quick")
+    workdir = options.out / "work"
+    try:
+        # ``igw demo --global`` writes under OUT/global, which ``--out``'s check did not cover: a file
+        # named ``global`` there ended the command in a NotADirectoryError traceback
+        workdir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        print(f"{name}: cannot create {workdir}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
     say = phase_printer(sys.stderr)
     try:
         results = run_interruptible(run_global(options, say))
