@@ -26,10 +26,11 @@ import json
 import math
 import random
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import aiohttp
 import yaml
@@ -54,6 +55,13 @@ CLUSTERS = (
 )
 AWS_REDIRECT_S = 35.0
 """AWS's documented redirect time for its (announced) global router."""
+
+Say = Callable[[str], None]
+"""Where the run reports each phase as it starts (``igw bench global`` prints it to stderr)."""
+
+
+def _quiet(_message: str) -> None:
+    """The default :data:`Say`: no progress output (library callers and tests)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,7 +227,7 @@ def _window(samples: Sequence[Sample], start: float, end: float) -> list[Sample]
 
 
 async def _failover_script(
-    gateways: dict[str, GatewayProcess], urls: list[str], options: GlobalRunOptions
+    gateways: dict[str, GatewayProcess], urls: list[str], options: GlobalRunOptions, say: Say = _quiet
 ) -> tuple[list[Sample], Timeline]:
     loop = asyncio.get_running_loop()
     timeline = Timeline()
@@ -234,13 +242,17 @@ async def _failover_script(
     async def at(t: float) -> None:
         await asyncio.sleep(max(0.0, t0 + t - loop.time()))
 
+    say(f"warm-up: {options.rate:g} req/s over both replicas for {options.warmup_s:g} s")
     await at(options.warmup_s)
+    say(f"east-a killed (SIGKILL); down for {options.down_s:g} s")
     gateways["east-a"].kill()
     timeline.events.append((loop.time() - t0, "kill east-a"))
     await at(options.warmup_s + options.down_s)
+    say(f"east-a restarting; slow start over {options.slow_start_s:g} s")
     await gateways["east-a"].start()
     timeline.events.append((loop.time() - t0, "east-a back"))
     await at(options.warmup_s + options.down_s + options.slow_start_s + 3)
+    say(f"region east killed (east-a, east-b): west-a serves for {options.region_down_s:g} s")
     gateways["east-a"].kill()
     gateways["east-b"].kill()
     timeline.events.append((loop.time() - t0, "kill region east"))
@@ -251,7 +263,7 @@ async def _failover_script(
 
 
 async def _policy_run(
-    policy: str, config: dict[str, Any], workdir: Path, options: GlobalRunOptions
+    policy: str, config: dict[str, Any], workdir: Path, options: GlobalRunOptions, say: Say = _quiet
 ) -> list[Sample]:
     config = {
         **config,
@@ -259,8 +271,10 @@ async def _policy_run(
     }
     path = workdir / f"global-{policy}.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
+    say(f"policy {policy}: starting 2 fresh router replicas")
     async with router_replicas(path, workdir, replicas=2, tag=policy) as urls:
         await asyncio.sleep(1.5)  # heartbeats carry recent TTFT before traffic is compared
+        say(f"policy {policy}: {options.rate:g} req/s for {options.policy_s:g} s")
         loop = asyncio.get_running_loop()
         return await _load(
             urls,
@@ -290,12 +304,17 @@ def policy_summary(samples: Sequence[Sample], prices: dict[str, float]) -> dict[
     }
 
 
-async def run_global(options: GlobalRunOptions) -> dict[str, Any]:
-    """Run everything; return the results (also written under ``options.out``)."""
+async def run_global(options: GlobalRunOptions, say: Say = _quiet) -> dict[str, Any]:
+    """Run everything; return the results (also written under ``options.out``). ``say`` is told
+    each phase as it starts."""
     workdir = options.out / "work"
     workdir.mkdir(parents=True, exist_ok=True)
     prices = {c.name: c.cost_per_million_tokens for c in CLUSTERS}
     async with contextlib.AsyncExitStack() as stack:
+        say(
+            f"starting Redis, the simulated fleet ({sum(c.pods for c in CLUSTERS)} pods) and "
+            f"{len(CLUSTERS)} cluster gateways (logs in {workdir})"
+        )
         redis_url = await stack.enter_async_context(redis_process(workdir))
         pods = await stack.enter_async_context(sim_fleet(CLUSTERS, workdir, seed=options.seed))
         gateways: dict[str, GatewayProcess] = {}
@@ -323,15 +342,17 @@ async def run_global(options: GlobalRunOptions) -> dict[str, Any]:
         )
         config_path = workdir / "global-failover.yaml"
         config_path.write_text(yaml.safe_dump(config, sort_keys=False))
+        say("starting 2 global router replicas")
         async with router_replicas(config_path, workdir, replicas=2, tag="failover") as urls:
             await asyncio.sleep(1.5)
-            samples, timeline = await _failover_script(gateways, urls, options)
+            samples, timeline = await _failover_script(gateways, urls, options, say)
+        say("restarting east-a and east-b for the cost policies")
         for name in ("east-a", "east-b"):
             await gateways[name].stop()
             await gateways[name].start()
         await asyncio.sleep(2.0)
         policies = {
-            p: await _policy_run(p, config, workdir, options)
+            p: await _policy_run(p, config, workdir, options, say)
             for p in ("latency-first", "cost-first-within-slo")
         }
     return summarize(samples, timeline, policies, prices, options)
@@ -389,37 +410,83 @@ def summarize(
     }
 
 
-def run_global_command(*, out: Path, rate: float, quick: bool, command: str) -> int:
-    """What ``igw demo --global`` and ``igw bench global`` run: the whole script, then the report."""
-    # deferred: start-up cost: the report's plotting stack loads only when a run finishes
-    from igw.bench.global_report import write_global_report
-    from igw.bench.processes import RouterStartError
+def phase_printer(stream: TextIO, *, clock: Callable[[], float] = time.monotonic) -> Say:
+    """A :data:`Say` writing ``[  12.3s] phase`` lines (seconds since it was made), as ``igw bench``'s
+    progress does. Why: ``igw bench global --quick`` ran 87 s printing nothing until its summary, so a
+    user could not tell a working run from a hung one. Every phase is written (there are ten), at once."""
+    started = clock()
 
+    def say(message: str) -> None:
+        stream.write(f"[{clock() - started:6.1f}s] {message}\n")
+        stream.flush()
+
+    return say
+
+
+def summary_lines(results: dict[str, Any]) -> list[str]:
+    """The console summary of a run (stdout; scripts may parse it). Each policy's P99 is over the
+    requests it served, so the line also says how many of its requests failed: the P99 of a policy
+    that failed half its requests read as good as one that failed none."""
+    redirect = ", ".join(
+        f"{k}: {v if v is None else round(v, 2)} s" for k, v in results["redirect_s"].items()
+    )
+    lines = [
+        f"time to redirect: {redirect} (AWS: {AWS_REDIRECT_S:.0f} s)",
+        f"failed non-streaming requests: {results['failed_non_streaming']} of {results['non_streaming']}; "
+        f"streams ended by an error event: {results['streams_ended_with_error_event']}"
+        f" of {results['streams']}",
+        f"added P50 latency in the regional failover: {results['regional_failover']['added_p50_s']:.3f} s",
+    ]
+    for name, p in results["policies"].items():
+        lines.append(
+            f"{name}: ${p['cost_per_1k_requests_usd']:.5f} per 1000 requests, "
+            f"P99 latency {p['latency_p99_s']:.3f} s (served requests; failed {p['failed']} of "
+            f"{p['requests']}), share {p['share']}"
+        )
+    return lines
+
+
+def run_global_command(*, out: Path, rate: float, quick: bool, command: str) -> int:
+    """What ``igw demo --global`` and ``igw bench global`` run: the whole script, then the report.
+
+    Phases go to stderr as they start; the summary to stdout. Ctrl-C or SIGTERM stops every process
+    the run started and ends with one line and exit 130 (as ``igw bench`` and ``igw demo`` do)."""
     options = GlobalRunOptions(out=out, rate=rate)
     if quick:
         options = GlobalRunOptions(
             out=out, rate=rate, warmup_s=4, down_s=6, slow_start_s=6, region_down_s=5, policy_s=6
         )
+    return run_global_options(options, command=command)
+
+
+def run_global_options(options: GlobalRunOptions, *, command: str) -> int:
+    """:func:`run_global_command` with the phases' lengths given (tests run a short script)."""
+    # deferred: start-up cost: the report's plotting stack loads only when a run finishes
+    from igw.bench.global_report import write_global_report
+    from igw.bench.interrupt import run_interruptible
+    from igw.bench.processes import RouterStartError
+
+    name = command.removesuffix(" --quick")
+    workdir = options.out / "work"
     try:
-        results = asyncio.run(run_global(options))
+        # ``igw demo --global`` writes under OUT/global, which ``--out``'s check did not cover: a file
+        # named ``global`` there ended the command in a NotADirectoryError traceback
+        workdir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        print(f"{name}: cannot create {workdir}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    say = phase_printer(sys.stderr)
+    try:
+        results = run_interruptible(run_global(options, say))
     except RouterStartError as exc:
         print(f"igw: a process of the run did not start: {exc}", file=sys.stderr)
         return 1
-    report = write_global_report(results, out, command=command)
-    redirect = ", ".join(
-        f"{k}: {v if v is None else round(v, 2)} s" for k, v in results["redirect_s"].items()
-    )
-    print(f"time to redirect: {redirect} (AWS: {AWS_REDIRECT_S:.0f} s)")
-    print(
-        f"failed non-streaming requests: {results['failed_non_streaming']} of {results['non_streaming']}; "
-        f"streams ended by an error event: {results['streams_ended_with_error_event']}"
-        f" of {results['streams']}"
-    )
-    print(f"added P50 latency in the regional failover: {results['regional_failover']['added_p50_s']:.3f} s")
-    for name, p in results["policies"].items():
-        print(
-            f"{name}: ${p['cost_per_1k_requests_usd']:.5f} per 1000 requests, "
-            f"P99 latency {p['latency_p99_s']:.3f} s, share {p['share']}"
-        )
+    except KeyboardInterrupt:
+        print(f"{name}: interrupted; every process it started has been stopped", file=sys.stderr)
+        return 130
+    say("writing the report")
+    report = write_global_report(results, options.out, command=command)
+    for line in summary_lines(results):
+        print(line)
     print(f"report: {report}")
     return 0
