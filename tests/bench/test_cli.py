@@ -8,7 +8,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from igw.bench.console import PlainProgress
+from igw.bench.console import PlainProgress, stderr_progress
 from igw.cli import bench as bench_cli
 from igw.cli import demo as demo_cli
 from igw.cli import option_scope
@@ -409,3 +409,14 @@ def test_bench_des_runs_at_the_scrape_interval_given(tmp_path: Path) -> None:
     assert main([*argv, "--scrape-interval", "1", "--out", str(tmp_path)]) == 0
     report = orjson.loads((tmp_path / "homogeneous-steady.json").read_bytes())
     assert report["parameters"]["scrape_interval_s"] == 1.0
+
+
+def test_stderr_progress_stamps_each_line_and_writes_it_at_once(capsys: pytest.CaptureFixture[str]) -> None:
+    """``igw demo --global`` and ``igw bench canary-rollout``'s progress: one ``[elapsed] message``
+    line per phase on stderr, none held back."""
+    ticks = iter([100.0, 100.0, 112.34])
+    say = stderr_progress(clock=lambda: next(ticks))
+    say("starting redis-server")
+    say("failover script: kill east-a")
+    stamped = "[   0.0s] starting redis-server\n[  12.3s] failover script: kill east-a\n"
+    assert capsys.readouterr().err == stamped

@@ -34,6 +34,7 @@ from typing import Any
 import aiohttp
 import yaml
 
+from igw.bench.console import Progress, quiet, stderr_progress
 from igw.bench.global_fleet import (
     MODEL,
     ClusterPlan,
@@ -217,7 +218,7 @@ def _window(samples: Sequence[Sample], start: float, end: float) -> list[Sample]
 
 
 async def _failover_script(
-    gateways: dict[str, GatewayProcess], urls: list[str], options: GlobalRunOptions
+    gateways: dict[str, GatewayProcess], urls: list[str], options: GlobalRunOptions, progress: Progress
 ) -> tuple[list[Sample], Timeline]:
     loop = asyncio.get_running_loop()
     timeline = Timeline()
@@ -232,16 +233,23 @@ async def _failover_script(
     async def at(t: float) -> None:
         await asyncio.sleep(max(0.0, t0 + t - loop.time()))
 
+    def event(what: str) -> None:
+        timeline.events.append((loop.time() - t0, what))
+        progress(f"failover script: {what}")
+
+    progress(
+        f"failover script: {total:g} s of load at {options.rate:g} req/s, warm-up {options.warmup_s:g} s"
+    )
     await at(options.warmup_s)
     gateways["east-a"].kill()
-    timeline.events.append((loop.time() - t0, "kill east-a"))
+    event("kill east-a")
     await at(options.warmup_s + options.down_s)
     await gateways["east-a"].start()
-    timeline.events.append((loop.time() - t0, "east-a back"))
+    event("east-a back")
     await at(options.warmup_s + options.down_s + options.slow_start_s + 3)
     gateways["east-a"].kill()
     gateways["east-b"].kill()
-    timeline.events.append((loop.time() - t0, "kill region east"))
+    event("kill region east")
     samples = await load
     stop.set()
     await watcher
@@ -249,7 +257,7 @@ async def _failover_script(
 
 
 async def _policy_run(
-    policy: str, config: dict[str, Any], workdir: Path, options: GlobalRunOptions
+    policy: str, config: dict[str, Any], workdir: Path, options: GlobalRunOptions, progress: Progress
 ) -> list[Sample]:
     config = {
         **config,
@@ -257,8 +265,10 @@ async def _policy_run(
     }
     path = workdir / f"global-{policy}.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
+    progress(f"cost policy {policy}: starting 2 router replicas")
     async with router_replicas(path, workdir, replicas=2, tag=policy) as urls:
         await asyncio.sleep(1.5)  # heartbeats carry recent TTFT before traffic is compared
+        progress(f"cost policy {policy}: {options.policy_s:g} s of load")
         loop = asyncio.get_running_loop()
         return await _load(
             urls,
@@ -288,18 +298,23 @@ def policy_summary(samples: Sequence[Sample], prices: dict[str, float]) -> dict[
     }
 
 
-async def run_global(options: GlobalRunOptions) -> dict[str, Any]:
-    """Run everything; return the results (also written under ``options.out``)."""
+async def run_global(options: GlobalRunOptions, progress: Progress = quiet) -> dict[str, Any]:
+    """Run everything; return the results (also written under ``options.out``). ``progress`` is
+    told each phase as it starts (process start-ups included: on a loaded machine they take most of
+    the time)."""
     workdir = options.out / "work"
     workdir.mkdir(parents=True, exist_ok=True)
     prices = {c.name: c.cost_per_million_tokens for c in CLUSTERS}
     async with contextlib.AsyncExitStack() as stack:
+        progress("starting redis-server")
         redis_url = await stack.enter_async_context(redis_process(workdir))
+        progress(f"starting the simulated fleet ({sum(c.pods for c in CLUSTERS)} pods)")
         pods = await stack.enter_async_context(sim_fleet(CLUSTERS, workdir, seed=options.seed))
         gateways: dict[str, GatewayProcess] = {}
         endpoints: dict[str, str] = {}
         for plan in CLUSTERS:
             write_gateway_files(plan, pods[plan.name], workdir, redis_url)
+            progress(f"starting igw serve for cluster {plan.name} ({plan.region})")
             gw = GatewayProcess(plan, workdir)
             stack.push_async_callback(gw.stop)
             await gw.start()
@@ -321,17 +336,20 @@ async def run_global(options: GlobalRunOptions) -> dict[str, Any]:
         )
         config_path = workdir / "global-failover.yaml"
         config_path.write_text(yaml.safe_dump(config, sort_keys=False))
+        progress("starting 2 igw global serve replicas")
         async with router_replicas(config_path, workdir, replicas=2, tag="failover") as urls:
             await asyncio.sleep(1.5)
-            samples, timeline = await _failover_script(gateways, urls, options)
+            samples, timeline = await _failover_script(gateways, urls, options, progress)
+        progress("restarting east-a and east-b for the cost policies")
         for name in ("east-a", "east-b"):
             await gateways[name].stop()
             await gateways[name].start()
         await asyncio.sleep(2.0)
         policies = {
-            p: await _policy_run(p, config, workdir, options)
+            p: await _policy_run(p, config, workdir, options, progress)
             for p in ("latency-first", "cost-first-within-slo")
         }
+        progress("stopping the processes, writing the report")
     return summarize(samples, timeline, policies, prices, options)
 
 
@@ -399,7 +417,7 @@ def run_global_command(*, out: Path, rate: float, quick: bool, command: str) -> 
             out=out, rate=rate, warmup_s=4, down_s=6, slow_start_s=6, region_down_s=5, policy_s=6
         )
     try:
-        results = asyncio.run(run_global(options))
+        results = asyncio.run(run_global(options, stderr_progress()))
     except RouterStartError as exc:
         print(f"igw: a process of the run did not start: {exc}", file=sys.stderr)
         return 1
