@@ -497,3 +497,21 @@ def test_bench_seeds_help_names_the_one_seed_quick_tune_and_random_use() -> None
         a for words, a in _options(build_parser()) if words == ["bench"] and "--seeds" in a.option_strings
     ]
     assert "1 with --quick, --tune and random" in (seeds.help or "")
+
+
+def test_every_command_says_what_it_does_in_its_own_help() -> None:
+    """``igw sim fleet --help`` and the ``igw addon`` actions' help showed usage and options only:
+    what the command does was in the parent's list alone (session s43). Every (sub-)command parser
+    now has a description, which ``igw ... --help`` prints under its usage."""
+    missing: list[str] = []
+
+    def walk(parser: argparse.ArgumentParser, path: str) -> None:
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, child in action.choices.items():
+                    if not child.description:
+                        missing.append(f"{path} {name}")
+                    walk(child, f"{path} {name}")
+
+    walk(build_parser(), "igw")
+    assert_none(missing, "commands whose --help does not say what they do")

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 from igw.bench.canary_rollout import PHASES, markdown, run_canary
@@ -11,7 +12,8 @@ from igw.bench.canary_rollout import PHASES, markdown, run_canary
 
 async def test_small_rollout_has_no_failures_and_follows_the_weights(tmp_path: Path) -> None:
     n = 300
-    results = await run_canary(tmp_path, requests_per_phase=n, concurrency=8, users=40)
+    said: list[str] = []
+    results = await run_canary(tmp_path, requests_per_phase=n, concurrency=8, users=40, progress=said.append)
     assert [r.weight_percent for r in results] == list(PHASES)
     for r in results:
         assert r.failed == 0, r.failures[:5]
@@ -22,3 +24,11 @@ async def test_small_rollout_has_no_failures_and_follows_the_weights(tmp_path: P
         assert r.moved_off_new == 0
     assert results[-1].on_new == results[-1].measured
     assert "| 100 % |" in markdown(results, "igw bench canary-rollout")
+    # The full run took four minutes without a line before its table (session s43): each phase is
+    # now told as it starts and ends, what ``igw bench canary-rollout`` prints, stamped, on stderr.
+    assert said[0] == "starting the simulated fleet (llama-v1, llama-v2) and igw serve"
+    steps = [re.sub(r"^\d+\.\d\d%$", "SHARE", line.split(": ")[1].split(" ")[0]) for line in said[1:]]
+    assert steps == [
+        "measuring", "SHARE", "reloading", "measuring", "SHARE", "reloading", "measuring", "SHARE"
+    ]  # fmt: skip
+    assert said[-1] == "phase 100 %: 100.00% on llama-v2, 0 failed"

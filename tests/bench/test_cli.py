@@ -8,7 +8,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from igw.bench.console import PlainProgress
+from igw.bench.console import PlainProgress, stderr_progress
 from igw.cli import bench as bench_cli
 from igw.cli import demo as demo_cli
 from igw.cli import option_scope
@@ -525,3 +525,14 @@ def test_a_scenario_scaled_to_one_request_per_seed_says_so(
     err = capsys.readouterr().err
     assert "warning: homogeneous-steady: p95 and p99 rest on 1 request per seed" in err
     assert "raise --duration-scale" in err
+
+
+def test_stderr_progress_stamps_each_line_and_writes_it_at_once(capsys: pytest.CaptureFixture[str]) -> None:
+    """``igw demo --global`` and ``igw bench canary-rollout``'s progress: one ``[elapsed] message``
+    line per phase on stderr, none held back."""
+    ticks = iter([100.0, 100.0, 112.34])
+    say = stderr_progress(clock=lambda: next(ticks))
+    say("starting redis-server")
+    say("failover script: kill east-a")
+    stamped = "[   0.0s] starting redis-server\n[  12.3s] failover script: kill east-a\n"
+    assert capsys.readouterr().err == stamped

@@ -43,10 +43,24 @@ def test_requests_carry_band_and_tenant_headers() -> None:
 
 
 async def test_small_live_run_accounts_for_every_request(tmp_path: Path) -> None:
+    said: list[str] = []
     rate, arms = await run_live_overload(
-        tmp_path, duration_s=5.0, seed=2, routers=("flow-control", "round-robin"), unloaded=False
+        tmp_path,
+        duration_s=5.0,
+        seed=2,
+        routers=("flow-control", "round-robin"),
+        unloaded=False,
+        progress=said.append,
     )
     assert rate > 0
+    # `igw bench overload-priority --mode live` ran ten minutes and more without a line before its
+    # table (session s43): each step is now told as it starts, stamped on stderr by the CLI.
+    assert said == [
+        "starting the simulated pod, probing its rate",
+        f"pod rate {rate:.1f} req/s",
+        "arm 1: flow-control at 150% load, 5 s",
+        "arm 2: round-robin at 150% load, 5 s",
+    ]
     assert [a.name for a in arms] == ["flow-control", "round-robin"]
     for arm in arms:
         assert len(arm.samples) == len(arm.requests) > 0

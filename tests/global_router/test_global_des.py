@@ -38,9 +38,19 @@ def test_same_seed_same_result_and_cost_first_is_cheaper() -> None:
 
 
 def test_command_writes_the_report(tmp_path: Path) -> None:
-    assert (
-        run_global_des_command(out=tmp_path, quick=True, seed=1, command="igw bench global-des --quick") == 0
-    )
+    said: list[str] = []
+    command = "igw bench global-des --quick"
+    run = run_global_des_command(out=tmp_path, quick=True, seed=1, command=command, progress=said.append)
+    assert run == 0
+    # a minute without a line before the report (session s43): each run is told as it starts
+    assert said == [
+        "latency-first: 5 regions x 10 clusters, failover script",
+        "cost-first-within-slo: 5 regions x 10 clusters, failover script",
+        "latency-first: model pools, routed on the cluster's figures",
+        "latency-first: model pools, routed on each pool's figures",
+        "cost-first-within-slo: model pools, routed on the cluster's figures",
+        "cost-first-within-slo: model pools, routed on each pool's figures",
+    ]
     report = (tmp_path / "global-des-report.md").read_text()
     assert "| latency-first |" in report
     assert "| cost-first-within-slo |" in report

@@ -28,7 +28,17 @@ from igw.bench.global_fleet import (
     router_replicas,
     write_gateway_files,
 )
-from igw.bench.global_run import Sample, Timeline, drained_after, percentile, policy_summary, ramp_curve
+from igw.bench.global_report import write_global_report
+from igw.bench.global_run import (
+    GlobalRunOptions,
+    Sample,
+    Timeline,
+    drained_after,
+    percentile,
+    policy_summary,
+    ramp_curve,
+    run_global,
+)
 from tests.gateway.fake_model_server import FakeModelServer, running
 from tests.global_router.support import redis_on_path
 
@@ -193,3 +203,39 @@ def test_report_measurements() -> None:
     summary = policy_summary(samples, {"a": 1.0, "b": 0.0})
     assert summary["cost_per_1k_requests_usd"] == pytest.approx(1000 * 3 * 1000 * 1.0 / 1e6 / 4)
     assert summary["share"] == {"a": 0.75, "b": 0.25}
+
+
+async def test_the_global_run_says_each_phase_as_it_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``igw demo --global --quick`` printed nothing for about 90 s (on two shared cores), then its
+    summary: a newcomer could not tell a slow start from a hang. The run now tells its progress
+    callback each phase as it begins, process start-ups included; here with one-second phases, the
+    whole script on real processes, and its report written from the results."""
+    monkeypatch.setenv("PATH", redis_on_path())
+    said: list[tuple[float, str]] = []
+    options = GlobalRunOptions(
+        out=tmp_path, warmup_s=1, down_s=1, slow_start_s=1, region_down_s=1, policy_s=1
+    )
+    results = await run_global(options, lambda message: said.append((time.monotonic(), message)))
+    assert [m for _, m in said] == [
+        "starting redis-server",
+        "starting the simulated fleet (6 pods)",
+        "starting igw serve for cluster east-a (east)",
+        "starting igw serve for cluster east-b (east)",
+        "starting igw serve for cluster west-a (west)",
+        "starting 2 igw global serve replicas",
+        "failover script: 7 s of load at 10 req/s, warm-up 1 s",
+        "failover script: kill east-a",
+        "failover script: east-a back",
+        "failover script: kill region east",
+        "restarting east-a and east-b for the cost policies",
+        "cost policy latency-first: starting 2 router replicas",
+        "cost policy latency-first: 1 s of load",
+        "cost policy cost-first-within-slo: starting 2 router replicas",
+        "cost policy cost-first-within-slo: 1 s of load",
+        "stopping the processes, writing the report",
+    ]
+    assert [what for _, what in results["events"]] == ["kill east-a", "east-a back", "kill region east"]
+    assert results["failed_non_streaming"] == 0
+    assert (write_global_report(results, tmp_path, command="test")).is_file()

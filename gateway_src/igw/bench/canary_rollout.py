@@ -25,6 +25,7 @@ from typing import Any, Final
 import aiohttp
 import yaml
 
+from igw.bench.console import Progress, quiet, stderr_progress
 from igw.bench.processes import router_process
 from igw.errors import IgwToolingError
 from igw.sim.live import RunningFleet, run_fleet
@@ -209,10 +210,17 @@ class _Load:
 
 
 async def run_canary(
-    work: Path, *, requests_per_phase: int, concurrency: int = 16, users: int = 200
+    work: Path,
+    *,
+    requests_per_phase: int,
+    concurrency: int = 16,
+    users: int = 200,
+    progress: Progress = quiet,
 ) -> list[PhaseResult]:
-    """Run the three phases; ``requests_per_phase`` measured (unkeyed) requests each."""
+    """Run the three phases; ``requests_per_phase`` measured (unkeyed) requests each. ``progress``
+    is told each phase as it starts and ends (the full run takes minutes)."""
     results: list[PhaseResult] = []
+    progress(f"starting the simulated fleet ({OLD}, {NEW}) and igw serve")
     async with run_fleet(_fleet_spec(), admin=False) as fleet, _gateway(work, fleet) as url:
         timeout = aiohttp.ClientTimeout(total=60)
         async with aiohttp.ClientSession(timeout=timeout) as http:
@@ -225,10 +233,14 @@ async def run_canary(
                     results.append(phase)
                     load.start_phase(phase, target=requests_per_phase)
                     if index > 0:  # the switch happens while the clients keep sending
+                        progress(f"phase {percent} %: reloading the weights")
                         await _switch(http, url, work / "igwc.yaml", percent)
                     await asyncio.sleep(0.2)  # requests sent before the reload have answered
                     load.measuring = True
+                    progress(f"phase {percent} %: measuring {requests_per_phase} requests")
                     await load.reached.wait()
+                    share = "-" if phase.share is None else f"{phase.share:.2%}"
+                    progress(f"phase {percent} %: {share} on {NEW}, {phase.failed} failed")
             finally:
                 stop.set()
                 await clients
@@ -270,7 +282,9 @@ def markdown(results: list[PhaseResult], command: str) -> str:
 def run_canary_command(*, out: Path, quick: bool, command: str) -> int:
     """The CLI body: run, write ``canary-rollout.md`` / ``.json``; exit 1 when a request failed."""
     (out / "canary-work").mkdir(parents=True, exist_ok=True)
-    results = asyncio.run(run_canary(out / "canary-work", requests_per_phase=1000 if quick else 10_000))
+    requests = 1000 if quick else 10_000
+    work = out / "canary-work"
+    results = asyncio.run(run_canary(work, requests_per_phase=requests, progress=stderr_progress()))
     text = markdown(results, command)
     (out / "canary-rollout.md").write_text(text, encoding="utf-8")
     data = [{**asdict(r), "failures": r.failures[:20], "share": r.share} for r in results]

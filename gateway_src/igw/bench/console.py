@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
@@ -41,6 +42,32 @@ class PlainProgress:
         self._last = now
         self._stream.write(message + "\n")
         self._stream.flush()
+
+
+Progress = Callable[[str], None]
+"""Where a live run says which phase it is in (``igw demo --global``, ``igw bench canary-rollout``:
+a stamped line on stderr, :func:`stderr_progress`)."""
+
+
+def quiet(message: str) -> None:
+    """The default :data:`Progress`: say nothing."""
+
+
+def stderr_progress(*, clock: Callable[[], float] = time.monotonic) -> Progress:
+    """A :data:`Progress` writing ``[  12.3s] message`` lines to stderr, as ``igw bench`` does.
+
+    Why: ``igw demo --global`` and ``igw bench canary-rollout`` take minutes (``--global --quick``
+    about a minute and a half, ``canary-rollout`` four, on two shared cores) and printed nothing
+    until their summary, so a newcomer could not tell a slow phase from a hang. Each phase is one
+    line, written at once (a few dozen lines in all, so none is held back, unlike
+    :class:`PlainProgress`'s heartbeat)."""
+    started = clock()
+
+    def say(message: str) -> None:
+        sys.stderr.write(f"[{clock() - started:6.1f}s] {message}\n")
+        sys.stderr.flush()
+
+    return say
 
 
 _COLUMNS = (

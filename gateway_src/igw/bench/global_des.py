@@ -36,6 +36,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from igw.bench.console import Progress, stderr_progress
 from igw.gateway.heartbeat_message import Heartbeat, PoolLoad
 from igw.global_router.config import ClusterSpec, FailoverSpec, RoutingSpec
 from igw.global_router.health import ClusterHealth, Transition, record_failure
@@ -359,18 +360,30 @@ def _summary(
 
 
 def run_global_des_command(
-    *, out: Path, quick: bool, seed: int, command: str, base: DesOptions | None = None
+    *,
+    out: Path,
+    quick: bool,
+    seed: int,
+    command: str,
+    base: DesOptions | None = None,
+    progress: Progress | None = None,
 ) -> int:
     """``igw bench global-des``: both cost policies on the large fleet; Markdown + JSON under ``out``.
 
-    ``base`` replaces the default fleet (10 regions × 20 clusters; ``quick``: 5 × 10).
+    ``base`` replaces the default fleet (10 regions × 20 clusters; ``quick``: 5 × 10). Each of the six
+    runs is told to ``progress`` as it starts (default: a stamped line on stderr): ``--quick`` alone
+    took a minute on two shared cores without a line before the report.
     """
+    say = progress or stderr_progress()
 
     if base is None:
         base = DesOptions(seed=seed)
         if quick:
             base = DesOptions(regions=5, clusters_per_region=10, rate_per_region=30.0, seed=seed)
-    results = {policy: run_global_des(replace(base, policy=policy)) for policy in POLICIES}
+    results = {}
+    for policy in POLICIES:
+        say(f"{policy}: {base.regions} regions x {base.clusters_per_region} clusters, failover script")
+        results[policy] = run_global_des(replace(base, policy=policy))
     out.mkdir(parents=True, exist_ok=True)
     first = results[POLICIES[0]]
     lines = [
@@ -395,11 +408,12 @@ def run_global_des_command(
             f"| ${r['cost_per_1k_requests_usd']:.4f} | {_fmt(r['p99_latency_s'])} |"
         )
     pooled = replace(POOLS, seed=seed, end_s=30.0 if quick else POOLS.end_s)
-    pool_results = {
-        (policy, figures): run_global_des(replace(pooled, policy=policy, pool_figures=figures))
-        for policy in POLICIES
-        for figures in (False, True)
-    }
+    pool_results = {}
+    for policy in POLICIES:
+        for figures in (False, True):
+            say(f"{policy}: model pools, routed on {'each pool' if figures else 'the cluster'}'s figures")
+            options = replace(pooled, policy=policy, pool_figures=figures)
+            pool_results[policy, figures] = run_global_des(options)
     lines += [
         "",
         f"Model pools: {pooled.regions} regions × {pooled.clusters_per_region} clusters, two models, each "

@@ -161,6 +161,10 @@ class GatewayProcess:
         return f"http://127.0.0.1:{self.port}"
 
     async def start(self, *, timeout_s: float = 60.0) -> None:
+        """Start ``igw serve``, with a log of its own per start. A process from an earlier start (the
+        failover script SIGKILLs ``east-a`` and starts it again) is reaped and its log closed first:
+        the restart left both behind, an unclosed log file per restart."""
+        await self.stop()
         self.starts += 1
         log_path = self.workdir / f"gateway-{self.cluster.name}-{self.starts}.log"
         self._log = _open_log(log_path)

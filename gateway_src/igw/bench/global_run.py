@@ -26,15 +26,15 @@ import json
 import math
 import random
 import sys
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 import aiohttp
 import yaml
 
+from igw.bench.console import Progress, quiet, stderr_progress
 from igw.bench.global_fleet import (
     MODEL,
     ClusterPlan,
@@ -55,13 +55,6 @@ CLUSTERS = (
 )
 AWS_REDIRECT_S = 35.0
 """AWS's documented redirect time for its (announced) global router."""
-
-Say = Callable[[str], None]
-"""Where the run reports each phase as it starts (``igw bench global`` prints it to stderr)."""
-
-
-def _quiet(_message: str) -> None:
-    """The default :data:`Say`: no progress output (library callers and tests)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,7 +220,7 @@ def _window(samples: Sequence[Sample], start: float, end: float) -> list[Sample]
 
 
 async def _failover_script(
-    gateways: dict[str, GatewayProcess], urls: list[str], options: GlobalRunOptions, say: Say = _quiet
+    gateways: dict[str, GatewayProcess], urls: list[str], options: GlobalRunOptions, progress: Progress
 ) -> tuple[list[Sample], Timeline]:
     loop = asyncio.get_running_loop()
     timeline = Timeline()
@@ -242,20 +235,23 @@ async def _failover_script(
     async def at(t: float) -> None:
         await asyncio.sleep(max(0.0, t0 + t - loop.time()))
 
-    say(f"warm-up: {options.rate:g} req/s over both replicas for {options.warmup_s:g} s")
+    def event(what: str) -> None:
+        timeline.events.append((loop.time() - t0, what))
+        progress(f"failover script: {what}")
+
+    progress(
+        f"failover script: {total:g} s of load at {options.rate:g} req/s, warm-up {options.warmup_s:g} s"
+    )
     await at(options.warmup_s)
-    say(f"east-a killed (SIGKILL); down for {options.down_s:g} s")
     gateways["east-a"].kill()
-    timeline.events.append((loop.time() - t0, "kill east-a"))
+    event("kill east-a")
     await at(options.warmup_s + options.down_s)
-    say(f"east-a restarting; slow start over {options.slow_start_s:g} s")
     await gateways["east-a"].start()
-    timeline.events.append((loop.time() - t0, "east-a back"))
+    event("east-a back")
     await at(options.warmup_s + options.down_s + options.slow_start_s + 3)
-    say(f"region east killed (east-a, east-b): west-a serves for {options.region_down_s:g} s")
     gateways["east-a"].kill()
     gateways["east-b"].kill()
-    timeline.events.append((loop.time() - t0, "kill region east"))
+    event("kill region east")
     samples = await load
     stop.set()
     await watcher
@@ -263,7 +259,7 @@ async def _failover_script(
 
 
 async def _policy_run(
-    policy: str, config: dict[str, Any], workdir: Path, options: GlobalRunOptions, say: Say = _quiet
+    policy: str, config: dict[str, Any], workdir: Path, options: GlobalRunOptions, progress: Progress
 ) -> list[Sample]:
     config = {
         **config,
@@ -271,10 +267,10 @@ async def _policy_run(
     }
     path = workdir / f"global-{policy}.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
-    say(f"policy {policy}: starting 2 fresh router replicas")
+    progress(f"cost policy {policy}: starting 2 router replicas")
     async with router_replicas(path, workdir, replicas=2, tag=policy) as urls:
         await asyncio.sleep(1.5)  # heartbeats carry recent TTFT before traffic is compared
-        say(f"policy {policy}: {options.rate:g} req/s for {options.policy_s:g} s")
+        progress(f"cost policy {policy}: {options.policy_s:g} s of load")
         loop = asyncio.get_running_loop()
         return await _load(
             urls,
@@ -304,23 +300,23 @@ def policy_summary(samples: Sequence[Sample], prices: dict[str, float]) -> dict[
     }
 
 
-async def run_global(options: GlobalRunOptions, say: Say = _quiet) -> dict[str, Any]:
-    """Run everything; return the results (also written under ``options.out``). ``say`` is told
-    each phase as it starts."""
+async def run_global(options: GlobalRunOptions, progress: Progress = quiet) -> dict[str, Any]:
+    """Run everything; return the results (also written under ``options.out``). ``progress`` is
+    told each phase as it starts (process start-ups included: on a loaded machine they take most of
+    the time)."""
     workdir = options.out / "work"
     workdir.mkdir(parents=True, exist_ok=True)
     prices = {c.name: c.cost_per_million_tokens for c in CLUSTERS}
     async with contextlib.AsyncExitStack() as stack:
-        say(
-            f"starting Redis, the simulated fleet ({sum(c.pods for c in CLUSTERS)} pods) and "
-            f"{len(CLUSTERS)} cluster gateways (logs in {workdir})"
-        )
+        progress("starting redis-server")
         redis_url = await stack.enter_async_context(redis_process(workdir))
+        progress(f"starting the simulated fleet ({sum(c.pods for c in CLUSTERS)} pods)")
         pods = await stack.enter_async_context(sim_fleet(CLUSTERS, workdir, seed=options.seed))
         gateways: dict[str, GatewayProcess] = {}
         endpoints: dict[str, str] = {}
         for plan in CLUSTERS:
             write_gateway_files(plan, pods[plan.name], workdir, redis_url)
+            progress(f"starting igw serve for cluster {plan.name} ({plan.region})")
             gw = GatewayProcess(plan, workdir)
             stack.push_async_callback(gw.stop)
             await gw.start()
@@ -342,19 +338,20 @@ async def run_global(options: GlobalRunOptions, say: Say = _quiet) -> dict[str, 
         )
         config_path = workdir / "global-failover.yaml"
         config_path.write_text(yaml.safe_dump(config, sort_keys=False))
-        say("starting 2 global router replicas")
+        progress("starting 2 igw global serve replicas")
         async with router_replicas(config_path, workdir, replicas=2, tag="failover") as urls:
             await asyncio.sleep(1.5)
-            samples, timeline = await _failover_script(gateways, urls, options, say)
-        say("restarting east-a and east-b for the cost policies")
+            samples, timeline = await _failover_script(gateways, urls, options, progress)
+        progress("restarting east-a and east-b for the cost policies")
         for name in ("east-a", "east-b"):
             await gateways[name].stop()
             await gateways[name].start()
         await asyncio.sleep(2.0)
         policies = {
-            p: await _policy_run(p, config, workdir, options, say)
+            p: await _policy_run(p, config, workdir, options, progress)
             for p in ("latency-first", "cost-first-within-slo")
         }
+        progress("stopping the processes, writing the report")
     return summarize(samples, timeline, policies, prices, options)
 
 
@@ -410,19 +407,6 @@ def summarize(
     }
 
 
-def phase_printer(stream: TextIO, *, clock: Callable[[], float] = time.monotonic) -> Say:
-    """A :data:`Say` writing ``[  12.3s] phase`` lines (seconds since it was made), as ``igw bench``'s
-    progress does. Why: ``igw bench global --quick`` ran 87 s printing nothing until its summary, so a
-    user could not tell a working run from a hung one. Every phase is written (there are ten), at once."""
-    started = clock()
-
-    def say(message: str) -> None:
-        stream.write(f"[{clock() - started:6.1f}s] {message}\n")
-        stream.flush()
-
-    return say
-
-
 def summary_lines(results: dict[str, Any]) -> list[str]:
     """The console summary of a run (stdout; scripts may parse it). Each policy's P99 is over the
     requests it served, so the line also says how many of its requests failed: the P99 of a policy
@@ -475,16 +459,14 @@ def run_global_options(options: GlobalRunOptions, *, command: str) -> int:
     except OSError as exc:
         print(f"{name}: cannot create {workdir}: {exc.strerror or exc}", file=sys.stderr)
         return 2
-    say = phase_printer(sys.stderr)
     try:
-        results = run_interruptible(run_global(options, say))
+        results = run_interruptible(run_global(options, stderr_progress()))
     except RouterStartError as exc:
         print(f"igw: a process of the run did not start: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print(f"{name}: interrupted; every process it started has been stopped", file=sys.stderr)
         return 130
-    say("writing the report")
     report = write_global_report(results, options.out, command=command)
     for line in summary_lines(results):
         print(line)

@@ -45,6 +45,7 @@ from typing import Any, Final
 import aiohttp
 import yaml
 
+from igw.bench.console import Progress, quiet
 from igw.bench.loadgen import LiveRequest, drive
 from igw.bench.overload_des import BAND_NAMES, DEFAULT_MIX, TrafficClass
 from igw.bench.overload_tail import access_records, request_id
@@ -303,18 +304,28 @@ async def run_live_overload(
     load: float = 1.5,
     routers: Sequence[str] = ARMS,
     unloaded: bool = True,
+    progress: Progress = quiet,
 ) -> tuple[float, list[LiveArm]]:
-    """The measured pod rate and one :class:`LiveArm` per router, plus the unloaded reference last."""
+    """The measured pod rate and one :class:`LiveArm` per router, plus the unloaded reference last.
+    ``progress`` is told each step as it starts: the full run (seven arms of 60 s, each behind a
+    router process of its own) takes ten minutes and more."""
     arms: list[LiveArm] = []
+
+    async def run_arm(arm: str, at_load: float, requests: list[LiveRequest]) -> None:
+        progress(f"arm {len(arms) + 1}: {arm} at {at_load:.0%} load, {duration_s:g} s")
+        arms.append(await _run_arm(arm, at_load, requests, work, fleet, duration_s))
+
+    progress("starting the simulated pod, probing its rate")
     async with run_fleet(_fleet(), admin=False) as fleet:
         rate = await probe_rate(fleet.pods[0].url)
+        progress(f"pod rate {rate:.1f} req/s")
         await asyncio.sleep(2.0)
         loaded = live_requests(load * rate, duration_s, seed=seed)
         for arm in routers:
-            arms.append(await _run_arm(arm, load, loaded, work, fleet, duration_s))
+            await run_arm(arm, load, loaded)
         if unloaded:
             calm = live_requests(0.5 * rate, duration_s, seed=seed)
-            arms.append(await _run_arm("flow-control", 0.5, calm, work, fleet, duration_s))
+            await run_arm("flow-control", 0.5, calm)
             if ENGINE_ARM in routers:
-                arms.append(await _run_arm(ENGINE_ARM, 0.5, calm, work, fleet, duration_s))
+                await run_arm(ENGINE_ARM, 0.5, calm)
     return rate, arms

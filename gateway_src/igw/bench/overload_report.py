@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from igw.bench.console import stderr_progress
 from igw.bench.overload_des import (
     BAND_NAMES,
     Admission,
@@ -482,7 +483,11 @@ def run_live_overload_command(
     load_before = os.getloadavg()[0]
     rate, arms = asyncio.run(
         run_live_overload(
-            out / "overload-live-work", duration_s=duration_s, seed=seed, routers=tuple(routers or ARMS)
+            out / "overload-live-work",
+            duration_s=duration_s,
+            seed=seed,
+            routers=tuple(routers or ARMS),
+            progress=stderr_progress(),
         )
     )
     text = live_markdown(rate, arms, command, duration_s, (load_before, os.getloadavg()[0]))

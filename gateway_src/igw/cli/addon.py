@@ -27,7 +27,8 @@ EXIT_USAGE = 2
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="addon_command", metavar="ACTION", required=True)
-    versions = sub.add_parser("versions", help="list published add-on versions, newest first")
+    text = "list published add-on versions, newest first"
+    versions = sub.add_parser("versions", help=text, description=text)
     versions.add_argument(
         "--kubernetes-version", type=kubernetes_version, help="only versions compatible with this EKS version"
     )
@@ -44,7 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         ("create", "install the add-on after local and read-only pre-checks"),
         ("update", "change the add-on's version or configuration values"),
     ):
-        action = sub.add_parser(name, help=text)
+        action = sub.add_parser(name, help=text, description=text)
         action.add_argument("--cluster", type=eks_cluster_name, required=True, help="EKS cluster name")
         action.add_argument(
             "--configuration-values",
@@ -83,7 +84,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                 help="how the add-on's pods get their AWS role (default pod-identity)",
             )
 
-    delete = sub.add_parser("delete", help="remove the add-on")
+    delete = sub.add_parser("delete", help="remove the add-on", description="remove the add-on")
     delete.add_argument("--cluster", type=eks_cluster_name, required=True, help="EKS cluster name")
     delete.add_argument("--preserve", action="store_true", help="keep its Kubernetes resources running")
     delete.add_argument(
@@ -101,9 +102,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     _aws_options(delete)
 
-    package = sub.add_parser(
-        "package", help="package the chart as a .tgz (with its configuration schema) through Helm's SDK"
-    )
+    text = "package the chart as a .tgz (with its configuration schema) through Helm's SDK"
+    package = sub.add_parser("package", help=text, description=text)
     package.add_argument(
         "--destination", type=output_directory, default=Path("dist"), help="output directory (default dist)"
     )

@@ -29,7 +29,8 @@ HELP = (
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="sim_command", metavar="VERB", required=True)
 
-    fleet = sub.add_parser("fleet", help="start the pods of a fleet spec on loopback until SIGINT/SIGTERM")
+    text = "start the pods of a fleet spec on loopback until SIGINT/SIGTERM (or --duration)"
+    fleet = sub.add_parser("fleet", help=text, description=text)
     fleet.add_argument(
         "--spec", required=True, type=source_name, help="fleet spec YAML (see gateway_src/igw/sim/examples/)"
     )
@@ -39,9 +40,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--duration", type=POSITIVE, default=None, help="stop by itself after this many seconds"
     )
 
-    run = sub.add_parser(
-        "run", help="run a workload through a routing policy in the discrete-event simulator"
-    )
+    text = "run a workload through a routing policy in the discrete-event simulator"
+    run = sub.add_parser("run", help=text, description=text)
     run.add_argument(
         "--spec",
         required=True,
@@ -92,7 +92,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--records", type=output_file, default=None, help="write per-request records to this JSONL file"
     )
 
-    presets = sub.add_parser("presets", help="list GPU/model presets with derived KV capacity and step times")
+    text = "list GPU/model presets with derived KV capacity and step times"
+    presets = sub.add_parser("presets", help=text, description=text)
     presets.add_argument("--json", action="store_true", help="one JSON object per preset, with sources")
 
 
