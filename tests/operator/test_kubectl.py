@@ -85,6 +85,35 @@ def test_apply_get_describe_reapply_delete(
     assert find(cluster, "Pod", "inference", "llama-0") is not None
 
 
+READY_REASON: str = 'jsonpath={.status.conditions[?(@.type=="Ready")].reason}'
+
+
+def test_before_any_model_server_runs_ready_says_no_ready_endpoints_as_the_runbook_expects(
+    cluster: FakeKubeApiServer, kubeconfig: Path, operator: OperatorThread, tmp_path: Path
+) -> None:
+    """docs/runbook.md step 4: with no model server yet, ``Ready=False`` is ``NoReadyEndpoints``.
+    A gateway pod's ``/readyz`` needs a Ready model-server pod, so its Deployment has no ready
+    replica then either; the operator said ``GatewayNotReady`` ("no gateway replica is ready yet"),
+    which sent the operator after the gateway instead of the missing model servers. Once a model
+    server is ready while the gateway is not, the gateway is the problem and says so."""
+    manifest = tmp_path / "chat.yaml"
+    manifest.write_text(yaml.safe_dump(igwc("chat")))
+    kubectl(kubeconfig, "apply", "-f", str(manifest))
+    wait_condition(cluster, "chat", "GatewayProgrammed", "True")
+
+    def ready_reason() -> str:
+        return kubectl(kubeconfig, "get", "igwc", "chat", "-n", "inference", "-o", READY_REASON)
+
+    wait_for(lambda: ready_reason() == "NoReadyEndpoints" or None, what="Ready=False, NoReadyEndpoints")
+    described = kubectl(kubeconfig, "describe", "igwc", "chat", "-n", "inference")
+    assert "no ready model-server pod for scheduler(s): main" in described
+
+    cluster.add(make_pod(name="llama-0", namespace="inference", labels={"app": "llama"}))
+    wait_for(lambda: ready_reason() == "GatewayNotReady" or None, what="Ready=False, GatewayNotReady")
+    mark_deployment_ready(cluster, "inference", "chat-gateway")
+    wait_for(lambda: ready_reason() == "Ready" or None, what="Ready=True")
+
+
 def test_kubectl_scale_and_an_hpa_through_the_operator_s_autoscaled_gateway(
     cluster: FakeKubeApiServer, kubeconfig: Path, operator: OperatorThread, tmp_path: Path
 ) -> None:

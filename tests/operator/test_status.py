@@ -94,6 +94,20 @@ def test_ready_needs_a_ready_endpoint_per_scheduler() -> None:
     assert status["observedGeneration"] == 4
 
 
+def test_no_model_server_at_all_is_the_cause_named_before_the_unready_gateway() -> None:
+    """A gateway pod is ready only once some scheduler has a Ready model-server pod, so with none
+    the unready Deployment is the effect: ``NoReadyEndpoints`` (docs/runbook.md step 4). With a
+    ready model server and still no ready replica, ``GatewayNotReady``."""
+    unready = {"metadata": {"generation": 1}, "spec": {"replicas": 2}, "status": {}}
+    status, _ = compute_status(_igwc(), _seen({"llama": [], "qwen": []}, deployment=unready), now=NOW)
+    ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "NoReadyEndpoints")
+    assert "llama, qwen" in ready["message"]
+    one_pod = {"llama": [make_pod(name="a", labels={"app": "llama"})], "qwen": []}
+    status, _ = compute_status(_igwc(), _seen(one_pod, deployment=unready), now=NOW)
+    assert _conditions(status)["Ready"] == ("False", "GatewayNotReady")
+
+
 def test_refused_spec_blocks_admission_but_keeps_the_served_one() -> None:
     refusal = Refusal(
         "InvalidSpec", ("spec.schedulers[0].targetPort: must be at most 65535 [schema.maximum]",)

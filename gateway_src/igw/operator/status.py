@@ -13,7 +13,9 @@ Conditions (the AWS set, see ``docs/operating.md`` for every reason):
 * ``BBRReady`` - body-based routing is on and a gateway replica is ready (``Ready``), waiting
   (``GatewayNotReady``), or switched off (``Disabled``).
 * ``Ready`` - programmed, at least one gateway replica ready and every scheduler has a ready
-  endpoint (``Ready``), else the first reason that fails.
+  endpoint (``Ready``), else the first reason that fails; with no ready model-server pod at all
+  ``NoReadyEndpoints`` before ``GatewayNotReady``, since a gateway pod is ready only once some
+  scheduler has one (its ``/readyz``): an unready Deployment is then the effect, not the cause.
 
 ``schedulers[]`` reports, per scheduler of the spec being served, model-server pods found / ready /
 stale (ready, but a requirement for its signals fails), the missing signals in words,
@@ -311,8 +313,22 @@ def _conditions(
     without = [s["name"] for s in schedulers if s["endpoints"]["ready"] == 0]
     if out["GatewayProgrammed"][0] != "True":
         out["Ready"] = ("False", "NotProgrammed", out["GatewayProgrammed"][2])
+    elif gateway_ready == 0 and schedulers and len(without) == len(schedulers):
+        # A gateway pod's /readyz needs a Ready model-server pod of some scheduler, so with none the
+        # gateway cannot become ready: that is the cause to report, not the unready Deployment.
+        out["Ready"] = (
+            "False",
+            "NoReadyEndpoints",
+            f"no ready model-server pod for scheduler(s): {', '.join(without)} (a gateway replica "
+            "reports ready only once some scheduler has one, so none is ready yet)",
+        )
     elif gateway_ready == 0:
-        out["Ready"] = ("False", "GatewayNotReady", "no gateway replica is ready yet")
+        out["Ready"] = (
+            "False",
+            "GatewayNotReady",
+            "no gateway replica is ready yet (a gateway pod's /readyz on the management port says "
+            "why: e.g. the JWKS not loaded, or the pod not started)",
+        )
     elif without:
         out["Ready"] = (
             "False",
