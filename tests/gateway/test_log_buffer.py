@@ -21,6 +21,8 @@ import pytest
 from igw.gateway.access_log import AccessRecord
 from igw.gateway.log_buffer import (
     ATOMIC_WRITE_BYTES,
+    DEFAULT_CLOSE_TIMEOUT_S,
+    DEFAULT_MAX_QUEUED_BYTES,
     LOG_RECORD_BYTES,
     BatchedLineHandler,
     whole_line_pieces,
@@ -39,6 +41,22 @@ def _logger(handler: logging.Handler, name: str) -> logging.Logger:
     logger.setLevel(logging.INFO)
     logger.addHandler(handler)
     return logger
+
+
+def _stalled_handler(
+    name: str,
+    *,
+    max_queued_bytes: int = DEFAULT_MAX_QUEUED_BYTES,
+    close_timeout_s: float = DEFAULT_CLOSE_TIMEOUT_S,
+) -> tuple[StalledStream, BatchedLineHandler, logging.Logger]:
+    """A batched handler (0.01 s interval) on a :class:`StalledStream`, plain messages, and the logger
+    ``name`` that writes only to it: the set-up the stalled-writer tests share."""
+    stream = StalledStream()
+    handler = BatchedLineHandler(
+        stream, interval_s=0.01, max_queued_bytes=max_queued_bytes, close_timeout_s=close_timeout_s
+    )
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    return stream, handler, _logger(handler, name)
 
 
 def _wait_for(predicate: object, *, within_s: float = 30.0) -> bool:
@@ -160,10 +178,9 @@ def test_bad_settings_are_refused() -> None:
 def test_a_stalled_stream_bounds_the_queue_and_the_drops_are_reported() -> None:
     """A log consumer that stops reading must not grow the gateway's memory without bound: the
     record stuck in the write counts until it is written, four more fit, the rest are dropped."""
-    stream = StalledStream()
-    handler = BatchedLineHandler(stream, interval_s=0.01, max_queued_bytes=5 * LOG_RECORD_BYTES)
-    handler.setFormatter(logging.Formatter("%(message)s"))
-    logger = _logger(handler, "igw.test.batched.stalled")
+    stream, handler, logger = _stalled_handler(
+        "igw.test.batched.stalled", max_queued_bytes=5 * LOG_RECORD_BYTES
+    )
     try:
         logger.info("first")
         assert stream.entered.wait(30)  # the writer thread holds "first" and is stuck in write()
@@ -288,10 +305,7 @@ def test_flush_and_close_give_up_on_a_stalled_stream_within_their_timeout() -> N
     writer thread blocked in a write that nobody reads, both waited for ever (a probe: ``igw serve``
     with unread stdout and stderr pipes was still running 30 s after SIGTERM). Now they wait
     ``close_timeout_s`` in all, count what was not written, and a record logged later does not block."""
-    stream = StalledStream()
-    handler = BatchedLineHandler(stream, interval_s=0.01, close_timeout_s=0.3)
-    handler.setFormatter(logging.Formatter("%(message)s"))
-    logger = _logger(handler, "igw.test.batched.close_stalled")
+    stream, handler, logger = _stalled_handler("igw.test.batched.close_stalled", close_timeout_s=0.3)
     try:
         logger.info("first")
         assert stream.entered.wait(30)  # the writer thread holds "first" and is stuck in write()
