@@ -58,15 +58,11 @@ class DependencyAddons(Construct):
             )
         self.s3_csi_role: WorkloadRole | None = None
         if model_buckets and S3_CSI_ADDON not in skip:
-            self.s3_csi_role = WorkloadRole(
-                self,
+            self.s3_csi_role = self._csi_role(
                 "S3CsiRole",
                 cluster=cluster,
-                identity="irsa",
-                namespace=pins.CSI_NAMESPACE,
-                service_account=pins.S3_CSI_SERVICE_ACCOUNT,
                 oidc_provider=oidc_provider,
-                associate=False,
+                service_account=pins.S3_CSI_SERVICE_ACCOUNT,
                 description="Mountpoint S3 CSI driver: read model weights from the configured buckets",
             )
             self.s3_csi_role.role.add_to_policy(
@@ -95,15 +91,11 @@ class DependencyAddons(Construct):
             )
         self.fsx_csi_role: WorkloadRole | None = None
         if FSX_CSI_ADDON not in skip:
-            self.fsx_csi_role = WorkloadRole(
-                self,
+            self.fsx_csi_role = self._csi_role(
                 "FsxCsiRole",
                 cluster=cluster,
-                identity="irsa",
-                namespace=pins.CSI_NAMESPACE,
-                service_account=pins.FSX_CSI_CONTROLLER_SERVICE_ACCOUNT,
                 oidc_provider=oidc_provider,
-                associate=False,
+                service_account=pins.FSX_CSI_CONTROLLER_SERVICE_ACCOUNT,
                 description="FSx CSI driver controller: create, attach and delete FSx for Lustre volumes",
             )
             attach_aws_managed_policy(
@@ -137,6 +129,30 @@ class DependencyAddons(Construct):
             if self.pod_identity_agent is not None:
                 addon.add_resource_dependency(self.pod_identity_agent)
             self.addons[dependency.name] = addon
+
+    def _csi_role(
+        self,
+        id_: str,
+        *,
+        cluster: eks.ICluster,
+        oidc_provider: iam.IOidcProvider,
+        service_account: str,
+        description: str,
+    ) -> WorkloadRole:
+        """A CSI driver's role: IRSA for ``service_account`` in the CSI namespace whatever the workload
+        identity mode, and no Pod Identity association (see the module docstring for why), so that
+        both drivers' roles are made the one way."""
+        return WorkloadRole(
+            self,
+            id_,
+            cluster=cluster,
+            identity="irsa",
+            namespace=pins.CSI_NAMESPACE,
+            service_account=service_account,
+            oidc_provider=oidc_provider,
+            associate=False,
+            description=description,
+        )
 
     def _workload_role_for(self, name: str) -> WorkloadRole | None:
         if name == S3_CSI_ADDON:

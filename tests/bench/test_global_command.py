@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import os
 import signal
 import subprocess
 import sys
@@ -14,28 +13,12 @@ import pytest
 
 from igw.bench.global_run import GlobalRunOptions, Sample, Timeline, summarize, summary_lines
 from igw.cli.main import main
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
+from tests.bench.procs import alive, proc_files
 
 
 def _processes_naming(text: str) -> list[int]:
     """PIDs of live processes whose command line mentions ``text`` (the run's folder)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                cmdline = (entry / "cmdline").read_bytes()
-            except OSError:
-                continue
-            if text.encode() in cmdline:
-                found.append(int(entry.name))
-    return found
+    return [pid for pid, cmdline in proc_files("cmdline") if text.encode() in cmdline]
 
 
 def test_each_policys_line_shows_its_failed_requests(tmp_path: Path) -> None:
@@ -111,7 +94,7 @@ def test_a_stop_signal_ends_the_run_in_one_line_with_every_process_stopped(
         assert "Traceback" not in err
         assert "CancelledError" not in err
         assert (tmp_path / "stdout").read_text() == ""
-        assert [p for p in children if _alive(p)] == []
+        assert [p for p in children if alive(p)] == []
         assert _processes_naming(str(tmp_path / "out")) == []
     finally:
         if run.poll() is None:

@@ -11,6 +11,7 @@ import pytest
 from aiohttp import web
 
 from igw.bench.global_run import GlobalRunOptions, _load
+from tests.loopback import serving
 
 
 @pytest.fixture
@@ -22,15 +23,8 @@ async def answering_url() -> AsyncIterator[str]:
 
     app = web.Application()
     app.router.add_post("/v1/completions", complete)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        await runner.cleanup()
+    async with serving(app) as url:
+        yield url
 
 
 async def test_a_tiny_rate_ends_the_load_at_the_phase_end(answering_url: str, tmp_path: Path) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -10,14 +9,7 @@ import pytest
 
 from igw.bench.processes import RouterStartError, router_process
 from igw.bench.rr_proxy import LISTENING_PREFIX
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
+from tests.bench.procs import alive, children, proc_files
 
 
 async def test_proxy_process_announces_its_url_and_is_stopped_on_exit(tmp_path: Path) -> None:
@@ -28,21 +20,16 @@ async def test_proxy_process_announces_its_url_and_is_stopped_on_exit(tmp_path: 
     ) as url:
         assert url.startswith("http://127.0.0.1:")
         pid = int(_pid_of(url, log))
-        assert _alive(pid)
-    assert not _alive(pid)
+        assert alive(pid)
+    assert not alive(pid)
 
 
 def _pid_of(url: str, log: Path) -> str:
     # The proxy does not print its pid; find it through /proc by the port it listens on.
     port = url.rsplit(":", 1)[1]
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                cmd = (entry / "cmdline").read_bytes()
-            except OSError:
-                continue
-            if b"igw.cli.rr_proxy_process" in cmd and b"http://127.0.0.1:9" in cmd:
-                return entry.name
+    for pid, cmd in proc_files("cmdline"):
+        if b"igw.cli.rr_proxy_process" in cmd and b"http://127.0.0.1:9" in cmd:
+            return str(pid)
     raise AssertionError(f"proxy for port {port} not found (log: {log.read_text()})")
 
 
@@ -62,20 +49,7 @@ async def test_never_ready_times_out_and_the_process_is_killed(tmp_path: Path) -
         ):
             pass
     pid = int(log.read_text().split()[0])
-    assert not _alive(pid)
-
-
-def _children(ppid: int) -> list[int]:
-    out = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == ppid:
-                out.append(int(entry.name))
-    return out
+    assert not alive(pid)
 
 
 def test_sigterm_during_the_demo_stops_the_router_process_and_exits_130(tmp_path: Path) -> None:
@@ -94,13 +68,13 @@ def test_sigterm_during_the_demo_stops_the_router_process_and_exits_130(tmp_path
         while not routers and time.monotonic() < deadline:
             time.sleep(0.2)
             routers = [
-                p for p in _children(demo.pid) if b"rr_proxy" in Path(f"/proc/{p}/cmdline").read_bytes()
+                p for p in children(demo.pid) if b"rr_proxy" in Path(f"/proc/{p}/cmdline").read_bytes()
             ]
         assert routers, "the demo never started its round-robin proxy"
         demo.send_signal(signal.SIGTERM)
         assert demo.wait(timeout=30) == 130
         for pid in routers:
-            assert not _alive(pid)
+            assert not alive(pid)
     finally:
         if demo.poll() is None:
             demo.kill()

@@ -11,14 +11,15 @@ import tracemalloc
 
 from igw.gateway.log_buffer import DEFAULT_MAX_QUEUED_BYTES, BatchedLineHandler
 from igw.gateway.redaction import RedactingFormatter
-from tests.gateway.test_log_buffer import _access_record, _Stalled
+from tests.gateway.log_streams import StalledStream
+from tests.gateway.test_log_buffer import _access_record
 
 EMITTED = 50_000
 
 
 def main() -> None:
     for rows in (1, 4, 16):
-        stream = _Stalled()
+        stream = StalledStream()
         handler = BatchedLineHandler(stream, interval_s=0.01)
         handler.setFormatter(RedactingFormatter("%(message)s"))
         try:

@@ -21,6 +21,8 @@ import pytest
 from igw.gateway.access_log import AccessRecord
 from igw.gateway.log_buffer import (
     ATOMIC_WRITE_BYTES,
+    DEFAULT_CLOSE_TIMEOUT_S,
+    DEFAULT_MAX_QUEUED_BYTES,
     LOG_RECORD_BYTES,
     BatchedLineHandler,
     whole_line_pieces,
@@ -29,31 +31,8 @@ from igw.gateway.redaction import RedactingFormatter
 from igw.perf.serve_process import serve_process
 from igw.redaction import MASK
 from tests.gateway.fake_model_server import FakeModelServer, running
+from tests.gateway.log_streams import CountingStream, StalledStream
 from tests.gateway.support import config_doc, scheduler
-
-
-class _Stream(io.StringIO):
-    """A text stream that counts its write and flush calls (the batching is what is tested)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.writes = 0
-        self.sizes: list[int] = []
-        self.flushes = 0
-        self.lock = threading.Lock()
-
-    def write(self, s: str) -> int:
-        with self.lock:
-            self.writes += 1
-            self.sizes.append(len(s.encode()))
-            return super().write(s)
-
-    def flush(self) -> None:
-        self.flushes += 1
-
-    def lines(self) -> list[str]:
-        with self.lock:
-            return self.getvalue().splitlines()
 
 
 def _logger(handler: logging.Handler, name: str) -> logging.Logger:
@@ -62,6 +41,22 @@ def _logger(handler: logging.Handler, name: str) -> logging.Logger:
     logger.setLevel(logging.INFO)
     logger.addHandler(handler)
     return logger
+
+
+def _stalled_handler(
+    name: str,
+    *,
+    max_queued_bytes: int = DEFAULT_MAX_QUEUED_BYTES,
+    close_timeout_s: float = DEFAULT_CLOSE_TIMEOUT_S,
+) -> tuple[StalledStream, BatchedLineHandler, logging.Logger]:
+    """A batched handler (0.01 s interval) on a :class:`StalledStream`, plain messages, and the logger
+    ``name`` that writes only to it: the set-up the stalled-writer tests share."""
+    stream = StalledStream()
+    handler = BatchedLineHandler(
+        stream, interval_s=0.01, max_queued_bytes=max_queued_bytes, close_timeout_s=close_timeout_s
+    )
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    return stream, handler, _logger(handler, name)
 
 
 def _wait_for(predicate: object, *, within_s: float = 30.0) -> bool:
@@ -75,7 +70,7 @@ def _wait_for(predicate: object, *, within_s: float = 30.0) -> bool:
 
 
 def test_close_writes_every_queued_line_in_order_in_few_writes() -> None:
-    stream = _Stream()
+    stream = CountingStream()
     handler = BatchedLineHandler(stream, interval_s=60.0, batch=100_000)  # only close() writes
     handler.setFormatter(RedactingFormatter("%(message)s"))
     logger = _logger(handler, "igw.test.batched.order")
@@ -95,7 +90,7 @@ def test_close_writes_every_queued_line_in_order_in_few_writes() -> None:
 
 
 def test_the_writer_thread_writes_after_the_interval_without_a_close() -> None:
-    stream = _Stream()
+    stream = CountingStream()
     handler = BatchedLineHandler(stream, interval_s=0.05)
     handler.setFormatter(logging.Formatter("%(message)s"))
     logger = _logger(handler, "igw.test.batched.interval")
@@ -109,7 +104,7 @@ def test_the_writer_thread_writes_after_the_interval_without_a_close() -> None:
 
 
 def test_a_full_batch_wakes_the_writer_before_its_interval() -> None:
-    stream = _Stream()
+    stream = CountingStream()
     handler = BatchedLineHandler(stream, interval_s=3600.0, batch=10)
     handler.setFormatter(logging.Formatter("%(message)s"))
     logger = _logger(handler, "igw.test.batched.batch")
@@ -123,7 +118,7 @@ def test_a_full_batch_wakes_the_writer_before_its_interval() -> None:
 
 
 def test_lines_pass_the_redacting_formatter_and_records_after_close_are_written() -> None:
-    stream = _Stream()
+    stream = CountingStream()
     handler = BatchedLineHandler(stream)
     handler.setFormatter(RedactingFormatter("%(message)s"))
     handler.close()
@@ -160,7 +155,7 @@ class _Deferred:
 def test_deferred_lines_are_built_in_order_redacted_unless_proven_clean(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    stream = _Stream()
+    stream = CountingStream()
     handler = BatchedLineHandler(stream, interval_s=3600.0)
     handler.setFormatter(RedactingFormatter("%(message)s"))
     handler.emit_line("first")
@@ -180,27 +175,12 @@ def test_bad_settings_are_refused() -> None:
         BatchedLineHandler(io.StringIO(), max_queued_bytes=0)
 
 
-class _Stalled(_Stream):
-    """A stream whose writes block until :attr:`release` is set (a log consumer that stopped)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.entered = threading.Event()
-        self.release = threading.Event()
-
-    def write(self, s: str) -> int:
-        self.entered.set()
-        assert self.release.wait(300)
-        return super().write(s)
-
-
 def test_a_stalled_stream_bounds_the_queue_and_the_drops_are_reported() -> None:
     """A log consumer that stops reading must not grow the gateway's memory without bound: the
     record stuck in the write counts until it is written, four more fit, the rest are dropped."""
-    stream = _Stalled()
-    handler = BatchedLineHandler(stream, interval_s=0.01, max_queued_bytes=5 * LOG_RECORD_BYTES)
-    handler.setFormatter(logging.Formatter("%(message)s"))
-    logger = _logger(handler, "igw.test.batched.stalled")
+    stream, handler, logger = _stalled_handler(
+        "igw.test.batched.stalled", max_queued_bytes=5 * LOG_RECORD_BYTES
+    )
     try:
         logger.info("first")
         assert stream.entered.wait(30)  # the writer thread holds "first" and is stuck in write()
@@ -247,7 +227,7 @@ def test_a_stalled_stream_keeps_queued_access_records_within_the_byte_bound(rows
     rest are dropped and counted, and every kept one is written once the stream moves. With the
     former bound of 65,536 records all 4,000 (4.5-36 MB) would have stayed."""
     budget = 1024 * 1024
-    stream = _Stalled()
+    stream = StalledStream()
     handler = BatchedLineHandler(stream, interval_s=0.01, max_queued_bytes=budget)
     handler.setFormatter(RedactingFormatter("%(message)s"))
     try:
@@ -325,10 +305,7 @@ def test_flush_and_close_give_up_on_a_stalled_stream_within_their_timeout() -> N
     writer thread blocked in a write that nobody reads, both waited for ever (a probe: ``igw serve``
     with unread stdout and stderr pipes was still running 30 s after SIGTERM). Now they wait
     ``close_timeout_s`` in all, count what was not written, and a record logged later does not block."""
-    stream = _Stalled()
-    handler = BatchedLineHandler(stream, interval_s=0.01, close_timeout_s=0.3)
-    handler.setFormatter(logging.Formatter("%(message)s"))
-    logger = _logger(handler, "igw.test.batched.close_stalled")
+    stream, handler, logger = _stalled_handler("igw.test.batched.close_stalled", close_timeout_s=0.3)
     try:
         logger.info("first")
         assert stream.entered.wait(30)  # the writer thread holds "first" and is stuck in write()

@@ -3,9 +3,7 @@ dropped while its stream took none (a stalled log shipper) are counted where an 
 
 from __future__ import annotations
 
-import io
 import logging
-import threading
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
@@ -14,20 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from igw.gateway.log_buffer import LOG_RECORD_BYTES, BatchedLineHandler
 from igw.gateway.telemetry import GatewayMetrics
 from igw.global_router.metrics import FleetMetrics
-
-
-class _Stalled(io.StringIO):
-    """A stream whose writes block until :attr:`release` is set (a log consumer that stopped)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.entered = threading.Event()
-        self.release = threading.Event()
-
-    def write(self, s: str) -> int:
-        self.entered.set()
-        assert self.release.wait(300)
-        return super().write(s)
+from tests.gateway.log_streams import StalledStream
 
 
 def _dropped(registry: CollectorRegistry) -> dict[str, float]:
@@ -50,7 +35,7 @@ def test_lines_dropped_behind_a_stalled_stream_are_on_the_metrics_page(tier: str
         else FleetMetrics().registry
     )
     assert _dropped(registry) == {"stdout": 0.0, "stderr": 0.0}  # there before the first drop
-    stream = _Stalled()
+    stream = StalledStream()
     handler = BatchedLineHandler(
         stream, interval_s=0.01, max_queued_bytes=5 * LOG_RECORD_BYTES, close_timeout_s=0.1, label="stdout"
     )

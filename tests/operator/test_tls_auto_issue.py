@@ -407,6 +407,18 @@ def test_with_auto_tls_switched_off_tls_auto_issue_is_reported_without_touching_
     assert not refusals, refusals
 
 
+def _serve_issued_chat(cluster: FakeKubeApiServer, reconciler: Reconciler) -> dict[str, Any]:
+    """Add the ``chat`` object (auto-issued TLS), reconcile, write the Secret cert-manager would for
+    the Certificate asked for, and reconcile again: the certificate is served. That Certificate."""
+    cluster.add(tls_igwc("chat"))
+    assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
+    certificate = find(cluster, "Certificate", "inference", "chat-gateway")
+    assert certificate is not None
+    write_tls_secret(cluster, "chat-gateway-tls", certificate["spec"]["dnsNames"])
+    assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
+    return certificate
+
+
 @pytest.mark.usefixtures("cert_manager")
 def test_status_names_what_the_imported_certificate_covers_not_what_the_spec_asks(
     cluster: FakeKubeApiServer, acm: Any
@@ -415,12 +427,7 @@ def test_status_names_what_the_imported_certificate_covers_not_what_the_spec_ask
     the spec, so right after a ``hostnames`` edit (cert-manager not done reissuing, or an issuer that
     refuses the new name for good) the status listed a name the load balancer's certificate lacks."""
     reconciler = Reconciler(Kube(cluster.api_client()), DataPlaneSettings(), **_options(acm))
-    cluster.add(tls_igwc("chat"))
-    assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
-    asked = find(cluster, "Certificate", "inference", "chat-gateway")
-    assert asked is not None
-    write_tls_secret(cluster, "chat-gateway-tls", asked["spec"]["dnsNames"])
-    assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
+    asked = _serve_issued_chat(cluster, reconciler)
 
     def names() -> list[str]:
         obj = find(cluster, "InferenceGatewayConfig", "inference", "chat")
@@ -653,12 +660,7 @@ def _issued_chat(
     reconciler = Reconciler(
         Kube(cluster.api_client()), DataPlaneSettings(), clock=lambda: now[0], **_options(acm)
     )
-    cluster.add(tls_igwc("chat"))
-    assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
-    applied = find(cluster, "Certificate", "inference", "chat-gateway")
-    assert applied is not None
-    write_tls_secret(cluster, "chat-gateway-tls", applied["spec"]["dnsNames"])
-    assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
+    _serve_issued_chat(cluster, reconciler)
     secret = find(cluster, "Secret", "inference", "chat-gateway-tls")
     assert secret is not None
     return reconciler, x509.load_pem_x509_certificate(base64.b64decode(secret["data"]["tls.crt"]))

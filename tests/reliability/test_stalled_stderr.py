@@ -33,6 +33,34 @@ def _command(kind: str, tmp_path: Path) -> list[str]:
     return ["global", "serve", "--config", str(config)]
 
 
+async def _start(kind: str, tmp_path: Path, *, stdout: int, stderr: int) -> asyncio.subprocess.Process:
+    """Start ``kind``'s server on a free loopback port with no drain, its stdout and stderr on the given
+    descriptors (pipes the test controls), so that every test here runs the same command line."""
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "igw.cli.main", *_command(kind, tmp_path),
+        "--host", "127.0.0.1", "--port", "0", "--drain-seconds", "0",
+        stdout=stdout, stderr=stderr,
+    )  # fmt: skip
+
+
+async def _serving(err_read: int) -> tuple[bytes, str, int]:
+    """Read the server's stderr (read end ``err_read``) until it says where it serves: what it printed
+    so far, the host and the port. Fails if it exits first (within 60 s a read)."""
+    printed = b""
+    while not (found := re.search(rb"serving .* at http://([\d.]+):(\d+)", printed)):
+        chunk = await asyncio.wait_for(asyncio.to_thread(os.read, err_read, 4096), timeout=60)
+        assert chunk, "the server exited before serving:\n" + printed.decode()
+        printed += chunk
+    return printed, found.group(1).decode(), int(found.group(2))
+
+
+async def _reap(proc: asyncio.subprocess.Process) -> None:
+    """Kill ``proc`` if a failed test left it running, and wait for it: no server outlives its test."""
+    if proc.returncode is None:
+        proc.kill()
+        await proc.wait()
+
+
 async def _refused(host: str, port: int) -> bytes:
     """Send :data:`MALFORMED` on a new connection; the answer (within 5 s)."""
     reader, writer = await asyncio.open_connection(host, port)
@@ -52,20 +80,11 @@ async def test_it_answers_while_its_stderr_is_not_read(kind: str, tmp_path: Path
     read_end, write_end = os.pipe()
     fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, 4 * select.PIPE_BUF)  # a small pipe: it fills at once
     full = fcntl.fcntl(write_end, fcntl.F_GETPIPE_SZ) - select.PIPE_BUF  # what a blocked writer left
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "igw.cli.main", *_command(kind, tmp_path),
-        "--host", "127.0.0.1", "--port", "0", "--drain-seconds", "0",
-        stdout=asyncio.subprocess.DEVNULL, stderr=write_end,
-    )  # fmt: skip
+    proc = await _start(kind, tmp_path, stdout=asyncio.subprocess.DEVNULL, stderr=write_end)
     os.close(write_end)
     drained: asyncio.Future[bytes] | None = None
     try:
-        printed = b""
-        while not (found := re.search(rb"serving .* at http://([\d.]+):(\d+)", printed)):
-            chunk = await asyncio.wait_for(asyncio.to_thread(os.read, read_end, 4096), timeout=60)
-            assert chunk, "the server exited before serving:\n" + printed.decode()
-            printed += chunk
-        host, port = found.group(1).decode(), int(found.group(2))
+        printed, host, port = await _serving(read_end)
         loop = asyncio.get_running_loop()
         refused = 0
         full_since: float | None = None
@@ -85,9 +104,7 @@ async def test_it_answers_while_its_stderr_is_not_read(kind: str, tmp_path: Path
         assert await asyncio.wait_for(proc.wait(), timeout=60) == 0
         stderr = (printed + await asyncio.wait_for(drained, timeout=30)).decode()
     finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
+        await _reap(proc)
         if drained is None:
             os.close(read_end)
     assert stderr.count("refused a malformed HTTP request") == refused
@@ -106,20 +123,11 @@ async def test_sigterm_ends_it_in_bounded_time_while_stdout_and_stderr_are_not_r
     out_read, out_write = os.pipe()
     for end in (err_write, out_write):
         fcntl.fcntl(end, fcntl.F_SETPIPE_SZ, 4 * select.PIPE_BUF)  # small pipes: they fill at once
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "igw.cli.main", *_command(kind, tmp_path),
-        "--host", "127.0.0.1", "--port", "0", "--drain-seconds", "0",
-        stdout=out_write, stderr=err_write,
-    )  # fmt: skip
+    proc = await _start(kind, tmp_path, stdout=out_write, stderr=err_write)
     os.close(err_write)
     os.close(out_write)
     try:
-        printed = b""
-        while not (found := re.search(rb"serving .* at http://([\d.]+):(\d+)", printed)):
-            chunk = await asyncio.wait_for(asyncio.to_thread(os.read, err_read, 4096), timeout=60)
-            assert chunk, "the server exited before serving:\n" + printed.decode()
-            printed += chunk
-        host, port = found.group(1).decode(), int(found.group(2))
+        _, host, port = await _serving(err_read)
         full = fcntl.fcntl(err_read, fcntl.F_GETPIPE_SZ) - select.PIPE_BUF
         refused = 0
         while unread(err_read) < full:  # stderr full: the writer thread is blocked in write()
@@ -138,9 +146,7 @@ async def test_sigterm_ends_it_in_bounded_time_while_stdout_and_stderr_are_not_r
         assert code == 0
         assert loop.time() - started < 10  # the drain (0 s) and two bounded flushes of 2 s
     finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
+        await _reap(proc)
         os.close(err_read)
         os.close(out_read)
 
@@ -153,22 +159,14 @@ async def test_a_closed_stdout_costs_one_traceback_and_its_lines_are_counted(tmp
     err_read, err_write = os.pipe()
     out_read, out_write = os.pipe()
     os.close(out_read)  # nobody will ever read stdout: each write raises EPIPE
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "igw.cli.main", *_command("gateway", tmp_path),
-        "--host", "127.0.0.1", "--port", "0", "--drain-seconds", "0",
-        stdout=out_write, stderr=err_write,
-    )  # fmt: skip
+    proc = await _start("gateway", tmp_path, stdout=out_write, stderr=err_write)
     os.close(err_write)
     os.close(out_write)
     drained: asyncio.Future[bytes] | None = None
     try:
-        printed = b""
-        while not (found := re.search(rb"serving .* at http://([\d.]+):(\d+)", printed)):
-            chunk = await asyncio.wait_for(asyncio.to_thread(os.read, err_read, 4096), timeout=60)
-            assert chunk, "the server exited before serving:\n" + printed.decode()
-            printed += chunk
+        printed, host, port = await _serving(err_read)
         drained = asyncio.ensure_future(asyncio.to_thread(read_to_end, err_read))
-        url = f"http://{found.group(1).decode()}:{int(found.group(2))}"
+        url = f"http://{host}:{port}"
         requests = 200
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as http:
             for _ in range(requests):  # one access line each (the endpoint refuses: a 5xx answer)
@@ -189,9 +187,7 @@ async def test_a_closed_stdout_costs_one_traceback_and_its_lines_are_counted(tmp
         assert await asyncio.wait_for(proc.wait(), timeout=30) == 0
         stderr = (printed + await asyncio.wait_for(drained, timeout=30)).decode()
     finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
+        await _reap(proc)
         if drained is None:
             os.close(err_read)
     assert stderr.count("--- Logging error ---") == 1, stderr[-3000:]

@@ -14,6 +14,8 @@ from pathlib import Path
 import orjson
 from aiohttp import web
 
+from tests.loopback import serving
+
 TOKEN = "top-secret-token-0123456789"
 PAGE = """\
 # TYPE igw_endpoint_queue_depth gauge
@@ -41,15 +43,8 @@ async def guarded_pages() -> AsyncIterator[tuple[str, list[str]]]:
     app = web.Application()
     app.router.add_get("/metrics", page)
     app.router.add_get("/readyz", page)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    try:
-        yield f"http://127.0.0.1:{port}", seen
-    finally:
-        await runner.cleanup()
+    async with serving(app) as url:
+        yield url, seen
 
 
 async def igw_top(*args: str, env: dict[str, str]) -> tuple[int, str]:
@@ -172,14 +167,8 @@ async def scripted_metrics(answers: list[tuple[int, str]]) -> AsyncIterator[str]
     app = web.Application()
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/readyz", ready)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    try:
-        yield f"http://127.0.0.1:{runner.addresses[0][1]}"
-    finally:
-        await runner.cleanup()
+    async with serving(app) as url:
+        yield url
 
 
 async def test_an_answer_retrying_will_not_change_ends_the_screenshot_at_once(tmp_path: Path) -> None:

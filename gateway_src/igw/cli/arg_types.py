@@ -33,6 +33,7 @@ from urllib.parse import urlsplit
 from igw.gateway.worker_count import MAX_WORKERS
 
 Number = TypeVar("Number", int, float)
+Listed = TypeVar("Listed", int, float, str)
 
 
 @dataclass(frozen=True)
@@ -121,12 +122,7 @@ class NumberList(Generic[Number]):
                     f"expected {self.__name__}, got {text!r} ({part!r} is not one)"
                 ) from None
         if self.distinct:
-            repeated = sorted({v for v in values if values.count(v) > 1})
-            if repeated:
-                raise argparse.ArgumentTypeError(
-                    f"expected {self.__name__}, each once, got {text!r} "
-                    f"({', '.join(str(v) for v in repeated)} given more than once)"
-                )
+            _refuse_repeated(values, expected=self.__name__, text=text)
         return values
 
     def outside(self) -> str | None:
@@ -300,6 +296,17 @@ def worker_policy_name(text: str) -> str:
     return name
 
 
+def _refuse_repeated(values: list[Listed], *, expected: str, text: str) -> None:
+    """Refuse a list option's ``text`` when its parsed ``values`` name one more than once (a typo, or
+    one run asked for twice), naming each repeated value; one wording for every list option."""
+    repeated = sorted({v for v in values if values.count(v) > 1})
+    if repeated:
+        raise argparse.ArgumentTypeError(
+            f"expected {expected}, each once, got {text!r} "
+            f"({', '.join(str(v) for v in repeated)} given more than once)"
+        )
+
+
 def name_list(text: str) -> list[str]:
     """Comma-separated names (``igw bench --policies``), none blank, each once; which names are known
     is for the command to say (the set differs by mode). ``--policies ,`` or ``--policies=`` (an unset
@@ -310,12 +317,7 @@ def name_list(text: str) -> list[str]:
         raise argparse.ArgumentTypeError(f"expected comma-separated names, got {text!r}")
     if not all(parts):
         raise argparse.ArgumentTypeError(f"expected comma-separated names, got {text!r} (a blank entry)")
-    repeated = sorted({p for p in parts if parts.count(p) > 1})
-    if repeated:
-        raise argparse.ArgumentTypeError(
-            f"expected comma-separated names, each once, got {text!r} "
-            f"({', '.join(repeated)} given more than once)"
-        )
+    _refuse_repeated(parts, expected="comma-separated names", text=text)
     return parts
 
 
