@@ -13,7 +13,9 @@ as its JSON answer.
 
 Decoding is bounded: the decoded bytes go through an :class:`~igw.gateway.answer_scan.AnswerScan`
 in pieces of at most :data:`PIECE_BYTES` (never held whole), and at most :data:`MAX_DECODED_BYTES`
-are decoded (a small body that inflates without end, a zip bomb, costs that much CPU and no more).
+are decoded (a small body that inflates without end, a zip bomb, costs that much CPU and no more),
+the event loop given a turn after each piece (:meth:`CodedScan.feed`; the relay of a decoded answer
+turns as it writes each piece), so a bomb delays no other request by more than a piece's decode.
 A gzip body is decoded member after member (RFC 1952 2.2: a gzip file is a series of members, as
 ``gzip`` writes files appended to each other and as a compressor flushing per piece may send; Python's
 ``gzip`` and browsers read them all); before session s43 only the first member was, so a client that
@@ -26,6 +28,7 @@ forward it uncharged. Bytes after the last member that start no gzip member are 
 
 from __future__ import annotations
 
+import asyncio
 import zlib
 from collections.abc import Iterator
 from typing import Final
@@ -34,6 +37,11 @@ from igw.gateway.answer_scan import AnswerScan
 
 PIECE_BYTES: Final = 1024 * 1024
 """The most decoded bytes produced by one step (what the decoder holds at once)."""
+INPUT_BYTES: Final = 16 * 1024
+"""The most coded bytes handed to zlib at once (what it copies of its input at a member's end)."""
+QUIET_STEPS: Final = 64
+"""Decoding steps in a row that decode nothing (empty gzip members) after which the event loop gets
+a turn (:meth:`CodedScan.decode` yields ``b""``)."""
 MAX_DECODED_BYTES: Final = 256 * 1024 * 1024
 """The most bytes one answer is decoded to (the cap on a plain whole answer,
 :data:`~igw.gateway.upstream_client.MAX_WHOLE_BODY_BYTES`)."""
@@ -107,16 +115,27 @@ class CodedScan:
         if wbits is None:
             self.unreadable = f"content coding {name.decode('latin-1')[:40]!r} the gateway cannot decode"
 
-    def feed(self, data: bytes) -> None:
-        """Decode ``data`` (the bytes after those fed before) and read what it decodes to."""
+    async def feed(self, data: bytes) -> None:
+        """Decode ``data`` (the bytes after those fed before) and read what it decodes to, giving the
+        event loop a turn after each piece (:meth:`decode`): a body that inflates to the bound holds
+        the loop for one piece at a time, not for the whole decode. Before session s43 this was one
+        synchronous call: a pod's 300 KB gzip bomb answering a client that accepts gzip held the
+        gateway's loop (every other request, ``/healthz`` included) for the 1.5 to 2.2 s zlib and the
+        usage scan took over 256 MiB."""
         for _ in self.decode(data):
-            pass
+            await asyncio.sleep(0)
 
     def decode(self, data: bytes) -> Iterator[bytes]:
         """Decode ``data`` (the bytes after those fed before), reading what it decodes to, and yield
         the decoded bytes a piece (at most :data:`PIECE_BYTES`) at a time: what the gateway forwards
-        to a client that does not accept the coding (:func:`accepts_coding`). Stops, with
-        :attr:`unreadable` set, at the first byte that is not valid or past the bound."""
+        to a client that does not accept the coding (:func:`accepts_coding`). After
+        :data:`QUIET_STEPS` steps in a row that decode nothing (empty gzip members) it yields ``b""``:
+        a turn for the event loop, nothing to forward. Stops, with :attr:`unreadable` set, at the
+        first byte that is not valid or past the bound.
+
+        zlib is handed at most :data:`INPUT_BYTES` of ``data`` at a time: it copies what it leaves
+        of its input at each member's end, so before session s43 a MiB of empty gzip members (20
+        bytes each) cost time growing with the square of their number, 1.9 s in one call."""
         decoder = self._decoder
         if decoder is None or self.unreadable is not None or self._trailing:
             return
@@ -125,22 +144,31 @@ class CodedScan:
                 self._first = False
                 if self._wbits == 15 and (data[0] & 0x0F) != 8:  # no zlib header: raw deflate
                     decoder = self._decoder = zlib.decompressobj(_RAW_DEFLATE)
-            while data:
+            taken = 0  # the bytes of ``data`` handed to zlib so far
+            held = b""  # what zlib left of them, still to decode
+            quiet = 0
+            while held or taken < len(data):
+                if not held:
+                    held = data[taken : taken + INPUT_BYTES]
+                    taken += len(held)
                 if decoder.eof and self._wbits == _GZIP_WBITS:  # the next gzip member (RFC 1952 2.2)
                     decoder = self._decoder = zlib.decompressobj(_GZIP_WBITS)
-                piece = decoder.decompress(data, PIECE_BYTES)
-                data = decoder.unconsumed_tail
+                piece = decoder.decompress(held, PIECE_BYTES)
+                held = decoder.unconsumed_tail
                 self._decoded += len(piece)
                 if self._decoded > MAX_DECODED_BYTES:
                     self.unreadable = f"it decodes to more than {MAX_DECODED_BYTES} bytes"
                     self._decoder = None
                     return
                 self.scan.feed(piece)
-                if piece:
+                quiet = 0 if piece else quiet + 1
+                if piece or quiet == QUIET_STEPS:
+                    quiet = 0
                     yield piece
                 if decoder.eof:
-                    data = decoder.unused_data
-                    if self._wbits != _GZIP_WBITS or not _GZIP_MAGIC.startswith(data[:2]):
+                    held = decoder.unused_data
+                    after = (held + data[taken : taken + 2])[:2]
+                    if self._wbits != _GZIP_WBITS or not _GZIP_MAGIC.startswith(after):
                         self._trailing = True  # what follows the stream (no gzip member) is not read
                         return
         except zlib.error as exc:
