@@ -1,0 +1,62 @@
+"""A shared rate-limit Redis that is slow, not down: every reply late, within ``commandTimeout``.
+
+A loaded ElastiCache node or a lossy path answers each command in a few hundred milliseconds. The
+gateway must then wait for it (each decision bounded by ``connectTimeout`` + ``commandTimeout``),
+not take it for down: a decision that runs past that deadline is cancelled, which closes its
+connection, so a decision that spends round trips it does not need (a connection's handshake, a
+script's first load) fails every time on a Redis slow enough, each time on a new connection
+(:mod:`igw.config.redis_client`)."""
+
+from __future__ import annotations
+
+import ssl
+import time
+from pathlib import Path
+from typing import Any
+
+from tests.gateway.fake_model_server import FakeModelServer, running
+from tests.security.delay_proxy import delay_proxy
+from tests.security.helpers import JwksServer, RedisServer, TokenFactory
+from tests.security.test_gateway_e2e import secured_gateway
+
+
+async def test_a_redis_answering_within_its_command_timeout_keeps_deciding(
+    tmp_path: Path,
+    jwks_server: JwksServer,
+    client_ssl: ssl.SSLContext,
+    tokens: TokenFactory,
+    redis_server: RedisServer,
+) -> None:
+    """Every Redis reply 200 ms late (``commandTimeout`` 250 ms, the default), ``deny``: the
+    gateway's requests are decided by Redis, each request waiting on it, and Redis is never taken
+    for down. Before session s43 every decision failed (a new connection's ``HELLO`` and
+    ``CLIENT SETINFO``, then the script's ``EVALSHA``: 600 ms, past the 500 ms deadline), so every
+    request got ``429 rate_limiter_unavailable``, on a Redis answering each command in time."""
+    limits: dict[str, Any] = {
+        "rateLimits": {
+            "backend": "redis",
+            "redis": {"url": "", "retryAfterFailure": "1s"},
+            "onRedisUnavailable": "deny",
+            "default": {"requestsPerSecond": 100, "tokensPerMinute": 60000},
+        }
+    }
+    with delay_proxy(redis_server.port, delay_s=0.2) as proxy:
+        limits["rateLimits"]["redis"]["url"] = proxy.url
+        async with (
+            running(FakeModelServer("a"), FakeModelServer("b")) as servers,
+            secured_gateway(
+                tmp_path, servers, issuer=jwks_server, client_ssl=client_ssl, extensions=limits
+            ) as gw,
+        ):
+            tokens.clock.now = time.time()
+            headers = {"Authorization": f"Bearer {tokens.token()}"}
+            statuses = []
+            for _ in range(3):
+                body = {"model": "m", "prompt": "hello"}
+                async with gw.http.post(gw.url + "/v1/completions", json=body, headers=headers) as resp:
+                    await resp.read()
+                statuses.append(resp.status)
+            sample = gw.registry.get_sample_value
+            assert statuses == [200, 200, 200]
+            assert not sample("igw_ratelimit_backend_errors_total", {"backend": "redis"})
+            assert sample("igw_ratelimit_backend_up", {"backend": "redis"}) == 1
