@@ -8,13 +8,18 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+import pytest
+
 from igw.gateway.heartbeat import HeartbeatPublisher, HeartbeatSettings
+from igw.global_router.heartbeats import HeartbeatReader, HeartbeatSourceRefused
 from tests.gateway.fake_model_server import FakeModelServer, running
 from tests.gateway.support import config_doc, scheduler
+from tests.global_router.support import redis_on_path
 from tests.security.delay_proxy import delay_proxy
-from tests.security.helpers import RedisServer
+from tests.security.helpers import RedisServer, start_redis
 
 
 async def test_a_slow_store_does_not_stretch_the_publication_interval(
@@ -40,3 +45,22 @@ async def test_a_slow_store_does_not_stretch_the_publication_interval(
                 assert publisher.published >= 5, publisher.published
             finally:
                 await publisher.stop()
+
+
+async def test_a_store_wanting_a_password_none_sent_is_refused_named_with_many_clusters(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No ``HELLO`` before the first command (a slow store's round trip saved), so the read itself
+    meets the store's demand for a password: with four clusters or more it has more than 10
+    arguments, which Redis refuses with ``Protocol error: unauthenticated multibulk length``, not
+    ``NOAUTH``. It must still read as the configuration error it is (naming ``passwordEnv``), not
+    as an outage that suspends staleness without saying why."""
+    monkeypatch.setenv("PATH", redis_on_path())
+    server = start_redis(tmp_path, password="s3cret-store")
+    reader = HeartbeatReader(url=server.url, key_prefix="p:", clusters=["a", "b", "c", "d", "e"])
+    try:
+        with pytest.raises(HeartbeatSourceRefused, match="requires a password and none is configured"):
+            await reader.read()
+    finally:
+        await reader.close()
+        server.stop()

@@ -42,7 +42,12 @@ def lean_handshake() -> dict[str, Any]:
 
 
 class LuaScript:
-    """A Lua script run in one round trip: by its SHA1 while the server holds it, else by its text."""
+    """A Lua script run in one round trip: by its SHA1 while the server holds it, else by its text.
+
+    A server that requires a password refuses a command of more than 10 arguments from a connection
+    that sent none with ``Protocol error: unauthenticated multibulk length`` rather than ``NOAUTH``;
+    with no ``HELLO`` before it (:func:`lean_handshake`) a script's call is such a command, so that
+    refusal is raised as ``AuthenticationError``, as ``NOAUTH`` is, and read as a missing password."""
 
     def __init__(self, body: str) -> None:
         self.body = body
@@ -51,10 +56,15 @@ class LuaScript:
     async def __call__(self, client: Any, *, keys: list[str], args: list[Any]) -> Any:
         """The script's answer on ``client`` (a ``redis.asyncio.Redis``); Redis errors raise."""
         # deferred: optional dependency: redis is imported only when a Redis feature is configured
-        from redis.exceptions import NoScriptError
+        from redis.exceptions import AuthenticationError, NoScriptError, ResponseError
 
         try:
-            return await client.evalsha(self.sha, len(keys), *keys, *args)
-        except NoScriptError:
-            # EVAL stores the script as it runs it: the next EVALSHA finds it
-            return await client.eval(self.body, len(keys), *keys, *args)
+            try:
+                return await client.evalsha(self.sha, len(keys), *keys, *args)
+            except NoScriptError:
+                # EVAL stores the script as it runs it: the next EVALSHA finds it
+                return await client.eval(self.body, len(keys), *keys, *args)
+        except ResponseError as exc:
+            if "unauthenticated" not in str(exc):
+                raise
+            raise AuthenticationError(f"Authentication required ({exc})") from exc
