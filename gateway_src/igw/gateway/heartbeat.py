@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from igw.config.durations import parse_duration
+from igw.config.redis_client import lean_handshake
 from igw.config.redis_password import redis_password
 from igw.gateway.emf import quantile
 from igw.gateway.heartbeat_message import Heartbeat, PoolLoad
@@ -267,6 +268,7 @@ class HeartbeatPublisher:
             password=password,
             socket_connect_timeout=0.5,
             socket_timeout=0.5,
+            **lean_handshake(),  # no round trip before the first write (igw.config.redis_client)
         )
         self._window = LoadWindow(settings.window_s)
         self._field = settings.field
@@ -276,7 +278,11 @@ class HeartbeatPublisher:
         replica first saw that ``seq``, on ``clock``)."""
         self._seq = 0
         self._failing = False
-        self._ticker = Ticker(self._tick, interval_s=settings.interval_s, name="igw-heartbeat")
+        # at a fixed rate: a slow store must not stretch the interval the routers' staleness
+        # counts on (until session s43, 1 s + the round trips: 1.45 s on a store answering in 0.45 s)
+        self._ticker = Ticker(
+            self._tick, interval_s=settings.interval_s, name="igw-heartbeat", fixed_rate=True
+        )
 
     @property
     def published(self) -> int:

@@ -14,6 +14,10 @@ class Ticker:
     asyncio client can swallow a ``CancelledError`` that arrives while it checks a pooled
     connection, which would leave a cancelled loop running and ``stop`` waiting forever. The task
     is still cancelled if it does not end within ``stop_timeout_s``.
+
+    ``fixed_rate``: ticks start every ``interval_s`` (the next at once when one took longer), rather
+    than ``interval_s`` after the last one ended; for a tick whose period is a promise to others
+    (a heartbeat, whose readers judge staleness by it), so that a slow store does not stretch it.
     """
 
     def __init__(
@@ -23,8 +27,10 @@ class Ticker:
         interval_s: float,
         name: str,
         stop_timeout_s: float = 2.0,
+        fixed_rate: bool = False,
     ) -> None:
         self._tick = tick
+        self._fixed_rate = fixed_rate
         self._interval_s = interval_s
         self._name = name
         self._stop_timeout_s = stop_timeout_s
@@ -32,10 +38,15 @@ class Ticker:
         self._task: asyncio.Task[None] | None = None
 
     async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
         while not self._stopping.is_set():
+            started = loop.time()
             await self._tick()
+            wait = self._interval_s
+            if self._fixed_rate:
+                wait = max(0.0, started + self._interval_s - loop.time())
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), self._interval_s)
+                await asyncio.wait_for(self._stopping.wait(), wait)
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name=self._name)

@@ -78,8 +78,10 @@ class Fleet:
         """The clusters each request body that a cluster answered with a 500 failed at: the same
         body failing at a second cluster is the request's fault, counted at neither
         (:mod:`igw.scheduling.request_faults`)."""
+        # at a fixed rate: a cluster's staleness runs from the read that saw its seq change, so a
+        # read the store answers late must not also delay the next (s43)
         self._ticker = Ticker(
-            self._tick, interval_s=config.heartbeats.poll_interval_s, name="igw-global-poll"
+            self._tick, interval_s=config.heartbeats.poll_interval_s, name="igw-global-poll", fixed_rate=True
         )
         self._logged_down = False
         self.source_problem: str | None = None

@@ -50,6 +50,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Final
 
+from igw.config.redis_client import LuaScript, lean_handshake
 from igw.errors import IgwGatewayError
 from igw.gateway.heartbeat_message import Heartbeat
 from igw.global_router.replicas import ReplicaMerge
@@ -186,7 +187,11 @@ class HeartbeatReader:
         import redis.asyncio as redis_asyncio
 
         self._client = redis_asyncio.Redis.from_url(
-            url, password=password, socket_connect_timeout=timeout_s, socket_timeout=timeout_s
+            url,
+            password=password,
+            socket_connect_timeout=timeout_s,
+            socket_timeout=timeout_s,
+            **lean_handshake(),  # no round trip before the first read (igw.config.redis_client)
         )
         self._password_env = password_env
         self._clusters = tuple(clusters)
@@ -205,7 +210,7 @@ class HeartbeatReader:
         """The clusters whose last heartbeat read said ``draining`` (every live gateway replica
         stopping): their key vanishing next is their last replica's goodbye (``gone``)."""
         """The clusters whose key the store lost (the module's docstring), not written again since."""
-        self._fetch_script = self._client.register_script(_FETCH)
+        self._fetch_script = LuaScript(_FETCH)  # one round trip, the first read included
         self._refused: set[str] = set()
         """The clusters whose key was too large to read (or of another type) at the last read."""
 
@@ -303,7 +308,9 @@ class HeartbeatReader:
 
         try:
             results = await self._fetch_script(
-                keys=self._keys, args=[MAX_REPLICA_FIELDS, MAX_KEY_BYTES, MAX_READ_FIELDS, MAX_READ_BYTES]
+                self._client,
+                keys=self._keys,
+                args=[MAX_REPLICA_FIELDS, MAX_KEY_BYTES, MAX_READ_FIELDS, MAX_READ_BYTES],
             )
         except (AuthenticationError, AuthorizationError, NoPermissionError) as exc:
             has_password = bool(self._client.connection_pool.connection_kwargs.get("password"))

@@ -102,8 +102,15 @@ class BackendOutage:
         return self._clock() >= self._down_until
 
     def ok(self) -> None:
-        """The backend answered: the end of an outage is logged once."""
-        if self._down_logged:
+        """The backend answered: the end of an outage is logged once.
+
+        Only an answer to a call made after ``retryAfterFailure`` ends an outage: a call in flight
+        when another failed may answer just after (a slow Redis, near ``commandTimeout``), which
+        says nothing of Redis now, and the policy stays applied until then anyway. Until session
+        s43 such an answer logged "answering again" and set ``igw_ratelimit_backend_up`` to 1
+        while every request met ``onRedisUnavailable``, and the next call in flight to fail logged
+        the outage again: one ERROR and one WARNING per call in flight, in one outage."""
+        if self._down_logged and self.usable():
             log.warning("rate-limit backend %s is answering again", self._name)
             self._down_logged = False
             if self._metrics is not None:

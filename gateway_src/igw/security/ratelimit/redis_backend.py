@@ -19,6 +19,7 @@ from typing import Any, Final
 import redis.asyncio as redis_asyncio
 from redis.exceptions import RedisError
 
+from igw.config.redis_client import LuaScript, lean_handshake
 from igw.config.redis_password import redis_password
 from igw.security.ratelimit.backend import HOLD_TTL_S, BackendUnavailable
 from igw.security.ratelimit.buckets import Decision, token_rate, tokens_needed
@@ -115,11 +116,13 @@ class RedisBuckets:
             socket_connect_timeout=settings.connect_timeout_s,
             socket_timeout=settings.command_timeout_s,
             retry_on_timeout=False,
+            # a new connection's first round trip is its first command (:mod:`igw.config.redis_client`)
+            **lean_handshake(),
         )
         # from_pool: the client closes the pool with it (types-redis predates from_pool)
         self._client: redis_asyncio.Redis[bytes] = redis_asyncio.Redis.from_pool(pool)  # type: ignore[attr-defined]
-        self._script = self._client.register_script(_SCRIPT)
-        self._release = self._client.register_script(_RELEASE)
+        self._script = LuaScript(_SCRIPT)
+        self._release = LuaScript(_RELEASE)
 
     @property
     def _deadline_s(self) -> float:
@@ -132,7 +135,7 @@ class RedisBuckets:
         return [f"{base}:req", f"{base}:tok"]
 
     async def _run(self, tenant: str, args: list[Any]) -> list[int]:
-        result = await self._call(self._script(keys=self._keys(tenant), args=args))
+        result = await self._call(self._script(self._client, keys=self._keys(tenant), args=args))
         return [int(x) for x in result]
 
     async def _call(self, command: Awaitable[Any]) -> Any:
@@ -175,7 +178,7 @@ class RedisBuckets:
         await self._call(self._client.set(self._held_key(key), held, ex=int(HOLD_TTL_S), nx=True))
 
     async def release(self, key: str) -> tuple[str, int] | None:
-        held = await self._call(self._release(keys=[self._held_key(key)]))
+        held = await self._call(self._release(self._client, keys=[self._held_key(key)], args=[]))
         if not held:
             return None
         tokens, _, tenant = bytes(held).decode().partition(":")
