@@ -218,6 +218,29 @@ def unread(fd: int) -> int:
     return int.from_bytes(size, sys.byteorder)
 
 
+def writer_blocked(pid: int, fd: int) -> bool:
+    """Whether a thread of process ``pid`` sleeps in a write to a pipe on its descriptor ``fd`` (Linux:
+    the thread's ``wchan`` and ``syscall``). Why not :func:`unread` alone: the log writers write whole
+    lines in pieces of at most ``PIPE_BUF`` bytes, each atomic, and the kernel puts a piece that does
+    not fit the pipe's last page into a page of its own, so a blocked writer may leave most of a small
+    pipe empty."""
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            wchan = (task / "wchan").read_text()
+            call = (task / "syscall").read_text().split()
+        except OSError:
+            continue
+        if "pipe_write" in wchan and len(call) > 1 and call[1] == hex(fd):
+            return True
+    return False
+
+
+def pipe_stalled(read_end: int, *, full: int, pid: int, fd: int) -> bool:
+    """Whether the pipe read at ``read_end`` holds back process ``pid``'s writes to its ``fd``: it is
+    full (:func:`unread`), or a writer sleeps on it (:func:`writer_blocked`)."""
+    return unread(read_end) >= full or writer_blocked(pid, fd)
+
+
 def read_to_end(fd: int) -> bytes:
     """Everything written to the pipe whose read end is ``fd`` until its writers close it; closes ``fd``."""
     chunks = []

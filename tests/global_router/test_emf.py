@@ -31,7 +31,7 @@ from igw.global_router.metrics import FleetMetrics
 from igw.global_router.server import ROUTER_KEY, create_global_app
 from tests.gateway.fake_model_server import FakeModelServer
 from tests.gateway.support import wait_for
-from tests.global_router.support import MODEL, global_doc, read_to_end, unread
+from tests.global_router.support import MODEL, global_doc, pipe_stalled, read_to_end
 from tests.security.helpers import RedisServer
 
 BURST = 30
@@ -231,10 +231,10 @@ async def test_global_serve_answers_while_its_stdout_is_not_read(
                 async with http.post(url + "/v1/completions", json={"model": MODEL, "prompt": "x"}) as resp:
                     assert resp.status == 200, await resp.text()
                 answered += 1
-                if full_since is None and unread(read_end) >= full:
+                if full_since is None and pipe_stalled(read_end, full=full, pid=proc.pid, fd=1):
                     full_since = loop.time()
                 assert answered < 20_000, "the router's stdout never filled"
-        assert unread(read_end) >= full
+        assert pipe_stalled(read_end, full=full, pid=proc.pid, fd=1)
         drained = asyncio.ensure_future(asyncio.to_thread(read_to_end, read_end))
         proc.send_signal(signal.SIGTERM)
         assert await asyncio.wait_for(proc.wait(), timeout=60) == 0

@@ -17,7 +17,7 @@ import aiohttp
 import pytest
 import yaml
 
-from tests.global_router.support import global_doc, read_to_end, unread
+from tests.global_router.support import global_doc, pipe_stalled, read_to_end
 from tests.reliability.harness import gateway_doc, write_config
 
 MALFORMED = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n"
@@ -91,7 +91,7 @@ async def test_it_answers_while_its_stderr_is_not_read(kind: str, tmp_path: Path
         while full_since is None or loop.time() - full_since < 2:  # the pipe full, then 2 s more
             assert (await _refused(host, port)).startswith(b"HTTP/1.1 400 ")
             refused += 1
-            if full_since is None and unread(read_end) >= full:
+            if full_since is None and pipe_stalled(read_end, full=full, pid=proc.pid, fd=2):
                 full_since = loop.time()
             assert refused < 20_000, "the server's stderr never filled"
         async with (
@@ -130,7 +130,7 @@ async def test_sigterm_ends_it_in_bounded_time_while_stdout_and_stderr_are_not_r
         _, host, port = await _serving(err_read)
         full = fcntl.fcntl(err_read, fcntl.F_GETPIPE_SZ) - select.PIPE_BUF
         refused = 0
-        while unread(err_read) < full:  # stderr full: the writer thread is blocked in write()
+        while not pipe_stalled(err_read, full=full, pid=proc.pid, fd=2):  # the writer blocked in write()
             assert (await _refused(host, port)).startswith(b"HTTP/1.1 400 ")
             refused += 1
             assert refused < 20_000, "the server's stderr never filled"
