@@ -19,7 +19,7 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping, MutableSequence, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Final
 
 from tests.fakes.kube_admission import Admission, admit, admit_status
 from tests.fakes.kube_crd_validation import crd_errors, stored_versions, with_defaults
@@ -199,6 +199,23 @@ NAMESPACE_KEY = ("", "v1", "namespaces")
 MAX_GENERATED_NAME_BASE = 58
 """apiserver's ``names.MaxGeneratedNameLength`` (63 less the 5 random characters): a longer
 ``generateName`` is cut to it before the suffix is added."""
+
+
+RESOURCE_VERSION_SET_ON_CREATE: Final = "resourceVersion should not be set on objects to be created"
+"""``storage.ErrResourceVersionSetOnCreate``: the etcd3 store's ``Create`` refuses an object that
+carries a resourceVersion (after admission, before it looks for an existing key). The error is no
+``Status``, so the REST handler answers it as ``ErrorToAPIStatus`` answers any such error: 500, no
+reason, this message (``kubectl`` prints ``Error from server: error when creating ...``). An export
+(``kubectl get -o yaml``) carries one, so restoring it unstripped fails on a cluster. The dry-run
+storage answers a dry-run create without that check, and so does the fake."""
+
+
+def _version_set(meta: Mapping[str, Any]) -> bool:
+    """Whether ``meta.resourceVersion`` is one the API server refuses on create: a non-zero unsigned
+    integer, as ``APIObjectVersioner.ObjectResourceVersion`` parses it (empty, ``"0"`` or one that
+    does not parse, ``"-1"`` say, gets through: kubernetes/kubernetes#113847)."""
+    version = str(meta.get("resourceVersion") or "")
+    return version.isascii() and version.isdigit() and 0 < int(version) < 2**64
 
 
 def generated_name(base: str) -> str:
@@ -411,6 +428,8 @@ class KubeStore:
             if kind.namespaced and namespace in self.deleted_namespaces:
                 details = {"name": namespace, "kind": "namespaces"}
                 raise StoreError(404, "NotFound", f'namespaces "{namespace}" not found', details=details)
+            if not dry_run and _version_set(meta):
+                raise StoreError(500, "", RESOURCE_VERSION_SET_ON_CREATE)
             if key in self._objects:
                 raise StoreError(409, "AlreadyExists", f'{kind.plural} "{name}" already exists')
             body["apiVersion"] = kind.api_version

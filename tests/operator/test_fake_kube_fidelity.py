@@ -668,3 +668,39 @@ def test_deleting_a_crd_ends_the_watches_on_its_kind(kube: FakeKubeApiServer) ->
     assert [json.loads(line)["type"] for line in lines if line] == ["ADDED", "DELETED"]
     assert kube.open_watches() == []
     assert _status_of(kube, path) == 404
+
+
+@needs_kubectl
+def test_a_create_carrying_a_resource_version_is_refused_as_etcd3_refuses_it(
+    kube: FakeKubeApiServer, tmp_path: Path
+) -> None:
+    """The etcd3 store's ``Create`` refuses an object with a resourceVersion
+    (``storage.ErrResourceVersionSetOnCreate``), an error no ``Status``, so the API server answers
+    500 with no reason and that message; the fake stored it, so a restore of an unstripped export
+    (``kubectl get -o yaml``) by a client that sends it as it is (``kubectl create --raw``, the
+    ``kubernetes`` client, kopf) passed here and fails on a cluster. ``kubectl create -f`` itself
+    clears the field first (``resource.Helper.Create``); a dry run skips the check (the dry-run
+    storage); ``"-1"``, which does not parse as a version, gets through (kubernetes#113847)."""
+    install_crd(kube)
+    exported = igwc("chat")
+    exported["metadata"]["resourceVersion"] = "18"
+    manifest = tmp_path / "chat.json"
+    manifest.write_text(json.dumps(exported))
+    collection = f"{IGWC_PATH}/namespaces/inference/inferencegatewayconfigs"
+    refused = kubectl(kube, tmp_path, "create", "--raw", collection, "-f", str(manifest))
+    assert refused.returncode != 0
+    assert "Error from server: resourceVersion should not be set on objects to be created" in refused.stderr
+    assert find(kube, "InferenceGatewayConfig", "inference", "chat") is None
+    with pytest.raises(urllib.error.HTTPError) as raw:
+        _request(kube, "POST", collection, exported)
+    status = json.loads(raw.value.read())
+    assert (raw.value.code, status["code"], "reason" in status) == (500, 500, False)
+    assert status["message"] == "resourceVersion should not be set on objects to be created"
+    assert _request(kube, "POST", f"{collection}?dryRun=All", exported)["metadata"]["name"] == "chat"
+
+    created = kubectl(kube, tmp_path, "create", "-f", str(manifest))  # kubectl clears it
+    assert created.returncode == 0, created.stderr
+    assert find(kube, "InferenceGatewayConfig", "inference", "chat")["metadata"]["resourceVersion"] != "18"  # type: ignore[index]
+    unparsed = _config_map("c", resourceVersion="-1")
+    made = _request(kube, "POST", "/api/v1/namespaces/default/configmaps", unparsed)
+    assert made["metadata"]["name"] == "c"

@@ -108,6 +108,21 @@ def test_no_model_server_at_all_is_the_cause_named_before_the_unready_gateway() 
     assert _conditions(status)["Ready"] == ("False", "GatewayNotReady")
 
 
+def test_bbr_ready_names_the_missing_model_servers_as_ready_does() -> None:
+    """Body-based routing runs in the gateway pods, so before any model server is ready BBRReady
+    is False for the same cause as Ready; it said ``GatewayNotReady`` ("no gateway replica is ready
+    yet") while Ready said ``NoReadyEndpoints``, two answers to one question. Once a model server is
+    ready and the gateway still is not, both say ``GatewayNotReady``."""
+    unready = {"metadata": {"generation": 1}, "spec": {"replicas": 2}, "status": {}}
+    status, _ = compute_status(_igwc(), _seen({"llama": [], "qwen": []}, deployment=unready), now=NOW)
+    conditions = _conditions(status)
+    assert conditions["BBRReady"] == conditions["Ready"] == ("False", "NoReadyEndpoints")
+    one_pod = {"llama": [make_pod(name="a", labels={"app": "llama"})], "qwen": []}
+    status, _ = compute_status(_igwc(), _seen(one_pod, deployment=unready), now=NOW)
+    conditions = _conditions(status)
+    assert conditions["BBRReady"] == conditions["Ready"] == ("False", "GatewayNotReady")
+
+
 def test_refused_spec_blocks_admission_but_keeps_the_served_one() -> None:
     refusal = Refusal(
         "InvalidSpec", ("spec.schedulers[0].targetPort: must be at most 65535 [schema.maximum]",)

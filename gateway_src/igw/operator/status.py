@@ -11,7 +11,8 @@ Conditions (the AWS set, see ``docs/operating.md`` for every reason):
   served ConfigMap was rewritten outside the operator into no valid config (``ServedConfigInvalid``),
   or what runs could not be read (``ObserveFailed``: the API server refused a read, RBAC or a policy).
 * ``BBRReady`` - body-based routing is on and a gateway replica is ready (``Ready``), waiting
-  (``GatewayNotReady``), or switched off (``Disabled``).
+  (``GatewayNotReady``; ``NoReadyEndpoints`` while no model-server pod is ready, as ``Ready``
+  says, since body-based routing runs in the gateway pods), or switched off (``Disabled``).
 * ``Ready`` - programmed, at least one gateway replica ready and every scheduler has a ready
   endpoint (``Ready``), else the first reason that fails; with no ready model-server pod at all
   ``NoReadyEndpoints`` before ``GatewayNotReady``, since a gateway pod is ready only once some
@@ -294,6 +295,10 @@ def _conditions(
         out["GatewayProgrammed"] = ("True", "Programmed", applied)
     else:
         out["GatewayProgrammed"] = ("False", "NotProgrammed", "no spec of this object has been admitted yet")
+    without = [s["name"] for s in schedulers if s["endpoints"]["ready"] == 0]
+    # A gateway pod's /readyz needs a Ready model-server pod of some scheduler, so with none the
+    # gateway cannot become ready: that is the cause to report, not the unready Deployment.
+    no_model_server = gateway_ready == 0 and bool(schedulers) and len(without) == len(schedulers)
     if not (spec.get("bbr") or {}).get("enabled", True):
         out["BBRReady"] = (
             "False",
@@ -308,14 +313,18 @@ def _conditions(
             "Ready",
             f"{gateway_ready} gateway replica(s) route by the request body's model",
         )
+    elif no_model_server and out["GatewayProgrammed"][0] == "True":
+        out["BBRReady"] = (
+            "False",
+            "NoReadyEndpoints",
+            "no gateway replica is ready, and none can be before a model-server pod of some scheduler "
+            "is (body-based routing runs in the gateway pods)",
+        )
     else:
         out["BBRReady"] = ("False", "GatewayNotReady", "no gateway replica is ready yet")
-    without = [s["name"] for s in schedulers if s["endpoints"]["ready"] == 0]
     if out["GatewayProgrammed"][0] != "True":
         out["Ready"] = ("False", "NotProgrammed", out["GatewayProgrammed"][2])
-    elif gateway_ready == 0 and schedulers and len(without) == len(schedulers):
-        # A gateway pod's /readyz needs a Ready model-server pod of some scheduler, so with none the
-        # gateway cannot become ready: that is the cause to report, not the unready Deployment.
+    elif no_model_server:
         out["Ready"] = (
             "False",
             "NoReadyEndpoints",
