@@ -94,12 +94,30 @@ class BackendOutage:
         self._metrics = metrics
         self._down_until = float("-inf")
         self._down_logged = False
+        self._probe_s = settings.redis.connect_timeout_s + settings.redis.command_timeout_s
+        self._probe_until = float("-inf")
         if metrics is not None:
             metrics.ratelimit_backend_up.labels(backend=name).set(1)
 
     def usable(self) -> bool:
-        """Whether the backend may be asked now (not within ``retryAfterFailure`` of a failure)."""
-        return self._clock() >= self._down_until
+        """Whether the backend may be asked now: not within ``retryAfterFailure`` of a failure, and
+        past it, by one call at a time (the probe) until one answers and ends the outage.
+
+        The calls made while a probe is in flight (for up to ``connectTimeout`` + ``commandTimeout``,
+        its deadline, so that a probe cancelled with its request is not waited on past it) keep the
+        policy. Until session s44 every call made once ``retryAfterFailure`` had passed asked Redis:
+        with Redis still frozen, each request arriving within the timeout of the window's end waited
+        the whole timeout and took a connection (and counted an error), and a Redis coming back met
+        every waiting decision at once."""
+        now = self._clock()
+        if now < self._down_until:
+            return False
+        if not self._down_logged:
+            return True
+        if now < self._probe_until:
+            return False
+        self._probe_until = now + self._probe_s
+        return True
 
     def ok(self) -> None:
         """The backend answered: the end of an outage is logged once.
@@ -110,9 +128,10 @@ class BackendOutage:
         s43 such an answer logged "answering again" and set ``igw_ratelimit_backend_up`` to 1
         while every request met ``onRedisUnavailable``, and the next call in flight to fail logged
         the outage again: one ERROR and one WARNING per call in flight, in one outage."""
-        if self._down_logged and self.usable():
+        if self._down_logged and self._clock() >= self._down_until:
             log.warning("rate-limit backend %s is answering again", self._name)
             self._down_logged = False
+            self._probe_until = float("-inf")
             if self._metrics is not None:
                 self._metrics.ratelimit_backend_up.labels(backend=self._name).set(1)
 
