@@ -9,6 +9,7 @@ import signal
 
 import aiohttp
 import pytest
+import redis
 from prometheus_client.parser import text_string_to_metric_families
 
 from igw.gateway.guards import GuardDenied
@@ -203,3 +204,63 @@ async def test_a_frozen_redis_is_met_once_not_once_per_limit(
     lines = [r.getMessage() for r in caplog.records if r.name == "igw.security.ratelimit"]
     assert sum("rate-limit backend redis unavailable" in line for line in lines) == 1, lines
     assert sum("rate-limit backend redis is answering again" in line for line in lines) == 1, lines
+
+
+def _script_calls(redis_server: RedisServer) -> int:
+    """Scripts the Redis has run so far (``EVALSHA`` and ``EVAL``: one round trip each)."""
+    client = redis.Redis(host="127.0.0.1", port=redis_server.port)
+    try:
+        stats = client.info("commandstats")
+    finally:
+        client.close()
+    return sum(int(stats.get(f"cmdstat_{name}", {}).get("calls", 0)) for name in ("evalsha", "eval"))
+
+
+@pytest.mark.parametrize("backend", ["redis", "local"])
+async def test_a_request_its_model_limit_refuses_takes_nothing_from_the_tenant_limit(
+    backend: str, redis_server: RedisServer
+) -> None:
+    """A tenant-wide limit (burst 2) and a per-model one (burst 1 for ``m0``): one ``m0`` request
+    admitted, three refused by the model limit; the tenant has spent one of its two requests, and
+    its next request to ``m1`` is admitted. Each decision is one Redis round trip, both limits
+    decided by one script. Before session s44 the router asked the tenant-wide limit, then the
+    model's: a refused request waited two round trips and took a tenant-wide request token, so the
+    refusals of ``m0`` refused the tenant's ``m1`` requests too (probe: ``m1`` 429 after three
+    ``m0`` refusals; two ``EVALSHA`` per request)."""
+    cluster = FakeModelServer("east-a")
+    await cluster.start()
+    doc = global_doc(
+        [{"name": "east-a", "region": "east", "endpoint": f"http://{cluster.key}", "models": ["m0", "m1"]}],
+        heartbeats={"required": False},
+        rateLimits={
+            "backend": backend,
+            "redis": {"url": redis_server.url, "keyPrefix": "t:grl:"},
+            "default": {"requestsPerSecond": 0.001, "burst": 2},
+        },
+        modelRateLimits=[{"tenant": "*", "model": "m0", "requestsPerSecond": 0.001, "burst": 1}],
+    )
+    app = create_global_app(parse_global_config(doc), read_heartbeats=False)
+    try:
+        async with serve_app(app, host="127.0.0.1", port=0) as url, aiohttp.ClientSession() as http:
+
+            async def completion(model: str) -> tuple[int, int, str]:
+                before = _script_calls(redis_server)
+                async with http.post(url + "/v1/completions", json={"model": model, "prompt": "x"}) as resp:
+                    text = await resp.text()
+                return resp.status, _script_calls(redis_server) - before, text
+
+            first = await completion("m0")  # a script's first call on a server: EVALSHA, EVAL
+            assert first[0] == 200
+            refused = [await completion("m0") for _ in range(3)]
+            assert [status for status, _, _ in refused] == [429] * 3
+            assert all("|model=m0" in text for _, _, text in refused)  # the model's limit refused
+            admitted, calls, _ = await completion("m1")
+            assert admitted == 200
+            over, _, text = await completion("m1")  # the tenant's second request: its burst spent
+            assert over == 429
+            assert "'anonymous'" in text
+            if backend == "redis":
+                assert [calls for _, calls, _ in refused] == [1, 1, 1]
+                assert calls == 1
+    finally:
+        await cluster.stop()

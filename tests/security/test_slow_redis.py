@@ -125,3 +125,55 @@ async def test_a_decision_answered_after_the_outage_began_does_not_end_it(
             assert (lines("unavailable"), lines("answering again"), up()) == (1, 1, 1)
         finally:
             await limiter.close()
+
+
+async def test_past_retry_after_failure_one_decision_probes_a_frozen_redis(
+    redis_server: RedisServer, clock: ManualClock
+) -> None:
+    """Redis frozen (every reply 10 s late), ``retryAfterFailure`` over: 20 concurrent decisions
+    (``allow``) ask Redis once, the probe, and the others keep the policy, not waiting on Redis;
+    the probe's failure opens a new ``retryAfterFailure``. Before session s44 every decision made
+    past the window asked Redis: 20 errors counted, each waiting the whole timeout on a connection
+    of its own, and a Redis coming back met them all at once."""
+    registry = CollectorRegistry()
+    settings = RateLimitSettings.from_mapping(
+        {
+            "backend": "redis",
+            "redis": {"url": "", "retryAfterFailure": "5s"},
+            "onRedisUnavailable": "allow",
+            "default": {"requestsPerSecond": 1000, "burst": 1000},
+        }
+    )
+    with delay_proxy(redis_server.port, delay_s=0.0) as proxy:
+        redis = dataclasses.replace(settings.redis, url=proxy.url)
+        settings = dataclasses.replace(settings, redis=redis)
+        limiter = RateLimiter(
+            settings=settings,
+            backend=BACKENDS["redis"](settings, clock),
+            clock=clock,
+            metrics=SecurityMetrics(registry=registry),
+        )
+
+        def errors() -> float | None:
+            return registry.get_sample_value("igw_ratelimit_backend_errors_total", {"backend": "redis"})
+
+        try:
+            await limiter.admit(tenant="t", est_tokens=1)
+            proxy.delay_s = 10.0
+            await limiter.admit(tenant="t", est_tokens=1)  # the outage begins
+            assert errors() == 1
+            clock.advance(5.0)
+            connections = proxy.connections
+            await asyncio.gather(*(limiter.admit(tenant="t", est_tokens=1) for _ in range(20)))
+            assert errors() == 2  # the probe alone
+            assert proxy.connections - connections <= 1
+            proxy.delay_s = 0.0
+            await asyncio.gather(*(limiter.admit(tenant="t", est_tokens=1) for _ in range(20)))
+            assert errors() == 2  # within the probe's retryAfterFailure: Redis not asked
+            clock.advance(5.0)
+            await limiter.admit(tenant="t", est_tokens=1)  # the probe answers: the outage ends
+            assert registry.get_sample_value("igw_ratelimit_backend_up", {"backend": "redis"}) == 1
+            await asyncio.gather(*(limiter.admit(tenant="t", est_tokens=1) for _ in range(5)))
+            assert errors() == 2
+        finally:
+            await limiter.close()

@@ -71,21 +71,37 @@ class ModelRateLimits:
         backend: RateLimitBackend | None = None,
         metrics: SecurityMetrics | None = None,
         outage: BackendOutage | None = None,
+        tenant_limiter: RateLimiter | None = None,
     ) -> None:
         """``metrics``: the request guard's, where a shared backend's failures are counted (none
         where the backend is this replica's local buckets); ``outage``: the tenant-wide limiter's
         state of the same server (:class:`~igw.security.ratelimit.limiter.BackendOutage`, which
         then reports the failures), so that an outage costs a request one timeout, not one per
-        limit, and is logged once. Without it the entries still share one among themselves."""
+        limit, and is logged once. Without it the entries still share one among themselves.
+        ``tenant_limiter``: the tenant-wide limiter (the router's request guard's), whose backend,
+        fallback buckets and outage every entry then shares (``backend`` and ``outage`` unused), so
+        that :meth:`admit` decides both limits in one step (:meth:`RateLimiter.admit_with`)."""
         self._entries = tuple(entries)
-        self._backend = backend if backend is not None else BACKENDS[settings.backend](settings, clock)
+        self._tenant_limiter = tenant_limiter
+        self._limiters: dict[tuple[str, str], RateLimiter]
+        if tenant_limiter is not None:
+            self._backend: RateLimitBackend | None = None  # the tenant-wide limiter's, closed with it
+            self._limiters = {
+                (e.tenant, e.model): tenant_limiter.sharing(
+                    settings=replace(settings, default=_limits(e), tenants={})
+                )
+                for e in self._entries
+            }
+            return
+        own = backend if backend is not None else BACKENDS[settings.backend](settings, clock)
+        self._backend = own
         if outage is None:
-            reported = None if isinstance(self._backend, LocalBuckets) else metrics
-            outage = BackendOutage(name=self._backend.name, settings=settings, clock=clock, metrics=reported)
+            reported = None if isinstance(own, LocalBuckets) else metrics
+            outage = BackendOutage(name=own.name, settings=settings, clock=clock, metrics=reported)
         self._limiters = {
             (e.tenant, e.model): RateLimiter(
                 settings=replace(settings, default=_limits(e), tenants={}),
-                backend=self._backend,
+                backend=own,
                 clock=clock,
                 outage=outage,
             )
@@ -104,10 +120,26 @@ class ModelRateLimits:
         entry = resolve(self._entries, tenant=tenant, model=model)
         return None if entry is None else self._limiters[(entry.tenant, entry.model)]
 
+    @property
+    def decides_tenant_limits(self) -> bool:
+        """Whether :meth:`admit` decides the tenant-wide limits too (built with ``tenant_limiter``)."""
+        return self._tenant_limiter is not None
+
     async def admit(self, *, tenant: str, model: str, est_tokens: int) -> None:
-        """Raise :class:`GuardDenied` (429 + ``Retry-After``) when over the (tenant, model) limit."""
+        """Raise :class:`GuardDenied` (429 + ``Retry-After``) when over the (tenant, model) limit,
+        or (:attr:`decides_tenant_limits`) the tenant-wide one, both decided in one step."""
         limiter = self._limiter(tenant, model)
-        if limiter is not None:
+        if self._tenant_limiter is not None:
+            if limiter is None:
+                await self._tenant_limiter.admit(tenant=tenant, est_tokens=est_tokens)
+            else:
+                await self._tenant_limiter.admit_with(
+                    tenant=tenant,
+                    est_tokens=est_tokens,
+                    also=limiter,
+                    also_key=self.bucket_key(tenant, model),
+                )
+        elif limiter is not None:
             await limiter.admit(tenant=self.bucket_key(tenant, model), est_tokens=est_tokens)
 
     async def account(
@@ -153,4 +185,5 @@ class ModelRateLimits:
         return f"{reservation}{MODEL_SEPARATOR}"
 
     async def close(self) -> None:
-        await self._backend.close()
+        if self._backend is not None:
+            await self._backend.close()

@@ -104,7 +104,7 @@ from igw.scheduling.retry_spread import spread_retry_after
 from igw.security.clock import SYSTEM_CLOCK, Clock
 from igw.security.factory import build_guard
 from igw.security.metrics import SecurityMetrics
-from igw.security.ratelimit.limiter import BackendOutage
+from igw.security.ratelimit.limiter import BackendOutage, RateLimiter
 from igw.security.settings import RateLimitSettings
 
 log = logging.getLogger("igw.global_router")
@@ -289,18 +289,21 @@ async def _route(
     est_tokens = estimated_tokens(body)
     try:
         router.guard.authorize(principal, model=model)
-        await router.guard.admit(principal, model=model, est_tokens=est_tokens)
+        known = router.fleet.known_model(model)
+        if not known or not router.model_limits.decides_tenant_limits:
+            await router.guard.admit(principal, model=model, est_tokens=est_tokens)
         # A model no cluster serves is refused before its (tenant, model) buckets exist: with a
         # wildcard entry every distinct name the client sends would make a bucket pair of its own
         # (in the local backend, kept for the process's life), so unknown names grew memory without
         # bound. The tenant-wide limits above still count such requests.
-        if not router.fleet.known_model(model):
+        if not known:
             m.requests.labels(UNKNOWN_MODEL, "404").inc()
             return gateway_error(
                 "model_not_found",
                 f"model {model!r} is not served by any cluster of this router",
                 param="model",
             )
+        # the tenant-wide limits too, in the same round trip, where the router built its guard
         await router.model_limits.admit(tenant=tenant, model=model, est_tokens=est_tokens)
     except GuardDenied as denied:
         label = _model_label(router, model)
@@ -914,6 +917,7 @@ def create_global_app(
         )
     security_metrics: SecurityMetrics | None = None  # an injected guard (tests) keeps its own
     outage: BackendOutage | None = None
+    tenant_limiter: RateLimiter | None = None
     if guard is None:
         security_metrics = SecurityMetrics(registry=metrics.registry)
         built = build_guard(
@@ -925,6 +929,8 @@ def create_global_app(
         )
         # one Redis, one outage: a request meets its timeout once, not once per limit (s43)
         outage = None if built.limiter is None else built.limiter.outage
+        # and one decision per request: both limits in one round trip, a refusal taking from neither
+        tenant_limiter = built.limiter
         guard = built
     if reader is None and read_heartbeats:
         reader = HeartbeatReader(
@@ -958,6 +964,7 @@ def create_global_app(
             clock=clock,
             metrics=security_metrics,
             outage=outage,
+            tenant_limiter=tenant_limiter,
         ),
         metrics=metrics,
         fleet=fleet,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Final, Protocol
 
 from igw.errors import IgwSecurityError
@@ -24,6 +25,15 @@ class RateLimitBackend(Protocol):
     async def admit(self, *, tenant: str, limits: TenantLimits, est_tokens: int | None) -> Decision:
         """Whether the tenant may send a request now, taking one from its request bucket if so;
         ``est_tokens`` ``None``: a request that generates nothing, the token bucket not read."""
+        ...
+
+    async def admit_all(
+        self, checks: Sequence[tuple[str, TenantLimits]], *, est_tokens: int | None
+    ) -> tuple[int, Decision]:
+        """:meth:`admit` against several limits at once (``(bucket key, limits)`` each, such as the
+        global router's tenant-wide and per-model ones), in one step: a request token is taken from
+        each only when every one admits the request; refused, nothing is taken. The answer is the
+        index of the first check that refused (``len(checks)`` when admitted) and its decision."""
         ...
 
     async def account(self, *, tenant: str, limits: TenantLimits, tokens: int) -> None:

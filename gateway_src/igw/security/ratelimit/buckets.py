@@ -61,8 +61,10 @@ def decide(
     requests: Bucket | None,
     tokens: Bucket | None,
     est_tokens: int,
+    take: bool = True,
 ) -> Decision:
-    """Apply the admission rule to already-refilled buckets, taking one request token if admitted."""
+    """Apply the admission rule to already-refilled buckets, taking one request token if admitted
+    (``take``; else the caller takes it, once every limit a request meets has admitted it)."""
     if tokens is not None:
         need = tokens_needed(limits, est_tokens)
         if tokens.level < need:
@@ -77,5 +79,6 @@ def decide(
                 limit="requests",
                 retry_after_s=(1.0 - requests.level) / limits.requests_per_second,
             )
-        requests.level -= 1.0
+        if take:
+            requests.level -= 1.0
     return ALLOW

@@ -36,7 +36,7 @@ from igw.security.clock import Clock
 from igw.security.denials import limiter_unavailable, rate_limited
 from igw.security.metrics import SecurityMetrics
 from igw.security.ratelimit.backend import BackendUnavailable, RateLimitBackend
-from igw.security.ratelimit.buckets import Decision
+from igw.security.ratelimit.buckets import ALLOW, Decision
 from igw.security.ratelimit.local import LocalBuckets
 from igw.security.settings import RateLimitSettings, TenantLimits
 
@@ -94,12 +94,30 @@ class BackendOutage:
         self._metrics = metrics
         self._down_until = float("-inf")
         self._down_logged = False
+        self._probe_s = settings.redis.connect_timeout_s + settings.redis.command_timeout_s
+        self._probe_until = float("-inf")
         if metrics is not None:
             metrics.ratelimit_backend_up.labels(backend=name).set(1)
 
     def usable(self) -> bool:
-        """Whether the backend may be asked now (not within ``retryAfterFailure`` of a failure)."""
-        return self._clock() >= self._down_until
+        """Whether the backend may be asked now: not within ``retryAfterFailure`` of a failure, and
+        past it, by one call at a time (the probe) until one answers and ends the outage.
+
+        The calls made while a probe is in flight (for up to ``connectTimeout`` + ``commandTimeout``,
+        its deadline, so that a probe cancelled with its request is not waited on past it) keep the
+        policy. Until session s44 every call made once ``retryAfterFailure`` had passed asked Redis:
+        with Redis still frozen, each request arriving within the timeout of the window's end waited
+        the whole timeout and took a connection (and counted an error), and a Redis coming back met
+        every waiting decision at once."""
+        now = self._clock()
+        if now < self._down_until:
+            return False
+        if not self._down_logged:
+            return True
+        if now < self._probe_until:
+            return False
+        self._probe_until = now + self._probe_s
+        return True
 
     def ok(self) -> None:
         """The backend answered: the end of an outage is logged once.
@@ -110,9 +128,10 @@ class BackendOutage:
         s43 such an answer logged "answering again" and set ``igw_ratelimit_backend_up`` to 1
         while every request met ``onRedisUnavailable``, and the next call in flight to fail logged
         the outage again: one ERROR and one WARNING per call in flight, in one outage."""
-        if self._down_logged and self.usable():
+        if self._down_logged and self._clock() >= self._down_until:
             log.warning("rate-limit backend %s is answering again", self._name)
             self._down_logged = False
+            self._probe_until = float("-inf")
             if self._metrics is not None:
                 self._metrics.ratelimit_backend_up.labels(backend=self._name).set(1)
 
@@ -144,13 +163,15 @@ class RateLimiter:
         processes: int = 1,
         rng: random.Random | None = None,
         outage: BackendOutage | None = None,
+        fallback: LocalBuckets | None = None,
     ) -> None:
         """``processes``: the gateway processes of one pod (``igw serve --workers N``), each of whose
         fallback buckets (``onRedisUnavailable: local``) enforces its share of the limits, so that
         the pod enforces them once during an outage, as the ``local`` backend does; ``rng``: what
         spreads the refusals' ``Retry-After`` (:mod:`igw.scheduling.retry_spread`); ``outage``: the
         backend's state shared with other limiters asking the same server (:class:`BackendOutage`;
-        by default this limiter's own, reported in ``metrics``)."""
+        by default this limiter's own, reported in ``metrics``); ``fallback``: the local buckets
+        that decide under ``onRedisUnavailable: local`` (another limiter's, :meth:`sharing`)."""
         self._rng = rng if rng is not None else random.Random()
         self._settings = settings
         self._anonymous = settings.anonymous_tenant
@@ -160,9 +181,13 @@ class RateLimiter:
         builds a new limiter, and ``RateLimitSettings.limits_for`` and ``TenantLimits.limited`` are
         interpreted calls (three per request) in the compiled build, where this module is native."""
         self._backend = backend
-        self._fallback = (
-            backend if isinstance(backend, LocalBuckets) else LocalBuckets(clock=clock, processes=processes)
-        )
+        if fallback is None:
+            fallback = (
+                backend
+                if isinstance(backend, LocalBuckets)
+                else LocalBuckets(clock=clock, processes=processes)
+            )
+        self._fallback = fallback
         self._clock = clock
         self._metrics = metrics
         self._outage = (
@@ -201,7 +226,51 @@ class RateLimiter:
         if not limited:
             self._count_admitted(key)
             return
-        decision = await self._decide(key, limits, est_tokens)
+        checks = [(key, limits)]
+        index, decision = await self._decide(checks, est_tokens)
+        self._raise_refused(key, checks, index, decision)
+        self._count_admitted(key)
+
+    async def admit_with(
+        self, *, tenant: str | None, est_tokens: int | None, also: RateLimiter, also_key: str
+    ) -> None:
+        """:meth:`admit` against this limiter's limits and ``also``'s for ``also_key`` (the global
+        router's per-model limit for the tenant and model) in one decision, one Redis round trip:
+        a request either limit refuses takes nothing from the other. ``also`` must share this
+        limiter's backend, fallback and outage (:meth:`sharing`). The outcome is counted here, for
+        ``tenant``. Until session s44 the router asked the two limiters in turn: a request its model
+        limit refused waited two round trips, and had spent a tenant-wide request token, so a client
+        retrying a model over its limit refused the tenant's requests to every other model too."""
+        if also._backend is not self._backend or also._fallback is not self._fallback:
+            raise ValueError("admit_with: the other limiter must share this one's backend (sharing())")
+        key = self.tenant_key(tenant)
+        limits, limited, _ = self._plans.get(key, self._default_plan)
+        other_limits, other_limited, _ = also._plans.get(also_key, also._default_plan)
+        checks = [(key, limits)] if limited else []
+        if other_limited:
+            checks.append((also_key, other_limits))
+        if checks:
+            index, decision = await self._decide(checks, est_tokens)
+            self._raise_refused(key, checks, index, decision)
+        self._count_admitted(key)
+
+    def sharing(self, *, settings: RateLimitSettings) -> RateLimiter:
+        """A limiter of ``settings``'s limits on this one's backend, fallback buckets and outage
+        state (for :meth:`admit_with`); closing it closes nothing."""
+        return RateLimiter(
+            settings=settings,
+            backend=self._backend,
+            clock=self._clock,
+            rng=self._rng,
+            outage=self._outage,
+            fallback=self._fallback,
+        )
+
+    def _raise_refused(
+        self, key: str, checks: list[tuple[str, TenantLimits]], index: int, decision: Decision | None
+    ) -> None:
+        """Count and raise the refusal of ``checks[index]`` (``decision`` ``None``: the backend is
+        down under policy ``deny``); nothing when admitted."""
         if decision is None:
             self._count(key, "limiter_unavailable")
             raise limiter_unavailable(tenant=key, rng=self._rng)
@@ -209,9 +278,11 @@ class RateLimiter:
             assert decision.limit is not None
             self._count(key, f"limited_{decision.limit}")
             raise rate_limited(
-                tenant=key, limit=decision.limit, retry_after_s=decision.retry_after_s, rng=self._rng
+                tenant=checks[index][0],
+                limit=decision.limit,
+                retry_after_s=decision.retry_after_s,
+                rng=self._rng,
             )
-        self._count_admitted(key)
 
     async def account(
         self,
@@ -313,21 +384,24 @@ class RateLimiter:
 
     # -- internals -----------------------------------------------------------------------------
 
-    async def _decide(self, key: str, limits: TenantLimits, est_tokens: int | None) -> Decision | None:
-        """The decision, or ``None`` when it must be refused because the backend is down (policy deny)."""
+    async def _decide(
+        self, checks: list[tuple[str, TenantLimits]], est_tokens: int | None
+    ) -> tuple[int, Decision | None]:
+        """The backend's :meth:`~RateLimitBackend.admit_all` answer, or ``None`` for its decision
+        when the request must be refused because the backend is down (policy deny)."""
         if self._backend_usable():
             try:
-                decision = await self._backend.admit(tenant=key, limits=limits, est_tokens=est_tokens)
+                answer = await self._backend.admit_all(checks, est_tokens=est_tokens)
                 self._backend_ok()
-                return decision
+                return answer
             except BackendUnavailable as exc:
                 self._backend_failed(str(exc))
         policy = self._settings.on_redis_unavailable
         if policy == "allow":
-            return Decision(allowed=True)
+            return len(checks), ALLOW
         if policy == "deny":
-            return None
-        return await self._fallback.admit(tenant=key, limits=limits, est_tokens=est_tokens)
+            return 0, None
+        return await self._fallback.admit_all(checks, est_tokens=est_tokens)
 
     def _backend_usable(self) -> bool:
         return self._backend is self._fallback or self._outage.usable()

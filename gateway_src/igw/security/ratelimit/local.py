@@ -14,12 +14,13 @@ buckets per table before session s39.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
 from igw.security.clock import Clock
 from igw.security.ratelimit.backend import HOLD_TTL_S
-from igw.security.ratelimit.buckets import Bucket, Decision, decide, token_rate
+from igw.security.ratelimit.buckets import ALLOW, Bucket, Decision, decide, token_rate
 from igw.security.settings import TenantLimits
 
 MAX_HELD: Final = 10_000
@@ -118,6 +119,26 @@ class LocalBuckets:
         return share
 
     async def admit(self, *, tenant: str, limits: TenantLimits, est_tokens: int | None) -> Decision:
+        return self._decide(tenant, limits, est_tokens, take=True)[0]
+
+    async def admit_all(
+        self, checks: Sequence[tuple[str, TenantLimits]], *, est_tokens: int | None
+    ) -> tuple[int, Decision]:
+        taken: list[Bucket] = []
+        for index, (tenant, limits) in enumerate(checks):
+            decision, requests = self._decide(tenant, limits, est_tokens, take=False)
+            if not decision.allowed:
+                return index, decision
+            if requests is not None:
+                taken.append(requests)
+        for requests in taken:
+            requests.level -= 1.0
+        return len(checks), ALLOW
+
+    def _decide(
+        self, tenant: str, limits: TenantLimits, est_tokens: int | None, *, take: bool
+    ) -> tuple[Decision, Bucket | None]:
+        """The decision on ``tenant``'s buckets and its request bucket (to take from when not ``take``)."""
         limits = self._share(limits)
         requests = tokens = None
         if limits.requests_per_second is not None:
@@ -128,7 +149,10 @@ class LocalBuckets:
             tokens = self._bucket(
                 self._tokens, tenant, rate=token_rate(limits), capacity=limits.token_capacity
             )
-        return decide(limits=limits, requests=requests, tokens=tokens, est_tokens=est_tokens or 0)
+        decision = decide(
+            limits=limits, requests=requests, tokens=tokens, est_tokens=est_tokens or 0, take=take
+        )
+        return decision, requests
 
     async def account(self, *, tenant: str, limits: TenantLimits, tokens: int) -> None:
         limits = self._share(limits)

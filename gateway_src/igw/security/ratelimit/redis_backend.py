@@ -1,6 +1,7 @@
 """Token buckets in Redis, shared by every gateway replica.
 
-One Lua script per decision keeps read-refill-decide-write atomic across replicas, and uses
+One Lua script per decision keeps read-refill-decide-write atomic across replicas (and decides
+every limit a request meets in one call, :meth:`RedisBuckets.admit_all`), and uses
 Redis's own ``TIME`` so replicas with skewed clocks still share one timeline. The arithmetic is
 :mod:`igw.security.ratelimit.buckets`, transcribed; keys are ``<prefix><tenant>:req`` and
 ``<prefix><tenant>:tok`` (hashes ``{l: level, t: updated_at}``) and expire once the bucket would be
@@ -13,7 +14,7 @@ the one replica that settles it. Any Redis error or timeout raises
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Sequence
 from typing import Any, Final
 
 import redis.asyncio as redis_asyncio
@@ -22,16 +23,20 @@ from redis.exceptions import RedisError
 from igw.config.redis_client import LuaScript, lean_handshake
 from igw.config.redis_password import redis_password
 from igw.security.ratelimit.backend import HOLD_TTL_S, BackendUnavailable
-from igw.security.ratelimit.buckets import Decision, token_rate, tokens_needed
+from igw.security.ratelimit.buckets import ALLOW, Decision, LimitName, token_rate, tokens_needed
 from igw.security.settings import RedisSettings, TenantLimits
 
 _SCRIPT: Final = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local op = ARGV[1]
-local req_rate, req_cap = tonumber(ARGV[2]), tonumber(ARGV[3])
-local tok_rate, tok_cap = tonumber(ARGV[4]), tonumber(ARGV[5])
-local amount = tonumber(ARGV[6])
+
+-- one check per pair of keys (KEYS[2i-1]: requests, KEYS[2i]: tokens), five arguments each
+local function check(i)
+  local b = 2 + (i - 1) * 5
+  return tonumber(ARGV[b]), tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]),
+    tonumber(ARGV[b + 4])
+end
 
 local function load(key, rate, cap)
   local v = redis.call('HMGET', key, 'l', 't')
@@ -50,30 +55,46 @@ local function save(key, level, rate, cap)
   redis.call('EXPIRE', key, ttl)
 end
 
+local n = #KEYS / 2
+
 if op == 'account' then
-  if tok_rate > 0 and amount ~= 0 then
-    local level = load(KEYS[2], tok_rate, tok_cap) - amount
-    -- a credit: at most full (as load reads it), so that save's expiry stays positive
-    if level > tok_cap then level = tok_cap end
-    save(KEYS[2], level, tok_rate, tok_cap)
+  for i = 1, n do
+    local _, _, tok_rate, tok_cap, amount = check(i)
+    if tok_rate > 0 and amount ~= 0 then
+      local level = load(KEYS[2 * i], tok_rate, tok_cap) - amount
+      -- a credit: at most full (as load reads it), so that save's expiry stays positive
+      if level > tok_cap then level = tok_cap end
+      save(KEYS[2 * i], level, tok_rate, tok_cap)
+    end
   end
-  return {1, 0, 0}
+  return {1, 0, 0, n}
 end
 
-if tok_rate > 0 and amount > 0 then
-  local level = load(KEYS[2], tok_rate, tok_cap)
-  if level < amount then
-    return {0, 2, math.ceil((amount - level) / tok_rate * 1000)}
+-- every check first: a request refused by one takes nothing from the others
+local levels = {}
+for i = 1, n do
+  local req_rate, req_cap, tok_rate, tok_cap, amount = check(i)
+  if tok_rate > 0 and amount > 0 then
+    local level = load(KEYS[2 * i], tok_rate, tok_cap)
+    if level < amount then
+      return {0, 2, math.ceil((amount - level) / tok_rate * 1000), i - 1}
+    end
+  end
+  if req_rate > 0 then
+    local level = load(KEYS[2 * i - 1], req_rate, req_cap)
+    if level < 1 then
+      return {0, 1, math.ceil((1 - level) / req_rate * 1000), i - 1}
+    end
+    levels[i] = level
   end
 end
-if req_rate > 0 then
-  local level = load(KEYS[1], req_rate, req_cap)
-  if level < 1 then
-    return {0, 1, math.ceil((1 - level) / req_rate * 1000)}
+for i = 1, n do
+  if levels[i] ~= nil then
+    local req_rate, req_cap = check(i)
+    save(KEYS[2 * i - 1], levels[i] - 1, req_rate, req_cap)
   end
-  save(KEYS[1], level - 1, req_rate, req_cap)
 end
-return {1, 0, 0}
+return {1, 0, 0, n}
 """
 
 
@@ -134,8 +155,14 @@ class RedisBuckets:
         base = f"{self._settings.key_prefix}{tenant}"
         return [f"{base}:req", f"{base}:tok"]
 
-    async def _run(self, tenant: str, args: list[Any]) -> list[int]:
-        result = await self._call(self._script(self._client, keys=self._keys(tenant), args=args))
+    async def _run(self, op: str, checks: Sequence[tuple[str, TenantLimits, float]]) -> list[int]:
+        """The script's answer to ``op`` over ``checks`` (bucket key, limits, amount), in one call."""
+        keys: list[str] = []
+        args: list[Any] = [op]
+        for tenant, limits, amount in checks:
+            keys += self._keys(tenant)
+            args += [*self._rates(limits), amount]
+        result = await self._call(self._script(self._client, keys=keys, args=args))
         return [int(x) for x in result]
 
     async def _call(self, command: Awaitable[Any]) -> Any:
@@ -156,21 +183,32 @@ class RedisBuckets:
         return [req_rate, limits.request_capacity, token_rate(limits), limits.token_capacity]
 
     async def admit(self, *, tenant: str, limits: TenantLimits, est_tokens: int | None) -> Decision:
+        return (await self.admit_all([(tenant, limits)], est_tokens=est_tokens))[1]
+
+    async def admit_all(
+        self, checks: Sequence[tuple[str, TenantLimits]], *, est_tokens: int | None
+    ) -> tuple[int, Decision]:
         # 0: the script does not read the token bucket (a real estimate needs at least 1)
-        need = (
-            0 if limits.tokens_per_minute is None or est_tokens is None else tokens_needed(limits, est_tokens)
-        )
-        allowed, which, retry_ms = await self._run(tenant, ["admit", *self._rates(limits), need])
+        asked = [
+            (
+                tenant,
+                limits,
+                0
+                if limits.tokens_per_minute is None or est_tokens is None
+                else tokens_needed(limits, est_tokens),
+            )
+            for tenant, limits in checks
+        ]
+        allowed, which, retry_ms, index = await self._run("admit", asked)
         if allowed:
-            return Decision(allowed=True)
-        return Decision(
-            allowed=False, limit="tokens" if which == 2 else "requests", retry_after_s=retry_ms / 1000
-        )
+            return len(checks), ALLOW
+        limit: LimitName = "tokens" if which == 2 else "requests"
+        return index, Decision(allowed=False, limit=limit, retry_after_s=retry_ms / 1000)
 
     async def account(self, *, tenant: str, limits: TenantLimits, tokens: int) -> None:
         if limits.tokens_per_minute is None or tokens == 0:
             return
-        await self._run(tenant, ["account", *self._rates(limits), tokens])
+        await self._run("account", [(tenant, limits, tokens)])
 
     async def hold(self, *, key: str, tenant: str, tokens: int) -> None:
         # "tokens:tenant": the count first, so that a tenant name holding ':' splits right
