@@ -290,7 +290,10 @@ def test_the_configs_of_one_resync_share_their_service_reads(cluster: FakeKubeAp
         config = igwc(name, model=f"m{index}", app=f"m{index}")
         config["spec"]["auth"] = jwt_provider("https://jwks.auth.svc/keys")
         cluster.add(config)
-    reconciler = Reconciler(Kube(cluster.api_client()), DataPlaneSettings(), clock=lambda: now[0])
+    ticks = [0.0]
+    reconciler = Reconciler(
+        Kube(cluster.api_client()), DataPlaneSettings(), clock=lambda: now[0], monotonic=lambda: ticks[0]
+    )
 
     def resync() -> list[str]:
         cluster.requests.clear()
@@ -309,7 +312,9 @@ def test_the_configs_of_one_resync_share_their_service_reads(cluster: FakeKubeAp
     second["metadata"]["name"] = "jwks-1"
     cluster.add(second)
     assert resync() == []
-    now[0] += timedelta(seconds=READ_TTL_S)
+    now[0] -= timedelta(hours=1)  # the wall clock stepped back (NTP): the reads' ages do not
+    assert resync() == []
+    ticks[0] += READ_TTL_S
     assert resync() == reads
     assert opened() == [[8443, 9443]] * 3
 

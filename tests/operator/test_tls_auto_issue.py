@@ -6,6 +6,7 @@ import asyncio
 import base64
 import logging
 import threading
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -652,13 +653,18 @@ def test_an_issuer_the_operator_may_not_read_leaves_the_pending_message(
 
 
 def _issued_chat(
-    cluster: FakeKubeApiServer, acm: Any, now: list[datetime]
+    cluster: FakeKubeApiServer, acm: Any, now: list[datetime], ticks: list[float] | None = None
 ) -> tuple[Reconciler, x509.Certificate]:
-    """A reconciler (clock ``now``) whose ``chat`` object serves an auto-issued certificate issued by
-    a Ready ``ClusterIssuer/test-ca``, and that certificate's leaf."""
+    """A reconciler (wall clock ``now``, monotonic clock ``ticks`` when given) whose ``chat`` object
+    serves an auto-issued certificate issued by a Ready ``ClusterIssuer/test-ca``, and that
+    certificate's leaf."""
     add_issuer(cluster, "ClusterIssuer", "test-ca")
     reconciler = Reconciler(
-        Kube(cluster.api_client()), DataPlaneSettings(), clock=lambda: now[0], **_options(acm)
+        Kube(cluster.api_client()),
+        DataPlaneSettings(),
+        clock=lambda: now[0],
+        **_options(acm),
+        monotonic=time.monotonic if ticks is None else lambda: ticks[0],
     )
     _serve_issued_chat(cluster, reconciler)
     secret = find(cluster, "Secret", "inference", "chat-gateway-tls")
@@ -727,8 +733,8 @@ def test_an_issuer_gone_after_issuance_is_reported_once_per_change_from_a_shared
     nothing said so and every renewal failed silently until the served certificate expired. Now
     GatewayProgrammed's message says the renewal is at risk and one Warning Event (the issuer's reason)
     is posted per change; the issuer is read at most once per ``ISSUER_READ_TTL_S`` for all passes."""
-    now = [datetime.now(UTC)]
-    reconciler, _ = _issued_chat(cluster, acm, now)
+    now, ticks = [datetime.now(UTC)], [0.0]
+    reconciler, _ = _issued_chat(cluster, acm, now, ticks)
 
     def programmed() -> dict[str, Any]:
         found = condition(find(cluster, "InferenceGatewayConfig", "inference", "chat"), "GatewayProgrammed")
@@ -739,7 +745,7 @@ def test_an_issuer_gone_after_issuance_is_reported_once_per_change_from_a_shared
     add_issuer(
         cluster, "ClusterIssuer", "test-ca", ready={"status": "False", "message": "secret ca-key not found"}
     )
-    now[0] += timedelta(seconds=ISSUER_READ_TTL_S)
+    ticks[0] += ISSUER_READ_TTL_S
     reads = len(cluster.requests)
     for _ in range(3):
         assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
@@ -757,15 +763,37 @@ def test_an_issuer_gone_after_issuance_is_reported_once_per_change_from_a_shared
     cluster.store.delete(
         cluster.store.kind_for(api_version="cert-manager.io/v1", kind="ClusterIssuer"), "", "test-ca"
     )
-    now[0] += timedelta(seconds=ISSUER_READ_TTL_S)
+    ticks[0] += ISSUER_READ_TTL_S
     assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
     assert "ClusterIssuer test-ca does not exist" in programmed()["message"]
     assert len(_events(cluster, "IssuerNotFound")) == 1
 
     add_issuer(cluster, "ClusterIssuer", "test-ca")  # back: the report goes
-    now[0] += timedelta(seconds=ISSUER_READ_TTL_S)
+    ticks[0] += ISSUER_READ_TTL_S
     assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
     assert "RENEWAL AT RISK" not in programmed()["message"]
+
+
+@pytest.mark.usefixtures("cert_manager")
+def test_a_wall_clock_stepped_back_does_not_freeze_the_issuer_read(
+    cluster: FakeKubeApiServer, acm: Any
+) -> None:
+    """The shared issuer read was aged on the wall clock: stepped back an hour (NTP, a restored VM),
+    the read taken before kept being fresh for that hour plus ``ISSUER_READ_TTL_S``, and an issuer
+    deleted meanwhile went unreported. Its age is monotonic now: one TTL later it is read again."""
+    now, ticks = [datetime.now(UTC)], [0.0]
+    reconciler, _ = _issued_chat(cluster, acm, now, ticks)
+    cluster.store.delete(
+        cluster.store.kind_for(api_version="cert-manager.io/v1", kind="ClusterIssuer"), "", "test-ca"
+    )
+    now[0] -= timedelta(hours=1)
+    ticks[0] += ISSUER_READ_TTL_S
+    assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
+    found = condition(find(cluster, "InferenceGatewayConfig", "inference", "chat"), "GatewayProgrammed")
+    assert found is not None
+    assert "RENEWAL AT RISK" in found["message"]
+    assert "ClusterIssuer test-ca does not exist" in found["message"]
+    assert len(_events(cluster, "IssuerNotFound")) == 1
 
 
 def _delete(cluster: FakeKubeApiServer, kind: str, api_version: str, name: str) -> None:

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -170,7 +171,12 @@ class Reconciler:
         *,
         clock: Clock = _utc_now,
         auto_tls: AutoTlsSettings | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
+        """``clock``: wall time (UTC), for status times and certificates' notAfter. ``monotonic``:
+        seconds that never go back, for the read caches' ages: on the wall clock, a clock stepped back
+        (NTP, a VM restored) kept every cached read (the issuer's, Services') fresh until the wall
+        clock caught up again, so an issuer deleted meanwhile went unreported for that long."""
         self._kube = kube
         self._settings = settings
         self._clock = clock
@@ -191,7 +197,7 @@ class Reconciler:
         self._noted: dict[tuple[str, str], tuple[object, object]] = {}
         """``(namespace, name): (uid, generation)`` whose accepted-unused notes this process has
         handled (:meth:`_post_notes`): one Event per generation, not one per pass."""
-        self._service_reads = CachedReader(kube, lambda: self._clock().timestamp())
+        self._service_reads = CachedReader(kube, monotonic)
         """The Services and pods behind configs' in-cluster Services, reused across the passes of one
         resync (:meth:`_service_egress`)."""
         self._ports_noted: dict[tuple[str, str], tuple[object, tuple[str, ...]]] = {}
@@ -203,7 +209,7 @@ class Reconciler:
         self._issuer_noted: dict[tuple[str, str], tuple[object, str]] = {}
         """``(namespace, name): (uid, problem)`` of the issuer problem last reported for an issued
         certificate (:meth:`_post_renewal`): one Warning Event when it changes, not one per pass."""
-        self._issuer_reads = CachedReader(kube, lambda: self._clock().timestamp(), ISSUER_READ_TTL_S)
+        self._issuer_reads = CachedReader(kube, monotonic, ISSUER_READ_TTL_S)
         """Reads of the configured issuer once a certificate is issued, shared by every object's
         passes for :data:`ISSUER_READ_TTL_S`."""
 
