@@ -172,11 +172,14 @@ def test_a_service_made_after_the_config_is_resolved_at_the_next_pass_and_report
         "rateLimits": {"backend": "redis", "redis": {"url": "rediss://:s3cr3t-token@redis.cache.svc:6380/0"}}
     }
     cluster.add(config)
-    now = [datetime(2026, 12, 7, tzinfo=UTC)]
-    reconciler = Reconciler(Kube(cluster.api_client()), DataPlaneSettings(), clock=lambda: now[0])
+    now, ticks = [datetime(2026, 12, 7, tzinfo=UTC)], [0.0]
+    reconciler = Reconciler(
+        Kube(cluster.api_client()), DataPlaneSettings(), clock=lambda: now[0], monotonic=lambda: ticks[0]
+    )
     for _ in range(3):
         assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
         now[0] += timedelta(seconds=5)  # the operator's default resync
+        ticks[0] += 5
     (event,) = _unresolved_events(cluster)
     assert event["message"].startswith(
         "spec.extensions.rateLimits.redis.url (redis.cache.svc:6380): Service cache/redis does not exist"
@@ -290,7 +293,10 @@ def test_the_configs_of_one_resync_share_their_service_reads(cluster: FakeKubeAp
         config = igwc(name, model=f"m{index}", app=f"m{index}")
         config["spec"]["auth"] = jwt_provider("https://jwks.auth.svc/keys")
         cluster.add(config)
-    reconciler = Reconciler(Kube(cluster.api_client()), DataPlaneSettings(), clock=lambda: now[0])
+    ticks = [0.0]
+    reconciler = Reconciler(
+        Kube(cluster.api_client()), DataPlaneSettings(), clock=lambda: now[0], monotonic=lambda: ticks[0]
+    )
 
     def resync() -> list[str]:
         cluster.requests.clear()
@@ -309,7 +315,9 @@ def test_the_configs_of_one_resync_share_their_service_reads(cluster: FakeKubeAp
     second["metadata"]["name"] = "jwks-1"
     cluster.add(second)
     assert resync() == []
-    now[0] += timedelta(seconds=READ_TTL_S)
+    now[0] -= timedelta(hours=1)  # the wall clock stepped back (NTP): the reads' ages do not
+    assert resync() == []
+    ticks[0] += READ_TTL_S
     assert resync() == reads
     assert opened() == [[8443, 9443]] * 3
 

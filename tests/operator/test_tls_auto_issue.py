@@ -6,6 +6,7 @@ import asyncio
 import base64
 import logging
 import threading
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -21,13 +22,14 @@ from igw.operator.dataplane import DataPlaneSettings
 from igw.operator.kube import Kube, OperatorStopping
 from igw.operator.reconcile import ISSUER_READ_TTL_S, RENEWAL_REASON, Reconciler
 from igw.operator.tls import KUBE_ACCESS, UID_TAG, AcmImporter, AutoTlsSettings, IssuerRef
-from tests.fakes.kube_api import FakeKubeApiServer
+from tests.fakes.kube_api import FakeKubeApiServer, make_pod
 from tests.operator.harness import (
     InUseOnce,
     add_issuer,
     condition,
     find,
     igwc,
+    mark_deployment_ready,
     running_operator,
     tls_igwc,
     update_spec,
@@ -652,13 +654,18 @@ def test_an_issuer_the_operator_may_not_read_leaves_the_pending_message(
 
 
 def _issued_chat(
-    cluster: FakeKubeApiServer, acm: Any, now: list[datetime]
+    cluster: FakeKubeApiServer, acm: Any, now: list[datetime], ticks: list[float] | None = None
 ) -> tuple[Reconciler, x509.Certificate]:
-    """A reconciler (clock ``now``) whose ``chat`` object serves an auto-issued certificate issued by
-    a Ready ``ClusterIssuer/test-ca``, and that certificate's leaf."""
+    """A reconciler (wall clock ``now``, monotonic clock ``ticks`` when given) whose ``chat`` object
+    serves an auto-issued certificate issued by a Ready ``ClusterIssuer/test-ca``, and that
+    certificate's leaf."""
     add_issuer(cluster, "ClusterIssuer", "test-ca")
     reconciler = Reconciler(
-        Kube(cluster.api_client()), DataPlaneSettings(), clock=lambda: now[0], **_options(acm)
+        Kube(cluster.api_client()),
+        DataPlaneSettings(),
+        clock=lambda: now[0],
+        **_options(acm),
+        monotonic=time.monotonic if ticks is None else lambda: ticks[0],
     )
     _serve_issued_chat(cluster, reconciler)
     secret = find(cluster, "Secret", "inference", "chat-gateway-tls")
@@ -727,8 +734,8 @@ def test_an_issuer_gone_after_issuance_is_reported_once_per_change_from_a_shared
     nothing said so and every renewal failed silently until the served certificate expired. Now
     GatewayProgrammed's message says the renewal is at risk and one Warning Event (the issuer's reason)
     is posted per change; the issuer is read at most once per ``ISSUER_READ_TTL_S`` for all passes."""
-    now = [datetime.now(UTC)]
-    reconciler, _ = _issued_chat(cluster, acm, now)
+    now, ticks = [datetime.now(UTC)], [0.0]
+    reconciler, _ = _issued_chat(cluster, acm, now, ticks)
 
     def programmed() -> dict[str, Any]:
         found = condition(find(cluster, "InferenceGatewayConfig", "inference", "chat"), "GatewayProgrammed")
@@ -739,7 +746,7 @@ def test_an_issuer_gone_after_issuance_is_reported_once_per_change_from_a_shared
     add_issuer(
         cluster, "ClusterIssuer", "test-ca", ready={"status": "False", "message": "secret ca-key not found"}
     )
-    now[0] += timedelta(seconds=ISSUER_READ_TTL_S)
+    ticks[0] += ISSUER_READ_TTL_S
     reads = len(cluster.requests)
     for _ in range(3):
         assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
@@ -757,15 +764,37 @@ def test_an_issuer_gone_after_issuance_is_reported_once_per_change_from_a_shared
     cluster.store.delete(
         cluster.store.kind_for(api_version="cert-manager.io/v1", kind="ClusterIssuer"), "", "test-ca"
     )
-    now[0] += timedelta(seconds=ISSUER_READ_TTL_S)
+    ticks[0] += ISSUER_READ_TTL_S
     assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
     assert "ClusterIssuer test-ca does not exist" in programmed()["message"]
     assert len(_events(cluster, "IssuerNotFound")) == 1
 
     add_issuer(cluster, "ClusterIssuer", "test-ca")  # back: the report goes
-    now[0] += timedelta(seconds=ISSUER_READ_TTL_S)
+    ticks[0] += ISSUER_READ_TTL_S
     assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
     assert "RENEWAL AT RISK" not in programmed()["message"]
+
+
+@pytest.mark.usefixtures("cert_manager")
+def test_a_wall_clock_stepped_back_does_not_freeze_the_issuer_read(
+    cluster: FakeKubeApiServer, acm: Any
+) -> None:
+    """The shared issuer read was aged on the wall clock: stepped back an hour (NTP, a restored VM),
+    the read taken before kept being fresh for that hour plus ``ISSUER_READ_TTL_S``, and an issuer
+    deleted meanwhile went unreported. Its age is monotonic now: one TTL later it is read again."""
+    now, ticks = [datetime.now(UTC)], [0.0]
+    reconciler, _ = _issued_chat(cluster, acm, now, ticks)
+    cluster.store.delete(
+        cluster.store.kind_for(api_version="cert-manager.io/v1", kind="ClusterIssuer"), "", "test-ca"
+    )
+    now[0] -= timedelta(hours=1)
+    ticks[0] += ISSUER_READ_TTL_S
+    assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
+    found = condition(find(cluster, "InferenceGatewayConfig", "inference", "chat"), "GatewayProgrammed")
+    assert found is not None
+    assert "RENEWAL AT RISK" in found["message"]
+    assert "ClusterIssuer test-ca does not exist" in found["message"]
+    assert len(_events(cluster, "IssuerNotFound")) == 1
 
 
 def _delete(cluster: FakeKubeApiServer, kind: str, api_version: str, name: str) -> None:
@@ -830,31 +859,91 @@ def test_a_secret_deleted_after_issuance_keeps_the_previous_certificate_served_a
     assert programmed()["status"] == "True"
 
 
+def _serving_ready(cluster: FakeKubeApiServer, reconciler: Reconciler) -> None:
+    """``chat`` (certificate issued) with a ready model-server pod and a ready Deployment: Ready True."""
+    cluster.add(make_pod(name="llama-0", namespace="inference", labels={"app": "llama"}))
+    mark_deployment_ready(cluster, "inference", "chat-gateway")
+    assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
+    assert (
+        condition(find(cluster, "InferenceGatewayConfig", "inference", "chat"), "Ready")["status"] == "True"
+    )
+
+
+def _renewal_refused_checks(
+    cluster: FakeKubeApiServer,
+    reconciler: Reconciler,
+    now: list[datetime],
+    leaf: x509.Certificate,
+    reason: str,
+    said: str,
+) -> None:
+    """After a refused renewal (``reason``, whose text includes ``said``): GatewayProgrammed and Ready
+    stay True (the previous certificate is valid and served), the message says the renewal failed and
+    which certificate is served until when, one ``CertificateRenewalFailed`` Warning Event however many
+    passes, no GatewayProgrammed transition; past the previous certificate's notAfter it is
+    ``CertificateExpired`` naming the failure."""
+    arn = _status_tls(cluster)["acmArn"]
+    not_after = leaf.not_valid_after_utc.strftime("%Y-%m-%dT%H:%M:%SZ")
+    _delete(cluster, "Service", "v1", "chat-gateway")  # made again with the previous certificate
+    renewal_events = len(_renewal_events(cluster))
+    not_programmed = len(_events(cluster, "ReadyNotProgrammed"))  # the first issuance's
+    for _ in range(3):
+        assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
+    obj = find(cluster, "InferenceGatewayConfig", "inference", "chat")
+    programmed, ready = condition(obj, "GatewayProgrammed"), condition(obj, "Ready")
+    assert (programmed["status"], programmed["reason"]) == ("True", "Programmed")
+    assert (ready["status"], ready["reason"]) == ("True", "Ready")
+    message = programmed["message"]
+    assert "RENEWAL FAILING: Certificate inference/chat-gateway (issuer ClusterIssuer/test-ca)" in message
+    assert f"the new certificate was not imported ({reason})" in message
+    assert said in message
+    assert f"keeps serving the previous certificate {arn} from ACM (notAfter {not_after})" in message
+    events = _renewal_events(cluster)[renewal_events:]
+    assert len(events) == 1, events
+    assert events[0]["type"] == "Warning"
+    assert said in events[0]["message"]
+    assert arn in events[0]["message"]
+    assert not _events(cluster, f"GatewayProgrammed{reason}")
+    assert len(_events(cluster, "ReadyNotProgrammed")) == not_programmed
+    service = find(cluster, "Service", "inference", "chat-gateway")
+    assert service is not None
+    assert service["metadata"]["annotations"][SSL] == arn
+    assert _status_tls(cluster)["notAfter"] == not_after
+
+    now[0] = leaf.not_valid_after_utc + timedelta(minutes=1)
+    assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
+    programmed = condition(find(cluster, "InferenceGatewayConfig", "inference", "chat"), "GatewayProgrammed")
+    assert (programmed["status"], programmed["reason"]) == ("False", "CertificateExpired")
+    assert f"({arn}) expired at {not_after}" in programmed["message"]
+    assert said in programmed["message"]
+    now[0] = datetime.now(UTC)
+
+
 @pytest.mark.usefixtures("cert_manager")
-def test_an_unusable_secret_after_issuance_keeps_the_service_on_the_previous_certificate(
+def test_an_unusable_secret_after_issuance_is_a_failing_renewal_while_the_previous_one_is_valid(
     cluster: FakeKubeApiServer, acm: Any
 ) -> None:
-    """A Secret whose certificate is not PEM (``CertificateInvalid``) after issuance left the Service
-    out of every pass's writes (a deleted one was not made again) while the message did not say that
-    the previous certificate is still served from ACM."""
+    """A Secret whose certificate is not PEM (``CertificateInvalid``) after issuance made
+    GatewayProgrammed and Ready False while the load balancer served the previous, valid certificate.
+    Now that is a failing renewal (``RENEWAL FAILING``, one ``CertificateRenewalFailed`` Event), and
+    ``CertificateExpired`` once the previous certificate expires; a usable Secret clears it."""
     now = [datetime.now(UTC)]
-    reconciler, _ = _issued_chat(cluster, acm, now)
-    arn = _status_tls(cluster)["acmArn"]
+    reconciler, leaf = _issued_chat(cluster, acm, now)
+    _serving_ready(cluster, reconciler)
     secret = find(cluster, "Secret", "inference", "chat-gateway-tls")
     assert secret is not None
     secret["data"]["tls.crt"] = base64.b64encode(b"not a certificate").decode()
     cluster.store.replace(
         cluster.store.kind_for(api_version="v1", kind="Secret"), "inference", "chat-gateway-tls", secret
     )
-    _delete(cluster, "Service", "v1", "chat-gateway")
+    said = "Secret inference/chat-gateway-tls: tls.crt does not start with a PEM certificate"
+    _renewal_refused_checks(cluster, reconciler, now, leaf, "CertificateInvalid", said)
+
+    write_tls_secret(cluster, "chat-gateway-tls", ["chat-gateway.inference.svc"])
     assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
-    found = condition(find(cluster, "InferenceGatewayConfig", "inference", "chat"), "GatewayProgrammed")
-    assert found is not None
-    assert (found["status"], found["reason"]) == ("False", "CertificateInvalid")
-    assert f"keeps serving the previous certificate {arn} from ACM" in found["message"]
-    service = find(cluster, "Service", "inference", "chat-gateway")
-    assert service is not None
-    assert service["metadata"]["annotations"][SSL] == arn
+    programmed = condition(find(cluster, "InferenceGatewayConfig", "inference", "chat"), "GatewayProgrammed")
+    assert (programmed["status"], programmed["reason"]) == ("True", "Programmed")
+    assert "RENEWAL" not in programmed["message"]
 
 
 @pytest.mark.usefixtures("cert_manager")
@@ -934,9 +1023,74 @@ def test_an_acm_refusal_quoting_the_private_key_reaches_neither_status_nor_event
     assert found is not None
     assert found["reason"] == "AcmImportFailed"
     assert "ValidationException" in found["message"]
+    # Ready (reason NotProgrammed) carries the message alone: it says what ACM refused.
+    ready = condition(find(cluster, "InferenceGatewayConfig", "inference", "chat"), "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "NotProgrammed")
+    assert ready["message"].startswith(
+        "ACM refused to import the certificate of Secret inference/chat-gateway-tls: ValidationException"
+    )
     events = [e["message"] for e in cluster.store.iter_all() if e["kind"] == "Event"]
     assert any("AcmImportFailed" in e or "ValidationException" in e for e in events)
     for text in [found["message"], *events]:
         assert "PRIVATE KEY" not in text
         assert body[:40] not in text
         assert base64.b64encode(key.encode()).decode()[:40] not in text
+
+
+class _RefusingAcm(_EchoingAcm):
+    """:class:`_EchoingAcm` once ``refuse`` is set (moto's ACM before): a re-import ACM refuses."""
+
+    refuse = False
+
+    def import_certificate(self, **kwargs: Any) -> Any:
+        if self.refuse:
+            return super().import_certificate(**kwargs)
+        return self._acm.import_certificate(**kwargs)
+
+
+@pytest.mark.usefixtures("cert_manager")
+def test_an_acm_refusal_of_a_renewed_certificate_is_a_failing_renewal_while_the_previous_one_is_valid(
+    cluster: FakeKubeApiServer, acm: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """ACM refusing the re-import of a renewed certificate (``AcmImportFailed``) made GatewayProgrammed
+    and Ready False while the load balancer served the previous, valid certificate under the same ARN.
+    Now it is a failing renewal (``RENEWAL FAILING``, one ``CertificateRenewalFailed`` Event, one
+    operator log line), ``CertificateExpired`` once the previous certificate expires, and the renewed
+    one is imported once ACM takes it. The key ACM's error quotes is in none of them."""
+    caplog.set_level(logging.DEBUG)
+    refusing = _RefusingAcm(acm)
+    now = [datetime.now(UTC)]
+    reconciler, leaf = _issued_chat(cluster, refusing, now)
+    _serving_ready(cluster, reconciler)
+    arn = _status_tls(cluster)["acmArn"]
+    previous = acm.get_certificate(CertificateArn=arn)["Certificate"]
+    refusing.refuse = True
+    renewed = write_tls_secret(cluster, "chat-gateway-tls", ["chat-gateway.inference.svc"])
+    said = "ACM refused to import the certificate of Secret inference/chat-gateway-tls: ValidationException"
+    _renewal_refused_checks(cluster, reconciler, now, leaf, "AcmImportFailed", said)
+    assert _pem(acm.get_certificate(CertificateArn=arn)["Certificate"]) == _pem(previous)
+    logged = [
+        r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING and said in r.getMessage()
+    ]
+    assert len(logged) == 1, logged
+
+    secret = find(cluster, "Secret", "inference", "chat-gateway-tls")
+    assert secret is not None
+    key = base64.b64decode(secret["data"]["tls.key"]).decode()
+    body = "".join(key.strip().splitlines()[1:-1])
+    obj = find(cluster, "InferenceGatewayConfig", "inference", "chat")
+    assert obj is not None
+    texts = [c["message"] for c in obj["status"]["conditions"]]
+    texts += [e["message"] for e in cluster.store.iter_all() if e["kind"] == "Event"]
+    texts += [r.getMessage() for r in caplog.records if r.name.startswith("igw")]  # botocore's own: not ours
+    for text in texts:
+        assert "PRIVATE KEY" not in text
+        assert body[:40] not in text
+        assert base64.b64encode(key.encode()).decode()[:40] not in text
+
+    refusing.refuse = False
+    assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
+    assert _pem(acm.get_certificate(CertificateArn=arn)["Certificate"]) == _pem(renewed)
+    programmed = condition(find(cluster, "InferenceGatewayConfig", "inference", "chat"), "GatewayProgrammed")
+    assert (programmed["status"], programmed["reason"]) == ("True", "Programmed")
+    assert "RENEWAL" not in programmed["message"]

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -170,7 +171,12 @@ class Reconciler:
         *,
         clock: Clock = _utc_now,
         auto_tls: AutoTlsSettings | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
+        """``clock``: wall time (UTC), for status times and certificates' notAfter. ``monotonic``:
+        seconds that never go back, for the read caches' ages: on the wall clock, a clock stepped back
+        (NTP, a VM restored) kept every cached read (the issuer's, Services') fresh until the wall
+        clock caught up again, so an issuer deleted meanwhile went unreported for that long."""
         self._kube = kube
         self._settings = settings
         self._clock = clock
@@ -191,7 +197,7 @@ class Reconciler:
         self._noted: dict[tuple[str, str], tuple[object, object]] = {}
         """``(namespace, name): (uid, generation)`` whose accepted-unused notes this process has
         handled (:meth:`_post_notes`): one Event per generation, not one per pass."""
-        self._service_reads = CachedReader(kube, lambda: self._clock().timestamp())
+        self._service_reads = CachedReader(kube, monotonic)
         """The Services and pods behind configs' in-cluster Services, reused across the passes of one
         resync (:meth:`_service_egress`)."""
         self._ports_noted: dict[tuple[str, str], tuple[object, tuple[str, ...]]] = {}
@@ -203,7 +209,7 @@ class Reconciler:
         self._issuer_noted: dict[tuple[str, str], tuple[object, str]] = {}
         """``(namespace, name): (uid, problem)`` of the issuer problem last reported for an issued
         certificate (:meth:`_post_renewal`): one Warning Event when it changes, not one per pass."""
-        self._issuer_reads = CachedReader(kube, lambda: self._clock().timestamp(), ISSUER_READ_TTL_S)
+        self._issuer_reads = CachedReader(kube, monotonic, ISSUER_READ_TTL_S)
         """Reads of the configured issuer once a certificate is issued, shared by every object's
         passes for :data:`ISSUER_READ_TTL_S`."""
 
@@ -664,7 +670,7 @@ class Reconciler:
             issued = IssuedCertificate.from_secret(found)
         except ValueError as exc:  # not PEM: cert-manager never writes that, someone else did
             problem = ("CertificateInvalid", f"Secret {namespace}/{secret}: {without_key_material(str(exc))}")
-            return _keeping_previous(igwc, TlsOutcome(problem=problem, certificate=wanted))
+            return await self._keeping_previous(igwc, TlsOutcome(problem=problem, certificate=wanted))
         if issued is None and _names_import(igwc):
             return await self._reissuing(igwc, live, wanted)
         failure = issuance_failure(live) if issued is None else None
@@ -712,9 +718,14 @@ class Reconciler:
             )
         except Exception as exc:  # ACM refusals (permissions, quota) are reported on the object
             # An AWS validation error may quote the request (the key): never into status or Events.
-            refused = ("AcmImportFailed", without_key_material(_error_text(exc)))
+            # Said what was refused: Ready (reason NotProgrammed) carries the message alone.
+            refused = (
+                "AcmImportFailed",
+                f"ACM refused to import the certificate of Secret {namespace}/{secret}: "
+                + without_key_material(_error_text(exc)),
+            )
             failed = TlsOutcome(problem=refused, certificate=wanted)
-            return _keeping_previous(igwc, failed)
+            return await self._keeping_previous(igwc, failed)
         status = {
             "acmArn": arn,
             "issuedAt": issued.issued_at,
@@ -746,6 +757,48 @@ class Reconciler:
             )
             return TlsOutcome(acm_arn=arn, status=status, problem=problem, certificate=wanted)
         return TlsOutcome(acm_arn=arn, status=status, certificate=wanted, renewal=renewal, issuer=blocked)
+
+    async def _keeping_previous(self, igwc: Mapping[str, Any], outcome: TlsOutcome) -> TlsOutcome:
+        """``outcome`` (no new certificate to serve: the Secret's is not PEM, or ACM refused its
+        import) when ``status.tls`` names no certificate imported before; else the previous one is
+        still on the listener: the Service stays applied with it, and while it is valid (not past the
+        ``notAfter`` the status names) the failure is a renewal failing, not a gateway down.
+
+        Reported as ``GatewayProgrammed=False`` (and ``Ready`` False) with the refusal's reason, a
+        renewed Secret ACM would not take (or not PEM) said the gateway was down while the load balancer
+        served the previous, valid certificate. Now GatewayProgrammed stays True, its message says
+        ``RENEWAL FAILING`` and which certificate is served until when, with one Warning Event
+        (``CertificateRenewalFailed``) per change; once that certificate expires it is
+        ``CertificateExpired`` naming the failure."""
+        if not _names_import(igwc) or outcome.problem is None:
+            return outcome
+        meta = igwc["metadata"]
+        namespace, service_name = meta["namespace"], base_name(meta["name"])
+        issuer = self._auto_tls.issuer
+        previous = dict((igwc.get("status") or {}).get("tls") or {})
+        arn = str(previous["acmArn"])
+        not_after = _parsed_time(previous.get("notAfter"))
+        reason, message = outcome.problem
+        where = f"Certificate {namespace}/{service_name} (issuer {issuer.kind}/{issuer.name})"
+        failed = f"{where}: the new certificate was not imported ({reason}): {message}"
+        if not_after is not None and self._clock() >= not_after:
+            problem = (
+                EXPIRED_REASON,
+                f"the certificate the load balancer serves ({arn}) expired at {rfc3339(not_after)}: "
+                f"clients' TLS handshakes fail until a new one is imported; {failed}",
+            )
+            return replace(outcome, acm_arn=arn, status=previous, problem=problem)
+        until = "" if not_after is None else f" (notAfter {rfc3339(not_after)})"
+        served = f"the load balancer keeps serving the previous certificate {arn} from ACM{until}"
+        blocked = await self._issuer_problem(namespace, service_name, served_until=not_after)
+        return replace(
+            outcome,
+            acm_arn=arn,
+            status=previous,
+            problem=None,
+            renewal=f"{failed}; {served}",
+            issuer=blocked,
+        )
 
     async def _reissuing(
         self, igwc: Mapping[str, Any], live: Mapping[str, Any] | None, wanted: Mapping[str, Any]
@@ -904,19 +957,6 @@ _AUTO_TLS_DISABLED = TlsOutcome(
         "administrator to enable operator.autoTls",
     )
 )
-
-
-def _keeping_previous(igwc: Mapping[str, Any], outcome: TlsOutcome) -> TlsOutcome:
-    """``outcome`` (no new certificate to serve: the Secret's is not PEM, or ACM refused its import)
-    with the certificate imported before, when ``status.tls`` names one: it is still on the listener,
-    so the Service stays applied with it (it was left out of the pass's writes, and not made again if
-    deleted) and the message says it is served."""
-    if not _names_import(igwc) or outcome.problem is None:
-        return outcome
-    previous = dict((igwc.get("status") or {}).get("tls") or {})
-    reason, message = outcome.problem
-    message += f"; the load balancer keeps serving the previous certificate {previous['acmArn']} from ACM"
-    return replace(outcome, acm_arn=str(previous["acmArn"]), status=previous, problem=(reason, message))
 
 
 def _parsed_time(text: Any) -> datetime | None:
