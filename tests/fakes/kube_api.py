@@ -21,7 +21,8 @@ and point the REAL ``kubernetes`` client at it over HTTP. It serves:
   where what is not modelled is listed).
 * list (namespaced and all-namespaces) honouring ``labelSelector`` (equality, set-based, existence),
   ``fieldSelector`` (``path=value``/``!=`` on dotted paths) and ``limit``/``continue`` paging; get;
-  create (POST); replace (PUT); patch (merge, strategic-merge treated as merge, JSON patch, and
+  create (POST); replace (PUT); patch (merge, strategic merge by the built-in types' patch strategies -
+  :mod:`tests.fakes.kube_strategic_merge`, JSON patch, and
   server-side apply with ``fieldManager`` required: ``metadata.managedFields`` kept for every write,
   409 ``Conflict`` for an apply over another manager's field unless ``force=true``, fields an
   applier stops setting removed, 201 for an apply that creates: :mod:`tests.fakes.kube_field_managers`,
@@ -114,6 +115,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import functools
 import hashlib
 import json
 import socket
@@ -154,7 +156,8 @@ from tests.fakes.kube_store import (
     json_patch,
     merge_patch,
 )
-from tests.fakes.kube_type_meta import check_apply_patch, check_type_meta
+from tests.fakes.kube_strategic_merge import strategic_merge_patch
+from tests.fakes.kube_type_meta import check_apply_patch, check_patched_type_meta, check_type_meta
 
 __all__ = [
     "FakeKubeApiServer",
@@ -917,7 +920,12 @@ class FakeKubeApiServer:
             check_apply_patch(kind, patch)
             patch = patch or {}
             field_managers.check_no_duplicates(kind, patch)
-        apply = json_patch if content_type == "application/json-patch+json" else merge_patch
+        if content_type == "application/json-patch+json":
+            apply = json_patch
+        elif content_type == "application/strategic-merge-patch+json":
+            apply = functools.partial(strategic_merge_patch, kind.kind)
+        else:
+            apply = merge_patch
         # Atomic, as the API server's GuaranteedUpdate: the patch applies to the version it replaces
         # (a write landing between read and write is retried on the newer version, never overwritten),
         # unless the patch itself names a resourceVersion - a precondition, answered 409 when stale.
@@ -952,6 +960,8 @@ class FakeKubeApiServer:
                 )
             else:
                 updated = apply(current, patch)
+                if content_type != "application/strategic-merge-patch+json":
+                    check_patched_type_meta(kind, updated, custom=_custom(kind))
             _check_url_names(kind, name, ns, updated)
             _check_patched_uid(kind, name, subresource, current, updated)
             sent_version = updated.setdefault("metadata", {}).get("resourceVersion")

@@ -15,6 +15,7 @@ Secret to the ConfigMaps URL, or a manifest of another version, passed here and 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -83,3 +84,41 @@ def check_apply_patch(kind: ResourceKind, patch: Any) -> None:
     meta = patch.get("metadata")
     if isinstance(meta, Mapping) and isinstance(meta.get("managedFields"), list):
         raise StoreError(400, "BadRequest", "metadata.managedFields must be nil")
+
+
+def check_patched_type_meta(kind: ResourceKind, patched: Mapping[str, Any], *, custom: bool) -> None:
+    """Refuse a JSON or JSON merge patch whose result names another ``apiVersion`` or ``kind`` than
+    ``kind``'s, as the API server's patch handler does (``jsonPatcher.applyPatchToCurrentObject``,
+    ``apiserver/pkg/endpoints/handlers/patch.go``): it decodes the patched JSON into the URL's type,
+    which fails for another kind (no conversion from a Secret to a ConfigMap) or a version the
+    scheme does not know, answered 422 ``Invalid`` with a ``patch`` cause carrying the patched
+    document. A custom resource decodes as unstructured: another version fails the CR converter
+    (``request to convert CR from an invalid group/version``), another kind the strategy's
+    ``ValidateTypeMeta`` (as :func:`check_type_meta`). A strategic merge patch decodes by the Go type
+    and ignores both (nothing to refuse). The fake stored the URL's and answered 200."""
+    sent_version, sent_kind = patched.get("apiVersion"), patched.get("kind")
+    version_differs = bool(sent_version) and sent_version != kind.api_version
+    kind_differs = bool(sent_kind) and sent_kind != kind.kind
+    if not version_differs and not kind_differs:
+        return
+    if custom and not version_differs:
+        check_type_meta(kind, patched, custom=True)
+        return
+    if custom:
+        detail = f"request to convert CR from an invalid group/version: {sent_version}"
+    elif version_differs:
+        group, _, version = str(sent_version).rpartition("/")
+        shown = f"{group}/{version}" if group else version
+        detail = (
+            f'no kind "{sent_kind or kind.kind}" is registered for version "{shown}" in scheme '
+            '"pkg/api/legacyscheme/scheme.go:30"'
+        )
+    else:
+        api_package = f"k8s.io/api/{kind.group.split('.')[0] or 'core'}/{kind.version}"
+        internal = f"k8s.io/kubernetes/pkg/apis/{kind.group.split('.')[0] or 'core'}"
+        detail = f"converting ({api_package}) {sent_kind} to ({internal}) {kind.kind}: unknown conversion"
+    document = json.dumps(patched, separators=(",", ":"))
+    error = FieldError("patch", "FieldValueInvalid", json.dumps(document), detail)
+    raise StoreError(
+        422, "Invalid", invalid_message("", "", [error]), details=invalid_details("", "", "", [error])
+    )
