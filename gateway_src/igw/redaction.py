@@ -43,6 +43,19 @@ lines (the access log's, one per request) contain none, and the scan for them is
 cheaper than running the case-insensitive patterns over the line."""
 
 
+_PATH_TOKEN: Final = re.compile(r"(?=[A-Za-z0-9+=]*[0-9])(?=[A-Za-z0-9+=]*[A-Za-z])[A-Za-z0-9+=]{24,}")
+"""A run of 24 or more letters and digits (``+``, ``=``) mixing both, with no ``-``, ``_`` or ``.``
+between: a key's random part (a Slack webhook's 24, a hex or base64 API key's 32 or more), not a
+word, a model name (``Meta-Llama-3.1-70B-Instruct``), a UUID or an IdP's tenant or server ID
+(``us-east-1_AbCdEfGhI``, Okta's 20-character ``aus...``)."""
+_KEY_PREFIX: Final = re.compile(r"(?i)sk[-_](?=[A-Za-z0-9_-]*[0-9])[A-Za-z0-9_-]{16,}")
+"""``sk-...``/``sk_...``: an OpenAI-, Anthropic- or Stripe-style secret key, whatever its length."""
+_PATH_HINT: Final = re.compile(r"(?i)sk[-_]|[A-Za-z0-9+=]{24}")
+"""What a URL's path needs for :func:`_secret_segment` to find a credential in it (besides a JWT,
+which :data:`_TRIGGERS`' ``eyj`` finds): the cheap test :func:`needs_redaction` and :func:`redact`
+run before splitting any URL."""
+
+
 def needs_redaction(text: str) -> bool:
     """Whether :func:`redact` may change ``text``; ``False`` guarantees ``redact(text) == text``
     (none of the patterns can match: no user-info URL is possible and no trigger substring occurs).
@@ -50,14 +63,15 @@ def needs_redaction(text: str) -> bool:
     The access log uses it on a line's strings, once per distinct string, so that a line built only
     of such strings is written without the writer thread scanning it again
     (:mod:`igw.gateway.access_log`)."""
-    if "://" in text and _URL_SECRET_MARKS.intersection(text):
+    if "://" in text and (_URL_SECRET_MARKS.intersection(text) or _PATH_HINT.search(text)):
         return True
     lowered = text.lower()
     return any(trigger in lowered for trigger in _TRIGGERS)
 
 
 _URL_SECRET_MARKS: Final = frozenset("@?#")
-"""Characters one of which a URL needs for :func:`redact_url` to change it."""
+"""Characters one of which a URL needs for :func:`redact_url` to change its user-info, query or
+fragment (its path: :data:`_PATH_HINT`)."""
 
 
 def redact_url(url: str) -> str:
@@ -68,18 +82,43 @@ def redact_url(url: str) -> str:
     A JWKS, OIDC, OTLP, backend or Redis URL may carry a credential in any of these places
     (``rediss://user:password@host``, ``?api_key=``, ``?sig=`` of a SAS URL, ``X-Amz-Signature`` of a
     presigned one, ``#access_token=``), and no list of parameter names covers them all, so every value
-    is masked. :func:`redact` applies this to every URL in a text, which is how log lines, errors,
+    is masked. A path segment that holds a credential (:func:`_secret_segment`: an API key in the
+    path, ``/key/sk-...``, a webhook's secret, a JWT) is masked whole; before session s44 the path
+    was shown as it was, so ``https://hooks.example/services/T0/B0/<secret>`` went to the logs.
+    :func:`redact` applies this to every URL in a text, which is how log lines, errors,
     Events and reports quote a configured URL; call it directly to quote one URL (a metric label)."""
     parts = _URL_PARTS.fullmatch(url)
     if parts is None:  # unreachable for a string holding "://"; masked whole rather than shown
         return MASK
     scheme, userinfo, rest, query, fragment = parts.groups()
-    shown = scheme + (f"{MASK}@" if userinfo is not None else "") + rest
+    host, slash, path = rest.partition("/")
+    if slash and (_PATH_HINT.search(path) or "eyJ" in path):
+        path = "/".join(_mask_segment(segment) for segment in path.split("/"))
+    shown = scheme + (f"{MASK}@" if userinfo is not None else "") + host + slash + path
     if query is not None:
         shown += "?" + "&".join(_mask_parameter(item) for item in query.split("&"))
     if fragment is not None:
         shown += "#" + "&".join(_mask_parameter(item, bare=False) for item in fragment.split("&"))
     return shown
+
+
+_AFTER_URL: Final = re.compile(r"[:.,;)\]]+$")
+"""Punctuation a text puts right after a URL (``... /x: 404``), which the URL pattern takes in."""
+
+
+def _mask_segment(segment: str) -> str:
+    """A path segment masked whole when it holds a credential, punctuation after it kept."""
+    if not _secret_segment(segment):
+        return segment
+    after = _AFTER_URL.search(segment)
+    return MASK + (after.group(0) if after else "")
+
+
+def _secret_segment(segment: str) -> bool:
+    """Whether a URL path segment holds a credential: a JWT, an ``sk-`` key (:data:`_KEY_PREFIX`)
+    or a long run of letters and digits (:data:`_PATH_TOKEN`). Ordinary segments (``v1``,
+    ``chat``, ``completions``, ``.well-known``, ``jwks.json``, model names, UUIDs) are none."""
+    return bool(_PATH_TOKEN.search(segment) or _KEY_PREFIX.match(segment) or _JWT.search(segment))
 
 
 def _mask_parameter(item: str, *, bare: bool = True) -> str:
@@ -98,7 +137,7 @@ def redact(text: str) -> str:
     """``text`` with every credential-looking substring replaced by :data:`MASK`."""
     if not text:
         return text
-    if "://" in text and _URL_SECRET_MARKS.intersection(text):
+    if "://" in text and (_URL_SECRET_MARKS.intersection(text) or _PATH_HINT.search(text) or "eyJ" in text):
         text = _URL.sub(lambda m: redact_url(m.group(0)), text)
     lowered = text.lower()
     if not any(trigger in lowered for trigger in _TRIGGERS):

@@ -13,7 +13,9 @@ as its JSON answer.
 
 Decoding is bounded: the decoded bytes go through an :class:`~igw.gateway.answer_scan.AnswerScan`
 in pieces of at most :data:`PIECE_BYTES` (never held whole), and at most :data:`MAX_DECODED_BYTES`
-are decoded (a small body that inflates without end, a zip bomb, costs that much CPU and no more),
+are decoded (a small body that inflates without end, a zip bomb, costs that much CPU and no more;
+an answer decoded only for its usage, the client taking it coded, stops at a decoded-to-coded ratio
+no JSON reaches: :data:`SCAN_RATIO`),
 the event loop given a turn after each piece (:meth:`CodedScan.feed`; the relay of a decoded answer
 turns as it writes each piece), so a bomb delays no other request by more than a piece's decode.
 A gzip body is decoded member after member (RFC 1952 2.2: a gzip file is a series of members, as
@@ -45,16 +47,34 @@ a turn (:meth:`CodedScan.decode` yields ``b""``)."""
 MAX_DECODED_BYTES: Final = 256 * 1024 * 1024
 """The most bytes one answer is decoded to (the cap on a plain whole answer,
 :data:`~igw.gateway.upstream_client.MAX_WHOLE_BODY_BYTES`)."""
+SCAN_FREE_BYTES: Final = 16 * 1024 * 1024
+"""The bytes an answer decoded only for its usage (``relay=False``) may decode to whatever its coded
+size: far above any answer that is not a bomb and compresses well (a completion, its logprobs)."""
+SCAN_RATIO: Final = 64
+"""Decoded bytes per coded byte an answer decoded only for its usage may reach past
+:data:`SCAN_FREE_BYTES`. JSON compresses a few times over; ``deflate`` reaches about 1000 only on
+runs of one byte, which is what a bomb is made of."""
 _GZIP_WBITS: Final = 31
 """zlib's window setting for one gzip member."""
 _GZIP_MAGIC: Final = b"\x1f\x8b"
 """The first two bytes of a gzip member (RFC 1952 2.3.1)."""
-_WBITS: Final = {b"gzip": _GZIP_WBITS, b"x-gzip": _GZIP_WBITS, b"deflate": 15}
+_ZLIB_WBITS: Final = 15
+"""zlib's window setting for a zlib stream (RFC 1950), what HTTP's ``deflate`` names."""
+_WBITS: Final = {b"gzip": _GZIP_WBITS, b"x-gzip": _GZIP_WBITS, b"deflate": _ZLIB_WBITS}
 """zlib's window setting per content coding: a gzip member, or a zlib stream (HTTP's ``deflate``)."""
 _ALIASES: Final = {"x-gzip": "gzip"}
 """Content-coding names HTTP holds equivalent (RFC 9110 8.4.1.3)."""
 _RAW_DEFLATE: Final = -15
 """A raw deflate stream without the zlib wrapper, which some servers send as ``deflate``."""
+
+
+def zlib_header(head: bytes) -> bool:
+    """Whether the first two bytes of a ``deflate`` body are a zlib header (RFC 1950 2.2): method 8,
+    a window of at most 32 KiB, no preset dictionary, the check bits right. The first byte alone
+    (before session s44) took a raw deflate stream starting with a stored block whose padding bits
+    are set (``0x08``, ``0x78``) for a zlib one, and refused it as not valid (a 502)."""
+    cmf, flg = head[0], head[1]
+    return cmf & 0x0F == 8 and cmf >> 4 <= 7 and not flg & 0x20 and (cmf << 8 | flg) % 31 == 0
 
 
 def accepts_coding(accept_encoding: str | None, coding: bytes) -> bool:
@@ -99,17 +119,38 @@ class CodedScan:
     what :class:`~igw.gateway.answer_scan.AnswerScan` read of the decoded answer, unless
     :attr:`unreadable` says why nothing could be."""
 
-    __slots__ = ("_decoded", "_decoder", "_first", "_trailing", "_wbits", "scan", "unreadable")
+    __slots__ = (
+        "_coded",
+        "_decoded",
+        "_decoder",
+        "_head",
+        "_relay",
+        "_trailing",
+        "_wbits",
+        "scan",
+        "unreadable",
+    )
 
-    def __init__(self, coding: bytes) -> None:
+    def __init__(self, coding: bytes, *, relay: bool = True) -> None:
+        """``relay``: the decoded bytes go to the client (:meth:`decode`), so a legitimate answer must
+        decode to its end, up to :data:`MAX_DECODED_BYTES`. Without it they serve the usage scan alone
+        (the client takes the coded bytes as they came), and decoding stops, the answer
+        :attr:`unreadable`, past :data:`SCAN_FREE_BYTES` plus :data:`SCAN_RATIO` per coded byte fed:
+        before session s44 a pod's 300 KB gzip bomb cost 256 MiB of decoding and scanning (about a
+        second of CPU) on every such answer, when its ratio alone gave it away."""
         name = coding.strip().lower()
         self.scan = AnswerScan()
         self.unreadable: str | None = None
+        self._relay = relay
+        self._coded = 0
+        """The coded bytes fed so far."""
         self._decoded = 0
-        self._first = True
         self._trailing = False
         """The coded stream ended, and what followed is no gzip member: the rest is not read."""
         wbits = _WBITS.get(name)
+        self._head: bytes | None = b"" if wbits == _ZLIB_WBITS else None
+        """A ``deflate`` body's bytes until two have come, to tell a zlib stream from a raw one
+        (:func:`zlib_header`); ``None`` once told (and for gzip)."""
         self._wbits = 0 if wbits is None else wbits
         self._decoder = None if wbits is None else zlib.decompressobj(wbits)
         if wbits is None:
@@ -139,41 +180,69 @@ class CodedScan:
         decoder = self._decoder
         if decoder is None or self.unreadable is not None or self._trailing:
             return
+        self._coded += len(data)
+        bound = MAX_DECODED_BYTES
+        if not self._relay:
+            bound = min(bound, SCAN_FREE_BYTES + SCAN_RATIO * self._coded)
+        retry_raw = False
+        if self._head is not None:  # a deflate body's first bytes: zlib-wrapped or raw?
+            data = self._head + data
+            if len(data) < 2:
+                self._head = data
+                return
+            self._head = None
+            retry_raw = zlib_header(data)
+            if not retry_raw:
+                self._decoder = zlib.decompressobj(_RAW_DEFLATE)
         try:
-            if self._first and data:
-                self._first = False
-                if self._wbits == 15 and (data[0] & 0x0F) != 8:  # no zlib header: raw deflate
-                    decoder = self._decoder = zlib.decompressobj(_RAW_DEFLATE)
-            taken = 0  # the bytes of ``data`` handed to zlib so far
-            held = b""  # what zlib left of them, still to decode
-            quiet = 0
-            while held or taken < len(data):
-                if not held:
-                    held = data[taken : taken + INPUT_BYTES]
-                    taken += len(held)
-                if decoder.eof and self._wbits == _GZIP_WBITS:  # the next gzip member (RFC 1952 2.2)
-                    decoder = self._decoder = zlib.decompressobj(_GZIP_WBITS)
-                piece = decoder.decompress(held, PIECE_BYTES)
-                held = decoder.unconsumed_tail
-                self._decoded += len(piece)
-                if self._decoded > MAX_DECODED_BYTES:
-                    self.unreadable = f"it decodes to more than {MAX_DECODED_BYTES} bytes"
-                    self._decoder = None
-                    return
-                self.scan.feed(piece)
-                quiet = 0 if piece else quiet + 1
-                if piece or quiet == QUIET_STEPS:
-                    quiet = 0
-                    yield piece
-                if decoder.eof:
-                    held = decoder.unused_data
-                    after = (held + data[taken : taken + 2])[:2]
-                    if self._wbits != _GZIP_WBITS or not _GZIP_MAGIC.startswith(after):
-                        self._trailing = True  # what follows the stream (no gzip member) is not read
-                        return
+            try:
+                yield from self._inflate(data, bound)
+            except zlib.error:
+                # a raw stream whose first bytes read as a zlib header (a stored block's length may
+                # make them one): read again as raw, as browsers do, when nothing was decoded yet
+                if not retry_raw or self._decoded:
+                    raise
+                self._decoder = zlib.decompressobj(_RAW_DEFLATE)
+                yield from self._inflate(data, bound)
         except zlib.error as exc:
             self.unreadable = f"its body is not valid for its content coding ({exc})"
             self._decoder = None
+
+    def _inflate(self, data: bytes, bound: int) -> Iterator[bytes]:
+        """:meth:`decode`'s steps over ``data`` with the decoder as it stands, up to ``bound`` decoded
+        bytes in all; raises :class:`zlib.error` at the first byte that is not valid."""
+        decoder = self._decoder
+        if decoder is None:  # unreachable: decode() checked it
+            return
+        taken = 0  # the bytes of ``data`` handed to zlib so far
+        held = b""  # what zlib left of them, still to decode
+        quiet = 0
+        while held or taken < len(data):
+            if not held:
+                held = data[taken : taken + INPUT_BYTES]
+                taken += len(held)
+            if decoder.eof and self._wbits == _GZIP_WBITS:  # the next gzip member (RFC 1952 2.2)
+                decoder = self._decoder = zlib.decompressobj(_GZIP_WBITS)
+            piece = decoder.decompress(held, PIECE_BYTES)
+            held = decoder.unconsumed_tail
+            self._decoded += len(piece)
+            if self._decoded > bound:
+                self.unreadable = f"it decodes to more than {bound} bytes"
+                if bound < MAX_DECODED_BYTES:
+                    self.unreadable += f" (from {self._coded} coded bytes)"
+                self._decoder = None
+                return
+            self.scan.feed(piece)
+            quiet = 0 if piece else quiet + 1
+            if piece or quiet == QUIET_STEPS:
+                quiet = 0
+                yield piece
+            if decoder.eof:
+                held = decoder.unused_data
+                after = (held + data[taken : taken + 2])[:2]
+                if self._wbits != _GZIP_WBITS or not _GZIP_MAGIC.startswith(after):
+                    self._trailing = True  # what follows the stream (no gzip member) is not read
+                    return
 
     def finish(self) -> None:
         """The answer ended: a compressed stream cut short is unreadable too."""

@@ -83,6 +83,18 @@ class GuardDenied(IgwGatewayError):
 class GuardReadiness:
     ready: bool
     detail: str
+    rate_limit: Mapping[str, object] | None = None
+    """The rate-limit backend's state (``RateLimiter.readiness_detail``; ``None`` without rate
+    limits): shown in ``/readyz``, never part of :attr:`ready`. A shared Redis that is down has its
+    ``onRedisUnavailable`` policy applied; failing readiness for it would take every replica out of
+    its load balancer at once."""
+
+    def as_detail(self) -> dict[str, object]:
+        """What ``/readyz`` shows under ``guard``."""
+        shown: dict[str, object] = {"ready": self.ready, "detail": self.detail}
+        if self.rate_limit is not None:
+            shown["rate_limit"] = dict(self.rate_limit)
+        return shown
 
 
 class RequestGuard(Protocol):

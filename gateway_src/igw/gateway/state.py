@@ -251,7 +251,7 @@ class GatewayState:
         detail: dict[str, Any] = {
             "discovery_ready": self.discovery_ready,
             "schedulers": schedulers,
-            "guard": {"ready": guard.ready, "detail": guard.detail},
+            "guard": guard.as_detail(),
             "unroutable_bbr_adapters": list(self.runtime.router.unroutable_bbr),
         }
         if self.config_error:

@@ -767,7 +767,7 @@ def _coded_json(upstream: UpstreamResponse) -> bool:
 async def _decoded_scan(upstream: UpstreamResponse, payload: bytes) -> CodedScan:
     """What a whole compressed JSON answer (:func:`_coded_json`) says of itself, read from its decoded
     bytes a piece at a time, the event loop served between the pieces (:meth:`CodedScan.feed`)."""
-    coded = CodedScan(cast(bytes, upstream.noted.get(b"content-encoding")))
+    coded = CodedScan(cast(bytes, upstream.noted.get(b"content-encoding")), relay=False)
     await coded.feed(payload)
     coded.finish()
     return coded
@@ -907,7 +907,7 @@ async def _relay_whole(
     reads_json = upstream.content_type == "application/json"
     scan: AnswerScan | CodedScan = AnswerScan()
     if reads_json and compressed(coding):
-        scan = CodedScan(cast(bytes, coding))
+        scan = CodedScan(cast(bytes, coding), relay=False)  # relayed coded: decoded for its usage alone
         if scan.unreadable is not None:  # a coding the gateway cannot decode: refused, nothing relayed
             response.relayed = None
             return _unreadable_answer(scan.unreadable, extra)

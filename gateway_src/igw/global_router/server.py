@@ -834,7 +834,7 @@ async def _model(request: web.Request) -> web.StreamResponse:
 def _readiness(router: GlobalRouter) -> tuple[bool, dict[str, object]]:
     ready, detail = router.fleet.readiness()
     guard = router.guard.readiness()
-    detail["guard"] = {"ready": guard.ready, "detail": guard.detail}
+    detail["guard"] = guard.as_detail()
     ready = ready and guard.ready and not router.draining
     if router.draining:
         detail["draining"] = True

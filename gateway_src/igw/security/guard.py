@@ -154,9 +154,12 @@ class SecurityGuard:
             await self._limiter.settle(reservation=reservation, completion_tokens=completion_tokens)
 
     def readiness(self) -> GuardReadiness:
+        limiter = None if self._limiter is None else self._limiter.readiness_detail()
         if self._jwks is None:
-            return GuardReadiness(ready=True, detail=AUTH_DISABLED_DETAIL)
-        return GuardReadiness(ready=self._jwks.ready(), detail=self._jwks.readiness_detail())
+            return GuardReadiness(ready=True, detail=AUTH_DISABLED_DETAIL, rate_limit=limiter)
+        return GuardReadiness(
+            ready=self._jwks.ready(), detail=self._jwks.readiness_detail(), rate_limit=limiter
+        )
 
     async def start(self) -> None:
         self._claim_auth_gauge()

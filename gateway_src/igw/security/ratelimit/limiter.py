@@ -32,6 +32,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Final, TypeVar
 
 from igw.gateway.tenant_labels import is_plain
+from igw.redaction import redact
 from igw.security.clock import Clock
 from igw.security.denials import limiter_unavailable, rate_limited
 from igw.security.metrics import SecurityMetrics
@@ -96,6 +97,10 @@ class BackendOutage:
         self._down_logged = False
         self._probe_s = settings.redis.connect_timeout_s + settings.redis.command_timeout_s
         self._probe_until = float("-inf")
+        self._down_since: float | None = None
+        """When the outage under way began (its first failure); ``None`` while the backend answers."""
+        self._reason = ""
+        """Why the backend last failed, shown (redacted) in ``/readyz`` while the outage lasts."""
         if metrics is not None:
             metrics.ratelimit_backend_up.labels(backend=name).set(1)
 
@@ -132,12 +137,17 @@ class BackendOutage:
             log.warning("rate-limit backend %s is answering again", self._name)
             self._down_logged = False
             self._probe_until = float("-inf")
+            self._down_since = None
             if self._metrics is not None:
                 self._metrics.ratelimit_backend_up.labels(backend=self._name).set(1)
 
     def failed(self, reason: str) -> None:
         """The backend failed: not asked again for ``retryAfterFailure``; counted, logged once."""
-        self._down_until = self._clock() + self._retry_after_s
+        now = self._clock()
+        self._down_until = now + self._retry_after_s
+        self._reason = reason
+        if self._down_since is None:
+            self._down_since = now
         if self._metrics is not None:
             self._metrics.ratelimit_backend_errors.labels(backend=self._name).inc()
             self._metrics.ratelimit_backend_up.labels(backend=self._name).set(0)
@@ -150,6 +160,19 @@ class BackendOutage:
                 self._retry_after_s,
             )
             self._down_logged = True
+
+    def readiness_detail(self) -> dict[str, object]:
+        """The backend's state for ``/readyz`` (as ``igw_ratelimit_backend_up``): answering, or down
+        since when, why, and the ``onRedisUnavailable`` policy applied meanwhile. Shown, never
+        failing readiness (:class:`~igw.gateway.guards.GuardReadiness`); before session s44
+        ``/readyz`` said nothing of an outage. Known from the decisions only: a backend that failed
+        shows down until an answer to a call made after ``retryAfterFailure``."""
+        detail: dict[str, object] = {"backend": self._name, "up": self._down_since is None}
+        detail["on_unavailable"] = self._policy
+        if self._down_since is not None:
+            detail["down_for_s"] = round(max(0.0, self._clock() - self._down_since), 3)
+            detail["error"] = redact(self._reason[:300])
+        return detail
 
 
 class RateLimiter:
@@ -208,6 +231,10 @@ class RateLimiter:
     def outage(self) -> BackendOutage:
         """The backend's outage state, for limiters that ask the same server to share."""
         return self._outage
+
+    def readiness_detail(self) -> dict[str, object]:
+        """The backend's state for ``/readyz`` (:meth:`BackendOutage.readiness_detail`)."""
+        return self._outage.readiness_detail()
 
     @property
     def backend_name(self) -> str:
