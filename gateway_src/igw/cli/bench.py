@@ -53,7 +53,7 @@ LIVE_USES = frozenset(
 )  # fmt: skip
 """The options ``--mode live`` uses (no ``--duration-scale``: ``--live-requests`` sets the scale)."""
 RUN_ALONE_USES: dict[str, frozenset[str]] = {
-    "global": frozenset({"quick", "live_rate", "out"}),
+    "global": frozenset({"quick", "live_rate", "allow_failures", "out"}),
     "global-des": frozenset({"quick", "seeds", "out"}),
     "overload-priority": frozenset({"mode", "quick", "seeds", "out"}),
     "canary-rollout": frozenset({"quick", "out"}),
@@ -306,7 +306,13 @@ def run(args: argparse.Namespace) -> int:
 
         rate = offered_rate(args, default=GLOBAL_LIVE_RATE)
         command = "igw bench global" + (" --quick" if args.quick else "")
-        return run_global_command(out=Path(args.out), rate=rate, quick=args.quick, command=command)
+        return run_global_command(
+            out=Path(args.out),
+            rate=rate,
+            quick=args.quick,
+            command=command,
+            allow_failures=args.allow_failures,
+        )
     args.live_rate = offered_rate(args, default=DEFAULT_LIVE_RATE)
     # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
     from igw.cli.bench_run import run_bench
