@@ -35,6 +35,9 @@ from igw.cli.main import build_parser, main
             ["bench", "random", "--count", "5", "--draws", "2,7"],
             "--draws: [7] outside the family's draws 0..4",
         ),
+        # built every draw before the first ran: 25 s and 390 MB in, --count 1000000 was still building
+        (["bench", "random", "--count", "1000001"], "--count: at most 1,000 draws, got 1,000,001"),
+        (["bench", "random", "--count", "1001", "--draws", "3"], "--count: at most 1,000 draws"),
         (["demo", "--routers", "round-robin,warp"], "--routers: unknown warp"),
         (["demo", "--requests", "3"], "--requests must be >= 10"),
     ],
