@@ -49,7 +49,7 @@ TRACE_USES = DES_USES | {"trace", "fleet", "trace_speedup"}
 RANDOM_USES = DES_USES | {"count", "seed", "draws"}
 LIVE_USES = frozenset(
     {"mode", "policies", "seeds", "quick", "weights", "peers", "live_requests", "live_rate", "drain",
-     "check_agreement", "agreement_des_seeds", "allow_failures", "out"}
+     "check_agreement", "agreement_des_seeds", "allow_failures", "allow_long_run", "out"}
 )  # fmt: skip
 """The options ``--mode live`` uses (no ``--duration-scale``: ``--live-requests`` sets the scale)."""
 RUN_ALONE_USES: dict[str, frozenset[str]] = {
@@ -133,6 +133,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help=f"live mode: offered requests per wall s (default {DEFAULT_LIVE_RATE:g}; "
         f"{GLOBAL_LIVE_RATE:g} for `igw bench global`)",
+    )
+    parser.add_argument(
+        "--allow-long-run",
+        action="store_true",
+        help="live mode: start a run planned to take over a day (refused otherwise, exit 2)",
     )
     parser.add_argument(
         "--drain",
