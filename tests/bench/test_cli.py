@@ -35,6 +35,9 @@ from igw.cli.main import build_parser, main
             ["bench", "random", "--count", "5", "--draws", "2,7"],
             "--draws: [7] outside the family's draws 0..4",
         ),
+        # built every draw before the first ran: 25 s and 390 MB in, --count 1000000 was still building
+        (["bench", "random", "--count", "1000001"], "--count: at most 1,000 draws, got 1,000,001"),
+        (["bench", "random", "--count", "1001", "--draws", "3"], "--count: at most 1,000 draws"),
         (["demo", "--routers", "round-robin,warp"], "--routers: unknown warp"),
         (["demo", "--requests", "3"], "--requests must be >= 10"),
     ],
@@ -536,3 +539,22 @@ def test_stderr_progress_stamps_each_line_and_writes_it_at_once(capsys: pytest.C
     say("failover script: kill east-a")
     stamped = "[   0.0s] starting redis-server\n[  12.3s] failover script: kill east-a\n"
     assert capsys.readouterr().err == stamped
+
+
+def test_a_live_plan_over_a_day_is_refused_with_its_length_said_first(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--live-rate 0.001`` with the default 400 requests planned 400,000 s (111 h) per router and
+    seed, and started it without a word (seen with ``timeout 40``: nothing but the DES-only line)."""
+    argv = ["bench", "homogeneous-steady", "--mode", "live", "--live-rate", "0.001", "--seeds", "1"]
+    assert main([*argv, "--out", str(tmp_path / "out")]) == 2
+    captured = capsys.readouterr()
+    assert "plan: 3 live runs (1 scenario(s) x 1 seed(s) x 3 router(s)), each 400 requests at 0.001/s" in (
+        captured.out.replace("\n", " ")
+    )
+    assert "about 333.4 h (1,200,090 s)" in captured.out.replace("\n", " ")
+    assert (
+        "igw bench: --live-requests 400 at --live-rate 0.001 (--drain 30) plans about 333 h of live runs, "
+        "over the 24 h bound: raise --live-rate, lower --live-requests, or pass --allow-long-run"
+    ) in captured.err
+    assert not (tmp_path / "out" / "work").exists()

@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import math
+import os
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from igw.bench import global_run
 from igw.bench.global_run import GlobalRunOptions, Sample, Timeline, summarize, summary_lines
 from igw.cli.main import main
+from igw.config.paths import REPO_ROOT
 from tests.bench.procs import alive, proc_files
 
 
@@ -100,3 +104,113 @@ def test_a_stop_signal_ends_the_run_in_one_line_with_every_process_stopped(
         if run.poll() is None:
             run.kill()
             run.wait()
+
+
+def _results(tmp_path: Path, *, failed: int) -> dict[str, Any]:
+    """A finished run's results, ``failed`` of its cost-policy requests failed (503)."""
+    ok = [
+        Sample(sent_at=t, replica=0, stream=False, status=200, cluster="east-a", latency_s=0.2, tokens=10)
+        for t in (0.5, 1.5, 2.5, 3.5)
+    ]
+    bad = [Sample(sent_at=4.5, replica=1, stream=False, status=503, latency_s=0.01)] * failed
+    timeline = Timeline(events=[(1.0, "kill east-a"), (2.0, "east-a back"), (3.0, "kill region east")])
+    policies = {"latency-first": ok + bad, "cost-first-within-slo": ok}
+    return summarize(ok, timeline, policies, {"east-a": 0.5}, GlobalRunOptions(out=tmp_path))
+
+
+def _finished_run(monkeypatch: pytest.MonkeyPatch, results: dict[str, Any]) -> None:
+    """``igw bench global`` without its processes: the script "ran" and gave ``results``."""
+
+    async def run_global(options: GlobalRunOptions, progress: object) -> dict[str, Any]:
+        return results
+
+    monkeypatch.setattr(global_run, "run_global", run_global)
+
+
+@pytest.mark.parametrize(
+    ("failed", "extra", "status", "said"),
+    [
+        (0, [], 0, None),
+        (2, [], 1, "igw bench global: failed requests: latency-first: 2 of 6; exit status 1 "
+                   "(pass --allow-failures to accept)"),
+        (2, ["--allow-failures"], 0, "igw bench global: failed requests (exit status 0 all the same): "
+                                     "latency-first: 2 of 6"),
+    ],
+)  # fmt: skip
+def test_a_global_run_with_failed_requests_exits_1_unless_allowed(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    failed: int,
+    extra: list[str],
+    status: int,
+    said: str | None,
+) -> None:
+    """``igw bench global`` exited 0 whatever failed, so a CI job could not gate on it (and
+    ``--allow-failures`` was refused as an option it ignores); as ``igw bench``: exit 1 after the
+    report, listing the failed counts, unless ``--allow-failures``."""
+    _finished_run(monkeypatch, _results(tmp_path, failed=failed))
+    out = tmp_path / "out"
+    assert main(["bench", "global", "--quick", *extra, "--out", str(out)]) == status
+    captured = capsys.readouterr()
+    assert (out / "global-report.md").is_file()
+    assert f"failed {failed} of {4 + failed}" in captured.out
+    if said is None:
+        assert "failed requests" not in captured.err
+    else:
+        assert said in captured.err.splitlines()
+
+
+def test_demo_global_shows_failed_requests_without_failing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _finished_run(monkeypatch, _results(tmp_path, failed=1))
+    assert main(["demo", "--global", "--quick", "--out", str(tmp_path / "out")]) == 0
+    assert "igw demo --global: failed requests (exit status 0 all the same): latency-first: 1 of 5" in (
+        capsys.readouterr().err
+    )
+
+
+SIGTERM_WHILE_WRITING = """
+import os, signal, sys, time
+from pathlib import Path
+from igw.bench import global_report, global_run
+from igw.cli.main import main
+from tests.bench.test_global_command import _results
+
+out = Path(sys.argv[1])
+
+async def run_global(options, progress):
+    return _results(out, failed=0)
+
+def write_global_report(results, where, *, command):
+    (where / "global-results.json").write_text("{")  # part written when the signal came
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(5)
+    return where / "global-report.md"
+
+global_run.run_global = run_global
+global_report.write_global_report = write_global_report
+sys.exit(main(["bench", "global", "--quick", "--out", str(out)]))
+"""
+
+
+def test_sigterm_while_the_report_is_written_says_so_and_exits_130(tmp_path: Path) -> None:
+    """The report is written after the run's signal handling ended: a SIGTERM then (``timeout``, a CI
+    runner's cancel) killed the interpreter with no word, exit 143 (-15), a half-written report left.
+    Now the same one line as during the run, naming the report folder, and exit 130."""
+    run = subprocess.run(
+        [sys.executable, "-c", SIGTERM_WHILE_WRITING, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT / "gateway_src"), str(REPO_ROOT)])},
+        cwd=REPO_ROOT,
+    )
+    assert run.returncode == 130, (run.returncode, run.stderr)
+    assert run.stderr.splitlines()[-1] == (
+        f"igw bench global: interrupted while writing the report (what is in {tmp_path} may be "
+        "incomplete); every process it started has been stopped"
+    )
+    assert "Traceback" not in run.stderr
+    assert run.stdout == ""

@@ -430,24 +430,43 @@ def summary_lines(results: dict[str, Any]) -> list[str]:
     return lines
 
 
-def run_global_command(*, out: Path, rate: float, quick: bool, command: str) -> int:
+def failed_counts(results: dict[str, Any]) -> dict[str, tuple[int, int]]:
+    """(failed, sent) per part of the run that failed any request: the failover script (non-streaming
+    requests with a status other than 200, streams ended by an error event or failed otherwise) and
+    each cost policy's run."""
+    script = (
+        results["failed_non_streaming"]
+        + results["streams_ended_with_error_event"]
+        + results["streams_failed_otherwise"]
+    )
+    parts = {"failover script": (script, results["requests"])}
+    parts |= {name: (p["failed"], p["requests"]) for name, p in results["policies"].items()}
+    return {part: counts for part, counts in parts.items() if counts[0]}
+
+
+def run_global_command(
+    *, out: Path, rate: float, quick: bool, command: str, allow_failures: bool = False
+) -> int:
     """What ``igw demo --global`` and ``igw bench global`` run: the whole script, then the report.
 
     Phases go to stderr as they start; the summary to stdout. Ctrl-C or SIGTERM stops every process
-    the run started and ends with one line and exit 130 (as ``igw bench`` and ``igw demo`` do)."""
+    the run started and ends with one line and exit 130 (as ``igw bench`` and ``igw demo`` do), also
+    while the report is written. A run in which any request failed exits 1 after its report (a CI job
+    gates on it; until session s44 it exited 0), unless ``allow_failures`` (``igw bench global
+    --allow-failures``; ``igw demo --global`` shows the count, exit 0), as ``igw bench`` does."""
     options = GlobalRunOptions(out=out, rate=rate)
     if quick:
         options = GlobalRunOptions(
             out=out, rate=rate, warmup_s=4, down_s=6, slow_start_s=6, region_down_s=5, policy_s=6
         )
-    return run_global_options(options, command=command)
+    return run_global_options(options, command=command, allow_failures=allow_failures)
 
 
-def run_global_options(options: GlobalRunOptions, *, command: str) -> int:
+def run_global_options(options: GlobalRunOptions, *, command: str, allow_failures: bool = False) -> int:
     """:func:`run_global_command` with the phases' lengths given (tests run a short script)."""
     # deferred: start-up cost: the report's plotting stack loads only when a run finishes
     from igw.bench.global_report import write_global_report
-    from igw.bench.interrupt import run_interruptible
+    from igw.bench.interrupt import run_interruptible, stop_signals_interrupt
     from igw.bench.processes import RouterStartError
 
     name = command.removesuffix(" --quick")
@@ -467,8 +486,27 @@ def run_global_options(options: GlobalRunOptions, *, command: str) -> int:
     except KeyboardInterrupt:
         print(f"{name}: interrupted; every process it started has been stopped", file=sys.stderr)
         return 130
-    report = write_global_report(results, options.out, command=command)
-    for line in summary_lines(results):
-        print(line)
-    print(f"report: {report}")
-    return 0
+    try:
+        with stop_signals_interrupt():
+            report = write_global_report(results, options.out, command=command)
+            for line in summary_lines(results):
+                print(line)
+            print(f"report: {report}")
+    except KeyboardInterrupt:
+        print(
+            f"{name}: interrupted while writing the report (what is in {options.out} may be incomplete); "
+            "every process it started has been stopped",
+            file=sys.stderr,
+        )
+        return 130
+    failed = failed_counts(results)
+    if not failed:
+        return 0
+    listed = ", ".join(f"{part}: {n} of {sent}" for part, (n, sent) in failed.items())
+    if allow_failures:
+        print(f"{name}: failed requests (exit status 0 all the same): {listed}", file=sys.stderr)
+        return 0
+    print(
+        f"{name}: failed requests: {listed}; exit status 1 (pass --allow-failures to accept)", file=sys.stderr
+    )
+    return 1

@@ -9,8 +9,11 @@ their own process groups.)
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
-from collections.abc import Coroutine
+import threading
+from collections.abc import Coroutine, Iterator
+from types import FrameType
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -45,3 +48,23 @@ def run_interruptible(coro: Coroutine[Any, Any, T]) -> T:
         if interrupted:
             raise KeyboardInterrupt from None
         raise
+
+
+@contextlib.contextmanager
+def stop_signals_interrupt() -> Iterator[None]:
+    """SIGTERM raises :class:`KeyboardInterrupt` in the block, as SIGINT does, so the synchronous work
+    after :func:`run_interruptible` (writing a report) ends the way the run does: one line, exit 130.
+    Outside it a SIGTERM while ``igw bench global`` wrote its report killed the interpreter with no
+    word (exit 143). A no-op off the main thread, where Python cannot install signal handlers."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -262,6 +262,27 @@ def _renamed_to_live(des: ScenarioRun) -> ScenarioRun:
     return renamed
 
 
+MAX_PLANNED_S: Final = 24 * 3600.0
+"""The longest live run ``igw bench --mode live`` starts without ``--allow-long-run``: a day."""
+
+
+def planned_wall_s(*, runs: int, requests: int, rate: float, drain_s: float) -> float:
+    """Wall seconds a live run is planned to take: each (scenario, seed, router) run sends
+    ``requests`` at ``rate`` per second, then waits up to ``drain_s`` (start-ups not counted)."""
+    return runs * (requests / rate + drain_s)
+
+
+def plan_line(*, scenarios: int, seeds: int, routers: int, requests: int, rate: float, drain_s: float) -> str:
+    """What ``igw bench --mode live`` says before it starts anything: the runs and their length."""
+    runs = scenarios * seeds * routers
+    total = planned_wall_s(runs=runs, requests=requests, rate=rate, drain_s=drain_s)
+    return (
+        f"plan: {runs} live run{'s' if runs != 1 else ''} ({scenarios} scenario(s) x {seeds} seed(s) x "
+        f"{routers} router(s)), each {requests} requests at {rate:g}/s + up to {drain_s:g} s drain: "
+        f"about {total / 3600:.1f} h ({total:,.0f} s) besides start-ups"
+    )
+
+
 def run_live_cli(
     args: Any, *, console: Any, out: Path, seeds: Sequence[int], policies: Sequence[str], command: str
 ) -> int:
@@ -282,12 +303,27 @@ def run_live_cli(
         for name in ("sglang-router", "vllm-router"):
             if name not in routers:
                 routers.append(name)
+    scenarios = resolve(list(args.scenarios))
+    plan = dict(scenarios=len(scenarios), seeds=len(seeds), routers=len(routers), requests=args.live_requests,
+                rate=args.live_rate, drain_s=args.drain)  # fmt: skip
+    console.print(plan_line(**plan))
+    runs = len(scenarios) * len(seeds) * len(routers)
+    planned = planned_wall_s(runs=runs, requests=args.live_requests, rate=args.live_rate, drain_s=args.drain)
+    if planned > MAX_PLANNED_S and not args.allow_long_run:
+        # --live-rate 0.001 with the default 400 requests planned 111 hours per run, unannounced
+        raise ValueError(
+            f"--live-requests {args.live_requests} at --live-rate {args.live_rate:g} "
+            f"(--drain {args.drain:g}) "
+            f"plans about {planned / 3600:,.0f} h of live runs, over the {MAX_PLANNED_S / 3600:.0f} h bound: "
+            "raise --live-rate, lower --live-requests, or pass --allow-long-run"
+        )
+    if args.peers:
         failures = install(["sglang", "vllm"], say=console.print)
         for router, why in failures.items():
             console.print(f"[yellow]{router}: {why}[/yellow]")
     index: list[str] = []
     live_runs: list[ScenarioRun] = []
-    for scenario in resolve(list(args.scenarios)):
+    for scenario in scenarios:
         cap = fleet_capacity(scenario)
         virtual_rps = mean_fraction(scenario) * cap.requests_per_s
         duration_scale = (args.live_requests / virtual_rps) / scenario.duration_s

@@ -43,6 +43,11 @@ FLEETS: Final[tuple[tuple[tuple[str, ...], float, float], ...]] = (
 )
 """(the model's presets, TTFT SLO s, TPOT SLO s) per model size; a draw takes 2-4 of the presets."""
 DURATION_S: Final = 40.0
+MAX_COUNT: Final = 1000
+"""The most draws ``igw bench random --count`` takes. Each draw is a full scenario (capacity sweep,
+every policy, every seed: seconds to minutes), so 1,000 is days of runs already; the draws were all
+built before the first ran, so ``--count 1000000`` spent its first minute and ~0.7 KiB per draw
+(hundreds of MiB) building scenarios, silent, before session s44."""
 ORACLE_TOLERANCE: Final = 0.15
 """Within 15 % of the oracle's TTFT p99 counts as close (issue 17's target)."""
 
@@ -129,6 +134,11 @@ def family(seed: int, count: int, draws: Sequence[int] | None = None) -> list[Sc
     re-running the draws that missed without the rest; a draw is the same whatever else runs)."""
     if count < 1:
         raise ValueError(f"--count must be >= 1, got {count}")
+    if count > MAX_COUNT:
+        raise ValueError(
+            f"--count: at most {MAX_COUNT:,} draws, got {count:,} (each draw is a whole scenario run; "
+            "run a larger family in parts: --draws picks draws of it)"
+        )
     if draws is None:
         return [draw(seed, i) for i in range(count)]
     wrong = [i for i in draws if not 0 <= i < count]

@@ -49,11 +49,11 @@ TRACE_USES = DES_USES | {"trace", "fleet", "trace_speedup"}
 RANDOM_USES = DES_USES | {"count", "seed", "draws"}
 LIVE_USES = frozenset(
     {"mode", "policies", "seeds", "quick", "weights", "peers", "live_requests", "live_rate", "drain",
-     "check_agreement", "agreement_des_seeds", "allow_failures", "out"}
+     "check_agreement", "agreement_des_seeds", "allow_failures", "allow_long_run", "out"}
 )  # fmt: skip
 """The options ``--mode live`` uses (no ``--duration-scale``: ``--live-requests`` sets the scale)."""
 RUN_ALONE_USES: dict[str, frozenset[str]] = {
-    "global": frozenset({"quick", "live_rate", "out"}),
+    "global": frozenset({"quick", "live_rate", "allow_failures", "out"}),
     "global-des": frozenset({"quick", "seeds", "out"}),
     "overload-priority": frozenset({"mode", "quick", "seeds", "out"}),
     "canary-rollout": frozenset({"quick", "out"}),
@@ -133,6 +133,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help=f"live mode: offered requests per wall s (default {DEFAULT_LIVE_RATE:g}; "
         f"{GLOBAL_LIVE_RATE:g} for `igw bench global`)",
+    )
+    parser.add_argument(
+        "--allow-long-run",
+        action="store_true",
+        help="live mode: start a run planned to take over a day (refused otherwise, exit 2)",
     )
     parser.add_argument(
         "--drain",
@@ -306,7 +311,13 @@ def run(args: argparse.Namespace) -> int:
 
         rate = offered_rate(args, default=GLOBAL_LIVE_RATE)
         command = "igw bench global" + (" --quick" if args.quick else "")
-        return run_global_command(out=Path(args.out), rate=rate, quick=args.quick, command=command)
+        return run_global_command(
+            out=Path(args.out),
+            rate=rate,
+            quick=args.quick,
+            command=command,
+            allow_failures=args.allow_failures,
+        )
     args.live_rate = offered_rate(args, default=DEFAULT_LIVE_RATE)
     # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
     from igw.cli.bench_run import run_bench

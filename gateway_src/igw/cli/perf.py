@@ -40,8 +40,8 @@ from igw.cli.option_scope import refuse_given
 from igw.compiled import COMPILED_MODULES
 
 HELP = (
-    "Component benchmarks: gateway overhead, auth cost, simulator speed, check throughput, soak, "
-    "scrape cost, decision cost, the mypyc-compiled hot path."
+    "Component benchmarks of the gateway's own parts, one per NAME (each listed with a line below; "
+    "igw perf NAME -h for its options)."
 )
 
 SOAK_SETTLE_S: Final = 65.0
@@ -542,27 +542,52 @@ OUTPUT_FILES: Final = ("json", "log")
 """Options of type :func:`~igw.cli.arg_types.output_file` (``perf gateway --json``, ``perf soak
 --log``): a new folder in their path ended a finished run in a FileNotFoundError traceback."""
 
-BENCHMARKS: Final[tuple[tuple[str, str, Callable[[argparse.ArgumentParser], None]], ...]] = (
-    # (benchmark name, module under igw.perf defining HELP and run(args), its command-line options)
-    ("gateway", "igw.perf.gateway", _gateway_arguments),
-    ("auth", "igw.perf.auth", _auth_arguments),
-    ("des", "igw.perf.des", _des_arguments),
-    ("checks", "igw.perf.checks", _checks_arguments),
-    ("soak", "igw.perf.soak", _soak_arguments),
-    ("scrape", "igw.perf.scrape", _scrape_arguments),
-    ("workers", "igw.perf.workers_throughput", _workers_arguments),
-    ("workers-des", "igw.perf.workers_des", _workers_des_arguments),
-    ("workers-notes", "igw.perf.workers_notes", _workers_notes_arguments),
-    ("scrape-des", "igw.perf.scrape_des", _scrape_des_arguments),
-    ("decide", "igw.perf.decide", _decide_arguments),
-    ("compiled", "igw.perf.compiled", _compiled_arguments),
-    ("metrics-page", "igw.perf.metrics_page", _metrics_page_arguments),
-)
+SUMMARY_WIDTH: Final = 55
+"""The longest summary line: with the names' column, ``igw perf -h`` keeps each on one 80-column line."""
+
+BENCHMARKS: Final[tuple[tuple[str, str, str, Callable[[argparse.ArgumentParser], None]], ...]] = (
+    # (benchmark name, module under igw.perf defining HELP and run(args), the one-line summary
+    # `igw perf -h` lists it with (the module's HELP is `igw perf NAME -h`'s description), its options)
+    ("gateway", "igw.perf.gateway", "gateway overhead vs a direct connection", _gateway_arguments),
+    ("auth", "igw.perf.auth", "JWT authentication cost per request", _auth_arguments),
+    ("des", "igw.perf.des", "simulator speed (or live /metrics rendering)", _des_arguments),
+    ("checks", "igw.perf.checks", "preflight + audit throughput on a simulated cluster", _checks_arguments),
+    ("soak", "igw.perf.soak", "endurance at 80 %, 150 % load: lost requests, RSS, fds", _soak_arguments),
+    ("scrape", "igw.perf.scrape", "CPU per /metrics scrape and staleness, N pods", _scrape_arguments),
+    ("workers", "igw.perf.workers_throughput", "throughput of --workers N vs 1 worker", _workers_arguments),
+    ("workers-des", "igw.perf.workers_des", "routing quality of --workers N (DES)", _workers_des_arguments),
+    ("workers-notes", "igw.perf.workers_notes", "CPU per request of the workers' pick notes",
+     _workers_notes_arguments),
+    ("scrape-des", "igw.perf.scrape_des", "routing quality, idle pods scraped less often (DES)",
+     _scrape_des_arguments),
+    ("decide", "igw.perf.decide", "scheduler decision CPU per pick, by plugin", _decide_arguments),
+    ("compiled", "igw.perf.compiled", "mypyc-compiled hot path vs pure Python", _compiled_arguments),
+    ("metrics-page", "igw.perf.metrics_page", "event-loop stall and CPU per /metrics scrape, EMF",
+     _metrics_page_arguments),
+)  # fmt: skip
+"""Until session s44 ``igw perf -h`` listed each benchmark with its module's whole ``HELP`` (one to
+four wrapped lines), under a description naming eight of the thirteen."""
+
+
+class _SummaryFormatter(argparse.HelpFormatter):
+    """Counts the benchmark names' indent when placing the summaries' column. Python 3.11's argparse
+    measures a sub-command's name without the indent it prints it at, so a name of 12 characters or
+    more (``metrics-page``, ``workers-notes``) got its summary on the next line."""
+
+    def add_argument(self, action: argparse.Action) -> None:
+        super().add_argument(action)
+        if not isinstance(action, argparse._SubParsersAction) or action.help is argparse.SUPPRESS:
+            return
+        indent = self._current_indent + 2 * self._indent_increment
+        for sub in action._get_subactions():
+            length = len(self._format_action_invocation(sub)) + indent
+            self._action_max_length = max(self._action_max_length, length)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.formatter_class = _SummaryFormatter
     sub = parser.add_subparsers(dest="benchmark", metavar="NAME", required=True)
-    for name, module_name, add_options in BENCHMARKS:
+    for name, module_name, summary, add_options in BENCHMARKS:
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as exc:
@@ -570,7 +595,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                 continue
             raise
         # argparse %-formats help strings (not descriptions): a literal % in HELP must be doubled
-        cmd = sub.add_parser(name, help=module.HELP.replace("%", "%%"), description=module.HELP)
+        cmd = sub.add_parser(name, help=summary.replace("%", "%%"), description=module.HELP)
         add_options(cmd)
         cmd.set_defaults(_perf_run=module.run)
 
