@@ -95,7 +95,7 @@ class AwsInferenceAddon(Construct):
             service_account=OPERATOR_SERVICE_ACCOUNT,
             oidc_provider=oidc_provider,
             description="HyperPod inference operator (AWS's add-on) execution role",
-            extra_principals=[account_service_principal(self, "sagemaker.amazonaws.com")],
+            extra_principals=[account_service_principal(self, "sagemaker.amazonaws.com", if_exists=True)],
         )
         self.execution_role = operator.role
         self.operator_enabled = operator_enabled(config.configuration_values)

@@ -158,7 +158,7 @@ class HyperPodCluster(Construct):
         role = iam.Role(
             self,
             "ExecutionRole",
-            assumed_by=account_service_principal(self, "sagemaker.amazonaws.com"),
+            assumed_by=account_service_principal(self, "sagemaker.amazonaws.com", if_exists=True),
             managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name(INSTANCE_POLICY)],
             description="HyperPod instance execution role",
         )

@@ -18,20 +18,30 @@ SOURCE_ACCOUNT = "aws:SourceAccount"
 SOURCE_ARN = "aws:SourceArn"
 
 
-def source_conditions(scope: Construct, *, source_arn: str | None = None) -> dict[str, Any]:
+def source_conditions(
+    scope: Construct, *, source_arn: str | None = None, if_exists: bool = False
+) -> dict[str, Any]:
     """``StringEquals aws:SourceAccount`` = the stack's account, and ``ArnLike aws:SourceArn`` when
-    given: the trust conditions a service principal's statement carries."""
-    conditions: dict[str, Any] = {"StringEquals": {SOURCE_ACCOUNT: cdk.Stack.of(scope).account}}
+    given: the trust conditions a service principal's statement carries. ``if_exists``:
+    ``StringEqualsIfExists`` instead, for a service whose role AWS documents without the condition
+    (HyperPod's execution roles): a request carrying another account is refused, and one carrying
+    no source account, if the service sends none for this role, still assumes it rather than
+    breaking the cluster on deploy (unverified against AWS which of the two HyperPod does)."""
+    operator = "StringEqualsIfExists" if if_exists else "StringEquals"
+    conditions: dict[str, Any] = {operator: {SOURCE_ACCOUNT: cdk.Stack.of(scope).account}}
     if source_arn is not None:
         conditions["ArnLike"] = {SOURCE_ARN: source_arn}
     return conditions
 
 
 def account_service_principal(
-    scope: Construct, service: str, *, source_arn: str | None = None
+    scope: Construct, service: str, *, source_arn: str | None = None, if_exists: bool = False
 ) -> iam.ServicePrincipal:
-    """``service`` as a principal that may assume the role only on behalf of this account."""
-    return iam.ServicePrincipal(service, conditions=source_conditions(scope, source_arn=source_arn))
+    """``service`` as a principal that may assume the role only on behalf of this account
+    (``if_exists``: see :func:`source_conditions`)."""
+    return iam.ServicePrincipal(
+        service, conditions=source_conditions(scope, source_arn=source_arn, if_exists=if_exists)
+    )
 
 
 def flow_log_source_arn(scope: Construct) -> str:

@@ -30,6 +30,10 @@ WITHOUT_SOURCE_ACCOUNT = {
 }
 """Service principals AWS documents no ``aws:SourceAccount`` trust condition for, each with why."""
 
+IF_EXISTS_ONLY: dict[str, str] = {"sagemaker.amazonaws.com": "StringEqualsIfExists"}
+"""Principals pinned with the ``IfExists`` form: AWS's HyperPod execution-role trust is documented
+without a condition, so a strict one could refuse the service's own AssumeRole on a real deploy."""
+
 STATEFUL = {
     "AWS::S3::Bucket",
     "AWS::Logs::LogGroup",
@@ -98,7 +102,9 @@ def test_every_service_principal_trust_carries_source_account(
             for service in _services(statement):
                 if service in WITHOUT_SOURCE_ACCOUNT:
                     continue
-                account = statement.get("Condition", {}).get("StringEquals", {}).get("aws:SourceAccount")
+                condition = statement.get("Condition", {})
+                operator = IF_EXISTS_ONLY.get(service, "StringEquals")
+                account = condition.get(operator, {}).get("aws:SourceAccount")
                 if account != "111111111111":
                     unpinned.append(f"{role}/{logical_id}: {service} {statement.get('Condition')}")
     assert unpinned == []
