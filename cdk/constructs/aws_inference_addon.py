@@ -13,7 +13,10 @@ With ``inferenceOperator.enabled: false`` nothing runs under the execution role:
 requires ``executionRoleArn`` and ``tlsCertificateS3Bucket``, so the role and the bucket are still
 created and passed, but the role carries no permission (neither the managed policy nor the bucket
 grant). Least privilege: before session s43 a role no deployed component used kept
-``AmazonSageMakerHyperPodInferenceAccess`` and read/write on the bucket.
+``AmazonSageMakerHyperPodInferenceAccess`` and read/write on the bucket; before s44 the operator's
+grant was CDK's ``grant_read_write`` (delete, abort, ``GetBucket*``, ``List*``), now
+:data:`TLS_OBJECT_ACTIONS` on the objects and :data:`TLS_BUCKET_ACTIONS` on the bucket. SageMaker's
+trust carries ``aws:SourceAccount`` (:mod:`cdk.constructs.service_trust`).
 
 The values are checked at synth against AWS's schema (:mod:`igw.addon.aws_addon`), never our chart's.
 """
@@ -31,12 +34,20 @@ from constructs import Construct
 from cdk.config import AddonConfig
 from cdk.constructs.buckets import access_log_bucket, logged_bucket
 from cdk.constructs.nag_ack import acknowledge, arn_of, managed_policy
+from cdk.constructs.service_trust import account_service_principal
 from cdk.constructs.workload_role import WorkloadRole
 from igw.addon import aws_addon, pins
 
 OPERATOR_SERVICE_ACCOUNT: Final = "hyperpod-inference-controller-manager"
 PLACEHOLDER_ROLE: Final = "arn:aws:iam::111111111111:role/placeholder"
 PLACEHOLDER_CLUSTER: Final = "arn:aws:sagemaker:us-west-2:111111111111:cluster/placeholder"
+TLS_OBJECT_ACTIONS: Final = ("s3:GetObject", "s3:PutObject")
+"""What the operator does with its TLS bucket's objects: writes the certificates it issues and reads
+them back. No delete, no multipart abort, no ACL or version access (CDK's ``grant_read_write`` gave
+``s3:DeleteObject*``, ``s3:Abort*``, ``s3:GetObject*`` and ``s3:GetBucket*``)."""
+TLS_BUCKET_ACTIONS: Final = ("s3:ListBucket",)
+"""On the bucket itself: a read of a missing certificate is then a 404 the operator can act on, not a
+403 (S3 answers 403 for a missing key without ``s3:ListBucket``)."""
 
 
 def operator_enabled(values: Mapping[str, Any]) -> bool:
@@ -84,7 +95,7 @@ class AwsInferenceAddon(Construct):
             service_account=OPERATOR_SERVICE_ACCOUNT,
             oidc_provider=oidc_provider,
             description="HyperPod inference operator (AWS's add-on) execution role",
-            extra_principals=[iam.ServicePrincipal("sagemaker.amazonaws.com")],
+            extra_principals=[account_service_principal(self, "sagemaker.amazonaws.com", if_exists=True)],
         )
         self.execution_role = operator.role
         self.operator_enabled = operator_enabled(config.configuration_values)
@@ -92,7 +103,20 @@ class AwsInferenceAddon(Construct):
             self.execution_role.add_managed_policy(
                 iam.ManagedPolicy.from_aws_managed_policy_name(aws_addon.EXECUTION_POLICY)
             )
-            self.tls_bucket.grant_read_write(self.execution_role)
+            self.execution_role.add_to_policy(
+                iam.PolicyStatement(
+                    sid="TlsCertificateObjects",
+                    actions=list(TLS_OBJECT_ACTIONS),
+                    resources=[self.tls_bucket.arn_for_objects("*")],
+                )
+            )
+            self.execution_role.add_to_policy(
+                iam.PolicyStatement(
+                    sid="TlsCertificateBucket",
+                    actions=list(TLS_BUCKET_ACTIONS),
+                    resources=[self.tls_bucket.bucket_arn],
+                )
+            )
         gateway = WorkloadRole(
             self,
             "GatewayControllerIdentity",
@@ -148,13 +172,7 @@ class AwsInferenceAddon(Construct):
         acknowledge(
             self.execution_role,
             "AwsSolutions-IAM5",
-            reason="the operator writes certificate objects under any key of its own TLS bucket; CDK's "
-            "read/write grant is scoped to that one bucket",
-            findings=[
-                *(
-                    f"Action::s3:{action}"
-                    for action in ("GetBucket*", "GetObject*", "List*", "Abort*", "DeleteObject*")
-                ),
-                f"Resource::{arn_of(self.tls_bucket)}/*",
-            ],
+            reason="the operator writes and reads certificate objects under keys it chooses (AWS does "
+            "not document a prefix) in its own TLS bucket; the grant names that one bucket's objects",
+            findings=[f"Resource::{arn_of(self.tls_bucket)}/*"],
         )

@@ -28,6 +28,7 @@ from cdk.config import LIFECYCLE_SCRIPTS_DIR, HyperPodConfig, InstanceGroupConfi
 from cdk.constructs import checkov_ack
 from cdk.constructs.buckets import access_log_bucket, logged_bucket
 from cdk.constructs.nag_ack import acknowledge, arn_of, asset_bucket, managed_policy, partition_of
+from cdk.constructs.service_trust import account_service_principal
 
 SCRIPTS_DIR = LIFECYCLE_SCRIPTS_DIR
 SCRIPTS_PREFIX = "lifecycle/"
@@ -157,7 +158,7 @@ class HyperPodCluster(Construct):
         role = iam.Role(
             self,
             "ExecutionRole",
-            assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com"),
+            assumed_by=account_service_principal(self, "sagemaker.amazonaws.com", if_exists=True),
             managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name(INSTANCE_POLICY)],
             description="HyperPod instance execution role",
         )

@@ -6,10 +6,12 @@ from collections.abc import Sequence
 
 import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 from cdk.config import NetworkConfig
 from cdk.constructs import checkov_ack
+from cdk.constructs.service_trust import pin_flow_log_role
 
 INTERNAL_ELB_TAG = "kubernetes.io/role/internal-elb"
 PUBLIC_ELB_TAG = "kubernetes.io/role/elb"
@@ -86,6 +88,9 @@ class Network(Construct):
         # so without this the flow log is created before it may write (its delivery starts in "Access
         # error") and, on destroy, outlives it.
         flow_log.node.find_child("FlowLog").node.add_dependency(flow_log.node.find_child("IAMRole"))
+        flow_log_role = flow_log.node.find_child("IAMRole").node.default_child
+        assert isinstance(flow_log_role, iam.CfnRole)
+        pin_flow_log_role(self, flow_log_role)
         checkov_ack.acknowledge(
             flow_log.node.find_child("LogGroup"),
             "CKV_AWS_158",

@@ -43,7 +43,7 @@ from cdk.config import ImageConfig
 from cdk.constructs.gateway_image import GatewayImage
 from cdk.constructs.metric_dashboards import FleetMetricsDashboard
 from cdk.constructs.nag_ack import acknowledge
-from cdk.global_router_config import GlobalRouterDeployment
+from cdk.global_router_config import GlobalRouterDeployment, GlobalRouterDeploymentError
 
 ROUTER_PORT = 8080
 MANAGEMENT_PORT = 9090
@@ -64,6 +64,26 @@ START_COMMAND = (
 )
 """Writes the configuration as the environment holds it: the Redis AUTH token stays in the task's
 environment (``redis.passwordEnv``), out of the template and of the written file."""
+
+
+DESTROY_DATA_CONTEXT = "globalRouterDestroyData"
+"""Context flag (``cdk deploy -c globalRouterDestroyData=true``, for a dev stack): delete the Redis
+replication group without a final snapshot when the stack is deleted or the group replaced."""
+
+
+def redis_removal_policy(scope: Construct) -> cdk.RemovalPolicy:
+    """``SNAPSHOT`` by default: deleting the stack (or replacing the group) leaves a final snapshot of
+    the heartbeats and global rate-limit counters instead of losing them; ``DESTROY`` only with
+    :data:`DESTROY_DATA_CONTEXT` set to true. Before session s44 the group had no deletion policy, so
+    CloudFormation deleted it without a snapshot."""
+    value = scope.node.try_get_context(DESTROY_DATA_CONTEXT)
+    if value is None or value is False or value == "false":
+        return cdk.RemovalPolicy.SNAPSHOT
+    if value is True or value == "true":
+        return cdk.RemovalPolicy.DESTROY
+    raise GlobalRouterDeploymentError(
+        f"context {DESTROY_DATA_CONTEXT}: expected true or false, got {value!r}"
+    )
 
 
 def router_document(deployment: GlobalRouterDeployment, redis_host: str) -> dict[str, Any]:
@@ -155,6 +175,7 @@ class GlobalRouterStack(cdk.Stack):
             security_group_ids=[redis_sg.security_group_id],
             snapshot_retention_limit=1,
         )
+        self.redis.apply_removal_policy(redis_removal_policy(self))
 
         # -- Router service ---------------------------------------------------------------------
         cluster = ecs.Cluster(

@@ -85,7 +85,7 @@ def test_with_the_operator_the_execution_role_gets_awss_policy_and_its_bucket(
             "Roles": [{"Ref": logical_id}],
             "PolicyDocument": {
                 "Statement": Match.array_with(
-                    [Match.object_like({"Resource": Match.array_with([{"Fn::GetAtt": [bucket, "Arn"]}])})]
+                    [Match.object_like({"Resource": {"Fn::GetAtt": [bucket, "Arn"]}})]
                 )
             },
         },
