@@ -25,9 +25,12 @@ from igw.gateway.log_buffer import (
     DEFAULT_MAX_QUEUED_BYTES,
     LOG_RECORD_BYTES,
     BatchedLineHandler,
+    share_streams,
+    stream_lock_path,
     whole_line_pieces,
 )
 from igw.gateway.redaction import RedactingFormatter
+from igw.gateway.workers import WorkerRole
 from igw.perf.serve_process import serve_process
 from igw.redaction import MASK
 from tests.gateway.fake_model_server import FakeModelServer, running
@@ -387,3 +390,95 @@ def test_workers_sharing_a_slowly_read_pipe_never_split_each_others_lines() -> N
         except orjson.JSONDecodeError:
             broken += 1
     assert (len(lines), broken) == (9000, 0)
+
+
+_SHARES_A_PIPE_WITH_LONG_LINES = """
+import logging, sys
+from igw.gateway.log_buffer import BatchedLineHandler, share_streams
+logger = logging.getLogger("igw.test.shared.pipe.long")
+logger.propagate = False
+logger.setLevel(logging.INFO)
+handler = BatchedLineHandler(sys.stdout, interval_s=0.01, batch=512, close_timeout_s=120)
+share_streams([handler], sys.argv[2])
+logger.addHandler(handler)
+pad, long = "p" * 700, "q" * 6000
+for i in range(3000):
+    logger.info('{"writer": %s, "n": %d, "pad": "%s"}', sys.argv[1], i, long if i % 10 == 0 else pad)
+"""
+
+
+def test_workers_sharing_a_pipe_and_a_lock_directory_never_split_lines_longer_than_pipe_buf(
+    tmp_path: Path,
+) -> None:
+    """A line longer than PIPE_BUF is written by the kernel in pieces while the pipe is full, and
+    another worker's write lands between them unless the workers write under one lock per stream
+    (:func:`share_streams`): 1,302 of 9,000 lines were broken without it."""
+    read_end, write_end = os.pipe()
+    script = _SHARES_A_PIPE_WITH_LONG_LINES
+    writers = [
+        subprocess.Popen([sys.executable, "-c", script, str(n), str(tmp_path)], stdout=write_end)
+        for n in range(3)
+    ]
+    os.close(write_end)
+    data = bytearray()
+    try:
+        with os.fdopen(read_end, "rb", buffering=0) as pipe:
+            while chunk := pipe.read(2048):
+                data += chunk
+                time.sleep(0.0005)  # a log shipper slower than three writers: the pipe stays full
+    finally:
+        for writer in writers:
+            writer.wait(timeout=120)
+    assert [writer.returncode for writer in writers] == [0, 0, 0]
+    broken = 0
+    lines = data.decode().splitlines()
+    for line in lines:
+        try:
+            orjson.loads(line)
+        except orjson.JSONDecodeError:
+            broken += 1
+    assert (len(lines), broken) == (9000, 0)
+    assert [path.name.startswith("log-") for path in tmp_path.iterdir()] == [True]  # one lock: one pipe
+
+
+def test_streams_on_one_pipe_share_one_lock_and_a_stream_without_a_descriptor_takes_none(
+    tmp_path: Path,
+) -> None:
+    read_end, write_end = os.pipe()
+    other_read, other_write = os.pipe()
+    streams = [os.fdopen(fd, "w") for fd in (write_end, os.dup(write_end), other_write)]
+    try:
+        handlers: list[logging.Handler] = [BatchedLineHandler(stream) for stream in streams]
+        handlers.append(BatchedLineHandler(io.StringIO()))
+        share_streams(handlers, str(tmp_path))
+        locks = [handler.stream_lock for handler in handlers if isinstance(handler, BatchedLineHandler)]
+        paths = [None if lock is None else lock.path for lock in locks]
+        assert paths[0] == paths[1] == stream_lock_path(streams[0], str(tmp_path))
+        assert paths[2] is not None
+        assert paths[2] != paths[0]
+        assert paths[3] is None
+        assert locks[0] is not locks[1]  # each its own open file: flock excludes them from each other
+        for handler in handlers:
+            handler.close()
+    finally:
+        for stream in streams:
+            stream.close()
+        os.close(read_end)
+        os.close(other_read)
+
+
+def test_the_last_worker_leaving_removes_the_groups_log_locks_and_directory(tmp_path: Path) -> None:
+    """A parent killed outright leaves the group's directory to its last worker; the lock files
+    must not keep it there (``rmdir`` of a directory with a file left in it fails)."""
+    group = tmp_path / "group"
+    group.mkdir()
+    orphaned = WorkerRole(index=0, count=1, directory=str(group), parent=os.getppid() + 1_000_000)
+    read_end, write_end = os.pipe()
+    with os.fdopen(write_end, "w") as stream:
+        handler = BatchedLineHandler(stream)
+        share_streams([handler], str(group))
+        assert [path.name.startswith("log-") for path in group.iterdir()] == [True]
+        orphaned.leave()
+        handler.close()
+    os.close(read_end)
+    assert not group.exists()

@@ -280,7 +280,7 @@ def _run(args: argparse.Namespace) -> int:
     from igw.config.errors import ConfigError
     from igw.config.loader import load_gateway_config
     from igw.gateway.limits_config import EXTENSION_NAME, ServerLimitsError, server_limits
-    from igw.gateway.log_buffer import BatchedLineHandler
+    from igw.gateway.log_buffer import BatchedLineHandler, share_streams
     from igw.gateway.redaction import RedactingFormatter, configure_logging, install, worker_log_format
     from igw.gateway.reload import file_digest
     from igw.gateway.serving import EXIT_LISTEN_FAILED, ServerLimits
@@ -344,6 +344,9 @@ def _run(args: argparse.Namespace) -> int:
         # directory (the worker found its parent gone, or got the SIGTERM, before serving).
         atexit.register(role.leave)
         install(logging.getLogger().handlers, worker_log_format(role.index))  # lines name the worker
+        # The workers share stdout and stderr: a line longer than PIPE_BUF is written whole only under
+        # the group's lock on that stream (log_buffer.StreamLock).
+        share_streams([*logging.getLogger().handlers, access], role.directory)
     if role is not None and role.parent is not None:
         # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
         from igw.gateway.parent_death import ParentGoneError, stop_with_parent

@@ -63,6 +63,7 @@ from typing import Final
 import orjson
 
 from igw.errors import IgwGatewayError
+from igw.gateway.log_buffer import LOCK_FILE_PREFIX
 from igw.gateway.worker_count import MAX_WORKERS
 from igw.gateway.worker_heartbeat import HeartbeatWatch
 
@@ -211,7 +212,8 @@ class WorkerRole:
             self.picker_configs,
             self.picker_configs + ".partial",
         )
-        for path in (*files, *(self.metrics_socket(i) for i in range(self.count))):
+        locks = [str(path) for path in Path(self.directory).glob(f"{LOCK_FILE_PREFIX}*.lock")]
+        for path in (*files, *locks, *(self.metrics_socket(i) for i in range(self.count))):
             with contextlib.suppress(OSError):
                 os.unlink(path)
         with contextlib.suppress(OSError):
