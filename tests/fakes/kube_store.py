@@ -218,6 +218,25 @@ def _version_set(meta: Mapping[str, Any]) -> bool:
     return version.isascii() and version.isdigit() and 0 < int(version) < 2**64
 
 
+def _details(kind: ResourceKind, name: str) -> dict[str, str]:
+    """A ``StatusDetails`` naming an object (``group`` left out for the core group: ``omitempty``)."""
+    details = {"name": name, "group": kind.group, "kind": kind.plural}
+    return {key: value for key, value in details.items() if value}
+
+
+def _already_exists(kind: ResourceKind, name: str, existing: Mapping[str, Any]) -> str:
+    """The AlreadyExists message, prefixed ``object is being deleted: `` while the object in the way
+    has a ``deletionTimestamp`` (held by a finalizer), as genericregistry ``Store.Create`` answers it;
+    the resource group-qualified (``deployments.apps``), as ``NewAlreadyExists`` names it. The fake
+    said only ``deployments "x" already exists``, so a client retrying a create over an object still
+    being deleted could not tell the two cases apart as it can on a cluster."""
+    qualified = f"{kind.plural}.{kind.group}" if kind.group else kind.plural
+    message = f'{qualified} "{name}" already exists'
+    if (existing.get("metadata") or {}).get("deletionTimestamp"):
+        return f"object is being deleted: {message}"
+    return message
+
+
 def generated_name(base: str) -> str:
     """A name for ``generateName: base`` as the API server makes one (``SimpleNameGenerator``): the base
     cut to 58 characters, then 5 random ones. Uncut, a 253-character object's Event (``<name>.``) got a
@@ -431,7 +450,12 @@ class KubeStore:
             if not dry_run and _version_set(meta):
                 raise StoreError(500, "", RESOURCE_VERSION_SET_ON_CREATE)
             if key in self._objects:
-                raise StoreError(409, "AlreadyExists", f'{kind.plural} "{name}" already exists')
+                raise StoreError(
+                    409,
+                    "AlreadyExists",
+                    _already_exists(kind, name, self._objects[key]),
+                    details=_details(kind, name),
+                )
             body["apiVersion"] = kind.api_version
             body["kind"] = kind.kind
             if kind.namespaced:
