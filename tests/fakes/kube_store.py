@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 from tests.fakes.kube_admission import Admission, admit, admit_status
+from tests.fakes.kube_builtin_schemas import decoded
 from tests.fakes.kube_crd_validation import crd_errors, stored_versions, with_defaults
 from tests.fakes.kube_field_errors import invalid_details, invalid_message
 from tests.fakes.kube_namespaces import (
@@ -292,6 +293,29 @@ def _admitted(
     return admission.object
 
 
+def _decoded_builtin(
+    kind: ResourceKind,
+    body: dict[str, Any],
+    field_validation: str,
+    warnings: MutableSequence[str] | None,
+) -> dict[str, Any]:
+    """A built-in kind's write as its decoding leaves it (:mod:`tests.fakes.kube_builtin_schemas`):
+    unknown fields refused 400 under ``Strict``, else dropped, with a warning each under ``Warn``."""
+    dropped: list[str] = []
+    result = decoded(kind.key, body, dropped)
+    unknown = [f'unknown field "{path}"' for path in dropped]
+    if unknown and field_validation == "Strict":
+        raise StoreError(
+            400,
+            "BadRequest",
+            f'{kind.kind} in version "{kind.version}" cannot be handled as a {kind.kind}: '
+            "strict decoding error: " + ", ".join(unknown),
+        )
+    if warnings is not None and field_validation == "Warn":
+        warnings.extend(unknown)
+    return result
+
+
 class KubeStore:
     """Objects keyed by resource, namespace and name, with a bounded event history for watches."""
 
@@ -434,6 +458,9 @@ class KubeStore:
             body = _admitted_crd(name, body, None)
             meta = body["metadata"]
         _validate(kind, body)
+        if kind.schema is None:
+            body = _decoded_builtin(kind, body, field_validation, warnings)
+            meta = body["metadata"]
         _default(kind, body)
         if kind.schema is not None and admit_custom:
             admission = admit(kind.schema, body, status_subresource=kind.status_subresource)
@@ -539,7 +566,11 @@ class KubeStore:
                     new.update(_admitted(kind, name, admission, field_validation, warnings))
             else:
                 _validate(kind, {**body, "metadata": {**(body.get("metadata") or {}), "name": name}})
-                new = body
+                new = (
+                    body
+                    if kind.schema is not None
+                    else _decoded_builtin(kind, body, field_validation, warnings)
+                )
                 _default(kind, new)
                 if kind.status_subresource or "status" not in body:
                     new["status"] = current.get("status")
