@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 from tests.fakes.kube_admission import Admission, admit, admit_status
+from tests.fakes.kube_builtin_schemas import decoded
 from tests.fakes.kube_crd_validation import crd_errors, stored_versions, with_defaults
 from tests.fakes.kube_field_errors import invalid_details, invalid_message
 from tests.fakes.kube_namespaces import (
@@ -218,6 +219,25 @@ def _version_set(meta: Mapping[str, Any]) -> bool:
     return version.isascii() and version.isdigit() and 0 < int(version) < 2**64
 
 
+def _details(kind: ResourceKind, name: str) -> dict[str, str]:
+    """A ``StatusDetails`` naming an object (``group`` left out for the core group: ``omitempty``)."""
+    details = {"name": name, "group": kind.group, "kind": kind.plural}
+    return {key: value for key, value in details.items() if value}
+
+
+def _already_exists(kind: ResourceKind, name: str, existing: Mapping[str, Any]) -> str:
+    """The AlreadyExists message, prefixed ``object is being deleted: `` while the object in the way
+    has a ``deletionTimestamp`` (held by a finalizer), as genericregistry ``Store.Create`` answers it;
+    the resource group-qualified (``deployments.apps``), as ``NewAlreadyExists`` names it. The fake
+    said only ``deployments "x" already exists``, so a client retrying a create over an object still
+    being deleted could not tell the two cases apart as it can on a cluster."""
+    qualified = f"{kind.plural}.{kind.group}" if kind.group else kind.plural
+    message = f'{qualified} "{name}" already exists'
+    if (existing.get("metadata") or {}).get("deletionTimestamp"):
+        return f"object is being deleted: {message}"
+    return message
+
+
 def generated_name(base: str) -> str:
     """A name for ``generateName: base`` as the API server makes one (``SimpleNameGenerator``): the base
     cut to 58 characters, then 5 random ones. Uncut, a 253-character object's Event (``<name>.``) got a
@@ -271,6 +291,29 @@ def _admitted(
     if warnings is not None and field_validation == "Warn":
         warnings.extend(unknown)
     return admission.object
+
+
+def _decoded_builtin(
+    kind: ResourceKind,
+    body: dict[str, Any],
+    field_validation: str,
+    warnings: MutableSequence[str] | None,
+) -> dict[str, Any]:
+    """A built-in kind's write as its decoding leaves it (:mod:`tests.fakes.kube_builtin_schemas`):
+    unknown fields refused 400 under ``Strict``, else dropped, with a warning each under ``Warn``."""
+    dropped: list[str] = []
+    result = decoded(kind.key, body, dropped)
+    unknown = [f'unknown field "{path}"' for path in dropped]
+    if unknown and field_validation == "Strict":
+        raise StoreError(
+            400,
+            "BadRequest",
+            f'{kind.kind} in version "{kind.version}" cannot be handled as a {kind.kind}: '
+            "strict decoding error: " + ", ".join(unknown),
+        )
+    if warnings is not None and field_validation == "Warn":
+        warnings.extend(unknown)
+    return result
 
 
 class KubeStore:
@@ -415,6 +458,9 @@ class KubeStore:
             body = _admitted_crd(name, body, None)
             meta = body["metadata"]
         _validate(kind, body)
+        if kind.schema is None:
+            body = _decoded_builtin(kind, body, field_validation, warnings)
+            meta = body["metadata"]
         _default(kind, body)
         if kind.schema is not None and admit_custom:
             admission = admit(kind.schema, body, status_subresource=kind.status_subresource)
@@ -431,7 +477,12 @@ class KubeStore:
             if not dry_run and _version_set(meta):
                 raise StoreError(500, "", RESOURCE_VERSION_SET_ON_CREATE)
             if key in self._objects:
-                raise StoreError(409, "AlreadyExists", f'{kind.plural} "{name}" already exists')
+                raise StoreError(
+                    409,
+                    "AlreadyExists",
+                    _already_exists(kind, name, self._objects[key]),
+                    details=_details(kind, name),
+                )
             body["apiVersion"] = kind.api_version
             body["kind"] = kind.kind
             if kind.namespaced:
@@ -515,7 +566,11 @@ class KubeStore:
                     new.update(_admitted(kind, name, admission, field_validation, warnings))
             else:
                 _validate(kind, {**body, "metadata": {**(body.get("metadata") or {}), "name": name}})
-                new = body
+                new = (
+                    body
+                    if kind.schema is not None
+                    else _decoded_builtin(kind, body, field_validation, warnings)
+                )
                 _default(kind, new)
                 if kind.status_subresource or "status" not in body:
                     new["status"] = current.get("status")

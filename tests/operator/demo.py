@@ -103,7 +103,15 @@ def _start_gateway(args: list[str], log: Path, env: dict[str, str]) -> subproces
 def _kubectl(kubeconfig: Path, *args: str) -> str:
     assert KUBECTL is not None
     result = subprocess.run(
-        [KUBECTL, "--kubeconfig", str(kubeconfig), *args],
+        # the cache beside the kubeconfig: ~/.kube/cache is keyed by host and port (see kubectl_cli)
+        [
+            KUBECTL,
+            "--kubeconfig",
+            str(kubeconfig),
+            "--cache-dir",
+            str(kubeconfig.parent / "kube-cache"),
+            *args,
+        ],
         capture_output=True,
         text=True,
         check=True,

@@ -18,9 +18,18 @@ needs_kubectl = pytest.mark.skipif(not Path(KUBECTL).exists(), reason="kubectl i
 
 def run_kubectl(kubeconfig: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """``kubectl --kubeconfig KUBECONFIG ARGS...`` (no external diff tool), its output captured; a
-    failure is returned, not raised."""
+    failure is returned, not raised. Its discovery and OpenAPI cache lives next to the kubeconfig,
+    not in ``~/.kube/cache``: that one is keyed by host and port, and a fake API server of another
+    test (or xdist worker) on a reused port would leave it a stale document."""
     return subprocess.run(
-        [KUBECTL, "--kubeconfig", str(kubeconfig), *args],
+        [
+            KUBECTL,
+            "--kubeconfig",
+            str(kubeconfig),
+            "--cache-dir",
+            str(kubeconfig.parent / "kube-cache"),
+            *args,
+        ],
         capture_output=True,
         text=True,
         timeout=60,

@@ -704,3 +704,42 @@ def test_a_create_carrying_a_resource_version_is_refused_as_etcd3_refuses_it(
     unparsed = _config_map("c", resourceVersion="-1")
     made = _request(kube, "POST", "/api/v1/namespaces/default/configmaps", unparsed)
     assert made["metadata"]["name"] == "c"
+
+
+@needs_kubectl
+def test_a_create_over_an_object_being_deleted_says_so(kube: FakeKubeApiServer, tmp_path: Path) -> None:
+    """genericregistry ``Store.Create`` prefixes the AlreadyExists message with ``object is being
+    deleted: `` while the object in the way has a ``deletionTimestamp`` (a finalizer holds it), and
+    names the resource group-qualified (``deployments.apps``); the fake said only ``... already
+    exists`` for both, so a client re-creating what it just deleted could not tell a finalizer's wait
+    from a name clash as it can on a cluster."""
+    manifest = tmp_path / "held.json"
+    manifest.write_text(json.dumps(_config_map("held", finalizers=["example.com/hold"])))
+    assert kubectl(kube, tmp_path, "create", "-f", str(manifest)).returncode == 0
+    clash = kubectl(kube, tmp_path, "create", "-f", str(manifest))
+    assert 'Error from server (AlreadyExists): error when creating "' in clash.stderr
+    assert ': configmaps "held" already exists' in clash.stderr
+    assert "being deleted" not in clash.stderr
+
+    assert kubectl(kube, tmp_path, "delete", "configmap", "held", "--wait=false").returncode == 0
+    assert find(kube, "ConfigMap", "default", "held")["metadata"]["deletionTimestamp"]  # type: ignore[index]
+    refused = kubectl(kube, tmp_path, "create", "-f", str(manifest))
+    assert refused.returncode != 0
+    assert ': object is being deleted: configmaps "held" already exists' in refused.stderr
+
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": "default"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {"metadata": {"labels": {"app": "web"}}},
+        },
+    }
+    kube.add(deployment)
+    with pytest.raises(urllib.error.HTTPError) as raw:
+        _request(kube, "POST", "/apis/apps/v1/namespaces/default/deployments", deployment)
+    status = json.loads(raw.value.read())
+    assert (status["code"], status["reason"]) == (409, "AlreadyExists")
+    assert status["message"] == 'deployments.apps "web" already exists'
+    assert status["details"] == {"name": "web", "group": "apps", "kind": "deployments"}

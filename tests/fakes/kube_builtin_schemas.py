@@ -1,0 +1,330 @@
+"""The schemas of some built-in kinds, from a small table: what ``kubectl explain`` reads from the
+fake's ``/openapi/v3`` documents, and what the API server's strict decoding knows of their fields.
+
+A real API server publishes every built-in kind's schema (``io.k8s.api.apps.v1.Deployment`` and the
+types it references) and decodes a write into its Go type: a field the type lacks is dropped, with a
+``Warning`` (``fieldValidation=Warn``, the default), silently (``Ignore``), or refused 400
+(``Strict``, what ``kubectl apply``/``create`` send: ``Deployment in version "v1" cannot be handled
+as a Deployment: strict decoding error: unknown field "spec.bogus"``). The fake published no schema
+for them (``kubectl explain deploy`` failed: ``GVK ... not found in OpenAPI schema``) and stored
+whatever a write carried, so a manifest with a typo'd field passed here and failed on a cluster.
+
+The table lists, for each type modelled, every field the type has (Kubernetes 1.33) with its type
+and a short description written for the fake. A field whose type is ``object`` (or ``[]object``) is
+not modelled deeper: published as an object without properties, and nothing inside it is checked
+(Deployment ``status``, a container's ``resources`` or ``securityContext``...). ``metadata`` is
+``ObjectMeta`` as :mod:`tests.fakes.kube_openapi` publishes it, not checked here either.
+
+Not modelled: the kinds not in :data:`KIND_TYPES` (no schema, nothing checked), duplicate fields,
+type mismatches (``replicas: "3"``), the protobuf ``/openapi/v2`` document kubectl 1.27/1.28 read.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, MutableSequence
+from typing import Any, Final
+
+_CORE: Final = "io.k8s.api.core.v1"
+_APPS: Final = "io.k8s.api.apps.v1"
+_META: Final = "io.k8s.apimachinery.pkg.apis.meta.v1"
+OBJECT_META_REF: Final = f"{_META}.ObjectMeta"
+
+Field = tuple[str, str]
+"""(type, description): ``string``, ``integer``, ``boolean``, ``object`` (not modelled deeper),
+``map[string]string``, ``int-or-string``, ``ObjectMeta``, a type of the table by its full name, or
+``[]`` and one of those."""
+
+_TYPE_META: Final[dict[str, Field]] = {
+    "apiVersion": ("string", "The versioned schema of this representation of the object."),
+    "kind": ("string", "The REST resource this object represents, in CamelCase."),
+}
+
+TYPES: Final[dict[str, tuple[str, dict[str, Field]]]] = {
+    f"{_APPS}.Deployment": (
+        "Deployment enables declarative updates for Pods and ReplicaSets.",
+        {
+            **_TYPE_META,
+            "metadata": ("ObjectMeta", "Standard object's metadata."),
+            "spec": (f"{_APPS}.DeploymentSpec", "Specification of the desired behavior of the Deployment."),
+            "status": ("object", "Most recently observed status of the Deployment."),
+        },
+    ),
+    f"{_APPS}.DeploymentSpec": (
+        "DeploymentSpec is the specification of the desired behavior of the Deployment.",
+        {
+            "replicas": ("integer", "Number of desired pods. Defaults to 1."),
+            "selector": (
+                f"{_META}.LabelSelector",
+                "Label selector for pods; must match the template's labels.",
+            ),
+            "template": (f"{_CORE}.PodTemplateSpec", "Template describes the pods that will be created."),
+            "strategy": ("object", "The deployment strategy used to replace existing pods with new ones."),
+            "minReadySeconds": (
+                "integer",
+                "Minimum seconds a new pod is ready before it counts as available.",
+            ),
+            "revisionHistoryLimit": ("integer", "The number of old ReplicaSets to retain. Defaults to 10."),
+            "paused": ("boolean", "Indicates that the deployment is paused."),
+            "progressDeadlineSeconds": ("integer", "Maximum seconds for the deployment to make progress."),
+        },
+    ),
+    f"{_META}.LabelSelector": (
+        "A label selector: the result of matchLabels and matchExpressions are ANDed.",
+        {
+            "matchLabels": ("map[string]string", "A map of {key,value} pairs, each an equality requirement."),
+            "matchExpressions": ("[]object", "A list of label selector requirements."),
+        },
+    ),
+    f"{_CORE}.PodTemplateSpec": (
+        "PodTemplateSpec describes the data a pod should have when created from a template.",
+        {
+            "metadata": ("ObjectMeta", "Standard object's metadata."),
+            "spec": (f"{_CORE}.PodSpec", "Specification of the desired behavior of the pod."),
+        },
+    ),
+    f"{_CORE}.PodSpec": (
+        "PodSpec is a description of a pod.",
+        {
+            "volumes": ("[]object", "Volumes that can be mounted by containers of the pod."),
+            "initContainers": (f"[]{_CORE}.Container", "Containers run in order before the app containers."),
+            "containers": (f"[]{_CORE}.Container", "Containers belonging to the pod. At least one."),
+            "ephemeralContainers": ("[]object", "Ephemeral containers run in this pod for debugging."),
+            "restartPolicy": ("string", "Restart policy for all containers within the pod."),
+            "terminationGracePeriodSeconds": ("integer", "Seconds the pod needs to terminate gracefully."),
+            "activeDeadlineSeconds": ("integer", "Seconds the pod may be active before it is failed."),
+            "dnsPolicy": ("string", "How the pod's DNS is set up."),
+            "nodeSelector": ("map[string]string", "Labels a node must have for the pod to fit on it."),
+            "serviceAccountName": ("string", "The name of the ServiceAccount the pod runs as."),
+            "serviceAccount": ("string", "Deprecated alias for serviceAccountName."),
+            "automountServiceAccountToken": ("boolean", "Whether a service account token is mounted."),
+            "nodeName": ("string", "Requests scheduling onto this node."),
+            "hostNetwork": ("boolean", "Host networking requested for this pod."),
+            "hostPID": ("boolean", "Use the host's pid namespace."),
+            "hostIPC": ("boolean", "Use the host's ipc namespace."),
+            "shareProcessNamespace": ("boolean", "Share a single process namespace between containers."),
+            "securityContext": ("object", "Pod-level security attributes and common container settings."),
+            "imagePullSecrets": ("[]object", "Secrets in the same namespace for pulling images."),
+            "hostname": ("string", "The hostname of the pod."),
+            "subdomain": ("string", "The subdomain of the pod's fully qualified hostname."),
+            "affinity": ("object", "The pod's scheduling constraints."),
+            "schedulerName": ("string", "The scheduler that dispatches the pod."),
+            "tolerations": ("[]object", "The pod's tolerations."),
+            "hostAliases": ("[]object", "Entries added to the pod's hosts file."),
+            "priorityClassName": ("string", "The pod's priority class."),
+            "priority": ("integer", "The priority value, set from the priority class."),
+            "dnsConfig": ("object", "DNS parameters of the pod."),
+            "readinessGates": ("[]object", "Conditions evaluated for the pod's readiness."),
+            "runtimeClassName": ("string", "The RuntimeClass the pod runs with."),
+            "enableServiceLinks": ("boolean", "Whether service information is injected as environment."),
+            "preemptionPolicy": ("string", "The policy for preempting pods with lower priority."),
+            "overhead": ("map[string]string", "Resource overhead of running the pod's sandbox."),
+            "topologySpreadConstraints": ("[]object", "How the pods spread across topology domains."),
+            "setHostnameAsFQDN": ("boolean", "The pod's hostname is its fully qualified domain name."),
+            "os": ("object", "The OS of the pod's containers."),
+            "hostUsers": ("boolean", "Use the host's user namespace."),
+            "schedulingGates": ("[]object", "Gates that block scheduling the pod."),
+            "resourceClaims": ("[]object", "Dynamic resources the pod claims."),
+            "resources": ("object", "Total resources of the pod's containers (pod-level resources)."),
+        },
+    ),
+    f"{_CORE}.Container": (
+        "A single application container to run within a pod.",
+        {
+            "name": ("string", "Name of the container, unique within the pod (DNS_LABEL)."),
+            "image": ("string", "Container image name."),
+            "command": ("[]string", "Entrypoint array; the image's ENTRYPOINT when absent."),
+            "args": ("[]string", "Arguments to the entrypoint; the image's CMD when absent."),
+            "workingDir": ("string", "The container's working directory."),
+            "ports": ("[]object", "Ports to expose from the container."),
+            "envFrom": ("[]object", "Sources of environment variables."),
+            "env": ("[]object", "Environment variables to set in the container."),
+            "resources": ("object", "Compute resources required by this container."),
+            "resizePolicy": ("[]object", "Resize policy of the container's resources."),
+            "restartPolicy": ("string", "Restart behavior of an init container (Always: a sidecar)."),
+            "volumeMounts": ("[]object", "Pod volumes to mount into the container's filesystem."),
+            "volumeDevices": ("[]object", "Block devices the container uses."),
+            "livenessProbe": ("object", "Periodic probe of container liveness."),
+            "readinessProbe": ("object", "Periodic probe of container service readiness."),
+            "startupProbe": ("object", "Probe that the pod has initialized."),
+            "lifecycle": ("object", "Actions taken in response to container lifecycle events."),
+            "terminationMessagePath": ("string", "Where the container's termination message is written."),
+            "terminationMessagePolicy": ("string", "How the termination message is populated."),
+            "imagePullPolicy": ("string", "Image pull policy: Always, Never or IfNotPresent."),
+            "securityContext": ("object", "Security options the container runs with."),
+            "stdin": ("boolean", "Allocate a buffer for stdin in the container runtime."),
+            "stdinOnce": ("boolean", "Close the stdin channel after it has been opened once."),
+            "tty": ("boolean", "Allocate a TTY for the container."),
+        },
+    ),
+    f"{_CORE}.ConfigMap": (
+        "ConfigMap holds configuration data for pods to consume.",
+        {
+            **_TYPE_META,
+            "metadata": ("ObjectMeta", "Standard object's metadata."),
+            "data": ("map[string]string", "Configuration data (UTF-8 values)."),
+            "binaryData": ("map[string]string", "Binary configuration data (base64 values)."),
+            "immutable": ("boolean", "If true, the data cannot be updated, only the object deleted."),
+        },
+    ),
+    f"{_CORE}.Service": (
+        "A named abstraction of a software service: a local port proxied to a set of pods.",
+        {
+            **_TYPE_META,
+            "metadata": ("ObjectMeta", "Standard object's metadata."),
+            "spec": (f"{_CORE}.ServiceSpec", "The behavior of the service."),
+            "status": ("object", "Most recently observed status of the service."),
+        },
+    ),
+    f"{_CORE}.ServiceSpec": (
+        "ServiceSpec describes the attributes that a user creates on a service.",
+        {
+            "ports": (f"[]{_CORE}.ServicePort", "The ports exposed by this service."),
+            "selector": ("map[string]string", "Routes traffic to pods whose labels match."),
+            "clusterIP": ("string", "The IP address of the service."),
+            "clusterIPs": ("[]string", "The IP addresses of the service."),
+            "type": (
+                "string",
+                "How the service is exposed: ClusterIP, NodePort, LoadBalancer, ExternalName.",
+            ),
+            "externalIPs": ("[]string", "IPs for which nodes also accept traffic for this service."),
+            "sessionAffinity": ("string", "ClientIP or None."),
+            "loadBalancerIP": ("string", "Deprecated: the load balancer's IP."),
+            "loadBalancerSourceRanges": ("[]string", "Client IP ranges a load balancer admits."),
+            "externalName": ("string", "The DNS name an ExternalName service aliases."),
+            "externalTrafficPolicy": ("string", "How external traffic is routed: Cluster or Local."),
+            "healthCheckNodePort": ("integer", "The health check node port of a Local service."),
+            "publishNotReadyAddresses": ("boolean", "Publish endpoints of pods that are not ready."),
+            "sessionAffinityConfig": ("object", "Session affinity configuration."),
+            "ipFamilies": ("[]string", "The IP families assigned to the service."),
+            "ipFamilyPolicy": ("string", "The dual-stack-ness requested."),
+            "allocateLoadBalancerNodePorts": (
+                "boolean",
+                "Whether node ports are allocated for a load balancer.",
+            ),
+            "loadBalancerClass": ("string", "The class of the load balancer implementation."),
+            "internalTrafficPolicy": ("string", "How cluster-internal traffic is routed: Cluster or Local."),
+            "trafficDistribution": ("string", "How traffic is distributed to the service's endpoints."),
+        },
+    ),
+    f"{_CORE}.ServicePort": (
+        "ServicePort contains information on a service's port.",
+        {
+            "name": ("string", "The name of the port within the service."),
+            "protocol": ("string", "TCP, UDP or SCTP."),
+            "appProtocol": ("string", "The application protocol of the port."),
+            "port": ("integer", "The port exposed by the service."),
+            "targetPort": ("int-or-string", "The port to access on the pods."),
+            "nodePort": ("integer", "The port on each node for a NodePort or LoadBalancer service."),
+        },
+    ),
+}
+"""Each type modelled: its description and every field it has."""
+
+KIND_TYPES: Final[dict[tuple[str, str, str], str]] = {
+    ("apps", "v1", "deployments"): f"{_APPS}.Deployment",
+    ("", "v1", "configmaps"): f"{_CORE}.ConfigMap",
+    ("", "v1", "services"): f"{_CORE}.Service",
+}
+"""The built-in resources with a schema here, by (group, version, plural)."""
+
+
+def _ref(name: str, description: str) -> dict[str, Any]:
+    return {"description": description, "allOf": [{"$ref": f"#/components/schemas/{name}"}], "default": {}}
+
+
+def _property(type_name: str, description: str) -> dict[str, Any]:
+    if type_name.startswith("[]"):
+        item = _property(type_name[2:], "")
+        item.pop("description", None)
+        return {"type": "array", "description": description, "items": item}
+    if type_name == "ObjectMeta":
+        return _ref(OBJECT_META_REF, description)
+    if type_name in TYPES:
+        return _ref(type_name, description)
+    if type_name == "map[string]string":
+        return {
+            "type": "object",
+            "description": description,
+            "additionalProperties": {"type": "string", "default": ""},
+        }
+    if type_name == "int-or-string":
+        return {"description": description, "x-kubernetes-int-or-string": True}
+    return {"type": type_name, "description": description}
+
+
+def _gvk(type_name: str) -> list[dict[str, str]] | None:
+    for (group, version, _plural), name in KIND_TYPES.items():
+        if name == type_name:
+            return [{"group": group, "version": version, "kind": name.rsplit(".", 1)[1]}]
+    return None
+
+
+def _referenced(type_name: str, seen: set[str]) -> None:
+    if type_name in seen:
+        return
+    seen.add(type_name)
+    for field_type, _description in TYPES[type_name][1].values():
+        inner = field_type.removeprefix("[]")
+        if inner in TYPES:
+            _referenced(inner, seen)
+
+
+def component_schemas(resource: tuple[str, str, str]) -> dict[str, dict[str, Any]]:
+    """The ``components.schemas`` entries a resource's kind needs, as kube-openapi names them
+    (``io.k8s.api.apps.v1.Deployment``), or none where the table has no schema for it."""
+    top = KIND_TYPES.get(resource)
+    if top is None:
+        return {}
+    names: set[str] = set()
+    _referenced(top, names)
+    schemas: dict[str, dict[str, Any]] = {}
+    for name in sorted(names):
+        description, fields = TYPES[name]
+        schema: dict[str, Any] = {
+            "type": "object",
+            "description": description,
+            "properties": {key: _property(*field) for key, field in fields.items()},
+        }
+        gvk = _gvk(name)
+        if gvk is not None:
+            schema["x-kubernetes-group-version-kind"] = gvk
+        schemas[name] = schema
+    return schemas
+
+
+_PLAIN_KEY: Final = re.compile(r"^[A-Za-z0-9_]+$")
+
+
+def _unknown(type_name: str, value: Any, path: str, found: list[str]) -> Any:
+    """``value`` without the fields ``type_name`` lacks; their paths appended to ``found``."""
+    if type_name.startswith("[]"):
+        if not isinstance(value, list):
+            return value
+        return [_unknown(type_name[2:], item, f"{path}[{index}]", found) for index, item in enumerate(value)]
+    if type_name not in TYPES or not isinstance(value, dict):
+        return value
+    fields = TYPES[type_name][1]
+    kept: dict[str, Any] = {}
+    for key, item in value.items():
+        where = f"{path}.{key}" if path else key
+        if key not in fields:
+            found.append(where if _PLAIN_KEY.match(key) else f"{path}[{key}]")
+            continue
+        kept[key] = _unknown(fields[key][0], item, where, found)
+    return kept
+
+
+def decoded(
+    resource: tuple[str, str, str], body: Mapping[str, Any], dropped: MutableSequence[str]
+) -> dict[str, Any]:
+    """``body`` as the API server's decoding into the kind's type leaves it: the fields the type
+    lacks dropped, each one's path (``spec.template.spec.containers[0].imagePullPolicyy``) appended to
+    ``dropped``, in the order they appear. A resource with no schema here comes back as it is."""
+    top = KIND_TYPES.get(resource)
+    if top is None:
+        return dict(body)
+    found: list[str] = []
+    result = _unknown(top, dict(body), "", found)
+    dropped.extend(found)
+    return dict(result)

@@ -1,0 +1,77 @@
+"""The fake publishes built-in kinds' schemas (``kubectl explain deploy``) and decodes their writes as
+the API server does: unknown fields refused under ``fieldValidation=Strict``, else dropped."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.fakes.kube_api import FakeKubeApiServer, running_fake_kube
+from tests.operator.harness import find
+from tests.operator.kubectl_cli import needs_kubectl, run_kubectl
+
+pytestmark = needs_kubectl
+
+_TYPO_DEPLOYMENT = {
+    "apiVersion": "apps/v1",
+    "kind": "Deployment",
+    "metadata": {"name": "web", "namespace": "default"},
+    "spec": {
+        "bogusField": 3,
+        "selector": {"matchLabels": {"app": "web"}},
+        "template": {
+            "metadata": {"labels": {"app": "web"}},
+            "spec": {"containers": [{"name": "c", "image": "x", "imagePullPolicyy": "Always"}]},
+        },
+    },
+}
+
+
+@pytest.fixture
+def kubeconfig(tmp_path: Path) -> Iterator[tuple[FakeKubeApiServer, Path]]:
+    with running_fake_kube() as kube:
+        yield kube, kube.write_kubeconfig(tmp_path / "kubeconfig")
+
+
+def test_kubectl_explain_reads_a_built_in_kinds_schema(kubeconfig: tuple[FakeKubeApiServer, Path]) -> None:
+    """``kubectl explain deploy.spec`` failed with ``GVK map[group:apps kind:Deployment version:v1]
+    not found in OpenAPI schema``: the fake published no schema for built-in kinds."""
+    _kube, config = kubeconfig
+    spec = run_kubectl(config, "explain", "deploy.spec")
+    assert spec.returncode == 0, spec.stderr
+    assert "FIELD: spec <DeploymentSpec>" in spec.stdout
+    assert "template\t<PodTemplateSpec>" in spec.stdout
+    nested = run_kubectl(config, "explain", "deploy.spec.template.spec.containers.imagePullPolicy")
+    assert nested.returncode == 0, nested.stderr
+    assert "FIELD: imagePullPolicy <string>" in nested.stdout
+    assert run_kubectl(config, "explain", "svc.spec.ports.targetPort").returncode == 0
+
+
+def test_strict_apply_names_a_built_in_kinds_unknown_fields(
+    kubeconfig: tuple[FakeKubeApiServer, Path], tmp_path: Path
+) -> None:
+    """``kubectl apply`` (``fieldValidation=Strict``) of a Deployment with a typo'd field is refused
+    400 naming each unknown field, as the API server's strict decoding refuses it; the fake stored
+    it. With ``--validate=warn`` the write goes through with one warning per field, the fields
+    dropped, as decoding into the Go type drops them."""
+    kube, config = kubeconfig
+    manifest = tmp_path / "web.yaml"
+    manifest.write_text(yaml.safe_dump(_TYPO_DEPLOYMENT))
+    refused = run_kubectl(config, "apply", "--validate=strict", "-f", str(manifest))
+    assert refused.returncode != 0
+    assert (
+        'Deployment in version "v1" cannot be handled as a Deployment: strict decoding error: '
+        'unknown field "spec.bogusField", unknown field "spec.template.spec.containers[0].imagePullPolicyy"'
+    ) in refused.stderr
+    assert find(kube, "Deployment", "default", "web") is None
+
+    warned = run_kubectl(config, "apply", "--validate=warn", "-f", str(manifest))
+    assert warned.returncode == 0, warned.stderr
+    assert 'Warning: unknown field "spec.bogusField"' in warned.stderr
+    stored = find(kube, "Deployment", "default", "web")
+    assert stored is not None
+    assert "bogusField" not in stored["spec"]
+    assert stored["spec"]["template"]["spec"]["containers"] == [{"name": "c", "image": "x"}]
