@@ -37,7 +37,51 @@ _URL: Final = re.compile(r"(?i)\b[a-z][a-z0-9+.-]*://[^\s\"'<>]*")
 _URL_PARTS: Final = re.compile(r"(?s)([^:]*://)(?:([^/?#]*)@)?([^?#]*)(?:\?([^#]*))?(?:#(.*))?")
 """Scheme, user-info (up to the last ``@`` before the path: a password may hold an unencoded ``@``),
 host and path, query, fragment."""
-_TRIGGERS: Final = ("authorization", "cookie", "api-key", "apikey", "x-auth-token", "bearer", "basic", "eyj")
+_PEM_BLOCK: Final = re.compile(r"-----BEGIN [A-Z0-9 ]+-----.*?(?:-----END [A-Z0-9 ]+-----|$)", re.DOTALL)
+"""A PEM block, its newlines real or escaped (``\\n`` in a ``repr`` or a JSON string), up to its END line
+or, cut off, to the end of the text. Every label, not only ``PRIVATE KEY``: a key pasted where a
+certificate belongs is labelled as one, and a certificate in a log line says nothing its ARN does not."""
+_ENCODED_KEY: Final = re.compile(
+    r"(?<![A-Za-z0-9+/])(?:LS0tLS1CRUdJT|M[GH]|MI[E-L])(?:[A-Za-z0-9+/]|\\n|\n){60,}={0,2}"
+)
+"""Base64 of key material without its PEM armour: a whole PEM encoded again (``LS0tLS1CRUdJT`` is
+``-----BEGIN``; how a JSON API such as ACM's ``ImportCertificate`` carries a blob, which botocore logs at
+DEBUG) or a DER structure (a PEM body with its newlines taken out), 64 characters or more. Every key
+and certificate is an ASN.1 SEQUENCE (``0x30``): ``MI[E-L]`` with a one- or two-byte length (RSA,
+PKCS#8, certificates), ``M[GH]`` with a short one of 96-127 bytes (a P-256 key in SEC 1 form). Not only a
+context rule (:data:`_KEY_ASSIGNMENT`): the request body that leaked names the key, but an error
+quoting the value (``Value '...' at 'privateKey'``) or a repr of the bytes does not."""
+_KEY_ASSIGNMENT: Final = re.compile(
+    r"(?i)\b(private_?key|tls\.key|key\.pem)([\"']?\s*[:=]\s*b?[\"']?)([A-Za-z0-9+/=]{40,})"
+)
+"""A base64 or hex value of 40 characters or more assigned to a private key's name (``"PrivateKey":
+"..."``, ``tls.key: ...``): the shortest key worth the name (a 32-byte scalar) is 44 in base64. A
+path (``private_key=/etc/tls/key.pem``) has dots or hyphens and stays, to say which file."""
+_TRIGGERS: Final = (
+    "authorization",
+    "cookie",
+    "api-key",
+    "apikey",
+    "x-auth-token",
+    "bearer",
+    "basic",
+    "eyj",
+    "-----begin",
+    "ls0tls1crudjt",
+    "mg",
+    "mh",
+    "mie",
+    "mif",
+    "mig",
+    "mih",
+    "mii",
+    "mij",
+    "mik",
+    "mil",
+    "private",
+    "tls.key",
+    "key.pem",
+)
 """Lower-case substrings at least one of which every pattern above needs in order to match. Most
 lines (the access log's, one per request) contain none, and the scan for them is several times
 cheaper than running the case-insensitive patterns over the line."""
@@ -134,7 +178,9 @@ def _mask_parameter(item: str, *, bare: bool = True) -> str:
 
 
 def redact(text: str) -> str:
-    """``text`` with every credential-looking substring replaced by :data:`MASK`."""
+    """``text`` with every credential-looking substring replaced by :data:`MASK`: credential headers,
+    bearer tokens, JWTs, URL secrets, and private keys (PEM blocks, their base64, a value assigned to
+    a key's name), which botocore's DEBUG line for ACM's ``ImportCertificate`` printed whole."""
     if not text:
         return text
     if "://" in text and (_URL_SECRET_MARKS.intersection(text) or _PATH_HINT.search(text) or "eyJ" in text):
@@ -142,6 +188,9 @@ def redact(text: str) -> str:
     lowered = text.lower()
     if not any(trigger in lowered for trigger in _TRIGGERS):
         return text
+    text = _PEM_BLOCK.sub(MASK, text)
+    text = _ENCODED_KEY.sub(MASK, text)
+    text = _KEY_ASSIGNMENT.sub(lambda m: f"{m.group(1)}{m.group(2)}{MASK}", text)
     text = _CREDENTIAL_HEADER.sub(lambda m: f"{m.group(1)}{m.group(2)}{MASK}", text)
     text = _BEARER.sub(_mask_bearer, text)
     return _JWT.sub(MASK, text)

@@ -1094,3 +1094,32 @@ def test_an_acm_refusal_of_a_renewed_certificate_is_a_failing_renewal_while_the_
     programmed = condition(find(cluster, "InferenceGatewayConfig", "inference", "chat"), "GatewayProgrammed")
     assert (programmed["status"], programmed["reason"]) == ("True", "Programmed")
     assert "RENEWAL" not in programmed["message"]
+
+
+@pytest.mark.usefixtures("cert_manager")
+def test_a_refused_first_import_is_logged_once_without_the_key(
+    cluster: FakeKubeApiServer, acm: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``AcmImportFailed`` on the first import set the condition and posted an Event, and the
+    operator's log said nothing. Now one WARNING line per change, the key ACM's error quotes left out."""
+    caplog.set_level(logging.INFO, logger="igw.operator")
+    add_issuer(cluster, "ClusterIssuer", "test-ca")
+    settings = AutoTlsSettings(IssuerRef("ClusterIssuer", "test-ca"), lambda: _EchoingAcm(acm))
+    reconciler = Reconciler(Kube(cluster.api_client()), DataPlaneSettings(), auto_tls=settings)
+    cluster.add(tls_igwc("chat"))
+    asyncio.run(reconciler.reconcile("inference", "chat"))
+    write_tls_secret(cluster, "chat-gateway-tls", "chat.llm.example.com")
+    for _ in range(3):
+        asyncio.run(reconciler.reconcile("inference", "chat"))
+    lines = [r.getMessage() for r in caplog.records if "AcmImportFailed" in r.getMessage()]
+    assert len(lines) == 1, lines
+    assert all(r.levelno == logging.WARNING for r in caplog.records if "AcmImportFailed" in r.getMessage())
+    assert lines[0].startswith("inference/chat: AcmImportFailed: ACM refused to import the certificate")
+    assert "ValidationException" in lines[0]
+    secret = find(cluster, "Secret", "inference", "chat-gateway-tls")
+    assert secret is not None
+    key = base64.b64decode(secret["data"]["tls.key"]).decode()
+    body = "".join(key.strip().splitlines()[1:-1])
+    assert "PRIVATE KEY" not in lines[0]
+    assert body[:40] not in lines[0]
+    assert base64.b64encode(key.encode()).decode()[:40] not in lines[0]

@@ -9,6 +9,7 @@ net.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Mapping
 from typing import Any, Final, Literal
 
@@ -55,6 +56,28 @@ class RedactingFormatter(logging.Formatter):
         return redact(super().format(record))
 
 
+THIRD_PARTY_LOGGERS: Final = (
+    "botocore",
+    "boto3",
+    "s3transfer",
+    "urllib3",
+    "kubernetes",
+    "aiohttp",
+    "redis",
+    "httpx",
+    "httpcore",
+    "hpack",
+    "h2",
+)
+"""Libraries whose DEBUG lines quote what they send or receive: botocore logs every request's
+parameters and body (ACM's ``ImportCertificate`` carries the private key), urllib3 and aiohttp URLs and
+headers, the kubernetes client and redis their requests and commands (``AUTH``), hpack decoded
+headers. :func:`configure_logging` keeps them at INFO under ``--log-level debug``."""
+DEBUG_THIRD_PARTY_ENV: Final = "IGW_DEBUG_THIRD_PARTY"
+"""Set to ``1`` to let :data:`THIRD_PARTY_LOGGERS` log at DEBUG too, when a library's own requests
+must be seen (redaction still applies, but it masks what it recognises, not everything)."""
+
+
 def install(handlers: list[logging.Handler], fmt: str | None = None) -> None:
     """Give each of ``handlers`` a redacting formatter with format string ``fmt``."""
     for handler in handlers:
@@ -73,8 +96,16 @@ def configure_logging(level: str, handler: Callable[[], logging.Handler] | None 
     servers pass a :class:`~igw.gateway.log_buffer.BatchedLineHandler` on stderr, so a stderr that
     nobody reads cannot block their event loop (a StreamHandler writes on the logging thread: 272
     malformed requests, one warning each, filled a 64 KiB pipe and stopped ``igw global serve``
-    answering anything until session s42)."""
+    answering anything until session s42).
+
+    At ``debug`` the :data:`THIRD_PARTY_LOGGERS` stay at INFO unless :data:`DEBUG_THIRD_PARTY_ENV` is
+    ``1``: ``igw operator --log-level debug`` logged botocore's ``ImportCertificate`` request, the
+    Secret's private key in it, and redaction is a safety net, not a parser of every library's dump."""
     root = logging.getLogger()
     handlers = [handler()] if handler is not None and not root.handlers else None
     logging.basicConfig(level=level.upper(), handlers=handlers)
     install(root.handlers, LOG_FORMAT)
+    opted_in = os.environ.get(DEBUG_THIRD_PARTY_ENV, "") == "1"
+    for name in THIRD_PARTY_LOGGERS:
+        capped = root.getEffectiveLevel() < logging.INFO and not opted_in
+        logging.getLogger(name).setLevel(logging.INFO if capped else logging.NOTSET)

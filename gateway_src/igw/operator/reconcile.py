@@ -206,6 +206,10 @@ class Reconciler:
         self._renewal_noted: dict[tuple[str, str], tuple[object, str]] = {}
         """``(namespace, name): (uid, problem)`` of the renewal failure last reported
         (:meth:`_post_renewal`): one Warning Event when it changes, not one per pass."""
+        self._import_noted: dict[tuple[str, str], tuple[object, str]] = {}
+        """``(namespace, name): (uid, message)`` of the first import ACM refused, last logged
+        (:meth:`_tls`): one WARNING line when it changes, not one per pass. Its condition and Event
+        said it, the operator's log nothing, where every other refusal is logged."""
         self._issuer_noted: dict[tuple[str, str], tuple[object, str]] = {}
         """``(namespace, name): (uid, problem)`` of the issuer problem last reported for an issued
         certificate (:meth:`_post_renewal`): one Warning Event when it changes, not one per pass."""
@@ -256,6 +260,7 @@ class Reconciler:
                 self._terminating.discard(key)
                 self._noted.pop(key, None)
                 self._renewal_noted.pop(key, None)
+                self._import_noted.pop(key, None)
                 self._issuer_noted.pop(key, None)
                 return False
             await self._pass(igwc, listed)
@@ -725,7 +730,10 @@ class Reconciler:
                 + without_key_material(_error_text(exc)),
             )
             failed = TlsOutcome(problem=refused, certificate=wanted)
+            if not _names_import(igwc):  # a re-import refused is a failing renewal, logged as such
+                self._note_import_refused(igwc, refused[1])
             return await self._keeping_previous(igwc, failed)
+        self._import_noted.pop((namespace, meta["name"]), None)
         status = {
             "acmArn": arn,
             "issuedAt": issued.issued_at,
@@ -757,6 +765,16 @@ class Reconciler:
             )
             return TlsOutcome(acm_arn=arn, status=status, problem=problem, certificate=wanted)
         return TlsOutcome(acm_arn=arn, status=status, certificate=wanted, renewal=renewal, issuer=blocked)
+
+    def _note_import_refused(self, igwc: Mapping[str, Any], message: str) -> None:
+        """One WARNING line (``AcmImportFailed``: ``message``, without key material) each time ACM's
+        refusal of ``igwc``'s first import changes."""
+        meta = igwc["metadata"]
+        key, mark = (meta["namespace"], meta["name"]), (meta.get("uid"), message)
+        if self._import_noted.get(key) == mark:
+            return
+        self._import_noted[key] = mark
+        log.warning("%s/%s: AcmImportFailed: %s", key[0], key[1], message)
 
     async def _keeping_previous(self, igwc: Mapping[str, Any], outcome: TlsOutcome) -> TlsOutcome:
         """``outcome`` (no new certificate to serve: the Secret's is not PEM, or ACM refused its
@@ -881,6 +899,7 @@ class Reconciler:
         self._certificates_gone.pop(_identity(igwc)[:2], None)
         self._ports_noted.pop(_identity(igwc)[:2], None)
         self._renewal_noted.pop(_identity(igwc)[:2], None)
+        self._import_noted.pop(_identity(igwc)[:2], None)
         self._issuer_noted.pop(_identity(igwc)[:2], None)
 
     async def _retire_certificate(self, igwc: Mapping[str, Any]) -> None:
