@@ -35,6 +35,7 @@ import aiohttp
 import orjson
 import pytest
 from aiohttp import web
+from prometheus_client.parser import text_string_to_metric_families
 
 from igw.gateway.response_ids import believed, mint
 from igw.gateway.upstream import _carries_token
@@ -287,6 +288,7 @@ async def test_pods_are_asked_for_no_content_coding_and_a_compressed_stream_is_a
             error = (await resp.json())["error"]
         assert error["code"] == "upstream_error"
         assert "compressed event stream" in error["message"]
+        assert await usage_unread(gw, 1) == {"coded_stream": 1}
 
 
 USAGE = {"prompt_tokens": 3, "completion_tokens": 5000, "total_tokens": 5003}
@@ -300,6 +302,22 @@ def coded_answer(coding: str, text: str) -> bytes:
     if coding == "gzip":
         return gzip.compress(plain)
     return zlib.compress(plain) if coding == "deflate" else plain
+
+
+async def usage_unread(gw: InProcessGateway, total: int) -> dict[str, float]:
+    """``igw_answer_usage_unread_total`` by reason (for :data:`MODEL`), once ``total`` were counted."""
+    async with asyncio.timeout(10):
+        while True:
+            text = await (await gw.http.get(gw.url + "/metrics")).text()
+            counts = {
+                s.labels["reason"]: s.value
+                for family in text_string_to_metric_families(text)
+                for s in family.samples
+                if s.name == "igw_answer_usage_unread_total" and s.labels["model"] == MODEL
+            }
+            if sum(counts.values()) >= total:
+                return counts
+            await asyncio.sleep(0.05)
 
 
 async def charged_out(gw: InProcessGateway) -> float:
@@ -369,10 +387,47 @@ def _zip_bomb(size: int) -> bytes:
 async def test_a_compressed_answer_the_gateway_cannot_read_is_a_502(
     tmp_path: Path, coding: str, body: bytes | None, why: str
 ) -> None:
+    """Refused, and counted by why (``igw_answer_usage_unread_total``; before session s44 the 502's
+    access-log ``error`` alone said so)."""
     if body is None:
         body = _zip_bomb(300 << 20)
-    async with _compressed_answer(tmp_path, coding, body) as (_, resp):
+    async with _compressed_answer(tmp_path, coding, body) as (gw, resp):
         error = (await resp.json())["error"]
+        reasons = await usage_unread(gw, 1)
     assert resp.status == 502
     assert error["code"] == "upstream_error"
     assert why in error["message"]
+    reason = {"br": "unknown_coding", "gzip": "decode_error"}[coding] if len(body) < 1000 else "bomb_bound"
+    assert reasons == {reason: 1}
+
+
+async def test_an_answer_relayed_decoded_past_its_ratio_is_relayed_whole_and_counted_unread(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A client that does not accept gzip gets a 40 MiB answer of spaces (40 KB coded: past the
+    ratio no JSON reaches) decoded whole, its bytes being the client's; the usage scan stops at the
+    ratio, so its usage goes unread, said by a WARNING and ``igw_answer_usage_unread_total
+    {reason="bomb_bound"}`` (before session s44 the scan read all of it: half the relay's CPU)."""
+    plain = b'{"object":"text_completion","choices":[{"index":0,"text":"' + b" " * (40 << 20)
+    plain += b'"}],"usage":' + orjson.dumps(USAGE) + b"}"
+    body = gzip.compress(plain, compresslevel=9)
+
+    async def answer(request: web.Request) -> web.Response:
+        await request.read()
+        return web.Response(
+            body=body, headers={"Content-Type": "application/json", "Content-Encoding": "gzip"}
+        )
+
+    async with (
+        scripted_upstream({"POST /v1/completions": answer}) as pod,
+        in_process_gateway(tmp_path, gateway_doc(), [pod]) as gw,
+    ):
+        url = gw.url + "/v1/completions"
+        request = {"model": MODEL, "prompt": "hello", "max_tokens": 8}
+        async with gw.http.post(url, json=request, headers={"Accept-Encoding": "identity"}) as resp:
+            assert resp.status == 200
+            assert "Content-Encoding" not in resp.headers
+            got = await resp.read()
+        assert got == plain
+        assert await usage_unread(gw, 1) == {"bomb_bound": 1}
+    assert "usage could not be read" in caplog.text

@@ -135,6 +135,7 @@ _GIVEN: dict[type, dict[str, Any]] = {
         "response_id": "resp_5",
         "relayed_bytes": 4096,
         "large_error": True,
+        "usage_unread": "bomb_bound",
     },
     InferenceBody: {
         "raw": b'{"model": "m"}',

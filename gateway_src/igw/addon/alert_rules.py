@@ -239,6 +239,17 @@ ALERTS: Final[tuple[Alert, ...]] = (
         "waited: access, EMF or diagnostic lines are lost, so dashboards and audits built on them "
         "undercount. The gateway keeps serving.",
     ),
+    Alert(
+        # since session s44: before it a WARNING or a 502's access-log line alone said so
+        "IgwAnswerUsageUnread",
+        "sum by (model, reason) (increase(igw_answer_usage_unread_total[10m])) > 0",
+        "0m",
+        "warning",
+        "Model {{ $labels.model }}'s pods sent compressed answers whose usage the gateway could not "
+        "read ({{ $labels.reason }}).",
+        "A pod compresses though the gateway asks for identity (a compressing proxy, or a hostile pod): "
+        "such answers are refused with 502 or relayed without their tokens charged to the rate limits.",
+    ),
 )
 """Every alert the chart ships."""
 

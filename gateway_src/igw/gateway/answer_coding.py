@@ -26,6 +26,12 @@ unread and uncharged. A coding the gateway cannot decode (``br``, ``zstd``, anyt
 that is not valid for its coding, or one that decodes past the bound is
 :attr:`CodedScan.unreadable`: the caller refuses the answer when it still can (a 502) rather than
 forward it uncharged. Bytes after the last member that start no gzip member are not read, as before.
+
+Why an answer's usage went unread is also one of :data:`UNREAD_REASONS` (:attr:`CodedScan.unread`),
+what ``igw_answer_usage_unread_total{reason}`` counts: before session s44 only a WARNING (an answer
+relayed coded) or a 502's access-log ``error`` (one held whole) said so, and the token limits and
+billing that read the usage had no series to watch. An answer relayed decoded stops being scanned
+(not decoded: the client needs its bytes) past the same ratio as one decoded for its usage alone.
 """
 
 from __future__ import annotations
@@ -66,6 +72,13 @@ _ALIASES: Final = {"x-gzip": "gzip"}
 """Content-coding names HTTP holds equivalent (RFC 9110 8.4.1.3)."""
 _RAW_DEFLATE: Final = -15
 """A raw deflate stream without the zlib wrapper, which some servers send as ``deflate``."""
+RAW_RETRY_BYTES: Final = 64 * 1024
+"""The most coded bytes of a ``deflate`` body with a zlib header held while zlib has decoded nothing
+of it, to read them again as raw deflate should zlib refuse them (:meth:`CodedScan.decode`)."""
+UNREAD_REASONS: Final = ("unknown_coding", "decode_error", "truncated", "bomb_bound")
+"""Why a compressed answer's usage went unread (:attr:`CodedScan.unread`), a bounded label value:
+a coding the gateway cannot decode (``br``, ``zstd``), a body not valid for its coding, one that
+ends early, one that decodes (or, relayed decoded, is scanned) past its bound."""
 
 
 def zlib_header(head: bytes) -> bool:
@@ -124,10 +137,12 @@ class CodedScan:
         "_decoded",
         "_decoder",
         "_head",
+        "_raw_retry",
         "_relay",
         "_trailing",
         "_wbits",
         "scan",
+        "unread",
         "unreadable",
     )
 
@@ -137,10 +152,19 @@ class CodedScan:
         (the client takes the coded bytes as they came), and decoding stops, the answer
         :attr:`unreadable`, past :data:`SCAN_FREE_BYTES` plus :data:`SCAN_RATIO` per coded byte fed:
         before session s44 a pod's 300 KB gzip bomb cost 256 MiB of decoding and scanning (about a
-        second of CPU) on every such answer, when its ratio alone gave it away."""
+        second of CPU) on every such answer, when its ratio alone gave it away. With it the decoded
+        bytes past that ratio are still decoded for the client, but no longer scanned (:attr:`unread`
+        ``bomb_bound``): before session s44 a bomb's 256 MiB were scanned too, half its CPU."""
         name = coding.strip().lower()
         self.scan = AnswerScan()
         self.unreadable: str | None = None
+        """Why the answer cannot be decoded (a message for the client's 502 or the log)."""
+        self.unread: str | None = None
+        """Why its usage went unread, one of :data:`UNREAD_REASONS`: set with :attr:`unreadable`, and
+        alone when a relayed answer stopped being scanned past its ratio (its bytes still relayed)."""
+        self._raw_retry: bytes | None = None
+        """A ``deflate`` body with a zlib header: its coded bytes while zlib has decoded none of them
+        (up to :data:`RAW_RETRY_BYTES`), read again as raw deflate should zlib refuse them."""
         self._relay = relay
         self._coded = 0
         """The coded bytes fed so far."""
@@ -155,6 +179,7 @@ class CodedScan:
         self._decoder = None if wbits is None else zlib.decompressobj(wbits)
         if wbits is None:
             self.unreadable = f"content coding {name.decode('latin-1')[:40]!r} the gateway cannot decode"
+            self.unread = "unknown_coding"
 
     async def feed(self, data: bytes) -> None:
         """Decode ``data`` (the bytes after those fed before) and read what it decodes to, giving the
@@ -181,39 +206,48 @@ class CodedScan:
         if decoder is None or self.unreadable is not None or self._trailing:
             return
         self._coded += len(data)
-        bound = MAX_DECODED_BYTES
-        if not self._relay:
-            bound = min(bound, SCAN_FREE_BYTES + SCAN_RATIO * self._coded)
-        retry_raw = False
         if self._head is not None:  # a deflate body's first bytes: zlib-wrapped or raw?
             data = self._head + data
             if len(data) < 2:
                 self._head = data
                 return
             self._head = None
-            retry_raw = zlib_header(data)
-            if not retry_raw:
+            if zlib_header(data):
+                self._raw_retry = b""
+            else:
                 self._decoder = zlib.decompressobj(_RAW_DEFLATE)
+        retry = None  # the body so far, while zlib has decoded nothing of it
+        if self._raw_retry is not None:
+            retry, self._raw_retry = self._raw_retry + data, None
         try:
             try:
-                yield from self._inflate(data, bound)
+                yield from self._inflate(data)
             except zlib.error:
                 # a raw stream whose first bytes read as a zlib header (a stored block's length may
                 # make them one): read again as raw, as browsers do, when nothing was decoded yet
-                if not retry_raw or self._decoded:
+                if retry is None or self._decoded:
                     raise
                 self._decoder = zlib.decompressobj(_RAW_DEFLATE)
-                yield from self._inflate(data, bound)
+                body, retry = retry, None
+                yield from self._inflate(body)
         except zlib.error as exc:
             self.unreadable = f"its body is not valid for its content coding ({exc})"
+            self.unread = "decode_error"
             self._decoder = None
+        if retry is not None and not self._decoded and len(retry) <= RAW_RETRY_BYTES:
+            # held for the next call: before session s44 only the call that saw the header could
+            # read again as raw, so a raw body whose first read decoded nothing was refused (a 502)
+            self._raw_retry = retry
 
-    def _inflate(self, data: bytes, bound: int) -> Iterator[bytes]:
-        """:meth:`decode`'s steps over ``data`` with the decoder as it stands, up to ``bound`` decoded
-        bytes in all; raises :class:`zlib.error` at the first byte that is not valid."""
+    def _inflate(self, data: bytes) -> Iterator[bytes]:
+        """:meth:`decode`'s steps over ``data`` with the decoder as it stands, up to the bound on the
+        decoded bytes in all (:meth:`__init__`); raises :class:`zlib.error` at the first byte that is
+        not valid."""
         decoder = self._decoder
         if decoder is None:  # unreachable: decode() checked it
             return
+        scan_bound = SCAN_FREE_BYTES + SCAN_RATIO * self._coded
+        bound = MAX_DECODED_BYTES if self._relay else min(MAX_DECODED_BYTES, scan_bound)
         taken = 0  # the bytes of ``data`` handed to zlib so far
         held = b""  # what zlib left of them, still to decode
         quiet = 0
@@ -230,9 +264,13 @@ class CodedScan:
                 self.unreadable = f"it decodes to more than {bound} bytes"
                 if bound < MAX_DECODED_BYTES:
                     self.unreadable += f" (from {self._coded} coded bytes)"
+                self.unread = "bomb_bound"
                 self._decoder = None
                 return
-            self.scan.feed(piece)
+            if self._decoded > scan_bound:  # relayed decoded: the client needs the bytes, no scan does
+                self.unread = "bomb_bound"
+            if self.unread is None:
+                self.scan.feed(piece)
             quiet = 0 if piece else quiet + 1
             if piece or quiet == QUIET_STEPS:
                 quiet = 0
@@ -249,6 +287,7 @@ class CodedScan:
         decoder = self._decoder
         if decoder is not None and self.unreadable is None and not decoder.eof:
             self.unreadable = "its compressed body ends early"
+            self.unread = "truncated"
 
     def document(self) -> dict[str, object]:
         """The fields read of the decoded answer (:meth:`AnswerScan.document`)."""

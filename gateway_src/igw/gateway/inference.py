@@ -1177,6 +1177,8 @@ async def _forward(
                 result = await exchanging
             else:
                 result = await _within(deadline - time.monotonic(), exchanging)
+            if result.usage_unread is not None:  # each attempt's: a retried 502 was a pod's answer too
+                obs.usage_unread(result.usage_unread)
             if result.response_id is not None:  # remembered (its pod) and a reservation's key
                 result.response_id = believed(result.response_id, plan.minted)
         except ConnectFailed as exc:

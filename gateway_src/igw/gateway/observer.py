@@ -249,6 +249,12 @@ class RequestObserver:
         ``routeTimeout`` or a shutdown ended it: :func:`igw.gateway.inference._charge_relayed`)."""
         self.metrics.child(self.metrics.large_error_answers, self.model_label).inc()
 
+    def usage_unread(self, reason: str) -> None:
+        """Count an attempt's answer the pod compressed whose usage could not be read (``reason``:
+        :attr:`igw.gateway.upstream.ExchangeResult.usage_unread`), each attempt's, a retried one's
+        too: the token limits did not charge it, or the client got a 502 for it."""
+        self.metrics.child(self.metrics.answer_usage_unread, self.model_label, reason).inc()
+
     def finish(self, response: Answer) -> Answer:
         """Record the final status and emit; returns ``response`` so handlers can ``return`` it."""
         if not self._done:

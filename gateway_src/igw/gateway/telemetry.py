@@ -388,6 +388,15 @@ class GatewayMetrics:
             ["model"],
             registry=r,
         )
+        self.answer_usage_unread = FoldingCounter(
+            "igw_answer_usage_unread",
+            "Answers a model server compressed though asked for none whose usage the gateway could not "
+            "read (so the token limits did not charge it), by reason: unknown_coding, decode_error, "
+            "truncated, bomb_bound (refused with 502, or relayed uncharged), coded_stream (a compressed "
+            "event stream, refused).",
+            ["model", "reason"],
+            registry=r,
+        )
         self.upstream_stalled = FoldingCounter(
             "igw_upstream_stalled",
             "Requests in flight the gateway ended because their model server sent nothing for too long, by "
@@ -438,6 +447,7 @@ class GatewayMetrics:
             self.requests, self.duration, self.ttft, self.itl, self.tokens, self.picks, self.rejections,
             self.decision, self.retries, self.retry_overflow, self.stream_errors, self.client_disconnects,
             self.config_reloads, self.scrapes, self.ejections, self.request_faults, self.large_error_answers,
+            self.answer_usage_unread,
         ):  # fmt: skip
             family.folds = self._batch.fold
         for per_endpoint in (self.picks, self.ejections):

@@ -41,7 +41,7 @@ from multidict import CIMultiDict
 from mypy_extensions import mypyc_attr
 
 from igw.errors import IgwGatewayError
-from igw.gateway.answer_coding import CodedScan, accepts_coding, compressed
+from igw.gateway.answer_coding import SCAN_RATIO, CodedScan, accepts_coding, compressed
 from igw.gateway.answer_scan import AnswerScan
 from igw.gateway.errors import gateway_error, sse_error_event
 from igw.gateway.forwarded_answer import HOP_BY_HOP, HOP_BY_HOP_FIELDS, ForwardedAnswer, forwarded_answer
@@ -162,6 +162,11 @@ class ExchangeResult:
     large_error: bool
     """An error answer past :data:`ERROR_ANSWER_BUFFER_BYTES` relayed as it arrived (so not retried):
     counted in ``igw_upstream_large_error_answers_total``, its WARNING throttled."""
+    usage_unread: str | None
+    """Why the usage of an answer a pod compressed though asked for none went unread, one of
+    :data:`~igw.gateway.answer_coding.UNREAD_REASONS` or ``coded_stream`` (an event stream, refused):
+    counted in ``igw_answer_usage_unread_total``, whether the answer was refused (a 502) or relayed
+    uncharged."""
 
     def __init__(
         self,
@@ -178,6 +183,7 @@ class ExchangeResult:
         response_id: str | None = None,
         relayed_bytes: int = 0,
         large_error: bool = False,
+        usage_unread: str | None = None,
     ) -> None:
         self.answer = answer
         self.status = status
@@ -192,6 +198,7 @@ class ExchangeResult:
         self.response_id = response_id
         self.relayed_bytes = relayed_bytes
         self.large_error = large_error
+        self.usage_unread = usage_unread
 
     @property
     def response(self) -> web.StreamResponse:
@@ -727,16 +734,17 @@ compressed (behind a compressing proxy) had its streams broken by the plain-text
 the compressed body, and its whole answers' usage went unread (charged as no output)."""
 
 
-def _unreadable_answer(why: str, extra: Mapping[str, str]) -> ExchangeResult:
+def _unreadable_answer(scan: CodedScan, extra: Mapping[str, str]) -> ExchangeResult:
     """A 502 ``upstream_error`` for a whole answer a pod compressed though the gateway asked for none
     (:data:`UPSTREAM_ACCEPT_ENCODING`) in a way it cannot read (:mod:`igw.gateway.answer_coding`):
     forwarded, its usage would go uncharged."""
-    message = f"the model server sent a compressed answer the gateway could not read: {why}"
+    message = f"the model server sent a compressed answer the gateway could not read: {scan.unreadable}"
     return ExchangeResult(
         answer=gateway_error("upstream_error", message, headers=extra),
         status=502,
         ok=False,
         error="unreadable compressed answer",
+        usage_unread=scan.unread,
     )
 
 
@@ -751,6 +759,7 @@ def _compressed_stream(endpoint: str, extra: Mapping[str, str]) -> ExchangeResul
         status=502,
         ok=False,
         error="compressed event stream",
+        usage_unread="coded_stream",
     )
 
 
@@ -786,7 +795,7 @@ def _whole_answer(
     if coded is not None:
         # compressed though the gateway asked for none: its usage read from the decoded bytes
         if coded.unreadable is not None:
-            return _unreadable_answer(coded.unreadable, extra)
+            return _unreadable_answer(coded, extra)
         doc = coded.document()
         usage = _usage_from(doc)
         response_id = _stored_response_id(doc)
@@ -910,7 +919,7 @@ async def _relay_whole(
         scan = CodedScan(cast(bytes, coding), relay=False)  # relayed coded: decoded for its usage alone
         if scan.unreadable is not None:  # a coding the gateway cannot decode: refused, nothing relayed
             response.relayed = None
-            return _unreadable_answer(scan.unreadable, extra)
+            return _unreadable_answer(scan, extra)
     try:
         await response.prepare(request)
         on_prepared(response)
@@ -938,6 +947,7 @@ async def _relay_whole(
                     endpoint,
                     scan.unreadable,
                 )
+                result.usage_unread = scan.unread
                 reads_json = False
     except (ConnectionResetError, aiohttp.ClientConnectionResetError) as reset:
         raise ClientGone() from reset
@@ -975,7 +985,7 @@ async def _relay_decoded(
     coding = cast(bytes, upstream.noted.get(b"content-encoding"))
     scan = CodedScan(coding)
     if scan.unreadable is not None:
-        return _unreadable_answer(scan.unreadable, extra)
+        return _unreadable_answer(scan, extra)
     loop = asyncio.get_running_loop()
     deadline = None if body_timeout_s is None else loop.time() + body_timeout_s
 
@@ -1015,7 +1025,7 @@ async def _relay_decoded(
                 await asyncio.sleep(0)
             if scan.unreadable is not None:
                 if not response.prepared:
-                    return _unreadable_answer(scan.unreadable, extra)
+                    return _unreadable_answer(scan, extra)
                 raise UpstreamBroken(f"its compressed answer could not be decoded: {scan.unreadable}")
             if not chunk:
                 break
@@ -1024,6 +1034,13 @@ async def _relay_decoded(
             await response.prepare(request)
             on_prepared(response)
         await response.write_eof()
+        if scan.unread is not None:  # relayed to its end, its usage unknown (scanned to its ratio)
+            log.warning(
+                "upstream %s sent a compressed answer whose usage could not be read: it decodes to "
+                "over %d bytes per coded byte, relayed but not scanned past them",
+                endpoint,
+                SCAN_RATIO,
+            )
     except (ConnectionResetError, aiohttp.ClientConnectionResetError) as reset:
         raise ClientGone() from reset
     except (UpstreamBroken, TimeoutError) as exc:
@@ -1032,6 +1049,7 @@ async def _relay_decoded(
         doc = scan.document()
         result.usage = _usage_from(doc)
         result.response_id = _stored_response_id(doc)
+        result.usage_unread = scan.unread
     response.relayed = None  # relayed to its end: nothing left to charge (see _RelayedStream.relayed)
     return result
 
