@@ -16,16 +16,20 @@ import random
 import signal
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any, cast
 
 import aiohttp
 import pytest
 import redis.asyncio as redis_asyncio
 from prometheus_client import CollectorRegistry
 
+from igw.gateway.heartbeat import HeartbeatPublisher, HeartbeatSettings
+from igw.gateway.heartbeat_message import Heartbeat
+from igw.gateway.outage_log import FLAP_S, QUIET_S
 from igw.gateway.serving import serve_app
 from igw.global_router.config import parse_global_config
 from igw.global_router.fleet import TRANSITIONS_KEPT, Fleet
-from igw.global_router.heartbeats import HeartbeatReader
+from igw.global_router.heartbeats import HeartbeatReader, HeartbeatSourceDown
 from igw.global_router.metrics import FleetMetrics
 from igw.global_router.server import create_global_app
 from tests.global_router.support import beat, global_config, global_doc, reading_fleet, redis_on_path
@@ -444,3 +448,135 @@ async def test_a_flapping_cluster_does_not_grow_the_router_s_memory(redis_server
         assert fleet.health["east-a"].drain_reason is None
         assert len(fleet.transitions) == TRANSITIONS_KEPT
         assert fleet.transitions[-1].kind == "recovery"
+
+
+class FlappingReader:
+    """A heartbeat reader whose store fails while :attr:`down` is set and answers (one fresh
+    heartbeat per cluster) otherwise."""
+
+    def __init__(self) -> None:
+        self.down = False
+        self.seq = 0
+        self.malformed: frozenset[str] = frozenset()
+        self.unread: frozenset[str] = frozenset()
+
+    async def read(self) -> dict[str, Heartbeat]:
+        if self.down:
+            raise HeartbeatSourceDown("ConnectionError: Connection reset by peer")
+        self.seq += 1
+        return {name: beat(name, seq=self.seq) for name in NAMES}
+
+    async def close(self) -> None:
+        pass
+
+
+def lines(caplog: pytest.LogCaptureFixture, text: str) -> list[str]:
+    return [r.getMessage() for r in caplog.records if text in r.getMessage()]
+
+
+async def test_a_flapping_store_logs_its_first_outage_and_then_counts_the_flaps(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A store failing every other poll (1 s) logs its first outage and return at once, then one
+    line a quiet window (:data:`~igw.gateway.outage_log.QUIET_S`) counting the flaps, while
+    ``igw_global_heartbeat_source_up`` follows every one. Until session s44 each flap logged an
+    ERROR and a WARNING: 60 pairs in these two minutes. A store then down for good is logged once
+    it has outlasted a flap (:data:`~igw.gateway.outage_log.FLAP_S`), carrying the count."""
+    clock = Clock()
+    reader = FlappingReader()
+    metrics = FleetMetrics(CollectorRegistry())
+    fleet = reading_fleet(
+        global_config(failover={"heartbeatStalenessSeconds": STALENESS_S}),
+        cast(HeartbeatReader, reader),
+        clock=clock,
+        metrics=metrics,
+    )
+    caplog.set_level(logging.WARNING, logger="igw.global_router")
+    gauge: list[float] = []
+    try:
+        for poll in range(120):
+            reader.down = poll % 2 == 0
+            await fleet.poll_once()
+            [sample] = next(iter(metrics.heartbeat_source_up.collect())).samples
+            gauge.append(sample.value)
+            clock.now += 1.0
+        assert gauge == [0.0, 1.0] * 60  # every flap in the metric
+        assert lines(caplog, "unreadable") == [
+            "heartbeat store unreadable (ConnectionError: Connection reset by peer): staleness suspended"
+        ]
+        assert lines(caplog, "readable again") == ["heartbeat store readable again"]
+        # the quiet window ends at 161 (60 s after the logged return at 101): flaps 102-103 to 160-161
+        assert QUIET_S == 60.0
+        assert lines(caplog, "flaps") == [
+            "heartbeat store readable, flapping (30 flaps in the last 59 s not logged)"
+        ]
+        caplog.clear()
+        # down for good, inside the next quiet window: logged once it outlasts a flap
+        reader.down = True
+        for _ in range(int(FLAP_S) + 5):
+            await fleet.poll_once()
+            clock.now += 1.0
+        [line] = lines(caplog, "unreadable")
+        assert line.endswith(f"suspended (for {FLAP_S:.0f} s; 29 flaps in the last 68 s not logged)")
+        assert len(caplog.records) == 1
+    finally:
+        await fleet.stop()
+
+
+async def test_a_store_down_for_good_is_logged_at_once_and_its_return_too(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """No flap before it: the first failed read is logged at once, the first good one too."""
+    clock = Clock()
+    reader = FlappingReader()
+    fleet = reading_fleet(global_config(), cast(HeartbeatReader, reader), clock=clock)
+    caplog.set_level(logging.WARNING, logger="igw.global_router")
+    try:
+        reader.down = True
+        await fleet.poll_once()
+        assert len(lines(caplog, "unreadable")) == 1
+        for _ in range(100):
+            clock.now += 1.0
+            await fleet.poll_once()
+        reader.down = False
+        await fleet.poll_once()
+        assert [r.getMessage() for r in caplog.records][1:] == ["heartbeat store readable again"]
+        # a new outage after a quiet window is logged at once again
+        clock.now += QUIET_S
+        reader.down = True
+        await fleet.poll_once()
+        assert len(lines(caplog, "unreadable")) == 2
+    finally:
+        await fleet.stop()
+
+
+async def test_a_gateway_publishing_to_a_flapping_store_counts_the_flaps_too(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The publisher's "not published" ERROR / "published again" WARNING follow the same rule: one
+    pair, then one line a quiet window with the count. Until session s44: a pair per flap."""
+    from redis.exceptions import ConnectionError as RedisConnectionError
+
+    clock = Clock()
+    settings = HeartbeatSettings(cluster="a", region="r", redis_url="redis://127.0.0.1:1/0")
+    publisher = HeartbeatPublisher(cast(Any, None), settings, clock=clock)
+    failing = [False]
+
+    async def publish_once() -> None:
+        if failing[0]:
+            raise RedisConnectionError("reset")
+
+    monkeypatch.setattr(publisher, "publish_once", publish_once)
+    caplog.set_level(logging.WARNING, logger="igw.gateway.heartbeat")
+    try:
+        for tick in range(120):
+            failing[0] = tick % 2 == 0
+            await publisher._tick()
+            clock.now += 1.0
+        assert len(lines(caplog, "not published")) == 1
+        assert len(lines(caplog, "published again")) == 1
+        [summary] = lines(caplog, "flaps")
+        assert summary.endswith("is being published, flapping (30 flaps in the last 59 s not logged)")
+        assert len(caplog.records) == 3
+    finally:
+        await publisher.stop()

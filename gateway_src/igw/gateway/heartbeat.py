@@ -45,6 +45,7 @@ from igw.config.redis_client import lean_handshake
 from igw.config.redis_password import redis_password
 from igw.gateway.emf import quantile
 from igw.gateway.heartbeat_message import Heartbeat, PoolLoad
+from igw.gateway.outage_log import OutageLog
 from igw.gateway.ticker import Ticker
 from igw.scheduling.saturation import has_capacity
 
@@ -277,7 +278,9 @@ class HeartbeatPublisher:
         """The other replicas' fields at the last :meth:`prune`: field -> (its ``seq``, when this
         replica first saw that ``seq``, on ``clock``)."""
         self._seq = 0
-        self._failing = False
+        self._outages = OutageLog()
+        """When failed writes and their end are logged: a flapping store's are counted, not each
+        logged (:mod:`igw.gateway.outage_log`)."""
         # at a fixed rate: a slow store must not stretch the interval the routers' staleness
         # counts on (until session s43, 1 s + the round trips: 1.45 s on a store answering in 0.45 s)
         self._ticker = Ticker(
@@ -353,13 +356,18 @@ class HeartbeatPublisher:
 
         try:
             await self.publish_once()
-            if self._failing:
-                log.warning("heartbeat to %s is being published again", self._settings.key)
-                self._failing = False
         except (RedisError, OSError) as exc:
-            if not self._failing:
-                log.error("heartbeat %s not published (%s); retrying", self._settings.key, type(exc).__name__)
-                self._failing = True
+            if (line := self._outages.down(self._clock())) is not None:
+                log.error(
+                    "heartbeat %s not published (%s); retrying%s",
+                    self._settings.key,
+                    type(exc).__name__,
+                    line.note,
+                )
+        else:
+            if (line := self._outages.up(self._clock())) is not None:
+                again = "being published again" if line.kind == "up" else "being published, flapping"
+                log.warning("heartbeat to %s is %s%s", self._settings.key, again, line.note)
 
     def start(self) -> None:
         self._ticker.start()

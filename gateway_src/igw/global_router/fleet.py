@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from igw.gateway.heartbeat_message import Heartbeat, PoolLoad
+from igw.gateway.outage_log import OutageLog
 from igw.gateway.ticker import Ticker
 from igw.global_router.config import ClusterSpec, GlobalRouterConfig
 from igw.global_router.health import ClusterHealth, Transition, record_failure
@@ -83,7 +84,9 @@ class Fleet:
         self._ticker = Ticker(
             self._tick, interval_s=config.heartbeats.poll_interval_s, name="igw-global-poll", fixed_rate=True
         )
-        self._logged_down = False
+        self._outages = OutageLog()
+        """When the store's outages and returns are logged: a flapping store's are counted, not each
+        logged (:mod:`igw.gateway.outage_log`); ``igw_global_heartbeat_source_up`` follows every one."""
         self.source_problem: str | None = None
         """Why the heartbeat store cannot be read, while it cannot (shown in ``/readyz``)."""
         self.source_problem_refused = False
@@ -109,9 +112,9 @@ class Fleet:
                 refused = isinstance(exc, HeartbeatSourceRefused)
                 problem = str(exc) if refused else f"heartbeat store unreadable ({exc})"
                 # Logged once per kind of trouble: a refusal after an outage (or back) is news.
-                if not self._logged_down or refused != self.source_problem_refused:
-                    log.error("%s: staleness suspended", problem)
-                    self._logged_down = True
+                news = self._outages.down_now and refused != self.source_problem_refused
+                if (line := self._outages.down(self._clock(), news=news)) is not None:
+                    log.error("%s: staleness suspended%s", problem, line.note)
                 self.source_problem = problem
                 self.source_problem_refused = refused
                 self.source_up = False
@@ -119,12 +122,14 @@ class Fleet:
                 # Trimmed on a worker thread too: a heartbeat may list 100 000s of models (a broken
                 # or hostile writer), and scanning them took 10 ms of the loop at every poll.
                 beats = await asyncio.to_thread(_configured_beats, beats, self._models)
-                if self._logged_down:
-                    log.warning("heartbeat store readable again")
-                    self._logged_down = False
+                now = self._clock()
+                if (line := self._outages.up(now)) is not None:
+                    if line.kind == "up":
+                        log.warning("heartbeat store readable again%s", line.note)
+                    else:
+                        log.warning("heartbeat store readable, flapping%s", line.note)
                 self.source_problem = None
                 self.source_problem_refused = False
-                now = self._clock()
                 if not self.source_up and self._read_at is not None:
                     # Back after an outage: its length is not counted toward any cluster's staleness.
                     for health in self.health.values():
