@@ -274,12 +274,7 @@ def _admitted(
     422 ``Invalid`` with one cause per field); ``Warn`` appends one warning per unknown field."""
     unknown = [f'unknown field "{path}"' for path in admission.unknown_fields]
     if unknown and field_validation == "Strict":
-        raise StoreError(
-            400,
-            "BadRequest",
-            f'{kind.kind} in version "{kind.version}" cannot be handled as a {kind.kind}: '
-            "strict decoding error: " + ", ".join(unknown),
-        )
+        raise _strict_decoding_error(kind, unknown)
     if admission.errors:
         qualified = f"{kind.kind}.{kind.group}" if kind.group else kind.kind
         raise StoreError(
@@ -291,6 +286,16 @@ def _admitted(
     if warnings is not None and field_validation == "Warn":
         warnings.extend(unknown)
     return admission.object
+
+
+def _strict_decoding_error(kind: ResourceKind, unknown: Sequence[str]) -> StoreError:
+    """The 400 a ``fieldValidation=Strict`` write with unknown fields gets (the decoder's wording)."""
+    return StoreError(
+        400,
+        "BadRequest",
+        f'{kind.kind} in version "{kind.version}" cannot be handled as a {kind.kind}: '
+        "strict decoding error: " + ", ".join(unknown),
+    )
 
 
 def _decoded_builtin(
@@ -305,12 +310,7 @@ def _decoded_builtin(
     result = decoded(kind.key, body, dropped)
     unknown = [f'unknown field "{path}"' for path in dropped]
     if unknown and field_validation == "Strict":
-        raise StoreError(
-            400,
-            "BadRequest",
-            f'{kind.kind} in version "{kind.version}" cannot be handled as a {kind.kind}: '
-            "strict decoding error: " + ", ".join(unknown),
-        )
+        raise _strict_decoding_error(kind, unknown)
     if warnings is not None and field_validation == "Warn":
         warnings.extend(unknown)
     return result
