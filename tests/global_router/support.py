@@ -27,6 +27,7 @@ from igw.gateway.serving import serve_app
 from igw.global_router.config import ClusterSpec, GlobalRouterConfig, build_global_config, parse_global_config
 from igw.global_router.fleet import Fleet
 from igw.global_router.heartbeats import HeartbeatReader
+from igw.global_router.limits import TIER2_RESERVATIONS
 from igw.global_router.metrics import FleetMetrics
 from igw.global_router.server import create_global_app
 from igw.security.factory import build_guard
@@ -156,6 +157,7 @@ async def guarded_router(
         clock=clock,
         registry=CollectorRegistry(),
         jwks_ssl_context=client_ssl,
+        reservation_scope=TIER2_RESERVATIONS,
     )
     app = create_global_app(config, guard=guard, read_heartbeats=False)
     async with serve_app(app, host="127.0.0.1", port=0) as url:

@@ -264,3 +264,43 @@ async def test_a_request_its_model_limit_refuses_takes_nothing_from_the_tenant_l
                 assert calls == 1
     finally:
         await cluster.stop()
+
+
+async def test_a_response_is_debited_from_both_limits_in_one_round_trip(redis_server: RedisServer) -> None:
+    """A tenant-wide and a per-model token limit: after the response, both token buckets are debited
+    its tokens by one script call (a request: two in all, its admission and its debit). Before
+    session s44 the tenant-wide and the per-model debits were two calls (probe: three per request)."""
+    cluster = FakeModelServer("east-a")
+    await cluster.start()
+    doc = global_doc(
+        [{"name": "east-a", "region": "east", "endpoint": f"http://{cluster.key}", "models": ["m0"]}],
+        heartbeats={"required": False},
+        rateLimits={
+            "backend": "redis",
+            "redis": {"url": redis_server.url, "keyPrefix": "t:grl:"},
+            "default": {"tokensPerMinute": 6, "tokenBurst": 10_000},
+        },
+        modelRateLimits=[{"tenant": "*", "model": "m0", "tokensPerMinute": 6, "tokenBurst": 20_000}],
+    )
+    app = create_global_app(parse_global_config(doc), read_heartbeats=False)
+    client = redis.Redis(host="127.0.0.1", port=redis_server.port)
+    try:
+        async with serve_app(app, host="127.0.0.1", port=0) as url, aiohttp.ClientSession() as http:
+
+            async def completion() -> tuple[int, int]:
+                before = _script_calls(redis_server)
+                async with http.post(url + "/v1/completions", json={"model": "m0", "prompt": "x"}) as resp:
+                    await resp.read()
+                return resp.status, _script_calls(redis_server) - before
+
+            assert (await completion())[0] == 200  # a script's first call on a server: EVALSHA, EVAL
+            assert await completion() == (200, 2)
+            tenant = client.hgetall("t:grl:anonymous:tok")
+            model = client.hgetall("t:grl:anonymous|model=m0:tok")
+            # each debited below its capacity by the same two responses' tokens (0.1 a second back)
+            spent = 10_000 - float(tenant[b"l"])
+            assert spent >= 2
+            assert spent == pytest.approx(20_000 - float(model[b"l"]), abs=1)
+    finally:
+        client.close()
+        await cluster.stop()

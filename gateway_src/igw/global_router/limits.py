@@ -3,37 +3,46 @@
 Tenant-wide limits (``spec.rateLimits``) are enforced by the request guard exactly as in a tier-1
 gateway (same settings, same buckets, same 429s). This module adds ``spec.modelRateLimits``: the
 most specific entry for (tenant, model) applies - ``tenant+model``, ``tenant+*``, ``*+model``,
-``*+*`` - with its own pair of token buckets keyed ``<keyPrefix><tenant>|model=<model>``. The buckets are
-the tier-1 ones (:mod:`igw.security.ratelimit`: the same arithmetic in one Lua script per decision,
-on Redis's clock), so replicas agree and limits mean the same at both tiers. When Redis cannot
-answer, ``spec.rateLimits.onRedisUnavailable`` applies as in tier 1 (local buckets, allow, deny),
-and the failure is counted as tier 1 counts its own (``igw_ratelimit_backend_errors_total``,
-``igw_ratelimit_backend_up``). Until session s38 it was only logged: with ``modelRateLimits`` and
-no tenant-wide limit (whose limiter alone reported), the router's per-model limits ran on each
-replica's local buckets (every replica admitting the whole limit) while ``igw_ratelimit_backend_up``
-said 1. Every limiter here shares one outage state with the tenant-wide limiter
-(:class:`~igw.security.ratelimit.limiter.BackendOutage`): Redis failing is met once per
-``retryAfterFailure``, not once per limit (since session s43).
+``*+*`` - with its own pair of token buckets keyed ``<keyPrefix><tenant>|model=<model>``, each part
+escaped (:func:`igw.security.ratelimit.keys.model_key`: no tenant's own bucket, nor another pair's,
+is that key; until session s44 tenant ``a|model=m``'s own bucket was tenant ``a``'s for ``m``). The
+buckets are the tier-1 ones (:mod:`igw.security.ratelimit`: the same arithmetic in one Lua script
+per decision, on Redis's clock), so replicas agree and limits mean the same at both tiers. When
+Redis cannot answer, ``spec.rateLimits.onRedisUnavailable`` applies as in tier 1 (local buckets,
+allow, deny), and the failure is counted as tier 1 counts its own
+(``igw_ratelimit_backend_errors_total``, ``igw_ratelimit_backend_up``). Until session s38 it was
+only logged: with ``modelRateLimits`` and no tenant-wide limit (whose limiter alone reported), the
+router's per-model limits ran on each replica's local buckets (every replica admitting the whole
+limit) while ``igw_ratelimit_backend_up`` said 1. Every limiter here shares one outage state with
+the tenant-wide limiter (:class:`~igw.security.ratelimit.limiter.BackendOutage`): Redis failing is
+met once per ``retryAfterFailure``, not once per limit (since session s43).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import Final
 
 from igw.global_router.config import ModelLimit
 from igw.security.clock import Clock
 from igw.security.metrics import SecurityMetrics
 from igw.security.ratelimit.backend import RateLimitBackend
+from igw.security.ratelimit.keys import MODEL_PART, model_key, model_key_parts
 from igw.security.ratelimit.limiter import BackendOutage, RateLimiter
 from igw.security.ratelimit.local import LocalBuckets
 from igw.security.ratelimit.registry import BACKENDS
 from igw.security.settings import RateLimitSettings, TenantLimits
 
 WILDCARD = "*"
-MODEL_SEPARATOR = "|model="
-"""Between tenant and model in a bucket key (the model last: a tenant's name may hold it, a model's
-is read back as what follows its last occurrence)."""
+
+TIER2_RESERVATIONS: Final = ("tier2",)
+"""The scope of the router's tenant-wide reservations (:func:`~igw.security.ratelimit.keys.reservation_key`):
+a response's id then ``tier2``, apart from the cluster gateway's own reservation of the same
+response (the two may share a Redis key prefix)."""
+
+MODEL_RESERVATIONS: Final = (*TIER2_RESERVATIONS, MODEL_PART)
+"""The scope of the per-model limits' reservations: apart from the tenant-wide limits' too."""
 
 
 def resolve(entries: Sequence[ModelLimit], *, tenant: str, model: str) -> ModelLimit | None:
@@ -88,7 +97,9 @@ class ModelRateLimits:
             self._backend: RateLimitBackend | None = None  # the tenant-wide limiter's, closed with it
             self._limiters = {
                 (e.tenant, e.model): tenant_limiter.sharing(
-                    settings=replace(settings, default=_limits(e), tenants={})
+                    settings=replace(settings, default=_limits(e), tenants={}),
+                    keys_encoded=True,
+                    reservation_scope=MODEL_RESERVATIONS,
                 )
                 for e in self._entries
             }
@@ -104,6 +115,8 @@ class ModelRateLimits:
                 backend=own,
                 clock=clock,
                 outage=outage,
+                keys_encoded=True,
+                reservation_scope=MODEL_RESERVATIONS,
             )
             for e in self._entries
         }
@@ -114,7 +127,8 @@ class ModelRateLimits:
 
     @staticmethod
     def bucket_key(tenant: str, model: str) -> str:
-        return f"{tenant}{MODEL_SEPARATOR}{model}"
+        """The (tenant, model) buckets' key, one to one (:func:`~igw.security.ratelimit.keys.model_key`)."""
+        return model_key(tenant, model)
 
     def _limiter(self, tenant: str, model: str) -> RateLimiter | None:
         entry = resolve(self._entries, tenant=tenant, model=model)
@@ -160,8 +174,33 @@ class ModelRateLimits:
                 prompt_tokens=tokens,
                 completion_tokens=0,
                 reserved_tokens=reserved_tokens,
-                reservation=None if reservation is None else self.reservation_key(reservation),
+                reservation=reservation,
             )
+
+    async def account_both(
+        self,
+        *,
+        tenant: str,
+        model: str,
+        prompt_tokens: int,
+        completion_tokens: int,
+        reserved_tokens: int = 0,
+        reservation: str | None = None,
+    ) -> None:
+        """The tenant-wide limits' debit (the request guard's ``account``) and :meth:`account`'s, in
+        one backend call (:meth:`RateLimiter.account_with`), where :attr:`decides_tenant_limits`."""
+        if self._tenant_limiter is None:
+            raise ValueError("account_both: built without the tenant-wide limiter")
+        limiter = self._limiter(tenant, model)
+        await self._tenant_limiter.account_with(
+            tenant=tenant,
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
+            reserved_tokens=reserved_tokens,
+            reservation=reservation,
+            also=limiter,
+            also_key=self.bucket_key(tenant, model),
+        )
 
     async def settle(self, *, reservation: str, completion_tokens: int) -> None:
         """Settle what :meth:`account` held under ``reservation`` by ``completion_tokens``, with the
@@ -170,19 +209,13 @@ class ModelRateLimits:
         if not self._limiters:
             return
         first = next(iter(self._limiters.values()))  # all share the backend that holds it
-        held = await first.release(self.reservation_key(reservation))
+        held = await first.release(reservation)
         if held is None:
             return
-        tenant, _, model = held[0].rpartition(MODEL_SEPARATOR)
-        limiter = self._limiter(tenant, model)
+        parts = model_key_parts(held[0])
+        limiter = None if parts is None else self._limiter(*parts)
         if limiter is not None:
             await limiter.settle_held(held, completion_tokens=completion_tokens)
-
-    @staticmethod
-    def reservation_key(reservation: str) -> str:
-        """Where the per-model limits hold a reservation: apart from the tenant-wide limits' own
-        (both may share one Redis key prefix)."""
-        return f"{reservation}{MODEL_SEPARATOR}"
 
     async def close(self) -> None:
         if self._backend is not None:

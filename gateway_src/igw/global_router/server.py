@@ -94,7 +94,7 @@ from igw.global_router.config import ClusterSpec, GlobalRouterConfig
 from igw.global_router.emf import FleetEmfReporter
 from igw.global_router.fleet import Fleet
 from igw.global_router.heartbeats import HeartbeatReader
-from igw.global_router.limits import WILDCARD, ModelRateLimits
+from igw.global_router.limits import TIER2_RESERVATIONS, WILDCARD, ModelRateLimits
 from igw.global_router.metrics import FleetMetrics
 from igw.global_router.retry_after import soonest_retry_after
 from igw.global_router.stored_ids import believed
@@ -449,19 +449,18 @@ async def _route(
             # bound, as tier 1 charges (no context window known here), settled by the first poll
             # that shows the usage (handle_stored_response).
             reserved = body.max_tokens or 0
-            reservation = None if result.response_id is None else _reservation(result.response_id)
+            reservation = result.response_id  # held apart from tier 1's (TIER2_RESERVATIONS)
         tokens = prompt_tokens + completion_tokens
         if tokens + reserved:
-            await router.guard.account(
+            await _account(
+                router,
                 principal,
-                model=model,
+                tenant,
+                model,
                 prompt_tokens=prompt_tokens,
                 completion_tokens=completion_tokens,
                 reserved_tokens=reserved,
                 reservation=reservation,
-            )
-            await router.model_limits.account(
-                tenant=tenant, model=model, tokens=tokens, reserved_tokens=reserved, reservation=reservation
             )
         return result.response
     if last is not None:
@@ -549,12 +548,6 @@ async def _end_stream(request: web.Request, response: web.StreamResponse, code: 
         await response.write_eof()
 
 
-def _reservation(response_id: str) -> str:
-    """The key under which this tier holds a background response's output bound: apart from the
-    cluster gateway's own reservation of the same response (the two may share a Redis key prefix)."""
-    return f"{response_id}|tier2"
-
-
 async def _charge_relayed(
     router: GlobalRouter,
     principal: Principal,
@@ -579,12 +572,50 @@ async def _charge_relayed(
     else:  # a large whole answer relayed as it arrived: by its bytes relayed (since session s42)
         completion_tokens = relayed_tokens(relayed.relayed_bytes, body)
     with contextlib.suppress(GuardDenied):
-        await router.guard.account(
-            principal, model=model, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens
+        await _account(
+            router, principal, tenant, model, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens
         )
-        await router.model_limits.account(
-            tenant=tenant, model=model, tokens=prompt_tokens + completion_tokens
+
+
+async def _account(
+    router: GlobalRouter,
+    principal: Principal,
+    tenant: str,
+    model: str,
+    *,
+    prompt_tokens: int,
+    completion_tokens: int,
+    reserved_tokens: int = 0,
+    reservation: str | None = None,
+) -> None:
+    """Debit a response's tokens from the tenant-wide and the (tenant, model) limits: in one Redis
+    round trip where the router built its guard (as :meth:`ModelRateLimits.admit` decides both).
+    Until session s44 two, after every response."""
+    if router.model_limits.decides_tenant_limits:
+        await router.model_limits.account_both(
+            tenant=tenant,
+            model=model,
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
+            reserved_tokens=reserved_tokens,
+            reservation=reservation,
         )
+        return
+    await router.guard.account(
+        principal,
+        model=model,
+        prompt_tokens=prompt_tokens,
+        completion_tokens=completion_tokens,
+        reserved_tokens=reserved_tokens,
+        reservation=reservation,
+    )
+    await router.model_limits.account(
+        tenant=tenant,
+        model=model,
+        tokens=prompt_tokens + completion_tokens,
+        reserved_tokens=reserved_tokens,
+        reservation=reservation,
+    )
 
 
 def _relaying(prepared: Sequence[web.StreamResponse]) -> ExchangeResult | None:
@@ -724,10 +755,8 @@ async def _forward_stored(request: web.Request, router: GlobalRouter) -> web.Str
         if shown is not None and result.status < 400:
             # the usage of a response accepted in the background: its bound settled (once)
             with contextlib.suppress(GuardDenied):
-                await router.guard.settle(reservation=_reservation(response_id), completion_tokens=shown)
-                await router.model_limits.settle(
-                    reservation=_reservation(response_id), completion_tokens=shown
-                )
+                await router.guard.settle(reservation=response_id, completion_tokens=shown)
+                await router.model_limits.settle(reservation=response_id, completion_tokens=shown)
         return result.response
     if last is not None:
         return last
@@ -926,6 +955,7 @@ def create_global_app(
             rate_limits=config.rate_limits,
             clock=token_clock,
             metrics=security_metrics,
+            reservation_scope=TIER2_RESERVATIONS,
         )
         # one Redis, one outage: a request meets its timeout once, not once per limit (s43)
         outage = None if built.limiter is None else built.limiter.outage

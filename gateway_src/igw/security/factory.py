@@ -105,11 +105,13 @@ def build_guard(
     metrics: SecurityMetrics | None = None,
     jwks_ssl_context: ssl.SSLContext | None = None,
     processes: int = 1,
+    reservation_scope: tuple[str, ...] = (),
 ) -> SecurityGuard:
     """The guard for an ``auth`` spec and the raw ``authorization``/``rateLimits`` settings.
 
     Shared by a tier-1 gateway (:func:`build_request_guard`) and the global router, whose
-    configuration holds the same three parts at other paths.
+    configuration holds the same three parts at other paths; ``reservation_scope``: its limiter's
+    (the router's keeps its reservations apart from the gateways', :class:`RateLimiter`).
     """
     limits = RateLimitSettings.from_mapping(rate_limits).shared_by(processes)
     settings = replace(
@@ -123,6 +125,7 @@ def build_guard(
         clock=clock,
         metrics=metrics,
         processes=processes,
+        reservation_scope=reservation_scope,
     )
     if auth is None:
         return SecurityGuard(settings=settings, verifier=None, jwks=None, limiter=limiter, metrics=metrics)

@@ -41,6 +41,11 @@ class RateLimitBackend(Protocol):
         reservation's unused part), up to its capacity (every read of a bucket caps it there)."""
         ...
 
+    async def account_all(self, debits: Sequence[tuple[str, TenantLimits, int]]) -> None:
+        """:meth:`account` for several ``(bucket key, limits, tokens)`` at once, in one step (the
+        global router's tenant-wide and per-model debits after a response: one Redis round trip)."""
+        ...
+
     async def hold(self, *, key: str, tenant: str, tokens: int) -> None:
         """Remember that ``tokens`` were charged to ``tenant`` ahead of their generation under
         ``key`` (a stored response's id), for :data:`HOLD_TTL_S`. A key held already keeps its

@@ -38,6 +38,8 @@ from igw.security.denials import limiter_unavailable, rate_limited
 from igw.security.metrics import SecurityMetrics
 from igw.security.ratelimit.backend import BackendUnavailable, RateLimitBackend
 from igw.security.ratelimit.buckets import ALLOW, Decision
+from igw.security.ratelimit.keys import reservation_key
+from igw.security.ratelimit.keys import tenant_key as tenant_bucket
 from igw.security.ratelimit.local import LocalBuckets
 from igw.security.settings import RateLimitSettings, TenantLimits
 
@@ -187,6 +189,8 @@ class RateLimiter:
         rng: random.Random | None = None,
         outage: BackendOutage | None = None,
         fallback: LocalBuckets | None = None,
+        keys_encoded: bool = False,
+        reservation_scope: tuple[str, ...] = (),
     ) -> None:
         """``processes``: the gateway processes of one pod (``igw serve --workers N``), each of whose
         fallback buckets (``onRedisUnavailable: local``) enforces its share of the limits, so that
@@ -194,7 +198,15 @@ class RateLimiter:
         spreads the refusals' ``Retry-After`` (:mod:`igw.scheduling.retry_spread`); ``outage``: the
         backend's state shared with other limiters asking the same server (:class:`BackendOutage`;
         by default this limiter's own, reported in ``metrics``); ``fallback``: the local buckets
-        that decide under ``onRedisUnavailable: local`` (another limiter's, :meth:`sharing`)."""
+        that decide under ``onRedisUnavailable: local`` (another limiter's, :meth:`sharing`);
+        ``keys_encoded``: the tenant keys it is given are bucket keys already, used as they are
+        (the global router's per-model keys, :func:`~igw.security.ratelimit.keys.model_key`), where
+        by default a tenant's is :func:`~igw.security.ratelimit.keys.tenant_key` of its name;
+        ``reservation_scope``: what follows a response's id in the key its reservations are held at
+        (:func:`~igw.security.ratelimit.keys.reservation_key`: none for a cluster gateway, ``tier2``
+        for the global router's tenant-wide limits), so holders sharing a Redis never meet."""
+        self._keys_encoded = keys_encoded
+        self._reservation_scope = reservation_scope
         self._rng = rng if rng is not None else random.Random()
         self._settings = settings
         self._anonymous = settings.anonymous_tenant
@@ -243,6 +255,15 @@ class RateLimiter:
     def tenant_key(self, tenant: str | None) -> str:
         return tenant if tenant else self._anonymous
 
+    def _bucket(self, key: str) -> str:
+        """The backend's key for the buckets of tenant key ``key``: one no other tenant's, nor any
+        (tenant, model) pair's, can be (:mod:`igw.security.ratelimit.keys`)."""
+        return key if self._keys_encoded else tenant_bucket(key)
+
+    def _held_at(self, reservation: str) -> str:
+        """The backend's key for this limiter's reservation for response ``reservation``."""
+        return reservation_key(reservation, *self._reservation_scope)
+
     async def admit(self, *, tenant: str | None, est_tokens: int | None) -> None:
         """Raise ``GuardDenied`` (429) when the tenant is over a limit; count the outcome.
         ``est_tokens`` ``None``: a request that generates nothing (a stored response's retrieval)
@@ -253,9 +274,8 @@ class RateLimiter:
         if not limited:
             self._count_admitted(key)
             return
-        checks = [(key, limits)]
-        index, decision = await self._decide(checks, est_tokens)
-        self._raise_refused(key, checks, index, decision)
+        index, decision = await self._decide([(self._bucket(key), limits)], est_tokens)
+        self._raise_refused(key, [key], index, decision)
         self._count_admitted(key)
 
     async def admit_with(
@@ -273,17 +293,25 @@ class RateLimiter:
         key = self.tenant_key(tenant)
         limits, limited, _ = self._plans.get(key, self._default_plan)
         other_limits, other_limited, _ = also._plans.get(also_key, also._default_plan)
-        checks = [(key, limits)] if limited else []
+        checks = [(self._bucket(key), limits)] if limited else []
+        names = [key] if limited else []
         if other_limited:
-            checks.append((also_key, other_limits))
+            checks.append((also._bucket(also_key), other_limits))
+            names.append(also_key)
         if checks:
             index, decision = await self._decide(checks, est_tokens)
-            self._raise_refused(key, checks, index, decision)
+            self._raise_refused(key, names, index, decision)
         self._count_admitted(key)
 
-    def sharing(self, *, settings: RateLimitSettings) -> RateLimiter:
+    def sharing(
+        self,
+        *,
+        settings: RateLimitSettings,
+        keys_encoded: bool = False,
+        reservation_scope: tuple[str, ...] = (),
+    ) -> RateLimiter:
         """A limiter of ``settings``'s limits on this one's backend, fallback buckets and outage
-        state (for :meth:`admit_with`); closing it closes nothing."""
+        state (for :meth:`admit_with` and :meth:`account_with`); closing it closes nothing."""
         return RateLimiter(
             settings=settings,
             backend=self._backend,
@@ -291,13 +319,13 @@ class RateLimiter:
             rng=self._rng,
             outage=self._outage,
             fallback=self._fallback,
+            keys_encoded=keys_encoded,
+            reservation_scope=reservation_scope,
         )
 
-    def _raise_refused(
-        self, key: str, checks: list[tuple[str, TenantLimits]], index: int, decision: Decision | None
-    ) -> None:
-        """Count and raise the refusal of ``checks[index]`` (``decision`` ``None``: the backend is
-        down under policy ``deny``); nothing when admitted."""
+    def _raise_refused(self, key: str, names: list[str], index: int, decision: Decision | None) -> None:
+        """Count and raise the refusal of the check named ``names[index]`` (``decision`` ``None``:
+        the backend is down under policy ``deny``); nothing when admitted."""
         if decision is None:
             self._count(key, "limiter_unavailable")
             raise limiter_unavailable(tenant=key, rng=self._rng)
@@ -305,7 +333,7 @@ class RateLimiter:
             assert decision.limit is not None
             self._count(key, f"limited_{decision.limit}")
             raise rate_limited(
-                tenant=checks[index][0],
+                tenant=names[index],
                 limit=decision.limit,
                 retry_after_s=decision.retry_after_s,
                 rng=self._rng,
@@ -322,27 +350,61 @@ class RateLimiter:
     ) -> None:
         """Debit the tenant's token bucket by the tokens a request used, and count them in its
         series; ``reserved_tokens`` are debited, not counted (a bound, not a measurement), and held
-        under ``reservation`` (when given) for :meth:`settle`."""
+        under ``reservation`` (when given: the response's id) for :meth:`settle`."""
+        await self.account_with(
+            tenant=tenant,
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
+            reserved_tokens=reserved_tokens,
+            reservation=reservation,
+        )
+
+    async def account_with(
+        self,
+        *,
+        tenant: str | None,
+        prompt_tokens: int,
+        completion_tokens: int,
+        reserved_tokens: int = 0,
+        reservation: str | None = None,
+        also: RateLimiter | None = None,
+        also_key: str = "",
+    ) -> None:
+        """:meth:`account`, and the same tokens debited from ``also``'s buckets for ``also_key``
+        (the global router's per-model limit for the tenant and model; its reserved ones held under
+        ``reservation`` in ``also``'s scope), both debits in one backend call, one Redis round trip.
+        ``also`` must share this limiter's backend (:meth:`sharing`). Until session s44 the router debited the
+        tenant-wide and the per-model buckets in two round trips after every response."""
         key = self.tenant_key(tenant)
         prompt_tokens, completion_tokens = _charged(prompt_tokens), _charged(completion_tokens)
         reserved_tokens = _charged(reserved_tokens)
         self._count_tokens(key, prompt_tokens, completion_tokens)
-        limits, _, counts_tokens = self._plans.get(key, self._default_plan)
         total = prompt_tokens + completion_tokens + reserved_tokens
-        if not counts_tokens or total == 0:
+        if total == 0:
             return
-        if self._backend_usable():
-            try:
-                await self._backend.account(tenant=key, limits=limits, tokens=total)
-                self._backend_ok()
-            except BackendUnavailable as exc:
-                self._backend_failed(str(exc))
-                if self._settings.on_redis_unavailable == "local":
-                    await self._fallback.account(tenant=key, limits=limits, tokens=total)
-        elif self._settings.on_redis_unavailable == "local":
-            await self._fallback.account(tenant=key, limits=limits, tokens=total)
-        if reservation is not None and reserved_tokens > 0:
-            await self._on_backend(lambda b: b.hold(key=reservation, tenant=key, tokens=reserved_tokens))
+        debits: list[tuple[str, TenantLimits, int]] = []
+        holds: list[tuple[str, str]] = []
+        limits, _, counts_tokens = self._plans.get(key, self._default_plan)
+        if counts_tokens:
+            debits.append((self._bucket(key), limits, total))
+            if reservation is not None and reserved_tokens > 0:
+                holds.append((self._held_at(reservation), key))
+        if also is not None:
+            if also._backend is not self._backend or also._fallback is not self._fallback:
+                raise ValueError("account_with: the other limiter must share this one's backend (sharing())")
+            other_key = also.tenant_key(also_key)
+            other_limits, _, other_counts = also._plans.get(other_key, also._default_plan)
+            if other_counts:
+                debits.append((also._bucket(other_key), other_limits, total))
+                if reservation is not None and reserved_tokens > 0:
+                    holds.append((also._held_at(reservation), other_key))
+        if debits:
+            await self._on_backend(lambda b: b.account_all(debits))
+        for held_at, holder in holds:
+            await self._hold(held_at, holder, reserved_tokens)
+
+    async def _hold(self, key: str, tenant: str, tokens: int) -> None:
+        await self._on_backend(lambda b: b.hold(key=key, tenant=tenant, tokens=tokens))
 
     async def settle(self, *, reservation: str, completion_tokens: int) -> None:
         """The tokens held under ``reservation`` are settled, once, by ``completion_tokens``: those
@@ -357,7 +419,8 @@ class RateLimiter:
         """The tenant key and tokens held under ``reservation``, forgotten (:meth:`settle`'s first
         half, for callers that pick the limiter by the tenant key: the global router's per-model
         limits)."""
-        return await self._on_backend(lambda b: b.release(reservation))
+        held_at = self._held_at(reservation)
+        return await self._on_backend(lambda b: b.release(held_at))
 
     async def settle_held(self, held: tuple[str, int], *, completion_tokens: int) -> None:
         """:meth:`settle`'s second half: ``held`` (:meth:`release`'s answer) settled by
@@ -368,7 +431,8 @@ class RateLimiter:
         limits = self._plans.get(key, self._default_plan)[0]
         difference = completion_tokens - tokens
         if difference:
-            await self._on_backend(lambda b: b.account(tenant=key, limits=limits, tokens=difference))
+            bucket = self._bucket(key)
+            await self._on_backend(lambda b: b.account(tenant=bucket, limits=limits, tokens=difference))
 
     async def _on_backend(self, call: Callable[[RateLimitBackend], Awaitable[_T]]) -> _T | None:
         """``call`` on the backend, else (it is down, under ``onRedisUnavailable: local``) on this

@@ -161,6 +161,10 @@ class LocalBuckets:
         bucket = self._bucket(self._tokens, tenant, rate=token_rate(limits), capacity=limits.token_capacity)
         bucket.level -= tokens  # a credit (negative) fills it at most to capacity: refill caps it
 
+    async def account_all(self, debits: Sequence[tuple[str, TenantLimits, int]]) -> None:
+        for tenant, limits, tokens in debits:
+            await self.account(tenant=tenant, limits=limits, tokens=tokens)
+
     async def hold(self, *, key: str, tenant: str, tokens: int) -> None:
         held = self._held
         if key in held:  # the first holds (see RateLimitBackend.hold)

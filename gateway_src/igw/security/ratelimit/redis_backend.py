@@ -3,8 +3,9 @@
 One Lua script per decision keeps read-refill-decide-write atomic across replicas (and decides
 every limit a request meets in one call, :meth:`RedisBuckets.admit_all`), and uses
 Redis's own ``TIME`` so replicas with skewed clocks still share one timeline. The arithmetic is
-:mod:`igw.security.ratelimit.buckets`, transcribed; keys are ``<prefix><tenant>:req`` and
-``<prefix><tenant>:tok`` (hashes ``{l: level, t: updated_at}``) and expire once the bucket would be
+:mod:`igw.security.ratelimit.buckets`, transcribed; keys are ``<prefix><key>:req`` and
+``<prefix><key>:tok`` (hashes ``{l: level, t: updated_at}``), ``<key>`` a bucket key of
+:mod:`igw.security.ratelimit.keys`, and expire once the bucket would be
 full again, so idle tenants cost nothing. A reservation (:meth:`RedisBuckets.hold`) is the string
 ``<tokens>:<tenant>`` under ``<prefix>held:<key>:hold`` for a day, read and deleted in one script by
 the one replica that settles it. Any Redis error or timeout raises
@@ -209,6 +210,11 @@ class RedisBuckets:
         if limits.tokens_per_minute is None or tokens == 0:
             return
         await self._run("account", [(tenant, limits, tokens)])
+
+    async def account_all(self, debits: Sequence[tuple[str, TenantLimits, int]]) -> None:
+        counted = [d for d in debits if d[1].tokens_per_minute is not None and d[2] != 0]
+        if counted:
+            await self._run("account", counted)
 
     async def hold(self, *, key: str, tenant: str, tokens: int) -> None:
         # "tokens:tenant": the count first, so that a tenant name holding ':' splits right
