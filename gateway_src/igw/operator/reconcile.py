@@ -790,12 +790,8 @@ class Reconciler:
         ``CertificateExpired`` naming the failure."""
         if not _names_import(igwc) or outcome.problem is None:
             return outcome
-        meta = igwc["metadata"]
-        namespace, service_name = meta["namespace"], base_name(meta["name"])
+        namespace, service_name, previous, arn, not_after = _previous_import(igwc)
         issuer = self._auto_tls.issuer
-        previous = dict((igwc.get("status") or {}).get("tls") or {})
-        arn = str(previous["acmArn"])
-        not_after = _parsed_time(previous.get("notAfter"))
         reason, message = outcome.problem
         where = f"Certificate {namespace}/{service_name} (issuer {issuer.kind}/{issuer.name})"
         failed = f"{where}: the new certificate was not imported ({reason}): {message}"
@@ -831,12 +827,8 @@ class Reconciler:
         says which certificate is served while cert-manager issues a new one; an issuance that fails,
         or an issuer gone or not Ready, is reported as for a renewal (one Warning Event per change);
         the previous certificate past its notAfter is ``CertificateExpired``."""
-        meta = igwc["metadata"]
-        namespace, service_name = meta["namespace"], base_name(meta["name"])
+        namespace, service_name, previous, arn, not_after = _previous_import(igwc)
         issuer = self._auto_tls.issuer
-        previous = dict((igwc.get("status") or {}).get("tls") or {})
-        arn = str(previous["acmArn"])
-        not_after = _parsed_time(previous.get("notAfter"))
         where = f"Certificate {namespace}/{service_name} (issuer {issuer.kind}/{issuer.name})"
         until = "" if not_after is None else f" (it expires at {rfc3339(not_after)})"
         serving = (
@@ -976,6 +968,20 @@ _AUTO_TLS_DISABLED = TlsOutcome(
         "administrator to enable operator.autoTls",
     )
 )
+
+
+def _previous_import(igwc: Mapping[str, Any]) -> tuple[str, str, dict[str, Any], str, datetime | None]:
+    """The certificate an earlier reconcile imported, as ``status.tls`` records it: the object's
+    namespace, its Service's name, that status, the ACM ARN and its ``notAfter`` (``None`` if unknown)."""
+    meta = igwc["metadata"]
+    previous = dict((igwc.get("status") or {}).get("tls") or {})
+    return (
+        meta["namespace"],
+        base_name(meta["name"]),
+        previous,
+        str(previous["acmArn"]),
+        _parsed_time(previous.get("notAfter")),
+    )
 
 
 def _parsed_time(text: Any) -> datetime | None:
