@@ -139,6 +139,9 @@ def test_the_plan_of_make_demo_reads_in_minutes() -> None:
     assert line.endswith(
         "each 600 requests at 20/s + up to 45 s drain: about 2 min (150 s) besides start-ups"
     )
+    assert "about 11 s besides" in plan_line(
+        scenarios=1, seeds=1, routers=2, requests=10, rate=20.0, drain_s=5.0
+    )
     assert "about 1.0 h (3,600 s)" in plan_line(
         scenarios=1, seeds=1, routers=1, requests=72, rate=0.02, drain_s=0
     )

@@ -277,11 +277,16 @@ def plan_line(*, scenarios: int, seeds: int, routers: int, requests: int, rate: 
     their length (in minutes under an hour: ``make demo``'s plan read "about 0.0 h")."""
     runs = scenarios * seeds * routers
     total = planned_wall_s(runs=runs, requests=requests, rate=rate, drain_s=drain_s)
-    length = f"{total / 3600:.1f} h" if total >= 3600 else f"{total / 60:.0f} min"  # make demo: 0.0 h
+    if total >= 3600:
+        length = f"{total / 3600:.1f} h ({total:,.0f} s)"
+    elif total >= 60:
+        length = f"{total / 60:.0f} min ({total:,.0f} s)"  # make demo's read "0.0 h"
+    else:
+        length = f"{total:.0f} s"
     return (
         f"plan: {runs} live run{'s' if runs != 1 else ''} ({scenarios} scenario(s) x {seeds} seed(s) x "
         f"{routers} router(s)), each {requests} requests at {rate:g}/s + up to {drain_s:g} s drain: "
-        f"about {length} ({total:,.0f} s) besides start-ups"
+        f"about {length} besides start-ups"
     )
 
 
