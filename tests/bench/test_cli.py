@@ -37,7 +37,10 @@ from igw.cli.main import build_parser, main
         ),
         # built every draw before the first ran: 25 s and 390 MB in, --count 1000000 was still building
         (["bench", "random", "--count", "1000001"], "--count: at most 1,000 draws, got 1,000,001"),
-        (["bench", "random", "--count", "1001", "--draws", "3"], "--count: at most 1,000 draws"),
+        (
+            ["bench", "random", "--count", "5000", "--draws", ",".join(map(str, range(1001)))],
+            "--draws: at most 1,000 draws, got 1,001",
+        ),
         (["demo", "--routers", "round-robin,warp"], "--routers: unknown warp"),
         (["demo", "--requests", "3"], "--requests must be >= 10"),
     ],
@@ -335,6 +338,7 @@ def test_list_names_the_benchmarks_that_run_alone(capsys: pytest.CaptureFixture[
         ),
         (["demo", "--operator", "--rate", "3"], "igw demo: --rate does not apply to --operator"),
         (["demo", "--operator", "--routers", "gateway-default"], "--routers does not apply to --operator"),
+        (["demo", "--global", "--allow-long-run"], "igw demo: --allow-long-run does not apply to --global"),
         (["bench", "overload-priority", "--seeds", "1,2,3"], "overload-priority runs one seed"),
         (["bench", "global-des", "--seeds", "1,2"], "global-des runs one seed"),
         (
@@ -557,4 +561,34 @@ def test_a_live_plan_over_a_day_is_refused_with_its_length_said_first(
         "igw bench: --live-requests 400 at --live-rate 0.001 (--drain 30) plans about 333 h of live runs, "
         "over the 24 h bound: raise --live-rate, lower --live-requests, or pass --allow-long-run"
     ) in captured.err
+    assert not (tmp_path / "out" / "work").exists()
+
+
+@pytest.mark.parametrize(
+    ("argv", "plan", "refusal"),
+    [
+        (
+            ["demo", "--rate", "0.001"],
+            "plan: 2 live runs (1 scenario(s) x 1 seed(s) x 2 router(s)), each 600 requests at 0.001/s + up "
+            "to 45 s drain: about 333.4 h (1,200,090 s)",
+            "igw demo: --requests 600 at --rate 0.001 (--drain 45) plans about 333 h of live runs, over the "
+            "24 h bound: raise --rate, lower --requests, or pass --allow-long-run",
+        ),
+        (
+            ["demo", "--requests", "1000", "--rate", "0.01", "--routers", "gateway-default"],
+            "plan: 1 live run (1 scenario(s) x 1 seed(s) x 1 router(s)), each 1000 requests at 0.01/s",
+            "igw demo: --requests 1000 at --rate 0.01 (--drain 45) plans about 28 h of live runs",
+        ),
+    ],
+)
+def test_a_demo_planned_over_a_day_is_refused_with_its_length_said_first(
+    argv: list[str], plan: str, refusal: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``igw demo --rate 0.001`` planned 600,000 s (167 h) per router, and started measuring and sending
+    without a word on its length (seen with ``timeout 25``: "600 requests over ~565346s wall")."""
+    assert main([*argv, "--out", str(tmp_path / "out")]) == 2
+    captured = capsys.readouterr()
+    assert plan in " ".join(captured.out.split())
+    assert refusal in captured.err
+    assert "capacity:" not in captured.out
     assert not (tmp_path / "out" / "work").exists()

@@ -161,14 +161,28 @@ def test_a_global_run_with_failed_requests_exits_1_unless_allowed(
         assert said in captured.err.splitlines()
 
 
-def test_demo_global_shows_failed_requests_without_failing(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize(("failed", "status"), [(0, 0), (1, 1)])
+def test_demo_global_fails_when_the_global_routers_lose_a_request(
+    failed: int,
+    status: int,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
-    _finished_run(monkeypatch, _results(tmp_path, failed=1))
-    assert main(["demo", "--global", "--quick", "--out", str(tmp_path / "out")]) == 0
-    assert "igw demo --global: failed requests (exit status 0 all the same): latency-first: 1 of 5" in (
-        capsys.readouterr().err
-    )
+    """``igw demo --global`` printed its failed-requests line and exited 0; every request goes through
+    the global routers, the system it shows, so it fails (exit 1) as ``igw demo`` does when a gateway
+    fails one, saying why (it takes no ``--allow-failures``, so the line does not offer it)."""
+    _finished_run(monkeypatch, _results(tmp_path, failed=failed))
+    assert main(["demo", "--global", "--quick", "--out", str(tmp_path / "out")]) == status
+    err = capsys.readouterr().err
+    assert (tmp_path / "out" / "global" / "global-report.md").is_file()
+    if failed:
+        assert (
+            "igw demo --global: failed requests: latency-first: 1 of 5; exit status 1 (the demo expects the "
+            "global routers to serve every request, failovers included)"
+        ) in err.splitlines()
+    else:
+        assert "failed requests" not in err
 
 
 SIGTERM_WHILE_WRITING = """

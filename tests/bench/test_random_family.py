@@ -102,5 +102,17 @@ def test_a_family_larger_than_the_maximum_is_refused_before_any_draw_is_built() 
     assert len(family(1, MAX_COUNT, [MAX_COUNT - 1])) == 1
     with pytest.raises(ValueError, match=r"--count: at most 1,000 draws, got 1,001 .*--draws"):
         family(1, MAX_COUNT + 1)
-    with pytest.raises(ValueError, match="--count: at most"):
-        family(1, 10**9, [0])
+
+
+def test_draws_of_any_number_run_the_bound_is_on_how_many_are_built() -> None:
+    """``--count`` was bounded with ``--draws`` too, so ``--count 2000 --draws 1500`` was refused and
+    ``--count 1000 --draws 1500`` named 1500 outside 0..999: no draw numbered 1,000 or more could run,
+    though the refusal said to run a larger family in parts with ``--draws``."""
+    (picked,) = family(1, 2000, [1500])
+    assert picked == draw(1, 1500)
+    assert picked.name == "random-1-1500"
+    assert [s.name for s in family(3, 10**9, [10**8, 7])] == ["random-3-07", "random-3-100000000"]
+    with pytest.raises(ValueError, match="--draws: at most 1,000 draws, got 1,001"):
+        family(1, 5000, range(1001))
+    with pytest.raises(ValueError, match=r"--draws: \[2000\] outside the family's draws 0..1999"):
+        family(1, 2000, [2000])

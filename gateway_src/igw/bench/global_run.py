@@ -29,7 +29,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import aiohttp
 import yaml
@@ -444,25 +444,39 @@ def failed_counts(results: dict[str, Any]) -> dict[str, tuple[int, int]]:
     return {part: counts for part, counts in parts.items() if counts[0]}
 
 
+ACCEPT_FAILURES: Final = "pass --allow-failures to accept"
+"""What ``igw bench global``'s failed-requests line ends with; ``igw demo --global`` says its own."""
+
+
 def run_global_command(
-    *, out: Path, rate: float, quick: bool, command: str, allow_failures: bool = False
-) -> int:
+    *, out: Path, rate: float, quick: bool, command: str, allow_failures: bool = False,
+    failure_note: str = ACCEPT_FAILURES,
+) -> int:  # fmt: skip
     """What ``igw demo --global`` and ``igw bench global`` run: the whole script, then the report.
 
     Phases go to stderr as they start; the summary to stdout. Ctrl-C or SIGTERM stops every process
     the run started and ends with one line and exit 130 (as ``igw bench`` and ``igw demo`` do), also
     while the report is written. A run in which any request failed exits 1 after its report (a CI job
     gates on it; until session s44 it exited 0), unless ``allow_failures`` (``igw bench global
-    --allow-failures``; ``igw demo --global`` shows the count, exit 0), as ``igw bench`` does."""
+    --allow-failures``), as ``igw bench`` does; ``failure_note`` ends that line (``igw demo --global``,
+    which takes no ``--allow-failures``, says why its failures fail it)."""
     options = GlobalRunOptions(out=out, rate=rate)
     if quick:
         options = GlobalRunOptions(
             out=out, rate=rate, warmup_s=4, down_s=6, slow_start_s=6, region_down_s=5, policy_s=6
         )
-    return run_global_options(options, command=command, allow_failures=allow_failures)
+    return run_global_options(
+        options, command=command, allow_failures=allow_failures, failure_note=failure_note
+    )
 
 
-def run_global_options(options: GlobalRunOptions, *, command: str, allow_failures: bool = False) -> int:
+def run_global_options(
+    options: GlobalRunOptions,
+    *,
+    command: str,
+    allow_failures: bool = False,
+    failure_note: str = ACCEPT_FAILURES,
+) -> int:
     """:func:`run_global_command` with the phases' lengths given (tests run a short script)."""
     # deferred: start-up cost: the report's plotting stack loads only when a run finishes
     from igw.bench.global_report import write_global_report
@@ -506,7 +520,5 @@ def run_global_options(options: GlobalRunOptions, *, command: str, allow_failure
     if allow_failures:
         print(f"{name}: failed requests (exit status 0 all the same): {listed}", file=sys.stderr)
         return 0
-    print(
-        f"{name}: failed requests: {listed}; exit status 1 (pass --allow-failures to accept)", file=sys.stderr
-    )
+    print(f"{name}: failed requests: {listed}; exit status 1 ({failure_note})", file=sys.stderr)
     return 1

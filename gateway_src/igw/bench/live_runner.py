@@ -273,13 +273,35 @@ def planned_wall_s(*, runs: int, requests: int, rate: float, drain_s: float) -> 
 
 
 def plan_line(*, scenarios: int, seeds: int, routers: int, requests: int, rate: float, drain_s: float) -> str:
-    """What ``igw bench --mode live`` says before it starts anything: the runs and their length."""
+    """What ``igw bench --mode live`` and ``igw demo`` say before they start anything: the runs and
+    their length (in minutes under an hour: ``make demo``'s plan read "about 0.0 h")."""
     runs = scenarios * seeds * routers
     total = planned_wall_s(runs=runs, requests=requests, rate=rate, drain_s=drain_s)
+    if total >= 3600:
+        length = f"{total / 3600:.1f} h ({total:,.0f} s)"
+    elif total >= 60:
+        length = f"{total / 60:.0f} min ({total:,.0f} s)"  # make demo's read "0.0 h"
+    else:
+        length = f"{total:.0f} s"
     return (
         f"plan: {runs} live run{'s' if runs != 1 else ''} ({scenarios} scenario(s) x {seeds} seed(s) x "
         f"{routers} router(s)), each {requests} requests at {rate:g}/s + up to {drain_s:g} s drain: "
-        f"about {total / 3600:.1f} h ({total:,.0f} s) besides start-ups"
+        f"about {length} besides start-ups"
+    )
+
+
+def long_plan_problem(
+    *, planned_s: float, requests: int, rate: float, drain_s: float, requests_option: str, rate_option: str
+) -> str | None:
+    """Why a live plan of ``planned_s`` wall seconds is refused (over :data:`MAX_PLANNED_S`), naming
+    the command's own options for the requests and the rate; ``None`` when it is within the bound.
+    Shared by ``igw bench --mode live`` and ``igw demo``, which name those options differently."""
+    if planned_s <= MAX_PLANNED_S:
+        return None
+    return (
+        f"{requests_option} {requests} at {rate_option} {rate:g} (--drain {drain_s:g}) "
+        f"plans about {planned_s / 3600:,.0f} h of live runs, over the {MAX_PLANNED_S / 3600:.0f} h bound: "
+        f"raise {rate_option}, lower {requests_option}, or pass --allow-long-run"
     )
 
 
@@ -309,14 +331,12 @@ def run_live_cli(
     console.print(plan_line(**plan))
     runs = len(scenarios) * len(seeds) * len(routers)
     planned = planned_wall_s(runs=runs, requests=args.live_requests, rate=args.live_rate, drain_s=args.drain)
-    if planned > MAX_PLANNED_S and not args.allow_long_run:
+    problem = long_plan_problem(planned_s=planned, requests=args.live_requests, rate=args.live_rate,
+                                drain_s=args.drain, requests_option="--live-requests",
+                                rate_option="--live-rate")  # fmt: skip
+    if problem is not None and not args.allow_long_run:
         # --live-rate 0.001 with the default 400 requests planned 111 hours per run, unannounced
-        raise ValueError(
-            f"--live-requests {args.live_requests} at --live-rate {args.live_rate:g} "
-            f"(--drain {args.drain:g}) "
-            f"plans about {planned / 3600:,.0f} h of live runs, over the {MAX_PLANNED_S / 3600:.0f} h bound: "
-            "raise --live-rate, lower --live-requests, or pass --allow-long-run"
-        )
+        raise ValueError(problem)
     if args.peers:
         failures = install(["sglang", "vllm"], say=console.print)
         for router, why in failures.items():

@@ -44,8 +44,9 @@ FLEETS: Final[tuple[tuple[tuple[str, ...], float, float], ...]] = (
 """(the model's presets, TTFT SLO s, TPOT SLO s) per model size; a draw takes 2-4 of the presets."""
 DURATION_S: Final = 40.0
 MAX_COUNT: Final = 1000
-"""The most draws ``igw bench random --count`` takes. Each draw is a full scenario (capacity sweep,
-every policy, every seed: seconds to minutes), so 1,000 is days of runs already; the draws were all
+"""The most draws ``igw bench random`` builds: ``--count``, or the draws ``--draws`` names (their
+numbers are not bounded). Each draw is a full scenario (capacity sweep, every policy, every seed:
+seconds to minutes), so 1,000 is days of runs already; the draws were all
 built before the first ran, so ``--count 1000000`` spent its first minute and ~0.7 KiB per draw
 (hundreds of MiB) building scenarios, silent, before session s44."""
 ORACLE_TOLERANCE: Final = 0.15
@@ -131,20 +132,27 @@ def draw(seed: int, index: int) -> Scenario:
 
 def family(seed: int, count: int, draws: Sequence[int] | None = None) -> list[Scenario]:
     """The first ``count`` draws of family ``seed``, or only those numbered in ``draws`` (``--draws``:
-    re-running the draws that missed without the rest; a draw is the same whatever else runs)."""
+    re-running the draws that missed without the rest; a draw is the same whatever else runs).
+
+    :data:`MAX_COUNT` bounds the draws built, not their numbers: with ``draws`` only those are built,
+    so a family of any size is run in parts (until session s44 ``--count`` was bounded with
+    ``--draws`` too, and no draw numbered 1,000 or more could be run)."""
     if count < 1:
         raise ValueError(f"--count must be >= 1, got {count}")
-    if count > MAX_COUNT:
-        raise ValueError(
-            f"--count: at most {MAX_COUNT:,} draws, got {count:,} (each draw is a whole scenario run; "
-            "run a larger family in parts: --draws picks draws of it)"
-        )
     if draws is None:
+        if count > MAX_COUNT:
+            raise ValueError(
+                f"--count: at most {MAX_COUNT:,} draws, got {count:,} (each draw is a whole scenario run; "
+                "run a larger family in parts: --draws picks draws of it)"
+            )
         return [draw(seed, i) for i in range(count)]
     wrong = [i for i in draws if not 0 <= i < count]
     if wrong:
         raise ValueError(f"--draws: {wrong} outside the family's draws 0..{count - 1} (--count {count})")
-    return [draw(seed, i) for i in sorted(set(draws))]
+    picked = sorted(set(draws))
+    if len(picked) > MAX_COUNT:
+        raise ValueError(f"--draws: at most {MAX_COUNT:,} draws, got {len(picked):,}")
+    return [draw(seed, i) for i in picked]
 
 
 @dataclass(frozen=True, slots=True)
