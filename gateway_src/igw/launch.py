@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import importlib.util
 import logging
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,6 +51,7 @@ from igw.gateway.tracing_options import TracingOptions
 from igw.gateway.worker_count import memory_limit
 from igw.gateway.worker_heartbeat import Heartbeat
 from igw.gateway.workers import WorkerRole
+from igw.redaction import redact_url
 
 if TYPE_CHECKING:
     from igw.gateway.tracing import Tracing
@@ -99,6 +101,9 @@ class LaunchOptions:
     """Log CloudWatch EMF documents at this interval (off when ``None``)."""
     tracing: TracingOptions | None = None
     """Export OpenTelemetry traces of inference requests over OTLP/HTTP (off when ``None``)."""
+    emf_destination: str = "stdout"
+    """Where the EMF documents go, as the start-up line names it (``tcp://HOST:PORT`` of the
+    CloudWatch agent, else ``stdout``)."""
     worker: WorkerRole | None = None
     """This process's place in an ``igw serve --workers N`` group (``None``: a single process)."""
     management_port: int | None = None
@@ -194,6 +199,39 @@ def _announce_code(registry: CollectorRegistry) -> None:
     ).info({"code": code.mode, "compiled_modules": str(len(code.compiled))})
 
 
+def optional_features(options: LaunchOptions, env: Mapping[str, str] = os.environ) -> list[str]:
+    """One start-up line per optional feature switched on (tracing, EMF, decision debug), so the log
+    shows what runs before any request uses it: ``igw serve --otel-endpoint URL`` said nothing about
+    tracing until a span was exported (before session s44). The OTLP endpoint is shown with its
+    credentials masked (:func:`igw.redaction.redact_url`); the management port has its own line when
+    its listener opens."""
+    lines: list[str] = []
+    tracing = options.tracing
+    if tracing is not None:
+        if tracing.sample_ratio is not None:
+            sampling = (
+                f"{tracing.sample_ratio:g} of new traces (a sampled incoming traceparent is always followed)"
+            )
+        elif env.get("OTEL_TRACES_SAMPLER"):
+            arg = env.get("OTEL_TRACES_SAMPLER_ARG")
+            sampling = f"OTEL_TRACES_SAMPLER={env['OTEL_TRACES_SAMPLER']}" + (f" ({arg})" if arg else "")
+        else:
+            sampling = "every request"
+        lines.append(
+            f"tracing: OTLP/HTTP export to {redact_url(tracing.endpoint)}, sampling {sampling}, export "
+            f"timeout {tracing.export_timeout_s:g}s; failures counted in igw_trace_export_spans_total"
+        )
+    if options.emf_interval_s is not None:
+        lines.append(f"EMF metrics: every {options.emf_interval_s:g}s to {options.emf_destination}")
+    if options.decision_debug is not None:
+        where = "management port" if options.management_port is not None else "inference port"
+        lines.append(
+            f"decision debug: the last {options.decision_debug.capacity} scheduling decisions at "
+            f"/debug/decisions on the {where}, for callers presenting $IGW_DEBUG_TOKEN"
+        )
+    return lines
+
+
 async def run_gateway(config: GatewayConfig, options: LaunchOptions) -> None:
     problems = options.limits.problems()
     if problems:
@@ -222,6 +260,8 @@ async def _run_gateway(config: GatewayConfig, options: LaunchOptions) -> None:
     )
     registry = CollectorRegistry(auto_describe=True)
     _announce_code(registry)
+    for line in optional_features(options):
+        log.info("%s", line)
     discovery: DiscoverySource
     if options.in_cluster:
         # deferred: start-up cost: the kubernetes client is heavy and only the in-cluster path needs it

@@ -19,10 +19,15 @@ from igw.cli.arg_types import (
     NumberList,
     NumberOrWord,
     NumberRange,
+    ca_bundle,
+    existing_directory,
+    existing_file,
+    existing_path,
     listen_host,
     output_directory,
     output_file,
     region_name,
+    source_name,
     source_path,
 )
 from igw.cli.main import build_parser, main
@@ -30,6 +35,8 @@ from igw.config.paths import REPO_ROOT
 from tests.architecture.support import SOURCE_ROOT, assert_none, offenders, python_files, sample
 
 CLI_PACKAGE = SOURCE_ROOT / "cli"
+A_FILE = __file__
+"""A file that exists, for options that refuse a missing one while parsing."""
 PARSER_CALLS = frozenset(
     {"ArgumentParser", "add_argument", "add_argument_group", "add_subparsers", "add_parser", "parse_args"}
 )
@@ -209,7 +216,7 @@ def test_an_empty_path_is_refused_by_every_output_folder_and_scanned_source_opti
     on it. Each refuses it while parsing now, naming the option."""
     checked = []
     for words, action in _options(build_parser()):
-        if action.type not in (output_directory, source_path):
+        if action.type not in (output_directory, source_path, existing_path):
             continue
         flag = action.option_strings[-1]
         with pytest.raises(SystemExit) as exited:
@@ -220,6 +227,86 @@ def test_an_empty_path_is_refused_by_every_output_folder_and_scanned_source_opti
     assert {"demo --out", "addon package --destination", "audit --cdk-out", "preflight --manifests"} <= set(
         checked
     ), checked
+
+
+READ_PATH_TYPES: frozenset[object] = frozenset(
+    {existing_path, existing_file, existing_directory, source_name, source_path, ca_bundle, Path}
+)
+"""The argument types of options naming a file or folder to read (or, as ``Path``, either way)."""
+NOT_CHECKED_WHILE_PARSING = {
+    ("serve", "--config"): "with --config-map the command writes the file before it reads it",
+    ("generate", "--root"): "a checkout's root; a missing schemas/ folder is refused naming --root",
+    ("preflight", "--output-file"): "an output file, checked when the report is written",
+    ("audit", "--output-file"): "an output file, checked when the report is written",
+    # Refused by the command (exit 2) naming the file, not yet the option: their tests pass names of
+    # files that do not exist to reach later checks, so moving the check to parse time is a change of
+    # its own.
+    ("serve", "--endpoints"): "refused at start-up naming the file",
+    ("global serve", "--config"): "refused naming the file",
+    ("sim fleet", "--spec"): "refused naming the file",
+    ("sim run", "--spec"): "refused naming the file",
+    ("sim run", "--trace"): "refused naming the file",
+    ("bench", "--summarize"): "refused naming the option",
+    ("bench", "--trace"): "refused naming the file",
+    ("bench", "--fleet"): "refused naming the file",
+}
+"""Options that take a path but accept one that does not exist while parsing, and why."""
+
+
+def test_a_missing_input_path_is_refused_while_parsing_naming_the_option(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``igw preflight --manifests deploy`` (no such folder) said ``error: deploy: no such file or
+    directory``, naming no option; ``--kubeconfig`` a file that is not there ended preflight and audit
+    in exit 3 ("not evaluated"), and ``igw serve --in-cluster`` only after its start-up lines (before
+    session s44). Every option that reads a file or folder refuses a missing one while parsing: exit
+    2, argparse's ``argument --OPTION: PATH: ...`` line under the command's usage."""
+    missing = str(tmp_path / "no-such")
+    checked, path_options = [], []
+    for words, action in _options(build_parser()):
+        metavar = str(action.metavar or "").upper()
+        reads = action.type in READ_PATH_TYPES or any(k in metavar for k in ("FILE", "DIR", "PATH", ".YAML"))
+        if not reads or action.type in (output_directory, output_file):
+            continue
+        flag = action.option_strings[-1]
+        path_options.append((" ".join(words), flag))
+        if (" ".join(words), flag) in NOT_CHECKED_WHILE_PARSING:
+            continue
+        with pytest.raises(SystemExit) as exited:
+            build_parser().parse_args([*words, flag, missing])
+        err = capsys.readouterr().err
+        assert exited.value.code == 2, (words, flag)
+        assert f"argument {'/'.join(action.option_strings)}: " in err, (words, err)
+        assert "no-such" in err, err
+        assert err.startswith("usage: igw "), err
+        checked.append(f"{' '.join(words)} {flag}")
+    stale = set(NOT_CHECKED_WHILE_PARSING) - set(path_options)
+    assert not stale, f"exemptions naming no option: {stale}"
+    assert {
+        "preflight --manifests",
+        "preflight --cdk-out",
+        "preflight --kubeconfig",
+        "audit --manifests",
+        "audit --kubeconfig",
+        "serve --kubeconfig",
+        "serve --config-maps",
+        "operator --kubeconfig",
+    } <= set(checked), checked
+
+
+def test_a_missing_manifests_folder_is_named_with_its_option(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The newcomer's case end to end, through ``igw``'s entry point."""
+    for command in ("preflight", "audit"):
+        with pytest.raises(SystemExit) as exited:
+            main([command, "--manifests", str(tmp_path / "deploy")])
+        assert exited.value.code == 2
+        err = capsys.readouterr().err
+        assert (
+            f"igw {command}: error: argument --manifests: {tmp_path / 'deploy'}: no such file or folder"
+            in err
+        )
 
 
 def test_checking_an_output_directory_leaves_nothing_behind(tmp_path: Path) -> None:
@@ -285,7 +372,10 @@ def test_an_existing_directory_no_file_can_be_created_in_is_refused_while_parsin
 ) -> None:
     """``/proc`` exists and is a directory, as a read-only folder is: ``igw bench --out /proc`` ran the
     whole benchmark, then failed writing its reports; ``--records /proc/r.jsonl`` likewise."""
-    for words in (["bench", "--out", "/proc"], ["sim", "run", "--spec", "x", "--records", "/proc/r.jsonl"]):
+    for words in (
+        ["bench", "--out", "/proc"],
+        ["sim", "run", "--spec", A_FILE, "--records", "/proc/r.jsonl"],
+    ):
         with pytest.raises(SystemExit) as exited:
             build_parser().parse_args(words)
         assert exited.value.code == 2
@@ -317,7 +407,7 @@ def test_perf_creates_the_folder_of_its_output_files_before_it_measures(tmp_path
         (["perf", "workers-des", "--shares", "nope"], "argument --shares: not one of"),
         (["perf", "scrape-des", "--policy", "nope"], "argument --policy: unknown policy 'nope'"),
         (["perf", "scrape-des", "--scenarios", "nope"], "argument --scenarios: unknown scenario 'nope'"),
-        (["sim", "run", "--spec", "x", "--policy", "nope"], "argument --policy: unknown policy 'nope'"),
+        (["sim", "run", "--spec", A_FILE, "--policy", "nope"], "argument --policy: unknown policy 'nope'"),
         # accepted, then a RuntimeError traceback once the first scenario ran (before session s40)
         (["perf", "workers-des", "--policy", "oracle"], "argument --policy: oracle reads the simulator's"),
         (["perf", "workers-des", "--policy", "oracle-slo"], "argument --policy: oracle-slo reads the"),
@@ -384,12 +474,12 @@ def test_preflight_refuses_a_ca_bundle_it_cannot_load_while_parsing(
     ("words", "usage", "needle"),
     [
         (
-            ["serve", "--config", "c.yaml", "--endpoints", "e.yaml", "--prot", "1"],
+            ["serve", "--config", "c.yaml", "--endpoints", A_FILE, "--prot", "1"],
             "usage: igw serve ",
             "igw serve: error: unrecognized arguments: --prot 1 (did you mean --port?)",
         ),
         (
-            ["sim", "fleet", "--spec", "f.yaml", "--jsno"],
+            ["sim", "fleet", "--spec", A_FILE, "--jsno"],
             "usage: igw sim fleet ",
             "igw sim fleet: error: unrecognized arguments: --jsno (did you mean --json?)",
         ),

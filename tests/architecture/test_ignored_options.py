@@ -53,7 +53,7 @@ SPEC = REPO_ROOT / "gateway_src" / "igw" / "sim" / "examples"
             "igw top: --screenshot-wait needs --screenshot",
         ),
         (
-            ["preflight", "--manifests", "deploy", "--probe-timeout", "30"],
+            ["preflight", "--manifests", str(Path(__file__).parent), "--probe-timeout", "30"],
             "igw preflight: --probe-timeout does not apply to a run without --probe",
         ),
         (

@@ -372,6 +372,35 @@ def source_name(text: str) -> str:
     return text
 
 
+def existing_path(text: str) -> Path:
+    """A file or folder to read that exists (``igw preflight/audit --manifests``): a missing one was
+    reported only once the command ran, without the option's name (``error: deploy: no such file or
+    directory``, before session s44); refused here, argparse names the option and exits 2."""
+    path = source_path(text)
+    if not path.exists():
+        raise argparse.ArgumentTypeError(f"{text}: no such file or folder")
+    return path
+
+
+def existing_directory(text: str) -> str:
+    """A folder to read that exists, kept as typed (``igw serve --config-maps``), refused while parsing
+    as :func:`existing_path` is."""
+    if not existing_path(text).is_dir():
+        raise argparse.ArgumentTypeError(f"{text}: not a folder")
+    return text
+
+
+def existing_file(text: str) -> str:
+    """A file to read that exists, kept as typed (``--kubeconfig`` of ``igw preflight``, ``audit``,
+    ``serve`` and ``operator``), refused while parsing as :func:`existing_path` is: a missing
+    ``--kubeconfig`` ended ``igw preflight`` in exit 3 ("not evaluated") and ``igw serve --in-cluster``
+    after its start-up lines, neither naming the option (before session s44)."""
+    path = existing_path(text)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text}: is a folder, not a file")
+    return text
+
+
 def ca_bundle(text: str) -> str:
     """A PEM file of CA certificates that loads (``igw preflight --ca-bundle``): a missing or non-PEM
     file was found only by the probes, each check reporting "FileNotFoundError: [Errno 2] No such

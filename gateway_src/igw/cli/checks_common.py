@@ -23,7 +23,7 @@ from igw.checks.framework import (
 )
 from igw.checks.inventory import Inventory
 from igw.checks.model import Command, Severity
-from igw.cli.arg_types import region_name, source_name, source_path
+from igw.cli.arg_types import existing_file, existing_path, region_name
 
 FORMATS = ("table", "json", "sarif", "junit")
 
@@ -34,15 +34,15 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     exclusive.add_argument(
         "--manifests",
         metavar="PATH",
-        type=source_path,
+        type=existing_path,
         help="directory or file of Kubernetes manifests (rendered chart, model deployments)",
     )
     exclusive.add_argument(
-        "--cdk-out", metavar="DIR", type=source_path, help="CDK output directory (*.template.json)"
+        "--cdk-out", metavar="DIR", type=existing_path, help="CDK output directory (*.template.json)"
     )
     source.add_argument(
         "--kubeconfig",
-        type=source_name,
+        type=existing_file,
         help="kubeconfig file (default $KUBECONFIG or ~/.kube/config; "
         "in-cluster credentials when running in a pod)",
     )

@@ -28,10 +28,10 @@ from igw.cli.arg_types import (
     cidr_block,
     container_image,
     env_assignment,
+    existing_file,
     http_url,
     namespace_name,
     object_name,
-    source_name,
 )
 from igw.cli.option_scope import refuse_given
 from igw.gateway.worker_heartbeat import STUCK_AFTER_S
@@ -47,7 +47,7 @@ EXIT_USAGE = 2
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--kubeconfig",
-        type=source_name,
+        type=existing_file,
         metavar="FILE",
         help="use this kubeconfig instead of the pod's account",
     )

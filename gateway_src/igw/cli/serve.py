@@ -27,6 +27,8 @@ from igw.cli.arg_types import (
     NON_NEGATIVE_INT,
     PORT,
     WORKER_COUNT,
+    existing_directory,
+    existing_file,
     listen_host,
     source_name,
 )
@@ -55,7 +57,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--kubeconfig",
-        type=source_name,
+        type=existing_file,
         metavar="FILE",
         help="with --in-cluster: use this kubeconfig instead of the pod's account",
     )
@@ -67,7 +69,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--config-maps",
-        type=source_name,
+        type=existing_directory,
         metavar="DIR",
         help="with --endpoints: directory holding configMapRef EndpointPickerConfigs as DIR/<name>/<key>",
     )
@@ -359,8 +361,8 @@ def _run(args: argparse.Namespace) -> int:
     if args.config_map and not args.in_cluster:
         print("igw serve: --config-map needs --in-cluster", file=sys.stderr)
         return EXIT_CONFIG
-    # Both were ignored, a kubeconfig that does not exist included, and --config-maps naming no folder
-    # only failed once a configMapRef was looked up in it.
+    # Both were ignored (a kubeconfig or a --config-maps folder that does not exist is refused while
+    # parsing: arg_types.existing_file / existing_directory).
     if args.kubeconfig is not None and not args.in_cluster:
         print("igw serve: --kubeconfig needs --in-cluster (--endpoints reads no cluster)", file=sys.stderr)
         return EXIT_CONFIG
@@ -369,9 +371,6 @@ def _run(args: argparse.Namespace) -> int:
             "igw serve: --config-maps needs --endpoints (--in-cluster reads the ConfigMaps from the cluster)",
             file=sys.stderr,
         )
-        return EXIT_CONFIG
-    if args.config_maps is not None and not Path(args.config_maps).is_dir():
-        print(f"igw serve: --config-maps {args.config_maps}: not a directory", file=sys.stderr)
         return EXIT_CONFIG
     if args.config_map and role is None:  # a worker's parent has already written the file
         # deferred: start-up cost: the kubernetes client loads only for --config-map
@@ -477,6 +476,7 @@ def _run(args: argparse.Namespace) -> int:
         decision_debug=decision_debug,
         emf_interval_s=args.emf_interval if args.emf_interval > 0 else None,
         tracing=tracing,
+        emf_destination="stdout" if emf_endpoint is None else str(emf_endpoint),
         worker=role,
         management_port=management,
     )
