@@ -410,6 +410,29 @@ def test_an_endpoint_with_an_impossible_port_is_refused_at_start_and_quoted_with
     assert "[REDACTED]@collector" in str(refused.value)
 
 
+@pytest.mark.parametrize(
+    ("flag", "env", "wanted"),
+    [
+        ("http://c:4318?api_key=x", {}, "http://c:4318/v1/traces?api_key=x"),
+        ("http://c:4318/?api_key=x", {}, "http://c:4318/v1/traces?api_key=x"),
+        (
+            None,
+            {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318/base/?k=v"},
+            "http://c:4318/base/v1/traces?k=v",
+        ),
+        (None, {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"}, "http://c:4318/v1/traces"),
+    ],
+)
+def test_the_traces_path_goes_into_the_path_not_after_the_query(
+    flag: str | None, env: dict[str, str], wanted: str
+) -> None:
+    """A base URL with a query got ``/v1/traces`` appended after it (``...?api_key=x/v1/traces``):
+    the collector saw the wrong path and the credential a different value."""
+    options = tracing_options(flag, None, env=env)
+    assert options is not None
+    assert options.endpoint == wanted
+
+
 async def test_with_tracing_off_a_callers_traceparent_passes_through_untouched(
     gateway: Callable[..., Any],
 ) -> None:

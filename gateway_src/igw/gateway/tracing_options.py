@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 from igw.errors import IgwGatewayError
 from igw.redaction import redact
@@ -76,7 +76,7 @@ def tracing_options(
             endpoint, source = traces, ENDPOINT_ENV[0]
         elif generic:
             # The generic variable names the collector's base URL; the signal path is appended.
-            endpoint, source = generic.rstrip("/") + TRACES_PATH, ENDPOINT_ENV[1]
+            endpoint, source = _with_traces_path(generic), ENDPOINT_ENV[1]
         elif sample_ratio is not None:
             # tracing stays off: the ratio was dropped and the gateway started as if it sampled
             raise TracingConfigError(
@@ -100,11 +100,18 @@ def tracing_options(
             f"{redact(endpoint)!r}"
         )
     if parts.path in ("", "/"):
-        endpoint = endpoint.rstrip("/") + TRACES_PATH
+        endpoint = _with_traces_path(endpoint)
     _check_headers(env)
     return TracingOptions(
         endpoint=endpoint, sample_ratio=sample_ratio, export_timeout_s=_export_timeout_s(env)
     )
+
+
+def _with_traces_path(base: str) -> str:
+    """``base`` with ``/v1/traces`` appended to its path, its query kept after it (appending to the
+    string put the path after a query: ``http://c:4318?api_key=x/v1/traces``)."""
+    parts = urlsplit(base)
+    return urlunsplit(parts._replace(path=parts.path.rstrip("/") + TRACES_PATH))
 
 
 def _export_timeout_s(env: Mapping[str, str]) -> float:
