@@ -131,6 +131,9 @@ class GlobalRouterStack(cdk.Stack):
         )
         flow_log = self.vpc.add_flow_log("FlowLog")
         assert flow_log.iam_role is not None  # CloudWatch Logs destination: CDK creates the role
+        # CDK creates the role's policy beside the flow log: without this the flow log may be created
+        # before it may write (delivery starts in "Access error") and, on destroy, outlive it.
+        flow_log.node.find_child("FlowLog").node.add_dependency(flow_log.iam_role)
         pin_role(self, flow_log.iam_role, source_arn=flow_log_source_arn(self))
         checkov_ack.acknowledge(
             flow_log.node.find_child("LogGroup"),

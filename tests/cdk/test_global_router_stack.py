@@ -129,6 +129,20 @@ def test_the_access_log_bucket_is_versioned_and_old_versions_expire(
     assert rule["NoncurrentVersionExpiration"] == {"NoncurrentDays": 1}
 
 
+def test_the_flow_log_waits_for_its_roles_policy(synthesized: tuple[Path, dict[str, Any]]) -> None:
+    """As in the per-cluster network stack: CDK creates the flow-log role's policy beside the flow log,
+    so without the dependency the flow log may be created before it may write (delivery starts in
+    "Access error") and outlive the policy on destroy. Until session s44 the router's had none."""
+    template = synthesized[1]["Resources"]
+    (flow_log,) = [r for r in template.values() if r["Type"] == "AWS::EC2::FlowLog"]
+    (policy,) = [
+        logical_id
+        for logical_id, r in template.items()
+        if r["Type"] == "AWS::IAM::Policy" and logical_id.startswith("VpcFlowLogIAMRole")
+    ]
+    assert policy in flow_log.get("DependsOn", [])
+
+
 CHECKOV_ACKNOWLEDGED = {
     ("AccessLogs", "CKV_AWS_18"),
     ("VpcFlowLogLogGroup", "CKV_AWS_158"),
