@@ -116,6 +116,62 @@ def test_endpoint_is_https_internal_with_dns(synthesized: tuple[Path, dict[str, 
     assert cert["ValidationMethod"] == "DNS"
 
 
+def test_the_access_log_bucket_is_versioned_and_old_versions_expire(
+    synthesized: tuple[Path, dict[str, Any]],
+) -> None:
+    """checkov CKV_AWS_21 (session s44): the load balancer's access logs keep their earlier versions
+    against overwrite or deletion, as every bucket of the per-cluster app does; expired log objects
+    leave a noncurrent version, which lapses a day later instead of being kept forever."""
+    (bucket,) = resources(synthesized[1], "AWS::S3::Bucket")
+    assert bucket["VersioningConfiguration"] == {"Status": "Enabled"}
+    (rule,) = bucket["LifecycleConfiguration"]["Rules"]
+    assert rule["ExpirationInDays"] == 90
+    assert rule["NoncurrentVersionExpiration"] == {"NoncurrentDays": 1}
+
+
+def test_the_flow_log_waits_for_its_roles_policy(synthesized: tuple[Path, dict[str, Any]]) -> None:
+    """As in the per-cluster network stack: CDK creates the flow-log role's policy beside the flow log,
+    so without the dependency the flow log may be created before it may write (delivery starts in
+    "Access error") and outlive the policy on destroy. Until session s44 the router's had none."""
+    template = synthesized[1]["Resources"]
+    (flow_log,) = [r for r in template.values() if r["Type"] == "AWS::EC2::FlowLog"]
+    (policy,) = [
+        logical_id
+        for logical_id, r in template.items()
+        if r["Type"] == "AWS::IAM::Policy" and logical_id.startswith("VpcFlowLogIAMRole")
+    ]
+    assert policy in flow_log.get("DependsOn", [])
+
+
+CHECKOV_ACKNOWLEDGED = {
+    ("AccessLogs", "CKV_AWS_18"),
+    ("VpcFlowLogLogGroup", "CKV_AWS_158"),
+    ("RouterLogs", "CKV_AWS_158"),
+    ("RedisAuthToken", "CKV_AWS_149"),
+    *(
+        ("CustomVpcRestrictDefaultSGCustomResourceProviderHandler", check_id)
+        for check_id in ("CKV_AWS_115", "CKV_AWS_116", "CKV_AWS_117", "CKV_AWS_173")
+    ),
+}
+"""The checkov findings docs/global-router.md lists as accepted, by logical-id prefix: until session
+s44 the stack acknowledged none, and checkov 3.3.30 failed 8 checks on its template."""
+
+
+def test_checkov_findings_are_acknowledged_with_a_reason_only_where_documented(
+    synthesized: tuple[Path, dict[str, Any]],
+) -> None:
+    prefixes = {prefix for prefix, _ in CHECKOV_ACKNOWLEDGED}
+    skipped = set()
+    for logical_id, resource in synthesized[1]["Resources"].items():
+        if resource["Type"] == "AWS::Lambda::Function":
+            assert "CustomResourceProvider" in logical_id, logical_id  # aws-cdk-lib's, none of ours
+        for skip in resource.get("Metadata", {}).get("checkov", {}).get("skip", []):
+            assert len(skip["comment"]) >= 40, skip
+            prefix = next((p for p in prefixes if logical_id.startswith(p)), logical_id)
+            skipped.add((prefix, skip["id"]))
+    assert skipped == CHECKOV_ACKNOWLEDGED
+
+
 def test_invalid_router_config_is_refused_with_the_field(tmp_path: Path) -> None:
     raw = yaml.safe_load(EXAMPLE_FILE.read_text())
     router = yaml.safe_load((EXAMPLE_FILE.parent / raw["routerConfig"]).read_text())

@@ -92,22 +92,78 @@ def _services(statement: dict[str, Any]) -> list[str]:
     return [service] if isinstance(service, str) else list(service)
 
 
+def _unpinned(name: str, template: dict[str, Any], if_exists: frozenset[str] = frozenset()) -> list[str]:
+    """Trust statements of ``template`` whose service principal lacks ``aws:SourceAccount`` of the
+    test account (``StringEqualsIfExists`` for :data:`IF_EXISTS_ONLY` principals and for the roles
+    named in ``if_exists``)."""
+    unpinned = []
+    for logical_id, statement in _trust_statements(template):
+        for service in _services(statement):
+            if service in WITHOUT_SOURCE_ACCOUNT:
+                continue
+            condition = statement.get("Condition", {})
+            operator = "StringEqualsIfExists" if logical_id in if_exists else "StringEquals"
+            operator = IF_EXISTS_ONLY.get(service, operator)
+            account = condition.get(operator, {}).get("aws:SourceAccount")
+            if account != "111111111111":
+                unpinned.append(f"{name}/{logical_id}: {service} {statement.get('Condition')}")
+    return unpinned
+
+
 @pytest.mark.parametrize("fixture", FIXTURES)
 def test_every_service_principal_trust_carries_source_account(
     request: pytest.FixtureRequest, fixture: str
 ) -> None:
     unpinned = []
     for role, template in _templates(request, fixture).items():
-        for logical_id, statement in _trust_statements(template):
-            for service in _services(statement):
-                if service in WITHOUT_SOURCE_ACCOUNT:
-                    continue
-                condition = statement.get("Condition", {})
-                operator = IF_EXISTS_ONLY.get(service, "StringEquals")
-                account = condition.get(operator, {}).get("aws:SourceAccount")
-                if account != "111111111111":
-                    unpinned.append(f"{role}/{logical_id}: {service} {statement.get('Condition')}")
+        unpinned += _unpinned(role, template)
     assert unpinned == []
+
+
+def _task_roles(template: dict[str, Any]) -> tuple[str, str]:
+    """Logical ids of the router task definition's task role and execution role."""
+    (task,) = [r for r in template["Resources"].values() if r["Type"] == "AWS::ECS::TaskDefinition"]
+    props = task["Properties"]
+    return props["TaskRoleArn"]["Fn::GetAtt"][0], props["ExecutionRoleArn"]["Fn::GetAtt"][0]
+
+
+def test_every_service_principal_trust_of_the_global_router_carries_source_account(
+    global_router: dict[str, Any],
+) -> None:
+    """Until session s44 the router's ``ecs-tasks`` task and execution roles and its flow-log role
+    trusted their service with no condition at all."""
+    _, execution_role = _task_roles(global_router)
+    assert _unpinned("global-router", global_router, frozenset({execution_role})) == []
+
+
+def _only_statement(template: dict[str, Any], logical_id: str) -> dict[str, Any]:
+    (statement,) = template["Resources"][logical_id]["Properties"]["AssumeRolePolicyDocument"]["Statement"]
+    assert isinstance(statement, dict)
+    return statement
+
+
+def test_the_router_task_role_is_pinned_to_this_accounts_ecs_tasks(global_router: dict[str, Any]) -> None:
+    """AWS's task-role documentation: ``aws:SourceAccount`` and ``aws:SourceArn``
+    ``arn:<partition>:ecs:<region>:<account>:*`` in the trust."""
+    task_role, _ = _task_roles(global_router)
+    statement = _only_statement(global_router, task_role)
+    assert statement["Principal"] == {"Service": "ecs-tasks.amazonaws.com"}
+    assert statement["Condition"] == {
+        "StringEquals": {"aws:SourceAccount": "111111111111"},
+        "ArnLike": {
+            "aws:SourceArn": {
+                "Fn::Join": ["", ["arn:", {"Ref": "AWS::Partition"}, ":ecs:us-east-1:111111111111:*"]]
+            }
+        },
+    }
+
+
+def test_the_router_execution_role_refuses_another_account(global_router: dict[str, Any]) -> None:
+    """The execution-role trust is documented without a condition: ``IfExists``, as for SageMaker."""
+    _, execution_role = _task_roles(global_router)
+    statement = _only_statement(global_router, execution_role)
+    assert statement["Principal"] == {"Service": "ecs-tasks.amazonaws.com"}
+    assert statement["Condition"] == {"StringEqualsIfExists": {"aws:SourceAccount": "111111111111"}}
 
 
 def test_the_allow_list_names_only_principals_the_templates_use(request: pytest.FixtureRequest) -> None:
@@ -132,6 +188,18 @@ def test_the_flow_log_role_is_pinned_to_this_accounts_flow_logs(synthesized: Syn
         "Fn::Join": [
             "",
             ["arn:", {"Ref": "AWS::Partition"}, ":ec2:us-west-2:111111111111:vpc-flow-log/*"],
+        ]
+    }
+
+
+def test_the_router_flow_log_role_is_pinned_to_this_accounts_flow_logs(global_router: dict[str, Any]) -> None:
+    (statement,) = [
+        s for _, s in _trust_statements(global_router) if "vpc-flow-logs.amazonaws.com" in _services(s)
+    ]
+    assert statement["Condition"]["ArnLike"]["aws:SourceArn"] == {
+        "Fn::Join": [
+            "",
+            ["arn:", {"Ref": "AWS::Partition"}, ":ec2:us-east-1:111111111111:vpc-flow-log/*"],
         ]
     }
 
