@@ -431,3 +431,36 @@ async def test_an_answer_relayed_decoded_past_its_ratio_is_relayed_whole_and_cou
         assert got == plain
         assert await usage_unread(gw, 1) == {"bomb_bound": 1}
     assert "usage could not be read" in caplog.text
+
+
+async def test_a_pod_relaying_unreadable_compressed_answers_logs_one_warning_a_minute(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A pod answering every request with a compressed answer past 1 MiB whose usage cannot be read
+    (a gzip header, then no valid deflate): relayed as it came to a client accepting gzip, each one
+    counted in ``igw_answer_usage_unread_total``, but its WARNING logged once for the 100 answers,
+    not per answer (until session s44: 100 lines, a hostile pod's flood of the log)."""
+    body = gzip.compress(b"{")[:10] + os.urandom((1 << 20) + 4096)
+
+    async def answer(request: web.Request) -> web.Response:
+        await request.read()
+        return web.Response(
+            body=body, headers={"Content-Type": "application/json", "Content-Encoding": "gzip"}
+        )
+
+    async with (
+        scripted_upstream({"POST /v1/completions": answer}) as pod,
+        in_process_gateway(tmp_path, gateway_doc(), [pod]) as gw,
+        aiohttp.ClientSession(auto_decompress=False) as http,
+    ):
+        caplog.set_level("WARNING", logger="igw.gateway")
+        request = {"model": MODEL, "prompt": "hello", "max_tokens": 8}
+        for _ in range(100):
+            async with http.post(gw.url + "/v1/completions", json=request) as resp:
+                assert resp.status == 200
+                assert await resp.read() == body
+        assert await usage_unread(gw, 100) == {"decode_error": 100}
+    lines = [r.getMessage() for r in caplog.records if "usage could not be read" in r.getMessage()]
+    assert len(lines) == 1, lines[:3]
+    assert f"upstream {pod}" in lines[0]
+    assert "(decode_error)" in lines[0]

@@ -64,6 +64,13 @@ large_error_log = logging.getLogger("igw.gateway.large_error_answers")
 (:class:`~igw.gateway.log_throttle.RepeatThrottle`, the held ones counted on the next): a pod that
 answers every request so wrote one WARNING per request until session s42."""
 large_error_log.addFilter(RepeatThrottle())
+usage_unread_log = logging.getLogger("igw.gateway.usage_unread")
+"""The warning for a compressed answer relayed with its usage unread (:func:`_warn_usage_unread`):
+the first per pod and reason, then one a minute at most with the count held
+(:class:`~igw.gateway.log_throttle.RepeatThrottle` keyed by both), each answer still counted in
+``igw_answer_usage_unread_total`` (``igw_global_answer_usage_unread_total`` at tier 2). Until
+session s44 a pod answering every request so wrote one WARNING per answer."""
+usage_unread_log.addFilter(RepeatThrottle(keyed_args=2))
 
 __all__ = [
     "HOP_BY_HOP",
@@ -942,12 +949,8 @@ async def _relay_whole(
         if isinstance(scan, CodedScan):
             scan.finish()
             if scan.unreadable is not None:  # relayed already: its usage is unknown, said loudly
-                log.warning(
-                    "upstream %s sent a compressed answer whose usage could not be read: %s",
-                    endpoint,
-                    scan.unreadable,
-                )
                 result.usage_unread = scan.unread
+                _warn_usage_unread(endpoint, scan.unread, scan.unreadable)
                 reads_json = False
     except (ConnectionResetError, aiohttp.ClientConnectionResetError) as reset:
         raise ClientGone() from reset
@@ -1035,12 +1038,10 @@ async def _relay_decoded(
             on_prepared(response)
         await response.write_eof()
         if scan.unread is not None:  # relayed to its end, its usage unknown (scanned to its ratio)
-            log.warning(
-                "upstream %s sent a compressed answer whose usage could not be read: it decodes to "
-                "over %d bytes per coded byte, relayed but not scanned past them",
-                endpoint,
-                SCAN_RATIO,
+            detail = (
+                f"it decodes to over {SCAN_RATIO} bytes per coded byte, relayed but not scanned past them"
             )
+            _warn_usage_unread(endpoint, scan.unread, detail)
     except (ConnectionResetError, aiohttp.ClientConnectionResetError) as reset:
         raise ClientGone() from reset
     except (UpstreamBroken, TimeoutError) as exc:
@@ -1052,6 +1053,18 @@ async def _relay_decoded(
         result.usage_unread = scan.unread
     response.relayed = None  # relayed to its end: nothing left to charge (see _RelayedStream.relayed)
     return result
+
+
+def _warn_usage_unread(endpoint: str, reason: str | None, detail: str | None) -> None:
+    """The WARNING for a compressed answer relayed with its usage unread (``reason``, one of
+    :data:`~igw.gateway.answer_coding.UNREAD_REASONS`; ``detail``, what the decode met), on
+    :data:`usage_unread_log`: throttled per pod and reason, a hostile pod's flood one line a minute."""
+    usage_unread_log.warning(
+        "upstream %s sent a compressed answer whose usage could not be read (%s): %s",
+        endpoint,
+        reason,
+        detail,
+    )
 
 
 def _relay_cut(request: web.BaseRequest, result: ExchangeResult, endpoint: str, exc: Exception) -> None:

@@ -72,6 +72,15 @@ class FleetMetrics:
             ["cluster"],
             registry=r,
         )
+        self.answer_usage_unread = Counter(
+            f"{PREFIX}_answer_usage_unread",
+            "Clusters' answers compressed though the router asked for none whose usage it could not "
+            "read (so the token limits did not charge it), by cluster and reason: unknown_coding, "
+            "decode_error, truncated, bomb_bound (refused with 502, or relayed uncharged), coded_stream "
+            "(a compressed event stream, refused); each attempt's, however its relay ended.",
+            ["cluster", "reason"],
+            registry=r,
+        )
         self.available = Gauge(
             f"{PREFIX}_cluster_available",
             "1 while the cluster receives traffic.",

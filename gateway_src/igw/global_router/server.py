@@ -378,7 +378,7 @@ async def _route(
             # The client left mid-stream; the cluster did nothing wrong. Nothing more can be sent;
             # what was relayed is charged (before session s35, nothing: a stream left just before
             # its end escaped the token limits).
-            _count_large_error(router, cluster.name, _relaying(prepared))
+            _count_answer_faults(router, cluster.name, _relaying(prepared))
             await _charge_relayed(router, principal, tenant, model, body, prepared)
             inflight = request.app.get(INFLIGHT_KEY)
             if isinstance(gone, asyncio.CancelledError) and inflight is not None and inflight.cutting:
@@ -390,7 +390,7 @@ async def _route(
         if result is None:  # spec.upstream.maxRequestSeconds passed: no other cluster is tried
             m.requests.labels(model, "504").inc()
             if prepared:  # it was answering (a long stream): the bound is the request's, not a fault
-                _count_large_error(router, cluster.name, _relaying(prepared))
+                _count_answer_faults(router, cluster.name, _relaying(prepared))
                 await _charge_relayed(router, principal, tenant, model, body, prepared)
             else:
                 # No answer within the whole request's bound: the cluster's failure, as the same wait
@@ -400,7 +400,7 @@ async def _route(
                 router.fleet.record_outcome(cluster.name, ok=False)
             return await _past_max_request(request, router, prepared)
         last = result
-        _count_large_error(router, cluster.name, result)
+        _count_answer_faults(router, cluster.name, result)
         if searches and result.status == 404 and not result.response.prepared and choice is not choices[-1]:
             # Not stored there: no attempt spent. A 404 already relayed (a JSON body over
             # ERROR_ANSWER_BUFFER_BYTES) is the answer: until session s42 the search went on, and
@@ -625,12 +625,19 @@ def _relaying(prepared: Sequence[web.StreamResponse]) -> ExchangeResult | None:
     return relayed if isinstance(relayed, ExchangeResult) else None
 
 
-def _count_large_error(router: GlobalRouter, cluster: str, result: ExchangeResult | None) -> None:
-    """Count a cluster's error answer over 1 MiB, relayed as it arrived (so not retried), in
-    ``igw_global_upstream_large_error_answers_total``, however its relay ended. Until session s42
-    tier 2 had only the throttled WARNING: no series showed how often, nor from which cluster."""
-    if result is not None and result.large_error:
+def _count_answer_faults(router: GlobalRouter, cluster: str, result: ExchangeResult | None) -> None:
+    """Count what was wrong with a cluster's answer, however its relay ended: an error answer over
+    1 MiB, relayed as it arrived (so not retried), in ``igw_global_upstream_large_error_answers_total``
+    (until session s42 tier 2 had only the throttled WARNING: no series showed how often, nor from
+    which cluster), and a compressed answer whose usage went unread, refused (a 502, retried at the
+    next cluster) or relayed uncharged, in ``igw_global_answer_usage_unread_total`` (until session
+    s44 only a WARNING or the 502 said so, though the exchange set ``usage_unread`` at both tiers)."""
+    if result is None:
+        return
+    if result.large_error:
         router.metrics.large_error_answers.labels(cluster).inc()
+    if result.usage_unread is not None:
+        router.metrics.answer_usage_unread.labels(cluster, result.usage_unread).inc()
 
 
 def _stopped_waiting(result: ExchangeResult) -> bool:
@@ -728,15 +735,15 @@ async def _forward_stored(request: web.Request, router: GlobalRouter) -> web.Str
             router.metrics.retries.labels(cluster.name, "connect").inc()
             continue
         except ClientGone:
-            _count_large_error(router, cluster.name, _relaying(prepared))
+            _count_answer_faults(router, cluster.name, _relaying(prepared))
             return prepared[0] if prepared else web.Response(status=499)
         except asyncio.CancelledError:
-            _count_large_error(router, cluster.name, _relaying(prepared))
+            _count_answer_faults(router, cluster.name, _relaying(prepared))
             inflight = request.app.get(INFLIGHT_KEY)
             if inflight is None or not inflight.cutting:
                 raise
             return await _shut_down(request, prepared, model=None, metrics=router.metrics)
-        _count_large_error(router, cluster.name, _relaying(prepared) if result is None else result)
+        _count_answer_faults(router, cluster.name, _relaying(prepared) if result is None else result)
         if result is None:  # spec.upstream.maxRequestSeconds passed (a replayed stream's too)
             if not prepared:  # no answer within the request's bound: the cluster's failure, as in _route
                 router.fleet.record_outcome(cluster.name, ok=False)
