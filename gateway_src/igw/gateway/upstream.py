@@ -62,8 +62,10 @@ log = logging.getLogger("igw.gateway")
 large_error_log = logging.getLogger("igw.gateway.large_error_answers")
 """The warning for an error answer past :data:`ERROR_ANSWER_BUFFER_BYTES`, one line a minute at most
 (:class:`~igw.gateway.log_throttle.RepeatThrottle`, the held ones counted on the next): a pod that
-answers every request so wrote one WARNING per request until session s42."""
-large_error_log.addFilter(RepeatThrottle())
+answers every request so wrote one WARNING per request until session s42. Keyed by the pod (the
+first argument) since session s44: grouped by text alone, one pod's flood held back every other
+pod's first line."""
+large_error_log.addFilter(RepeatThrottle(keyed_args=1))
 usage_unread_log = logging.getLogger("igw.gateway.usage_unread")
 """The warning for a compressed answer relayed with its usage unread (:func:`_warn_usage_unread`):
 the first per pod and reason, then one a minute at most with the count held
