@@ -16,6 +16,7 @@ import random
 import signal
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, cast
 
 import aiohttp
@@ -27,9 +28,10 @@ from igw.gateway.heartbeat import HeartbeatPublisher, HeartbeatSettings
 from igw.gateway.heartbeat_message import Heartbeat
 from igw.gateway.outage_log import FLAP_S, QUIET_S
 from igw.gateway.serving import serve_app
+from igw.gateway.telemetry import GatewayMetrics
 from igw.global_router.config import parse_global_config
 from igw.global_router.fleet import TRANSITIONS_KEPT, Fleet
-from igw.global_router.heartbeats import HeartbeatReader, HeartbeatSourceDown
+from igw.global_router.heartbeats import HeartbeatReader, HeartbeatSourceDown, HeartbeatSourceRefused
 from igw.global_router.metrics import FleetMetrics
 from igw.global_router.server import create_global_app
 from tests.global_router.support import beat, global_config, global_doc, reading_fleet, redis_on_path
@@ -501,6 +503,8 @@ async def test_a_flapping_store_logs_its_first_outage_and_then_counts_the_flaps(
             gauge.append(sample.value)
             clock.now += 1.0
         assert gauge == [0.0, 1.0] * 60  # every flap in the metric
+        outages = metrics.heartbeat_source_outages
+        assert [outages.labels(r)._value.get() for r in ("unreachable", "refused")] == [60.0, 0.0]
         assert lines(caplog, "unreadable") == [
             "heartbeat store unreadable (ConnectionError: Connection reset by peer): staleness suspended"
         ]
@@ -554,23 +558,31 @@ async def test_a_gateway_publishing_to_a_flapping_store_counts_the_flaps_too(
     caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The publisher's "not published" ERROR / "published again" WARNING follow the same rule: one
-    pair, then one line a quiet window with the count. Until session s44: a pair per flap."""
+    pair, then one line a quiet window with the count. Until session s44: a pair per flap. Every
+    write is counted in ``igw_heartbeat_writes_total`` (until s44 no series counted a failed write),
+    and a refusal (a read-only replica) is logged at once, not held like a flap."""
     from redis.exceptions import ConnectionError as RedisConnectionError
+    from redis.exceptions import ReadOnlyError
 
     clock = Clock()
     settings = HeartbeatSettings(cluster="a", region="r", redis_url="redis://127.0.0.1:1/0")
-    publisher = HeartbeatPublisher(cast(Any, None), settings, clock=clock)
-    failing = [False]
+    metrics = GatewayMetrics(lister=list, clock=clock, registry=CollectorRegistry())
+    publisher = HeartbeatPublisher(cast(Any, SimpleNamespace(metrics=metrics)), settings, clock=clock)
+    failing: list[Exception | None] = [None]
 
     async def publish_once() -> None:
-        if failing[0]:
-            raise RedisConnectionError("reset")
+        if failing[0] is not None:
+            raise failing[0]
+
+    def writes() -> dict[str, float]:
+        [family] = metrics.heartbeat_writes.collect()
+        return {s.labels["result"]: s.value for s in family.samples if s.name.endswith("_total")}
 
     monkeypatch.setattr(publisher, "publish_once", publish_once)
     caplog.set_level(logging.WARNING, logger="igw.gateway.heartbeat")
     try:
         for tick in range(120):
-            failing[0] = tick % 2 == 0
+            failing[0] = RedisConnectionError("reset") if tick % 2 == 0 else None
             await publisher._tick()
             clock.now += 1.0
         assert len(lines(caplog, "not published")) == 1
@@ -578,5 +590,124 @@ async def test_a_gateway_publishing_to_a_flapping_store_counts_the_flaps_too(
         [summary] = lines(caplog, "flaps")
         assert summary.endswith("is being published, flapping (30 flaps in the last 59 s not logged)")
         assert len(caplog.records) == 3
+        assert writes() == {"ok": 60.0, "unreachable": 60.0, "refused": 0.0}
+        caplog.clear()
+        failing[0] = ReadOnlyError("You can't write against a read only replica.")
+        await publisher._tick()  # inside the quiet window: a refusal is news all the same
+        assert lines(caplog, "not published") == [
+            "heartbeat igw:hb:a not published (ReadOnlyError); retrying "
+            "(29 flaps in the last 58 s not logged)"
+        ]
+        assert writes()["refused"] == 1.0
     finally:
         await publisher.stop()
+
+
+class FreezingReader(FlappingReader):
+    """A store that answers every read; while :attr:`frozen` is set no cluster's heartbeat changes
+    (the gateways' writes refused: a store at ``maxmemory`` with ``noeviction``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.frozen = False
+
+    async def read(self) -> dict[str, Heartbeat]:
+        if not self.frozen:
+            self.seq += 1
+        return {name: beat(name, seq=self.seq) for name in NAMES}
+
+
+async def test_a_fleet_falling_silent_and_back_in_turn_logs_its_first_silence_and_counts_the_rest(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A store on the edge of full refuses the gateways' writes for a few seconds, then takes one
+    (every 5 s here): the fleet is judged silent (ERROR "no cluster's heartbeat has changed") and
+    changing again (WARNING) in turn. Until session s44 that was a pair of lines every 5 s, 23 pairs
+    in these two minutes; now the rule of :mod:`igw.gateway.outage_log`: the first pair, then one
+    line a quiet window with the count, while every silence still keeps the clusters (none drained)."""
+    clock = Clock()
+    reader = FreezingReader()
+    fleet = reading_fleet(
+        global_config(failover={"heartbeatStalenessSeconds": STALENESS_S}),
+        cast(HeartbeatReader, reader),
+        clock=clock,
+    )
+    caplog.set_level(logging.WARNING, logger="igw.global_router")
+    judged_silent = 0
+    try:
+        for poll in range(120):
+            reader.frozen = poll % 5 != 4  # one write taken every 5 s
+            await fleet.poll_once()
+            judged_silent += fleet.silent_since is not None
+            assert drained(fleet) == dict.fromkeys(NAMES)
+            clock.now += 1.0
+        assert judged_silent == 23  # every silence judged (and its clusters kept)
+        assert len(lines(caplog, "has changed for")) == 1
+        assert lines(caplog, "changing again") == ["heartbeats are changing again after 5.0 s of silence"]
+        # the first silence judged at 108 (the last change at 104), its end at 109; the quiet window
+        # ends at 169: silences 113 to 168 counted
+        assert lines(caplog, "flapping") == [
+            "heartbeats are changing, flapping (12 flaps in the last 56 s not logged)"
+        ]
+        assert len(caplog.records) == 3
+    finally:
+        await fleet.stop()
+
+
+class RefusingReader(FlappingReader):
+    """A store that refuses the router's credentials while :attr:`refusing` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.refusing = False
+
+    async def read(self) -> dict[str, Heartbeat]:
+        if self.refusing:
+            raise HeartbeatSourceRefused(
+                "the heartbeat store refused the router's authentication: wrong password"
+            )
+        return await super().read()
+
+
+async def test_a_refusal_inside_a_flapping_store_s_quiet_window_is_logged_at_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A refusal of the router's credentials is an operator's mistake, not a flap: until session s44
+    one that came within a minute of a logged return (a store that had flapped, then had its
+    password changed) was held like a flap and logged 10 s late, or never when the Secret was fixed
+    within 10 s. It is logged at once now; the same refusal coming back is counted like a flap."""
+    clock = Clock()
+    reader = RefusingReader()
+    metrics = FleetMetrics(CollectorRegistry())
+    fleet = reading_fleet(global_config(), cast(HeartbeatReader, reader), clock=clock, metrics=metrics)
+    caplog.set_level(logging.WARNING, logger="igw.global_router")
+
+    async def poll() -> None:
+        await fleet.poll_once()
+        clock.now += 1.0
+
+    try:
+        reader.down = True
+        await poll()
+        reader.down = False
+        await poll()  # one outage and its return, logged: the quiet window starts
+        assert len(caplog.records) == 2
+        reader.refusing = True
+        await poll()
+        assert lines(caplog, "wrong password") == [
+            "the heartbeat store refused the router's authentication: wrong password: staleness suspended"
+        ]
+        reader.refusing = False
+        await poll()
+        assert lines(caplog, "readable again")[1:] == ["heartbeat store readable again"]
+        caplog.clear()
+        for _ in range(5):  # the same refusal again and again, a flap each
+            reader.refusing = True
+            await poll()
+            reader.refusing = False
+            await poll()
+        assert caplog.records == []
+        outages = metrics.heartbeat_source_outages
+        assert [outages.labels(r)._value.get() for r in ("unreachable", "refused")] == [1.0, 6.0]
+    finally:
+        await fleet.stop()

@@ -240,6 +240,20 @@ ALERTS: Final[tuple[Alert, ...]] = (
         "undercount. The gateway keeps serving.",
     ),
     Alert(
+        # since session s44: before it no series counted a failed write, and the log holds back
+        # a flapping store's failures (igw.gateway.outage_log), so a flapping store showed nowhere
+        "IgwHeartbeatWritesFailing",
+        'sum by (pod) (increase(igw_heartbeat_writes_total{result!="ok"}[10m]))\n'
+        "/ sum by (pod) (increase(igw_heartbeat_writes_total[10m])) > 0.1",
+        "5m",
+        "warning",
+        "Gateway {{ $labels.pod }} failed more than 10% of its heartbeat writes in the last 10 minutes.",
+        "The global routers judge the cluster by its heartbeats: failed writes make it look stale "
+        "(drained once they outlast heartbeatStalenessSeconds), and a flapping store's failures are "
+        "counted in the log, not each logged. Check the heartbeat store (Redis): reachability, memory, "
+        "role, the gateway's credentials.",
+    ),
+    Alert(
         # since session s44: before it a WARNING or a 502's access-log line alone said so
         "IgwAnswerUsageUnread",
         "sum by (model, reason) (increase(igw_answer_usage_unread_total[10m])) > 0",

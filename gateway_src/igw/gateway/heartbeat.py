@@ -281,6 +281,11 @@ class HeartbeatPublisher:
         self._outages = OutageLog()
         """When failed writes and their end are logged: a flapping store's are counted, not each
         logged (:mod:`igw.gateway.outage_log`)."""
+        self._logged_problem: str | None = None
+        """The trouble of the last logged failure: ``unreachable``, or the refusal's error type."""
+        writes = state.metrics.heartbeat_writes
+        self._written = {result: writes.labels(result) for result in ("ok", "unreachable", "refused")}
+        """``igw_heartbeat_writes_total`` by result: every write counted, the held ones too."""
         # at a fixed rate: a slow store must not stretch the interval the routers' staleness
         # counts on (until session s43, 1 s + the round trips: 1.45 s on a store answering in 0.45 s)
         self._ticker = Ticker(
@@ -352,12 +357,19 @@ class HeartbeatPublisher:
 
     async def _tick(self) -> None:
         # deferred: optional dependency: redis is imported only when this feature is configured
-        from redis.exceptions import RedisError
+        from redis.exceptions import AuthenticationError, AuthorizationError, RedisError, ResponseError
 
         try:
             await self.publish_once()
         except (RedisError, OSError) as exc:
-            if (line := self._outages.down(self._clock())) is not None:
+            # refused: the store answered (OOM, READONLY, NOPERM, WRONGPASS); logged at once when
+            # not the trouble logged last, as the router's reader does (an operator's mistake or a
+            # full store is no flap); the same trouble again is counted like one
+            refused = isinstance(exc, (ResponseError, AuthenticationError, AuthorizationError))
+            self._written["refused" if refused else "unreachable"].inc()
+            kind = type(exc).__name__ if refused else "unreachable"
+            if (line := self._outages.down(self._clock(), news=kind != self._logged_problem)) is not None:
+                self._logged_problem = kind
                 log.error(
                     "heartbeat %s not published (%s); retrying%s",
                     self._settings.key,
@@ -365,6 +377,7 @@ class HeartbeatPublisher:
                     line.note,
                 )
         else:
+            self._written["ok"].inc()
             if (line := self._outages.up(self._clock())) is not None:
                 again = "being published again" if line.kind == "up" else "being published, flapping"
                 log.warning("heartbeat to %s is %s%s", self._settings.key, again, line.note)

@@ -60,11 +60,14 @@ class OutageLog:
 
     def down(self, now: float, *, news: bool = False) -> LogLine | None:
         """A failed poll at ``now``: the line to log, or ``None``. ``news``: this failure is of a
-        different kind than the outage it continues (logged at once, like a new outage)."""
+        kind not logged last (a refusal of the caller's credentials after an outage; an outage after
+        such a refusal), logged at once whether it begins an outage or continues one: an operator's
+        mistake is not a flap (until session s44 a refusal beginning an outage inside the quiet
+        window was held like one)."""
         if self._down_since is None:
             self._down_since = now
             self._down_logged = False
-            if now >= self._quiet_until:
+            if news or now >= self._quiet_until:
                 return self._line("down", now, late=False)
             return None
         if news or (not self._down_logged and now - self._down_since >= self._flap_s):

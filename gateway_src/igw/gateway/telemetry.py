@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Final
 
 from mypy_extensions import mypyc_attr
-from prometheus_client import CollectorRegistry, Gauge
+from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.registry import Collector
@@ -434,6 +434,15 @@ class GatewayMetrics:
             "igw_endpoint_ejections",
             "Ejections of the endpoint by outlier detection (failed requests in a row).",
             ["scheduler", "endpoint"],
+            registry=r,
+        )
+        self.heartbeat_writes = Counter(
+            "igw_heartbeat_writes",
+            "Heartbeat writes to the global router's store (spec.extensions.globalHeartbeat; worker 0 "
+            "of a group), by result: ok; unreachable (no answer: a closed connection, a timeout); "
+            "refused (the store answered with an error: full, read-only, the gateway's credentials "
+            "or permissions). Counts the failures the log holds back while the store flaps.",
+            ["result"],
             registry=r,
         )
         self.request_faults = FoldingCounter(

@@ -91,6 +91,11 @@ class Fleet:
         """Why the heartbeat store cannot be read, while it cannot (shown in ``/readyz``)."""
         self.source_problem_refused = False
         """Whether :attr:`source_problem` is the store refusing the router's credentials."""
+        self._logged_problem: str | None = None
+        """The trouble the last logged outage was: ``unreachable``, or a refusal's message."""
+        self._silences = OutageLog()
+        """When :meth:`_judge_silence`'s silences and their ends are logged: a fleet silent and
+        changing in turn (a store on the edge of full) has its silences counted, not each logged."""
         self.silent_since: float | None = None
         """While every publishing cluster's heartbeat is stale at once (:meth:`_judge_silence`): when
         the fleet's last one was seen (the fleet's clock, the time excused deducted)."""
@@ -111,9 +116,16 @@ class Fleet:
             except HeartbeatSourceDown as exc:
                 refused = isinstance(exc, HeartbeatSourceRefused)
                 problem = str(exc) if refused else f"heartbeat store unreadable ({exc})"
-                # Logged once per kind of trouble: a refusal after an outage (or back) is news.
-                news = self._outages.down_now and refused != self.source_problem_refused
+                if not self._outages.down_now:
+                    self._metrics.heartbeat_source_outages.labels(
+                        "refused" if refused else "unreachable"
+                    ).inc()
+                # Logged at once when not the trouble logged last: a refusal (which one: its text
+                # names the setting) after an outage, or back; the same trouble again is a flap.
+                kind = problem if refused else "unreachable"
+                news = kind != self._logged_problem
                 if (line := self._outages.down(self._clock(), news=news)) is not None:
+                    self._logged_problem = kind
                     log.error("%s: staleness suspended%s", problem, line.note)
                 self.source_problem = problem
                 self.source_problem_refused = refused
@@ -160,29 +172,37 @@ class Fleet:
         staleness = self.config.failover.heartbeat_staleness_s
         silences = {name: s for name, h in self.health.items() if (s := h.silence(now=now)) is not None}
         quietest = min(silences.values(), default=0.0)
+        gap: float | None = None
         if self.silent_since is None:
             if len(silences) >= 2 and quietest > staleness:
                 self.silent_since = now - quietest
                 self._kept = frozenset(n for n, s in silences.items() if s - quietest <= staleness)
+        elif not silences or quietest <= staleness:  # a heartbeat changed: the silence ends
+            gap = now - self.silent_since
+            for name in self._kept:  # those that have not published since: their staleness as it stood
+                health = self.health[name]
+                silent = health.silence(now=now)
+                if silent is not None and silent >= gap:
+                    health.excuse(gap)
+            self.silent_since = None
+            self._kept = frozenset()
+        # Logged by the rule of igw.gateway.outage_log: until session s44 a fleet silent and changing
+        # in turn logged this ERROR and WARNING at every turn.
+        if self.silent_since is not None:
+            if (line := self._silences.down(now)) is not None:
                 log.error(
                     "no cluster's heartbeat has changed for %.1f s: the gateways cannot write to the "
                     "heartbeat store (full? read-only?); staleness suspended for %s, failing requests "
-                    "still drain them",
-                    quietest,
+                    "still drain them%s",
+                    now - self.silent_since,
                     ", ".join(sorted(self._kept)),
+                    line.note,
                 )
-            return
-        if silences and quietest > staleness:
-            return  # still silent
-        gap = now - self.silent_since
-        for name in self._kept:  # those that have not published since: their staleness as it stood
-            health = self.health[name]
-            silent = health.silence(now=now)
-            if silent is not None and silent >= gap:
-                health.excuse(gap)
-        log.warning("heartbeats are changing again after %.1f s of silence", gap)
-        self.silent_since = None
-        self._kept = frozenset()
+        elif (line := self._silences.up(now)) is not None:
+            if line.kind == "up" and gap is not None:
+                log.warning("heartbeats are changing again after %.1f s of silence%s", gap, line.note)
+            else:
+                log.warning("heartbeats are changing, flapping%s", line.note)
 
     def evaluate(self) -> None:
         now = self._clock()

@@ -110,6 +110,14 @@ class FleetMetrics:
         self.heartbeat_source_up = Gauge(
             f"{PREFIX}_heartbeat_source_up", "1 while the heartbeat store (Redis) answers.", registry=r
         )
+        self.heartbeat_source_outages = Counter(
+            f"{PREFIX}_heartbeat_source_outages",
+            "Outages of the heartbeat store (a failed read after a good one, or the first read), by "
+            "reason (unreachable; refused: the router's credentials): counts the flaps between scrapes "
+            "that igw_global_heartbeat_source_up cannot show.",
+            ["reason"],
+            registry=r,
+        )
         self.ratelimit_hits = Counter(
             f"{PREFIX}_ratelimit_hits",
             "Requests refused by a global rate limit, by tenant, model and limit (requests, tokens).",
