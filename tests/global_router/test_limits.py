@@ -383,6 +383,8 @@ async def test_a_background_response_s_holds_are_set_and_settled_with_its_debits
             await accept()  # each script's first call on a server: EVALSHA, then EVAL
             await poll()
             assert await _client_commands(redis_server, accept) == ["evalsha", "evalsha"]
+            for scope in ("|tier2", "|tier2|model="):  # a response never polled: its holds go in a day
+                assert 86_000 < client.ttl(f"t:bg1:held:{ids[-1]}{scope}:hold") <= 86_400
             assert (
                 client.exists(f"t:bg1:held:{ids[-1]}|tier2:hold", f"t:bg1:held:{ids[-1]}|tier2|model=:hold")
                 == 2
