@@ -6,10 +6,13 @@ import asyncio
 import logging
 import os
 import signal
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import aiohttp
 import pytest
 import redis
+import redis.asyncio as aioredis
 from prometheus_client.parser import text_string_to_metric_families
 
 from igw.gateway.guards import GuardDenied
@@ -301,6 +304,135 @@ async def test_a_response_is_debited_from_both_limits_in_one_round_trip(redis_se
             spent = 10_000 - float(tenant[b"l"])
             assert spent >= 2
             assert spent == pytest.approx(20_000 - float(model[b"l"]), abs=1)
+    finally:
+        client.close()
+        await cluster.stop()
+
+
+async def _client_commands(redis_server: RedisServer, action: Callable[[], Awaitable[None]]) -> list[str]:
+    """The commands clients sent the Redis while ``action`` ran (one round trip each), by
+    ``MONITOR``: what a script calls (client ``lua``) is not one (``INFO commandstats`` counts those
+    too, so a ``SET`` folded into a script counts as the ``SET`` it replaced)."""
+    client: aioredis.Redis[bytes] = aioredis.Redis(host="127.0.0.1", port=redis_server.port)
+    watcher: aioredis.Redis[bytes] = aioredis.Redis(host="127.0.0.1", port=redis_server.port)
+    marker = f"end-of-action-{os.getpid()}"
+    seen: list[str] = []
+    try:
+        await client.ping()  # its connection's handshake made before the monitor starts
+        async with watcher.monitor() as monitor:
+            await action()
+            await client.echo(marker)  # MONITOR shows commands in order: all the action's are before it
+            while True:
+                command = await asyncio.wait_for(monitor.next_command(), 5)
+                if marker in command["command"]:
+                    break
+                if command["client_type"] != "lua":
+                    seen.append(command["command"].split(" ", 1)[0].lower())
+    finally:
+        await client.aclose()  # type: ignore[attr-defined]  # types-redis predates aclose
+        await watcher.aclose()  # type: ignore[attr-defined]
+    return seen
+
+
+def _background_router_doc(cluster: FakeModelServer, redis_server: RedisServer) -> dict[str, Any]:
+    """A router with a tenant-wide and a per-model token limit on ``redis_server``."""
+    return global_doc(
+        [{"name": "east-a", "region": "east", "endpoint": f"http://{cluster.key}", "models": ["m0"]}],
+        heartbeats={"required": False},
+        rateLimits={
+            "backend": "redis",
+            "redis": {"url": redis_server.url, "keyPrefix": "t:bg1:"},
+            "default": {"tokensPerMinute": 6, "tokenBurst": 10_000},
+        },
+        modelRateLimits=[{"tenant": "*", "model": "m0", "tokensPerMinute": 6, "tokenBurst": 20_000}],
+    )
+
+
+BACKGROUND = {"model": "m0", "input": "x", "max_output_tokens": 3000, "background": True}
+
+
+async def test_a_background_response_s_holds_are_set_and_settled_with_its_debits(
+    redis_server: RedisServer,
+) -> None:
+    """A background response under a tenant-wide and a per-model token limit: accepted, it is
+    admitted and debited its bound, both charges held, in two Redis round trips; a poll showing its
+    usage releases and settles both holds in two. Before session s44 the holds were two ``SET``
+    round trips more (probe: ``evalsha, evalsha, set, set`` to accept), and the settlement four
+    (a release and a debit per limit). Both buckets are credited the bound less the 5 tokens
+    generated, so each is down by what the two responses used, not by their bounds."""
+    cluster = FakeModelServer("east-a")
+    await cluster.start()
+    app = create_global_app(
+        parse_global_config(_background_router_doc(cluster, redis_server)), read_heartbeats=False
+    )
+    client = redis.Redis(host="127.0.0.1", port=redis_server.port)
+    try:
+        async with serve_app(app, host="127.0.0.1", port=0) as url, aiohttp.ClientSession() as http:
+            ids: list[str] = []
+
+            async def accept() -> None:
+                async with http.post(url + "/v1/responses", json=BACKGROUND) as resp:
+                    assert resp.status == 200, await resp.text()
+                    ids.append((await resp.json())["id"])
+
+            async def poll() -> None:
+                async with http.get(f"{url}/v1/responses/{ids[-1]}") as resp:
+                    assert resp.status == 200
+                    assert (await resp.json())["usage"]["output_tokens"] == 5
+
+            await accept()  # each script's first call on a server: EVALSHA, then EVAL
+            await poll()
+            assert await _client_commands(redis_server, accept) == ["evalsha", "evalsha"]
+            for scope in ("|tier2", "|tier2|model="):  # a response never polled: its holds go in a day
+                assert 86_000 < client.ttl(f"t:bg1:held:{ids[-1]}{scope}:hold") <= 86_400
+            assert (
+                client.exists(f"t:bg1:held:{ids[-1]}|tier2:hold", f"t:bg1:held:{ids[-1]}|tier2|model=:hold")
+                == 2
+            )
+            assert await _client_commands(redis_server, poll) == ["evalsha", "evalsha"]
+            assert not client.keys("t:bg1:held:*")
+            tenant = 10_000 - float(client.hget("t:bg1:anonymous:tok", "l") or 0)
+            model = 20_000 - float(client.hget("t:bg1:anonymous|model=m0:tok", "l") or 0)
+            # two responses of a prompt and 5 tokens each, not their 3,000-token bounds
+            assert 2 <= tenant < 100
+            assert model == pytest.approx(tenant, abs=1)
+    finally:
+        client.close()
+        await cluster.stop()
+
+
+async def test_holds_set_before_the_upgrade_are_settled_after_it(redis_server: RedisServer) -> None:
+    """A background response accepted by a router of before session s44 (its two holds set by
+    ``SET ... EX NX``, as it did) and polled at an upgraded one: both holds are found, released
+    and settled in one step each."""
+    cluster = FakeModelServer("east-a")
+    await cluster.start()
+    app = create_global_app(
+        parse_global_config(_background_router_doc(cluster, redis_server)), read_heartbeats=False
+    )
+    client = redis.Redis(host="127.0.0.1", port=redis_server.port)
+    try:
+        async with serve_app(app, host="127.0.0.1", port=0) as url, aiohttp.ClientSession() as http:
+            async with http.post(url + "/v1/responses", json=BACKGROUND) as resp:
+                response_id = (await resp.json())["id"]
+            # as the router before the upgrade left it: the holds its SETs made, not the script's
+            client.delete(
+                f"t:bg1:held:{response_id}|tier2:hold", f"t:bg1:held:{response_id}|tier2|model=:hold"
+            )
+            for scope in ("|tier2", "|tier2|model="):
+                client.set(
+                    f"t:bg1:held:{response_id}{scope}:hold",
+                    "3000:anonymous" if scope == "|tier2" else "3000:anonymous|model=m0",
+                    ex=86_400,
+                    nx=True,
+                )
+            async with http.get(f"{url}/v1/responses/{response_id}") as resp:
+                assert resp.status == 200
+            assert not client.keys("t:bg1:held:*")
+            tenant = 10_000 - float(client.hget("t:bg1:anonymous:tok", "l") or 0)
+            model = 20_000 - float(client.hget("t:bg1:anonymous|model=m0:tok", "l") or 0)
+            assert 1 <= tenant < 50  # credited the 2,995 tokens held beyond the 5 generated
+            assert model == pytest.approx(tenant, abs=1)
     finally:
         client.close()
         await cluster.stop()

@@ -212,10 +212,27 @@ class ModelRateLimits:
         held = await first.release(reservation)
         if held is None:
             return
-        parts = model_key_parts(held[0])
-        limiter = None if parts is None else self._limiter(*parts)
+        limiter = self._settled_by(held[0])
         if limiter is not None:
             await limiter.settle_held(held, completion_tokens=completion_tokens)
+
+    async def settle_both(self, *, reservation: str, completion_tokens: int) -> None:
+        """The tenant-wide limits' settlement (the request guard's ``settle``) and :meth:`settle`'s,
+        in two backend calls (:meth:`RateLimiter.settle_with`: both holds released in one, both
+        settled in the other), where :attr:`decides_tenant_limits`."""
+        if self._tenant_limiter is None:
+            raise ValueError("settle_both: built without the tenant-wide limiter")
+        await self._tenant_limiter.settle_with(
+            reservation=reservation,
+            completion_tokens=completion_tokens,
+            also=next(iter(self._limiters.values()), None),  # all share the backend that holds it
+            settled_by=self._settled_by,
+        )
+
+    def _settled_by(self, held_key: str) -> RateLimiter | None:
+        """The limiter of the entry whose (tenant, model) bucket key is ``held_key``."""
+        parts = model_key_parts(held_key)
+        return None if parts is None else self._limiter(*parts)
 
     async def close(self) -> None:
         if self._backend is not None:

@@ -618,6 +618,17 @@ async def _account(
     )
 
 
+async def _settle(router: GlobalRouter, response_id: str, completion_tokens: int) -> None:
+    """Settle a background response's held charges, tenant-wide and per-model, by the tokens a poll
+    shows it generated: releasing both in one Redis round trip and settling both in one more, where
+    the router built its guard (as :func:`_account` holds them in one). Until session s44 four."""
+    if router.model_limits.decides_tenant_limits:
+        await router.model_limits.settle_both(reservation=response_id, completion_tokens=completion_tokens)
+        return
+    await router.guard.settle(reservation=response_id, completion_tokens=completion_tokens)
+    await router.model_limits.settle(reservation=response_id, completion_tokens=completion_tokens)
+
+
 def _relaying(prepared: Sequence[web.StreamResponse]) -> ExchangeResult | None:
     """The exchange whose answer was being relayed as it arrived when its relay was cut short (its
     client left, ``maxRequestSeconds`` or a shutdown ended it); ``None`` when none was."""
@@ -762,8 +773,7 @@ async def _forward_stored(request: web.Request, router: GlobalRouter) -> web.Str
         if shown is not None and result.status < 400:
             # the usage of a response accepted in the background: its bound settled (once)
             with contextlib.suppress(GuardDenied):
-                await router.guard.settle(reservation=response_id, completion_tokens=shown)
-                await router.model_limits.settle(reservation=response_id, completion_tokens=shown)
+                await _settle(router, response_id, shown)
         return result.response
     if last is not None:
         return last

@@ -41,9 +41,16 @@ class RateLimitBackend(Protocol):
         reservation's unused part), up to its capacity (every read of a bucket caps it there)."""
         ...
 
-    async def account_all(self, debits: Sequence[tuple[str, TenantLimits, int]]) -> None:
-        """:meth:`account` for several ``(bucket key, limits, tokens)`` at once, in one step (the
-        global router's tenant-wide and per-model debits after a response: one Redis round trip)."""
+    async def account_all(
+        self,
+        debits: Sequence[tuple[str, TenantLimits, int]],
+        *,
+        holds: Sequence[tuple[str, str, int]] = (),
+    ) -> None:
+        """:meth:`account` for several ``(bucket key, limits, tokens)`` at once, and :meth:`hold`
+        for each ``(key, tenant, tokens)`` of ``holds``, in one step (the global router's
+        tenant-wide and per-model debits after a response, and a background response's two held
+        charges: one Redis round trip)."""
         ...
 
     async def hold(self, *, key: str, tenant: str, tokens: int) -> None:
@@ -56,6 +63,11 @@ class RateLimitBackend(Protocol):
     async def release(self, key: str) -> tuple[str, int] | None:
         """The tenant and tokens held under ``key``, forgotten in the same step (so that only one
         caller, of any replica sharing the backend, settles them), or ``None``."""
+        ...
+
+    async def release_all(self, keys: Sequence[str]) -> list[tuple[str, int] | None]:
+        """:meth:`release` of each of ``keys``, in one step (the global router's tenant-wide and
+        per-model holds of one response: one Redis round trip)."""
         ...
 
     async def close(self) -> None: ...

@@ -64,6 +64,10 @@ _Plan = tuple[TenantLimits, bool, bool]
 """A tenant's limits, whether any applies (``limited``) and whether tokens count against one."""
 
 
+_Debit = tuple[str, TenantLimits, int]
+"""A backend's ``account_all`` debit: bucket key, limits, tokens (a credit when negative)."""
+
+
 def _plan(limits: TenantLimits) -> _Plan:
     """What admitting and accounting a request ask of a tenant's limits, read once per limiter."""
     return (limits, limits.limited, limits.tokens_per_minute is not None)
@@ -374,7 +378,9 @@ class RateLimiter:
         (the global router's per-model limit for the tenant and model; its reserved ones held under
         ``reservation`` in ``also``'s scope), both debits in one backend call, one Redis round trip.
         ``also`` must share this limiter's backend (:meth:`sharing`). Until session s44 the router debited the
-        tenant-wide and the per-model buckets in two round trips after every response."""
+        tenant-wide and the per-model buckets in two round trips after every response, and held a
+        background response's two charges in two more (one ``SET`` each): the holds now go in the
+        debit's call."""
         key = self.tenant_key(tenant)
         prompt_tokens, completion_tokens = _charged(prompt_tokens), _charged(completion_tokens)
         reserved_tokens = _charged(reserved_tokens)
@@ -383,12 +389,12 @@ class RateLimiter:
         if total == 0:
             return
         debits: list[tuple[str, TenantLimits, int]] = []
-        holds: list[tuple[str, str]] = []
+        holds: list[tuple[str, str, int]] = []
         limits, _, counts_tokens = self._plans.get(key, self._default_plan)
         if counts_tokens:
             debits.append((self._bucket(key), limits, total))
             if reservation is not None and reserved_tokens > 0:
-                holds.append((self._held_at(reservation), key))
+                holds.append((self._held_at(reservation), key, reserved_tokens))
         if also is not None:
             if also._backend is not self._backend or also._fallback is not self._fallback:
                 raise ValueError("account_with: the other limiter must share this one's backend (sharing())")
@@ -397,14 +403,9 @@ class RateLimiter:
             if other_counts:
                 debits.append((also._bucket(other_key), other_limits, total))
                 if reservation is not None and reserved_tokens > 0:
-                    holds.append((also._held_at(reservation), other_key))
+                    holds.append((also._held_at(reservation), other_key, reserved_tokens))
         if debits:
-            await self._on_backend(lambda b: b.account_all(debits))
-        for held_at, holder in holds:
-            await self._hold(held_at, holder, reserved_tokens)
-
-    async def _hold(self, key: str, tenant: str, tokens: int) -> None:
-        await self._on_backend(lambda b: b.hold(key=key, tenant=tenant, tokens=tokens))
+            await self._on_backend(lambda b: b.account_all(debits, holds=holds))
 
     async def settle(self, *, reservation: str, completion_tokens: int) -> None:
         """The tokens held under ``reservation`` are settled, once, by ``completion_tokens``: those
@@ -425,14 +426,49 @@ class RateLimiter:
     async def settle_held(self, held: tuple[str, int], *, completion_tokens: int) -> None:
         """:meth:`settle`'s second half: ``held`` (:meth:`release`'s answer) settled by
         ``completion_tokens`` with this limiter's limits for its tenant key."""
+        debits = self._settlement(held, completion_tokens)
+        if debits:
+            await self._on_backend(lambda b: b.account_all(debits))
+
+    def _settlement(self, held: tuple[str, int], completion_tokens: int) -> list[_Debit]:
+        """The debit (a credit when negative) settling ``held`` by ``completion_tokens``, with this
+        limiter's limits for its tenant key (none when they are equal); the tokens are counted."""
         key, tokens = held
         tokens, completion_tokens = _charged(tokens), _charged(completion_tokens)
         self._count_tokens(key, 0, completion_tokens)
         limits = self._plans.get(key, self._default_plan)[0]
         difference = completion_tokens - tokens
-        if difference:
-            bucket = self._bucket(key)
-            await self._on_backend(lambda b: b.account(tenant=bucket, limits=limits, tokens=difference))
+        return [(self._bucket(key), limits, difference)] if difference else []
+
+    async def settle_with(
+        self,
+        *,
+        reservation: str,
+        completion_tokens: int,
+        also: RateLimiter | None,
+        settled_by: Callable[[str], RateLimiter | None],
+    ) -> None:
+        """:meth:`settle`, and the same response's hold in ``also``'s scope (the global router's
+        per-model limits), settled with the limits of ``settled_by(its tenant key)``: both holds
+        released in one backend call, both settlements in one more. ``also`` and the limiters
+        ``settled_by`` answers must share this limiter's backend (:meth:`sharing`). Until session s44
+        the router settled them in four Redis round trips (a release and a debit each)."""
+        limiters = [self] if also is None else [self, also]
+        if any(x._backend is not self._backend or x._fallback is not self._fallback for x in limiters):
+            raise ValueError("settle_with: the other limiter must share this one's backend (sharing())")
+        held_at = [x._held_at(reservation) for x in limiters]
+        found = await self._on_backend(lambda b: b.release_all(held_at))
+        if found is None:
+            return
+        debits: list[_Debit] = []
+        for index, held in enumerate(found):
+            settler = self if index == 0 else None if held is None else settled_by(held[0])
+            if held is not None and settler is not None:
+                if settler._backend is not self._backend:
+                    raise ValueError("settle_with: the settling limiter must share this one's backend")
+                debits += settler._settlement(held, completion_tokens)
+        if debits:
+            await self._on_backend(lambda b: b.account_all(debits))
 
     async def _on_backend(self, call: Callable[[RateLimitBackend], Awaitable[_T]]) -> _T | None:
         """``call`` on the backend, else (it is down, under ``onRedisUnavailable: local``) on this

@@ -161,9 +161,16 @@ class LocalBuckets:
         bucket = self._bucket(self._tokens, tenant, rate=token_rate(limits), capacity=limits.token_capacity)
         bucket.level -= tokens  # a credit (negative) fills it at most to capacity: refill caps it
 
-    async def account_all(self, debits: Sequence[tuple[str, TenantLimits, int]]) -> None:
+    async def account_all(
+        self,
+        debits: Sequence[tuple[str, TenantLimits, int]],
+        *,
+        holds: Sequence[tuple[str, str, int]] = (),
+    ) -> None:
         for tenant, limits, tokens in debits:
             await self.account(tenant=tenant, limits=limits, tokens=tokens)
+        for key, tenant, tokens in holds:
+            await self.hold(key=key, tenant=tenant, tokens=tokens)
 
     async def hold(self, *, key: str, tenant: str, tokens: int) -> None:
         held = self._held
@@ -178,6 +185,9 @@ class LocalBuckets:
         if found is None or found[2] < self._clock():
             return None
         return found[0], found[1]
+
+    async def release_all(self, keys: Sequence[str]) -> list[tuple[str, int] | None]:
+        return [await self.release(key) for key in keys]
 
     async def close(self) -> None:
         return None

@@ -7,8 +7,10 @@ Redis's own ``TIME`` so replicas with skewed clocks still share one timeline. Th
 ``<prefix><key>:tok`` (hashes ``{l: level, t: updated_at}``), ``<key>`` a bucket key of
 :mod:`igw.security.ratelimit.keys`, and expire once the bucket would be
 full again, so idle tenants cost nothing. A reservation (:meth:`RedisBuckets.hold`) is the string
-``<tokens>:<tenant>`` under ``<prefix>held:<key>:hold`` for a day, read and deleted in one script by
-the one replica that settles it. Any Redis error or timeout raises
+``<tokens>:<tenant>`` under ``<prefix>held:<key>:hold`` for a day, set by the script that debits
+its charge (:meth:`RedisBuckets.account_all`, every hold of a response in the same call), read and
+deleted in one script by the one replica that settles it (every hold of a response at once,
+:meth:`RedisBuckets.release_all`). Any Redis error or timeout raises
 :class:`~igw.security.ratelimit.backend.BackendUnavailable`; the limiter decides what happens then.
 """
 
@@ -31,10 +33,11 @@ _SCRIPT: Final = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local op = ARGV[1]
+local n = tonumber(ARGV[2])
 
 -- one check per pair of keys (KEYS[2i-1]: requests, KEYS[2i]: tokens), five arguments each
 local function check(i)
-  local b = 2 + (i - 1) * 5
+  local b = 3 + (i - 1) * 5
   return tonumber(ARGV[b]), tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]),
     tonumber(ARGV[b + 4])
 end
@@ -56,8 +59,6 @@ local function save(key, level, rate, cap)
   redis.call('EXPIRE', key, ttl)
 end
 
-local n = #KEYS / 2
-
 if op == 'account' then
   for i = 1, n do
     local _, _, tok_rate, tok_cap, amount = check(i)
@@ -67,6 +68,12 @@ if op == 'account' then
       if level > tok_cap then level = tok_cap end
       save(KEYS[2 * i], level, tok_rate, tok_cap)
     end
+  end
+  -- then the reservations (KEYS past the checks'), two arguments each: what is held, for how long;
+  -- a key held already keeps its first holder
+  local h = 3 + 5 * n
+  for j = 1, #KEYS - 2 * n do
+    redis.call('SET', KEYS[2 * n + j], ARGV[h + 2 * (j - 1)], 'EX', ARGV[h + 2 * j - 1], 'NX')
   end
   return {1, 0, 0, n}
 end
@@ -100,11 +107,16 @@ return {1, 0, 0, n}
 
 
 _RELEASE: Final = """
-local held = redis.call('GET', KEYS[1])
-if held then redis.call('DEL', KEYS[1]) end
-return held
+local out = {}
+for i = 1, #KEYS do
+  local held = redis.call('GET', KEYS[i])
+  if held then redis.call('DEL', KEYS[i]) end
+  out[i] = held
+end
+return out
 """
-"""Read and delete a reservation in one step (``GETDEL``, which Redis has only since 6.2)."""
+"""Read and delete reservations in one step (``GETDEL``, which Redis has only since 6.2, for each);
+one missing answers ``false`` in its place (a nil in the reply)."""
 
 
 REDIS_PATH: Final = "spec.extensions.rateLimits.redis"
@@ -156,13 +168,23 @@ class RedisBuckets:
         base = f"{self._settings.key_prefix}{tenant}"
         return [f"{base}:req", f"{base}:tok"]
 
-    async def _run(self, op: str, checks: Sequence[tuple[str, TenantLimits, float]]) -> list[int]:
-        """The script's answer to ``op`` over ``checks`` (bucket key, limits, amount), in one call."""
+    async def _run(
+        self,
+        op: str,
+        checks: Sequence[tuple[str, TenantLimits, float]],
+        holds: Sequence[tuple[str, str, int]] = (),
+    ) -> list[int]:
+        """The script's answer to ``op`` over ``checks`` (bucket key, limits, amount) and, for
+        ``account``, ``holds`` (:meth:`hold`'s key, tenant, tokens), in one call."""
         keys: list[str] = []
-        args: list[Any] = [op]
+        args: list[Any] = [op, len(checks)]
         for tenant, limits, amount in checks:
             keys += self._keys(tenant)
             args += [*self._rates(limits), amount]
+        for key, tenant, tokens in holds:
+            keys.append(self._held_key(key))
+            # "tokens:tenant": the count first, so that a tenant name holding ':' splits right
+            args += [f"{tokens}:{tenant}", int(HOLD_TTL_S)]
         result = await self._call(self._script(self._client, keys=keys, args=args))
         return [int(x) for x in result]
 
@@ -211,22 +233,35 @@ class RedisBuckets:
             return
         await self._run("account", [(tenant, limits, tokens)])
 
-    async def account_all(self, debits: Sequence[tuple[str, TenantLimits, int]]) -> None:
+    async def account_all(
+        self,
+        debits: Sequence[tuple[str, TenantLimits, int]],
+        *,
+        holds: Sequence[tuple[str, str, int]] = (),
+    ) -> None:
         counted = [d for d in debits if d[1].tokens_per_minute is not None and d[2] != 0]
-        if counted:
-            await self._run("account", counted)
+        if counted or holds:
+            await self._run("account", counted, holds)
 
     async def hold(self, *, key: str, tenant: str, tokens: int) -> None:
-        # "tokens:tenant": the count first, so that a tenant name holding ':' splits right
-        held = f"{tokens}:{tenant}"
-        await self._call(self._client.set(self._held_key(key), held, ex=int(HOLD_TTL_S), nx=True))
+        await self._run("account", [], [(key, tenant, tokens)])
 
     async def release(self, key: str) -> tuple[str, int] | None:
-        held = await self._call(self._release(self._client, keys=[self._held_key(key)], args=[]))
-        if not held:
-            return None
-        tokens, _, tenant = bytes(held).decode().partition(":")
-        return tenant, int(tokens)
+        return (await self.release_all([key]))[0]
+
+    async def release_all(self, keys: Sequence[str]) -> list[tuple[str, int] | None]:
+        if not keys:
+            return []
+        held_keys = [self._held_key(key) for key in keys]
+        answer = await self._call(self._release(self._client, keys=held_keys, args=[]))
+        found: list[tuple[str, int] | None] = []
+        for held in answer:
+            if not held:
+                found.append(None)
+                continue
+            tokens, _, tenant = bytes(held).decode().partition(":")
+            found.append((tenant, int(tokens)))
+        return found
 
     async def close(self) -> None:
         await self._client.aclose()  # type: ignore[attr-defined]  # types-redis predates aclose
