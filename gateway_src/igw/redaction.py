@@ -100,6 +100,32 @@ which :data:`_TRIGGERS`' ``eyj`` finds): the cheap test :func:`needs_redaction` 
 run before splitting any URL."""
 
 
+_REQUEST_TARGET: Final = re.compile(
+    r"((?:^|(?<=[\s\"'(]))(?:GET|HEAD|POST|PUT|PATCH|DELETE|OPTIONS) |with url: )(/[^\s\"'<>]*)"
+)
+"""An HTTP request's target without scheme or host, where a library quotes it: the request line
+(``"POST /v1/traces?api_key=... HTTP/1.1" 200``, urllib3's DEBUG line and aiohttp's access log) and
+urllib3's ``Max retries exceeded with url: /v1/traces?api_key=...``, which the OTLP exporter logs as
+a WARNING at every failed export. :func:`redact` masks it as :func:`redact_url` masks a URL's path,
+query and fragment; before session s44 only URLs with a scheme were, and ``igw serve
+--otel-endpoint 'https://collector/v1/traces?api_key=...'`` wrote the key at every export retry."""
+_TARGET_HINT: Final = re.compile(r"(?:[A-Z] |url: )/")
+"""What a text needs for :data:`_REQUEST_TARGET` to match: the cheap test before it runs."""
+
+
+def _target_secrets(text: str) -> bool:
+    """Whether ``text`` may hold a request target (:data:`_REQUEST_TARGET`) that :func:`redact` changes."""
+    return bool(
+        _TARGET_HINT.search(text)
+        and (_URL_SECRET_MARKS.intersection(text) or _PATH_HINT.search(text) or "eyJ" in text)
+    )
+
+
+def _redact_target(found: re.Match[str]) -> str:
+    """A request target masked as :func:`redact_url` masks a URL's path, query and fragment."""
+    return found.group(1) + redact_url("x://h" + found.group(2))[len("x://h") :]
+
+
 def needs_redaction(text: str) -> bool:
     """Whether :func:`redact` may change ``text``; ``False`` guarantees ``redact(text) == text``
     (none of the patterns can match: no user-info URL is possible and no trigger substring occurs).
@@ -108,6 +134,8 @@ def needs_redaction(text: str) -> bool:
     of such strings is written without the writer thread scanning it again
     (:mod:`igw.gateway.access_log`)."""
     if "://" in text and (_URL_SECRET_MARKS.intersection(text) or _PATH_HINT.search(text)):
+        return True
+    if _target_secrets(text):
         return True
     lowered = text.lower()
     return any(trigger in lowered for trigger in _TRIGGERS)
@@ -185,6 +213,8 @@ def redact(text: str) -> str:
         return text
     if "://" in text and (_URL_SECRET_MARKS.intersection(text) or _PATH_HINT.search(text) or "eyJ" in text):
         text = _URL.sub(lambda m: redact_url(m.group(0)), text)
+    if _target_secrets(text):
+        text = _REQUEST_TARGET.sub(_redact_target, text)
     lowered = text.lower()
     if not any(trigger in lowered for trigger in _TRIGGERS):
         return text

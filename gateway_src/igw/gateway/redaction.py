@@ -68,11 +68,17 @@ THIRD_PARTY_LOGGERS: Final = (
     "httpcore",
     "hpack",
     "h2",
+    "kopf",
+    "celpy",
 )
 """Libraries whose DEBUG lines quote what they send or receive: botocore logs every request's
 parameters and body (ACM's ``ImportCertificate`` carries the private key), urllib3 and aiohttp URLs and
 headers, the kubernetes client and redis their requests and commands (``AUTH``), hpack decoded
-headers. :func:`configure_logging` keeps them at INFO under ``--log-level debug``."""
+headers, kopf every watched object's whole body, its diff and each patch (``Creation is in progress:
+{...}``: an InferenceGatewayConfig's ``podDefaults.env`` values with it), celpy the operands of every
+CEL function and operator it evaluates (``function_size(StringType('<the value>'))``, every variable's
+value in its activation; igw parses the CRD's rules with it, :mod:`igw.config.cel_cost`).
+:func:`configure_logging` keeps them at INFO under ``--log-level debug``."""
 DEBUG_THIRD_PARTY_ENV: Final = "IGW_DEBUG_THIRD_PARTY"
 """Set to ``1`` to let :data:`THIRD_PARTY_LOGGERS` log at DEBUG too, when a library's own requests
 must be seen (redaction still applies, but it masks what it recognises, not everything)."""
