@@ -19,7 +19,7 @@ from igw.gateway.guards import GuardDenied
 from igw.gateway.serving import serve_app
 from igw.global_router.config import ModelLimit, parse_global_config
 from igw.global_router.limits import ModelRateLimits, resolve
-from igw.global_router.server import create_global_app
+from igw.global_router.server import ROUTER_KEY, create_global_app, misnamed_log
 from igw.security.settings import RateLimitSettings
 from tests.gateway.fake_model_server import FakeModelServer, closed_port
 from tests.global_router.support import MODEL, global_doc
@@ -433,6 +433,50 @@ async def test_holds_set_before_the_upgrade_are_settled_after_it(redis_server: R
             model = 20_000 - float(client.hget("t:bg1:anonymous|model=m0:tok", "l") or 0)
             assert 1 <= tenant < 50  # credited the 2,995 tokens held beyond the 5 generated
             assert model == pytest.approx(tenant, abs=1)
+    finally:
+        client.close()
+        await cluster.stop()
+
+
+@pytest.mark.parametrize("known", [True, False], ids=["known-cluster", "searched"])
+async def test_a_poll_answer_naming_another_response_settles_nothing(
+    redis_server: RedisServer, known: bool, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cluster (a compromised pod behind it) that answers the poll of one background response
+    with another response object, usage and all, does not settle the polled one's holds: only an
+    answer naming the id in the path does. Before session s44 the router settled the polled id by
+    that answer's usage when it knew the cluster (or asked its last one), so a pod could credit a
+    tenant any bound it liked. The right answer then settles it."""
+    monkeypatch.setattr(misnamed_log, "filters", [])  # each case's line, unthrottled
+    cluster = FakeModelServer("east-a")
+    await cluster.start()
+    app = create_global_app(
+        parse_global_config(_background_router_doc(cluster, redis_server)), read_heartbeats=False
+    )
+    client = redis.Redis(host="127.0.0.1", port=redis_server.port)
+    try:
+        async with serve_app(app, host="127.0.0.1", port=0) as url, aiohttp.ClientSession() as http:
+            ids: list[str] = []
+            for _ in range(2):
+                async with http.post(url + "/v1/responses", json=BACKGROUND) as resp:
+                    assert resp.status == 200, await resp.text()
+                    ids.append((await resp.json())["id"])
+            polled, other = ids
+            held = [f"t:bg1:held:{polled}|tier2:hold", f"t:bg1:held:{polled}|tier2|model=:hold"]
+            assert client.exists(*held) == 2
+            if not known:
+                app[ROUTER_KEY].responses.forget(["east-a"])  # as another replica, or after a restart
+            client.delete(f"t:bg1:held:{other}|tier2:hold", f"t:bg1:held:{other}|tier2|model=:hold")
+            right = cluster.stored_responses[polled]
+            cluster.stored_responses[polled] = cluster.stored_responses[other]  # names the other
+            async with http.get(f"{url}/v1/responses/{polled}") as resp:
+                assert (await resp.json())["id"] == other
+            assert client.exists(*held) == 2  # both holds kept: nothing settled
+            assert "cluster east-a answered a poll of one response with the usage of another" in caplog.text
+            cluster.stored_responses[polled] = right
+            async with http.get(f"{url}/v1/responses/{polled}") as resp:
+                assert resp.status == 200
+            assert client.exists(*held) == 0
     finally:
         client.close()
         await cluster.stop()

@@ -532,6 +532,46 @@ async def test_a_process_keeps_at_most_max_held_reservations_the_oldest_forgotte
     assert await buckets.release("late") is None  # expired
 
 
+async def test_one_tenant_s_flood_of_holds_evicts_its_own_never_another_s(clock: ManualClock) -> None:
+    """When the table is full the oldest hold of the tenant holding the most goes, so mallory's
+    flood of one-token holds forgets mallory's, not alice's 100,000-token one (until session s44 the
+    oldest of any tenant went: alice's release found nothing and her whole bound stayed charged),
+    and the table stays at :data:`MAX_HELD`."""
+    buckets = LocalBuckets(clock=clock)
+    await buckets.hold(key="alice_1", tenant="alice", tokens=100_000)
+    await buckets.hold(key="bob_1", tenant="bob", tokens=7)
+    await buckets.hold(key="bob_2", tenant="bob", tokens=8)
+    for i in range(3 * MAX_HELD):
+        await buckets.hold(key=f"mallory_{i}", tenant="mallory", tokens=1)
+    assert len(buckets._held) == MAX_HELD
+    assert await buckets.release("alice_1") == ("alice", 100_000)
+    assert await buckets.release("bob_1") == ("bob", 7)
+    assert await buckets.release("mallory_0") is None  # mallory's oldest went first
+    assert await buckets.release(f"mallory_{3 * MAX_HELD - 1}") == ("mallory", 1)
+    # many tenants of one hold each: mallory's go while mallory holds the most
+    await buckets.hold(key="alice_2", tenant="alice", tokens=5)
+    for i in range(MAX_HELD // 2):
+        await buckets.hold(key=f"carol_{i}", tenant=f"carol-{i}", tokens=1)
+    assert len(buckets._held) == MAX_HELD
+    assert await buckets.release("alice_2") == ("alice", 5)
+    assert await buckets.release("bob_2") == ("bob", 8)
+    assert await buckets.release("carol_0") == ("carol-0", 1)
+
+
+async def test_an_expired_hold_is_evicted_before_a_live_one(clock: ManualClock) -> None:
+    """A full table drops an expired hold (it settles nothing) before any live one, even one of the
+    tenant holding the most."""
+    buckets = LocalBuckets(clock=clock)
+    await buckets.hold(key="old", tenant="alice", tokens=3)
+    clock.advance(HOLD_TTL_S + 1)
+    for i in range(MAX_HELD - 1):
+        await buckets.hold(key=f"m_{i}", tenant="mallory", tokens=1)
+    await buckets.hold(key="bob_1", tenant="bob", tokens=2)  # full: "old" goes, not mallory's
+    assert len(buckets._held) == MAX_HELD
+    assert await buckets.release("m_0") == ("mallory", 1)
+    assert await buckets.release("bob_1") == ("bob", 2)
+
+
 class _KeepEveryBucket:
     """The local backend as it was before session s39: one bucket per tenant, kept forever (the
     reference the pruned backend must agree with, decision for decision)."""

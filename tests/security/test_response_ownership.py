@@ -185,3 +185,42 @@ async def test_ids_the_gateway_did_not_mint_are_relayed_as_before(
         minted_shape = response_id.startswith("resp_0")
         assert ("not made for you" in answer["error"]["message"]) is minted_shape
         assert len(servers[0].received) == (0 if minted_shape else 1)  # the other shape was searched for
+
+
+async def test_a_poll_answer_naming_another_response_settles_nothing(
+    tmp_path: Path, jwks_server: JwksServer, client_ssl: ssl.SSLContext, tokens: TokenFactory
+) -> None:
+    """A pod that answers the poll of one background response with another response object (its
+    usage and all) does not settle the polled one's output bound: only an answer naming the id in
+    the path does. Before session s44 the gateway settled the polled id by whatever usage the
+    answer showed, so a pod could credit a tenant any bound it liked; the right answer still does."""
+    limits = {"rateLimits": {"default": {"requestsPerSecond": 100, "tokensPerMinute": 6, "tokenBurst": 600}}}
+    async with (
+        running(FakeModelServer("a"), FakeModelServer("b")) as servers,
+        secured_gateway(
+            tmp_path, servers, issuer=jwks_server, client_ssl=client_ssl, extensions={**ACCESS, **limits}
+        ) as gw,
+    ):
+        tokens.clock.now = time.time()
+        alice = tokens.token(tenant="team-a", sub="alice")
+        body = {"model": "m", "input": "x", "max_output_tokens": 250, "background": True}
+        ids = []
+        for _ in range(2):  # two bounds of 250 charged: about 100 of the 600 left
+            status, made = await _post(gw, "/v1/responses", body, alice)
+            assert (status, made["status"]) == (200, "queued")
+            ids.append(made["id"])
+        polled, other = ids
+        holder = next(pod for pod in servers if polled in pod.stored_responses)
+        right = holder.stored_responses[polled]
+        holder.stored_responses[polled] = next(
+            pod.stored_responses[other] for pod in servers if other in pod.stored_responses
+        )
+        status, answer = await _ask(gw, "GET", f"/v1/responses/{polled}", alice)
+        assert (status, answer["id"], answer["usage"]["output_tokens"]) == (200, other, 5)
+        status, _ = await _post(gw, "/v1/responses", body, alice)
+        assert status == 429  # the polled bound was not credited by the other's usage
+        holder.stored_responses[polled] = right
+        status, answer = await _ask(gw, "GET", f"/v1/responses/{polled}", alice)
+        assert (status, answer["id"]) == (200, polled)
+        status, _ = await _post(gw, "/v1/responses", body, alice)
+        assert status == 200  # settled by its own usage: 245 credited

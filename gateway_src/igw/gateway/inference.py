@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import logging
 import math
 import os
 import re
@@ -52,6 +53,7 @@ from igw.gateway.flow_gate import (
 from igw.gateway.forwarded_answer import ForwardedAnswer, as_response
 from igw.gateway.guards import GuardDenied, Principal, RequestGuard, caller_scope
 from igw.gateway.inference_apis import ANTHROPIC_APIS, GENERATING_APIS, InferenceApi, anthropic_path
+from igw.gateway.log_throttle import RepeatThrottle
 from igw.gateway.lora_field import LORA_PATH_ENGINES, lora_path_refusal
 from igw.gateway.model_rewrite import retargeted
 from igw.gateway.model_router import BASE_MODEL_HEADER, MODEL_HEADER, NO_MATCH_MESSAGE
@@ -110,6 +112,11 @@ from igw.scheduling.types import (
     RoutingRequest,
 )
 
+misnamed_log = logging.getLogger("igw.gateway.misnamed_usage")
+"""The warning for a retrieval's answer that shows usage under another response's id (not settled,
+:func:`_forward`): the first per pod, then one a minute at most with the count held
+(:class:`~igw.gateway.log_throttle.RepeatThrottle` keyed by the pod)."""
+misnamed_log.addFilter(RepeatThrottle(keyed_args=1))
 STATE_KEY = web.AppKey("igw_state", GatewayState)
 SESSION_KEY = web.AppKey("igw_upstream_session", UpstreamPool)
 REQUEST_ID_HEADER: Final = "x-request-id"
@@ -243,7 +250,9 @@ class _Forward:
     charge (:meth:`RequestGuard.settle`)."""
     minted: str | None
     """The stored response's id the gateway wrote into the request (``request_id``,
-    :mod:`igw.gateway.response_ids`), else ``None``: the only id an answer is believed to name."""
+    :mod:`igw.gateway.response_ids`), or the one a retrieval or cancel names in its path, else
+    ``None``: the only id an answer is believed to name (a retrieval's answer naming another id
+    settles nothing since session s44)."""
 
     def __init__(
         self,
@@ -511,6 +520,7 @@ async def handle_stored_response(request: web.Request) -> web.StreamResponse:
             search_for=None if found is not None else response_id,
             search_pools={key: owner.spec.name for key, owner in owners.items()},
             settles=response_id,
+            minted=response_id,  # the only id an answer is believed to name: a settlement's proof
         )
         body = NO_BODY if not stream else dataclasses.replace(NO_BODY, stream=True)
         searching = found is None
@@ -1301,7 +1311,14 @@ async def _forward(
         result.usage = None
         result.events = 0
         if plan.settles is not None and shown is not None and result.status < 400:
-            await _settle(guard, plan.settles, shown)
+            if result.response_id == plan.settles:
+                await _settle(guard, plan.settles, shown)
+            else:  # another response's usage (a pod's lie or mix-up): no proof of this one's
+                misnamed_log.warning(
+                    "pod %s answered a poll of one response with the usage of another (or none "
+                    "named): not settled by it",
+                    obs.record.endpoint,
+                )
     usage = result.usage or {}
     # nothing generated (a token count, a stored response's retrieval): no tokens to count
     prompt_tokens = usage.get("prompt_tokens", body.prompt_tokens if plan.generates else 0)

@@ -61,6 +61,7 @@ from igw.gateway.inference_apis import (
     InferenceApi,
     anthropic_path,
 )
+from igw.gateway.log_throttle import RepeatThrottle
 from igw.gateway.model_router import NO_MATCH_MESSAGE
 from igw.gateway.request_body import (
     BadRequestBody,
@@ -108,6 +109,11 @@ from igw.security.ratelimit.limiter import BackendOutage, RateLimiter
 from igw.security.settings import RateLimitSettings
 
 log = logging.getLogger("igw.global_router")
+misnamed_log = logging.getLogger("igw.global_router.misnamed_usage")
+"""The warning for a poll answer that shows usage under another response's id (not settled,
+:func:`_forward_stored`): the first per cluster, then one a minute at most with the count held
+(:class:`~igw.gateway.log_throttle.RepeatThrottle` keyed by the cluster)."""
+misnamed_log.addFilter(RepeatThrottle(keyed_args=1))
 
 _DEFAULT_LIMITS: Final = ServerLimits()  # an app run without serve_app (tests): the defaults
 RETRY_STATUSES: Final = UNAVAILABLE_STATUSES | {429}
@@ -771,9 +777,16 @@ async def _forward_stored(request: web.Request, router: GlobalRouter) -> web.Str
             router.responses.remember(response_id, cluster.name)
         shown = None if result.usage is None else result.usage.get("completion_tokens")
         if shown is not None and result.status < 400:
-            # the usage of a response accepted in the background: its bound settled (once)
-            with contextlib.suppress(GuardDenied):
-                await _settle(router, response_id, shown)
+            if named == response_id:
+                # the usage of a response accepted in the background: its bound settled (once)
+                with contextlib.suppress(GuardDenied):
+                    await _settle(router, response_id, shown)
+            else:  # another response's usage (or no id): no proof of this one's, its hold kept
+                misnamed_log.warning(
+                    "cluster %s answered a poll of one response with the usage of another (or none "
+                    "named): not settled by it",
+                    cluster.name,
+                )
         return result.response
     if last is not None:
         return last

@@ -14,6 +14,7 @@ buckets per table before session s39.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
@@ -24,9 +25,9 @@ from igw.security.ratelimit.buckets import ALLOW, Bucket, Decision, decide, toke
 from igw.security.settings import TenantLimits
 
 MAX_HELD: Final = 10_000
-"""Most reservations one process keeps (about 240 bytes each with a minted id: 2.4 MB at the bound,
-by ``tracemalloc``); past it the oldest is forgotten and keeps its whole charge. A settled one is
-dropped at once, so only responses nobody polls accumulate."""
+"""Most reservations one process keeps; past it one is forgotten and keeps its whole charge
+(:class:`_Holds`: an expired one first, else the oldest of the tenant holding the most). A settled
+one is dropped at once, so only responses nobody polls accumulate."""
 
 
 SWEEP_FLOOR: Final = 1024
@@ -84,6 +85,70 @@ class _Table:
         self.sweep_due = now + SWEEP_INTERVAL_S
 
 
+class _Holds:
+    """The reservations :meth:`LocalBuckets.hold` keeps, at most :data:`MAX_HELD`, each step O(1).
+
+    When full, the oldest hold goes if it has expired (it settles nothing any more); else the oldest
+    hold of a tenant holding the most. So one tenant's flood of holds evicts its own, never another
+    tenant's while it holds more than that tenant. Until session s44 the oldest hold of any tenant
+    went: a tenant that made 10,000 one-token holds forgot another's 100,000-token one, which then
+    stayed charged its whole bound."""
+
+    __slots__ = ("by_count", "by_tenant", "held", "most")
+
+    def __init__(self) -> None:
+        self.held: OrderedDict[str, tuple[str, int, float]] = OrderedDict()
+        """Reservation key -> tenant, tokens, expiry, oldest first (``OrderedDict``: dropping the
+        oldest is O(1), where a ``dict``'s first key is found past the holes its deletions left)."""
+        self.by_tenant: dict[str, OrderedDict[str, None]] = {}
+        """Tenant -> its reservation keys, oldest first (no empty entry)."""
+        self.by_count: dict[int, dict[str, None]] = {}
+        """How many holds -> the tenants holding that many (no empty entry)."""
+        self.most = 0
+        """The most holds one tenant has (0 when none)."""
+
+    def __len__(self) -> int:
+        return len(self.held)
+
+    def _recount(self, tenant: str, before: int, after: int) -> None:
+        tenants = self.by_count[before] if before else None
+        if tenants is not None:
+            del tenants[tenant]
+            if not tenants:
+                del self.by_count[before]
+                if self.most == before:
+                    self.most = after  # counts move by one: the tenant is now the most, or none is
+        if after:
+            self.by_count.setdefault(after, {})[tenant] = None
+            self.most = max(self.most, after)
+
+    def add(self, key: str, tenant: str, tokens: int, expiry: float, *, now: float) -> None:
+        while len(self.held) >= MAX_HELD:
+            self._evict(now)
+        self.held[key] = (tenant, tokens, expiry)
+        keys = self.by_tenant.setdefault(tenant, OrderedDict())
+        keys[key] = None
+        self._recount(tenant, len(keys) - 1, len(keys))
+
+    def pop(self, key: str) -> tuple[str, int, float] | None:
+        found = self.held.pop(key, None)
+        if found is not None:
+            keys = self.by_tenant[found[0]]
+            del keys[key]
+            if not keys:
+                del self.by_tenant[found[0]]
+            self._recount(found[0], len(keys) + 1, len(keys))
+        return found
+
+    def _evict(self, now: float) -> None:
+        oldest, (_, _, expiry) = next(iter(self.held.items()))
+        if expiry < now:
+            self.pop(oldest)
+            return
+        tenant = next(iter(self.by_count[self.most]))
+        self.pop(next(iter(self.by_tenant[tenant])))
+
+
 class LocalBuckets:
     name = "local"
 
@@ -100,8 +165,8 @@ class LocalBuckets:
         """Limits -> this process's share of them (as many entries as the configuration has limits)."""
         self._requests = _Table()
         self._tokens = _Table()
-        self._held: dict[str, tuple[str, int, float]] = {}
-        """Reservation key -> tenant, tokens, expiry (:meth:`hold`), oldest first."""
+        self._held = _Holds()
+        """The reservations :meth:`hold` keeps, fairly bounded (:class:`_Holds`)."""
 
     def _bucket(self, table: _Table, tenant: str, *, rate: float, capacity: float) -> Bucket:
         return table.get(tenant, now=self._clock(), rate=rate, capacity=capacity)
@@ -173,15 +238,13 @@ class LocalBuckets:
             await self.hold(key=key, tenant=tenant, tokens=tokens)
 
     async def hold(self, *, key: str, tenant: str, tokens: int) -> None:
-        held = self._held
-        if key in held:  # the first holds (see RateLimitBackend.hold)
+        if key in self._held.held:  # the first holds (see RateLimitBackend.hold)
             return
-        while len(held) >= MAX_HELD:
-            del held[next(iter(held))]
-        held[key] = (tenant, tokens, self._clock() + HOLD_TTL_S)
+        now = self._clock()
+        self._held.add(key, tenant, tokens, now + HOLD_TTL_S, now=now)
 
     async def release(self, key: str) -> tuple[str, int] | None:
-        found = self._held.pop(key, None)
+        found = self._held.pop(key)
         if found is None or found[2] < self._clock():
             return None
         return found[0], found[1]
