@@ -23,8 +23,15 @@ from igw.top.view import ScrapeError
 from tests.gateway.fake_model_server import FakeModelServer, running
 from tests.gateway.support import wait_all_fresh
 from tests.reliability.harness import MODEL, ServedGateway, gateway_doc, igw_serve, wait_until
+from tests.reliability.test_http_errors import raw_exchange
 
 TOKEN = "operator-debug-token-0123456789"
+PUBLIC_PORT_TARGETS = [
+    f"{prefix}{path}"
+    for path in ("metrics", "debug/decisions")
+    for prefix in ("/v1/%2e%2e/", "/v1/../", "/./", "//", "//evil/", "/%2f", "http://evil/")
+]
+"""Targets that name a management path on the inference port in a form other than its own."""
 _MANAGEMENT = re.compile(r"management listener at (http://\S+)")
 
 
@@ -73,6 +80,13 @@ async def test_operational_paths_move_to_the_management_port(
             status, body = await _get(http, gw.url + path, headers=bearer)
             assert status == 404, path
             assert yaml.safe_load(body)["error"]["code"] == "not_found"  # OpenAI-shaped
+        # nor by a spelling that a client library would normalise away (sent as raw bytes)
+        for target in PUBLIC_PORT_TARGETS:
+            request = f"GET {target} HTTP/1.1\r\nHost: g\r\nAuthorization: Bearer {TOKEN}\r\n"
+            status, _, raw = await raw_exchange(gw.url, f"{request}Connection: close\r\n\r\n".encode())
+            assert status in (400, 404), (target, raw[:200])
+            assert b"igw_" not in raw  # no metrics page
+            assert b'"decisions"' not in raw  # no decisions page
 
         # the management port: the same gateway's metrics, pod detail and decisions
         status, body = await _get(http, management + "/metrics")

@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 import pytest
 
-from igw.gateway.lean_server import SWITCH_ENV
+from igw.gateway.lean_server import _HEAD_LIMIT, SWITCH_ENV
 from tests.gateway.fake_model_server import FakeModelServer, running
 from tests.gateway.support import config_doc, scheduler
 from tests.reliability.test_http_errors import raw_exchange
@@ -48,6 +48,13 @@ REFUSED: dict[str, str] = {
     "chunked not last": f"{H}Transfer-Encoding: chunked, identity\r\n\r\n",
     "no Host": f"{HEAD}Content-Length: {N}\r\n\r\n",
     "two Hosts": f"{HEAD}Host: a\r\nHost: b\r\nContent-Length: {N}\r\n\r\n",
+    "CR inside the Host value": f"{HEAD}Host: g\revil\r\nContent-Length: {N}\r\n\r\n",
+    "whitespace before the first field": f"{HEAD} Host: g\r\nContent-Length: {N}\r\n\r\n",
+    "NUL in the target": f"POST /v1/completions\x00x HTTP/1.1\r\nHost: g\r\n{CL}\r\n",
+    "chunk-size past 64 bits": f"{H}{TE}\r\nffffffffffffffffff\r\n",
+    "chunk-size with 0x": f"{H}{TE}\r\n0x{N:x}\r\n",
+    "CR/LF in a quoted chunk extension": f'{H}{TE}\r\n{N:x};a="b\r\nc"\r\n',
+    "Content-Length in the trailer": f"{H}{TE}\r\n{N:x}\r\n{BODY.decode()}\r\n0\r\nContent-Length: 5\r\n\r\n",
 }
 
 NOT_FRAMING: dict[str, str] = {
@@ -57,6 +64,9 @@ NOT_FRAMING: dict[str, str] = {
     "NUL in a header value": "malformed HTTP request header",
     "no Host": "malformed HTTP request header",
     "two Hosts": "malformed HTTP request header",
+    "CR inside the Host value": "malformed HTTP request header",
+    "whitespace before the first field": "malformed HTTP request",
+    "NUL in the target": "malformed HTTP request",
 }
 """What the refusal says where it is not about the body's length (the others: framing). Before
 session s37 a bare-LF head and a space before a colon were answered as framing errors: the parser's
@@ -84,6 +94,24 @@ async def test_ambiguous_framing_is_refused_and_never_forwarded(
             assert headers.get("x-request-id"), (server_side, name)
         assert pod.received == [], f"{server_side}: an ambiguous request reached the model server"
     assert not [r for r in caplog.records if r.name == "asyncio"], [r.getMessage() for r in caplog.records]
+
+
+async def test_an_unterminated_header_field_gets_431_at_once_on_either_side(
+    gateway: Callable[..., Any], server_side: str
+) -> None:
+    """httptools reports a header field to the lean side only once its line ends: before session s44
+    a field that never ended was read and kept - twice, each read copying all of it again - until the
+    head timeout (one connection's field held memory and the event loop, then got 408). Past
+    ``_HEAD_LIMIT`` bytes the head goes to aiohttp's parser, which refuses the field with 431. The
+    request is exactly one byte past the limit, so the read that hands it over is its last."""
+    start = f"{H}X-Big: ".encode()
+    request = start + b"a" * (_HEAD_LIMIT + 1 - len(start))
+    async with running(FakeModelServer("a")) as (pod,), gateway(DOC, {"llama": [pod.key]}) as gw:
+        status, headers, body = await raw_exchange(gw.url, request)
+        assert status == 431, (server_side, body[:200])  # 408 after the head timeout before s44
+        assert orjson.loads(body)["error"]["code"] == "request_header_too_large"
+        assert headers.get("x-request-id")
+        assert pod.received == []
 
 
 async def test_an_upgrade_request_is_served_as_plain_http_by_either_side(

@@ -5,7 +5,8 @@ connection handler (:class:`igw.gateway.serving.GatewayRequestHandler`). A reque
 plain - ``POST`` to one of the lean routes (the inference routes,
 :data:`~igw.gateway.inference_apis.INFERENCE_PATHS`), HTTP/1.1,
 a ``Content-Length`` body within ``bbr.maxRequestBodyBytes``, no ``Transfer-Encoding``,
-``Content-Encoding``, ``Expect`` or ``Upgrade``, every field within the header limits - is parsed by
+``Content-Encoding``, ``Expect`` or ``Upgrade``, every field within the header limits, the head
+within :data:`_HEAD_LIMIT` bytes - is parsed by
 httptools and handed straight to the route's handler as a :class:`LeanRequest`; its response is
 written as one head-and-body write (a streamed response through :class:`LeanStreamWriter`). The
 handler starts once the read that completed the head is parsed: a body that came with its head (the
@@ -89,6 +90,11 @@ _UNDECODABLE: Final = "surrogateescape"
 _BODY_BUFFER: Final = 2**16
 _PENDING_LIMIT: Final = 2**16
 """Bytes of a pipelined request kept while the one before it is answered; past this, reading pauses."""
+_HEAD_LIMIT: Final = 2**16
+"""Bytes of a head still arriving past which the lean side hands it to aiohttp, whose parser applies
+the field and count limits as the bytes arrive (a 431 at once). httptools reports a header field only
+once it is complete, so without this an unterminated field (or an endless run of blank lines before
+the request line) was buffered - twice, each read copying all of it again - until the head timeout."""
 _TARGETS_PER_CONNECTION: Final = 16
 """Request targets whose route look-up a connection remembers (a client sends one or two)."""
 
@@ -504,6 +510,9 @@ class LeanRequestHandler(GatewayRequestHandler):
             return
         request = msg.request
         if request is None:  # the head is still arriving: it has header_timeout_s to finish
+            if len(self._lean_raw or b"") > _HEAD_LIMIT:  # larger than any head the lean side serves
+                self._hand_over()
+                return
             self.start_head_timer()
             return
         if request.content is None:  # accepted in this read: the handler starts now
