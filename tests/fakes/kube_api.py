@@ -141,6 +141,7 @@ from tests.fakes.kube_discovery import (
 )
 from tests.fakes.kube_field_errors import FieldError, invalid_details, invalid_message, quoted
 from tests.fakes.kube_openapi import openapi_group_version, openapi_root
+from tests.fakes.kube_openapi_v2 import PROTOBUF, encoded, openapi_v2
 from tests.fakes.kube_owner_refs import owner_reference_refusal
 from tests.fakes.kube_rbac import Rbac
 from tests.fakes.kube_request_info import RequestAttributes, request_attributes
@@ -579,9 +580,14 @@ class FakeKubeApiServer:
         name = str(crd["metadata"]["name"])
         return self.store.replace(kind, "", name, {**crd, "status": status}, status_only=True)
 
-    def _discovery(self, parts: list[str]) -> web.Response | None:
+    def _discovery(self, parts: list[str], accept: str = "") -> web.Response | None:
         """Legacy discovery documents, or ``None`` when the path is not a discovery path."""
         kinds = list(self.store.kinds.values())
+        if parts == ["openapi", "v2"]:
+            swagger = openapi_v2(kinds)
+            if "protobuf" in accept:
+                return web.Response(body=encoded(swagger), headers={"Content-Type": PROTOBUF})
+            return _json(swagger)
         if parts == ["openapi", "v3"]:
             return _json(openapi_root(kinds))
         if parts[:2] == ["openapi", "v3"]:
@@ -613,7 +619,7 @@ class FakeKubeApiServer:
             return _json(VERSION_INFO)
         if parts == ["api"]:
             return _json({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []})
-        discovery = self._discovery(parts)
+        discovery = self._discovery(parts, request.headers.get("Accept", ""))
         if discovery is not None:
             return discovery
         # Authorization comes before routing, as in the API server's filter chain: a request the

@@ -15,8 +15,12 @@ not modelled deeper: published as an object without properties, and nothing insi
 (Deployment ``status``, a container's ``resources`` or ``securityContext``...). ``metadata`` is
 ``ObjectMeta`` as :mod:`tests.fakes.kube_openapi` publishes it, not checked here either.
 
-Not modelled: the kinds not in :data:`KIND_TYPES` (no schema, nothing checked), duplicate fields,
-type mismatches (``replicas: "3"``), the protobuf ``/openapi/v2`` document kubectl 1.27/1.28 read.
+The kinds modelled are those the operator writes: Deployment, Service, ConfigMap, Secret,
+ServiceAccount, Event, Role, RoleBinding, PodDisruptionBudget, NetworkPolicy and (autoscaling/v2)
+HorizontalPodAutoscaler.
+
+Not modelled: the kinds not in :data:`KIND_TYPES` (no schema, nothing checked: StatefulSet,
+Pod...), duplicate fields, type mismatches (``replicas: "3"``).
 """
 
 from __future__ import annotations
@@ -28,6 +32,10 @@ from typing import Any, Final
 _CORE: Final = "io.k8s.api.core.v1"
 _APPS: Final = "io.k8s.api.apps.v1"
 _META: Final = "io.k8s.apimachinery.pkg.apis.meta.v1"
+_RBAC: Final = "io.k8s.api.rbac.v1"
+_POLICY: Final = "io.k8s.api.policy.v1"
+_NETWORKING: Final = "io.k8s.api.networking.v1"
+_AUTOSCALING: Final = "io.k8s.api.autoscaling.v2"
 OBJECT_META_REF: Final = f"{_META}.ObjectMeta"
 
 Field = tuple[str, str]
@@ -218,6 +226,258 @@ TYPES: Final[dict[str, tuple[str, dict[str, Field]]]] = {
             "nodePort": ("integer", "The port on each node for a NodePort or LoadBalancer service."),
         },
     ),
+    f"{_CORE}.Secret": (
+        "Secret holds secret data of a certain type.",
+        {
+            **_TYPE_META,
+            "metadata": ("ObjectMeta", "Standard object's metadata."),
+            "data": ("map[string]string", "Secret data (base64 values)."),
+            "stringData": ("map[string]string", "Write-only secret data in plain text, merged into data."),
+            "type": ("string", "Used to facilitate programmatic handling of secret data."),
+            "immutable": ("boolean", "If true, the data cannot be updated, only the object deleted."),
+        },
+    ),
+    f"{_CORE}.ServiceAccount": (
+        "ServiceAccount binds together a name, a principal and a set of secrets.",
+        {
+            **_TYPE_META,
+            "metadata": ("ObjectMeta", "Standard object's metadata."),
+            "secrets": (f"[]{_CORE}.ObjectReference", "Secrets pods running as this account may use."),
+            "imagePullSecrets": (
+                f"[]{_CORE}.LocalObjectReference",
+                "Secrets for pulling the images of pods that reference this account.",
+            ),
+            "automountServiceAccountToken": ("boolean", "Whether pods get an API token mounted."),
+        },
+    ),
+    f"{_CORE}.ObjectReference": (
+        "ObjectReference contains enough information to let you inspect or modify the referred object.",
+        {
+            "kind": ("string", "Kind of the referent."),
+            "namespace": ("string", "Namespace of the referent."),
+            "name": ("string", "Name of the referent."),
+            "uid": ("string", "UID of the referent."),
+            "apiVersion": ("string", "API version of the referent."),
+            "resourceVersion": ("string", "Specific resourceVersion to which this reference is made."),
+            "fieldPath": ("string", "A piece of the object, instead of the whole (a container)."),
+        },
+    ),
+    f"{_CORE}.LocalObjectReference": (
+        "A reference to an object in the same namespace.",
+        {"name": ("string", "Name of the referent.")},
+    ),
+    f"{_CORE}.Event": (
+        "Event is a report of an event somewhere in the cluster.",
+        {
+            **_TYPE_META,
+            "metadata": ("ObjectMeta", "Standard object's metadata."),
+            "involvedObject": (f"{_CORE}.ObjectReference", "The object this event is about."),
+            "reason": ("string", "Short, machine understandable status of the transition."),
+            "message": ("string", "A human-readable description of the status of this operation."),
+            "source": (f"{_CORE}.EventSource", "The component reporting this event."),
+            "firstTimestamp": ("string", "The time at which the event was first recorded."),
+            "lastTimestamp": ("string", "The time at which the most recent occurrence was recorded."),
+            "count": ("integer", "The number of times this event has occurred."),
+            "type": ("string", "Type of this event (Normal, Warning)."),
+            "eventTime": ("string", "Time when this Event was first observed (MicroTime)."),
+            "series": ("object", "Data about the Event series this event represents."),
+            "action": ("string", "What action was taken/failed regarding the involved object."),
+            "related": (f"{_CORE}.ObjectReference", "Optional secondary object for more complex actions."),
+            "reportingComponent": ("string", "Name of the controller that emitted this Event."),
+            "reportingInstance": ("string", "ID of the controller instance."),
+        },
+    ),
+    f"{_CORE}.EventSource": (
+        "EventSource contains information for an event.",
+        {
+            "component": ("string", "Component from which the event is generated."),
+            "host": ("string", "Node name on which the event is generated."),
+        },
+    ),
+    f"{_RBAC}.Role": (
+        "Role is a namespaced, logical grouping of PolicyRules.",
+        {
+            **_TYPE_META,
+            "metadata": ("ObjectMeta", "Standard object's metadata."),
+            "rules": (f"[]{_RBAC}.PolicyRule", "All the PolicyRules for this Role."),
+        },
+    ),
+    f"{_RBAC}.PolicyRule": (
+        "PolicyRule holds information that describes a policy rule.",
+        {
+            "verbs": ("[]string", "Verbs that apply to all the resources of this rule; '*' is all."),
+            "apiGroups": ("[]string", "The API groups of the resources; '' is the core group."),
+            "resources": ("[]string", "Resources this rule applies to; '*' is all."),
+            "resourceNames": ("[]string", "An optional allow list of names."),
+            "nonResourceURLs": ("[]string", "Partial URLs a user may access (ClusterRoles only)."),
+        },
+    ),
+    f"{_RBAC}.RoleBinding": (
+        "RoleBinding grants the permissions of a Role or ClusterRole to subjects, in a namespace.",
+        {
+            **_TYPE_META,
+            "metadata": ("ObjectMeta", "Standard object's metadata."),
+            "subjects": (f"[]{_RBAC}.Subject", "The objects the role applies to."),
+            "roleRef": (f"{_RBAC}.RoleRef", "The Role or ClusterRole bound. Cannot be updated."),
+        },
+    ),
+    f"{_RBAC}.Subject": (
+        "Subject holds a reference to the object or user identity a role binding applies to.",
+        {
+            "kind": ("string", "User, Group or ServiceAccount."),
+            "apiGroup": ("string", "The API group of the referenced subject."),
+            "name": ("string", "Name of the object being referenced."),
+            "namespace": ("string", "Namespace of the referenced object."),
+        },
+    ),
+    f"{_RBAC}.RoleRef": (
+        "RoleRef contains information that points to the role being used.",
+        {
+            "apiGroup": ("string", "The group of the resource being referenced."),
+            "kind": ("string", "The type of resource being referenced."),
+            "name": ("string", "The name of the resource being referenced."),
+        },
+    ),
+    f"{_POLICY}.PodDisruptionBudget": (
+        "PodDisruptionBudget limits the number of pods of a collection disrupted at once.",
+        {
+            **_TYPE_META,
+            "metadata": ("ObjectMeta", "Standard object's metadata."),
+            "spec": (f"{_POLICY}.PodDisruptionBudgetSpec", "The desired behavior of the budget."),
+            "status": ("object", "Most recently observed status of the budget."),
+        },
+    ),
+    f"{_POLICY}.PodDisruptionBudgetSpec": (
+        "PodDisruptionBudgetSpec is a description of a PodDisruptionBudget.",
+        {
+            "minAvailable": ("int-or-string", "Pods that must remain available after an eviction."),
+            "selector": (f"{_META}.LabelSelector", "Label query over the pods the budget covers."),
+            "maxUnavailable": ("int-or-string", "Pods that may be unavailable after an eviction."),
+            "unhealthyPodEvictionPolicy": ("string", "When unhealthy running pods may be evicted."),
+        },
+    ),
+    f"{_NETWORKING}.NetworkPolicy": (
+        "NetworkPolicy describes what network traffic is allowed for a set of pods.",
+        {
+            **_TYPE_META,
+            "metadata": ("ObjectMeta", "Standard object's metadata."),
+            "spec": (f"{_NETWORKING}.NetworkPolicySpec", "The desired behavior of this NetworkPolicy."),
+        },
+    ),
+    f"{_NETWORKING}.NetworkPolicySpec": (
+        "NetworkPolicySpec provides the specification of a NetworkPolicy.",
+        {
+            "podSelector": (f"{_META}.LabelSelector", "The pods the policy applies to."),
+            "ingress": (f"[]{_NETWORKING}.NetworkPolicyIngressRule", "Ingress rules for the selected pods."),
+            "egress": (f"[]{_NETWORKING}.NetworkPolicyEgressRule", "Egress rules for the selected pods."),
+            "policyTypes": ("[]string", "Rule types the policy relates to: Ingress, Egress."),
+        },
+    ),
+    f"{_NETWORKING}.NetworkPolicyIngressRule": (
+        "Traffic allowed to the pods selected, if it matches both ports and from.",
+        {
+            "ports": (f"[]{_NETWORKING}.NetworkPolicyPort", "Ports accessible from the sources."),
+            "from": (f"[]{_NETWORKING}.NetworkPolicyPeer", "Sources allowed to access the pods."),
+        },
+    ),
+    f"{_NETWORKING}.NetworkPolicyEgressRule": (
+        "Traffic allowed out of the pods selected, if it matches both ports and to.",
+        {
+            "ports": (f"[]{_NETWORKING}.NetworkPolicyPort", "Destination ports of outgoing traffic."),
+            "to": (f"[]{_NETWORKING}.NetworkPolicyPeer", "Destinations of outgoing traffic."),
+        },
+    ),
+    f"{_NETWORKING}.NetworkPolicyPort": (
+        "NetworkPolicyPort describes a port to allow traffic on.",
+        {
+            "protocol": ("string", "TCP, UDP or SCTP."),
+            "port": ("int-or-string", "A numerical or named port on the pods."),
+            "endPort": ("integer", "The end of a port range starting at port."),
+        },
+    ),
+    f"{_NETWORKING}.NetworkPolicyPeer": (
+        "A peer to allow traffic to/from.",
+        {
+            "podSelector": (f"{_META}.LabelSelector", "Pods selected by label."),
+            "namespaceSelector": (f"{_META}.LabelSelector", "Namespaces selected by label."),
+            "ipBlock": (f"{_NETWORKING}.IPBlock", "A particular IP block."),
+        },
+    ),
+    f"{_NETWORKING}.IPBlock": (
+        "IPBlock describes a particular CIDR that is allowed to the pods selected.",
+        {
+            "cidr": ("string", "A CIDR such as 192.168.1.0/24."),
+            "except": ("[]string", "CIDRs within cidr that are not allowed."),
+        },
+    ),
+    f"{_AUTOSCALING}.HorizontalPodAutoscaler": (
+        "HorizontalPodAutoscaler automatically manages the replica count of a scalable resource.",
+        {
+            **_TYPE_META,
+            "metadata": ("ObjectMeta", "Standard object's metadata."),
+            "spec": (f"{_AUTOSCALING}.HorizontalPodAutoscalerSpec", "The behavior of the autoscaler."),
+            "status": ("object", "The current information about the autoscaler."),
+        },
+    ),
+    f"{_AUTOSCALING}.HorizontalPodAutoscalerSpec": (
+        "HorizontalPodAutoscalerSpec describes the desired functionality of the autoscaler.",
+        {
+            "scaleTargetRef": (
+                f"{_AUTOSCALING}.CrossVersionObjectReference",
+                "The resource whose replica count is scaled.",
+            ),
+            "minReplicas": ("integer", "The lower limit of the number of replicas."),
+            "maxReplicas": ("integer", "The upper limit of the number of replicas."),
+            "metrics": (f"[]{_AUTOSCALING}.MetricSpec", "The metrics used to compute the replica count."),
+            "behavior": (
+                f"{_AUTOSCALING}.HorizontalPodAutoscalerBehavior",
+                "Scaling behavior of the target, up and down.",
+            ),
+        },
+    ),
+    f"{_AUTOSCALING}.CrossVersionObjectReference": (
+        "CrossVersionObjectReference contains enough information to identify the referred resource.",
+        {
+            "kind": ("string", "Kind of the referent."),
+            "name": ("string", "Name of the referent."),
+            "apiVersion": ("string", "API version of the referent."),
+        },
+    ),
+    f"{_AUTOSCALING}.MetricSpec": (
+        "MetricSpec specifies how to scale based on a single metric.",
+        {
+            "type": ("string", "Object, Pods, Resource, ContainerResource or External."),
+            "object": ("object", "A metric describing a single Kubernetes object."),
+            "pods": ("object", "A metric describing each pod in the current scale target."),
+            "resource": ("object", "A resource metric known to Kubernetes (requests and limits)."),
+            "containerResource": ("object", "A resource metric of a single container in each pod."),
+            "external": ("object", "A global metric not associated with any Kubernetes object."),
+        },
+    ),
+    f"{_AUTOSCALING}.HorizontalPodAutoscalerBehavior": (
+        "The scaling behavior of the target in both directions.",
+        {
+            "scaleUp": (f"{_AUTOSCALING}.HPAScalingRules", "Scaling policy for scaling up."),
+            "scaleDown": (f"{_AUTOSCALING}.HPAScalingRules", "Scaling policy for scaling down."),
+        },
+    ),
+    f"{_AUTOSCALING}.HPAScalingRules": (
+        "HPAScalingRules configures the scaling behavior for one direction.",
+        {
+            "stabilizationWindowSeconds": ("integer", "Seconds past recommendations are considered."),
+            "selectPolicy": ("string", "Which policy is used: Max, Min or Disabled."),
+            "policies": (f"[]{_AUTOSCALING}.HPAScalingPolicy", "Policies that may be used while scaling."),
+            "tolerance": ("string", "Tolerance on the ratio of current to desired metric value."),
+        },
+    ),
+    f"{_AUTOSCALING}.HPAScalingPolicy": (
+        "HPAScalingPolicy is a single policy which must hold true for a specified past interval.",
+        {
+            "type": ("string", "Pods or Percent."),
+            "value": ("integer", "The amount of change permitted by the policy."),
+            "periodSeconds": ("integer", "The window of time for which the policy should hold true."),
+        },
+    ),
 }
 """Each type modelled: its description and every field it has."""
 
@@ -225,6 +485,14 @@ KIND_TYPES: Final[dict[tuple[str, str, str], str]] = {
     ("apps", "v1", "deployments"): f"{_APPS}.Deployment",
     ("", "v1", "configmaps"): f"{_CORE}.ConfigMap",
     ("", "v1", "services"): f"{_CORE}.Service",
+    ("", "v1", "secrets"): f"{_CORE}.Secret",
+    ("", "v1", "serviceaccounts"): f"{_CORE}.ServiceAccount",
+    ("", "v1", "events"): f"{_CORE}.Event",
+    ("rbac.authorization.k8s.io", "v1", "roles"): f"{_RBAC}.Role",
+    ("rbac.authorization.k8s.io", "v1", "rolebindings"): f"{_RBAC}.RoleBinding",
+    ("policy", "v1", "poddisruptionbudgets"): f"{_POLICY}.PodDisruptionBudget",
+    ("networking.k8s.io", "v1", "networkpolicies"): f"{_NETWORKING}.NetworkPolicy",
+    ("autoscaling", "v2", "horizontalpodautoscalers"): f"{_AUTOSCALING}.HorizontalPodAutoscaler",
 }
 """The built-in resources with a schema here, by (group, version, plural)."""
 

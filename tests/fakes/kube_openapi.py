@@ -12,12 +12,11 @@ The fake listed the paths with no schema, so ``kubectl explain igwc`` failed (``
 OpenAPI schema``) and no test could read what a user reads there.
 
 A built-in kind's schema is published as kube-openapi names it (``io.k8s.api.apps.v1.Deployment``)
-where :mod:`tests.fakes.kube_builtin_schemas` has one (Deployment, Service, ConfigMap).
+where :mod:`tests.fakes.kube_builtin_schemas` has one (the kinds the operator writes).
 
 Not modelled: the other built-in kinds' schemas (``kubectl explain sts`` still fails here),
-``ObjectMeta`` beyond its common fields, the v2 document (``/openapi/v2``: kubectl 1.27 and 1.28
-read it, protobuf-encoded, for ``explain`` and for every ``apply``/``create`` that validates, so
-those versions fail against the fake with ``the server could not find the requested resource``).
+``ObjectMeta`` beyond its common fields. The v2 document (``/openapi/v2``, what kubectl 1.27 and
+1.28 read) is built from these: :mod:`tests.fakes.kube_openapi_v2`.
 """
 
 from __future__ import annotations

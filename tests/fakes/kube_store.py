@@ -225,14 +225,27 @@ def _details(kind: ResourceKind, name: str) -> dict[str, str]:
     return {key: value for key, value in details.items() if value}
 
 
+def _qualified(kind: ResourceKind) -> str:
+    """The resource as ``schema.GroupResource.String`` names it in a Status message: ``deployments.apps``,
+    plain ``configmaps`` for the core group."""
+    return f"{kind.plural}.{kind.group}" if kind.group else kind.plural
+
+
+def _not_found(kind: ResourceKind, name: str) -> StoreError:
+    """The 404 ``NewNotFound`` answers for a named object: the resource group-qualified
+    (``deployments.apps "x" not found``) and ``details`` naming it. The fake said ``deployments "x"
+    not found`` with no details, so a client reading ``details.group``/``details.kind`` (or matching
+    the message ``kubectl`` prints) saw what no cluster sends."""
+    return StoreError(404, "NotFound", f'{_qualified(kind)} "{name}" not found', details=_details(kind, name))
+
+
 def _already_exists(kind: ResourceKind, name: str, existing: Mapping[str, Any]) -> str:
     """The AlreadyExists message, prefixed ``object is being deleted: `` while the object in the way
     has a ``deletionTimestamp`` (held by a finalizer), as genericregistry ``Store.Create`` answers it;
     the resource group-qualified (``deployments.apps``), as ``NewAlreadyExists`` names it. The fake
     said only ``deployments "x" already exists``, so a client retrying a create over an object still
     being deleted could not tell the two cases apart as it can on a cluster."""
-    qualified = f"{kind.plural}.{kind.group}" if kind.group else kind.plural
-    message = f'{qualified} "{name}" already exists'
+    message = f'{_qualified(kind)} "{name}" already exists'
     if (existing.get("metadata") or {}).get("deletionTimestamp"):
         return f"object is being deleted: {message}"
     return message
@@ -424,7 +437,7 @@ class KubeStore:
         with self._lock:
             obj = self._objects.get((kind.key, namespace, name))
             if obj is None:
-                raise StoreError(404, "NotFound", f'{kind.plural} "{name}" not found')
+                raise _not_found(kind, name)
             return copy.deepcopy(obj)
 
     def create(
@@ -537,7 +550,7 @@ class KubeStore:
             key = (kind.key, namespace, name)
             current = self._objects.get(key)
             if current is None:
-                raise StoreError(404, "NotFound", f'{kind.plural} "{name}" not found')
+                raise _not_found(kind, name)
             stored_uid = current["metadata"].get("uid", "")
             if precondition_uid and precondition_uid != stored_uid:
                 raise StoreError(
@@ -659,7 +672,7 @@ class KubeStore:
             key = (kind.key, namespace, name)
             obj = self._objects.get(key)
             if obj is None:
-                raise StoreError(404, "NotFound", f'{kind.plural} "{name}" not found')
+                raise _not_found(kind, name)
             if kind.key == NAMESPACE_KEY and name in IMMORTAL_NAMESPACES:
                 raise StoreError(
                     403, "Forbidden", immortal_refusal(name), details={"name": name, "kind": "namespaces"}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -75,3 +76,108 @@ def test_strict_apply_names_a_built_in_kinds_unknown_fields(
     assert stored is not None
     assert "bogusField" not in stored["spec"]
     assert stored["spec"]["template"]["spec"]["containers"] == [{"name": "c", "image": "x"}]
+
+
+_OPERATOR_KINDS: list[tuple[dict[str, Any], str]] = [
+    ({"apiVersion": "v1", "kind": "Secret", "type": "Opaque", "stringData": {"a": "b"}, "tyep": "x"}, "tyep"),
+    (
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "automountServiceAccountToken": True,
+            "imagePullSecrets": [{"name": "pull", "namespace": "x"}],
+        },
+        "imagePullSecrets[0].namespace",
+    ),
+    (
+        {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "involvedObject": {"kind": "Pod", "name": "p", "nam": "x"},
+            "reason": "R",
+            "message": "m",
+        },
+        "involvedObject.nam",
+    ),
+    (
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"], "verb": ["list"]}],
+        },
+        "rules[0].verb",
+    ),
+    (
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "r"},
+            "subjects": [{"kind": "ServiceAccount", "name": "s", "namespaces": "default"}],
+        },
+        "subjects[0].namespaces",
+    ),
+    (
+        {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"a": "b"}}, "maxUnavaliable": 2},
+        },
+        "spec.maxUnavaliable",
+    ),
+    (
+        {
+            "apiVersion": "networking.k8s.io/v1",
+            "kind": "NetworkPolicy",
+            "spec": {
+                "podSelector": {},
+                "policyTypes": ["Egress"],
+                "egress": [
+                    {"to": [{"ipBlock": {"cidr": "10.0.0.0/8", "exept": []}}], "ports": [{"port": 53}]}
+                ],
+            },
+        },
+        "spec.egress[0].to[0].ipBlock.exept",
+    ),
+    (
+        {
+            "apiVersion": "autoscaling/v2",
+            "kind": "HorizontalPodAutoscaler",
+            "spec": {
+                "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
+                "maxReplicas": 3,
+                "behavior": {"scaleDown": {"policies": [{"type": "Pods", "value": 1, "periodSecond": 60}]}},
+            },
+        },
+        "spec.behavior.scaleDown.policies[0].periodSecond",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("manifest", "unknown"), _OPERATOR_KINDS, ids=[m["kind"] for m, _ in _OPERATOR_KINDS]
+)
+def test_strict_apply_refuses_unknown_fields_of_the_kinds_the_operator_writes(
+    kubeconfig: tuple[FakeKubeApiServer, Path], tmp_path: Path, manifest: dict[str, Any], unknown: str
+) -> None:
+    """The other built-in kinds the operator writes (Secret, ServiceAccount, Event, Role,
+    RoleBinding, PodDisruptionBudget, NetworkPolicy, HorizontalPodAutoscaler) are decoded into their
+    type too: an unknown field, nested or not, is refused under ``Strict`` and dropped otherwise. The
+    fake had no schema for them and stored whatever a write carried, so an operator manifest with a
+    field a cluster refuses passed here; ``kubectl explain`` of them failed."""
+    kube, config = kubeconfig
+    kind = manifest["kind"]
+    body = {**manifest, "metadata": {"name": "x", "namespace": "default"}}
+    path = tmp_path / "object.yaml"
+    path.write_text(yaml.safe_dump(body))
+    refused = run_kubectl(config, "apply", "--validate=strict", "-f", str(path))
+    assert refused.returncode != 0
+    assert f'strict decoding error: unknown field "{unknown}"' in refused.stderr
+    assert find(kube, kind, "default", "x") is None
+
+    warned = run_kubectl(config, "apply", "--validate=warn", "-f", str(path))
+    assert warned.returncode == 0, warned.stderr
+    assert f'Warning: unknown field "{unknown}"' in warned.stderr
+    assert find(kube, kind, "default", "x") is not None
+    explained = run_kubectl(config, "explain", kind.lower())
+    assert explained.returncode == 0, explained.stderr
+    assert f"KIND:       {kind}" in explained.stdout

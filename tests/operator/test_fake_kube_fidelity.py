@@ -743,3 +743,35 @@ def test_a_create_over_an_object_being_deleted_says_so(kube: FakeKubeApiServer, 
     assert (status["code"], status["reason"]) == (409, "AlreadyExists")
     assert status["message"] == 'deployments.apps "web" already exists'
     assert status["details"] == {"name": "web", "group": "apps", "kind": "deployments"}
+
+
+@needs_kubectl
+def test_not_found_names_the_resource_with_its_group_and_sends_details(
+    kube: FakeKubeApiServer, tmp_path: Path
+) -> None:
+    """``NewNotFound`` names the resource group-qualified (``deployments.apps "x" not found``) and
+    sends ``details`` (name, group, kind), on a read, a write and a delete alike. The fake said
+    ``deployments "x" not found`` with no details, so ``kubectl`` printed what no cluster prints and a
+    client reading ``details`` found none."""
+    missing = kubectl(kube, tmp_path, "get", "deployment", "nope", "-n", "default")
+    assert missing.returncode != 0
+    assert 'Error from server (NotFound): deployments.apps "nope" not found' in missing.stderr
+    gone = kubectl(kube, tmp_path, "delete", "configmap", "nope", "-n", "default")
+    assert 'Error from server (NotFound): configmaps "nope" not found' in gone.stderr
+
+    deployment = "/apis/apps/v1/namespaces/default/deployments/nope"
+    body = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "nope"}}
+    for method, path, sent in (
+        ("GET", deployment, None),
+        ("PUT", deployment, body),
+        ("DELETE", deployment, None),
+    ):
+        with pytest.raises(urllib.error.HTTPError) as raw:
+            _request(kube, method, path, sent)
+        status = json.loads(raw.value.read())
+        assert (method, status["code"], status["reason"]) == (method, 404, "NotFound")
+        assert status["message"] == 'deployments.apps "nope" not found'
+        assert status["details"] == {"name": "nope", "group": "apps", "kind": "deployments"}
+    with pytest.raises(urllib.error.HTTPError) as raw:
+        _request(kube, "GET", "/api/v1/namespaces/default/configmaps/nope")
+    assert json.loads(raw.value.read())["details"] == {"name": "nope", "kind": "configmaps"}
