@@ -233,10 +233,15 @@ def test_bad_gateway_env_fails_with_the_field(env: list[dict[str, str]], message
     ],
     ids=["twice", "reserved", "no-equals", "bad-name", "traces-endpoint", "emf-endpoint", "worker-role"],
 )
-def test_bad_gateway_env_options_exit_2_without_echoing_values(argv: list[str], message: str) -> None:
-    """Refused before the operator touches a cluster (no kubeconfig anywhere), the value never shown."""
+def test_bad_gateway_env_options_exit_2_without_echoing_values(
+    argv: list[str], message: str, tmp_path: Path
+) -> None:
+    """Refused before the operator touches a cluster (the kubeconfig is no cluster's: it exists, as
+    ``--kubeconfig`` is checked while parsing, but is never read), the value never shown."""
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text("not a kubeconfig\n")
     done = subprocess.run(
-        [sys.executable, "-m", "igw.cli.main", "operator", "--kubeconfig", "/nonexistent", *argv],
+        [sys.executable, "-m", "igw.cli.main", "operator", "--kubeconfig", str(kubeconfig), *argv],
         capture_output=True,
         text=True,
         timeout=60,
