@@ -107,10 +107,18 @@ def test_secure_corpus_exits_0_in_every_format() -> None:
         assert cli("preflight", "--manifests", str(SECURE), "-o", fmt)[0] == 0
 
 
+def test_a_missing_manifests_folder_is_refused_while_parsing_naming_the_option(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        cli("audit", "--manifests", "/nonexistent/dir")
+    assert exc.value.code == 2
+    assert "argument --manifests: /nonexistent/dir" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     "argv",
     [
-        ("audit", "--manifests", "/nonexistent/dir"),
         ("audit", "--manifests", str(SECURE), "--fail-on", "severe"),
         ("audit", "--manifests", str(SECURE), "--check", "IGW-PF001"),
     ],
@@ -215,7 +223,8 @@ def test_table_output_shows_findings_and_summary(insecure_dir: Path) -> None:
     [
         (("preflight", "--manifests", str(SECURE), "--cluster-name", "prod"), "--cluster-name"),
         (
-            ("audit", "--manifests", str(SECURE), "--kubeconfig", "k", "--context", "c"),
+            # an existing file: --kubeconfig is checked while parsing, before this rule
+            ("audit", "--manifests", str(SECURE), "--kubeconfig", __file__, "--context", "c"),
             "--kubeconfig, --context",
         ),
         (
