@@ -13,12 +13,13 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import orjson
 import pytest
 
 from igw.gateway.lean_server import _HEAD_LIMIT, SWITCH_ENV
+from igw.gateway.serving import ChunkSizes
 from tests.gateway.fake_model_server import FakeModelServer, running
 from tests.gateway.support import config_doc, scheduler
 from tests.reliability.test_http_errors import raw_exchange
@@ -247,3 +248,67 @@ async def test_pipelined_requests_whose_bodies_say_close_keep_the_connection(
         finally:
             writer.close()
         assert len(pod.received) == 2
+
+
+LIMIT = 64 * 1024
+DECLARED_PAST_THE_LIMIT = {
+    "one size past 64 bits' worth of the limit": [f"{H}{TE}\r\nffffffffffffffff\r\n"],
+    "one size of 1 MiB": [f"{H}{TE}\r\n100000\r\n"],
+    "sizes in all past the limit": [f"{H}{TE}\r\n8000\r\n" + "a" * 0x8000 + "\r\n8001;x=y\r\n"],
+    "head and sizes in separate reads": [f"{H}{TE}\r\n", "10", "001\r\n", "partial"],
+}
+
+
+async def test_a_chunked_body_declaring_more_than_the_limit_gets_413_at_once_on_either_side(
+    gateway: Callable[..., Any], server_side: str
+) -> None:
+    """Neither parser tells a chunk's declared size: before session s44 a chunk-size line past
+    ``maxRequestBodyBytes`` was answered only once the limit's worth of bytes came, so a client that
+    sent ``ffffffffffffffff`` and nothing more held the handler until the body timeout (60 s, then
+    408). The declared sizes are counted as their lines arrive: 413 with ``Connection: close`` at
+    once, nothing forwarded; a body within the limit is still served."""
+    doc = config_doc([scheduler("llama", "m")], bbr={"maxRequestBodyBytes": LIMIT})
+    async with running(FakeModelServer("a")) as (pod,), gateway(doc, {"llama": [pod.key]}) as gw:
+        host, port = gw.url.removeprefix("http://").split(":")
+        for name, reads in DECLARED_PAST_THE_LIMIT.items():
+            reader, writer = await asyncio.open_connection(host, int(port))
+            try:
+                for part in reads:
+                    writer.write(part.encode())
+                    await writer.drain()
+                    await asyncio.sleep(0.05)
+                data = await asyncio.wait_for(reader.read(), timeout=5)  # the body timeout is 60 s
+            finally:
+                writer.close()
+            head, _, body = data.partition(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 413 "), (server_side, name, data[:300])
+            assert b"\r\nconnection: close" in head.lower(), (server_side, name, head)
+            error = orjson.loads(body)["error"]
+            assert error["code"] == "request_too_large", (server_side, name, error)
+            assert f"({LIMIT} bytes)" in error["message"], error
+        assert pod.received == [], f"{server_side}: a body past the limit reached the model server"
+        within = f"{H}{TE}\r\n{N:x}\r\n".encode() + BODY + b"\r\n0\r\n\r\n"
+        status, _, body = await raw_exchange(
+            gw.url, within.replace(b"Host: g\r\n", b"Host: g\r\nConnection: close\r\n")
+        )
+        assert status == 200, (server_side, body)
+        assert len(pod.received) == 1
+
+
+@pytest.mark.parametrize(
+    ("framing", "refused"),
+    [
+        (b"10001\r\n", True),
+        (b"8000 ;a=b\r\n" + b"x" * 0x8000 + b"\r\n8001\r\n", True),
+        (b"10000\r\n" + b"x" * 0x10000 + b"\r\n0\r\n\r\n", False),  # exactly the limit
+        (b"0\r\nX-Trailer: fffffffff\r\n\r\n", False),  # the trailer section is not counted
+        (b"ffffffffffffffffff\r\n", False),  # past 64 bits: the parser's 400, not a 413
+        (b"0x10001\r\n", False),  # not a chunk size: the parser's 400
+        (b"\r\n10001\r\n", False),
+    ],
+)
+def test_chunk_sizes_refuse_only_a_declared_total_past_the_limit(framing: bytes, refused: bool) -> None:
+    chunks = ChunkSizes(cast(Any, None), 0x10000)
+    assert any(chunks.feed(framing[i : i + 1], 0) for i in range(len(framing))) is refused
+    whole = ChunkSizes(cast(Any, None), 0x10000)
+    assert whole.feed(framing, 0) is refused

@@ -62,6 +62,7 @@ from igw.gateway.request_body import (
     MAX_RESPONSE_ID_LENGTH,
     BadRequestBody,
     BodyTooLarge,
+    DeclaredBodyTooLarge,
     InferenceBody,
     UnsupportedContentEncoding,
     check_content_encoding,
@@ -601,7 +602,8 @@ async def _route(
         message = f"request body not received within {_body_timeout_s(request):g}s"
         return gateway_error("request_timeout", message, request_id=rid, headers=_CLOSE)
     except BodyTooLarge as too_large:
-        return gateway_error("request_too_large", str(too_large), request_id=rid)
+        closing = _CLOSE if isinstance(too_large, DeclaredBodyTooLarge) else None  # the body stays unread
+        return gateway_error("request_too_large", str(too_large), request_id=rid, headers=closing)
     except UnsupportedContentEncoding as coded:
         accept = {"Accept-Encoding": coded.accepted()}
         return gateway_error(

@@ -99,6 +99,16 @@ class BodyTooLarge(IgwGatewayError):
         self.limit = limit
 
 
+class DeclaredBodyTooLarge(BodyTooLarge):
+    """A chunked body whose chunk-size lines declare more than the limit (in all): refused when
+    declared, without waiting for the bytes (:class:`igw.gateway.serving.ChunkSizes`); the
+    connection closes after the answer."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(limit)
+        self.args = (f"{self.args[0]}: its chunk sizes declare more",)
+
+
 class BadRequestBody(IgwGatewayError):
     def __init__(self, message: str, *, param: str | None = None) -> None:
         super().__init__(message)

@@ -92,7 +92,12 @@ from yarl import URL
 from igw.errors import IgwGatewayError
 from igw.gateway.errors import REQUEST_ID_HEADER, anthropic_shaped, gateway_error
 from igw.gateway.inference_apis import anthropic_path
-from igw.gateway.request_body import DECODED_CONTENT_CODINGS, BodyTooLarge, UnsupportedContentEncoding
+from igw.gateway.request_body import (
+    DECODED_CONTENT_CODINGS,
+    BodyTooLarge,
+    DeclaredBodyTooLarge,
+    UnsupportedContentEncoding,
+)
 from igw.gateway.shutdown import InflightRequests
 from igw.gateway.tcp_keepalive import CLIENT, probe_silent_peer
 from igw.gateway.tls_accept import TlsHandshake
@@ -223,11 +228,22 @@ class GatewayRequestHandler(RequestHandler):
     eviction."""
 
     # Attributes of our own: RequestHandler uses __slots__, so they are declared here.
-    __slots__ = ("_head_target", "_head_timer", "_last_body", "_limits", "_max_connections", "_send_timer")
+    __slots__ = (
+        "_framing",
+        "_head_target",
+        "_head_timer",
+        "_last_body",
+        "_limits",
+        "_max_connections",
+        "_send_timer",
+    )
 
     def __init__(self, *args: object, limits: ServerLimits, max_connections: int, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
-        self._parser = _StopAfterClose(self._parser)  # type: ignore[assignment]
+        manager = args[0] if args else kwargs.get("manager")
+        app = manager.app if isinstance(manager, GatewayServer) else None
+        self._framing = _StopAfterClose(self._parser, app=app)
+        self._parser = self._framing  # type: ignore[assignment]
         self._limits = limits
         self._max_connections = max_connections
         self._head_timer: asyncio.TimerHandle | None = None
@@ -282,11 +298,28 @@ class GatewayRequestHandler(RequestHandler):
         if data and not lingering and self._head_timer is None and self.evictable():
             self._head_target = request_target(data)  # a head begins: once per request, not per read
         super().data_received(data)
+        if self._framing.refused is not None:
+            self._refuse_declared_body(self._framing.refused)
         if data and not lingering:
             self.start_head_timer()
         if self._head_timer is not None and (self._messages or self._request_in_progress):
             self._head_timer.cancel()
             self._head_timer = None
+
+    def _refuse_declared_body(self, body: StreamReader) -> None:
+        """A chunked body declared more than the limit (:class:`ChunkSizes`): its reader ends with
+        :class:`DeclaredBodyTooLarge` (the handler reading it answers 413 with ``Connection: close``),
+        and the connection is not kept to read the rest (no lingering). A body whose handler has
+        answered already (aiohttp reading it to discard it) ends the connection instead."""
+        self._framing.refused = None
+        limit = self._framing.limit
+        if body is self._last_body and self._lingering():
+            log.warning("closed a connection whose discarded chunked body declared more than %d bytes", limit)
+            self.force_close()
+            return
+        self._lingering_time = 0.0
+        log.warning("refused a chunked request body that declared more than %d bytes (413)", limit)
+        body.set_exception(DeclaredBodyTooLarge(limit))
 
     def _head_timed_out(self) -> None:
         self._head_timer = None
@@ -600,10 +633,31 @@ class _StopAfterClose:
     the last one), and nothing after it ever reaches the parser. Every other read is fed in one
     call, as aiohttp does."""
 
-    __slots__ = ("_body", "_body_fed", "_closing", "_done", "_parser", "_previous", "_watch")
+    __slots__ = (
+        "_app",
+        "_body",
+        "_body_fed",
+        "_chunks",
+        "_closing",
+        "_done",
+        "_parser",
+        "_previous",
+        "_watch",
+        "limit",
+        "refused",
+    )
 
-    def __init__(self, parser: HttpParser[Any] | None) -> None:
+    def __init__(self, parser: HttpParser[Any] | None, *, app: web.Application | None = None) -> None:
         self._parser = parser
+        self._app = app
+        """Whose ``client_max_size`` (``bbr.maxRequestBodyBytes``) a chunked body's declared sizes
+        are held to (``None``: not counted)."""
+        self._chunks: ChunkSizes | None = None
+        """The declared sizes of the chunked body being read, while it is counted."""
+        self.limit = 0
+        self.refused: StreamReader | None = None
+        """A chunked body whose declared sizes passed :attr:`limit` in the last read (the
+        connection handler refuses it)."""
         self._body: StreamReader | None = None
         """The body of the last request the parser returned, while it may still be arriving."""
         self._done = False
@@ -620,15 +674,47 @@ class _StopAfterClose:
         return getattr(self._parser, name)
 
     def feed_data(self, data: bytes) -> tuple[Sequence[tuple[Any, Any]], bool, bytes]:
+        chunks = self._chunks
+        if chunks is not None and data:
+            self._count(chunks, data, 0)
+        previous = self._previous
+        at_boundary = self._body is None or self._body.is_eof()
         try:
             found = self._feed(data)
         except HttpProcessingError as exc:
             self._fail_body(exc)
             raise
+        if data:
+            self._previous = data[-8:]
         if found[0]:
-            body = found[0][-1][1]
+            message, body = found[0][-1]
             self._body = body if isinstance(body, StreamReader) and not body.is_eof() else None
+            if message.chunked and self._body is not None:  # only a chunked body pays for counting
+                self._count_new(self._body, data, previous, at_boundary and len(found[0]) == 1)
         return found
+
+    def _count_new(self, body: StreamReader, data: bytes, previous: bytes, alone: bool) -> None:
+        """Start counting the declared sizes of chunked ``body``, whose head ended in ``data``: from
+        just after the head when that is known for sure (``alone``: the parser was not inside another
+        request's body when ``data`` began, and only this request's head ended in it); else it is not
+        counted (the body timeout bounds it, as any slow body)."""
+        self._chunks = None
+        app = self._app
+        if app is None or not alone:
+            return
+        joined = previous[-3:] + data  # a blank line split across two reads
+        at = joined.find(_HEAD_END)
+        if at < 0:
+            return
+        self.limit = app._client_max_size
+        chunks = self._chunks = ChunkSizes(body, self.limit)
+        self._count(chunks, data, max(at + 4 - min(len(previous), 3), 0))
+
+    def _count(self, chunks: ChunkSizes, data: bytes, start: int) -> None:
+        if chunks.feed(data, start):
+            self.refused = chunks.body
+        if chunks.done:
+            self._chunks = None
 
     def _fail_body(self, exc: HttpProcessingError) -> None:
         """The parser refused bytes inside a body it had handed on (a chunk-size line or a trailer
@@ -651,7 +737,6 @@ class _StopAfterClose:
         if not self._watch:
             # the read itself, then only its seam with the previous one: no copy of a large read
             if _CLOSE_HINT.search(data) is None and _CLOSE_HINT.search(self._previous + data[:8]) is None:
-                self._previous = data[-8:]
                 return parser.feed_data(data)
             self._watch = True
         messages: list[tuple[Any, Any]] = []
@@ -687,6 +772,85 @@ class _StopAfterClose:
         if self._closing is not None and self._closing[1].is_eof():
             self._done = True
         return messages, False, b""
+
+
+_HEX: Final = {c: int(chr(c), 16) for c in b"0123456789abcdefABCDEF"}
+_SIZE_ENDS: Final = frozenset(b" \t;\r\n")
+"""Bytes that may end a chunk-size's digits (spaces: aiohttp's parser is lenient there)."""
+_MAX_SIZE_DIGITS: Final = 16
+"""llhttp refuses a chunk size past 64 bits (400): such a line is not counted."""
+
+
+class ChunkSizes:
+    """The chunk sizes a chunked request body declares, added up as their lines arrive (RFC 9112 7.1).
+
+    Neither aiohttp's parser nor httptools tells a chunk's declared size, so a body declaring more
+    than ``bbr.maxRequestBodyBytes`` (``ffffffffffffffff``, or 1 MiB against 64 KiB) was read until
+    the limit's worth of bytes came - a client that never sends them held the handler until the body
+    timeout (60 s). This reads only the framing of the bytes the parser is given (a chunk's data is
+    skipped by its size, not scanned), and only of a chunked body; anything it does not expect (a
+    line the parser will refuse) ends the counting - it never refuses what the parser accepts."""
+
+    __slots__ = ("_data_left", "_digits", "_size", "_state", "body", "declared", "done", "limit")
+
+    _SIZE: Final = 0
+    _LINE: Final = 1  # the rest of a chunk-size line (spaces, extensions), to its LF
+    _DATA: Final = 2
+    _DATA_END: Final = 3  # the CRLF after a chunk's data
+
+    def __init__(self, body: StreamReader, limit: int) -> None:
+        self.body = body
+        self.limit = limit
+        self.declared = 0
+        self.done = False
+        self._state = self._SIZE
+        self._size = 0
+        self._digits = 0
+        self._data_left = 0
+
+    def feed(self, data: bytes, start: int) -> bool:
+        """Count ``data[start:]``; ``True`` when the sizes declared so far pass the limit."""
+        at = start
+        end = len(data)
+        while at < end and not self.done:
+            state = self._state
+            if state == self._DATA:
+                step = min(self._data_left, end - at)
+                self._data_left -= step
+                at += step
+                if self._data_left == 0:
+                    self._state = self._DATA_END
+            elif state == self._LINE or state == self._DATA_END:
+                lf = data.find(b"\n", at)
+                if lf < 0:
+                    return False
+                at = lf + 1
+                self._state = self._DATA if state == self._LINE else self._SIZE
+            else:
+                byte = data[at]
+                digit = _HEX.get(byte)
+                if digit is not None:
+                    self._digits += 1
+                    if self._digits > _MAX_SIZE_DIGITS:
+                        self.done = True  # the parser refuses it
+                        return False
+                    self._size = self._size * 16 + digit
+                    at += 1
+                    continue
+                if self._digits == 0 or byte not in _SIZE_ENDS:
+                    self.done = True  # not a chunk size: the parser refuses it
+                    return False
+                size, self._size, self._digits = self._size, 0, 0
+                self.declared += size
+                if self.declared > self.limit:
+                    self.done = True
+                    return True
+                if size == 0:  # the last chunk: a trailer section and the end follow
+                    self.done = True
+                    return False
+                self._data_left = size
+                self._state = self._LINE
+        return False
 
 
 def _head_ends(data: bytes) -> list[int]:
