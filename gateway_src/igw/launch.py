@@ -16,7 +16,7 @@ import contextlib
 import importlib.util
 import logging
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,6 +28,7 @@ from igw.config.documents import DocumentReadError, read_documents
 from igw.config.model import GatewayConfig
 from igw.errors import IgwGatewayError
 from igw.gateway.app import create_app
+from igw.gateway.collector_probe import probe_collector
 from igw.gateway.debug_api import DecisionDebug
 from igw.gateway.discovery import DiscoverySource
 from igw.gateway.discovery.kube_client import KubeClientError, make_api_client
@@ -262,6 +263,32 @@ async def _run_gateway(config: GatewayConfig, options: LaunchOptions) -> None:
     _announce_code(registry)
     for line in optional_features(options):
         log.info("%s", line)
+    async with _collector_probe(options):
+        await _serve(config, options, registry)
+
+
+@contextlib.asynccontextmanager
+async def _collector_probe(options: LaunchOptions) -> AsyncIterator[None]:
+    """With tracing on, check in the background that the OTLP collector accepts a connection
+    (:mod:`igw.gateway.collector_probe`: one WARNING if not) while the gateway starts and serves;
+    cancelled if still running when the gateway stops. In a worker group only worker 0 probes: one
+    line per pod, not one per worker."""
+    tracing = options.tracing
+    if tracing is None or (options.worker is not None and options.worker.index != 0):
+        yield
+        return
+    probe = asyncio.create_task(
+        probe_collector(tracing.endpoint, timeout_s=tracing.export_timeout_s), name="OTLP collector probe"
+    )
+    try:
+        yield
+    finally:
+        probe.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await probe
+
+
+async def _serve(config: GatewayConfig, options: LaunchOptions, registry: CollectorRegistry) -> None:
     discovery: DiscoverySource
     if options.in_cluster:
         # deferred: start-up cost: the kubernetes client is heavy and only the in-cluster path needs it

@@ -12,6 +12,9 @@ import pytest
 
 from igw.cli.main import main
 
+A_FILE = __file__
+"""A file that exists, for the options before the one under test that refuse a missing one."""
+
 
 @pytest.mark.parametrize(
     ("argv", "argument"),
@@ -20,12 +23,14 @@ from igw.cli.main import main
         (["validate", "a.yaml", ""], "FILE"),
         (["serve", "--config", "", "--endpoints", "e.yaml"], "--config"),
         (["serve", "--config", "c.yaml", "--endpoints", ""], "--endpoints"),
-        (["serve", "--config", "c.yaml", "--endpoints", "e.yaml", "--config-maps="], "--config-maps"),
+        (["serve", "--config", "c.yaml", "--endpoints", A_FILE, "--config-maps="], "--config-maps"),
         (["serve", "--config", "c.yaml", "--in-cluster", "--kubeconfig", ""], "--kubeconfig"),
         (["bench", "--trace="], "--trace"),
         (["bench", "--summarize", ""], "--summarize"),
         (["sim", "fleet", "--spec", ""], "--spec"),
-        (["sim", "run", "--spec", "s.yaml", "--trace", ""], "--trace"),
+        (["sim", "run", "--spec", A_FILE, "--trace", ""], "--trace"),
+        (["bench", "--trace", A_FILE, "--fleet="], "--fleet"),
+        (["global", "serve", "--config="], "--config"),
         (["operator", "--kubeconfig", ""], "--kubeconfig"),
         (["preflight", "--kubeconfig", ""], "--kubeconfig"),
     ],

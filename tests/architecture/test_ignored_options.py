@@ -15,21 +15,24 @@ from igw.cli.main import main
 from igw.config.paths import REPO_ROOT
 
 SPEC = REPO_ROOT / "gateway_src" / "igw" / "sim" / "examples"
+TRACE = str(SPEC / "trace-prefix-lora.jsonl")
+A_FILE = __file__
+"""A file that exists, for the options that refuse a missing one while parsing."""
 
 
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
         (
-            ["sim", "run", "--trace", "t.jsonl", "--rate", "5"],
+            ["sim", "run", "--trace", TRACE, "--rate", "5"],
             "igw sim run: --rate does not apply to --trace",
         ),
         (
-            ["sim", "run", "--trace", "t.jsonl", "--requests", "9", "--cv", "2", "--lengths", "azure-code"],
+            ["sim", "run", "--trace", TRACE, "--requests", "9", "--cv", "2", "--lengths", "azure-code"],
             "--requests, --cv, --lengths do not apply to --trace",
         ),
         (
-            ["serve", "--config", "c.yaml", "--endpoints", "e.yaml", "--worker-timeout", "5"],
+            ["serve", "--config", "c.yaml", "--endpoints", A_FILE, "--worker-timeout", "5"],
             "igw serve: --worker-timeout needs --workers N (N > 1) or auto",
         ),
         (
@@ -38,7 +41,7 @@ SPEC = REPO_ROOT / "gateway_src" / "igw" / "sim" / "examples"
                 "--config",
                 "c.yaml",
                 "--endpoints",
-                "e.yaml",
+                A_FILE,
                 "--emf-endpoint",
                 "tcp://127.0.0.1:25888",
             ],
@@ -125,10 +128,13 @@ def test_a_trace_run_still_takes_the_options_it_uses(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Refusing the generator's options leaves ``--seed`` and the rest to a trace run (it fails on the
-    missing trace, not on an option)."""
+    empty trace, not on an option)."""
     spec = str(next(SPEC.glob("*.yaml")))
-    code = main(["sim", "run", "--spec", spec, "--trace", str(tmp_path / "none.jsonl"), "--seed", "3"])
-    assert "does not apply" not in capsys.readouterr().err
+    (tmp_path / "empty.jsonl").write_text("")
+    code = main(["sim", "run", "--spec", spec, "--trace", str(tmp_path / "empty.jsonl"), "--seed", "3"])
+    err = capsys.readouterr().err
+    assert "does not apply" not in err
+    assert "the trace holds no requests" in err
     assert code == 2
 
 

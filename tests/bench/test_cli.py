@@ -13,6 +13,12 @@ from igw.cli import bench as bench_cli
 from igw.cli import demo as demo_cli
 from igw.cli import option_scope
 from igw.cli.main import build_parser, main
+from igw.config.paths import REPO_ROOT
+
+EXAMPLES = REPO_ROOT / "gateway_src" / "igw" / "sim" / "examples"
+TRACE = str(EXAMPLES / "trace-prefix-lora.jsonl")
+FLEET = str(EXAMPLES / "mixed-fleet.yaml")
+"""A trace and a fleet that exist: ``--trace`` and ``--fleet`` refuse a missing file while parsing."""
 
 
 @pytest.mark.parametrize(
@@ -30,7 +36,7 @@ from igw.cli.main import build_parser, main
             ["bench", "demo-mixed-8b", "--mode", "live", "--check-agreement", "--agreement-des-seeds", "1"],
             "--agreement-des-seeds: at least 2",
         ),
-        (["bench", "--trace", "t.jsonl", "--mode", "live"], "--trace runs in DES mode only"),
+        (["bench", "--trace", TRACE, "--mode", "live"], "--trace runs in DES mode only"),
         (
             ["bench", "random", "--count", "5", "--draws", "2,7"],
             "--draws: [7] outside the family's draws 0..4",
@@ -355,7 +361,7 @@ def test_list_names_the_benchmarks_that_run_alone(capsys: pytest.CaptureFixture[
         (["bench", "--tune", "--quick"], "--quick does not apply to --tune"),
         (["bench", "--tune", "--policies", "oracle"], "--policies does not apply to --tune"),
         (["bench", "mixed-fleet-8b", "--count", "5"], "--count does not apply to a DES run of scenarios"),
-        (["bench", "mixed-fleet-8b", "--fleet", "f.yaml"], "--fleet does not apply to a DES run"),
+        (["bench", "mixed-fleet-8b", "--fleet", FLEET], "--fleet does not apply to a DES run"),
         (["bench", "mixed-fleet-8b", "--peers"], "--peers does not apply to a DES run"),
         (
             ["bench", "mixed-fleet-8b", "--mode", "live", "--duration-scale", "0.5"],
@@ -366,8 +372,8 @@ def test_list_names_the_benchmarks_that_run_alone(capsys: pytest.CaptureFixture[
             "--agreement-des-seeds",
         ),
         (["bench", "mixed-fleet-8b", "--mode", "live", "--decisions-out", "d.jsonl"], "--decisions-out does"),
-        (["bench", "mixed-fleet-8b", "--trace", "t.jsonl"], "--trace replays the trace instead"),
-        (["bench", "--summarize", "x", "--seeds", "1"], "--seeds does not apply to --summarize"),
+        (["bench", "mixed-fleet-8b", "--trace", TRACE], "--trace replays the trace instead"),
+        (["bench", "--summarize", "TMP", "--seeds", "1"], "--seeds does not apply to --summarize"),
     ],
 )
 def test_an_option_the_chosen_mode_would_ignore_is_refused_naming_option_and_mode(
@@ -377,6 +383,7 @@ def test_an_option_the_chosen_mode_would_ignore_is_refused_naming_option_and_mod
     --seeds 1,2,3`` ran seed 1 alone, ``igw bench global --seeds 4 --policies ...`` ran neither: each
     finished with exit 0 and results the user took for those of the options given."""
     out = tmp_path / "out"
+    argv = [str(tmp_path) if word == "TMP" else word for word in argv]  # --summarize's folder
     assert main([*argv, "--out", str(out)] if "--summarize" not in argv else argv) == 2
     assert message in capsys.readouterr().err
     assert not out.exists()
@@ -399,7 +406,7 @@ def test_an_option_the_chosen_mode_would_ignore_is_refused_naming_option_and_mod
             "a DES run of scenarios",
         ),
         (["bench", "random", "--count", "3", "--seed", "2", "--draws", "1"], "random"),
-        (["bench", "--trace", "t.jsonl", "--fleet", "f.yaml", "--trace-speedup", "2"], "--trace"),
+        (["bench", "--trace", TRACE, "--fleet", FLEET, "--trace-speedup", "2"], "--trace"),
         (["bench", "x", "--mode", "live", "--check-agreement", "--agreement-des-seeds", "3"], "--mode live"),
         (["bench", "--tune", "--weights", "{}", "--seeds", "2", "--duration-scale", "2"], "--tune"),
     ],

@@ -112,7 +112,7 @@ def test_options_it_would_ignore_or_cannot_use_are_refused_at_start(
 @pytest.mark.parametrize(
     ("argv", "flag"),
     [
-        (["serve", "--config", "c.yaml", "--endpoints", "e.yaml"], "--workers"),
+        (["serve", "--config", "c.yaml", "--endpoints", __file__], "--workers"),  # an existing file
         (["operator"], "--gateway-workers"),
     ],
 )

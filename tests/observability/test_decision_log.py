@@ -131,8 +131,17 @@ def test_serve_refuses_the_decision_log_without_a_token(
 ) -> None:
     monkeypatch.delenv(DEBUG_TOKEN_ENV, raising=False)
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(config_doc([scheduler(MODEL, MODEL)])))
+    (tmp_path / "e.yaml").write_text("schedulers: {}\n")
     code = main(
-        ["serve", "--config", str(tmp_path / "c.yaml"), "--endpoints", "e.yaml", "--debug-decisions", "5"]
+        [
+            "serve",
+            "--config",
+            str(tmp_path / "c.yaml"),
+            "--endpoints",
+            str(tmp_path / "e.yaml"),
+            "--debug-decisions",
+            "5",
+        ]
     )
     assert code == 2
     assert DEBUG_TOKEN_ENV in capsys.readouterr().err

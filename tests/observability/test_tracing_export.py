@@ -58,6 +58,7 @@ async def test_serve_exports_request_spans_over_otlp_http(tmp_path: Path) -> Non
 
 async def test_serve_refuses_bad_tracing_options(tmp_path: Path) -> None:
     (tmp_path / "c.yaml").write_text("{}")
+    (tmp_path / "e.yaml").write_text("schedulers: {}\n")  # a missing one is refused while parsing
     for args, field in (
         (("--otel-sample-ratio", "2"), "--otel-sample-ratio"),
         (("--otel-endpoint", "collector:4318"), "--otel-endpoint"),
@@ -77,6 +78,7 @@ async def test_serve_refuses_an_unreadable_otlp_header_variable_without_logging_
     started, the exporter logged the key whole on stderr and sent no key; now exit 2 naming the
     variable, and the key is nowhere in the output."""
     (tmp_path / "c.yaml").write_text("{}")
+    (tmp_path / "e.yaml").write_text("schedulers: {}\n")
     key = "hcK3y0123456789abcdef"
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "igw.cli.main", "serve", "--config", str(tmp_path / "c.yaml"),

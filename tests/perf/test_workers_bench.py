@@ -223,9 +223,21 @@ def test_workers_benchmark_runs_with_either_load_generator(
 def test_worker_argv_forwards_every_option_but_workers_and_port(tmp_path: Path) -> None:
     parser = argparse.ArgumentParser()
     add_arguments(parser)
+    endpoints = tmp_path / "e.yaml"
+    endpoints.write_text("schedulers: {}\n")
     args = parser.parse_args(
         [
-            *("--config", "c.yaml", "--endpoints", "e.yaml", "--workers", "4", "--port", "0", "--no-reload"),
+            *(
+                "--config",
+                "c.yaml",
+                "--endpoints",
+                str(endpoints),
+                "--workers",
+                "4",
+                "--port",
+                "0",
+                "--no-reload",
+            ),
             *("--drain-seconds", "1.5", "--log-level", "warning"),
         ]
     )
@@ -233,7 +245,7 @@ def test_worker_argv_forwards_every_option_but_workers_and_port(tmp_path: Path) 
     assert argv[-2:] == ["--port", "8123"]
     assert "--workers" not in argv
     assert argv.count("--port") == 1
-    for pair in (["--config", "c.yaml"], ["--endpoints", "e.yaml"], ["--drain-seconds", "1.5"]):
+    for pair in (["--config", "c.yaml"], ["--endpoints", str(endpoints)], ["--drain-seconds", "1.5"]):
         i = argv.index(pair[0])
         assert argv[i : i + 2] == pair
     assert "--no-reload" in argv

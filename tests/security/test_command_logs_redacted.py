@@ -31,14 +31,16 @@ print(code, ",".join(type(h.formatter).__name__ for h in logging.getLogger().han
 @pytest.mark.parametrize(
     "argv",
     [
-        ["serve", "--config", "/nonexistent/igwc.yaml", "--endpoints", "127.0.0.1:1"],
+        ["serve", "--config", "/nonexistent/igwc.yaml", "--endpoints", __file__],
         ["operator", "--tls-issuer", "not-an-issuer"],
-        ["global", "serve", "--config", "/nonexistent/global.yaml"],
+        ["global", "serve", "--config", __file__],
     ],
     ids=["serve", "operator", "global-serve"],
 )
 def test_each_command_logs_through_the_redacting_formatter(argv: list[str]) -> None:
-    """Each command returns early here (a missing file, a bad option), after its logging is set up."""
+    """Each command returns early here (a missing or invalid configuration, a bad option), after its
+    logging is set up (a missing ``--endpoints`` or global ``--config`` is refused while parsing,
+    before that: hence this file, which exists and is no configuration)."""
     result = subprocess.run(
         [sys.executable, "-c", _PROBE, *argv], capture_output=True, text=True, timeout=60, check=False
     )

@@ -151,7 +151,7 @@ def test_run_refuses_a_policy_that_needs_a_scenarios_slos_while_parsing(
 ) -> None:
     """``--policy oracle-slo`` was accepted, then refused after the fleet spec was read with a message
     naming an internal field (``PolicyContext.slo``); ``igw perf des`` ended in its traceback."""
-    for words in (["sim", "run", "--spec", "x"], ["perf", "des"]):
+    for words in (["sim", "run", "--spec", __file__], ["perf", "des"]):  # a --spec that exists
         with pytest.raises(SystemExit) as exited:
             main([*words, "--policy", "oracle-slo"])
         assert exited.value.code == 2

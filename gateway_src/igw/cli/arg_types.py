@@ -401,6 +401,14 @@ def existing_file(text: str) -> str:
     return text
 
 
+def existing_file_or_stdin(text: str) -> str:
+    """:func:`existing_file`, or ``-`` for standard input, kept as typed, for options read once through
+    :func:`igw.config.documents.read_documents` (``igw sim fleet/run --spec``, ``igw bench --fleet``,
+    ``igw global serve --config``), which take ``-`` as ``igw validate`` does; a missing file was
+    refused only once the command ran, naming the file but not the option (before session s44)."""
+    return text if text == "-" else existing_file(text)
+
+
 def ca_bundle(text: str) -> str:
     """A PEM file of CA certificates that loads (``igw preflight --ca-bundle``): a missing or non-PEM
     file was found only by the probes, each check reporting "FileNotFoundError: [Errno 2] No such

@@ -29,10 +29,12 @@ from igw.cli.arg_types import (
     POSITIVE,
     SEED,
     SEEDS,
+    existing_directory,
+    existing_file,
+    existing_file_or_stdin,
     name_list,
     output_directory,
     output_file,
-    source_name,
 )
 from igw.cli.option_scope import given, refuse_unused
 
@@ -74,7 +76,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--list", action="store_true", help="list scenarios and policies, then exit")
     parser.add_argument(
         "--summarize",
-        type=source_name,
+        type=existing_directory,
         metavar="DIR",
         help="rebuild DIR/summary.md from a run's JSON reports",
     )
@@ -84,9 +86,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="rank gateway weight candidates by TTFT p99 / oracle's over the scenarios (DES, quick scale)",
     )
     parser.add_argument(
-        "--trace", type=source_name, metavar="FILE", help="replay a JSONL/CSV trace instead of a scenario"
+        "--trace", type=existing_file, metavar="FILE", help="replay a JSONL/CSV trace instead of a scenario"
     )
-    parser.add_argument("--fleet", metavar="FLEET.yaml", help="fleet for --trace (default: mixed-fleet-8b's)")
+    parser.add_argument(
+        "--fleet",
+        type=existing_file_or_stdin,
+        metavar="FLEET.yaml",
+        help="fleet for --trace (default: mixed-fleet-8b's)",
+    )
     parser.add_argument(
         "--trace-speedup", type=POSITIVE, default=1.0, help="divide trace arrival times by this (default 1)"
     )

@@ -99,9 +99,7 @@ def run_bench(args: argparse.Namespace) -> int:
         _print_catalogue()
         return 0
     if args.summarize:
-        directory = Path(args.summarize)
-        if not directory.is_dir():
-            raise ValueError(f"--summarize: {directory} is not a directory")
+        directory = Path(args.summarize)  # a folder that exists: arg_types.existing_directory
         _refuse_a_folder_without_reports(directory)
         print(write_summary(directory).read_text())
         _summarize_family(directory)

@@ -18,7 +18,7 @@ import contextlib
 import logging
 import sys
 
-from igw.cli.arg_types import NON_NEGATIVE, PORT, listen_host, region_name
+from igw.cli.arg_types import NON_NEGATIVE, PORT, existing_file_or_stdin, listen_host, region_name
 
 HELP = "Tier-2 global inference router across clusters and regions (igw global serve)."
 
@@ -32,7 +32,13 @@ SERVER_LIMITS_PATH = "spec.serverLimits"
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="global_command", metavar="ACTION", required=True)
     serve = sub.add_parser("serve", help="run one router replica", description="Run one router replica.")
-    serve.add_argument("--config", required=True, metavar="GLOBAL.yaml", help="GlobalRouterConfig file")
+    serve.add_argument(
+        "--config",
+        required=True,
+        type=existing_file_or_stdin,
+        metavar="GLOBAL.yaml",
+        help="GlobalRouterConfig file",
+    )
     serve.add_argument(
         "--region", type=region_name, default=None, help="this replica's region (default: spec.region)"
     )

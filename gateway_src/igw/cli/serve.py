@@ -48,7 +48,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     where = parser.add_mutually_exclusive_group(required=True)
     where.add_argument(
-        "--endpoints", type=source_name, metavar="FILE", help="static endpoints file (re-read on change)"
+        "--endpoints", type=existing_file, metavar="FILE", help="static endpoints file (re-read on change)"
     )
     where.add_argument(
         "--in-cluster",

@@ -11,8 +11,9 @@ from igw.cli.arg_types import (
     NON_NEGATIVE_INT,
     POSITIVE,
     SEED,
+    existing_file,
+    existing_file_or_stdin,
     output_file,
-    source_name,
     workload_policy_name,
 )
 from igw.cli.option_scope import refuse_given
@@ -32,7 +33,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     text = "start the pods of a fleet spec on loopback until SIGINT/SIGTERM (or --duration)"
     fleet = sub.add_parser("fleet", help=text, description=text)
     fleet.add_argument(
-        "--spec", required=True, type=source_name, help="fleet spec YAML (see gateway_src/igw/sim/examples/)"
+        "--spec",
+        required=True,
+        type=existing_file_or_stdin,
+        help="fleet spec YAML (see gateway_src/igw/sim/examples/)",
     )
     fleet.add_argument("--json", action="store_true", help="print endpoints as one JSON object (for scripts)")
     fleet.add_argument("--time-scale", type=POSITIVE, default=None, help="override the spec's time_scale")
@@ -45,7 +49,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     run.add_argument(
         "--spec",
         required=True,
-        type=source_name,
+        type=existing_file_or_stdin,
         help="fleet spec YAML (faults: slow, error_rate, freeze_metrics, kill)",
     )
     run.add_argument(
@@ -68,7 +72,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     run.add_argument(
         "--trace",
-        type=source_name,
+        type=existing_file,
         default=None,
         help="replay a JSONL/CSV trace instead of generating requests (then no --requests, --rate, --cv "
         "or --lengths: the trace sets them)",
