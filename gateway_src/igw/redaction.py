@@ -37,10 +37,14 @@ _URL: Final = re.compile(r"(?i)\b[a-z][a-z0-9+.-]*://[^\s\"'<>]*")
 _URL_PARTS: Final = re.compile(r"(?s)([^:]*://)(?:([^/?#]*)@)?([^?#]*)(?:\?([^#]*))?(?:#(.*))?")
 """Scheme, user-info (up to the last ``@`` before the path: a password may hold an unencoded ``@``),
 host and path, query, fragment."""
-_PEM_BLOCK: Final = re.compile(r"-----BEGIN [A-Z0-9 ]+-----.*?(?:-----END [A-Z0-9 ]+-----|$)", re.DOTALL)
+_PEM_BLOCK: Final = re.compile(
+    r"-----BEGIN [A-Z0-9 ]+-----.*?(?:-----END [A-Z0-9 ]+-----(?:(?:\\n|\r?\n)(?=[\"']|\Z))?|$)", re.DOTALL
+)
 """A PEM block, its newlines real or escaped (``\\n`` in a ``repr`` or a JSON string), up to its END line
 or, cut off, to the end of the text. Every label, not only ``PRIVATE KEY``: a key pasted where a
-certificate belongs is labelled as one, and a certificate in a log line says nothing its ARN does not."""
+certificate belongs is labelled as one, and a certificate in a log line says nothing its ARN does not.
+The newline that ends a PEM file goes with it when a quote or the end of the text follows
+(``Value '[REDACTED]' at``, not ``'[REDACTED]\\n'``); before other text it stays, to keep the lines."""
 _ENCODED_KEY: Final = re.compile(
     r"(?<![A-Za-z0-9+/])(?:LS0tLS1CRUdJT|M[GH]|MI[E-L])(?:[A-Za-z0-9+/]|\\n|\n){60,}={0,2}"
 )
@@ -57,6 +61,9 @@ _KEY_ASSIGNMENT: Final = re.compile(
 """A base64 or hex value of 40 characters or more assigned to a private key's name (``"PrivateKey":
 "..."``, ``tls.key: ...``): the shortest key worth the name (a 32-byte scalar) is 44 in base64. A
 path (``private_key=/etc/tls/key.pem``) has dots or hyphens and stays, to say which file."""
+_BASE64_RUN: Final = re.compile(r"(?:[A-Za-z0-9+/]|\\n|\n){48,}={0,2}")
+"""48 or more characters of base64 or hex (escaped or real newlines included), whatever they start
+with: what :func:`redact_quoting_keys` masks besides :func:`redact`'s patterns."""
 _TRIGGERS: Final = (
     "authorization",
     "cookie",
@@ -224,6 +231,22 @@ def redact(text: str) -> str:
     text = _CREDENTIAL_HEADER.sub(lambda m: f"{m.group(1)}{m.group(2)}{MASK}", text)
     text = _BEARER.sub(_mask_bearer, text)
     return _JWT.sub(MASK, text)
+
+
+def redact_quoting_keys(text: str) -> str:
+    """:func:`redact`, and every run of 48 or more base64 or hex characters masked too, whatever it
+    starts with: for a text that may quote a private key, where a long run is key material more
+    likely than anything else.
+
+    The operator's messages about a certificate's Secret (an ACM refusal, a Secret that does not
+    parse) go into the object's status and Events, readable by whoever may read the object, not only
+    by who may read the Secret; an AWS validation error can quote the request's value. :func:`redact`
+    recognises a key by its shape (a PEM block, the base64 of ``-----BEGIN``, a DER ``SEQUENCE``), which
+    misses the base64 of a PEM with text before its BEGIN line (``Bag Attributes``, as ``openssl
+    pkcs12`` writes), a key in hex or a cut piece of a PEM body; no word, ARN or uid of such a
+    message is 48 characters of letters and digits. Not for every log line: a digest or a long
+    identifier there is no key."""
+    return _BASE64_RUN.sub(MASK, redact(text))
 
 
 _SECRET_ASSIGNMENT: Final = re.compile(

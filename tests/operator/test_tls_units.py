@@ -27,6 +27,7 @@ from igw.operator.tls import (
     wants_auto_issue,
     without_key_material,
 )
+from igw.redaction import MASK
 
 
 @pytest.mark.parametrize("text", ["igw-ca", "Foo/igw-ca", "ClusterIssuer/", "/x"])
@@ -323,3 +324,59 @@ def test_key_material_is_cut_from_error_text_and_the_rest_kept() -> None:
     assert "PRIVATE KEY" not in text
     assert "MIGHAgEA" not in text
     assert encoded[:20] not in text
+
+
+def _key_cases() -> list[tuple[str, str]]:
+    """``(case, key material)``: every form of key material the operator's error-text masking has cut
+    since session s44 (PEM of any label, its newlines real or escaped, cut short; a whole PEM base64
+    encoded, with or without text before its BEGIN line; a PEM body on one line, escaped-newline
+    lines, 48 characters of it; a key in hex)."""
+    ca = trustme.CA()
+    key = ca.issue_cert("chat.llm.example.com").private_key_pem.bytes().decode()
+    cert = ca.cert_pem.bytes().decode()
+    body = "".join(key.strip().splitlines()[1:-1])
+    bagged = "Bag Attributes\n    localKeyID: 01 00 00 00\nKey Attributes: <No Attributes>\n" + key
+    return [
+        ("pem", key),
+        ("pem-without-final-newline", key.strip()),
+        ("pem-certificate", cert),
+        ("pem-escaped-newlines", key.replace("\n", "\\n")),
+        ("pem-cut-off", key[:200]),
+        ("base64-of-pem", base64.b64encode(key.encode()).decode()),
+        ("base64-of-pem-with-bag-attributes", base64.b64encode(bagged.encode()).decode()),
+        ("der-body", body),
+        ("der-body-escaped-lines", "\\n".join(key.strip().splitlines()[1:-1])),
+        ("der-body-48-characters", body[:48]),
+        ("hex-key", "9f3a" * 16),
+    ]
+
+
+def _pieces(material: str) -> list[str]:
+    """12-character pieces of the material's base64/hex runs: any of them in a text is a leak."""
+    runs = [run for line in material.replace("\\n", "\n").splitlines() for run in line.split()]
+    return [run[i : i + 12] for run in runs if "-----" not in run for i in range(0, len(run) - 11, 12)]
+
+
+@pytest.mark.parametrize(("case", "material"), _key_cases(), ids=[case for case, _ in _key_cases()])
+def test_every_form_of_key_material_is_cut_from_error_text(case: str, material: str) -> None:
+    """Whatever form ACM's error (or a Secret's parse error) quotes the key in, none of it reaches the
+    object's status or Events, and the rest of the message (ARN, words, quotes) stays readable."""
+    arn = "arn:aws:acm:us-east-1:123456789012:certificate/0b9f1b08-e908-4058-985d-d5f13ba79f65"
+    after = "' at 'privateKey' failed to satisfy constraint"
+    if case == "pem-cut-off":  # no END line: masked to the end of the text, so it ends the text
+        after = ""
+    text = without_key_material(f"import of {arn} refused: Value '{material}{after}")
+    assert text.startswith(f"import of {arn} refused: Value '")
+    assert text.endswith(after)
+    assert "PRIVATE KEY" not in text
+    assert "CERTIFICATE" not in text
+    assert [piece for piece in _pieces(material) if piece in text] == []
+
+
+def test_key_material_quoted_in_error_text_becomes_one_mask() -> None:
+    """The same masking as every log line (:mod:`igw.redaction`), and no stray newline left where a
+    PEM block ended (``Value '<redacted>\\n' at``, as the operator's own rule wrote it)."""
+    key = trustme.CA().issue_cert("chat.llm.example.com").private_key_pem.bytes().decode()
+    assert without_key_material(f"Value '{key}' at 'privateKey'") == f"Value '{MASK}' at 'privateKey'"
+    encoded = base64.b64encode(("Bag Attributes\n" + key).encode()).decode()
+    assert without_key_material(f"Value '{encoded}' at") == f"Value '{MASK}' at"

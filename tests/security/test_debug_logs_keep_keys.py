@@ -60,6 +60,16 @@ def test_encoded_key_material_is_masked_without_its_name(key_pem: str) -> None:
     _assert_masked(f"der={body}", key_pem)
 
 
+def test_a_masked_pem_leaves_no_stray_newline_before_a_quote_and_keeps_the_lines_after(key_pem: str) -> None:
+    """A PEM file ends with a newline, which was left after the mask (``Value '[REDACTED]\\n' at``);
+    it goes with the block before a quote or the end of the text, and stays before more text."""
+    assert redact(f"Value '{key_pem}' at 'privateKey'") == f"Value '{MASK}' at 'privateKey'"
+    assert redact(f"params: {key_pem.encode()!r}") == f"params: b'{MASK}'"
+    assert redact(json.dumps({"key": key_pem})) == json.dumps({"key": MASK})
+    assert redact(key_pem) == MASK
+    assert redact(f"loaded\n{key_pem}from the Secret") == f"loaded\n{MASK}\nfrom the Secret"
+
+
 def test_a_long_value_assigned_to_a_key_name_is_masked() -> None:
     value = "Zm9vYmFyYmF6cXV4" * 4  # base64, not DER-looking
     assert value not in redact(f'"PrivateKey": "{value}"')

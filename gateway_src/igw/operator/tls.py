@@ -40,6 +40,7 @@ from cryptography import x509
 
 from igw.config.certificate_renewal import renewal_time
 from igw.errors import IgwToolingError
+from igw.redaction import redact_quoting_keys
 
 CERT_MANAGER_API: Final = "cert-manager.io/v1"
 CERTIFICATE_KIND: Final = "Certificate"
@@ -90,10 +91,6 @@ _OBJECT_NAME: Final = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-
 _PEM_CERTIFICATE: Final = re.compile(r"-----BEGIN CERTIFICATE-----.*?-----END CERTIFICATE-----", re.DOTALL)
 _PEM_BEGIN: Final = re.compile(r"-----BEGIN ([^-\r\n]{0,60})-----")
 """A PEM block's first line and its label (``CERTIFICATE``, ``EC PRIVATE KEY``, ...)."""
-_PEM_BLOCK: Final = re.compile(r"-----BEGIN [A-Z0-9 ]+-----.*?(-----END [A-Z0-9 ]+-----|$)", re.DOTALL)
-_ENCODED_RUN: Final = re.compile(r"(?:[A-Za-z0-9+/]|\\n|\n){48,}={0,2}")
-"""48 or more characters of base64 (escaped newlines included): the encoding of a PEM body, or of a
-whole PEM as a JSON request carries a blob; no word, ARN or uid of an error message is that long."""
 
 
 class TlsIssuerError(IgwToolingError, ValueError):
@@ -233,12 +230,14 @@ def renewal_problem(live: Mapping[str, Any] | None, issued: IssuedCertificate, n
 
 
 def without_key_material(text: str) -> str:
-    """``text`` (an error from ACM or from parsing a Secret) with every PEM block and every long
-    base64 run replaced by ``<redacted>``: it goes into the object's status and an Event, which anyone
-    who may read the object sees, while the Secret it came from holds a private key they may not read.
-    An AWS validation error can quote the request's value (``Value '...' at 'privateKey' failed to
-    satisfy constraint``; a blob travels base64-encoded), and a key pasted into ``tls.crt`` is PEM."""
-    return _ENCODED_RUN.sub("<redacted>", _PEM_BLOCK.sub("<redacted>", text))
+    """``text`` (an error from ACM or from parsing a Secret) with every PEM block, every long base64
+    or hex run and every other credential replaced by ``[REDACTED]``
+    (:func:`igw.redaction.redact_quoting_keys`, the one set of masking rules): it goes into the
+    object's status and an Event, which anyone who may read the object sees, while the Secret it came
+    from holds a private key they may not read. An AWS validation error can quote the request's value
+    (``Value '...' at 'privateKey' failed to satisfy constraint``; a blob travels base64-encoded), and
+    a key pasted into ``tls.crt`` is PEM."""
+    return redact_quoting_keys(text)
 
 
 def rfc3339(moment: datetime) -> str:
