@@ -226,6 +226,9 @@ class FleetAlarmThresholds:
     """Where the tier-2 alarms fire: any failover; rate-limit refusals per minute across the fleet."""
 
     failovers_per_minute: float = 1.0
+    heartbeat_outages_per_minute: float = 1.0
+    """Any outage of the heartbeat store (the counter counts each outage once, when it starts: a
+    sustained outage is one count, so the alarm cannot ask for one every minute)."""
     rate_limit_hits_per_minute: float = 100.0
     rate_limit_minutes: int = 5
 
@@ -254,6 +257,14 @@ class FleetMetricsDashboard(Construct):
                 threshold=t.failovers_per_minute,
                 minutes=1,
                 description="the global router drained a cluster (stale heartbeat, gone, draining, failures)",
+            ),
+            "HeartbeatSourceOutages": self._alarm(
+                "HeartbeatOutageAlarm",
+                emitted("HeartbeatSourceOutages", table)[0],
+                threshold=t.heartbeat_outages_per_minute,
+                minutes=1,
+                description="the global router could not read the heartbeat store (unreachable, or its "
+                "credentials refused): every cluster's heartbeat ages towards failover",
             ),
             "RateLimitHits": self._alarm(
                 "RateLimitAlarm",

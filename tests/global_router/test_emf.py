@@ -83,6 +83,29 @@ def test_reporter_emits_interval_deltas_only() -> None:
     assert (later["Cluster"], later["Reason"]) == ("east-a", "failures")
 
 
+def test_the_s44_counters_are_reported_as_interval_deltas() -> None:
+    """Heartbeat store outages, answers whose usage went unread and poll answers naming another
+    response reach CloudWatch, where the stack's alarms read (until session s44 only ``/metrics``
+    had them, and the reporter read a fixed list of counters, not the table's)."""
+    metrics = FleetMetrics()
+    reporter = FleetEmfReporter(metrics, clock=lambda: 1.0)
+    metrics.heartbeat_source_outages.labels("unreachable").inc(2)
+    metrics.answer_usage_unread.labels("east-a", "truncated").inc()
+    metrics.usage_misnamed.labels("east-a").inc(3)
+    documents = reporter.documents()
+    for document in documents:
+        _check(document)
+    assert _totals(documents) == {
+        ("HeartbeatSourceOutages", (("Reason", "unreachable"),)): 2,
+        ("AnswerUsageUnread", (("Cluster", "east-a"), ("Reason", "truncated"))): 1,
+        ("UsageMisnamed", (("Cluster", "east-a"),)): 3,
+    }
+    metrics.heartbeat_source_outages.labels("refused").inc()
+    (later,) = reporter.documents()
+    assert (later["Reason"], later["HeartbeatSourceOutages"]) == ("refused", 1)
+    assert reporter.documents() == []
+
+
 async def test_router_writes_fleet_documents_on_the_interval(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="igw.emf")
     servers = {name: FakeModelServer(name) for name in ("east-a", "east-b", "west-a")}

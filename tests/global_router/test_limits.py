@@ -473,10 +473,14 @@ async def test_a_poll_answer_naming_another_response_settles_nothing(
                 assert (await resp.json())["id"] == other
             assert client.exists(*held) == 2  # both holds kept: nothing settled
             assert "cluster east-a answered a poll of one response with the usage of another" in caplog.text
+            misnamed = app[ROUTER_KEY].metrics.usage_misnamed
+            # counted (igw_global_usage_misnamed_total, since s44) whatever the log's throttle holds
+            assert misnamed.labels("east-a")._value.get() == 1
             cluster.stored_responses[polled] = right
             async with http.get(f"{url}/v1/responses/{polled}") as resp:
                 assert resp.status == 200
             assert client.exists(*held) == 0
+            assert misnamed.labels("east-a")._value.get() == 1  # the right answer is not counted
     finally:
         client.close()
         await cluster.stop()

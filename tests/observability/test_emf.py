@@ -102,3 +102,26 @@ def test_the_pool_document_counts_the_intervals_retries() -> None:
     assert pool["Retries"] == 3  # every cause, this pool's, this interval's
     (pool,) = [d for d in reporter.documents() if d.get("Pool") == "p"]
     assert pool["Retries"] == 0
+
+
+def test_the_replicas_heartbeat_writes_and_misnamed_usage_are_reported_as_deltas() -> None:
+    """``igw_heartbeat_writes_total{result}`` and ``igw_usage_misnamed_total`` reach CloudWatch too
+    (since session s44 they were on ``/metrics`` only): the interval's delta, one document per result
+    that moved, and one without dimensions for the misnamed usage; nothing once they stop moving."""
+    metrics = GatewayMetrics(lister=lambda: [], clock=lambda: 0.0)
+    reporter = emf_reporter(metrics)
+    metrics.heartbeat_writes.labels("ok").inc(3)
+    metrics.heartbeat_writes.labels("unreachable").inc(2)
+    metrics.usage_misnamed.inc()
+    documents = reporter.documents()
+    for document in documents:
+        check_emf(document)
+    writes = {d["Result"]: d["HeartbeatWrites"] for d in documents if "HeartbeatWrites" in d}
+    assert writes == {"ok": 3, "unreachable": 2}
+    (misnamed,) = [d for d in documents if "UsageMisnamed" in d]
+    assert misnamed["UsageMisnamed"] == 1
+    assert misnamed["_aws"]["CloudWatchMetrics"][0]["Dimensions"] == [[]]
+    metrics.heartbeat_writes.labels("refused").inc()
+    (later,) = reporter.documents()
+    assert (later["Result"], later["HeartbeatWrites"]) == ("refused", 1)
+    assert reporter.documents() == []

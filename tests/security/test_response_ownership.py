@@ -217,6 +217,8 @@ async def test_a_poll_answer_naming_another_response_settles_nothing(
         )
         status, answer = await _ask(gw, "GET", f"/v1/responses/{polled}", alice)
         assert (status, answer["id"], answer["usage"]["output_tokens"]) == (200, other, 5)
+        # counted (igw_usage_misnamed_total, since s44) whatever the log's throttle holds back
+        assert gw.registry.get_sample_value("igw_usage_misnamed_total") == 1
         status, _ = await _post(gw, "/v1/responses", body, alice)
         assert status == 429  # the polled bound was not credited by the other's usage
         holder.stored_responses[polled] = right
@@ -224,3 +226,4 @@ async def test_a_poll_answer_naming_another_response_settles_nothing(
         assert (status, answer["id"]) == (200, polled)
         status, _ = await _post(gw, "/v1/responses", body, alice)
         assert status == 200  # settled by its own usage: 245 credited
+        assert gw.registry.get_sample_value("igw_usage_misnamed_total") == 1  # the right one: not counted

@@ -1,7 +1,9 @@
 """Cluster-level metrics for Amazon CloudWatch as Embedded Metric Format (EMF) log lines.
 
 Every interval the gateway writes one EMF document per model (requests, 5xx error rate, P99
-latency and TTFT over the interval) and one per pool (average KV-cache use, ready pods) to the log
+latency and TTFT over the interval), one per pool (average KV-cache use, ready pods), and, where
+they moved, the replica's heartbeat writes per result and its retrievals answered with another
+response's usage (since session s44; before, on ``/metrics`` only) to the log
 stream the CloudWatch agent collects (stdout in a container); CloudWatch turns them into metrics
 in :data:`DEFAULT_NAMESPACE` without any API call from the gateway.
 
@@ -38,10 +40,13 @@ from prometheus_client.registry import Collector
 
 from igw.gateway.emf_metrics import (
     DEFAULT_NAMESPACE,
+    GATEWAY_METRICS,
+    HEARTBEAT_METRICS,
     MODEL_DIMENSION,
     MODEL_METRICS,
     POOL_DIMENSION,
     POOL_METRICS,
+    RESULT_DIMENSION,
 )
 from igw.gateway.epp_compat import POOL_FAMILIES
 from igw.gateway.metric_batch import collect_unfolded, folds_of
@@ -141,14 +146,21 @@ class EmfReporter:
         clock: Callable[[], float] = time.time,
         ejections: Callable[[], Iterable[tuple[str, str, float]]] | None = None,
         retries: MetricWrapperBase | None = None,
+        heartbeat_writes: MetricWrapperBase | None = None,
+        usage_misnamed: MetricWrapperBase | None = None,
     ) -> None:
         """``ejections``: ``(pool, endpoint, seconds left)`` of every endpoint outlier detection
         leaves out now (``EjectedPods``; ``None``: reported as 0). ``retries``: the retried attempts
-        by scheduler (``Retries``; ``None``: not reported)."""
+        by scheduler (``Retries``; ``None``: not reported). ``heartbeat_writes``: the heartbeat
+        writes by result (``HeartbeatWrites``), ``usage_misnamed``: the retrievals answered with
+        another response's usage (``UsageMisnamed``); ``None``: not reported."""
         self._requests, self._duration, self._ttft, self._pools = requests, duration, ttft, pools
         self._ejections = ejections
         self._retries = retries
         self._retries_name = None if retries is None else _family_name(retries)
+        self._replica_families = tuple(f for f in (heartbeat_writes, usage_misnamed) if f is not None)
+        self._heartbeat_name = None if heartbeat_writes is None else _family_name(heartbeat_writes)
+        self._misnamed_name = None if usage_misnamed is None else _family_name(usage_misnamed)
         self._requests_name = _family_name(requests)
         self._duration_name = _family_name(duration)
         self._namespace = namespace
@@ -200,11 +212,32 @@ class EmfReporter:
                 by_model.setdefault(lv["model"], []).append((family, sample, lv, value))
         out = [self._model_document(by_model[model], timestamp) for model in sorted(by_model)]
         out.extend(self._pool_documents(timestamp, delta, pools, ejections))
+        out.extend(self._replica_documents(timestamp, delta))
         return [d for d in out if d is not None]
 
     def _families(self) -> tuple[MetricWrapperBase, ...]:
-        families = (self._requests, self._duration, self._ttft)
-        return families if self._retries is None else (*families, self._retries)
+        retries = () if self._retries is None else (self._retries,)
+        return (self._requests, self._duration, self._ttft, *retries, *self._replica_families)
+
+    def _replica_documents(
+        self, timestamp: int, delta: dict[tuple[str, str, tuple[tuple[str, str], ...]], float]
+    ) -> Iterator[dict[str, Any]]:
+        """The replica's own counters that moved in the interval: heartbeat writes per result, and
+        a document without dimensions for the misnamed usage."""
+        writes: dict[str, float] = {}
+        misnamed = 0.0
+        for (family, _, labels), value in delta.items():
+            if family == self._heartbeat_name:
+                result = dict(labels).get("result", "")
+                writes[result] = writes.get(result, 0.0) + value
+            elif family == self._misnamed_name:
+                misnamed += value
+        for result in sorted(writes):
+            if writes[result] > 0:
+                values = {"HeartbeatWrites": writes[result]}
+                yield self._document(timestamp, {RESULT_DIMENSION: result}, HEARTBEAT_METRICS, values)
+        if misnamed > 0:
+            yield self._document(timestamp, {}, GATEWAY_METRICS, {"UsageMisnamed": misnamed})
 
     def _samples(self) -> Iterator[tuple[tuple[str, str, tuple[tuple[str, str], ...]], float]]:
         for family in self._families():
@@ -336,6 +369,8 @@ def emf_reporter(
         namespace=namespace,
         ejections=metrics.ejected,
         retries=metrics.retries,
+        heartbeat_writes=metrics.heartbeat_writes,
+        usage_misnamed=metrics.usage_misnamed,
         clock=clock,
     )
 

@@ -14,6 +14,8 @@ MODEL_DIMENSION: Final = "Model"
 """The gateway's ``model`` label: a configured model or adapter name."""
 POOL_DIMENSION: Final = "Pool"
 """A scheduler (``spec.schedulers[].name``)."""
+RESULT_DIMENSION: Final = "Result"
+"""A heartbeat write's result: ``ok``, ``unreachable``, ``refused``."""
 
 MODEL_METRICS: Final = (
     ("Requests", "Count"),
@@ -36,3 +38,11 @@ POOL_STATE_METRICS: Final = frozenset({"ReadyPods", "EjectedPods"})
 """Metrics that describe the pool, not one gateway's traffic: every gateway replica reports the same
 value for it (or, for ejected pods, its own view of the same pods), so a view of several replicas
 takes their maximum; a sum (what a ``Count`` of requests takes) counted every pod once per replica."""
+HEARTBEAT_METRICS: Final = (("HeartbeatWrites", "Count"),)
+"""``(name, unit)`` of the per-result document (dimension :data:`RESULT_DIMENSION`): the replica's
+heartbeat writes to the global router's store in the interval (``igw_heartbeat_writes_total``), one
+document per result that moved. Since session s44."""
+GATEWAY_METRICS: Final = (("UsageMisnamed", "Count"),)
+"""``(name, unit)`` of the replica's document without dimensions, written in an interval where one
+moved: ``UsageMisnamed``, retrievals whose answer named another response
+(``igw_usage_misnamed_total``). Since session s44."""

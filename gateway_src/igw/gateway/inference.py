@@ -1316,6 +1316,7 @@ async def _forward(
             if result.response_id == plan.settles:
                 await _settle(guard, plan.settles, shown)
             else:  # another response's usage (a pod's lie or mix-up): no proof of this one's
+                state.metrics.usage_misnamed.inc()
                 misnamed_log.warning(
                     "pod %s answered a poll of one response with the usage of another (or none "
                     "named): not settled by it",

@@ -445,6 +445,13 @@ class GatewayMetrics:
             ["result"],
             registry=r,
         )
+        self.usage_misnamed = Counter(
+            "igw_usage_misnamed",
+            "Answers to a retrieval of a stored response (below 400, showing usage) that named another "
+            "response's id, or none: not settled by them, the response's output bound kept (the "
+            "WARNING igw.gateway.misnamed_usage is logged once a minute per pod).",
+            registry=r,
+        )
         self.request_faults = FoldingCounter(
             "igw_request_faults",
             "Requests the model servers answered 500 on two endpoints within a minute: taken for "

@@ -4,8 +4,12 @@
 router's fleet counters (:class:`~igw.global_router.metrics.FleetMetrics`) as EMF lines on stdout:
 routing decisions by cluster, region and reason; failover events by cluster and reason; recoveries
 by cluster; rate-limit refusals by model and limit (summed over tenants, whose number is not
-bounded by the configuration); and per cluster the requests sent and the attempts that failed
-there and moved on (by cause). Documents come from :func:`igw.gateway.emf.emf_document`, the same
+bounded by the configuration); per cluster the requests sent and the attempts that failed
+there and moved on (by cause); outages of the heartbeat store by reason; and per cluster the answers
+whose usage the router could not read (by reason) and the poll answers that named another response
+(the last three since session s44). The counters read are those
+:data:`~igw.global_router.emf_metrics.FLEET_METRICS` names, so a metric added there is reported.
+Documents come from :func:`igw.gateway.emf.emf_document`, the same
 builder tier 1 uses, so both tiers share one structure and :data:`igw.gateway.emf.EMF_SCHEMA`.
 """
 
@@ -77,8 +81,10 @@ class FleetEmfReporter:
         yield from self.snapshot()()
 
     def _samples(self) -> Iterator[tuple[_Key, float]]:
-        m = self._metrics
-        for family in (m.decisions, m.failovers, m.recoveries, m.ratelimit_hits, m.retries):
+        # every counter the table names, read once (ClusterRequests shares RoutingDecisions')
+        families = dict.fromkeys(metric.family for metric in FLEET_METRICS)
+        for attribute in families:
+            family: Counter = getattr(self._metrics, attribute)
             for metric in family.collect():
                 for s in metric.samples:
                     if s.name.endswith("_total"):

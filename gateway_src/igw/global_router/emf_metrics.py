@@ -36,5 +36,10 @@ FLEET_METRICS: Final = (
     FleetMetric("RateLimitHits", "ratelimit_hits", (("model", "Model"), ("limit", "Limit"))),
     FleetMetric("ClusterErrors", "retries", (("cluster", "Cluster"), ("cause", "Cause"))),
     FleetMetric("ClusterRequests", "decisions", (("cluster", "Cluster"),)),
+    FleetMetric("HeartbeatSourceOutages", "heartbeat_source_outages", (("reason", "Reason"),)),
+    FleetMetric("AnswerUsageUnread", "answer_usage_unread", (("cluster", "Cluster"), ("reason", "Reason"))),
+    FleetMetric("UsageMisnamed", "usage_misnamed", (("cluster", "Cluster"),)),
 )
-"""Every fleet metric, in the order the documents are written."""
+"""Every fleet metric, in the order the documents are written. ``HeartbeatSourceOutages``,
+``AnswerUsageUnread`` and ``UsageMisnamed`` since session s44 (before, their counters were on
+``/metrics`` only, and the stack's CloudWatch alarms read none of them)."""

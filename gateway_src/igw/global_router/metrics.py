@@ -81,6 +81,14 @@ class FleetMetrics:
             ["cluster", "reason"],
             registry=r,
         )
+        self.usage_misnamed = Counter(
+            f"{PREFIX}_usage_misnamed",
+            "Answers to a poll of a stored response (a retrieval below 400 showing usage) that named "
+            "another response's id, or none: not settled by them, the response's hold kept; by "
+            "cluster (the WARNING igw.global_router.misnamed_usage is logged once a minute per cluster).",
+            ["cluster"],
+            registry=r,
+        )
         self.available = Gauge(
             f"{PREFIX}_cluster_available",
             "1 while the cluster receives traffic.",

@@ -782,6 +782,7 @@ async def _forward_stored(request: web.Request, router: GlobalRouter) -> web.Str
                 with contextlib.suppress(GuardDenied):
                     await _settle(router, response_id, shown)
             else:  # another response's usage (or no id): no proof of this one's, its hold kept
+                router.metrics.usage_misnamed.labels(cluster.name).inc()
                 misnamed_log.warning(
                     "cluster %s answered a poll of one response with the usage of another (or none "
                     "named): not settled by it",
