@@ -8,7 +8,8 @@ metric nothing writes.
 
 Dashboard widgets use ``SEARCH`` so that every model, pool or cluster that reports appears without
 being listed (adapters included). Alarms need fixed series: tier 1 alarms per configured model
-and pool (``spec.schedulers``), tier 2 on Metrics Insights queries summed over the whole fleet.
+and pool (``spec.schedulers``) and on the cluster's share of failed heartbeat writes (metric math
+over the fixed ``Result`` series), tier 2 on Metrics Insights queries summed over the whole fleet.
 
 Gateway replicas each write their own documents under the same dimensions; the statistic per
 unit (:data:`STATISTIC_BY_UNIT`) makes the replicas' values add up (counts: sum), average
@@ -31,11 +32,17 @@ from constructs import Construct
 
 from igw.gateway.emf_metrics import (
     DEFAULT_NAMESPACE,
+    GATEWAY_METRICS,
+    HEARTBEAT_METRICS,
+    HEARTBEAT_RESULTS,
     MODEL_DIMENSION,
     MODEL_METRICS,
     POOL_DIMENSION,
     POOL_METRICS,
     POOL_STATE_METRICS,
+    REASON_DIMENSION,
+    RESULT_DIMENSION,
+    USAGE_UNREAD_METRICS,
 )
 from igw.global_router.emf_metrics import DEFAULT_FLEET_NAMESPACE, FLEET_METRICS
 
@@ -70,9 +77,12 @@ def _search(
 
 
 def _search_widget(namespace: str, dimensions: Sequence[str], name: str, unit: str) -> cloudwatch.GraphWidget:
+    """A graph of every series of ``name`` under exactly ``dimensions`` (none: the one series
+    without dimensions, the replicas' documents combined)."""
     statistic = replica_statistic(name, unit)
+    by = f" by {', '.join(dimensions)}" if dimensions else ""
     return cloudwatch.GraphWidget(
-        title=f"{name} by {', '.join(dimensions)} ({statistic.lower()}, {unit})",
+        title=f"{name}{by} ({statistic.lower()}, {unit})",
         left=[_search(namespace, dimensions, name, statistic)],
         width=12,
         height=6,
@@ -92,6 +102,10 @@ class GatewayAlarmThresholds:
     ejected_minutes: int = 15
     """A pool with an endpoint left out by outlier detection every minute this long (an ejection
     lasts 30-300 s, so a pod that keeps failing stays out most of the time)."""
+    heartbeat_failed_percent: float = 10.0
+    heartbeat_failed_minutes: int = 5
+    """The share of the cluster's heartbeat writes that failed (unreachable or refused), every
+    minute this long: the Prometheus rule ``IgwHeartbeatWritesFailing``'s 10%, over all replicas."""
 
 
 class GatewayMetricsDashboard(Construct):
@@ -146,12 +160,31 @@ class GatewayMetricsDashboard(Construct):
                 description=f"pool {pool}: an endpoint ejected for failing requests in a row, "
                 f"every minute for {t.ejected_minutes} minutes",
             )
+        self.alarms["HeartbeatWritesFailed"] = sustained_alarm(
+            self,
+            alarm_id("HeartbeatWritesFailed"),
+            heartbeat_failed_percent(),
+            above=t.heartbeat_failed_percent,
+            minutes=t.heartbeat_failed_minutes,
+            description=f"over {t.heartbeat_failed_percent}% of the gateway's heartbeat writes to the "
+            f"global router's store failed (unreachable or refused), every minute for "
+            f"{t.heartbeat_failed_minutes} minutes: the routers see the cluster's heartbeat age "
+            "towards failover",
+        )
         self.dashboard = cloudwatch.Dashboard(self, "Dashboard", dashboard_name=dashboard_name)
         self.dashboard.add_widgets(
             *(_search_widget(DEFAULT_NAMESPACE, [MODEL_DIMENSION], n, u) for n, u in MODEL_METRICS)
         )
         self.dashboard.add_widgets(
             *(_search_widget(DEFAULT_NAMESPACE, [POOL_DIMENSION], n, u) for n, u in POOL_METRICS)
+        )
+        self.dashboard.add_widgets(
+            *(_search_widget(DEFAULT_NAMESPACE, [RESULT_DIMENSION], n, u) for n, u in HEARTBEAT_METRICS),
+            *(_search_widget(DEFAULT_NAMESPACE, [], n, u) for n, u in GATEWAY_METRICS),
+            *(
+                _search_widget(DEFAULT_NAMESPACE, [MODEL_DIMENSION, REASON_DIMENSION], n, u)
+                for n, u in USAGE_UNREAD_METRICS
+            ),
         )
         if self.alarms:
             self.dashboard.add_widgets(
@@ -207,6 +240,36 @@ def sustained_alarm(
         else cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
         treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
         alarm_description=description,
+    )
+
+
+def heartbeat_failed_percent() -> cloudwatch.MathExpression:
+    """The percentage of the interval's heartbeat writes that did not succeed: every result but
+    ``ok`` over all (:data:`~igw.gateway.emf_metrics.HEARTBEAT_RESULTS`, summed over replicas).
+
+    A result's document is written only in an interval it moved, so each series is filled with 0:
+    a minute of failures alone is 100%, not missing. A minute with no write at all (no heartbeat
+    configured, or no gateway running) is no value (``IF`` without an else), not a division by 0,
+    and the alarm does not count a missing value as a breach."""
+    name, unit = emitted("HeartbeatWrites", HEARTBEAT_METRICS)
+    series = {
+        result: cloudwatch.Metric(
+            namespace=DEFAULT_NAMESPACE,
+            metric_name=name,
+            dimensions_map={RESULT_DIMENSION: result},
+            statistic=replica_statistic(name, unit),
+            period=PERIOD,
+        )
+        for result in HEARTBEAT_RESULTS
+    }
+    filled = {result: f"FILL({result}, 0)" for result in series}
+    failed = " + ".join(f for result, f in filled.items() if result != "ok")
+    total = " + ".join(filled.values())
+    return cloudwatch.MathExpression(
+        expression=f"IF(({total}) > 0, 100 * ({failed}) / ({total}))",
+        using_metrics=dict(series),
+        label="failed heartbeat writes (%)",
+        period=PERIOD,
     )
 
 

@@ -14,10 +14,16 @@ import yaml
 from igw.addon import chart, pins
 from igw.gateway.emf_metrics import (
     DEFAULT_NAMESPACE,
+    GATEWAY_METRICS,
+    HEARTBEAT_METRICS,
+    HEARTBEAT_RESULTS,
     MODEL_DIMENSION,
     MODEL_METRICS,
     POOL_DIMENSION,
     POOL_METRICS,
+    REASON_DIMENSION,
+    RESULT_DIMENSION,
+    USAGE_UNREAD_METRICS,
 )
 from igw.gateway.emf_sink import AgentEndpoint
 from igw.global_router.emf_metrics import DEFAULT_FLEET_NAMESPACE, FLEET_METRICS
@@ -32,12 +38,17 @@ def example(name: str) -> dict[str, Any]:
 TIER1 = {
     **{name: (MODEL_DIMENSION,) for name, _ in MODEL_METRICS},
     **{name: (POOL_DIMENSION,) for name, _ in POOL_METRICS},
+    **{name: (RESULT_DIMENSION,) for name, _ in HEARTBEAT_METRICS},
+    **{name: () for name, _ in GATEWAY_METRICS},
+    **{name: (MODEL_DIMENSION, REASON_DIMENSION) for name, _ in USAGE_UNREAD_METRICS},
 }
 """Metric name -> its dimension set, as the gateway's emitter writes them."""
 TIER2 = {m.name: tuple(d for _, d in m.dimensions) for m in FLEET_METRICS}
 SEARCH = re.compile(
-    r"SEARCH\('\{\"(?P<ns>[^\"]+)\",(?P<dims>[^}]*)\} MetricName=\"(?P<name>\w+)\"', '(?P<stat>\w+)'"
+    r"SEARCH\('\{\"(?P<ns>[^\"]+)\"(?:,(?P<dims>[^}]*))?\} MetricName=\"(?P<name>\w+)\"', '(?P<stat>\w+)'"
 )
+"""A dashboard line's ``SEARCH``: ``{"namespace",Dim,...}``, or ``{"namespace"}`` for the metrics
+without dimensions (``UsageMisnamed``), which that schema matches and no other."""
 INSIGHTS = re.compile(r"SELECT SUM\((?P<name>\w+)\) FROM SCHEMA\(\"(?P<ns>[^\"]+)\", (?P<dims>[^)]*)\)")
 
 
@@ -65,7 +76,8 @@ def searches(template: dict[str, Any], *, with_statistic: bool = False) -> list[
                 if isinstance(entry, dict) and "expression" in entry:
                     m = SEARCH.search(entry["expression"])
                     assert m, entry["expression"]
-                    entry_found = (m["ns"], tuple(m["dims"].split(",")), m["name"])
+                    dims = tuple(m["dims"].split(",")) if m["dims"] is not None else ()
+                    entry_found = (m["ns"], dims, m["name"])
                     found.append((*entry_found, m["stat"]) if with_statistic else entry_found)
     return found
 
@@ -175,6 +187,9 @@ def test_replicas_documents_add_up_only_where_they_are_shares_of_traffic(synthes
         "ReadyPods": "Maximum",
         "EjectedPods": "Maximum",
         "Retries": "Sum",  # each replica's (and worker's) own retries
+        "HeartbeatWrites": "Sum",  # each replica's own writes (since session s44)
+        "UsageMisnamed": "Sum",
+        "AnswerUsageUnread": "Sum",
     }
 
 
@@ -182,6 +197,11 @@ def test_gateway_alarms_per_configured_model_and_pool_watch_emitted_metrics(synt
     alarms = of_type(synthesized.templates["inference"], "AWS::CloudWatch::Alarm")
     schedulers = example("deployment.yaml")["inference"]["gatewayConfig"]["spec"]["schedulers"]
     watched = set()
+    (heartbeat,) = [a for a in alarms if "Metrics" in a]  # metric math: the one alarm without a metric
+    alarms = [a for a in alarms if "Metrics" not in a]
+    assert {q["MetricStat"]["Metric"]["MetricName"] for q in heartbeat["Metrics"] if "MetricStat" in q} == {
+        "HeartbeatWrites"
+    }
     for alarm in alarms:
         assert alarm["Namespace"] == DEFAULT_NAMESPACE
         (dimension,) = alarm["Dimensions"]
@@ -290,6 +310,54 @@ def test_an_alarm_keeps_its_logical_id_when_models_are_added_beside_it() -> None
 
     before = alarms(["meta-llama/Llama-3.1-8B-Instruct", "qwen"], ["llama"])
     after = alarms(["aaa/first", "meta-llama/Llama-3.1-8B-Instruct", "qwen"], ["a-pool", "llama"])
-    assert len(before) == 6  # two per model, two per pool
-    assert len(after) == 10
+    assert len(before) == 7  # two per model, two per pool, the failed heartbeat writes
+    assert len(after) == 11
     assert {k: v for k, v in after.items() if k in before} == before
+
+
+def heartbeat_alarm_value(alarm: dict[str, Any], writes: dict[str, float]) -> float | None:
+    """The failed-writes alarm's value for one minute of ``writes`` (result -> the sum of the
+    replicas' ``HeartbeatWrites``; a result absent wrote no document): its metric math evaluated
+    with its own ids (``FILL(id, 0)``, ``IF(condition, value)`` without an else: no value)."""
+    (expression,) = [q for q in alarm["Metrics"] if "Expression" in q]
+    ids = {}
+    for q in alarm["Metrics"]:
+        if "MetricStat" in q:
+            stat = q["MetricStat"]
+            assert (stat["Metric"]["Namespace"], stat["Metric"]["MetricName"]) == (
+                DEFAULT_NAMESPACE,
+                "HeartbeatWrites",
+            )
+            assert (stat["Stat"], stat["Period"]) == ("Sum", 60)  # the replicas' writes add up
+            ((dimension,),) = [stat["Metric"]["Dimensions"]]
+            assert dimension["Name"] == RESULT_DIMENSION
+            ids[q["Id"]] = dimension["Value"]
+    assert sorted(ids.values()) == sorted(HEARTBEAT_RESULTS)  # every result the publisher counts
+    text = re.sub(r"FILL\((\w+), 0\)", lambda m: repr(writes.get(ids[m[1]], 0.0)), expression["Expression"])
+    m = re.fullmatch(r"IF\((?P<condition>.+?) > 0, (?P<value>.+)\)", text)
+    assert m, expression["Expression"]
+    if not eval(m["condition"]):  # numbers and + - * / only, substituted above
+        return None
+    value: float = eval(m["value"])
+    return value
+
+
+def test_the_gateway_alarms_on_the_share_of_heartbeat_writes_that_failed(synthesized: Synthesized) -> None:
+    """Since session s44 (``HeartbeatWrites{Result}`` in the EMF documents): the share of the
+    cluster's heartbeat writes that did not succeed, as the Prometheus rule
+    ``IgwHeartbeatWritesFailing`` has it: over 10%, every minute for 5. A result writes no document
+    in a minute it did not move, so a minute of failures alone is 100%, not missing; a minute
+    without writes (no heartbeat configured) is no value, and no value is not a breach."""
+    (alarm,) = [
+        a for a in of_type(synthesized.templates["inference"], "AWS::CloudWatch::Alarm") if "Metrics" in a
+    ]
+    assert (alarm["Threshold"], alarm["ComparisonOperator"]) == (10, "GreaterThanThreshold")
+    assert (alarm["EvaluationPeriods"], alarm["DatapointsToAlarm"]) == (5, 5)
+    assert alarm["TreatMissingData"] == "notBreaching"
+    assert heartbeat_alarm_value(alarm, {"ok": 54, "unreachable": 6}) == pytest.approx(10)
+    assert heartbeat_alarm_value(alarm, {"ok": 50, "refused": 5, "unreachable": 5}) == pytest.approx(
+        100 * 10 / 60
+    )
+    assert heartbeat_alarm_value(alarm, {"unreachable": 60}) == 100  # no ok document that minute
+    assert heartbeat_alarm_value(alarm, {"ok": 120}) == 0
+    assert heartbeat_alarm_value(alarm, {}) is None

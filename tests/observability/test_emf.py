@@ -125,3 +125,31 @@ def test_the_replicas_heartbeat_writes_and_misnamed_usage_are_reported_as_deltas
     (later,) = reporter.documents()
     assert (later["Result"], later["HeartbeatWrites"]) == ("refused", 1)
     assert reporter.documents() == []
+
+
+def test_answers_with_their_usage_unread_are_reported_per_model_and_reason() -> None:
+    """``igw_answer_usage_unread_total{model,reason}`` reaches CloudWatch as ``AnswerUsageUnread``
+    (since session s44; before, on ``/metrics`` only): a document per (model, reason) that moved, of
+    its own, so an interval in which the model answered no request still reports it (the model's
+    document is not written then), and the model's document is the same with or without it."""
+    metrics = GatewayMetrics(lister=lambda: [], clock=lambda: 0.0)
+    reporter = emf_reporter(metrics)
+    for reason, times in (("truncated", 2), ("coded_stream", 1)):
+        for _ in range(times):
+            metrics.child(metrics.answer_usage_unread, "m", reason).inc()
+    metrics.child(metrics.answer_usage_unread, "other", "truncated").inc()
+    documents = reporter.documents()
+    for document in documents:
+        check_emf(document)
+    assert [d for d in documents if "Requests" in d] == []  # no request answered this interval
+    unread = {(d["Model"], d["Reason"]): d["AnswerUsageUnread"] for d in documents}
+    assert unread == {("m", "truncated"): 2, ("m", "coded_stream"): 1, ("other", "truncated"): 1}
+    (one,) = [d for d in documents if d["Model"] == "other"]
+    assert one["_aws"]["CloudWatchMetrics"][0]["Dimensions"] == [["Model", "Reason"]]
+    metrics.requests.labels("m", "m", "502").inc()
+    metrics.child(metrics.answer_usage_unread, "m", "truncated").inc()
+    model, later = reporter.documents()
+    assert (model["Model"], model["Requests"], model["ErrorRate"]) == ("m", 1, 100)
+    assert "AnswerUsageUnread" not in model
+    assert (later["Model"], later["Reason"], later["AnswerUsageUnread"]) == ("m", "truncated", 1)
+    assert reporter.documents() == []

@@ -2,8 +2,9 @@
 
 Every interval the gateway writes one EMF document per model (requests, 5xx error rate, P99
 latency and TTFT over the interval), one per pool (average KV-cache use, ready pods), and, where
-they moved, the replica's heartbeat writes per result and its retrievals answered with another
-response's usage (since session s44; before, on ``/metrics`` only) to the log
+they moved, the replica's heartbeat writes per result, its retrievals answered with another
+response's usage and its answers relayed or refused with their usage unread, per model and reason
+(since session s44; before, on ``/metrics`` only) to the log
 stream the CloudWatch agent collects (stdout in a container); CloudWatch turns them into metrics
 in :data:`DEFAULT_NAMESPACE` without any API call from the gateway.
 
@@ -46,7 +47,9 @@ from igw.gateway.emf_metrics import (
     MODEL_METRICS,
     POOL_DIMENSION,
     POOL_METRICS,
+    REASON_DIMENSION,
     RESULT_DIMENSION,
+    USAGE_UNREAD_METRICS,
 )
 from igw.gateway.epp_compat import POOL_FAMILIES
 from igw.gateway.metric_batch import collect_unfolded, folds_of
@@ -148,19 +151,24 @@ class EmfReporter:
         retries: MetricWrapperBase | None = None,
         heartbeat_writes: MetricWrapperBase | None = None,
         usage_misnamed: MetricWrapperBase | None = None,
+        usage_unread: MetricWrapperBase | None = None,
     ) -> None:
         """``ejections``: ``(pool, endpoint, seconds left)`` of every endpoint outlier detection
         leaves out now (``EjectedPods``; ``None``: reported as 0). ``retries``: the retried attempts
         by scheduler (``Retries``; ``None``: not reported). ``heartbeat_writes``: the heartbeat
         writes by result (``HeartbeatWrites``), ``usage_misnamed``: the retrievals answered with
-        another response's usage (``UsageMisnamed``); ``None``: not reported."""
+        another response's usage (``UsageMisnamed``), ``usage_unread``: the answers whose usage went
+        unread by model and reason (``AnswerUsageUnread``); ``None``: not reported."""
         self._requests, self._duration, self._ttft, self._pools = requests, duration, ttft, pools
         self._ejections = ejections
         self._retries = retries
         self._retries_name = None if retries is None else _family_name(retries)
-        self._replica_families = tuple(f for f in (heartbeat_writes, usage_misnamed) if f is not None)
+        self._replica_families = tuple(
+            f for f in (heartbeat_writes, usage_misnamed, usage_unread) if f is not None
+        )
         self._heartbeat_name = None if heartbeat_writes is None else _family_name(heartbeat_writes)
         self._misnamed_name = None if usage_misnamed is None else _family_name(usage_misnamed)
+        self._unread_name = None if usage_unread is None else _family_name(usage_unread)
         self._requests_name = _family_name(requests)
         self._duration_name = _family_name(duration)
         self._namespace = namespace
@@ -208,7 +216,7 @@ class EmfReporter:
         by_model: dict[str, list[tuple[str, str, dict[str, str], float]]] = {}
         for (family, sample, labels), value in delta.items():
             lv = dict(labels)
-            if "model" in lv:
+            if "model" in lv and family != self._unread_name:
                 by_model.setdefault(lv["model"], []).append((family, sample, lv, value))
         out = [self._model_document(by_model[model], timestamp) for model in sorted(by_model)]
         out.extend(self._pool_documents(timestamp, delta, pools, ejections))
@@ -222,22 +230,33 @@ class EmfReporter:
     def _replica_documents(
         self, timestamp: int, delta: dict[tuple[str, str, tuple[tuple[str, str], ...]], float]
     ) -> Iterator[dict[str, Any]]:
-        """The replica's own counters that moved in the interval: heartbeat writes per result, and
-        a document without dimensions for the misnamed usage."""
+        """The replica's own counters that moved in the interval: heartbeat writes per result, a
+        document without dimensions for the misnamed usage, and the unread usage per (model,
+        reason)."""
         writes: dict[str, float] = {}
         misnamed = 0.0
+        unread: dict[tuple[str, str], float] = {}
         for (family, _, labels), value in delta.items():
             if family == self._heartbeat_name:
                 result = dict(labels).get("result", "")
                 writes[result] = writes.get(result, 0.0) + value
             elif family == self._misnamed_name:
                 misnamed += value
+            elif family == self._unread_name:
+                lv = dict(labels)
+                key = (lv.get("model", ""), lv.get("reason", ""))
+                unread[key] = unread.get(key, 0.0) + value
         for result in sorted(writes):
             if writes[result] > 0:
                 values = {"HeartbeatWrites": writes[result]}
                 yield self._document(timestamp, {RESULT_DIMENSION: result}, HEARTBEAT_METRICS, values)
         if misnamed > 0:
             yield self._document(timestamp, {}, GATEWAY_METRICS, {"UsageMisnamed": misnamed})
+        for (model, reason), value in sorted(unread.items()):
+            if value > 0:
+                dimensions = {MODEL_DIMENSION: model, REASON_DIMENSION: reason}
+                values = {"AnswerUsageUnread": value}
+                yield self._document(timestamp, dimensions, USAGE_UNREAD_METRICS, values)
 
     def _samples(self) -> Iterator[tuple[tuple[str, str, tuple[tuple[str, str], ...]], float]]:
         for family in self._families():
@@ -371,6 +390,7 @@ def emf_reporter(
         retries=metrics.retries,
         heartbeat_writes=metrics.heartbeat_writes,
         usage_misnamed=metrics.usage_misnamed,
+        usage_unread=metrics.answer_usage_unread,
         clock=clock,
     )
 

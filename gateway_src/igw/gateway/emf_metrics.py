@@ -15,7 +15,14 @@ MODEL_DIMENSION: Final = "Model"
 POOL_DIMENSION: Final = "Pool"
 """A scheduler (``spec.schedulers[].name``)."""
 RESULT_DIMENSION: Final = "Result"
-"""A heartbeat write's result: ``ok``, ``unreachable``, ``refused``."""
+"""A heartbeat write's result, one of :data:`HEARTBEAT_RESULTS`."""
+REASON_DIMENSION: Final = "Reason"
+"""Why an answer's usage went unread: ``unknown_coding``, ``decode_error``, ``truncated``,
+``bomb_bound``, ``coded_stream``."""
+HEARTBEAT_RESULTS: Final = ("ok", "unreachable", "refused")
+"""Every result a heartbeat write counts (``igw_heartbeat_writes_total{result}``): the heartbeat
+publisher labels its writes with these and the CDK app's failed-writes alarm sums every one but
+``ok``, so a result added here is counted by both."""
 
 MODEL_METRICS: Final = (
     ("Requests", "Count"),
@@ -46,3 +53,11 @@ GATEWAY_METRICS: Final = (("UsageMisnamed", "Count"),)
 """``(name, unit)`` of the replica's document without dimensions, written in an interval where one
 moved: ``UsageMisnamed``, retrievals whose answer named another response
 (``igw_usage_misnamed_total``). Since session s44."""
+USAGE_UNREAD_METRICS: Final = (("AnswerUsageUnread", "Count"),)
+"""``(name, unit)`` of the per-(model, reason) document (dimensions :data:`MODEL_DIMENSION`,
+:data:`REASON_DIMENSION`): answers a model server compressed though asked for none whose usage the
+gateway could not read, so no token limit charged them (``igw_answer_usage_unread_total``), one
+document per (model, reason) that moved. Its own document, not a member of the model's: that one is
+not written in an interval without requests, and an answer counted here may be a retried attempt's
+(the interval's requests not moving with it). The tier-2 counterpart is ``AnswerUsageUnread`` by
+``Cluster``, ``Reason``. Since session s44."""

@@ -44,6 +44,7 @@ from igw.config.durations import parse_duration
 from igw.config.redis_client import lean_handshake
 from igw.config.redis_password import redis_password
 from igw.gateway.emf import quantile
+from igw.gateway.emf_metrics import HEARTBEAT_RESULTS
 from igw.gateway.heartbeat_message import Heartbeat, PoolLoad
 from igw.gateway.outage_log import OutageLog
 from igw.gateway.ticker import Ticker
@@ -284,7 +285,7 @@ class HeartbeatPublisher:
         self._logged_problem: str | None = None
         """The trouble of the last logged failure: ``unreachable``, or the refusal's error type."""
         writes = state.metrics.heartbeat_writes
-        self._written = {result: writes.labels(result) for result in ("ok", "unreachable", "refused")}
+        self._written = {result: writes.labels(result) for result in HEARTBEAT_RESULTS}
         """``igw_heartbeat_writes_total`` by result: every write counted, the held ones too."""
         # at a fixed rate: a slow store must not stretch the interval the routers' staleness
         # counts on (until session s43, 1 s + the round trips: 1.45 s on a store answering in 0.45 s)
