@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, cast
 
 import orjson
@@ -22,6 +23,7 @@ from igw.gateway.lean_server import _HEAD_LIMIT, SWITCH_ENV
 from igw.gateway.serving import ChunkSizes
 from tests.gateway.fake_model_server import FakeModelServer, running
 from tests.gateway.support import config_doc, scheduler
+from tests.gateway.test_lean_server import lean_gateway
 from tests.reliability.test_http_errors import raw_exchange
 
 DOC = config_doc([scheduler("llama", "m")])
@@ -312,3 +314,41 @@ def test_chunk_sizes_refuse_only_a_declared_total_past_the_limit(framing: bytes,
     assert any(chunks.feed(framing[i : i + 1], 0) for i in range(len(framing))) is refused
     whole = ChunkSizes(cast(Any, None), 0x10000)
     assert whole.feed(framing, 0) is refused
+
+
+INVALID_HOSTS = ["evil/x?y", "a@evil", "a b", "a\tb", "[::1", "[::1]x", "a:b:c", "host:8a", "évil", "a%2"]
+VALID_HOSTS = ["g", "gw.example.com:8080", "[::1]:8080", "10.0.0.1", "[v1.x]", "a_b%41.c", "", "host:99999"]
+"""An empty Host is what RFC 9112 3.2 has a client send when the target URI has no authority, and the
+port's range is not in the grammar (``*DIGIT``): both are valid values; the gateway reads neither."""
+
+
+async def test_an_invalid_host_gets_400_on_either_side_and_a_valid_one_is_served(
+    tmp_path: Path, server_side: str
+) -> None:
+    """RFC 9112 3.2: a server must answer 400 to a Host value that is not ``uri-host [":" port]``.
+    Before session s44 both sides served ``Host: evil/x?y``, ``a@evil`` and ``a b`` (no Host on an
+    HTTP/1.1 request, and two, were refused already: ``REFUSED`` above). A valid Host still takes the
+    lean side's own path (``lean_requests``)."""
+    async with running(FakeModelServer("a")) as (pod,), lean_gateway(tmp_path, pod.key) as (port, server):
+        url = f"http://127.0.0.1:{port}"
+        for host in INVALID_HOSTS:
+            for request in (
+                f"{HEAD}Host: {host}\r\n{CL}\r\n".encode() + BODY,
+                f"GET /v1/models HTTP/1.1\r\nHost: {host}\r\n\r\n".encode(),
+            ):
+                status, headers, body = await raw_exchange(url, request)
+                assert status == 400, (server_side, host, body)
+                error = orjson.loads(body)["error"]
+                assert error["code"] == "bad_http_request", (server_side, host)
+                assert error["message"].startswith("invalid Host header value"), (server_side, host, error)
+                assert host not in error["message"]
+                assert headers.get("x-request-id")
+                assert headers.get("connection") == "close"
+        assert pod.received == [], f"{server_side}: a request with an invalid Host was forwarded"
+        assert server.lean_requests == 0
+        for host in VALID_HOSTS:
+            request = f"{HEAD}Host: {host}\r\nConnection: close\r\n{CL}\r\n".encode() + BODY
+            status, _, body = await raw_exchange(url, request)
+            assert status == 200, (server_side, host, body)
+        assert len(pod.received) == len(VALID_HOSTS)
+        assert server.lean_requests == (len(VALID_HOSTS) if server_side == "lean" else 0)

@@ -227,3 +227,69 @@ async def test_a_poll_answer_naming_another_response_settles_nothing(
         status, _ = await _post(gw, "/v1/responses", body, alice)
         assert status == 200  # settled by its own usage: 245 credited
         assert gw.registry.get_sample_value("igw_usage_misnamed_total") == 1  # the right one: not counted
+
+
+async def test_a_searched_poll_answer_naming_another_response_settles_nothing(
+    tmp_path: Path, jwks_server: JwksServer, client_ssl: ssl.SSLContext, tokens: TokenFactory
+) -> None:
+    """The searched case of the test above: this gateway does not know which pod stores the polled
+    response (made through another replica, or before a restart: its memory is cleared here), so it
+    asks the pods of the pools the caller may use in turn. The first answers 404, the last one asked
+    answers with another response object: its usage settles nothing, as from a pod the gateway knew;
+    the right answer, found by the same search, still settles."""
+    access = {
+        "authorization": {
+            "modelAccess": [{"claim": "tenant", "values": ["team-a"], "models": ["m", "secret"]}]
+        }
+    }
+    limits = {"rateLimits": {"default": {"requestsPerSecond": 100, "tokensPerMinute": 6, "tokenBurst": 600}}}
+    async with (
+        running(FakeModelServer("a"), FakeModelServer("b")) as (first, last),
+        secured_gateway(
+            tmp_path,
+            (first, last),
+            issuer=jwks_server,
+            client_ssl=client_ssl,
+            extensions={**access, **limits},
+        ) as gw,
+    ):
+        tokens.clock.now = time.time()
+        alice = tokens.token(tenant="team-a", sub="alice")
+        body = {"model": "m", "input": "x", "max_output_tokens": 250, "background": True}
+        ids = []
+        for _ in range(2):  # two bounds of 250 charged: about 100 of the 600 left
+            status, made = await _post(gw, "/v1/responses", body, alice)
+            assert (status, made["status"]) == (200, "queued")
+            ids.append(made["id"])
+        polled, other = ids
+        right = first.stored_responses.pop(
+            polled
+        )  # pool `m` (pod a) made both; `secret`'s pod b is asked last
+        last.stored_responses[polled] = first.stored_responses[other]
+
+        def forget_and_count() -> int:
+            for sr in gw.state.runtime.schedulers.values():
+                sr.scheduler.responses.forget(list(sr.pool.states))
+            assert all(
+                st.scheduler.responses.endpoint_of(polled) is None
+                for st in gw.state.runtime.schedulers.values()
+            )
+            return len(first.received) + len(last.received)
+
+        asked = forget_and_count()
+        status, answer = await _ask(gw, "GET", f"/v1/responses/{polled}", alice)
+        assert (status, answer["id"], answer["usage"]["output_tokens"]) == (200, other, 5)
+        assert [r.path for r in (first.received[-1], last.received[-1])] == [f"/v1/responses/{polled}"] * 2
+        assert len(first.received) + len(last.received) == asked + 2  # searched: a's 404, then b
+        status, _ = await _post(gw, "/v1/responses", body, alice)
+        assert status == 429  # the polled bound was not credited by the other's usage
+        assert gw.registry.get_sample_value("igw_usage_misnamed_total") == 1
+
+        last.stored_responses[polled] = right
+        asked = forget_and_count()
+        status, answer = await _ask(gw, "GET", f"/v1/responses/{polled}", alice)
+        assert (status, answer["id"]) == (200, polled)
+        assert len(first.received) + len(last.received) == asked + 2
+        status, _ = await _post(gw, "/v1/responses", body, alice)
+        assert status == 200  # settled by its own usage, found by the same search: 245 credited
+        assert gw.registry.get_sample_value("igw_usage_misnamed_total") == 1

@@ -42,6 +42,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final, cast
 
@@ -61,6 +62,7 @@ from igw.gateway.forwarded_answer import ForwardedAnswer
 from igw.gateway.inference import REQUEST_ID_KEY, request_id_for
 from igw.gateway.server_identity import SERVER_NAME
 from igw.gateway.serving import (
+    HOST_SYNTAX,
     MAX_REQUEST_LINE_BYTES,
     GatewayRequestHandler,
     GatewayServer,
@@ -95,6 +97,9 @@ _HEAD_LIMIT: Final = 2**16
 the field and count limits as the bytes arrive (a 431 at once). httptools reports a header field only
 once it is complete, so without this an unterminated field (or an endless run of blank lines before
 the request line) was buffered - twice, each read copying all of it again - until the head timeout."""
+_VALID_HOST: Final = re.compile(HOST_SYNTAX.encode("ascii"))
+"""A valid ``Host`` value (:data:`igw.gateway.serving.HOST_SYNTAX`): a head with another is handed to
+aiohttp's side, which answers 400."""
 _TARGETS_PER_CONNECTION: Final = 16
 """Request targets whose route look-up a connection remembers (a client sends one or two)."""
 
@@ -568,6 +573,8 @@ class LeanRequestHandler(GatewayRequestHandler):
                     msg.length = int(value)
             elif low == b"host":
                 msg.hosts += 1
+                if _VALID_HOST.fullmatch(fields[-1][1]) is None:
+                    msg.bad = True
             elif low in _REFUSED_HEADERS:
                 msg.bad = True
 

@@ -49,7 +49,8 @@ never sends a body that would be refused anyway); any other ``Expect`` gets an O
 which aiohttp's parser accepts and answered as if it were 1.1) gets 505; a request target with a
 fragment (``#``), or a path with a percent-encoded unreserved character (``/v1/%63ompletions``, which
 the route table reads decoded while the target is forwarded as it came), gets 400: a target must mean
-one thing to the gateway and to the model server (:func:`target_refusal`).
+one thing to the gateway and to the model server (:func:`target_refusal`); so does a ``Host`` value
+outside RFC 9112 3.2's grammar (:data:`HOST_SYNTAX`).
 
 Pipelined requests: aiohttp's parser refuses bytes after a request that closes the connection
 (``Connection: close``, or HTTP/1.0 without keep-alive) in the same read, and the refusal took the
@@ -503,6 +504,25 @@ def handler_failure_response(
     return response
 
 
+HOST_SYNTAX: Final = (
+    r"(?:\[(?:[0-9A-Fa-f:.]+|v[0-9A-Fa-f]+\.[-A-Za-z0-9._~!$&'()*+,;=:]+)\]"
+    r"|[-A-Za-z0-9._~!$&'()*+,;=]*(?:%[0-9A-Fa-f]{2}[-A-Za-z0-9._~!$&'()*+,;=]*)*)(?::[0-9]*)?"
+)
+"""A ``Host`` field value as RFC 9112 3.2 spells it: ``uri-host [ ":" port ]`` (RFC 3986 3.2.2-3.2.3:
+an IP literal in brackets, IPv6 read loosely as hex digits, colons and dots, or an IPvFuture; or a
+reg-name of unreserved characters, sub-delims and percent-escapes, possibly empty; a port of digits,
+whose range the grammar leaves open). Anything else - ``evil/x?y``, ``a@evil``, ``a b``, ``[::1``,
+``host:8a`` - is an invalid Host, which the RFC says a server must answer with 400. The gateway never
+reads, logs or forwards the client's Host (the upstream request names the pod), so the check is the
+RFC's rather than a defence of the gateway's own routing: a request whose authority each hop may read
+differently is refused, not served as if it meant one thing. Matched in full by both server sides
+(:data:`VALID_HOST`, and the lean side's bytes form); the reg-name's escapes are an unrolled loop, so
+a plain name is one run of one character class."""
+VALID_HOST: Final = re.compile(HOST_SYNTAX)
+INVALID_HOST: Final = (
+    "invalid Host header value (RFC 9112 3.2: a host name or IP literal, and an optional port)"
+)
+
 HTTP09: Final = HttpVersion(0, 9)
 """What aiohttp's parser reports for a request line that has no ``HTTP/x.y`` part."""
 UNSUPPORTED_VERSION: Final = "HTTP version not supported: the gateway speaks HTTP/1.1 (and HTTP/1.0)"
@@ -541,6 +561,9 @@ def _refusal_before_handling(
         code, text, status = "http_version_not_supported", UNSUPPORTED_VERSION, 505
     elif (why := target_refusal(request.raw_path)) is not None:
         code, text, status = "bad_http_request", why, 400
+    elif (host := request.headers.get("Host")) is not None and VALID_HOST.fullmatch(host) is None:
+        # (no Host on HTTP/1.1, or two, is refused by aiohttp's parser before this)
+        code, text, status = "bad_http_request", INVALID_HOST, 400
     elif (codings := _transfer_codings(request)) is not None and (
         codings != ["chunked"] or request.version < HttpVersion11
     ):
