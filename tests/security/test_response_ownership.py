@@ -281,6 +281,10 @@ async def test_a_searched_poll_answer_naming_another_response_settles_nothing(
         assert (status, answer["id"], answer["usage"]["output_tokens"]) == (200, other, 5)
         assert [r.path for r in (first.received[-1], last.received[-1])] == [f"/v1/responses/{polled}"] * 2
         assert len(first.received) + len(last.received) == asked + 2  # searched: a's 404, then b
+        # b's answer names another response: no proof b holds the polled one, not remembered (s44)
+        assert all(
+            sr.scheduler.responses.endpoint_of(polled) is None for sr in gw.state.runtime.schedulers.values()
+        )
         status, _ = await _post(gw, "/v1/responses", body, alice)
         assert status == 429  # the polled bound was not credited by the other's usage
         assert gw.registry.get_sample_value("igw_usage_misnamed_total") == 1
@@ -293,3 +297,56 @@ async def test_a_searched_poll_answer_naming_another_response_settles_nothing(
         status, _ = await _post(gw, "/v1/responses", body, alice)
         assert status == 200  # settled by its own usage, found by the same search: 245 credited
         assert gw.registry.get_sample_value("igw_usage_misnamed_total") == 1
+
+
+async def test_a_search_passes_a_pod_answering_with_another_response(
+    tmp_path: Path, jwks_server: JwksServer, client_ssl: ssl.SSLContext, tokens: TokenFactory
+) -> None:
+    """A searched retrieval (no scheduler here remembers the polled response's pod) whose first pod
+    asked answers 200 with another response object passes that pod, as a 404 does: the next pod's
+    answer, which carries the polled response, is the client's, and that pod is remembered (the next
+    poll goes to it alone). Before session s44 the search stopped at the first answer below 400, the
+    other response went to the client, and the lying pod was remembered as the polled one's holder:
+    every later poll went to it (tier 2's rule since s43, docs/global-router.md)."""
+    access = {
+        "authorization": {
+            "modelAccess": [{"claim": "tenant", "values": ["team-a"], "models": ["m", "secret"]}]
+        }
+    }
+    async with (
+        running(FakeModelServer("a"), FakeModelServer("b")) as (liar, honest),
+        secured_gateway(
+            tmp_path, (liar, honest), issuer=jwks_server, client_ssl=client_ssl, extensions=access
+        ) as gw,
+    ):
+        tokens.clock.now = time.time()
+        alice = tokens.token(tenant="team-a", sub="alice")
+        ids = []
+        for _ in range(2):
+            status, made = await _post(gw, "/v1/responses", {"model": "m", "input": "x"}, alice)
+            assert status == 200
+            ids.append(made["id"])
+        polled, other = ids
+        # pool `m` (pod a) made both; the polled one moves to `secret`'s pod b, asked second
+        honest.stored_responses[polled] = liar.stored_responses.pop(polled)
+        liar.stored_responses[polled] = liar.stored_responses[other]
+        for sr in gw.state.runtime.schedulers.values():
+            sr.scheduler.responses.forget(list(sr.pool.states))
+        asked = len(liar.received), len(honest.received)
+
+        status, answer = await _ask(gw, "GET", f"/v1/responses/{polled}", alice)
+        assert (status, answer["id"]) == (200, polled)
+        assert (len(liar.received), len(honest.received)) == (asked[0] + 1, asked[1] + 1)
+        remembered = {
+            sr.scheduler.responses.endpoint_of(polled) for sr in gw.state.runtime.schedulers.values()
+        }
+        assert remembered == {None, honest.key}  # b's scheduler remembers b; nobody remembers a
+        retries = gw.registry.get_sample_value(
+            "igw_upstream_retries_total", {"scheduler": "pool", "cause": "response-search"}
+        )
+        assert retries == 1  # a's answer moved the search on, counted as a 404 is
+        assert gw.registry.get_sample_value("igw_usage_misnamed_total") == 0  # nothing settled or shown
+
+        status, answer = await _ask(gw, "GET", f"/v1/responses/{polled}", alice)
+        assert (status, answer["id"]) == (200, polled)
+        assert (len(liar.received), len(honest.received)) == (asked[0] + 1, asked[1] + 2)  # b alone

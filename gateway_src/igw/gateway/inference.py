@@ -254,6 +254,9 @@ class _Forward:
     :mod:`igw.gateway.response_ids`), or the one a retrieval or cancel names in its path, else
     ``None``: the only id an answer is believed to name (a retrieval's answer naming another id
     settles nothing since session s44)."""
+    carried: bool
+    """Set by :func:`_forward` for a retrieval or cancel (``settles``): the answer relayed carries
+    that response (names its id), the only answer whose pod a search remembers as its holder."""
 
     def __init__(
         self,
@@ -291,6 +294,7 @@ class _Forward:
         self.strip_usage = strip_usage
         self.settles = settles
         self.minted = minted
+        self.carried = False
 
 
 async def handle_inference(
@@ -466,8 +470,9 @@ async def handle_stored_response(request: web.Request) -> web.StreamResponse:
     polls and resumes a response there; no other pod holds it). The pod is the one this gateway's
     schedulers remember (:mod:`igw.scheduling.response_affinity`), authorized as a request for its
     pool's model. A response nobody here remembers (made through another gateway replica, or before
-    this one restarted) is searched for among the pods of the pools the caller may use, a 404 moving
-    on to the next pod (:data:`RESPONSE_SEARCH_LIMIT` at most); the pod that has it is remembered.
+    this one restarted) is searched for among the pods of the pools the caller may use, a 404 or an
+    answer naming another response moving on to the next pod (:data:`RESPONSE_SEARCH_LIMIT` at most);
+    the pod whose answer carries it (its id; input items: a list, no id) is remembered.
     None has it: the last pod's 404; no pool to ask: a 404 ``response_not_found``. ``?stream=true``
     (resuming a background response's events) is relayed as a stream."""
     state = request.app[STATE_KEY]
@@ -542,6 +547,9 @@ async def handle_stored_response(request: web.Request) -> web.StreamResponse:
             found is None
             and answer.status < 400
             and request.method != "DELETE"
+            # the answer carries the response asked for (input items: a list, no id to compare):
+            # an answer naming another (a pod's lie or mix-up) shows no holder (before s44 it did)
+            and (plan.carried or request.path.endswith("/input_items"))
             and holder in owners
             and holder in owners[holder].pool.states  # not if it left its pool meanwhile
         ):
@@ -1156,6 +1164,7 @@ async def _forward(
             _sent_instead(plan.sr, unsent, ep, request_id=obs.key, now=state.clock())
             unsent = None
         result = None
+        misnamed = False  # a retrieval's answer naming another stored response than the one asked for
         obs.attempt(attempt, key, scheduler=scheduler)
         if not isinstance(headers, bytes):
             obs.propagate(headers)  # tracing hook: traceparent of this attempt
@@ -1192,6 +1201,9 @@ async def _forward(
             if result.usage_unread is not None:  # each attempt's: a retried 502 was a pod's answer too
                 obs.usage_unread(result.usage_unread)
             if result.response_id is not None:  # remembered (its pod) and a reservation's key
+                misnamed = (
+                    plan.settles is not None and result.status < 400 and result.response_id != plan.settles
+                )
                 result.response_id = believed(result.response_id, plan.minted)
         except ConnectFailed as exc:
             connected = False
@@ -1266,6 +1278,15 @@ async def _forward(
                     unsent = key  # the pod never got the request: its pick moves on (_sent_instead)
         # Retried here, not in the handler: mypyc cannot compile a `continue` inside try/finally
         # (igw.compiled). A plain answer - a success, most errors - costs the status test alone.
+        searching_on = plan.search_for is not None and not prepared and attempt < len(plan.candidates)
+        if misnamed and searching_on and result is not None:
+            # A searched retrieval or cancel answered with another response (a pod's lie or mix-up):
+            # no proof the asked one is stored there, so the search moves on as from a 404 (tier 2's
+            # rule, igw.global_router.server); before session s44 it stopped at that answer.
+            searched += 1
+            refusal = result
+            obs.retrying(plan.search_pools.get(key, ""), RESPONSE_SEARCH, status=result.status)
+            continue
         if connected and (result is None or prepared or result.status < 400):
             break
         if plan.search_for is not None and connected and result is not None and result.status == 404:
@@ -1312,6 +1333,7 @@ async def _forward(
         shown = result.usage
         result.usage = None
         result.events = 0
+        plan.carried = plan.settles is not None and result.response_id == plan.settles
         if plan.settles is not None and shown is not None and result.status < 400:
             if result.response_id == plan.settles:
                 await _settle(guard, plan.settles, shown)
