@@ -230,7 +230,6 @@ class GatewayRequestHandler(RequestHandler):
 
     # Attributes of our own: RequestHandler uses __slots__, so they are declared here.
     __slots__ = (
-        "_framing",
         "_head_target",
         "_head_timer",
         "_last_body",
@@ -243,8 +242,10 @@ class GatewayRequestHandler(RequestHandler):
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         manager = args[0] if args else kwargs.get("manager")
         app = manager.app if isinstance(manager, GatewayServer) else None
-        self._framing = _StopAfterClose(self._parser, app=app)
-        self._parser = self._framing  # type: ignore[assignment]
+        # Not kept in an attribute of its own: aiohttp drops ``_parser`` when the connection is lost,
+        # which breaks the parser's reference back to this handler; a second reference would keep
+        # handler, parser and wrapper in a cycle per connection (tests/gateway/test_garbage_cycles.py).
+        self._parser = _StopAfterClose(self._parser, app=app)  # type: ignore[assignment]
         self._limits = limits
         self._max_connections = max_connections
         self._head_timer: asyncio.TimerHandle | None = None
@@ -299,21 +300,22 @@ class GatewayRequestHandler(RequestHandler):
         if data and not lingering and self._head_timer is None and self.evictable():
             self._head_target = request_target(data)  # a head begins: once per request, not per read
         super().data_received(data)
-        if self._framing.refused is not None:
-            self._refuse_declared_body(self._framing.refused)
+        framing = self._parser
+        if isinstance(framing, _StopAfterClose) and framing.refused is not None:
+            self._refuse_declared_body(framing, framing.refused)
         if data and not lingering:
             self.start_head_timer()
         if self._head_timer is not None and (self._messages or self._request_in_progress):
             self._head_timer.cancel()
             self._head_timer = None
 
-    def _refuse_declared_body(self, body: StreamReader) -> None:
+    def _refuse_declared_body(self, framing: _StopAfterClose, body: StreamReader) -> None:
         """A chunked body declared more than the limit (:class:`ChunkSizes`): its reader ends with
         :class:`DeclaredBodyTooLarge` (the handler reading it answers 413 with ``Connection: close``),
         and the connection is not kept to read the rest (no lingering). A body whose handler has
         answered already (aiohttp reading it to discard it) ends the connection instead."""
-        self._framing.refused = None
-        limit = self._framing.limit
+        framing.refused = None
+        limit = framing.limit
         if body is self._last_body and self._lingering():
             log.warning("closed a connection whose discarded chunked body declared more than %d bytes", limit)
             self.force_close()
