@@ -71,6 +71,26 @@ async def test_a_redis_answering_within_its_command_timeout_keeps_deciding(
             assert sample("igw_ratelimit_backend_up", {"backend": "redis"}) == 1
 
 
+def _allowing_limiter(url: str, clock: ManualClock, registry: CollectorRegistry, **redis: str) -> RateLimiter:
+    """A limiter on the Redis at ``url`` (the delay proxy), ``onRedisUnavailable: allow``,
+    ``retryAfterFailure: 5s`` and the ``redis`` settings given, its metrics in ``registry``."""
+    settings = RateLimitSettings.from_mapping(
+        {
+            "backend": "redis",
+            "redis": {"url": "", "retryAfterFailure": "5s", **redis},
+            "onRedisUnavailable": "allow",
+            "default": {"requestsPerSecond": 1000, "burst": 1000},
+        }
+    )
+    settings = dataclasses.replace(settings, redis=dataclasses.replace(settings.redis, url=url))
+    return RateLimiter(
+        settings=settings,
+        backend=BACKENDS["redis"](settings, clock),
+        clock=clock,
+        metrics=SecurityMetrics(registry=registry),
+    )
+
+
 async def test_a_decision_answered_after_the_outage_began_does_not_end_it(
     redis_server: RedisServer, clock: ManualClock, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -82,23 +102,8 @@ async def test_a_decision_answered_after_the_outage_began_does_not_end_it(
     ERROR and one WARNING per request in flight, and a gauge saying up while every request met
     ``onRedisUnavailable``."""
     registry = CollectorRegistry()
-    settings = RateLimitSettings.from_mapping(
-        {
-            "backend": "redis",
-            "redis": {"url": "", "commandTimeout": "2s", "retryAfterFailure": "5s"},
-            "onRedisUnavailable": "allow",
-            "default": {"requestsPerSecond": 1000, "burst": 1000},
-        }
-    )
     with delay_proxy(redis_server.port, delay_s=0.0) as proxy:
-        redis = dataclasses.replace(settings.redis, url=proxy.url)
-        settings = dataclasses.replace(settings, redis=redis)
-        limiter = RateLimiter(
-            settings=settings,
-            backend=BACKENDS["redis"](settings, clock),
-            clock=clock,
-            metrics=SecurityMetrics(registry=registry),
-        )
+        limiter = _allowing_limiter(proxy.url, clock, registry, commandTimeout="2s")
 
         def up() -> float | None:
             return registry.get_sample_value("igw_ratelimit_backend_up", {"backend": "redis"})
@@ -136,23 +141,8 @@ async def test_past_retry_after_failure_one_decision_probes_a_frozen_redis(
     past the window asked Redis: 20 errors counted, each waiting the whole timeout on a connection
     of its own, and a Redis coming back met them all at once."""
     registry = CollectorRegistry()
-    settings = RateLimitSettings.from_mapping(
-        {
-            "backend": "redis",
-            "redis": {"url": "", "retryAfterFailure": "5s"},
-            "onRedisUnavailable": "allow",
-            "default": {"requestsPerSecond": 1000, "burst": 1000},
-        }
-    )
     with delay_proxy(redis_server.port, delay_s=0.0) as proxy:
-        redis = dataclasses.replace(settings.redis, url=proxy.url)
-        settings = dataclasses.replace(settings, redis=redis)
-        limiter = RateLimiter(
-            settings=settings,
-            backend=BACKENDS["redis"](settings, clock),
-            clock=clock,
-            metrics=SecurityMetrics(registry=registry),
-        )
+        limiter = _allowing_limiter(proxy.url, clock, registry)
 
         def errors() -> float | None:
             return registry.get_sample_value("igw_ratelimit_backend_errors_total", {"backend": "redis"})
