@@ -54,6 +54,20 @@ async def _post(gw: Gw, path: str, body: dict[str, Any], token: str) -> tuple[in
         return r.status, await r.json()
 
 
+BACKGROUND: dict[str, Any] = {"model": "m", "input": "x", "max_output_tokens": 250, "background": True}
+"""A background response of pool ``m`` whose bound (250 output tokens) is charged until it is settled."""
+
+
+async def _two_background_responses(gw: Gw, token: str) -> tuple[str, str]:
+    """Two background responses of pool ``m``, a bound of 250 output tokens charged for each; their ids."""
+    ids = []
+    for _ in range(2):
+        status, made = await _post(gw, "/v1/responses", BACKGROUND, token)
+        assert (status, made["status"]) == (200, "queued")
+        ids.append(made["id"])
+    return ids[0], ids[1]
+
+
 async def _ask(gw: Gw, method: str, path: str, token: str) -> tuple[int, dict[str, Any]]:
     headers = {"Authorization": f"Bearer {token}"}
     async with gw.http.request(method, gw.url + path, headers=headers) as r:
@@ -203,13 +217,7 @@ async def test_a_poll_answer_naming_another_response_settles_nothing(
     ):
         tokens.clock.now = time.time()
         alice = tokens.token(tenant="team-a", sub="alice")
-        body = {"model": "m", "input": "x", "max_output_tokens": 250, "background": True}
-        ids = []
-        for _ in range(2):  # two bounds of 250 charged: about 100 of the 600 left
-            status, made = await _post(gw, "/v1/responses", body, alice)
-            assert (status, made["status"]) == (200, "queued")
-            ids.append(made["id"])
-        polled, other = ids
+        polled, other = await _two_background_responses(gw, alice)  # about 100 of the 600 left
         holder = next(pod for pod in servers if polled in pod.stored_responses)
         right = holder.stored_responses[polled]
         holder.stored_responses[polled] = next(
@@ -219,12 +227,12 @@ async def test_a_poll_answer_naming_another_response_settles_nothing(
         assert (status, answer["id"], answer["usage"]["output_tokens"]) == (200, other, 5)
         # counted (igw_usage_misnamed_total, since s44) whatever the log's throttle holds back
         assert gw.registry.get_sample_value("igw_usage_misnamed_total") == 1
-        status, _ = await _post(gw, "/v1/responses", body, alice)
+        status, _ = await _post(gw, "/v1/responses", BACKGROUND, alice)
         assert status == 429  # the polled bound was not credited by the other's usage
         holder.stored_responses[polled] = right
         status, answer = await _ask(gw, "GET", f"/v1/responses/{polled}", alice)
         assert (status, answer["id"]) == (200, polled)
-        status, _ = await _post(gw, "/v1/responses", body, alice)
+        status, _ = await _post(gw, "/v1/responses", BACKGROUND, alice)
         assert status == 200  # settled by its own usage: 245 credited
         assert gw.registry.get_sample_value("igw_usage_misnamed_total") == 1  # the right one: not counted
 
@@ -255,13 +263,7 @@ async def test_a_searched_poll_answer_naming_another_response_settles_nothing(
     ):
         tokens.clock.now = time.time()
         alice = tokens.token(tenant="team-a", sub="alice")
-        body = {"model": "m", "input": "x", "max_output_tokens": 250, "background": True}
-        ids = []
-        for _ in range(2):  # two bounds of 250 charged: about 100 of the 600 left
-            status, made = await _post(gw, "/v1/responses", body, alice)
-            assert (status, made["status"]) == (200, "queued")
-            ids.append(made["id"])
-        polled, other = ids
+        polled, other = await _two_background_responses(gw, alice)  # about 100 of the 600 left
         right = first.stored_responses.pop(
             polled
         )  # pool `m` (pod a) made both; `secret`'s pod b is asked last
@@ -285,7 +287,7 @@ async def test_a_searched_poll_answer_naming_another_response_settles_nothing(
         assert all(
             sr.scheduler.responses.endpoint_of(polled) is None for sr in gw.state.runtime.schedulers.values()
         )
-        status, _ = await _post(gw, "/v1/responses", body, alice)
+        status, _ = await _post(gw, "/v1/responses", BACKGROUND, alice)
         assert status == 429  # the polled bound was not credited by the other's usage
         assert gw.registry.get_sample_value("igw_usage_misnamed_total") == 1
 
@@ -294,7 +296,7 @@ async def test_a_searched_poll_answer_naming_another_response_settles_nothing(
         status, answer = await _ask(gw, "GET", f"/v1/responses/{polled}", alice)
         assert (status, answer["id"]) == (200, polled)
         assert len(first.received) + len(last.received) == asked + 2
-        status, _ = await _post(gw, "/v1/responses", body, alice)
+        status, _ = await _post(gw, "/v1/responses", BACKGROUND, alice)
         assert status == 200  # settled by its own usage, found by the same search: 245 credited
         assert gw.registry.get_sample_value("igw_usage_misnamed_total") == 1
 
