@@ -120,6 +120,7 @@ _GIVEN: dict[type, dict[str, Any]] = {
         "strip_usage": True,
         "settles": "resp_s",
         "minted": "resp_m",
+        "carried": True,
     },
     ExchangeResult: {
         "answer": web.Response(status=201),

@@ -277,6 +277,7 @@ class _Forward:
         strip_usage: bool = False,
         settles: str | None = None,
         minted: str | None = None,
+        carried: bool = False,
     ) -> None:
         self.candidates = candidates
         self.sr = sr
@@ -294,7 +295,7 @@ class _Forward:
         self.strip_usage = strip_usage
         self.settles = settles
         self.minted = minted
-        self.carried = False
+        self.carried = carried
 
 
 async def handle_inference(
