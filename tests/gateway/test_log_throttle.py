@@ -11,31 +11,16 @@ from collections.abc import Iterator
 import pytest
 
 from igw.gateway.log_throttle import RepeatThrottle
+from tests.log_capture import captured_records
+from tests.security.helpers import ManualClock
 
 TEMPLATE = "upstream %s sent a compressed answer whose usage could not be read (%s): %s"
 
 
-class _Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 @pytest.fixture
 def captured() -> Iterator[tuple[logging.Logger, list[logging.LogRecord]]]:
-    logger = logging.getLogger("tests.log_throttle.keyed")
-    records: list[logging.LogRecord] = []
-    handler = logging.Handler()
-    handler.emit = records.append  # type: ignore[method-assign,assignment]
-    logger.addHandler(handler)
-    logger.propagate = False
-    try:
-        yield logger, records
-    finally:
-        logger.removeHandler(handler)
-        logger.propagate = True
+    with captured_records("tests.log_throttle.keyed") as found:
+        yield found
 
 
 def test_each_pod_and_reason_has_its_own_first_line_and_minute(
@@ -45,7 +30,7 @@ def test_each_pod_and_reason_has_its_own_first_line_and_minute(
     hides no other pod's line, nor its own other reason), the detail argument (decoder messages
     with numbers in them) not a key; a minute later one line each with the count held."""
     logger, records = captured
-    clock = _Clock()
+    clock = ManualClock(1000.0)
     throttle = RepeatThrottle(clock=clock, keyed_args=2)
     logger.addFilter(throttle)
     kinds = [
@@ -74,7 +59,7 @@ def test_the_kinds_remembered_are_bounded(captured: tuple[logging.Logger, list[l
     """Pods come and go: past ``max_keys`` kinds the oldest is forgotten (its next line passes again)
     rather than the map growing with every pod address ever seen."""
     logger, records = captured
-    throttle = RepeatThrottle(clock=_Clock(), keyed_args=1, max_keys=2)
+    throttle = RepeatThrottle(clock=ManualClock(1000.0), keyed_args=1, max_keys=2)
     logger.addFilter(throttle)
     try:
         for pod in ("a", "b", "a", "b", "c", "b", "a"):  # "c" pushes out "a", the oldest

@@ -30,38 +30,23 @@ from igw.gateway.tracing import Tracing
 from igw.gateway.tracing_options import tracing_options
 from igw.sim.live import run_fleet
 from igw.sim.spec import FleetSpec
+from tests.log_capture import captured_records
 from tests.observability.live_gateway import MODEL, igw_serve, wait_ready
 from tests.observability.otlp_receiver import otlp_receiver
-
-
-class _Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.security.helpers import ManualClock
 
 
 @pytest.fixture
 def captured() -> Iterator[tuple[logging.Logger, list[logging.LogRecord]]]:
-    logger = logging.getLogger("tests.trace_export.throttled")
-    records: list[logging.LogRecord] = []
-    handler = logging.Handler()
-    handler.emit = records.append  # type: ignore[method-assign,assignment]
-    logger.addHandler(handler)
-    logger.propagate = False
-    try:
-        yield logger, records
-    finally:
-        logger.removeHandler(handler)
-        logger.propagate = True
+    with captured_records("tests.trace_export.throttled") as found:
+        yield found
 
 
 def test_repeats_are_held_then_one_passes_per_interval_with_the_count(
     captured: tuple[logging.Logger, list[logging.LogRecord]],
 ) -> None:
     logger, records = captured
-    clock = _Clock()
+    clock = ManualClock(1000.0)
     throttle = RepeatThrottle(interval_s=60.0, clock=clock)
     logger.addFilter(throttle)
     try:
@@ -84,7 +69,7 @@ def test_repeats_are_held_then_one_passes_per_interval_with_the_count(
 
 def test_levels_are_throttled_apart(captured: tuple[logging.Logger, list[logging.LogRecord]]) -> None:
     logger, records = captured
-    throttle = RepeatThrottle(interval_s=60.0, clock=_Clock())
+    throttle = RepeatThrottle(interval_s=60.0, clock=ManualClock(1000.0))
     logger.addFilter(throttle)
     try:
         logger.warning("same")
