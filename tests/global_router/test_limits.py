@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import aiohttp
 import pytest
 import redis
 import redis.asyncio as aioredis
+from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
 from igw.gateway.guards import GuardDenied
@@ -334,6 +336,27 @@ async def _client_commands(redis_server: RedisServer, action: Callable[[], Await
     return seen
 
 
+@contextlib.asynccontextmanager
+async def _background_router(
+    redis_server: RedisServer,
+) -> AsyncIterator[tuple[FakeModelServer, web.Application, str, aiohttp.ClientSession, redis.Redis[bytes]]]:
+    """A router over one fake cluster with the background-response limits of
+    :func:`_background_router_doc`, served on loopback: the cluster, the app, its URL, a client
+    session and a Redis client on the limits' server."""
+    cluster = FakeModelServer("east-a")
+    await cluster.start()
+    app = create_global_app(
+        parse_global_config(_background_router_doc(cluster, redis_server)), read_heartbeats=False
+    )
+    client = redis.Redis(host="127.0.0.1", port=redis_server.port)
+    try:
+        async with serve_app(app, host="127.0.0.1", port=0) as url, aiohttp.ClientSession() as http:
+            yield cluster, app, url, http, client
+    finally:
+        client.close()
+        await cluster.stop()
+
+
 def _background_router_doc(cluster: FakeModelServer, redis_server: RedisServer) -> dict[str, Any]:
     """A router with a tenant-wide and a per-model token limit on ``redis_server``."""
     return global_doc(
@@ -360,82 +383,59 @@ async def test_a_background_response_s_holds_are_set_and_settled_with_its_debits
     round trips more (probe: ``evalsha, evalsha, set, set`` to accept), and the settlement four
     (a release and a debit per limit). Both buckets are credited the bound less the 5 tokens
     generated, so each is down by what the two responses used, not by their bounds."""
-    cluster = FakeModelServer("east-a")
-    await cluster.start()
-    app = create_global_app(
-        parse_global_config(_background_router_doc(cluster, redis_server)), read_heartbeats=False
-    )
-    client = redis.Redis(host="127.0.0.1", port=redis_server.port)
-    try:
-        async with serve_app(app, host="127.0.0.1", port=0) as url, aiohttp.ClientSession() as http:
-            ids: list[str] = []
+    async with _background_router(redis_server) as (_cluster, _app, url, http, client):
+        ids: list[str] = []
 
-            async def accept() -> None:
-                async with http.post(url + "/v1/responses", json=BACKGROUND) as resp:
-                    assert resp.status == 200, await resp.text()
-                    ids.append((await resp.json())["id"])
+        async def accept() -> None:
+            async with http.post(url + "/v1/responses", json=BACKGROUND) as resp:
+                assert resp.status == 200, await resp.text()
+                ids.append((await resp.json())["id"])
 
-            async def poll() -> None:
-                async with http.get(f"{url}/v1/responses/{ids[-1]}") as resp:
-                    assert resp.status == 200
-                    assert (await resp.json())["usage"]["output_tokens"] == 5
+        async def poll() -> None:
+            async with http.get(f"{url}/v1/responses/{ids[-1]}") as resp:
+                assert resp.status == 200
+                assert (await resp.json())["usage"]["output_tokens"] == 5
 
-            await accept()  # each script's first call on a server: EVALSHA, then EVAL
-            await poll()
-            assert await _client_commands(redis_server, accept) == ["evalsha", "evalsha"]
-            for scope in ("|tier2", "|tier2|model="):  # a response never polled: its holds go in a day
-                assert 86_000 < client.ttl(f"t:bg1:held:{ids[-1]}{scope}:hold") <= 86_400
-            assert (
-                client.exists(f"t:bg1:held:{ids[-1]}|tier2:hold", f"t:bg1:held:{ids[-1]}|tier2|model=:hold")
-                == 2
-            )
-            assert await _client_commands(redis_server, poll) == ["evalsha", "evalsha"]
-            assert not client.keys("t:bg1:held:*")
-            tenant = 10_000 - float(client.hget("t:bg1:anonymous:tok", "l") or 0)
-            model = 20_000 - float(client.hget("t:bg1:anonymous|model=m0:tok", "l") or 0)
-            # two responses of a prompt and 5 tokens each, not their 3,000-token bounds
-            assert 2 <= tenant < 100
-            assert model == pytest.approx(tenant, abs=1)
-    finally:
-        client.close()
-        await cluster.stop()
+        await accept()  # each script's first call on a server: EVALSHA, then EVAL
+        await poll()
+        assert await _client_commands(redis_server, accept) == ["evalsha", "evalsha"]
+        for scope in ("|tier2", "|tier2|model="):  # a response never polled: its holds go in a day
+            assert 86_000 < client.ttl(f"t:bg1:held:{ids[-1]}{scope}:hold") <= 86_400
+        assert (
+            client.exists(f"t:bg1:held:{ids[-1]}|tier2:hold", f"t:bg1:held:{ids[-1]}|tier2|model=:hold") == 2
+        )
+        assert await _client_commands(redis_server, poll) == ["evalsha", "evalsha"]
+        assert not client.keys("t:bg1:held:*")
+        tenant = 10_000 - float(client.hget("t:bg1:anonymous:tok", "l") or 0)
+        model = 20_000 - float(client.hget("t:bg1:anonymous|model=m0:tok", "l") or 0)
+        # two responses of a prompt and 5 tokens each, not their 3,000-token bounds
+        assert 2 <= tenant < 100
+        assert model == pytest.approx(tenant, abs=1)
 
 
 async def test_holds_set_before_the_upgrade_are_settled_after_it(redis_server: RedisServer) -> None:
     """A background response accepted by a router of before session s44 (its two holds set by
     ``SET ... EX NX``, as it did) and polled at an upgraded one: both holds are found, released
     and settled in one step each."""
-    cluster = FakeModelServer("east-a")
-    await cluster.start()
-    app = create_global_app(
-        parse_global_config(_background_router_doc(cluster, redis_server)), read_heartbeats=False
-    )
-    client = redis.Redis(host="127.0.0.1", port=redis_server.port)
-    try:
-        async with serve_app(app, host="127.0.0.1", port=0) as url, aiohttp.ClientSession() as http:
-            async with http.post(url + "/v1/responses", json=BACKGROUND) as resp:
-                response_id = (await resp.json())["id"]
-            # as the router before the upgrade left it: the holds its SETs made, not the script's
-            client.delete(
-                f"t:bg1:held:{response_id}|tier2:hold", f"t:bg1:held:{response_id}|tier2|model=:hold"
+    async with _background_router(redis_server) as (_cluster, _app, url, http, client):
+        async with http.post(url + "/v1/responses", json=BACKGROUND) as resp:
+            response_id = (await resp.json())["id"]
+        # as the router before the upgrade left it: the holds its SETs made, not the script's
+        client.delete(f"t:bg1:held:{response_id}|tier2:hold", f"t:bg1:held:{response_id}|tier2|model=:hold")
+        for scope in ("|tier2", "|tier2|model="):
+            client.set(
+                f"t:bg1:held:{response_id}{scope}:hold",
+                "3000:anonymous" if scope == "|tier2" else "3000:anonymous|model=m0",
+                ex=86_400,
+                nx=True,
             )
-            for scope in ("|tier2", "|tier2|model="):
-                client.set(
-                    f"t:bg1:held:{response_id}{scope}:hold",
-                    "3000:anonymous" if scope == "|tier2" else "3000:anonymous|model=m0",
-                    ex=86_400,
-                    nx=True,
-                )
-            async with http.get(f"{url}/v1/responses/{response_id}") as resp:
-                assert resp.status == 200
-            assert not client.keys("t:bg1:held:*")
-            tenant = 10_000 - float(client.hget("t:bg1:anonymous:tok", "l") or 0)
-            model = 20_000 - float(client.hget("t:bg1:anonymous|model=m0:tok", "l") or 0)
-            assert 1 <= tenant < 50  # credited the 2,995 tokens held beyond the 5 generated
-            assert model == pytest.approx(tenant, abs=1)
-    finally:
-        client.close()
-        await cluster.stop()
+        async with http.get(f"{url}/v1/responses/{response_id}") as resp:
+            assert resp.status == 200
+        assert not client.keys("t:bg1:held:*")
+        tenant = 10_000 - float(client.hget("t:bg1:anonymous:tok", "l") or 0)
+        model = 20_000 - float(client.hget("t:bg1:anonymous|model=m0:tok", "l") or 0)
+        assert 1 <= tenant < 50  # credited the 2,995 tokens held beyond the 5 generated
+        assert model == pytest.approx(tenant, abs=1)
 
 
 @pytest.mark.parametrize("known", [True, False], ids=["known-cluster", "searched"])
@@ -448,39 +448,29 @@ async def test_a_poll_answer_naming_another_response_settles_nothing(
     that answer's usage when it knew the cluster (or asked its last one), so a pod could credit a
     tenant any bound it liked. The right answer then settles it."""
     monkeypatch.setattr(misnamed_log, "filters", [])  # each case's line, unthrottled
-    cluster = FakeModelServer("east-a")
-    await cluster.start()
-    app = create_global_app(
-        parse_global_config(_background_router_doc(cluster, redis_server)), read_heartbeats=False
-    )
-    client = redis.Redis(host="127.0.0.1", port=redis_server.port)
-    try:
-        async with serve_app(app, host="127.0.0.1", port=0) as url, aiohttp.ClientSession() as http:
-            ids: list[str] = []
-            for _ in range(2):
-                async with http.post(url + "/v1/responses", json=BACKGROUND) as resp:
-                    assert resp.status == 200, await resp.text()
-                    ids.append((await resp.json())["id"])
-            polled, other = ids
-            held = [f"t:bg1:held:{polled}|tier2:hold", f"t:bg1:held:{polled}|tier2|model=:hold"]
-            assert client.exists(*held) == 2
-            if not known:
-                app[ROUTER_KEY].responses.forget(["east-a"])  # as another replica, or after a restart
-            client.delete(f"t:bg1:held:{other}|tier2:hold", f"t:bg1:held:{other}|tier2|model=:hold")
-            right = cluster.stored_responses[polled]
-            cluster.stored_responses[polled] = cluster.stored_responses[other]  # names the other
-            async with http.get(f"{url}/v1/responses/{polled}") as resp:
-                assert (await resp.json())["id"] == other
-            assert client.exists(*held) == 2  # both holds kept: nothing settled
-            assert "cluster east-a answered a poll of one response with the usage of another" in caplog.text
-            misnamed = app[ROUTER_KEY].metrics.usage_misnamed
-            # counted (igw_global_usage_misnamed_total, since s44) whatever the log's throttle holds
-            assert misnamed.labels("east-a")._value.get() == 1
-            cluster.stored_responses[polled] = right
-            async with http.get(f"{url}/v1/responses/{polled}") as resp:
-                assert resp.status == 200
-            assert client.exists(*held) == 0
-            assert misnamed.labels("east-a")._value.get() == 1  # the right answer is not counted
-    finally:
-        client.close()
-        await cluster.stop()
+    async with _background_router(redis_server) as (cluster, app, url, http, client):
+        ids: list[str] = []
+        for _ in range(2):
+            async with http.post(url + "/v1/responses", json=BACKGROUND) as resp:
+                assert resp.status == 200, await resp.text()
+                ids.append((await resp.json())["id"])
+        polled, other = ids
+        held = [f"t:bg1:held:{polled}|tier2:hold", f"t:bg1:held:{polled}|tier2|model=:hold"]
+        assert client.exists(*held) == 2
+        if not known:
+            app[ROUTER_KEY].responses.forget(["east-a"])  # as another replica, or after a restart
+        client.delete(f"t:bg1:held:{other}|tier2:hold", f"t:bg1:held:{other}|tier2|model=:hold")
+        right = cluster.stored_responses[polled]
+        cluster.stored_responses[polled] = cluster.stored_responses[other]  # names the other
+        async with http.get(f"{url}/v1/responses/{polled}") as resp:
+            assert (await resp.json())["id"] == other
+        assert client.exists(*held) == 2  # both holds kept: nothing settled
+        assert "cluster east-a answered a poll of one response with the usage of another" in caplog.text
+        misnamed = app[ROUTER_KEY].metrics.usage_misnamed
+        # counted (igw_global_usage_misnamed_total, since s44) whatever the log's throttle holds
+        assert misnamed.labels("east-a")._value.get() == 1
+        cluster.stored_responses[polled] = right
+        async with http.get(f"{url}/v1/responses/{polled}") as resp:
+            assert resp.status == 200
+        assert client.exists(*held) == 0
+        assert misnamed.labels("east-a")._value.get() == 1  # the right answer is not counted
