@@ -367,9 +367,16 @@ def test_workers_sharing_a_slowly_read_pipe_never_split_each_others_lines() -> N
     write keeps it full, so a write larger than PIPE_BUF is taken in pieces and another process's
     bytes land inside a line (broken JSON access and EMF lines) unless each write is at most
     PIPE_BUF bytes of whole lines."""
+    assert _lines_and_broken_from_three_writers(_SHARES_A_PIPE) == (9000, 0)
+
+
+def _lines_and_broken_from_three_writers(script: str, *args: str) -> tuple[int, int]:
+    """Run ``script`` (argv: its writer number, then ``args``) in three processes sharing one pipe as
+    stdout, read by a log shipper slower than they write (the pipe stays full); the lines read and
+    how many of them are not JSON."""
     read_end, write_end = os.pipe()
     writers = [
-        subprocess.Popen([sys.executable, "-c", _SHARES_A_PIPE, str(n)], stdout=write_end) for n in range(3)
+        subprocess.Popen([sys.executable, "-c", script, str(n), *args], stdout=write_end) for n in range(3)
     ]
     os.close(write_end)
     data = bytearray()
@@ -377,7 +384,7 @@ def test_workers_sharing_a_slowly_read_pipe_never_split_each_others_lines() -> N
         with os.fdopen(read_end, "rb", buffering=0) as pipe:
             while chunk := pipe.read(2048):
                 data += chunk
-                time.sleep(0.0005)  # a log shipper slower than three writers: the pipe stays full
+                time.sleep(0.0005)
     finally:
         for writer in writers:
             writer.wait(timeout=120)
@@ -389,7 +396,7 @@ def test_workers_sharing_a_slowly_read_pipe_never_split_each_others_lines() -> N
             orjson.loads(line)
         except orjson.JSONDecodeError:
             broken += 1
-    assert (len(lines), broken) == (9000, 0)
+    return len(lines), broken
 
 
 _SHARES_A_PIPE_WITH_LONG_LINES = """
@@ -413,31 +420,7 @@ def test_workers_sharing_a_pipe_and_a_lock_directory_never_split_lines_longer_th
     """A line longer than PIPE_BUF is written by the kernel in pieces while the pipe is full, and
     another worker's write lands between them unless the workers write under one lock per stream
     (:func:`share_streams`): 1,302 of 9,000 lines were broken without it."""
-    read_end, write_end = os.pipe()
-    script = _SHARES_A_PIPE_WITH_LONG_LINES
-    writers = [
-        subprocess.Popen([sys.executable, "-c", script, str(n), str(tmp_path)], stdout=write_end)
-        for n in range(3)
-    ]
-    os.close(write_end)
-    data = bytearray()
-    try:
-        with os.fdopen(read_end, "rb", buffering=0) as pipe:
-            while chunk := pipe.read(2048):
-                data += chunk
-                time.sleep(0.0005)  # a log shipper slower than three writers: the pipe stays full
-    finally:
-        for writer in writers:
-            writer.wait(timeout=120)
-    assert [writer.returncode for writer in writers] == [0, 0, 0]
-    broken = 0
-    lines = data.decode().splitlines()
-    for line in lines:
-        try:
-            orjson.loads(line)
-        except orjson.JSONDecodeError:
-            broken += 1
-    assert (len(lines), broken) == (9000, 0)
+    assert _lines_and_broken_from_three_writers(_SHARES_A_PIPE_WITH_LONG_LINES, str(tmp_path)) == (9000, 0)
     assert [path.name.startswith("log-") for path in tmp_path.iterdir()] == [True]  # one lock: one pipe
 
 
