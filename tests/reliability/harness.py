@@ -38,6 +38,19 @@ from tests.gateway.support import config_doc, scheduler
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
+
+def answering_coded(body: bytes, coding: str = "gzip") -> Handler:
+    """A pod's handler answering every request (its body read first) with ``body``, a JSON answer
+    in ``Content-Encoding: coding`` - as a pod that compresses though asked for no coding does."""
+
+    async def answer(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        headers = {"Content-Type": "application/json", "Content-Encoding": coding}
+        return web.Response(body=body, headers=headers)
+
+    return answer
+
+
 MODEL = "llama"
 
 

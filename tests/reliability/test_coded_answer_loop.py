@@ -30,9 +30,14 @@ from pathlib import Path
 
 import orjson
 import pytest
-from aiohttp import web
 
-from tests.reliability.harness import MODEL, gateway_doc, in_process_gateway, scripted_upstream
+from tests.reliability.harness import (
+    MODEL,
+    answering_coded,
+    gateway_doc,
+    in_process_gateway,
+    scripted_upstream,
+)
 
 HELD_PART: float = 0.25
 """The largest part of the exchange one turn of the loop may take (before the fix: above 0.9)."""
@@ -85,10 +90,7 @@ async def test_a_zip_bomb_is_decoded_in_turns_of_the_event_loop(
     else:
         body = _zip_bomb(300 << 20) + os.urandom(junk)  # the bound is reached before the junk
 
-    async def answer(request: web.Request) -> web.Response:
-        await request.read()
-        coded = {"Content-Type": "application/json", "Content-Encoding": "gzip"}
-        return web.Response(body=body, headers=coded)
+    answer = answering_coded(body)
 
     async with (
         scripted_upstream({"POST /v1/completions": answer}) as pod,

@@ -44,6 +44,7 @@ from tests.gateway.fake_model_server import FakeModelServer, running
 from tests.reliability.harness import (
     MODEL,
     InProcessGateway,
+    answering_coded,
     gateway_doc,
     in_process_gateway,
     scripted_upstream,
@@ -339,11 +340,7 @@ async def _compressed_answer(
     ``Content-Encoding: coding`` (though the gateway asks for ``identity``), and the answer the
     gateway gave to one completion request."""
 
-    async def answer(request: web.Request) -> web.Response:
-        await request.read()
-        return web.Response(
-            body=body, headers={"Content-Type": "application/json", "Content-Encoding": coding}
-        )
+    answer = answering_coded(body, coding)
 
     async with (
         scripted_upstream({"POST /v1/completions": answer}) as pod,
@@ -412,11 +409,7 @@ async def test_an_answer_relayed_decoded_past_its_ratio_is_relayed_whole_and_cou
     plain += b'"}],"usage":' + orjson.dumps(USAGE) + b"}"
     body = gzip.compress(plain, compresslevel=9)
 
-    async def answer(request: web.Request) -> web.Response:
-        await request.read()
-        return web.Response(
-            body=body, headers={"Content-Type": "application/json", "Content-Encoding": "gzip"}
-        )
+    answer = answering_coded(body)
 
     async with (
         scripted_upstream({"POST /v1/completions": answer}) as pod,
@@ -442,11 +435,7 @@ async def test_a_pod_relaying_unreadable_compressed_answers_logs_one_warning_a_m
     not per answer (until session s44: 100 lines, a hostile pod's flood of the log)."""
     body = gzip.compress(b"{")[:10] + os.urandom((1 << 20) + 4096)
 
-    async def answer(request: web.Request) -> web.Response:
-        await request.read()
-        return web.Response(
-            body=body, headers={"Content-Type": "application/json", "Content-Encoding": "gzip"}
-        )
+    answer = answering_coded(body)
 
     async with (
         scripted_upstream({"POST /v1/completions": answer}) as pod,

@@ -18,7 +18,13 @@ import pytest
 from aiohttp import web
 
 from igw.gateway.lean_server import SWITCH_ENV
-from tests.reliability.harness import MODEL, gateway_doc, in_process_gateway, scripted_upstream
+from tests.reliability.harness import (
+    MODEL,
+    answering_coded,
+    gateway_doc,
+    in_process_gateway,
+    scripted_upstream,
+)
 
 USAGE = {"prompt_tokens": 3, "completion_tokens": 5000, "total_tokens": 5003}
 SWITCHES = ["lean", "aiohttp"]
@@ -56,11 +62,7 @@ async def test_a_compressed_answer_is_decoded_for_a_client_that_does_not_accept_
     plain = _answer(text)
     coded = gzip.compress(plain) if coding == "gzip" else zlib.compress(plain)
 
-    async def answer(request: web.Request) -> web.Response:
-        await request.read()
-        return web.Response(
-            body=coded, headers={"Content-Type": "application/json", "Content-Encoding": coding}
-        )
+    answer = answering_coded(coded, coding)
 
     async with (
         scripted_upstream({"POST /v1/completions": answer}) as pod,
@@ -101,11 +103,7 @@ async def test_an_unusual_gzip_answer_is_relayed_whole(
     plain = _answer("hello world")
     body = coded(plain)
 
-    async def answer(request: web.Request) -> web.Response:
-        await request.read()
-        return web.Response(
-            body=body, headers={"Content-Type": "application/json", "Content-Encoding": "gzip"}
-        )
+    answer = answering_coded(body)
 
     async with (
         scripted_upstream({"POST /v1/completions": answer}) as pod,
