@@ -20,9 +20,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from igw.gateway.guards import GuardDenied
 from igw.gateway.serving import serve_app
 from igw.global_router.config import ModelLimit, parse_global_config
-from igw.global_router.limits import ModelRateLimits, resolve
+from igw.global_router.limits import TIER2_RESERVATIONS, ModelRateLimits, resolve
 from igw.global_router.server import ROUTER_KEY, create_global_app, misnamed_log
-from igw.security.settings import RateLimitSettings
+from igw.security.ratelimit.keys import tenant_key as tenant_bucket
+from igw.security.ratelimit.limiter import RateLimiter
+from igw.security.ratelimit.local import MAX_HELD, LocalBuckets
+from igw.security.settings import RateLimitSettings, TenantLimits
 from tests.gateway.fake_model_server import FakeModelServer, closed_port
 from tests.global_router.support import MODEL, global_doc
 from tests.security.helpers import ManualClock, RedisServer
@@ -474,3 +477,43 @@ async def test_a_poll_answer_naming_another_response_settles_nothing(
             assert resp.status == 200
         assert client.exists(*held) == 0
         assert misnamed.labels("east-a")._value.get() == 1  # the right answer is not counted
+
+
+async def test_a_flood_of_tenant_ids_leaves_another_tenant_s_tier2_holds_settled() -> None:
+    """The router's local backend keeps its tenant-wide and per-model holds in tier 1's table
+    (:class:`~igw.security.ratelimit.local.LocalBuckets`), so it had tier 1's flaw: 2 x ``MAX_HELD``
+    tenants with one background response each forgot both of alice's holds, and her settlement
+    credited neither bucket (both stayed 100,000 tokens down; until session s45). Now a tenant
+    holding one keeps it, and both her buckets are charged her prompt and the 5 tokens generated."""
+    clock = ManualClock()
+    settings = RateLimitSettings(default=TenantLimits(tokens_per_minute=200_000))
+    backend = LocalBuckets(clock=clock)
+    tenant_wide = RateLimiter(
+        settings=settings, backend=backend, clock=clock, reservation_scope=TIER2_RESERVATIONS
+    )
+    limits = ModelRateLimits(
+        [ModelLimit(tenant="*", model="m", tokens_per_minute=200_000)],
+        settings=settings,
+        clock=clock,
+        tenant_limiter=tenant_wide,
+    )
+    await limits.account_both(
+        tenant="alice",
+        model="m",
+        prompt_tokens=1,
+        completion_tokens=0,
+        reserved_tokens=100_000,
+        reservation="r_a",
+    )
+    for i in range(MAX_HELD):  # two holds each: 2 x MAX_HELD in all
+        await limits.account_both(
+            tenant=f"m-{i}",
+            model="m",
+            prompt_tokens=1,
+            completion_tokens=0,
+            reserved_tokens=1,
+            reservation=f"r{i}",
+        )
+    await limits.settle_both(reservation="r_a", completion_tokens=5)
+    for key in (tenant_bucket("alice"), ModelRateLimits.bucket_key("alice", "m")):
+        assert backend._tokens.buckets[key].level == 200_000 - 6

@@ -558,6 +558,34 @@ async def test_one_tenant_s_flood_of_holds_evicts_its_own_never_another_s(clock:
     assert await buckets.release("carol_0") == ("carol-0", 1)
 
 
+async def test_a_flood_of_tenant_ids_of_one_hold_each_forgets_no_other_tenant_s_last_hold(
+    clock: ManualClock,
+) -> None:
+    """A full table drops another tenant's hold only for a tenant holding at least two fewer, so
+    2 x :data:`MAX_HELD` tenant ids of one hold each (tokens whose tenant claim the attacker
+    chooses, or as many users under ``tenantClaim: sub``) take bob down to his last hold and never
+    alice's one: until session s45 every hold of the tenant holding the most went, and with every
+    tenant holding one that was alice's, whose 100,000-token bound then stayed charged. A new
+    tenant meeting a table full of single holds is not kept; a flooding tenant's next hold takes
+    its own oldest."""
+    buckets = LocalBuckets(clock=clock)
+    await buckets.hold(key="alice_1", tenant="alice", tokens=100_000)
+    for i in range(3):
+        await buckets.hold(key=f"bob_{i}", tenant="bob", tokens=10 + i)
+    for i in range(2 * MAX_HELD):
+        await buckets.hold(key=f"m_{i}", tenant=f"mallory-{i}", tokens=1)
+    assert len(buckets._held) == MAX_HELD
+    await buckets.hold(key="carol_1", tenant="carol", tokens=5)  # full of single holds: not kept
+    await buckets.hold(key="m_0_again", tenant="mallory-0", tokens=1)  # takes mallory-0's own
+    assert len(buckets._held) == MAX_HELD
+    assert await buckets.release("alice_1") == ("alice", 100_000)
+    assert await buckets.release("bob_0") is None  # bob's oldest two went to tenants holding none
+    assert await buckets.release("bob_2") == ("bob", 12)
+    assert await buckets.release("carol_1") is None
+    assert await buckets.release("m_0") is None
+    assert await buckets.release("m_0_again") == ("mallory-0", 1)
+
+
 async def test_an_expired_hold_is_evicted_before_a_live_one(clock: ManualClock) -> None:
     """A full table drops an expired hold (it settles nothing) before any live one, even one of the
     tenant holding the most."""

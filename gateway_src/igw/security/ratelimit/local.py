@@ -25,9 +25,10 @@ from igw.security.ratelimit.buckets import ALLOW, Bucket, Decision, decide, toke
 from igw.security.settings import TenantLimits
 
 MAX_HELD: Final = 10_000
-"""Most reservations one process keeps; past it one is forgotten and keeps its whole charge
-(:class:`_Holds`: an expired one first, else the oldest of the tenant holding the most). A settled
-one is dropped at once, so only responses nobody polls accumulate."""
+"""Most reservations one process keeps; past it one is forgotten, or the new one is not kept, and
+keeps its whole charge (:class:`_Holds`: an expired one first, else the oldest of the tenant
+holding the most if it holds at least two more than the new one's tenant, else that tenant's own
+oldest, else none). A settled one is dropped at once, so only responses nobody polls accumulate."""
 
 
 SWEEP_FLOOR: Final = 1024
@@ -88,11 +89,18 @@ class _Table:
 class _Holds:
     """The reservations :meth:`LocalBuckets.hold` keeps, at most :data:`MAX_HELD`, each step O(1).
 
-    When full, the oldest hold goes if it has expired (it settles nothing any more); else the oldest
-    hold of a tenant holding the most. So one tenant's flood of holds evicts its own, never another
-    tenant's while it holds more than that tenant. Until session s44 the oldest hold of any tenant
-    went: a tenant that made 10,000 one-token holds forgot another's 100,000-token one, which then
-    stayed charged its whole bound."""
+    When full, a new hold makes room by dropping, in this order: the oldest hold if it has expired
+    (it settles nothing any more); the oldest hold of a tenant holding the most, if that is at
+    least two more than the new hold's tenant holds; that tenant's own oldest hold; and when the
+    tenant holds none, nothing: the new hold is not kept (its tenant keeps the whole charge, as an
+    evicted one would). So a tenant's hold goes to another tenant's only when the other holds at
+    least two fewer, and no tenant's last hold ever goes to another's: however many tenant ids an
+    attacker has, each of its tenants holding one takes no other tenant's hold, and a full table
+    of them refuses new tenants until their holds settle or expire (:data:`HOLD_TTL_S`), instead of
+    forgetting those already held. Until session s44 the oldest hold of any tenant went (one
+    tenant's 10,000 one-token holds forgot another's 100,000-token one, which then stayed charged
+    its whole bound); until session s45 the oldest of the tenant holding the most went even when
+    every tenant held one (10,000 tenant ids of one hold each forgot every other tenant's)."""
 
     __slots__ = ("by_count", "by_tenant", "held", "most")
 
@@ -122,13 +130,16 @@ class _Holds:
             self.by_count.setdefault(after, {})[tenant] = None
             self.most = max(self.most, after)
 
-    def add(self, key: str, tenant: str, tokens: int, expiry: float, *, now: float) -> None:
+    def add(self, key: str, tenant: str, tokens: int, expiry: float, *, now: float) -> bool:
+        """Keep ``key``'s hold, making room if full (class docstring); False when it is not kept."""
         while len(self.held) >= MAX_HELD:
-            self._evict(now)
+            if not self._evict(tenant, now):
+                return False
         self.held[key] = (tenant, tokens, expiry)
         keys = self.by_tenant.setdefault(tenant, OrderedDict())
         keys[key] = None
         self._recount(tenant, len(keys) - 1, len(keys))
+        return True
 
     def pop(self, key: str) -> tuple[str, int, float] | None:
         found = self.held.pop(key, None)
@@ -140,13 +151,23 @@ class _Holds:
             self._recount(found[0], len(keys) + 1, len(keys))
         return found
 
-    def _evict(self, now: float) -> None:
+    def _evict(self, tenant: str, now: float) -> bool:
+        """Drop one hold to make room for one of ``tenant``'s (class docstring); False when none
+        may go."""
         oldest, (_, _, expiry) = next(iter(self.held.items()))
         if expiry < now:
             self.pop(oldest)
-            return
-        tenant = next(iter(self.by_count[self.most]))
-        self.pop(next(iter(self.by_tenant[tenant])))
+            return True
+        own = self.by_tenant.get(tenant)
+        holding = len(own) if own is not None else 0
+        if self.most >= holding + 2:
+            victim = next(iter(self.by_tenant[next(iter(self.by_count[self.most]))]))
+        elif own is not None:
+            victim = next(iter(own))
+        else:
+            return False
+        self.pop(victim)
+        return True
 
 
 class LocalBuckets:
