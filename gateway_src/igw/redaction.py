@@ -97,6 +97,9 @@ client's and botocore's DEBUG dumps and a printed key file put one. Not inside o
 IDs and UUIDs have hyphens, a commit hash is 40 hex digits, a trace ID 32, and a digest comes after
 ``sha256:``; a bare 64-digit hex line is masked, as a hex key cannot be told from a digest."""
 _LONE_MIN_CHARS: Final = 43
+_LONE_HINT: Final = re.compile(r"[A-Za-z0-9+/]{43}")
+"""What a line needs for :data:`_LONE_LINE` to match: the cheap scan before the search (a traceback's
+lines are short words, and the search tries every position)."""
 
 
 def _lone_secret(text: str) -> bool:
@@ -104,7 +107,7 @@ def _lone_secret(text: str) -> bool:
     if len(text) < _LONE_MIN_CHARS:
         return False
     if "\n" in text or "\\n" in text:
-        return _LONE_LINE.search(text) is not None
+        return _LONE_HINT.search(text) is not None and _LONE_LINE.search(text) is not None
     return _LONE_RUN.fullmatch(text.strip(" \t")) is not None
 
 
