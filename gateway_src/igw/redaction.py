@@ -37,14 +37,26 @@ _URL: Final = re.compile(r"(?i)\b[a-z][a-z0-9+.-]*://[^\s\"'<>]*")
 _URL_PARTS: Final = re.compile(r"(?s)([^:]*://)(?:([^/?#]*)@)?([^?#]*)(?:\?([^#]*))?(?:#(.*))?")
 """Scheme, user-info (up to the last ``@`` before the path: a password may hold an unencoded ``@``),
 host and path, query, fragment."""
+_NEWLINE: Final = r"(?:\\n|\r?\n)"
+"""A newline, real or escaped (``\\n`` in a ``repr`` or a JSON string)."""
 _PEM_BLOCK: Final = re.compile(
-    r"-----BEGIN [A-Z0-9 ]+-----.*?(?:-----END [A-Z0-9 ]+-----(?:(?:\\n|\r?\n)(?=[\"']|\Z))?|$)", re.DOTALL
+    r"-----BEGIN [A-Z0-9 ]+-----"
+    r"(?:(?:(?!-----BEGIN ).)*?-----END [A-Z0-9 ]+-----(?:" + _NEWLINE + r"(?=[\"']|\Z))?"
+    r"|(?:" + _NEWLINE + r"[A-Za-z-]+: [^\r\n\\]*)*"
+    r"(?:(?:" + _NEWLINE + r"|[ \t])(?:[A-Za-z0-9+/=]{64}|[A-Za-z0-9+/=]{76})(?=" + _NEWLINE + r"))*"
+    r"(?:(?:" + _NEWLINE + r"|[ \t])[A-Za-z0-9+/=]+(?=" + _NEWLINE + r"|\Z|[\s\"'.,;)\]}]))?)",
+    re.DOTALL,
 )
-"""A PEM block, its newlines real or escaped (``\\n`` in a ``repr`` or a JSON string), up to its END line
-or, cut off, to the end of the text. Every label, not only ``PRIVATE KEY``: a key pasted where a
-certificate belongs is labelled as one, and a certificate in a log line says nothing its ARN does not.
-The newline that ends a PEM file goes with it when a quote or the end of the text follows
-(``Value '[REDACTED]' at``, not ``'[REDACTED]\\n'``); before other text it stays, to keep the lines."""
+"""A PEM block, its newlines real or escaped, up to its END line (never past another BEGIN line).
+Every label, not only ``PRIVATE KEY``: a key pasted where a certificate belongs is labelled as one,
+and a certificate in a log line says nothing its ARN does not. The newline that ends a PEM file goes
+with it when a quote or the end of the text follows (``Value '[REDACTED]' at``, not
+``'[REDACTED]\\n'``); before other text it stays, to keep the lines.
+
+A block cut off before its END line (a log line cut at 4 KiB) is masked to the end of its body:
+the BEGIN line, any ``Proc-Type:``/``DEK-Info:`` header lines, the full-length (64 or 76 character)
+base64 lines and the one shorter line after them, where the cut fell. Until session s45 it was masked
+to the end of the text, and every log line after it was lost."""
 _ENCODED_KEY: Final = re.compile(
     r"(?<![A-Za-z0-9+/])(?:LS0tLS1CRUdJT|M[GH]|MI[E-L])(?:[A-Za-z0-9+/]|\\n|\n){60,}={0,2}"
 )
@@ -55,6 +67,50 @@ and certificate is an ASN.1 SEQUENCE (``0x30``): ``MI[E-L]`` with a one- or two-
 PKCS#8, certificates), ``M[GH]`` with a short one of 96-127 bytes (a P-256 key in SEC 1 form). Not only a
 context rule (:data:`_KEY_ASSIGNMENT`): the request body that leaked names the key, but an error
 quoting the value (``Value '...' at 'privateKey'``) or a repr of the bytes does not."""
+_ENCODED_PEM: Final = re.compile(
+    r"(?<![A-Za-z0-9+/])(?:[A-Za-z0-9+/]|\\n|\n)*?(?:LS0tLS1CRUdJ|0tLS0tQkVHSU4|tLS0tLUJFR0lO)"
+    r"(?:[A-Za-z0-9+/]|\\n|\n)*={0,2}"
+)
+"""A base64 run holding an encoded ``-----BEGIN`` anywhere in it, masked whole: the base64 of a PEM
+with text before its BEGIN line (``Bag Attributes``/``localKeyID`` lines, as ``openssl pkcs12``
+writes a bundle, or a certificate chain with the key after it), which puts the BEGIN line's base64
+at any of its three alignments (``LS0tLS1CRUdJ``, ``0tLS0tQkVHSU4``, ``tLS0tLUJFR0lO``).
+:data:`_ENCODED_KEY` finds a run only by how it starts; before session s45 these went through
+:func:`redact`. Not a PEM in hex: its trigger would be spelt in hexadecimal digits, which a fresh
+request id is judged clean by (:mod:`igw.gateway.access_log`)."""
+_LOCAL_KEY_ID: Final = re.compile(r"(?i)\b(localKeyID:[ \t]*)([0-9A-F]{2}(?:[ :]?[0-9A-F]{2})*)")
+"""The ``localKeyID`` bag attribute of a PKCS#12 or ``openssl pkcs12`` PEM bundle (``localKeyID: 01
+AB ...``): a digest of the certificate, not secret by itself, but it ties the line to the key it
+labels, and only a key dump prints it."""
+_LONE_RUN: Final = re.compile(
+    r"(?:(?=[A-Za-z0-9+/]*[0-9])(?=[A-Za-z0-9+/]*[a-z])(?=[A-Za-z0-9+/]*[A-Z])[A-Za-z0-9+/]{43,}={0,2}"
+    r"|[0-9A-Fa-f]{64,})"
+)
+"""A key on a line of its own, without a name: 43 or more base64 characters mixing capitals, small
+letters and digits (a 32-byte HMAC or API key is 43 or 44: ``9ByH7hYf...VvI6k=``) or 64 or more hex
+digits (a 32-byte key in hex). See :data:`_LONE_LINE`."""
+_LONE_LINE: Final = re.compile(
+    r"(?:^|(?<=\n)|(?<=\\n))[ \t]*(" + _LONE_RUN.pattern + r")[ \t]*(?=\r?\n|\\n|\Z)"
+)
+""":data:`_LONE_RUN` filling a line (real or escaped newlines, or the whole text), as the kubernetes
+client's and botocore's DEBUG dumps and a printed key file put one. Not inside other text: request
+IDs and UUIDs have hyphens, a commit hash is 40 hex digits, a trace ID 32, and a digest comes after
+``sha256:``; a bare 64-digit hex line is masked, as a hex key cannot be told from a digest."""
+_LONE_MIN_CHARS: Final = 43
+_LONE_HINT: Final = re.compile(r"[A-Za-z0-9+/]{43}")
+"""What a line needs for :data:`_LONE_LINE` to match: the cheap scan before the search (a traceback's
+lines are short words, and the search tries every position)."""
+
+
+def _lone_secret(text: str) -> bool:
+    """Whether ``text`` may hold a :data:`_LONE_LINE`: the cheap test before the search."""
+    if len(text) < _LONE_MIN_CHARS:
+        return False
+    if "\n" in text or "\\n" in text:
+        return _LONE_HINT.search(text) is not None and _LONE_LINE.search(text) is not None
+    return _LONE_RUN.fullmatch(text.strip(" \t")) is not None
+
+
 _KEY_ASSIGNMENT: Final = re.compile(
     r"(?i)\b(private_?key|tls\.key|key\.pem)([\"']?\s*[:=]\s*b?[\"']?)([A-Za-z0-9+/=]{40,})"
 )
@@ -74,7 +130,10 @@ _TRIGGERS: Final = (
     "basic",
     "eyj",
     "-----begin",
-    "ls0tls1crudjt",
+    "ls0tls1crudj",
+    "0tls0tqkvhsu4",
+    "tls0tlujfr0lo",
+    "localkeyid",
     "mg",
     "mh",
     "mie",
@@ -142,7 +201,7 @@ def needs_redaction(text: str) -> bool:
     (:mod:`igw.gateway.access_log`)."""
     if "://" in text and (_URL_SECRET_MARKS.intersection(text) or _PATH_HINT.search(text)):
         return True
-    if _target_secrets(text):
+    if _target_secrets(text) or _lone_secret(text):
         return True
     lowered = text.lower()
     return any(trigger in lowered for trigger in _TRIGGERS)
@@ -215,7 +274,8 @@ def _mask_parameter(item: str, *, bare: bool = True) -> str:
 def redact(text: str) -> str:
     """``text`` with every credential-looking substring replaced by :data:`MASK`: credential headers,
     bearer tokens, JWTs, URL secrets, and private keys (PEM blocks, their base64, a value assigned to
-    a key's name), which botocore's DEBUG line for ACM's ``ImportCertificate`` printed whole."""
+    a key's name), which botocore's DEBUG line for ACM's ``ImportCertificate`` printed whole, and a
+    key without a name on a line of its own (:data:`_LONE_LINE`)."""
     if not text:
         return text
     if "://" in text and (_URL_SECRET_MARKS.intersection(text) or _PATH_HINT.search(text) or "eyJ" in text):
@@ -224,13 +284,22 @@ def redact(text: str) -> str:
         text = _REQUEST_TARGET.sub(_redact_target, text)
     lowered = text.lower()
     if not any(trigger in lowered for trigger in _TRIGGERS):
-        return text
+        return _LONE_LINE.sub(_mask_lone, text) if _lone_secret(text) else text
     text = _PEM_BLOCK.sub(MASK, text)
+    text = _ENCODED_PEM.sub(MASK, text)
     text = _ENCODED_KEY.sub(MASK, text)
+    text = _LOCAL_KEY_ID.sub(lambda m: f"{m.group(1)}{MASK}", text)
     text = _KEY_ASSIGNMENT.sub(lambda m: f"{m.group(1)}{m.group(2)}{MASK}", text)
     text = _CREDENTIAL_HEADER.sub(lambda m: f"{m.group(1)}{m.group(2)}{MASK}", text)
     text = _BEARER.sub(_mask_bearer, text)
-    return _JWT.sub(MASK, text)
+    text = _JWT.sub(MASK, text)
+    return _LONE_LINE.sub(_mask_lone, text) if _lone_secret(text) else text
+
+
+def _mask_lone(found: re.Match[str]) -> str:
+    """A :data:`_LONE_LINE` with its run masked, the blanks around it kept."""
+    line = found.group(0)
+    return line.replace(found.group(1), MASK)
 
 
 def redact_quoting_keys(text: str) -> str:

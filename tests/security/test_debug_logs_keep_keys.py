@@ -143,3 +143,146 @@ def test_the_operator_at_debug_never_logs_the_imported_private_key(opt_in: bool)
     assert "PRIVATE KEY" not in log
     for piece in _secrets(key_pem):
         assert piece not in log
+
+
+@pytest.fixture(scope="module")
+def rsa_key_pem() -> str:
+    """A 2048-bit RSA key: a PEM body of 25 full 64-character lines and a shorter last one."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    ).decode()
+
+
+_BAG = "Bag Attributes\n    localKeyID: 01 AB 3C 9F 22 11 0A BB CC DD EE FF 00 11 22 33 44 55 66 77\n"
+
+
+def test_the_base64_of_a_pem_bundle_is_masked_whatever_comes_before_its_begin_line(key_pem: str) -> None:
+    """``openssl pkcs12`` writes ``Bag Attributes`` lines before the BEGIN line, and a chain may put
+    anything there: the BEGIN line's base64 then starts at any of three alignments, none of them
+    ``LS0tLS1CRUdJT``, and :func:`redact` let the whole key through."""
+    for before in (_BAG + "    friendlyName: gw\nKey Attributes: <No Attributes>\n", "x", "xy", "xyz"):
+        encoded = base64.b64encode((before + key_pem).encode()).decode()
+        text = f"""'body': b'{{"Bundle": "{encoded}"}}'"""
+        assert needs_redaction(text)
+        assert redact(text) == f"""'body': b'{{"Bundle": "{MASK}"}}'"""
+        wrapped = "\n".join(encoded[i : i + 76] for i in range(0, len(encoded), 76))  # MIME lines
+        assert not any(line in redact(f"bundle:\n{wrapped}\n") for line in wrapped.splitlines()[2:])
+
+
+def test_a_bundle_s_local_key_id_is_masked_and_its_other_attributes_stay(key_pem: str) -> None:
+    shown = redact(_BAG + "    friendlyName: chat-gateway\n" + key_pem)
+    assert shown == f"Bag Attributes\n    localKeyID: {MASK}\n    friendlyName: chat-gateway\n{MASK}"
+
+
+_HEX_KEY = "d86d6a6e6667849cc432da71a728c169cc5c27e5b29c2681bfbf714633876520"
+_B64_KEY = "9ByH7hYf0KMEahD8Xj5mYjJ0LwxzTz6+ZNWVk6VvI6k="  # 32 bytes, as an HMAC key is
+
+
+@pytest.mark.parametrize("secret", [_HEX_KEY, _B64_KEY, _B64_KEY.rstrip("="), _HEX_KEY.upper()])
+def test_an_unnamed_key_on_a_line_of_its_own_is_masked(secret: str) -> None:
+    """As botocore's and the kubernetes client's DEBUG dumps print a file or a Secret's value: no
+    name says it is a key, but a line of 43+ mixed base64 characters or 64+ hex digits is one."""
+    for text, shown in (
+        (f"loaded signing material:\n{secret}\ndone", f"loaded signing material:\n{MASK}\ndone"),
+        (f"b'{{\\n  {secret}\\n}}'", f"b'{{\\n  {MASK}\\n}}'"),  # a repr: newlines escaped
+        (secret, MASK),
+        (f"  {secret}\n", f"  {MASK}\n"),
+    ):
+        assert needs_redaction(text)
+        assert redact(text) == shown
+
+
+def test_identifiers_on_lines_of_their_own_stay_readable() -> None:
+    """Request IDs, UUIDs, commit hashes, trace IDs and digests are what a log line names; a key
+    rule that masked them would make the logs useless. Only a line that is a key and nothing else
+    (above) is masked."""
+    for text in (
+        "request 5f0c9d6a-8d2e-4b7a-9c1e-2f3a4b5c6d7e answered\n4c1f0e8b2a9d7c6e5f4a3b2c1d0e9f8a7b6c5d4e\n",
+        "5f0c9d6a-8d2e-4b7a-9c1e-2f3a4b5c6d7e",
+        "4c1f0e8b2a9d7c6e5f4a3b2c1d0e9f8a7b6c5d4e",  # a commit hash: 40 hex digits
+        "trace 4bf92f3577b34da6a3ce929d0e0e4736\n4bf92f3577b34da6a3ce929d0e0e4736",
+        f"image sha256:{_HEX_KEY}\nsha256:{_HEX_KEY}",
+        f"x-amz-request-id: {_B64_KEY}",  # inside a line: not a lone key
+        "Meta-Llama-3.1-70B-Instruct-Turbo-Quantized-FP8-Dynamic-v2-2024\n",
+        "AbstractSingletonProxyFactoryBeanConfigurationManagerHelper\n",
+    ):
+        assert redact(text) == text, text
+
+
+def test_a_cut_off_pem_masks_its_body_only_and_keeps_the_lines_after(rsa_key_pem: str) -> None:
+    """A log line cut at 4 KiB ends inside a key: the mask covered everything to the end of the
+    text, every later line lost. Now the body's lines and the cut one go, what follows stays, and
+    no piece of a body line is shown, wherever the cut falls."""
+    lines = rsa_key_pem.strip().splitlines()
+    body = lines[1:-1]
+    assert len(body) > 20
+    assert all(len(line) == 64 for line in body[:-1])
+    after = "\n2026-12-07 10:00:00,001 INFO igw.gateway: request 42 answered 200\n"
+    for cut in range(len(lines[0]) + 1, len(rsa_key_pem) - 30, 13):
+        piece = rsa_key_pem[:cut]
+        for text, kept in (
+            (f"2026-12-07 10:00:00,000 DEBUG botocore: body {piece}{after}", after.strip()),
+            (f"body={piece.encode()!r} status=500 request_id=abc", "' status=500 request_id=abc"),
+            (json.dumps({"key": piece, "status": 500}), '", "status": 500}'),
+        ):
+            shown = redact(text)
+            assert kept in shown, (cut, shown)
+            assert "BEGIN" not in shown
+            for line in body:
+                cut_line = line[: max(0, min(len(line), cut - rsa_key_pem.index(line)))]
+                assert len(cut_line) < 8 or cut_line not in shown, (cut, shown)
+
+
+_OTEL_PROBE = """
+import logging, os
+os.environ["OTEL_EXPORTER_OTLP_HEADERS"] = (
+    "x-honeycomb-team: hcS3cretTeamKey9abc,dd-api-key=ddk3y;0000abcdSECRET,signoz-ingestion-key 1a2b3c4d5e6f"
+)
+from igw.gateway.redaction import configure_logging
+from igw.gateway.tracing import Tracing, TracingOptions
+configure_logging("debug")
+tracing = Tracing.exporting(TracingOptions(endpoint="http://127.0.0.1:9/v1/traces", export_timeout_s=0.5))
+tracing.shutdown()
+logging.getLogger("opentelemetry.sdk.resources").debug("Failed to run %s: %s", "probe-cmd", "otel-debug-line")
+logging.getLogger("requests_oauthlib.oauth2_session").debug(
+    "Request body was %s", "grant_type=refresh_token&refresh_token=r3fr3shT0kenValue123"
+)
+logging.getLogger("oauthlib.oauth2.rfc6749.clients.base").debug("Prepared body %s", "oauthlib-debug-line")
+logging.getLogger("igw.probe").debug("igw-debug-line")
+"""
+
+
+@pytest.mark.parametrize("opt_in", [False, True], ids=["default", "IGW_DEBUG_THIRD_PARTY=1"])
+def test_the_otlp_exporter_never_logs_a_header_credential_and_its_debug_lines_are_capped(
+    opt_in: bool,
+) -> None:
+    """``OTEL_EXPORTER_OTLP_HEADERS`` with a header the SDK cannot parse (``name: value``, a ``;`` in
+    the value) made it warn, at every log level, quoting the header whole: a vendor's key under a
+    name no redaction rule knows. And ``opentelemetry.*``, ``oauthlib``/``requests_oauthlib`` (the
+    kubernetes client's OIDC refresh, its body with the refresh token) were not capped at debug."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("IGW_DEBUG_THIRD_PARTY", "OTEL_"))}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "gateway_src"), str(ROOT)])
+    if opt_in:
+        env["IGW_DEBUG_THIRD_PARTY"] = "1"
+    result = subprocess.run(
+        [sys.executable, "-c", _OTEL_PROBE],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        env=env,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    log = result.stderr
+    assert "igw-debug-line" in log
+    for name in ("x-honeycomb-team", "dd-api-key", "signoz-ingestion-key"):
+        assert f"{name} {MASK}" in log  # the warning still says which header is wrong
+    for secret in ("hcS3cretTeamKey9abc", "ddk3y", "0000abcdSECRET", "1a2b3c4d5e6f"):
+        assert secret not in log
+    for line in ("otel-debug-line", "r3fr3shT0kenValue123", "oauthlib-debug-line"):
+        assert (line in log) is opt_in

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from collections.abc import Callable, Mapping
 from typing import Any, Final, Literal
 
-from igw.redaction import redact
+from igw.redaction import MASK, redact
 
 LOG_FORMAT: Final = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 """The line every long-running igw command logs: time, level, logger, message."""
@@ -70,6 +71,10 @@ THIRD_PARTY_LOGGERS: Final = (
     "h2",
     "kopf",
     "celpy",
+    "opentelemetry",
+    "oauthlib",
+    "requests_oauthlib",
+    "websocket",
 )
 """Libraries whose DEBUG lines quote what they send or receive: botocore logs every request's
 parameters and body (ACM's ``ImportCertificate`` carries the private key), urllib3 and aiohttp URLs and
@@ -77,8 +82,47 @@ headers, the kubernetes client and redis their requests and commands (``AUTH``),
 headers, kopf every watched object's whole body, its diff and each patch (``Creation is in progress:
 {...}``: an InferenceGatewayConfig's ``podDefaults.env`` values with it), celpy the operands of every
 CEL function and operator it evaluates (``function_size(StringType('<the value>'))``, every variable's
-value in its activation; igw parses the CRD's rules with it, :mod:`igw.config.cel_cost`).
+value in its activation; igw parses the CRD's rules with it, :mod:`igw.config.cel_cost`),
+OpenTelemetry's SDK and OTLP exporter (``opentelemetry.*``: the failure text of a resource detector's
+command or file, and whatever a later exporter release adds), and the OAuth libraries the kubernetes
+client loads for a kubeconfig's OIDC refresh (``requests_oauthlib`` logs the refresh request's
+headers and body, ``refresh_token`` and ``client_secret`` in it; ``oauthlib`` the prepared body)
+and its websocket client (``kubectl exec``-style streams, frames when traced): none of the four
+capped before session s45.
 :func:`configure_logging` keeps them at INFO under ``--log-level debug``."""
+
+OTEL_HEADER_LOGGER: Final = "opentelemetry.util.re"
+"""The logger of the OpenTelemetry SDK's parser of ``OTEL_EXPORTER_OTLP_HEADERS``, which warns about a
+header it cannot parse by quoting it whole: :class:`HeaderValueFilter` goes on it."""
+
+
+class HeaderValueFilter(logging.Filter):
+    """Masks the value of every header a record of :data:`OTEL_HEADER_LOGGER` quotes, its name kept.
+
+    ``OTEL_EXPORTER_OTLP_HEADERS='x-honeycomb-team: <key>'`` (a colon where the format wants ``=``)
+    or a value with a ``;`` made the exporter log ``Header format invalid! ...: x-honeycomb-team:
+    <key>`` at WARNING, at every log level, when ``igw serve --otel-endpoint`` built it; the
+    redacting formatter masks only the headers it knows by name (``Authorization``, ``x-api-key``),
+    not a vendor's (``x-honeycomb-team``, ``signoz-ingestion-key``, ``dd-api-key``)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple):
+            record.args = tuple(_header_name_only(arg) for arg in record.args)
+        return True
+
+
+def _header_name_only(arg: object) -> object:
+    """A quoted ``name=value``/``name: value``/``name value`` header with the value masked; other
+    arguments as they are."""
+    if not isinstance(arg, str):
+        return arg
+    name = _HEADER_NAME.match(arg)
+    return f"{name.group(1)} {MASK}" if name else MASK
+
+
+_HEADER_NAME: Final = re.compile(r"\s*([^\s:=]+)")
+"""A header's name: what comes before its first blank, ``:`` or ``=``."""
+_HEADER_FILTER: Final = HeaderValueFilter()
 DEBUG_THIRD_PARTY_ENV: Final = "IGW_DEBUG_THIRD_PARTY"
 """Set to ``1`` to let :data:`THIRD_PARTY_LOGGERS` log at DEBUG too, when a library's own requests
 must be seen (redaction still applies, but it masks what it recognises, not everything)."""
@@ -111,6 +155,9 @@ def configure_logging(level: str, handler: Callable[[], logging.Handler] | None 
     handlers = [handler()] if handler is not None and not root.handlers else None
     logging.basicConfig(level=level.upper(), handlers=handlers)
     install(root.handlers, LOG_FORMAT)
+    header_logger = logging.getLogger(OTEL_HEADER_LOGGER)
+    if _HEADER_FILTER not in header_logger.filters:
+        header_logger.addFilter(_HEADER_FILTER)
     opted_in = os.environ.get(DEBUG_THIRD_PARTY_ENV, "") == "1"
     for name in THIRD_PARTY_LOGGERS:
         capped = root.getEffectiveLevel() < logging.INFO and not opted_in
