@@ -14,6 +14,7 @@ from jsii.errors import JavaScriptError
 
 from cdk.config import DeploymentConfigError
 from cdk.constructs.gateway_config_manifest import InvalidGatewayConfigError
+from cdk.constructs.removal import DestroyDataContextError
 from cdk.global_router_config import GlobalRouterDeploymentError
 from igw.addon.aws_addon import AwsAddonValuesError
 
@@ -22,8 +23,9 @@ REFUSALS: tuple[type[Exception], ...] = (
     GlobalRouterDeploymentError,
     InvalidGatewayConfigError,
     AwsAddonValuesError,
+    DestroyDataContextError,
 )
-"""The project's errors for input it refuses (each message names its field)."""
+"""The project's errors for input it refuses (each message names its field or context key)."""
 
 
 def refusal(exc: BaseException) -> str | None:

@@ -20,6 +20,7 @@ from constructs import Construct
 from cdk.config import ClusterConfig
 from cdk.constructs.kubectl_layer import kubectl_layer
 from cdk.constructs.nag_ack import acknowledge, arn_of, managed_policy
+from cdk.constructs.removal import removal_policy
 from cdk.constructs.typing_fixes import as_icluster
 from igw.addon import addon_version, pins
 
@@ -50,7 +51,11 @@ class EksCluster(Construct):
     ) -> None:
         super().__init__(scope, id_)
         self.secrets_key = kms.Key(
-            self, "SecretsKey", enable_key_rotation=True, description=f"{cluster_name} secrets"
+            self,
+            "SecretsKey",
+            enable_key_rotation=True,
+            description=f"{cluster_name} secrets",
+            removal_policy=removal_policy(self),
         )
         endpoint = (
             eks.EndpointAccess.PRIVATE

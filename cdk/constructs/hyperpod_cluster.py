@@ -72,7 +72,6 @@ class HyperPodCluster(Construct):
             removal_policy=cdk.RemovalPolicy.DESTROY,
             auto_delete_objects=True,
         )
-        self._acknowledge_auto_delete()
         self.scripts = s3_deployment.BucketDeployment(
             self,
             "UploadScripts",
@@ -241,26 +240,6 @@ class HyperPodCluster(Construct):
                 "Resource::arn:<AWS::Partition>:ec2:<AWS::Region>:<AWS::AccountId>:network-interface/*",
                 f"Resource::{arn_of(self.lifecycle_bucket)}/{SCRIPTS_PREFIX}*",
             ],
-        )
-
-    def _acknowledge_auto_delete(self) -> None:
-        """Deleting the bucket's objects on ``cdk destroy`` is CDK's stack-level custom resource."""
-        stack = cdk.Stack.of(self)
-        provider = stack.node.try_find_child("Custom::S3AutoDeleteObjectsCustomResourceProvider")
-        if provider is None:
-            return
-        acknowledge(
-            provider,
-            "AwsSolutions-IAM4",
-            reason="CDK's auto-delete-objects provider empties the lifecycle bucket on cdk destroy (its "
-            "name is fixed, so it must not outlive the stack); it logs with this AWS managed policy",
-            findings=[managed_policy("service-role/AWSLambdaBasicExecutionRole")],
-        )
-        acknowledge(
-            provider,
-            "AwsSolutions-L1",
-            reason="the auto-delete-objects provider's runtime is pinned by aws-cdk-lib and moves with "
-            "its upgrades",
         )
 
     def _acknowledge_bucket_deployment(self) -> None:

@@ -3,7 +3,10 @@
 It reconciles the gateway's ``Service`` into an internal NLB. Its IAM policy is the JSON file beside this
 module (``load_balancer_controller_iam_policy.json``): what the controller needs to manage the load
 balancers, target groups and security groups it tags ``elbv2.k8s.aws/cluster``, and to describe the rest.
-Without WAF, Shield or Cognito permissions: the gateway uses none of them.
+Without WAF, Shield or Cognito permissions: the gateway uses none of them. Its ARNs name the stack's
+region and account, and every action that takes a resource names one (before session s45 the file
+kept upstream's ``*:*`` and ``Resource: *`` on load balancer, target group, security group, certificate
+and service-linked-role actions).
 """
 
 from __future__ import annotations
@@ -31,38 +34,51 @@ DEFAULT_SSL_POLICY = "ELBSecurityPolicy-TLS13-1-2-2021-06"
 
 AWS_PARTITION_PREFIX = "arn:aws:"
 """How the upstream policy file spells ARNs; the stack's partition replaces it (aws-cn, aws-us-gov)."""
+ANY_REGION_AND_ACCOUNT = ":*:*:"
+ANY_ACCOUNT_IAM = "iam::*:"
+"""How the policy file spells "any region and account" (and IAM's "any account"): the stack's own
+replace them, since the controller manages load balancers of its cluster's region and account only."""
 
 
-def policy_json(partition: str) -> dict[str, Any]:
-    """The policy file with its ARNs in ``partition`` (a literal or the ``AWS::Partition`` token)."""
-    text = POLICY_FILE.read_text(encoding="utf-8").replace(AWS_PARTITION_PREFIX, f"arn:{partition}:")
+def policy_json(partition: str, region: str, account: str) -> dict[str, Any]:
+    """The policy file with its ARNs in ``partition``, ``region`` and ``account`` (literals or the
+    pseudo-parameter tokens)."""
+    text = (
+        POLICY_FILE.read_text(encoding="utf-8")
+        .replace(AWS_PARTITION_PREFIX, f"arn:{partition}:")
+        .replace(ANY_REGION_AND_ACCOUNT, f":{region}:{account}:")
+        .replace(ANY_ACCOUNT_IAM, f"iam::{account}:")
+    )
     document: dict[str, Any] = json.loads(text)
     return document
 
 
 def policy_document() -> iam.PolicyDocument:
-    return iam.PolicyDocument.from_json(policy_json(cdk.Aws.PARTITION))
+    return iam.PolicyDocument.from_json(policy_json(cdk.Aws.PARTITION, cdk.Aws.REGION, cdk.Aws.ACCOUNT_ID))
 
 
 WILDCARD_REASON: Final = (
     "the controller's upstream policy (kubernetes-sigs/aws-load-balancer-controller "
-    "docs/install/iam_policy.json, without WAF, Shield and Cognito): it creates load balancers, target "
-    "groups, listeners and security groups at run time, so their ARNs are unknown. CreateLoadBalancer and "
-    "CreateTargetGroup need an elbv2.k8s.aws/cluster request tag, and changing or deleting them or its "
-    "security groups needs that tag on the resource (any value: any cluster's controller); as upstream "
-    "has them, listener and rule changes, RegisterTargets/DeregisterTargets and ingress rules on any "
-    "security group (the nodes' own) carry no tag condition, and ec2:CreateSecurityGroup, "
-    "iam:CreateServiceLinkedRole (elasticloadbalancing only), acm:DescribeCertificate, "
-    "ec2:GetSecurityGroupsForVpc and the Describe calls are on Resource *"
+    "docs/install/iam_policy.json, without WAF, Shield and Cognito), limited to this stack's region and "
+    "account: it creates load balancers, target groups, listeners and security groups at run time, so "
+    "their ARNs are unknown. CreateLoadBalancer and CreateTargetGroup need an elbv2.k8s.aws/cluster "
+    "request tag, and changing or deleting them or its security groups needs that tag on the resource "
+    "(any value: any cluster's controller); as upstream has them, listener and rule changes, "
+    "RegisterTargets/DeregisterTargets, ec2:CreateSecurityGroup (in any VPC of the account and region) "
+    "and ingress rules on any security group (the nodes' own) carry no tag condition; only "
+    "ec2:Describe*, elasticloadbalancing:Describe* and acm:ListCertificates, which take no resource, "
+    "are on Resource *"
 )
 """The AwsSolutions-IAM5 acknowledgement: what the wildcards allow, as the policy file has it
-(``tests/cdk/test_iam_wildcards.py`` checks it names every write on ``Resource *``)."""
+(``tests/cdk/test_iam_wildcards.py`` checks it names every unconditioned write on a wildcard)."""
 
 
 def wildcard_resources() -> list[str]:
-    """Every wildcard resource of the policy, as cdk-nag names the findings (partition as a token)."""
+    """Every wildcard resource of the policy, as cdk-nag names the findings (pseudo parameters as
+    cdk-nag prints them)."""
     found: list[str] = []
-    for statement in policy_json("<AWS::Partition>")["Statement"]:
+    document = policy_json("<AWS::Partition>", "<AWS::Region>", "<AWS::AccountId>")
+    for statement in document["Statement"]:
         resources = statement["Resource"]
         for resource in [resources] if isinstance(resources, str) else resources:
             if "*" in resource and f"Resource::{resource}" not in found:

@@ -11,6 +11,7 @@ from constructs import Construct
 
 from cdk.config import NetworkConfig
 from cdk.constructs import checkov_ack
+from cdk.constructs.removal import removal_policy
 from cdk.constructs.service_trust import pin_flow_log_role
 
 INTERNAL_ELB_TAG = "kubernetes.io/role/internal-elb"
@@ -91,6 +92,9 @@ class Network(Construct):
         flow_log_role = flow_log.node.find_child("IAMRole").node.default_child
         assert isinstance(flow_log_role, iam.CfnRole)
         pin_flow_log_role(self, flow_log_role)
+        flow_log_group = flow_log.node.find_child("LogGroup").node.default_child
+        assert isinstance(flow_log_group, cdk.CfnResource)
+        flow_log_group.apply_removal_policy(removal_policy(self))
         checkov_ack.acknowledge(
             flow_log.node.find_child("LogGroup"),
             "CKV_AWS_158",

@@ -46,8 +46,13 @@ from cdk.constructs import checkov_ack
 from cdk.constructs.gateway_image import GatewayImage
 from cdk.constructs.metric_dashboards import FleetMetricsDashboard
 from cdk.constructs.nag_ack import acknowledge
+from cdk.constructs.removal import (
+    ROUTER_DESTROY_DATA_CONTEXT,
+    bucket_removal,
+    removal_policy,
+)
 from cdk.constructs.service_trust import ecs_task_source_arn, flow_log_source_arn, pin_role
-from cdk.global_router_config import GlobalRouterDeployment, GlobalRouterDeploymentError
+from cdk.global_router_config import GlobalRouterDeployment
 
 ROUTER_PORT = 8080
 MANAGEMENT_PORT = 9090
@@ -70,24 +75,17 @@ START_COMMAND = (
 environment (``redis.passwordEnv``), out of the template and of the written file."""
 
 
-DESTROY_DATA_CONTEXT = "globalRouterDestroyData"
-"""Context flag (``cdk deploy -c globalRouterDestroyData=true``, for a dev stack): delete the Redis
-replication group without a final snapshot when the stack is deleted or the group replaced."""
+DESTROY_DATA_CONTEXT = ROUTER_DESTROY_DATA_CONTEXT
+"""The flag's name before session s45 (``-c globalRouterDestroyData=true``), still read by this stack;
+:data:`cdk.constructs.removal.DESTROY_DATA_CONTEXT` (``destroyData``) is the one documented now."""
 
 
 def redis_removal_policy(scope: Construct) -> cdk.RemovalPolicy:
     """``SNAPSHOT`` by default: deleting the stack (or replacing the group) leaves a final snapshot of
-    the heartbeats and global rate-limit counters instead of losing them; ``DESTROY`` only with
-    :data:`DESTROY_DATA_CONTEXT` set to true. Before session s44 the group had no deletion policy, so
-    CloudFormation deleted it without a snapshot."""
-    value = scope.node.try_get_context(DESTROY_DATA_CONTEXT)
-    if value is None or value is False or value == "false":
-        return cdk.RemovalPolicy.SNAPSHOT
-    if value is True or value == "true":
-        return cdk.RemovalPolicy.DESTROY
-    raise GlobalRouterDeploymentError(
-        f"context {DESTROY_DATA_CONTEXT}: expected true or false, got {value!r}"
-    )
+    the heartbeats and global rate-limit counters instead of losing them; ``DESTROY`` for a dev stack
+    (:func:`cdk.constructs.removal.destroys_data`). Before session s44 the group had no deletion
+    policy, so CloudFormation deleted it without a snapshot."""
+    return removal_policy(scope, kept=cdk.RemovalPolicy.SNAPSHOT, legacy=True)
 
 
 def router_document(deployment: GlobalRouterDeployment, redis_host: str) -> dict[str, Any]:
@@ -135,6 +133,9 @@ class GlobalRouterStack(cdk.Stack):
         # before it may write (delivery starts in "Access error") and, on destroy, outlive it.
         flow_log.node.find_child("FlowLog").node.add_dependency(flow_log.iam_role)
         pin_role(self, flow_log.iam_role, source_arn=flow_log_source_arn(self))
+        flow_log_group = flow_log.node.find_child("LogGroup").node.default_child
+        assert isinstance(flow_log_group, cdk.CfnResource)
+        flow_log_group.apply_removal_policy(removal_policy(self, legacy=True))
         checkov_ack.acknowledge(
             flow_log.node.find_child("LogGroup"),
             "CKV_AWS_158",
@@ -207,7 +208,12 @@ class GlobalRouterStack(cdk.Stack):
             self, "Cluster", vpc=self.vpc, container_insights_v2=ecs.ContainerInsights.ENABLED
         )
         task = ecs.FargateTaskDefinition(self, "Task", cpu=1024, memory_limit_mib=2048)
-        log_group = logs.LogGroup(self, "RouterLogs", retention=logs.RetentionDays.ONE_MONTH)
+        log_group = logs.LogGroup(
+            self,
+            "RouterLogs",
+            retention=logs.RetentionDays.ONE_MONTH,
+            removal_policy=removal_policy(self, legacy=True),
+        )
         checkov_ack.acknowledge(
             log_group,
             "CKV_AWS_158",
@@ -301,6 +307,7 @@ class GlobalRouterStack(cdk.Stack):
                     noncurrent_version_expiration=cdk.Duration.days(1),
                 )
             ],
+            **bucket_removal(self, legacy=True),
         )
         access_logs_reason = (
             "this bucket only receives the load balancer's access logs; logging access to the "

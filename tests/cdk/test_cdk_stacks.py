@@ -141,10 +141,12 @@ def test_load_balancer_controller_chart_with_its_policy_file_and_pod_identity(
     assert preferred["preference"]["matchExpressions"] == [
         {"key": "sagemaker.amazonaws.com/node-health-status", "operator": "DoesNotExist"}
     ]
-    policy_file = json.loads(load_balancer_controller.POLICY_FILE.read_text())
+    # The policy file, its ARNs in the stack's partition, region and account (since session s45).
+    policy_file = load_balancer_controller.policy_json("aws", "REGION", "ACCOUNT")
     (policy,) = platform.find_resources("AWS::IAM::ManagedPolicy").values()
     rendered = _with_partition(policy["Properties"]["PolicyDocument"], "aws")
     assert _normalized(rendered) == _normalized(policy_file)
+    assert ":*:*:" not in json.dumps(rendered)
     assert "arn:aws:" not in json.dumps(policy["Properties"]["PolicyDocument"]), "partition is the stack's"
     platform.has_resource_properties(
         "AWS::EKS::PodIdentityAssociation",
@@ -339,12 +341,16 @@ def test_stack_order_platform_before_inference(synthesized: Synthesized) -> None
 
 
 def _with_partition(value: Any, partition: str) -> Any:
-    """The template value with ``Fn::Join`` over ``AWS::Partition`` rendered for ``partition``."""
+    """The template value with ``Fn::Join`` over ``AWS::Partition`` rendered for ``partition`` (and
+    over ``AWS::Region`` and ``AWS::AccountId`` as ``REGION`` and ``ACCOUNT``)."""
+    pseudo = {"AWS::Partition": partition, "AWS::Region": "REGION", "AWS::AccountId": "ACCOUNT"}
     if isinstance(value, list):
         return [_with_partition(item, partition) for item in value]
     if isinstance(value, dict) and set(value) == {"Fn::Join"}:
         separator, parts = value["Fn::Join"]
-        return separator.join(partition if part == {"Ref": "AWS::Partition"} else part for part in parts)
+        return separator.join(
+            pseudo[part["Ref"]] if isinstance(part, dict) and set(part) == {"Ref"} else part for part in parts
+        )
     if isinstance(value, dict):
         return {key: _with_partition(item, partition) for key, item in value.items()}
     return value

@@ -40,21 +40,6 @@ KEPT_ON_ANY_RESOURCE = {
     "ecr:BatchCheckLayerAvailability": "images of several accounts",
     "ecr:BatchGetImage": "images of several accounts",
     "ecr:GetDownloadUrlForLayer": "images of several accounts",
-    # The Load Balancer Controller's upstream policy (named in its acknowledgement, checked below).
-    "iam:CreateServiceLinkedRole": "LBC upstream, elasticloadbalancing only",
-    "acm:DescribeCertificate": "LBC upstream",
-    "ec2:GetSecurityGroupsForVpc": "LBC upstream",
-    "ec2:CreateSecurityGroup": "LBC upstream",
-    "elasticloadbalancing:CreateLoadBalancer": "LBC upstream, request tag",
-    "elasticloadbalancing:CreateTargetGroup": "LBC upstream, request tag",
-    "elasticloadbalancing:DeleteLoadBalancer": "LBC upstream, resource tag",
-    "elasticloadbalancing:DeleteTargetGroup": "LBC upstream, resource tag",
-    "elasticloadbalancing:ModifyLoadBalancerAttributes": "LBC upstream, resource tag",
-    "elasticloadbalancing:ModifyTargetGroup": "LBC upstream, resource tag",
-    "elasticloadbalancing:ModifyTargetGroupAttributes": "LBC upstream, resource tag",
-    "elasticloadbalancing:SetIpAddressType": "LBC upstream, resource tag",
-    "elasticloadbalancing:SetSecurityGroups": "LBC upstream, resource tag",
-    "elasticloadbalancing:SetSubnets": "LBC upstream, resource tag",
 }
 
 
@@ -143,8 +128,26 @@ def test_the_load_balancer_controllers_acknowledgement_names_each_unconditioned_
     }
 
     assert reasons == {WILDCARD_REASON}
-    assert writes == {"ec2:CreateSecurityGroup"}  # the policy file's, today
-    assert [action for action in sorted(writes) if action.split(":")[1] not in WILDCARD_REASON] == []
+    # Before session s45 ec2:CreateSecurityGroup was allowed on Resource * (any VPC of any account).
+    assert writes == set()
+    assert "ec2:CreateSecurityGroup" in WILDCARD_REASON
+
+
+def test_the_load_balancer_controller_keeps_on_any_resource_only_actions_that_take_none(
+    synthesized: Synthesized,
+) -> None:
+    """Before session s45 its policy allowed creating, changing and deleting load balancers and target
+    groups, creating security groups, describing certificates and creating the service-linked role on
+    ``Resource *``; each now names its resource type in the stack's region and account."""
+    kept = {
+        action
+        for name, statement in statements_on_any_resource(synthesized.templates["platform"])
+        if name.startswith("LoadBalancerControllerPolicy")
+        for action in _listed(statement["Action"])
+    }
+
+    assert kept
+    assert [action for action in sorted(kept) if takes_a_resource(action)] == []
 
 
 def _resource_texts(value: Any) -> Iterator[str]:
@@ -175,19 +178,12 @@ def any_region_or_account(template: dict[str, Any]) -> list[str]:
 
 
 @pytest.mark.parametrize("assembly", ["synthesized", "variant", "existing"])
-def test_arns_name_the_stacks_region_and_account_but_the_load_balancer_controllers_upstream_policy(
-    assembly: str, request: pytest.FixtureRequest
-) -> None:
-    """The stacks' region and account are known; only the Load Balancer Controller's policy file, kept
-    as upstream ships it, names ``*:*``. Before session s43 the HyperPod execution role could tag
-    network interfaces of every region and account (``ec2:*:*:network-interface/*``)."""
+def test_arns_name_the_stacks_region_and_account(assembly: str, request: pytest.FixtureRequest) -> None:
+    """The stacks' region and account are known. Before session s43 the HyperPod execution role could
+    tag network interfaces of every region and account (``ec2:*:*:network-interface/*``), and before
+    session s45 the Load Balancer Controller's policy named ``*:*`` as upstream ships it."""
     synthesized: Synthesized = request.getfixturevalue(assembly)
 
-    found = [
-        arn
-        for template in synthesized.templates.values()
-        for arn in any_region_or_account(template)
-        if not arn.startswith("LoadBalancerControllerPolicy")
-    ]
+    found = [arn for template in synthesized.templates.values() for arn in any_region_or_account(template)]
 
     assert found == []

@@ -304,11 +304,12 @@ def test_a_misspelt_flag_value_is_refused_naming_the_flag() -> None:
     import aws_cdk as cdk
 
     from cdk.app_builder import feature_flags
-    from cdk.global_router_config import EXAMPLE_FILE, GlobalRouterDeploymentError, load
+    from cdk.constructs.removal import DestroyDataContextError
+    from cdk.global_router_config import EXAMPLE_FILE, load
     from cdk.stacks.global_router_stack import DESTROY_DATA_CONTEXT, build_global_router_stack
 
     app = cdk.App(context={**feature_flags(), DESTROY_DATA_CONTEXT: "yes"})
     with pytest.raises(
-        GlobalRouterDeploymentError, match=f"context {DESTROY_DATA_CONTEXT}: expected true or false"
+        DestroyDataContextError, match=f"context {DESTROY_DATA_CONTEXT}: expected true or false"
     ):
         build_global_router_stack(app, load(EXAMPLE_FILE), apply_nag=False)
