@@ -181,3 +181,81 @@ def test_strict_apply_refuses_unknown_fields_of_the_kinds_the_operator_writes(
     explained = run_kubectl(config, "explain", kind.lower())
     assert explained.returncode == 0, explained.stderr
     assert f"KIND:       {kind}" in explained.stdout
+
+
+def _deployment(spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": "default"},
+        "spec": spec,
+    }
+
+
+_SPEC = {
+    "selector": {"matchLabels": {"app": "web"}},
+    "template": {
+        "metadata": {"labels": {"app": "web"}},
+        "spec": {"containers": [{"name": "c", "image": "img"}]},
+    },
+}
+
+
+@pytest.mark.parametrize(
+    ("spec", "error"),
+    [
+        (
+            {**_SPEC, "replicas": "3"},
+            "json: cannot unmarshal string into Go struct field DeploymentSpec.spec.replicas of type int32",
+        ),
+        ([], "json: cannot unmarshal array into Go struct field Deployment.spec of type v1.DeploymentSpec"),
+        (
+            {**_SPEC, "template": {"spec": {"containers": [{"name": "c", "command": ["run", 1]}]}}},
+            "json: cannot unmarshal number into Go struct field "
+            "Container.spec.template.spec.containers.command of type string",
+        ),
+    ],
+)
+def test_a_built_in_kinds_field_of_the_wrong_type_is_refused(
+    kubeconfig: tuple[FakeKubeApiServer, Path], tmp_path: Path, spec: Any, error: str
+) -> None:
+    """``kubectl apply`` of a Deployment with ``replicas: "3"``, ``spec: []`` or a number in a
+    container's command is refused 400 with the JSON decoder's wording, whatever the validation
+    directive, as the API server's decoding into the Go type refuses it; the fake stored it."""
+    kube, config = kubeconfig
+    manifest = tmp_path / "web.yaml"
+    manifest.write_text(yaml.safe_dump(_deployment(spec)))
+    for validate in ("--validate=strict", "--validate=false"):
+        refused = run_kubectl(config, "apply", validate, "-f", str(manifest))
+        assert refused.returncode != 0
+        assert "Error from server (BadRequest)" in refused.stderr
+        assert f'Deployment in version "v1" cannot be handled as a Deployment: {error}' in refused.stderr
+    assert find(kube, "Deployment", "default", "web") is None
+
+
+def test_a_patch_leaving_a_field_of_the_wrong_type_is_refused(
+    kubeconfig: tuple[FakeKubeApiServer, Path], tmp_path: Path
+) -> None:
+    """A merge patch setting a Service's port to a string is refused 422 with one ``patch`` cause
+    (the patcher's ``NewInvalid``), the stored Service unchanged; the fake stored the string."""
+    kube, config = kubeconfig
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "web", "namespace": "default"},
+        "spec": {"ports": [{"port": 80}]},
+    }
+    manifest = tmp_path / "svc.yaml"
+    manifest.write_text(yaml.safe_dump(service))
+    created = run_kubectl(config, "create", "-f", str(manifest))
+    assert created.returncode == 0, created.stderr
+    patch = '{"spec":{"ports":[{"port":"8080"}]}}'
+    refused = run_kubectl(config, "patch", "svc", "web", "--type=merge", "-p", patch)
+    assert refused.returncode != 0
+    assert "The request is invalid: patch: Invalid value: " in refused.stderr
+    assert (
+        "json: cannot unmarshal string into Go struct field ServicePort.spec.ports.port of type int32"
+    ) in refused.stderr
+    stored = find(kube, "Service", "default", "web")
+    assert stored is not None
+    assert stored["spec"]["ports"][0]["port"] == 80
