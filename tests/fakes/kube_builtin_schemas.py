@@ -17,7 +17,7 @@ not modelled deeper: published as an object without properties, and nothing insi
 
 The kinds modelled are those the operator writes: Deployment, Service, ConfigMap, Secret,
 ServiceAccount, Event, Role, RoleBinding, PodDisruptionBudget, NetworkPolicy and (autoscaling/v2)
-HorizontalPodAutoscaler.
+HorizontalPodAutoscaler; and StatefulSet and Pod (``kubectl explain``, ``apply --validate=strict``).
 
 A field of the wrong JSON type (``replicas: "3"``, ``spec: []``, a number in a container's
 ``command``) fails the decoding whatever the validation directive: :func:`type_error` words it as
@@ -25,8 +25,8 @@ Go's JSON decoder does (``json: cannot unmarshal string into Go struct field
 DeploymentSpec.spec.replicas of type int32``), checked for the fields the table types (not inside an
 ``object`` field, not ``int-or-string``, not ``metadata``).
 
-Not modelled: the kinds not in :data:`KIND_TYPES` (no schema, nothing checked: StatefulSet,
-Pod...), duplicate fields, base64 checks of a Secret's ``data``.
+Not modelled: the kinds not in :data:`KIND_TYPES` (no schema, nothing checked: DaemonSet, Job,
+Ingress...), duplicate fields, base64 checks of a Secret's ``data``.
 """
 
 from __future__ import annotations
@@ -81,6 +81,55 @@ TYPES: Final[dict[str, tuple[str, dict[str, Field]]]] = {
             "revisionHistoryLimit": ("integer", "The number of old ReplicaSets to retain. Defaults to 10."),
             "paused": ("boolean", "Indicates that the deployment is paused."),
             "progressDeadlineSeconds": ("integer", "Maximum seconds for the deployment to make progress."),
+        },
+    ),
+    f"{_APPS}.StatefulSet": (
+        "StatefulSet represents a set of pods with consistent identities.",
+        {
+            **_TYPE_META,
+            "metadata": ("ObjectMeta", "Standard object's metadata."),
+            "spec": (f"{_APPS}.StatefulSetSpec", "Spec defines the desired identities of pods in this set."),
+            "status": ("object", "The current status of Pods in this StatefulSet."),
+        },
+    ),
+    f"{_APPS}.StatefulSetSpec": (
+        "A StatefulSetSpec is the specification of a StatefulSet.",
+        {
+            "replicas": ("integer", "The desired number of replicas of the given Template. Defaults to 1."),
+            "selector": (
+                f"{_META}.LabelSelector",
+                "A label query over pods that should match the replica count.",
+            ),
+            "template": (
+                f"{_CORE}.PodTemplateSpec",
+                "The object that describes the pod that will be created.",
+            ),
+            "volumeClaimTemplates": ("[]object", "Claims that pods are allowed to reference."),
+            "serviceName": ("string", "The name of the service that governs this StatefulSet."),
+            "podManagementPolicy": (
+                "string",
+                "How pods are created during scaling: OrderedReady or Parallel.",
+            ),
+            "updateStrategy": ("object", "The strategy used to update pods when the template changes."),
+            "revisionHistoryLimit": ("integer", "The maximum number of revisions kept. Defaults to 10."),
+            "minReadySeconds": (
+                "integer",
+                "Minimum seconds a new pod is ready before it counts as available.",
+            ),
+            "persistentVolumeClaimRetentionPolicy": (
+                "object",
+                "The lifecycle of persistent volume claims created from volumeClaimTemplates.",
+            ),
+            "ordinals": ("object", "The start ordinal of the replica indices."),
+        },
+    ),
+    f"{_CORE}.Pod": (
+        "Pod is a collection of containers that can run on a host.",
+        {
+            **_TYPE_META,
+            "metadata": ("ObjectMeta", "Standard object's metadata."),
+            "spec": (f"{_CORE}.PodSpec", "Specification of the desired behavior of the pod."),
+            "status": ("object", "Most recently observed status of the pod."),
         },
     ),
     f"{_META}.LabelSelector": (
@@ -489,6 +538,8 @@ TYPES: Final[dict[str, tuple[str, dict[str, Field]]]] = {
 
 KIND_TYPES: Final[dict[tuple[str, str, str], str]] = {
     ("apps", "v1", "deployments"): f"{_APPS}.Deployment",
+    ("apps", "v1", "statefulsets"): f"{_APPS}.StatefulSet",
+    ("", "v1", "pods"): f"{_CORE}.Pod",
     ("", "v1", "configmaps"): f"{_CORE}.ConfigMap",
     ("", "v1", "services"): f"{_CORE}.Service",
     ("", "v1", "secrets"): f"{_CORE}.Secret",

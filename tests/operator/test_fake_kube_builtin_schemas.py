@@ -259,3 +259,51 @@ def test_a_patch_leaving_a_field_of_the_wrong_type_is_refused(
     stored = find(kube, "Service", "default", "web")
     assert stored is not None
     assert stored["spec"]["ports"][0]["port"] == 80
+
+
+def test_statefulset_and_pod_schemas_are_published_and_enforced(
+    kubeconfig: tuple[FakeKubeApiServer, Path], tmp_path: Path
+) -> None:
+    """``kubectl explain sts.spec`` / ``pod.spec.containers`` failed (``GVK ... not found in
+    OpenAPI schema``) and ``apply --validate=strict`` stored a StatefulSet or Pod with a typo'd
+    field: neither kind had a schema here. Both are refused 400 naming the field, as on a cluster."""
+    kube, config = kubeconfig
+    explained = run_kubectl(config, "explain", "sts.spec")
+    assert explained.returncode == 0, explained.stderr
+    assert "FIELD: spec <StatefulSetSpec>" in explained.stdout
+    assert "serviceName\t<string>" in explained.stdout
+    containers = run_kubectl(config, "explain", "pod.spec.containers")
+    assert containers.returncode == 0, containers.stderr
+    assert "FIELD: containers <[]Container>" in containers.stdout
+
+    pod_spec = {"containers": [{"name": "c", "image": "img", "imagePullPolicyy": "Always"}]}
+    statefulset = {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": {"name": "db", "namespace": "default"},
+        "spec": {
+            "serviceNam": "db",
+            "selector": {"matchLabels": {"app": "db"}},
+            "template": {"metadata": {"labels": {"app": "db"}}, "spec": pod_spec},
+        },
+    }
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "one", "namespace": "default"},
+        "spec": pod_spec,
+    }
+    manifest = tmp_path / "both.yaml"
+    manifest.write_text(yaml.safe_dump_all([statefulset, pod]))
+    refused = run_kubectl(config, "apply", "--validate=strict", "-f", str(manifest))
+    assert refused.returncode != 0
+    assert (
+        'StatefulSet in version "v1" cannot be handled as a StatefulSet: strict decoding error: '
+        'unknown field "spec.serviceNam", unknown field "spec.template.spec.containers[0].imagePullPolicyy"'
+    ) in refused.stderr
+    assert (
+        'Pod in version "v1" cannot be handled as a Pod: strict decoding error: '
+        'unknown field "spec.containers[0].imagePullPolicyy"'
+    ) in refused.stderr
+    assert find(kube, "StatefulSet", "default", "db") is None
+    assert find(kube, "Pod", "default", "one") is None
