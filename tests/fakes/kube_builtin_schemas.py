@@ -554,6 +554,32 @@ KIND_TYPES: Final[dict[tuple[str, str, str], str]] = {
 """The built-in resources with a schema here, by (group, version, plural)."""
 
 
+_MERGE: Final = "merge"
+PATCH_STRATEGIES: Final[dict[tuple[str, str], tuple[str, str]]] = {
+    (f"{_CORE}.PodSpec", "volumes"): ("merge,retainKeys", "name"),
+    (f"{_CORE}.PodSpec", "initContainers"): (_MERGE, "name"),
+    (f"{_CORE}.PodSpec", "containers"): (_MERGE, "name"),
+    (f"{_CORE}.PodSpec", "ephemeralContainers"): (_MERGE, "name"),
+    (f"{_CORE}.PodSpec", "imagePullSecrets"): (_MERGE, "name"),
+    (f"{_CORE}.PodSpec", "hostAliases"): (_MERGE, "ip"),
+    (f"{_CORE}.PodSpec", "topologySpreadConstraints"): (_MERGE, "topologyKey"),
+    (f"{_CORE}.PodSpec", "schedulingGates"): (_MERGE, "name"),
+    (f"{_CORE}.PodSpec", "resourceClaims"): ("merge,retainKeys", "name"),
+    (f"{_CORE}.Container", "ports"): (_MERGE, "containerPort"),
+    (f"{_CORE}.Container", "env"): (_MERGE, "name"),
+    (f"{_CORE}.Container", "volumeMounts"): (_MERGE, "mountPath"),
+    (f"{_CORE}.Container", "volumeDevices"): (_MERGE, "devicePath"),
+    (f"{_CORE}.ServiceSpec", "ports"): (_MERGE, "port"),
+    (f"{_CORE}.ServiceAccount", "secrets"): (_MERGE, "name"),
+}
+"""The ``patchStrategy``/``patchMergeKey`` tags of the fields modelled (those
+:mod:`tests.fakes.kube_strategic_merge` merges by), published as ``x-kubernetes-patch-strategy`` /
+``x-kubernetes-patch-merge-key``: what ``kubectl apply`` computes its three-way patch from."""
+_RETAIN_KEYS: Final[dict[tuple[str, str], str]] = {
+    (f"{_APPS}.DeploymentSpec", "strategy"): "retainKeys",
+}
+
+
 def _ref(name: str, description: str) -> dict[str, Any]:
     return {"description": description, "allOf": [{"$ref": f"#/components/schemas/{name}"}], "default": {}}
 
@@ -611,6 +637,13 @@ def component_schemas(resource: tuple[str, str, str]) -> dict[str, dict[str, Any
             "description": description,
             "properties": {key: _property(*field) for key, field in fields.items()},
         }
+        for key, prop in schema["properties"].items():
+            if (name, key) in PATCH_STRATEGIES:
+                strategy, merge_key = PATCH_STRATEGIES[name, key]
+                prop["x-kubernetes-patch-merge-key"] = merge_key
+                prop["x-kubernetes-patch-strategy"] = strategy
+            elif (name, key) in _RETAIN_KEYS:
+                prop["x-kubernetes-patch-strategy"] = _RETAIN_KEYS[name, key]
         gvk = _gvk(name)
         if gvk is not None:
             schema["x-kubernetes-group-version-kind"] = gvk
