@@ -130,6 +130,7 @@ import yaml
 from aiohttp import ClientConnectionError, web
 
 from tests.fakes import kube_field_managers as field_managers
+from tests.fakes.kube_builtin_schemas import type_error
 from tests.fakes.kube_crds import cert_manager_crds, ingress_class_params_crd
 from tests.fakes.kube_discovery import (
     SCALABLE,
@@ -281,6 +282,24 @@ def forget_discovery_cache(host: str) -> None:
     with ``KeyError('scale')`` (a CI run, 2026-12-05)."""
     name = f"osrcp-{hashlib.md5(host.encode(), usedforsecurity=False).hexdigest()}.json"
     Path(tempfile.gettempdir(), name).unlink(missing_ok=True)
+
+
+def _check_patched_types(kind: ResourceKind, content_type: str, patch: Any, updated: Any) -> None:
+    """A patch that leaves a built-in object with a field of the wrong JSON type is refused 422 with
+    one ``patch`` cause, as the API server's patcher refuses what it cannot decode (``NewInvalid``
+    with no kind or name: `` "" is invalid: patch: Invalid value: ...``). The value shown is the
+    patched object (JSON and merge patches) or the patch (strategic merge patches) as compact JSON;
+    the real server prints the latter as a Go map with the unstructured converter's own wording."""
+    problem = type_error(kind.key, updated)
+    if problem is None:
+        return
+    shown = updated if content_type != "application/strategic-merge-patch+json" else patch
+    error = FieldError(
+        "patch", "FieldValueInvalid", quoted(json.dumps(shown, separators=(",", ":"))), problem
+    )
+    raise StoreError(
+        422, "Invalid", invalid_message("", "", [error]), details=invalid_details("", "", "", [error])
+    )
 
 
 class FakeKubeApiServer:
@@ -966,6 +985,8 @@ class FakeKubeApiServer:
                 )
             else:
                 updated = apply(current, patch)
+                if subresource is None and not _custom(kind):
+                    _check_patched_types(kind, content_type, patch, updated)
                 if content_type != "application/strategic-merge-patch+json":
                     check_patched_type_meta(kind, updated, custom=_custom(kind))
             _check_url_names(kind, name, ns, updated)

@@ -17,10 +17,16 @@ not modelled deeper: published as an object without properties, and nothing insi
 
 The kinds modelled are those the operator writes: Deployment, Service, ConfigMap, Secret,
 ServiceAccount, Event, Role, RoleBinding, PodDisruptionBudget, NetworkPolicy and (autoscaling/v2)
-HorizontalPodAutoscaler.
+HorizontalPodAutoscaler; and StatefulSet and Pod (``kubectl explain``, ``apply --validate=strict``).
 
-Not modelled: the kinds not in :data:`KIND_TYPES` (no schema, nothing checked: StatefulSet,
-Pod...), duplicate fields, type mismatches (``replicas: "3"``).
+A field of the wrong JSON type (``replicas: "3"``, ``spec: []``, a number in a container's
+``command``) fails the decoding whatever the validation directive: :func:`type_error` words it as
+Go's JSON decoder does (``json: cannot unmarshal string into Go struct field
+DeploymentSpec.spec.replicas of type int32``), checked for the fields the table types (not inside an
+``object`` field, not ``int-or-string``, not ``metadata``).
+
+Not modelled: the kinds not in :data:`KIND_TYPES` (no schema, nothing checked: DaemonSet, Job,
+Ingress...), duplicate fields, base64 checks of a Secret's ``data``.
 """
 
 from __future__ import annotations
@@ -75,6 +81,55 @@ TYPES: Final[dict[str, tuple[str, dict[str, Field]]]] = {
             "revisionHistoryLimit": ("integer", "The number of old ReplicaSets to retain. Defaults to 10."),
             "paused": ("boolean", "Indicates that the deployment is paused."),
             "progressDeadlineSeconds": ("integer", "Maximum seconds for the deployment to make progress."),
+        },
+    ),
+    f"{_APPS}.StatefulSet": (
+        "StatefulSet represents a set of pods with consistent identities.",
+        {
+            **_TYPE_META,
+            "metadata": ("ObjectMeta", "Standard object's metadata."),
+            "spec": (f"{_APPS}.StatefulSetSpec", "Spec defines the desired identities of pods in this set."),
+            "status": ("object", "The current status of Pods in this StatefulSet."),
+        },
+    ),
+    f"{_APPS}.StatefulSetSpec": (
+        "A StatefulSetSpec is the specification of a StatefulSet.",
+        {
+            "replicas": ("integer", "The desired number of replicas of the given Template. Defaults to 1."),
+            "selector": (
+                f"{_META}.LabelSelector",
+                "A label query over pods that should match the replica count.",
+            ),
+            "template": (
+                f"{_CORE}.PodTemplateSpec",
+                "The object that describes the pod that will be created.",
+            ),
+            "volumeClaimTemplates": ("[]object", "Claims that pods are allowed to reference."),
+            "serviceName": ("string", "The name of the service that governs this StatefulSet."),
+            "podManagementPolicy": (
+                "string",
+                "How pods are created during scaling: OrderedReady or Parallel.",
+            ),
+            "updateStrategy": ("object", "The strategy used to update pods when the template changes."),
+            "revisionHistoryLimit": ("integer", "The maximum number of revisions kept. Defaults to 10."),
+            "minReadySeconds": (
+                "integer",
+                "Minimum seconds a new pod is ready before it counts as available.",
+            ),
+            "persistentVolumeClaimRetentionPolicy": (
+                "object",
+                "The lifecycle of persistent volume claims created from volumeClaimTemplates.",
+            ),
+            "ordinals": ("object", "The start ordinal of the replica indices."),
+        },
+    ),
+    f"{_CORE}.Pod": (
+        "Pod is a collection of containers that can run on a host.",
+        {
+            **_TYPE_META,
+            "metadata": ("ObjectMeta", "Standard object's metadata."),
+            "spec": (f"{_CORE}.PodSpec", "Specification of the desired behavior of the pod."),
+            "status": ("object", "Most recently observed status of the pod."),
         },
     ),
     f"{_META}.LabelSelector": (
@@ -483,6 +538,8 @@ TYPES: Final[dict[str, tuple[str, dict[str, Field]]]] = {
 
 KIND_TYPES: Final[dict[tuple[str, str, str], str]] = {
     ("apps", "v1", "deployments"): f"{_APPS}.Deployment",
+    ("apps", "v1", "statefulsets"): f"{_APPS}.StatefulSet",
+    ("", "v1", "pods"): f"{_CORE}.Pod",
     ("", "v1", "configmaps"): f"{_CORE}.ConfigMap",
     ("", "v1", "services"): f"{_CORE}.Service",
     ("", "v1", "secrets"): f"{_CORE}.Secret",
@@ -495,6 +552,32 @@ KIND_TYPES: Final[dict[tuple[str, str, str], str]] = {
     ("autoscaling", "v2", "horizontalpodautoscalers"): f"{_AUTOSCALING}.HorizontalPodAutoscaler",
 }
 """The built-in resources with a schema here, by (group, version, plural)."""
+
+
+_MERGE: Final = "merge"
+PATCH_STRATEGIES: Final[dict[tuple[str, str], tuple[str, str]]] = {
+    (f"{_CORE}.PodSpec", "volumes"): ("merge,retainKeys", "name"),
+    (f"{_CORE}.PodSpec", "initContainers"): (_MERGE, "name"),
+    (f"{_CORE}.PodSpec", "containers"): (_MERGE, "name"),
+    (f"{_CORE}.PodSpec", "ephemeralContainers"): (_MERGE, "name"),
+    (f"{_CORE}.PodSpec", "imagePullSecrets"): (_MERGE, "name"),
+    (f"{_CORE}.PodSpec", "hostAliases"): (_MERGE, "ip"),
+    (f"{_CORE}.PodSpec", "topologySpreadConstraints"): (_MERGE, "topologyKey"),
+    (f"{_CORE}.PodSpec", "schedulingGates"): (_MERGE, "name"),
+    (f"{_CORE}.PodSpec", "resourceClaims"): ("merge,retainKeys", "name"),
+    (f"{_CORE}.Container", "ports"): (_MERGE, "containerPort"),
+    (f"{_CORE}.Container", "env"): (_MERGE, "name"),
+    (f"{_CORE}.Container", "volumeMounts"): (_MERGE, "mountPath"),
+    (f"{_CORE}.Container", "volumeDevices"): (_MERGE, "devicePath"),
+    (f"{_CORE}.ServiceSpec", "ports"): (_MERGE, "port"),
+    (f"{_CORE}.ServiceAccount", "secrets"): (_MERGE, "name"),
+}
+"""The ``patchStrategy``/``patchMergeKey`` tags of the fields modelled (those
+:mod:`tests.fakes.kube_strategic_merge` merges by), published as ``x-kubernetes-patch-strategy`` /
+``x-kubernetes-patch-merge-key``: what ``kubectl apply`` computes its three-way patch from."""
+_RETAIN_KEYS: Final[dict[tuple[str, str], str]] = {
+    (f"{_APPS}.DeploymentSpec", "strategy"): "retainKeys",
+}
 
 
 def _ref(name: str, description: str) -> dict[str, Any]:
@@ -554,6 +637,13 @@ def component_schemas(resource: tuple[str, str, str]) -> dict[str, dict[str, Any
             "description": description,
             "properties": {key: _property(*field) for key, field in fields.items()},
         }
+        for key, prop in schema["properties"].items():
+            if (name, key) in PATCH_STRATEGIES:
+                strategy, merge_key = PATCH_STRATEGIES[name, key]
+                prop["x-kubernetes-patch-merge-key"] = merge_key
+                prop["x-kubernetes-patch-strategy"] = strategy
+            elif (name, key) in _RETAIN_KEYS:
+                prop["x-kubernetes-patch-strategy"] = _RETAIN_KEYS[name, key]
         gvk = _gvk(name)
         if gvk is not None:
             schema["x-kubernetes-group-version-kind"] = gvk
@@ -596,3 +686,103 @@ def decoded(
     result = _unknown(top, dict(body), "", found)
     dropped.extend(found)
     return dict(result)
+
+
+_INT64_FIELDS: Final = frozenset(
+    {(f"{_CORE}.PodSpec", "terminationGracePeriodSeconds"), (f"{_CORE}.PodSpec", "activeDeadlineSeconds")}
+)
+"""The integer fields modelled that are ``int64`` in Go; every other one is ``int32``."""
+_INT_RANGES: Final = {"int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)}
+
+
+def _go_type(type_name: str) -> str:
+    """A field type of the table as Go's reflection prints it (``v1.DeploymentSpec``, ``[]v1.Container``)."""
+    if type_name.startswith("[]"):
+        return "[]" + _go_type(type_name[2:])
+    if type_name == "ObjectMeta":
+        return "v1.ObjectMeta"
+    if type_name in TYPES:
+        package, _, short = type_name.rpartition(".")
+        return f"{package.rpartition('.')[2]}.{short}"
+    return {"string": "string", "boolean": "bool", "map[string]string": "map[string]string"}[type_name]
+
+
+def _json_kind(value: Any) -> str:
+    """The JSON value's kind as ``encoding/json``'s ``UnmarshalTypeError`` names it."""
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    return "number"
+
+
+def _mismatch(type_name: str, value: Any, int_type: str) -> str | None:
+    """Why ``value`` cannot be decoded into a field of ``type_name``, as the ``cannot unmarshal ...``
+    phrase's value and Go type, or ``None`` where it can (``null`` decodes into anything)."""
+    if value is None:
+        return None
+    kind = _json_kind(value)
+    if type_name == "integer":
+        if kind != "number":
+            return f"{kind} into {int_type}"
+        low, high = _INT_RANGES[int_type]
+        if not isinstance(value, int) or not low <= value <= high:
+            return f"number {value} into {int_type}"
+        return None
+    if type_name in ("object", "[]object", "int-or-string"):
+        return None  # not modelled deeper (intstr's own decoder is not modelled either)
+    expected = {"string": "string", "boolean": "bool", "map[string]string": "object"}.get(
+        type_name, "array" if type_name.startswith("[]") else "object"
+    )
+    return None if kind == expected else f"{kind} into {_go_type(type_name)}"
+
+
+def _first_type_error(type_name: str, value: Any, path: str) -> str | None:
+    """The first field (document order) whose value does not fit its Go type, worded as
+    ``encoding/json`` does: the innermost struct, the JSON path without list indices, the Go type."""
+    if type_name.startswith("[]"):
+        if isinstance(value, list):
+            for item in value:
+                found = _first_type_error(type_name[2:], item, path)
+                if found:
+                    return found
+        return None
+    if type_name not in TYPES or not isinstance(value, dict):
+        return None
+    struct = type_name.rpartition(".")[2]
+    for key, item in value.items():
+        field = TYPES[type_name][1].get(key)
+        if field is None:
+            continue
+        where = f"{path}.{key}" if path else key
+        int_type = "int64" if (type_name, key) in _INT64_FIELDS else "int32"
+        mismatch = _mismatch(field[0], item, int_type)
+        if mismatch is None and field[0] == "map[string]string" and isinstance(item, dict):
+            bad = next((v for v in item.values() if v is not None and not isinstance(v, str)), None)
+            if bad is not None:
+                mismatch = f"{_json_kind(bad)} into string"
+        inner = field[0].removeprefix("[]")
+        if mismatch is None and inner != field[0] and inner not in TYPES and isinstance(item, list):
+            mismatch = next(filter(None, (_mismatch(inner, entry, int_type) for entry in item)), None)
+        if mismatch is not None:
+            value_kind, _, go_type = mismatch.partition(" into ")
+            return (
+                f"json: cannot unmarshal {value_kind} into Go struct field {struct}.{where} of type {go_type}"
+            )
+        found = _first_type_error(field[0], item, where)
+        if found:
+            return found
+    return None
+
+
+def type_error(resource: tuple[str, str, str], body: Mapping[str, Any]) -> str | None:
+    """Why decoding ``body`` into the resource's Go type fails on a field of the wrong JSON type
+    (``replicas: "3"``, ``spec: []``), as the API server's JSON decoder words it (``json: cannot
+    unmarshal string into Go struct field DeploymentSpec.spec.replicas of type int32``); ``None`` when
+    every field modelled fits, or the resource has no schema here."""
+    top = KIND_TYPES.get(resource)
+    return None if top is None else _first_type_error(top, body, "")

@@ -16,9 +16,13 @@ message needs, field numbers from gnostic's ``OpenAPIv2.proto`` (no protobuf lib
 client that accepts JSON (no protobuf in ``Accept``) gets the document as JSON, as the API server
 serves it.
 
-Not modelled: the ``x-kubernetes-patch-*`` extensions of built-in list fields (kubectl 1.28 and
-1.32 compute a client-side ``apply``'s patch from the Go types even with this document: a wrong
-merge key published here changed nothing they sent), ``oneOf``/``anyOf``/``not`` and ``nullable``
+The ``x-kubernetes-patch-strategy``/``-merge-key`` extensions of the built-in list fields modelled
+come with the v3 schemas (:data:`tests.fakes.kube_builtin_schemas.PATCH_STRATEGIES`). kubectl 1.28
+and 1.32 still compute a client-side ``apply``'s patch from their Go types (the same tags): the v2
+operations list no ``consumes`` and the v3 PATCH operations no ``requestBody`` media types. Listing
+the strategic one in v3 would make kubectl 1.32 compute from the v3 schemas, which fails (``warning:
+error calculating patch from openapi v3 spec: unable to find api field "httpGet"``) wherever the
+table leaves a field an unmodelled ``object``. Not modelled: ``oneOf``/``anyOf``/``not`` and ``nullable``
 (v2 has no such fields: dropped; apiextensions-apiserver also drops a nullable field's ``type``),
 the operations' body and response schemas, the ``ETag`` and gzip answers.
 """

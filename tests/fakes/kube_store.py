@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 from tests.fakes.kube_admission import Admission, admit, admit_status
-from tests.fakes.kube_builtin_schemas import decoded
+from tests.fakes.kube_builtin_schemas import decoded, type_error
 from tests.fakes.kube_crd_validation import crd_errors, stored_versions, with_defaults
 from tests.fakes.kube_field_errors import invalid_details, invalid_message
 from tests.fakes.kube_namespaces import (
@@ -311,6 +311,19 @@ def _strict_decoding_error(kind: ResourceKind, unknown: Sequence[str]) -> StoreE
     )
 
 
+def check_builtin_types(kind: ResourceKind, body: Mapping[str, Any]) -> None:
+    """A built-in kind's write with a field of the wrong JSON type (``replicas: "3"``, ``spec: []``)
+    is refused 400, as the API server's decoding into the Go type refuses it, whatever the
+    ``fieldValidation`` directive (a type error trumps unknown fields), before any validation."""
+    problem = type_error(kind.key, body) if kind.schema is None else None
+    if problem is not None:
+        raise StoreError(
+            400,
+            "BadRequest",
+            f'{kind.kind} in version "{kind.version}" cannot be handled as a {kind.kind}: {problem}',
+        )
+
+
 def _decoded_builtin(
     kind: ResourceKind,
     body: dict[str, Any],
@@ -460,6 +473,7 @@ class KubeStore:
         ``dry_run``: the object as it would be created (a uid and creation time, no resourceVersion,
         as the API server answers a dry-run create), nothing stored."""
         body = copy.deepcopy(dict(obj))
+        check_builtin_types(kind, body)
         meta = body.setdefault("metadata", {})
         name = meta.get("name")
         if not name and meta.get("generateName"):
@@ -578,6 +592,7 @@ class KubeStore:
                     admission = admit_status(kind.schema, body.get("status"), old=current.get("status"))
                     new.update(_admitted(kind, name, admission, field_validation, warnings))
             else:
+                check_builtin_types(kind, body)
                 _validate(kind, {**body, "metadata": {**(body.get("metadata") or {}), "name": name}})
                 new = (
                     body

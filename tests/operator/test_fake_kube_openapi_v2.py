@@ -155,3 +155,36 @@ def test_the_document_is_served_as_json_to_a_client_that_asks_for_json(kube: Fak
     assert replicas["type"] == "integer"
     template = document["definitions"]["io.k8s.api.apps.v1.DeploymentSpec"]["properties"]["template"]
     assert template["$ref"] == "#/definitions/io.k8s.api.core.v1.PodTemplateSpec"
+
+
+def test_built_in_list_fields_publish_their_patch_strategy(kube: FakeKubeApiServer) -> None:
+    """Both documents (v3 and v2, JSON and protobuf) carry the ``x-kubernetes-patch-strategy`` /
+    ``x-kubernetes-patch-merge-key`` of the keyed lists modelled (a pod's ``containers`` by
+    ``name``, a container's ``env`` by ``name`` and ``ports`` by ``containerPort``, a Service's
+    ``ports`` by ``port``), as the API server's do; the fake published none."""
+    v3_url = f"{kube.url}/openapi/v3/apis/apps/v1"
+    with urllib.request.urlopen(v3_url, timeout=10) as response:
+        v3 = json.loads(response.read())["components"]["schemas"]
+    request = urllib.request.Request(f"{kube.url}/openapi/v2", headers={"Accept": "application/json"})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        v2 = json.loads(response.read())["definitions"]
+    for schemas in (v3, v2):
+        pod = schemas["io.k8s.api.core.v1.PodSpec"]["properties"]
+        assert pod["containers"]["x-kubernetes-patch-strategy"] == "merge"
+        assert pod["containers"]["x-kubernetes-patch-merge-key"] == "name"
+        assert pod["volumes"]["x-kubernetes-patch-strategy"] == "merge,retainKeys"
+        container = schemas["io.k8s.api.core.v1.Container"]["properties"]
+        assert container["env"]["x-kubernetes-patch-merge-key"] == "name"
+        assert container["ports"]["x-kubernetes-patch-merge-key"] == "containerPort"
+        assert "x-kubernetes-patch-strategy" not in container["command"]
+    service = v2["io.k8s.api.core.v1.ServiceSpec"]["properties"]["ports"]
+    assert (service["x-kubernetes-patch-strategy"], service["x-kubernetes-patch-merge-key"]) == (
+        "merge",
+        "port",
+    )
+    protobuf = urllib.request.Request(
+        f"{kube.url}/openapi/v2",
+        headers={"Accept": "application/com.github.proto-openapi.spec.v2@v1.0+protobuf"},
+    )
+    with urllib.request.urlopen(protobuf, timeout=10) as response:
+        assert b"x-kubernetes-patch-merge-key" in response.read()
