@@ -171,6 +171,34 @@ class GatewayMetricsDashboard(Construct):
             f"{t.heartbeat_failed_minutes} minutes: the routers see the cluster's heartbeat age "
             "towards failover",
         )
+        unread, _ = emitted("AnswerUsageUnread", USAGE_UNREAD_METRICS)
+        self.alarms["AnswerUsageUnread"] = sustained_alarm(
+            self,
+            alarm_id("AnswerUsageUnread"),
+            insights_sum(DEFAULT_NAMESPACE, unread, [MODEL_DIMENSION, REASON_DIMENSION]),
+            above=1,
+            inclusive=True,
+            minutes=1,
+            description="a model server sent compressed answers whose usage the gateway could not read "
+            "(any model, any reason): refused with 502 or relayed without their tokens charged to the "
+            "rate limits (the PrometheusRule IgwAnswerUsageUnread)",
+        )
+        misnamed, unit = emitted("UsageMisnamed", GATEWAY_METRICS)
+        self.alarms["UsageMisnamed"] = sustained_alarm(
+            self,
+            alarm_id("UsageMisnamed"),
+            cloudwatch.Metric(
+                namespace=DEFAULT_NAMESPACE,
+                metric_name=misnamed,
+                statistic=replica_statistic(misnamed, unit),
+                period=PERIOD,
+            ),
+            above=1,
+            inclusive=True,
+            minutes=1,
+            description="a model server answered a retrieval of a stored response with another "
+            "response's usage (or none named): not settled by it, the hold kept",
+        )
         self.dashboard = cloudwatch.Dashboard(self, "Dashboard", dashboard_name=dashboard_name)
         self.dashboard.add_widgets(
             *(_search_widget(DEFAULT_NAMESPACE, [MODEL_DIMENSION], n, u) for n, u in MODEL_METRICS)
@@ -240,6 +268,18 @@ def sustained_alarm(
         else cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
         treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
         alarm_description=description,
+    )
+
+
+def insights_sum(namespace: str, name: str, dimensions: Sequence[str]) -> cloudwatch.MathExpression:
+    """A Metrics Insights query summing every series of ``name`` under exactly ``dimensions`` (every
+    model and reason, or every cluster, that reports: an alarm on a fixed query, not on each series)."""
+    schema = ", ".join([f'"{namespace}"', *dimensions])
+    return cloudwatch.MathExpression(
+        expression=f"SELECT SUM({name}) FROM SCHEMA({schema})",
+        label=name,
+        period=PERIOD,
+        using_metrics={},
     )
 
 
@@ -329,6 +369,22 @@ class FleetMetricsDashboard(Construct):
                 description="the global router could not read the heartbeat store (unreachable, or its "
                 "credentials refused): every cluster's heartbeat ages towards failover",
             ),
+            "AnswerUsageUnread": self._alarm(
+                "AnswerUsageUnreadAlarm",
+                emitted("AnswerUsageUnread", table)[0],
+                threshold=1,
+                minutes=1,
+                description="a cluster sent compressed answers whose usage the router could not read "
+                "(any cluster, any reason): sent on to the next cluster or relayed uncharged",
+            ),
+            "UsageMisnamed": self._alarm(
+                "UsageMisnamedAlarm",
+                emitted("UsageMisnamed", table)[0],
+                threshold=1,
+                minutes=1,
+                description="a cluster answered a poll of a stored response with another response's "
+                "usage (or none named): not settled by it, the hold kept",
+            ),
             "RateLimitHits": self._alarm(
                 "RateLimitAlarm",
                 emitted("RateLimitHits", table)[0],
@@ -352,13 +408,7 @@ class FleetMetricsDashboard(Construct):
         self, id_: str, name: str, *, threshold: float, minutes: int, description: str
     ) -> cloudwatch.Alarm:
         (dimensions,) = [m.dimensions for m in FLEET_METRICS if m.name == name][:1]
-        schema = ", ".join([f'"{DEFAULT_FLEET_NAMESPACE}"', *(d for _, d in dimensions)])
-        query = cloudwatch.MathExpression(
-            expression=f"SELECT SUM({name}) FROM SCHEMA({schema})",
-            label=name,
-            period=PERIOD,
-            using_metrics={},
-        )
+        query = insights_sum(DEFAULT_FLEET_NAMESPACE, name, [d for _, d in dimensions])
         return sustained_alarm(
             self, id_, query, above=threshold, minutes=minutes, description=description, inclusive=True
         )

@@ -197,8 +197,8 @@ def test_gateway_alarms_per_configured_model_and_pool_watch_emitted_metrics(synt
     alarms = of_type(synthesized.templates["inference"], "AWS::CloudWatch::Alarm")
     schedulers = example("deployment.yaml")["inference"]["gatewayConfig"]["spec"]["schedulers"]
     watched = set()
-    (heartbeat,) = [a for a in alarms if "Metrics" in a]  # metric math: the one alarm without a metric
-    alarms = [a for a in alarms if "Metrics" not in a]
+    (heartbeat,) = [a for a in alarms if "Metrics" in a and len(a["Metrics"]) > 1]  # metric math
+    alarms = [a for a in alarms if "Metrics" not in a and a.get("Dimensions")]  # per model or pool
     assert {q["MetricStat"]["Metric"]["MetricName"] for q in heartbeat["Metrics"] if "MetricStat" in q} == {
         "HeartbeatWrites"
     }
@@ -250,8 +250,22 @@ def test_fleet_dashboard_and_alarms_name_only_what_the_router_emits(
         assert m["ns"] == DEFAULT_FLEET_NAMESPACE
         assert tuple(m["dims"].split(", ")) == TIER2[m["name"]]
         queries.append(m["name"])
-    # HeartbeatSourceOutages since session s44 (before, not in the EMF documents at all)
-    assert sorted(queries) == ["FailoverEvents", "HeartbeatSourceOutages", "RateLimitHits"]
+    # HeartbeatSourceOutages since session s44 (before, not in the EMF documents at all);
+    # AnswerUsageUnread and UsageMisnamed since session s45 (before, drawn but watched by no alarm)
+    assert sorted(queries) == [
+        "AnswerUsageUnread",
+        "FailoverEvents",
+        "HeartbeatSourceOutages",
+        "RateLimitHits",
+        "UsageMisnamed",
+    ]
+    any_count = {
+        m["name"]: (a["Threshold"], a["ComparisonOperator"], a["EvaluationPeriods"])
+        for a in of_type(template, "AWS::CloudWatch::Alarm")
+        if (m := INSIGHTS.fullmatch(a["Metrics"][0]["Expression"]))
+    }
+    for name in ("AnswerUsageUnread", "UsageMisnamed"):  # any in a minute, in any cluster
+        assert any_count[name] == (1, "GreaterThanOrEqualToThreshold", 1)
 
 
 def test_an_alarm_on_a_metric_no_emitter_writes_fails_synthesis() -> None:
@@ -310,8 +324,9 @@ def test_an_alarm_keeps_its_logical_id_when_models_are_added_beside_it() -> None
 
     before = alarms(["meta-llama/Llama-3.1-8B-Instruct", "qwen"], ["llama"])
     after = alarms(["aaa/first", "meta-llama/Llama-3.1-8B-Instruct", "qwen"], ["a-pool", "llama"])
-    assert len(before) == 7  # two per model, two per pool, the failed heartbeat writes
-    assert len(after) == 11
+    # two per model, two per pool, the failed heartbeat writes, the unread and the misnamed usage
+    assert len(before) == 9
+    assert len(after) == 13
     assert {k: v for k, v in after.items() if k in before} == before
 
 
@@ -349,7 +364,9 @@ def test_the_gateway_alarms_on_the_share_of_heartbeat_writes_that_failed(synthes
     in a minute it did not move, so a minute of failures alone is 100%, not missing; a minute
     without writes (no heartbeat configured) is no value, and no value is not a breach."""
     (alarm,) = [
-        a for a in of_type(synthesized.templates["inference"], "AWS::CloudWatch::Alarm") if "Metrics" in a
+        a
+        for a in of_type(synthesized.templates["inference"], "AWS::CloudWatch::Alarm")
+        if len(a.get("Metrics", [])) > 1
     ]
     assert (alarm["Threshold"], alarm["ComparisonOperator"]) == (10, "GreaterThanThreshold")
     assert (alarm["EvaluationPeriods"], alarm["DatapointsToAlarm"]) == (5, 5)
@@ -361,3 +378,38 @@ def test_the_gateway_alarms_on_the_share_of_heartbeat_writes_that_failed(synthes
     assert heartbeat_alarm_value(alarm, {"unreachable": 60}) == 100  # no ok document that minute
     assert heartbeat_alarm_value(alarm, {"ok": 120}) == 0
     assert heartbeat_alarm_value(alarm, {}) is None
+
+
+def test_the_gateway_alarms_on_any_unread_or_misnamed_usage(synthesized: Synthesized) -> None:
+    """Since session s45: ``AnswerUsageUnread`` (by ``Model``, ``Reason``) and ``UsageMisnamed`` (no
+    dimensions) reached CloudWatch since s44 but no alarm watched them, only the dashboard and the
+    PrometheusRule ``IgwAnswerUsageUnread``. Any count in a minute fires, as that rule's does: the
+    unread usage summed over every model and reason by a Metrics Insights query (the models and
+    reasons that report, not a list), the misnamed usage on its one series."""
+    alarms = of_type(synthesized.templates["inference"], "AWS::CloudWatch::Alarm")
+    queries = [
+        (m, a)
+        for a in alarms
+        if len(a.get("Metrics", [])) == 1
+        and (
+            m := re.fullmatch(
+                r"SELECT SUM\((\w+)\) FROM SCHEMA\(\"([^\"]+)\", ([^)]*)\)", a["Metrics"][0]["Expression"]
+            )
+        )
+    ]
+    ((query, unread),) = queries
+    assert (query[1], query[2], tuple(query[3].split(", "))) == (
+        "AnswerUsageUnread",
+        DEFAULT_NAMESPACE,
+        TIER1["AnswerUsageUnread"],
+    )
+    (misnamed,) = [a for a in alarms if a.get("MetricName") == "UsageMisnamed"]
+    assert (misnamed["Namespace"], misnamed.get("Dimensions", []), misnamed["Statistic"]) == (
+        DEFAULT_NAMESPACE,
+        [],
+        "Sum",  # every replica's own retrievals
+    )
+    for alarm in (unread, misnamed):
+        assert (alarm["Threshold"], alarm["ComparisonOperator"]) == (1, "GreaterThanOrEqualToThreshold")
+        assert (alarm["EvaluationPeriods"], alarm["DatapointsToAlarm"]) == (1, 1)
+        assert alarm["TreatMissingData"] == "notBreaching"  # no document: nothing went unread
