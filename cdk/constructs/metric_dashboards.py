@@ -8,8 +8,9 @@ metric nothing writes.
 
 Dashboard widgets use ``SEARCH`` so that every model, pool or cluster that reports appears without
 being listed (adapters included). Alarms need fixed series: tier 1 alarms per configured model
-and pool (``spec.schedulers``) and on the cluster's share of failed heartbeat writes (metric math
-over the fixed ``Result`` series), tier 2 on Metrics Insights queries summed over the whole fleet.
+and pool (``spec.schedulers``), on the cluster's share of failed heartbeat writes (metric math over
+the fixed ``Cluster``, ``Result`` series) and on any unread or misnamed usage (a Metrics Insights
+query, one series); tier 2 on Metrics Insights queries summed over the whole fleet.
 
 Gateway replicas each write their own documents under the same dimensions; the statistic per
 unit (:data:`STATISTIC_BY_UNIT`) makes the replicas' values add up (counts: sum), average
@@ -31,6 +32,7 @@ from aws_cdk import aws_cloudwatch as cloudwatch
 from constructs import Construct
 
 from igw.gateway.emf_metrics import (
+    CLUSTER_DIMENSION,
     DEFAULT_NAMESPACE,
     GATEWAY_METRICS,
     HEARTBEAT_METRICS,
@@ -122,8 +124,12 @@ class GatewayMetricsDashboard(Construct):
         dashboard_name: str,
         models: Sequence[str],
         pools: Sequence[str],
+        heartbeat_cluster: str,
         thresholds: GatewayAlarmThresholds | None = None,
     ) -> None:
+        """``heartbeat_cluster``: the cluster this gateway's heartbeats name
+        (``spec.extensions.globalHeartbeat.cluster``), whose series alone the failed-writes alarm
+        reads (other clusters of the account and region write the same namespace)."""
         super().__init__(scope, id_)
         t = thresholds or GatewayAlarmThresholds()
         self.alarms: dict[str, cloudwatch.Alarm] = {}
@@ -163,10 +169,11 @@ class GatewayMetricsDashboard(Construct):
         self.alarms["HeartbeatWritesFailed"] = sustained_alarm(
             self,
             alarm_id("HeartbeatWritesFailed"),
-            heartbeat_failed_percent(),
+            heartbeat_failed_percent(heartbeat_cluster),
             above=t.heartbeat_failed_percent,
             minutes=t.heartbeat_failed_minutes,
-            description=f"over {t.heartbeat_failed_percent}% of the gateway's heartbeat writes to the "
+            description=f"cluster {heartbeat_cluster}: over {t.heartbeat_failed_percent}% of the "
+            "gateway's heartbeat writes to the "
             f"global router's store failed (unreachable or refused), every minute for "
             f"{t.heartbeat_failed_minutes} minutes: the routers see the cluster's heartbeat age "
             "towards failover",
@@ -207,7 +214,10 @@ class GatewayMetricsDashboard(Construct):
             *(_search_widget(DEFAULT_NAMESPACE, [POOL_DIMENSION], n, u) for n, u in POOL_METRICS)
         )
         self.dashboard.add_widgets(
-            *(_search_widget(DEFAULT_NAMESPACE, [RESULT_DIMENSION], n, u) for n, u in HEARTBEAT_METRICS),
+            *(
+                _search_widget(DEFAULT_NAMESPACE, [CLUSTER_DIMENSION, RESULT_DIMENSION], n, u)
+                for n, u in HEARTBEAT_METRICS
+            ),
             *(_search_widget(DEFAULT_NAMESPACE, [], n, u) for n, u in GATEWAY_METRICS),
             *(
                 _search_widget(DEFAULT_NAMESPACE, [MODEL_DIMENSION, REASON_DIMENSION], n, u)
@@ -283,9 +293,12 @@ def insights_sum(namespace: str, name: str, dimensions: Sequence[str]) -> cloudw
     )
 
 
-def heartbeat_failed_percent() -> cloudwatch.MathExpression:
-    """The percentage of the interval's heartbeat writes that did not succeed: every result but
-    ``ok`` over all (:data:`~igw.gateway.emf_metrics.HEARTBEAT_RESULTS`, summed over replicas).
+def heartbeat_failed_percent(cluster: str) -> cloudwatch.MathExpression:
+    """The percentage of the interval's heartbeat writes of ``cluster`` that did not succeed: every
+    result but ``ok`` over all (:data:`~igw.gateway.emf_metrics.HEARTBEAT_RESULTS`, summed over
+    replicas). Per cluster since session s45: before, the series had no cluster, and a failing cluster
+    among healthy ones of the same account and region was a fraction of the sum (one in ten: 10%,
+    which the alarm's "above 10%" never reached).
 
     A result's document is written only in an interval it moved, so each series is filled with 0:
     a minute of failures alone is 100%, not missing. A minute with no write at all (no heartbeat
@@ -296,7 +309,7 @@ def heartbeat_failed_percent() -> cloudwatch.MathExpression:
         result: cloudwatch.Metric(
             namespace=DEFAULT_NAMESPACE,
             metric_name=name,
-            dimensions_map={RESULT_DIMENSION: result},
+            dimensions_map={CLUSTER_DIMENSION: cluster, RESULT_DIMENSION: result},
             statistic=replica_statistic(name, unit),
             period=PERIOD,
         )

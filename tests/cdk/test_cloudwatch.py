@@ -13,6 +13,7 @@ import yaml
 
 from igw.addon import chart, pins
 from igw.gateway.emf_metrics import (
+    CLUSTER_DIMENSION,
     DEFAULT_NAMESPACE,
     GATEWAY_METRICS,
     HEARTBEAT_METRICS,
@@ -38,7 +39,7 @@ def example(name: str) -> dict[str, Any]:
 TIER1 = {
     **{name: (MODEL_DIMENSION,) for name, _ in MODEL_METRICS},
     **{name: (POOL_DIMENSION,) for name, _ in POOL_METRICS},
-    **{name: (RESULT_DIMENSION,) for name, _ in HEARTBEAT_METRICS},
+    **{name: (CLUSTER_DIMENSION, RESULT_DIMENSION) for name, _ in HEARTBEAT_METRICS},
     **{name: () for name, _ in GATEWAY_METRICS},
     **{name: (MODEL_DIMENSION, REASON_DIMENSION) for name, _ in USAGE_UNREAD_METRICS},
 }
@@ -314,7 +315,9 @@ def test_an_alarm_keeps_its_logical_id_when_models_are_added_beside_it() -> None
     def alarms(models: list[str], pools: list[str]) -> dict[str, str]:
         """logical id -> the alarm's description (which names its model or pool)."""
         stack = cdk.Stack(cdk.App(), "S")
-        GatewayMetricsDashboard(stack, "M", dashboard_name="d", models=models, pools=pools)
+        GatewayMetricsDashboard(
+            stack, "M", dashboard_name="d", models=models, pools=pools, heartbeat_cluster="c"
+        )
         resources = stack.resolve(cdk.assertions.Template.from_stack(stack).to_json())["Resources"]
         return {
             logical: r["Properties"]["AlarmDescription"]
@@ -330,7 +333,9 @@ def test_an_alarm_keeps_its_logical_id_when_models_are_added_beside_it() -> None
     assert {k: v for k, v in after.items() if k in before} == before
 
 
-def heartbeat_alarm_value(alarm: dict[str, Any], writes: dict[str, float]) -> float | None:
+def heartbeat_alarm_value(
+    alarm: dict[str, Any], writes: dict[str, float], *, cluster: str = "igw-inference"
+) -> float | None:
     """The failed-writes alarm's value for one minute of ``writes`` (result -> the sum of the
     replicas' ``HeartbeatWrites``; a result absent wrote no document): its metric math evaluated
     with its own ids (``FILL(id, 0)``, ``IF(condition, value)`` without an else: no value)."""
@@ -344,9 +349,10 @@ def heartbeat_alarm_value(alarm: dict[str, Any], writes: dict[str, float]) -> fl
                 "HeartbeatWrites",
             )
             assert (stat["Stat"], stat["Period"]) == ("Sum", 60)  # the replicas' writes add up
-            ((dimension,),) = [stat["Metric"]["Dimensions"]]
-            assert dimension["Name"] == RESULT_DIMENSION
-            ids[q["Id"]] = dimension["Value"]
+            dimensions = {d["Name"]: d["Value"] for d in stat["Metric"]["Dimensions"]}
+            assert dimensions.keys() == {CLUSTER_DIMENSION, RESULT_DIMENSION}
+            assert dimensions[CLUSTER_DIMENSION] == cluster  # this cluster's writes alone
+            ids[q["Id"]] = dimensions[RESULT_DIMENSION]
     assert sorted(ids.values()) == sorted(HEARTBEAT_RESULTS)  # every result the publisher counts
     text = re.sub(r"FILL\((\w+), 0\)", lambda m: repr(writes.get(ids[m[1]], 0.0)), expression["Expression"])
     m = re.fullmatch(r"IF\((?P<condition>.+?) > 0, (?P<value>.+)\)", text)
@@ -413,3 +419,27 @@ def test_the_gateway_alarms_on_any_unread_or_misnamed_usage(synthesized: Synthes
         assert (alarm["Threshold"], alarm["ComparisonOperator"]) == (1, "GreaterThanOrEqualToThreshold")
         assert (alarm["EvaluationPeriods"], alarm["DatapointsToAlarm"]) == (1, 1)
         assert alarm["TreatMissingData"] == "notBreaching"  # no document: nothing went unread
+
+
+def test_the_heartbeat_alarm_reads_the_cluster_its_gateway_config_names(tmp_path: Path) -> None:
+    """Since session s45 the failed-writes alarm reads its own cluster's series: ``HeartbeatWrites``
+    had ``Result`` alone, and the clusters of one account and region wrote the same series, so one
+    cluster failing every write among nine healthy ones of like traffic summed to 10%, which the
+    alarm's "above 10%" never reached (and the healthy clusters' alarms fired with it when it did).
+    The cluster is the one ``spec.extensions.globalHeartbeat`` names (the gateway's EMF documents
+    carry it); without heartbeats, the stack's cluster name."""
+    from cdk import config
+    from cdk.app_builder import build_app
+
+    document = example("deployment.yaml")
+    spec = document["inference"]["gatewayConfig"]["spec"]
+    spec.setdefault("extensions", {})["globalHeartbeat"] = {
+        "cluster": "us-west-2-a",
+        "region": "us-west-2",
+        "redis": {"url": "rediss://redis.example.internal:6379/0"},
+    }
+    built = build_app(config.parse(document), outdir=tmp_path)
+    template = built.app.synth().get_stack_artifact(built.inference.artifact_id).template
+    (alarm,) = [a for a in of_type(template, "AWS::CloudWatch::Alarm") if len(a.get("Metrics", [])) > 1]
+    # one failing cluster among nine healthy ones: its own writes, all failed
+    assert heartbeat_alarm_value(alarm, {"unreachable": 60}, cluster="us-west-2-a") == 100
