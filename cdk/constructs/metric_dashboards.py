@@ -8,8 +8,9 @@ metric nothing writes.
 
 Dashboard widgets use ``SEARCH`` so that every model, pool or cluster that reports appears without
 being listed (adapters included). Alarms need fixed series: tier 1 alarms per configured model
-and pool (``spec.schedulers``) and on the cluster's share of failed heartbeat writes (metric math
-over the fixed ``Result`` series), tier 2 on Metrics Insights queries summed over the whole fleet.
+and pool (``spec.schedulers``), on the cluster's share of failed heartbeat writes (metric math over
+the fixed ``Cluster``, ``Result`` series) and on any unread or misnamed usage (a Metrics Insights
+query, one series); tier 2 on Metrics Insights queries summed over the whole fleet.
 
 Gateway replicas each write their own documents under the same dimensions; the statistic per
 unit (:data:`STATISTIC_BY_UNIT`) makes the replicas' values add up (counts: sum), average
@@ -31,6 +32,7 @@ from aws_cdk import aws_cloudwatch as cloudwatch
 from constructs import Construct
 
 from igw.gateway.emf_metrics import (
+    CLUSTER_DIMENSION,
     DEFAULT_NAMESPACE,
     GATEWAY_METRICS,
     HEARTBEAT_METRICS,
@@ -122,8 +124,12 @@ class GatewayMetricsDashboard(Construct):
         dashboard_name: str,
         models: Sequence[str],
         pools: Sequence[str],
+        heartbeat_cluster: str,
         thresholds: GatewayAlarmThresholds | None = None,
     ) -> None:
+        """``heartbeat_cluster``: the cluster this gateway's heartbeats name
+        (``spec.extensions.globalHeartbeat.cluster``), whose series alone the failed-writes alarm
+        reads (other clusters of the account and region write the same namespace)."""
         super().__init__(scope, id_)
         t = thresholds or GatewayAlarmThresholds()
         self.alarms: dict[str, cloudwatch.Alarm] = {}
@@ -163,13 +169,42 @@ class GatewayMetricsDashboard(Construct):
         self.alarms["HeartbeatWritesFailed"] = sustained_alarm(
             self,
             alarm_id("HeartbeatWritesFailed"),
-            heartbeat_failed_percent(),
+            heartbeat_failed_percent(heartbeat_cluster),
             above=t.heartbeat_failed_percent,
             minutes=t.heartbeat_failed_minutes,
-            description=f"over {t.heartbeat_failed_percent}% of the gateway's heartbeat writes to the "
+            description=f"cluster {heartbeat_cluster}: over {t.heartbeat_failed_percent}% of the "
+            "gateway's heartbeat writes to the "
             f"global router's store failed (unreachable or refused), every minute for "
             f"{t.heartbeat_failed_minutes} minutes: the routers see the cluster's heartbeat age "
             "towards failover",
+        )
+        unread, _ = emitted("AnswerUsageUnread", USAGE_UNREAD_METRICS)
+        self.alarms["AnswerUsageUnread"] = sustained_alarm(
+            self,
+            alarm_id("AnswerUsageUnread"),
+            insights_sum(DEFAULT_NAMESPACE, unread, [MODEL_DIMENSION, REASON_DIMENSION]),
+            above=1,
+            inclusive=True,
+            minutes=1,
+            description="a model server sent compressed answers whose usage the gateway could not read "
+            "(any model, any reason): refused with 502 or relayed without their tokens charged to the "
+            "rate limits (the PrometheusRule IgwAnswerUsageUnread)",
+        )
+        misnamed, unit = emitted("UsageMisnamed", GATEWAY_METRICS)
+        self.alarms["UsageMisnamed"] = sustained_alarm(
+            self,
+            alarm_id("UsageMisnamed"),
+            cloudwatch.Metric(
+                namespace=DEFAULT_NAMESPACE,
+                metric_name=misnamed,
+                statistic=replica_statistic(misnamed, unit),
+                period=PERIOD,
+            ),
+            above=1,
+            inclusive=True,
+            minutes=1,
+            description="a model server answered a retrieval of a stored response with another "
+            "response's usage (or none named): not settled by it, the hold kept",
         )
         self.dashboard = cloudwatch.Dashboard(self, "Dashboard", dashboard_name=dashboard_name)
         self.dashboard.add_widgets(
@@ -179,7 +214,10 @@ class GatewayMetricsDashboard(Construct):
             *(_search_widget(DEFAULT_NAMESPACE, [POOL_DIMENSION], n, u) for n, u in POOL_METRICS)
         )
         self.dashboard.add_widgets(
-            *(_search_widget(DEFAULT_NAMESPACE, [RESULT_DIMENSION], n, u) for n, u in HEARTBEAT_METRICS),
+            *(
+                _search_widget(DEFAULT_NAMESPACE, [CLUSTER_DIMENSION, RESULT_DIMENSION], n, u)
+                for n, u in HEARTBEAT_METRICS
+            ),
             *(_search_widget(DEFAULT_NAMESPACE, [], n, u) for n, u in GATEWAY_METRICS),
             *(
                 _search_widget(DEFAULT_NAMESPACE, [MODEL_DIMENSION, REASON_DIMENSION], n, u)
@@ -243,9 +281,24 @@ def sustained_alarm(
     )
 
 
-def heartbeat_failed_percent() -> cloudwatch.MathExpression:
-    """The percentage of the interval's heartbeat writes that did not succeed: every result but
-    ``ok`` over all (:data:`~igw.gateway.emf_metrics.HEARTBEAT_RESULTS`, summed over replicas).
+def insights_sum(namespace: str, name: str, dimensions: Sequence[str]) -> cloudwatch.MathExpression:
+    """A Metrics Insights query summing every series of ``name`` under exactly ``dimensions`` (every
+    model and reason, or every cluster, that reports: an alarm on a fixed query, not on each series)."""
+    schema = ", ".join([f'"{namespace}"', *dimensions])
+    return cloudwatch.MathExpression(
+        expression=f"SELECT SUM({name}) FROM SCHEMA({schema})",
+        label=name,
+        period=PERIOD,
+        using_metrics={},
+    )
+
+
+def heartbeat_failed_percent(cluster: str) -> cloudwatch.MathExpression:
+    """The percentage of the interval's heartbeat writes of ``cluster`` that did not succeed: every
+    result but ``ok`` over all (:data:`~igw.gateway.emf_metrics.HEARTBEAT_RESULTS`, summed over
+    replicas). Per cluster since session s45: before, the series had no cluster, and a failing cluster
+    among healthy ones of the same account and region was a fraction of the sum (one in ten: 10%,
+    which the alarm's "above 10%" never reached).
 
     A result's document is written only in an interval it moved, so each series is filled with 0:
     a minute of failures alone is 100%, not missing. A minute with no write at all (no heartbeat
@@ -256,7 +309,7 @@ def heartbeat_failed_percent() -> cloudwatch.MathExpression:
         result: cloudwatch.Metric(
             namespace=DEFAULT_NAMESPACE,
             metric_name=name,
-            dimensions_map={RESULT_DIMENSION: result},
+            dimensions_map={CLUSTER_DIMENSION: cluster, RESULT_DIMENSION: result},
             statistic=replica_statistic(name, unit),
             period=PERIOD,
         )
@@ -329,6 +382,22 @@ class FleetMetricsDashboard(Construct):
                 description="the global router could not read the heartbeat store (unreachable, or its "
                 "credentials refused): every cluster's heartbeat ages towards failover",
             ),
+            "AnswerUsageUnread": self._alarm(
+                "AnswerUsageUnreadAlarm",
+                emitted("AnswerUsageUnread", table)[0],
+                threshold=1,
+                minutes=1,
+                description="a cluster sent compressed answers whose usage the router could not read "
+                "(any cluster, any reason): sent on to the next cluster or relayed uncharged",
+            ),
+            "UsageMisnamed": self._alarm(
+                "UsageMisnamedAlarm",
+                emitted("UsageMisnamed", table)[0],
+                threshold=1,
+                minutes=1,
+                description="a cluster answered a poll of a stored response with another response's "
+                "usage (or none named): not settled by it, the hold kept",
+            ),
             "RateLimitHits": self._alarm(
                 "RateLimitAlarm",
                 emitted("RateLimitHits", table)[0],
@@ -352,13 +421,7 @@ class FleetMetricsDashboard(Construct):
         self, id_: str, name: str, *, threshold: float, minutes: int, description: str
     ) -> cloudwatch.Alarm:
         (dimensions,) = [m.dimensions for m in FLEET_METRICS if m.name == name][:1]
-        schema = ", ".join([f'"{DEFAULT_FLEET_NAMESPACE}"', *(d for _, d in dimensions)])
-        query = cloudwatch.MathExpression(
-            expression=f"SELECT SUM({name}) FROM SCHEMA({schema})",
-            label=name,
-            period=PERIOD,
-            using_metrics={},
-        )
+        query = insights_sum(DEFAULT_FLEET_NAMESPACE, name, [d for _, d in dimensions])
         return sustained_alarm(
             self, id_, query, above=threshold, minutes=minutes, description=description, inclusive=True
         )

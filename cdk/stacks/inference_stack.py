@@ -41,6 +41,7 @@ from cdk.constructs.metric_dashboards import GatewayMetricsDashboard
 from cdk.constructs.namespaces import Namespaces
 from cdk.stacks.cluster_handle import ClusterHandle
 from igw.addon import pins
+from igw.gateway.emf_metrics import HEARTBEAT_EXTENSION
 from igw.operator.dataplane import base_name
 
 
@@ -83,6 +84,7 @@ class InferenceStack(cdk.Stack):
             )
             installed = self.chart.chart
             schedulers = config.gateway_config.spec.get("schedulers") or []
+            heartbeat = (config.gateway_config.spec.get("extensions") or {}).get(HEARTBEAT_EXTENSION)
             self.metrics_dashboard = GatewayMetricsDashboard(
                 self,
                 "GatewayMetrics",
@@ -91,6 +93,9 @@ class InferenceStack(cdk.Stack):
                 dashboard_name=f"{config.cluster_name}-{config.region}-inference-gateway",
                 models=sorted({s["modelName"] for s in schedulers if "modelName" in s}),
                 pools=sorted({s["name"] for s in schedulers if "name" in s}),
+                # the cluster the heartbeats name; without heartbeats nothing is written (no data,
+                # not a breach), and the stack's cluster is the name a heartbeat added later takes
+                heartbeat_cluster=str(heartbeat["cluster"]) if heartbeat else config.cluster_name,
             )
         operator_mode = self.chart is not None and config.addon.chart_mode == "operator"
         token = config.global_heartbeat_token

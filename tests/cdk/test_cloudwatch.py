@@ -13,6 +13,7 @@ import yaml
 
 from igw.addon import chart, pins
 from igw.gateway.emf_metrics import (
+    CLUSTER_DIMENSION,
     DEFAULT_NAMESPACE,
     GATEWAY_METRICS,
     HEARTBEAT_METRICS,
@@ -38,7 +39,7 @@ def example(name: str) -> dict[str, Any]:
 TIER1 = {
     **{name: (MODEL_DIMENSION,) for name, _ in MODEL_METRICS},
     **{name: (POOL_DIMENSION,) for name, _ in POOL_METRICS},
-    **{name: (RESULT_DIMENSION,) for name, _ in HEARTBEAT_METRICS},
+    **{name: (CLUSTER_DIMENSION, RESULT_DIMENSION) for name, _ in HEARTBEAT_METRICS},
     **{name: () for name, _ in GATEWAY_METRICS},
     **{name: (MODEL_DIMENSION, REASON_DIMENSION) for name, _ in USAGE_UNREAD_METRICS},
 }
@@ -197,8 +198,8 @@ def test_gateway_alarms_per_configured_model_and_pool_watch_emitted_metrics(synt
     alarms = of_type(synthesized.templates["inference"], "AWS::CloudWatch::Alarm")
     schedulers = example("deployment.yaml")["inference"]["gatewayConfig"]["spec"]["schedulers"]
     watched = set()
-    (heartbeat,) = [a for a in alarms if "Metrics" in a]  # metric math: the one alarm without a metric
-    alarms = [a for a in alarms if "Metrics" not in a]
+    (heartbeat,) = [a for a in alarms if "Metrics" in a and len(a["Metrics"]) > 1]  # metric math
+    alarms = [a for a in alarms if "Metrics" not in a and a.get("Dimensions")]  # per model or pool
     assert {q["MetricStat"]["Metric"]["MetricName"] for q in heartbeat["Metrics"] if "MetricStat" in q} == {
         "HeartbeatWrites"
     }
@@ -250,8 +251,22 @@ def test_fleet_dashboard_and_alarms_name_only_what_the_router_emits(
         assert m["ns"] == DEFAULT_FLEET_NAMESPACE
         assert tuple(m["dims"].split(", ")) == TIER2[m["name"]]
         queries.append(m["name"])
-    # HeartbeatSourceOutages since session s44 (before, not in the EMF documents at all)
-    assert sorted(queries) == ["FailoverEvents", "HeartbeatSourceOutages", "RateLimitHits"]
+    # HeartbeatSourceOutages since session s44 (before, not in the EMF documents at all);
+    # AnswerUsageUnread and UsageMisnamed since session s45 (before, drawn but watched by no alarm)
+    assert sorted(queries) == [
+        "AnswerUsageUnread",
+        "FailoverEvents",
+        "HeartbeatSourceOutages",
+        "RateLimitHits",
+        "UsageMisnamed",
+    ]
+    any_count = {
+        m["name"]: (a["Threshold"], a["ComparisonOperator"], a["EvaluationPeriods"])
+        for a in of_type(template, "AWS::CloudWatch::Alarm")
+        if (m := INSIGHTS.fullmatch(a["Metrics"][0]["Expression"]))
+    }
+    for name in ("AnswerUsageUnread", "UsageMisnamed"):  # any in a minute, in any cluster
+        assert any_count[name] == (1, "GreaterThanOrEqualToThreshold", 1)
 
 
 def test_an_alarm_on_a_metric_no_emitter_writes_fails_synthesis() -> None:
@@ -300,7 +315,9 @@ def test_an_alarm_keeps_its_logical_id_when_models_are_added_beside_it() -> None
     def alarms(models: list[str], pools: list[str]) -> dict[str, str]:
         """logical id -> the alarm's description (which names its model or pool)."""
         stack = cdk.Stack(cdk.App(), "S")
-        GatewayMetricsDashboard(stack, "M", dashboard_name="d", models=models, pools=pools)
+        GatewayMetricsDashboard(
+            stack, "M", dashboard_name="d", models=models, pools=pools, heartbeat_cluster="c"
+        )
         resources = stack.resolve(cdk.assertions.Template.from_stack(stack).to_json())["Resources"]
         return {
             logical: r["Properties"]["AlarmDescription"]
@@ -310,12 +327,15 @@ def test_an_alarm_keeps_its_logical_id_when_models_are_added_beside_it() -> None
 
     before = alarms(["meta-llama/Llama-3.1-8B-Instruct", "qwen"], ["llama"])
     after = alarms(["aaa/first", "meta-llama/Llama-3.1-8B-Instruct", "qwen"], ["a-pool", "llama"])
-    assert len(before) == 7  # two per model, two per pool, the failed heartbeat writes
-    assert len(after) == 11
+    # two per model, two per pool, the failed heartbeat writes, the unread and the misnamed usage
+    assert len(before) == 9
+    assert len(after) == 13
     assert {k: v for k, v in after.items() if k in before} == before
 
 
-def heartbeat_alarm_value(alarm: dict[str, Any], writes: dict[str, float]) -> float | None:
+def heartbeat_alarm_value(
+    alarm: dict[str, Any], writes: dict[str, float], *, cluster: str = "igw-inference"
+) -> float | None:
     """The failed-writes alarm's value for one minute of ``writes`` (result -> the sum of the
     replicas' ``HeartbeatWrites``; a result absent wrote no document): its metric math evaluated
     with its own ids (``FILL(id, 0)``, ``IF(condition, value)`` without an else: no value)."""
@@ -329,9 +349,10 @@ def heartbeat_alarm_value(alarm: dict[str, Any], writes: dict[str, float]) -> fl
                 "HeartbeatWrites",
             )
             assert (stat["Stat"], stat["Period"]) == ("Sum", 60)  # the replicas' writes add up
-            ((dimension,),) = [stat["Metric"]["Dimensions"]]
-            assert dimension["Name"] == RESULT_DIMENSION
-            ids[q["Id"]] = dimension["Value"]
+            dimensions = {d["Name"]: d["Value"] for d in stat["Metric"]["Dimensions"]}
+            assert dimensions.keys() == {CLUSTER_DIMENSION, RESULT_DIMENSION}
+            assert dimensions[CLUSTER_DIMENSION] == cluster  # this cluster's writes alone
+            ids[q["Id"]] = dimensions[RESULT_DIMENSION]
     assert sorted(ids.values()) == sorted(HEARTBEAT_RESULTS)  # every result the publisher counts
     text = re.sub(r"FILL\((\w+), 0\)", lambda m: repr(writes.get(ids[m[1]], 0.0)), expression["Expression"])
     m = re.fullmatch(r"IF\((?P<condition>.+?) > 0, (?P<value>.+)\)", text)
@@ -349,7 +370,9 @@ def test_the_gateway_alarms_on_the_share_of_heartbeat_writes_that_failed(synthes
     in a minute it did not move, so a minute of failures alone is 100%, not missing; a minute
     without writes (no heartbeat configured) is no value, and no value is not a breach."""
     (alarm,) = [
-        a for a in of_type(synthesized.templates["inference"], "AWS::CloudWatch::Alarm") if "Metrics" in a
+        a
+        for a in of_type(synthesized.templates["inference"], "AWS::CloudWatch::Alarm")
+        if len(a.get("Metrics", [])) > 1
     ]
     assert (alarm["Threshold"], alarm["ComparisonOperator"]) == (10, "GreaterThanThreshold")
     assert (alarm["EvaluationPeriods"], alarm["DatapointsToAlarm"]) == (5, 5)
@@ -361,3 +384,62 @@ def test_the_gateway_alarms_on_the_share_of_heartbeat_writes_that_failed(synthes
     assert heartbeat_alarm_value(alarm, {"unreachable": 60}) == 100  # no ok document that minute
     assert heartbeat_alarm_value(alarm, {"ok": 120}) == 0
     assert heartbeat_alarm_value(alarm, {}) is None
+
+
+def test_the_gateway_alarms_on_any_unread_or_misnamed_usage(synthesized: Synthesized) -> None:
+    """Since session s45: ``AnswerUsageUnread`` (by ``Model``, ``Reason``) and ``UsageMisnamed`` (no
+    dimensions) reached CloudWatch since s44 but no alarm watched them, only the dashboard and the
+    PrometheusRule ``IgwAnswerUsageUnread``. Any count in a minute fires, as that rule's does: the
+    unread usage summed over every model and reason by a Metrics Insights query (the models and
+    reasons that report, not a list), the misnamed usage on its one series."""
+    alarms = of_type(synthesized.templates["inference"], "AWS::CloudWatch::Alarm")
+    queries = [
+        (m, a)
+        for a in alarms
+        if len(a.get("Metrics", [])) == 1
+        and (
+            m := re.fullmatch(
+                r"SELECT SUM\((\w+)\) FROM SCHEMA\(\"([^\"]+)\", ([^)]*)\)", a["Metrics"][0]["Expression"]
+            )
+        )
+    ]
+    ((query, unread),) = queries
+    assert (query[1], query[2], tuple(query[3].split(", "))) == (
+        "AnswerUsageUnread",
+        DEFAULT_NAMESPACE,
+        TIER1["AnswerUsageUnread"],
+    )
+    (misnamed,) = [a for a in alarms if a.get("MetricName") == "UsageMisnamed"]
+    assert (misnamed["Namespace"], misnamed.get("Dimensions", []), misnamed["Statistic"]) == (
+        DEFAULT_NAMESPACE,
+        [],
+        "Sum",  # every replica's own retrievals
+    )
+    for alarm in (unread, misnamed):
+        assert (alarm["Threshold"], alarm["ComparisonOperator"]) == (1, "GreaterThanOrEqualToThreshold")
+        assert (alarm["EvaluationPeriods"], alarm["DatapointsToAlarm"]) == (1, 1)
+        assert alarm["TreatMissingData"] == "notBreaching"  # no document: nothing went unread
+
+
+def test_the_heartbeat_alarm_reads_the_cluster_its_gateway_config_names(tmp_path: Path) -> None:
+    """Since session s45 the failed-writes alarm reads its own cluster's series: ``HeartbeatWrites``
+    had ``Result`` alone, and the clusters of one account and region wrote the same series, so one
+    cluster failing every write among nine healthy ones of like traffic summed to 10%, which the
+    alarm's "above 10%" never reached (and the healthy clusters' alarms fired with it when it did).
+    The cluster is the one ``spec.extensions.globalHeartbeat`` names (the gateway's EMF documents
+    carry it); without heartbeats, the stack's cluster name."""
+    from cdk import config
+    from cdk.app_builder import build_app
+
+    document = example("deployment.yaml")
+    spec = document["inference"]["gatewayConfig"]["spec"]
+    spec.setdefault("extensions", {})["globalHeartbeat"] = {
+        "cluster": "us-west-2-a",
+        "region": "us-west-2",
+        "redis": {"url": "rediss://redis.example.internal:6379/0"},
+    }
+    built = build_app(config.parse(document), outdir=tmp_path)
+    template = built.app.synth().get_stack_artifact(built.inference.artifact_id).template
+    (alarm,) = [a for a in of_type(template, "AWS::CloudWatch::Alarm") if len(a.get("Metrics", [])) > 1]
+    # one failing cluster among nine healthy ones: its own writes, all failed
+    assert heartbeat_alarm_value(alarm, {"unreachable": 60}, cluster="us-west-2-a") == 100

@@ -59,6 +59,7 @@ def gateway(tmp_path: Path) -> Callable[..., Any]:
         reload: bool = False,
         services: Mapping[str, list[str]] | None = None,
         tracing: Tracing | None = None,
+        emf_interval_s: float | None = None,
     ) -> AsyncIterator[Gateway]:
         config_path = tmp_path / "igwc.yaml"
         config_path.write_text(yaml.safe_dump(doc))
@@ -77,6 +78,7 @@ def gateway(tmp_path: Path) -> Callable[..., Any]:
             rng=random.Random(42),
             config_path=config_path if reload else None,
             tracing=tracing,
+            emf_interval_s=emf_interval_s,
         )
         async with serve_app(app, host="127.0.0.1", port=0) as url, aiohttp.ClientSession() as http:
             gw = Gateway(

@@ -39,7 +39,7 @@ from igw.global_router.heartbeats import (
 )
 from igw.global_router.metrics import FleetMetrics
 from tests.gateway.fake_model_server import FakeModelServer, closed_port, running
-from tests.gateway.support import config_doc, scheduler
+from tests.gateway.support import config_doc, scheduler, wait_for
 from tests.global_router.support import beat, global_doc, reading_fleet
 from tests.reliability.harness import gateway_doc, igw_serve
 from tests.security.helpers import RedisServer
@@ -318,6 +318,31 @@ async def test_publisher_failure_is_reported_not_fatal(gateway: Callable[..., An
         await publisher.stop()
         resp = await gw.post("/v1/completions", {"model": "llama", "prompt": "x"})
         assert resp.status == 200
+
+
+async def test_the_gateway_s_emf_heartbeat_writes_name_the_cluster_its_heartbeats_name(
+    gateway: Callable[..., Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Since session s45 the ``HeartbeatWrites`` documents carry ``Cluster`` (the one
+    ``spec.extensions.globalHeartbeat`` names), so the CDK app's failed-writes alarm reads its own
+    cluster's series, not the sum of every cluster of the account and region."""
+    caplog.set_level(logging.INFO, logger="igw.emf")
+    doc = config_doc([scheduler("llama", "llama")])
+    doc["spec"]["extensions"]["globalHeartbeat"] = {
+        "cluster": "east-a",
+        "region": "east",
+        "redis": {"url": f"redis://127.0.0.1:{closed_port()}/0"},
+        "interval": "100ms",
+    }
+
+    def writes() -> list[dict[str, Any]]:
+        documents = [orjson.loads(r.getMessage()) for r in caplog.records if r.name == "igw.emf"]
+        return [d for d in documents if "HeartbeatWrites" in d]
+
+    server = FakeModelServer("s")
+    async with running(server), gateway(doc, {"llama": [server.key]}, emf_interval_s=0.1):
+        await wait_for(lambda: bool(writes()), what="a HeartbeatWrites document")
+    assert {(d["Cluster"], d["Result"]) for d in writes()} == {("east-a", "unreachable")}
 
 
 async def test_saturated_gateway_reports_saturation_and_its_429_rate(

@@ -40,6 +40,13 @@ def test_every_alert_reads_at_least_one_metric_and_names_are_unique() -> None:
     assert {a.severity for a in ALERTS} <= {"warning", "critical"}
 
 
+def test_the_counters_the_cloudwatch_alarms_watch_have_an_alert_too() -> None:
+    """The CDK app alarms on ``AnswerUsageUnread`` and ``UsageMisnamed`` (since session s45); a
+    cluster watched by Prometheus alone had no alert on the misnamed usage until then."""
+    read = {name for a in ALERTS for name in metric_names(a.expr)}
+    assert {"igw_answer_usage_unread_total", "igw_usage_misnamed_total"} <= read
+
+
 def test_ttft_objective_is_a_histogram_boundary() -> None:
     assert TTFT_SLO_SECONDS in TTFT_BUCKETS
 

@@ -107,17 +107,24 @@ def test_the_pool_document_counts_the_intervals_retries() -> None:
 def test_the_replicas_heartbeat_writes_and_misnamed_usage_are_reported_as_deltas() -> None:
     """``igw_heartbeat_writes_total{result}`` and ``igw_usage_misnamed_total`` reach CloudWatch too
     (since session s44 they were on ``/metrics`` only): the interval's delta, one document per result
-    that moved, and one without dimensions for the misnamed usage; nothing once they stop moving."""
+    that moved, and one without dimensions for the misnamed usage; nothing once they stop moving.
+    The writes carry the cluster the heartbeats name (since session s45: before, ``Result`` alone,
+    the clusters of one account and region summed into one series, and the CDK app's alarm on the
+    share that failed read one failing cluster among nine healthy ones as 10%, not 100%)."""
     metrics = GatewayMetrics(lister=lambda: [], clock=lambda: 0.0)
-    reporter = emf_reporter(metrics)
+    reporter = emf_reporter(metrics, heartbeat_cluster="east-a")
     metrics.heartbeat_writes.labels("ok").inc(3)
     metrics.heartbeat_writes.labels("unreachable").inc(2)
     metrics.usage_misnamed.inc()
     documents = reporter.documents()
     for document in documents:
         check_emf(document)
-    writes = {d["Result"]: d["HeartbeatWrites"] for d in documents if "HeartbeatWrites" in d}
-    assert writes == {"ok": 3, "unreachable": 2}
+    written = [d for d in documents if "HeartbeatWrites" in d]
+    writes = {(d["Cluster"], d["Result"]): d["HeartbeatWrites"] for d in written}
+    assert writes == {("east-a", "ok"): 3, ("east-a", "unreachable"): 2}
+    assert {tuple(d["_aws"]["CloudWatchMetrics"][0]["Dimensions"][0]) for d in written} == {
+        ("Cluster", "Result")
+    }
     (misnamed,) = [d for d in documents if "UsageMisnamed" in d]
     assert misnamed["UsageMisnamed"] == 1
     assert misnamed["_aws"]["CloudWatchMetrics"][0]["Dimensions"] == [[]]

@@ -264,6 +264,17 @@ ALERTS: Final[tuple[Alert, ...]] = (
         "A pod compresses though the gateway asks for identity (a compressing proxy, or a hostile pod): "
         "such answers are refused with 502 or relayed without their tokens charged to the rate limits.",
     ),
+    Alert(
+        # since session s45: the counter (s44) had a CloudWatch metric, but no alert, here or there
+        "IgwUsageMisnamed",
+        "sum by (pod) (increase(igw_usage_misnamed_total[10m])) > 0",
+        "0m",
+        "warning",
+        "Gateway {{ $labels.pod }} retrieved stored responses whose answer named another response.",
+        "A model server answered a retrieval of a stored response with another response's object (or "
+        "none): its usage settles nothing and the polled response's token bound stays charged. A "
+        "misbehaving or hostile pod, or a store shared between model servers.",
+    ),
 )
 """Every alert the chart ships."""
 

@@ -426,7 +426,10 @@ def create_app(
 
     app.cleanup_ctx.append(services)
     if emf_interval_s is not None:
-        app.cleanup_ctx.append(emf_context(emf_reporter(state.metrics), interval_s=emf_interval_s))
+        heartbeat = config.extensions.get(HEARTBEAT_EXTENSION)
+        cluster = str(heartbeat["cluster"]) if heartbeat else None
+        reporter = emf_reporter(state.metrics, heartbeat_cluster=cluster)
+        app.cleanup_ctx.append(emf_context(reporter, interval_s=emf_interval_s))
     if config.extensions.get(HEARTBEAT_EXTENSION) and publishes_heartbeat(
         None if worker is None else worker.index
     ):

@@ -2,7 +2,7 @@
 
 Every interval the gateway writes one EMF document per model (requests, 5xx error rate, P99
 latency and TTFT over the interval), one per pool (average KV-cache use, ready pods), and, where
-they moved, the replica's heartbeat writes per result, its retrievals answered with another
+they moved, the replica's heartbeat writes per cluster and result, its retrievals answered with another
 response's usage and its answers relayed or refused with their usage unread, per model and reason
 (since session s44; before, on ``/metrics`` only) to the log
 stream the CloudWatch agent collects (stdout in a container); CloudWatch turns them into metrics
@@ -40,6 +40,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from igw.gateway.emf_metrics import (
+    CLUSTER_DIMENSION,
     DEFAULT_NAMESPACE,
     GATEWAY_METRICS,
     HEARTBEAT_METRICS,
@@ -152,17 +153,23 @@ class EmfReporter:
         heartbeat_writes: MetricWrapperBase | None = None,
         usage_misnamed: MetricWrapperBase | None = None,
         usage_unread: MetricWrapperBase | None = None,
+        heartbeat_cluster: str | None = None,
     ) -> None:
         """``ejections``: ``(pool, endpoint, seconds left)`` of every endpoint outlier detection
         leaves out now (``EjectedPods``; ``None``: reported as 0). ``retries``: the retried attempts
         by scheduler (``Retries``; ``None``: not reported). ``heartbeat_writes``: the heartbeat
         writes by result (``HeartbeatWrites``), ``usage_misnamed``: the retrievals answered with
         another response's usage (``UsageMisnamed``), ``usage_unread``: the answers whose usage went
-        unread by model and reason (``AnswerUsageUnread``); ``None``: not reported."""
+        unread by model and reason (``AnswerUsageUnread``); ``None``: not reported.
+        ``heartbeat_cluster``: the cluster the heartbeats name, the writes' ``Cluster`` dimension
+        (``None``: the writes are not reported; no heartbeat is configured, so none is written)."""
         self._requests, self._duration, self._ttft, self._pools = requests, duration, ttft, pools
         self._ejections = ejections
         self._retries = retries
         self._retries_name = None if retries is None else _family_name(retries)
+        if heartbeat_cluster is None:
+            heartbeat_writes = None
+        self._heartbeat_cluster = heartbeat_cluster or ""
         self._replica_families = tuple(
             f for f in (heartbeat_writes, usage_misnamed, usage_unread) if f is not None
         )
@@ -230,7 +237,8 @@ class EmfReporter:
     def _replica_documents(
         self, timestamp: int, delta: dict[tuple[str, str, tuple[tuple[str, str], ...]], float]
     ) -> Iterator[dict[str, Any]]:
-        """The replica's own counters that moved in the interval: heartbeat writes per result, a
+        """The replica's own counters that moved in the interval: heartbeat writes per (cluster,
+        result), a
         document without dimensions for the misnamed usage, and the unread usage per (model,
         reason)."""
         writes: dict[str, float] = {}
@@ -249,7 +257,8 @@ class EmfReporter:
         for result in sorted(writes):
             if writes[result] > 0:
                 values = {"HeartbeatWrites": writes[result]}
-                yield self._document(timestamp, {RESULT_DIMENSION: result}, HEARTBEAT_METRICS, values)
+                dimensions = {CLUSTER_DIMENSION: self._heartbeat_cluster, RESULT_DIMENSION: result}
+                yield self._document(timestamp, dimensions, HEARTBEAT_METRICS, values)
         if misnamed > 0:
             yield self._document(timestamp, {}, GATEWAY_METRICS, {"UsageMisnamed": misnamed})
         for (model, reason), value in sorted(unread.items()):
@@ -377,9 +386,14 @@ def _family_name(metric: MetricWrapperBase) -> str:
 
 
 def emf_reporter(
-    metrics: GatewayMetrics, *, namespace: str = DEFAULT_NAMESPACE, clock: Callable[[], float] = time.time
+    metrics: GatewayMetrics,
+    *,
+    namespace: str = DEFAULT_NAMESPACE,
+    clock: Callable[[], float] = time.time,
+    heartbeat_cluster: str | None = None,
 ) -> EmfReporter:
-    """The reporter for one gateway's metrics."""
+    """The reporter for one gateway's metrics; ``heartbeat_cluster``: the cluster its heartbeats name
+    (``spec.extensions.globalHeartbeat.cluster``; ``None`` without heartbeats)."""
     return EmfReporter(
         requests=metrics.requests,
         duration=metrics.duration,
@@ -391,6 +405,7 @@ def emf_reporter(
         heartbeat_writes=metrics.heartbeat_writes,
         usage_misnamed=metrics.usage_misnamed,
         usage_unread=metrics.answer_usage_unread,
+        heartbeat_cluster=heartbeat_cluster,
         clock=clock,
     )
 

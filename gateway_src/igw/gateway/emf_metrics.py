@@ -16,6 +16,12 @@ POOL_DIMENSION: Final = "Pool"
 """A scheduler (``spec.schedulers[].name``)."""
 RESULT_DIMENSION: Final = "Result"
 """A heartbeat write's result, one of :data:`HEARTBEAT_RESULTS`."""
+CLUSTER_DIMENSION: Final = "Cluster"
+"""The cluster a gateway's heartbeats name (``spec.extensions.globalHeartbeat.cluster``): clusters of
+one account and region write to one namespace, so a series without it was every cluster's at once."""
+HEARTBEAT_EXTENSION: Final = "globalHeartbeat"
+"""The extension whose ``cluster`` is :data:`CLUSTER_DIMENSION`'s value (:mod:`igw.gateway.heartbeat`
+reads its settings there; the CDK app reads the cluster its alarm watches)."""
 REASON_DIMENSION: Final = "Reason"
 """Why an answer's usage went unread: ``unknown_coding``, ``decode_error``, ``truncated``,
 ``bomb_bound``, ``coded_stream``."""
@@ -46,9 +52,12 @@ POOL_STATE_METRICS: Final = frozenset({"ReadyPods", "EjectedPods"})
 value for it (or, for ejected pods, its own view of the same pods), so a view of several replicas
 takes their maximum; a sum (what a ``Count`` of requests takes) counted every pod once per replica."""
 HEARTBEAT_METRICS: Final = (("HeartbeatWrites", "Count"),)
-"""``(name, unit)`` of the per-result document (dimension :data:`RESULT_DIMENSION`): the replica's
-heartbeat writes to the global router's store in the interval (``igw_heartbeat_writes_total``), one
-document per result that moved. Since session s44."""
+"""``(name, unit)`` of the per-result document (dimensions :data:`CLUSTER_DIMENSION`,
+:data:`RESULT_DIMENSION`): the replica's heartbeat writes to the global router's store in the
+interval (``igw_heartbeat_writes_total``), one document per result that moved. Since session s44;
+by cluster since s45 (before, ``Result`` alone: the clusters of one account and region shared each
+series, and the CDK app's alarm on the share that failed read one failing cluster among healthy
+ones as a fraction of the whole)."""
 GATEWAY_METRICS: Final = (("UsageMisnamed", "Count"),)
 """``(name, unit)`` of the replica's document without dimensions, written in an interval where one
 moved: ``UsageMisnamed``, retrievals whose answer named another response

@@ -44,7 +44,7 @@ from igw.config.durations import parse_duration
 from igw.config.redis_client import lean_handshake
 from igw.config.redis_password import redis_password
 from igw.gateway.emf import quantile
-from igw.gateway.emf_metrics import HEARTBEAT_RESULTS
+from igw.gateway.emf_metrics import HEARTBEAT_EXTENSION, HEARTBEAT_RESULTS
 from igw.gateway.heartbeat_message import Heartbeat, PoolLoad
 from igw.gateway.outage_log import OutageLog
 from igw.gateway.ticker import Ticker
@@ -55,7 +55,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("igw.gateway.heartbeat")
 
-EXTENSION: Final = "globalHeartbeat"
+EXTENSION: Final = HEARTBEAT_EXTENSION
 
 
 @dataclass(frozen=True, slots=True)
