@@ -711,3 +711,54 @@ async def test_a_refusal_inside_a_flapping_store_s_quiet_window_is_logged_at_onc
         assert [outages.labels(r)._value.get() for r in ("unreachable", "refused")] == [1.0, 6.0]
     finally:
         await fleet.stop()
+
+
+async def test_a_failed_prune_is_not_counted_as_a_failed_write(
+    redis_server: RedisServer, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The write went through, the prune after it (``HGETALL``, ``HDEL``: an ACL that grants the
+    gateway's user ``HSET`` alone refuses them) did not: the heartbeat is published and counted
+    ``ok``, the prune counted apart (``igw_heartbeat_prunes_total{result}``) and logged once, so the
+    alert on failed writes (``IgwHeartbeatWritesFailing``) stays quiet. Until session s45 the prune's
+    refusal failed the whole tick: counted ``refused`` in ``igw_heartbeat_writes_total`` and logged
+    as "not published" although every write landed."""
+    from redis.exceptions import NoPermissionError
+
+    clock = Clock()
+    settings = HeartbeatSettings(cluster="a", region="r", redis_url=redis_server.url, ttl_s=2.0)
+    metrics = GatewayMetrics(lister=list, clock=clock, registry=CollectorRegistry())
+    state = SimpleNamespace(metrics=metrics, runtime=SimpleNamespace(schedulers={}), draining=False)
+    publisher = HeartbeatPublisher(cast(Any, state), settings, clock=clock)
+    refusing = [True]
+    real_hgetall = publisher._client.hgetall
+
+    async def hgetall(key: str) -> Any:
+        if refusing[0]:
+            raise NoPermissionError("this user has no permissions to run the 'hgetall' command")
+        return await real_hgetall(key)
+
+    def counted(family_of: Any) -> dict[str, float]:
+        [family] = family_of.collect()
+        return {s.labels["result"]: s.value for s in family.samples if s.name.endswith("_total")}
+
+    monkeypatch.setattr(publisher._client, "hgetall", hgetall)
+    caplog.set_level(logging.INFO, logger="igw.gateway.heartbeat")
+    try:
+        for _ in range(6):  # a prune every TTL (2 s): at 100, 102 and 104
+            await publisher._tick()
+            clock.now += 1.0
+        assert publisher.published == 6
+        assert counted(metrics.heartbeat_writes) == {"ok": 6.0, "unreachable": 0.0, "refused": 0.0}
+        assert counted(metrics.heartbeat_prunes) == {"ok": 0.0, "unreachable": 0.0, "refused": 3.0}
+        assert lines(caplog, "not published") == []
+        assert lines(caplog, "not pruned") == [
+            "heartbeat igw:hb:a: other replicas' stale fields not pruned (NoPermissionError); the "
+            "heartbeat itself is published"
+        ]
+        refusing[0] = False
+        clock.now += 1.0
+        await publisher._tick()
+        assert counted(metrics.heartbeat_prunes)["ok"] == 1.0
+        assert lines(caplog, "pruned again") == ["heartbeat igw:hb:a: stale fields pruned again"]
+    finally:
+        await publisher.stop()

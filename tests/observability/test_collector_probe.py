@@ -7,8 +7,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import socket
 from collections.abc import Iterator
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -126,3 +128,51 @@ async def test_start_up_never_waits_for_the_probe_and_stopping_cancels_it(
     async with launch._collector_probe(LaunchOptions(config_path="c.yaml")):
         await asyncio.sleep(0)
     assert len(calls) == 2  # tracing off: no probe
+
+
+PROXY_ENVS: list[dict[str, str]] = [
+    {"ALL_PROXY": "http://all.corp:3128"},
+    {"all_proxy": "socks5://all.corp"},
+    {"ALL_PROXY": "http://all.corp:3128", "HTTPS_PROXY": "http://https.corp:8080"},
+    {"ALL_PROXY": "http://all.corp:3128", "NO_PROXY": "otel.example"},
+    {"HTTPS_PROXY": "http://https.corp:8080", "HTTP_PROXY": "http://http.corp:8081"},
+    {"HTTPS_PROXY": "http://https.corp:8080", "NO_PROXY": "otel.example:4318"},
+    {"HTTP_PROXY": "http://http.corp:8081", "NO_PROXY": "10.1.2.3:4318"},
+    {"HTTPS_PROXY": "http://https.corp:8080", "https_proxy": ""},
+    {"HTTPS_PROXY": "http://https.corp:8080", "NO_PROXY": "a.test, *"},
+    {"HTTPS_PROXY": "http://https.corp:8080", "no_proxy": "a.test", "NO_PROXY": "otel.example"},
+    {"ALL_PROXY": "all.corp:3128", "NO_PROXY": "10.0.0.0/8"},
+]
+PROXIED_URLS = (
+    "https://otel.example:4318/v1/traces",
+    "http://otel.example:4318/v1/traces",
+    "http://10.1.2.3:4318/v1/traces",
+)
+
+
+@pytest.mark.parametrize("env", PROXY_ENVS, ids=lambda env: ",".join(f"{k}={v}" for k, v in env.items()))
+def test_the_probe_picks_the_proxy_the_exporter_s_http_client_picks(
+    env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The oracle is the exporter's HTTP client itself (``requests``, as a ``Session`` with
+    ``trust_env`` resolves a request's proxy): ``ALL_PROXY`` when no variable names the scheme's,
+    ``NO_PROXY`` entries with a port, an empty lower-case variable that hides the upper-case one,
+    a ``*`` only as the whole list. Until session s45 the probe read ``HTTP(S)_PROXY`` alone: behind
+    an ``ALL_PROXY`` it connected to the collector directly and warned on every start of a set-up
+    that works."""
+    import requests.utils
+
+    for name in list(os.environ):
+        if name.lower().endswith("_proxy") or name == "REQUEST_METHOD":
+            monkeypatch.delenv(name)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    for url in PROXIED_URLS:
+        chosen = requests.utils.select_proxy(url, requests.utils.get_environ_proxies(url))
+        target = probe_target(url, env)
+        if chosen is None:
+            assert target.proxy is None, url
+        else:
+            proxy = urlsplit(requests.utils.prepend_scheme_if_needed(chosen, "http"))
+            assert target.proxy is not None, url
+            assert (target.host, target.port) == (proxy.hostname, proxy.port or target.port), url

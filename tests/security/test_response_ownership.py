@@ -291,6 +291,9 @@ async def test_a_searched_poll_answer_naming_another_response_settles_nothing(
         assert status == 429  # the polled bound was not credited by the other's usage
         assert gw.registry.get_sample_value("igw_usage_misnamed_total") == 1
 
+        # a's 404 and b's other response: found nowhere, not searched for again within the TTL (s45)
+        assert gw.state.response_searches.recently_unfound(polled, now=gw.state.clock())
+        gw.state.response_searches.found(polled)  # the TTL over, as if waited out
         last.stored_responses[polled] = right
         asked = forget_and_count()
         status, answer = await _ask(gw, "GET", f"/v1/responses/{polled}", alice)

@@ -287,6 +287,11 @@ class HeartbeatPublisher:
         writes = state.metrics.heartbeat_writes
         self._written = {result: writes.labels(result) for result in HEARTBEAT_RESULTS}
         """``igw_heartbeat_writes_total`` by result: every write counted, the held ones too."""
+        prunes = state.metrics.heartbeat_prunes
+        self._pruned = {result: prunes.labels(result) for result in HEARTBEAT_RESULTS}
+        """``igw_heartbeat_prunes_total`` by result: a prune's failure is not a failed write."""
+        self._prune_problem: str | None = None
+        """The trouble of the last prune, while it fails (logged when it starts and ends)."""
         # at a fixed rate: a slow store must not stretch the interval the routers' staleness
         # counts on (until session s43, 1 s + the round trips: 1.45 s on a store answering in 0.45 s)
         self._ticker = Ticker(
@@ -299,7 +304,8 @@ class HeartbeatPublisher:
         return self._seq
 
     async def publish_once(self) -> None:
-        """Write one heartbeat; raises ``redis.exceptions.RedisError`` / ``OSError`` on failure."""
+        """Write one heartbeat, then prune once per TTL (:meth:`_prune_counted`); raises
+        ``redis.exceptions.RedisError`` / ``OSError`` when the write fails, never for the prune."""
         beat = build_heartbeat(
             self._state,
             self._settings,
@@ -317,7 +323,36 @@ class HeartbeatPublisher:
         now = self._clock()
         if now - self._pruned_at >= self._settings.ttl_s:
             self._pruned_at = now
+            await self._prune_counted()
+
+    async def _prune_counted(self) -> None:
+        """:meth:`prune`, its outcome counted in ``igw_heartbeat_prunes_total`` and a failure logged
+        when it starts (or its kind changes) and when it ends. The heartbeat was written before it:
+        until session s45 a failed prune (an ACL granting ``HSET`` but not ``HGETALL``/``HDEL``, a
+        timeout on a large hash) failed the tick, counted and logged as a write that was not
+        published, and fired the failed-writes alert while every write landed."""
+        # deferred: optional dependency: redis is imported only when this feature is configured
+        from redis.exceptions import AuthenticationError, AuthorizationError, RedisError, ResponseError
+
+        try:
             await self.prune()
+        except (RedisError, OSError) as exc:
+            refused = isinstance(exc, (ResponseError, AuthenticationError, AuthorizationError))
+            self._pruned["refused" if refused else "unreachable"].inc()
+            kind = type(exc).__name__
+            if kind != self._prune_problem:
+                self._prune_problem = kind
+                log.warning(
+                    "heartbeat %s: other replicas' stale fields not pruned (%s); the heartbeat itself "
+                    "is published",
+                    self._settings.key,
+                    kind,
+                )
+        else:
+            self._pruned["ok"].inc()
+            if self._prune_problem is not None:
+                self._prune_problem = None
+                log.info("heartbeat %s: stale fields pruned again", self._settings.key)
 
     async def prune(self) -> None:
         """Remove the fields of replicas that stopped writing (killed without stopping: their field

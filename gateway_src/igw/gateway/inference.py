@@ -1150,7 +1150,7 @@ async def _forward(
     refusal: ExchangeResult | None = None  # a retried attempt's answer: the client's if no later one
     budgeted = False  # the running attempt is a retry counted in the retry budget
     searched = 0  # attempts that found no stored response (``plan.search_for``): not retries
-    missed = 0  # candidates that answered a search 404, the last one's included
+    missed = 0  # candidates that answered a search 404 or with another response, the last one's included
     # The pool's endpoint holding the pick's dispatch that did not take the request - its connection
     # failed, or it refused the request (an answer retried elsewhere: nothing prefilled there): moved
     # to the next attempt's endpoint when it starts, given back if none does (_sent_instead)
@@ -1280,6 +1280,10 @@ async def _forward(
         # Retried here, not in the handler: mypyc cannot compile a `continue` inside try/finally
         # (igw.compiled). A plain answer - a success, most errors - costs the status test alone.
         searching_on = plan.search_for is not None and not prepared and attempt < len(plan.candidates)
+        if misnamed and plan.search_for is not None:
+            # no proof the asked id is stored there: a miss, as a 404 (until session s45 a search
+            # every pod answered so was not listed as found nowhere, and re-asked every pod each poll)
+            missed += 1
         if misnamed and searching_on and result is not None:
             # A searched retrieval or cancel answered with another response (a pod's lie or mix-up):
             # no proof the asked one is stored there, so the search moves on as from a 404 (tier 2's
@@ -1480,8 +1484,9 @@ def _background_bound(body: InferenceBody, plan: _Forward) -> int:
 def _searched(
     state: GatewayState, plan: _Forward, result: ExchangeResult | None, *, every_pod_missed: bool
 ) -> None:
-    """A search for ``plan.search_for`` ended: found nowhere (every candidate answered 404), the id is
-    answered 404 without a search for a while; found, it leaves that list
+    """A search for ``plan.search_for`` ended: found nowhere (every candidate answered 404, or a
+    retrieval with another response), the id is answered 404 without a search for a while; found, it
+    leaves that list
     (:mod:`igw.gateway.response_search`)."""
     if plan.search_for is None:
         return

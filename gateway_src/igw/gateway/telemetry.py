@@ -445,6 +445,13 @@ class GatewayMetrics:
             ["result"],
             registry=r,
         )
+        self.heartbeat_prunes = Counter(
+            "igw_heartbeat_prunes",
+            "Prunes of stopped replicas' heartbeat fields (once a TTL, after a write), by result as "
+            "igw_heartbeat_writes: a failed prune is no failed write (the heartbeat was published).",
+            ["result"],
+            registry=r,
+        )
         self.usage_misnamed = Counter(
             "igw_usage_misnamed",
             "Answers to a retrieval of a stored response (below 400, showing usage) that named another "

@@ -208,7 +208,7 @@ class QueueBound(SpanProcessor):
 
 def throttle_exporter_logs(throttle: RepeatThrottle) -> Callable[[], None]:
     """Put ``throttle`` on every logger in :data:`EXPORTER_LOGGERS`; returns the undo (for tests and
-    shutdown)."""
+    shutdown), which also logs the repeats still held (:meth:`RepeatThrottle.close`)."""
     loggers = [logging.getLogger(name) for name in EXPORTER_LOGGERS]
     for logger in loggers:
         logger.addFilter(throttle)
@@ -216,5 +216,6 @@ def throttle_exporter_logs(throttle: RepeatThrottle) -> Callable[[], None]:
     def undo() -> None:
         for logger in loggers:
             logger.removeFilter(throttle)
+        throttle.close()
 
     return undo
