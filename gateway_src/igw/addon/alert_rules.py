@@ -279,14 +279,117 @@ ALERTS: Final[tuple[Alert, ...]] = (
 """Every alert the chart ships."""
 
 
+GLOBAL_ALERT_RULES_FILE: Final = "deploy/prometheus/igw-global-router-rules.yaml"
+"""The global router's (tier 2, ``igw global serve``) rules: a plain Prometheus rule file (``groups:``),
+for a Prometheus's ``rule_files``, an Amazon Managed Service for Prometheus rule groups namespace, or
+the ``spec`` of a PrometheusRule. Not in the chart: the router runs outside the tier-1 clusters (the
+CDK stack runs it on ECS)."""
+
+GLOBAL_RUNBOOK_SECTION: Final = "Global router alerts"
+"""The runbook section (in :data:`RUNBOOK_DOC`) with one entry per :data:`GLOBAL_ALERTS` alert."""
+
+_ROUTER = "and on(instance) igw_global_heartbeat_source_up"
+"""Keeps a series the router shares with tier 1 (the request guard's ``igw_ratelimit_*``) to the
+routers' targets: only a router's page has ``igw_global_heartbeat_source_up`` (always one sample)."""
+
+GLOBAL_ALERTS: Final[tuple[Alert, ...]] = (
+    Alert(
+        "IgwGlobalNoClusterAvailable",
+        "max by (instance) (igw_global_cluster_available) == 0",
+        "1m",
+        "critical",
+        "Global router {{ $labels.instance }} has no available cluster: every request fails.",
+        "Every cluster is drained (stale or unread heartbeats, draining, failures): the router answers "
+        "503. Check the clusters' gateways and the heartbeat store.",
+    ),
+    Alert(
+        "IgwGlobalClusterUnavailable",
+        "igw_global_cluster_available == 0",
+        "5m",
+        "warning",
+        "Cluster {{ $labels.cluster }} ({{ $labels.region }}) has been drained for 5 minutes at "
+        "router {{ $labels.instance }}.",
+        "Its traffic goes to the other clusters. igw_global_failover_events_total{cluster} says why "
+        "(stale, gone, draining, malformed, failures); /readyz on the router's management port too.",
+    ),
+    Alert(
+        "IgwGlobalHeartbeatUnread",
+        "igw_global_heartbeat_unread == 1",
+        "5m",
+        "warning",
+        "Router {{ $labels.instance }} cannot read cluster {{ $labels.cluster }}'s heartbeat key.",
+        "The key is over its bounds, of another type, or the largest of a read over its budget: the "
+        "cluster is drained as malformed although its gateway may be healthy.",
+    ),
+    Alert(
+        "IgwGlobalHeartbeatSourceDown",
+        "igw_global_heartbeat_source_up == 0",
+        "2m",
+        "critical",
+        "Router {{ $labels.instance }} cannot read the heartbeat store (Redis).",
+        "The router sees no cluster's heartbeat: it suspends staleness and routes on the last state it "
+        "read and on request outcomes, so a cluster that dies meanwhile is drained only by its failures.",
+    ),
+    Alert(
+        "IgwGlobalHeartbeatSourceOutages",
+        "sum by (instance, reason) (increase(igw_global_heartbeat_source_outages_total[10m])) > 0",
+        "0m",
+        "warning",
+        "Router {{ $labels.instance }} lost the heartbeat store ({{ $labels.reason }}) in the last "
+        "10 minutes.",
+        "Counts the outages (and flaps between scrapes) that igw_global_heartbeat_source_up cannot show; "
+        "refused means the router's credentials.",
+    ),
+    Alert(
+        "IgwGlobalHigh5xxRatio",
+        'sum by (instance) (rate(igw_global_requests_total{code=~"5.."}[5m]))\n'
+        "/ sum by (instance) (rate(igw_global_requests_total[5m])) > 0.05",
+        "5m",
+        "critical",
+        "More than 5% of router {{ $labels.instance }}'s answers are 5xx.",
+        "Every attempted cluster failed, or none was available; "
+        "igw_global_upstream_retries_total{cluster,cause} names the clusters and causes.",
+    ),
+    Alert(
+        "IgwGlobalRateLimitBackendDown",
+        f"igw_ratelimit_backend_up == 0\n{_ROUTER}",
+        "2m",
+        "warning",
+        "Router {{ $labels.instance }} cannot reach its rate-limit store ({{ $labels.backend }}).",
+        "spec.rateLimits.onRedisUnavailable applies: local buckets (each replica admits the whole "
+        "limit), allow (no limit) or deny (429 for every tenant).",
+    ),
+    Alert(
+        "IgwGlobalAnswerUsageUnread",
+        "sum by (cluster, reason) (increase(igw_global_answer_usage_unread_total[10m])) > 0",
+        "0m",
+        "warning",
+        "Cluster {{ $labels.cluster }} sent compressed answers whose usage the router could not read "
+        "({{ $labels.reason }}).",
+        "Refused with 502 (tried at the next cluster) or relayed without their tokens charged to the "
+        "global limits: something at that cluster compresses though the router asks for identity.",
+    ),
+    Alert(
+        "IgwGlobalUsageMisnamed",
+        "sum by (cluster) (increase(igw_global_usage_misnamed_total[10m])) > 0",
+        "0m",
+        "warning",
+        "Cluster {{ $labels.cluster }} answered polls of stored responses with another response's usage.",
+        "Such an answer settles nothing and the polled response's hold stays charged: a misbehaving or "
+        "hostile pod, or a store shared between model servers, at that cluster.",
+    ),
+)
+"""Every alert of the global router's rule file."""
+
+
 def runbook_url(alert: Alert) -> str:
     """The repository path and anchor of ``alert``'s runbook entry (a Markdown heading's anchor is
     its text in lower case)."""
     return f"{RUNBOOK_DOC}#{alert.name.lower()}"
 
 
-def rule_groups() -> dict[str, object]:
-    """The ``spec`` of the PrometheusRule: one group with every alert."""
+def rule_groups(alerts: tuple[Alert, ...] = ALERTS, group: str = "igw-gateway") -> dict[str, object]:
+    """The ``spec`` of the PrometheusRule (or a Prometheus rule file): one group with ``alerts``."""
     rules = [
         {
             "alert": a.name,
@@ -299,12 +402,24 @@ def rule_groups() -> dict[str, object]:
                 "runbook_url": runbook_url(a),
             },
         }
-        for a in ALERTS
+        for a in alerts
     ]
-    return {"groups": [{"name": "igw-gateway", "rules": rules}]}
+    return {"groups": [{"name": group, "rules": rules}]}
 
 
 def render_alert_rules(_root: Path) -> str:
     """The file the chart embeds (``igw generate`` entry)."""
     header = "# Generated by `igw generate` from igw/addon/alert_rules.py; do not edit.\n"
     return header + yaml.safe_dump(rule_groups(), sort_keys=False, width=200)
+
+
+def render_global_alert_rules(_root: Path) -> str:
+    """The global router's rule file (``igw generate`` entry)."""
+    header = (
+        "# Generated by `igw generate` from igw/addon/alert_rules.py (GLOBAL_ALERTS); do not edit.\n"
+        "# Prometheus rules for `igw global serve` (tier 2): load with rule_files, or as an Amazon\n"
+        "# Managed Service for Prometheus rule groups namespace. docs/observability.md.\n"
+    )
+    return header + yaml.safe_dump(
+        rule_groups(GLOBAL_ALERTS, "igw-global-router"), sort_keys=False, width=200
+    )
