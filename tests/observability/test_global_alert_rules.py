@@ -9,6 +9,7 @@ import random
 from typing import Any
 
 import aiohttp
+import promql_parser
 import pytest
 import yaml
 from prometheus_client import CollectorRegistry
@@ -16,8 +17,10 @@ from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.parser import text_string_to_metric_families
 
 from igw.addon.alert_rules import (
+    ALERTS,
     GLOBAL_ALERT_RULES_FILE,
     GLOBAL_ALERTS,
+    Alert,
     render_global_alert_rules,
     rule_groups,
 )
@@ -117,10 +120,11 @@ def _selector_names(node: Any) -> set[str]:
     return found
 
 
-def test_every_expression_parses_with_a_real_promql_parser() -> None:
-    """``promql-parser`` (a binding of GreptimeDB's Rust parser) is not a project dependency: the
-    test runs where it is installed and is skipped elsewhere."""
-    promql_parser = pytest.importorskip("promql_parser")
-    for alert in GLOBAL_ALERTS:
+@pytest.mark.parametrize("alerts", [ALERTS, GLOBAL_ALERTS], ids=["gateway", "global-router"])
+def test_every_expression_parses_with_a_real_promql_parser(alerts: tuple[Alert, ...]) -> None:
+    """Every alert of both tiers parses with ``promql-parser`` (a binding of GreptimeDB's Rust PromQL
+    parser), and the metric names it finds are those :func:`metric_names` reads (what the name checks
+    above and tier 1's rely on)."""
+    for alert in alerts:
         tree = promql_parser.parse(alert.expr)
         assert _selector_names(tree) == metric_names(alert.expr), alert.name
