@@ -22,6 +22,7 @@ from igw.gateway.serving import serve_app
 from igw.global_router.config import ModelLimit, parse_global_config
 from igw.global_router.limits import TIER2_RESERVATIONS, ModelRateLimits, resolve
 from igw.global_router.server import ROUTER_KEY, create_global_app, misnamed_log
+from igw.security.ratelimit import local
 from igw.security.ratelimit.keys import tenant_key as tenant_bucket
 from igw.security.ratelimit.limiter import RateLimiter
 from igw.security.ratelimit.local import MAX_HELD, LocalBuckets
@@ -517,3 +518,29 @@ async def test_a_flood_of_tenant_ids_leaves_another_tenant_s_tier2_holds_settled
     await limits.settle_both(reservation="r_a", completion_tokens=5)
     for key in (tenant_bucket("alice"), ModelRateLimits.bucket_key("alice", "m")):
         assert backend._tokens.buckets[key].level == 200_000 - 6
+
+
+async def test_a_refused_tier2_hold_is_counted_in_the_router_metrics(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The router's local buckets refuse a new tenant's hold as tier 1's do; the refusal counts in
+    the router's own ``igw_global_ratelimit_holds_refused_total`` (tier 1's name is not on its
+    page). Until session s45 it was silent at both tiers."""
+    monkeypatch.setattr(local, "MAX_HELD", 2)
+    doc = global_doc(
+        heartbeats={"required": False},
+        rateLimits={"default": {"tokensPerMinute": 600}},
+        modelRateLimits=[{"tenant": "*", "model": MODEL, "requestsPerSecond": 100}],
+    )
+    app = create_global_app(parse_global_config(doc), read_heartbeats=False)
+    router = app[ROUTER_KEY]
+    for tenant in ("a", "b", "c"):
+        await router.model_limits.account_both(
+            tenant=tenant,
+            model=MODEL,
+            prompt_tokens=1,
+            completion_tokens=0,
+            reserved_tokens=10,
+            reservation=f"r_{tenant}",
+        )
+    registry = router.metrics.registry
+    assert registry.get_sample_value("igw_global_ratelimit_holds_refused_total") == 1
+    assert registry.get_sample_value("igw_ratelimit_holds_refused_total") is None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import random
 import socket
 import sys
@@ -17,14 +18,17 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from igw.gateway.guards import GuardDenied, Principal
+from igw.gateway.log_throttle import REPEAT_INTERVAL_S, RepeatThrottle
 from igw.security.guard import SecurityGuard
 from igw.security.metrics import SecurityMetrics
+from igw.security.ratelimit import local
 from igw.security.ratelimit.backend import HOLD_TTL_S
 from igw.security.ratelimit.buckets import Bucket, Decision, decide, token_rate
 from igw.security.ratelimit.limiter import MAX_CHARGE_TOKENS, RateLimiter
 from igw.security.ratelimit.local import MAX_HELD, SWEEP_FLOOR, LocalBuckets
 from igw.security.ratelimit.registry import BACKENDS
 from igw.security.settings import RateLimitSettings, TenantLimits
+from tests.gateway.fake_model_server import closed_port
 from tests.security import helpers
 from tests.security.helpers import (
     GuardMaker,
@@ -598,6 +602,81 @@ async def test_an_expired_hold_is_evicted_before_a_live_one(clock: ManualClock) 
     assert len(buckets._held) == MAX_HELD
     assert await buckets.release("m_0") == ("mallory", 1)
     assert await buckets.release("bob_1") == ("bob", 2)
+
+
+async def _hold_for(limiter: RateLimiter, tenants: list[str]) -> None:
+    """Each tenant's background response charged and its bound (10 tokens) held."""
+    for tenant in tenants:
+        await limiter.account(
+            tenant=tenant, prompt_tokens=1, completion_tokens=0, reserved_tokens=10, reservation=f"r_{tenant}"
+        )
+
+
+async def test_a_refused_hold_is_counted_and_warned_at_most_once_a_minute(
+    clock: ManualClock, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A table full of single holds refuses a new tenant's hold (its whole bound stays charged):
+    each refusal counts in ``igw_ratelimit_holds_refused_total`` and one WARNING says so, the next
+    within the minute held by the throttle. Until session s45 a refusal was silent."""
+    monkeypatch.setattr(local, "MAX_HELD", 2)
+    assert any(isinstance(f, RepeatThrottle) for f in local.refused_log.filters)
+    # a throttle of its own on the test's clock: an earlier test's refusal may be in the module's window
+    monkeypatch.setattr(local.refused_log, "filters", [RepeatThrottle(clock=clock)])
+    registry = CollectorRegistry()
+    settings = RateLimitSettings.from_mapping({"default": {"tokensPerMinute": 600}})
+    limiter = RateLimiter(
+        settings=settings,
+        backend=BACKENDS["local"](settings, clock),
+        clock=clock,
+        metrics=SecurityMetrics(registry=registry),
+    )
+    refused = "igw_ratelimit_holds_refused_total"
+    with caplog.at_level(logging.WARNING, logger=local.refused_log.name):
+        await _hold_for(limiter, ["a", "b"])
+        assert registry.get_sample_value(refused) == 0
+        await _hold_for(limiter, ["c", "d"])
+    assert registry.get_sample_value(refused) == 2
+    warnings = [r for r in caplog.records if r.name == local.refused_log.name]
+    assert len(warnings) == 1
+    assert "hold table full" in warnings[0].getMessage()
+    clock.advance(REPEAT_INTERVAL_S)
+    with caplog.at_level(logging.WARNING, logger=local.refused_log.name):
+        await _hold_for(limiter, ["e"])
+    warnings = [r for r in caplog.records if r.name == local.refused_log.name]
+    assert len(warnings) == 2
+    assert "[1 like this in the last 60 s not logged]" in warnings[1].getMessage()
+    assert registry.get_sample_value(refused) == 3
+    await limiter.settle(reservation="r_a", completion_tokens=1)  # room again: kept, not counted
+    await _hold_for(limiter, ["f"])
+    assert registry.get_sample_value(refused) == 3
+
+
+async def test_a_refused_hold_in_the_redis_fallback_is_counted(
+    clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With Redis unreachable under ``onRedisUnavailable: local`` the holds go to the fallback
+    buckets, whose refusals count as the ``local`` backend's do."""
+    monkeypatch.setattr(local, "MAX_HELD", 1)
+    registry = CollectorRegistry()
+    settings = RateLimitSettings.from_mapping(
+        {
+            "backend": "redis",
+            "redis": {"url": f"redis://127.0.0.1:{closed_port()}"},
+            "default": {"tokensPerMinute": 600},
+        }
+    )
+    limiter = RateLimiter(
+        settings=settings,
+        backend=BACKENDS["redis"](settings, clock),
+        clock=clock,
+        metrics=SecurityMetrics(registry=registry),
+    )
+    try:
+        await _hold_for(limiter, ["a", "b", "c"])
+    finally:
+        await limiter.close()
+    assert registry.get_sample_value("igw_ratelimit_backend_up", {"backend": "redis"}) == 0
+    assert registry.get_sample_value("igw_ratelimit_holds_refused_total") == 2
 
 
 class _KeepEveryBucket:

@@ -275,6 +275,17 @@ ALERTS: Final[tuple[Alert, ...]] = (
         "none): its usage settles nothing and the polled response's token bound stays charged. A "
         "misbehaving or hostile pod, or a store shared between model servers.",
     ),
+    Alert(
+        # since session s45: a hold the local buckets' full table refused was silent before
+        "IgwRatelimitHoldsRefused",
+        "sum by (pod) (increase(igw_ratelimit_holds_refused_total[10m])) > 0",
+        "0m",
+        "warning",
+        "Gateway {{ $labels.pod }} did not keep the token bounds held for some background responses.",
+        "Its local rate-limit buckets' hold table is full of other tenants' holds, one each (many tenant "
+        "ids with unpolled background responses: a flood, or tenantClaim sub): a refused hold is never "
+        "settled, so its tenant stays charged the whole bound until its bucket refills.",
+    ),
 )
 """Every alert the chart ships."""
 

@@ -13,6 +13,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from igw.gateway.log_metrics import LogDropStats
 from igw.gateway.metrics_render import MetricsPage
 from igw.gateway.telemetry import LATENCY_BUCKETS, TTFT_BUCKETS
+from igw.security.metrics import HOLDS_REFUSED_HELP
 
 PREFIX: Final = "igw_global"
 
@@ -89,6 +90,10 @@ class FleetMetrics:
             ["cluster"],
             registry=r,
         )
+        self.ratelimit_holds_refused = Counter(
+            f"{PREFIX}_ratelimit_holds_refused", HOLDS_REFUSED_HELP, registry=r
+        )
+        """Handed to the router's request guard (``SecurityMetrics(holds_refused=...)``)."""
         self.available = Gauge(
             f"{PREFIX}_cluster_available",
             "1 while the cluster receives traffic.",

@@ -979,7 +979,9 @@ def create_global_app(
     outage: BackendOutage | None = None
     tenant_limiter: RateLimiter | None = None
     if guard is None:
-        security_metrics = SecurityMetrics(registry=metrics.registry)
+        security_metrics = SecurityMetrics(
+            registry=metrics.registry, holds_refused=metrics.ratelimit_holds_refused
+        )
         built = build_guard(
             config.auth,
             authorization=config.authorization,

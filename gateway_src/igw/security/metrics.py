@@ -4,7 +4,8 @@ Names (all prefixed ``igw_``): ``auth_enabled`` (gauge, 0 when ``spec.auth`` is 
 ``auth_allowed_total``, ``auth_denied_total{reason}``, ``auth_token_cache_total{result}``,
 ``jwks_fetch_total{result}``, ``jwks_keys``, ``jwks_age_seconds``, ``jwks_ready``,
 ``tenant_requests_total{tenant,outcome}``, ``tenant_tokens_total{tenant,kind}``,
-``ratelimit_backend_errors_total{backend}``, ``ratelimit_backend_up{backend}``.
+``ratelimit_backend_errors_total{backend}``, ``ratelimit_backend_up{backend}``,
+``ratelimit_holds_refused_total`` (the global router passes its own, ``igw_global_...``).
 
 ``tenant`` values come from verified tokens (or the configured anonymous tenant), which bounds
 them by the issuer, not by clients - but not by much when the tenant claim is per user
@@ -31,9 +32,18 @@ from prometheus_client.metrics import MetricWrapperBase
 from igw.gateway.metric_batch import FoldingCounter, MetricBatch, PendingCount
 from igw.gateway.tenant_labels import TenantLabels
 
+HOLDS_REFUSED_HELP = (
+    "Token bounds held for a background response that the local rate-limit buckets did not keep "
+    "(their table full of other tenants' holds, one each): never settled, the tenant stays charged "
+    "the whole bound (the WARNING igw.security.ratelimit.holds_refused is logged once a minute)."
+)
+
 
 class SecurityMetrics:
-    def __init__(self, *, registry: CollectorRegistry) -> None:
+    def __init__(self, *, registry: CollectorRegistry, holds_refused: Counter | None = None) -> None:
+        """``holds_refused``: the counter of reservations the local buckets did not keep, when the
+        caller declares it (the global router's ``igw_global_ratelimit_holds_refused``); by default
+        ``igw_ratelimit_holds_refused`` is registered here."""
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         self._batch = MetricBatch()
         self.tenant_labels = TenantLabels.of(registry)
@@ -100,6 +110,11 @@ class SecurityMetrics:
             "1 while the rate-limit backend answers.",
             ["backend"],
             registry=registry,
+        )
+        self.ratelimit_holds_refused = (
+            holds_refused
+            if holds_refused is not None
+            else Counter("igw_ratelimit_holds_refused", HOLDS_REFUSED_HELP, registry=registry)
         )
 
     def child(self, metric: MetricWrapperBase, *labels: str) -> Any:

@@ -227,6 +227,10 @@ class RateLimiter:
                 else LocalBuckets(clock=clock, processes=processes)
             )
         self._fallback = fallback
+        if metrics is not None:  # the limiter that owns its buckets (sharing() passes none)
+            for buckets in (backend, fallback):
+                if isinstance(buckets, LocalBuckets):
+                    buckets.on_hold_refused = metrics.ratelimit_holds_refused.inc
         self._clock = clock
         self._metrics = metrics
         self._outage = (

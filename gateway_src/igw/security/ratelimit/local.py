@@ -14,11 +14,13 @@ buckets per table before session s39.
 
 from __future__ import annotations
 
+import logging
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from igw.gateway.log_throttle import RepeatThrottle
 from igw.security.clock import Clock
 from igw.security.ratelimit.backend import HOLD_TTL_S
 from igw.security.ratelimit.buckets import ALLOW, Bucket, Decision, decide, token_rate
@@ -30,6 +32,10 @@ keeps its whole charge (:class:`_Holds`: an expired one first, else the oldest o
 holding the most if it holds at least two more than the new one's tenant, else that tenant's own
 oldest, else none). A settled one is dropped at once, so only responses nobody polls accumulate."""
 
+refused_log = logging.getLogger("igw.security.ratelimit.holds_refused")
+"""The WARNING of a hold :class:`_Holds` did not keep: one line a minute, the rest counted on the
+next (:class:`~igw.gateway.log_throttle.RepeatThrottle`); the metric counts every one."""
+refused_log.addFilter(RepeatThrottle())
 
 SWEEP_FLOOR: Final = 1024
 """A table is not swept for its size below this many buckets (a sweep costs one pass over the table)."""
@@ -188,6 +194,11 @@ class LocalBuckets:
         self._tokens = _Table()
         self._held = _Holds()
         """The reservations :meth:`hold` keeps, fairly bounded (:class:`_Holds`)."""
+        self.on_hold_refused: Callable[[], None] | None = None
+        """Called once for each hold :class:`_Holds` does not keep (the limiter with metrics sets it:
+        ``igw_ratelimit_holds_refused_total``, tier 2 ``igw_global_ratelimit_holds_refused_total``);
+        a plain callable so this package needs no metrics library. Until session s45 a refused hold
+        was silent: its tenant stayed charged the whole bound and nothing said why."""
 
     def _bucket(self, table: _Table, tenant: str, *, rate: float, capacity: float) -> Bucket:
         return table.get(tenant, now=self._clock(), rate=rate, capacity=capacity)
@@ -262,7 +273,16 @@ class LocalBuckets:
         if key in self._held.held:  # the first holds (see RateLimitBackend.hold)
             return
         now = self._clock()
-        self._held.add(key, tenant, tokens, now + HOLD_TTL_S, now=now)
+        if self._held.add(key, tenant, tokens, now + HOLD_TTL_S, now=now):
+            return
+        if self.on_hold_refused is not None:
+            self.on_hold_refused()
+        refused_log.warning(
+            "rate-limit hold table full (%d tenants holding one each, none expired): a new tenant's "
+            "hold of %d tokens was not kept; its whole bound stays charged (not settled by its usage)",
+            len(self._held),
+            tokens,
+        )
 
     async def release(self, key: str) -> tuple[str, int] | None:
         found = self._held.pop(key)
