@@ -205,18 +205,19 @@ async def test_an_id_longer_than_any_engine_makes_is_neither_searched_for_nor_ke
 async def test_a_search_every_pod_answered_with_another_response_found_it_nowhere(gateway: Any) -> None:
     """Every pod asked answers the retrieval 200 with another response object (a pod's lie or mix-up,
     s44: the search passes such an answer as a 404): no pod showed the id, so it is remembered as
-    found nowhere like a search of 404s, and the next request within the TTL asks no pod. The client
-    still gets the last pod's answer (tier 2 relays its last cluster's likewise). Until session s45
-    such answers were not counted as misses: the id was never listed, each poll cost every pod a
-    round trip."""
+    found nowhere like a search of 404s, and the next request within the TTL asks no pod. Until session
+    s45 such answers were not counted as misses: the id was never listed, each poll cost every pod a
+    round trip. None of those answers is the client's (since s45; before, it got the last pod's): it
+    gets 404 ``response_not_found``, as for a response stored nowhere (tier 2 likewise)."""
     pods = [FakeModelServer(name) for name in "abc"]
     for pod in pods:
         pod.stored_responses["resp_polled"] = {"id": f"resp_{pod.name}", "object": "response", "output": []}
     async with running(*pods), gateway(DOC, {"llama": [p.key for p in pods]}) as gw:
         url = f"{gw.url}/v1/responses/resp_polled"
         first = await gw.http.get(url)
-        assert first.status == 200
-        assert (await first.json())["id"] in {"resp_a", "resp_b", "resp_c"}
+        assert first.status == 404
+        assert (await first.json())["error"]["code"] == "response_not_found"
+        assert "\nigw_usage_misnamed_total 1.0\n" in await (await gw.http.get(gw.url + "/metrics")).text()
         assert asked(pods) == 3
         assert gw.state.response_searches.recently_unfound("resp_polled", now=gw.state.clock())
         again = await gw.http.get(url)

@@ -467,9 +467,12 @@ async def test_a_poll_answer_naming_another_response_settles_nothing(
         right = cluster.stored_responses[polled]
         cluster.stored_responses[polled] = cluster.stored_responses[other]  # names the other
         async with http.get(f"{url}/v1/responses/{polled}") as resp:
-            assert (await resp.json())["id"] == other
+            # never relayed (since s45; before, the other response went to the client)
+            answer = await resp.json()
+            assert (resp.status, answer["error"]["code"]) == (404, "response_not_found")
+            assert other not in await resp.text()
         assert client.exists(*held) == 2  # both holds kept: nothing settled
-        assert "cluster east-a answered a poll of one response with the usage of another" in caplog.text
+        assert "cluster east-a answered a retrieval of one response with another response" in caplog.text
         misnamed = app[ROUTER_KEY].metrics.usage_misnamed
         # counted (igw_global_usage_misnamed_total, since s44) whatever the log's throttle holds
         assert misnamed.labels("east-a")._value.get() == 1

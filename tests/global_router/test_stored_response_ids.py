@@ -161,7 +161,7 @@ async def test_a_search_moves_on_from_an_answer_about_another_response(
     """A cluster answering a retrieval 200 with another response than the one asked for does not
     store it: the search goes on to the next cluster, as after a 404, and remembers the one whose
     answer names the id (before session s40 the wrong answer was relayed, and its cluster remembered
-    as the holder). Only the last cluster's answer is relayed whatever it says."""
+    as the holder). Such an answer is never relayed (since session s45), the last cluster's neither."""
     honest, hostile = Tier1("east-a"), Tier1("east-b", claims="resp_somewhere_else", answers_any=True)
     mine = mint("tenant:victim")
     honest.stored.add(mine)
@@ -172,3 +172,30 @@ async def test_a_search_moves_on_from_an_answer_about_another_response(
         unknown = mint("tenant:victim")
         assert await r.retrieve("victim", unknown) == (404, "east-a")  # the hostile answer is not relayed
         assert r.router.responses.endpoint_of(unknown) is None
+
+
+async def test_an_answer_about_another_response_is_never_relayed(
+    jwks_server: JwksServer, tokens: TokenFactory, clock: ManualClock, client_ssl: ssl.SSLContext
+) -> None:
+    """Every cluster asked answers a retrieval 200 with another response (confused or hostile pods):
+    none of those answers is relayed - the client gets 404 ``response_not_found``, as for a response
+    stored nowhere - and the event is counted (``igw_global_usage_misnamed_total``), searched or
+    from the cluster the router remembers. Before session s45 the last cluster's answer, another
+    response (maybe another tenant's), went to the client."""
+    first = Tier1("east-a", claims="resp_somewhere_else", answers_any=True)
+    second = Tier1("east-b", claims="resp_somewhere_else", answers_any=True)
+    mine = mint("tenant:victim")
+    headers = bearer(tokens.token(tenant="victim", sub="victim"))
+    async with routed([first, second], jwks_server, tokens, clock, client_ssl) as r:
+        misnamed = r.router.metrics.usage_misnamed
+        for known in (False, True):
+            if known:
+                r.router.responses.remember(mine, "east-b")
+            async with r.http.get(f"{r.url}/v1/responses/{mine}", headers=headers) as resp:
+                status, body = resp.status, await resp.text()
+            assert status == 404, body
+            assert "response_not_found" in body
+            assert "resp_somewhere_else" not in body
+        assert (first.asked.count(f"GET {mine}"), second.asked.count(f"GET {mine}")) == (1, 2)
+        assert r.router.responses.endpoint_of(mine) == "east-b"  # only as the test put it
+        assert misnamed.labels("east-b")._value.get() == 2

@@ -224,7 +224,9 @@ async def test_a_poll_answer_naming_another_response_settles_nothing(
             pod.stored_responses[other] for pod in servers if other in pod.stored_responses
         )
         status, answer = await _ask(gw, "GET", f"/v1/responses/{polled}", alice)
-        assert (status, answer["id"], answer["usage"]["output_tokens"]) == (200, other, 5)
+        # never relayed (since s45; before, the other response went to the client): as if stored nowhere
+        assert (status, answer["error"]["code"]) == (404, "response_not_found")
+        assert other not in orjson.dumps(answer).decode()
         # counted (igw_usage_misnamed_total, since s44) whatever the log's throttle holds back
         assert gw.registry.get_sample_value("igw_usage_misnamed_total") == 1
         status, _ = await _post(gw, "/v1/responses", BACKGROUND, alice)
@@ -280,7 +282,9 @@ async def test_a_searched_poll_answer_naming_another_response_settles_nothing(
 
         asked = forget_and_count()
         status, answer = await _ask(gw, "GET", f"/v1/responses/{polled}", alice)
-        assert (status, answer["id"], answer["usage"]["output_tokens"]) == (200, other, 5)
+        # b's answer is withheld (since s45; before, relayed): the client gets a's 404, found nowhere
+        assert status == 404
+        assert other not in orjson.dumps(answer).decode()
         assert [r.path for r in (first.received[-1], last.received[-1])] == [f"/v1/responses/{polled}"] * 2
         assert len(first.received) + len(last.received) == asked + 2  # searched: a's 404, then b
         # b's answer names another response: no proof b holds the polled one, not remembered (s44)
@@ -355,3 +359,51 @@ async def test_a_search_passes_a_pod_answering_with_another_response(
         status, answer = await _ask(gw, "GET", f"/v1/responses/{polled}", alice)
         assert (status, answer["id"]) == (200, polled)
         assert (len(liar.received), len(honest.received)) == (asked[0] + 1, asked[1] + 2)  # b alone
+
+
+async def test_a_search_every_pod_answers_with_another_response_relays_none(
+    tmp_path: Path,
+    jwks_server: JwksServer,
+    client_ssl: ssl.SSLContext,
+    tokens: TokenFactory,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Every pod a searched retrieval asks answers 200 with another response object (confused or
+    hostile pods): none of those answers is the client's - it gets the gateway's 404
+    ``response_not_found``, as for a response stored nowhere - and the event is counted and logged
+    without the answer's content. Before session s45 the last pod's answer, another response (maybe
+    another tenant's), was relayed."""
+    access = {
+        "authorization": {
+            "modelAccess": [{"claim": "tenant", "values": ["team-a"], "models": ["m", "secret"]}]
+        }
+    }
+    async with (
+        running(FakeModelServer("a"), FakeModelServer("b")) as (first, last),
+        secured_gateway(
+            tmp_path, (first, last), issuer=jwks_server, client_ssl=client_ssl, extensions=access
+        ) as gw,
+    ):
+        tokens.clock.now = time.time()
+        alice = tokens.token(tenant="team-a", sub="alice")
+        ids = []
+        for _ in range(2):
+            status, made = await _post(gw, "/v1/responses", {"model": "m", "input": "x"}, alice)
+            assert status == 200
+            ids.append(made["id"])
+        polled, other = ids
+        for pod in (first, last):  # pool `m` (pod a) made both; each pod names the other for the polled
+            pod.stored_responses[polled] = first.stored_responses[other]
+        for sr in gw.state.runtime.schedulers.values():
+            sr.scheduler.responses.forget(list(sr.pool.states))
+        asked = len(first.received) + len(last.received)
+        for method, path in (("GET", f"/v1/responses/{polled}"), ("POST", f"/v1/responses/{polled}/cancel")):
+            gw.state.response_searches.found(polled)  # searched again, as after the TTL
+            status, answer = await _ask(gw, method, path, alice)
+            assert (status, answer["error"]["code"]) == (404, "response_not_found"), answer
+            assert other not in orjson.dumps(answer).decode()
+            assert gw.state.response_searches.recently_unfound(polled, now=gw.state.clock())
+        assert len(first.received) + len(last.received) == asked + 4  # both pods asked, each time
+        assert gw.registry.get_sample_value("igw_usage_misnamed_total") == 2
+        assert "answered a retrieval of one response with another response: not relayed" in caplog.text
+        assert other not in caplog.text

@@ -474,7 +474,9 @@ async def handle_stored_response(request: web.Request) -> web.StreamResponse:
     this one restarted) is searched for among the pods of the pools the caller may use, a 404 or an
     answer naming another response moving on to the next pod (:data:`RESPONSE_SEARCH_LIMIT` at most);
     the pod whose answer carries it (its id; input items: a list, no id) is remembered.
-    None has it: the last pod's 404; no pool to ask: a 404 ``response_not_found``. ``?stream=true``
+    None has it: the last pod's 404; no pool to ask: a 404 ``response_not_found``. An answer naming
+    another response is never relayed (since session s45): the 404 of a pod before it, else the
+    gateway's ``response_not_found`` (not a streamed one, relayed as its events arrive). ``?stream=true``
     (resuming a background response's events) is relayed as a stream."""
     state = request.app[STATE_KEY]
     request_id = request.get(REQUEST_ID_KEY) or request_id_for(request.headers)
@@ -1155,6 +1157,8 @@ async def _forward(
     # failed, or it refused the request (an answer retried elsewhere: nothing prefilled there): moved
     # to the next attempt's endpoint when it starts, given back if none does (_sent_instead)
     unsent: EndpointKey | None = None
+    # the last candidate whose answer to a retrieval named another response (never relayed)
+    withheld: str | None = None
     # routeTimeout bounds every attempt together: each retry gets what is left of it
     deadline = None if plan.timeout_s is None else time.monotonic() + plan.timeout_s
     for attempt, key in enumerate(plan.candidates, start=1):
@@ -1284,14 +1288,17 @@ async def _forward(
             # no proof the asked id is stored there: a miss, as a 404 (until session s45 a search
             # every pod answered so was not listed as found nowhere, and re-asked every pod each poll)
             missed += 1
-        if misnamed and searching_on and result is not None:
-            # A searched retrieval or cancel answered with another response (a pod's lie or mix-up):
-            # no proof the asked one is stored there, so the search moves on as from a 404 (tier 2's
-            # rule, igw.global_router.server); before session s44 it stopped at that answer.
-            searched += 1
-            refusal = result
-            obs.retrying(plan.search_pools.get(key, ""), RESPONSE_SEARCH, status=result.status)
-            continue
+        if misnamed and not prepared and result is not None:
+            # A retrieval or cancel answered with another response (a pod's lie or mix-up): no proof
+            # the asked one is stored there, and never the client's (another tenant's, maybe). Not
+            # kept as the refusal either: until session s45 the last such answer was relayed.
+            withheld = key
+            if searching_on:  # the search moves on as from a 404 (tier 2's rule; stopped here until s44)
+                searched += 1
+                obs.retrying(plan.search_pools.get(key, ""), RESPONSE_SEARCH, status=result.status)
+                continue
+            result = None
+            break
         if connected and (result is None or prepared or result.status < 400):
             break
         if plan.search_for is not None and connected and result is not None and result.status == 404:
@@ -1325,6 +1332,12 @@ async def _forward(
         plan.sr.scheduler.release_dispatch(unsent, now=state.clock(), request_id=obs.key)
     if plan.search_for is not None:
         _searched(state, plan, result, every_pod_missed=missed == len(plan.candidates))
+    if result is None and withheld is not None:
+        # no later answer: a pod's 404 before it, else the gateway's, as for a response stored nowhere
+        _withheld(state, withheld)
+        if refusal is None:
+            message = f"no model server this gateway asked stores response {plan.settles!r}"
+            return obs.finish(gateway_error("response_not_found", message, request_id=obs.request_id))
     if result is None:
         result = refusal  # the last attempt could not connect: the client gets the refusal before it
     if result is None:
@@ -1381,6 +1394,16 @@ async def _forward(
     except GuardDenied:
         pass
     return _finish_after_write(request, obs, result.answer)
+
+
+def _withheld(state: GatewayState, key: str) -> None:
+    """A retrieval or cancel ended with no answer to relay but ones naming other responses than the
+    one asked for (the last of them ``key``'s, withheld since session s45): counted
+    (``igw_usage_misnamed_total``) and logged once a minute per pod, without the answer's content."""
+    state.metrics.usage_misnamed.inc()
+    misnamed_log.warning(
+        "pod %s answered a retrieval of one response with another response: not relayed", key
+    )
 
 
 def _sent_instead(

@@ -706,7 +706,9 @@ async def _forward_stored(request: web.Request, router: GlobalRouter) -> web.Str
     does not know (made through another router replica, or before a restart) is asked of the
     available clusters serving a model the caller may use, this region's first, a 404 moving on to
     the next (each cluster's gateway searches its own pods); the cluster that has it is remembered.
-    None has it: the last cluster's 404; no cluster to ask: 404 ``response_not_found``."""
+    None has it: the last cluster's 404; no cluster to ask: 404 ``response_not_found``. An answer
+    naming another response is never relayed (since session s45): the 404 of a cluster before it,
+    else 404 ``response_not_found`` (not a streamed one, relayed as its events arrive)."""
     try:
         principal = await router.guard.authenticate(request.headers)
     except GuardDenied as denied:
@@ -725,6 +727,7 @@ async def _forward_stored(request: web.Request, router: GlobalRouter) -> web.Str
     headers = _forwarded_headers(router, request, principal)
     prepared: list[web.StreamResponse] = []
     last: web.StreamResponse | None = None
+    withheld: str | None = None  # the last cluster whose answer named another response (not relayed)
     started = time.perf_counter()
     for cluster in clusters:
         try:
@@ -766,11 +769,18 @@ async def _forward_stored(request: web.Request, router: GlobalRouter) -> web.Str
                 router.fleet.record_outcome(cluster.name, ok=False)
             return await _past_max_request(request, router, prepared)
         _record_stored_outcome(router, cluster, result)
-        last = result.response
         named = result.response_id  # the id of the response object the answer carries, if any
         other = named is not None and named != response_id  # an answer about another response
         searching_on = known is None and cluster is not clusters[-1] and not result.response.prepared
-        if searching_on and (result.status == 404 or other):
+        if other and result.status < 400 and not result.response.prepared:
+            # Never the client's (another tenant's response, maybe), nor kept as the last answer:
+            # until session s45 a search every cluster answered so relayed the last one.
+            withheld = cluster.name
+            if searching_on:
+                router.metrics.retries.labels(cluster.name, RESPONSE_SEARCH).inc()  # the next one is asked
+            continue
+        last = result.response
+        if searching_on and result.status == 404:
             router.metrics.retries.labels(cluster.name, RESPONSE_SEARCH).inc()  # the next one is asked
             continue
         if known is None and result.status < 400 and _found(request, response_id, named, principal):
@@ -789,6 +799,14 @@ async def _forward_stored(request: web.Request, router: GlobalRouter) -> web.Str
                     cluster.name,
                 )
         return result.response
+    if withheld is not None:  # counted and logged once a minute per cluster, no answer's content
+        router.metrics.usage_misnamed.labels(withheld).inc()
+        misnamed_log.warning(
+            "cluster %s answered a retrieval of one response with another response: not relayed", withheld
+        )
+        if last is None:  # as for a response stored nowhere (a cluster's 404 before it, when one came)
+            message = f"no cluster this router asked stores response {response_id!r}"
+            return gateway_error("response_not_found", message)
     if last is not None:
         return last
     return gateway_error(
