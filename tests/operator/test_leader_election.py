@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
 import subprocess
@@ -14,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from igw.operator.election import ElectionSettings, LeaseElection
+from igw.operator.election import LIBRARY_LOGGER, ElectionSettings, LeaseElection
 from igw.operator.kube import FIELD_MANAGER
 from tests.fakes.kube_api import FakeKubeApiServer
 from tests.operator.harness import find, igwc, wait_condition, wait_for, write_latest
@@ -200,3 +201,41 @@ def test_the_election_writes_the_lease_under_the_operators_field_manager(cluster
     assert asyncio.run(main()) is True
     lease = cluster.store.get(kind, "default", "igw-operator")
     assert {entry["manager"] for entry in lease["metadata"]["managedFields"]} == {FIELD_MANAGER}
+
+
+def test_renewals_and_standby_tries_are_not_logged_every_retry_period(
+    cluster: FakeKubeApiServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The library logs each renewal (``leader <id> has successfully acquired lease``) and each
+    standby's try (``yet to finish lease_duration …``) at INFO, once per retry period: 43,200 lines a
+    day per replica. Each line is logged once while it stays the same; the leader's first acquisition
+    and the standby's view of who holds the Lease still are."""
+    fast = {"lease_duration_s": 3, "renew_deadline_s": 2, "retry_period_s": 1}
+    renewals: set[str] = set()
+
+    def renewed_three_times() -> bool:
+        renew = _lease(cluster).get("renewTime")
+        if renew:
+            renewals.add(str(renew))
+        return len(renewals) >= 4
+
+    async def main() -> None:
+        leader = LeaseElection(
+            ElectionSettings("igw-operator", "default", "one", **fast), cluster.api_client()
+        )
+        leader.start()
+        await asyncio.wait_for(leader.leading.wait(), 30)
+        standby = LeaseElection(
+            ElectionSettings("igw-operator", "default", "two", **fast), cluster.api_client()
+        )
+        standby.start()
+        await asyncio.to_thread(wait_for, renewed_three_times, what="three renewals of the Lease")
+        standby.stop()
+        await leader.release()
+
+    with caplog.at_level(logging.INFO, logger=LIBRARY_LOGGER):
+        asyncio.run(main())
+    lines = [r.getMessage() for r in caplog.records if r.name == LIBRARY_LOGGER]
+    assert lines.count("leader one has successfully acquired lease") == 1, lines
+    waiting = [line for line in lines if line.startswith("yet to finish lease_duration")]
+    assert waiting == ["yet to finish lease_duration, lease held by one and has not expired"], lines

@@ -102,11 +102,24 @@ def model_conflicts(igwc: Mapping[str, Any], neighbours: Iterable[Mapping[str, A
         if _age_key(other) >= _age_key(igwc):
             continue
         for model in sorted(mine & _model_names(other)):
-            messages.append(
-                f'spec.schedulers[].modelName: "{model}" is already served by InferenceGatewayConfig '
+            messages.extend(
+                f'spec.schedulers[{index}].modelName: "{model}" is already served by InferenceGatewayConfig '
                 f'"{meta.get("name")}" in namespace "{me.get("namespace")}" (the older object keeps it)'
+                for index in _scheduler_indexes(igwc, model)
             )
     return messages
+
+
+def _scheduler_indexes(obj: Mapping[str, Any], model: str) -> list[int]:
+    """The indexes of ``obj``'s schedulers serving ``model``: a refusal names the field it refuses
+    (``spec.schedulers[].modelName`` left the user to find which of up to 16 schedulers it meant)."""
+    spec = obj.get("spec")
+    schedulers = spec.get("schedulers") if isinstance(spec, Mapping) else None
+    return [
+        index
+        for index, scheduler in enumerate(schedulers if isinstance(schedulers, list) else [])
+        if isinstance(scheduler, Mapping) and str(scheduler.get("modelName")) == model
+    ]
 
 
 def admit(igwc: Mapping[str, Any], neighbours: Iterable[Mapping[str, Any]]) -> Refusal | None:

@@ -23,11 +23,50 @@ import logging
 import threading
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Final
 
 from igw.operator.kube import FIELD_MANAGER
 
 log = logging.getLogger("igw.operator")
+
+LIBRARY_LOGGER: Final = "leaderelection"
+"""The logger of ``kubernetes.leaderelection``."""
+
+REPEAT_EVERY_S: Final = 600.0
+"""How often a library line repeated unchanged on every try is let through again (a heartbeat)."""
+
+
+class _RepeatFilter(logging.Filter):
+    """Drops an INFO (or lower) line of the election library that repeats, unchanged, the last one its
+    thread logged, except once every :data:`REPEAT_EVERY_S`.
+
+    Why: the library logs at INFO on every try, once per retry period (2 s): the leader
+    ``leader <id> has successfully acquired lease`` at each renewal, each standby ``yet to finish
+    lease_duration, lease held by <id> …``. That was 43,200 lines a day per operator replica, most of
+    the operator's log, hiding its own lines (found by probing, session s45). A change (``Leader has
+    switched to …``, a failed renewal, another holder) differs from the line before it and always
+    passes; warnings and errors are never dropped."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._last: dict[int | None, tuple[str, float]] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno > logging.INFO:
+            return True
+        message = record.getMessage()
+        previous = self._last.get(record.thread)
+        if previous is not None and previous[0] == message and record.created - previous[1] < REPEAT_EVERY_S:
+            return False
+        self._last[record.thread] = (message, record.created)
+        return True
+
+
+def quiet_repeated_library_lines() -> None:
+    """Install :class:`_RepeatFilter` on the library's logger, once per process."""
+    library = logging.getLogger(LIBRARY_LOGGER)
+    if not any(isinstance(f, _RepeatFilter) for f in library.filters):
+        library.addFilter(_RepeatFilter())
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,6 +226,7 @@ class LeaseElection:
         )
         leases: Any = _FieldManagedLeases(client.CoordinationV1Api(self._api_client))  # duck-typed
         lock.api_instance = leases
+        quiet_repeated_library_lines()
         self._lock = _ReleasableLock(lock, lock.api_instance)
         self._thread = threading.Thread(target=self._campaign, name="lease-election", daemon=True)
         self._thread.start()
