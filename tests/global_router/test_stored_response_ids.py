@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 import aiohttp
+import orjson
 from aiohttp import web
 
 from igw.gateway.response_ids import mint, minted_for
@@ -36,6 +37,8 @@ class Tier1:
     """Hostile: every retrieval answered 200, whoever asks for whichever id."""
     stored: set[str] = field(default_factory=set)
     asked: list[str] = field(default_factory=list)
+    pad: int = 0
+    """The bytes of output a retrieval's answer carries after its id (a large answer)."""
 
     def app(self) -> web.Application:
         async def create(request: web.Request) -> web.Response:
@@ -45,14 +48,24 @@ class Tier1:
             self.stored.add(response_id)
             return web.json_response({"id": response_id, "object": "response", "status": "completed"})
 
-        async def retrieve(request: web.Request) -> web.Response:
+        async def retrieve(request: web.Request) -> web.StreamResponse:
             response_id = request.match_info["response_id"]
             self.asked.append(f"GET {response_id}")
             scope = "tenant:" + request.headers.get("x-igw-tenant", "")
             held = response_id in self.stored and minted_for(response_id, scope)
             if not held and not self.answers_any:
                 return web.json_response({"error": {"message": "not found"}}, status=404)
-            return web.json_response({"id": self.claims or response_id, "object": "response"})
+            doc = {"id": self.claims or response_id, "object": "response", "output_text": "x" * self.pad}
+            if request.query.get("stream") != "true":
+                return web.json_response(doc)
+            resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await resp.prepare(request)
+            await resp.write(b": replay\n\n")  # a comment first: nothing to check yet
+            for kind in ("response.created", "response.completed"):
+                event = {"type": kind, "response": doc}
+                await resp.write(f"event: {kind}\ndata: ".encode() + orjson.dumps(event) + b"\n\n")
+            await resp.write_eof()
+            return resp
 
         app = web.Application()
         app.router.add_post("/v1/responses", create)
@@ -197,5 +210,41 @@ async def test_an_answer_about_another_response_is_never_relayed(
             assert "response_not_found" in body
             assert "resp_somewhere_else" not in body
         assert (first.asked.count(f"GET {mine}"), second.asked.count(f"GET {mine}")) == (1, 2)
-        assert r.router.responses.endpoint_of(mine) == "east-b"  # only as the test put it
+        # the remembered cluster named another: forgotten (since s45; before, every poll went to it)
+        assert r.router.responses.endpoint_of(mine) is None
         assert misnamed.labels("east-b")._value.get() == 2
+        async with r.http.get(f"{r.url}/v1/responses/{mine}", headers=headers) as resp:
+            assert resp.status == 404
+        assert (first.asked.count(f"GET {mine}"), second.asked.count(f"GET {mine}")) == (2, 3)  # searched
+
+
+async def test_a_streamed_or_large_answer_about_another_response_is_never_relayed(
+    jwks_server: JwksServer, tokens: TokenFactory, clock: ManualClock, client_ssl: ssl.SSLContext
+) -> None:
+    """A replay (``?stream=true``) or a whole answer past ``WHOLE_ANSWER_BUFFER_BYTES`` (relayed as it
+    arrives) naming another response is withheld as a small whole one is: the search moves on past
+    it, and none of it reaches the client. Before session s45 both were relayed as their bytes came -
+    the replay's first event before any was read - whatever response they named."""
+    pad = 2 * 1024 * 1024  # past the router's 1 MiB buffer
+    hostile = Tier1("east-a", claims="resp_somewhere_else", answers_any=True, pad=pad)
+    honest = Tier1("east-b", pad=pad)
+    mine = mint("tenant:victim")
+    honest.stored.add(mine)
+    headers = bearer(tokens.token(tenant="victim", sub="victim"))
+    async with routed([hostile, honest], jwks_server, tokens, clock, client_ssl) as r:
+        for query in ("?stream=true", ""):
+            r.router.responses.disown(mine, "east-b")  # searched each time
+            async with r.http.get(f"{r.url}/v1/responses/{mine}{query}", headers=headers) as resp:
+                status, body = resp.status, await resp.read()
+                assert (status, resp.headers["x-igw-cluster"]) == (200, "east-b"), body[:300]
+            assert mine.encode() in body
+            assert b"resp_somewhere_else" not in body
+            assert len(body) > pad
+        honest.stored.clear()  # the hostile cluster's answer alone: east-b's 404, nothing of it relayed
+        for query in ("?stream=true", ""):
+            r.router.responses.disown(mine, "east-b")
+            async with r.http.get(f"{r.url}/v1/responses/{mine}{query}", headers=headers) as resp:
+                status, body = resp.status, await resp.read()
+            assert status == 404, body[:300]
+            assert b"resp_somewhere_else" not in body
+        assert hostile.asked.count(f"GET {mine}") == 4

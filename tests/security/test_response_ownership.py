@@ -407,3 +407,56 @@ async def test_a_search_every_pod_answers_with_another_response_relays_none(
         assert gw.registry.get_sample_value("igw_usage_misnamed_total") == 2
         assert "answered a retrieval of one response with another response: not relayed" in caplog.text
         assert other not in caplog.text
+
+
+async def test_a_replay_or_large_answer_naming_another_response_is_withheld_and_its_pod_forgotten(
+    tmp_path: Path, jwks_server: JwksServer, client_ssl: ssl.SSLContext, tokens: TokenFactory
+) -> None:
+    """The pod remembered as a response's holder answers its replay (``?stream=true``) with another
+    response's events: nothing of the stream is relayed (the client gets 404 ``response_not_found``)
+    and the pod is no longer remembered as the holder, so the next poll searches. A whole answer past
+    ``WHOLE_ANSWER_BUFFER_BYTES`` (relayed as it arrives) naming another response is withheld too.
+    Before session s45 a replay's events were written as they came, the first from the read callback
+    before any was parsed, a large answer was checked only once relayed, and the lying pod stayed the
+    holder: every later poll went to it alone."""
+    async with _gateway(tmp_path, jwks_server, client_ssl) as (gw, servers):
+        tokens.clock.now = time.time()
+        alice = tokens.token(tenant="team-a", sub="alice")
+        ids = []
+        for _ in range(2):
+            status, made = await _post(gw, "/v1/responses", {"model": "m", "input": "x"}, alice)
+            assert status == 200
+            ids.append(made["id"])
+        polled, other = ids
+        holder = next(pod for pod in servers if polled in pod.stored_responses)
+        right = holder.stored_responses[polled]
+        wrong = next(pod.stored_responses[other] for pod in servers if other in pod.stored_responses)
+        holder.stored_responses[polled] = wrong
+        headers = {"Authorization": f"Bearer {alice}"}
+
+        def holders() -> set[str | None]:
+            return {sr.scheduler.responses.endpoint_of(polled) for sr in gw.state.runtime.schedulers.values()}
+
+        assert holder.key in holders()
+        async with gw.http.get(f"{gw.url}/v1/responses/{polled}?stream=true", headers=headers) as r:
+            status, body = r.status, await r.read()
+        assert status == 404, body
+        assert b"response_not_found" in body
+        assert other.encode() not in body
+        assert holders() == {None}  # forgotten: the next poll searches
+        assert gw.registry.get_sample_value("igw_usage_misnamed_total") == 1
+
+        holder.stored_responses[polled] = {**wrong, "pad": "x" * (2 * 1024 * 1024)}  # past 1 MiB
+        status, answer = await _ask(gw, "GET", f"/v1/responses/{polled}", alice)
+        assert status == 404
+        assert other not in orjson.dumps(answer).decode()
+        assert gw.registry.get_sample_value("igw_usage_misnamed_total") == 2
+
+        gw.state.response_searches.found(polled)  # as after the TTL
+        holder.stored_responses[polled] = {**right, "pad": "x" * (2 * 1024 * 1024)}
+        async with gw.http.get(f"{gw.url}/v1/responses/{polled}?stream=true", headers=headers) as r:
+            status, body = r.status, await r.read()
+        assert status == 200
+        assert polled.encode() in body
+        status, answer = await _ask(gw, "GET", f"/v1/responses/{polled}", alice)
+        assert (status, answer["id"]) == (200, polled)

@@ -270,10 +270,13 @@ ALERTS: Final[tuple[Alert, ...]] = (
         "sum by (pod) (increase(igw_usage_misnamed_total[10m])) > 0",
         "0m",
         "warning",
-        "Gateway {{ $labels.pod }} retrieved stored responses whose answer named another response.",
-        "A model server answered a retrieval of a stored response with another response's object (or "
-        "none): its usage settles nothing and the polled response's token bound stays charged. A "
-        "misbehaving or hostile pod, or a store shared between model servers.",
+        "Gateway {{ $labels.pod }} withheld model-server answers to stored-response retrievals that "
+        "named another response.",
+        "A model server answered a retrieval or cancel of a stored response (whole, streamed or large) "
+        "with another response's object: never relayed (the client gets 404 response_not_found), the "
+        "pod no longer remembered as the holder, and no usage settled (or it showed usage naming no "
+        "response): the polled response's token bound stays charged. A misbehaving or hostile pod, or "
+        "a store shared between model servers.",
     ),
     Alert(
         # since session s45: a hold the local buckets' full table refused was silent before
@@ -385,9 +388,11 @@ GLOBAL_ALERTS: Final[tuple[Alert, ...]] = (
         "sum by (cluster) (increase(igw_global_usage_misnamed_total[10m])) > 0",
         "0m",
         "warning",
-        "Cluster {{ $labels.cluster }} answered polls of stored responses with another response's usage.",
-        "Such an answer settles nothing and the polled response's hold stays charged: a misbehaving or "
-        "hostile pod, or a store shared between model servers, at that cluster.",
+        "Cluster {{ $labels.cluster }} answered retrievals of stored responses with another response.",
+        "Such an answer (whole, streamed or large) is never relayed (404 response_not_found unless "
+        "another cluster has the response), the cluster is no longer remembered as the holder, and it "
+        "settles nothing: the polled response's hold stays charged. A misbehaving or hostile pod, or a "
+        "store shared between model servers, at that cluster.",
     ),
 )
 """Every alert of the global router's rule file."""

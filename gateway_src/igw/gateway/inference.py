@@ -1197,6 +1197,7 @@ async def _forward(
                 method=plan.method,
                 strip_usage=plan.strip_usage,
                 relay_whole_above=WHOLE_ANSWER_BUFFER_BYTES,
+                expect_id=plan.settles,  # a retrieval's: checked before it is relayed (None: generating)
             )
             # routeTimeout bounds the whole exchange; without one (the default) no timer is armed
             if deadline is None:
@@ -1284,6 +1285,11 @@ async def _forward(
         # Retried here, not in the handler: mypyc cannot compile a `continue` inside try/finally
         # (igw.compiled). A plain answer - a success, most errors - costs the status test alone.
         searching_on = plan.search_for is not None and not prepared and attempt < len(plan.candidates)
+        if misnamed and plan.search_for is None and plan.settles is not None:
+            # the pod remembered as its holder named another: forgotten, the next poll searches
+            # (until session s45 every poll went back to it)
+            for sr in state.runtime.schedulers.values():
+                sr.scheduler.responses.disown(plan.settles, key)
         if misnamed and plan.search_for is not None:
             # no proof the asked id is stored there: a miss, as a 404 (until session s45 a search
             # every pod answered so was not listed as found nowhere, and re-asked every pod each poll)

@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -363,6 +364,56 @@ def _stored_response_id(obj: object) -> str | None:
     return response_id if isinstance(response_id, str) and response_id else None
 
 
+def _named_response(obj: object) -> str | None:
+    """The id of the response object ``obj`` is or carries (a whole answer, or a stream event's
+    ``response``), stored or not: what an answer to a stored response's retrieval names."""
+    if not isinstance(obj, dict):
+        return None
+    if obj.get("object") != "response":
+        obj = obj.get("response")
+        if not isinstance(obj, dict) or obj.get("object") != "response":
+            return None
+    response_id = obj.get("id")
+    return response_id if isinstance(response_id, str) and response_id else None
+
+
+_FIRST_ID: Final = re.compile(rb'"id"\s*:\s*"((?:[^"\\]|\\.){1,512})"')
+"""An ``"id"`` key and its string value (inside a JSON string every ``"`` is escaped: no text matches)."""
+
+
+def _another_in_events(events: bytes, expected: str) -> str | None:
+    """The first response id other than ``expected`` that an event of ``events`` names, if any; of an
+    event's data that does not parse (unfinished: a first event past
+    :data:`MAX_PARTIAL_EVENT_BYTES`), its first ``id``, as of a large whole answer."""
+    for line in events.splitlines():
+        if line.startswith(b"data:") and b'"id"' in line:
+            try:
+                named = _named_response(orjson.loads(line[5:]))
+            except orjson.JSONDecodeError:
+                found = _FIRST_ID.search(line)
+                named = None if found is None else found.group(1).decode(errors="replace")
+            if named is not None and named != expected:
+                return named
+    return None
+
+
+def _first_event_in(held: bytes) -> bool:
+    """Whether ``held`` (a replay's events, held for the check) has the first event with data whole,
+    or is past :data:`MAX_PARTIAL_EVENT_BYTES` (an event that long is checked as it stands)."""
+    data = held.find(b"data:")
+    return data >= 0 and (_events_end(held) > data or len(held) > MAX_PARTIAL_EVENT_BYTES)
+
+
+def _misnamed(status: int, named: str, extra: Mapping[str, str]) -> ExchangeResult:
+    """An answer to the retrieval of one stored response that names another (``named``), withheld
+    before anything of it was relayed: its caller answers as for a response not stored there
+    (:func:`igw.gateway.inference._forward`, :func:`igw.global_router.server._forward_stored`). The
+    answer it carries is an error naming neither id, never the answer itself."""
+    message = "the model server answered with another response than the one asked for"
+    answer = gateway_error("response_not_found", message, headers=extra)
+    return ExchangeResult(answer=answer, status=status, ok=True, response_id=named)
+
+
 def _usage_in_events(chunk: bytes) -> tuple[Mapping[str, int] | None, str | None]:
     """The usage the SSE events of ``chunk`` report (later counts over earlier ones: an Anthropic
     stream reports its input tokens in ``message_start`` and its output in ``message_delta``), and
@@ -623,6 +674,7 @@ async def exchange(
     strip_usage: bool = False,
     body_timeout_s: float | None = None,
     relay_whole_above: int | None = None,
+    expect_id: str | None = None,
 ) -> ExchangeResult:
     """Forward to ``endpoint`` (with ``method``) and relay the answer (``headers``: the upstream
     request's fields, as a map or serialised by :func:`upstream_header_block`). Raises
@@ -641,7 +693,10 @@ async def exchange(
     answer (400 and above, which either tier may retry elsewhere while nothing of it was relayed)
     once more than :data:`ERROR_ANSWER_BUFFER_BYTES` have (a JSON one relayed, any other answered
     with its status alone: :func:`_discarded_error`); ``None``: collected whole, up to
-    :data:`~igw.gateway.upstream_client.MAX_WHOLE_BODY_BYTES`."""
+    :data:`~igw.gateway.upstream_client.MAX_WHOLE_BODY_BYTES`. ``expect_id``: the stored response a
+    retrieval asks for (a replay's stream, a whole answer past ``relay_whole_above``): an answer
+    naming another is returned unrelayed (:func:`_misnamed`) instead of being relayed as it arrives;
+    ``None`` (every generation): relayed as it comes."""
     # ``endpoint`` is a pod's ``host:port``, or a base URL with its scheme (the global router's
     # clusters). Waiting for a free pooled connection is not a connect failure (it would turn pool
     # exhaustion under load into retries and 502s); routeTimeout bounds the wait.
@@ -684,6 +739,7 @@ async def exchange(
                 idle_timeout_s=idle_timeout_s,
                 on_first_token=on_first_token,
                 strip_usage=strip_usage,
+                expect_id=expect_id,
             )
         # A complete answer, read in this coroutine: usually it came with its head (no wait at all)
         try:
@@ -714,6 +770,7 @@ async def exchange(
                     on_prepared=on_prepared,
                     buffer_bytes=relay_whole_above if upstream.status < 400 else ERROR_ANSWER_BUFFER_BYTES,
                     body_timeout_s=body_timeout_s,
+                    expect_id=expect_id,
                 )
             if payload is None:
                 if body_timeout_s is None:
@@ -863,6 +920,7 @@ async def _relay_whole(
     on_prepared: Callable[[web.StreamResponse], None],
     buffer_bytes: int,
     body_timeout_s: float | None,
+    expect_id: str | None = None,
 ) -> ExchangeResult:
     """A whole (non-streamed) answer that is final whatever it holds: collected while it stays within
     ``buffer_bytes`` (then forwarded as :func:`_whole_answer` forwards it), else relayed as it arrives
@@ -877,7 +935,12 @@ async def _relay_whole(
     ``body_timeout_s`` bounds the whole body after the head, as for a collected answer. An upstream
     that fails (or passes that bound) once the relay started cannot be answered with an error any
     more: the client's connection is closed before the body's end (what a client sees of any proxy
-    whose upstream died mid-body), and the result is not ok."""
+    whose upstream died mid-body), and the result is not ok.
+
+    ``expect_id`` (a stored response's retrieval or cancel): the bytes held are read before the relay
+    starts, and an answer whose first ``id`` (both APIs put it first) names another response is
+    returned unrelayed (:func:`_misnamed`). Until session s45 such an answer past ``buffer_bytes``
+    was relayed, and found misnamed only once the client had it."""
     loop = asyncio.get_running_loop()
     deadline = None if body_timeout_s is None else loop.time() + body_timeout_s
 
@@ -929,12 +992,25 @@ async def _relay_whole(
         if scan.unreadable is not None:  # a coding the gateway cannot decode: refused, nothing relayed
             response.relayed = None
             return _unreadable_answer(scan, extra)
+    read_first = expect_id is not None and reads_json and upstream.status < 400
+    if read_first:  # checked before anything of it leaves
+        for chunk in parts:
+            if isinstance(scan, CodedScan):
+                await scan.feed(chunk)
+            else:
+                scan.feed(chunk)
+        named = _named_response(scan.document())
+        if named is not None and named != expect_id:
+            response.relayed = None
+            return _misnamed(upstream.status, named, extra)
     try:
         await response.prepare(request)
         on_prepared(response)
         while parts:  # the bytes held, each let go once written
             chunk = parts.pop(0)
-            if isinstance(scan, CodedScan):
+            if read_first:  # read before the relay started
+                pass
+            elif isinstance(scan, CodedScan):
                 await scan.feed(chunk)  # in pieces, the loop served between them
             elif reads_json:
                 scan.feed(chunk)
@@ -1242,6 +1318,7 @@ async def _relay_stream(
     idle_timeout_s: float | None,
     on_first_token: Callable[[float], None] | None = None,
     strip_usage: bool = False,
+    expect_id: str | None = None,
 ) -> ExchangeResult:
     """Relay an SSE response, complete events only (:class:`StreamEvents`; ``strip_usage``: the usage
     chunk the gateway asked for is read, not relayed). The client's response is started when the
@@ -1249,7 +1326,13 @@ async def _relay_stream(
     TTFT down), so an upstream that fails before sending anything still gets a proper HTTP error
     instead of a broken stream. On the lean side those first bytes are written without awaiting -
     from the upstream connection's read callback when they come after the head, so no loop turn or
-    wake-up of this coroutine stands between their arrival and their write."""
+    wake-up of this coroutine stands between their arrival and their write.
+
+    ``expect_id`` (a stored response's replay, ``GET /v1/responses/{id}?stream=true``): nothing is
+    written - no head, no keep-alive - until the first event with data has arrived and been checked;
+    one naming another response than ``expect_id`` is returned unrelayed (:func:`_misnamed`), as a
+    whole answer naming one is. Until session s45 a replay was relayed as its events came, whatever
+    response they named. A generation (no ``expect_id``) keeps its first write in the read callback."""
     response = _RelayedStream(status=upstream.status)
     _response_headers(upstream, extra, response.headers)
     response.build_head(request)
@@ -1288,6 +1371,8 @@ async def _relay_stream(
     # A generation (POST) always has events; a stored response's replay (GET ``?stream=true``) past
     # its last event, or a HEAD, may rightly have none.
     generating = request.method == "POST"
+    checking = expect_id is not None  # a replay's events held until the first with data is checked
+    unchecked = b""  # the events held meanwhile (comments, event names without data)
 
     def first_bytes(data: bytes) -> None:
         nonlocal sent, sent_at, first, gone
@@ -1303,7 +1388,8 @@ async def _relay_stream(
             except (ConnectionResetError, aiohttp.ClientConnectionResetError):
                 gone = True  # ClientGone, raised by the relay
 
-    upstream.on_first_bytes(first_bytes)
+    if not checking:
+        upstream.on_first_bytes(first_bytes)
     loop = asyncio.get_running_loop()
     # streamIdleTimeout counts from the last upstream bytes; keep-alive pings do not reset it.
     heard = loop.time()
@@ -1317,15 +1403,23 @@ async def _relay_stream(
             if chunk is None:  # nothing arrived in time
                 if idle_first or wait_s is None:
                     raise TimeoutError  # streamIdleTimeout, handled below
+                if checking:
+                    continue  # a keep-alive would start the response before its check
                 await _keepalive(request, response, on_prepared)
                 continue
             heard = loop.time()
             if not chunk:
+                if checking:  # no event with data before the end: what came (an unfinished event too)
+                    named = _another_in_events(unchecked + events.partial, cast(str, expect_id))
+                    if named is not None:
+                        response.relayed = None
+                        return _misnamed(upstream.status, named, extra)
+                    held, unchecked = unchecked, b""
                 if not said and generating and b"data:" not in events.partial:
                     raise EventlessStream("the model server ended its stream without sending any event")
                 break
             try:
-                if not sent and not response.prepared:
+                if not sent and not response.prepared and not checking:
                     first_bytes(chunk)  # they came with the head: written as the read callback would
                 if sent:  # the first bytes went out without awaiting; the rest of them now
                     if gone:
@@ -1338,6 +1432,15 @@ async def _relay_stream(
                     now = sent_at if first else time.perf_counter()  # when its first events left
                 else:
                     data = events.feed(chunk)
+                    if checking and data:
+                        unchecked += data
+                        data = b""
+                        if _first_event_in(unchecked):
+                            named = _another_in_events(unchecked, cast(str, expect_id))
+                            if named is not None:
+                                response.relayed = None
+                                return _misnamed(upstream.status, named, extra)
+                            data, unchecked, checking = unchecked, b"", False
                     if data:
                         if not response.prepared:
                             await response.prepare(request)

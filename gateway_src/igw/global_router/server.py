@@ -708,7 +708,9 @@ async def _forward_stored(request: web.Request, router: GlobalRouter) -> web.Str
     the next (each cluster's gateway searches its own pods); the cluster that has it is remembered.
     None has it: the last cluster's 404; no cluster to ask: 404 ``response_not_found``. An answer
     naming another response is never relayed (since session s45): the 404 of a cluster before it,
-    else 404 ``response_not_found`` (not a streamed one, relayed as its events arrive)."""
+    else 404 ``response_not_found`` - a replay's stream and a large whole answer included, checked
+    before their first bytes leave (``expect_id`` of :func:`~igw.gateway.upstream.exchange`) - and a
+    remembered cluster answering so is forgotten, the next request searching."""
     try:
         principal = await router.guard.authenticate(request.headers)
     except GuardDenied as denied:
@@ -748,6 +750,7 @@ async def _forward_stored(request: web.Request, router: GlobalRouter) -> web.Str
                     method=request.method.encode("ascii"),
                     body_timeout_s=router.config.request_timeout_s,
                     relay_whole_above=WHOLE_ANSWER_BUFFER_BYTES,
+                    expect_id=response_id,  # an answer naming another: returned unrelayed
                 ),
             )
         except ConnectFailed:
@@ -772,6 +775,9 @@ async def _forward_stored(request: web.Request, router: GlobalRouter) -> web.Str
         named = result.response_id  # the id of the response object the answer carries, if any
         other = named is not None and named != response_id  # an answer about another response
         searching_on = known is None and cluster is not clusters[-1] and not result.response.prepared
+        if other and result.status < 400 and known is not None:
+            # the remembered holder named another: forgotten, the next request searches (s45)
+            router.responses.disown(response_id, cluster.name)
         if other and result.status < 400 and not result.response.prepared:
             # Never the client's (another tenant's response, maybe), nor kept as the last answer:
             # until session s45 a search every cluster answered so relayed the last one.

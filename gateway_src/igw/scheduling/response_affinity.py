@@ -92,6 +92,12 @@ class ResponseAffinity:
             raise ValueError(f"{RESPONSE_NOTES}: a note is [response id], a non-empty string")
         self.remember(note[0], endpoint)
 
+    def disown(self, response_id: str, endpoint: EndpointKey) -> None:
+        """``endpoint``, remembered as ``response_id``'s, answered its retrieval with another response:
+        no proof it stores that one, so it is forgotten there (the next request for it searches)."""
+        if self._where.get(response_id) == endpoint:
+            del self._where[response_id]
+
     def forget(self, keys: Iterable[EndpointKey]) -> None:
         """Endpoints left the pool: the responses they stored went with them (a pod that comes back
         has an empty store)."""
