@@ -132,14 +132,14 @@ async def test_an_upgrade_request_is_served_as_plain_http_by_either_side(
     assert not [r for r in caplog.records if r.name == "asyncio"], [r.getMessage() for r in caplog.records]
 
 
-async def read_until_closed(url: str, request: bytes) -> bytes:
+async def read_until_closed(url: str, request: bytes, *, within_s: float = 30) -> bytes:
     """Send ``request`` on a fresh connection; every byte until the gateway closes it."""
     host, port = url.removeprefix("http://").split(":")
     reader, writer = await asyncio.open_connection(host, int(port))
     try:
         writer.write(request)
         await writer.drain()
-        return await asyncio.wait_for(reader.read(), timeout=30)
+        return await asyncio.wait_for(reader.read(), timeout=within_s)
     finally:
         writer.close()
 
@@ -352,3 +352,25 @@ async def test_an_invalid_host_gets_400_on_either_side_and_a_valid_one_is_served
             assert status == 200, (server_side, host, body)
         assert len(pod.received) == len(VALID_HOSTS)
         assert server.lean_requests == (len(VALID_HOSTS) if server_side == "lean" else 0)
+
+
+@pytest.mark.parametrize(
+    ("expect", "length", "status"),
+    [("100-continue", LIMIT + 1, 413), ("100-continue", 10**10, 413), ("x-other", N, 417)],
+)
+async def test_an_expect_head_refused_is_answered_and_closed_without_reading_the_body(
+    gateway: Callable[..., Any], server_side: str, expect: str, length: int, status: int
+) -> None:
+    """RFC 9110 10.1.1: a client sending ``Expect: 100-continue`` waits for ``100 Continue`` before
+    its body. Refused (413 past ``maxRequestBodyBytes``, 417 for another expectation), the body never
+    comes: before session s45 the connection then lingered 10 s (aiohttp's lingering close) reading
+    and discarding whatever body arrived - a declared 10 GB for that long. Now it closes once
+    answered: the client sees end-of-stream well inside the lingering time."""
+    doc = config_doc([scheduler("llama", "m")], bbr={"maxRequestBodyBytes": LIMIT})
+    async with running(FakeModelServer("a")) as (pod,), gateway(doc, {"llama": [pod.key]}) as gw:
+        head = f"{H}Expect: {expect}\r\nContent-Length: {length}\r\n\r\n".encode()
+        data = await read_until_closed(gw.url, head, within_s=5)  # lingering was 10 s
+        assert data.startswith(f"HTTP/1.1 {status} ".encode()), (server_side, data[:200])
+        assert b"100 Continue" not in data
+        assert b"\r\nconnection: close" in data.lower()
+        assert pod.received == []

@@ -392,6 +392,12 @@ class GatewayRequestHandler(RequestHandler):
         refusal = _refusal_before_handling(request)
         if refusal is not None:
             request_handler = refusal
+            if "Expect" in request.headers:
+                # The client waits for ``100 Continue`` before it sends the body (RFC 9110 10.1.1):
+                # none is coming, so the connection closes once answered rather than lingering to
+                # read and discard a body (aiohttp's 10 s, which read a declared 10 GB body for that
+                # long before session s45).
+                self._lingering_time = 0.0
         self._last_body = request.content
         return await super()._handle_request(request, start_time, request_handler)
 
