@@ -44,6 +44,7 @@ from igw.gateway.emf_metrics import (
     POOL_STATE_METRICS,
     REASON_DIMENSION,
     RESULT_DIMENSION,
+    USAGE_UNREAD_CLIENT_GONE,
     USAGE_UNREAD_METRICS,
 )
 from igw.global_router.emf_metrics import DEFAULT_FLEET_NAMESPACE, FLEET_METRICS
@@ -182,13 +183,18 @@ class GatewayMetricsDashboard(Construct):
         self.alarms["AnswerUsageUnread"] = sustained_alarm(
             self,
             alarm_id("AnswerUsageUnread"),
-            insights_sum(DEFAULT_NAMESPACE, unread, [MODEL_DIMENSION, REASON_DIMENSION]),
+            insights_sum(
+                DEFAULT_NAMESPACE,
+                unread,
+                [MODEL_DIMENSION, REASON_DIMENSION],
+                excluding=(REASON_DIMENSION, USAGE_UNREAD_CLIENT_GONE),
+            ),
             above=1,
             inclusive=True,
             minutes=1,
             description="a model server sent compressed answers whose usage the gateway could not read "
-            "(any model, any reason): refused with 502 or relayed without their tokens charged to the "
-            "rate limits (the PrometheusRule IgwAnswerUsageUnread)",
+            "(any model, any reason but a client leaving mid-answer): refused with 502 or relayed "
+            "without their tokens charged to the rate limits (the PrometheusRule IgwAnswerUsageUnread)",
         )
         misnamed, unit = emitted("UsageMisnamed", GATEWAY_METRICS)
         self.alarms["UsageMisnamed"] = sustained_alarm(
@@ -281,12 +287,16 @@ def sustained_alarm(
     )
 
 
-def insights_sum(namespace: str, name: str, dimensions: Sequence[str]) -> cloudwatch.MathExpression:
+def insights_sum(
+    namespace: str, name: str, dimensions: Sequence[str], *, excluding: tuple[str, str] | None = None
+) -> cloudwatch.MathExpression:
     """A Metrics Insights query summing every series of ``name`` under exactly ``dimensions`` (every
-    model and reason, or every cluster, that reports: an alarm on a fixed query, not on each series)."""
+    model and reason, or every cluster, that reports: an alarm on a fixed query, not on each series);
+    ``excluding`` ``(dimension, value)``: less the series with that value."""
     schema = ", ".join([f'"{namespace}"', *dimensions])
+    where = "" if excluding is None else f" WHERE {excluding[0]} != '{excluding[1]}'"
     return cloudwatch.MathExpression(
-        expression=f"SELECT SUM({name}) FROM SCHEMA({schema})",
+        expression=f"SELECT SUM({name}) FROM SCHEMA({schema}){where}",
         label=name,
         period=PERIOD,
         using_metrics={},

@@ -196,3 +196,27 @@ def test_why_the_usage_went_unread_is_one_bounded_reason() -> None:
     list(fine.decode(gzip.compress(PLAIN)))
     fine.finish()
     assert (fine.unread, fine.unreadable) == (None, None)
+
+
+@pytest.mark.parametrize("flg", [0x01, 0x5E, 0x9C, 0xDA])
+@pytest.mark.parametrize("relay", [True, False])
+def test_a_raw_json_stream_whose_first_bytes_are_any_zlib_header_decodes_to_its_end(
+    flg: int, relay: bool
+) -> None:
+    """Session s44's probes listed a raw stream that starts like zlib and runs to its end as reported
+    ``truncated``; session s45 found none. Such a stream opens with a non-final stored block (``0x78``:
+    method nibble 8 is a stored block's type bits), whose length's low byte is the zlib ``FLG``; read
+    as zlib, its next bytes are a stored block whose check fails unless the content's first two bytes
+    repeat that length - never so for JSON, which starts with ``{`` or white space (the answers whose
+    usage is read). This pins every valid ``FLG``: decoded whole, nothing unread."""
+    content = PLAIN
+    sq = zlib.compressobj(6, zlib.DEFLATED, -zlib.MAX_WBITS)
+    body = b"\x78" + struct.pack("<HH", flg, flg ^ 0xFFFF) + content[:flg]
+    body += sq.compress(content[flg:]) + sq.flush()
+    assert zlib_header(body[:2])
+    assert zlib.decompress(body, -zlib.MAX_WBITS) == content
+    coded = CodedScan(b"deflate", relay=relay)
+    decoded = b"".join(coded.decode(body))
+    coded.finish()
+    assert (coded.unreadable, coded.unread) == (None, None)
+    assert decoded == content

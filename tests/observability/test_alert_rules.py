@@ -17,8 +17,9 @@ from igw.addon.alert_rules import (
     rule_groups,
 )
 from igw.addon.dashboards import DASHBOARDS
-from igw.addon.promql_names import metric_names
+from igw.addon.promql_names import matcher_labels, metric_names
 from igw.config import paths
+from igw.gateway.emf_metrics import USAGE_UNREAD_CLIENT_GONE
 from igw.gateway.telemetry import TTFT_BUCKETS
 from igw.gateway.trace_export import ExportStats
 from tests.gateway.fake_model_server import FakeModelServer, running
@@ -45,6 +46,14 @@ def test_the_counters_the_cloudwatch_alarms_watch_have_an_alert_too() -> None:
     cluster watched by Prometheus alone had no alert on the misnamed usage until then."""
     read = {name for a in ALERTS for name in metric_names(a.expr)}
     assert {"igw_answer_usage_unread_total", "igw_usage_misnamed_total"} <= read
+
+
+def test_unread_usage_alerts_on_pods_not_on_clients_leaving() -> None:
+    """A client leaving a compressed answer before its usage (reason ``client_gone``, counted since
+    session s45) is no pod compressing: the unread-usage alert reads every other reason only."""
+    (alert,) = [a for a in ALERTS if a.name == "IgwAnswerUsageUnread"]
+    assert f'igw_answer_usage_unread_total{{reason!="{USAGE_UNREAD_CLIENT_GONE}"}}' in alert.expr
+    assert matcher_labels(alert.expr) == {"igw_answer_usage_unread_total": {"reason"}}
 
 
 def test_ttft_objective_is_a_histogram_boundary() -> None:

@@ -453,3 +453,48 @@ async def test_a_pod_relaying_unreadable_compressed_answers_logs_one_warning_a_m
     assert len(lines) == 1, lines[:3]
     assert f"upstream {pod}" in lines[0]
     assert "(decode_error)" in lines[0]
+
+
+@pytest.mark.parametrize("accept", ["gzip", "identity"], ids=["relayed-coded", "relayed-decoded"])
+async def test_a_client_leaving_a_compressed_answer_before_its_usage_is_counted_unread(
+    tmp_path: Path, accept: str
+) -> None:
+    """A large compressed answer is relayed as it arrives, its usage (at its end) read as it passes.
+    A client that leaves before that end leaves the usage unread: before session s45 nothing counted
+    it (the relay's record never reached ``igw_answer_usage_unread_total``); now it is
+    ``reason="client_gone"``, whether the answer was relayed coded or decoded."""
+    text = os.urandom(2 << 20).hex()  # incompressible: the coded body is past the whole-answer buffer
+    body = gzip.compress(orjson.dumps({"object": "text_completion", "text": text, "usage": USAGE}))
+
+    async def half_then_stall(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        response = web.StreamResponse(
+            headers={"Content-Type": "application/json", "Content-Encoding": "gzip"}
+        )
+        response.content_length = len(body)
+        await response.prepare(request)
+        await response.write(body[: len(body) // 2])
+        await asyncio.sleep(60)  # the gateway closes this connection when its client leaves
+        return response
+
+    async with (
+        scripted_upstream({"POST /v1/completions": half_then_stall}) as pod,
+        in_process_gateway(tmp_path, gateway_doc(), [pod]) as gw,
+    ):
+        host, port = gw.url.removeprefix("http://").split(":")
+        request = orjson.dumps({"model": MODEL, "prompt": "hello", "max_tokens": 8})
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(
+            f"POST /v1/completions HTTP/1.1\r\nHost: g\r\nAccept-Encoding: {accept}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(request)}\r\n\r\n".encode()
+            + request
+        )
+        got = b""
+        async with asyncio.timeout(10):
+            while len(got) < 256 * 1024:  # well into the body, far from its end
+                chunk = await reader.read(65536)
+                assert chunk, got[:300]
+                got += chunk
+        assert got.startswith(b"HTTP/1.1 200 ")
+        writer.close()
+        assert await usage_unread(gw, 1) == {"client_gone": 1}

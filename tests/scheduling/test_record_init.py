@@ -137,6 +137,7 @@ _GIVEN: dict[type, dict[str, Any]] = {
         "relayed_bytes": 4096,
         "large_error": True,
         "usage_unread": "bomb_bound",
+        "coded": True,
     },
     InferenceBody: {
         "raw": b'{"model": "m"}',

@@ -14,13 +14,14 @@ import asyncio
 import re
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, cast
 
 import orjson
 import pytest
 
 from igw.gateway.lean_server import _HEAD_LIMIT, SWITCH_ENV
-from igw.gateway.serving import ChunkSizes
+from igw.gateway.serving import ChunkSizes, _request_end
 from tests.gateway.fake_model_server import FakeModelServer, running
 from tests.gateway.support import config_doc, scheduler
 from tests.gateway.test_lean_server import lean_gateway
@@ -132,14 +133,14 @@ async def test_an_upgrade_request_is_served_as_plain_http_by_either_side(
     assert not [r for r in caplog.records if r.name == "asyncio"], [r.getMessage() for r in caplog.records]
 
 
-async def read_until_closed(url: str, request: bytes) -> bytes:
+async def read_until_closed(url: str, request: bytes, *, within_s: float = 30) -> bytes:
     """Send ``request`` on a fresh connection; every byte until the gateway closes it."""
     host, port = url.removeprefix("http://").split(":")
     reader, writer = await asyncio.open_connection(host, int(port))
     try:
         writer.write(request)
         await writer.drain()
-        return await asyncio.wait_for(reader.read(), timeout=30)
+        return await asyncio.wait_for(reader.read(), timeout=within_s)
     finally:
         writer.close()
 
@@ -352,3 +353,87 @@ async def test_an_invalid_host_gets_400_on_either_side_and_a_valid_one_is_served
             assert status == 200, (server_side, host, body)
         assert len(pod.received) == len(VALID_HOSTS)
         assert server.lean_requests == (len(VALID_HOSTS) if server_side == "lean" else 0)
+
+
+@pytest.mark.parametrize(
+    ("expect", "length", "status"),
+    [("100-continue", LIMIT + 1, 413), ("100-continue", 10**10, 413), ("x-other", N, 417)],
+)
+async def test_an_expect_head_refused_is_answered_and_closed_without_reading_the_body(
+    gateway: Callable[..., Any], server_side: str, expect: str, length: int, status: int
+) -> None:
+    """RFC 9110 10.1.1: a client sending ``Expect: 100-continue`` waits for ``100 Continue`` before
+    its body. Refused (413 past ``maxRequestBodyBytes``, 417 for another expectation), the body never
+    comes: before session s45 the connection then lingered 10 s (aiohttp's lingering close) reading
+    and discarding whatever body arrived - a declared 10 GB for that long. Now it closes once
+    answered: the client sees end-of-stream well inside the lingering time."""
+    doc = config_doc([scheduler("llama", "m")], bbr={"maxRequestBodyBytes": LIMIT})
+    async with running(FakeModelServer("a")) as (pod,), gateway(doc, {"llama": [pod.key]}) as gw:
+        head = f"{H}Expect: {expect}\r\nContent-Length: {length}\r\n\r\n".encode()
+        data = await read_until_closed(gw.url, head, within_s=5)  # lingering was 10 s
+        assert data.startswith(f"HTTP/1.1 {status} ".encode()), (server_side, data[:200])
+        assert b"100 Continue" not in data
+        assert b"\r\nconnection: close" in data.lower()
+        assert pod.received == []
+
+
+SPACED = b'{"model": "m",\r\n\r\n"prompt": "hi", "max_tokens": 3}'
+"""A request body holding a blank line (JSON whitespace): not where a head ends."""
+CHUNKED_BODY = f"{N:x}\r\n".encode() + BODY + b"\r\n0\r\n\r\n"
+PIPELINED_FIRST = {
+    "a Content-Length request": post(),
+    "a chunked request": f"{H}{TE}\r\n".encode() + CHUNKED_BODY,
+    "a chunked request with a trailer": f"{H}{TE}\r\n".encode() + CHUNKED_BODY[:-2] + b"X-T: 1\r\n\r\n",
+    "a GET and a chunked body holding a blank line": b"GET /v1/models HTTP/1.1\r\nHost: g\r\n\r\n"
+    + f"{H}{TE}\r\n{len(SPACED):x}\r\n".encode()
+    + SPACED
+    + b"\r\n0\r\n\r\n",
+}
+
+
+@pytest.mark.parametrize("first", PIPELINED_FIRST)
+async def test_a_pipelined_chunked_body_declaring_more_than_the_limit_gets_413_at_once_on_either_side(
+    gateway: Callable[..., Any], server_side: str, first: str
+) -> None:
+    """A chunked request pipelined behind others in the same read has its declared sizes counted
+    like one alone in its read: before session s45 only the latter was (the parser returns both
+    requests from one read, and where the second's head ended was not worked out), so a second
+    request declaring 1 MiB against 64 KiB held its handler until the body timeout. The requests
+    before it are answered; a within-limit chunked request behind them is still served."""
+    doc = config_doc([scheduler("llama", "m")], bbr={"maxRequestBodyBytes": LIMIT})
+    async with running(FakeModelServer("a")) as (pod,), gateway(doc, {"llama": [pod.key]}) as gw:
+        before = PIPELINED_FIRST[first]
+        answers = before.count(b"HTTP/1.1\r\n")
+        data = await read_until_closed(gw.url, before + f"{H}{TE}\r\n100000\r\n".encode(), within_s=5)
+        statuses = re.findall(rb"HTTP/1\.1 (\d{3}) ", data)
+        assert statuses == [b"200"] * answers + [b"413"], (server_side, data[-300:])
+        forwarded = before.count(b"POST ")
+        assert len(pod.received) == forwarded
+        within = before + f"{H}Connection: close\r\n{TE}\r\n".encode() + CHUNKED_BODY
+        data = await read_until_closed(gw.url, within, within_s=5)
+        assert re.findall(rb"HTTP/1\.1 (\d{3}) ", data) == [b"200"] * (answers + 1), (
+            server_side,
+            data[-300:],
+        )
+        assert len(pod.received) == 2 * forwarded + 1
+
+
+@pytest.mark.parametrize(
+    ("chunked", "length", "data", "end"),
+    [
+        (False, "3", b"abcNEXT", 3),
+        (False, None, b"NEXT", 0),
+        (False, "9", b"abc", -1),  # not all of it in the read
+        (True, None, b"3\r\nabc\r\n0\r\n\r\nNEXT", 13),
+        (True, None, b"3;e=1\r\nabc\r\n0\r\nX-T: 1\r\n\r\nNEXT", 25),
+        (True, None, b"4\r\n\r\n\r\n\r\n0\r\n\r\nNEXT", 14),  # a blank line inside a chunk
+        (True, None, b"3\r\nabcd\r\n0\r\n\r\n", -1),  # the data longer than its size
+        (True, None, b"0x3\r\nabc\r\n0\r\n\r\n", -1),
+        (True, None, b"3\r\nabc\r\n0\r\n", -1),  # the trailer section not ended yet
+    ],
+)
+def test_request_end_walks_a_request_s_framing_or_gives_up(
+    chunked: bool, length: str | None, data: bytes, end: int
+) -> None:
+    message = SimpleNamespace(chunked=chunked, headers={} if length is None else {"Content-Length": length})
+    assert _request_end(data, 0, message) == end

@@ -16,6 +16,8 @@ from typing import Final
 
 import yaml
 
+from igw.gateway.emf_metrics import USAGE_UNREAD_CLIENT_GONE
+
 ALERT_RULES_FILE: Final = "addon/chart/inference-gateway/files/alert-rules.yaml"
 
 RUNBOOK_DOC: Final = "docs/runbook.md"
@@ -256,13 +258,15 @@ ALERTS: Final[tuple[Alert, ...]] = (
     Alert(
         # since session s44: before it a WARNING or a 502's access-log line alone said so
         "IgwAnswerUsageUnread",
-        "sum by (model, reason) (increase(igw_answer_usage_unread_total[10m])) > 0",
+        "sum by (model, reason) "
+        f'(increase(igw_answer_usage_unread_total{{reason!="{USAGE_UNREAD_CLIENT_GONE}"}}[10m])) > 0',
         "0m",
         "warning",
         "Model {{ $labels.model }}'s pods sent compressed answers whose usage the gateway could not "
         "read ({{ $labels.reason }}).",
         "A pod compresses though the gateway asks for identity (a compressing proxy, or a hostile pod): "
-        "such answers are refused with 502 or relayed without their tokens charged to the rate limits.",
+        "such answers are refused with 502 or relayed without their tokens charged to the rate limits "
+        "(a client leaving such an answer before its usage, reason client_gone, is counted, not alerted).",
     ),
     Alert(
         # since session s45: the counter (s44) had a CloudWatch metric, but no alert, here or there

@@ -62,6 +62,10 @@ GATEWAY_METRICS: Final = (("UsageMisnamed", "Count"),)
 """``(name, unit)`` of the replica's document without dimensions, written in an interval where one
 moved: ``UsageMisnamed``, retrievals whose answer named another response
 (``igw_usage_misnamed_total``). Since session s44."""
+USAGE_UNREAD_CLIENT_GONE: Final = "client_gone"
+"""The unread-usage reason of a compressed answer whose client left before its usage passed (since
+session s45): the client's doing, not the pod's - counted, but left out of the alert and the alarm
+on unread usage, which say a pod compresses (clients leave mid-answer every day)."""
 USAGE_UNREAD_METRICS: Final = (("AnswerUsageUnread", "Count"),)
 """``(name, unit)`` of the per-(model, reason) document (dimensions :data:`MODEL_DIMENSION`,
 :data:`REASON_DIMENSION`): answers a model server compressed though asked for none whose usage the

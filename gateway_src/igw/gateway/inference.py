@@ -34,6 +34,7 @@ from multidict import CIMultiDict
 from igw.gateway.cache_salt import SALTED_APIS, SALTING_ENGINES, request_salt
 from igw.gateway.decision_log import DEBUG_TOKEN_HEADER, DECISION_HEADER, decision_header
 from igw.gateway.default_backend import DEFAULT_BACKEND_SCHEDULER
+from igw.gateway.emf_metrics import USAGE_UNREAD_CLIENT_GONE
 from igw.gateway.endpoints import EndpointState
 from igw.gateway.errors import anthropic_shaped, denial_response, gateway_error, sse_error_event
 from igw.gateway.event_tokens import TokensPerEvent
@@ -1226,11 +1227,13 @@ async def _forward(
             message = f"routeTimeout of {timeout:g}s exceeded waiting for {plan.what}"
             return obs.finish(gateway_error("route_timeout", message, request_id=obs.request_id))
         except ClientGone:
+            _coded_usage_lost(obs, prepared)
             await _charge_relayed(state.tokens_per_event, guard, principal, obs, body, plan, prepared)
             obs.client_gone()
             return prepared[0] if prepared else web.Response(status=CLIENT_CLOSED)
         except asyncio.CancelledError:
             if not state.inflight.cutting:
+                _coded_usage_lost(obs, prepared)
                 await _charge_relayed(state.tokens_per_event, guard, principal, obs, body, plan, prepared)
                 obs.client_gone()
                 raise
@@ -1434,6 +1437,17 @@ def _tokens_per_event(learnt: dict[str, TokensPerEvent], sr: SchedulerRuntime) -
     if found is None:
         found = learnt[name] = TokensPerEvent()
     return found
+
+
+def _coded_usage_lost(obs: RequestObserver, prepared: Sequence[web.StreamResponse]) -> None:
+    """A compressed answer (:attr:`~igw.gateway.upstream.ExchangeResult.coded`) whose client left
+    before its usage was read: counted in ``igw_answer_usage_unread_total{reason="client_gone"}``
+    (:data:`~igw.gateway.emf_metrics.USAGE_UNREAD_CLIENT_GONE`; no alert on it)
+    (before session s45 it was not: the relay's record never reached the count). It is charged by
+    the bytes relayed (:func:`_charge_relayed`), as an uncompressed answer cut short is."""
+    relayed = getattr(prepared[0], "relayed", None) if prepared else None
+    if relayed is not None and relayed.coded and relayed.usage is None and relayed.usage_unread is None:
+        obs.usage_unread(USAGE_UNREAD_CLIENT_GONE)
 
 
 async def _charge_relayed(

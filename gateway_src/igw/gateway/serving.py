@@ -392,6 +392,12 @@ class GatewayRequestHandler(RequestHandler):
         refusal = _refusal_before_handling(request)
         if refusal is not None:
             request_handler = refusal
+            if "Expect" in request.headers:
+                # The client waits for ``100 Continue`` before it sends the body (RFC 9110 10.1.1):
+                # none is coming, so the connection closes once answered rather than lingering to
+                # read and discard a body (aiohttp's 10 s, which read a declared 10 GB body for that
+                # long before session s45).
+                self._lingering_time = 0.0
         self._last_body = request.content
         return await super()._handle_request(request, start_time, request_handler)
 
@@ -715,20 +721,31 @@ class _StopAfterClose:
             message, body = found[0][-1]
             self._body = body if isinstance(body, StreamReader) and not body.is_eof() else None
             if message.chunked and self._body is not None:  # only a chunked body pays for counting
-                self._count_new(self._body, data, previous, at_boundary and len(found[0]) == 1)
+                self._count_new(self._body, data, previous, found[0] if at_boundary else None)
         return found
 
-    def _count_new(self, body: StreamReader, data: bytes, previous: bytes, alone: bool) -> None:
+    def _count_new(
+        self, body: StreamReader, data: bytes, previous: bytes, messages: Sequence[tuple[Any, Any]] | None
+    ) -> None:
         """Start counting the declared sizes of chunked ``body``, whose head ended in ``data``: from
-        just after the head when that is known for sure (``alone``: the parser was not inside another
-        request's body when ``data`` began, and only this request's head ended in it); else it is not
-        counted (the body timeout bounds it, as any slow body)."""
+        just after the head when that is known for sure - the parser was not inside another request's
+        body when ``data`` began (``messages`` is not ``None``: the requests whose heads ended in
+        ``data``, ``body``'s last), and the requests pipelined before it in ``data`` are walked to
+        their ends by their framing (:func:`_request_end`); else it is not counted (the body timeout
+        bounds it, as any slow body). Before session s45 only a request alone in its read was
+        counted: one pipelined behind another in the same read declared any size unrefused."""
         self._chunks = None
         app = self._app
-        if app is None or not alone:
+        if app is None or messages is None:
             return
         joined = previous[-3:] + data  # a blank line split across two reads
         at = joined.find(_HEAD_END)
+        for message, _ in messages[:-1]:  # the requests before it: complete in this read
+            at = _request_end(joined, at + 4, message)
+            if at >= 0:
+                at = joined.find(_HEAD_END, at)
+            if at < 0:
+                return
         if at < 0:
             return
         self.limit = app._client_max_size
@@ -876,6 +893,36 @@ class ChunkSizes:
                 self._data_left = size
                 self._state = self._LINE
         return False
+
+
+def _request_end(data: bytes, at: int, message: Any) -> int:
+    """The offset just after the body of ``message`` (a request the parser returned), whose head ends
+    at ``data[at]``: its ``Content-Length``, or its chunks and trailer section; -1 when ``data`` does
+    not hold all of it as expected (the caller then does not count)."""
+    if not message.chunked:
+        length = message.headers.get("Content-Length") or "0"
+        end = at + int(length) if length.isdigit() else -1
+        return end if end <= len(data) else -1
+    size = -1
+    while size != 0:  # the chunks: a size line, that many bytes, CRLF; the last one's size is 0
+        lf = data.find(b"\n", at)
+        if lf < 0:
+            return -1
+        digits = data[at:lf].split(b";", 1)[0].strip(b" \t\r")
+        if not digits or len(digits) > _MAX_SIZE_DIGITS or any(c not in _HEX for c in digits):
+            return -1
+        size = int(digits, 16)
+        at = lf + 1 + size
+        if size and data[at : at + 2] != b"\r\n":
+            return -1
+        at += 2 if size else 0
+    while True:  # the trailer section, to its empty line
+        lf = data.find(b"\n", at)
+        if lf < 0:
+            return -1
+        line, at = data[at:lf], lf + 1
+        if line in (b"", b"\r"):
+            return at
 
 
 def _head_ends(data: bytes) -> list[int]:

@@ -393,7 +393,7 @@ class GatewayMetrics:
             "Answers a model server compressed though asked for none whose usage the gateway could not "
             "read (so the token limits did not charge it), by reason: unknown_coding, decode_error, "
             "truncated, bomb_bound (refused with 502, or relayed uncharged), coded_stream (a compressed "
-            "event stream, refused).",
+            "event stream, refused), client_gone (its client left before the usage was relayed).",
             ["model", "reason"],
             registry=r,
         )

@@ -177,6 +177,10 @@ class ExchangeResult:
     :data:`~igw.gateway.answer_coding.UNREAD_REASONS` or ``coded_stream`` (an event stream, refused):
     counted in ``igw_answer_usage_unread_total``, whether the answer was refused (a 502) or relayed
     uncharged."""
+    coded: bool
+    """A compressed answer relayed while its usage is read from its decoded bytes: one cut short by
+    its client before the usage was read counts as ``client_gone`` in
+    ``igw_answer_usage_unread_total`` (:func:`igw.gateway.inference._coded_usage_lost`)."""
 
     def __init__(
         self,
@@ -194,6 +198,7 @@ class ExchangeResult:
         relayed_bytes: int = 0,
         large_error: bool = False,
         usage_unread: str | None = None,
+        coded: bool = False,
     ) -> None:
         self.answer = answer
         self.status = status
@@ -209,6 +214,7 @@ class ExchangeResult:
         self.relayed_bytes = relayed_bytes
         self.large_error = large_error
         self.usage_unread = usage_unread
+        self.coded = coded
 
     @property
     def response(self) -> web.StreamResponse:
@@ -992,6 +998,7 @@ async def _relay_whole(
         if scan.unreadable is not None:  # a coding the gateway cannot decode: refused, nothing relayed
             response.relayed = None
             return _unreadable_answer(scan, extra)
+        result.coded = True
     read_first = expect_id is not None and reads_json and upstream.status < 400
     if read_first:  # checked before anything of it leaves
         for chunk in parts:
@@ -1075,7 +1082,7 @@ async def _relay_decoded(
 
     response = _RelayedStream(status=upstream.status)
     _response_headers(upstream, extra, response.headers, drop=_CODED_FIELDS)
-    result = ExchangeResult(answer=response, status=upstream.status, ok=upstream.status < 500)
+    result = ExchangeResult(answer=response, status=upstream.status, ok=upstream.status < 500, coded=True)
     try:
         while True:
             try:
