@@ -36,3 +36,55 @@ def test_a_model_name_conflict_names_the_scheduler_index() -> None:
     ]
     assert all('InferenceGatewayConfig "older"' in message for message in refusal.messages)
     assert admit(older, [older, newer]) is None
+
+
+def _serving(obj: dict[str, Any], *models: str) -> dict[str, Any]:
+    """``obj`` with the ``status.models`` the operator writes once it serves ``models``."""
+    return {**obj, "status": {"models": ", ".join(models)}}
+
+
+def test_the_first_config_to_serve_a_model_keeps_it_against_an_older_configs_edit() -> None:
+    """By creation time alone, the older config edited to take the model a newer one serves was
+    admitted and the newer refused, while its data plane went on serving that model. The edit is
+    refused; the config serving the model stays admitted."""
+    older = _serving(_config("older", "2026-12-01T00:00:00Z", "mistral"), "llama")
+    newer = _serving(_config("newer", "2026-12-02T00:00:00Z", "mistral"), "mistral")
+    refusal = admit(older, [older, newer])
+    assert refusal is not None
+    assert refusal.messages == (
+        'spec.schedulers[0].modelName: "mistral" is already served by InferenceGatewayConfig "newer" in '
+        'namespace "inference" (it serves it already: the first config to serve a model keeps it)',
+    )
+    assert admit(newer, [older, newer]) is None
+
+
+def test_two_new_configs_or_two_serving_ones_leave_the_model_to_the_older() -> None:
+    older = _config("older", "2026-12-01T00:00:00Z", "llama")
+    newer = _config("newer", "2026-12-02T00:00:00Z", "llama")
+    for pair in ((older, newer), (_serving(older, "llama"), _serving(newer, "llama"))):
+        refusal = admit(pair[1], pair)
+        assert refusal is not None
+        assert refusal.messages[0].endswith("(the older object keeps it)")
+        assert admit(pair[0], pair) is None
+
+
+def test_a_config_still_serving_a_model_it_gave_up_holds_it_until_it_stops() -> None:
+    """Its new spec dropped the model (maybe refused, so it keeps serving it): another config asking
+    for it is refused until the status says it stopped; then it is admitted."""
+    leaving = _serving(_config("leaving", "2026-12-02T00:00:00Z", "phi"), "llama")
+    taking = _config("taking", "2026-12-01T00:00:00Z", "llama")
+    refusal = admit(taking, [taking, leaving])
+    assert refusal is not None
+    assert '"llama" is already served by InferenceGatewayConfig "leaving"' in refusal.message
+    assert admit(taking, [taking, _serving(leaving, "phi")]) is None
+    # Both serving it while the leaving one gives it up: the one still asking for it keeps it.
+    assert admit(_serving(taking, "llama"), [taking, leaving]) is None
+
+
+def test_a_served_model_name_holding_a_comma_is_matched_whole() -> None:
+    older = _config("older", "2026-12-01T00:00:00Z", "a, b")
+    newer = _serving(_config("newer", "2026-12-02T00:00:00Z", "a, b"), "x", "a, b")
+    assert admit(older, [older, newer]) is not None
+    # Serving "a" is not serving "a, b": neither serves it, so the older keeps it.
+    partial = _serving(newer, "a")
+    assert admit(partial, [older, partial]) is not None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -669,3 +670,121 @@ def test_pod_defaults_with_a_limit_below_its_request_are_refused_before_any_data
     assert refused["reason"] == "InvalidSpec"
     assert "spec.podDefaults.resources.limits.cpu: must be at least" in refused["message"]
     assert find(cluster, "Deployment", "inference", "small-gateway") is None
+
+
+def _events(kube: FakeKubeApiServer, name: str) -> list[dict[str, Any]]:
+    return [
+        obj
+        for obj in kube.store.iter_all()
+        if obj["kind"] == "Event" and obj["involvedObject"]["name"] == name
+    ]
+
+
+def _served_model(kube: FakeKubeApiServer, name: str) -> str:
+    """The ``modelName`` of the first scheduler ``name``'s served ConfigMap holds."""
+    config_map = find(kube, "ConfigMap", "inference", f"{name}-gateway-config")
+    assert config_map is not None
+    return str(yaml.safe_load(config_map["data"][CONFIG_KEY])["spec"]["schedulers"][0]["modelName"])
+
+
+def test_an_edit_taking_a_served_model_is_refused_on_the_edited_config(
+    cluster: FakeKubeApiServer, operator: OperatorThread
+) -> None:
+    """The older config edited to take the model a newer one serves: the age rule admitted the edit
+    and refused the newer config, whose data plane kept serving that model - two gateways routed to
+    the same model servers. The first to serve a model keeps it: the edit is refused, naming the
+    field and the config that serves it, with a Warning Event; the older keeps serving its model."""
+    cluster.add(igwc("older", model="llama", app="llama"))
+    wait_condition(cluster, "older", "GatewayProgrammed", "True")
+    cluster.add(igwc("newer", model="mistral", app="mistral"))
+    wait_condition(cluster, "newer", "GatewayProgrammed", "True")
+    wait_for(
+        lambda: (
+            (find(cluster, "InferenceGatewayConfig", "inference", "newer") or {})
+            .get("status", {})
+            .get("models")
+            == "mistral"
+        ),
+        what="newer's status.models",
+    )
+
+    def take_mistral(spec: dict[str, Any]) -> None:
+        spec["schedulers"][0]["modelName"] = "mistral"
+
+    update_spec(cluster, "inference", "older", take_mistral)
+    refused = wait_condition(cluster, "older", "Accepted", "False")
+    assert refused["reason"] == "ModelNameConflict"
+    assert refused["message"].startswith('spec.schedulers[0].modelName: "mistral" is already served by')
+    assert 'InferenceGatewayConfig "newer"' in refused["message"]
+    wait_for(
+        lambda: any(
+            e["reason"] == "AcceptedModelNameConflict" and e["type"] == "Warning"
+            for e in _events(cluster, "older")
+        ),
+        what="the Warning Event on the edited config",
+    )
+    # A few resync passes later still: the newer keeps its model, the older its previous data plane.
+    time.sleep(2.0)
+    newer = find(cluster, "InferenceGatewayConfig", "inference", "newer")
+    assert condition(newer, "Accepted")["status"] == "True"
+    assert _served_model(cluster, "newer") == "mistral"
+    assert _served_model(cluster, "older") == "llama"
+    older = find(cluster, "InferenceGatewayConfig", "inference", "older")
+    assert older is not None
+    assert older["status"]["models"] == "llama"
+    assert condition(older, "GatewayProgrammed")["status"] == "True"
+    # Once the newer one is gone, the edit is admitted.
+    kind = cluster.store.kind_for(api_version=IGWC_API_VERSION, kind="InferenceGatewayConfig")
+    cluster.store.delete(kind, "inference", "newer")
+    wait_condition(cluster, "older", "Accepted", "True")
+    wait_for(
+        lambda: _served_model(cluster, "older") == "mistral",
+        what="the older config serving mistral",
+    )
+
+
+def test_a_refused_configs_data_plane_is_restored_from_the_last_admitted_spec(
+    cluster: FakeKubeApiServer, operator: OperatorThread
+) -> None:
+    """A refused spec keeps the previous data plane serving, but a Deployment or ConfigMap deleted
+    meanwhile was never put back, and GatewayProgrammed said no spec had ever been admitted. The
+    pass restores them from the last admitted spec (the served ConfigMap, or what this operator
+    applied last when that is gone)."""
+    cluster.add(igwc("chat"))
+    wait_condition(cluster, "chat", "GatewayProgrammed", "True")
+    admitted = _served_spec(cluster, "chat")
+    limit_below_request = {"resources": {"requests": {"cpu": "2"}, "limits": {"cpu": "1"}}}
+    update_spec(cluster, "inference", "chat", lambda spec: spec.update(podDefaults=limit_below_request))
+    wait_condition(cluster, "chat", "Accepted", "False")
+    deployments = cluster.store.kind_for(api_version="apps/v1", kind="Deployment")
+
+    def scale_to_zero(current: dict[str, Any]) -> None:
+        current["spec"]["replicas"] = 0
+        cluster.store.replace(deployments, "inference", "chat-gateway", current)
+
+    write_latest(cluster, "Deployment", "inference", "chat-gateway", scale_to_zero)
+    wait_for(
+        lambda: (find(cluster, "Deployment", "inference", "chat-gateway") or {})["spec"]["replicas"] == 2,
+        what="the Deployment scaled back",
+    )
+    # The served ConfigMap holds the last admitted spec; with it gone, what the operator applied last.
+    for kind_name, name in (("Deployment", "chat-gateway"), ("ConfigMap", "chat-gateway-config")):
+        api_version = "apps/v1" if kind_name == "Deployment" else "v1"
+        kind = cluster.store.kind_for(api_version=api_version, kind=kind_name)
+        cluster.store.delete(kind, "inference", name)
+
+        def restored(kind_name: str = kind_name, name: str = name) -> dict[str, Any] | None:
+            return find(cluster, kind_name, "inference", name)
+
+        wait_for(restored, what=f"{kind_name} restored")
+        programmed = wait_condition(cluster, "chat", "GatewayProgrammed", "True")
+        assert programmed["reason"] == "Programmed"
+    deployment = find(cluster, "Deployment", "inference", "chat-gateway")
+    assert deployment is not None
+    resources = deployment["spec"]["template"]["spec"]["containers"][0].get("resources") or {}
+    assert resources.get("limits", {}).get("cpu") != "1", "the refused spec must not be applied"
+    assert _served_spec(cluster, "chat") == admitted
+    assert (
+        condition(find(cluster, "InferenceGatewayConfig", "inference", "chat"), "Accepted")["status"]
+        == "False"
+    )

@@ -143,6 +143,9 @@ def test_never_admitted_object_is_pending() -> None:
     assert _conditions(status)["Ready"] == ("False", "NotProgrammed")
     assert status["schedulers"] == []
     assert status["address"] == ""
+    # Not "no spec of this object has been admitted yet": one may have been, its ConfigMap gone since.
+    programmed = next(c for c in status["conditions"] if c["type"] == "GatewayProgrammed")
+    assert programmed["message"].startswith("the latest spec is refused (ModelNameConflict) and no admitted")
 
 
 def test_transitions_only_on_change_and_times_are_kept() -> None:

@@ -10,8 +10,15 @@ no ``envFrom``, whose Secret's keys the operator does not read) would stop every
 (``igw serve`` exits 2 naming it): refused here, where the status says so, instead of a crash loop.
 
 Cross-object rule: two configs in one namespace serving the same ``modelName`` would both discover
-that namespace's model servers, and clients could not tell which endpoint serves the model. The
-newer object (later ``creationTimestamp``, then name) is refused with a message naming the older one.
+that namespace's model servers, and clients could not tell which endpoint serves the model. The first
+to serve a model keeps it: a spec asking for a model another config of the namespace serves (its
+``status.models``, written from its served ConfigMap) is refused while this one does not serve it, so
+an edit that takes another config's model is the one refused (by creation time alone, editing the
+older config to take a newer one's model was admitted, and the newer one - refused, keeping its
+previous data plane - went on serving it too: two gateways on the same model servers). When neither
+serves it (two new configs applied together) or both do, the older object (``creationTimestamp``,
+then name) keeps it. A config that serves the model but no longer asks for it refuses the others
+until it has stopped serving it (its next admitted pass).
 """
 
 from __future__ import annotations
@@ -90,8 +97,36 @@ def _model_names(obj: Mapping[str, Any]) -> set[str]:
     }
 
 
+def served_models(obj: Mapping[str, Any]) -> tuple[str, ...]:
+    """The model names ``obj``'s data plane serves, as its ``status.models`` says (the operator writes
+    it from the served ConfigMap, ``", "``-joined); empty when it serves nothing."""
+    text = (obj.get("status") or {}).get("models")
+    return tuple(text.split(", ")) if isinstance(text, str) and text else ()
+
+
+def _serves(obj: Mapping[str, Any], model: str) -> bool:
+    """Whether ``obj`` serves ``model`` (a name holding ``", "`` spans several entries of the list)."""
+    served, wanted = served_models(obj), model.split(", ")
+    return any(list(served[i : i + len(wanted)]) == wanted for i in range(len(served)))
+
+
+def _keeper(igwc: Mapping[str, Any], other: Mapping[str, Any], model: str) -> str | None:
+    """Why ``other`` keeps ``model`` that ``igwc``'s spec asks for, or ``None`` when ``igwc`` may have it."""
+    they_serve, i_serve = _serves(other, model), _serves(igwc, model)
+    if they_serve and not i_serve:
+        return "it serves it already: the first config to serve a model keeps it"
+    if i_serve and not they_serve:
+        return None
+    if model not in _model_names(other):  # both serve it, and the other is giving it up
+        return None
+    if _age_key(other) < _age_key(igwc):
+        return "the older object keeps it"
+    return None
+
+
 def model_conflicts(igwc: Mapping[str, Any], neighbours: Iterable[Mapping[str, Any]]) -> list[str]:
-    """Model names ``igwc`` shares with an older object of its namespace, one message each."""
+    """Model names of ``igwc``'s spec another object of its namespace keeps (see the module
+    docstring), one message per scheduler, naming its field and the other object."""
     me = igwc["metadata"]
     mine = _model_names(igwc)
     messages: list[str] = []
@@ -99,12 +134,14 @@ def model_conflicts(igwc: Mapping[str, Any], neighbours: Iterable[Mapping[str, A
         meta = other.get("metadata") or {}
         if meta.get("uid") == me.get("uid") or meta.get("namespace") != me.get("namespace"):
             continue
-        if _age_key(other) >= _age_key(igwc):
-            continue
-        for model in sorted(mine & _model_names(other)):
+        for model in sorted(mine):
+            why = _keeper(igwc, other, model)
+            if why is None:
+                continue
+            verb = "is already served by" if _serves(other, model) else "is also asked for by"
             messages.extend(
-                f'spec.schedulers[{index}].modelName: "{model}" is already served by InferenceGatewayConfig '
-                f'"{meta.get("name")}" in namespace "{me.get("namespace")}" (the older object keeps it)'
+                f'spec.schedulers[{index}].modelName: "{model}" {verb} InferenceGatewayConfig '
+                f'"{meta.get("name")}" in namespace "{me.get("namespace")}" ({why})'
                 for index in _scheduler_indexes(igwc, model)
             )
     return messages

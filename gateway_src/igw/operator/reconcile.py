@@ -2,8 +2,9 @@
 
 The pass is level-triggered and idempotent, so kopf may call it on every create / update / resume
 and on a timer: it re-reads the object, admits it (:mod:`igw.operator.admission`), applies the
-data plane only when admitted (a refused spec leaves the previous data plane untouched) and then all
-or nothing (:meth:`igw.operator.kube.Kube.apply_all`: every object dry-run on the API server first,
+data plane only when admitted (a refused spec keeps the previous data plane serving: what of it was
+deleted or changed is put back from the last admitted spec, :meth:`Reconciler._last_admitted`) and
+then all or nothing (:meth:`igw.operator.kube.Kube.apply_all`: every object dry-run on the API server first,
 so a Service or Deployment the API server refuses leaves the served ConfigMap as it was), observes
 what runs (the rendered configuration actually served, the gateway Deployment and Service, the
 model-server pods of each served scheduler), then writes the status when it changed and posts
@@ -213,6 +214,9 @@ class Reconciler:
         self._issuer_noted: dict[tuple[str, str], tuple[object, str]] = {}
         """``(namespace, name): (uid, problem)`` of the issuer problem last reported for an issued
         certificate (:meth:`_post_renewal`): one Warning Event when it changes, not one per pass."""
+        self._admitted: dict[tuple[str, str], tuple[object, dict[str, Any]]] = {}
+        """``(namespace, name): (uid, spec)`` last applied for an admitted spec: restores the data plane
+        of a refused spec when its served ConfigMap is gone too (:meth:`_last_admitted`)."""
         self._issuer_reads = CachedReader(kube, monotonic, ISSUER_READ_TTL_S)
         """Reads of the configured issuer once a certificate is issued, shared by every object's
         passes for :data:`ISSUER_READ_TTL_S`."""
@@ -262,6 +266,7 @@ class Reconciler:
                 self._renewal_noted.pop(key, None)
                 self._import_noted.pop(key, None)
                 self._issuer_noted.pop(key, None)
+                self._admitted.pop(key, None)
                 return False
             await self._pass(igwc, listed)
             return True
@@ -357,25 +362,42 @@ class Reconciler:
         apply_error: str | None = None
         apply_reason = "ApplyFailed"
         tls = TlsOutcome()
-        if refusal is None:
-            if wants_auto_issue(igwc.get("spec") or {}):
-                self._certificates_gone.pop(_identity(igwc)[:2], None)
-                tls = await self._auto_issue(igwc) if self._auto_tls.enabled else _AUTO_TLS_DISABLED
+        target: dict[str, Any] | None = served
+        issued_arn: str | None = None
+        if refusal is not None:
+            # The previous data plane keeps serving: objects of it deleted or changed meanwhile are
+            # put back from the last admitted spec (none: nothing is applied).
+            target = await self._last_admitted(igwc)
+            if target is not None and _names_import(igwc):
+                issued_arn = str(((igwc.get("status") or {}).get("tls") or {}).get("acmArn"))
+        elif wants_auto_issue(igwc.get("spec") or {}):
+            self._certificates_gone.pop(_identity(igwc)[:2], None)
+            tls = await self._auto_issue(igwc) if self._auto_tls.enabled else _AUTO_TLS_DISABLED
+            issued_arn = tls.acm_arn
+        if target is not None:
             try:
-                egress = await self._service_egress(igwc, served)
+                egress = await self._service_egress(igwc, target)
                 objects = [
                     *([] if tls.certificate is None else [tls.certificate]),
                     *desired_objects(
-                        served, self._settings, issued_acm_arn=tls.acm_arn, service_egress=egress
+                        target, self._settings, issued_acm_arn=issued_arn, service_egress=egress
                     ),
                 ]
                 written = await self._kube.apply_all(
-                    [(desired, initial_only_fields(desired, served)) for desired in objects]
+                    [(desired, initial_only_fields(desired, target)) for desired in objects]
                 )
                 for label in written:
-                    log.info("%s/%s: applied %s", namespace, name, label)
-                await self._retire_autoscaler(served)
-                await self._retire_network_policy(served)
+                    log.info(
+                        "%s/%s: applied %s%s",
+                        namespace,
+                        name,
+                        label,
+                        "" if refusal is None else " (restored from the last admitted spec)",
+                    )
+                if refusal is None:
+                    self._admitted[(namespace, name)] = (meta.get("uid"), dict(served["spec"]))
+                await self._retire_autoscaler(target)
+                await self._retire_network_policy(target)
             except Exception as exc:  # any API refusal is reported on the object, not raised
                 apply_error = _error_text(exc)
                 if namespace_terminating(exc):
@@ -435,6 +457,29 @@ class Reconciler:
         await self._post_notes(igwc)
         await self._post_renewal(igwc, tls.renewal)
         await self._post_renewal(igwc, tls.issuer, noted=self._issuer_noted)
+
+    async def _last_admitted(self, igwc: Mapping[str, Any]) -> dict[str, Any] | None:
+        """``igwc`` with the last spec admitted for it (to restore the data plane of a refused spec),
+        or ``None`` when there is none to serve.
+
+        From the served ConfigMap this object controls, which holds that spec (objectives and rewrites
+        merged), so it survives an operator restart; when that ConfigMap is gone, from what this
+        process applied last for the object. A ConfigMap rewritten into no valid config is left as it
+        is (``ServedConfigInvalid`` reports it) until a spec is admitted. Before, nothing was applied
+        for a refused spec: a Deployment or ConfigMap deleted or scaled meanwhile stayed so, and
+        GatewayProgrammed said no spec had ever been admitted."""
+        meta = igwc["metadata"]
+        namespace, base = meta["namespace"], base_name(meta["name"])
+        uid = str(meta.get("uid") or "")
+        config_map = _controlled(await self._kube.get("v1", "ConfigMap", namespace, f"{base}-config"), uid)
+        if config_map is not None:
+            document, _ = _served_document(config_map, f"ConfigMap {namespace}/{base}-config")
+            same = document is not None and (document.get("metadata") or {}).get("name") == meta["name"]
+            return {**igwc, "spec": document["spec"]} if same and document is not None else None
+        remembered = self._admitted.get((namespace, meta["name"]))
+        if remembered is None or remembered[0] != meta.get("uid"):
+            return None
+        return {**igwc, "spec": remembered[1]}
 
     async def _deleted_meanwhile(self, igwc: Mapping[str, Any]) -> bool:
         """Whether ``igwc`` was deleted (or is being deleted, or was made anew) since its pass read it.
@@ -893,6 +938,7 @@ class Reconciler:
         self._renewal_noted.pop(_identity(igwc)[:2], None)
         self._import_noted.pop(_identity(igwc)[:2], None)
         self._issuer_noted.pop(_identity(igwc)[:2], None)
+        self._admitted.pop(_identity(igwc)[:2], None)
 
     async def _retire_certificate(self, igwc: Mapping[str, Any]) -> None:
         """Delete the Certificate this operator applied for ``igwc`` and the Secret cert-manager wrote

@@ -293,6 +293,15 @@ def _conditions(
         if seen.tls_issuer:
             applied += f"; RENEWAL AT RISK: {seen.tls_issuer}"
         out["GatewayProgrammed"] = ("True", "Programmed", applied)
+    elif refused is not None:
+        # A refused spec's pass restores the last admitted one's data plane; it found none to restore.
+        out["GatewayProgrammed"] = (
+            "False",
+            "NotProgrammed",
+            f"the latest spec is refused ({refused.reason}) and no admitted spec of this object is at "
+            "hand to serve: none was admitted yet, or its served ConfigMap is gone since the operator "
+            "last restarted",
+        )
     else:
         out["GatewayProgrammed"] = ("False", "NotProgrammed", "no spec of this object has been admitted yet")
     without = [s["name"] for s in schedulers if s["endpoints"]["ready"] == 0]
