@@ -145,3 +145,45 @@ async def test_bodies_the_router_cannot_read_are_counted_in_its_request_metric()
         'igw_global_requests_total{code="415",model="(unknown)"}': 1.0,
         'igw_global_requests_total{code="408",model="(unknown)"}': 1.0,
     }
+
+
+async def test_an_over_limit_body_refused_from_its_head_names_the_routers_setting_and_closes() -> None:
+    """Two 413s the router gives before reading a body: ``Expect: 100-continue`` with a
+    ``Content-Length`` past the limit (answered by the connection handler, tier 1's code) and a
+    chunked body whose chunk-size lines declare more than the limit. Until session s45 the first named
+    tier 1's ``bbr.maxRequestBodyBytes`` (no such field in a GlobalRouterConfig) and the second kept
+    the connection open without saying why: tier 1 answers it with ``Connection: close`` (the rest of
+    the body is never read) and says the chunk sizes declared more. Nothing reaches a cluster (the
+    clusters here are not listening)."""
+    doc = global_doc(routing={"maxRequestBodyBytes": 1024})
+    app = create_global_app(parse_global_config(doc), rng=random.Random(1), read_heartbeats=False)
+    head = "POST /v1/completions HTTP/1.1\r\nHost: g\r\n"
+    expect = f"{head}Expect: 100-continue\r\nContent-Length: 2048\r\n\r\n".encode()
+    declared = f"{head}Transfer-Encoding: chunked\r\n\r\nffffffff\r\n{{".encode()
+    async with serve_app(app, host="127.0.0.1", port=0) as url:
+        for request, says in ((expect, ""), (declared, ": its chunk sizes declare more")):
+            status, headers, body = await _one_answer(url, request)
+            assert (status, headers.get("connection")) == (413, "close"), body
+            error = orjson.loads(body)["error"]
+            assert error["code"] == "request_too_large"
+            assert (
+                error["message"]
+                == f"request body exceeds spec.routing.maxRequestBodyBytes (1024 bytes){says}"
+            )
+
+
+async def _one_answer(url: str, request: bytes) -> tuple[int, dict[str, str], bytes]:
+    """Send ``request`` on a fresh connection; the first answer's status, headers (lower-case names)
+    and ``Content-Length`` body, read without waiting for the connection to close (aiohttp lingers
+    up to 10 s on a refused ``Expect: 100-continue`` for a body that never comes)."""
+    host, port = url.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        writer.write(request)
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=10)
+        status_line, *lines = head.decode("latin-1").strip().split("\r\n")
+        headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines)}
+        body = await asyncio.wait_for(reader.readexactly(int(headers["content-length"])), timeout=10)
+    finally:
+        writer.close()
+    return int(status_line.split()[1]), headers, body

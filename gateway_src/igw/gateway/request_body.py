@@ -93,9 +93,16 @@ def check_content_encoding(headers: MultiMapping[str]) -> None:
         raise UnsupportedContentEncoding(codings)
 
 
+BODY_LIMIT_SETTING: Final = "bbr.maxRequestBodyBytes"
+"""The setting a tier-1 gateway's 413 names (the global router names its own:
+``spec.routing.maxRequestBodyBytes``)."""
+
+
 class BodyTooLarge(IgwGatewayError):
-    def __init__(self, limit: int) -> None:
-        super().__init__(f"request body exceeds bbr.maxRequestBodyBytes ({limit} bytes)")
+    """A request body over ``limit`` bytes; the message names ``setting``, the limit's config field."""
+
+    def __init__(self, limit: int, *, setting: str = BODY_LIMIT_SETTING) -> None:
+        super().__init__(f"request body exceeds {setting} ({limit} bytes)")
         self.limit = limit
 
 
@@ -104,8 +111,8 @@ class DeclaredBodyTooLarge(BodyTooLarge):
     declared, without waiting for the bytes (:class:`igw.gateway.serving.ChunkSizes`); the
     connection closes after the answer."""
 
-    def __init__(self, limit: int) -> None:
-        super().__init__(limit)
+    def __init__(self, limit: int, *, setting: str = BODY_LIMIT_SETTING) -> None:
+        super().__init__(limit, setting=setting)
         self.args = (f"{self.args[0]}: its chunk sizes declare more",)
 
 

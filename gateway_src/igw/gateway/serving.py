@@ -94,6 +94,7 @@ from igw.errors import IgwGatewayError
 from igw.gateway.errors import REQUEST_ID_HEADER, anthropic_shaped, gateway_error
 from igw.gateway.inference_apis import anthropic_path
 from igw.gateway.request_body import (
+    BODY_LIMIT_SETTING,
     DECODED_CONTENT_CODINGS,
     BodyTooLarge,
     DeclaredBodyTooLarge,
@@ -160,6 +161,9 @@ class ServerLimits:
 
 LIMITS_KEY = web.AppKey("igw_server_limits", ServerLimits)
 INFLIGHT_KEY = web.AppKey("igw_inflight", InflightRequests)
+BODY_LIMIT_SETTING_KEY = web.AppKey("igw_body_limit_setting", str)
+"""The config field that sets the app's ``client_max_size``, as its 413s name it (default
+:data:`~igw.gateway.request_body.BODY_LIMIT_SETTING`, tier 1's; the global router sets its own)."""
 
 
 def raise_fd_limit() -> int:
@@ -389,7 +393,10 @@ class GatewayRequestHandler(RequestHandler):
         start_time: float | None,
         request_handler: Callable[[BaseRequest], Awaitable[web.StreamResponse]],
     ) -> tuple[web.StreamResponse, bool]:
-        refusal = _refusal_before_handling(request)
+        manager = self._manager
+        app = manager.app if isinstance(manager, GatewayServer) else None
+        setting = BODY_LIMIT_SETTING if app is None else app.get(BODY_LIMIT_SETTING_KEY, BODY_LIMIT_SETTING)
+        refusal = _refusal_before_handling(request, body_limit_setting=setting)
         if refusal is not None:
             request_handler = refusal
             if "Expect" in request.headers:
@@ -560,9 +567,10 @@ def target_refusal(target: str) -> str | None:
 
 
 def _refusal_before_handling(
-    request: BaseRequest,
+    request: BaseRequest, *, body_limit_setting: str = BODY_LIMIT_SETTING
 ) -> Callable[[BaseRequest], Awaitable[web.StreamResponse]] | None:
-    """A handler answering a request the gateway refuses from its head alone, else ``None``."""
+    """A handler answering a request the gateway refuses from its head alone, else ``None``.
+    ``body_limit_setting``: the config field a 413 names (:data:`BODY_LIMIT_SETTING_KEY`)."""
     if request.version == HTTP09:
         code, text, status = "bad_http_request", "request line without an HTTP version (HTTP/0.9)", 400
     elif request.version != HttpVersion11 and request.version != HttpVersion10:
@@ -584,7 +592,11 @@ def _refusal_before_handling(
         and request.content_length is not None
         and request.content_length > request.client_max_size
     ):
-        code, text, status = "request_too_large", str(BodyTooLarge(request.client_max_size)), 413
+        code, text, status = (
+            "request_too_large",
+            str(BodyTooLarge(request.client_max_size, setting=body_limit_setting)),
+            413,
+        )
     else:
         return None
 

@@ -66,6 +66,7 @@ from igw.gateway.model_router import NO_MATCH_MESSAGE
 from igw.gateway.request_body import (
     BadRequestBody,
     BodyTooLarge,
+    DeclaredBodyTooLarge,
     InferenceBody,
     UnsupportedContentEncoding,
     check_content_encoding,
@@ -76,7 +77,7 @@ from igw.gateway.request_body import (
 )
 from igw.gateway.retries import request_digest
 from igw.gateway.server_identity import name_every_answer
-from igw.gateway.serving import INFLIGHT_KEY, LIMITS_KEY, ServerLimits
+from igw.gateway.serving import BODY_LIMIT_SETTING_KEY, INFLIGHT_KEY, LIMITS_KEY, ServerLimits
 from igw.gateway.shutdown import InflightRequests
 from igw.gateway.stream_usage import RELAY_USAGE, RELAY_USAGE_HEADER, StreamUsage
 from igw.gateway.telemetry import UNKNOWN_MODEL
@@ -123,6 +124,8 @@ models their heartbeats list)."""
 CLUSTER_HEADER: Final = "x-igw-cluster"
 REGION_HEADER: Final = "x-igw-region"
 MODEL_HEADER: Final = "x-gateway-model-name"
+BODY_LIMIT: Final = "spec.routing.maxRequestBodyBytes"
+"""The setting the router's 413s name (every one: its handler's and the connection handler's)."""
 WHOLE_ANSWER_BUFFER_BYTES: Final = 1024 * 1024
 """A cluster's whole (non-streamed) answer below status 400 - never retried here - is relayed as it
 arrives once it is larger than this (:func:`igw.gateway.upstream._relay_whole`): a router relaying
@@ -271,8 +274,13 @@ async def _route(
         refused = gateway_error("request_timeout", message, headers={"Connection": "close"})
         return _counted_unread(router, request, refused)
     except BodyTooLarge as exc:
-        message = f"request body exceeds spec.routing.maxRequestBodyBytes ({exc.limit} bytes)"
-        return _counted_unread(router, request, gateway_error("request_too_large", message))
+        # A chunked body that declared more than the limit is refused unread (the connection
+        # handler ends its reader with DeclaredBodyTooLarge): the rest may still come, so the
+        # connection closes, as tier 1's does. Until session s45 this 413 kept the connection and
+        # named neither the cause nor (on the Expect path) the router's own setting.
+        message = str(type(exc)(exc.limit, setting=BODY_LIMIT))
+        closing = {"Connection": "close"} if isinstance(exc, DeclaredBodyTooLarge) else None
+        return _counted_unread(router, request, gateway_error("request_too_large", message, headers=closing))
     except UnsupportedContentEncoding as coded:
         accept = {"Accept-Encoding": coded.accepted()}
         refused = gateway_error(
@@ -1064,6 +1072,7 @@ def create_global_app(
     )
     app[ROUTER_KEY] = router
     app[INFLIGHT_KEY] = InflightRequests()
+    app[BODY_LIMIT_SETTING_KEY] = BODY_LIMIT
     for path, api in INFERENCE_PATHS.items():
         app.router.add_post(path, _inference_route(api))
     for method, path in STORED_RESPONSE_ROUTES:
