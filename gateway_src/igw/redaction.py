@@ -153,6 +153,87 @@ lines (the access log's, one per request) contain none, and the scan for them is
 cheaper than running the case-insensitive patterns over the line."""
 
 
+_SECRET_FIELD: Final = (
+    r"[a-z0-9_-]*(?:token|secret|password|passwd|assertion|api_?key|access_?key|code_verifier)"
+)
+"""A field name that says its value is a credential (``refresh_token``, ``client_secret``,
+``clientSecret``, ``password``, ``client_assertion``, ``api_key``, ``code_verifier``): not
+``max_tokens``, ``token_type``, ``secret_name`` or ``passwordEnv``, whose names go on after the word."""
+_FORM_FIELD: Final = re.compile(
+    r"(?i)(?:(?<=%26)|(?<![A-Za-z0-9_.-]))"
+    r"(?:(" + _SECRET_FIELD + r")(=|%3D)((?:(?!%26)[^&\s\"'<>\\])+)"
+    r"|((?:device_)?code)(=|%3D)((?:(?!%26)[^&\s\"'<>\\])+)(?=&|%26))"
+    r"|(?:(?<=&)|(?<=%26))((?:device_)?code)(=|%3D)((?:(?!%26)[^&\s\"'<>\\])+)"
+)
+"""A secret-named field of a form body (``grant_type=refresh_token&refresh_token=...&client_secret=...``,
+percent-encoded again as ``%26refresh_token%3D...`` inside another value), its value masked up to the
+next ``&``, blank, quote or backslash (a repr's escape: a form value has them percent-encoded).
+``code`` (an authorization or device code) only next to another field, ``&code=`` or ``code=...&``: a
+``code=503`` in a log line is a status. requests_oauthlib logs the kubernetes client's OIDC refresh body
+so at DEBUG (``IGW_DEBUG_THIRD_PARTY=1``); before session s45 :func:`redact` masked ``name=value``
+only in a URL's query, and the refresh token and client secret went to the logs. Other fields
+(``status=200``, ``model=llama``) stay."""
+_FORM_WORDS: Final = (
+    "token",
+    "secret",
+    "password",
+    "passwd",
+    "assertion",
+    "apikey",
+    "api_key",
+    "access_key",
+    "accesskey",
+    "code",
+    "code_verifier",
+)
+_FORM_HINT: Final = re.compile("=(?<=[nrdtye]=)(?:" + "|".join(f"(?<={word}=)" for word in _FORM_WORDS) + ")")
+_ENCODED_FORM_HINT: Final = re.compile("%3d(?:" + "|".join(f"(?<={word}%3d)" for word in _FORM_WORDS) + ")")
+"""What a lower-cased text needs for :data:`_FORM_FIELD` to match (a secret word right before ``=`` or
+``%3D``): searches led by that literal, each ``=`` first checked for the last letter of one of the
+words (``[nrdtye]``), which cost a fraction of a microsecond on a line without one, where looking for
+the words themselves cost several."""
+_QUOTED_FIELD: Final = re.compile(
+    r"(?i)([\"'])(" + _SECRET_FIELD + r")(\1\s*:\s*)(?:(\")(?:[^\"\\\n]|\\.)*\"|(')(?:[^'\\\n]|\\.)*')"
+)
+"""A secret-named field of a JSON object or a dict's repr with a string value: an OAuth token response
+(``{"access_token": "...", "refresh_token": "..."}``) as requests_oauthlib logs it, ``Response headers
+were ... and content ...``, and the token dict (``'refresh_token': '...'``). Run only when another
+trigger is there: every token response has ``"token_type": "Bearer"``."""
+_KEY_DUMP: Final = re.compile(
+    r"(?i)((?:^|(?<=\n)|(?<=\\n))[ \t]*(?:priv|privateExponent|prime[12]|exponent[12]|coefficient):[ \t]*)"
+    r"(?:(?:\r?\n|\\n)[ \t]+[0-9a-f]{1,2}(?::[0-9a-f]{1,2})*:?[ \t]*)+"
+)
+"""The private parts of an ``openssl pkey -text`` (``rsa``, ``ec``, ``genpkey -text``) dump: the lines
+of colon-separated hex bytes after ``priv:`` (EC, Ed25519, DSA, DH), ``privateExponent:``, ``prime1:``,
+``prime2:``, ``exponent1:``, ``exponent2:`` and ``coefficient:`` (RSA), newlines real or escaped;
+``modulus:`` and ``pub:`` stay; a line cut short (a log line cut at 4 KiB) goes with the others.
+Its trigger is the dump's ``Private-Key:`` header (``private``): a text holding only the tail of a
+dump, without it, is not recognised."""
+
+
+def _mask_dump(found: re.Match[str]) -> str:
+    """A :data:`_KEY_DUMP` field: its label kept, its hex lines one masked line."""
+    newline = "\\n" if found.group(0)[len(found.group(1)) :].startswith("\\n") else "\n"
+    return f"{found.group(1)}{newline}    {MASK}"
+
+
+def _mask_form_field(found: re.Match[str]) -> str:
+    """A :data:`_FORM_FIELD` match with its value masked, its name and ``=`` kept."""
+    groups = [g for g in found.groups() if g is not None]
+    return f"{groups[0]}{groups[1]}{MASK}"
+
+
+def _mask_quoted_field(found: re.Match[str]) -> str:
+    """A :data:`_QUOTED_FIELD` match with its string value masked, name and quotes kept."""
+    quote = found.group(4) or found.group(5)
+    return f"{found.group(1)}{found.group(2)}{found.group(3)}{quote}{MASK}{quote}"
+
+
+def _form_secrets(lowered: str) -> bool:
+    """Whether a lower-cased text may hold a :data:`_FORM_FIELD`: the cheap test before it runs."""
+    return bool(_FORM_HINT.search(lowered) or ("%" in lowered and _ENCODED_FORM_HINT.search(lowered)))
+
+
 _PATH_TOKEN: Final = re.compile(r"(?=[A-Za-z0-9+=]*[0-9])(?=[A-Za-z0-9+=]*[A-Za-z])[A-Za-z0-9+=]{24,}")
 """A run of 24 or more letters and digits (``+``, ``=``) mixing both, with no ``-``, ``_`` or ``.``
 between: a key's random part (a Slack webhook's 24, a hex or base64 API key's 32 or more), not a
@@ -204,7 +285,7 @@ def needs_redaction(text: str) -> bool:
     if _target_secrets(text) or _lone_secret(text):
         return True
     lowered = text.lower()
-    return any(trigger in lowered for trigger in _TRIGGERS)
+    return _form_secrets(lowered) or any(trigger in lowered for trigger in _TRIGGERS)
 
 
 _URL_SECRET_MARKS: Final = frozenset("@?#")
@@ -283,9 +364,13 @@ def redact(text: str) -> str:
     if _target_secrets(text):
         text = _REQUEST_TARGET.sub(_redact_target, text)
     lowered = text.lower()
+    if _form_secrets(lowered):
+        text = _FORM_FIELD.sub(_mask_form_field, text)
     if not any(trigger in lowered for trigger in _TRIGGERS):
         return _LONE_LINE.sub(_mask_lone, text) if _lone_secret(text) else text
     text = _PEM_BLOCK.sub(MASK, text)
+    text = _KEY_DUMP.sub(_mask_dump, text)
+    text = _QUOTED_FIELD.sub(_mask_quoted_field, text)
     text = _ENCODED_PEM.sub(MASK, text)
     text = _ENCODED_KEY.sub(MASK, text)
     text = _LOCAL_KEY_ID.sub(lambda m: f"{m.group(1)}{MASK}", text)

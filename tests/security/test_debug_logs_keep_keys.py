@@ -249,7 +249,8 @@ tracing = Tracing.exporting(TracingOptions(endpoint="http://127.0.0.1:9/v1/trace
 tracing.shutdown()
 logging.getLogger("opentelemetry.sdk.resources").debug("Failed to run %s: %s", "probe-cmd", "otel-debug-line")
 logging.getLogger("requests_oauthlib.oauth2_session").debug(
-    "Request body was %s", "grant_type=refresh_token&refresh_token=r3fr3shT0kenValue123"
+    "Request body was %s",
+    "grant_type=refresh_token&refresh_token=r3fr3shT0kenValue123&client_secret=cl1entS3cret",
 )
 logging.getLogger("oauthlib.oauth2.rfc6749.clients.base").debug("Prepared body %s", "oauthlib-debug-line")
 logging.getLogger("igw.probe").debug("igw-debug-line")
@@ -284,5 +285,140 @@ def test_the_otlp_exporter_never_logs_a_header_credential_and_its_debug_lines_ar
         assert f"{name} {MASK}" in log  # the warning still says which header is wrong
     for secret in ("hcS3cretTeamKey9abc", "ddk3y", "0000abcdSECRET", "1a2b3c4d5e6f"):
         assert secret not in log
-    for line in ("otel-debug-line", "r3fr3shT0kenValue123", "oauthlib-debug-line"):
+    for line in ("otel-debug-line", "oauthlib-debug-line"):
         assert (line in log) is opt_in
+    # Opted in, the refresh body is written with its secret fields masked (since session s45).
+    body = f"grant_type=refresh_token&refresh_token={MASK}&client_secret={MASK}"
+    assert (body in log) is opt_in
+    assert "r3fr3shT0kenValue123" not in log
+    assert "cl1entS3cret" not in log
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        (
+            "Request body was grant_type=refresh_token&refresh_token=r3fr3sh-T0k3n&client_id=kube"
+            "&client_secret=s3cr%2Fet",
+            f"Request body was grant_type=refresh_token&refresh_token={MASK}&client_id=kube"
+            f"&client_secret={MASK}",
+        ),
+        (  # a repr of the bytes: the escaped newline stays
+            "body b'grant_type=refresh_token&refresh_token=r3fr3sh\\n'",
+            f"body b'grant_type=refresh_token&refresh_token={MASK}\\n'",
+        ),
+        (  # the form percent-encoded again, inside another value
+            "data=grant_type%3Drefresh_token%26refresh_token%3Dr3fr3sh%26client_secret%3Ds3cr%26scope%3Dopenid",
+            f"data=grant_type%3Drefresh_token%26refresh_token%3D{MASK}%26client_secret%3D{MASK}%26scope%3Dopenid",
+        ),
+        (
+            "grant_type=authorization_code&code=SplxlOBeZQQYbYS6WxSbIA&redirect_uri=https%3A%2F%2Fapp",
+            f"grant_type=authorization_code&code={MASK}&redirect_uri=https%3A%2F%2Fapp",
+        ),
+        ("code=SplxlOBeZQQYbYS6&state=af0ifjsldkj", f"code={MASK}&state=af0ifjsldkj"),
+        (
+            "grant_type=password&username=ops&password=hunter2&client_assertion=abc.def.ghi&api_key=k1",
+            f"grant_type=password&username=ops&password={MASK}&client_assertion={MASK}&api_key={MASK}",
+        ),
+        ("login password=hunter2 clientSecret=zz9", f"login password={MASK} clientSecret={MASK}"),
+    ],
+)
+def test_secret_fields_of_a_form_body_are_masked_wherever_it_appears(text: str, shown: str) -> None:
+    """requests_oauthlib logs the kubernetes client's OIDC refresh body (``IGW_DEBUG_THIRD_PARTY=1``):
+    :func:`redact` masked ``name=value`` only in a URL's query, and the refresh token went through."""
+    assert needs_redaction(text)
+    assert redact(text) == shown
+
+
+def test_ordinary_key_value_fields_stay() -> None:
+    for text in (
+        "request 42 answered status=200 model=llama latency_ms=412 max_tokens=256",
+        "exit code=1; upstream code=503 secret_name=chat-tls passwordEnv=REDIS_PASSWORD token_type=Bearer",
+        "tokens=12 prompt_tokens=1234 completion_tokens=256 cache_key=abc",
+    ):
+        assert redact(text) == text, text
+
+
+def test_an_oauth_token_response_and_token_dict_are_masked() -> None:
+    """requests_oauthlib's ``Response headers were ... and content ...`` (the token endpoint's JSON)
+    and its token dict's repr: opaque access and refresh tokens that no key shape gives away."""
+    response = json.dumps(
+        {
+            "access_token": "opaqueAT123",
+            "token_type": "Bearer",
+            "refresh_token": "opaqueRT",
+            "expires_in": 3600,
+        }
+    )
+    shown = json.dumps(
+        {"access_token": MASK, "token_type": "Bearer", "refresh_token": MASK, "expires_in": 3600}
+    )
+    assert redact(f"content {response}.") == f"content {shown}."
+    token = {
+        "access_token": "opaqueAT123",
+        "refresh_token": "it's",
+        "token_type": "Bearer",
+        "expires_in": 3600,
+    }
+    assert redact(f"Obtained token {token}.") == (
+        f"Obtained token {{'access_token': '{MASK}', 'refresh_token': \"{MASK}\", 'token_type': 'Bearer',"
+        " 'expires_in': 3600}."
+    )
+
+
+def _openssl_hex(value: int, *, length: int = 0) -> list[str]:
+    """``value`` as ``openssl pkey -text`` prints a number: 15 colon-separated bytes a line, indented,
+    a ``00`` before a high first bit (a fixed ``length``: an EC key's ``priv``, as printed)."""
+    raw = value.to_bytes(max(length, (value.bit_length() + 7) // 8), "big")
+    if not length and raw[0] & 0x80:
+        raw = b"\0" + raw
+    pairs = [f"{byte:02x}" for byte in raw]
+    lines = [":".join(pairs[i : i + 15]) for i in range(0, len(pairs), 15)]
+    return [f"    {line}:" for line in lines[:-1]] + [f"    {lines[-1]}"]
+
+
+def _rsa_dump() -> tuple[str, list[str], list[str]]:
+    """An RSA key's ``openssl pkey -text -noout`` dump, its private lines and its modulus lines."""
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    numbers = rsa.generate_private_key(public_exponent=65537, key_size=1024).private_numbers()
+    modulus = _openssl_hex(numbers.public_numbers.n)
+    text = ["Private-Key: (1024 bit, 2 primes)", "modulus:", *modulus, "publicExponent: 65537 (0x10001)"]
+    private: list[str] = []
+    for label, value in (
+        ("privateExponent", numbers.d),
+        ("prime1", numbers.p),
+        ("prime2", numbers.q),
+        ("exponent1", numbers.dmp1),
+        ("exponent2", numbers.dmq1),
+        ("coefficient", numbers.iqmp),
+    ):
+        lines = _openssl_hex(value)
+        text += [f"{label}:", *lines]
+        private += lines
+    return "\n".join(text) + "\n", private, modulus
+
+
+def test_an_openssl_text_dump_masks_its_private_numbers_and_keeps_its_public_ones() -> None:
+    """``openssl pkey -text`` prints a key's numbers as lines of hex bytes under their names; no
+    other rule knew them (no PEM, no base64)."""
+    dump, private, modulus = _rsa_dump()
+    for text in (dump, f"DEBUG printed {dump!r} status=500", dump[: len(dump) - 20]):  # a repr; a cut one
+        assert needs_redaction(text)
+        shown = redact(text)
+        for line in private:
+            assert line.strip()[:8] not in shown, shown
+        for label in ("privateExponent:", "prime1:", "coefficient:"):
+            assert label in shown
+        assert all(line.strip() in shown for line in modulus)
+    assert redact(dump).endswith(f"coefficient:\n    {MASK}\n")
+
+
+def test_an_ec_and_ed25519_dump_masks_priv_and_keeps_pub() -> None:
+    priv = _openssl_hex(0x74B17A079208DA10F31808147E178137CD61D0C635AD9D187F50EA9B4F177220, length=32)
+    pub = _openssl_hex(0x04B8C31B103FD88370EFD4B89AE4A1791962C87D06050D5847E198D9624D, length=30)
+    for header in ("Private-Key: (256 bit)", "ED25519 Private-Key:"):
+        dump = "\n".join([header, "priv:", *priv, "pub:", *pub, "ASN1 OID: prime256v1"])
+        assert redact(dump) == "\n".join(
+            [header, "priv:", f"    {MASK}", "pub:", *pub, "ASN1 OID: prime256v1"]
+        )
