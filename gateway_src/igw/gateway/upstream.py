@@ -1373,7 +1373,6 @@ async def _relay_stream(
     sent_at = 0.0
     first = b""
     gone = False
-    held = b""  # the last events, read with the body's end: written with the stream's end
     said = False  # whether an event with data was relayed (a stream without one: EventlessStream)
     # A generation (POST) always has events; a stored response's replay (GET ``?stream=true``) past
     # its last event, or a HEAD, may rightly have none.
@@ -1452,13 +1451,7 @@ async def _relay_stream(
                         if not response.prepared:
                             await response.prepare(request)
                             on_prepared(response)
-                        if upstream.ended:
-                            # The model server's last bytes (its last event, ``[DONE]``) came with
-                            # the body's end: written with the stream's last chunk below, in one
-                            # write - one syscall, and one wake-up of the client, not two.
-                            held = data
-                        else:
-                            await response.write(data)
+                        await response.write(data)
                     now = time.perf_counter()
             except (ConnectionResetError, aiohttp.ClientConnectionResetError) as reset:
                 raise ClientGone() from reset
@@ -1514,10 +1507,11 @@ async def _relay_stream(
             await response.prepare(request)
             on_prepared(response)
         rest = events.rest()  # an unfinished last event: relayed as it came
-        await response.write_eof(held + rest if rest else held)
-    except (ConnectionResetError, aiohttp.ClientConnectionResetError) as reset:
-        if held:  # the client left before the last events reached it: as from any other write
-            raise ClientGone() from reset
+        if rest:
+            await response.write(rest)
+        await response.write_eof()
+    except (ConnectionResetError, aiohttp.ClientConnectionResetError):
+        pass
     response.relayed = None  # relayed to its end: nothing left to charge (see _RelayedStream.relayed)
     return result
 

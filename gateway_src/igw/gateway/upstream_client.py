@@ -556,13 +556,6 @@ class UpstreamResponse:
             await conn.wait(left)
         return conn.take()
 
-    @property
-    def ended(self) -> bool:
-        """Whether the body has all arrived and been read: the next :meth:`readany` returns ``b""``
-        without waiting (a relay then joins the bytes it just read to the stream's end, one write)."""
-        conn = self._conn
-        return conn.complete and not conn.chunks
-
     def on_first_bytes(self, callback: Callable[[bytes], None]) -> None:
         """Have ``callback`` called with the body's first bytes inside the read that brings them, still
         queued for :meth:`readany` as usual: a relay writes them to its client there, without the
