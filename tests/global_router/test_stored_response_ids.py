@@ -39,6 +39,8 @@ class Tier1:
     asked: list[str] = field(default_factory=list)
     pad: int = 0
     """The bytes of output a retrieval's answer carries after its id (a large answer)."""
+    comment_only: bool = False
+    """A replay (``?stream=true``) of a comment alone, no event with data (a replay past its end)."""
 
     def app(self) -> web.Application:
         async def create(request: web.Request) -> web.Response:
@@ -61,7 +63,7 @@ class Tier1:
             resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
             await resp.prepare(request)
             await resp.write(b": replay\n\n")  # a comment first: nothing to check yet
-            for kind in ("response.created", "response.completed"):
+            for kind in () if self.comment_only else ("response.created", "response.completed"):
                 event = {"type": kind, "response": doc}
                 await resp.write(f"event: {kind}\ndata: ".encode() + orjson.dumps(event) + b"\n\n")
             await resp.write_eof()
@@ -248,3 +250,20 @@ async def test_a_streamed_or_large_answer_about_another_response_is_never_relaye
             assert status == 404, body[:300]
             assert b"resp_somewhere_else" not in body
         assert hostile.asked.count(f"GET {mine}") == 4
+
+
+async def test_a_replay_with_no_event_naming_a_response_is_relayed_to_its_end(
+    jwks_server: JwksServer, tokens: TokenFactory, clock: ManualClock, client_ssl: ssl.SSLContext
+) -> None:
+    """A replay whose events name no response (a comment alone: nothing to check) is relayed whole
+    at its end: the events held for the check are not lost with the check."""
+    honest = Tier1("east-a", comment_only=True)
+    mine = mint("tenant:victim")
+    honest.stored.add(mine)
+    headers = bearer(tokens.token(tenant="victim", sub="victim"))
+    async with (
+        routed([honest], jwks_server, tokens, clock, client_ssl) as r,
+        r.http.get(f"{r.url}/v1/responses/{mine}?stream=true", headers=headers) as resp,
+    ):
+        status, body = resp.status, await resp.read()
+    assert (status, body) == (200, b": replay\n\n")

@@ -354,33 +354,34 @@ def _usage_from(obj: object) -> Mapping[str, int] | None:
     return counts
 
 
-def _stored_response_id(obj: object) -> str | None:
-    """The id of a Responses API answer the model server stored: a whole answer (``object:
-    response``) or the ``response`` of a stream's event; ``None`` for any other answer and for one
-    made with ``store: false``."""
+def _response_object(obj: object) -> dict[str, object] | None:
+    """The Responses API object ``obj`` is (a whole answer, ``object: response``) or carries (a
+    stream event's ``response``); ``None`` for any other answer."""
     if not isinstance(obj, dict):
         return None
     if obj.get("object") != "response":
         obj = obj.get("response")
         if not isinstance(obj, dict) or obj.get("object") != "response":
             return None
-    if obj.get("store") is False:
-        return None
-    response_id = obj.get("id")
+    return obj
+
+
+def _response_id(response: dict[str, object] | None) -> str | None:
+    response_id = None if response is None else response.get("id")
     return response_id if isinstance(response_id, str) and response_id else None
+
+
+def _stored_response_id(obj: object) -> str | None:
+    """The id of a Responses API answer the model server stored (:func:`_response_object`); ``None``
+    for any other answer and for one made with ``store: false``."""
+    response = _response_object(obj)
+    return None if response is not None and response.get("store") is False else _response_id(response)
 
 
 def _named_response(obj: object) -> str | None:
-    """The id of the response object ``obj`` is or carries (a whole answer, or a stream event's
-    ``response``), stored or not: what an answer to a stored response's retrieval names."""
-    if not isinstance(obj, dict):
-        return None
-    if obj.get("object") != "response":
-        obj = obj.get("response")
-        if not isinstance(obj, dict) or obj.get("object") != "response":
-            return None
-    response_id = obj.get("id")
-    return response_id if isinstance(response_id, str) and response_id else None
+    """The id of the response object ``obj`` is or carries (:func:`_response_object`), stored or not:
+    what an answer to a stored response's retrieval names."""
+    return _response_id(_response_object(obj))
 
 
 _FIRST_ID: Final = re.compile(rb'"id"\s*:\s*"((?:[^"\\]|\\.){1,512})"')
@@ -1379,6 +1380,7 @@ async def _relay_stream(
     generating = request.method == "POST"
     checking = expect_id is not None  # a replay's events held until the first with data is checked
     unchecked = b""  # the events held meanwhile (comments, event names without data)
+    ended = b""  # a replay's events held to its end (none with data came): relayed with the end
 
     def first_bytes(data: bytes) -> None:
         nonlocal sent, sent_at, first, gone
@@ -1420,7 +1422,7 @@ async def _relay_stream(
                     if named is not None:
                         response.relayed = None
                         return _misnamed(upstream.status, named, extra)
-                    held, unchecked = unchecked, b""
+                    ended, unchecked = unchecked, b""
                 if not said and generating and b"data:" not in events.partial:
                     raise EventlessStream("the model server ended its stream without sending any event")
                 break
@@ -1507,11 +1509,12 @@ async def _relay_stream(
             await response.prepare(request)
             on_prepared(response)
         rest = events.rest()  # an unfinished last event: relayed as it came
-        if rest:
-            await response.write(rest)
+        if ended or rest:
+            await response.write(ended + rest)
         await response.write_eof()
-    except (ConnectionResetError, aiohttp.ClientConnectionResetError):
-        pass
+    except (ConnectionResetError, aiohttp.ClientConnectionResetError) as reset:
+        if ended:  # the client left before a replay's held events reached it: as from any other write
+            raise ClientGone() from reset
     response.relayed = None  # relayed to its end: nothing left to charge (see _RelayedStream.relayed)
     return result
 
