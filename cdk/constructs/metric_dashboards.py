@@ -109,6 +109,11 @@ class GatewayAlarmThresholds:
     heartbeat_failed_minutes: int = 5
     """The share of the cluster's heartbeat writes that failed (unreachable or refused), every
     minute this long: the Prometheus rule ``IgwHeartbeatWritesFailing``'s 10%, over all replicas."""
+    heartbeat_prune_failed_minutes: int = 15
+    """The cluster's prunes of stopped replicas' heartbeat fields failed (unreachable or refused) in
+    every minute this long: no outage of the heartbeats (they are written), but a store or ACL that
+    lets the hash of stale fields grow. A prune runs once a heartbeat TTL (``ttl``, 10 s by
+    default): with a TTL over a minute some minutes hold none and the alarm cannot fire."""
 
 
 class GatewayMetricsDashboard(Construct):
@@ -211,6 +216,36 @@ class GatewayMetricsDashboard(Construct):
             minutes=1,
             description="a model server answered a retrieval of a stored response with another "
             "response's usage (or none named): not settled by it, the hold kept",
+        )
+        self.alarms["HeartbeatPrunesFailed"] = sustained_alarm(
+            self,
+            alarm_id("HeartbeatPrunesFailed"),
+            heartbeat_prunes_failed(heartbeat_cluster),
+            above=1,
+            inclusive=True,
+            minutes=t.heartbeat_prune_failed_minutes,
+            description=f"cluster {heartbeat_cluster}: the gateway's prunes of stopped replicas' "
+            "heartbeat fields in the global router's store failed (unreachable or refused: an ACL "
+            f"granting HSET but not HGETALL/HDEL), every minute for {t.heartbeat_prune_failed_minutes} "
+            "minutes: the heartbeats are written, the hash of stale fields grows",
+        )
+        refused, unit = emitted("RateLimitHoldsRefused", GATEWAY_METRICS)
+        self.alarms["RateLimitHoldsRefused"] = sustained_alarm(
+            self,
+            alarm_id("RateLimitHoldsRefused"),
+            cloudwatch.Metric(
+                namespace=DEFAULT_NAMESPACE,
+                metric_name=refused,
+                statistic=replica_statistic(refused, unit),
+                period=PERIOD,
+            ),
+            above=1,
+            inclusive=True,
+            minutes=1,
+            description="a gateway's local rate-limit buckets did not keep the token bounds held for "
+            "background responses (their hold table full of other tenants' holds): each such tenant "
+            "stays charged the whole bound until its bucket refills (the PrometheusRule "
+            "IgwRatelimitHoldsRefused)",
         )
         self.dashboard = cloudwatch.Dashboard(self, "Dashboard", dashboard_name=dashboard_name)
         self.dashboard.add_widgets(
@@ -336,6 +371,30 @@ def heartbeat_failed_percent(cluster: str) -> cloudwatch.MathExpression:
     )
 
 
+def heartbeat_prunes_failed(cluster: str) -> cloudwatch.MathExpression:
+    """The failed prunes of ``cluster``'s heartbeat fields in the interval: ``HeartbeatPrunes`` of
+    every result but ``ok`` (:data:`~igw.gateway.emf_metrics.HEARTBEAT_RESULTS`), summed over
+    replicas, each filled with 0 (a result's document is written only in an interval it moved)."""
+    name, unit = emitted("HeartbeatPrunes", HEARTBEAT_METRICS)
+    series = {
+        result: cloudwatch.Metric(
+            namespace=DEFAULT_NAMESPACE,
+            metric_name=name,
+            dimensions_map={CLUSTER_DIMENSION: cluster, RESULT_DIMENSION: result},
+            statistic=replica_statistic(name, unit),
+            period=PERIOD,
+        )
+        for result in HEARTBEAT_RESULTS
+        if result != "ok"
+    }
+    return cloudwatch.MathExpression(
+        expression=" + ".join(f"FILL({result}, 0)" for result in series),
+        using_metrics=dict(series),
+        label="failed heartbeat prunes",
+        period=PERIOD,
+    )
+
+
 def _metric(dimension: str, value: str, metric: tuple[str, str]) -> cloudwatch.Metric:
     name, unit = metric
     return cloudwatch.Metric(
@@ -407,6 +466,15 @@ class FleetMetricsDashboard(Construct):
                 minutes=1,
                 description="a cluster answered a poll of a stored response with another response's "
                 "usage (or none named): not settled by it, the hold kept",
+            ),
+            "RateLimitHoldsRefused": self._alarm(
+                "RateLimitHoldsRefusedAlarm",
+                emitted("RateLimitHoldsRefused", table)[0],
+                threshold=1,
+                minutes=1,
+                description="the router's local rate-limit buckets did not keep the token bounds held "
+                "for background responses (their hold table full): each such tenant stays charged the "
+                "whole bound until its bucket refills",
             ),
             "RateLimitHits": self._alarm(
                 "RateLimitAlarm",

@@ -51,11 +51,23 @@ SEARCH = re.compile(
 )
 """A dashboard line's ``SEARCH``: ``{"namespace",Dim,...}``, or ``{"namespace"}`` for the metrics
 without dimensions (``UsageMisnamed``), which that schema matches and no other."""
-INSIGHTS = re.compile(r"SELECT SUM\((?P<name>\w+)\) FROM SCHEMA\(\"(?P<ns>[^\"]+)\", (?P<dims>[^)]*)\)")
+INSIGHTS = re.compile(r"SELECT SUM\((?P<name>\w+)\) FROM SCHEMA\(\"(?P<ns>[^\"]+)\"(?:, (?P<dims>[^)]*))?\)")
+"""An alarm's Metrics Insights query; ``SCHEMA("namespace")`` alone for a metric without dimensions."""
 
 
 def of_type(template: dict[str, Any], kind: str) -> list[dict[str, Any]]:
     return [r["Properties"] for r in template["Resources"].values() if r["Type"] == kind]
+
+
+def math_alarm(template: dict[str, Any], name: str) -> dict[str, Any]:
+    """The one alarm whose metric math reads the series of the metric ``name``."""
+    (alarm,) = [
+        a
+        for a in of_type(template, "AWS::CloudWatch::Alarm")
+        if len(a.get("Metrics", [])) > 1
+        and {q["MetricStat"]["Metric"]["MetricName"] for q in a["Metrics"] if "MetricStat" in q} == {name}
+    ]
+    return alarm
 
 
 def flat(value: Any) -> str:
@@ -190,7 +202,9 @@ def test_replicas_documents_add_up_only_where_they_are_shares_of_traffic(synthes
         "EjectedPods": "Maximum",
         "Retries": "Sum",  # each replica's (and worker's) own retries
         "HeartbeatWrites": "Sum",  # each replica's own writes (since session s44)
+        "HeartbeatPrunes": "Sum",  # each replica's own prunes (since session s45)
         "UsageMisnamed": "Sum",
+        "RateLimitHoldsRefused": "Sum",  # each replica's own buckets (since session s45)
         "AnswerUsageUnread": "Sum",
     }
 
@@ -199,11 +213,12 @@ def test_gateway_alarms_per_configured_model_and_pool_watch_emitted_metrics(synt
     alarms = of_type(synthesized.templates["inference"], "AWS::CloudWatch::Alarm")
     schedulers = example("deployment.yaml")["inference"]["gatewayConfig"]["spec"]["schedulers"]
     watched = set()
-    (heartbeat,) = [a for a in alarms if "Metrics" in a and len(a["Metrics"]) > 1]  # metric math
+    math = [a for a in alarms if "Metrics" in a and len(a["Metrics"]) > 1]
+    assert sorted(
+        {q["MetricStat"]["Metric"]["MetricName"] for q in a["Metrics"] if "MetricStat" in q}.pop()
+        for a in math
+    ) == ["HeartbeatPrunes", "HeartbeatWrites"]
     alarms = [a for a in alarms if "Metrics" not in a and a.get("Dimensions")]  # per model or pool
-    assert {q["MetricStat"]["Metric"]["MetricName"] for q in heartbeat["Metrics"] if "MetricStat" in q} == {
-        "HeartbeatWrites"
-    }
     for alarm in alarms:
         assert alarm["Namespace"] == DEFAULT_NAMESPACE
         (dimension,) = alarm["Dimensions"]
@@ -250,7 +265,7 @@ def test_fleet_dashboard_and_alarms_name_only_what_the_router_emits(
         m = INSIGHTS.fullmatch(query["Expression"])
         assert m, query["Expression"]
         assert m["ns"] == DEFAULT_FLEET_NAMESPACE
-        assert tuple(m["dims"].split(", ")) == TIER2[m["name"]]
+        assert tuple(m["dims"].split(", ") if m["dims"] else ()) == TIER2[m["name"]]
         queries.append(m["name"])
     # HeartbeatSourceOutages since session s44 (before, not in the EMF documents at all);
     # AnswerUsageUnread and UsageMisnamed since session s45 (before, drawn but watched by no alarm)
@@ -259,6 +274,7 @@ def test_fleet_dashboard_and_alarms_name_only_what_the_router_emits(
         "FailoverEvents",
         "HeartbeatSourceOutages",
         "RateLimitHits",
+        "RateLimitHoldsRefused",  # since session s45 (before, on /metrics only)
         "UsageMisnamed",
     ]
     any_count = {
@@ -266,7 +282,7 @@ def test_fleet_dashboard_and_alarms_name_only_what_the_router_emits(
         for a in of_type(template, "AWS::CloudWatch::Alarm")
         if (m := INSIGHTS.fullmatch(a["Metrics"][0]["Expression"]))
     }
-    for name in ("AnswerUsageUnread", "UsageMisnamed"):  # any in a minute, in any cluster
+    for name in ("AnswerUsageUnread", "UsageMisnamed", "RateLimitHoldsRefused"):  # any in a minute
         assert any_count[name] == (1, "GreaterThanOrEqualToThreshold", 1)
 
 
@@ -328,9 +344,10 @@ def test_an_alarm_keeps_its_logical_id_when_models_are_added_beside_it() -> None
 
     before = alarms(["meta-llama/Llama-3.1-8B-Instruct", "qwen"], ["llama"])
     after = alarms(["aaa/first", "meta-llama/Llama-3.1-8B-Instruct", "qwen"], ["a-pool", "llama"])
-    # two per model, two per pool, the failed heartbeat writes, the unread and the misnamed usage
-    assert len(before) == 9
-    assert len(after) == 13
+    # two per model, two per pool, the failed heartbeat writes and prunes, the unread and the
+    # misnamed usage, the refused holds
+    assert len(before) == 11
+    assert len(after) == 15
     assert {k: v for k, v in after.items() if k in before} == before
 
 
@@ -370,11 +387,7 @@ def test_the_gateway_alarms_on_the_share_of_heartbeat_writes_that_failed(synthes
     ``IgwHeartbeatWritesFailing`` has it: over 10%, every minute for 5. A result writes no document
     in a minute it did not move, so a minute of failures alone is 100%, not missing; a minute
     without writes (no heartbeat configured) is no value, and no value is not a breach."""
-    (alarm,) = [
-        a
-        for a in of_type(synthesized.templates["inference"], "AWS::CloudWatch::Alarm")
-        if len(a.get("Metrics", [])) > 1
-    ]
+    alarm = math_alarm(synthesized.templates["inference"], "HeartbeatWrites")
     assert (alarm["Threshold"], alarm["ComparisonOperator"]) == (10, "GreaterThanThreshold")
     assert (alarm["EvaluationPeriods"], alarm["DatapointsToAlarm"]) == (5, 5)
     assert alarm["TreatMissingData"] == "notBreaching"
@@ -425,6 +438,51 @@ def test_the_gateway_alarms_on_any_unread_or_misnamed_usage(synthesized: Synthes
         assert alarm["TreatMissingData"] == "notBreaching"  # no document: nothing went unread
 
 
+def test_the_gateway_alarms_on_refused_holds_and_on_prunes_failing_for_a_quarter_hour(
+    synthesized: Synthesized,
+) -> None:
+    """Since session s45 (both counters in the EMF documents): any hold the local buckets refused in
+    a minute fires, as the PrometheusRule ``IgwRatelimitHoldsRefused`` does (a tenant stays charged a
+    whole bound); the cluster's prunes of stale heartbeat fields fire when some failed (unreachable
+    or refused, its own cluster's series, each result filled with 0) every minute for 15 minutes: the
+    heartbeats are written, so only a sustained failure - an ACL without ``HDEL`` - asks for action."""
+    template = synthesized.templates["inference"]
+    alarms = of_type(template, "AWS::CloudWatch::Alarm")
+    (refused,) = [a for a in alarms if a.get("MetricName") == "RateLimitHoldsRefused"]
+    assert (refused["Namespace"], refused.get("Dimensions", []), refused["Statistic"]) == (
+        DEFAULT_NAMESPACE,
+        [],
+        "Sum",
+    )
+    assert (refused["Threshold"], refused["ComparisonOperator"]) == (1, "GreaterThanOrEqualToThreshold")
+    assert (refused["EvaluationPeriods"], refused["DatapointsToAlarm"]) == (1, 1)
+    prunes = math_alarm(template, "HeartbeatPrunes")
+    assert (prunes["Threshold"], prunes["ComparisonOperator"]) == (1, "GreaterThanOrEqualToThreshold")
+    assert (prunes["EvaluationPeriods"], prunes["DatapointsToAlarm"]) == (15, 15)
+    assert prunes["TreatMissingData"] == "notBreaching"
+    (expression,) = [q for q in prunes["Metrics"] if "Expression" in q]
+    ids = {}
+    for q in prunes["Metrics"]:
+        if "MetricStat" in q:
+            dimensions = {d["Name"]: d["Value"] for d in q["MetricStat"]["Metric"]["Dimensions"]}
+            assert dimensions[CLUSTER_DIMENSION] == "igw-inference"
+            assert q["MetricStat"]["Stat"] == "Sum"
+            ids[q["Id"]] = dimensions[RESULT_DIMENSION]
+    assert sorted(ids.values()) == sorted(r for r in HEARTBEAT_RESULTS if r != "ok")
+
+    def value(prunes: dict[str, float]) -> float:
+        text = re.sub(
+            r"FILL\((\w+), 0\)", lambda m: repr(prunes.get(ids[m[1]], 0.0)), expression["Expression"]
+        )
+        assert re.fullmatch(r"[0-9.+ ]+", text), text
+        result: float = eval(text)  # numbers and + only, checked above
+        return result
+
+    assert value({"refused": 6}) == 6
+    assert value({"unreachable": 2, "refused": 1}) == 3
+    assert value({}) == 0  # the ok prunes are not counted
+
+
 def test_the_heartbeat_alarm_reads_the_cluster_its_gateway_config_names(tmp_path: Path) -> None:
     """Since session s45 the failed-writes alarm reads its own cluster's series: ``HeartbeatWrites``
     had ``Result`` alone, and the clusters of one account and region wrote the same series, so one
@@ -444,6 +502,6 @@ def test_the_heartbeat_alarm_reads_the_cluster_its_gateway_config_names(tmp_path
     }
     built = build_app(config.parse(document), outdir=tmp_path)
     template = built.app.synth().get_stack_artifact(built.inference.artifact_id).template
-    (alarm,) = [a for a in of_type(template, "AWS::CloudWatch::Alarm") if len(a.get("Metrics", [])) > 1]
+    alarm = math_alarm(template, "HeartbeatWrites")
     # one failing cluster among nine healthy ones: its own writes, all failed
     assert heartbeat_alarm_value(alarm, {"unreachable": 60}, cluster="us-west-2-a") == 100

@@ -106,6 +106,24 @@ def test_the_s44_counters_are_reported_as_interval_deltas() -> None:
     assert reporter.documents() == []
 
 
+def test_refused_holds_are_reported_without_dimensions() -> None:
+    """Since session s45 ``igw_global_ratelimit_holds_refused_total`` (the router's local buckets'
+    full hold table refusing a background response's token bound) reaches CloudWatch as
+    ``RateLimitHoldsRefused``, one document without dimensions (its counter has no labels), where
+    the stack's alarm reads it; before, on ``/metrics`` only."""
+    metrics = FleetMetrics()
+    reporter = FleetEmfReporter(metrics, clock=lambda: 1.0)
+    metrics.ratelimit_holds_refused.inc(2)
+    (document,) = reporter.documents()
+    _check(document)
+    assert document["_aws"]["CloudWatchMetrics"][0]["Dimensions"] == [[]]
+    assert _totals([document]) == {("RateLimitHoldsRefused", ()): 2}
+    assert reporter.documents() == []
+    metrics.ratelimit_holds_refused.inc()
+    (later,) = reporter.documents()
+    assert later["RateLimitHoldsRefused"] == 1
+
+
 async def test_router_writes_fleet_documents_on_the_interval(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="igw.emf")
     servers = {name: FakeModelServer(name) for name in ("east-a", "east-b", "west-a")}

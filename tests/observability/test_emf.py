@@ -13,6 +13,7 @@ from igw.gateway.emf_metrics import DEFAULT_NAMESPACE
 from igw.gateway.endpoints import EndpointState
 from igw.gateway.telemetry import GatewayMetrics
 from igw.scheduling.types import EngineMetrics
+from igw.security.factory import RequestGuardFactory
 from tests.observability.emf_check import check_emf, one_completion
 from tests.observability.live_gateway import MODEL, serving_gateway
 
@@ -131,6 +132,41 @@ def test_the_replicas_heartbeat_writes_and_misnamed_usage_are_reported_as_deltas
     metrics.heartbeat_writes.labels("refused").inc()
     (later,) = reporter.documents()
     assert (later["Result"], later["HeartbeatWrites"]) == ("refused", 1)
+    assert reporter.documents() == []
+
+
+def test_heartbeat_prunes_and_refused_holds_are_reported_as_deltas() -> None:
+    """Since session s45 ``igw_heartbeat_prunes_total{result}`` and ``igw_ratelimit_holds_refused_total``
+    reach CloudWatch too (before, on ``/metrics`` only): ``HeartbeatPrunes`` in the per-(cluster,
+    result) document beside the writes, which names only the metrics that moved, and
+    ``RateLimitHoldsRefused`` in the replica's document without dimensions. The holds' counter is
+    ``igw.security``'s, registered by the guard factory on the gateway's registry and found there."""
+    metrics = GatewayMetrics(lister=lambda: [], clock=lambda: 0.0)
+    security = RequestGuardFactory(registry=metrics.registry)._metrics
+    reporter = emf_reporter(metrics, heartbeat_cluster="east-a")
+    metrics.heartbeat_writes.labels("ok").inc(2)
+    metrics.heartbeat_prunes.labels("ok").inc()
+    metrics.heartbeat_prunes.labels("refused").inc(3)
+    security.ratelimit_holds_refused.inc(2)
+    documents = reporter.documents()
+    for document in documents:
+        check_emf(document)
+    by_result = {d["Result"]: d for d in documents if "Result" in d}
+    assert (by_result["ok"]["HeartbeatWrites"], by_result["ok"]["HeartbeatPrunes"]) == (2, 1)
+    refused = by_result["refused"]
+    assert (refused["Cluster"], refused["HeartbeatPrunes"], "HeartbeatWrites" in refused) == (
+        "east-a",
+        3,
+        False,
+    )
+    assert [m["Name"] for m in refused["_aws"]["CloudWatchMetrics"][0]["Metrics"]] == ["HeartbeatPrunes"]
+    (replica,) = [d for d in documents if "RateLimitHoldsRefused" in d]
+    assert (replica["RateLimitHoldsRefused"], "UsageMisnamed" in replica) == (2, False)
+    assert replica["_aws"]["CloudWatchMetrics"][0]["Dimensions"] == [[]]
+    security.ratelimit_holds_refused.inc()
+    metrics.usage_misnamed.inc()
+    (later,) = reporter.documents()
+    assert (later["RateLimitHoldsRefused"], later["UsageMisnamed"]) == (1, 1)
     assert reporter.documents() == []
 
 

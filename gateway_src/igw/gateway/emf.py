@@ -2,9 +2,10 @@
 
 Every interval the gateway writes one EMF document per model (requests, 5xx error rate, P99
 latency and TTFT over the interval), one per pool (average KV-cache use, ready pods), and, where
-they moved, the replica's heartbeat writes per cluster and result, its retrievals answered with another
-response's usage and its answers relayed or refused with their usage unread, per model and reason
-(since session s44; before, on ``/metrics`` only) to the log
+they moved, the replica's heartbeat writes and prunes per cluster and result, its retrievals answered
+with another response's usage, the background responses' token bounds its local rate-limit buckets
+did not hold and its answers relayed or refused with their usage unread, per model and reason
+(since session s44, prunes and refused holds since s45; before, on ``/metrics`` only) to the log
 stream the CloudWatch agent collects (stdout in a container); CloudWatch turns them into metrics
 in :data:`DEFAULT_NAMESPACE` without any API call from the gateway.
 
@@ -37,13 +38,14 @@ import orjson
 from aiohttp import web
 from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.metrics_core import Metric
-from prometheus_client.registry import Collector
+from prometheus_client.registry import Collector, CollectorRegistry
 
 from igw.gateway.emf_metrics import (
     CLUSTER_DIMENSION,
     DEFAULT_NAMESPACE,
     GATEWAY_METRICS,
     HEARTBEAT_METRICS,
+    HOLDS_REFUSED_FAMILY,
     MODEL_DIMENSION,
     MODEL_METRICS,
     POOL_DIMENSION,
@@ -154,6 +156,8 @@ class EmfReporter:
         usage_misnamed: MetricWrapperBase | None = None,
         usage_unread: MetricWrapperBase | None = None,
         heartbeat_cluster: str | None = None,
+        heartbeat_prunes: MetricWrapperBase | None = None,
+        holds_refused: MetricWrapperBase | None = None,
     ) -> None:
         """``ejections``: ``(pool, endpoint, seconds left)`` of every endpoint outlier detection
         leaves out now (``EjectedPods``; ``None``: reported as 0). ``retries``: the retried attempts
@@ -162,18 +166,25 @@ class EmfReporter:
         another response's usage (``UsageMisnamed``), ``usage_unread``: the answers whose usage went
         unread by model and reason (``AnswerUsageUnread``); ``None``: not reported.
         ``heartbeat_cluster``: the cluster the heartbeats name, the writes' ``Cluster`` dimension
-        (``None``: the writes are not reported; no heartbeat is configured, so none is written)."""
+        (``None``: the writes are not reported; no heartbeat is configured, so none is written).
+        ``heartbeat_prunes``: the prunes of stopped replicas' heartbeat fields by result
+        (``HeartbeatPrunes``, reported as the writes are); ``holds_refused``: the holds the local
+        rate-limit buckets refused (``RateLimitHoldsRefused``); ``None``: not reported."""
         self._requests, self._duration, self._ttft, self._pools = requests, duration, ttft, pools
         self._ejections = ejections
         self._retries = retries
         self._retries_name = None if retries is None else _family_name(retries)
         if heartbeat_cluster is None:
-            heartbeat_writes = None
+            heartbeat_writes = heartbeat_prunes = None
         self._heartbeat_cluster = heartbeat_cluster or ""
         self._replica_families = tuple(
-            f for f in (heartbeat_writes, usage_misnamed, usage_unread) if f is not None
+            f
+            for f in (heartbeat_writes, heartbeat_prunes, usage_misnamed, holds_refused, usage_unread)
+            if f is not None
         )
         self._heartbeat_name = None if heartbeat_writes is None else _family_name(heartbeat_writes)
+        self._prunes_name = None if heartbeat_prunes is None else _family_name(heartbeat_prunes)
+        self._refused_name = None if holds_refused is None else _family_name(holds_refused)
         self._misnamed_name = None if usage_misnamed is None else _family_name(usage_misnamed)
         self._unread_name = None if usage_unread is None else _family_name(usage_unread)
         self._requests_name = _family_name(requests)
@@ -237,30 +248,32 @@ class EmfReporter:
     def _replica_documents(
         self, timestamp: int, delta: dict[tuple[str, str, tuple[tuple[str, str], ...]], float]
     ) -> Iterator[dict[str, Any]]:
-        """The replica's own counters that moved in the interval: heartbeat writes per (cluster,
-        result), a
-        document without dimensions for the misnamed usage, and the unread usage per (model,
-        reason)."""
-        writes: dict[str, float] = {}
-        misnamed = 0.0
+        """The replica's own counters that moved in the interval: heartbeat writes and prunes per
+        (cluster, result), a document without dimensions for the misnamed usage and the refused
+        holds, and the unread usage per (model, reason)."""
+        heartbeat: dict[str, dict[str, float]] = {}
+        replica: dict[str, float] = {}
         unread: dict[tuple[str, str], float] = {}
         for (family, _, labels), value in delta.items():
-            if family == self._heartbeat_name:
-                result = dict(labels).get("result", "")
-                writes[result] = writes.get(result, 0.0) + value
-            elif family == self._misnamed_name:
-                misnamed += value
+            if family in (self._heartbeat_name, self._prunes_name):
+                name = "HeartbeatWrites" if family == self._heartbeat_name else "HeartbeatPrunes"
+                counts = heartbeat.setdefault(dict(labels).get("result", ""), {})
+                counts[name] = counts.get(name, 0.0) + value
+            elif family in (self._misnamed_name, self._refused_name):
+                name = "UsageMisnamed" if family == self._misnamed_name else "RateLimitHoldsRefused"
+                replica[name] = replica.get(name, 0.0) + value
             elif family == self._unread_name:
                 lv = dict(labels)
                 key = (lv.get("model", ""), lv.get("reason", ""))
                 unread[key] = unread.get(key, 0.0) + value
-        for result in sorted(writes):
-            if writes[result] > 0:
-                values = {"HeartbeatWrites": writes[result]}
+        for result, counts in sorted(heartbeat.items()):
+            values = {name: value for name, value in counts.items() if value > 0}
+            if values:
                 dimensions = {CLUSTER_DIMENSION: self._heartbeat_cluster, RESULT_DIMENSION: result}
                 yield self._document(timestamp, dimensions, HEARTBEAT_METRICS, values)
-        if misnamed > 0:
-            yield self._document(timestamp, {}, GATEWAY_METRICS, {"UsageMisnamed": misnamed})
+        moved = {name: value for name, value in replica.items() if value > 0}
+        if moved:
+            yield self._document(timestamp, {}, GATEWAY_METRICS, moved)
         for (model, reason), value in sorted(unread.items()):
             if value > 0:
                 dimensions = {MODEL_DIMENSION: model, REASON_DIMENSION: reason}
@@ -385,6 +398,15 @@ def _family_name(metric: MetricWrapperBase) -> str:
     return next(iter(metric.collect())).name
 
 
+def registered(registry: CollectorRegistry, name: str) -> MetricWrapperBase | None:
+    """The prometheus_client metric registered in ``registry`` as ``name``, if any: for a family
+    another package registers on the gateway's registry (``igw.security``'s, which the gateway does
+    not import); read from the registry's own index, as prometheus_client's ``restricted_registry``
+    does, since collecting the whole registry would run every collector to find one."""
+    collector = registry._names_to_collectors.get(name)
+    return collector if isinstance(collector, MetricWrapperBase) else None
+
+
 def emf_reporter(
     metrics: GatewayMetrics,
     *,
@@ -406,6 +428,8 @@ def emf_reporter(
         usage_misnamed=metrics.usage_misnamed,
         usage_unread=metrics.answer_usage_unread,
         heartbeat_cluster=heartbeat_cluster,
+        heartbeat_prunes=metrics.heartbeat_prunes,
+        holds_refused=registered(metrics.registry, HOLDS_REFUSED_FAMILY),
         clock=clock,
     )
 

@@ -51,17 +51,24 @@ POOL_STATE_METRICS: Final = frozenset({"ReadyPods", "EjectedPods"})
 """Metrics that describe the pool, not one gateway's traffic: every gateway replica reports the same
 value for it (or, for ejected pods, its own view of the same pods), so a view of several replicas
 takes their maximum; a sum (what a ``Count`` of requests takes) counted every pod once per replica."""
-HEARTBEAT_METRICS: Final = (("HeartbeatWrites", "Count"),)
+HEARTBEAT_METRICS: Final = (("HeartbeatWrites", "Count"), ("HeartbeatPrunes", "Count"))
 """``(name, unit)`` of the per-result document (dimensions :data:`CLUSTER_DIMENSION`,
 :data:`RESULT_DIMENSION`): the replica's heartbeat writes to the global router's store in the
-interval (``igw_heartbeat_writes_total``), one document per result that moved. Since session s44;
+interval (``igw_heartbeat_writes_total``) and its prunes of stopped replicas' fields
+(``HeartbeatPrunes``, ``igw_heartbeat_prunes_total``, since session s45: before, on ``/metrics``
+only), one document per result where either moved, naming those that did. Writes since session s44;
 by cluster since s45 (before, ``Result`` alone: the clusters of one account and region shared each
 series, and the CDK app's alarm on the share that failed read one failing cluster among healthy
 ones as a fraction of the whole)."""
-GATEWAY_METRICS: Final = (("UsageMisnamed", "Count"),)
+GATEWAY_METRICS: Final = (("UsageMisnamed", "Count"), ("RateLimitHoldsRefused", "Count"))
 """``(name, unit)`` of the replica's document without dimensions, written in an interval where one
-moved: ``UsageMisnamed``, retrievals whose answer named another response
-(``igw_usage_misnamed_total``). Since session s44."""
+moved, naming those that did: ``UsageMisnamed``, retrievals whose answer named another response
+(``igw_usage_misnamed_total``, since session s44); ``RateLimitHoldsRefused``, token bounds of
+background responses the local rate-limit buckets' full hold table did not keep
+(``igw_ratelimit_holds_refused_total``, since session s45; before, on ``/metrics`` only)."""
+HOLDS_REFUSED_FAMILY: Final = "igw_ratelimit_holds_refused"
+"""The counter behind ``RateLimitHoldsRefused``: registered by ``igw.security`` (its metrics, on the
+gateway's registry), which the gateway does not import, so the reporter finds it by name."""
 USAGE_UNREAD_CLIENT_GONE: Final = "client_gone"
 """The unread-usage reason of a compressed answer whose client left before its usage passed (since
 session s45): the client's doing, not the pod's - counted, but left out of the alert and the alarm
