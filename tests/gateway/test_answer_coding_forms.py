@@ -21,6 +21,7 @@ import pytest
 
 from igw.gateway.answer_coding import (
     MAX_DECODED_BYTES,
+    PIECE_BYTES,
     RAW_RETRY_BYTES,
     SCAN_FREE_BYTES,
     SCAN_RATIO,
@@ -220,3 +221,102 @@ def test_a_raw_json_stream_whose_first_bytes_are_any_zlib_header_decodes_to_its_
     coded.finish()
     assert (coded.unreadable, coded.unread) == (None, None)
     assert decoded == content
+
+
+def _raw_like_zlib(content: bytes, flg: int) -> bytes:
+    """``content`` as a raw deflate stream opening with a non-final stored block of ``flg`` bytes
+    (``0x78``: padding bits set), so its first two bytes are the zlib header ``78 flg``."""
+    sq = zlib.compressobj(6, zlib.DEFLATED, -zlib.MAX_WBITS)
+    body = b"\x78" + struct.pack("<HH", flg, flg ^ 0xFFFF) + content[:flg]
+    return body + sq.compress(content[flg:]) + sq.flush()
+
+
+def _decode_whole(coded: CodedScan, parts: list[bytes]) -> bytes:
+    """What a relay decoding for its client forwards: each read's pieces, then those of the end."""
+    return b"".join(p for part in parts for p in coded.decode(part)) + b"".join(coded.end())
+
+
+@pytest.mark.parametrize("flg", [0x5E, 0x9C, 0xDA])
+@pytest.mark.parametrize("relay", [True, False], ids=["relayed-decoded", "relayed-coded"])
+@pytest.mark.parametrize("cut", [None, 2, 7], ids=["whole", "cut-2", "cut-7"])
+def test_a_raw_stream_zlib_reads_a_stored_block_of_decodes_whole(
+    flg: int, relay: bool, cut: int | None
+) -> None:
+    """Content whose first two bytes repeat the opening stored block's length (not JSON): read as
+    zlib, the raw stream's ``LEN`` high byte ``00`` opens a stored block whose check holds, of about
+    64 KiB - zlib copies the rest of the body out as garbage and waits for more. Before session s45
+    the raw fallback ended once zlib had decoded anything, so the answer was ``truncated``: refused
+    (a 502) while held, and a client decoded for got the garbage, then a cut. What zlib decodes of
+    the bytes held for the fallback is held back too, and read again as raw at the end."""
+    content = struct.pack("<H", flg) + PLAIN
+    body = _raw_like_zlib(content, flg)
+    assert zlib_header(body[:2])
+    assert zlib.decompress(body, -zlib.MAX_WBITS) == content
+    coded = CodedScan(b"deflate", relay=relay)
+    decoded = _decode_whole(coded, [body] if cut is None else [body[:cut], body[cut:]])
+    assert (coded.unreadable, coded.unread) == (None, None)
+    assert decoded == content
+    assert coded.document()["usage"] == USAGE
+
+
+def test_a_raw_stream_zlib_reads_a_stored_block_of_is_read_whole_by_finish() -> None:
+    """:meth:`CodedScan.finish` (a caller forwarding none of the decoded bytes) reads it whole too."""
+    coded = CodedScan(b"deflate", relay=False)
+    list(coded.decode(_raw_like_zlib(struct.pack("<H", 0x9C) + PLAIN, 0x9C)))
+    coded.finish()
+    assert (coded.unreadable, coded.unread) == (None, None)
+    assert coded.document()["usage"] == USAGE
+
+
+def test_a_zlib_body_cut_short_is_still_truncated_its_bytes_relayed() -> None:
+    """The raw reading is taken at the end only when it is a whole raw stream: a zlib body cut short
+    stays ``truncated``, what zlib decoded of it forwarded before the cut."""
+    plain = PLAIN * 20
+    body = zlib.compress(plain)[:-30]
+    coded = CodedScan(b"deflate")
+    decoded = _decode_whole(coded, [body])
+    assert coded.unread == "truncated"
+    assert decoded
+    assert plain.startswith(decoded)
+
+
+def test_what_the_raw_fallback_holds_back_is_bounded() -> None:
+    """A zlib body is held for the fallback (its coded bytes and what they decode to) only up to
+    :data:`RAW_RETRY_BYTES` coded and :data:`PIECE_BYTES` decoded: past either, what it decoded is
+    forwarded before its end, as it comes."""
+    # coded bytes past the bound: incompressible content, read 16 KiB at a time
+    plain = random.Random(7).randbytes(4 * RAW_RETRY_BYTES)
+    body = zlib.compress(plain)
+    coded = CodedScan(b"deflate")
+    forwarded = 0
+    for at in range(0, len(body), 16 * 1024):
+        forwarded += sum(len(p) for p in coded.decode(body[at : at + 16 * 1024]))
+        assert coded._raw_retry is None or len(coded._raw_retry) <= RAW_RETRY_BYTES
+        if at + 16 * 1024 > RAW_RETRY_BYTES:
+            assert coded._raw_retry is None
+            assert forwarded >= at - 64  # let go: forwarded as decoded, nothing held back
+    assert list(coded.end()) == []
+    assert (coded.unread, forwarded) == (None, len(plain))
+    # decoded bytes past the bound from a few coded ones: one read of a well compressing body
+    plain = b" " * (3 * PIECE_BYTES)
+    body = zlib.compress(plain)
+    assert len(body) < RAW_RETRY_BYTES
+    coded = CodedScan(b"deflate")
+    forwarded = 0
+    for piece in coded.decode(body[:-8]):
+        forwarded += len(piece)
+        assert coded._held_bytes <= PIECE_BYTES
+    assert coded._raw_retry is None  # zlib for good past a piece decoded
+    assert forwarded >= 2 * PIECE_BYTES
+    assert forwarded + sum(len(p) for p in coded.decode(body[-8:])) == len(plain)
+
+
+def test_a_raw_bomb_behind_a_zlib_header_is_not_decoded_at_the_end() -> None:
+    """At the end the held bytes are read as raw only when they decode within :data:`SCAN_RATIO`
+    per coded byte plus a piece: a raw bomb zlib read a stored block of stays ``truncated``."""
+    content = struct.pack("<H", 0x9C) + b" " * (32 << 20)
+    body = _raw_like_zlib(content, 0x9C)
+    assert len(body) < RAW_RETRY_BYTES
+    coded = CodedScan(b"deflate")
+    assert len(_decode_whole(coded, [body])) < PIECE_BYTES
+    assert coded.unread == "truncated"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import struct
 import zlib
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -75,6 +76,29 @@ async def test_a_compressed_answer_is_decoded_for_a_client_that_does_not_accept_
         for accepting in (f"{coding}, br", "*"):
             status, sent_coding, body = await _post_raw(gw.url, accepting)
             assert (status, sent_coding, body) == (200, coding, coded), accepting
+
+
+@pytest.mark.parametrize("switch", SWITCHES)
+async def test_a_raw_deflate_answer_that_starts_like_zlib_is_relayed_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, switch: str
+) -> None:
+    """A raw ``deflate`` body opening with a stored block whose length's low byte is a zlib ``FLG``
+    (``78 9c``), its content repeating that length: zlib reads a 64 KiB stored block of it. Before
+    session s45 such an answer was a 502 (``truncated``) for a client accepting ``deflate`` and
+    garbage, then a cut connection, for one that does not."""
+    monkeypatch.setenv(SWITCH_ENV, switch)
+    plain = struct.pack("<H", 0x9C) + _answer("hi " * 100)
+    squeezer = zlib.compressobj(6, zlib.DEFLATED, -zlib.MAX_WBITS)
+    body = b"\x78" + struct.pack("<HH", 0x9C, 0x9C ^ 0xFFFF) + plain[:0x9C]
+    body += squeezer.compress(plain[0x9C:]) + squeezer.flush()
+    assert zlib.decompress(body, -zlib.MAX_WBITS) == plain
+
+    async with (
+        scripted_upstream({"POST /v1/completions": answering_coded(body, "deflate")}) as pod,
+        in_process_gateway(tmp_path, gateway_doc(), [pod]) as gw,
+    ):
+        assert (await _post_raw(gw.url, None)) == (200, None, plain)  # relayed decoded
+        assert (await _post_raw(gw.url, "gzip, deflate")) == (200, "deflate", body)  # relayed coded
 
 
 def _two_members(plain: bytes) -> bytes:

@@ -73,8 +73,10 @@ _ALIASES: Final = {"x-gzip": "gzip"}
 _RAW_DEFLATE: Final = -15
 """A raw deflate stream without the zlib wrapper, which some servers send as ``deflate``."""
 RAW_RETRY_BYTES: Final = 64 * 1024
-"""The most coded bytes of a ``deflate`` body with a zlib header held while zlib has decoded nothing
-of it, to read them again as raw deflate should zlib refuse them (:meth:`CodedScan.decode`)."""
+"""The most coded bytes of a ``deflate`` body with a zlib header held while it is read as zlib, to
+read them again as raw deflate should zlib refuse them or end short of its stream's end
+(:meth:`CodedScan.decode`, :meth:`CodedScan.end`). What zlib decodes of them is held too, up to
+:data:`PIECE_BYTES`: past either bound the body is zlib for good."""
 UNREAD_REASONS: Final = ("unknown_coding", "decode_error", "truncated", "bomb_bound")
 """Why a compressed answer's usage went unread (:attr:`CodedScan.unread`), a bounded label value:
 a coding the gateway cannot decode (``br``, ``zstd``), a body not valid for its coding, one that
@@ -137,6 +139,8 @@ class CodedScan:
         "_decoded",
         "_decoder",
         "_head",
+        "_held",
+        "_held_bytes",
         "_raw_retry",
         "_relay",
         "_trailing",
@@ -162,9 +166,14 @@ class CodedScan:
         self.unread: str | None = None
         """Why its usage went unread, one of :data:`UNREAD_REASONS`: set with :attr:`unreadable`, and
         alone when a relayed answer stopped being scanned past its ratio (its bytes still relayed)."""
-        self._raw_retry: bytes | None = None
-        """A ``deflate`` body with a zlib header: its coded bytes while zlib has decoded none of them
-        (up to :data:`RAW_RETRY_BYTES`), read again as raw deflate should zlib refuse them."""
+        self._raw_retry: bytearray | None = None
+        """A ``deflate`` body with a zlib header: its coded bytes while it is read as zlib (up to
+        :data:`RAW_RETRY_BYTES`), read again as raw deflate should zlib refuse them or end short."""
+        self._held: list[bytes] = []
+        """What zlib decoded of :attr:`_raw_retry`'s bytes, not yet scanned or yielded: a raw body
+        zlib takes for a while (a stored block's length read as a zlib header, then its bytes as a
+        stored block) decodes to garbage that must reach neither the client nor the usage scan."""
+        self._held_bytes = 0
         self._relay = relay
         self._coded = 0
         """The coded bytes fed so far."""
@@ -213,31 +222,71 @@ class CodedScan:
                 return
             self._head = None
             if zlib_header(data):
-                self._raw_retry = b""
+                self._raw_retry = bytearray()
             else:
                 self._decoder = zlib.decompressobj(_RAW_DEFLATE)
-        retry = None  # the body so far, while zlib has decoded nothing of it
-        if self._raw_retry is not None:
-            retry, self._raw_retry = self._raw_retry + data, None
-        try:
+        if self._raw_retry is None:
             try:
                 yield from self._inflate(data)
-            except zlib.error:
-                # a raw stream whose first bytes read as a zlib header (a stored block's length may
-                # make them one): read again as raw, as browsers do, when nothing was decoded yet
-                if retry is None or self._decoded:
-                    raise
-                self._decoder = zlib.decompressobj(_RAW_DEFLATE)
-                body, retry = retry, None
-                yield from self._inflate(body)
+            except zlib.error as exc:
+                self._refuse(exc)
+            return
+        # read as zlib, but maybe raw: the bytes held to read again, what they decode to held back
+        self._raw_retry += data
+        try:
+            for piece in self._inflate(data):
+                if self._raw_retry is None:  # zlib for good (held past the bound), the rest as it comes
+                    yield piece
+                    continue
+                self._held.append(piece)
+                self._held_bytes += len(piece)
+                if self._held_bytes > PIECE_BYTES:
+                    yield from self._settle()
+                else:
+                    yield b""  # a turn for the loop, nothing to forward yet
         except zlib.error as exc:
-            self.unreadable = f"its body is not valid for its content coding ({exc})"
-            self.unread = "decode_error"
-            self._decoder = None
-        if retry is not None and not self._decoded and len(retry) <= RAW_RETRY_BYTES:
-            # held for the next call: before session s44 only the call that saw the header could
-            # read again as raw, so a raw body whose first read decoded nothing was refused (a 502)
-            self._raw_retry = retry
+            # a raw stream whose first bytes read as a zlib header (a stored block's length may
+            # make them one): read again as raw, as browsers do, what zlib decoded thrown away
+            if self._raw_retry is None:
+                self._refuse(exc)
+                return
+            try:
+                yield from self._read_raw()
+            except zlib.error as raw_exc:
+                self._refuse(raw_exc)
+            return
+        decoder = self._decoder
+        ended = decoder is None or decoder.eof or self._trailing or self.unreadable is not None
+        if self._raw_retry is not None and (ended or len(self._raw_retry) > RAW_RETRY_BYTES):
+            # zlib ended its stream, or ran past the bytes held: before session s44 only the call
+            # that saw the header could read again as raw; before session s45 only while zlib had
+            # decoded nothing, so a raw body zlib read a stored block of was garbage, then cut
+            yield from self._settle()
+
+    def _settle(self) -> Iterator[bytes]:
+        """The body is zlib for good: let go of the coded bytes held and yield what they decoded to."""
+        self._raw_retry = None
+        held, self._held, self._held_bytes = self._held, [], 0
+        yield from held
+
+    def _read_raw(self) -> Iterator[bytes]:
+        """Read the held coded bytes again as raw deflate, from the start: what zlib decoded of them,
+        and what the usage scan read of it, thrown away. Raises :class:`zlib.error` as
+        :meth:`_inflate`."""
+        body = bytes(self._raw_retry or b"")
+        self._raw_retry, self._held, self._held_bytes = None, [], 0
+        self._decoded = 0
+        self.unread = None
+        self.scan = AnswerScan()
+        self._decoder = zlib.decompressobj(_RAW_DEFLATE)
+        yield from self._inflate(body)
+
+    def _refuse(self, exc: zlib.error) -> None:
+        """The body is not valid for its coding: nothing more of it is read."""
+        self.unreadable = f"its body is not valid for its content coding ({exc})"
+        self.unread = "decode_error"
+        self._decoder = None
+        self._raw_retry, self._held, self._held_bytes = None, [], 0
 
     def _inflate(self, data: bytes) -> Iterator[bytes]:
         """:meth:`decode`'s steps over ``data`` with the decoder as it stands, up to the bound on the
@@ -282,12 +331,52 @@ class CodedScan:
                     self._trailing = True  # what follows the stream (no gzip member) is not read
                     return
 
-    def finish(self) -> None:
-        """The answer ended: a compressed stream cut short is unreadable too."""
+    def end(self) -> Iterator[bytes]:
+        """The answer ended: yield what is still held back of it, and find a stream cut short
+        unreadable. A ``deflate`` body read as zlib that ends short of zlib's end, while its bytes
+        are held (:data:`RAW_RETRY_BYTES`), is read again as raw deflate when it is a whole raw
+        stream: a raw body zlib read a stored block of (its length's low byte a valid zlib ``FLG``)
+        was reported ``truncated`` before session s45, and a client decoded for got garbage, then
+        a cut. When it is not, zlib's reading stands (a zlib body cut short stays ``truncated``)."""
+        decoder = self._decoder
+        if self._raw_retry is not None and decoder is not None and not decoder.eof:
+            if self.unreadable is None and self._whole_raw(bytes(self._raw_retry)):
+                try:
+                    yield from self._read_raw()
+                except zlib.error as exc:  # unreachable: _whole_raw read it
+                    self._refuse(exc)
+            else:
+                yield from self._settle()
         decoder = self._decoder
         if decoder is not None and self.unreadable is None and not decoder.eof:
             self.unreadable = "its compressed body ends early"
             self.unread = "truncated"
+
+    def finish(self) -> None:
+        """The answer ended (:meth:`end`), for a caller that forwards none of the decoded bytes: a
+        compressed stream cut short is unreadable too."""
+        for _ in self.end():
+            pass
+
+    def _whole_raw(self, body: bytes) -> bool:
+        """Whether ``body`` is a raw deflate stream to its end, what it decodes to thrown away a
+        piece at a time (at most :data:`PIECE_BYTES` held). The probe stops, zlib's reading standing,
+        past :data:`SCAN_RATIO` decoded bytes per coded byte plus a piece: no JSON reaches that, so a
+        bomb held here costs a few MiB of decoding, not the relay's bound."""
+        probe = zlib.decompressobj(_RAW_DEFLATE)
+        bound = SCAN_RATIO * len(body) + PIECE_BYTES
+        decoded = 0
+        data = body
+        try:
+            while not probe.eof and decoded <= bound:
+                piece = probe.decompress(data, PIECE_BYTES)
+                data = probe.unconsumed_tail
+                decoded += len(piece)
+                if not piece and not data:
+                    break
+        except zlib.error:
+            return False
+        return probe.eof and decoded <= bound
 
     def document(self) -> dict[str, object]:
         """The fields read of the decoded answer (:meth:`AnswerScan.document`)."""

@@ -1099,9 +1099,8 @@ async def _relay_decoded(
                     )
                     return _stalled(UpstreamStalled(message, reason="response_timeout"), extra)
                 return _upstream_failed("upstream failed while sending its response", exc, extra)
-            if not chunk:
-                scan.finish()
-            for piece in scan.decode(chunk):
+            # its end: what is held back of it (a raw deflate body read as zlib at first, read again)
+            for piece in scan.decode(chunk) if chunk else scan.end():
                 if piece:  # an empty one is only a turn for the loop (empty gzip members)
                     if not response.prepared:
                         response.relayed = result
