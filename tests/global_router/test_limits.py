@@ -461,8 +461,10 @@ async def test_a_poll_answer_naming_another_response_settles_nothing(
         polled, other = ids
         held = [f"t:bg1:held:{polled}|tier2:hold", f"t:bg1:held:{polled}|tier2|model=:hold"]
         assert client.exists(*held) == 2
+        router = app[ROUTER_KEY]
+        router.clock = search_clock = ManualClock()
         if not known:
-            app[ROUTER_KEY].responses.forget(["east-a"])  # as another replica, or after a restart
+            router.responses.forget(["east-a"])  # as another replica, or after a restart
         client.delete(f"t:bg1:held:{other}|tier2:hold", f"t:bg1:held:{other}|tier2|model=:hold")
         right = cluster.stored_responses[polled]
         cluster.stored_responses[polled] = cluster.stored_responses[other]  # names the other
@@ -477,6 +479,7 @@ async def test_a_poll_answer_naming_another_response_settles_nothing(
         # counted (igw_global_usage_misnamed_total, since s44) whatever the log's throttle holds
         assert misnamed.labels("east-a")._value.get() == 1
         cluster.stored_responses[polled] = right
+        search_clock.advance(router.searches.ttl_s)  # searched: found nowhere is remembered that long
         async with http.get(f"{url}/v1/responses/{polled}") as resp:
             assert resp.status == 200
         assert client.exists(*held) == 0

@@ -125,6 +125,7 @@ async def routed(
             authorization={"tenantClaim": "tenant"},
         )
         url, app = await stack.enter_async_context(guarded_router(doc, clock=clock, client_ssl=client_ssl))
+        app[ROUTER_KEY].clock = clock  # how long an id found nowhere is answered 404 without a search
         http = await stack.enter_async_context(aiohttp.ClientSession())
         yield Routed(url=url, router=app[ROUTER_KEY], http=http, tokens=tokens)
 
@@ -215,6 +216,7 @@ async def test_an_answer_about_another_response_is_never_relayed(
         # the remembered cluster named another: forgotten (since s45; before, every poll went to it)
         assert r.router.responses.endpoint_of(mine) is None
         assert misnamed.labels("east-b")._value.get() == 2
+        clock.advance(r.router.searches.ttl_s)  # the first search's miss no longer remembered
         async with r.http.get(f"{r.url}/v1/responses/{mine}", headers=headers) as resp:
             assert resp.status == 404
         assert (first.asked.count(f"GET {mine}"), second.asked.count(f"GET {mine}")) == (2, 3)  # searched
@@ -245,6 +247,7 @@ async def test_a_streamed_or_large_answer_about_another_response_is_never_relaye
         honest.stored.clear()  # the hostile cluster's answer alone: east-b's 404, nothing of it relayed
         for query in ("?stream=true", ""):
             r.router.responses.disown(mine, "east-b")
+            clock.advance(r.router.searches.ttl_s)  # searched again, not answered from the unfound list
             async with r.http.get(f"{r.url}/v1/responses/{mine}{query}", headers=headers) as resp:
                 status, body = resp.status, await resp.read()
             assert status == 404, body[:300]

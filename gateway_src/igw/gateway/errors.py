@@ -61,6 +61,8 @@ ERRORS: Final[Mapping[str, ErrorKind]] = MappingProxyType(
         # The fleet cannot take the request now.
         "pool_saturated": ErrorKind(429, "rate_limit_error"),
         "request_shed": ErrorKind(429, "rate_limit_error"),  # flow control shed it from its band's queue
+        # the tier-2 router's: its searches of the clusters for stored responses all in flight
+        "response_searches_busy": ErrorKind(429, "rate_limit_error"),
         "no_endpoints": ErrorKind(503, "service_unavailable"),
         "shutting_down": ErrorKind(503, "service_unavailable"),
         "response_search_busy": ErrorKind(503, "service_unavailable"),  # igw.gateway.response_search

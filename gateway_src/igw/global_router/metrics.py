@@ -90,6 +90,14 @@ class FleetMetrics:
             ["cluster"],
             registry=r,
         )
+        self.searches_refused = Counter(
+            f"{PREFIX}_response_searches_refused",
+            "Requests about a stored response this replica does not know answered without asking any "
+            "cluster, by reason: unfound (404: the caller's search for the id found it nowhere moments "
+            "ago), busy (429: the replica's searches all in flight).",
+            ["reason"],
+            registry=r,
+        )
         self.ratelimit_holds_refused = Counter(
             f"{PREFIX}_ratelimit_holds_refused", HOLDS_REFUSED_HELP, registry=r
         )

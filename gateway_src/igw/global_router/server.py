@@ -52,7 +52,7 @@ from igw.gateway.errors import (
     sse_error_event,
 )
 from igw.gateway.event_tokens import TokensPerEvent
-from igw.gateway.guards import GuardDenied, Principal, RequestGuard
+from igw.gateway.guards import GuardDenied, Principal, RequestGuard, caller_scope
 from igw.gateway.inference import REQUEST_ID_KEY
 from igw.gateway.inference_apis import (
     ANTHROPIC_APIS,
@@ -75,6 +75,7 @@ from igw.gateway.request_body import (
     read_limited,
     relayed_tokens,
 )
+from igw.gateway.response_search import ResponseSearches
 from igw.gateway.retries import request_digest
 from igw.gateway.server_identity import name_every_answer
 from igw.gateway.serving import BODY_LIMIT_SETTING_KEY, INFLIGHT_KEY, LIMITS_KEY, ServerLimits
@@ -191,6 +192,12 @@ class GlobalRouter:
         (``previous_response_id``) tries that cluster first and a stored response's retrieval goes
         there, since only its pod holds the response (:mod:`igw.scheduling.response_affinity`, keyed
         by cluster name here; per replica)."""
+        self.searches = ResponseSearches()
+        """What bounds the searches of :func:`_forward_stored`, tier 1's rules
+        (:mod:`igw.gateway.response_search`): the ids a caller's search found nowhere moments ago (keyed
+        by :func:`_search_key`), and the searches in flight (per replica)."""
+        self.clock: Callable[[], float] = time.monotonic
+        """Seconds, monotonic: when a search found an id nowhere (:attr:`searches`)."""
         self.tokens_per_event: dict[str, TokensPerEvent] = {}
         """Per model: the output tokens its streams' events carry, learnt from streams that reported
         their usage (what a stream without one is counted: :mod:`igw.gateway.event_tokens`)."""
@@ -718,7 +725,9 @@ async def _forward_stored(request: web.Request, router: GlobalRouter) -> web.Str
     naming another response is never relayed (since session s45): the 404 of a cluster before it,
     else 404 ``response_not_found`` - a replay's stream and a large whole answer included, checked
     before their first bytes leave (``expect_id`` of :func:`~igw.gateway.upstream.exchange`) - and a
-    remembered cluster answering so is forgotten, the next request searching."""
+    remembered cluster answering so is forgotten, the next request searching. A search is bounded as
+    tier 1's (since session s45, :func:`_search_refusal`): an id the caller's search found nowhere
+    moments ago is answered 404 without one, and past the replica's searches in flight 429."""
     try:
         principal = await router.guard.authenticate(request.headers)
     except GuardDenied as denied:
@@ -734,6 +743,81 @@ async def _forward_stored(request: web.Request, router: GlobalRouter) -> web.Str
     if not clusters:
         message = f"no cluster this router routes to for you is known to store response {response_id!r}"
         return gateway_error("response_not_found", message)
+    if known is not None:
+        return await _ask_stored(request, router, principal, response_id, clusters, known=known, missed=[])
+    key = _search_key(principal, response_id, clusters)
+    refused = _search_refusal(router, key, response_id)
+    if refused is not None:
+        return refused
+    searches = router.searches
+    searches.begin()  # free: the check above, and no await since
+    missed: list[str] = []
+    try:
+        response = await _ask_stored(
+            request, router, principal, response_id, clusters, known=None, missed=missed
+        )
+    finally:
+        searches.end()
+    if len(missed) == len(clusters):  # every cluster asked answered 404 (or with another response)
+        searches.unfound(key, now=router.clock())
+    elif response.status < 400:
+        searches.found(key)
+    return response
+
+
+def _search_key(principal: Principal, response_id: str, clusters: Sequence[ClusterSpec]) -> str:
+    """What a search for ``response_id`` is remembered by in :attr:`GlobalRouter.searches`: the
+    caller's scope (:func:`~igw.gateway.guards.caller_scope`; one tenant's misses never answer
+    another's request, whose clusters' gateways may well hold the id for it) and the clusters asked
+    (a caller allowed other models asks other clusters), each part length-prefixed so that no two
+    differ only in where one ends."""
+    scope = caller_scope(principal)
+    names = ",".join(f"{len(c.name)}:{c.name}" for c in clusters)
+    return f"{len(scope)}:{scope}|{names}|{response_id}"
+
+
+def _search_refusal(router: GlobalRouter, key: str, response_id: str) -> web.Response | None:
+    """The answer to a search for stored response ``response_id`` that must not run, as tier 1's
+    (:func:`igw.gateway.inference._search_refusal`): 404 ``response_not_found`` when the caller's
+    search found it nowhere less than ``UNFOUND_TTL_S`` ago, 429 ``response_searches_busy`` with
+    ``Retry-After`` (1 s, spread) when the replica runs as many searches as it may; else ``None``.
+    Until session s45 every such request asked every eligible cluster, each of whose gateways
+    searches its pods: ids made up in a loop cost the whole fleet a search each, at any rate and
+    concurrency. 429 (tier 1 answers 503, retried elsewhere by the router): the router's 5xx say the
+    fleet is down, and the OpenAI SDK retries a 429 as it does a 503."""
+    searches = router.searches
+    refused = router.metrics.searches_refused
+    if searches.recently_unfound(key, now=router.clock()):
+        refused.labels("unfound").inc()
+        message = (
+            f"no cluster this router routes to for you stores response {response_id!r} "
+            f"(every one asked answered 404 less than {searches.ttl_s:g}s ago)"
+        )
+        return gateway_error("response_not_found", message)
+    if searches.in_flight >= searches.limit:
+        refused.labels("busy").inc()
+        retry = spread_retry_after(1, rng=router.fleet.rng)
+        message = (
+            f"response {response_id!r} is not known to this router replica and it is already searching "
+            f"the clusters for {searches.limit} others; retry after {retry}s"
+        )
+        return gateway_error("response_searches_busy", message, headers={"Retry-After": str(retry)})
+    return None
+
+
+async def _ask_stored(
+    request: web.Request,
+    router: GlobalRouter,
+    principal: Principal,
+    response_id: str,
+    clusters: Sequence[ClusterSpec],
+    *,
+    known: ClusterSpec | None,
+    missed: list[str],
+) -> web.StreamResponse:
+    """:func:`_forward_stored`'s exchanges with ``clusters`` in turn (``known``: the one remembered
+    as the holder, the only one); ``missed`` gets the name of each cluster that answered 404 or with
+    another response (the search goes on past it)."""
     headers = _forwarded_headers(router, request, principal)
     prepared: list[web.StreamResponse] = []
     last: web.StreamResponse | None = None
@@ -782,6 +866,8 @@ async def _forward_stored(request: web.Request, router: GlobalRouter) -> web.Str
         _record_stored_outcome(router, cluster, result)
         named = result.response_id  # the id of the response object the answer carries, if any
         other = named is not None and named != response_id  # an answer about another response
+        if result.status == 404 or (other and result.status < 400 and not result.response.prepared):
+            missed.append(cluster.name)
         searching_on = known is None and cluster is not clusters[-1] and not result.response.prepared
         if other and result.status < 400 and known is not None:
             # the remembered holder named another: forgotten, the next request searches (s45)
