@@ -297,7 +297,7 @@ ALERTS: Final[tuple[Alert, ...]] = (
 """Every alert the chart ships."""
 
 
-GLOBAL_ALERT_RULES_FILE: Final = "deploy/prometheus/igw-global-router-rules.yaml"
+GLOBAL_ALERT_RULES_FILE: Final = "addon/prometheus/igw-global-router-rules.yaml"
 """The global router's (tier 2, ``igw global serve``) rules: a plain Prometheus rule file (``groups:``),
 for a Prometheus's ``rule_files``, an Amazon Managed Service for Prometheus rule groups namespace, or
 the ``spec`` of a PrometheusRule. Not in the chart: the router runs outside the tier-1 clusters (the

@@ -57,7 +57,7 @@ GENERATED_FILES: Final[tuple[tuple[str, str], ...]] = (
         "igw.global_router.schema:render_bundled_global_schema",
     ),
     ("addon/chart/inference-gateway/files/alert-rules.yaml", "igw.addon.alert_rules:render_alert_rules"),
-    ("deploy/prometheus/igw-global-router-rules.yaml", "igw.addon.alert_rules:render_global_alert_rules"),
+    ("addon/prometheus/igw-global-router-rules.yaml", "igw.addon.alert_rules:render_global_alert_rules"),
     (
         "addon/chart/inference-gateway/files/dashboards/igw-overview.json",
         "igw.addon.dashboards:render_overview",
