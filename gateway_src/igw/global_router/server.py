@@ -372,6 +372,7 @@ async def _route(
                     request,
                     session=pools.of(cluster.name),
                     endpoint=cluster.endpoint,
+                    upstream_name=f"cluster {cluster.name!r}",  # never its endpoint (an internal address)
                     body=raw,
                     headers=headers,
                     started=started,
@@ -748,6 +749,7 @@ async def _forward_stored(request: web.Request, router: GlobalRouter) -> web.Str
                     request,
                     session=request.app[SESSION_KEY].of(cluster.name),
                     endpoint=cluster.endpoint,
+                    upstream_name=f"cluster {cluster.name!r}",  # never its endpoint (an internal address)
                     body=b"",
                     headers=headers,
                     started=started,
