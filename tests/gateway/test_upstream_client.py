@@ -636,6 +636,10 @@ async def test_the_stall_sweep_ends_a_silent_request_to_an_unresponsive_endpoint
         with pytest.raises(UpstreamStalled, match=r"stopped responding.*declared so by the test") as info:
             waits["silent"].result()
         assert info.value.reason == "unresponsive"
+        # the log's message names the pod; what the client is told (a 504, a stream's last event) never
+        assert keys["silent"] in str(info.value)
+        assert info.value.public.startswith("the model server stopped responding (declared so by the test")
+        assert "127.0.0.1" not in info.value.public
         await asyncio.wait_for(silent.disconnected.wait(), timeout=10)  # aborted: the pod sees it
         for _ in range(10):  # the stream keeps flowing through more sweeps than its silence bound
             assert p.end_stalled(response_timeout_s=None, unresponsive=unresponsive, silent_for_s=0.3) == {}

@@ -1351,8 +1351,8 @@ async def _forward(
         result = refusal  # the last attempt could not connect: the client gets the refusal before it
     if result is None:
         message = f"could not connect to a model server for {plan.what} after {obs.record.attempts} attempts"
-        if plan.sr is None:
-            message = f"could not connect to {plan.what} {plan.candidates[0]}"
+        if plan.sr is None:  # the default backend, a stored response's pod: named, not by address
+            message = f"could not connect to {plan.what}"
         return obs.finish(gateway_error("upstream_connect_failed", message, request_id=obs.request_id))
     if not plan.generates:
         # A stored response's retrieval repeats that response's usage: counted once, when generated,

@@ -639,16 +639,35 @@ STALLED_CODES: Final = {"unresponsive": "upstream_unresponsive", "response_timeo
 
 
 def _stalled(exc: UpstreamStalled, extra: Mapping[str, str]) -> ExchangeResult:
-    """A 504 for a request the gateway stopped waiting for before anything of it was relayed (the
-    message names the endpoint and the cause, as ``upstream_error`` messages name the endpoint;
-    ``extra``: the response headers the answer would have had, the request id among them)."""
+    """A 504 for a request the gateway stopped waiting for before anything of it was relayed: the
+    client's message names the cause, never the endpoint's address (``exc.public``); the access
+    log's ``error`` keeps it. ``extra``: the response headers the answer would have had, the request
+    id among them)."""
     return ExchangeResult(
-        answer=gateway_error(STALLED_CODES[exc.reason], str(exc), headers=extra),
+        answer=gateway_error(STALLED_CODES[exc.reason], exc.public, headers=extra),
         status=504,
         ok=False,
         error=f"{exc.reason}: {exc}",
         gave_up=True,
     )
+
+
+def _timed_out(endpoint: str, upstream_name: str, what: str, timeout_s: float | None) -> UpstreamStalled:
+    """The stall of an upstream that ``what`` (``sent no response within``, ...) ``timeout_s``: the
+    client is told ``upstream_name`` (:data:`UPSTREAM_NAME`, a cluster's configured name), the log the
+    ``endpoint`` too."""
+    bound = f"{what} {timeout_s or 0:g}s"
+    return UpstreamStalled(
+        f"upstream {endpoint} {bound}", reason="response_timeout", public=f"{upstream_name} {bound}"
+    )
+
+
+UPSTREAM_NAME: Final = "the model server"
+"""How a client-facing message names the upstream it failed at, unless the caller names it (the
+global router: its cluster's configured name): never by address. Before session s45 the messages
+named a pod's ``host:port`` or a cluster's internal URL (``upstream http://10.0.3.17:8000 failed
+before responding``) to any caller; the access log, the WARNING lines and the decision-debug header
+keep the address for the operator."""
 
 
 def _upstream_failed(what: str, exc: BaseException, extra: Mapping[str, str]) -> ExchangeResult:
@@ -682,6 +701,7 @@ async def exchange(
     body_timeout_s: float | None = None,
     relay_whole_above: int | None = None,
     expect_id: str | None = None,
+    upstream_name: str = UPSTREAM_NAME,
 ) -> ExchangeResult:
     """Forward to ``endpoint`` (with ``method``) and relay the answer (``headers``: the upstream
     request's fields, as a map or serialised by :func:`upstream_header_block`). Raises
@@ -703,7 +723,8 @@ async def exchange(
     :data:`~igw.gateway.upstream_client.MAX_WHOLE_BODY_BYTES`. ``expect_id``: the stored response a
     retrieval asks for (a replay's stream, a whole answer past ``relay_whole_above``): an answer
     naming another is returned unrelayed (:func:`_misnamed`) instead of being relayed as it arrives;
-    ``None`` (every generation): relayed as it comes."""
+    ``None`` (every generation): relayed as it comes. ``upstream_name``: the upstream as the client's error
+    messages name it (:data:`UPSTREAM_NAME`), never its address."""
     # ``endpoint`` is a pod's ``host:port``, or a base URL with its scheme (the global router's
     # clusters). Waiting for a free pooled connection is not a connect failure (it would turn pool
     # exhaustion under load into retries and 502s); routeTimeout bounds the wait.
@@ -723,10 +744,11 @@ async def exchange(
         return _stalled(stalled, response_headers)
     except TimeoutError:
         # the head bound (a stream's streamIdleTimeout, the global router's requestTimeoutSeconds)
-        message = f"upstream {endpoint} sent no response within {idle_timeout_s or 0:g}s"
-        return _stalled(UpstreamStalled(message, reason="response_timeout"), response_headers)
+        return _stalled(
+            _timed_out(endpoint, upstream_name, "sent no response within", idle_timeout_s), response_headers
+        )
     except (UpstreamBroken, OSError) as failed:
-        return _upstream_failed(f"upstream {endpoint} failed before responding", failed, response_headers)
+        return _upstream_failed(f"{upstream_name} failed before responding", failed, response_headers)
     try:
         # Status, not content type, makes an answer a refusal: an error answered as an event stream
         # (a 503 or 429 some servers send as ``text/event-stream``) is an error answer, wrapped and
@@ -735,7 +757,7 @@ async def exchange(
         if upstream.content_type == "text/event-stream" and upstream.status < 400:
             coding = upstream.noted.get(b"content-encoding")
             if coding is not None and coding.strip().lower() != b"identity":
-                return _compressed_stream(endpoint, response_headers)
+                return _compressed_stream(upstream_name, response_headers)
             return await _relay_stream(
                 request,
                 upstream,
@@ -760,6 +782,7 @@ async def exchange(
                     request,
                     upstream,
                     endpoint=endpoint,
+                    upstream_name=upstream_name,
                     extra=response_headers,
                     on_prepared=on_prepared,
                     body_timeout_s=body_timeout_s,
@@ -773,6 +796,7 @@ async def exchange(
                     request,
                     upstream,
                     endpoint=endpoint,
+                    upstream_name=upstream_name,
                     extra=response_headers,
                     on_prepared=on_prepared,
                     buffer_bytes=relay_whole_above if upstream.status < 400 else ERROR_ANSWER_BUFFER_BYTES,
@@ -786,8 +810,10 @@ async def exchange(
                     async with asyncio.timeout(body_timeout_s):
                         payload = await upstream.read()
         except TimeoutError:
-            message = f"upstream {endpoint} did not finish its response within {body_timeout_s or 0:g}s"
-            return _stalled(UpstreamStalled(message, reason="response_timeout"), response_headers)
+            return _stalled(
+                _timed_out(endpoint, upstream_name, "did not finish its response within", body_timeout_s),
+                response_headers,
+            )
         except UpstreamStalled as stalled:
             return _stalled(stalled, response_headers)
         except UpstreamBroken as broken:
@@ -821,12 +847,12 @@ def _unreadable_answer(scan: CodedScan, extra: Mapping[str, str]) -> ExchangeRes
     )
 
 
-def _compressed_stream(endpoint: str, extra: Mapping[str, str]) -> ExchangeResult:
+def _compressed_stream(upstream_name: str, extra: Mapping[str, str]) -> ExchangeResult:
     """A 502 ``upstream_error`` for an event stream a pod sent compressed though the gateway asked
     for none (:data:`UPSTREAM_ACCEPT_ENCODING`): nothing of it is relayed. Relayed, the keep-alive
     comments and a terminal error event would be written as plain text inside the compressed body,
     which the client could not decode (before session s40), and its events could not be read."""
-    message = f"upstream {endpoint} sent a compressed event stream; the gateway asks for none"
+    message = f"{upstream_name} sent a compressed event stream; the gateway asks for none"
     return ExchangeResult(
         answer=gateway_error("upstream_error", message, headers=extra),
         status=502,
@@ -923,6 +949,7 @@ async def _relay_whole(
     upstream: UpstreamResponse,
     *,
     endpoint: str,
+    upstream_name: str,
     extra: Mapping[str, str],
     on_prepared: Callable[[web.StreamResponse], None],
     buffer_bytes: int,
@@ -960,8 +987,10 @@ async def _relay_whole(
         while held <= buffer_bytes:
             chunk = await upstream.readany(left())
             if chunk is None:
-                message = f"upstream {endpoint} did not finish its response within {body_timeout_s or 0:g}s"
-                return _stalled(UpstreamStalled(message, reason="response_timeout"), extra)
+                return _stalled(
+                    _timed_out(endpoint, upstream_name, "did not finish its response within", body_timeout_s),
+                    extra,
+                )
             if not chunk:
                 payload = b"".join(parts)
                 coded = await _decoded_scan(upstream, payload) if _coded_json(upstream) else None
@@ -1057,6 +1086,7 @@ async def _relay_decoded(
     upstream: UpstreamResponse,
     *,
     endpoint: str,
+    upstream_name: str,
     extra: Mapping[str, str],
     on_prepared: Callable[[web.StreamResponse], None],
     body_timeout_s: float | None,
@@ -1094,10 +1124,12 @@ async def _relay_decoded(
                 if isinstance(exc, UpstreamStalled):
                     return _stalled(exc, extra)
                 if isinstance(exc, TimeoutError):
-                    message = (
-                        f"upstream {endpoint} did not finish its response within {body_timeout_s or 0:g}s"
+                    return _stalled(
+                        _timed_out(
+                            endpoint, upstream_name, "did not finish its response within", body_timeout_s
+                        ),
+                        extra,
                     )
-                    return _stalled(UpstreamStalled(message, reason="response_timeout"), extra)
                 return _upstream_failed("upstream failed while sending its response", exc, extra)
             # its end: what is held back of it (a raw deflate body read as zlib at first, read again)
             for piece in scan.decode(chunk) if chunk else scan.end():
@@ -1483,7 +1515,7 @@ async def _relay_stream(
             if not response.prepared:
                 response.relayed = None
                 return _stalled(exc, extra)
-            message, code = f"{exc}; the response is incomplete", STALLED_CODES[exc.reason]
+            message, code = f"{exc.public}; the response is incomplete", STALLED_CODES[exc.reason]
         if not response.prepared:  # nothing sent to the client yet: a plain HTTP error
             response.relayed = None
             return ExchangeResult(

@@ -175,11 +175,14 @@ class UpstreamBroken(IgwGatewayError):
 class UpstreamStalled(UpstreamBroken):
     """The gateway stopped waiting for a model server that sent nothing for too long (see
     :meth:`UpstreamPool.end_stalled`); ``reason`` is ``"unresponsive"`` (the endpoint was declared
-    unresponsive) or ``"response_timeout"`` (no response head within the response timeout)."""
+    unresponsive) or ``"response_timeout"`` (no response head within the response timeout).
+    ``public``: what the client is told, which names no address (a pod's IP and port, a cluster's
+    internal URL: an information leak); the message itself (``str()``), for the logs, may."""
 
-    def __init__(self, message: str, *, reason: str) -> None:
+    def __init__(self, message: str, *, reason: str, public: str) -> None:
         super().__init__(message)
         self.reason = reason
+        self.public = public
 
 
 class Origin(NamedTuple):
@@ -871,18 +874,18 @@ class UpstreamPool:
             declared = dead.get(conn.origin)
             where = f"{conn.origin.host}:{conn.origin.port}"
             if declared is not None and silent >= silent_for_s:
-                message = (
-                    f"the model server at {where} stopped responding "
-                    f"({declared}; nothing received for {silent:.0f}s)"
-                )
+                why = f"({declared}; nothing received for {silent:.0f}s)"
+                public = f"the model server stopped responding {why}"
+                message = f"the model server at {where} stopped responding {why}"
                 reason = "unresponsive"
             elif response_timeout_s is not None and silent >= response_timeout_s and not _streaming(conn):
                 what = "stopped sending its response for" if conn.headers_done else "sent no response within"
+                public = f"the model server {what} {response_timeout_s:g}s"
                 message = f"the model server at {where} {what} {response_timeout_s:g}s"
                 reason = "response_timeout"
             else:
                 continue
-            conn._fail(UpstreamStalled(message, reason=reason))
+            conn._fail(UpstreamStalled(message, reason=reason, public=public))
             ended[reason] = ended.get(reason, 0) + 1
         return ended
 

@@ -379,6 +379,7 @@ async def _route(
                     request,
                     session=pools.of(cluster.name),
                     endpoint=cluster.endpoint,
+                    upstream_name=f"cluster {cluster.name!r}",  # never its endpoint (an internal address)
                     body=raw,
                     headers=headers,
                     started=started,
@@ -832,6 +833,7 @@ async def _ask_stored(
                     request,
                     session=request.app[SESSION_KEY].of(cluster.name),
                     endpoint=cluster.endpoint,
+                    upstream_name=f"cluster {cluster.name!r}",  # never its endpoint (an internal address)
                     body=b"",
                     headers=headers,
                     started=started,
