@@ -25,7 +25,7 @@ VALUES = [
 ]
 
 
-def _exposition(batched: bool) -> bytes:
+def _exposition(batched: bool, *, many: bool = False, values: list[float] = VALUES) -> bytes:
     registry = CollectorRegistry()
     children: dict[str, tuple[Any, Any]]
     if batched:
@@ -41,14 +41,29 @@ def _exposition(batched: bool) -> bytes:
         count = Counter("c", "c", ["model"], registry=registry)
         children = {m: (hist.labels(m), count.labels(m)) for m in "ab"}
     for h, c in children.values():
-        for i, value in enumerate(VALUES):
-            h.observe(value)
+        if many:  # a stream's gaps, observed at its end in one call
+            h.observe_many(values)
+        for i, value in enumerate(values):
+            if not many:
+                h.observe(value)
             c.inc(i % 3)
     return b"\n".join(line for line in generate_latest(registry).splitlines() if b"_created" not in line)
 
 
 def test_the_exposition_equals_prometheus_clients_own_counting() -> None:
     assert _exposition(batched=True) == _exposition(batched=False)
+
+
+@pytest.mark.parametrize(
+    "values",
+    [VALUES, VALUES * 3, [*VALUES, math.nan], [0.004] * 1000],
+    ids=["every-bound", "every-bound-sorted", "with-nan", "long-stream"],
+)
+def test_observing_many_at_once_counts_as_prometheus_client_counts_each(values: list[float]) -> None:
+    """``observe_many`` (a stream's inter-token gaps, observed once the stream ended): each value in
+    the bucket prometheus_client's ``observe`` puts it in - a value on a bound in that bound's bucket -
+    and the same sum, whether it sorts them (many) or observes them one by one (a few, a NaN)."""
+    assert _exposition(batched=True, many=True, values=values) == _exposition(batched=False, values=values)
 
 
 def test_every_reader_sees_updates_made_before_it_read() -> None:

@@ -221,9 +221,7 @@ class RequestObserver:
             series.ttft.observe(result.ttft_s)
             self.record.ttft_ms = result.ttft_s * 1000
         if result.gaps:
-            itl = series.itl
-            for gap in result.gaps:
-                itl.observe(gap)
+            series.itl.observe_many(result.gaps)  # one call per stream (metric_batch), not one per gap
         usage = result.usage or {}
         if "prompt_tokens" in usage:
             series.tokens("in").inc(usage["prompt_tokens"])
