@@ -201,20 +201,9 @@ class GatewayMetricsDashboard(Construct):
             "(any model, any reason but a client leaving mid-answer): refused with 502 or relayed "
             "without their tokens charged to the rate limits (the PrometheusRule IgwAnswerUsageUnread)",
         )
-        misnamed, unit = emitted("UsageMisnamed", GATEWAY_METRICS)
-        self.alarms["UsageMisnamed"] = sustained_alarm(
-            self,
-            alarm_id("UsageMisnamed"),
-            cloudwatch.Metric(
-                namespace=DEFAULT_NAMESPACE,
-                metric_name=misnamed,
-                statistic=replica_statistic(misnamed, unit),
-                period=PERIOD,
-            ),
-            above=1,
-            inclusive=True,
-            minutes=1,
-            description="a model server answered a retrieval of a stored response with another "
+        self._any_in_a_minute(
+            "UsageMisnamed",
+            "a model server answered a retrieval of a stored response with another "
             "response's usage (or none named): not settled by it, the hold kept",
         )
         self.alarms["HeartbeatPrunesFailed"] = sustained_alarm(
@@ -229,20 +218,9 @@ class GatewayMetricsDashboard(Construct):
             f"granting HSET but not HGETALL/HDEL), every minute for {t.heartbeat_prune_failed_minutes} "
             "minutes: the heartbeats are written, the hash of stale fields grows",
         )
-        refused, unit = emitted("RateLimitHoldsRefused", GATEWAY_METRICS)
-        self.alarms["RateLimitHoldsRefused"] = sustained_alarm(
-            self,
-            alarm_id("RateLimitHoldsRefused"),
-            cloudwatch.Metric(
-                namespace=DEFAULT_NAMESPACE,
-                metric_name=refused,
-                statistic=replica_statistic(refused, unit),
-                period=PERIOD,
-            ),
-            above=1,
-            inclusive=True,
-            minutes=1,
-            description="a gateway's local rate-limit buckets did not keep the token bounds held for "
+        self._any_in_a_minute(
+            "RateLimitHoldsRefused",
+            "a gateway's local rate-limit buckets did not keep the token bounds held for "
             "background responses (their hold table full of other tenants' holds): each such tenant "
             "stays charged the whole bound until its bucket refills (the PrometheusRule "
             "IgwRatelimitHoldsRefused)",
@@ -271,6 +249,25 @@ class GatewayMetricsDashboard(Construct):
                     title="Gateway alarms", alarms=list(self.alarms.values()), width=24
                 )
             )
+
+    def _any_in_a_minute(self, name: str, description: str) -> None:
+        """An alarm on any count in a minute of the replica document's ``name`` (no dimensions,
+        :data:`~igw.gateway.emf_metrics.GATEWAY_METRICS`), every replica's summed."""
+        metric, unit = emitted(name, GATEWAY_METRICS)
+        self.alarms[name] = sustained_alarm(
+            self,
+            alarm_id(name),
+            cloudwatch.Metric(
+                namespace=DEFAULT_NAMESPACE,
+                metric_name=metric,
+                statistic=replica_statistic(metric, unit),
+                period=PERIOD,
+            ),
+            above=1,
+            inclusive=True,
+            minutes=1,
+            description=description,
+        )
 
     def _alarm(
         self, key: str, metric: cloudwatch.Metric, *, threshold: float, minutes: int, description: str
