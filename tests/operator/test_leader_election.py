@@ -203,13 +203,21 @@ def test_the_election_writes_the_lease_under_the_operators_field_manager(cluster
     assert {entry["manager"] for entry in lease["metadata"]["managedFields"]} == {FIELD_MANAGER}
 
 
+@pytest.mark.parametrize("log_threads", [True, False], ids=["thread-recorded", "logThreads-off"])
 def test_renewals_and_standby_tries_are_not_logged_every_retry_period(
-    cluster: FakeKubeApiServer, caplog: pytest.LogCaptureFixture
+    cluster: FakeKubeApiServer,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+    log_threads: bool,
 ) -> None:
     """The library logs each renewal (``leader <id> has successfully acquired lease``) and each
     standby's try (``yet to finish lease_duration …``) at INFO, once per retry period: 43,200 lines a
     day per replica. Each line is logged once while it stays the same; the leader's first acquisition
     and the standby's view of who holds the Lease still are."""
+    # ``logThreads`` off (as ``igw serve`` sets it, process-wide): records carry no thread. Until
+    # session s45's fix the filter keyed on it, and a suite run where an earlier test had turned it off
+    # logged every renewal.
+    monkeypatch.setattr(logging, "logThreads", log_threads)
     fast = {"lease_duration_s": 3, "renew_deadline_s": 2, "retry_period_s": 1}
     renewals: set[str] = set()
 

@@ -45,20 +45,25 @@ class _RepeatFilter(logging.Filter):
     lease_duration, lease held by <id> …``. That was 43,200 lines a day per operator replica, most of
     the operator's log, hiding its own lines (found by probing, session s45). A change (``Leader has
     switched to …``, a failed renewal, another holder) differs from the line before it and always
-    passes; warnings and errors are never dropped."""
+    passes; warnings and errors are never dropped.
+
+    The thread is the one logging (a filter runs in it), not ``record.thread``: that is ``None`` in a
+    process that turned ``logging.logThreads`` off (``igw serve`` does), and every election thread's
+    lines would then be one interleaved run where nothing repeats."""
 
     def __init__(self) -> None:
         super().__init__()
-        self._last: dict[int | None, tuple[str, float]] = {}
+        self._last: dict[int, tuple[str, float]] = {}
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.levelno > logging.INFO:
             return True
         message = record.getMessage()
-        previous = self._last.get(record.thread)
+        thread = threading.get_ident()
+        previous = self._last.get(thread)
         if previous is not None and previous[0] == message and record.created - previous[1] < REPEAT_EVERY_S:
             return False
-        self._last[record.thread] = (message, record.created)
+        self._last[thread] = (message, record.created)
         return True
 
 
