@@ -57,6 +57,13 @@ def _gateway(cluster: FakeKubeApiServer, name: str) -> dict[str, Any] | None:
     return find(cluster, "Deployment", "inference", f"{name}-gateway")
 
 
+def _handled(cluster: FakeKubeApiServer, name: str) -> bool | None:
+    """Whether kopf has recorded config ``name`` as handled (its annotation the backup must strip)."""
+    obj = find(cluster, "InferenceGatewayConfig", "inference", name) or {}
+    annotations = (obj.get("metadata") or {}).get("annotations") or {}
+    return True if "operator.igw.dev/last-handled-configuration" in annotations else None
+
+
 def _gone(cluster: FakeKubeApiServer, name: str) -> bool | None:
     """True once config ``name``'s gateway Deployment is collected."""
     return _gateway(cluster, name) is None or None
@@ -113,8 +120,9 @@ def test_the_runbook_s_backup_and_restore_brings_configs_and_gateways_back(
         kubectl(kubeconfig, "apply", "-f", str(manifest))
     for name in ("chat", "code"):
         wait_condition(cluster, name, "GatewayProgrammed", "True")
-        handled = find(cluster, "InferenceGatewayConfig", "inference", name) or {}
-        assert "operator.igw.dev/last-handled-configuration" in handled["metadata"]["annotations"]
+        # kopf records the object as handled in its own patch after the handler's status write,
+        # so the annotation can land a moment after the condition: wait for it, too.
+        wait_for(partial(_handled, cluster, name), what=f"kopf's record of {name} as handled")
     originals = {
         name: (find(cluster, "InferenceGatewayConfig", "inference", name) or {})["spec"]
         for name in ("chat", "code")

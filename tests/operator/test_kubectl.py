@@ -213,7 +213,10 @@ def test_a_spec_over_half_the_annotation_limit_is_handled_and_so_is_its_edit(
     def edited() -> dict[str, str] | None:
         obj = find(cluster, "InferenceGatewayConfig", "inference", "chat") or {}
         served = "model-edited" in str((obj.get("status") or {}).get("models"))
-        return obj["metadata"]["annotations"] if served else None
+        annotations: dict[str, str] = obj["metadata"].get("annotations") or {}
+        # kopf's handled record is its own patch after the status write: wait for both.
+        recorded = "operator.igw.dev/last-handled-configuration" in annotations
+        return annotations if served and recorded else None
 
     annotations = wait_for(edited, what="the edit reconciled")
     kopf_copy = annotations.get("operator.igw.dev/last-handled-configuration")
