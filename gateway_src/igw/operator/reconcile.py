@@ -46,7 +46,7 @@ from igw.config.inference_extension import OBJECTIVE_KIND, REWRITE_KIND
 from igw.config.model import KIND
 from igw.config.unused_fields import unused_field_notes
 from igw.config.validate import validate_document
-from igw.operator.admission import Refusal, admit
+from igw.operator.admission import Claim, Refusal, admit, model_names, served_models
 from igw.operator.bindings import Merge, Verdict, conditions, merge, pool_name, unbound
 from igw.operator.dataplane import (
     CONFIG_KEY,
@@ -217,6 +217,10 @@ class Reconciler:
         self._admitted: dict[tuple[str, str], tuple[object, dict[str, Any]]] = {}
         """``(namespace, name): (uid, spec)`` last applied for an admitted spec: restores the data plane
         of a refused spec when its served ConfigMap is gone too (:meth:`_last_admitted`)."""
+        self._claims: dict[tuple[str, str], Claim] = {}
+        """``(namespace, name)``: the models this process admitted for the config and may be serving
+        (:class:`igw.operator.admission.Claim`), recorded in the step that admits, so a concurrent
+        pass, or one reading a list older than a neighbour's status, sees them (:meth:`_claim`)."""
         self._issuer_reads = CachedReader(kube, monotonic, ISSUER_READ_TTL_S)
         """Reads of the configured issuer once a certificate is issued, shared by every object's
         passes for :data:`ISSUER_READ_TTL_S`."""
@@ -267,6 +271,7 @@ class Reconciler:
                 self._import_noted.pop(key, None)
                 self._issuer_noted.pop(key, None)
                 self._admitted.pop(key, None)
+                self._claims.pop(key, None)
                 return False
             await self._pass(igwc, listed)
             return True
@@ -358,7 +363,9 @@ class Reconciler:
             served = {**igwc, "spec": merged.spec}
         else:  # admission refuses it, naming the type (a cluster without the CRD's schema stores it)
             merged, served = Merge(spec={}), igwc
-        refusal = admit(served, neighbours)
+        claims = [claim for (where, _), claim in self._claims.items() if where == namespace]
+        refusal = admit(served, neighbours, claims)
+        self._claim(igwc, served, admitted=refusal is None)  # no await between: passes interleave
         apply_error: str | None = None
         apply_reason = "ApplyFailed"
         tls = TlsOutcome()
@@ -396,6 +403,7 @@ class Reconciler:
                     )
                 if refusal is None:
                     self._admitted[(namespace, name)] = (meta.get("uid"), dict(served["spec"]))
+                self._claim(igwc, target, applied=True)
                 await self._retire_autoscaler(target)
                 await self._retire_network_policy(target)
             except Exception as exc:  # any API refusal is reported on the object, not raised
@@ -457,6 +465,38 @@ class Reconciler:
         await self._post_notes(igwc)
         await self._post_renewal(igwc, tls.renewal)
         await self._post_renewal(igwc, tls.issuer, noted=self._issuer_noted)
+
+    def _claim(
+        self,
+        igwc: Mapping[str, Any],
+        spec_of: Mapping[str, Any],
+        *,
+        admitted: bool = False,
+        applied: bool = False,
+    ) -> None:
+        """Record what ``igwc`` may serve (:class:`~igw.operator.admission.Claim`): the models of
+        ``spec_of`` added when it is ``admitted`` (before the apply: the data plane may serve either
+        spec until it is written), exactly those once ``applied`` in full. A config this process has
+        no record of starts from its ``status.models`` (after a restart, a change of leader)."""
+        meta = igwc["metadata"]
+        key, uid = (meta["namespace"], meta["name"]), str(meta.get("uid") or "")
+        previous = self._claims.get(key)
+        models = model_names(spec_of)
+        same = previous is not None and previous.uid == uid
+        serving = previous.serving if previous is not None and same else frozenset(served_models(igwc))
+        if applied:
+            serving = models
+        elif admitted:
+            serving = serving | models
+        wanted = previous.wanted if applied and previous is not None and same else models
+        self._claims[key] = Claim(
+            uid=uid,
+            name=meta["name"],
+            namespace=meta["namespace"],
+            created=str(meta.get("creationTimestamp") or ""),
+            wanted=wanted,
+            serving=serving,
+        )
 
     async def _last_admitted(self, igwc: Mapping[str, Any]) -> dict[str, Any] | None:
         """``igwc`` with the last spec admitted for it (to restore the data plane of a refused spec),
@@ -939,6 +979,7 @@ class Reconciler:
         self._import_noted.pop(_identity(igwc)[:2], None)
         self._issuer_noted.pop(_identity(igwc)[:2], None)
         self._admitted.pop(_identity(igwc)[:2], None)
+        self._claims.pop(_identity(igwc)[:2], None)
 
     async def _retire_certificate(self, igwc: Mapping[str, Any]) -> None:
         """Delete the Certificate this operator applied for ``igwc`` and the Secret cert-manager wrote
