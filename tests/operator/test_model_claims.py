@@ -7,13 +7,14 @@ once for every pass of the resync, is read before a watch-triggered pass writes 
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import yaml
 
 from igw.operator.dataplane import CONFIG_KEY, DataPlaneSettings
 from igw.operator.kube import Kube
-from igw.operator.reconcile import Reconciler
+from igw.operator.reconcile import LAST_ADMITTED_ANNOTATION, Reconciler
 from tests.fakes.kube_api import FakeKubeApiServer
 from tests.operator.harness import condition, find, igwc, update_spec
 
@@ -100,3 +101,74 @@ def test_two_configs_naming_one_model_in_concurrent_passes_are_not_both_admitted
         == "True"
     ]
     assert accepted == serving
+
+
+def test_a_refused_configs_data_plane_is_restored_after_a_restart_with_its_config_map_gone(
+    cluster: FakeKubeApiServer,
+) -> None:
+    """A refused config keeps serving its last admitted spec, put back from its served ConfigMap or
+    the operator's memory. After an operator restart with that ConfigMap deleted there was neither:
+    nothing was restored. The operator keeps that spec in an annotation on the config itself."""
+    settings = DataPlaneSettings(network_policy=False)
+    limit_below_request = {"resources": {"requests": {"cpu": "2"}, "limits": {"cpu": "1"}}}
+
+    async def before_restart() -> None:
+        reconciler = Reconciler(Kube(cluster.api_client()), settings)
+        cluster.add(igwc("chat"))
+        assert await reconciler.reconcile("inference", "chat")
+        update_spec(cluster, "inference", "chat", lambda spec: spec.update(podDefaults=limit_below_request))
+        assert await reconciler.reconcile("inference", "chat")
+
+    asyncio.run(before_restart())
+    admitted = find(cluster, "ConfigMap", "inference", "chat-gateway-config")
+    assert admitted is not None
+    for kind_name, api_version, name in (
+        ("ConfigMap", "v1", "chat-gateway-config"),
+        ("Deployment", "apps/v1", "chat-gateway"),
+    ):
+        cluster.store.delete(
+            cluster.store.kind_for(api_version=api_version, kind=kind_name), "inference", name
+        )
+
+    async def after_restart() -> None:
+        assert await Reconciler(Kube(cluster.api_client()), settings).reconcile("inference", "chat")
+
+    asyncio.run(after_restart())
+    restored = find(cluster, "ConfigMap", "inference", "chat-gateway-config")
+    assert restored is not None
+    assert restored["data"] == admitted["data"]
+    deployment = find(cluster, "Deployment", "inference", "chat-gateway")
+    assert deployment is not None
+    resources = deployment["spec"]["template"]["spec"]["containers"][0].get("resources") or {}
+    assert resources.get("limits", {}).get("cpu") != "1", "the refused spec must not be applied"
+    chat = find(cluster, "InferenceGatewayConfig", "inference", "chat")
+    assert condition(chat, "Accepted")["status"] == "False"
+    assert condition(chat, "GatewayProgrammed")["status"] == "True"
+
+
+def test_an_annotation_edited_into_an_invalid_spec_is_not_restored(cluster: FakeKubeApiServer) -> None:
+    """The annotation is editable by whoever may edit the config, as the served ConfigMap is: what it
+    holds is checked as a spec before anything is applied from it (here the refused spec itself,
+    copied into it, which would otherwise be applied)."""
+    settings = DataPlaneSettings(network_policy=False)
+
+    async def scenario() -> None:
+        reconciler = Reconciler(Kube(cluster.api_client()), settings)
+        cluster.add(igwc("chat"))
+        assert await reconciler.reconcile("inference", "chat")
+        kind = cluster.store.kind_for(
+            api_version="inference.sagemaker.aws.amazon.com/v1alpha1", kind="InferenceGatewayConfig"
+        )
+        current = find(cluster, "InferenceGatewayConfig", "inference", "chat")
+        assert current is not None
+        assert current["metadata"]["annotations"][LAST_ADMITTED_ANNOTATION]
+        current["spec"]["podDefaults"] = {"resources": {"requests": {"cpu": "2"}, "limits": {"cpu": "1"}}}
+        current["metadata"]["annotations"][LAST_ADMITTED_ANNOTATION] = json.dumps(current["spec"])
+        cluster.store.replace(kind, "inference", "chat", current)
+        cluster.store.delete(
+            cluster.store.kind_for(api_version="v1", kind="ConfigMap"), "inference", "chat-gateway-config"
+        )
+        assert await Reconciler(Kube(cluster.api_client()), settings).reconcile("inference", "chat")
+
+    asyncio.run(scenario())
+    assert find(cluster, "ConfigMap", "inference", "chat-gateway-config") is None

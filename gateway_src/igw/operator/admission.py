@@ -187,8 +187,12 @@ def model_conflicts(
         _with_claims(other, recorded.get(str((other.get("metadata") or {}).get("uid") or "")))
         for other in neighbours
     ]
+    # A record of a name listed (or ``igwc``'s own) under another uid is an object deleted and made anew.
     seen = {str((other.get("metadata") or {}).get("uid") or "") for other in listed}
-    neighbours = [*listed, *(_claimed(claim) for uid, claim in recorded.items() if uid not in seen)]
+    names = {str((other.get("metadata") or {}).get("name") or "") for other in listed}
+    names.add(str(igwc["metadata"].get("name") or ""))
+    unlisted = [claim for uid, claim in recorded.items() if uid not in seen and claim.name not in names]
+    neighbours = [*listed, *(_claimed(claim) for claim in unlisted)]
     me = igwc["metadata"]
     mine = _model_names(igwc)
     messages: list[str] = []

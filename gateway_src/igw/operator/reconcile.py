@@ -32,6 +32,7 @@ deletes the one it made before, which would otherwise keep filtering the pods, n
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -46,7 +47,7 @@ from igw.config.inference_extension import OBJECTIVE_KIND, REWRITE_KIND
 from igw.config.model import KIND
 from igw.config.unused_fields import unused_field_notes
 from igw.config.validate import validate_document
-from igw.operator.admission import Claim, Refusal, admit, model_names, served_models
+from igw.operator.admission import Claim, Refusal, admit, model_names, served_models, spec_problems
 from igw.operator.bindings import Merge, Verdict, conditions, merge, pool_name, unbound
 from igw.operator.dataplane import (
     CONFIG_KEY,
@@ -105,6 +106,15 @@ RENEWAL_REASON = "CertificateRenewalFailed"
 EXPIRED_REASON = "CertificateExpired"
 """GatewayProgrammed's reason while the auto-issued certificate the load balancer serves is past its
 notAfter (:func:`igw.operator.tls.expired`): every client that verifies it fails the TLS handshake."""
+LAST_ADMITTED_ANNOTATION = "operator.igw.dev/last-admitted-spec"
+"""Annotation the operator keeps on each config: the last spec it admitted and applied (objectives and
+rewrites merged; compact JSON), so a refused spec's data plane can be restored after an operator restart
+even when its served ConfigMap is gone too (:meth:`Reconciler._last_admitted`); empty when that spec is
+larger than :data:`LAST_ADMITTED_MAX_CHARS`. Under the operator's own prefix (``KOPF_PREFIX`` of
+:mod:`igw.operator.handlers`), which the runbook's backup leaves out: a restored config is admitted anew."""
+LAST_ADMITTED_MAX_CHARS = 96 * 1024
+"""The largest spec kept in :data:`LAST_ADMITTED_ANNOTATION`: an object's annotations may hold 256 KiB
+in all, and ``kubectl apply`` keeps another copy of the spec in its own annotation."""
 ISSUER_READ_TTL_S = 60.0
 """Seconds one read of the configured issuer serves every pass that checks it once the certificate is
 issued (:meth:`Reconciler._issuer_problem`): one GET per issuer (the ClusterIssuer, or each namespace's
@@ -419,6 +429,8 @@ class Reconciler:
                     return
                 else:
                     log.warning("%s/%s: applying the data plane failed: %s", namespace, name, apply_error)
+        if refusal is None and apply_error is None and target is not None:
+            await self._keep_admitted(igwc, target)
         retired = False
         if refusal is None and apply_error is None and not wants_auto_issue(igwc.get("spec") or {}):
             # The spec stopped asking for auto-issue and the Service no longer names the imported
@@ -498,13 +510,45 @@ class Reconciler:
             serving=serving,
         )
 
+    async def _keep_admitted(self, igwc: Mapping[str, Any], admitted: Mapping[str, Any]) -> None:
+        """Write ``admitted``'s spec into ``igwc``'s :data:`LAST_ADMITTED_ANNOTATION` when it differs
+        (best effort: a refusal is logged, the next admitted pass writes it again)."""
+        meta = igwc["metadata"]
+        text = json.dumps(admitted.get("spec") or {}, separators=(",", ":"))
+        if len(text) > LAST_ADMITTED_MAX_CHARS:
+            text = ""
+        current = (meta.get("annotations") or {}).get(LAST_ADMITTED_ANNOTATION)
+        if current == text or (current is None and not text):
+            return
+        if not text:
+            log.info(
+                "%s/%s: the admitted spec is over %d characters: not kept in %s (a refused spec's data "
+                "plane is restored from its ConfigMap, or this process's memory)",
+                meta["namespace"],
+                meta["name"],
+                LAST_ADMITTED_MAX_CHARS,
+                LAST_ADMITTED_ANNOTATION,
+            )
+        try:
+            await self._kube.annotate(igwc, LAST_ADMITTED_ANNOTATION, text)
+        except Exception as exc:  # logged, not raised: the next admitted pass writes it again
+            log.warning(
+                "%s/%s: keeping the admitted spec in %s failed: %s",
+                meta["namespace"],
+                meta["name"],
+                LAST_ADMITTED_ANNOTATION,
+                refusal_text(exc),
+            )
+
     async def _last_admitted(self, igwc: Mapping[str, Any]) -> dict[str, Any] | None:
         """``igwc`` with the last spec admitted for it (to restore the data plane of a refused spec),
         or ``None`` when there is none to serve.
 
         From the served ConfigMap this object controls, which holds that spec (objectives and rewrites
         merged), so it survives an operator restart; when that ConfigMap is gone, from what this
-        process applied last for the object. A ConfigMap rewritten into no valid config is left as it
+        process applied last for the object, else from the object's :data:`LAST_ADMITTED_ANNOTATION`
+        (after a restart: without it, a refused config whose ConfigMap was then deleted had no data
+        plane to restore). A ConfigMap rewritten into no valid config is left as it
         is (``ServedConfigInvalid`` reports it) until a spec is admitted. Before, nothing was applied
         for a refused spec: a Deployment or ConfigMap deleted or scaled meanwhile stayed so, and
         GatewayProgrammed said no spec had ever been admitted."""
@@ -517,9 +561,9 @@ class Reconciler:
             same = document is not None and (document.get("metadata") or {}).get("name") == meta["name"]
             return {**igwc, "spec": document["spec"]} if same and document is not None else None
         remembered = self._admitted.get((namespace, meta["name"]))
-        if remembered is None or remembered[0] != meta.get("uid"):
-            return None
-        return {**igwc, "spec": remembered[1]}
+        if remembered is not None and remembered[0] == meta.get("uid"):
+            return {**igwc, "spec": remembered[1]}
+        return _annotated_spec(igwc)
 
     async def _deleted_meanwhile(self, igwc: Mapping[str, Any]) -> bool:
         """Whether ``igwc`` was deleted (or is being deleted, or was made anew) since its pass read it.
@@ -1128,6 +1172,23 @@ def _served_document(
         return None, f"{where} ({CONFIG_KEY}) is not a valid InferenceGatewayConfig: {listed}"
     served: dict[str, Any] = documents[0].content
     return served, None
+
+
+def _annotated_spec(igwc: Mapping[str, Any]) -> dict[str, Any] | None:
+    """``igwc`` with the spec its :data:`LAST_ADMITTED_ANNOTATION` keeps, when that is a valid spec
+    (anyone who may edit the object may edit it, as the served ConfigMap: checked as that is), else
+    ``None``."""
+    text = ((igwc.get("metadata") or {}).get("annotations") or {}).get(LAST_ADMITTED_ANNOTATION)
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        spec = json.loads(text)
+    except ValueError:
+        return None
+    candidate = {**igwc, "spec": spec}
+    if not isinstance(spec, dict) or spec_problems(candidate):
+        return None
+    return candidate
 
 
 def _differs(new: Mapping[str, Any], old: Mapping[str, Any]) -> bool:
