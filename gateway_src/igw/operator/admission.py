@@ -19,6 +19,15 @@ previous data plane - went on serving it too: two gateways on the same model ser
 serves it (two new configs applied together) or both do, the older object (``creationTimestamp``,
 then name) keeps it. A config that serves the model but no longer asks for it refuses the others
 until it has stopped serving it (its next admitted pass).
+
+``status.models`` alone lost races: a config admitted for a model whose status was not yet written
+(or not yet in the list a pass read: a resync lists a namespace once for all its passes, and passes of
+different objects run concurrently) looked to the other configs as serving nothing, so an edit of
+another config taking that model, or a second new config naming it, was admitted too - two data planes
+on one model. The operator (leader-elected: one reconciler at a time) keeps its own record of the
+models it admitted for each config (:class:`Claim`, recorded in the same step as the admission); a
+config serves a model when its status or that record says so, and a recorded config missing from the
+list read is checked too. After a restart (or a change of leader) the record starts from the statuses.
 """
 
 from __future__ import annotations
@@ -43,6 +52,22 @@ class Refusal:
     @property
     def message(self) -> str:
         return "; ".join(self.messages)
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """The models the operator has admitted for one config, by its own record (module docstring)."""
+
+    uid: str
+    name: str
+    namespace: str
+    created: str
+    """``metadata.creationTimestamp``: the age rule for a config missing from the list read."""
+    wanted: frozenset[str]
+    """The model names of its spec at its last pass (one it gives up is still ``serving``)."""
+    serving: frozenset[str]
+    """The model names its data plane may serve: those of every spec admitted since the last one
+    applied in full (an apply that failed leaves the previous ones served)."""
 
 
 def spec_problems(igwc: Mapping[str, Any]) -> list[str]:
@@ -80,6 +105,32 @@ def password_env_problems(igwc: Mapping[str, Any]) -> list[str]:
                 "valueFrom.secretKeyRef)"
             )
     return messages
+
+
+def model_names(obj: Mapping[str, Any]) -> frozenset[str]:
+    """The model names ``obj``'s spec asks for."""
+    return frozenset(_model_names(obj))
+
+
+def _with_claims(obj: Mapping[str, Any], claim: Claim | None) -> Mapping[str, Any]:
+    """``obj`` with ``status.models`` also naming what ``claim`` records it serving."""
+    if claim is None or not claim.serving:
+        return obj
+    served = list(served_models(obj))
+    extra = sorted(model for model in claim.serving if not _serves(obj, model))
+    if not extra:
+        return obj
+    return {**obj, "status": {**(obj.get("status") or {}), "models": ", ".join(served + extra)}}
+
+
+def _claimed(claim: Claim) -> dict[str, Any]:
+    """A config known only from the operator's record (not in the list a pass read)."""
+    meta = {"name": claim.name, "namespace": claim.namespace, "uid": claim.uid}
+    return {
+        "metadata": {**meta, "creationTimestamp": claim.created},
+        "spec": {"schedulers": [{"modelName": model} for model in sorted(claim.wanted)]},
+        "status": {"models": ", ".join(sorted(claim.serving))},
+    }
 
 
 def _age_key(obj: Mapping[str, Any]) -> tuple[str, str]:
@@ -124,9 +175,24 @@ def _keeper(igwc: Mapping[str, Any], other: Mapping[str, Any], model: str) -> st
     return None
 
 
-def model_conflicts(igwc: Mapping[str, Any], neighbours: Iterable[Mapping[str, Any]]) -> list[str]:
+def model_conflicts(
+    igwc: Mapping[str, Any], neighbours: Iterable[Mapping[str, Any]], claims: Iterable[Claim] = ()
+) -> list[str]:
     """Model names of ``igwc``'s spec another object of its namespace keeps (see the module
-    docstring), one message per scheduler, naming its field and the other object."""
+    docstring), one message per scheduler, naming its field and the other object. ``claims``: the
+    operator's record of the models it admitted, by config (:class:`Claim`)."""
+    recorded = {claim.uid: claim for claim in claims}
+    igwc = _with_claims(igwc, recorded.get(str(igwc["metadata"].get("uid") or "")))
+    listed = [
+        _with_claims(other, recorded.get(str((other.get("metadata") or {}).get("uid") or "")))
+        for other in neighbours
+    ]
+    # A record of a name listed (or ``igwc``'s own) under another uid is an object deleted and made anew.
+    seen = {str((other.get("metadata") or {}).get("uid") or "") for other in listed}
+    names = {str((other.get("metadata") or {}).get("name") or "") for other in listed}
+    names.add(str(igwc["metadata"].get("name") or ""))
+    unlisted = [claim for uid, claim in recorded.items() if uid not in seen and claim.name not in names]
+    neighbours = [*listed, *(_claimed(claim) for claim in unlisted)]
     me = igwc["metadata"]
     mine = _model_names(igwc)
     messages: list[str] = []
@@ -159,12 +225,15 @@ def _scheduler_indexes(obj: Mapping[str, Any], model: str) -> list[int]:
     ]
 
 
-def admit(igwc: Mapping[str, Any], neighbours: Iterable[Mapping[str, Any]]) -> Refusal | None:
-    """``None`` when the object may be programmed, else why not (invalid spec before conflicts)."""
+def admit(
+    igwc: Mapping[str, Any], neighbours: Iterable[Mapping[str, Any]], claims: Iterable[Claim] = ()
+) -> Refusal | None:
+    """``None`` when the object may be programmed, else why not (invalid spec before conflicts);
+    ``claims``: the operator's record of admitted models (:func:`model_conflicts`)."""
     problems = spec_problems(igwc) or password_env_problems(igwc)
     if problems:
         return Refusal("InvalidSpec", tuple(problems))
-    conflicts = model_conflicts(igwc, neighbours)
+    conflicts = model_conflicts(igwc, neighbours, claims)
     if conflicts:
         return Refusal("ModelNameConflict", tuple(conflicts))
     return None

@@ -606,6 +606,39 @@ class Kube:
             raise
         return True
 
+    def _annotate(self, obj: Mapping[str, Any], key: str, value: str, api_version: str, kind: str) -> bool:
+        """The body of :meth:`annotate`."""
+        # deferred: start-up cost: kubernetes.dynamic loads with the client, in the worker thread
+        from kubernetes.dynamic.exceptions import NotFoundError, UnprocessibleEntityError
+
+        meta = obj["metadata"]
+        namespace, name, uid = meta["namespace"], meta["name"], str(meta.get("uid") or "")
+        if not uid:
+            raise ValueError(f"{kind} {namespace}/{name}: no metadata.uid to make the write conditional on")
+        test: dict[str, Any] = {"op": "test", "path": "/metadata/uid", "value": uid}
+        body: list[dict[str, Any]]
+        if meta.get("annotations"):
+            pointer = key.replace("~", "~0").replace("/", "~1")
+            body = [test, {"op": "add", "path": f"/metadata/annotations/{pointer}", "value": value}]
+        else:
+            body = [test, {"op": "add", "path": "/metadata/annotations", "value": {key: value}}]
+        try:
+            self._resource(api_version, kind).patch(
+                body=body,
+                name=name,
+                namespace=namespace,
+                content_type="application/json-patch+json",
+                field_manager=FIELD_MANAGER,
+            )
+        except NotFoundError:
+            return False
+        except UnprocessibleEntityError:  # the uid test failed (made anew), or the write was refused
+            now = self._get(api_version, kind, namespace, name)
+            if now is None or (now.get("metadata") or {}).get("uid") != uid:
+                return False
+            raise
+        return True
+
     def _event(self, involved: Mapping[str, Any], *, reason: str, message: str, warning: bool) -> None:
         meta = involved["metadata"]
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -758,6 +791,20 @@ class Kube:
         status that the merge patch would have given: the operator is the status's only writer, and
         passes over one object never overlap."""
         return await self._in_thread(self._write_status, obj, status, api_version, kind)
+
+    async def annotate(
+        self,
+        obj: Mapping[str, Any],
+        key: str,
+        value: str,
+        *,
+        api_version: str = IGWC_API_VERSION,
+        kind: str = KIND,
+    ) -> bool:
+        """Set the annotation ``key`` of ``obj`` (an InferenceGatewayConfig unless told otherwise) to
+        ``value`` if it is still that object (a JSON patch testing ``/metadata/uid``, as
+        :meth:`write_status`); ``False`` when it is gone or made anew."""
+        return await self._in_thread(self._annotate, obj, key, value, api_version, kind)
 
     async def event(self, involved: Mapping[str, Any], *, reason: str, message: str, warning: bool) -> None:
         await self._in_thread(self._event, involved, reason=reason, message=message, warning=warning)

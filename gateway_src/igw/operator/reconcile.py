@@ -32,6 +32,7 @@ deletes the one it made before, which would otherwise keep filtering the pods, n
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -46,7 +47,7 @@ from igw.config.inference_extension import OBJECTIVE_KIND, REWRITE_KIND
 from igw.config.model import KIND
 from igw.config.unused_fields import unused_field_notes
 from igw.config.validate import validate_document
-from igw.operator.admission import Refusal, admit
+from igw.operator.admission import Claim, Refusal, admit, model_names, served_models, spec_problems
 from igw.operator.bindings import Merge, Verdict, conditions, merge, pool_name, unbound
 from igw.operator.dataplane import (
     CONFIG_KEY,
@@ -105,6 +106,15 @@ RENEWAL_REASON = "CertificateRenewalFailed"
 EXPIRED_REASON = "CertificateExpired"
 """GatewayProgrammed's reason while the auto-issued certificate the load balancer serves is past its
 notAfter (:func:`igw.operator.tls.expired`): every client that verifies it fails the TLS handshake."""
+LAST_ADMITTED_ANNOTATION = "operator.igw.dev/last-admitted-spec"
+"""Annotation the operator keeps on each config: the last spec it admitted and applied (objectives and
+rewrites merged; compact JSON), so a refused spec's data plane can be restored after an operator restart
+even when its served ConfigMap is gone too (:meth:`Reconciler._last_admitted`); empty when that spec is
+larger than :data:`LAST_ADMITTED_MAX_CHARS`. Under the operator's own prefix (``KOPF_PREFIX`` of
+:mod:`igw.operator.handlers`), which the runbook's backup leaves out: a restored config is admitted anew."""
+LAST_ADMITTED_MAX_CHARS = 96 * 1024
+"""The largest spec kept in :data:`LAST_ADMITTED_ANNOTATION`: an object's annotations may hold 256 KiB
+in all, and ``kubectl apply`` keeps another copy of the spec in its own annotation."""
 ISSUER_READ_TTL_S = 60.0
 """Seconds one read of the configured issuer serves every pass that checks it once the certificate is
 issued (:meth:`Reconciler._issuer_problem`): one GET per issuer (the ClusterIssuer, or each namespace's
@@ -217,6 +227,10 @@ class Reconciler:
         self._admitted: dict[tuple[str, str], tuple[object, dict[str, Any]]] = {}
         """``(namespace, name): (uid, spec)`` last applied for an admitted spec: restores the data plane
         of a refused spec when its served ConfigMap is gone too (:meth:`_last_admitted`)."""
+        self._claims: dict[tuple[str, str], Claim] = {}
+        """``(namespace, name)``: the models this process admitted for the config and may be serving
+        (:class:`igw.operator.admission.Claim`), recorded in the step that admits, so a concurrent
+        pass, or one reading a list older than a neighbour's status, sees them (:meth:`_claim`)."""
         self._issuer_reads = CachedReader(kube, monotonic, ISSUER_READ_TTL_S)
         """Reads of the configured issuer once a certificate is issued, shared by every object's
         passes for :data:`ISSUER_READ_TTL_S`."""
@@ -267,6 +281,7 @@ class Reconciler:
                 self._import_noted.pop(key, None)
                 self._issuer_noted.pop(key, None)
                 self._admitted.pop(key, None)
+                self._claims.pop(key, None)
                 return False
             await self._pass(igwc, listed)
             return True
@@ -358,7 +373,9 @@ class Reconciler:
             served = {**igwc, "spec": merged.spec}
         else:  # admission refuses it, naming the type (a cluster without the CRD's schema stores it)
             merged, served = Merge(spec={}), igwc
-        refusal = admit(served, neighbours)
+        claims = [claim for (where, _), claim in self._claims.items() if where == namespace]
+        refusal = admit(served, neighbours, claims)
+        self._claim(igwc, served, admitted=refusal is None)  # no await between: passes interleave
         apply_error: str | None = None
         apply_reason = "ApplyFailed"
         tls = TlsOutcome()
@@ -396,6 +413,7 @@ class Reconciler:
                     )
                 if refusal is None:
                     self._admitted[(namespace, name)] = (meta.get("uid"), dict(served["spec"]))
+                self._claim(igwc, target, applied=True)
                 await self._retire_autoscaler(target)
                 await self._retire_network_policy(target)
             except Exception as exc:  # any API refusal is reported on the object, not raised
@@ -411,6 +429,8 @@ class Reconciler:
                     return
                 else:
                     log.warning("%s/%s: applying the data plane failed: %s", namespace, name, apply_error)
+        if refusal is None and apply_error is None and target is not None:
+            await self._keep_admitted(igwc, target)
         retired = False
         if refusal is None and apply_error is None and not wants_auto_issue(igwc.get("spec") or {}):
             # The spec stopped asking for auto-issue and the Service no longer names the imported
@@ -458,13 +478,77 @@ class Reconciler:
         await self._post_renewal(igwc, tls.renewal)
         await self._post_renewal(igwc, tls.issuer, noted=self._issuer_noted)
 
+    def _claim(
+        self,
+        igwc: Mapping[str, Any],
+        spec_of: Mapping[str, Any],
+        *,
+        admitted: bool = False,
+        applied: bool = False,
+    ) -> None:
+        """Record what ``igwc`` may serve (:class:`~igw.operator.admission.Claim`): the models of
+        ``spec_of`` added when it is ``admitted`` (before the apply: the data plane may serve either
+        spec until it is written), exactly those once ``applied`` in full. A config this process has
+        no record of starts from its ``status.models`` (after a restart, a change of leader)."""
+        meta = igwc["metadata"]
+        key, uid = (meta["namespace"], meta["name"]), str(meta.get("uid") or "")
+        previous = self._claims.get(key)
+        models = model_names(spec_of)
+        same = previous is not None and previous.uid == uid
+        serving = previous.serving if previous is not None and same else frozenset(served_models(igwc))
+        if applied:
+            serving = models
+        elif admitted:
+            serving = serving | models
+        wanted = previous.wanted if applied and previous is not None and same else models
+        self._claims[key] = Claim(
+            uid=uid,
+            name=meta["name"],
+            namespace=meta["namespace"],
+            created=str(meta.get("creationTimestamp") or ""),
+            wanted=wanted,
+            serving=serving,
+        )
+
+    async def _keep_admitted(self, igwc: Mapping[str, Any], admitted: Mapping[str, Any]) -> None:
+        """Write ``admitted``'s spec into ``igwc``'s :data:`LAST_ADMITTED_ANNOTATION` when it differs
+        (best effort: a refusal is logged, the next admitted pass writes it again)."""
+        meta = igwc["metadata"]
+        text = json.dumps(admitted.get("spec") or {}, separators=(",", ":"))
+        if len(text) > LAST_ADMITTED_MAX_CHARS:
+            text = ""
+        current = (meta.get("annotations") or {}).get(LAST_ADMITTED_ANNOTATION)
+        if current == text or (current is None and not text):
+            return
+        if not text:
+            log.info(
+                "%s/%s: the admitted spec is over %d characters: not kept in %s (a refused spec's data "
+                "plane is restored from its ConfigMap, or this process's memory)",
+                meta["namespace"],
+                meta["name"],
+                LAST_ADMITTED_MAX_CHARS,
+                LAST_ADMITTED_ANNOTATION,
+            )
+        try:
+            await self._kube.annotate(igwc, LAST_ADMITTED_ANNOTATION, text)
+        except Exception as exc:  # logged, not raised: the next admitted pass writes it again
+            log.warning(
+                "%s/%s: keeping the admitted spec in %s failed: %s",
+                meta["namespace"],
+                meta["name"],
+                LAST_ADMITTED_ANNOTATION,
+                refusal_text(exc),
+            )
+
     async def _last_admitted(self, igwc: Mapping[str, Any]) -> dict[str, Any] | None:
         """``igwc`` with the last spec admitted for it (to restore the data plane of a refused spec),
         or ``None`` when there is none to serve.
 
         From the served ConfigMap this object controls, which holds that spec (objectives and rewrites
         merged), so it survives an operator restart; when that ConfigMap is gone, from what this
-        process applied last for the object. A ConfigMap rewritten into no valid config is left as it
+        process applied last for the object, else from the object's :data:`LAST_ADMITTED_ANNOTATION`
+        (after a restart: without it, a refused config whose ConfigMap was then deleted had no data
+        plane to restore). A ConfigMap rewritten into no valid config is left as it
         is (``ServedConfigInvalid`` reports it) until a spec is admitted. Before, nothing was applied
         for a refused spec: a Deployment or ConfigMap deleted or scaled meanwhile stayed so, and
         GatewayProgrammed said no spec had ever been admitted."""
@@ -477,9 +561,9 @@ class Reconciler:
             same = document is not None and (document.get("metadata") or {}).get("name") == meta["name"]
             return {**igwc, "spec": document["spec"]} if same and document is not None else None
         remembered = self._admitted.get((namespace, meta["name"]))
-        if remembered is None or remembered[0] != meta.get("uid"):
-            return None
-        return {**igwc, "spec": remembered[1]}
+        if remembered is not None and remembered[0] == meta.get("uid"):
+            return {**igwc, "spec": remembered[1]}
+        return _annotated_spec(igwc)
 
     async def _deleted_meanwhile(self, igwc: Mapping[str, Any]) -> bool:
         """Whether ``igwc`` was deleted (or is being deleted, or was made anew) since its pass read it.
@@ -939,6 +1023,7 @@ class Reconciler:
         self._import_noted.pop(_identity(igwc)[:2], None)
         self._issuer_noted.pop(_identity(igwc)[:2], None)
         self._admitted.pop(_identity(igwc)[:2], None)
+        self._claims.pop(_identity(igwc)[:2], None)
 
     async def _retire_certificate(self, igwc: Mapping[str, Any]) -> None:
         """Delete the Certificate this operator applied for ``igwc`` and the Secret cert-manager wrote
@@ -1087,6 +1172,23 @@ def _served_document(
         return None, f"{where} ({CONFIG_KEY}) is not a valid InferenceGatewayConfig: {listed}"
     served: dict[str, Any] = documents[0].content
     return served, None
+
+
+def _annotated_spec(igwc: Mapping[str, Any]) -> dict[str, Any] | None:
+    """``igwc`` with the spec its :data:`LAST_ADMITTED_ANNOTATION` keeps, when that is a valid spec
+    (anyone who may edit the object may edit it, as the served ConfigMap: checked as that is), else
+    ``None``."""
+    text = ((igwc.get("metadata") or {}).get("annotations") or {}).get(LAST_ADMITTED_ANNOTATION)
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        spec = json.loads(text)
+    except ValueError:
+        return None
+    candidate = {**igwc, "spec": spec}
+    if not isinstance(spec, dict) or spec_problems(candidate):
+        return None
+    return candidate
 
 
 def _differs(new: Mapping[str, Any], old: Mapping[str, Any]) -> bool:
