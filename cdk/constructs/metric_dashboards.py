@@ -111,9 +111,9 @@ class GatewayAlarmThresholds:
     minute this long: the Prometheus rule ``IgwHeartbeatWritesFailing``'s 10%, over all replicas."""
     heartbeat_prune_failed_minutes: int = 15
     """The cluster's prunes of stopped replicas' heartbeat fields failed (unreachable or refused) in
-    every minute this long: no outage of the heartbeats (they are written), but a store or ACL that
-    lets the hash of stale fields grow. A prune runs once a heartbeat TTL (``ttl``, 10 s by
-    default): with a TTL over a minute some minutes hold none and the alarm cannot fire."""
+    every period for this long: no outage of the heartbeats (they are written), but a store or ACL
+    that lets the hash of stale fields grow. A prune runs once a heartbeat TTL (``ttl``, 10 s by
+    default), so the period is as many minutes as hold one (:func:`prune_period_minutes`)."""
 
 
 class GatewayMetricsDashboard(Construct):
@@ -131,11 +131,15 @@ class GatewayMetricsDashboard(Construct):
         models: Sequence[str],
         pools: Sequence[str],
         heartbeat_cluster: str,
+        heartbeat_prune_every_s: float | None = None,
         thresholds: GatewayAlarmThresholds | None = None,
     ) -> None:
         """``heartbeat_cluster``: the cluster this gateway's heartbeats name
         (``spec.extensions.globalHeartbeat.cluster``), whose series alone the failed-writes alarm
-        reads (other clusters of the account and region write the same namespace)."""
+        reads (other clusters of the account and region write the same namespace).
+        ``heartbeat_prune_every_s``: the longest time between a replica's prunes
+        (:attr:`igw.gateway.heartbeat.HeartbeatSettings.prune_every_s` of that extension), which
+        sizes the failed-prunes alarm's period; ``None`` without heartbeats (nothing is written)."""
         super().__init__(scope, id_)
         t = thresholds or GatewayAlarmThresholds()
         self.alarms: dict[str, cloudwatch.Alarm] = {}
@@ -206,16 +210,20 @@ class GatewayMetricsDashboard(Construct):
             "a model server answered a retrieval of a stored response with another "
             "response's usage (or none named): not settled by it, the hold kept",
         )
-        self.alarms["HeartbeatPrunesFailed"] = sustained_alarm(
+        per = prune_period_minutes(heartbeat_prune_every_s)
+        periods = -(-t.heartbeat_prune_failed_minutes // per)
+        self.alarms["HeartbeatPrunesFailed"] = cloudwatch.Alarm(
             self,
             alarm_id("HeartbeatPrunesFailed"),
-            heartbeat_prunes_failed(heartbeat_cluster),
-            above=1,
-            inclusive=True,
-            minutes=t.heartbeat_prune_failed_minutes,
-            description=f"cluster {heartbeat_cluster}: the gateway's prunes of stopped replicas' "
+            metric=heartbeat_prunes_failed(heartbeat_cluster, period=cdk.Duration.minutes(per)),
+            threshold=1,
+            evaluation_periods=periods,
+            datapoints_to_alarm=periods,
+            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+            alarm_description=f"cluster {heartbeat_cluster}: the gateway's prunes of stopped replicas' "
             "heartbeat fields in the global router's store failed (unreachable or refused: an ACL "
-            f"granting HSET but not HGETALL/HDEL), every minute for {t.heartbeat_prune_failed_minutes} "
+            f"granting HSET but not HGETALL/HDEL), in every {per}-minute period for {per * periods} "
             "minutes: the heartbeats are written, the hash of stale fields grows",
         )
         self._any_in_a_minute(
@@ -368,8 +376,18 @@ def heartbeat_failed_percent(cluster: str) -> cloudwatch.MathExpression:
     )
 
 
-def heartbeat_prunes_failed(cluster: str) -> cloudwatch.MathExpression:
-    """The failed prunes of ``cluster``'s heartbeat fields in the interval: ``HeartbeatPrunes`` of
+def prune_period_minutes(prune_every_s: float | None) -> int:
+    """The failed-prunes alarm's period in whole minutes: longer than the longest time between a
+    replica's prunes (``prune_every_s``; ``None``: no heartbeats, one minute), so that every period
+    holds at least one prune's count whatever the phase of the one-minute EMF documents (``n``
+    documents cover ``n`` minutes back to back). Until session s46 the period was one minute: with a
+    TTL of a minute or more some minutes held no prune, read 0 (each series filled with 0), and an
+    alarm asking for a failure in every minute never fired however long the prunes failed."""
+    return 1 if prune_every_s is None else int(prune_every_s // 60) + 1
+
+
+def heartbeat_prunes_failed(cluster: str, *, period: cdk.Duration = PERIOD) -> cloudwatch.MathExpression:
+    """The failed prunes of ``cluster``'s heartbeat fields in ``period``: ``HeartbeatPrunes`` of
     every result but ``ok`` (:data:`~igw.gateway.emf_metrics.HEARTBEAT_RESULTS`), summed over
     replicas, each filled with 0 (a result's document is written only in an interval it moved)."""
     name, unit = emitted("HeartbeatPrunes", HEARTBEAT_METRICS)
@@ -379,7 +397,7 @@ def heartbeat_prunes_failed(cluster: str) -> cloudwatch.MathExpression:
             metric_name=name,
             dimensions_map={CLUSTER_DIMENSION: cluster, RESULT_DIMENSION: result},
             statistic=replica_statistic(name, unit),
-            period=PERIOD,
+            period=period,
         )
         for result in HEARTBEAT_RESULTS
         if result != "ok"
@@ -388,7 +406,7 @@ def heartbeat_prunes_failed(cluster: str) -> cloudwatch.MathExpression:
         expression=" + ".join(f"FILL({result}, 0)" for result in series),
         using_metrics=dict(series),
         label="failed heartbeat prunes",
-        period=PERIOD,
+        period=period,
     )
 
 

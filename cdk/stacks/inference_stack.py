@@ -42,6 +42,7 @@ from cdk.constructs.namespaces import Namespaces
 from cdk.stacks.cluster_handle import ClusterHandle
 from igw.addon import pins
 from igw.gateway.emf_metrics import HEARTBEAT_EXTENSION
+from igw.gateway.heartbeat import HeartbeatSettings
 from igw.operator.dataplane import base_name
 
 
@@ -96,6 +97,10 @@ class InferenceStack(cdk.Stack):
                 # the cluster the heartbeats name; without heartbeats nothing is written (no data,
                 # not a breach), and the stack's cluster is the name a heartbeat added later takes
                 heartbeat_cluster=str(heartbeat["cluster"]) if heartbeat else config.cluster_name,
+                # the gateway's own reading of the extension: its prune cadence sizes the alarm's period
+                heartbeat_prune_every_s=HeartbeatSettings.from_mapping(heartbeat).prune_every_s
+                if heartbeat
+                else None,
             )
         operator_mode = self.chart is not None and config.addon.chart_mode == "operator"
         token = config.global_heartbeat_token

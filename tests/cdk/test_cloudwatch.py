@@ -499,9 +499,57 @@ def test_the_heartbeat_alarm_reads_the_cluster_its_gateway_config_names(tmp_path
         "cluster": "us-west-2-a",
         "region": "us-west-2",
         "redis": {"url": "rediss://redis.example.internal:6379/0"},
+        "ttl": "90s",
     }
     built = build_app(config.parse(document), outdir=tmp_path)
     template = built.app.synth().get_stack_artifact(built.inference.artifact_id).template
     alarm = math_alarm(template, "HeartbeatWrites")
     # one failing cluster among nine healthy ones: its own writes, all failed
     assert heartbeat_alarm_value(alarm, {"unreachable": 60}, cluster="us-west-2-a") == 100
+    # the failed-prunes alarm's period follows the extension's TTL (since session s46): a prune at
+    # most every 91 s, so two-minute periods, eight of them
+    prunes = math_alarm(template, "HeartbeatPrunes")
+    assert {q["MetricStat"]["Period"] for q in prunes["Metrics"] if "MetricStat" in q} == {120}
+    assert (prunes["EvaluationPeriods"], prunes["DatapointsToAlarm"]) == (8, 8)
+
+
+@pytest.mark.parametrize("ttl_s", [10.0, 59.0, 60.0, 90.0, 300.0])
+def test_the_failed_prunes_alarm_has_a_prune_in_every_period_whatever_the_ttl(ttl_s: float) -> None:
+    """Until session s46 the failed-prunes alarm asked for a failure in each of 15 one-minute periods:
+    with a heartbeat TTL of a minute or more (a prune once a TTL) some minutes held no prune, read 0,
+    and the alarm never fired however long every prune failed. Its period now follows the
+    gateway's own prune cadence (``HeartbeatSettings.prune_every_s``): with every prune failing,
+    spaced as far apart as they may be and whatever the phase of the one-minute EMF documents,
+    every period of the evaluation holds a failure, and the evaluation spans at least 15 minutes."""
+    import aws_cdk as cdk
+
+    from cdk.constructs.metric_dashboards import GatewayMetricsDashboard
+    from igw.gateway.heartbeat import HeartbeatSettings
+
+    every = HeartbeatSettings.from_mapping(
+        {"cluster": "c", "region": "r", "ttl": f"{ttl_s:g}s"}
+    ).prune_every_s
+    stack = cdk.Stack(cdk.App(), "S")
+    GatewayMetricsDashboard(
+        stack,
+        "M",
+        dashboard_name="d",
+        models=[],
+        pools=[],
+        heartbeat_cluster="c",
+        heartbeat_prune_every_s=every,
+    )
+    template = stack.resolve(cdk.assertions.Template.from_stack(stack).to_json())
+    alarm = math_alarm(template, "HeartbeatPrunes")
+    (period,) = {q["MetricStat"]["Period"] for q in alarm["Metrics"] if "MetricStat" in q}
+    assert period % 60 == 0
+    assert alarm["DatapointsToAlarm"] == alarm["EvaluationPeriods"]
+    assert 15 * 60 <= alarm["EvaluationPeriods"] * period < 15 * 60 + period
+    for phase in range(0, 60, 7):  # when in the minute the replica's EMF documents go out
+        prunes = [k * every for k in range(int(3600 // every) + 1)]  # all failing, as far apart as may be
+        # a document counts the prunes since the one before it, stamped with its own time
+        documents = [phase + 60 * j for j in range(1, 61)]
+        counted = {d: sum(1 for p in prunes if d - 60 < p <= d) for d in documents}
+        periods = {d // period for d in documents}
+        for bucket in sorted(periods)[1:-1]:  # the whole periods
+            assert sum(n for d, n in counted.items() if d // period == bucket) >= 1, (phase, bucket)

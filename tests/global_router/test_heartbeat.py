@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import itertools
 import logging
 import re
 import socket
@@ -509,6 +510,32 @@ async def test_a_field_left_by_a_replica_killed_outright_is_pruned_after_the_ttl
         assert await _field_names(client, "k:a") == {"live"}
         await live.stop()
         await killed.stop()
+
+
+@pytest.mark.parametrize("ttl_s", [10.0, 60.0, 90.0])
+async def test_a_replica_prunes_at_least_once_per_prune_every_s(
+    gateway: Callable[..., Any], redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch, ttl_s: float
+) -> None:
+    """``HeartbeatSettings.prune_every_s`` bounds the time between a replica's prunes, writes coming
+    every ``interval`` a little late (the CDK app's failed-prunes alarm sizes its period by it), TTLs
+    under, at and over the one-minute EMF interval."""
+    async with _replicas_of_one_gateway(gateway, redis_server, ttl_s=ttl_s) as (_, _client, replica):
+        clock = [0.0]
+        publisher = replica("live", lambda: clock[0])
+        pruned: list[float] = []
+
+        async def prune() -> None:
+            pruned.append(clock[0])
+
+        monkeypatch.setattr(publisher, "prune", prune)
+        settings = dataclasses.replace(HeartbeatSettings(cluster="a", region="r"), ttl_s=ttl_s)
+        for tick in range(int(4 * ttl_s) + 5):
+            clock[0] = tick * settings.interval_s + (0.01 if tick % 3 else 0.0)  # jitter: late ticks
+            await publisher.publish_once()
+        await publisher.stop()
+    gaps = [b - a for a, b in itertools.pairwise(pruned)]
+    assert len(gaps) >= 3
+    assert ttl_s <= min(gaps) <= max(gaps) <= settings.prune_every_s
 
 
 async def test_a_step_of_the_wall_clock_prunes_no_live_replica(

@@ -84,6 +84,15 @@ class HeartbeatSettings:
     def field(self) -> str:
         return self.replica or replica_name()
 
+    @property
+    def prune_every_s(self) -> float:
+        """The longest time between two of a replica's prunes while its writes succeed: a prune runs
+        at the first write a TTL or more after the last (:meth:`HeartbeatPublisher.publish_once`),
+        and writes come every ``interval``, so up to a TTL plus an interval. The CDK app's alarm on
+        failed prunes sizes its period by it: with one-minute periods and a TTL over a minute, some
+        minutes held no prune and read 0, so "failed every minute" never fired."""
+        return self.ttl_s + self.interval_s
+
     @staticmethod
     def from_mapping(raw: Mapping[str, Any]) -> HeartbeatSettings:
         """From a validated ``spec.extensions.globalHeartbeat``."""
