@@ -83,6 +83,10 @@ class FakeModelServer:
     request continuing another one (``previous_response_id``) is answered 404, as vLLM does."""
     made_responses: list[str] = field(default_factory=list)
     """Ids of every response this server made, stored or not, deleted or not (which pod made one)."""
+    replay_first: bytes = b""
+    """SSE events a replay (``GET /v1/responses/{id}?stream=true``) sends before the stored
+    response's (a resumed replay's deltas, which name no response), a tenth of a second before it
+    (so the gateway reads them first, on their own)."""
     stored_delay_s: float = 0.0
     """Seconds each request about a stored response (retrieve, delete, cancel, its items) waits
     before its answer."""
@@ -475,7 +479,15 @@ class FakeModelServer:
         if request.query.get("stream") == "true":
             event = {"type": "response.completed", "sequence_number": 0, "response": done}
             body = b"event: response.completed\ndata: " + orjson.dumps(event) + b"\n\n"
-            return web.Response(body=body, content_type="text/event-stream")
+            if not self.replay_first:
+                return web.Response(body=body, content_type="text/event-stream")
+            resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await resp.prepare(request)
+            await resp.write(self.replay_first)
+            await asyncio.sleep(0.1)
+            await resp.write(body)
+            await resp.write_eof()
+            return resp
         return web.json_response(done)
 
     async def _models(self, request: web.Request) -> web.StreamResponse:

@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import aiohttp
+import orjson
 import pytest
 import redis.asyncio as redis_asyncio
 from aiohttp import web
@@ -115,12 +116,18 @@ async def test_a_frozen_cluster_holding_connections_does_not_starve_other_cluste
 
 
 def _streaming_cluster(events: int) -> web.Application:
-    """A cluster that streams ``events`` completion events, one every 0.1 s, then ``[DONE]``."""
+    """A cluster that streams ``events`` completion events, one every 0.1 s, then ``[DONE]``; a
+    stored response's replay opens with an event naming that response (the router holds a replay
+    until one does, since session s46)."""
 
     async def stream(request: web.Request) -> web.StreamResponse:
         await request.read()
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
+        response_id = request.match_info.get("response_id")
+        if response_id is not None:
+            named = {"type": "response.in_progress", "response": {"id": response_id, "object": "response"}}
+            await response.write(b"data: " + orjson.dumps(named) + b"\n\n")
         for i in range(events):
             await response.write(b'data: {"choices": [{"text": "t%d"}]}\n\n' % i)
             await asyncio.sleep(0.1)

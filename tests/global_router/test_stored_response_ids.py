@@ -10,6 +10,7 @@ whatever id it was told to claim, and answers 200 to any retrieval.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ssl
 from collections.abc import AsyncIterator
@@ -21,6 +22,7 @@ from aiohttp import web
 
 from igw.gateway.response_ids import mint, minted_for
 from igw.gateway.serving import serve_app
+from igw.gateway.upstream import REPLAY_PROOF_BYTES
 from igw.global_router.server import ROUTER_KEY, GlobalRouter
 from tests.global_router.support import MODEL, global_doc, guarded_router
 from tests.security.helpers import JwksServer, ManualClock, TokenFactory, bearer, jwt_auth
@@ -41,6 +43,10 @@ class Tier1:
     """The bytes of output a retrieval's answer carries after its id (a large answer)."""
     comment_only: bool = False
     """A replay (``?stream=true``) of a comment alone, no event with data (a replay past its end)."""
+    deltas: tuple[str, ...] = ()
+    """Text deltas a replay sends before its events naming the response (a resumed replay's)."""
+    deltas_only: bool = False
+    """A replay of :attr:`deltas` alone, no event naming a response."""
 
     def app(self) -> web.Application:
         async def create(request: web.Request) -> web.Response:
@@ -63,7 +69,15 @@ class Tier1:
             resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
             await resp.prepare(request)
             await resp.write(b": replay\n\n")  # a comment first: nothing to check yet
-            for kind in () if self.comment_only else ("response.created", "response.completed"):
+            for text in self.deltas:  # events naming no response
+                delta = {"type": "response.output_text.delta", "item_id": "msg_1", "delta": text}
+                await resp.write(b"event: response.output_text.delta\ndata: " + orjson.dumps(delta) + b"\n\n")
+            if self.deltas:
+                await asyncio.sleep(0.1)  # the deltas read on their own, before the events naming it
+            named = (
+                () if self.comment_only or self.deltas_only else ("response.created", "response.completed")
+            )
+            for kind in named:
                 event = {"type": kind, "response": doc}
                 await resp.write(f"event: {kind}\ndata: ".encode() + orjson.dumps(event) + b"\n\n")
             await resp.write_eof()
@@ -184,6 +198,9 @@ async def test_a_search_moves_on_from_an_answer_about_another_response(
     async with routed([hostile, honest], jwks_server, tokens, clock, client_ssl) as r:
         assert await r.retrieve("victim", mine) == (200, "east-a")
         assert r.router.responses.endpoint_of(mine) == "east-a"
+        # the withheld answer counted though a later one was relayed (since s46; before, only when
+        # the request ended on it)
+        assert r.router.metrics.usage_misnamed.labels("east-b")._value.get() == 1
         honest.stored.clear()
         unknown = mint("tenant:victim")
         assert await r.retrieve("victim", unknown) == (404, "east-a")  # the hostile answer is not relayed
@@ -216,6 +233,7 @@ async def test_an_answer_about_another_response_is_never_relayed(
         # the remembered cluster named another: forgotten (since s45; before, every poll went to it)
         assert r.router.responses.endpoint_of(mine) is None
         assert misnamed.labels("east-b")._value.get() == 2
+        assert misnamed.labels("east-a")._value.get() == 1  # each withheld answer (s46; before, the last)
         clock.advance(r.router.searches.ttl_s)  # the first search's miss no longer remembered
         async with r.http.get(f"{r.url}/v1/responses/{mine}", headers=headers) as resp:
             assert resp.status == 404
@@ -270,3 +288,50 @@ async def test_a_replay_with_no_event_naming_a_response_is_relayed_to_its_end(
     ):
         status, body = resp.status, await resp.read()
     assert (status, body) == (200, b": replay\n\n")
+
+
+async def test_a_replay_is_held_until_an_event_names_its_response(
+    jwks_server: JwksServer, tokens: TokenFactory, clock: ManualClock, client_ssl: ssl.SSLContext
+) -> None:
+    """A replay whose first events name no response (a resumed replay's deltas) is held until one
+    names it: relayed whole when it is the one asked for; withheld (404, counted) when it is another,
+    when none does before the replay's end, or when none does within ``REPLAY_PROOF_BYTES`` -
+    nothing shows such an answer is the response its caller asked for. Until session s46 a replay was
+    released once its first event with data came, so another response's deltas reached the client
+    before the event naming that response was read."""
+    hostile = Tier1("east-a", claims="resp_somewhere_else", answers_any=True, deltas=("another's text",))
+    honest = Tier1("east-b", deltas=("mine",))
+    mine = mint("tenant:victim")
+    honest.stored.add(mine)
+    headers = bearer(tokens.token(tenant="victim", sub="victim"))
+    url = f"/v1/responses/{mine}?stream=true"
+    async with routed([hostile, honest], jwks_server, tokens, clock, client_ssl) as r:
+        misnamed = r.router.metrics.usage_misnamed
+
+        async def replay() -> tuple[int, bytes]:
+            r.router.responses.disown(mine, "east-b")  # searched each time
+            clock.advance(r.router.searches.ttl_s)  # not answered from the unfound list
+            async with r.http.get(r.url + url, headers=headers) as resp:
+                return resp.status, await resp.read()
+
+        status, body = await replay()
+        assert status == 200, body[:300]
+        assert b"mine" in body
+        assert mine.encode() in body
+        assert b"another's text" not in body
+        assert b"resp_somewhere_else" not in body
+        assert misnamed.labels("east-a")._value.get() == 1
+
+        honest.deltas_only = True  # events with data, none naming a response, to the end
+        status, body = await replay()
+        assert status == 404, body[:300]
+        assert b"another's text" not in body
+        assert b"mine" not in body
+        assert (misnamed.labels("east-a")._value.get(), misnamed.labels("east-b")._value.get()) == (2, 1)
+
+        honest.deltas_only = False
+        honest.deltas = ("y" * (REPLAY_PROOF_BYTES // 2),) * 3  # past the bound before naming it
+        status, body = await replay()
+        assert status == 404, body[:300]
+        assert len(body) < 1000
+        assert misnamed.labels("east-b")._value.get() == 2

@@ -8,7 +8,7 @@ import random
 import pytest
 
 from igw.scheduling.factory import scheduler_from_weights
-from igw.scheduling.response_affinity import RESPONSE_NOTES, ResponseAffinity
+from igw.scheduling.response_affinity import DISOWNED, RESPONSE_NOTES, ResponseAffinity
 from igw.scheduling.scheduler import Scheduler
 from igw.scheduling.types import DecisionKind, RequestOutcome, RoutingRequest
 from tests.scheduling.helpers import ep
@@ -81,6 +81,31 @@ def test_the_memory_is_bounded_and_forgets_the_least_recently_used() -> None:
         ResponseAffinity(capacity=0)
 
 
+def test_a_disowned_endpoint_is_forgotten_by_the_other_workers_too() -> None:
+    """``igw serve --workers N``: the worker whose poll found the remembered pod answering with
+    another response forgets it there, and tells the others (since session s46; before, each worker
+    forgot it alone, and the others kept sending that response's polls to the lying pod)."""
+    a, b = scheduler(1), scheduler(2)
+    a.share_picks()
+    b.share_picks()
+    stored(a, "busy", "resp_1", now=5.0)
+    assert a.pick_notes is not None
+    assert b.pick_notes is not None
+    b.learn_picks(a.pick_notes.drain(), now=5.1)
+    assert b.responses.endpoint_of("resp_1") == "busy"
+    a.disown_response("resp_1", "idle", now=6.0)  # not the one remembered: nothing forgotten, nothing told
+    assert [n for n in a.pick_notes.drain() if n[1] == RESPONSE_NOTES] == []
+    a.disown_response("resp_1", "busy", now=6.0)
+    notes = [n for n in a.pick_notes.drain() if n[1] == RESPONSE_NOTES]
+    assert notes == [(6.0, RESPONSE_NOTES, "busy", ["resp_1", DISOWNED])]
+    assert a.responses.endpoint_of("resp_1") is None
+    assert b.learn_picks(notes, now=6.1).learned == 1
+    assert b.responses.endpoint_of("resp_1") is None  # b's next poll searches too
+    stored(b, "other", "resp_2", now=7.0)
+    assert b.learn_picks([(7.0, RESPONSE_NOTES, "busy", ["resp_2", DISOWNED])], now=7.1).learned == 1
+    assert b.responses.endpoint_of("resp_2") == "other"  # another endpoint's disowning: kept
+
+
 def test_a_reload_that_rebuilds_the_scheduler_keeps_the_memory() -> None:
     old, new = scheduler(1), scheduler(2)
     stored(old, "busy", "resp_1")
@@ -102,5 +127,5 @@ def test_a_stored_response_travels_to_the_other_workers() -> None:
     assert b.pick(continuation("resp_1"), POOL, now=5.2).endpoint == "busy"
     assert b.pick_notes is not None
     assert all(n[1] != RESPONSE_NOTES for n in b.pick_notes.drain())  # learned, not sent on again
-    for bad in ([], [""], [5], ["a", "b"], "resp_1"):
+    for bad in ([], [""], [5], ["a", "b"], ["", DISOWNED], ["a", DISOWNED, 1], "resp_1"):
         assert b.learn_picks([(5.0, RESPONSE_NOTES, "x", bad)], now=5.1).malformed == 1

@@ -354,7 +354,9 @@ async def test_a_search_passes_a_pod_answering_with_another_response(
             "igw_upstream_retries_total", {"scheduler": "pool", "cause": "response-search"}
         )
         assert retries == 1  # a's answer moved the search on, counted as a 404 is
-        assert gw.registry.get_sample_value("igw_usage_misnamed_total") == 0  # nothing settled or shown
+        # a's withheld answer counted though b's ended the request (since s46; before, only an answer
+        # the request ended on was)
+        assert gw.registry.get_sample_value("igw_usage_misnamed_total") == 1
 
         status, answer = await _ask(gw, "GET", f"/v1/responses/{polled}", alice)
         assert (status, answer["id"]) == (200, polled)
@@ -404,7 +406,8 @@ async def test_a_search_every_pod_answers_with_another_response_relays_none(
             assert other not in orjson.dumps(answer).decode()
             assert gw.state.response_searches.recently_unfound(polled, now=gw.state.clock())
         assert len(first.received) + len(last.received) == asked + 4  # both pods asked, each time
-        assert gw.registry.get_sample_value("igw_usage_misnamed_total") == 2
+        # every withheld answer, once (since s46; before, the last of each request's alone: 2)
+        assert gw.registry.get_sample_value("igw_usage_misnamed_total") == 4
         assert "answered a retrieval of one response with another response: not relayed" in caplog.text
         assert other not in caplog.text
 
@@ -460,3 +463,46 @@ async def test_a_replay_or_large_answer_naming_another_response_is_withheld_and_
         assert polled.encode() in body
         status, answer = await _ask(gw, "GET", f"/v1/responses/{polled}", alice)
         assert (status, answer["id"]) == (200, polled)
+
+
+async def test_a_replay_whose_first_events_name_no_response_is_held_until_one_does(
+    tmp_path: Path, jwks_server: JwksServer, client_ssl: ssl.SSLContext, tokens: TokenFactory
+) -> None:
+    """A replay (``?stream=true``) that opens with events naming no response (a resumed replay's
+    deltas) is held until one names a response: relayed whole when it is the one asked for, else
+    withheld (404 ``response_not_found``, counted). Until session s46 it was released at its first
+    event with data, unchecked: another response's text reached the client, and its
+    ``response.completed`` naming that other response after it."""
+    async with _gateway(tmp_path, jwks_server, client_ssl) as (gw, servers):
+        tokens.clock.now = time.time()
+        alice = tokens.token(tenant="team-a", sub="alice")
+        ids = []
+        for _ in range(2):
+            status, made = await _post(gw, "/v1/responses", {"model": "m", "input": "x"}, alice)
+            assert status == 200
+            ids.append(made["id"])
+        polled, other = ids
+        holder = next(pod for pod in servers if polled in pod.stored_responses)
+        right = holder.stored_responses[polled]
+        holder.stored_responses[polled] = next(
+            pod.stored_responses[other] for pod in servers if other in pod.stored_responses
+        )
+        delta = {"type": "response.output_text.delta", "item_id": "msg_1", "delta": "another's text"}
+        holder.replay_first = b"event: response.output_text.delta\ndata: " + orjson.dumps(delta) + b"\n\n"
+        headers = {"Authorization": f"Bearer {alice}"}
+        async with gw.http.get(f"{gw.url}/v1/responses/{polled}?stream=true", headers=headers) as r:
+            status, body = r.status, await r.read()
+        assert status == 404, body
+        assert b"response_not_found" in body
+        assert b"another's text" not in body
+        assert other.encode() not in body
+        assert gw.registry.get_sample_value("igw_usage_misnamed_total") == 1
+
+        holder.stored_responses[polled] = right
+        gw.state.response_searches.found(polled)  # as after the TTL
+        async with gw.http.get(f"{gw.url}/v1/responses/{polled}?stream=true", headers=headers) as r:
+            status, body = r.status, await r.read()
+        assert status == 200, body
+        assert body.startswith(holder.replay_first)
+        assert polled.encode() in body
+        assert gw.registry.get_sample_value("igw_usage_misnamed_total") == 1

@@ -1292,7 +1292,7 @@ async def _forward(
             # the pod remembered as its holder named another: forgotten, the next poll searches
             # (until session s45 every poll went back to it)
             for sr in state.runtime.schedulers.values():
-                sr.scheduler.responses.disown(plan.settles, key)
+                sr.scheduler.disown_response(plan.settles, key, now=state.clock())
         if misnamed and plan.search_for is not None:
             # no proof the asked id is stored there: a miss, as a 404 (until session s45 a search
             # every pod answered so was not listed as found nowhere, and re-asked every pod each poll)
@@ -1301,7 +1301,9 @@ async def _forward(
             # A retrieval or cancel answered with another response (a pod's lie or mix-up): no proof
             # the asked one is stored there, and never the client's (another tenant's, maybe). Not
             # kept as the refusal either: until session s45 the last such answer was relayed.
+            # Each is counted as it is withheld (until session s46 only the one a request ended on).
             withheld = key
+            _withheld(state, key)
             if searching_on:  # the search moves on as from a 404 (tier 2's rule; stopped here until s44)
                 searched += 1
                 obs.retrying(plan.search_pools.get(key, ""), RESPONSE_SEARCH, status=result.status)
@@ -1341,12 +1343,11 @@ async def _forward(
         plan.sr.scheduler.release_dispatch(unsent, now=state.clock(), request_id=obs.key)
     if plan.search_for is not None:
         _searched(state, plan, result, every_pod_missed=missed == len(plan.candidates))
-    if result is None and withheld is not None:
-        # no later answer: a pod's 404 before it, else the gateway's, as for a response stored nowhere
-        _withheld(state, withheld)
-        if refusal is None:
-            message = f"no model server this gateway asked stores response {plan.settles!r}"
-            return obs.finish(gateway_error("response_not_found", message, request_id=obs.request_id))
+    if result is None and withheld is not None and refusal is None:
+        # no later answer, no pod's 404 before it (else that 404 is the client's): as for a response
+        # stored nowhere
+        message = f"no model server this gateway asked stores response {plan.settles!r}"
+        return obs.finish(gateway_error("response_not_found", message, request_id=obs.request_id))
     if result is None:
         result = refusal  # the last attempt could not connect: the client gets the refusal before it
     if result is None:
@@ -1406,9 +1407,10 @@ async def _forward(
 
 
 def _withheld(state: GatewayState, key: str) -> None:
-    """A retrieval or cancel ended with no answer to relay but ones naming other responses than the
-    one asked for (the last of them ``key``'s, withheld since session s45): counted
-    (``igw_usage_misnamed_total``) and logged once a minute per pod, without the answer's content."""
+    """``key``'s answer to a retrieval or cancel named another response than the one asked for and
+    was withheld (since session s45): counted (``igw_usage_misnamed_total``), each such answer once
+    whatever answer the request ends on (until session s46 only the last, and only when no later
+    pod's answer was relayed), and logged once a minute per pod, without the answer's content."""
     state.metrics.usage_misnamed.inc()
     misnamed_log.warning(
         "pod %s answered a retrieval of one response with another response: not relayed", key

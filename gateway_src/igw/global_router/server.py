@@ -876,8 +876,15 @@ async def _ask_stored(
             router.responses.disown(response_id, cluster.name)
         if other and result.status < 400 and not result.response.prepared:
             # Never the client's (another tenant's response, maybe), nor kept as the last answer:
-            # until session s45 a search every cluster answered so relayed the last one.
+            # until session s45 a search every cluster answered so relayed the last one. Counted and
+            # logged (once a minute per cluster, no answer's content) as each is withheld: until
+            # session s46 only the last, and only when the request ended on it.
             withheld = cluster.name
+            router.metrics.usage_misnamed.labels(cluster.name).inc()
+            misnamed_log.warning(
+                "cluster %s answered a retrieval of one response with another response: not relayed",
+                cluster.name,
+            )
             if searching_on:
                 router.metrics.retries.labels(cluster.name, RESPONSE_SEARCH).inc()  # the next one is asked
             continue
@@ -901,14 +908,10 @@ async def _ask_stored(
                     cluster.name,
                 )
         return result.response
-    if withheld is not None:  # counted and logged once a minute per cluster, no answer's content
-        router.metrics.usage_misnamed.labels(withheld).inc()
-        misnamed_log.warning(
-            "cluster %s answered a retrieval of one response with another response: not relayed", withheld
-        )
-        if last is None:  # as for a response stored nowhere (a cluster's 404 before it, when one came)
-            message = f"no cluster this router asked stores response {response_id!r}"
-            return gateway_error("response_not_found", message)
+    if withheld is not None and last is None:
+        # as for a response stored nowhere (a cluster's 404 before it, when one came)
+        message = f"no cluster this router asked stores response {response_id!r}"
+        return gateway_error("response_not_found", message)
     if last is not None:
         return last
     return gateway_error(

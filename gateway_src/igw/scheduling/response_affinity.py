@@ -14,7 +14,8 @@ beats a certain 404 elsewhere). An id this scheduler does not know (made before 
 gateway replica, or forgotten past :data:`DEFAULT_CAPACITY`) is picked as any request is. The ids
 travel to the other workers of an ``igw serve --workers N`` group as event notes (named
 :data:`RESPONSE_NOTES`), since a conversation's turns come over different connections and so to
-different workers.
+different workers; so does an endpoint's disowning (:meth:`ResponseAffinity.disown`, since session
+s46: before, the other workers kept sending that response's polls to the pod that lied about it).
 """
 
 from __future__ import annotations
@@ -29,6 +30,10 @@ from igw.scheduling.types import EndpointKey, EndpointView
 
 RESPONSE_NOTES: Final = "@response-affinity"
 """The name a stored response's note travels under between the workers of a group (not a plugin's)."""
+
+DISOWNED: Final = "disowned"
+"""The second item of a note that forgets a response's endpoint in the other workers
+(:meth:`ResponseAffinity.learn_pick`): ``[response id, "disowned"]``."""
 
 RESPONSE_SEARCH: Final = "response-search"
 """The ``cause`` of the retry counters (tier 1's per pod, tier 2's per cluster) for one asked in a
@@ -81,22 +86,33 @@ class ResponseAffinity:
         return None
 
     def learn_pick(self, endpoint: EndpointKey, note: object) -> None:
-        """Another worker's request stored a response on ``endpoint``: ``note`` is ``[response id]``
-        (``ValueError`` otherwise)."""
+        """Another worker's request stored a response on ``endpoint`` (``note`` is ``[response id]``),
+        or found ``endpoint`` answering its retrieval with another response (``[response id,``
+        :data:`DISOWNED```]``: :meth:`disown`); ``ValueError`` for any other note."""
         if (
             not isinstance(note, list | tuple)
-            or len(note) != 1
+            or len(note) not in (1, 2)
             or not isinstance(note[0], str)
             or not note[0]
+            or (len(note) == 2 and note[1] != DISOWNED)
         ):
-            raise ValueError(f"{RESPONSE_NOTES}: a note is [response id], a non-empty string")
-        self.remember(note[0], endpoint)
+            raise ValueError(
+                f"{RESPONSE_NOTES}: a note is [response id] or [response id, {DISOWNED!r}], "
+                "the id a non-empty string"
+            )
+        if len(note) == 2:
+            self.disown(note[0], endpoint)
+        else:
+            self.remember(note[0], endpoint)
 
-    def disown(self, response_id: str, endpoint: EndpointKey) -> None:
+    def disown(self, response_id: str, endpoint: EndpointKey) -> bool:
         """``endpoint``, remembered as ``response_id``'s, answered its retrieval with another response:
-        no proof it stores that one, so it is forgotten there (the next request for it searches)."""
-        if self._where.get(response_id) == endpoint:
-            del self._where[response_id]
+        no proof it stores that one, so it is forgotten there (the next request for it searches).
+        Whether it was remembered there (and so is forgotten now)."""
+        if self._where.get(response_id) != endpoint:
+            return False
+        del self._where[response_id]
+        return True
 
     def forget(self, keys: Iterable[EndpointKey]) -> None:
         """Endpoints left the pool: the responses they stored went with them (a pod that comes back

@@ -57,7 +57,7 @@ from igw.scheduling.pick_notes import LearnCounts, PickNoteOutbox, learn_notes, 
 from igw.scheduling.plugins.context_length_filter import fitting, tokens_needed
 from igw.scheduling.plugins.inflight_scorer import InflightScorer
 from igw.scheduling.plugins.max_score_picker import MaxScorePicker
-from igw.scheduling.response_affinity import ResponseAffinity
+from igw.scheduling.response_affinity import DISOWNED, ResponseAffinity
 from igw.scheduling.retry_policy import RetryPolicy
 from igw.scheduling.saturation import DrainTracker, has_capacity, retry_after_seconds
 from igw.scheduling.settings import RoutingSettings
@@ -714,6 +714,12 @@ class Scheduler:
         self.responses.remember(response_id, endpoint)
         if self.pick_notes is not None:
             self.pick_notes.add(now, self.responses.name, endpoint, [response_id])
+
+    def disown_response(self, response_id: str, endpoint: EndpointKey, *, now: float) -> None:
+        """``endpoint``, remembered as ``response_id``'s, answered its retrieval with another response:
+        forgotten there, here and (when it was remembered here) in the group's other workers."""
+        if self.responses.disown(response_id, endpoint) and self.pick_notes is not None:
+            self.pick_notes.add(now, self.responses.name, endpoint, [response_id, DISOWNED])
 
     @property
     def retry_policy(self) -> RetryPolicy:
