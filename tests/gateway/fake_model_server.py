@@ -85,8 +85,10 @@ class FakeModelServer:
     """Ids of every response this server made, stored or not, deleted or not (which pod made one)."""
     replay_first: bytes = b""
     """SSE events a replay (``GET /v1/responses/{id}?stream=true``) sends before the stored
-    response's (a resumed replay's deltas, which name no response), a tenth of a second before it
-    (so the gateway reads them first, on their own)."""
+    response's (a resumed replay's deltas, which name no response), then waits for
+    :attr:`replay_release` before the rest (a response still generating)."""
+    replay_release: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set by a test to let a replay with :attr:`replay_first` go on to its events naming the response."""
     stored_delay_s: float = 0.0
     """Seconds each request about a stored response (retrieve, delete, cancel, its items) waits
     before its answer."""
@@ -484,7 +486,7 @@ class FakeModelServer:
             resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
             await resp.prepare(request)
             await resp.write(self.replay_first)
-            await asyncio.sleep(0.1)
+            await self.replay_release.wait()
             await resp.write(body)
             await resp.write_eof()
             return resp

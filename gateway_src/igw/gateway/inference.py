@@ -1297,6 +1297,10 @@ async def _forward(
             # no proof the asked id is stored there: a miss, as a 404 (until session s45 a search
             # every pod answered so was not listed as found nowhere, and re-asked every pod each poll)
             missed += 1
+        if misnamed and prepared:
+            # a replay released at its first event that went on with another response: cut there
+            # (upstream._cut_replay), counted as a withheld answer is (since session s46)
+            _withheld(state, key)
         if misnamed and not prepared and result is not None:
             # A retrieval or cancel answered with another response (a pod's lie or mix-up): no proof
             # the asked one is stored there, and never the client's (another tenant's, maybe). Not

@@ -388,10 +388,10 @@ _FIRST_ID: Final = re.compile(rb'"id"\s*:\s*"((?:[^"\\]|\\.){1,512})"')
 """An ``"id"`` key and its string value (inside a JSON string every ``"`` is escaped: no text matches)."""
 
 
-def _response_named_in(events: bytes) -> str | None:
-    """The first response an event of ``events`` names (the object it is or carries, or of an event's
-    data that does not parse - unfinished: one past :data:`MAX_PARTIAL_EVENT_BYTES` - its first
-    ``id``, as of a large whole answer); ``None`` when none names one (deltas, comments)."""
+def _another_in_events(events: bytes, expected: str) -> str | None:
+    """The first response id other than ``expected`` that an event of ``events`` names, if any; of an
+    event's data that does not parse (unfinished: a first event past
+    :data:`MAX_PARTIAL_EVENT_BYTES`), its first ``id``, as of a large whole answer."""
     for line in events.splitlines():
         if line.startswith(b"data:") and b'"id"' in line:
             try:
@@ -399,24 +399,21 @@ def _response_named_in(events: bytes) -> str | None:
             except orjson.JSONDecodeError:
                 found = _FIRST_ID.search(line)
                 named = None if found is None else found.group(1).decode(errors="replace")
-            if named is not None:
+            if named is not None and named != expected:
                 return named
     return None
 
 
-UNNAMED: Final = ""
-"""The ``response_id`` of a withheld replay whose events with data named no response before its end
-or :data:`REPLAY_PROOF_BYTES` (:func:`_misnamed`): never a real response's id (those are non-empty)."""
-
-REPLAY_PROOF_BYTES: Final = 1024 * 1024
-"""The most of a replay's events (``expect_id``) held while none names a response: past it, with no
-event naming the one asked for, the replay is withheld (:func:`_relay_stream`)."""
+def _first_event_in(held: bytes) -> bool:
+    """Whether ``held`` (a replay's events, held for the check) has the first event with data whole,
+    or is past :data:`MAX_PARTIAL_EVENT_BYTES` (an event that long is checked as it stands)."""
+    data = held.find(b"data:")
+    return data >= 0 and (_events_end(held) > data or len(held) > MAX_PARTIAL_EVENT_BYTES)
 
 
 def _misnamed(status: int, named: str, extra: Mapping[str, str]) -> ExchangeResult:
-    """An answer to the retrieval of one stored response that names another (``named``; a replay that
-    named none: :data:`UNNAMED`), withheld before anything of it was relayed: its caller answers as
-    for a response not stored there
+    """An answer to the retrieval of one stored response that names another (``named``), withheld
+    before anything of it was relayed: its caller answers as for a response not stored there
     (:func:`igw.gateway.inference._forward`, :func:`igw.global_router.server._forward_stored`). The
     answer it carries is an error naming neither id, never the answer itself."""
     message = "the model server answered with another response than the one asked for"
@@ -1371,17 +1368,10 @@ async def _relay_stream(
     wake-up of this coroutine stands between their arrival and their write.
 
     ``expect_id`` (a stored response's replay, ``GET /v1/responses/{id}?stream=true``): nothing is
-    written - no head, no keep-alive - until an event naming a response (its ``response`` object, as
-    ``response.created`` and ``response.completed`` carry) has arrived and been checked; one naming
-    another response than ``expect_id`` is returned unrelayed (:func:`_misnamed`), as a whole answer
-    naming one is. Events naming none (a resumed replay's deltas) are held meanwhile, at most
-    :data:`REPLAY_PROOF_BYTES`: a replay past that bound, or one ending, with events with data none
-    of which named a response is returned unrelayed too (:data:`UNNAMED`): nothing shows it is the
-    response asked for, and its caller asked for that one alone. A replay with no event with data
-    (past its last event) is relayed at its end. Until session s45 a replay was relayed as its events
-    came, whatever response they named; until session s46 once its first event with data came, if
-    that one named no response. A generation (no ``expect_id``) keeps its first write in the read
-    callback."""
+    written - no head, no keep-alive - until the first event with data has arrived and been checked;
+    one naming another response than ``expect_id`` is returned unrelayed (:func:`_misnamed`), as a
+    whole answer naming one is. Until session s45 a replay was relayed as its events came, whatever
+    response they named. A generation (no ``expect_id``) keeps its first write in the read callback."""
     response = _RelayedStream(status=upstream.status)
     _response_headers(upstream, extra, response.headers)
     response.build_head(request)
@@ -1419,8 +1409,9 @@ async def _relay_stream(
     # A generation (POST) always has events; a stored response's replay (GET ``?stream=true``) past
     # its last event, or a HEAD, may rightly have none.
     generating = request.method == "POST"
-    checking = expect_id is not None  # a replay's events held until one naming a response is checked
-    unchecked = b""  # the events held meanwhile (comments, events naming no response)
+    checking = expect_id is not None  # a replay's events held until the first with data is checked
+    watching = checking  # and, once released, each later event naming another response cuts it
+    unchecked = b""  # the events held meanwhile (comments, event names without data)
     ended = b""  # a replay's events held to its end (none with data came): relayed with the end
 
     def first_bytes(data: bytes) -> None:
@@ -1458,12 +1449,9 @@ async def _relay_stream(
                 continue
             heard = loop.time()
             if not chunk:
-                if checking:  # no event naming a response before the end: what came (an unfinished one too)
-                    held = unchecked + events.partial
-                    named = _response_named_in(held)
-                    if named is None and b"data:" in held:
-                        named = UNNAMED  # events with data, none naming the response: no proof
-                    if named is not None and named != expect_id:
+                if checking:  # no event with data before the end: what came (an unfinished event too)
+                    named = _another_in_events(unchecked + events.partial, cast(str, expect_id))
+                    if named is not None:
                         response.relayed = None
                         return _misnamed(upstream.status, named, extra)
                     ended, unchecked = unchecked, b""
@@ -1486,15 +1474,19 @@ async def _relay_stream(
                     data = events.feed(chunk)
                     if checking and data:
                         unchecked += data
-                        named = _response_named_in(data)  # what was held before named none
                         data = b""
-                        if named is None and len(unchecked) > REPLAY_PROOF_BYTES:
-                            named = UNNAMED  # past the bound, nothing named: no proof
-                        if named is not None:
-                            if named != expect_id:
+                        if _first_event_in(unchecked):
+                            named = _another_in_events(unchecked, cast(str, expect_id))
+                            if named is not None:
                                 response.relayed = None
                                 return _misnamed(upstream.status, named, extra)
                             data, unchecked, checking = unchecked, b"", False
+                    elif watching and data and b'"id"' in data:
+                        named = _another_in_events(data, cast(str, expect_id))
+                        if named is not None:
+                            events.rest()  # an unfinished event after it: not relayed either
+                            await _cut_replay(response, result, named, request)
+                            break
                     if data:
                         if not response.prepared:
                             await response.prepare(request)
@@ -1576,6 +1568,25 @@ async def _keepalive(
         await response.write(b": ping\n\n")
     except (ConnectionResetError, aiohttp.ClientConnectionResetError) as exc:
         raise ClientGone() from exc
+
+
+async def _cut_replay(
+    response: web.StreamResponse, result: ExchangeResult, named: str, request: web.Request
+) -> None:
+    """A replay released after its first event (which named no response: a resumed replay's deltas)
+    went on with an event naming ``named``, another response than the one asked for: that event and
+    the rest are not relayed; the stream ends with an error event, and ``result`` names ``named``,
+    so its caller counts the answer as misnamed and forgets the holder. Holding every replay until
+    an event names its response would stop a resumed replay of a response still generating from
+    streaming at all (its deltas name only their items), so the deltas before such an event are
+    relayed as they come; what a lying pod can show is cut at its first event naming another."""
+    result.ok = False
+    result.response_id = named
+    result.error = "the model server's replay went on with another response than the one asked for"
+    message = "the model server's replay named another response than the one asked for: cut"
+    await _terminal_error(
+        response, code="upstream_error", message=message, anthropic=anthropic_path(request.path)
+    )
 
 
 async def _terminal_error(

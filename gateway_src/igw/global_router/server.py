@@ -874,6 +874,13 @@ async def _ask_stored(
         if other and result.status < 400 and known is not None:
             # the remembered holder named another: forgotten, the next request searches (s45)
             router.responses.disown(response_id, cluster.name)
+        if other and result.status < 400 and result.response.prepared:
+            # a replay released at its first event that went on with another response: cut there
+            # (igw.gateway.upstream._cut_replay), counted as a withheld answer is (since session s46)
+            router.metrics.usage_misnamed.labels(cluster.name).inc()
+            misnamed_log.warning(
+                "cluster %s went on with another response in a replay of one: cut", cluster.name
+            )
         if other and result.status < 400 and not result.response.prepared:
             # Never the client's (another tenant's response, maybe), nor kept as the last answer:
             # until session s45 a search every cluster answered so relayed the last one. Counted and
