@@ -31,7 +31,30 @@ def _resource_entry(kind: ResourceKind) -> dict[str, Any]:
     }
     if kind.short_names:
         entry["shortNames"] = list(kind.short_names)
+    categories = kind.categories or BUILT_IN_CATEGORIES.get((kind.group, kind.plural), ())
+    if categories:
+        entry["categories"] = list(categories)
     return entry
+
+
+BUILT_IN_CATEGORIES: Final[Mapping[tuple[str, str], tuple[str, ...]]] = {
+    (group, plural): ("all",)
+    for group, plural in (
+        ("", "pods"),
+        ("", "replicationcontrollers"),
+        ("", "services"),
+        ("apps", "daemonsets"),
+        ("apps", "deployments"),
+        ("apps", "replicasets"),
+        ("apps", "statefulsets"),
+        ("autoscaling", "horizontalpodautoscalers"),
+        ("batch", "cronjobs"),
+        ("batch", "jobs"),
+    )
+}
+"""The categories the API server's storages give built-in kinds (``kubectl get all``: the workloads,
+their Services and autoscalers); the fake listed none, so ``kubectl get all`` was refused (``the
+server doesn't have a resource type "all"``) and a CRD's ``names.categories`` were dropped."""
 
 
 SCALABLE: Final = frozenset({("apps", "v1", "deployments"), ("apps", "v1", "statefulsets")})

@@ -325,6 +325,24 @@ def test_kubectl_get_events_prints_the_api_server_s_event_columns(
     assert "igw-operator, vm-2" in wide[2]
 
 
+@needs_kubectl
+def test_kubectl_get_a_category_lists_its_kinds(kube: FakeKubeApiServer, tmp_path: Path) -> None:
+    """Discovery gives the workloads, Services and autoscalers the ``all`` category and a CRD the
+    ``names.categories`` it declares (``inference`` for the InferenceGatewayConfig), so ``kubectl
+    get all`` and ``kubectl get inference`` list them; the fake listed no categories, and kubectl
+    refused both (``the server doesn't have a resource type "all"``)."""
+    install_crd(kube)
+    kube.add(make_pod(name="llama-0", namespace="inference", labels={"app": "llama"}))
+    kube.add({**_config_map("cm"), "metadata": {"name": "cm", "namespace": "inference"}})
+    kube.add(igwc("chat"))
+    everything = kubectl(kube, tmp_path, "get", "all", "-n", "inference", "-o", "name")
+    assert everything.returncode == 0, everything.stderr
+    assert everything.stdout.split() == ["pod/llama-0"]
+    inference = kubectl(kube, tmp_path, "get", "inference", "-A", "-o", "name")
+    assert inference.returncode == 0, inference.stderr
+    assert inference.stdout.split() == ["inferencegatewayconfig.inference.sagemaker.aws.amazon.com/chat"]
+
+
 @pytest.mark.parametrize(
     ("seconds", "text"),
     [
