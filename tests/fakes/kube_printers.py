@@ -2,9 +2,11 @@
 
 A real API server answers ``kubectl get deploy`` with a ``Table`` whose columns its printers
 (``pkg/printers/internalversion/printers.go``) define per kind: ``READY``, ``UP-TO-DATE``,
-``AVAILABLE`` for Deployments, ``TYPE``, ``CLUSTER-IP``, ``PORT(S)`` for Services and so on, with
-the ``-o wide`` ones at priority 1. The fake answered every built-in kind with only ``NAME`` and
-``AGE``, so what a user reads in ``kubectl get`` (a gateway's ready count) could not be checked.
+``AVAILABLE`` for Deployments, ``TYPE``, ``CLUSTER-IP``, ``PORT(S)`` for Services, ``LAST SEEN``,
+``TYPE``, ``REASON``, ``OBJECT``, ``MESSAGE`` for Events (whose ``NAME`` is a ``-o wide`` column, not
+the first) and so on, with the ``-o wide`` ones at priority 1, ages as ``duration.HumanDuration``.
+The fake answered every built-in kind with only ``NAME`` and ``AGE``, so what a user reads in
+``kubectl get`` (a gateway's ready count) could not be checked.
 Modelled for the kinds the operator writes and the tests read; any other built-in kind keeps
 ``NAME``/``AGE``. Simplified: a Pod's ``STATUS`` is its ``status.reason`` or phase (not the
 container-state walk), ``RESTARTS`` the sum without the "(5m ago)" suffix, ``READINESS GATES``
