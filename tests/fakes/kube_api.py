@@ -563,6 +563,7 @@ class FakeKubeApiServer:
                     kind=str(names.get("kind")),
                     namespaced=spec.get("scope", "Namespaced") == "Namespaced",
                     short_names=tuple(names.get("shortNames") or ()),
+                    categories=tuple(str(c) for c in names.get("categories") or ()),
                     status_subresource="status" in (version.get("subresources") or {}),
                     printer_columns=tuple(version.get("additionalPrinterColumns") or ()),
                     schema=(version.get("schema") or {}).get("openAPIV3Schema"),

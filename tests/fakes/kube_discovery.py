@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from datetime import UTC, datetime
 from typing import Any, Final
 
-from tests.fakes.kube_printers import PRINTERS, Cells, Column
+from tests.fakes.kube_printers import NAME_IN_COLUMNS, PRINTERS, Cells, Column, human_age
 from tests.fakes.kube_store import ResourceKind
 
 _VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
@@ -32,7 +31,30 @@ def _resource_entry(kind: ResourceKind) -> dict[str, Any]:
     }
     if kind.short_names:
         entry["shortNames"] = list(kind.short_names)
+    categories = kind.categories or BUILT_IN_CATEGORIES.get((kind.group, kind.plural), ())
+    if categories:
+        entry["categories"] = list(categories)
     return entry
+
+
+BUILT_IN_CATEGORIES: Final[Mapping[tuple[str, str], tuple[str, ...]]] = {
+    (group, plural): ("all",)
+    for group, plural in (
+        ("", "pods"),
+        ("", "replicationcontrollers"),
+        ("", "services"),
+        ("apps", "daemonsets"),
+        ("apps", "deployments"),
+        ("apps", "replicasets"),
+        ("apps", "statefulsets"),
+        ("autoscaling", "horizontalpodautoscalers"),
+        ("batch", "cronjobs"),
+        ("batch", "jobs"),
+    )
+}
+"""The categories the API server's storages give built-in kinds (``kubectl get all``: the workloads,
+their Services and autoscalers); the fake listed none, so ``kubectl get all`` was refused (``the
+server doesn't have a resource type "all"``) and a CRD's ``names.categories`` were dropped."""
 
 
 SCALABLE: Final = frozenset({("apps", "v1", "deployments"), ("apps", "v1", "statefulsets")})
@@ -140,22 +162,6 @@ def jsonpath_values(obj: Any, path: str) -> list[Any]:
     return current
 
 
-def human_age(timestamp: str, *, now: datetime | None = None) -> str:
-    """``kubectl``'s short age (``45s``, ``12m``, ``3h``, ``2d``) for an RFC 3339 timestamp."""
-    try:
-        then = datetime.strptime(timestamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
-    except ValueError:
-        return "<invalid>"
-    seconds = max(0, int(((now or datetime.now(UTC)) - then).total_seconds()))
-    if seconds < 120:
-        return f"{seconds}s"
-    if seconds < 3 * 3600:
-        return f"{seconds // 60}m"
-    if seconds < 2 * 86400:
-        return f"{seconds // 3600}h"
-    return f"{seconds // 86400}d"
-
-
 def _cell(obj: Mapping[str, Any], column: Mapping[str, Any]) -> Any:
     values = jsonpath_values(obj, str(column.get("jsonPath", "")))
     if not values:
@@ -171,7 +177,8 @@ def table(kind: ResourceKind, items: list[dict[str, Any]], resource_version: str
     kind's as the API server prints it, :mod:`tests.fakes.kube_printers`; else Age)."""
     printer = PRINTERS.get((kind.group, kind.plural)) if kind.schema is None else None
     if printer is not None:
-        return _printed_table(printer, items, resource_version)
+        leading_name = (kind.group, kind.plural) not in NAME_IN_COLUMNS
+        return _printed_table(printer, items, resource_version, leading_name=leading_name)
     columns: list[Mapping[str, Any]] = list(kind.printer_columns) or [
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
     ]
@@ -192,19 +199,34 @@ def table(kind: ResourceKind, items: list[dict[str, Any]], resource_version: str
 
 
 def _printed_table(
-    printer: tuple[Sequence[Column], Cells], items: list[dict[str, Any]], resource_version: str
+    printer: tuple[Sequence[Column], Cells],
+    items: list[dict[str, Any]],
+    resource_version: str,
+    *,
+    leading_name: bool = True,
 ) -> dict[str, Any]:
+    """The table of a built-in kind's printer: ``Name`` first then its columns, or (``leading_name``
+    off, an Event's) only its columns, ``Name`` among them."""
     columns, cells = printer
-    name = {"name": "Name", "type": "string", "format": "name", "description": "Name", "priority": 0}
-    definitions = [
-        name,
-        *({"name": n, "type": t, "format": "", "description": d, "priority": p} for n, t, p, d in columns),
+    definitions: list[dict[str, Any]] = [
+        {"name": n, "type": t, "format": "name" if n == "Name" else "", "description": d, "priority": p}
+        for n, t, p, d in columns
     ]
+    if leading_name:
+        name: dict[str, Any] = {
+            "name": "Name",
+            "type": "string",
+            "format": "name",
+            "description": "Name",
+            "priority": 0,
+        }
+        definitions.insert(0, name)
     return _table(
         definitions,
         items,
         lambda item: cells(item, human_age(str(item["metadata"].get("creationTimestamp", "")))),
         resource_version,
+        leading_name=leading_name,
     )
 
 
@@ -213,12 +235,15 @@ def _table(
     items: list[dict[str, Any]],
     cells: Callable[[dict[str, Any]], Sequence[Any]],
     resource_version: str,
+    *,
+    leading_name: bool = True,
 ) -> dict[str, Any]:
-    """The ``Table`` of ``items`` under ``definitions``: each row the item's name then ``cells(item)``,
-    with the item's metadata as a ``PartialObjectMetadata`` (what ``includeObject=Metadata`` gives)."""
+    """The ``Table`` of ``items`` under ``definitions``: each row the item's name (unless not
+    ``leading_name``) then ``cells(item)``, with the item's metadata as a ``PartialObjectMetadata``
+    (what ``includeObject=Metadata`` gives)."""
     rows = [
         {
-            "cells": [item["metadata"]["name"], *cells(item)],
+            "cells": [item["metadata"]["name"], *cells(item)] if leading_name else list(cells(item)),
             "object": {
                 "kind": "PartialObjectMetadata",
                 "apiVersion": "meta.k8s.io/v1",

@@ -2,9 +2,11 @@
 
 A real API server answers ``kubectl get deploy`` with a ``Table`` whose columns its printers
 (``pkg/printers/internalversion/printers.go``) define per kind: ``READY``, ``UP-TO-DATE``,
-``AVAILABLE`` for Deployments, ``TYPE``, ``CLUSTER-IP``, ``PORT(S)`` for Services and so on, with
-the ``-o wide`` ones at priority 1. The fake answered every built-in kind with only ``NAME`` and
-``AGE``, so what a user reads in ``kubectl get`` (a gateway's ready count) could not be checked.
+``AVAILABLE`` for Deployments, ``TYPE``, ``CLUSTER-IP``, ``PORT(S)`` for Services, ``LAST SEEN``,
+``TYPE``, ``REASON``, ``OBJECT``, ``MESSAGE`` for Events (whose ``NAME`` is a ``-o wide`` column, not
+the first) and so on, with the ``-o wide`` ones at priority 1, ages as ``duration.HumanDuration``.
+The fake answered every built-in kind with only ``NAME`` and ``AGE``, so what a user reads in
+``kubectl get`` (a gateway's ready count) could not be checked.
 Modelled for the kinds the operator writes and the tests read; any other built-in kind keeps
 ``NAME``/``AGE``. Simplified: a Pod's ``STATUS`` is its ``status.reason`` or phase (not the
 container-state walk), ``RESTARTS`` the sum without the "(5m ago)" suffix, ``READINESS GATES``
@@ -14,6 +16,7 @@ and ``NOMINATED NODE`` are ``<none>``.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 Column = tuple[str, str, int, str]
@@ -22,6 +25,54 @@ real printer puts it)."""
 
 Cells = Callable[[Mapping[str, Any], str], list[Any]]
 """The cells after the name of one object, given the object and its age text."""
+
+
+def human_age(timestamp: str, *, now: datetime | None = None) -> str:
+    """The API server's age text (``duration.HumanDuration``: ``45s``, ``5m30s``, ``12m``, ``3h25m``,
+    ``10h``, ``3d5h``, ``12d``, ``2y30d``) for an RFC 3339 timestamp (fractional seconds allowed,
+    as in a ``MicroTime``); ``<unknown>`` for none, as ``translateTimestampSince`` prints a zero time.
+    Two or more units below the largest are shown while that one is small (``5m30s``, not ``5m``)."""
+    if not timestamp:
+        return "<unknown>"
+    try:
+        then = datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
+    except ValueError:
+        return "<invalid>"
+    if then.tzinfo is None:
+        return "<invalid>"
+    seconds = int(((now or datetime.now(UTC)) - then).total_seconds())
+    return human_duration(seconds)
+
+
+def human_duration(seconds: int) -> str:
+    """apimachinery's ``duration.HumanDuration`` of a whole number of seconds."""
+    if seconds < -1:
+        return "<invalid>"
+    if seconds < 0:
+        return "0s"
+    if seconds < 120:
+        return f"{seconds}s"
+    minutes = seconds // 60
+    if minutes < 10:
+        rest = seconds % 60
+        return f"{minutes}m{rest}s" if rest else f"{minutes}m"
+    if minutes < 3 * 60:
+        return f"{minutes}m"
+    hours = seconds // 3600
+    if hours < 8:
+        rest = minutes % 60
+        return f"{hours}h{rest}m" if rest else f"{hours}h"
+    if hours < 48:
+        return f"{hours}h"
+    if hours < 24 * 8:
+        rest = hours % 24
+        return f"{hours // 24}d{rest}h" if rest else f"{hours // 24}d"
+    if hours < 24 * 365 * 2:
+        return f"{hours // 24}d"
+    if hours < 24 * 365 * 8:
+        rest = (hours // 24) % 365
+        return f"{hours // 24 // 365}y{rest}d" if rest else f"{hours // 24 // 365}y"
+    return f"{hours // 24 // 365}y"
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:
@@ -203,6 +254,37 @@ def _lease(obj: Mapping[str, Any], age: str) -> list[Any]:
     return [str(_mapping(obj.get("spec")).get("holderIdentity") or ""), age]
 
 
+def _event(obj: Mapping[str, Any], age: str) -> list[Any]:
+    """``printEvent``: the times fall back as the API server's do (no ``lastTimestamp``: the first;
+    no ``firstTimestamp``: ``eventTime``), a series gives the last time and count, and an Event
+    without a count (the ``events.k8s.io`` API's singletons) counts 1."""
+    involved, source = _mapping(obj.get("involvedObject")), _mapping(obj.get("source"))
+    first = human_age(str(obj.get("firstTimestamp") or "")) if obj.get("firstTimestamp") else None
+    first = first or human_age(str(obj.get("eventTime") or ""))
+    last = human_age(str(obj["lastTimestamp"])) if obj.get("lastTimestamp") else first
+    count = _int(obj.get("count"))
+    series = _mapping(obj.get("series"))
+    if series:
+        last, count = human_age(str(series.get("lastObservedTime") or "")), _int(series.get("count"))
+    elif count == 0:
+        count = 1
+    kind, name = str(involved.get("kind") or "").lower(), str(involved.get("name") or "")
+    component = str(source.get("component") or obj.get("reportingComponent") or "")
+    instance = str(source.get("host") or obj.get("reportingInstance") or "")
+    return [
+        last,
+        str(obj.get("type") or ""),
+        str(obj.get("reason") or ""),
+        f"{kind}/{name}" if name else kind,
+        str(involved.get("fieldPath") or ""),
+        f"{component}, {instance}" if instance else component,
+        str(obj.get("message") or "").strip(),
+        first,
+        count,
+        str(_mapping(obj.get("metadata")).get("name", "")),
+    ]
+
+
 _AGE: Column = (
     "Age",
     "string",
@@ -214,7 +296,50 @@ _CONTAINERS: Sequence[Column] = (
     ("Images", "string", 1, "Images referenced by each container in the template."),
 )
 
+_EVENT_COLUMNS: Sequence[Column] = (
+    ("Last Seen", "string", 0, "The time at which the most recent occurrence of this event was recorded."),
+    ("Type", "string", 0, "Type of this event (Normal, Warning), new types could be added in the future"),
+    (
+        "Reason",
+        "string",
+        0,
+        "This should be a short, machine understandable string that gives the reason "
+        "for the transition into the object's current status.",
+    ),
+    ("Object", "string", 0, "The object that this event is about."),
+    (
+        "Subobject",
+        "string",
+        1,
+        "If referring to a piece of an object instead of an entire object, this "
+        "string should contain a valid JSON/Go field access statement, such as "
+        "desiredState.manifest.containers[2].",
+    ),
+    (
+        "Source",
+        "string",
+        1,
+        "The component reporting this event. Should be a short machine understandable string.",
+    ),
+    ("Message", "string", 0, "A human-readable description of the status of this operation."),
+    (
+        "First Seen",
+        "string",
+        1,
+        "The time at which the event was first recorded. (Time of server receipt is in TypeMeta.)",
+    ),
+    ("Count", "string", 1, "The number of times this event has occurred."),
+    ("Name", "string", 1, "Name must be unique within a namespace."),
+)
+"""``eventColumnDefinitions``: no leading ``Name`` (it is the last, ``-o wide`` column)."""
+
+NAME_IN_COLUMNS: frozenset[tuple[str, str]] = frozenset({("", "events"), ("events.k8s.io", "events")})
+"""The kinds whose printer lists ``Name`` among its columns instead of first (the fake's table puts
+a ``Name`` column first for the others); their cells are the whole row."""
+
 PRINTERS: dict[tuple[str, str], tuple[Sequence[Column], Cells]] = {
+    ("", "events"): (_EVENT_COLUMNS, _event),
+    ("events.k8s.io", "events"): (_EVENT_COLUMNS, _event),
     ("apps", "deployments"): (
         (
             ("Ready", "string", 0, "Number of the pod with ready state"),

@@ -52,6 +52,9 @@ class ResourceKind:
     kind: str
     namespaced: bool
     short_names: tuple[str, ...] = ()
+    categories: tuple[str, ...] = ()
+    """A CRD's ``names.categories`` (``kubectl get <category>`` lists every kind in it); the built-in
+    kinds' are :data:`tests.fakes.kube_discovery.BUILT_IN_CATEGORIES`."""
     status_subresource: bool = False
     """Whether ``/status`` is a separate subresource: then writes to the main resource keep the
     stored status, as the API server does for built-in kinds and CRDs declaring it."""

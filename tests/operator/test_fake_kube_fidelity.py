@@ -12,6 +12,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ import yaml
 from igw.config.crd import CRD_PATH
 from tests.fakes.kube_api import FakeKubeApiServer, make_pod, running_fake_kube
 from tests.fakes.kube_crds import ingress_class_params_crd
+from tests.fakes.kube_printers import human_duration
 from tests.operator.harness import (
     ROOT,
     OperatorThread,
@@ -260,6 +262,109 @@ def test_kubectl_get_prints_a_built_in_kind_s_columns(kube: FakeKubeApiServer, t
     hpa = kubectl(kube, tmp_path, "get", "hpa").stdout.splitlines()
     assert hpa[0].split() == ["NAME", "REFERENCE", "TARGETS", "MINPODS", "MAXPODS", "REPLICAS", "AGE"]
     assert "Deployment/chat-gateway   cpu: <unknown>/70%   2         5         0" in hpa[1]
+
+
+def _ago(seconds: int) -> str:
+    """A timestamp ``seconds`` ago; the tests pick ages whose text holds for tens of seconds."""
+    return (datetime.now(UTC) - timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@needs_kubectl
+def test_kubectl_get_events_prints_the_api_server_s_event_columns(
+    kube: FakeKubeApiServer, tmp_path: Path
+) -> None:
+    """The API server prints an Event as LAST SEEN, TYPE, REASON, OBJECT, MESSAGE (no NAME: it is
+    the last ``-o wide`` column, after SUBOBJECT, SOURCE, FIRST SEEN and COUNT), the times as
+    ``duration.HumanDuration`` writes them (``4h30m``, not ``4h``). The fake printed NAME and AGE, so
+    what ``kubectl get events`` shows of the operator's events was never seen."""
+    involved = {"apiVersion": "v1", "kind": "InferenceGatewayConfig", "name": "chat", "namespace": "default"}
+    kube.add(
+        {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": "chat.a", "namespace": "default"},
+            "involvedObject": involved,
+            "reason": "ReadyReady",
+            "message": "Ready=True: 2 gateway replica(s) serving 1 scheduler(s)\n",
+            "type": "Normal",
+            "count": 3,
+            "firstTimestamp": _ago(3 * 86400 + 5 * 3600 + 20),
+            "lastTimestamp": _ago(4 * 3600 + 30 * 60 + 20),
+            "source": {"component": "igw-operator", "host": "vm-1"},
+        }
+    )
+    kube.add(
+        {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": "chat.b", "namespace": "default"},
+            "involvedObject": {**involved, "fieldPath": "spec.schedulers[0]"},
+            "reason": "Scaled",
+            "message": "scaled",
+            "type": "Warning",
+            "eventTime": _ago(20 * 60 + 20).replace("Z", ".250000Z"),
+            "series": {"count": 7, "lastObservedTime": _ago(3 * 3600 + 20).replace("Z", ".000000Z")},
+            "reportingComponent": "igw-operator",
+            "reportingInstance": "vm-2",
+        }
+    )
+    lines = [line.split() for line in kubectl(kube, tmp_path, "get", "events").stdout.splitlines()]
+    assert lines[0] == ["LAST", "SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"]
+    assert lines[1][:5] == ["4h30m", "Normal", "ReadyReady", "inferencegatewayconfig/chat", "Ready=True:"]
+    assert lines[1][-1] == "scheduler(s)"  # the message's last newline trimmed, as printEvent does
+    assert lines[2] == ["3h", "Warning", "Scaled", "inferencegatewayconfig/chat", "scaled"]
+    wide = kubectl(kube, tmp_path, "get", "events", "-o", "wide").stdout.splitlines()
+    assert wide[0].split() == [
+        *("LAST", "SEEN", "TYPE", "REASON", "OBJECT", "SUBOBJECT", "SOURCE", "MESSAGE"),
+        *("FIRST", "SEEN", "COUNT", "NAME"),
+    ]
+    assert wide[1].split()[-3:] == ["3d5h", "3", "chat.a"]
+    assert "igw-operator, vm-1" in wide[1]
+    assert wide[2].split()[-4:] == ["scaled", "20m", "7", "chat.b"]
+    assert "spec.schedulers[0]" in wide[2]
+    assert "igw-operator, vm-2" in wide[2]
+
+
+@needs_kubectl
+def test_kubectl_get_a_category_lists_its_kinds(kube: FakeKubeApiServer, tmp_path: Path) -> None:
+    """Discovery gives the workloads, Services and autoscalers the ``all`` category and a CRD the
+    ``names.categories`` it declares (``inference`` for the InferenceGatewayConfig), so ``kubectl
+    get all`` and ``kubectl get inference`` list them; the fake listed no categories, and kubectl
+    refused both (``the server doesn't have a resource type "all"``)."""
+    install_crd(kube)
+    kube.add(make_pod(name="llama-0", namespace="inference", labels={"app": "llama"}))
+    kube.add({**_config_map("cm"), "metadata": {"name": "cm", "namespace": "inference"}})
+    kube.add(igwc("chat"))
+    everything = kubectl(kube, tmp_path, "get", "all", "-n", "inference", "-o", "name")
+    assert everything.returncode == 0, everything.stderr
+    assert everything.stdout.split() == ["pod/llama-0"]
+    inference = kubectl(kube, tmp_path, "get", "inference", "-A", "-o", "name")
+    assert inference.returncode == 0, inference.stderr
+    assert inference.stdout.split() == ["inferencegatewayconfig.inference.sagemaker.aws.amazon.com/chat"]
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [
+        (-5, "<invalid>"),
+        (-1, "0s"),
+        (119, "119s"),
+        (120, "2m"),
+        (330, "5m30s"),
+        (600, "10m"),
+        (3 * 3600 - 1, "179m"),
+        (4 * 3600 + 30 * 60, "4h30m"),
+        (8 * 3600 + 59 * 60, "8h"),
+        (48 * 3600, "2d"),
+        (3 * 86400 + 5 * 3600, "3d5h"),
+        (8 * 86400 + 5 * 3600, "8d"),
+        (2 * 365 * 86400 + 30 * 86400, "2y30d"),
+        (9 * 365 * 86400, "9y"),
+    ],
+)
+def test_ages_are_printed_as_the_api_server_prints_them(seconds: int, text: str) -> None:
+    """apimachinery's ``duration.HumanDuration``: a second unit while the first is small."""
+    assert human_duration(seconds) == text
 
 
 @needs_kubectl

@@ -217,3 +217,57 @@ def test_a_patch_changing_a_custom_resource_s_kind_or_version_is_refused(
     stored = find(kube, "InferenceGatewayConfig", "inference", "chat")
     assert stored is not None
     assert stored["metadata"]["generation"] == 1
+
+
+def test_apply_of_changed_env_and_ports_merges_by_their_keys_and_diff_shows_it_first(
+    kube: FakeKubeApiServer, tmp_path: Path
+) -> None:
+    """``kubectl apply`` twice, the second with other ``env`` and ``ports``: the three-way patch
+    deletes what the first applied and the second does not name (env ``A``, port 80, container
+    ``c2``), changes ``B`` by its ``name`` key, adds ``C`` and port 8080, and keeps the env another
+    writer added (``LIVE``) where it stood, as a real API server merges them; ``kubectl diff`` (a
+    server-side dry run of the same patch) shows that beforehand and nothing once it is applied."""
+    config = kube.write_kubeconfig(tmp_path / "kubeconfig")
+    manifest = tmp_path / "d.json"
+    applied = _deployment()
+    del applied["metadata"]["finalizers"]
+    web = applied["spec"]["template"]["spec"]["containers"][0]
+    web["env"] = [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}]
+    web["ports"] = [{"containerPort": 80, "name": "http"}, {"containerPort": 443, "name": "https"}]
+    manifest.write_text(json.dumps(applied))
+    kubectl(config, "apply", "-f", str(manifest))
+    live = {
+        "spec": {
+            "template": {"spec": {"containers": [{"name": "c1", "env": [{"name": "LIVE", "value": "x"}]}]}}
+        }
+    }
+    kubectl(config, "patch", "deployment", "d", "-p", json.dumps(live))
+
+    web["env"] = [{"name": "B", "value": "3"}, {"name": "C", "value": "4"}]
+    web["ports"] = [{"containerPort": 443, "name": "https"}, {"containerPort": 8080, "name": "alt"}]
+    applied["spec"]["template"]["spec"]["containers"] = [web]
+    manifest.write_text(json.dumps(applied))
+    diff = run_kubectl(config, "diff", "-f", str(manifest))
+    assert diff.returncode == 1, diff.stderr
+    removed = [line[1:].strip() for line in diff.stdout.splitlines() if line.startswith("-  ")]
+    added = [line[1:].strip() for line in diff.stdout.splitlines() if line.startswith("+  ")]
+    assert "- name: A" in removed
+    assert "- containerPort: 80" in removed
+    assert "name: c2" in removed
+    assert "- name: C" in added
+    assert "- containerPort: 8080" in added
+    assert not any("LIVE" in line for line in removed)
+
+    kubectl(config, "apply", "-f", str(manifest))
+    (container,) = _pod_spec(kube)["containers"]
+    assert container["env"] == [
+        {"name": "LIVE", "value": "x"},
+        {"name": "B", "value": "3"},
+        {"name": "C", "value": "4"},
+    ]
+    assert container["ports"] == [
+        {"containerPort": 443, "name": "https"},
+        {"containerPort": 8080, "name": "alt"},
+    ]
+    again = run_kubectl(config, "diff", "-f", str(manifest))
+    assert (again.returncode, again.stdout) == (0, ""), again.stderr
