@@ -24,6 +24,11 @@ _JWT: Final = re.compile(r"eyJ[A-Za-z0-9_-]{2,}\.[A-Za-z0-9_-]{2,}\.[A-Za-z0-9_-
 """Three base64url segments, the first a JSON object (``eyJ`` is ``{"``): a JWS/JWT."""
 _BEARER: Final = re.compile(r"(?i)\b(bearer|basic)\s+([^\s,;\"']+)")
 """A scheme word and the value after it; :func:`_mask_bearer` decides whether that value is a token."""
+_AUTH_PARAM: Final = re.compile(r"(?i)(?:realm|scope|error|error_description|error_uri|charset)=(?!=*\Z)")
+"""A challenge's ``auth-param`` (RFC 6750 section 3, RFC 7617: ``realm=igw``, ``error=invalid_token``)
+after ``Bearer``/``Basic``: a name and ``=`` with more after it, which a bearer token (``b64token``) or
+basic credential (``token68``) never is (their ``=`` is trailing padding only). Only these names: an
+unknown ``name=value`` after the scheme word may carry a credential in its value and stays masked."""
 TOKEN_MIN_CHARS: Final = 8
 """Shorter values after ``bearer``/``basic`` are words of prose (``bearer token refused``), not tokens."""
 WORD_MAX_CHARS: Final = 24
@@ -76,8 +81,8 @@ with text before its BEGIN line (``Bag Attributes``/``localKeyID`` lines, as ``o
 writes a bundle, or a certificate chain with the key after it), which puts the BEGIN line's base64
 at any of its three alignments (``LS0tLS1CRUdJ``, ``0tLS0tQkVHSU4``, ``tLS0tLUJFR0lO``).
 :data:`_ENCODED_KEY` finds a run only by how it starts; before session s45 these went through
-:func:`redact`. Not a PEM in hex: its trigger would be spelt in hexadecimal digits, which a fresh
-request id is judged clean by (:mod:`igw.gateway.access_log`)."""
+:func:`redact`. A PEM or key in hex: :data:`_HEX_KEY`, with its own cheap test (not a trigger: a fresh
+request id, 32 hex digits, is judged clean by its alphabet in :mod:`igw.gateway.access_log`)."""
 _LOCAL_KEY_ID: Final = re.compile(r"(?i)\b(localKeyID:[ \t]*)([0-9A-F]{2}(?:[ :]?[0-9A-F]{2})*)")
 """The ``localKeyID`` bag attribute of a PKCS#12 or ``openssl pkcs12`` PEM bundle (``localKeyID: 01
 AB ...``): a digest of the certificate, not secret by itself, but it ties the line to the key it
@@ -192,13 +197,40 @@ _ENCODED_FORM_HINT: Final = re.compile("%3d(?:" + "|".join(f"(?<={word}%3d)" for
 ``%3D``): searches led by that literal, each ``=`` first checked for the last letter of one of the
 words (``[nrdtye]``), which cost a fraction of a microsecond on a line without one, where looking for
 the words themselves cost several."""
+_QUOTED_NAME: Final = _SECRET_FIELD + r"|[a-z0-9_-]*(?:private|secret)_?key|authorization"
+""":data:`_SECRET_FIELD`, and ``private_key``/``privateKey``, ``secretKey`` and ``Authorization``: in a
+JSON object or dict repr their value is the credential (a path there is masked too, unlike in a form
+field, where ``private_key=/etc/igw/tls/key.pem`` names the file)."""
 _QUOTED_FIELD: Final = re.compile(
-    r"(?i)([\"'])(" + _SECRET_FIELD + r")(\1\s*:\s*)(?:(\")(?:[^\"\\\n]|\\.)*\"|(')(?:[^'\\\n]|\\.)*')"
+    r"(?i)([\"'])(" + _QUOTED_NAME + r")(\1\s*:\s*)(?:(\")(?:[^\"\\\n]|\\.)*\"|(')(?:[^'\\\n]|\\.)*')"
 )
 """A secret-named field of a JSON object or a dict's repr with a string value: an OAuth token response
 (``{"access_token": "...", "refresh_token": "..."}``) as requests_oauthlib logs it, ``Response headers
-were ... and content ...``, and the token dict (``'refresh_token': '...'``). Run only when another
-trigger is there: every token response has ``"token_type": "Bearer"``."""
+were ... and content ...``, the token dict (``'refresh_token': '...'``), a request body logged whole
+(``{"password": "...", "api_key": "..."}``). Before session s46 it ran only when another trigger
+was there (``"token_type": "Bearer"``), and a body with ``"password"`` or ``"client_secret"`` and no
+other trigger went to the logs as it was."""
+_QUOTED_WORDS: Final = (
+    "token",
+    "secret",
+    "password",
+    "passwd",
+    "assertion",
+    "key",
+    "verifier",
+    "authorization",
+)
+_QUOTED_HINT: Final = re.compile(
+    r":(?<=[nteyrd][\"']:)(?:"
+    + "|".join(f"(?<={word}.:)" for word in _QUOTED_WORDS)
+    + r")|:(?<=[nteyrd][\"'] :)(?:"
+    + "|".join(f"(?<={word}. :)" for word in _QUOTED_WORDS)
+    + ")"
+)
+"""What a lower-cased text needs for :data:`_QUOTED_FIELD` to match (one of the words, a quote and a
+colon, a blank between them or none): a search led by the colon, each one checked for a quote after
+the last letter of a word (``[nteyrd]``) first, so a JSON line of other fields costs a fraction of a
+microsecond, where a search led by the quote cost three times as much."""
 _KEY_DUMP: Final = re.compile(
     r"(?i)((?:^|(?<=\n)|(?<=\\n))[ \t]*(?:priv|privateExponent|prime[12]|exponent[12]|coefficient):[ \t]*)"
     r"(?:(?:\r?\n|\\n)[ \t]+[0-9a-f]{1,2}(?::[0-9a-f]{1,2})*:?[ \t]*)+"
@@ -227,6 +259,83 @@ def _mask_quoted_field(found: re.Match[str]) -> str:
     """A :data:`_QUOTED_FIELD` match with its string value masked, name and quotes kept."""
     quote = found.group(4) or found.group(5)
     return f"{found.group(1)}{found.group(2)}{found.group(3)}{quote}{MASK}{quote}"
+
+
+_HEX_KEY: Final = re.compile(
+    r"30(?:[0-7][0-9a-f]|81[0-9a-f]{2}|82[0-9a-f]{4})"
+    r"(?:02010[01](?:02|30)|02010104|02010330"
+    r"|30(?:[0-7][0-9a-f]|81[0-9a-f]{2})06(?:092a864886f70d0105|0a2a864886f70d010c01))"
+    r"|2d2d2d2d2d424547494e"
+)
+"""The start of a private key's DER in lower-case hex digits: an ASN.1 SEQUENCE (``30`` and its
+length) holding version 0 or 1 then an AlgorithmIdentifier or an INTEGER (``020100 30``: PKCS#8, and
+v2 ``020101 30``; ``020100 02``: PKCS#1 RSA, DSA), version 1 then an OCTET STRING (``020101 04``: an EC
+key in SEC 1 form), version 3 then a SEQUENCE (``020103 30``: a PKCS#12 bundle), or a password-based
+encryption algorithm (``06 09 2a864886f70d0105``, ``06 0a 2a864886f70d010c01``: an encrypted PKCS#8
+key); or ``-----BEGIN`` (``2d2d2d2d2d424547494e``: a PEM file in hex, any label, as the PEM rule).
+A certificate (``a003020102`` after its two SEQUENCE headers) is public and stays, and a digest,
+request id or trace id matches none of these by chance (10 or more fixed digits)."""
+_HEX_HINTS: Final = ("0201", "02 01", "02\n01", "02\\n01", "86f7", "86 f7", "2d2d", "2d 2d")
+"""Lower-case substrings one of which a text needs for :data:`_HEX_KEY` to match in it: the version
+field ``02 01`` (which a dump may split across a group or a line), ``86 f7`` of an encryption
+algorithm's OID (an encrypted key has no version field), or two dashes. The cheap test before
+:func:`_mask_hex_keys` runs."""
+_HEX_RUN: Final = re.compile(r"(?<![0-9A-Fa-f])[0-9A-Fa-f]{64,}")
+"""64 or more hex digits in a row (a DER key in hex inside a line: ``der=308204bd...``)."""
+_LINE_BREAK: Final = re.compile(r"(\r?\n|\\n)")
+_HEX_DUMP_LINE: Final = re.compile(
+    r"[ \t]*(?:[0-9A-Fa-f]{6,8}:?[ \t]+)?"
+    r"((?:[0-9A-Fa-f]{2})+(?:[ \t]{1,2}(?:[0-9A-Fa-f]{2})+)*)"
+    r"(?:[ \t]{2,}[^\r\n]{1,20})?[ \t]*"
+)
+"""One line of a hex dump: an offset (``xxd``'s ``00000000:``, ``hexdump -C``'s, ``od``'s) or none
+(``xxd -p``, ``od -An``), the bytes in groups of any even width, and ``xxd``'s or ``hexdump -C``'s
+characters column (which shows a PEM's base64 16 characters a line: masked with the bytes)."""
+_TRAILING_HEX: Final = re.compile(r"[0-9A-Fa-f]{2,}\Z")
+
+
+def _hex_secrets(lowered: str) -> bool:
+    """Whether a lower-cased text may hold a key in hex (:data:`_HEX_KEY`): the cheap test, each
+    family of :data:`_HEX_HINTS` looked for only when its last two characters are there."""
+    return (
+        ("01" in lowered and any(hint in lowered for hint in _HEX_HINTS[:4]))
+        or ("f7" in lowered and any(hint in lowered for hint in _HEX_HINTS[4:6]))
+        or ("2d" in lowered and any(hint in lowered for hint in _HEX_HINTS[6:]))
+    )
+
+
+def _mask_hex_keys(text: str) -> str:
+    """``text`` with every hex dump of a private key (:data:`_HEX_KEY`) masked: a block of dump lines
+    (newlines real or escaped) whose bytes hold one becomes one :data:`MASK` line, the hex digits that
+    end the line before it (``body: 3082...``, the dump's first line after a log prefix) masked with
+    it; and a run of 64+ hex digits inside a line that holds one is masked. Other hex (digests, ids, a
+    certificate) stays."""
+    parts = _LINE_BREAK.split(text)
+    lines, breaks = parts[0::2], parts[1::2]
+    index = 0
+    while index < len(lines):
+        found = _HEX_DUMP_LINE.fullmatch(lines[index])
+        if found is None:
+            index += 1
+            continue
+        end, digits = index, []
+        while end < len(lines) and (found := _HEX_DUMP_LINE.fullmatch(lines[end])) is not None:
+            digits.append(found.group(1))
+            end += 1
+        before = _TRAILING_HEX.search(lines[index - 1]) if index else None
+        joined = "".join(digits).replace(" ", "").replace("\t", "").lower()
+        if before is not None and _HEX_KEY.search(before.group(0).lower() + joined):
+            lines[index - 1] = lines[index - 1][: before.start()] + MASK
+            del lines[index:end], breaks[index - 1 : end - 1]
+            continue
+        if len(joined) >= 64 and _HEX_KEY.search(joined):
+            lines[index:end] = [MASK]
+            del breaks[index : end - 1]
+            index += 1
+            continue
+        index = end
+    text = "".join(line + brk for line, brk in zip(lines, [*breaks, ""], strict=True))
+    return _HEX_RUN.sub(lambda m: MASK if _HEX_KEY.search(m.group(0).lower()) else m.group(0), text)
 
 
 def _form_secrets(lowered: str) -> bool:
@@ -285,7 +394,12 @@ def needs_redaction(text: str) -> bool:
     if _target_secrets(text) or _lone_secret(text):
         return True
     lowered = text.lower()
-    return _form_secrets(lowered) or any(trigger in lowered for trigger in _TRIGGERS)
+    return (
+        _form_secrets(lowered)
+        or _QUOTED_HINT.search(lowered) is not None
+        or _hex_secrets(lowered)
+        or any(trigger in lowered for trigger in _TRIGGERS)
+    )
 
 
 _URL_SECRET_MARKS: Final = frozenset("@?#")
@@ -366,11 +480,14 @@ def redact(text: str) -> str:
     lowered = text.lower()
     if _form_secrets(lowered):
         text = _FORM_FIELD.sub(_mask_form_field, text)
+    if _QUOTED_HINT.search(lowered):
+        text = _QUOTED_FIELD.sub(_mask_quoted_field, text)
+    if _hex_secrets(lowered):
+        text = _mask_hex_keys(text)
     if not any(trigger in lowered for trigger in _TRIGGERS):
         return _LONE_LINE.sub(_mask_lone, text) if _lone_secret(text) else text
     text = _PEM_BLOCK.sub(MASK, text)
     text = _KEY_DUMP.sub(_mask_dump, text)
-    text = _QUOTED_FIELD.sub(_mask_quoted_field, text)
     text = _ENCODED_PEM.sub(MASK, text)
     text = _ENCODED_KEY.sub(MASK, text)
     text = _LOCAL_KEY_ID.sub(lambda m: f"{m.group(1)}{MASK}", text)
@@ -496,10 +613,13 @@ def _mask_bearer(found: re.Match[str]) -> str:
 
     A value is a token unless it reads as a word: letters only, at most capitalised, shorter than
     :data:`WORD_MAX_CHARS`, or shorter than :data:`TOKEN_MIN_CHARS` whatever its characters. Real
-    tokens (JWTs, API keys, base64 credentials) are long and mix digits, case or punctuation.
+    tokens (JWTs, API keys, base64 credentials) are long and mix digits, case or punctuation. Nor is
+    an ``auth-param`` (:data:`_AUTH_PARAM`): before session s46 ``WWW-Authenticate: Bearer
+    realm=igw-gateway, error=invalid_token`` was logged as ``Bearer [REDACTED], error=...``, the
+    challenge's realm hidden as if it were a token.
     """
     value = found.group(2)
     word = value.isalpha() and value[1:].islower() and len(value) < WORD_MAX_CHARS
-    if word or len(value) < TOKEN_MIN_CHARS:
+    if word or len(value) < TOKEN_MIN_CHARS or _AUTH_PARAM.match(value):
         return found.group(0)
     return f"{found.group(1)} {MASK}"

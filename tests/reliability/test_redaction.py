@@ -200,3 +200,32 @@ def test_a_password_shaped_like_a_logical_id_stays_masked_by_default(password: s
 )
 def test_identifier_shapes_do_not_unmask_secrets(secret: str) -> None:
     assert redaction.redact_value(f"value {secret} here", identifiers=True) == f"value {MASK} here"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "scheme=Bearer realm=igw-gateway status=401",
+        "WWW-Authenticate: Bearer realm=chat.llm.example.com, error=invalid_token, error_description=expired",
+        "challenge Bearer error=insufficient_scope,scope=chat.completions",
+        'WWW-Authenticate: Basic realm="igw", charset="UTF-8"',
+        "Basic realm=internal-gateway-admin",
+    ],
+)
+def test_a_challenge_s_parameters_after_the_scheme_word_stay(text: str) -> None:
+    """``Bearer realm=igw-gateway``: the value after the scheme word was masked as a token, hiding
+    which realm or error a 401 named; an ``auth-param`` is never a ``b64token``."""
+    assert redact(text) == text
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("Bearer mF_9.B5f-4.1JqM status=401 tenant=a", f"Bearer {MASK} status=401 tenant=a"),
+        ("Basic dXNlcjpwYXNzd29yZA== realm=x", f"Basic {MASK} realm=x"),
+        ("Bearer key=sk-live-abcdefgh12345678 next", f"Bearer {MASK} next"),  # not a challenge's name
+        ("bearer abc123def456ghi/789+xyz==, error=invalid_token", f"bearer {MASK}, error=invalid_token"),
+    ],
+)
+def test_a_token_after_the_scheme_word_is_masked_and_the_rest_of_the_line_kept(text: str, shown: str) -> None:
+    assert redact(text) == shown

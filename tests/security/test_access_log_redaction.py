@@ -127,6 +127,27 @@ def test_a_credential_in_the_scores_or_the_always_set_fields_is_masked(
     assert SECRET not in line
 
 
+def test_a_client_request_id_in_hex_holding_a_private_key_is_masked(
+    served_access_logger: tuple[logging.Logger, io.StringIO, BatchedLineHandler],
+) -> None:
+    """A hex request id was written without a scan (a fresh one spells no trigger); a client's
+    ``X-Request-Id`` of up to 128 hex digits can be an Ed25519 key's DER (96 digits), which redaction
+    masks since session s46, so a line written unscanned would differ from its redaction."""
+    from cryptography.hazmat.primitives import serialization as s
+    from cryptography.hazmat.primitives.asymmetric import ed25519
+
+    der = ed25519.Ed25519PrivateKey.generate().private_bytes(
+        s.Encoding.DER, s.PrivateFormat.PKCS8, s.NoEncryption()
+    )
+    _, stream, handler = served_access_logger
+    record = _record(request_id=der.hex())
+    assert not record.redaction_free()
+    line = _written(handler, stream, record)
+    assert der.hex()[40:] not in line
+    assert orjson.loads(line)["request_id"] == MASK
+    assert _record().redaction_free()  # a fresh id (32 digits) still needs no scan
+
+
 def test_no_trigger_can_be_spelt_in_hexadecimal_digits() -> None:
     """Why a fresh request id needs no scan: every trigger has a letter outside a-f."""
     for trigger in _TRIGGERS:

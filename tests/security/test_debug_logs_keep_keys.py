@@ -11,7 +11,9 @@ formatter let through. Now :func:`igw.redaction.redact` masks PEM blocks and enc
 from __future__ import annotations
 
 import base64
+import io
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -20,6 +22,7 @@ from pathlib import Path
 import pytest
 import trustme
 
+from igw.gateway.redaction import LOG_FORMAT, RedactingFormatter
 from igw.redaction import MASK, needs_redaction, redact
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -422,3 +425,162 @@ def test_an_ec_and_ed25519_dump_masks_priv_and_keeps_pub() -> None:
         assert redact(dump) == "\n".join(
             [header, "priv:", f"    {MASK}", "pub:", *pub, "ASN1 OID: prime256v1"]
         )
+
+
+def _logged(text: str) -> str:
+    """``text`` as the gateway's redacting formatter writes it in a log line."""
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(RedactingFormatter(LOG_FORMAT))
+    log = logging.getLogger("tests.keys.hex")
+    log.addHandler(handler)
+    log.propagate = False
+    try:
+        log.warning("%s", text)
+    finally:
+        log.removeHandler(handler)
+    return stream.getvalue()
+
+
+def _der_keys() -> dict[str, bytes]:
+    """A private key of each DER shape: PKCS#8 (RSA, EC, Ed25519), PKCS#1 RSA, SEC 1 EC, encrypted
+    PKCS#8."""
+    from cryptography.hazmat.primitives import serialization as s
+    from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
+
+    rsa_key = rsa.generate_private_key(public_exponent=65537, key_size=1024)
+    ec_key = ec.generate_private_key(ec.SECP256R1())
+    der, pkcs8, none = s.Encoding.DER, s.PrivateFormat.PKCS8, s.NoEncryption()
+    return {
+        "rsa-pkcs8": rsa_key.private_bytes(der, pkcs8, none),
+        "rsa-pkcs1": rsa_key.private_bytes(der, s.PrivateFormat.TraditionalOpenSSL, none),
+        "ec-sec1": ec_key.private_bytes(der, s.PrivateFormat.TraditionalOpenSSL, none),
+        "ec-pkcs8": ec_key.private_bytes(der, pkcs8, none),
+        "ed25519": ed25519.Ed25519PrivateKey.generate().private_bytes(der, pkcs8, none),
+        "encrypted": ec_key.private_bytes(der, pkcs8, s.BestAvailableEncryption(b"pw")),
+    }
+
+
+def _xxd(data: bytes) -> str:
+    """``xxd``: offset, 16 bytes in groups of two, the characters column."""
+    rows = []
+    for at in range(0, len(data), 16):
+        chunk = data[at : at + 16]
+        groups = " ".join(chunk[i : i + 2].hex() for i in range(0, len(chunk), 2))
+        shown = "".join(chr(b) if 32 <= b < 127 else "." for b in chunk)
+        rows.append(f"{at:08x}: {groups:<40}  {shown}")
+    return "\n".join(rows) + "\n"
+
+
+def _hexdump_c(data: bytes) -> str:
+    """``hexdump -C``: offset, two groups of 8 bytes, ``|characters|``."""
+    rows = []
+    for at in range(0, len(data), 16):
+        chunk = data[at : at + 16]
+        left, right = " ".join(f"{b:02x}" for b in chunk[:8]), " ".join(f"{b:02x}" for b in chunk[8:])
+        shown = "".join(chr(b) if 32 <= b < 127 else "." for b in chunk)
+        rows.append(f"{at:08x}  {left:<23}  {right:<23}  |{shown}|")
+    return "\n".join(rows) + "\n"
+
+
+def _od(data: bytes) -> str:
+    """``od -An -tx1``: 16 bytes a line, each after a blank."""
+    return "".join(
+        " " + " ".join(f"{b:02x}" for b in data[i : i + 16]) + "\n" for i in range(0, len(data), 16)
+    )
+
+
+def _xxd_plain(data: bytes) -> str:
+    """``xxd -p``: 30 bytes a line, no offset."""
+    return "".join(data[i : i + 30].hex() + "\n" for i in range(0, len(data), 30))
+
+
+def _pieces_of(der: bytes) -> list[str]:
+    """Pieces any of which in a text means the key leaked: 8 bytes of it in hex, from its middle."""
+    middle = der[len(der) // 2 : len(der) // 2 + 8]
+    return [middle.hex(), middle.hex().upper(), " ".join(f"{b:02x}" for b in middle[:4])]
+
+
+@pytest.mark.parametrize("name", ["rsa-pkcs8", "rsa-pkcs1", "ec-sec1", "ec-pkcs8", "ed25519", "encrypted"])
+def test_a_private_key_in_hex_is_masked_and_the_lines_around_it_stay(name: str) -> None:
+    """A key's DER in hex (``xxd``, ``xxd -p``, ``hexdump -C``, ``od``, one run inside a line) went to
+    the logs whole: no rule looked at hex but a 64-digit line of its own."""
+    der = _der_keys()[name]
+    after = "2026-12-07 10:00:00,001 INFO igw.gateway: request 42 answered 200"
+    for dumped in (
+        f"key file:\n{_xxd(der)}{after}",
+        f"key file:\n{_hexdump_c(der)}{after}",
+        f"key file:\n{_od(der)}{after}",
+        f"key file:\n{_xxd_plain(der)}{after}",
+        f"key file:\n{_xxd_plain(der).upper()}{after}",
+        f"body: {_xxd_plain(der)}{after}",  # the dump's first line after a log prefix
+        repr(f"key file:\n{_xxd(der)}{after}"),  # escaped newlines
+        f"loaded der={der.hex()} status=500 {after}",
+    ):
+        assert needs_redaction(dumped)
+        shown = _logged(dumped)
+        assert MASK in shown
+        assert after in shown, shown
+        for piece in _pieces_of(der):
+            assert piece not in shown, (name, shown)
+
+
+def test_a_pem_file_in_hex_and_a_bundle_with_the_key_after_its_certificate_are_masked(key_pem: str) -> None:
+    """``xxd`` of a PEM shows its base64 in the characters column; a bundle's hex puts the key's
+    DER after the certificate's, anywhere in the run."""
+    shown = _logged(f"tls.pem:\n{_xxd(key_pem.encode())}done")
+    assert "BEGIN" not in shown
+    assert "2d2d 2d2d" not in shown
+    assert shown.endswith("done\n")
+    key = _der_keys()["ec-sec1"]
+    cert = base64.b64decode("".join(trustme.CA().cert_pem.bytes().decode().strip().splitlines()[1:-1]))
+    shown = _logged(f"bundle={cert.hex()}{key.hex()} ok")
+    assert shown.endswith(f"bundle={MASK} ok\n")
+
+
+def test_hex_identifiers_and_a_certificate_in_hex_stay() -> None:
+    """Digests, request ids, trace ids and a certificate's DER (public) are what a log names; the key
+    rule looks for a key's ASN.1 start, which none has."""
+    cert = base64.b64decode("".join(trustme.CA().cert_pem.bytes().decode().strip().splitlines()[1:-1]))
+    for text in (
+        f"image sha256:{_HEX_KEY} pulled",
+        f"digest {_HEX_KEY} {_HEX_KEY.upper()} verified",
+        "request 5f0c9d6a8d2e4b7a9c1e2f3a4b5c6d7e trace 4bf92f3577b34da6a3ce929d0e0e4736 2026-02-01 0201",
+        f"served certificate {cert.hex()}",
+        f"certificate:\n{_xxd(cert)}",
+        "x-amz-id-2: 3077020101 ok",  # the prefix alone, no 64 digits
+    ):
+        assert redact(text) == text, text
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        *("password", "api_key", "apiKey", "secret", "client_secret", "token", "access_token"),
+        *("private_key", "privateKey", "aws_secret_access_key", "Authorization", "secretKey", "sessionToken"),
+    ],
+)
+def test_secret_named_json_and_dict_fields_are_masked_without_another_trigger(name: str) -> None:
+    """A request body logged whole (``{"password": "..."}``) was masked only when another trigger
+    (``Bearer``, ``-----BEGIN``) was in the text: the value of such a field went to the logs."""
+    for body, shown in (
+        (
+            json.dumps({"user": "ops", name: "hunter2x", "model": "llama"}),
+            json.dumps({"user": "ops", name: MASK, "model": "llama"}),
+        ),
+        (str({"user": "ops", name: "hunter2x"}), str({"user": "ops", name: MASK})),
+        (f"body b'{json.dumps({name: 'hunter2x'})}'", f"body b'{json.dumps({name: MASK})}'"),
+    ):
+        assert needs_redaction(body)
+        assert _logged(body).endswith(f": {shown}\n")
+
+
+def test_ordinary_json_fields_stay() -> None:
+    for text in (
+        json.dumps(
+            {"model": "llama", "max_tokens": 256, "token_type": "x", "secret_name": "tls", "keys": "a"}
+        ),
+        "{'passwordEnv': 'REDIS_PASSWORD', 'tokens': 12, 'key': 'model-a'}",
+        'error "token" : 401',  # not a field: no string value
+    ):
+        assert redact(text) == text, text

@@ -27,8 +27,8 @@ redaction leaves unchanged in its JSON form (:func:`~igw.redaction.needs_redacti
 numbers, literals and field names of a line contain no trigger, and no pattern can match across a
 string's quotes, so such a line is exactly what redacting it would write. Distinct strings are few
 (configured models, schedulers, endpoints, scorer names), so each is judged once and remembered
-(:data:`_CLEAN`); a fresh request id (hexadecimal digits, which spell no trigger) is judged by its
-alphabet. Any other line is redacted as before.
+(:data:`_CLEAN`); a fresh request id (32 hexadecimal digits, which spell no trigger and are too few
+for a key in hex) is judged by its alphabet and length. Any other line is redacted as before.
 """
 
 from __future__ import annotations
@@ -69,6 +69,9 @@ an absent field); bounded by :data:`CLEAN_CACHE_SIZE`."""
 CLEAN_CACHE_SIZE: Final = 4096
 """Clean strings remembered at most (cleared when full: client-chosen names cannot grow it)."""
 _HEX_DIGITS: Final = "0123456789abcdef"
+_HEX_KEY_DIGITS: Final = 64
+"""Hex ids this long or longer are scanned: a client's ``X-Request-Id`` (up to 128 characters) can
+hold a small private key's DER in hex (an Ed25519 key is 96 digits), which redaction masks."""
 US_DIGITS: Final = 1
 """Decimals the line gives ``decision_us``."""
 MS_DIGITS: Final = 3
@@ -283,7 +286,8 @@ class AccessRecord:
                 if not _CLEAN.issuperset(row) and not all(map(_clean, row)):
                     return False
         request_id = self.request_id
-        return not request_id.strip(_HEX_DIGITS) or _clean_once(request_id)
+        fresh = len(request_id) < _HEX_KEY_DIGITS and not request_id.strip(_HEX_DIGITS)
+        return fresh or _clean_once(request_id)
 
     def line_fields(self) -> dict[str, object]:
         """The line's fields: every field that is not ``None``, in declaration order, the scores
