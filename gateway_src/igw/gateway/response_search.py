@@ -21,6 +21,11 @@ limits:
   search, so the limit is what bounds their load on the pods: at most that many searches' round
   trips in flight, whatever the request rate.
 
+**A caller scope's share** (the global router only, since session s46): a search begun with a scope
+(:meth:`ResponseSearches.begin`) is refused when ``per_scope`` of that scope's run already, so one
+tenant looping made-up ids holds at most that many of the ``limit`` places and the others' searches
+still run (before, every place: every other tenant's search refused). Tier 1 passes no scope.
+
 Per process, like the retry budget (each worker of ``igw serve --workers N`` its own): a search is
 rare outside a replica's restart or a scale-out of the gateway itself.
 """
@@ -39,11 +44,14 @@ UNFOUND_CAPACITY: Final = 4096
 SEARCHES_IN_FLIGHT: Final = 16
 """Searches one gateway process runs at once."""
 
+SEARCHES_PER_SCOPE: Final = 4
+"""Searches of one caller scope a global router replica runs at once (a quarter of its places)."""
+
 
 class ResponseSearches:
     """The ids recently searched for in vain, and the searches in flight (the module docstring)."""
 
-    __slots__ = ("_unfound", "capacity", "in_flight", "limit", "ttl_s")
+    __slots__ = ("_scopes", "_unfound", "capacity", "in_flight", "limit", "per_scope", "ttl_s")
 
     def __init__(
         self,
@@ -51,10 +59,15 @@ class ResponseSearches:
         limit: int = SEARCHES_IN_FLIGHT,
         ttl_s: float = UNFOUND_TTL_S,
         capacity: int = UNFOUND_CAPACITY,
+        per_scope: int | None = None,
     ) -> None:
-        if limit < 1 or capacity < 1 or ttl_s <= 0:
-            raise ValueError("limit and capacity must be at least 1, ttl_s positive")
+        if limit < 1 or capacity < 1 or ttl_s <= 0 or (per_scope is not None and per_scope < 1):
+            raise ValueError("limit, capacity and per_scope must be at least 1, ttl_s positive")
         self.limit = limit
+        self.per_scope = per_scope
+        """Searches one caller scope may run at once (``None``: no share, the ``limit`` alone)."""
+        self._scopes: dict[str, int] = {}
+        """Scope -> its searches in flight (those begun with a scope; none kept at 0)."""
         self.ttl_s = ttl_s
         self.capacity = capacity
         self.in_flight = 0
@@ -84,13 +97,28 @@ class ResponseSearches:
         """A pod stores ``response_id`` (it may have been made since a search missed it)."""
         self._unfound.pop(response_id, None)
 
-    def begin(self) -> bool:
-        """Take a place for one search; False, nothing taken, when :attr:`limit` are in flight."""
+    def busy(self, scope: str | None = None) -> str | None:
+        """Why a search (of ``scope``, when given) may not begin now: ``"busy"`` when :attr:`limit`
+        are in flight, ``"scope_busy"`` when ``per_scope`` of that scope's are; else ``None``."""
         if self.in_flight >= self.limit:
+            return "busy"
+        if scope is not None and self.per_scope is not None and self._scopes.get(scope, 0) >= self.per_scope:
+            return "scope_busy"
+        return None
+
+    def begin(self, scope: str | None = None) -> bool:
+        """Take a place for one search (of ``scope``); False, nothing taken, when :meth:`busy`."""
+        if self.busy(scope) is not None:
             return False
         self.in_flight += 1
+        if scope is not None:
+            self._scopes[scope] = self._scopes.get(scope, 0) + 1
         return True
 
-    def end(self) -> None:
-        """A search begun with :meth:`begin` ended (whatever its outcome)."""
+    def end(self, scope: str | None = None) -> None:
+        """A search begun with :meth:`begin` (with the same ``scope``) ended, whatever its outcome."""
         self.in_flight -= 1
+        if scope is not None:
+            left = self._scopes.pop(scope, 0) - 1
+            if left > 0:
+                self._scopes[scope] = left

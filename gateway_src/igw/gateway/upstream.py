@@ -702,6 +702,7 @@ async def exchange(
     relay_whole_above: int | None = None,
     expect_id: str | None = None,
     upstream_name: str = UPSTREAM_NAME,
+    head_timeout_s: float | None = None,
 ) -> ExchangeResult:
     """Forward to ``endpoint`` (with ``method``) and relay the answer (``headers``: the upstream
     request's fields, as a map or serialised by :func:`upstream_header_block`). Raises
@@ -724,7 +725,9 @@ async def exchange(
     retrieval asks for (a replay's stream, a whole answer past ``relay_whole_above``): an answer
     naming another is returned unrelayed (:func:`_misnamed`) instead of being relayed as it arrives;
     ``None`` (every generation): relayed as it comes. ``upstream_name``: the upstream as the client's error
-    messages name it (:data:`UPSTREAM_NAME`), never its address."""
+    messages name it (:data:`UPSTREAM_NAME`), never its address. ``head_timeout_s``: a shorter bound
+    on the wait for the answer's head alone (the global router's search of a cluster,
+    :data:`~igw.global_router.server.SEARCH_TIMEOUT_S`); ``None``: ``idle_timeout_s`` bounds it."""
     # ``endpoint`` is a pod's ``host:port``, or a base URL with its scheme (the global router's
     # clusters). Waiting for a free pooled connection is not a connect failure (it would turn pool
     # exhaustion under load into retries and 502s); routeTimeout bounds the wait.
@@ -737,15 +740,16 @@ async def exchange(
             headers=headers,
             body=body,
             connect_timeout_s=connect_timeout_s,
-            head_timeout_s=idle_timeout_s,
+            head_timeout_s=idle_timeout_s if head_timeout_s is None else head_timeout_s,
             method=method,
         )
     except UpstreamStalled as stalled:
         return _stalled(stalled, response_headers)
     except TimeoutError:
         # the head bound (a stream's streamIdleTimeout, the global router's requestTimeoutSeconds)
+        bound = idle_timeout_s if head_timeout_s is None else head_timeout_s
         return _stalled(
-            _timed_out(endpoint, upstream_name, "sent no response within", idle_timeout_s), response_headers
+            _timed_out(endpoint, upstream_name, "sent no response within", bound), response_headers
         )
     except (UpstreamBroken, OSError) as failed:
         return _upstream_failed(f"{upstream_name} failed before responding", failed, response_headers)

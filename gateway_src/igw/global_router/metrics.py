@@ -34,7 +34,7 @@ class FleetMetrics:
             f"{PREFIX}_upstream_retries",
             "Attempts that moved on to the next cluster, by the cluster left and the cause "
             "(connect, 429, 503, 5xx; response-search: a cluster asked for a stored response it does "
-            "not have).",
+            "not have; search-timeout: a cluster a retrieval's search stopped waiting for).",
             ["cluster", "cause"],
             registry=r,
         )
@@ -94,7 +94,8 @@ class FleetMetrics:
             f"{PREFIX}_response_searches_refused",
             "Requests about a stored response this replica does not know answered without asking any "
             "cluster, by reason: unfound (404: the caller's search for the id found it nowhere moments "
-            "ago), busy (429: the replica's searches all in flight).",
+            "ago), busy (429: the replica's searches all in flight), scope_busy (429: the caller "
+            "scope's share of them in flight).",
             ["reason"],
             registry=r,
         )

@@ -75,7 +75,7 @@ from igw.gateway.request_body import (
     read_limited,
     relayed_tokens,
 )
-from igw.gateway.response_search import ResponseSearches
+from igw.gateway.response_search import SEARCHES_PER_SCOPE, ResponseSearches
 from igw.gateway.retries import request_digest
 from igw.gateway.server_identity import name_every_answer
 from igw.gateway.serving import BODY_LIMIT_SETTING_KEY, INFLIGHT_KEY, LIMITS_KEY, ServerLimits
@@ -132,6 +132,14 @@ WHOLE_ANSWER_BUFFER_BYTES: Final = 1024 * 1024
 arrives once it is larger than this (:func:`igw.gateway.upstream._relay_whole`): a router relaying
 large answers (logprobs, embeddings of many inputs) holds at most this much of each, not all of it
 twice (until session s40: 2.2 GB resident for twenty concurrent 50 MB answers)."""
+SEARCH_TIMEOUT: Final = "search-timeout"
+"""The ``reason`` of ``igw_global_retries_total`` for a cluster a search stopped waiting for."""
+SEARCH_TIMEOUT_S: Final = 5.0
+"""Seconds a search for a stored response waits for one cluster (``requestTimeoutSeconds`` when
+smaller; since session s46). A retrieval's search stops waiting for the cluster's answer head and asks
+the next cluster (a stored response's answer starts at once; a frozen cluster held the search's place
+for ``requestTimeoutSeconds``, 600 s by default); a continuation's search gives its place back (a
+cluster that has not answered 404 by then is generating the answer, no longer searched)."""
 
 
 class ClusterPools:
@@ -192,10 +200,13 @@ class GlobalRouter:
         (``previous_response_id``) tries that cluster first and a stored response's retrieval goes
         there, since only its pod holds the response (:mod:`igw.scheduling.response_affinity`, keyed
         by cluster name here; per replica)."""
-        self.searches = ResponseSearches()
-        """What bounds the searches of :func:`_forward_stored`, tier 1's rules
-        (:mod:`igw.gateway.response_search`): the ids a caller's search found nowhere moments ago (keyed
-        by :func:`_search_key`), and the searches in flight (per replica)."""
+        self.searches = ResponseSearches(per_scope=SEARCHES_PER_SCOPE)
+        """What bounds the searches of :func:`_forward_stored` and of a continuation (:func:`_route`),
+        tier 1's rules (:mod:`igw.gateway.response_search`): the ids a caller's search found nowhere
+        moments ago (keyed by :func:`_search_key`), and the searches in flight (per replica), each
+        caller scope's ``SEARCHES_PER_SCOPE`` at most (since session s46)."""
+        self.search_timeout_s = min(SEARCH_TIMEOUT_S, config.request_timeout_s)
+        """How long a search waits for one cluster's answer (:data:`SEARCH_TIMEOUT_S`)."""
         self.clock: Callable[[], float] = time.monotonic
         """Seconds, monotonic: when a search found an id nowhere (:attr:`searches`)."""
         self.tokens_per_event: dict[str, TokensPerEvent] = {}
@@ -341,9 +352,26 @@ async def _route(
         )
     searches = False  # a continuation no cluster is known to store: a 404 moves on to the next
     holder = None
+    place: _SearchPlace | None = None  # such a continuation's search place (_SearchPlace)
+    search_key = ""
     if body.previous_response_id is not None:
         holder = router.responses.endpoint_of(body.previous_response_id)
         searches = holder is None
+    if searches:
+        # Bounded as a retrieval's search (since session s46: until then every continuation of an id
+        # no cluster stores asked every cluster, at any rate and concurrency)
+        search_key = _search_key(principal, body.previous_response_id or "", [c.cluster for c in choices])
+        scope = _search_scope(principal)
+        param = "previous_response_id"
+        not_searched = _search_refusal(
+            router, search_key, body.previous_response_id or "", scope, param=param
+        )
+        if not_searched is not None:
+            m.requests.labels(model, str(not_searched.status)).inc()
+            return not_searched
+        place = _SearchPlace(router, scope)  # taken: the check above, and no await since
+    missed = 0  # clusters that answered the continuation's search 404
+    found = False
     if holder is not None:  # the cluster that stored the response first, the plan's order after it
         choices = sorted(choices, key=lambda choice: choice.cluster.name != holder)
     else:  # the same body failing moments ago: another cluster first
@@ -359,137 +387,183 @@ async def _route(
     prepared: list[web.StreamResponse] = []
     answered = 0
     waits: list[str] = []  # the Retry-After of each refusal moved on from (_relayed_refusal)
-    for index, choice in enumerate(choices):
-        if answered >= router.config.routing.max_attempts:
-            break
-        cluster = choice.cluster
-        later = choices[index + 1 :]
-        if pools.of(cluster.name).full and any(not pools.of(c.cluster.name).full for c in later):
-            # Every connection to it is held (a frozen or slow cluster): a request would wait for one,
-            # up to requestTimeoutSeconds, while a later cluster has room. Not an attempt, no failure
-            # (until session s39 the request waited: 9 of 20 past the client's 8 s in the probe).
-            m.retries.labels(cluster.name, "pool-full").inc()
-            continue
-        m.decisions.labels(cluster.name, cluster.region, choice.reason).inc()
-        try:
-            result = await _within(
-                router,
-                started,
-                exchange(
-                    request,
-                    session=pools.of(cluster.name),
-                    endpoint=cluster.endpoint,
-                    upstream_name=f"cluster {cluster.name!r}",  # never its endpoint (an internal address)
-                    body=raw,
-                    headers=headers,
-                    started=started,
-                    connect_timeout_s=router.config.connect_timeout_s,
-                    idle_timeout_s=router.config.request_timeout_s,
-                    response_headers={CLUSTER_HEADER: cluster.name, REGION_HEADER: cluster.region},
-                    on_prepared=prepared.append,
-                    strip_usage=reads_usage,
-                    body_timeout_s=router.config.request_timeout_s,
-                    relay_whole_above=WHOLE_ANSWER_BUFFER_BYTES,
-                ),
-            )
-        except ConnectFailed:
-            router.fleet.record_outcome(cluster.name, ok=False, unreachable=True)
-            m.retries.labels(cluster.name, "connect").inc()
-            continue
-        except (ClientGone, asyncio.CancelledError) as gone:
-            # The client left mid-stream; the cluster did nothing wrong. Nothing more can be sent;
-            # what was relayed is charged (before session s35, nothing: a stream left just before
-            # its end escaped the token limits).
-            _count_answer_faults(router, cluster.name, _relaying(prepared))
-            await _charge_relayed(router, principal, tenant, model, body, prepared)
-            inflight = request.app.get(INFLIGHT_KEY)
-            if isinstance(gone, asyncio.CancelledError) and inflight is not None and inflight.cutting:
-                return await _shut_down(request, prepared, model=model, metrics=m)
-            if isinstance(gone, asyncio.CancelledError):
-                raise
-            m.requests.labels(model, "499").inc()
-            return prepared[0] if prepared else web.Response(status=499)
-        if result is None:  # spec.upstream.maxRequestSeconds passed: no other cluster is tried
-            m.requests.labels(model, "504").inc()
-            if prepared:  # it was answering (a long stream): the bound is the request's, not a fault
+    try:
+        for index, choice in enumerate(choices):
+            if answered >= router.config.routing.max_attempts:
+                break
+            cluster = choice.cluster
+            later = choices[index + 1 :]
+            if pools.of(cluster.name).full and any(not pools.of(c.cluster.name).full for c in later):
+                # Every connection to it is held (a frozen or slow cluster): a request would wait for one,
+                # up to requestTimeoutSeconds, while a later cluster has room. Not an attempt, no failure
+                # (until session s39 the request waited: 9 of 20 past the client's 8 s in the probe).
+                m.retries.labels(cluster.name, "pool-full").inc()
+                continue
+            m.decisions.labels(cluster.name, cluster.region, choice.reason).inc()
+            try:
+                result = await _within(
+                    router,
+                    started,
+                    exchange(
+                        request,
+                        session=pools.of(cluster.name),
+                        endpoint=cluster.endpoint,
+                        upstream_name=f"cluster {cluster.name!r}",  # never its endpoint (an internal address)
+                        body=raw,
+                        headers=headers,
+                        started=started,
+                        connect_timeout_s=router.config.connect_timeout_s,
+                        idle_timeout_s=router.config.request_timeout_s,
+                        response_headers={CLUSTER_HEADER: cluster.name, REGION_HEADER: cluster.region},
+                        on_prepared=prepared.append,
+                        strip_usage=reads_usage,
+                        body_timeout_s=router.config.request_timeout_s,
+                        relay_whole_above=WHOLE_ANSWER_BUFFER_BYTES,
+                    ),
+                )
+            except ConnectFailed:
+                router.fleet.record_outcome(cluster.name, ok=False, unreachable=True)
+                m.retries.labels(cluster.name, "connect").inc()
+                continue
+            except (ClientGone, asyncio.CancelledError) as gone:
+                # The client left mid-stream; the cluster did nothing wrong. Nothing more can be sent;
+                # what was relayed is charged (before session s35, nothing: a stream left just before
+                # its end escaped the token limits).
                 _count_answer_faults(router, cluster.name, _relaying(prepared))
                 await _charge_relayed(router, principal, tenant, model, body, prepared)
-            else:
-                # No answer within the whole request's bound: the cluster's failure, as the same wait
-                # ended by requestTimeoutSeconds is (until session s40 it counted nothing, so a
-                # cluster that took requests and never answered was never drained when
-                # maxRequestSeconds is the smaller bound: every request planned on it a 504).
-                router.fleet.record_outcome(cluster.name, ok=False)
-            return await _past_max_request(request, router, prepared)
-        last = result
-        _count_answer_faults(router, cluster.name, result)
-        if searches and result.status == 404 and not result.response.prepared and choice is not choices[-1]:
-            # Not stored there: no attempt spent. A 404 already relayed (a JSON body over
-            # ERROR_ANSWER_BUFFER_BYTES) is the answer: until session s42 the search went on, and
-            # the next cluster's answer was written after it on the same connection, where the
-            # client's next request on it read it as its own.
-            m.retries.labels(cluster.name, RESPONSE_SEARCH).inc()
-            continue
-        answered += 1
-        # A cluster's failed answer counts against it for this model only (the model's pods may be
-        # the broken part); a failed exchange (the connection broke, no answer in time) against it
-        # as a whole. Until session s39 every failure counted against the whole cluster.
-        failed_for = model if result.error is None else None
-        if not result.response.prepared and result.status in RETRY_STATUSES and not _stopped_waiting(result):
-            if not _busy(result):
-                router.fleet.record_outcome(cluster.name, ok=False, model=failed_for)
-            waits.extend(result.response.headers.getall("Retry-After", ()))
-            m.retries.labels(cluster.name, str(result.status) if result.status in (429, 503) else "5xx").inc()
-            continue
-        router.fleet.record_outcome(
-            cluster.name, ok=result.ok, digest=request_digest(result, raw), model=failed_for
-        )
-        stored = believed(result.response_id, principal) if result.ok else None
-        if stored is not None and router.responses.endpoint_of(stored) is None:
-            # Only an id minted for this caller, and never over a holder already known: a fresh id is
-            # known nowhere, an id already known is another answer's, claimed (igw.global_router.stored_ids)
-            router.responses.remember(stored, cluster.name)
-        _observe(router, result, model=model, region=cluster.region, started=started)
-        usage = result.usage or {}
-        # Without a usage, the prompt's estimate and, for a stream, its events times the model's
-        # tokens per event, as tier 1 counts (before session s36, nothing: a stream without usage
-        # went through the token limits free).
-        prompt_tokens = int(usage.get("prompt_tokens", body.prompt_tokens))
-        reported = usage.get("completion_tokens")
-        if result.streamed:
-            if reported is None:
-                completion_tokens = router.per_event(model).tokens(result.events)
-            else:
-                completion_tokens = int(reported)
-                router.per_event(model).learn(completion_tokens, result.events)
-        else:
-            completion_tokens = int(reported or 0)
-        reserved = 0
-        reservation = None
-        if body.background and result.usage is None and result.status < 400:
-            # Generated after this answer, its usage only in polls: its prompt's estimate and output
-            # bound, as tier 1 charges (no context window known here), settled by the first poll
-            # that shows the usage (handle_stored_response).
-            reserved = body.max_tokens or 0
-            reservation = result.response_id  # held apart from tier 1's (TIER2_RESERVATIONS)
-        tokens = prompt_tokens + completion_tokens
-        if tokens + reserved:
-            await _account(
-                router,
-                principal,
-                tenant,
-                model,
-                prompt_tokens=prompt_tokens,
-                completion_tokens=completion_tokens,
-                reserved_tokens=reserved,
-                reservation=reservation,
+                inflight = request.app.get(INFLIGHT_KEY)
+                if isinstance(gone, asyncio.CancelledError) and inflight is not None and inflight.cutting:
+                    return await _shut_down(request, prepared, model=model, metrics=m)
+                if isinstance(gone, asyncio.CancelledError):
+                    raise
+                m.requests.labels(model, "499").inc()
+                return prepared[0] if prepared else web.Response(status=499)
+            if result is None:  # spec.upstream.maxRequestSeconds passed: no other cluster is tried
+                m.requests.labels(model, "504").inc()
+                if prepared:  # it was answering (a long stream): the bound is the request's, not a fault
+                    _count_answer_faults(router, cluster.name, _relaying(prepared))
+                    await _charge_relayed(router, principal, tenant, model, body, prepared)
+                else:
+                    # No answer within the whole request's bound: the cluster's failure, as the same wait
+                    # ended by requestTimeoutSeconds is (until session s40 it counted nothing, so a
+                    # cluster that took requests and never answered was never drained when
+                    # maxRequestSeconds is the smaller bound: every request planned on it a 504).
+                    router.fleet.record_outcome(cluster.name, ok=False)
+                return await _past_max_request(request, router, prepared)
+            last = result
+            _count_answer_faults(router, cluster.name, result)
+            if searches and result.status == 404:
+                missed += 1
+            if (
+                searches
+                and result.status == 404
+                and not result.response.prepared
+                and choice is not choices[-1]
+            ):
+                # Not stored there: no attempt spent. A 404 already relayed (a JSON body over
+                # ERROR_ANSWER_BUFFER_BYTES) is the answer: until session s42 the search went on, and
+                # the next cluster's answer was written after it on the same connection, where the
+                # client's next request on it read it as its own.
+                m.retries.labels(cluster.name, RESPONSE_SEARCH).inc()
+                continue
+            answered += 1
+            # A cluster's failed answer counts against it for this model only (the model's pods may be
+            # the broken part); a failed exchange (the connection broke, no answer in time) against it
+            # as a whole. Until session s39 every failure counted against the whole cluster.
+            failed_for = model if result.error is None else None
+            if (
+                not result.response.prepared
+                and result.status in RETRY_STATUSES
+                and not _stopped_waiting(result)
+            ):
+                if not _busy(result):
+                    router.fleet.record_outcome(cluster.name, ok=False, model=failed_for)
+                waits.extend(result.response.headers.getall("Retry-After", ()))
+                m.retries.labels(
+                    cluster.name, str(result.status) if result.status in (429, 503) else "5xx"
+                ).inc()
+                continue
+            router.fleet.record_outcome(
+                cluster.name, ok=result.ok, digest=request_digest(result, raw), model=failed_for
             )
-        return result.response
-    if last is not None:
-        m.requests.labels(model, str(last.status)).inc()
-        return _relayed_refusal(last, waits, now=router.wall_clock())
-    m.requests.labels(model, "503").inc()
-    return _no_cluster(router, f"every cluster tried for model {model!r} failed to connect")
+            found = result.status < 400
+            stored = believed(result.response_id, principal) if result.ok else None
+            if stored is not None and router.responses.endpoint_of(stored) is None:
+                # Only an id minted for this caller, and never over a holder already known: a fresh id
+                # is known nowhere, an id already known is another answer's, claimed
+                # (igw.global_router.stored_ids)
+                router.responses.remember(stored, cluster.name)
+            _observe(router, result, model=model, region=cluster.region, started=started)
+            usage = result.usage or {}
+            # Without a usage, the prompt's estimate and, for a stream, its events times the model's
+            # tokens per event, as tier 1 counts (before session s36, nothing: a stream without usage
+            # went through the token limits free).
+            prompt_tokens = int(usage.get("prompt_tokens", body.prompt_tokens))
+            reported = usage.get("completion_tokens")
+            if result.streamed:
+                if reported is None:
+                    completion_tokens = router.per_event(model).tokens(result.events)
+                else:
+                    completion_tokens = int(reported)
+                    router.per_event(model).learn(completion_tokens, result.events)
+            else:
+                completion_tokens = int(reported or 0)
+            reserved = 0
+            reservation = None
+            if body.background and result.usage is None and result.status < 400:
+                # Generated after this answer, its usage only in polls: its prompt's estimate and output
+                # bound, as tier 1 charges (no context window known here), settled by the first poll
+                # that shows the usage (handle_stored_response).
+                reserved = body.max_tokens or 0
+                reservation = result.response_id  # held apart from tier 1's (TIER2_RESERVATIONS)
+            tokens = prompt_tokens + completion_tokens
+            if tokens + reserved:
+                await _account(
+                    router,
+                    principal,
+                    tenant,
+                    model,
+                    prompt_tokens=prompt_tokens,
+                    completion_tokens=completion_tokens,
+                    reserved_tokens=reserved,
+                    reservation=reservation,
+                )
+            return result.response
+        if last is not None:
+            m.requests.labels(model, str(last.status)).inc()
+            return _relayed_refusal(last, waits, now=router.wall_clock())
+        m.requests.labels(model, "503").inc()
+        return _no_cluster(router, f"every cluster tried for model {model!r} failed to connect")
+    finally:
+        if place is not None:
+            place.release()
+            if missed == len(choices):  # every cluster asked answered 404: not stored for the caller
+                router.searches.unfound(search_key, now=router.clock())
+            elif found:
+                router.searches.found(search_key)
+
+
+class _SearchPlace:
+    """A continuation's place among :attr:`GlobalRouter.searches`, given back when its exchanges end
+    or ``search_timeout_s`` after it was taken, whichever comes first: a cluster that has not answered
+    404 by then is generating the answer (a tier-1 gateway answers an unknown ``previous_response_id``
+    404 before any generation), or frozen; neither is a search any more. Held for the whole answer, a
+    tenant's long generations would take its share of the places for minutes."""
+
+    __slots__ = ("_router", "_scope", "_timer")
+
+    def __init__(self, router: GlobalRouter, scope: str | None) -> None:
+        router.searches.begin(scope)
+        self._router: GlobalRouter | None = router
+        self._scope = scope
+        self._timer = asyncio.get_running_loop().call_later(router.search_timeout_s, self.release)
+
+    def release(self) -> None:
+        """Give the place back (once; later calls do nothing)."""
+        router, self._router = self._router, None
+        if router is not None:
+            self._timer.cancel()
+            router.searches.end(self._scope)
 
 
 def _relayed_refusal(last: ExchangeResult, waits: Sequence[str], *, now: float) -> web.StreamResponse:
@@ -728,7 +802,8 @@ async def _forward_stored(request: web.Request, router: GlobalRouter) -> web.Str
     before their first bytes leave (``expect_id`` of :func:`~igw.gateway.upstream.exchange`) - and a
     remembered cluster answering so is forgotten, the next request searching. A search is bounded as
     tier 1's (since session s45, :func:`_search_refusal`): an id the caller's search found nowhere
-    moments ago is answered 404 without one, and past the replica's searches in flight 429."""
+    moments ago is answered 404 without one, and past the replica's searches in flight (or the
+    caller scope's share of them, since s46) 429."""
     try:
         principal = await router.guard.authenticate(request.headers)
     except GuardDenied as denied:
@@ -747,18 +822,19 @@ async def _forward_stored(request: web.Request, router: GlobalRouter) -> web.Str
     if known is not None:
         return await _ask_stored(request, router, principal, response_id, clusters, known=known, missed=[])
     key = _search_key(principal, response_id, clusters)
-    refused = _search_refusal(router, key, response_id)
+    scope = _search_scope(principal)
+    refused = _search_refusal(router, key, response_id, scope)
     if refused is not None:
         return refused
     searches = router.searches
-    searches.begin()  # free: the check above, and no await since
+    searches.begin(scope)  # free: the check above, and no await since
     missed: list[str] = []
     try:
         response = await _ask_stored(
             request, router, principal, response_id, clusters, known=None, missed=missed
         )
     finally:
-        searches.end()
+        searches.end(scope)
     if len(missed) == len(clusters):  # every cluster asked answered 404 (or with another response)
         searches.unfound(key, now=router.clock())
     elif response.status < 400:
@@ -770,18 +846,29 @@ def _search_key(principal: Principal, response_id: str, clusters: Sequence[Clust
     """What a search for ``response_id`` is remembered by in :attr:`GlobalRouter.searches`: the
     caller's scope (:func:`~igw.gateway.guards.caller_scope`; one tenant's misses never answer
     another's request, whose clusters' gateways may well hold the id for it) and the clusters asked
-    (a caller allowed other models asks other clusters), each part length-prefixed so that no two
-    differ only in where one ends."""
+    (a caller allowed other models asks other clusters, in whichever order), each part
+    length-prefixed so that no two differ only in where one ends."""
     scope = caller_scope(principal)
-    names = ",".join(f"{len(c.name)}:{c.name}" for c in clusters)
+    names = ",".join(f"{len(name)}:{name}" for name in sorted(c.name for c in clusters))
     return f"{len(scope)}:{scope}|{names}|{response_id}"
 
 
-def _search_refusal(router: GlobalRouter, key: str, response_id: str) -> web.Response | None:
+def _search_scope(principal: Principal) -> str | None:
+    """The scope whose share of the search places a search of ``principal``'s takes: its caller
+    scope, none for scope ``""`` (a router without ``spec.auth``: every caller one scope, nobody to
+    share with; the replica's limit alone)."""
+    return caller_scope(principal) or None
+
+
+def _search_refusal(
+    router: GlobalRouter, key: str, response_id: str, scope: str | None, *, param: str | None = None
+) -> web.Response | None:
     """The answer to a search for stored response ``response_id`` that must not run, as tier 1's
     (:func:`igw.gateway.inference._search_refusal`): 404 ``response_not_found`` when the caller's
     search found it nowhere less than ``UNFOUND_TTL_S`` ago, 429 ``response_searches_busy`` with
-    ``Retry-After`` (1 s, spread) when the replica runs as many searches as it may; else ``None``.
+    ``Retry-After`` (1 s, spread) when the replica runs as many searches as it may, or ``scope`` its
+    share of them (``SEARCHES_PER_SCOPE``: until session s46 one tenant looping made-up ids took every
+    place, every other tenant's search 429); else ``None``. ``param``: a continuation's field.
     Until session s45 every such request asked every eligible cluster, each of whose gateways
     searches its pods: ids made up in a loop cost the whole fleet a search each, at any rate and
     concurrency. 429 (tier 1 answers 503, retried elsewhere by the router): the router's 5xx say the
@@ -794,15 +881,23 @@ def _search_refusal(router: GlobalRouter, key: str, response_id: str) -> web.Res
             f"no cluster this router routes to for you stores response {response_id!r} "
             f"(every one asked answered 404 less than {searches.ttl_s:g}s ago)"
         )
-        return gateway_error("response_not_found", message)
-    if searches.in_flight >= searches.limit:
-        refused.labels("busy").inc()
+        return gateway_error("response_not_found", message, param=param)
+    busy = searches.busy(scope)
+    if busy is not None:
+        refused.labels(busy).inc()
         retry = spread_retry_after(1, rng=router.fleet.rng)
+        whose = (
+            f"{searches.limit} others"
+            if busy == "busy"
+            else f"{searches.per_scope} others of yours (your share of its searches)"
+        )
         message = (
             f"response {response_id!r} is not known to this router replica and it is already searching "
-            f"the clusters for {searches.limit} others; retry after {retry}s"
+            f"the clusters for {whose}; retry after {retry}s"
         )
-        return gateway_error("response_searches_busy", message, headers={"Retry-After": str(retry)})
+        return gateway_error(
+            "response_searches_busy", message, param=param, headers={"Retry-After": str(retry)}
+        )
     return None
 
 
@@ -818,11 +913,15 @@ async def _ask_stored(
 ) -> web.StreamResponse:
     """:func:`_forward_stored`'s exchanges with ``clusters`` in turn (``known``: the one remembered
     as the holder, the only one); ``missed`` gets the name of each cluster that answered 404 or with
-    another response (the search goes on past it)."""
+    another response (the search goes on past it). A search waits ``search_timeout_s`` for a
+    cluster's answer, then asks the next (since session s46): found there, its answer; else the
+    timed-out cluster's 504 ``upstream_timeout``, never a 404 - it may store the response - and the id
+    is not listed as found nowhere."""
     headers = _forwarded_headers(router, request, principal)
     prepared: list[web.StreamResponse] = []
     last: web.StreamResponse | None = None
     withheld: str | None = None  # the last cluster whose answer named another response (not relayed)
+    stalled: web.StreamResponse | None = None  # the 504 of the last cluster a search stopped waiting for
     started = time.perf_counter()
     for cluster in clusters:
         try:
@@ -845,6 +944,7 @@ async def _ask_stored(
                     body_timeout_s=router.config.request_timeout_s,
                     relay_whole_above=WHOLE_ANSWER_BUFFER_BYTES,
                     expect_id=response_id,  # an answer naming another: returned unrelayed
+                    head_timeout_s=None if known is not None else router.search_timeout_s,
                 ),
             )
         except ConnectFailed:
@@ -865,6 +965,15 @@ async def _ask_stored(
             if not prepared:  # no answer within the request's bound: the cluster's failure, as in _route
                 router.fleet.record_outcome(cluster.name, ok=False)
             return await _past_max_request(request, router, prepared)
+        if known is None and result.gave_up and not result.response.prepared:
+            # No answer within the search's bound (a frozen cluster): the next one is asked. Counted
+            # against the cluster only when the bound was requestTimeoutSeconds itself (a cluster
+            # whose gateway waits on one frozen pod of its own is not drained for it).
+            if router.search_timeout_s >= router.config.request_timeout_s:
+                _record_stored_outcome(router, cluster, result)
+            stalled = result.response
+            router.metrics.retries.labels(cluster.name, SEARCH_TIMEOUT).inc()
+            continue
         _record_stored_outcome(router, cluster, result)
         named = result.response_id  # the id of the response object the answer carries, if any
         other = named is not None and named != response_id  # an answer about another response
@@ -899,6 +1008,8 @@ async def _ask_stored(
         if searching_on and result.status == 404:
             router.metrics.retries.labels(cluster.name, RESPONSE_SEARCH).inc()  # the next one is asked
             continue
+        if stalled is not None and result.status == 404 and not result.response.prepared:
+            continue  # the last cluster's 404: the one not heard may store it (the 504 below)
         if known is None and result.status < 400 and _found(request, response_id, named, principal):
             router.responses.remember(response_id, cluster.name)
         shown = None if result.usage is None else result.usage.get("completion_tokens")
@@ -915,10 +1026,13 @@ async def _ask_stored(
                     cluster.name,
                 )
         return result.response
-    if withheld is not None and last is None:
-        # as for a response stored nowhere (a cluster's 404 before it, when one came)
+    if withheld is not None and last is None and stalled is None:
+        # as for a response stored nowhere (a cluster's 404 before it, when one came); each withheld
+        # answer was counted and logged as it was withheld
         message = f"no cluster this router asked stores response {response_id!r}"
         return gateway_error("response_not_found", message)
+    if stalled is not None:  # the others answered 404 (or not at all): the one not heard may store it
+        return stalled
     if last is not None:
         return last
     return gateway_error(
