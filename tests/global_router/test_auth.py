@@ -15,11 +15,12 @@ import pytest
 import trustme
 from prometheus_client import CollectorRegistry
 
+from igw.gateway.flow_gate import FAIRNESS_HEADER
 from igw.global_router.config import parse_global_config
 from igw.global_router.server import create_global_app
 from tests.gateway.fake_model_server import FakeModelServer, running
 from tests.global_router.support import MODEL, global_doc, global_serve, guarded_router, post_part_of_a_body
-from tests.security.helpers import JwksServer, ManualClock, TokenFactory, bearer, jwt_auth
+from tests.security.helpers import DELETE, JwksServer, ManualClock, TokenFactory, bearer, jwt_auth
 
 
 def secured(server: FakeModelServer, issuer: JwksServer) -> dict[str, Any]:
@@ -80,6 +81,52 @@ async def test_jwt_is_required_and_identity_is_forwarded_not_the_token(
             assert b'"code":"model_not_found"' in answers[0][1]
             async with http.get(f"{url}/v1/models/{MODEL}") as resp:
                 assert resp.status == 401
+
+
+def _fairness_ids(server: FakeModelServer) -> list[str]:
+    """The fairness ids of the last request ``server`` received (each field, whatever its case)."""
+    return [v for k, v in server.received[-1].headers.items() if k.lower() == FAIRNESS_HEADER]
+
+
+async def test_a_verified_caller_s_fairness_id_is_its_tenant_not_the_header_it_sent(
+    jwks_server: JwksServer, tokens: TokenFactory, clock: ManualClock, client_ssl: ssl.SSLContext
+) -> None:
+    """Behind a router that verifies tokens (and, by default, does not forward them), a cluster's
+    gateway authenticates nobody, so its flow control takes the request's tenant from
+    ``x-gateway-inference-fairness-id``. Until session s46 the router forwarded the client's own: a
+    verified caller named another tenant there (its share and queue taken) or a new name per request
+    (one fair-share turn each, the other tenants' queued requests displaced), as tier 1 no longer
+    lets its own authenticated callers. The router now sends its verified tenant there (none for a
+    token without one); an unauthenticating router forwards the header as it came."""
+    server = FakeModelServer("east-a")
+    async with running(server):
+        doc = secured(server, jwks_server)
+        doc["spec"]["authorization"] = {"tenantClaim": "tenant"}
+        async with (
+            guarded_router(doc, clock=clock, client_ssl=client_ssl) as (url, _),
+            aiohttp.ClientSession() as http,
+        ):
+            body: dict[str, Any] = {"model": MODEL, "prompt": "x"}
+            spoofed = {"X-Gateway-Inference-Fairness-Id": "team-b", "x-gateway-inference-fairness-id": "c"}
+            sent = []
+            for token in (tokens.token(), tokens.token(tenant=DELETE)):
+                headers = {**bearer(token), **spoofed}
+                async with http.post(url + "/v1/completions", json=body, headers=headers) as resp:
+                    assert resp.status == 200
+                sent.append(_fairness_ids(server))
+            assert sent == [["team-a"], []]
+    open_server = FakeModelServer("east-a")
+    async with running(open_server):
+        doc = secured(open_server, jwks_server)
+        del doc["spec"]["auth"]
+        async with (
+            guarded_router(doc, clock=clock, client_ssl=client_ssl) as (url, _),
+            aiohttp.ClientSession() as http,
+        ):
+            headers = {FAIRNESS_HEADER: "team-b"}
+            async with http.post(url + "/v1/completions", json=body, headers=headers) as resp:
+                assert resp.status == 200
+            assert _fairness_ids(open_server) == ["team-b"]
 
 
 async def test_igw_global_serve_accepts_a_valid_token_and_refuses_an_expired_one(

@@ -52,6 +52,7 @@ from igw.gateway.errors import (
     sse_error_event,
 )
 from igw.gateway.event_tokens import TokensPerEvent
+from igw.gateway.flow_gate import FAIRNESS_HEADER
 from igw.gateway.guards import GuardDenied, Principal, RequestGuard, caller_scope
 from igw.gateway.inference import REQUEST_ID_KEY
 from igw.gateway.inference_apis import (
@@ -249,14 +250,30 @@ def _counted_unread(router: GlobalRouter, request: web.Request, refused: web.Res
     return refused
 
 
+_ROUTER_HEADERS: Final = frozenset({CLUSTER_HEADER, REGION_HEADER, RELAY_USAGE_HEADER})
+"""The router's own headers, never forwarded as a client sent them."""
+_FAIRNESS: Final = frozenset({FAIRNESS_HEADER})
+
+
 def _forwarded_headers(router: GlobalRouter, request: web.Request, principal: Principal) -> CIMultiDict[str]:
     """The client's headers as a cluster gets them: less hop-by-hop ones, the guard's stripped ones
-    and the router's own answer headers, plus the principal's forwarded identity."""
-    return upstream_headers(
-        request.headers,
-        strip=router.guard.stripped_request_headers | {CLUSTER_HEADER, REGION_HEADER, RELAY_USAGE_HEADER},
-        add=principal.forward_headers,
-    )
+    and the router's own answer headers, plus the principal's forwarded identity.
+
+    For a caller the router verified, ``x-gateway-inference-fairness-id`` is its verified tenant (or
+    absent: a token without one), never the client's. A cluster's gateway behind an authenticating
+    router authenticates nobody (the router does not forward the token unless
+    ``forwardAuthorization``), and such a gateway's flow control takes the tenant from that header
+    (:func:`igw.gateway.flow_gate.flow_tenant`). Until session s46 the client's was forwarded: a
+    verified caller named another tenant there, or a new name per request, and took fair-share turns
+    and queue places that tier 1 refuses its own authenticated callers. A caller the router did not
+    verify (no ``spec.auth``) sends its own, as tier 1 then reads it."""
+    strip = router.guard.stripped_request_headers | _ROUTER_HEADERS
+    add = principal.forward_headers
+    if principal.authenticated:
+        strip |= _FAIRNESS
+        if principal.tenant:
+            add = {**add, FAIRNESS_HEADER: principal.tenant}
+    return upstream_headers(request.headers, strip=strip, add=add)
 
 
 def _denied(denied: GuardDenied) -> web.Response:
