@@ -424,6 +424,13 @@ def _output_bound(body: dict[str, Any], *names: str) -> int | None:
     if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
         param = names[-1]
         raise BadRequestBody(f"'{param}' must be an integer", param=param)
+    if value is not None and value < 0:
+        # The engines refuse it too, but only after the gateway counted the request in flight on
+        # its pod at ``prompt + max_tokens * n``: before session s46 a ``max_tokens`` of -5 with an
+        # ``n`` of 10^9 made that pod look billions of tokens lighter to the picker while it lasted.
+        # 0 is passed on (vLLM scores a prompt with ``echo`` and no output).
+        param = names[-1]
+        raise BadRequestBody(f"'{param}' must not be negative", param=param)
     return value
 
 

@@ -2,7 +2,7 @@
 
 * The request body is forwarded byte for byte; headers are the client's minus hop-by-hop headers and
   every header the gateway owns (its routing headers, the guard's stripped and forwarded identity
-  headers), plus ours.
+  headers), in either spelling (``_`` for ``-``: :func:`upstream_headers`), plus ours.
 * A *connect* failure (refused, unreachable, connect timeout) raises :class:`ConnectFailed`; every
   other outcome is an :class:`ExchangeResult`, whose refusals (an error answer with nothing relayed)
   the request path may retry on the next-best endpoint (:mod:`igw.gateway.retries`); a stream that
@@ -243,12 +243,28 @@ def upstream_headers(
     strip: frozenset[str],
     add: Mapping[str, str],
 ) -> CIMultiDict[str]:
+    """The client's headers forwarded to a model server: less the hop-by-hop ones, ``strip`` (the
+    guard's identity headers, lower-case) and the names ``add`` sets, each of which ``add`` then
+    writes.
+
+    A name spelt with ``_`` for ``-`` (``X_IGW_Tenant``) is dropped too where the dashed name is one
+    of those: a server that maps both spellings to one variable (CGI and WSGI's ``HTTP_X_IGW_TENANT``;
+    gunicorn, nginx and Envoy's ``headers_with_underscores_action`` guard against it) read the
+    client's copy beside the gateway's. Before session s46 such a copy of the tenant, subject or
+    ``X-Gateway-Model-Name`` reached the model server."""
     out: CIMultiDict[str] = CIMultiDict()
     drop = _hop_by_hop(client)
+    added: frozenset[str] | None = None
     for name, value in client.items():
         low = name.lower()
         if low in drop or low in strip or low in DECODED_REQUEST_HEADERS:
             continue
+        if "_" in low:  # rare: the owned names' other spelling is looked for only then
+            dashed = low.replace("_", "-")
+            if added is None:
+                added = frozenset(n.lower() for n in add)
+            if dashed in drop or dashed in strip or dashed in DECODED_REQUEST_HEADERS or dashed in added:
+                continue
         out.add(name, value)
     for name, value in add.items():
         out[name] = value
@@ -271,6 +287,7 @@ def upstream_header_block(
     takes the place of the first kept field of its name (the others dropped), or comes last, as
     ``CIMultiDict.__setitem__`` does; ``tests/gateway/test_upstream_header_block.py`` compares the two."""
     drop = _NEVER_FORWARDED
+    owned: set[bytes] | None = None
     named: set[bytes] | None = None
     names: list[bytes] = []
     lines: list[bytes] = []
@@ -285,10 +302,20 @@ def upstream_header_block(
             continue
         if low in strip:
             continue
+        if b"_" in low:  # rare: the owned names' other spelling is looked for only then
+            dashed = low.replace(b"_", b"-")
+            if owned is None:
+                owned = {n.lower().encode(_CHARSET, _UNDECODABLE) for n in add}
+            if dashed in drop or dashed in strip or dashed in owned:
+                continue
         names.append(low)
         lines.append(b"%b: %b\r\n" % (name, value))
     if named:
-        kept = [i for i, low in enumerate(names) if low not in named]
+        kept = [
+            i
+            for i, low in enumerate(names)
+            if low not in named and (b"_" not in low or low.replace(b"_", b"-") not in named)
+        ]
         if len(kept) < len(names):
             names = [names[i] for i in kept]
             lines = [lines[i] for i in kept]
