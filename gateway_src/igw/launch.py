@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client import CollectorRegistry, Info
+from prometheus_client import CollectorRegistry, Counter, Info
 
 from igw.compiled import inspect_tree
 from igw.config.documents import DocumentReadError, read_documents
@@ -166,7 +166,18 @@ def picker_configs_from_cluster(config: GatewayConfig, api_client: Any) -> Picke
     return out
 
 
-def guard_factory(registry: CollectorRegistry, *, processes: int = 1) -> GuardFactory:
+@dataclass(frozen=True, slots=True)
+class GuardWiring:
+    """What :func:`guard_factory` hands the gateway: the factory, and the counter of held token
+    bounds its guards' local rate-limit buckets refused (``None`` without ``igw.security``), for
+    the EMF reporter (``RateLimitHoldsRefused``) - kept where it is made, as the gateway cannot
+    import ``igw.security`` to find it."""
+
+    factory: GuardFactory
+    holds_refused: Counter | None = None
+
+
+def guard_factory(registry: CollectorRegistry, *, processes: int = 1) -> GuardWiring:
     """``igw.security``'s guards when installed (they read spec.auth and our extensions), else open.
 
     A factory rather than one guard, so a hot reload that changes ``spec.auth`` or the security
@@ -180,11 +191,12 @@ def guard_factory(registry: CollectorRegistry, *, processes: int = 1) -> GuardFa
         def open_guard(config: GatewayConfig) -> RequestGuard:
             return OpenGuard()
 
-        return open_guard
+        return GuardWiring(open_guard)
     # deferred: optional package: a slim install may lack igw.security (checked by find_spec above)
     from igw.security.factory import RequestGuardFactory
 
-    return RequestGuardFactory(registry=registry, processes=processes)
+    factory = RequestGuardFactory(registry=registry, processes=processes)
+    return GuardWiring(factory, holds_refused=factory.holds_refused)
 
 
 def _announce_code(registry: CollectorRegistry) -> None:
@@ -338,9 +350,11 @@ async def _serve(config: GatewayConfig, options: LaunchOptions, registry: Collec
         else:
             pickers = await asyncio.to_thread(loader, config)
         tls = _tls(config, registry)
+        security = guard_factory(registry, processes=processes)
         app = create_app(
             config,
-            guard_factory=guard_factory(registry, processes=processes),
+            guard_factory=security.factory,
+            holds_refused=security.holds_refused,
             discovery=discovery,
             picker_configs=pickers,
             config_path=Path(options.config_path) if options.reload else None,

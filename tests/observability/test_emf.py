@@ -3,17 +3,30 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
+import yaml
+from aiohttp import web
+from prometheus_client import CollectorRegistry
 
+from igw import launch
+from igw.config.loader import load_gateway_config
+from igw.gateway import app as app_module
 from igw.gateway.emf import emf_reporter, quantile
 from igw.gateway.emf_metrics import DEFAULT_NAMESPACE
 from igw.gateway.endpoints import EndpointState
+from igw.gateway.guards import Principal
+from igw.gateway.inference import STATE_KEY
+from igw.gateway.serving import serve_app
 from igw.gateway.telemetry import GatewayMetrics
 from igw.scheduling.types import EngineMetrics
 from igw.security.factory import RequestGuardFactory
+from igw.security.ratelimit import local
+from tests.gateway.support import config_doc, scheduler
 from tests.observability.emf_check import check_emf, one_completion
 from tests.observability.live_gateway import MODEL, serving_gateway
 
@@ -140,10 +153,12 @@ def test_heartbeat_prunes_and_refused_holds_are_reported_as_deltas() -> None:
     reach CloudWatch too (before, on ``/metrics`` only): ``HeartbeatPrunes`` in the per-(cluster,
     result) document beside the writes, which names only the metrics that moved, and
     ``RateLimitHoldsRefused`` in the replica's document without dimensions. The holds' counter is
-    ``igw.security``'s, registered by the guard factory on the gateway's registry and found there."""
+    ``igw.security``'s, registered by the guard factory on the gateway's registry and handed over."""
     metrics = GatewayMetrics(lister=lambda: [], clock=lambda: 0.0)
     security = RequestGuardFactory(registry=metrics.registry)._metrics
-    reporter = emf_reporter(metrics, heartbeat_cluster="east-a")
+    reporter = emf_reporter(
+        metrics, heartbeat_cluster="east-a", holds_refused=security.ratelimit_holds_refused
+    )
     metrics.heartbeat_writes.labels("ok").inc(2)
     metrics.heartbeat_prunes.labels("ok").inc()
     metrics.heartbeat_prunes.labels("refused").inc(3)
@@ -196,3 +211,49 @@ def test_answers_with_their_usage_unread_are_reported_per_model_and_reason() -> 
     assert "AnswerUsageUnread" not in model
     assert (later["Model"], later["Reason"], later["AnswerUsageUnread"]) == ("m", "truncated", 1)
     assert reporter.documents() == []
+
+
+async def test_holds_refused_by_the_launched_guard_reach_the_emf_documents(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The wiring ``igw serve`` builds (:func:`igw.launch._serve`: the guard factory, its counter of
+    refused holds, ``create_app``) reports holds its guard's local buckets refused as
+    ``RateLimitHoldsRefused``. Since session s46 the counter is handed from the factory to the
+    reporter; before, the reporter looked it up in prometheus_client's private registry index, and
+    would have lost it silently had that index changed."""
+    monkeypatch.setattr(local, "MAX_HELD", 1)
+    doc = config_doc([scheduler("pool", MODEL)])
+    doc["spec"]["extensions"]["rateLimits"] = {"default": {"tokensPerMinute": 600}}
+    config_path = tmp_path / "igwc.yaml"
+    config_path.write_text(yaml.safe_dump(doc))
+    endpoints = tmp_path / "endpoints.yaml"
+    endpoints.write_text(yaml.safe_dump({"schedulers": {"pool": []}}))
+    built: list[web.Application] = []
+
+    def capture(*args: Any, **kwargs: Any) -> web.Application:
+        built.append(app_module.create_app(*args, **kwargs))
+        raise ValueError("captured")  # stops _serve before it listens: the test serves the app
+
+    monkeypatch.setattr(launch, "create_app", capture)
+    options = launch.LaunchOptions(
+        config_path=str(config_path), endpoints_file=str(endpoints), reload=False, emf_interval_s=3600.0
+    )
+    with pytest.raises(launch.LaunchError, match="captured"):
+        await launch._serve(load_gateway_config(config_path), options, CollectorRegistry())
+    (app,) = built
+    with caplog.at_level(logging.INFO, logger="igw.emf"):
+        async with serve_app(app, host="127.0.0.1", port=0):
+            guard = app[STATE_KEY].guard
+            for tenant in ("a", "b", "c"):  # one hold kept, two refused: the table holds one
+                await guard.account(
+                    Principal(tenant=tenant),
+                    model=MODEL,
+                    prompt_tokens=1,
+                    completion_tokens=0,
+                    reserved_tokens=10,
+                    reservation=f"r_{tenant}",
+                )
+    documents = [orjson.loads(r.getMessage()) for r in caplog.records if r.name == "igw.emf"]
+    for document in documents:
+        check_emf(document)
+    assert sum(d.get("RateLimitHoldsRefused", 0) for d in documents) == 2

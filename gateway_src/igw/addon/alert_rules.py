@@ -29,6 +29,16 @@ EXTERNAL_METRICS: Final = {
 }
 """Metrics an alert reads that the gateway does not export, and who does."""
 
+ROUTER_MARKER: Final = "igw_global_heartbeat_source_up"
+"""The series only a global router's page has (always one sample): a tier-1 alert on a family both
+tiers export reads it to leave the routers out (``unless on(instance)``), a router alert to keep
+only the routers (``and on(instance)``); not on a gateway's page, the one name a tier-1 alert may
+read that the gateway does not export besides :data:`EXTERNAL_METRICS`."""
+
+_NOT_ROUTER = f"unless on(instance) {ROUTER_MARKER}"
+"""Leaves a router's series out of a tier-1 alert on a family both tiers export, for a Prometheus
+that scrapes both (since session s46)."""
+
 TTFT_SLO_SECONDS: Final = 1.0
 """TTFT objective: requests whose first token arrives within this many seconds are good (must be a
 boundary of the gateway's TTFT histogram buckets: the burn rate reads that bucket)."""
@@ -232,8 +242,9 @@ ALERTS: Final[tuple[Alert, ...]] = (
         "Clients refuse an expired certificate.",
     ),
     Alert(
+        # since session s46 not for a router's drops (IgwGlobalLogLinesDropped): both tiers export it
         "IgwLogLinesDropped",
-        "increase(igw_log_lines_dropped_total[10m]) > 0",
+        f"increase(igw_log_lines_dropped_total[10m]) > 0\n{_NOT_ROUTER}",
         "1m",
         "warning",
         "Gateway {{ $labels.pod }} dropped {{ $labels.stream }} log lines in the last 10 minutes.",
@@ -306,7 +317,7 @@ CDK stack runs it on ECS)."""
 GLOBAL_RUNBOOK_SECTION: Final = "Global router alerts"
 """The runbook section (in :data:`RUNBOOK_DOC`) with one entry per :data:`GLOBAL_ALERTS` alert."""
 
-_ROUTER = "and on(instance) igw_global_heartbeat_source_up"
+_ROUTER = f"and on(instance) {ROUTER_MARKER}"
 """Keeps a series the router shares with tier 1 (the request guard's ``igw_ratelimit_*``) to the
 routers' targets: only a router's page has ``igw_global_heartbeat_source_up`` (always one sample)."""
 
@@ -397,6 +408,17 @@ GLOBAL_ALERTS: Final[tuple[Alert, ...]] = (
         "another cluster has the response), the cluster is no longer remembered as the holder, and it "
         "settles nothing: the polled response's hold stays charged. A misbehaving or hostile pod, or a "
         "store shared between model servers, at that cluster.",
+    ),
+    Alert(
+        # since session s46: before, tier 1's IgwLogLinesDropped fired for a router it scraped too
+        "IgwGlobalLogLinesDropped",
+        f"increase(igw_log_lines_dropped_total[10m]) > 0\n{_ROUTER}",
+        "1m",
+        "warning",
+        "Router {{ $labels.instance }} dropped {{ $labels.stream }} log lines in the last 10 minutes.",
+        "The stream took no lines (a stalled log driver, a full or closed pipe) while 40 MiB of lines "
+        "waited: access, EMF or diagnostic lines are lost, so the CloudWatch metrics and log queries "
+        "built on them undercount. The router keeps serving.",
     ),
 )
 """Every alert of the global router's rule file."""

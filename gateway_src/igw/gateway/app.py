@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Final
 
 import orjson
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter
 
 from igw.config.model import GatewayConfig
 from igw.gateway.debug_api import DecisionDebug, add_debug_routes
@@ -287,6 +287,7 @@ def create_app(
     management_listener: bool = False,
     index_blocks: int | None = None,
     max_header_field_bytes: int | None = None,
+    holds_refused: Counter | None = None,
 ) -> web.Application:
     """Build the gateway for ``config``.
 
@@ -312,6 +313,9 @@ def create_app(
     ``management_listener``: ``/metrics``, the detailed ``/readyz`` and ``/debug/decisions`` are served
     by :func:`igw.gateway.management.management_app` on a port of their own, so this app keeps only
     ``/healthz`` and a ``/readyz`` without detail next to the inference routes.
+    ``holds_refused``: the guard's counter of held token bounds its local rate-limit buckets refused,
+    reported in EMF as ``RateLimitHoldsRefused`` (``None``: not reported; made by ``igw.security``,
+    which the gateway does not import, so ``igw serve`` passes it in).
     """
     if guard is None:
         guard = guard_factory(config) if guard_factory is not None else OpenGuard()
@@ -428,7 +432,7 @@ def create_app(
     if emf_interval_s is not None:
         heartbeat = config.extensions.get(HEARTBEAT_EXTENSION)
         cluster = str(heartbeat["cluster"]) if heartbeat else None
-        reporter = emf_reporter(state.metrics, heartbeat_cluster=cluster)
+        reporter = emf_reporter(state.metrics, heartbeat_cluster=cluster, holds_refused=holds_refused)
         app.cleanup_ctx.append(emf_context(reporter, interval_s=emf_interval_s))
     if config.extensions.get(HEARTBEAT_EXTENSION) and publishes_heartbeat(
         None if worker is None else worker.index

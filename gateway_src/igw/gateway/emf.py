@@ -38,14 +38,13 @@ import orjson
 from aiohttp import web
 from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.metrics_core import Metric
-from prometheus_client.registry import Collector, CollectorRegistry
+from prometheus_client.registry import Collector
 
 from igw.gateway.emf_metrics import (
     CLUSTER_DIMENSION,
     DEFAULT_NAMESPACE,
     GATEWAY_METRICS,
     HEARTBEAT_METRICS,
-    HOLDS_REFUSED_FAMILY,
     MODEL_DIMENSION,
     MODEL_METRICS,
     POOL_DIMENSION,
@@ -398,24 +397,20 @@ def _family_name(metric: MetricWrapperBase) -> str:
     return next(iter(metric.collect())).name
 
 
-def registered(registry: CollectorRegistry, name: str) -> MetricWrapperBase | None:
-    """The prometheus_client metric registered in ``registry`` as ``name``, if any: for a family
-    another package registers on the gateway's registry (``igw.security``'s, which the gateway does
-    not import); read from the registry's own index, as prometheus_client's ``restricted_registry``
-    does, since collecting the whole registry would run every collector to find one."""
-    collector = registry._names_to_collectors.get(name)
-    return collector if isinstance(collector, MetricWrapperBase) else None
-
-
 def emf_reporter(
     metrics: GatewayMetrics,
     *,
     namespace: str = DEFAULT_NAMESPACE,
     clock: Callable[[], float] = time.time,
     heartbeat_cluster: str | None = None,
+    holds_refused: MetricWrapperBase | None = None,
 ) -> EmfReporter:
     """The reporter for one gateway's metrics; ``heartbeat_cluster``: the cluster its heartbeats name
-    (``spec.extensions.globalHeartbeat.cluster``; ``None`` without heartbeats)."""
+    (``spec.extensions.globalHeartbeat.cluster``; ``None`` without heartbeats); ``holds_refused``:
+    the request guard's counter of refused holds (``igw_ratelimit_holds_refused``), handed over by
+    whoever made the guard's metrics (``igw serve``: :func:`igw.launch.guard_factory`), since
+    ``igw.security`` registers it and the gateway does not import that package (``None``: not
+    reported). Until session s46 it was looked up in the registry's private name index."""
     return EmfReporter(
         requests=metrics.requests,
         duration=metrics.duration,
@@ -429,7 +424,7 @@ def emf_reporter(
         usage_unread=metrics.answer_usage_unread,
         heartbeat_cluster=heartbeat_cluster,
         heartbeat_prunes=metrics.heartbeat_prunes,
-        holds_refused=registered(metrics.registry, HOLDS_REFUSED_FAMILY),
+        holds_refused=holds_refused,
         clock=clock,
     )
 

@@ -66,9 +66,6 @@ moved, naming those that did: ``UsageMisnamed``, retrievals whose answer named a
 (``igw_usage_misnamed_total``, since session s44); ``RateLimitHoldsRefused``, token bounds of
 background responses the local rate-limit buckets' full hold table did not keep
 (``igw_ratelimit_holds_refused_total``, since session s45; before, on ``/metrics`` only)."""
-HOLDS_REFUSED_FAMILY: Final = "igw_ratelimit_holds_refused"
-"""The counter behind ``RateLimitHoldsRefused``: registered by ``igw.security`` (its metrics, on the
-gateway's registry), which the gateway does not import, so the reporter finds it by name."""
 USAGE_UNREAD_CLIENT_GONE: Final = "client_gone"
 """The unread-usage reason of a compressed answer whose client left before its usage passed (since
 session s45): the client's doing, not the pod's - counted, but left out of the alert and the alarm

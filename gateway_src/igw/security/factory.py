@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from prometheus_client import REGISTRY, CollectorRegistry
+from prometheus_client import REGISTRY, CollectorRegistry, Counter
 
 from igw.config.model import AuthSpec, GatewayConfig
 from igw.security.clock import SYSTEM_CLOCK, Clock, system_random
@@ -50,6 +50,13 @@ class RequestGuardFactory:
         self._rng = rng
         self._jwks_ssl_context = jwks_ssl_context
         self._processes = processes
+
+    @property
+    def holds_refused(self) -> Counter:
+        """The counter of held token bounds the guards' local buckets refused
+        (``igw_ratelimit_holds_refused``), registered here: ``igw serve`` hands it to the gateway's
+        EMF reporter (``RateLimitHoldsRefused``), which does not import this package."""
+        return self._metrics.ratelimit_holds_refused
 
     def __call__(self, config: GatewayConfig) -> SecurityGuard:
         return build_request_guard(
