@@ -70,6 +70,40 @@ def test_failed_outcomes_are_not_learned_and_removed_endpoints_forgotten() -> No
     assert scorer.ttft.get("a") is None
 
 
+def test_a_streamed_request_s_ttft_is_learned_at_its_first_token_and_once() -> None:
+    """The first token teaches the scorer (the pod's speed one TTFT after dispatch, the work done in
+    the stream's gaps); the same request's completion is not taken in again, while a request with no
+    first token heard (not streamed) is learned at completion as before."""
+    scorer = PredictedTtftScorer(alpha=0.5)
+    scorer.on_first_token(RequestOutcome(request_id="s", endpoint="a", ok=True, ttft_s=0.02), now=0.0)
+    assert scorer.ttft.get("a") == pytest.approx(0.02)
+    assert scorer.ttft.counts["a"] == 1
+    scorer.on_complete(RequestOutcome(request_id="s", endpoint="a", ok=True, ttft_s=0.02), now=1.0)
+    assert scorer.ttft.counts["a"] == 1
+    scorer.on_complete(RequestOutcome(request_id="n", endpoint="a", ok=True, ttft_s=0.04), now=1.0)
+    assert scorer.ttft.counts["a"] == 2
+    assert scorer.ttft.get("a") == pytest.approx(0.03)
+    # the picks see the learned speed at once (the pool caught up at the first token)
+    scorer.on_first_token(RequestOutcome(request_id="t", endpoint="b", ok=True, ttft_s=0.06), now=2.0)
+    scores = scorer.score(ctx(), [view("a"), view("b")])
+    assert scores == pytest.approx([1.0, 0.03 / 0.06])
+
+
+def test_ids_heard_at_first_token_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A first token whose completion never comes (its endpoint left the pool) is not kept forever:
+    past the limit the oldest id is dropped (and its completion, should it come, is learned)."""
+    monkeypatch.setattr("igw.scheduling.plugins.predicted_ttft_scorer.HEARD_LIMIT", 3)
+    scorer = PredictedTtftScorer(alpha=0.5)
+    for i in range(5):
+        scorer.on_first_token(
+            RequestOutcome(request_id=f"r{i}", endpoint="a", ok=True, ttft_s=0.02), now=0.0
+        )
+    assert scorer.ttft.counts["a"] == 5
+    scorer.on_complete(RequestOutcome(request_id="r0", endpoint="a", ok=True, ttft_s=0.02), now=1.0)
+    scorer.on_complete(RequestOutcome(request_id="r4", endpoint="a", ok=True, ttft_s=0.02), now=1.0)
+    assert scorer.ttft.counts["a"] == 6  # r0 was dropped: learned again; r4 was kept: skipped
+
+
 def test_factory_rejects_unknown_and_out_of_range_parameters() -> None:
     assert factory("p", {"alpha": 0.5}, "plugins[0].parameters").ttft.alpha == 0.5
     with pytest.raises(SchedulerConfigError, match=r"alpha"):

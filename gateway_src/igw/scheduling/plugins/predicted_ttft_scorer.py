@@ -31,6 +31,12 @@ samples have no trustworthy noise estimate). Its effect is measured in docs/sche
 Publishes its scores of each pick (``predicted-ttft.scores``, a :class:`PublishedScores`) for
 ``backlog-ttft-scorer``, which leans on them on fleets of one kind of hardware.
 
+A sample arrives with the request's first token when the caller streams (``on_first_token``), else
+at its completion: the endpoint's speed is known one TTFT after dispatch, not one whole response
+later, and the work of taking the sample in (two EWMAs, the pool's re-sort) is done in the stream's
+gaps instead of after its end, where a client's next request waits for it. ``on_complete`` then
+skips the request (the ids heard are kept, bounded, until their completion).
+
 Parameters: ``alpha`` (EWMA weight of a new TTFT sample, default 0.2), ``noiseZ`` (how many
 standard errors apart two endpoints must be to count as different speeds, default 2; 0 compares
 raw means).
@@ -56,6 +62,9 @@ DEFAULT_ALPHA = 0.2
 DEFAULT_NOISE_Z = 2.0
 STATE_SCORES = "predicted-ttft.scores"
 """Cycle-state key of this pick's :class:`PublishedScores`."""
+HEARD_LIMIT = 65_536
+"""Most request ids kept between their first token and their completion (the oldest dropped: a
+completion that never comes, its endpoint gone, must not grow the table)."""
 
 
 @dataclass(slots=True, init=False, unsafe_hash=True)
@@ -93,6 +102,8 @@ class PredictedTtftScorer(PluginHooks):
         self.log_ttft = EndpointEwma(alpha=alpha, track_changes=True)
         """The same samples in log space, where their noise is compared (TTFT noise is relative)."""
         self.pool = TtftPool(self.ttft, self.log_ttft, noise_z=noise_z)
+        self._heard: dict[str, None] = {}
+        """Requests whose TTFT ``on_first_token`` took (insertion order: the oldest first)."""
 
     def predicted(self, endpoints: Sequence[EndpointView], cols: Columns | None = None) -> list[float]:
         """Predicted TTFT per endpoint in the units of the measurements (1.0 when none yet).
@@ -150,11 +161,28 @@ class PredictedTtftScorer(PluginHooks):
         ctx.state[STATE_SCORES] = _published(endpoints, scores)
         return scores
 
+    def on_first_token(self, outcome: RequestOutcome, *, now: float) -> None:
+        """Take in a streamed request's TTFT as soon as its first token is relayed."""
+        ttft = outcome.ttft_s
+        if ttft is None or ttft < 0:
+            return
+        heard = self._heard
+        heard[outcome.request_id] = None
+        if len(heard) > HEARD_LIMIT:
+            del heard[next(iter(heard))]
+        self._learn(outcome.endpoint, ttft)
+
     def on_complete(self, outcome: RequestOutcome, *, now: float) -> None:
+        """Take in a completed request's TTFT, unless its first token already gave it."""
+        if self._heard and self._heard.pop(outcome.request_id, 0) is None:
+            return
         if not outcome.ok or outcome.ttft_s is None or outcome.ttft_s < 0:
             return
-        self.ttft.observe(outcome.endpoint, outcome.ttft_s)
-        self.log_ttft.observe(outcome.endpoint, math.log(max(outcome.ttft_s, 1e-6)))
+        self._learn(outcome.endpoint, outcome.ttft_s)
+
+    def _learn(self, key: EndpointKey, ttft_s: float) -> None:
+        self.ttft.observe(key, ttft_s)
+        self.log_ttft.observe(key, math.log(max(ttft_s, 1e-6)))
         self.pool.catch_up()  # the sorted means and groups move now, not in the next pick
 
     def on_endpoints_removed(self, keys: Sequence[EndpointKey]) -> None:
