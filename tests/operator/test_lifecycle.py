@@ -21,7 +21,7 @@ from igw.operator.dataplane import (
 )
 from igw.operator.handlers import KOPF_FINALIZER, Resync
 from igw.operator.kube import IGWC_API_VERSION, Kube, NotOwnedError
-from igw.operator.reconcile import Reconciler
+from igw.operator.reconcile import LAST_ADMITTED_ANNOTATION, Reconciler
 from tests.fakes.kube_api import FakeKubeApiServer, make_pod
 from tests.operator.harness import (
     DATA_PLANE_KINDS,
@@ -38,6 +38,7 @@ from tests.operator.harness import (
     wait_for,
     write_latest,
 )
+from tests.operator.kubectl_cli import kubectl, needs_kubectl
 
 
 def _served_spec_of(kube: FakeKubeApiServer, base: str) -> str:
@@ -788,3 +789,46 @@ def test_a_refused_configs_data_plane_is_restored_from_the_last_admitted_spec(
         condition(find(cluster, "InferenceGatewayConfig", "inference", "chat"), "Accepted")["status"]
         == "False"
     )
+
+
+@needs_kubectl
+def test_a_config_refused_after_a_restart_for_a_model_admitted_just_before_it_keeps_its_data_plane(
+    cluster: FakeKubeApiServer, kubeconfig: Path, tmp_path: Path
+) -> None:
+    """With kubectl: ``later`` is admitted for mistral and served, but the operator stops before its
+    status and annotation are written (wiped here). After the restart, ``chat`` (older) applied to take
+    mistral was admitted - the new process knew only the statuses - and two gateways served mistral.
+    The new process reads the served ConfigMaps first: the edit is refused, and ``chat``'s Deployment,
+    deleted meanwhile, is restored from its last admitted spec (llama)."""
+    manifest = tmp_path / "igwc.yaml"
+
+    def apply(obj: dict[str, Any]) -> None:
+        manifest.write_text(yaml.safe_dump(obj))
+        kubectl(kubeconfig, "apply", "-f", str(manifest))
+
+    with running_operator(kubeconfig):
+        apply(igwc("chat", model="llama", app="llama"))
+        wait_condition(cluster, "chat", "GatewayProgrammed", "True")
+        apply(igwc("later", model="mistral", app="mistral"))
+        wait_condition(cluster, "later", "GatewayProgrammed", "True")
+    kind = cluster.store.kind_for(api_version=IGWC_API_VERSION, kind="InferenceGatewayConfig")
+    later = find(cluster, "InferenceGatewayConfig", "inference", "later")
+    assert later is not None
+    cluster.store.replace(kind, "inference", "later", {**later, "status": {}}, status_only=True)
+    kubectl(kubeconfig, "annotate", "-n", "inference", "igwc", "later", f"{LAST_ADMITTED_ANNOTATION}-")
+    apply(igwc("chat", model="mistral", app="mistral"))
+    kubectl(kubeconfig, "delete", "-n", "inference", "deployment", "chat-gateway")
+    with running_operator(kubeconfig):
+        refused = wait_condition(cluster, "chat", "Accepted", "False")
+        assert refused["reason"] == "ModelNameConflict"
+        assert 'is already served by InferenceGatewayConfig "later"' in refused["message"]
+        wait_for(lambda: find(cluster, "Deployment", "inference", "chat-gateway"), what="Deployment restored")
+        wait_condition(cluster, "later", "Accepted", "True")
+        wait_condition(cluster, "chat", "GatewayProgrammed", "True")
+        time.sleep(1.5)  # a few resync passes: neither config takes the other's model
+        shown = kubectl(
+            kubeconfig, "get", "-n", "inference", "igwc", "-o", "jsonpath={.items[*].status.models}"
+        )
+    assert shown.split() == ["llama", "mistral"]
+    assert _served_model(cluster, "chat") == "llama"
+    assert _served_model(cluster, "later") == "mistral"

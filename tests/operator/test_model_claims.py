@@ -7,12 +7,16 @@ once for every pass of the resync, is read before a watch-triggered pass writes 
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
-from typing import Any
+from typing import Any, cast
 
+import kopf
+import pytest
 import yaml
 
 from igw.operator.dataplane import CONFIG_KEY, DataPlaneSettings
+from igw.operator.handlers import KOPF_PREFIX, build_settings
 from igw.operator.kube import Kube
 from igw.operator.reconcile import LAST_ADMITTED_ANNOTATION, Reconciler
 from tests.fakes.kube_api import FakeKubeApiServer
@@ -172,3 +176,133 @@ def test_an_annotation_edited_into_an_invalid_spec_is_not_restored(cluster: Fake
 
     asyncio.run(scenario())
     assert find(cluster, "ConfigMap", "inference", "chat-gateway-config") is None
+
+
+IGWC_KIND = ("inference.sagemaker.aws.amazon.com/v1alpha1", "InferenceGatewayConfig")
+LIMITS = {
+    "backend": "redis",
+    "redis": {"url": "rediss://cache:6379/0", "passwordEnv": "IGW_REDIS_PASSWORD"},
+    "default": {"requestsPerSecond": 10},
+}
+"""Rate limits whose Redis password comes from a variable no ``spec.podDefaults`` gives the pods."""
+
+
+def _rewrite_config(cluster: FakeKubeApiServer, name: str, edit: Any) -> None:
+    """``edit(current)`` on the InferenceGatewayConfig ``name``, then written (status left as it is)."""
+    kind = cluster.store.kind_for(api_version=IGWC_KIND[0], kind=IGWC_KIND[1])
+    current = find(cluster, "InferenceGatewayConfig", "inference", name)
+    assert current is not None
+    edit(current)
+    cluster.store.replace(kind, "inference", name, current)
+
+
+def _delete(cluster: FakeKubeApiServer, api_version: str, kind_name: str, name: str) -> None:
+    cluster.store.delete(cluster.store.kind_for(api_version=api_version, kind=kind_name), "inference", name)
+
+
+@pytest.mark.parametrize("left", ["config-map", "annotation"])
+def test_a_model_admitted_just_before_a_restart_is_claimed_without_its_status(
+    cluster: FakeKubeApiServer, left: str
+) -> None:
+    """``later`` is admitted for mistral and applied; the operator stops before its status (and, for
+    ``config-map``, its annotation) is written. The new process's record started from the statuses:
+    ``later`` looked to serve nothing and, being newer, to keep nothing, so the older ``chat`` edited to
+    take mistral was admitted - two data planes on one model. The record starts from what is served:
+    the served ConfigMaps (one list), else the last-admitted-spec annotation."""
+    settings = DataPlaneSettings(network_policy=False)
+
+    async def before_restart() -> None:
+        reconciler = Reconciler(Kube(cluster.api_client()), settings)
+        cluster.add(igwc("chat", model="llama", app="llama"))
+        assert await reconciler.reconcile("inference", "chat")
+        cluster.add(igwc("later", model="mistral", app="mistral"))
+        assert await reconciler.reconcile("inference", "later")
+
+    asyncio.run(before_restart())
+    assert _served_models(cluster, "later") == ["mistral"]
+    kind = cluster.store.kind_for(api_version=IGWC_KIND[0], kind=IGWC_KIND[1])
+    later = find(cluster, "InferenceGatewayConfig", "inference", "later")
+    assert later is not None
+    cluster.store.replace(kind, "inference", "later", {**later, "status": {}}, status_only=True)
+    if left == "config-map":
+        _rewrite_config(
+            cluster, "later", lambda o: o["metadata"]["annotations"].pop(LAST_ADMITTED_ANNOTATION)
+        )
+    else:  # the ConfigMap deleted: the pods keep serving what they mounted
+        _delete(cluster, "v1", "ConfigMap", "later-gateway-config")
+    update_spec(cluster, "inference", "chat", _take("mistral"))
+
+    async def after_restart() -> None:
+        assert await Reconciler(Kube(cluster.api_client()), settings).reconcile("inference", "chat")
+
+    asyncio.run(after_restart())
+    refused = condition(find(cluster, "InferenceGatewayConfig", "inference", "chat"), "Accepted")
+    assert (refused["status"], refused["reason"]) == ("False", "ModelNameConflict")
+    assert 'InferenceGatewayConfig "later"' in refused["message"]
+    assert _served_models(cluster, "chat") == ["llama"]
+
+
+@pytest.mark.parametrize("source", ["config-map", "annotation"])
+def test_a_restored_spec_whose_pods_would_lack_a_password_variable_is_not_applied(
+    cluster: FakeKubeApiServer, source: str
+) -> None:
+    """A refused config's data plane is restored from the last admitted spec (its served ConfigMap,
+    else its annotation, after a restart). That spec was checked as a document only, not for the
+    ``redis.passwordEnv`` its pods would lack (a new spec is refused for it): rewritten to hold one
+    (or written by an operator before the rule), it was applied - pods that exit at start. It is
+    checked as a new spec is, and not applied."""
+    settings = DataPlaneSettings(network_policy=False)
+
+    async def first() -> None:
+        cluster.add(igwc("chat"))
+        assert await Reconciler(Kube(cluster.api_client()), settings).reconcile("inference", "chat")
+
+    asyncio.run(first())
+    limit_below_request = {"resources": {"requests": {"cpu": "2"}, "limits": {"cpu": "1"}}}
+    update_spec(cluster, "inference", "chat", lambda spec: spec.update(podDefaults=limit_below_request))
+    if source == "config-map":
+        config_map = find(cluster, "ConfigMap", "inference", "chat-gateway-config")
+        assert config_map is not None
+        document = yaml.safe_load(config_map["data"][CONFIG_KEY])
+        document["spec"]["extensions"] = {"rateLimits": LIMITS}
+        config_map["data"][CONFIG_KEY] = yaml.safe_dump(document)
+        cluster.store.replace(
+            cluster.store.kind_for(api_version="v1", kind="ConfigMap"),
+            "inference",
+            "chat-gateway-config",
+            config_map,
+        )
+    else:
+
+        def annotate(current: dict[str, Any]) -> None:
+            spec = json.loads(current["metadata"]["annotations"][LAST_ADMITTED_ANNOTATION])
+            spec["extensions"] = {"rateLimits": LIMITS}
+            current["metadata"]["annotations"][LAST_ADMITTED_ANNOTATION] = json.dumps(spec)
+
+        _rewrite_config(cluster, "chat", annotate)
+        _delete(cluster, "v1", "ConfigMap", "chat-gateway-config")
+    _delete(cluster, "apps/v1", "Deployment", "chat-gateway")
+
+    async def after_restart() -> None:
+        assert await Reconciler(Kube(cluster.api_client()), settings).reconcile("inference", "chat")
+
+    asyncio.run(after_restart())
+    assert find(cluster, "Deployment", "inference", "chat-gateway") is None
+    chat = find(cluster, "InferenceGatewayConfig", "inference", "chat")
+    assert condition(chat, "Accepted")["status"] == "False"
+    assert condition(chat, "GatewayProgrammed")["status"] == "False"
+
+
+def test_the_annotation_write_is_not_a_change_kopf_reconciles_again() -> None:
+    """kopf runs the update handler when an object's essence (spec, labels, annotations) changes; the
+    operator's write of the last admitted spec would be one, so every admitted change would run a
+    second pass. Annotations under the operator's kopf prefix, once kopf has marked it
+    (``<prefix>/kopf-managed``, with its first write), are not in the essence: kept under that prefix,
+    the write changes nothing kopf compares."""
+    assert LAST_ADMITTED_ANNOTATION.startswith(f"{KOPF_PREFIX}/")
+    storage = build_settings().persistence.diffbase_storage
+    body = igwc("chat")
+    body["metadata"]["annotations"] = {f"{KOPF_PREFIX}/kopf-managed": "yes"}
+    before = storage.build(body=kopf.Body(cast(kopf.RawBody, copy.deepcopy(body))))
+    body["metadata"]["annotations"][LAST_ADMITTED_ANNOTATION] = json.dumps(body["spec"])
+    assert storage.build(body=kopf.Body(cast(kopf.RawBody, body))) == before

@@ -225,14 +225,24 @@ def _scheduler_indexes(obj: Mapping[str, Any], model: str) -> list[int]:
     ]
 
 
+def spec_refusal(igwc: Mapping[str, Any]) -> Refusal | None:
+    """Why ``igwc``'s spec may not be served, alone (no neighbours): the rules of ``igw validate``,
+    then the variables its pods would lack. Run on every spec admitted and on every last admitted spec
+    restored (from the served ConfigMap or the annotation, which anyone who may edit them may rewrite,
+    and which an older operator may have written before a rule existed): a restored spec whose pods
+    would not start was applied, a crash loop the refusal of the new spec did not explain."""
+    problems = spec_problems(igwc) or password_env_problems(igwc)
+    return Refusal("InvalidSpec", tuple(problems)) if problems else None
+
+
 def admit(
     igwc: Mapping[str, Any], neighbours: Iterable[Mapping[str, Any]], claims: Iterable[Claim] = ()
 ) -> Refusal | None:
     """``None`` when the object may be programmed, else why not (invalid spec before conflicts);
     ``claims``: the operator's record of admitted models (:func:`model_conflicts`)."""
-    problems = spec_problems(igwc) or password_env_problems(igwc)
-    if problems:
-        return Refusal("InvalidSpec", tuple(problems))
+    refusal = spec_refusal(igwc)
+    if refusal is not None:
+        return refusal
     conflicts = model_conflicts(igwc, neighbours, claims)
     if conflicts:
         return Refusal("ModelNameConflict", tuple(conflicts))

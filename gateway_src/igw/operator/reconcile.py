@@ -47,12 +47,20 @@ from igw.config.inference_extension import OBJECTIVE_KIND, REWRITE_KIND
 from igw.config.model import KIND
 from igw.config.unused_fields import unused_field_notes
 from igw.config.validate import validate_document
-from igw.operator.admission import Claim, Refusal, admit, model_names, served_models, spec_problems
+from igw.operator.admission import (
+    Claim,
+    Refusal,
+    admit,
+    model_names,
+    served_models,
+    spec_refusal,
+)
 from igw.operator.bindings import Merge, Verdict, conditions, merge, pool_name, unbound
 from igw.operator.dataplane import (
     CONFIG_KEY,
     HPA_API_VERSION,
     HPA_KIND,
+    MANAGED_BY,
     NETWORK_POLICY_API_VERSION,
     NETWORK_POLICY_KIND,
     DataPlaneSettings,
@@ -227,7 +235,12 @@ class Reconciler:
         self._admitted: dict[tuple[str, str], tuple[object, dict[str, Any]]] = {}
         """``(namespace, name): (uid, spec)`` last applied for an admitted spec: restores the data plane
         of a refused spec when its served ConfigMap is gone too (:meth:`_last_admitted`)."""
+        self._restore_noted: dict[tuple[str, str], tuple[object, str]] = {}
+        """``(namespace, name): (uid, message)`` of the last admitted spec last found unfit to restore
+        (:meth:`_last_admitted`): one WARNING line when it changes, not one per pass."""
         self._claims: dict[tuple[str, str], Claim] = {}
+        self._recalled: set[str] = set()
+        """Namespaces whose served ConfigMaps :meth:`_recall_claims` has read into :attr:`_claims`."""
         """``(namespace, name)``: the models this process admitted for the config and may be serving
         (:class:`igw.operator.admission.Claim`), recorded in the step that admits, so a concurrent
         pass, or one reading a list older than a neighbour's status, sees them (:meth:`_claim`)."""
@@ -280,6 +293,7 @@ class Reconciler:
                 self._renewal_noted.pop(key, None)
                 self._import_noted.pop(key, None)
                 self._issuer_noted.pop(key, None)
+                self._restore_noted.pop(key, None)
                 self._admitted.pop(key, None)
                 self._claims.pop(key, None)
                 return False
@@ -373,6 +387,7 @@ class Reconciler:
             served = {**igwc, "spec": merged.spec}
         else:  # admission refuses it, naming the type (a cluster without the CRD's schema stores it)
             merged, served = Merge(spec={}), igwc
+        await self._recall_claims(namespace, neighbours)  # the last await before admit and _claim
         claims = [claim for (where, _), claim in self._claims.items() if where == namespace]
         refusal = admit(served, neighbours, claims)
         self._claim(igwc, served, admitted=refusal is None)  # no await between: passes interleave
@@ -478,6 +493,55 @@ class Reconciler:
         await self._post_renewal(igwc, tls.renewal)
         await self._post_renewal(igwc, tls.issuer, noted=self._issuer_noted)
 
+    async def _recall_claims(self, namespace: str, configs: list[dict[str, Any]]) -> None:
+        """Start this process's record of ``namespace`` (:attr:`_claims`) from what its configs'
+        data planes serve, once: the models of each served ConfigMap (one list of the namespace's
+        ConfigMaps), else of a config's :data:`LAST_ADMITTED_ANNOTATION`.
+
+        The record is per process. Started from ``status.models`` alone, a config admitted just before
+        a restart (or a change of leader) whose status was never written looked to serve nothing: an
+        older config edited to take its model was admitted, and both data planes served it. A config
+        already recorded (a pass of this process admitted it meanwhile) is left as recorded; a list
+        refused (RBAC narrowed by hand) is logged, the statuses serve meanwhile, and the next pass
+        tries again."""
+        if namespace in self._recalled:
+            return
+        try:
+            config_maps = await self._kube.list(
+                "v1", "ConfigMap", namespace, label_selector=f"app.kubernetes.io/managed-by={MANAGED_BY}"
+            )
+        except OperatorStopping:
+            raise
+        except Exception as exc:  # logged, not raised: the pass goes on from the statuses
+            log.warning(
+                "%s: listing the served ConfigMaps failed (model claims from the statuses only): %s",
+                namespace,
+                refusal_text(exc),
+            )
+            return
+        self._recalled.add(namespace)
+        served: dict[str, frozenset[str]] = {}
+        for config_map in config_maps:
+            for ref in (config_map.get("metadata") or {}).get("ownerReferences") or []:
+                if ref.get("controller") and ref.get("kind") == KIND and ref.get("uid"):
+                    served[str(ref["uid"])] = _config_map_models(config_map)
+        for config in configs:
+            meta = config.get("metadata") or {}
+            key, uid = (namespace, str(meta.get("name") or "")), str(meta.get("uid") or "")
+            if not uid or key in self._claims:
+                continue
+            annotated = _annotated_spec(config)
+            models = served.get(uid, model_names(annotated) if annotated is not None else frozenset())
+            if models:
+                self._claims[key] = Claim(
+                    uid=uid,
+                    name=key[1],
+                    namespace=namespace,
+                    created=str(meta.get("creationTimestamp") or ""),
+                    wanted=model_names(config),
+                    serving=models,
+                )
+
     def _claim(
         self,
         igwc: Mapping[str, Any],
@@ -556,14 +620,26 @@ class Reconciler:
         namespace, base = meta["namespace"], base_name(meta["name"])
         uid = str(meta.get("uid") or "")
         config_map = _controlled(await self._kube.get("v1", "ConfigMap", namespace, f"{base}-config"), uid)
+        candidate: dict[str, Any] | None = None
         if config_map is not None:
-            document, _ = _served_document(config_map, f"ConfigMap {namespace}/{base}-config")
+            where = f"ConfigMap {namespace}/{base}-config"
+            document, _ = _served_document(config_map, where)
             same = document is not None and (document.get("metadata") or {}).get("name") == meta["name"]
-            return {**igwc, "spec": document["spec"]} if same and document is not None else None
-        remembered = self._admitted.get((namespace, meta["name"]))
-        if remembered is not None and remembered[0] == meta.get("uid"):
-            return {**igwc, "spec": remembered[1]}
-        return _annotated_spec(igwc)
+            if not same or document is None:
+                return None
+            candidate = {**igwc, "spec": document["spec"]}
+        elif (remembered := self._admitted.get((namespace, meta["name"]))) and remembered[0] == uid:
+            where, candidate = "this operator's memory", {**igwc, "spec": remembered[1]}
+        else:
+            where, candidate = f"annotation {LAST_ADMITTED_ANNOTATION}", _annotated_spec(igwc)
+        refusal = None if candidate is None else spec_refusal(candidate)
+        if refusal is not None:  # the checks of a new spec: see admission.spec_refusal
+            mark = (uid, f"the last admitted spec ({where}) is not restored: {refusal.message}")
+            if self._restore_noted.get((namespace, meta["name"])) != mark:
+                self._restore_noted[(namespace, meta["name"])] = mark
+                log.warning("%s/%s: %s", namespace, meta["name"], mark[1])
+            return None
+        return candidate
 
     async def _deleted_meanwhile(self, igwc: Mapping[str, Any]) -> bool:
         """Whether ``igwc`` was deleted (or is being deleted, or was made anew) since its pass read it.
@@ -1022,6 +1098,7 @@ class Reconciler:
         self._renewal_noted.pop(_identity(igwc)[:2], None)
         self._import_noted.pop(_identity(igwc)[:2], None)
         self._issuer_noted.pop(_identity(igwc)[:2], None)
+        self._restore_noted.pop(_identity(igwc)[:2], None)
         self._admitted.pop(_identity(igwc)[:2], None)
         self._claims.pop(_identity(igwc)[:2], None)
 
@@ -1174,10 +1251,24 @@ def _served_document(
     return served, None
 
 
+def _config_map_models(config_map: Mapping[str, Any]) -> frozenset[str]:
+    """The model names of the document a served ConfigMap holds (none when it holds no one document):
+    read leniently, an invalid document's names still count as served (the gateway's reload refuses
+    it and keeps serving what it served, which is unknown here)."""
+    text = str((config_map.get("data") or {}).get(CONFIG_KEY) or "")
+    try:
+        documents = parse_text(text, source=CONFIG_KEY)
+    except DocumentReadError:
+        return frozenset()
+    if len(documents) != 1 or not isinstance(documents[0].content, Mapping):
+        return frozenset()
+    return model_names(documents[0].content)
+
+
 def _annotated_spec(igwc: Mapping[str, Any]) -> dict[str, Any] | None:
-    """``igwc`` with the spec its :data:`LAST_ADMITTED_ANNOTATION` keeps, when that is a valid spec
-    (anyone who may edit the object may edit it, as the served ConfigMap: checked as that is), else
-    ``None``."""
+    """``igwc`` with the spec its :data:`LAST_ADMITTED_ANNOTATION` keeps, when it holds an object, else
+    ``None`` (anyone who may edit the object may edit it, as the served ConfigMap: the caller checks it
+    as a new spec, :func:`igw.operator.admission.spec_refusal`)."""
     text = ((igwc.get("metadata") or {}).get("annotations") or {}).get(LAST_ADMITTED_ANNOTATION)
     if not isinstance(text, str) or not text:
         return None
@@ -1185,10 +1276,7 @@ def _annotated_spec(igwc: Mapping[str, Any]) -> dict[str, Any] | None:
         spec = json.loads(text)
     except ValueError:
         return None
-    candidate = {**igwc, "spec": spec}
-    if not isinstance(spec, dict) or spec_problems(candidate):
-        return None
-    return candidate
+    return {**igwc, "spec": spec} if isinstance(spec, dict) else None
 
 
 def _differs(new: Mapping[str, Any], old: Mapping[str, Any]) -> bool:
