@@ -311,12 +311,42 @@ def test_what_the_raw_fallback_holds_back_is_bounded() -> None:
     assert forwarded + sum(len(p) for p in coded.decode(body[-8:])) == len(plain)
 
 
-def test_a_raw_bomb_behind_a_zlib_header_is_not_decoded_at_the_end() -> None:
-    """At the end the held bytes are read as raw only when they decode within :data:`SCAN_RATIO`
-    per coded byte plus a piece: a raw bomb zlib read a stored block of stays ``truncated``."""
-    content = struct.pack("<H", 0x9C) + b" " * (32 << 20)
+RECORD = orjson.dumps({"object": "text_completion", "text": "hello world", "usage": USAGE}) + b"\n"
+
+
+@pytest.mark.parametrize("relay", [True, False], ids=["relayed-decoded", "relayed-coded"])
+def test_a_repetitive_raw_stream_zlib_reads_a_stored_block_of_decodes_past_the_probe(relay: bool) -> None:
+    """2 MiB of one repeated record as raw deflate opening like zlib: it decodes past the end probe's
+    bound (:data:`SCAN_RATIO` per coded byte plus a piece), far within :data:`MAX_DECODED_BYTES` and
+    the usage scan's :data:`SCAN_FREE_BYTES`. Before session s46 the probe gave up there and zlib's
+    reading stood: ``truncated``, the client decoded for given zlib's garbage, then a cut."""
+    content = struct.pack("<H", 0x9C) + RECORD * ((2 << 20) // len(RECORD))
     body = _raw_like_zlib(content, 0x9C)
-    assert len(body) < RAW_RETRY_BYTES
-    coded = CodedScan(b"deflate")
-    assert len(_decode_whole(coded, [body])) < PIECE_BYTES
-    assert coded.unread == "truncated"
+    assert len(content) > SCAN_RATIO * len(body) + PIECE_BYTES  # past the probe's bound
+    coded = CodedScan(b"deflate", relay=relay)
+    decoded = _decode_whole(coded, [body[:7], body[7:]])
+    assert (coded.unreadable, coded.unread) == (None, None)
+    assert decoded == content
+
+
+@pytest.mark.parametrize("relay", [True, False], ids=["relayed-decoded", "relayed-coded"])
+def test_a_raw_bomb_behind_a_zlib_header_is_bounded_as_any_raw_bomb(relay: bool) -> None:
+    """A raw bomb zlib reads a stored block of is held to the decoded-size bounds as the same bomb
+    without the zlib-like start: relayed decoded whole (its usage scan stopped past its ratio), or,
+    decoded for its usage alone, refused naming the bound. Before session s46 it was ``truncated``
+    (its end probe stopped past the ratio and zlib's garbage stood), neither decoded nor named."""
+    content = struct.pack("<H", 0x9C) + b" " * (32 << 20)
+    outcomes = []
+    for body in (_raw_like_zlib(content, 0x9C), _raw(content)):
+        assert len(body) < RAW_RETRY_BYTES
+        coded = CodedScan(b"deflate", relay=relay)
+        decoded = _decode_whole(coded, [body])
+        outcomes.append((coded.unread, len(decoded) if relay else None))
+        if relay:
+            assert coded.unreadable is None
+            assert decoded == content
+        else:
+            assert coded.unreadable is not None
+            assert coded.unreadable.startswith("it decodes to more than ")
+    assert outcomes[0] == outcomes[1]
+    assert outcomes[0][0] == "bomb_bound"

@@ -78,16 +78,25 @@ async def test_a_compressed_answer_is_decoded_for_a_client_that_does_not_accept_
             assert (status, sent_coding, body) == (200, coding, coded), accepting
 
 
+RECORD = orjson.dumps({"object": "text_completion", "text": "hello world"}) + b"\n"
+LIKE_ZLIB = {
+    "answer": _answer("hi " * 100),
+    "2 MiB of one record": RECORD * ((2 << 20) // len(RECORD)),
+}
+
+
 @pytest.mark.parametrize("switch", SWITCHES)
+@pytest.mark.parametrize("content", list(LIKE_ZLIB))
 async def test_a_raw_deflate_answer_that_starts_like_zlib_is_relayed_whole(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, switch: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, switch: str, content: str
 ) -> None:
     """A raw ``deflate`` body opening with a stored block whose length's low byte is a zlib ``FLG``
     (``78 9c``), its content repeating that length: zlib reads a 64 KiB stored block of it. Before
     session s45 such an answer was a 502 (``truncated``) for a client accepting ``deflate`` and
-    garbage, then a cut connection, for one that does not."""
+    garbage, then a cut connection, for one that does not; before session s46 still so when it
+    decoded past 64 bytes per coded byte plus 1 MiB (2 MiB of one repeated record)."""
     monkeypatch.setenv(SWITCH_ENV, switch)
-    plain = struct.pack("<H", 0x9C) + _answer("hi " * 100)
+    plain = struct.pack("<H", 0x9C) + LIKE_ZLIB[content]
     squeezer = zlib.compressobj(6, zlib.DEFLATED, -zlib.MAX_WBITS)
     body = b"\x78" + struct.pack("<HH", 0x9C, 0x9C ^ 0xFFFF) + plain[:0x9C]
     body += squeezer.compress(plain[0x9C:]) + squeezer.flush()

@@ -21,7 +21,7 @@ import orjson
 import pytest
 
 from igw.gateway.lean_server import _HEAD_LIMIT, SWITCH_ENV
-from igw.gateway.serving import ChunkSizes, _request_end
+from igw.gateway.serving import BodyLength, ChunkSizes, _request_end
 from tests.gateway.fake_model_server import FakeModelServer, running
 from tests.gateway.support import config_doc, scheduler
 from tests.gateway.test_lean_server import lean_gateway
@@ -437,3 +437,68 @@ def test_request_end_walks_a_request_s_framing_or_gives_up(
 ) -> None:
     message = SimpleNamespace(chunked=chunked, headers={} if length is None else {"Content-Length": length})
     assert _request_end(data, 0, message) == end
+
+
+async def send_split(url: str, request: bytes, at: int, *, within_s: float) -> bytes:
+    """Send ``request`` on a fresh connection in two writes, cut at ``at``, the gateway reading the
+    first before the second is sent (one event loop: the pause gives its read a turn); every byte
+    until the gateway closes the connection (``b""`` past ``within_s``)."""
+    host, port = url.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        writer.write(request[:at])
+        await writer.drain()
+        await asyncio.sleep(0.01)
+        writer.write(request[at:])
+        await writer.drain()
+        return await asyncio.wait_for(reader.read(), timeout=within_s)
+    except TimeoutError:
+        return b""
+    finally:
+        writer.close()
+
+
+@pytest.mark.parametrize("first", ["a Content-Length request", "a chunked request with a trailer"])
+async def test_a_chunked_body_declaring_more_than_the_limit_gets_413_at_every_split_of_a_pipelined_pair(
+    gateway: Callable[..., Any], server_side: str, first: str
+) -> None:
+    """A pipelined pair sent in two reads, cut at every byte: the second request, chunked and
+    declaring 1 MiB against 64 KiB, gets 413 at once wherever the cut falls. Before session s46 a
+    cut inside the first request's body (the second's head arriving in the read that ended that
+    body) left the second's declared sizes uncounted: its handler waited for the body timeout."""
+    doc = config_doc([scheduler("llama", "m")], bbr={"maxRequestBodyBytes": LIMIT})
+    pair = PIPELINED_FIRST[first] + f"{H}{TE}\r\n100000\r\n".encode()
+    async with running(FakeModelServer("a")) as (pod,), gateway(doc, {"llama": [pod.key]}) as gw:
+        for at in range(1, len(pair)):
+            data = await send_split(gw.url, pair, at, within_s=2)  # the body timeout is 60 s
+            statuses = re.findall(rb"HTTP/1\.1 (\d{3}) ", data)
+            assert statuses == [b"200", b"413"], (server_side, first, at, data[-300:])
+        assert len(pod.received) == len(pair) - 1
+
+
+@pytest.mark.parametrize(
+    ("framing", "end"),
+    [
+        (CHUNKED_BODY + b"NEXT", len(CHUNKED_BODY)),
+        (CHUNKED_BODY[:-2] + b"X-T: 1\r\n\r\nNEXT", len(CHUNKED_BODY) + 8),
+        (b"3;e=1\r\nabc\r\n0;e=2\r\nX-T: \r\n\r\nN", 28),
+        (b"4\r\n\r\n\r\n\r\n0\r\n\r\nNEXT", 14),  # a blank line inside a chunk
+        (b"3\r\nabc\r\n0\r\nX-T: 1\r\n", -1),  # the trailer section not ended yet
+    ],
+)
+def test_chunk_sizes_say_where_a_body_ends_at_every_split(framing: bytes, end: int) -> None:
+    """:attr:`ChunkSizes.end` is where the next request starts in the read that ended the body,
+    however the body was split across reads; a ``Content-Length`` body's (:class:`BodyLength`) too."""
+    for at in range(len(framing) + 1):
+        chunks = ChunkSizes(cast(Any, None), LIMIT)
+        assert not chunks.feed(framing[:at], 0)
+        if chunks.done:
+            assert chunks.end == end, at
+            continue
+        assert not chunks.feed(framing[at:], 0)
+        assert (chunks.end if chunks.done else -1) == (end - at if end >= 0 else -1), at
+    length = BodyLength(cast(Any, None), 5)
+    assert not length.feed(b"POST abc", 5)
+    assert not length.done
+    assert not length.feed(b"deNEXT", 0)
+    assert (length.done, length.end) == (True, 2)

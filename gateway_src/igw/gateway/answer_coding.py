@@ -337,7 +337,8 @@ class CodedScan:
         are held (:data:`RAW_RETRY_BYTES`), is read again as raw deflate when it is a whole raw
         stream: a raw body zlib read a stored block of (its length's low byte a valid zlib ``FLG``)
         was reported ``truncated`` before session s45, and a client decoded for got garbage, then
-        a cut. When it is not, zlib's reading stands (a zlib body cut short stays ``truncated``)."""
+        a cut. When it is not, zlib's reading stands (a zlib body cut short stays ``truncated``);
+        a raw stream that runs past the probe's bound is read as raw too (:meth:`_whole_raw`)."""
         decoder = self._decoder
         if self._raw_retry is not None and decoder is not None and not decoder.eof:
             if self.unreadable is None and self._whole_raw(bytes(self._raw_retry)):
@@ -359,10 +360,15 @@ class CodedScan:
             pass
 
     def _whole_raw(self, body: bytes) -> bool:
-        """Whether ``body`` is a raw deflate stream to its end, what it decodes to thrown away a
-        piece at a time (at most :data:`PIECE_BYTES` held). The probe stops, zlib's reading standing,
-        past :data:`SCAN_RATIO` decoded bytes per coded byte plus a piece: no JSON reaches that, so a
-        bomb held here costs a few MiB of decoding, not the relay's bound."""
+        """Whether ``body`` reads as raw deflate: to its end, or without a fault past the probe's
+        bound - :data:`SCAN_RATIO` decoded bytes per coded byte plus a piece, what it decodes to
+        thrown away a piece at a time (at most :data:`PIECE_BYTES` held), so the probe costs a few
+        MiB of decoding at most. Past that bound the raw reading is taken, zlib's having failed (it
+        ended short): the real reading (:meth:`_read_raw`) holds the answer to the decoded-size
+        bound as any raw body - relayed decoded up to :data:`MAX_DECODED_BYTES`, or refused past
+        the usage scan's bound naming it. Before session s46 a raw stream past the probe's bound
+        kept zlib's reading: 2 MiB of one repeated record was reported ``truncated`` (a 502 saying
+        the body ended early), and a client decoded for got zlib's garbage, then a cut."""
         probe = zlib.decompressobj(_RAW_DEFLATE)
         bound = SCAN_RATIO * len(body) + PIECE_BYTES
         decoded = 0
@@ -376,7 +382,7 @@ class CodedScan:
                     break
         except zlib.error:
             return False
-        return probe.eof and decoded <= bound
+        return probe.eof or decoded > bound
 
     def document(self) -> dict[str, object]:
         """The fields read of the decoded answer (:meth:`AnswerScan.document`)."""

@@ -680,11 +680,11 @@ class _StopAfterClose:
         "_app",
         "_body",
         "_body_fed",
-        "_chunks",
         "_closing",
         "_done",
         "_parser",
         "_previous",
+        "_rest",
         "_watch",
         "limit",
         "refused",
@@ -695,8 +695,10 @@ class _StopAfterClose:
         self._app = app
         """Whose ``client_max_size`` (``bbr.maxRequestBodyBytes``) a chunked body's declared sizes
         are held to (``None``: not counted)."""
-        self._chunks: ChunkSizes | None = None
-        """The declared sizes of the chunked body being read, while it is counted."""
+        self._rest: ChunkSizes | BodyLength | None = None
+        """The framing of the body being read, walked as its bytes arrive: a chunked body's declared
+        sizes (counted against :attr:`limit`), or what is left of a ``Content-Length``; where it ends
+        in a read is where the next request's head starts (:meth:`feed_data`)."""
         self.limit = 0
         self.refused: StreamReader | None = None
         """A chunked body whose declared sizes passed :attr:`limit` in the last read (the
@@ -717,11 +719,17 @@ class _StopAfterClose:
         return getattr(self._parser, name)
 
     def feed_data(self, data: bytes) -> tuple[Sequence[tuple[Any, Any]], bool, bytes]:
-        chunks = self._chunks
-        if chunks is not None and data:
-            self._count(chunks, data, 0)
-        previous = self._previous
         at_boundary = self._body is None or self._body.is_eof()
+        rest, resumed = self._rest, None
+        if at_boundary:
+            self._rest = rest = None  # no body in progress: nothing of one to walk
+        if rest is not None and data:
+            if rest.feed(data, 0):
+                self.refused = rest.body
+            if rest.done:
+                self._rest = None
+                resumed = rest.end if rest.end > 0 else None
+        previous = self._previous
         try:
             found = self._feed(data)
         except HttpProcessingError as exc:
@@ -732,43 +740,62 @@ class _StopAfterClose:
         if found[0]:
             message, body = found[0][-1]
             self._body = body if isinstance(body, StreamReader) and not body.is_eof() else None
-            if message.chunked and self._body is not None:  # only a chunked body pays for counting
-                self._count_new(self._body, data, previous, found[0] if at_boundary else None)
+            if self._body is not None:
+                start = 0 if at_boundary else resumed
+                self._walk_new(message, self._body, data, previous, found[0], start)
         return found
 
-    def _count_new(
-        self, body: StreamReader, data: bytes, previous: bytes, messages: Sequence[tuple[Any, Any]] | None
+    def _walk_new(
+        self,
+        message: Any,
+        body: StreamReader,
+        data: bytes,
+        previous: bytes,
+        messages: Sequence[tuple[Any, Any]],
+        start: int | None,
     ) -> None:
-        """Start counting the declared sizes of chunked ``body``, whose head ended in ``data``: from
-        just after the head when that is known for sure - the parser was not inside another request's
-        body when ``data`` began (``messages`` is not ``None``: the requests whose heads ended in
-        ``data``, ``body``'s last), and the requests pipelined before it in ``data`` are walked to
-        their ends by their framing (:func:`_request_end`); else it is not counted (the body timeout
-        bounds it, as any slow body). Before session s45 only a request alone in its read was
-        counted: one pipelined behind another in the same read declared any size unrefused."""
-        self._chunks = None
+        """Start walking the framing of ``body`` (``message``'s, the last of ``messages``: the requests
+        whose heads ended in ``data``), a chunked one's declared sizes counted against the limit: from
+        just after its head when that is known for sure - ``data`` began at a request's start
+        (``start`` 0: the parser was not inside another request's body), or the body in progress
+        when it began was walked to its end at ``data[start]`` - and the requests pipelined before it
+        in ``data`` are walked to their ends by their framing (:func:`_request_end`); else it is not
+        walked (the body timeout bounds it, as any slow body). Before session s45 only a request
+        alone in its read was counted: one pipelined behind another in the same read declared any
+        size unrefused; before session s46 one whose read began inside the previous request's body
+        (that body split across reads) was not counted either."""
+        self._rest = None
         app = self._app
-        if app is None or messages is None:
+        if app is None or start is None:
             return
-        joined = previous[-3:] + data  # a blank line split across two reads
-        at = joined.find(_HEAD_END)
-        for message, _ in messages[:-1]:  # the requests before it: complete in this read
-            at = _request_end(joined, at + 4, message)
-            if at >= 0:
-                at = joined.find(_HEAD_END, at)
+        if start == 0:
+            joined = previous[-3:] + data  # a blank line split across two reads
+            skip = len(joined) - len(data)
+            at = joined.find(_HEAD_END)
+        else:  # the previous body ended inside ``data``: the next head starts there, whole in it
+            joined, skip = data, 0
+            at = joined.find(_HEAD_END, start)
+        for message_before, _ in messages[:-1]:  # the requests before it: complete in this read
             if at < 0:
                 return
+            at = _request_end(joined, at + 4, message_before)
+            if at >= 0:
+                at = joined.find(_HEAD_END, at)
         if at < 0:
             return
         self.limit = app._client_max_size
-        chunks = self._chunks = ChunkSizes(body, self.limit)
-        self._count(chunks, data, max(at + 4 - min(len(previous), 3), 0))
-
-    def _count(self, chunks: ChunkSizes, data: bytes, start: int) -> None:
-        if chunks.feed(data, start):
-            self.refused = chunks.body
-        if chunks.done:
-            self._chunks = None
+        rest: ChunkSizes | BodyLength
+        if message.chunked:
+            rest = ChunkSizes(body, self.limit)
+        else:
+            length = message.headers.get("Content-Length") or ""
+            if not length.isdigit():
+                return
+            rest = BodyLength(body, int(length))
+        if rest.feed(data, max(at + 4 - skip, 0)):
+            self.refused = body
+        if not rest.done:
+            self._rest = rest
 
     def _fail_body(self, exc: HttpProcessingError) -> None:
         """The parser refused bytes inside a body it had handed on (a chunk-size line or a trailer
@@ -843,24 +870,44 @@ class ChunkSizes:
     the limit's worth of bytes came - a client that never sends them held the handler until the body
     timeout (60 s). This reads only the framing of the bytes the parser is given (a chunk's data is
     skipped by its size, not scanned), and only of a chunked body; anything it does not expect (a
-    line the parser will refuse) ends the counting - it never refuses what the parser accepts."""
+    line the parser will refuse) ends the counting - it never refuses what the parser accepts. Past
+    the last chunk it walks the trailer section to its blank line: :attr:`end` says where in a read
+    the body ended, so a request pipelined behind it in that read is counted too."""
 
-    __slots__ = ("_data_left", "_digits", "_size", "_state", "body", "declared", "done", "limit")
+    __slots__ = (
+        "_data_left",
+        "_digits",
+        "_line",
+        "_size",
+        "_state",
+        "body",
+        "declared",
+        "done",
+        "end",
+        "limit",
+    )
 
     _SIZE: Final = 0
     _LINE: Final = 1  # the rest of a chunk-size line (spaces, extensions), to its LF
     _DATA: Final = 2
     _DATA_END: Final = 3  # the CRLF after a chunk's data
+    _LAST_LINE: Final = 4  # the rest of the last chunk's size line
+    _TRAILER: Final = 5  # a trailer field line, or the blank line that ends the body
 
     def __init__(self, body: StreamReader, limit: int) -> None:
         self.body = body
         self.limit = limit
         self.declared = 0
         self.done = False
+        self.end = -1
+        """Where in the data last fed the body ended (just after its blank line); -1 before, and
+        when the walk stopped elsewhere (sizes past the limit, a line the parser refuses)."""
         self._state = self._SIZE
         self._size = 0
         self._digits = 0
         self._data_left = 0
+        self._line = b""
+        """The first bytes (up to two) of the trailer line being read: ``""`` or CR is the blank one."""
 
     def feed(self, data: bytes, start: int) -> bool:
         """Count ``data[start:]``; ``True`` when the sizes declared so far pass the limit."""
@@ -874,12 +921,23 @@ class ChunkSizes:
                 at += step
                 if self._data_left == 0:
                     self._state = self._DATA_END
-            elif state == self._LINE or state == self._DATA_END:
+            elif state == self._TRAILER:
+                lf = data.find(b"\n", at)
+                self._line = (self._line + data[at : end if lf < 0 else lf][:2])[:2]
+                if lf < 0:
+                    return False
+                at = lf + 1
+                if self._line in (b"", b"\r"):
+                    self.done = True
+                    self.end = at
+                    return False
+                self._line = b""
+            elif state != self._SIZE:  # the rest of a line, to its LF
                 lf = data.find(b"\n", at)
                 if lf < 0:
                     return False
                 at = lf + 1
-                self._state = self._DATA if state == self._LINE else self._SIZE
+                self._state = {self._LINE: self._DATA, self._DATA_END: self._SIZE}.get(state, self._TRAILER)
             else:
                 byte = data[at]
                 digit = _HEX.get(byte)
@@ -899,11 +957,30 @@ class ChunkSizes:
                 if self.declared > self.limit:
                     self.done = True
                     return True
-                if size == 0:  # the last chunk: a trailer section and the end follow
-                    self.done = True
-                    return False
                 self._data_left = size
-                self._state = self._LINE
+                self._state = self._LINE if size else self._LAST_LINE
+        return False
+
+
+class BodyLength:
+    """A ``Content-Length`` body's bytes, counted as they arrive: :attr:`end` says where in a read
+    it ended (what :class:`ChunkSizes` says of a chunked one)."""
+
+    __slots__ = ("body", "done", "end", "left")
+
+    def __init__(self, body: StreamReader, length: int) -> None:
+        self.body = body
+        self.left = length
+        self.done = False
+        self.end = -1
+
+    def feed(self, data: bytes, start: int) -> bool:
+        """Count ``data[start:]``; never refuses (the parser holds the body to its length)."""
+        step = min(self.left, len(data) - start)
+        self.left -= step
+        if self.left == 0:
+            self.done = True
+            self.end = start + step
         return False
 
 
