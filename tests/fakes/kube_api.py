@@ -1299,7 +1299,16 @@ def make_pod(
     ready: bool = True,
     pod_ip: str = "10.0.0.10",
 ) -> dict[str, Any]:
-    """A realistic Pod (complete enough for the typed client's models) for seeding the fake."""
+    """A realistic Pod (complete enough for the typed client's models) for seeding the fake: its one
+    container running, ``status.containerStatuses`` agreeing with the ``Ready``/``ContainersReady``
+    conditions (``kubectl get pods`` shows READY ``1/1``, or ``0/1`` when not ready, as on a node),
+    and ``podIP``/``podIPs`` set."""
+    started = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    flag = "True" if ready else "False"
+    digest = hashlib.sha256(image.encode()).hexdigest()
+    repository = image.partition("@")[0]
+    if ":" in repository.rsplit("/", 1)[-1]:
+        repository = repository.rsplit(":", 1)[0]
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -1318,6 +1327,25 @@ def make_pod(
         "status": {
             "phase": "Running",
             "podIP": pod_ip,
-            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+            "podIPs": [{"ip": pod_ip}],
+            "startTime": started,
+            "conditions": [
+                {"type": "Initialized", "status": "True"},
+                {"type": "Ready", "status": flag},
+                {"type": "ContainersReady", "status": flag},
+                {"type": "PodScheduled", "status": "True"},
+            ],
+            "containerStatuses": [
+                {
+                    "name": "server",
+                    "image": image,
+                    "imageID": f"{repository}@sha256:{digest}",
+                    "containerID": f"containerd://{hashlib.sha256(name.encode()).hexdigest()}",
+                    "ready": ready,
+                    "started": True,
+                    "restartCount": 0,
+                    "state": {"running": {"startedAt": started}},
+                }
+            ],
         },
     }

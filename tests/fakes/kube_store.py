@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import random
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping, MutableSequence, Sequence
@@ -34,7 +35,9 @@ from tests.fakes.kube_namespaces import (
     terminating,
     terminating_refusal,
 )
+from tests.fakes.kube_services import allocate, set_defaults, taken
 from tests.fakes.kube_validation import object_problems
+from tests.fakes.kube_workload_defaults import default_pod, default_workload
 
 FieldsRecorder = Callable[[Mapping[str, Any] | None, dict[str, Any]], None]
 """Sets a write's ``metadata.managedFields`` from the stored object (``None`` on create) and the one
@@ -180,13 +183,17 @@ class StoreError(Exception):
 
 
 def _default(kind: ResourceKind, body: dict[str, Any]) -> None:
-    """The API server's defaulting of built-in kinds, where a client's behaviour depends on it: a
-    Deployment written without ``spec.replicas`` (created, or replaced) gets 1 (apps/v1
-    ``SetDefaults_Deployment``), so a replace that leaves the count out resets it, as on a cluster."""
-    if kind.key == ("apps", "v1", "deployments"):
-        spec = body.get("spec")
-        if isinstance(spec, dict) and spec.get("replicas") is None:
-            spec["replicas"] = 1
+    """The API server's defaulting of built-in kinds on every create and replace: a Deployment written
+    without ``spec.replicas`` gets 1 (so a replace that leaves the count out resets it, as on a
+    cluster), and Pods, apps/v1 workloads (:mod:`tests.fakes.kube_workload_defaults`) and Services
+    (:func:`tests.fakes.kube_services.set_defaults`) get the fields a cluster fills in."""
+    spec = body.get("spec")
+    if kind.key == SERVICE_KEY and isinstance(spec, dict):
+        set_defaults(spec)
+    if kind.key == POD_KEY and isinstance(spec, dict):
+        default_pod(spec)
+    if kind.group == "apps" and kind.version == "v1" and isinstance(spec, dict):
+        default_workload(kind.plural, spec)
     if kind.key == NAMESPACE_KEY:
         default_namespace(body)
 
@@ -200,10 +207,16 @@ def _validate(kind: ResourceKind, body: Mapping[str, Any]) -> None:
 
 CRD_KEY = ("apiextensions.k8s.io", "v1", "customresourcedefinitions")
 NAMESPACE_KEY = ("", "v1", "namespaces")
+SERVICE_KEY = ("", "v1", "services")
+POD_KEY = ("", "v1", "pods")
 MAX_GENERATED_NAME_BASE = 58
 """apiserver's ``names.MaxGeneratedNameLength`` (63 less the 5 random characters): a longer
 ``generateName`` is cut to it before the suffix is added."""
 
+
+GENERATED_NAME_ALPHABET: Final = "bcdfghjklmnpqrstvwxz2456789"
+"""apimachinery ``util/rand``'s alphabet for generated names."""
+_random: Final = random.SystemRandom()
 
 RESOURCE_VERSION_SET_ON_CREATE: Final = "resourceVersion should not be set on objects to be created"
 """``storage.ErrResourceVersionSetOnCreate``: the etcd3 store's ``Create`` refuses an object that
@@ -256,9 +269,12 @@ def _already_exists(kind: ResourceKind, name: str, existing: Mapping[str, Any]) 
 
 def generated_name(base: str) -> str:
     """A name for ``generateName: base`` as the API server makes one (``SimpleNameGenerator``): the base
-    cut to 58 characters, then 5 random ones. Uncut, a 253-character object's Event (``<name>.``) got a
-    259-character name the fake refused and a cluster never does."""
-    return f"{base[:MAX_GENERATED_NAME_BASE]}{uuid.uuid4().hex[:5]}"
+    cut to 58 characters, then 5 random ones from apimachinery's ``rand.String`` alphabet (no vowels,
+    no 0/1/3, so no words and no look-alikes; the fake used hex, ``gen-c6002``, which no cluster
+    makes). Uncut, a 253-character object's Event (``<name>.``) got a 259-character name the fake
+    refused and a cluster never does."""
+    suffix = "".join(_random.choice(GENERATED_NAME_ALPHABET) for _ in range(5))
+    return f"{base[:MAX_GENERATED_NAME_BASE]}{suffix}"
 
 
 def _admitted_crd(name: str, body: Mapping[str, Any], old: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -440,6 +456,30 @@ class KubeStore:
         return str(self._rv)
 
     # ---- CRUD ------------------------------------------------------------------------------------
+    def _allocate(
+        self, kind: ResourceKind, name: str, body: dict[str, Any], current: Mapping[str, Any] | None
+    ) -> None:
+        """Give a Service being written its cluster IP and node ports (:mod:`tests.fakes.kube_services`),
+        or refuse it 422 as the allocators do; what the other stored Services hold is taken."""
+        spec = body.get("spec")
+        if not isinstance(spec, dict):
+            return
+        others = (
+            obj
+            for (key, _, _), obj in self._objects.items()
+            if key == SERVICE_KEY and (current is None or obj is not current)
+        )
+        used_ips, used_ports = taken(others)
+        old = (current or {}).get("spec")
+        errors = allocate(spec, used_ips, used_ports, old if isinstance(old, Mapping) else None)
+        if errors:
+            raise StoreError(
+                422,
+                "Invalid",
+                invalid_message(kind.kind, name, errors),
+                details=invalid_details(kind.group, kind.kind, name, errors),
+            )
+
     def list(self, kind: ResourceKind, namespace: str | None) -> tuple[list[dict[str, Any]], int]:
         with self._lock:
             items = [
@@ -506,6 +546,8 @@ class KubeStore:
                 raise StoreError(404, "NotFound", f'namespaces "{namespace}" not found', details=details)
             if not dry_run and _version_set(meta):
                 raise StoreError(500, "", RESOURCE_VERSION_SET_ON_CREATE)
+            if kind.key == SERVICE_KEY:  # allocated before the store looks for the name, as on a cluster
+                self._allocate(kind, name, body, None)
             if key in self._objects:
                 raise StoreError(
                     409,
@@ -616,6 +658,8 @@ class KubeStore:
                     new = _admitted_crd(
                         name, {**new, "metadata": {**new.get("metadata", {}), "name": name}}, current
                     )
+                if kind.key == SERVICE_KEY:
+                    self._allocate(kind, name, new, current)
                 meta = new.setdefault("metadata", {})
                 for field in ("uid", "creationTimestamp", "namespace", "name"):
                     if field in current["metadata"]:

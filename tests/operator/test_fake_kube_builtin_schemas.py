@@ -75,7 +75,9 @@ def test_strict_apply_names_a_built_in_kinds_unknown_fields(
     stored = find(kube, "Deployment", "default", "web")
     assert stored is not None
     assert "bogusField" not in stored["spec"]
-    assert stored["spec"]["template"]["spec"]["containers"] == [{"name": "c", "image": "x"}]
+    (container,) = stored["spec"]["template"]["spec"]["containers"]
+    assert "imagePullPolicyy" not in container
+    assert (container["name"], container["image"], container["imagePullPolicy"]) == ("c", "x", "Always")
 
 
 _OPERATOR_KINDS: list[tuple[dict[str, Any], str]] = [

@@ -23,6 +23,15 @@ def kube() -> Iterator[FakeKubeApiServer]:
         yield server
 
 
+_CONTAINER_DEFAULTS = {
+    "imagePullPolicy": "Always",  # the images are untagged: ``:latest``
+    "terminationMessagePath": "/dev/termination-log",
+    "terminationMessagePolicy": "File",
+    "resources": {},
+}
+"""What the API server fills in on every container it stores (the fake does too)."""
+
+
 def _deployment() -> dict[str, Any]:
     container = {
         "name": "c1",
@@ -75,9 +84,10 @@ def test_a_strategic_merge_patch_merges_keyed_lists_by_their_merge_keys(
         "name": "c1",
         "image": "x",
         "env": [{"name": "B", "value": "2"}, {"name": "A", "value": "1"}],
-        "ports": [{"containerPort": 80}],
+        "ports": [{"containerPort": 80, "protocol": "TCP"}],
+        **_CONTAINER_DEFAULTS,
     }
-    assert c2 == {"name": "c2", "image": "y"}
+    assert c2 == {"name": "c2", "image": "y", **_CONTAINER_DEFAULTS}
     patch({"spec": {"template": {"spec": {"containers": [{"name": "c2", "$patch": "delete"}]}}}})
     assert [c["name"] for c in _pod_spec(kube)["containers"]] == ["c1"]
     patch(
@@ -266,8 +276,8 @@ def test_apply_of_changed_env_and_ports_merges_by_their_keys_and_diff_shows_it_f
         {"name": "C", "value": "4"},
     ]
     assert container["ports"] == [
-        {"containerPort": 443, "name": "https"},
-        {"containerPort": 8080, "name": "alt"},
+        {"containerPort": 443, "name": "https", "protocol": "TCP"},
+        {"containerPort": 8080, "name": "alt", "protocol": "TCP"},
     ]
     again = run_kubectl(config, "diff", "-f", str(manifest))
     assert (again.returncode, again.stdout) == (0, ""), again.stderr

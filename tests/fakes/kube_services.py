@@ -1,0 +1,167 @@
+"""A Service's cluster IP and node ports, allocated as kube-apiserver's Service REST storage does.
+
+Without this the fake stored a Service as sent: ``kubectl get svc`` showed ``CLUSTER-IP <none>`` and
+``PORT(S) 80/TCP`` for a NodePort Service, where a cluster shows an IP and ``80:3xxxx/TCP``, and a
+client reading ``spec.clusterIP`` or a ``nodePort`` back found nothing.
+
+What the API server does (``pkg/registry/core/service/storage/alloc.go``, ``ipallocator``,
+``portallocator``): on create, a Service that needs a cluster IP (every type but ExternalName, unless
+``clusterIP: None``, headless) gets a free one from the service CIDR (:data:`SERVICE_CIDR`, kubeadm's
+default) and ``clusterIPs`` to match; a requested one is kept if free and in range, else the write is
+refused 422 ``Invalid`` on ``spec.clusterIPs``. A NodePort or LoadBalancer Service (the latter unless
+``allocateLoadBalancerNodePorts: false``) gets a free port in :data:`NODE_PORT_RANGE` for each port
+without one; a requested one taken or out of range is refused on ``spec.ports[i].nodePort``. On an
+update that leaves them out, the stored values are carried over (``patchAllocatedValues``: the IP, and
+each node port matched by port name). What is taken is what the stored Services hold, so deleting one
+frees its IP and ports.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import random
+from collections.abc import Iterable, Mapping
+from typing import Any, Final
+
+from tests.fakes.kube_field_errors import FieldError
+
+SERVICE_CIDR: Final = ipaddress.ip_network("10.96.0.0/12")
+"""The service CIDR (kubeadm's default ``--service-cluster-ip-range``)."""
+NODE_PORT_RANGE: Final = range(30000, 32768)
+"""``--service-node-port-range``'s default, 30000-32767."""
+_FIRST_IP: Final = int(SERVICE_CIDR.network_address)
+_random: Final = random.SystemRandom()
+
+
+def _needs_cluster_ip(spec: Mapping[str, Any]) -> bool:
+    return spec.get("type") != "ExternalName" and spec.get("clusterIP") != "None"
+
+
+def _needs_node_ports(spec: Mapping[str, Any]) -> bool:
+    kind = spec.get("type")
+    return kind == "NodePort" or (
+        kind == "LoadBalancer" and spec.get("allocateLoadBalancerNodePorts") is not False
+    )
+
+
+def _ports(spec: Mapping[str, Any]) -> list[dict[str, Any]]:
+    return [p for p in spec.get("ports") or [] if isinstance(p, dict)]
+
+
+def set_defaults(spec: dict[str, Any]) -> None:
+    """``SetDefaults_Service`` and the REST strategy's family defaulting: ``type: ClusterIP``,
+    ``sessionAffinity: None``, ``internalTrafficPolicy: Cluster`` (``externalTrafficPolicy: Cluster``
+    where node ports are used), each port ``protocol: TCP`` and ``targetPort`` its ``port``, and a
+    single-stack IPv4 family on Services with a cluster IP."""
+    spec.setdefault("type", "ClusterIP")
+    if spec["type"] == "ExternalName":
+        return
+    spec.setdefault("sessionAffinity", "None")
+    spec.setdefault("internalTrafficPolicy", "Cluster")
+    if spec["type"] in ("NodePort", "LoadBalancer"):
+        spec.setdefault("externalTrafficPolicy", "Cluster")
+    if spec["type"] == "LoadBalancer":
+        spec.setdefault("allocateLoadBalancerNodePorts", True)
+    spec.setdefault("ipFamilies", ["IPv4"])
+    spec.setdefault("ipFamilyPolicy", "SingleStack")
+    for port in _ports(spec):
+        port.setdefault("protocol", "TCP")
+        if port.get("targetPort") in (None, 0, ""):
+            port["targetPort"] = port.get("port")
+
+
+def taken(services: Iterable[Mapping[str, Any]]) -> tuple[set[str], set[int]]:
+    """The cluster IPs and node ports the given (stored) Services hold."""
+    ips: set[str] = set()
+    node_ports: set[int] = set()
+    for service in services:
+        spec = service.get("spec") or {}
+        ips.update(str(ip) for ip in spec.get("clusterIPs") or [spec.get("clusterIP")] if ip and ip != "None")
+        node_ports.update(int(p["nodePort"]) for p in _ports(spec) if isinstance(p.get("nodePort"), int))
+    return ips, node_ports
+
+
+def _free_ip(used: set[str]) -> str:
+    # The network address and the first host (the ``kubernetes`` Service's) are never handed out.
+    while True:
+        ip = str(ipaddress.ip_address(_FIRST_IP + _random.randrange(2, SERVICE_CIDR.num_addresses - 1)))
+        if ip not in used:
+            return ip
+
+
+def _ip_error(requested: str, used: set[str]) -> str | None:
+    try:
+        address = ipaddress.ip_address(requested)
+    except ValueError:
+        return None  # malformed: validation's to refuse, not the allocator's
+    if address not in SERVICE_CIDR or address in (
+        SERVICE_CIDR.network_address,
+        SERVICE_CIDR.broadcast_address,
+    ):
+        return (
+            f"failed to allocate IP {requested}: the provided IP ({requested}) is not in the valid range. "
+            f"The range of valid IPs is {SERVICE_CIDR}"
+        )
+    if requested in used:
+        return f"failed to allocate IP {requested}: provided IP is already allocated"
+    return None
+
+
+def allocate(
+    spec: dict[str, Any], used_ips: set[str], used_ports: set[int], old: Mapping[str, Any] | None = None
+) -> list[FieldError]:
+    """Fill ``spec``'s cluster IP and node ports in place (``old``: the stored spec, on an update);
+    ``used_*``: what the other Services hold. Returns the refusals, empty when all is allocated."""
+    old = old or {}
+    errors: list[FieldError] = []
+    if _needs_cluster_ip(spec):
+        if not spec.get("clusterIP") and spec.get("clusterIPs"):  # the primary family's IP
+            spec["clusterIP"] = spec["clusterIPs"][0]
+        if _needs_cluster_ip(old) and old.get("clusterIP") and not spec.get("clusterIP"):
+            spec["clusterIP"] = old["clusterIP"]
+        requested = spec.get("clusterIP")
+        if not requested:
+            spec["clusterIP"] = _free_ip(used_ips)
+        elif requested != old.get("clusterIP"):
+            problem = _ip_error(str(requested), used_ips)
+            if problem:
+                errors.append(FieldError("spec.clusterIPs", "FieldValueInvalid", f'["{requested}"]', problem))
+        spec.setdefault("clusterIPs", [spec["clusterIP"]])
+    elif spec.get("clusterIP") == "None":
+        spec.setdefault("clusterIPs", ["None"])
+    if _needs_node_ports(spec):
+        ports = _ports(spec)
+        old_by_name = (
+            {p.get("name"): p.get("nodePort") for p in _ports(old)} if _needs_node_ports(old) else {}
+        )
+        old_ports = set(old_by_name.values())
+        kept = {p.get("nodePort") for p in ports} & old_ports
+        for port in ports:
+            if not port.get("nodePort") and old_by_name.get(port.get("name")) not in (None, *kept):
+                port["nodePort"] = old_by_name[port.get("name")]
+        claimed = set(used_ports)
+        for index, port in enumerate(ports):
+            node_port = port.get("nodePort")
+            if not isinstance(node_port, int) or not node_port:
+                continue
+            problem = None
+            if node_port in old_ports:  # this Service's own, already allocated
+                pass
+            elif node_port not in NODE_PORT_RANGE:
+                problem = (
+                    "provided port is not in the valid range. The range of valid ports is "
+                    f"{NODE_PORT_RANGE.start}-{NODE_PORT_RANGE.stop - 1}"
+                )
+            elif node_port in claimed:
+                problem = "provided port is already allocated"
+            if problem:
+                errors.append(
+                    FieldError(f"spec.ports[{index}].nodePort", "FieldValueInvalid", str(node_port), problem)
+                )
+            claimed.add(node_port)
+        for port in ports:
+            if not port.get("nodePort"):
+                free = [p for p in NODE_PORT_RANGE if p not in claimed]
+                port["nodePort"] = _random.choice(free)
+                claimed.add(port["nodePort"])
+    return errors
