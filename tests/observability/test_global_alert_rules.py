@@ -5,7 +5,9 @@ Until session s45 the router had no Prometheus alert at all (CloudWatch alarms o
 
 from __future__ import annotations
 
+import asyncio
 import random
+import re
 from typing import Any
 
 import aiohttp
@@ -33,6 +35,7 @@ from igw.gateway.app import create_app
 from igw.gateway.serving import serve_app
 from igw.global_router.config import parse_global_config
 from igw.global_router.server import create_global_app
+from igw.launch import guard_factory
 from tests.gateway.support import config_doc, scheduler
 from tests.global_router.support import global_doc
 
@@ -147,6 +150,12 @@ def test_every_expression_parses_with_a_real_promql_parser(alerts: tuple[Alert, 
 
 
 Series = dict[str, str]
+Labels = frozenset[tuple[str, str]]
+Element = tuple[Labels, frozenset[str]]
+"""A series an expression returns: its labels, and the targets (``instance``) it was computed from."""
+
+_COMPARISONS = frozenset({"==", "!=", ">", "<", ">=", "<="})
+_FILTERS = frozenset({"and", "unless"})
 
 
 def _page_series(page: str, instance: str) -> list[Series]:
@@ -158,61 +167,197 @@ def _page_series(page: str, instance: str) -> list[Series]:
     ]
 
 
-def _firing(node: Any, series: list[Series]) -> list[Series]:
-    """The series an alert expression returns over ``series``, every counter taken to have moved
-    (a comparison with a number keeps all): only what these alerts use - selectors with equality
-    matchers, ``increase``/``rate``, a threshold, and ``and``/``unless`` ``on(...)``. Anything else
-    fails rather than be guessed."""
+def _matches(series: Series, name: str, op: str, value: str) -> bool:
+    have = series.get(name, "")
+    if op in ("MatchOp.Equal", "MatchOp.NotEqual"):
+        return (have == value) == (op == "MatchOp.Equal")
+    assert op in ("MatchOp.Re", "MatchOp.NotRe"), op
+    return (re.fullmatch(value, have) is not None) == (op == "MatchOp.Re")
+
+
+def _without_name(labels: Labels) -> Labels:
+    return frozenset((k, v) for k, v in labels if k != "__name__")
+
+
+def _match_key(labels: Labels, modifier: Any) -> Labels:
+    """What a binary operation matches two series on: ``on(...)``'s labels, else every label but
+    ``ignoring(...)``'s and the metric name."""
+    matching = modifier.matching if modifier is not None else None
+    if matching is not None and str(matching.type) == "LabelModifierType.Include":
+        return frozenset((k, v) for k, v in labels if k in matching.labels)
+    ignored = set(matching.labels) if matching is not None else set()
+    return frozenset((k, v) for k, v in labels if k not in ignored and k != "__name__")
+
+
+def _evaluate(node: Any, series: list[Series], *, most: bool = True) -> list[Element] | None:
+    """The series an alert expression can return over ``series`` (``None``: a number), each with
+    the targets it was computed from. Values are not evaluated: every counter has moved and every
+    threshold is crossed where that lets more series through (``most``), and none where it lets
+    fewer through (under ``unless``'s right side, whose comparisons so keep nothing), so the result
+    is the most the alert can fire for. Only the PromQL these alerts use; anything else fails
+    rather than be guessed."""
     kind = type(node).__name__
+    if kind == "NumberLiteral":
+        return None
+    if kind == "ParenExpr":
+        return _evaluate(node.expr, series, most=most)
     if kind == "MatrixSelector":
-        return _firing(node.vector_selector, series)
+        return _evaluate(node.vector_selector, series, most=most)
     if kind == "VectorSelector":
         matchers = [(m.name, str(m.op), m.value) for m in node.matchers.matchers]
-        assert all(op in ("MatchOp.Equal", "MatchOp.NotEqual") for _, op, _ in matchers), matchers
         return [
-            s
+            (frozenset(s.items()), frozenset({s["instance"]}))
             for s in series
-            if s["__name__"] == node.name
-            and all((s.get(k, "") == v) == (op == "MatchOp.Equal") for k, op, v in matchers)
+            if s["__name__"] == node.name and all(_matches(s, *m) for m in matchers)
         ]
     if kind == "Call":
+        if node.func.name == "time":
+            return None
         assert node.func.name in ("increase", "rate"), node.func.name
-        return [{k: v for k, v in s.items() if k != "__name__"} for s in _firing(node.args[0], series)]
+        inner = _evaluate(node.args[0], series, most=most)
+        assert inner is not None
+        return [(_without_name(labels), targets) for labels, targets in inner]
+    if kind == "AggregateExpr":
+        assert str(node.op) in ("sum", "max", "min", "count"), node.op
+        inner = _evaluate(node.expr, series, most=most)
+        assert inner is not None
+        groups: dict[Labels, frozenset[str]] = {}
+        for labels, targets in inner:
+            if node.modifier is None:
+                key: Labels = frozenset()
+            elif str(node.modifier.type) == "AggModifierType.By":
+                key = frozenset((k, v) for k, v in labels if k in node.modifier.labels)
+            else:
+                key = frozenset((k, v) for k, v in labels if k not in node.modifier.labels)
+                key = _without_name(key)
+            groups[key] = groups.get(key, frozenset()) | targets
+        return list(groups.items())
     assert kind == "BinaryExpr", kind
-    if type(node.rhs).__name__ == "NumberLiteral":
-        return _firing(node.lhs, series)
-    op, matching = str(node.op), node.modifier.matching
-    assert op in ("and", "unless"), op
-    assert str(matching.type) == "LabelModifierType.Include", matching  # on(...), not ignoring(...)
-    on = list(matching.labels)
-    right = {tuple(s.get(label, "") for label in on) for s in _firing(node.rhs, series)}
+    op = str(node.op)
+    assert op in _COMPARISONS | _FILTERS | {"+", "-", "*", "/"}, op
+    assert node.modifier is None or not node.modifier.return_bool, "bool modifier"
+    lhs = _evaluate(node.lhs, series, most=most)
+    rhs = _evaluate(node.rhs, series, most=most if op != "unless" else not most)
+    if lhs is None and rhs is None:
+        return None
+    if lhs is None or rhs is None:
+        assert op not in _FILTERS, op
+        vector = lhs if lhs is not None else rhs
+        assert vector is not None
+        if op in _COMPARISONS:
+            return vector if most else []
+        return [(_without_name(labels), targets) for labels, targets in vector]
+    right = {_match_key(labels, node.modifier) for labels, _ in rhs}
+    if op in _FILTERS:  # the left side's series, kept or dropped by the right side's
+        return [e for e in lhs if (_match_key(e[0], node.modifier) in right) == (op == "and")]
+    if op in _COMPARISONS and not most:
+        return []
     return [
-        s
-        for s in _firing(node.lhs, series)
-        if (tuple(s.get(label, "") for label in on) in right) == (op == "and")
+        (labels if op in _COMPARISONS else _without_name(labels), targets | other)
+        for labels, targets in lhs
+        for other_labels, other in rhs
+        if _match_key(labels, node.modifier) == _match_key(other_labels, node.modifier)
     ]
 
 
-async def test_each_tiers_log_drop_alert_reads_only_its_own_tiers_targets() -> None:
-    """Both tiers export ``igw_log_lines_dropped_total{stream}``. Evaluated over a gateway's and a
-    router's pages as one Prometheus scraping both holds them, with every stream dropping, the
-    chart's ``IgwLogLinesDropped`` returns the gateway's series only and the router's
-    ``IgwGlobalLogLinesDropped`` the router's only. Until session s46 the chart's alert returned the
-    router's too (its expression without ``unless on(instance) ...``, evaluated below, still does)."""
-    gateway_page = await _metrics_page(create_app(build_gateway_config(config_doc([scheduler("m", "m")]))))
-    router_page = await _metrics_page(_router_app())
-    gateway, router = _page_series(gateway_page, "gw:9090"), _page_series(router_page, "router:9090")
+def _fired(alert: Alert, series: list[Series]) -> set[Element]:
+    found = _evaluate(promql_parser.parse(alert.expr), series)
+    assert found is not None, alert.name
+    return set(found)
+
+
+_UNREACHABLE_JWKS = "https://127.0.0.1:1/jwks"
+"""A JWKS address nothing listens on: each tier's first fetch fails at once, so its page has every
+JWKS and auth series (``igw_jwks_fetch_total{result="failure"}`` included) a failing issuer gives."""
+
+_UNREACHABLE_REDIS = {"backend": "redis", "redis": {"url": "redis://127.0.0.1:1/0"}}
+
+
+def _auth(issuer: str) -> dict[str, Any]:
+    return {
+        "jwt": {
+            "provider": {
+                "name": "idp",
+                "issuer": issuer,
+                "remoteJWKS": {"uri": _UNREACHABLE_JWKS},
+                "audiences": ["a"],
+            }
+        }
+    }
+
+
+async def _page_once(app: web.Application, has: str) -> str:
+    """``app``'s ``/metrics`` page once it has a sample line starting ``has`` (a background fetch's
+    outcome), read on a loopback port."""
+    async with serve_app(app, host="127.0.0.1", port=0) as url, aiohttp.ClientSession() as http:
+        deadline = asyncio.get_running_loop().time() + 10
+        while True:
+            async with http.get(url + "/metrics") as resp:
+                assert resp.status == 200
+                page = await resp.text()
+            if any(line.startswith(has) for line in page.splitlines()):
+                return page
+            assert asyncio.get_running_loop().time() < deadline, f"no {has} on the page"
+            await asyncio.sleep(0.05)
+
+
+async def _both_tiers_with_auth() -> tuple[list[Series], list[Series]]:
+    """A gateway's and a router's series, both with JWT auth (a failing issuer) and Redis rate limits:
+    the configuration under which the two pages share the most families."""
+    doc = config_doc([scheduler("m", "m")])
+    doc["spec"]["auth"] = _auth("https://idp.example")
+    doc["spec"]["extensions"]["rateLimits"] = {
+        **_UNREACHABLE_REDIS,
+        "default": {"requestsPerSecond": 1, "burst": 2},
+    }
+    failed = 'igw_jwks_fetch_total{result="failure"'
+    registry = CollectorRegistry()
+    security = guard_factory(registry)  # as igw serve wires it: the guard's series on the gateway's page
+    gateway = create_app(
+        build_gateway_config(doc),
+        guard_factory=security.factory,
+        holds_refused=security.holds_refused,
+        registry=registry,
+    )
+    gateway_page = await _page_once(gateway, failed)
+    router_doc = global_doc(
+        auth=_auth("https://idp.example"),
+        rateLimits={**_UNREACHABLE_REDIS, "default": {"requestsPerSecond": 1, "burst": 2}},
+    )
+    router = create_global_app(parse_global_config(router_doc), rng=random.Random(1), read_heartbeats=False)
+    router_page = await _page_once(router, failed)
+    return _page_series(gateway_page, "gw:9090"), _page_series(router_page, "router:9090")
+
+
+async def test_every_alert_of_each_tier_fires_for_its_own_tiers_targets_only() -> None:
+    """Both tiers export some families (the request guard's ``igw_auth_*``, ``igw_jwks_*``,
+    ``igw_ratelimit_*``; ``igw_log_lines_dropped_total``). Every alert, evaluated over a gateway's
+    and a router's live pages as one Prometheus scraping both holds them (every counter moved,
+    every threshold crossed), returns exactly what it returns over its own tier's page alone: no
+    series computed from the other tier's target, and none of its own tier's lost to the scoping.
+    Each alert on a shared family with samples fires on its own tier.
+
+    Until session s46 the chart's ``IgwLogLinesDropped`` fired for the router too, and until this
+    change ``IgwJwksRefreshFailing`` and ``IgwJwksNotReady`` did (a router with auth exports their
+    series)."""
+    gateway, router = await _both_tiers_with_auth()
     assert ROUTER_MARKER in {s["__name__"] for s in router} - {s["__name__"] for s in gateway}
+    shared = {s["__name__"] for s in gateway} & {s["__name__"] for s in router}
+    assert {
+        "igw_jwks_fetch_total",
+        "igw_jwks_ready",
+        "igw_auth_enabled",
+        "igw_log_lines_dropped_total",
+    } <= shared
     both = gateway + router
-    tier1: Any = promql_parser.parse({a.name: a for a in ALERTS}["IgwLogLinesDropped"].expr)
-    tier2 = promql_parser.parse({a.name: a for a in GLOBAL_ALERTS}["IgwGlobalLogLinesDropped"].expr)
-    unscoped = {(s["instance"], s["stream"]) for s in _firing(tier1.lhs, both)}
-    assert unscoped == {(i, st) for i in ("gw:9090", "router:9090") for st in ("stdout", "stderr")}
-    assert {(s["instance"], s["stream"]) for s in _firing(tier1, both)} == {
-        ("gw:9090", "stdout"),
-        ("gw:9090", "stderr"),
-    }
-    assert {(s["instance"], s["stream"]) for s in _firing(tier2, both)} == {
-        ("router:9090", "stdout"),
-        ("router:9090", "stderr"),
-    }
+    foreign: dict[str, set[Element]] = {}
+    silent: list[str] = []
+    for alerts, own, other in ((ALERTS, gateway, "router:9090"), (GLOBAL_ALERTS, router, "gw:9090")):
+        for alert in alerts:
+            fired = _fired(alert, both)
+            if fired != _fired(alert, own) or any(other in targets for _, targets in fired):
+                foreign[alert.name] = fired
+            if metric_names(alert.expr) & shared - {ROUTER_MARKER} and not fired:
+                silent.append(alert.name)
+    assert foreign == {}
+    assert silent == []

@@ -199,17 +199,21 @@ ALERTS: Final[tuple[Alert, ...]] = (
         "At this rate a 30-day error budget is spent in five days.",
     ),
     Alert(
+        # since session s46 without a router's fetches (IgwGlobalJwksRefreshFailing): a router with
+        # spec.auth exports the same counter, and its failures fired this alert, its successes hid
+        # a gateway's failures
         "IgwJwksRefreshFailing",
-        'sum(increase(igw_jwks_fetch_total{result="failure"}[15m])) > 0\n'
-        'unless sum(increase(igw_jwks_fetch_total{result="success"}[15m])) > 0',
+        f'sum(increase(igw_jwks_fetch_total{{result="failure"}}[15m]) {_NOT_ROUTER}) > 0\n'
+        f'unless sum(increase(igw_jwks_fetch_total{{result="success"}}[15m]) {_NOT_ROUTER}) > 0',
         "5m",
         "warning",
         "The gateway cannot refresh the JWKS of its token issuer.",
         "Cached keys keep verifying until they are too stale; then every request is refused with 401.",
     ),
     Alert(
+        # since session s46 not for a router's keys (IgwGlobalJwksNotReady): both tiers export them
         "IgwJwksNotReady",
-        "igw_jwks_ready == 0 and on(instance) igw_auth_enabled == 1",
+        f"igw_jwks_ready == 0 and on(instance) igw_auth_enabled == 1\n{_NOT_ROUTER}",
         "5m",
         "critical",
         "Authentication is on but the gateway has no usable JWKS keys.",
@@ -408,6 +412,27 @@ GLOBAL_ALERTS: Final[tuple[Alert, ...]] = (
         "another cluster has the response), the cluster is no longer remembered as the holder, and it "
         "settles nothing: the polled response's hold stays charged. A misbehaving or hostile pod, or a "
         "store shared between model servers, at that cluster.",
+    ),
+    Alert(
+        # since session s46: before, tier 1's IgwJwksRefreshFailing fired for a router it scraped too
+        "IgwGlobalJwksRefreshFailing",
+        f'sum by (instance) (increase(igw_jwks_fetch_total{{result="failure"}}[15m]) {_ROUTER}) > 0\n'
+        f'unless sum by (instance) (increase(igw_jwks_fetch_total{{result="success"}}[15m]) {_ROUTER}) > 0',
+        "5m",
+        "warning",
+        "Router {{ $labels.instance }} cannot refresh the JWKS of its token issuer.",
+        "Its cached keys keep verifying until they are too stale; then the router refuses every request "
+        "with 401 (spec.auth), whatever the clusters behind it could serve.",
+    ),
+    Alert(
+        # since session s46: before, tier 1's IgwJwksNotReady fired for a router it scraped too
+        "IgwGlobalJwksNotReady",
+        f"igw_jwks_ready == 0 and on(instance) igw_auth_enabled == 1\n{_ROUTER}",
+        "5m",
+        "critical",
+        "Router {{ $labels.instance }} has authentication on but no usable JWKS keys.",
+        "It refuses every request with 401 and its /readyz answers 503 (the load balancer takes it out) "
+        "until the issuer's JWKS can be fetched; replicas with keys keep serving.",
     ),
     Alert(
         # since session s46: before, tier 1's IgwLogLinesDropped fired for a router it scraped too
