@@ -1207,6 +1207,8 @@ async def _forward(
                 result = await _within(deadline - time.monotonic(), exchanging)
             if result.usage_unread is not None:  # each attempt's: a retried 502 was a pod's answer too
                 obs.usage_unread(result.usage_unread)
+            if result.redirect:  # each attempt's, as above
+                obs.upstream_redirect()
             if result.response_id is not None:  # remembered (its pod) and a reservation's key
                 misnamed = (
                     plan.settles is not None and result.status < 400 and result.response_id != plan.settles

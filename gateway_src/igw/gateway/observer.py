@@ -253,6 +253,11 @@ class RequestObserver:
         too: the token limits did not charge it, or the client got a 502 for it."""
         self.metrics.child(self.metrics.answer_usage_unread, self.model_label, reason).inc()
 
+    def upstream_redirect(self) -> None:
+        """Count an attempt's redirect refused (:attr:`igw.gateway.upstream.ExchangeResult.redirect`),
+        a retried one's too."""
+        self.metrics.child(self.metrics.upstream_redirects, self.model_label).inc()
+
     def finish(self, response: Answer) -> Answer:
         """Record the final status and emit; returns ``response`` so handlers can ``return`` it."""
         if not self._done:

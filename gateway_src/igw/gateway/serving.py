@@ -547,6 +547,35 @@ _UNRESERVED_ESCAPE: Final = re.compile(r"%(?:3[0-9]|[46][1-9a-f]|[57][0-9a]|2[de
 character itself, so two readers of the path may disagree on it (no URI producer should make one)."""
 
 
+_ABSOLUTE_FORM: Final = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://([^/?#]*)")
+"""An absolute-form request target's scheme and authority (RFC 9112 3.2.2, RFC 3986 3)."""
+
+
+def _absolute_form_refusal(target: str) -> str | None:
+    """Why absolute-form target ``target`` is refused, else ``None``.
+
+    RFC 9112 3.2.2: a server must accept the absolute form, and the target's authority, not the
+    ``Host`` field, names the request's host (aiohttp's ``request.host`` and ``request.url`` take it
+    from the target; the gateway routes by path alone and never forwards or logs the client's
+    authority, the upstream request naming the pod). So the target's authority must be one the gateway
+    can take as that: an ``http``/``https`` URI (another scheme asks for a forward proxy, which the
+    gateway is not), a valid host (:data:`VALID_HOST`, as a ``Host`` field must be), and no user-info
+    (RFC 9110 4.2.4: a recipient should treat it as an error; a credential in it would otherwise ride
+    along). Before session s46 ``POST ftp://user:pw@evil/v1/completions`` was served as
+    ``/v1/completions``. A target the regex does not match is aiohttp's to refuse (``http:///x``)."""
+    found = _ABSOLUTE_FORM.match(target)
+    if found is None:
+        return None
+    scheme, authority = found.groups()
+    if scheme.lower() not in ("http", "https"):
+        return "an absolute request target must be an http or https URI (the gateway is no forward proxy)"
+    if "@" in authority:
+        return "an absolute request target must not carry user information ('user@host')"
+    if not authority or VALID_HOST.fullmatch(authority) is None:
+        return "invalid authority in the absolute request target (a host or IP literal, and an optional port)"
+    return None
+
+
 def target_refusal(target: str) -> str | None:
     """Why request target ``target`` (as it came) is refused, else ``None``.
 
@@ -560,6 +589,8 @@ def target_refusal(target: str) -> str | None:
     (:mod:`igw.gateway.lean_server`), so this one check covers both server sides."""
     if "#" in target:
         return "a request target must not carry a fragment ('#')"
+    if not target.startswith("/") and (why := _absolute_form_refusal(target)) is not None:
+        return why
     path = target.partition("?")[0]
     if "%" in path and _UNRESERVED_ESCAPE.search(path) is not None:
         return "a percent-encoded unreserved character (ALPHA, DIGIT, '-', '.', '_', '~') in the request path"

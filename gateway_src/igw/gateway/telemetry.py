@@ -388,6 +388,13 @@ class GatewayMetrics:
             ["model"],
             registry=r,
         )
+        self.upstream_redirects = FoldingCounter(
+            "igw_upstream_redirects",
+            "Model servers' redirects (3xx but 304), refused with a 502 upstream_error, Location not "
+            "relayed; each attempt's (a retried one's too).",
+            ["model"],
+            registry=r,
+        )
         self.answer_usage_unread = FoldingCounter(
             "igw_answer_usage_unread",
             "Answers a model server compressed though asked for none whose usage the gateway could not "
@@ -470,7 +477,7 @@ class GatewayMetrics:
             self.requests, self.duration, self.ttft, self.itl, self.tokens, self.picks, self.rejections,
             self.decision, self.retries, self.retry_overflow, self.stream_errors, self.client_disconnects,
             self.config_reloads, self.scrapes, self.ejections, self.request_faults, self.large_error_answers,
-            self.answer_usage_unread,
+            self.answer_usage_unread, self.upstream_redirects,
         ):  # fmt: skip
             family.folds = self._batch.fold
         for per_endpoint in (self.picks, self.ejections):

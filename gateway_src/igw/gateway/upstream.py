@@ -58,6 +58,7 @@ from igw.gateway.upstream_client import (
     UpstreamStalled,
     safe_field_value,
 )
+from igw.redaction import redact_url
 
 log = logging.getLogger("igw.gateway")
 large_error_log = logging.getLogger("igw.gateway.large_error_answers")
@@ -74,6 +75,11 @@ the first per pod and reason, then one a minute at most with the count held
 ``igw_answer_usage_unread_total`` (``igw_global_answer_usage_unread_total`` at tier 2). Until
 session s44 a pod answering every request so wrote one WARNING per answer."""
 usage_unread_log.addFilter(RepeatThrottle(keyed_args=2))
+redirect_log = logging.getLogger("igw.gateway.upstream_redirects")
+"""The WARNING for a model server's (or a cluster's) redirect refused (:func:`_refused_redirect`),
+throttled per upstream (:class:`~igw.gateway.log_throttle.RepeatThrottle`): a pod that redirects
+every request is one line a minute, each still counted."""
+redirect_log.addFilter(RepeatThrottle(keyed_args=1))
 
 __all__ = [
     "HOP_BY_HOP",
@@ -181,6 +187,9 @@ class ExchangeResult:
     """A compressed answer relayed while its usage is read from its decoded bytes: one cut short by
     its client before the usage was read counts as ``client_gone`` in
     ``igw_answer_usage_unread_total`` (:func:`igw.gateway.inference._coded_usage_lost`)."""
+    redirect: bool
+    """The upstream answered a redirect (3xx), refused as a 502 (:func:`_refused_redirect`): counted in
+    ``igw_upstream_redirects_total`` (tier 2: ``igw_global_upstream_redirects_total``)."""
 
     def __init__(
         self,
@@ -199,6 +208,7 @@ class ExchangeResult:
         large_error: bool = False,
         usage_unread: str | None = None,
         coded: bool = False,
+        redirect: bool = False,
     ) -> None:
         self.answer = answer
         self.status = status
@@ -215,6 +225,7 @@ class ExchangeResult:
         self.large_error = large_error
         self.usage_unread = usage_unread
         self.coded = coded
+        self.redirect = redirect
 
     @property
     def response(self) -> web.StreamResponse:
@@ -697,6 +708,40 @@ before responding``) to any caller; the access log, the WARNING lines and the de
 keep the address for the operator."""
 
 
+def _refused_redirect(
+    upstream: UpstreamResponse, endpoint: str, upstream_name: str, extra: Mapping[str, str]
+) -> ExchangeResult:
+    """A 502 ``upstream_error`` for a redirect (any 3xx) from a model server or a cluster, nothing of
+    it relayed (304 Not Modified, a conditional request's answer, is no redirect and is relayed): no
+    OpenAI-compatible API redirects, so a 3xx is a misconfigured upstream (an ingress's
+    HTTP-to-HTTPS redirect) or a hostile one pointing clients that follow redirects at an address of
+    their own network or the gateway's (``Location: http://169.254.169.254/...``), and its
+    ``Location`` names internal addresses. Before session s46 it was relayed as it came, ``Location``
+    and all, at both tiers. The client is told the status alone; the access log's ``error`` and a
+    WARNING (throttled per upstream) keep the ``Location``, credentials and query values masked
+    (:func:`~igw.redaction.redact_url`). Not ``ok``: a 502 either tier may retry elsewhere."""
+    location = next((value for name, value in upstream.fields if name.lower() == b"location"), None)
+    shown = "none" if location is None else redact_url(location.decode(_CHARSET, _UNDECODABLE).strip())
+    redirect_log.warning(
+        "upstream %s answered a redirect (HTTP %d, Location %s): refused with a 502, not relayed",
+        endpoint,
+        upstream.status,
+        shown,
+    )
+    return ExchangeResult(
+        answer=gateway_error(
+            "upstream_error",
+            f"{upstream_name} answered a redirect (HTTP {upstream.status}), which an inference API "
+            "never sends: not relayed",
+            headers=extra,
+        ),
+        status=502,
+        ok=False,
+        error=f"redirect HTTP {upstream.status} to {shown}",
+        redirect=True,
+    )
+
+
 def _upstream_failed(what: str, exc: BaseException, extra: Mapping[str, str]) -> ExchangeResult:
     """A 502 ``upstream_error`` for a request nothing of which was relayed yet: ``what`` and the
     exception's type for the client (never its text: it may name internal addresses), both for the log;
@@ -780,6 +825,9 @@ async def exchange(
         )
     except (UpstreamBroken, OSError) as failed:
         return _upstream_failed(f"{upstream_name} failed before responding", failed, response_headers)
+    if 300 <= upstream.status < 400 and upstream.status != 304:  # 304: a conditional GET's, no redirect
+        upstream.close()
+        return _refused_redirect(upstream, endpoint, upstream_name, response_headers)
     try:
         # Status, not content type, makes an answer a refusal: an error answered as an event stream
         # (a 503 or 429 some servers send as ``text/event-stream``) is an error answer, wrapped and

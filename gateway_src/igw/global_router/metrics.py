@@ -73,6 +73,13 @@ class FleetMetrics:
             ["cluster"],
             registry=r,
         )
+        self.upstream_redirects = Counter(
+            f"{PREFIX}_upstream_redirects",
+            "Clusters' redirects (3xx but 304), refused with a 502 upstream_error (retried at the next "
+            "cluster), Location not relayed, by cluster.",
+            ["cluster"],
+            registry=r,
+        )
         self.answer_usage_unread = Counter(
             f"{PREFIX}_answer_usage_unread",
             "Clusters' answers compressed though the router asked for none whose usage it could not "

@@ -762,6 +762,8 @@ def _count_answer_faults(router: GlobalRouter, cluster: str, result: ExchangeRes
         router.metrics.large_error_answers.labels(cluster).inc()
     if result.usage_unread is not None:
         router.metrics.answer_usage_unread.labels(cluster, result.usage_unread).inc()
+    if result.redirect:  # refused with a 502 (since session s46: relayed, Location and all, before)
+        router.metrics.upstream_redirects.labels(cluster).inc()
 
 
 def _stopped_waiting(result: ExchangeResult) -> bool:

@@ -1,0 +1,163 @@
+"""A model server's or a cluster's redirect is refused, never relayed.
+
+Found by probing (session s46): a pod (tier 1) or a cluster (tier 2) answering ``302 Location:
+http://user:secret@169.254.169.254/latest/meta-data/`` had its answer relayed as it came - status,
+``Location`` and body - to the client, which, following redirects as most HTTP clients do, was sent
+to an address of its own network (the instance metadata service), and was told an internal address
+(and the credentials in it). No OpenAI-compatible API redirects: each 3xx (but 304) is now a 502
+``upstream_error`` naming neither the address nor the ``Location``, counted, and logged for the
+operator with the ``Location``'s credentials masked; tier 2 tries the next cluster.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from igw.gateway.serving import serve_app
+from igw.global_router.config import parse_global_config
+from igw.global_router.server import ROUTER_KEY, create_global_app
+from tests.global_router.support import MODEL as ROUTED_MODEL
+from tests.global_router.support import global_doc
+from tests.reliability.harness import MODEL, gateway_doc, in_process_gateway, scripted_upstream
+
+LOCATION = "http://user:secret@169.254.169.254/latest/meta-data/iam/"
+
+
+async def redirecting(request: web.Request) -> web.Response:
+    """An upstream answering every request with the redirect its query names (``?status=&type=``)."""
+    await request.read()
+    status = int(request.query.get("status", "302"))
+    headers = {"Location": LOCATION, "Content-Type": request.query.get("type", "text/html")}
+    return web.Response(
+        status=status, headers=headers, body=b'<a href="' + LOCATION.encode() + b'">moved</a>'
+    )
+
+
+def assert_refused(status: int, headers: Any, body: bytes, says: str) -> None:
+    """A 502 ``upstream_error`` naming ``says``, with neither the Location nor any of it."""
+    assert status == 502, body
+    assert headers["Content-Type"].startswith("application/json"), headers
+    assert "Location" not in headers, headers
+    assert b'"code":"upstream_error"' in body, body
+    assert says.encode() in body, body
+    shown = body.decode() + "\n".join(f"{k}: {v}" for k, v in headers.items())
+    for part in ("169.254", "secret", "meta-data"):
+        assert part not in shown, shown
+
+
+REDIRECTS = [
+    (302, "text/html"),
+    (301, "application/json"),
+    (307, "text/event-stream"),
+    (308, "text/plain"),
+    (300, ""),
+]
+
+
+@pytest.mark.parametrize(("status", "content_type"), REDIRECTS)
+async def test_a_pod_s_redirect_is_refused_not_relayed(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, status: int, content_type: str
+) -> None:
+    caplog.set_level(logging.INFO, logger="igw.access")
+    body = {"model": MODEL, "prompt": "hi", "max_tokens": 3, "stream": content_type == "text/event-stream"}
+    async with (
+        scripted_upstream({"POST /v1/completions": redirecting}) as pod,
+        in_process_gateway(tmp_path, gateway_doc(routing={"retry": {"attempts": 1}}), [pod]) as gw,
+    ):
+        params = {"status": str(status), "type": content_type}
+        async with gw.http.post(
+            gw.url + "/v1/completions", params=params, json=body, allow_redirects=False
+        ) as resp:
+            answer = await resp.read()
+            assert_refused(
+                resp.status, resp.headers, answer, f"the model server answered a redirect (HTTP {status})"
+            )
+            assert pod.rsplit(":", 1)[1] not in answer.decode()
+        counted = f'igw_upstream_redirects_total{{model="{MODEL}"}} 1.0'
+        for _ in range(200):  # counted once the handler has finished its accounting
+            if counted in await (await gw.http.get(gw.url + "/metrics")).text():
+                break
+            await asyncio.sleep(0.02)
+        else:
+            pytest.fail(f"{counted} not in /metrics")
+    # the operator's record keeps where it pointed, its credentials masked
+    access = [r.getMessage() for r in caplog.records if r.name == "igw.access"]
+    assert any(
+        f"redirect HTTP {status} to http://" in line and "169.254.169.254" in line for line in access
+    ), access
+    assert not any("secret" in r.getMessage() for r in caplog.records), access
+
+
+@contextlib.asynccontextmanager
+async def router_over(clusters: list[tuple[str, str, web.Application]]) -> AsyncIterator[tuple[str, Any]]:
+    """A router (region ``east``) in front of ``(name, region, app)`` clusters on loopback."""
+    async with contextlib.AsyncExitStack() as stack:
+        specs = []
+        for name, region, app in clusters:
+            url = await stack.enter_async_context(serve_app(app, host="127.0.0.1", port=0))
+            specs.append({"name": name, "region": region, "endpoint": url, "models": [ROUTED_MODEL]})
+        router = create_global_app(
+            parse_global_config(global_doc(specs, heartbeats={"required": False})), read_heartbeats=False
+        )
+        yield await stack.enter_async_context(serve_app(router, host="127.0.0.1", port=0)), router
+
+
+def redirecting_cluster() -> web.Application:
+    app = web.Application()
+    app.router.add_post("/v1/completions", redirecting)
+    app.router.add_get("/v1/responses/{id}", redirecting)
+    return app
+
+
+async def test_a_cluster_s_redirect_is_refused_and_counted() -> None:
+    async with (
+        router_over([("east-a", "east", redirecting_cluster())]) as (url, app),
+        aiohttp.ClientSession() as http,
+    ):
+        registry = app[ROUTER_KEY].metrics.registry
+        for status, content_type in REDIRECTS[:3]:
+            params = {"status": str(status), "type": content_type}
+            body = {"model": ROUTED_MODEL, "prompt": "hi", "max_tokens": 3}
+            async with http.post(
+                url + "/v1/completions", params=params, json=body, allow_redirects=False
+            ) as resp:
+                answer = await resp.read()
+                assert_refused(
+                    resp.status, resp.headers, answer, f"cluster 'east-a' answered a redirect (HTTP {status})"
+                )
+        # a stored response's retrieval (the search's exchange) too
+        async with http.get(url + "/v1/responses/resp_1", allow_redirects=False) as resp:
+            answer = await resp.read()
+            assert resp.status == 502, answer
+            assert "Location" not in resp.headers, resp.headers
+            assert b"169.254" not in answer
+        assert registry.get_sample_value("igw_global_upstream_redirects_total", {"cluster": "east-a"}) == 4
+
+
+async def test_a_cluster_s_redirect_is_tried_at_the_next_cluster() -> None:
+    async def complete(request: web.Request) -> web.Response:
+        await request.read()
+        return web.json_response({"id": "cmpl-1", "choices": [{"index": 0, "text": "ok"}], "usage": {}})
+
+    good = web.Application()
+    good.router.add_post("/v1/completions", complete)
+    clusters = [("east-a", "east", redirecting_cluster()), ("west-a", "west", good)]
+    async with router_over(clusters) as (url, app), aiohttp.ClientSession() as http:
+        body = {"model": ROUTED_MODEL, "prompt": "hi", "max_tokens": 3}
+        for _ in range(3):
+            async with http.post(url + "/v1/completions", json=body, allow_redirects=False) as resp:
+                assert resp.status == 200, await resp.read()
+                assert "Location" not in resp.headers
+        registry = app[ROUTER_KEY].metrics.registry
+        assert (
+            registry.get_sample_value("igw_global_upstream_redirects_total", {"cluster": "east-a"}) or 0
+        ) >= 1
