@@ -160,7 +160,7 @@ class TakenDuringThePick(ResponseSearches):
     """A place free when the continuation is checked, taken by the time its pick is made (another
     search began while the pick waited in flow control's queue)."""
 
-    def begin(self) -> bool:
+    def begin(self, scope: str | None = None) -> bool:
         return False
 
 
@@ -227,3 +227,55 @@ async def test_a_search_every_pod_answered_with_another_response_found_it_nowher
         assert asked(pods) == 3
         text = await (await gw.http.get(gw.url + "/metrics")).text()
         assert metric(text, "igw_upstream_retries_total", scheduler="llama", cause="response-search") == 2
+
+
+async def test_a_retrieval_search_moves_on_from_a_pod_that_does_not_answer(gateway: Any) -> None:
+    """A frozen pod (it accepts the request and never answers; its /metrics still do, so it stays in
+    its pool) first in the search's order: the search stops waiting for it after ``search_timeout_s``
+    and asks the next pod, which stores the response. When every other pod answers 404 the client
+    gets the frozen pod's 504 - it may store the response - never a 404, and the id is not listed as
+    found nowhere. Until session s46 the search waited for that pod until ``responseTimeout`` (600 s)
+    and then ended on its 504 without asking the others (tier 2's clusters moved on since s46)."""
+    frozen = FakeModelServer("a", stored_delay_s=3600)
+    holder = FakeModelServer("b")
+    holder.stored_responses["resp_there"] = {"id": "resp_there", "object": "response", "output": []}
+    async with running(frozen, holder), gateway(DOC, {"llama": [frozen.key, holder.key]}) as gw:
+        gw.state.response_searches.search_timeout_s = 0.3
+        async with asyncio.timeout(20):  # a failure, not a hang of responseTimeout (600 s)
+            found = await gw.http.get(f"{gw.url}/v1/responses/resp_there")
+            assert found.status == 200
+            assert (await found.json())["id"] == "resp_there"
+            assert [len(frozen.received), len(holder.received)] == [1, 1]
+            nowhere = await gw.http.get(f"{gw.url}/v1/responses/resp_elsewhere")
+        assert nowhere.status == 504
+        assert (await nowhere.json())["error"]["code"] == "upstream_timeout"
+        assert [len(frozen.received), len(holder.received)] == [2, 2]
+        assert not gw.state.response_searches.recently_unfound("resp_elsewhere", now=gw.state.clock())
+        assert gw.state.response_searches.in_flight == 0
+        text = await (await gw.http.get(gw.url + "/metrics")).text()
+        assert metric(text, "igw_upstream_retries_total", scheduler="llama", cause="search-timeout") == 2
+
+
+async def test_a_continuation_gives_its_search_place_back_while_its_answer_generates(gateway: Any) -> None:
+    """A continuation of a response no scheduler here remembers searches the pool holding one of the
+    process's search places; once ``search_timeout_s`` has passed the pod that has it is generating
+    (a pod without it answers 404 at once), and the place is given back while the answer goes on.
+    Until session s46 it was held for the whole generation: a tenant's long answers kept the places."""
+    pods = [FakeModelServer("a"), FakeModelServer("b", tokens=3, token_delay_s=30.0)]
+    pods[1].stored_responses["resp_prev"] = {"id": "resp_prev", "object": "response", "output": []}
+    async with running(*pods), gateway(DOC, {"llama": [p.key for p in pods]}) as gw:
+        searches = gw.state.response_searches
+        searches.search_timeout_s = 0.3
+        continuation = {
+            "model": CHAT_MODEL,
+            "input": "more",
+            "previous_response_id": "resp_prev",
+            "stream": True,
+        }
+        async with gw.http.post(f"{gw.url}/v1/responses", json=continuation) as resp:
+            assert resp.status == 200
+            assert b"response.created" in await resp.content.readline()  # generating on b
+            await wait_for(lambda: searches.in_flight == 0, what="the search place given back")
+            assert not pods[1].cancelled.is_set()  # the answer still generating
+        await wait_for(lambda: len(gw.state.inflight) == 0, what="the stream ended")
+        assert searches.in_flight == 0  # given back once, not twice

@@ -23,6 +23,7 @@ import yarl
 
 from igw.gateway.response_ids import minted_for
 from tests.gateway.fake_model_server import FakeModelServer, running
+from tests.gateway.support import wait_for
 from tests.security.helpers import DELETE, JwksServer, TokenFactory
 from tests.security.test_gateway_e2e import Gw, secured_gateway
 
@@ -532,3 +533,40 @@ async def test_a_replay_going_on_with_another_response_is_cut_there(
         assert gw.registry.get_sample_value("igw_usage_misnamed_total") == 1
         for sr in gw.state.runtime.schedulers.values():
             assert sr.scheduler.responses.endpoint_of(polled) is None
+
+
+async def test_one_tenant_searching_made_up_ids_takes_only_its_share_of_the_search_places(
+    tmp_path: Path, jwks_server: JwksServer, client_ssl: ssl.SSLContext, tokens: TokenFactory
+) -> None:
+    """Every retrieval of an id no scheduler here remembers is a search of the pods, and a process runs
+    ``SEARCHES_IN_FLIGHT`` (16) at once. A tenant looping made-up ids held at most its scope's share
+    (``SEARCHES_PER_SCOPE``, 4; since session s46, as at tier 2): its fifth search at once is refused
+    503 ``response_search_busy`` naming its share, asking no pod, while another tenant's search still
+    runs. Until then one tenant could take all 16 places and every other tenant's search was refused."""
+    async with _gateway(tmp_path, jwks_server, client_ssl) as (gw, servers):
+        pod = servers[0]
+        pod.stored_delay_s = 2.0  # each search holds its place that long (the made-up ids: 404)
+        tokens.clock.now = time.time()
+        mallory = tokens.token(tenant="team-b", sub="mallory")
+        alice = tokens.token(tenant="team-a", sub="alice")
+        searches = gw.state.response_searches
+        held = [
+            asyncio.ensure_future(_ask(gw, "GET", f"/v1/responses/resp_made_up_{i}", mallory))
+            for i in range(4)
+        ]
+        try:
+            await wait_for(lambda: searches.in_flight == 4, what="four searches of mallory's")
+            asked = len(pod.received)
+            status, answer = await _ask(gw, "GET", "/v1/responses/resp_made_up_5", mallory)
+            assert status == 503
+            assert answer["error"]["code"] == "response_search_busy"
+            assert "4 others of yours (your share" in answer["error"]["message"]
+            assert len(pod.received) == asked  # no pod asked
+            alices = asyncio.ensure_future(_ask(gw, "GET", "/v1/responses/resp_alices", alice))
+            await wait_for(lambda: searches.in_flight == 5, what="alice's search running")
+            status, _ = await alices
+            assert status == 404  # the pod's: it stores no such response
+        finally:
+            results = await asyncio.gather(*held)
+        assert [status for status, _ in results] == [404] * 4
+        assert searches.in_flight == 0

@@ -76,6 +76,7 @@ from igw.gateway.request_body import (
     with_leading_field,
 )
 from igw.gateway.response_ids import MINTING_ENGINES, believed, mint, minted_for
+from igw.gateway.response_search import SEARCH_TIMEOUT
 from igw.gateway.retries import refused_status, request_digest, retry_condition
 from igw.gateway.runtime import SchedulerRuntime
 from igw.gateway.serving import LIMITS_KEY, ServerLimits
@@ -334,18 +335,22 @@ async def handle_inference(
         try:
             if forward.search_for is None:
                 return await _forward(request, state, guard, principal, obs, body, forward)
-            # A continuation searching the pool holds one of the process's search places while it
-            # runs. The place was free before the pick (_search_refusal); taken since, while the
-            # pick waited in flow control's queue, the request goes to the pick's own candidates
-            # only (the retry policy's attempts), as in a one-pod pool.
-            searching = state.response_searches.begin()
-            if not searching:
+            # A continuation searching the pool holds one of the process's search places (of its
+            # caller scope's share) while it searches: given back when the forward ends or
+            # search_timeout_s after it was taken (a pod that has not answered 404 by then is
+            # generating the answer; until session s46 held for the whole generation). The place
+            # was free before the pick (_search_refusal); taken since, while the pick waited in
+            # flow control's queue, the request goes to the pick's own candidates only (the retry
+            # policy's attempts), as in a one-pod pool.
+            searches = state.response_searches
+            place = searches.take(_search_scope(principal), release_after_s=searches.search_timeout_s)
+            if place is None:
                 forward.search_for = None
             try:
                 return await _forward(request, state, guard, principal, obs, body, forward)
             finally:
-                if searching:
-                    state.response_searches.end()
+                if place is not None:
+                    place.release()
         finally:
             state.inflight.leave(task)
             # Interpreted, a cancelled handler's traceback keeps this frame, whose ``task`` holds
@@ -379,14 +384,27 @@ def _authorize_target(
         ) from None
 
 
+def _search_scope(principal: Principal) -> str | None:
+    """The scope whose share of the search places a search of ``principal``'s takes: its caller
+    scope, none for scope ``""`` (a gateway without authentication: every caller one scope, nobody to
+    share with; the process's limit alone). As the global router's."""
+    return caller_scope(principal) or None
+
+
 def _search_refusal(
-    state: GatewayState, response_id: str, *, request_id: str, param: str | None = None
+    state: GatewayState,
+    response_id: str,
+    scope: str | None,
+    *,
+    request_id: str,
+    param: str | None = None,
 ) -> web.Response | None:
     """The answer to a request that would search the pods for stored response ``response_id``, when
     it must not (:mod:`igw.gateway.response_search`): 404 ``response_not_found`` for an id such a
     search found nowhere moments ago, 503 ``response_search_busy`` when the process runs as many
-    searches as it may (its ``Retry-After`` 1 s spread by :func:`_retry_after`, as every tier-1
-    refusal's; a fixed 1 until session s43); else ``None``."""
+    searches as it may, or ``scope`` its share of them (since session s46; before, one tenant looping
+    made-up ids took every place), its ``Retry-After`` 1 s spread by :func:`_retry_after`, as every
+    tier-1 refusal's (a fixed 1 until session s43); else ``None``."""
     searches = state.response_searches
     if searches.recently_unfound(response_id, now=state.clock()):
         message = (
@@ -394,13 +412,19 @@ def _search_refusal(
             f"(every one asked answered 404 less than {searches.ttl_s:g}s ago)"
         )
         return gateway_error("response_not_found", message, param=param, request_id=request_id)
-    if searches.in_flight >= searches.limit:
+    busy = searches.busy(scope)
+    if busy is not None:
         # a search lasts a pod round trip or a few: 1 s, spread like every other refusal's wait so
         # that the continuations refused in one burst do not all come back in the same second
         retry_after = _retry_after(state, 1)
+        whose = (
+            f"{searches.limit} others"
+            if busy == "busy"
+            else f"{searches.per_scope} others of yours (your share of its searches)"
+        )
         message = (
             f"response {response_id!r} is not known to this gateway replica and it is already searching "
-            f"the model servers for {searches.limit} others; retry after {retry_after}s"
+            f"the model servers for {whose}; retry after {retry_after}s"
         )
         return gateway_error(
             "response_search_busy",
@@ -475,7 +499,8 @@ async def handle_stored_response(request: web.Request) -> web.StreamResponse:
     this one restarted) is searched for among the pods of the pools the caller may use, a 404 or an
     answer naming another response moving on to the next pod (:data:`RESPONSE_SEARCH_LIMIT` at most);
     the pod whose answer carries it (its id; input items: a list, no id) is remembered.
-    None has it: the last pod's 404; no pool to ask: a 404 ``response_not_found``. An answer naming
+    None has it: the last pod's 404 (a pod the search stopped waiting for, since session s46: its 504,
+    :mod:`igw.gateway.response_search`); no pool to ask: a 404 ``response_not_found``. An answer naming
     another response is never relayed (since session s45): the 404 of a pod before it, else the
     gateway's ``response_not_found`` (not a streamed one, relayed as its events arrive). ``?stream=true``
     (resuming a background response's events) is relayed as a stream."""
@@ -534,18 +559,19 @@ async def handle_stored_response(request: web.Request) -> web.StreamResponse:
         )
         body = NO_BODY if not stream else dataclasses.replace(NO_BODY, stream=True)
         searching = found is None
+        scope = _search_scope(principal)
         if searching:
-            refused = _search_refusal(state, response_id, request_id=obs.request_id)
+            refused = _search_refusal(state, response_id, scope, request_id=obs.request_id)
             if refused is not None:
                 return obs.finish(refused)
-            state.response_searches.begin()  # free: the check above, and no await since
+            state.response_searches.begin(scope)  # free: the check above, and no await since
         task = state.inflight.enter(None)
         try:
             answer = await _forward(request, state, guard, principal, obs, body, plan)
         finally:
             state.inflight.leave(task)
             if searching:
-                state.response_searches.end()
+                state.response_searches.end(scope)
         holder = obs.record.endpoint
         if (
             found is None
@@ -699,7 +725,9 @@ async def _route(
         and len(sr.pool.states) > 1
         and sr.scheduler.responses.endpoint_of(continues) is None
     ):
-        refused = _search_refusal(state, continues, request_id=rid, param="previous_response_id")
+        refused = _search_refusal(
+            state, continues, _search_scope(principal), request_id=rid, param="previous_response_id"
+        )
         if refused is not None:  # before the pick: nothing picked is left unsent
             return refused
     faults = sr.scheduler.outliers.request_faults
@@ -1160,6 +1188,11 @@ async def _forward(
     unsent: EndpointKey | None = None
     # the last candidate whose answer to a retrieval named another response (never relayed)
     withheld: str | None = None
+    # A retrieval's search waits search_timeout_s for each pod's answer head, then asks the next (since
+    # session s46): the 504 of the last pod it stopped waiting for, the client's if no other has it
+    polling = plan.search_for is not None and not plan.generates
+    head_timeout_s = state.response_searches.search_timeout_s if polling else None
+    stalled: ExchangeResult | None = None
     # routeTimeout bounds every attempt together: each retry gets what is left of it
     deadline = None if plan.timeout_s is None else time.monotonic() + plan.timeout_s
     for attempt, key in enumerate(plan.candidates, start=1):
@@ -1199,6 +1232,7 @@ async def _forward(
                 strip_usage=plan.strip_usage,
                 relay_whole_above=WHOLE_ANSWER_BUFFER_BYTES,
                 expect_id=plan.settles,  # a retrieval's: checked before it is relayed (None: generating)
+                head_timeout_s=head_timeout_s,
             )
             # routeTimeout bounds the whole exchange; without one (the default) no timer is armed
             if deadline is None:
@@ -1316,6 +1350,16 @@ async def _forward(
                 continue
             result = None
             break
+        if polling and result is not None and result.gave_up and not prepared:
+            # no answer head within the search's bound (a frozen pod): not a miss - it may store the
+            # response - but the next pod is asked (until session s46 the search ended on this 504,
+            # after responseTimeout, 600 s by default)
+            stalled = result
+            if attempt < len(plan.candidates):
+                searched += 1
+                obs.retrying(plan.search_pools.get(key, ""), SEARCH_TIMEOUT, status=result.status)
+                continue
+            break
         if connected and (result is None or prepared or result.status < 400):
             break
         if plan.search_for is not None and connected and result is not None and result.status == 404:
@@ -1347,6 +1391,8 @@ async def _forward(
         state.retry_budget.give_back()
     if unsent is not None and plan.sr is not None:  # no attempt took it after that: nobody got it
         plan.sr.scheduler.release_dispatch(unsent, now=state.clock(), request_id=obs.key)
+    if stalled is not None and (result is None or (result.status == 404 and not prepared)):
+        result = stalled  # the others answered 404 (or not at all): the pod not heard may store it
     if plan.search_for is not None:
         _searched(state, plan, result, every_pod_missed=missed == len(plan.candidates))
     if result is None and withheld is not None and refusal is None:

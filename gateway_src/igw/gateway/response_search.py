@@ -21,10 +21,22 @@ limits:
   search, so the limit is what bounds their load on the pods: at most that many searches' round
   trips in flight, whatever the request rate.
 
-**A caller scope's share** (the global router only, since session s46): a search begun with a scope
-(:meth:`ResponseSearches.begin`) is refused when ``per_scope`` of that scope's run already, so one
-tenant looping made-up ids holds at most that many of the ``limit`` places and the others' searches
-still run (before, every place: every other tenant's search refused). Tier 1 passes no scope.
+**A caller scope's share** (the global router since session s46, tier 1 since s46 too): a search
+begun with a scope (:meth:`ResponseSearches.begin`) is refused when ``per_scope`` of that scope's run
+already, so one tenant looping made-up ids holds at most that many of the ``limit`` places and the
+others' searches still run (before, every place: every other tenant's search refused). Callers of the
+one scope ``""`` (no tenant, no subject: a gateway without authentication) pass no scope.
+
+**A pod that does not answer** (tier 1, since session s46, as the global router's clusters): a
+retrieval's search waits :attr:`ResponseSearches.search_timeout_s` for each pod's answer head, then
+asks the next pod (a stored response's answer starts at once; a frozen pod held the search, and its
+place, until ``responseTimeout``, 600 s by default, and the search then ended on that pod's 504
+without asking the others). Found elsewhere, that answer; else the stalled pod's 504, never a 404
+(it may store the response), and the id is not listed as found nowhere. A continuation's place is
+given back ``search_timeout_s`` after it was taken (:class:`SearchPlace`) if its forward has not
+ended by then: a pod that has not answered 404 by then is generating the answer (vLLM answers an
+unknown ``previous_response_id`` before any generation), no longer searching; held for the whole
+answer, a tenant's long generations took its share of the places for minutes.
 
 Per process, like the retry budget (each worker of ``igw serve --workers N`` its own): a search is
 rare outside a replica's restart or a scale-out of the gateway itself.
@@ -32,6 +44,7 @@ rare outside a replica's restart or a scale-out of the gateway itself.
 
 from __future__ import annotations
 
+import asyncio
 from collections import OrderedDict
 from typing import Final
 
@@ -45,13 +58,30 @@ SEARCHES_IN_FLIGHT: Final = 16
 """Searches one gateway process runs at once."""
 
 SEARCHES_PER_SCOPE: Final = 4
-"""Searches of one caller scope a global router replica runs at once (a quarter of its places)."""
+"""Searches of one caller scope a process (a gateway's, a global router replica's) runs at once (a
+quarter of its places)."""
+
+SEARCH_TIMEOUT_S: Final = 5.0
+"""Seconds a tier-1 search waits for one pod's answer head (a retrieval's), and holds a
+continuation's place."""
+
+SEARCH_TIMEOUT: Final = "search-timeout"
+"""The ``cause`` of ``igw_upstream_retries_total`` for a pod a search stopped waiting for."""
 
 
 class ResponseSearches:
     """The ids recently searched for in vain, and the searches in flight (the module docstring)."""
 
-    __slots__ = ("_scopes", "_unfound", "capacity", "in_flight", "limit", "per_scope", "ttl_s")
+    __slots__ = (
+        "_scopes",
+        "_unfound",
+        "capacity",
+        "in_flight",
+        "limit",
+        "per_scope",
+        "search_timeout_s",
+        "ttl_s",
+    )
 
     def __init__(
         self,
@@ -60,6 +90,7 @@ class ResponseSearches:
         ttl_s: float = UNFOUND_TTL_S,
         capacity: int = UNFOUND_CAPACITY,
         per_scope: int | None = None,
+        search_timeout_s: float = SEARCH_TIMEOUT_S,
     ) -> None:
         if limit < 1 or capacity < 1 or ttl_s <= 0 or (per_scope is not None and per_scope < 1):
             raise ValueError("limit, capacity and per_scope must be at least 1, ttl_s positive")
@@ -69,6 +100,8 @@ class ResponseSearches:
         self._scopes: dict[str, int] = {}
         """Scope -> its searches in flight (those begun with a scope; none kept at 0)."""
         self.ttl_s = ttl_s
+        self.search_timeout_s = search_timeout_s
+        """How long a tier-1 search waits for one pod, and holds a continuation's place."""
         self.capacity = capacity
         self.in_flight = 0
         """Searches begun and not ended."""
@@ -122,3 +155,30 @@ class ResponseSearches:
             left = self._scopes.pop(scope, 0) - 1
             if left > 0:
                 self._scopes[scope] = left
+
+    def take(self, scope: str | None, *, release_after_s: float) -> SearchPlace | None:
+        """A place for one search (of ``scope``), given back when released or ``release_after_s``
+        after it was taken, whichever comes first; ``None``, nothing taken, when :meth:`busy`."""
+        if not self.begin(scope):
+            return None
+        return SearchPlace(self, scope, release_after_s=release_after_s)
+
+
+class SearchPlace:
+    """A continuation's place among a process's :class:`ResponseSearches`, given back when its
+    forward ends or ``release_after_s`` after it was taken, whichever comes first (the module
+    docstring: its search is over by then)."""
+
+    __slots__ = ("_scope", "_searches", "_timer")
+
+    def __init__(self, searches: ResponseSearches, scope: str | None, *, release_after_s: float) -> None:
+        self._searches: ResponseSearches | None = searches
+        self._scope = scope
+        self._timer = asyncio.get_running_loop().call_later(release_after_s, self.release)
+
+    def release(self) -> None:
+        """Give the place back (once; later calls do nothing)."""
+        searches, self._searches = self._searches, None
+        if searches is not None:
+            self._timer.cancel()
+            searches.end(self._scope)

@@ -20,7 +20,7 @@ from igw.gateway.endpoints import DiscoveredEndpoint
 from igw.gateway.event_tokens import TokensPerEvent
 from igw.gateway.flow_gate import FlowGates
 from igw.gateway.guards import RequestGuard
-from igw.gateway.response_search import ResponseSearches
+from igw.gateway.response_search import SEARCHES_PER_SCOPE, ResponseSearches
 from igw.gateway.retries import RetryBudget
 from igw.gateway.rewrite_metrics import RewriteMetrics
 from igw.gateway.runtime import GatewayRuntime, PickerConfigs
@@ -95,8 +95,9 @@ class GatewayState:
         """Requests being forwarded, so a shutdown can wait for them and then end them cleanly."""
         self.retry_budget = RetryBudget()
         """Retries of answered requests in flight (``spec.extensions.routing.retry``'s budget)."""
-        self.response_searches = ResponseSearches()
-        """Searches of the pods for a stored response no scheduler remembers: their bounds."""
+        self.response_searches = ResponseSearches(per_scope=SEARCHES_PER_SCOPE)
+        """Searches of the pods for a stored response no scheduler remembers: their bounds, a caller
+        scope's ``SEARCHES_PER_SCOPE`` at most (since session s46)."""
         self.tokens_per_event: dict[str, TokensPerEvent] = {}
         """Per scheduler: the output tokens its pool's stream events carry, learnt from its streams
         (what a stream cut before its usage is charged: :mod:`igw.gateway.event_tokens`)."""

@@ -364,7 +364,8 @@ class GatewayMetrics:
             "Attempts retried on the next-best endpoint, by what the failed attempt met of "
             "spec.extensions.routing.retry.retryOn (connect-failure, unavailable, rate-limited, "
             "model-missing, 5xx), or response-search: a pod asked for a stored response (a "
-            "continuation's or a retrieval's) it did not store (not a retry of retryOn).",
+            "continuation's or a retrieval's) it did not store, or search-timeout: a pod a "
+            "retrieval's search stopped waiting for (neither a retry of retryOn).",
             ["scheduler", "cause"],
             registry=r,
         )
