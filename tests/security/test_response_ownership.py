@@ -545,7 +545,7 @@ async def test_one_tenant_searching_made_up_ids_takes_only_its_share_of_the_sear
     runs. Until then one tenant could take all 16 places and every other tenant's search was refused."""
     async with _gateway(tmp_path, jwks_server, client_ssl) as (gw, servers):
         pod = servers[0]
-        pod.stored_delay_s = 2.0  # each search holds its place that long (the made-up ids: 404)
+        pod.stored_delay_s = 1.0  # each search holds its place that long (below SEARCH_TIMEOUT_S)
         tokens.clock.now = time.time()
         mallory = tokens.token(tenant="team-b", sub="mallory")
         alice = tokens.token(tenant="team-a", sub="alice")

@@ -61,9 +61,12 @@ SEARCHES_PER_SCOPE: Final = 4
 """Searches of one caller scope a process (a gateway's, a global router replica's) runs at once (a
 quarter of its places)."""
 
-SEARCH_TIMEOUT_S: Final = 5.0
-"""Seconds a tier-1 search waits for one pod's answer head (a retrieval's), and holds a
-continuation's place."""
+SEARCH_TIMEOUT_S: Final = 2.0
+"""Seconds a tier-1 search waits for one pod's answer head (a retrieval's: a stored response is
+answered at once), and holds a continuation's place. Below the global router's per-cluster search
+timeout (:data:`igw.global_router.server.SEARCH_TIMEOUT_S`, 5 s), so that a cluster whose gateway
+passes a frozen pod (or two) on its way to the holder still answers the router in time; equal, the
+router gave that cluster up first."""
 
 SEARCH_TIMEOUT: Final = "search-timeout"
 """The ``cause`` of ``igw_upstream_retries_total`` for a pod a search stopped waiting for."""

@@ -76,7 +76,7 @@ from igw.gateway.request_body import (
     read_limited,
     relayed_tokens,
 )
-from igw.gateway.response_search import SEARCHES_PER_SCOPE, ResponseSearches
+from igw.gateway.response_search import SEARCHES_PER_SCOPE, ResponseSearches, SearchPlace
 from igw.gateway.retries import request_digest
 from igw.gateway.server_identity import name_every_answer
 from igw.gateway.serving import BODY_LIMIT_SETTING_KEY, INFLIGHT_KEY, LIMITS_KEY, ServerLimits
@@ -369,7 +369,7 @@ async def _route(
         )
     searches = False  # a continuation no cluster is known to store: a 404 moves on to the next
     holder = None
-    place: _SearchPlace | None = None  # such a continuation's search place (_SearchPlace)
+    place: SearchPlace | None = None  # such a continuation's search place
     search_key = ""
     if body.previous_response_id is not None:
         holder = router.responses.endpoint_of(body.previous_response_id)
@@ -386,7 +386,12 @@ async def _route(
         if not_searched is not None:
             m.requests.labels(model, str(not_searched.status)).inc()
             return not_searched
-        place = _SearchPlace(router, scope)  # taken: the check above, and no await since
+        # Taken (the check above, and no await since); given back when the exchanges end or
+        # search_timeout_s after, whichever is first: a cluster that has not answered 404 by then
+        # is generating the answer (a tier-1 gateway answers an unknown previous_response_id 404
+        # before any generation), or frozen - neither is a search any more, and held for the whole
+        # answer a tenant's long generations would take its share of the places for minutes.
+        place = router.searches.take(scope, release_after_s=router.search_timeout_s)
     missed = 0  # clusters that answered the continuation's search 404
     found = False
     if holder is not None:  # the cluster that stored the response first, the plan's order after it
@@ -558,29 +563,6 @@ async def _route(
                 router.searches.unfound(search_key, now=router.clock())
             elif found:
                 router.searches.found(search_key)
-
-
-class _SearchPlace:
-    """A continuation's place among :attr:`GlobalRouter.searches`, given back when its exchanges end
-    or ``search_timeout_s`` after it was taken, whichever comes first: a cluster that has not answered
-    404 by then is generating the answer (a tier-1 gateway answers an unknown ``previous_response_id``
-    404 before any generation), or frozen; neither is a search any more. Held for the whole answer, a
-    tenant's long generations would take its share of the places for minutes."""
-
-    __slots__ = ("_router", "_scope", "_timer")
-
-    def __init__(self, router: GlobalRouter, scope: str | None) -> None:
-        router.searches.begin(scope)
-        self._router: GlobalRouter | None = router
-        self._scope = scope
-        self._timer = asyncio.get_running_loop().call_later(router.search_timeout_s, self.release)
-
-    def release(self) -> None:
-        """Give the place back (once; later calls do nothing)."""
-        router, self._router = self._router, None
-        if router is not None:
-            self._timer.cancel()
-            router.searches.end(self._scope)
 
 
 def _relayed_refusal(last: ExchangeResult, waits: Sequence[str], *, now: float) -> web.StreamResponse:
