@@ -95,9 +95,7 @@ def test_ids_heard_at_first_token_are_bounded(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setattr("igw.scheduling.plugins.predicted_ttft_scorer.HEARD_LIMIT", 3)
     scorer = PredictedTtftScorer(alpha=0.5)
     for i in range(5):
-        scorer.on_first_token(
-            RequestOutcome(request_id=f"r{i}", endpoint="a", ok=True, ttft_s=0.02), now=0.0
-        )
+        scorer.on_first_token(RequestOutcome(request_id=f"r{i}", endpoint="a", ok=True, ttft_s=0.02), now=0.0)
     assert scorer.ttft.counts["a"] == 5
     scorer.on_complete(RequestOutcome(request_id="r0", endpoint="a", ok=True, ttft_s=0.02), now=1.0)
     scorer.on_complete(RequestOutcome(request_id="r4", endpoint="a", ok=True, ttft_s=0.02), now=1.0)
