@@ -11,12 +11,15 @@ from typing import Any
 
 import pytest
 
-from igw.gateway.response_search import ResponseSearches
+from igw.gateway.response_search import ResponseSearches, search_context
 from tests.gateway.fake_model_server import FakeModelServer, running
 from tests.gateway.support import config_doc, scheduler, wait_for
 from tests.gateway.test_openai_apis import CHAT_MODEL, metric
 
 DOC = config_doc([scheduler("llama", CHAT_MODEL)])
+
+LLAMA = search_context("", ["llama"])
+"""What a search of :data:`DOC`'s gateway (no authentication: scope ``""``) is listed within."""
 
 
 def test_an_unfound_id_is_remembered_for_its_ttl_then_searched_again() -> None:
@@ -42,6 +45,37 @@ def test_a_found_id_leaves_the_list_and_memory_is_bounded() -> None:
     searches.found("resp_4")
     searches.found("resp_never_seen")
     assert not searches.recently_unfound("resp_4", now=1.0)
+
+
+def test_an_id_is_listed_within_the_context_its_search_had() -> None:
+    """A search's miss answers only searches of the same caller scope over the same pools (since
+    session s46; before, any caller's request for the id, whatever pools it may search); a pod found
+    storing the id takes it off the list in every context; entries of any context count towards one
+    capacity, and the index by id keeps no more than the list."""
+    alice = search_context("tenant:a", ["p"])
+    bob = search_context("tenant:b", ["p", "q"])
+    assert alice != search_context("tenant:b", ["p"]) != bob
+    assert bob == search_context("tenant:b", ["q", "p", "q"])  # the pools as a set
+    assert search_context("a|1:b", []) != search_context("a", ["b"])  # length-prefixed parts
+    searches = ResponseSearches(capacity=3)
+    searches.unfound("resp_x", now=0.0, within=alice)
+    assert searches.recently_unfound("resp_x", now=1.0, within=alice)
+    assert not searches.recently_unfound("resp_x", now=1.0, within=bob)
+    assert not searches.recently_unfound("resp_x", now=1.0, within=search_context("tenant:a", ["p", "q"]))
+    searches.unfound("resp_x", now=0.0, within=bob)
+    searches.found("resp_x")
+    assert not searches.recently_unfound("resp_x", now=1.0, within=alice)
+    assert not searches.recently_unfound("resp_x", now=1.0, within=bob)
+    for i in range(5):
+        searches.unfound("resp_y", now=0.0, within=search_context(f"tenant:{i}", ["p"]))
+    listed = [
+        searches.recently_unfound("resp_y", now=1.0, within=search_context(f"tenant:{i}", ["p"]))
+        for i in range(5)
+    ]
+    assert listed == [False, False, True, True, True]
+    assert searches._contexts == {"resp_y": {search_context(f"tenant:{i}", ["p"]) for i in (2, 3, 4)}}
+    assert not searches.recently_unfound("resp_y", now=10.0, within=search_context("tenant:2", ["p"]))
+    assert len(searches._contexts["resp_y"]) == 2  # an expired entry leaves the index too
 
 
 def test_searches_in_flight_are_bounded() -> None:
@@ -85,7 +119,9 @@ async def test_an_id_no_pod_stores_is_not_searched_for_again_at_once(gateway: An
         await asyncio.sleep(0.5)
         found = await gw.http.get(url)
         assert found.status == 200
-        assert not gw.state.response_searches.recently_unfound("resp_made_up", now=gw.state.clock())
+        assert not gw.state.response_searches.recently_unfound(
+            "resp_made_up", now=gw.state.clock(), within=LLAMA
+        )
         text = await (await gw.http.get(gw.url + "/metrics")).text()
         # the first search's three misses and the last one's two (a, b ahead of c)
         assert metric(text, "igw_upstream_retries_total", scheduler="llama", cause="response-search") == 5
@@ -103,7 +139,7 @@ async def test_a_search_that_could_not_reach_a_pod_is_not_remembered_as_unfound(
     ):
         await wait_for(lambda: gw.fresh("llama", b.key), what="b scraped")
         assert (await gw.http.get(f"{gw.url}/v1/responses/resp_x")).status == 404
-        assert not gw.state.response_searches.recently_unfound("resp_x", now=gw.state.clock())
+        assert not gw.state.response_searches.recently_unfound("resp_x", now=gw.state.clock(), within=LLAMA)
         assert (await gw.http.get(f"{gw.url}/v1/responses/resp_x")).status == 404
         assert len(b.received) == 2  # asked again
 
@@ -220,7 +256,7 @@ async def test_a_search_every_pod_answered_with_another_response_found_it_nowher
         # each pod's withheld answer counted (since s46; before, the request's last alone: 1)
         assert "\nigw_usage_misnamed_total 3.0\n" in await (await gw.http.get(gw.url + "/metrics")).text()
         assert asked(pods) == 3
-        assert gw.state.response_searches.recently_unfound("resp_polled", now=gw.state.clock())
+        assert gw.state.response_searches.recently_unfound("resp_polled", now=gw.state.clock(), within=LLAMA)
         again = await gw.http.get(url)
         assert again.status == 404
         assert (await again.json())["error"]["code"] == "response_not_found"
@@ -250,7 +286,9 @@ async def test_a_retrieval_search_moves_on_from_a_pod_that_does_not_answer(gatew
         assert nowhere.status == 504
         assert (await nowhere.json())["error"]["code"] == "upstream_timeout"
         assert [len(frozen.received), len(holder.received)] == [2, 2]
-        assert not gw.state.response_searches.recently_unfound("resp_elsewhere", now=gw.state.clock())
+        assert not gw.state.response_searches.recently_unfound(
+            "resp_elsewhere", now=gw.state.clock(), within=LLAMA
+        )
         assert gw.state.response_searches.in_flight == 0
         text = await (await gw.http.get(gw.url + "/metrics")).text()
         assert metric(text, "igw_upstream_retries_total", scheduler="llama", cause="search-timeout") == 2

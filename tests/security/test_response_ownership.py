@@ -22,6 +22,7 @@ import pytest
 import yarl
 
 from igw.gateway.response_ids import minted_for
+from igw.gateway.response_search import search_context
 from tests.gateway.fake_model_server import FakeModelServer, running
 from tests.gateway.support import wait_for
 from tests.security.helpers import DELETE, JwksServer, TokenFactory
@@ -55,6 +56,9 @@ async def _post(gw: Gw, path: str, body: dict[str, Any], token: str) -> tuple[in
     async with gw.http.post(gw.url + path, json=body, headers={"Authorization": f"Bearer {token}"}) as r:
         return r.status, await r.json()
 
+
+ALICES = search_context("tenant:team-a", ["pool", "other"])
+"""What a search of team-a's over both pools (models ``m`` and ``secret``) is listed within."""
 
 BACKGROUND: dict[str, Any] = {"model": "m", "input": "x", "max_output_tokens": 250, "background": True}
 """A background response of pool ``m`` whose bound (250 output tokens) is charged until it is settled."""
@@ -298,7 +302,7 @@ async def test_a_searched_poll_answer_naming_another_response_settles_nothing(
         assert gw.registry.get_sample_value("igw_usage_misnamed_total") == 1
 
         # a's 404 and b's other response: found nowhere, not searched for again within the TTL (s45)
-        assert gw.state.response_searches.recently_unfound(polled, now=gw.state.clock())
+        assert gw.state.response_searches.recently_unfound(polled, now=gw.state.clock(), within=ALICES)
         gw.state.response_searches.found(polled)  # the TTL over, as if waited out
         last.stored_responses[polled] = right
         asked = forget_and_count()
@@ -406,7 +410,7 @@ async def test_a_search_every_pod_answers_with_another_response_relays_none(
             status, answer = await _ask(gw, method, path, alice)
             assert (status, answer["error"]["code"]) == (404, "response_not_found"), answer
             assert other not in orjson.dumps(answer).decode()
-            assert gw.state.response_searches.recently_unfound(polled, now=gw.state.clock())
+            assert gw.state.response_searches.recently_unfound(polled, now=gw.state.clock(), within=ALICES)
         assert len(first.received) + len(last.received) == asked + 4  # both pods asked, each time
         # every withheld answer, once (since s46; before, the last of each request's alone: 2)
         assert gw.registry.get_sample_value("igw_usage_misnamed_total") == 4
@@ -570,3 +574,41 @@ async def test_one_tenant_searching_made_up_ids_takes_only_its_share_of_the_sear
             results = await asyncio.gather(*held)
         assert [status for status, _ in results] == [404] * 4
         assert searches.in_flight == 0
+
+
+async def test_one_tenants_vain_search_does_not_answer_anothers_retrieval(
+    tmp_path: Path, jwks_server: JwksServer, client_ssl: ssl.SSLContext, tokens: TokenFactory
+) -> None:
+    """An id found nowhere is answered 404 without a search for ``UNFOUND_TTL_S`` only to the caller
+    scope that searched, over the same pools (as tier 2's list, :func:`igw.global_router.server._search_key`).
+    Until session s46 tier 1 listed the id alone: a tenant whose search (of the pools it may use) found
+    an id nowhere had every other tenant's retrieval of it answered 404 for 5 s, even where the other
+    may search pools it may not - one who learnt an id (a log line) could deny its retrieval, again
+    and again."""
+    access = {
+        "authorization": {
+            "modelAccess": [
+                {"claim": "tenant", "values": ["team-a"], "models": ["m"]},
+                {"claim": "tenant", "values": ["team-b"], "models": ["m", "secret"]},
+            ],
+        },
+    }
+    async with (
+        running(FakeModelServer("a"), FakeModelServer("b")) as servers,
+        secured_gateway(
+            tmp_path, servers, issuer=jwks_server, client_ssl=client_ssl, extensions=access
+        ) as gw,
+    ):
+        holder = servers[1]  # pool "other" (model "secret"): team-b's alone
+        rid = "resp_engine_made_1"  # an engine's own id (not minted: not bound to a caller)
+        holder.stored_responses[rid] = {"id": rid, "object": "response", "output": []}
+        tokens.clock.now = time.time()
+        mallory = tokens.token(tenant="team-a", sub="mallory")
+        bob = tokens.token(tenant="team-b", sub="bob")
+        path = f"/v1/responses/{rid}"
+        assert (await _ask(gw, "GET", path, mallory))[0] == 404  # pool "pool" searched: not there
+        assert (await _ask(gw, "GET", path, mallory))[0] == 404
+        assert len(servers[0].received) == 1  # mallory's second: answered from the list
+        status, answer = await _ask(gw, "GET", path, bob)  # searches both pools: found
+        assert (status, answer.get("id")) == (200, rid)
+        assert len(holder.received) == 1

@@ -76,7 +76,7 @@ from igw.gateway.request_body import (
     with_leading_field,
 )
 from igw.gateway.response_ids import MINTING_ENGINES, believed, mint, minted_for
-from igw.gateway.response_search import SEARCH_TIMEOUT
+from igw.gateway.response_search import SEARCH_TIMEOUT, search_context
 from igw.gateway.retries import refused_status, request_digest, retry_condition
 from igw.gateway.runtime import SchedulerRuntime
 from igw.gateway.serving import LIMITS_KEY, ServerLimits
@@ -238,6 +238,9 @@ class _Forward:
     the pools the caller may use, up to :data:`RESPONSE_SEARCH_LIMIT`); a retrieval's search also
     passes a pod it cannot reach (a pod that is gone took its stored responses with it). Bounded by
     :mod:`igw.gateway.response_search`."""
+    search_within: str
+    """The context a search's outcome is listed within (:func:`search_context`: the caller's scope,
+    the pools searched); ``""`` when there is no search."""
     routed_body: bytes
     """The body as the client sent it and it was routed (before an engine priority was written into
     it): a failure blamed on the request is recognised by its digest (:mod:`igw.scheduling.outliers`)."""
@@ -274,6 +277,7 @@ class _Forward:
         method: bytes = b"POST",
         generates: bool = True,
         search_for: str | None = None,
+        search_within: str = "",
         routed_body: bytes = b"",
         search_pools: dict[str, str] | None = None,
         strip_usage: bool = False,
@@ -292,6 +296,7 @@ class _Forward:
         self.method = method
         self.generates = generates
         self.search_for = search_for
+        self.search_within = search_within
         self.routed_body = routed_body
         self.search_pools = {} if search_pools is None else search_pools
         self.strip_usage = strip_usage
@@ -396,17 +401,19 @@ def _search_refusal(
     response_id: str,
     scope: str | None,
     *,
+    within: str,
     request_id: str,
     param: str | None = None,
 ) -> web.Response | None:
     """The answer to a request that would search the pods for stored response ``response_id``, when
     it must not (:mod:`igw.gateway.response_search`): 404 ``response_not_found`` for an id such a
-    search found nowhere moments ago, 503 ``response_search_busy`` when the process runs as many
-    searches as it may, or ``scope`` its share of them (since session s46; before, one tenant looping
-    made-up ids took every place), its ``Retry-After`` 1 s spread by :func:`_retry_after`, as every
-    tier-1 refusal's (a fixed 1 until session s43); else ``None``."""
+    search found nowhere moments ago (a search ``within`` the same context: this caller scope's, of
+    these pools; since session s46, before any caller's of any pools), 503 ``response_search_busy``
+    when the process runs as many searches as it may, or ``scope`` its share of them (since session
+    s46; before, one tenant looping made-up ids took every place), its ``Retry-After`` 1 s spread by
+    :func:`_retry_after`, as every tier-1 refusal's (a fixed 1 until session s43); else ``None``."""
     searches = state.response_searches
-    if searches.recently_unfound(response_id, now=state.clock()):
+    if searches.recently_unfound(response_id, now=state.clock(), within=within):
         message = (
             f"no model server this gateway routes to for you stores response {response_id!r} "
             f"(every one asked answered 404 less than {searches.ttl_s:g}s ago)"
@@ -536,6 +543,7 @@ async def handle_stored_response(request: web.Request) -> web.StreamResponse:
                     f"{response_id!r}, and there is no pool of a model you may use to search"
                 )
                 return obs.finish(gateway_error("response_not_found", message, request_id=obs.request_id))
+        within = search_context(caller_scope(principal), (owner.spec.name for owner in owners.values()))
         models = {owner.spec.model_name for owner in owners.values()}
         model = next(iter(models)) if len(models) == 1 else None  # a search over several pools: no one model
         first = next(iter(owners.values()))
@@ -553,6 +561,7 @@ async def handle_stored_response(request: web.Request) -> web.StreamResponse:
             method=request.method.encode("ascii"),
             generates=False,
             search_for=None if found is not None else response_id,
+            search_within=within,
             search_pools={key: owner.spec.name for key, owner in owners.items()},
             settles=response_id,
             minted=response_id,  # the only id an answer is believed to name: a settlement's proof
@@ -561,7 +570,7 @@ async def handle_stored_response(request: web.Request) -> web.StreamResponse:
         searching = found is None
         scope = _search_scope(principal)
         if searching:
-            refused = _search_refusal(state, response_id, scope, request_id=obs.request_id)
+            refused = _search_refusal(state, response_id, scope, within=within, request_id=obs.request_id)
             if refused is not None:
                 return obs.finish(refused)
             state.response_searches.begin(scope)  # free: the check above, and no await since
@@ -726,7 +735,12 @@ async def _route(
         and sr.scheduler.responses.endpoint_of(continues) is None
     ):
         refused = _search_refusal(
-            state, continues, _search_scope(principal), request_id=rid, param="previous_response_id"
+            state,
+            continues,
+            _search_scope(principal),
+            within=search_context(caller_scope(principal), [sr.spec.name]),
+            request_id=rid,
+            param="previous_response_id",
         )
         if refused is not None:  # before the pick: nothing picked is left unsent
             return refused
@@ -932,6 +946,7 @@ async def _route(
         adapter=route.adapter,
         generates=api in GENERATING_APIS,
         search_for=search_for,
+        search_within=search_context(caller_scope(principal), [sr.spec.name]) if search_for else "",
         strip_usage=asks_usage,
         routed_body=routed_body,
         minted=minted,
@@ -1582,13 +1597,13 @@ def _searched(
     state: GatewayState, plan: _Forward, result: ExchangeResult | None, *, every_pod_missed: bool
 ) -> None:
     """A search for ``plan.search_for`` ended: found nowhere (every candidate answered 404, or a
-    retrieval with another response), the id is answered 404 without a search for a while; found, it
-    leaves that list
+    retrieval with another response), the id is answered 404 without a search for a while to the
+    searches within ``plan.search_within`` (the caller's scope, those pools); found, it leaves that list
     (:mod:`igw.gateway.response_search`)."""
     if plan.search_for is None:
         return
     if every_pod_missed:
-        state.response_searches.unfound(plan.search_for, now=state.clock())
+        state.response_searches.unfound(plan.search_for, now=state.clock(), within=plan.search_within)
     elif result is not None and result.status < 400:
         state.response_searches.found(plan.search_for)
 

@@ -13,7 +13,12 @@ limits:
   :data:`UNFOUND_TTL_S`. The time is short because an id can appear later: vLLM stores a streamed,
   non-background response when it completes, so a client that reads the id from
   ``response.created`` and polls another replica before then finds it nowhere for a while. A pod
-  found storing the id after all takes it off the list at once.
+  found storing the id after all takes it off the list at once (every entry of it).
+  An entry is the id *within* a search's context (:func:`search_context`: the caller scope and the
+  pools searched, as the global router keys its list by scope and clusters): until session s46 tier 1
+  listed the id alone, so one tenant's vain search answered every other tenant's retrieval of the id
+  404 for the TTL, even one allowed pools the first may not search - whoever learnt an id (a log
+  line) could deny its retrieval to its owner, again and again.
 - **At most :data:`SEARCHES_IN_FLIGHT` searches at once per process.** A further one is answered 503
   ``response_search_busy`` with ``Retry-After`` 1 or 2 (1 s spread as every tier-1 refusal's,
   :mod:`igw.scheduling.retry_spread`; the OpenAI SDK retries a 503 by itself), never a
@@ -46,13 +51,15 @@ from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
+from collections.abc import Iterable
 from typing import Final
 
 UNFOUND_TTL_S: Final = 5.0
 """Seconds an id that no pod asked had is answered 404 without a search."""
 
 UNFOUND_CAPACITY: Final = 4096
-"""Unfound ids kept at most (the oldest dropped first): ids made up at any rate take bounded memory."""
+"""Unfound entries (an id within a search's context) kept at most, the oldest dropped first: ids made
+up at any rate, by any number of callers, take bounded memory."""
 
 SEARCHES_IN_FLIGHT: Final = 16
 """Searches one gateway process runs at once."""
@@ -72,10 +79,20 @@ SEARCH_TIMEOUT: Final = "search-timeout"
 """The ``cause`` of ``igw_upstream_retries_total`` for a pod a search stopped waiting for."""
 
 
+def search_context(scope: str, pools: Iterable[str]) -> str:
+    """What a search's outcome is listed within besides the id (:meth:`ResponseSearches.unfound`):
+    the caller ``scope`` (:func:`~igw.gateway.guards.caller_scope`; one tenant's misses never answer
+    another's request) and the names of the ``pools`` searched (a caller allowed other models asks
+    other pods), each part length-prefixed so that no two differ only in where one ends."""
+    names = ",".join(f"{len(name)}:{name}" for name in sorted(set(pools)))
+    return f"{len(scope)}:{scope}|{names}"
+
+
 class ResponseSearches:
     """The ids recently searched for in vain, and the searches in flight (the module docstring)."""
 
     __slots__ = (
+        "_contexts",
         "_scopes",
         "_unfound",
         "capacity",
@@ -108,30 +125,47 @@ class ResponseSearches:
         self.capacity = capacity
         self.in_flight = 0
         """Searches begun and not ended."""
-        self._unfound: OrderedDict[str, float] = OrderedDict()
-        """Id -> when its search ended with every pod asked answering 404, oldest first."""
+        self._unfound: OrderedDict[tuple[str, str], float] = OrderedDict()
+        """(Id, context) -> when its search ended with every pod asked answering 404, oldest first."""
+        self._contexts: dict[str, set[str]] = {}
+        """Id -> the contexts it is listed within (:attr:`_unfound`'s keys, by id: :meth:`found`)."""
 
-    def recently_unfound(self, response_id: str, *, now: float) -> bool:
-        """Whether a search for ``response_id`` found it nowhere less than ``ttl_s`` ago."""
-        when = self._unfound.get(response_id)
+    def recently_unfound(self, response_id: str, *, now: float, within: str = "") -> bool:
+        """Whether a search for ``response_id`` in the context ``within`` (:func:`search_context`)
+        found it nowhere less than ``ttl_s`` ago."""
+        key = (response_id, within)
+        when = self._unfound.get(key)
         if when is None:
             return False
         if now - when < self.ttl_s:
             return True
-        del self._unfound[response_id]
+        self._forget(key)
         return False
 
-    def unfound(self, response_id: str, *, now: float) -> None:
-        """Every pod a search asked answered 404 for ``response_id``."""
+    def unfound(self, response_id: str, *, now: float, within: str = "") -> None:
+        """Every pod a search for ``response_id`` in the context ``within`` asked answered 404."""
         unfound = self._unfound
-        unfound[response_id] = now
-        unfound.move_to_end(response_id)
+        key = (response_id, within)
+        unfound[key] = now
+        unfound.move_to_end(key)
+        self._contexts.setdefault(response_id, set()).add(within)
         while len(unfound) > self.capacity:
-            unfound.popitem(last=False)
+            self._forget(next(iter(unfound)))
 
     def found(self, response_id: str) -> None:
-        """A pod stores ``response_id`` (it may have been made since a search missed it)."""
-        self._unfound.pop(response_id, None)
+        """A pod stores ``response_id`` (it may have been made since a search missed it): off the
+        list in every context (the searches that missed it may ask that pod too)."""
+        for within in self._contexts.pop(response_id, ()):
+            del self._unfound[(response_id, within)]
+
+    def _forget(self, key: tuple[str, str]) -> None:
+        """Take one entry off the list."""
+        del self._unfound[key]
+        response_id, within = key
+        contexts = self._contexts[response_id]
+        contexts.discard(within)
+        if not contexts:
+            del self._contexts[response_id]
 
     def busy(self, scope: str | None = None) -> str | None:
         """Why a search (of ``scope``, when given) may not begin now: ``"busy"`` when :attr:`limit`
