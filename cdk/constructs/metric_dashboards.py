@@ -10,7 +10,8 @@ Dashboard widgets use ``SEARCH`` so that every model, pool or cluster that repor
 being listed (adapters included). Alarms need fixed series: tier 1 alarms per configured model
 and pool (``spec.schedulers``), on the cluster's share of failed heartbeat writes (metric math over
 the fixed ``Cluster``, ``Result`` series) and on any unread or misnamed usage (a Metrics Insights
-query, one series); tier 2 on Metrics Insights queries summed over the whole fleet.
+query, one series; since session s46 also on any refused redirect, summed over models); tier 2 on
+Metrics Insights queries summed over the whole fleet.
 
 Gateway replicas each write their own documents under the same dimensions; the statistic per
 unit (:data:`STATISTIC_BY_UNIT`) makes the replicas' values add up (counts: sum), average
@@ -44,6 +45,7 @@ from igw.gateway.emf_metrics import (
     POOL_STATE_METRICS,
     REASON_DIMENSION,
     RESULT_DIMENSION,
+    UPSTREAM_REDIRECT_METRICS,
     USAGE_UNREAD_CLIENT_GONE,
     USAGE_UNREAD_METRICS,
 )
@@ -205,6 +207,17 @@ class GatewayMetricsDashboard(Construct):
             "(any model, any reason but a client leaving mid-answer): refused with 502 or relayed "
             "without their tokens charged to the rate limits (the PrometheusRule IgwAnswerUsageUnread)",
         )
+        redirects, _ = emitted("UpstreamRedirects", UPSTREAM_REDIRECT_METRICS)
+        self.alarms["UpstreamRedirects"] = sustained_alarm(
+            self,
+            alarm_id("UpstreamRedirects"),
+            insights_sum(DEFAULT_NAMESPACE, redirects, [MODEL_DIMENSION]),
+            above=1,
+            inclusive=True,
+            minutes=1,
+            description="a model server answered a redirect (3xx), refused with 502 upstream_error and "
+            "its Location not relayed (any model; the PrometheusRule IgwUpstreamRedirects)",
+        )
         self._any_in_a_minute(
             "UsageMisnamed",
             "a model server answered a retrieval of a stored response with another "
@@ -249,6 +262,10 @@ class GatewayMetricsDashboard(Construct):
             *(
                 _search_widget(DEFAULT_NAMESPACE, [MODEL_DIMENSION, REASON_DIMENSION], n, u)
                 for n, u in USAGE_UNREAD_METRICS
+            ),
+            *(
+                _search_widget(DEFAULT_NAMESPACE, [MODEL_DIMENSION], n, u)
+                for n, u in UPSTREAM_REDIRECT_METRICS
             ),
         )
         if self.alarms:
@@ -490,6 +507,14 @@ class FleetMetricsDashboard(Construct):
                 description="the router's local rate-limit buckets did not keep the token bounds held "
                 "for background responses (their hold table full): each such tenant stays charged the "
                 "whole bound until its bucket refills",
+            ),
+            "UpstreamRedirects": self._alarm(
+                "UpstreamRedirectsAlarm",
+                emitted("UpstreamRedirects", table)[0],
+                threshold=1,
+                minutes=1,
+                description="a cluster answered a redirect (3xx), refused with 502 upstream_error (tried "
+                "at the next cluster), its Location not relayed (the rule IgwGlobalUpstreamRedirects)",
             ),
             "RateLimitHits": self._alarm(
                 "RateLimitAlarm",

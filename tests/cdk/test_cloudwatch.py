@@ -24,6 +24,7 @@ from igw.gateway.emf_metrics import (
     POOL_METRICS,
     REASON_DIMENSION,
     RESULT_DIMENSION,
+    UPSTREAM_REDIRECT_METRICS,
     USAGE_UNREAD_CLIENT_GONE,
     USAGE_UNREAD_METRICS,
 )
@@ -43,6 +44,7 @@ TIER1 = {
     **{name: (CLUSTER_DIMENSION, RESULT_DIMENSION) for name, _ in HEARTBEAT_METRICS},
     **{name: () for name, _ in GATEWAY_METRICS},
     **{name: (MODEL_DIMENSION, REASON_DIMENSION) for name, _ in USAGE_UNREAD_METRICS},
+    **{name: (MODEL_DIMENSION,) for name, _ in UPSTREAM_REDIRECT_METRICS},
 }
 """Metric name -> its dimension set, as the gateway's emitter writes them."""
 TIER2 = {m.name: tuple(d for _, d in m.dimensions) for m in FLEET_METRICS}
@@ -206,6 +208,7 @@ def test_replicas_documents_add_up_only_where_they_are_shares_of_traffic(synthes
         "UsageMisnamed": "Sum",
         "RateLimitHoldsRefused": "Sum",  # each replica's own buckets (since session s45)
         "AnswerUsageUnread": "Sum",
+        "UpstreamRedirects": "Sum",  # each replica's own attempts (since session s46)
     }
 
 
@@ -275,6 +278,7 @@ def test_fleet_dashboard_and_alarms_name_only_what_the_router_emits(
         "HeartbeatSourceOutages",
         "RateLimitHits",
         "RateLimitHoldsRefused",  # since session s45 (before, on /metrics only)
+        "UpstreamRedirects",  # since session s46 (before, on /metrics only)
         "UsageMisnamed",
     ]
     any_count = {
@@ -282,7 +286,7 @@ def test_fleet_dashboard_and_alarms_name_only_what_the_router_emits(
         for a in of_type(template, "AWS::CloudWatch::Alarm")
         if (m := INSIGHTS.fullmatch(a["Metrics"][0]["Expression"]))
     }
-    for name in ("AnswerUsageUnread", "UsageMisnamed", "RateLimitHoldsRefused"):  # any in a minute
+    for name in ("AnswerUsageUnread", "UsageMisnamed", "RateLimitHoldsRefused", "UpstreamRedirects"):
         assert any_count[name] == (1, "GreaterThanOrEqualToThreshold", 1)
 
 
@@ -345,9 +349,9 @@ def test_an_alarm_keeps_its_logical_id_when_models_are_added_beside_it() -> None
     before = alarms(["meta-llama/Llama-3.1-8B-Instruct", "qwen"], ["llama"])
     after = alarms(["aaa/first", "meta-llama/Llama-3.1-8B-Instruct", "qwen"], ["a-pool", "llama"])
     # two per model, two per pool, the failed heartbeat writes and prunes, the unread and the
-    # misnamed usage, the refused holds
-    assert len(before) == 11
-    assert len(after) == 15
+    # misnamed usage, the refused holds, the refused redirects (since session s46)
+    assert len(before) == 12
+    assert len(after) == 16
     assert {k: v for k, v in after.items() if k in before} == before
 
 
@@ -418,7 +422,7 @@ def test_the_gateway_alarms_on_any_unread_or_misnamed_usage(synthesized: Synthes
             )
         )
     ]
-    ((query, unread),) = queries
+    ((query, unread),) = [(m, a) for m, a in queries if m[1] == "AnswerUsageUnread"]
     assert (query[1], query[2], tuple(query[3].split(", "))) == (
         "AnswerUsageUnread",
         DEFAULT_NAMESPACE,
@@ -436,6 +440,27 @@ def test_the_gateway_alarms_on_any_unread_or_misnamed_usage(synthesized: Synthes
         assert (alarm["Threshold"], alarm["ComparisonOperator"]) == (1, "GreaterThanOrEqualToThreshold")
         assert (alarm["EvaluationPeriods"], alarm["DatapointsToAlarm"]) == (1, 1)
         assert alarm["TreatMissingData"] == "notBreaching"  # no document: nothing went unread
+
+
+def test_the_gateway_alarms_on_any_refused_redirect(synthesized: Synthesized) -> None:
+    """Since session s46: a pod's redirect (3xx, refused with a 502) reaches CloudWatch as
+    ``UpstreamRedirects`` by ``Model``, and any count in a minute, summed over every model that
+    reports (a Metrics Insights query, not a list of models), fires, as the PrometheusRule
+    ``IgwUpstreamRedirects`` does."""
+    alarms = of_type(synthesized.templates["inference"], "AWS::CloudWatch::Alarm")
+    (alarm,) = [
+        a
+        for a in alarms
+        if len(a.get("Metrics", [])) == 1
+        and (m := INSIGHTS.fullmatch(a["Metrics"][0]["Expression"]))
+        and m["name"] == "UpstreamRedirects"
+    ]
+    m = INSIGHTS.fullmatch(alarm["Metrics"][0]["Expression"])
+    assert m is not None
+    assert (m["ns"], tuple(m["dims"].split(", "))) == (DEFAULT_NAMESPACE, TIER1["UpstreamRedirects"])
+    assert (alarm["Threshold"], alarm["ComparisonOperator"]) == (1, "GreaterThanOrEqualToThreshold")
+    assert (alarm["EvaluationPeriods"], alarm["DatapointsToAlarm"]) == (1, 1)
+    assert alarm["TreatMissingData"] == "notBreaching"
 
 
 def test_the_gateway_alarms_on_refused_holds_and_on_prunes_failing_for_a_quarter_hour(

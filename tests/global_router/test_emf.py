@@ -106,6 +106,26 @@ def test_the_s44_counters_are_reported_as_interval_deltas() -> None:
     assert reporter.documents() == []
 
 
+def test_refused_redirects_are_reported_per_cluster() -> None:
+    """``igw_global_upstream_redirects_total{cluster}`` reaches CloudWatch as ``UpstreamRedirects``
+    by ``Cluster`` (since session s46; before, on ``/metrics`` only), where the stack's alarm reads."""
+    metrics = FleetMetrics()
+    reporter = FleetEmfReporter(metrics, clock=lambda: 1.0)
+    metrics.upstream_redirects.labels("east-a").inc(2)
+    metrics.upstream_redirects.labels("west-b").inc()
+    documents = reporter.documents()
+    for document in documents:
+        _check(document)
+    assert _totals(documents) == {
+        ("UpstreamRedirects", (("Cluster", "east-a"),)): 2,
+        ("UpstreamRedirects", (("Cluster", "west-b"),)): 1,
+    }
+    metrics.upstream_redirects.labels("east-a").inc()
+    (later,) = reporter.documents()
+    assert (later["Cluster"], later["UpstreamRedirects"]) == ("east-a", 1)
+    assert reporter.documents() == []
+
+
 def test_refused_holds_are_reported_without_dimensions() -> None:
     """Since session s45 ``igw_global_ratelimit_holds_refused_total`` (the router's local buckets'
     full hold table refusing a background response's token bound) reaches CloudWatch as

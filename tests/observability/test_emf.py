@@ -213,6 +213,29 @@ def test_answers_with_their_usage_unread_are_reported_per_model_and_reason() -> 
     assert reporter.documents() == []
 
 
+def test_refused_redirects_are_reported_per_model() -> None:
+    """``igw_upstream_redirects_total{model}`` (a pod's 3xx, refused with a 502) reaches CloudWatch
+    as ``UpstreamRedirects`` by ``Model`` (since session s46; before, on ``/metrics`` only), in a
+    document of its own per model that moved (not the model's: a redirected attempt may be a
+    retried one), the interval's delta, nothing once it stops moving."""
+    metrics = GatewayMetrics(lister=lambda: [], clock=lambda: 0.0)
+    reporter = emf_reporter(metrics)
+    for name, times in (("m", 2), ("other", 1)):
+        for _ in range(times):
+            metrics.child(metrics.upstream_redirects, name).inc()
+    documents = reporter.documents()
+    for document in documents:
+        check_emf(document)
+    assert {d["Model"]: d["UpstreamRedirects"] for d in documents} == {"m": 2, "other": 1}
+    assert [d["_aws"]["CloudWatchMetrics"][0]["Dimensions"] for d in documents] == [[["Model"]]] * 2
+    metrics.requests.labels("m", "m", "502").inc()
+    metrics.child(metrics.upstream_redirects, "m").inc()
+    model, later = reporter.documents()
+    assert (model["Model"], model["Requests"], "UpstreamRedirects" in model) == ("m", 1, False)
+    assert (later["Model"], later["UpstreamRedirects"]) == ("m", 1)
+    assert reporter.documents() == []
+
+
 async def test_holds_refused_by_the_launched_guard_reach_the_emf_documents(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -361,3 +361,85 @@ async def test_every_alert_of_each_tier_fires_for_its_own_tiers_targets_only() -
                 silent.append(alert.name)
     assert foreign == {}
     assert silent == []
+
+
+def _values(node: Any, series: list[tuple[Series, float]]) -> list[tuple[Labels, float]] | float:
+    """The instant values an alert expression gives over ``series`` (each with its value, a range
+    function's result taken as that value): only the PromQL the JWKS alerts use (a sum, possibly by
+    labels; a comparison with a number; ``unless``/``and`` on labels)."""
+    kind = type(node).__name__
+    if kind == "NumberLiteral":
+        return float(node.val)
+    if kind in ("ParenExpr", "MatrixSelector", "Call"):
+        child = {"ParenExpr": "expr", "MatrixSelector": "vector_selector"}.get(kind)
+        return _values(getattr(node, child) if child else node.args[0], series)
+    if kind == "VectorSelector":
+        matchers = [(m.name, str(m.op), m.value) for m in node.matchers.matchers]
+        return [
+            (_without_name(frozenset(s.items())), v)
+            for s, v in series
+            if s["__name__"] == node.name and all(_matches(s, *m) for m in matchers)
+        ]
+    if kind == "AggregateExpr":
+        assert str(node.op) == "sum"
+        assert node.modifier is None or "By" in str(node.modifier.type)
+        inner = _values(node.expr, series)
+        assert not isinstance(inner, float)
+        by = set(node.modifier.labels) if node.modifier is not None else set()
+        sums: dict[Labels, float] = {}
+        for labels, v in inner:
+            key = frozenset((k, x) for k, x in labels if k in by)
+            sums[key] = sums.get(key, 0.0) + v
+        return list(sums.items())
+    assert kind == "BinaryExpr", kind
+    op = str(node.op)
+    lhs, rhs = _values(node.lhs, series), _values(node.rhs, series)
+    assert not isinstance(lhs, float)
+    if isinstance(rhs, float):
+        assert op in (">", ">=", "=="), op
+        test = {">": float.__gt__, ">=": float.__ge__, "==": float.__eq__}[op]
+        return [(labels, v) for labels, v in lhs if test(v, rhs)]
+    assert op in _FILTERS, op
+    right = {_match_key(labels, node.modifier) for labels, _ in rhs}
+    return [(labels, v) for labels, v in lhs if (_match_key(labels, node.modifier) in right) == (op == "and")]
+
+
+def test_a_gateway_failing_its_jwks_fetches_fires_although_another_succeeds() -> None:
+    """Since session s46 tier 1's ``IgwJwksRefreshFailing`` is per gateway (``instance``), as the
+    router's ``IgwGlobalJwksRefreshFailing`` is: until then one ``sum`` over every gateway, so one
+    replica's successful fetches hid another's failures (that replica's keys aging towards 401 for
+    every request it takes) and the alert stayed quiet. Evaluated on the values of two gateways' and
+    a router's series as one Prometheus holds them."""
+    (alert,) = [a for a in ALERTS if a.name == "IgwJwksRefreshFailing"]
+    fetched = [
+        ({"__name__": "igw_jwks_fetch_total", "result": "failure", "instance": "gw-a:9090"}, 4.0),
+        ({"__name__": "igw_jwks_fetch_total", "result": "success", "instance": "gw-a:9090"}, 0.0),
+        ({"__name__": "igw_jwks_fetch_total", "result": "success", "instance": "gw-b:9090"}, 3.0),
+        ({"__name__": "igw_jwks_fetch_total", "result": "failure", "instance": "router:9090"}, 2.0),
+        ({"__name__": ROUTER_MARKER, "instance": "router:9090"}, 1.0),
+    ]
+    fired = _values(promql_parser.parse(alert.expr), fetched)
+    assert fired == [(frozenset({("instance", "gw-a:9090")}), 4.0)]
+    healthy = [(s, 0.0 if s.get("result") == "failure" else v) for s, v in fetched]
+    assert _values(promql_parser.parse(alert.expr), healthy) == []
+    assert "{{ $labels.instance }}" in alert.summary
+
+
+def test_redirects_and_search_timeouts_have_an_alert_on_each_tier() -> None:
+    """Since session s46: the redirect counters (a 3xx refused with a 502) and the searches that
+    stopped waiting for a frozen pod or cluster (each tier's retry counter, cause ``search-timeout``,
+    the cause both tiers' code writes) were on ``/metrics`` only."""
+    from igw.addon.alert_rules import SEARCH_TIMEOUT_CAUSE
+    from igw.gateway.response_search import SEARCH_TIMEOUT
+    from igw.global_router.server import SEARCH_TIMEOUT as GLOBAL_SEARCH_TIMEOUT
+
+    assert SEARCH_TIMEOUT_CAUSE == SEARCH_TIMEOUT == GLOBAL_SEARCH_TIMEOUT
+    for alerts, redirects, retries in (
+        (ALERTS, "igw_upstream_redirects_total", "igw_upstream_retries_total"),
+        (GLOBAL_ALERTS, "igw_global_upstream_redirects_total", "igw_global_upstream_retries_total"),
+    ):
+        read = {name for a in alerts for name in metric_names(a.expr)}
+        assert redirects in read
+        (timeouts,) = [a for a in alerts if retries in metric_names(a.expr)]
+        assert f'{retries}{{cause="{SEARCH_TIMEOUT_CAUSE}"}}' in timeouts.expr
+        assert matcher_labels(timeouts.expr) == {retries: {"cause"}}

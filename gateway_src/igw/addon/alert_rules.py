@@ -35,6 +35,11 @@ tiers export reads it to leave the routers out (``unless on(instance)``), a rout
 only the routers (``and on(instance)``); not on a gateway's page, the one name a tier-1 alert may
 read that the gateway does not export besides :data:`EXTERNAL_METRICS`."""
 
+SEARCH_TIMEOUT_CAUSE: Final = "search-timeout"
+"""The ``cause`` both tiers' retry counters give an upstream a search for a stored response stopped
+waiting for (:data:`igw.gateway.response_search.SEARCH_TIMEOUT`,
+:data:`igw.global_router.server.SEARCH_TIMEOUT`; a test holds them equal)."""
+
 _NOT_ROUTER = f"unless on(instance) {ROUTER_MARKER}"
 """Leaves a router's series out of a tier-1 alert on a family both tiers export, for a Prometheus
 that scrapes both (since session s46)."""
@@ -201,14 +206,17 @@ ALERTS: Final[tuple[Alert, ...]] = (
     Alert(
         # since session s46 without a router's fetches (IgwGlobalJwksRefreshFailing): a router with
         # spec.auth exports the same counter, and its failures fired this alert, its successes hid
-        # a gateway's failures
+        # a gateway's failures. Per gateway (instance) since s46 too, as the router's: one sum over
+        # every gateway let one replica's successes hide another's failures.
         "IgwJwksRefreshFailing",
-        f'sum(increase(igw_jwks_fetch_total{{result="failure"}}[15m]) {_NOT_ROUTER}) > 0\n'
-        f'unless sum(increase(igw_jwks_fetch_total{{result="success"}}[15m]) {_NOT_ROUTER}) > 0',
+        f'sum by (instance) (increase(igw_jwks_fetch_total{{result="failure"}}[15m]) {_NOT_ROUTER}) > 0\n'
+        f"unless sum by (instance) "
+        f'(increase(igw_jwks_fetch_total{{result="success"}}[15m]) {_NOT_ROUTER}) > 0',
         "5m",
         "warning",
-        "The gateway cannot refresh the JWKS of its token issuer.",
-        "Cached keys keep verifying until they are too stale; then every request is refused with 401.",
+        "Gateway {{ $labels.instance }} cannot refresh the JWKS of its token issuer.",
+        "Its cached keys keep verifying until they are too stale; then it refuses every request with "
+        "401, while replicas whose fetches succeed keep serving.",
     ),
     Alert(
         # since session s46 not for a router's keys (IgwGlobalJwksNotReady): both tiers export them
@@ -296,6 +304,33 @@ ALERTS: Final[tuple[Alert, ...]] = (
         "pod no longer remembered as the holder, and no usage settled (or it showed usage naming no "
         "response): the polled response's token bound stays charged. A misbehaving or hostile pod, or "
         "a store shared between model servers.",
+    ),
+    Alert(
+        # since session s46: the counter (s46) was on /metrics only
+        "IgwUpstreamRedirects",
+        "sum by (pod, model) (increase(igw_upstream_redirects_total[10m])) > 0",
+        "0m",
+        "warning",
+        "Gateway {{ $labels.pod }} refused redirects (3xx) that model {{ $labels.model }}'s pods answered.",
+        "No inference API redirects: each such answer was refused with 502 upstream_error, its Location "
+        "not relayed (retried on the next pod where retry.retryOn covers 5xx). A misconfigured pod (an "
+        "HTTP-to-HTTPS redirect of a proxy in front of the model server) or a hostile one pointing "
+        "clients at another address.",
+    ),
+    Alert(
+        # since session s46: a pod frozen for retrievals is passed by each search after 2 s; outlier
+        # detection counts the timeout as a failure, but ejects only after failures in a row, which
+        # the pod's other answers (inference requests it still serves) keep breaking
+        "IgwUpstreamSearchTimeouts",
+        "sum by (pod, scheduler) "
+        f'(increase(igw_upstream_retries_total{{cause="{SEARCH_TIMEOUT_CAUSE}"}}[15m])) >= 3',
+        "5m",
+        "warning",
+        "Gateway {{ $labels.pod }}'s searches for stored responses stopped waiting for pods of "
+        "{{ $labels.scheduler }} 3 times or more in 15 minutes.",
+        "A pod did not answer a retrieval's head within the search timeout (2 s): a frozen or "
+        "overloaded model server. Each search waits that long before asking the next pod, and the "
+        "responses stored on that pod are not found (404) while it stays frozen.",
     ),
     Alert(
         # since session s45: a hold the local buckets' full table refused was silent before
@@ -412,6 +447,31 @@ GLOBAL_ALERTS: Final[tuple[Alert, ...]] = (
         "another cluster has the response), the cluster is no longer remembered as the holder, and it "
         "settles nothing: the polled response's hold stays charged. A misbehaving or hostile pod, or a "
         "store shared between model servers, at that cluster.",
+    ),
+    Alert(
+        # since session s46: the counter (s46) was on /metrics only
+        "IgwGlobalUpstreamRedirects",
+        "sum by (instance, cluster) (increase(igw_global_upstream_redirects_total[10m])) > 0",
+        "0m",
+        "warning",
+        "Router {{ $labels.instance }} refused redirects (3xx) that cluster {{ $labels.cluster }} answered.",
+        "Each was refused with 502 upstream_error, its Location not relayed, and tried at the next "
+        "cluster: something in front of that cluster's gateway redirects (an HTTP-to-HTTPS listener "
+        "rule of its load balancer, a wrong endpoint URL) or is hostile.",
+    ),
+    Alert(
+        # since session s46: a search timeout does not count against the cluster (it is not drained
+        # for it), so a cluster frozen for retrievals showed nowhere else
+        "IgwGlobalSearchTimeouts",
+        "sum by (instance, cluster) "
+        f'(increase(igw_global_upstream_retries_total{{cause="{SEARCH_TIMEOUT_CAUSE}"}}[15m])) >= 3',
+        "5m",
+        "warning",
+        "Router {{ $labels.instance }}'s searches for stored responses stopped waiting for cluster "
+        "{{ $labels.cluster }} 3 times or more in 15 minutes.",
+        "The cluster's gateway did not answer a retrieval's head within the router's search timeout "
+        "(5 s): each search waits that long before asking the next cluster, and the responses stored "
+        "there are not found while it stays so. The cluster is not drained for it.",
     ),
     Alert(
         # since session s46: before, tier 1's IgwJwksRefreshFailing fired for a router it scraped too

@@ -4,8 +4,9 @@ Every interval the gateway writes one EMF document per model (requests, 5xx erro
 latency and TTFT over the interval), one per pool (average KV-cache use, ready pods), and, where
 they moved, the replica's heartbeat writes and prunes per cluster and result, its retrievals answered
 with another response's usage, the background responses' token bounds its local rate-limit buckets
-did not hold and its answers relayed or refused with their usage unread, per model and reason
-(since session s44, prunes and refused holds since s45; before, on ``/metrics`` only) to the log
+did not hold and its answers relayed or refused with their usage unread, per model and reason, and
+its pods' redirects refused, per model (since session s44, prunes and refused holds since s45,
+redirects since s46; before, on ``/metrics`` only) to the log
 stream the CloudWatch agent collects (stdout in a container); CloudWatch turns them into metrics
 in :data:`DEFAULT_NAMESPACE` without any API call from the gateway.
 
@@ -51,6 +52,7 @@ from igw.gateway.emf_metrics import (
     POOL_METRICS,
     REASON_DIMENSION,
     RESULT_DIMENSION,
+    UPSTREAM_REDIRECT_METRICS,
     USAGE_UNREAD_METRICS,
 )
 from igw.gateway.epp_compat import POOL_FAMILIES
@@ -157,6 +159,7 @@ class EmfReporter:
         heartbeat_cluster: str | None = None,
         heartbeat_prunes: MetricWrapperBase | None = None,
         holds_refused: MetricWrapperBase | None = None,
+        upstream_redirects: MetricWrapperBase | None = None,
     ) -> None:
         """``ejections``: ``(pool, endpoint, seconds left)`` of every endpoint outlier detection
         leaves out now (``EjectedPods``; ``None``: reported as 0). ``retries``: the retried attempts
@@ -168,7 +171,9 @@ class EmfReporter:
         (``None``: the writes are not reported; no heartbeat is configured, so none is written).
         ``heartbeat_prunes``: the prunes of stopped replicas' heartbeat fields by result
         (``HeartbeatPrunes``, reported as the writes are); ``holds_refused``: the holds the local
-        rate-limit buckets refused (``RateLimitHoldsRefused``); ``None``: not reported."""
+        rate-limit buckets refused (``RateLimitHoldsRefused``); ``upstream_redirects``: the pods'
+        redirects refused, by model (``UpstreamRedirects``, since session s46); ``None``: not
+        reported."""
         self._requests, self._duration, self._ttft, self._pools = requests, duration, ttft, pools
         self._ejections = ejections
         self._retries = retries
@@ -178,7 +183,14 @@ class EmfReporter:
         self._heartbeat_cluster = heartbeat_cluster or ""
         self._replica_families = tuple(
             f
-            for f in (heartbeat_writes, heartbeat_prunes, usage_misnamed, holds_refused, usage_unread)
+            for f in (
+                heartbeat_writes,
+                heartbeat_prunes,
+                usage_misnamed,
+                holds_refused,
+                usage_unread,
+                upstream_redirects,
+            )
             if f is not None
         )
         self._heartbeat_name = None if heartbeat_writes is None else _family_name(heartbeat_writes)
@@ -186,6 +198,7 @@ class EmfReporter:
         self._refused_name = None if holds_refused is None else _family_name(holds_refused)
         self._misnamed_name = None if usage_misnamed is None else _family_name(usage_misnamed)
         self._unread_name = None if usage_unread is None else _family_name(usage_unread)
+        self._redirects_name = None if upstream_redirects is None else _family_name(upstream_redirects)
         self._requests_name = _family_name(requests)
         self._duration_name = _family_name(duration)
         self._namespace = namespace
@@ -233,7 +246,7 @@ class EmfReporter:
         by_model: dict[str, list[tuple[str, str, dict[str, str], float]]] = {}
         for (family, sample, labels), value in delta.items():
             lv = dict(labels)
-            if "model" in lv and family != self._unread_name:
+            if "model" in lv and family not in (self._unread_name, self._redirects_name):
                 by_model.setdefault(lv["model"], []).append((family, sample, lv, value))
         out = [self._model_document(by_model[model], timestamp) for model in sorted(by_model)]
         out.extend(self._pool_documents(timestamp, delta, pools, ejections))
@@ -249,10 +262,11 @@ class EmfReporter:
     ) -> Iterator[dict[str, Any]]:
         """The replica's own counters that moved in the interval: heartbeat writes and prunes per
         (cluster, result), a document without dimensions for the misnamed usage and the refused
-        holds, and the unread usage per (model, reason)."""
+        holds, the unread usage per (model, reason) and the refused redirects per model."""
         heartbeat: dict[str, dict[str, float]] = {}
         replica: dict[str, float] = {}
         unread: dict[tuple[str, str], float] = {}
+        redirects: dict[str, float] = {}
         for (family, _, labels), value in delta.items():
             if family in (self._heartbeat_name, self._prunes_name):
                 name = "HeartbeatWrites" if family == self._heartbeat_name else "HeartbeatPrunes"
@@ -265,6 +279,9 @@ class EmfReporter:
                 lv = dict(labels)
                 key = (lv.get("model", ""), lv.get("reason", ""))
                 unread[key] = unread.get(key, 0.0) + value
+            elif family == self._redirects_name:
+                model = dict(labels).get("model", "")
+                redirects[model] = redirects.get(model, 0.0) + value
         for result, counts in sorted(heartbeat.items()):
             values = {name: value for name, value in counts.items() if value > 0}
             if values:
@@ -278,6 +295,10 @@ class EmfReporter:
                 dimensions = {MODEL_DIMENSION: model, REASON_DIMENSION: reason}
                 values = {"AnswerUsageUnread": value}
                 yield self._document(timestamp, dimensions, USAGE_UNREAD_METRICS, values)
+        for model, value in sorted(redirects.items()):
+            if value > 0:
+                values = {"UpstreamRedirects": value}
+                yield self._document(timestamp, {MODEL_DIMENSION: model}, UPSTREAM_REDIRECT_METRICS, values)
 
     def _samples(self) -> Iterator[tuple[tuple[str, str, tuple[tuple[str, str], ...]], float]]:
         for family in self._families():
@@ -425,6 +446,7 @@ def emf_reporter(
         heartbeat_cluster=heartbeat_cluster,
         heartbeat_prunes=metrics.heartbeat_prunes,
         holds_refused=holds_refused,
+        upstream_redirects=metrics.upstream_redirects,
         clock=clock,
     )
 

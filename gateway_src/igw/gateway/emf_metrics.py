@@ -78,3 +78,8 @@ document per (model, reason) that moved. Its own document, not a member of the m
 not written in an interval without requests, and an answer counted here may be a retried attempt's
 (the interval's requests not moving with it). The tier-2 counterpart is ``AnswerUsageUnread`` by
 ``Cluster``, ``Reason``. Since session s44."""
+UPSTREAM_REDIRECT_METRICS: Final = (("UpstreamRedirects", "Count"),)
+"""``(name, unit)`` of the per-model document (dimension :data:`MODEL_DIMENSION`): the model's pods'
+redirects (3xx) refused with a 502 in the interval (``igw_upstream_redirects_total``), one document per
+model that moved; its own document, as :data:`USAGE_UNREAD_METRICS`' (each attempt's, a retried one's
+too). The tier-2 counterpart is ``UpstreamRedirects`` by ``Cluster``. Since session s46."""

@@ -40,10 +40,12 @@ FLEET_METRICS: Final = (
     FleetMetric("AnswerUsageUnread", "answer_usage_unread", (("cluster", "Cluster"), ("reason", "Reason"))),
     FleetMetric("UsageMisnamed", "usage_misnamed", (("cluster", "Cluster"),)),
     FleetMetric("RateLimitHoldsRefused", "ratelimit_holds_refused", ()),
+    FleetMetric("UpstreamRedirects", "upstream_redirects", (("cluster", "Cluster"),)),
 )
 """Every fleet metric, in the order the documents are written. ``HeartbeatSourceOutages``,
 ``AnswerUsageUnread`` and ``UsageMisnamed`` since session s44 (before, their counters were on
 ``/metrics`` only, and the stack's CloudWatch alarms read none of them). ``RateLimitHoldsRefused``
 (``igw_global_ratelimit_holds_refused_total``: token bounds of background responses the router's
 local buckets' full hold table did not keep) since session s45, without dimensions as its counter
-has none."""
+has none. ``UpstreamRedirects`` (``igw_global_upstream_redirects_total``: clusters' redirects refused
+with a 502) since session s46."""
