@@ -26,6 +26,7 @@ from tests.fakes.kube_admission import Admission, admit, admit_status
 from tests.fakes.kube_builtin_schemas import decoded, type_error
 from tests.fakes.kube_crd_validation import crd_errors, stored_versions, with_defaults
 from tests.fakes.kube_field_errors import invalid_details, invalid_message
+from tests.fakes.kube_immutable import update_errors
 from tests.fakes.kube_namespaces import (
     IMMORTAL_NAMESPACES,
     TERMINATING,
@@ -35,7 +36,8 @@ from tests.fakes.kube_namespaces import (
     terminating,
     terminating_refusal,
 )
-from tests.fakes.kube_services import allocate, set_defaults, taken
+from tests.fakes.kube_services import allocate, normalize_cluster_ips, set_defaults, taken
+from tests.fakes.kube_services import immutable_errors as service_immutable_errors
 from tests.fakes.kube_validation import object_problems
 from tests.fakes.kube_workload_defaults import default_pod, default_workload
 
@@ -196,6 +198,25 @@ def _default(kind: ResourceKind, body: dict[str, Any]) -> None:
         default_workload(kind.plural, spec)
     if kind.key == NAMESPACE_KEY:
         default_namespace(body)
+
+
+def _refuse_immutable_changes(
+    kind: ResourceKind, name: str, new: dict[str, Any], current: Mapping[str, Any]
+) -> None:
+    """Update validation's refusal of changed immutable fields (:mod:`tests.fakes.kube_immutable`,
+    :func:`tests.fakes.kube_services.immutable_errors`): 422 ``Invalid``, before any allocation."""
+    errors = update_errors(kind.key, new, current)
+    spec, old_spec = new.get("spec"), current.get("spec")
+    if kind.key == SERVICE_KEY and isinstance(spec, dict) and isinstance(old_spec, Mapping):
+        normalize_cluster_ips(spec, old_spec)
+        errors.extend(service_immutable_errors(spec, old_spec))
+    if errors:
+        raise StoreError(
+            422,
+            "Invalid",
+            invalid_message(kind.kind, name, errors),
+            details=invalid_details(kind.group, kind.kind, name, errors),
+        )
 
 
 def _validate(kind: ResourceKind, body: Mapping[str, Any]) -> None:
@@ -658,6 +679,7 @@ class KubeStore:
                     new = _admitted_crd(
                         name, {**new, "metadata": {**new.get("metadata", {}), "name": name}}, current
                     )
+                _refuse_immutable_changes(kind, name, new, current)
                 if kind.key == SERVICE_KEY:
                     self._allocate(kind, name, new, current)
                 meta = new.setdefault("metadata", {})

@@ -1,0 +1,95 @@
+"""Fields the API server refuses to change on an update, with its 422 ``Invalid`` causes.
+
+Without this the fake stored any edit: a Deployment's new ``spec.selector`` or an edited
+``immutable: true`` ConfigMap was accepted here and refused on a cluster, so a controller (or a doc's
+``kubectl`` command) that rewrote one passed its tests and failed in production.
+
+What kube-apiserver's update validation refuses (``pkg/apis/apps/validation``,
+``pkg/apis/core/validation``), checked before anything is allocated or stored:
+
+- apps/v1 Deployments, ReplicaSets and DaemonSets: ``spec.selector`` may not change
+  (``ValidateImmutableField``: ``Invalid value: <new selector>: field is immutable``); a
+  StatefulSet's spec may change only in :data:`_STATEFULSET_MUTABLE` (``spec: Forbidden: ...``);
+- a ConfigMap or Secret stored with ``immutable: true``: ``immutable`` may not be unset, nor
+  ``data`` (nor a ConfigMap's ``binaryData``) changed (``Forbidden: field is immutable when
+  `immutable` is set``); a Secret's ``type`` may never change;
+- a Service's ``spec.clusterIPs`` (see :func:`tests.fakes.kube_services.immutable_errors`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+from tests.fakes.kube_field_errors import FieldError, quoted
+
+FIELD_IMMUTABLE: Final = "field is immutable"
+"""apimachinery's ``FieldImmutableErrorMsg``."""
+IMMUTABLE_WHEN_SET: Final = "field is immutable when `immutable` is set"
+_SELECTOR_IMMUTABLE: Final = frozenset({"deployments", "replicasets", "daemonsets"})
+_STATEFULSET_MUTABLE: Final = (
+    "replicas",
+    "ordinals",
+    "template",
+    "updateStrategy",
+    "revisionHistoryLimit",
+    "persistentVolumeClaimRetentionPolicy",
+    "minReadySeconds",
+)
+STATEFULSET_SPEC_FORBIDDEN: Final = (
+    "updates to statefulset spec for fields other than 'replicas', 'ordinals', 'template', "
+    "'updateStrategy', 'revisionHistoryLimit', 'persistentVolumeClaimRetentionPolicy' and "
+    "'minReadySeconds' are forbidden"
+)
+"""``ValidateStatefulSetUpdate``'s refusal of any other change (its selector, serviceName,
+volumeClaimTemplates, podManagementPolicy)."""
+
+
+def _selector_value(selector: Any) -> str:
+    """A ``metav1.LabelSelector`` as ``json.Marshal`` writes it: its fields in Go's order,
+    empty ones left out (``omitempty``)."""
+    if not isinstance(selector, Mapping):
+        return quoted(selector)
+    ordered = {k: selector[k] for k in ("matchLabels", "matchExpressions") if selector.get(k)}
+    return quoted(ordered)
+
+
+def _immutable_object(plural: str, new: Mapping[str, Any], old: Mapping[str, Any]) -> list[FieldError]:
+    errors: list[FieldError] = []
+    if old.get("immutable") is True:
+        if new.get("immutable") is not True:
+            errors.append(FieldError("immutable", "FieldValueForbidden", detail=IMMUTABLE_WHEN_SET))
+        if (new.get("data") or None) != (old.get("data") or None):
+            errors.append(FieldError("data", "FieldValueForbidden", detail=IMMUTABLE_WHEN_SET))
+        if plural == "configmaps" and (new.get("binaryData") or None) != (old.get("binaryData") or None):
+            errors.append(FieldError("binaryData", "FieldValueForbidden", detail=IMMUTABLE_WHEN_SET))
+    return errors
+
+
+def update_errors(
+    key: tuple[str, str, str], new: Mapping[str, Any], old: Mapping[str, Any]
+) -> list[FieldError]:
+    """What the API server's update validation of ``key``'s kind refuses in ``new`` (the object
+    about to be stored, defaulted) against ``old`` (the stored one); empty when the update may go
+    on. Service cluster IPs are checked where they are allocated."""
+    group, version, plural = key
+    errors: list[FieldError] = []
+    if group == "apps" and version == "v1" and plural in _SELECTOR_IMMUTABLE:
+        new_selector = (new.get("spec") or {}).get("selector")
+        old_selector = (old.get("spec") or {}).get("selector")
+        if new_selector != old_selector:
+            value = _selector_value(new_selector)
+            errors.append(FieldError("spec.selector", "FieldValueInvalid", value, FIELD_IMMUTABLE))
+    if group == "apps" and version == "v1" and plural == "statefulsets":
+        new_spec, old_spec = new.get("spec") or {}, old.get("spec") or {}
+        if {k: v for k, v in new_spec.items() if k not in _STATEFULSET_MUTABLE} != {
+            k: v for k, v in old_spec.items() if k not in _STATEFULSET_MUTABLE
+        }:
+            errors.append(FieldError("spec", "FieldValueForbidden", detail=STATEFULSET_SPEC_FORBIDDEN))
+    if group == "" and plural in ("configmaps", "secrets"):
+        if plural == "secrets" and (new.get("type") or "Opaque") != (old.get("type") or "Opaque"):
+            errors.append(
+                FieldError("type", "FieldValueInvalid", quoted(new.get("type") or ""), FIELD_IMMUTABLE)
+            )
+        errors.extend(_immutable_object(plural, new, old))
+    return errors
