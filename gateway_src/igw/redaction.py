@@ -15,6 +15,7 @@ user-info only, and ``igw validate`` and ``igw audit`` quoted a token put in a w
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Final
 
@@ -201,15 +202,49 @@ _QUOTED_NAME: Final = _SECRET_FIELD + r"|[a-z0-9_-]*(?:private|secret)_?key|auth
 """:data:`_SECRET_FIELD`, and ``private_key``/``privateKey``, ``secretKey`` and ``Authorization``: in a
 JSON object or dict repr their value is the credential (a path there is masked too, unlike in a form
 field, where ``private_key=/etc/igw/tls/key.pem`` names the file)."""
+_STRING: Final = r"(?:\"(?:[^\"\\\n]|\\.)*\"|'(?:[^'\\\n]|\\.)*')"
+"""A JSON string or a Python string's repr, in double or single quotes, with its escapes."""
+_ESCAPED_STRING: Final = r"\1\"(?:(?!(?<!\\)\1\")[^\n])*(?<!\\)\1\""
+"""A JSON string inside another string (``\\"hunter2\\"``): its quotes after the backslashes of group 1
+(one in a JSON string, two in its repr), up to the next such quote not after one backslash more (an
+escaped quote in the value, ``\\\\\\"``). A value ending in an escaped backslash is masked past its end
+(to the next such quote): more masked, nothing shown."""
+_SCALAR: Final = r"(?:-?[0-9][0-9.eE+-]*|null|true|false|None|True|False)"
+
+
+def _container(string: str) -> str:
+    """The value of a secret-named field besides a string: an array or tuple of strings and scalars
+    (``"password": ["a", "b"]``), or an object or dict one level deep whose values are such
+    (``"client_secret": {"value": "..."}``); ``string`` is how a string is written there."""
+    item = f"(?:{string}|{_SCALAR})"
+    items = rf"\s*(?:{item}(?:\s*,\s*{item})*\s*,?\s*)?"
+    pairs = rf"\s*(?:{string}\s*:\s*{item}(?:\s*,\s*{string}\s*:\s*{item})*\s*,?\s*)?"
+    return rf"\[{items}\]|\({items}\)|\{{{pairs}\}}"
+
+
 _QUOTED_FIELD: Final = re.compile(
-    r"(?i)([\"'])(" + _QUOTED_NAME + r")(\1\s*:\s*)(?:(\")(?:[^\"\\\n]|\\.)*\"|(')(?:[^'\\\n]|\\.)*')"
+    r"(?i)()([\"'])(" + _QUOTED_NAME + r")(\2\s*:\s*)(" + _STRING + "|" + _container(_STRING) + ")"
 )
 """A secret-named field of a JSON object or a dict's repr with a string value: an OAuth token response
 (``{"access_token": "...", "refresh_token": "..."}``) as requests_oauthlib logs it, ``Response headers
 were ... and content ...``, the token dict (``'refresh_token': '...'``), a request body logged whole
 (``{"password": "...", "api_key": "..."}``). Before session s46 it ran only when another trigger
 was there (``"token_type": "Bearer"``), and a body with ``"password"`` or ``"client_secret"`` and no
-other trigger went to the logs as it was."""
+other trigger went to the logs as it was. Since session s46 an array, tuple or flat object as the
+value too (:func:`_container`): every string in it is masked (an object's keys kept); before,
+``"password": ["hunter2"]`` went through. Group 1 is empty (:data:`_ESCAPED_FIELD`'s backslashes)."""
+_ESCAPED_FIELD: Final = re.compile(
+    r"(?i)(\\+)(\")("
+    + _QUOTED_NAME
+    + r")(\1\"\s*:\s*)("
+    + _ESCAPED_STRING
+    + "|"
+    + _container(_ESCAPED_STRING)
+    + ")"
+)
+""":data:`_QUOTED_FIELD` in a JSON text held in a string (``{\\"password\\": \\"x\\"}``): a request body
+logged as a JSON string inside a JSON log line, or the repr of one (two backslashes). Its quotes
+have backslashes before them, and until session s46 the field went through as it was."""
 _QUOTED_WORDS: Final = (
     "token",
     "secret",
@@ -231,6 +266,25 @@ _QUOTED_HINT: Final = re.compile(
 colon, a blank between them or none): a search led by the colon, each one checked for a quote after
 the last letter of a word (``[nteyrd]``) first, so a JSON line of other fields costs a fraction of a
 microsecond, where a search led by the quote cost three times as much."""
+_ESCAPED_HINT: Final = re.compile(
+    ":(?:"
+    + "|".join(
+        rf"(?<=\\\"{blank}:)(?:"
+        + "|".join(
+            rf"(?<=[nteyrd]{slashes}\"{blank}:)(?:"
+            + "|".join(rf"(?<={word}{slashes}\"{blank}:)" for word in _QUOTED_WORDS)
+            + ")"
+            for slashes in (r"\\", r"\\\\", r"\\\\\\")
+        )
+        + ")"
+        for blank in ("", " ")
+    )
+    + ")"
+)
+"""What a lower-cased text needs for :data:`_ESCAPED_FIELD` to match (one of :data:`_QUOTED_WORDS`, one
+to three backslashes, a quote and a colon, a blank before it or none): led by the colon and checked
+for the backslash and quote first, as :data:`_QUOTED_HINT`, so escaped JSON of other fields
+(``{\\"error\\": ...}`` from a backend, quoted in a log line) costs a fraction of a microsecond."""
 _KEY_DUMP: Final = re.compile(
     r"(?i)((?:^|(?<=\n)|(?<=\\n))[ \t]*(?:priv|privateExponent|prime[12]|exponent[12]|coefficient):[ \t]*)"
     r"(?:(?:\r?\n|\\n)[ \t]+[0-9a-f]{1,2}(?::[0-9a-f]{1,2})*:?[ \t]*)+"
@@ -256,9 +310,31 @@ def _mask_form_field(found: re.Match[str]) -> str:
 
 
 def _mask_quoted_field(found: re.Match[str]) -> str:
-    """A :data:`_QUOTED_FIELD` match with its string value masked, name and quotes kept."""
-    quote = found.group(4) or found.group(5)
-    return f"{found.group(1)}{found.group(2)}{found.group(3)}{quote}{MASK}{quote}"
+    """A :data:`_QUOTED_FIELD` or :data:`_ESCAPED_FIELD` match with every string of its value masked
+    (an object's keys kept), its name, quotes, brackets and scalars kept."""
+    escape = found.group(1)
+    strings = _escaped_strings(escape) if escape else _STRINGS
+    value = strings.sub(lambda s: _mask_string(s, escape), found.group(5))
+    return f"{found.group(1)}{found.group(2)}{found.group(3)}{found.group(4)}{value}"
+
+
+_STRINGS: Final = re.compile(f"({_STRING})(\\s*:)?")
+"""A string and, when it is an object's key, the colon after it."""
+
+
+@functools.cache
+def _escaped_strings(escape: str) -> re.Pattern[str]:
+    """:data:`_STRINGS` for strings whose quotes have ``escape`` (backslashes) before them."""
+    return re.compile("(" + _ESCAPED_STRING.replace("\\1", re.escape(escape)) + ")(\\s*:)?")
+
+
+def _mask_string(found: re.Match[str], escape: str) -> str:
+    """A string of a secret field's value masked (its quotes kept), or an object's key as it is."""
+    string = found.group(1)
+    if found.group(2) is not None:
+        return found.group(0)
+    quote = string[len(escape)]
+    return f"{escape}{quote}{MASK}{escape}{quote}"
 
 
 _HEX_KEY: Final = re.compile(
@@ -338,6 +414,53 @@ def _mask_hex_keys(text: str) -> str:
     return _HEX_RUN.sub(lambda m: MASK if _HEX_KEY.search(m.group(0).lower()) else m.group(0), text)
 
 
+_BYTES_REPR: Final = re.compile(
+    r"(?<![A-Za-z0-9_])b(?:'(0(?:[^'\\\n]|\\.)*)('?)|\"(0(?:[^\"\\\n]|\\.)*)(\"?))"
+)
+"""A Python bytes repr starting with ``0`` (``0x30``, an ASN.1 SEQUENCE: ``b'0\\x82\\x04\\xa4\\x02...'``),
+in single or double quotes, up to its closing quote or, cut off, the end of the line."""
+_REPR_BYTE: Final = re.compile(r"\\x([0-9a-fA-F]{2})|\\(.)|(.)", re.DOTALL)
+_REPR_ESCAPES: Final = {"t": "09", "n": "0a", "r": "0d", "\\": "5c", "'": "27", '"': "22"}
+_REPR_DER_BYTES: Final = 24
+"""How many bytes of a repr :func:`_repr_der_start` decodes: :data:`_HEX_KEY`'s longest start is 18."""
+_BYTES_REPR_HINTS: Final = ("b'0", 'b"0')
+"""Substrings one of which a text needs for :data:`_BYTES_REPR` to mask it, besides ``\\x`` (every DER
+key's repr has one in its first bytes: a length or version byte): the cheap test."""
+
+
+def _repr_der_start(body: str) -> str:
+    """The first bytes of a bytes repr's ``body`` in lower-case hex, up to an escape cut off (a log line
+    cut inside the repr)."""
+    digits = []
+    for byte in _REPR_BYTE.finditer(body):
+        hex_digits, escaped, char = byte.groups()
+        if hex_digits is not None:
+            digits.append(hex_digits.lower())
+        elif escaped is not None:
+            if escaped not in _REPR_ESCAPES:  # ``\\x`` cut off before its digits: what came before
+                break
+            digits.append(_REPR_ESCAPES[escaped])
+        else:
+            digits.append(f"{ord(char):02x}")
+        if len(digits) == _REPR_DER_BYTES:
+            break
+    return "".join(digits)
+
+
+def _mask_bytes_repr(found: re.Match[str]) -> str:
+    """A :data:`_BYTES_REPR` whose bytes start as a private key's DER does (:data:`_HEX_KEY`: PKCS#8,
+    PKCS#1, SEC 1, encrypted PKCS#8, PKCS#12) masked whole, ``b`` and quotes kept; any other as it is.
+
+    ``{'PrivateKey': b'0\\x82...'}``: a library's DEBUG line or an error quoting a key loaded as DER
+    bytes. The hex rule reads hex digits, the PEM and base64 rules their alphabets; a repr's escapes are
+    none of them, and until session s46 the key went through whole."""
+    body, end = (found.group(1), found.group(2)) if found.group(1) is not None else found.group(3, 4)
+    if not _HEX_KEY.match(_repr_der_start(body)):
+        return found.group(0)
+    quote = found.group(0)[1]
+    return f"b{quote}{MASK}{end}"
+
+
 def _form_secrets(lowered: str) -> bool:
     """Whether a lower-cased text may hold a :data:`_FORM_FIELD`: the cheap test before it runs."""
     return bool(_FORM_HINT.search(lowered) or ("%" in lowered and _ENCODED_FORM_HINT.search(lowered)))
@@ -382,6 +505,15 @@ def _redact_target(found: re.Match[str]) -> str:
     return found.group(1) + redact_url("x://h" + found.group(2))[len("x://h") :]
 
 
+def _escaped_or_bytes_secrets(text: str) -> bool:
+    """Whether ``text`` may hold an :data:`_ESCAPED_FIELD` or a key's :data:`_BYTES_REPR`: both need a
+    backslash (a DER key's repr has escapes from its second byte on), the one test most lines fail."""
+    return "\\" in text and bool(
+        _ESCAPED_HINT.search(text.lower())
+        or ("\\x" in text and (_BYTES_REPR_HINTS[0] in text or _BYTES_REPR_HINTS[1] in text))
+    )
+
+
 def needs_redaction(text: str) -> bool:
     """Whether :func:`redact` may change ``text``; ``False`` guarantees ``redact(text) == text``
     (none of the patterns can match: no user-info URL is possible and no trigger substring occurs).
@@ -391,7 +523,7 @@ def needs_redaction(text: str) -> bool:
     (:mod:`igw.gateway.access_log`)."""
     if "://" in text and (_URL_SECRET_MARKS.intersection(text) or _PATH_HINT.search(text)):
         return True
-    if _target_secrets(text) or _lone_secret(text):
+    if _target_secrets(text) or _lone_secret(text) or _escaped_or_bytes_secrets(text):
         return True
     lowered = text.lower()
     return (
@@ -482,6 +614,11 @@ def redact(text: str) -> str:
         text = _FORM_FIELD.sub(_mask_form_field, text)
     if _QUOTED_HINT.search(lowered):
         text = _QUOTED_FIELD.sub(_mask_quoted_field, text)
+    if "\\" in text:
+        if _ESCAPED_HINT.search(lowered):
+            text = _ESCAPED_FIELD.sub(_mask_quoted_field, text)
+        if "\\x" in text and (_BYTES_REPR_HINTS[0] in text or _BYTES_REPR_HINTS[1] in text):
+            text = _BYTES_REPR.sub(_mask_bytes_repr, text)
     if _hex_secrets(lowered):
         text = _mask_hex_keys(text)
     if not any(trigger in lowered for trigger in _TRIGGERS):
@@ -616,7 +753,9 @@ def _mask_bearer(found: re.Match[str]) -> str:
     tokens (JWTs, API keys, base64 credentials) are long and mix digits, case or punctuation. Nor is
     an ``auth-param`` (:data:`_AUTH_PARAM`): before session s46 ``WWW-Authenticate: Bearer
     realm=igw-gateway, error=invalid_token`` was logged as ``Bearer [REDACTED], error=...``, the
-    challenge's realm hidden as if it were a token.
+    challenge's realm hidden as if it were a token. Words joined by ``-`` or ``_``
+    (``Bearer authorization_required_by_policy``) are taken for a token: a static token a person chose
+    (``team-alpha-shared-key``) has that shape, and showing prose is not worth showing it.
     """
     value = found.group(2)
     word = value.isalpha() and value[1:].islower() and len(value) < WORD_MAX_CHARS

@@ -229,3 +229,17 @@ def test_a_challenge_s_parameters_after_the_scheme_word_stay(text: str) -> None:
 )
 def test_a_token_after_the_scheme_word_is_masked_and_the_rest_of_the_line_kept(text: str, shown: str) -> None:
     assert redact(text) == shown
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Bearer authorization_required_by_policy",  # prose in snake case: masked all the same
+        "refused Bearer team-alpha-shared-key",  # a token a person chose, words and hyphens
+        "Bearer staging_gateway_admin_token",
+    ],
+)
+def test_words_joined_by_hyphens_or_underscores_after_the_scheme_word_stay_masked(text: str) -> None:
+    """A run of words joined by ``-`` or ``_`` cannot be told from a static token a person chose
+    (``team-alpha-shared-key``): no rule shows the one and hides the other, so both are masked."""
+    assert redact(text).endswith(f"Bearer {MASK}")

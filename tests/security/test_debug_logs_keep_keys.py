@@ -584,3 +584,77 @@ def test_ordinary_json_fields_stay() -> None:
         'error "token" : 401',  # not a field: no string value
     ):
         assert redact(text) == text, text
+
+
+@pytest.mark.parametrize("name", ["rsa-pkcs8", "rsa-pkcs1", "ec-sec1", "ec-pkcs8", "ed25519", "encrypted"])
+def test_a_private_key_s_bytes_repr_is_masked_whole(name: str) -> None:
+    """``{'PrivateKey': b'0\\x82\\x04...'}``: a key loaded as DER and printed as a bytes repr (escapes,
+    not hex or base64) went to the logs whole; the repr is now masked, quotes and the text after kept."""
+    der = _der_keys()[name]
+    after = "2026-12-07 10:00:00,001 INFO igw.gateway: request 42 answered 200"
+    q = repr(der)[1]  # the repr's quote: ' unless the bytes hold a ' and no "
+    for text, shown in (
+        (
+            f"params: {{'PrivateKey': {der!r}, 'Tags': []}} {after}",
+            f"params: {{'PrivateKey': b{q}{MASK}{q}, 'Tags': []}} {after}",
+        ),
+        (f"loaded {bytearray(der)!r}", f"loaded bytearray(b{q}{MASK}{q})"),
+        (f"body={der!r}"[:60], f"body=b{q}{MASK}"),  # cut off: masked to the end
+    ):
+        assert needs_redaction(text)
+        logged = _logged(text)
+        assert shown in logged, logged
+        assert repr(der[len(der) // 2 : len(der) // 2 + 8])[2:-1] not in logged
+
+
+def test_bytes_reprs_that_are_no_key_stay() -> None:
+    cert = base64.b64decode("".join(trustme.CA().cert_pem.bytes().decode().strip().splitlines()[1:-1]))
+    for text in (
+        "read b'0' and b'0123456789' from the socket; b\"0\\x01\\x02\"",
+        f"served certificate {cert[:40]!r}",  # public: a0 03 02 01 02 after its SEQUENCE headers
+        "frame b'0\\x00\\x00\\x04\\x08\\x00\\x00\\x00\\x00' (h2 settings)",
+    ):
+        assert redact(text) == text, text
+
+
+@pytest.mark.parametrize("name", ["password", "client_secret", "api_key", "refresh_token", "privateKey"])
+def test_secret_named_fields_of_escaped_json_are_masked(name: str) -> None:
+    """A request or response body logged as a JSON string inside a JSON log line (``{\\"password\\":
+    \\"...\\"}``), or the repr of one: its quotes have backslashes before them, and the field went through."""
+    body = json.dumps({"user": "ops", name: 'hunter2x"q', "model": "llama"})
+    masked = json.dumps({"user": "ops", name: MASK, "model": "llama"})
+    for text, shown in (
+        (json.dumps({"msg": "request", "body": body}), json.dumps({"msg": "request", "body": masked})),
+        (repr(json.dumps({"body": body})), repr(json.dumps({"body": masked}))),
+        (json.dumps({"b": json.dumps({"body": body})}), json.dumps({"b": json.dumps({"body": masked})})),
+    ):
+        assert needs_redaction(text)
+        assert _logged(text).endswith(f": {shown}\n")
+
+
+def test_escaped_json_of_other_fields_stays() -> None:
+    body = json.dumps({"error": {"message": "token limit", "type": "invalid_request_error"}, "tokens": 12})
+    for text in (json.dumps({"msg": "upstream said", "body": body}), repr(json.dumps({"body": body}))):
+        assert redact(text) == text, text
+
+
+@pytest.mark.parametrize(
+    ("value", "masked"),
+    [
+        (["hunter2x", "b"], [MASK, MASK]),
+        (("hunter2x", 3), (MASK, 3)),
+        ({"value": "hunter2x", "version": 2}, {"value": MASK, "version": 2}),
+        ([], []),
+    ],
+)
+def test_an_array_or_object_under_a_secret_name_has_its_strings_masked(value: object, masked: object) -> None:
+    """``"password": ["..."]`` and ``"client_secret": {"value": "..."}`` went through: only a string
+    value was masked. Now every string in it is, an object's keys and the scalars kept."""
+    for name in ("password", "client_secret"):
+        for text, shown in (
+            (json.dumps({name: value, "user": "ops"}), json.dumps({name: masked, "user": "ops"})),
+            (str({name: value, "user": "ops"}), str({name: masked, "user": "ops"})),
+        ):
+            assert _logged(text).endswith(f": {shown}\n"), text
+    nested = json.dumps({"credentials": {"username": "ops", "secret": "hunter2x"}})
+    assert redact(nested) == json.dumps({"credentials": {"username": "ops", "secret": MASK}})
