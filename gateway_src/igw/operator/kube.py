@@ -575,39 +575,26 @@ class Kube:
         self, obj: Mapping[str, Any], status: Mapping[str, Any], api_version: str, kind: str
     ) -> bool:
         """The body of :meth:`write_status`."""
-        # deferred: start-up cost: kubernetes.dynamic loads with the client, in the worker thread
-        from kubernetes.dynamic.exceptions import NotFoundError, UnprocessibleEntityError
-
-        meta = obj["metadata"]
-        namespace, name, uid = meta["namespace"], meta["name"], str(meta.get("uid") or "")
-        if not uid:
-            raise ValueError(
-                f"{kind} {namespace}/{name}: no metadata.uid to make the status write conditional on"
-            )
-        body = [
-            {"op": "test", "path": "/metadata/uid", "value": uid},
-            {"op": "add", "path": "/status", "value": merged_status(obj.get("status"), status)},
-        ]
-        resource = self._resource(api_version, kind)
-        try:
-            resource.status.patch(
-                body=body,
-                name=name,
-                namespace=namespace,
-                content_type="application/json-patch+json",
-                field_manager=FIELD_MANAGER,
-            )
-        except NotFoundError:
-            return False
-        except UnprocessibleEntityError:  # the uid test failed, or the status was refused
-            now = self._get(api_version, kind, namespace, name)
-            if now is None or (now.get("metadata") or {}).get("uid") != uid:
-                return False
-            raise
-        return True
+        change = {"op": "add", "path": "/status", "value": merged_status(obj.get("status"), status)}
+        return self._patch_same_object(obj, change, api_version, kind, status=True)
 
     def _annotate(self, obj: Mapping[str, Any], key: str, value: str, api_version: str, kind: str) -> bool:
         """The body of :meth:`annotate`."""
+        change: dict[str, Any]
+        if obj["metadata"].get("annotations"):
+            pointer = key.replace("~", "~0").replace("/", "~1")
+            change = {"op": "add", "path": f"/metadata/annotations/{pointer}", "value": value}
+        else:
+            change = {"op": "add", "path": "/metadata/annotations", "value": {key: value}}
+        return self._patch_same_object(obj, change, api_version, kind, status=False)
+
+    def _patch_same_object(
+        self, obj: Mapping[str, Any], change: Mapping[str, Any], api_version: str, kind: str, *, status: bool
+    ) -> bool:
+        """Apply ``change`` (one JSON-patch operation; to the status subresource when ``status``) to
+        ``obj`` only if the object stored under its name is still the same one (a ``test`` of its
+        uid first): False when it is gone or was made anew meanwhile; a refusal of the change itself
+        is raised."""
         # deferred: start-up cost: kubernetes.dynamic loads with the client, in the worker thread
         from kubernetes.dynamic.exceptions import NotFoundError, UnprocessibleEntityError
 
@@ -615,15 +602,10 @@ class Kube:
         namespace, name, uid = meta["namespace"], meta["name"], str(meta.get("uid") or "")
         if not uid:
             raise ValueError(f"{kind} {namespace}/{name}: no metadata.uid to make the write conditional on")
-        test: dict[str, Any] = {"op": "test", "path": "/metadata/uid", "value": uid}
-        body: list[dict[str, Any]]
-        if meta.get("annotations"):
-            pointer = key.replace("~", "~0").replace("/", "~1")
-            body = [test, {"op": "add", "path": f"/metadata/annotations/{pointer}", "value": value}]
-        else:
-            body = [test, {"op": "add", "path": "/metadata/annotations", "value": {key: value}}]
+        body = [{"op": "test", "path": "/metadata/uid", "value": uid}, change]
+        resource = self._resource(api_version, kind)
         try:
-            self._resource(api_version, kind).patch(
+            (resource.status if status else resource).patch(
                 body=body,
                 name=name,
                 namespace=namespace,
@@ -632,7 +614,7 @@ class Kube:
             )
         except NotFoundError:
             return False
-        except UnprocessibleEntityError:  # the uid test failed (made anew), or the write was refused
+        except UnprocessibleEntityError:  # the uid test failed (made anew), or the change was refused
             now = self._get(api_version, kind, namespace, name)
             if now is None or (now.get("metadata") or {}).get("uid") != uid:
                 return False
