@@ -121,6 +121,7 @@ _GIVEN: dict[type, dict[str, Any]] = {
         "settles": "resp_s",
         "minted": "resp_m",
         "carried": True,
+        "search_within": "scope-f",
     },
     ExchangeResult: {
         "answer": web.Response(status=201),
@@ -138,6 +139,7 @@ _GIVEN: dict[type, dict[str, Any]] = {
         "large_error": True,
         "usage_unread": "bomb_bound",
         "coded": True,
+        "redirect": True,
     },
     InferenceBody: {
         "raw": b'{"model": "m"}',
