@@ -25,7 +25,7 @@ from typing import Any, Final
 from tests.fakes.kube_admission import Admission, admit, admit_status
 from tests.fakes.kube_builtin_schemas import decoded, type_error
 from tests.fakes.kube_crd_validation import crd_errors, stored_versions, with_defaults
-from tests.fakes.kube_field_errors import invalid_details, invalid_message
+from tests.fakes.kube_field_errors import FieldError, invalid_details, invalid_message
 from tests.fakes.kube_immutable import update_errors
 from tests.fakes.kube_namespaces import (
     IMMORTAL_NAMESPACES,
@@ -211,12 +211,17 @@ def _refuse_immutable_changes(
         normalize_cluster_ips(spec, old_spec)
         errors.extend(service_immutable_errors(spec, old_spec))
     if errors:
-        raise StoreError(
-            422,
-            "Invalid",
-            invalid_message(kind.kind, name, errors),
-            details=invalid_details(kind.group, kind.kind, name, errors),
-        )
+        raise _invalid(kind, name, errors)
+
+
+def _invalid(kind: ResourceKind, name: str, errors: Sequence[FieldError]) -> StoreError:
+    """The API server's 422 ``Invalid`` Status for ``errors`` (field errors) of ``kind`` ``name``."""
+    return StoreError(
+        422,
+        "Invalid",
+        invalid_message(kind.kind, name, errors),
+        details=invalid_details(kind.group, kind.kind, name, errors),
+    )
 
 
 def _validate(kind: ResourceKind, body: Mapping[str, Any]) -> None:
@@ -494,12 +499,7 @@ class KubeStore:
         old = (current or {}).get("spec")
         errors = allocate(spec, used_ips, used_ports, old if isinstance(old, Mapping) else None)
         if errors:
-            raise StoreError(
-                422,
-                "Invalid",
-                invalid_message(kind.kind, name, errors),
-                details=invalid_details(kind.group, kind.kind, name, errors),
-            )
+            raise _invalid(kind, name, errors)
 
     def list(self, kind: ResourceKind, namespace: str | None) -> tuple[list[dict[str, Any]], int]:
         with self._lock:
