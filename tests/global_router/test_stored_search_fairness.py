@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+from collections.abc import Callable
 
 import orjson
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from igw.gateway.response_ids import mint, minted_for
+from igw.global_router.config import ClusterSpec
 from tests.global_router.support import MODEL
 from tests.global_router.test_stored_response_ids import Routed, routed
 from tests.global_router.test_stored_search_bounds import Gated, _asked, _get
@@ -199,3 +201,31 @@ async def test_a_continuation_gives_its_search_place_back_while_its_answer_is_ge
         clusters[0].gate.set()
         assert (await pending)[0] == 200
         assert r.router.searches.in_flight == 0
+
+
+async def test_a_search_that_finds_an_id_takes_it_off_every_caller_s_list(
+    jwks_server: JwksServer, tokens: TokenFactory, clock: ManualClock, client_ssl: ssl.SSLContext
+) -> None:
+    """An id found by one search leaves the unfound list in every context (each scope's and set of
+    clusters' searched), as tier 1's ``ResponseSearches.found``: until session s47 only the finder's
+    entry, and a search of other clusters (a caller allowed other models) that missed it moments
+    before went on answering 404 ``response_not_found`` for a response that exists."""
+    clusters = [Gated("east-a"), Gated("east-b")]
+    made = mint("tenant:t")
+    async with routed(list(clusters), jwks_server, tokens, clock, client_ssl) as r:
+        fleet = r.router.fleet
+        every = fleet.searched
+        narrow = False  # the second search's caller is allowed east-b's models only
+
+        def searched(may_use: Callable[[str], bool]) -> list[ClusterSpec]:
+            return [c for c in every(may_use) if c.name == "east-b" or not narrow]
+
+        fleet.searched = searched  # type: ignore[method-assign]
+        assert (await _get(r, "t", made))[0] == 404  # before it was stored: listed for both clusters
+        clusters[1].stored.add(made)  # a streamed response stored at its end
+        narrow = True
+        assert (await _get(r, "t", made))[0] == 200  # another context's search finds it
+        r.router.responses.disown(made, "east-b")  # forgotten (another replica): searched again
+        narrow = False
+        assert (await _get(r, "t", made))[0] == 200  # not 404 from the list
+        assert r.router.metrics.searches_refused.labels("unfound")._value.get() == 0

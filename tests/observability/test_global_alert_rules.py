@@ -443,3 +443,19 @@ def test_redirects_and_search_timeouts_have_an_alert_on_each_tier() -> None:
         (timeouts,) = [a for a in alerts if retries in metric_names(a.expr)]
         assert f'{retries}{{cause="{SEARCH_TIMEOUT_CAUSE}"}}' in timeouts.expr
         assert matcher_labels(timeouts.expr) == {retries: {"cause"}}
+
+
+async def test_a_tenant_held_to_its_share_of_the_searches_fires_an_alert() -> None:
+    """Since session s47 the refusals of a caller scope's searches past its share
+    (``igw_global_response_searches_refused_total{reason="scope_busy"}``, since s46) have an alert, per
+    replica; the series is on a fresh router's page at 0 (born at its first refusal, ``increase()``
+    missed that first burst). Evaluated on the live page's series with the values a flood gives."""
+    (alert,) = [a for a in GLOBAL_ALERTS if a.name == "IgwGlobalSearchesScopeBusy"]
+    page = _page_series(await _metrics_page(_router_app()), "router:9090")
+    refused = [s for s in page if s["__name__"] == "igw_global_response_searches_refused_total"]
+    assert {s["reason"] for s in refused} == {"unfound", "busy", "scope_busy"}
+    flood = [(s, 25.0 if s.get("reason") == "scope_busy" else 0.0) for s in page]
+    fired = _values(promql_parser.parse(alert.expr), flood)
+    assert fired == [(frozenset({("instance", "router:9090")}), 25.0)]
+    busy_only = [(s, 25.0 if s.get("reason") == "busy" else 0.0) for s in page]
+    assert _values(promql_parser.parse(alert.expr), busy_only) == []

@@ -474,6 +474,20 @@ GLOBAL_ALERTS: Final[tuple[Alert, ...]] = (
         "there are not found while it stays so. The cluster is not drained for it.",
     ),
     Alert(
+        # since session s47: the refusals (s46) were on /metrics only
+        "IgwGlobalSearchesScopeBusy",
+        "sum by (instance) "
+        '(increase(igw_global_response_searches_refused_total{reason="scope_busy"}[15m])) >= 20',
+        "5m",
+        "warning",
+        "Router {{ $labels.instance }} refused 20 or more searches for stored responses in 15 minutes "
+        "because their caller scope already had its share of the searches in flight.",
+        "Each was answered 429 response_searches_busy without asking a cluster: one tenant (or "
+        "subject) keeps more than 4 searches in flight on the replica, looping ids no cluster stores "
+        "(made up, or gone) or polling many of its responses through a replica that does not know "
+        "them. Its own searches wait; other tenants' still run.",
+    ),
+    Alert(
         # since session s46: before, tier 1's IgwJwksRefreshFailing fired for a router it scraped too
         "IgwGlobalJwksRefreshFailing",
         f'sum by (instance) (increase(igw_jwks_fetch_total{{result="failure"}}[15m]) {_ROUTER}) > 0\n'

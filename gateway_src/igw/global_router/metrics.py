@@ -106,6 +106,10 @@ class FleetMetrics:
             ["reason"],
             registry=r,
         )
+        for reason in ("unfound", "busy", "scope_busy"):
+            # each series from 0 (since session s47): a series born at its first refusal shows no
+            # increase() for it, and IgwGlobalSearchesScopeBusy missed the first burst
+            self.searches_refused.labels(reason)
         self.ratelimit_holds_refused = Counter(
             f"{PREFIX}_ratelimit_holds_refused", HOLDS_REFUSED_HELP, registry=r
         )

@@ -204,7 +204,7 @@ class GlobalRouter:
         self.searches = ResponseSearches(per_scope=SEARCHES_PER_SCOPE)
         """What bounds the searches of :func:`_forward_stored` and of a continuation (:func:`_route`),
         tier 1's rules (:mod:`igw.gateway.response_search`): the ids a caller's search found nowhere
-        moments ago (keyed by :func:`_search_key`), and the searches in flight (per replica), each
+        moments ago (listed within :func:`_search_context`), and the searches in flight (per replica), each
         caller scope's ``SEARCHES_PER_SCOPE`` at most (since session s46)."""
         self.search_timeout_s = min(SEARCH_TIMEOUT_S, config.request_timeout_s)
         """How long a search waits for one cluster's answer (:data:`SEARCH_TIMEOUT_S`)."""
@@ -370,18 +370,18 @@ async def _route(
     searches = False  # a continuation no cluster is known to store: a 404 moves on to the next
     holder = None
     place: SearchPlace | None = None  # such a continuation's search place
-    search_key = ""
+    search_within = ""
     if body.previous_response_id is not None:
         holder = router.responses.endpoint_of(body.previous_response_id)
         searches = holder is None
     if searches:
         # Bounded as a retrieval's search (since session s46: until then every continuation of an id
         # no cluster stores asked every cluster, at any rate and concurrency)
-        search_key = _search_key(principal, body.previous_response_id or "", [c.cluster for c in choices])
+        search_within = _search_context(principal, [c.cluster for c in choices])
         scope = _search_scope(principal)
         param = "previous_response_id"
         not_searched = _search_refusal(
-            router, search_key, body.previous_response_id or "", scope, param=param
+            router, search_within, body.previous_response_id or "", scope, param=param
         )
         if not_searched is not None:
             m.requests.labels(model, str(not_searched.status)).inc()
@@ -560,9 +560,11 @@ async def _route(
         if place is not None:
             place.release()
             if missed == len(choices):  # every cluster asked answered 404: not stored for the caller
-                router.searches.unfound(search_key, now=router.clock())
+                router.searches.unfound(
+                    body.previous_response_id or "", now=router.clock(), within=search_within
+                )
             elif found:
-                router.searches.found(search_key)
+                router.searches.found(body.previous_response_id or "")
 
 
 def _relayed_refusal(last: ExchangeResult, waits: Sequence[str], *, now: float) -> web.StreamResponse:
@@ -822,9 +824,9 @@ async def _forward_stored(request: web.Request, router: GlobalRouter) -> web.Str
         return gateway_error("response_not_found", message)
     if known is not None:
         return await _ask_stored(request, router, principal, response_id, clusters, known=known, missed=[])
-    key = _search_key(principal, response_id, clusters)
+    within = _search_context(principal, clusters)
     scope = _search_scope(principal)
-    refused = _search_refusal(router, key, response_id, scope)
+    refused = _search_refusal(router, within, response_id, scope)
     if refused is not None:
         return refused
     searches = router.searches
@@ -837,21 +839,25 @@ async def _forward_stored(request: web.Request, router: GlobalRouter) -> web.Str
     finally:
         searches.end(scope)
     if len(missed) == len(clusters):  # every cluster asked answered 404 (or with another response)
-        searches.unfound(key, now=router.clock())
+        searches.unfound(response_id, now=router.clock(), within=within)
     elif response.status < 400:
-        searches.found(key)
+        searches.found(response_id)  # in every context (since session s47: the finder's alone)
     return response
 
 
-def _search_key(principal: Principal, response_id: str, clusters: Sequence[ClusterSpec]) -> str:
-    """What a search for ``response_id`` is remembered by in :attr:`GlobalRouter.searches`: the
+def _search_context(principal: Principal, clusters: Sequence[ClusterSpec]) -> str:
+    """What a search for a stored response is listed within besides its id in
+    :attr:`GlobalRouter.searches` (tier 1's :func:`~igw.gateway.response_search.search_context`): the
     caller's scope (:func:`~igw.gateway.guards.caller_scope`; one tenant's misses never answer
     another's request, whose clusters' gateways may well hold the id for it) and the clusters asked
     (a caller allowed other models asks other clusters, in whichever order), each part
-    length-prefixed so that no two differ only in where one ends."""
+    length-prefixed so that no two differ only in where one ends. The id is kept apart (until
+    session s47 it was part of one key): a search that finds it takes it off the list in every
+    context, as tier 1 does, where before the other scopes' searches went on answering 404 for up to
+    ``UNFOUND_TTL_S`` a response that exists."""
     scope = caller_scope(principal)
     names = ",".join(f"{len(name)}:{name}" for name in sorted(c.name for c in clusters))
-    return f"{len(scope)}:{scope}|{names}|{response_id}"
+    return f"{len(scope)}:{scope}|{names}"
 
 
 def _search_scope(principal: Principal) -> str | None:
@@ -862,7 +868,7 @@ def _search_scope(principal: Principal) -> str | None:
 
 
 def _search_refusal(
-    router: GlobalRouter, key: str, response_id: str, scope: str | None, *, param: str | None = None
+    router: GlobalRouter, within: str, response_id: str, scope: str | None, *, param: str | None = None
 ) -> web.Response | None:
     """The answer to a search for stored response ``response_id`` that must not run, as tier 1's
     (:func:`igw.gateway.inference._search_refusal`): 404 ``response_not_found`` when the caller's
@@ -876,7 +882,7 @@ def _search_refusal(
     fleet is down, and the OpenAI SDK retries a 429 as it does a 503."""
     searches = router.searches
     refused = router.metrics.searches_refused
-    if searches.recently_unfound(key, now=router.clock()):
+    if searches.recently_unfound(response_id, now=router.clock(), within=within):
         refused.labels("unfound").inc()
         message = (
             f"no cluster this router routes to for you stores response {response_id!r} "
