@@ -1446,11 +1446,13 @@ async def _relay_stream(
     from the upstream connection's read callback when they come after the head, so no loop turn or
     wake-up of this coroutine stands between their arrival and their write.
 
-    ``expect_id`` (a stored response's replay, ``GET /v1/responses/{id}?stream=true``): nothing is
-    written - no head, no keep-alive - until the first event with data has arrived and been checked;
-    one naming another response than ``expect_id`` is returned unrelayed (:func:`_misnamed`), as a
-    whole answer naming one is. Until session s45 a replay was relayed as its events came, whatever
-    response they named. A generation (no ``expect_id``) keeps its first write in the read callback."""
+    ``expect_id`` (a stored response's replay, ``GET /v1/responses/{id}?stream=true``): no event is
+    written until the first event with data has arrived and been checked; one naming another
+    response than ``expect_id`` is returned unrelayed (:func:`_misnamed`), as a whole answer naming
+    one is - unless ``keepalive_s`` passed first: the keep-alive starts the response (a client behind
+    an idle-timeout proxy is not left silent), and such an event then ends it (:func:`_cut_replay`).
+    Until session s45 a replay was relayed as its events came, whatever response they named.
+    A generation (no ``expect_id``) keeps its first write in the read callback."""
     response = _RelayedStream(status=upstream.status)
     _response_headers(upstream, extra, response.headers)
     response.build_head(request)
@@ -1510,29 +1512,39 @@ async def _relay_stream(
     if not checking:
         upstream.on_first_bytes(first_bytes)
     loop = asyncio.get_running_loop()
-    # streamIdleTimeout counts from the last upstream bytes; keep-alive pings do not reset it.
-    heard = loop.time()
+    # streamIdleTimeout counts from the last upstream bytes; keep-alive pings do not reset it. A
+    # keep-alive is due keepalive_s after the last write to the client (``spoke``), not after the
+    # last upstream bytes: an event arriving in small pieces writes nothing until it is whole (until
+    # session s47 such a trickle, and a held replay, kept the client's stream silent).
+    heard = spoke = loop.time()
     try:
         while True:
-            wait_s = keepalive_s or None
-            idle_left = None if idle_timeout_s is None else heard + idle_timeout_s - loop.time()
+            now_t = loop.time()
+            wait_s = max(spoke + keepalive_s - now_t, 0.0) if keepalive_s else None
+            idle_left = None if idle_timeout_s is None else heard + idle_timeout_s - now_t
             idle_first = idle_left is not None and (wait_s is None or idle_left <= wait_s)
             chunk = await upstream.readany(idle_left if idle_first else wait_s)
             judge()
             if chunk is None:  # nothing arrived in time
                 if idle_first or wait_s is None:
                     raise TimeoutError  # streamIdleTimeout, handled below
-                if checking:
-                    continue  # a keep-alive would start the response before its check
-                await _keepalive(request, response, on_prepared)
+                # A held replay is started too (its held comments first): its check goes on, and
+                # a first event naming another response is cut (_cut_replay), no longer a 404.
+                await _keepalive(request, response, on_prepared, unchecked)
+                unchecked = b""
+                spoke = loop.time()
                 continue
             heard = loop.time()
             if not chunk:
                 if checking:  # no event with data before the end: what came (an unfinished event too)
                     named = _another_in_events(unchecked + events.partial, cast(str, expect_id))
-                    if named is not None:
+                    if named is not None and not response.prepared:
                         response.relayed = None
                         return _misnamed(upstream.status, named, extra)
+                    if named is not None:  # started by a keep-alive while held
+                        events.rest()
+                        await _cut_replay(response, result, named, request)
+                        break
                     ended, unchecked = unchecked, b""
                 if not said and generating and b"data:" not in events.partial:
                     raise EventlessStream("the model server ended its stream without sending any event")
@@ -1549,6 +1561,7 @@ async def _relay_stream(
                         await response.write(more)
                     data = first + more if more else first
                     now = sent_at if first else time.perf_counter()  # when its first events left
+                    spoke = heard
                 else:
                     data = events.feed(chunk)
                     if checking and data:
@@ -1556,9 +1569,13 @@ async def _relay_stream(
                         data = b""
                         if _first_event_in(unchecked):
                             named = _another_in_events(unchecked, cast(str, expect_id))
-                            if named is not None:
+                            if named is not None and not response.prepared:
                                 response.relayed = None
                                 return _misnamed(upstream.status, named, extra)
+                            if named is not None:  # started by a keep-alive while held
+                                events.rest()
+                                await _cut_replay(response, result, named, request)
+                                break
                             data, unchecked, checking = unchecked, b"", False
                     elif watching and data and b'"id"' in data:
                         named = _another_in_events(data, cast(str, expect_id))
@@ -1571,6 +1588,7 @@ async def _relay_stream(
                             await response.prepare(request)
                             on_prepared(response)
                         await response.write(data)
+                        spoke = heard
                     now = time.perf_counter()
             except (ConnectionResetError, aiohttp.ClientConnectionResetError) as reset:
                 raise ClientGone() from reset
@@ -1637,14 +1655,18 @@ async def _relay_stream(
 
 
 async def _keepalive(
-    request: web.Request, response: web.StreamResponse, on_prepared: Callable[[web.StreamResponse], None]
+    request: web.Request,
+    response: web.StreamResponse,
+    on_prepared: Callable[[web.StreamResponse], None],
+    held: bytes = b"",
 ) -> None:
-    """An SSE comment line (ignored by clients) so idle-timeout proxies keep a silent stream open."""
+    """An SSE comment line (ignored by clients) so idle-timeout proxies keep a silent stream open,
+    after ``held`` (a held replay's events so far: none with data, so none naming a response)."""
     try:
         if not response.prepared:
             await response.prepare(request)
             on_prepared(response)
-        await response.write(b": ping\n\n")
+        await response.write(held + b": ping\n\n")
     except (ConnectionResetError, aiohttp.ClientConnectionResetError) as exc:
         raise ClientGone() from exc
 
