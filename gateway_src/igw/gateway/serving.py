@@ -556,6 +556,11 @@ _UNRESERVED_ESCAPE: Final = re.compile(r"%(?:3[0-9]|[46][1-9a-f]|[57][0-9a]|2[de
 character itself, so two readers of the path may disagree on it (no URI producer should make one)."""
 
 
+CONNECT_REFUSED: Final = "CONNECT asks for a tunnel: the gateway is no forward proxy"
+"""The 400 to a ``CONNECT`` (RFC 9110 9.3.6, authority-form target): refused on every listener, as an
+absolute-form target naming another scheme is (:func:`_absolute_form_refusal`), the connection closed."""
+
+
 _ABSOLUTE_FORM: Final = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://([^/?#]*)")
 """An absolute-form request target's scheme and authority (RFC 9112 3.2.2, RFC 3986 3)."""
 
@@ -615,6 +620,9 @@ def _refusal_before_handling(
         code, text, status = "bad_http_request", "request line without an HTTP version (HTTP/0.9)", 400
     elif request.version != HttpVersion11 and request.version != HttpVersion10:
         code, text, status = "http_version_not_supported", UNSUPPORTED_VERSION, 505
+    elif request.method == "CONNECT":
+        # (answered 404 "CONNECT : Not Found" before session s47: the authority-form target has no path)
+        code, text, status = "bad_http_request", CONNECT_REFUSED, 400
     elif (why := target_refusal(request.raw_path)) is not None:
         code, text, status = "bad_http_request", why, 400
     elif (host := request.headers.get("Host")) is not None and VALID_HOST.fullmatch(host) is None:
