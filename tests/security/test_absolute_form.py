@@ -12,12 +12,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 from pathlib import Path
 
 import pytest
 from aiohttp import web
 
-from igw.gateway.serving import target_refusal
+from igw.gateway.serving import CONNECT_REFUSED, serve_app, target_refusal
+from igw.global_router.config import parse_global_config
+from igw.global_router.server import create_global_app, global_management_app
+from tests.global_router.support import global_doc
 from tests.reliability.harness import MODEL, gateway_doc, in_process_gateway, scripted_upstream
 
 BODY = json.dumps({"model": MODEL, "prompt": "x", "max_tokens": 2}).encode()
@@ -85,3 +89,27 @@ def test_an_absolute_target_s_authority_must_be_a_valid_host() -> None:
     why = target_refusal("http://ev{il}/v1/completions")
     assert why is not None
     assert "invalid authority" in why
+
+
+async def test_connect_is_refused_on_every_listener(tmp_path: Path) -> None:
+    """Found by probing (session s47): ``CONNECT 169.254.169.254:80`` was answered 404 ``CONNECT :
+    Not Found`` (the authority-form target has no path) on the inference, management and global
+    router ports alike; it is a 400 naming the cause now, the connection closed."""
+    config = parse_global_config(global_doc())
+    router = create_global_app(config, rng=random.Random(1), read_heartbeats=False, management_listener=True)
+    async with (
+        scripted_upstream({}) as key,
+        in_process_gateway(tmp_path, gateway_doc(), [key]) as gw,
+        serve_app(router, host="127.0.0.1", port=0) as traffic,
+        serve_app(global_management_app(router), host="127.0.0.1", port=0) as management,
+    ):
+        for url in (gw.url, traffic, management):
+            host, port = url.split("//", 1)[1].rsplit(":", 1)
+            reader, writer = await asyncio.open_connection(host, int(port))
+            writer.write(b"CONNECT 169.254.169.254:80 HTTP/1.1\r\nHost: 169.254.169.254:80\r\n\r\n")
+            data = await asyncio.wait_for(reader.read(), timeout=10)  # closed after the answer
+            writer.close()
+            head, _, body = data.partition(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 400 "), (url, data)
+            assert b'"code":"bad_http_request"' in body, body
+            assert CONNECT_REFUSED.encode() in body, body

@@ -11,6 +11,7 @@ out of ``data_received``: no answer, an asyncio "Fatal error" logged per request
 from __future__ import annotations
 
 import asyncio
+import random
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -21,10 +22,14 @@ import orjson
 import pytest
 
 from igw.gateway.lean_server import _HEAD_LIMIT, SWITCH_ENV
-from igw.gateway.serving import BodyLength, ChunkSizes, _request_end
+from igw.gateway.request_body import MAX_CHUNK_EXTENSION_BYTES
+from igw.gateway.serving import BodyLength, ChunkSizes, _request_end, serve_app
+from igw.global_router.config import parse_global_config
+from igw.global_router.server import create_global_app
 from tests.gateway.fake_model_server import FakeModelServer, running
 from tests.gateway.support import config_doc, scheduler
 from tests.gateway.test_lean_server import lean_gateway
+from tests.global_router.support import global_doc
 from tests.reliability.test_http_errors import raw_exchange
 
 DOC = config_doc([scheduler("llama", "m")])
@@ -315,6 +320,77 @@ def test_chunk_sizes_refuse_only_a_declared_total_past_the_limit(framing: bytes,
     assert any(chunks.feed(framing[i : i + 1], 0) for i in range(len(framing))) is refused
     whole = ChunkSizes(cast(Any, None), 0x10000)
     assert whole.feed(framing, 0) is refused
+
+
+EXTENSIONS_PAST_THE_BOUND = {
+    "one chunk's extension": [f"{H}{TE}\r\n{N:x};a=" + "x" * MAX_CHUNK_EXTENSION_BYTES + "\r\n"],
+    "across chunks and reads": [
+        f"{H}{TE}\r\n",
+        *[f"1;e{i}=" + "x" * 4000 + "\r\nx\r\n" for i in range(5)],
+    ],
+    "the last chunk's extension": [f"{H}{TE}\r\n0;a=" + "x" * MAX_CHUNK_EXTENSION_BYTES],
+}
+
+
+async def test_chunk_extensions_past_the_bound_get_413_at_once_on_either_side(
+    gateway: Callable[..., Any], server_side: str
+) -> None:
+    """Found by probing (session s47): both parsers skip chunk extensions without counting them, so a
+    2-byte body could carry 256 MiB of them (1.5 s on loopback, answered 200), none counted against
+    ``maxRequestBodyBytes`` - unmetered bytes on a held connection (Node.js's CVE-2024-22019). Past
+    16 KiB in all they are refused as an over-limit body is: 413, ``Connection: close``."""
+    async with running(FakeModelServer("a")) as (pod,), gateway(DOC, {"llama": [pod.key]}) as gw:
+        for name, reads in EXTENSIONS_PAST_THE_BOUND.items():
+            data = await read_in_steps(gw.url, reads)
+            head, _, body = data.partition(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 413 "), (server_side, name, data[:300])
+            assert b"\r\nconnection: close" in head.lower(), (server_side, name, head)
+            error = orjson.loads(body)["error"]
+            assert error["code"] == "request_too_large", (server_side, name, error)
+            assert f"chunk extensions exceed {MAX_CHUNK_EXTENSION_BYTES} bytes" in error["message"], error
+        assert pod.received == []
+        within = f"{H}Connection: close\r\n{TE}\r\n{N:x};a=" + "x" * 1000 + "\r\n"
+        status, _, body = await raw_exchange(gw.url, within.encode() + BODY + b"\r\n0\r\n\r\n")
+        assert status == 200, (server_side, body)
+
+
+async def test_chunk_extensions_past_the_bound_get_413_at_the_global_router() -> None:
+    app = create_global_app(parse_global_config(global_doc()), rng=random.Random(1), read_heartbeats=False)
+    async with serve_app(app, host="127.0.0.1", port=0) as url:
+        data = await read_in_steps(url, EXTENSIONS_PAST_THE_BOUND["one chunk's extension"])
+    head, _, body = data.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 413 "), data[:300]
+    assert (
+        f"chunk extensions exceed {MAX_CHUNK_EXTENSION_BYTES} bytes" in orjson.loads(body)["error"]["message"]
+    )
+
+
+async def read_in_steps(url: str, reads: list[str]) -> bytes:
+    """Send ``reads`` one by one on a fresh connection; every byte until the server closes it."""
+    host, port = url.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        for part in reads:
+            writer.write(part.encode())
+            await writer.drain()
+            await asyncio.sleep(0.02)
+        return await asyncio.wait_for(reader.read(), timeout=5)  # the body timeout is 60 s
+    finally:
+        writer.close()
+
+
+def test_chunk_sizes_count_extensions_not_line_ends() -> None:
+    """Thousands of small chunks (a CRLF each) are not extensions; their bytes past the sizes are."""
+    small = b"1\r\nx\r\n" * (MAX_CHUNK_EXTENSION_BYTES + 10) + b"0\r\n\r\n"
+    chunks = ChunkSizes(cast(Any, None), 1 << 30)
+    assert chunks.feed(small, 0) is False
+    assert chunks.done
+    assert chunks.extensions == 0
+    bound = b"1;" + b"e" * (MAX_CHUNK_EXTENSION_BYTES - 1) + b"\r\nx\r\n"
+    at_the_bound = ChunkSizes(cast(Any, None), 1 << 30)
+    assert any(at_the_bound.feed(bound[i : i + 1], 0) for i in range(len(bound))) is False
+    past = ChunkSizes(cast(Any, None), 1 << 30)
+    assert past.feed(bound + b"1;e", 0) is True
 
 
 INVALID_HOSTS = ["evil/x?y", "a@evil", "a b", "a\tb", "[::1", "[::1]x", "a:b:c", "host:8a", "évil", "a%2"]

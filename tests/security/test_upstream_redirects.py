@@ -161,3 +161,61 @@ async def test_a_cluster_s_redirect_is_tried_at_the_next_cluster() -> None:
         assert (
             registry.get_sample_value("igw_global_upstream_redirects_total", {"cluster": "east-a"}) or 0
         ) >= 1
+
+
+async def not_modified(request: web.Request) -> web.Response:
+    """A 304 carrying, beside its validators, every field that points a client elsewhere."""
+    await request.read()
+    headers = {
+        "Location": LOCATION,
+        "Refresh": f"0; url={LOCATION}",
+        "Content-Location": LOCATION,
+        "Link": f"<{LOCATION}>; rel=preload",
+        "Set-Cookie": "session=from-the-pod",
+        "Content-Type": "text/event-stream",
+        "ETag": '"v1"',
+        "Cache-Control": "no-cache",
+        "Vary": "Accept",
+    }
+    return web.Response(status=304, headers=headers)
+
+
+def assert_not_modified(status: int, headers: Any, body: bytes) -> None:
+    """A bodiless 304 with the pod's validators and cache fields, nothing that points anywhere."""
+    assert status == 304, body
+    assert body == b""
+    for name in ("Location", "Refresh", "Content-Location", "Link", "Set-Cookie", "Content-Type"):
+        assert name not in headers, headers
+    assert headers["ETag"] == '"v1"'
+    assert headers["Cache-Control"] == "no-cache"
+    assert headers["Vary"] == "Accept"
+    assert "X-Request-Id" in headers  # the gateway's own fields are still added
+    assert "169.254" not in "\n".join(f"{k}: {v}" for k, v in headers.items())
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_pod_s_304_is_relayed_without_location(tmp_path: Path, stream: bool) -> None:
+    """Found by probing (session s47): a 304 (let through as no redirect) came with its ``Location``,
+    ``Refresh`` and ``Content-Location`` as the pod sent them; it keeps only its cache fields now."""
+    body = {"model": MODEL, "prompt": "hi", "max_tokens": 3, "stream": stream}
+    async with (
+        scripted_upstream({"POST /v1/completions": not_modified}) as pod,
+        in_process_gateway(tmp_path, gateway_doc(routing={"retry": {"attempts": 1}}), [pod]) as gw,
+        gw.http.post(gw.url + "/v1/completions", json=body, allow_redirects=False) as resp,
+    ):
+        assert_not_modified(resp.status, resp.headers, await resp.read())
+
+
+async def test_a_cluster_s_304_is_relayed_without_location() -> None:
+    cluster = web.Application()
+    cluster.router.add_post("/v1/completions", not_modified)
+    async with (
+        router_over([("east-a", "east", cluster)]) as (url, _),
+        aiohttp.ClientSession() as http,
+        http.post(
+            url + "/v1/completions",
+            json={"model": ROUTED_MODEL, "prompt": "hi", "max_tokens": 3},
+            allow_redirects=False,
+        ) as resp,
+    ):
+        assert_not_modified(resp.status, resp.headers, await resp.read())

@@ -116,6 +116,25 @@ class DeclaredBodyTooLarge(BodyTooLarge):
         self.args = (f"{self.args[0]}: its chunk sizes declare more",)
 
 
+MAX_CHUNK_EXTENSION_BYTES: Final = 16_384
+"""Bytes a chunked request body's chunk-size lines may hold past their sizes (extensions and
+spaces, all lines together): Node.js's bound (CVE-2024-22019). The parsers skip extensions without
+counting them, so before session s47 a 2-byte body could carry 256 MiB of them, none counted against
+the body limit."""
+
+
+class ChunkExtensionsTooLarge(DeclaredBodyTooLarge):
+    """A chunked body whose chunk extensions passed :data:`MAX_CHUNK_EXTENSION_BYTES`
+    (:class:`igw.gateway.serving.ChunkSizes`): refused as a body over the limit is (413, the
+    connection closed), with its own message."""
+
+    def __init__(self, limit: int, *, setting: str = BODY_LIMIT_SETTING) -> None:
+        super().__init__(limit, setting=setting)
+        self.args = (
+            f"request body's chunk extensions exceed {MAX_CHUNK_EXTENSION_BYTES} bytes (RFC 9112 7.1.1)",
+        )
+
+
 class BadRequestBody(IgwGatewayError):
     def __init__(self, message: str, *, param: str | None = None) -> None:
         super().__init__(message)

@@ -96,7 +96,9 @@ from igw.gateway.inference_apis import anthropic_path
 from igw.gateway.request_body import (
     BODY_LIMIT_SETTING,
     DECODED_CONTENT_CODINGS,
+    MAX_CHUNK_EXTENSION_BYTES,
     BodyTooLarge,
+    ChunkExtensionsTooLarge,
     DeclaredBodyTooLarge,
     UnsupportedContentEncoding,
 )
@@ -325,6 +327,13 @@ class GatewayRequestHandler(RequestHandler):
             self.force_close()
             return
         self._lingering_time = 0.0
+        if framing.refused_extensions:
+            log.warning(
+                "refused a chunked request body with over %d bytes of chunk extensions (413)",
+                MAX_CHUNK_EXTENSION_BYTES,
+            )
+            body.set_exception(ChunkExtensionsTooLarge(limit))
+            return
         log.warning("refused a chunked request body that declared more than %d bytes (413)", limit)
         body.set_exception(DeclaredBodyTooLarge(limit))
 
@@ -547,6 +556,11 @@ _UNRESERVED_ESCAPE: Final = re.compile(r"%(?:3[0-9]|[46][1-9a-f]|[57][0-9a]|2[de
 character itself, so two readers of the path may disagree on it (no URI producer should make one)."""
 
 
+CONNECT_REFUSED: Final = "CONNECT asks for a tunnel: the gateway is no forward proxy"
+"""The 400 to a ``CONNECT`` (RFC 9110 9.3.6, authority-form target): refused on every listener, as an
+absolute-form target naming another scheme is (:func:`_absolute_form_refusal`), the connection closed."""
+
+
 _ABSOLUTE_FORM: Final = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://([^/?#]*)")
 """An absolute-form request target's scheme and authority (RFC 9112 3.2.2, RFC 3986 3)."""
 
@@ -606,6 +620,9 @@ def _refusal_before_handling(
         code, text, status = "bad_http_request", "request line without an HTTP version (HTTP/0.9)", 400
     elif request.version != HttpVersion11 and request.version != HttpVersion10:
         code, text, status = "http_version_not_supported", UNSUPPORTED_VERSION, 505
+    elif request.method == "CONNECT":
+        # (answered 404 "CONNECT : Not Found" before session s47: the authority-form target has no path)
+        code, text, status = "bad_http_request", CONNECT_REFUSED, 400
     elif (why := target_refusal(request.raw_path)) is not None:
         code, text, status = "bad_http_request", why, 400
     elif (host := request.headers.get("Host")) is not None and VALID_HOST.fullmatch(host) is None:
@@ -719,6 +736,7 @@ class _StopAfterClose:
         "_watch",
         "limit",
         "refused",
+        "refused_extensions",
     )
 
     def __init__(self, parser: HttpParser[Any] | None, *, app: web.Application | None = None) -> None:
@@ -732,8 +750,10 @@ class _StopAfterClose:
         in a read is where the next request's head starts (:meth:`feed_data`)."""
         self.limit = 0
         self.refused: StreamReader | None = None
-        """A chunked body whose declared sizes passed :attr:`limit` in the last read (the
-        connection handler refuses it)."""
+        """A chunked body whose declared sizes (or chunk extensions) passed :attr:`limit` in the
+        last read (the connection handler refuses it)."""
+        self.refused_extensions = False
+        """Whether :attr:`refused` was refused for its chunk extensions (:class:`ChunkSizes`)."""
         self._body: StreamReader | None = None
         """The body of the last request the parser returned, while it may still be arriving."""
         self._done = False
@@ -756,7 +776,7 @@ class _StopAfterClose:
             self._rest = rest = None  # no body in progress: nothing of one to walk
         if rest is not None and data:
             if rest.feed(data, 0):
-                self.refused = rest.body
+                self._refuse(rest)
             if rest.done:
                 self._rest = None
                 resumed = rest.end if rest.end > 0 else None
@@ -824,9 +844,15 @@ class _StopAfterClose:
                 return
             rest = BodyLength(body, int(length))
         if rest.feed(data, max(at + 4 - skip, 0)):
-            self.refused = body
+            self._refuse(rest)
         if not rest.done:
             self._rest = rest
+
+    def _refuse(self, rest: ChunkSizes | BodyLength) -> None:
+        """``rest``'s body is refused (:attr:`refused`; :attr:`refused_extensions`: for its chunk
+        extensions rather than its declared sizes)."""
+        self.refused = rest.body
+        self.refused_extensions = isinstance(rest, ChunkSizes) and rest.extensions > MAX_CHUNK_EXTENSION_BYTES
 
     def _fail_body(self, exc: HttpProcessingError) -> None:
         """The parser refused bytes inside a body it had handed on (a chunk-size line or a trailer
@@ -915,6 +941,7 @@ class ChunkSizes:
         "declared",
         "done",
         "end",
+        "extensions",
         "limit",
     )
 
@@ -929,6 +956,9 @@ class ChunkSizes:
         self.body = body
         self.limit = limit
         self.declared = 0
+        self.extensions = 0
+        """Bytes of the chunk-size lines past their sizes (extensions, spaces; CRLF not counted),
+        all lines so far: refused past :data:`MAX_CHUNK_EXTENSION_BYTES`."""
         self.done = False
         self.end = -1
         """Where in the data last fed the body ended (just after its blank line); -1 before, and
@@ -965,6 +995,12 @@ class ChunkSizes:
                 self._line = b""
             elif state != self._SIZE:  # the rest of a line, to its LF
                 lf = data.find(b"\n", at)
+                if state != self._DATA_END:  # a chunk-size line's extensions (and spaces), its CR not
+                    stop = end if lf < 0 else lf
+                    self.extensions += stop - at - data.count(b"\r", at, stop)
+                    if self.extensions > MAX_CHUNK_EXTENSION_BYTES:
+                        self.done = True
+                        return True
                 if lf < 0:
                     return False
                 at = lf + 1

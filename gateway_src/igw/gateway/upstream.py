@@ -708,11 +708,33 @@ before responding``) to any caller; the access log, the WARNING lines and the de
 keep the address for the operator."""
 
 
+NOT_MODIFIED_FIELDS: Final = frozenset(
+    {b"cache-control", b"date", b"etag", b"expires", b"last-modified", b"vary"}
+)
+"""The upstream fields a relayed 304 keeps (lower-case): the validators and cache metadata RFC 9110
+15.4.5 names for it. Every other field is dropped - ``Location``, ``Refresh``, ``Link``,
+``Content-Location``, ``Content-Type``, ``Set-Cookie`` and the like: a 304 is a conditional request's
+answer with no content, and such fields on it only point a client (one that follows ``Location`` on
+any 3xx, a browser that honours ``Refresh``) at an address the upstream chose, or name internal ones.
+Until session s47 a 304 was relayed with every field it came with, ``Location`` included."""
+
+
+def _not_modified(upstream: UpstreamResponse, extra: Mapping[str, str]) -> ExchangeResult:
+    """A model server's or a cluster's 304 as the client gets it: no body, and of its fields only
+    :data:`NOT_MODIFIED_FIELDS` (then the gateway's own). Whatever the upstream framed as a body is
+    not read (llhttp reads a 304 as bodiless); its content type does not make it a stream."""
+    kept = [field for field in upstream.fields if field[0].lower() in NOT_MODIFIED_FIELDS]
+    noted = {name: value for name, value in upstream.noted.items() if name == b"date"}
+    return ExchangeResult(
+        answer=forwarded_answer(304, kept, b"", noted=noted, add=extra), status=304, ok=True
+    )
+
+
 def _refused_redirect(
     upstream: UpstreamResponse, endpoint: str, upstream_name: str, extra: Mapping[str, str]
 ) -> ExchangeResult:
     """A 502 ``upstream_error`` for a redirect (any 3xx) from a model server or a cluster, nothing of
-    it relayed (304 Not Modified, a conditional request's answer, is no redirect and is relayed): no
+    it relayed (304 Not Modified, a conditional request's answer, is no redirect: :func:`_not_modified`): no
     OpenAI-compatible API redirects, so a 3xx is a misconfigured upstream (an ingress's
     HTTP-to-HTTPS redirect) or a hostile one pointing clients that follow redirects at an address of
     their own network or the gateway's (``Location: http://169.254.169.254/...``), and its
@@ -829,6 +851,8 @@ async def exchange(
         upstream.close()
         return _refused_redirect(upstream, endpoint, upstream_name, response_headers)
     try:
+        if upstream.status == 304:  # no content, and only the fields a 304 is for
+            return _not_modified(upstream, response_headers)
         # Status, not content type, makes an answer a refusal: an error answered as an event stream
         # (a 503 or 429 some servers send as ``text/event-stream``) is an error answer, wrapped and
         # retried as a JSON or plain one is (before session s42 it was relayed as a stream, never
