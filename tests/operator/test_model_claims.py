@@ -282,6 +282,8 @@ def test_a_restored_spec_whose_pods_would_lack_a_password_variable_is_not_applie
             "chat-gateway-config",
             config_map,
         )
+        # the only source left (a ConfigMap differing from the annotation is not restored from)
+        _rewrite_config(cluster, "chat", lambda o: o["metadata"]["annotations"].pop(LAST_ADMITTED_ANNOTATION))
     else:
 
         def annotate(current: dict[str, Any]) -> None:
@@ -419,3 +421,42 @@ def test_a_compressed_annotation_that_inflates_without_bound_is_not_read() -> No
     bomb = gzip.compress(b'{"a":"' + b"0" * (64 * 1024 * 1024) + b'"}', mtime=0)
     assert last_admitted_spec(LAST_ADMITTED_GZIP + base64.b64encode(bomb).decode()) is None
     assert last_admitted_spec(LAST_ADMITTED_GZIP + "not base64!") is None
+
+
+def test_a_refused_configs_config_map_edited_to_take_a_neighbours_model_is_not_restored_as_is(
+    cluster: FakeKubeApiServer,
+) -> None:
+    """``chat`` (older, llama) is edited to take ``later``'s mistral and refused. Its served ConfigMap,
+    rewritten by hand to mistral, was taken as the last admitted spec: restored, served and claimed, so
+    ``chat`` was then admitted and ``later`` refused for the model it had served first - two gateways
+    on mistral. The spec this process admitted (or the annotation) is put back instead."""
+    reconciler = Reconciler(Kube(cluster.api_client()), DataPlaneSettings(network_policy=False))
+
+    def hand_edit(config_map: dict[str, Any]) -> None:
+        document = yaml.safe_load(config_map["data"][CONFIG_KEY])
+        _take("mistral")(document["spec"])
+        config_map["data"][CONFIG_KEY] = yaml.safe_dump(document)
+
+    async def scenario() -> None:
+        cluster.add(igwc("chat", model="llama", app="llama"))
+        assert await reconciler.reconcile("inference", "chat")
+        cluster.add(igwc("later", model="mistral", app="mistral"))
+        assert await reconciler.reconcile("inference", "later")
+        update_spec(cluster, "inference", "chat", _take("mistral"))
+        assert await reconciler.reconcile("inference", "chat")
+        config_map = find(cluster, "ConfigMap", "inference", "chat-gateway-config")
+        assert config_map is not None
+        hand_edit(config_map)
+        kind = cluster.store.kind_for(api_version="v1", kind="ConfigMap")
+        cluster.store.replace(kind, "inference", "chat-gateway-config", config_map)
+        for _ in range(3):
+            for name in ("chat", "later"):
+                assert await reconciler.reconcile("inference", name)
+
+    asyncio.run(scenario())
+    assert _served_models(cluster, "chat") == ["llama"]
+    assert _served_models(cluster, "later") == ["mistral"]
+    refused = condition(find(cluster, "InferenceGatewayConfig", "inference", "chat"), "Accepted")
+    assert (refused["status"], refused["reason"]) == ("False", "ModelNameConflict")
+    admitted = condition(find(cluster, "InferenceGatewayConfig", "inference", "later"), "Accepted")
+    assert admitted["status"] == "True"

@@ -654,7 +654,10 @@ class Reconciler:
         or ``None`` when there is none to serve.
 
         From the served ConfigMap this object controls, which holds that spec (objectives and rewrites
-        merged), so it survives an operator restart; when that ConfigMap is gone, from what this
+        merged), so it survives an operator restart, unless it differs from what this process applied
+        last, or else from the annotation (rewritten by hand: restored as it was, a ConfigMap of a refused
+        config edited to take a neighbour's model was served, claimed, and the neighbour refused for
+        it); when that ConfigMap is gone, from what this
         process applied last for the object, else from the object's :data:`LAST_ADMITTED_ANNOTATION`
         (after a restart: without it, a refused config whose ConfigMap was then deleted had no data
         plane to restore). A ConfigMap rewritten into no valid config is left as it
@@ -666,6 +669,13 @@ class Reconciler:
         uid = str(meta.get("uid") or "")
         config_map = _controlled(await self._kube.get("v1", "ConfigMap", namespace, f"{base}-config"), uid)
         candidate: dict[str, Any] | None = None
+        if (remembered := self._admitted.get((namespace, meta["name"]))) and remembered[0] == uid:
+            known: tuple[str, dict[str, Any] | None] = (
+                "this operator's memory",
+                {**igwc, "spec": remembered[1]},
+            )
+        else:
+            known = (f"annotation {LAST_ADMITTED_ANNOTATION}", _annotated_spec(igwc))
         if config_map is not None:
             where = f"ConfigMap {namespace}/{base}-config"
             document, _ = _served_document(config_map, where)
@@ -673,10 +683,12 @@ class Reconciler:
             if not same or document is None:
                 return None
             candidate = {**igwc, "spec": document["spec"]}
-        elif (remembered := self._admitted.get((namespace, meta["name"]))) and remembered[0] == uid:
-            where, candidate = "this operator's memory", {**igwc, "spec": remembered[1]}
+            if known[1] is not None and known[1].get("spec") != document["spec"]:
+                # Rewritten by hand since it was admitted: the spec admitted is put back, not the
+                # edit (which may take a neighbour's model: restored, it was served and claimed).
+                where, candidate = known
         else:
-            where, candidate = f"annotation {LAST_ADMITTED_ANNOTATION}", _annotated_spec(igwc)
+            where, candidate = known
         refusal = None if candidate is None else spec_refusal(candidate)
         if refusal is not None:  # the checks of a new spec: see admission.spec_refusal
             mark = (uid, f"the last admitted spec ({where}) is not restored: {refusal.message}")
