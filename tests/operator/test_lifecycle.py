@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections.abc import Callable
@@ -21,7 +22,7 @@ from igw.operator.dataplane import (
 )
 from igw.operator.handlers import KOPF_FINALIZER, Resync
 from igw.operator.kube import IGWC_API_VERSION, Kube, NotOwnedError
-from igw.operator.reconcile import LAST_ADMITTED_ANNOTATION, Reconciler
+from igw.operator.reconcile import LAST_ADMITTED_ANNOTATION, LAST_ADMITTED_GZIP, Reconciler
 from tests.fakes.kube_api import FakeKubeApiServer, make_pod
 from tests.operator.harness import (
     DATA_PLANE_KINDS,
@@ -832,3 +833,55 @@ def test_a_config_refused_after_a_restart_for_a_model_admitted_just_before_it_ke
     assert shown.split() == ["llama", "mistral"]
     assert _served_model(cluster, "chat") == "llama"
     assert _served_model(cluster, "later") == "mistral"
+
+
+@needs_kubectl
+def test_a_spec_over_96_kib_applied_with_kubectl_keeps_its_restore_across_a_restart(
+    cluster: FakeKubeApiServer, kubeconfig: Path, tmp_path: Path
+) -> None:
+    """With kubectl: a ~200 KiB spec applied (``kubectl apply`` keeps its own ~200 KiB copy in an
+    annotation) got no last-admitted-spec annotation, being over 96 KiB. A later spec refused while the
+    operator was down, with the served ConfigMap and Deployment deleted, then had nothing to restore
+    from. Kept compressed, both are put back from it, the refused spec not applied."""
+    doc = igwc("chat")
+    doc["spec"]["schedulers"] = [
+        {
+            "name": f"s{i}",
+            "modelName": f"model-{i}",
+            "modelSelector": {"matchLabels": {"app": f"m{i}"}},
+            "loraAdapters": [f"adapter-{i}-{j}-" + "finetune-" * 26 for j in range(50)],
+        }
+        for i in range(16)
+    ]
+    assert len(json.dumps(doc["spec"])) > 190_000
+    manifest = tmp_path / "chat.yaml"
+
+    def apply() -> None:
+        manifest.write_text(yaml.safe_dump(doc))
+        kubectl(kubeconfig, "apply", "-f", str(manifest))
+
+    with running_operator(kubeconfig):
+        apply()
+        wait_condition(cluster, "chat", "GatewayProgrammed", "True")
+
+        def kept() -> str | None:
+            obj = find(cluster, "InferenceGatewayConfig", "inference", "chat") or {}
+            value = ((obj.get("metadata") or {}).get("annotations") or {}).get(LAST_ADMITTED_ANNOTATION)
+            return value or None
+
+        annotation = wait_for(kept, what="the last admitted spec kept")
+    assert annotation.startswith(LAST_ADMITTED_GZIP)
+    admitted = _served_spec_of(cluster, "chat-gateway")
+    doc["spec"]["podDefaults"] = {"resources": {"requests": {"cpu": "2"}, "limits": {"cpu": "1"}}}
+    apply()
+    kubectl(kubeconfig, "delete", "-n", "inference", "configmap", "chat-gateway-config")
+    kubectl(kubeconfig, "delete", "-n", "inference", "deployment", "chat-gateway")
+    with running_operator(kubeconfig):
+        wait_condition(cluster, "chat", "Accepted", "False")
+        wait_for(lambda: find(cluster, "Deployment", "inference", "chat-gateway"), what="Deployment restored")
+        wait_condition(cluster, "chat", "GatewayProgrammed", "True")
+    assert _served_spec_of(cluster, "chat-gateway") == admitted
+    deployment = find(cluster, "Deployment", "inference", "chat-gateway")
+    assert deployment is not None
+    resources = deployment["spec"]["template"]["spec"]["containers"][0].get("resources") or {}
+    assert resources.get("limits", {}).get("cpu") != "1", "the refused spec must not be applied"

@@ -7,8 +7,11 @@ once for every pass of the resync, is read before a watch-triggered pass writes 
 from __future__ import annotations
 
 import asyncio
+import base64
 import copy
+import gzip
 import json
+import random
 from typing import Any, cast
 
 import kopf
@@ -18,7 +21,14 @@ import yaml
 from igw.operator.dataplane import CONFIG_KEY, DataPlaneSettings
 from igw.operator.handlers import KOPF_PREFIX, build_settings
 from igw.operator.kube import Kube
-from igw.operator.reconcile import LAST_ADMITTED_ANNOTATION, Reconciler
+from igw.operator.reconcile import (
+    LAST_ADMITTED_ANNOTATION,
+    LAST_ADMITTED_GZIP,
+    NOT_KEPT_REASON,
+    Reconciler,
+    last_admitted_spec,
+    last_admitted_text,
+)
 from tests.fakes.kube_api import FakeKubeApiServer
 from tests.operator.harness import condition, find, igwc, update_spec
 
@@ -272,6 +282,8 @@ def test_a_restored_spec_whose_pods_would_lack_a_password_variable_is_not_applie
             "chat-gateway-config",
             config_map,
         )
+        # the only source left (a ConfigMap differing from the annotation is not restored from)
+        _rewrite_config(cluster, "chat", lambda o: o["metadata"]["annotations"].pop(LAST_ADMITTED_ANNOTATION))
     else:
 
         def annotate(current: dict[str, Any]) -> None:
@@ -306,3 +318,145 @@ def test_the_annotation_write_is_not_a_change_kopf_reconciles_again() -> None:
     before = storage.build(body=kopf.Body(cast(kopf.RawBody, copy.deepcopy(body))))
     body["metadata"]["annotations"][LAST_ADMITTED_ANNOTATION] = json.dumps(body["spec"])
     assert storage.build(body=kopf.Body(cast(kopf.RawBody, body))) == before
+
+
+def _large_spec(spec: dict[str, Any], adapter: Any) -> None:
+    """Sixteen schedulers of fifty LoRA adapters each, named by ``adapter(i, j)``."""
+    spec["schedulers"] = [
+        {
+            "name": f"s{i}",
+            "modelName": f"model-{i}",
+            "modelSelector": {"matchLabels": {"app": f"m{i}"}},
+            "loraAdapters": [adapter(i, j) for j in range(50)],
+        }
+        for i in range(16)
+    ]
+
+
+def test_a_spec_over_96_kib_is_kept_compressed_and_restored_after_a_restart(
+    cluster: FakeKubeApiServer,
+) -> None:
+    """A spec over 96 KiB of JSON got no last-admitted annotation: after an operator restart with its
+    served ConfigMap deleted, a refused later spec had nothing to restore. It is kept gzip-compressed."""
+    settings = DataPlaneSettings(network_policy=False)
+    doc = igwc("chat")
+    _large_spec(doc["spec"], lambda i, j: f"adapter-{i}-{j}-" + "finetune-" * 26)
+    assert len(json.dumps(doc["spec"])) > 190_000
+    limit_below_request = {"resources": {"requests": {"cpu": "2"}, "limits": {"cpu": "1"}}}
+
+    async def before_restart() -> None:
+        reconciler = Reconciler(Kube(cluster.api_client()), settings)
+        cluster.add(doc)
+        assert await reconciler.reconcile("inference", "chat")
+        update_spec(cluster, "inference", "chat", lambda spec: spec.update(podDefaults=limit_below_request))
+        assert await reconciler.reconcile("inference", "chat")
+
+    asyncio.run(before_restart())
+    chat = find(cluster, "InferenceGatewayConfig", "inference", "chat")
+    assert chat is not None
+    kept = chat["metadata"]["annotations"][LAST_ADMITTED_ANNOTATION]
+    assert kept.startswith(LAST_ADMITTED_GZIP)
+    assert len(kept) < 96 * 1024
+    admitted = find(cluster, "ConfigMap", "inference", "chat-gateway-config")
+    assert admitted is not None
+    _delete(cluster, "v1", "ConfigMap", "chat-gateway-config")
+    _delete(cluster, "apps/v1", "Deployment", "chat-gateway")
+
+    async def after_restart() -> None:
+        assert await Reconciler(Kube(cluster.api_client()), settings).reconcile("inference", "chat")
+
+    asyncio.run(after_restart())
+    restored = find(cluster, "ConfigMap", "inference", "chat-gateway-config")
+    assert restored is not None
+    assert restored["data"] == admitted["data"]
+    assert find(cluster, "Deployment", "inference", "chat-gateway") is not None
+    assert (
+        condition(find(cluster, "InferenceGatewayConfig", "inference", "chat"), "GatewayProgrammed")["status"]
+        == "True"
+    )
+
+
+def test_a_spec_that_does_not_fit_even_compressed_is_reported_not_dropped_silently(
+    cluster: FakeKubeApiServer,
+) -> None:
+    """Random adapter names barely compress: the annotation is emptied (no older spec restored in its
+    place) and one Warning Event per generation says why, with the sizes (an INFO line said it before)."""
+    settings = DataPlaneSettings(network_policy=False)
+    rng = random.Random(47)
+    doc = igwc("chat")
+    _large_spec(doc["spec"], lambda i, j: f"a{i}-{j}-" + "".join(rng.choices("0123456789abcdef", k=200)))
+    reconciler = Reconciler(Kube(cluster.api_client()), settings)
+
+    async def passes() -> None:
+        cluster.add(doc)
+        for _ in range(3):
+            assert await reconciler.reconcile("inference", "chat")
+
+    asyncio.run(passes())
+    chat = find(cluster, "InferenceGatewayConfig", "inference", "chat")
+    assert chat is not None
+    assert chat["metadata"].get("annotations", {}).get(LAST_ADMITTED_ANNOTATION, "") == ""
+    events = [
+        e
+        for e in cluster.store.iter_all()
+        if e["kind"] == "Event" and e["involvedObject"]["name"] == "chat" and e["reason"] == NOT_KEPT_REASON
+    ]
+    assert len(events) == 1, events
+    assert events[0]["type"] == "Warning"
+    message = events[0]["message"]
+    assert f"annotation {LAST_ADMITTED_ANNOTATION}" in message
+    assert "ConfigMap inference/chat-gateway-config" in message
+    assert "compressed" in message
+
+
+def test_a_compressed_annotation_that_inflates_without_bound_is_not_read() -> None:
+    """The annotation is anyone's who may edit the object: a small value inflating to gigabytes would
+    take the operator's memory. Inflating stops at a bound; either form of a real spec reads back."""
+    spec = igwc("chat")["spec"]
+    assert last_admitted_spec(json.dumps(spec)) == spec  # the plain JSON older operators wrote
+    big = {**spec, "note": "x" * 40_000}
+    text = last_admitted_text(big)
+    assert text.startswith(LAST_ADMITTED_GZIP)
+    assert last_admitted_spec(text) == big
+    bomb = gzip.compress(b'{"a":"' + b"0" * (64 * 1024 * 1024) + b'"}', mtime=0)
+    assert last_admitted_spec(LAST_ADMITTED_GZIP + base64.b64encode(bomb).decode()) is None
+    assert last_admitted_spec(LAST_ADMITTED_GZIP + "not base64!") is None
+
+
+def test_a_refused_configs_config_map_edited_to_take_a_neighbours_model_is_not_restored_as_is(
+    cluster: FakeKubeApiServer,
+) -> None:
+    """``chat`` (older, llama) is edited to take ``later``'s mistral and refused. Its served ConfigMap,
+    rewritten by hand to mistral, was taken as the last admitted spec: restored, served and claimed, so
+    ``chat`` was then admitted and ``later`` refused for the model it had served first - two gateways
+    on mistral. The spec this process admitted (or the annotation) is put back instead."""
+    reconciler = Reconciler(Kube(cluster.api_client()), DataPlaneSettings(network_policy=False))
+
+    def hand_edit(config_map: dict[str, Any]) -> None:
+        document = yaml.safe_load(config_map["data"][CONFIG_KEY])
+        _take("mistral")(document["spec"])
+        config_map["data"][CONFIG_KEY] = yaml.safe_dump(document)
+
+    async def scenario() -> None:
+        cluster.add(igwc("chat", model="llama", app="llama"))
+        assert await reconciler.reconcile("inference", "chat")
+        cluster.add(igwc("later", model="mistral", app="mistral"))
+        assert await reconciler.reconcile("inference", "later")
+        update_spec(cluster, "inference", "chat", _take("mistral"))
+        assert await reconciler.reconcile("inference", "chat")
+        config_map = find(cluster, "ConfigMap", "inference", "chat-gateway-config")
+        assert config_map is not None
+        hand_edit(config_map)
+        kind = cluster.store.kind_for(api_version="v1", kind="ConfigMap")
+        cluster.store.replace(kind, "inference", "chat-gateway-config", config_map)
+        for _ in range(3):
+            for name in ("chat", "later"):
+                assert await reconciler.reconcile("inference", name)
+
+    asyncio.run(scenario())
+    assert _served_models(cluster, "chat") == ["llama"]
+    assert _served_models(cluster, "later") == ["mistral"]
+    refused = condition(find(cluster, "InferenceGatewayConfig", "inference", "chat"), "Accepted")
+    assert (refused["status"], refused["reason"]) == ("False", "ModelNameConflict")
+    admitted = condition(find(cluster, "InferenceGatewayConfig", "inference", "later"), "Accepted")
+    assert admitted["status"] == "True"

@@ -32,9 +32,13 @@ deletes the one it made before, which would otherwise keep filtering the pods, n
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
+import gzip
 import json
 import logging
 import time
+import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -116,13 +120,32 @@ EXPIRED_REASON = "CertificateExpired"
 notAfter (:func:`igw.operator.tls.expired`): every client that verifies it fails the TLS handshake."""
 LAST_ADMITTED_ANNOTATION = "operator.igw.dev/last-admitted-spec"
 """Annotation the operator keeps on each config: the last spec it admitted and applied (objectives and
-rewrites merged; compact JSON), so a refused spec's data plane can be restored after an operator restart
-even when its served ConfigMap is gone too (:meth:`Reconciler._last_admitted`); empty when that spec is
-larger than :data:`LAST_ADMITTED_MAX_CHARS`. Under the operator's own prefix (``KOPF_PREFIX`` of
+rewrites merged), so a refused spec's data plane can be restored after an operator restart even when its
+served ConfigMap is gone too (:meth:`Reconciler._last_admitted`). Compact JSON up to
+:data:`LAST_ADMITTED_PLAIN_MAX_CHARS`, larger specs gzip-compressed behind :data:`LAST_ADMITTED_GZIP`
+(:func:`last_admitted_text`); empty when even that does not fit (:data:`LAST_ADMITTED_MAX_CHARS`, a
+``LastAdmittedSpecNotKept`` Warning Event says so). Under the operator's own prefix (``KOPF_PREFIX`` of
 :mod:`igw.operator.handlers`), which the runbook's backup leaves out: a restored config is admitted anew."""
+LAST_ADMITTED_GZIP = "gzip+base64:"
+"""Marks an annotation value holding the spec's compact JSON gzip-compressed, then base64-encoded; a
+value without it is the JSON itself (as every operator before session s47 wrote it, still read)."""
+LAST_ADMITTED_PLAIN_MAX_CHARS = 16 * 1024
+"""The largest spec kept as readable JSON; a larger one is compressed. Uncompressed, a spec over 96 KiB
+was not kept at all, and its restore was lost at the next operator restart."""
 LAST_ADMITTED_MAX_CHARS = 96 * 1024
-"""The largest spec kept in :data:`LAST_ADMITTED_ANNOTATION`: an object's annotations may hold 256 KiB
-in all, and ``kubectl apply`` keeps another copy of the spec in its own annotation."""
+"""The largest annotation value the operator writes (compressed or not): an object's annotations may
+hold 256 KiB in all (keys and values, apimachinery's ``TotalAnnotationSizeLimitB``), ``kubectl apply``
+keeps another copy of the whole object in its own, and a value that took the rest would make the
+user's next ``kubectl apply`` of a larger spec fail (``metadata.annotations: Too long``)."""
+LAST_ADMITTED_MAX_SPEC_BYTES = 4 * 1024 * 1024
+"""The most a compressed annotation is inflated to (anyone who may edit the object may write one)."""
+ANNOTATIONS_MAX_BYTES = 256 * 1024
+"""apimachinery's ``TotalAnnotationSizeLimitB``: all of an object's annotations, keys and values."""
+ANNOTATIONS_RESERVE_BYTES = 4 * 1024
+"""Room left for kopf's own annotations (a digest and a marker) when the last admitted spec is kept."""
+NOT_KEPT_REASON = "LastAdmittedSpecNotKept"
+"""Warning Event: the admitted spec does not fit in :data:`LAST_ADMITTED_ANNOTATION`, even compressed,
+so after an operator restart a refused spec's data plane is restored only from its served ConfigMap."""
 ISSUER_READ_TTL_S = 60.0
 """Seconds one read of the configured issuer serves every pass that checks it once the certificate is
 issued (:meth:`Reconciler._issuer_problem`): one GET per issuer (the ClusterIssuer, or each namespace's
@@ -238,6 +261,9 @@ class Reconciler:
         self._restore_noted: dict[tuple[str, str], tuple[object, str]] = {}
         """``(namespace, name): (uid, message)`` of the last admitted spec last found unfit to restore
         (:meth:`_last_admitted`): one WARNING line when it changes, not one per pass."""
+        self._not_kept_noted: dict[tuple[str, str], tuple[object, object]] = {}
+        """``(namespace, name): (uid, generation)`` whose admitted spec this process reported not kept in
+        :data:`LAST_ADMITTED_ANNOTATION` (:meth:`_note_not_kept`): one Event per generation."""
         self._claims: dict[tuple[str, str], Claim] = {}
         self._recalled: set[str] = set()
         """Namespaces whose served ConfigMaps :meth:`_recall_claims` has read into :attr:`_claims`."""
@@ -294,6 +320,7 @@ class Reconciler:
                 self._import_noted.pop(key, None)
                 self._issuer_noted.pop(key, None)
                 self._restore_noted.pop(key, None)
+                self._not_kept_noted.pop(key, None)
                 self._admitted.pop(key, None)
                 self._claims.pop(key, None)
                 return False
@@ -576,23 +603,20 @@ class Reconciler:
 
     async def _keep_admitted(self, igwc: Mapping[str, Any], admitted: Mapping[str, Any]) -> None:
         """Write ``admitted``'s spec into ``igwc``'s :data:`LAST_ADMITTED_ANNOTATION` when it differs
-        (best effort: a refusal is logged, the next admitted pass writes it again)."""
+        (best effort: a refusal is logged, the next admitted pass writes it again). A spec that does
+        not fit even compressed (:func:`last_admitted_room`) empties it, so no older spec is restored
+        in its place, and is reported: a WARNING line and a ``LastAdmittedSpecNotKept`` Warning Event
+        once per generation (it was an INFO line alone, and only for a spec over 96 KiB uncompressed)."""
         meta = igwc["metadata"]
-        text = json.dumps(admitted.get("spec") or {}, separators=(",", ":"))
-        if len(text) > LAST_ADMITTED_MAX_CHARS:
+        text = last_admitted_text(admitted.get("spec") or {})
+        room = last_admitted_room(meta.get("annotations") or {})
+        too_large = len(text) > room
+        if too_large:
+            await self._note_not_kept(igwc, len(json.dumps(admitted.get("spec") or {})), len(text), room)
             text = ""
         current = (meta.get("annotations") or {}).get(LAST_ADMITTED_ANNOTATION)
         if current == text or (current is None and not text):
             return
-        if not text:
-            log.info(
-                "%s/%s: the admitted spec is over %d characters: not kept in %s (a refused spec's data "
-                "plane is restored from its ConfigMap, or this process's memory)",
-                meta["namespace"],
-                meta["name"],
-                LAST_ADMITTED_MAX_CHARS,
-                LAST_ADMITTED_ANNOTATION,
-            )
         try:
             await self._kube.annotate(igwc, LAST_ADMITTED_ANNOTATION, text)
         except Exception as exc:  # logged, not raised: the next admitted pass writes it again
@@ -604,12 +628,36 @@ class Reconciler:
                 refusal_text(exc),
             )
 
+    async def _note_not_kept(
+        self, igwc: Mapping[str, Any], spec_chars: int, kept_chars: int, room: int
+    ) -> None:
+        """Report once per generation (per process) that the admitted spec is not kept in
+        :data:`LAST_ADMITTED_ANNOTATION`, naming the sizes and what it means for a restore."""
+        meta = igwc["metadata"]
+        key, mark = (meta["namespace"], meta["name"]), (meta.get("uid"), meta.get("generation"))
+        if self._not_kept_noted.get(key) == mark:
+            return
+        self._not_kept_noted[key] = mark
+        message = (
+            f"the admitted spec ({spec_chars} characters of JSON, {kept_chars} compressed) is not kept in "
+            f"annotation {LAST_ADMITTED_ANNOTATION}: it holds at most {room} (of the API server's "
+            f"{ANNOTATIONS_MAX_BYTES} bytes for all of an object's annotations, the other annotations "
+            f"take the rest); if a later spec is refused, its data plane is restored from ConfigMap "
+            f"{meta['namespace']}/{base_name(meta['name'])}-config, which an operator restart with that "
+            "ConfigMap deleted leaves nothing to restore from"
+        )
+        log.warning("%s/%s: %s", key[0], key[1], message)
+        await self._event(igwc, reason=NOT_KEPT_REASON, message=message, warning=True)
+
     async def _last_admitted(self, igwc: Mapping[str, Any]) -> dict[str, Any] | None:
         """``igwc`` with the last spec admitted for it (to restore the data plane of a refused spec),
         or ``None`` when there is none to serve.
 
         From the served ConfigMap this object controls, which holds that spec (objectives and rewrites
-        merged), so it survives an operator restart; when that ConfigMap is gone, from what this
+        merged), so it survives an operator restart, unless it differs from what this process applied
+        last, or else from the annotation (rewritten by hand: restored as it was, a ConfigMap of a refused
+        config edited to take a neighbour's model was served, claimed, and the neighbour refused for
+        it); when that ConfigMap is gone, from what this
         process applied last for the object, else from the object's :data:`LAST_ADMITTED_ANNOTATION`
         (after a restart: without it, a refused config whose ConfigMap was then deleted had no data
         plane to restore). A ConfigMap rewritten into no valid config is left as it
@@ -621,6 +669,13 @@ class Reconciler:
         uid = str(meta.get("uid") or "")
         config_map = _controlled(await self._kube.get("v1", "ConfigMap", namespace, f"{base}-config"), uid)
         candidate: dict[str, Any] | None = None
+        if (remembered := self._admitted.get((namespace, meta["name"]))) and remembered[0] == uid:
+            known: tuple[str, dict[str, Any] | None] = (
+                "this operator's memory",
+                {**igwc, "spec": remembered[1]},
+            )
+        else:
+            known = (f"annotation {LAST_ADMITTED_ANNOTATION}", _annotated_spec(igwc))
         if config_map is not None:
             where = f"ConfigMap {namespace}/{base}-config"
             document, _ = _served_document(config_map, where)
@@ -628,10 +683,12 @@ class Reconciler:
             if not same or document is None:
                 return None
             candidate = {**igwc, "spec": document["spec"]}
-        elif (remembered := self._admitted.get((namespace, meta["name"]))) and remembered[0] == uid:
-            where, candidate = "this operator's memory", {**igwc, "spec": remembered[1]}
+            if known[1] is not None and known[1].get("spec") != document["spec"]:
+                # Rewritten by hand since it was admitted: the spec admitted is put back, not the
+                # edit (which may take a neighbour's model: restored, it was served and claimed).
+                where, candidate = known
         else:
-            where, candidate = f"annotation {LAST_ADMITTED_ANNOTATION}", _annotated_spec(igwc)
+            where, candidate = known
         refusal = None if candidate is None else spec_refusal(candidate)
         if refusal is not None:  # the checks of a new spec: see admission.spec_refusal
             mark = (uid, f"the last admitted spec ({where}) is not restored: {refusal.message}")
@@ -1099,6 +1156,7 @@ class Reconciler:
         self._import_noted.pop(_identity(igwc)[:2], None)
         self._issuer_noted.pop(_identity(igwc)[:2], None)
         self._restore_noted.pop(_identity(igwc)[:2], None)
+        self._not_kept_noted.pop(_identity(igwc)[:2], None)
         self._admitted.pop(_identity(igwc)[:2], None)
         self._claims.pop(_identity(igwc)[:2], None)
 
@@ -1270,13 +1328,55 @@ def _annotated_spec(igwc: Mapping[str, Any]) -> dict[str, Any] | None:
     ``None`` (anyone who may edit the object may edit it, as the served ConfigMap: the caller checks it
     as a new spec, :func:`igw.operator.admission.spec_refusal`)."""
     text = ((igwc.get("metadata") or {}).get("annotations") or {}).get(LAST_ADMITTED_ANNOTATION)
-    if not isinstance(text, str) or not text:
+    spec = last_admitted_spec(text) if isinstance(text, str) else None
+    return None if spec is None else {**igwc, "spec": spec}
+
+
+def last_admitted_text(spec: Mapping[str, Any]) -> str:
+    """The value of :data:`LAST_ADMITTED_ANNOTATION` for ``spec``: its compact JSON, or, over
+    :data:`LAST_ADMITTED_PLAIN_MAX_CHARS`, that JSON gzip-compressed and base64-encoded behind
+    :data:`LAST_ADMITTED_GZIP` (``mtime=0``: the same spec gives the same value, so no pass rewrites it)."""
+    text = json.dumps(spec, separators=(",", ":"))
+    if len(text) <= LAST_ADMITTED_PLAIN_MAX_CHARS:
+        return text
+    packed = gzip.compress(text.encode(), compresslevel=9, mtime=0)
+    return LAST_ADMITTED_GZIP + base64.b64encode(packed).decode("ascii")
+
+
+def last_admitted_spec(text: str) -> dict[str, Any] | None:
+    """The spec a :data:`LAST_ADMITTED_ANNOTATION` value holds (either form, :func:`last_admitted_text`),
+    or ``None``: empty, not JSON, not an object, not valid gzip/base64, or inflating past
+    :data:`LAST_ADMITTED_MAX_SPEC_BYTES` (a value anyone who may edit the object may write)."""
+    if text.startswith(LAST_ADMITTED_GZIP):
+        try:
+            packed = base64.b64decode(text[len(LAST_ADMITTED_GZIP) :], validate=True)
+            inflater = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+            raw = inflater.decompress(packed, LAST_ADMITTED_MAX_SPEC_BYTES)
+        except (binascii.Error, zlib.error):
+            return None
+        if not inflater.eof or inflater.unconsumed_tail:
+            return None
+        text = raw.decode(errors="replace")
+    if not text:
         return None
     try:
         spec = json.loads(text)
     except ValueError:
         return None
-    return {**igwc, "spec": spec} if isinstance(spec, dict) else None
+    return spec if isinstance(spec, dict) else None
+
+
+def last_admitted_room(annotations: Mapping[str, Any]) -> int:
+    """How long a :data:`LAST_ADMITTED_ANNOTATION` value may be on an object with ``annotations``:
+    :data:`LAST_ADMITTED_MAX_CHARS`, or less when the others leave less of the API server's
+    :data:`ANNOTATIONS_MAX_BYTES` (less :data:`ANNOTATIONS_RESERVE_BYTES` for kopf's own)."""
+    others = sum(
+        len(str(key).encode()) + len(str(value).encode())
+        for key, value in annotations.items()
+        if key != LAST_ADMITTED_ANNOTATION
+    )
+    left = ANNOTATIONS_MAX_BYTES - ANNOTATIONS_RESERVE_BYTES - others - len(LAST_ADMITTED_ANNOTATION)
+    return max(0, min(LAST_ADMITTED_MAX_CHARS, left))
 
 
 def _differs(new: Mapping[str, Any], old: Mapping[str, Any]) -> bool:
