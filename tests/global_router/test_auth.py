@@ -226,3 +226,72 @@ def test_allowed_engine_fields_are_said_to_be_the_clusters_setting(caplog: pytes
         with caplog.at_level(logging.WARNING, logger="igw.global_router"):
             create_global_app(parse_global_config(doc), read_heartbeats=False, registry=CollectorRegistry())
         assert ("allowedEngineFields has no effect at tier 2" in caplog.text) is warned
+
+
+@pytest.mark.parametrize(
+    ("router", "status", "answered", "code"),
+    [
+        ("withholds", 401, 502, "upstream_auth_misconfigured"),
+        ("withholds", 407, 502, "upstream_auth_misconfigured"),
+        ("withholds", 403, 403, 403),  # tier 1's authorization refusal: the caller's, relayed
+        ("forwards", 401, 401, 401),  # the token reached the cluster: its refusal is the caller's
+        ("open", 401, 401, 401),  # the router verified nobody
+    ],
+)
+async def test_a_cluster_s_auth_refusal_of_a_caller_the_router_verified_without_its_token_is_a_502(
+    router: str,
+    status: int,
+    answered: int,
+    code: str | int,
+    jwks_server: JwksServer,
+    tokens: TokenFactory,
+    clock: ManualClock,
+    client_ssl: ssl.SSLContext,
+) -> None:
+    """A cluster's 401 or 407 to a caller the router verified and whose token it did not forward
+    (``forwardAuthorization`` false) is the deployment's fault: a 502 ``upstream_auth_misconfigured``
+    (until session s47, relayed). A 403, a 401 to a forwarded token, and any answer behind a router
+    that authenticates nobody are relayed as they came. The real tier-1 case:
+    ``test_tier1_identity.py``."""
+    refusing = FakeModelServer("east-a", infer_status=status)
+    async with running(refusing):
+        doc = secured(refusing, jwks_server)
+        if router == "open":
+            del doc["spec"]["auth"]
+        doc["spec"]["authorization"] = {"forwardAuthorization": router == "forwards"}
+        async with (
+            guarded_router(doc, clock=clock, client_ssl=client_ssl) as (url, _),
+            aiohttp.ClientSession() as http,
+        ):
+            body = {"model": MODEL, "prompt": "x"}
+            async with http.post(url + "/v1/completions", json=body, headers=bearer(tokens.token())) as resp:
+                assert (resp.status, (await resp.json())["error"]["code"]) == (answered, code)
+            async with http.get(url + "/metrics") as resp:
+                counted = 'igw_global_upstream_auth_refused_total{cluster="east-a"} 1.0' in await resp.text()
+    assert counted is (answered == 502)
+    assert len(refusing.received) == 1
+
+
+async def test_a_cluster_refusing_callers_the_router_verified_is_passed_over_for_the_next(
+    jwks_server: JwksServer, tokens: TokenFactory, clock: ManualClock, client_ssl: ssl.SSLContext
+) -> None:
+    """The 502 for a cluster's 401 to a verified caller whose token was withheld is an upstream error,
+    tried at the next cluster (a fleet with one misconfigured cluster keeps serving)."""
+    refusing, serving = FakeModelServer("east-a", infer_status=401), FakeModelServer("west-a")
+    async with running(refusing, serving):
+        doc = global_doc(
+            [
+                {"name": "east-a", "region": "east", "endpoint": f"http://{refusing.key}", "models": [MODEL]},
+                {"name": "west-a", "region": "west", "endpoint": f"http://{serving.key}", "models": [MODEL]},
+            ],
+            heartbeats={"required": False},
+            auth=jwt_auth(jwks_server),
+        )
+        async with (
+            guarded_router(doc, clock=clock, client_ssl=client_ssl) as (url, _),
+            aiohttp.ClientSession() as http,
+        ):
+            body = {"model": MODEL, "prompt": "x"}
+            async with http.post(url + "/v1/completions", json=body, headers=bearer(tokens.token())) as resp:
+                assert (resp.status, resp.headers["x-igw-cluster"]) == (200, "west-a")
+    assert (len(refusing.received), len(serving.received)) == (1, 1)

@@ -14,11 +14,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import ssl
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import aiohttp
+import orjson
+import pytest
 
 from tests.gateway.fake_model_server import FakeModelServer, running
 from tests.gateway.fixtures import Gateway
@@ -43,8 +46,9 @@ async def tiers(
     client_ssl: ssl.SSLContext,
     *,
     tier1_auth: bool,
+    forward: bool = True,
 ) -> AsyncIterator[tuple[str, Gateway, FakeModelServer]]:
-    """A router (JWT, ``forwardAuthorization: true``) in front of one tier-1 gateway (JWT from the
+    """A router (JWT, ``forwardAuthorization: forward``) in front of one tier-1 gateway (JWT from the
     same issuer when ``tier1_auth``, else open) in front of a saturated pod; yields the router's URL,
     the gateway and the pod."""
     maker = GuardMaker(jwks_server=issuer, clock=clock, client_ssl=client_ssl)
@@ -60,7 +64,7 @@ async def tiers(
                 [{"name": "east-a", "region": "east", "endpoint": gw.url, "models": [MODEL]}],
                 heartbeats={"required": False},
                 auth=jwt_auth(issuer),
-                authorization={"tenantClaim": "tenant", "forwardAuthorization": True},
+                authorization={"tenantClaim": "tenant", "forwardAuthorization": forward},
             )
             async with guarded_router(routed, clock=clock, client_ssl=client_ssl) as (url, _):
                 yield url, gw, pod
@@ -128,3 +132,51 @@ async def test_an_open_tier1_grants_no_objective_access_whatever_the_router_forw
         await wait_for(lambda: gw.state.flow.depths("pool") == {0: 1}, within=10, what="classified")
         pod.waiting = 0
         assert await asyncio.wait_for(sent, timeout=20) == 200
+
+
+async def test_a_tier1_that_authenticates_behind_a_router_that_withholds_tokens_answers_502_not_401(
+    gateway: Callable[..., Any],
+    jwks_server: JwksServer,
+    tokens: TokenFactory,
+    clock: ManualClock,
+    client_ssl: ssl.SSLContext,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The router verifies callers and does not forward their token (``forwardAuthorization`` false,
+    the default) while tier 1 authenticates too: tier 1's 401 ``invalid_token`` is the deployment's
+    fault, so a caller with a valid token gets a 502 ``upstream_auth_misconfigured`` naming the fix,
+    no ``WWW-Authenticate`` (until session s47: the 401 relayed, and clients refreshed their token and
+    retried for ever) - for an inference request and a stored response's retrieval alike; counted by
+    cluster, logged once. A caller without a token still gets the router's own 401."""
+    token = tokens.token(tenant="team-chat")
+    async with (
+        tiers(gateway, jwks_server, clock, client_ssl, tier1_auth=True, forward=False) as (url, _, pod),
+        aiohttp.ClientSession() as http,
+    ):
+        pod.waiting = 0
+        assert await _send(http, url, {}) == 401  # no token: the router's 401, as before
+        body = {"model": MODEL, "prompt": "x", "max_tokens": 2}
+        answers = []
+        with caplog.at_level(logging.WARNING, logger="igw.global_router.upstream_auth"):
+            for _ in range(2):
+                async with http.post(url + "/v1/completions", json=body, headers=bearer(token)) as resp:
+                    answers.append((resp.status, resp.headers.copy(), await resp.read()))
+            async with http.get(url + "/v1/responses/resp_abc", headers=bearer(token)) as resp:
+                answers.append((resp.status, resp.headers.copy(), await resp.read()))
+        for status, headers, raw in answers:
+            assert status == 502
+            assert "WWW-Authenticate" not in headers
+            assert headers["x-igw-cluster"] == "east-a"
+            assert token.encode() not in raw
+            error = orjson.loads(raw)["error"]
+            assert (error["code"], error["type"]) == ("upstream_auth_misconfigured", "upstream_error")
+            assert "forwardAuthorization" in error["message"]
+        logged = [r for r in caplog.records if r.name == "igw.global_router.upstream_auth"]
+        assert len(logged) == 1  # once per cluster per minute
+        assert "east-a" in logged[0].getMessage()
+        assert token not in logged[0].getMessage()
+        async with http.get(url + "/metrics") as resp:
+            page = await resp.text()
+        assert "# HELP igw_global_upstream_auth_refused_total " in page
+        assert 'igw_global_upstream_auth_refused_total{cluster="east-a"} 3.0' in page
+    assert pod.received == []

@@ -460,6 +460,20 @@ GLOBAL_ALERTS: Final[tuple[Alert, ...]] = (
         "rule of its load balancer, a wrong endpoint URL) or is hostile.",
     ),
     Alert(
+        # since session s47: before, the cluster's 401 was relayed to every verified caller
+        "IgwGlobalUpstreamAuthMisconfigured",
+        "sum by (instance, cluster) (increase(igw_global_upstream_auth_refused_total[10m])) > 0",
+        "0m",
+        "critical",
+        "Cluster {{ $labels.cluster }} refused (401/407) callers router {{ $labels.instance }} verified "
+        "and whose token it does not forward.",
+        "The cluster's gateway authenticates callers (its spec.auth) but the router does not forward "
+        "their token (spec.authorization.forwardAuthorization false): every verified caller's request "
+        "there is refused with 502 upstream_auth_misconfigured and tried at the next cluster, and the "
+        "cluster is drained for its failures. Forward the token (tier 1 verifying the same issuer) or "
+        "turn off that gateway's authentication.",
+    ),
+    Alert(
         # since session s46: a search timeout does not count against the cluster (it is not drained
         # for it), so a cluster frozen for retrievals showed nowhere else
         "IgwGlobalSearchTimeouts",

@@ -71,6 +71,9 @@ ERRORS: Final[Mapping[str, ErrorKind]] = MappingProxyType(
         "internal_error": ErrorKind(500, "server_error"),
         "upstream_connect_failed": ErrorKind(502, "upstream_error"),
         "upstream_error": ErrorKind(502, "upstream_error"),
+        # the tier-2 router's: a cluster refused (401/407) a caller the router verified and whose
+        # token it did not forward - the deployment's fault, not the caller's
+        "upstream_auth_misconfigured": ErrorKind(502, "upstream_error"),
         "route_timeout": ErrorKind(504, "timeout"),
         "upstream_timeout": ErrorKind(504, "timeout"),  # no response head within responseTimeout
         "upstream_unresponsive": ErrorKind(504, "timeout"),  # its endpoint declared unresponsive

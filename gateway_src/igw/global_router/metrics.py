@@ -80,6 +80,16 @@ class FleetMetrics:
             ["cluster"],
             registry=r,
         )
+        self.upstream_auth_refused = Counter(
+            f"{PREFIX}_upstream_auth_refused",
+            "Clusters' 401 and 407 answers to callers this router verified itself and whose token it "
+            "does not forward (spec.authorization.forwardAuthorization false): the cluster's gateway "
+            "authenticates callers the router cannot make it see; refused with a 502 "
+            "upstream_auth_misconfigured, tried at the next cluster, by cluster (the WARNING "
+            "igw.global_router.upstream_auth is logged once a minute per cluster).",
+            ["cluster"],
+            registry=r,
+        )
         self.answer_usage_unread = Counter(
             f"{PREFIX}_answer_usage_unread",
             "Clusters' answers compressed though the router asked for none whose usage it could not "

@@ -117,12 +117,21 @@ misnamed_log = logging.getLogger("igw.global_router.misnamed_usage")
 :func:`_forward_stored`): the first per cluster, then one a minute at most with the count held
 (:class:`~igw.gateway.log_throttle.RepeatThrottle` keyed by the cluster)."""
 misnamed_log.addFilter(RepeatThrottle(keyed_args=1))
+auth_log = logging.getLogger("igw.global_router.upstream_auth")
+"""The warning for a cluster's 401 or 407 to a caller this router verified and whose token it does not
+forward (:func:`_auth_misconfigured`): the first per cluster, then one a minute at most with the count
+held (:class:`~igw.gateway.log_throttle.RepeatThrottle` keyed by the cluster)."""
+auth_log.addFilter(RepeatThrottle(keyed_args=1))
 
 _DEFAULT_LIMITS: Final = ServerLimits()  # an app run without serve_app (tests): the defaults
 RETRY_STATUSES: Final = UNAVAILABLE_STATUSES | {429}
 """A cluster's answers retried on the next cluster: those a tier-1 gateway retries on its next pod by
 default (``unavailable``, ``rate-limited``), less ``model-missing`` (clusters are planned by the
 models their heartbeats list)."""
+AUTH_REFUSALS: Final = frozenset({401, 407})
+"""A cluster's answers that say it did not know who the caller is (:func:`_auth_misconfigured`). A 403
+is not among them: a cluster's gateway refuses so only a caller it knows (an authorization refusal,
+``modelAccess``), and that refusal is relayed as it came."""
 CLUSTER_HEADER: Final = "x-igw-cluster"
 REGION_HEADER: Final = "x-igw-region"
 MODEL_HEADER: Final = "x-gateway-model-name"
@@ -276,6 +285,49 @@ def _forwarded_headers(router: GlobalRouter, request: web.Request, principal: Pr
     return upstream_headers(request.headers, strip=strip, add=add)
 
 
+def _withholds_token(router: GlobalRouter, principal: Principal) -> bool:
+    """Whether the router verified ``principal`` itself and forwards no credential of its to the
+    clusters (``spec.auth`` on, ``forwardAuthorization`` false: the guard strips ``Authorization``)."""
+    return principal.authenticated and "authorization" in router.guard.stripped_request_headers
+
+
+def _auth_misconfigured(router: GlobalRouter, cluster: ClusterSpec, result: ExchangeResult) -> ExchangeResult:
+    """``result``, or for a cluster's 401 or 407 (:data:`AUTH_REFUSALS`) not relayed yet, a 502
+    ``upstream_auth_misconfigured`` - call only for a request whose caller's token the router withheld
+    (:func:`_withholds_token`). The cluster's gateway authenticates callers the router verified but
+    cannot show it: the deployment's fault, not the caller's. Until session s47 its 401
+    ``invalid_token`` was relayed, ``WWW-Authenticate`` and all, to every caller with a valid token:
+    clients refreshed their token and retried for ever, and the operator saw only 401s. A 502 (an
+    upstream error, tried at the next cluster and counted against this one as a 5xx is) that names the
+    cause and the fix, never the token; counted in ``igw_global_upstream_auth_refused_total`` and
+    logged (once a minute per cluster)."""
+    if result.status not in AUTH_REFUSALS or result.response.prepared:
+        return result
+    router.metrics.upstream_auth_refused.labels(cluster.name).inc()
+    auth_log.warning(
+        "cluster %s answered HTTP %d to a caller this router verified (the router does not forward "
+        "callers' tokens): refused with a 502; set spec.authorization.forwardAuthorization: true (the "
+        "cluster's gateway verifying the same issuer) or turn off that gateway's spec.auth",
+        cluster.name,
+        result.status,
+    )
+    message = (
+        f"cluster {cluster.name!r} refused this request (HTTP {result.status}) though this router "
+        "authenticated the caller: the router does not forward callers' tokens and the cluster's "
+        "gateway requires one (set spec.authorization.forwardAuthorization: true on the router, with "
+        "the cluster's gateway verifying the same issuer, or turn off authentication at that gateway)"
+    )
+    return ExchangeResult(
+        answer=gateway_error(
+            "upstream_auth_misconfigured",
+            message,
+            headers={CLUSTER_HEADER: cluster.name, REGION_HEADER: cluster.region},
+        ),
+        status=502,
+        ok=False,
+    )
+
+
 def _denied(denied: GuardDenied) -> web.Response:
     return denial_response(denied)
 
@@ -399,6 +451,7 @@ async def _route(
     else:  # the same body failing moments ago: another cluster first
         choices = router.fleet.away_from_failures(choices, raw)
     headers = _forwarded_headers(router, request, principal)
+    token_withheld = _withholds_token(router, principal)
     # A stream's usage asked of the cluster's gateway where the client did not ask, read and not
     # relayed (igw.gateway.stream_usage); one token per event where its pool's engine cannot say.
     reads_usage = body.stream_usage is StreamUsage.UNASKED or body.stream_usage is StreamUsage.OTHER_OPTIONS
@@ -472,6 +525,8 @@ async def _route(
                     # maxRequestSeconds is the smaller bound: every request planned on it a 504).
                     router.fleet.record_outcome(cluster.name, ok=False)
                 return await _past_max_request(request, router, prepared)
+            if token_withheld:
+                result = _auth_misconfigured(router, cluster, result)
             last = result
             _count_answer_faults(router, cluster.name, result)
             if searches and result.status == 404:
@@ -925,6 +980,7 @@ async def _ask_stored(
     timed-out cluster's 504 ``upstream_timeout``, never a 404 - it may store the response - and the id
     is not listed as found nowhere."""
     headers = _forwarded_headers(router, request, principal)
+    token_withheld = _withholds_token(router, principal)
     prepared: list[web.StreamResponse] = []
     last: web.StreamResponse | None = None
     withheld: str | None = None  # the last cluster whose answer named another response (not relayed)
@@ -972,6 +1028,8 @@ async def _ask_stored(
             if not prepared:  # no answer within the request's bound: the cluster's failure, as in _route
                 router.fleet.record_outcome(cluster.name, ok=False)
             return await _past_max_request(request, router, prepared)
+        if token_withheld:
+            result = _auth_misconfigured(router, cluster, result)
         if known is None and result.gave_up and not result.response.prepared:
             # No answer within the search's bound (a frozen cluster): the next one is asked. Counted
             # against the cluster only when the bound was requestTimeoutSeconds itself (a cluster
