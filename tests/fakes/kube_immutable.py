@@ -13,7 +13,12 @@ What kube-apiserver's update validation refuses (``pkg/apis/apps/validation``,
 - a ConfigMap or Secret stored with ``immutable: true``: ``immutable`` may not be unset, nor
   ``data`` (nor a ConfigMap's ``binaryData``) changed (``Forbidden: field is immutable when
   `immutable` is set``); a Secret's ``type`` may never change;
+- a batch/v1 Job's ``spec.template`` (``Invalid value: core.PodTemplateSpec{...}: field is
+  immutable``), but for the scheduling directives of a Job suspended before it started;
 - a Service's ``spec.clusterIPs`` (see :func:`tests.fakes.kube_services.immutable_errors`).
+
+Not modelled: a Job's other immutable fields (``selector``, ``completions`` outside elastic indexed
+Jobs, ``completionMode``, ``podFailurePolicy``...), and PersistentVolumeClaims (the fake serves none).
 """
 
 from __future__ import annotations
@@ -43,6 +48,46 @@ STATEFULSET_SPEC_FORBIDDEN: Final = (
 )
 """``ValidateStatefulSetUpdate``'s refusal of any other change (its selector, serviceName,
 volumeClaimTemplates, podManagementPolicy)."""
+
+
+JOB_TEMPLATE_VALUE: Final = "core.PodTemplateSpec{...}"
+"""A Job's changed ``spec.template`` as the fake names it in the refusal. kube-apiserver prints the
+internal Go struct (``%#v``: ``core.PodTemplateSpec{ObjectMeta:v1.ObjectMeta{Name:"", ...`` with
+pointer addresses such as ``(0xc032f43038)``, different on each request), which no client can match
+beyond its type name; the fake keeps that and the message's shape around it."""
+_SCHEDULING_DIRECTIVES: Final = ("nodeSelector", "tolerations", "schedulingGates")
+
+
+def _job_template(template: Any, scheduling_mutable: bool) -> Any:
+    """``template`` as ``validatePodTemplateUpdate`` compares it: a suspended Job that never started
+    may change its pods' labels, annotations, node selector, tolerations, scheduling gates and node
+    affinity (``JobMutableSchedulingDirectives``), so those are left out of the comparison."""
+    if not scheduling_mutable or not isinstance(template, Mapping):
+        return template
+    result = {k: v for k, v in template.items() if k != "metadata"}
+    meta = {k: v for k, v in (template.get("metadata") or {}).items() if k not in ("labels", "annotations")}
+    if meta:
+        result["metadata"] = meta
+    spec = template.get("spec")
+    if isinstance(spec, Mapping):
+        spec = {k: v for k, v in spec.items() if k not in _SCHEDULING_DIRECTIVES}
+        affinity = {k: v for k, v in (spec.get("affinity") or {}).items() if k != "nodeAffinity"}
+        spec.pop("affinity", None)
+        if affinity:
+            spec["affinity"] = affinity
+        result["spec"] = spec
+    return result
+
+
+def _job_errors(new: Mapping[str, Any], old: Mapping[str, Any]) -> list[FieldError]:
+    """``ValidateJobSpecUpdate``'s refusal of a changed ``spec.template`` (``field is immutable``),
+    but for the scheduling directives of a Job suspended before it started."""
+    new_spec, old_spec = new.get("spec") or {}, old.get("spec") or {}
+    scheduling_mutable = old_spec.get("suspend") is True and not (old.get("status") or {}).get("startTime")
+    new_template = _job_template(new_spec.get("template"), scheduling_mutable)
+    if new_template != _job_template(old_spec.get("template"), scheduling_mutable):
+        return [FieldError("spec.template", "FieldValueInvalid", JOB_TEMPLATE_VALUE, FIELD_IMMUTABLE)]
+    return []
 
 
 def _selector_value(selector: Any) -> str:
@@ -86,6 +131,8 @@ def update_errors(
             k: v for k, v in old_spec.items() if k not in _STATEFULSET_MUTABLE
         }:
             errors.append(FieldError("spec", "FieldValueForbidden", detail=STATEFULSET_SPEC_FORBIDDEN))
+    if (group, version, plural) == ("batch", "v1", "jobs"):
+        errors.extend(_job_errors(new, old))
     if group == "" and plural in ("configmaps", "secrets"):
         if plural == "secrets" and (new.get("type") or "Opaque") != (old.get("type") or "Opaque"):
             errors.append(

@@ -12,6 +12,7 @@ resourceVersion is consumed, no watch event recorded (apiserver's ``DryRunnableS
 
 from __future__ import annotations
 
+import base64
 import copy
 import dataclasses
 import random
@@ -215,11 +216,14 @@ def _refuse_immutable_changes(
 
 
 def _invalid(kind: ResourceKind, name: str, errors: Sequence[FieldError]) -> StoreError:
-    """The API server's 422 ``Invalid`` Status for ``errors`` (field errors) of ``kind`` ``name``."""
+    """The API server's 422 ``Invalid`` Status for ``errors`` (field errors) of ``kind`` ``name``, the
+    kind group-qualified as ``NewInvalid`` names it (``Job.batch "j" is invalid``; ``kubectl apply``
+    rewrites it to ``The Job "j" is invalid`` from ``details``, ``kubectl set image`` prints it as is)."""
+    qualified = f"{kind.kind}.{kind.group}" if kind.group else kind.kind
     return StoreError(
         422,
         "Invalid",
-        invalid_message(kind.kind, name, errors),
+        invalid_message(qualified, name, errors),
         details=invalid_details(kind.group, kind.kind, name, errors),
     )
 
@@ -234,6 +238,7 @@ def _validate(kind: ResourceKind, body: Mapping[str, Any]) -> None:
 CRD_KEY = ("apiextensions.k8s.io", "v1", "customresourcedefinitions")
 NAMESPACE_KEY = ("", "v1", "namespaces")
 SERVICE_KEY = ("", "v1", "services")
+SECRET_KEY = ("", "v1", "secrets")
 POD_KEY = ("", "v1", "pods")
 MAX_GENERATED_NAME_BASE = 58
 """apiserver's ``names.MaxGeneratedNameLength`` (63 less the 5 random characters): a longer
@@ -369,6 +374,21 @@ def check_builtin_types(kind: ResourceKind, body: Mapping[str, Any]) -> None:
         )
 
 
+def _merge_string_data(secret: dict[str, Any]) -> None:
+    """A Secret's ``stringData`` as the conversion to the internal type (``Convert_v1_Secret_To_core_Secret``)
+    takes it: each value base64-encoded into ``data`` over the key there, and ``stringData`` gone (the
+    internal type has none, so it is never stored nor returned). On every create, update and patch,
+    before validation: an immutable Secret's ``stringData`` edit is a ``data`` change refused. The
+    fake stored and returned ``stringData`` beside ``data`` and left ``data`` without it."""
+    string_data = secret.pop("stringData", None)
+    if isinstance(string_data, Mapping) and string_data:
+        data = secret.get("data")
+        merged = dict(data) if isinstance(data, Mapping) else {}
+        for key, value in string_data.items():
+            merged[key] = base64.b64encode(("" if value is None else str(value)).encode()).decode()
+        secret["data"] = merged
+
+
 def _decoded_builtin(
     kind: ResourceKind,
     body: dict[str, Any],
@@ -379,6 +399,8 @@ def _decoded_builtin(
     unknown fields refused 400 under ``Strict``, else dropped, with a warning each under ``Warn``."""
     dropped: list[str] = []
     result = decoded(kind.key, body, dropped)
+    if kind.key == SECRET_KEY:
+        _merge_string_data(result)
     unknown = [f'unknown field "{path}"' for path in dropped]
     if unknown and field_validation == "Strict":
         raise _strict_decoding_error(kind, unknown)
@@ -686,8 +708,13 @@ class KubeStore:
                 for field in ("uid", "creationTimestamp", "namespace", "name"):
                     if field in current["metadata"]:
                         meta[field] = current["metadata"][field]
-                old_spec = {k: v for k, v in current.items() if k not in ("metadata", "status")}
-                new_spec = {k: v for k, v in new.items() if k not in ("metadata", "status")}
+                # apiextensions' strategy bumps a custom resource's generation on any change outside
+                # metadata - its status too where no /status subresource keeps it apart; a built-in
+                # kind's on spec changes.
+                custom = kind.schema is not None or kind not in BUILTIN_KINDS
+                kept = ("metadata",) if custom and not kind.status_subresource else ("metadata", "status")
+                old_spec = {k: v for k, v in current.items() if k not in kept}
+                new_spec = {k: v for k, v in new.items() if k not in kept}
                 if kind.generation:
                     meta["generation"] = current["metadata"].get("generation", 1) + (old_spec != new_spec)
                 else:  # a request cannot set it (``rest.BeforeUpdate``), and nothing else does

@@ -3,6 +3,7 @@ writes, deletion propagation and the garbage collector, CRD-served kinds, OpenAP
 
 from __future__ import annotations
 
+import base64
 import copy
 import json
 import logging
@@ -880,3 +881,107 @@ def test_not_found_names_the_resource_with_its_group_and_sends_details(
     with pytest.raises(urllib.error.HTTPError) as raw:
         _request(kube, "GET", "/api/v1/namespaces/default/configmaps/nope")
     assert json.loads(raw.value.read())["details"] == {"name": "nope", "kind": "configmaps"}
+
+
+@needs_kubectl
+def test_a_protobuf_body_is_refused_415_as_by_a_server_without_protobuf(
+    kube: FakeKubeApiServer, tmp_path: Path
+) -> None:
+    """``kubectl create namespace|deployment|configmap`` (typed clients) send
+    ``application/vnd.kubernetes.protobuf``; the fake cannot decode it and answers as a server
+    without protobuf does: 415 ``UnsupportedMediaType`` naming the types it takes (client-go retries
+    in JSON only after a 415 to CBOR), nothing stored. It read the body as text: 500 for a
+    Deployment, 400 ``malformed request body`` for a Namespace."""
+    unsupported = (
+        "the body of the request was in an unknown format - accepted media types include: "
+        "application/json, application/yaml"
+    )
+    done = kubectl(kube, tmp_path, "create", "namespace", "ns1")
+    assert (done.returncode, done.stderr.strip()) == (
+        1,
+        f"Error from server (UnsupportedMediaType): {unsupported}",
+    )
+    done = kubectl(kube, tmp_path, "-n", "default", "create", "deployment", "web", "--image=x")
+    assert (done.returncode, done.stderr.strip()) == (1, f"error: failed to create deployment: {unsupported}")
+    code, answer = _answer(
+        kube, "POST", "/api/v1/namespaces/default/configmaps", _config_map("a"), "application/cbor"
+    )
+    assert (code, answer["reason"], answer["message"]) == (415, "UnsupportedMediaType", unsupported)
+    assert _request(kube, "GET", "/apis/apps/v1/namespaces/default/deployments")["items"] == []
+    manifest = tmp_path / "ns.yaml"
+    manifest.write_text(
+        yaml.safe_dump({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ns1"}})
+    )
+    assert kubectl(kube, tmp_path, "create", "-f", str(manifest)).returncode == 0  # JSON: created
+
+
+def _b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+@needs_kubectl
+def test_a_secret_s_string_data_is_merged_into_data_and_never_returned(
+    kube: FakeKubeApiServer, tmp_path: Path
+) -> None:
+    """``stringData`` is converted into ``data`` (base64, over a key there) on every write and never
+    stored nor returned, as the conversion to the internal type does; so an immutable Secret's
+    ``stringData`` edit is a ``data`` change, refused. The fake stored ``stringData`` as sent."""
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "s", "namespace": "default"},
+        "data": {"a": _b64("1"), "keep": _b64("k")},
+        "stringData": {"a": "2", "b": "x"},
+    }
+    manifest = tmp_path / "secret.yaml"
+    manifest.write_text(yaml.safe_dump(secret))
+    done = kubectl(kube, tmp_path, "create", "-f", str(manifest), "-o", "json")
+    assert done.returncode == 0, done.stderr
+    created = json.loads(done.stdout)
+    assert "stringData" not in created
+    assert created["data"] == {"a": _b64("2"), "keep": _b64("k"), "b": _b64("x")}
+    patch = json.dumps({"stringData": {"c": "y"}})
+    done = kubectl(kube, tmp_path, "-n", "default", "patch", "secret", "s", "--type=merge", "-p", patch)
+    assert done.returncode == 0, done.stderr
+    stored = _request(kube, "GET", "/api/v1/namespaces/default/secrets/s")
+    assert "stringData" not in stored
+    assert stored["data"]["c"] == _b64("y")
+    immutable = {**secret, "metadata": {"name": "i", "namespace": "default"}, "immutable": True}
+    manifest.write_text(yaml.safe_dump(immutable))
+    assert kubectl(kube, tmp_path, "create", "-f", str(manifest)).returncode == 0
+    patch = json.dumps({"stringData": {"a": "3"}})
+    done = kubectl(kube, tmp_path, "-n", "default", "patch", "secret", "i", "--type=merge", "-p", patch)
+    assert done.returncode == 1
+    assert done.stderr.strip() == (
+        'The Secret "i" is invalid: data: Forbidden: field is immutable when `immutable` is set'
+    )
+
+
+def test_a_custom_resource_without_a_status_subresource_gets_a_generation_per_status_change(
+    kube: FakeKubeApiServer,
+) -> None:
+    """apiextensions' strategy bumps a custom resource's ``metadata.generation`` on any change
+    outside ``metadata``: where its CRD declares no ``/status`` subresource, a status change is one
+    (where it declares one, the main resource's write keeps the stored status). The fake compared
+    all but ``metadata`` and ``status``, so the generation stayed and a controller's
+    ``observedGeneration`` logic saw what no cluster shows."""
+    kube.install_load_balancer_controller()
+    path = "/apis/elbv2.k8s.aws/v1beta1/ingressclassparams"
+    params = {"apiVersion": "elbv2.k8s.aws/v1beta1", "kind": "IngressClassParams", "metadata": {"name": "p"}}
+    created = _request(kube, "POST", path, {**params, "spec": {"scheme": "internal"}})
+    assert created["metadata"]["generation"] == 1
+    labelled = _request(
+        kube, "PUT", f"{path}/p", {**created, "metadata": {**created["metadata"], "labels": {"a": "b"}}}
+    )
+    assert labelled["metadata"]["generation"] == 1  # metadata only
+    with_status = _request(kube, "PUT", f"{path}/p", {**labelled, "status": {"ready": True}})
+    assert (with_status["status"], with_status["metadata"]["generation"]) == ({"ready": True}, 2)
+    code, patched = _answer(
+        kube, "PATCH", f"{path}/p", {"status": {"ready": False}}, "application/merge-patch+json"
+    )
+    assert (code, patched["metadata"]["generation"]) == (200, 3)
+    install_crd(kube)  # declares /status: a write of the object keeps the stored status
+    stored = kube.add(igwc("chat"))
+    igwcs = "/apis/inference.sagemaker.aws.amazon.com/v1alpha1/namespaces/inference/inferencegatewayconfigs"
+    replaced = _request(kube, "PUT", f"{igwcs}/chat", {**stored, "status": {"phase": "Ready"}})
+    assert replaced["metadata"]["generation"] == 1

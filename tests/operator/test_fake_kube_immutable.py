@@ -213,3 +213,55 @@ def test_one_node_port_per_port_number_and_a_health_check_node_port(
     assert _get(kube, tmp_path, "svc", "lb")["spec"]["healthCheckNodePort"] == health
     _ok(kube, tmp_path, "patch", "svc", "lb", "-p", '{"spec":{"externalTrafficPolicy":"Cluster"}}')
     assert "healthCheckNodePort" not in _get(kube, tmp_path, "svc", "lb")["spec"]
+
+
+def _job(name: str, *, suspend: bool = False) -> dict[str, Any]:
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "suspend": suspend,
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "x"}]},
+            },
+        },
+    }
+
+
+def test_a_job_s_pod_template_is_immutable(kube: FakeKubeApiServer, tmp_path: Path) -> None:
+    """``ValidateJobSpecUpdate`` refuses any change of a Job's ``spec.template`` (422, printed with
+    the internal Go struct: :data:`tests.fakes.kube_immutable.JOB_TEMPLATE_VALUE`), but lets a Job
+    suspended before it started change its pods' scheduling directives and labels; other spec fields
+    (``parallelism``) change. The fake stored every template change."""
+    _create(kube, tmp_path, _job("j"))
+    refused = _refused(kube, tmp_path, "-n", "default", "set", "image", "job/j", "c=y")
+    assert refused == (
+        'error: failed to patch image update to pod template: Job.batch "j" is invalid: '
+        "spec.template: Invalid value: core.PodTemplateSpec{...}: "
+        "field is immutable"
+    )
+    _ok(
+        kube,
+        tmp_path,
+        "-n",
+        "default",
+        "patch",
+        "job",
+        "j",
+        "--type=merge",
+        "-p",
+        '{"spec":{"parallelism":2}}',
+    )
+    _create(kube, tmp_path, _job("s", suspend=True))
+    scheduling = {
+        "spec": {"template": {"metadata": {"labels": {"tier": "a"}}, "spec": {"nodeSelector": {"n": "1"}}}}
+    }
+    _ok(kube, tmp_path, "-n", "default", "patch", "job", "s", "--type=merge", "-p", json.dumps(scheduling))
+    assert _refused(kube, tmp_path, "-n", "default", "set", "image", "job/s", "c=y").endswith(
+        "spec.template: Invalid value: core.PodTemplateSpec{...}: field is immutable"
+    )
+    stored = json.loads(_ok(kube, tmp_path, "-n", "default", "get", "job", "s", "-o", "json"))
+    assert stored["spec"]["template"]["spec"]["nodeSelector"] == {"n": "1"}
+    assert stored["spec"]["template"]["spec"]["containers"][0]["image"] == "x"
