@@ -21,8 +21,13 @@ from typing import Final
 
 MASK: Final = "[REDACTED]"
 
-_JWT: Final = re.compile(r"eyJ[A-Za-z0-9_-]{2,}\.[A-Za-z0-9_-]{2,}\.[A-Za-z0-9_-]*")
-"""Three base64url segments, the first a JSON object (``eyJ`` is ``{"``): a JWS/JWT."""
+_JWT: Final = re.compile(
+    r"eyJ[A-Za-z0-9_-]{2,}\.(?:\\n|\r?\n)?[A-Za-z0-9_-]{2,}"
+    r"(?:\.(?:\\n|\r?\n)?[A-Za-z0-9_-]*|(?=\\n|\r?\n|\Z))"
+)
+"""Three base64url segments, the first a JSON object (``eyJ`` is ``{"``): a JWS/JWT. A line break (real
+or escaped) after a dot is taken in: a token wrapped at its dots went through whole until session s47,
+as did one cut after its payload (a log line cut at 4 KiB), whose claims are masked too."""
 _BEARER: Final = re.compile(r"(?i)\b(bearer|basic)\s+([^\s,;\"']+)")
 """A scheme word and the value after it; :func:`_mask_bearer` decides whether that value is a token."""
 _AUTH_PARAM: Final = re.compile(r"(?i)(?:realm|scope|error|error_description|error_uri|charset)=(?!=*\Z)")
@@ -35,9 +40,21 @@ TOKEN_MIN_CHARS: Final = 8
 WORD_MAX_CHARS: Final = 24
 """Letters-only values this long are taken for tokens all the same: no English word is that long."""
 _CREDENTIAL_HEADER: Final = re.compile(
-    r"(?i)\b((?:proxy-)?authorization|set-cookie|cookie|x-api-key|api-key|apikey|x-auth-token)"
+    r"(?i)\b((?:proxy-)?authorization|set-cookie|cookie|x-api-key|api-key|apikey|x-auth-token"
+    r"|x-amz-security-token|(?:aws_)?secret_access_key|aws_session_token|aws_security_token)"
     r"([\"']?\s*[:=]\s*[\"']?)([^\r\n\"']*)"
 )
+"""A credential header's or AWS credential file's value (``X-Amz-Security-Token: ...``,
+``aws_secret_access_key = ...``, ``AWS_SESSION_TOKEN: ...``) to the end of its line or quote: the AWS
+names were masked only as ``name=value`` before session s47, not with the blanks or the colon of the
+credentials file, ``aws configure list`` and a YAML dump."""
+_AWS_KEY_PAIR: Final = re.compile(
+    r"(?<![A-Z0-9])((?:AKIA|ASIA)[A-Z0-9]{16}[\"']?(?:\s*[:,=]\s*|\s+)[\"']?)"
+    r"(?<![A-Za-z0-9/+])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])"
+)
+"""An AWS access key id (``AKIA``/``ASIA`` and 16 capitals or digits) with a 40-character secret
+access key right after it (``AKIA...:<secret>``, ``(AKIA..., <secret>)``): the secret is masked, the
+key id (an identifier, which CloudTrail shows) kept to say which key."""
 _URL: Final = re.compile(r"(?i)\b[a-z][a-z0-9+.-]*://[^\s\"'<>]*")
 """A URL with a scheme, up to the first blank, quote or angle bracket: what :func:`redact_url` rewrites."""
 _URL_PARTS: Final = re.compile(r"(?s)([^:]*://)(?:([^/?#]*)@)?([^?#]*)(?:\?([^#]*))?(?:#(.*))?")
@@ -132,6 +149,12 @@ _TRIGGERS: Final = (
     "api-key",
     "apikey",
     "x-auth-token",
+    "security-token",
+    "secret_access_key",
+    "session_token",
+    "security_token",
+    "akia",
+    "asia",
     "bearer",
     "basic",
     "eyj",
@@ -160,11 +183,19 @@ cheaper than running the case-insensitive patterns over the line."""
 
 
 _SECRET_FIELD: Final = (
-    r"[a-z0-9_-]*(?:token|secret|password|passwd|assertion|api_?key|access_?key|code_verifier)"
+    r"[a-z0-9_-]*(?:token|secrets?|password|passwd|passphrase|pwd|credentials?|assertion|api_?key"
+    r"|access_?key|code_verifier)"
 )
 """A field name that says its value is a credential (``refresh_token``, ``client_secret``,
-``clientSecret``, ``password``, ``client_assertion``, ``api_key``, ``code_verifier``): not
-``max_tokens``, ``token_type``, ``secret_name`` or ``passwordEnv``, whose names go on after the word."""
+``clientSecret``, ``password``, ``client_assertion``, ``api_key``, ``code_verifier``; since session
+s47 ``credentials``/``credential``, ``secrets``, ``passphrase`` and ``pwd``, which went through): not
+``max_tokens``, ``token_type``, ``secret_name`` or ``passwordEnv``, whose names go on after the word.
+The one list of names: the form (:data:`_FORM_FIELD`), JSON and dict (:data:`_QUOTED_FIELD`,
+:data:`_ESCAPED_FIELD`) rules and their hints (:data:`_FIELD_WORDS`) are built from it. OAuth 2.0's
+(RFC 6749: ``access_token``, ``refresh_token``, ``client_secret``, ``password``, ``code``; RFC 7521
+``client_assertion``/``assertion``; RFC 7636 ``code_verifier``; RFC 8628 ``device_code``) and AWS's
+credential file and environment names (``aws_secret_access_key``, ``aws_session_token``, boto's
+``SecretAccessKey``/``SessionToken``) all end in one of its words."""
 _FORM_FIELD: Final = re.compile(
     r"(?i)(?:(?<=%26)|(?<![A-Za-z0-9_.-]))"
     r"(?:(" + _SECRET_FIELD + r")(=|%3D)((?:(?!%26)[^&\s\"'<>\\])+)"
@@ -179,34 +210,47 @@ next ``&``, blank, quote or backslash (a repr's escape: a form value has them pe
 so at DEBUG (``IGW_DEBUG_THIRD_PARTY=1``); before session s45 :func:`redact` masked ``name=value``
 only in a URL's query, and the refresh token and client secret went to the logs. Other fields
 (``status=200``, ``model=llama``) stay."""
-_FORM_WORDS: Final = (
+_FIELD_WORDS: Final = (
     "token",
     "secret",
+    "secrets",
     "password",
     "passwd",
+    "passphrase",
+    "pwd",
+    "credential",
+    "credentials",
     "assertion",
-    "apikey",
-    "api_key",
-    "access_key",
-    "accesskey",
-    "code",
-    "code_verifier",
 )
-_FORM_HINT: Final = re.compile("=(?<=[nrdtye]=)(?:" + "|".join(f"(?<={word}=)" for word in _FORM_WORDS) + ")")
+"""The words of :data:`_SECRET_FIELD` a field's name ends with, for the hints below (the key names
+each rule adds are in :data:`_FORM_WORDS` and :data:`_QUOTED_WORDS`)."""
+_FORM_WORDS: Final = (*_FIELD_WORDS, "apikey", "api_key", "access_key", "accesskey", "code", "code_verifier")
+
+
+def _last_letters(words: tuple[str, ...]) -> str:
+    """The character class of the last letters of ``words``: the hints' first, cheap look-behind."""
+    return "[" + "".join(sorted({word[-1] for word in words})) + "]"
+
+
+_FORM_HINT: Final = re.compile(
+    f"=(?<={_last_letters(_FORM_WORDS)}=)(?:" + "|".join(f"(?<={word}=)" for word in _FORM_WORDS) + ")"
+)
 _ENCODED_FORM_HINT: Final = re.compile("%3d(?:" + "|".join(f"(?<={word}%3d)" for word in _FORM_WORDS) + ")")
 """What a lower-cased text needs for :data:`_FORM_FIELD` to match (a secret word right before ``=`` or
 ``%3D``): searches led by that literal, each ``=`` first checked for the last letter of one of the
-words (``[nrdtye]``), which cost a fraction of a microsecond on a line without one, where looking for
+words (:func:`_last_letters`), which cost a fraction of a microsecond on a line without one, where looking for
 the words themselves cost several."""
-_QUOTED_NAME: Final = _SECRET_FIELD + r"|[a-z0-9_-]*(?:private|secret)_?key|authorization"
-""":data:`_SECRET_FIELD`, and ``private_key``/``privateKey``, ``secretKey`` and ``Authorization``: in a
-JSON object or dict repr their value is the credential (a path there is masked too, unlike in a form
-field, where ``private_key=/etc/igw/tls/key.pem`` names the file)."""
+_QUOTED_NAME: Final = _SECRET_FIELD + r"|[a-z0-9_-]*(?:private|secret)_?key|authorization|device_?code"
+""":data:`_SECRET_FIELD`, and ``private_key``/``privateKey``, ``secretKey``, ``Authorization`` and
+``device_code`` (RFC 8628's device authorization response; not ``code``, an error's code in a JSON
+body): in a JSON object or dict repr their value is the credential (a path there is masked too,
+unlike in a form field, where ``private_key=/etc/igw/tls/key.pem`` names the file)."""
 _STRING: Final = r"(?:\"(?:[^\"\\\n]|\\.)*\"|'(?:[^'\\\n]|\\.)*')"
 """A JSON string or a Python string's repr, in double or single quotes, with its escapes."""
-_ESCAPED_STRING: Final = r"\1\"(?:(?!(?<!\\)\1\")[^\n])*(?<!\\)\1\""
-"""A JSON string inside another string (``\\"hunter2\\"``): its quotes after the backslashes of group 1
-(one in a JSON string, two in its repr), up to the next such quote not after one backslash more (an
+_ESCAPED_STRING: Final = r"\1\2(?:(?!(?<!\\)\1\2)[^\n])*(?<!\\)\1\2"
+"""A JSON string inside another string (``\\"hunter2\\"``): its quotes (group 2: ``"``, or ``'`` of a
+dict's repr inside a repr, ``\\'hunter2\\'``) after the backslashes of group 1 (one in a JSON string,
+two in its repr), up to the next such quote not after one backslash more (an
 escaped quote in the value, ``\\\\\\"``). A value ending in an escaped backslash is masked past its end
 (to the next such quote): more masked, nothing shown."""
 _SCALAR: Final = r"(?:-?[0-9][0-9.eE+-]*|null|true|false|None|True|False)"
@@ -234,9 +278,9 @@ other trigger went to the logs as it was. Since session s46 an array, tuple or f
 value too (:func:`_container`): every string in it is masked (an object's keys kept); before,
 ``"password": ["hunter2"]`` went through. Group 1 is empty (:data:`_ESCAPED_FIELD`'s backslashes)."""
 _ESCAPED_FIELD: Final = re.compile(
-    r"(?i)(\\+)(\")("
+    r"(?i)(\\+)([\"'])("
     + _QUOTED_NAME
-    + r")(\1\"\s*:\s*)("
+    + r")(\1\2\s*:\s*)("
     + _ESCAPED_STRING
     + "|"
     + _container(_ESCAPED_STRING)
@@ -244,21 +288,30 @@ _ESCAPED_FIELD: Final = re.compile(
 )
 """:data:`_QUOTED_FIELD` in a JSON text held in a string (``{\\"password\\": \\"x\\"}``): a request body
 logged as a JSON string inside a JSON log line, or the repr of one (two backslashes). Its quotes
-have backslashes before them, and until session s46 the field went through as it was."""
-_QUOTED_WORDS: Final = (
-    "token",
-    "secret",
-    "password",
-    "passwd",
-    "assertion",
-    "key",
-    "verifier",
-    "authorization",
+have backslashes before them, and until session s46 the field went through as it was; a dict's repr
+inside a string's repr (``\\'password\\': \\'x\\'``, single quotes) until session s47."""
+_CUT_FIELD: Final = re.compile(
+    r"(?i)(\\*)([\"'])(" + _QUOTED_NAME + r")(\1\2\s*:\s*\1\2)(?:(?!(?<!\\)\1\2)[^\r\n])*(?=\r?\n|\Z)"
 )
+"""A secret-named field of a JSON object or dict repr (escaped or not) whose string value has no
+closing quote before the end of its line: a line cut inside the value (at 4 KiB, or by whatever
+quoted it short). :data:`_QUOTED_FIELD` needs the closing quote, and until session s47 the value's
+first part went through (``{"password": "hunter2`` as it was); now the rest of the line is masked.
+Run only where :func:`_left_open` finds a string left open."""
+
+
+def _left_open(text: str) -> bool:
+    """Whether ``text`` has an odd number of one kind of quote, escaped (``\\"``) or not: what a
+    string cut before its closing quote leaves, the cheap test before :data:`_CUT_FIELD`."""
+    return any(text.count(quote) % 2 for quote in ('"', "'", '\\"', "\\'"))
+
+
+_QUOTED_WORDS: Final = (*_FIELD_WORDS, "key", "verifier", "authorization", "code")
+_QUOTED_LAST: Final = _last_letters(_QUOTED_WORDS)
 _QUOTED_HINT: Final = re.compile(
-    r":(?<=[nteyrd][\"']:)(?:"
+    rf":(?<={_QUOTED_LAST}[\"']:)(?:"
     + "|".join(f"(?<={word}.:)" for word in _QUOTED_WORDS)
-    + r")|:(?<=[nteyrd][\"'] :)(?:"
+    + rf")|:(?<={_QUOTED_LAST}[\"'] :)(?:"
     + "|".join(f"(?<={word}. :)" for word in _QUOTED_WORDS)
     + ")"
 )
@@ -269,10 +322,10 @@ microsecond, where a search led by the quote cost three times as much."""
 _ESCAPED_HINT: Final = re.compile(
     ":(?:"
     + "|".join(
-        rf"(?<=\\\"{blank}:)(?:"
+        rf"(?<=\\[\"']{blank}:)(?:"
         + "|".join(
-            rf"(?<=[nteyrd]{slashes}\"{blank}:)(?:"
-            + "|".join(rf"(?<={word}{slashes}\"{blank}:)" for word in _QUOTED_WORDS)
+            rf"(?<={_QUOTED_LAST}{slashes}[\"']{blank}:)(?:"
+            + "|".join(rf"(?<={word}{slashes}[\"']{blank}:)" for word in _QUOTED_WORDS)
             + ")"
             for slashes in (r"\\", r"\\\\", r"\\\\\\")
         )
@@ -313,19 +366,26 @@ def _mask_quoted_field(found: re.Match[str]) -> str:
     """A :data:`_QUOTED_FIELD` or :data:`_ESCAPED_FIELD` match with every string of its value masked
     (an object's keys kept), its name, quotes, brackets and scalars kept."""
     escape = found.group(1)
-    strings = _escaped_strings(escape) if escape else _STRINGS
+    if found.group(5).startswith("{") and _CREDENTIALS_NAME.fullmatch(found.group(3)):
+        inner = (_ESCAPED_FIELD if escape else _QUOTED_FIELD).sub(_mask_quoted_field, found.group(5))
+        return f"{found.group(1)}{found.group(2)}{found.group(3)}{found.group(4)}{inner}"
+    strings = _escaped_strings(escape, found.group(2)) if escape else _STRINGS
     value = strings.sub(lambda s: _mask_string(s, escape), found.group(5))
     return f"{found.group(1)}{found.group(2)}{found.group(3)}{found.group(4)}{value}"
 
 
+_CREDENTIALS_NAME: Final = re.compile(r"(?i)[a-z0-9_-]*credentials?")
+"""A ``credentials`` field: its string or array value is masked, but an object under it has its own
+names (``{"username": ..., "password": ...}``), masked each by its own, the user's name kept."""
 _STRINGS: Final = re.compile(f"({_STRING})(\\s*:)?")
 """A string and, when it is an object's key, the colon after it."""
 
 
 @functools.cache
-def _escaped_strings(escape: str) -> re.Pattern[str]:
-    """:data:`_STRINGS` for strings whose quotes have ``escape`` (backslashes) before them."""
-    return re.compile("(" + _ESCAPED_STRING.replace("\\1", re.escape(escape)) + ")(\\s*:)?")
+def _escaped_strings(escape: str, quote: str) -> re.Pattern[str]:
+    """:data:`_STRINGS` for strings in ``quote`` whose quotes have ``escape`` (backslashes) before them."""
+    pattern = _ESCAPED_STRING.replace("\\1", re.escape(escape)).replace("\\2", re.escape(quote))
+    return re.compile("(" + pattern + ")(\\s*:)?")
 
 
 def _mask_string(found: re.Match[str], escape: str) -> str:
@@ -612,13 +672,17 @@ def redact(text: str) -> str:
     lowered = text.lower()
     if _form_secrets(lowered):
         text = _FORM_FIELD.sub(_mask_form_field, text)
-    if _QUOTED_HINT.search(lowered):
+    quoted = _QUOTED_HINT.search(lowered) is not None
+    if quoted:
         text = _QUOTED_FIELD.sub(_mask_quoted_field, text)
     if "\\" in text:
         if _ESCAPED_HINT.search(lowered):
+            quoted = True
             text = _ESCAPED_FIELD.sub(_mask_quoted_field, text)
         if "\\x" in text and (_BYTES_REPR_HINTS[0] in text or _BYTES_REPR_HINTS[1] in text):
             text = _BYTES_REPR.sub(_mask_bytes_repr, text)
+    if quoted and _left_open(text):
+        text = _CUT_FIELD.sub(lambda m: f"{m.group(1)}{m.group(2)}{m.group(3)}{m.group(4)}{MASK}", text)
     if _hex_secrets(lowered):
         text = _mask_hex_keys(text)
     if not any(trigger in lowered for trigger in _TRIGGERS):
@@ -630,6 +694,7 @@ def redact(text: str) -> str:
     text = _LOCAL_KEY_ID.sub(lambda m: f"{m.group(1)}{MASK}", text)
     text = _KEY_ASSIGNMENT.sub(lambda m: f"{m.group(1)}{m.group(2)}{MASK}", text)
     text = _CREDENTIAL_HEADER.sub(lambda m: f"{m.group(1)}{m.group(2)}{MASK}", text)
+    text = _AWS_KEY_PAIR.sub(lambda m: f"{m.group(1)}{MASK}", text)
     text = _BEARER.sub(_mask_bearer, text)
     text = _JWT.sub(MASK, text)
     return _LONE_LINE.sub(_mask_lone, text) if _lone_secret(text) else text

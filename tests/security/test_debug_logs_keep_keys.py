@@ -658,3 +658,80 @@ def test_an_array_or_object_under_a_secret_name_has_its_strings_masked(value: ob
             assert _logged(text).endswith(f": {shown}\n"), text
     nested = json.dumps({"credentials": {"username": "ops", "secret": "hunter2x"}})
     assert redact(nested) == json.dumps({"credentials": {"username": "ops", "secret": MASK}})
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["credentials", "credential", "secrets", "passphrase", "pwd", "device_code", "aws_secret_access_key"],
+)
+def test_credential_and_secret_list_fields_are_masked(name: str) -> None:
+    """``{"credentials": "..."}``, ``{'secrets': '...'}``, ``passphrase=...``: names of the same list
+    (OAuth 2.0's, AWS's credential file's) that went to the logs as they were until session s47."""
+    for body, shown in (
+        (json.dumps({"model": "m", name: "hunter2x"}), json.dumps({"model": "m", name: MASK})),
+        (str({name: "hunter2x", "id": "req-1"}), str({name: MASK, "id": "req-1"})),
+    ):
+        assert needs_redaction(body)
+        assert _logged(body).endswith(f": {shown}\n")
+    if name not in ("device_code", "aws_secret_access_key"):  # ``code=503``; the AWS name: to the line's end
+        assert _logged(f"body {name}=hunter2x&x=1").endswith(f": body {name}={MASK}&x=1\n")
+
+
+def test_a_secret_field_cut_before_its_closing_quote_is_masked_to_the_end_of_the_line() -> None:
+    """A line cut inside a secret field's value (at 4 KiB) left the value's first part in the log:
+    the JSON, dict and escaped-JSON rules need the closing quote."""
+    value = "hunter2xyzSECRETVAL"
+    for full in (
+        json.dumps({"model": "m", "password": value, "n": 1}),
+        str({"client_secret": value}),
+        "body " + json.dumps(json.dumps({"refresh_token": value})),
+    ):
+        for cut in (3, 7, len(value) - 1):
+            text = full[: full.index(value) + cut]
+            logged = _logged(text + "\nnext line")
+            assert value[:cut] not in logged, logged
+            assert logged.endswith(f"{MASK}\nnext line\n")
+    whole = json.dumps({"password": value, "user": "ops"})
+    assert _logged(whole).endswith(f": {json.dumps({'password': MASK, 'user': 'ops'})}\n")
+
+
+def test_a_dict_repr_inside_a_string_repr_has_its_secret_fields_masked() -> None:
+    """``repr(repr({'password': 'x'}))`` escapes the dict's single quotes (``\\'password\\': \\'x\\'``),
+    which only the double-quoted escaped rule knew."""
+    inner = str({"password": "hunter2x", "model": "m"})
+    for text in (repr(repr(inner)), repr("body: " + repr(inner))):
+        assert "\\'" in text
+        logged = _logged(text)
+        assert "hunter2x" not in logged
+        assert "\\'model\\': \\'m\\'" in logged
+
+
+def test_aws_credential_lines_and_a_key_pair_mask_the_secret_and_keep_the_key_id() -> None:
+    key_id, secret = "AKIAIOSFODNN7EXAMPLE", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
+    for text, shown in (
+        (f"aws_secret_access_key = {secret}", f"aws_secret_access_key = {MASK}"),
+        ("AWS_SESSION_TOKEN: IQoJb3JpZ2luX2VjEXAMPLE", f"AWS_SESSION_TOKEN: {MASK}"),
+        ("X-Amz-Security-Token: IQoJb3JpZ2luX2VjEXAMPLE", f"X-Amz-Security-Token: {MASK}"),
+        (f"creds {key_id}:{secret}", f"creds {key_id}:{MASK}"),
+        (f"creds ({key_id}, {secret})", f"creds ({key_id}, {MASK})"),
+        (
+            f"key {key_id.replace('AKIA', 'ASIA')} {secret} ok",
+            f"key {key_id.replace('AKIA', 'ASIA')} {MASK} ok",
+        ),
+    ):
+        assert _logged(text).endswith(f": {shown}\n"), text
+    assert redact(f"key id {key_id} region asia-east1") == f"key id {key_id} region asia-east1"
+
+
+def test_a_jwt_wrapped_at_its_dots_or_cut_after_its_payload_is_masked() -> None:
+    header, payload, signature = "eyJhbGciOiJSUzI1NiJ9", "eyJzdWIiOiJ1c2VyQGV4YW1wbGUifQ", "c2lnbmF0dXJlMTIz"
+    for text in (
+        f"token {header}.\n{payload}.\n{signature}",
+        f"token {header}.\\n{payload}.{signature}",
+        f"token {header}.{payload}",
+        f"token {header}.{payload[:12]}\nnext",
+    ):
+        logged = _logged(text)
+        assert payload[:12] not in logged, logged
+        assert signature not in logged, logged
+        assert MASK in logged
