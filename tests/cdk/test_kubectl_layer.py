@@ -57,13 +57,13 @@ def test_a_new_clusters_kubectl_handler_runs_the_kubectl_of_its_version() -> Non
     EksCluster(
         stack,
         "Eks",
-        config=config.ClusterConfig(kubernetes_version="1.31"),
+        config=config.ClusterConfig(kubernetes_version="1.32"),
         cluster_name="c",
         vpc=vpc,
         private_subnets=vpc.isolated_subnets,
     )
     template = dict(cdk.assertions.Template.from_stack(stack).to_json())
-    assert _kubectl_versions(template) == ["1.31"]
+    assert _kubectl_versions(template) == ["1.32"]
 
 
 def test_the_default_app_runs_kubectl_of_the_default_version(synthesized: Any) -> None:

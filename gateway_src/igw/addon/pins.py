@@ -58,12 +58,15 @@ APP_VERSION: Final = igw.__version__
 GATEWAY_IMAGE_REPOSITORY: Final = "public.ecr.aws/igw/inference-gateway"
 """Default image repository; production installs point this at their own ECR mirror."""
 
-KUBERNETES_VERSION: Final = "1.34"
-"""EKS version of the cluster; HyperPod supports 1.28–1.34. The CDK app's kubectl handler runs the kubectl
-layer of the cluster's own version (``cdk/constructs/kubectl_layer.py``)."""
+KUBERNETES_VERSION: Final = "1.35"
+"""EKS version of a new cluster: the newest HyperPod supports (1.30–1.35), in EKS standard support until
+2027-03-27 (:mod:`igw.addon.support_calendar`). The CDK app's kubectl handler runs the kubectl layer of
+the cluster's own version (``cdk/constructs/kubectl_layer.py``)."""
 
-SUPPORTED_KUBERNETES_VERSIONS: Final = ("1.31", "1.32", "1.33", "1.34")
-"""Versions the chart is rendered and validated against (the EKS add-on rule: every supported one)."""
+SUPPORTED_KUBERNETES_VERSIONS: Final = ("1.32", "1.33", "1.34", "1.35")
+"""Versions the deployment config accepts and the chart is rendered and validated against (the EKS
+add-on rule: every supported one): those EKS still creates clusters on (1.31's extended support ended
+2026-11-26) and HyperPod supports; ``tests/cdk/test_support_calendar.py`` checks both."""
 
 LOAD_BALANCER_CONTROLLER_CHART: Final = "aws-load-balancer-controller"
 LOAD_BALANCER_CONTROLLER_REPOSITORY: Final = "https://aws.github.io/eks-charts"
