@@ -45,6 +45,8 @@ from igw.gateway.emf_metrics import (
     POOL_STATE_METRICS,
     REASON_DIMENSION,
     RESULT_DIMENSION,
+    SCOPE_BUSY,
+    SEARCH_REFUSAL_METRICS,
     UPSTREAM_REDIRECT_METRICS,
     USAGE_UNREAD_CLIENT_GONE,
     USAGE_UNREAD_METRICS,
@@ -218,6 +220,16 @@ class GatewayMetricsDashboard(Construct):
             description="a model server answered a redirect (3xx), refused with 502 upstream_error and "
             "its Location not relayed (any model; the PrometheusRule IgwUpstreamRedirects)",
         )
+        self.alarms["ResponseSearchesScopeBusy"] = scope_busy_alarm(
+            self,
+            alarm_id("ResponseSearchesScopeBusy"),
+            DEFAULT_NAMESPACE,
+            emitted("ResponseSearchesRefused", SEARCH_REFUSAL_METRICS),
+            description=f"the gateway refused {SCOPE_BUSY_SEARCHES} or more searches for stored "
+            f"responses in {SCOPE_BUSY_MINUTES} minutes because their caller scope held its share of "
+            "the searches in flight, each answered 503 response_search_busy: one tenant looping ids "
+            "no pod stores (every replica's summed; the PrometheusRule IgwSearchesScopeBusy)",
+        )
         self._any_in_a_minute(
             "UsageMisnamed",
             "a model server answered a retrieval of a stored response with another "
@@ -267,6 +279,7 @@ class GatewayMetricsDashboard(Construct):
                 _search_widget(DEFAULT_NAMESPACE, [MODEL_DIMENSION], n, u)
                 for n, u in UPSTREAM_REDIRECT_METRICS
             ),
+            *(_search_widget(DEFAULT_NAMESPACE, [REASON_DIMENSION], n, u) for n, u in SEARCH_REFUSAL_METRICS),
         )
         if self.alarms:
             self.dashboard.add_widgets(
@@ -339,6 +352,39 @@ def sustained_alarm(
         comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD
         if inclusive
         else cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+        treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+        alarm_description=description,
+    )
+
+
+SCOPE_BUSY_SEARCHES: Final = 20
+"""Searches refused because their caller scope held its share (reason :data:`SCOPE_BUSY`) in
+:data:`SCOPE_BUSY_MINUTES` at which the alarms fire: the Prometheus rules ``IgwSearchesScopeBusy`` and
+``IgwGlobalSearchesScopeBusy``' threshold."""
+SCOPE_BUSY_MINUTES: Final = 15
+
+
+def scope_busy_alarm(
+    scope: Construct, id_: str, namespace: str, metric: tuple[str, str], *, description: str
+) -> cloudwatch.Alarm:
+    """An alarm on the searches refused for a caller scope held to its share: ``metric``'s one
+    series of reason :data:`SCOPE_BUSY` (its only dimension, so a fixed series), every replica's
+    summed over :data:`SCOPE_BUSY_MINUTES`, at :data:`SCOPE_BUSY_SEARCHES` or more."""
+    name, unit = metric
+    return cloudwatch.Alarm(
+        scope,
+        id_,
+        metric=cloudwatch.Metric(
+            namespace=namespace,
+            metric_name=name,
+            dimensions_map={REASON_DIMENSION: SCOPE_BUSY},
+            statistic=replica_statistic(name, unit),
+            period=cdk.Duration.minutes(SCOPE_BUSY_MINUTES),
+        ),
+        threshold=SCOPE_BUSY_SEARCHES,
+        evaluation_periods=1,
+        datapoints_to_alarm=1,
+        comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
         treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
         alarm_description=description,
     )
@@ -515,6 +561,25 @@ class FleetMetricsDashboard(Construct):
                 minutes=1,
                 description="a cluster answered a redirect (3xx), refused with 502 upstream_error (tried "
                 "at the next cluster), its Location not relayed (the rule IgwGlobalUpstreamRedirects)",
+            ),
+            "UpstreamAuthRefused": self._alarm(
+                "UpstreamAuthRefusedAlarm",
+                emitted("UpstreamAuthRefused", table)[0],
+                threshold=1,
+                minutes=1,
+                description="a cluster answered 401/407 to callers the router verified and whose token it "
+                "does not forward: refused with 502 upstream_auth_misconfigured, tried at the next "
+                "cluster (the rule IgwGlobalUpstreamAuthMisconfigured)",
+            ),
+            "ResponseSearchesScopeBusy": scope_busy_alarm(
+                self,
+                "ResponseSearchesScopeBusyAlarm",
+                DEFAULT_FLEET_NAMESPACE,
+                emitted("ResponseSearchesRefused", table),
+                description=f"the router refused {SCOPE_BUSY_SEARCHES} or more searches for stored "
+                f"responses in {SCOPE_BUSY_MINUTES} minutes because their caller scope held its share "
+                "of the searches in flight, each answered 429 response_searches_busy (every replica's "
+                "summed; the rule IgwGlobalSearchesScopeBusy)",
             ),
             "RateLimitHits": self._alarm(
                 "RateLimitAlarm",

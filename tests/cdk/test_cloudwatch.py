@@ -24,6 +24,8 @@ from igw.gateway.emf_metrics import (
     POOL_METRICS,
     REASON_DIMENSION,
     RESULT_DIMENSION,
+    SCOPE_BUSY,
+    SEARCH_REFUSAL_METRICS,
     UPSTREAM_REDIRECT_METRICS,
     USAGE_UNREAD_CLIENT_GONE,
     USAGE_UNREAD_METRICS,
@@ -45,6 +47,7 @@ TIER1 = {
     **{name: () for name, _ in GATEWAY_METRICS},
     **{name: (MODEL_DIMENSION, REASON_DIMENSION) for name, _ in USAGE_UNREAD_METRICS},
     **{name: (MODEL_DIMENSION,) for name, _ in UPSTREAM_REDIRECT_METRICS},
+    **{name: (REASON_DIMENSION,) for name, _ in SEARCH_REFUSAL_METRICS},
 }
 """Metric name -> its dimension set, as the gateway's emitter writes them."""
 TIER2 = {m.name: tuple(d for _, d in m.dimensions) for m in FLEET_METRICS}
@@ -209,6 +212,7 @@ def test_replicas_documents_add_up_only_where_they_are_shares_of_traffic(synthes
         "RateLimitHoldsRefused": "Sum",  # each replica's own buckets (since session s45)
         "AnswerUsageUnread": "Sum",
         "UpstreamRedirects": "Sum",  # each replica's own attempts (since session s46)
+        "ResponseSearchesRefused": "Sum",  # each replica's own refusals (since session s47)
     }
 
 
@@ -221,7 +225,11 @@ def test_gateway_alarms_per_configured_model_and_pool_watch_emitted_metrics(synt
         {q["MetricStat"]["Metric"]["MetricName"] for q in a["Metrics"] if "MetricStat" in q}.pop()
         for a in math
     ) == ["HeartbeatPrunes", "HeartbeatWrites"]
-    alarms = [a for a in alarms if "Metrics" not in a and a.get("Dimensions")]  # per model or pool
+    alarms = [
+        a
+        for a in alarms
+        if "Metrics" not in a and a.get("Dimensions") and a["MetricName"] != "ResponseSearchesRefused"
+    ]  # per model or pool (the refused searches' alarm reads its one fixed series)
     for alarm in alarms:
         assert alarm["Namespace"] == DEFAULT_NAMESPACE
         (dimension,) = alarm["Dimensions"]
@@ -263,7 +271,13 @@ def test_fleet_dashboard_and_alarms_name_only_what_the_router_emits(
     assert sorted((name, dims) for _, dims, name in found) == sorted(TIER2.items())
     assert {ns for ns, _, _ in found} == {DEFAULT_FLEET_NAMESPACE}
     queries = []
+    fixed = [a for a in of_type(template, "AWS::CloudWatch::Alarm") if "Metrics" not in a]
+    assert [(a["Namespace"], a["MetricName"]) for a in fixed] == [
+        (DEFAULT_FLEET_NAMESPACE, "ResponseSearchesRefused")  # since session s47
+    ]
     for alarm in of_type(template, "AWS::CloudWatch::Alarm"):
+        if "Metrics" not in alarm:
+            continue
         (query,) = alarm["Metrics"]
         m = INSIGHTS.fullmatch(query["Expression"])
         assert m, query["Expression"]
@@ -278,15 +292,22 @@ def test_fleet_dashboard_and_alarms_name_only_what_the_router_emits(
         "HeartbeatSourceOutages",
         "RateLimitHits",
         "RateLimitHoldsRefused",  # since session s45 (before, on /metrics only)
+        "UpstreamAuthRefused",  # since session s47 (before, on /metrics only)
         "UpstreamRedirects",  # since session s46 (before, on /metrics only)
         "UsageMisnamed",
     ]
     any_count = {
         m["name"]: (a["Threshold"], a["ComparisonOperator"], a["EvaluationPeriods"])
         for a in of_type(template, "AWS::CloudWatch::Alarm")
-        if (m := INSIGHTS.fullmatch(a["Metrics"][0]["Expression"]))
+        if "Metrics" in a and (m := INSIGHTS.fullmatch(a["Metrics"][0]["Expression"]))
     }
-    for name in ("AnswerUsageUnread", "UsageMisnamed", "RateLimitHoldsRefused", "UpstreamRedirects"):
+    for name in (
+        "AnswerUsageUnread",
+        "UsageMisnamed",
+        "RateLimitHoldsRefused",
+        "UpstreamRedirects",
+        "UpstreamAuthRefused",
+    ):
         assert any_count[name] == (1, "GreaterThanOrEqualToThreshold", 1)
 
 
@@ -349,9 +370,10 @@ def test_an_alarm_keeps_its_logical_id_when_models_are_added_beside_it() -> None
     before = alarms(["meta-llama/Llama-3.1-8B-Instruct", "qwen"], ["llama"])
     after = alarms(["aaa/first", "meta-llama/Llama-3.1-8B-Instruct", "qwen"], ["a-pool", "llama"])
     # two per model, two per pool, the failed heartbeat writes and prunes, the unread and the
-    # misnamed usage, the refused holds, the refused redirects (since session s46)
-    assert len(before) == 12
-    assert len(after) == 16
+    # misnamed usage, the refused holds, the refused redirects (since session s46), the searches
+    # refused for a scope held to its share (since session s47)
+    assert len(before) == 13
+    assert len(after) == 17
     assert {k: v for k, v in after.items() if k in before} == before
 
 
@@ -461,6 +483,48 @@ def test_the_gateway_alarms_on_any_refused_redirect(synthesized: Synthesized) ->
     assert (alarm["Threshold"], alarm["ComparisonOperator"]) == (1, "GreaterThanOrEqualToThreshold")
     assert (alarm["EvaluationPeriods"], alarm["DatapointsToAlarm"]) == (1, 1)
     assert alarm["TreatMissingData"] == "notBreaching"
+
+
+def _scope_busy_alarm(template: dict[str, Any]) -> dict[str, Any]:
+    (alarm,) = [
+        a
+        for a in of_type(template, "AWS::CloudWatch::Alarm")
+        if a.get("MetricName") == "ResponseSearchesRefused"
+    ]
+    return alarm
+
+
+def test_both_tiers_alarm_on_a_caller_scope_held_to_its_share_of_the_searches(
+    synthesized: Synthesized, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Since session s47 the searches for stored responses refused because the caller scope held its
+    share reach CloudWatch at both tiers (``ResponseSearchesRefused`` by ``Reason``), and 20 or more
+    in 15 minutes, every replica's summed, fire an alarm on the one ``scope_busy`` series, as the
+    PrometheusRules ``IgwSearchesScopeBusy`` and ``IgwGlobalSearchesScopeBusy`` do."""
+    import aws_cdk as cdk
+
+    from cdk.app_builder import feature_flags
+    from cdk.global_router_config import EXAMPLE_FILE, load
+    from cdk.stacks.global_router_stack import build_global_router_stack
+    from igw.gateway.response_search import SEARCH_REFUSAL_REASONS
+
+    assert SCOPE_BUSY in SEARCH_REFUSAL_REASONS  # the reason both tiers' counters write
+    app = cdk.App(outdir=str(tmp_path_factory.mktemp("fleet-busy-cdk.out")), context=feature_flags())
+    stack = build_global_router_stack(app, load(EXAMPLE_FILE), apply_nag=False)
+    fleet = app.synth().get_stack_artifact(stack.artifact_id).template
+    for template, namespace in (
+        (synthesized.templates["inference"], DEFAULT_NAMESPACE),
+        (fleet, DEFAULT_FLEET_NAMESPACE),
+    ):
+        alarm = _scope_busy_alarm(template)
+        assert (alarm["Namespace"], alarm["Dimensions"]) == (
+            namespace,
+            [{"Name": REASON_DIMENSION, "Value": SCOPE_BUSY}],
+        )
+        assert (alarm["Statistic"], alarm["Period"]) == ("Sum", 900)
+        assert (alarm["Threshold"], alarm["ComparisonOperator"]) == (20, "GreaterThanOrEqualToThreshold")
+        assert (alarm["EvaluationPeriods"], alarm["DatapointsToAlarm"]) == (1, 1)
+        assert alarm["TreatMissingData"] == "notBreaching"
 
 
 def test_the_gateway_alarms_on_refused_holds_and_on_prunes_failing_for_a_quarter_hour(

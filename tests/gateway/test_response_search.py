@@ -114,6 +114,9 @@ async def test_an_id_no_pod_stores_is_not_searched_for_again_at_once(gateway: An
         assert refused.status == 404
         assert (await refused.json())["error"]["param"] == "previous_response_id"
         assert asked(pods) == 4
+        # both counted (since session s47: tier 1 counted none of its refused searches)
+        refused = gw.state.metrics.searches_refused
+        assert refused.labels("unfound")._value.get() == 2
         # made since (vLLM stores a streamed response when it completes): found after the TTL
         pods[2].stored_responses["resp_made_up"] = {"id": "resp_made_up", "object": "response", "output": []}
         await asyncio.sleep(0.5)
@@ -165,6 +168,8 @@ async def test_searches_beyond_the_limit_are_told_to_retry_not_that_the_response
             assert error["code"] == "response_search_busy"
             assert f"retry after {resp.headers['Retry-After']}s" in error["message"]
         assert all(r.path.endswith("resp_slow") for p in pods for r in p.received)
+        text = await (await gw.http.get(gw.url + "/metrics")).text()
+        assert metric(text, "igw_response_searches_refused_total", reason="busy") == 2  # since s47
         assert (await slow).status == 404
         assert gw.state.response_searches.in_flight == 0
         assert (await gw.http.get(f"{gw.url}/v1/responses/resp_other")).status == 404

@@ -126,6 +126,32 @@ def test_refused_redirects_are_reported_per_cluster() -> None:
     assert reporter.documents() == []
 
 
+def test_refused_upstream_auth_and_refused_searches_are_reported() -> None:
+    """Since session s47 ``igw_global_upstream_auth_refused_total{cluster}`` (a cluster's 401/407 to a
+    caller the router verified, 502 ``upstream_auth_misconfigured``) reaches CloudWatch as
+    ``UpstreamAuthRefused`` by ``Cluster``, and ``igw_global_response_searches_refused_total{reason}``
+    as ``ResponseSearchesRefused`` by ``Reason``, where the stack's alarms read (before, on
+    ``/metrics`` only). The refusals' series at 0 from the start write no document."""
+    metrics = FleetMetrics()
+    reporter = FleetEmfReporter(metrics, clock=lambda: 1.0)
+    assert reporter.documents() == []
+    metrics.upstream_auth_refused.labels("east-a").inc(3)
+    metrics.searches_refused.labels("scope_busy").inc(25)
+    metrics.searches_refused.labels("unfound").inc()
+    documents = reporter.documents()
+    for document in documents:
+        _check(document)
+    assert _totals(documents) == {
+        ("UpstreamAuthRefused", (("Cluster", "east-a"),)): 3,
+        ("ResponseSearchesRefused", (("Reason", "scope_busy"),)): 25,
+        ("ResponseSearchesRefused", (("Reason", "unfound"),)): 1,
+    }
+    metrics.searches_refused.labels("busy").inc()
+    (later,) = reporter.documents()
+    assert (later["Reason"], later["ResponseSearchesRefused"]) == ("busy", 1)
+    assert reporter.documents() == []
+
+
 def test_refused_holds_are_reported_without_dimensions() -> None:
     """Since session s45 ``igw_global_ratelimit_holds_refused_total`` (the router's local buckets'
     full hold table refusing a background response's token bound) reaches CloudWatch as

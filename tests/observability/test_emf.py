@@ -236,6 +236,27 @@ def test_refused_redirects_are_reported_per_model() -> None:
     assert reporter.documents() == []
 
 
+def test_refused_searches_are_reported_per_reason() -> None:
+    """``igw_response_searches_refused_total{reason}`` (since session s47: tier 1 counted none of its
+    refused searches for stored responses) reaches CloudWatch as ``ResponseSearchesRefused`` by
+    ``Reason``, a document per reason that moved, as tier 2's; the series at 0 from the start write
+    none."""
+    metrics = GatewayMetrics(lister=lambda: [], clock=lambda: 0.0)
+    reporter = emf_reporter(metrics)
+    assert reporter.documents() == []
+    metrics.searches_refused.labels("scope_busy").inc(25)
+    metrics.searches_refused.labels("unfound").inc(2)
+    documents = reporter.documents()
+    for document in documents:
+        check_emf(document)
+    assert {d["Reason"]: d["ResponseSearchesRefused"] for d in documents} == {"scope_busy": 25, "unfound": 2}
+    assert [d["_aws"]["CloudWatchMetrics"][0]["Dimensions"] for d in documents] == [[["Reason"]]] * 2
+    metrics.searches_refused.labels("busy").inc()
+    (later,) = reporter.documents()
+    assert (later["Reason"], later["ResponseSearchesRefused"]) == ("busy", 1)
+    assert reporter.documents() == []
+
+
 async def test_holds_refused_by_the_launched_guard_reach_the_emf_documents(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -459,3 +459,22 @@ async def test_a_tenant_held_to_its_share_of_the_searches_fires_an_alert() -> No
     assert fired == [(frozenset({("instance", "router:9090")}), 25.0)]
     busy_only = [(s, 25.0 if s.get("reason") == "busy" else 0.0) for s in page]
     assert _values(promql_parser.parse(alert.expr), busy_only) == []
+
+
+async def test_a_tenant_held_to_its_share_of_a_gateways_searches_fires_an_alert() -> None:
+    """Since session s47 tier 1 counts its refused searches for stored responses as tier 2 does
+    (``igw_response_searches_refused_total{reason}``, before counted nowhere), each reason's series on
+    a fresh gateway's page at 0, and the refusals of a caller scope past its share fire
+    ``IgwSearchesScopeBusy`` per pod. Evaluated on the live page's series with the values a flood
+    gives (the pod label is the scrape's)."""
+    (alert,) = [a for a in ALERTS if a.name == "IgwSearchesScopeBusy"]
+    config = build_gateway_config(config_doc([scheduler("m", "m")]))
+    gateway = create_app(config, registry=CollectorRegistry())
+    page = [{**s, "pod": "gw-0"} for s in _page_series(await _metrics_page(gateway), "gw:9090")]
+    refused = [s for s in page if s["__name__"] == "igw_response_searches_refused_total"]
+    assert {s["reason"] for s in refused} == {"unfound", "busy", "scope_busy"}
+    flood = [(s, 25.0 if s.get("reason") == "scope_busy" else 0.0) for s in page]
+    fired = _values(promql_parser.parse(alert.expr), flood)
+    assert fired == [(frozenset({("pod", "gw-0")}), 25.0)]
+    busy_only = [(s, 25.0 if s.get("reason") == "busy" else 0.0) for s in page]
+    assert _values(promql_parser.parse(alert.expr), busy_only) == []

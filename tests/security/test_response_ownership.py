@@ -566,6 +566,9 @@ async def test_one_tenant_searching_made_up_ids_takes_only_its_share_of_the_sear
             assert answer["error"]["code"] == "response_search_busy"
             assert "4 others of yours (your share" in answer["error"]["message"]
             assert len(pod.received) == asked  # no pod asked
+            refused = "igw_response_searches_refused_total"  # counted since session s47
+            assert gw.registry.get_sample_value(refused, {"reason": "scope_busy"}) == 1
+            assert gw.registry.get_sample_value(refused, {"reason": "busy"}) == 0
             alices = asyncio.ensure_future(_ask(gw, "GET", "/v1/responses/resp_alices", alice))
             await wait_for(lambda: searches.in_flight == 5, what="alice's search running")
             status, _ = await alices

@@ -333,6 +333,19 @@ ALERTS: Final[tuple[Alert, ...]] = (
         "responses stored on that pod are not found (404) while it stays frozen.",
     ),
     Alert(
+        # since session s47: tier 1 counted none of its refused searches before
+        "IgwSearchesScopeBusy",
+        'sum by (pod) (increase(igw_response_searches_refused_total{reason="scope_busy"}[15m])) >= 20',
+        "5m",
+        "warning",
+        "Gateway {{ $labels.pod }} refused 20 or more searches for stored responses in 15 minutes "
+        "because their caller scope already had its share of the searches in flight.",
+        "Each was answered 503 response_search_busy without asking a pod: one tenant (or subject) keeps "
+        "more than 4 searches in flight on the gateway process, looping ids no pod stores (made up, or "
+        "gone) or continuing and polling responses whose pod the replica does not know. Its own "
+        "searches wait; other tenants' still run.",
+    ),
+    Alert(
         # since session s45: a hold the local buckets' full table refused was silent before
         "IgwRatelimitHoldsRefused",
         "sum by (pod) (increase(igw_ratelimit_holds_refused_total[10m])) > 0",

@@ -5,8 +5,9 @@ latency and TTFT over the interval), one per pool (average KV-cache use, ready p
 they moved, the replica's heartbeat writes and prunes per cluster and result, its retrievals answered
 with another response's usage, the background responses' token bounds its local rate-limit buckets
 did not hold and its answers relayed or refused with their usage unread, per model and reason, and
-its pods' redirects refused, per model (since session s44, prunes and refused holds since s45,
-redirects since s46; before, on ``/metrics`` only) to the log
+its pods' redirects refused, per model, and its searches for stored responses refused, per reason
+(since session s44, prunes and refused holds since s45, redirects since s46, refused searches since
+s47; before, on ``/metrics`` only) to the log
 stream the CloudWatch agent collects (stdout in a container); CloudWatch turns them into metrics
 in :data:`DEFAULT_NAMESPACE` without any API call from the gateway.
 
@@ -52,6 +53,7 @@ from igw.gateway.emf_metrics import (
     POOL_METRICS,
     REASON_DIMENSION,
     RESULT_DIMENSION,
+    SEARCH_REFUSAL_METRICS,
     UPSTREAM_REDIRECT_METRICS,
     USAGE_UNREAD_METRICS,
 )
@@ -160,6 +162,7 @@ class EmfReporter:
         heartbeat_prunes: MetricWrapperBase | None = None,
         holds_refused: MetricWrapperBase | None = None,
         upstream_redirects: MetricWrapperBase | None = None,
+        searches_refused: MetricWrapperBase | None = None,
     ) -> None:
         """``ejections``: ``(pool, endpoint, seconds left)`` of every endpoint outlier detection
         leaves out now (``EjectedPods``; ``None``: reported as 0). ``retries``: the retried attempts
@@ -172,8 +175,9 @@ class EmfReporter:
         ``heartbeat_prunes``: the prunes of stopped replicas' heartbeat fields by result
         (``HeartbeatPrunes``, reported as the writes are); ``holds_refused``: the holds the local
         rate-limit buckets refused (``RateLimitHoldsRefused``); ``upstream_redirects``: the pods'
-        redirects refused, by model (``UpstreamRedirects``, since session s46); ``None``: not
-        reported."""
+        redirects refused, by model (``UpstreamRedirects``, since session s46);
+        ``searches_refused``: the searches for stored responses refused, by reason
+        (``ResponseSearchesRefused``, since session s47); ``None``: not reported."""
         self._requests, self._duration, self._ttft, self._pools = requests, duration, ttft, pools
         self._ejections = ejections
         self._retries = retries
@@ -190,6 +194,7 @@ class EmfReporter:
                 holds_refused,
                 usage_unread,
                 upstream_redirects,
+                searches_refused,
             )
             if f is not None
         )
@@ -199,6 +204,7 @@ class EmfReporter:
         self._misnamed_name = None if usage_misnamed is None else _family_name(usage_misnamed)
         self._unread_name = None if usage_unread is None else _family_name(usage_unread)
         self._redirects_name = None if upstream_redirects is None else _family_name(upstream_redirects)
+        self._searches_refused_name = None if searches_refused is None else _family_name(searches_refused)
         self._requests_name = _family_name(requests)
         self._duration_name = _family_name(duration)
         self._namespace = namespace
@@ -262,11 +268,13 @@ class EmfReporter:
     ) -> Iterator[dict[str, Any]]:
         """The replica's own counters that moved in the interval: heartbeat writes and prunes per
         (cluster, result), a document without dimensions for the misnamed usage and the refused
-        holds, the unread usage per (model, reason) and the refused redirects per model."""
+        holds, the unread usage per (model, reason), the refused redirects per model and the refused
+        searches per reason."""
         heartbeat: dict[str, dict[str, float]] = {}
         replica: dict[str, float] = {}
         unread: dict[tuple[str, str], float] = {}
         redirects: dict[str, float] = {}
+        searches_refused: dict[str, float] = {}
         for (family, _, labels), value in delta.items():
             if family in (self._heartbeat_name, self._prunes_name):
                 name = "HeartbeatWrites" if family == self._heartbeat_name else "HeartbeatPrunes"
@@ -282,6 +290,9 @@ class EmfReporter:
             elif family == self._redirects_name:
                 model = dict(labels).get("model", "")
                 redirects[model] = redirects.get(model, 0.0) + value
+            elif family == self._searches_refused_name:
+                reason = dict(labels).get("reason", "")
+                searches_refused[reason] = searches_refused.get(reason, 0.0) + value
         for result, counts in sorted(heartbeat.items()):
             values = {name: value for name, value in counts.items() if value > 0}
             if values:
@@ -299,6 +310,10 @@ class EmfReporter:
             if value > 0:
                 values = {"UpstreamRedirects": value}
                 yield self._document(timestamp, {MODEL_DIMENSION: model}, UPSTREAM_REDIRECT_METRICS, values)
+        for reason, value in sorted(searches_refused.items()):
+            if value > 0:
+                values = {"ResponseSearchesRefused": value}
+                yield self._document(timestamp, {REASON_DIMENSION: reason}, SEARCH_REFUSAL_METRICS, values)
 
     def _samples(self) -> Iterator[tuple[tuple[str, str, tuple[tuple[str, str], ...]], float]]:
         for family in self._families():
@@ -447,6 +462,7 @@ def emf_reporter(
         heartbeat_prunes=metrics.heartbeat_prunes,
         holds_refused=holds_refused,
         upstream_redirects=metrics.upstream_redirects,
+        searches_refused=metrics.searches_refused,
         clock=clock,
     )
 

@@ -24,7 +24,11 @@ HEARTBEAT_EXTENSION: Final = "globalHeartbeat"
 reads its settings there; the CDK app reads the cluster its alarm watches)."""
 REASON_DIMENSION: Final = "Reason"
 """Why an answer's usage went unread: ``unknown_coding``, ``decode_error``, ``truncated``,
-``bomb_bound``, ``coded_stream``."""
+``bomb_bound``, ``coded_stream``; why a search for a stored response was refused
+(:data:`SEARCH_REFUSAL_METRICS`): ``unfound``, ``busy``, ``scope_busy``."""
+SCOPE_BUSY: Final = "scope_busy"
+"""The refusal reason of a search whose caller scope held its share of the searches in flight: the
+one the CloudWatch alarms (and the Prometheus alerts) on refused searches watch."""
 HEARTBEAT_RESULTS: Final = ("ok", "unreachable", "refused")
 """Every result a heartbeat write counts (``igw_heartbeat_writes_total{result}``): the heartbeat
 publisher labels its writes with these and the CDK app's failed-writes alarm sums every one but
@@ -83,3 +87,9 @@ UPSTREAM_REDIRECT_METRICS: Final = (("UpstreamRedirects", "Count"),)
 redirects (3xx) refused with a 502 in the interval (``igw_upstream_redirects_total``), one document per
 model that moved; its own document, as :data:`USAGE_UNREAD_METRICS`' (each attempt's, a retried one's
 too). The tier-2 counterpart is ``UpstreamRedirects`` by ``Cluster``. Since session s46."""
+SEARCH_REFUSAL_METRICS: Final = (("ResponseSearchesRefused", "Count"),)
+"""``(name, unit)`` of the per-reason document (dimension :data:`REASON_DIMENSION`): requests about a
+stored response answered without searching the pods (``igw_response_searches_refused_total``: 404 for
+an id the caller's search found nowhere moments ago, 503 ``response_search_busy`` when the process's
+searches, or the caller scope's share of them, are in flight), one document per reason that moved.
+The tier-2 counterpart is ``ResponseSearchesRefused`` by ``Reason``. Since session s47."""

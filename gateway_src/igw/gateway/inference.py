@@ -418,9 +418,11 @@ def _search_refusal(
             f"no model server this gateway routes to for you stores response {response_id!r} "
             f"(every one asked answered 404 less than {searches.ttl_s:g}s ago)"
         )
+        state.metrics.searches_refused.labels("unfound").inc()
         return gateway_error("response_not_found", message, param=param, request_id=request_id)
     busy = searches.busy(scope)
     if busy is not None:
+        state.metrics.searches_refused.labels(busy).inc()
         # a search lasts a pod round trip or a few: 1 s, spread like every other refusal's wait so
         # that the continuations refused in one burst do not all come back in the same second
         retry_after = _retry_after(state, 1)

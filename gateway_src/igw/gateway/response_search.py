@@ -75,6 +75,12 @@ timeout (:data:`igw.global_router.server.SEARCH_TIMEOUT_S`, 5 s), so that a clus
 passes a frozen pod (or two) on its way to the holder still answers the router in time; equal, the
 router gave that cluster up first."""
 
+SEARCH_REFUSAL_REASONS: Final = ("unfound", "busy", "scope_busy")
+"""Why a search for a stored response was refused without asking a pod (a cluster): an id the
+caller's search found nowhere moments ago (:meth:`ResponseSearches.recently_unfound`), and the two
+of :meth:`ResponseSearches.busy`. The ``reason`` of both tiers' ``response_searches_refused_total``
+counters, each series there from the start."""
+
 SEARCH_TIMEOUT: Final = "search-timeout"
 """The ``cause`` of ``igw_upstream_retries_total`` for a pod a search stopped waiting for."""
 

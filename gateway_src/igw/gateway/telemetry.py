@@ -36,6 +36,7 @@ from igw.gateway.epp_compat import EppCompatCollector
 from igw.gateway.log_metrics import LogDropStats
 from igw.gateway.metric_batch import FoldingCounter, FoldingHistogram, MetricBatch
 from igw.gateway.metrics_render import MetricsPage
+from igw.gateway.response_search import SEARCH_REFUSAL_REASONS
 from igw.scheduling.settings import RoutingSettings
 from igw.scheduling.values import EngineMetrics
 
@@ -467,6 +468,20 @@ class GatewayMetrics:
             "WARNING igw.gateway.misnamed_usage is logged once a minute per pod).",
             registry=r,
         )
+        self.searches_refused = Counter(
+            "igw_response_searches_refused",
+            "Requests about a stored response whose pod this replica does not know answered without "
+            "searching the pods, by reason: unfound (404: the caller's search of these pools found the "
+            "id nowhere moments ago), busy (503 response_search_busy: the process's searches all in "
+            "flight), scope_busy (503: the caller scope's share of them in flight). As tier 2's "
+            "igw_global_response_searches_refused_total.",
+            ["reason"],
+            registry=r,
+        )
+        for reason in SEARCH_REFUSAL_REASONS:
+            # each series from 0: a series born at its first refusal shows no increase() for it,
+            # and IgwSearchesScopeBusy would miss the first burst
+            self.searches_refused.labels(reason)
         self.request_faults = FoldingCounter(
             "igw_request_faults",
             "Requests the model servers answered 500 on two endpoints within a minute: taken for "

@@ -9,9 +9,11 @@ there and moved on (by cause); outages of the heartbeat store by reason; and per
 whose usage the router could not read (by reason) and the poll answers that named another response
 (the last three since session s44); and the token bounds of background responses its local
 rate-limit buckets did not hold (since session s45); per cluster its redirects refused (since
-s46). The counters read are those :data:`~igw.global_router.emf_metrics.FLEET_METRICS` names, so a
-metric added there is reported. Documents come from :func:`igw.gateway.emf.emf_document`, the same
-builder tier 1 uses, so both tiers share one structure and :data:`igw.gateway.emf.EMF_SCHEMA`.
+s46); per cluster its 401/407 answers to verified callers refused, and per reason the searches for
+stored responses it refused (both since s47). The counters read are those
+:data:`~igw.global_router.emf_metrics.FLEET_METRICS` names, so a metric added there is reported.
+Documents come from :func:`igw.gateway.emf.emf_document`,
+the same builder tier 1 uses, so both tiers share one structure and :data:`igw.gateway.emf.EMF_SCHEMA`.
 """
 
 from __future__ import annotations

@@ -41,6 +41,8 @@ FLEET_METRICS: Final = (
     FleetMetric("UsageMisnamed", "usage_misnamed", (("cluster", "Cluster"),)),
     FleetMetric("RateLimitHoldsRefused", "ratelimit_holds_refused", ()),
     FleetMetric("UpstreamRedirects", "upstream_redirects", (("cluster", "Cluster"),)),
+    FleetMetric("UpstreamAuthRefused", "upstream_auth_refused", (("cluster", "Cluster"),)),
+    FleetMetric("ResponseSearchesRefused", "searches_refused", (("reason", "Reason"),)),
 )
 """Every fleet metric, in the order the documents are written. ``HeartbeatSourceOutages``,
 ``AnswerUsageUnread`` and ``UsageMisnamed`` since session s44 (before, their counters were on
@@ -48,4 +50,8 @@ FLEET_METRICS: Final = (
 (``igw_global_ratelimit_holds_refused_total``: token bounds of background responses the router's
 local buckets' full hold table did not keep) since session s45, without dimensions as its counter
 has none. ``UpstreamRedirects`` (``igw_global_upstream_redirects_total``: clusters' redirects refused
-with a 502) since session s46."""
+with a 502) since session s46. ``UpstreamAuthRefused`` (``igw_global_upstream_auth_refused_total``:
+clusters' 401/407 to callers the router verified, refused with a 502 ``upstream_auth_misconfigured``)
+and ``ResponseSearchesRefused`` (``igw_global_response_searches_refused_total``: requests about a
+stored response answered without asking a cluster, by reason ``unfound``, ``busy``, ``scope_busy``)
+since session s47 (before, on ``/metrics`` only)."""

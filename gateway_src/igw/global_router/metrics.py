@@ -12,6 +12,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from igw.gateway.log_metrics import LogDropStats
 from igw.gateway.metrics_render import MetricsPage
+from igw.gateway.response_search import SEARCH_REFUSAL_REASONS
 from igw.gateway.telemetry import LATENCY_BUCKETS, TTFT_BUCKETS
 from igw.security.metrics import HOLDS_REFUSED_HELP
 
@@ -116,7 +117,7 @@ class FleetMetrics:
             ["reason"],
             registry=r,
         )
-        for reason in ("unfound", "busy", "scope_busy"):
+        for reason in SEARCH_REFUSAL_REASONS:
             # each series from 0 (since session s47): a series born at its first refusal shows no
             # increase() for it, and IgwGlobalSearchesScopeBusy missed the first burst
             self.searches_refused.labels(reason)
