@@ -20,14 +20,17 @@ import yaml
 
 from igw.operator.dataplane import CONFIG_KEY, DataPlaneSettings
 from igw.operator.handlers import KOPF_PREFIX, build_settings
-from igw.operator.kube import Kube
+from igw.operator.kube import Kube, OperatorStopping
 from igw.operator.reconcile import (
     LAST_ADMITTED_ANNOTATION,
     LAST_ADMITTED_GZIP,
+    LAST_ADMITTED_MAX_SPEC_BYTES,
     NOT_KEPT_REASON,
+    UNREADABLE_REASON,
     Reconciler,
     last_admitted_spec,
     last_admitted_text,
+    read_last_admitted,
 )
 from tests.fakes.kube_api import FakeKubeApiServer
 from tests.operator.harness import condition, find, igwc, update_spec
@@ -460,3 +463,184 @@ def test_a_refused_configs_config_map_edited_to_take_a_neighbours_model_is_not_r
     assert (refused["status"], refused["reason"]) == ("False", "ModelNameConflict")
     admitted = condition(find(cluster, "InferenceGatewayConfig", "inference", "later"), "Accepted")
     assert admitted["status"] == "True"
+
+
+class _StopsBetweenWrites(Kube):
+    """A client whose process stops (:meth:`Kube.quiesce`: every later call raises
+    ``OperatorStopping``, as on SIGTERM or a lost Lease) right after ``stop_after`` once armed."""
+
+    def __init__(self, cluster: FakeKubeApiServer, stop_after: str) -> None:
+        super().__init__(cluster.api_client())
+        self.stop_after = stop_after
+        self.armed = False
+
+    def _stop_here(self, call: str) -> None:
+        if self.armed and call == self.stop_after:
+            self.quiesce(5)
+
+    async def apply_all(self, objects: Any) -> tuple[str, ...]:
+        written = await super().apply_all(objects)
+        self._stop_here("apply_all")
+        return written
+
+    async def annotate(self, obj: Any, key: str, value: str, **where: Any) -> bool:
+        kept = await super().annotate(obj, key, value, **where)
+        self._stop_here("annotate")
+        return kept
+
+
+def _stopped_pass(cluster: FakeKubeApiServer, kube: _StopsBetweenWrites, name: str) -> None:
+    """One pass of ``name`` by a process that stops at ``kube.stop_after``."""
+    reconciler = Reconciler(kube, DataPlaneSettings(network_policy=False))
+    kube.armed = True
+    with pytest.raises(OperatorStopping):
+        asyncio.run(reconciler.reconcile("inference", name))
+
+
+LIMIT_BELOW_REQUEST = {"resources": {"requests": {"cpu": "2"}, "limits": {"cpu": "1"}}}
+
+
+def test_a_restart_between_applying_a_spec_and_keeping_it_does_not_restore_the_older_spec(
+    cluster: FakeKubeApiServer,
+) -> None:
+    """``chat`` gives mistral up for llama; the operator stopped after applying that spec, before
+    writing its annotation (then written second). After the restart ``later`` takes mistral and
+    ``chat``'s next spec is refused: the annotation, one spec behind the ConfigMap, made the ConfigMap
+    look hand-edited, and the older spec was restored - ``chat`` served mistral again and ``later`` was
+    refused for the model ``chat`` had given up. The annotation is written before the apply."""
+    settings = DataPlaneSettings(network_policy=False)
+    cluster.add(igwc("chat", model="mistral", app="mistral"))
+    asyncio.run(Reconciler(Kube(cluster.api_client()), settings).reconcile("inference", "chat"))
+    update_spec(cluster, "inference", "chat", _take("llama"))
+    _stopped_pass(cluster, _StopsBetweenWrites(cluster, "apply_all"), "chat")
+    assert _served_models(cluster, "chat") == ["llama"]
+
+    async def after_restart() -> None:
+        reconciler = Reconciler(Kube(cluster.api_client()), settings)
+        cluster.add(igwc("later", model="mistral", app="mistral"))
+        update_spec(cluster, "inference", "chat", lambda spec: spec.update(podDefaults=LIMIT_BELOW_REQUEST))
+        for _ in range(3):
+            for name in ("later", "chat"):
+                assert await reconciler.reconcile("inference", name)
+
+    asyncio.run(after_restart())
+    assert _served_models(cluster, "chat") == ["llama"]
+    assert _served_models(cluster, "later") == ["mistral"]
+    assert condition(find(cluster, "InferenceGatewayConfig", "inference", "chat"), "Accepted")["reason"] == (
+        "InvalidSpec"
+    )
+    assert condition(find(cluster, "InferenceGatewayConfig", "inference", "later"), "Accepted")["status"] == (
+        "True"
+    )
+
+
+def test_a_restart_between_keeping_a_spec_and_applying_it_claims_the_models_it_keeps(
+    cluster: FakeKubeApiServer,
+) -> None:
+    """``chat`` takes mistral; the operator stopped after writing its annotation, before the apply.
+    After the restart the older ``alpha`` is edited to take mistral: by the ConfigMap alone ``chat``
+    served llama, so ``alpha``, older, was admitted; ``chat``'s next spec refused then restored the
+    annotation's (mistral): two gateways on one model. The record starts from both."""
+    settings = DataPlaneSettings(network_policy=False)
+
+    async def before() -> None:
+        reconciler = Reconciler(Kube(cluster.api_client()), settings)
+        cluster.add(igwc("alpha", model="qwen", app="qwen"))
+        cluster.add(igwc("chat", model="llama", app="llama"))
+        for name in ("alpha", "chat"):
+            assert await reconciler.reconcile("inference", name)
+
+    asyncio.run(before())
+    update_spec(cluster, "inference", "chat", _take("mistral"))
+    _stopped_pass(cluster, _StopsBetweenWrites(cluster, "annotate"), "chat")
+    assert _served_models(cluster, "chat") == ["llama"]
+
+    async def after_restart() -> None:
+        reconciler = Reconciler(Kube(cluster.api_client()), settings)
+        update_spec(cluster, "inference", "alpha", _take("mistral"))
+        assert await reconciler.reconcile("inference", "alpha")
+        update_spec(cluster, "inference", "chat", lambda spec: spec.update(podDefaults=LIMIT_BELOW_REQUEST))
+        for _ in range(3):
+            for name in ("alpha", "chat"):
+                assert await reconciler.reconcile("inference", name)
+
+    asyncio.run(after_restart())
+    serving = [name for name in ("alpha", "chat") if "mistral" in _served_models(cluster, name)]
+    assert len(serving) == 1, serving
+    refused = condition(find(cluster, "InferenceGatewayConfig", "inference", "alpha"), "Accepted")
+    assert (refused["status"], refused["reason"]) == ("False", "ModelNameConflict")
+
+
+MARKER = "hunter2-not-for-logs"
+"""Text put in a broken annotation: no log line or Event may quote it."""
+BROKEN_ANNOTATIONS = {
+    "not-json": ("{" + MARKER, "not valid JSON"),
+    "not-an-object": (json.dumps([MARKER]), "its JSON is an array, not an object"),
+    "bad-base64": (LAST_ADMITTED_GZIP + MARKER + "!", "not valid base64"),
+    "bad-gzip": (LAST_ADMITTED_GZIP + base64.b64encode(MARKER.encode()).decode(), "not hold valid gzip"),
+    "over-the-bound": (
+        LAST_ADMITTED_GZIP
+        + base64.b64encode(gzip.compress(b"0" * (LAST_ADMITTED_MAX_SPEC_BYTES + 1), mtime=0)).decode(),
+        f"inflates past {LAST_ADMITTED_MAX_SPEC_BYTES} bytes",
+    ),
+}
+
+
+@pytest.mark.parametrize("broken", sorted(BROKEN_ANNOTATIONS))
+def test_a_broken_annotation_is_reported_once_per_generation_without_its_content(
+    cluster: FakeKubeApiServer, caplog: pytest.LogCaptureFixture, broken: str
+) -> None:
+    """A last-admitted annotation edited into something unreadable was skipped silently: a refused
+    spec's data plane was then restored from the ConfigMap alone (or not at all) with nothing saying
+    why. A WARNING line and a Warning Event name the object and the reason (never the value), once
+    per generation, not once per pass."""
+    value, reason = BROKEN_ANNOTATIONS[broken]
+    assert read_last_admitted(value)[0] is None
+    assert reason in str(read_last_admitted(value)[1])
+    assert read_last_admitted("") == (None, None)  # emptied on purpose (too large): not a fault
+    settings = DataPlaneSettings(network_policy=False)
+    cluster.add(igwc("chat"))
+    asyncio.run(Reconciler(Kube(cluster.api_client()), settings).reconcile("inference", "chat"))
+    _rewrite_config(
+        cluster, "chat", lambda o: o["metadata"]["annotations"].update({LAST_ADMITTED_ANNOTATION: value})
+    )
+    update_spec(cluster, "inference", "chat", lambda spec: spec.update(podDefaults=LIMIT_BELOW_REQUEST))
+
+    def events() -> list[dict[str, Any]]:
+        return [
+            e
+            for e in cluster.store.iter_all()
+            if e["kind"] == "Event"
+            and e["reason"] == UNREADABLE_REASON
+            and e["involvedObject"]["name"] == "chat"
+        ]
+
+    async def passes(reconciler: Reconciler) -> None:
+        for _ in range(3):
+            assert await reconciler.reconcile("inference", "chat")
+
+    reconciler = Reconciler(Kube(cluster.api_client()), settings)  # after a restart: no memory
+    with caplog.at_level("WARNING", logger="igw.operator"):
+        asyncio.run(passes(reconciler))
+    assert len(events()) == 1, events()
+    assert events()[0]["type"] == "Warning"
+    message = events()[0]["message"]
+    assert message.startswith(f"annotation {LAST_ADMITTED_ANNOTATION} is ignored: ")
+    assert reason in message
+    assert "ConfigMap inference/chat-gateway-config" in message
+    lines = [
+        r.getMessage()
+        for r in caplog.records
+        if UNREADABLE_REASON in r.getMessage() or "is ignored" in r.getMessage()
+    ]
+    assert lines == [f"inference/chat: {message}"]
+    assert not any(MARKER in r.getMessage() for r in caplog.records)
+    assert not any(MARKER in e["message"] for e in events())
+    update_spec(
+        cluster,
+        "inference",
+        "chat",
+        lambda spec: spec.update(podDefaults={**LIMIT_BELOW_REQUEST}, bbr={"enabled": False}),
+    )
+    asyncio.run(passes(reconciler))
+    assert len(events()) == 2

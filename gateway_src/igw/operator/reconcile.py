@@ -78,6 +78,7 @@ from igw.operator.kube import (
     ADOPTION_LABELS,
     IGWC_API_VERSION,
     Kube,
+    NothingApplied,
     OperatorStopping,
     namespace_terminating,
     refusal_text,
@@ -119,10 +120,11 @@ EXPIRED_REASON = "CertificateExpired"
 """GatewayProgrammed's reason while the auto-issued certificate the load balancer serves is past its
 notAfter (:func:`igw.operator.tls.expired`): every client that verifies it fails the TLS handshake."""
 LAST_ADMITTED_ANNOTATION = "operator.igw.dev/last-admitted-spec"
-"""Annotation the operator keeps on each config: the last spec it admitted and applied (objectives and
-rewrites merged), so a refused spec's data plane can be restored after an operator restart even when its
-served ConfigMap is gone too (:meth:`Reconciler._last_admitted`). Compact JSON up to
-:data:`LAST_ADMITTED_PLAIN_MAX_CHARS`, larger specs gzip-compressed behind :data:`LAST_ADMITTED_GZIP`
+"""Annotation the operator keeps on each config: the last spec it admitted (objectives and rewrites
+merged), written before that spec is applied (never behind what is served), so a refused spec's data
+plane can be restored after an operator restart even when its served ConfigMap is gone too
+(:meth:`Reconciler._last_admitted`). Compact JSON up to :data:`LAST_ADMITTED_PLAIN_MAX_CHARS`, larger
+specs gzip-compressed behind :data:`LAST_ADMITTED_GZIP`
 (:func:`last_admitted_text`); empty when even that does not fit (:data:`LAST_ADMITTED_MAX_CHARS`, a
 ``LastAdmittedSpecNotKept`` Warning Event says so). Under the operator's own prefix (``KOPF_PREFIX`` of
 :mod:`igw.operator.handlers`), which the runbook's backup leaves out: a restored config is admitted anew."""
@@ -146,6 +148,11 @@ ANNOTATIONS_RESERVE_BYTES = 4 * 1024
 NOT_KEPT_REASON = "LastAdmittedSpecNotKept"
 """Warning Event: the admitted spec does not fit in :data:`LAST_ADMITTED_ANNOTATION`, even compressed,
 so after an operator restart a refused spec's data plane is restored only from its served ConfigMap."""
+UNREADABLE_REASON = "LastAdmittedSpecUnreadable"
+"""Warning Event: :data:`LAST_ADMITTED_ANNOTATION` holds no spec the operator can read (edited by hand:
+not JSON, not an object, bad base64 or gzip, or inflating past :data:`LAST_ADMITTED_MAX_SPEC_BYTES`), so
+it is ignored: it was skipped silently, and a refused spec's data plane was then restored from the
+served ConfigMap alone (or not at all) with nothing saying why."""
 ISSUER_READ_TTL_S = 60.0
 """Seconds one read of the configured issuer serves every pass that checks it once the certificate is
 issued (:meth:`Reconciler._issuer_problem`): one GET per issuer (the ClusterIssuer, or each namespace's
@@ -264,6 +271,9 @@ class Reconciler:
         self._not_kept_noted: dict[tuple[str, str], tuple[object, object]] = {}
         """``(namespace, name): (uid, generation)`` whose admitted spec this process reported not kept in
         :data:`LAST_ADMITTED_ANNOTATION` (:meth:`_note_not_kept`): one Event per generation."""
+        self._unreadable_noted: dict[tuple[str, str], tuple[object, object]] = {}
+        """``(namespace, name): (uid, generation)`` whose unreadable :data:`LAST_ADMITTED_ANNOTATION`
+        this process reported (:meth:`_annotated`): one WARNING line and Event per generation."""
         self._claims: dict[tuple[str, str], Claim] = {}
         self._recalled: set[str] = set()
         """Namespaces whose served ConfigMaps :meth:`_recall_claims` has read into :attr:`_claims`."""
@@ -321,6 +331,7 @@ class Reconciler:
                 self._issuer_noted.pop(key, None)
                 self._restore_noted.pop(key, None)
                 self._not_kept_noted.pop(key, None)
+                self._unreadable_noted.pop(key, None)
                 self._admitted.pop(key, None)
                 self._claims.pop(key, None)
                 return False
@@ -442,6 +453,8 @@ class Reconciler:
                         target, self._settings, issued_acm_arn=issued_arn, service_egress=egress
                     ),
                 ]
+                if refusal is None:  # before the apply: the annotation is never behind what is served
+                    await self._keep_admitted(igwc, target)
                 written = await self._kube.apply_all(
                     [(desired, initial_only_fields(desired, target)) for desired in objects]
                 )
@@ -471,8 +484,6 @@ class Reconciler:
                     return
                 else:
                     log.warning("%s/%s: applying the data plane failed: %s", namespace, name, apply_error)
-        if refusal is None and apply_error is None and target is not None:
-            await self._keep_admitted(igwc, target)
         retired = False
         if refusal is None and apply_error is None and not wants_auto_issue(igwc.get("spec") or {}):
             # The spec stopped asking for auto-issue and the Service no longer names the imported
@@ -523,7 +534,8 @@ class Reconciler:
     async def _recall_claims(self, namespace: str, configs: list[dict[str, Any]]) -> None:
         """Start this process's record of ``namespace`` (:attr:`_claims`) from what its configs'
         data planes serve, once: the models of each served ConfigMap (one list of the namespace's
-        ConfigMaps), else of a config's :data:`LAST_ADMITTED_ANNOTATION`.
+        ConfigMaps) and of its :data:`LAST_ADMITTED_ANNOTATION` (written before the spec is applied:
+        ahead of the ConfigMap when a process stopped between the two writes).
 
         The record is per process. Started from ``status.models`` alone, a config admitted just before
         a restart (or a change of leader) whose status was never written looked to serve nothing: an
@@ -557,8 +569,12 @@ class Reconciler:
             key, uid = (namespace, str(meta.get("name") or "")), str(meta.get("uid") or "")
             if not uid or key in self._claims:
                 continue
-            annotated = _annotated_spec(config)
-            models = served.get(uid, model_names(annotated) if annotated is not None else frozenset())
+            annotated = await self._annotated(config)
+            # Both: the annotation is written before its spec is applied, so a process stopped
+            # between the two leaves it ahead of the ConfigMap, and a refusal restores it.
+            models = served.get(uid, frozenset()) | (
+                model_names(annotated) if annotated is not None else frozenset()
+            )
             if models:
                 self._claims[key] = Claim(
                     uid=uid,
@@ -602,11 +618,16 @@ class Reconciler:
         )
 
     async def _keep_admitted(self, igwc: Mapping[str, Any], admitted: Mapping[str, Any]) -> None:
-        """Write ``admitted``'s spec into ``igwc``'s :data:`LAST_ADMITTED_ANNOTATION` when it differs
-        (best effort: a refusal is logged, the next admitted pass writes it again). A spec that does
-        not fit even compressed (:func:`last_admitted_room`) empties it, so no older spec is restored
-        in its place, and is reported: a WARNING line and a ``LastAdmittedSpecNotKept`` Warning Event
-        once per generation (it was an INFO line alone, and only for a spec over 96 KiB uncompressed)."""
+        """Write ``admitted``'s spec into ``igwc``'s :data:`LAST_ADMITTED_ANNOTATION` when it differs,
+        before that spec is applied; a write refused (or the process stopping) raises
+        :class:`~igw.operator.kube.NothingApplied`, so nothing is applied this pass (the next one
+        tries again). Written after the apply, an operator stopped between the two writes left the
+        annotation one admitted spec behind the ConfigMap: after a restart the ConfigMap, differing from
+        it, was distrusted and a refusal restored the older spec - taking back a model the newer one
+        gave up, which another config may hold by then. Ahead is safe: the spec was admitted (and
+        claimed, :meth:`_recall_claims` reading both). A spec that does not fit even compressed
+        (:func:`last_admitted_room`) empties it, so no older spec is restored in its place, and is
+        reported: a WARNING line and a ``LastAdmittedSpecNotKept`` Warning Event once per generation."""
         meta = igwc["metadata"]
         text = last_admitted_text(admitted.get("spec") or {})
         room = last_admitted_room(meta.get("annotations") or {})
@@ -618,15 +639,16 @@ class Reconciler:
         if current == text or (current is None and not text):
             return
         try:
-            await self._kube.annotate(igwc, LAST_ADMITTED_ANNOTATION, text)
-        except Exception as exc:  # logged, not raised: the next admitted pass writes it again
-            log.warning(
-                "%s/%s: keeping the admitted spec in %s failed: %s",
-                meta["namespace"],
-                meta["name"],
-                LAST_ADMITTED_ANNOTATION,
-                refusal_text(exc),
-            )
+            kept = await self._kube.annotate(igwc, LAST_ADMITTED_ANNOTATION, text)
+        except OperatorStopping:
+            raise
+        except Exception as exc:  # reported as the pass's apply failure: nothing is applied
+            raise NothingApplied(
+                f"keeping the admitted spec in annotation {LAST_ADMITTED_ANNOTATION} failed, so it was "
+                f"not applied (the next pass tries again): {refusal_text(exc)}"
+            ) from exc
+        if not kept:  # deleted or made anew meanwhile: its own pass applies its spec
+            raise NothingApplied(f"{meta['namespace']}/{meta['name']} was deleted or made anew meanwhile")
 
     async def _note_not_kept(
         self, igwc: Mapping[str, Any], spec_chars: int, kept_chars: int, room: int
@@ -675,7 +697,7 @@ class Reconciler:
                 {**igwc, "spec": remembered[1]},
             )
         else:
-            known = (f"annotation {LAST_ADMITTED_ANNOTATION}", _annotated_spec(igwc))
+            known = (f"annotation {LAST_ADMITTED_ANNOTATION}", await self._annotated(igwc))
         if config_map is not None:
             where = f"ConfigMap {namespace}/{base}-config"
             document, _ = _served_document(config_map, where)
@@ -697,6 +719,29 @@ class Reconciler:
                 log.warning("%s/%s: %s", namespace, meta["name"], mark[1])
             return None
         return candidate
+
+    async def _annotated(self, igwc: Mapping[str, Any]) -> dict[str, Any] | None:
+        """``igwc`` with the spec its :data:`LAST_ADMITTED_ANNOTATION` keeps, else ``None``; a value that
+        holds none (not empty: emptied on purpose, :meth:`_keep_admitted`) is reported once per
+        generation, naming the object and why, never the value: a WARNING line and an
+        :data:`UNREADABLE_REASON` Warning Event."""
+        spec, problem = _annotated_spec(igwc)
+        if problem is not None:
+            meta = igwc.get("metadata") or {}
+            key, mark = (
+                (str(meta.get("namespace")), str(meta.get("name"))),
+                (meta.get("uid"), meta.get("generation")),
+            )
+            if self._unreadable_noted.get(key) != mark:
+                self._unreadable_noted[key] = mark
+                message = (
+                    f"annotation {LAST_ADMITTED_ANNOTATION} is ignored: {problem}; until a spec is admitted "
+                    f"(which rewrites it), a refused spec's data plane is restored only from ConfigMap "
+                    f"{key[0]}/{base_name(key[1])}-config"
+                )
+                log.warning("%s/%s: %s", key[0], key[1], message)
+                await self._event(igwc, reason=UNREADABLE_REASON, message=message, warning=True)
+        return spec
 
     async def _deleted_meanwhile(self, igwc: Mapping[str, Any]) -> bool:
         """Whether ``igwc`` was deleted (or is being deleted, or was made anew) since its pass read it.
@@ -1323,13 +1368,16 @@ def _config_map_models(config_map: Mapping[str, Any]) -> frozenset[str]:
     return model_names(documents[0].content)
 
 
-def _annotated_spec(igwc: Mapping[str, Any]) -> dict[str, Any] | None:
+def _annotated_spec(igwc: Mapping[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
     """``igwc`` with the spec its :data:`LAST_ADMITTED_ANNOTATION` keeps, when it holds an object, else
-    ``None`` (anyone who may edit the object may edit it, as the served ConfigMap: the caller checks it
-    as a new spec, :func:`igw.operator.admission.spec_refusal`)."""
+    ``None`` and why not (``None`` too when absent or empty) (anyone who may edit the object may edit
+    it, as the served ConfigMap: the caller checks it as a new spec,
+    :func:`igw.operator.admission.spec_refusal`)."""
     text = ((igwc.get("metadata") or {}).get("annotations") or {}).get(LAST_ADMITTED_ANNOTATION)
-    spec = last_admitted_spec(text) if isinstance(text, str) else None
-    return None if spec is None else {**igwc, "spec": spec}
+    if text is None:
+        return None, None
+    spec, problem = read_last_admitted(text) if isinstance(text, str) else (None, "not a string")
+    return (None, problem) if spec is None else ({**igwc, "spec": spec}, None)
 
 
 def last_admitted_text(spec: Mapping[str, Any]) -> str:
@@ -1345,25 +1393,44 @@ def last_admitted_text(spec: Mapping[str, Any]) -> str:
 
 def last_admitted_spec(text: str) -> dict[str, Any] | None:
     """The spec a :data:`LAST_ADMITTED_ANNOTATION` value holds (either form, :func:`last_admitted_text`),
-    or ``None``: empty, not JSON, not an object, not valid gzip/base64, or inflating past
-    :data:`LAST_ADMITTED_MAX_SPEC_BYTES` (a value anyone who may edit the object may write)."""
+    or ``None`` (:func:`read_last_admitted` says why)."""
+    return read_last_admitted(text)[0]
+
+
+def read_last_admitted(text: str) -> tuple[dict[str, Any] | None, str | None]:
+    """The spec a :data:`LAST_ADMITTED_ANNOTATION` value holds, or ``None`` and why not (``None`` for an
+    empty value, written on purpose): not JSON, not an object, not valid base64 or gzip, or inflating
+    past :data:`LAST_ADMITTED_MAX_SPEC_BYTES` (a value anyone who may edit the object may write). The
+    reason never quotes the value."""
     if text.startswith(LAST_ADMITTED_GZIP):
         try:
             packed = base64.b64decode(text[len(LAST_ADMITTED_GZIP) :], validate=True)
+        except binascii.Error:
+            return None, f"the text after {LAST_ADMITTED_GZIP!r} is not valid base64"
+        try:
             inflater = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
             raw = inflater.decompress(packed, LAST_ADMITTED_MAX_SPEC_BYTES)
-        except (binascii.Error, zlib.error):
-            return None
-        if not inflater.eof or inflater.unconsumed_tail:
-            return None
+        except zlib.error:
+            return None, "its base64 does not hold valid gzip data"
+        if inflater.unconsumed_tail:
+            return None, f"it inflates past {LAST_ADMITTED_MAX_SPEC_BYTES} bytes, the most read"
+        if not inflater.eof:
+            return None, "its gzip data is cut short"
         text = raw.decode(errors="replace")
-    if not text:
-        return None
+        if not text:
+            return None, "its gzip data holds nothing"
+    elif not text:
+        return None, None
     try:
         spec = json.loads(text)
-    except ValueError:
-        return None
-    return spec if isinstance(spec, dict) else None
+    except json.JSONDecodeError as exc:
+        return None, f"not valid JSON ({exc.msg} at character {exc.pos})"
+    if not isinstance(spec, dict):
+        kind = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(
+            type(spec), "a number"
+        )
+        return None, f"its JSON is {kind}, not an object"
+    return spec, None
 
 
 def last_admitted_room(annotations: Mapping[str, Any]) -> int:
