@@ -44,6 +44,9 @@ class Tier1:
     """A replay (``?stream=true``) of a comment alone, no event with data (a replay past its end)."""
     deltas: tuple[str, ...] = ()
     """Text deltas a replay sends before its events naming the response (a resumed replay's)."""
+    held: asyncio.Event | None = None
+    """A replay holds its events (after its first comment) until this is set, sending ``: ping``
+    every 50 ms meanwhile, as a tier-1 gateway's keep-alives reach the router while its pod holds."""
 
     def app(self) -> web.Application:
         async def create(request: web.Request) -> web.Response:
@@ -66,6 +69,10 @@ class Tier1:
             resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
             await resp.prepare(request)
             await resp.write(b": replay\n\n")  # a comment first: nothing to check yet
+            while self.held is not None and not self.held.is_set():
+                await resp.write(b": ping\n\n")
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.held.wait(), 0.05)
             for text in self.deltas:  # events naming no response
                 delta = {"type": "response.output_text.delta", "item_id": "msg_1", "delta": text}
                 await resp.write(b"event: response.output_text.delta\ndata: " + orjson.dumps(delta) + b"\n\n")
@@ -313,3 +320,111 @@ async def test_a_replay_going_on_with_another_response_is_cut_there(
         assert b"mine" in body
         assert mine.encode() in body
         assert b"named another response" not in body
+
+
+@contextlib.asynccontextmanager
+async def _held_replay(
+    r: Routed, response_id: str, headers: dict[str, str], holder: Tier1
+) -> AsyncIterator[aiohttp.ClientResponse]:
+    """A replay of ``response_id`` whose cluster ``holder`` holds its events: its head awaited 5 s at
+    most (a router that writes nothing while the replay is held sends no head either); the hold is
+    released on the way out, so the cluster's handler ends whatever the test saw."""
+    assert holder.held is not None
+    try:
+        url = f"{r.url}/v1/responses/{response_id}?stream=true"
+        async with await asyncio.wait_for(r.http.get(url, headers=headers), timeout=5) as resp:
+            yield resp
+    finally:
+        holder.held.set()
+
+
+async def test_a_held_replay_gets_the_router_s_keepalives_then_its_events(
+    jwks_server: JwksServer, tokens: TokenFactory, clock: ManualClock, client_ssl: ssl.SSLContext
+) -> None:
+    """A cluster that holds a replay's first event (its pod slow to start it) while its gateway sends
+    ``: ping`` lines: the router holds those with the replay, and writes its own keep-alive
+    ``replay_keepalive_s`` after its last write, the held comments first. Until session s47 the
+    router sent a held replay no keep-alive (``keepalive_s=0``): its client got nothing, not even the
+    head, until the first event with data came - a proxy's idle timeout gave up first."""
+    honest = Tier1("east-a", held=asyncio.Event())
+    mine = mint("tenant:victim")
+    honest.stored.add(mine)
+    headers = bearer(tokens.token(tenant="victim", sub="victim"))
+    async with routed([honest], jwks_server, tokens, clock, client_ssl) as r:
+        r.router.replay_keepalive_s = 0.1
+        async with _held_replay(r, mine, headers, honest) as resp:
+            first = await asyncio.wait_for(resp.content.readuntil(b"\n\n"), timeout=5)
+            assert resp.status == 200
+            assert first == b": replay\n\n"  # the held comment, before the router's ping
+            second = await asyncio.wait_for(resp.content.readuntil(b"\n\n"), timeout=5)
+            assert second == b": ping\n\n"
+            assert honest.held is not None
+            honest.held.set()
+            body = first + second + await resp.read()
+        assert body.count(b"event: response.completed") == 1
+        assert mine.encode() in body
+        assert b"named another response" not in body
+        assert r.router.metrics.usage_misnamed.labels("east-a")._value.get() == 0
+
+
+async def test_a_held_replay_started_by_a_keepalive_then_misnamed_is_cut_not_searched_on(
+    jwks_server: JwksServer, tokens: TokenFactory, clock: ManualClock, client_ssl: ssl.SSLContext
+) -> None:
+    """Once the router's keep-alive has started a held replay, its answer can no longer be withheld:
+    a first event naming another response is not relayed, the stream ends with an error event
+    (counted as misnamed), and the search does not move on to the cluster that stores the response -
+    it moves on only while nothing was sent to the client (the trade-off of the keep-alive)."""
+    hostile = Tier1("east-a", claims="resp_somewhere_else", answers_any=True, held=asyncio.Event())
+    honest = Tier1("east-b")
+    mine = mint("tenant:victim")
+    honest.stored.add(mine)
+    headers = bearer(tokens.token(tenant="victim", sub="victim"))
+    async with routed([hostile, honest], jwks_server, tokens, clock, client_ssl) as r:
+        r.router.replay_keepalive_s = 0.1
+        async with _held_replay(r, mine, headers, hostile) as resp:
+            first = await asyncio.wait_for(resp.content.readuntil(b"\n\n"), timeout=5)
+            assert (resp.status, resp.headers["x-igw-cluster"]) == (200, "east-a")
+            assert hostile.held is not None
+            hostile.held.set()
+            body = first + await resp.read()
+        assert b"resp_somewhere_else" not in body
+        assert b"response.created" not in body
+        assert b"named another response" in body
+        assert r.router.metrics.usage_misnamed.labels("east-a")._value.get() == 1
+        assert honest.asked.count(f"GET {mine}") == 0
+        assert r.router.responses.endpoint_of(mine) is None
+
+
+async def test_what_a_lying_cluster_shows_before_its_cut_is_its_deltas_before_the_event_naming_another(
+    jwks_server: JwksServer, tokens: TokenFactory, clock: ManualClock, client_ssl: ssl.SSLContext
+) -> None:
+    """The documented limit of the replay check (docs/security.md): a resumed replay's deltas name no
+    response (an ``output_text.delta`` carries ``item_id``, ``output_index``, ``content_index`` and
+    ``sequence_number``, none bound to the response's id), so a cluster that sends N deltas of
+    another response's text and then an event naming that response shows the client exactly those N
+    events, byte for byte, and then the error event of the cut - nothing of the event naming the other
+    response, nothing after it."""
+    texts = ("another's ", "secret ", "text")
+    hostile = Tier1("east-a", claims="resp_somewhere_else", answers_any=True, deltas=texts)
+    mine = mint("tenant:victim")
+    headers = bearer(tokens.token(tenant="victim", sub="victim"))
+    shown = b": replay\n\n" + b"".join(
+        b"event: response.output_text.delta\ndata: "
+        + orjson.dumps({"type": "response.output_text.delta", "item_id": "msg_1", "delta": text})
+        + b"\n\n"
+        for text in texts
+    )
+    async with routed([hostile], jwks_server, tokens, clock, client_ssl) as r:
+        async with r.http.get(f"{r.url}/v1/responses/{mine}?stream=true", headers=headers) as resp:
+            status, body = resp.status, await resp.read()
+        assert status == 200, body[:300]
+        assert body.startswith(shown), body[:300]
+        cut = body[len(shown) :]
+        # the cut: the error event and [DONE], nothing else (the terminal event of sse_error_event)
+        assert cut.startswith(b"event: error\ndata: ")
+        assert cut.endswith(b"\n\ndata: [DONE]\n\n")
+        assert cut.count(b"\n\n") == 2
+        assert b"named another response" in cut
+        assert b"resp_somewhere_else" not in body
+        assert len(shown) == 355  # the comment and three deltas: all that reached the client before the cut
+        assert r.router.metrics.usage_misnamed.labels("east-a")._value.get() == 1
