@@ -72,9 +72,11 @@ def quoted(value: Any) -> str:
 
 
 def invalid_message(kind: str, name: str, errors: Sequence[FieldError]) -> str:
-    """``errors.NewInvalid``'s message: one cause bare, several in brackets."""
-    listed = ", ".join(str(e) for e in errors)
-    return f'{kind} "{name}" is invalid: ' + (listed if len(errors) == 1 else f"[{listed}]")
+    """``errors.NewInvalid``'s message: one cause bare, several in brackets, each wording once
+    (``ErrorList.ToAggregate`` drops repeats; ``details.causes`` keeps them)."""
+    unique = list(dict.fromkeys(str(e) for e in errors))
+    listed = ", ".join(unique)
+    return f'{kind} "{name}" is invalid: ' + (listed if len(unique) == 1 else f"[{listed}]")
 
 
 def invalid_details(group: str, kind: str, name: str, errors: Sequence[FieldError]) -> dict[str, Any]:

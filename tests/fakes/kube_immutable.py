@@ -17,8 +17,11 @@ What kube-apiserver's update validation refuses (``pkg/apis/apps/validation``,
   immutable``), but for the scheduling directives of a Job suspended before it started;
 - a Service's ``spec.clusterIPs`` (see :func:`tests.fakes.kube_services.immutable_errors`).
 
-Not modelled: a Job's other immutable fields (``selector``, ``completions`` outside elastic indexed
-Jobs, ``completionMode``, ``podFailurePolicy``...), and PersistentVolumeClaims (the fake serves none).
+- a Job's ``spec.selector``, ``completionMode``, ``podFailurePolicy``, ``backoffLimitPerIndex``,
+  ``managedBy``, ``successPolicy``, and ``completions`` but for an Indexed Job changing it together
+  with ``parallelism`` (elastic Indexed Jobs), after the spec rules of :mod:`tests.fakes.kube_jobs`.
+
+Not modelled: PersistentVolumeClaims (the fake serves none, and nothing the project ships makes one).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from tests.fakes.kube_field_errors import FieldError, quoted
+from tests.fakes.kube_jobs import job_spec_errors
 
 FIELD_IMMUTABLE: Final = "field is immutable"
 """apimachinery's ``FieldImmutableErrorMsg``."""
@@ -79,15 +83,58 @@ def _job_template(template: Any, scheduling_mutable: bool) -> Any:
     return result
 
 
+_JOB_STRUCTS: Final = {
+    "podFailurePolicy": "batch.PodFailurePolicy{...}",
+    "successPolicy": "batch.SuccessPolicy{...}",
+}
+"""Internal structs the refusal prints with ``%#v`` (abbreviated, as :data:`JOB_TEMPLATE_VALUE`)."""
+COMPLETIONS_IN_TANDEM: Final = "can only be modified in tandem with spec.parallelism"
+NULL: Final = '"null"'
+"""A nil value as ``field.Error`` prints it: replaced by the string ``"null"``, then quoted."""
+
+
+def _shown(value: Any) -> str:
+    return NULL if value is None else quoted(value)
+
+
+def _completions_errors(new_spec: Mapping[str, Any], old_spec: Mapping[str, Any]) -> list[FieldError]:
+    """``validateCompletions`` (``ElasticIndexedJob``, GA): an Indexed Job may change ``completions``
+    together with ``parallelism`` (to the same number); any other Job may not change it."""
+    completions = new_spec.get("completions")
+    if completions == old_spec.get("completions"):
+        return []
+    if new_spec.get("completionMode") != "Indexed":
+        return [FieldError("spec.completions", "FieldValueInvalid", _shown(completions), FIELD_IMMUTABLE)]
+    if completions is not None and completions != new_spec.get("parallelism"):
+        return [
+            FieldError("spec.completions", "FieldValueInvalid", quoted(completions), COMPLETIONS_IN_TANDEM)
+        ]
+    return []
+
+
 def _job_errors(new: Mapping[str, Any], old: Mapping[str, Any]) -> list[FieldError]:
-    """``ValidateJobSpecUpdate``'s refusal of a changed ``spec.template`` (``field is immutable``),
-    but for the scheduling directives of a Job suspended before it started."""
+    """``ValidateJob`` and ``ValidateJobUpdate`` of a Job update, in the API server's order: the spec's
+    own rules (twice: ``ValidateJobSpecUpdate`` runs them again, and the causes keep both), then the
+    immutable fields - ``completions`` (:func:`_completions_errors`), ``selector``, ``template`` (but
+    for the scheduling directives of a Job suspended before it started), ``completionMode``,
+    ``podFailurePolicy``, ``backoffLimitPerIndex``, ``managedBy``, ``successPolicy``."""
     new_spec, old_spec = new.get("spec") or {}, old.get("spec") or {}
+    spec_errors = job_spec_errors(new)
+    errors = [*spec_errors, *spec_errors, *_completions_errors(new_spec, old_spec)]
+    if new_spec.get("selector") != old_spec.get("selector"):
+        selector = new_spec.get("selector")
+        value = NULL if selector is None else _selector_value(selector)
+        errors.append(FieldError("spec.selector", "FieldValueInvalid", value, FIELD_IMMUTABLE))
     scheduling_mutable = old_spec.get("suspend") is True and not (old.get("status") or {}).get("startTime")
     new_template = _job_template(new_spec.get("template"), scheduling_mutable)
     if new_template != _job_template(old_spec.get("template"), scheduling_mutable):
-        return [FieldError("spec.template", "FieldValueInvalid", JOB_TEMPLATE_VALUE, FIELD_IMMUTABLE)]
-    return []
+        errors.append(FieldError("spec.template", "FieldValueInvalid", JOB_TEMPLATE_VALUE, FIELD_IMMUTABLE))
+    for field in ("completionMode", "podFailurePolicy", "backoffLimitPerIndex", "managedBy", "successPolicy"):
+        changed = new_spec.get(field)
+        if changed != old_spec.get(field):
+            shown = _JOB_STRUCTS[field] if field in _JOB_STRUCTS and changed is not None else _shown(changed)
+            errors.append(FieldError(f"spec.{field}", "FieldValueInvalid", shown, FIELD_IMMUTABLE))
+    return errors
 
 
 def _selector_value(selector: Any) -> str:

@@ -28,6 +28,7 @@ from tests.fakes.kube_builtin_schemas import decoded, type_error
 from tests.fakes.kube_crd_validation import crd_errors, stored_versions, with_defaults
 from tests.fakes.kube_field_errors import FieldError, invalid_details, invalid_message
 from tests.fakes.kube_immutable import update_errors
+from tests.fakes.kube_jobs import default_job, generate_selector, job_spec_errors, takes_template_labels
 from tests.fakes.kube_namespaces import (
     IMMORTAL_NAMESPACES,
     TERMINATING,
@@ -197,6 +198,10 @@ def _default(kind: ResourceKind, body: dict[str, Any]) -> None:
         default_pod(spec)
     if kind.group == "apps" and kind.version == "v1" and isinstance(spec, dict):
         default_workload(kind.plural, spec)
+    if kind.key == JOB_KEY and isinstance(spec, dict):
+        if takes_template_labels(body):  # the template's label map itself, on a cluster
+            body.setdefault("metadata", {})["labels"] = dict(spec["template"]["metadata"]["labels"])
+        default_job(body)
     if kind.key == NAMESPACE_KEY:
         default_namespace(body)
 
@@ -228,11 +233,32 @@ def _invalid(kind: ResourceKind, name: str, errors: Sequence[FieldError]) -> Sto
     )
 
 
+_REASONS: Final = {
+    "Required value": "FieldValueRequired",
+    "Forbidden": "FieldValueForbidden",
+    "Too long": "FieldValueTooLong",
+    "Invalid value": "FieldValueInvalid",
+    "Unsupported value": "FieldValueNotSupported",
+}
+
+
+def _field_error(problem: str) -> FieldError:
+    """One of :func:`tests.fakes.kube_validation.object_problems`' ``field: body`` lines as the
+    cause it stands for."""
+    field, _, body = problem.partition(": ")
+    label, _, rest = body.partition(": ")
+    return FieldError(field, _REASONS.get(label, "FieldValueInvalid"), detail=rest)
+
+
 def _validate(kind: ResourceKind, body: Mapping[str, Any]) -> None:
+    """Metadata (and workload label) validation: a 422 ``Invalid`` as :func:`_invalid` words it - the
+    kind group-qualified, several causes in brackets, each one in ``details.causes``. The fake said
+    ``Job "j" is invalid: a, b`` with no details, so ``kubectl`` printed the raw message where a
+    cluster's answer gives ``The Job "j" is invalid:`` and one cause a line."""
     problems = object_problems(kind.kind, body)
     if problems:
-        name = (body.get("metadata") or {}).get("name")
-        raise StoreError(422, "Invalid", f'{kind.kind} "{name}" is invalid: ' + ", ".join(problems))
+        name = str((body.get("metadata") or {}).get("name") or "")
+        raise _invalid(kind, name, [_field_error(problem) for problem in problems])
 
 
 CRD_KEY = ("apiextensions.k8s.io", "v1", "customresourcedefinitions")
@@ -240,6 +266,10 @@ NAMESPACE_KEY = ("", "v1", "namespaces")
 SERVICE_KEY = ("", "v1", "services")
 SECRET_KEY = ("", "v1", "secrets")
 POD_KEY = ("", "v1", "pods")
+DEPLOYMENT_KEY = ("apps", "v1", "deployments")
+"""``deploymentStrategy.PrepareForUpdate`` bumps its generation on a spec or an annotation change:
+the annotations are copied to its ReplicaSets, so an annotation edit is a rollout input."""
+JOB_KEY = ("batch", "v1", "jobs")
 MAX_GENERATED_NAME_BASE = 58
 """apiserver's ``names.MaxGeneratedNameLength`` (63 less the 5 random characters): a longer
 ``generateName`` is cut to it before the suffix is added."""
@@ -574,6 +604,7 @@ class KubeStore:
         if kind.schema is None:
             body = _decoded_builtin(kind, body, field_validation, warnings)
             meta = body["metadata"]
+        shared_labels = kind.key == JOB_KEY and takes_template_labels(body)
         _default(kind, body)
         if kind.schema is not None and admit_custom:
             admission = admit(kind.schema, body, status_subresource=kind.status_subresource)
@@ -604,6 +635,11 @@ class KubeStore:
                 meta["namespace"] = namespace
             meta["uid"] = str(uuid.uuid4())
             meta["creationTimestamp"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            if kind.key == JOB_KEY:  # the Job strategy's PrepareForCreate, then its validation
+                generate_selector(body, shared_labels)
+                job_errors = job_spec_errors(body)
+                if job_errors:
+                    raise _invalid(kind, name, job_errors)
             if kind.generation:
                 meta["generation"] = 1
             else:
@@ -710,11 +746,14 @@ class KubeStore:
                         meta[field] = current["metadata"][field]
                 # apiextensions' strategy bumps a custom resource's generation on any change outside
                 # metadata - its status too where no /status subresource keeps it apart; a built-in
-                # kind's on spec changes.
+                # kind's on spec changes, a Deployment's on annotation changes too.
                 custom = kind.schema is not None or kind not in BUILTIN_KINDS
                 kept = ("metadata",) if custom and not kind.status_subresource else ("metadata", "status")
                 old_spec = {k: v for k, v in current.items() if k not in kept}
                 new_spec = {k: v for k, v in new.items() if k not in kept}
+                if kind.key == DEPLOYMENT_KEY:
+                    old_spec["annotations"] = current["metadata"].get("annotations") or {}
+                    new_spec["annotations"] = meta.get("annotations") or {}
                 if kind.generation:
                     meta["generation"] = current["metadata"].get("generation", 1) + (old_spec != new_spec)
                 else:  # a request cannot set it (``rest.BeforeUpdate``), and nothing else does

@@ -9,7 +9,7 @@ a pod spec's ``dnsPolicy``, ``restartPolicy``, ``schedulerName``, ``securityCont
 or no tag, else ``IfNotPresent``), ``terminationMessagePath``/``Policy``, ``resources``, each port's
 ``protocol``, each probe's timings, each ``fieldRef``'s ``apiVersion``; volume ``defaultMode`` s;
 and the workloads' ``replicas``, rollout strategy and ``revisionHistoryLimit`` (batch kinds are left
-as sent: their templates must name a ``restartPolicy``).
+as sent here: :mod:`tests.fakes.kube_jobs` defaults Jobs).
 """
 
 from __future__ import annotations

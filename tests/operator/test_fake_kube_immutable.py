@@ -265,3 +265,129 @@ def test_a_job_s_pod_template_is_immutable(kube: FakeKubeApiServer, tmp_path: Pa
     stored = json.loads(_ok(kube, tmp_path, "-n", "default", "get", "job", "s", "-o", "json"))
     assert stored["spec"]["template"]["spec"]["nodeSelector"] == {"n": "1"}
     assert stored["spec"]["template"]["spec"]["containers"][0]["image"] == "x"
+
+
+def _patch_job(kube: FakeKubeApiServer, tmp_path: Path, name: str, spec: dict[str, Any]) -> str:
+    patch = json.dumps({"spec": spec})
+    return _refused(kube, tmp_path, "-n", "default", "patch", "job", name, "--type=merge", "-p", patch)
+
+
+def test_a_job_gets_its_generated_selector_and_defaults_and_its_manifest_cannot_replace_it(
+    kube: FakeKubeApiServer, tmp_path: Path
+) -> None:
+    """The Job strategy generates a selector on the uid and the ``controller-uid``/``job-name`` labels
+    (legacy and ``batch.kubernetes.io/``) on the template and, the template's label map being the
+    Job's own, on the Job; ``SetDefaults_Job`` fills its counts and modes. So ``kubectl replace -f``
+    of the manifest it was created from is refused (no selector, template changed), as on a cluster;
+    ``completions`` and ``completionMode``, ``managedBy`` may not change, but an Indexed Job may
+    change ``completions`` in tandem with ``parallelism``. The fake stored the Job as sent and let
+    every one of these through."""
+    manifest = tmp_path / "job.yaml"
+    manifest.write_text(yaml.safe_dump(_job("j")))
+    _ok(kube, tmp_path, "create", "-f", str(manifest))
+    job = _get(kube, tmp_path, "-n", "default", "job", "j")
+    uid = job["metadata"]["uid"]
+    generated = {
+        "app": "j",
+        "batch.kubernetes.io/controller-uid": uid,
+        "batch.kubernetes.io/job-name": "j",
+        "controller-uid": uid,
+        "job-name": "j",
+    }
+    assert job["spec"]["selector"] == {"matchLabels": {"batch.kubernetes.io/controller-uid": uid}}
+    assert job["spec"]["template"]["metadata"]["labels"] == generated
+    assert job["metadata"]["labels"] == generated
+    assert {k: v for k, v in job["spec"].items() if k not in ("selector", "template")} == {
+        "backoffLimit": 6,
+        "completionMode": "NonIndexed",
+        "completions": 1,
+        "manualSelector": False,
+        "parallelism": 1,
+        "podReplacementPolicy": "TerminatingOrFailed",
+        "suspend": False,
+    }
+    assert job["spec"]["template"]["spec"]["dnsPolicy"] == "ClusterFirst"
+
+    refused = _refused(kube, tmp_path, "replace", "-f", str(manifest))
+    assert refused.splitlines() == [
+        'The Job "j" is invalid: ',
+        "* spec.selector: Required value",
+        '* spec.template.metadata.labels: Invalid value: {"app":"j"}: '
+        "`selector` does not match template `labels`",
+        '* spec.selector: Invalid value: "null": field is immutable',
+        "* spec.template: Invalid value: core.PodTemplateSpec{...}: field is immutable",
+    ]
+    assert _patch_job(kube, tmp_path, "j", {"completions": 3}) == (
+        'The Job "j" is invalid: spec.completions: Invalid value: 3: field is immutable'
+    )
+    assert _patch_job(kube, tmp_path, "j", {"completionMode": "Indexed"}) == (
+        'The Job "j" is invalid: spec.completionMode: Invalid value: "Indexed": field is immutable'
+    )
+    assert _patch_job(kube, tmp_path, "j", {"managedBy": "example.com/m"}) == (
+        'The Job "j" is invalid: spec.managedBy: Invalid value: "example.com/m": field is immutable'
+    )
+
+    indexed = _job("i")
+    indexed["spec"].update(completionMode="Indexed", completions=2, parallelism=2)
+    _create(kube, tmp_path, indexed)
+    assert _patch_job(kube, tmp_path, "i", {"completions": 4}) == (
+        'The Job "i" is invalid: spec.completions: Invalid value: 4: '
+        "can only be modified in tandem with spec.parallelism"
+    )
+    patch = json.dumps({"spec": {"completions": 4, "parallelism": 4}})
+    _ok(kube, tmp_path, "-n", "default", "patch", "job", "i", "--type=merge", "-p", patch)
+    assert _get(kube, tmp_path, "-n", "default", "job", "i")["spec"]["completions"] == 4
+
+
+def test_a_deployment_s_generation_follows_its_annotations(kube: FakeKubeApiServer, tmp_path: Path) -> None:
+    """``deploymentStrategy.PrepareForUpdate`` bumps the generation on an annotation change too (they
+    are copied to the ReplicaSets); a label change leaves it. The fake bumped it on spec changes
+    only, so a controller waiting for ``observedGeneration`` after annotating saw no new generation."""
+    _create(kube, tmp_path, _workload("Deployment", "d"))
+    _ok(kube, tmp_path, "-n", "default", "label", "deploy", "d", "tier=a")
+    assert _get(kube, tmp_path, "-n", "default", "deploy", "d")["metadata"]["generation"] == 1
+    _ok(kube, tmp_path, "-n", "default", "annotate", "deploy", "d", "note=a")
+    assert _get(kube, tmp_path, "-n", "default", "deploy", "d")["metadata"]["generation"] == 2
+    _ok(kube, tmp_path, "-n", "default", "annotate", "deploy", "d", "note-")
+    assert _get(kube, tmp_path, "-n", "default", "deploy", "d")["metadata"]["generation"] == 3
+
+
+def test_a_metadata_refusal_names_the_kind_group_qualified_with_its_causes(kube: FakeKubeApiServer) -> None:
+    """Metadata validation's 422 is ``NewInvalid``'s: ``Job.batch "bad" is invalid: [a, b]`` and one
+    cause per field in ``details``. The fake said ``Job "bad" is invalid: a, b`` with no details."""
+    job = _job("bad")
+    job["metadata"]["labels"] = {"a": "b/c", "x": "-y"}
+    request = urllib.request.Request(
+        f"{kube.url}/apis/batch/v1/namespaces/default/jobs",
+        data=json.dumps(job).encode(),
+        method="POST",
+        headers={"Content-Type": "application/json"},
+    )
+    with pytest.raises(urllib.error.HTTPError) as raised:
+        urllib.request.urlopen(request, timeout=10)
+    status = json.loads(raised.value.read())
+    rule = (
+        "a valid label must consist of alphanumeric characters, '-', '_' or '.', "
+        "and must start and end with an alphanumeric character"
+    )
+    assert status["message"] == (
+        f'Job.batch "bad" is invalid: [metadata.labels[a]: Invalid value: "b/c": {rule}, '
+        f'metadata.labels[x]: Invalid value: "-y": {rule}]'
+    )
+    assert status["details"] == {
+        "name": "bad",
+        "group": "batch",
+        "kind": "Job",
+        "causes": [
+            {
+                "reason": "FieldValueInvalid",
+                "message": f'Invalid value: "b/c": {rule}',
+                "field": "metadata.labels[a]",
+            },
+            {
+                "reason": "FieldValueInvalid",
+                "message": f'Invalid value: "-y": {rule}',
+                "field": "metadata.labels[x]",
+            },
+        ],
+    }
