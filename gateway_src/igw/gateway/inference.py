@@ -53,6 +53,7 @@ from igw.gateway.flow_gate import (
 )
 from igw.gateway.forwarded_answer import ForwardedAnswer, as_response
 from igw.gateway.guards import GuardDenied, Principal, RequestGuard, caller_scope
+from igw.gateway.hedged_search import LAST, NEXT, WIN, hedged
 from igw.gateway.inference_apis import ANTHROPIC_APIS, GENERATING_APIS, InferenceApi, anthropic_path
 from igw.gateway.log_throttle import RepeatThrottle
 from igw.gateway.lora_field import LORA_PATH_ENGINES, lora_path_refusal
@@ -107,6 +108,7 @@ from igw.scheduling.response_affinity import RESPONSE_SEARCH
 from igw.scheduling.retry_policy import RetryCondition, retried_for
 from igw.scheduling.retry_spread import spread_retry_after
 from igw.scheduling.scheduler import PENDING_SCORES
+from igw.scheduling.settings import RoutingSettings
 from igw.scheduling.types import (
     DecisionKind,
     EndpointKey,
@@ -554,8 +556,11 @@ async def handle_stored_response(request: web.Request) -> web.StreamResponse:
         # generates nothing: the request limit alone (a tenant in debt for a background response's
         # bound may still poll for it)
         await guard.admit(principal, model=first.spec.model_name, est_tokens=None)
+        candidates = list(owners)
+        if found is None:  # pods a search stopped waiting for lately asked last (since session s47)
+            candidates = state.response_searches.ordered(candidates, now=state.clock())
         plan = _Forward(
-            candidates=list(owners),
+            candidates=candidates,
             sr=None,  # no pick: nothing for the scheduler to learn from a retrieval
             add_headers={} if model is None else {"X-Gateway-Model-Name": model, BASE_MODEL_HEADER: model},
             timeout_s=None,
@@ -1212,7 +1217,29 @@ async def _forward(
     stalled: ExchangeResult | None = None
     # routeTimeout bounds every attempt together: each retry gets what is left of it
     deadline = None if plan.timeout_s is None else time.monotonic() + plan.timeout_s
-    for attempt, key in enumerate(plan.candidates, start=1):
+    candidates = plan.candidates
+    if polling and not body.stream and plan.method == b"GET" and len(candidates) > 1 and deadline is None:
+        # A retrieval not streamed: hedged, its answers held until one wins (since session s47)
+        if not isinstance(headers, bytes):
+            obs.propagate(headers)  # tracing hook: one trace context for the attempts in flight together
+        search = _HedgedSearch(state, plan, obs, missed=missed)
+        ask = search.asker(request, headers, body, settings, head_timeout_s)
+        delay_s = state.response_searches.hedge_delay_s
+        try:
+            silent = await hedged(candidates, ask, search.decide, delay_s=delay_s)
+        except asyncio.CancelledError:  # its attempts cancelled and ended; nothing relayed yet
+            if not state.inflight.cutting:
+                obs.client_gone()
+                raise
+            _ = search.settled()  # the attempts heard, in the access log
+            return obs.finish(_shut_down_search(obs))
+        # the pods abandoned after the hedge delay or more: asked last for a while, as stalled ones
+        for key in silent:
+            state.response_searches.slow(key, now=state.clock())
+        result, refusal, stalled, withheld, missed = search.settled()
+        # an answer the hedge could not hold (a stream, a large one): that pod asked again, relaying
+        candidates = [] if search.unheld is None else [search.unheld]
+    for attempt, key in enumerate(candidates, start=1):
         ep = plan.sr.pool.states.get(key) if plan.sr is not None else None
         if plan.sr is not None and ep is None:
             continue
@@ -1340,7 +1367,7 @@ async def _forward(
                     unsent = key  # the pod never got the request: its pick moves on (_sent_instead)
         # Retried here, not in the handler: mypyc cannot compile a `continue` inside try/finally
         # (igw.compiled). A plain answer - a success, most errors - costs the status test alone.
-        searching_on = plan.search_for is not None and not prepared and attempt < len(plan.candidates)
+        searching_on = plan.search_for is not None and not prepared and attempt < len(candidates)
         if misnamed and plan.search_for is None and plan.settles is not None:
             # the pod remembered as its holder named another: forgotten, the next poll searches
             # (until session s45 every poll went back to it)
@@ -1372,16 +1399,19 @@ async def _forward(
             # response - but the next pod is asked (until session s46 the search ended on this 504,
             # after responseTimeout, 600 s by default)
             stalled = result
-            if attempt < len(plan.candidates):
+            state.response_searches.slow(key, now=state.clock())  # asked last for a while
+            if attempt < len(candidates):
                 searched += 1
                 obs.retrying(plan.search_pools.get(key, ""), SEARCH_TIMEOUT, status=result.status)
                 continue
             break
+        if polling and connected and result is not None:
+            state.response_searches.answered(key)  # in time: no longer asked last
         if connected and (result is None or prepared or result.status < 400):
             break
         if plan.search_for is not None and connected and result is not None and result.status == 404:
             missed += 1
-        if attempt >= len(plan.candidates):
+        if attempt >= len(candidates):
             break
         if plan.search_for is not None and result is not None and result.status == 404:
             # Not stored on that pod: the next one is asked, no retry (a 404 costs the pod no work).
@@ -1473,6 +1503,150 @@ async def _forward(
     except GuardDenied:
         pass
     return _finish_after_write(request, obs, result.answer)
+
+
+class _HedgedSearch:
+    """One hedged retrieval's search (:mod:`igw.gateway.hedged_search`): each pod's outcome judged as
+    it comes (:meth:`decide`), then the request's as the sequential search would have left it
+    (:meth:`settled`). Its attempts hold their answers (``hold_bytes``): none reaches the client
+    before one wins."""
+
+    def __init__(self, state: GatewayState, plan: _Forward, obs: RequestObserver, *, missed: int) -> None:
+        self.state = state
+        self.plan = plan
+        self.obs = obs
+        self.missed = missed
+        self.won: ExchangeResult | None = None
+        """The first answer below 400 that carries the response asked for."""
+        self.failed: ExchangeResult | None = None
+        """The first error answer other than a 404 (it ends the search, as a sequential one's does)."""
+        self.refusal: ExchangeResult | None = None
+        """The last 404."""
+        self.stalled: ExchangeResult | None = None
+        """The last pod's 504 the search stopped waiting for."""
+        self.withheld: str | None = None
+        """The last pod whose answer named another response (never relayed)."""
+        self.unheld: str | None = None
+        """A pod whose answer the attempt could not hold: asked again, relaying."""
+        self.heard: list[tuple[str, ExchangeResult | None, str]] = []
+        """Each outcome in the order it came: pod, its result (``None``: no connection), the cause
+        its move to the next pod is counted under (``""``: none)."""
+
+    def asker(
+        self,
+        request: web.Request,
+        headers: CIMultiDict[str] | bytes,
+        body: InferenceBody,
+        settings: RoutingSettings,
+        head_timeout_s: float | None,
+    ) -> Callable[[str], Awaitable[ExchangeResult]]:
+        """One attempt of the search: the pod asked, its answer held (never written here)."""
+        state, plan, obs = self.state, self.plan, self.obs
+
+        def ask(key: str) -> Awaitable[ExchangeResult]:
+            return exchange(
+                request,
+                session=state.upstream if state.upstream is not None else request.app[SESSION_KEY],
+                endpoint=key,
+                body=body.raw,
+                headers=headers,
+                started=obs.started,
+                connect_timeout_s=settings.connect_timeout_s,
+                idle_timeout_s=None,
+                response_headers={"X-Request-Id": obs.request_id, **plan.response_headers},
+                on_prepared=_never_prepared,
+                method=plan.method,
+                expect_id=plan.settles,
+                head_timeout_s=head_timeout_s,
+                hold_bytes=WHOLE_ANSWER_BUFFER_BYTES,
+            )
+
+        return ask
+
+    def decide(self, key: str, outcome: ExchangeResult | BaseException) -> str:
+        """Judge one pod's outcome: :data:`WIN` ends the search, :data:`NEXT` asks on, :data:`LAST`
+        asks no further pod (the attempts in flight may still win)."""
+        if isinstance(outcome, ConnectFailed):  # a pod that is gone took its stored responses along
+            self.heard.append((key, None, str(outcome)))
+            return NEXT
+        if isinstance(outcome, BaseException):
+            raise outcome
+        result = outcome
+        searches = self.state.response_searches
+        if result.usage_unread is not None:
+            self.obs.usage_unread(result.usage_unread)
+        if result.redirect:
+            self.obs.upstream_redirect()
+        if result.gave_up:  # not a miss - it may store the response - but asked last for a while
+            searches.slow(key, now=self.state.clock())
+            self.stalled = result
+            self.heard.append((key, result, SEARCH_TIMEOUT))
+            return NEXT
+        searches.answered(key)
+        if result.unheld:
+            self.unheld = key
+            return WIN
+        named = result.response_id
+        result.response_id = believed(named, self.plan.minted)
+        if named is not None and result.status < 400 and named != self.plan.settles:
+            self.missed += 1  # no proof the asked id is stored there, and never the client's
+            self.withheld = key
+            _withheld(self.state, key)
+            self.heard.append((key, result, RESPONSE_SEARCH))
+            return NEXT
+        if result.status < 400:
+            self.won = result
+            self.heard.append((key, result, ""))
+            return WIN
+        if result.status == 404:
+            self.missed += 1
+            self.refusal = result
+            self.heard.append((key, result, RESPONSE_SEARCH))
+            return NEXT
+        if self.failed is None:
+            self.failed = result
+        self.heard.append((key, result, ""))
+        return LAST
+
+    def settled(
+        self,
+    ) -> tuple[ExchangeResult | None, ExchangeResult | None, ExchangeResult | None, str | None, int]:
+        """The search's outcome as the sequential search leaves it - the answer (the winner, else
+        the first other error), the last 404, the last stalled pod's 504, the last pod withheld, the
+        misses - with each attempt recorded (the access log's attempts, the retries counted, the
+        one that ends it last)."""
+        result = self.won if self.won is not None else self.failed
+        final = result if result is not None else self.stalled if self.stalled is not None else self.refusal
+        heard = self.heard
+        if final is not None:  # the client's answer recorded last (the access log's endpoint)
+            heard = [item for item in heard if item[1] is not final] + [
+                item for item in heard if item[1] is final
+            ]
+        obs = self.obs
+        for number, (key, answer, cause) in enumerate(heard, start=1):
+            obs.attempt(number, key, scheduler=None)
+            if answer is None:
+                obs.connect_failed(key, cause)
+            elif number < len(heard) and cause:  # the last one's the client's (a sequential search's too)
+                obs.retrying(self.plan.search_pools.get(key, ""), cause, status=answer.status)
+        return result, self.refusal, self.stalled, self.withheld, self.missed
+
+
+def _shut_down_search(obs: RequestObserver) -> web.Response:
+    """A hedged search the shutdown grace ended (nothing of it relayed): answered as the sequential
+    search's attempt is, retryable."""
+    task = asyncio.current_task()
+    if task is not None:
+        task.uncancel()
+    message = "the gateway is shutting down; retry the request"
+    obs.failed("ended by shutdown after the stream grace")
+    return gateway_error("shutting_down", message, request_id=obs.request_id)
+
+
+def _never_prepared(response: web.StreamResponse) -> None:
+    """A held attempt's ``on_prepared``: it writes nothing to the client (:func:`exchange`'s
+    ``hold_bytes``), so this is never called."""
+    raise AssertionError("a held exchange wrote to the client")
 
 
 def _withheld(state: GatewayState, key: str) -> None:

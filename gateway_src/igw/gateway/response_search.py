@@ -24,7 +24,8 @@ limits:
   :mod:`igw.scheduling.retry_spread`; the OpenAI SDK retries a 503 by itself), never a
   404 that would tell the client its response is gone. Ids made up by a caller each cost a full
   search, so the limit is what bounds their load on the pods: at most that many searches' round
-  trips in flight, whatever the request rate.
+  trips in flight (a hedged retrieval's: up to :data:`~igw.gateway.hedged_search.HEDGE_WIDTH` each),
+  whatever the request rate.
 
 **A caller scope's share** (the global router since session s46, tier 1 since s46 too): a search
 begun with a scope (:meth:`ResponseSearches.begin`) is refused when ``per_scope`` of that scope's run
@@ -43,6 +44,13 @@ ended by then: a pod that has not answered 404 by then is generating the answer 
 unknown ``previous_response_id`` before any generation), no longer searching; held for the whole
 answer, a tenant's long generations took its share of the places for minutes.
 
+**A pod that was slow to search is asked last** (since session s47): a pod the search stopped
+waiting for is remembered for :data:`SLOW_TTL_S` (:meth:`ResponseSearches.slow`, at most
+:data:`SLOW_CAPACITY` pods) and the retrievals' searches in that time ask it after the others
+(:meth:`ResponseSearches.ordered`); a pod that answers a search in time is forgotten at once. Until
+then every search of another id paid each frozen pod's timeout before the holder again. A retrieval
+that is not streamed is also hedged (:mod:`igw.gateway.hedged_search`).
+
 Per process, like the retry budget (each worker of ``igw serve --workers N`` its own): a search is
 rare outside a replica's restart or a scale-out of the gateway itself.
 """
@@ -53,6 +61,8 @@ import asyncio
 from collections import OrderedDict
 from collections.abc import Iterable
 from typing import Final
+
+from igw.gateway.hedged_search import HEDGE_DELAY_S
 
 UNFOUND_TTL_S: Final = 5.0
 """Seconds an id that no pod asked had is answered 404 without a search."""
@@ -81,6 +91,13 @@ caller's search found nowhere moments ago (:meth:`ResponseSearches.recently_unfo
 of :meth:`ResponseSearches.busy`. The ``reason`` of both tiers' ``response_searches_refused_total``
 counters, each series there from the start."""
 
+SLOW_TTL_S: Final = 60.0
+"""Seconds a pod a search stopped waiting for is asked last by the searches after it."""
+
+SLOW_CAPACITY: Final = 1024
+"""Slow pods remembered at most, the oldest forgotten first (a fleet larger than this has more pods
+than a search asks: ``RESPONSE_SEARCH_LIMIT``)."""
+
 SEARCH_TIMEOUT: Final = "search-timeout"
 """The ``cause`` of ``igw_upstream_retries_total`` for a pod a search stopped waiting for."""
 
@@ -100,8 +117,10 @@ class ResponseSearches:
     __slots__ = (
         "_contexts",
         "_scopes",
+        "_slow",
         "_unfound",
         "capacity",
+        "hedge_delay_s",
         "in_flight",
         "limit",
         "per_scope",
@@ -117,6 +136,7 @@ class ResponseSearches:
         capacity: int = UNFOUND_CAPACITY,
         per_scope: int | None = None,
         search_timeout_s: float = SEARCH_TIMEOUT_S,
+        hedge_delay_s: float = HEDGE_DELAY_S,
     ) -> None:
         if limit < 1 or capacity < 1 or ttl_s <= 0 or (per_scope is not None and per_scope < 1):
             raise ValueError("limit, capacity and per_scope must be at least 1, ttl_s positive")
@@ -128,6 +148,9 @@ class ResponseSearches:
         self.ttl_s = ttl_s
         self.search_timeout_s = search_timeout_s
         """How long a tier-1 search waits for one pod, and holds a continuation's place."""
+        self.hedge_delay_s = hedge_delay_s
+        """How long a hedged retrieval's search waits for the pod asked last before it asks the next
+        too (:mod:`igw.gateway.hedged_search`)."""
         self.capacity = capacity
         self.in_flight = 0
         """Searches begun and not ended."""
@@ -135,6 +158,34 @@ class ResponseSearches:
         """(Id, context) -> when its search ended with every pod asked answering 404, oldest first."""
         self._contexts: dict[str, set[str]] = {}
         """Id -> the contexts it is listed within (:attr:`_unfound`'s keys, by id: :meth:`found`)."""
+        self._slow: OrderedDict[str, float] = OrderedDict()
+        """Pod -> when a search last stopped waiting for it, oldest first (:meth:`slow`)."""
+
+    def slow(self, endpoint: str, *, now: float) -> None:
+        """A search stopped waiting for ``endpoint``'s answer: asked last for :data:`SLOW_TTL_S`."""
+        slow = self._slow
+        slow[endpoint] = now
+        slow.move_to_end(endpoint)
+        while len(slow) > SLOW_CAPACITY:
+            slow.popitem(last=False)
+
+    def answered(self, endpoint: str) -> None:
+        """``endpoint`` answered a search in time: no longer asked last."""
+        self._slow.pop(endpoint, None)
+
+    def ordered(self, candidates: list[str], *, now: float) -> list[str]:
+        """``candidates`` in their order, those a search stopped waiting for less than
+        :data:`SLOW_TTL_S` ago last (in the order they were found slow, the longest ago first)."""
+        slow = self._slow
+        while slow:
+            oldest, when = next(iter(slow.items()))
+            if now - when < SLOW_TTL_S:
+                break
+            del slow[oldest]
+        if not slow:
+            return candidates
+        asked = set(candidates)
+        return [key for key in candidates if key not in slow] + [key for key in slow if key in asked]
 
     def recently_unfound(self, response_id: str, *, now: float, within: str = "") -> bool:
         """Whether a search for ``response_id`` in the context ``within`` (:func:`search_context`)

@@ -190,6 +190,11 @@ class ExchangeResult:
     redirect: bool
     """The upstream answered a redirect (3xx), refused as a 502 (:func:`_refused_redirect`): counted in
     ``igw_upstream_redirects_total`` (tier 2: ``igw_global_upstream_redirects_total``)."""
+    unheld: bool
+    """An exchange asked to hold its answer (``hold_bytes`` of :func:`exchange`) got one it could not
+    hold - an event stream, one past ``hold_bytes``, one to decode for the client - and closed it
+    unread: the pod answered (it is not frozen), nothing reached the client, :attr:`answer` is a
+    placeholder 502 the request path does not relay."""
 
     def __init__(
         self,
@@ -209,6 +214,7 @@ class ExchangeResult:
         usage_unread: str | None = None,
         coded: bool = False,
         redirect: bool = False,
+        unheld: bool = False,
     ) -> None:
         self.answer = answer
         self.status = status
@@ -226,6 +232,7 @@ class ExchangeResult:
         self.usage_unread = usage_unread
         self.coded = coded
         self.redirect = redirect
+        self.unheld = unheld
 
     @property
     def response(self) -> web.StreamResponse:
@@ -797,6 +804,7 @@ async def exchange(
     expect_id: str | None = None,
     upstream_name: str = UPSTREAM_NAME,
     head_timeout_s: float | None = None,
+    hold_bytes: int | None = None,
 ) -> ExchangeResult:
     """Forward to ``endpoint`` (with ``method``) and relay the answer (``headers``: the upstream
     request's fields, as a map or serialised by :func:`upstream_header_block`). Raises
@@ -821,7 +829,9 @@ async def exchange(
     ``None`` (every generation): relayed as it comes. ``upstream_name``: the upstream as the client's error
     messages name it (:data:`UPSTREAM_NAME`), never its address. ``head_timeout_s``: a shorter bound
     on the wait for the answer's head alone (the global router's search of a cluster,
-    :data:`~igw.global_router.server.SEARCH_TIMEOUT_S`); ``None``: ``idle_timeout_s`` bounds it."""
+    :data:`~igw.global_router.server.SEARCH_TIMEOUT_S`); ``None``: ``idle_timeout_s`` bounds it.
+    ``hold_bytes``: nothing is written to the client here, whatever the answer (a hedged retrieval's
+    attempt, one of several in flight: :func:`_held`); ``None``: relayed as above."""
     # ``endpoint`` is a pod's ``host:port``, or a base URL with its scheme (the global router's
     # clusters). Waiting for a free pooled connection is not a connect failure (it would turn pool
     # exhaustion under load into retries and 502s); routeTimeout bounds the wait.
@@ -853,6 +863,8 @@ async def exchange(
     try:
         if upstream.status == 304:  # no content, and only the fields a 304 is for
             return _not_modified(upstream, response_headers)
+        if hold_bytes is not None:
+            return await _held(request, upstream, hold_bytes=hold_bytes, extra=response_headers)
         # Status, not content type, makes an answer a refusal: an error answered as an event stream
         # (a 503 or 429 some servers send as ``text/event-stream``) is an error answer, wrapped and
         # retried as a JSON or plain one is (before session s42 it was relayed as a stream, never
@@ -925,6 +937,57 @@ async def exchange(
         return _whole_answer(upstream, payload, extra=response_headers, coded=coded)
     finally:
         upstream.close()
+
+
+async def _held(
+    request: web.Request, upstream: UpstreamResponse, *, hold_bytes: int, extra: Mapping[str, str]
+) -> ExchangeResult:
+    """A whole answer collected, never written to the client (``hold_bytes`` of :func:`exchange`):
+    one of a hedged retrieval's attempts (:mod:`igw.gateway.hedged_search`), several in flight, of
+    which the request path relays one answer at most, after choosing it. Two writers to one client,
+    or an answer relayed before the one that wins is known, would corrupt the client's response.
+    An answer it cannot hold - an event stream, one past ``hold_bytes``, a compressed one the client
+    does not accept (decoded as it is relayed, :func:`_relay_decoded`) - is closed unread
+    (:attr:`ExchangeResult.unheld`; the caller asks that pod again, relaying). An upstream failure or
+    stall is the exchange's result, as for any whole answer."""
+    coding = upstream.noted.get(b"content-encoding")
+    if upstream.status < 400 and (
+        upstream.content_type == "text/event-stream"
+        or (
+            compressed(coding)
+            and not accepts_coding(request.headers.get("Accept-Encoding"), cast(bytes, coding))
+        )
+    ):
+        return _unheld(extra)
+    try:
+        if _wrapped(upstream):
+            return await _discarded_error(upstream, extra=extra)
+        payload = upstream.received()
+        if payload is None:
+            parts: list[bytes] = []
+            held = 0
+            while chunk := await upstream.readany():
+                held += len(chunk)
+                if held > hold_bytes:
+                    return _unheld(extra)
+                parts.append(chunk)
+            payload = b"".join(parts)
+        elif len(payload) > hold_bytes:
+            return _unheld(extra)
+    except UpstreamStalled as stalled:
+        return _stalled(stalled, extra)
+    except UpstreamBroken as broken:
+        return _upstream_failed("upstream failed while sending its response", broken, extra)
+    coded = await _decoded_scan(upstream, payload) if _coded_json(upstream) else None
+    return _whole_answer(upstream, payload, extra=extra, coded=coded)
+
+
+def _unheld(extra: Mapping[str, str]) -> ExchangeResult:
+    """An answer :func:`_held` could not hold, closed unread (never relayed: the placeholder 502)."""
+    message = "the model server's answer could not be held"
+    return ExchangeResult(
+        answer=gateway_error("upstream_error", message, headers=extra), status=502, ok=True, unheld=True
+    )
 
 
 UPSTREAM_ACCEPT_ENCODING: Final = {"Accept-Encoding": "identity"}
