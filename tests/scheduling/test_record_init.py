@@ -140,6 +140,7 @@ _GIVEN: dict[type, dict[str, Any]] = {
         "usage_unread": "bomb_bound",
         "coded": True,
         "redirect": True,
+        "unheld": True,
     },
     InferenceBody: {
         "raw": b'{"model": "m"}',
