@@ -15,6 +15,7 @@ user-info only, and ``igw validate`` and ``igw audit`` quoted a token put in a w
 
 from __future__ import annotations
 
+import codecs
 import functools
 import re
 from typing import Final
@@ -198,7 +199,7 @@ credential file and environment names (``aws_secret_access_key``, ``aws_session_
 ``SecretAccessKey``/``SessionToken``) all end in one of its words."""
 _FORM_FIELD: Final = re.compile(
     r"(?i)(?:(?<=%26)|(?<![A-Za-z0-9_.-]))"
-    r"(?:(" + _SECRET_FIELD + r")(=|%3D)((?:(?!%26)[^&\s\"'<>\\])+)"
+    r"(?:(" + _SECRET_FIELD + r")(=|%3D)(?!(?:[\[({]\s*)?\\*[bru]{0,2}[\"'])((?:(?!%26)[^&\s\"'<>\\])+)"
     r"|((?:device_)?code)(=|%3D)((?:(?!%26)[^&\s\"'<>\\])+)(?=&|%26))"
     r"|(?:(?<=&)|(?<=%26))((?:device_)?code)(=|%3D)((?:(?!%26)[^&\s\"'<>\\])+)"
 )
@@ -208,7 +209,9 @@ next ``&``, blank, quote or backslash (a repr's escape: a form value has them pe
 ``code`` (an authorization or device code) only next to another field, ``&code=`` or ``code=...&``: a
 ``code=503`` in a log line is a status. requests_oauthlib logs the kubernetes client's OIDC refresh body
 so at DEBUG (``IGW_DEBUG_THIRD_PARTY=1``); before session s45 :func:`redact` masked ``name=value``
-only in a URL's query, and the refresh token and client secret went to the logs. Other fields
+only in a URL's query, and the refresh token and client secret went to the logs. A value
+opening with a quote or a bracket and a quote (``password='x'``, ``token=['x'``) is :data:`_KWARG_FIELD`'s
+or :data:`_OPEN_CONTAINER`'s: taken here, it masked the ``b`` or ``[`` only and showed the rest. Other fields
 (``status=200``, ``model=llama``) stay."""
 _FIELD_WORDS: Final = (
     "token",
@@ -338,6 +341,131 @@ _ESCAPED_HINT: Final = re.compile(
 to three backslashes, a quote and a colon, a blank before it or none): led by the colon and checked
 for the backslash and quote first, as :data:`_QUOTED_HINT`, so escaped JSON of other fields
 (``{\\"error\\": ...}`` from a backend, quoted in a log line) costs a fraction of a microsecond."""
+_KWARG_FIELD: Final = re.compile(
+    r"(?i)(?<![A-Za-z0-9_-])("
+    + _QUOTED_NAME
+    + r")(=[bru]{0,2})("
+    + _STRING
+    + "|"
+    + _container(_STRING)
+    + r"|([\"'])(?:(?!\4)[^\\\r\n]|\\.)*\\?(?=\r?\n|\Z))"
+)
+"""A secret-named keyword argument with a string value, as a dataclass's, a ``namedtuple``'s or a
+call's repr writes it (``Credentials(access_key='...', secret_key='...', token='...')``,
+``Config(password="...")``, ``password=b'...'``), an array, tuple or flat dict of strings
+(:func:`_container`), or a string cut before its closing quote (to the end of the line). The names
+of :data:`_QUOTED_NAME`; before session s47 only a ``name=value`` without quotes (:data:`_FORM_FIELD`)
+was masked, and a repr's quoted values went through."""
+_ESCAPED_KWARG: Final = re.compile(
+    r"(?i)(?<![A-Za-z0-9_-])("
+    + _QUOTED_NAME
+    + r")(=[bru]{0,2})(\\+)([\"'])(?:(?!(?<!\\)\3\4)[^\r\n])*(?:(?<!\\)\3\4|(?=\r?\n|\Z))"
+)
+""":data:`_KWARG_FIELD` in a repr held in a JSON string or another repr (``Config(password=\\"x\\")``, its
+quotes escaped; the access log's JSON form of a repr), its string masked, quotes kept; up to the next
+such quote not after one backslash more, or, cut off, the end of the line."""
+_KWARG_HINT: Final = re.compile(
+    rf"=(?=[bru]{{0,2}}\\*[\"'\[({{])(?<={_QUOTED_LAST}=)(?:"
+    + "|".join(f"(?<={word}=)" for word in _QUOTED_WORDS)
+    + ")"
+)
+"""What a lower-cased text needs for :data:`_KWARG_FIELD` to match: one of :data:`_QUOTED_WORDS`, ``=``
+and a quote or bracket; led by the ``=``, as :data:`_FORM_HINT`."""
+
+
+def _mask_escaped_kwarg(found: re.Match[str]) -> str:
+    """An :data:`_ESCAPED_KWARG` with its string masked, its escaped quotes kept (the closing one only
+    when it was there)."""
+    quote = found.group(3) + found.group(4)
+    closed = found.end(0) > found.end(4) and found.group(0).endswith(quote)
+    return f"{found.group(1)}{found.group(2)}{quote}{MASK}{quote if closed else ''}"
+
+
+def _mask_kwarg(found: re.Match[str]) -> str:
+    """A :data:`_KWARG_FIELD` with every string of its value masked (quotes and brackets kept), or,
+    cut off, its opening quote then :data:`MASK`."""
+    value = found.group(3)
+    if found.group(4) is not None:
+        return f"{found.group(1)}{found.group(2)}{found.group(4)}{MASK}"
+    return f"{found.group(1)}{found.group(2)}{_STRINGS.sub(lambda s: _mask_string(s, ''), value)}"
+
+
+_OPEN_CONTAINER: Final = re.compile(
+    r"(?i)(?:(\\*)([\"'])(" + _QUOTED_NAME + r")(\1\2\s*:\s*)|(?<![A-Za-z0-9_-])(" + _QUOTED_NAME + r")(=))"
+    r"([\[({]\s*)([^\r\n]*)"
+)
+"""A secret-named field or keyword argument whose value is an array, tuple or object, with the rest of
+its line: :func:`_mask_open_container` masks it when the value does not close on the line."""
+_BRACKETS: Final = str.maketrans("", "", "[](){}")
+
+
+def _unbalanced(text: str) -> bool:
+    """Whether ``text`` opens more brackets of one kind than it closes: the cheap test before
+    :data:`_OPEN_CONTAINER`."""
+    return len(text) != len(text.translate(_BRACKETS)) and (
+        text.count("[") > text.count("]")
+        or text.count("{") > text.count("}")
+        or text.count("(") > text.count(")")
+    )
+
+
+def _mask_open_container(found: re.Match[str]) -> str:
+    """An :data:`_OPEN_CONTAINER` as it is when its value closes on its line (a closed value is
+    :data:`_QUOTED_FIELD`'s or :data:`_KWARG_FIELD`'s), else its name and opening bracket then
+    :data:`MASK`: a line cut inside the value (``"password": ["hun``), whose strings the closed-value
+    rules and :data:`_CUT_FIELD` (a string value only) let through until session s47."""
+    escape = found.group(1) or ""
+    if _closes(
+        found.group(8),
+        escape,
+        found.group(2) if escape else "'\"",
+        _escaped_strings(escape, found.group(2)) if escape else _STRINGS,
+    ):
+        return found.group(0)
+    return found.group(0)[: found.start(8) - found.start(0)] + MASK
+
+
+_CONTAINER_MARK: Final = re.compile(r"[\[\](){}\"'\\]")
+
+
+def _closes(rest: str, escape: str, quotes: str, strings: re.Pattern[str]) -> bool:
+    """Whether a value opened before ``rest`` closes in it: its brackets balance outside its strings
+    (``strings``, in ``quotes`` after ``escape``) and no string is left open."""
+    depth, position = 1, 0
+    while (mark := _CONTAINER_MARK.search(rest, position)) is not None:
+        char, position = mark.group(0), mark.end()
+        if char in "[({":
+            depth += 1
+        elif char in "])}":
+            depth -= 1
+            if depth == 0:
+                return True
+        elif (string := strings.match(rest, mark.start())) is not None:
+            position = string.end()
+        elif rest.startswith(tuple(escape + quote for quote in quotes), mark.start()):
+            return False
+    return False
+
+
+_DSN: Final = re.compile(
+    r"(?<![A-Za-z0-9_.%+:/@-])([A-Za-z0-9_.%+-]+):(?!//)([^\s\"'<>]+)"
+    r"@(?=(?:tcp|unix|udp)\(|(?!sha\d*:)[A-Za-z0-9.-]+(?::\d{1,5}(?![A-Za-z0-9])|/)|\[[0-9A-Fa-f:]+\])"
+)
+"""A data source name without a scheme (``user:p4ss@host:5432``, Go's MySQL ``user:p4ss@tcp(host)/db``,
+``user:p4ss@host/db``): the password masked, the user kept to say which account. Only before a host
+with a port or a path, a ``tcp(``/``unix(`` address or a bracketed IPv6 address: an e-mail address
+(``alice@example.com``, no password before it, nor a port or path after) and an image or model
+reference pinned by digest (``llama:v1@sha256:...``) stay. A password holding ``@`` is masked to the
+last ``@`` before the host. A DSN with a scheme is :func:`redact_url`'s."""
+_DSN_HINT: Final = re.compile(r"@(?:(?:tcp|unix|udp)\(|(?!sha\d*:)[A-Za-z0-9.-]+(?::\d|/)|\[)")
+"""What a text needs for :data:`_DSN` to match: a search led by ``@``, which most lines lack."""
+
+
+def _dsn_secrets(text: str) -> bool:
+    """Whether ``text`` may hold a :data:`_DSN`: the cheap test before it runs."""
+    return "@" in text and ":" in text and _DSN_HINT.search(text) is not None
+
+
 _KEY_DUMP: Final = re.compile(
     r"(?i)((?:^|(?<=\n)|(?<=\\n))[ \t]*(?:priv|privateExponent|prime[12]|exponent[12]|coefficient):[ \t]*)"
     r"(?:(?:\r?\n|\\n)[ \t]+[0-9a-f]{1,2}(?::[0-9a-f]{1,2})*:?[ \t]*)+"
@@ -475,47 +603,47 @@ def _mask_hex_keys(text: str) -> str:
 
 
 _BYTES_REPR: Final = re.compile(
-    r"(?<![A-Za-z0-9_])b(?:'(0(?:[^'\\\n]|\\.)*)('?)|\"(0(?:[^\"\\\n]|\\.)*)(\"?))"
+    r"(?<![A-Za-z0-9_])b(?:'((?:[^'\\\n]|\\.)*\\?)('?)|\"((?:[^\"\\\n]|\\.)*\\?)(\"?))"
 )
-"""A Python bytes repr starting with ``0`` (``0x30``, an ASN.1 SEQUENCE: ``b'0\\x82\\x04\\xa4\\x02...'``),
-in single or double quotes, up to its closing quote or, cut off, the end of the line."""
-_REPR_BYTE: Final = re.compile(r"\\x([0-9a-fA-F]{2})|\\(.)|(.)", re.DOTALL)
-_REPR_ESCAPES: Final = {"t": "09", "n": "0a", "r": "0d", "\\": "5c", "'": "27", '"': "22"}
-_REPR_DER_BYTES: Final = 24
-"""How many bytes of a repr :func:`_repr_der_start` decodes: :data:`_HEX_KEY`'s longest start is 18."""
-_BYTES_REPR_HINTS: Final = ("b'0", 'b"0')
-"""Substrings one of which a text needs for :data:`_BYTES_REPR` to mask it, besides ``\\x`` (every DER
-key's repr has one in its first bytes: a length or version byte): the cheap test."""
+"""A Python bytes repr, in single or double quotes, up to its closing quote or, cut off, the end of the
+line: :func:`_mask_bytes_repr` decides whether it holds a key."""
+_BYTES_REPR_HINTS: Final = ("\\x02\\x01\\x0", "*\\x86H\\x86\\xf7\\r\\x01\\x0")
+"""Substrings one of which a bytes repr holding a private key's DER has (:data:`_HEX_KEY` needs one):
+the version field ``02 01 00``/``01``/``03`` (PKCS#8, PKCS#1, SEC 1, PKCS#12), which a repr always writes
+as escapes, or an encrypted key's ``1.2.840.113549.1.5``/``.1.12`` algorithm identifier. The cheap test
+before :data:`_BYTES_REPR` runs, wherever in a repr the key starts."""
+_CUT_ESCAPE: Final = re.compile(r"\\(?:x[0-9a-fA-F]?)?\Z")
+"""An escape cut off at the end of a repr's body (a log line cut inside the repr)."""
 
 
-def _repr_der_start(body: str) -> str:
-    """The first bytes of a bytes repr's ``body`` in lower-case hex, up to an escape cut off (a log line
-    cut inside the repr)."""
-    digits = []
-    for byte in _REPR_BYTE.finditer(body):
-        hex_digits, escaped, char = byte.groups()
-        if hex_digits is not None:
-            digits.append(hex_digits.lower())
-        elif escaped is not None:
-            if escaped not in _REPR_ESCAPES:  # ``\\x`` cut off before its digits: what came before
-                break
-            digits.append(_REPR_ESCAPES[escaped])
-        else:
-            digits.append(f"{ord(char):02x}")
-        if len(digits) == _REPR_DER_BYTES:
-            break
-    return "".join(digits)
+def _holds_key(hex_digits: str) -> bool:
+    """Whether bytes in lower-case hex hold a private key's DER (:data:`_HEX_KEY`) at a byte boundary."""
+    position = 0
+    while (found := _HEX_KEY.search(hex_digits, position)) is not None:
+        if found.start() % 2 == 0:
+            return True
+        position = found.start() + 1
+    return False
 
 
 def _mask_bytes_repr(found: re.Match[str]) -> str:
-    """A :data:`_BYTES_REPR` whose bytes start as a private key's DER does (:data:`_HEX_KEY`: PKCS#8,
-    PKCS#1, SEC 1, encrypted PKCS#8, PKCS#12) masked whole, ``b`` and quotes kept; any other as it is.
+    """A :data:`_BYTES_REPR` that holds a private key's DER anywhere in its bytes (:data:`_HEX_KEY`:
+    PKCS#8, PKCS#1, SEC 1, encrypted PKCS#8, PKCS#12) masked whole, ``b`` and quotes kept; any other as
+    it is.
 
     ``{'PrivateKey': b'0\\x82...'}``: a library's DEBUG line or an error quoting a key loaded as DER
     bytes. The hex rule reads hex digits, the PEM and base64 rules their alphabets; a repr's escapes are
-    none of them, and until session s46 the key went through whole."""
+    none of them, and until session s46 the key went through whole. Until session s47 only a repr
+    starting with the key's ``0`` was looked at, and a key after other bytes (a length prefix,
+    ``b'KEY:0\\x82...'``, a framed message) went through."""
     body, end = (found.group(1), found.group(2)) if found.group(1) is not None else found.group(3, 4)
-    if not _HEX_KEY.match(_repr_der_start(body)):
+    if not any(hint in body for hint in _BYTES_REPR_HINTS):
+        return found.group(0)
+    try:
+        raw = codecs.escape_decode(_CUT_ESCAPE.sub("", body).encode("latin-1", "backslashreplace"))[0]
+    except ValueError:  # not a repr's escapes after all: a key's version field is there, so masked
+        raw = None
+    if raw is not None and not _holds_key(raw.hex()):
         return found.group(0)
     quote = found.group(0)[1]
     return f"b{quote}{MASK}{end}"
@@ -567,10 +695,9 @@ def _redact_target(found: re.Match[str]) -> str:
 
 def _escaped_or_bytes_secrets(text: str) -> bool:
     """Whether ``text`` may hold an :data:`_ESCAPED_FIELD` or a key's :data:`_BYTES_REPR`: both need a
-    backslash (a DER key's repr has escapes from its second byte on), the one test most lines fail."""
+    backslash (a DER key's repr writes its version field as escapes), the one test most lines fail."""
     return "\\" in text and bool(
-        _ESCAPED_HINT.search(text.lower())
-        or ("\\x" in text and (_BYTES_REPR_HINTS[0] in text or _BYTES_REPR_HINTS[1] in text))
+        _ESCAPED_HINT.search(text.lower()) or _BYTES_REPR_HINTS[0] in text or _BYTES_REPR_HINTS[1] in text
     )
 
 
@@ -583,12 +710,13 @@ def needs_redaction(text: str) -> bool:
     (:mod:`igw.gateway.access_log`)."""
     if "://" in text and (_URL_SECRET_MARKS.intersection(text) or _PATH_HINT.search(text)):
         return True
-    if _target_secrets(text) or _lone_secret(text) or _escaped_or_bytes_secrets(text):
+    if _target_secrets(text) or _lone_secret(text) or _escaped_or_bytes_secrets(text) or _dsn_secrets(text):
         return True
     lowered = text.lower()
     return (
         _form_secrets(lowered)
         or _QUOTED_HINT.search(lowered) is not None
+        or _KWARG_HINT.search(lowered) is not None
         or _hex_secrets(lowered)
         or any(trigger in lowered for trigger in _TRIGGERS)
     )
@@ -667,6 +795,8 @@ def redact(text: str) -> str:
         return text
     if "://" in text and (_URL_SECRET_MARKS.intersection(text) or _PATH_HINT.search(text) or "eyJ" in text):
         text = _URL.sub(lambda m: redact_url(m.group(0)), text)
+    if _dsn_secrets(text):
+        text = _DSN.sub(lambda m: f"{m.group(1)}:{MASK}@", text)
     if _target_secrets(text):
         text = _REQUEST_TARGET.sub(_redact_target, text)
     lowered = text.lower()
@@ -675,12 +805,19 @@ def redact(text: str) -> str:
     quoted = _QUOTED_HINT.search(lowered) is not None
     if quoted:
         text = _QUOTED_FIELD.sub(_mask_quoted_field, text)
+    keyword = _KWARG_HINT.search(lowered) is not None
+    if keyword:
+        text = _KWARG_FIELD.sub(_mask_kwarg, text)
+        if "\\" in text:
+            text = _ESCAPED_KWARG.sub(_mask_escaped_kwarg, text)
     if "\\" in text:
         if _ESCAPED_HINT.search(lowered):
             quoted = True
             text = _ESCAPED_FIELD.sub(_mask_quoted_field, text)
-        if "\\x" in text and (_BYTES_REPR_HINTS[0] in text or _BYTES_REPR_HINTS[1] in text):
+        if _BYTES_REPR_HINTS[0] in text or _BYTES_REPR_HINTS[1] in text:
             text = _BYTES_REPR.sub(_mask_bytes_repr, text)
+    if (quoted or keyword) and _unbalanced(text):
+        text = _OPEN_CONTAINER.sub(_mask_open_container, text)
     if quoted and _left_open(text):
         text = _CUT_FIELD.sub(lambda m: f"{m.group(1)}{m.group(2)}{m.group(3)}{m.group(4)}{MASK}", text)
     if _hex_secrets(lowered):

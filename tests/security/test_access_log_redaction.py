@@ -242,3 +242,27 @@ def test_a_string_is_judged_in_its_json_form(
     line = _written(handler, stream, record)
     assert line == redact(orjson.dumps(record.line_fields()).decode())
     assert SECRET not in line
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        'Credentials(access_key="AKIAIOSFODNN7EXAMPLE", secret_key="hunter2xyz")',
+        "Config(password='hunter2xyz')",
+        "db app:hunter2xyz@tcp(db:3306)/orders",
+        '{"password": ["hunter2xyz',
+        "Config(token=('hunter2xyz",
+    ],
+)
+def test_reprs_dsns_and_cut_containers_are_masked_in_the_written_line(
+    served_access_logger: tuple[logging.Logger, io.StringIO, BatchedLineHandler], text: str
+) -> None:
+    """The access log judges a string in its JSON form, where a repr's double quotes are escaped
+    (``password=\\"...\\"``): the keyword-argument, DSN and cut-container rules hold there too, and the
+    string is not taken for clean."""
+    _, stream, handler = served_access_logger
+    record = _record(model=text)
+    assert not record.redaction_free()
+    line = _written(handler, stream, record)
+    assert "hunter2xyz" not in line, line
+    assert MASK in line

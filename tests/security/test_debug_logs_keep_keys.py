@@ -11,6 +11,7 @@ formatter let through. Now :func:`igw.redaction.redact` masks PEM blocks and enc
 from __future__ import annotations
 
 import base64
+import dataclasses
 import io
 import json
 import logging
@@ -735,3 +736,91 @@ def test_a_jwt_wrapped_at_its_dots_or_cut_after_its_payload_is_masked() -> None:
         assert payload[:12] not in logged, logged
         assert signature not in logged, logged
         assert MASK in logged
+
+
+@dataclasses.dataclass
+class _Credentials:
+    access_key: str
+    secret_key: str
+    token: str
+    region: str = "us-east-1"
+
+
+def test_secret_named_keyword_arguments_of_a_repr_are_masked() -> None:
+    """A dataclass's or a call's repr (``Credentials(access_key='...', secret_key='...')``) wrote its
+    secret-named values whole: only ``name=value`` without quotes was masked."""
+    creds = _Credentials("AKIAIOSFODNN7EXAMPLE", "wJalrXUtnFEMIK7MDENGbPxRfiCYEXAMPLEKEY", "FwoGZXIvYXdzEJr")
+    logged = _logged(f"session {creds!r}")
+    for value in (creds.access_key, creds.secret_key, creds.token):
+        assert value not in logged, logged
+    assert f"secret_key='{MASK}'" in logged
+    assert "region='us-east-1'" in logged
+    for text, shown in (
+        ("Config(host='db', password='hunter2x')", f"Config(host='db', password='{MASK}')"),
+        (
+            'Settings(api_key="abc123def", client_secret="xyz")',
+            f'Settings(api_key="{MASK}", client_secret="{MASK}")',
+        ),
+        ("f(password=b'hunter2x', n=1)", f"f(password=b'{MASK}', n=1)"),
+        ("Config(password='it\\'s', n=1)", f"Config(password='{MASK}', n=1)"),
+        ("Config(password=['a1', 'b2'], n=1)", f"Config(password=['{MASK}', '{MASK}'], n=1)"),
+        ("Config(password='hunter2", f"Config(password='{MASK}"),  # cut off
+        (json.dumps('Config(password="hunter2x")'), json.dumps(f'Config(password="{MASK}")')),  # in JSON
+    ):
+        assert needs_redaction(text), text
+        assert _logged(text).endswith(f": {shown}\n"), _logged(text)
+    keep = "f(max_tokens='100', token_type='Bearer', secret_name='x', passwordEnv='X', password_file='/p')"
+    assert redact(keep) == keep
+
+
+def test_a_dsn_without_a_scheme_masks_its_password_and_keeps_its_user() -> None:
+    for text, shown in (
+        ("connect user:p4ssw0rd@db.internal:5432", f"connect user:{MASK}@db.internal:5432"),
+        ("dial app:p4ssw0rd@tcp(db:3306)/orders", f"dial app:{MASK}@tcp(db:3306)/orders"),
+        ("dial app:p@ss@tcp(db)", f"dial app:{MASK}@tcp(db)"),  # an @ in the password
+        ("open user:p4ss@db.internal/orders", f"open user:{MASK}@db.internal/orders"),
+    ):
+        assert needs_redaction(text), text
+        assert _logged(text).endswith(f": {shown}\n"), _logged(text)
+    for text in (
+        "model llama:v1@sha256:0123456789abcdef pulled",
+        "image repo/igw:1.4@sha256:9f86d081884c7d65 by alice@example.com",
+        "mailto:alice@example.com, Contact:bob@example.org",
+        "clone git@github.com:org/repo.git",
+        "https://[REDACTED]@host:5432/db",
+    ):
+        assert redact(text) == text, text
+
+
+@pytest.mark.parametrize("name", ["rsa-pkcs8", "rsa-pkcs1", "ec-sec1", "encrypted"])
+@pytest.mark.parametrize("before", [b"\x00\x01", b"KEY:", b"\x00\x00\x04\xc1\x08"])
+def test_a_key_s_der_after_other_bytes_in_a_repr_is_masked(name: str, before: bytes) -> None:
+    """Only a repr starting with the key's ``0`` (its SEQUENCE) was looked at: a length prefix or a
+    label before it let the key through."""
+    der = _der_keys()[name]
+    q = repr(before + der)[1]
+    for text, shown in (
+        (f"frame {before + der!r} sent", f"frame b{q}{MASK}{q} sent"),
+        (f"frame {before + der!r}"[:90], f"frame b{q}{MASK}"),  # cut off
+    ):
+        assert needs_redaction(text)
+        logged = _logged(text)
+        assert logged.endswith(f": {shown}\n"), logged
+    noise = b"\x02\x01\x00 not a key \x30\x82\x00\x10\x02\x02\x00\x01"
+    assert redact(f"frame {noise!r}") == f"frame {noise!r}"
+
+
+def test_a_secret_field_cut_inside_an_array_or_object_is_masked_to_the_end_of_the_line() -> None:
+    for text, shown in (
+        ('{"password": ["hun', '{"password": [' + MASK),
+        ('{"password": ["hunter2", "sec', '{"password": [' + MASK),
+        ('{"client_secret": {"value": "abc', '{"client_secret": {' + MASK),
+        ("{'password': ('hun", "{'password': (" + MASK),
+        ('body "{\\"password\\": [\\"hun', 'body "{\\"password\\": [' + MASK),
+        ("Config(token=['abc", "Config(token=[" + MASK),
+    ):
+        assert needs_redaction(text), text
+        logged = _logged(text + "\nnext line")
+        assert logged.endswith(f": {shown}\nnext line\n"), logged
+    closed = '{"password": ["a1", "b2"], "model": "m"} ['  # closed: as before, the rest kept
+    assert redact(closed) == '{"password": ["[REDACTED]", "[REDACTED]"], "model": "m"} ['
