@@ -17,7 +17,7 @@ from moto import mock_aws
 
 from igw.operator.dataplane import DataPlaneSettings
 from igw.operator.kube import Kube
-from igw.operator.reconcile import Reconciler
+from igw.operator.reconcile import LAST_ADMITTED_ANNOTATION, Reconciler, last_admitted_text
 from igw.operator.tls import AutoTlsSettings, IssuerRef
 from tests.fakes.kube_api import FakeKubeApiServer
 from tests.fakes.kube_store import ResourceKind, StoreError
@@ -91,6 +91,54 @@ def test_a_later_object_the_api_server_refuses_leaves_the_served_config_as_it_wa
     service = find(cluster, "Service", "inference", "chat-gateway")
     assert service is not None
     assert service["metadata"]["annotations"][SSL_CERT] == ARN
+
+
+def _kept(cluster: FakeKubeApiServer) -> str | None:
+    chat = find(cluster, "InferenceGatewayConfig", "inference", "chat") or {}
+    return ((chat.get("metadata") or {}).get("annotations") or {}).get(LAST_ADMITTED_ANNOTATION)
+
+
+def test_a_spec_the_api_server_refuses_whole_is_not_restored_by_a_refusal_after_a_restart(
+    cluster: FakeKubeApiServer,
+) -> None:
+    """The last-admitted annotation is written before the apply; when the API server then refused all
+    of it (a webhook refusing the Service), the annotation stayed ahead of the served ConfigMap. After
+    a restart a refused spec's pass found the two differing, trusted the annotation and restored the
+    unappliable spec: ``ApplyFailed`` again while the pods kept the older spec. Now the annotation is
+    put back when nothing was applied, and the restore puts back the spec that is served."""
+    reconciler = Reconciler(Kube(cluster.api_client()), DataPlaneSettings())
+    cluster.add(igwc("chat"))
+    assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
+    served_spec = (find(cluster, "InferenceGatewayConfig", "inference", "chat") or {})["spec"]
+    kept = _kept(cluster)
+    assert kept == last_admitted_text(served_spec)
+    served = _served(cluster)
+    cluster.add_validating_webhook("policy.example.com", ["services"], _no_tls_listener)
+    update_spec(cluster, "inference", "chat", lambda spec: spec.update(tls={"acmArn": ARN}))
+    assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
+    assert _programmed(cluster)["reason"] == "ApplyFailed"
+    assert _kept(cluster) == kept
+
+    restarted = Reconciler(Kube(cluster.api_client()), DataPlaneSettings())
+    limits = {"requests": {"cpu": "2"}, "limits": {"cpu": "1"}}  # refused by the operator's checks
+    update_spec(cluster, "inference", "chat", lambda spec: spec.update(podDefaults={"resources": limits}))
+    assert asyncio.run(restarted.reconcile("inference", "chat")) is True
+    chat = find(cluster, "InferenceGatewayConfig", "inference", "chat")
+    assert condition(chat, "Accepted")["status"] == "False"
+    assert (_programmed(cluster)["status"], _programmed(cluster)["reason"]) == ("True", "Programmed")
+    assert _served(cluster) == served
+
+
+def test_an_annotation_added_by_a_pass_that_applied_nothing_is_removed(cluster: FakeKubeApiServer) -> None:
+    """A config's first pass refused whole by the API server leaves no last-admitted annotation behind."""
+    cluster.add_validating_webhook("policy.example.com", ["services"], _no_tls_listener)
+    reconciler = Reconciler(Kube(cluster.api_client()), DataPlaneSettings())
+    doc = igwc("chat")
+    doc["spec"]["tls"] = {"acmArn": ARN}
+    cluster.add(doc)
+    assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
+    assert _programmed(cluster)["reason"] == "ApplyFailed"
+    assert _kept(cluster) is None
 
 
 def test_a_write_refused_after_its_dry_run_passed_is_reported_object_by_object(

@@ -40,8 +40,12 @@ def test_apply_get_describe_reapply_delete(
 
     table = kubectl(kubeconfig, "get", "igwc", "-n", "inference")
     header, row = table.strip().splitlines()
-    assert header.split() == ["NAME", "MODELS", "READY", "ENDPOINTS", "ADDRESS", "BBR", "AGE"]
-    assert row.split()[:6] == ["chat", "llama", "True", "1", "chat-gateway.inference.svc", "true"]
+    columns = ["NAME", "MODELS", "ACCEPTED", "PROGRAMMED", "READY", "ENDPOINTS", "ADDRESS", "AGE"]
+    assert header.split() == columns
+    assert row.split()[:7] == ["chat", "llama", "True", "True", "True", "1", "chat-gateway.inference.svc"]
+    header, row = kubectl(kubeconfig, "get", "igwc", "-n", "inference", "-o", "wide").strip().splitlines()
+    assert header.split() == [*columns[:7], "BBR", "TLS-ARN", "AGE"]
+    assert row.split()[7] == "true"
 
     # The events follow the status they describe by one API call: wait for the last one.
     def described_once_ready() -> str | None:
@@ -79,6 +83,9 @@ def test_apply_get_describe_reapply_delete(
         ),
         what="the refusal in kubectl describe",
     )
+    # A refused spec whose previous data plane still serves stands out in the table.
+    refused_row = kubectl(kubeconfig, "get", "igwc", "chat", "-n", "inference", "--no-headers").split()
+    assert refused_row[:5] == ["chat", "llama-3.1", "False", "True", "True"]
 
     assert "deleted" in kubectl(kubeconfig, "delete", "-f", str(manifest))
     assert find(cluster, "Deployment", "inference", "chat-gateway") is None

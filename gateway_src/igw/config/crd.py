@@ -47,10 +47,16 @@ _EXCLUSIVE_BOUNDS: Final = {"exclusiveMinimum": "minimum", "exclusiveMaximum": "
 apiextensions decodes ``exclusiveMinimum`` as a boolean and refuses a CRD that gives it a number."""
 PRINTER_COLUMNS: Final = (
     {"name": "Models", "type": "string", "jsonPath": ".status.models"},
+    {"name": "Accepted", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Accepted")].status'},
+    {
+        "name": "Programmed",
+        "type": "string",
+        "jsonPath": '.status.conditions[?(@.type=="GatewayProgrammed")].status',
+    },
     {"name": "Ready", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Ready")].status'},
     {"name": "Endpoints", "type": "integer", "jsonPath": ".status.readyEndpoints"},
     {"name": "Address", "type": "string", "jsonPath": ".status.address"},
-    {"name": "BBR", "type": "boolean", "jsonPath": ".spec.bbr.enabled"},
+    {"name": "BBR", "type": "boolean", "jsonPath": ".spec.bbr.enabled", "priority": 1},
     {"name": "TLS-ARN", "type": "string", "jsonPath": ".status.tls.acmArn", "priority": 1},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 )

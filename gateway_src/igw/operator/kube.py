@@ -578,11 +578,15 @@ class Kube:
         change = {"op": "add", "path": "/status", "value": merged_status(obj.get("status"), status)}
         return self._patch_same_object(obj, change, api_version, kind, status=True)
 
-    def _annotate(self, obj: Mapping[str, Any], key: str, value: str, api_version: str, kind: str) -> bool:
+    def _annotate(
+        self, obj: Mapping[str, Any], key: str, value: str | None, api_version: str, kind: str
+    ) -> bool:
         """The body of :meth:`annotate`."""
         change: dict[str, Any]
-        if obj["metadata"].get("annotations"):
-            pointer = key.replace("~", "~0").replace("/", "~1")
+        pointer = key.replace("~", "~0").replace("/", "~1")
+        if value is None:
+            change = {"op": "remove", "path": f"/metadata/annotations/{pointer}"}
+        elif obj["metadata"].get("annotations"):
             change = {"op": "add", "path": f"/metadata/annotations/{pointer}", "value": value}
         else:
             change = {"op": "add", "path": "/metadata/annotations", "value": {key: value}}
@@ -778,14 +782,14 @@ class Kube:
         self,
         obj: Mapping[str, Any],
         key: str,
-        value: str,
+        value: str | None,
         *,
         api_version: str = IGWC_API_VERSION,
         kind: str = KIND,
     ) -> bool:
         """Set the annotation ``key`` of ``obj`` (an InferenceGatewayConfig unless told otherwise) to
-        ``value`` if it is still that object (a JSON patch testing ``/metadata/uid``, as
-        :meth:`write_status`); ``False`` when it is gone or made anew."""
+        ``value`` (``None``: remove it, which the object must have) if it is still that object (a JSON
+        patch testing ``/metadata/uid``, as :meth:`write_status`); ``False`` when it is gone or made anew."""
         return await self._in_thread(self._annotate, obj, key, value, api_version, kind)
 
     async def event(self, involved: Mapping[str, Any], *, reason: str, message: str, warning: bool) -> None:

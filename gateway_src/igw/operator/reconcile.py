@@ -434,6 +434,7 @@ class Reconciler:
         tls = TlsOutcome()
         target: dict[str, Any] | None = served
         issued_arn: str | None = None
+        kept_over: tuple[str | None] | None = None  # the annotation's value this pass replaced
         if refusal is not None:
             # The previous data plane keeps serving: objects of it deleted or changed meanwhile are
             # put back from the last admitted spec (none: nothing is applied).
@@ -454,7 +455,7 @@ class Reconciler:
                     ),
                 ]
                 if refusal is None:  # before the apply: the annotation is never behind what is served
-                    await self._keep_admitted(igwc, target)
+                    kept_over = await self._keep_admitted(igwc, target)
                 written = await self._kube.apply_all(
                     [(desired, initial_only_fields(desired, target)) for desired in objects]
                 )
@@ -473,6 +474,8 @@ class Reconciler:
                 await self._retire_network_policy(target)
             except Exception as exc:  # any API refusal is reported on the object, not raised
                 apply_error = _error_text(exc)
+                if kept_over is not None and isinstance(exc, NothingApplied):
+                    await self._put_back_admitted(igwc, kept_over[0])
                 if namespace_terminating(exc):
                     # Not a fault to retry: the namespace's deletion removes the object and its data
                     # plane; logged once, where a WARNING every resync pass went on until it was gone.
@@ -617,9 +620,13 @@ class Reconciler:
             serving=serving,
         )
 
-    async def _keep_admitted(self, igwc: Mapping[str, Any], admitted: Mapping[str, Any]) -> None:
+    async def _keep_admitted(
+        self, igwc: Mapping[str, Any], admitted: Mapping[str, Any]
+    ) -> tuple[str | None] | None:
         """Write ``admitted``'s spec into ``igwc``'s :data:`LAST_ADMITTED_ANNOTATION` when it differs,
-        before that spec is applied; a write refused (or the process stopping) raises
+        before that spec is applied, returning the value it replaced (``(None,)``: there was none) for
+        :meth:`_put_back_admitted`, ``None`` when nothing was written; a write refused (or the process
+        stopping) raises
         :class:`~igw.operator.kube.NothingApplied`, so nothing is applied this pass (the next one
         tries again). Written after the apply, an operator stopped between the two writes left the
         annotation one admitted spec behind the ConfigMap: after a restart the ConfigMap, differing from
@@ -637,7 +644,7 @@ class Reconciler:
             text = ""
         current = (meta.get("annotations") or {}).get(LAST_ADMITTED_ANNOTATION)
         if current == text or (current is None and not text):
-            return
+            return None
         try:
             kept = await self._kube.annotate(igwc, LAST_ADMITTED_ANNOTATION, text)
         except OperatorStopping:
@@ -649,6 +656,36 @@ class Reconciler:
             ) from exc
         if not kept:  # deleted or made anew meanwhile: its own pass applies its spec
             raise NothingApplied(f"{meta['namespace']}/{meta['name']} was deleted or made anew meanwhile")
+        return (current if isinstance(current, str) else None,)
+
+    async def _put_back_admitted(self, igwc: Mapping[str, Any], previous: str | None) -> None:
+        """Put :data:`LAST_ADMITTED_ANNOTATION` back to ``previous`` (``None``: remove it) after the API
+        server refused the whole apply (:class:`~igw.operator.kube.NothingApplied`) of the spec
+        :meth:`_keep_admitted` had just written into it. Left ahead of the served ConfigMap, it
+        outlived the process: after a restart a refusal found the two differing, took the annotation
+        for the admitted spec and restored the spec the API server refuses (``ApplyFailed`` again,
+        the pods kept the older spec). Best effort: a refused write is logged (WARNING) and the
+        annotation stays ahead until the next pass that applies."""
+        meta = igwc["metadata"]
+        try:
+            await self._kube.annotate(igwc, LAST_ADMITTED_ANNOTATION, previous)
+        except OperatorStopping:
+            raise
+        except Exception as exc:  # the apply failure is what the status reports
+            log.warning(
+                "%s/%s: putting annotation %s back after nothing was applied failed: %s",
+                meta["namespace"],
+                meta["name"],
+                LAST_ADMITTED_ANNOTATION,
+                refusal_text(exc),
+            )
+        else:
+            log.info(
+                "%s/%s: annotation %s put back to the last spec applied, as nothing of this one was",
+                meta["namespace"],
+                meta["name"],
+                LAST_ADMITTED_ANNOTATION,
+            )
 
     async def _note_not_kept(
         self, igwc: Mapping[str, Any], spec_chars: int, kept_chars: int, room: int
