@@ -25,7 +25,7 @@ from igw.gateway.lean_server import _HEAD_LIMIT, SWITCH_ENV
 from igw.gateway.request_body import MAX_CHUNK_EXTENSION_BYTES
 from igw.gateway.serving import BodyLength, ChunkSizes, _request_end, serve_app
 from igw.global_router.config import parse_global_config
-from igw.global_router.server import create_global_app
+from igw.global_router.server import create_global_app, global_management_app
 from tests.gateway.fake_model_server import FakeModelServer, running
 from tests.gateway.support import config_doc, scheduler
 from tests.gateway.test_lean_server import lean_gateway
@@ -578,3 +578,92 @@ def test_chunk_sizes_say_where_a_body_ends_at_every_split(framing: bytes, end: i
     assert not length.done
     assert not length.feed(b"deNEXT", 0)
     assert (length.done, length.end) == (True, 2)
+
+
+MALFORMED = b"GARBAGE / HTTP/1.1\r\n\r\n"
+HEALTHZ = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+
+
+def statuses_and_last_error(data: bytes) -> tuple[list[bytes], str]:
+    """The statuses answered on a connection, and the error code of its last answer."""
+    statuses = re.findall(rb"HTTP/1\.1 (\d{3}) ", data)
+    last = data.rpartition(b"\r\n\r\n")[2]
+    return statuses, orjson.loads(last)["error"]["code"] if last.startswith(b"{") else ""
+
+
+async def test_a_valid_request_before_a_malformed_one_is_answered_first_on_every_listener(
+    gateway: Callable[..., Any], server_side: str
+) -> None:
+    """A valid request and a malformed one behind it, sent in two reads cut at every byte (and in
+    one): 200, then the 400 that closes the connection, and the request after it is never parsed.
+    Before session s47 aiohttp's side (``/healthz`` is aiohttp's on the lean side too; the global
+    router's and the management ports are aiohttp's alone) answered a single 400 whenever the valid
+    request's head ended in the read holding the malformed bytes: the valid one was never handled."""
+    pipeline = HEALTHZ + MALFORMED + HEALTHZ
+    app = create_global_app(
+        parse_global_config(global_doc()),
+        rng=random.Random(1),
+        read_heartbeats=False,
+        management_listener=True,
+    )
+    async with (
+        running(FakeModelServer("a")) as (pod,),
+        gateway(DOC, {"llama": [pod.key]}) as gw,
+        serve_app(app, host="127.0.0.1", port=0) as router,
+        serve_app(global_management_app(app), host="127.0.0.1", port=0) as management,
+    ):
+        for url in (gw.url, router, management):
+            for at in range(1, len(pipeline) + 1):
+                data = await send_split(url, pipeline, at, within_s=5)
+                assert statuses_and_last_error(data) == ([b"200", b"400"], "bad_http_request"), (
+                    server_side,
+                    url,
+                    at,
+                    data[-300:],
+                )
+
+
+PIPELINED_BEFORE_MALFORMED = {
+    "a Content-Length request": post(),
+    "a chunked request": PIPELINED_FIRST["a chunked request"],
+    "a chunked request with a trailer": PIPELINED_FIRST["a chunked request with a trailer"],
+}
+
+
+@pytest.mark.parametrize("first", PIPELINED_BEFORE_MALFORMED)
+async def test_a_post_before_a_malformed_request_reaches_the_pod_once_at_every_split(
+    gateway: Callable[..., Any], server_side: str, first: str
+) -> None:
+    """A POST with its body, then a malformed request, then another POST: the first is forwarded
+    exactly once and answered 200, the malformed one gets 400, the last is never parsed nor
+    forwarded - wherever the bytes are cut (aiohttp's side lost the POST before session s47)."""
+    pipeline = PIPELINED_BEFORE_MALFORMED[first] + MALFORMED + post()
+    async with running(FakeModelServer("a")) as (pod,), gateway(DOC, {"llama": [pod.key]}) as gw:
+        for at in range(1, len(pipeline) + 1):
+            before = len(pod.received)
+            data = await send_split(gw.url, pipeline, at, within_s=5)
+            assert statuses_and_last_error(data) == ([b"200", b"400"], "bad_http_request"), (
+                server_side,
+                first,
+                at,
+                data[-300:],
+            )
+            assert len(pod.received) - before == 1, (server_side, first, at)
+
+
+async def test_a_malformed_body_behind_a_valid_request_is_refused_alone(
+    gateway: Callable[..., Any], server_side: str
+) -> None:
+    """The malformed bytes inside a pipelined request's body (a chunk size that is not hex): the
+    request before is answered, the one whose body is malformed gets the 400 and is never handed to
+    a handler (nor forwarded), as when it comes alone."""
+    bad_body = f"{H}{TE}\r\n".encode() + b"zz\r\n" + BODY + b"\r\n0\r\n\r\n"
+    async with running(FakeModelServer("a")) as (pod,), gateway(DOC, {"llama": [pod.key]}) as gw:
+        for pipeline in (HEALTHZ + bad_body, post() + bad_body + post()):
+            before = len(pod.received)
+            data = await read_until_closed(gw.url, pipeline, within_s=5)
+            assert statuses_and_last_error(data) == ([b"200", b"400"], "bad_http_request"), (
+                server_side,
+                data[-300:],
+            )
+            assert len(pod.received) - before == (1 if pipeline.startswith(b"POST") else 0)

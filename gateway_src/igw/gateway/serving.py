@@ -57,6 +57,11 @@ Pipelined requests: aiohttp's parser refuses bytes after a request that closes t
 requests before it along: one 400 for a valid first request, the others unanswered.
 :class:`_StopAfterClose` feeds the parser so that it never sees those bytes: the requests up to
 the closing one are answered, the connection then closes and the rest is ignored (RFC 9112 9.6).
+Likewise a malformed request pipelined behind valid ones in one read: the parser's raise dropped the
+requests it had parsed before it in that call (one 400, the valid ones never handled). A read in
+which a request head ends before more bytes is fed in steps that each end after one head, so each
+valid request comes out of a call of its own; they are answered in order, then the 400 closes the
+connection and nothing after it is parsed (RFC 9112 9.3.2), as on the lean side.
 """
 
 from __future__ import annotations
@@ -85,8 +90,8 @@ from aiohttp.http_exceptions import (
     LineTooLong,
 )
 from aiohttp.http_parser import HttpParser
-from aiohttp.streams import StreamReader
-from aiohttp.web_protocol import ERROR, RequestHandler, RequestPayloadError
+from aiohttp.streams import EMPTY_PAYLOAD, StreamReader
+from aiohttp.web_protocol import ERROR, RequestHandler, RequestPayloadError, _ErrInfo
 from aiohttp.web_request import BaseRequest
 from yarl import URL
 
@@ -781,14 +786,23 @@ class _StopAfterClose:
                 self._rest = None
                 resumed = rest.end if rest.end > 0 else None
         previous = self._previous
+        # where the next request's head may start in ``data`` (``None``: the body in progress goes on
+        # past it, no head is in it)
+        if at_boundary:
+            heads_from: int | None = 0
+        elif rest is None:
+            heads_from = 0  # a body of unknown length: any blank line may end a head
+        else:
+            heads_from = None if not rest.done else max(rest.end, 0)
         try:
-            found = self._feed(data)
+            found = self._feed(data, heads_from)
         except HttpProcessingError as exc:
+            self._done = True  # the connection closes after the answer to it: nothing more is parsed
             self._fail_body(exc)
             raise
         if data:
             self._previous = data[-8:]
-        if found[0]:
+        if found[0] and not isinstance(found[0][-1][0], _ErrInfo):
             message, body = found[0][-1]
             self._body = body if isinstance(body, StreamReader) and not body.is_eof() else None
             if self._body is not None:
@@ -865,17 +879,19 @@ class _StopAfterClose:
         if body is not None and not body.is_eof() and body.exception() is None:
             body.set_exception(RequestPayloadError("malformed request body"), exc)
 
-    def _feed(self, data: bytes) -> tuple[Sequence[tuple[Any, Any]], bool, bytes]:
+    def _feed(self, data: bytes, heads_from: int | None) -> tuple[Sequence[tuple[Any, Any]], bool, bytes]:
         parser = self._parser
         assert parser is not None
         if self._done:
-            return (), False, b""  # after a request that closes the connection: ignored
+            return (), False, b""  # after a request that closes the connection, or a refused one: ignored
         if not data:  # the parser's own resumption (a paused body's held-back bytes)
             return parser.feed_data(data)
         if not self._watch:
             # the read itself, then only its seam with the previous one: no copy of a large read
             if _CLOSE_HINT.search(data) is None and _CLOSE_HINT.search(self._previous + data[:8]) is None:
-                return parser.feed_data(data)
+                if heads_from is None or _next_head_end(self._previous, data, heads_from) >= len(data):
+                    return parser.feed_data(data)  # no request ends in it before more bytes: one call
+                return self._feed_pipelined(data, heads_from)
             self._watch = True
         messages: list[tuple[Any, Any]] = []
         cuts = sorted({*range(1, min(len(data), 3) + 1), *_head_ends(data)})
@@ -896,9 +912,9 @@ class _StopAfterClose:
                 self._body_fed += min(end, len(data)) - start
             try:
                 found, upgraded, tail = parser.feed_data(data[start:end])
-            except BadHttpMessage as exc:
+            except HttpProcessingError as exc:
                 if closing is None or "after `connection: close`" not in _parser_reason(exc):
-                    raise
+                    return self._refused_after(messages, exc)
                 self._done = True  # a step's cut missed the end of the body: the rest is ignored
                 break
             messages.extend(found)
@@ -910,6 +926,62 @@ class _StopAfterClose:
         if self._closing is not None and self._closing[1].is_eof():
             self._done = True
         return messages, False, b""
+
+    def _feed_pipelined(self, data: bytes, heads_from: int) -> tuple[Sequence[tuple[Any, Any]], bool, bytes]:
+        """Feed ``data`` in steps that each end just after a request head (found from ``heads_from``
+        on; a request's body is skipped by its framing, :func:`_request_end`, not searched for blank
+        lines): the parser raises for the first malformed byte and drops every request it parsed in
+        that call, so each valid request before a malformed one must come out of a call of its own
+        (:meth:`_refused_after`)."""
+        parser = self._parser
+        assert parser is not None
+        messages: list[tuple[Any, Any]] = []
+        start, search, size = 0, heads_from, len(data)
+        while start < size:
+            end = _next_head_end(self._previous if search == 0 else b"", data, search)
+            try:
+                found, upgraded, tail = parser.feed_data(data[start:end])
+            except HttpProcessingError as exc:
+                return self._refused_after(messages, exc)
+            messages.extend(found)
+            if upgraded:
+                return messages, True, tail + data[end:]
+            search = end
+            if found and not found[-1][1].is_eof():  # its body follows: the next head comes after it
+                after = _request_end(data, end, found[-1][0])
+                search = after if after >= 0 else size
+            start = end
+        return messages, False, b""
+
+    def _refused_after(
+        self, messages: list[tuple[Any, Any]], exc: HttpProcessingError
+    ) -> tuple[Sequence[tuple[Any, Any]], bool, bytes]:
+        """The parser refused bytes after ``messages`` (the requests it returned earlier in this read):
+        they are answered in order, then the refusal (aiohttp's own stand-in for it, a 400 that closes
+        the connection: :meth:`GatewayRequestHandler.handle_error`), and nothing after it is parsed
+        (RFC 9112 9.3.2: a server answers pipelined requests in order). aiohttp turned the raise into
+        a single 400 for the whole read: before session s47 a valid request pipelined before a
+        malformed one in the same read got that 400 and was never handled (nor forwarded). A request
+        whose body the refusal fell in is the refused one (one 400, its handler never runs, as for a
+        request alone in its read). With no request before it, the raise is aiohttp's to answer."""
+        self._done = True
+        if messages and not messages[-1][1].is_eof():
+            messages.pop()
+        if not messages:
+            raise exc
+        messages.append((_ErrInfo(status=400, exc=exc, message=exc.message), EMPTY_PAYLOAD))
+        return messages, False, b""
+
+
+def _next_head_end(previous: bytes, data: bytes, at: int) -> int:
+    """The offset in ``data`` just after the first ``CRLF CRLF`` that ends at or after ``at`` (one
+    begun in the last bytes of ``previous``, the read before, counts at 0), else ``len(data)``."""
+    if at == 0 and previous:
+        seam = (previous[-3:] + data[:3]).find(_HEAD_END)
+        if seam >= 0:
+            return seam + 4 - len(previous[-3:])
+    found = data.find(_HEAD_END, at)
+    return found + 4 if found >= 0 else len(data)
 
 
 _HEX: Final = {c: int(chr(c), 16) for c in b"0123456789abcdefABCDEF"}
