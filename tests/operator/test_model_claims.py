@@ -483,7 +483,7 @@ class _StopsBetweenWrites(Kube):
         self._stop_here("apply_all")
         return written
 
-    async def annotate(self, obj: Any, key: str, value: str, **where: Any) -> bool:
+    async def annotate(self, obj: Any, key: str, value: str | None, **where: Any) -> bool:
         kept = await super().annotate(obj, key, value, **where)
         self._stop_here("annotate")
         return kept
