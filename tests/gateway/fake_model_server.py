@@ -92,6 +92,12 @@ class FakeModelServer:
     stored_delay_s: float = 0.0
     """Seconds each request about a stored response (retrieve, delete, cancel, its items) waits
     before its answer."""
+    stored_stall_s: float = 0.0
+    """Seconds a whole (not streamed) answer about a stored response - its 404 too - stalls after its
+    head and the first half of its body, before the rest (a pod that freezes mid-answer)."""
+    stored_trickle_s: float = 0.0
+    """Seconds between the bytes of a whole answer about a stored response, each written alone (a pod
+    that is never silent long, yet never finishes: no silence bound ends it)."""
     cancelled: asyncio.Event = field(default_factory=asyncio.Event)
     scrapes: int = 0
     prompt_tokens_total: int = 0
@@ -470,7 +476,7 @@ class FakeModelServer:
                 "type": "invalid_request_error",
                 "code": 404,
             }
-            return web.json_response({"error": error}, status=404)
+            return await self._whole(request, {"error": error}, status=404)
         if request.method == "DELETE":
             del self.stored_responses[rid]
             return web.json_response({"id": rid, "object": "response.deleted", "deleted": True})
@@ -490,7 +496,29 @@ class FakeModelServer:
             await resp.write(body)
             await resp.write_eof()
             return resp
-        return web.json_response(done)
+        return await self._whole(request, done)
+
+    async def _whole(
+        self, request: web.Request, doc: dict[str, Any], *, status: int = 200
+    ) -> web.StreamResponse:
+        """``doc`` answered as JSON, stalled mid-body (:attr:`stored_stall_s`) or trickled
+        (:attr:`stored_trickle_s`) when asked to."""
+        if not self.stored_stall_s and not self.stored_trickle_s:
+            return web.json_response(doc, status=status)
+        body = orjson.dumps(doc)
+        resp = web.StreamResponse(status=status, headers={"Content-Type": "application/json"})
+        resp.content_length = len(body)
+        await resp.prepare(request)
+        if self.stored_trickle_s:
+            for index in range(len(body)):
+                await resp.write(body[index : index + 1])
+                await asyncio.sleep(self.stored_trickle_s)
+        else:
+            await resp.write(body[: len(body) // 2])
+            await asyncio.sleep(self.stored_stall_s)
+            await resp.write(body[len(body) // 2 :])
+        await resp.write_eof()
+        return resp
 
     async def _models(self, request: web.Request) -> web.StreamResponse:
         entry = {"id": self.name, "object": "model", "max_model_len": self.max_model_len}

@@ -1211,7 +1211,9 @@ async def _forward(
     # the last candidate whose answer to a retrieval named another response (never relayed)
     withheld: str | None = None
     # A retrieval's search waits search_timeout_s for each pod's answer head, then asks the next (since
-    # session s46): the 504 of the last pod it stopped waiting for, the client's if no other has it
+    # session s46), and as long for a whole answer's body (since s47: a head then a stalled body held
+    # the search until responseTimeout): the 504 of the last pod it stopped waiting for, the client's
+    # if no other has it
     polling = plan.search_for is not None and not plan.generates
     head_timeout_s = state.response_searches.search_timeout_s if polling else None
     stalled: ExchangeResult | None = None
@@ -1229,6 +1231,9 @@ async def _forward(
             silent = await hedged(candidates, ask, search.decide, delay_s=delay_s)
         except asyncio.CancelledError:  # its attempts cancelled and ended; nothing relayed yet
             if not state.inflight.cutting:
+                # the pods asked, in the access log's attempts (until s47: none, as if no pod had
+                # been asked); nothing listed as found or unfound, no pod as slow
+                _ = search.settled(gone=True)
                 obs.client_gone()
                 raise
             _ = search.settled()  # the attempts heard, in the access log
@@ -1277,6 +1282,7 @@ async def _forward(
                 relay_whole_above=WHOLE_ANSWER_BUFFER_BYTES,
                 expect_id=plan.settles,  # a retrieval's: checked before it is relayed (None: generating)
                 head_timeout_s=head_timeout_s,
+                answer_timeout_s=head_timeout_s,  # a search's whole answer, its body too (since s47)
             )
             # routeTimeout bounds the whole exchange; without one (the default) no timer is armed
             if deadline is None:
@@ -1531,6 +1537,9 @@ class _HedgedSearch:
         self.heard: list[tuple[str, ExchangeResult | None, str]] = []
         """Each outcome in the order it came: pod, its result (``None``: no connection), the cause
         its move to the next pod is counted under (``""``: none)."""
+        self.asked: list[str] = []
+        """Each pod asked, in order: those never heard (cancelled when the search ended) count among
+        the request's attempts too."""
 
     def asker(
         self,
@@ -1544,6 +1553,7 @@ class _HedgedSearch:
         state, plan, obs = self.state, self.plan, self.obs
 
         def ask(key: str) -> Awaitable[ExchangeResult]:
+            self.asked.append(key)
             return exchange(
                 request,
                 session=state.upstream if state.upstream is not None else request.app[SESSION_KEY],
@@ -1558,6 +1568,7 @@ class _HedgedSearch:
                 method=plan.method,
                 expect_id=plan.settles,
                 head_timeout_s=head_timeout_s,
+                answer_timeout_s=head_timeout_s,  # its body too: a pod stalling mid-answer is given up
                 hold_bytes=WHOLE_ANSWER_BUFFER_BYTES,
             )
 
@@ -1609,25 +1620,37 @@ class _HedgedSearch:
         return LAST
 
     def settled(
-        self,
+        self, *, gone: bool = False
     ) -> tuple[ExchangeResult | None, ExchangeResult | None, ExchangeResult | None, str | None, int]:
         """The search's outcome as the sequential search leaves it - the answer (the winner, else
         the first other error), the last 404, the last stalled pod's 504, the last pod withheld, the
         misses - with each attempt recorded (the access log's attempts, the retries counted, the
-        one that ends it last)."""
+        one that ends it last; the pods asked and never heard, cancelled when it ended - by its
+        client leaving too - before that one). ``gone``: the client left, no answer is its: each
+        recorded in the order asked, the last pod asked the access log's endpoint."""
         result = self.won if self.won is not None else self.failed
         final = result if result is not None else self.stalled if self.stalled is not None else self.refusal
         heard = self.heard
-        if final is not None:  # the client's answer recorded last (the access log's endpoint)
-            heard = [item for item in heard if item[1] is not final] + [
-                item for item in heard if item[1] is final
+        answered = {item[0] for item in heard}
+        # pods asked and never heard: attempts (cause "": no retry counted), before the final one
+        unheard = [(key, None, "") for key in self.asked if key not in answered]
+        if gone:
+            order = {key: index for index, key in enumerate(self.asked)}
+            heard = sorted([*heard, *unheard], key=lambda item: order.get(item[0], -1))
+        elif final is not None:  # the client's answer recorded last (the access log's endpoint)
+            heard = [
+                *(item for item in heard if item[1] is not final),
+                *unheard,
+                *(item for item in heard if item[1] is final),
             ]
+        else:
+            heard = [*heard, *unheard]
         obs = self.obs
         for number, (key, answer, cause) in enumerate(heard, start=1):
             obs.attempt(number, key, scheduler=None)
-            if answer is None:
+            if answer is None and cause:
                 obs.connect_failed(key, cause)
-            elif number < len(heard) and cause:  # the last one's the client's (a sequential search's too)
+            elif answer is not None and number < len(heard) and cause:  # the last one's the client's
                 obs.retrying(self.plan.search_pools.get(key, ""), cause, status=answer.status)
         return result, self.refusal, self.stalled, self.withheld, self.missed
 

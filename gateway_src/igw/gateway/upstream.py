@@ -805,6 +805,7 @@ async def exchange(
     upstream_name: str = UPSTREAM_NAME,
     head_timeout_s: float | None = None,
     hold_bytes: int | None = None,
+    answer_timeout_s: float | None = None,
 ) -> ExchangeResult:
     """Forward to ``endpoint`` (with ``method``) and relay the answer (``headers``: the upstream
     request's fields, as a map or serialised by :func:`upstream_header_block`). Raises
@@ -831,7 +832,16 @@ async def exchange(
     on the wait for the answer's head alone (the global router's search of a cluster,
     :data:`~igw.global_router.server.SEARCH_TIMEOUT_S`); ``None``: ``idle_timeout_s`` bounds it.
     ``hold_bytes``: nothing is written to the client here, whatever the answer (a hedged retrieval's
-    attempt, one of several in flight: :func:`_held`); ``None``: relayed as above."""
+    attempt, one of several in flight: :func:`_held`); ``None``: relayed as above.
+    ``answer_timeout_s``: bounds a whole answer (not an event stream) from this call to the last of
+    its bytes held - a held answer's all of them, another's those collected before its relay starts -
+    as a 504 ``upstream_timeout`` (:attr:`ExchangeResult.gave_up`), nothing relayed: a tier-1
+    search's attempt (:data:`~igw.gateway.response_search.SEARCH_TIMEOUT_S`; a stored response's
+    answer is small JSON sent at once), so that a pod that sends its head and then stalls or trickles
+    the body is given up as one that sent no head is (since session s47; before, only
+    ``responseTimeout``'s silence bounded it, 600 s by default, and a trickle nothing);
+    ``None``: no such bound."""
+    answered_by = None if answer_timeout_s is None else time.monotonic() + answer_timeout_s
     # ``endpoint`` is a pod's ``host:port``, or a base URL with its scheme (the global router's
     # clusters). Waiting for a free pooled connection is not a connect failure (it would turn pool
     # exhaustion under load into retries and 502s); routeTimeout bounds the wait.
@@ -860,11 +870,25 @@ async def exchange(
     if 300 <= upstream.status < 400 and upstream.status != 304:  # 304: a conditional GET's, no redirect
         upstream.close()
         return _refused_redirect(upstream, endpoint, upstream_name, response_headers)
+    # what is left of answer_timeout_s for the bytes held after the head (None: no such bound)
+    held_timeout_s = None if answered_by is None else max(0.0, answered_by - time.monotonic())
+    # a collected answer's bound: answer_timeout_s's rest when shorter than body_timeout_s (named so)
+    whole_timeout_s = _shorter(body_timeout_s, held_timeout_s)
+    whole_bound_s = body_timeout_s if whole_timeout_s == body_timeout_s else answer_timeout_s
     try:
         if upstream.status == 304:  # no content, and only the fields a 304 is for
             return _not_modified(upstream, response_headers)
         if hold_bytes is not None:
-            return await _held(request, upstream, hold_bytes=hold_bytes, extra=response_headers)
+            return await _held(
+                request,
+                upstream,
+                hold_bytes=hold_bytes,
+                extra=response_headers,
+                timeout_s=held_timeout_s,
+                bound_s=answer_timeout_s,
+                endpoint=endpoint,
+                upstream_name=upstream_name,
+            )
         # Status, not content type, makes an answer a refusal: an error answered as an event stream
         # (a 503 or 429 some servers send as ``text/event-stream``) is an error answer, wrapped and
         # retried as a JSON or plain one is (before session s42 it was relayed as a stream, never
@@ -904,7 +928,7 @@ async def exchange(
                 )
             payload = upstream.received()
             if payload is None and relay_whole_above is not None and _wrapped(upstream):
-                async with asyncio.timeout(body_timeout_s):
+                async with asyncio.timeout(whole_timeout_s):
                     return await _discarded_error(upstream, extra=response_headers)
             if payload is None and relay_whole_above is not None:
                 return await _relay_whole(
@@ -917,16 +941,18 @@ async def exchange(
                     buffer_bytes=relay_whole_above if upstream.status < 400 else ERROR_ANSWER_BUFFER_BYTES,
                     body_timeout_s=body_timeout_s,
                     expect_id=expect_id,
+                    held_timeout_s=held_timeout_s,
+                    held_bound_s=answer_timeout_s,
                 )
             if payload is None:
-                if body_timeout_s is None:
+                if whole_timeout_s is None:
                     payload = await upstream.read()
                 else:
-                    async with asyncio.timeout(body_timeout_s):
+                    async with asyncio.timeout(whole_timeout_s):
                         payload = await upstream.read()
         except TimeoutError:
             return _stalled(
-                _timed_out(endpoint, upstream_name, "did not finish its response within", body_timeout_s),
+                _timed_out(endpoint, upstream_name, "did not finish its response within", whole_bound_s),
                 response_headers,
             )
         except UpstreamStalled as stalled:
@@ -939,8 +965,23 @@ async def exchange(
         upstream.close()
 
 
+def _shorter(first: float | None, second: float | None) -> float | None:
+    """The shorter of two bounds (``None``: none)."""
+    if first is None:
+        return second
+    return first if second is None else min(first, second)
+
+
 async def _held(
-    request: web.Request, upstream: UpstreamResponse, *, hold_bytes: int, extra: Mapping[str, str]
+    request: web.Request,
+    upstream: UpstreamResponse,
+    *,
+    hold_bytes: int,
+    extra: Mapping[str, str],
+    timeout_s: float | None = None,
+    bound_s: float | None = None,
+    endpoint: str = "",
+    upstream_name: str = UPSTREAM_NAME,
 ) -> ExchangeResult:
     """A whole answer collected, never written to the client (``hold_bytes`` of :func:`exchange`):
     one of a hedged retrieval's attempts (:mod:`igw.gateway.hedged_search`), several in flight, of
@@ -949,7 +990,8 @@ async def _held(
     An answer it cannot hold - an event stream, one past ``hold_bytes``, a compressed one the client
     does not accept (decoded as it is relayed, :func:`_relay_decoded`) - is closed unread
     (:attr:`ExchangeResult.unheld`; the caller asks that pod again, relaying). An upstream failure or
-    stall is the exchange's result, as for any whole answer."""
+    stall is the exchange's result, as for any whole answer; so is a body not held whole within
+    ``timeout_s`` (what is left of ``bound_s``, ``answer_timeout_s`` of :func:`exchange`): a 504."""
     coding = upstream.noted.get(b"content-encoding")
     if upstream.status < 400 and (
         upstream.content_type == "text/event-stream"
@@ -960,20 +1002,24 @@ async def _held(
     ):
         return _unheld(extra)
     try:
-        if _wrapped(upstream):
-            return await _discarded_error(upstream, extra=extra)
-        payload = upstream.received()
-        if payload is None:
-            parts: list[bytes] = []
-            held = 0
-            while chunk := await upstream.readany():
-                held += len(chunk)
-                if held > hold_bytes:
-                    return _unheld(extra)
-                parts.append(chunk)
-            payload = b"".join(parts)
-        elif len(payload) > hold_bytes:
-            return _unheld(extra)
+        async with asyncio.timeout(timeout_s):
+            if _wrapped(upstream):
+                return await _discarded_error(upstream, extra=extra)
+            payload = upstream.received()
+            if payload is None:
+                parts: list[bytes] = []
+                held = 0
+                while chunk := await upstream.readany():
+                    held += len(chunk)
+                    if held > hold_bytes:
+                        return _unheld(extra)
+                    parts.append(chunk)
+                payload = b"".join(parts)
+            elif len(payload) > hold_bytes:
+                return _unheld(extra)
+    except TimeoutError:
+        bound = _timed_out(endpoint, upstream_name, "did not finish its response within", bound_s)
+        return _stalled(bound, extra)
     except UpstreamStalled as stalled:
         return _stalled(stalled, extra)
     except UpstreamBroken as broken:
@@ -1121,6 +1167,8 @@ async def _relay_whole(
     buffer_bytes: int,
     body_timeout_s: float | None,
     expect_id: str | None = None,
+    held_timeout_s: float | None = None,
+    held_bound_s: float | None = None,
 ) -> ExchangeResult:
     """A whole (non-streamed) answer that is final whatever it holds: collected while it stays within
     ``buffer_bytes`` (then forwarded as :func:`_whole_answer` forwards it), else relayed as it arrives
@@ -1140,9 +1188,15 @@ async def _relay_whole(
     ``expect_id`` (a stored response's retrieval or cancel): the bytes held are read before the relay
     starts, and an answer whose first ``id`` (both APIs put it first) names another response is
     returned unrelayed (:func:`_misnamed`). Until session s45 such an answer past ``buffer_bytes``
-    was relayed, and found misnamed only once the client had it."""
+    was relayed, and found misnamed only once the client had it.
+
+    ``held_timeout_s`` bounds the bytes held, before the relay starts, too (``answer_timeout_s`` of
+    :func:`exchange`, whose whole is ``held_bound_s``, what the 504's message names): a search's
+    attempt, given up while nothing of it reached the client."""
     loop = asyncio.get_running_loop()
     deadline = None if body_timeout_s is None else loop.time() + body_timeout_s
+    held_by = None if held_timeout_s is None else loop.time() + held_timeout_s
+    holding_by = deadline if held_by is None else held_by if deadline is None else min(deadline, held_by)
 
     def left() -> float | None:
         return None if deadline is None else max(0.0, deadline - loop.time())
@@ -1151,10 +1205,11 @@ async def _relay_whole(
     held = 0
     try:
         while held <= buffer_bytes:
-            chunk = await upstream.readany(left())
+            chunk = await upstream.readany(None if holding_by is None else max(0.0, holding_by - loop.time()))
             if chunk is None:
+                bound = held_bound_s if holding_by is not None and holding_by == held_by else body_timeout_s
                 return _stalled(
-                    _timed_out(endpoint, upstream_name, "did not finish its response within", body_timeout_s),
+                    _timed_out(endpoint, upstream_name, "did not finish its response within", bound),
                     extra,
                 )
             if not chunk:
