@@ -199,7 +199,9 @@ credential file and environment names (``aws_secret_access_key``, ``aws_session_
 ``SecretAccessKey``/``SessionToken``) all end in one of its words."""
 _FORM_FIELD: Final = re.compile(
     r"(?i)(?:(?<=%26)|(?<![A-Za-z0-9_.-]))"
-    r"(?:(" + _SECRET_FIELD + r")(=|%3D)(?!(?:[\[({]\s*)?\\*[bru]{0,2}[\"'])((?:(?!%26)[^&\s\"'<>\\])+)"
+    r"(?:("
+    + _SECRET_FIELD
+    + r")(=|%3D)(?!(?:[\[({]\s*)*\\*[bru]{0,2}[\"'])((?:(?!%26|,(?:\s|\Z))[^&\s\"'<>\\])+)"
     r"|((?:device_)?code)(=|%3D)((?:(?!%26)[^&\s\"'<>\\])+)(?=&|%26))"
     r"|(?:(?<=&)|(?<=%26))((?:device_)?code)(=|%3D)((?:(?!%26)[^&\s\"'<>\\])+)"
 )
@@ -211,8 +213,10 @@ next ``&``, blank, quote or backslash (a repr's escape: a form value has them pe
 so at DEBUG (``IGW_DEBUG_THIRD_PARTY=1``); before session s45 :func:`redact` masked ``name=value``
 only in a URL's query, and the refresh token and client secret went to the logs. A value
 opening with a quote or a bracket and a quote (``password='x'``, ``token=['x'``) is :data:`_KWARG_FIELD`'s
-or :data:`_OPEN_CONTAINER`'s: taken here, it masked the ``b`` or ``[`` only and showed the rest. Other fields
-(``status=200``, ``model=llama``) stay."""
+or :data:`_OPEN_CONTAINER`'s: taken here, it masked the ``b`` or ``[`` only and showed the rest. A comma
+before a blank ends the value (a repr's separator, ``Config(password=None, token=...)``, which a form
+value has percent-encoded), and so does a closing bracket of a call around it (:func:`_mask_form_field`);
+until session s47 (round 9) both were masked with it. Other fields (``status=200``, ``model=llama``) stay."""
 _FIELD_WORDS: Final = (
     "token",
     "secret",
@@ -344,7 +348,7 @@ for the backslash and quote first, as :data:`_QUOTED_HINT`, so escaped JSON of o
 _KWARG_FIELD: Final = re.compile(
     r"(?i)(?<![A-Za-z0-9_-])("
     + _QUOTED_NAME
-    + r")(=[bru]{0,2})("
+    + r")([ \t]*=[ \t]*[bru]{0,2})("
     + _STRING
     + "|"
     + _container(_STRING)
@@ -359,18 +363,32 @@ was masked, and a repr's quoted values went through."""
 _ESCAPED_KWARG: Final = re.compile(
     r"(?i)(?<![A-Za-z0-9_-])("
     + _QUOTED_NAME
-    + r")(=[bru]{0,2})(\\+)([\"'])(?:(?!(?<!\\)\3\4)[^\r\n])*(?:(?<!\\)\3\4|(?=\r?\n|\Z))"
+    + r")([ \t]*=[ \t]*[bru]{0,2})(\\+)([\"'])(?:(?!(?<!\\)\3\4)[^\r\n])*(?:(?<!\\)\3\4|(?=\r?\n|\Z))"
 )
 """:data:`_KWARG_FIELD` in a repr held in a JSON string or another repr (``Config(password=\\"x\\")``, its
 quotes escaped; the access log's JSON form of a repr), its string masked, quotes kept; up to the next
 such quote not after one backslash more, or, cut off, the end of the line."""
 _KWARG_HINT: Final = re.compile(
-    rf"=(?=[bru]{{0,2}}\\*[\"'\[({{])(?<={_QUOTED_LAST}=)(?:"
+    rf"=(?=[ \t]*[bru]{{0,2}}\\*[\"'\[({{])(?<={_QUOTED_LAST}=)(?:"
     + "|".join(f"(?<={word}=)" for word in _QUOTED_WORDS)
     + ")"
 )
 """What a lower-cased text needs for :data:`_KWARG_FIELD` to match: one of :data:`_QUOTED_WORDS`, ``=``
-and a quote or bracket; led by the ``=``, as :data:`_FORM_HINT`."""
+and a quote or bracket; led by the ``=``, as :data:`_FORM_HINT`. Blanks before the ``=``:
+:data:`_SPACED_KWARG_HINT`."""
+_SPACED_KWARG_HINT: Final = re.compile(
+    "(?:" + "|".join(_QUOTED_WORDS) + r")[ \t]+=[ \t]*[bru]{0,2}\\*[\"'\[({]"
+)
+""":data:`_KWARG_HINT` for an assignment with blanks before its ``=`` (``password = "..."``, ``token =
+'...'``: a source line, a TOML or Python config dump), searched only in a text holding ``" ="`` or
+``"\t="``."""
+
+
+def _keyword_secrets(lowered: str) -> bool:
+    """Whether a lower-cased text may hold a :data:`_KWARG_FIELD`: the cheap test before it runs."""
+    return _KWARG_HINT.search(lowered) is not None or (
+        (" =" in lowered or "\t=" in lowered) and _SPACED_KWARG_HINT.search(lowered) is not None
+    )
 
 
 def _mask_escaped_kwarg(found: re.Match[str]) -> str:
@@ -391,60 +409,103 @@ def _mask_kwarg(found: re.Match[str]) -> str:
 
 
 _OPEN_CONTAINER: Final = re.compile(
-    r"(?i)(?:(\\*)([\"'])(" + _QUOTED_NAME + r")(\1\2\s*:\s*)|(?<![A-Za-z0-9_-])(" + _QUOTED_NAME + r")(=))"
-    r"([\[({]\s*)([^\r\n]*)"
+    r"(?i)(?:(\\*)([\"'])(" + _QUOTED_NAME + r")(\1\2\s*:\s*)"
+    r"|(?<![A-Za-z0-9_-])(" + _QUOTED_NAME + r")([ \t]*=[ \t]*))[\[({][ \t]*"
 )
-"""A secret-named field or keyword argument whose value is an array, tuple or object, with the rest of
-its line: :func:`_mask_open_container` masks it when the value does not close on the line."""
+"""A secret-named field or keyword argument whose value is an array, tuple or object, up to its
+opening bracket: :func:`_mask_containers` masks the strings of the value, whatever its depth."""
 _BRACKETS: Final = str.maketrans("", "", "[](){}")
+_FIRST_QUOTE: Final = re.compile(r"(\\*)([\"'])")
 
 
-def _unbalanced(text: str) -> bool:
-    """Whether ``text`` opens more brackets of one kind than it closes: the cheap test before
-    :data:`_OPEN_CONTAINER`."""
-    return len(text) != len(text.translate(_BRACKETS)) and (
-        text.count("[") > text.count("]")
-        or text.count("{") > text.count("}")
-        or text.count("(") > text.count(")")
-    )
+_CONTAINER_VALUE: Final = re.compile(r"[:=]\s*[\[({]")
+_SECRET_NAME_END: Final = re.compile("(?:" + "|".join(_QUOTED_WORDS) + r")\\*[\"']?\Z")
 
 
-def _mask_open_container(found: re.Match[str]) -> str:
-    """An :data:`_OPEN_CONTAINER` as it is when its value closes on its line (a closed value is
-    :data:`_QUOTED_FIELD`'s or :data:`_KWARG_FIELD`'s), else its name and opening bracket then
-    :data:`MASK`: a line cut inside the value (``"password": ["hun``), whose strings the closed-value
-    rules and :data:`_CUT_FIELD` (a string value only) let through until session s47."""
-    escape = found.group(1) or ""
-    if _closes(
-        found.group(8),
-        escape,
-        found.group(2) if escape else "'\"",
-        _escaped_strings(escape, found.group(2)) if escape else _STRINGS,
-    ):
-        return found.group(0)
-    return found.group(0)[: found.start(8) - found.start(0)] + MASK
+def _secret_containers(text: str) -> bool:
+    """Whether ``text`` may hold an :data:`_OPEN_CONTAINER`: a bracket after ``:`` or ``=`` whose name
+    before ends in one of :data:`_QUOTED_WORDS`, the cheap test before :func:`_mask_containers` (led by
+    the bracket: a search led by the name cost a JSON body of other arrays twice its redaction)."""
+    if len(text) == len(text.translate(_BRACKETS)):
+        return False
+    for found in _CONTAINER_VALUE.finditer(text):
+        before = text[max(0, found.start() - 48) : found.start()].rstrip()
+        if _SECRET_NAME_END.search(before.lower()):
+            return True
+    return False
+
+
+def _mask_containers(text: str) -> str:
+    """``text`` with every string in the value of an :data:`_OPEN_CONTAINER` masked (an object's keys,
+    scalars and brackets kept), to the bracket that closes it on its line however deep it nests
+    (``"password": [["[REDACTED]"]]``, ``'token': {'a': {'b': '[REDACTED]'}}``), or, when the value does
+    not close on its line (a line cut inside it, ``"password": ["hun``), from its opening bracket to
+    the end of the line. An object under a ``credentials`` name is left to its own fields' names, as
+    :func:`_mask_quoted_field` leaves it.
+
+    :data:`_QUOTED_FIELD` and :data:`_KWARG_FIELD` take a value one level deep; until session s47
+    (round 9) a deeper one went through whole, and until round 8 a cut one. The scan is one pass over
+    the value's line, each string skipped whole."""
+    shown: list[str] = []
+    position = 0
+    while (found := _OPEN_CONTAINER.search(text, position)) is not None:
+        start, stop = found.end(), _line_end(text, found.end())
+        escape, quote = found.group(1), found.group(2)
+        if (
+            escape is None
+            and (first := _FIRST_QUOTE.search(text, start, stop)) is not None
+            and first.group(1)
+        ):
+            escape, quote = first.groups()  # a repr in a JSON string: its quotes escaped
+        escape = escape or ""
+        strings = _escaped_strings(escape, quote) if escape else _STRINGS
+        end = _closing(text, start, stop, escape, quote if escape else "'\"", strings)
+        shown.append(text[position:start])
+        if end is None:
+            shown.append(MASK)
+            position = stop
+        elif (
+            found.group(3)
+            and text[found.start(0) : start].rstrip().endswith("{")
+            and _CREDENTIALS_NAME.fullmatch(found.group(3))
+        ):
+            position = start  # its fields are found by their own names
+        else:
+            shown.append(strings.sub(functools.partial(_mask_string, escape=escape), text[start:end]))
+            position = end
+    shown.append(text[position:])
+    return "".join(shown)
+
+
+def _line_end(text: str, start: int) -> int:
+    """Where the line holding ``start`` ends (its ``\r`` or ``\n``, or the end of the text)."""
+    ends = [end for end in (text.find("\n", start), text.find("\r", start)) if end >= 0]
+    return min(ends, default=len(text))
 
 
 _CONTAINER_MARK: Final = re.compile(r"[\[\](){}\"'\\]")
 
 
-def _closes(rest: str, escape: str, quotes: str, strings: re.Pattern[str]) -> bool:
-    """Whether a value opened before ``rest`` closes in it: its brackets balance outside its strings
-    (``strings``, in ``quotes`` after ``escape``) and no string is left open."""
-    depth, position = 1, 0
-    while (mark := _CONTAINER_MARK.search(rest, position)) is not None:
+def _closing(
+    text: str, start: int, stop: int, escape: str, quotes: str, strings: re.Pattern[str]
+) -> int | None:
+    """Where a value opened before ``start`` ends in ``text[start:stop]``, after the bracket that closes
+    it (its brackets balance outside its strings: ``strings``, in ``quotes`` after ``escape``), or
+    ``None`` when it does not close there or a string is left open."""
+    depth, position = 1, start
+    while (mark := _CONTAINER_MARK.search(text, position, stop)) is not None:
         char, position = mark.group(0), mark.end()
         if char in "[({":
             depth += 1
         elif char in "])}":
             depth -= 1
             if depth == 0:
-                return True
-        elif (string := strings.match(rest, mark.start())) is not None:
+                return position
+        elif (string := strings.match(text, mark.start(), stop)) is not None:
             position = string.end()
-        elif rest.startswith(tuple(escape + quote for quote in quotes), mark.start()):
-            return False
-    return False
+        elif text.startswith(tuple(escape + quote for quote in quotes), mark.start(), stop):
+            return None
+    return None
 
 
 _DSN: Final = re.compile(
@@ -485,9 +546,23 @@ def _mask_dump(found: re.Match[str]) -> str:
 
 
 def _mask_form_field(found: re.Match[str]) -> str:
-    """A :data:`_FORM_FIELD` match with its value masked, its name and ``=`` kept."""
+    """A :data:`_FORM_FIELD` match with its value masked, its name and ``=`` kept, and the brackets
+    that end it kept when they close one opened before the field (``Config(password=None)``: the
+    call's ``)``, which a form value would have percent-encoded)."""
     groups = [g for g in found.groups() if g is not None]
-    return f"{groups[0]}{groups[1]}{MASK}"
+    value = groups[2]
+    before = found.string[: found.start()]
+    kept = len(value)
+    while kept and (closer := value[kept - 1]) in _CLOSERS:
+        opener = _CLOSERS[closer]
+        extra = value.count(closer, 0, kept) - value.count(opener, 0, kept)  # closing none of the value's
+        if extra <= 0 or extra > before.count(opener) - before.count(closer):
+            break
+        kept -= 1
+    return f"{groups[0]}{groups[1]}{MASK}{value[kept:]}"
+
+
+_CLOSERS: Final = {")": "(", "]": "[", "}": "{"}
 
 
 def _mask_quoted_field(found: re.Match[str]) -> str:
@@ -612,6 +687,20 @@ _BYTES_REPR_HINTS: Final = ("\\x02\\x01\\x0", "*\\x86H\\x86\\xf7\\r\\x01\\x0")
 the version field ``02 01 00``/``01``/``03`` (PKCS#8, PKCS#1, SEC 1, PKCS#12), which a repr always writes
 as escapes, or an encrypted key's ``1.2.840.113549.1.5``/``.1.12`` algorithm identifier. The cheap test
 before :data:`_BYTES_REPR` runs, wherever in a repr the key starts."""
+_DOUBLED_BYTES_REPR: Final = re.compile(
+    r"(?<![A-Za-z0-9_])b(\\?[\"'])((?:(?!\1)(?:[^\\\n]|\\{4}|\\{3}[\"']|\\{2}[^\\\n]|\\[\"']))*)(\1?)"
+)
+"""A :data:`_BYTES_REPR` in a JSON string or another repr, its backslashes doubled
+(``b'0.\\\\x02\\\\x01...'``; ``b\\"...\\"`` or ``b\\'...\\'`` where its quotes were escaped too): the access
+log's JSON form of a field holding a repr, a JSON log line's message, ``repr(repr(key))``. Its escapes
+are two backslashes (four for a backslash byte, three before a quote), up to its opening quote again
+or, cut off, the end of the line; :func:`_mask_doubled_bytes_repr` takes one level off and judges it
+as :func:`_mask_bytes_repr` does. Until session s47 (round 9) such a repr went through whole."""
+_DOUBLED_BYTES_REPR_HINTS: Final = tuple(hint.replace("\\", "\\\\") for hint in _BYTES_REPR_HINTS)
+""":data:`_BYTES_REPR_HINTS` with their backslashes doubled: the cheap test before
+:data:`_DOUBLED_BYTES_REPR`."""
+_ONE_ESCAPE: Final = re.compile(r"\\(.)")
+"""One level of a JSON string's or repr's escaping: a backslash and the character it escapes."""
 _CUT_ESCAPE: Final = re.compile(r"\\(?:x[0-9a-fA-F]?)?\Z")
 """An escape cut off at the end of a repr's body (a log line cut inside the repr)."""
 
@@ -640,13 +729,25 @@ def _mask_bytes_repr(found: re.Match[str]) -> str:
     if not any(hint in body for hint in _BYTES_REPR_HINTS):
         return found.group(0)
     try:
-        raw = codecs.escape_decode(_CUT_ESCAPE.sub("", body).encode("latin-1", "backslashreplace"))[0]
+        cut = body if end else _CUT_ESCAPE.sub("", body)  # closed: its last \\ is an escaped backslash's
+        raw = codecs.escape_decode(cut.encode("latin-1", "backslashreplace"))[0]
     except ValueError:  # not a repr's escapes after all: a key's version field is there, so masked
         raw = None
     if raw is not None and not _holds_key(raw.hex()):
         return found.group(0)
     quote = found.group(0)[1]
     return f"b{quote}{MASK}{end}"
+
+
+def _mask_doubled_bytes_repr(found: re.Match[str]) -> str:
+    """A :data:`_DOUBLED_BYTES_REPR` judged by :func:`_mask_bytes_repr` with one level of escaping taken
+    off its body (``\\\\x02`` read as ``\\x02``), masked whole when it holds a key (``b'[REDACTED]'``,
+    ``b\\"[REDACTED]\\"``), its quotes kept as they were."""
+    opening, body, end = found.groups()
+    inner = _BYTES_REPR.match("b" + opening[-1] + _ONE_ESCAPE.sub(r"\1", body) + end[-1:])
+    if inner is None or _mask_bytes_repr(inner) == inner.group(0):
+        return found.group(0)
+    return f"b{opening}{MASK}{end}"
 
 
 def _form_secrets(lowered: str) -> bool:
@@ -694,10 +795,15 @@ def _redact_target(found: re.Match[str]) -> str:
 
 
 def _escaped_or_bytes_secrets(text: str) -> bool:
-    """Whether ``text`` may hold an :data:`_ESCAPED_FIELD` or a key's :data:`_BYTES_REPR`: both need a
+    """Whether ``text`` may hold an :data:`_ESCAPED_FIELD` or a key's :data:`_BYTES_REPR` (its backslashes
+    doubled too, :data:`_DOUBLED_BYTES_REPR`): all need a
     backslash (a DER key's repr writes its version field as escapes), the one test most lines fail."""
     return "\\" in text and bool(
-        _ESCAPED_HINT.search(text.lower()) or _BYTES_REPR_HINTS[0] in text or _BYTES_REPR_HINTS[1] in text
+        _ESCAPED_HINT.search(text.lower())
+        or _BYTES_REPR_HINTS[0] in text
+        or _BYTES_REPR_HINTS[1] in text
+        or _DOUBLED_BYTES_REPR_HINTS[0] in text
+        or _DOUBLED_BYTES_REPR_HINTS[1] in text
     )
 
 
@@ -716,7 +822,7 @@ def needs_redaction(text: str) -> bool:
     return (
         _form_secrets(lowered)
         or _QUOTED_HINT.search(lowered) is not None
-        or _KWARG_HINT.search(lowered) is not None
+        or _keyword_secrets(lowered)
         or _hex_secrets(lowered)
         or any(trigger in lowered for trigger in _TRIGGERS)
     )
@@ -805,7 +911,7 @@ def redact(text: str) -> str:
     quoted = _QUOTED_HINT.search(lowered) is not None
     if quoted:
         text = _QUOTED_FIELD.sub(_mask_quoted_field, text)
-    keyword = _KWARG_HINT.search(lowered) is not None
+    keyword = _keyword_secrets(lowered)
     if keyword:
         text = _KWARG_FIELD.sub(_mask_kwarg, text)
         if "\\" in text:
@@ -816,8 +922,10 @@ def redact(text: str) -> str:
             text = _ESCAPED_FIELD.sub(_mask_quoted_field, text)
         if _BYTES_REPR_HINTS[0] in text or _BYTES_REPR_HINTS[1] in text:
             text = _BYTES_REPR.sub(_mask_bytes_repr, text)
-    if (quoted or keyword) and _unbalanced(text):
-        text = _OPEN_CONTAINER.sub(_mask_open_container, text)
+        if _DOUBLED_BYTES_REPR_HINTS[0] in text or _DOUBLED_BYTES_REPR_HINTS[1] in text:
+            text = _DOUBLED_BYTES_REPR.sub(_mask_doubled_bytes_repr, text)
+    if (quoted or keyword) and _secret_containers(text):
+        text = _mask_containers(text)
     if quoted and _left_open(text):
         text = _CUT_FIELD.sub(lambda m: f"{m.group(1)}{m.group(2)}{m.group(3)}{m.group(4)}{MASK}", text)
     if _hex_secrets(lowered):

@@ -252,6 +252,10 @@ def test_a_string_is_judged_in_its_json_form(
         "db app:hunter2xyz@tcp(db:3306)/orders",
         '{"password": ["hunter2xyz',
         "Config(token=('hunter2xyz",
+        '{"password": [["hunter2xyz"]]}',
+        "{'token': {'a': {'b': 'hunter2xyz'}}}",
+        'password = "hunter2xyz"',
+        "token = 'hunter2xyz'",
     ],
 )
 def test_reprs_dsns_and_cut_containers_are_masked_in_the_written_line(
@@ -266,3 +270,34 @@ def test_reprs_dsns_and_cut_containers_are_masked_in_the_written_line(
     line = _written(handler, stream, record)
     assert "hunter2xyz" not in line, line
     assert MASK in line
+
+
+def test_a_keyword_argument_keeps_its_separator_in_the_written_line(
+    served_access_logger: tuple[logging.Logger, io.StringIO, BatchedLineHandler],
+) -> None:
+    _, stream, handler = served_access_logger
+    record = _record(model="Config(password=None, token='hunter2xyz', user='ops')")
+    line = _written(handler, stream, record)
+    assert orjson.loads(line)["model"] == f"Config(password={MASK}, token='{MASK}', user='ops')"
+
+
+@pytest.mark.parametrize(
+    "after", [b"", b"'"]
+)  # the repr in single quotes, or in double ones (escaped in JSON)
+def test_a_key_s_bytes_repr_in_a_text_field_is_masked_in_the_written_line(
+    served_access_logger: tuple[logging.Logger, io.StringIO, BatchedLineHandler], after: bytes
+) -> None:
+    """The line's JSON doubles the repr's backslashes (``b'0.\\\\x02\\\\x01...'``): the key's DER went
+    through whole, and the string was not even taken for one to scan."""
+    from cryptography.hazmat.primitives import serialization as s
+    from cryptography.hazmat.primitives.asymmetric import ed25519
+
+    der = ed25519.Ed25519PrivateKey.generate().private_bytes(
+        s.Encoding.DER, s.PrivateFormat.PKCS8, s.NoEncryption()
+    )
+    _, stream, handler = served_access_logger
+    record = _record(error=f"bad key {der + after!r} refused")
+    assert not record.redaction_free()
+    line = _written(handler, stream, record)
+    q = repr(der + after)[1]
+    assert orjson.loads(line)["error"] == f"bad key b{q}{MASK}{q} refused"

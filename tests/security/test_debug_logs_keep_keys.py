@@ -824,3 +824,111 @@ def test_a_secret_field_cut_inside_an_array_or_object_is_masked_to_the_end_of_th
         assert logged.endswith(f": {shown}\nnext line\n"), logged
     closed = '{"password": ["a1", "b2"], "model": "m"} ['  # closed: as before, the rest kept
     assert redact(closed) == '{"password": ["[REDACTED]", "[REDACTED]"], "model": "m"} ['
+
+
+@pytest.mark.parametrize("name", ["rsa-pkcs8", "ec-sec1", "ed25519", "encrypted"])
+@pytest.mark.parametrize("after", [b"", b"'", b"'\""])  # a repr in ', in " (a ' inside), in ' with \' inside
+def test_a_key_s_bytes_repr_with_its_backslashes_doubled_is_masked(name: str, after: bytes) -> None:
+    """A key's bytes repr inside a JSON string (a JSON log line's message, the access log's JSON form of
+    a field) or inside another repr has its backslashes doubled (``b'0.\\\\x02\\\\x01...'``): the bytes-repr
+    rule reads single escapes, and the key went through whole."""
+    raw = _der_keys()[name] + after
+    body = repr(raw)[2:-1]
+    start = next(i for i in range(len(body) // 2, len(body)) if not set("'\"") & set(body[i : i + 12]))
+    piece = body[start : start + 12].replace("\\", "\\\\")  # the key's middle, no quote in it, doubled
+    for text in (
+        json.dumps({"msg": f"loaded {raw!r} for tls"}),
+        repr(repr(raw)),
+        repr(f"params {{'PrivateKey': {raw!r}}}"),
+        json.dumps({"msg": f"loaded {raw!r}"})[
+            : json.dumps({"msg": "loaded "}).index("}") + 4 * start
+        ],  # cut
+    ):
+        assert piece in text
+        assert needs_redaction(text), text
+        logged = _logged(text)
+        assert piece not in logged, logged
+        assert MASK in logged
+    q = repr(raw)[1]
+    shown = json.dumps({"msg": f"loaded b{q}{MASK}{q} for tls"})
+    assert _logged(json.dumps({"msg": f"loaded {raw!r} for tls"})).endswith(f": {shown}\n")
+
+
+def test_doubled_bytes_reprs_that_are_no_key_stay() -> None:
+    cert = base64.b64decode("".join(trustme.CA().cert_pem.bytes().decode().strip().splitlines()[1:-1]))
+    noise = b"\x02\x01\x00 not a key \x30\x82\x00\x10\x02\x02\x00\x01"
+    for raw in (b"0\x01\x02", cert[:40], noise, b"\x02\x01\x00'\"\\"):
+        for text in (json.dumps({"msg": f"read {raw!r} ok"}), repr(repr(raw)), f"read {raw!r} ok"):
+            assert redact(text) == text, text
+
+
+def test_a_secret_field_s_value_is_masked_whatever_its_depth() -> None:
+    """``{"password": [["x"]]}`` and ``{'token': {'a': {'b': 'x'}}}`` went through: only a value one
+    level deep was masked. Every string of the value is now, keys and scalars kept."""
+    deep = [[[[[[["hunter2x"]]]]]], 3]
+    for text, shown in (
+        (json.dumps({"password": [["hunter2x"]], "n": 1}), json.dumps({"password": [[MASK]], "n": 1})),
+        (str({"token": {"a": {"b": "hunter2x"}}}), str({"token": {"a": {"b": MASK}}})),
+        (
+            json.dumps({"client_secret": deep, "x": "y"}),
+            json.dumps({"client_secret": [[[[[[[MASK]]]]]], 3], "x": "y"}),
+        ),
+        ("Config(token=[['hunter2x', 1]], user='u')", f"Config(token=[['{MASK}', 1]], user='u')"),
+        (
+            json.dumps(json.dumps({"api_key": {"a": ["hunter2x"]}})),
+            json.dumps(json.dumps({"api_key": {"a": [MASK]}})),
+        ),
+        (
+            json.dumps({"credentials": {"username": "ops", "password": [["hunter2x"]]}}),
+            json.dumps({"credentials": {"username": "ops", "password": [[MASK]]}}),
+        ),
+    ):
+        assert needs_redaction(text), text
+        assert _logged(text).endswith(f": {shown}\n"), _logged(text)
+    for text in ('{"password": [["hunter2x", ["b', "Config(token={'a': {'b': 'hunter2x"):  # cut: to the end
+        assert "hunter2x" not in _logged(text + "\nnext line")
+    keep = json.dumps(
+        {"messages": [{"role": "user", "content": [["token", "password"]]}], "max_tokens": [[1]]}
+    )
+    assert redact(keep) == keep
+
+
+def test_an_assignment_with_blanks_around_its_equals_sign_is_masked_and_prose_stays() -> None:
+    """``password = "x"`` and ``token = 'x'`` (a source line, a TOML or Python config dump) went through:
+    the keyword rule wanted the ``=`` right after the name. A quoted value (or an array of them) is
+    masked; an unquoted word after it is prose (``the password = field is required``) and stays."""
+    for text, shown in (
+        ('password = "hunter2x"', f'password = "{MASK}"'),
+        ("  token = 'hunter2x'  # the bot's", f"  token = '{MASK}'  # the bot's"),
+        ('client_secret\t=\tb"hunter2x"', f'client_secret\t=\tb"{MASK}"'),
+        ('api_key  = ["hunter2x", "b"]', f'api_key  = ["{MASK}", "{MASK}"]'),
+        ('refresh_token = {"a": [["hunter2x"]]}', f'refresh_token = {{"a": [["{MASK}"]]}}'),
+        ('password = "hunter2', f'password = "{MASK}'),  # cut off
+        (json.dumps('password = "hunter2x"'), json.dumps(f'password = "{MASK}"')),  # in JSON
+    ):
+        assert needs_redaction(text), text
+        assert _logged(text).endswith(f": {shown}\n"), _logged(text)
+    for text in (
+        "the password = field is required",
+        "set token = <value> in the Secret",
+        'max_tokens = "100", token_type = "Bearer", secret_name = "x"',
+    ):
+        assert redact(text) == text, text
+
+
+def test_a_keyword_argument_s_unquoted_value_keeps_the_separator_after_it() -> None:
+    """``Config(password=None, token='')`` was written ``Config(password=[REDACTED] token=...)``: the
+    ``name=value`` rule took the comma (and a closing parenthesis) into the value."""
+    for text, shown in (
+        ("Config(password=None, token='')", f"Config(password={MASK}, token='{MASK}')"),
+        ("f(token='x', password=None, api_key=3)", f"f(token='{MASK}', password={MASK}, api_key={MASK})"),
+        ("f(g(password=hunter2x))", f"f(g(password={MASK}))"),
+        ("login with password=hunter2x, retrying", f"login with password={MASK}, retrying"),
+    ):
+        assert _logged(text).endswith(f": {shown}\n"), _logged(text)
+    for text, shown in (  # a bracket or comma inside the value, or one closing nothing: masked with it
+        ("body password=hunter2x)&n=1", f"body password={MASK}&n=1"),
+        ("f(password=hunter2x)y)", f"f(password={MASK}"),
+        ("password=hunter,2x&n=1", f"password={MASK}&n=1"),
+    ):
+        assert _logged(text).endswith(f": {shown}\n"), _logged(text)
