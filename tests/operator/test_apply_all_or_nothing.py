@@ -141,6 +141,44 @@ def test_an_annotation_added_by_a_pass_that_applied_nothing_is_removed(cluster: 
     assert _kept(cluster) is None
 
 
+def _annotation_writes(cluster: FakeKubeApiServer, since: int) -> list[str]:
+    """The PATCHes of config ``chat`` itself (its annotations; not its ``/status``) since ``since``."""
+    return [
+        path
+        for method, path, query in cluster.requests[since:]
+        if method == "PATCH" and path.endswith("/inferencegatewayconfigs/chat") and "dryRun" not in query
+    ]
+
+
+def test_a_spec_the_api_server_keeps_refusing_writes_no_annotation_on_any_pass(
+    cluster: FakeKubeApiServer,
+) -> None:
+    """While the API server refuses the whole apply, every pass (each resync too) wrote the last-admitted
+    annotation forward and then back: two writes of the object per pass. Now the pass dry-runs the
+    data plane before it writes the annotation, so a refused spec writes nothing; once the policy
+    allows it, the annotation is written (before the apply) and the spec applied."""
+    reconciler = Reconciler(Kube(cluster.api_client()), DataPlaneSettings())
+    cluster.add(igwc("chat"))
+    assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
+    kept = _kept(cluster)
+    cluster.add_validating_webhook("policy.example.com", ["services"], _no_tls_listener)
+    update_spec(cluster, "inference", "chat", lambda spec: spec.update(tls={"acmArn": ARN}))
+    since = len(cluster.requests)
+    for _ in range(4):
+        assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
+    assert _programmed(cluster)["reason"] == "ApplyFailed"
+    assert _annotation_writes(cluster, since) == []
+    assert _kept(cluster) == kept
+
+    cluster.store.validators.clear()
+    since = len(cluster.requests)
+    assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
+    assert _programmed(cluster)["status"] == "True"
+    assert len(_annotation_writes(cluster, since)) == 1
+    chat = find(cluster, "InferenceGatewayConfig", "inference", "chat") or {}
+    assert _kept(cluster) == last_admitted_text(chat["spec"])
+
+
 def test_a_write_refused_after_its_dry_run_passed_is_reported_object_by_object(
     cluster: FakeKubeApiServer,
 ) -> None:

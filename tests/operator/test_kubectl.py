@@ -44,8 +44,9 @@ def test_apply_get_describe_reapply_delete(
     assert header.split() == columns
     assert row.split()[:7] == ["chat", "llama", "True", "True", "True", "1", "chat-gateway.inference.svc"]
     header, row = kubectl(kubeconfig, "get", "igwc", "-n", "inference", "-o", "wide").strip().splitlines()
-    assert header.split() == [*columns[:7], "BBR", "TLS-ARN", "AGE"]
-    assert row.split()[7] == "true"
+    assert header.split() == [*columns[:3], "REASON", *columns[3:7], "BBR", "TLS-ARN", "AGE"]
+    assert row.split()[3] == "Valid"
+    assert row.split()[8] == "true"
 
     # The events follow the status they describe by one API call: wait for the last one.
     def described_once_ready() -> str | None:
@@ -86,6 +87,9 @@ def test_apply_get_describe_reapply_delete(
     # A refused spec whose previous data plane still serves stands out in the table.
     refused_row = kubectl(kubeconfig, "get", "igwc", "chat", "-n", "inference", "--no-headers").split()
     assert refused_row[:5] == ["chat", "llama-3.1", "False", "True", "True"]
+    # ... and -o wide says why it is refused (the Accepted condition's reason).
+    wide_row = kubectl(kubeconfig, "get", "igwc", "chat", "-n", "inference", "-o", "wide", "--no-headers")
+    assert wide_row.split()[2:5] == ["False", "InvalidSpec", "True"]
 
     assert "deleted" in kubectl(kubeconfig, "delete", "-f", str(manifest))
     assert find(cluster, "Deployment", "inference", "chat-gateway") is None

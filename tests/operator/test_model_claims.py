@@ -26,6 +26,7 @@ from igw.operator.reconcile import (
     LAST_ADMITTED_GZIP,
     LAST_ADMITTED_MAX_SPEC_BYTES,
     NOT_KEPT_REASON,
+    RESTORED_REASON,
     UNREADABLE_REASON,
     Reconciler,
     last_admitted_spec,
@@ -643,4 +644,60 @@ def test_a_broken_annotation_is_reported_once_per_generation_without_its_content
         lambda spec: spec.update(podDefaults={**LIMIT_BELOW_REQUEST}, bbr={"enabled": False}),
     )
     asyncio.run(passes(reconciler))
+    assert len(events()) == 2
+
+
+RESTORE_SOURCES = {
+    "config-map": "ConfigMap inference/chat-gateway-config",
+    "memory": "this operator's memory",
+    "annotation": f"annotation {LAST_ADMITTED_ANNOTATION}",
+}
+
+
+@pytest.mark.parametrize("source", list(RESTORE_SOURCES))
+def test_a_restore_after_a_refusal_posts_one_event_per_generation_naming_its_source(
+    cluster: FakeKubeApiServer, source: str
+) -> None:
+    """A refused spec's pass that put objects of the previous data plane back said so in INFO lines
+    only: ``kubectl describe`` showed the refusal, not the restore. A Normal ``RestoredLastAdmitted``
+    Event names the objects put back and where the last admitted spec was read (never its content),
+    once per generation, however many passes put objects back."""
+    settings = DataPlaneSettings(network_policy=False)
+    doc = igwc("chat")
+    doc["spec"]["schedulers"][0]["modelName"] = MARKER  # spec content: no Event may quote it
+    cluster.add(doc)
+    first = Reconciler(Kube(cluster.api_client()), settings)
+    asyncio.run(first.reconcile("inference", "chat"))
+    update_spec(cluster, "inference", "chat", lambda spec: spec.update(podDefaults=LIMIT_BELOW_REQUEST))
+    # after a restart (no memory) when the annotation is the source
+    reconciler = Reconciler(Kube(cluster.api_client()), settings) if source == "annotation" else first
+
+    def events() -> list[dict[str, Any]]:
+        return [
+            e
+            for e in cluster.store.iter_all()
+            if e["kind"] == "Event"
+            and e["reason"] == RESTORED_REASON
+            and e["involvedObject"]["name"] == "chat"
+        ]
+
+    async def passes() -> None:
+        for _ in range(3):
+            _delete(cluster, "apps/v1", "Deployment", "chat-gateway")
+            if source != "config-map":
+                _delete(cluster, "v1", "ConfigMap", "chat-gateway-config")
+            assert await reconciler.reconcile("inference", "chat")
+            assert find(cluster, "Deployment", "inference", "chat-gateway") is not None
+
+    asyncio.run(passes())
+    assert len(events()) == 1, events()
+    event = events()[0]
+    assert event["type"] == "Normal"
+    assert event["message"].startswith("the spec is not accepted (InvalidSpec), so the last admitted spec ")
+    assert "Deployment inference/chat-gateway" in event["message"]
+    assert event["message"].endswith(f" from {RESTORE_SOURCES[source]}")
+    assert MARKER not in event["message"]
+
+    update_spec(cluster, "inference", "chat", lambda spec: spec.update(bbr={"enabled": False}))
+    asyncio.run(passes())
     assert len(events()) == 2

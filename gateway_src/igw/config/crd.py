@@ -49,6 +49,12 @@ PRINTER_COLUMNS: Final = (
     {"name": "Models", "type": "string", "jsonPath": ".status.models"},
     {"name": "Accepted", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Accepted")].status'},
     {
+        "name": "Reason",
+        "type": "string",
+        "jsonPath": '.status.conditions[?(@.type=="Accepted")].reason',
+        "priority": 1,
+    },
+    {
         "name": "Programmed",
         "type": "string",
         "jsonPath": '.status.conditions[?(@.type=="GatewayProgrammed")].status',

@@ -325,6 +325,31 @@ class Kube:
 
     def _apply_all(self, objects: Sequence[tuple[Mapping[str, Any], tuple[str, ...]]]) -> list[str]:
         """The body of :meth:`apply_all`: the labels (``Kind ns/name``) of the objects written."""
+        writes = self._dry_run_all(objects)
+        written: list[str] = []
+        for index, write in enumerate(writes):
+            try:
+                sent = self._write_through_conflicts(write)
+            except Exception as exc:
+                rest = [w.label for w in writes[index + 1 :]]
+                if namespace_terminating(exc):
+                    raise NamespaceTerminatedMidway(
+                        f"namespace {write.body['metadata'].get('namespace', '')} is being deleted: it "
+                        f"began after this pass's dry run, so {write.label} and what follows cannot be "
+                        f"put back (written {_listed(written)}; not written {_listed(rest)}); the rest "
+                        "of the data plane goes with the namespace"
+                    ) from exc
+                raise PartlyApplied(
+                    f"partly applied: written {_listed(written)}; refused {write.label} "
+                    f"({refusal_text(exc)}); not written {_listed(rest)}"
+                ) from exc
+            if sent:
+                written.append(write.label)
+        return written
+
+    def _dry_run_all(self, objects: Sequence[tuple[Mapping[str, Any], tuple[str, ...]]]) -> list[Write]:
+        """Steps 1 and 2 of :meth:`apply_all` (the body of :meth:`dry_run_all`): the writes planned,
+        every one dry-run; :class:`NothingApplied` (or :class:`NamespaceTerminating`) when refused."""
         try:
             writes = [write for desired, initial in objects if (write := self._plan(desired, initial))]
         except Exception as exc:  # a read failed, or an object is someone else's: nothing written yet
@@ -351,26 +376,7 @@ class Kube:
                 "nothing of this pass was applied: the API server refused in a server-side dry run: "
                 + "; ".join(refused)
             )
-        written: list[str] = []
-        for index, write in enumerate(writes):
-            try:
-                sent = self._write_through_conflicts(write)
-            except Exception as exc:
-                rest = [w.label for w in writes[index + 1 :]]
-                if namespace_terminating(exc):
-                    raise NamespaceTerminatedMidway(
-                        f"namespace {write.body['metadata'].get('namespace', '')} is being deleted: it "
-                        f"began after this pass's dry run, so {write.label} and what follows cannot be "
-                        f"put back (written {_listed(written)}; not written {_listed(rest)}); the rest "
-                        "of the data plane goes with the namespace"
-                    ) from exc
-                raise PartlyApplied(
-                    f"partly applied: written {_listed(written)}; refused {write.label} "
-                    f"({refusal_text(exc)}); not written {_listed(rest)}"
-                ) from exc
-            if sent:
-                written.append(write.label)
-        return written
+        return writes
 
     def _write_through_conflicts(self, write: Write) -> bool:
         """Send ``write`` for real; on 409 Conflict read the object again, plan the write anew and send
@@ -754,6 +760,14 @@ class Kube:
         (at the latest at the resync) dry-runs and writes again. The one write whose dry run is
         skipped is a RoleBinding to a Role created in the same pass (:meth:`_dry_run_skipped`)."""
         return tuple(await self._in_thread(self._apply_all, objects))
+
+    async def dry_run_all(self, objects: Sequence[tuple[Mapping[str, Any], tuple[str, ...]]]) -> None:
+        """Steps 1 and 2 of :meth:`apply_all` alone: read, plan and dry-run every object, writing
+        nothing; raises as :meth:`apply_all` would before its first write (:class:`NothingApplied`).
+        For a write that must precede the apply only when the apply can go through (the last-admitted
+        annotation: written ahead of a spec the API server refuses whole, it was written back again
+        on every pass)."""
+        await self._in_thread(self._dry_run_all, objects)
 
     async def write_status(
         self,

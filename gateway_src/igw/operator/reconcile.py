@@ -153,6 +153,11 @@ UNREADABLE_REASON = "LastAdmittedSpecUnreadable"
 not JSON, not an object, bad base64 or gzip, or inflating past :data:`LAST_ADMITTED_MAX_SPEC_BYTES`), so
 it is ignored: it was skipped silently, and a refused spec's data plane was then restored from the
 served ConfigMap alone (or not at all) with nothing saying why."""
+RESTORED_REASON = "RestoredLastAdmitted"
+"""Normal Event: a refused spec's pass put objects of the previous data plane back from the last
+admitted spec (:meth:`Reconciler._last_admitted`), naming them and where that spec was read (the served
+ConfigMap, the operator's memory or :data:`LAST_ADMITTED_ANNOTATION`), never its content; once per
+generation. Only INFO lines said it, so ``kubectl describe`` showed the refusal but not the restore."""
 ISSUER_READ_TTL_S = 60.0
 """Seconds one read of the configured issuer serves every pass that checks it once the certificate is
 issued (:meth:`Reconciler._issuer_problem`): one GET per issuer (the ClusterIssuer, or each namespace's
@@ -274,6 +279,9 @@ class Reconciler:
         self._unreadable_noted: dict[tuple[str, str], tuple[object, object]] = {}
         """``(namespace, name): (uid, generation)`` whose unreadable :data:`LAST_ADMITTED_ANNOTATION`
         this process reported (:meth:`_annotated`): one WARNING line and Event per generation."""
+        self._restored_noted: dict[tuple[str, str], tuple[object, object]] = {}
+        """``(namespace, name): (uid, generation)`` whose restore this process reported
+        (:meth:`_note_restored`): one Event per generation, not one per pass that puts objects back."""
         self._claims: dict[tuple[str, str], Claim] = {}
         self._recalled: set[str] = set()
         """Namespaces whose served ConfigMaps :meth:`_recall_claims` has read into :attr:`_claims`."""
@@ -332,6 +340,7 @@ class Reconciler:
                 self._restore_noted.pop(key, None)
                 self._not_kept_noted.pop(key, None)
                 self._unreadable_noted.pop(key, None)
+                self._restored_noted.pop(key, None)
                 self._admitted.pop(key, None)
                 self._claims.pop(key, None)
                 return False
@@ -435,10 +444,11 @@ class Reconciler:
         target: dict[str, Any] | None = served
         issued_arn: str | None = None
         kept_over: tuple[str | None] | None = None  # the annotation's value this pass replaced
+        source = ""  # where a refused spec's restore read the last admitted spec
         if refusal is not None:
             # The previous data plane keeps serving: objects of it deleted or changed meanwhile are
             # put back from the last admitted spec (none: nothing is applied).
-            target = await self._last_admitted(igwc)
+            target, source = await self._last_admitted(igwc)
             if target is not None and _names_import(igwc):
                 issued_arn = str(((igwc.get("status") or {}).get("tls") or {}).get("acmArn"))
         elif wants_auto_issue(igwc.get("spec") or {}):
@@ -454,21 +464,24 @@ class Reconciler:
                         target, self._settings, issued_acm_arn=issued_arn, service_egress=egress
                     ),
                 ]
+                planned = [(desired, initial_only_fields(desired, target)) for desired in objects]
                 if refusal is None:  # before the apply: the annotation is never behind what is served
-                    kept_over = await self._keep_admitted(igwc, target)
-                written = await self._kube.apply_all(
-                    [(desired, initial_only_fields(desired, target)) for desired in objects]
-                )
+                    kept_over = await self._keep_admitted(igwc, target, planned)
+                written = await self._kube.apply_all(planned)
                 for label in written:
                     log.info(
                         "%s/%s: applied %s%s",
                         namespace,
                         name,
                         label,
-                        "" if refusal is None else " (restored from the last admitted spec)",
+                        ""
+                        if refusal is None
+                        else f" (restored from the last admitted spec, read from {source})",
                     )
                 if refusal is None:
                     self._admitted[(namespace, name)] = (meta.get("uid"), dict(served["spec"]))
+                elif written:
+                    await self._note_restored(igwc, refusal, written, source)
                 self._claim(igwc, target, applied=True)
                 await self._retire_autoscaler(target)
                 await self._retire_network_policy(target)
@@ -621,14 +634,22 @@ class Reconciler:
         )
 
     async def _keep_admitted(
-        self, igwc: Mapping[str, Any], admitted: Mapping[str, Any]
+        self,
+        igwc: Mapping[str, Any],
+        admitted: Mapping[str, Any],
+        planned: list[tuple[Mapping[str, Any], tuple[str, ...]]],
     ) -> tuple[str | None] | None:
         """Write ``admitted``'s spec into ``igwc``'s :data:`LAST_ADMITTED_ANNOTATION` when it differs,
         before that spec is applied, returning the value it replaced (``(None,)``: there was none) for
         :meth:`_put_back_admitted`, ``None`` when nothing was written; a write refused (or the process
         stopping) raises
         :class:`~igw.operator.kube.NothingApplied`, so nothing is applied this pass (the next one
-        tries again). Written after the apply, an operator stopped between the two writes left the
+        tries again). The ``planned`` data plane is dry-run first (:meth:`Kube.dry_run_all`): while the
+        API server refuses it whole, every pass (each resync too) wrote the annotation forward and
+        then back (:meth:`_put_back_admitted`), two writes of the object per pass; now its refusal
+        (:class:`~igw.operator.kube.NothingApplied`) ends the pass before any write.
+
+        Written after the apply, an operator stopped between the two writes left the
         annotation one admitted spec behind the ConfigMap: after a restart the ConfigMap, differing from
         it, was distrusted and a refusal restored the older spec - taking back a model the newer one
         gave up, which another config may hold by then. Ahead is safe: the spec was admitted (and
@@ -645,6 +666,7 @@ class Reconciler:
         current = (meta.get("annotations") or {}).get(LAST_ADMITTED_ANNOTATION)
         if current == text or (current is None and not text):
             return None
+        await self._kube.dry_run_all(planned)
         try:
             kept = await self._kube.annotate(igwc, LAST_ADMITTED_ANNOTATION, text)
         except OperatorStopping:
@@ -708,9 +730,26 @@ class Reconciler:
         log.warning("%s/%s: %s", key[0], key[1], message)
         await self._event(igwc, reason=NOT_KEPT_REASON, message=message, warning=True)
 
-    async def _last_admitted(self, igwc: Mapping[str, Any]) -> dict[str, Any] | None:
+    async def _note_restored(
+        self, igwc: Mapping[str, Any], refusal: Refusal, written: tuple[str, ...], source: str
+    ) -> None:
+        """Post the :data:`RESTORED_REASON` Normal Event once per generation (per process): the objects
+        ``written`` back for the refused spec and the ``source`` of the spec they came from."""
+        meta = igwc["metadata"]
+        key, mark = (meta["namespace"], meta["name"]), (meta.get("uid"), meta.get("generation"))
+        if self._restored_noted.get(key) == mark:
+            return
+        self._restored_noted[key] = mark
+        message = (
+            f"the spec is not accepted ({refusal.reason}), so the last admitted spec keeps serving: "
+            f"put back {', '.join(written)} from {source}"
+        )
+        await self._event(igwc, reason=RESTORED_REASON, message=message, warning=False)
+
+    async def _last_admitted(self, igwc: Mapping[str, Any]) -> tuple[dict[str, Any] | None, str]:
         """``igwc`` with the last spec admitted for it (to restore the data plane of a refused spec),
-        or ``None`` when there is none to serve.
+        or ``None`` when there is none to serve; and where that spec was read (for the log and the
+        :data:`RESTORED_REASON` Event: a ConfigMap, this operator's memory or the annotation).
 
         From the served ConfigMap this object controls, which holds that spec (objectives and rewrites
         merged), so it survives an operator restart, unless it differs from what this process applied
@@ -740,7 +779,7 @@ class Reconciler:
             document, _ = _served_document(config_map, where)
             same = document is not None and (document.get("metadata") or {}).get("name") == meta["name"]
             if not same or document is None:
-                return None
+                return None, where
             candidate = {**igwc, "spec": document["spec"]}
             if known[1] is not None and known[1].get("spec") != document["spec"]:
                 # Rewritten by hand since it was admitted: the spec admitted is put back, not the
@@ -754,8 +793,8 @@ class Reconciler:
             if self._restore_noted.get((namespace, meta["name"])) != mark:
                 self._restore_noted[(namespace, meta["name"])] = mark
                 log.warning("%s/%s: %s", namespace, meta["name"], mark[1])
-            return None
-        return candidate
+            return None, where
+        return candidate, where
 
     async def _annotated(self, igwc: Mapping[str, Any]) -> dict[str, Any] | None:
         """``igwc`` with the spec its :data:`LAST_ADMITTED_ANNOTATION` keeps, else ``None``; a value that
