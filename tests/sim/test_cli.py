@@ -128,6 +128,27 @@ def test_run_refuses_a_trace_without_requests_or_text(
     assert f"{tmp_path}/{message}" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("name", "content", "requests"),
+    [
+        ("excel.csv", "\ufefftimestamp,input_tokens,output_tokens\n0,10,5\n0.5,12,6\n", 2),
+        ("bom.jsonl", '\ufeff{"timestamp": 0, "input_tokens": 10, "output_tokens": 5}\n', 1),
+    ],
+)
+def test_run_reads_a_trace_that_starts_with_a_byte_order_mark(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str, content: str, requests: int
+) -> None:
+    """Excel's "CSV UTF-8" (and many Windows editors) start the file with a BOM: the CSV's first column
+    was read as "\ufefftimestamp" ("excel.csv:2: missing arrival time (one of arrival, timestamp, ...)"
+    for a file that has one), a JSONL trace's first line was "invalid JSON: Unexpected UTF-8 BOM"."""
+    spec = tmp_path / "fleet.yaml"
+    spec.write_text(SPEC, encoding="utf-8")
+    trace = tmp_path / name
+    trace.write_text(content, encoding="utf-8")
+    assert main(["sim", "run", "--spec", str(spec), "--trace", str(trace)]) == 0, capsys.readouterr().err
+    assert json.loads(capsys.readouterr().out)["served"] == requests
+
+
 def test_run_runs_every_policy_it_accepts_and_names_it_as_asked(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
