@@ -147,6 +147,25 @@ def test_trace_replay_runs_every_policy_and_writes_the_report(tmp_path: Path) ->
     assert (out / "index.md").exists()
 
 
+def test_bracketed_out_and_trace_names_are_printed_as_given(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Printed as rich markup, ``--out 'o[/b]'`` ended a finished run in a ``MarkupError`` traceback
+    (exit 1, after the reports were written) and a trace named ``[bold]t.jsonl`` lost ``[bold]`` from
+    its table's title."""
+    trace = tmp_path / "[bold]t.jsonl"
+    trace.write_text(
+        "\n".join(f'{{"arrival": {i * 0.02}, "prompt_tokens": 200, "output_tokens": 20}}' for i in range(120))
+    )
+    out = tmp_path / "o[" / "b]"
+    argv = ["bench", "--trace", str(trace), "--policies", "round-robin", "--seeds", "1", "--out", str(out)]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert f"reports written to {out}/ (trace-[bold]t.md)" in printed
+    assert "trace-[bold]t (des)" in printed
+    assert (out / "trace-[bold]t.json").exists()
+
+
 def test_a_trace_naming_what_the_fleet_cannot_serve_is_rejected_before_it_runs(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

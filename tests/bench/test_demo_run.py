@@ -145,3 +145,15 @@ def test_the_plan_of_make_demo_reads_in_minutes() -> None:
     assert "about 1.0 h (3,600 s)" in plan_line(
         scenarios=1, seeds=1, routers=1, requests=72, rate=0.02, drain_s=0
     )
+
+
+def test_a_bracketed_out_folder_is_printed_as_given(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The closing ``report: ...`` line was rich markup: ``igw demo --out 'd[/b]'`` ended a finished
+    demo in a ``MarkupError`` traceback (exit 1)."""
+    _stub_demo(monkeypatch, count=150, failed={})
+    out = tmp_path / "d[" / "b]"
+    assert main(["demo", "--requests", "150", "--out", str(out)]) == 0
+    printed = " ".join(capsys.readouterr().out.split())
+    assert f"report: {out / DEMO.name}.md (+ JSON and PNG plots in {out}/)" in printed

@@ -64,6 +64,40 @@ def test_fleet_rejects_a_bad_spec_naming_the_field(
     assert "spec.pods[0].engine" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    "words",
+    [
+        ["sim", "fleet", "--duration", "1", "--spec"],
+        ["sim", "run", "--requests", "1", "--spec"],
+        ["bench"],
+    ],
+)
+def test_a_fleet_spec_error_names_the_file_and_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], words: list[str]
+) -> None:
+    """``igw sim fleet/run --spec`` and ``igw bench --fleet`` said ``spec.pods[1].preset: unknown
+    preset ...`` and ``spec.apiVersion: unknown field; ...`` (for a Deployment given as the spec),
+    naming no file."""
+    if words == ["bench"]:  # the --fleet of a trace replay
+        trace = tmp_path / "t.jsonl"
+        trace.write_text('{"timestamp": 0, "input_tokens": 10, "output_tokens": 5}\n', encoding="utf-8")
+        words = ["bench", "--out", str(tmp_path / "out"), "--trace", str(trace), "--fleet"]
+    spec = tmp_path / "fleet.yaml"
+    spec.write_text(
+        "pods:\n  - preset: llama-3.1-8b/h100\n  - preset: nope/h100\n    engine: vllm\n", encoding="utf-8"
+    )
+    assert main([*words, str(spec)]) == 2
+    err = capsys.readouterr().err
+    assert f"{spec}:3: spec.pods[1].preset: unknown preset 'nope/h100'" in err
+    deployment = tmp_path / "deploy.yaml"
+    deployment.write_text(
+        "# model server\napiVersion: apps/v1\nkind: Deployment\nspec: {}\n", encoding="utf-8"
+    )
+    assert main([*words, str(deployment)]) == 2
+    err = capsys.readouterr().err
+    assert f"{deployment}:2: spec: a Kubernetes manifest (kind Deployment), not a fleet spec" in err
+
+
 def test_run_prints_a_summary_and_writes_records(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     spec = tmp_path / "fleet.yaml"
     spec.write_text(SPEC, encoding="utf-8")
@@ -126,6 +160,27 @@ def test_run_refuses_a_trace_without_requests_or_text(
     trace.write_bytes(content)
     assert main(["sim", "run", "--spec", str(spec), "--trace", str(trace)]) == 2
     assert f"{tmp_path}/{message}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "requests"),
+    [
+        ("excel.csv", "\ufefftimestamp,input_tokens,output_tokens\n0,10,5\n0.5,12,6\n", 2),
+        ("bom.jsonl", '\ufeff{"timestamp": 0, "input_tokens": 10, "output_tokens": 5}\n', 1),
+    ],
+)
+def test_run_reads_a_trace_that_starts_with_a_byte_order_mark(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str, content: str, requests: int
+) -> None:
+    """Excel's "CSV UTF-8" (and many Windows editors) start the file with a BOM: the CSV's first column
+    was read as "\ufefftimestamp" ("excel.csv:2: missing arrival time (one of arrival, timestamp, ...)"
+    for a file that has one), a JSONL trace's first line was "invalid JSON: Unexpected UTF-8 BOM"."""
+    spec = tmp_path / "fleet.yaml"
+    spec.write_text(SPEC, encoding="utf-8")
+    trace = tmp_path / name
+    trace.write_text(content, encoding="utf-8")
+    assert main(["sim", "run", "--spec", str(spec), "--trace", str(trace)]) == 0, capsys.readouterr().err
+    assert json.loads(capsys.readouterr().out)["served"] == requests
 
 
 def test_run_runs_every_policy_it_accepts_and_names_it_as_asked(

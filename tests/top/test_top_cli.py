@@ -5,7 +5,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import pty
+import select
 import socket
+import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -204,3 +207,42 @@ async def test_a_gateway_answering_5xx_or_429_is_retried_until_it_answers(tmp_pa
         )
     assert rc == 0, out
     assert "qwen" in target.read_text()
+
+
+def test_the_live_view_without_a_terminal_is_a_usage_error() -> None:
+    """``igw top URL`` in CI or with ``< /dev/null`` ran until killed, writing screen-drawing escapes
+    to its log (the live view draws on stderr), and no key could quit it."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "igw.cli.main", "top", "http://127.0.0.1:1"],
+        stdin=subprocess.DEVNULL, capture_output=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert proc.stderr.decode() == (
+        "igw top: the live view needs a terminal on stdin and stderr; --screenshot FILE saves the view "
+        "without one\n"
+    )
+
+
+def test_the_live_view_on_a_terminal_draws_and_quits_on_q() -> None:
+    """The terminal check lets a real terminal through: the view draws its footer and ``q`` quits it."""
+    controller, terminal = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "igw.cli.main", "top", "http://127.0.0.1:1", "--interval", "5"],
+        stdin=terminal, stdout=terminal, stderr=terminal, env={**os.environ, "TERM": "xterm-256color"},
+    )  # fmt: skip
+    os.close(terminal)
+    try:
+        seen = b""
+        deadline = time.monotonic() + 60
+        while b"Quit" not in seen and time.monotonic() < deadline:
+            ready, _, _ = select.select([controller], [], [], 1)
+            if ready:
+                seen += os.read(controller, 65536)
+        assert b"Quit" in seen, seen[-500:]
+        os.write(controller, b"q")
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(controller)

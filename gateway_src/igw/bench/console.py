@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
+from rich.markup import escape
 from rich.table import Table
 
 from igw.bench.report import format_pct, format_value, requests_per_seed
@@ -131,7 +132,7 @@ def scenario_table(run: ScenarioRun) -> Any:
     on, errors, p99 vs baseline and oracle."""
 
     table = Table(
-        title=f"{run.scenario} ({run.mode})",
+        title=escape(f"{run.scenario} ({run.mode})"),
         title_justify="left",
         caption=scenario_caption(run),
         caption_justify="left",
@@ -182,7 +183,8 @@ def failure_exit_status(console: Any, runs: Sequence[ScenarioRun], *, allowed: b
     failed = failed_requests(runs)
     if not failed:
         return 0
-    listed = ", ".join(f"{k}: {n}" for k, n in failed.items())
+    # escaped: a trace run is named after its file ("trace-[prod]" lost "[prod]" as markup)
+    listed = escape(", ".join(f"{k}: {n}" for k, n in failed.items()))
     if allowed:
         console.print(f"[yellow]failed requests (allowed by --allow-failures): {listed}[/yellow]")
         return 0

@@ -22,6 +22,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Final
 
+from rich.markup import escape
+
 from igw.bench.agreement import compare
 from igw.bench.capacity import FleetCapacity, fleet_capacity
 from igw.bench.console import failure_exit_status, scenario_table, share_table, thin_sample_warnings
@@ -340,7 +342,7 @@ def run_live_cli(
     if args.peers:
         failures = install(["sglang", "vllm"], say=console.print)
         for router, why in failures.items():
-            console.print(f"[yellow]{router}: {why}[/yellow]")
+            console.print(f"[yellow]{router}: {escape(str(why))}[/yellow]")
     index: list[str] = []
     live_runs: list[ScenarioRun] = []
     for scenario in scenarios:
@@ -390,7 +392,7 @@ def run_live_cli(
         + "\n".join(f"- [{n}]({n})" for n in index)
         + "\n"
     )
-    console.print(f"reports written to {out}/")
+    console.print(f"reports written to {escape(str(out))}/")
     for warning in thin_sample_warnings(live_runs, remedy="raise --live-requests"):
         print(warning, file=sys.stderr)
     return failure_exit_status(console, live_runs, allowed=args.allow_failures)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import orjson
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from igw.bench.console import (
@@ -185,7 +186,9 @@ def run_bench(args: argparse.Namespace) -> int:
         (out / "random-family.md").write_text(text)
         index.append("random-family.md")
         console.print(text)
-    console.print(f"reports written to {out}/ ({', '.join(index)}) in {time.monotonic() - started:.0f}s")
+    # escaped, not markup: --out 'o[/b]' ended a finished run in a MarkupError traceback
+    written = escape(f"{out}/ ({', '.join(index)})")
+    console.print(f"reports written to {written} in {time.monotonic() - started:.0f}s")
     remedy = "replay a longer trace" if args.trace else "raise --duration-scale (or drop --quick)"
     for warning in thin_sample_warnings(runs, remedy=remedy):
         print(warning, file=sys.stderr)
@@ -277,5 +280,5 @@ def _run_tune(args: argparse.Namespace) -> int:
         ],
     }
     (out / "tune.json").write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2))
-    console.print(f"written {out / 'tune.json'}; best: {orjson.dumps(rows[0].weights).decode()}")
+    console.print(f"written {escape(str(out / 'tune.json'))}; best: {orjson.dumps(rows[0].weights).decode()}")
     return 0

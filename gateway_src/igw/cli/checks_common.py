@@ -120,11 +120,15 @@ def run_command(args: argparse.Namespace, command: Command, options: CheckOption
     from igw.checks.render.report import build_report
 
     err = Console(stderr=True)
+
+    def error(message: str) -> None:
+        _print_error(err, command, message)
+
     try:
         fail_on = Severity.parse(args.fail_on)
         checks = select(command, only=args.check, skip=args.skip_check)
     except ValueError as exc:
-        err.print(f"[red]error:[/] {exc}")
+        error(str(exc))
         return EXIT_USAGE
     static = (
         "--manifests" if args.manifests is not None else "--cdk-out" if args.cdk_out is not None else None
@@ -132,20 +136,20 @@ def run_command(args: argparse.Namespace, command: Command, options: CheckOption
     live_only = [flag for flag, dest in LIVE_ONLY if getattr(args, dest) is not None]
     if static is not None and live_only:
         # they were ignored: `--manifests deploy/ --cluster-name prod` scanned no AWS account, silently
-        err.print(f"[red]error:[/] {', '.join(live_only)}: for the live cluster only, not with {static}")
+        error(f"{', '.join(live_only)}: for the live cluster only, not with {static}")
         return EXIT_USAGE
     target = args.output_file
     if target is not None and (target.is_dir() or not target.parent.is_dir()):
         problem = "is a directory" if target.is_dir() else f"folder {target.parent} does not exist"
-        err.print(f"[red]error:[/] --output-file {target}: {problem}")
+        error(f"--output-file {target}: {problem}")
         return EXIT_USAGE
     try:
         inventory = _load(args, err)
     except FileNotFoundError as exc:
-        err.print(f"[red]error:[/] {exc}")
+        error(str(exc))
         return EXIT_USAGE
     except Exception as exc:  # kubeconfig missing/invalid, etc.: we cannot evaluate anything
-        err.print(f"[red]error:[/] cannot read the source: {type(exc).__name__}: {exc}")
+        error(f"cannot read the source: {type(exc).__name__}: {exc}")
         return EXIT_NOT_EVALUATED
     ctx = CheckContext(inventory=inventory, options=options)
     live_table = (
@@ -179,9 +183,21 @@ def run_command(args: argparse.Namespace, command: Command, options: CheckOption
     try:
         _emit(report, args)
     except OSError as exc:  # e.g. no permission to write --output-file
-        err.print(f"[red]error:[/] --output-file {args.output_file}: {exc.strerror or exc}")
+        error(f"--output-file {args.output_file}: {exc.strerror or exc}")
         return EXIT_USAGE
     return code
+
+
+def _print_error(err: Any, command: Command, message: str) -> None:
+    """``igw COMMAND: error: MESSAGE`` on stderr, red on a terminal. The message is text, not rich
+    markup: it quotes what the user gave (a path, a ``--fail-on`` or ``--check`` value), and as markup
+    ``--fail-on '[/x]'`` ended in a ``MarkupError`` traceback (exit 1) and a ``[prod]`` folder lost
+    that part of its name. Not wrapped at the console's width (80 columns when stderr is not a
+    terminal), so a path-named error stays on one line for grep and CI logs."""
+    # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
+    from rich.text import Text
+
+    err.print(Text.assemble(f"igw {command.value}: ", ("error:", "red"), f" {message}"), soft_wrap=True)
 
 
 def _emit(report: Any, args: argparse.Namespace) -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Final
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from igw.bench.capacity import fleet_capacity
@@ -143,7 +144,9 @@ def run_demo(args: argparse.Namespace) -> int:
         "count as failed (infinite latency) in the percentiles and against goodput: a percentile that\n"
         "reaches into them reads 'failed'. p99 vs RR: the change against round-robin, negative = lower =\n"
         "better (-100 % when round-robin's p99 is a failure).\n"
-        f"report: {md} (+ JSON and PNG plots in {out}/); finished in {time.monotonic() - started:.0f}s"
+        # escaped, not markup: --out 'd[/b]' ended a finished demo in a MarkupError traceback
+        + escape(f"report: {md} (+ JSON and PNG plots in {out}/)")
+        + f"; finished in {time.monotonic() - started:.0f}s"
     )
     for warning in thin_sample_warnings([run], remedy="raise --requests"):
         print(warning, file=sys.stderr)

@@ -10,7 +10,7 @@ command line). ``--decisions N`` adds the last N scheduling decisions (``igw ser
 ``--screenshot-after`` refreshes and saves the screen as SVG (the picture in docs/observability.md);
 a gateway that does not answer at all ends it at once unless ``--screenshot-wait S`` gives it time
 to start. Exit codes: 0 quit or screenshot saved, 1 no data for the screenshot, 2 bad usage (including a
-missing token variable or an unusable URL).
+missing token variable, an unusable URL, or a live view without a terminal).
 """
 
 from __future__ import annotations
@@ -117,6 +117,15 @@ def run(args: argparse.Namespace) -> int:
         if not token:
             print(f"igw top: --token-env: environment variable {args.token_env} is not set", file=sys.stderr)
             return EXIT_USAGE
+    if args.screenshot is None and not (_is_terminal(sys.stdin) and _is_terminal(sys.stderr)):
+        # the live view reads keys from stdin and draws on stderr: without a terminal (CI, `< /dev/null`,
+        # `2> log`) it ran until killed, writing screen-drawing escapes to the log, no key could quit it
+        print(
+            "igw top: the live view needs a terminal on stdin and stderr; --screenshot FILE saves the "
+            "view without one",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
     # deferred: start-up cost: textual and aiohttp load only when this command runs (igw builds every parser)
     from igw.top.app import TopApp
     from igw.top.screenshot import save_screenshot
@@ -131,3 +140,8 @@ def run(args: argparse.Namespace) -> int:
         )
     app.run()
     return EXIT_OK
+
+
+def _is_terminal(stream: object) -> bool:
+    isatty = getattr(stream, "isatty", None)
+    return bool(isatty is not None and isatty())

@@ -17,7 +17,8 @@ from typing import Any, Final, TypeVar
 from packaging.version import InvalidVersion, Version
 
 from igw import engines
-from igw.config.documents import DocumentReadError, read_documents
+from igw.config.documents import DocumentReadError, SourceDocument, read_documents
+from igw.config.jsonpath import parse_path
 from igw.errors import IgwToolingError
 from igw.sim.engine import SGLANG_DEFAULT_PREEMPTION_THRESHOLD, PriorityScheduling
 from igw.sim.presets import PRESETS, Preset, get_preset
@@ -26,11 +27,13 @@ _E = TypeVar("_E", bound=enum.StrEnum)
 
 
 class SpecError(IgwToolingError, ValueError):
-    """A fleet spec is invalid; the message starts with the field path."""
+    """A fleet spec is invalid; the message starts with the field path, after ``source`` (the file
+    and line, ``fleet.yaml:4``) when the spec was read from a file."""
 
-    def __init__(self, path: str, message: str) -> None:
-        super().__init__(f"{path}: {message}")
+    def __init__(self, path: str, message: str, *, source: str | None = None) -> None:
+        super().__init__(f"{path}: {message}" if source is None else f"{source}: {path}: {message}")
         self.path = path
+        self.message = message
 
 
 class EngineKind(enum.StrEnum):
@@ -438,11 +441,37 @@ class FleetSpec:
         if len(documents) != 1 or documents[0].content is None:
             found = "none" if not documents or documents[0].content is None else str(len(documents))
             raise SpecError(str(p), f"expected one fleet spec document, found {found}")
-        return cls.from_mapping(documents[0].content, path="spec")
+        document = documents[0]
+        content = document.content
+        if isinstance(content, Mapping) and "pods" not in content and isinstance(content.get("kind"), str):
+            # a Kubernetes manifest given where the fleet spec goes: "spec.apiVersion: unknown field"
+            # said nothing of what was wrong with the file
+            raise SpecError(
+                "spec",
+                f"a Kubernetes manifest (kind {content['kind']}), not a fleet spec (a mapping with a pods: "
+                "list, see docs/simulator.md)",
+                source=f"{p}:{document.line}",
+            )
+        try:
+            return cls.from_mapping(content, path="spec")
+        except SpecError as exc:
+            # the field path alone ("spec.pods[0].preset: ...") named no file: `igw bench --fleet` and
+            # `igw sim run/fleet --spec` printed it without saying which file was wrong
+            raise SpecError(exc.path, exc.message, source=f"{p}:{_line_of(document, exc.path)}") from None
 
 
 def _with_name(pod: PodSpec, name: str) -> PodSpec:
     return replace(pod, name=name)
+
+
+def _line_of(document: SourceDocument, field_path: str) -> int:
+    """The line of ``field_path`` (``spec.pods[0].preset``: ``spec`` is the document itself) in
+    ``document``, or of its nearest existing ancestor."""
+    try:
+        parts = parse_path(field_path)[1:]
+    except ValueError:  # a label key such as "bad key!" is not a path parse_path reads back
+        return document.line
+    return document.line_of(parts)
 
 
 # ---------------------------------------------------------------------- field readers

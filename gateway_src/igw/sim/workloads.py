@@ -428,8 +428,11 @@ def _priority(v: object, where: str) -> int:
 
 
 def _jsonl_rows(p: Path) -> Iterator[tuple[int, Mapping[str, object]]]:
+    # utf-8-sig: a leading byte-order mark (Windows editors, Excel's "CSV UTF-8") is dropped; it made
+    # the first JSON line invalid and, in a CSV, renamed the first column ("\ufefftimestamp": "missing
+    # arrival time" for a file that has one)
     try:
-        fh = p.open(encoding="utf-8")
+        fh = p.open(encoding="utf-8-sig")
     except OSError as exc:
         raise WorkloadError(f"{p}: cannot read: {exc.strerror}") from None
     with fh:
@@ -447,7 +450,7 @@ def _jsonl_rows(p: Path) -> Iterator[tuple[int, Mapping[str, object]]]:
 
 def _csv_rows(p: Path) -> Iterator[tuple[int, Mapping[str, object]]]:
     try:
-        fh = p.open(encoding="utf-8", newline="")
+        fh = p.open(encoding="utf-8-sig", newline="")
     except OSError as exc:
         raise WorkloadError(f"{p}: cannot read: {exc.strerror}") from None
     with fh:

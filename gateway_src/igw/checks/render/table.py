@@ -24,9 +24,16 @@ SEVERITY_STYLE = {
 
 def render_table(report: Report, *, console: Any, show_passed: bool = False) -> None:
     # deferred: optional dependency: rich (ops extra), only for the table output
+    from rich.markup import escape
     from rich.table import Table
 
-    table = Table(title=f"igw {report.command.value} - {report.source}", show_lines=False, expand=True)
+    # What a report quotes from its input (the source's path, a finding's message and resource, a
+    # source problem naming a file) is escaped, not taken for rich markup: a file or folder named
+    # ``[prod]`` lost that part of its name, and one under ``a[/b]`` ended the command in a
+    # ``MarkupError`` traceback.
+    table = Table(
+        title=f"igw {report.command.value} - {escape(str(report.source))}", show_lines=False, expand=True
+    )
     table.add_column("Status", no_wrap=True)
     table.add_column("Severity", no_wrap=True)
     table.add_column("Check", no_wrap=True)
@@ -37,9 +44,9 @@ def render_table(report: Report, *, console: Any, show_passed: bool = False) -> 
         if result.status is Status.PASS and not show_passed:
             continue
         shown += 1
-        message = result.message
+        message = escape(result.message)
         if result.is_finding and result.remediation:
-            message += f"\n[dim]fix: {result.remediation}[/dim]"
+            message += f"\n[dim]fix: {escape(result.remediation)}[/dim]"
         refs = report.meta(result.check_id).cross_refs
         if result.is_finding and refs:
             message += f"\n[dim]refs: {', '.join(str(c) for c in refs)}[/dim]"
@@ -48,11 +55,11 @@ def render_table(report: Report, *, console: Any, show_passed: bool = False) -> 
             f"[{STYLE[result.status]}]{result.status.value}[/]",
             f"[{SEVERITY_STYLE[result.severity]}]{severity}[/]" if severity else "",
             result.check_id,
-            result.resource,
+            escape(result.resource),
             message,
         )
     for error in report.source_errors:
-        console.print(f"[yellow]source problem:[/] {error}")
+        console.print(f"[yellow]source problem:[/] {escape(str(error))}")
     if shown:
         console.print(table)
     counts = report.counts()
