@@ -14,6 +14,7 @@ import asyncio
 import ssl
 
 import orjson
+import pytest
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
@@ -132,3 +133,61 @@ async def test_searches_past_the_limit_are_refused_429_with_retry_after(
         assert r.router.searches.in_flight == 0
         assert (await _get(r, "t", extra))[0] == 404  # searched now
         assert _asked(clusters, extra) == 2
+
+
+class Stalling(Gated):
+    """A cluster whose gateway answers a retrieval's head at once, then stalls its body (``trickle_s``
+    ``None``) or trickles it a byte every ``trickle_s`` seconds - never silent long."""
+
+    def __init__(self, name: str, trickle_s: float | None = None) -> None:
+        super().__init__(name)
+        self.trickle_s = trickle_s
+
+    def app(self) -> web.Application:
+        app = super().app()
+
+        @web.middleware
+        async def stalls(request: web.Request, handler: Handler) -> web.StreamResponse:
+            if request.method != "GET":
+                return await handler(request)
+            self.asked.append(f"GET {request.match_info.get('response_id', '')}")
+            resp = web.StreamResponse(headers={"Content-Type": "application/json", "Content-Length": "4096"})
+            await resp.prepare(request)
+            await resp.write(b'{"id": "')
+            for _ in range(4000):
+                if self.trickle_s is None:
+                    await asyncio.sleep(3600)
+                await resp.write(b"x")
+                await asyncio.sleep(self.trickle_s or 0)
+            return resp
+
+        app.middlewares.insert(0, stalls)
+        return app
+
+
+@pytest.mark.parametrize("trickle_s", [None, 0.05])
+async def test_a_cluster_stalling_its_answer_s_body_is_given_up_at_the_search_bound(
+    jwks_server: JwksServer,
+    tokens: TokenFactory,
+    clock: ManualClock,
+    client_ssl: ssl.SSLContext,
+    trickle_s: float | None,
+) -> None:
+    """A cluster whose answer's head comes at once and whose body then stalls (or trickles a byte at a
+    time) is given up at the search's bound, as a silent one is, and the search asks the next
+    cluster: found there, its answer; else the stalling cluster's 504 ``upstream_timeout``, the id not
+    listed as found nowhere. Until session s47 only the head was bounded by it: the body by
+    ``requestTimeoutSeconds`` alone (600 s by default), a trickle by nothing (no answer within 10 s)."""
+    stalling, other = Stalling("east-a", trickle_s), Gated("east-b")
+    async with routed([stalling, other], jwks_server, tokens, clock, client_ssl) as r:
+        r.router.search_timeout_s = 0.3
+        found, nowhere = mint("tenant:t"), mint("tenant:t")
+        other.stored.add(found)
+        async with asyncio.timeout(10):
+            assert (await _get(r, "t", found))[0] == 200
+            status, error, _ = await _get(r, "t", nowhere)
+        assert (status, error["code"]) == (504, "upstream_timeout"), (status, error)
+        assert "east-a" in str(error["message"])
+        assert _asked([stalling], found) == _asked([other], nowhere) == 1
+        assert nowhere not in r.router.searches._contexts  # not listed as found nowhere
+        assert r.router.searches.in_flight == 0

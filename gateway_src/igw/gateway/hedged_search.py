@@ -27,6 +27,7 @@ hold would have to be asked for again (:attr:`~igw.gateway.upstream.ExchangeResu
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Final, TypeVar
 
@@ -58,6 +59,7 @@ async def hedged(
     *,
     delay_s: float = HEDGE_DELAY_S,
     width: int = HEDGE_WIDTH,
+    ask_until: float | None = None,
 ) -> list[str]:
     """Ask ``candidates`` in their order with ``ask`` (the next one once the one asked last has not
     answered within ``delay_s``, or at once when an attempt ended, ``width`` in flight at most) and
@@ -65,7 +67,9 @@ async def hedged(
     that end together in the candidates' order), until ``decide`` answers :data:`WIN` or every
     attempt has ended. The attempts in flight then are cancelled and awaited: when this returns, none
     runs; it returns those of them asked ``delay_s`` or more before (silent that long). Cancelled
-    itself (the client left), it cancels them the same way."""
+    itself (the client left), it cancels them the same way. ``ask_until`` (:func:`time.monotonic`):
+    no candidate is asked from then on (a search's deadline: the attempts in flight end by their own
+    bound, and the search with them, some candidates never asked)."""
     if width < 1 or delay_s < 0:
         raise ValueError("width must be at least 1, delay_s not negative")
     order = {key: index for index, key in enumerate(candidates)}
@@ -76,6 +80,8 @@ async def hedged(
     more = True  # candidates left to ask
     try:
         while True:
+            if more and ask_until is not None and time.monotonic() >= ask_until:
+                more = False  # past the search's deadline: the candidates left are not asked
             if more and len(pending) < width:
                 key = next(waiting, None)
                 if key is None:

@@ -77,7 +77,7 @@ from igw.gateway.request_body import (
     with_leading_field,
 )
 from igw.gateway.response_ids import MINTING_ENGINES, believed, mint, minted_for
-from igw.gateway.response_search import SEARCH_TIMEOUT, search_context
+from igw.gateway.response_search import SEARCH_ASK_LEAST_S, SEARCH_TIMEOUT, search_context
 from igw.gateway.retries import refused_status, request_digest, retry_condition
 from igw.gateway.runtime import SchedulerRuntime
 from igw.gateway.serving import LIMITS_KEY, ServerLimits
@@ -1216,6 +1216,10 @@ async def _forward(
     # if no other has it
     polling = plan.search_for is not None and not plan.generates
     head_timeout_s = state.response_searches.search_timeout_s if polling else None
+    # ... and the search as a whole search_deadline_s (since s47: past enough frozen pods it outlasted
+    # the global router's 5 s wait for the cluster); a pod asked only while SEARCH_ASK_LEAST_S is left
+    search_deadline = (time.monotonic() + state.response_searches.search_deadline_s) if polling else None
+    cut_short = False  # the search's deadline passed with pods not asked
     stalled: ExchangeResult | None = None
     # routeTimeout bounds every attempt together: each retry gets what is left of it
     deadline = None if plan.timeout_s is None else time.monotonic() + plan.timeout_s
@@ -1225,10 +1229,11 @@ async def _forward(
         if not isinstance(headers, bytes):
             obs.propagate(headers)  # tracing hook: one trace context for the attempts in flight together
         search = _HedgedSearch(state, plan, obs, missed=missed)
-        ask = search.asker(request, headers, body, settings, head_timeout_s)
+        ask = search.asker(request, headers, body, settings, head_timeout_s, search_deadline)
         delay_s = state.response_searches.hedge_delay_s
+        ask_until = None if search_deadline is None else search_deadline - SEARCH_ASK_LEAST_S
         try:
-            silent = await hedged(candidates, ask, search.decide, delay_s=delay_s)
+            silent = await hedged(candidates, ask, search.decide, delay_s=delay_s, ask_until=ask_until)
         except asyncio.CancelledError:  # its attempts cancelled and ended; nothing relayed yet
             if not state.inflight.cutting:
                 # the pods asked, in the access log's attempts (until s47: none, as if no pod had
@@ -1242,12 +1247,20 @@ async def _forward(
         for key in silent:
             state.response_searches.slow(key, now=state.clock())
         result, refusal, stalled, withheld, missed = search.settled()
+        cut_short = search.cut_short(len(candidates))
         # an answer the hedge could not hold (a stream, a large one): that pod asked again, relaying
         candidates = [] if search.unheld is None else [search.unheld]
     for attempt, key in enumerate(candidates, start=1):
         ep = plan.sr.pool.states.get(key) if plan.sr is not None else None
         if plan.sr is not None and ep is None:
             continue
+        bound_s = head_timeout_s  # a search's attempt: what is left of its deadline, if less
+        if search_deadline is not None and head_timeout_s is not None:
+            left_s = search_deadline - time.monotonic()
+            if left_s < SEARCH_ASK_LEAST_S:
+                cut_short = True  # the pods left are not asked (a 504 below unless one answered)
+                break
+            bound_s = min(head_timeout_s, left_s)
         if unsent is not None and ep is not None and plan.sr is not None:
             _sent_instead(plan.sr, unsent, ep, request_id=obs.key, now=state.clock())
             unsent = None
@@ -1281,8 +1294,8 @@ async def _forward(
                 strip_usage=plan.strip_usage,
                 relay_whole_above=WHOLE_ANSWER_BUFFER_BYTES,
                 expect_id=plan.settles,  # a retrieval's: checked before it is relayed (None: generating)
-                head_timeout_s=head_timeout_s,
-                answer_timeout_s=head_timeout_s,  # a search's whole answer, its body too (since s47)
+                head_timeout_s=bound_s,
+                answer_timeout_s=bound_s,  # a search's whole answer, its body too (since s47)
             )
             # routeTimeout bounds the whole exchange; without one (the default) no timer is armed
             if deadline is None:
@@ -1446,6 +1459,9 @@ async def _forward(
         plan.sr.scheduler.release_dispatch(unsent, now=state.clock(), request_id=obs.key)
     if stalled is not None and (result is None or (result.status == 404 and not prepared)):
         result = stalled  # the others answered 404 (or not at all): the pod not heard may store it
+    if cut_short and stalled is None and (result is None or (result.status == 404 and not prepared)):
+        # the deadline passed with pods never asked, none silent: they may store it, never a 404
+        result = _out_of_search_time(plan, obs, state.response_searches.search_deadline_s)
     if plan.search_for is not None:
         _searched(state, plan, result, every_pod_missed=missed == len(plan.candidates))
     if result is None and withheld is not None and refusal is None:
@@ -1548,12 +1564,18 @@ class _HedgedSearch:
         body: InferenceBody,
         settings: RoutingSettings,
         head_timeout_s: float | None,
+        deadline: float | None = None,
     ) -> Callable[[str], Awaitable[ExchangeResult]]:
-        """One attempt of the search: the pod asked, its answer held (never written here)."""
+        """One attempt of the search: the pod asked, its answer held (never written here), bounded
+        by ``head_timeout_s`` or what is left until ``deadline`` (:func:`time.monotonic`), the
+        shorter."""
         state, plan, obs = self.state, self.plan, self.obs
 
         def ask(key: str) -> Awaitable[ExchangeResult]:
             self.asked.append(key)
+            bound_s = head_timeout_s
+            if deadline is not None and bound_s is not None:
+                bound_s = max(0.0, min(bound_s, deadline - time.monotonic()))
             return exchange(
                 request,
                 session=state.upstream if state.upstream is not None else request.app[SESSION_KEY],
@@ -1567,8 +1589,8 @@ class _HedgedSearch:
                 on_prepared=_never_prepared,
                 method=plan.method,
                 expect_id=plan.settles,
-                head_timeout_s=head_timeout_s,
-                answer_timeout_s=head_timeout_s,  # its body too: a pod stalling mid-answer is given up
+                head_timeout_s=bound_s,
+                answer_timeout_s=bound_s,  # its body too: a pod stalling mid-answer is given up
                 hold_bytes=WHOLE_ANSWER_BUFFER_BYTES,
             )
 
@@ -1619,6 +1641,12 @@ class _HedgedSearch:
         self.heard.append((key, result, ""))
         return LAST
 
+    def cut_short(self, candidates: int) -> bool:
+        """Whether the search ended at its deadline with some of its ``candidates`` never asked (no
+        answer won, none ended it, none is to be asked again)."""
+        ended = self.won is not None or self.failed is not None or self.unheld is not None
+        return not ended and len(self.asked) < candidates
+
     def settled(
         self, *, gone: bool = False
     ) -> tuple[ExchangeResult | None, ExchangeResult | None, ExchangeResult | None, str | None, int]:
@@ -1653,6 +1681,19 @@ class _HedgedSearch:
             elif answer is not None and number < len(heard) and cause:  # the last one's the client's
                 obs.retrying(self.plan.search_pools.get(key, ""), cause, status=answer.status)
         return result, self.refusal, self.stalled, self.withheld, self.missed
+
+
+def _out_of_search_time(plan: _Forward, obs: RequestObserver, deadline_s: float) -> ExchangeResult:
+    """A search whose deadline passed before it asked every pod, none of those asked silent (they
+    answered 404, or another response): a 504 ``upstream_timeout``, never the 404 of those asked -
+    a pod not asked may store the response."""
+    message = (
+        f"the search for response {plan.search_for!r} did not end within {deadline_s:g}s: "
+        "some model servers were not asked; retry the request"
+    )
+    headers = {"X-Request-Id": obs.request_id, **plan.response_headers}
+    answer = gateway_error("upstream_timeout", message, request_id=obs.request_id, headers=headers)
+    return ExchangeResult(answer=answer, status=504, ok=False, error=message, gave_up=True)
 
 
 def _shut_down_search(obs: RequestObserver) -> web.Response:

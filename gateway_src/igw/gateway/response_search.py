@@ -51,6 +51,14 @@ waiting for is remembered for :data:`SLOW_TTL_S` (:meth:`ResponseSearches.slow`,
 then every search of another id paid each frozen pod's timeout before the holder again. A retrieval
 that is not streamed is also hedged (:mod:`igw.gateway.hedged_search`).
 
+**A search as a whole has a deadline** (since session s47): :data:`SEARCH_DEADLINE_S` from its start,
+below the global router's per-cluster bound, hedged or one pod after another. Each pod's bound alone
+let a search past enough frozen pods outlast the router's wait for the whole cluster (a 504 from the
+router for a cluster whose gateway was healthy, and tier 2 could not tell such a cluster from a frozen
+gateway). A pod still silent at the deadline: its 504 (``upstream_timeout``); pods never asked, none
+silent: a 504 ``upstream_timeout`` saying so, never the 404 of those asked; the id is not listed as
+found nowhere either way.
+
 Per process, like the retry budget (each worker of ``igw serve --workers N`` its own): a search is
 rare outside a replica's restart or a scale-out of the gateway itself.
 """
@@ -84,6 +92,20 @@ answered at once), and holds a continuation's place. Below the global router's p
 timeout (:data:`igw.global_router.server.SEARCH_TIMEOUT_S`, 5 s), so that a cluster whose gateway
 passes a frozen pod (or two) on its way to the holder still answers the router in time; equal, the
 router gave that cluster up first."""
+
+SEARCH_DEADLINE_S: Final = 4.5
+"""Seconds a tier-1 retrieval's, deletion's or cancel's search lasts at most, every pod asked
+together (since session s47; before, only each pod's :data:`SEARCH_TIMEOUT_S` bounded it: past 8
+frozen pods a ``GET`` took 6.3 s, a ``DELETE`` 16.0 s). Below the global router's per-cluster search
+timeout (:data:`igw.global_router.server.SEARCH_TIMEOUT_S`, 5 s), with room for the hop: a cluster's
+gateway answers a search the router makes in time whatever its pods do. A pod is asked only while
+:data:`SEARCH_ASK_LEAST_S` or more of it is left, and for what is left of it at
+most; one still silent at the deadline makes the answer its 504 unless another pod's answer wins."""
+
+SEARCH_ASK_LEAST_S: Final = HEDGE_DELAY_S
+"""Seconds of a search's deadline (:data:`SEARCH_DEADLINE_S`) that must be left for a pod to be asked:
+a pod is judged slow when silent this long (the hedge's delay), so a pod asked later could not answer
+in time to show it is not."""
 
 SEARCH_REFUSAL_REASONS: Final = ("unfound", "busy", "scope_busy")
 """Why a search for a stored response was refused without asking a pod (a cluster): an id the
@@ -124,6 +146,7 @@ class ResponseSearches:
         "in_flight",
         "limit",
         "per_scope",
+        "search_deadline_s",
         "search_timeout_s",
         "ttl_s",
     )
@@ -137,6 +160,7 @@ class ResponseSearches:
         per_scope: int | None = None,
         search_timeout_s: float = SEARCH_TIMEOUT_S,
         hedge_delay_s: float = HEDGE_DELAY_S,
+        search_deadline_s: float = SEARCH_DEADLINE_S,
     ) -> None:
         if limit < 1 or capacity < 1 or ttl_s <= 0 or (per_scope is not None and per_scope < 1):
             raise ValueError("limit, capacity and per_scope must be at least 1, ttl_s positive")
@@ -148,6 +172,9 @@ class ResponseSearches:
         self.ttl_s = ttl_s
         self.search_timeout_s = search_timeout_s
         """How long a tier-1 search waits for one pod, and holds a continuation's place."""
+        self.search_deadline_s = search_deadline_s
+        """How long a tier-1 retrieval's (deletion's, cancel's) search lasts at most, every pod asked
+        together (:data:`SEARCH_DEADLINE_S`)."""
         self.hedge_delay_s = hedge_delay_s
         """How long a hedged retrieval's search waits for the pod asked last before it asks the next
         too (:mod:`igw.gateway.hedged_search`)."""

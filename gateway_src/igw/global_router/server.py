@@ -988,7 +988,8 @@ async def _ask_stored(
     """:func:`_forward_stored`'s exchanges with ``clusters`` in turn (``known``: the one remembered
     as the holder, the only one); ``missed`` gets the name of each cluster that answered 404 or with
     another response (the search goes on past it). A search waits ``search_timeout_s`` for a
-    cluster's answer, then asks the next (since session s46): found there, its answer; else the
+    cluster's answer (its head; since session s47 its whole answer, not an event stream), then asks
+    the next (since session s46): found there, its answer; else the
     timed-out cluster's 504 ``upstream_timeout``, never a 404 - it may store the response - and the id
     is not listed as found nowhere."""
     headers = _forwarded_headers(router, request, principal)
@@ -1021,6 +1022,10 @@ async def _ask_stored(
                     expect_id=response_id,  # an answer naming another: returned unrelayed
                     keepalive_s=router.replay_keepalive_s,  # a held replay: pinged, then cut if misnamed
                     head_timeout_s=None if known is not None else router.search_timeout_s,
+                    # a search's whole answer, not its head alone (since s47, as tier 1's: a cluster
+                    # sending its head and then stalling or trickling the body held the search for
+                    # requestTimeoutSeconds, or for ever)
+                    answer_timeout_s=None if known is not None else router.search_timeout_s,
                 ),
             )
         except ConnectFailed:
