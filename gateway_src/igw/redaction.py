@@ -261,6 +261,10 @@ two in its repr), up to the next such quote not after one backslash more (an
 escaped quote in the value, ``\\\\\\"``). A value ending in an escaped backslash is masked past its end
 (to the next such quote): more masked, nothing shown."""
 _SCALAR: Final = r"(?:-?[0-9][0-9.eE+-]*|null|true|false|None|True|False)"
+_NUMBER: Final = r"-?[0-9][0-9.eE+-]*(?![0-9A-Za-z_.])"
+"""A number as a secret-named field's whole value (``"password": 12345678``, a PIN or numeric key):
+masked since session s47, where it went to the logs as it was (a string value was masked). Only in an
+object or dict (the name after ``{`` or ``,``): ``error "token" : 401`` is a status."""
 
 
 def _container(string: str) -> str:
@@ -274,7 +278,15 @@ def _container(string: str) -> str:
 
 
 _QUOTED_FIELD: Final = re.compile(
-    r"(?i)()([\"'])(" + _QUOTED_NAME + r")(\2\s*:\s*)(" + _STRING + "|" + _container(_STRING) + ")"
+    r"(?i)()([\"'])("
+    + _QUOTED_NAME
+    + r")(\2\s*:\s*)("
+    + _STRING
+    + "|"
+    + _container(_STRING)
+    + "|"
+    + _NUMBER
+    + ")"
 )
 """A secret-named field of a JSON object or a dict's repr with a string value: an OAuth token response
 (``{"access_token": "...", "refresh_token": "..."}``) as requests_oauthlib logs it, ``Response headers
@@ -291,6 +303,8 @@ _ESCAPED_FIELD: Final = re.compile(
     + _ESCAPED_STRING
     + "|"
     + _container(_ESCAPED_STRING)
+    + "|"
+    + _NUMBER
     + ")"
 )
 """:data:`_QUOTED_FIELD` in a JSON text held in a string (``{\\"password\\": \\"x\\"}``): a request body
@@ -569,6 +583,11 @@ def _mask_quoted_field(found: re.Match[str]) -> str:
     """A :data:`_QUOTED_FIELD` or :data:`_ESCAPED_FIELD` match with every string of its value masked
     (an object's keys kept), its name, quotes, brackets and scalars kept."""
     escape = found.group(1)
+    if found.group(5)[0] in "-0123456789":  # a number: a string in its place keeps the JSON valid
+        if not found.string[: found.start()].rstrip().endswith(("{", ",")):
+            return found.group(0)  # not an object's field (``error "token" : 401``): a status, kept
+        masked = f"{escape}{found.group(2)}{MASK}{escape}{found.group(2)}"
+        return f"{found.group(1)}{found.group(2)}{found.group(3)}{found.group(4)}{masked}"
     if found.group(5).startswith("{") and _CREDENTIALS_NAME.fullmatch(found.group(3)):
         inner = (_ESCAPED_FIELD if escape else _QUOTED_FIELD).sub(_mask_quoted_field, found.group(5))
         return f"{found.group(1)}{found.group(2)}{found.group(3)}{found.group(4)}{inner}"

@@ -407,6 +407,36 @@ def test_an_existing_directory_no_file_can_be_created_in_is_refused_while_parsin
         assert "cannot write in directory '/proc'" in capsys.readouterr().err
 
 
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc")
+def test_an_output_path_that_cannot_be_written_names_the_directory_at_fault(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The bare ``strerror`` named no directory at fault: ``--out /proc/x/y`` said "cannot create
+    directory '/proc/x/y': No such file or directory" and ``--out /proc`` "cannot write in directory
+    '/proc': No such file or directory", both read as a missing ``/proc`` (before session s47)."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    proc = "'/proc' exists but takes no new files or directories (No such file or directory)"
+    for words, message in (
+        (["bench", "--out", "/proc"], f"cannot write in directory '/proc': {proc}"),
+        (["demo", "--out", "/proc/x"], f"cannot create directory '/proc/x': {proc}"),
+        (
+            ["sim", "run", "--spec", A_FILE, "--records", "/proc/x/y/r.jsonl"],
+            f"cannot create directory '/proc/x/y': '/proc/x' does not exist and cannot be created: {proc}",
+        ),
+        (
+            ["demo", "--out", str(blocker / "sub" / "x")],
+            f"cannot create directory {str(blocker / 'sub' / 'x')!r}: {str(blocker)!r} is a file, "
+            "not a directory",
+        ),
+    ):
+        with pytest.raises(SystemExit) as exited:
+            build_parser().parse_args(words)
+        assert exited.value.code == 2
+        assert message in capsys.readouterr().err, words
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
+
+
 def test_perf_creates_the_folder_of_its_output_files_before_it_measures(tmp_path: Path) -> None:
     """``igw perf gateway --json new/perf.json`` wrote its JSON with a bare open() after minutes of
     measuring: a FileNotFoundError traceback, the results lost."""

@@ -48,7 +48,6 @@ FLEET = str(EXAMPLES / "mixed-fleet.yaml")
             "--draws: at most 1,000 draws, got 1,001",
         ),
         (["demo", "--routers", "round-robin,warp"], "--routers: unknown warp"),
-        (["demo", "--requests", "3"], "--requests must be >= 10"),
     ],
 )
 def test_bad_arguments_are_rejected_with_the_argument_named(
@@ -57,6 +56,30 @@ def test_bad_arguments_are_rejected_with_the_argument_named(
     assert main([*argv, "--out", str(tmp_path / "out")]) == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["demo", "--requests", "3"], "argument --requests: expected a whole number >= 10, got '3'"),
+        (["demo", "--drain", "0"], "argument --drain: expected a number > 0.0, got '0'"),
+    ],
+)
+def test_the_demo_refuses_what_it_cannot_run_while_parsing(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The parser took ``--requests`` from 1 and ``--drain 0`` (its help said nothing of a bound), then
+    the run refused them with "--requests must be >= 10, --rate and --drain > 0" (before session s47):
+    one bound, :data:`~igw.cli.demo.MIN_REQUESTS`, now checked where the option is parsed."""
+    with pytest.raises(SystemExit) as exited:
+        main([*argv, "--out", str(tmp_path / "out")])
+    assert exited.value.code == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+    assert build_parser().parse_args(["demo", "--requests", "10"]).requests == demo_cli.MIN_REQUESTS == 10
+    with pytest.raises(SystemExit):
+        main(["demo", "--help"])
+    assert "requests per router, at least 10" in " ".join(capsys.readouterr().out.split())
 
 
 @pytest.mark.parametrize(

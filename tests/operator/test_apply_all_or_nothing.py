@@ -9,10 +9,12 @@ on the API server first (``?dryRun=All``) and only written when all pass.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Mapping
 from typing import Any
 
 import boto3
+import pytest
 from moto import mock_aws
 
 from igw.operator.dataplane import DataPlaneSettings
@@ -177,6 +179,58 @@ def test_a_spec_the_api_server_keeps_refusing_writes_no_annotation_on_any_pass(
     assert len(_annotation_writes(cluster, since)) == 1
     chat = find(cluster, "InferenceGatewayConfig", "inference", "chat") or {}
     assert _kept(cluster) == last_admitted_text(chat["spec"])
+
+
+def _apply_lines(caplog: pytest.LogCaptureFixture) -> list[tuple[str, str]]:
+    """The level and text of each line about applying config ``chat``'s data plane, then forgotten."""
+    lines = [
+        (r.levelname, r.getMessage())
+        for r in caplog.records
+        if r.getMessage().startswith("inference/chat: ") and "the data plane" in r.getMessage()
+    ]
+    caplog.clear()
+    return lines
+
+
+def test_a_spec_the_api_server_keeps_refusing_is_logged_once_per_generation_and_message(
+    cluster: FakeKubeApiServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """While the API server refused a spec whole (``NothingApplied``), every pass and resync logged the
+    WARNING "applying the data plane failed" again. Now it is one WARNING per (uid, generation,
+    message), DEBUG on the passes after it, an INFO line once an apply succeeds, and a WARNING again
+    for a new generation or a later failure."""
+    caplog.set_level(logging.DEBUG, logger="igw.operator")
+    reconciler = Reconciler(Kube(cluster.api_client()), DataPlaneSettings())
+    cluster.add(igwc("chat"))
+    assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
+    cluster.add_validating_webhook("policy.example.com", ["services"], _no_tls_listener)
+    update_spec(cluster, "inference", "chat", lambda spec: spec.update(tls={"acmArn": ARN}))
+    caplog.clear()
+    for _ in range(4):
+        assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
+    lines = _apply_lines(caplog)
+    assert [level for level, _ in lines] == ["WARNING", "DEBUG", "DEBUG", "DEBUG"]
+    assert "applying the data plane failed: " in lines[0][1]
+    assert "NothingApplied" in lines[0][1] or "nothing of this pass was applied" in lines[0][1]
+    assert len({text for _, text in lines}) == 1
+
+    update_spec(cluster, "inference", "chat", lambda spec: spec["bbr"].update(enabled=False))  # a generation
+    for _ in range(2):
+        assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
+    assert [level for level, _ in _apply_lines(caplog)] == ["WARNING", "DEBUG"]
+
+    cluster.store.validators.clear()
+    for _ in range(2):
+        assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
+    recovered = _apply_lines(caplog)
+    assert [level for level, _ in recovered] == ["INFO"]
+    assert "the data plane applied (it failed before: " in recovered[0][1]
+
+    cluster.add_validating_webhook("policy.example.com", ["services"], _no_tls_listener)
+    update_spec(cluster, "inference", "chat", lambda spec: spec["tls"].update(acmArn=ARN[:-1] + "0"))
+    for _ in range(2):
+        assert asyncio.run(reconciler.reconcile("inference", "chat")) is True
+    assert [level for level, _ in _apply_lines(caplog)] == ["WARNING", "DEBUG"]
 
 
 def test_a_write_refused_after_its_dry_run_passed_is_reported_object_by_object(

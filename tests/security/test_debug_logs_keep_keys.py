@@ -932,3 +932,34 @@ def test_a_keyword_argument_s_unquoted_value_keeps_the_separator_after_it() -> N
         ("password=hunter,2x&n=1", f"password={MASK}&n=1"),
     ):
         assert _logged(text).endswith(f": {shown}\n"), _logged(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ('{"password": 12345678}', '{"password": "[REDACTED]"}'),
+        ("{'api_key': 123456789012}", "{'api_key': '[REDACTED]'}"),
+        ('{"client_secret":-1.5e3,"model":"x"}', '{"client_secret":"[REDACTED]","model":"x"}'),
+        ('body={\\"pwd\\": 1234}', 'body={\\"pwd\\": \\"[REDACTED]\\"}'),
+        ("password=12345678", "password=[REDACTED]"),
+    ],
+)
+def test_a_number_under_a_secret_name_is_masked(text: str, expected: str) -> None:
+    """A string under a secret-named field was masked, a number not: ``{"password": 12345678}`` (a PIN,
+    a numeric key) went to the logs as it was, in JSON, a dict's repr and escaped JSON (before session
+    s47). The masked value is a string, so a JSON line stays valid."""
+    assert redact(text) == expected
+    if text.startswith('{"'):
+        assert json.loads(redact(text))
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"max_tokens": 100, "usage": {"prompt_tokens": 12, "completion_tokens": 7}}',
+        '{"token_type": 5, "pin": 1234, "status": 200, "password": null, "secret_name": 3}',
+    ],
+)
+def test_a_number_under_another_name_is_kept(text: str) -> None:
+    """Only names on the secret list: token counts, statuses and ``pin`` (not on it) stay."""
+    assert redact(text) == text

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import ipaddress
 import math
 import re
@@ -216,20 +217,52 @@ def output_directory(text: str) -> Path:
             path.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise argparse.ArgumentTypeError(
-                f"cannot create directory {text!r}: {exc.strerror or exc}"
+                f"cannot create directory {text!r}: {_why_not_created(path, missing, exc)}"
             ) from None
         try:
             with tempfile.TemporaryFile(dir=path):
                 pass
         except OSError as exc:
             raise argparse.ArgumentTypeError(
-                f"cannot write in directory {text!r}: {exc.strerror or exc}"
+                f"cannot write in directory {text!r}: {_why_not_writable(path, exc)}"
             ) from None
     finally:
         for created in missing:  # deepest first
             with contextlib.suppress(OSError):
                 created.rmdir()
     return path
+
+
+def _why_not_created(path: Path, missing: list[Path], exc: OSError) -> str:
+    """Why ``path`` could not be created, naming the directory at fault: the nearest one that exists
+    (``missing`` is the part of the path that does not, deepest first). The bare ``strerror`` named
+    neither: ``--out /proc/x/y`` said "No such file or directory", which reads as a missing ``/proc``."""
+    first_missing = missing[-1] if missing else path
+    base = first_missing.parent
+    if base.exists() and not base.is_dir():
+        return f"{str(base)!r} is a file, not a directory"
+    why = _why_not_writable(base, exc)
+    return (
+        why
+        if first_missing == path
+        else f"{str(first_missing)!r} does not exist and cannot be created: {why}"
+    )
+
+
+def _why_not_writable(directory: Path, exc: OSError) -> str:
+    """Why nothing could be created in the existing ``directory``, in words that name it; the system's
+    own wording follows in brackets. A directory that exists but refuses new entries with ENOENT
+    (``/proc``) made the message "cannot write in directory '/proc': No such file or directory"."""
+    name, said = str(directory), exc.strerror or str(exc)
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return f"{name!r} is not writable ({said})"
+    if exc.errno == errno.EROFS:
+        return f"{name!r} is on a read-only file system"
+    if exc.errno == errno.ENOSPC:
+        return f"the file system of {name!r} is full"
+    if exc.errno == errno.ENOENT and directory.is_dir():
+        return f"{name!r} exists but takes no new files or directories ({said})"
+    return f"{said} (in {name!r})"
 
 
 def output_file(text: str) -> Path:

@@ -12,8 +12,9 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Final
 
-from igw.cli.arg_types import COUNT, LIVE_RATE, NON_NEGATIVE, output_directory
+from igw.cli.arg_types import LIVE_RATE, POSITIVE, NumberRange, output_directory
 from igw.cli.option_scope import given, refuse_unused
 
 DEFAULT_RATE = 20.0
@@ -24,6 +25,13 @@ GLOBAL_USES = frozenset({"global_router", "out", "rate", "quick"})
 OPERATOR_USES = frozenset({"operator", "out"})
 """The options ``igw demo --operator`` uses: ``--out`` keeps its kubeconfig, manifest and gateway log."""
 
+MIN_REQUESTS: Final = 10
+"""The fewest requests per router a demo runs: ``--requests`` is refused below it while parsing (exit 2,
+the option named). Until session s47 the parser took any count from 1 (``--requests 3`` passed
+parsing, then the run refused it with "must be >= 10")."""
+DEMO_REQUESTS: Final = NumberRange(int, MIN_REQUESTS)
+"""``--requests``: a whole number of at least :data:`MIN_REQUESTS`."""
+
 HELP = "Run the local end-to-end demo: simulated GPU fleet, gateway vs round-robin, report."
 
 
@@ -31,7 +39,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--out", type=output_directory, default="demo-out", help="report directory (default demo-out)"
     )
-    parser.add_argument("--requests", type=COUNT, default=600, help="requests per router (default 600)")
+    parser.add_argument(
+        "--requests",
+        type=DEMO_REQUESTS,
+        default=600,
+        help=f"requests per router, at least {MIN_REQUESTS} (default 600)",
+    )
     parser.add_argument(
         "--rate",
         type=LIVE_RATE,
@@ -39,7 +52,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"offered requests per wall second (default {DEFAULT_RATE:g}; {GLOBAL_RATE:g} with --global)",
     )
     parser.add_argument(
-        "--drain", type=NON_NEGATIVE, default=45.0, help="wall s to wait after the last send (default 45)"
+        "--drain",
+        type=POSITIVE,
+        default=45.0,
+        help="wall s to wait after the last send, above 0 (default 45)",
     )
     parser.add_argument(
         "--allow-long-run",

@@ -282,6 +282,11 @@ class Reconciler:
         self._restored_noted: dict[tuple[str, str], tuple[object, object]] = {}
         """``(namespace, name): (uid, generation)`` whose restore this process reported
         (:meth:`_note_restored`): one Event per generation, not one per pass that puts objects back."""
+        self._apply_failed_noted: dict[tuple[str, str], tuple[object, object, str]] = {}
+        """``(namespace, name): (uid, generation, message)`` of the apply failure last logged
+        (:meth:`_note_apply_failed`): one WARNING line per generation and message, and one INFO line
+        when an apply succeeds again. A spec the API server kept refusing (``NothingApplied``) logged
+        the same WARNING on every pass and resync (before session s47)."""
         self._claims: dict[tuple[str, str], Claim] = {}
         self._recalled: set[str] = set()
         """Namespaces whose served ConfigMaps :meth:`_recall_claims` has read into :attr:`_claims`."""
@@ -341,6 +346,7 @@ class Reconciler:
                 self._not_kept_noted.pop(key, None)
                 self._unreadable_noted.pop(key, None)
                 self._restored_noted.pop(key, None)
+                self._apply_failed_noted.pop(key, None)
                 self._admitted.pop(key, None)
                 self._claims.pop(key, None)
                 return False
@@ -483,6 +489,7 @@ class Reconciler:
                 elif written:
                     await self._note_restored(igwc, refusal, written, source)
                 self._claim(igwc, target, applied=True)
+                self._note_applied(igwc)
                 await self._retire_autoscaler(target)
                 await self._retire_network_policy(target)
             except Exception as exc:  # any API refusal is reported on the object, not raised
@@ -499,7 +506,7 @@ class Reconciler:
                 elif await self._deleted_meanwhile(igwc):
                     return
                 else:
-                    log.warning("%s/%s: applying the data plane failed: %s", namespace, name, apply_error)
+                    self._note_apply_failed(igwc, apply_error)
         retired = False
         if refusal is None and apply_error is None and not wants_auto_issue(igwc.get("spec") or {}):
             # The spec stopped asking for auto-issue and the Service no longer names the imported
@@ -1149,6 +1156,30 @@ class Reconciler:
             return TlsOutcome(acm_arn=arn, status=status, problem=problem, certificate=wanted)
         return TlsOutcome(acm_arn=arn, status=status, certificate=wanted, renewal=renewal, issuer=blocked)
 
+    def _note_apply_failed(self, igwc: Mapping[str, Any], message: str) -> None:
+        """Log that applying ``igwc``'s data plane failed with ``message``: a WARNING line once per
+        (uid, generation, message), a DEBUG line on the passes and resyncs that fail the same way
+        after it. The condition and its Event say it on the object; the log said it again every pass."""
+        meta = igwc["metadata"]
+        key = (meta["namespace"], meta["name"])
+        mark = (meta.get("uid"), meta.get("generation"), message)
+        level = logging.DEBUG if self._apply_failed_noted.get(key) == mark else logging.WARNING
+        self._apply_failed_noted[key] = mark
+        log.log(level, "%s/%s: applying the data plane failed: %s", key[0], key[1], message)
+
+    def _note_applied(self, igwc: Mapping[str, Any]) -> None:
+        """An apply of ``igwc``'s data plane succeeded: after a failure logged by
+        :meth:`_note_apply_failed`, one INFO line says so, and a later failure is logged again."""
+        meta = igwc["metadata"]
+        failed = self._apply_failed_noted.pop((meta["namespace"], meta["name"]), None)
+        if failed is not None:
+            log.info(
+                "%s/%s: the data plane applied (it failed before: %s)",
+                meta["namespace"],
+                meta["name"],
+                failed[2],
+            )
+
     def _note_import_refused(self, igwc: Mapping[str, Any], message: str) -> None:
         """One WARNING line (``AcmImportFailed``: ``message``, without key material) each time ACM's
         refusal of ``igwc``'s first import changes."""
@@ -1278,6 +1309,7 @@ class Reconciler:
         self._issuer_noted.pop(_identity(igwc)[:2], None)
         self._restore_noted.pop(_identity(igwc)[:2], None)
         self._not_kept_noted.pop(_identity(igwc)[:2], None)
+        self._apply_failed_noted.pop(_identity(igwc)[:2], None)
         self._admitted.pop(_identity(igwc)[:2], None)
         self._claims.pop(_identity(igwc)[:2], None)
 
