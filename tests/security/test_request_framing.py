@@ -667,3 +667,36 @@ async def test_a_malformed_body_behind_a_valid_request_is_refused_alone(
                 data[-300:],
             )
             assert len(pod.received) - before == (1 if pipeline.startswith(b"POST") else 0)
+
+
+ENDS_IN_CRLF = orjson.dumps({"model": "m", "prompt": "hi", "max_tokens": 3}) + b"\r\n"
+BLANK_LINES_FIRST = {
+    "a Content-Length body ending in CR LF, then a blank line": (
+        f"{H}Content-Length: {len(ENDS_IN_CRLF)}\r\n\r\n".encode() + ENDS_IN_CRLF + b"\r\n"
+    ),
+    "a chunked request, then two blank lines": f"{H}{TE}\r\n".encode() + CHUNKED_BODY + b"\r\n\r\n",
+}
+
+
+@pytest.mark.parametrize("first", BLANK_LINES_FIRST)
+async def test_blank_lines_before_a_pipelined_request_line_are_not_taken_for_the_end_of_its_head(
+    gateway: Callable[..., Any], server_side: str, first: str
+) -> None:
+    """A client may send blank lines before a request line (RFC 9112 2.2; llhttp skips them). Before
+    session s47 the search for where a pipelined request's head ends took them, with the previous
+    request's last bytes (a body ending in CR LF, a chunked body's end), for that head's blank line:
+    the second request's chunk sizes were walked from its request line, never counted, and its 1 MiB
+    against 64 KiB held the handler until the body timeout. Every split of the pair: 413 at once."""
+    doc = config_doc([scheduler("llama", "m")], bbr={"maxRequestBodyBytes": LIMIT})
+    pair = BLANK_LINES_FIRST[first] + f"{H}{TE}\r\n100000\r\n".encode()
+    async with running(FakeModelServer("a")) as (pod,), gateway(doc, {"llama": [pod.key]}) as gw:
+        late = []
+        for at in range(1, len(pair)):
+            data = await send_split(gw.url, pair, at, within_s=3)  # the body timeout is 60 s
+            statuses = re.findall(rb"HTTP/1\.1 (\d{3}) ", data)
+            if statuses != [b"200", b"413"]:
+                late.append((at, statuses))
+                if len(late) == 5:
+                    break
+        assert late == [], (server_side, first, len(late), late[:5])
+        assert len(pod.received) == len(pair) - 1

@@ -738,6 +738,7 @@ class _StopAfterClose:
         "_parser",
         "_previous",
         "_rest",
+        "_seam",
         "_watch",
         "limit",
         "refused",
@@ -765,6 +766,11 @@ class _StopAfterClose:
         self._watch = False
         self._previous = b""
         """The last bytes of the previous read (a ``close`` split across two reads is still seen)."""
+        self._seam: bytes | None = b""
+        """The last bytes (up to three) of a request head begun in an earlier read and not ended yet
+        (a blank line split across reads is still found); ``b""`` when none was begun - the blank
+        lines a client may send before a request line (RFC 9112 2.2) do not begin one; ``None`` when
+        where the last request ended was not worked out (the next one is then not walked)."""
         self._closing: tuple[Any, Any] | None = None
         """The request that closes the connection (message, body reader), once parsed."""
         self._body_fed = 0
@@ -785,7 +791,6 @@ class _StopAfterClose:
             if rest.done:
                 self._rest = None
                 resumed = rest.end if rest.end > 0 else None
-        previous = self._previous
         # where the next request's head may start in ``data`` (``None``: the body in progress goes on
         # past it, no head is in it)
         if at_boundary:
@@ -800,54 +805,72 @@ class _StopAfterClose:
             self._done = True  # the connection closes after the answer to it: nothing more is parsed
             self._fail_body(exc)
             raise
-        if data:
-            self._previous = data[-8:]
-        if found[0] and not isinstance(found[0][-1][0], _ErrInfo):
-            message, body = found[0][-1]
+        if found[0] and isinstance(found[0][-1][0], _ErrInfo):  # refused: nothing more is parsed
+            self._rest, self._seam = None, None
+            return found
+        if found[0]:
+            _, body = found[0][-1]
             self._body = body if isinstance(body, StreamReader) and not body.is_eof() else None
-            if self._body is not None:
-                start = 0 if at_boundary else resumed
-                self._walk_new(message, self._body, data, previous, found[0], start)
+        if not data:  # the parser's own resumption: no bytes of ours to walk
+            if found[0]:
+                self._rest, self._seam = None, None
+            return found
+        self._previous = data[-8:]
+        if at_boundary:
+            self._walk(data, 0, self._seam, found[0])
+        elif resumed is not None:  # the body in progress ended at ``data[resumed]``
+            self._walk(data, resumed, b"", found[0])
+        else:  # inside a body, or one not walked: where the next request starts is not known
+            self._seam = None
+            if found[0]:
+                self._rest = None
         return found
 
-    def _walk_new(
-        self,
-        message: Any,
-        body: StreamReader,
-        data: bytes,
-        previous: bytes,
-        messages: Sequence[tuple[Any, Any]],
-        start: int | None,
-    ) -> None:
-        """Start walking the framing of ``body`` (``message``'s, the last of ``messages``: the requests
-        whose heads ended in ``data``), a chunked one's declared sizes counted against the limit: from
-        just after its head when that is known for sure - ``data`` began at a request's start
-        (``start`` 0: the parser was not inside another request's body), or the body in progress
-        when it began was walked to its end at ``data[start]`` - and the requests pipelined before it
-        in ``data`` are walked to their ends by their framing (:func:`_request_end`); else it is not
-        walked (the body timeout bounds it, as any slow body). Before session s45 only a request
-        alone in its read was counted: one pipelined behind another in the same read declared any
-        size unrefused; before session s46 one whose read began inside the previous request's body
-        (that body split across reads) was not counted either."""
+    def _walk(self, data: bytes, start: int, seam: bytes | None, messages: Sequence[tuple[Any, Any]]) -> None:
+        """Walk the requests of ``data[start:]`` (``messages``: those whose heads ended in it) by their
+        framing to where the next one starts: the head of each is found, the requests before the last
+        are walked to their ends (:func:`_request_end`), and the last one's body, when still arriving,
+        has its framing walked from just after its head (:attr:`_rest`), a chunked one's declared
+        sizes counted against the limit; else what follows it is where the next head begins
+        (:attr:`_seam`). ``seam`` is the end of a head begun in an earlier read (``None``: not known:
+        nothing is walked). Before session s45 only a request alone in its read was counted: one
+        pipelined behind another in the same read declared any size unrefused; before session s46
+        one whose read began inside the previous request's body was not counted either; before
+        session s47 a blank line before a request line (RFC 9112 2.2) could be taken, with the
+        previous request's last bytes, for the end of its head: its sizes went uncounted."""
         self._rest = None
         app = self._app
-        if app is None or start is None:
+        if app is None or seam is None:
+            self._seam = None
             return
-        if start == 0:
-            joined = previous[-3:] + data  # a blank line split across two reads
-            skip = len(joined) - len(data)
-            at = joined.find(_HEAD_END)
-        else:  # the previous body ended inside ``data``: the next head starts there, whole in it
-            joined, skip = data, 0
-            at = joined.find(_HEAD_END, start)
-        for message_before, _ in messages[:-1]:  # the requests before it: complete in this read
-            if at < 0:
+        if seam:  # the head begun in an earlier read: searched from its last bytes on
+            joined, shift, at, begun = seam + data[start:], start - len(seam), 0, True
+        else:
+            joined, shift, at, begun = data, 0, start, False
+        # ``data[i]`` is ``joined[i - shift]``
+        last = len(messages) - 1
+        for index, (message, _) in enumerate(messages):
+            head = _head_end(joined, at, begun=begun)
+            begun = False
+            if head < 0:
+                self._seam = None
                 return
-            at = _request_end(joined, at + 4, message_before)
-            if at >= 0:
-                at = joined.find(_HEAD_END, at)
-        if at < 0:
-            return
+            if index == last and self._body is not None:  # its body still arriving: walk it
+                self._seam = b""
+                self._walk_body(message, self._body, data, head + shift)
+                return
+            at = _request_end(joined, head, message)
+            if at < 0:
+                self._seam = None
+                return
+        if not begun:
+            at = _skip_blank_lines(joined, at)
+        self._seam = joined[max(at, len(joined) - 3) :]
+
+    def _walk_body(self, message: Any, body: StreamReader, data: bytes, start: int) -> None:
+        """Walk the framing of ``message``'s body from ``data[start]`` (just after its head)."""
+        app = self._app
+        assert app is not None
         self.limit = app._client_max_size
         rest: ChunkSizes | BodyLength
         if message.chunked:
@@ -857,7 +880,7 @@ class _StopAfterClose:
             if not length.isdigit():
                 return
             rest = BodyLength(body, int(length))
-        if rest.feed(data, max(at + 4 - skip, 0)):
+        if rest.feed(data, start):
             self._refuse(rest)
         if not rest.done:
             self._rest = rest
@@ -975,7 +998,9 @@ class _StopAfterClose:
 
 def _next_head_end(previous: bytes, data: bytes, at: int) -> int:
     """The offset in ``data`` just after the first ``CRLF CRLF`` that ends at or after ``at`` (one
-    begun in the last bytes of ``previous``, the read before, counts at 0), else ``len(data)``."""
+    begun in the last bytes of ``previous``, the read before, counts at 0), else ``len(data)``. Blank
+    lines before a request line (RFC 9112 2.2) are not skipped, unlike :func:`_head_end`: taken here
+    for a head's end they only cut one more step, in which the parser finds no request."""
     if at == 0 and previous:
         seam = (previous[-3:] + data[:3]).find(_HEAD_END)
         if seam >= 0:
@@ -1151,6 +1176,28 @@ def _request_end(data: bytes, at: int, message: Any) -> int:
         line, at = data[at:lf], lf + 1
         if line in (b"", b"\r"):
             return at
+
+
+_BLANK: Final = frozenset(b"\r\n")
+"""Bytes llhttp skips before a request line (the blank lines RFC 9112 2.2 lets a client send there)."""
+
+
+def _skip_blank_lines(data: bytes, at: int) -> int:
+    """The offset of the first byte at or after ``data[at]`` that is not CR or LF."""
+    while at < len(data) and data[at] in _BLANK:
+        at += 1
+    return at
+
+
+def _head_end(data: bytes, at: int, *, begun: bool) -> int:
+    """The offset just after the blank line that ends the head starting at ``data[at]`` (``begun``:
+    the head began before ``data``, whose first bytes may end it), -1 when ``data`` does not hold it.
+    The blank lines before a request line are skipped: with the previous request's last bytes (a
+    body ending in CR LF, or a chunked body's end) they would read as a head's end."""
+    if not begun:
+        at = _skip_blank_lines(data, at)
+    found = data.find(_HEAD_END, at)
+    return found + 4 if found >= 0 else -1
 
 
 def _head_ends(data: bytes) -> list[int]:
