@@ -42,6 +42,9 @@ from igw.checks.audit import (
     seccomp,
     spread,
     tenant_isolation,
+    tier_auth_withheld,
+    tier_identity_match,
+    tier_token_to_pods,
     tls_termination,
 )
 from igw.checks.framework import Check
@@ -105,6 +108,9 @@ AUDIT: Final[tuple[Check, ...]] = (
     jwks_host.CHECK,
     jwt_hardening.CHECK,
     jwt_lifetime.CHECK,
+    tier_auth_withheld.CHECK,
+    tier_token_to_pods.CHECK,
+    tier_identity_match.CHECK,
     internet_facing.CHECK,
     open_cidrs.CHECK,
     plain_http.CHECK,

@@ -1,0 +1,172 @@
+"""IGW-AU207..209: a GlobalRouterConfig checked against the tier-1 InferenceGatewayConfig of each of
+its clusters (linked by ``spec.extensions.globalHeartbeat.cluster``), from YAML files through
+``igw audit --manifests``.
+
+Why: since session s47 a cluster's 401 to a caller the router verified but did not forward becomes a
+502 ``upstream_auth_misconfigured`` at run time; these checks find that deployment, a verified token
+forwarded to an open gateway (which passes it to its pods), and tiers verifying one token
+differently, before any traffic.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from igw.checks.model import Status
+from tests.checks.helpers import GLOBAL_ROUTER_EXAMPLE, cli
+
+ISSUER = "https://idp.example.com/realms/ml"
+OTHER = "https://other-idp.example.com"
+FWD: dict[str, Any] = {"forward": True}
+
+
+def _auth(issuer: str, audiences: str, indent: str = "  ") -> str:
+    return (
+        f"{indent}auth:\n"
+        f"{indent}  jwt:\n"
+        f"{indent}    provider:\n"
+        f"{indent}      name: corp-idp\n"
+        f"{indent}      issuer: {issuer}\n"
+        f"{indent}      remoteJWKS: {{uri: {ISSUER}/certs}}\n"
+        f"{indent}      audiences: [{audiences}]\n"
+    )
+
+
+def _router(*, auth: bool = True, forward: bool = False, tenant_claim: str = "tenant") -> str:
+    """The example router (its spec last in the file) with ``spec.auth`` and ``spec.authorization``."""
+    text = GLOBAL_ROUTER_EXAMPLE.read_text()
+    if auth:
+        text += _auth(ISSUER, "inference")
+    text += (
+        f"  authorization: {{forwardAuthorization: {str(forward).lower()}, tenantClaim: {tenant_claim}}}\n"
+    )
+    return text
+
+
+def _gateway(
+    *,
+    auth: bool = True,
+    cluster: str = "use1-b",
+    issuer: str = ISSUER,
+    audiences: str = "inference",
+    tenant_claim: str = "tenant",
+    key_prefix: str = "igw:hb:",
+) -> str:
+    text = (
+        "apiVersion: inference.sagemaker.aws.amazon.com/v1alpha1\n"
+        "kind: InferenceGatewayConfig\n"
+        "metadata: {name: llama, namespace: inference}\n"
+        "spec:\n"
+        "  bbr: {enabled: false}\n"
+        "  schedulers:\n"
+        "    - name: llama3-8b\n"
+        "      modelName: meta-llama/Llama-3.1-8B-Instruct\n"
+        "      modelSelector: {matchLabels: {app: llama3-8b}}\n"
+        "  extensions:\n"
+        "    globalHeartbeat:\n"
+        f"      cluster: {cluster}\n"
+        "      region: us-east-1\n"
+        "      redis:\n"
+        "        url: rediss://global-router-cache.example.com:6379/0\n"
+        f"        keyPrefix: '{key_prefix}'\n"
+        f"    authorization: {{tenantClaim: {tenant_claim}}}\n"
+    )
+    return text + (_auth(issuer, audiences) if auth else "")
+
+
+def _audit(tmp_path: Path, check: str, *documents: str) -> tuple[int, list[dict[str, Any]]]:
+    folder = tmp_path / "manifests"
+    folder.mkdir()
+    for index, document in enumerate(documents):
+        (folder / f"{index}.yaml").write_text(document)
+    code, out = cli(
+        "audit", "--manifests", str(folder), "--check", check, "--fail-on", "medium", "-o", "json"
+    )
+    return code, [r for r in json.loads(out)["results"] if r["checkId"] == check]
+
+
+RESOURCE = "GlobalRouterConfig global-llama cluster use1-b"
+
+
+@pytest.mark.parametrize(
+    ("check", "router", "gateway", "status", "severity", "finding"),
+    [
+        # 1. verified, not forwarded, the cluster authenticates: every verified caller gets a 502
+        ("IGW-AU207", {}, {}, "FAIL", "HIGH", "every verified caller gets 502 upstream_auth_misconfigured"),
+        ("IGW-AU207", {}, {"auth": False}, "PASS", None, "authenticates nobody"),
+        ("IGW-AU207", {"forward": True}, {}, "PASS", None, "forwards callers' tokens"),
+        ("IGW-AU207", {"auth": False}, {}, "PASS", None, "authenticates nobody"),
+        # 2. forwarded to an open gateway: the token reaches the model-server pods
+        ("IGW-AU208", {"forward": True}, {"auth": False}, "FAIL", "MEDIUM", "reach its model-server pods"),
+        ("IGW-AU208", {"forward": True}, {}, "PASS", None, "verifies the forwarded token"),
+        ("IGW-AU208", {}, {"auth": False}, "PASS", None, "forwards no verified token"),
+        # 3. both verify one forwarded token, differently
+        ("IGW-AU209", FWD, {}, "PASS", None, "as the router does"),
+        ("IGW-AU209", FWD, {"issuer": OTHER}, "FAIL", "HIGH", "refuses every forwarded token"),
+        ("IGW-AU209", FWD, {"audiences": "batch"}, "FAIL", "MEDIUM", "the router accepts inference"),
+        ("IGW-AU209", FWD, {"audiences": "inference, batch"}, "PASS", None, "as the router does"),
+        ("IGW-AU209", FWD, {"tenant_claim": "org"}, "FAIL", "MEDIUM", "'tenant' at the router, 'org'"),
+        ("IGW-AU209", {}, {"tenant_claim": "org"}, "PASS", None, "IGW-AU207"),
+    ],
+    ids=[
+        "withheld-to-authenticating", "withheld-to-open", "forwarded", "router-open",
+        "forwarded-to-open", "forwarded-to-authenticating", "withheld-to-open-pods",
+        "same-identity", "other-issuer", "other-audience", "wider-audiences", "other-tenant-claim",
+        "not-forwarded",
+    ],
+)  # fmt: skip
+def test_a_router_is_checked_against_its_clusters_gateway(
+    tmp_path: Path,
+    check: str,
+    router: dict[str, Any],
+    gateway: dict[str, Any],
+    status: str,
+    severity: str | None,
+    finding: str,
+) -> None:
+    code, [result] = _audit(tmp_path, check, _router(**router), _gateway(**gateway))
+    assert result["status"] == status, result["message"]
+    assert result["resource"] == RESOURCE
+    assert finding in result["message"]
+    if severity is not None:
+        assert result["severity"] == severity
+        assert "InferenceGatewayConfig inference/llama" in result["message"]
+    assert code == (1 if status == "FAIL" else 0)
+
+
+def test_the_documents_are_configurations_igw_validate_accepts(tmp_path: Path) -> None:
+    """The audit is only worth something on deployable configurations: both tiers' documents here are."""
+    for name, document in (("router.yaml", _router(forward=True)), ("gateway.yaml", _gateway())):
+        (tmp_path / name).write_text(document)
+        code, out = cli("validate", str(tmp_path / name))
+        assert code == 0, out
+
+
+def test_the_withheld_token_finding_names_both_fixes(tmp_path: Path) -> None:
+    _, [result] = _audit(tmp_path, "IGW-AU207", _router(), _gateway())
+    assert "forwardAuthorization: true" in result["remediation"]
+    assert "remove spec.auth from that cluster's InferenceGatewayConfig" in result["remediation"]
+    assert "Caller identity at the clusters" in result["remediation"]
+
+
+@pytest.mark.parametrize(
+    "gateway",
+    [{"cluster": "eu-a"}, {"key_prefix": "igw:other:"}],
+    ids=["another-cluster", "another-key-prefix"],
+)
+def test_a_gateway_publishing_no_heartbeat_the_router_reads_is_not_linked(
+    tmp_path: Path, gateway: dict[str, Any]
+) -> None:
+    """Only the heartbeat key ``<keyPrefix><cluster>`` links the tiers: a gateway publishing another
+    one serves no cluster of this router, whatever its auth, so nothing is in scope."""
+    for check in ("IGW-AU207", "IGW-AU208", "IGW-AU209"):
+        folder = tmp_path / check
+        folder.mkdir()
+        code, [result] = _audit(folder, check, _router(), _gateway(**gateway))
+        assert result["status"] == Status.SKIP.value, result["message"]
+        assert "globalHeartbeat.cluster" in result["message"]
+        assert code == 0
