@@ -22,6 +22,8 @@ could not both be in flight without two writers to one client, and a continuatio
 pod that holds it is a generation (hedged, the others' 404s are all they would save). ``DELETE`` and
 ``cancel`` stay sequential too: they change what the pod stores, and an answer the hedge could not
 hold would have to be asked for again (:attr:`~igw.gateway.upstream.ExchangeResult.unheld`).
+A retrieval of a response whose pod is remembered asks that pod alone first, then, if it is silent for
+the search timeout, hedges over the others (``_holder_first`` in :mod:`igw.gateway.inference`).
 """
 
 from __future__ import annotations

@@ -23,6 +23,7 @@ import math
 import os
 import re
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
@@ -264,6 +265,11 @@ class _Forward:
     carried: bool
     """Set by :func:`_forward` for a retrieval or cancel (``settles``): the answer relayed carries
     that response (names its id), the only answer whose pod a search remembers as its holder."""
+    holder: str | None
+    """A retrieval not streamed of a response whose pod is remembered (since session s47): that pod,
+    ``candidates``' first, asked alone and bounded as a search's attempt; silent, the other pods are
+    searched (``candidates``' rest, the holder again last, as a slow pod) within the search's
+    deadline. ``None``: no such retrieval."""
 
     def __init__(
         self,
@@ -286,6 +292,7 @@ class _Forward:
         settles: str | None = None,
         minted: str | None = None,
         carried: bool = False,
+        holder: str | None = None,
     ) -> None:
         self.candidates = candidates
         self.sr = sr
@@ -305,6 +312,7 @@ class _Forward:
         self.settles = settles
         self.minted = minted
         self.carried = carried
+        self.holder = holder
 
 
 async def handle_inference(
@@ -535,10 +543,22 @@ async def handle_stored_response(request: web.Request) -> web.StreamResponse:
         if minted_for(response_id, caller_scope(principal)) is False:
             return obs.finish(_not_yours(response_id, request_id=obs.request_id))
         found = stored_response_holder(state, response_id)
+        stream = request.query.get("stream") == "true"
+        holder = None
         if found is not None:
             sr, key = found
             guard.authorize(principal, model=sr.spec.model_name)
             owners = {key: sr}
+            if request.method == "GET" and not stream:
+                # A retrieval not streamed (since session s47): the holder bounded as a search's
+                # attempt, the other pods searched if it is silent (a frozen holder held the client
+                # until responseTimeout, 600 s by default). Streamed replays, deletions and cancels:
+                # the holder alone, unbounded (docs/gateway.md says why).
+                holder = key
+                others = _search_candidates(state, guard, principal)
+                others.pop(key, None)
+                ordered = state.response_searches.ordered(list(others), now=state.clock())
+                owners = {key: sr, **{other: others[other] for other in ordered}}
         else:
             owners = _search_candidates(state, guard, principal)
             if not owners:
@@ -548,10 +568,12 @@ async def handle_stored_response(request: web.Request) -> web.StreamResponse:
                 )
                 return obs.finish(gateway_error("response_not_found", message, request_id=obs.request_id))
         within = search_context(caller_scope(principal), (owner.spec.name for owner in owners.values()))
+        # the holder's model (its pool's headers), the other pods searched or not
         models = {owner.spec.model_name for owner in owners.values()}
+        if found is not None:
+            models = {found[0].spec.model_name}
         model = next(iter(models)) if len(models) == 1 else None  # a search over several pools: no one model
         first = next(iter(owners.values()))
-        stream = request.query.get("stream") == "true"
         obs.routed(model=model, base_model=model, scheduler=first.spec.name, stream=stream, configured=True)
         # generates nothing: the request limit alone (a tenant in debt for a background response's
         # bound may still poll for it)
@@ -559,6 +581,8 @@ async def handle_stored_response(request: web.Request) -> web.StreamResponse:
         candidates = list(owners)
         if found is None:  # pods a search stopped waiting for lately asked last (since session s47)
             candidates = state.response_searches.ordered(candidates, now=state.clock())
+        elif len(candidates) > 1:  # the holder first; silent, asked again after the others
+            candidates.append(candidates[0])
         plan = _Forward(
             candidates=candidates,
             sr=None,  # no pick: nothing for the scheduler to learn from a retrieval
@@ -567,11 +591,12 @@ async def handle_stored_response(request: web.Request) -> web.StreamResponse:
             what=f"the model server storing {response_id!r}",
             method=request.method.encode("ascii"),
             generates=False,
-            search_for=None if found is not None else response_id,
+            search_for=None if found is not None and holder is None else response_id,
             search_within=within,
             search_pools={key: owner.spec.name for key, owner in owners.items()},
             settles=response_id,
             minted=response_id,  # the only id an answer is believed to name: a settlement's proof
+            holder=holder,
         )
         body = NO_BODY if not stream else dataclasses.replace(NO_BODY, stream=True)
         searching = found is None
@@ -588,18 +613,20 @@ async def handle_stored_response(request: web.Request) -> web.StreamResponse:
             state.inflight.leave(task)
             if searching:
                 state.response_searches.end(scope)
-        holder = obs.record.endpoint
+        answered_by = obs.record.endpoint
         if (
-            found is None
+            (found is None or answered_by != found[1])  # found elsewhere than remembered: moved there
             and answer.status < 400
             and request.method != "DELETE"
             # the answer carries the response asked for (input items: a list, no id to compare):
             # an answer naming another (a pod's lie or mix-up) shows no holder (before s44 it did)
             and (plan.carried or request.path.endswith("/input_items"))
-            and holder in owners
-            and holder in owners[holder].pool.states  # not if it left its pool meanwhile
+            and answered_by in owners
+            and answered_by in owners[answered_by].pool.states  # not if it left its pool meanwhile
         ):
-            owners[holder].scheduler.remember_response(response_id, holder, now=state.clock())
+            owners[answered_by].scheduler.remember_response(response_id, answered_by, now=state.clock())
+            if found is not None:  # the pod remembered did not answer in time: forgotten
+                found[0].scheduler.disown_response(response_id, found[1], now=state.clock())
         return as_response(answer)
     except GuardDenied as denied:
         return obs.finish(denial_response(denied, request_id=obs.request_id))
@@ -1233,7 +1260,10 @@ async def _forward(
         delay_s = state.response_searches.hedge_delay_s
         ask_until = None if search_deadline is None else search_deadline - SEARCH_ASK_LEAST_S
         try:
-            silent = await hedged(candidates, ask, search.decide, delay_s=delay_s, ask_until=ask_until)
+            if plan.holder is None:
+                silent = await hedged(candidates, ask, search.decide, delay_s=delay_s, ask_until=ask_until)
+            else:
+                silent = await _holder_first(state, plan, principal, search, ask, delay_s, ask_until)
         except asyncio.CancelledError:  # its attempts cancelled and ended; nothing relayed yet
             if not state.inflight.cutting:
                 # the pods asked, in the access log's attempts (until s47: none, as if no pod had
@@ -1247,7 +1277,7 @@ async def _forward(
         for key in silent:
             state.response_searches.slow(key, now=state.clock())
         result, refusal, stalled, withheld, missed = search.settled()
-        cut_short = search.cut_short(len(candidates))
+        cut_short = search.cut_short(len(candidates) if search.searched else len(search.asked))
         # an answer the hedge could not hold (a stream, a large one): that pod asked again, relaying
         candidates = [] if search.unheld is None else [search.unheld]
     for attempt, key in enumerate(candidates, start=1):
@@ -1417,8 +1447,13 @@ async def _forward(
             # no answer head within the search's bound (a frozen pod): not a miss - it may store the
             # response - but the next pod is asked (until session s46 the search ended on this 504,
             # after responseTimeout, 600 s by default)
+            if bound_s is not None and head_timeout_s is not None and bound_s < head_timeout_s:
+                # given up at the search's deadline, before its own timeout: the deadline named, not
+                # the rest of it this pod had; not asked last for it (since session s47)
+                result = _stalled_at_deadline(plan, obs, state.response_searches.search_deadline_s, result)
+            else:
+                state.response_searches.slow(key, now=state.clock())  # asked last for a while
             stalled = result
-            state.response_searches.slow(key, now=state.clock())  # asked last for a while
             if attempt < len(candidates):
                 searched += 1
                 obs.retrying(plan.search_pools.get(key, ""), SEARCH_TIMEOUT, status=result.status)
@@ -1462,8 +1497,9 @@ async def _forward(
     if cut_short and stalled is None and (result is None or (result.status == 404 and not prepared)):
         # the deadline passed with pods never asked, none silent: they may store it, never a 404
         result = _out_of_search_time(plan, obs, state.response_searches.search_deadline_s)
-    if plan.search_for is not None:
-        _searched(state, plan, result, every_pod_missed=missed == len(plan.candidates))
+    if plan.search_for is not None:  # a holder remembered is never listed as storing nothing
+        every_pod_missed = missed == len(plan.candidates) and plan.holder is None
+        _searched(state, plan, result, every_pod_missed=every_pod_missed)
     if result is None and withheld is not None and refusal is None:
         # no later answer, no pod's 404 before it (else that 404 is the client's): as for a response
         # stored nowhere
@@ -1556,6 +1592,11 @@ class _HedgedSearch:
         self.asked: list[str] = []
         """Each pod asked, in order: those never heard (cancelled when the search ended) count among
         the request's attempts too."""
+        self.shortened: dict[str, bool] = {}
+        """Pod -> whether its latest attempt's bound was what was left of the search's deadline, less
+        than the search timeout (given up then, it is not asked last for it)."""
+        self.searched = False
+        """A remembered holder's retrieval (``plan.holder``) searched the other pods too."""
 
     def asker(
         self,
@@ -1576,6 +1617,7 @@ class _HedgedSearch:
             bound_s = head_timeout_s
             if deadline is not None and bound_s is not None:
                 bound_s = max(0.0, min(bound_s, deadline - time.monotonic()))
+                self.shortened[key] = head_timeout_s is not None and bound_s < head_timeout_s
             return exchange(
                 request,
                 session=state.upstream if state.upstream is not None else request.app[SESSION_KEY],
@@ -1611,7 +1653,10 @@ class _HedgedSearch:
         if result.redirect:
             self.obs.upstream_redirect()
         if result.gave_up:  # not a miss - it may store the response - but asked last for a while
-            searches.slow(key, now=self.state.clock())
+            if self.shortened.get(key, False):  # ... unless the deadline, not its timeout, ended it
+                result = _stalled_at_deadline(self.plan, self.obs, searches.search_deadline_s, result)
+            else:
+                searches.slow(key, now=self.state.clock())
             self.stalled = result
             self.heard.append((key, result, SEARCH_TIMEOUT))
             return NEXT
@@ -1659,9 +1704,15 @@ class _HedgedSearch:
         result = self.won if self.won is not None else self.failed
         final = result if result is not None else self.stalled if self.stalled is not None else self.refusal
         heard = self.heard
-        answered = {item[0] for item in heard}
-        # pods asked and never heard: attempts (cause "": no retry counted), before the final one
-        unheard = [(key, None, "") for key in self.asked if key not in answered]
+        # pods asked and never heard: attempts (cause "": no retry counted), before the final one (a
+        # remembered holder may be asked twice: counted per pod)
+        answers = Counter(item[0] for item in heard)
+        unheard: list[tuple[str, ExchangeResult | None, str]] = []
+        for key in self.asked:
+            if answers[key] > 0:
+                answers[key] -= 1
+            else:
+                unheard.append((key, None, ""))
         if gone:
             order = {key: index for index, key in enumerate(self.asked)}
             heard = sorted([*heard, *unheard], key=lambda item: order.get(item[0], -1))
@@ -1681,6 +1732,56 @@ class _HedgedSearch:
             elif answer is not None and number < len(heard) and cause:  # the last one's the client's
                 obs.retrying(self.plan.search_pools.get(key, ""), cause, status=answer.status)
         return result, self.refusal, self.stalled, self.withheld, self.missed
+
+
+async def _holder_first(
+    state: GatewayState,
+    plan: _Forward,
+    principal: Principal,
+    search: _HedgedSearch,
+    ask: Callable[[str], Awaitable[ExchangeResult]],
+    delay_s: float,
+    ask_until: float | None,
+) -> list[str]:
+    """A retrieval of a response whose pod is remembered (``plan.holder``, since session s47): that
+    pod asked alone, its answer bounded as a search's attempt (a stored response is small JSON sent
+    at once). Its answer in time, whatever it is (a 404 too), is the client's, as before. Given up,
+    the other pods are searched, hedged, the holder asked again last (a slow pod now), within what is
+    left of the search's deadline and in a search place of the caller's scope (none free: the
+    holder's 504). Until then a frozen holder held the client until ``responseTimeout`` (600 s by
+    default). Returns the pods silent when the search ended (:func:`hedged`'s)."""
+    first, rest = plan.candidates[:1], plan.candidates[1:]
+    silent = await hedged(first, ask, search.decide, delay_s=delay_s, ask_until=ask_until)
+    if search.withheld == plan.holder and plan.settles is not None and plan.holder is not None:
+        # it named another response: forgotten, the next poll searches (as the sequential path)
+        for sr in state.runtime.schedulers.values():
+            sr.scheduler.disown_response(plan.settles, plan.holder, now=state.clock())
+    if search.stalled is None or not rest:
+        return silent
+    searches = state.response_searches
+    scope = _search_scope(principal)
+    if not searches.begin(scope):
+        return silent
+    search.searched = True
+    try:
+        return silent + await hedged(rest, ask, search.decide, delay_s=delay_s, ask_until=ask_until)
+    finally:
+        searches.end(scope)
+
+
+def _stalled_at_deadline(
+    plan: _Forward, obs: RequestObserver, deadline_s: float, stalled: ExchangeResult
+) -> ExchangeResult:
+    """The 504 of a pod a search gave up at its deadline, before the pod's own search timeout: the
+    search's deadline named (until session s47 the message named the rest of it the pod had, "within
+    0.5s", as if that were a bound of its own). The access log's ``error`` keeps the pod's."""
+    message = (
+        f"the search for response {plan.search_for!r} did not end within {deadline_s:g}s: "
+        "a model server did not answer in time; retry the request"
+    )
+    headers = {"X-Request-Id": obs.request_id, **plan.response_headers}
+    answer = gateway_error("upstream_timeout", message, request_id=obs.request_id, headers=headers)
+    return ExchangeResult(answer=answer, status=504, ok=False, error=stalled.error, gave_up=True)
 
 
 def _out_of_search_time(plan: _Forward, obs: RequestObserver, deadline_s: float) -> ExchangeResult:
