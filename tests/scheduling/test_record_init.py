@@ -122,6 +122,7 @@ _GIVEN: dict[type, dict[str, Any]] = {
         "minted": "resp_m",
         "carried": True,
         "search_within": "scope-f",
+        "holder": "g:1",
     },
     ExchangeResult: {
         "answer": web.Response(status=201),
