@@ -41,14 +41,20 @@ TOKEN_MIN_CHARS: Final = 8
 WORD_MAX_CHARS: Final = 24
 """Letters-only values this long are taken for tokens all the same: no English word is that long."""
 _CREDENTIAL_HEADER: Final = re.compile(
-    r"(?i)\b((?:proxy-)?authorization|set-cookie|cookie|x-api-key|api-key|apikey|x-auth-token"
-    r"|x-amz-security-token|(?:aws_)?secret_access_key|aws_session_token|aws_security_token)"
-    r"([\"']?\s*[:=]\s*[\"']?)([^\r\n\"']*)"
+    r"(?i)(?:\b|(?<=\\[nrt]))((?:proxy-)?authorization|set-cookie|cookie|x-api-key|api-key|apikey"
+    r"|x-auth-token|x-amz-security-token|(?:aws_)?secret_access_key|aws_session_token|aws_security_token)"
+    r"((?:\\*[\"'])?\s*[:=]\s*(?:\\*[\"'])?|\\*[\"']\s*,\s*b?\\*[\"'])((?:(?!\\+[rn\"'])[^\r\n\"'])*)"
 )
 """A credential header's or AWS credential file's value (``X-Amz-Security-Token: ...``,
 ``aws_secret_access_key = ...``, ``AWS_SESSION_TOKEN: ...``) to the end of its line or quote: the AWS
 names were masked only as ``name=value`` before session s47, not with the blanks or the colon of the
-credentials file, ``aws configure list`` and a YAML dump."""
+credentials file, ``aws configure list`` and a YAML dump.
+
+Since session s47 (round 10) also: after an escaped line break (``send: b'GET / HTTP/1.1\\r\\nCookie:
+...'``, http.client's debug output, where ``\\b`` finds no word start), with escaped quotes (``{\\"Cookie\\":
+\\"...\\"}``, a body in the access log's JSON) and as a header tuple (``('set-cookie', '...')``,
+``(b'cookie', b'...')``: aiohttp's, httpx's and hpack's raw headers), where the cookie went through whole; the
+value ends at an escaped line break or quote, so the headers after it stay readable."""
 _AWS_KEY_PAIR: Final = re.compile(
     r"(?<![A-Z0-9])((?:AKIA|ASIA)[A-Z0-9]{16}[\"']?(?:\s*[:,=]\s*|\s+)[\"']?)"
     r"(?<![A-Za-z0-9/+])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])"
@@ -199,9 +205,8 @@ credential file and environment names (``aws_secret_access_key``, ``aws_session_
 ``SecretAccessKey``/``SessionToken``) all end in one of its words."""
 _FORM_FIELD: Final = re.compile(
     r"(?i)(?:(?<=%26)|(?<![A-Za-z0-9_.-]))"
-    r"(?:("
-    + _SECRET_FIELD
-    + r")(=|%3D)(?!(?:[\[({]\s*)*\\*[bru]{0,2}[\"'])((?:(?!%26|,(?:\s|\Z))[^&\s\"'<>\\])+)"
+    r"(?:(" + _SECRET_FIELD + r")(=|%3D)(?!(?:[\[({]\s*)*\\*[bru]{0,2}[\"']|(?:[\[({]\s*)+-?[0-9])"
+    r"((?:(?!%26|,(?:\s|\Z))[^&\s\"'<>\\])+)"
     r"|((?:device_)?code)(=|%3D)((?:(?!%26)[^&\s\"'<>\\])+)(?=&|%26))"
     r"|(?:(?<=&)|(?<=%26))((?:device_)?code)(=|%3D)((?:(?!%26)[^&\s\"'<>\\])+)"
 )
@@ -212,8 +217,9 @@ next ``&``, blank, quote or backslash (a repr's escape: a form value has them pe
 ``code=503`` in a log line is a status. requests_oauthlib logs the kubernetes client's OIDC refresh body
 so at DEBUG (``IGW_DEBUG_THIRD_PARTY=1``); before session s45 :func:`redact` masked ``name=value``
 only in a URL's query, and the refresh token and client secret went to the logs. A value
-opening with a quote or a bracket and a quote (``password='x'``, ``token=['x'``) is :data:`_KWARG_FIELD`'s
-or :data:`_OPEN_CONTAINER`'s: taken here, it masked the ``b`` or ``[`` only and showed the rest. A comma
+opening with a quote or a bracket and a quote (``password='x'``, ``token=['x'``), or a bracket and a number
+(``password=[1234, 5678]``, since session s47 round 10) is :data:`_KWARG_FIELD`'s or
+:data:`_OPEN_CONTAINER`'s: taken here, it masked the ``b`` or ``[`` only and showed the rest. A comma
 before a blank ends the value (a repr's separator, ``Config(password=None, token=...)``, which a form
 value has percent-encoded), and so does a closing bracket of a call around it (:func:`_mask_form_field`);
 until session s47 (round 9) both were masked with it. Other fields (``status=200``, ``model=llama``) stay."""
@@ -362,7 +368,7 @@ for the backslash and quote first, as :data:`_QUOTED_HINT`, so escaped JSON of o
 _KWARG_FIELD: Final = re.compile(
     r"(?i)(?<![A-Za-z0-9_-])("
     + _QUOTED_NAME
-    + r")([ \t]*=[ \t]*[bru]{0,2})("
+    + r")([ \t]*[=:][ \t]*[bru]{0,2})("
     + _STRING
     + "|"
     + _container(_STRING)
@@ -377,21 +383,21 @@ was masked, and a repr's quoted values went through."""
 _ESCAPED_KWARG: Final = re.compile(
     r"(?i)(?<![A-Za-z0-9_-])("
     + _QUOTED_NAME
-    + r")([ \t]*=[ \t]*[bru]{0,2})(\\+)([\"'])(?:(?!(?<!\\)\3\4)[^\r\n])*(?:(?<!\\)\3\4|(?=\r?\n|\Z))"
+    + r")([ \t]*[=:][ \t]*[bru]{0,2})(\\+)([\"'])(?:(?!(?<!\\)\3\4)[^\r\n])*(?:(?<!\\)\3\4|(?=\r?\n|\Z))"
 )
 """:data:`_KWARG_FIELD` in a repr held in a JSON string or another repr (``Config(password=\\"x\\")``, its
 quotes escaped; the access log's JSON form of a repr), its string masked, quotes kept; up to the next
 such quote not after one backslash more, or, cut off, the end of the line."""
 _KWARG_HINT: Final = re.compile(
-    rf"=(?=[ \t]*[bru]{{0,2}}\\*[\"'\[({{])(?<={_QUOTED_LAST}=)(?:"
-    + "|".join(f"(?<={word}=)" for word in _QUOTED_WORDS)
+    rf"[=:](?=[ \t]*[bru]{{0,2}}\\*[\"'\[({{])(?<={_QUOTED_LAST}[=:])(?:"
+    + "|".join(f"(?<={word}[=:])" for word in _QUOTED_WORDS)
     + ")"
 )
 """What a lower-cased text needs for :data:`_KWARG_FIELD` to match: one of :data:`_QUOTED_WORDS`, ``=``
 and a quote or bracket; led by the ``=``, as :data:`_FORM_HINT`. Blanks before the ``=``:
 :data:`_SPACED_KWARG_HINT`."""
 _SPACED_KWARG_HINT: Final = re.compile(
-    "(?:" + "|".join(_QUOTED_WORDS) + r")[ \t]+=[ \t]*[bru]{0,2}\\*[\"'\[({]"
+    "(?:" + "|".join(_QUOTED_WORDS) + r")[ \t]+[=:][ \t]*[bru]{0,2}\\*[\"'\[({]"
 )
 """:data:`_KWARG_HINT` for an assignment with blanks before its ``=`` (``password = "..."``, ``token =
 '...'``: a source line, a TOML or Python config dump), searched only in a text holding ``" ="`` or
@@ -401,7 +407,8 @@ _SPACED_KWARG_HINT: Final = re.compile(
 def _keyword_secrets(lowered: str) -> bool:
     """Whether a lower-cased text may hold a :data:`_KWARG_FIELD`: the cheap test before it runs."""
     return _KWARG_HINT.search(lowered) is not None or (
-        (" =" in lowered or "\t=" in lowered) and _SPACED_KWARG_HINT.search(lowered) is not None
+        (" =" in lowered or "\t=" in lowered or " :" in lowered or "\t:" in lowered)
+        and _SPACED_KWARG_HINT.search(lowered) is not None
     )
 
 
@@ -419,12 +426,14 @@ def _mask_kwarg(found: re.Match[str]) -> str:
     value = found.group(3)
     if found.group(4) is not None:
         return f"{found.group(1)}{found.group(2)}{found.group(4)}{MASK}"
-    return f"{found.group(1)}{found.group(2)}{_STRINGS.sub(lambda s: _mask_string(s, ''), value)}"
+    first = _FIRST_QUOTE.search(value)
+    quote = first.group(2) if first else "'"
+    return f"{found.group(1)}{found.group(2)}{_STRINGS.sub(lambda s: _mask_string(s, '', quote), value)}"
 
 
 _OPEN_CONTAINER: Final = re.compile(
     r"(?i)(?:(\\*)([\"'])(" + _QUOTED_NAME + r")(\1\2\s*:\s*)"
-    r"|(?<![A-Za-z0-9_-])(" + _QUOTED_NAME + r")([ \t]*=[ \t]*))[\[({][ \t]*"
+    r"|(?<![A-Za-z0-9_-])(" + _QUOTED_NAME + r")([ \t]*[=:][ \t]*))[\[({][ \t]*"
 )
 """A secret-named field or keyword argument whose value is an array, tuple or object, up to its
 opening bracket: :func:`_mask_containers` masks the strings of the value, whatever its depth."""
@@ -465,12 +474,11 @@ def _mask_containers(text: str) -> str:
     while (found := _OPEN_CONTAINER.search(text, position)) is not None:
         start, stop = found.end(), _line_end(text, found.end())
         escape, quote = found.group(1), found.group(2)
-        if (
-            escape is None
-            and (first := _FIRST_QUOTE.search(text, start, stop)) is not None
-            and first.group(1)
-        ):
-            escape, quote = first.groups()  # a repr in a JSON string: its quotes escaped
+        if escape is None and (first := _FIRST_QUOTE.search(text, start, stop)) is not None:
+            if first.group(1):
+                escape, quote = first.groups()  # a repr in a JSON string: its quotes escaped
+            else:
+                quote = first.group(2)  # a keyword's value: its numbers masked in its strings' quotes
         escape = escape or ""
         strings = _escaped_strings(escape, quote) if escape else _STRINGS
         end = _closing(text, start, stop, escape, quote if escape else "'\"", strings)
@@ -485,7 +493,8 @@ def _mask_containers(text: str) -> str:
         ):
             position = start  # its fields are found by their own names
         else:
-            shown.append(strings.sub(functools.partial(_mask_string, escape=escape), text[start:end]))
+            masked = functools.partial(_mask_string, escape=escape, quote=quote or "'")
+            shown.append(strings.sub(masked, text[start:end]))
             position = end
     shown.append(text[position:])
     return "".join(shown)
@@ -592,27 +601,34 @@ def _mask_quoted_field(found: re.Match[str]) -> str:
         inner = (_ESCAPED_FIELD if escape else _QUOTED_FIELD).sub(_mask_quoted_field, found.group(5))
         return f"{found.group(1)}{found.group(2)}{found.group(3)}{found.group(4)}{inner}"
     strings = _escaped_strings(escape, found.group(2)) if escape else _STRINGS
-    value = strings.sub(lambda s: _mask_string(s, escape), found.group(5))
+    value = strings.sub(lambda s: _mask_string(s, escape, found.group(2)), found.group(5))
     return f"{found.group(1)}{found.group(2)}{found.group(3)}{found.group(4)}{value}"
 
 
 _CREDENTIALS_NAME: Final = re.compile(r"(?i)[a-z0-9_-]*credentials?")
 """A ``credentials`` field: its string or array value is masked, but an object under it has its own
 names (``{"username": ..., "password": ...}``), masked each by its own, the user's name kept."""
-_STRINGS: Final = re.compile(f"({_STRING})(\\s*:)?")
-"""A string and, when it is an object's key, the colon after it."""
+_ITEM_NUMBER: Final = r"|(?<![A-Za-z0-9_.\\])-?[0-9][0-9.eE+-]*(?![0-9A-Za-z_.])(?!\s*:)"
+"""A number among the items of a secret field's array, tuple or object (``"password": [1234, "x"]``), not
+an object's key: masked as its strings are (:func:`_mask_string`) since session s47 (round 10), where it
+went to the logs as it was."""
+_STRINGS: Final = re.compile(f"({_STRING})(\\s*:)?" + _ITEM_NUMBER)
+"""A string and, when it is an object's key, the colon after it; or a number (:data:`_ITEM_NUMBER`)."""
 
 
 @functools.cache
 def _escaped_strings(escape: str, quote: str) -> re.Pattern[str]:
     """:data:`_STRINGS` for strings in ``quote`` whose quotes have ``escape`` (backslashes) before them."""
     pattern = _ESCAPED_STRING.replace("\\1", re.escape(escape)).replace("\\2", re.escape(quote))
-    return re.compile("(" + pattern + ")(\\s*:)?")
+    return re.compile("(" + pattern + ")(\\s*:)?" + _ITEM_NUMBER)
 
 
-def _mask_string(found: re.Match[str], escape: str) -> str:
-    """A string of a secret field's value masked (its quotes kept), or an object's key as it is."""
+def _mask_string(found: re.Match[str], escape: str, quote: str = "'") -> str:
+    """A string of a secret field's value masked (its quotes kept), or an object's key as it is; a
+    number (group 1 empty) made a masked string in ``quote`` (the field's own, so JSON stays JSON)."""
     string = found.group(1)
+    if string is None:
+        return f"{escape}{quote}{MASK}{escape}{quote}"
     if found.group(2) is not None:
         return found.group(0)
     quote = string[len(escape)]
@@ -902,13 +918,15 @@ def _secret_segment(segment: str) -> bool:
 def _mask_parameter(item: str, *, bare: bool = True) -> str:
     """One ``name=value`` item of a query or fragment with its value masked; an empty one
     (``a=1&&b=2``) stays empty. An item without ``=`` is all value in a query (``?s3cr3t``), masked
-    when ``bare``; in a fragment it is an anchor (``schema#``, ``security.md#jwt``), kept."""
+    when ``bare``; in a fragment it is an anchor (``schema#``, ``security.md#jwt``), kept, unless it
+    holds a credential as a path segment may (:func:`_secret_segment`: ``#<token>``, ``#eyJ...``,
+    ``#sk-...``), which went through until session s47 (round 10)."""
     if not item:
         return item
     name, equals, _ = item.partition("=")
     if equals:
         return f"{name}={MASK}"
-    return MASK if bare else item
+    return MASK if bare else _mask_segment(item)
 
 
 def redact(text: str) -> str:

@@ -301,3 +301,37 @@ def test_a_key_s_bytes_repr_in_a_text_field_is_masked_in_the_written_line(
     line = _written(handler, stream, record)
     q = repr(der + after)[1]
     assert orjson.loads(line)["error"] == f"bad key b{q}{MASK}{q} refused"
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ('{"password": [1234, "x"]}', f'{{"password": ["{MASK}", "{MASK}"]}}'),
+        ("Config(password=[1234, 5678])", f"Config(password=['{MASK}', '{MASK}'])"),
+        ('password: "hunter2xyz"', f'password: "{MASK}"'),
+        ("client_secret: 'hunter2xyz'", f"client_secret: '{MASK}'"),
+        (
+            "send: b'GET / HTTP/1.1\\r\\nCookie: sid=hunter2xyz\\r\\nHost: h\\r\\n'",
+            f"send: b'GET / HTTP/1.1\\r\\nCookie: {MASK}\\r\\nHost: h\\r\\n'",
+        ),
+        ('{"Cookie": "sid=hunter2xyz"}', f'{{"Cookie": "{MASK}"}}'),
+        ("[('set-cookie', 'sid=hunter2xyz; Path=/')]", f"[('set-cookie', '{MASK}')]"),
+        ("https://app.example/cb#hunter2xyzSECRETTOKEN123456", f"https://app.example/cb#{MASK}"),
+    ],
+)
+def test_round_10_secrets_are_masked_in_the_written_line(
+    served_access_logger: tuple[logging.Logger, io.StringIO, BatchedLineHandler], text: str, shown: str
+) -> None:
+    """Round 10 through the real writer, where the string is judged and redacted in its JSON form
+    (its double quotes and backslashes escaped): a number in a secret field's array, a quoted value
+    after ``name:``, a cookie after an escaped line break, in escaped JSON or in a header tuple, a
+    token as a URL's fragment. Each went through; the line stays JSON, ``request_id`` and ``status``
+    visible."""
+    _, stream, handler = served_access_logger
+    record = _record(error=text)
+    assert not record.redaction_free()
+    written = orjson.loads(_written(handler, stream, record))
+    assert written["error"] == shown
+    assert written["request_id"] == "0123456789abcdef" * 2
+    assert written["status"] == 200
+    assert _record(error='token: expired, max_tokens: "16"').redaction_free()

@@ -643,14 +643,15 @@ def test_escaped_json_of_other_fields_stays() -> None:
     ("value", "masked"),
     [
         (["hunter2x", "b"], [MASK, MASK]),
-        (("hunter2x", 3), (MASK, 3)),
-        ({"value": "hunter2x", "version": 2}, {"value": MASK, "version": 2}),
+        (("hunter2x", 3), (MASK, MASK)),
+        ({"value": "hunter2x", "version": 2, "on": True}, {"value": MASK, "version": MASK, "on": True}),
         ([], []),
     ],
 )
 def test_an_array_or_object_under_a_secret_name_has_its_strings_masked(value: object, masked: object) -> None:
     """``"password": ["..."]`` and ``"client_secret": {"value": "..."}`` went through: only a string
-    value was masked. Now every string in it is, an object's keys and the scalars kept."""
+    value was masked. Now every string and number in it is (a number as a masked string, since round
+    10), an object's keys, ``null`` and the booleans kept."""
     for name in ("password", "client_secret"):
         for text, shown in (
             (json.dumps({name: value, "user": "ops"}), json.dumps({name: masked, "user": "ops"})),
@@ -864,16 +865,16 @@ def test_doubled_bytes_reprs_that_are_no_key_stay() -> None:
 
 def test_a_secret_field_s_value_is_masked_whatever_its_depth() -> None:
     """``{"password": [["x"]]}`` and ``{'token': {'a': {'b': 'x'}}}`` went through: only a value one
-    level deep was masked. Every string of the value is now, keys and scalars kept."""
+    level deep was masked. Every string and number of the value is now, keys and other scalars kept."""
     deep = [[[[[[["hunter2x"]]]]]], 3]
     for text, shown in (
         (json.dumps({"password": [["hunter2x"]], "n": 1}), json.dumps({"password": [[MASK]], "n": 1})),
         (str({"token": {"a": {"b": "hunter2x"}}}), str({"token": {"a": {"b": MASK}}})),
         (
             json.dumps({"client_secret": deep, "x": "y"}),
-            json.dumps({"client_secret": [[[[[[[MASK]]]]]], 3], "x": "y"}),
+            json.dumps({"client_secret": [[[[[[[MASK]]]]]], MASK], "x": "y"}),
         ),
-        ("Config(token=[['hunter2x', 1]], user='u')", f"Config(token=[['{MASK}', 1]], user='u')"),
+        ("Config(token=[['hunter2x', 1]], user='u')", f"Config(token=[['{MASK}', '{MASK}']], user='u')"),
         (
             json.dumps(json.dumps({"api_key": {"a": ["hunter2x"]}})),
             json.dumps(json.dumps({"api_key": {"a": [MASK]}})),
@@ -963,3 +964,109 @@ def test_a_number_under_a_secret_name_is_masked(text: str, expected: str) -> Non
 def test_a_number_under_another_name_is_kept(text: str) -> None:
     """Only names on the secret list: token counts, statuses and ``pin`` (not on it) stay."""
     assert redact(text) == text
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ('{"password": [1234, "x"]}', f'{{"password": ["{MASK}", "{MASK}"]}}'),
+        ('{"password": [12345678], "n": 7}', f'{{"password": ["{MASK}"], "n": 7}}'),
+        ("{'pin': 1, 'password': (1234, -5.5e3)}", f"{{'pin': 1, 'password': ('{MASK}', '{MASK}')}}"),
+        (
+            '{"client_secret": {"value": 987654, "on": null}}',
+            f'{{"client_secret": {{"value": "{MASK}", "on": null}}}}',
+        ),
+        ('{"api_key": [[1234]]}', f'{{"api_key": [["{MASK}"]]}}'),
+        ("Config(password=[1234, 5678], user='u')", f"Config(password=['{MASK}', '{MASK}'], user='u')"),
+        ('{"max_tokens": [16], "usage": {"prompt_tokens": 5, "total_tokens": 9}}', None),
+    ],
+)
+def test_a_number_in_a_secret_field_s_array_or_object_is_masked(text: str, shown: str | None) -> None:
+    """Round 10: ``{"password": [1234, "x"]}`` showed ``1234`` (a PIN, a numeric key), and
+    ``password=[1234, 5678]`` was taken for a form field that ended at the comma, ``5678`` shown. A
+    number becomes a masked string (the JSON stays JSON); counters under other names stay."""
+    assert _logged(text).endswith(f": {shown if shown is not None else text}\n")
+    escaped = json.dumps({"body": text})
+    assert "1234" not in _logged(escaped)
+    assert "987654" not in _logged(escaped)
+    if shown is not None:
+        assert json.loads(redact(escaped)) == {"body": shown}
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ('password: "hunter2x"', f'password: "{MASK}"'),
+        ("client_secret: 'abc123def456'", f"client_secret: '{MASK}'"),
+        ('  api_key : "k-123"\n  user: bob', f'  api_key : "{MASK}"\n  user: bob'),
+        ('token: "expired"', f'token: "{MASK}"'),
+        ('password: "hunter2x', f'password: "{MASK}'),
+        ("token: expired", None),
+        ("password: none given", None),
+        ('error: "token expired"', None),
+        ('max_tokens: "16", token_type: "Bearer", request_id: "r-1", model: "llama"', None),
+    ],
+)
+def test_a_quoted_value_after_an_unquoted_secret_name_and_colon_is_masked(
+    text: str, shown: str | None
+) -> None:
+    """YAML and prose style (``password: "..."``): the name unquoted, its value quoted. Round 10
+    masks the quoted value, as ``password = "..."``; an unquoted value after ``name:`` is prose
+    (``token: expired``) and stays, and so do the identifiers' names."""
+    assert _logged(text).endswith(f": {shown if shown is not None else text}\n")
+    assert shown is None or needs_redaction(text)
+    if not text.endswith("hunter2x"):  # cut in a JSON string: its closing quote goes with the mask
+        escaped = json.dumps(text)
+        assert json.loads(redact(escaped)) == (shown if shown is not None else text)
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        (
+            "send: b'GET / HTTP/1.1\\r\\nCookie: session=abc123secret\\r\\nHost: h\\r\\n'",
+            f"send: b'GET / HTTP/1.1\\r\\nCookie: {MASK}\\r\\nHost: h\\r\\n'",
+        ),
+        (
+            "reply: b'HTTP/1.1 200 OK\\r\\nSet-Cookie: sid=abc123secret; Path=/\\r\\n'",
+            f"reply: b'HTTP/1.1 200 OK\\r\\nSet-Cookie: {MASK}\\r\\n'",
+        ),
+        (
+            "[('set-cookie', 'session=abc123secret; Path=/'), ('content-type', 'text/plain')]",
+            f"[('set-cookie', '{MASK}'), ('content-type', 'text/plain')]",
+        ),
+        ("(b'cookie', b'theme=dark; sid=abc123secret')", f"(b'cookie', b'{MASK}')"),
+        ("('authorization', 'Token abc123secret')", f"('authorization', '{MASK}')"),
+        ("('proxy-authorization', 'Basic dXNlcjpwYXNz')", f"('proxy-authorization', '{MASK}')"),
+        ("Cookie: a=abc123secret; b=2", f"Cookie: {MASK}"),
+        ("Authorization: Basic dXNlcjpwYXNz", f"Authorization: {MASK}"),
+        ("Proxy-Authorization: Basic dXNlcjpwYXNz", f"Proxy-Authorization: {MASK}"),
+        ("https://app.example/cb#abc123xyzSECRETTOKEN123456.", f"https://app.example/cb#{MASK}."),
+        (
+            "https://app.example/cb#access_token=abc123secret&state=1",
+            f"https://app.example/cb#access_token={MASK}&state={MASK}",
+        ),
+        ("see https://x/docs/security.md#jwt and https://x/y#section-2", None),
+        ("no cookie, refusing", None),
+    ],
+)
+def test_cookies_and_credentials_in_header_lines_tuples_and_fragments_are_masked(
+    text: str, shown: str | None
+) -> None:
+    """Round 10: a debug log's header lines. ``Cookie``/``Set-Cookie`` after an escaped line break
+    (http.client's ``send: b'...\\r\\nCookie: ...'``), a raw header tuple (aiohttp, httpx, hpack) and a
+    token as a URL's whole fragment went through; the headers after a masked one stay readable, and
+    a fragment's anchor stays."""
+    assert _logged(text).endswith(f": {shown if shown is not None else text}\n")
+    escaped = json.dumps({"msg": text})
+    assert json.loads(redact(escaped)) == {"msg": shown if shown is not None else text}
+
+
+def test_a_cookie_in_escaped_json_is_masked() -> None:
+    """``{\"Cookie\": \"...\"}``: a request's headers as JSON inside a JSON log line went through."""
+    assert json.loads(redact(json.dumps({"headers": {"Cookie": "sid=abc123secret"}}))) == {
+        "headers": {"Cookie": MASK}
+    }
+    assert json.loads(redact(json.dumps(json.dumps({"Cookie": "sid=abc123secret"})))) == json.dumps(
+        {"Cookie": MASK}
+    )
