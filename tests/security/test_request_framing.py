@@ -20,10 +20,11 @@ from typing import Any, cast
 
 import orjson
 import pytest
+from aiohttp.web_protocol import MAX_MSG_QUEUE_SIZE
 
 from igw.gateway.lean_server import _HEAD_LIMIT, SWITCH_ENV
 from igw.gateway.request_body import MAX_CHUNK_EXTENSION_BYTES
-from igw.gateway.serving import BodyLength, ChunkSizes, _request_end, serve_app
+from igw.gateway.serving import BodyLength, ChunkSizes, GatewayRequestHandler, _request_end, serve_app
 from igw.global_router.config import parse_global_config
 from igw.global_router.server import create_global_app, global_management_app
 from tests.gateway.fake_model_server import FakeModelServer, running
@@ -700,3 +701,48 @@ async def test_blank_lines_before_a_pipelined_request_line_are_not_taken_for_the
                     break
         assert late == [], (server_side, first, len(late), late[:5])
         assert len(pod.received) == len(pair) - 1
+
+
+CLOSE_MENTIONED = b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Note: do not close\r\n\r\n"
+
+
+async def test_a_read_of_many_pipelined_requests_is_queued_32_at_a_time_and_each_answered_once(
+    gateway: Callable[..., Any], server_side: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """aiohttp parses at most 32 pipelined requests ahead of the one being answered (its parser stops,
+    the socket pauses, the rest waits as bytes). The gateway feeds a read in steps (a malformed request
+    must not take the valid ones before it along), and before session s47 parsed on past that bound:
+    every request of a 256 KiB read (thousands of tiny ones) was queued at once. 1000 in one write,
+    then a malformed one and one more: at most 32 queued at any time, the 1000 answered in order,
+    then the 400, and the last one never parsed - also with requests held back when the queue filled
+    (the 100 POSTs each forwarded once)."""
+    queued: list[int] = []
+    received = GatewayRequestHandler.data_received
+
+    def counting(self: GatewayRequestHandler, data: bytes) -> None:
+        received(self, data)
+        queued.append(len(self._messages))
+
+    monkeypatch.setattr(GatewayRequestHandler, "data_received", counting)
+    app = create_global_app(parse_global_config(global_doc()), rng=random.Random(1), read_heartbeats=False)
+    async with (
+        running(FakeModelServer("a")) as (pod,),
+        gateway(DOC, {"llama": [pod.key]}) as gw,
+        serve_app(app, host="127.0.0.1", port=0) as router,
+    ):
+        for url, request, count in (
+            (gw.url, HEALTHZ, 1000),
+            (router, HEALTHZ, 1000),
+            (gw.url, post(), 100),
+            (gw.url, b"", 1000),  # a read that mentions close is fed in the steps that look for it
+        ):
+            before, queued[:] = len(pod.received), []
+            pipeline = request * count if request else CLOSE_MENTIONED + HEALTHZ * (count - 1)
+            data = await read_until_closed(url, pipeline + MALFORMED + HEALTHZ, within_s=30)
+            assert statuses_and_last_error(data) == ([b"200"] * count + [b"400"], "bad_http_request"), (
+                server_side,
+                url,
+                data[-300:],
+            )
+            assert max(queued) <= MAX_MSG_QUEUE_SIZE, (server_side, url, max(queued))
+            assert len(pod.received) - before == (count if request.startswith(b"POST") else 0)

@@ -62,6 +62,8 @@ requests it had parsed before it in that call (one 400, the valid ones never han
 which a request head ends before more bytes is fed in steps that each end after one head, so each
 valid request comes out of a call of its own; they are answered in order, then the 400 closes the
 connection and nothing after it is parsed (RFC 9112 9.3.2), as on the lean side.
+The steps stop once aiohttp's queue holds :data:`~aiohttp.web_protocol.MAX_MSG_QUEUE_SIZE` parsed
+requests; the rest of the read waits as bytes, with the socket paused, until half were answered.
 """
 
 from __future__ import annotations
@@ -91,7 +93,7 @@ from aiohttp.http_exceptions import (
 )
 from aiohttp.http_parser import HttpParser
 from aiohttp.streams import EMPTY_PAYLOAD, StreamReader
-from aiohttp.web_protocol import ERROR, RequestHandler, RequestPayloadError, _ErrInfo
+from aiohttp.web_protocol import ERROR, MAX_MSG_QUEUE_SIZE, RequestHandler, RequestPayloadError, _ErrInfo
 from aiohttp.web_request import BaseRequest
 from yarl import URL
 
@@ -735,8 +737,10 @@ class _StopAfterClose:
         "_body_fed",
         "_closing",
         "_done",
+        "_held",
         "_parser",
         "_previous",
+        "_queued",
         "_rest",
         "_seam",
         "_watch",
@@ -776,11 +780,39 @@ class _StopAfterClose:
         self._body_fed = 0
         """Bytes of :attr:`_closing`'s body handed to the parser (counted here: the parser may hold
         some back while a decompressed body waits to be read)."""
+        self._queued = 0
+        """Requests returned and not yet taken off aiohttp's queue (:meth:`message_consumed`)."""
+        self._held = b""
+        """The rest of a read not fed yet: aiohttp's queue was full (:meth:`_full`)."""
+
+    def message_consumed(self) -> None:
+        """aiohttp took a request off its queue: one more may be parsed."""
+        self._queued = max(self._queued - 1, 0)
+        if self._parser is not None:
+            self._parser.message_consumed()
+
+    def _full(self, messages: Sequence[tuple[Any, Any]]) -> bool:
+        """Whether aiohttp's queue of parsed requests is full with ``messages`` added: the rest of the
+        read is then held (:attr:`_held`) until aiohttp, having answered half of them, asks for more
+        (``feed_data(b"")``, before it reads the socket again). The parser stops at that bound itself
+        (:data:`~aiohttp.web_protocol.MAX_MSG_QUEUE_SIZE`), but fed in steps it parsed on: before
+        session s47 every request of a read was queued (a 256 KiB read of tiny pipelined requests,
+        thousands of them) instead of aiohttp's 32 while the socket was paused."""
+        return self._queued + len(messages) >= MAX_MSG_QUEUE_SIZE
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._parser, name)
 
     def feed_data(self, data: bytes) -> tuple[Sequence[tuple[Any, Any]], bool, bytes]:
+        held = len(self._held)
+        if held:  # the rest of a read held while aiohttp's queue was full: a read of its own
+            data, self._held = self._held + data, b""
+        found = self._feed_read(data, held=held)
+        self._queued += len(found[0])
+        return found
+
+    def _feed_read(self, data: bytes, *, held: int) -> tuple[Sequence[tuple[Any, Any]], bool, bytes]:
+        """Feed ``data``, whose first ``held`` bytes are the rest of an earlier read (:attr:`_held`)."""
         at_boundary = self._body is None or self._body.is_eof()
         rest, resumed = self._rest, None
         if at_boundary:
@@ -800,14 +832,16 @@ class _StopAfterClose:
         else:
             heads_from = None if not rest.done else max(rest.end, 0)
         try:
-            found = self._feed(data, heads_from)
+            found = self._feed(data, heads_from, held=held)
         except HttpProcessingError as exc:
-            self._done = True  # the connection closes after the answer to it: nothing more is parsed
+            self._done, self._held = True, b""  # the connection closes after the answer to it
             self._fail_body(exc)
             raise
         if found[0] and isinstance(found[0][-1][0], _ErrInfo):  # refused: nothing more is parsed
             self._rest, self._seam = None, None
             return found
+        if self._held:  # fed up to where the queue filled: the rest is walked when it is fed
+            data = data[: len(data) - len(self._held)]
         if found[0]:
             _, body = found[0][-1]
             self._body = body if isinstance(body, StreamReader) and not body.is_eof() else None
@@ -902,21 +936,44 @@ class _StopAfterClose:
         if body is not None and not body.is_eof() and body.exception() is None:
             body.set_exception(RequestPayloadError("malformed request body"), exc)
 
-    def _feed(self, data: bytes, heads_from: int | None) -> tuple[Sequence[tuple[Any, Any]], bool, bytes]:
+    def _feed(
+        self, data: bytes, heads_from: int | None, *, held: int = 0
+    ) -> tuple[Sequence[tuple[Any, Any]], bool, bytes]:
         parser = self._parser
         assert parser is not None
         if self._done:
+            self._held = b""
             return (), False, b""  # after a request that closes the connection, or a refused one: ignored
         if not data:  # the parser's own resumption (a paused body's held-back bytes)
             return parser.feed_data(data)
-        if not self._watch:
-            # the read itself, then only its seam with the previous one: no copy of a large read
-            if _CLOSE_HINT.search(data) is None and _CLOSE_HINT.search(self._previous + data[:8]) is None:
-                if heads_from is None or _next_head_end(self._previous, data, heads_from) >= len(data):
-                    return parser.feed_data(data)  # no request ends in it before more bytes: one call
-                return self._feed_pipelined(data, heads_from)
-            self._watch = True
         messages: list[tuple[Any, Any]] = []
+        if held:  # the bytes the parser kept when the queue filled come first, in a call of their own
+            try:
+                found, upgraded, tail = parser.feed_data(b"")
+            except HttpProcessingError as exc:
+                return self._refused_after(messages, exc)
+            messages.extend(found)
+            if upgraded:
+                return messages, True, tail + data
+        if not self._watch:
+            # the read itself, then only its seam with the previous one: no copy of a large read (held
+            # bytes were searched with the read they came in: searched again, a read of tiny requests
+            # was searched once per 16 of them)
+            before = self._previous if not held else data[max(held - 8, 0) : held]
+            if (
+                _CLOSE_HINT.search(data, held) is None
+                and _CLOSE_HINT.search(before + data[held : held + 8]) is None
+            ):
+                if heads_from is None or _next_head_end(self._previous, data, heads_from) >= len(data):
+                    if not messages:
+                        return parser.feed_data(data)  # no request ends in it before more bytes: one call
+                    try:
+                        found, upgraded, tail = parser.feed_data(data)
+                    except HttpProcessingError as exc:
+                        return self._refused_after(messages, exc)
+                    return [*messages, *found], upgraded, tail
+                return self._feed_pipelined(data, heads_from, messages)
+            self._watch = True
         cuts = sorted({*range(1, min(len(data), 3) + 1), *_head_ends(data)})
         start = 0
         while start < len(data):
@@ -946,19 +1003,24 @@ class _StopAfterClose:
             if closing is None:
                 self._closing = next((m for m in found if m[0].should_close), None)
             start = end
+            if found and self._closing is None and start < len(data) and self._full(messages):
+                self._held = data[start:]
+                break
         if self._closing is not None and self._closing[1].is_eof():
             self._done = True
         return messages, False, b""
 
-    def _feed_pipelined(self, data: bytes, heads_from: int) -> tuple[Sequence[tuple[Any, Any]], bool, bytes]:
+    def _feed_pipelined(
+        self, data: bytes, heads_from: int, messages: list[tuple[Any, Any]]
+    ) -> tuple[Sequence[tuple[Any, Any]], bool, bytes]:
         """Feed ``data`` in steps that each end just after a request head (found from ``heads_from``
         on; a request's body is skipped by its framing, :func:`_request_end`, not searched for blank
         lines): the parser raises for the first malformed byte and drops every request it parsed in
         that call, so each valid request before a malformed one must come out of a call of its own
-        (:meth:`_refused_after`)."""
+        (:meth:`_refused_after`). ``messages``: those parsed before ``data`` in this call. Once
+        aiohttp's queue is full the rest of ``data`` is held (:meth:`_full`)."""
         parser = self._parser
         assert parser is not None
-        messages: list[tuple[Any, Any]] = []
         start, search, size = 0, heads_from, len(data)
         while start < size:
             end = _next_head_end(self._previous if search == 0 else b"", data, search)
@@ -974,6 +1036,9 @@ class _StopAfterClose:
                 after = _request_end(data, end, found[-1][0])
                 search = after if after >= 0 else size
             start = end
+            if found and start < size and self._full(messages):
+                self._held = data[start:]
+                break
         return messages, False, b""
 
     def _refused_after(
@@ -987,7 +1052,7 @@ class _StopAfterClose:
         malformed one in the same read got that 400 and was never handled (nor forwarded). A request
         whose body the refusal fell in is the refused one (one 400, its handler never runs, as for a
         request alone in its read). With no request before it, the raise is aiohttp's to answer."""
-        self._done = True
+        self._done, self._held = True, b""
         if messages and not messages[-1][1].is_eof():
             messages.pop()
         if not messages:
