@@ -24,11 +24,14 @@ MASK: Final = "[REDACTED]"
 
 _JWT: Final = re.compile(
     r"eyJ[A-Za-z0-9_-]{2,}\.(?:\\n|\r?\n)?[A-Za-z0-9_-]{2,}"
-    r"(?:\.(?:\\n|\r?\n)?[A-Za-z0-9_-]*|(?=\\n|\r?\n|\Z))"
+    r"(?:\.(?:\\n|\r?\n)?[A-Za-z0-9_-]*|(?=\\n|\r?\n|\Z|\\*[\"']))"
 )
 """Three base64url segments, the first a JSON object (``eyJ`` is ``{"``): a JWS/JWT. A line break (real
 or escaped) after a dot is taken in: a token wrapped at its dots went through whole until session s47,
-as did one cut after its payload (a log line cut at 4 KiB), whose claims are masked too."""
+as did one cut after its payload (a log line cut at 4 KiB), whose claims are masked too. Since round 11
+also where the cut ends a quoted string (a JSON line's field, a repr: ``"error":"... eyJ...eyJ..."``),
+whose closing quote, not the line's end, follows it: the claims went through there."""
+
 _BEARER: Final = re.compile(r"(?i)\b(bearer|basic)\s+([^\s,;\"']+)")
 """A scheme word and the value after it; :func:`_mask_bearer` decides whether that value is a token."""
 _AUTH_PARAM: Final = re.compile(r"(?i)(?:realm|scope|error|error_description|error_uri|charset)=(?!=*\Z)")
@@ -324,13 +327,24 @@ _CUT_FIELD: Final = re.compile(
 closing quote before the end of its line: a line cut inside the value (at 4 KiB, or by whatever
 quoted it short). :data:`_QUOTED_FIELD` needs the closing quote, and until session s47 the value's
 first part went through (``{"password": "hunter2`` as it was); now the rest of the line is masked.
-Run only where :func:`_left_open` finds a string left open."""
+Run where :func:`_left_open` finds such a field whose value was not masked already. Until session
+s47 (round 11) only where a kind of quote was left odd in the text: a stray quote before the field
+(an error text ``token" {"password": "hunter2``) made the count even, and the value went through."""
+_OPEN_VALUE: Final = re.compile(r"\s*(\\*)([\"'])(?!" + re.escape(MASK) + r"\1\2)")
+"""A value opening with a quote that is not a masked string (``"[REDACTED]"``, as :data:`_QUOTED_FIELD`
+writes a closed one)."""
 
 
 def _left_open(text: str) -> bool:
-    """Whether ``text`` has an odd number of one kind of quote, escaped (``\\"``) or not: what a
-    string cut before its closing quote leaves, the cheap test before :data:`_CUT_FIELD`."""
-    return any(text.count(quote) % 2 for quote in ('"', "'", '\\"', "\\'"))
+    """Whether ``text`` may hold a :data:`_CUT_FIELD`: a secret-named field (:data:`_QUOTED_HINT`,
+    :data:`_ESCAPED_HINT`) whose quoted value is not masked yet, the cheap test before it (the
+    pattern tries its names at every quote, which doubled a JSON body's redaction)."""
+    lowered = text.lower()
+    for hints in (_QUOTED_HINT, _ESCAPED_HINT):
+        for hint in hints.finditer(lowered):
+            if _OPEN_VALUE.match(text, hint.end()):
+                return True
+    return False
 
 
 _QUOTED_WORDS: Final = (*_FIELD_WORDS, "key", "verifier", "authorization", "code")

@@ -12,11 +12,13 @@ from collections.abc import Iterator
 
 import orjson
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import igw.gateway.access_log as access_log_module
 from igw.gateway.access_log import AccessRecord, access_log
 from igw.gateway.log_buffer import BatchedLineHandler, line_sink
-from igw.gateway.redaction import RedactingFormatter
+from igw.gateway.redaction import RedactingFormatter, redact_line
 from igw.redaction import _TRIGGERS, MASK, redact
 from tests.compiled.tree import declared_types, skip_compiled
 
@@ -195,8 +197,9 @@ def test_a_line_written_unscanned_is_what_redaction_writes_for_random_records(
 ) -> None:
     """Strings built from redaction's triggers, separators, quotes and control characters (``\\x08``
     is written ``\\b`` in JSON, which can spell ``basic`` out of ``\\x08asic``): whatever the record,
-    the written line is ``redact`` of its JSON, and a record judged clean has a line redaction
-    leaves unchanged."""
+    the written line is :func:`redact_line` of its JSON (``redact`` of it where that masks nothing
+    or the line's strings each), it is JSON with the record's keys, and a record judged clean has a
+    line redaction leaves unchanged."""
     _, stream, handler = served_access_logger
     rng = random.Random(9)
     clean = 0
@@ -213,7 +216,9 @@ def test_a_line_written_unscanned_is_what_redaction_writes_for_random_records(
         if record.redaction_free():
             clean += 1
             assert redact(line) == line
-        assert _written(handler, stream, record) == redact(line)
+        written = _written(handler, stream, record)
+        assert written == redact_line(line)
+        assert list(orjson.loads(written)) == list(record.line_fields())
     assert clean > 100  # the property was exercised on both sides
 
 
@@ -335,3 +340,134 @@ def test_round_10_secrets_are_masked_in_the_written_line(
     assert written["request_id"] == "0123456789abcdef" * 2
     assert written["status"] == 200
     assert _record(error='token: expired, max_tokens: "16"').redaction_free()
+
+
+_PEM_LINE = 64
+_DER = bytes.fromhex("302e020100300506032b657004220420") + bytes(range(101, 133))
+"""An Ed25519 private key's PKCS#8 DER (its 32-byte seed made up): the bytes-repr shape's key."""
+
+
+def _shapes(secret: str) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """Secret shapes holding ``secret`` (letters and digits), whole and cut before their end (a cut
+    one only ends a text), each with the piece of it that must not be written."""
+    body = (secret * (2 * _PEM_LINE // len(secret) + 2))[: 2 * _PEM_LINE]
+    pem_lines = "\n".join([body[:_PEM_LINE], body[_PEM_LINE:]])
+    jwt = f"eyJhbGciOiJIUzI1NiJ9.eyJ{secret}.{secret[::-1]}"
+    der = repr(_DER)
+    whole = [
+        (f"password={secret}", secret),
+        (f'{{"password": "{secret}"}}', secret),
+        (f'{{\\"client_secret\\": \\"{secret}\\"}}', secret),
+        (f"Config(token='{secret}')", secret),
+        (f"Authorization: Bearer {secret}", secret),
+        (f"Cookie: sid={secret}", secret),
+        (jwt, secret),
+        (f"-----BEGIN PRIVATE KEY-----\n{pem_lines}\n-----END PRIVATE KEY-----\n", body[:_PEM_LINE]),
+        (f"bad key {der} refused", der[-40:]),
+    ]
+    cut = [
+        (f'{{"password": "{secret}', secret),
+        (f'{{\\"client_secret\\": \\"{secret}', secret),
+        (f"Config(token='{secret}", secret),
+        (f'Config(api_key="{secret}', secret),
+        (f'{{"refresh_token": ["{secret}', secret),
+        (f"{{'password': '{secret}", secret),
+        (f"('set-cookie', 'sid={secret}", secret),
+        (jwt[: jwt.rindex(".")], secret),
+        (f"-----BEGIN PRIVATE KEY-----\n{pem_lines[:-5]}", body[:_PEM_LINE]),
+        (f"bad key {der[:-10]}", der[-60:-10]),
+    ]
+    return whole, cut
+
+
+_SECRET = st.text(alphabet="ABCDEFGHJKLMNPQRSTUVWXYZabcdefghjkmnpqrstuvwxyz23456789", min_size=6, max_size=10)
+_SEPARATORS = st.sampled_from([" ", "; ", "\n", " | ", ": ", '" ', "' ", "\\", "\t"])
+
+
+@st.composite
+def _planted_text(draw: st.DrawFn) -> tuple[str, list[str]]:
+    """A text of 1-3 secret shapes (the last one possibly cut) between separators, and the pieces
+    planted in it."""
+    pieces, planted = [], []
+    count = draw(st.integers(1, 3))
+    for index in range(count):
+        whole, cut = _shapes("Zq7" + draw(_SECRET) + "x9")
+        text, piece = draw(st.sampled_from(whole + cut if index == count - 1 else whole))
+        pieces.append(draw(st.sampled_from(["", "upstream said ", "error: "])) + text)
+        planted.append(piece)
+        if index < count - 1:
+            pieces.append(draw(_SEPARATORS))
+    return "".join(pieces), planted
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    texts=st.dictionaries(st.sampled_from(TEXT_FIELDS), _planted_text(), min_size=1, max_size=4),
+    scored=st.booleans(),
+)
+def test_every_written_line_stays_json_without_the_planted_secrets(
+    served_access_logger: tuple[logging.Logger, io.StringIO, BatchedLineHandler],
+    texts: dict[str, tuple[str, list[str]]],
+    scored: bool,
+) -> None:
+    """Text fields holding secrets, some cut before their closing quote or end (an error text quoted
+    short): the written line parses as JSON with the record's keys, and no planted secret is in it.
+    A rule masking "to the end of the line" took the line's own closing ``"}`` (and the fields after
+    the secret) until session s47, which broke every log shipper's JSON parser on such a line."""
+    _, stream, handler = served_access_logger
+    record = _record(**{"tenant": "team-a", **{field: text for field, (text, _) in texts.items()}})
+    if scored:
+        record.scores = {"10.0.0.1:8000": {"queue": 0.5, "total": 1.0}}
+    line = _written(handler, stream, record)
+    written = orjson.loads(line)
+    assert list(written) == list(record.line_fields())
+    for _, planted in texts.values():
+        for piece in planted:
+            assert piece not in line, (piece, line)
+    assert written["request_id"] == record.request_id
+    assert written["status"] == 200
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        'upstream said {"password": "hunter2xyz',
+        "upstream said {'password': 'hunter2xyz",
+        'body {"password": ["hunter2xyz',
+        "Config(password='hunter2xyz",
+        'Config(password="hunter2xyz',
+        'Config(password=\\"hunter2xyz',
+        '{\\"password\\": \\"hunter2xyz',
+        "send: ('cookie', 'sid=hunter2xyz",
+    ],
+)
+def test_a_value_cut_before_its_closing_quote_keeps_the_line_json(
+    served_access_logger: tuple[logging.Logger, io.StringIO, BatchedLineHandler], text: str
+) -> None:
+    """Each rule that masks a cut value "to the end of the line" took the JSON line's own closing
+    ``"`` and the fields after the secret with it until session s47: the line was no JSON (a log
+    shipper's parser drops it). Masked within the field's string, the line stays JSON, every field
+    kept."""
+    _, stream, handler = served_access_logger
+    for field in ("error", "reason"):
+        record = _record(**{field: text, "tenant": "team-a", "model": "m"})
+        line = _written(handler, stream, record)
+        assert "hunter2xyz" not in line, line
+        written = orjson.loads(line)
+        assert list(written) == list(record.line_fields())
+        assert written[field].endswith(MASK)
+        assert (written["tenant"], written["model"], written["status"]) == ("team-a", "m", 200)
+
+
+def test_a_json_log_line_through_the_formatter_stays_json() -> None:
+    """Any JSON line on a message-only redacting handler (the EMF documents share the access log's
+    stdout) is redacted string by string; a line that is not JSON is redacted as a text."""
+    formatter = RedactingFormatter("%(message)s")
+    line = orjson.dumps(
+        {"error": 'said {"password": "hunter2xyz', "n": [1, "Bearer abcdefgh12345678"]}
+    ).decode()
+    record = logging.LogRecord("igw.emf", logging.INFO, __file__, 1, line, None, None)
+    written = orjson.loads(formatter.format(record))
+    assert written == {"error": f'said {{"password": "{MASK}', "n": [1, f"Bearer {MASK}"]}
+    assert formatter.format_line('{"a": "b" password: "hunter2xyz') == f'{{"a": "b" password: "{MASK}'
+    assert formatter.format_line('{"model": "m"}') == '{"model": "m"}'

@@ -1070,3 +1070,31 @@ def test_a_cookie_in_escaped_json_is_masked() -> None:
     assert json.loads(redact(json.dumps(json.dumps({"Cookie": "sid=abc123secret"})))) == json.dumps(
         {"Cookie": MASK}
     )
+
+
+def test_a_cut_secret_field_after_a_stray_quote_is_masked() -> None:
+    """The cut-field rule ran only where a kind of quote was left odd in the text: a quote earlier in
+    it (prose, a separator) made the count even, and the cut value went through."""
+    for text in (
+        'upstream said "no" then {"password": "hunter2xyz',
+        'token" {"password": "hunter2xyz',
+        "it's {'client_secret': 'hunter2xyz",
+    ):
+        logged = redact(text)
+        assert "hunter2xyz" not in logged, logged
+        assert logged.endswith(MASK), logged
+
+
+def test_a_jwt_cut_after_its_payload_at_the_end_of_a_quoted_string_is_masked() -> None:
+    """A JWT cut after its payload was masked before a line's end only: in a JSON line's field or a
+    repr its closing quote follows it, and the claims went through."""
+    header, payload = "eyJhbGciOiJSUzI1NiJ9", "eyJzdWIiOiJ1c2VyQGV4YW1wbGUifQ"
+    for text in (
+        json.dumps({"error": f"bad token {header}.{payload}", "n": 1}),
+        repr(f"bad token {header}.{payload}"),
+        json.dumps(json.dumps({"error": f"{header}.{payload}"})),
+    ):
+        logged = redact(text)
+        assert payload not in logged, logged
+        assert MASK in logged
+    assert redact('"version 1.eyJ2.0"') == '"version 1.eyJ2.0"'  # not a JWT: one short segment

@@ -14,6 +14,8 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any, Final, Literal
 
+import orjson
+
 from igw.redaction import MASK, redact
 
 LOG_FORMAT: Final = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -51,10 +53,62 @@ class RedactingFormatter(logging.Formatter):
     def format_line(self, line: str) -> str:
         """What :meth:`format` makes of an INFO record whose message is ``line`` (no arguments, no
         exception), for a :attr:`message_only` format."""
-        return redact(line)
+        return redact_line(line)
 
     def format(self, record: logging.LogRecord) -> str:
-        return redact(super().format(record))
+        formatted = super().format(record)
+        return redact_line(formatted) if self.message_only else redact(formatted)
+
+
+def redact_line(line: str) -> str:
+    """:func:`redact` of a log line, which stays JSON when it was JSON: the access log's and the EMF
+    documents' lines (``igw serve``'s stdout), which log shippers parse (CloudWatch Logs Insights,
+    Fluent Bit's JSON parser).
+
+    Redaction reads a line as text, and some rules mask to the end of the line (a secret-named field
+    or keyword argument, a container, a bytes repr whose value was cut before its closing quote: an
+    error text ``{"password": "hunter2`` quoted short). In a JSON line that end is the line's own
+    ``"}``, which went with the secret until session s47: the line was no JSON, the fields after it
+    were lost, and a shipper's parser dropped or mangled it. So where redaction changes a line that
+    starts with ``{`` or ``[``, that line is parsed and each of its strings (an object's keys too) is
+    redacted on its own, as its JSON form (:func:`_redacted_string`): every rule ends at the string's
+    end, and the line is written again as JSON, its keys, numbers and literals as they were. A line
+    redaction leaves as it is costs what it did (one :func:`redact`); so does any line that is not
+    JSON."""
+    redacted = redact(line)
+    if redacted == line or not line.startswith(("{", "[")):
+        return redacted
+    try:
+        parsed = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return redacted
+    return orjson.dumps(_redacted_value(parsed)).decode()
+
+
+def _redacted_value(value: object) -> object:
+    """A parsed JSON value with every string in it, keys included, redacted (:func:`_redacted_string`)."""
+    if isinstance(value, str):
+        return _redacted_string(value)
+    if isinstance(value, dict):
+        return {_redacted_string(key): _redacted_value(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_redacted_value(item) for item in value]
+    return value
+
+
+def _redacted_string(text: str) -> str:
+    """``text`` redacted as it is written in a JSON line (its quotes and escapes, as the line's
+    redaction read it) when that leaves a JSON string; else (a rule took the closing quote or cut an
+    escape) redacted as the text itself, whose masks then cannot reach past its end."""
+    encoded = orjson.dumps(text).decode()
+    redacted = redact(encoded)
+    if redacted == encoded:
+        return text
+    try:
+        decoded = orjson.loads(redacted)
+    except orjson.JSONDecodeError:
+        decoded = None
+    return decoded if isinstance(decoded, str) else redact(text)
 
 
 THIRD_PARTY_LOGGERS: Final = (
