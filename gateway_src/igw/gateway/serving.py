@@ -119,6 +119,12 @@ MAX_REQUEST_LINE_BYTES: Final = 8190
 """Largest request line (aiohttp's default; must differ from the header field limit, see below)."""
 FD_RESERVE: Final = 256
 """File descriptors kept free of client connections (upstream, scrape, discovery, logs)."""
+LINGER_S: Final = 2.0
+"""Longest a plain-TCP connection the gateway closed keeps reading (and discarding) what its client
+still sends, its write side closed already (:class:`LingeringClose`; Apache's per-read 2 s, here the
+whole)."""
+LINGER_BYTES: Final = 2**20
+"""Most bytes read and discarded while a connection lingers: past them it is closed (a reset)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -247,8 +253,10 @@ class GatewayRequestHandler(RequestHandler):
         "_head_timer",
         "_last_body",
         "_limits",
+        "_linger",
         "_max_connections",
         "_send_timer",
+        "_socket",
     )
 
     def __init__(self, *args: object, limits: ServerLimits, max_connections: int, **kwargs: object) -> None:
@@ -268,6 +276,11 @@ class GatewayRequestHandler(RequestHandler):
         self._head_target = b""
         """The request target of the head arriving or last arrived (:func:`request_target`): the path
         of an answer to a head aiohttp could not parse (:meth:`api_path`)."""
+        self._socket: Any = None
+        """The connection's socket (a plain-TCP one: lingered on when the gateway closes it)."""
+        self._linger = True
+        """Whether a close the gateway makes lingers (:class:`LingeringClose`): not once the client
+        half-closed, nor for a connection refused, evicted or aborted."""
 
     # ---- connection limit ----------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -275,9 +288,20 @@ class GatewayRequestHandler(RequestHandler):
         sock = transport.get_extra_info("socket")
         if sock is not None:  # aiohttp turns keep-alive on with the kernel's 2-hour timing
             probe_silent_peer(sock, CLIENT)
+            if transport.get_extra_info("ssl_object") is None:
+                self._socket = sock
         manager = self._manager
         if isinstance(manager, GatewayServer) and not manager.admit(self):
-            self.force_close()
+            self.close_at_once()
+
+    def close_at_once(self) -> None:
+        """Close the connection without lingering (it is refused or evicted: its slot is needed)."""
+        self._linger = False
+        self.force_close()
+
+    def eof_received(self) -> None:
+        self._linger = False  # the client sends no more: nothing to wait for
+        return super().eof_received()
 
     def evictable(self) -> bool:
         """No request is being handled on this connection (it is idle or still sending its head), and
@@ -393,6 +417,7 @@ class GatewayRequestHandler(RequestHandler):
         )
         # Nothing more can reach this client: abort (drop the unsent bytes) rather than close, which
         # would wait for them. connection_lost cancels the handler, which closes the upstream.
+        self._linger = False
         transport.abort()
 
     def connection_lost(self, exc: BaseException | None) -> None:
@@ -400,6 +425,10 @@ class GatewayRequestHandler(RequestHandler):
             if timer is not None:
                 timer.cancel()
         self._head_timer = self._send_timer = None
+        sock, self._socket = self._socket, None
+        manager = self._manager
+        if exc is None and self._linger and sock is not None and isinstance(manager, GatewayServer):
+            manager.linger(sock)
         super().connection_lost(exc)
 
     # ---- requests refused before any handler runs -----------------------------------------------
@@ -1300,9 +1329,25 @@ class GatewayServer(web.Server):
             self, loop=self._loop, limits=self.limits, max_connections=self.max_connections, **self._kwargs
         )
 
+    lingering: dict[LingeringClose, None]
+    """Closed connections still draining their client's last bytes (:class:`LingeringClose`), oldest
+    first; counted against ``max_connections`` (set by :class:`GatewayRunner`)."""
+    linger_off: bool = False
+    """Set at shutdown: connections then close at once."""
+
     def open_connections(self) -> int:
-        """Client connections open: with a handler, or still in their TLS handshake."""
-        return len(self._connections) + len(self.handshakes)
+        """Client connections open: with a handler, still in their TLS handshake, or lingering."""
+        return len(self._connections) + len(self.handshakes) + len(self.lingering)
+
+    def linger(self, sock: Any) -> None:
+        """Linger on ``sock``, a connection's plain-TCP socket that the gateway closes now
+        (:class:`LingeringClose`), unless the server is shutting down."""
+        if self.linger_off:
+            return
+        with contextlib.suppress(OSError):  # the socket is gone already: nothing to linger on
+            fd = sock.fileno()
+            if fd >= 0:
+                LingeringClose(self, socket.socket(sock.family, sock.type, fileno=os.dup(fd)))
 
     def admit(self, newcomer: asyncio.Protocol) -> bool:
         """Whether a connection just accepted (``newcomer``, counted already) may stay: the count is
@@ -1313,6 +1358,9 @@ class GatewayServer(web.Server):
         cap = self.max_connections
         if self.open_connections() <= cap:
             return True
+        if self.lingering:  # a closed connection draining its client's last bytes: the first to go
+            next(iter(self.lingering)).close()
+            return True
         stalled = next((h for other, h in self.handshakes.items() if other is not newcomer), None)
         if stalled is not None:
             log.warning("connection limit %d reached: closed a connection still in its TLS handshake", cap)
@@ -1321,7 +1369,7 @@ class GatewayServer(web.Server):
         for other in self._connections:
             if other is not newcomer and isinstance(other, GatewayRequestHandler) and other.evictable():
                 log.warning("connection limit %d reached: closed an idle or stalled connection", cap)
-                other.force_close()
+                other.close_at_once()
                 return True
         log.warning("connection limit %d reached: refused a new connection", cap)
         return False
@@ -1347,7 +1395,75 @@ class GatewayServer(web.Server):
         for handshake in list(self.handshakes.values()):
             handshake.close()
         self.handshakes.clear()
+        self.linger_off = True
+        for lingering in list(self.lingering):
+            lingering.close()
         super().pre_shutdown()
+
+
+class LingeringClose:
+    """A connection the gateway closed, draining what its client still sends (RFC 9112 9.6).
+
+    A server that closes a TCP connection whose client is still sending (bytes unread, or arriving
+    after the close) makes its kernel answer with a reset, and a reset discards the answers the
+    client has not read yet - a 400 to a malformed request pipelined behind valid ones, the 413 to a
+    body too large, the answer to a ``Connection: close`` request with more bytes behind it; the
+    client sees ``ECONNRESET`` instead. So, as nginx's ``lingering_close`` and Apache do, every close
+    the gateway makes of a plain-TCP connection (not one the client half-closed, nor one refused,
+    evicted or aborted) goes on here, on a duplicate of the socket taken as its transport lets it
+    go (its answers written out): the write side is shut (the client reads a FIN after the answers),
+    and what arrives is read and discarded until the client closes its side, :data:`LINGER_S` pass
+    or :data:`LINGER_BYTES` were read - then the socket is closed. A lingering connection counts
+    against ``max_connections`` and is the first closed to make room; shutdown closes them all.
+    TLS connections do not linger (the loop's TLS layer closes the socket itself)."""
+
+    __slots__ = ("_left", "_loop", "_server", "_sock", "_timer")
+
+    def __init__(self, server: GatewayServer, sock: socket.socket) -> None:
+        self._server = server
+        self._sock: socket.socket | None = sock
+        self._left = LINGER_BYTES
+        loop = self._loop = asyncio.get_running_loop()
+        self._timer: asyncio.TimerHandle | None = None
+        try:
+            sock.setblocking(False)
+            sock.shutdown(socket.SHUT_WR)
+            loop.add_reader(sock.fileno(), self._readable)
+        except (OSError, ValueError):
+            sock.close()
+            self._sock = None
+            return
+        self._timer = loop.call_later(LINGER_S, self.close)
+        server.lingering[self] = None
+
+    def _readable(self) -> None:
+        sock = self._sock
+        if sock is None:
+            return
+        try:
+            while self._left > 0:
+                data = sock.recv(65536)
+                if not data:  # the client closed its side: a clean close
+                    break
+                self._left -= len(data)
+        except BlockingIOError:
+            return
+        except OSError:
+            pass
+        self.close()
+
+    def close(self) -> None:
+        """Stop lingering: close the socket (idempotent)."""
+        sock, self._sock = self._sock, None
+        if sock is None:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._server.lingering.pop(self, None)
+        with contextlib.suppress(OSError, ValueError, RuntimeError):
+            self._loop.remove_reader(sock.fileno())
+        sock.close()
 
 
 class GatewayRunner(web.AppRunner):
@@ -1374,6 +1490,7 @@ class GatewayRunner(web.AppRunner):
         server.app = app
         server.handler_class = app.get(CONNECTION_HANDLER_KEY, GatewayRequestHandler)
         server.handshakes = {}
+        server.lingering = {}
         return server
 
 

@@ -1,0 +1,188 @@
+"""A connection the gateway closes lingers (RFC 9112 9.6): answers survive a client still sending.
+
+Before session s47 a close with bytes unread (a pipelined request behind a 400, the rest of a write
+behind a ``Connection: close`` request) made the kernel send a reset instead of a FIN: the client
+read ``ECONNRESET``, which discards the answers it had not read yet (an asyncio client loses all of
+them; over a network, those still in flight are lost). Seen as intermittent ConnectionResetErrors in
+``test_a_post_before_a_malformed_request_reaches_the_pod_once_at_every_split`` under load."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import random
+import re
+import socket
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import uvloop
+from aiohttp import web
+
+from igw.gateway import serving
+from igw.gateway.serving import GatewayServer, serve_app
+from igw.global_router.config import parse_global_config
+from igw.global_router.server import create_global_app
+from tests.gateway.fake_model_server import FakeModelServer, running
+from tests.gateway.support import config_doc, scheduler
+from tests.global_router.support import global_doc
+from tests.security.test_request_framing import HEALTHZ, MALFORMED, server_side  # noqa: F401
+
+DOC = config_doc([scheduler("llama", "m")])
+CLOSING = b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+LATER = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+BULK = b"x" * 2**18
+
+
+async def exchange(port: int, first: bytes, later: bytes, *, pause_s: float) -> tuple[list[bytes], bool]:
+    """Send ``first``, then ``later`` after ``pause_s``, on a fresh connection; read nothing until
+    both are sent (as a client writing a whole pipeline first does); the statuses read until the
+    end, and whether the connection ended in a reset rather than a FIN."""
+    loop = asyncio.get_running_loop()
+    sock = socket.socket()
+    sock.setblocking(False)
+    try:
+        await loop.sock_connect(sock, ("127.0.0.1", port))
+        await loop.sock_sendall(sock, first)
+        await asyncio.sleep(pause_s)
+        reset = False
+        try:
+            await loop.sock_sendall(sock, later)
+        except OSError:
+            reset = True
+        await asyncio.sleep(0.05)
+        data = b""
+        while not reset:
+            try:
+                chunk = await asyncio.wait_for(loop.sock_recv(sock, 65536), 10)
+            except ConnectionResetError:
+                reset = True
+                break
+            if not chunk:
+                break
+            data += chunk
+        return re.findall(rb"HTTP/1\.1 (\d{3}) ", data), reset
+    finally:
+        sock.close()
+
+
+CASES = {
+    "400 behind a valid request, then a request": (HEALTHZ + MALFORMED, LATER, 0.0005, [b"200", b"400"]),
+    "400 behind a valid request, then 256 KiB": (HEALTHZ + MALFORMED, BULK, 0, [b"200", b"400"]),
+    "Connection: close, then a request": (CLOSING, LATER, 0.0005, [b"200"]),
+    "Connection: close, then 256 KiB": (CLOSING, BULK, 0, [b"200"]),
+}
+
+
+async def healthz(request: web.Request) -> web.Response:
+    return web.json_response({"status": "ok"})
+
+
+def test_answers_survive_a_client_still_sending_on_uvloop() -> None:
+    """The production loop: a close with 256 KiB arriving behind the answered requests was a reset
+    every time before the lingering close (100 of 100 tries)."""
+
+    async def scenario() -> list[tuple[str, list[bytes], bool]]:
+        app = web.Application()
+        app.router.add_get("/healthz", healthz)
+        out = []
+        async with serve_app(app, host="127.0.0.1", port=0) as url:
+            port = int(url.rsplit(":", 1)[1])
+            for name, (first, later, pause_s, _) in CASES.items():
+                for _ in range(10):
+                    out.append((name, *await exchange(port, first, later, pause_s=pause_s)))
+        return out
+
+    for name, statuses, reset in uvloop.run(scenario()):
+        assert (statuses, reset) == (CASES[name][3], False), name
+
+
+async def test_answers_survive_a_client_still_sending_on_every_listener(
+    gateway: Callable[..., Any],
+    server_side: str,  # noqa: F811
+) -> None:
+    """The gateway (lean and aiohttp sides) and the global router, on asyncio: a close with a
+    pipelined request arriving behind a 400 was a reset in about two tries of three before."""
+    app = create_global_app(parse_global_config(global_doc()), rng=random.Random(1), read_heartbeats=False)
+    async with (
+        running(FakeModelServer("a")) as (pod,),
+        gateway(DOC, {"llama": [pod.key]}) as gw,
+        serve_app(app, host="127.0.0.1", port=0) as router,
+    ):
+        for url in (gw.url, router):
+            port = int(url.rsplit(":", 1)[1])
+            for name, (first, later, pause_s, expected) in CASES.items():
+                for attempt in range(10):
+                    found = await exchange(port, first, later, pause_s=pause_s)
+                    assert found == (expected, False), (server_side, url, name, attempt)
+
+
+async def test_a_lingering_connection_is_bounded_in_time_and_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A client that neither closes nor stops sending does not keep a closed connection: it is closed
+    after LINGER_S, or once LINGER_BYTES were discarded; it counts against the connection cap, is the
+    first closed to make room, and shutdown closes it."""
+    monkeypatch.setattr(serving, "LINGER_S", 0.3)
+    monkeypatch.setattr(serving, "LINGER_BYTES", 2**16)
+    app = web.Application()
+    app.router.add_get("/healthz", healthz)
+    async with serve_app(app, host="127.0.0.1", port=0) as url:
+        port = int(url.rsplit(":", 1)[1])
+        server = next(s for s in _servers(app))
+        # silent after its answer: closed after LINGER_S
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(CLOSING)
+        assert b" 200 " in await asyncio.wait_for(reader.read(), 5)  # the FIN came after the answer
+        await asyncio.sleep(0.05)
+        assert len(server.lingering) == 1
+        assert server.open_connections() == 1
+        await asyncio.sleep(0.5)
+        assert not server.lingering
+        writer.close()
+        # sending on and on: closed (a reset) once LINGER_BYTES were discarded, well before LINGER_S
+        monkeypatch.setattr(serving, "LINGER_S", 60.0)  # only the bytes can end it
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(CLOSING)
+        assert b" 200 " in await asyncio.wait_for(reader.read(), 5)
+        assert await _reset_while_sending(writer)
+        assert not server.lingering
+        writer.close()
+        monkeypatch.setattr(serving, "LINGER_S", 0.3)
+        # counted, evicted first, closed at shutdown
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(CLOSING)
+        await asyncio.wait_for(reader.read(), 5)
+        await asyncio.sleep(0.05)
+        assert len(server.lingering) == 1
+        server.max_connections = 1
+        other_reader, other_writer = await asyncio.open_connection("127.0.0.1", port)
+        other_writer.write(HEALTHZ)
+        assert b" 200 " in await asyncio.wait_for(other_reader.readuntil(b"}"), 5)
+        assert not server.lingering
+        other_writer.close()
+        writer.close()
+        monkeypatch.setattr(serving, "LINGER_S", 60.0)  # only shutdown can end it
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(CLOSING)
+        await asyncio.wait_for(reader.read(), 5)
+        await asyncio.sleep(0.05)
+        assert len(server.lingering) == 1
+    assert not server.lingering
+    writer.close()
+
+
+async def _reset_while_sending(writer: asyncio.StreamWriter) -> bool:
+    """Whether sending 1.6 MiB ends in a reset (the lingering connection closed past its bytes)."""
+    try:
+        for _ in range(100):
+            writer.write(b"x" * 2**14)
+            await asyncio.wait_for(writer.drain(), 1)
+            await asyncio.sleep(0)
+    except ConnectionError:
+        return True
+    return False
+
+
+def _servers(app: web.Application) -> list[GatewayServer]:
+    """The live GatewayServer objects serving ``app``."""
+    return [o for o in gc.get_objects() if isinstance(o, GatewayServer) and o.app is app]
