@@ -142,14 +142,26 @@ def test_repeated_sigterms_while_it_stops_still_end_with_exit_0(kind: str, tmp_p
 def test_a_stop_while_the_workers_start_ends_the_group_with_0_and_no_worker_left(tmp_path: Path) -> None:
     """SIGTERM to the parent just after it started its workers reaches them inside their start-up
     (imports, config load): each ends with 128 + the signal, which is the stop the parent asked for.
-    The parent used to read those codes as workers that died (exit 3)."""
-    with worker_group(tmp_path) as group:
-        group.proc.send_signal(signal.SIGTERM)
-        rest = group.rest_of_log()
-        code = group.proc.wait(timeout=60)
-        assert "serving 1 scheduler" not in rest  # the stop did land while the workers were starting
-        assert code == 0, rest
-        assert "Traceback" not in rest
-        for pid in group.pids:  # both reaped by the parent: no worker outlives it
-            with pytest.raises(ProcessLookupError):
-                os.kill(pid, 0)
+    The parent used to read those codes as workers that died (exit 3).
+
+    The signal is sent as soon as the parent names its workers; a test process held off the CPU for
+    longer than a worker's start-up (CI, two test workers on two cores) sends it after a worker
+    serves, which tests a plain stop instead. Every try must end as above; up to three groups are
+    started until one stop lands inside the start-up (one landing after it failed CI once)."""
+    landed_in_start_up = False
+    for attempt in range(3):
+        place = tmp_path / f"try-{attempt}"
+        place.mkdir()
+        with worker_group(place) as group:
+            group.proc.send_signal(signal.SIGTERM)
+            rest = group.rest_of_log()
+            code = group.proc.wait(timeout=60)
+            assert code == 0, rest
+            assert "Traceback" not in rest
+            for pid in group.pids:  # both reaped by the parent: no worker outlives it
+                with pytest.raises(ProcessLookupError):
+                    os.kill(pid, 0)
+            landed_in_start_up = "serving 1 scheduler" not in rest
+        if landed_in_start_up:
+            break
+    assert landed_in_start_up, "in three tries the stop never reached the workers while they started"
