@@ -150,15 +150,6 @@ smaller; since session s46). A retrieval's search stops waiting for the cluster'
 the next cluster (a stored response's answer starts at once; a frozen cluster held the search's place
 for ``requestTimeoutSeconds``, 600 s by default); a continuation's search gives its place back (a
 cluster that has not answered 404 by then is generating the answer, no longer searched)."""
-REPLAY_KEEPALIVE_S: Final = 15.0
-"""Seconds after its last write to the client that a stored response's replay (``GET
-/v1/responses/{id}?stream=true``) gets an SSE ``: ping`` comment from the router (tier 1's default
-``sseKeepAliveInterval``; since session s47). A replay's events are held until its first event with
-data is checked (:func:`igw.gateway.upstream._relay_stream`), tier 1's own ``: ping`` lines with
-them: until session s47 a client of the router whose cluster held that first event past a proxy's
-idle timeout got nothing at all. Once a keep-alive has started the client's response, a first event
-naming another response ends the stream with an error event: the search moves on to the next
-cluster only while nothing was sent."""
 
 
 class ClusterPools:
@@ -226,9 +217,17 @@ class GlobalRouter:
         caller scope's ``SEARCHES_PER_SCOPE`` at most (since session s46)."""
         self.search_timeout_s = min(SEARCH_TIMEOUT_S, config.request_timeout_s)
         """How long a search waits for one cluster's answer (:data:`SEARCH_TIMEOUT_S`)."""
-        self.replay_keepalive_s = REPLAY_KEEPALIVE_S
-        """How long a stored response's replay stays silent before a ``: ping``
-        (:data:`REPLAY_KEEPALIVE_S`)."""
+        self.replay_keepalive_s = config.replay_keepalive_s
+        """Seconds after its last write to the client that a stored response's replay (``GET
+        /v1/responses/{id}?stream=true``) gets an SSE ``: ping`` comment from the router
+        (``spec.upstream.replayKeepAliveSeconds``, 15 s by default: tier 1's default
+        ``sseKeepAliveInterval``; since session s47, configurable since s48). A replay's events are
+        held until its first event with data is checked (:func:`igw.gateway.upstream._relay_stream`),
+        tier 1's own ``: ping`` lines with them: until session s47 a client of the router whose
+        cluster held that first event past a proxy's idle timeout got nothing at all. Once a
+        keep-alive has started the client's response, a first event naming another response ends the
+        stream with an error event: the search moves on to the next cluster only while nothing was
+        sent."""
         self.clock: Callable[[], float] = time.monotonic
         """Seconds, monotonic: when a search found an id nowhere (:attr:`searches`)."""
         self.tokens_per_event: dict[str, TokensPerEvent] = {}
