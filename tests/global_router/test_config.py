@@ -15,7 +15,7 @@ from igw.config.crd import to_structural
 from igw.config.schema import resolved_schema
 from igw.global_router.config import GlobalConfigError, load_global_config, parse_global_config
 from igw.global_router.crd import build_crd, render_global_crd
-from igw.global_router.schema import global_schema, validate_global_document
+from igw.global_router.schema import DEFAULT_REPLAY_KEEPALIVE_S, global_schema, validate_global_document
 from tests.config.support import REPO_ROOT
 from tests.global_router.support import global_doc
 
@@ -59,6 +59,20 @@ def test_max_request_seconds_is_read_and_bounded() -> None:
     config = parse_global_config(global_doc(upstream={"maxRequestSeconds": 90}))
     assert config.max_request_s == 90.0
     assert "spec.upstream.maxRequestSeconds" in problems(global_doc(upstream={"maxRequestSeconds": 0}))
+
+
+def test_replay_keepalive_seconds_is_read_defaulted_and_bounded() -> None:
+    """``spec.upstream.replayKeepAliveSeconds`` (since session s48; a constant before): read, 15 s by
+    default - the schema's default and the code's one value - and refused by its path at 0, below
+    0.1 s (a ping stream) or above 300 s (keeps no proxy's connection alive)."""
+    assert parse_global_config(global_doc()).replay_keepalive_s == DEFAULT_REPLAY_KEEPALIVE_S == 15.0
+    upstream = global_schema()["properties"]["spec"]["properties"]["upstream"]["properties"]
+    assert upstream["replayKeepAliveSeconds"]["default"] == DEFAULT_REPLAY_KEEPALIVE_S
+    doc = global_doc(upstream={"replayKeepAliveSeconds": 2.5})
+    assert parse_global_config(doc).replay_keepalive_s == 2.5
+    for bad in (0, -1, 0.05, 301, "15s"):
+        found = problems(global_doc(upstream={"replayKeepAliveSeconds": bad}))
+        assert list(found) == ["spec.upstream.replayKeepAliveSeconds"], (bad, found)
 
 
 def test_problems_name_the_field() -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
@@ -124,8 +125,11 @@ async def routed(
     tokens: TokenFactory,
     clock: ManualClock,
     client_ssl: ssl.SSLContext,
+    *,
+    upstream: dict[str, float] | None = None,
 ) -> AsyncIterator[Routed]:
-    """A router replica (JWT auth, ``tenantClaim: tenant``) in front of ``clusters``, all in one region."""
+    """A router replica (JWT auth, ``tenantClaim: tenant``) in front of ``clusters``, all in one region
+    (``upstream``: its ``spec.upstream``, when given)."""
     async with contextlib.AsyncExitStack() as stack:
         urls = [
             await stack.enter_async_context(serve_app(c.app(), host="127.0.0.1", port=0)) for c in clusters
@@ -138,6 +142,7 @@ async def routed(
             heartbeats={"required": False},
             auth=jwt_auth(issuer),
             authorization={"tenantClaim": "tenant"},
+            **({} if upstream is None else {"upstream": upstream}),
         )
         url, app = await stack.enter_async_context(guarded_router(doc, clock=clock, client_ssl=client_ssl))
         app[ROUTER_KEY].clock = clock  # how long an id found nowhere is answered 404 without a search
@@ -365,6 +370,34 @@ async def test_a_held_replay_gets_the_router_s_keepalives_then_its_events(
         assert mine.encode() in body
         assert b"named another response" not in body
         assert r.router.metrics.usage_misnamed.labels("east-a")._value.get() == 0
+
+
+async def test_the_replay_keepalive_comes_at_the_configured_interval(
+    jwks_server: JwksServer, tokens: TokenFactory, clock: ManualClock, client_ssl: ssl.SSLContext
+) -> None:
+    """``spec.upstream.replayKeepAliveSeconds`` sets when a held replay's client gets the router's
+    ``: ping``: at 0.2 s the first arrives well within a second (the default, 15 s, would send
+    nothing for 15 s), and the next ones as often. Until session s48 the interval was a constant
+    (``REPLAY_KEEPALIVE_S``), the configuration could not change it."""
+    honest = Tier1("east-a", held=asyncio.Event())
+    mine = mint("tenant:victim")
+    honest.stored.add(mine)
+    headers = bearer(tokens.token(tenant="victim", sub="victim"))
+    upstream = {"replayKeepAliveSeconds": 0.2}
+    async with routed([honest], jwks_server, tokens, clock, client_ssl, upstream=upstream) as r:
+        assert r.router.replay_keepalive_s == 0.2
+        started = time.monotonic()
+        async with _held_replay(r, mine, headers, honest) as resp:
+            assert resp.status == 200
+            first = await asyncio.wait_for(resp.content.readuntil(b": ping\n\n"), timeout=1)
+            assert first == b": replay\n\n: ping\n\n"  # the held comment, then the router's
+            assert time.monotonic() - started < 1
+            second = await asyncio.wait_for(resp.content.readuntil(b"\n\n"), timeout=1)
+            assert second == b": ping\n\n"
+            assert honest.held is not None
+            honest.held.set()
+            body = await resp.read()
+        assert body.count(b"event: response.completed") == 1
 
 
 async def test_a_held_replay_started_by_a_keepalive_then_misnamed_is_cut_not_searched_on(

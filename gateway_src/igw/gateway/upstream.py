@@ -806,6 +806,7 @@ async def exchange(
     head_timeout_s: float | None = None,
     hold_bytes: int | None = None,
     answer_timeout_s: float | None = None,
+    discard_large_errors: bool = False,
 ) -> ExchangeResult:
     """Forward to ``endpoint`` (with ``method``) and relay the answer (``headers``: the upstream
     request's fields, as a map or serialised by :func:`upstream_header_block`). Raises
@@ -840,7 +841,11 @@ async def exchange(
     answer is small JSON sent at once), so that a pod that sends its head and then stalls or trickles
     the body is given up as one that sent no head is (since session s47; before, only
     ``responseTimeout``'s silence bounded it, 600 s by default, and a trickle nothing);
-    ``None``: no such bound."""
+    ``None``: no such bound. ``discard_large_errors``: an error answer past
+    :data:`ERROR_ANSWER_BUFFER_BYTES` is answered with its status alone (:func:`_discarded_error`),
+    JSON or not, never relayed: the global router's search for a stored response, whose 404 is a miss
+    to move on from (until session s48 a cluster's JSON 404 over 1 MiB was relayed, and the search
+    ended there, the cluster storing the response never asked)."""
     answered_by = None if answer_timeout_s is None else time.monotonic() + answer_timeout_s
     # ``endpoint`` is a pod's ``host:port``, or a base URL with its scheme (the global router's
     # clusters). Waiting for a free pooled connection is not a connect failure (it would turn pool
@@ -927,7 +932,8 @@ async def exchange(
                     body_timeout_s=body_timeout_s,
                 )
             payload = upstream.received()
-            if payload is None and relay_whole_above is not None and _wrapped(upstream):
+            discarded = _wrapped(upstream) or (discard_large_errors and upstream.status >= 400)
+            if payload is None and relay_whole_above is not None and discarded:
                 async with asyncio.timeout(whole_timeout_s):
                     return await _discarded_error(upstream, extra=response_headers)
             if payload is None and relay_whole_above is not None:

@@ -15,7 +15,12 @@ from igw.config.build import build_auth_spec
 from igw.config.documents import DocumentReadError, read_resources
 from igw.config.errors import ConfigError, Problem
 from igw.config.model import MAX_REQUEST_BODY_BYTES, AuthSpec
-from igw.global_router.schema import KIND, is_global_router_config, validate_global_document
+from igw.global_router.schema import (
+    DEFAULT_REPLAY_KEEPALIVE_S,
+    KIND,
+    is_global_router_config,
+    validate_global_document,
+)
 
 Policy = Literal["latency-first", "cost-first-within-slo"]
 
@@ -96,6 +101,10 @@ class GlobalRouterConfig:
     """``spec.upstream.maxRequestSeconds``: the bound on a whole request (every attempt, a stream to
     its end); ``request_timeout_s`` bounds each wait only, so a cluster streaming forever (a stuck
     generation's tokens or keep-alive comments) held the client's and its own connection forever."""
+    replay_keepalive_s: float = DEFAULT_REPLAY_KEEPALIVE_S
+    """``spec.upstream.replayKeepAliveSeconds``: how long a held replay of a stored response stays
+    silent towards its client before the router's ``: ping`` (a constant until session s48: a proxy
+    in front of the router idling out sooner than 15 s could not be accommodated)."""
     auth: AuthSpec | None = None
     authorization: Mapping[str, Any] = field(default_factory=dict)
     """Raw ``spec.authorization`` (the IGWC ``extensions.authorization`` shape), read by igw.security."""
@@ -173,6 +182,7 @@ def build_global_config(doc: Mapping[str, Any]) -> GlobalRouterConfig:
         connect_timeout_s=float(upstream.get("connectTimeoutSeconds", 2.0)),
         request_timeout_s=float(upstream.get("requestTimeoutSeconds", 600.0)),
         max_request_s=float(upstream.get("maxRequestSeconds", 3600.0)),
+        replay_keepalive_s=float(upstream.get("replayKeepAliveSeconds", DEFAULT_REPLAY_KEEPALIVE_S)),
         auth=build_auth_spec(spec["auth"]) if "auth" in spec else None,
         authorization=dict(spec.get("authorization", {})),
         rate_limits=dict(spec.get("rateLimits", {})),

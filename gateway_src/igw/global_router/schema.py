@@ -38,6 +38,8 @@ DEFAULT_POLL_S: Final = 0.5
 """``spec.heartbeats.pollIntervalSeconds``' default (the schema's)."""
 DEFAULT_STALENESS_S: Final = 3.0
 """``spec.failover.heartbeatStalenessSeconds``' default (the schema's)."""
+DEFAULT_REPLAY_KEEPALIVE_S: Final = 15.0
+"""``spec.upstream.replayKeepAliveSeconds``' default (the schema's; tier 1's ``sseKeepAliveInterval``)."""
 
 
 def is_global_router_config(doc: Any) -> bool:

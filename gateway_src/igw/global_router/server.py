@@ -150,15 +150,6 @@ smaller; since session s46). A retrieval's search stops waiting for the cluster'
 the next cluster (a stored response's answer starts at once; a frozen cluster held the search's place
 for ``requestTimeoutSeconds``, 600 s by default); a continuation's search gives its place back (a
 cluster that has not answered 404 by then is generating the answer, no longer searched)."""
-REPLAY_KEEPALIVE_S: Final = 15.0
-"""Seconds after its last write to the client that a stored response's replay (``GET
-/v1/responses/{id}?stream=true``) gets an SSE ``: ping`` comment from the router (tier 1's default
-``sseKeepAliveInterval``; since session s47). A replay's events are held until its first event with
-data is checked (:func:`igw.gateway.upstream._relay_stream`), tier 1's own ``: ping`` lines with
-them: until session s47 a client of the router whose cluster held that first event past a proxy's
-idle timeout got nothing at all. Once a keep-alive has started the client's response, a first event
-naming another response ends the stream with an error event: the search moves on to the next
-cluster only while nothing was sent."""
 
 
 class ClusterPools:
@@ -226,9 +217,17 @@ class GlobalRouter:
         caller scope's ``SEARCHES_PER_SCOPE`` at most (since session s46)."""
         self.search_timeout_s = min(SEARCH_TIMEOUT_S, config.request_timeout_s)
         """How long a search waits for one cluster's answer (:data:`SEARCH_TIMEOUT_S`)."""
-        self.replay_keepalive_s = REPLAY_KEEPALIVE_S
-        """How long a stored response's replay stays silent before a ``: ping``
-        (:data:`REPLAY_KEEPALIVE_S`)."""
+        self.replay_keepalive_s = config.replay_keepalive_s
+        """Seconds after its last write to the client that a stored response's replay (``GET
+        /v1/responses/{id}?stream=true``) gets an SSE ``: ping`` comment from the router
+        (``spec.upstream.replayKeepAliveSeconds``, 15 s by default: tier 1's default
+        ``sseKeepAliveInterval``; since session s47, configurable since s48). A replay's events are
+        held until its first event with data is checked (:func:`igw.gateway.upstream._relay_stream`),
+        tier 1's own ``: ping`` lines with them: until session s47 a client of the router whose
+        cluster held that first event past a proxy's idle timeout got nothing at all. Once a
+        keep-alive has started the client's response, a first event naming another response ends the
+        stream with an error event: the search moves on to the next cluster only while nothing was
+        sent."""
         self.clock: Callable[[], float] = time.monotonic
         """Seconds, monotonic: when a search found an id nowhere (:attr:`searches`)."""
         self.tokens_per_event: dict[str, TokensPerEvent] = {}
@@ -1026,6 +1025,9 @@ async def _ask_stored(
                     # sending its head and then stalling or trickling the body held the search for
                     # requestTimeoutSeconds, or for ever)
                     answer_timeout_s=None if known is not None else router.search_timeout_s,
+                    # a search's 404 (any error) over 1 MiB: answered with its status alone, so the
+                    # search moves on (since s48; relayed before, the search ended there)
+                    discard_large_errors=known is None,
                 ),
             )
         except ConnectFailed:
@@ -1059,7 +1061,10 @@ async def _ask_stored(
             continue
         _record_stored_outcome(router, cluster, result)
         named = result.response_id  # the id of the response object the answer carries, if any
-        other = named is not None and named != response_id  # an answer about another response
+        # an answer about another response; in a search, a whole retrieval's naming none (not JSON,
+        # no id) too: no proof it is stored there (until s48 relayed, and the search ended at it)
+        unproven = known is None and not result.response.prepared and _names_itself(request)
+        other = named != response_id if unproven else named is not None and named != response_id
         if result.status == 404 or (other and result.status < 400 and not result.response.prepared):
             missed.append(cluster.name)
         searching_on = known is None and cluster is not clusters[-1] and not result.response.prepared
@@ -1081,7 +1086,8 @@ async def _ask_stored(
             withheld = cluster.name
             router.metrics.usage_misnamed.labels(cluster.name).inc()
             misnamed_log.warning(
-                "cluster %s answered a retrieval of one response with another response: not relayed",
+                "cluster %s answered a retrieval of one response with another response (or none named): "
+                "not relayed",
                 cluster.name,
             )
             if searching_on:
@@ -1121,6 +1127,16 @@ async def _ask_stored(
     return gateway_error(
         "upstream_connect_failed", "could not connect to " + ", ".join(c.name for c in clusters)
     )
+
+
+def _names_itself(request: web.Request) -> bool:
+    """Whether an answer below 400 to ``request`` (about a stored response) is a whole response
+    object, whose ``id`` names the response: a retrieval's (``GET /v1/responses/{id}``, not a
+    replay's event stream) or a cancel's. A deletion's (a ``response.deleted`` object) and input
+    items (a list) are taken as they come."""
+    if request.path.endswith("/input_items") or request.method == "DELETE":
+        return False
+    return request.query.get("stream") != "true"
 
 
 def _found(request: web.Request, response_id: str, named: str | None, principal: Principal) -> bool:

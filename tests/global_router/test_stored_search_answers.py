@@ -1,0 +1,96 @@
+"""What a cluster's odd answer to a stored-response search does: a 200 that does not carry the response
+asked for (a body that does not parse, a response object without an ``id``) and a 404 with a body
+over 1 MiB are misses, the search asks the next cluster (since session s48: before, each was relayed
+to the client as it came and the search ended there, the cluster storing the response never asked).
+
+The clusters are aiohttp apps on loopback; the router has no ``spec.auth``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+
+import aiohttp
+import orjson
+import pytest
+from aiohttp import web
+
+from igw.gateway.serving import serve_app
+from igw.global_router.config import parse_global_config
+from igw.global_router.server import create_global_app
+from tests.global_router.support import MODEL, global_doc
+
+RESPONSE_ID = "resp_abc123"
+BIG = 8 * 1024 * 1024
+"""A body well past the 1 MiB an error answer is buffered to (``ERROR_ANSWER_BUFFER_BYTES``)."""
+
+ODD_ANSWERS: dict[str, tuple[int, bytes]] = {
+    "200, JSON cut short": (200, b'{"id": "resp_abc'),
+    "200, a response object naming no id": (200, b'{"object":"response","output_text":"not yours"}'),
+    "404 over 1 MiB": (404, b'{"error":{"message":"' + b"x" * BIG + b'"}}'),
+}
+
+
+def _odd(status: int, body: bytes) -> web.Application:
+    async def answer(request: web.Request) -> web.Response:
+        return web.Response(status=status, body=body, content_type="application/json")
+
+    app = web.Application()
+    app.router.add_get("/v1/responses/{response_id}", answer)
+    return app
+
+
+def _holder(asked: list[str]) -> web.Application:
+    async def answer(request: web.Request) -> web.Response:
+        asked.append(request.match_info["response_id"])
+        doc = {"id": request.match_info["response_id"], "object": "response", "status": "completed"}
+        return web.json_response(doc)
+
+    app = web.Application()
+    app.router.add_get("/v1/responses/{response_id}", answer)
+    return app
+
+
+async def _retrieve(*apps: web.Application) -> tuple[int, str | None, bytes]:
+    """A retrieval of :data:`RESPONSE_ID` through a router in front of ``apps``: its status, the
+    cluster that answered, its body."""
+    async with _router(*apps) as (url, http), http.get(f"{url}/v1/responses/{RESPONSE_ID}") as resp:
+        return resp.status, resp.headers.get("x-igw-cluster"), await resp.read()
+
+
+@contextlib.asynccontextmanager
+async def _router(*apps: web.Application) -> AsyncIterator[tuple[str, aiohttp.ClientSession]]:
+    """A router (no auth, no heartbeats) in front of ``apps``, asked in their order (one region)."""
+    async with contextlib.AsyncExitStack() as stack:
+        urls = [await stack.enter_async_context(serve_app(a, host="127.0.0.1", port=0)) for a in apps]
+        clusters = [
+            {"name": f"c{index}", "region": "east", "endpoint": url, "models": [MODEL]}
+            for index, url in enumerate(urls)
+        ]
+        doc = global_doc(clusters, heartbeats={"required": False})
+        app = create_global_app(parse_global_config(doc), read_heartbeats=False)
+        url = await stack.enter_async_context(serve_app(app, host="127.0.0.1", port=0))
+        http = await stack.enter_async_context(aiohttp.ClientSession())
+        yield url, http
+
+
+@pytest.mark.parametrize("odd", list(ODD_ANSWERS))
+async def test_a_search_moves_on_past_an_answer_that_does_not_carry_the_response(odd: str) -> None:
+    """The first cluster answers oddly, the second stores the response: the client gets the second's
+    answer, nothing of the first's."""
+    asked: list[str] = []
+    status, cluster, body = await _retrieve(_odd(*ODD_ANSWERS[odd]), _holder(asked))
+    assert (status, cluster) == (200, "c1"), body[:200]
+    assert orjson.loads(body)["id"] == RESPONSE_ID
+    assert asked == [RESPONSE_ID]
+
+
+async def test_a_last_404_over_1_mib_is_answered_openai_shaped_and_bounded() -> None:
+    """Every cluster answering 404, the last with a body over 1 MiB: the client gets a 404 in the
+    OpenAI shape, a few hundred bytes, not the cluster's 8 MiB."""
+    status_404, body_404 = ODD_ANSWERS["404 over 1 MiB"]
+    status, _, body = await _retrieve(_odd(404, b'{"error":{"message":"no"}}'), _odd(status_404, body_404))
+    assert status == 404
+    assert len(body) < 4096
+    assert set(orjson.loads(body)["error"]) >= {"message", "type", "code"}
