@@ -24,7 +24,8 @@ OTHER = "https://other-idp.example.com"
 FWD: dict[str, Any] = {"forward": True}
 
 
-def _auth(issuer: str, audiences: str, indent: str = "  ") -> str:
+def _auth(issuer: str, audiences: str, claims: str = "", indent: str = "  ") -> str:
+    """``spec.auth``; ``claims``: ``requiredClaims`` as a YAML flow sequence (none when empty)."""
     return (
         f"{indent}auth:\n"
         f"{indent}  jwt:\n"
@@ -33,14 +34,17 @@ def _auth(issuer: str, audiences: str, indent: str = "  ") -> str:
         f"{indent}      issuer: {issuer}\n"
         f"{indent}      remoteJWKS: {{uri: {ISSUER}/certs}}\n"
         f"{indent}      audiences: [{audiences}]\n"
+        + (f"{indent}      requiredClaims: {claims}\n" if claims else "")
     )
 
 
-def _router(*, auth: bool = True, forward: bool = False, tenant_claim: str = "tenant") -> str:
+def _router(
+    *, auth: bool = True, forward: bool = False, tenant_claim: str = "tenant", claims: str = ""
+) -> str:
     """The example router (its spec last in the file) with ``spec.auth`` and ``spec.authorization``."""
     text = GLOBAL_ROUTER_EXAMPLE.read_text()
     if auth:
-        text += _auth(ISSUER, "inference")
+        text += _auth(ISSUER, "inference", claims)
     text += (
         f"  authorization: {{forwardAuthorization: {str(forward).lower()}, tenantClaim: {tenant_claim}}}\n"
     )
@@ -55,6 +59,7 @@ def _gateway(
     audiences: str = "inference",
     tenant_claim: str = "tenant",
     key_prefix: str = "igw:hb:",
+    claims: str = "",
 ) -> str:
     text = (
         "apiVersion: inference.sagemaker.aws.amazon.com/v1alpha1\n"
@@ -75,7 +80,7 @@ def _gateway(
         f"        keyPrefix: '{key_prefix}'\n"
         f"    authorization: {{tenantClaim: {tenant_claim}}}\n"
     )
-    return text + (_auth(issuer, audiences) if auth else "")
+    return text + (_auth(issuer, audiences, claims) if auth else "")
 
 
 def _audit(tmp_path: Path, check: str, *documents: str) -> tuple[int, list[dict[str, Any]]]:
@@ -170,3 +175,53 @@ def test_a_gateway_publishing_no_heartbeat_the_router_reads_is_not_linked(
         assert result["status"] == Status.SKIP.value, result["message"]
         assert "globalHeartbeat.cluster" in result["message"]
         assert code == 0
+
+
+def _claim(name: str, value_type: str, values: str) -> str:
+    return f"[{{name: {name}, valueType: {value_type}, values: [{values}]}}]"
+
+
+GROUP = _claim("groups", "StringArray", "ml-users")
+SCOPE = _claim("scope", "String", "inference")
+
+
+@pytest.mark.parametrize(
+    ("router_claims", "gateway_claims", "status", "severity", "finding"),
+    [
+        (GROUP, GROUP, "PASS", None, "as the router does"),
+        # the router holds callers to more than the cluster: every request through it meets that
+        (GROUP, "", "PASS", None, "does not require the router's claim 'groups'"),
+        (_claim("groups", "StringArray", "ml-users"), _claim("groups", "StringArray", "ml-users, ops"),
+         "PASS", None, "as the router does"),
+        # the cluster holds callers to more than the router: some verified callers get its 401
+        ("", GROUP, "FAIL", "MEDIUM",
+         "requires claim 'groups' (StringArray in [ml-users]) and the router does not"),
+        (_claim("groups", "StringArray", "ml-users, ops"), GROUP, "FAIL", "MEDIUM",
+         "the router accepts StringArray in [ml-users, ops] but InferenceGatewayConfig inference/llama only"),
+        # no token passes both: HIGH, as another issuer is
+        (SCOPE, _claim("scope", "String", "batch"), "FAIL", "HIGH", "refuses every forwarded token"),
+        (SCOPE, _claim("scope", "StringArray", "inference"), "FAIL", "HIGH", "refuses every forwarded token"),
+    ],
+    ids=["same-claims", "cluster-requires-less", "cluster-accepts-more-values", "router-requires-less",
+         "router-accepts-more-values", "disjoint-string-values", "other-value-type"],
+)  # fmt: skip
+def test_the_tiers_required_claims_are_compared(
+    tmp_path: Path,
+    router_claims: str,
+    gateway_claims: str,
+    status: str,
+    severity: str | None,
+    finding: str,
+) -> None:
+    """A forwarded token must pass the gateway's ``requiredClaims`` whenever it passed the router's
+    (else the cluster relays its 401 to a caller the router verified); the reverse is no finding."""
+    _, [result] = _audit(
+        tmp_path,
+        "IGW-AU209",
+        _router(forward=True, claims=router_claims),
+        _gateway(claims=gateway_claims),
+    )
+    assert result["status"] == status, result["message"]
+    assert finding in result["message"]
+    if severity is not None:
+        assert result["severity"] == severity

@@ -82,6 +82,43 @@ def audiences(config: Manifest) -> frozenset[str] | None:
     return frozenset(found) if found else None
 
 
+@dataclass(frozen=True, slots=True)
+class ClaimRule:
+    """One ``requiredClaims`` rule: the claim is a ``String`` among ``values``, or a ``StringArray``
+    with an element among them (:mod:`igw.security.claims`)."""
+
+    value_type: str
+    values: frozenset[str]
+
+    def implies(self, other: ClaimRule) -> bool:
+        """Whether every claim value this rule admits also passes ``other`` (same claim name)."""
+        return self.value_type == other.value_type and self.values <= other.values
+
+    def excludes(self, other: ClaimRule) -> bool:
+        """Whether no claim value passes both: types differ (a string is no array), or two ``String``
+        rules share no value."""
+        return self.value_type != other.value_type or (
+            self.value_type == "String" and not self.values & other.values
+        )
+
+    def __str__(self) -> str:
+        return f"{self.value_type} in [{', '.join(sorted(self.values))}]"
+
+
+def required_claims(config: Manifest) -> dict[str, list[ClaimRule]]:
+    """Every ``requiredClaims`` rule of its providers, by claim name."""
+    found: dict[str, list[ClaimRule]] = {}
+    for provider in jwt_providers(config):
+        rules = provider.get("requiredClaims")
+        for rule in rules if isinstance(rules, list) else []:
+            values = rule.get("values") if isinstance(rule, Mapping) else None
+            if isinstance(rule, Mapping) and rule.get("name") and isinstance(values, list):
+                found.setdefault(str(rule["name"]), []).append(
+                    ClaimRule(str(rule.get("valueType")), frozenset(str(v) for v in values))
+                )
+    return found
+
+
 def tenant_claim(config: Manifest, *authorization_path: str) -> str:
     value = (section(config, *authorization_path) or {}).get("tenantClaim")
     return str(value) if value else DEFAULT_TENANT_CLAIM
