@@ -16,92 +16,65 @@ meets the router's rules, and what the cluster accepts when reached directly is 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 from igw.checks.audit._tiers import (
-    CALLER_IDENTITY_DOC,
     TierPair,
     audiences,
     issuers,
     required_claims,
     tenant_claim,
-    tier_pairs,
+    tier_check,
 )
-from igw.checks.framework import CheckContext, FunctionCheck, Reporter
-from igw.checks.model import CheckMeta, Command, Result, Severity
-
-META = CheckMeta(
-    id="IGW-AU209",
-    title="Global router and clusters verify tokens alike",
-    command=Command.AUDIT,
-    category="jwt",
-    severity=Severity.MEDIUM,
-    description="A GlobalRouterConfig forwarding its callers' tokens to a cluster whose "
-    "InferenceGatewayConfig verifies them with another issuer (HIGH: every forwarded token is "
-    "refused), audiences that leave out one of the router's, requiredClaims the router does not "
-    "enforce as strictly (HIGH when no token can pass both), or another tenantClaim: objectiveAccess "
-    "and per-tenant limits cannot work across the tiers.",
-    remediation="Give the cluster's InferenceGatewayConfig spec.auth.jwt.provider the router's issuer, "
-    "audiences that include the router's, no requiredClaims rule the router does not also hold (same "
-    "claim and valueType, its values among the gateway's), and spec.extensions.authorization.tenantClaim "
-    f"equal to the router's spec.authorization.tenantClaim. See {CALLER_IDENTITY_DOC}.",
-)
+from igw.checks.framework import Reporter
+from igw.checks.model import Result, Severity
 
 
-def _run(ctx: CheckContext, r: Reporter) -> Iterator[Result]:
-    for pair in tier_pairs(ctx):
-        if not (pair.router_verifies and pair.router_forwards and pair.gateway_verifies):
-            yield r.passed(
-                pair.resource, "no forwarded token is verified at both tiers (IGW-AU207, IGW-AU208)"
-            )
-            continue
-        problems: list[str] = []
-        severity = Severity.MEDIUM
-        router_issuers, gateway_issuers = issuers(pair.router), issuers(pair.gateway)
-        if not router_issuers <= gateway_issuers:
-            severity = Severity.HIGH
-            problems.append(
-                f"issuer {', '.join(sorted(router_issuers - gateway_issuers))} is not {pair.gateway_ref}'s "
-                f"({', '.join(sorted(gateway_issuers)) or 'none'}): it refuses every forwarded token (401)"
-            )
-        router_audiences, gateway_audiences = audiences(pair.router), audiences(pair.gateway)
-        if gateway_audiences is not None and (
-            router_audiences is None or router_audiences - gateway_audiences
-        ):
-            missing = (
-                "any audience"
-                if router_audiences is None
-                else ", ".join(sorted(router_audiences - gateway_audiences))
-            )
-            problems.append(
-                f"the router accepts {missing} but {pair.gateway_ref} only "
-                f"{', '.join(sorted(gateway_audiences))}: callers verified by the router are refused there"
-            )
-        router_claim = tenant_claim(pair.router, "authorization")
-        gateway_claim = tenant_claim(pair.gateway, "extensions", "authorization")
-        if router_claim != gateway_claim:
-            problems.append(
-                f"tenantClaim {router_claim!r} at the router, {gateway_claim!r} at {pair.gateway_ref}: a "
-                "caller is another tenant at the cluster (objectiveAccess, rate limits)"
-            )
-        claim_problems, refuses_every = _claim_problems(pair)
-        problems += claim_problems
-        if refuses_every:
-            severity = Severity.HIGH
-        if problems:
-            yield r.fail(pair.resource, "; ".join(problems), severity=severity)
-        else:
-            looser = _claims_not_required(pair)
-            yield r.passed(
-                pair.resource,
-                f"{pair.gateway_ref} verifies the forwarded token as the router does"
-                + (
-                    f" (it does not require the router's claim {', '.join(looser)}: callers reaching the "
-                    "cluster directly are not held to it)"
-                    if looser
-                    else ""
-                ),
-            )
+def _verdict(pair: TierPair, r: Reporter) -> Result:
+    if not (pair.router_verifies and pair.router_forwards and pair.gateway_verifies):
+        return r.passed(pair.resource, "no forwarded token is verified at both tiers (IGW-AU207, IGW-AU208)")
+    problems: list[str] = []
+    severity = Severity.MEDIUM
+    router_issuers, gateway_issuers = issuers(pair.router), issuers(pair.gateway)
+    if not router_issuers <= gateway_issuers:
+        severity = Severity.HIGH
+        problems.append(
+            f"issuer {', '.join(sorted(router_issuers - gateway_issuers))} is not {pair.gateway_ref}'s "
+            f"({', '.join(sorted(gateway_issuers)) or 'none'}): it refuses every forwarded token (401)"
+        )
+    router_audiences, gateway_audiences = audiences(pair.router), audiences(pair.gateway)
+    if gateway_audiences is not None and (router_audiences is None or router_audiences - gateway_audiences):
+        missing = (
+            "any audience"
+            if router_audiences is None
+            else ", ".join(sorted(router_audiences - gateway_audiences))
+        )
+        problems.append(
+            f"the router accepts {missing} but {pair.gateway_ref} only "
+            f"{', '.join(sorted(gateway_audiences))}: callers verified by the router are refused there"
+        )
+    router_claim = tenant_claim(pair.router, "authorization")
+    gateway_claim = tenant_claim(pair.gateway, "extensions", "authorization")
+    if router_claim != gateway_claim:
+        problems.append(
+            f"tenantClaim {router_claim!r} at the router, {gateway_claim!r} at {pair.gateway_ref}: a "
+            "caller is another tenant at the cluster (objectiveAccess, rate limits)"
+        )
+    claim_problems, refuses_every = _claim_problems(pair)
+    problems += claim_problems
+    if refuses_every:
+        severity = Severity.HIGH
+    if problems:
+        return r.fail(pair.resource, "; ".join(problems), severity=severity)
+    looser = _claims_not_required(pair)
+    return r.passed(
+        pair.resource,
+        f"{pair.gateway_ref} verifies the forwarded token as the router does"
+        + (
+            f" (it does not require the router's claim {', '.join(looser)}: callers reaching the "
+            "cluster directly are not held to it)"
+            if looser
+            else ""
+        ),
+    )
 
 
 def _claim_problems(pair: TierPair) -> tuple[list[str], bool]:
@@ -147,4 +120,18 @@ def _claims_not_required(pair: TierPair) -> list[str]:
     ]
 
 
-CHECK = FunctionCheck(META, _run)
+CHECK = tier_check(
+    "IGW-AU209",
+    "Global router and clusters verify tokens alike",
+    Severity.MEDIUM,
+    "A GlobalRouterConfig forwarding its callers' tokens to a cluster whose "
+    "InferenceGatewayConfig verifies them with another issuer (HIGH: every forwarded token is "
+    "refused), audiences that leave out one of the router's, requiredClaims the router does not "
+    "enforce as strictly (HIGH when no token can pass both), or another tenantClaim: objectiveAccess "
+    "and per-tenant limits cannot work across the tiers.",
+    "Give the cluster's InferenceGatewayConfig spec.auth.jwt.provider the router's issuer, "
+    "audiences that include the router's, no requiredClaims rule the router does not also hold (same "
+    "claim and valueType, its values among the gateway's), and spec.extensions.authorization.tenantClaim "
+    "equal to the router's spec.authorization.tenantClaim.",
+    _verdict,
+)
