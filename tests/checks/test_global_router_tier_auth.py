@@ -1,5 +1,5 @@
 """IGW-AU207..209: a GlobalRouterConfig checked against the tier-1 InferenceGatewayConfig of each of
-its clusters (linked by ``spec.extensions.globalHeartbeat.cluster``), from YAML files through
+its clusters (linked by ``spec.extensions.globalHeartbeat.cluster`` or ``--link``), from YAML files through
 ``igw audit --manifests``.
 
 Why: since session s47 a cluster's 401 to a caller the router verified but did not forward becomes a
@@ -24,7 +24,8 @@ OTHER = "https://other-idp.example.com"
 FWD: dict[str, Any] = {"forward": True}
 
 
-def _auth(issuer: str, audiences: str, indent: str = "  ") -> str:
+def _auth(issuer: str, audiences: str, claims: str = "", indent: str = "  ") -> str:
+    """``spec.auth``; ``claims``: ``requiredClaims`` as a YAML flow sequence (none when empty)."""
     return (
         f"{indent}auth:\n"
         f"{indent}  jwt:\n"
@@ -33,14 +34,17 @@ def _auth(issuer: str, audiences: str, indent: str = "  ") -> str:
         f"{indent}      issuer: {issuer}\n"
         f"{indent}      remoteJWKS: {{uri: {ISSUER}/certs}}\n"
         f"{indent}      audiences: [{audiences}]\n"
+        + (f"{indent}      requiredClaims: {claims}\n" if claims else "")
     )
 
 
-def _router(*, auth: bool = True, forward: bool = False, tenant_claim: str = "tenant") -> str:
+def _router(
+    *, auth: bool = True, forward: bool = False, tenant_claim: str = "tenant", claims: str = ""
+) -> str:
     """The example router (its spec last in the file) with ``spec.auth`` and ``spec.authorization``."""
     text = GLOBAL_ROUTER_EXAMPLE.read_text()
     if auth:
-        text += _auth(ISSUER, "inference")
+        text += _auth(ISSUER, "inference", claims)
     text += (
         f"  authorization: {{forwardAuthorization: {str(forward).lower()}, tenantClaim: {tenant_claim}}}\n"
     )
@@ -55,11 +59,14 @@ def _gateway(
     audiences: str = "inference",
     tenant_claim: str = "tenant",
     key_prefix: str = "igw:hb:",
+    claims: str = "",
+    heartbeat: bool = True,
+    name: str = "llama",
 ) -> str:
     text = (
         "apiVersion: inference.sagemaker.aws.amazon.com/v1alpha1\n"
         "kind: InferenceGatewayConfig\n"
-        "metadata: {name: llama, namespace: inference}\n"
+        f"metadata: {{name: {name}, namespace: inference}}\n"
         "spec:\n"
         "  bbr: {enabled: false}\n"
         "  schedulers:\n"
@@ -67,24 +74,31 @@ def _gateway(
         "      modelName: meta-llama/Llama-3.1-8B-Instruct\n"
         "      modelSelector: {matchLabels: {app: llama3-8b}}\n"
         "  extensions:\n"
-        "    globalHeartbeat:\n"
-        f"      cluster: {cluster}\n"
-        "      region: us-east-1\n"
-        "      redis:\n"
-        "        url: rediss://global-router-cache.example.com:6379/0\n"
-        f"        keyPrefix: '{key_prefix}'\n"
-        f"    authorization: {{tenantClaim: {tenant_claim}}}\n"
+        + (
+            "    globalHeartbeat:\n"
+            f"      cluster: {cluster}\n"
+            "      region: us-east-1\n"
+            "      redis:\n"
+            "        url: rediss://global-router-cache.example.com:6379/0\n"
+            f"        keyPrefix: '{key_prefix}'\n"
+            if heartbeat
+            else ""
+        )
+        + f"    authorization: {{tenantClaim: {tenant_claim}}}\n"
     )
-    return text + (_auth(issuer, audiences) if auth else "")
+    return text + (_auth(issuer, audiences, claims) if auth else "")
 
 
-def _audit(tmp_path: Path, check: str, *documents: str) -> tuple[int, list[dict[str, Any]]]:
+def _audit(
+    tmp_path: Path, check: str, *documents: str, links: tuple[str, ...] = ()
+) -> tuple[int, list[dict[str, Any]]]:
     folder = tmp_path / "manifests"
     folder.mkdir()
     for index, document in enumerate(documents):
         (folder / f"{index}.yaml").write_text(document)
+    options = [f"--link={link}" for link in links]
     code, out = cli(
-        "audit", "--manifests", str(folder), "--check", check, "--fail-on", "medium", "-o", "json"
+        "audit", "--manifests", str(folder), "--check", check, "--fail-on", "medium", "-o", "json", *options
     )
     return code, [r for r in json.loads(out)["results"] if r["checkId"] == check]
 
@@ -170,3 +184,96 @@ def test_a_gateway_publishing_no_heartbeat_the_router_reads_is_not_linked(
         assert result["status"] == Status.SKIP.value, result["message"]
         assert "globalHeartbeat.cluster" in result["message"]
         assert code == 0
+
+
+def _claim(name: str, value_type: str, values: str) -> str:
+    return f"[{{name: {name}, valueType: {value_type}, values: [{values}]}}]"
+
+
+GROUP = _claim("groups", "StringArray", "ml-users")
+SCOPE = _claim("scope", "String", "inference")
+
+
+@pytest.mark.parametrize(
+    ("router_claims", "gateway_claims", "status", "severity", "finding"),
+    [
+        (GROUP, GROUP, "PASS", None, "as the router does"),
+        # the router holds callers to more than the cluster: every request through it meets that
+        (GROUP, "", "PASS", None, "does not require the router's claim 'groups'"),
+        (_claim("groups", "StringArray", "ml-users"), _claim("groups", "StringArray", "ml-users, ops"),
+         "PASS", None, "as the router does"),
+        # the cluster holds callers to more than the router: some verified callers get its 401
+        ("", GROUP, "FAIL", "MEDIUM",
+         "requires claim 'groups' (StringArray in [ml-users]) and the router does not"),
+        (_claim("groups", "StringArray", "ml-users, ops"), GROUP, "FAIL", "MEDIUM",
+         "the router accepts StringArray in [ml-users, ops] but InferenceGatewayConfig inference/llama only"),
+        # no token passes both: HIGH, as another issuer is
+        (SCOPE, _claim("scope", "String", "batch"), "FAIL", "HIGH", "refuses every forwarded token"),
+        (SCOPE, _claim("scope", "StringArray", "inference"), "FAIL", "HIGH", "refuses every forwarded token"),
+    ],
+    ids=["same-claims", "cluster-requires-less", "cluster-accepts-more-values", "router-requires-less",
+         "router-accepts-more-values", "disjoint-string-values", "other-value-type"],
+)  # fmt: skip
+def test_the_tiers_required_claims_are_compared(
+    tmp_path: Path,
+    router_claims: str,
+    gateway_claims: str,
+    status: str,
+    severity: str | None,
+    finding: str,
+) -> None:
+    """A forwarded token must pass the gateway's ``requiredClaims`` whenever it passed the router's
+    (else the cluster relays its 401 to a caller the router verified); the reverse is no finding."""
+    _, [result] = _audit(
+        tmp_path,
+        "IGW-AU209",
+        _router(forward=True, claims=router_claims),
+        _gateway(claims=gateway_claims),
+    )
+    assert result["status"] == status, result["message"]
+    assert finding in result["message"]
+    if severity is not None:
+        assert result["severity"] == severity
+
+
+UNLINKED = (_gateway(heartbeat=False, name="llama-a"), _gateway(heartbeat=False, name="llama-b"))
+
+
+def test_gateways_without_a_heartbeat_are_named_with_how_to_link_them(tmp_path: Path) -> None:
+    """Before session s48 a router withholding tokens from two authenticating gateways that publish
+    no heartbeat was one SKIP, "nothing links", naming neither gateway nor a way to link them."""
+    code, [result] = _audit(tmp_path, "IGW-AU207", _router(), *UNLINKED)
+    assert result["status"] == Status.SKIP.value
+    for name in ("llama-a", "llama-b"):
+        assert f"InferenceGatewayConfig inference/{name} not linked" in result["message"]
+        assert f"--link CLUSTER=inference/{name}" in result["message"]
+    assert code == 0
+
+
+def test_link_pairs_a_router_cluster_with_a_gateway_without_a_heartbeat(tmp_path: Path) -> None:
+    """``--link CLUSTER=NAMESPACE/NAME`` pairs them as a heartbeat would; a gateway left unlinked, and a
+    link naming nothing in the source, are each a SKIP row saying so."""
+    links = ("use1-b=inference/llama-b", "eu-x=inference/llama-a")
+    code, results = _audit(tmp_path, "IGW-AU207", _router(), *UNLINKED, links=links)
+    rows = {r["resource"]: r for r in results}
+    assert rows[RESOURCE]["status"] == "FAIL"
+    assert "InferenceGatewayConfig inference/llama-b has spec.auth" in rows[RESOURCE]["message"]
+    assert rows["--link eu-x=inference/llama-a"]["status"] == Status.SKIP.value
+    assert "links nothing" in rows["--link eu-x=inference/llama-a"]["message"]
+    assert set(rows) == {RESOURCE, "--link eu-x=inference/llama-a"}
+    assert code == 1
+
+
+def test_a_heartbeat_gateway_and_an_unlinked_one_both_show(tmp_path: Path) -> None:
+    code, results = _audit(tmp_path, "IGW-AU207", _router(), _gateway(), UNLINKED[0])
+    rows = {r["resource"]: r["status"] for r in results}
+    assert rows == {RESOURCE: "FAIL", "InferenceGatewayConfig inference/llama-a": Status.SKIP.value}
+    assert code == 1
+
+
+@pytest.mark.parametrize("link", ["use1-b", "=inference/llama", "use1-b=", "use1-b=a/b/c"])
+def test_a_malformed_link_is_a_usage_error(link: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        cli("audit", "--manifests", ".", f"--link={link}")
+    assert exit_.value.code == 2
+    assert "CLUSTER=NAMESPACE/NAME" in capsys.readouterr().err

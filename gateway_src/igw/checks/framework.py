@@ -36,6 +36,9 @@ class CheckOptions:
     certificate_warn_days: int = 14
     gateway_role_arn: str | None = None
     include_system_namespaces: bool = False
+    tier_links: tuple[tuple[str, str], ...] = ()
+    """``igw audit --link CLUSTER=NAMESPACE/NAME``: a GlobalRouterConfig cluster served by that
+    InferenceGatewayConfig, for gateways without ``globalHeartbeat`` (IGW-AU207..209)."""
 
 
 @dataclass

@@ -29,6 +29,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="DAYS",
         help="warn when a certificate expires within DAYS (default 14)",
     )
+    policy.add_argument(
+        "--link",
+        type=tier_link,
+        action="append",
+        default=[],
+        metavar="CLUSTER=NAMESPACE/NAME",
+        help="the GlobalRouterConfig cluster CLUSTER is served by that InferenceGatewayConfig "
+        "(IGW-AU207..209; for gateways without spec.extensions.globalHeartbeat; repeatable)",
+    )
+
+
+def tier_link(text: str) -> tuple[str, str]:
+    """``CLUSTER=NAMESPACE/NAME`` (or ``CLUSTER=NAME`` for an object without a namespace)."""
+    cluster, sep, gateway = text.partition("=")
+    if not (sep and cluster.strip() and gateway.strip()) or gateway.count("/") > 1:
+        raise argparse.ArgumentTypeError(f"expected CLUSTER=NAMESPACE/NAME, got {text!r}")
+    return cluster.strip(), gateway.strip()
 
 
 def run(args: argparse.Namespace) -> int:
@@ -42,5 +59,6 @@ def run(args: argparse.Namespace) -> int:
         certificate_warn_days=args.cert_warn_days,
         gateway_role_arn=args.gateway_role_arn,
         include_system_namespaces=args.include_system_namespaces,
+        tier_links=tuple(args.link),
     )
     return run_command(args, Command.AUDIT, options)

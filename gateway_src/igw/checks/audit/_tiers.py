@@ -7,21 +7,26 @@ Redis hash ``<keyPrefix><cluster>`` from ``spec.extensions.globalHeartbeat`` (``
 in spec.clusters", ``keyPrefix`` must equal the router's ``spec.heartbeats.redis.keyPrefix``), and
 the router reads that key for that cluster. So a pair is a router cluster and a gateway whose
 ``globalHeartbeat`` names it under the same key prefix. A gateway without ``globalHeartbeat`` (a
-router with ``heartbeats.required: false``) is linked to nothing: its endpoint URL and the gateway's
-host names are not matched, since an Ingress, an alias or a load balancer's DNS name may stand
-between them. The Redis URLs are not compared either: the router's is often joined in by CDK.
+router with ``heartbeats.required: false``) is linked only by the user: ``igw audit --link
+CLUSTER=NAMESPACE/NAME`` (:attr:`CheckOptions.tier_links`). Its endpoint URL and the gateway's host
+names are not matched, since an Ingress, an alias or a load balancer's DNS name may stand between
+them, so a match would be a guess. Such a gateway, and a ``--link`` naming nothing here, is named in
+a SKIP row of each check saying how to link it: before session s48 the checks skipped with no word
+of it, and a router withholding tokens from two authenticating clusters (IGW-AU207) went unseen.
+The Redis URLs are not compared either: the router's is often joined in by CDK.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Final
 
-from igw.checks.framework import CheckContext
+from igw.checks.framework import CheckContext, FunctionCheck, Reporter
 from igw.checks.igwc import jwt_providers, section
 from igw.checks.inventory import Manifest, Missing, MissingFact, need
-from igw.checks.k8s import ref, spec
+from igw.checks.k8s import meta, name_of, ref, spec
+from igw.checks.model import CheckMeta, Command, Result, Severity
 
 DEFAULT_KEY_PREFIX: Final = "igw:hb:"
 """Both schemas' default heartbeat key prefix."""
@@ -82,6 +87,43 @@ def audiences(config: Manifest) -> frozenset[str] | None:
     return frozenset(found) if found else None
 
 
+@dataclass(frozen=True, slots=True)
+class ClaimRule:
+    """One ``requiredClaims`` rule: the claim is a ``String`` among ``values``, or a ``StringArray``
+    with an element among them (:mod:`igw.security.claims`)."""
+
+    value_type: str
+    values: frozenset[str]
+
+    def implies(self, other: ClaimRule) -> bool:
+        """Whether every claim value this rule admits also passes ``other`` (same claim name)."""
+        return self.value_type == other.value_type and self.values <= other.values
+
+    def excludes(self, other: ClaimRule) -> bool:
+        """Whether no claim value passes both: types differ (a string is no array), or two ``String``
+        rules share no value."""
+        return self.value_type != other.value_type or (
+            self.value_type == "String" and not self.values & other.values
+        )
+
+    def __str__(self) -> str:
+        return f"{self.value_type} in [{', '.join(sorted(self.values))}]"
+
+
+def required_claims(config: Manifest) -> dict[str, list[ClaimRule]]:
+    """Every ``requiredClaims`` rule of its providers, by claim name."""
+    found: dict[str, list[ClaimRule]] = {}
+    for provider in jwt_providers(config):
+        rules = provider.get("requiredClaims")
+        for rule in rules if isinstance(rules, list) else []:
+            values = rule.get("values") if isinstance(rule, Mapping) else None
+            if isinstance(rule, Mapping) and rule.get("name") and isinstance(values, list):
+                found.setdefault(str(rule["name"]), []).append(
+                    ClaimRule(str(rule.get("valueType")), frozenset(str(v) for v in values))
+                )
+    return found
+
+
 def tenant_claim(config: Manifest, *authorization_path: str) -> str:
     value = (section(config, *authorization_path) or {}).get("tenantClaim")
     return str(value) if value else DEFAULT_TENANT_CLAIM
@@ -93,31 +135,98 @@ def _key_prefix(node: Mapping[str, Any] | None) -> str:
     return str(prefix) if isinstance(prefix, str) else DEFAULT_KEY_PREFIX
 
 
-def tier_pairs(ctx: CheckContext) -> list[TierPair]:
-    """Every (router cluster, tier-1 gateway) pair (see the module docstring). Skips the check when
-    the source has no router, or no gateway publishing a heartbeat for one of its clusters."""
+def gateway_key(gateway: Manifest) -> str:
+    """``NAMESPACE/NAME`` (``NAME`` without a namespace): how ``--link`` names a gateway."""
+    namespace = meta(gateway).get("namespace")
+    return f"{namespace}/{name_of(gateway)}" if namespace else name_of(gateway)
+
+
+def _cluster_names(router: Manifest) -> set[str]:
+    clusters = spec(router).get("clusters")
+    return {
+        str(c["name"])
+        for c in (clusters if isinstance(clusters, list) else [])
+        if isinstance(c, Mapping) and c.get("name")
+    }
+
+
+@dataclass(slots=True)
+class TierScope:
+    """The pairs, and a note (resource, text) for each gateway or ``--link`` the audit could not link."""
+
+    pairs: list[TierPair] = field(default_factory=list)
+    notes: list[tuple[str, str]] = field(default_factory=list)
+
+
+def tier_scope(ctx: CheckContext) -> TierScope:
+    """Every (router cluster, tier-1 gateway) pair, by heartbeat or ``--link`` (see the module
+    docstring), and what stayed unlinked. Skips the check when the source has no pair."""
     routers = need(ctx.inventory.kube.of("GlobalRouterConfig"))
     gateways = need(ctx.inventory.kube.of("InferenceGatewayConfig"))
-    pairs: list[TierPair] = []
+    links = ctx.options.tier_links
+    scope = TierScope()
     for router in routers:
-        clusters = spec(router).get("clusters")
-        names = {
-            str(c["name"])
-            for c in (clusters if isinstance(clusters, list) else [])
-            if isinstance(c, Mapping) and c.get("name")
-        }
+        names = _cluster_names(router)
         prefix = _key_prefix(section(router, "heartbeats"))
         for gateway in gateways:
             heartbeat = section(gateway, "extensions", "globalHeartbeat")
             cluster = heartbeat.get("cluster") if heartbeat is not None else None
+            linked = {c for c, key in links if key == gateway_key(gateway) and c in names}
             if isinstance(cluster, str) and cluster in names and _key_prefix(heartbeat) == prefix:
-                pairs.append(TierPair(router=router, cluster=cluster, gateway=gateway))
-    if not pairs:
+                linked.add(cluster)
+            scope.pairs += [TierPair(router, c, gateway) for c in sorted(linked)]
+    if routers:
+        known = {(p.cluster, gateway_key(p.gateway)) for p in scope.pairs}
+        keys = {key for _, key in links}
+        scope.notes += [
+            (
+                ref(gateway),
+                "not linked to a router cluster: it has no spec.extensions.globalHeartbeat; if it serves "
+                f"one, run igw audit --link CLUSTER={gateway_key(gateway)}",
+            )
+            for gateway in gateways
+            if section(gateway, "extensions", "globalHeartbeat") is None and gateway_key(gateway) not in keys
+        ]
+        scope.notes += [
+            (
+                f"--link {c}={key}",
+                "links nothing: no GlobalRouterConfig cluster of that name with that "
+                "InferenceGatewayConfig in this source",
+            )
+            for c, key in links
+            if (c, key) not in known
+        ]
+    if not scope.pairs:
         raise MissingFact(
             Missing(
                 "no GlobalRouterConfig together with an InferenceGatewayConfig whose "
-                "spec.extensions.globalHeartbeat.cluster names one of its clusters (the audit links "
-                "the tiers by that heartbeat only)"
+                "spec.extensions.globalHeartbeat.cluster names one of its clusters, or that --link names"
+                + "".join(f"; {resource} {text}" for resource, text in scope.notes)
             )
         )
-    return pairs
+    return scope
+
+
+Verdict = Callable[[TierPair, Reporter], Result]
+
+
+def tier_check(
+    check_id: str, title: str, severity: Severity, description: str, remediation: str, verdict: Verdict
+) -> FunctionCheck:
+    """An IGW-AU207..209 check: ``verdict`` judges each pair; each unlinked gateway is a SKIP row."""
+    check_meta = CheckMeta(
+        id=check_id,
+        title=title,
+        command=Command.AUDIT,
+        category="jwt",
+        severity=severity,
+        description=description,
+        remediation=f"{remediation} See {CALLER_IDENTITY_DOC}.",
+    )
+
+    def run(ctx: CheckContext, r: Reporter) -> Iterator[Result]:
+        scope = tier_scope(ctx)
+        yield from (verdict(pair, r) for pair in scope.pairs)
+        yield from (r.skip(resource, Missing(text)) for resource, text in scope.notes)
+
+    return FunctionCheck(check_meta, run)
