@@ -20,6 +20,7 @@ from typing import Any, cast
 
 import orjson
 import pytest
+from aiohttp import web
 from aiohttp.web_protocol import MAX_MSG_QUEUE_SIZE
 
 from igw.gateway.lean_server import _HEAD_LIMIT, SWITCH_ENV
@@ -746,3 +747,75 @@ async def test_a_read_of_many_pipelined_requests_is_queued_32_at_a_time_and_each
             )
             assert max(queued) <= MAX_MSG_QUEUE_SIZE, (server_side, url, max(queued))
             assert len(pod.received) - before == (count if request.startswith(b"POST") else 0)
+
+
+SLOW = b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n"
+
+
+async def test_requests_behind_a_body_paused_for_flow_control_are_answered_before_the_400() -> None:
+    """A request whose body nobody reads yet (the request before it still being answered) pauses the
+    parser inside that body once its unread bytes pass the buffer's high-water mark: the parser keeps
+    the rest of what it was given. Before session s48 the next step was fed to it anyway, and a valid
+    request whose head it had kept came out of one call with the malformed one behind it: dropped
+    with the raise (its answer lost, only the 400 sent). Each valid request is answered, in order,
+    then the 400, for bodies from under the mark to several times it, on the listener the global
+    router, its management port and non-lean routes share (:func:`serve_app`)."""
+
+    async def slow(request: web.Request) -> web.Response:
+        await asyncio.sleep(0.2)  # the next request's body arrives unread meanwhile
+        return web.Response(text="slow")
+
+    async def ok(request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    app = web.Application()
+    app.router.add_get("/slow", slow)
+    app.router.add_route("*", "/healthz", ok)
+    async with serve_app(app, host="127.0.0.1", port=0) as url:
+        for size in (1000, 200_000, 400_000, 600_000, 800_000):
+            for valid in (1, 2):
+                head = f"POST /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: {size}\r\n\r\n".encode()
+                pipeline = SLOW + head + b"a" * size + HEALTHZ * valid + MALFORMED + HEALTHZ
+                data = await read_until_closed(url, pipeline, within_s=10)
+                assert statuses_and_last_error(data) == (
+                    [b"200"] * (2 + valid) + [b"400"],
+                    "bad_http_request",
+                ), (
+                    size,
+                    valid,
+                    data[-300:],
+                )
+
+
+CLOSING_MIDDLES = {
+    "Connection: close": (b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", b"200"),
+    "HTTP/1.0": (b"GET /healthz HTTP/1.0\r\n\r\n", b"200"),
+    "a POST with Connection: close": (
+        b"POST /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 5\r\n\r\nhello",
+        b"405",
+    ),
+}
+
+
+@pytest.mark.parametrize("middle", CLOSING_MIDDLES)
+async def test_a_request_that_closes_mid_pipeline_is_the_last_answered_at_every_split(middle: str) -> None:
+    """On the global router's and its management listener: a request that closes the connection in
+    the middle of a pipelined read (``Connection: close``, HTTP/1.0 without keep-alive) is answered
+    after the one before it, the connection then closes, and the requests behind it (a valid one,
+    then bytes that are no request) are never answered - wherever the bytes are cut."""
+    closing, status = CLOSING_MIDDLES[middle]
+    pipeline = HEALTHZ + closing + HEALTHZ + MALFORMED
+    app = create_global_app(
+        parse_global_config(global_doc()),
+        rng=random.Random(1),
+        read_heartbeats=False,
+        management_listener=True,
+    )
+    async with (
+        serve_app(app, host="127.0.0.1", port=0) as router,
+        serve_app(global_management_app(app), host="127.0.0.1", port=0) as management,
+    ):
+        for url in (router, management):
+            for at in range(1, len(pipeline) + 1):
+                data = await send_split(url, pipeline, at, within_s=5)
+                assert re.findall(rb"HTTP/1\.[01] (\d{3}) ", data) == [b"200", status], (url, at, data[-300:])

@@ -64,6 +64,8 @@ valid request comes out of a call of its own; they are answered in order, then t
 connection and nothing after it is parsed (RFC 9112 9.3.2), as on the lean side.
 The steps stop once aiohttp's queue holds :data:`~aiohttp.web_protocol.MAX_MSG_QUEUE_SIZE` parsed
 requests; the rest of the read waits as bytes, with the socket paused, until half were answered.
+Likewise once the parser pauses inside a body that is not read yet (past its buffer's high-water
+mark): the rest of the read waits until aiohttp resumes the parser.
 """
 
 from __future__ import annotations
@@ -768,6 +770,7 @@ class _StopAfterClose:
         "_done",
         "_held",
         "_parser",
+        "_paused",
         "_previous",
         "_queued",
         "_rest",
@@ -812,7 +815,10 @@ class _StopAfterClose:
         self._queued = 0
         """Requests returned and not yet taken off aiohttp's queue (:meth:`message_consumed`)."""
         self._held = b""
-        """The rest of a read not fed yet: aiohttp's queue was full (:meth:`_full`)."""
+        """The rest of a read not fed yet: aiohttp's queue was full (:meth:`_full`), or the parser
+        paused inside a body (:meth:`_paused_in`)."""
+        self._paused = False
+        """aiohttp paused reading during the last call to the parser (:meth:`pause_reading`)."""
 
     def message_consumed(self) -> None:
         """aiohttp took a request off its queue: one more may be parsed."""
@@ -831,6 +837,24 @@ class _StopAfterClose:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._parser, name)
+
+    def pause_reading(self) -> None:
+        """aiohttp pauses reading: a body's unread bytes passed its buffer's high-water mark (the
+        handler has not read them yet). The parser stops inside that body and keeps the rest of the
+        bytes it was given until aiohttp resumes it (``feed_data(b"")``, once the body is read)."""
+        self._paused = True
+        if self._parser is not None:
+            self._parser.pause_reading()
+
+    def _paused_in(self, body: Any) -> bool:
+        """Whether the parser stopped inside ``body`` in the call just made (and holds the rest of
+        what it was given: :meth:`pause_reading`). No more bytes may be fed to it until it resumes:
+        fed with the next step, they came out of one call with the bytes it kept - before session
+        s48 a valid request whose head it kept there was dropped with the raise for a malformed one
+        in that next step (its answer lost, only the 400 sent). The rest of the read is then held
+        (:attr:`_held`) and fed once aiohttp resumes the parser."""
+        paused, self._paused = self._paused, False
+        return paused and isinstance(body, StreamReader) and not body.is_eof()
 
     def feed_data(self, data: bytes) -> tuple[Sequence[tuple[Any, Any]], bool, bytes]:
         held = len(self._held)
@@ -977,6 +1001,7 @@ class _StopAfterClose:
             return parser.feed_data(data)
         messages: list[tuple[Any, Any]] = []
         if held:  # the bytes the parser kept when the queue filled come first, in a call of their own
+            self._paused = False
             try:
                 found, upgraded, tail = parser.feed_data(b"")
             except HttpProcessingError as exc:
@@ -984,6 +1009,9 @@ class _StopAfterClose:
             messages.extend(found)
             if upgraded:
                 return messages, True, tail + data
+            if self._paused_in(found[-1][1] if found else self._body):  # stopped again: all held
+                self._held = data
+                return messages, False, b""
         if not self._watch:
             # the read itself, then only its seam with the previous one: no copy of a large read (held
             # bytes were searched with the read they came in: searched again, a read of tiny requests
@@ -1004,7 +1032,7 @@ class _StopAfterClose:
                 return self._feed_pipelined(data, heads_from, messages)
             self._watch = True
         cuts = sorted({*range(1, min(len(data), 3) + 1), *_head_ends(data)})
-        start = 0
+        start, body = 0, self._body
         while start < len(data):
             closing = self._closing
             if closing is not None and closing[1].is_eof():
@@ -1019,6 +1047,7 @@ class _StopAfterClose:
                     break
                 end = start + left
                 self._body_fed += min(end, len(data)) - start
+            self._paused = False
             try:
                 found, upgraded, tail = parser.feed_data(data[start:end])
             except HttpProcessingError as exc:
@@ -1032,7 +1061,9 @@ class _StopAfterClose:
             if closing is None:
                 self._closing = next((m for m in found if m[0].should_close), None)
             start = end
-            if found and self._closing is None and start < len(data) and self._full(messages):
+            body = found[-1][1] if found else body
+            paused = self._paused_in(body)
+            if start < len(data) and (paused or (found and self._closing is None and self._full(messages))):
                 self._held = data[start:]
                 break
         if self._closing is not None and self._closing[1].is_eof():
@@ -1050,9 +1081,10 @@ class _StopAfterClose:
         aiohttp's queue is full the rest of ``data`` is held (:meth:`_full`)."""
         parser = self._parser
         assert parser is not None
-        start, search, size = 0, heads_from, len(data)
+        start, search, size, body = 0, heads_from, len(data), self._body
         while start < size:
             end = _next_head_end(self._previous if search == 0 else b"", data, search)
+            self._paused = False
             try:
                 found, upgraded, tail = parser.feed_data(data[start:end])
             except HttpProcessingError as exc:
@@ -1065,7 +1097,8 @@ class _StopAfterClose:
                 after = _request_end(data, end, found[-1][0])
                 search = after if after >= 0 else size
             start = end
-            if found and start < size and self._full(messages):
+            body = found[-1][1] if found else body
+            if start < size and (self._paused_in(body) or (found and self._full(messages))):
                 self._held = data[start:]
                 break
         return messages, False, b""
