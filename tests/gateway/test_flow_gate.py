@@ -777,3 +777,21 @@ async def test_a_steered_pick_places_the_prompt_on_the_pod_it_is_sent_to() -> No
     again = RoutingRequest(request_id="r2", model="m", base_model="m", prefix_text=prompt, prompt_tokens=1)
     later = sr.scheduler.pick(again, sr.pool.views(), now=1.03)
     assert later.scores["b:1"]["prefix-cache-scorer"] > later.scores["a:1"]["prefix-cache-scorer"]
+
+
+async def test_a_request_reaching_a_gate_turned_off_is_answered_by_the_scheduler_as_an_arrival() -> None:
+    """Flow control removed by a reload between the request path's check and the gate: the request
+    is answered as an arrival without flow control is (placed where the pool has room, else the
+    scheduler's own ``SATURATED`` decision, 429 ``pool_saturated`` with its Retry-After within
+    ``routing.retryAfter``). Until session s48 the gate refused it itself, ``queue_full`` with a
+    fixed 1 s (below ``retryAfter.minSeconds`` 10 here), for a queue that no longer existed."""
+    clock = [0.0]
+    gates, pool = _gates(clock), Pool()
+    gates.configure(None, retry_after_bounds=(10, 30))
+    full = RoutingDecision(DecisionKind.SATURATED, reason="full", retry_after_s=12.0)
+    assert await _wait(gates, pool, "full", STANDARD, pick=lambda: full) == full
+    pool.free = 1
+    placed = await _wait(gates, pool, "placed", STANDARD)
+    assert isinstance(placed, RoutingDecision)
+    assert placed.kind is DecisionKind.PICKED
+    assert (pool.placed, gates.depths("pool")) == (["placed"], {})

@@ -675,7 +675,12 @@ class FlowGates:
         """
         settings = self.settings
         if settings is None:  # turned off by a reload between the caller's check and now
-            return Refused(ShedReason.QUEUE_FULL, 1, priority)
+            # answered as an arrival without flow control is (and as :meth:`_release_all` answers
+            # the requests it finds queued): the scheduler's decision now, a ``SATURATED`` one
+            # carrying the scheduler's Retry-After within ``routing.retryAfter``. A refusal of its
+            # own here said 429 ``request_shed`` (``queue_full``) with a fixed 1 s, below
+            # ``retryAfter.minSeconds`` where that is higher, for a queue that no longer existed.
+            return pick()
         if self.schedulers is not None and scheduler not in self.schedulers:  # removed meanwhile
             return RoutingDecision(
                 kind=DecisionKind.NO_ENDPOINTS, reason=REMOVED_BY_RELOAD.format(scheduler=scheduler)
