@@ -484,6 +484,41 @@ def _metric(dimension: str, value: str, metric: tuple[str, str]) -> cloudwatch.M
     )
 
 
+FLEET_ANY_IN_A_MINUTE: Final[tuple[tuple[str, str], ...]] = (
+    (
+        "AnswerUsageUnread",
+        "a cluster sent compressed answers whose usage the router could not read "
+        "(any cluster, any reason): sent on to the next cluster or relayed uncharged",
+    ),
+    (
+        "UsageMisnamed",
+        "a cluster answered a poll of a stored response with another response's "
+        "usage (or none named): not settled by it, the hold kept",
+    ),
+    (
+        "RateLimitHoldsRefused",
+        "the router's local rate-limit buckets did not keep the token bounds held "
+        "for background responses (their hold table full): each such tenant stays charged the "
+        "whole bound until its bucket refills",
+    ),
+    (
+        "UpstreamRedirects",
+        "a cluster answered a redirect (3xx), refused with 502 upstream_error (tried "
+        "at the next cluster), its Location not relayed (the rule IgwGlobalUpstreamRedirects)",
+    ),
+    (
+        "UpstreamAuthRefused",
+        "a cluster answered 401/407 to callers the router verified and whose token it "
+        "does not forward: refused with 502 upstream_auth_misconfigured, tried at the next "
+        "cluster (the rule IgwGlobalUpstreamAuthMisconfigured)",
+    ),
+)
+"""Tier-2 alarms on any count in a minute, fleet-wide: ``(metric, description)``, each the alarm
+``<metric>`` of :attr:`FleetMetricsDashboard.alarms` with the construct id ``<metric>Alarm`` (kept
+from when each was written out, so the deployed alarms keep their logical ids). One table, so an
+alarm added for a new counter is one entry, not another copy of the call."""
+
+
 @dataclass(frozen=True, slots=True)
 class FleetAlarmThresholds:
     """Where the tier-2 alarms fire: any failover; rate-limit refusals per minute across the fleet."""
@@ -529,48 +564,12 @@ class FleetMetricsDashboard(Construct):
                 description="the global router could not read the heartbeat store (unreachable, or its "
                 "credentials refused): every cluster's heartbeat ages towards failover",
             ),
-            "AnswerUsageUnread": self._alarm(
-                "AnswerUsageUnreadAlarm",
-                emitted("AnswerUsageUnread", table)[0],
-                threshold=1,
-                minutes=1,
-                description="a cluster sent compressed answers whose usage the router could not read "
-                "(any cluster, any reason): sent on to the next cluster or relayed uncharged",
-            ),
-            "UsageMisnamed": self._alarm(
-                "UsageMisnamedAlarm",
-                emitted("UsageMisnamed", table)[0],
-                threshold=1,
-                minutes=1,
-                description="a cluster answered a poll of a stored response with another response's "
-                "usage (or none named): not settled by it, the hold kept",
-            ),
-            "RateLimitHoldsRefused": self._alarm(
-                "RateLimitHoldsRefusedAlarm",
-                emitted("RateLimitHoldsRefused", table)[0],
-                threshold=1,
-                minutes=1,
-                description="the router's local rate-limit buckets did not keep the token bounds held "
-                "for background responses (their hold table full): each such tenant stays charged the "
-                "whole bound until its bucket refills",
-            ),
-            "UpstreamRedirects": self._alarm(
-                "UpstreamRedirectsAlarm",
-                emitted("UpstreamRedirects", table)[0],
-                threshold=1,
-                minutes=1,
-                description="a cluster answered a redirect (3xx), refused with 502 upstream_error (tried "
-                "at the next cluster), its Location not relayed (the rule IgwGlobalUpstreamRedirects)",
-            ),
-            "UpstreamAuthRefused": self._alarm(
-                "UpstreamAuthRefusedAlarm",
-                emitted("UpstreamAuthRefused", table)[0],
-                threshold=1,
-                minutes=1,
-                description="a cluster answered 401/407 to callers the router verified and whose token it "
-                "does not forward: refused with 502 upstream_auth_misconfigured, tried at the next "
-                "cluster (the rule IgwGlobalUpstreamAuthMisconfigured)",
-            ),
+            **{
+                name: self._alarm(
+                    f"{name}Alarm", emitted(name, table)[0], threshold=1, minutes=1, description=description
+                )
+                for name, description in FLEET_ANY_IN_A_MINUTE
+            },
             "ResponseSearchesScopeBusy": scope_busy_alarm(
                 self,
                 "ResponseSearchesScopeBusyAlarm",

@@ -452,13 +452,9 @@ async def test_a_tenant_held_to_its_share_of_the_searches_fires_an_alert() -> No
     missed that first burst). Evaluated on the live page's series with the values a flood gives."""
     (alert,) = [a for a in GLOBAL_ALERTS if a.name == "IgwGlobalSearchesScopeBusy"]
     page = _page_series(await _metrics_page(_router_app()), "router:9090")
-    refused = [s for s in page if s["__name__"] == "igw_global_response_searches_refused_total"]
-    assert {s["reason"] for s in refused} == {"unfound", "busy", "scope_busy"}
-    flood = [(s, 25.0 if s.get("reason") == "scope_busy" else 0.0) for s in page]
-    fired = _values(promql_parser.parse(alert.expr), flood)
-    assert fired == [(frozenset({("instance", "router:9090")}), 25.0)]
-    busy_only = [(s, 25.0 if s.get("reason") == "busy" else 0.0) for s in page]
-    assert _values(promql_parser.parse(alert.expr), busy_only) == []
+    _assert_fires_on_scope_busy_alone(
+        alert, page, "igw_global_response_searches_refused_total", ("instance", "router:9090")
+    )
 
 
 async def test_a_tenant_held_to_its_share_of_a_gateways_searches_fires_an_alert() -> None:
@@ -471,10 +467,19 @@ async def test_a_tenant_held_to_its_share_of_a_gateways_searches_fires_an_alert(
     config = build_gateway_config(config_doc([scheduler("m", "m")]))
     gateway = create_app(config, registry=CollectorRegistry())
     page = [{**s, "pod": "gw-0"} for s in _page_series(await _metrics_page(gateway), "gw:9090")]
-    refused = [s for s in page if s["__name__"] == "igw_response_searches_refused_total"]
+    _assert_fires_on_scope_busy_alone(alert, page, "igw_response_searches_refused_total", ("pod", "gw-0"))
+
+
+def _assert_fires_on_scope_busy_alone(
+    alert: Alert, page: list[Series], refused_total: str, by: tuple[str, str]
+) -> None:
+    """``alert`` over the live ``page``: ``refused_total`` has a series per reason at 0; 25 refusals
+    of reason ``scope_busy`` fire it once, labelled ``by`` (the replica); 25 of reason ``busy`` (the
+    whole table full, no one tenant's doing) fire nothing."""
+    refused = [s for s in page if s["__name__"] == refused_total]
     assert {s["reason"] for s in refused} == {"unfound", "busy", "scope_busy"}
     flood = [(s, 25.0 if s.get("reason") == "scope_busy" else 0.0) for s in page]
     fired = _values(promql_parser.parse(alert.expr), flood)
-    assert fired == [(frozenset({("pod", "gw-0")}), 25.0)]
+    assert fired == [(frozenset({by}), 25.0)]
     busy_only = [(s, 25.0 if s.get("reason") == "busy" else 0.0) for s in page]
     assert _values(promql_parser.parse(alert.expr), busy_only) == []

@@ -53,6 +53,54 @@ def _take(model: str) -> Any:
     return edit
 
 
+def _condition(cluster: FakeKubeApiServer, name: str, kind: str = "Accepted") -> dict[str, Any]:
+    """The condition ``kind`` of the config ``name`` in ``inference``."""
+    return condition(find(cluster, "InferenceGatewayConfig", "inference", name), kind)
+
+
+async def _passes(reconciler: Reconciler, names: tuple[str, ...], times: int) -> None:
+    """``times`` rounds of one pass for each config of ``names``, in order; each must succeed."""
+    for _ in range(times):
+        for name in names:
+            assert await reconciler.reconcile("inference", name)
+
+
+LIMIT_BELOW_REQUEST = {"resources": {"requests": {"cpu": "2"}, "limits": {"cpu": "1"}}}
+"""``podDefaults`` a spec is refused for (a CPU limit below its request)."""
+
+
+def _admit_then_refuse(cluster: FakeKubeApiServer, settings: DataPlaneSettings, doc: dict[str, Any]) -> None:
+    """``doc`` (named ``chat``) admitted, then edited to :data:`LIMIT_BELOW_REQUEST` and refused:
+    its admitted spec is the one kept (ConfigMap, annotation)."""
+
+    async def passes() -> None:
+        reconciler = Reconciler(Kube(cluster.api_client()), settings)
+        cluster.add(doc)
+        assert await reconciler.reconcile("inference", "chat")
+        update_spec(cluster, "inference", "chat", lambda spec: spec.update(podDefaults=LIMIT_BELOW_REQUEST))
+        assert await reconciler.reconcile("inference", "chat")
+
+    asyncio.run(passes())
+
+
+def _pass_after_restart(cluster: FakeKubeApiServer, settings: DataPlaneSettings, name: str = "chat") -> None:
+    """One pass over ``name`` by a fresh reconciler (an operator restarted: nothing in memory)."""
+
+    async def one() -> None:
+        assert await Reconciler(Kube(cluster.api_client()), settings).reconcile("inference", name)
+
+    asyncio.run(one())
+
+
+def _events(cluster: FakeKubeApiServer, reason: str, name: str = "chat") -> list[dict[str, Any]]:
+    """The Events of ``reason`` about the config ``name``, oldest first."""
+    return [
+        e
+        for e in cluster.store.iter_all()
+        if e["kind"] == "Event" and e["reason"] == reason and e["involvedObject"]["name"] == name
+    ]
+
+
 def test_an_edit_racing_a_new_configs_first_pass_does_not_serve_its_model_twice(
     cluster: FakeKubeApiServer,
 ) -> None:
@@ -71,22 +119,16 @@ def test_an_edit_racing_a_new_configs_first_pass_does_not_serve_its_model_twice(
         assert await reconciler.reconcile("inference", "later")
         update_spec(cluster, "inference", "chat", _take("mistral"))
         assert await reconciler.reconcile("inference", "chat", listed=listed)
-        for _ in range(2):  # later passes, with fresh lists
-            for name in ("chat", "later"):
-                assert await reconciler.reconcile("inference", name)
+        await _passes(reconciler, ("chat", "later"), 2)  # later passes, with fresh lists
 
     asyncio.run(scenario())
     serving = [name for name in ("chat", "later") if "mistral" in _served_models(cluster, name)]
     assert serving == ["later"]
     assert _served_models(cluster, "chat") == ["llama"]
-    older = find(cluster, "InferenceGatewayConfig", "inference", "chat")
-    refused = condition(older, "Accepted")
+    refused = _condition(cluster, "chat")
     assert (refused["status"], refused["reason"]) == ("False", "ModelNameConflict")
     assert 'is already served by InferenceGatewayConfig "later"' in refused["message"]
-    assert (
-        condition(find(cluster, "InferenceGatewayConfig", "inference", "later"), "Accepted")["status"]
-        == "True"
-    )
+    assert _condition(cluster, "later")["status"] == "True"
 
 
 def test_two_configs_naming_one_model_in_concurrent_passes_are_not_both_admitted(
@@ -105,19 +147,12 @@ def test_two_configs_naming_one_model_in_concurrent_passes_are_not_both_admitted
             reconciler.reconcile("inference", "second", listed=listed),
             reconciler.reconcile("inference", "first", listed=listed),
         )
-        for _ in range(2):
-            for name in ("first", "second"):
-                assert await reconciler.reconcile("inference", name)
+        await _passes(reconciler, ("first", "second"), 2)
 
     asyncio.run(scenario())
     serving = [name for name in ("first", "second") if "llama" in _served_models(cluster, name)]
     assert len(serving) == 1, serving
-    accepted = [
-        name
-        for name in ("first", "second")
-        if condition(find(cluster, "InferenceGatewayConfig", "inference", name), "Accepted")["status"]
-        == "True"
-    ]
+    accepted = [name for name in ("first", "second") if _condition(cluster, name)["status"] == "True"]
     assert accepted == serving
 
 
@@ -128,16 +163,7 @@ def test_a_refused_configs_data_plane_is_restored_after_a_restart_with_its_confi
     the operator's memory. After an operator restart with that ConfigMap deleted there was neither:
     nothing was restored. The operator keeps that spec in an annotation on the config itself."""
     settings = DataPlaneSettings(network_policy=False)
-    limit_below_request = {"resources": {"requests": {"cpu": "2"}, "limits": {"cpu": "1"}}}
-
-    async def before_restart() -> None:
-        reconciler = Reconciler(Kube(cluster.api_client()), settings)
-        cluster.add(igwc("chat"))
-        assert await reconciler.reconcile("inference", "chat")
-        update_spec(cluster, "inference", "chat", lambda spec: spec.update(podDefaults=limit_below_request))
-        assert await reconciler.reconcile("inference", "chat")
-
-    asyncio.run(before_restart())
+    _admit_then_refuse(cluster, settings, igwc("chat"))
     admitted = find(cluster, "ConfigMap", "inference", "chat-gateway-config")
     assert admitted is not None
     for kind_name, api_version, name in (
@@ -148,10 +174,7 @@ def test_a_refused_configs_data_plane_is_restored_after_a_restart_with_its_confi
             cluster.store.kind_for(api_version=api_version, kind=kind_name), "inference", name
         )
 
-    async def after_restart() -> None:
-        assert await Reconciler(Kube(cluster.api_client()), settings).reconcile("inference", "chat")
-
-    asyncio.run(after_restart())
+    _pass_after_restart(cluster, settings)
     restored = find(cluster, "ConfigMap", "inference", "chat-gateway-config")
     assert restored is not None
     assert restored["data"] == admitted["data"]
@@ -246,11 +269,8 @@ def test_a_model_admitted_just_before_a_restart_is_claimed_without_its_status(
         _delete(cluster, "v1", "ConfigMap", "later-gateway-config")
     update_spec(cluster, "inference", "chat", _take("mistral"))
 
-    async def after_restart() -> None:
-        assert await Reconciler(Kube(cluster.api_client()), settings).reconcile("inference", "chat")
-
-    asyncio.run(after_restart())
-    refused = condition(find(cluster, "InferenceGatewayConfig", "inference", "chat"), "Accepted")
+    _pass_after_restart(cluster, settings)
+    refused = _condition(cluster, "chat")
     assert (refused["status"], refused["reason"]) == ("False", "ModelNameConflict")
     assert 'InferenceGatewayConfig "later"' in refused["message"]
     assert _served_models(cluster, "chat") == ["llama"]
@@ -272,8 +292,7 @@ def test_a_restored_spec_whose_pods_would_lack_a_password_variable_is_not_applie
         assert await Reconciler(Kube(cluster.api_client()), settings).reconcile("inference", "chat")
 
     asyncio.run(first())
-    limit_below_request = {"resources": {"requests": {"cpu": "2"}, "limits": {"cpu": "1"}}}
-    update_spec(cluster, "inference", "chat", lambda spec: spec.update(podDefaults=limit_below_request))
+    update_spec(cluster, "inference", "chat", lambda spec: spec.update(podDefaults=LIMIT_BELOW_REQUEST))
     if source == "config-map":
         config_map = find(cluster, "ConfigMap", "inference", "chat-gateway-config")
         assert config_map is not None
@@ -299,10 +318,7 @@ def test_a_restored_spec_whose_pods_would_lack_a_password_variable_is_not_applie
         _delete(cluster, "v1", "ConfigMap", "chat-gateway-config")
     _delete(cluster, "apps/v1", "Deployment", "chat-gateway")
 
-    async def after_restart() -> None:
-        assert await Reconciler(Kube(cluster.api_client()), settings).reconcile("inference", "chat")
-
-    asyncio.run(after_restart())
+    _pass_after_restart(cluster, settings)
     assert find(cluster, "Deployment", "inference", "chat-gateway") is None
     chat = find(cluster, "InferenceGatewayConfig", "inference", "chat")
     assert condition(chat, "Accepted")["status"] == "False"
@@ -346,16 +362,7 @@ def test_a_spec_over_96_kib_is_kept_compressed_and_restored_after_a_restart(
     doc = igwc("chat")
     _large_spec(doc["spec"], lambda i, j: f"adapter-{i}-{j}-" + "finetune-" * 26)
     assert len(json.dumps(doc["spec"])) > 190_000
-    limit_below_request = {"resources": {"requests": {"cpu": "2"}, "limits": {"cpu": "1"}}}
-
-    async def before_restart() -> None:
-        reconciler = Reconciler(Kube(cluster.api_client()), settings)
-        cluster.add(doc)
-        assert await reconciler.reconcile("inference", "chat")
-        update_spec(cluster, "inference", "chat", lambda spec: spec.update(podDefaults=limit_below_request))
-        assert await reconciler.reconcile("inference", "chat")
-
-    asyncio.run(before_restart())
+    _admit_then_refuse(cluster, settings, doc)
     chat = find(cluster, "InferenceGatewayConfig", "inference", "chat")
     assert chat is not None
     kept = chat["metadata"]["annotations"][LAST_ADMITTED_ANNOTATION]
@@ -366,18 +373,12 @@ def test_a_spec_over_96_kib_is_kept_compressed_and_restored_after_a_restart(
     _delete(cluster, "v1", "ConfigMap", "chat-gateway-config")
     _delete(cluster, "apps/v1", "Deployment", "chat-gateway")
 
-    async def after_restart() -> None:
-        assert await Reconciler(Kube(cluster.api_client()), settings).reconcile("inference", "chat")
-
-    asyncio.run(after_restart())
+    _pass_after_restart(cluster, settings)
     restored = find(cluster, "ConfigMap", "inference", "chat-gateway-config")
     assert restored is not None
     assert restored["data"] == admitted["data"]
     assert find(cluster, "Deployment", "inference", "chat-gateway") is not None
-    assert (
-        condition(find(cluster, "InferenceGatewayConfig", "inference", "chat"), "GatewayProgrammed")["status"]
-        == "True"
-    )
+    assert _condition(cluster, "chat", "GatewayProgrammed")["status"] == "True"
 
 
 def test_a_spec_that_does_not_fit_even_compressed_is_reported_not_dropped_silently(
@@ -400,11 +401,7 @@ def test_a_spec_that_does_not_fit_even_compressed_is_reported_not_dropped_silent
     chat = find(cluster, "InferenceGatewayConfig", "inference", "chat")
     assert chat is not None
     assert chat["metadata"].get("annotations", {}).get(LAST_ADMITTED_ANNOTATION, "") == ""
-    events = [
-        e
-        for e in cluster.store.iter_all()
-        if e["kind"] == "Event" and e["involvedObject"]["name"] == "chat" and e["reason"] == NOT_KEPT_REASON
-    ]
+    events = _events(cluster, NOT_KEPT_REASON)
     assert len(events) == 1, events
     assert events[0]["type"] == "Warning"
     message = events[0]["message"]
@@ -453,16 +450,14 @@ def test_a_refused_configs_config_map_edited_to_take_a_neighbours_model_is_not_r
         hand_edit(config_map)
         kind = cluster.store.kind_for(api_version="v1", kind="ConfigMap")
         cluster.store.replace(kind, "inference", "chat-gateway-config", config_map)
-        for _ in range(3):
-            for name in ("chat", "later"):
-                assert await reconciler.reconcile("inference", name)
+        await _passes(reconciler, ("chat", "later"), 3)
 
     asyncio.run(scenario())
     assert _served_models(cluster, "chat") == ["llama"]
     assert _served_models(cluster, "later") == ["mistral"]
-    refused = condition(find(cluster, "InferenceGatewayConfig", "inference", "chat"), "Accepted")
+    refused = _condition(cluster, "chat")
     assert (refused["status"], refused["reason"]) == ("False", "ModelNameConflict")
-    admitted = condition(find(cluster, "InferenceGatewayConfig", "inference", "later"), "Accepted")
+    admitted = _condition(cluster, "later")
     assert admitted["status"] == "True"
 
 
@@ -498,9 +493,6 @@ def _stopped_pass(cluster: FakeKubeApiServer, kube: _StopsBetweenWrites, name: s
         asyncio.run(reconciler.reconcile("inference", name))
 
 
-LIMIT_BELOW_REQUEST = {"resources": {"requests": {"cpu": "2"}, "limits": {"cpu": "1"}}}
-
-
 def test_a_restart_between_applying_a_spec_and_keeping_it_does_not_restore_the_older_spec(
     cluster: FakeKubeApiServer,
 ) -> None:
@@ -520,19 +512,13 @@ def test_a_restart_between_applying_a_spec_and_keeping_it_does_not_restore_the_o
         reconciler = Reconciler(Kube(cluster.api_client()), settings)
         cluster.add(igwc("later", model="mistral", app="mistral"))
         update_spec(cluster, "inference", "chat", lambda spec: spec.update(podDefaults=LIMIT_BELOW_REQUEST))
-        for _ in range(3):
-            for name in ("later", "chat"):
-                assert await reconciler.reconcile("inference", name)
+        await _passes(reconciler, ("later", "chat"), 3)
 
     asyncio.run(after_restart())
     assert _served_models(cluster, "chat") == ["llama"]
     assert _served_models(cluster, "later") == ["mistral"]
-    assert condition(find(cluster, "InferenceGatewayConfig", "inference", "chat"), "Accepted")["reason"] == (
-        "InvalidSpec"
-    )
-    assert condition(find(cluster, "InferenceGatewayConfig", "inference", "later"), "Accepted")["status"] == (
-        "True"
-    )
+    assert _condition(cluster, "chat")["reason"] == "InvalidSpec"
+    assert _condition(cluster, "later")["status"] == "True"
 
 
 def test_a_restart_between_keeping_a_spec_and_applying_it_claims_the_models_it_keeps(
@@ -561,14 +547,12 @@ def test_a_restart_between_keeping_a_spec_and_applying_it_claims_the_models_it_k
         update_spec(cluster, "inference", "alpha", _take("mistral"))
         assert await reconciler.reconcile("inference", "alpha")
         update_spec(cluster, "inference", "chat", lambda spec: spec.update(podDefaults=LIMIT_BELOW_REQUEST))
-        for _ in range(3):
-            for name in ("alpha", "chat"):
-                assert await reconciler.reconcile("inference", name)
+        await _passes(reconciler, ("alpha", "chat"), 3)
 
     asyncio.run(after_restart())
     serving = [name for name in ("alpha", "chat") if "mistral" in _served_models(cluster, name)]
     assert len(serving) == 1, serving
-    refused = condition(find(cluster, "InferenceGatewayConfig", "inference", "alpha"), "Accepted")
+    refused = _condition(cluster, "alpha")
     assert (refused["status"], refused["reason"]) == ("False", "ModelNameConflict")
 
 
@@ -607,15 +591,6 @@ def test_a_broken_annotation_is_reported_once_per_generation_without_its_content
     )
     update_spec(cluster, "inference", "chat", lambda spec: spec.update(podDefaults=LIMIT_BELOW_REQUEST))
 
-    def events() -> list[dict[str, Any]]:
-        return [
-            e
-            for e in cluster.store.iter_all()
-            if e["kind"] == "Event"
-            and e["reason"] == UNREADABLE_REASON
-            and e["involvedObject"]["name"] == "chat"
-        ]
-
     async def passes(reconciler: Reconciler) -> None:
         for _ in range(3):
             assert await reconciler.reconcile("inference", "chat")
@@ -623,9 +598,9 @@ def test_a_broken_annotation_is_reported_once_per_generation_without_its_content
     reconciler = Reconciler(Kube(cluster.api_client()), settings)  # after a restart: no memory
     with caplog.at_level("WARNING", logger="igw.operator"):
         asyncio.run(passes(reconciler))
-    assert len(events()) == 1, events()
-    assert events()[0]["type"] == "Warning"
-    message = events()[0]["message"]
+    assert len(_events(cluster, UNREADABLE_REASON)) == 1, _events(cluster, UNREADABLE_REASON)
+    assert _events(cluster, UNREADABLE_REASON)[0]["type"] == "Warning"
+    message = _events(cluster, UNREADABLE_REASON)[0]["message"]
     assert message.startswith(f"annotation {LAST_ADMITTED_ANNOTATION} is ignored: ")
     assert reason in message
     assert "ConfigMap inference/chat-gateway-config" in message
@@ -636,7 +611,7 @@ def test_a_broken_annotation_is_reported_once_per_generation_without_its_content
     ]
     assert lines == [f"inference/chat: {message}"]
     assert not any(MARKER in r.getMessage() for r in caplog.records)
-    assert not any(MARKER in e["message"] for e in events())
+    assert not any(MARKER in e["message"] for e in _events(cluster, UNREADABLE_REASON))
     update_spec(
         cluster,
         "inference",
@@ -644,7 +619,7 @@ def test_a_broken_annotation_is_reported_once_per_generation_without_its_content
         lambda spec: spec.update(podDefaults={**LIMIT_BELOW_REQUEST}, bbr={"enabled": False}),
     )
     asyncio.run(passes(reconciler))
-    assert len(events()) == 2
+    assert len(_events(cluster, UNREADABLE_REASON)) == 2
 
 
 RESTORE_SOURCES = {
@@ -672,15 +647,6 @@ def test_a_restore_after_a_refusal_posts_one_event_per_generation_naming_its_sou
     # after a restart (no memory) when the annotation is the source
     reconciler = Reconciler(Kube(cluster.api_client()), settings) if source == "annotation" else first
 
-    def events() -> list[dict[str, Any]]:
-        return [
-            e
-            for e in cluster.store.iter_all()
-            if e["kind"] == "Event"
-            and e["reason"] == RESTORED_REASON
-            and e["involvedObject"]["name"] == "chat"
-        ]
-
     async def passes() -> None:
         for _ in range(3):
             _delete(cluster, "apps/v1", "Deployment", "chat-gateway")
@@ -690,8 +656,8 @@ def test_a_restore_after_a_refusal_posts_one_event_per_generation_naming_its_sou
             assert find(cluster, "Deployment", "inference", "chat-gateway") is not None
 
     asyncio.run(passes())
-    assert len(events()) == 1, events()
-    event = events()[0]
+    assert len(_events(cluster, RESTORED_REASON)) == 1, _events(cluster, RESTORED_REASON)
+    event = _events(cluster, RESTORED_REASON)[0]
     assert event["type"] == "Normal"
     assert event["message"].startswith("the spec is not accepted (InvalidSpec), so the last admitted spec ")
     assert "Deployment inference/chat-gateway" in event["message"]
@@ -700,4 +666,4 @@ def test_a_restore_after_a_refusal_posts_one_event_per_generation_naming_its_sou
 
     update_spec(cluster, "inference", "chat", lambda spec: spec.update(bbr={"enabled": False}))
     asyncio.run(passes())
-    assert len(events()) == 2
+    assert len(_events(cluster, RESTORED_REASON)) == 2

@@ -42,7 +42,7 @@ import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from igw.config.build import build_gateway_config
 from igw.config.documents import DocumentReadError, parse_text
@@ -723,9 +723,8 @@ class Reconciler:
         :data:`LAST_ADMITTED_ANNOTATION`, naming the sizes and what it means for a restore."""
         meta = igwc["metadata"]
         key, mark = (meta["namespace"], meta["name"]), (meta.get("uid"), meta.get("generation"))
-        if self._not_kept_noted.get(key) == mark:
+        if not _newly_noted(self._not_kept_noted, key, mark):
             return
-        self._not_kept_noted[key] = mark
         message = (
             f"the admitted spec ({spec_chars} characters of JSON, {kept_chars} compressed) is not kept in "
             f"annotation {LAST_ADMITTED_ANNOTATION}: it holds at most {room} (of the API server's "
@@ -744,9 +743,8 @@ class Reconciler:
         ``written`` back for the refused spec and the ``source`` of the spec they came from."""
         meta = igwc["metadata"]
         key, mark = (meta["namespace"], meta["name"]), (meta.get("uid"), meta.get("generation"))
-        if self._restored_noted.get(key) == mark:
+        if not _newly_noted(self._restored_noted, key, mark):
             return
-        self._restored_noted[key] = mark
         message = (
             f"the spec is not accepted ({refusal.reason}), so the last admitted spec keeps serving: "
             f"put back {', '.join(written)} from {source}"
@@ -797,8 +795,7 @@ class Reconciler:
         refusal = None if candidate is None else spec_refusal(candidate)
         if refusal is not None:  # the checks of a new spec: see admission.spec_refusal
             mark = (uid, f"the last admitted spec ({where}) is not restored: {refusal.message}")
-            if self._restore_noted.get((namespace, meta["name"])) != mark:
-                self._restore_noted[(namespace, meta["name"])] = mark
+            if _newly_noted(self._restore_noted, (namespace, meta["name"]), mark):
                 log.warning("%s/%s: %s", namespace, meta["name"], mark[1])
             return None, where
         return candidate, where
@@ -815,8 +812,7 @@ class Reconciler:
                 (str(meta.get("namespace")), str(meta.get("name"))),
                 (meta.get("uid"), meta.get("generation")),
             )
-            if self._unreadable_noted.get(key) != mark:
-                self._unreadable_noted[key] = mark
+            if _newly_noted(self._unreadable_noted, key, mark):
                 message = (
                     f"annotation {LAST_ADMITTED_ANNOTATION} is ignored: {problem}; until a spec is admitted "
                     f"(which rewrites it), a refused spec's data plane is restored only from ConfigMap "
@@ -891,9 +887,8 @@ class Reconciler:
             return
         reason, message = (RENEWAL_REASON, problem) if isinstance(problem, str) else problem
         mark = (meta.get("uid"), message)
-        if noted.get(key) == mark:
+        if not _newly_noted(noted, key, mark):
             return
-        noted[key] = mark
         log.warning("%s/%s: %s", key[0], key[1], message)
         await self._event(igwc, reason=reason, message=message, warning=True)
 
@@ -910,9 +905,8 @@ class Reconciler:
         egress = await resolve(self._service_reads, refs)
         meta = igwc["metadata"]
         key, mark = (meta["namespace"], meta["name"]), (meta.get("uid"), egress.unresolved)
-        if self._ports_noted.get(key) == mark:
+        if not _newly_noted(self._ports_noted, key, mark):
             return egress
-        self._ports_noted[key] = mark
         if not egress.unresolved:
             return egress
         message = "; ".join(egress.unresolved)
@@ -932,9 +926,8 @@ class Reconciler:
         earlier pass posted it). Best effort, as :meth:`_post`."""
         meta = igwc["metadata"]
         key, mark = (meta["namespace"], meta["name"]), (meta.get("uid"), meta.get("generation"))
-        if self._noted.get(key) == mark:
+        if not _newly_noted(self._noted, key, mark):
             return
-        self._noted[key] = mark
         if (igwc.get("status") or {}).get("observedGeneration") == meta.get("generation"):
             return
         grouped: dict[str, list[str]] = {}
@@ -1185,9 +1178,8 @@ class Reconciler:
         refusal of ``igwc``'s first import changes."""
         meta = igwc["metadata"]
         key, mark = (meta["namespace"], meta["name"]), (meta.get("uid"), message)
-        if self._import_noted.get(key) == mark:
+        if not _newly_noted(self._import_noted, key, mark):
             return
-        self._import_noted[key] = mark
         log.warning("%s/%s: AcmImportFailed: %s", key[0], key[1], message)
 
     async def _keeping_previous(self, igwc: Mapping[str, Any], outcome: TlsOutcome) -> TlsOutcome:
@@ -1409,6 +1401,20 @@ def _parsed_time(text: Any) -> datetime | None:
         return datetime.strptime(str(text), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
     except ValueError:
         return None
+
+
+_Mark = TypeVar("_Mark")
+
+
+def _newly_noted(noted: dict[tuple[str, str], _Mark], key: tuple[str, str], mark: _Mark) -> bool:
+    """Record ``mark`` (what is reported, and of which uid or generation) for the object ``key``;
+    whether it differs from the mark recorded before, i.e. whether to report it now. The
+    reconciler's once-per-generation (or once-per-change) WARNING lines and Events check and update
+    their record here, in one step."""
+    if noted.get(key) == mark:
+        return False
+    noted[key] = mark
+    return True
 
 
 def _identity(igwc: Mapping[str, Any]) -> tuple[str, str, str]:
