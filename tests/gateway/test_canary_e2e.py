@@ -175,3 +175,26 @@ async def test_an_objective_listing_the_name_clients_send_sets_the_band_of_its_c
         v1.waiting = v2.waiting = 0
         for resp in await asyncio.gather(*tasks):
             assert resp.status == 200
+
+
+async def test_a_continuation_follows_its_stored_response_to_the_version_that_made_it(gateway: Any) -> None:
+    """A 50/50 split without stickiness: each conversation's second turn (``previous_response_id``)
+    goes to the version whose pod stored its first, whatever the draw. Drawn like any request, the
+    turn went to the other version's pool as often as that version's share, where no pod has the
+    response: 57 of 100 continuations answered 404 in the probe over the simulated fleet."""
+    async with (
+        running(FakeModelServer("v1"), FakeModelServer("v2")) as (v1, v2),
+        gateway(doc(50, 50), {"old": [v1.key], "new": [v2.key]}) as gw,
+    ):
+        first: Counter[str] = Counter()
+        for i in range(40):
+            resp = await gw.post("/v1/responses", {"model": "llama", "input": f"hello {i}"})
+            assert resp.status == 200, await resp.text()
+            made = await resp.json()
+            first[made["server"]] += 1
+            body = {"model": "llama", "input": "and then?", "previous_response_id": made["id"]}
+            resp = await gw.post("/v1/responses", body)
+            assert resp.status == 200, await resp.text()
+            assert (await resp.json())["server"] == made["server"]
+        assert first["v1"] > 0  # both versions made (and continued) conversations
+        assert first["v2"] > 0

@@ -80,7 +80,7 @@ from igw.gateway.request_body import (
 from igw.gateway.response_ids import MINTING_ENGINES, believed, mint, minted_for
 from igw.gateway.response_search import SEARCH_ASK_LEAST_S, SEARCH_TIMEOUT, search_context
 from igw.gateway.retries import refused_status, request_digest, retry_condition
-from igw.gateway.runtime import SchedulerRuntime
+from igw.gateway.runtime import GatewayRuntime, SchedulerRuntime
 from igw.gateway.serving import LIMITS_KEY, ServerLimits
 from igw.gateway.state import GatewayState
 from igw.gateway.stream_usage import (
@@ -455,6 +455,19 @@ def _search_refusal(
     return None
 
 
+def _stores(rt: GatewayRuntime, response_id: str) -> Callable[[str], bool]:
+    """Whether the pool serving a canary target is known to store ``response_id``: a continuation
+    follows its response to that target (``ModelRewrites.split``), since the draw alone sent it to
+    the other version's pool, where no pod has it (404), as often as that version's share."""
+
+    def holds(target: str) -> bool:
+        route = rt.router.resolve(target)
+        sr = rt.schedulers.get(route.scheduler) if route is not None else None
+        return sr is not None and sr.scheduler.responses.endpoint_of(response_id) is not None
+
+    return holds
+
+
 def _not_yours(response_id: str, *, request_id: str, param: str | None = None) -> web.Response:
     """404 ``response_not_found`` for a response id the gateway minted for another caller
     (:mod:`igw.gateway.response_ids`): decided from the id alone, before any pod is asked."""
@@ -701,7 +714,13 @@ async def _route(
         # draw) for a verified token without a tenant claim, whose caller would otherwise pick its
         # target by picking the header's value.
         tenant = flow_tenant(principal.tenant, principal.authenticated, request.headers) or None
-        split = rt.rewrites.split(body.model, headers=request.headers, tenant=tenant, rng=state.rng)
+        split = rt.rewrites.split(
+            body.model,
+            headers=request.headers,
+            tenant=tenant,
+            rng=state.rng,
+            holds=None if continues is None else _stores(rt, continues),
+        )
         if split is not None:
             obs.on_finish = state.rewrite_metrics.on_finish(split)
             if split.target != body.model:

@@ -12,6 +12,10 @@ name it are tried in list order and the first whose headers all match wins. A ru
 (an ``InferenceModelRewrite`` rule with empty ``matches``, or a match on headers only) is a
 fallback: it applies to a request only when no rule naming its model matched.
 
+A continuation (``previous_response_id``) goes to the target whose pool stored the response it
+continues, whatever the draw, when the gateway knows that pool (the stored response exists on one pod
+only).
+
 Rules are built with the gateway runtime, so a configuration reload swaps the weights atomically:
 a request uses either the old rules or the new ones, never a mix.
 
@@ -146,15 +150,29 @@ class ModelRewrites:
         return None if split is None else split.target
 
     def split(
-        self, model: str, *, headers: Mapping[str, str], tenant: str | None, rng: random.Random
+        self,
+        model: str,
+        *,
+        headers: Mapping[str, str],
+        tenant: str | None,
+        rng: random.Random,
+        holds: Callable[[str], bool] | None = None,
     ) -> Split | None:
-        """The matching rule and its target for a request naming ``model``; ``None``: no rule."""
+        """The matching rule and its target for a request naming ``model``; ``None``: no rule.
+
+        ``holds`` (given for a continuation, ``previous_response_id``) says whether a target's pool
+        is known to store the response continued: when the drawn target's pool is not and another
+        target's (of positive weight) is, the request goes to that one, since only the pod that
+        stored a response can continue it and any other answers 404."""
         rule = self.match(model, headers)
         if rule is None:
             return None
         key = rule.sticky_key(headers, tenant)
         u = sticky_point(rule.model or "", key) if key else rng.random()
-        return Split(rule=rule.label, target=rule.target_at(u), named=rule.model is not None)
+        target = rule.target_at(u)
+        if holds is not None and not holds(target):
+            target = next((t for t in rule.reachable() if holds(t)), target)
+        return Split(rule=rule.label, target=target, named=rule.model is not None)
 
 
 @dataclass(frozen=True, slots=True)
