@@ -1262,7 +1262,7 @@ async def _relay_whole(
         large_error_log.warning(
             "upstream %s answered HTTP %d with an error body over %d bytes: relayed as it arrives, "
             "not retried",
-            endpoint,
+            _logged_upstream(endpoint, upstream_name),
             upstream.status,
             ERROR_ANSWER_BUFFER_BYTES,
         )
@@ -1420,6 +1420,14 @@ async def _relay_decoded(
         result.usage_unread = scan.unread
     response.relayed = None  # relayed to its end: nothing left to charge (see _RelayedStream.relayed)
     return result
+
+
+def _logged_upstream(endpoint: str, upstream_name: str) -> str:
+    """How a WARNING names the upstream: by the name its caller gave (the global router's
+    ``cluster 'east-1'``: its operators know clusters by name, and an endpoint is an internal URL;
+    until session s48 the large-error WARNING named the URL), else - tier 1, whose upstream is
+    :data:`UPSTREAM_NAME` - by ``endpoint``, the pod's ``host:port``."""
+    return endpoint if upstream_name == UPSTREAM_NAME else upstream_name
 
 
 def _warn_usage_unread(endpoint: str, reason: str | None, detail: str | None) -> None:
