@@ -25,6 +25,7 @@ from igw.gateway.serving import serve_app
 from igw.global_router.config import parse_global_config
 from igw.global_router.server import ROUTER_KEY, WHOLE_ANSWER_BUFFER_BYTES, create_global_app
 from tests.global_router.support import MODEL, global_doc, global_serve
+from tests.log_capture import captured_records
 
 
 def _answer(size: int, *, completion_tokens: int = 7) -> bytes:
@@ -102,11 +103,14 @@ async def test_concurrent_large_answers_are_relayed_in_bounded_memory(tmp_path: 
 
 
 @contextlib.asynccontextmanager
-async def _router(cluster: web.Application, **spec: Any) -> AsyncIterator[tuple[str, web.Application]]:
-    """A router in front of one cluster serving ``cluster`` (no heartbeats), both on loopback."""
+async def _router(
+    cluster: web.Application, name: str = "big", **spec: Any
+) -> AsyncIterator[tuple[str, web.Application]]:
+    """A router in front of one cluster (``name``) serving ``cluster`` (no heartbeats), both on
+    loopback."""
     async with contextlib.AsyncExitStack() as stack:
         cluster_url = await stack.enter_async_context(serve_app(cluster, host="127.0.0.1", port=0))
-        clusters = [{"name": "big", "region": "east", "endpoint": cluster_url, "models": [MODEL]}]
+        clusters = [{"name": name, "region": "east", "endpoint": cluster_url, "models": [MODEL]}]
         app = create_global_app(
             parse_global_config(global_doc(clusters, heartbeats={"required": False}, **spec)),
             read_heartbeats=False,
@@ -249,3 +253,24 @@ async def test_large_error_answers_are_counted_by_cluster_however_their_relay_en
             assert resp.status == 400
             assert len(await resp.read()) < 4096
         assert counted() == 2
+
+
+async def test_the_large_error_warning_names_the_cluster_not_its_endpoint() -> None:
+    """The WARNING for a cluster's error answer over 1 MiB names the cluster as configured, not its
+    endpoint (an internal URL, and not how operators know it): until session s48 it read ``upstream
+    http://127.0.0.1:PORT answered HTTP 400 ...``. Tier 1 names its pod's ``host:port`` as before
+    (``tests/reliability/test_relay_answers.py``). The cluster's name is this test's alone: the
+    WARNING is throttled per upstream for a minute."""
+    release = asyncio.Event()
+    release.set()
+    with captured_records("igw.gateway.large_error_answers") as (_, records):
+        async with (
+            _router(_large_error_cluster(release), name="named-in-warning") as (url, _),
+            aiohttp.ClientSession() as http,
+            http.post(url + "/v1/completions", json={"model": MODEL, "prompt": "hi"}) as resp,
+        ):
+            assert resp.status == 400
+            await resp.read()
+    (line,) = [r.getMessage() for r in records]
+    assert line.startswith("upstream cluster 'named-in-warning' answered HTTP 400"), line
+    assert "127.0.0.1" not in line

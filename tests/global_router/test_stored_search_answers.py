@@ -1,7 +1,8 @@
 """What a cluster's odd answer to a stored-response search does: a 200 that does not carry the response
-asked for (a body that does not parse, a response object without an ``id``) and a 404 with a body
-over 1 MiB are misses, the search asks the next cluster (since session s48: before, each was relayed
-to the client as it came and the search ended there, the cluster storing the response never asked).
+asked for (a body that does not parse, a response object without an ``id``, one over 1 MiB whose held
+first MiB names no ``id`` or names it late) and a 404 with a body over 1 MiB are misses, the search
+asks the next cluster (since session s48: before, each was relayed to the client as it came and the
+search ended there, the cluster storing the response never asked).
 
 The clusters are aiohttp apps on loopback; the router has no ``spec.auth``.
 """
@@ -29,6 +30,12 @@ ODD_ANSWERS: dict[str, tuple[int, bytes]] = {
     "200, JSON cut short": (200, b'{"id": "resp_abc'),
     "200, a response object naming no id": (200, b'{"object":"response","output_text":"not yours"}'),
     "404 over 1 MiB": (404, b'{"error":{"message":"' + b"x" * BIG + b'"}}'),
+    "200 over 1 MiB naming no id": (200, b'{"object":"response","output_text":"' + b"x" * BIG + b'"}'),
+    "200 over 1 MiB, no response object": (200, b'{"data":"' + b"x" * BIG + b'"}'),
+    "200 over 1 MiB naming the id past its first MiB": (
+        200,
+        b'{"object":"response","output_text":"' + b"x" * BIG + b'","id":"' + RESPONSE_ID.encode() + b'"}',
+    ),
 }
 
 
@@ -38,24 +45,27 @@ def _odd(status: int, body: bytes) -> web.Application:
 
     app = web.Application()
     app.router.add_get("/v1/responses/{response_id}", answer)
+    app.router.add_post("/v1/responses/{response_id}/cancel", answer)
     return app
 
 
-def _holder(asked: list[str]) -> web.Application:
+def _holder(asked: list[str], *, text: str = "") -> web.Application:
     async def answer(request: web.Request) -> web.Response:
         asked.append(request.match_info["response_id"])
-        doc = {"id": request.match_info["response_id"], "object": "response", "status": "completed"}
+        doc = {"id": request.match_info["response_id"], "object": "response", "output_text": text}
         return web.json_response(doc)
 
     app = web.Application()
     app.router.add_get("/v1/responses/{response_id}", answer)
+    app.router.add_post("/v1/responses/{response_id}/cancel", answer)
     return app
 
 
-async def _retrieve(*apps: web.Application) -> tuple[int, str | None, bytes]:
-    """A retrieval of :data:`RESPONSE_ID` through a router in front of ``apps``: its status, the
-    cluster that answered, its body."""
-    async with _router(*apps) as (url, http), http.get(f"{url}/v1/responses/{RESPONSE_ID}") as resp:
+async def _retrieve(*apps: web.Application, cancel: bool = False) -> tuple[int, str | None, bytes]:
+    """A retrieval (``cancel``: a cancel) of :data:`RESPONSE_ID` through a router in front of
+    ``apps``: its status, the cluster that answered, its body."""
+    path = f"/v1/responses/{RESPONSE_ID}" + ("/cancel" if cancel else "")
+    async with _router(*apps) as (url, http), http.request("POST" if cancel else "GET", url + path) as resp:
         return resp.status, resp.headers.get("x-igw-cluster"), await resp.read()
 
 
@@ -75,15 +85,28 @@ async def _router(*apps: web.Application) -> AsyncIterator[tuple[str, aiohttp.Cl
         yield url, http
 
 
+@pytest.mark.parametrize("cancel", [False, True], ids=["retrieval", "cancel"])
 @pytest.mark.parametrize("odd", list(ODD_ANSWERS))
-async def test_a_search_moves_on_past_an_answer_that_does_not_carry_the_response(odd: str) -> None:
+async def test_a_search_moves_on_past_an_answer_that_does_not_carry_the_response(
+    odd: str, cancel: bool
+) -> None:
     """The first cluster answers oddly, the second stores the response: the client gets the second's
     answer, nothing of the first's."""
     asked: list[str] = []
-    status, cluster, body = await _retrieve(_odd(*ODD_ANSWERS[odd]), _holder(asked))
+    status, cluster, body = await _retrieve(_odd(*ODD_ANSWERS[odd]), _holder(asked), cancel=cancel)
     assert (status, cluster) == (200, "c1"), body[:200]
     assert orjson.loads(body)["id"] == RESPONSE_ID
     assert asked == [RESPONSE_ID]
+
+
+async def test_a_found_answer_over_1_mib_is_relayed_whole() -> None:
+    """The cluster storing the response answers 8 MiB, its ``id`` first: relayed to its end, as
+    before (the check reads the held first MiB, nothing more)."""
+    asked: list[str] = []
+    status, cluster, body = await _retrieve(_holder(asked, text="x" * BIG))
+    assert (status, cluster) == (200, "c0")
+    doc = orjson.loads(body)
+    assert (doc["id"], len(doc["output_text"])) == (RESPONSE_ID, BIG)
 
 
 async def test_a_last_404_over_1_mib_is_answered_openai_shaped_and_bounded() -> None:

@@ -445,6 +445,28 @@ def test_redirects_and_search_timeouts_have_an_alert_on_each_tier() -> None:
         assert matcher_labels(timeouts.expr) == {retries: {"cause"}}
 
 
+def test_a_cluster_timing_out_searches_fires_though_the_replicas_share_the_timeouts() -> None:
+    """Since session s48 ``IgwGlobalSearchTimeouts`` sums a cluster's search timeouts over every router
+    replica: per replica (``by (instance, cluster)``, s46 to s47) a cluster frozen for retrievals -
+    while it serves inference, never drained for it - fired nothing when the load balancer spread the
+    searches (four replicas, two timeouts each in 15 minutes). Evaluated on the values of four
+    replicas' series as one Prometheus holds them; the other cause is not counted."""
+    (alert,) = [a for a in GLOBAL_ALERTS if a.name == "IgwGlobalSearchTimeouts"]
+    retries = "igw_global_upstream_retries_total"
+    spread = [
+        ({"__name__": retries, "cluster": "east-1", "cause": "search-timeout", "instance": f"r{i}:9090"}, 2.0)
+        for i in range(4)
+    ] + [({"__name__": retries, "cluster": "west-1", "cause": "connect", "instance": "r0:9090"}, 9.0)]
+    fired = _values(promql_parser.parse(alert.expr), spread)
+    assert fired == [(frozenset({("cluster", "east-1")}), 8.0)]
+    one = [
+        (s, 2.0 if s["instance"] == "r0:9090" and s["cause"] == "search-timeout" else 0.0) for s, _ in spread
+    ]
+    assert _values(promql_parser.parse(alert.expr), one) == []
+    assert "{{ $labels.cluster }}" in alert.summary
+    assert "{{ $labels.instance }}" not in alert.summary + alert.description
+
+
 async def test_a_tenant_held_to_its_share_of_the_searches_fires_an_alert() -> None:
     """Since session s47 the refusals of a caller scope's searches past its share
     (``igw_global_response_searches_refused_total{reason="scope_busy"}``, since s46) have an alert, per

@@ -456,9 +456,19 @@ def _first_event_in(held: bytes) -> bool:
     return data >= 0 and (_events_end(held) > data or len(held) > MAX_PARTIAL_EVENT_BYTES)
 
 
-def _misnamed(status: int, named: str, extra: Mapping[str, str]) -> ExchangeResult:
-    """An answer to the retrieval of one stored response that names another (``named``), withheld
-    before anything of it was relayed: its caller answers as for a response not stored there
+def _shows(document: Mapping[str, object], expected: str) -> bool:
+    """Whether the fields read from the held start of a large answer (:class:`AnswerScan`'s
+    document) show the response ``expected`` itself: its first ``id`` is ``expected``, and its
+    ``object``, when read, is ``response``. The id alone suffices: OpenAI's and vLLM's response
+    objects both serialize ``id`` first, while vLLM puts ``object`` after ``instructions`` and
+    ``metadata``, which may be long."""
+    return document.get("id") == expected and document.get("object", "response") == "response"
+
+
+def _misnamed(status: int, named: str | None, extra: Mapping[str, str]) -> ExchangeResult:
+    """An answer to the retrieval of one stored response that names another (``named``; ``None``: a
+    search's large answer that does not show the one asked for, :func:`_shows`), withheld before
+    anything of it was relayed: its caller answers as for a response not stored there
     (:func:`igw.gateway.inference._forward`, :func:`igw.global_router.server._forward_stored`). The
     answer it carries is an error naming neither id, never the answer itself."""
     message = "the model server answered with another response than the one asked for"
@@ -807,6 +817,7 @@ async def exchange(
     hold_bytes: int | None = None,
     answer_timeout_s: float | None = None,
     discard_large_errors: bool = False,
+    require_id: bool = False,
 ) -> ExchangeResult:
     """Forward to ``endpoint`` (with ``method``) and relay the answer (``headers``: the upstream
     request's fields, as a map or serialised by :func:`upstream_header_block`). Raises
@@ -845,7 +856,10 @@ async def exchange(
     :data:`ERROR_ANSWER_BUFFER_BYTES` is answered with its status alone (:func:`_discarded_error`),
     JSON or not, never relayed: the global router's search for a stored response, whose 404 is a miss
     to move on from (until session s48 a cluster's JSON 404 over 1 MiB was relayed, and the search
-    ended there, the cluster storing the response never asked)."""
+    ended there, the cluster storing the response never asked). ``require_id`` (with ``expect_id``:
+    a search's retrieval or cancel): a whole answer below 400 past ``relay_whole_above`` whose held
+    bytes do not show the response asked for (:func:`_shows`; no ``id``, or not JSON) is returned
+    unrelayed too, as one naming another; without it such an answer naming none is relayed."""
     answered_by = None if answer_timeout_s is None else time.monotonic() + answer_timeout_s
     # ``endpoint`` is a pod's ``host:port``, or a base URL with its scheme (the global router's
     # clusters). Waiting for a free pooled connection is not a connect failure (it would turn pool
@@ -947,6 +961,7 @@ async def exchange(
                     buffer_bytes=relay_whole_above if upstream.status < 400 else ERROR_ANSWER_BUFFER_BYTES,
                     body_timeout_s=body_timeout_s,
                     expect_id=expect_id,
+                    require_id=require_id,
                     held_timeout_s=held_timeout_s,
                     held_bound_s=answer_timeout_s,
                 )
@@ -1173,6 +1188,7 @@ async def _relay_whole(
     buffer_bytes: int,
     body_timeout_s: float | None,
     expect_id: str | None = None,
+    require_id: bool = False,
     held_timeout_s: float | None = None,
     held_bound_s: float | None = None,
 ) -> ExchangeResult:
@@ -1194,7 +1210,10 @@ async def _relay_whole(
     ``expect_id`` (a stored response's retrieval or cancel): the bytes held are read before the relay
     starts, and an answer whose first ``id`` (both APIs put it first) names another response is
     returned unrelayed (:func:`_misnamed`). Until session s45 such an answer past ``buffer_bytes``
-    was relayed, and found misnamed only once the client had it.
+    was relayed, and found misnamed only once the client had it. ``require_id`` (a search's): one
+    whose held bytes - ``buffer_bytes`` of them, where a response object's ``id`` comes first - do
+    not show that response (:func:`_shows`) is returned so as well: until session s48 a cluster's
+    200 of 8 MiB naming no response was relayed, the search ended at it.
 
     ``held_timeout_s`` bounds the bytes held, before the relay starts, too (``answer_timeout_s`` of
     :func:`exchange`, whose whole is ``held_bound_s``, what the 504's message names): a search's
@@ -1243,7 +1262,7 @@ async def _relay_whole(
         large_error_log.warning(
             "upstream %s answered HTTP %d with an error body over %d bytes: relayed as it arrives, "
             "not retried",
-            endpoint,
+            _logged_upstream(endpoint, upstream_name),
             upstream.status,
             ERROR_ANSWER_BUFFER_BYTES,
         )
@@ -1267,6 +1286,10 @@ async def _relay_whole(
         if named is not None and named != expect_id:
             response.relayed = None
             return _misnamed(upstream.status, named, extra)
+    shown = read_first and _shows(scan.document(), cast(str, expect_id))
+    if require_id and expect_id is not None and upstream.status < 400 and not shown:
+        response.relayed = None  # not JSON, or no such id first: no proof the response is stored there
+        return _misnamed(upstream.status, None, extra)
     try:
         await response.prepare(request)
         on_prepared(response)
@@ -1397,6 +1420,14 @@ async def _relay_decoded(
         result.usage_unread = scan.unread
     response.relayed = None  # relayed to its end: nothing left to charge (see _RelayedStream.relayed)
     return result
+
+
+def _logged_upstream(endpoint: str, upstream_name: str) -> str:
+    """How a WARNING names the upstream: by the name its caller gave (the global router's
+    ``cluster 'east-1'``: its operators know clusters by name, and an endpoint is an internal URL;
+    until session s48 the large-error WARNING named the URL), else - tier 1, whose upstream is
+    :data:`UPSTREAM_NAME` - by ``endpoint``, the pod's ``host:port``."""
+    return endpoint if upstream_name == UPSTREAM_NAME else upstream_name
 
 
 def _warn_usage_unread(endpoint: str, reason: str | None, detail: str | None) -> None:

@@ -1028,6 +1028,10 @@ async def _ask_stored(
                     # a search's 404 (any error) over 1 MiB: answered with its status alone, so the
                     # search moves on (since s48; relayed before, the search ended there)
                     discard_large_errors=known is None,
+                    # a search's retrieval or cancel over 1 MiB whose held start does not show the
+                    # response asked for: a miss, unrelayed (since s48; relayed before, the search
+                    # ended there), as a smaller one is (``unproven`` below)
+                    require_id=known is None and _names_itself(request),
                 ),
             )
         except ConnectFailed:
