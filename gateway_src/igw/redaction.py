@@ -330,6 +330,46 @@ first part went through (``{"password": "hunter2`` as it was); now the rest of t
 Run where :func:`_left_open` finds such a field whose value was not masked already. Until session
 s47 (round 11) only where a kind of quote was left odd in the text: a stray quote before the field
 (an error text ``token" {"password": "hunter2``) made the count even, and the value went through."""
+
+
+def _mask_cut_field(found: re.Match[str]) -> str:
+    """A :data:`_CUT_FIELD` with its value masked to the end of its line, or to the end of the string
+    that holds it (:func:`_enclosing_end`), which is kept."""
+    kept = _enclosing_end(found, found.end(4), found.group(1), found.group(2))
+    field = found.group(1) + found.group(2) + found.group(3) + found.group(4)
+    return f"{field}{MASK}{found.string[kept : found.end()]}"
+
+
+_UNESCAPED_DOUBLE_QUOTE: Final = re.compile(r'(?<!\\)"')
+_STRING_END: Final = re.compile(r'(?<!\\)"(?=[\s,:}\]]|\Z)')
+_QUOTE_RUN: Final = {quote: re.compile(r"(\\*)" + quote) for quote in "'\""}
+
+
+def _enclosing_end(found: re.Match[str], start: int, escape: str, quote: str) -> int:
+    """Where, in the text a cut value's rule took (``found``, the value from ``start``), the string
+    holding that value ends: from there the text is kept, not masked.
+
+    A value cut before its closing quote is masked to the end of its line; but where the field is
+    itself inside a string (a JSON string's ``{\\"password\\": \\"hunter2``, or a dict repr's
+    ``{'password': 'hunter2`` in a JSON line's ``"error"``), that string's closing quote and the rest of
+    the line went with it until session s48 (round 12): the JSON was broken and the fields after it
+    lost, on every line outside :func:`igw.gateway.redaction.redact_line`'s per-string path (a prefixed
+    log format, a line that is not JSON). A value whose quotes are escaped (``escape``) ends at the
+    first such quote with fewer backslashes before it, which cannot be in the value; a value in single
+    quotes inside a double-quoted string (an odd count of unescaped ``"`` before the field) at the
+    first unescaped ``"`` that a separator or the end of the text follows."""
+    text, stop = found.string, found.end()
+    if escape:
+        for run in _QUOTE_RUN[quote].finditer(text, start, stop):
+            if len(run.group(1)) < len(escape):
+                return run.start()
+        return stop
+    if quote == "'" and len(_UNESCAPED_DOUBLE_QUOTE.findall(text, 0, found.start())) % 2:
+        end = _STRING_END.search(text, start, stop)
+        return stop if end is None else end.start()
+    return stop
+
+
 _OPEN_VALUE: Final = re.compile(r"\s*(\\*)([\"'])(?!" + re.escape(MASK) + r"\1\2)")
 """A value opening with a quote that is not a masked string (``"[REDACTED]"``, as :data:`_QUOTED_FIELD`
 writes a closed one)."""
@@ -417,6 +457,54 @@ _SPACED_KWARG_HINT: Final = re.compile(
 '...'``: a source line, a TOML or Python config dump), searched only in a text holding ``" ="`` or
 ``"\t="``."""
 
+_CONFIG_WORDS: Final = "(?:" + "|".join(_QUOTED_WORDS) + ")"
+_LINE_START: Final = r"(?:^|(?<=\n)|(?<=\\n)|(?<=[\"']))"
+_CONFIG_LINE: Final = re.compile(
+    r"(?i)(" + _LINE_START + r"[ \t]*(?:-[ \t]+)?(?:" + _QUOTED_NAME + r")[ \t]*([:=])[ \t]*)"
+    r"((?:(?!\\[nr])[^\s\"'\[({])(?:(?!\\[nr])[^\s\"'])*)"
+    r"(?=[ \t]*(?:\r?\n|\\[nr]|\Z|\\*[\"'](?:[\s,}\]]|\Z)))"
+)
+"""A secret-named key of a configuration line and its unquoted value, alone on its line (a YAML
+``password: hunter2``, an INI or ``.env`` dump's ``password = hunter2``, ``token: abc.def``, indented
+or a list item ``- token: ...``; newlines real or escaped; or a quoted string's whole text, ``"error":
+"password: hunter2"``). Quoted values are :data:`_KWARG_FIELD`'s,
+``name=value`` without blanks :data:`_FORM_FIELD`'s; until session s48 (round 12) these went through,
+kept so that prose (``token: expired``) stays. The line shape tells them apart: the key starts its
+line and the value is one run without blanks that ends it, so ``the password = field is required``,
+``password: none given`` and ``Error: token: expired`` stay; after a ``:`` a value that reads as a
+word (letters only, at most capitalised, shorter than :data:`WORD_MAX_CHARS`: ``token: expired``,
+``password: none``) stays too (:func:`_mask_config_line`); after ``=`` it is masked, as ``token=expired``
+is by the form rule."""
+_CONFIG_HINT: Final = re.compile(
+    rf"[:=](?<={_QUOTED_LAST}[:=])(?:"
+    + "|".join(f"(?<={word}[:=])" for word in _QUOTED_WORDS)
+    + rf")|[:=](?<={_QUOTED_LAST}[ \t][:=])(?:"
+    + "|".join(f"(?<={word}[ \t][:=])" for word in _QUOTED_WORDS)
+    + r")|[:=](?<=[ \t][ \t][:=])"
+)
+"""What a lower-cased text needs for :data:`_CONFIG_LINE` to match (one of :data:`_QUOTED_WORDS`, a
+blank or none, then ``:`` or ``=``; or two blanks before them, an aligned INI file): led by the
+``:``/``=`` and checked for a word's last letter first, as :data:`_QUOTED_HINT`."""
+
+
+def _config_secrets(lowered: str) -> bool:
+    """Whether a lower-cased text may hold a :data:`_CONFIG_LINE`: the cheap test before it runs."""
+    return _CONFIG_HINT.search(lowered) is not None
+
+
+def _config_changes(text: str) -> bool:
+    """Whether :data:`_CONFIG_LINE` masks a value in ``text``: :func:`needs_redaction`'s test after the
+    hint, so that prose the rule keeps (``token: expired``) is still judged clean."""
+    return any(_mask_config_line(found) != found.group(0) for found in _CONFIG_LINE.finditer(text))
+
+
+def _mask_config_line(found: re.Match[str]) -> str:
+    """A :data:`_CONFIG_LINE` with its value masked, unless a ``:`` precedes a value that reads as a word."""
+    value = found.group(3)
+    if found.group(2) == ":" and value.isalpha() and value[1:].islower() and len(value) < WORD_MAX_CHARS:
+        return found.group(0)
+    return f"{found.group(1)}{MASK}"
+
 
 def _keyword_secrets(lowered: str) -> bool:
     """Whether a lower-cased text may hold a :data:`_KWARG_FIELD`: the cheap test before it runs."""
@@ -431,7 +519,10 @@ def _mask_escaped_kwarg(found: re.Match[str]) -> str:
     when it was there)."""
     quote = found.group(3) + found.group(4)
     closed = found.end(0) > found.end(4) and found.group(0).endswith(quote)
-    return f"{found.group(1)}{found.group(2)}{quote}{MASK}{quote if closed else ''}"
+    if closed:
+        return f"{found.group(1)}{found.group(2)}{quote}{MASK}{quote}"
+    kept = _enclosing_end(found, found.end(4), found.group(3), found.group(4))
+    return f"{found.group(1)}{found.group(2)}{quote}{MASK}{found.string[kept : found.end()]}"
 
 
 def _mask_kwarg(found: re.Match[str]) -> str:
@@ -439,7 +530,8 @@ def _mask_kwarg(found: re.Match[str]) -> str:
     cut off, its opening quote then :data:`MASK`."""
     value = found.group(3)
     if found.group(4) is not None:
-        return f"{found.group(1)}{found.group(2)}{found.group(4)}{MASK}"
+        kept = _enclosing_end(found, found.start(4) + 1, "", found.group(4))
+        return f"{found.group(1)}{found.group(2)}{found.group(4)}{MASK}{found.string[kept : found.end()]}"
     first = _FIRST_QUOTE.search(value)
     quote = first.group(2) if first else "'"
     return f"{found.group(1)}{found.group(2)}{_STRINGS.sub(lambda s: _mask_string(s, '', quote), value)}"
@@ -872,6 +964,7 @@ def needs_redaction(text: str) -> bool:
         _form_secrets(lowered)
         or _QUOTED_HINT.search(lowered) is not None
         or _keyword_secrets(lowered)
+        or (_config_secrets(lowered) and _config_changes(text))
         or _hex_secrets(lowered)
         or any(trigger in lowered for trigger in _TRIGGERS)
     )
@@ -978,7 +1071,9 @@ def redact(text: str) -> str:
     if (quoted or keyword) and _secret_containers(text):
         text = _mask_containers(text)
     if quoted and _left_open(text):
-        text = _CUT_FIELD.sub(lambda m: f"{m.group(1)}{m.group(2)}{m.group(3)}{m.group(4)}{MASK}", text)
+        text = _CUT_FIELD.sub(_mask_cut_field, text)
+    if _config_secrets(lowered):
+        text = _CONFIG_LINE.sub(_mask_config_line, text)
     if _hex_secrets(lowered):
         text = _mask_hex_keys(text)
     if not any(trigger in lowered for trigger in _TRIGGERS):

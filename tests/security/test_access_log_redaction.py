@@ -404,24 +404,36 @@ def _planted_text(draw: st.DrawFn) -> tuple[str, list[str]]:
 @given(
     texts=st.dictionaries(st.sampled_from(TEXT_FIELDS), _planted_text(), min_size=1, max_size=4),
     scored=st.booleans(),
+    keys=st.lists(_planted_text(), max_size=4),
 )
 def test_every_written_line_stays_json_without_the_planted_secrets(
     served_access_logger: tuple[logging.Logger, io.StringIO, BatchedLineHandler],
     texts: dict[str, tuple[str, list[str]]],
     scored: bool,
+    keys: list[tuple[str, list[str]]],
 ) -> None:
     """Text fields holding secrets, some cut before their closing quote or end (an error text quoted
     short): the written line parses as JSON with the record's keys, and no planted secret is in it.
     A rule masking "to the end of the line" took the line's own closing ``"}`` (and the fields after
-    the secret) until session s47, which broke every log shipper's JSON parser on such a line."""
+    the secret) until session s47, which broke every log shipper's JSON parser on such a line.
+
+    The scores' keys (endpoint keys, scorer names) holding secrets too: every key is kept, however
+    many redact alike (two were one key, the first one's scores lost, until session s48)."""
     _, stream, handler = served_access_logger
     record = _record(**{"tenant": "team-a", **{field: text for field, (text, _) in texts.items()}})
     if scored:
         record.scores = {"10.0.0.1:8000": {"queue": 0.5, "total": 1.0}}
+    if keys:
+        scores = {text: {"queue": 0.5, text: 1.0, "total": 1.0} for text, _ in keys}
+        record.scores = {**(record.scores or {}), **scores}
     line = _written(handler, stream, record)
     written = orjson.loads(line)
     assert list(written) == list(record.line_fields())
-    for _, planted in texts.values():
+    if record.scores:
+        assert len(written["scores"]) == len(record.scores), line
+        for endpoint, shown in zip(record.scores, written["scores"].values(), strict=True):
+            assert len(shown) == len(record.scores[endpoint]), line
+    for _, planted in [*texts.values(), *keys]:
         for piece in planted:
             assert piece not in line, (piece, line)
     assert written["request_id"] == record.request_id
@@ -471,3 +483,73 @@ def test_a_json_log_line_through_the_formatter_stays_json() -> None:
     assert written == {"error": f'said {{"password": "{MASK}', "n": [1, f"Bearer {MASK}"]}
     assert formatter.format_line('{"a": "b" password: "hunter2xyz') == f'{{"a": "b" password: "{MASK}'
     assert formatter.format_line('{"model": "m"}') == '{"model": "m"}'
+
+
+@pytest.mark.parametrize(
+    ("scores", "shown"),
+    [
+        (
+            {"Bearer abcdefgh12345678": {"q": 1.0}, "Bearer zyxwvuts87654321": {"q": 2.0}},
+            {f"Bearer {MASK}": {"q": 1.0}, f"Bearer {MASK} (2)": {"q": 2.0}},
+        ),
+        (
+            {f"Bearer {MASK}": {"q": 1.0}, "Bearer abcdefgh12345678": {"q": 2.0}},
+            {f"Bearer {MASK}": {"q": 1.0}, f"Bearer {MASK} (2)": {"q": 2.0}},
+        ),
+        (
+            {"10.0.0.1:8000": {"Bearer abcdefgh12345678": 1.0, "Bearer zyxwvuts87654321": 2.0}},
+            {"10.0.0.1:8000": {f"Bearer {MASK}": 1.0, f"Bearer {MASK} (2)": 2.0}},
+        ),
+    ],
+)
+def test_keys_that_redact_alike_are_all_kept(
+    served_access_logger: tuple[logging.Logger, io.StringIO, BatchedLineHandler],
+    scores: dict[str, dict[str, float]],
+    shown: dict[str, dict[str, float]],
+) -> None:
+    """Two keys masked to the same text were one key: the first one's value was lost. A key redaction
+    leaves as it is keeps its text; a masked one already taken gets a number."""
+    _, stream, handler = served_access_logger
+    written = orjson.loads(_written(handler, stream, _record(scores=scores)))
+    assert written["scores"] == shown
+
+
+@pytest.mark.parametrize(
+    ("line", "shown"),
+    [
+        ('{"password": "hunter2xyz", "n": 1}', {"password": MASK, "n": 1}),
+        (
+            '{"client_secret": ["hunter2xyz", 12, null], "e": "Bearer abcdefgh12345678"}',
+            {"client_secret": [MASK, MASK, None], "e": f"Bearer {MASK}"},
+        ),
+        ('{"Cookie": "sid=hunter2xyz", "ok": true}', {"Cookie": MASK, "ok": True}),
+        (
+            '{"credentials": {"username": "ops", "password": "hunter2xyz"}}',
+            {"credentials": {"username": "ops", "password": MASK}},
+        ),
+        ('{"token": {"a": {"b": "hunter2xyz"}}}', {"token": {"a": {"b": MASK}}}),
+        ('{"max_tokens": 16, "token_type": "Bearer"}', None),
+    ],
+)
+def test_a_json_line_s_secret_named_field_is_masked_string_by_string_too(
+    line: str, shown: dict[str, object] | None
+) -> None:
+    """The per-string path redacted each string alone, and a value lost its key: ``{"password":
+    "hunter2xyz"}``, masked by the whole line's redaction, was written with the password."""
+    written = orjson.loads(redact_line(line))
+    assert written == (orjson.loads(line) if shown is None else shown)
+    assert "hunter2xyz" not in redact_line(line)
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [("password: hunter2xyz", f"password: {MASK}"), ("token = hunter2xyz", f"token = {MASK}")],
+)
+def test_a_configuration_line_in_a_text_field_is_masked_in_the_written_line(
+    served_access_logger: tuple[logging.Logger, io.StringIO, BatchedLineHandler], text: str, shown: str
+) -> None:
+    _, stream, handler = served_access_logger
+    record = _record(error=text)
+    assert not record.redaction_free()
+    assert orjson.loads(_written(handler, stream, record))["error"] == shown
+    assert _record(error="token: expired").redaction_free()  # prose the rule keeps: judged clean

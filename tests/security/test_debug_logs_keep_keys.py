@@ -1098,3 +1098,86 @@ def test_a_jwt_cut_after_its_payload_at_the_end_of_a_quoted_string_is_masked() -
         assert payload not in logged, logged
         assert MASK in logged
     assert redact('"version 1.eyJ2.0"') == '"version 1.eyJ2.0"'  # not a JWT: one short segment
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("password = hunter2", f"password = {MASK}"),
+        ("password: hunter2", f"password: {MASK}"),
+        ("token: abc.def", f"token: {MASK}"),
+        ("api_key = abc123", f"api_key = {MASK}"),
+        ("[default]\naws_access_key_id = AKIAIOSFODNN7EXAMPLE\nsecret_access_key=s3cr3t/v4lue", None),
+        (
+            "app:\n  db:\n    password: hunter2\n    user: ops",
+            f"app:\n  db:\n    password: {MASK}\n    user: ops",
+        ),
+        ("- client_secret: s3cr3t-v4lue\n- name: x", f"- client_secret: {MASK}\n- name: x"),
+        ("dump: config\\npassword = hunter2\\nuser = ops", f"dump: config\\npassword = {MASK}\\nuser = ops"),
+        ("token = expired", f"token = {MASK}"),
+    ],
+)
+def test_an_unquoted_value_of_a_configuration_line_is_masked(text: str, shown: str | None) -> None:
+    """A YAML, INI or ``.env`` line (``password: hunter2``, ``password = hunter2``) went through: only a
+    quoted value or ``name=value`` without blanks was masked, so that prose stays."""
+    redacted = redact(text)
+    for secret in ("hunter2", "abc.def", "s3cr3t", "abc123"):
+        assert secret not in redacted, redacted
+    if shown is not None:
+        assert redacted == shown
+    assert needs_redaction(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "token: expired",
+        "password: none given",
+        "the password = field is required",
+        "Error: token: expired",
+        "max_tokens: 100",
+        "token: Expired",
+        "login failed\npassword: required",
+        "status: 401 token: hunter2 refused",
+    ],
+)
+def test_prose_about_a_secret_stays(text: str) -> None:
+    assert redact(text) == text
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        (
+            '2026-12-07 INFO x: {"error": "said {\'password\': \'hunter2xyz", "model": "m"}',
+            f'2026-12-07 INFO x: {{"error": "said {{\'password\': \'{MASK}", "model": "m"}}',
+        ),
+        ('body="{\\"password\\": \\"hunter2xyz" user=ops', f'body="{{\\"password\\": \\"{MASK}" user=ops'),
+        (
+            'x: {"error": "Config(token=\'hunter2xyz", "model": "m"}',
+            f'x: {{"error": "Config(token=\'{MASK}", "model": "m"}}',
+        ),
+        (
+            'x: {"error": "Config(token=\\"hunter2xyz", "model": "m"}',
+            f'x: {{"error": "Config(token=\\"{MASK}", "model": "m"}}',
+        ),
+        ("{'password': 'hunter2xyz", f"{{'password': '{MASK}"),
+    ],
+)
+def test_a_cut_value_inside_a_string_keeps_that_string_s_closing_quote(text: str, shown: str) -> None:
+    """A value cut before its closing quote is masked to the end of its line, but where its field is
+    inside a string (a JSON string's escaped JSON, a dict repr or a call's repr quoted in a JSON field)
+    that string ends first: its closing quote and the text after it went with the secret."""
+    assert redact(text) == shown
+
+
+def test_a_json_message_after_the_log_format_s_prefix_stays_json() -> None:
+    """``LOG_FORMAT`` puts the time, level and logger before a message; a JSON message whose cut
+    container a rule masks to the end of the line lost its closing ``"}`` there."""
+    message = json.dumps({"error": 'said {"password": ["hunter2xyz', "model": "m", "password": 1234})
+    record = logging.LogRecord("igw.x", logging.INFO, __file__, 1, message, None, None)
+    formatted = RedactingFormatter(LOG_FORMAT).format(record)
+    _, _, shown = formatted.partition(" igw.x: ")
+    assert "hunter2xyz" not in formatted
+    assert "1234" not in formatted
+    assert json.loads(shown) == {"error": f'said {{"password": [{MASK}', "model": "m", "password": MASK}

@@ -8,6 +8,7 @@ net.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
@@ -16,7 +17,7 @@ from typing import Any, Final, Literal
 
 import orjson
 
-from igw.redaction import MASK, redact
+from igw.redaction import _CREDENTIALS_NAME, MASK, redact
 
 LOG_FORMAT: Final = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 """The line every long-running igw command logs: time, level, logger, message."""
@@ -57,7 +58,12 @@ class RedactingFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         formatted = super().format(record)
-        return redact_line(formatted) if self.message_only else redact(formatted)
+        if self.message_only:
+            return redact_line(formatted)
+        redacted = redact(formatted)
+        if redacted == formatted or not record.message.startswith(("{", "[")):
+            return redacted
+        return _prefixed_json(self.formatMessage(record), record.message, formatted) or redacted
 
 
 def redact_line(line: str) -> str:
@@ -78,10 +84,44 @@ def redact_line(line: str) -> str:
     redacted = redact(line)
     if redacted == line or not line.startswith(("{", "[")):
         return redacted
+    return _json_redacted(line) or redacted
+
+
+def _prefixed_json(head: str, message: str, formatted: str) -> str | None:
+    """A formatted record whose message is JSON after the format's prefix (:data:`LOG_FORMAT`'s time,
+    level and logger: ``2026-12-07 ... INFO igw.x: {"error": ...}``), its prefix and what follows the
+    message (a traceback) redacted as text, its message as :func:`redact_line` redacts a JSON line;
+    ``None`` where ``head`` (the record's formatted first part) does not end in the message or the
+    message is no JSON. The whole line's redaction is kept where it leaves the message JSON (its
+    spacing as logged). Until session s48 (round 12) such a line was redacted as text only, and a rule
+    masking a cut value to the end of the line took the message's closing ``"}``."""
+    if not (formatted.startswith(head) and head.endswith(message)):
+        return None
+    prefix = redact(head[: len(head) - len(message)])
+    if len(formatted) == len(head):  # no traceback: the whole line's redaction, if it left JSON
+        redacted = redact(formatted)
+        if redacted.startswith(prefix) and _is_json(redacted[len(prefix) :]):
+            return redacted
+    json_redacted = _json_redacted(message)
+    if json_redacted is None:
+        return None
+    return prefix + json_redacted + redact(formatted[len(head) :])
+
+
+def _is_json(text: str) -> bool:
+    try:
+        orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return False
+    return True
+
+
+def _json_redacted(line: str) -> str | None:
+    """``line`` parsed as JSON, redacted string by string and written again, or ``None`` if no JSON."""
     try:
         parsed = orjson.loads(line)
     except orjson.JSONDecodeError:
-        return redacted
+        return None
     return orjson.dumps(_redacted_value(parsed)).decode()
 
 
@@ -90,10 +130,59 @@ def _redacted_value(value: object) -> object:
     if isinstance(value, str):
         return _redacted_string(value)
     if isinstance(value, dict):
-        return {_redacted_string(key): _redacted_value(item) for key, item in value.items()}
+        return _redacted_object(value, masked=False)
     if isinstance(value, list):
         return [_redacted_value(item) for item in value]
     return value
+
+
+def _redacted_object(value: dict[str, object], *, masked: bool) -> dict[str, object]:
+    """A parsed JSON object with its keys redacted and every key kept, its values redacted
+    (:func:`_redacted_value`) or, under a secret's name (:func:`_secret_name`) or when ``masked``,
+    masked (:func:`_masked_value`).
+
+    Two keys that redact alike (``Bearer <token a>`` and ``Bearer <token b>``, both ``Bearer
+    [REDACTED]``) were one key until session s48 (round 12), and the first one's value was lost: a
+    redacted key already taken gets `` (2)``, `` (3)``... after it; a key redaction leaves as it is keeps
+    its text. Nor, until then, did a value know its key: ``{"password": "hunter2"}``, whose whole-line
+    redaction masks the value, was written with it, each string redacted alone."""
+    names = {key: _redacted_string(key) for key in value}
+    taken = {key for key, name in names.items() if name == key}
+    shown: dict[str, object] = {}
+    for key, item in value.items():
+        name = base = names[key]
+        count = 1
+        while name != key and (name in taken or name in shown):
+            count += 1
+            name = f"{base} ({count})"
+        own_names = isinstance(item, dict) and _CREDENTIALS_NAME.fullmatch(key) is not None
+        if masked or (_secret_name(key) and not own_names):
+            shown[name] = _masked_value(item)
+        else:
+            shown[name] = _redacted_value(item)
+    return shown
+
+
+def _masked_value(value: object) -> object:
+    """A secret field's value as the whole-line rules mask it: every string and number :data:`MASK`
+    (a string, so the JSON stays JSON), an object's keys, ``null`` and the booleans kept."""
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, (str, int, float)):
+        return MASK
+    if isinstance(value, dict):
+        return _redacted_object(value, masked=True)
+    if isinstance(value, list):
+        return [_masked_value(item) for item in value]
+    return value
+
+
+@functools.lru_cache(maxsize=1024)
+def _secret_name(key: str) -> bool:
+    """Whether redaction masks a value under ``key`` in a JSON object (``password``, ``client_secret``,
+    ``Cookie``, ``Authorization``...): the rules themselves asked, with a one-field object, so the
+    per-string path masks what the whole line's redaction did."""
+    return redact("{" + orjson.dumps(key).decode() + ':"probe"}').endswith(f':"{MASK}"}}')
 
 
 def _redacted_string(text: str) -> str:
