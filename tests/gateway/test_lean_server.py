@@ -589,3 +589,24 @@ async def test_the_inflight_registry_is_handed_the_handlers_task_on_the_lean_sid
         assert running_task is not None
         assert given is (running_task if switch == "lean" else None)
     assert calls[0][1] is not calls[1][1]  # a task per request on either side
+
+
+async def test_a_read_of_pipelined_requests_is_parsed_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each request of a read holding many pipelined ones is parsed once: the parser stops at the
+    end of the request it serves. Before session s48 it parsed on to the read's end, and the rest
+    was parsed again behind each answer - N(N+1)/2 request lines for N requests (quadratic CPU)."""
+    urls: list[bytes] = []
+    on_url = LeanRequestHandler.on_url
+
+    def counting_on_url(self: LeanRequestHandler, url: bytes) -> None:
+        urls.append(url)
+        on_url(self, url)
+
+    monkeypatch.setattr(LeanRequestHandler, "on_url", counting_on_url)
+    seen: list[tuple[str, bytes]] = []
+    count = 200
+    async with body_recording_server(seen) as port, connection(port) as (reader, writer):
+        writer.write(b"".join(post(b'{"n": %d}' % i) for i in range(count)))  # one write
+        assert [(await read_response(reader))[0] for _ in range(count)] == [200] * count
+    assert seen == [("ReceivedBody", b'{"n": %d}' % i) for i in range(count)]  # each whole, in order
+    assert len(urls) == count

@@ -186,3 +186,54 @@ async def _reset_while_sending(writer: asyncio.StreamWriter) -> bool:
 def _servers(app: web.Application) -> list[GatewayServer]:
     """The live GatewayServer objects serving ``app``."""
     return [o for o in gc.get_objects() if isinstance(o, GatewayServer) and o.app is app]
+
+
+@pytest.mark.parametrize("loop_name", ["asyncio", "uvloop"])
+def test_an_idle_keep_alive_close_with_nothing_unread_does_not_linger(loop_name: str) -> None:
+    """A connection closed for idleness (the keep-alive timeout) with no byte unread closes at once:
+    it neither lingers LINGER_S nor counts as lingering. Before session s48 it stayed in
+    ``server.lingering`` (counted against the cap) for the whole LINGER_S (2 s)."""
+    limits = serving.ServerLimits(keepalive_timeout_s=0.2)
+
+    async def scenario() -> tuple[int, int]:
+        app = web.Application()
+        app.router.add_get("/healthz", healthz)
+        async with serve_app(app, host="127.0.0.1", port=0, limits=limits) as url:
+            port = int(url.rsplit(":", 1)[1])
+            server = next(s for s in _servers(app))
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(HEALTHZ)
+            assert b" 200 " in await asyncio.wait_for(reader.readuntil(b"}"), 5)
+            assert await asyncio.wait_for(reader.read(), 5) == b""  # the idle close's FIN
+            await asyncio.sleep(0.05)
+            lingering, opened = len(server.lingering), server.open_connections()
+            writer.close()
+            return lingering, opened
+
+    run = uvloop.run if loop_name == "uvloop" else asyncio.run
+    assert run(scenario()) == (0, 0)
+
+
+async def test_bytes_unread_at_an_idle_close_are_still_drained() -> None:
+    """The idle close races a client that sends just then: bytes already in the socket when the
+    gateway closes it are drained (a lingering close, a FIN rather than a reset), as for any close."""
+    loop = asyncio.get_running_loop()
+    app = web.Application()
+    app.router.add_get("/healthz", healthz)
+    async with serve_app(app, host="127.0.0.1", port=0) as url:
+        server = next(s for s in _servers(app))
+        listener = socket.create_server(("127.0.0.1", 0))
+        with listener:
+            for pending, expected in ((b"", 0), (LATER, 1)):
+                client = socket.create_connection(listener.getsockname())
+                accepted, _ = listener.accept()
+                with client, accepted:
+                    client.sendall(pending)
+                    await asyncio.sleep(0.05)
+                    server.linger(accepted, idle=True)
+                    assert len(server.lingering) == expected, pending
+                    client.setblocking(False)
+                    assert await asyncio.wait_for(loop.sock_recv(client, 10), 5) == b""  # a FIN
+                for lingering in list(server.lingering):
+                    lingering.close()
+    del url

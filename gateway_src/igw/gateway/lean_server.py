@@ -395,6 +395,14 @@ class _BodyFlow:
             transport.resume_reading()
 
 
+@mypyc_attr(native_class=False)  # mypyc: an exception class stays a Python class
+class _StopParsing(IgwGatewayError):
+    """Raised from the parser's message-complete callback to stop it at the end of a request (the
+    bytes after it are a pipelined request, kept raw): httptools then raises
+    ``HttpParserCallbackError``, which :meth:`LeanRequestHandler._feed` takes for the end of the
+    parse (the message is complete)."""
+
+
 class _Message:
     """What the parser has told about the request being read."""
 
@@ -635,6 +643,11 @@ class LeanRequestHandler(GatewayRequestHandler):
         msg.complete = True
         if msg.body is not None:
             msg.body.feed_eof()
+        if msg.consumed > msg.head_end + msg.length:
+            # A pipelined request follows in this read: it is parsed (by a fresh parser) once this
+            # one is answered, so stop here. Parsed on to the read's end, every request of a read
+            # was parsed again behind each answer (quadratic; before session s48).
+            raise _StopParsing
 
     def _start(self, msg: _Message, request: LeanRequest) -> None:
         """Run the accepted request's handler, with its body as received in the head's read: whole

@@ -253,6 +253,7 @@ class GatewayRequestHandler(RequestHandler):
     __slots__ = (
         "_head_target",
         "_head_timer",
+        "_idle_close",
         "_last_body",
         "_limits",
         "_linger",
@@ -283,6 +284,9 @@ class GatewayRequestHandler(RequestHandler):
         self._linger = True
         """Whether a close the gateway makes lingers (:class:`LingeringClose`): not once the client
         half-closed, nor for a connection refused, evicted or aborted."""
+        self._idle_close = False
+        """Whether the gateway closes the connection for idleness (the keep-alive timeout): it lingers
+        only if bytes are unread (:meth:`GatewayServer.linger`)."""
 
     # ---- connection limit ----------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -304,6 +308,13 @@ class GatewayRequestHandler(RequestHandler):
     def eof_received(self) -> None:
         self._linger = False  # the client sends no more: nothing to wait for
         return super().eof_received()
+
+    def _process_keepalive(self) -> None:
+        """aiohttp's keep-alive timer; a close it makes is an idle one (:attr:`_idle_close`)."""
+        closing = self._force_close
+        super()._process_keepalive()
+        if self._force_close and not closing:
+            self._idle_close = True
 
     def evictable(self) -> bool:
         """No request is being handled on this connection (it is idle or still sending its head), and
@@ -430,7 +441,7 @@ class GatewayRequestHandler(RequestHandler):
         sock, self._socket = self._socket, None
         manager = self._manager
         if exc is None and self._linger and sock is not None and isinstance(manager, GatewayServer):
-            manager.linger(sock)
+            manager.linger(sock, idle=self._idle_close)
         super().connection_lost(exc)
 
     # ---- requests refused before any handler runs -----------------------------------------------
@@ -1372,15 +1383,16 @@ class GatewayServer(web.Server):
         """Client connections open: with a handler, still in their TLS handshake, or lingering."""
         return len(self._connections) + len(self.handshakes) + len(self.lingering)
 
-    def linger(self, sock: Any) -> None:
+    def linger(self, sock: Any, *, idle: bool = False) -> None:
         """Linger on ``sock``, a connection's plain-TCP socket that the gateway closes now
-        (:class:`LingeringClose`), unless the server is shutting down."""
+        (:class:`LingeringClose`), unless the server is shutting down. ``idle``: closed for idleness
+        (the keep-alive timeout), so it lingers only if bytes are unread."""
         if self.linger_off:
             return
         with contextlib.suppress(OSError):  # the socket is gone already: nothing to linger on
             fd = sock.fileno()
             if fd >= 0:
-                LingeringClose(self, socket.socket(sock.family, sock.type, fileno=os.dup(fd)))
+                LingeringClose(self, socket.socket(sock.family, sock.type, fileno=os.dup(fd)), idle=idle)
 
     def admit(self, newcomer: asyncio.Protocol) -> bool:
         """Whether a connection just accepted (``newcomer``, counted already) may stay: the count is
@@ -1448,11 +1460,18 @@ class LingeringClose:
     and what arrives is read and discarded until the client closes its side, :data:`LINGER_S` pass
     or :data:`LINGER_BYTES` were read - then the socket is closed. A lingering connection counts
     against ``max_connections`` and is the first closed to make room; shutdown closes them all.
-    TLS connections do not linger (the loop's TLS layer closes the socket itself)."""
+    TLS connections do not linger (the loop's TLS layer closes the socket itself).
+
+    A close for idleness (``idle``: the keep-alive timeout) expects nothing more from the client: once
+    the write side is shut, a socket with no byte unread is closed at once (before session s48 it
+    lingered the whole :data:`LINGER_S`, counted against the cap). The check comes after the FIN is
+    sent, so bytes that arrived before it - a request sent as the timer fired - are drained as in
+    any lingering close; only bytes arriving in the instant between the check and the close meet a
+    reset, which on an idle connection destroys no answer the client waits for."""
 
     __slots__ = ("_left", "_loop", "_server", "_sock", "_timer")
 
-    def __init__(self, server: GatewayServer, sock: socket.socket) -> None:
+    def __init__(self, server: GatewayServer, sock: socket.socket, *, idle: bool = False) -> None:
         self._server = server
         self._sock: socket.socket | None = sock
         self._left = LINGER_BYTES
@@ -1461,6 +1480,10 @@ class LingeringClose:
         try:
             sock.setblocking(False)
             sock.shutdown(socket.SHUT_WR)
+            if idle and not _unread(sock):
+                sock.close()
+                self._sock = None
+                return
             loop.add_reader(sock.fileno(), self._readable)
         except (OSError, ValueError):
             sock.close()
@@ -1497,6 +1520,14 @@ class LingeringClose:
         with contextlib.suppress(OSError, ValueError, RuntimeError):
             self._loop.remove_reader(sock.fileno())
         sock.close()
+
+
+def _unread(sock: socket.socket) -> bool:
+    """Whether ``sock`` (non-blocking) has bytes to read; its client's end of stream is none."""
+    try:
+        return bool(sock.recv(1, socket.MSG_PEEK))
+    except BlockingIOError:
+        return False
 
 
 class GatewayRunner(web.AppRunner):
