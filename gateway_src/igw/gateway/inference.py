@@ -1305,27 +1305,24 @@ async def _forward(
                 state.flow.started(key, plan.priority)
         connected = True
         try:
-            exchanging = exchange(
+            exchanging = _exchange_with(
                 request,
-                session=state.upstream if state.upstream is not None else request.app[SESSION_KEY],
-                endpoint=key,
-                body=body.raw,
-                headers=headers,
-                started=obs.started,
-                connect_timeout_s=settings.connect_timeout_s,
+                state,
+                obs,
+                plan,
+                settings,
+                key,
+                body,
+                headers,
+                bound_s,  # a search's whole answer, its body too (since s47)
                 idle_timeout_s=settings.stream_idle_timeout_s if body.stream else None,
-                response_headers={"X-Request-Id": obs.request_id, **plan.response_headers},
                 on_prepared=prepared.append,
                 keepalive_s=settings.sse_keepalive_interval_s,
                 on_first_token=None
                 if plan.sr is None or ep is None
                 else _first_token_feedback(plan.sr, ep, obs, clock=state.clock),
-                method=plan.method,
                 strip_usage=plan.strip_usage,
                 relay_whole_above=WHOLE_ANSWER_BUFFER_BYTES,
-                expect_id=plan.settles,  # a retrieval's: checked before it is relayed (None: generating)
-                head_timeout_s=bound_s,
-                answer_timeout_s=bound_s,  # a search's whole answer, its body too (since s47)
             )
             # routeTimeout bounds the whole exchange; without one (the default) no timer is armed
             if deadline is None:
@@ -1563,6 +1560,54 @@ async def _forward(
     return _finish_after_write(request, obs, result.answer)
 
 
+def _exchange_with(
+    request: web.Request,
+    state: GatewayState,
+    obs: RequestObserver,
+    plan: _Forward,
+    settings: RoutingSettings,
+    key: str,
+    body: InferenceBody,
+    headers: CIMultiDict[str] | bytes,
+    bound_s: float | None,
+    *,
+    idle_timeout_s: float | None,
+    on_prepared: Callable[[web.StreamResponse], None],
+    keepalive_s: float = 0.0,
+    on_first_token: Callable[[float], None] | None = None,
+    strip_usage: bool = False,
+    relay_whole_above: int | None = None,
+    hold_bytes: int | None = None,
+) -> Awaitable[ExchangeResult]:
+    """One attempt's :func:`exchange` with ``key`` (not awaited): the arguments every attempt shares -
+    the plan's method and expected id (a retrieval's: checked before it is relayed; ``None`` while
+    generating), the request's id - in one place for :func:`_forward`'s attempts and a hedged
+    search's (:meth:`_HedgedSearch.asker`). ``bound_s`` bounds the answer's head and the whole
+    answer (a search's attempt; ``None``: no such bound); the rest is how the answer is relayed or
+    held."""
+    return exchange(
+        request,
+        session=state.upstream if state.upstream is not None else request.app[SESSION_KEY],
+        endpoint=key,
+        body=body.raw,
+        headers=headers,
+        started=obs.started,
+        connect_timeout_s=settings.connect_timeout_s,
+        idle_timeout_s=idle_timeout_s,
+        response_headers={"X-Request-Id": obs.request_id, **plan.response_headers},
+        on_prepared=on_prepared,
+        keepalive_s=keepalive_s,
+        on_first_token=on_first_token,
+        method=plan.method,
+        strip_usage=strip_usage,
+        relay_whole_above=relay_whole_above,
+        expect_id=plan.settles,
+        head_timeout_s=bound_s,
+        hold_bytes=hold_bytes,
+        answer_timeout_s=bound_s,
+    )
+
+
 class _HedgedSearch:
     """One hedged retrieval's search (:mod:`igw.gateway.hedged_search`): each pod's outcome judged as
     it comes (:meth:`decide`), then the request's as the sequential search would have left it
@@ -1618,21 +1663,19 @@ class _HedgedSearch:
             if deadline is not None and bound_s is not None:
                 bound_s = max(0.0, min(bound_s, deadline - time.monotonic()))
                 self.shortened[key] = head_timeout_s is not None and bound_s < head_timeout_s
-            return exchange(
+            # its body bounded too: a pod stalling mid-answer is given up
+            return _exchange_with(
                 request,
-                session=state.upstream if state.upstream is not None else request.app[SESSION_KEY],
-                endpoint=key,
-                body=body.raw,
-                headers=headers,
-                started=obs.started,
-                connect_timeout_s=settings.connect_timeout_s,
+                state,
+                obs,
+                plan,
+                settings,
+                key,
+                body,
+                headers,
+                bound_s,
                 idle_timeout_s=None,
-                response_headers={"X-Request-Id": obs.request_id, **plan.response_headers},
                 on_prepared=_never_prepared,
-                method=plan.method,
-                expect_id=plan.settles,
-                head_timeout_s=bound_s,
-                answer_timeout_s=bound_s,  # its body too: a pod stalling mid-answer is given up
                 hold_bytes=WHOLE_ANSWER_BUFFER_BYTES,
             )
 
