@@ -92,6 +92,9 @@ class FakeModelServer:
     stored_delay_s: float = 0.0
     """Seconds each request about a stored response (retrieve, delete, cancel, its items) waits
     before its answer."""
+    deleted_late_s: float = 0.0
+    """Seconds a deletion's answer waits after the response was deleted (a pod that applies it, then
+    answers late)."""
     stored_stall_s: float = 0.0
     """Seconds a whole (not streamed) answer about a stored response - its 404 too - stalls after its
     head and the first half of its body, before the rest (a pod that freezes mid-answer)."""
@@ -479,6 +482,8 @@ class FakeModelServer:
             return await self._whole(request, {"error": error}, status=404)
         if request.method == "DELETE":
             del self.stored_responses[rid]
+            if self.deleted_late_s:
+                await asyncio.sleep(self.deleted_late_s)
             return web.json_response({"id": rid, "object": "response.deleted", "deleted": True})
         if request.path.endswith("/input_items"):
             return web.json_response({"object": "list", "data": [], "has_more": False})

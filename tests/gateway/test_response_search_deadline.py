@@ -10,30 +10,20 @@ import asyncio
 from typing import Any
 
 from tests.gateway.fake_model_server import FakeModelServer, running
+from tests.gateway.search_support import answered, bounded, frozen, pools
 from tests.gateway.test_response_search import DOC, LLAMA
-
-
-def _bounded(gw: Any, *, timeout_s: float, deadline_s: float, hedge_s: float | None = None) -> None:
-    searches = gw.state.response_searches
-    searches.search_timeout_s = timeout_s
-    searches.search_deadline_s = deadline_s
-    if hedge_s is not None:
-        searches.hedge_delay_s = hedge_s
 
 
 async def test_a_hedged_search_past_frozen_pods_ends_at_its_deadline(gateway: Any) -> None:
     """Eight frozen pods, three asked at once: the pods asked before the deadline are given up by it
     (the 504 of a silent pod), the last two never asked; nothing listed as found nowhere. Before, each
     pod had its whole timeout, all eight were asked, and the search outlasted the deadline."""
-    frozen = [FakeModelServer(name, stored_delay_s=3600) for name in "abcdefgh"]
-    async with running(*frozen), gateway(DOC, {"llama": [p.key for p in frozen]}) as gw:
-        _bounded(gw, timeout_s=0.5, deadline_s=1.0, hedge_s=0.05)
-        async with asyncio.timeout(10):
-            answer = await gw.http.get(f"{gw.url}/v1/responses/resp_x")
-            assert answer.status == 504
-            assert (await answer.json())["error"]["code"] == "upstream_timeout"
-        assert [len(p.received) for p in frozen] == [1, 1, 1, 1, 1, 1, 0, 0]
-        searches = gw.state.response_searches
+    pods = frozen("abcdefgh")
+    async with running(*pods), gateway(DOC, pools(pods)) as gw:
+        searches = bounded(gw, timeout_s=0.5, deadline_s=1.0, hedge_s=0.05)
+        error = await answered(gw, "GET", "/v1/responses/resp_x", status=504)
+        assert error["code"] == "upstream_timeout"
+        assert [len(p.received) for p in pods] == [1, 1, 1, 1, 1, 1, 0, 0]
         assert not searches.recently_unfound("resp_x", now=gw.state.clock(), within=LLAMA)
         assert searches.in_flight == 0
 
@@ -42,14 +32,12 @@ async def test_a_sequential_search_past_frozen_pods_ends_at_its_deadline(gateway
     """A ``DELETE`` (one pod after another) past four frozen pods: two get their whole timeout, the
     third what is left of the deadline, the fourth is never asked; the answer is the silent pod's 504.
     Before, every pod had its whole timeout (4 x 0.5 s here; 8 x 2 s = 16 s with the real bounds)."""
-    frozen = [FakeModelServer(name, stored_delay_s=3600) for name in "abcd"]
-    async with running(*frozen), gateway(DOC, {"llama": [p.key for p in frozen]}) as gw:
-        _bounded(gw, timeout_s=0.5, deadline_s=1.4)
-        async with asyncio.timeout(10):
-            answer = await gw.http.delete(f"{gw.url}/v1/responses/resp_x")
-            assert answer.status == 504
-            assert (await answer.json())["error"]["code"] == "upstream_timeout"
-        assert [len(p.received) for p in frozen] == [1, 1, 1, 0]
+    pods = frozen("abcd")
+    async with running(*pods), gateway(DOC, pools(pods)) as gw:
+        bounded(gw, timeout_s=0.5, deadline_s=1.4)
+        error = await answered(gw, "DELETE", "/v1/responses/resp_x", status=504)
+        assert error["code"] == "upstream_timeout"
+        assert [len(p.received) for p in pods] == [1, 1, 1, 0]
         assert gw.state.response_searches.in_flight == 0
 
 
@@ -59,8 +47,8 @@ async def test_pods_never_asked_at_the_deadline_make_it_a_504_not_a_404(gateway:
     search ran out of time, never the 404 of the pods asked (a pod not asked may store the
     response), and the id is not listed as found nowhere."""
     slow = [FakeModelServer(name, stored_delay_s=0.4) for name in "abcd"]
-    async with running(*slow), gateway(DOC, {"llama": [p.key for p in slow]}) as gw:
-        _bounded(gw, timeout_s=2.0, deadline_s=1.0)
+    async with running(*slow), gateway(DOC, pools(slow)) as gw:
+        bounded(gw, timeout_s=2.0, deadline_s=1.0)
         async with asyncio.timeout(10):
             answer = await gw.http.delete(f"{gw.url}/v1/responses/resp_x")
             assert answer.status == 504

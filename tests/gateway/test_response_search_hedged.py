@@ -17,19 +17,10 @@ from igw.gateway.hedged_search import LAST, NEXT, WIN, hedged
 from igw.gateway.response_search import SEARCH_TIMEOUT_S, SLOW_CAPACITY, SLOW_TTL_S, ResponseSearches
 from igw.global_router.server import SEARCH_TIMEOUT_S as ROUTER_SEARCH_TIMEOUT_S
 from tests.gateway.fake_model_server import FakeModelServer, running
+from tests.gateway.search_support import open_to, stored
 from tests.gateway.support import wait_for
 from tests.gateway.test_openai_apis import metric
 from tests.gateway.test_response_search import DOC, LLAMA
-
-
-def _stored(pod: FakeModelServer, rid: str, **extra: Any) -> None:
-    pod.stored_responses[rid] = {"id": rid, "object": "response", "output": [], **extra}
-
-
-def _open_to(gw: Any, pods: list[FakeModelServer]) -> int:
-    """The gateway's upstream connections still open to ``pods``."""
-    ports = {pod.port for pod in pods}
-    return sum(1 for conn in gw.state.upstream._open if conn.origin.port in ports)
 
 
 def test_a_slow_pod_is_asked_last_for_a_while_and_memory_is_bounded() -> None:
@@ -101,11 +92,12 @@ async def test_three_frozen_pods_before_the_holder_cost_one_search_timeout_then_
     never answer) before the holder. Sequential, the retrieval took 3 x ``SEARCH_TIMEOUT_S``, past
     the global router's per-cluster bound (5 s): it answered 504 although the cluster held the
     response; and a retrieval of another id took as long again. Hedged, the first takes one search
-    timeout, and the next, which asks the pods found slow last, none."""
+    timeout, and the next asks the pod found slow last (the two cancelled, silent less than the search
+    timeout, are not: the next costs their hedge delays, 0.6 s)."""
     frozen = [FakeModelServer(name, stored_delay_s=3600) for name in "abc"]
     holder = FakeModelServer("d")
-    _stored(holder, "resp_1")
-    _stored(holder, "resp_2")
+    stored(holder, "resp_1")
+    stored(holder, "resp_2")
     pods = [*frozen, holder]
     async with running(*pods), gateway(DOC, {"llama": [p.key for p in pods]}) as gw:
         searches = gw.state.response_searches
@@ -119,14 +111,17 @@ async def test_three_frozen_pods_before_the_holder_cost_one_search_timeout_then_
             assert took < ROUTER_SEARCH_TIMEOUT_S - 1.0  # under the router's bound with room
             assert took < 2 * SEARCH_TIMEOUT_S  # sequential: 3 x
             # the pods abandoned (their connections closed, not pooled half-read)
-            await wait_for(lambda: _open_to(gw, frozen) == 0, what="the frozen pods' connections closed")
+            await wait_for(lambda: open_to(gw, frozen) == 0, what="the frozen pods' connections closed")
             t0 = time.monotonic()
             second = await gw.http.get(f"{gw.url}/v1/responses/resp_2")
             took = time.monotonic() - t0
         assert second.status == 200
         assert (await second.json())["id"] == "resp_2"
-        assert took < searches.hedge_delay_s  # the holder asked first
-        assert [len(p.received) for p in pods] == [1, 1, 1, 2]  # the slow pods not asked again
+        # only the pod silent the whole search timeout is asked last (since session s48; the two
+        # cancelled when the holder answered were silent less): those two cost a hedge delay each
+        assert took < 3 * searches.hedge_delay_s
+        assert [len(p.received) for p in pods] == [1, 2, 2, 2]  # the slow pod not asked again
+        assert set(searches._slow) == {frozen[0].key}
         assert searches.in_flight == 0
 
 
@@ -162,7 +157,7 @@ async def test_an_answer_too_large_to_hold_is_asked_again_and_relayed(gateway: A
     frozen = FakeModelServer("a", stored_delay_s=3600)
     holder = FakeModelServer("b")
     big = "x" * (1536 * 1024)
-    _stored(holder, "resp_big", instructions=big)
+    stored(holder, "resp_big", instructions=big)
     async with running(frozen, holder), gateway(DOC, {"llama": [frozen.key, holder.key]}) as gw:
         gw.state.response_searches.hedge_delay_s = 0.05
         async with asyncio.timeout(20):

@@ -6,21 +6,13 @@ it had) and asked last for a minute as if silent for the whole per-pod timeout."
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import pytest
 
 from tests.gateway.fake_model_server import FakeModelServer, running
+from tests.gateway.search_support import answered, bounded, frozen, pools, remember, stored
 from tests.gateway.test_response_search import DOC, LLAMA
-from tests.gateway.test_response_search_deadline import _bounded
-from tests.gateway.test_response_search_hedged import _stored
-
-
-def _remember(gw: Any, rid: str, pod: FakeModelServer) -> Any:
-    sr = gw.state.runtime.schedulers["llama"]
-    sr.scheduler.remember_response(rid, pod.key, now=gw.state.clock())
-    return sr.scheduler.responses
 
 
 @pytest.mark.parametrize("path", ["/v1/responses/resp_1", "/v1/responses/resp_1/input_items"])
@@ -28,41 +20,36 @@ async def test_a_frozen_remembered_holder_is_given_up_and_the_others_searched(
     gateway: Any, path: str
 ) -> None:
     """The holder is silent: given up at the search timeout, the other pod asked (404), the holder
-    asked again last; the client gets the holder's 504 within the search's deadline, not after
-    ``responseTimeout``. Still remembered (nobody else has it), asked last by searches for a while."""
-    frozen = FakeModelServer("a", stored_delay_s=3600)
+    not asked again (since session s48; before, asked again last); the client gets the holder's 504
+    within the search's deadline, not after ``responseTimeout``. Still remembered (nobody else has
+    it), asked last by searches for a while."""
+    (stuck,) = frozen("a")
     other = FakeModelServer("b")
-    _stored(frozen, "resp_1")
-    async with running(frozen, other), gateway(DOC, {"llama": [frozen.key, other.key]}) as gw:
-        _bounded(gw, timeout_s=0.5, deadline_s=1.4, hedge_s=0.05)
-        responses = _remember(gw, "resp_1", frozen)
-        async with asyncio.timeout(5):
-            answer = await gw.http.get(gw.url + path)
-            assert answer.status == 504
-            error = (await answer.json())["error"]
+    stored(stuck, "resp_1")
+    async with running(stuck, other), gateway(DOC, pools([stuck, other])) as gw:
+        searches = bounded(gw, timeout_s=0.5, deadline_s=1.4, hedge_s=0.05)
+        responses = remember(gw, "resp_1", stuck)
+        error = await answered(gw, "GET", path, status=504, within_s=5)
         assert error["code"] == "upstream_timeout"
         assert error["message"] == "the model server sent no response within 0.5s"
-        assert [len(frozen.received), len(other.received)] == [2, 1]
-        assert responses.endpoint_of("resp_1") == frozen.key
-        searches = gw.state.response_searches
-        assert set(searches._slow) == {frozen.key}
+        assert [len(stuck.received), len(other.received)] == [1, 1]  # not asked again (since s48)
+        assert responses.endpoint_of("resp_1") == stuck.key
+        assert set(searches._slow) == {stuck.key}
         assert not searches.recently_unfound("resp_1", now=gw.state.clock(), within=LLAMA)
         assert searches.in_flight == 0
 
 
 async def test_a_response_found_past_a_frozen_holder_is_remembered_where_found(gateway: Any) -> None:
-    frozen = FakeModelServer("a", stored_delay_s=3600)
+    (stuck,) = frozen("a")
     other = FakeModelServer("b")
-    _stored(frozen, "resp_1")
-    _stored(other, "resp_1")
-    async with running(frozen, other), gateway(DOC, {"llama": [frozen.key, other.key]}) as gw:
-        _bounded(gw, timeout_s=0.5, deadline_s=1.4, hedge_s=0.05)
-        responses = _remember(gw, "resp_1", frozen)
-        async with asyncio.timeout(5):
-            answer = await gw.http.get(gw.url + "/v1/responses/resp_1")
-            assert answer.status == 200
-            assert (await answer.json())["id"] == "resp_1"
-        assert [len(frozen.received), len(other.received)] == [1, 1]
+    stored(stuck, "resp_1")
+    stored(other, "resp_1")
+    async with running(stuck, other), gateway(DOC, pools([stuck, other])) as gw:
+        bounded(gw, timeout_s=0.5, deadline_s=1.4, hedge_s=0.05)
+        responses = remember(gw, "resp_1", stuck)
+        found = await answered(gw, "GET", "/v1/responses/resp_1", status=200, within_s=5)
+        assert found["id"] == "resp_1"
+        assert [len(stuck.received), len(other.received)] == [1, 1]
         assert responses.endpoint_of("resp_1") == other.key
         assert gw.state.response_searches.in_flight == 0
 
@@ -72,10 +59,10 @@ async def test_a_remembered_holder_answering_in_time_is_the_only_pod_asked(gatew
     taken, nothing listed as found nowhere."""
     holder = FakeModelServer("a")
     other = FakeModelServer("b")
-    _stored(holder, "resp_1")
-    async with running(holder, other), gateway(DOC, {"llama": [holder.key, other.key]}) as gw:
-        _remember(gw, "resp_1", holder)
-        _remember(gw, "resp_gone", holder)
+    stored(holder, "resp_1")
+    async with running(holder, other), gateway(DOC, pools([holder, other])) as gw:
+        remember(gw, "resp_1", holder)
+        remember(gw, "resp_gone", holder)
         found = await gw.http.get(gw.url + "/v1/responses/resp_1")
         assert found.status == 200
         gone = await gw.http.get(gw.url + "/v1/responses/resp_gone")
@@ -88,17 +75,14 @@ async def test_a_remembered_holder_answering_in_time_is_the_only_pod_asked(gatew
 
 
 async def test_no_search_place_free_leaves_a_frozen_holder_s_504(gateway: Any) -> None:
-    frozen = FakeModelServer("a", stored_delay_s=3600)
+    (stuck,) = frozen("a")
     other = FakeModelServer("b")
-    async with running(frozen, other), gateway(DOC, {"llama": [frozen.key, other.key]}) as gw:
-        _bounded(gw, timeout_s=0.5, deadline_s=1.4, hedge_s=0.05)
-        _remember(gw, "resp_1", frozen)
-        searches = gw.state.response_searches
+    async with running(stuck, other), gateway(DOC, pools([stuck, other])) as gw:
+        searches = bounded(gw, timeout_s=0.5, deadline_s=1.4, hedge_s=0.05)
+        remember(gw, "resp_1", stuck)
         searches.in_flight = searches.limit  # every place taken
-        async with asyncio.timeout(5):
-            answer = await gw.http.get(gw.url + "/v1/responses/resp_1")
-            assert answer.status == 504
-        assert [len(frozen.received), len(other.received)] == [1, 0]
+        await answered(gw, "GET", "/v1/responses/resp_1", status=504, within_s=5)
+        assert [len(stuck.received), len(other.received)] == [1, 0]
         assert searches.in_flight == searches.limit
 
 
@@ -106,33 +90,27 @@ async def test_a_pod_given_up_at_the_deadline_is_told_so_and_not_asked_last(gate
     """A ``DELETE`` past four frozen pods (timeout 0.5 s, deadline 1.4 s): the third has 0.4 s left
     of the deadline. Its 504 names the deadline (before: "within 0.4s"), and it is not asked last
     afterwards (silent 0.4 s, less than the per-pod timeout); the two silent 0.5 s are."""
-    frozen = [FakeModelServer(name, stored_delay_s=3600) for name in "abcd"]
-    async with running(*frozen), gateway(DOC, {"llama": [p.key for p in frozen]}) as gw:
-        _bounded(gw, timeout_s=0.5, deadline_s=1.4)
-        async with asyncio.timeout(10):
-            answer = await gw.http.delete(f"{gw.url}/v1/responses/resp_x")
-            assert answer.status == 504
-            error = (await answer.json())["error"]
+    pods = frozen("abcd")
+    async with running(*pods), gateway(DOC, pools(pods)) as gw:
+        searches = bounded(gw, timeout_s=0.5, deadline_s=1.4)
+        error = await answered(gw, "DELETE", "/v1/responses/resp_x", status=504)
         assert error["code"] == "upstream_timeout"
         assert error["message"] == (
             "the search for response 'resp_x' did not end within 1.4s: a model server did not answer "
             "in time; retry the request"
         )
-        assert [len(p.received) for p in frozen] == [1, 1, 1, 0]
-        assert set(gw.state.response_searches._slow) == {frozen[0].key, frozen[1].key}
+        assert [len(p.received) for p in pods] == [1, 1, 1, 0]
+        assert set(searches._slow) == {pods[0].key, pods[1].key}
 
 
 async def test_a_hedged_attempt_given_up_at_the_deadline_is_told_so_and_not_asked_last(gateway: Any) -> None:
     """Five frozen pods, three asked at once (0.5 s each), the deadline 0.9 s: the two asked when
     the first three were given up have 0.4 s or less. The answer names the deadline; only the three
     silent the whole timeout are asked last afterwards."""
-    frozen = [FakeModelServer(name, stored_delay_s=3600) for name in "abcde"]
-    async with running(*frozen), gateway(DOC, {"llama": [p.key for p in frozen]}) as gw:
-        _bounded(gw, timeout_s=0.5, deadline_s=0.9, hedge_s=0.05)
-        async with asyncio.timeout(10):
-            answer = await gw.http.get(f"{gw.url}/v1/responses/resp_x")
-            assert answer.status == 504
-            error = (await answer.json())["error"]
+    pods = frozen("abcde")
+    async with running(*pods), gateway(DOC, pools(pods)) as gw:
+        searches = bounded(gw, timeout_s=0.5, deadline_s=0.9, hedge_s=0.05)
+        error = await answered(gw, "GET", "/v1/responses/resp_x", status=504)
         assert "did not end within 0.9s" in error["message"]
-        assert [len(p.received) for p in frozen] == [1, 1, 1, 1, 1]
-        assert set(gw.state.response_searches._slow) == {p.key for p in frozen[:3]}
+        assert [len(p.received) for p in pods] == [1, 1, 1, 1, 1]
+        assert set(searches._slow) == {p.key for p in pods[:3]}

@@ -16,10 +16,10 @@ import orjson
 import pytest
 
 from tests.gateway.fake_model_server import FakeModelServer, running
+from tests.gateway.search_support import answered, bounded, open_to, pools, stored
 from tests.gateway.support import wait_for
 from tests.gateway.test_openai_apis import metric
 from tests.gateway.test_response_search import DOC, LLAMA
-from tests.gateway.test_response_search_hedged import _open_to, _stored
 
 
 async def test_a_hedged_search_gives_up_pods_that_stall_or_trickle_their_body(gateway: Any) -> None:
@@ -30,22 +30,17 @@ async def test_a_hedged_search_gives_up_pods_that_stall_or_trickle_their_body(ga
     stalling = FakeModelServer("a", stored_stall_s=3600)
     trickling = FakeModelServer("b", stored_trickle_s=0.2)
     pods = [stalling, trickling]
-    async with running(*pods), gateway(DOC, {"llama": [p.key for p in pods]}) as gw:
-        searches = gw.state.response_searches
-        searches.search_timeout_s = 0.5
-        searches.hedge_delay_s = 0.05
+    async with running(*pods), gateway(DOC, pools(pods)) as gw:
+        searches = bounded(gw, timeout_s=0.5, hedge_s=0.05)
         t0 = time.monotonic()
-        async with asyncio.timeout(10):
-            answer = await gw.http.get(f"{gw.url}/v1/responses/resp_x")
-            took = time.monotonic() - t0
-            assert answer.status == 504
-            error = (await answer.json())["error"]
+        error = await answered(gw, "GET", "/v1/responses/resp_x", status=504)
+        took = time.monotonic() - t0
         assert error["code"] == "upstream_timeout"
         assert error["message"] == "the model server did not finish its response within 0.5s"
         assert took < 2.0
         assert not searches.recently_unfound("resp_x", now=gw.state.clock(), within=LLAMA)
         assert set(searches._slow) == {stalling.key, trickling.key}
-        await wait_for(lambda: _open_to(gw, pods) == 0, what="the stalled pods' connections closed")
+        await wait_for(lambda: open_to(gw, pods) == 0, what="the stalled pods' connections closed")
         assert searches.in_flight == 0
 
 
@@ -54,16 +49,13 @@ async def test_a_sequential_search_asks_the_next_pod_past_a_stalled_body(gateway
     the search gives it up at its bound and the next pod, which stores the response, answers."""
     stalling = FakeModelServer("a", stored_stall_s=3600)
     holder = FakeModelServer("b")
-    _stored(holder, "resp_1")
-    async with running(stalling, holder), gateway(DOC, {"llama": [stalling.key, holder.key]}) as gw:
-        searches = gw.state.response_searches
-        searches.search_timeout_s = 0.5
+    stored(holder, "resp_1")
+    async with running(stalling, holder), gateway(DOC, pools([stalling, holder])) as gw:
+        searches = bounded(gw, timeout_s=0.5)
         t0 = time.monotonic()
-        async with asyncio.timeout(10):
-            deleted = await gw.http.delete(f"{gw.url}/v1/responses/resp_1")
-            took = time.monotonic() - t0
-            assert deleted.status == 200
-            assert (await deleted.json())["deleted"] is True
+        deleted = await answered(gw, "DELETE", "/v1/responses/resp_1", status=200)
+        took = time.monotonic() - t0
+        assert deleted["deleted"] is True
         assert took < 2.0
         assert "resp_1" not in holder.stored_responses
         text = await (await gw.http.get(gw.url + "/metrics")).text()
@@ -88,7 +80,7 @@ async def test_a_client_leaving_a_hedged_search_ends_every_attempt(
         searches = gw.state.response_searches
         searches.hedge_delay_s = 0.05
         task = asyncio.create_task(gw.http.get(f"{gw.url}/v1/responses/resp_1"))
-        await wait_for(lambda: _open_to(gw, frozen) == 3, what="three attempts in flight")
+        await wait_for(lambda: open_to(gw, frozen) == 3, what="three attempts in flight")
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
 
@@ -97,7 +89,7 @@ async def test_a_client_leaving_a_hedged_search_ends_every_attempt(
             return [e for e in entries if e["status"] == 499]
 
         await wait_for(lambda: len(gone()) == 1, what="the access-log line")
-        await wait_for(lambda: _open_to(gw, frozen) == 0, what="every attempt's connection closed")
+        await wait_for(lambda: open_to(gw, frozen) == 0, what="every attempt's connection closed")
         (line,) = gone()
         assert line["attempts"] == 4
         assert line["endpoint"] == frozen[2].key

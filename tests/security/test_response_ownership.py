@@ -559,7 +559,11 @@ async def test_one_tenant_searching_made_up_ids_takes_only_its_share_of_the_sear
             for i in range(4)
         ]
         try:
-            await wait_for(lambda: searches.in_flight == 4, what="four searches of mallory's")
+            # each search's first ask reached the pod (until s48 the count was read when the places
+            # were taken, sometimes before the requests arrived: the "no pod asked" check flaked)
+            await wait_for(
+                lambda: searches.in_flight == 4 and len(pod.received) == 4, what="four searches of mallory's"
+            )
             asked = len(pod.received)
             status, answer = await _ask(gw, "GET", "/v1/responses/resp_made_up_5", mallory)
             assert status == 503

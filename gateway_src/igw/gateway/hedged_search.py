@@ -62,18 +62,22 @@ async def hedged(
     delay_s: float = HEDGE_DELAY_S,
     width: int = HEDGE_WIDTH,
     ask_until: float | None = None,
+    silent_s: float | None = None,
 ) -> list[str]:
     """Ask ``candidates`` in their order with ``ask`` (the next one once the one asked last has not
     answered within ``delay_s``, or at once when an attempt ended, ``width`` in flight at most) and
     hand each outcome - its result, or the exception it raised - to ``decide`` as it comes (those
     that end together in the candidates' order), until ``decide`` answers :data:`WIN` or every
     attempt has ended. The attempts in flight then are cancelled and awaited: when this returns, none
-    runs; it returns those of them asked ``delay_s`` or more before (silent that long). Cancelled
+    runs; it returns those of them asked ``silent_s`` (``None``: ``delay_s``) or more before (silent
+    that long: a search passes its per-pod timeout, so that only a pod silent as long as one the
+    search stopped waiting for is asked last, since session s48). Cancelled
     itself (the client left), it cancels them the same way. ``ask_until`` (:func:`time.monotonic`):
     no candidate is asked from then on (a search's deadline: the attempts in flight end by their own
     bound, and the search with them, some candidates never asked)."""
     if width < 1 or delay_s < 0:
         raise ValueError("width must be at least 1, delay_s not negative")
+    silent_after = delay_s if silent_s is None else silent_s
     order = {key: index for index, key in enumerate(candidates)}
     waiting = iter(candidates)
     pending: dict[asyncio.Task[T], str] = {}
@@ -103,7 +107,7 @@ async def hedged(
                 verdict = decide(key, failed if failed is not None else task.result())
                 if verdict == WIN:
                     now = loop.time()
-                    return [key for key in pending.values() if now - asked[key] >= delay_s]
+                    return [key for key in pending.values() if now - asked[key] >= silent_after]
                 if verdict == LAST:
                     more = False
     finally:

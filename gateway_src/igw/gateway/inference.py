@@ -78,7 +78,7 @@ from igw.gateway.request_body import (
     with_leading_field,
 )
 from igw.gateway.response_ids import MINTING_ENGINES, believed, mint, minted_for
-from igw.gateway.response_search import SEARCH_ASK_LEAST_S, SEARCH_TIMEOUT, search_context
+from igw.gateway.response_search import SEARCH_ASK_LEAST_S, SEARCH_TIMEOUT, SearchPlace, search_context
 from igw.gateway.retries import refused_status, request_digest, retry_condition
 from igw.gateway.runtime import GatewayRuntime, SchedulerRuntime
 from igw.gateway.serving import LIMITS_KEY, ServerLimits
@@ -266,10 +266,11 @@ class _Forward:
     """Set by :func:`_forward` for a retrieval or cancel (``settles``): the answer relayed carries
     that response (names its id), the only answer whose pod a search remembers as its holder."""
     holder: str | None
-    """A retrieval not streamed of a response whose pod is remembered (since session s47): that pod,
-    ``candidates``' first, asked alone and bounded as a search's attempt; silent, the other pods are
-    searched (``candidates``' rest, the holder again last, as a slow pod) within the search's
-    deadline. ``None``: no such retrieval."""
+    """A request about a response whose pod is remembered (a retrieval not streamed since session
+    s47; a streamed replay, a deletion, a cancel since s48): that pod, ``candidates``' first, asked
+    alone and bounded as a search's attempt (a replay's head alone), its answer in time the client's;
+    silent, the other pods are searched (``candidates``' rest; the holder not asked again) within
+    the search's deadline. ``None``: no such request."""
 
     def __init__(
         self,
@@ -561,17 +562,15 @@ async def handle_stored_response(request: web.Request) -> web.StreamResponse:
         if found is not None:
             sr, key = found
             guard.authorize(principal, model=sr.spec.model_name)
-            owners = {key: sr}
-            if request.method == "GET" and not stream:
-                # A retrieval not streamed (since session s47): the holder bounded as a search's
-                # attempt, the other pods searched if it is silent (a frozen holder held the client
-                # until responseTimeout, 600 s by default). Streamed replays, deletions and cancels:
-                # the holder alone, unbounded (docs/gateway.md says why).
-                holder = key
-                others = _search_candidates(state, guard, principal)
-                others.pop(key, None)
-                ordered = state.response_searches.ordered(list(others), now=state.clock())
-                owners = {key: sr, **{other: others[other] for other in ordered}}
+            # The holder bounded as a search's attempt, the other pods searched if it is silent (a
+            # frozen holder held the client until responseTimeout, 600 s by default): a retrieval not
+            # streamed since session s47 (hedged), a streamed replay (its answer head bounded), a
+            # deletion and a cancel since s48 (one pod after another)
+            holder = key
+            others = _search_candidates(state, guard, principal)
+            others.pop(key, None)
+            ordered = state.response_searches.ordered(list(others), now=state.clock())
+            owners = {key: sr, **{other: others[other] for other in ordered}}
         else:
             owners = _search_candidates(state, guard, principal)
             if not owners:
@@ -594,8 +593,6 @@ async def handle_stored_response(request: web.Request) -> web.StreamResponse:
         candidates = list(owners)
         if found is None:  # pods a search stopped waiting for lately asked last (since session s47)
             candidates = state.response_searches.ordered(candidates, now=state.clock())
-        elif len(candidates) > 1:  # the holder first; silent, asked again after the others
-            candidates.append(candidates[0])
         plan = _Forward(
             candidates=candidates,
             sr=None,  # no pick: nothing for the scheduler to learn from a retrieval
@@ -604,7 +601,7 @@ async def handle_stored_response(request: web.Request) -> web.StreamResponse:
             what=f"the model server storing {response_id!r}",
             method=request.method.encode("ascii"),
             generates=False,
-            search_for=None if found is not None and holder is None else response_id,
+            search_for=response_id,
             search_within=within,
             search_pools={key: owner.spec.name for key, owner in owners.items()},
             settles=response_id,
@@ -1267,6 +1264,7 @@ async def _forward(
     search_deadline = (time.monotonic() + state.response_searches.search_deadline_s) if polling else None
     cut_short = False  # the search's deadline passed with pods not asked
     stalled: ExchangeResult | None = None
+    place: SearchPlace | None = None  # a silent remembered holder's search of the others (since s48)
     # routeTimeout bounds every attempt together: each retry gets what is left of it
     deadline = None if plan.timeout_s is None else time.monotonic() + plan.timeout_s
     candidates = plan.candidates
@@ -1280,7 +1278,14 @@ async def _forward(
         ask_until = None if search_deadline is None else search_deadline - SEARCH_ASK_LEAST_S
         try:
             if plan.holder is None:
-                silent = await hedged(candidates, ask, search.decide, delay_s=delay_s, ask_until=ask_until)
+                silent = await hedged(
+                    candidates,
+                    ask,
+                    search.decide,
+                    delay_s=delay_s,
+                    ask_until=ask_until,
+                    silent_s=head_timeout_s,
+                )
             else:
                 silent = await _holder_first(state, plan, principal, search, ask, delay_s, ask_until)
         except asyncio.CancelledError:  # its attempts cancelled and ended; nothing relayed yet
@@ -1292,7 +1297,9 @@ async def _forward(
                 raise
             _ = search.settled()  # the attempts heard, in the access log
             return obs.finish(_shut_down_search(obs))
-        # the pods abandoned after the hedge delay or more: asked last for a while, as stalled ones
+        # the pods abandoned silent the whole search timeout: asked last for a while, as stalled ones
+        # (until s48 those silent the hedge delay, 0.3 s: a pod merely slower than the winner was
+        # asked last for 60 s, a rule the pods cut by the deadline were spared since s47)
         for key in silent:
             state.response_searches.slow(key, now=state.clock())
         result, refusal, stalled, withheld, missed = search.settled()
@@ -1324,27 +1331,24 @@ async def _forward(
                 state.flow.started(key, plan.priority)
         connected = True
         try:
-            exchanging = exchange(
+            exchanging = _exchange_with(
                 request,
-                session=state.upstream if state.upstream is not None else request.app[SESSION_KEY],
-                endpoint=key,
-                body=body.raw,
-                headers=headers,
-                started=obs.started,
-                connect_timeout_s=settings.connect_timeout_s,
+                state,
+                obs,
+                plan,
+                settings,
+                key,
+                body,
+                headers,
+                bound_s,  # a search's whole answer, its body too (since s47)
                 idle_timeout_s=settings.stream_idle_timeout_s if body.stream else None,
-                response_headers={"X-Request-Id": obs.request_id, **plan.response_headers},
                 on_prepared=prepared.append,
                 keepalive_s=settings.sse_keepalive_interval_s,
                 on_first_token=None
                 if plan.sr is None or ep is None
                 else _first_token_feedback(plan.sr, ep, obs, clock=state.clock),
-                method=plan.method,
                 strip_usage=plan.strip_usage,
                 relay_whole_above=WHOLE_ANSWER_BUFFER_BYTES,
-                expect_id=plan.settles,  # a retrieval's: checked before it is relayed (None: generating)
-                head_timeout_s=bound_s,
-                answer_timeout_s=bound_s,  # a search's whole answer, its body too (since s47)
             )
             # routeTimeout bounds the whole exchange; without one (the default) no timer is armed
             if deadline is None:
@@ -1436,7 +1440,10 @@ async def _forward(
         # Retried here, not in the handler: mypyc cannot compile a `continue` inside try/finally
         # (igw.compiled). A plain answer - a success, most errors - costs the status test alone.
         searching_on = plan.search_for is not None and not prepared and attempt < len(candidates)
-        if misnamed and plan.search_for is None and plan.settles is not None:
+        holding = key == plan.holder  # a remembered holder: its answer in time is the client's
+        if holding:
+            searching_on = False
+        if misnamed and (plan.search_for is None or holding) and plan.settles is not None:
             # the pod remembered as its holder named another: forgotten, the next poll searches
             # (until session s45 every poll went back to it)
             for sr in state.runtime.schedulers.values():
@@ -1473,6 +1480,15 @@ async def _forward(
             else:
                 state.response_searches.slow(key, now=state.clock())  # asked last for a while
             stalled = result
+            if holding and attempt < len(candidates):
+                # a silent remembered holder: the others searched in a place of the caller's scope,
+                # given back when the forward ends or at the search's deadline (none free: its 504).
+                # Never asked again (since s48): a deletion it applied late would answer 404.
+                place = state.response_searches.take(
+                    _search_scope(principal), release_after_s=state.response_searches.search_deadline_s
+                )
+                if place is None:
+                    break
             if attempt < len(candidates):
                 searched += 1
                 obs.retrying(plan.search_pools.get(key, ""), SEARCH_TIMEOUT, status=result.status)
@@ -1480,7 +1496,7 @@ async def _forward(
             break
         if polling and connected and result is not None:
             state.response_searches.answered(key)  # in time: no longer asked last
-        if connected and (result is None or prepared or result.status < 400):
+        if holding or (connected and (result is None or prepared or result.status < 400)):
             break
         if plan.search_for is not None and connected and result is not None and result.status == 404:
             missed += 1
@@ -1507,6 +1523,8 @@ async def _forward(
             budgeted = True
             if plan.sr is not None and plan.sr.pool.states.get(key) is ep:
                 unsent = key  # refused, so never prefilled there: its pick moves on (_sent_instead)
+    if place is not None:
+        place.release()
     if budgeted:  # the retry's endpoint was gone before its attempt started
         state.retry_budget.give_back()
     if unsent is not None and plan.sr is not None:  # no attempt took it after that: nobody got it
@@ -1582,6 +1600,54 @@ async def _forward(
     return _finish_after_write(request, obs, result.answer)
 
 
+def _exchange_with(
+    request: web.Request,
+    state: GatewayState,
+    obs: RequestObserver,
+    plan: _Forward,
+    settings: RoutingSettings,
+    key: str,
+    body: InferenceBody,
+    headers: CIMultiDict[str] | bytes,
+    bound_s: float | None,
+    *,
+    idle_timeout_s: float | None,
+    on_prepared: Callable[[web.StreamResponse], None],
+    keepalive_s: float = 0.0,
+    on_first_token: Callable[[float], None] | None = None,
+    strip_usage: bool = False,
+    relay_whole_above: int | None = None,
+    hold_bytes: int | None = None,
+) -> Awaitable[ExchangeResult]:
+    """One attempt's :func:`exchange` with ``key`` (not awaited): the arguments every attempt shares -
+    the plan's method and expected id (a retrieval's: checked before it is relayed; ``None`` while
+    generating), the request's id - in one place for :func:`_forward`'s attempts and a hedged
+    search's (:meth:`_HedgedSearch.asker`). ``bound_s`` bounds the answer's head and the whole
+    answer (a search's attempt; ``None``: no such bound); the rest is how the answer is relayed or
+    held."""
+    return exchange(
+        request,
+        session=state.upstream if state.upstream is not None else request.app[SESSION_KEY],
+        endpoint=key,
+        body=body.raw,
+        headers=headers,
+        started=obs.started,
+        connect_timeout_s=settings.connect_timeout_s,
+        idle_timeout_s=idle_timeout_s,
+        response_headers={"X-Request-Id": obs.request_id, **plan.response_headers},
+        on_prepared=on_prepared,
+        keepalive_s=keepalive_s,
+        on_first_token=on_first_token,
+        method=plan.method,
+        strip_usage=strip_usage,
+        relay_whole_above=relay_whole_above,
+        expect_id=plan.settles,
+        head_timeout_s=bound_s,
+        hold_bytes=hold_bytes,
+        answer_timeout_s=bound_s,
+    )
+
+
 class _HedgedSearch:
     """One hedged retrieval's search (:mod:`igw.gateway.hedged_search`): each pod's outcome judged as
     it comes (:meth:`decide`), then the request's as the sequential search would have left it
@@ -1637,21 +1703,19 @@ class _HedgedSearch:
             if deadline is not None and bound_s is not None:
                 bound_s = max(0.0, min(bound_s, deadline - time.monotonic()))
                 self.shortened[key] = head_timeout_s is not None and bound_s < head_timeout_s
-            return exchange(
+            # its body bounded too: a pod stalling mid-answer is given up
+            return _exchange_with(
                 request,
-                session=state.upstream if state.upstream is not None else request.app[SESSION_KEY],
-                endpoint=key,
-                body=body.raw,
-                headers=headers,
-                started=obs.started,
-                connect_timeout_s=settings.connect_timeout_s,
+                state,
+                obs,
+                plan,
+                settings,
+                key,
+                body,
+                headers,
+                bound_s,
                 idle_timeout_s=None,
-                response_headers={"X-Request-Id": obs.request_id, **plan.response_headers},
                 on_prepared=_never_prepared,
-                method=plan.method,
-                expect_id=plan.settles,
-                head_timeout_s=bound_s,
-                answer_timeout_s=bound_s,  # its body too: a pod stalling mid-answer is given up
                 hold_bytes=WHOLE_ANSWER_BUFFER_BYTES,
             )
 
@@ -1765,12 +1829,15 @@ async def _holder_first(
     """A retrieval of a response whose pod is remembered (``plan.holder``, since session s47): that
     pod asked alone, its answer bounded as a search's attempt (a stored response is small JSON sent
     at once). Its answer in time, whatever it is (a 404 too), is the client's, as before. Given up,
-    the other pods are searched, hedged, the holder asked again last (a slow pod now), within what is
-    left of the search's deadline and in a search place of the caller's scope (none free: the
-    holder's 504). Until then a frozen holder held the client until ``responseTimeout`` (600 s by
-    default). Returns the pods silent when the search ended (:func:`hedged`'s)."""
+    the other pods are searched, hedged (the holder a slow pod now), within what is left of the
+    search's deadline and in a search place of the caller's scope (none free: the holder's 504); the
+    holder is not asked again (since session s48: a pod silent the whole search timeout rarely
+    answers in the time left, and asking it again cost the client a second timeout, 4.0 s). Until
+    s47 a frozen holder held the client until ``responseTimeout`` (600 s by default). Returns the
+    pods silent when the search ended (:func:`hedged`'s)."""
     first, rest = plan.candidates[:1], plan.candidates[1:]
-    silent = await hedged(first, ask, search.decide, delay_s=delay_s, ask_until=ask_until)
+    silent_s = state.response_searches.search_timeout_s
+    silent = await hedged(first, ask, search.decide, delay_s=delay_s, ask_until=ask_until, silent_s=silent_s)
     if search.withheld == plan.holder and plan.settles is not None and plan.holder is not None:
         # it named another response: forgotten, the next poll searches (as the sequential path)
         for sr in state.runtime.schedulers.values():
@@ -1783,7 +1850,9 @@ async def _holder_first(
         return silent
     search.searched = True
     try:
-        return silent + await hedged(rest, ask, search.decide, delay_s=delay_s, ask_until=ask_until)
+        return silent + await hedged(
+            rest, ask, search.decide, delay_s=delay_s, ask_until=ask_until, silent_s=silent_s
+        )
     finally:
         searches.end(scope)
 

@@ -971,19 +971,29 @@ async def exchange(
                 else:
                     async with asyncio.timeout(whole_timeout_s):
                         payload = await upstream.read()
-        except TimeoutError:
-            return _stalled(
-                _timed_out(endpoint, upstream_name, "did not finish its response within", whole_bound_s),
-                response_headers,
-            )
-        except UpstreamStalled as stalled:
-            return _stalled(stalled, response_headers)
-        except UpstreamBroken as broken:
-            return _upstream_failed("upstream failed while sending its response", broken, response_headers)
+        except (TimeoutError, UpstreamBroken) as failed:  # UpstreamStalled too
+            return _answer_failed(failed, endpoint, upstream_name, whole_bound_s, response_headers)
         coded = await _decoded_scan(upstream, payload) if _coded_json(upstream) else None
         return _whole_answer(upstream, payload, extra=response_headers, coded=coded)
     finally:
         upstream.close()
+
+
+def _answer_failed(
+    failed: TimeoutError | UpstreamBroken,
+    endpoint: str,
+    upstream_name: str,
+    bound_s: float | None,
+    extra: Mapping[str, str],
+) -> ExchangeResult:
+    """The result of a whole answer that did not arrive after its head (relayed or held alike): its
+    bound ``bound_s`` passed (a 504 naming it), the pod stalled (a 504), or its connection broke (a
+    502). One mapping for :func:`exchange` and :func:`_held`, so both tell a client the same."""
+    if isinstance(failed, UpstreamStalled):
+        return _stalled(failed, extra)
+    if isinstance(failed, UpstreamBroken):
+        return _upstream_failed("upstream failed while sending its response", failed, extra)
+    return _stalled(_timed_out(endpoint, upstream_name, "did not finish its response within", bound_s), extra)
 
 
 def _shorter(first: float | None, second: float | None) -> float | None:
@@ -1038,13 +1048,8 @@ async def _held(
                 payload = b"".join(parts)
             elif len(payload) > hold_bytes:
                 return _unheld(extra)
-    except TimeoutError:
-        bound = _timed_out(endpoint, upstream_name, "did not finish its response within", bound_s)
-        return _stalled(bound, extra)
-    except UpstreamStalled as stalled:
-        return _stalled(stalled, extra)
-    except UpstreamBroken as broken:
-        return _upstream_failed("upstream failed while sending its response", broken, extra)
+    except (TimeoutError, UpstreamBroken) as failed:  # UpstreamStalled too
+        return _answer_failed(failed, endpoint, upstream_name, bound_s, extra)
     coded = await _decoded_scan(upstream, payload) if _coded_json(upstream) else None
     return _whole_answer(upstream, payload, extra=extra, coded=coded)
 
