@@ -47,7 +47,7 @@ from igw.gateway.serving import (
     raise_fd_limit,
     serve_app,
 )
-from igw.gateway.stop_signals import StopSignals
+from igw.gateway.stop_signals import ReloadSignal, StopSignals
 from igw.gateway.tracing_options import TracingOptions
 from igw.gateway.worker_count import memory_limit
 from igw.gateway.worker_heartbeat import Heartbeat
@@ -377,6 +377,17 @@ async def _serve(config: GatewayConfig, options: LaunchOptions, registry: Collec
     limits = options.limits
     async with contextlib.AsyncExitStack() as started:
         stop_signals = started.enter_context(StopSignals(stop, asyncio.get_running_loop()))
+        state = app[STATE_KEY]
+
+        def reload_now() -> None:
+            check = state.check_config_now
+            if check is None:
+                log.info("SIGHUP ignored: configuration reload is off (--no-reload)")
+                return
+            log.info("SIGHUP: checking the configuration file %s now", options.config_path)
+            check()
+
+        started.enter_context(ReloadSignal(reload_now, asyncio.get_running_loop(), stop.is_set))
         try:
             if options.management_port is not None:
                 # Entered first, so it closes last: /metrics and /readyz stay readable while the
@@ -415,7 +426,7 @@ async def _serve(config: GatewayConfig, options: LaunchOptions, registry: Collec
         try:
             await stop.wait()
             stop_signals.ignore_further()
-            app[STATE_KEY].draining = True
+            state.draining = True
             log.info(
                 "stopping: not ready; serving for %gs more, then up to %gs for in-flight requests",
                 limits.drain_s,

@@ -412,8 +412,10 @@ def create_app(
             if reloader is not None:
                 share_config_reloads(state.scraper, reloader)
                 reloader.start()
+                state.check_config_now = reloader.nudge
             yield
         finally:
+            state.check_config_now = None
             if reloader is not None:
                 await reloader.stop()
             if discovery is not None:

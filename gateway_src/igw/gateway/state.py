@@ -105,6 +105,9 @@ class GatewayState:
         """Set on SIGTERM: /readyz answers 503 so load balancers stop sending before we stop serving."""
         self.on_config_applied: list[Callable[[GatewayConfig], None]] = []
         """Called after a reload is applied (discovery follows new scheduler names and selectors)."""
+        self.check_config_now: Callable[[], None] | None = None
+        """While the configuration reloader runs: have it check the file now (SIGHUP,
+        :class:`~igw.gateway.stop_signals.ReloadSignal`); ``None``: reload is off (``--no-reload``)."""
         self.config_error: str | None = None
         """The last rejected reload's message (shown in /readyz until a valid config is applied)."""
         self.group_serving: Callable[[], bool] | None = None

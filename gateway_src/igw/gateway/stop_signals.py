@@ -19,12 +19,15 @@ signal to the main thread first). The handler passes the stop to the loop with
 from __future__ import annotations
 
 import asyncio
+import logging
 import signal
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import FrameType
 from typing import Any
 
 STOP_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGTERM, signal.SIGINT)
+
+log = logging.getLogger("igw.gateway")
 
 
 class StopSignals:
@@ -67,6 +70,46 @@ class StopSignals:
             return
         self._received = True
         self._loop.call_soon_threadsafe(self._stop.set)
+
+
+class ReloadSignal:
+    """SIGHUP as "check the configuration file now" (``reload()`` on ``loop``), never as an end.
+
+    Without a handler SIGHUP's default action ended ``igw serve`` at once, silently: a single
+    process cut every stream without the shutdown's error event (exit -1, 129 in a shell), and the
+    parent of ``--workers`` died the same way while its workers drained (the habit of ``kill -HUP``
+    for a reload, or a terminal's hang-up, did it; session s48). ``reload()`` gets the call on the
+    loop; ``stopping()`` true: the signal is logged and ignored, and leaving after a stop keeps it
+    ignored (the process is on its way out). Leaving before one puts the previous handler back.
+    A context manager, entered in the main thread (as :class:`StopSignals`).
+    """
+
+    def __init__(
+        self,
+        reload: Callable[[], None],
+        loop: asyncio.AbstractEventLoop,
+        stopping: Callable[[], bool],
+    ) -> None:
+        self._reload = reload
+        self._loop = loop
+        self._stopping = stopping
+        self._previous: Any = None
+
+    def __enter__(self) -> ReloadSignal:
+        self._previous = signal.signal(signal.SIGHUP, self._on_signal)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        signal.signal(signal.SIGHUP, signal.SIG_IGN if self._stopping() else self._previous)
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self._loop.call_soon_threadsafe(self._received)
+
+    def _received(self) -> None:
+        if self._stopping():
+            log.info("SIGHUP ignored: the gateway is stopping")
+            return
+        self._reload()
 
 
 def hold_stop_signals(signals: Sequence[signal.Signals] = STOP_SIGNALS) -> None:

@@ -33,7 +33,9 @@ exited 3, a refusal only worker 0 makes after the others' drain.
 Lifecycle: every worker stops (SIGTERM from the kernel) when the parent is gone, whatever ended it
 (:mod:`igw.gateway.parent_death`). SIGTERM or SIGINT to the parent is passed to every worker, which
 drains (``/readyz`` 503 for ``--drain-seconds`` while serving, then ``--stream-grace-seconds`` for
-in-flight requests) and exits; the parent exits 0 when all did. A worker the stop reaches while it
+in-flight requests) and exits; the parent exits 0 when all did. SIGHUP to the parent goes to
+worker 0 once it serves: a configuration check now (:class:`~igw.gateway.stop_signals.ReloadSignal`).
+A worker the stop reaches while it
 is still starting exits with 128 + the signal (or dies of it, before Python installs its handlers):
 that too is the stop the parent asked for, not a failure (the parent exited 3 for it when the stop
 came in the first second). A worker whose event loop stops beating for ``--worker-timeout`` is
@@ -339,8 +341,23 @@ def supervise(
         reservation.close()
         raise
     bound_management: int | None = None if management is None else management.getsockname()[1]
-    previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     group: _Group | None = None
+
+    def pass_reload(signum: int, frame: object) -> None:
+        """SIGHUP: worker 0 checks the configuration file now and tells the others when it changed
+        (:class:`~igw.gateway.stop_signals.ReloadSignal`); without this handler it ended the parent
+        at once (exit -1), silently, and its workers drained on the kernel's parent-death signal."""
+        if stop_requested or group is None or not group.workers:
+            return
+        first = group.workers[0]
+        if first.poll() is None and group.reported_started(0):
+            with contextlib.suppress(ProcessLookupError):
+                first.send_signal(signal.SIGHUP)
+        else:
+            log.info("igw serve: SIGHUP ignored: worker 0 is not serving yet")
+
+    previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+    previous[signal.SIGHUP] = signal.signal(signal.SIGHUP, pass_reload)
     try:
         parent = socket_directory_parent()
         with tempfile.TemporaryDirectory(prefix=GROUP_DIRECTORY_PREFIX, dir=parent) as directory:
@@ -457,6 +474,11 @@ class _Group:
             if self._started[index] or not chunk:  # reported, or closed without reporting
                 os.close(fd)
                 self._started_reads[index] = None
+        return self._started[index]
+
+    def reported_started(self, index: int) -> bool:
+        """Whether worker ``index`` was seen to report its start, without reading its pipe (safe
+        from a signal handler, which may run inside :meth:`started`)."""
         return self._started[index]
 
     def refused(self, worker: subprocess.Popen[bytes]) -> bool:
