@@ -13,7 +13,7 @@ import orjson
 import pytest
 import yaml
 
-from tests.gateway.fake_model_server import FakeModelServer, running
+from tests.gateway.fake_model_server import FakeModelServer, closed_port, running
 from tests.gateway.support import config_doc, scheduler, wait_for
 
 
@@ -198,3 +198,23 @@ async def test_a_continuation_follows_its_stored_response_to_the_version_that_ma
             assert (await resp.json())["server"] == made["server"]
         assert first["v1"] > 0  # both versions made (and continued) conversations
         assert first["v2"] > 0
+
+
+async def test_a_version_without_a_usable_endpoint_gives_its_share_to_the_other(gateway: Any) -> None:
+    """Canary scaled to zero, then its only pod unreachable: its draws go to the stable version and
+    are counted as fallbacks. Before session s48 the canary's whole share was answered 503
+    ``no_endpoints`` (no pod) or 502 (a dead pod), 103 and 104 of 200 at 50/50 in the probe."""
+    async with (
+        running(FakeModelServer("v1"), FakeModelServer("v2")) as (v1, _v2),
+        gateway(doc(50, 50, name="canary"), {"old": [v1.key], "new": []}) as gw,
+    ):
+        assert await served(gw, 100) == Counter({"v1": 100})
+        registry = gw.state.metrics.registry
+        labels = {"rule": "canary", "from": "llama-v2", "to": "llama-v1"}
+        moved = registry.get_sample_value("igw_model_rewrite_fallbacks_total", labels)
+        assert moved is not None
+        assert abs(moved - 50) <= 4 * math.sqrt(100 * 0.25)
+        dead = f"127.0.0.1:{closed_port()}"  # a pod no model server answers on: never fresh
+        gw.endpoints_path.write_text(yaml.safe_dump({"schedulers": {"old": [v1.key], "new": [dead]}}))
+        await wait_for(lambda: len(gw.state.runtime.schedulers["new"].pool.states) == 1, what="discovery")
+        assert await served(gw, 100) == Counter({"v1": 100})

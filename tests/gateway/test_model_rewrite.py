@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import math
 import random
+from collections import Counter
 from typing import Any
 
 import pytest
 
-from igw.gateway.model_rewrite import ModelRewriteError, ModelRewrites
+from igw.gateway.model_rewrite import ModelRewriteError, ModelRewrites, hash_point
 
 SERVED = {"llama-v1", "llama-v2", "llama-v3"}
 
@@ -176,3 +177,43 @@ def test_configured_says_whether_any_rule_exists() -> None:
         ]
     }
     assert ModelRewrites.from_extension(fallback, routable=SERVED.__contains__).configured
+
+
+def test_a_hash_at_the_top_of_its_range_never_reaches_a_weight_0_target() -> None:
+    """``h / 2**64`` rounds the hashes from ``2**64 - 2**10`` up to 1.0, past every target's bound:
+    the last target took them although its weight was 0 (a user pinned to a version rolled back)."""
+    top = hash_point(2**64 - 1)
+    assert top < 1.0
+    rule = rules([("llama-v1", 100), ("llama-v2", 0)]).rules["llama"][0]
+    assert rule.target_at(top) == "llama-v1"
+    assert rule.target_at(1.0) == "llama-v1"  # no point of [0, 1), still never the weight-0 target
+
+
+def test_a_target_without_a_usable_endpoint_gives_its_draw_to_the_others_by_weight() -> None:
+    r = rules([("llama-v1", 60), ("llama-v2", 30), ("llama-v3", 10)])
+    rng = random.Random(11)
+    n = 4000
+    splits = [
+        r.split("llama", headers={}, tenant=None, rng=rng, usable=lambda t: t != "llama-v2") for _ in range(n)
+    ]
+    got = Counter(s.target for s in splits if s is not None)
+    assert set(got) == {"llama-v1", "llama-v3"}
+    assert abs(got["llama-v3"] - n * 0.1 / 0.7) <= 4 * math.sqrt(n * (1 / 7) * (6 / 7))  # 60:10 kept
+    moved = [s for s in splits if s is not None and s.fallback_from is not None]
+    assert {s.fallback_from for s in moved} == {"llama-v2"}
+    assert abs(len(moved) - n * 0.3) <= 4 * math.sqrt(n * 0.3 * 0.7)
+
+
+def test_a_sticky_user_falls_back_to_the_same_target_and_no_usable_target_leaves_the_draw() -> None:
+    r = rules([("llama-v1", 1), ("llama-v2", 1), ("llama-v3", 1)], stickyBy="tenant")
+    rng = random.Random(2)
+    down = {"llama-v2"}
+    for tenant in (f"t{i}" for i in range(50)):
+        once = r.split("llama", headers={}, tenant=tenant, rng=rng, usable=lambda t: t not in down)
+        again = r.split("llama", headers={}, tenant=tenant, rng=rng, usable=lambda t: t not in down)
+        assert once == again
+        assert once is not None
+        assert once.target != "llama-v2"
+    drawn = {r.split("llama", headers={}, tenant=None, rng=rng, usable=lambda t: False) for _ in range(100)}
+    assert {s.target for s in drawn if s is not None} == {"llama-v1", "llama-v2", "llama-v3"}
+    assert {s.fallback_from for s in drawn if s is not None} == {None}

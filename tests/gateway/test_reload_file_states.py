@@ -15,6 +15,8 @@ with the running content.
 
 from __future__ import annotations
 
+import asyncio
+import os
 import random
 import time
 from pathlib import Path
@@ -93,3 +95,43 @@ async def test_a_file_missing_for_a_while_is_reported_once_and_cleared_when_it_i
     assert "config_reload_error" not in state.readiness()[1]
     assert state.runtime.config.schedulers[0].model_name == "first"
     assert await reloader.check() is None
+
+
+async def test_a_file_caught_while_written_in_place_is_not_rejected_and_is_applied_when_whole(
+    tmp_path: Path,
+) -> None:
+    """An in-place write truncates the file, then writes it: a check between the two read an empty
+    file and rejected it (an error logged, ``igw_config_reloads_total{result="rejected"}``, /readyz)
+    although the file being written was valid - the first reload of the session s48 canary probe."""
+    path = tmp_path / "igwc.yaml"
+    _write(path, "first")
+    digest = file_digest(path)
+    state = GatewayState(
+        load_gateway_config(path), guard=OpenGuard(), clock=time.monotonic, rng=random.Random(0)
+    )
+    reloader = ConfigReloader(path, state=state, loaded_digest=digest)
+    path.write_text("")  # truncated: the writer has not written yet
+    check = asyncio.ensure_future(reloader.check())
+    await asyncio.sleep(0)  # the check reads the empty file now
+    _write(path, "second")  # the writer finishes
+    assert await check is None  # not a rejection: the file changed while it was read
+    assert state.metrics.registry.get_sample_value("igw_config_reloads_total", {"result": "rejected"}) is None
+    assert state.config_error is None
+    assert await reloader.check() is True
+    assert state.runtime.config.schedulers[0].model_name == "second"
+
+
+async def test_two_edits_of_the_same_size_in_the_same_second_are_both_applied(tmp_path: Path) -> None:
+    """Changes are found by content digest, not by modification time or size."""
+    path = tmp_path / "igwc.yaml"
+    _write(path, "model-a")
+    state = GatewayState(
+        load_gateway_config(path), guard=OpenGuard(), clock=time.monotonic, rng=random.Random(0)
+    )
+    reloader = ConfigReloader(path, state=state, loaded_digest=file_digest(path))
+    stamp = path.stat().st_mtime_ns
+    for model in ("model-b", "model-c"):
+        _write(path, model)
+        os.utime(path, ns=(stamp, stamp))  # the same size and modification time as before
+        assert await reloader.check() is True
+        assert state.runtime.config.schedulers[0].model_name == model

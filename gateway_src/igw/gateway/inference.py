@@ -469,6 +469,23 @@ def _stores(rt: GatewayRuntime, response_id: str) -> Callable[[str], bool]:
     return holds
 
 
+def _has_fresh_endpoint(rt: GatewayRuntime, now: float) -> Callable[[str], bool]:
+    """Whether the pool serving a canary target has an endpoint with fresh metrics: a target whose
+    pool has none (scaled to zero, every pod gone) gives its draw to one that has
+    (``ModelRewrites.split``); before session s48 that target's whole share was answered 503
+    ``no_endpoints`` or 502 while the other version's pods were healthy."""
+
+    def usable(target: str) -> bool:
+        route = rt.router.resolve(target)
+        sr = rt.schedulers.get(route.scheduler) if route is not None else None
+        if sr is None:  # not a pool of this gateway's: nothing to judge it by
+            return True
+        fresh = sr.scheduler.is_fresh
+        return any(fresh(view, now) for view in sr.pool.views())
+
+    return usable
+
+
 def _not_yours(response_id: str, *, request_id: str, param: str | None = None) -> web.Response:
     """404 ``response_not_found`` for a response id the gateway minted for another caller
     (:mod:`igw.gateway.response_ids`): decided from the id alone, before any pod is asked."""
@@ -717,6 +734,7 @@ async def _route(
             tenant=tenant,
             rng=state.rng,
             holds=None if continues is None else _stores(rt, continues),
+            usable=_has_fresh_endpoint(rt, state.clock()),
         )
         if split is not None:
             obs.on_finish = state.rewrite_metrics.on_finish(split)

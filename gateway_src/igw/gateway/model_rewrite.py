@@ -16,6 +16,16 @@ A continuation (``previous_response_id``) goes to the target whose pool stored t
 continues, whatever the draw, when the gateway knows that pool (the stored response exists on one pod
 only).
 
+A target whose pool has no usable endpoint (none discovered, or none with fresh metrics: scaled to
+zero, every pod gone or unreachable) gives its draw to the rule's other targets that have one, in
+proportion to their weights (the same point ``u`` laid out over them, so stickiness holds), counted
+as a fallback (``igw_model_rewrite_fallbacks_total``). Gateway API's HTTPRoute instead answers 500
+(invalid backendRef) or SHOULD answer 503 (a Service without ready endpoints) for that share; a
+gateway in front of a canary whose version is momentarily gone serves the clients from the version
+that can, and tells the rollout so through the metric. When no other target has a usable endpoint
+either, the draw stands (the scheduler's all-stale fallback, or 503 ``no_endpoints``). A pod that
+fails while its pool still has fresh ones is the scheduler's business (exclusion), not the split's.
+
 Rules are built with the gateway runtime, so a configuration reload swaps the weights atomically:
 a request uses either the old rules or the new ones, never a mix.
 
@@ -71,12 +81,34 @@ class RewriteRule:
         for target, upper in zip(self.targets, self.cumulative, strict=True):
             if u < upper:
                 return target
-        return self.targets[-1]
+        # u at or past 1.0 (not a point of [0, 1)): the last target of positive weight, never one of
+        # weight 0, which the loop would have reached only through such a point
+        return self.reachable()[-1]
+
+    def shares(self) -> tuple[float, ...]:
+        """Each target's share of the draws, in list order (0 for a weight 0)."""
+        lower = (0.0, *self.cumulative[:-1])
+        return tuple(hi - lo for lo, hi in zip(lower, self.cumulative, strict=True))
 
     def reachable(self) -> tuple[str, ...]:
         """The targets a request can be sent to: those with a positive weight (a share above 0)."""
-        lower = (0.0, *self.cumulative[:-1])
-        return tuple(t for t, lo, hi in zip(self.targets, lower, self.cumulative, strict=True) if hi > lo)
+        return tuple(t for t, share in zip(self.targets, self.shares(), strict=True) if share > 0)
+
+    def fallback_at(self, u: float, usable: Callable[[str], bool]) -> str | None:
+        """The target for point ``u`` over the targets of positive weight that are ``usable``, each
+        keeping its weight's proportion; ``None`` when none is."""
+        kept = [
+            (t, share)
+            for t, share in zip(self.targets, self.shares(), strict=True)
+            if share > 0 and usable(t)
+        ]
+        total = sum(share for _, share in kept)
+        running = 0.0
+        for target, share in kept:
+            running += share
+            if u * total < running:
+                return target
+        return kept[-1][0] if kept else None
 
     def sticky_key(self, headers: Mapping[str, str], tenant: str | None) -> str | None:
         if self.sticky_by is StickyBy.TENANT:
@@ -89,7 +121,15 @@ class RewriteRule:
 def sticky_point(model: str, key: str) -> float:
     """A stable point in ``[0, 1)`` for ``key`` (independent per rule model)."""
     digest = hashlib.sha256(f"{model}\0{key}".encode()).digest()
-    return int.from_bytes(digest[:8], "big") / 2**64
+    return hash_point(int.from_bytes(digest[:8], "big"))
+
+
+def hash_point(h: int) -> float:
+    """A 64-bit hash as a point in ``[0, 1)``: its top 53 bits (a float's precision) over ``2**53``.
+    Divided whole by ``2**64``, the hashes from ``2**64 - 2**10`` up round to 1.0, a point past
+    every target's bound, which :meth:`RewriteRule.target_at` once gave to the last target even at
+    weight 0."""
+    return (h >> 11) / 2**53
 
 
 def _header_pairs(raw: Any) -> tuple[tuple[str, str], ...]:
@@ -157,13 +197,18 @@ class ModelRewrites:
         tenant: str | None,
         rng: random.Random,
         holds: Callable[[str], bool] | None = None,
+        usable: Callable[[str], bool] | None = None,
     ) -> Split | None:
         """The matching rule and its target for a request naming ``model``; ``None``: no rule.
 
         ``holds`` (given for a continuation, ``previous_response_id``) says whether a target's pool
         is known to store the response continued: when the drawn target's pool is not and another
         target's (of positive weight) is, the request goes to that one, since only the pod that
-        stored a response can continue it and any other answers 404."""
+        stored a response can continue it and any other answers 404.
+
+        ``usable`` says whether a target's pool has an endpoint to send to (one with fresh metrics):
+        when the chosen target's has none, the draw goes to the targets that have one
+        (:meth:`RewriteRule.fallback_at`), named in :attr:`Split.fallback_from`."""
         rule = self.match(model, headers)
         if rule is None:
             return None
@@ -172,6 +217,10 @@ class ModelRewrites:
         target = rule.target_at(u)
         if holds is not None and not holds(target):
             target = next((t for t in rule.reachable() if holds(t)), target)
+        if usable is not None and len(rule.targets) > 1 and not usable(target):
+            instead = rule.fallback_at(u, usable)
+            if instead is not None:
+                return Split(rule.label, instead, named=rule.model is not None, fallback_from=target)
         return Split(rule=rule.label, target=target, named=rule.model is not None)
 
 
@@ -184,6 +233,8 @@ class Split:
     named: bool = True
     """Whether the rule names the client's model (a configured name); ``False`` for a fallback rule,
     which catches any name a client makes up, so that name must not become a metric label."""
+    fallback_from: str | None = None
+    """The target drawn, when its pool had no usable endpoint and ``target`` took its draw."""
 
 
 def _rule(

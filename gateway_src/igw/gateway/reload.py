@@ -8,6 +8,15 @@ a new request guard is built and started first and must become ready (JWKS loade
 ``guard_ready_timeout_s``; then runtime and guard are swapped together (no await in between, so no
 request sees one without the other) and the old guard is closed.
 
+The file's content is compared by digest (SHA-256), not by modification time or size, so two edits
+of the same size within the file system's timestamp granularity are both seen. A file that fails to
+load is read again after :data:`TORN_WRITE_SETTLE_S`: when its content changed in between, it was
+read while being written in place (truncated, then written: an editor, ``kubectl cp``, a script's
+``open(path, "w")``), and the check is left for the next interval instead of rejected; before
+session s48 such a torn read was logged as an error, counted as a rejected reload and shown in
+``/readyz`` although the file being written was valid. (Kubernetes ConfigMap volumes swap a symlink
+and :mod:`igw.gateway.config_sync` writes a temporary file and renames it: no torn reads there.)
+
 A file that cannot be read is reported once and loaded again when it can be, even unchanged.
 A reload rejected only because its new guard did not start or become ready (the issuer's keys could
 not be fetched: an issuer down or flaky for a moment) is tried again every interval, the file
@@ -55,6 +64,11 @@ _READY_POLL_S = 0.02
 FOLLOWER_POLL_FACTOR = 10
 """A follower (see :attr:`ConfigReloader.follows`) still checks the file itself every this many
 reload intervals: a safety net should a nudge be lost."""
+
+
+TORN_WRITE_SETTLE_S = 0.1
+"""How long after a failed load the file is read again, to tell a file caught while being written
+in place (its content changed meanwhile: checked again next interval) from a broken one."""
 
 
 class GuardReloadError(IgwGatewayError, ValueError):
@@ -187,6 +201,9 @@ class ConfigReloader:
         except (ConfigError, SchedulerConfigError, ValueError) as exc:
             if new_guard is not None:
                 await new_guard.close()
+            if await self._being_written(digest):
+                self._digest, self.retrying = previous
+                return None
             return self._reject(str(exc))
         if new_guard is not None:
             old_guard, self.state.guard = self.state.guard, new_guard
@@ -237,6 +254,15 @@ class ConfigReloader:
                     f"request guard not ready after {self.guard_ready_timeout_s:g}s: {readiness.detail}"
                 )
             await asyncio.sleep(_READY_POLL_S)
+
+    async def _being_written(self, digest: str) -> bool:
+        """Whether the file read as ``digest`` has changed after :data:`TORN_WRITE_SETTLE_S`: the
+        failed load may have read it half-written, so it is not rejected but checked again."""
+        await asyncio.sleep(TORN_WRITE_SETTLE_S)
+        try:
+            return file_digest(self.path) != digest
+        except OSError:
+            return False
 
     def _reject(self, message: str) -> bool:
         self.state.config_error = message

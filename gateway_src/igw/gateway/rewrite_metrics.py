@@ -5,7 +5,9 @@ is complete, under the rule's label and the target the rule chose:
 
 * ``igw_model_rewrite_requests_total{rule, target, code}``: the observed split (compare each
   target's share with its weight) and each target's error rate;
-* ``igw_model_rewrite_request_duration_seconds{rule, target}``: each target's latency.
+* ``igw_model_rewrite_request_duration_seconds{rule, target}``: each target's latency;
+* ``igw_model_rewrite_fallbacks_total{rule, from, to}``: draws of a target whose pool had no usable
+  endpoint, sent to another target of the rule (``to``, the target the two series above count).
 
 Both label values come from the configuration only (a rule's ``name`` or ``rules[<index>]``, and a
 target the rule lists), never from the request, so the number of series is bounded by the rules:
@@ -43,8 +45,17 @@ class RewriteMetrics:
             registry=registry,
         )
 
+        self.fallbacks = Counter(
+            "igw_model_rewrite_fallbacks",
+            "Draws of a canary target whose pool had no usable endpoint, sent to another target instead.",
+            ["rule", "from", "to"],
+            registry=registry,
+        )
+
     def on_finish(self, split: Split) -> FinishHook:
-        """The hook that accounts one request of ``split`` when it completes."""
+        """The hook that accounts one request of ``split`` when it completes (and its fallback now)."""
+        if split.fallback_from is not None:
+            self.fallbacks.labels(split.rule, split.fallback_from, split.target).inc()
 
         def finished(status: int, elapsed_s: float) -> None:
             self.requests.labels(split.rule, split.target, str(status)).inc()
