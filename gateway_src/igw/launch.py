@@ -28,6 +28,7 @@ from igw.config.documents import DocumentReadError, read_documents
 from igw.config.model import GatewayConfig
 from igw.errors import IgwGatewayError
 from igw.gateway.app import create_app
+from igw.gateway.body_budget import derived_budget
 from igw.gateway.collector_probe import probe_collector
 from igw.gateway.debug_api import DecisionDebug
 from igw.gateway.discovery import DiscoverySource
@@ -37,7 +38,7 @@ from igw.gateway.gc_tuning import tune_collector
 from igw.gateway.guards import GuardFactory, OpenGuard, RequestGuard
 from igw.gateway.inference import STATE_KEY
 from igw.gateway.management import management_app
-from igw.gateway.memory import index_block_budget, pin_mmap_threshold
+from igw.gateway.memory import PARENT_BYTES, index_block_budget, pin_mmap_threshold
 from igw.gateway.picker_share import SharedPickerConfigs
 from igw.gateway.runtime import PickerConfigs, picker_config_key
 from igw.gateway.serving import (
@@ -337,7 +338,8 @@ async def _serve(config: GatewayConfig, options: LaunchOptions, registry: Collec
             options.worker.picker_configs, leads=options.worker.index == 0, load=load_pickers
         )
     processes = 1 if options.worker is None else options.worker.count
-    index_blocks = index_block_budget(memory_limit(), processes)
+    container_memory = memory_limit()
+    index_blocks = index_block_budget(container_memory, processes)
     log.info(
         "prefix index budget: %s",
         "none (no memory limit)"
@@ -372,6 +374,14 @@ async def _serve(config: GatewayConfig, options: LaunchOptions, registry: Collec
         )
     except ValueError as exc:
         raise LaunchError(str(exc)) from exc
+    held = options.limits.max_body_bytes_held
+    budget = app[STATE_KEY].body_budget
+    budget.limit = held or derived_budget(container_memory, processes, parent_bytes=PARENT_BYTES)
+    log.info(
+        "request bodies held at once: at most %d bytes (%s)",
+        budget.limit,
+        "serverLimits.maxBodyBytesHeld" if held else "derived from the memory limit, or 256 MiB without one",
+    )
     stop = asyncio.Event()
     ssl_context = None if tls is None else tls[0]
     limits = options.limits

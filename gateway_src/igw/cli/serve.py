@@ -166,6 +166,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         ("--max-connections", "max_connections", ANY_INT, "client connections (capped below the fd limit)"),
         ("--max-headers", "max_headers", ANY_INT, "request header fields"),
         ("--max-header-bytes", "max_header_field_bytes", ANY_INT, "bytes in one request header field"),
+        (
+            "--max-body-bytes-held",
+            "max_body_bytes_held",
+            ANY_INT,
+            "request-body bytes held at once, 0: from the memory limit",
+        ),
         ("--drain-seconds", "drain_s", FINITE, "after SIGTERM: seconds not-ready while still serving"),
         (
             "--stream-grace-seconds",

@@ -66,6 +66,7 @@ ERRORS: Final[Mapping[str, ErrorKind]] = MappingProxyType(
         "no_endpoints": ErrorKind(503, "service_unavailable"),
         "shutting_down": ErrorKind(503, "service_unavailable"),
         "response_search_busy": ErrorKind(503, "service_unavailable"),  # igw.gateway.response_search
+        "server_busy": ErrorKind(503, "service_unavailable"),  # igw.gateway.body_budget
         "no_healthy_cluster": ErrorKind(503, "service_unavailable"),  # the tier-2 router's
         # Something failed between the gateway and the model server, or in the gateway.
         "internal_error": ErrorKind(500, "server_error"),
@@ -114,7 +115,7 @@ neither this gateway nor a tier-2 router in front tries it again elsewhere (the 
 status before session s34 and sent such a request to its next cluster, the work and the wait
 repeated)."""
 
-BUSY_CODES: Final = frozenset({"response_search_busy"})
+BUSY_CODES: Final = frozenset({"response_search_busy", "server_busy"})
 """The gateway's 503s that say it is busy, not broken: a tier-2 router tries the next cluster without
 counting a failure, as for a 429 (before session s34 a flood of made-up continuation ids, each
 search-busy answer a failure, drained clusters)."""

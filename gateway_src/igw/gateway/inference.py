@@ -32,6 +32,8 @@ import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict
 
+from igw.gateway.body_budget import RETRY_AFTER_S as BODY_RETRY_AFTER_S
+from igw.gateway.body_budget import BodyHold
 from igw.gateway.cache_salt import SALTED_APIS, SALTING_ENGINES, request_salt
 from igw.gateway.decision_log import DEBUG_TOKEN_HEADER, DECISION_HEADER, decision_header
 from igw.gateway.default_backend import DEFAULT_BACKEND_SCHEDULER
@@ -64,6 +66,7 @@ from igw.gateway.observer import CLIENT_CLOSED, QUEUED_CLIENT_GONE, RequestObser
 from igw.gateway.request_body import (
     MAX_RESPONSE_ID_LENGTH,
     BadRequestBody,
+    BodyBudgetFull,
     BodyTooLarge,
     DeclaredBodyTooLarge,
     InferenceBody,
@@ -341,7 +344,18 @@ async def handle_inference(
     try:
         principal = await guard.authenticate(request.headers)
         obs.authenticated()  # tracing hook
-        routed = await _route(request, state, guard, principal, obs, api=api)
+        # The body's bytes are counted from here until queued or forwarded (igw.gateway.body_budget);
+        # a declared length over the body limit is refused unread, so it takes nothing.
+        length = request.content_length or 0
+        hold = state.body_budget.take(
+            length if length <= state.runtime.config.bbr.max_request_body_bytes else 0
+        )
+        if hold is None:
+            return obs.finish(_server_busy(request, state, obs.request_id))
+        try:
+            routed = await _route(request, state, guard, principal, obs, api=api, hold=hold)
+        finally:
+            hold.release()
         if not isinstance(routed, tuple):  # an error answer (a tuple check: StreamResponse's is an ABC's)
             return obs.finish(routed)
         forward, body = routed
@@ -693,8 +707,11 @@ async def _route(
     obs: RequestObserver,
     *,
     api: InferenceApi,
+    hold: BodyHold,
 ) -> tuple[_Forward, InferenceBody] | web.Response:
-    """Read and parse the body, find the scheduler, admit, and pick: a forward plan or an error."""
+    """Read and parse the body, find the scheduler, admit, and pick: a forward plan or an error.
+    ``hold``: the body's bytes in the process's budget, given back before the request waits in flow
+    control's queue (which counts them against its own ``maxBytes``)."""
     rt = state.runtime
     rid = obs.request_id
     try:
@@ -704,7 +721,7 @@ async def _route(
             raw = received_whole(request, limit=max_bytes)
         else:
             async with asyncio.timeout(_body_timeout_s(request)):
-                raw = await read_limited(request, limit=max_bytes)
+                raw = await read_limited(request, limit=max_bytes, hold=hold)
         body = parse_body(raw, api=api, header_model=request.headers.get(MODEL_HEADER))
     except TimeoutError:
         message = f"request body not received within {_body_timeout_s(request):g}s"
@@ -712,6 +729,8 @@ async def _route(
     except BodyTooLarge as too_large:
         closing = _CLOSE if isinstance(too_large, DeclaredBodyTooLarge) else None  # the body stays unread
         return gateway_error("request_too_large", str(too_large), request_id=rid, headers=closing)
+    except BodyBudgetFull:
+        return _server_busy(request, state, rid)
     except UnsupportedContentEncoding as coded:
         accept = {"Accept-Encoding": coded.accepted()}
         return gateway_error(
@@ -902,6 +921,7 @@ async def _route(
         # A queued request is owed an answer on shutdown like one being forwarded: counted in flight,
         # it gets the stream grace to be dispatched, and is then answered 503 instead of being dropped.
         task = state.inflight.enter(getattr(request, "handler_task", None))
+        hold.release()  # flow control's queue counts the body from here
         try:
             queued, priority = await _wait_in_queue(
                 request, state, principal, sr, rreq, _queued_bytes(request, body), obs, priority, max_queue_s
@@ -1022,6 +1042,21 @@ async def _route(
     if log is not None and log.opens(request.headers.get(DEBUG_TOKEN_HEADER)):
         plan.response_headers[DECISION_HEADER] = decision_header(decision)
     return plan, body
+
+
+def _server_busy(request: web.Request, state: GatewayState, request_id: str) -> web.Response:
+    """503 ``server_busy``: the process holds as many request-body bytes as
+    ``serverLimits.maxBodyBytesHeld`` lets it (:mod:`igw.gateway.body_budget`). A body not read to
+    its end is left unread: the connection closes after the answer (lingering)."""
+    retry = _retry_after(state, BODY_RETRY_AFTER_S)
+    message = (
+        "the gateway is receiving as many request bodies as it may hold at once "
+        f"(spec.extensions.serverLimits.maxBodyBytesHeld); retry after {retry}s"
+    )
+    response = gateway_error("server_busy", message, request_id=request_id, headers={"Retry-After": retry})
+    if not request.content.is_eof():
+        response.force_close()
+    return response
 
 
 def _body_timeout_s(request: web.Request) -> float:

@@ -59,6 +59,7 @@ FIELDS: Final = (
     LimitField("max_connections", "maxConnections", duration=False),
     LimitField("max_headers", "maxHeaders", duration=False),
     LimitField("max_header_field_bytes", "maxHeaderBytes", duration=False),
+    LimitField("max_body_bytes_held", "maxBodyBytesHeld", duration=False),
     LimitField("drain_s", "drainPeriod", duration=True),
     LimitField("stream_grace_s", "streamGrace", duration=True),
 )

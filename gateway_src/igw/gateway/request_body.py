@@ -28,6 +28,7 @@ from aiohttp import compression_utils, web
 from multidict import MultiMapping
 
 from igw.errors import IgwGatewayError
+from igw.gateway.body_budget import BodyHold
 from igw.gateway.cache_salt import SALTED_APIS
 from igw.gateway.inference_apis import InferenceApi
 from igw.gateway.inline_media import MEDIA_TOKENS, holds_inline_media, inline_media
@@ -133,6 +134,11 @@ class ChunkExtensionsTooLarge(DeclaredBodyTooLarge):
         self.args = (
             f"request body's chunk extensions exceed {MAX_CHUNK_EXTENSION_BYTES} bytes (RFC 9112 7.1.1)",
         )
+
+
+class BodyBudgetFull(IgwGatewayError):
+    """A chunked body whose next chunk would pass ``serverLimits.maxBodyBytesHeld``
+    (:mod:`igw.gateway.body_budget`): answered 503 ``server_busy``, the rest not read."""
 
 
 class BadRequestBody(IgwGatewayError):
@@ -248,7 +254,10 @@ def received_whole(request: web.Request, *, limit: int) -> bytes:
     return whole
 
 
-async def read_limited(request: web.Request, *, limit: int) -> bytes:
+async def read_limited(request: web.Request, *, limit: int, hold: BodyHold | None = None) -> bytes:
+    """The body, read in chunks (:class:`BodyTooLarge` past ``limit``). A body without a
+    ``Content-Length`` (chunked) adds each chunk to ``hold`` as it arrives (:class:`BodyBudgetFull`
+    when the process's budget has no room for it); a declared one was counted whole before."""
     if request.content.is_eof():  # the whole body arrived with the head (the usual case): no awaits needed
         return received_whole(request, limit=limit)
     length = request.content_length
@@ -260,6 +269,8 @@ async def read_limited(request: web.Request, *, limit: int) -> bytes:
         size += len(chunk)
         if size > limit:
             raise BodyTooLarge(limit)
+        if hold is not None and length is None and not hold.budget.grow(hold, len(chunk)):
+            raise BodyBudgetFull("request body budget full")
         chunks.append(chunk)
     return b"".join(chunks)
 

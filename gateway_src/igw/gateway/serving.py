@@ -143,6 +143,9 @@ class ServerLimits:
     max_headers: int = 100
     """Envoy's default ``max_headers_count``."""
     max_header_field_bytes: int = 16_384
+    max_body_bytes_held: int = 0
+    """Request-body bytes the process holds at once (:mod:`igw.gateway.body_budget`); 0: derived
+    from the container's memory limit at start (256 MiB without one)."""
     drain_s: float = 5.0
     """After SIGTERM: seconds ``/readyz`` answers 503 while requests are still accepted and served."""
     stream_grace_s: float = 25.0
@@ -171,6 +174,8 @@ class ServerLimits:
                 f"--max-header-bytes: at least 1024 and not {MAX_REQUEST_LINE_BYTES} "
                 f"(got {self.max_header_field_bytes})"
             )
+        if self.max_body_bytes_held < 0:
+            out.append(f"--max-body-bytes-held: must not be negative (got {self.max_body_bytes_held})")
         if self.drain_s < 0 or self.stream_grace_s < 0:
             out.append("--drain-seconds / --stream-grace-seconds: must not be negative")
         return out

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client import CollectorRegistry
 
 from igw.config.model import GatewayConfig
+from igw.gateway.body_budget import BodyBudget, BodyBudgetCollector
 from igw.gateway.decision_log import DecisionLog
 from igw.gateway.default_backend import DefaultBackendResolver
 from igw.gateway.endpoints import DiscoveredEndpoint
@@ -98,6 +99,10 @@ class GatewayState:
         self.response_searches = ResponseSearches(per_scope=SEARCHES_PER_SCOPE)
         """Searches of the pods for a stored response no scheduler remembers: their bounds, a caller
         scope's ``SEARCHES_PER_SCOPE`` at most (since session s46)."""
+        self.body_budget = BodyBudget()
+        """Request-body bytes held at once (``serverLimits.maxBodyBytesHeld``; ``igw serve`` sets
+        the limit at start, :mod:`igw.gateway.body_budget`)."""
+        self.metrics.registry.register(BodyBudgetCollector(self.body_budget))
         self.tokens_per_event: dict[str, TokensPerEvent] = {}
         """Per scheduler: the output tokens its pool's stream events carry, learnt from its streams
         (what a stream cut before its usage is charged: :mod:`igw.gateway.event_tokens`)."""

@@ -1,0 +1,129 @@
+"""The request-body bytes one gateway process holds at once, bounded (``serverLimits.maxBodyBytesHeld``).
+
+A body is counted from the moment its handler starts reading it (its ``Content-Length``; a chunked
+body as its chunks arrive) until it is handed to flow control's queue (which bounds what it holds
+by its own ``maxBytes``) or forwarded, or its request is answered otherwise. Without this bound the
+bodies being read were bounded only by ``maxConnections`` x ``bbr.maxRequestBodyBytes``: 2,000
+clients each sending 1 MiB to a saturated pool took an ``igw serve`` to 1.2 GiB resident (session
+s48), while flow control's queue held its 64 MiB. A request whose body would pass the budget is
+answered 503 ``server_busy`` with ``Retry-After`` before its body is read (the connection then
+closes, lingering as every close does); nothing is forwarded.
+
+Why 503 and not 429: the process, not the caller, is short of room - ``server_busy`` is in
+:data:`~igw.gateway.errors.BUSY_CODES`, so a tier-2 router tries its next cluster without counting a
+failure, the OpenAI and Anthropic SDKs retry a 503 after its ``Retry-After`` as they do a 429, and
+the Anthropic shape calls it ``overloaded_error`` (a 429 would read as the caller's rate limit).
+
+The accounting is two integer operations per request (:meth:`BodyBudget.take`,
+:meth:`BodyHold.release`); a lone body always fits (with nothing held), so a budget below
+``bbr.maxRequestBodyBytes`` refuses no body for its size alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Final
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+DEFAULT_BYTES: Final = 256 * 1024 * 1024
+"""The budget without a container memory limit: what a gateway pod of the chart's default size can
+spare besides its own base and flow control's queue."""
+MIN_BYTES: Final = 16 * 1024 * 1024
+"""The smallest derived budget (a tight memory limit shared by many workers)."""
+MEMORY_SHARE_DIVISOR: Final = 4
+"""A derived budget is a quarter of the process's share of the memory limit: a body being parsed
+briefly costs two to three times its bytes (the decoded prompt, the prefix text), and the process's
+base, its prefix indexes and flow control's queue (64 MiB by default) need the rest."""
+RETRY_AFTER_S: Final = 1
+"""The ``Retry-After`` of a ``server_busy`` answer: bodies being read are uploads in progress,
+done (and their bytes given back) within about a second at the bandwidths that filled the budget."""
+
+
+def derived_budget(memory_limit_bytes: int | None, processes: int, *, parent_bytes: int) -> int:
+    """``serverLimits.maxBodyBytesHeld: 0`` (the default): a quarter of one process's share of the
+    container's memory limit (less the group's parent, ``parent_bytes``, when there are several),
+    at least :data:`MIN_BYTES`; :data:`DEFAULT_BYTES` without a limit."""
+    if memory_limit_bytes is None:
+        return DEFAULT_BYTES
+    available = memory_limit_bytes - (parent_bytes if processes > 1 else 0)
+    return max(MIN_BYTES, available // max(1, processes) // MEMORY_SHARE_DIVISOR)
+
+
+class BodyBudget:
+    """The process's request-body bytes held (:attr:`held`) against :attr:`limit`."""
+
+    __slots__ = ("held", "limit", "refused")
+
+    def __init__(self, limit: int = DEFAULT_BYTES) -> None:
+        self.limit = limit
+        self.held = 0
+        self.refused = 0
+        """Requests refused for want of room (``igw_body_budget_refusals_total``)."""
+
+    def take(self, size: int) -> BodyHold | None:
+        """A hold of ``size`` bytes, or ``None`` when they would pass the limit while other bodies
+        are held (a lone body always fits)."""
+        held = self.held
+        if held and held + size > self.limit:
+            self.refused += 1
+            return None
+        self.held = held + size
+        return BodyHold(self, size)
+
+    def grow(self, hold: BodyHold, size: int) -> bool:
+        """Add ``size`` bytes to ``hold`` (a chunked body's next chunk); ``False``, nothing added, when
+        they would pass the limit while other bodies are held."""
+        held = self.held
+        if held > hold.size and held + size > self.limit:
+            self.refused += 1
+            return False
+        self.held = held + size
+        hold.size += size
+        return True
+
+
+class BodyHold:
+    """One request's bytes in its :class:`BodyBudget`; :meth:`release` gives them back (once)."""
+
+    __slots__ = ("budget", "size")
+
+    def __init__(self, budget: BodyBudget, size: int) -> None:
+        self.budget = budget
+        self.size = size
+
+    def release(self) -> None:
+        """Give the bytes back; a second call gives nothing."""
+        size = self.size
+        if size:
+            self.size = 0
+            self.budget.held -= size
+
+
+class BodyBudgetCollector(Collector):
+    """``igw_body_bytes_held`` (and its limit) and ``igw_body_budget_refusals_total``, read from the
+    budget at each scrape (nothing is counted on the request path beyond the budget's own integers)."""
+
+    def __init__(self, budget: BodyBudget) -> None:
+        self._budget = budget
+
+    def collect(self) -> Iterator[Metric]:
+        budget = self._budget
+        yield GaugeMetricFamily(
+            "igw_body_bytes_held",
+            "Request-body bytes this process holds: bodies being read, or read and not yet queued by "
+            "flow control nor forwarded (serverLimits.maxBodyBytesHeld bounds them).",
+            value=budget.held,
+        )
+        yield GaugeMetricFamily(
+            "igw_body_bytes_held_limit",
+            "serverLimits.maxBodyBytesHeld in force in this process (derived when the field is 0).",
+            value=budget.limit,
+        )
+        yield CounterMetricFamily(
+            "igw_body_budget_refusals",
+            "Requests answered 503 server_busy because their body would have passed "
+            "serverLimits.maxBodyBytesHeld (the body not read, the connection closed).",
+            value=budget.refused,
+        )

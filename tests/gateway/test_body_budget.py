@@ -1,0 +1,195 @@
+"""The process's budget of request-body bytes held at once (``serverLimits.maxBodyBytesHeld``,
+:mod:`igw.gateway.body_budget`): a real loopback gateway with a 2 MiB budget and slow 1 MiB uploads
+refuses the bodies past it (503 ``server_busy``, ``Retry-After``, counted, the connection closed
+with the body unread), and every way a request ends gives its bytes back."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import orjson
+import pytest
+import yaml
+from aiohttp import web
+
+from igw.config.loader import load_gateway_config
+from igw.gateway.app import create_app
+from igw.gateway.body_budget import BodyBudget, derived_budget
+from igw.gateway.discovery.static_file import StaticFileDiscovery
+from igw.gateway.inference import STATE_KEY
+from igw.gateway.lean_server import SWITCH_ENV
+from igw.gateway.limits_config import server_limits
+from igw.gateway.serving import LIMITS_KEY, GatewayRunner, ServerLimits
+from tests.gateway.fake_model_server import FakeModelServer, running
+from tests.gateway.support import config_doc, connection, scheduler, wait_for
+from tests.gateway.test_lean_server import read_response
+
+MIB = 2**20
+DOC = config_doc([scheduler("llama", "m")])
+
+
+def upload(size: int = MIB) -> tuple[bytes, bytes]:
+    """A completion request whose body is ``size`` bytes: (head, body)."""
+    body = orjson.dumps({"model": "m", "prompt": "x" * (size - 50), "max_tokens": 1})
+    body += b" " * (size - len(body))
+    head = (
+        "POST /v1/completions HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {size}\r\n\r\n"
+    )
+    return head.encode(), body
+
+
+@contextlib.asynccontextmanager
+async def gateway(tmp_path: Path, key: str, *, budget: int) -> AsyncIterator[tuple[int, web.Application]]:
+    (tmp_path / "igwc.yaml").write_text(yaml.safe_dump(DOC))
+    (tmp_path / "endpoints.yaml").write_text(yaml.safe_dump({"schedulers": {"llama": [key]}}))
+    config = load_gateway_config(tmp_path / "igwc.yaml")
+    app = create_app(
+        config,
+        discovery=StaticFileDiscovery.for_schedulers(tmp_path / "endpoints.yaml", config.schedulers),
+        rng=random.Random(1),
+    )
+    limits = ServerLimits(body_timeout_s=1.0)
+    app[LIMITS_KEY] = limits
+    state = app[STATE_KEY]
+    state.body_budget.limit = budget
+    runner = GatewayRunner(app, limits=limits, handler_cancellation=True, access_log=None)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        sr = state.runtime.schedulers["llama"]
+        await wait_for(
+            lambda: (
+                (st := sr.pool.states.get(key)) is not None
+                and sr.scheduler.is_fresh(st.view(), state.clock())
+            ),
+            what="endpoint scraped",
+        )
+        yield port, app
+    finally:
+        await runner.cleanup()
+
+
+@pytest.fixture(params=["lean", "aiohttp"])
+def server_side(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setenv(SWITCH_ENV, request.param)
+    return str(request.param)
+
+
+async def test_bodies_past_the_budget_are_refused_unread_and_the_budget_returns_to_zero(
+    tmp_path: Path, server_side: str
+) -> None:
+    head, body = upload()
+    async with running(FakeModelServer("a")) as (a,), gateway(tmp_path, a.key, budget=2 * MIB) as (port, app):
+        budget = app[STATE_KEY].body_budget
+        async with contextlib.AsyncExitStack() as stack:
+            clients = [await stack.enter_async_context(connection(port)) for _ in range(8)]
+            for i, (_, writer) in enumerate(clients):  # each sends its head and 64 KiB, then stalls
+                writer.write(head + body[: 64 * 1024])
+                await writer.drain()
+                if i < 2:
+                    want = (i + 1) * MIB
+                    await wait_for(lambda: budget.held == want, what=f"upload {i} held")  # noqa: B023
+            refusals = []
+            for reader, _ in clients[2:]:
+                status, headers, answer = await asyncio.wait_for(read_response(reader), 5)
+                refusals.append((status, headers.get("retry-after"), orjson.loads(answer)["error"]["code"]))
+                assert headers.get("connection") == "close"
+                if server_side == "lean":  # closed at once, the body left unread (aiohttp's side
+                    # reads and discards it for its lingering time first, as after any early answer)
+                    assert await asyncio.wait_for(reader.read(), 5) == b""
+            assert [(status, code) for status, _, code in refusals] == [(503, "server_busy")] * 6
+            assert all(retry is not None and int(retry) >= 1 for _, retry, _ in refusals)  # spread
+            assert budget.held == 2 * MIB
+            assert budget.refused == 6
+            metrics = app[STATE_KEY].metrics.registry.get_sample_value
+            assert metrics("igw_body_budget_refusals_total") == 6
+            assert metrics("igw_body_bytes_held") == 2 * MIB
+            # one upload completes (forwarded, 200), the other client leaves mid-upload
+            (r0, w0), (_, w1) = clients[0], clients[1]
+            w0.write(body[64 * 1024 :])
+            status, _, _ = await asyncio.wait_for(read_response(r0), 5)
+            assert status == 200
+            assert a.received[-1].body == body
+            w1.close()
+            await wait_for(lambda: budget.held == 0, what="budget back to 0")
+        # room again: the next upload is served
+        async with connection(port) as (reader, writer):
+            writer.write(head + body)
+            status, _, _ = await asyncio.wait_for(read_response(reader), 5)
+            assert status == 200
+        assert budget.held == 0
+
+
+@pytest.mark.parametrize("ending", ["success", "bad-json", "timeout", "disconnect", "too-large"])
+async def test_every_ending_gives_the_body_bytes_back(tmp_path: Path, server_side: str, ending: str) -> None:
+    head, body = upload(256 * 1024)
+    if ending == "bad-json":
+        body = b"{" + body[1:-1] + b"!"
+    async with running(FakeModelServer("a")) as (a,), gateway(tmp_path, a.key, budget=2 * MIB) as (port, app):
+        budget = app[STATE_KEY].body_budget
+        async with connection(port) as (reader, writer):
+            if ending == "too-large":  # refused before reading: nothing taken
+                writer.write(head.replace(b"262144", str(300 * MIB).encode()))
+            else:
+                writer.write(head + body[:1024])
+                await wait_for(lambda: budget.held == 256 * 1024, what="body held")
+            if ending in ("success", "bad-json"):
+                writer.write(body[1024:])
+            if ending == "disconnect":
+                writer.close()
+            else:
+                status, _, _ = await asyncio.wait_for(read_response(reader), 5)
+                expected = {"success": 200, "bad-json": 400, "timeout": 408, "too-large": 413}[ending]
+                assert status == expected
+            await wait_for(lambda: budget.held == 0, what="budget back to 0")
+        assert budget.refused == 0
+
+
+async def test_a_chunked_body_counts_as_it_arrives_and_is_refused_past_the_budget(tmp_path: Path) -> None:
+    head, body = upload()
+    async with running(FakeModelServer("a")) as (a,), gateway(tmp_path, a.key, budget=MIB) as (port, app):
+        budget = app[STATE_KEY].body_budget
+        async with connection(port) as (_r0, w0), connection(port) as (r1, w1):
+            w0.write(head + body[:1000])  # holds the whole budget
+            await wait_for(lambda: budget.held == MIB, what="first body held")
+            chunked = head.replace(f"Content-Length: {MIB}".encode(), b"Transfer-Encoding: chunked")
+            w1.write(chunked + b"%x\r\n" % 4096 + body[:4096] + b"\r\n")
+            status, headers, answer = await asyncio.wait_for(read_response(r1), 5)
+            assert (status, orjson.loads(answer)["error"]["code"]) == (503, "server_busy")
+            assert headers.get("retry-after")
+            w0.close()
+        await wait_for(lambda: budget.held == 0, what="budget back to 0")
+
+
+def test_a_lone_body_always_fits_and_a_full_budget_refuses() -> None:
+    budget = BodyBudget(limit=10)
+    big = budget.take(50)  # nothing else held: taken whatever its size
+    assert big is not None
+    assert budget.held == 50
+    assert budget.take(1) is None
+    assert budget.refused == 1
+    big.release()
+    big.release()  # a second release gives nothing back
+    assert budget.held == 0
+
+
+def test_the_default_budget_is_derived_from_the_memory_limit() -> None:
+    assert derived_budget(None, 1, parent_bytes=64 * MIB) == 256 * MIB
+    assert derived_budget(1024 * MIB, 1, parent_bytes=64 * MIB) == 256 * MIB
+    assert derived_budget(1024 * MIB, 2, parent_bytes=64 * MIB) == 120 * MIB
+    assert derived_budget(64 * MIB, 8, parent_bytes=64 * MIB) == 16 * MIB  # the floor
+
+
+def test_the_budget_is_set_by_the_config_and_refused_negative_naming_the_field() -> None:
+    options = {"max_body_bytes_held": None}
+    assert server_limits({"maxBodyBytesHeld": 4 * MIB}, options).max_body_bytes_held == 4 * MIB
+    assert server_limits({}, options).max_body_bytes_held == 0  # derived at start
+    with pytest.raises(ValueError, match="--max-body-bytes-held: must not be negative"):
+        server_limits({}, {"max_body_bytes_held": -1})
