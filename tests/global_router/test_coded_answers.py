@@ -25,6 +25,7 @@ from igw.gateway.serving import serve_app
 from igw.global_router.config import parse_global_config
 from igw.global_router.server import ROUTER_KEY, create_global_app
 from tests.global_router.support import MODEL, global_doc
+from tests.log_capture import captured_records
 
 NAME = "igw_global_answer_usage_unread_total"
 
@@ -51,11 +52,13 @@ def _coded_cluster(body: bytes, coding: str) -> web.Application:
 
 
 @contextlib.asynccontextmanager
-async def _router(cluster: web.Application) -> AsyncIterator[tuple[str, CollectorRegistry]]:
-    """A router in front of one cluster ``big`` serving ``cluster``, and the router's registry."""
+async def _router(
+    cluster: web.Application, name: str = "big"
+) -> AsyncIterator[tuple[str, CollectorRegistry]]:
+    """A router in front of one cluster (``name``) serving ``cluster``, and the router's registry."""
     async with contextlib.AsyncExitStack() as stack:
         cluster_url = await stack.enter_async_context(serve_app(cluster, host="127.0.0.1", port=0))
-        clusters = [{"name": "big", "region": "east", "endpoint": cluster_url, "models": [MODEL]}]
+        clusters = [{"name": name, "region": "east", "endpoint": cluster_url, "models": [MODEL]}]
         app = create_global_app(
             parse_global_config(global_doc(clusters, heartbeats={"required": False})),
             read_heartbeats=False,
@@ -112,3 +115,26 @@ async def test_a_clusters_relayed_compressed_answer_whose_usage_went_unread_is_c
             assert resp.status == 200
             assert await resp.read() == body
         assert _unread(registry) == {"decode_error": 1}
+
+
+async def test_the_usage_unread_warning_names_the_cluster_not_its_endpoint() -> None:
+    """The WARNING for a cluster's relayed answer whose usage went unread names the cluster as
+    configured, not its endpoint (an internal URL): until session s48 it read ``upstream
+    http://127.0.0.1:PORT sent a compressed answer ...``. Tier 1 names its pod's ``host:port`` as
+    before. The cluster's name is this test's alone: the WARNING is throttled per upstream."""
+    body = gzip.compress(b"{")[:10] + os.urandom(2 << 20)
+    with captured_records("igw.gateway.usage_unread") as (_, records):
+        async with (
+            _router(_coded_cluster(body, "gzip"), name="unread-named") as (url, _),
+            aiohttp.ClientSession(auto_decompress=False) as http,
+            http.post(
+                url + "/v1/completions",
+                json={"model": MODEL, "prompt": "hi"},
+                headers={"Accept-Encoding": "gzip"},
+            ) as resp,
+        ):
+            assert resp.status == 200
+            await resp.read()
+    (line,) = [r.getMessage() for r in records]
+    assert line.startswith("upstream cluster 'unread-named' sent a compressed answer"), line
+    assert "127.0.0.1" not in line

@@ -48,9 +48,11 @@ def _check(document: dict[str, Any]) -> None:
 
 
 def _totals(documents: list[dict[str, Any]]) -> Counter[tuple[str, tuple[tuple[str, str], ...]]]:
-    """Sum of every metric over the documents, keyed by metric name and dimension values."""
+    """Sum of every metric over the documents, keyed by metric name and dimension values, each
+    document checked first (:func:`_check`)."""
     totals: Counter[tuple[str, tuple[tuple[str, str], ...]]] = Counter()
     for document in documents:
+        _check(document)
         (directive,) = document["_aws"]["CloudWatchMetrics"]
         dims = tuple((d, document[d]) for d in directive["Dimensions"][0])
         for metric in directive["Metrics"]:
@@ -66,7 +68,6 @@ def test_reporter_emits_interval_deltas_only() -> None:
     metrics.ratelimit_hits.labels("team-b", MODEL, "requests").inc()
     documents = reporter.documents()
     for document in documents:
-        _check(document)
         assert document["_aws"]["Timestamp"] == 12500
     totals = _totals(documents)
     assert (
@@ -93,8 +94,6 @@ def test_the_s44_counters_are_reported_as_interval_deltas() -> None:
     metrics.answer_usage_unread.labels("east-a", "truncated").inc()
     metrics.usage_misnamed.labels("east-a").inc(3)
     documents = reporter.documents()
-    for document in documents:
-        _check(document)
     assert _totals(documents) == {
         ("HeartbeatSourceOutages", (("Reason", "unreachable"),)): 2,
         ("AnswerUsageUnread", (("Cluster", "east-a"), ("Reason", "truncated"))): 1,
@@ -114,8 +113,6 @@ def test_refused_redirects_are_reported_per_cluster() -> None:
     metrics.upstream_redirects.labels("east-a").inc(2)
     metrics.upstream_redirects.labels("west-b").inc()
     documents = reporter.documents()
-    for document in documents:
-        _check(document)
     assert _totals(documents) == {
         ("UpstreamRedirects", (("Cluster", "east-a"),)): 2,
         ("UpstreamRedirects", (("Cluster", "west-b"),)): 1,
@@ -139,8 +136,6 @@ def test_refused_upstream_auth_and_refused_searches_are_reported() -> None:
     metrics.searches_refused.labels("scope_busy").inc(25)
     metrics.searches_refused.labels("unfound").inc()
     documents = reporter.documents()
-    for document in documents:
-        _check(document)
     assert _totals(documents) == {
         ("UpstreamAuthRefused", (("Cluster", "east-a"),)): 3,
         ("ResponseSearchesRefused", (("Reason", "scope_busy"),)): 25,
@@ -210,8 +205,6 @@ async def test_router_writes_fleet_documents_on_the_interval(caplog: pytest.LogC
         for server in servers.values():
             await server.stop()
     documents = [orjson.loads(r.getMessage()) for r in caplog.records if r.name == "igw.emf"]
-    for document in documents:
-        _check(document)
     assert len({d["_aws"]["Timestamp"] for d in documents}) >= 2  # more than one interval written
     totals = _totals(documents)
     decisions = {k: v for k, v in totals.items() if k[0] == "RoutingDecisions"}
@@ -277,9 +270,7 @@ async def test_global_serve_writes_emf_lines_on_stdout(tmp_path: Path, redis_ser
         await server.stop()
     assert proc.returncode == 0
     documents = [orjson.loads(line) for line in stdout.decode().splitlines() if line.strip()]
-    for document in documents:  # every stdout line is an EMF document (the interval outlives the run)
-        _check(document)
-    totals = _totals(documents)
+    totals = _totals(documents)  # every stdout line is an EMF document (the interval outlives the run)
     assert (
         totals["RoutingDecisions", (("Cluster", "east-a"), ("Region", "east"), ("Reason", "same-region"))]
         == 3
@@ -334,6 +325,4 @@ async def test_global_serve_answers_while_its_stdout_is_not_read(
             os.close(read_end)
         await server.stop()
     documents = [orjson.loads(line) for line in stdout.decode().splitlines()]
-    for document in documents:
-        _check(document)
     assert _totals(documents)["ClusterRequests", (("Cluster", "east-a"),)] == answered

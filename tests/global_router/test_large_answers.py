@@ -274,3 +274,22 @@ async def test_the_large_error_warning_names_the_cluster_not_its_endpoint() -> N
     (line,) = [r.getMessage() for r in records]
     assert line.startswith("upstream cluster 'named-in-warning' answered HTTP 400"), line
     assert "127.0.0.1" not in line
+
+
+async def test_the_relay_cut_warning_names_the_cluster_not_its_endpoint() -> None:
+    """The WARNING for a large answer whose cluster died mid-relay names the cluster as configured,
+    not its endpoint (an internal URL): until session s48 it read ``upstream http://127.0.0.1:PORT:
+    ...; the client's connection is closed``. Tier 1 names its pod's ``host:port`` as before."""
+    cluster = _breaking_cluster(sent=2 * WHOLE_ANSWER_BUFFER_BYTES, announced=None, hang=False)
+    with captured_records("igw.gateway") as (_, records):
+        async with (
+            _router(cluster, name="cut-named") as (url, _),
+            aiohttp.ClientSession() as http,
+            http.post(url + "/v1/completions", json={"model": MODEL, "prompt": "hi"}) as resp,
+        ):
+            assert resp.status == 200
+            with pytest.raises(aiohttp.ClientPayloadError):
+                await resp.read()
+    (line,) = [r.getMessage() for r in records if "the client's connection is closed" in r.getMessage()]
+    assert line.startswith("upstream cluster 'cut-named': "), line
+    assert "127.0.0.1" not in line

@@ -61,6 +61,22 @@ def _asked(clusters: list[Gated], response_id: str) -> int:
     return sum(c.asked.count(f"GET {response_id}") for c in clusters)
 
 
+async def _searched_past_slow_east_a(r: Routed, other: Gated, *, search_timeout_s: float) -> tuple[str, str]:
+    """With the search bounded at ``search_timeout_s`` and cluster ``east-a`` slow to answer (silent,
+    or its body stalled or trickling): an id stored at ``other`` is found there (200), and one stored
+    nowhere answers 504 ``upstream_timeout`` naming ``east-a`` (which may store it: never a 404 saying
+    it is gone). The two ids, found and nowhere."""
+    r.router.search_timeout_s = search_timeout_s
+    found, nowhere = mint("tenant:t"), mint("tenant:t")
+    other.stored.add(found)
+    async with asyncio.timeout(10):
+        assert (await _get(r, "t", found))[0] == 200
+        status, error, _ = await _get(r, "t", nowhere)
+    assert (status, error["code"]) == (504, "upstream_timeout"), (status, error)
+    assert "east-a" in str(error["message"])
+    return found, nowhere
+
+
 async def test_an_id_found_nowhere_is_not_searched_for_again_for_a_while(
     jwks_server: JwksServer, tokens: TokenFactory, clock: ManualClock, client_ssl: ssl.SSLContext
 ) -> None:
@@ -180,14 +196,7 @@ async def test_a_cluster_stalling_its_answer_s_body_is_given_up_at_the_search_bo
     ``requestTimeoutSeconds`` alone (600 s by default), a trickle by nothing (no answer within 10 s)."""
     stalling, other = Stalling("east-a", trickle_s), Gated("east-b")
     async with routed([stalling, other], jwks_server, tokens, clock, client_ssl) as r:
-        r.router.search_timeout_s = 0.3
-        found, nowhere = mint("tenant:t"), mint("tenant:t")
-        other.stored.add(found)
-        async with asyncio.timeout(10):
-            assert (await _get(r, "t", found))[0] == 200
-            status, error, _ = await _get(r, "t", nowhere)
-        assert (status, error["code"]) == (504, "upstream_timeout"), (status, error)
-        assert "east-a" in str(error["message"])
+        found, nowhere = await _searched_past_slow_east_a(r, other, search_timeout_s=0.3)
         assert _asked([stalling], found) == _asked([other], nowhere) == 1
         assert nowhere not in r.router.searches._contexts  # not listed as found nowhere
         assert r.router.searches.in_flight == 0

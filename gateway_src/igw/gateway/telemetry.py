@@ -277,6 +277,18 @@ def _inflight_family() -> GaugeMetricFamily:
     )
 
 
+def searches_refused_counter(name: str, documentation: str, registry: CollectorRegistry) -> Counter:
+    """The counter of requests about a stored response answered without a search, by ``reason``
+    (:data:`~igw.gateway.response_search.SEARCH_REFUSAL_REASONS`), for both tiers: each reason's
+    series from 0, since a series born at its first refusal shows no ``increase()`` for it and the
+    scope-busy alarms (``IgwSearchesScopeBusy``, ``IgwGlobalSearchesScopeBusy``) would miss the first
+    burst (tier 2's series were born so until session s47)."""
+    counter = Counter(name, documentation, ["reason"], registry=registry)
+    for reason in SEARCH_REFUSAL_REASONS:
+        counter.labels(reason)
+    return counter
+
+
 def _default_stale_threshold_s() -> float:
     return RoutingSettings().stale_threshold_s
 
@@ -468,20 +480,15 @@ class GatewayMetrics:
             "WARNING igw.gateway.misnamed_usage is logged once a minute per pod).",
             registry=r,
         )
-        self.searches_refused = Counter(
+        self.searches_refused = searches_refused_counter(
             "igw_response_searches_refused",
             "Requests about a stored response whose pod this replica does not know answered without "
             "searching the pods, by reason: unfound (404: the caller's search of these pools found the "
             "id nowhere moments ago), busy (503 response_search_busy: the process's searches all in "
             "flight), scope_busy (503: the caller scope's share of them in flight). As tier 2's "
             "igw_global_response_searches_refused_total.",
-            ["reason"],
-            registry=r,
+            r,
         )
-        for reason in SEARCH_REFUSAL_REASONS:
-            # each series from 0: a series born at its first refusal shows no increase() for it,
-            # and IgwSearchesScopeBusy would miss the first burst
-            self.searches_refused.labels(reason)
         self.request_faults = FoldingCounter(
             "igw_request_faults",
             "Requests the model servers answered 500 on two endpoints within a minute: taken for "

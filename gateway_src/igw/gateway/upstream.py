@@ -1320,12 +1320,12 @@ async def _relay_whole(
             scan.finish()
             if scan.unreadable is not None:  # relayed already: its usage is unknown, said loudly
                 result.usage_unread = scan.unread
-                _warn_usage_unread(endpoint, scan.unread, scan.unreadable)
+                _warn_usage_unread(_logged_upstream(endpoint, upstream_name), scan.unread, scan.unreadable)
                 reads_json = False
     except (ConnectionResetError, aiohttp.ClientConnectionResetError) as reset:
         raise ClientGone() from reset
     except (UpstreamBroken, TimeoutError) as exc:
-        _relay_cut(request, result, endpoint, exc)
+        _relay_cut(request, result, _logged_upstream(endpoint, upstream_name), exc)
     finally:
         if reads_json:
             doc = scan.document()
@@ -1413,11 +1413,11 @@ async def _relay_decoded(
             detail = (
                 f"it decodes to over {SCAN_RATIO} bytes per coded byte, relayed but not scanned past them"
             )
-            _warn_usage_unread(endpoint, scan.unread, detail)
+            _warn_usage_unread(_logged_upstream(endpoint, upstream_name), scan.unread, detail)
     except (ConnectionResetError, aiohttp.ClientConnectionResetError) as reset:
         raise ClientGone() from reset
     except (UpstreamBroken, TimeoutError) as exc:
-        _relay_cut(request, result, endpoint, exc)
+        _relay_cut(request, result, _logged_upstream(endpoint, upstream_name), exc)
     finally:
         doc = scan.document()
         result.usage = _usage_from(doc)
@@ -1430,31 +1430,33 @@ async def _relay_decoded(
 def _logged_upstream(endpoint: str, upstream_name: str) -> str:
     """How a WARNING names the upstream: by the name its caller gave (the global router's
     ``cluster 'east-1'``: its operators know clusters by name, and an endpoint is an internal URL;
-    until session s48 the large-error WARNING named the URL), else - tier 1, whose upstream is
-    :data:`UPSTREAM_NAME` - by ``endpoint``, the pod's ``host:port``."""
+    until session s48 the large-error, usage-unread and relay-cut WARNINGs named the URL), else -
+    tier 1, whose upstream is :data:`UPSTREAM_NAME` - by ``endpoint``, the pod's ``host:port``."""
     return endpoint if upstream_name == UPSTREAM_NAME else upstream_name
 
 
-def _warn_usage_unread(endpoint: str, reason: str | None, detail: str | None) -> None:
+def _warn_usage_unread(upstream: str, reason: str | None, detail: str | None) -> None:
     """The WARNING for a compressed answer relayed with its usage unread (``reason``, one of
     :data:`~igw.gateway.answer_coding.UNREAD_REASONS`; ``detail``, what the decode met), on
-    :data:`usage_unread_log`: throttled per pod and reason, a hostile pod's flood one line a minute."""
+    :data:`usage_unread_log`: throttled per upstream (``upstream``, as :func:`_logged_upstream`
+    names it) and reason, a hostile pod's flood one line a minute."""
     usage_unread_log.warning(
         "upstream %s sent a compressed answer whose usage could not be read (%s): %s",
-        endpoint,
+        upstream,
         reason,
         detail,
     )
 
 
-def _relay_cut(request: web.BaseRequest, result: ExchangeResult, endpoint: str, exc: Exception) -> None:
+def _relay_cut(request: web.BaseRequest, result: ExchangeResult, upstream: str, exc: Exception) -> None:
     """An answer whose relay the upstream cut (broken or past its deadline) after the client had its
-    head: ``result`` marked failed with the cause, a warning logged, and the client's connection
-    closed before the body's end (:func:`end_unfinished`). One place for :func:`_relay_whole` and
-    :func:`_relay_decoded`, so both say the same thing the same way."""
+    head: ``result`` marked failed with the cause, a warning logged naming ``upstream`` (as
+    :func:`_logged_upstream` names it), and the client's connection closed before the body's end
+    (:func:`end_unfinished`). One place for :func:`_relay_whole` and :func:`_relay_decoded`, so both
+    say the same thing the same way."""
     result.ok = False
     result.error = f"upstream failed while its answer was relayed: {type(exc).__name__}"
-    log.warning("upstream %s: %s; the client's connection is closed", endpoint, exc or result.error)
+    log.warning("upstream %s: %s; the client's connection is closed", upstream, exc or result.error)
     end_unfinished(request)
 
 

@@ -12,8 +12,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from igw.gateway.log_metrics import LogDropStats
 from igw.gateway.metrics_render import MetricsPage
-from igw.gateway.response_search import SEARCH_REFUSAL_REASONS
-from igw.gateway.telemetry import LATENCY_BUCKETS, TTFT_BUCKETS
+from igw.gateway.telemetry import LATENCY_BUCKETS, TTFT_BUCKETS, searches_refused_counter
 from igw.security.metrics import HOLDS_REFUSED_HELP
 
 PREFIX: Final = "igw_global"
@@ -108,19 +107,14 @@ class FleetMetrics:
             ["cluster"],
             registry=r,
         )
-        self.searches_refused = Counter(
+        self.searches_refused = searches_refused_counter(
             f"{PREFIX}_response_searches_refused",
             "Requests about a stored response this replica does not know answered without asking any "
             "cluster, by reason: unfound (404: the caller's search for the id found it nowhere moments "
             "ago), busy (429: the replica's searches all in flight), scope_busy (429: the caller "
             "scope's share of them in flight).",
-            ["reason"],
-            registry=r,
+            r,
         )
-        for reason in SEARCH_REFUSAL_REASONS:
-            # each series from 0 (since session s47): a series born at its first refusal shows no
-            # increase() for it, and IgwGlobalSearchesScopeBusy missed the first burst
-            self.searches_refused.labels(reason)
         self.ratelimit_holds_refused = Counter(
             f"{PREFIX}_ratelimit_holds_refused", HOLDS_REFUSED_HELP, registry=r
         )
