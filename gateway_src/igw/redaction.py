@@ -347,7 +347,13 @@ _QUOTE_RUN: Final = {quote: re.compile(r"(\\*)" + quote) for quote in "'\""}
 
 def _enclosing_end(found: re.Match[str], start: int, escape: str, quote: str) -> int:
     """Where, in the text a cut value's rule took (``found``, the value from ``start``), the string
-    holding that value ends: from there the text is kept, not masked.
+    holding that value ends: from there the text is kept, not masked (:func:`_string_end`)."""
+    return _string_end(found.string, found.start(), start, found.end(), escape, quote)
+
+
+def _string_end(text: str, field: int, start: int, stop: int, escape: str, quote: str) -> int:
+    """Where the string holding a cut value (its field or repr from ``field``, the value from ``start``,
+    cut at ``stop``; its quotes ``quote`` after ``escape``) ends before ``stop``, or ``stop``.
 
     A value cut before its closing quote is masked to the end of its line; but where the field is
     itself inside a string (a JSON string's ``{\\"password\\": \\"hunter2``, or a dict repr's
@@ -357,14 +363,15 @@ def _enclosing_end(found: re.Match[str], start: int, escape: str, quote: str) ->
     log format, a line that is not JSON). A value whose quotes are escaped (``escape``) ends at the
     first such quote with fewer backslashes before it, which cannot be in the value; a value in single
     quotes inside a double-quoted string (an odd count of unescaped ``"`` before the field) at the
-    first unescaped ``"`` that a separator or the end of the text follows."""
-    text, stop = found.string, found.end()
+    first unescaped ``"`` that a separator or the end of the text follows. Since round 13 also a key's
+    cut bytes repr (:func:`_mask_bytes_repr`) and a cut array or object (:func:`_mask_containers`),
+    which still took the string's end with them."""
     if escape:
         for run in _QUOTE_RUN[quote].finditer(text, start, stop):
             if len(run.group(1)) < len(escape):
                 return run.start()
         return stop
-    if quote == "'" and len(_UNESCAPED_DOUBLE_QUOTE.findall(text, 0, found.start())) % 2:
+    if quote == "'" and len(_UNESCAPED_DOUBLE_QUOTE.findall(text, 0, field)) % 2:
         end = _STRING_END.search(text, start, stop)
         return stop if end is None else end.start()
     return stop
@@ -462,7 +469,7 @@ _LINE_START: Final = r"(?:^|(?<=\n)|(?<=\\n)|(?<=[\"']))"
 _CONFIG_LINE: Final = re.compile(
     r"(?i)(" + _LINE_START + r"[ \t]*(?:-[ \t]+)?(?:" + _QUOTED_NAME + r")[ \t]*([:=])[ \t]*)"
     r"((?:(?!\\[nr])[^\s\"'\[({])(?:(?!\\[nr])[^\s\"'])*)"
-    r"(?=[ \t]*(?:\r?\n|\\[nr]|\Z|\\*[\"'](?:[\s,}\]]|\Z)))"
+    r"(?=[ \t]*(?:\r?\n|\\[nr]|\Z|\\*[\"'](?:[\s,}\]]|\Z))|[ \t]+[#;])"
 )
 """A secret-named key of a configuration line and its unquoted value, alone on its line (a YAML
 ``password: hunter2``, an INI or ``.env`` dump's ``password = hunter2``, ``token: abc.def``, indented
@@ -474,7 +481,8 @@ line and the value is one run without blanks that ends it, so ``the password = f
 ``password: none given`` and ``Error: token: expired`` stay; after a ``:`` a value that reads as a
 word (letters only, at most capitalised, shorter than :data:`WORD_MAX_CHARS`: ``token: expired``,
 ``password: none``) stays too (:func:`_mask_config_line`); after ``=`` it is masked, as ``token=expired``
-is by the form rule."""
+is by the form rule. A comment after the value (``password = x  # prod``, ``token: abc123 ; note``,
+after a blank) is kept and the value masked; until round 13 such a line went through whole."""
 _CONFIG_HINT: Final = re.compile(
     rf"[:=](?<={_QUOTED_LAST}[:=])(?:"
     + "|".join(f"(?<={word}[:=])" for word in _QUOTED_WORDS)
@@ -485,6 +493,23 @@ _CONFIG_HINT: Final = re.compile(
 """What a lower-cased text needs for :data:`_CONFIG_LINE` to match (one of :data:`_QUOTED_WORDS`, a
 blank or none, then ``:`` or ``=``; or two blanks before them, an aligned INI file): led by the
 ``:``/``=`` and checked for a word's last letter first, as :data:`_QUOTED_HINT`."""
+
+
+_FIELD_HINT: Final = re.compile(
+    rf"[:=](?:(?<={_QUOTED_LAST}[:=])(?:"
+    + "|".join(f"(?<={word}[:=])" for word in _QUOTED_WORDS)
+    + rf")|(?<={_QUOTED_LAST}[\"' \t][:=])(?:"
+    + "|".join(f"(?<={word}.[:=])" for word in _QUOTED_WORDS)
+    + rf")|(?<={_QUOTED_LAST}[\"'] [:=])(?:"
+    + "|".join(f"(?<={word}. [:=])" for word in _QUOTED_WORDS)
+    + r")|(?<=[ \t][ \t][:=]))"
+)
+"""What a lower-cased text needs for any of :data:`_QUOTED_HINT`, :data:`_KWARG_HINT`,
+:data:`_SPACED_KWARG_HINT` and :data:`_CONFIG_HINT` to match (a superset of the four: a word of
+:data:`_QUOTED_WORDS`, a quote or blank or none, then ``:`` or ``=``; a word, a quote and a blank before
+them; or two blanks): one search led by ``:``/``=`` that a clean line fails, where it ran three
+(round 12's configuration hint made a clean line's redaction about 10 % dearer). Only where it
+matches are the rules' own hints searched."""
 
 
 def _config_secrets(lowered: str) -> bool:
@@ -591,7 +616,7 @@ def _mask_containers(text: str) -> str:
         shown.append(text[position:start])
         if end is None:
             shown.append(MASK)
-            position = stop
+            position = _string_end(text, found.start(), start, stop, escape, quote or "")
         elif (
             found.group(3)
             and text[found.start(0) : start].rstrip().endswith("{")
@@ -869,6 +894,10 @@ def _mask_bytes_repr(found: re.Match[str]) -> str:
     body, end = (found.group(1), found.group(2)) if found.group(1) is not None else found.group(3, 4)
     if not any(hint in body for hint in _BYTES_REPR_HINTS):
         return found.group(0)
+    quote, kept = found.group(0)[1], found.end()
+    if not end:  # cut: it ends where a string holding it ends, if one does
+        kept = _string_end(found.string, found.start(), found.start() + 2, kept, "", quote)
+        body = found.string[found.start() + 2 : kept]
     try:
         cut = body if end else _CUT_ESCAPE.sub("", body)  # closed: its last \\ is an escaped backslash's
         raw = codecs.escape_decode(cut.encode("latin-1", "backslashreplace"))[0]
@@ -876,8 +905,7 @@ def _mask_bytes_repr(found: re.Match[str]) -> str:
         raw = None
     if raw is not None and not _holds_key(raw.hex()):
         return found.group(0)
-    quote = found.group(0)[1]
-    return f"b{quote}{MASK}{end}"
+    return f"b{quote}{MASK}{end}{found.string[kept : found.end()]}"
 
 
 def _mask_doubled_bytes_repr(found: re.Match[str]) -> str:
@@ -885,10 +913,14 @@ def _mask_doubled_bytes_repr(found: re.Match[str]) -> str:
     off its body (``\\\\x02`` read as ``\\x02``), masked whole when it holds a key (``b'[REDACTED]'``,
     ``b\\"[REDACTED]\\"``), its quotes kept as they were."""
     opening, body, end = found.groups()
+    kept = found.end()
+    if not end:  # cut: it ends where a string holding it ends, if one does
+        kept = _string_end(found.string, found.start(), found.start(2), kept, opening[:-1], opening[-1])
+        body = found.string[found.start(2) : kept]
     inner = _BYTES_REPR.match("b" + opening[-1] + _ONE_ESCAPE.sub(r"\1", body) + end[-1:])
     if inner is None or _mask_bytes_repr(inner) == inner.group(0):
         return found.group(0)
-    return f"b{opening}{MASK}{end}"
+    return f"b{opening}{MASK}{end}{found.string[kept : found.end()]}"
 
 
 def _form_secrets(lowered: str) -> bool:
@@ -962,9 +994,14 @@ def needs_redaction(text: str) -> bool:
     lowered = text.lower()
     return (
         _form_secrets(lowered)
-        or _QUOTED_HINT.search(lowered) is not None
-        or _keyword_secrets(lowered)
-        or (_config_secrets(lowered) and _config_changes(text))
+        or (
+            _FIELD_HINT.search(lowered) is not None
+            and (
+                _QUOTED_HINT.search(lowered) is not None
+                or _keyword_secrets(lowered)
+                or (_config_secrets(lowered) and _config_changes(text))
+            )
+        )
         or _hex_secrets(lowered)
         or any(trigger in lowered for trigger in _TRIGGERS)
     )
@@ -1052,10 +1089,11 @@ def redact(text: str) -> str:
     lowered = text.lower()
     if _form_secrets(lowered):
         text = _FORM_FIELD.sub(_mask_form_field, text)
-    quoted = _QUOTED_HINT.search(lowered) is not None
+    fields = _FIELD_HINT.search(lowered) is not None  # none of the next three hints otherwise
+    quoted = fields and _QUOTED_HINT.search(lowered) is not None
     if quoted:
         text = _QUOTED_FIELD.sub(_mask_quoted_field, text)
-    keyword = _keyword_secrets(lowered)
+    keyword = fields and _keyword_secrets(lowered)
     if keyword:
         text = _KWARG_FIELD.sub(_mask_kwarg, text)
         if "\\" in text:
@@ -1072,7 +1110,7 @@ def redact(text: str) -> str:
         text = _mask_containers(text)
     if quoted and _left_open(text):
         text = _CUT_FIELD.sub(_mask_cut_field, text)
-    if _config_secrets(lowered):
+    if fields and _config_secrets(lowered):
         text = _CONFIG_LINE.sub(_mask_config_line, text)
     if _hex_secrets(lowered):
         text = _mask_hex_keys(text)

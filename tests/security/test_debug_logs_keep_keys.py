@@ -1181,3 +1181,79 @@ def test_a_json_message_after_the_log_format_s_prefix_stays_json() -> None:
     assert "hunter2xyz" not in formatted
     assert "1234" not in formatted
     assert json.loads(shown) == {"error": f'said {{"password": [{MASK}', "model": "m", "password": MASK}
+
+
+_KEY_DER: bytes = bytes.fromhex("308204bd020100300d06092a864886f70d0101010500048204a7") + b"\x01" * 40
+_CUT_KEY_REPR: str = repr(_KEY_DER)[:60]
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        (
+            f'x: {{"error": "load {_CUT_KEY_REPR}", "model": "m"}}',
+            f'x: {{"error": "load b\'{MASK}", "model": "m"}}',
+        ),
+        (
+            f'x: {{"error": "load {_CUT_KEY_REPR.replace(chr(92), chr(92) * 2)}", "model": "m"}}',
+            f'x: {{"error": "load b\'{MASK}", "model": "m"}}',
+        ),
+        (
+            f'x: {{"error": "load b\\"{_CUT_KEY_REPR[2:].replace(chr(92), chr(92) * 2)}", "model": "m"}}',
+            f'x: {{"error": "load b\\"{MASK}", "model": "m"}}',
+        ),
+        (
+            'x: {"error": "said {\'password\': [\'hunter2xyz", "model": "m"}',
+            f'x: {{"error": "said {{\'password\': [{MASK}", "model": "m"}}',
+        ),
+        (
+            'x: {"error": "Config(password=[\'hunter2xyz", "model": "m"}',
+            f'x: {{"error": "Config(password=[{MASK}", "model": "m"}}',
+        ),
+        ('body="{\\"password\\": [\\"hunter2xyz" user=ops', f'body="{{\\"password\\": [{MASK}" user=ops'),
+        (f"key {_CUT_KEY_REPR}", f"key b'{MASK}"),
+        ("{'password': ['hunter2xyz", f"{{'password': [{MASK}"),
+    ],
+)
+def test_a_cut_bytes_repr_or_container_inside_a_string_keeps_that_string_s_closing_quote(
+    text: str, shown: str
+) -> None:
+    """A key's bytes repr or a secret's array cut before it closes is masked to the end of its line,
+    but where it is inside a string (a JSON field after a log prefix, a logfmt value) that string ends
+    first: until round 13 its closing quote and every field after it went with the secret."""
+    assert redact(text) == shown
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("password = hunter2  # prod", f"password = {MASK}  # prod"),
+        ("token: abc123 ; note", f"token: {MASK} ; note"),
+        ("password = x  # prod", f"password = {MASK}  # prod"),
+        (
+            "db:\n  password: s3cr3t-v4lue # rotated\n  user: ops",
+            f"db:\n  password: {MASK} # rotated\n  user: ops",
+        ),
+        (
+            'x: {"error": "api_key = abc123 ; old", "m": 1}',
+            f'x: {{"error": "api_key = {MASK} ; old", "m": 1}}',
+        ),
+    ],
+)
+def test_a_configuration_value_before_a_comment_is_masked_and_the_comment_kept(text: str, shown: str) -> None:
+    """``password = x  # prod`` went through whole: the rule wanted the value to end its line."""
+    assert redact(text) == shown
+    assert needs_redaction(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "the password = field is required # see docs",
+        "token: expired # retry",
+        "password: none ; ask ops",
+        "a#token: x",
+    ],
+)
+def test_prose_with_a_comment_after_it_stays(text: str) -> None:
+    assert redact(text) == text
