@@ -57,7 +57,7 @@ may fire (absolute; it must also be :data:`CANARY_ERROR_FACTOR` times the rule's
 CANARY_ERROR_FACTOR: Final = 2
 """How many times the rule's other targets' 5xx share a target's must be for the alert."""
 CANARY_MIN_RPS: Final = 0.1
-"""The least request rate (over 10 minutes: 60 requests) a target needs for its error share to page:
+"""The request rate a target must exceed (over 10 minutes: 60 requests) for its error share to page:
 a target with a handful of requests is one unlucky error from any share."""
 
 _REWRITES = "igw_model_rewrite_requests_total"
@@ -81,7 +81,7 @@ def _others_rate(*, errors: bool = False) -> str:
 
 def _canary_version_errors() -> str:
     """A target whose 5xx share is over :data:`CANARY_ERROR_SHARE`, over
-    :data:`CANARY_ERROR_FACTOR` times its rule's other targets' together, with at least
+    :data:`CANARY_ERROR_FACTOR` times its rule's other targets' together, with over
     :data:`CANARY_MIN_RPS` requests a second. A rule whose other targets took no request in the window
     compares with NaN and stays quiet (nothing to compare with: IgwHigh5xxRatio watches the whole)."""
     share = f"({_rewrite_rate('rule, target', errors=True)}\n/ {_rewrite_rate('rule, target')})"
@@ -409,7 +409,7 @@ ALERTS: Final[tuple[Alert, ...]] = (
         "Canary rule {{ $labels.rule }}: target {{ $labels.target }} fails {{ $value | humanizePercentage }} "
         "of its requests with a 5xx, over twice the rule's other targets.",
         "The version this rule sends part of the traffic to fails more than 5% of its requests (10 "
-        "minutes, at least 0.1 requests a second), more than twice as often as the rule's other targets "
+        "minutes, over 0.1 requests a second), more than twice as often as the rule's other targets "
         "together: a bad rollout, not a bad day for the model. Set its weight to 0 "
         "(spec.extensions.modelRewrites) to roll it back, then read its pods' logs.",
     ),
