@@ -51,6 +51,48 @@ TTFT_SLO_TARGET: Final = 0.99
 """Fraction of requests that must meet :data:`TTFT_SLO_SECONDS` (the P99 objective)."""
 
 
+CANARY_ERROR_SHARE: Final = 0.05
+"""A canary target's 5xx share over 10 minutes above which :data:`ALERTS`' ``IgwCanaryVersionErrors``
+may fire (absolute; it must also be :data:`CANARY_ERROR_FACTOR` times the rule's other targets')."""
+CANARY_ERROR_FACTOR: Final = 2
+"""How many times the rule's other targets' 5xx share a target's must be for the alert."""
+CANARY_MIN_RPS: Final = 0.1
+"""The request rate a target must exceed (over 10 minutes: 60 requests) for its error share to page:
+a target with a handful of requests is one unlucky error from any share."""
+
+_REWRITES = "igw_model_rewrite_requests_total"
+
+
+def _rewrite_rate(by: str, *, errors: bool = False) -> str:
+    """The per-``by`` request rate of the canary rules' targets over 10 minutes (5xx only with
+    ``errors``), summed over the gateway replicas."""
+    selector = f'{_REWRITES}{{code=~"5.."}}' if errors else _REWRITES
+    return f"sum by ({by}) (rate({selector}[10m]))"
+
+
+def _others_rate(*, errors: bool = False) -> str:
+    """Per (rule, target): the rate of the rule's *other* targets (the rule's total less the
+    target's own; ``group_right`` keeps the target's labels)."""
+    return (
+        f"({_rewrite_rate('rule', errors=errors)}\n"
+        f"  - on(rule) group_right {_rewrite_rate('rule, target', errors=errors)})"
+    )
+
+
+def _canary_version_errors() -> str:
+    """A target whose 5xx share is over :data:`CANARY_ERROR_SHARE`, over
+    :data:`CANARY_ERROR_FACTOR` times its rule's other targets' together, with over
+    :data:`CANARY_MIN_RPS` requests a second. A rule whose other targets took no request in the window
+    compares with NaN and stays quiet (nothing to compare with: IgwHigh5xxRatio watches the whole)."""
+    share = f"({_rewrite_rate('rule, target', errors=True)}\n/ {_rewrite_rate('rule, target')})"
+    others = f"({_others_rate(errors=True)}\n/ {_others_rate()})"
+    return (
+        f"{share} > {CANARY_ERROR_SHARE}\n"
+        f"and {share}\n> {CANARY_ERROR_FACTOR} * {others}\n"
+        f"and {_rewrite_rate('rule, target')} > {CANARY_MIN_RPS}"
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class Alert:
     name: str
@@ -355,6 +397,33 @@ ALERTS: Final[tuple[Alert, ...]] = (
         "Its local rate-limit buckets' hold table is full of other tenants' holds, one each (many tenant "
         "ids with unpolled background responses: a flood, or tenantClaim sub): a refused hold is never "
         "settled, so its tenant stays charged the whole bound until its bucket refills.",
+    ),
+    Alert(
+        # since session s48: the per-target split and codes (igw_model_rewrite_requests_total) were
+        # on /metrics and the canary dashboard only. 5xx only: a 429 is load (a canary pool sized for
+        # its share sheds as IgwPoolSaturated says) or a tenant's limit, not a broken version.
+        "IgwCanaryVersionErrors",
+        _canary_version_errors(),
+        "5m",
+        "critical",
+        "Canary rule {{ $labels.rule }}: target {{ $labels.target }} fails {{ $value | humanizePercentage }} "
+        "of its requests with a 5xx, over twice the rule's other targets.",
+        "The version this rule sends part of the traffic to fails more than 5% of its requests (10 "
+        "minutes, over 0.1 requests a second), more than twice as often as the rule's other targets "
+        "together: a bad rollout, not a bad day for the model. Set its weight to 0 "
+        "(spec.extensions.modelRewrites) to roll it back, then read its pods' logs.",
+    ),
+    Alert(
+        # since session s48: a target with no usable endpoint hands its draw to the rule's others
+        "IgwCanaryTargetFallingBack",
+        "sum by (rule, from) (rate(igw_model_rewrite_fallbacks_total[5m])) > 0",
+        "5m",
+        "warning",
+        "Canary rule {{ $labels.rule }}: target {{ $labels.from }} has had no usable endpoint for 5 "
+        "minutes; its share goes to the rule's other targets.",
+        "Its pool has no fresh, ready endpoint (scaled to zero, crash-looping, metrics stale or every "
+        "pod ejected), so the observed split is not the configured one and the version is not being "
+        "tested. igw_model_rewrite_fallbacks_total{to} says where its draws go.",
     ),
 )
 """Every alert the chart ships."""
