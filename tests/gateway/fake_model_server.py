@@ -101,6 +101,9 @@ class FakeModelServer:
     stored_trickle_s: float = 0.0
     """Seconds between the bytes of a whole answer about a stored response, each written alone (a pod
     that is never silent long, yet never finishes: no silence bound ends it)."""
+    stored_answer: tuple[int, bytes] | None = None
+    """Not None: every request about a stored response is answered with this status and JSON body,
+    whatever the id (a pod answering oddly: a cut or id-less body, a huge one)."""
     cancelled: asyncio.Event = field(default_factory=asyncio.Event)
     scrapes: int = 0
     prompt_tokens_total: int = 0
@@ -472,6 +475,9 @@ class FakeModelServer:
         if self.stored_delay_s:
             await asyncio.sleep(self.stored_delay_s)
         rid = request.match_info["rid"]
+        if self.stored_answer is not None:
+            status, odd = self.stored_answer
+            return web.Response(status=status, body=odd, content_type="application/json")
         done = self.stored_responses.get(rid)
         if done is None:
             error = {

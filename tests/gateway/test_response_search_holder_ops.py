@@ -160,3 +160,57 @@ async def test_a_pod_the_hedge_cancels_before_the_search_timeout_is_not_asked_la
         assert [len(stuck.received), len(holder.received)] == [1, 1]
         assert searches._slow == {}
         assert searches.in_flight == 0
+
+
+async def test_a_deletion_done_past_a_frozen_holder_moves_the_memory_to_the_pod_that_did_it(
+    gateway: Any,
+) -> None:
+    """The other pod deleted the response: it is remembered in the frozen holder's place, so the next
+    request about the id asks it (its 404 at once), not the frozen holder first (before: the holder
+    still remembered, the next retrieval waited its search timeout and got its 504)."""
+    (stuck,) = frozen("a")
+    other = FakeModelServer("b")
+    stored(stuck, "resp_1")
+    stored(other, "resp_1")
+    async with running(stuck, other), gateway(DOC, pools([stuck, other])) as gw:
+        bounded(gw, timeout_s=0.5, deadline_s=1.4, hedge_s=0.05)
+        responses = remember(gw, "resp_1", stuck)
+        done = await answered(gw, "DELETE", "/v1/responses/resp_1", status=200, within_s=5)
+        assert done["id"] == "resp_1"
+        assert responses.endpoint_of("resp_1") == other.key
+        t0 = time.monotonic()
+        error = await answered(gw, "GET", "/v1/responses/resp_1", status=404, within_s=5)
+        assert time.monotonic() - t0 < 0.4
+        assert error["code"] == "response_not_found" or "not found" in error["message"]
+        assert [len(stuck.received), len(other.received)] == [1, 2]
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/v1/responses/resp_1",
+        "/v1/responses/resp_1?stream=true",
+        "/v1/responses/resp_1/cancel",
+        "/v1/responses/resp_1/input_items",
+    ],
+)
+async def test_a_response_found_past_a_frozen_holder_is_remembered_where_found(
+    gateway: Any, path: str
+) -> None:
+    """A retrieval (streamed or not), a cancel, its input items: the pod that answered is remembered
+    in the frozen holder's place, and the next retrieval asks it alone. (A replay's id is read from
+    its ``response.completed`` event with the usage, as vLLM sends it.)"""
+    (stuck,) = frozen("a")
+    other = FakeModelServer("b")
+    stored(stuck, "resp_1")
+    stored(other, "resp_1", usage={"input_tokens": 3, "output_tokens": 2, "total_tokens": 5})
+    async with running(stuck, other), gateway(DOC, pools([stuck, other])) as gw:
+        bounded(gw, timeout_s=0.5, deadline_s=1.4, hedge_s=0.05)
+        responses = remember(gw, "resp_1", stuck)
+        method = "POST" if path.endswith("/cancel") else "GET"
+        answer = await gw.http.request(method, gw.url + path, timeout=5)
+        assert answer.status == 200
+        await answer.read()
+        assert responses.endpoint_of("resp_1") == other.key
+        await answered(gw, "GET", "/v1/responses/resp_1", status=200, within_s=0.4)
+        assert [len(stuck.received), len(other.received)] == [1, 2]

@@ -103,6 +103,7 @@ from igw.gateway.upstream import (
     ExchangeResult,
     end_unfinished,
     exchange,
+    names_itself,
     upstream_header_block,
     upstream_headers,
 )
@@ -655,13 +656,18 @@ async def handle_stored_response(request: web.Request) -> web.StreamResponse:
             if searching:
                 state.response_searches.end(scope)
         answered_by = obs.record.endpoint
+        # a deletion done past a silent remembered holder: the pod that did it stored the response,
+        # remembered in the holder's place so that the next request about the id asks it (its 404 at
+        # once), not the frozen holder first (until s48 the holder stayed remembered: that request
+        # waited its search timeout, then got its 504); a deletion a search found is not remembered
+        deleted_past = request.method == "DELETE" and found is not None
         if (
             (found is None or answered_by != found[1])  # found elsewhere than remembered: moved there
             and answer.status < 400
-            and request.method != "DELETE"
+            and (request.method != "DELETE" or deleted_past)
             # the answer carries the response asked for (input items: a list, no id to compare):
             # an answer naming another (a pod's lie or mix-up) shows no holder (before s44 it did)
-            and (plan.carried or request.path.endswith("/input_items"))
+            and (plan.carried or request.path.endswith("/input_items") or deleted_past)
             and answered_by in owners
             and answered_by in owners[answered_by].pool.states  # not if it left its pool meanwhile
         ):
@@ -1311,6 +1317,7 @@ async def _forward(
     # the search until responseTimeout): the 504 of the last pod it stopped waiting for, the client's
     # if no other has it
     polling = plan.search_for is not None and not plan.generates
+    proves = _proves(request, plan)  # an answer below 400 must carry the response to be taken
     head_timeout_s = state.response_searches.search_timeout_s if polling else None
     # ... and the search as a whole search_deadline_s (since s47: past enough frozen pods it outlasted
     # the global router's 5 s wait for the cluster); a pod asked only while SEARCH_ASK_LEAST_S is left
@@ -1325,7 +1332,7 @@ async def _forward(
         # A retrieval not streamed: hedged, its answers held until one wins (since session s47)
         if not isinstance(headers, bytes):
             obs.propagate(headers)  # tracing hook: one trace context for the attempts in flight together
-        search = _HedgedSearch(state, plan, obs, missed=missed)
+        search = _HedgedSearch(state, plan, obs, missed=missed, proves=proves)
         ask = search.asker(request, headers, body, settings, head_timeout_s, search_deadline)
         delay_s = state.response_searches.hedge_delay_s
         ask_until = None if search_deadline is None else search_deadline - SEARCH_ASK_LEAST_S
@@ -1417,6 +1424,8 @@ async def _forward(
                     plan.settles is not None and result.status < 400 and result.response_id != plan.settles
                 )
                 result.response_id = believed(result.response_id, plan.minted)
+            elif proves and result.status < 400 and not prepared:
+                misnamed = True  # no id (cut or id-less JSON, a large one's held start): no proof (s48)
         except ConnectFailed as exc:
             connected = False
             obs.connect_failed(key, str(exc))
@@ -1698,7 +1707,21 @@ def _exchange_with(
         head_timeout_s=bound_s,
         hold_bytes=hold_bytes,
         answer_timeout_s=bound_s,
+        # a stored response's (a search's, a remembered holder's) large error: its status alone, a
+        # miss to move on from; an answer below 400 that does not show the response asked for: a
+        # miss too (since session s48, as the global router's search; relayed before, the search
+        # ended there)
+        discard_large_errors=plan.search_for is not None and not plan.generates,
+        require_id=_proves(request, plan),
     )
+
+
+def _proves(request: web.Request, plan: _Forward) -> bool:
+    """Whether an answer below 400 to ``plan``'s request must carry the stored response asked for to
+    be taken (:func:`~igw.gateway.upstream.names_itself`: a retrieval not streamed, a cancel): one
+    that does not (cut JSON, no ``id``, another's) is withheld, a miss; a remembered holder's too,
+    forgotten as one naming another is (since session s48)."""
+    return plan.settles is not None and not plan.generates and names_itself(request)
 
 
 class _HedgedSearch:
@@ -1707,11 +1730,16 @@ class _HedgedSearch:
     (:meth:`settled`). Its attempts hold their answers (``hold_bytes``): none reaches the client
     before one wins."""
 
-    def __init__(self, state: GatewayState, plan: _Forward, obs: RequestObserver, *, missed: int) -> None:
+    def __init__(
+        self, state: GatewayState, plan: _Forward, obs: RequestObserver, *, missed: int, proves: bool = False
+    ) -> None:
         self.state = state
         self.plan = plan
         self.obs = obs
         self.missed = missed
+        self.proves = proves
+        """An answer below 400 carries the response asked for to win (:func:`_proves`): one naming
+        none is withheld as one naming another is."""
         self.won: ExchangeResult | None = None
         """The first answer below 400 that carries the response asked for."""
         self.failed: ExchangeResult | None = None
@@ -1802,7 +1830,10 @@ class _HedgedSearch:
             return WIN
         named = result.response_id
         result.response_id = believed(named, self.plan.minted)
-        if named is not None and result.status < 400 and named != self.plan.settles:
+        unproven = (
+            named != self.plan.settles if self.proves else named is not None and named != self.plan.settles
+        )
+        if unproven and result.status < 400:
             self.missed += 1  # no proof the asked id is stored there, and never the client's
             self.withheld = key
             _withheld(self.state, key)

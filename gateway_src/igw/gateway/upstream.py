@@ -465,6 +465,17 @@ def _shows(document: Mapping[str, object], expected: str) -> bool:
     return document.get("id") == expected and document.get("object", "response") == "response"
 
 
+def names_itself(request: web.Request) -> bool:
+    """Whether an answer below 400 to ``request`` (about a stored response) is a whole response
+    object, whose ``id`` names the response: a retrieval's (``GET /v1/responses/{id}``, not a
+    replay's event stream) or a cancel's. A deletion's (a ``response.deleted`` object) and input
+    items (a list) are taken as they come. Both tiers' searches (``require_id`` of :func:`exchange`):
+    such an answer that does not carry the response asked for is a miss."""
+    if request.path.endswith("/input_items") or request.method == "DELETE":
+        return False
+    return request.query.get("stream") != "true"
+
+
 def _misnamed(status: int, named: str | None, extra: Mapping[str, str]) -> ExchangeResult:
     """An answer to the retrieval of one stored response that names another (``named``; ``None``: a
     search's large answer that does not show the one asked for, :func:`_shows`), withheld before
@@ -907,6 +918,8 @@ async def exchange(
                 bound_s=answer_timeout_s,
                 endpoint=endpoint,
                 upstream_name=upstream_name,
+                discard_large_errors=discard_large_errors,
+                required_id=expect_id if require_id else None,
             )
         # Status, not content type, makes an answer a refusal: an error answered as an event stream
         # (a 503 or 429 some servers send as ``text/event-stream``) is an error answer, wrapped and
@@ -1013,6 +1026,8 @@ async def _held(
     bound_s: float | None = None,
     endpoint: str = "",
     upstream_name: str = UPSTREAM_NAME,
+    discard_large_errors: bool = False,
+    required_id: str | None = None,
 ) -> ExchangeResult:
     """A whole answer collected, never written to the client (``hold_bytes`` of :func:`exchange`):
     one of a hedged retrieval's attempts (:mod:`igw.gateway.hedged_search`), several in flight, of
@@ -1022,7 +1037,15 @@ async def _held(
     does not accept (decoded as it is relayed, :func:`_relay_decoded`) - is closed unread
     (:attr:`ExchangeResult.unheld`; the caller asks that pod again, relaying). An upstream failure or
     stall is the exchange's result, as for any whole answer; so is a body not held whole within
-    ``timeout_s`` (what is left of ``bound_s``, ``answer_timeout_s`` of :func:`exchange`): a 504."""
+    ``timeout_s`` (what is left of ``bound_s``, ``answer_timeout_s`` of :func:`exchange`): a 504.
+
+    Past ``hold_bytes``, a search's answer (since session s48) is judged on what is held, as
+    :func:`_relay_whole` judges it, rather than asked again: an error answer with
+    ``discard_large_errors`` is answered with its status alone (:func:`_wrapped_error`), and a plain
+    JSON answer below 400 that does not show ``required_id`` (``require_id`` of :func:`exchange`,
+    :func:`_shows`) is returned as one naming another (:func:`_misnamed`). Before, each was unheld,
+    that pod asked again relaying and the search ended on it, the pod storing the response never
+    asked."""
     coding = upstream.noted.get(b"content-encoding")
     if upstream.status < 400 and (
         upstream.content_type == "text/event-stream"
@@ -1042,16 +1065,41 @@ async def _held(
                 held = 0
                 while chunk := await upstream.readany():
                     held += len(chunk)
-                    if held > hold_bytes:
-                        return _unheld(extra)
                     parts.append(chunk)
+                    if held > hold_bytes:
+                        return _past_held(upstream, parts, extra, discard_large_errors, required_id)
                 payload = b"".join(parts)
             elif len(payload) > hold_bytes:
-                return _unheld(extra)
+                return _past_held(upstream, [payload], extra, discard_large_errors, required_id)
     except (TimeoutError, UpstreamBroken) as failed:  # UpstreamStalled too
         return _answer_failed(failed, endpoint, upstream_name, bound_s, extra)
     coded = await _decoded_scan(upstream, payload) if _coded_json(upstream) else None
     return _whole_answer(upstream, payload, extra=extra, coded=coded)
+
+
+def _past_held(
+    upstream: UpstreamResponse,
+    parts: list[bytes],
+    extra: Mapping[str, str],
+    discard_large_errors: bool,
+    required_id: str | None,
+) -> ExchangeResult:
+    """An answer :func:`_held` holds past its bound (``parts``: its bytes so far): a search's large
+    error answered by its status alone, its large answer below 400 that does not show
+    ``required_id`` a miss (:func:`_held`); any other unheld, as before."""
+    if upstream.status >= 400 and discard_large_errors:
+        return ExchangeResult(
+            answer=_wrapped_error(upstream, extra), status=upstream.status, ok=upstream.status < 500
+        )
+    if required_id is not None and upstream.status < 400 and _plain_json(upstream):
+        scan = AnswerScan()
+        for part in parts:
+            scan.feed(part)
+        document = scan.document()
+        if not _shows(document, required_id):
+            named = _named_response(document)  # another's id, else none: never the one asked for
+            return _misnamed(upstream.status, None if named == required_id else named, extra)
+    return _unheld(extra)
 
 
 def _unheld(extra: Mapping[str, str]) -> ExchangeResult:

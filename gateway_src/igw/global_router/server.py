@@ -90,6 +90,7 @@ from igw.gateway.upstream import (
     ExchangeResult,
     end_unfinished,
     exchange,
+    names_itself,
     proxy_session,
     upstream_headers,
 )
@@ -1031,7 +1032,7 @@ async def _ask_stored(
                     # a search's retrieval or cancel over 1 MiB whose held start does not show the
                     # response asked for: a miss, unrelayed (since s48; relayed before, the search
                     # ended there), as a smaller one is (``unproven`` below)
-                    require_id=known is None and _names_itself(request),
+                    require_id=known is None and names_itself(request),
                 ),
             )
         except ConnectFailed:
@@ -1067,7 +1068,7 @@ async def _ask_stored(
         named = result.response_id  # the id of the response object the answer carries, if any
         # an answer about another response; in a search, a whole retrieval's naming none (not JSON,
         # no id) too: no proof it is stored there (until s48 relayed, and the search ended at it)
-        unproven = known is None and not result.response.prepared and _names_itself(request)
+        unproven = known is None and not result.response.prepared and names_itself(request)
         other = named != response_id if unproven else named is not None and named != response_id
         if result.status == 404 or (other and result.status < 400 and not result.response.prepared):
             missed.append(cluster.name)
@@ -1131,16 +1132,6 @@ async def _ask_stored(
     return gateway_error(
         "upstream_connect_failed", "could not connect to " + ", ".join(c.name for c in clusters)
     )
-
-
-def _names_itself(request: web.Request) -> bool:
-    """Whether an answer below 400 to ``request`` (about a stored response) is a whole response
-    object, whose ``id`` names the response: a retrieval's (``GET /v1/responses/{id}``, not a
-    replay's event stream) or a cancel's. A deletion's (a ``response.deleted`` object) and input
-    items (a list) are taken as they come."""
-    if request.path.endswith("/input_items") or request.method == "DELETE":
-        return False
-    return request.query.get("stream") != "true"
 
 
 def _found(request: web.Request, response_id: str, named: str | None, principal: Principal) -> bool:
