@@ -817,6 +817,92 @@ def test_a_toleration_the_api_server_would_refuse_is_refused(toleration: dict[st
     assert configuration.problems({"tolerations": [toleration]})
 
 
+def _required_node_term(expression: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": [expression]}]
+        }
+    }
+
+
+_TERM = "/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms/0"
+
+
+@pytest.mark.parametrize(
+    ("affinity", "where"),
+    [
+        ({"requiredDuringScheduling": {}}, "requiredDuringScheduling"),
+        (_required_node_term({"key": "pool", "operator": "In", "values": [1, True]}), f"{_TERM}/"),
+        (_required_node_term({"key": "pool", "operator": "Like", "values": ["cpu"]}), f"{_TERM}/"),
+        (_required_node_term({"key": "pool", "operator": "In"}), f"{_TERM}/"),
+        (_required_node_term({"key": "cores", "operator": "Gt", "values": ["many"]}), f"{_TERM}/"),
+        (_required_node_term({"key": "pool", "operator": "Exists", "values": ["cpu"]}), f"{_TERM}/"),
+        (
+            {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": []}},
+            "/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms",
+        ),
+        (
+            {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 0, "preference": {}}]},
+            "/nodeAffinity/preferredDuringSchedulingIgnoredDuringExecution/0/weight",
+        ),
+    ],
+    ids=[
+        "unknown-field",
+        "values-not-strings",
+        "operator",
+        "in-no-values",
+        "gt-not-integer",
+        "exists-with-values",
+        "no-terms",
+        "weight-0",
+    ],
+)
+@pytest.mark.parametrize("mode", ["gateway", "operator"])
+def test_a_node_affinity_the_api_server_would_refuse_is_refused_naming_the_path(
+    affinity: dict[str, Any], where: str, mode: str
+) -> None:
+    """``nodeAffinity`` was any object: EKS's check and Helm's passed it, and the Deployment it was
+    copied into failed at the API server (a misspelt field, an operator ``Like``, a value ``1`` that
+    YAML read as a number) - after ``create-addon`` had returned."""
+    import helm_python as helm
+
+    values = {"mode": mode, "nodeAffinity": affinity}
+    with pytest.raises(helm.HelmError) as refused:
+        chart.render(values)
+    assert where in str(refused.value)
+    found = configuration.problems(values)
+    assert found
+    assert all(problem.startswith("nodeAffinity.") for problem in found), found
+
+
+def test_every_node_affinity_form_the_api_server_takes_is_taken() -> None:
+    """The schema is no narrower than Kubernetes: every operator, matchFields, and null to drop the
+    chart's own preference; each renders a Deployment the API server's schema takes."""
+    term = {
+        "matchExpressions": [
+            {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["m7i.xlarge"]},
+            {"key": "pool", "operator": "NotIn", "values": ["gpu", "true"]},
+            {"key": "igw.example.com/cores", "operator": "Gt", "values": ["3"]},
+            {"key": "igw.example.com/gpus", "operator": "Lt", "values": ["1"]},
+            {"key": "spot", "operator": "DoesNotExist"},
+            {"key": "zone", "operator": "Exists", "values": []},
+        ],
+        "matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["ip-10-0-0-1"]}],
+    }
+    affinity = {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]},
+        "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100, "preference": term}],
+    }
+    for mode in ("gateway", "operator"):
+        for given in (affinity, {**affinity, "preferredDuringSchedulingIgnoredDuringExecution": None}):
+            values = {"mode": mode, "nodeAffinity": given}
+            assert configuration.problems(values) == []
+            (deployment,) = [o for o in chart.render(values) if o["kind"] == "Deployment"]
+            kubernetes_validate.validate(deployment, K8S_VERSION, strict=True)
+            rendered = deployment["spec"]["template"]["spec"]["affinity"]["nodeAffinity"]
+            assert rendered["requiredDuringSchedulingIgnoredDuringExecution"] == {"nodeSelectorTerms": [term]}
+
+
 @pytest.mark.parametrize("mode", ["gateway", "operator"])
 def test_the_charts_pods_prefer_nodes_other_than_hyperpod_by_default(mode: str) -> None:
     """The label is the one the operator's gateways and the CDK app's controllers avoid
