@@ -22,6 +22,7 @@ import pytest
 from aiohttp import web
 
 from igw.gateway.serving import serve_app
+from igw.gateway.upstream import UPSTREAM_NAME, _timed_out
 from igw.global_router.config import parse_global_config
 from igw.global_router.server import ROUTER_KEY, WHOLE_ANSWER_BUFFER_BYTES, create_global_app
 from tests.global_router.support import MODEL, global_doc, global_serve
@@ -293,3 +294,106 @@ async def test_the_relay_cut_warning_names_the_cluster_not_its_endpoint() -> Non
     (line,) = [r.getMessage() for r in records if "the client's connection is closed" in r.getMessage()]
     assert line.startswith("upstream cluster 'cut-named': "), line
     assert "127.0.0.1" not in line
+
+
+async def test_the_relay_cut_warning_s_cause_names_the_cluster_not_a_model_server() -> None:
+    """The relay-cut WARNING's cause names what the router's pools connect to, a cluster: until
+    session s48 it read ``upstream cluster 'x': the model server closed the connection``, naming a
+    model server the router never talks to. Tier 1 keeps ``the model server`` (``peer`` of
+    :class:`~igw.gateway.upstream_client.UpstreamPool`)."""
+    cluster = _breaking_cluster(sent=2 * WHOLE_ANSWER_BUFFER_BYTES, announced=None, hang=False)
+    with captured_records("igw.gateway") as (_, records):
+        async with (
+            _router(cluster, name="cut-cause") as (url, _),
+            aiohttp.ClientSession() as http,
+            http.post(url + "/v1/completions", json={"model": MODEL, "prompt": "hi"}) as resp,
+        ):
+            assert resp.status == 200
+            with pytest.raises(aiohttp.ClientPayloadError):
+                await resp.read()
+    (line,) = [r.getMessage() for r in records if "the client's connection is closed" in r.getMessage()]
+    assert line.startswith("upstream cluster 'cut-cause': the cluster closed the connection"), line
+    assert "model server" not in line
+
+
+def _redirecting_cluster() -> web.Application:
+    """A cluster whose gateway answers every completion with a redirect whose ``Location`` carries
+    credentials and a query value."""
+
+    async def complete(request: web.Request) -> web.Response:
+        await request.read()
+        return web.Response(status=302, headers={"Location": "http://user:pw@10.0.0.9/x?sig=abc"})
+
+    app = web.Application()
+    app.router.add_post("/v1/completions", complete)
+    return app
+
+
+async def test_the_refused_redirect_warning_names_the_cluster_not_its_endpoint() -> None:
+    """The WARNING for a cluster's refused redirect names the cluster as configured, not its endpoint
+    (an internal URL): until session s48 it read ``upstream http://127.0.0.1:PORT answered a
+    redirect ...``. The ``Location`` stays masked; the client is told neither it nor the endpoint."""
+    with captured_records("igw.gateway.upstream_redirects") as (_, records):
+        async with (
+            _router(_redirecting_cluster(), name="redirect-named") as (url, _),
+            aiohttp.ClientSession() as http,
+            http.post(url + "/v1/completions", json={"model": MODEL, "prompt": "hi"}) as resp,
+        ):
+            assert resp.status == 502
+            message = (await resp.json())["error"]["message"]
+    assert message.startswith("cluster 'redirect-named' answered a redirect (HTTP 302)"), message
+    assert "127.0.0.1" not in message
+    assert "10.0.0.9" not in message
+    (line,) = [r.getMessage() for r in records]
+    assert line.startswith("upstream cluster 'redirect-named' answered a redirect (HTTP 302"), line
+    assert "127.0.0.1" not in line
+    assert "pw" not in line
+    assert "abc" not in line
+
+
+def _stream_cutting_cluster() -> web.Application:
+    """A cluster whose gateway sends one event of a stream, then closes the connection."""
+
+    async def complete(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        await response.write(b'data: {"choices":[{"text":"a"}]}\n\n')
+        await asyncio.sleep(0.05)
+        assert request.transport is not None
+        request.transport.abort()
+        return response
+
+    app = web.Application()
+    app.router.add_post("/v1/completions", complete)
+    return app
+
+
+async def test_a_cut_stream_s_error_event_names_the_cluster_not_a_model_server() -> None:
+    """A cluster's stream cut mid-answer ends with an error event naming the cluster: until session
+    s48 it read ``upstream model server closed the stream ...`` at tier 2 too. Tier 1 keeps that
+    wording (``tests/gateway/test_openai_apis.py``); neither names an address."""
+    request = {"model": MODEL, "prompt": "hi", "stream": True}
+    async with (
+        _router(_stream_cutting_cluster(), name="stream-cut") as (url, _),
+        aiohttp.ClientSession() as http,
+        http.post(url + "/v1/completions", json=request) as resp,
+    ):
+        assert resp.status == 200
+        text = await resp.text()
+    assert "cluster 'stream-cut' closed the stream before the response was complete" in text, text
+    assert "model server" not in text
+    assert "127.0.0.1" not in text
+
+
+def test_a_timeout_s_log_text_names_the_cluster_not_its_endpoint() -> None:
+    """A cluster's timeout (:class:`~igw.gateway.upstream_client.UpstreamStalled`) names the cluster
+    in its log text as in the client's message: until session s48 the log text (the exchange's
+    ``error``) read ``upstream http://10.0.3.17:8000 sent no response within 1s``. A tier-1 pod is
+    still named by its ``host:port``."""
+    stalled = _timed_out("http://10.0.3.17:8000", "cluster 'east-1'", "sent no response within", 1.0)
+    assert str(stalled) == "upstream cluster 'east-1' sent no response within 1s"
+    assert stalled.public == "cluster 'east-1' sent no response within 1s"
+    pod = _timed_out("10.0.3.17:8000", UPSTREAM_NAME, "sent no response within", 1.0)
+    assert str(pod) == "upstream 10.0.3.17:8000 sent no response within 1s"
+    assert pod.public == "the model server sent no response within 1s"

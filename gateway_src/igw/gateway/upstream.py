@@ -118,11 +118,14 @@ UPSTREAM_POOL_LIMIT: Final = 1024
 """Concurrent upstream connections per process (keep-alive pooled); Envoy's default circuit-breaker limit."""
 
 
-def proxy_session(limit: int = UPSTREAM_POOL_LIMIT, *, hooks: ConnectHooks | None = None) -> UpstreamPool:
+def proxy_session(
+    limit: int = UPSTREAM_POOL_LIMIT, *, hooks: ConnectHooks | None = None, peer: str = "the model server"
+) -> UpstreamPool:
     """The client a proxy forwards with: pooled keep-alive connections, bodies relayed as they come
     (no decompression), no headers of its own added beyond ``Host`` and ``Content-Length``. Call it
-    with the event loop running. ``hooks``: the OpenTelemetry connect span (only when tracing is on)."""
-    return UpstreamPool(limit=limit, keepalive_s=30.0, hooks=hooks)
+    with the event loop running. ``hooks``: the OpenTelemetry connect span (only when tracing is on);
+    ``peer``: how its failures' messages name the upstream (the global router's: ``"the cluster"``)."""
+    return UpstreamPool(limit=limit, keepalive_s=30.0, hooks=hooks, peer=peer)
 
 
 _NO_FIELDS: Final[frozenset[bytes]] = frozenset()
@@ -720,11 +723,13 @@ def _stalled(exc: UpstreamStalled, extra: Mapping[str, str]) -> ExchangeResult:
 
 def _timed_out(endpoint: str, upstream_name: str, what: str, timeout_s: float | None) -> UpstreamStalled:
     """The stall of an upstream that ``what`` (``sent no response within``, ...) ``timeout_s``: the
-    client is told ``upstream_name`` (:data:`UPSTREAM_NAME`, a cluster's configured name), the log the
-    ``endpoint`` too."""
+    client is told ``upstream_name`` (:data:`UPSTREAM_NAME`, a cluster's configured name), the log
+    the upstream as :func:`_logged_upstream` names it (a pod's ``endpoint``, a cluster's name: until
+    session s48 a cluster's internal URL)."""
     bound = f"{what} {timeout_s or 0:g}s"
+    logged = _logged_upstream(endpoint, upstream_name)
     return UpstreamStalled(
-        f"upstream {endpoint} {bound}", reason="response_timeout", public=f"{upstream_name} {bound}"
+        f"upstream {logged} {bound}", reason="response_timeout", public=f"{upstream_name} {bound}"
     )
 
 
@@ -768,13 +773,15 @@ def _refused_redirect(
     their own network or the gateway's (``Location: http://169.254.169.254/...``), and its
     ``Location`` names internal addresses. Before session s46 it was relayed as it came, ``Location``
     and all, at both tiers. The client is told the status alone; the access log's ``error`` and a
-    WARNING (throttled per upstream) keep the ``Location``, credentials and query values masked
-    (:func:`~igw.redaction.redact_url`). Not ``ok``: a 502 either tier may retry elsewhere."""
+    WARNING (throttled per upstream, named as :func:`_logged_upstream` names it: a cluster by its
+    name, not its endpoint URL, since session s48) keep the ``Location``, credentials and query
+    values masked (:func:`~igw.redaction.redact_url`). Not ``ok``: a 502 either tier may retry
+    elsewhere."""
     location = next((value for name, value in upstream.fields if name.lower() == b"location"), None)
     shown = "none" if location is None else redact_url(location.decode(_CHARSET, _UNDECODABLE).strip())
     redirect_log.warning(
         "upstream %s answered a redirect (HTTP %d, Location %s): refused with a 502, not relayed",
-        endpoint,
+        _logged_upstream(endpoint, upstream_name),
         upstream.status,
         shown,
     )
@@ -940,6 +947,7 @@ async def exchange(
                 on_first_token=on_first_token,
                 strip_usage=strip_usage,
                 expect_id=expect_id,
+                upstream_name=upstream_name,
             )
         # A complete answer, read in this coroutine: usually it came with its head (no wait at all)
         try:
@@ -1671,6 +1679,7 @@ async def _relay_stream(
     on_first_token: Callable[[float], None] | None = None,
     strip_usage: bool = False,
     expect_id: str | None = None,
+    upstream_name: str = UPSTREAM_NAME,
 ) -> ExchangeResult:
     """Relay an SSE response, complete events only (:class:`StreamEvents`; ``strip_usage``: the usage
     chunk the gateway asked for is read, not relayed). The client's response is started when the
@@ -1847,7 +1856,9 @@ async def _relay_stream(
             kind = "ended the stream without any event"
         else:
             kind = "closed the stream"
-        message = f"upstream model server {kind} before the response was complete"
+        # tier 1's wording kept; a cluster by its name (until session s48 "upstream model server")
+        who = "upstream model server" if upstream_name == UPSTREAM_NAME else upstream_name
+        message = f"{who} {kind} before the response was complete"
         code = "upstream_error"
         if isinstance(exc, UpstreamStalled):
             if not response.prepared:

@@ -321,20 +321,20 @@ class _Connection:
         try:
             parser.feed_data(data)
         except httptools.HttpParserUpgrade:
-            self._fail(UpstreamBroken("the model server switched protocols"))
+            self._fail(UpstreamBroken(f"{self.pool.peer} switched protocols"))
             return
         except httptools.HttpParserError as exc:
             if self.complete:  # bytes after the response's end: the response stands, the connection not
                 self.abort()
                 return
-            self._fail(UpstreamBroken(f"malformed HTTP response from the model server: {exc}"))
+            self._fail(UpstreamBroken(f"malformed HTTP response from {self.pool.peer}: {exc}"))
             return
         if not self.headers_done:  # counted only until the head is complete: one comparison after it
             self.head_bytes += len(data)
             if self.head_bytes > MAX_RESPONSE_HEAD_BYTES and self.error is None:
                 self._fail(
                     UpstreamBroken(
-                        f"the model server's response head is larger than {MAX_RESPONSE_HEAD_BYTES} bytes"
+                        f"{self.pool.peer}'s response head is larger than {MAX_RESPONSE_HEAD_BYTES} bytes"
                     )
                 )
 
@@ -355,7 +355,7 @@ class _Connection:
             self.complete = True  # a body delimited by the connection's end
         elif not self.complete and self.error is None:
             why = f": {exc}" if exc is not None else ""
-            self.error = UpstreamBroken(f"the model server closed the connection{why}")
+            self.error = UpstreamBroken(f"{self.pool.peer} closed the connection{why}")
         self._parser = None  # the cycle it closes with this protocol, broken (see __init__)
         self._wake()
 
@@ -382,7 +382,7 @@ class _Connection:
         parser = cast(httptools.HttpResponseParser, self._parser)  # it is calling this: not dropped
         status = parser.get_status_code()
         if not 100 <= status <= 599:  # no HTTP status: neither interim nor one to relay
-            self._fail(UpstreamBroken(f"the model server answered with status {status}, outside 100-599"))
+            self._fail(UpstreamBroken(f"{self.pool.peer} answered with status {status}, outside 100-599"))
             return
         if status < 200:  # an interim response (100 Continue): the real one follows
             self.fields = []
@@ -391,13 +391,13 @@ class _Connection:
         if len(self.fields) > MAX_RESPONSE_FIELDS:
             self._fail(
                 UpstreamBroken(
-                    f"the model server's response has more than {MAX_RESPONSE_FIELDS} header fields"
+                    f"{self.pool.peer}'s response has more than {MAX_RESPONSE_FIELDS} header fields"
                 )
             )
             return
         oversized = _oversized_fields(self.fields)
         if oversized is not None:
-            self._fail(UpstreamBroken(f"the model server's response has {oversized}"))
+            self._fail(UpstreamBroken(f"{self.pool.peer}'s response has {oversized}"))
             return
         self.status = status
         self.keep_alive = parser.should_keep_alive()
@@ -629,7 +629,11 @@ class UpstreamPool:
     """Keep-alive connections per origin, at most ``limit`` open at once (a request waits for a
     slot rather than failing), idle ones closed after ``keepalive_s``. ``hooks``: told when a request
     starts getting a connection, whether it reused one, and when its head was handed to the
-    connection (written at the end of that loop turn: :meth:`queue_write`) or it failed."""
+    connection (written at the end of that loop turn: :meth:`queue_write`) or it failed. ``peer``:
+    how the failures' messages (:class:`UpstreamBroken`, :class:`UpstreamStalled`) name what the
+    pool connects to - a tier-1 gateway's model servers, or a global router's cluster (``"the
+    cluster"``: until session s48 a cluster's broken answer was logged as ``cluster 'east-1': the
+    model server closed the connection``)."""
 
     def __init__(
         self,
@@ -638,8 +642,10 @@ class UpstreamPool:
         keepalive_s: float = 30.0,
         ssl_context: ssl.SSLContext | None = None,
         hooks: ConnectHooks | None = None,
+        peer: str = "the model server",
     ):
         self.loop = asyncio.get_running_loop()
+        self.peer = peer
         self._hooks = hooks
         self._slots = Slots(limit)
         self._idle: dict[Origin, list[_Connection]] = {}
@@ -875,13 +881,13 @@ class UpstreamPool:
             where = f"{conn.origin.host}:{conn.origin.port}"
             if declared is not None and silent >= silent_for_s:
                 why = f"({declared}; nothing received for {silent:.0f}s)"
-                public = f"the model server stopped responding {why}"
-                message = f"the model server at {where} stopped responding {why}"
+                public = f"{self.peer} stopped responding {why}"
+                message = f"{self.peer} at {where} stopped responding {why}"
                 reason = "unresponsive"
             elif response_timeout_s is not None and silent >= response_timeout_s and not _streaming(conn):
                 what = "stopped sending its response for" if conn.headers_done else "sent no response within"
-                public = f"the model server {what} {response_timeout_s:g}s"
-                message = f"the model server at {where} {what} {response_timeout_s:g}s"
+                public = f"{self.peer} {what} {response_timeout_s:g}s"
+                message = f"{self.peer} at {where} {what} {response_timeout_s:g}s"
                 reason = "response_timeout"
             else:
                 continue

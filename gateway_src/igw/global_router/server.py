@@ -162,7 +162,8 @@ class ClusterPools:
 
     def __init__(self, clusters: Sequence[str]) -> None:
         """Call with the event loop running (the pools take it)."""
-        self._pools = {name: proxy_session() for name in clusters}
+        # its failures' messages name "the cluster", not "the model server" (since session s48)
+        self._pools = {name: proxy_session(peer="the cluster") for name in clusters}
 
     def of(self, cluster: str) -> UpstreamPool:
         """``cluster``'s pool (a configured cluster's name)."""
