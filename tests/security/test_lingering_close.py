@@ -13,10 +13,12 @@ import gc
 import random
 import re
 import socket
+import ssl
 from collections.abc import Callable
 from typing import Any
 
 import pytest
+import trustme
 import uvloop
 from aiohttp import web
 
@@ -25,7 +27,7 @@ from igw.gateway.serving import GatewayServer, serve_app
 from igw.global_router.config import parse_global_config
 from igw.global_router.server import create_global_app
 from tests.gateway.fake_model_server import FakeModelServer, running
-from tests.gateway.support import config_doc, scheduler
+from tests.gateway.support import config_doc, scheduler, wait_for
 from tests.global_router.support import global_doc
 from tests.security.test_request_framing import HEALTHZ, MALFORMED, server_side  # noqa: F401
 
@@ -237,3 +239,47 @@ async def test_bytes_unread_at_an_idle_close_are_still_drained() -> None:
                 for lingering in list(server.lingering):
                     lingering.close()
     del url
+
+
+@pytest.mark.parametrize("loop_name", ["asyncio", "uvloop"])
+def test_a_tls_close_waits_for_the_client_s_close_notify_only_a_bounded_time(
+    loop_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A TLS connection the gateway closes waits for the client's close_notify at most LINGER_S,
+    then is gone (no longer counted against ``maxConnections``). Before session s48 ``start_tls`` had
+    no ``ssl_shutdown_timeout``: both loops waited their default 30 s for a client that never sent
+    it (nor closed TCP), the connection counted all that time."""
+    monkeypatch.setattr(serving, "LINGER_S", 0.5)
+    ca = trustme.CA()
+    server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(server_context)
+    client_context = ssl.create_default_context()
+    ca.configure_trust(client_context)
+    held: list[ssl.SSLSocket] = []
+
+    def client(port: int) -> None:
+        raw = socket.create_connection(("127.0.0.1", port))
+        tls = client_context.wrap_socket(raw, server_hostname="127.0.0.1")
+        held.append(tls)  # never unwrapped (no close_notify), closed only at the end
+        tls.settimeout(5)
+        tls.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        data = b""
+        while b"}" not in data:
+            data += tls.recv(65536)
+        assert b" 200 " in data
+
+    async def scenario() -> float:
+        loop = asyncio.get_running_loop()
+        app = web.Application()
+        app.router.add_get("/healthz", healthz)
+        async with serve_app(app, host="127.0.0.1", port=0, ssl_context=server_context) as url:
+            server = next(s for s in _servers(app))
+            try:
+                await loop.run_in_executor(None, client, int(url.rsplit(":", 1)[1]))
+                return await wait_for(lambda: server.open_connections() == 0, within=5, what="the close")
+            finally:
+                for tls in held:
+                    tls.close()
+
+    run = uvloop.run if loop_name == "uvloop" else asyncio.run
+    assert run(scenario()) < 3  # 0.5 s and the loop's timer granularity; 30 s before

@@ -91,7 +91,10 @@ _UNDECODABLE: Final = "surrogateescape"
 """Header bytes decoded as aiohttp's parser decodes them."""
 _BODY_BUFFER: Final = 2**16
 _PENDING_LIMIT: Final = 2**16
-"""Bytes of a pipelined request kept while the one before it is answered; past this, reading pauses."""
+"""Bytes of pipelined requests kept while the one before them is answered; past this, reading pauses
+(the transport's reading: aiohttp's own ``pause_reading`` pauses its parser, which asserts a body in
+progress - before session s48 the lean side called it, and a client that pipelined more than this in
+one go had its connection dropped by the assertion)."""
 _HEAD_LIMIT: Final = 2**16
 """Bytes of a head still arriving past which the lean side hands it to aiohttp, whose parser applies
 the field and count limits as the bytes arrive (a 431 at once). httptools reports a header field only
@@ -455,6 +458,7 @@ class LeanRequestHandler(GatewayRequestHandler):
         "_lean_max_body",
         "_lean_msg",
         "_lean_parser",
+        "_lean_paused",
         "_lean_pending",
         "_lean_raw",
         "_lean_routes",
@@ -474,10 +478,17 @@ class LeanRequestHandler(GatewayRequestHandler):
         self._lean_routes: Mapping[str, LeanHandler] = routes or {}
         self._lean_max_body = app._client_max_size if app is not None else 0
         self._lean_parser: httptools.HttpRequestParser | None = None
-        self._lean_raw: bytes | None = None
+        self._lean_raw: bytes | bytearray | None = None
         self._lean_msg: _Message | None = None
         self._lean_task: asyncio.Task[None] | None = None
         self._lean_pending = bytearray()
+        """The pipelined requests read behind the one being answered, from the next one's first byte:
+        one buffer, fed to the parser as it is (it stops at that request's end) and cut at the front
+        (amortised: CPython moves the buffer's start) - each byte copied a bounded number of times
+        however many requests one read holds. Before session s48 the rest was copied three times per
+        answer (quadratic in the requests of a read)."""
+        self._lean_paused = False
+        """Whether the lean side paused the transport's reading (:data:`_PENDING_LIMIT`)."""
         self._lean_flow: _BodyFlow | None = None
         self._lean_targets: dict[bytes, tuple[LeanHandler | None, str, str]] = {}
         """Request target -> its lean route's handler (``None``: not a lean route), path and target
@@ -492,23 +503,39 @@ class LeanRequestHandler(GatewayRequestHandler):
         if self._lean_task is not None and (self._lean_msg is None or self._lean_msg.complete):
             # A pipelined request behind one being answered: read once the answer is written.
             self._lean_pending += data
-            if len(self._lean_pending) > _PENDING_LIMIT:
-                self.pause_reading()
+            if len(self._lean_pending) > _PENDING_LIMIT and not self._lean_paused:
+                transport = self.transport
+                if transport is not None:
+                    self._lean_paused = True
+                    transport.pause_reading()
             return
-        self._feed(data)
+        rest = self._feed(data)
+        if rest:  # the next (pipelined) request began in this read: kept from its first byte
+            self._lean_pending += memoryview(data)[len(data) - rest :]
 
-    def _feed(self, data: bytes) -> None:
+    def _feed_pending(self) -> None:
+        """Parse the pipelined requests kept behind the one just answered (the next one, up to its
+        end: the rest stays in the same buffer, its front cut off)."""
+        pending, self._lean_pending = self._lean_pending, bytearray()  # taken: a handover replays it
+        rest = self._feed(pending)
+        if rest:
+            del pending[: len(pending) - rest]  # no head of it is kept (``_lean_raw``): accepted
+            self._lean_pending = pending
+
+    def _feed(self, data: bytes | bytearray) -> int:
+        """Parse ``data`` (a read, or the pipelined requests kept); returns how many of its last bytes
+        follow the request that ended in it (a pipelined one: not parsed yet), else 0."""
         msg = self._lean_msg
         if msg is None:
             if not data:
-                return
+                return 0
             msg = self._lean_msg = _Message()
-            self._lean_raw = b""
+            self._lean_raw = data  # no copy: a read is bytes; kept bytes are not cut while a head is
+        elif self._lean_raw is not None:  # the head is still arriving: kept for a handover
+            self._lean_raw = self._lean_raw + data
         parser = self._lean_parser
         if parser is None:  # one parser per connection, replaced after a pipelined or broken read
             parser = self._lean_parser = httptools.HttpRequestParser(self)
-        if self._lean_raw is not None:  # the head is still arriving: kept for a handover
-            self._lean_raw += data
         msg.consumed += len(data)
         try:
             parser.feed_data(data)
@@ -517,24 +544,25 @@ class LeanRequestHandler(GatewayRequestHandler):
             # which the lean side never serves: aiohttp takes it like any other refused head.
             if not msg.complete:  # before the head was accepted: aiohttp answers; later: cannot be
                 self._hand_over() if msg.request is None else self._abort()
-                return
+                return 0
         if msg.bad:
             self._hand_over()
-            return
+            return 0
         request = msg.request
         if request is None:  # the head is still arriving: it has header_timeout_s to finish
             if len(self._lean_raw or b"") > _HEAD_LIMIT:  # larger than any head the lean side serves
                 self._hand_over()
-                return
+                return 0
             self.start_head_timer()
-            return
+            return 0
         if request.content is None:  # accepted in this read: the handler starts now
             self._start(msg, request)
         if msg.complete:
             extra = msg.consumed - msg.head_end - msg.length
             if extra > 0:  # the next (pipelined) request began in the same read
-                self._lean_pending += data[len(data) - extra :]
                 self._lean_parser = None  # it has seen part of that request
+                return extra
+        return 0
 
     def _hand_over(self) -> None:
         """aiohttp serves this connection from here on, starting with the current request's bytes."""
@@ -547,6 +575,10 @@ class LeanRequestHandler(GatewayRequestHandler):
         self._lean_raw = None
         self._lean_msg = None
         pending, self._lean_pending = bytes(self._lean_pending), bytearray()
+        if self._lean_paused:  # aiohttp's side does its own flow control from here on
+            self._lean_paused = False
+            if self.transport is not None:
+                self.transport.resume_reading()
         super().data_received(raw + pending)
 
     def _abort(self) -> None:
@@ -667,7 +699,9 @@ class LeanRequestHandler(GatewayRequestHandler):
         task = self._lean_task = self._loop.create_task(self._serve(request, handler))
         request.task = task
 
-    def _eligible(self, msg: _Message, parser: httptools.HttpRequestParser, raw: bytes) -> LeanHandler | None:
+    def _eligible(
+        self, msg: _Message, parser: httptools.HttpRequestParser, raw: bytes | bytearray
+    ) -> LeanHandler | None:
         """The lean route's handler when the request is one the lean side serves, else ``None``."""
         if parser.get_method() != b"POST" or parser.get_http_version() != "1.1":
             return None
@@ -806,9 +840,11 @@ class LeanRequestHandler(GatewayRequestHandler):
         if self._keepalive_handle is None:
             self._keepalive_handle = self._loop.call_at(close_time, self._process_keepalive)
         if self._lean_pending:
-            pending, self._lean_pending = bytes(self._lean_pending), bytearray()
-            self.resume_reading()
-            self.data_received(pending)
+            self._feed_pending()
+        if self._lean_paused and len(self._lean_pending) <= _PENDING_LIMIT:
+            self._lean_paused = False
+            if not transport.is_closing():
+                transport.resume_reading()
 
     def connection_lost(self, exc: BaseException | None) -> None:
         """The client went away: cancel its handler (which closes the upstream connection)."""

@@ -1619,7 +1619,7 @@ class GatewaySite(web.TCPSite):
 
 def _tls_connection(server: GatewayServer, context: ssl.SSLContext, timeout_s: float) -> TlsHandshake:
     """An accepted TLS connection's protocol: its handshake, then its handler (``server()``)."""
-    return TlsHandshake(server, server(), context, timeout_s=timeout_s)
+    return TlsHandshake(server, server(), context, timeout_s=timeout_s, shutdown_timeout_s=LINGER_S)
 
 
 def _bound_port(site: web.TCPSite) -> int:

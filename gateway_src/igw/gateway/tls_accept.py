@@ -62,6 +62,7 @@ class TlsHandshake(asyncio.Protocol):
         "_handler",
         "_received",
         "_registry",
+        "_shutdown_timeout_s",
         "_task",
         "_timeout_s",
         "_tls_started",
@@ -75,11 +76,16 @@ class TlsHandshake(asyncio.Protocol):
         context: ssl.SSLContext,
         *,
         timeout_s: float,
+        shutdown_timeout_s: float,
     ) -> None:
         self._registry = registry
         self._handler = handler
         self._context = context
         self._timeout_s = timeout_s
+        self._shutdown_timeout_s = shutdown_timeout_s
+        """How long a close waits for the client's close_notify (``ssl_shutdown_timeout``; both
+        loops' default is 30 s, during which the connection still counts against
+        ``maxConnections``: a client that never sends it held a slot that long, before session s48)."""
         self._transport: asyncio.Transport | None = None
         self._task: asyncio.Task[None] | None = None
         self._tls_started = False
@@ -112,7 +118,14 @@ class TlsHandshake(asyncio.Protocol):
     async def _handshake(self, tcp: asyncio.Transport) -> None:
         loop = asyncio.get_running_loop()
         starting = loop.create_task(
-            loop.start_tls(tcp, self, self._context, server_side=True, ssl_handshake_timeout=self._timeout_s)
+            loop.start_tls(
+                tcp,
+                self,
+                self._context,
+                server_side=True,
+                ssl_handshake_timeout=self._timeout_s,
+                ssl_shutdown_timeout=self._shutdown_timeout_s,
+            )
         )
         try:
             # start_tls makes its TLS layer the connection's protocol in its first step, which runs
