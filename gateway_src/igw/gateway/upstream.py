@@ -992,8 +992,8 @@ async def exchange(
                 else:
                     async with asyncio.timeout(whole_timeout_s):
                         payload = await upstream.read()
-        except (TimeoutError, UpstreamBroken) as failed:  # UpstreamStalled too
-            return _answer_failed(failed, endpoint, upstream_name, whole_bound_s, response_headers)
+        except (TimeoutError, UpstreamBroken) as answer_cut:  # UpstreamStalled too
+            return _answer_failed(answer_cut, endpoint, upstream_name, whole_bound_s, response_headers)
         coded = await _decoded_scan(upstream, payload) if _coded_json(upstream) else None
         return _whole_answer(upstream, payload, extra=response_headers, coded=coded)
     finally:
