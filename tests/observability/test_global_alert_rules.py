@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-import re
 from typing import Any
 
 import aiohttp
@@ -38,6 +37,7 @@ from igw.global_router.server import create_global_app
 from igw.launch import guard_factory
 from tests.gateway.support import config_doc, scheduler
 from tests.global_router.support import global_doc
+from tests.observability.promql_values import Key, fired, reach
 
 SCRAPE_LABELS = frozenset({"instance", "job"})
 """The labels Prometheus gives every scraped series (the router writes neither)."""
@@ -150,12 +150,8 @@ def test_every_expression_parses_with_a_real_promql_parser(alerts: tuple[Alert, 
 
 
 Series = dict[str, str]
-Labels = frozenset[tuple[str, str]]
-Element = tuple[Labels, frozenset[str]]
+Element = tuple[Key, frozenset[str]]
 """A series an expression returns: its labels, and the targets (``instance``) it was computed from."""
-
-_COMPARISONS = frozenset({"==", "!=", ">", "<", ">=", "<="})
-_FILTERS = frozenset({"and", "unless"})
 
 
 def _page_series(page: str, instance: str) -> list[Series]:
@@ -167,103 +163,10 @@ def _page_series(page: str, instance: str) -> list[Series]:
     ]
 
 
-def _matches(series: Series, name: str, op: str, value: str) -> bool:
-    have = series.get(name, "")
-    if op in ("MatchOp.Equal", "MatchOp.NotEqual"):
-        return (have == value) == (op == "MatchOp.Equal")
-    assert op in ("MatchOp.Re", "MatchOp.NotRe"), op
-    return (re.fullmatch(value, have) is not None) == (op == "MatchOp.Re")
-
-
-def _without_name(labels: Labels) -> Labels:
-    return frozenset((k, v) for k, v in labels if k != "__name__")
-
-
-def _match_key(labels: Labels, modifier: Any) -> Labels:
-    """What a binary operation matches two series on: ``on(...)``'s labels, else every label but
-    ``ignoring(...)``'s and the metric name."""
-    matching = modifier.matching if modifier is not None else None
-    if matching is not None and str(matching.type) == "LabelModifierType.Include":
-        return frozenset((k, v) for k, v in labels if k in matching.labels)
-    ignored = set(matching.labels) if matching is not None else set()
-    return frozenset((k, v) for k, v in labels if k not in ignored and k != "__name__")
-
-
-def _evaluate(node: Any, series: list[Series], *, most: bool = True) -> list[Element] | None:
-    """The series an alert expression can return over ``series`` (``None``: a number), each with
-    the targets it was computed from. Values are not evaluated: every counter has moved and every
-    threshold is crossed where that lets more series through (``most``), and none where it lets
-    fewer through (under ``unless``'s right side, whose comparisons so keep nothing), so the result
-    is the most the alert can fire for. Only the PromQL these alerts use; anything else fails
-    rather than be guessed."""
-    kind = type(node).__name__
-    if kind == "NumberLiteral":
-        return None
-    if kind == "ParenExpr":
-        return _evaluate(node.expr, series, most=most)
-    if kind == "MatrixSelector":
-        return _evaluate(node.vector_selector, series, most=most)
-    if kind == "VectorSelector":
-        matchers = [(m.name, str(m.op), m.value) for m in node.matchers.matchers]
-        return [
-            (frozenset(s.items()), frozenset({s["instance"]}))
-            for s in series
-            if s["__name__"] == node.name and all(_matches(s, *m) for m in matchers)
-        ]
-    if kind == "Call":
-        if node.func.name == "time":
-            return None
-        assert node.func.name in ("increase", "rate"), node.func.name
-        inner = _evaluate(node.args[0], series, most=most)
-        assert inner is not None
-        return [(_without_name(labels), targets) for labels, targets in inner]
-    if kind == "AggregateExpr":
-        assert str(node.op) in ("sum", "max", "min", "count"), node.op
-        inner = _evaluate(node.expr, series, most=most)
-        assert inner is not None
-        groups: dict[Labels, frozenset[str]] = {}
-        for labels, targets in inner:
-            if node.modifier is None:
-                key: Labels = frozenset()
-            elif str(node.modifier.type) == "AggModifierType.By":
-                key = frozenset((k, v) for k, v in labels if k in node.modifier.labels)
-            else:
-                key = frozenset((k, v) for k, v in labels if k not in node.modifier.labels)
-                key = _without_name(key)
-            groups[key] = groups.get(key, frozenset()) | targets
-        return list(groups.items())
-    assert kind == "BinaryExpr", kind
-    op = str(node.op)
-    assert op in _COMPARISONS | _FILTERS | {"+", "-", "*", "/"}, op
-    assert node.modifier is None or not node.modifier.return_bool, "bool modifier"
-    lhs = _evaluate(node.lhs, series, most=most)
-    rhs = _evaluate(node.rhs, series, most=most if op != "unless" else not most)
-    if lhs is None and rhs is None:
-        return None
-    if lhs is None or rhs is None:
-        assert op not in _FILTERS, op
-        vector = lhs if lhs is not None else rhs
-        assert vector is not None
-        if op in _COMPARISONS:
-            return vector if most else []
-        return [(_without_name(labels), targets) for labels, targets in vector]
-    right = {_match_key(labels, node.modifier) for labels, _ in rhs}
-    if op in _FILTERS:  # the left side's series, kept or dropped by the right side's
-        return [e for e in lhs if (_match_key(e[0], node.modifier) in right) == (op == "and")]
-    if op in _COMPARISONS and not most:
-        return []
-    return [
-        (labels if op in _COMPARISONS else _without_name(labels), targets | other)
-        for labels, targets in lhs
-        for other_labels, other in rhs
-        if _match_key(labels, node.modifier) == _match_key(other_labels, node.modifier)
-    ]
-
-
 def _fired(alert: Alert, series: list[Series]) -> set[Element]:
-    found = _evaluate(promql_parser.parse(alert.expr), series)
-    assert found is not None, alert.name
-    return set(found)
+    """The most ``alert`` can fire for over ``series`` (:func:`reach`), each with its targets."""
+    found = reach(alert.expr, series)
+    return {(labels, frozenset(series[i]["instance"] for i in inputs)) for labels, inputs in found.items()}
 
 
 _UNREACHABLE_JWKS = "https://127.0.0.1:1/jwks"
@@ -354,54 +257,13 @@ async def test_every_alert_of_each_tier_fires_for_its_own_tiers_targets_only() -
     silent: list[str] = []
     for alerts, own, other in ((ALERTS, gateway, "router:9090"), (GLOBAL_ALERTS, router, "gw:9090")):
         for alert in alerts:
-            fired = _fired(alert, both)
-            if fired != _fired(alert, own) or any(other in targets for _, targets in fired):
-                foreign[alert.name] = fired
-            if metric_names(alert.expr) & shared - {ROUTER_MARKER} and not fired:
+            got = _fired(alert, both)
+            if got != _fired(alert, own) or any(other in targets for _, targets in got):
+                foreign[alert.name] = got
+            if metric_names(alert.expr) & shared - {ROUTER_MARKER} and not got:
                 silent.append(alert.name)
     assert foreign == {}
     assert silent == []
-
-
-def _values(node: Any, series: list[tuple[Series, float]]) -> list[tuple[Labels, float]] | float:
-    """The instant values an alert expression gives over ``series`` (each with its value, a range
-    function's result taken as that value): only the PromQL the JWKS alerts use (a sum, possibly by
-    labels; a comparison with a number; ``unless``/``and`` on labels)."""
-    kind = type(node).__name__
-    if kind == "NumberLiteral":
-        return float(node.val)
-    if kind in ("ParenExpr", "MatrixSelector", "Call"):
-        child = {"ParenExpr": "expr", "MatrixSelector": "vector_selector"}.get(kind)
-        return _values(getattr(node, child) if child else node.args[0], series)
-    if kind == "VectorSelector":
-        matchers = [(m.name, str(m.op), m.value) for m in node.matchers.matchers]
-        return [
-            (_without_name(frozenset(s.items())), v)
-            for s, v in series
-            if s["__name__"] == node.name and all(_matches(s, *m) for m in matchers)
-        ]
-    if kind == "AggregateExpr":
-        assert str(node.op) == "sum"
-        assert node.modifier is None or "By" in str(node.modifier.type)
-        inner = _values(node.expr, series)
-        assert not isinstance(inner, float)
-        by = set(node.modifier.labels) if node.modifier is not None else set()
-        sums: dict[Labels, float] = {}
-        for labels, v in inner:
-            key = frozenset((k, x) for k, x in labels if k in by)
-            sums[key] = sums.get(key, 0.0) + v
-        return list(sums.items())
-    assert kind == "BinaryExpr", kind
-    op = str(node.op)
-    lhs, rhs = _values(node.lhs, series), _values(node.rhs, series)
-    assert not isinstance(lhs, float)
-    if isinstance(rhs, float):
-        assert op in (">", ">=", "=="), op
-        test = {">": float.__gt__, ">=": float.__ge__, "==": float.__eq__}[op]
-        return [(labels, v) for labels, v in lhs if test(v, rhs)]
-    assert op in _FILTERS, op
-    right = {_match_key(labels, node.modifier) for labels, _ in rhs}
-    return [(labels, v) for labels, v in lhs if (_match_key(labels, node.modifier) in right) == (op == "and")]
 
 
 def test_a_gateway_failing_its_jwks_fetches_fires_although_another_succeeds() -> None:
@@ -418,10 +280,9 @@ def test_a_gateway_failing_its_jwks_fetches_fires_although_another_succeeds() ->
         ({"__name__": "igw_jwks_fetch_total", "result": "failure", "instance": "router:9090"}, 2.0),
         ({"__name__": ROUTER_MARKER, "instance": "router:9090"}, 1.0),
     ]
-    fired = _values(promql_parser.parse(alert.expr), fetched)
-    assert fired == [(frozenset({("instance", "gw-a:9090")}), 4.0)]
+    assert fired(alert.expr, fetched) == {(("instance", "gw-a:9090"),): 4.0}
     healthy = [(s, 0.0 if s.get("result") == "failure" else v) for s, v in fetched]
-    assert _values(promql_parser.parse(alert.expr), healthy) == []
+    assert fired(alert.expr, healthy) == {}
     assert "{{ $labels.instance }}" in alert.summary
 
 
@@ -457,12 +318,11 @@ def test_a_cluster_timing_out_searches_fires_though_the_replicas_share_the_timeo
         ({"__name__": retries, "cluster": "east-1", "cause": "search-timeout", "instance": f"r{i}:9090"}, 2.0)
         for i in range(4)
     ] + [({"__name__": retries, "cluster": "west-1", "cause": "connect", "instance": "r0:9090"}, 9.0)]
-    fired = _values(promql_parser.parse(alert.expr), spread)
-    assert fired == [(frozenset({("cluster", "east-1")}), 8.0)]
+    assert fired(alert.expr, spread) == {(("cluster", "east-1"),): 8.0}
     one = [
         (s, 2.0 if s["instance"] == "r0:9090" and s["cause"] == "search-timeout" else 0.0) for s, _ in spread
     ]
-    assert _values(promql_parser.parse(alert.expr), one) == []
+    assert fired(alert.expr, one) == {}
     assert "{{ $labels.cluster }}" in alert.summary
     assert "{{ $labels.instance }}" not in alert.summary + alert.description
 
@@ -501,7 +361,6 @@ def _assert_fires_on_scope_busy_alone(
     refused = [s for s in page if s["__name__"] == refused_total]
     assert {s["reason"] for s in refused} == {"unfound", "busy", "scope_busy"}
     flood = [(s, 25.0 if s.get("reason") == "scope_busy" else 0.0) for s in page]
-    fired = _values(promql_parser.parse(alert.expr), flood)
-    assert fired == [(frozenset({by}), 25.0)]
+    assert fired(alert.expr, flood) == {(by,): 25.0}
     busy_only = [(s, 25.0 if s.get("reason") == "busy" else 0.0) for s in page]
-    assert _values(promql_parser.parse(alert.expr), busy_only) == []
+    assert fired(alert.expr, busy_only) == {}
