@@ -85,6 +85,8 @@ and point the REAL ``kubernetes`` client at it over HTTP. It serves:
   admission plugin's checks of owner references: :mod:`tests.fakes.kube_owner_refs`),
   :meth:`add_validating_webhook` (a validating admission webhook that denies some writes, answered as
   the API server answers a denial), :attr:`required_token` (401 without it),
+  :meth:`throttle` (every request answered 429 TooManyRequests, or 503, with a ``Retry-After``
+  header for a while: API Priority and Fairness rejecting an overloaded client),
   :meth:`stall_open_watches` (the watches open now go silent and never end, ``timeoutSeconds``
   included, while new requests are served: a connection black-holed on the way, e.g. the API
   server's node lost behind the cluster endpoint's load balancer, as a client sees it), and
@@ -121,6 +123,7 @@ import json
 import socket
 import tempfile
 import threading
+import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
@@ -352,6 +355,8 @@ class FakeKubeApiServer:
         """How many watches were answered 410 Gone (see :meth:`expire_watches`)."""
         self._thread: threading.Thread | None = None
         self.port = 0
+        self._throttle: tuple[float, int, int | None] | None = None
+        """``(until, status, retry_after_s)`` while :meth:`throttle` is on (monotonic time)."""
         self.bookmark_interval_s = 1.0
         """How often an idle watch that asked for bookmarks gets a ``BOOKMARK`` event."""
         self.store.on_change = self._notify_threadsafe
@@ -484,6 +489,13 @@ class FakeKubeApiServer:
         this, watches included, are served as before."""
         self._stall_epoch += 1
         self._notify_threadsafe()
+
+    def throttle(self, seconds: float, *, status: int = 429, retry_after_s: int | None = 1) -> None:
+        """For ``seconds`` from now, answer every request ``status`` (429 TooManyRequests, or 503)
+        with ``Retry-After: retry_after_s`` (no such header when ``None``), as the API server's
+        priority and fairness filter rejects a client it has no seat for (before anything is read
+        or written)."""
+        self._throttle = (time.monotonic() + seconds, status, retry_after_s)
 
     def forbid(self, *plurals: str) -> None:
         """Answer 403 for these resources (e.g. ``"pods"``), or for everything when none are given."""
@@ -656,6 +668,9 @@ class FakeKubeApiServer:
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         query = dict(request.query)
         self.requests.append((request.method, request.path, query))
+        throttled = self._throttled()
+        if throttled is not None:
+            return throttled
         expected_auth = f"Bearer {self.required_token}"
         if self.required_token is not None and request.headers.get("Authorization") != expected_auth:
             return _json(_status(401, "Unauthorized", "Unauthorized"), 401)
@@ -689,6 +704,19 @@ class FakeKubeApiServer:
             return _error(exc)
         except SelectorError as exc:
             return _json(_status(400, "BadRequest", str(exc)), 400)
+
+    def _throttled(self) -> web.Response | None:
+        if self._throttle is None or time.monotonic() >= self._throttle[0]:
+            return None
+        _, status, retry_after_s = self._throttle
+        reason = "TooManyRequests" if status == 429 else "ServiceUnavailable"
+        message = "Too many requests, please try again later."
+        if retry_after_s is None:
+            return _json(_status(status, reason, message), status)
+        body = _status(status, reason, message, details={"retryAfterSeconds": retry_after_s})
+        response = _json(body, status)
+        response.headers["Retry-After"] = str(retry_after_s)
+        return response
 
     async def _owner_reference_refusal(
         self, request: web.Request, kind: ResourceKind, namespace: str, name: str | None

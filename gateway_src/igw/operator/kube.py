@@ -49,6 +49,11 @@ CONFLICT_ATTEMPTS: Final = 3
 MISSING_KIND_RETRY_S: Final = 30.0
 """How long a kind the API server does not serve (a CRD not installed) is answered as missing without
 asking again: a CRD installed meanwhile is used from the first call after that."""
+THROTTLED_ATTEMPTS: Final = 4
+"""Tries at one API call while the API server answers 429, or 503 with a ``Retry-After``
+(:meth:`Kube._in_thread`), as client-go retries them."""
+RETRY_AFTER_CAP_S: Final = 30.0
+"""The longest ``Retry-After`` honoured; a larger one waits this long (a 429 without one: 1 s)."""
 _KEPT_SERVICE_FIELDS: Final = ("clusterIP", "clusterIPs", "healthCheckNodePort", "ipFamilies")
 T = TypeVar("T")
 
@@ -113,6 +118,22 @@ def _adoptable(current: Mapping[str, Any], desired: Mapping[str, Any]) -> bool:
     have = meta.get("labels") or {}
     want = (desired.get("metadata") or {}).get("labels") or {}
     return all(key in want and have.get(key) == want[key] for key in ADOPTION_LABELS)
+
+
+def _retry_after(exc: BaseException) -> float | None:
+    """How long to wait before sending a call the API server refused for load again: a 429, or a
+    503 that names a ``Retry-After`` (a 503 without one is an outage, not a throttle); ``None``
+    for any other failure."""
+    status = getattr(exc, "status", None)
+    headers = getattr(exc, "headers", None) or {}
+    raw = headers.get("Retry-After") if hasattr(headers, "get") else None
+    if status != 429 and not (status == 503 and raw is not None):
+        return None
+    try:
+        seconds = float(raw) if raw is not None else 1.0  # client-go's wait for a bare 429
+    except ValueError:  # an HTTP date: the API server sends seconds; wait as for a bare 429
+        seconds = 1.0
+    return min(max(seconds, 0.0), RETRY_AFTER_CAP_S)
 
 
 def refusal_text(exc: BaseException) -> str:
@@ -237,6 +258,9 @@ class Kube:
         self._calls = threading.Condition()
         self._running = 0
         self._quiesced = False
+        self._held_until = 0.0
+        """While the API server's last 429/503 ``Retry-After`` runs (:meth:`monotonic` time), every
+        call waits before it is sent: one pause for the whole client, not one refusal per call."""
         self._stored: dict[tuple[str, str, str, str], str] = {}
         """Per object written: the hash of :func:`managed_view` of what the API server stored. Where
         it normalises a value (a quantity such as ``0.5`` stored as ``500m``) the stored form never
@@ -674,7 +698,28 @@ class Kube:
                 self._calls.notify_all()
 
     async def _in_thread(self, call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        return await asyncio.to_thread(self._counted, call, *args, **kwargs)
+        """Run ``call`` in a worker thread, waiting out the API server's ``Retry-After`` first.
+
+        A 429 (or a 503 carrying ``Retry-After``) is the API server's priority and fairness shedding
+        load before it reads or writes anything, so the call is sent again once the wait is over (up
+        to :data:`THROTTLED_ATTEMPTS` tries), and every other call of this client waits too. Without
+        this only reads and replaces were retried (by urllib3, blocking a worker thread each); a
+        refused PATCH or POST failed its pass, and every pass and resync sent its calls into the
+        refusals (one ERROR line per config per resync) until the API server recovered."""
+        for attempt in range(1, THROTTLED_ATTEMPTS + 1):
+            held = self._held_until - self._monotonic()
+            if held > 0:
+                await asyncio.sleep(held)
+            try:
+                return await asyncio.to_thread(self._counted, call, *args, **kwargs)
+            except Exception as exc:
+                wait = _retry_after(exc)
+                if wait is None:
+                    raise
+                self._held_until = max(self._held_until, self._monotonic() + wait)
+                if attempt == THROTTLED_ATTEMPTS:
+                    raise
+        raise AssertionError("unreachable")  # the loop returns or raises
 
     async def outside(self, call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run a blocking call to an API outside the cluster that a pass makes (ACM's, for an
