@@ -7,7 +7,8 @@ bodies being read were bounded only by ``maxConnections`` x ``bbr.maxRequestBody
 clients each sending 1 MiB to a saturated pool took an ``igw serve`` to 1.2 GiB resident (session
 s48), while flow control's queue held its 64 MiB. A request whose body would pass the budget is
 answered 503 ``server_busy`` with ``Retry-After`` before its body is read (the connection then
-closes, lingering as every close does); nothing is forwarded.
+closes at once - aiohttp's side too, not reading the upload for its lingering time - the close
+lingering as every close does); nothing is forwarded.
 
 Why 503 and not 429: the process, not the caller, is short of room - ``server_busy`` is in
 :data:`~igw.gateway.errors.BUSY_CODES`, so a tier-2 router tries its next cluster without counting a
