@@ -10,6 +10,7 @@ import contextlib
 import random
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -44,8 +45,10 @@ def upload(size: int = MIB) -> tuple[bytes, bytes]:
 
 
 @contextlib.asynccontextmanager
-async def gateway(tmp_path: Path, key: str, *, budget: int) -> AsyncIterator[tuple[int, web.Application]]:
-    (tmp_path / "igwc.yaml").write_text(yaml.safe_dump(DOC))
+async def gateway(
+    tmp_path: Path, key: str, *, budget: int, doc: dict[str, Any] = DOC
+) -> AsyncIterator[tuple[int, web.Application]]:
+    (tmp_path / "igwc.yaml").write_text(yaml.safe_dump(doc))
     (tmp_path / "endpoints.yaml").write_text(yaml.safe_dump({"schedulers": {"llama": [key]}}))
     config = load_gateway_config(tmp_path / "igwc.yaml")
     app = create_app(
@@ -161,6 +164,36 @@ async def test_a_refused_upload_is_cut_at_once_while_the_client_is_still_sending
                     await sender
             w0.close()
         await wait_for(lambda: budget.held == 0, what="budget back to 0")
+
+
+async def test_bodies_entering_flow_controls_queue_leave_the_budget(tmp_path: Path, server_side: str) -> None:
+    """A saturated pod: three 1 MiB bodies, held while they arrive, are given back to the budget as
+    they enter flow control's queue, which counts them against its own ``maxBytes`` from there (the
+    budget bounds bodies being read, not bodies queued: counted in both, a full queue would refuse
+    uploads it had long finished reading)."""
+    head, body = upload()
+    doc = config_doc([scheduler("llama", "m")])
+    doc["spec"]["extensions"]["flowControl"] = {"pollInterval": "20ms"}
+    async with (
+        running(FakeModelServer("a", waiting=9)) as (a,),
+        gateway(tmp_path, a.key, budget=64 * MIB, doc=doc) as (port, app),
+    ):
+        state = app[STATE_KEY]
+        budget = state.body_budget
+        async with contextlib.AsyncExitStack() as stack:
+            clients = [await stack.enter_async_context(connection(port)) for _ in range(3)]
+            for _, writer in clients:
+                writer.write(head + body[: 64 * 1024])
+            await wait_for(lambda: budget.held == 3 * MIB, what="three bodies held while arriving")
+            assert state.flow.queued_bytes("llama") == 0
+            for _, writer in clients:
+                writer.write(body[64 * 1024 :])
+            await wait_for(lambda: state.flow.depths("llama") == {0: 3}, what="three requests queued")
+            assert state.flow.queued_bytes("llama") >= 3 * MIB
+            assert budget.held == 0
+            assert a.received == []
+        await wait_for(lambda: state.flow.queued_bytes("llama") == 0, what="the queue emptied")
+        assert budget.held == 0
 
 
 @pytest.mark.parametrize("ending", ["success", "bad-json", "timeout", "disconnect", "too-large"])
