@@ -19,7 +19,7 @@ from aiohttp import web
 
 from igw.config.loader import load_gateway_config
 from igw.gateway.app import create_app
-from igw.gateway.body_budget import BodyBudget, derived_budget
+from igw.gateway.body_budget import BodyBudget, HeapTrim, derived_budget
 from igw.gateway.discovery.static_file import StaticFileDiscovery
 from igw.gateway.inference import STATE_KEY
 from igw.gateway.lean_server import SWITCH_ENV
@@ -262,3 +262,45 @@ def test_the_budget_is_set_by_the_config_and_refused_negative_naming_the_field()
     assert server_limits({}, options).max_body_bytes_held == 0  # derived at start
     with pytest.raises(ValueError, match="--max-body-bytes-held: must not be negative"):
         server_limits({}, {"max_body_bytes_held": -1})
+
+
+async def test_the_heap_is_trimmed_once_per_burst_when_its_bodies_are_all_given_back() -> None:
+    """A burst past the threshold trims once, when the bytes held return to 0 (not at each release,
+    not in the release itself); a small burst does not; a second burst within the interval trims at
+    the interval's end, or not at all if bodies are held again by then (that burst's drain trims)."""
+    budget = BodyBudget(limit=100 * MIB)
+    trims: list[int] = []
+
+    def fake_trim() -> bool:
+        trims.append(budget.held)
+        return True
+
+    trim = HeapTrim(budget, interval_s=0.2, trim=fake_trim)
+
+    async def burst(sizes: list[int]) -> None:
+        holds = [budget.take(size) for size in sizes]
+        for hold in holds:
+            assert hold is not None
+            hold.release()
+            await asyncio.sleep(0)  # a trim waits for its own callback, never runs inside a release
+
+    await burst([30 * MIB, 30 * MIB, 10 * MIB])  # peak 70 MiB: past the 50 MiB threshold (half the limit)
+    assert trims == []  # scheduled, not run in the release
+    await wait_for(lambda: trims == [0], what="the first burst's trim")
+    assert trim.trims == 1
+    assert budget.peak == 0
+    await burst([10 * MIB, 10 * MIB])  # a small burst: nothing
+    await burst([60 * MIB])  # within the interval: waits for its end
+    await asyncio.sleep(0.05)
+    assert trims == [0]
+    await wait_for(lambda: trims == [0, 0], what="the second burst's trim, at the interval's end")
+    await asyncio.sleep(0.3)
+    assert trims == [0, 0]  # once per burst
+    await burst([60 * MIB])  # drained, then bodies held again before the trim's time: skipped
+    held = budget.take(MIB)
+    await asyncio.sleep(0.3)
+    assert trims == [0, 0]
+    assert held is not None
+    held.release()  # the peak was kept: this drain trims
+    await wait_for(lambda: len(trims) == 3, what="the held burst's trim")
+    assert trim.trims == 3
