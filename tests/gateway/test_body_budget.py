@@ -10,6 +10,7 @@ import contextlib
 import random
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -18,7 +19,7 @@ from aiohttp import web
 
 from igw.config.loader import load_gateway_config
 from igw.gateway.app import create_app
-from igw.gateway.body_budget import BodyBudget, derived_budget
+from igw.gateway.body_budget import BodyBudget, HeapTrim, derived_budget
 from igw.gateway.discovery.static_file import StaticFileDiscovery
 from igw.gateway.inference import STATE_KEY
 from igw.gateway.lean_server import SWITCH_ENV
@@ -44,8 +45,10 @@ def upload(size: int = MIB) -> tuple[bytes, bytes]:
 
 
 @contextlib.asynccontextmanager
-async def gateway(tmp_path: Path, key: str, *, budget: int) -> AsyncIterator[tuple[int, web.Application]]:
-    (tmp_path / "igwc.yaml").write_text(yaml.safe_dump(DOC))
+async def gateway(
+    tmp_path: Path, key: str, *, budget: int, doc: dict[str, Any] = DOC
+) -> AsyncIterator[tuple[int, web.Application]]:
+    (tmp_path / "igwc.yaml").write_text(yaml.safe_dump(doc))
     (tmp_path / "endpoints.yaml").write_text(yaml.safe_dump({"schedulers": {"llama": [key]}}))
     config = load_gateway_config(tmp_path / "igwc.yaml")
     app = create_app(
@@ -101,9 +104,9 @@ async def test_bodies_past_the_budget_are_refused_unread_and_the_budget_returns_
                 status, headers, answer = await asyncio.wait_for(read_response(reader), 5)
                 refusals.append((status, headers.get("retry-after"), orjson.loads(answer)["error"]["code"]))
                 assert headers.get("connection") == "close"
-                if server_side == "lean":  # closed at once, the body left unread (aiohttp's side
-                    # reads and discards it for its lingering time first, as after any early answer)
-                    assert await asyncio.wait_for(reader.read(), 5) == b""
+                # closed at once, the body left unread: on aiohttp's side too, which before session
+                # s48 read and discarded it for its 10 s lingering time first (the client uploading)
+                assert await asyncio.wait_for(reader.read(), 3) == b""
             assert [(status, code) for status, _, code in refusals] == [(503, "server_busy")] * 6
             assert all(retry is not None and int(retry) >= 1 for _, retry, _ in refusals)  # spread
             assert budget.held == 2 * MIB
@@ -124,6 +127,72 @@ async def test_bodies_past_the_budget_are_refused_unread_and_the_budget_returns_
             writer.write(head + body)
             status, _, _ = await asyncio.wait_for(read_response(reader), 5)
             assert status == 200
+        assert budget.held == 0
+
+
+async def test_a_refused_upload_is_cut_at_once_while_the_client_is_still_sending(
+    tmp_path: Path, server_side: str
+) -> None:
+    """The refused client keeps uploading (16 KiB every 50 ms of a 4 MiB body): it reads the 503 and
+    then the end of the connection within a second or two, not after aiohttp's 10 s of lingering."""
+    head, body = upload()
+    big_head, big_body = upload(4 * MIB)
+    async with running(FakeModelServer("a")) as (a,), gateway(tmp_path, a.key, budget=2 * MIB) as (port, app):
+        budget = app[STATE_KEY].body_budget
+        async with connection(port) as (_r0, w0), connection(port) as (r1, w1):
+            w0.write(head + body[:1024])  # 1 MiB held, stalled
+            await wait_for(lambda: budget.held == MIB, what="first body held")
+
+            async def keep_sending() -> None:
+                w1.write(big_head)
+                for at in range(0, len(big_body), 16 * 1024):
+                    w1.write(big_body[at : at + 16 * 1024])
+                    await w1.drain()
+                    await asyncio.sleep(0.05)
+
+            sender = asyncio.create_task(keep_sending())
+            try:
+                started = asyncio.get_running_loop().time()
+                status, _, answer = await asyncio.wait_for(read_response(r1), 5)
+                assert (status, orjson.loads(answer)["error"]["code"]) == (503, "server_busy")
+                assert await asyncio.wait_for(r1.read(), 5) == b""
+                assert asyncio.get_running_loop().time() - started < 3.0
+                assert not sender.done()  # the client was still uploading when the connection ended
+            finally:
+                sender.cancel()
+                with contextlib.suppress(asyncio.CancelledError, ConnectionError):
+                    await sender
+            w0.close()
+        await wait_for(lambda: budget.held == 0, what="budget back to 0")
+
+
+async def test_bodies_entering_flow_controls_queue_leave_the_budget(tmp_path: Path, server_side: str) -> None:
+    """A saturated pod: three 1 MiB bodies, held while they arrive, are given back to the budget as
+    they enter flow control's queue, which counts them against its own ``maxBytes`` from there (the
+    budget bounds bodies being read, not bodies queued: counted in both, a full queue would refuse
+    uploads it had long finished reading)."""
+    head, body = upload()
+    doc = config_doc([scheduler("llama", "m")])
+    doc["spec"]["extensions"]["flowControl"] = {"pollInterval": "20ms"}
+    async with (
+        running(FakeModelServer("a", waiting=9)) as (a,),
+        gateway(tmp_path, a.key, budget=64 * MIB, doc=doc) as (port, app),
+    ):
+        state = app[STATE_KEY]
+        budget = state.body_budget
+        async with contextlib.AsyncExitStack() as stack:
+            clients = [await stack.enter_async_context(connection(port)) for _ in range(3)]
+            for _, writer in clients:
+                writer.write(head + body[: 64 * 1024])
+            await wait_for(lambda: budget.held == 3 * MIB, what="three bodies held while arriving")
+            assert state.flow.queued_bytes("llama") == 0
+            for _, writer in clients:
+                writer.write(body[64 * 1024 :])
+            await wait_for(lambda: state.flow.depths("llama") == {0: 3}, what="three requests queued")
+            assert state.flow.queued_bytes("llama") >= 3 * MIB
+            assert budget.held == 0
+            assert a.received == []
+        await wait_for(lambda: state.flow.queued_bytes("llama") == 0, what="the queue emptied")
         assert budget.held == 0
 
 
@@ -193,3 +262,45 @@ def test_the_budget_is_set_by_the_config_and_refused_negative_naming_the_field()
     assert server_limits({}, options).max_body_bytes_held == 0  # derived at start
     with pytest.raises(ValueError, match="--max-body-bytes-held: must not be negative"):
         server_limits({}, {"max_body_bytes_held": -1})
+
+
+async def test_the_heap_is_trimmed_once_per_burst_when_its_bodies_are_all_given_back() -> None:
+    """A burst past the threshold trims once, when the bytes held return to 0 (not at each release,
+    not in the release itself); a small burst does not; a second burst within the interval trims at
+    the interval's end, or not at all if bodies are held again by then (that burst's drain trims)."""
+    budget = BodyBudget(limit=100 * MIB)
+    trims: list[int] = []
+
+    def fake_trim() -> bool:
+        trims.append(budget.held)
+        return True
+
+    trim = HeapTrim(budget, interval_s=0.2, trim=fake_trim)
+
+    async def burst(sizes: list[int]) -> None:
+        holds = [budget.take(size) for size in sizes]
+        for hold in holds:
+            assert hold is not None
+            hold.release()
+            await asyncio.sleep(0)  # a trim waits for its own callback, never runs inside a release
+
+    await burst([30 * MIB, 30 * MIB, 10 * MIB])  # peak 70 MiB: past the 50 MiB threshold (half the limit)
+    assert trims == []  # scheduled, not run in the release
+    await wait_for(lambda: trims == [0], what="the first burst's trim")
+    assert trim.trims == 1
+    assert budget.peak == 0
+    await burst([10 * MIB, 10 * MIB])  # a small burst: nothing
+    await burst([60 * MIB])  # within the interval: waits for its end
+    await asyncio.sleep(0.05)
+    assert trims == [0]
+    await wait_for(lambda: trims == [0, 0], what="the second burst's trim, at the interval's end")
+    await asyncio.sleep(0.3)
+    assert trims == [0, 0]  # once per burst
+    await burst([60 * MIB])  # drained, then bodies held again before the trim's time: skipped
+    held = budget.take(MIB)
+    await asyncio.sleep(0.3)
+    assert trims == [0, 0]
+    assert held is not None
+    held.release()  # the peak was kept: this drain trims
+    await wait_for(lambda: len(trims) == 3, what="the held burst's trim")
+    assert trim.trims == 3

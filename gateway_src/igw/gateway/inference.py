@@ -84,7 +84,7 @@ from igw.gateway.response_ids import MINTING_ENGINES, believed, mint, minted_for
 from igw.gateway.response_search import SEARCH_ASK_LEAST_S, SEARCH_TIMEOUT, SearchPlace, search_context
 from igw.gateway.retries import refused_status, request_digest, retry_condition
 from igw.gateway.runtime import GatewayRuntime, SchedulerRuntime
-from igw.gateway.serving import LIMITS_KEY, ServerLimits
+from igw.gateway.serving import LIMITS_KEY, ServerLimits, refuse_rest_of_body
 from igw.gateway.state import GatewayState
 from igw.gateway.stream_usage import (
     RELAY_USAGE,
@@ -1053,7 +1053,8 @@ async def _route(
 def _server_busy(request: web.Request, state: GatewayState, request_id: str) -> web.Response:
     """503 ``server_busy``: the process holds as many request-body bytes as
     ``serverLimits.maxBodyBytesHeld`` lets it (:mod:`igw.gateway.body_budget`). A body not read to
-    its end is left unread: the connection closes after the answer (lingering)."""
+    its end is left unread: the connection closes once answered (aiohttp's side too, which would
+    otherwise read and discard the upload for its 10 s lingering time first), the close lingering."""
     retry = _retry_after(state, BODY_RETRY_AFTER_S)
     message = (
         "the gateway is receiving as many request bodies as it may hold at once "
@@ -1062,6 +1063,7 @@ def _server_busy(request: web.Request, state: GatewayState, request_id: str) -> 
     response = gateway_error("server_busy", message, request_id=request_id, headers={"Retry-After": retry})
     if not request.content.is_eof():
         response.force_close()
+        refuse_rest_of_body(request)
     return response
 
 

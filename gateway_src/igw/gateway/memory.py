@@ -40,6 +40,22 @@ def pin_mmap_threshold(threshold: int = MMAP_THRESHOLD_BYTES) -> bool:
     return bool(mallopt(M_MMAP_THRESHOLD, threshold))
 
 
+def malloc_trim() -> bool:
+    """Give the C heap's free pages back to the system (glibc's ``malloc_trim(0)``: the free memory at
+    the heap's top, and every whole free page inside it); ``True`` when something was released,
+    ``False`` too elsewhere than glibc, where the call is absent (:mod:`igw.gateway.body_budget`
+    calls it after a burst of request bodies)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return False
+    trim.argtypes = [ctypes.c_size_t]
+    trim.restype = ctypes.c_int
+    return bool(trim(0))
+
+
 INDEX_BYTES_PER_BLOCK: Final = 300
 """Resident bytes a full prefix index spends per KV block of each endpoint (282 measured, rounded up:
 docs/gateway.md, "Several workers", the sizing paragraph)."""

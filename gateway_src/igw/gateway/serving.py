@@ -305,6 +305,13 @@ class GatewayRequestHandler(RequestHandler):
         if isinstance(manager, GatewayServer) and not manager.admit(self):
             self.close_at_once()
 
+    def discard_no_body(self) -> None:
+        """The answer being written refuses the rest of its request's body: the connection closes once
+        it is written, without aiohttp reading and discarding that body for its lingering time (10 s of
+        a client's upload, parsed, before the client saw the close); the close itself lingers
+        (:class:`LingeringClose`), so the client still reads the answer rather than a reset."""
+        self._lingering_time = 0.0
+
     def close_at_once(self) -> None:
         """Close the connection without lingering (it is refused or evicted: its slot is needed)."""
         self._linger = False
@@ -533,6 +540,14 @@ class GatewayRequestHandler(RequestHandler):
 _REQUEST_LINE: Final = re.compile(rb"(?:\r?\n)*[^ \r\n]+ ([^ \r\n?]+)")
 """A request line's method and target, the target's query left out (after any empty lines, which
 a server ignores before a request line: RFC 9112 2.2)."""
+
+
+def refuse_rest_of_body(request: web.BaseRequest) -> None:
+    """``request``'s answer refuses its body unread (:meth:`GatewayRequestHandler.discard_no_body`):
+    on aiohttp's side the connection closes once answered; the lean server's closes so already."""
+    protocol = getattr(request, "protocol", None)
+    if isinstance(protocol, GatewayRequestHandler):
+        protocol.discard_no_body()
 
 
 def request_target(head: bytes) -> bytes:

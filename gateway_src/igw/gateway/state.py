@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client import CollectorRegistry
 
 from igw.config.model import GatewayConfig
-from igw.gateway.body_budget import BodyBudget, BodyBudgetCollector
+from igw.gateway.body_budget import BodyBudget, BodyBudgetCollector, HeapTrim
 from igw.gateway.decision_log import DecisionLog
 from igw.gateway.default_backend import DefaultBackendResolver
 from igw.gateway.endpoints import DiscoveredEndpoint
@@ -102,6 +102,8 @@ class GatewayState:
         self.body_budget = BodyBudget()
         """Request-body bytes held at once (``serverLimits.maxBodyBytesHeld``; ``igw serve`` sets
         the limit at start, :mod:`igw.gateway.body_budget`)."""
+        self.heap_trim = HeapTrim(self.body_budget)
+        """Trims the C heap once the bodies of a burst are all given back (:class:`HeapTrim`)."""
         self.metrics.registry.register(BodyBudgetCollector(self.body_budget))
         self.tokens_per_event: dict[str, TokensPerEvent] = {}
         """Per scheduler: the output tokens its pool's stream events carry, learnt from its streams

@@ -6,8 +6,10 @@ import asyncio
 import contextlib
 import logging
 
+from igw.gateway.body_budget import derived_budget
 from igw.gateway.serving import ServerLimits, serve_app
 from igw.gateway.stop_signals import StopSignals
+from igw.gateway.worker_count import memory_limit
 from igw.global_router.config import GlobalRouterConfig
 from igw.global_router.server import ROUTER_KEY, create_global_app, global_management_app
 
@@ -29,6 +31,14 @@ async def run_global_router(
     there, not on ``port`` (opened first and closed last, so the drain stays observable)."""
     app = create_global_app(
         config, region=region, emf_interval_s=emf_interval_s, management_listener=management_port is not None
+    )
+    held = limits.max_body_bytes_held
+    budget = app[ROUTER_KEY].body_budget
+    budget.limit = held or derived_budget(memory_limit(), 1, parent_bytes=0)
+    log.info(
+        "request bodies held at once: at most %d bytes (%s)",
+        budget.limit,
+        "spec.serverLimits.maxBodyBytesHeld" if held else "derived from the memory limit, else 256 MiB",
     )
     stop = asyncio.Event()
     with StopSignals(stop, asyncio.get_running_loop()) as stop_signals:

@@ -41,6 +41,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry
 
 from igw.config.redis_password import redis_password
 from igw.gateway.app import MODEL_ROUTE, healthz, model_answer, openai_errors
+from igw.gateway.body_budget import RETRY_AFTER_S as BODY_RETRY_AFTER_S
+from igw.gateway.body_budget import BodyBudget, BodyBudgetCollector, BodyHold, HeapTrim
 from igw.gateway.emf import emf_context
 from igw.gateway.errors import (
     BUSY_CODES,
@@ -66,6 +68,7 @@ from igw.gateway.log_throttle import RepeatThrottle
 from igw.gateway.model_router import NO_MATCH_MESSAGE
 from igw.gateway.request_body import (
     BadRequestBody,
+    BodyBudgetFull,
     BodyTooLarge,
     DeclaredBodyTooLarge,
     InferenceBody,
@@ -79,7 +82,13 @@ from igw.gateway.request_body import (
 from igw.gateway.response_search import SEARCHES_PER_SCOPE, ResponseSearches, SearchPlace
 from igw.gateway.retries import request_digest
 from igw.gateway.server_identity import name_every_answer
-from igw.gateway.serving import BODY_LIMIT_SETTING_KEY, INFLIGHT_KEY, LIMITS_KEY, ServerLimits
+from igw.gateway.serving import (
+    BODY_LIMIT_SETTING_KEY,
+    INFLIGHT_KEY,
+    LIMITS_KEY,
+    ServerLimits,
+    refuse_rest_of_body,
+)
 from igw.gateway.shutdown import InflightRequests
 from igw.gateway.stream_usage import RELAY_USAGE, RELAY_USAGE_HEADER, StreamUsage
 from igw.gateway.telemetry import UNKNOWN_MODEL
@@ -232,6 +241,12 @@ class GlobalRouter:
         sent."""
         self.clock: Callable[[], float] = time.monotonic
         """Seconds, monotonic: when a search found an id nowhere (:attr:`searches`)."""
+        self.body_budget = BodyBudget()
+        """Request-body bytes held at once (``spec.serverLimits.maxBodyBytesHeld``; ``igw global
+        serve`` sets the limit at start): a body is counted from its first byte until its request is
+        answered, since the router holds it whole while it tries clusters (:func:`_route`)."""
+        self.heap_trim = HeapTrim(self.body_budget)
+        """Trims the C heap once the bodies of a burst are all given back (as tier 1's)."""
         self.tokens_per_event: dict[str, TokensPerEvent] = {}
         """Per model: the output tokens its streams' events carry, learnt from streams that reported
         their usage (what a stream without one is counted: :mod:`igw.gateway.event_tokens`)."""
@@ -360,6 +375,48 @@ async def _route(
     except GuardDenied as denied:
         m.requests.labels(_model_label(router, request.headers.get(MODEL_HEADER)), str(denied.status)).inc()
         return _denied(denied)
+    # The body's bytes are counted from here until the request is answered: the router holds the
+    # body whole while it tries clusters (a retry on the next sends it again). A declared length
+    # over the body limit is refused unread, so it takes nothing.
+    length = request.content_length or 0
+    max_bytes = router.config.routing.max_request_body_bytes
+    hold = router.body_budget.take(length if length <= max_bytes else 0)
+    if hold is None:
+        return _counted_unread(router, request, _server_busy(router, request))
+    try:
+        return await _route_held(request, router, principal, api=api, started=started, hold=hold)
+    finally:
+        hold.release()
+
+
+def _server_busy(router: GlobalRouter, request: web.Request) -> web.Response:
+    """503 ``server_busy``: the replica holds as many request-body bytes as
+    ``spec.serverLimits.maxBodyBytesHeld`` lets it (tier 1's answer, :mod:`igw.gateway.body_budget`);
+    a body not read to its end is left unread, the connection closed once answered."""
+    retry = spread_retry_after(BODY_RETRY_AFTER_S, rng=router.fleet.rng)
+    message = (
+        "the router is receiving and forwarding as many request bodies as it may hold at once "
+        f"(spec.serverLimits.maxBodyBytesHeld); retry after {retry}s"
+    )
+    response = gateway_error("server_busy", message, headers={"Retry-After": str(retry)})
+    if not request.content.is_eof():
+        response.force_close()
+        refuse_rest_of_body(request)
+    return response
+
+
+async def _route_held(
+    request: web.Request,
+    router: GlobalRouter,
+    principal: Principal,
+    *,
+    api: InferenceApi,
+    started: float,
+    hold: BodyHold,
+) -> web.StreamResponse:
+    """:func:`_route` once the body's bytes are counted in ``hold`` (a chunked body grows it as it
+    arrives: :class:`~igw.gateway.request_body.BodyBudgetFull` past the budget)."""
+    m = router.metrics
     tenant = principal.tenant or router.anonymous_tenant
     body_timeout_s = request.app.get(LIMITS_KEY, _DEFAULT_LIMITS).body_timeout_s
     try:
@@ -367,8 +424,10 @@ async def _route(
         # A client that stalls mid-body would otherwise hold the connection (and its handler) forever:
         # the same bound as the gateway's (``serverLimits.bodyTimeout``, 60 s by default).
         async with asyncio.timeout(body_timeout_s):
-            raw = await read_limited(request, limit=router.config.routing.max_request_body_bytes)
+            raw = await read_limited(request, limit=router.config.routing.max_request_body_bytes, hold=hold)
         body = parse_body(raw, api=api, header_model=request.headers.get(MODEL_HEADER))
+    except BodyBudgetFull:
+        return _counted_unread(router, request, _server_busy(router, request))
     except TimeoutError:
         message = f"request body not received within {body_timeout_s:g}s"
         refused = gateway_error("request_timeout", message, headers={"Connection": "close"})
@@ -1374,6 +1433,7 @@ def create_global_app(
         tenant_label=_tenant_labels(config, limit_settings, metrics.registry),
         wall_clock=token_clock,
     )
+    metrics.registry.register(BodyBudgetCollector(router.body_budget))
     app = name_every_answer(
         web.Application(client_max_size=config.routing.max_request_body_bytes, middlewares=[openai_errors])
     )
