@@ -214,3 +214,24 @@ async def test_a_response_found_past_a_frozen_holder_is_remembered_where_found(
         assert responses.endpoint_of("resp_1") == other.key
         await answered(gw, "GET", "/v1/responses/resp_1", status=200, within_s=0.4)
         assert [len(stuck.received), len(other.received)] == [1, 2]
+
+
+async def test_a_replay_naming_no_usage_past_a_frozen_holder_is_remembered_where_found(gateway: Any) -> None:
+    """A replay whose events carry no ``usage`` (a response stored without it, or an engine that leaves
+    it out of ``response.completed``): its id read from the event that carries the response, so the
+    pod that answered is remembered in the frozen holder's place (before: the id was read only from
+    an event with ``usage``, the frozen holder stayed remembered, and the next retrieval waited its
+    search timeout again)."""
+    (stuck,) = frozen("a")
+    other = FakeModelServer("b")
+    stored(stuck, "resp_1")
+    stored(other, "resp_1")  # no usage: its replay's response.completed has none
+    async with running(stuck, other), gateway(DOC, pools([stuck, other])) as gw:
+        bounded(gw, timeout_s=0.5, deadline_s=1.4, hedge_s=0.05)
+        responses = remember(gw, "resp_1", stuck)
+        replay = await gw.http.get(gw.url + "/v1/responses/resp_1?stream=true", timeout=5)
+        assert replay.status == 200
+        assert b'"usage"' not in await replay.read()
+        assert responses.endpoint_of("resp_1") == other.key
+        await answered(gw, "GET", "/v1/responses/resp_1", status=200, within_s=0.4)
+        assert [len(stuck.received), len(other.received)] == [1, 2]

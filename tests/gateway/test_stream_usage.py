@@ -64,7 +64,7 @@ def test_chunks_whose_usage_is_null_are_not_parsed(monkeypatch: pytest.MonkeyPat
     """SGLang's every chunk says ``"usage":null``: one JSON parse per event for nothing, before s36."""
     parsed: list[bytes] = []
 
-    def recorded(data: bytes) -> tuple[None, None]:
+    def recorded(data: bytes, **_: bool) -> tuple[None, None]:
         parsed.append(data)
         return None, None
 
@@ -260,3 +260,17 @@ async def test_an_upstream_that_dies_inside_an_event_ends_the_stream_with_an_err
         parsed = [orjson.loads(e[6:]) for e in events]  # every one parses
         assert [e["choices"][0]["text"] for e in parsed[:-1]] == ["tok0", "tok1"]
         assert parsed[-1]["error"]["code"] == "upstream_error"
+
+
+def test_a_responses_generation_names_its_response_without_usage() -> None:
+    """``seeks_id`` (a Responses API generation): the id is read from ``response.created`` though no
+    event says ``usage`` (before session s48 only an event with ``usage`` was read for it), and the
+    deltas after it are not read (one parse, for the event that named it)."""
+    created = {"type": "response.created", "response": {"id": "resp_1", "object": "response"}}
+    delta = {"type": "response.output_text.delta", "item_id": "msg_1", "delta": "hi"}
+    events = StreamEvents(seeks_id=True)
+    events.feed(b"event: response.created\n" + _event(created))
+    assert events.response_id == "resp_1"
+    assert not events.seeking
+    events.feed(_event(delta) * 3)
+    assert events.response_id == "resp_1"

@@ -19,7 +19,7 @@ from aiohttp import web
 
 from igw.gateway.serving import serve_app
 from igw.global_router.config import parse_global_config
-from igw.global_router.server import create_global_app
+from igw.global_router.server import ROUTER_KEY, create_global_app
 from tests.global_router.support import MODEL, global_doc
 
 RESPONSE_ID = "resp_abc123"
@@ -117,3 +117,36 @@ async def test_a_last_404_over_1_mib_is_answered_openai_shaped_and_bounded() -> 
     assert status == 404
     assert len(body) < 4096
     assert set(orjson.loads(body)["error"]) >= {"message", "type", "code"}
+
+
+@pytest.mark.parametrize("cancel", [False, True], ids=["retrieval", "cancel"])
+@pytest.mark.parametrize("odd", list(ODD_ANSWERS))
+async def test_the_remembered_cluster_is_judged_by_the_search_s_rule(odd: str, cancel: bool) -> None:
+    """The cluster remembered as the holder answers oddly (one rule with a search's, and with tier 1's
+    remembered holder, since session s48): a 200 that does not carry the response is withheld - a
+    404 ``response_not_found``, the cluster forgotten - and a large error is answered with its status
+    alone, a few hundred bytes in the OpenAI shape. Before, both were relayed as they came and the
+    cluster stayed remembered."""
+    status_odd, body_odd = ODD_ANSWERS[odd]
+    path = f"/v1/responses/{RESPONSE_ID}" + ("/cancel" if cancel else "")
+    async with contextlib.AsyncExitStack() as stack:
+        url_odd = await stack.enter_async_context(
+            serve_app(_odd(status_odd, body_odd), host="127.0.0.1", port=0)
+        )
+        clusters = [{"name": "c0", "region": "east", "endpoint": url_odd, "models": [MODEL]}]
+        doc = global_doc(clusters, heartbeats={"required": False})
+        app = create_global_app(parse_global_config(doc), read_heartbeats=False)
+        url = await stack.enter_async_context(serve_app(app, host="127.0.0.1", port=0))
+        http = await stack.enter_async_context(aiohttp.ClientSession())
+        router = app[ROUTER_KEY]
+        router.responses.remember(RESPONSE_ID, "c0")
+        async with http.request("POST" if cancel else "GET", url + path) as resp:
+            status, body = resp.status, await resp.read()
+        assert status == 404, body[:200]
+        assert len(body) < 4096
+        error = orjson.loads(body)["error"]
+        if status_odd < 400:
+            assert error["code"] == "response_not_found"
+            assert router.responses.endpoint_of(RESPONSE_ID) is None  # forgotten: the next one searches
+        else:
+            assert router.responses.endpoint_of(RESPONSE_ID) == "c0"  # a 404 of its own: as before

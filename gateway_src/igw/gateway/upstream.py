@@ -436,10 +436,13 @@ _FIRST_ID: Final = re.compile(rb'"id"\s*:\s*"((?:[^"\\]|\\.){1,512})"')
 """An ``"id"`` key and its string value (inside a JSON string every ``"`` is escaped: no text matches)."""
 
 
-def _another_in_events(events: bytes, expected: str) -> str | None:
-    """The first response id other than ``expected`` that an event of ``events`` names, if any; of an
-    event's data that does not parse (unfinished: a first event past
-    :data:`MAX_PARTIAL_EVENT_BYTES`), its first ``id``, as of a large whole answer."""
+def _another_in_events(events: bytes, expected: str) -> tuple[str | None, bool]:
+    """The first response id other than ``expected`` that an event of ``events`` names, if any, and
+    whether one named ``expected`` before it (a replay's id, read by the parse its check does anyway:
+    a ``response.completed`` without ``usage`` names it too, since session s48); of an event's data
+    that does not parse (unfinished: a first event past :data:`MAX_PARTIAL_EVENT_BYTES`), its first
+    ``id``, as of a large whole answer."""
+    shown = False
     for line in events.splitlines():
         if line.startswith(b"data:") and b'"id"' in line:
             try:
@@ -448,8 +451,9 @@ def _another_in_events(events: bytes, expected: str) -> str | None:
                 found = _FIRST_ID.search(line)
                 named = None if found is None else found.group(1).decode(errors="replace")
             if named is not None and named != expected:
-                return named
-    return None
+                return named, shown
+            shown = shown or named == expected
+    return None, shown
 
 
 def _first_event_in(held: bytes) -> bool:
@@ -490,19 +494,21 @@ def _misnamed(status: int, named: str | None, extra: Mapping[str, str]) -> Excha
     return ExchangeResult(answer=answer, status=status, ok=True, response_id=named)
 
 
-def _usage_in_events(chunk: bytes) -> tuple[Mapping[str, int] | None, str | None]:
+def _usage_in_events(chunk: bytes, *, ids: bool = False) -> tuple[Mapping[str, int] | None, str | None]:
     """The usage the SSE events of ``chunk`` report (later counts over earlier ones: an Anthropic
     stream reports its input tokens in ``message_start`` and its output in ``message_delta``), and
-    the id of the stored response an event names (a Responses API stream's ``response.completed``
-    carries both)."""
+    the id of the stored response the first event carrying one names (a Responses API stream's
+    ``response.created`` and ``response.completed`` carry it). Events with ``usage`` are read; with
+    ``ids`` those carrying a ``response`` too, usage or not (:attr:`StreamEvents.seeking`)."""
     found: Mapping[str, int] | None = None
     response_id: str | None = None
     for line in chunk.split(b"\n"):
-        if line.startswith(b"data:") and b'"usage"' in line:
+        if line.startswith(b"data:") and (b'"usage"' in line or (ids and b'"response"' in line)):
             with contextlib.suppress(orjson.JSONDecodeError):
                 event = orjson.loads(line[5:])
                 found = _merged_usage(found, _usage_from(event))
-                response_id = _stored_response_id(event) or response_id
+                if response_id is None:
+                    response_id = _stored_response_id(event)
     return found, response_id
 
 
@@ -558,19 +564,25 @@ class StreamEvents:
       client's parser joined them into one event whose JSON did not parse).
     * The usage the events report and the id of a stored response they name are recorded
       (:attr:`usage`, :attr:`response_id`): what the token limits, the metrics and the scheduler
-      read, and what a client that leaves early is charged.
+      read, and what a client that leaves early is charged. With ``seeks_id`` (a Responses API
+      generation) the id is read from the first event carrying the response (``response.created``),
+      usage or not (:attr:`seeking`); until session s48 only from an event with ``usage`` (a
+      replay's is read by its check, :func:`_relay_stream`).
     * With ``strip_usage`` (the gateway asked the engine for ``stream_options.include_usage``, the
       client did not: :mod:`igw.gateway.stream_usage`) the usage chunk is recorded and not written,
       so the client receives the stream it asked for.
     """
 
-    __slots__ = ("partial", "response_id", "strip_usage", "usage")
+    __slots__ = ("partial", "response_id", "seeking", "strip_usage", "usage")
 
-    def __init__(self, *, strip_usage: bool = False) -> None:
+    def __init__(self, *, strip_usage: bool = False, seeks_id: bool = False) -> None:
         self.partial = b""
         self.strip_usage = strip_usage
         self.usage: Mapping[str, int] | None = None
         self.response_id: str | None = None
+        self.seeking = seeks_id
+        """Events carrying a ``response`` are read for its id, usage or not, until one names it: a
+        substring test per read while seeking, none after (the deltas carry no ``response``)."""
 
     def feed(self, data: bytes) -> bytes:
         """The complete events of the held bytes and ``data``, to be written (may be empty)."""
@@ -583,9 +595,11 @@ class StreamEvents:
             self.partial = data[end:]
             data = data[:end]
         # SGLang writes ``"usage":null`` into every completion chunk: those are not parsed (a
-        # Responses API event naming its ``response`` is, for the stored response's id)
-        if b'"usage"' in data and (
-            data.count(b'"usage"') != data.count(b'"usage":null') or b'"response"' in data
+        # Responses API event naming its ``response`` is, for the stored response's id, whether it
+        # says ``usage`` or not while the id is sought)
+        usage = b'"usage"' in data
+        if (usage or self.seeking) and (
+            b'"response"' in data or (usage and data.count(b'"usage"') != data.count(b'"usage":null'))
         ):
             data = self._read_usage(data)
         return data
@@ -607,14 +621,17 @@ class StreamEvents:
                     self.usage = _merged_usage(self.usage, found)
                     continue
                 self._note(event)
+            elif self.seeking and b'"response"' in event:
+                self._note(event)
             kept.append(event)
         return b"\n\n".join(kept)
 
     def _note(self, events: bytes) -> None:
-        found, stored = _usage_in_events(events)
+        found, stored = _usage_in_events(events, ids=True) if self.seeking else _usage_in_events(events)
         self.usage = _merged_usage(self.usage, found)
-        if stored is not None:
+        if stored is not None and self.response_id is None:  # the first named (one id per stream)
             self.response_id = stored
+            self.seeking = False
 
 
 RESPONSE_ENDS: Final = frozenset(
@@ -1724,7 +1741,10 @@ async def _relay_stream(
     # the event loop's turn, the relay's wake-up and its awaits are then off the first token's path.
     # The relay still reads them: ``sent`` bytes of them consumed there, ``first`` the events of
     # them written at ``sent_at``.
-    events = StreamEvents(strip_usage=strip_usage)
+    # a Responses API generation: its response id read from ``response.created``, usage or not (a
+    # replay's is read by its check, below: no scan of its deltas for it)
+    seeks_id = expect_id is None and request.path.startswith("/v1/responses")
+    events = StreamEvents(strip_usage=strip_usage, seeks_id=seeks_id)
     sent = 0
     sent_at = 0.0
     first = b""
@@ -1780,7 +1800,9 @@ async def _relay_stream(
             heard = loop.time()
             if not chunk:
                 if checking:  # no event with data before the end: what came (an unfinished event too)
-                    named = _another_in_events(unchecked + events.partial, cast(str, expect_id))
+                    named, shown = _another_in_events(unchecked + events.partial, cast(str, expect_id))
+                    if shown:
+                        result.response_id = expect_id
                     if named is not None and not response.prepared:
                         response.relayed = None
                         return _misnamed(upstream.status, named, extra)
@@ -1811,7 +1833,9 @@ async def _relay_stream(
                         unchecked += data
                         data = b""
                         if _first_event_in(unchecked):
-                            named = _another_in_events(unchecked, cast(str, expect_id))
+                            named, shown = _another_in_events(unchecked, cast(str, expect_id))
+                            if shown:
+                                result.response_id = expect_id
                             if named is not None and not response.prepared:
                                 response.relayed = None
                                 return _misnamed(upstream.status, named, extra)
@@ -1821,7 +1845,9 @@ async def _relay_stream(
                                 break
                             data, unchecked, checking = unchecked, b"", False
                     elif watching and data and b'"id"' in data:
-                        named = _another_in_events(data, cast(str, expect_id))
+                        named, shown = _another_in_events(data, cast(str, expect_id))
+                        if shown:
+                            result.response_id = expect_id
                         if named is not None:
                             events.rest()  # an unfinished event after it: not relayed either
                             await _cut_replay(response, result, named, request)

@@ -1086,13 +1086,14 @@ async def _ask_stored(
                     # sending its head and then stalling or trickling the body held the search for
                     # requestTimeoutSeconds, or for ever)
                     answer_timeout_s=None if known is not None else router.search_timeout_s,
-                    # a search's 404 (any error) over 1 MiB: answered with its status alone, so the
-                    # search moves on (since s48; relayed before, the search ended there)
-                    discard_large_errors=known is None,
-                    # a search's retrieval or cancel over 1 MiB whose held start does not show the
-                    # response asked for: a miss, unrelayed (since s48; relayed before, the search
-                    # ended there), as a smaller one is (``unproven`` below)
-                    require_id=known is None and names_itself(request),
+                    # a 404 (any error) over 1 MiB: answered with its status alone, so a search
+                    # moves on (since s48; relayed before, the search ended there); the remembered
+                    # cluster's too (since s48, tier 1's rule: relayed before)
+                    discard_large_errors=True,
+                    # a retrieval or cancel over 1 MiB whose held start does not show the response
+                    # asked for: a miss, unrelayed (since s48; relayed before, the search ended
+                    # there), as a smaller one is (``unproven`` below); the remembered cluster's too
+                    require_id=names_itself(request),
                 ),
             )
         except ConnectFailed:
@@ -1126,9 +1127,11 @@ async def _ask_stored(
             continue
         _record_stored_outcome(router, cluster, result)
         named = result.response_id  # the id of the response object the answer carries, if any
-        # an answer about another response; in a search, a whole retrieval's naming none (not JSON,
-        # no id) too: no proof it is stored there (until s48 relayed, and the search ended at it)
-        unproven = known is None and not result.response.prepared and names_itself(request)
+        # an answer about another response; a whole retrieval's naming none (not JSON, no id) too:
+        # no proof it is stored there (until s48 relayed, and the search ended at it). The remembered
+        # cluster's too, forgotten and a 404 (tier 1's rule for a remembered holder; until s48 an
+        # id-less 200 of the remembered cluster was relayed and it stayed remembered)
+        unproven = not result.response.prepared and names_itself(request)
         other = named != response_id if unproven else named is not None and named != response_id
         if result.status == 404 or (other and result.status < 400 and not result.response.prepared):
             missed.append(cluster.name)
