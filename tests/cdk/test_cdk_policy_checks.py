@@ -1,4 +1,4 @@
-"""cdk-nag (AwsSolutions) and cfn-lint over the synthesized assemblies (every config conftest.py synthesizes)."""
+"""cdk-nag (AwsSolutions) and cfn-lint over the synthesized assemblies (each config conftest.py makes)."""
 
 from __future__ import annotations
 
