@@ -13,6 +13,7 @@ the node's Pod Identity agent.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Sequence
 
@@ -36,11 +37,23 @@ INSTANCE_POLICY = "AmazonSageMakerClusterInstanceRolePolicy"
 MAX_BUCKET_NAME = 63
 
 
+NAME_HASH_LENGTH = 8
+"""Hex digits of the HyperPod name's hash that end a shortened bucket name."""
+
+
 def lifecycle_bucket_name(*, hyperpod_name: str, account: str, region: str) -> str:
-    """``sagemaker-<cluster>-<account>-<region>``, lower-cased and cut to S3's 63 characters."""
+    """``sagemaker-<cluster>-<account>-<region>``, lower-cased. A name that does not fit S3's 63
+    characters is cut and ends in a hash of the whole HyperPod name: cut alone, two HyperPod clusters
+    of one account and region whose names share their first 30 or so characters were given the same
+    bucket, and the second ``cdk deploy`` failed (bucket names are global). Names that fit are as
+    before (a renamed bucket is replaced, and the HyperPod cluster's ``SourceS3Uri`` with it)."""
     base = re.sub(r"[^a-z0-9-]", "-", f"sagemaker-{hyperpod_name}".lower())
     suffix = f"-{account}-{region}"
-    return base[: MAX_BUCKET_NAME - len(suffix)].rstrip("-") + suffix
+    if len(base) + len(suffix) <= MAX_BUCKET_NAME:
+        return base + suffix
+    digest = hashlib.sha256(hyperpod_name.encode()).hexdigest()[:NAME_HASH_LENGTH]
+    room = MAX_BUCKET_NAME - len(suffix) - len(digest) - 1
+    return f"{base[:room].rstrip('-')}-{digest}{suffix}"
 
 
 class HyperPodCluster(Construct):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any, cast
 
@@ -376,13 +377,26 @@ def test_gateway_config_manifest_is_validated_at_synth() -> None:
     ("name", "expected"),
     [
         ("igw-hyperpod", "sagemaker-igw-hyperpod-111111111111-us-west-2"),
-        ("A" * 63, "sagemaker-" + "a" * 30 + "-111111111111-us-west-2"),
+        # 30 characters of the name fit: cut to 21 and a hash of the whole name
+        ("A" * 63, "sagemaker-" + "a" * 21 + "-1b58d00f-111111111111-us-west-2"),
     ],
 )
 def test_lifecycle_bucket_name_is_a_sagemaker_bucket_within_s3_limits(name: str, expected: str) -> None:
     bucket = lifecycle_bucket_name(hyperpod_name=name, account="111111111111", region="us-west-2")
     assert bucket == expected
     assert len(bucket) <= 63
+
+
+@pytest.mark.parametrize("region", ["us-west-2", "ap-southeast-5", "us-gov-west-1"])
+def test_long_hyperpod_names_sharing_a_prefix_get_distinct_lifecycle_buckets(region: str) -> None:
+    """S3 bucket names are global: cut to fit, two HyperPod clusters of one account and region whose
+    names differ only past the cut were given one bucket, and the second deploy failed."""
+    names = [f"inference-platform-production-{team}-hyperpod" for team in ("a", "b")]
+    buckets = {lifecycle_bucket_name(hyperpod_name=n, account="111111111111", region=region) for n in names}
+    assert len(buckets) == 2
+    for bucket in buckets:
+        assert len(bucket) <= 63
+        assert re.fullmatch(r"sagemaker-[a-z0-9][a-z0-9-]*[a-z0-9]", bucket), bucket
 
 
 def test_acknowledged_asset_bucket_follows_the_bootstrap_qualifier() -> None:

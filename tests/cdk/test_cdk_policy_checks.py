@@ -1,18 +1,17 @@
-"""cdk-nag (AwsSolutions) and cfn-lint over the synthesized assemblies (the example and the variant)."""
+"""cdk-nag (AwsSolutions) and cfn-lint over the synthesized assemblies (each config conftest.py makes)."""
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
+from pathlib import Path
 
 import pytest
 
 from cdk import nag
-from tests.cdk.support import Synthesized
+from tests.cdk.support import Synthesized, cfn_lint
 
 
-@pytest.fixture(params=["example", "variant", "existing"])
+@pytest.fixture(params=["example", "variant", "existing", "gateway_mode", "own_namespace"])
 def assembly(request: pytest.FixtureRequest) -> Synthesized:
     synthesized: Synthesized = request.getfixturevalue(
         "synthesized" if request.param == "example" else request.param
@@ -34,17 +33,18 @@ def test_every_acknowledgement_is_specific_and_has_a_reason(assembly: Synthesize
             assert "[" in finding.rule, f"{finding.rule}: acknowledge the exact finding, not the whole rule"
 
 
-def test_cfn_lint_reports_no_errors(assembly: Synthesized) -> None:
-    files = [str(path) for path in assembly.files.values()]
-    result = subprocess.run(
-        [sys.executable, "-m", "cfnlint", "--format", "json", *files],
-        capture_output=True,
-        text=True,
-        check=False,
+def test_cfn_lint_reports_nothing_unaccepted(assembly: Synthesized) -> None:
+    assert cfn_lint(*assembly.files.values()) == []
+
+
+def test_cfn_lint_reports_an_error_in_a_broken_template(tmp_path: Path) -> None:
+    """The check above can fail: it did not until session s48 (``python -m cfnlint`` never ran)."""
+    template = tmp_path / "broken.template.json"
+    template.write_text(
+        json.dumps({"Resources": {"Bucket": {"Type": "AWS::S3::Bucket", "Properties": {"Nope": 1}}}})
     )
-    findings = json.loads(result.stdout or "[]")
-    errors = [f for f in findings if f["Level"] == "Error"]
-    assert errors == [], errors
+    (finding,) = cfn_lint(template)
+    assert finding.startswith("E3002 broken.template.json Resources/Bucket/Properties"), finding
 
 
 CDK_PROVIDER_FUNCTIONS = ("KubectlProvider", "BucketDeployment", "CustomResourceProvider")

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import copy
 import json
-import subprocess
-import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -21,7 +19,7 @@ import yaml
 from cdk import config, nag
 from igw.addon import pins
 from igw.operator.placement import OFF_HYPERPOD_NODES
-from tests.cdk.support import EXAMPLES, Synthesized, resolve
+from tests.cdk.support import EXAMPLES, Synthesized, cfn_lint, resolve
 
 SECRET_ARN = "arn:aws:secretsmanager:us-east-1:123456789012:secret:igw-global-redis-AbCdEf"
 """The global router's secret: us-east-1, while the example's stacks deploy to us-west-2."""
@@ -207,14 +205,7 @@ def test_without_the_block_nothing_of_it_is_synthesized(synthesized: Synthesized
 def test_cdk_nag_and_cfn_lint_stay_clean_with_the_block(with_token: Synthesized) -> None:
     violations, _ = nag.read_report(with_token.outdir)
     assert violations == []
-    result = subprocess.run(
-        [sys.executable, "-m", "cfnlint", "--format", "json", str(with_token.files["inference"])],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    errors = [f for f in json.loads(result.stdout or "[]") if f["Level"] == "Error"]
-    assert errors == []
+    assert cfn_lint(with_token.files["inference"]) == []
 
 
 def test_with_irsa_the_chart_annotates_the_service_account_and_the_role_trusts_only_it() -> None:
