@@ -218,3 +218,40 @@ async def test_a_version_without_a_usable_endpoint_gives_its_share_to_the_other(
         gw.endpoints_path.write_text(yaml.safe_dump({"schedulers": {"old": [v1.key], "new": [dead]}}))
         await wait_for(lambda: len(gw.state.runtime.schedulers["new"].pool.states) == 1, what="discovery")
         assert await served(gw, 100) == Counter({"v1": 100})
+
+
+async def test_after_a_rollback_to_weight_0_conversations_on_that_version_continue_there(
+    gateway: Any,
+) -> None:
+    """Conversations started at 50/50, then the rule reloaded to 100/0: each next turn of one the
+    rolled-back version (weight 0) stored goes on there, since its pod still holds the response,
+    while every new conversation goes to the version kept. Before session s48's fix the split
+    followed only targets of positive weight: every such turn went to the kept version's pool,
+    where no pod has the response, and answered 404 ``response_not_found``."""
+    async with (
+        running(FakeModelServer("v1"), FakeModelServer("v2")) as (v1, v2),
+        gateway(doc(50, 50), {"old": [v1.key], "new": [v2.key]}, reload=True) as gw,
+    ):
+        made: list[dict[str, Any]] = []
+        for i in range(30):
+            resp = await gw.post("/v1/responses", {"model": "llama", "input": f"hello {i}"})
+            assert resp.status == 200, await resp.text()
+            made.append(await resp.json())
+        on = Counter(m["server"] for m in made)
+        assert on["v1"] > 0
+        assert on["v2"] > 0
+        gw.config_path.write_text(yaml.safe_dump(doc(100, 0)))
+        await wait_for(
+            lambda: gw.state.runtime.rewrites.rules["llama"][0].cumulative[0] == 1.0, within=15, what="reload"
+        )
+        for m in made:
+            body = {"model": "llama", "input": "and then?", "previous_response_id": m["id"]}
+            resp = await gw.post("/v1/responses", body)
+            assert resp.status == 200, await resp.text()
+            assert (await resp.json())["server"] == m["server"]
+        fresh: Counter[str] = Counter()
+        for i in range(30):
+            resp = await gw.post("/v1/responses", {"model": "llama", "input": f"new {i}"})
+            assert resp.status == 200, await resp.text()
+            fresh[(await resp.json())["server"]] += 1
+        assert fresh == Counter({"v1": 30})

@@ -217,3 +217,19 @@ def test_a_sticky_user_falls_back_to_the_same_target_and_no_usable_target_leaves
     drawn = {r.split("llama", headers={}, tenant=None, rng=rng, usable=lambda t: False) for _ in range(100)}
     assert {s.target for s in drawn if s is not None} == {"llama-v1", "llama-v2", "llama-v3"}
     assert {s.fallback_from for s in drawn if s is not None} == {None}
+
+
+def test_a_continuation_follows_its_response_to_a_target_of_weight_0() -> None:
+    """Rolled back to weight 0, a version still gets the continuations of the responses its pool
+    stores (its pods hold them); everything else, sticky or drawn, never goes there."""
+    r = rules([("llama-v1", 100), ("llama-v2", 0)], stickyBy="tenant")
+    rng = random.Random(3)
+    on_v2 = {r.choose("llama", headers={}, tenant=f"t{i}", rng=rng) for i in range(100)}
+    assert on_v2 == {"llama-v1"}
+    for i in range(100):
+        split = r.split("llama", headers={}, tenant=f"t{i}", rng=rng, holds=lambda t: t == "llama-v2")
+        assert split is not None
+        assert split.target == "llama-v2"
+        nowhere = r.split("llama", headers={}, tenant=f"t{i}", rng=rng, holds=lambda t: False)
+        assert nowhere is not None
+        assert nowhere.target == "llama-v1"

@@ -1,10 +1,22 @@
 """The canary alerts (since session s48), evaluated on synthetic rates of the per-target series as one
 Prometheus holds them from two gateway replicas: each fires where it should page and stays quiet on
-the near-misses (too little traffic, every target as bad, 429s, nothing to compare with)."""
+the near-misses (too little traffic, every target as bad, 429s, nothing to compare with); and
+``IgwCanaryVersionErrors`` over a live gateway's ``/metrics`` page, in front of a simulated fleet
+whose canary pod fails part of its requests."""
 
 from __future__ import annotations
 
+import asyncio
+import time
+from collections import Counter
+from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
+
 from igw.addon.alert_rules import ALERTS, CANARY_MIN_RPS, Alert
+from igw.sim.live import run_fleet
+from igw.sim.spec import FleetSpec
+from tests.gateway.support import config_doc, scheduler
 from tests.observability.promql_values import Given, fired
 
 REQUESTS = "igw_model_rewrite_requests_total"
@@ -87,3 +99,79 @@ def test_a_target_handing_its_draw_away_warns() -> None:
     assert fired(alert.expr, [(labels, 0.0) for labels, _ in series]) == {}
     assert "{{ $labels.from }}" in alert.summary
     assert "{{ $labels.rule }}" in alert.summary
+
+
+def _counters(page: str, name: str) -> dict[frozenset[tuple[str, str]], float]:
+    """The samples of counter ``name`` on a ``/metrics`` page, by label set."""
+    return {
+        frozenset(sample.labels.items()): sample.value
+        for family in text_string_to_metric_families(page)
+        for sample in family.samples
+        if sample.name == name
+    }
+
+
+async def test_a_failing_version_pages_over_a_live_gateway_page(gateway: Any) -> None:
+    """A 50/50 rule over two simulated pods, the canary's failing 30 % of its requests with a 500:
+    the rates between two scrapes of the gateway's ``/metrics`` (labelled as Prometheus's scrape
+    labels them) make ``IgwCanaryVersionErrors`` fire for the canary only, its value the 5xx share
+    the clients saw from it. The synthetic tests above give the series as the alert expects them;
+    this one takes the names, labels and codes the gateway actually exports."""
+    alert = _alert("IgwCanaryVersionErrors")
+    pods = [
+        {"name": "stable", "preset": "llama-3.1-8b/h100", "served_model_name": "llama-v1"},
+        {
+            "name": "canary",
+            "preset": "llama-3.1-8b/h100",
+            "served_model_name": "llama-v2",
+            "faults": [{"kind": "error_rate", "rate": 0.3, "status": 500}],
+        },
+    ]
+    spec = FleetSpec.from_mapping({"time_scale": 0.05, "seed": 5, "pods": pods})
+    doc = config_doc([scheduler("old", "llama-v1"), scheduler("new", "llama-v2")])
+    targets = [{"model": "llama-v1", "weight": 50}, {"model": "llama-v2", "weight": 50}]
+    rules = [{"name": "chat", "model": "llama", "targets": targets}]
+    doc["spec"]["extensions"]["modelRewrites"] = {"rules": rules}
+    async with run_fleet(spec, admin=False) as fleet:
+        stable, canary = (p.key for p in fleet.pods)
+        async with gateway(doc, {"old": [stable], "new": [canary]}) as gw:
+
+            async def scrape() -> tuple[float, dict[frozenset[tuple[str, str]], float]]:
+                page = await (await gw.http.get(gw.url + "/metrics")).text()
+                return time.monotonic(), _counters(page, REQUESTS)
+
+            async def one() -> int:
+                body = {"model": "llama", "prompt": "hi", "max_tokens": 2}
+                resp = await gw.post("/v1/completions", body)
+                await resp.read()
+                return int(resp.status)
+
+            before_at, before = await scrape()
+            seen: Counter[int] = Counter()
+            for _ in range(10):
+                seen.update(await asyncio.gather(*(one() for _ in range(20))))
+            after_at, after = await scrape()
+    # the canary's failures reach the clients as 5xx (and bursts of 20 on one simulated pod may be
+    # shed 429, which the alert does not count)
+    assert seen[500] > 0
+    assert seen[200] > 0
+    assert set(seen) <= {200, 429, 500}, seen
+    elapsed = after_at - before_at
+    scraped = {"instance": "gw-0:9090", "job": "igw"}  # the labels Prometheus's scrape adds
+    series: Given = [
+        ({"__name__": REQUESTS, **dict(labels), **scraped}, (value - before.get(labels, 0.0)) / elapsed)
+        for labels, value in after.items()
+    ]
+    failed: dict[str, float] = dict.fromkeys(("llama-v1", "llama-v2"), 0.0)
+    total: dict[str, float] = dict.fromkeys(("llama-v1", "llama-v2"), 0.0)
+    for labels, value in after.items():
+        row = dict(labels)
+        assert row["rule"] == "chat"
+        total[row["target"]] += value
+        failed[row["target"]] += value if row["code"].startswith("5") else 0.0
+    assert failed["llama-v1"] == 0
+    assert total["llama-v1"] > 0
+    assert failed["llama-v2"] > 0
+    got = fired(alert.expr, series)
+    assert list(got) == [(("rule", "chat"), ("target", "llama-v2"))]
+    assert abs(got[("rule", "chat"), ("target", "llama-v2")] - failed["llama-v2"] / total["llama-v2"]) < 1e-9

@@ -14,7 +14,8 @@ fallback: it applies to a request only when no rule naming its model matched.
 
 A continuation (``previous_response_id``) goes to the target whose pool stored the response it
 continues, whatever the draw, when the gateway knows that pool (the stored response exists on one pod
-only).
+only), even a target of weight 0: rolling a version back ends its new conversations, not those in
+progress.
 
 A target whose pool has no usable endpoint (none discovered, or none with fresh metrics: scaled to
 zero, every pod gone or unreachable) gives its draw to the rule's other targets that have one, in
@@ -203,8 +204,11 @@ class ModelRewrites:
 
         ``holds`` (given for a continuation, ``previous_response_id``) says whether a target's pool
         is known to store the response continued: when the drawn target's pool is not and another
-        target's (of positive weight) is, the request goes to that one, since only the pod that
-        stored a response can continue it and any other answers 404.
+        target's is, the request goes to that one, since only the pod that stored a response can
+        continue it and any other answers 404. A target of weight 0 is followed too: a rollback
+        (weight 0) stops new conversations on a version, not the ones its pods still hold, which
+        continue there until the target leaves the rule or its pods go (Argo Rollouts likewise
+        keeps an aborted canary's pods ``abortScaleDownDelaySeconds`` to drain).
 
         ``usable`` says whether a target's pool has an endpoint to send to (one with fresh metrics):
         when the chosen target's has none, the draw goes to the targets that have one
@@ -216,7 +220,9 @@ class ModelRewrites:
         u = sticky_point(rule.model or "", key) if key else rng.random()
         target = rule.target_at(u)
         if holds is not None and not holds(target):
-            target = next((t for t in rule.reachable() if holds(t)), target)
+            # every target the rule lists, weight 0 too: a rolled-back version's pods still hold the
+            # conversations they stored, and no other pod can continue one
+            target = next((t for t in rule.targets if holds(t)), target)
         if usable is not None and len(rule.targets) > 1 and not usable(target):
             instead = rule.fallback_at(u, usable)
             if instead is not None:
