@@ -348,3 +348,131 @@ def test_irsa_without_a_role_is_a_usage_error_before_any_aws_call(capsys: pytest
     assert "--identity irsa" in err
     assert "pass --role-arn ARN (or set serviceAccount.roleArn in the configuration values)" in err
     assert "credentials" not in err
+
+
+def _refusing(status: int, code: str, message: str) -> Any:
+    """A ``before-send`` handler answering every call as AWS refuses it (below botocore's retry handler)."""
+    from botocore.awsrequest import AWSResponse
+
+    class Body:
+        def stream(self, **_kwargs: object) -> Iterator[bytes]:
+            yield ('{"message": "' + message + '"}').encode()
+
+    def refuse(request: Any, **_kwargs: object) -> AWSResponse:
+        headers = {"x-amzn-ErrorType": code, "content-type": "application/json"}
+        return AWSResponse(request.url, status, headers, Body())
+
+    return refuse
+
+
+@pytest.mark.usefixtures("no_aws_setup")
+@pytest.mark.parametrize(
+    ("argv", "status", "code", "message", "hint"),
+    [
+        (
+            ["versions"],
+            429,
+            "ThrottlingException",
+            "Rate exceeded",
+            "AWS throttled or failed the call through botocore's retries with backoff: wait a minute",
+        ),
+        (
+            ["create", "--cluster", "c"],
+            429,
+            "TooManyRequestsException",
+            "Too many requests",
+            "or set AWS_MAX_ATTEMPTS=10 to retry longer",
+        ),
+        (
+            ["versions"],
+            403,
+            "ExpiredTokenException",
+            "The security token included in the request is expired",
+            "the credentials have expired: refresh them with aws sso login or a new session token",
+        ),
+        (
+            ["create", "--cluster", "c"],
+            403,
+            "ExpiredTokenException",
+            "The security token included in the request is expired",
+            "the credentials have expired",
+        ),
+        (
+            ["delete", "--cluster", "c"],
+            403,
+            "UnrecognizedClientException",
+            "The security token included in the request is invalid.",
+            "AWS does not accept these credentials: check --profile, AWS_PROFILE and the access key",
+        ),
+        (
+            ["versions"],
+            403,
+            "AccessDeniedException",
+            "Access denied",
+            "the caller's IAM policies must allow eks:DescribeAddonVersions",
+        ),
+    ],
+    ids=["throttled", "throttled-precheck", "expired", "expired-precheck", "unrecognized", "denied"],
+)
+def test_an_aws_refusal_says_what_to_do(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    argv: list[str],
+    status: int,
+    code: str,
+    message: str,
+    hint: str,
+) -> None:
+    """Each printed AWS's error alone, exit 1: a throttle that outlasted botocore's retries read like a
+    refusal, an expired session token did not say new credentials are the fix, and an
+    ``AccessDeniedException`` whose message names no action (a boundary, an SCP) not which action is
+    missing. ``create``'s pre-check ``DescribeCluster`` comes through a plain client (botocore's
+    ``ClientError``), the add-on calls through the seam (``AddonApiError``): both say it."""
+    import botocore.endpoint
+
+    from igw.cli import addon as addon_cli
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAIOSFODNN7EXAMPLE")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "not-a-real-key")
+    monkeypatch.setattr(botocore.endpoint.time, "sleep", lambda _s: None)
+    make = addon_cli._clients
+
+    def refused_clients(args: Any) -> object:
+        clients = make(args)
+        for client in (clients.addons._eks, clients.eks, clients.iam):  # type: ignore[attr-defined]
+            client.meta.events.register_first("before-send", _refusing(status, code, message))
+        return clients
+
+    monkeypatch.setattr(addon_cli, "_clients", refused_clients)
+    assert main(["addon", *argv, "--region", "us-west-2"]) == 1
+    err = capsys.readouterr().err
+    first, second = err.splitlines()
+    assert code in first
+    assert message in first
+    assert second.startswith("  - ")
+    assert hint in second
+    assert "Traceback" not in err
+
+
+@pytest.mark.usefixtures("no_aws_setup")
+def test_an_access_denied_message_that_names_the_action_gets_no_hint(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from igw.cli import addon as addon_cli
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAIOSFODNN7EXAMPLE")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "not-a-real-key")
+    make = addon_cli._clients
+    user = "arn:aws:iam::123456789012:user/bob"
+    denied = f"User: {user} is not authorized to perform: eks:DescribeAddonVersions"
+
+    def refused_clients(args: Any) -> object:
+        clients = make(args)
+        clients.addons._eks.meta.events.register_first(  # type: ignore[attr-defined]
+            "before-send", _refusing(403, "AccessDeniedException", denied)
+        )
+        return clients
+
+    monkeypatch.setattr(addon_cli, "_clients", refused_clients)
+    assert main(["addon", "versions", "--region", "us-west-2"]) == 1
+    assert capsys.readouterr().err == f"igw addon: DescribeAddonVersions: AccessDeniedException: {denied}\n"

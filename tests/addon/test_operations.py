@@ -639,6 +639,25 @@ def test_addon_version_order(version: str, minimum: str, ok: bool) -> None:
     assert addon_version.at_least(version, minimum) is ok
 
 
+@pytest.mark.parametrize(
+    ("newer", "older"),
+    [
+        ("1.0.1-rc.10", "1.0.1-rc.9"),
+        ("1.0.1-rc.1", "1.0.1-beta.11"),
+        ("1.0.1-alpha.1", "1.0.1-alpha"),
+        ("1.0.1-alpha.beta", "1.0.1-alpha.2"),
+        ("v1.2.10-eksbuild.1", "v1.2.9-eksbuild.1"),
+    ],
+)
+def test_pre_releases_are_ordered_as_semver_orders_them(newer: str, older: str) -> None:
+    """``1.0.1-rc.9`` sorted above ``1.0.1-rc.10`` (the pre-release compared as one string): ``igw addon
+    versions`` listed the older Marketplace pre-release first, and a minimum of ``rc.10`` passed rc.9."""
+    assert addon_version.at_least(newer, older)
+    assert not addon_version.at_least(older, newer)
+    listed = operations.sorted_versions([{"addonVersion": older}, {"addonVersion": newer}])
+    assert [item["addonVersion"] for item in listed] == [newer, older]
+
+
 def test_addon_version_rejects_garbage() -> None:
     with pytest.raises(addon_version.AddonVersionError, match="'latest' is not an add-on version"):
         addon_version.AddonVersion.parse("latest")
@@ -1092,3 +1111,25 @@ def test_update_and_delete_name_a_missing_cluster_not_a_missing_addon(aws: AwsFi
         with pytest.raises(operations.AddonOperationError) as caught:
             call(clients=clients, cluster=cluster)
         assert str(caught.value).splitlines() == [f"cannot {action}", f"  - {says}"]
+
+
+def test_create_meeting_an_addon_installed_since_the_pre_checks_says_to_update(
+    aws: AwsFixture, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The pre-checks found no add-on, then ``CreateAddon`` answered ResourceInUseException "Addon already
+    exists." (another ``igw addon create``, the CDK app or the console installed it in between): the
+    bare API error was printed, exit 1, with no word of ``update``."""
+    from igw.cli import addon as addon_cli
+
+    clients, stubber, _ = aws
+    monkeypatch.setattr(addon_cli, "_clients", lambda _args: clients)
+    _dependencies_installed(stubber, agent=False)
+    stubber.add_client_error("create_addon", "ResourceInUseException", "Addon already exists.", 409)
+    assert cli.main(["addon", "create", "--cluster", CLUSTER, "--region", REGION]) == 1
+    assert capsys.readouterr().err == (
+        f"igw addon: {pins.IGW_ADDON_NAME} could not be created on {CLUSTER}: CreateAddon: "
+        "ResourceInUseException: Addon already exists.\n"
+        f"  - the add-on was installed on {CLUSTER} after the pre-checks read it absent (another igw addon "
+        "create, the CDK app, the console): see it with aws eks describe-addon, change it with igw addon "
+        "update\n"
+    )

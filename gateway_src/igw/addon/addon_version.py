@@ -55,14 +55,14 @@ class AddonVersion:
             text=text.strip(),
         )
 
-    def _key(self) -> tuple[int, int, int, int, str, int]:
+    def _key(self) -> tuple[int, int, int, int, tuple[tuple[int, int, str], ...], int]:
         # A release (no pre-release) sorts above every pre-release of the same triple.
         return (
             self.major,
             self.minor,
             self.patch,
             0 if self.prerelease is not None else 1,
-            self.prerelease or "",
+            _prerelease_key(self.prerelease or ""),
             self.eksbuild,
         )
 
@@ -81,6 +81,16 @@ class AddonVersion:
 
     def __str__(self) -> str:
         return self.text or f"v{self.major}.{self.minor}.{self.patch}-eksbuild.{self.eksbuild}"
+
+
+def _prerelease_key(prerelease: str) -> tuple[tuple[int, int, str], ...]:
+    """SemVer 2.0.0's pre-release order (item 11): dot-separated identifiers compared one by one, numeric
+    ones as numbers and below alphanumeric ones, a shorter list below a longer one it starts. Compared
+    as one string, ``1.0.1-rc.9`` sorted above ``1.0.1-rc.10``: ``igw addon versions`` listed the older
+    Marketplace pre-release as the newest."""
+    return tuple(
+        (0, int(part), "") if part.isdigit() else (1, 0, part) for part in prerelease.split(".") if part
+    )
 
 
 def at_least(version: str, minimum: str) -> bool:

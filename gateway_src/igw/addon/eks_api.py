@@ -9,7 +9,7 @@ serves. Errors become :class:`AddonApiError` with the AWS error code kept.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Final
 
 from botocore.exceptions import ClientError
 
@@ -23,7 +23,46 @@ class AddonApiError(IgwToolingError, RuntimeError):
     def __init__(self, operation: str, code: str, message: str) -> None:
         self.operation = operation
         self.code = code
+        self.hint = error_hint(code, operation, message, service="eks")
         super().__init__(f"{operation}: {code}: {message}")
+
+
+THROTTLED: Final = frozenset(
+    {"ThrottlingException", "TooManyRequestsException", "RequestLimitExceeded", "ServerException"}
+)
+"""Errors that say nothing about the request: AWS throttled it or failed itself (EKS's 5xx)."""
+EXPIRED: Final = frozenset({"ExpiredTokenException", "ExpiredToken", "RequestExpired"})
+REJECTED: Final = frozenset(
+    {
+        "UnrecognizedClientException",
+        "InvalidClientTokenId",
+        "InvalidSignatureException",
+        "SignatureDoesNotMatch",
+    }
+)
+
+
+def error_hint(code: str, operation: str, message: str, *, service: str | None = None) -> str | None:
+    """What to do about AWS error ``code`` on ``operation`` (``None`` when its message says enough).
+
+    Why: ``igw addon`` printed AWS's error alone. A throttle that outlasted botocore's retries (standard
+    mode: 3 attempts with jittered backoff) read like a refusal; an expired session token or a key AWS
+    does not know did not say that new credentials are the fix; an ``AccessDeniedException`` whose
+    message names no action (``Access denied``: a permissions boundary, an SCP) did not say which IAM
+    action the caller lacks."""
+    if code in THROTTLED:
+        return (
+            "AWS throttled or failed the call through botocore's retries with backoff: wait a minute "
+            "and run again, or set AWS_MAX_ATTEMPTS=10 to retry longer"
+        )
+    if code in EXPIRED:
+        return "the credentials have expired: refresh them with aws sso login or a new session token"
+    if code in REJECTED:
+        return "AWS does not accept these credentials: check --profile, AWS_PROFILE and the access key"
+    if code.startswith("AccessDenied") and "not authorized to perform" not in message:
+        action = f"{service}:{operation}" if service else operation
+        return f"the caller's IAM policies must allow {action}"
+    return None
 
 
 def _wrap(operation: str, exc: ClientError) -> AddonApiError:

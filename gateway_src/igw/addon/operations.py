@@ -36,7 +36,7 @@ import yaml
 from botocore.exceptions import ClientError
 
 from igw.addon import addon_version, configuration, irsa_subject, pins
-from igw.addon.eks_api import AddonApiError, EksAddonApi
+from igw.addon.eks_api import THROTTLED, AddonApiError, EksAddonApi
 from igw.errors import IgwToolingError
 
 ConflictPolicy = Literal["OVERWRITE", "NONE", "PRESERVE"]
@@ -401,18 +401,34 @@ def create(
         final_values["serviceAccount"] = {**dict(values.get("serviceAccount", {})), "roleArn": role_arn}
     elif role_arn is not None:
         pod_identity = [{"serviceAccount": account, "roleArn": role_arn}]
-    created = clients.addons.create_addon(
-        cluster=cluster,
-        name=ADDON,
-        version=version,
-        configuration_values=configuration.validated(final_values),
-        resolve_conflicts=resolve_conflicts,
-        pod_identity=pod_identity,
-        service_account_role_arn=role_arn if identity == "irsa" else None,
-    )
+    try:
+        created = clients.addons.create_addon(
+            cluster=cluster,
+            name=ADDON,
+            version=version,
+            configuration_values=configuration.validated(final_values),
+            resolve_conflicts=resolve_conflicts,
+            pod_identity=pod_identity,
+            service_account_role_arn=role_arn if identity == "irsa" else None,
+        )
+    except AddonApiError as exc:
+        if exc.code != "ResourceInUseException":
+            raise
+        raise AddonOperationError(
+            f"{ADDON} could not be created on {cluster}: {exc}", [_IN_USE_HINT.format(cluster=cluster)]
+        ) from exc
     if wait is None:
         return created
     return wait_until_settled(clients=clients, cluster=cluster, waiter=wait)
+
+
+_IN_USE_HINT: Final = (
+    "the add-on was installed on {cluster} after the pre-checks read it absent (another igw addon create, "
+    "the CDK app, the console): see it with aws eks describe-addon, change it with igw addon update"
+)
+"""What ``create`` says when ``CreateAddon`` answers ResourceInUseException ("Addon already exists.")
+though its pre-check found no add-on: a concurrent install. Before session s48 the bare API error was
+printed, with no word of ``update``."""
 
 
 def update(
@@ -637,9 +653,7 @@ def health_lines(addon: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-TRANSIENT_CODES: Final = frozenset(
-    {"ThrottlingException", "TooManyRequestsException", "RequestLimitExceeded", "ServerException"}
-)
+TRANSIENT_CODES: Final = THROTTLED
 """Errors a poll can meet that say nothing about the add-on: throttling and EKS's 5xx ``ServerException``.
 botocore already retried the call (its ``standard`` mode: 3 attempts with jittered backoff)."""
 

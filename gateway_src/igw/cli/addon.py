@@ -377,8 +377,11 @@ def run(args: argparse.Namespace) -> int:
     except operations.AddonInputError as exc:
         print(f"igw addon: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except (operations.AddonOperationError, AddonApiError) as exc:
+    except operations.AddonOperationError as exc:
         print(f"igw addon: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    except AddonApiError as exc:
+        print(f"igw addon: {exc}" + (f"\n  - {exc.hint}" if exc.hint else ""), file=sys.stderr)
         return EXIT_FAILED
     except OSError as exc:
         print(f"igw addon: {redact_value(str(exc))}", file=sys.stderr)
@@ -390,7 +393,12 @@ def run(args: argparse.Namespace) -> int:
         if isinstance(exc, ClientError):
             # AWS refused a read-only pre-check (DescribeCluster, GetRole): credentials rejected or
             # expired, access denied. It ended in a traceback; it is a failed AWS operation (exit 1).
-            print(f"igw addon: AWS: {exc}", file=sys.stderr)
+            # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
+            from igw.addon.eks_api import error_hint
+
+            error = exc.response.get("Error", {})
+            hint = error_hint(str(error.get("Code", "")), exc.operation_name, str(error.get("Message", "")))
+            print(f"igw addon: AWS: {exc}" + (f"\n  - {hint}" if hint else ""), file=sys.stderr)
             return EXIT_FAILED
         if not isinstance(exc, BotoCoreError):
             raise
