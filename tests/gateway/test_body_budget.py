@@ -28,11 +28,11 @@ from igw.gateway.body_budget import (
     budget_meaning,
     derived_budget,
 )
-from igw.gateway.memory import PROCESS_BASE_BYTES
 from igw.gateway.discovery.static_file import StaticFileDiscovery
 from igw.gateway.inference import STATE_KEY
 from igw.gateway.lean_server import SWITCH_ENV
 from igw.gateway.limits_config import server_limits
+from igw.gateway.memory import PROCESS_BASE_BYTES
 from igw.gateway.serving import LIMITS_KEY, GatewayRunner, ServerLimits
 from tests.gateway.fake_model_server import FakeModelServer, running
 from tests.gateway.support import config_doc, connection, scheduler, wait_for
