@@ -28,7 +28,7 @@ from igw.config.documents import DocumentReadError, read_documents
 from igw.config.model import GatewayConfig
 from igw.errors import IgwGatewayError
 from igw.gateway.app import create_app
-from igw.gateway.body_budget import derived_budget
+from igw.gateway.body_budget import budget_meaning, derived_budget
 from igw.gateway.collector_probe import probe_collector
 from igw.gateway.debug_api import DecisionDebug
 from igw.gateway.discovery import DiscoverySource
@@ -378,9 +378,10 @@ async def _serve(config: GatewayConfig, options: LaunchOptions, registry: Collec
     budget = app[STATE_KEY].body_budget
     budget.limit = held or derived_budget(container_memory, processes, parent_bytes=PARENT_BYTES)
     log.info(
-        "request bodies held at once: at most %d bytes (%s)",
+        "request bodies held at once (read, not yet queued or forwarded): at most %d bytes (%s): %s",
         budget.limit,
         "serverLimits.maxBodyBytesHeld" if held else "derived from the memory limit, or 256 MiB without one",
+        budget_meaning(budget.limit),
     )
     stop = asyncio.Event()
     ssl_context = None if tls is None else tls[0]

@@ -37,7 +37,7 @@ from igw.global_router.server import create_global_app
 from igw.launch import guard_factory
 from tests.gateway.support import config_doc, scheduler
 from tests.global_router.support import global_doc
-from tests.observability.promql_values import Key, fired, reach
+from tests.observability.promql_values import Given, Key, fired, reach
 
 SCRAPE_LABELS = frozenset({"instance", "job"})
 """The labels Prometheus gives every scraped series (the router writes neither)."""
@@ -364,3 +364,47 @@ def _assert_fires_on_scope_busy_alone(
     assert fired(alert.expr, flood) == {(by,): 25.0}
     busy_only = [(s, 25.0 if s.get("reason") == "busy" else 0.0) for s in page]
     assert fired(alert.expr, busy_only) == {}
+
+
+@pytest.mark.parametrize(
+    ("alerts", "refusals", "near", "instance"),
+    [
+        (ALERTS, "IgwBodyBudgetRefusals", "IgwBodyBytesHeldNearLimit", "gw-a:9090"),
+        (GLOBAL_ALERTS, "IgwGlobalBodyBudgetRefusals", "IgwGlobalBodyBytesHeldNearLimit", "router:9090"),
+    ],
+    ids=["gateway", "router"],
+)
+def test_body_budget_refusals_and_held_bytes_near_the_limit_alert_on_each_tier(
+    alerts: tuple[Alert, ...], refusals: str, near: str, instance: str
+) -> None:
+    """Since session s48 (round 3): ``igw_body_budget_refusals_total`` (503 ``server_busy``) and the
+    bytes held against ``igw_body_bytes_held_limit`` were on ``/metrics`` only, at both tiers. A
+    refusal in 5 minutes fires on its own tier's target alone; held bytes fire past 80 % of the limit,
+    not at it. Evaluated on a gateway's and a router's series as one Prometheus holds them."""
+    (refused,) = [a for a in alerts if a.name == refusals]
+    (held,) = [a for a in alerts if a.name == near]
+    mib = 2.0**20
+
+    def series(refused_gw: float, refused_router: float, held_gw: float, held_router: float) -> Given:
+        out: Given = []
+        for inst, r, h in (("gw-a:9090", refused_gw, held_gw), ("router:9090", refused_router, held_router)):
+            out += [
+                ({"__name__": "igw_body_budget_refusals_total", "instance": inst}, r),
+                ({"__name__": "igw_body_bytes_held", "instance": inst}, h * mib),
+                ({"__name__": "igw_body_bytes_held_limit", "instance": inst}, 100 * mib),
+            ]
+        return [*out, ({"__name__": ROUTER_MARKER, "instance": "router:9090"}, 1.0)]
+
+    own_gw = instance == "gw-a:9090"
+    busy = series(3.0 if own_gw else 0.0, 0.0 if own_gw else 3.0, 0.0, 0.0)
+    assert list(fired(refused.expr, busy).values()) == [3.0]
+    other = series(0.0 if own_gw else 3.0, 3.0 if own_gw else 0.0, 0.0, 0.0)
+    assert fired(refused.expr, other) == {}
+    assert fired(refused.expr, series(0.0, 0.0, 0.0, 0.0)) == {}
+    full = series(0.0, 0.0, 85.0 if own_gw else 10.0, 10.0 if own_gw else 85.0)
+    assert [dict(k)["instance"] for k in fired(held.expr, full)] == [instance]
+    at_limit = series(0.0, 0.0, 80.0, 80.0)
+    assert fired(held.expr, at_limit) == {}
+    assert held.for_ == "10m"
+    assert refused.for_ == "0m"
+    assert "[5m]" in refused.expr

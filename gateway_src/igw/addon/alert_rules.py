@@ -414,6 +414,30 @@ ALERTS: Final[tuple[Alert, ...]] = (
         "(spec.extensions.modelRewrites) to roll it back, then read its pods' logs.",
     ),
     Alert(
+        # since session s48 (round 3): the refusals (igw_body_budget_refusals_total) were on /metrics only
+        "IgwBodyBudgetRefusals",
+        f"sum by (pod) (increase(igw_body_budget_refusals_total[5m]) {_NOT_ROUTER}) > 0",
+        "0m",
+        "warning",
+        "Gateway {{ $labels.pod }} refused requests with 503 server_busy: the request bodies it held "
+        "reached serverLimits.maxBodyBytesHeld.",
+        "Bodies being read and not yet queued or forwarded filled the process's budget (igw_body_bytes_held "
+        "against igw_body_bytes_held_limit); clients are told to retry after 1-2 s. Raise "
+        "spec.extensions.serverLimits.maxBodyBytesHeld together with the container's memory limit "
+        "(resident memory grows about twice the counted bytes), or add replicas.",
+    ),
+    Alert(
+        # since session s48 (round 3): held bytes near the budget before the refusals start
+        "IgwBodyBytesHeldNearLimit",
+        f"igw_body_bytes_held / igw_body_bytes_held_limit > 0.8\n{_NOT_ROUTER}",
+        "10m",
+        "warning",
+        "Gateway {{ $labels.pod }} has held over 80% of its request-body budget for 10 minutes.",
+        "Uploads in progress keep the process near serverLimits.maxBodyBytesHeld: a little more load and "
+        "requests are refused 503 server_busy (IgwBodyBudgetRefusals). Size the field and the memory "
+        "limit for the concurrent uploads (docs/runbook.md).",
+    ),
+    Alert(
         # since session s48: a target with no usable endpoint hands its draw to the rule's others
         "IgwCanaryTargetFallingBack",
         "sum by (rule, from) (rate(igw_model_rewrite_fallbacks_total[5m])) > 0",
@@ -586,6 +610,30 @@ GLOBAL_ALERTS: Final[tuple[Alert, ...]] = (
         "subject) keeps more than 4 searches in flight on the replica, looping ids no cluster stores "
         "(made up, or gone) or polling many of its responses through a replica that does not know "
         "them. Its own searches wait; other tenants' still run.",
+    ),
+    Alert(
+        # since session s48 (round 3): the refusals (igw_body_budget_refusals_total) were on /metrics only
+        "IgwGlobalBodyBudgetRefusals",
+        f"sum by (instance) (increase(igw_body_budget_refusals_total[5m]) {_ROUTER}) > 0",
+        "0m",
+        "warning",
+        "Router {{ $labels.instance }} refused requests with 503 server_busy: the request bodies it "
+        "held reached spec.serverLimits.maxBodyBytesHeld.",
+        "The router holds each body until its request is answered (streams until they end), so the "
+        "budget bounds concurrent requests x prompt size. Raise spec.serverLimits.maxBodyBytesHeld "
+        "together with the task's memory (resident memory grows about twice the counted bytes), or "
+        "add replicas.",
+    ),
+    Alert(
+        # since session s48 (round 3): held bytes near the budget before the refusals start
+        "IgwGlobalBodyBytesHeldNearLimit",
+        f"igw_body_bytes_held / igw_body_bytes_held_limit > 0.8\n{_ROUTER}",
+        "10m",
+        "warning",
+        "Router {{ $labels.instance }} has held over 80% of its request-body budget for 10 minutes.",
+        "Concurrent requests (long streams with large prompts) keep the router near "
+        "spec.serverLimits.maxBodyBytesHeld: a little more and requests are refused 503 server_busy "
+        "(IgwGlobalBodyBudgetRefusals). Size the field and the task's memory (docs/runbook.md).",
     ),
     Alert(
         # since session s46: before, tier 1's IgwJwksRefreshFailing fired for a router it scraped too

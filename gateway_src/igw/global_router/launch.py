@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import logging
 
-from igw.gateway.body_budget import derived_budget
+from igw.gateway.body_budget import budget_meaning, derived_budget
 from igw.gateway.serving import ServerLimits, serve_app
 from igw.gateway.stop_signals import StopSignals
 from igw.gateway.worker_count import memory_limit
@@ -34,11 +34,13 @@ async def run_global_router(
     )
     held = limits.max_body_bytes_held
     budget = app[ROUTER_KEY].body_budget
-    budget.limit = held or derived_budget(memory_limit(), 1, parent_bytes=0)
+    budget.limit = held or derived_budget(memory_limit(), 1, parent_bytes=0, queue_bytes=0)
     log.info(
-        "request bodies held at once: at most %d bytes (%s)",
+        "request bodies held at once (each until its request is answered, streams included): at most "
+        "%d bytes (%s): %s",
         budget.limit,
         "spec.serverLimits.maxBodyBytesHeld" if held else "derived from the memory limit, else 256 MiB",
+        budget_meaning(budget.limit),
     )
     stop = asyncio.Event()
     with StopSignals(stop, asyncio.get_running_loop()) as stop_signals:
