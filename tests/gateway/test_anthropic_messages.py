@@ -329,3 +329,43 @@ async def test_the_sdks_other_calls_under_the_messages_path_get_anthropic_shaped
         resp = await gw.http.post(gw.url + "/v1/chat/completions/x", json={})
         assert (resp.status, (await resp.json())["error"]["code"]) == (404, "not_found")
         assert coder.received == llama.received == []
+
+
+@SWITCHES
+async def test_the_sdk_reads_the_request_id_of_every_answer_from_its_request_id_header(
+    gateway: Any, monkeypatch: pytest.MonkeyPatch, switch: str
+) -> None:
+    """The Anthropic SDK reads a request's id from ``request-id`` (Anthropic's field), not
+    ``X-Request-Id``: a message's ``_request_id`` and an error's ``request_id``, which a user quotes
+    to find the request in the access log. Before session s48 every one of them was ``None``."""
+    monkeypatch.setenv(SWITCH_ENV, switch)
+    async with (
+        running(FakeModelServer("coder", tokens=6, die_after=2), FakeModelServer("llama")) as (coder, llama),
+        gateway(DOC, {"coder": [coder.key], "llama": [llama.key]}) as gw,
+        client(gw.url) as claude,
+    ):
+        raw = await claude.messages.with_raw_response.create(
+            model=OTHER_MODEL, max_tokens=8, messages=[{"role": "user", "content": "hi"}]
+        )
+        whole = await raw.parse()
+        assert whole._request_id == raw.headers["x-request-id"]
+        with pytest.raises(anthropic.NotFoundError) as unknown:
+            await claude.messages.create(
+                model="no-such-model", max_tokens=8, messages=[{"role": "user", "content": "hi"}]
+            )
+        assert unknown.value.request_id == unknown.value.response.headers["x-request-id"]
+        assert isinstance(unknown.value.body, dict)
+        assert unknown.value.body["request_id"] == unknown.value.request_id
+        # a stream its pod cut: the error the SDK raises from the terminal event names the request too
+
+        async def read_the_stream() -> None:
+            async with claude.messages.stream(
+                model=CHAT_MODEL, max_tokens=64, messages=[{"role": "user", "content": "go"}]
+            ) as stream:
+                async for _ in stream.text_stream:
+                    pass
+
+        with pytest.raises(anthropic.APIStatusError, match="closed the stream") as cut:
+            await read_the_stream()
+        assert cut.value.request_id == cut.value.response.headers["x-request-id"]
+        assert cut.value.request_id is not None

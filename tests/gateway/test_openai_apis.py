@@ -458,3 +458,33 @@ def test_every_route_has_an_operation_name_of_its_api() -> None:
     }
     assert set(INFERENCE_PATHS.values()) == set(InferenceApi)
     assert all(re.fullmatch(r"(/v[12])?/[a-z/_]+", path) for path in INFERENCE_PATHS)
+
+
+@SWITCHES
+async def test_the_sdk_does_not_retry_a_request_the_gateway_stopped_waiting_for(
+    gateway: Any, monkeypatch: pytest.MonkeyPatch, switch: str
+) -> None:
+    """A 504 for a request its model server had until ``responseTimeout`` says ``X-Should-Retry:
+    false``, which the SDK obeys before the status. Before session s48 the SDK retried it as any
+    5xx (twice by default): the pod got the request three times and the caller waited three
+    timeouts, a retry neither tier of the gateway makes."""
+    monkeypatch.setenv(SWITCH_ENV, switch)
+    doc = config_doc(
+        [scheduler("llama", CHAT_MODEL), scheduler("bge", EMBEDDING_MODEL)],
+        routing={"responseTimeout": "300ms"},
+    )
+    async with (
+        running(FakeModelServer("a", first_token_delay_s=5.0)) as (a,),
+        gateway(doc, {"llama": [a.key], "bge": []}) as gw,
+    ):
+        # the SDK's default retries; the backoff it would wait between them is not the test's to sit out
+        oai = openai.AsyncOpenAI(base_url=gw.url + "/v1", api_key="unused", max_retries=2, timeout=30)
+        monkeypatch.setattr(oai, "_calculate_retry_timeout", lambda *args, **kw: 0.0)
+        async with oai:
+            with pytest.raises(openai.InternalServerError) as stopped:
+                await oai.chat.completions.create(
+                    model=CHAT_MODEL, messages=[{"role": "user", "content": "hi"}]
+                )
+        assert (stopped.value.status_code, stopped.value.code) == (504, "upstream_timeout")
+        assert [r.path for r in a.received] == ["/v1/chat/completions"]
+        assert stopped.value.response.headers["x-should-retry"] == "false"

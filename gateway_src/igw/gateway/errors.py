@@ -28,6 +28,10 @@ from igw.gateway.server_identity import SERVER_NAME
 
 JSON: Final = "application/json"
 REQUEST_ID_HEADER: Final = "X-Request-Id"
+ANTHROPIC_REQUEST_ID_HEADER: Final = "request-id"
+"""The request id's header on the Anthropic routes, beside :data:`REQUEST_ID_HEADER`: the field
+Anthropic's API sends and the only one the Anthropic SDK reads (``APIStatusError.request_id``, a
+message's ``_request_id``). Without it (before session s48) both were ``None`` through the gateway."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +119,13 @@ neither this gateway nor a tier-2 router in front tries it again elsewhere (the 
 status before session s34 and sent such a request to its next cluster, the work and the wait
 repeated)."""
 
+SHOULD_RETRY_HEADER: Final = "X-Should-Retry"
+"""The OpenAI and Anthropic SDKs' retry hint, which they obey before the status: ``false`` on the
+answers of :data:`STOPPED_WAITING_CODES` (since session s48). Without it the SDKs retried those 504s
+as any 5xx (twice by default): the model server's work and the caller's wait up to
+``responseTimeout`` or ``routeTimeout`` three times over, a retry neither tier makes. An answer
+whose maker sets the header itself keeps it (a search's deadline, which asks for a retry)."""
+
 BUSY_CODES: Final = frozenset({"response_search_busy", "server_busy"})
 """The gateway's 503s that say it is busy, not broken: a tier-2 router tries the next cluster without
 counting a failure, as for a 429 (before session s34 a flood of made-up continuation ids, each
@@ -133,11 +144,14 @@ def gateway_error(
     """The response for gateway error ``code`` (a key of :data:`ERRORS`).
 
     ``status`` overrides the table's status only where the status is not the gateway's to choose:
-    an upstream error wrapped in the OpenAI shape keeps the model server's status.
+    an upstream error wrapped in the OpenAI shape keeps the model server's status. A code of
+    :data:`STOPPED_WAITING_CODES` tells the SDKs not to retry (:data:`SHOULD_RETRY_HEADER`).
     """
     kind = ERRORS[code]
     body = error_body(message=message, error_type=kind.type, code=code, param=param)
     headers = {**headers, ERROR_CODE_HEADER: code} if headers else {ERROR_CODE_HEADER: code}
+    if code in STOPPED_WAITING_CODES:
+        headers.setdefault(SHOULD_RETRY_HEADER, "false")
     return _response(status or kind.status, body, request_id=request_id, headers=headers, message=message)
 
 
@@ -177,7 +191,8 @@ def anthropic_shaped(response: web.StreamResponse, *, request_id: str | None = N
     """``response`` in the Anthropic Messages API's error shape when it is an error this module made
     and has not been sent: same status and headers (``Retry-After`` and the request id kept), the
     message unchanged, the ``type`` Anthropic's for the status, ``request_id`` the response's
-    ``X-Request-Id`` (else the one given; set on the response too). Anything else - a model server's
+    ``X-Request-Id`` (else the one given; set on the response too), also sent as
+    :data:`ANTHROPIC_REQUEST_ID_HEADER`. Anything else - a model server's
     answer (vLLM's ``/v1/messages`` errors are Anthropic-shaped already), a stream - as it is.
 
     Why: the Anthropic SDK (and agents on it, such as Claude Code) read ``error.type`` to tell a
@@ -190,6 +205,8 @@ def anthropic_shaped(response: web.StreamResponse, *, request_id: str | None = N
         if request_id
         else (response.headers.get(REQUEST_ID_HEADER))
     )
+    if request_id:
+        response.headers[ANTHROPIC_REQUEST_ID_HEADER] = request_id
     response.body = orjson.dumps(
         {
             "type": "error",

@@ -39,7 +39,14 @@ from igw.gateway.decision_log import DEBUG_TOKEN_HEADER, DECISION_HEADER, decisi
 from igw.gateway.default_backend import DEFAULT_BACKEND_SCHEDULER
 from igw.gateway.emf_metrics import USAGE_UNREAD_CLIENT_GONE
 from igw.gateway.endpoints import EndpointState
-from igw.gateway.errors import anthropic_shaped, denial_response, gateway_error, sse_error_event
+from igw.gateway.errors import (
+    ANTHROPIC_REQUEST_ID_HEADER,
+    SHOULD_RETRY_HEADER,
+    anthropic_shaped,
+    denial_response,
+    gateway_error,
+    sse_error_event,
+)
 from igw.gateway.event_tokens import TokensPerEvent
 from igw.gateway.flow_gate import (
     HELD_BY_FLOW_CONTROL,
@@ -1664,6 +1671,15 @@ async def _forward(
     return _finish_after_write(request, obs, result.answer)
 
 
+def _answer_headers(request: web.Request, request_id: str, added: dict[str, str]) -> dict[str, str]:
+    """The headers the gateway sets on a model server's relayed answer: the request id (on the
+    Anthropic routes also as ``request-id``, the field the Anthropic SDK reads:
+    :data:`~igw.gateway.errors.ANTHROPIC_REQUEST_ID_HEADER`), then the plan's ``added``."""
+    if anthropic_path(request.path):
+        return {"X-Request-Id": request_id, ANTHROPIC_REQUEST_ID_HEADER: request_id, **added}
+    return {"X-Request-Id": request_id, **added}
+
+
 def _exchange_with(
     request: web.Request,
     state: GatewayState,
@@ -1698,7 +1714,7 @@ def _exchange_with(
         started=obs.started,
         connect_timeout_s=settings.connect_timeout_s,
         idle_timeout_s=idle_timeout_s,
-        response_headers={"X-Request-Id": obs.request_id, **plan.response_headers},
+        response_headers=_answer_headers(request, obs.request_id, plan.response_headers),
         on_prepared=on_prepared,
         keepalive_s=keepalive_s,
         on_first_token=on_first_token,
@@ -1953,7 +1969,7 @@ def _stalled_at_deadline(
         f"the search for response {plan.search_for!r} did not end within {deadline_s:g}s: "
         "a model server did not answer in time; retry the request"
     )
-    headers = {"X-Request-Id": obs.request_id, **plan.response_headers}
+    headers = {"X-Request-Id": obs.request_id, **plan.response_headers, SHOULD_RETRY_HEADER: "true"}
     answer = gateway_error("upstream_timeout", message, request_id=obs.request_id, headers=headers)
     return ExchangeResult(answer=answer, status=504, ok=False, error=stalled.error, gave_up=True)
 
@@ -1966,7 +1982,7 @@ def _out_of_search_time(plan: _Forward, obs: RequestObserver, deadline_s: float)
         f"the search for response {plan.search_for!r} did not end within {deadline_s:g}s: "
         "some model servers were not asked; retry the request"
     )
-    headers = {"X-Request-Id": obs.request_id, **plan.response_headers}
+    headers = {"X-Request-Id": obs.request_id, **plan.response_headers, SHOULD_RETRY_HEADER: "true"}
     answer = gateway_error("upstream_timeout", message, request_id=obs.request_id, headers=headers)
     return ExchangeResult(answer=answer, status=504, ok=False, error=message, gave_up=True)
 
