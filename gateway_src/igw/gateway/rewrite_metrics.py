@@ -21,7 +21,7 @@ from collections.abc import Callable
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from igw.gateway.model_rewrite import Split
-from igw.gateway.telemetry import LATENCY_BUCKETS
+from igw.gateway.telemetry import LATENCY_BUCKETS, status_label
 
 FinishHook = Callable[[int, float], None]
 """Called once with a request's final HTTP status and its duration in seconds."""
@@ -58,7 +58,7 @@ class RewriteMetrics:
             self.fallbacks.labels(split.rule, split.fallback_from, split.target).inc()
 
         def finished(status: int, elapsed_s: float) -> None:
-            self.requests.labels(split.rule, split.target, str(status)).inc()
+            self.requests.labels(split.rule, split.target, status_label(status)).inc()
             self.duration.labels(split.rule, split.target).observe(elapsed_s)
 
         return finished

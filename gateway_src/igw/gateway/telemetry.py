@@ -22,6 +22,7 @@ shows a worker whose relayed copy fell behind.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
+from http import HTTPStatus
 from typing import Any, Final
 
 from mypy_extensions import mypyc_attr
@@ -60,6 +61,19 @@ SCRAPED_ENDPOINT_FAMILIES: Final = (
 """The per-endpoint families read from scrapes: one state of the pod, which every gateway process
 that scrapes it (or follows a scrape of it) reports alike, so views over several processes take
 their maximum, never their sum; in a worker group only worker 0 exports them."""
+
+REGISTERED_STATUSES: Final = frozenset(int(status) for status in HTTPStatus)
+"""The HTTP statuses with a registered name: the ``code`` label's own values (about 60)."""
+
+
+def status_label(status: int) -> str:
+    """The ``code`` label of a request's final ``status``: the status itself when it is registered
+    (:data:`REGISTERED_STATUSES`), else its class (``4xx``, ``5xx``, ...). The status a model server
+    answers is relayed as it is, and a pod answering every number from 400 to 599 made 200 series of
+    ``igw_requests_total`` (and of ``inference_objective_request_error_total``) per model; ``5xx``
+    still matches the alerts' ``code=~"5.."``."""
+    return str(status) if status in REGISTERED_STATUSES else f"{status // 100}xx"
+
 
 EndpointLister = Callable[[], Iterable[tuple[str, EndpointState]]]
 """Yields ``(scheduler name, endpoint state)`` for every endpoint currently known."""
@@ -624,7 +638,9 @@ class ModelSeries:
         found = self._codes.get(status)
         if found is None:
             m = self._metrics
-            found = self._codes[status] = m.child(m.requests, self._model, self._requested, str(status))
+            found = self._codes[status] = m.child(
+                m.requests, self._model, self._requested, status_label(status)
+            )
         return found
 
     def tokens(self, direction: str) -> Any:
