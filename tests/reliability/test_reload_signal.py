@@ -15,9 +15,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import aiohttp
+import orjson
 import pytest
 import yaml
 
+from igw.gateway.workers import WORKER_ENV
 from igw.sim.live import run_fleet
 from tests.gateway.support import data_events
 from tests.reliability.harness import MODEL, fleet_spec, gateway_doc, process_gone, write_config
@@ -151,11 +153,22 @@ def _catches_sighup(pid: int) -> bool | None:
     return bool(int(caught.split()[1], 16) & (1 << (signal.SIGHUP - 1)))
 
 
-def _children(pid: int) -> list[int]:
+def _worker_pid(parent: int, index: int) -> int | None:
+    """The pid of worker ``index`` of ``parent`` once it runs ``igw`` (its environment names its role:
+    a child between ``fork`` and ``exec`` still has the parent's)."""
     try:
-        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+        children = [int(p) for p in Path(f"/proc/{parent}/task/{parent}/children").read_text().split()]
     except FileNotFoundError:
-        return []
+        return None
+    for child in children:
+        try:
+            environ = Path(f"/proc/{child}/environ").read_bytes().split(b"\0")
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        role = next((v.split(b"=", 1)[1] for v in environ if v.startswith(WORKER_ENV.encode() + b"=")), None)
+        if role is not None and orjson.loads(role)["index"] == index:
+            return child
+    return None
 
 
 def _hang_up_while_starting(proc: subprocess.Popen[bytes], log: Path, index: int, whole_group: bool) -> bool:
@@ -165,14 +178,11 @@ def _hang_up_while_starting(proc: subprocess.Popen[bytes], log: Path, index: int
     ``False`` when that moment was missed (the worker already had its handler, or this test process
     was held off the CPU until it served)."""
     deadline = time.monotonic() + 60
-    seen: list[int] = []
+    target = None
     while time.monotonic() < deadline:
         assert proc.poll() is None, _text(log)
-        for child in _children(proc.pid):
-            if child not in seen:
-                seen.append(child)
-        if len(seen) > index:
-            target = seen[index]
+        target = target or _worker_pid(proc.pid, index)
+        if target is not None:
             if f"[worker {index}]: igw gateway test-gw serving" in _text(log):
                 return False
             if _catches_sighup(target) is False and _catches_sighup(proc.pid):

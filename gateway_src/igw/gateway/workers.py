@@ -346,11 +346,18 @@ def supervise(
     bound_management: int | None = None if management is None else management.getsockname()[1]
     group: _Group | None = None
 
+    reload_held = False
+
     def pass_reload(signum: int, frame: object) -> None:
         """SIGHUP: worker 0 checks the configuration file now and tells the others when it changed
         (:class:`~igw.gateway.stop_signals.ReloadSignal`); without this handler it ended the parent
-        at once (exit -1), silently, and its workers drained on the kernel's parent-death signal."""
-        if stop_requested or group is None or not group.workers:
+        at once (exit -1), silently, and its workers drained on the kernel's parent-death signal.
+        One before worker 0 exists is passed on when it does."""
+        nonlocal reload_held
+        if stop_requested:
+            return
+        if group is None or not group.workers:
+            reload_held = True
             return
         # Sent even while worker 0 starts: it holds SIGHUP blocked until it serves (_Group.spawn),
         # and checks the file then (one that came before that was ignored: a file changed after
@@ -370,6 +377,8 @@ def supervise(
                 list(worker_command(bound_port, bound_management)), count, directory, stuck_after_s
             )
             running.spawn()  # worker 0; the others once it has started (_wait)
+            if reload_held:  # a SIGHUP before worker 0 existed: it holds this one until it serves
+                pass_reload(signal.SIGHUP, None)
 
             where = f"{host}:{bound_port}" + (
                 "" if bound_management is None else f", management port {bound_management}"
