@@ -398,7 +398,9 @@ async def _serve(config: GatewayConfig, options: LaunchOptions, registry: Collec
             log.info("SIGHUP: checking the configuration file %s now", options.config_path)
             check()
 
-        started.enter_context(ReloadSignal(reload_now, asyncio.get_running_loop(), stop.is_set))
+        reload_signal = started.enter_context(
+            ReloadSignal(reload_now, asyncio.get_running_loop(), stop.is_set)
+        )
         try:
             if options.management_port is not None:
                 # Entered first, so it closes last: /metrics and /readyz stay readable while the
@@ -430,6 +432,8 @@ async def _serve(config: GatewayConfig, options: LaunchOptions, registry: Collec
             raise ListenUnavailableError(str(exc)) from exc
         if tls is not None:
             await tls[1].start()
+        # Serving, the reloader running: a SIGHUP held back since the worker's start is handled now.
+        reload_signal.release_held()
         if options.worker is not None:  # the parent starts the group's other workers after worker 0
             options.worker.report_started()
         log.info("igw gateway %s serving %d scheduler(s) at %s", config.name, len(config.schedulers), url)

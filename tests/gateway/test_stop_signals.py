@@ -6,11 +6,12 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import sys
 from collections.abc import Iterator
 
 import pytest
 
-from igw.gateway.stop_signals import StopSignals
+from igw.gateway.stop_signals import ReloadSignal, StopSignals, sighup_held
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
@@ -73,3 +74,46 @@ async def test_leaving_without_a_stop_puts_the_previous_handlers_back() -> None:
             assert signal.getsignal(sig) is not previous
     for sig in SIGNALS:
         assert signal.getsignal(sig) is previous
+
+
+async def test_a_sighup_held_at_a_child_s_start_is_handled_once_it_releases_it() -> None:
+    """What ``igw serve --workers`` relies on: a process started inside :func:`sighup_held` holds
+    SIGHUP blocked across ``exec`` (its default action would end it while it imports), and handles
+    the one sent meanwhile once it has a handler and unblocks it (:meth:`ReloadSignal.release_held`);
+    the starting process's own SIGHUP mask is back as it was."""
+    child = (
+        "import os, signal, sys, time\n"
+        "signal.raise_signal(signal.SIGHUP)\n"  # held: this process lives on
+        "got = []\n"
+        "signal.signal(signal.SIGHUP, lambda *_: got.append(1))\n"
+        "signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGHUP})\n"
+        "time.sleep(0.05)\n"
+        "sys.exit(0 if got == [1] else 5)\n"
+    )
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, set())
+    with sighup_held():
+        proc = await asyncio.create_subprocess_exec(sys.executable, "-c", child)
+    assert signal.pthread_sigmask(signal.SIG_BLOCK, set()) == before
+    assert await asyncio.wait_for(proc.wait(), timeout=30) == 0
+    assert signal.SIGHUP not in before  # so the child's block came from sighup_held
+
+
+async def test_release_held_delivers_a_sighup_blocked_before_the_handler() -> None:
+    reloads: list[int] = []
+    loop = asyncio.get_running_loop()
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})
+    try:
+        with ReloadSignal(lambda: reloads.append(1), loop, lambda: False) as reload_signal:
+            os.kill(os.getpid(), signal.SIGHUP)  # pending: blocked
+            await asyncio.sleep(0.05)
+            assert reloads == []
+            reload_signal.release_held()
+            for _ in range(100):
+                if reloads:
+                    break
+                await asyncio.sleep(0.01)
+            assert reloads == [1]
+    finally:  # a SIGHUP still pending (release_held failed) is discarded, not this process's end
+        handler = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        signal.signal(signal.SIGHUP, handler)

@@ -6,6 +6,7 @@ stream bare (exit -1), and the parent of ``--workers`` died the same way while i
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import subprocess
 import sys
@@ -14,8 +15,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import aiohttp
+import orjson
+import pytest
 import yaml
 
+from igw.gateway.workers import WORKER_ENV
 from igw.sim.live import run_fleet
 from tests.gateway.support import data_events
 from tests.reliability.harness import MODEL, fleet_spec, gateway_doc, process_gone, write_config
@@ -137,3 +141,118 @@ async def test_sighup_without_reload_is_logged_and_cuts_no_stream(tmp_path: Path
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+
+
+def _catches_sighup(pid: int) -> bool | None:
+    """Whether ``pid`` has a handler for SIGHUP (its ``SigCgt`` mask); ``None``: it is gone."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    caught = next(line for line in status.splitlines() if line.startswith("SigCgt:"))
+    return bool(int(caught.split()[1], 16) & (1 << (signal.SIGHUP - 1)))
+
+
+def _worker_pid(parent: int, index: int) -> int | None:
+    """The pid of worker ``index`` of ``parent`` once it runs ``igw`` (its environment names its role:
+    a child between ``fork`` and ``exec`` still has the parent's)."""
+    try:
+        children = [int(p) for p in Path(f"/proc/{parent}/task/{parent}/children").read_text().split()]
+    except FileNotFoundError:
+        return None
+    for child in children:
+        try:
+            environ = Path(f"/proc/{child}/environ").read_bytes().split(b"\0")
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        role = next((v.split(b"=", 1)[1] for v in environ if v.startswith(WORKER_ENV.encode() + b"=")), None)
+        if role is not None and orjson.loads(role)["index"] == index:
+            return child
+    return None
+
+
+def _hang_up_while_starting(proc: subprocess.Popen[bytes], log: Path, index: int, whole_group: bool) -> bool:
+    """Send SIGHUP to the group's whole process group (a terminal's hang-up), or to the parent alone,
+    while worker ``index`` runs without a SIGHUP handler (it imports: ``SigCgt`` lacks it) and the
+    parent has its own;
+    ``False`` when that moment was missed (the worker already had its handler, or this test process
+    was held off the CPU until it served)."""
+    deadline = time.monotonic() + 60
+    target = None
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, _text(log)
+        target = target or _worker_pid(proc.pid, index)
+        if target is not None:
+            if f"[worker {index}]: igw gateway test-gw serving" in _text(log):
+                return False
+            if _catches_sighup(target) is False and _catches_sighup(proc.pid):
+                if whole_group:
+                    os.killpg(proc.pid, signal.SIGHUP)
+                else:
+                    proc.send_signal(signal.SIGHUP)
+                return True
+        time.sleep(0.002)
+    raise AssertionError(f"worker {index} never started: {_text(log)[-3000:]}")
+
+
+def _wait_for(
+    cond: Callable[[], bool], within: float, what: str, proc: subprocess.Popen[bytes], log: Path
+) -> None:
+    deadline = time.monotonic() + within
+    while not cond():
+        assert proc.poll() is None, f"exited {proc.returncode} before {what}: {_text(log)[-3000:]}"
+        assert time.monotonic() < deadline, f"{what}: {_text(log)[-3000:]}"
+        time.sleep(0.05)
+
+
+def _hang_up_try(place: Path, index: int, whole_group: bool) -> bool:
+    """One group, hung up while worker ``index`` starts (:func:`_hang_up_while_starting`); checks it
+    serves, handles the held signal, and stops with 0. ``False``: the moment was missed."""
+    config, eps = write_config(place, gateway_doc(routing=SLOW_RELOADS), ["127.0.0.1:9"])
+    log = place / "gw.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [
+                sys.executable, "-m", "igw.cli.main", "serve", "--config", str(config),
+                "--endpoints", str(eps), "--host", "127.0.0.1", "--port", "0", "--workers", "2",
+                "--drain-seconds", "0.2", "--stream-grace-seconds", "0.2",
+            ],
+            stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+    try:
+        landed = _hang_up_while_starting(proc, log, index, whole_group)
+        if landed:
+            _wait_for(lambda: "all 2 workers serve" in _text(log), 60, "the group serves", proc, log)
+            # the worker checks the file once it serves: the held signal was kept, not dropped
+            checked = f"[worker {index}]: SIGHUP: checking the configuration file"
+            _wait_for(lambda: checked in _text(log), 20, "the held SIGHUP", proc, log)
+        pids = [int(p) for p in _text(log).partition("(pids ")[2].partition(")")[0].split()]
+        assert _stop(proc) == 0, _text(log)[-3000:]
+        assert all(process_gone(pid) for pid in pids)
+        assert "Traceback" not in _text(log)
+        return landed
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+@pytest.mark.parametrize(("index", "whole_group"), [(0, True), (1, True), (0, False)])
+def test_a_hang_up_while_a_worker_starts_is_a_reload_check_once_it_serves(
+    tmp_path: Path, index: int, whole_group: bool
+) -> None:
+    """SIGHUP to every process of the group (a closing terminal, ``kill -HUP -PGID``) while worker
+    ``index`` still imports: it had no handler yet, so the signal's default action ended it, and the
+    group with exit 3. Now the parent starts each worker with SIGHUP blocked, and the worker handles
+    the one held back - a configuration check - once it serves. SIGHUP to the parent alone before
+    worker 0 served was dropped ("worker 0 is not serving yet"): a file changed after worker 0 read
+    it waited for the next reload interval; the parent passes it on now, held the same way.
+
+    A try whose signal missed the start-up (the worker had its handler; this process was held off
+    the CPU) proves nothing: up to three groups are started until one lands in it."""
+    for attempt in range(3):
+        place = tmp_path / f"try-{attempt}"
+        place.mkdir()
+        if _hang_up_try(place, index, whole_group):
+            return
+    pytest.fail("in three tries the hang-up never reached the worker while it started")

@@ -19,9 +19,10 @@ signal to the main thread first). The handler passes the stop to the loop with
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from types import FrameType
 from typing import Any
 
@@ -102,6 +103,15 @@ class ReloadSignal:
     def __exit__(self, *exc_info: object) -> None:
         signal.signal(signal.SIGHUP, signal.SIG_IGN if self._stopping() else self._previous)
 
+    def release_held(self) -> None:
+        """Unblock SIGHUP in this (main) thread: one that came while it was blocked is handled now.
+
+        The parent of ``--workers`` starts each worker with SIGHUP blocked
+        (:func:`sighup_held`); call this once the worker serves (its reloader runs), so
+        that a hang-up of the whole process group during its start-up is a reload check then, not the
+        default action that ended the worker mid-import. A no-op where nothing blocked it."""
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGHUP})
+
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self._loop.call_soon_threadsafe(self._received)
 
@@ -110,6 +120,25 @@ class ReloadSignal:
             log.info("SIGHUP ignored: the gateway is stopping")
             return
         self._reload()
+
+
+@contextlib.contextmanager
+def sighup_held() -> Iterator[None]:
+    """Block SIGHUP in the calling (main) thread for the ``with`` block: a process started inside it
+    inherits the block across ``exec`` (POSIX keeps the signal mask) and holds every SIGHUP pending
+    until it has a handler (:meth:`ReloadSignal.release_held`); one sent to this process meanwhile is
+    handled when the block ends.
+
+    Why: SIGHUP's default action ends a process, and a worker of ``igw serve --workers`` has no
+    handler for the second or two it imports; a hang-up sent to the whole process group (a closing
+    terminal, ``kill -HUP -PGID``) then ended it, and the group stopped with exit 3 (session s48). A
+    disposition (``SIG_IGN``) would be inherited too but would drop the signal, and setting it around
+    the start would drop this process's own."""
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def hold_stop_signals(signals: Sequence[signal.Signals] = STOP_SIGNALS) -> None:

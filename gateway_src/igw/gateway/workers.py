@@ -34,7 +34,9 @@ Lifecycle: every worker stops (SIGTERM from the kernel) when the parent is gone,
 (:mod:`igw.gateway.parent_death`). SIGTERM or SIGINT to the parent is passed to every worker, which
 drains (``/readyz`` 503 for ``--drain-seconds`` while serving, then ``--stream-grace-seconds`` for
 in-flight requests) and exits; the parent exits 0 when all did. SIGHUP to the parent goes to
-worker 0 once it serves: a configuration check now (:class:`~igw.gateway.stop_signals.ReloadSignal`).
+worker 0: a configuration check now (:class:`~igw.gateway.stop_signals.ReloadSignal`). Each worker
+starts with SIGHUP blocked and handles one held back once it serves, so a hang-up of the whole
+process group while a worker imports is a reload check, not its end (it was, and the group's, exit 3).
 A worker the stop reaches while it
 is still starting exits with 128 + the signal (or dies of it, before Python installs its handlers):
 that too is the stop the parent asked for, not a failure (the parent exited 3 for it when the stop
@@ -66,6 +68,7 @@ import orjson
 
 from igw.errors import IgwGatewayError
 from igw.gateway.log_buffer import LOCK_FILE_PREFIX
+from igw.gateway.stop_signals import sighup_held
 from igw.gateway.worker_count import MAX_WORKERS
 from igw.gateway.worker_heartbeat import HeartbeatWatch
 
@@ -343,18 +346,26 @@ def supervise(
     bound_management: int | None = None if management is None else management.getsockname()[1]
     group: _Group | None = None
 
+    reload_held = False
+
     def pass_reload(signum: int, frame: object) -> None:
         """SIGHUP: worker 0 checks the configuration file now and tells the others when it changed
         (:class:`~igw.gateway.stop_signals.ReloadSignal`); without this handler it ended the parent
-        at once (exit -1), silently, and its workers drained on the kernel's parent-death signal."""
-        if stop_requested or group is None or not group.workers:
+        at once (exit -1), silently, and its workers drained on the kernel's parent-death signal.
+        One before worker 0 exists is passed on when it does."""
+        nonlocal reload_held
+        if stop_requested:
             return
+        if group is None or not group.workers:
+            reload_held = True
+            return
+        # Sent even while worker 0 starts: it holds SIGHUP blocked until it serves (_Group.spawn),
+        # and checks the file then (one that came before that was ignored: a file changed after
+        # worker 0 had read it waited for the next configReloadInterval).
         first = group.workers[0]
-        if first.poll() is None and group.reported_started(0):
+        if first.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 first.send_signal(signal.SIGHUP)
-        else:
-            log.info("igw serve: SIGHUP ignored: worker 0 is not serving yet")
 
     previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     previous[signal.SIGHUP] = signal.signal(signal.SIGHUP, pass_reload)
@@ -366,6 +377,8 @@ def supervise(
                 list(worker_command(bound_port, bound_management)), count, directory, stuck_after_s
             )
             running.spawn()  # worker 0; the others once it has started (_wait)
+            if reload_held:  # a SIGHUP before worker 0 existed: it holds this one until it serves
+                pass_reload(signal.SIGHUP, None)
 
             where = f"{host}:{bound_port}" + (
                 "" if bound_management is None else f", management port {bound_management}"
@@ -455,7 +468,11 @@ class _Group:
         env = {**os.environ, WORKER_ENV: role.to_env()}
         passed = (started_fd,) if beat_fd is None else (beat_fd, started_fd)
         try:
-            self.workers.append(subprocess.Popen(self.command, env=env, pass_fds=passed))
+            # SIGHUP blocked in the worker until it serves (ReloadSignal.release_held): a hang-up of
+            # the whole process group while it imported ended it (no handler yet), and the group
+            # with it (exit 3). One for this process meanwhile is handled after the start.
+            with sighup_held():
+                self.workers.append(subprocess.Popen(self.command, env=env, pass_fds=passed))
         finally:
             for fd in passed:
                 os.close(fd)  # the worker holds them now: their ends show when the worker is gone
@@ -474,11 +491,6 @@ class _Group:
             if self._started[index] or not chunk:  # reported, or closed without reporting
                 os.close(fd)
                 self._started_reads[index] = None
-        return self._started[index]
-
-    def reported_started(self, index: int) -> bool:
-        """Whether worker ``index`` was seen to report its start, without reading its pipe (safe
-        from a signal handler, which may run inside :meth:`started`)."""
         return self._started[index]
 
     def refused(self, worker: subprocess.Popen[bytes]) -> bool:
