@@ -347,6 +347,35 @@ class Kube:
         self._send(write, dry_run=False)
         return True
 
+    def _resending(self, call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run one step of a pass of several API requests (:meth:`_apply_all`) in this worker thread,
+        waiting out the API server's ``Retry-After`` and sending it again, as :meth:`_in_thread` does
+        for a single call, with the same client-wide pause.
+
+        Inside :meth:`_apply_all` a 429 was wrapped as :class:`NothingApplied` or, once a real write
+        had gone through, :class:`PartlyApplied`, which :meth:`_in_thread` does not retry: the pass
+        failed (``ApplyFailed``, a Warning Event, the served ConfigMap new and the Deployment old)
+        until the next resync. A throttled request was refused before anything was read or written,
+        so resending it applies nothing twice. The wait ends early when the operator stops."""
+        for attempt in range(1, THROTTLED_ATTEMPTS + 1):
+            with self._calls:
+                # the pause ends early on quiesce(): the runner waits for running calls to end
+                self._calls.wait_for(
+                    lambda: self._quiesced or self._held_until <= self._monotonic(),
+                    max(self._held_until - self._monotonic(), 0.0),
+                )
+                if self._quiesced:
+                    raise OperatorStopping("the operator is stopping: no more API calls")
+            try:
+                return call(*args, **kwargs)
+            except Exception as exc:
+                wait = _retry_after(exc)
+                if wait is None or attempt == THROTTLED_ATTEMPTS:
+                    raise
+                with self._calls:
+                    self._held_until = max(self._held_until, self._monotonic() + wait)
+        raise AssertionError("unreachable")  # the loop returns or raises
+
     def _apply_all(self, objects: Sequence[tuple[Mapping[str, Any], tuple[str, ...]]]) -> list[str]:
         """The body of :meth:`apply_all`: the labels (``Kind ns/name``) of the objects written."""
         writes = self._dry_run_all(objects)
@@ -354,6 +383,8 @@ class Kube:
         for index, write in enumerate(writes):
             try:
                 sent = self._write_through_conflicts(write)
+            except OperatorStopping:
+                raise
             except Exception as exc:
                 rest = [w.label for w in writes[index + 1 :]]
                 if namespace_terminating(exc):
@@ -375,7 +406,13 @@ class Kube:
         """Steps 1 and 2 of :meth:`apply_all` (the body of :meth:`dry_run_all`): the writes planned,
         every one dry-run; :class:`NothingApplied` (or :class:`NamespaceTerminating`) when refused."""
         try:
-            writes = [write for desired, initial in objects if (write := self._plan(desired, initial))]
+            writes = [
+                write
+                for desired, initial in objects
+                if (write := self._resending(self._plan, desired, initial))
+            ]
+        except OperatorStopping:
+            raise
         except Exception as exc:  # a read failed, or an object is someone else's: nothing written yet
             raise NothingApplied(f"nothing of this pass was applied: {refusal_text(exc)}") from exc
         refused: list[str] = []
@@ -384,7 +421,9 @@ class Kube:
             if self._dry_run_skipped(write, writes):
                 continue
             try:
-                self._send(write, dry_run=True)
+                self._resending(self._send, write, dry_run=True)
+            except OperatorStopping:
+                raise
             except Exception as exc:  # every refusal is collected, so one pass reports them all
                 refused.append(f"{write.label} ({refusal_text(exc)})")
                 terminating += namespace_terminating(exc)
@@ -420,13 +459,13 @@ class Kube:
         attempt = 1
         while True:
             try:
-                self._send(write, dry_run=False)
+                self._resending(self._send, write, dry_run=False)
                 return True
             except ConflictError:
                 if attempt >= CONFLICT_ATTEMPTS:
                     raise
             attempt += 1
-            again = self._plan(write.desired, write.initial_only)
+            again = self._resending(self._plan, write.desired, write.initial_only)
             if again is None:
                 return False
             write = again
@@ -738,6 +777,7 @@ class Kube:
         before it gives the Lease up, so no write of this replica lands after another one leads."""
         with self._calls:
             self._quiesced = True
+            self._calls.notify_all()  # a pass waiting out a Retry-After (_resending) stops waiting
             return self._calls.wait_for(lambda: self._running == 0, timeout_s)
 
     # ---- async surface ------------------------------------------------------------------------------
