@@ -402,7 +402,7 @@ def _refusing(status: int, code: str, message: str) -> Any:
             403,
             "UnrecognizedClientException",
             "The security token included in the request is invalid.",
-            "AWS does not accept these credentials: check --profile, AWS_PROFILE and the access key",
+            "AWS does not accept these credentials; check --profile, AWS_PROFILE and the access key",
         ),
         (
             ["versions"],

@@ -996,6 +996,8 @@ def test_a_throttled_poll_is_polled_again_until_the_timeout(aws: AwsFixture) -> 
     assert str(caught.value).splitlines() == [
         "timed out after 20 s waiting for ACTIVE",
         "  - last error: DescribeAddon: ThrottlingException: Rate exceeded",
+        "  - AWS throttled or failed the call through botocore's retries with backoff: wait a minute and "
+        "run again, or set AWS_MAX_ATTEMPTS=10 to retry longer",
     ]
     stubber.add_client_error(
         "describe_addon", "AccessDeniedException", "not authorized", 403, expected_params=OURS

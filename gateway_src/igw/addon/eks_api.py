@@ -58,7 +58,7 @@ def error_hint(code: str, operation: str, message: str, *, service: str | None =
     if code in EXPIRED:
         return "the credentials have expired: refresh them with aws sso login or a new session token"
     if code in REJECTED:
-        return "AWS does not accept these credentials: check --profile, AWS_PROFILE and the access key"
+        return "AWS does not accept these credentials; check --profile, AWS_PROFILE and the access key"
     if code.startswith("AccessDenied") and "not authorized to perform" not in message:
         action = f"{service}:{operation}" if service else operation
         return f"the caller's IAM policies must allow {action}"

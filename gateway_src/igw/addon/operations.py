@@ -673,8 +673,11 @@ def _poll(call: Callable[[], _T], *, waiter: Waiter, deadline: float, waiting_fo
         if exc.code not in TRANSIENT_CODES:
             raise
         if waiter.monotonic() >= deadline:
+            # the same hint as when the error ends a command (wait, or retry longer): the timeout said
+            # only "last error: ... ThrottlingException", not what to do about it
+            problems = [f"last error: {exc}", *([exc.hint] if exc.hint else [])]
             raise AddonOperationError(
-                f"timed out after {waiter.timeout_s:.0f} s waiting for {waiting_for}", [f"last error: {exc}"]
+                f"timed out after {waiter.timeout_s:.0f} s waiting for {waiting_for}", problems
             ) from exc
         waiter.progress(f"{exc} (polling again)")
         waiter.sleep(waiter.poll_s)

@@ -186,6 +186,8 @@ class AwsView:
     """DescribeAddonVersions' ``addonVersions`` per pinned add-on, for the cluster's Kubernetes version."""
     instance_quotas: Sequence[InstanceQuota] | Missing = NOT_COLLECTED
     """Per HyperPod instance type of the cluster: requested instances and the account's quota."""
+    problems: list[str] = field(default_factory=list)
+    """What affects many facts, said once (rejected credentials, throttling): the run's source problems."""
 
     @staticmethod
     def absent(reason: str, kind: SkipKind = SkipKind.NOT_APPLICABLE) -> AwsView:

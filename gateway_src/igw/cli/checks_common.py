@@ -86,7 +86,20 @@ LIVE_ONLY = (
 """The source options of the live cluster only (``--manifests`` and ``--cdk-out`` read files)."""
 
 
-def _load(args: argparse.Namespace, console: Any) -> Inventory:
+def _aws_account(args: argparse.Namespace) -> Any:
+    """The AWS account of ``--cluster-name`` (``None`` without it), its set-up checked before anything
+    is read: raises ``AwsSetupError`` (no region, an unknown profile, no credentials)."""
+    if args.cluster_name is None or args.manifests is not None or args.cdk_out is not None:
+        return None
+    # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
+    from igw.checks.sources.aws_api import AwsAccount
+
+    account = AwsAccount(region=args.region, profile=args.profile)
+    account.check_setup()
+    return account
+
+
+def _load(args: argparse.Namespace, console: Any, account: Any = None) -> Inventory:
     if args.manifests is not None:
         # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
         from igw.checks.sources.manifests import load_manifests
@@ -98,7 +111,6 @@ def _load(args: argparse.Namespace, console: Any) -> Inventory:
 
         return load_cdk_out(args.cdk_out)
     # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
-    from igw.checks.sources.aws_api import AwsAccount
     from igw.checks.sources.live import load_live
     from igw.gateway.discovery.kube_client import make_api_client
 
@@ -107,7 +119,7 @@ def _load(args: argparse.Namespace, console: Any) -> Inventory:
         return load_live(
             api_client=api_client,
             cluster_name=args.cluster_name,
-            account=AwsAccount(region=args.region, profile=args.profile) if args.cluster_name else None,
+            account=account,
             gateway_role_arn=args.gateway_role_arn,
         )
 
@@ -143,8 +155,18 @@ def run_command(args: argparse.Namespace, command: Command, options: CheckOption
         problem = "is a directory" if target.is_dir() else f"folder {target.parent} does not exist"
         error(f"--output-file {target}: {problem}")
         return EXIT_USAGE
+    # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
+    from igw.checks.sources.aws_api import AwsSetupError
+
     try:
-        inventory = _load(args, err)
+        # no region, an unknown profile, no credentials: one usage error before any check, not the same
+        # error once per AWS fact (exit 3)
+        account = _aws_account(args)
+    except AwsSetupError as exc:
+        error(str(exc))
+        return EXIT_USAGE
+    try:
+        inventory = _load(args, err, account)
     except FileNotFoundError as exc:
         error(str(exc))
         return EXIT_USAGE

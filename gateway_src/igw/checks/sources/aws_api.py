@@ -3,7 +3,11 @@
 :class:`AwsAccount` holds boto3 clients (``eks``, ``iam``, ``ec2``, ``elbv2``); tests hand it moto-backed
 clients for IAM/EC2/ELBv2 and a ``botocore.stub.Stubber``-wrapped EKS client (moto has no add-on
 APIs). Every fact is read independently: ``AccessDenied`` on one call makes that fact ``Missing``
-(not-evaluated, naming the API call), never the whole scan.
+(not-evaluated, naming the API call), never the whole scan. Two failures are said once, not per fact:
+credentials AWS rejects (expired, unknown) end the AWS reads, every AWS fact ``Missing`` for that one
+reason; a throttle that outlasted botocore's retries gets one hint. Both become ``AwsView.problems``,
+the run's source problems. A missing region, an unknown profile or no credentials at all are found
+before any read by :meth:`AwsAccount.check_setup` (a usage error).
 """
 
 from __future__ import annotations
@@ -26,12 +30,19 @@ from igw.checks.inventory import (
     Subnet,
 )
 from igw.checks.model import SkipKind
+from igw.errors import IgwToolingError
+from igw.redaction import redact_value
 
 T = TypeVar("T")
 SERVICES = ("eks", "iam", "ec2", "elbv2", "sagemaker", "service-quotas")
 QUOTA_SERVICE_CODE = "sagemaker"
 QUOTA_NAME = "{instance_type} for cluster usage"
 """How Service Quotas names the HyperPod (cluster usage) quota of an instance type."""
+
+
+class AwsSetupError(IgwToolingError, ValueError):
+    """No AWS read can work (no region, an unknown profile, no credentials): a usage error naming the
+    cause and the fix, said once before any check instead of once per AWS fact."""
 
 
 class AwsAccount:
@@ -43,40 +54,113 @@ class AwsAccount:
         profile: str | None = None,
     ) -> None:
         self._clients = dict(clients or {})
+        self._injected = clients is not None
         self._region = region
         self._profile = profile
         self._session: Any = None
 
     def provides(self, service: str) -> bool:
         """Whether ``service`` can be asked: always with a real session; with injected clients (tests)
-        only those injected, so a test never reaches a real endpoint."""
-        return not self._clients or service in self._clients
+        only those injected, so a test never reaches a real endpoint. (Keyed on clients injected, not on
+        clients held: a real session holding its first client said no to the rest, and IGW-PF031 was
+        skipped as "clients not given" on every live scan.)"""
+        return not self._injected or service in self._clients
+
+    def _boto_session(self) -> Any:
+        if self._session is None:
+            # deferred: optional dependency: boto3 (ops extra), only for reads from a live AWS account
+            import boto3
+
+            self._session = boto3.Session(region_name=self._region, profile_name=self._profile)
+        return self._session
 
     def client(self, service: str) -> Any:
         if service not in self._clients:
-            if self._session is None:
-                # deferred: optional dependency: boto3 (ops extra), only for reads from a live AWS account
-                import boto3
-
-                self._session = boto3.Session(region_name=self._region, profile_name=self._profile)
-            self._clients[service] = self._session.client(service)
+            self._clients[service] = self._boto_session().client(service)
         return self._clients[service]
 
+    def check_setup(self) -> None:
+        """Raise :class:`AwsSetupError` when no AWS read can work: an unknown profile, no region, no
+        credentials (or a credential source that fails, such as an expired SSO token). Injected clients
+        (tests) are taken as they are. Why: each AWS fact failed on its own, the same error once per
+        check ("eks:DescribeCluster hp: NoRegionError: You must specify a region." five times)."""
+        if self._injected:
+            return
+        # deferred: optional dependency: boto3 (ops extra), only for reads from a live AWS account
+        from botocore.exceptions import BotoCoreError, ProfileNotFound
 
-def _attempt(what: str, call: Callable[[], T]) -> T | Missing:
-    """Run one AWS read; turn credential/permission/network failures into a not-evaluated Missing."""
-    # deferred: optional dependency: boto3 (ops extra), only for reads from a live AWS account
-    from botocore.exceptions import BotoCoreError, ClientError
+        named = f"--profile {self._profile}" if self._profile else "AWS_PROFILE"
+        try:
+            session = self._boto_session()
+        except ProfileNotFound as exc:
+            raise AwsSetupError(
+                f"{named}: {exc}: name a profile of the AWS config (aws configure list-profiles)"
+            ) from exc
+        if not session.region_name:
+            # boto3 reads AWS_DEFAULT_REGION (or the profile's region), not AWS_REGION
+            raise AwsSetupError("no AWS region for --cluster-name: pass --region or set AWS_DEFAULT_REGION")
+        try:
+            credentials = session.get_credentials()
+        except BotoCoreError as exc:
+            raise AwsSetupError(
+                f"AWS credentials: {redact_value(str(exc))}: refresh them (aws sso login, "
+                "or a new session token)"
+            ) from exc
+        if credentials is None:
+            raise AwsSetupError(
+                "no AWS credentials found: pass --profile, set AWS_PROFILE, or run aws configure "
+                "or aws sso login"
+            )
 
-    try:
-        return call()
-    except ClientError as exc:
-        error = exc.response.get("Error", {})
-        return Missing(
-            f"{what}: {error.get('Code', 'Error')}: {error.get('Message', exc)}", SkipKind.NOT_EVALUATED
-        )
-    except BotoCoreError as exc:
-        return Missing(f"{what}: {type(exc).__name__}: {exc}", SkipKind.NOT_EVALUATED)
+
+class _Reads:
+    """Runs the AWS reads of one scan; remembers what is said once rather than per fact."""
+
+    def __init__(self) -> None:
+        self.rejected: Missing | None = None
+        self.throttled = False
+        self.problems: list[str] = []
+
+    def attempt(self, what: str, call: Callable[[], T]) -> T | Missing:
+        """Run one AWS read; turn credential/permission/network failures into a not-evaluated Missing.
+        After AWS has rejected the credentials no further read is tried: each would fail alike."""
+        # deferred: optional dependency: boto3 (ops extra), only for reads from a live AWS account
+        from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
+
+        from igw.addon.eks_api import EXPIRED, REJECTED, THROTTLED, error_hint
+
+        if self.rejected is not None:
+            return self.rejected
+        try:
+            return call()
+        except ClientError as exc:
+            error = exc.response.get("Error", {})
+            code = str(error.get("Code", "Error"))
+            message = redact_value(str(error.get("Message", exc)))
+            missing = Missing(f"{what}: {code}: {message}", SkipKind.NOT_EVALUATED)
+            # "{code} ({message})", not "{code}: {message}": the report masks the word after
+            # "ExpiredTokenException:" as a token's value
+            said = f"{what} answered {code} ({message.rstrip('.')}); {error_hint(code, what, message)}"
+            if code in EXPIRED or code in REJECTED:
+                # every AWS fact's reason, so not "{code}: {message}" either
+                self.rejected = Missing(
+                    f"not read: AWS rejected the credentials ({what} answered {code}, {message.rstrip('.')})",
+                    SkipKind.NOT_EVALUATED,
+                )
+                self.problems.append(f"AWS side not read: {said}")
+                return self.rejected
+            elif code in THROTTLED and not self.throttled:
+                self.throttled = True
+                self.problems.append(f"AWS side partly read: {said}")
+            return missing
+        except NoCredentialsError as exc:
+            self.rejected = Missing(f"{what}: {type(exc).__name__}: {exc}", SkipKind.NOT_EVALUATED)
+            self.problems.append(
+                f"AWS side not read: {exc}: pass --profile, set AWS_PROFILE, or run aws configure"
+            )
+            return self.rejected
+        except BotoCoreError as exc:
+            return Missing(f"{what}: {type(exc).__name__}: {exc}", SkipKind.NOT_EVALUATED)
 
 
 def _cluster(account: AwsAccount, name: str) -> tuple[EksCluster, Mapping[str, Any]]:
@@ -287,7 +371,10 @@ def _instance_quotas(account: AwsAccount, cluster_name: str) -> list[InstanceQuo
 
 
 def aws_view(account: AwsAccount, *, cluster_name: str, extra_role_arns: Iterable[str] = ()) -> AwsView:
-    """Every AWS fact the checks read, each one independently ``Missing`` on failure."""
+    """Every AWS fact the checks read, each one independently ``Missing`` on failure (all of them for
+    rejected credentials); what is said once is in ``problems``."""
+    reads = _Reads()
+    _attempt = reads.attempt
     described = _attempt(f"eks:DescribeCluster {cluster_name}", lambda: _cluster(account, cluster_name))
     if isinstance(described, Missing):
         cluster: EksCluster | Missing = described
@@ -335,4 +422,5 @@ def aws_view(account: AwsAccount, *, cluster_name: str, extra_role_arns: Iterabl
         load_balancers=lbs,
         published_addon_versions=published,
         instance_quotas=quotas,
+        problems=reads.problems,
     )

@@ -31,4 +31,4 @@ def load_live(
         roles = [gateway_role_arn] if gateway_role_arn else []
         roles += service_account_roles(kube.objects)
         aws = aws_view(account or AwsAccount(), cluster_name=cluster_name, extra_role_arns=roles)
-    return Inventory(kube=kube, aws=aws, source=source)
+    return Inventory(kube=kube, aws=aws, source=source, errors=list(aws.problems))
