@@ -321,3 +321,35 @@ async def test_a_reload_whose_token_cap_the_running_listener_cannot_carry_is_ref
         await wait_until(lambda: reloads(gw, "applied") == 1, timeout_s=5)
         assert gw.state.runtime.config.extensions["authorization"]["maxTokenBytes"] == 4096
         assert (await gw.call(headers=bearer))[0] == 200
+
+
+async def test_a_reload_that_changes_the_provider_drops_cached_verdicts(
+    tmp_path: Path, jwks_server: JwksServer, client_ssl: ssl.SSLContext, tokens: TokenFactory
+) -> None:
+    """Pinned (session s48 probe): a token verified, and cached, under the old audiences is refused
+    once a reload changes them, and again once ``requiredClaims`` changes: the new guard has its
+    own verified-token cache, so no verdict of the old provider settings applies."""
+
+    def write_provider(path: Path, **provider: Any) -> None:
+        document = doc(issuer=jwks_server.issuer, jwks_uri=jwks_server.jwks_uri, extensions=FAST_RELOAD)
+        document["spec"]["auth"]["jwt"]["provider"].update(provider)
+        path.write_text(yaml.safe_dump(document))
+
+    write(tmp_path / "igwc.yaml", issuer=jwks_server)
+    async with (
+        running(FakeModelServer("a"), FakeModelServer("b")) as servers,
+        reloading_gateway(tmp_path, servers, client_ssl=client_ssl) as (gw, config_path),
+    ):
+        tokens.clock.now = time.time()  # the gateway runs on the real clock
+        bearer = {"Authorization": f"Bearer {tokens.token(exp=int(time.time()) + 3600)}"}
+        for _ in range(3):  # verified once, then cache hits
+            assert (await gw.call(headers=bearer))[0] == 200
+        write_provider(config_path, audiences=["another-audience"])
+        await eventually_status(gw, 401, headers=bearer)
+        write_provider(config_path)
+        await eventually_status(gw, 200, headers=bearer)
+        write_provider(
+            config_path, requiredClaims=[{"name": "tenant", "valueType": "String", "values": ["team-b"]}]
+        )
+        await eventually_status(gw, 401, headers=bearer)
+        assert reloads(gw, "applied") == 3

