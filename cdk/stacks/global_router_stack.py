@@ -55,6 +55,9 @@ from cdk.constructs.service_trust import ecs_task_source_arn, flow_log_source_ar
 from cdk.global_router_config import GlobalRouterDeployment
 
 ROUTER_PORT = 8080
+ROUTER_MEMORY_MIB = 2048
+"""The router task's memory, and its container's hard limit (the cgroup limit the router's memory
+plan reads)."""
 MANAGEMENT_PORT = 9090
 """``/metrics`` and the detailed ``/readyz`` (every cluster's endpoint and state): on their own port,
 which no security group rule opens, so the load balancer (possibly internet-facing) never reaches them.
@@ -207,7 +210,7 @@ class GlobalRouterStack(cdk.Stack):
         cluster = ecs.Cluster(
             self, "Cluster", vpc=self.vpc, container_insights_v2=ecs.ContainerInsights.ENABLED
         )
-        task = ecs.FargateTaskDefinition(self, "Task", cpu=1024, memory_limit_mib=2048)
+        task = ecs.FargateTaskDefinition(self, "Task", cpu=1024, memory_limit_mib=ROUTER_MEMORY_MIB)
         log_group = logs.LogGroup(
             self,
             "RouterLogs",
@@ -231,6 +234,10 @@ class GlobalRouterStack(cdk.Stack):
             logging=ecs.LogDrivers.aws_logs(stream_prefix="router", log_group=log_group),
             port_mappings=[ecs.PortMapping(container_port=ROUTER_PORT)],
             readonly_root_filesystem=False,
+            # The task's memory as the container's own hard limit: on Fargate a task-level limit
+            # alone leaves the container's cgroup at memory.max "max", so the router's memory plan
+            # (igw.gateway.memory) would find no limit and fall back to its unlimited defaults.
+            memory_limit_mib=ROUTER_MEMORY_MIB,
         )
         # Confused-deputy prevention on the two roles CDK creates for ecs-tasks.amazonaws.com: the task
         # role as AWS's task-role documentation gives it; the execution role with StringEqualsIfExists,

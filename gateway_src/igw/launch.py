@@ -28,7 +28,7 @@ from igw.config.documents import DocumentReadError, read_documents
 from igw.config.model import GatewayConfig
 from igw.errors import IgwGatewayError
 from igw.gateway.app import create_app
-from igw.gateway.body_budget import budget_meaning, derived_budget
+from igw.gateway.body_budget import budget_meaning
 from igw.gateway.collector_probe import probe_collector
 from igw.gateway.debug_api import DecisionDebug
 from igw.gateway.discovery import DiscoverySource
@@ -38,7 +38,7 @@ from igw.gateway.gc_tuning import tune_collector
 from igw.gateway.guards import GuardFactory, OpenGuard, RequestGuard
 from igw.gateway.inference import STATE_KEY
 from igw.gateway.management import management_app
-from igw.gateway.memory import PARENT_BYTES, index_block_budget, pin_mmap_threshold
+from igw.gateway.memory import MemoryPlan, memory_plan, pin_mmap_threshold
 from igw.gateway.picker_share import SharedPickerConfigs
 from igw.gateway.runtime import PickerConfigs, picker_config_key
 from igw.gateway.serving import (
@@ -54,6 +54,7 @@ from igw.gateway.worker_count import memory_limit
 from igw.gateway.worker_heartbeat import Heartbeat
 from igw.gateway.workers import WorkerRole
 from igw.redaction import redact_url
+from igw.scheduling.flow_control import EXTENSION_NAME as FLOW_EXTENSION
 
 if TYPE_CHECKING:
     from igw.gateway.tracing import Tracing
@@ -301,6 +302,19 @@ async def _collector_probe(options: LaunchOptions) -> AsyncIterator[None]:
             await probe
 
 
+def _memory_plan(config: GatewayConfig, options: LaunchOptions, processes: int) -> MemoryPlan:
+    """This process's memory plan: its share of the container's limit split between its parts, the
+    values the configuration sets (``serverLimits.maxBodyBytesHeld``, ``flowControl.maxBytes``) as set."""
+    flow = config.extensions.get(FLOW_EXTENSION)
+    queue = flow.get("maxBytes") if isinstance(flow, Mapping) else None
+    return memory_plan(
+        memory_limit(),
+        processes,
+        body_bytes=options.limits.max_body_bytes_held or None,
+        queue_bytes=None if queue is None else int(queue),
+    )
+
+
 async def _serve(config: GatewayConfig, options: LaunchOptions, registry: CollectorRegistry) -> None:
     discovery: DiscoverySource
     if options.in_cluster:
@@ -338,14 +352,11 @@ async def _serve(config: GatewayConfig, options: LaunchOptions, registry: Collec
             options.worker.picker_configs, leads=options.worker.index == 0, load=load_pickers
         )
     processes = 1 if options.worker is None else options.worker.count
-    container_memory = memory_limit()
-    index_blocks = index_block_budget(container_memory, processes)
-    log.info(
-        "prefix index budget: %s",
-        "none (no memory limit)"
-        if index_blocks is None
-        else f"{index_blocks} KV blocks in all ({processes} process(es) share the memory limit)",
-    )
+    plan = _memory_plan(config, options, processes)
+    log.info("%s", plan.describe())
+    if (overcommit := plan.overcommit_warning()) is not None:
+        log.warning("%s", overcommit)
+    index_blocks = plan.index_blocks
     try:
         if isinstance(loader, SharedPickerConfigs):
             pickers = await asyncio.to_thread(loader.load, config, options.config_digest)
@@ -376,11 +387,11 @@ async def _serve(config: GatewayConfig, options: LaunchOptions, registry: Collec
         raise LaunchError(str(exc)) from exc
     held = options.limits.max_body_bytes_held
     budget = app[STATE_KEY].body_budget
-    budget.limit = held or derived_budget(container_memory, processes, parent_bytes=PARENT_BYTES)
+    budget.limit = plan.body_bytes
     log.info(
         "request bodies held at once (read, not yet queued or forwarded): at most %d bytes (%s): %s",
         budget.limit,
-        "serverLimits.maxBodyBytesHeld" if held else "derived from the memory limit, or 256 MiB without one",
+        "serverLimits.maxBodyBytesHeld" if held else "derived: the memory plan's, or 256 MiB without a limit",
         budget_meaning(budget.limit),
     )
     stop = asyncio.Event()

@@ -95,6 +95,17 @@ def test_router_tasks_get_the_validated_config_with_redis_filled_in(
     assert service["DesiredCount"] == 2
 
 
+def test_the_router_container_has_the_tasks_memory_as_its_own_limit(
+    synthesized: tuple[Path, dict[str, Any]],
+) -> None:
+    """On Fargate a task-level memory alone leaves the container's cgroup ``memory.max`` at ``max``:
+    the router's memory plan would see no limit. The container's own ``Memory`` sets it."""
+    (task,) = resources(synthesized[1], "AWS::ECS::TaskDefinition")
+    (container,) = task["ContainerDefinitions"]
+    assert task["Memory"] == "2048"
+    assert container["Memory"] == 2048
+
+
 def test_endpoint_is_https_internal_with_dns(synthesized: tuple[Path, dict[str, Any]]) -> None:
     template = synthesized[1]
     (alb,) = resources(template, "AWS::ElasticLoadBalancingV2::LoadBalancer")

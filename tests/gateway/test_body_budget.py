@@ -20,19 +20,14 @@ from aiohttp import web
 from igw.config.loader import load_gateway_config
 from igw.gateway.app import create_app
 from igw.gateway.body_budget import (
-    MIN_BYTES,
-    QUEUE_RESERVE_BYTES,
-    RESIDENT_PER_COUNTED,
     BodyBudget,
     HeapTrim,
     budget_meaning,
-    derived_budget,
 )
 from igw.gateway.discovery.static_file import StaticFileDiscovery
 from igw.gateway.inference import STATE_KEY
 from igw.gateway.lean_server import SWITCH_ENV
 from igw.gateway.limits_config import server_limits
-from igw.gateway.memory import PROCESS_BASE_BYTES
 from igw.gateway.serving import LIMITS_KEY, GatewayRunner, ServerLimits
 from tests.gateway.fake_model_server import FakeModelServer, running
 from tests.gateway.support import config_doc, connection, scheduler, wait_for
@@ -256,42 +251,6 @@ def test_a_lone_body_always_fits_and_a_full_budget_refuses() -> None:
     big.release()
     big.release()  # a second release gives nothing back
     assert budget.held == 0
-
-
-def test_the_default_budget_is_derived_from_the_memory_limit() -> None:
-    assert derived_budget(None, 1, parent_bytes=64 * MIB) == 256 * MIB
-    assert derived_budget(1024 * MIB, 1, parent_bytes=64 * MIB) == 256 * MIB  # the chart's gateway
-    assert derived_budget(64 * MIB, 8, parent_bytes=64 * MIB) == 16 * MIB  # the floor
-    # the global router (no flow-control queue): the CDK stack's 2 GiB task, and 256 MiB
-    assert derived_budget(2048 * MIB, 1, parent_bytes=0, queue_bytes=0) == 512 * MIB
-    assert derived_budget(256 * MIB, 1, parent_bytes=0, queue_bytes=0) == 64 * MIB
-
-
-@pytest.mark.parametrize(
-    ("limit", "processes", "queue"),
-    [
-        (1024, 1, QUEUE_RESERVE_BYTES),
-        (1024, 2, QUEUE_RESERVE_BYTES),
-        (1024, 4, QUEUE_RESERVE_BYTES),
-        (768, 1, QUEUE_RESERVE_BYTES),
-        (2048, 1, 0),
-        (512, 1, 0),
-        (256, 1, 0),
-    ],
-)
-def test_a_full_derived_budget_fits_its_share_beside_the_base_and_the_queue(
-    limit: int, processes: int, queue: int
-) -> None:
-    """Until session s48 (round 3) the derivation was a quarter of the share alone: a worker of
-    256 MiB (``--workers auto``'s bound: 1 GiB, 4 workers) got 64 MiB of bodies, 128 MiB resident
-    when full, beside its 128 MiB base and flow control's 128 MiB queue - 384 MiB in a 240 MiB
-    share. Now the budget full at :data:`RESIDENT_PER_COUNTED` fits beside them (above the floor)."""
-    parent = 64 * MIB if processes > 1 else 0
-    share = (limit * MIB - parent) // processes
-    budget = derived_budget(limit * MIB, processes, parent_bytes=64 * MIB, queue_bytes=queue)
-    if budget > MIN_BYTES:
-        assert budget * RESIDENT_PER_COUNTED + PROCESS_BASE_BYTES + queue <= share
-    assert budget <= share // 4
 
 
 def test_the_start_log_states_the_budget_in_requests() -> None:

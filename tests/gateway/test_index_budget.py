@@ -11,14 +11,19 @@ import pytest
 from igw.config.build import build_gateway_config
 from igw.gateway.guards import OpenGuard
 from igw.gateway.memory import (
+    BODY_DEFAULT_BYTES,
+    BODY_MIN_BYTES,
     INDEX_BYTES_PER_BLOCK,
     PARENT_BYTES,
     PROCESS_BASE_BYTES,
-    index_block_budget,
+    QUEUE_DEFAULT_BYTES,
+    RESIDENT_PER_COUNTED,
+    memory_plan,
 )
 from igw.gateway.runtime import GatewayRuntime
 from igw.gateway.state import GatewayState
 from igw.gateway.worker_count import memory_limit
+from igw.scheduling.flow_control import FlowControlSettings
 from igw.scheduling.plugins.prefix_cache_scorer import PrefixCacheScorer
 from tests.gateway.support import config_doc, scheduler
 
@@ -26,25 +31,84 @@ MIB = 1024**2
 GIB = 1024**3
 
 
-@pytest.mark.parametrize(
-    ("limit", "processes", "blocks"),
-    [
-        (None, 1, None),
-        (GIB, 1, (GIB - PROCESS_BASE_BYTES) // INDEX_BYTES_PER_BLOCK),
-        (2 * GIB, 4, ((2 * GIB - PARENT_BYTES) // 4 - PROCESS_BASE_BYTES) // INDEX_BYTES_PER_BLOCK),
-        (64 * MIB, 1, 1),  # less than a process's own base: at least one block, never zero
-    ],
-)
-def test_each_process_gets_its_share_of_the_limit_less_its_base(
-    limit: int | None, processes: int, blocks: int | None
-) -> None:
-    assert index_block_budget(limit, processes) == blocks
+@pytest.mark.parametrize("processes", [1, 2])
+def test_one_plan_splits_the_share_and_its_parts_full_fit_it(processes: int) -> None:
+    """Until session s48 each part was derived from the whole share on its own: the index took the
+    share less the base, beside the bodies (twice their budget resident) and the queue - a 1 GiB,
+    one-worker pod full came to about 1.6 GiB (896 MiB index, 128 base, 512 bodies, 128 queue)."""
+    plan = memory_plan(GIB, processes)
+    share = (GIB - (PARENT_BYTES if processes > 1 else 0)) // processes
+    assert plan.share == share
+    assert plan.total <= share
+    assert plan.total > share - INDEX_BYTES_PER_BLOCK  # nothing left idle either
+    assert plan.base == PROCESS_BASE_BYTES
+    assert plan.queue_bytes == QUEUE_DEFAULT_BYTES
+    rest = share - PROCESS_BASE_BYTES - QUEUE_DEFAULT_BYTES
+    assert plan.body_resident == plan.body_bytes * RESIDENT_PER_COUNTED == rest // 3 // 2 * 2
+    assert plan.index_blocks == (rest - plan.body_resident) // INDEX_BYTES_PER_BLOCK
+    assert plan.overcommit_warning() is None
 
 
-def test_the_default_pod_fits_about_a_hundred_pods_at_the_default_capacity() -> None:
-    budget = index_block_budget(GIB, 1)
-    assert budget is not None
-    assert 90 < budget / 31_250 < 110  # the chart's 1 GiB, one worker (the measured sizing's figure)
+def test_the_default_pod_plan_in_numbers() -> None:
+    plan = memory_plan(GIB, 1)
+    assert (plan.base, plan.queue_bytes, plan.body_resident, plan.index_bytes) == (
+        128 * MIB,
+        128 * MIB,
+        256 * MIB,
+        512 * MIB,
+    )
+    assert plan.index_blocks == 512 * MIB // INDEX_BYTES_PER_BLOCK  # ~57 pods of 31,250 blocks
+    assert plan.describe() == (
+        "memory plan per process: share 1024 MiB of 1024 MiB over 1 process(es); base 128 MiB, "
+        "prefix index 512 MiB (1789569 KV blocks), request bodies 256 MiB (128 MiB counted), "
+        "queue 128 MiB; 1024 MiB when full"
+    )
+
+
+def test_four_workers_in_1_gib_are_below_the_floors_and_the_plan_says_so() -> None:
+    """``--workers auto``'s bound lets 1 GiB run 4 workers: 240 MiB each, less than the base and the
+    default queue alone."""
+    plan = memory_plan(GIB, 4)
+    assert plan.share == (GIB - PARENT_BYTES) // 4
+    assert plan.body_bytes == BODY_MIN_BYTES
+    assert plan.index_blocks == 1
+    warning = plan.overcommit_warning()
+    assert warning is not None
+    assert "the parts full come to 288 MiB, more than this process's share of 240 MiB" in warning
+    assert "run fewer workers or raise the memory limit (the parts are at their floors)" in warning
+
+
+def test_configured_values_are_kept_and_a_sum_past_the_share_is_named() -> None:
+    plan = memory_plan(GIB, 1, body_bytes=512 * MIB, queue_bytes=256 * MIB)
+    assert (plan.body_bytes, plan.queue_bytes, plan.index_blocks) == (512 * MIB, 256 * MIB, 1)
+    warning = plan.overcommit_warning()
+    assert warning is not None
+    assert "come to 1408 MiB, more than this process's share of 1024 MiB" in warning
+    assert "lower spec.serverLimits.maxBodyBytesHeld or spec.extensions.flowControl.maxBytes" in warning
+    # a configured body budget that fits: the index takes what it leaves
+    fits = memory_plan(GIB, 1, body_bytes=64 * MIB)
+    assert fits.index_bytes == GIB - 2 * 128 * MIB - 128 * MIB
+    assert fits.overcommit_warning() is None
+
+
+def test_without_a_limit_the_plan_bounds_only_the_bodies_and_the_queue() -> None:
+    plan = memory_plan(None, 1)
+    assert (plan.share, plan.index_blocks, plan.body_bytes) == (None, None, BODY_DEFAULT_BYTES)
+    assert plan.overcommit_warning() is None
+    assert plan.describe().startswith("memory plan per process: no memory limit; ")
+
+
+def test_the_router_plan_has_no_index_and_no_queue() -> None:
+    """The CDK stack's 2 GiB task: a quarter of it in counted bodies, as before the plan."""
+    plan = memory_plan(2 * GIB, 1, prefix_index=False, flow_queue=False)
+    assert (plan.index_bytes, plan.queue_bytes, plan.body_bytes) == (0, 0, 512 * MIB)
+    assert memory_plan(256 * MIB, 1, prefix_index=False, flow_queue=False).body_bytes == 64 * MIB
+    assert "queue 0 MiB;" in plan.describe()
+    assert "prefix index none" in plan.describe()
+
+
+def test_the_queue_default_is_flow_controls_own() -> None:
+    assert FlowControlSettings().max_bytes == QUEUE_DEFAULT_BYTES
 
 
 def test_the_memory_limit_is_read_from_the_cgroup(tmp_path: Path) -> None:

@@ -6,7 +6,7 @@ H100 preset's KV capacity each, unique 17-block prompts, filled to ten times cap
 fixes glibc's mmap threshold first, as ``igw serve`` does. ``--endpoints`` / ``--capacity`` size the
 pool (how much memory one worker's index takes for a fleet: docs/gateway.md, "Several workers");
 ``--budget BLOCKS`` inserts through a ``prefix-cache-scorer`` bounded to that many blocks in all, as
-``igw serve`` bounds it by the container's memory limit (``igw.gateway.memory.index_block_budget``).
+``igw serve`` bounds it by the container's memory limit (``igw.gateway.memory.memory_plan``).
 """
 
 from __future__ import annotations

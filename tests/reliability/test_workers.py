@@ -127,8 +127,8 @@ async def test_two_workers_share_the_port_and_one_scrape_per_interval(tmp_path: 
     assert gw.output.count("igw gateway stopped") == 2
     for index in (0, 1):  # each worker's lines name it (the group shares one stderr)
         assert f"INFO igw.gateway [worker {index}]: igw gateway stopped" in gw.output
-    # each worker states its prefix index budget (none without a container memory limit)
-    assert gw.output.count("prefix index budget: ") == 2
+    # each worker states its memory plan (the prefix index unbounded without a container memory limit)
+    assert gw.output.count("memory plan per process: no memory limit; ") == 2
     assert "endpoint discovery: worker 0's (static endpoints file" in gw.output
 
 

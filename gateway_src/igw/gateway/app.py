@@ -307,7 +307,7 @@ def create_app(
     ``worker``: this process's place in an ``igw serve --workers`` group (shared scraping, host-wide
     ``/metrics``; see :mod:`igw.gateway.workers`).
     ``index_blocks``: the blocks this process's prefix indexes may hold together (``None``: no bound;
-    see :func:`igw.gateway.memory.index_block_budget`).
+    see :func:`igw.gateway.memory.memory_plan`).
     ``max_header_field_bytes``: the listener's header field limit (``ServerLimits``), fixed at start:
     a hot reload whose token cap it cannot carry is rejected (``None``: not checked).
     ``management_listener``: ``/metrics``, the detailed ``/readyz`` and ``/debug/decisions`` are served

@@ -31,26 +31,12 @@ from typing import Final
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from igw.gateway.memory import PROCESS_BASE_BYTES, malloc_trim
-from igw.scheduling.flow_control import FlowControlSettings
+from igw.gateway.memory import BODY_DEFAULT_BYTES, RESIDENT_PER_COUNTED, malloc_trim
 
 log = logging.getLogger(__name__)
 
-DEFAULT_BYTES: Final = 256 * 1024 * 1024
-"""The budget without a container memory limit: what a gateway pod of the chart's default size can
-spare besides its own base and flow control's queue."""
-MIN_BYTES: Final = 16 * 1024 * 1024
-"""The smallest derived budget (a tight memory limit shared by many workers)."""
-MEMORY_SHARE_DIVISOR: Final = 4
-"""A derived budget is at most a quarter of the process's share of the memory limit: a body being
-parsed briefly costs two to three times its bytes (the decoded prompt, the prefix text), and the
-process's base, its prefix indexes and flow control's queue need the rest."""
-RESIDENT_PER_COUNTED: Final = 2
-"""Resident bytes per counted body byte: the reads' ``bytes`` objects, then the joined body while
-both live, and the heap pages they leave until trimmed."""
-QUEUE_RESERVE_BYTES: Final = FlowControlSettings().max_bytes
-"""What tier 1 keeps free for flow control's queue (its default global ``maxBytes``, 128 MiB; the
-queue holds bodies the budget no longer counts). The global router has no queue (0)."""
+DEFAULT_BYTES: Final = BODY_DEFAULT_BYTES
+"""The budget without a container memory limit (the memory plan's, :mod:`igw.gateway.memory`)."""
 EXAMPLE_BODY_BYTES: Final = 100 * 1024
 """The body size :func:`budget_meaning` states the budget in (a long prompt)."""
 TRIM_ABOVE_BYTES: Final = 64 * 1024 * 1024
@@ -61,29 +47,6 @@ TRIM_INTERVAL_S: Final = 10.0
 RETRY_AFTER_S: Final = 1
 """The ``Retry-After`` of a ``server_busy`` answer: bodies being read are uploads in progress,
 done (and their bytes given back) within about a second at the bandwidths that filled the budget."""
-
-
-def derived_budget(
-    memory_limit_bytes: int | None,
-    processes: int,
-    *,
-    parent_bytes: int,
-    queue_bytes: int = QUEUE_RESERVE_BYTES,
-) -> int:
-    """``serverLimits.maxBodyBytesHeld: 0`` (the default): a quarter of one process's share of the
-    container's memory limit (less the group's parent, ``parent_bytes``, when there are several),
-    and never more than what fits at :data:`RESIDENT_PER_COUNTED` beside the process's base
-    (:data:`~igw.gateway.memory.PROCESS_BASE_BYTES`) and a full flow-control queue (``queue_bytes``);
-    at least :data:`MIN_BYTES`; :data:`DEFAULT_BYTES` without a limit.
-
-    The second bound matters for small shares: a quarter of a 256 MiB worker (64 MiB, 128 MiB
-    resident) beside its 128 MiB base and the queue's 128 MiB passed the share."""
-    if memory_limit_bytes is None:
-        return DEFAULT_BYTES
-    available = memory_limit_bytes - (parent_bytes if processes > 1 else 0)
-    share = available // max(1, processes)
-    fits = (share - PROCESS_BASE_BYTES - queue_bytes) // RESIDENT_PER_COUNTED
-    return max(MIN_BYTES, min(share // MEMORY_SHARE_DIVISOR, fits))
 
 
 def budget_meaning(limit: int) -> str:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ctypes
 import sys
+from dataclasses import dataclass
 from typing import Final
 
 M_MMAP_THRESHOLD: Final = -3
@@ -66,18 +67,167 @@ PARENT_BYTES: Final = 64 * 1024 * 1024
 """The parent of an ``igw serve --workers N`` group (about 55 MiB resident, idle)."""
 
 
-def index_block_budget(memory_limit_bytes: int | None, processes: int) -> int | None:
-    """The KV blocks one gateway process's prefix indexes may hold together: its equal share of the
-    container's memory limit (less the group's parent when there are several), less
-    :data:`PROCESS_BASE_BYTES`, at :data:`INDEX_BYTES_PER_BLOCK`; ``None`` without a limit.
+BODY_DEFAULT_BYTES: Final = 256 * 1024 * 1024
+"""The request-body budget without a container memory limit (``serverLimits.maxBodyBytesHeld: 0``)."""
+BODY_MIN_BYTES: Final = 16 * 1024 * 1024
+"""The smallest derived body budget (a tight memory limit shared by many workers)."""
+RESIDENT_PER_COUNTED: Final = 2
+"""Resident bytes per counted request-body byte: the reads' ``bytes`` objects, then the joined body
+while both live, and the heap pages they leave until trimmed."""
+QUEUE_DEFAULT_BYTES: Final = 128 * 1024 * 1024
+"""Flow control's global ``maxBytes`` when the field is unset (``FlowControlSettings.max_bytes``)."""
+BODY_PART_DIVISOR: Final = 3
+"""With a prefix index, resident request bodies get a third of what the base and the queue leave,
+the index the other two thirds: a full body budget answers 503 at once, a full index only forgets
+its oldest prefixes."""
+ROUTER_BODY_SHARE_DIVISOR: Final = 4
+"""Without a prefix index (the global router), the counted body budget is at most a quarter of the
+share: a body being parsed briefly costs two to three times its bytes."""
 
-    Why a bound: every worker keeps its own index of every endpoint's cached prefixes (each learns
-    the others' picks), so memory grows with workers x pods x KV blocks; unbounded, a pool that grew
-    after start-up got the container OOM-killed. Bounded, each endpoint's LRU holds its share of the
-    budget: the index forgets old prefixes sooner than the model servers do (fewer prefix hits on
-    the oldest prefixes), and the pod keeps running."""
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MemoryPlan:
+    """One process's memory, split between its parts (:func:`memory_plan`, the only place they are
+    derived): the base, the prefix indexes, the request bodies being read, flow control's queue."""
+
+    limit: int | None
+    """The container's memory limit (``None``: none found)."""
+    processes: int
+    share: int | None
+    """What one process may use: the limit less the group's parent (when several), divided."""
+    base: int
+    index_bytes: int | None
+    """``None``: unbounded (no limit); ``0``: no prefix index (the global router)."""
+    body_bytes: int
+    """The counted request-body budget (``serverLimits.maxBodyBytesHeld``)."""
+    queue_bytes: int
+    body_configured: bool = False
+    queue_configured: bool = False
+
+    @property
+    def index_blocks(self) -> int | None:
+        """The KV blocks this process's prefix indexes may hold together (``None``: unbounded)."""
+        if self.index_bytes is None:
+            return None
+        return max(1, self.index_bytes // INDEX_BYTES_PER_BLOCK)
+
+    @property
+    def body_resident(self) -> int:
+        return self.body_bytes * RESIDENT_PER_COUNTED
+
+    @property
+    def total(self) -> int:
+        """The process's resident bytes with every part full (an unbounded index counts 0)."""
+        return self.base + (self.index_bytes or 0) + self.body_resident + self.queue_bytes
+
+    def describe(self) -> str:
+        """The plan in one line, for the start-up log."""
+        share = (
+            "no memory limit"
+            if self.share is None or self.limit is None
+            else f"share {_mib(self.share)} of {_mib(self.limit)} over {self.processes} process(es)"
+        )
+        index = (
+            "unbounded"
+            if self.index_bytes is None
+            else "none"
+            if self.index_bytes == 0
+            else f"{_mib(self.index_bytes)} ({self.index_blocks} KV blocks)"
+        )
+        return (
+            f"memory plan per process: {share}; base {_mib(self.base)}, prefix index {index}, "
+            f"request bodies {_mib(self.body_resident)} ({_mib(self.body_bytes)} counted"
+            f"{', serverLimits.maxBodyBytesHeld' if self.body_configured else ''}), "
+            f"queue {_mib(self.queue_bytes)}{' (flowControl.maxBytes)' if self.queue_configured else ''}; "
+            f"{_mib(self.total)} when full"
+        )
+
+    def overcommit_warning(self) -> str | None:
+        """``None`` when the parts, full, fit the share; else why not, with the numbers."""
+        if self.share is None or self.total <= self.share:
+            return None
+        configured = [
+            name
+            for name, is_set in (
+                ("spec.serverLimits.maxBodyBytesHeld", self.body_configured),
+                ("spec.extensions.flowControl.maxBytes", self.queue_configured),
+            )
+            if is_set
+        ]
+        fix = (
+            f"lower {' or '.join(configured)}, run fewer workers or raise the memory limit"
+            if configured
+            else "run fewer workers or raise the memory limit (the parts are at their floors)"
+        )
+        return (
+            f"memory plan: the parts full come to {_mib(self.total)}, more than this process's share "
+            f"of {_mib(self.share)} ({self.describe()}): the container may be OOM-killed; {fix}"
+        )
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.0f} MiB"
+
+
+def memory_plan(
+    memory_limit_bytes: int | None,
+    processes: int,
+    *,
+    parent_bytes: int = PARENT_BYTES,
+    prefix_index: bool = True,
+    flow_queue: bool = True,
+    body_bytes: int | None = None,
+    queue_bytes: int | None = None,
+) -> MemoryPlan:
+    """Split one process's share of the container's memory limit between its parts, so that they
+        fit together when all are full; ``body_bytes`` / ``queue_bytes``: the values the configuration
+        sets (``None``: derived; the queue's default is its own, :data:`QUEUE_DEFAULT_BYTES`, reserved
+        even with flow control off, which a reload may turn on). The global router has neither a prefix
+    index nor a queue (``prefix_index=False, flow_queue=False``).
+
+        The share is the limit (less ``parent_bytes`` when ``processes`` > 1) over ``processes``. The
+    base (:data:`PROCESS_BASE_BYTES`) and the queue come off first; of the rest, the request bodies
+    get :data:`BODY_PART_DIVISOR`'s part resident (counted at :data:`RESIDENT_PER_COUNTED`) and the
+    prefix indexes what is left. Without an index the bodies are at most a quarter of the share.
+    Floors: :data:`BODY_MIN_BYTES` of bodies, one KV block of index; where the floors or the
+    configured values pass the share the plan says so (:meth:`MemoryPlan.overcommit_warning`).
+    Without a limit: :data:`BODY_DEFAULT_BYTES` of bodies and unbounded indexes.
+
+    Why one plan: derived one by one, each from the whole share, the index took the share less the
+        base while the bodies and the queue took theirs from the same bytes - a 1 GiB, one-worker pod
+        full came to about 1.6 GiB."""
+    queue = 0 if not flow_queue else QUEUE_DEFAULT_BYTES if queue_bytes is None else queue_bytes
+    queue_configured = flow_queue and queue_bytes is not None
     if memory_limit_bytes is None:
-        return None
-    available = memory_limit_bytes - (PARENT_BYTES if processes > 1 else 0)
-    share = available // max(1, processes) - PROCESS_BASE_BYTES
-    return max(1, share // INDEX_BYTES_PER_BLOCK)
+        return MemoryPlan(
+            limit=None,
+            processes=processes,
+            share=None,
+            base=PROCESS_BASE_BYTES,
+            index_bytes=None if prefix_index else 0,
+            body_bytes=BODY_DEFAULT_BYTES if body_bytes is None else body_bytes,
+            queue_bytes=queue,
+            body_configured=body_bytes is not None,
+            queue_configured=queue_configured,
+        )
+    available = memory_limit_bytes - (parent_bytes if processes > 1 else 0)
+    share = available // max(1, processes)
+    rest = share - PROCESS_BASE_BYTES - queue
+    if body_bytes is not None:
+        bodies = body_bytes
+    elif prefix_index:
+        bodies = max(BODY_MIN_BYTES, rest // BODY_PART_DIVISOR // RESIDENT_PER_COUNTED)
+    else:
+        bodies = max(BODY_MIN_BYTES, min(share // ROUTER_BODY_SHARE_DIVISOR, rest // RESIDENT_PER_COUNTED))
+    index = max(INDEX_BYTES_PER_BLOCK, rest - bodies * RESIDENT_PER_COUNTED) if prefix_index else 0
+    return MemoryPlan(
+        limit=memory_limit_bytes,
+        processes=processes,
+        share=share,
+        base=PROCESS_BASE_BYTES,
+        index_bytes=index,
+        body_bytes=bodies,
+        queue_bytes=queue,
+        body_configured=body_bytes is not None,
+        queue_configured=queue_configured,
+    )

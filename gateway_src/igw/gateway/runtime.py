@@ -81,7 +81,7 @@ class GatewayRuntime:
         on_request_fault: RequestFaultHook | None = None,
     ) -> None:
         """``index_blocks``: the blocks every scheduler's prefix index may hold together (this
-        process's share of the container's memory, :func:`igw.gateway.memory.index_block_budget`;
+        process's share of the container's memory, :func:`igw.gateway.memory.memory_plan`;
         ``None``: no bound), shared equally by the schedulers. ``on_ejected``: told of every
         scheduler's ejections, ``on_request_fault`` of every request its outlier detection took for
         the fault (the gateway counts and logs both)."""

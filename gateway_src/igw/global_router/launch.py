@@ -6,7 +6,8 @@ import asyncio
 import contextlib
 import logging
 
-from igw.gateway.body_budget import budget_meaning, derived_budget
+from igw.gateway.body_budget import budget_meaning
+from igw.gateway.memory import memory_plan
 from igw.gateway.serving import ServerLimits, serve_app
 from igw.gateway.stop_signals import StopSignals
 from igw.gateway.worker_count import memory_limit
@@ -34,12 +35,16 @@ async def run_global_router(
     )
     held = limits.max_body_bytes_held
     budget = app[ROUTER_KEY].body_budget
-    budget.limit = held or derived_budget(memory_limit(), 1, parent_bytes=0, queue_bytes=0)
+    plan = memory_plan(memory_limit(), 1, prefix_index=False, flow_queue=False, body_bytes=held or None)
+    log.info("%s", plan.describe())
+    if (overcommit := plan.overcommit_warning()) is not None:
+        log.warning("%s", overcommit)
+    budget.limit = plan.body_bytes
     log.info(
         "request bodies held at once (each until its request is answered, streams included): at most "
         "%d bytes (%s): %s",
         budget.limit,
-        "spec.serverLimits.maxBodyBytesHeld" if held else "derived from the memory limit, else 256 MiB",
+        "spec.serverLimits.maxBodyBytesHeld" if held else "derived: the memory plan's, else 256 MiB",
         budget_meaning(budget.limit),
     )
     stop = asyncio.Event()

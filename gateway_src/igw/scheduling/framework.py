@@ -85,7 +85,7 @@ class BoundedIndex(Protocol):
     """Optional hook of a plugin whose state grows with the pool (the prefix index: an entry per KV
     block of every endpoint). :meth:`bound_index` gives it the blocks it may hold in all (``None``:
     no bound); it shares them among its endpoints, so a larger pool makes each endpoint's share
-    smaller instead of the process larger (see :func:`igw.gateway.memory.index_block_budget`)."""
+    smaller instead of the process larger (see :func:`igw.gateway.memory.memory_plan`)."""
 
     def bound_index(self, blocks: int | None) -> None: ...
 
