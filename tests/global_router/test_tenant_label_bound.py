@@ -62,3 +62,11 @@ async def test_rate_limit_hits_name_a_bounded_set_of_tenants(
     assert len(hits) == LABELS + 3, hits  # the first LABELS users, the two named tenants, the rest
     assert hits["other"] == USERS - LABELS
     assert hits["named"] == hits["vip"] == 1
+    # tier 2 says how many tenants it folded into other too (counted once each, not per request)
+    folded = [
+        s.value
+        for family in text_string_to_metric_families(page)
+        for s in family.samples
+        if s.name == "igw_tenant_labels_folded_total"
+    ]
+    assert folded == [USERS - LABELS]

@@ -51,6 +51,13 @@ class ModelRouter:
         for s in schedulers:
             routes[s.model_name] = ModelRoute(s.name, s.model_name, s.model_name, None)
         self._routes = routes
+        adapters: dict[str, set[str]] = {s.name: set() for s in schedulers}
+        for route in routes.values():
+            if route.adapter is not None:
+                adapters.setdefault(route.scheduler, set()).add(route.adapter)
+        self.adapters: Mapping[str, frozenset[str]] = {k: frozenset(v) for k, v in adapters.items()}
+        """Per scheduler: the adapters routed to it (its ``loraAdapters`` and the bbr-managed adapters
+        of its model), the ``adapter`` label values ``igw_endpoint_lora_adapter`` always keeps."""
         self.bbr_adapters: Mapping[str, str] = dict(bbr_adapters or {})
         self.unroutable_bbr: tuple[str, ...] = tuple(
             sorted(f"{a} -> {b}" for a, b in self.bbr_adapters.items() if b not in by_base)

@@ -72,6 +72,7 @@ class GatewayState:
             stale_threshold_s=lambda: self.runtime.settings.stale_threshold_s,
             scrapes=exports_scrapes,
             ejections=lambda: self.runtime.ejections(),
+            known_adapters=lambda: self.runtime.router.adapters,
         )
         self.flow = FlowGates(registry=self.metrics.registry, clock=clock)
         """Flow-control queues per scheduler (``spec.extensions.flowControl``), kept across reloads."""

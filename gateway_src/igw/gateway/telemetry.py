@@ -21,7 +21,8 @@ shows a worker whose relayed copy fell behind.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from http import HTTPStatus
 from typing import Any, Final
 
@@ -75,6 +76,52 @@ def status_label(status: int) -> str:
     return str(status) if status in REGISTERED_STATUSES else f"{status // 100}xx"
 
 
+OTHER_ADAPTER: Final = "other"
+"""The ``adapter`` label of ``igw_endpoint_lora_adapter`` that sums every adapter without a label of
+its own (:class:`AdapterLabels`); a real adapter named ``other`` is summed into it too."""
+UNCONFIGURED_ADAPTER_LABELS: Final = 8
+"""Per scheduler: how many adapters it does not route to (a pod's own, loaded outside the gateway's
+configuration) keep their name in ``igw_endpoint_lora_adapter``, first seen first."""
+
+
+class AdapterLabels:
+    """The bounded ``adapter`` label of ``igw_endpoint_lora_adapter``. A pod's page names the adapters
+    (up to :data:`~igw.gateway.metrics_parser.MAX_LISTED_ADAPTERS` per state, rebuilt per scrape), so
+    a hostile or broken pod listing new names every scrape made up to 2,048 new series per scrape
+    until session s48. The adapters a scheduler routes to (``ModelRouter.adapters``) keep their name,
+    then the first :data:`UNCONFIGURED_ADAPTER_LABELS` others seen per scheduler (kept for the life of
+    the process, so a series never switches label); the rest are summed into :data:`OTHER_ADAPTER`.
+    Only the exported label is bounded: routing reads every name the page lists."""
+
+    def __init__(self, unconfigured: int = UNCONFIGURED_ADAPTER_LABELS) -> None:
+        self._unconfigured = unconfigured
+        self._given: dict[str, set[str]] = {}
+        self._lock = threading.Lock()
+        """Families are collected on the page-render thread and by any ``generate_latest`` caller."""
+
+    def counts(self, scheduler: str, names: Iterable[str], known: frozenset[str]) -> dict[str, int]:
+        """How many of ``names`` (one endpoint's adapters of one state) each label value counts."""
+        out: dict[str, int] = {}
+        with self._lock:
+            given = self._given.setdefault(scheduler, set())
+            for name in sorted(names):
+                if name == OTHER_ADAPTER:
+                    label = OTHER_ADAPTER
+                elif name in known or name in given:
+                    label = name
+                elif len(given) < self._unconfigured:
+                    given.add(name)
+                    label = name
+                else:
+                    label = OTHER_ADAPTER
+                out[label] = out.get(label, 0) + 1
+        return out
+
+
+def _no_adapters() -> Mapping[str, frozenset[str]]:
+    return {}
+
+
 EndpointLister = Callable[[], Iterable[tuple[str, EndpointState]]]
 """Yields ``(scheduler name, endpoint state)`` for every endpoint currently known."""
 EjectionLister = Callable[[], Iterable[tuple[str, str, float]]]
@@ -114,12 +161,15 @@ class _EndpointCollector(Collector):
         stale_threshold_s: Callable[[], float],
         scrapes: bool,
         ejections: EjectionLister,
+        known_adapters: Callable[[], Mapping[str, frozenset[str]]] = _no_adapters,
     ) -> None:
         self._lister = lister
         self._clock = clock
         self._stale_threshold_s = stale_threshold_s
         self._scrapes = scrapes
         self._ejections = ejections
+        self._known_adapters = known_adapters
+        self._adapter_labels = AdapterLabels()
 
     def collect(self) -> Iterator[Metric]:
         return self.snapshot().collect()
@@ -133,6 +183,8 @@ class _EndpointCollector(Collector):
             stale_threshold_s=self._stale_threshold_s(),
             scrapes=self._scrapes,
             ejected=list(self._ejections()),
+            known_adapters=self._known_adapters(),
+            adapter_labels=self._adapter_labels,
         )
 
 
@@ -149,12 +201,16 @@ class EndpointFamilies(Collector):
         stale_threshold_s: float,
         scrapes: bool,
         ejected: list[tuple[str, str, float]],
+        known_adapters: Mapping[str, frozenset[str]] | None = None,
+        adapter_labels: AdapterLabels | None = None,
     ) -> None:
         self._rows = rows
         self._now = now
         self._stale_threshold_s = stale_threshold_s
         self._scrapes = scrapes
         self._ejected_rows = ejected
+        self._known_adapters = known_adapters if known_adapters is not None else {}
+        self._adapter_labels = adapter_labels if adapter_labels is not None else AdapterLabels()
 
     def collect(self) -> Iterator[Metric]:
         if self._scrapes:
@@ -245,7 +301,8 @@ class EndpointFamilies(Collector):
         )
         adapters = GaugeMetricFamily(
             "igw_endpoint_lora_adapter",
-            "1 per LoRA adapter the endpoint reports in its running batch or waiting queue (as scraped).",
+            "1 per LoRA adapter the endpoint reports in its running batch or waiting queue (as scraped); "
+            "adapters the scheduler does not route to beyond the first few are summed as adapter=other.",
             labels=["scheduler", "endpoint", "adapter", "state"],
         )
         max_lora = GaugeMetricFamily(
@@ -259,6 +316,7 @@ class EndpointFamilies(Collector):
             labels=["scheduler", "endpoint", "signal"],
         )
         now = self._now
+        known_adapters, adapter_labels = self._known_adapters, self._adapter_labels
         for sched, key, scraped_at, scrape_failing, page_frozen, in_flight, m, absent in self._rows:
             lv = [sched, key]
             if scraped_at is not None:
@@ -275,9 +333,12 @@ class EndpointFamilies(Collector):
                     kv.add_metric(lv, m.kv_usage)
                 if m.max_lora is not None:
                     max_lora.add_metric(lv, float(m.max_lora))
+                known = known_adapters.get(sched, frozenset())
                 for state, names in (("running", m.active_adapters), ("waiting", m.waiting_adapters)):
-                    for adapter in sorted(names or ()):
-                        adapters.add_metric([sched, key, adapter, state], 1.0)
+                    if names:
+                        counts = adapter_labels.counts(sched, names, known)
+                        for adapter in sorted(counts):
+                            adapters.add_metric([sched, key, adapter, state], float(counts[adapter]))
             for signal in sorted(absent):
                 missing.add_metric([sched, key, signal], 1.0)
         yield from (age, failing, frozen, queue, running, kv, inflight, adapters, max_lora, missing)
@@ -312,7 +373,9 @@ class GatewayMetrics:
 
     ``stale_threshold_s``: the routing's ``staleThreshold`` (read at each collection, so a reload
     counts); ``scrapes``: whether this process exports the series read from scrapes (``False`` for
-    the workers of a group that follow worker 0's scrapes; see the module's docstring)."""
+    the workers of a group that follow worker 0's scrapes; see the module's docstring);
+    ``known_adapters``: per scheduler, the adapters it routes to (``ModelRouter.adapters``, read at
+    each collection), the ``adapter`` label values kept by name (:class:`AdapterLabels`)."""
 
     def __init__(
         self,
@@ -324,6 +387,7 @@ class GatewayMetrics:
         scrapes: bool = True,
         ejections: EjectionLister = _no_ejections,
         departed_grace_s: float = DEPARTED_GRACE_S,
+        known_adapters: Callable[[], Mapping[str, frozenset[str]]] = _no_adapters,
     ) -> None:
         self._lister = lister
         self._clock = clock
@@ -526,6 +590,7 @@ class GatewayMetrics:
                 stale_threshold_s=stale_threshold_s,
                 scrapes=scrapes,
                 ejections=ejections,
+                known_adapters=known_adapters,
             )
         )
         self.epp = EppCompatCollector(

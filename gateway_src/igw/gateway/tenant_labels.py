@@ -34,13 +34,23 @@ families said ``anonymous``.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Mapping, Set
+from collections.abc import Iterator, Mapping, Set
 from typing import Any, Final
+
+from mypy_extensions import mypyc_attr
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 OTHER_TENANT: Final = "other"
 """The ``tenant`` label of every tenant without a label of its own (and of no real tenant)."""
 ESCAPE: Final = "~"
 """Prepended to the label of a real tenant named :data:`OTHER_TENANT` or starting with it."""
+
+FOLDED_TRACKED: Final = 4096
+"""Most distinct tenants folded into :data:`OTHER_TENANT` that ``igw_tenant_labels_folded_total``
+counts (4x the schema's ``maxTenantLabels`` maximum of 1,000): each is remembered as its 64-bit hash
+(about 100 bytes, whatever the name's length), so a claim per user costs a bounded set."""
 
 ANONYMOUS_TENANT: Final = "anonymous"
 """``spec.extensions.rateLimits.anonymousTenant`` when not set."""
@@ -70,9 +80,15 @@ def _own(tenant: str) -> str:
 class TenantLabels:
     """Maps tenants to a bounded set of ``tenant`` label values (module docstring)."""
 
-    __slots__ = ("_given", "_named")
+    __slots__ = ("_folded", "_given", "_named")
 
     def __init__(self) -> None:
+        self._folded: set[int] = set()
+        """Hashes of the distinct tenants folded into ``other`` because ``limit`` was reached (not
+        ``named_only``'s, which raising ``maxTenantLabels`` would not name), at most
+        :data:`FOLDED_TRACKED`. Counting folded requests instead would say nothing new: that is
+        ``igw_tenant_requests_total{tenant="other"}``; how many tenants lack a label is what sizes
+        ``maxTenantLabels``."""
         self._given: set[str] = set()
         """Tenants given a label of their own first come, first served (bounded by ``limit``)."""
         self._named: set[str] = set()
@@ -85,7 +101,16 @@ class TenantLabels:
         found = _SHARED.get(registry)
         if found is None:
             found = _SHARED[registry] = cls()
+            if isinstance(registry, CollectorRegistry):
+                registry.register(_FoldedCollector(found))
         return found
+
+    @property
+    def folded(self) -> int:
+        """Distinct tenants counted as ``other`` because the first-come labels ran out (exact up to
+        :data:`FOLDED_TRACKED`, then it stays there: "at least"; a 64-bit hash collision, about one
+        in 10^12 at that size, would under-count by one)."""
+        return len(self._folded)
 
     def name(self, tenants: Set[str]) -> None:
         """Record tenants a family's configuration names (at start-up and on reload), so the other
@@ -100,7 +125,26 @@ class TenantLabels:
             return _own(tenant)
         if tenant in self._named or tenant in self._given:
             return _own(tenant)
-        if not named_only and len(self._given) < limit:
-            self._given.add(tenant)
-            return _own(tenant)
+        if not named_only:
+            if len(self._given) < limit:
+                self._given.add(tenant)
+                return _own(tenant)
+            if len(self._folded) < FOLDED_TRACKED:
+                self._folded.add(hash(tenant))
         return OTHER_TENANT
+
+
+@mypyc_attr(native_class=False)  # mypyc: it subclasses prometheus_client's, so it stays a Python class
+class _FoldedCollector(Collector):
+    """``igw_tenant_labels_folded_total`` of one registry's :class:`TenantLabels` (both tiers)."""
+
+    def __init__(self, labels: TenantLabels) -> None:
+        self._labels = labels
+
+    def collect(self) -> Iterator[Metric]:
+        yield CounterMetricFamily(
+            "igw_tenant_labels_folded",
+            "Distinct tenants counted as tenant=other because the first maxTenantLabels labels were "
+            f"taken (counted up to {FOLDED_TRACKED}); above 0, raise maxTenantLabels to name them.",
+            value=self._labels.folded,
+        )
