@@ -10,12 +10,16 @@ configuration schema, and the ``InferenceGatewayConfig`` with the project's own 
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Literal
+
+from jsonschema.exceptions import ValidationError
 
 from cdk import aws_tags, cdk_tokens
 from igw.addon import addon_version, aws_addon, chart, configuration, pins
@@ -197,6 +201,25 @@ DEFAULT_HEARTBEAT_TOKEN_KEY: Final = "token"
 DEFAULT_HEARTBEAT_TOKEN_REFRESH: Final = "1h"
 HEARTBEAT_REDIS_NODE: Final = ("extensions", "globalHeartbeat", "redis")
 """Where an InferenceGatewayConfig's spec names the global router's Redis (its ``passwordEnv``)."""
+DNS_LABEL: Final = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+"""A DNS-1123 label: what ``spec.extensions.globalHeartbeat.cluster`` must be (a cluster's name in the
+GlobalRouterConfig)."""
+NAME_HASH_LENGTH: Final = 8
+"""Hex digits of a name's SHA-256 that keep a derived name apart from its look-alikes."""
+
+
+def heartbeat_cluster_name(cluster_name: str) -> str:
+    """The cluster name a heartbeat added later outside the stack would take, which the failed-writes
+    alarms watch while the gateway config names none: ``clusterName`` itself when it is a DNS-1123
+    label, as ``spec.extensions.globalHeartbeat.cluster`` must be. An EKS name need not be one (upper
+    case, ``_``, up to 100 characters): it is lower-cased, ``_`` written ``-``, cut, and ends in ``-``
+    and a hash of the name as given, so that ``ML-prod``, ``ml-prod`` and ``ml_prod`` (three EKS
+    clusters of one account and region) do not watch one series."""
+    if DNS_LABEL.fullmatch(cluster_name):
+        return cluster_name
+    digest = hashlib.sha256(cluster_name.encode()).hexdigest()[:NAME_HASH_LENGTH]
+    readable = cluster_name.lower().replace("_", "-")[: 63 - NAME_HASH_LENGTH - 1].strip("-")
+    return f"{readable}-{digest}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -271,11 +294,23 @@ def _schema_problems(document: Any) -> list[str]:
     errors = sorted(
         validator.iter_errors(document), key=lambda e: (list(map(str, e.absolute_path)), e.message)
     )
-    return [f"{_path(list(error.absolute_path))}: {error.message}" for error in errors]
+    return [f"{_path(list(error.absolute_path))}: {_schema_message(error)}" for error in errors]
+
+
+def _schema_message(error: ValidationError) -> str:
+    """jsonschema's message, except for a pattern the schema describes in words (``x-igw-hint``): what
+    is allowed, not the bare regular expression (``'ml.prod' does not match '^[0-9A-Za-z]...'``)."""
+    hint = error.schema.get("x-igw-hint") if isinstance(error.schema, Mapping) else None
+    if error.validator == "pattern" and isinstance(hint, str):
+        return f"must be {hint}; got {error.instance!r}"
+    return error.message
 
 
 HYPERPOD_NAME_MAX: Final = 63
 """``AWS::SageMaker::Cluster`` ``ClusterName``: at most 63 characters (CDK only warns at synth)."""
+HYPERPOD_NAME: Final = re.compile(r"[a-zA-Z0-9](-*[a-zA-Z0-9])*")
+"""``AWS::SageMaker::Cluster`` ``ClusterName``'s characters (SageMaker's ``CreateCluster``): letters,
+digits and hyphens, no underscore (an EKS name may have one)."""
 PUBLIC_SUBNET_MASK: Final = 24
 PRIVATE_SUBNET_MASK: Final = 19
 """A new VPC's subnets, one of each per zone (``cdk/constructs/network.py``)."""
@@ -555,7 +590,14 @@ def _semantic_problems(doc: Mapping[str, Any]) -> list[str]:
     hyperpod = doc.get("hyperpod")
     if existing is None and hyperpod is not None and "clusterName" not in hyperpod:
         default = f"{doc['clusterName']}-hyperpod"
-        if len(default) > HYPERPOD_NAME_MAX:
+        if not HYPERPOD_NAME.fullmatch(default):
+            # EKS allows underscores in clusterName, HyperPod not in its own name.
+            problems.append(
+                f"hyperpod.clusterName: the default {default!r} is not a HyperPod cluster name (letters, "
+                "digits and hyphens only: clusterName has an underscore, which EKS allows and HyperPod "
+                "does not); set hyperpod.clusterName"
+            )
+        elif len(default) > HYPERPOD_NAME_MAX:
             problems.append(
                 f"hyperpod.clusterName: the default {default!r} is {len(default)} characters, over "
                 f"HyperPod's {HYPERPOD_NAME_MAX}; set hyperpod.clusterName (or a clusterName of at most "

@@ -45,11 +45,14 @@ def lifecycle_bucket_name(*, hyperpod_name: str, account: str, region: str) -> s
     """``sagemaker-<cluster>-<account>-<region>``, lower-cased. A name that does not fit S3's 63
     characters is cut and ends in a hash of the whole HyperPod name: cut alone, two HyperPod clusters
     of one account and region whose names share their first 30 or so characters were given the same
-    bucket, and the second ``cdk deploy`` failed (bucket names are global). Names that fit are as
-    before (a renamed bucket is replaced, and the HyperPod cluster's ``SourceS3Uri`` with it)."""
+    bucket, and the second ``cdk deploy`` failed (bucket names are global). A name that lower-casing
+    changed ends in that hash too, however short: HyperPod names are case-sensitive (SageMaker's
+    ``CreateCluster`` allows both cases and says nothing of case-insensitive uniqueness), and
+    ``GPU-Pool`` and ``gpu-pool`` were given one bucket. Lower-case names that fit are as before (a
+    renamed bucket is replaced, and the HyperPod cluster's ``SourceS3Uri`` with it)."""
     base = re.sub(r"[^a-z0-9-]", "-", f"sagemaker-{hyperpod_name}".lower())
     suffix = f"-{account}-{region}"
-    if len(base) + len(suffix) <= MAX_BUCKET_NAME:
+    if base == f"sagemaker-{hyperpod_name}" and len(base) + len(suffix) <= MAX_BUCKET_NAME:
         return base + suffix
     digest = hashlib.sha256(hyperpod_name.encode()).hexdigest()[:NAME_HASH_LENGTH]
     room = MAX_BUCKET_NAME - len(suffix) - len(digest) - 1

@@ -30,7 +30,7 @@ from typing import Any
 import aws_cdk as cdk
 from constructs import Construct
 
-from cdk.config import DeploymentConfig
+from cdk.config import DeploymentConfig, heartbeat_cluster_name
 from cdk.constructs.aws_inference_addon import AwsInferenceAddon
 from cdk.constructs.external_secret import SyncedSecret
 from cdk.constructs.gateway_config_manifest import GatewayConfig
@@ -95,8 +95,11 @@ class InferenceStack(cdk.Stack):
                 models=sorted({s["modelName"] for s in schedulers if "modelName" in s}),
                 pools=sorted({s["name"] for s in schedulers if "name" in s}),
                 # the cluster the heartbeats name; without heartbeats nothing is written (no data,
-                # not a breach), and the stack's cluster is the name a heartbeat added later takes
-                heartbeat_cluster=str(heartbeat["cluster"]) if heartbeat else config.cluster_name,
+                # not a breach), and the stack's cluster (as a DNS label) is the name a heartbeat
+                # added later takes
+                heartbeat_cluster=str(heartbeat["cluster"])
+                if heartbeat
+                else heartbeat_cluster_name(config.cluster_name),
                 # the gateway's own reading of the extension: its prune cadence sizes the alarm's period
                 heartbeat_prune_every_s=HeartbeatSettings.from_mapping(heartbeat).prune_every_s
                 if heartbeat
