@@ -95,6 +95,7 @@ class ReloadSignal:
         self._loop = loop
         self._stopping = stopping
         self._previous: Any = None
+        self._pending = False
 
     def __enter__(self) -> ReloadSignal:
         self._previous = signal.signal(signal.SIGHUP, self._on_signal)
@@ -115,9 +116,15 @@ class ReloadSignal:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGHUP})
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        # A check already on its way absorbs another SIGHUP: after a hang-up of a --workers group,
+        # worker 0 gets its own and the one its parent passes on, and checked the file twice.
+        if self._pending:
+            return
+        self._pending = True
         self._loop.call_soon_threadsafe(self._received)
 
     def _received(self) -> None:
+        self._pending = False
         if self._stopping():
             log.info("SIGHUP ignored: the gateway is stopping")
             return
