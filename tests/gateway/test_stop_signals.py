@@ -117,3 +117,20 @@ async def test_release_held_delivers_a_sighup_blocked_before_the_handler() -> No
         handler = signal.signal(signal.SIGHUP, signal.SIG_IGN)
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
         signal.signal(signal.SIGHUP, handler)
+
+
+async def test_a_sighup_while_a_check_is_on_its_way_is_absorbed() -> None:
+    """Worker 0 of a group hung up as a whole gets two SIGHUPs close together (its own and the one
+    its parent passes on): one check, not two. One after that check ran is a check of its own."""
+    reloads: list[int] = []
+    loop = asyncio.get_running_loop()
+    with ReloadSignal(lambda: reloads.append(1), loop, lambda: False) as reload_signal:
+        reload_signal._on_signal(signal.SIGHUP, None)
+        reload_signal._on_signal(signal.SIGHUP, None)  # before the loop ran the first
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        assert reloads == [1]
+        reload_signal._on_signal(signal.SIGHUP, None)
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        assert reloads == [1, 1]

@@ -256,3 +256,82 @@ def test_a_hang_up_while_a_worker_starts_is_a_reload_check_once_it_serves(
         if _hang_up_try(place, index, whole_group):
             return
     pytest.fail("in three tries the hang-up never reached the worker while it started")
+
+
+def _status_masks(pid: int) -> dict[str, int] | None:
+    """``pid``'s signal masks (``SigBlk``, ``SigCgt``, ...) from ``/proc``; ``None``: it is gone."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    return {
+        name: int(value, 16)
+        for name, _, value in (line.partition(":\t") for line in status.splitlines())
+        if name in ("SigPnd", "SigBlk", "SigIgn", "SigCgt")
+    }
+
+
+def _bit(sig: signal.Signals) -> int:
+    return 1 << (sig - 1)
+
+
+def _hang_up_igw_start_try(place: Path, workers: bool) -> bool:
+    """``igw serve`` (the ``--workers 2`` parent with ``workers``) sent SIGHUP while igw's own
+    start-up runs: its SIGTERM handler is in (:mod:`igw.cli.early_stop`), its SIGHUP handler not yet
+    (``SigCgt``). Checks that SIGHUP was blocked then, that it serves, checks the file once, and
+    stops with 0. ``False``: the moment was missed (it had its handler already)."""
+    config, eps = write_config(place, gateway_doc(routing=SLOW_RELOADS), ["127.0.0.1:9"])
+    log = place / "gw.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [
+                sys.executable, "-m", "igw.cli.main", "serve", "--config", str(config),
+                "--endpoints", str(eps), "--host", "127.0.0.1", "--port", "0",
+                "--drain-seconds", "0.2", "--stream-grace-seconds", "0.2",
+                *(["--workers", "2"] if workers else []),
+            ],
+            stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert time.monotonic() < deadline, _text(log)
+            masks = _status_masks(proc.pid)
+            assert proc.poll() is None, f"exited {proc.poll()}: {_text(log)}"
+            assert masks is not None, _text(log)
+            if masks["SigCgt"] & _bit(signal.SIGHUP):
+                return False  # its handler is in: too late for this try
+            if masks["SigCgt"] & _bit(signal.SIGTERM):  # igw's main has begun
+                proc.send_signal(signal.SIGHUP)
+                break
+            time.sleep(0.001)
+        ready = "all 2 workers serve" if workers else "serving 1 scheduler"
+        _wait_for(lambda: ready in _text(log), 60, "it serves", proc, log)
+        checked = "SIGHUP: checking the configuration file"
+        _wait_for(lambda: checked in _text(log), 20, "the held SIGHUP's check", proc, log)
+        assert _stop(proc) == 0, _text(log)[-3000:]
+        assert _text(log).count(checked) == 1, _text(log)[-3000:]
+        assert masks["SigBlk"] & _bit(signal.SIGHUP), "SIGHUP was not blocked during igw's start-up"
+        assert "Traceback" not in _text(log)
+        return True
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+@pytest.mark.parametrize("workers", [False, True], ids=["single", "workers-parent"])
+def test_a_hang_up_during_igw_serves_own_start_up_is_one_check_once_serving(
+    tmp_path: Path, workers: bool
+) -> None:
+    """SIGHUP to ``igw serve`` in its first fraction of a second, before its reload handler (the
+    single process's, the ``--workers`` parent's) was installed, ended it with -1 (the default
+    action). igw now blocks SIGHUP from the start of its ``main`` until that handler is in; the one
+    held back is a configuration check once it serves. A try whose signal came after the handler
+    proves nothing: up to three processes are started until one lands in the start-up."""
+    for attempt in range(3):
+        place = tmp_path / f"try-{attempt}"
+        place.mkdir()
+        if _hang_up_igw_start_try(place, workers):
+            return
+    pytest.fail("in three tries the hang-up never reached igw serve while it started")

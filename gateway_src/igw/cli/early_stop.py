@@ -13,6 +13,14 @@ until it has, both signals only *record* that they came. The parser's caller the
 the signal at once; such a command asks :func:`take` right after installing its handlers and stops
 before it starts. A signal ignored when igw starts (a background job of a non-interactive shell
 starts with SIGINT ignored) stays ignored.
+
+SIGHUP has no handler in most commands, and its default action ends the process: a command that
+handles it (``HOLDS_HANGUP = True`` in its module, ``igw serve``, whose handler is a configuration
+check) gets it blocked from the start of :func:`igw.cli.main.main` (:func:`hold_hangup`) until it has
+installed that handler and unblocks it, so one sent during its start-up (a terminal's hang-up, a
+``kill -HUP`` for a reload) is handled then, once, instead of ending it (exit -1, session s48). Any
+other command has it unblocked again right after parsing (:func:`let_hangup_through`): a SIGHUP ends
+it as before.
 """
 
 from __future__ import annotations
@@ -55,3 +63,31 @@ def take() -> int | None:
     found = received()
     _received.clear()
     return found
+
+
+def hold_hangup() -> bool:
+    """Block SIGHUP in the calling (main) thread; returns whether it was blocked already (a worker of
+    ``igw serve --workers`` is started with it blocked), in which case nothing here undoes it."""
+    return signal.SIGHUP in signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})
+
+
+def let_hangup_through(held_before: bool) -> None:
+    """Undo :func:`hold_hangup` for a command with no SIGHUP handler: one held back acts now (its
+    default action ends the command, as a SIGHUP did before igw blocked it)."""
+    if not held_before:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGHUP})
+
+
+def drop_held_hangup(held_before: bool) -> None:
+    """At the command's return: unblock SIGHUP again (unless it was blocked before igw started),
+    discarding one still held back with no handler to take it. A command that returned before it
+    handled SIGHUP (``igw serve`` refusing its configuration) exits with its own code, not -1; and a
+    caller of :func:`igw.cli.main.main` in the same process (a test) is not ended by it."""
+    if held_before:
+        return
+    if signal.SIGHUP in signal.sigpending() and signal.getsignal(signal.SIGHUP) in (signal.SIG_DFL, None):
+        previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)  # discards the pending one (POSIX)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGHUP})
+        signal.signal(signal.SIGHUP, previous)
+        return
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGHUP})

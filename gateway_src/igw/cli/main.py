@@ -85,7 +85,11 @@ def build_parser() -> argparse.ArgumentParser:
         # argparse %-formats help strings (not descriptions): a literal % in HELP must be doubled
         cmd = sub.add_parser(name, help=module.HELP.replace("%", "%%"), description=module.HELP)
         module.add_arguments(cmd)
-        cmd.set_defaults(_run=module.run, _defers_stop=getattr(module, "DEFERS_STOP_SIGNALS", False))
+        cmd.set_defaults(
+            _run=module.run,
+            _defers_stop=getattr(module, "DEFERS_STOP_SIGNALS", False),
+            _holds_hangup=getattr(module, "HOLDS_HANGUP", False),
+        )
     return parser
 
 
@@ -128,6 +132,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     # The previous handlers are restored on return (main may be called in-process, e.g. by tests).
     if threading.current_thread() is not threading.main_thread():
         return _main(argv)
+    # SIGHUP is blocked as early (a command that handles it unblocks it once it has: HOLDS_HANGUP).
+    hangup_held_before = early_stop.hold_hangup()
     previous = early_stop.defer()
     try:
         args, run = _parse(argv)
@@ -137,6 +143,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if stopped is not None:
             print("igw: interrupted", file=sys.stderr)
             return 128 + stopped
+        if not getattr(args, "_holds_hangup", False):
+            early_stop.let_hangup_through(hangup_held_before)
         if not getattr(args, "_defers_stop", False):
             _act_on_stop_signals(previous)
         return run(args)
@@ -150,6 +158,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             current = signal.getsignal(signum)
             if current is _exit_on_sigterm or early_stop.deferring(signum):  # a command may have set its own
                 signal.signal(signum, handler)
+        early_stop.drop_held_hangup(hangup_held_before)
 
 
 def _act_on_stop_signals(previous: dict[signal.Signals, Any]) -> None:

@@ -36,6 +36,10 @@ from igw.cli.option_scope import given
 from igw.gateway.worker_heartbeat import STUCK_AFTER_S
 
 HELP = "Run the GPU-aware inference gateway (OpenAI-compatible proxy with the endpoint picker)."
+HOLDS_HANGUP = True
+"""SIGHUP stays blocked from igw's start until the reload handler is installed (the single process's
+:class:`~igw.gateway.stop_signals.ReloadSignal`, the ``--workers`` parent's own): one sent during the
+start-up is a configuration check once serving, not the default action (:mod:`igw.cli.early_stop`)."""
 
 EXIT_CONFIG = 2
 EXIT_WORKER_SETUP = 1

@@ -95,6 +95,7 @@ class ReloadSignal:
         self._loop = loop
         self._stopping = stopping
         self._previous: Any = None
+        self._pending = False
 
     def __enter__(self) -> ReloadSignal:
         self._previous = signal.signal(signal.SIGHUP, self._on_signal)
@@ -106,16 +107,24 @@ class ReloadSignal:
     def release_held(self) -> None:
         """Unblock SIGHUP in this (main) thread: one that came while it was blocked is handled now.
 
-        The parent of ``--workers`` starts each worker with SIGHUP blocked
-        (:func:`sighup_held`); call this once the worker serves (its reloader runs), so
-        that a hang-up of the whole process group during its start-up is a reload check then, not the
-        default action that ended the worker mid-import. A no-op where nothing blocked it."""
+        ``igw serve`` blocks SIGHUP from the start of :func:`igw.cli.main.main` (serve's
+        ``HOLDS_HANGUP``), and the parent of ``--workers`` starts each worker with it blocked
+        (:func:`sighup_held`); call this once the process serves (its reloader runs), so that a
+        hang-up during its start-up (of the whole process group, or of this process alone) is a
+        reload check then, not the default action that ended it mid-import. A no-op where nothing
+        blocked it."""
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGHUP})
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        # A check already on its way absorbs another SIGHUP: after a hang-up of a --workers group,
+        # worker 0 gets its own and the one its parent passes on, and checked the file twice.
+        if self._pending:
+            return
+        self._pending = True
         self._loop.call_soon_threadsafe(self._received)
 
     def _received(self) -> None:
+        self._pending = False
         if self._stopping():
             log.info("SIGHUP ignored: the gateway is stopping")
             return

@@ -369,6 +369,8 @@ def supervise(
 
     previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     previous[signal.SIGHUP] = signal.signal(signal.SIGHUP, pass_reload)
+    # Blocked since igw started (serve's HOLDS_HANGUP): one held back runs pass_reload now.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGHUP})
     try:
         parent = socket_directory_parent()
         with tempfile.TemporaryDirectory(prefix=GROUP_DIRECTORY_PREFIX, dir=parent) as directory:
