@@ -386,9 +386,13 @@ class FakeModelServer:
 
     async def _respond(self, request: web.Request) -> web.StreamResponse:
         """``/v1/responses``: a response of ``tokens`` output tokens, whole or as the Responses API's
-        event stream (``response.created`` before the prefill, one ``response.output_text.delta`` per
-        token, ``response.completed`` with the usage), its id the body's ``request_id`` (as vLLM's), else
-        ``resp_<server>_<n>``; the object names the server that made it (``server``)."""
+        event stream in OpenAI's and vLLM's order (``response.created`` and ``response.in_progress``
+        before the prefill; the message's ``output_item.added`` and ``content_part.added``; one
+        ``response.output_text.delta`` per token; the text's, part's and item's ``...done`` events;
+        ``response.completed`` with the usage), its id the body's ``request_id`` (as vLLM's), else
+        ``resp_<server>_<n>``; the object names the server that made it (``server``). Why the whole
+        sequence: the SDK's ``client.responses.stream`` builds the response from it and raised on the
+        created/deltas/completed subset sent before session s48 (a delta before its output item)."""
         data = await self._received_json(request)
         if self.infer_status != 200:
             return self._refusal()
@@ -450,20 +454,23 @@ class FakeModelServer:
 
         created = {**done, "status": "in_progress", "output": [], "usage": None}
         await send("response.created", response=created)
+        await send("response.in_progress", response=created)
         if self.first_token_delay_s:
             await asyncio.sleep(self.first_token_delay_s)
+        where = {"item_id": message["id"], "output_index": 0, "content_index": 0}
+        opened = {**message, "status": "in_progress", "content": []}
+        await send("response.output_item.added", output_index=0, item=opened)
+        part = {"type": "output_text", "text": "", "annotations": []}
+        await send("response.content_part.added", **where, part=part)
         for i in range(self.tokens):
             if self._dies_at(request, i):
                 return resp
-            await send(
-                "response.output_text.delta",
-                item_id=message["id"],
-                output_index=0,
-                content_index=0,
-                delta=f"tok{i}",
-            )
+            await send("response.output_text.delta", **where, delta=f"tok{i}", logprobs=[])
             if self.token_delay_s:
                 await asyncio.sleep(self.token_delay_s)
+        await send("response.output_text.done", **where, text=text, logprobs=[])
+        await send("response.content_part.done", **where, part={**part, "text": text})
+        await send("response.output_item.done", output_index=0, item=message)
         await send("response.completed", response=done)
         await resp.write_eof()
         return resp

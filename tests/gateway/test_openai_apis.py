@@ -25,6 +25,19 @@ CHAT_MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 EMBEDDING_MODEL = "BAAI/bge-m3"
 DOC = config_doc([scheduler("llama", CHAT_MODEL), scheduler("bge", EMBEDDING_MODEL)])
 SWITCHES = pytest.mark.parametrize("switch", ["lean", "aiohttp"])
+OPENING = [
+    "response.created",
+    "response.in_progress",
+    "response.output_item.added",
+    "response.content_part.added",
+]
+"""A streamed response's events before its first delta, in OpenAI's and vLLM's order."""
+CLOSING = [
+    "response.output_text.done",
+    "response.content_part.done",
+    "response.output_item.done",
+    "response.completed",
+]
 
 
 def client(url: str) -> openai.AsyncOpenAI:
@@ -107,7 +120,7 @@ async def test_a_streamed_response_is_relayed_event_by_event_and_its_ttft_is_the
         async with client(gw.url) as oai:
             stream = await oai.responses.create(model=CHAT_MODEL, input="hi", stream=True)
             kinds = [event.type async for event in stream]
-        assert kinds == ["response.created"] + ["response.output_text.delta"] * 3 + ["response.completed"]
+        assert kinds == [*OPENING, *["response.output_text.delta"] * 3, *CLOSING]
         (line,) = [orjson.loads(r.getMessage()) for r in caplog.records if r.name == "igw.access"]
         assert line["path"] == "/v1/responses"
         assert line["stream"] is True
@@ -118,6 +131,28 @@ async def test_a_streamed_response_is_relayed_event_by_event_and_its_ttft_is_the
         # the 0.25 s bucket holds no observation: the created event did not count as the first token
         assert metric(text, "igw_time_to_first_token_seconds_bucket", model=CHAT_MODEL, le="0.25") == 0
         assert metric(text, "igw_tokens_total", model=CHAT_MODEL, direction="out") == 3
+
+
+@SWITCHES
+async def test_the_sdks_response_stream_helper_builds_the_response_through_the_gateway(
+    gateway: Any, monkeypatch: pytest.MonkeyPatch, switch: str
+) -> None:
+    """``client.responses.stream`` (the SDK's accumulating helper) gets every event it needs to build
+    the response: it raised on a delta before its output item when the fake sent only created,
+    deltas and completed."""
+    monkeypatch.setenv(SWITCH_ENV, switch)
+    async with (
+        running(FakeModelServer("a", tokens=4)) as (a,),
+        gateway(DOC, {"llama": [a.key], "bge": []}) as gw,
+    ):
+        async with client(gw.url) as oai, oai.responses.stream(model=CHAT_MODEL, input="hi") as stream:
+            texts = [event.delta async for event in stream if event.type == "response.output_text.delta"]
+            final = await stream.get_final_response()
+        assert texts == ["tok0", "tok1", "tok2", "tok3"]
+        assert final.output_text == "tok0tok1tok2tok3"
+        assert final.usage is not None
+        assert final.usage.output_tokens == 4
+        assert final.id in a.made_responses
 
 
 async def test_bad_bodies_of_the_new_apis_get_openai_errors_naming_the_field(gateway: Any) -> None:
@@ -163,7 +198,7 @@ async def test_a_response_stream_cut_by_its_pod_ends_in_an_error_the_sdk_raises(
 
         with pytest.raises(openai.APIError, match="upstream model server closed the stream"):
             await read_the_stream()
-        assert seen == ["response.created", "response.output_text.delta", "response.output_text.delta"]
+        assert seen == [*OPENING, "response.output_text.delta", "response.output_text.delta"]
 
 
 @SWITCHES
