@@ -14,6 +14,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed448, ed25519, rsa
 from jwt.algorithms import ECAlgorithm, OKPAlgorithm, RSAAlgorithm
 
@@ -156,6 +157,27 @@ def still_listed(keys: KeySet, document: Any) -> KeySet:
         without_kid=tuple(key for key in keys.without_kid if _members(_public_jwk(key.key)) in materials),
         skipped=keys.skipped,
     )
+
+
+def same_keys(a: KeySet, b: KeySet) -> bool:
+    """Whether two key sets verify exactly the same tokens: the same keys (by ``kid``, algorithms and
+    public value, DER SubjectPublicKeyInfo) and as many of each. A refetch of an unchanged JWKS
+    then keeps the verdicts cached against it (:attr:`JwksCache.generation
+    <igw.security.jwks.JwksCache.generation>` stays): before session s48 every successful fetch
+    emptied every verified-token cache, so an unknown ``kid`` (anyone may send one) forced a
+    signature check of every active token once per ``unknownKidCooldown``."""
+    return len(a) == len(b) and _canonical(a) == _canonical(b)
+
+
+def _canonical(keys: KeySet) -> list[tuple[str, tuple[str, ...], bytes]]:
+    return sorted(
+        (key.kid or "", tuple(sorted(key.algorithms)), _spki(key.key))
+        for key in (*keys.by_kid.values(), *keys.without_kid)
+    )
+
+
+def _spki(key: PublicKey) -> bytes:
+    return key.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
 
 
 def _public_jwk(key: PublicKey) -> Mapping[str, Any]:

@@ -38,7 +38,7 @@ from igw.errors import IgwSecurityError
 from igw.redaction import redact_url
 from igw.security.clock import Clock
 from igw.security.fetch import FetchError, fetch_json, require_https
-from igw.security.jwk import KeySet, VerificationKey, parse_jwks, still_listed
+from igw.security.jwk import KeySet, VerificationKey, parse_jwks, same_keys, still_listed
 from igw.security.metrics import SecurityMetrics
 from igw.security.settings import JwksSettings
 
@@ -85,7 +85,8 @@ class JwksCache:
         self._keys: KeySet | None = None
         self._fetched_at: float | None = None
         self.generation = 0
-        """Increments whenever the key set is replaced; verified-token caches key on it. A plain
+        """Increments whenever the usable key set changes (a fetch returning the same keys leaves it:
+        :func:`~igw.security.jwk.same_keys`); verified-token caches key on it. A plain
         attribute, not a property: the verifier reads it for every authenticated request, and this
         module stays interpreted (a property is a Python call per read)."""
         self._inflight: asyncio.Task[None] | None = None
@@ -158,10 +159,12 @@ class JwksCache:
 
     def usable_until(self) -> float:
         """The clock reading from which the current key set counts as too stale (``-inf`` before the
-        first load). It changes only together with :attr:`generation` (a new key set), so a verified-
-        token cache may bound an entry by it once, when storing, instead of asking :meth:`ready` on
-        every hit; an entry is then reused only while ``now < usable_until()``, while :meth:`ready`
-        holds up to ``now == usable_until()`` (the cache is the stricter one at the boundary)."""
+        first load). It only moves later between changes of :attr:`generation` (a refetch of the same
+        keys), so a verified-token cache may bound an entry by it once, when storing, instead of
+        asking :meth:`ready` on every hit (an entry bound by an earlier reading is re-verified
+        sooner than needed, never later); an entry is then reused only while
+        ``now < usable_until()``, while :meth:`ready` holds up to ``now == usable_until()`` (the
+        cache is the stricter one at the boundary)."""
         if self._keys is None or self._fetched_at is None:
             return float("-inf")
         return self._fetched_at + self._settings.max_stale_s
@@ -190,9 +193,10 @@ class JwksCache:
         self._install(keys)
 
     def _install(self, keys: KeySet) -> None:
+        if self._keys is None or not same_keys(self._keys, keys):
+            self.generation += 1  # an unchanged set keeps the verdicts cached against it
         self._keys = keys
         self._fetched_at = self._clock()
-        self.generation += 1
         self._failures = 0
         self._next_attempt_at = float("-inf")
         self.last_error = None
