@@ -29,7 +29,7 @@ import contextlib
 import logging
 import random
 import ssl
-from collections.abc import Collection
+from collections.abc import Sequence
 from typing import Final
 
 import aiohttp
@@ -61,7 +61,7 @@ class JwksCache:
         jwks_uri: str,
         issuer: str,
         settings: JwksSettings,
-        algorithms: Collection[str],
+        algorithms: Sequence[str],
         oidc_discovery: bool = False,
         clock: Clock,
         rng: random.Random,
@@ -75,7 +75,7 @@ class JwksCache:
         self._configured_uri = jwks_uri
         self._issuer = issuer
         self._settings = settings
-        self._algorithms = frozenset(algorithms)
+        self._algorithms = tuple(algorithms)  # ordered: binds keys published without alg (jwk.py)
         self._discovery = oidc_discovery
         self._clock = clock
         self._rng = rng
