@@ -72,6 +72,9 @@ async def test_an_issuer_publishing_no_usable_key_at_all_fails_closed(
     assert guard.jwks.last_error == "JWKS has no usable keys"
     await refused(guard, token)
     assert not guard.readiness().ready
+    assert "no longer lists any key in use" in guard.jwks.readiness_detail()
+    assert make_guard.metric("igw_jwks_keys") == 0
+    assert make_guard.metric("igw_jwks_ready") == 0  # IgwJwksNotReady
     jwks_server.set_keys(keys.rsa)  # the issuer publishes it again: served after the next fetch
     tokens.clock.advance(5)
     await guard.jwks.refresh()

@@ -173,6 +173,10 @@ class JwksCache:
         age = self.age_s()
         if self._keys is None:
             why = f": {self.last_error}" if self.last_error else ""
+            if age is not None:
+                # loaded once, then every key withdrawn (_withdraw_unlisted): not a cold start, and
+                # an operator reading /readyz must not look for a network fault (before session s48)
+                return f"JWKS: the issuer no longer lists any key in use, none left (fail closed){why}"
             return f"JWKS not loaded yet{why}"
         assert age is not None
         if age > self._settings.max_stale_s:
