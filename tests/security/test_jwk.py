@@ -12,7 +12,7 @@ from igw.security.jwk import KeySkipped, parse_jwk, parse_jwks
 from igw.security.settings import DEFAULT_ALGORITHMS
 from tests.security.helpers import Keys, b64url
 
-ALLOWED = frozenset(DEFAULT_ALGORITHMS)
+ALLOWED = DEFAULT_ALGORITHMS
 
 
 def rsa_jwk(bits: int = 2048, e: int = 65537, **extra: Any) -> dict[str, Any]:
@@ -106,7 +106,11 @@ def test_jwks_key_count_cap(good_rsa: dict[str, Any]) -> None:
 
 def test_algorithm_binding_by_key_type(keys: Keys) -> None:
     rsa_key = parse_jwk(keys.rsa.public_jwk(with_alg=False), allowed_algorithms=ALLOWED)
-    assert rsa_key.algorithms == {"RS256", "RS384", "RS512", "PS256", "PS384", "PS512"}
+    # RFC 8725 section 3.1: one algorithm per key. A key published without alg takes the first
+    # allowed one its type fits (before s48 an RSA key verified all six RS*/PS* algorithms)
+    assert rsa_key.algorithms == {"RS256"}
+    ps_first = parse_jwk(keys.rsa.public_jwk(with_alg=False), allowed_algorithms=("ES256", "PS384", "RS256"))
+    assert ps_first.algorithms == {"PS384"}
     stated = parse_jwk(keys.rsa.public_jwk(), allowed_algorithms=ALLOWED)
     assert stated.algorithms == {"RS256"}
     assert parse_jwk(keys.ec.public_jwk(with_alg=False), allowed_algorithms=ALLOWED).algorithms == {"ES256"}
@@ -116,7 +120,7 @@ def test_algorithm_binding_by_key_type(keys: Keys) -> None:
         "kid": "x",
     }
     assert parse_jwk(ed448_jwk, allowed_algorithms=ALLOWED).algorithms == {"EdDSA"}
-    only_ps = parse_jwk(keys.rsa.public_jwk(with_alg=False), allowed_algorithms=frozenset({"PS256"}))
+    only_ps = parse_jwk(keys.rsa.public_jwk(with_alg=False), allowed_algorithms=("PS256",))
     assert only_ps.algorithms == {"PS256"}
     with pytest.raises(KeySkipped, match="allowed"):
-        parse_jwk(keys.ec.public_jwk(), allowed_algorithms=frozenset({"RS256"}))
+        parse_jwk(keys.ec.public_jwk(), allowed_algorithms=("RS256",))

@@ -72,6 +72,9 @@ async def test_an_issuer_publishing_no_usable_key_at_all_fails_closed(
     assert guard.jwks.last_error == "JWKS has no usable keys"
     await refused(guard, token)
     assert not guard.readiness().ready
+    assert "no longer lists any key in use" in guard.jwks.readiness_detail()
+    assert make_guard.metric("igw_jwks_keys") == 0
+    assert make_guard.metric("igw_jwks_ready") == 0  # IgwJwksNotReady
     jwks_server.set_keys(keys.rsa)  # the issuer publishes it again: served after the next fetch
     tokens.clock.advance(5)
     await guard.jwks.refresh()
@@ -99,3 +102,38 @@ async def test_a_failed_fetch_that_lists_the_keys_in_use_keeps_them(
         assert guard.jwks.last_error is not None
         assert guard.jwks.generation == generation
         assert (await guard.authenticate(token)).authenticated
+
+
+async def test_a_refetch_of_the_same_keys_keeps_cached_verdicts(
+    make_guard: GuardMaker, jwks_server: JwksServer, tokens: TokenFactory, keys: Keys
+) -> None:
+    """An unknown ``kid`` (anyone may send one) refetches the JWKS once per cooldown. When the issuer
+    still publishes the same keys, cached verdicts stay (a hit, no signature check); before s48 every
+    successful fetch emptied the verified-token cache, so such a token forced a re-verification of
+    every active token every 30 s. A set that did change still drops them (attack case J26)."""
+    jwks_server.set_keys(keys.rsa, keys.ec)
+    guard = await make_guard()
+    assert guard.jwks is not None
+    token = bearer(tokens.token(keys.rsa, exp=int(tokens.clock()) + 86_400))
+    await guard.authenticate(token)  # verified and cached
+    unknown = bearer(tokens.token(keys.attacker, kid="nobody"))
+    generation, fetches = guard.jwks.generation, jwks_server.fetches
+    jwks_server.jwks = {"keys": list(reversed(jwks_server.jwks["keys"]))}  # same keys, other order
+    await refused(guard, unknown)
+    assert jwks_server.fetches == fetches + 1
+    assert guard.jwks.generation == generation
+    assert (await guard.authenticate(token)).authenticated
+    assert make_guard.metric("igw_auth_token_cache_total", {"result": "hit"}) == 1
+
+    for changed in (
+        [keys.rsa.public_jwk(), keys.ec.public_jwk(), keys.rsa2.public_jwk()],  # a key added
+        [keys.rsa.public_jwk(), {**keys.ec.public_jwk(), "kid": "ec-renamed"}],  # same key, new kid
+    ):
+        tokens.clock.advance(31)  # past the unknown-kid cooldown
+        jwks_server.jwks = {"keys": changed}
+        await refused(guard, unknown)
+        assert guard.jwks.generation > generation
+        generation = guard.jwks.generation
+        misses = make_guard.metric("igw_auth_token_cache_total", {"result": "miss"})
+        assert (await guard.authenticate(token)).authenticated
+        assert make_guard.metric("igw_auth_token_cache_total", {"result": "miss"}) == (misses or 0) + 1

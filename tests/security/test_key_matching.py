@@ -172,3 +172,24 @@ async def test_a_jwks_with_more_keys_per_algorithm_than_the_cap_is_logged_once_w
         jwks_server.jwks = {"keys": published}
         await guard.jwks.refresh()
     assert len([r for r in caplog.records if "maxKeysPerToken" in r.getMessage()]) == 1
+
+
+async def test_a_key_published_without_alg_verifies_one_algorithm_only(
+    make_guard: GuardMaker, jwks_server: JwksServer, tokens: TokenFactory, keys: Keys
+) -> None:
+    """RFC 8725 section 3.1: one algorithm per key. An RSA key published without ``alg`` (as Entra ID
+    publishes its keys) is bound to the first RSA algorithm of ``authorization.algorithms`` (RS256 by
+    default); a PS256 token signed by the same key is refused ``no_matching_key``. Before s48 it
+    verified with any of RS256/384/512 and PS256/384/512. Listing PS256 first binds it to PS256."""
+    jwks_server.jwks = {"keys": [keys.rsa.public_jwk(with_alg=False)]}
+    guard = await make_guard()
+    rs256 = bearer(mint(keys.rsa, tokens.claims(), alg="RS256"))
+    ps256 = bearer(mint(keys.rsa, tokens.claims(), alg="PS256"))
+    assert (await guard.authenticate(rs256)).authenticated
+    with pytest.raises(GuardDenied):
+        await guard.authenticate(ps256)
+    assert make_guard.metric("igw_auth_denied_total", {"reason": "no_matching_key"}) == 1
+    ps_first = await make_guard(extensions={"authorization": {"algorithms": ["PS256", "RS256"]}})
+    assert (await ps_first.authenticate(ps256)).authenticated
+    with pytest.raises(GuardDenied):
+        await ps_first.authenticate(rs256)

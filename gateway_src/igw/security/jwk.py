@@ -1,4 +1,4 @@
-"""JWK Set parsing: each usable key bound to exactly the algorithms its type allows (RFC 8725 §3.1).
+"""JWK Set parsing: each usable key bound to exactly one algorithm its type allows (RFC 8725 §3.1).
 
 A key that is unsafe or ambiguous is skipped and logged, never used (attack case J22): HMAC
 (``oct``) keys, RSA moduli under 2048 bits or bad exponents, keys carrying private material,
@@ -10,10 +10,11 @@ The key objects are parsed by PyJWT/cryptography (which check that EC points lie
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed448, ed25519, rsa
 from jwt.algorithms import ECAlgorithm, OKPAlgorithm, RSAAlgorithm
 
@@ -39,7 +40,7 @@ class KeySkipped(IgwSecurityError, ValueError):
 class VerificationKey:
     kid: str | None
     algorithms: frozenset[str]
-    """The only algorithms this key may verify (one when the JWK states ``alg``)."""
+    """The only algorithm this key may verify (a set of one: :func:`parse_jwk`)."""
     key: PublicKey
 
 
@@ -99,14 +100,14 @@ def _by_alg(keys: tuple[VerificationKey, ...]) -> dict[str, tuple[VerificationKe
     return {alg: tuple(group) for alg, group in grouped.items()}
 
 
-def parse_jwks(document: Any, *, allowed_algorithms: Collection[str], max_keys: int) -> KeySet:
+def parse_jwks(document: Any, *, allowed_algorithms: Sequence[str], max_keys: int) -> KeySet:
     """Parse a JWKS document; raises ``ValueError`` only when the document as a whole is unusable."""
     if not isinstance(document, Mapping) or not isinstance(document.get("keys"), list):
         raise ValueError('JWKS document is not an object with a "keys" array')
     raw_keys: list[Any] = document["keys"]
     if len(raw_keys) > max_keys:
         raise ValueError(f"JWKS has {len(raw_keys)} keys, more than the cap of {max_keys}")
-    allowed = frozenset(allowed_algorithms)
+    allowed = tuple(allowed_algorithms)
     parsed: list[VerificationKey] = []
     skipped: list[str] = []
     for index, raw in enumerate(raw_keys):
@@ -158,6 +159,27 @@ def still_listed(keys: KeySet, document: Any) -> KeySet:
     )
 
 
+def same_keys(a: KeySet, b: KeySet) -> bool:
+    """Whether two key sets verify exactly the same tokens: the same keys (by ``kid``, algorithms and
+    public value, DER SubjectPublicKeyInfo) and as many of each. A refetch of an unchanged JWKS
+    then keeps the verdicts cached against it (:attr:`JwksCache.generation
+    <igw.security.jwks.JwksCache.generation>` stays): before session s48 every successful fetch
+    emptied every verified-token cache, so an unknown ``kid`` (anyone may send one) forced a
+    signature check of every active token once per ``unknownKidCooldown``."""
+    return len(a) == len(b) and _canonical(a) == _canonical(b)
+
+
+def _canonical(keys: KeySet) -> list[tuple[str, tuple[str, ...], bytes]]:
+    return sorted(
+        (key.kid or "", tuple(sorted(key.algorithms)), _spki(key.key))
+        for key in (*keys.by_kid.values(), *keys.without_kid)
+    )
+
+
+def _spki(key: PublicKey) -> bytes:
+    return key.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+
+
 def _public_jwk(key: PublicKey) -> Mapping[str, Any]:
     if isinstance(key, rsa.RSAPublicKey):
         return RSAAlgorithm.to_jwk(key, as_dict=True)
@@ -171,7 +193,9 @@ def _members(jwk: Mapping[str, Any]) -> tuple[object, ...]:
     return tuple(jwk.get(name) for name in ("kty", "crv", "n", "e", "x", "y"))
 
 
-def parse_jwk(raw: Any, *, allowed_algorithms: frozenset[str]) -> VerificationKey:
+def parse_jwk(raw: Any, *, allowed_algorithms: Sequence[str]) -> VerificationKey:
+    """One JWK as a key bound to exactly one algorithm: its ``alg`` when it states one (which must
+    fit its type and be allowed), else the first of ``allowed_algorithms`` (ordered) its type fits."""
     if not isinstance(raw, Mapping):
         raise KeySkipped("not a JSON object")
     kid = raw.get("kid")
@@ -200,10 +224,13 @@ def parse_jwk(raw: Any, *, allowed_algorithms: frozenset[str]) -> VerificationKe
         if not isinstance(stated, str) or stated not in compatible:
             raise KeySkipped(f"alg {stated!r} does not fit a {kty} key")
         compatible = frozenset({stated})
-    usable = compatible & allowed_algorithms
-    if not usable:
+    # One algorithm per key (RFC 8725 section 3.1): a key without ``alg`` (Entra ID publishes none)
+    # is bound to the first allowed algorithm its type fits, in ``authorization.algorithms`` order.
+    # Before session s48 an RSA key without ``alg`` verified all six RS*/PS* algorithms.
+    usable = next((alg for alg in allowed_algorithms if alg in compatible), None)
+    if usable is None:
         raise KeySkipped("none of the key's algorithms is allowed")
-    return VerificationKey(kid=kid, algorithms=usable, key=key)
+    return VerificationKey(kid=kid, algorithms=frozenset({usable}), key=key)
 
 
 def _rsa_key(raw: Mapping[str, Any]) -> rsa.RSAPublicKey:

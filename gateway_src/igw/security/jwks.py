@@ -29,7 +29,7 @@ import contextlib
 import logging
 import random
 import ssl
-from collections.abc import Collection
+from collections.abc import Sequence
 from typing import Final
 
 import aiohttp
@@ -38,7 +38,7 @@ from igw.errors import IgwSecurityError
 from igw.redaction import redact_url
 from igw.security.clock import Clock
 from igw.security.fetch import FetchError, fetch_json, require_https
-from igw.security.jwk import KeySet, VerificationKey, parse_jwks, still_listed
+from igw.security.jwk import KeySet, VerificationKey, parse_jwks, same_keys, still_listed
 from igw.security.metrics import SecurityMetrics
 from igw.security.settings import JwksSettings
 
@@ -61,7 +61,7 @@ class JwksCache:
         jwks_uri: str,
         issuer: str,
         settings: JwksSettings,
-        algorithms: Collection[str],
+        algorithms: Sequence[str],
         oidc_discovery: bool = False,
         clock: Clock,
         rng: random.Random,
@@ -75,7 +75,7 @@ class JwksCache:
         self._configured_uri = jwks_uri
         self._issuer = issuer
         self._settings = settings
-        self._algorithms = frozenset(algorithms)
+        self._algorithms = tuple(algorithms)  # ordered: binds keys published without alg (jwk.py)
         self._discovery = oidc_discovery
         self._clock = clock
         self._rng = rng
@@ -85,7 +85,8 @@ class JwksCache:
         self._keys: KeySet | None = None
         self._fetched_at: float | None = None
         self.generation = 0
-        """Increments whenever the key set is replaced; verified-token caches key on it. A plain
+        """Increments whenever the usable key set changes (a fetch returning the same keys leaves it:
+        :func:`~igw.security.jwk.same_keys`); verified-token caches key on it. A plain
         attribute, not a property: the verifier reads it for every authenticated request, and this
         module stays interpreted (a property is a Python call per read)."""
         self._inflight: asyncio.Task[None] | None = None
@@ -158,10 +159,12 @@ class JwksCache:
 
     def usable_until(self) -> float:
         """The clock reading from which the current key set counts as too stale (``-inf`` before the
-        first load). It changes only together with :attr:`generation` (a new key set), so a verified-
-        token cache may bound an entry by it once, when storing, instead of asking :meth:`ready` on
-        every hit; an entry is then reused only while ``now < usable_until()``, while :meth:`ready`
-        holds up to ``now == usable_until()`` (the cache is the stricter one at the boundary)."""
+        first load). It only moves later between changes of :attr:`generation` (a refetch of the same
+        keys), so a verified-token cache may bound an entry by it once, when storing, instead of
+        asking :meth:`ready` on every hit (an entry bound by an earlier reading is re-verified
+        sooner than needed, never later); an entry is then reused only while
+        ``now < usable_until()``, while :meth:`ready` holds up to ``now == usable_until()`` (the
+        cache is the stricter one at the boundary)."""
         if self._keys is None or self._fetched_at is None:
             return float("-inf")
         return self._fetched_at + self._settings.max_stale_s
@@ -170,6 +173,10 @@ class JwksCache:
         age = self.age_s()
         if self._keys is None:
             why = f": {self.last_error}" if self.last_error else ""
+            if age is not None:
+                # loaded once, then every key withdrawn (_withdraw_unlisted): not a cold start, and
+                # an operator reading /readyz must not look for a network fault (before session s48)
+                return f"JWKS: the issuer no longer lists any key in use, none left (fail closed){why}"
             return f"JWKS not loaded yet{why}"
         assert age is not None
         if age > self._settings.max_stale_s:
@@ -190,9 +197,10 @@ class JwksCache:
         self._install(keys)
 
     def _install(self, keys: KeySet) -> None:
+        if self._keys is None or not same_keys(self._keys, keys):
+            self.generation += 1  # an unchanged set keeps the verdicts cached against it
         self._keys = keys
         self._fetched_at = self._clock()
-        self.generation += 1
         self._failures = 0
         self._next_attempt_at = float("-inf")
         self.last_error = None
