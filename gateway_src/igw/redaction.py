@@ -1155,7 +1155,30 @@ _SECRET_ASSIGNMENT: Final = re.compile(
     r"(?i)\b([a-z0-9_.-]*(?:password|passwd|secret|token|apikey|api_key|access_key|credential)[a-z0-9_.-]*)"
     r"([\"']?\s*[:=]\s*[\"']?)([^\s,;&\"'}]+)"
 )
-"""``password=...``, ``aws_secret_access_key: ...``, ``?token=...``: a value assigned to a secret's name."""
+"""``password=...``, ``aws_secret_access_key: ...``, ``?token=...``: a value assigned to a secret's name,
+unless :func:`_names_no_secret` reads the match as an error's name or an AWS name and prose."""
+_ERROR_NAME: Final = re.compile(r"[A-Z][A-Za-z0-9]*[a-z0-9](?:Exception|Error|Fault|Failure|Violation|Id)")
+"""A CamelCase exception class or error code (``ExpiredTokenException``, ``InvalidClientTokenId``,
+``NoCredentialsError``, ``PasswordPolicyViolation``), its module path (``jwt.exceptions.``) taken off
+first: a name, not a field, whatever secret's word it holds."""
+_ERROR_TEXT: Final = re.compile(r"\(?[A-Za-z]+(?:[_'-][A-Za-z]+)*\)?[.,:;!?]?(?=\s|\Z)")
+"""The first word of an error's text after its name (``The``, ``Unable``, ``Couldn't``,
+``(token_expired)``): letters only, so ``InvalidTokenError: abc123`` still has its value masked."""
+_PROSE: Final = re.compile(
+    r"([A-Z]?[a-z]+(?:'[a-z]{1,2})?)[.,:;!?]?((?:[ \t]+\(?[A-Za-z][A-Za-z_'-]*\)?[.,:;!?]?){1,4})"
+)
+"""A word and up to four more after it: the start of a sentence."""
+_SENTENCE_WORDS: Final = (
+    "a an the to of in on at by for from with into about as if than or and but not no is are was were be "
+    "been being has have had do does did can cannot can't could couldn't will would should must may "
+    "please your you this that these those it its them their there here which when who what we our"
+)
+_FUNCTION_WORDS: Final = frozenset(_SENTENCE_WORDS.split())
+"""Words that make a run of words a sentence: a passphrase (``correct horse battery staple``) holds
+none of them, the prose after an error's label (``credentials: check your profile``, ``Secret: not
+found in ...``, ``GetSecretValue: Access denied for the role``) nearly always does."""
+_ARN_BEFORE: Final = re.compile(r"arn:aws(?:-[a-z]+)*:\Z")
+_IAM_ACTION: Final = re.compile(r"(?:[A-Z][a-z]+)+\*?|\*")
 _TOKEN_LIKE: Final = re.compile(
     r"(?<![A-Za-z0-9+/=])(?=[A-Za-z0-9+/=]*[0-9])(?=[A-Za-z0-9+/=]*[A-Za-z])[A-Za-z0-9+/=]{20,}"
 )
@@ -1177,8 +1200,44 @@ def redact_value(text: str, *, identifiers: bool = False) -> str:
     CloudFormation logical ID, an AWS type name). Never for a value a user typed: a password such as
     ``CorrectHorseBatteryStaple12345678`` reads as a logical ID (session s38 first relaxed every
     text this way, and such passwords, masked before, went through)."""
-    text = _SECRET_ASSIGNMENT.sub(lambda m: f"{m.group(1)}{m.group(2)}{MASK}", redact(text))
+    text = _SECRET_ASSIGNMENT.sub(_mask_assignment, redact(text))
     return _TOKEN_LIKE.sub(_mask_token_keeping_identifiers if identifiers else _mask_token, text)
+
+
+def _mask_assignment(found: re.Match[str]) -> str:
+    """A :data:`_SECRET_ASSIGNMENT` with its value masked, unless :func:`_names_no_secret`."""
+    if _names_no_secret(found):
+        return found.group(0)
+    return f"{found.group(1)}{found.group(2)}{MASK}"
+
+
+def _names_no_secret(found: re.Match[str]) -> bool:
+    """Whether a :data:`_SECRET_ASSIGNMENT` is an error's name or an AWS name and what follows it, not a
+    secret's name and its value; until session s48 (round 14) the word after them was masked:
+    ``ExpiredTokenException: [REDACTED] security token included in the request is expired``,
+    ``NoCredentialsError: [REDACTED] to locate credentials``, ``credentials: [REDACTED] your profile``,
+    ``secretsmanager:[REDACTED]`` for ``secretsmanager:GetSecretValue`` in an AccessDenied message.
+
+    Kept: after ``secretsmanager:`` an IAM action or an ARN's region and resource (its secret's name,
+    which CloudTrail shows); after an error's name (:data:`_ERROR_NAME`) and ``: `` a word
+    (:data:`_ERROR_TEXT`); after any other secret's name and ``: `` (no quote, no ``=``) a sentence
+    (:data:`_PROSE` holding one of :data:`_FUNCTION_WORDS`). A value with a digit or a symbol
+    (``Secret: s3cr3t-v4lue``), a lone word (``secret: Sunshine``), words without a function word
+    (``password: correct horse battery staple``), a quoted value and ``name=value`` stay masked."""
+    name, separator, value = found.group(1, 2, 3)
+    text = found.string
+    if name.lower() == "secretsmanager" and separator == ":":
+        before = text[max(0, found.start() - 16) : found.start()]
+        return _ARN_BEFORE.search(before) is not None or _IAM_ACTION.fullmatch(value) is not None
+    if separator[0] != ":" or separator[-1] not in " \t":
+        return False
+    if _ERROR_NAME.fullmatch(name.rpartition(".")[2]):
+        return _ERROR_TEXT.match(text, found.start(3)) is not None
+    prose = _PROSE.match(text, found.start(3))
+    if prose is None or len(prose.group(1)) >= WORD_MAX_CHARS:
+        return False
+    words = [prose.group(1), *re.findall(r"[A-Za-z][A-Za-z_'-]*", prose.group(2))]
+    return any(word.lower() in _FUNCTION_WORDS for word in words)
 
 
 _CDK_LOGICAL_ID: Final = re.compile(r"[A-Z][A-Za-z0-9]*[0-9A-F]{8}")

@@ -16,6 +16,7 @@ from typing import Any
 import botocore.endpoint
 import pytest
 from botocore.awsrequest import AWSRequest, AWSResponse
+from botocore.exceptions import TokenRetrievalError
 
 from igw.checks.sources import aws_api
 from igw.cli.main import main
@@ -210,3 +211,22 @@ def test_a_real_session_provides_every_service_after_its_first_client(aws: _Aws)
     injected = aws_api.AwsAccount(clients={"eks": object()})
     assert injected.provides("eks")
     assert not injected.provides("service-quotas")
+
+
+def test_an_sdk_error_named_for_a_token_is_reported_unmasked(
+    aws: _Aws, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The report passes every reason through the value redaction, which took an error's name holding
+    ``Token``/``Credential`` and a colon for a secret's name and masked the next word: each AWS
+    fact's reason read ``TokenRetrievalError: [REDACTED] when retrieving token from sso`` (round 14)."""
+
+    def answer(request: AWSRequest) -> AWSResponse:
+        raise TokenRetrievalError(provider="sso", error_msg="Token has expired and refresh failed")
+
+    aws.answer = answer
+    _, _, report = _preflight(tmp_path, capsys, "--region", "us-west-2", "--check", "IGW-PF001")
+    assert report is not None
+    [result] = report["results"]
+    assert result["message"].endswith(
+        "TokenRetrievalError: Error when retrieving token from sso: Token has expired and refresh failed"
+    ), result["message"]

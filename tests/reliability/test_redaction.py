@@ -271,3 +271,89 @@ def test_the_one_field_hint_finds_every_text_a_field_rule_s_own_hint_finds(text:
         assert redaction._QUOTED_HINT.search(text) is None
         assert not redaction._keyword_secrets(text)
         assert not redaction._config_secrets(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "ExpiredTokenException: The security token included in the request is expired",
+        "InvalidClientTokenId: The security token included in the request is invalid.",
+        "InvalidSecretException: Secret is not valid",
+        "botocore.exceptions.NoCredentialsError: Unable to locate credentials",
+        "PartialCredentialsError: Partial credentials found in env, missing: AWS_SECRET_ACCESS_KEY",
+        "TokenRetrievalError: Error when retrieving token from sso: Token has expired and refresh failed",
+        "SSOTokenLoadError: Error loading SSO Token: Token for x does not exist",
+        "InvalidIdentityTokenException: Couldn't retrieve verification key from your identity provider",
+        "jwt.exceptions.InvalidTokenError: Invalid header padding",
+        "oauthlib.oauth2.rfc6749.errors.TokenExpiredError: (token_expired)",
+        "PasswordPolicyViolation: Password should have at least one uppercase letter",
+        "ExpiredToken: The provided token has expired.",
+        "sts:GetSessionToken: An error occurred",
+        "GetSecretValue: Access denied for the role",
+        "User: arn:aws:iam::123456789012:user/x is not authorized to perform: secretsmanager:GetSecretValue "
+        "on resource: arn:aws:secretsmanager:us-east-1:123456789012:secret:prod/db-AbCdEf",
+        "Action: secretsmanager:*",
+        "credentials: check your profile",
+        "AWS credentials: Unable to locate credentials: refresh them",
+        "getting credentials: exec: executable aws failed with exit code 255",
+        "Secret: not found in namespace igw",
+        "spec.extensions.rateLimit.redis.passwordEnv: environment variable REDIS_PW is not set or empty",
+    ],
+)
+def test_redact_value_leaves_error_names_and_their_prose_alone(text: str) -> None:
+    """Until session s48 (round 14) the word after an error code or class holding a secret's word, or
+    after a secret's name and a colon, was masked as its value: ``igw preflight`` reported
+    ``NoCredentialsError: [REDACTED] to locate credentials``, ``ExpiredTokenException: [REDACTED]
+    security token ...``, ``secretsmanager:[REDACTED]`` for the IAM action of an AccessDenied message."""
+    assert redaction.redact_value(text) == text
+    assert redaction.redact_value(text, identifiers=True) == text
+
+
+@pytest.mark.parametrize(
+    ("text", "masked"),
+    [
+        ("token: eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.abcdefgh", f"token: {MASK}"),
+        ("aws_secret_access_key: wJalrXUtnFEMI/K7MDENG", f"aws_secret_access_key: {MASK}"),
+        ("Secret: s3cr3t-v4lue", f"Secret: {MASK}"),
+        ("Secret: Sunshine", f"Secret: {MASK}"),  # one word: a password as likely as prose
+        ("Token: expired", f"Token: {MASK}"),
+        ("Password: Hunter2 is the one", f"Password: {MASK} is the one"),
+        ("password: correct horse battery staple", f"password: {MASK} horse battery staple"),
+        ('client_secret: "Sunshine is the one"', f'client_secret: "{MASK}"'),
+        ("client_secret=Sunshine is the one", f"client_secret={MASK} is the one"),
+        ("InvalidTokenError: abc123 is bad", f"InvalidTokenError: {MASK} is bad"),
+        ("InvalidPasswordException=hunter", f"InvalidPasswordException={MASK}"),
+        ("secretsmanager: hunter2", f"secretsmanager: {MASK}"),
+        ("secretsmanager:Hunter2", f"secretsmanager:{MASK}"),
+    ],
+)
+def test_redact_value_still_masks_secrets_after_their_names(text: str, masked: str) -> None:
+    """Round 14's prose test keeps a word after an error's name, a sentence (a word with a function
+    word among the next ones) after a secret's name and ``: ``; a value with a digit or symbol, a lone
+    word, words without a function word (a passphrase), a quoted value and ``name=value`` stay masked."""
+    assert redaction.redact_value(text) == masked
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    name=st.sampled_from(
+        [
+            "ExpiredTokenException",
+            "jwt.InvalidTokenError",
+            "InvalidClientTokenId",
+            "credentials",
+            "Secret",
+            "secretsmanager",
+            "GetSecretValue",
+            "password",
+        ]
+    ),
+    separator=st.sampled_from([": ", ":", ":\t", " = ", "="]),
+    secret=st.from_regex(r"[A-Za-z]{0,6}[0-9][A-Za-z0-9+/_-]{0,10}", fullmatch=True),
+    after=st.sampled_from(["", " is the one", " for the role", ".", " not set"]),
+)
+def test_no_value_holding_a_digit_goes_through_after_a_secret_s_or_an_error_s_name(
+    name: str, separator: str, secret: str, after: str
+) -> None:
+    """Whatever name and prose surround it, round 14's exemptions never keep a value with a digit."""
+    assert secret not in redaction.redact_value(f"{name}{separator}{secret}{after}")
