@@ -80,6 +80,14 @@ BODY_PART_DIVISOR: Final = 3
 """With a prefix index, resident request bodies get a third of what the base and the queue leave,
 the index the other two thirds: a full body budget answers 503 at once, a full index only forgets
 its oldest prefixes."""
+INDEX_MIN_BYTES: Final = BODY_MIN_BYTES * RESIDENT_PER_COUNTED * (BODY_PART_DIVISOR - 1)
+"""The prefix index the plan gives where the bodies reach their floor (64 MiB, about 224 K KV blocks):
+the smallest index a process ``--workers auto`` counts with."""
+PROCESS_MIN_BYTES: Final = (
+    PROCESS_BASE_BYTES + QUEUE_DEFAULT_BYTES + BODY_MIN_BYTES * RESIDENT_PER_COUNTED + INDEX_MIN_BYTES
+)
+"""The smallest share whose default plan fits with no part below its minimum (352 MiB): base, the
+queue's default, the bodies' floor resident and :data:`INDEX_MIN_BYTES` (:func:`processes_fitting`)."""
 ROUTER_BODY_SHARE_DIVISOR: Final = 4
 """Without a prefix index (the global router), the counted body budget is at most a quarter of the
 share: a body being parsed briefly costs two to three times its bytes."""
@@ -231,3 +239,12 @@ def memory_plan(
         body_configured=body_bytes is not None,
         queue_configured=queue_configured,
     )
+
+
+def processes_fitting(memory_limit_bytes: int, *, parent_bytes: int = PARENT_BYTES) -> int:
+    """The most processes (at least one) whose default plan in ``memory_limit_bytes`` gives each a
+    share of :data:`PROCESS_MIN_BYTES` or more: the memory bound of ``--workers auto``
+    (:mod:`igw.gateway.worker_count`), taken from the plan so that the count it picks never starts
+    with the overcommit warning (until session s48's second round it allowed 256 MiB per worker,
+    below the base and the queue's default alone: a 1 GiB pod of four CPUs warned at every start)."""
+    return max(1, (memory_limit_bytes - parent_bytes) // PROCESS_MIN_BYTES)
