@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import ctypes
 import sys
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from typing import Final
 
 M_MMAP_THRESHOLD: Final = -3
@@ -128,6 +129,17 @@ class MemoryPlan:
         """The process's resident bytes with every part full (an unbounded index counts 0)."""
         return self.base + (self.index_bytes or 0) + self.body_resident + self.queue_bytes
 
+    def with_queue(self, queue_bytes: int | None) -> MemoryPlan:
+        """This (gateway) plan with flow control's queue as a reloaded configuration sets it
+        (``None``: its default). The other parts keep their sizes: the prefix index and body
+        budgets are fixed at start and a reload does not resize them, so a larger queue only makes
+        the parts full pass the share (:meth:`overcommit_warning`)."""
+        return replace(
+            self,
+            queue_bytes=QUEUE_DEFAULT_BYTES if queue_bytes is None else queue_bytes,
+            queue_configured=queue_bytes is not None,
+        )
+
     def describe(self) -> str:
         """The plan in one line, for the start-up log."""
         share = (
@@ -162,11 +174,18 @@ class MemoryPlan:
             )
             if is_set
         ]
-        fix = (
-            f"lower {' or '.join(configured)}, run fewer workers or raise the memory limit"
-            if configured
-            else "run fewer workers or raise the memory limit (the parts are at their floors)"
-        )
+        if configured:
+            fix = f"lower {' or '.join(configured)}, run fewer workers or raise the memory limit"
+        elif self.queue_bytes:
+            # The queue's default is not lowered to fit: the same file would then queue differently
+            # on pods of different sizes, where the documented 128 MiB is what an operator reads.
+            fix = (
+                "set spec.extensions.flowControl.maxBytes below its default "
+                f"{_mib(QUEUE_DEFAULT_BYTES)} (reserved even with flow control off), run fewer "
+                "workers or raise the memory limit (the other parts are at their floors)"
+            )
+        else:
+            fix = "run fewer workers or raise the memory limit (the parts are at their floors)"
         return (
             f"memory plan: the parts full come to {_mib(self.total)}, more than this process's share "
             f"of {_mib(self.share)} ({self.describe()}): the container may be OOM-killed; {fix}"
@@ -248,3 +267,12 @@ def processes_fitting(memory_limit_bytes: int, *, parent_bytes: int = PARENT_BYT
     with the overcommit warning (until session s48's second round it allowed 256 MiB per worker,
     below the base and the queue's default alone: a 1 GiB pod of four CPUs warned at every start)."""
     return max(1, (memory_limit_bytes - parent_bytes) // PROCESS_MIN_BYTES)
+
+
+def configured_queue_bytes(flow_extension: object) -> int | None:
+    """``spec.extensions.flowControl.maxBytes`` as the configuration sets it (``flow_extension``: the
+    extension's raw value), ``None`` when it is left to its default or flow control is absent."""
+    if not isinstance(flow_extension, Mapping):
+        return None
+    value = flow_extension.get("maxBytes")
+    return None if value is None else int(value)
