@@ -38,7 +38,7 @@ from igw.gateway.gc_tuning import tune_collector
 from igw.gateway.guards import GuardFactory, OpenGuard, RequestGuard
 from igw.gateway.inference import STATE_KEY
 from igw.gateway.management import management_app
-from igw.gateway.memory import MemoryPlan, memory_plan, pin_mmap_threshold
+from igw.gateway.memory import MemoryPlan, configured_queue_bytes, memory_plan, pin_mmap_threshold
 from igw.gateway.picker_share import SharedPickerConfigs
 from igw.gateway.runtime import PickerConfigs, picker_config_key
 from igw.gateway.serving import (
@@ -305,13 +305,11 @@ async def _collector_probe(options: LaunchOptions) -> AsyncIterator[None]:
 def _memory_plan(config: GatewayConfig, options: LaunchOptions, processes: int) -> MemoryPlan:
     """This process's memory plan: its share of the container's limit split between its parts, the
     values the configuration sets (``serverLimits.maxBodyBytesHeld``, ``flowControl.maxBytes``) as set."""
-    flow = config.extensions.get(FLOW_EXTENSION)
-    queue = flow.get("maxBytes") if isinstance(flow, Mapping) else None
     return memory_plan(
         memory_limit(),
         processes,
         body_bytes=options.limits.max_body_bytes_held or None,
-        queue_bytes=None if queue is None else int(queue),
+        queue_bytes=configured_queue_bytes(config.extensions.get(FLOW_EXTENSION)),
     )
 
 
@@ -388,6 +386,7 @@ async def _serve(config: GatewayConfig, options: LaunchOptions, registry: Collec
     held = options.limits.max_body_bytes_held
     budget = app[STATE_KEY].body_budget
     budget.limit = plan.body_bytes
+    app[STATE_KEY].memory_plan = plan
     log.info(
         "request bodies held at once (read, not yet queued or forwarded): at most %d bytes (%s): %s",
         budget.limit,

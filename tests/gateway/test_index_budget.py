@@ -3,12 +3,16 @@ scheduler's prefix index, kept across a hot reload (the sizing: docs/gateway.md,
 
 from __future__ import annotations
 
+import logging
 import random
+import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from igw.config.build import build_gateway_config
+from igw.config.loader import load_gateway_config
 from igw.gateway.guards import OpenGuard
 from igw.gateway.memory import (
     BODY_DEFAULT_BYTES,
@@ -20,6 +24,7 @@ from igw.gateway.memory import (
     RESIDENT_PER_COUNTED,
     memory_plan,
 )
+from igw.gateway.reload import ConfigReloader, file_digest
 from igw.gateway.runtime import GatewayRuntime
 from igw.gateway.state import GatewayState
 from igw.gateway.worker_count import memory_limit
@@ -66,8 +71,9 @@ def test_the_default_pod_plan_in_numbers() -> None:
 
 
 def test_four_workers_in_1_gib_are_below_the_floors_and_the_plan_says_so() -> None:
-    """``--workers auto``'s bound lets 1 GiB run 4 workers: 240 MiB each, less than the base and the
-    default queue alone."""
+    """``--workers 4`` in 1 GiB (``auto``'s bound until s48's second round, now 2): 240 MiB each, less
+    than the base and the default queue alone. The queue's default is not lowered to fit (the same
+    file would queue differently on pods of different sizes); the warning names the field to set."""
     plan = memory_plan(GIB, 4)
     assert plan.share == (GIB - PARENT_BYTES) // 4
     assert plan.body_bytes == BODY_MIN_BYTES
@@ -75,7 +81,14 @@ def test_four_workers_in_1_gib_are_below_the_floors_and_the_plan_says_so() -> No
     warning = plan.overcommit_warning()
     assert warning is not None
     assert "the parts full come to 288 MiB, more than this process's share of 240 MiB" in warning
-    assert "run fewer workers or raise the memory limit (the parts are at their floors)" in warning
+    assert (
+        "set spec.extensions.flowControl.maxBytes below its default 128 MiB (reserved even with flow "
+        "control off), run fewer workers or raise the memory limit (the other parts are at their floors)"
+    ) in warning
+    assert plan.queue_bytes == QUEUE_DEFAULT_BYTES  # kept, not shrunk to the share
+    # without a queue (the global router) only the floors are left to name
+    router = memory_plan(100 * MIB, 1, prefix_index=False, flow_queue=False)
+    assert "(the parts are at their floors)" in (router.overcommit_warning() or "")
 
 
 def test_configured_values_are_kept_and_a_sum_past_the_share_is_named() -> None:
@@ -155,3 +168,57 @@ def test_without_a_limit_the_indexes_are_unbounded() -> None:
     config = build_gateway_config(config_doc([scheduler("a", "model-a")]))
     runtime = GatewayRuntime(config, rng=random.Random(0), clock=lambda: 0.0)
     assert [s.block_budget for s in _scorers(runtime)["a"]] == [None]
+
+
+def _flow_config(path: Path, flow: dict[str, object] | None) -> None:
+    doc = config_doc([scheduler("pool", "m")])
+    if flow is not None:
+        doc["spec"]["extensions"]["flowControl"] = flow
+    path.write_text(yaml.safe_dump(doc))
+
+
+async def test_a_reload_that_raises_the_queue_rechecks_the_plan_and_warns(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Until s48's second round the plan was made at start only: a reload that set
+    ``flowControl.maxBytes`` to 512 MiB on a 1 GiB pod (its parts full then 1408 MiB) said nothing.
+    The queue is re-checked; the index and body budgets keep their start sizes."""
+    path = tmp_path / "igwc.yaml"
+    _flow_config(path, None)  # flow control off: its default queue is reserved all the same
+    state = GatewayState(
+        load_gateway_config(path), guard=OpenGuard(), clock=time.monotonic, rng=random.Random(0)
+    )
+    start = memory_plan(GIB, 1)
+    state.memory_plan = start
+    reloader = ConfigReloader(path, state=state, loaded_digest=file_digest(path))
+
+    _flow_config(path, {})  # turned on, maxBytes unset: the reserved default, nothing new to say
+    with caplog.at_level(logging.INFO, logger="igw.gateway.reload"):
+        assert await reloader.check() is True
+    assert state.memory_plan is not None
+    assert state.memory_plan.queue_bytes == start.queue_bytes
+    assert not [r for r in caplog.records if "memory plan" in r.getMessage()]
+
+    _flow_config(path, {"maxBytes": 512 * MIB})
+    with caplog.at_level(logging.INFO, logger="igw.gateway.reload"):
+        assert await reloader.check() is True
+    plan = state.memory_plan
+    assert plan is not None
+    assert (plan.queue_bytes, plan.queue_configured) == (512 * MIB, True)
+    assert (plan.index_bytes, plan.body_bytes) == (start.index_bytes, start.body_bytes)  # not resized
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any(
+        "the parts full come to 1408 MiB, more than this process's share of 1024 MiB" in w
+        and "lower spec.extensions.flowControl.maxBytes" in w
+        for w in warnings
+    ), warnings
+    assert any("budgets keep their sizes from the start" in r.getMessage() for r in caplog.records)
+
+    caplog.clear()
+    _flow_config(path, {"maxBytes": 64 * MIB})  # back within the share: logged, no warning
+    with caplog.at_level(logging.INFO, logger="igw.gateway.reload"):
+        assert await reloader.check() is True
+    assert state.memory_plan is not None
+    assert state.memory_plan.queue_bytes == 64 * MIB
+    assert state.memory_plan.overcommit_warning() is None
+    assert not [r for r in caplog.records if r.levelno == logging.WARNING]

@@ -6,10 +6,19 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
-from igw.gateway.worker_count import CPU_REQUEST_ENV, MAX_WORKERS, WORKER_MEMORY_BYTES, auto_workers
+from igw.gateway.memory import (
+    BODY_MIN_BYTES,
+    INDEX_MIN_BYTES,
+    PARENT_BYTES,
+    PROCESS_MIN_BYTES,
+    memory_plan,
+)
+from igw.gateway.worker_count import CPU_REQUEST_ENV, MAX_WORKERS, auto_workers
 
 GIB = 1024**3
+CHART_VALUES = Path(__file__).resolve().parents[2] / "addon/chart/inference-gateway/values.yaml"
 
 
 def _write(root: Path, rel: str, text: str) -> None:
@@ -71,11 +80,11 @@ def test_v1_cfs_quota_on_a_combined_mount(tmp_path: Path) -> None:
     assert _count(tmp_path) == 16
 
 
-def test_memory_limit_allows_one_worker_per_allowance(tmp_path: Path) -> None:
+def test_memory_limit_allows_the_workers_whose_plan_fits(tmp_path: Path) -> None:
     leaf = _v2(tmp_path)
     (leaf / "memory.max").write_text(str(GIB))
-    assert _count(tmp_path) == GIB // WORKER_MEMORY_BYTES == 4
-    (leaf / "memory.max").write_text(str(WORKER_MEMORY_BYTES - 1))
+    assert _count(tmp_path) == (GIB - PARENT_BYTES) // PROCESS_MIN_BYTES == 2
+    (leaf / "memory.max").write_text(str(PROCESS_MIN_BYTES - 1))
     assert _count(tmp_path) == 1  # never fewer than one
     (leaf / "memory.max").write_text("max")
     assert _count(tmp_path) == 16
@@ -118,3 +127,45 @@ def test_this_machine_is_read_without_error() -> None:
     budget = auto_workers()
     assert 1 <= budget.workers <= min(len(os.sched_getaffinity(0)), MAX_WORKERS)
     assert budget.describe().startswith(f"--workers auto: {budget.workers} worker")
+
+
+@pytest.mark.parametrize("gib", [1, 2, 4])
+@pytest.mark.parametrize("cpus", [1, 2, 4, 8, 16])
+def test_auto_never_picks_a_count_whose_memory_plan_warns(tmp_path: Path, gib: int, cpus: int) -> None:
+    """Until session s48's second round ``auto`` allowed 256 MiB per worker: four workers in 1 GiB,
+    each share (240 MiB) below the plan's base and default queue (256 MiB), so that pod started with
+    the overcommit WARNING every time. The count it picks now fits, every part at or above its
+    minimum, and one more worker (where the CPUs allow it) would not."""
+    leaf = _v2(tmp_path)
+    (leaf / "memory.max").write_text(str(gib * GIB))
+    workers = _count(tmp_path, cpus=cpus)
+    plan = memory_plan(gib * GIB, workers)
+    assert plan.overcommit_warning() is None
+    assert plan.body_bytes >= BODY_MIN_BYTES
+    assert plan.index_bytes is not None
+    assert plan.index_bytes >= INDEX_MIN_BYTES
+    assert workers == min(cpus, {1: 2, 2: 5, 4: 11}[gib])
+    if workers < cpus:  # the memory bound decided: one more would go below the minimum
+        share = memory_plan(gib * GIB, workers + 1).share
+        assert share is not None
+        assert share < PROCESS_MIN_BYTES
+    assert (
+        f"at {PROCESS_MIN_BYTES // 2**20} MiB per worker"
+        in auto_workers(root=tmp_path, environ={}, affinity=lambda: cpus).describe()
+    )
+
+
+def test_the_charts_default_pod_starts_without_the_overcommit_warning(tmp_path: Path) -> None:
+    """The chart's default resources (addon/chart values), as the pod's cgroup and downward API
+    show them: the worker count ``auto`` picks there has a plan that fits."""
+    values = yaml.safe_load(CHART_VALUES.read_text())
+    assert values["gateway"]["workers"] == "auto"
+    requests, limits = values["resources"]["requests"], values["resources"]["limits"]
+    memory = int(str(limits["memory"]).removesuffix("Gi")) * GIB
+    millicores = int(str(requests["cpu"]).removesuffix("m"))
+    leaf = _v2(tmp_path)
+    (leaf / "memory.max").write_text(str(memory))
+    (leaf / "cpu.max").write_text(f"{int(limits['cpu']) * 100000} 100000")
+    budget = auto_workers(root=tmp_path, environ={CPU_REQUEST_ENV: str(millicores)}, affinity=lambda: 16)
+    assert budget.memory_limit_bytes == memory
+    assert memory_plan(memory, budget.workers).overcommit_warning() is None

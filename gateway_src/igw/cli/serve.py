@@ -101,7 +101,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="gateway processes sharing the port (SO_REUSEPORT); worker 0 scrapes every pod for all, "
         "/metrics answers for all with a worker label; one dying stops the group (exit 3); auto: one per "
         "CPU the container may count on (affinity, cgroup CPU limit, IGW_CPU_REQUEST_MILLICORES, "
-        "256 MiB of the memory limit each; logged at start) (default 1)",
+        "the memory limit at 352 MiB each beside 64 MiB for the parent; logged at start) (default 1)",
     )
     parser.add_argument(
         "--worker-timeout",

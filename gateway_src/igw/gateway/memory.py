@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import ctypes
 import sys
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from typing import Final
 
 M_MMAP_THRESHOLD: Final = -3
@@ -80,6 +81,14 @@ BODY_PART_DIVISOR: Final = 3
 """With a prefix index, resident request bodies get a third of what the base and the queue leave,
 the index the other two thirds: a full body budget answers 503 at once, a full index only forgets
 its oldest prefixes."""
+INDEX_MIN_BYTES: Final = BODY_MIN_BYTES * RESIDENT_PER_COUNTED * (BODY_PART_DIVISOR - 1)
+"""The prefix index the plan gives where the bodies reach their floor (64 MiB, about 224 K KV blocks):
+the smallest index a process ``--workers auto`` counts with."""
+PROCESS_MIN_BYTES: Final = (
+    PROCESS_BASE_BYTES + QUEUE_DEFAULT_BYTES + BODY_MIN_BYTES * RESIDENT_PER_COUNTED + INDEX_MIN_BYTES
+)
+"""The smallest share whose default plan fits with no part below its minimum (352 MiB): base, the
+queue's default, the bodies' floor resident and :data:`INDEX_MIN_BYTES` (:func:`processes_fitting`)."""
 ROUTER_BODY_SHARE_DIVISOR: Final = 4
 """Without a prefix index (the global router), the counted body budget is at most a quarter of the
 share: a body being parsed briefly costs two to three times its bytes."""
@@ -120,6 +129,17 @@ class MemoryPlan:
         """The process's resident bytes with every part full (an unbounded index counts 0)."""
         return self.base + (self.index_bytes or 0) + self.body_resident + self.queue_bytes
 
+    def with_queue(self, queue_bytes: int | None) -> MemoryPlan:
+        """This (gateway) plan with flow control's queue as a reloaded configuration sets it
+        (``None``: its default). The other parts keep their sizes: the prefix index and body
+        budgets are fixed at start and a reload does not resize them, so a larger queue only makes
+        the parts full pass the share (:meth:`overcommit_warning`)."""
+        return replace(
+            self,
+            queue_bytes=QUEUE_DEFAULT_BYTES if queue_bytes is None else queue_bytes,
+            queue_configured=queue_bytes is not None,
+        )
+
     def describe(self) -> str:
         """The plan in one line, for the start-up log."""
         share = (
@@ -154,11 +174,18 @@ class MemoryPlan:
             )
             if is_set
         ]
-        fix = (
-            f"lower {' or '.join(configured)}, run fewer workers or raise the memory limit"
-            if configured
-            else "run fewer workers or raise the memory limit (the parts are at their floors)"
-        )
+        if configured:
+            fix = f"lower {' or '.join(configured)}, run fewer workers or raise the memory limit"
+        elif self.queue_bytes:
+            # The queue's default is not lowered to fit: the same file would then queue differently
+            # on pods of different sizes, where the documented 128 MiB is what an operator reads.
+            fix = (
+                "set spec.extensions.flowControl.maxBytes below its default "
+                f"{_mib(QUEUE_DEFAULT_BYTES)} (reserved even with flow control off), run fewer "
+                "workers or raise the memory limit (the other parts are at their floors)"
+            )
+        else:
+            fix = "run fewer workers or raise the memory limit (the parts are at their floors)"
         return (
             f"memory plan: the parts full come to {_mib(self.total)}, more than this process's share "
             f"of {_mib(self.share)} ({self.describe()}): the container may be OOM-killed; {fix}"
@@ -231,3 +258,21 @@ def memory_plan(
         body_configured=body_bytes is not None,
         queue_configured=queue_configured,
     )
+
+
+def processes_fitting(memory_limit_bytes: int, *, parent_bytes: int = PARENT_BYTES) -> int:
+    """The most processes (at least one) whose default plan in ``memory_limit_bytes`` gives each a
+    share of :data:`PROCESS_MIN_BYTES` or more: the memory bound of ``--workers auto``
+    (:mod:`igw.gateway.worker_count`), taken from the plan so that the count it picks never starts
+    with the overcommit warning (until session s48's second round it allowed 256 MiB per worker,
+    below the base and the queue's default alone: a 1 GiB pod of four CPUs warned at every start)."""
+    return max(1, (memory_limit_bytes - parent_bytes) // PROCESS_MIN_BYTES)
+
+
+def configured_queue_bytes(flow_extension: object) -> int | None:
+    """``spec.extensions.flowControl.maxBytes`` as the configuration sets it (``flow_extension``: the
+    extension's raw value), ``None`` when it is left to its default or flow control is absent."""
+    if not isinstance(flow_extension, Mapping):
+        return None
+    value = flow_extension.get("maxBytes")
+    return None if value is None else int(value)

@@ -49,10 +49,12 @@ from igw.config.restart_only import RESTART_ONLY, restart_only_values
 from igw.errors import IgwGatewayError
 from igw.gateway.guards import GuardFactory, RequestGuard, guard_inputs
 from igw.gateway.limits_config import ServerLimitsError, reload_token_room_problem
+from igw.gateway.memory import configured_queue_bytes
 from igw.gateway.picker_share import PickerReadPending, SharedPickerConfigs
 from igw.gateway.runtime import PickerConfigs
 from igw.gateway.state import GatewayState
 from igw.scheduling.errors import SchedulerConfigError
+from igw.scheduling.flow_control import EXTENSION_NAME as FLOW_EXTENSION
 
 log = logging.getLogger("igw.gateway.reload")
 
@@ -215,6 +217,7 @@ class ConfigReloader:
         if not self.follows:  # worker 0 of a group logs them, not every worker once more
             for note in config.notes:
                 log.warning("%s", note)
+        self._recheck_memory(config)
         after = restart_only_values(config.extensions)
         for name, running in RESTART_ONLY.items():
             if after.get(name) == before.get(name):
@@ -224,6 +227,31 @@ class ConfigReloader:
             else:
                 log.warning("spec.extensions.%s changed: %s until igw serve restarts", name, running)
         return True
+
+    def _recheck_memory(self, config: GatewayConfig) -> None:
+        """Re-check the memory plan against the applied configuration's ``flowControl.maxBytes``
+        (the queue is the one part a reload sizes): the new plan is logged, and WARNED when its parts
+        full pass the process's share. Only the queue changes; the prefix index and body budgets
+        keep the sizes they got at start (until session s48's second round a reload that raised
+        ``maxBytes`` changed nothing here and said nothing)."""
+        plan = self.state.memory_plan
+        if plan is None:
+            return
+        new = plan.with_queue(configured_queue_bytes(config.extensions.get(FLOW_EXTENSION)))
+        if new == plan:
+            return
+        self.state.memory_plan = new
+        # The loader fills maxBytes in from the schema's default once flowControl is present: only a
+        # new size is news. Worker 0 of a group logs it, not every worker once more.
+        if new.queue_bytes == plan.queue_bytes or self.follows:
+            return
+        log.info(
+            "%s (flowControl.maxBytes reloaded; the prefix index and body budgets keep their sizes "
+            "from the start until igw serve restarts)",
+            new.describe(),
+        )
+        if (overcommit := new.overcommit_warning()) is not None:
+            log.warning("%s", overcommit)
 
     async def _next_guard(self, config: GatewayConfig) -> RequestGuard | None:
         """A started, ready guard for ``config``, or ``None`` when the running one still fits."""

@@ -21,6 +21,7 @@ from igw.gateway.endpoints import DiscoveredEndpoint
 from igw.gateway.event_tokens import TokensPerEvent
 from igw.gateway.flow_gate import FlowGates
 from igw.gateway.guards import RequestGuard
+from igw.gateway.memory import MemoryPlan
 from igw.gateway.response_search import SEARCHES_PER_SCOPE, ResponseSearches
 from igw.gateway.retries import RetryBudget
 from igw.gateway.rewrite_metrics import RewriteMetrics
@@ -103,6 +104,9 @@ class GatewayState:
         self.body_budget = BodyBudget()
         """Request-body bytes held at once (``serverLimits.maxBodyBytesHeld``; ``igw serve`` sets
         the limit at start, :mod:`igw.gateway.body_budget`)."""
+        self.memory_plan: MemoryPlan | None = None
+        """This process's memory plan (``igw serve`` sets it at start, :mod:`igw.gateway.memory`);
+        a reload that changes ``flowControl.maxBytes`` re-checks it (:mod:`igw.gateway.reload`)."""
         self.heap_trim = HeapTrim(self.body_budget)
         """Trims the C heap once the bodies of a burst are all given back (:class:`HeapTrim`)."""
         self.metrics.registry.register(BodyBudgetCollector(self.body_budget))

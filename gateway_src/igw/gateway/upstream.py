@@ -100,7 +100,7 @@ this much and the reads in flight, whatever its size. Until session s41 tier 1 c
 answer (up to :data:`~igw.gateway.upstream_client.MAX_WHOLE_BODY_BYTES`, 256 MiB) and joined its
 parts before forwarding it: eight concurrent 40 MB answers took an ``igw serve`` process from 76 MiB
 to a 477 MiB peak, and pods answering 256 MiB each could take N x 320 MiB, past any pod's memory
-limit (``igw.gateway.worker_count`` plans 256 MiB per worker)."""
+limit (``igw.gateway.memory.memory_plan`` splits it between a process's parts)."""
 
 ERROR_ANSWER_BUFFER_BYTES: Final = 1024 * 1024
 """Most of a model server's error answer (400 and above, which the request path may retry on

@@ -11,9 +11,10 @@ worker. ``auto`` takes the smallest of these bounds, each one that is known:
 - the container's CPU request, rounded up, when the pod tells it through the downward API in
   :data:`CPU_REQUEST_ENV` (millicores; the chart and the operator set it): the cores the scheduler
   reserved, so a pod without a CPU limit on a 192-core node does not start 192 workers;
-- the cgroup's memory limit at :data:`WORKER_MEMORY_BYTES` per worker (an idle worker holds ≈ 75 MB,
-  the parent ≈ 55 MB, measured with ``ps`` on this machine; the rest is room for buffers under load),
-  so that raising the CPU request alone cannot get the pod OOM-killed;
+- the cgroup's memory limit: as many workers as the memory plan gives each its minimum
+  (:func:`igw.gateway.memory.processes_fitting`: the base, flow control's default queue, the body
+  floor and a minimal prefix index, 352 MiB, after the parent's 64 MiB), so that raising the CPU
+  request alone cannot get the pod OOM-killed nor start it with the plan's overcommit warning;
 
 and at least one, at most :data:`MAX_WORKERS`. Written here because no maintained Python library reads
 container CPU quotas (``os.cpu_count``/``os.sched_getaffinity`` know nothing of cgroups; the
@@ -30,10 +31,11 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Final
 
+from igw.gateway.memory import PARENT_BYTES, PROCESS_MIN_BYTES, processes_fitting
+
 AUTO: Final = "auto"
 CPU_REQUEST_ENV: Final = "IGW_CPU_REQUEST_MILLICORES"
 """The container's CPU request in millicores (the downward API's ``requests.cpu`` with divisor ``1m``)."""
-WORKER_MEMORY_BYTES: Final = 256 * 1024 * 1024
 MAX_WORKERS: Final = 64
 """The chart's and the add-on schema's maximum for ``gateway.workers``."""
 _UNLIMITED_V1_BYTES: Final = 1 << 62
@@ -58,8 +60,11 @@ class WorkerBudget:
         if self.cpu_request is not None:
             parts.append(f"CPU request {self.cpu_request:g} ({CPU_REQUEST_ENV})")
         if self.memory_limit_bytes is not None:
-            mib = WORKER_MEMORY_BYTES // (1024 * 1024)
-            parts.append(f"memory limit {self.memory_limit_bytes / 2**30:.2f} GiB at {mib} MiB per worker")
+            mib, parent = PROCESS_MIN_BYTES // 2**20, PARENT_BYTES // 2**20
+            parts.append(
+                f"memory limit {self.memory_limit_bytes / 2**30:.2f} GiB at {mib} MiB per worker "
+                f"beside the parent's {parent} MiB"
+            )
         noun = "worker" if self.workers == 1 else "workers"
         return f"--workers auto: {self.workers} {noun} ({'; '.join(parts)})"
 
@@ -83,7 +88,7 @@ def auto_workers(
     if cpu_request is not None:
         bounds.append(math.ceil(cpu_request))
     if memory_limit is not None:
-        bounds.append(memory_limit // WORKER_MEMORY_BYTES)
+        bounds.append(processes_fitting(memory_limit))
     workers = max(1, min(MAX_WORKERS, *bounds))
     return WorkerBudget(workers, cpus, cpu_limit, cpu_request, memory_limit)
 
