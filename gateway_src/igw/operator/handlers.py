@@ -182,7 +182,10 @@ def build_registry(
     @kopf.on.event(*resource, registry=registry, id="forget-on-delete")
     async def forget(event: Mapping[str, Any], **_: Any) -> None:
         reconciler.served(f"{API_GROUP}/{API_VERSION}", KIND)
-        resync.saw(event.get("type"), event.get("object") or {})
+        obj = event.get("object") or {}
+        resync.saw(event.get("type"), obj)
+        if event.get("type") == "DELETED" or (obj.get("metadata") or {}).get("deletionTimestamp"):
+            reconciler.leaving(obj)  # a pass of it still running stops
         if event.get("type") == "DELETED":
             await reconciler.forget(event.get("object") or {})
 
