@@ -81,8 +81,12 @@ class Resync:
     async def pass_all(self) -> None:
         """One pass per known object, with the lists of each namespace read once for all of its
         objects (:class:`~igw.operator.reconcile.NamespaceListing`: a list per object made a resync
-        O(n^2) in the objects of a namespace); a namespace whose lists fail is passed over list by list."""
-        known = sorted(self._known)
+        O(n^2) in the objects of a namespace); a namespace whose lists fail is passed over list by list.
+
+        An object whose pass is still running or waiting is skipped (:meth:`Reconciler.busy`): that
+        pass reads the object anew. A cold start of 200 configs with a 60 s resync queued 200 more
+        passes behind the initial ones, still running when it came."""
+        known = sorted(key for key in self._known if not self._reconciler.busy(*key))
         namespaces = sorted({namespace for namespace, _ in known})
         listings = await asyncio.gather(
             *(self._reconciler.listing(namespace) for namespace in namespaces), return_exceptions=True

@@ -239,6 +239,8 @@ class Reconciler:
         self._acm = AcmImporter(self._auto_tls.acm_client_factory)
         self._cluster = ClusterIdentity(kube)
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
+        self._pending: dict[tuple[str, str], int] = {}
+        """Passes of each object running or waiting for its lock (:meth:`busy`)."""
         self._sequence = 0
         """Counts passes begun (and listings, :class:`NamespaceListing`), so a listing can tell
         whether a pass of an object read fresher lists after it was taken."""
@@ -332,6 +334,22 @@ class Reconciler:
         when a pass of this object began after it was taken (that pass read newer lists: going back
         to older ones would undo what it applied until the next resync)."""
         key = (namespace, name)
+        self._pending[key] = self._pending.get(key, 0) + 1
+        try:
+            return await self._reconcile(key, listed)
+        finally:
+            if self._pending[key] == 1:
+                del self._pending[key]
+            else:
+                self._pending[key] -= 1
+
+    def busy(self, namespace: str, name: str) -> bool:
+        """Whether a pass of the object is running or waiting its turn: a resync pass queued behind it
+        would read the same state again (:meth:`igw.operator.handlers.Resync.pass_all` skips it)."""
+        return (namespace, name) in self._pending
+
+    async def _reconcile(self, key: tuple[str, str], listed: NamespaceListing | None) -> bool:
+        namespace, name = key
         lock = self._locks.setdefault(key, asyncio.Lock())
         async with lock:
             if listed is not None and self._last_pass.get(key, 0) > listed.sequence:
