@@ -474,8 +474,8 @@ class _StopsBetweenWrites(Kube):
         if self.armed and call == self.stop_after:
             self.quiesce(5)
 
-    async def apply_all(self, objects: Any) -> tuple[str, ...]:
-        written = await super().apply_all(objects)
+    async def apply_all(self, objects: Any, **options: Any) -> tuple[str, ...]:
+        written = await super().apply_all(objects, **options)
         self._stop_here("apply_all")
         return written
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from igw.operator.dataplane import DataPlaneSettings
 from igw.operator.handlers import Resync
@@ -67,4 +68,43 @@ def test_a_resync_listing_never_undoes_a_newer_pass(cluster: FakeKubeApiServer) 
         await reconciler.reconcile("inference", "b", listed=listed)
 
     asyncio.run(scenario())
+    assert _accepted(cluster, "b") == ("True", "Valid")
+
+
+def test_a_resync_skips_an_object_whose_pass_is_still_running(cluster: FakeKubeApiServer) -> None:
+    """A pass of ``a`` is still running (its read of the object held) when the resync comes: the
+    resync passes ``b`` and queues nothing behind ``a``, whose running pass reads it anew. With a
+    60 s resync, a cold start of 200 configs queued 200 more passes behind the initial ones."""
+    kube = Kube(cluster.api_client())
+    reconciler = Reconciler(kube, DataPlaneSettings())
+    resync = Resync(reconciler, interval_s=60)
+    for obj in (igwc("a", model="m0", app="a0"), igwc("b", model="m1", app="a1")):
+        cluster.add(obj)
+        resync.saw("ADDED", obj)
+    read = kube.get
+    reads: list[str] = []
+    release, a_read, b_read = asyncio.Event(), asyncio.Event(), asyncio.Event()
+
+    async def held_get(api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        if kind == "InferenceGatewayConfig":
+            reads.append(name)
+            (a_read if name == "a" else b_read).set()
+            if name == "a" and reads.count("a") == 1:
+                await release.wait()
+        return await read(api_version, kind, namespace, name)
+
+    kube.get = held_get  # type: ignore[method-assign]
+
+    async def scenario() -> None:
+        first = asyncio.create_task(reconciler.reconcile("inference", "a"))
+        await a_read.wait()
+        resync_done = asyncio.create_task(resync.pass_all())
+        await b_read.wait()  # the resync's pass of b began
+        release.set()
+        await asyncio.gather(first, resync_done)
+
+    asyncio.run(scenario())
+    assert reads.count("a") == 1, reads
+    assert reads.count("b") == 1, reads
+    assert _accepted(cluster, "a") == ("True", "Valid")
     assert _accepted(cluster, "b") == ("True", "Valid")

@@ -184,6 +184,11 @@ class NothingApplied(IgwToolingError):
     could not be prepared): none of the pass's objects was written."""
 
 
+class PassAbandoned(IgwToolingError):
+    """:meth:`Kube.apply_all`'s ``abandon`` said to stop (the object the pass is for is being deleted):
+    nothing more was sent; what was written before stays, as the object's deletion removes it."""
+
+
 class NamespaceTerminating(NothingApplied):
     """Every refusal of the pass's dry run was the API server's ``NamespaceLifecycle`` answer: the
     namespace is being deleted, and nothing new may be created in it until it is gone."""
@@ -191,6 +196,11 @@ class NamespaceTerminating(NothingApplied):
 
 NAMESPACE_TERMINATING_CAUSE: Final = "NamespaceTerminating"
 """The ``details.causes[].reason`` of a create refused in a namespace being deleted (403)."""
+
+
+def _abandon_if(abandon: Callable[[], bool]) -> None:
+    if abandon():
+        raise PassAbandoned("the pass was abandoned: its object is being deleted")
 
 
 def namespace_terminating(exc: BaseException) -> bool:
@@ -376,11 +386,16 @@ class Kube:
                     self._held_until = max(self._held_until, self._monotonic() + wait)
         raise AssertionError("unreachable")  # the loop returns or raises
 
-    def _apply_all(self, objects: Sequence[tuple[Mapping[str, Any], tuple[str, ...]]]) -> list[str]:
+    def _apply_all(
+        self,
+        objects: Sequence[tuple[Mapping[str, Any], tuple[str, ...]]],
+        abandon: Callable[[], bool] = lambda: False,
+    ) -> list[str]:
         """The body of :meth:`apply_all`: the labels (``Kind ns/name``) of the objects written."""
-        writes = self._dry_run_all(objects)
+        writes = self._dry_run_all(objects, abandon)
         written: list[str] = []
         for index, write in enumerate(writes):
+            _abandon_if(abandon)
             try:
                 sent = self._write_through_conflicts(write)
             except OperatorStopping:
@@ -402,7 +417,11 @@ class Kube:
                 written.append(write.label)
         return written
 
-    def _dry_run_all(self, objects: Sequence[tuple[Mapping[str, Any], tuple[str, ...]]]) -> list[Write]:
+    def _dry_run_all(
+        self,
+        objects: Sequence[tuple[Mapping[str, Any], tuple[str, ...]]],
+        abandon: Callable[[], bool] = lambda: False,
+    ) -> list[Write]:
         """Steps 1 and 2 of :meth:`apply_all` (the body of :meth:`dry_run_all`): the writes planned,
         every one dry-run; :class:`NothingApplied` (or :class:`NamespaceTerminating`) when refused."""
         try:
@@ -418,6 +437,7 @@ class Kube:
         refused: list[str] = []
         terminating = 0
         for write in writes:
+            _abandon_if(abandon)
             if self._dry_run_skipped(write, writes):
                 continue
             try:
@@ -818,7 +838,10 @@ class Kube:
         return await self._in_thread(self._apply, desired, initial_only)
 
     async def apply_all(
-        self, objects: Sequence[tuple[Mapping[str, Any], tuple[str, ...]]]
+        self,
+        objects: Sequence[tuple[Mapping[str, Any], tuple[str, ...]]],
+        *,
+        abandon: Callable[[], bool] = lambda: False,
     ) -> tuple[str, ...]:
         """Put every ``(desired, initial_only)`` in place, in order, all or nothing as far as the API
         allows; the labels (``Kind ns/name``) of the objects written (unchanged ones are not).
@@ -843,8 +866,11 @@ class Kube:
         Step 3 does not roll the written objects back: a rollback is more writes that can fail in
         turn, makes the gateways hot-reload twice, and the pass is level-triggered - the next one
         (at the latest at the resync) dry-runs and writes again. The one write whose dry run is
-        skipped is a RoleBinding to a Role created in the same pass (:meth:`_dry_run_skipped`)."""
-        return tuple(await self._in_thread(self._apply_all, objects))
+        skipped is a RoleBinding to a Role created in the same pass (:meth:`_dry_run_skipped`).
+
+        ``abandon`` is asked before each request: true (the object the pass is for is being deleted),
+        nothing more is sent and :class:`PassAbandoned` is raised."""
+        return tuple(await self._in_thread(self._apply_all, objects, abandon))
 
     async def dry_run_all(self, objects: Sequence[tuple[Mapping[str, Any], tuple[str, ...]]]) -> None:
         """Steps 1 and 2 of :meth:`apply_all` alone: read, plan and dry-run every object, writing

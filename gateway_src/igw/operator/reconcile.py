@@ -80,6 +80,7 @@ from igw.operator.kube import (
     Kube,
     NothingApplied,
     OperatorStopping,
+    PassAbandoned,
     namespace_terminating,
     refusal_text,
 )
@@ -238,6 +239,8 @@ class Reconciler:
         self._acm = AcmImporter(self._auto_tls.acm_client_factory)
         self._cluster = ClusterIdentity(kube)
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
+        self._pending: dict[tuple[str, str], int] = {}
+        """Passes of each object running or waiting for its lock (:meth:`busy`)."""
         self._sequence = 0
         """Counts passes begun (and listings, :class:`NamespaceListing`), so a listing can tell
         whether a pass of an object read fresher lists after it was taken."""
@@ -245,6 +248,11 @@ class Reconciler:
         self._certificates_gone: dict[tuple[str, str], str] = {}
         """``(namespace, name): uid`` of objects not asking for auto-issue whose Certificate and Secret
         this process has seen gone (checked once per object, not on every pass; dropped with the object)."""
+        self._leaving: dict[tuple[str, str], str] = {}
+        """``(namespace, name): uid`` of objects the watch reported deleted or being deleted
+        (:meth:`leaving`): a pass of one still running stops at its next step, writing nothing more.
+        Deleting a namespace of 50 configs, the passes that had read them before made 44 status
+        writes and ~600 reads for objects already gone (before session s48)."""
         self._terminating: set[tuple[str, str]] = set()
         """Objects whose namespace the API server said is being deleted (logged once, not every pass;
         dropped with the object, which the namespace's deletion removes)."""
@@ -326,6 +334,22 @@ class Reconciler:
         when a pass of this object began after it was taken (that pass read newer lists: going back
         to older ones would undo what it applied until the next resync)."""
         key = (namespace, name)
+        self._pending[key] = self._pending.get(key, 0) + 1
+        try:
+            return await self._reconcile(key, listed)
+        finally:
+            if self._pending[key] == 1:
+                del self._pending[key]
+            else:
+                self._pending[key] -= 1
+
+    def busy(self, namespace: str, name: str) -> bool:
+        """Whether a pass of the object is running or waiting its turn: a resync pass queued behind it
+        would read the same state again (:meth:`igw.operator.handlers.Resync.pass_all` skips it)."""
+        return (namespace, name) in self._pending
+
+    async def _reconcile(self, key: tuple[str, str], listed: NamespaceListing | None) -> bool:
+        namespace, name = key
         lock = self._locks.setdefault(key, asyncio.Lock())
         async with lock:
             if listed is not None and self._last_pass.get(key, 0) > listed.sequence:
@@ -333,7 +357,10 @@ class Reconciler:
             self._sequence += 1
             self._last_pass[key] = self._sequence
             igwc = await self._kube.get(IGWC_API_VERSION, KIND, namespace, name)
+            if igwc is not None and self._leaving.get(key) != (igwc.get("metadata") or {}).get("uid"):
+                self._leaving.pop(key, None)  # made anew under its name
             if igwc is None or (igwc.get("metadata") or {}).get("deletionTimestamp"):
+                self._leaving.pop(key, None)
                 self._locks.pop(key, None)
                 self._last_pass.pop(key, None)
                 self._certificates_gone.pop(key, None)
@@ -352,6 +379,23 @@ class Reconciler:
                 return False
             await self._pass(igwc, listed)
             return True
+
+    def leaving(self, igwc: Mapping[str, Any]) -> None:
+        """The watch shows ``igwc`` deleted, or being deleted (its namespace's too): a pass of it
+        still running applies, writes and posts nothing more (:meth:`_gone`)."""
+        namespace, name, uid = _identity(igwc)
+        if namespace and name and uid:
+            self._leaving[(namespace, name)] = uid
+
+    def _gone(self, igwc: Mapping[str, Any]) -> bool:
+        """Whether the watch reported ``igwc`` deleted or being deleted since its pass read it
+        (:meth:`leaving`); the pass then ends where it is: every write after it was pointless
+        (refused, or about an object the namespace controller is removing)."""
+        namespace, name, uid = _identity(igwc)
+        if self._leaving.get((namespace, name)) != uid:
+            return False
+        log.debug("%s/%s: deleted while its pass ran; pass ended", namespace, name)
+        return True
 
     async def reconcile_bound(self, obj: Mapping[str, Any]) -> None:
         """An InferenceObjective / InferenceModelRewrite changed: reconcile its config, or mark it unbound."""
@@ -444,6 +488,8 @@ class Reconciler:
         claims = [claim for (where, _), claim in self._claims.items() if where == namespace]
         refusal = admit(served, neighbours, claims)
         self._claim(igwc, served, admitted=refusal is None)  # no await between: passes interleave
+        if self._gone(igwc):
+            return
         apply_error: str | None = None
         apply_reason = "ApplyFailed"
         tls = TlsOutcome()
@@ -473,7 +519,7 @@ class Reconciler:
                 planned = [(desired, initial_only_fields(desired, target)) for desired in objects]
                 if refusal is None:  # before the apply: the annotation is never behind what is served
                     kept_over = await self._keep_admitted(igwc, target, planned)
-                written = await self._kube.apply_all(planned)
+                written = await self._kube.apply_all(planned, abandon=lambda: self._gone(igwc))
                 for label in written:
                     log.info(
                         "%s/%s: applied %s%s",
@@ -493,6 +539,8 @@ class Reconciler:
                 await self._retire_autoscaler(target)
                 await self._retire_network_policy(target)
             except Exception as exc:  # any API refusal is reported on the object, not raised
+                if isinstance(exc, PassAbandoned):
+                    return
                 apply_error = _error_text(exc)
                 if kept_over is not None and isinstance(exc, NothingApplied):
                     await self._put_back_admitted(igwc, kept_over[0])
@@ -515,6 +563,8 @@ class Reconciler:
             retired = await self._forget_import(igwc)
             if retired or not _names_import(igwc):
                 await self._retire_certificate(igwc)
+        if self._gone(igwc):
+            return
         seen = Observation(
             refusal=refusal,
             programmed=False,
@@ -541,6 +591,8 @@ class Reconciler:
             text = refusal_text(exc)
             log.warning("%s/%s: reading the data plane failed: %s", namespace, name, text)
             seen = replace(seen, observe_error=f"the operator could not read the data plane: {text}")
+        if self._gone(igwc):
+            return
         await self._report_bindings(igwc, bound, merged, refusal)
         status, transitions = compute_status(igwc, seen, now=self._clock())
         if _differs(status, igwc.get("status") or {}) and not await self._kube.write_status(igwc, status):
@@ -548,6 +600,8 @@ class Reconciler:
             # pass reports on it; this one's status and transitions were the old object's.
             log.debug("%s/%s: deleted or made anew while its pass ran; status not written", namespace, name)
             return
+        if self._gone(igwc) or (namespace, name) in self._terminating:
+            return  # an Event in a namespace being deleted is refused (it takes nothing new)
         for transition in transitions:
             await self._post(igwc, transition)
         await self._post_notes(igwc)
