@@ -294,12 +294,14 @@ def _schema_problems(document: Any) -> list[str]:
     errors = sorted(
         validator.iter_errors(document), key=lambda e: (list(map(str, e.absolute_path)), e.message)
     )
-    return [f"{_path(list(error.absolute_path))}: {_schema_message(error)}" for error in errors]
+    return [f"{_path(list(error.absolute_path))}: {schema_message(error)}" for error in errors]
 
 
-def _schema_message(error: ValidationError) -> str:
+def schema_message(error: ValidationError) -> str:
     """jsonschema's message, except for a pattern the schema describes in words (``x-igw-hint``): what
-    is allowed, not the bare regular expression (``'ml.prod' does not match '^[0-9A-Za-z]...'``)."""
+    is allowed, not the bare regular expression (``'ml.prod' does not match '^[0-9A-Za-z]...'``).
+    Both deployment files' validators use it (this one and :mod:`cdk.global_router_config`);
+    ``tests/cdk/test_schema_hints.py`` fails while a pattern of their schemas has no hint."""
     hint = error.schema.get("x-igw-hint") if isinstance(error.schema, Mapping) else None
     if error.validator == "pattern" and isinstance(hint, str):
         return f"must be {hint}; got {error.instance!r}"

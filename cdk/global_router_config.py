@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from cdk import cdk_tokens
-from cdk.config import REPO_ROOT, ipv4_network, subnets_fit
+from cdk.config import REPO_ROOT, ipv4_network, schema_message, subnets_fit
 from igw.config.documents import DocumentReadError, read_documents
 from igw.config.schema_validator import schema_validator
 from igw.global_router.schema import is_global_router_config, validate_global_document
@@ -79,10 +79,11 @@ def _path(parts: Sequence[Any]) -> str:
 
 def _schema_problems(raw: Any, source: str) -> list[str]:
     """Every problem of ``raw`` against ``schemas/global-router-deployment.schema.json``, with its path:
-    a wrong type, an unknown key (a misspelt one changed nothing before) or a value out of range."""
+    a wrong type, an unknown key (a misspelt one changed nothing before) or a value out of range; a
+    pattern in the words of its ``x-igw-hint`` (:func:`cdk.config.schema_message`)."""
     validator = schema_validator(json.loads(SCHEMA_FILE.read_text(encoding="utf-8")), formats=False)
     errors = sorted(validator.iter_errors(raw), key=lambda e: (list(map(str, e.absolute_path)), e.message))
-    return [f"{source}: {_path(list(error.absolute_path))}: {error.message}" for error in errors]
+    return [f"{source}: {_path(list(error.absolute_path))}: {schema_message(error)}" for error in errors]
 
 
 def _token_problems(raw: Any, source: str) -> list[str]:

@@ -299,7 +299,10 @@ def test_redis_admits_the_tier1_networks_on_its_port(synthesized: tuple[Path, di
             "global.yaml: endpoint.allowedCidrs: required with public: true",
         ),
         (lambda d: d.update(routerConfig="missing.yaml"), "global.yaml: routerConfig: "),
-        (lambda d: d.update(stackName="my stack"), "global.yaml: stackName: 'my stack' does not match"),
+        (
+            lambda d: d.update(stackName="my stack"),
+            "global.yaml: stackName: must be a CloudFormation stack name",
+        ),
     ],
     ids=[
         "public-as-string",
@@ -369,7 +372,10 @@ def test_tier1_networks_are_validated_with_the_field(tmp_path: Path) -> None:
     with pytest.raises(GlobalRouterDeploymentError) as caught:
         parse(raw, base=EXAMPLE_FILE.parent, source="global.yaml")
     message = str(caught.value)
-    assert "tier1Networks.peerVpcs[0].vpcId: 'vpc-1' does not match" in message
+    assert (
+        "tier1Networks.peerVpcs[0].vpcId: must be a VPC id: vpc- and 8 to 17 lower-case hex digits; "
+        "got 'vpc-1'" in message
+    )
     assert "tier1Networks.peerVpcs[1]: 'vpcId' is a required property" in message
     raw["tier1Networks"] = {
         "peerVpcs": [{"vpcId": "vpc-0123456789abcdef9", "cidr": "10.9.0.0/16", "account": "222222222222"}]
