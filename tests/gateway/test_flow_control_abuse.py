@@ -309,6 +309,7 @@ async def test_a_request_still_queued_when_the_grace_ends_is_answered_503(tmp_pa
         assert resp.status == 503
         assert body["error"]["code"] == "shutting_down"
         assert body["error"]["type"] == "service_unavailable"
+        assert resp.headers["Connection"] == "close"  # an SDK's retry opens a new connection (s48)
         assert state.flow.depths("pool") == {}
         assert a.received == []
 

@@ -8,8 +8,11 @@ from typing import Any
 import anthropic
 import openai
 import pytest
+from aiohttp import web
 
+from igw.gateway.errors import gateway_error
 from igw.gateway.lean_server import SWITCH_ENV
+from igw.gateway.serving import serve_app
 from tests.gateway.fake_model_server import FakeModelServer, running
 from tests.gateway.support import config_doc, scheduler
 from tests.gateway.test_openai_apis import metric
@@ -61,3 +64,77 @@ async def test_a_body_over_the_limit_is_a_413_each_sdk_raises_once_without_retry
         assert too_large.value.request_id == too_large.value.response.headers["x-request-id"]
         assert await refused(gw, "413") == 2
         assert a.received == []
+
+
+class _Sleeps:
+    """Stands in for ``anyio`` in an SDK's client module: records each retry's sleep, waits none."""
+
+    def __init__(self) -> None:
+        self.taken: list[float] = []
+
+    async def sleep(self, seconds: float) -> None:
+        self.taken.append(seconds)
+
+
+@SWITCHES
+async def test_a_pool_without_endpoints_is_a_503_whose_spread_retry_after_each_sdk_waits(
+    gateway: Any, monkeypatch: pytest.MonkeyPatch, switch: str
+) -> None:
+    """503 ``no_endpoints`` (a pool scaled to zero, every pod gone) carries ``Retry-After`` as a 429
+    does: ``routing.retryAfter.minSeconds`` (1), spread to 2 (since session s48). The SDKs wait it
+    before each of their two retries, rather than their own sub-second backoff (0.375 to 1 s,
+    jittered) that brought a burst's retries back at once while the pool scaled up."""
+    monkeypatch.setenv(SWITCH_ENV, switch)
+    async with running(FakeModelServer("a")) as (a,), gateway(DOC, {"llama": [a.key], "qwen": []}) as gw:
+        resp = await gw.http.post(gw.url + "/v1/completions", json={"model": EMPTY_MODEL, "prompt": "x"})
+        assert resp.status == 503
+        assert resp.headers["Retry-After"] in {"1", "2"}
+        assert f"retry after {resp.headers['Retry-After']}s" in (await resp.json())["error"]["message"]
+        for sdk in (openai, anthropic):
+            sleeps = _Sleeps()
+            monkeypatch.setattr(sdk._base_client, "anyio", sleeps)
+            if sdk is openai:
+                async with openai.AsyncOpenAI(base_url=gw.url + "/v1", api_key="k", timeout=30) as oai:
+                    with pytest.raises(openai.InternalServerError) as raised:
+                        await oai.completions.create(model=EMPTY_MODEL, prompt="x", max_tokens=4)
+                assert raised.value.code == "no_endpoints"
+            else:
+                async with anthropic.AsyncAnthropic(base_url=gw.url, api_key="k", timeout=30) as claude:
+                    hello = [{"role": "user", "content": "x"}]
+                    with pytest.raises(anthropic.InternalServerError) as overloaded:
+                        await claude.messages.create(model=EMPTY_MODEL, max_tokens=8, messages=hello)  # type: ignore[arg-type]
+                assert overloaded.value.status_code == 503
+            assert len(sleeps.taken) == 2
+            assert set(sleeps.taken) <= {1.0, 2.0}
+        assert await refused(gw, "503") == 1 + 3 + 3
+        assert a.received == []
+
+
+async def test_the_sdks_retry_of_a_shutting_down_503_opens_a_new_connection(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A replica ending its requests at shutdown answers 503 ``shutting_down`` with ``Connection:
+    close`` (since session s48), so the SDK's retry opens a new connection (which the Service sends
+    to a replica still serving) rather than going out on the pooled one to the same draining replica."""
+    peers: list[int] = []
+
+    async def answer(request: web.Request) -> web.StreamResponse:
+        peer = request.transport.get_extra_info("peername") if request.transport else None
+        peers.append(peer[1] if peer else 0)
+        if len(peers) == 1:
+            return gateway_error("shutting_down", "the gateway is shutting down; retry the request")
+        return web.json_response(
+            {"id": "c", "object": "text_completion", "created": 0, "model": MODEL, "choices": []}
+        )
+
+    app = web.Application()
+    app.router.add_post("/v1/completions", answer)
+    monkeypatch.setattr(openai._base_client, "anyio", _Sleeps())
+    async with (
+        serve_app(app, host="127.0.0.1", port=0) as url,
+        openai.AsyncOpenAI(base_url=url + "/v1", api_key="k", timeout=30, max_retries=1) as oai,
+    ):
+        raw = await oai.completions.with_raw_response.create(model=MODEL, prompt="x", max_tokens=4)
+    assert raw.retries_taken == 1
+    assert len(peers) == 2
+    assert peers[0] != peers[1]  # the retry's connection is not the refused one's

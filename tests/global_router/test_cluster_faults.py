@@ -570,3 +570,33 @@ async def test_a_cluster_failing_every_retrieval_is_drained_and_no_longer_search
     failed = 500 if failing == "500" else 504
     assert statuses[2:] == [(200, "holder")] * 2, statuses
     assert [status for status, _ in statuses[:2]] == [failed] * 2
+
+
+async def test_a_request_unanswered_when_the_router_stops_is_a_closing_anthropic_shaped_503() -> None:
+    """A request whose cluster has not answered when the stream grace ends: 503 ``shutting_down``,
+    on ``/v1/messages`` in Anthropic's shape (``overloaded_error``, ``request-id``), with
+    ``Connection: close`` (since session s48), so the SDK's retry opens a new connection rather than
+    reusing the pooled one to this stopping replica."""
+
+    async def never(_request: web.Request) -> web.StreamResponse:
+        await asyncio.sleep(3600)
+        raise AssertionError("unreachable")
+
+    cluster = web.Application()
+    cluster.router.add_post("/v1/messages", never)
+    async with serve_app(cluster, host="127.0.0.1", port=0) as cluster_url, aiohttp.ClientSession() as http:
+        clusters = [{"name": "c", "region": "east", "endpoint": cluster_url, "models": [MODEL]}]
+        doc = global_doc(clusters, heartbeats={"required": False})
+        app = create_global_app(parse_global_config(doc), read_heartbeats=False)
+        listener = serve_app(app, host="127.0.0.1", port=0, limits=ServerLimits(stream_grace_s=0.2))
+        url = await listener.__aenter__()
+        body = {"model": MODEL, "max_tokens": 3, "messages": [{"role": "user", "content": "x"}]}
+        asking = asyncio.create_task(http.post(url + "/v1/messages", json=body))
+        await asyncio.sleep(0.3)
+        await asyncio.wait_for(listener.__aexit__(None, None, None), timeout=30)
+        async with await asyncio.wait_for(asking, timeout=30) as resp:
+            said = await resp.json()
+            assert resp.status == 503
+            assert resp.headers["Connection"] == "close"
+            assert said["error"]["type"] == "overloaded_error"
+            assert said["request_id"] == resp.headers["request-id"] == resp.headers["X-Request-Id"]

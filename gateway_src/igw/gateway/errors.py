@@ -126,6 +126,13 @@ as any 5xx (twice by default): the model server's work and the caller's wait up 
 ``responseTimeout`` or ``routeTimeout`` three times over, a retry neither tier makes. An answer
 whose maker sets the header itself keeps it (a search's deadline, which asks for a retry)."""
 
+CLOSING_CODES: Final = frozenset({"shutting_down"})
+"""The codes whose answer closes the client's connection (``Connection: close``, since session s48):
+a replica ending its requests at shutdown. Without it the answer said keep-alive and the SDKs'
+retry went out on the pooled connection to the same draining replica (its close a moment later
+spent the retry on a connection error); closed, the retry opens a new connection, which the
+Service sends to a replica still serving."""
+
 BUSY_CODES: Final = frozenset({"response_search_busy", "server_busy"})
 """The gateway's 503s that say it is busy, not broken: a tier-2 router tries the next cluster without
 counting a failure, as for a 429 (before session s34 a flood of made-up continuation ids, each
@@ -145,14 +152,18 @@ def gateway_error(
 
     ``status`` overrides the table's status only where the status is not the gateway's to choose:
     an upstream error wrapped in the OpenAI shape keeps the model server's status. A code of
-    :data:`STOPPED_WAITING_CODES` tells the SDKs not to retry (:data:`SHOULD_RETRY_HEADER`).
+    :data:`STOPPED_WAITING_CODES` tells the SDKs not to retry (:data:`SHOULD_RETRY_HEADER`); one of
+    :data:`CLOSING_CODES` closes the connection once answered.
     """
     kind = ERRORS[code]
     body = error_body(message=message, error_type=kind.type, code=code, param=param)
     headers = {**headers, ERROR_CODE_HEADER: code} if headers else {ERROR_CODE_HEADER: code}
     if code in STOPPED_WAITING_CODES:
         headers.setdefault(SHOULD_RETRY_HEADER, "false")
-    return _response(status or kind.status, body, request_id=request_id, headers=headers, message=message)
+    response = _response(status or kind.status, body, request_id=request_id, headers=headers, message=message)
+    if code in CLOSING_CODES:
+        response.force_close()
+    return response
 
 
 def denial_response(denied: GuardDenied, *, request_id: str | None = None) -> web.Response:

@@ -988,8 +988,14 @@ async def _route(
         return gateway_error("pool_saturated", message, headers={"Retry-After": retry}, request_id=rid)
     if decision.kind is DecisionKind.NO_ENDPOINTS or decision.endpoint is None:
         obs.rejected("no_endpoints")
-        message = f"no model server endpoint available for {route.base_model!r}: {decision.reason}"
-        return gateway_error("no_endpoints", message, request_id=rid)
+        # Retry-After as a 429's, from retryAfter.minSeconds and spread (since session s48: none, so
+        # the SDKs' retries came back on their own short backoff, all at once, while the pool scaled)
+        retry = _retry_after(state, state.runtime.settings.retry_after_min_s)
+        message = (
+            f"no model server endpoint available for {route.base_model!r}: {decision.reason}; "
+            f"retry after {retry}s"
+        )
+        return gateway_error("no_endpoints", message, headers={"Retry-After": retry}, request_id=rid)
     routed_body = body.raw  # the client's body as routed: a failure's digest is taken of it
     # Not into an Anthropic-shaped body: vLLM's Anthropic request model would drop the field unread.
     engine = (
