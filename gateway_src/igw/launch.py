@@ -309,7 +309,7 @@ def _memory_plan(config: GatewayConfig, options: LaunchOptions, processes: int) 
         memory_limit(),
         processes,
         body_bytes=options.limits.max_body_bytes_held or None,
-        queue_bytes=configured_queue_bytes(config.extensions.get(FLOW_EXTENSION)),
+        queue_bytes=configured_queue_bytes(config.stated_extensions.get(FLOW_EXTENSION)),
     )
 
 

@@ -795,3 +795,66 @@ async def test_a_request_reaching_a_gate_turned_off_is_answered_by_the_scheduler
     assert isinstance(placed, RoutingDecision)
     assert placed.kind is DecisionKind.PICKED
     assert (pool.placed, gates.depths("pool")) == (["placed"], {})
+
+
+async def _fill(gates: FlowGates, pools: list[str], size: int, per_pool: int) -> list[asyncio.Task[Any]]:
+    """``per_pool`` Standard requests of ``size`` bytes offered to each of ``pools`` (never placed)."""
+    tasks = [
+        asyncio.create_task(
+            gates.wait(
+                scheduler=name,
+                request_id=f"{name}-{i}",
+                priority=STANDARD,
+                tenant="t",
+                size_bytes=size,
+                max_queue_s=None,
+                pick=lambda: SATURATED,
+            )
+        )
+        for name in pools
+        for i in range(per_pool)
+    ]
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    return tasks
+
+
+async def test_max_bytes_bounds_every_schedulers_queue_together_as_the_memory_plan_reserves_it() -> None:
+    """Three pools' full queues held three times the plan's queue: each scheduler's queue was
+    bounded by ``maxBytes`` alone (until session s48)."""
+    from igw.gateway.memory import memory_plan
+
+    plan = memory_plan(2**30, 1)  # the default queue: flowControl.maxBytes left to 128 MiB
+    clock = [0.0]
+    gates = FlowGates(registry=CollectorRegistry(), clock=lambda: clock[0])
+    gates.configure(FlowControlSettings(poll_interval_s=60.0), retry_after_bounds=(1, 30))
+    pools = ["a", "b", "c"]
+    tasks = await _fill(gates, pools, 16 << 20, 4)  # 64 MiB a pool, its Standard band full
+    await wait_for(lambda: sum(t.done() for t in tasks) >= 4, what="the arrivals past the budget refused")
+    assert gates.queued_bytes() == sum(gates.queued_bytes(p) for p in pools)
+    assert gates.queued_bytes() <= plan.queue_bytes == 128 << 20
+    refused = [t.result() for t in tasks if t.done()]
+    assert [r.reason.value for r in refused] == ["queue_full"] * 4
+    gates.configure(None, retry_after_bounds=(1, 30))
+    await asyncio.wait_for(asyncio.gather(*tasks), timeout=10)
+    assert gates.queued_bytes() == 0
+
+
+async def test_a_lowered_max_bytes_sheds_across_every_pool_lowest_band_newest_first() -> None:
+    clock = [0.0]
+    gates = FlowGates(registry=CollectorRegistry(), clock=lambda: clock[0])
+    gates.configure(FlowControlSettings(poll_interval_s=60.0), retry_after_bounds=(1, 30))
+    tasks = await _fill(gates, ["a", "b"], 10 << 20, 2)  # a-0, a-1, b-0, b-1: 40 MiB
+    await wait_for(lambda: gates.depths("a") == gates.depths("b") == {STANDARD: 2}, what="all queued")
+    gates.configure(FlowControlSettings(poll_interval_s=60.0, max_bytes=25 << 20), retry_after_bounds=(1, 30))
+    assert gates.queued_bytes() == 20 << 20
+    # a-1 and b-1, each its pool's newest, are shed; a-0 and b-0 kept, though each pool's own
+    # 20 MiB fitted the new bound alone
+    assert gates.depths("a") == {STANDARD: 1}
+    assert gates.depths("b") == {STANDARD: 1}
+    await wait_for(lambda: sum(t.done() for t in tasks) == 2, what="the shed requests answered")
+    assert [t.done() for t in tasks] == [False, True, False, True]
+    shed = [t.result() for t in tasks if t.done()]
+    assert [r.reason.value for r in shed] == ["queue_full", "queue_full"]
+    gates.configure(None, retry_after_bounds=(1, 30))
+    await asyncio.wait_for(asyncio.gather(*tasks), timeout=10)

@@ -222,3 +222,29 @@ async def test_a_reload_that_raises_the_queue_rechecks_the_plan_and_warns(
     assert state.memory_plan.queue_bytes == 64 * MIB
     assert state.memory_plan.overcommit_warning() is None
     assert not [r for r in caplog.records if r.levelno == logging.WARNING]
+
+
+@pytest.mark.parametrize(
+    ("flow", "configured"), [({}, False), ({"maxBytes": QUEUE_DEFAULT_BYTES}, True), (None, False)]
+)
+def test_the_start_plan_calls_max_bytes_configured_only_where_the_file_sets_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flow: dict[str, object] | None, configured: bool
+) -> None:
+    """The loader fills ``flowControl.maxBytes`` in from the schema's default once ``flowControl`` is
+    present: the start log and the WARNING called that default configured, and told the operator to
+    lower a value the file never set (until session s48)."""
+    from igw import launch
+
+    path = tmp_path / "igwc.yaml"
+    _flow_config(path, flow)
+    config = load_gateway_config(path)
+    monkeypatch.setattr(launch, "memory_limit", lambda: GIB // 4)  # too small: the plan warns
+    plan = launch._memory_plan(config, launch.LaunchOptions(config_path=str(path)), 1)
+    assert (plan.queue_bytes, plan.queue_configured) == (QUEUE_DEFAULT_BYTES, configured)
+    assert ("(flowControl.maxBytes)" in plan.describe()) is configured
+    warning = plan.overcommit_warning()
+    assert warning is not None
+    if configured:
+        assert "lower spec.extensions.flowControl.maxBytes" in warning
+    else:
+        assert "set spec.extensions.flowControl.maxBytes below its default 128 MiB" in warning

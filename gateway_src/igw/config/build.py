@@ -140,4 +140,5 @@ def build_gateway_config(doc: Mapping[str, Any]) -> GatewayConfig:
         metrics_enabled=metrics.get("enabled", True),
         pod_defaults=dict(spec.get("podDefaults", {})),
         extensions=dict(spec.get("extensions", {})),
+        stated_extensions=copy.deepcopy(dict(doc["spec"].get("extensions", {}))),
     )

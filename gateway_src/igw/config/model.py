@@ -166,6 +166,11 @@ class GatewayConfig:
     extensions: Mapping[str, Any] = field(default_factory=dict)
     """Our own fields beyond AWS's shape (``spec.x-igw`` is *not* used; see ``schemas/README.md``).
     Raw validated mappings keyed by extension name, interpreted by the component that owns them."""
+    stated_extensions: Mapping[str, Any] = field(default_factory=dict, compare=False)
+    """``spec.extensions`` as the document states it, before the schema's defaults are filled in:
+    what the user set, for the messages that say so (the memory plan's ``flowControl.maxBytes``:
+    ``extensions`` holds its default once ``flowControl`` is present, which the start log called
+    configured until session s48). Not part of the configuration (equality ignores it)."""
     notes: tuple[str, ...] = field(default=(), compare=False)
     """``FILE:LINE: note: ...`` for each of AWS's fields the document sets that igw accepts without
     acting on (:mod:`igw.config.unused_fields`), filled by the file loader so that ``igw serve`` and

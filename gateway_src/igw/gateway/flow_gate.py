@@ -62,6 +62,7 @@ from igw.scheduling.flow_control import (
     EndpointLoad,
     FlowController,
     FlowControlSettings,
+    QueueBytes,
     QueuedRequest,
     Shed,
     ShedReason,
@@ -327,6 +328,11 @@ class FlowGates:
         """Shared with the other families of ``registry`` labelled by tenant (:mod:`.tenant_labels`)."""
         self.clock = clock
         self._controllers: dict[str, FlowController] = {}
+        self._queued_bytes = QueueBytes()
+        """The bytes queued for every scheduler together, which ``maxBytes`` bounds: one budget for
+        the process, as the memory plan reserves it (:mod:`igw.gateway.memory`). Until session s48
+        each scheduler's queue had its own ``maxBytes``, so three pools' full queues held three
+        times what the plan reserved."""
         self._waiters: dict[str, _Waiter] = {}
         """Each queued request's waiter, by the queue key :meth:`wait` gave it (not the request id:
         that may be the client's ``X-Request-Id``, which two requests can share)."""
@@ -409,6 +415,29 @@ class FlowGates:
             )
             self._shed(scheduler, controller, shed)
             self._update_depth(scheduler, controller)
+        self._shed_past_shared_bytes(settings.max_bytes)
+
+    def _shed_past_shared_bytes(self, max_bytes: int) -> None:
+        """After a reload, shed across every scheduler's queue until their bytes together fit
+        ``max_bytes`` (each queue's own reconfiguration fits only its own bytes): the lowest band
+        first, the newest first, whichever pool it waits for (``queue_full``), as one queue sheds."""
+        if self._queued_bytes.held <= max_bytes:
+            return
+        queued = sorted(
+            (
+                (item.priority, -item.enqueued_at, -item.seq, scheduler, item.request_id)
+                for scheduler, controller in self._controllers.items()
+                for item in controller.queued()
+            )
+        )
+        for _, _, _, scheduler, request_id in queued:
+            if self._queued_bytes.held <= max_bytes:
+                break
+            controller = self._controllers[scheduler]
+            victim = controller.cancel(request_id)
+            if victim is not None:
+                self._shed(scheduler, controller, (Shed(victim, ShedReason.QUEUE_FULL),))
+                self._update_depth(scheduler, controller)
 
     def _reclassified(self, scheduler: str, controller: FlowController) -> dict[str, int]:
         """The band of each request queued for ``scheduler`` under the settings just applied (queue
@@ -478,7 +507,9 @@ class FlowGates:
         controller = self._controllers.get(scheduler)
         if controller is None:
             controller = self._controllers[scheduler] = FlowController(
-                settings, engine_priority=settings.engine_priority.get(scheduler)
+                settings,
+                engine_priority=settings.engine_priority.get(scheduler),
+                shared_bytes=self._queued_bytes,
             )
         return controller
 
@@ -919,8 +950,11 @@ class FlowGates:
         controller = self._controllers.get(scheduler)
         return controller.depths() if controller is not None else {}
 
-    def queued_bytes(self, scheduler: str) -> int:
-        """The bytes ``scheduler``'s queue counts against its ``maxBytes`` (:func:`queued_size_bytes`)."""
+    def queued_bytes(self, scheduler: str | None = None) -> int:
+        """The bytes ``scheduler``'s queue holds (:func:`queued_size_bytes`); without ``scheduler``,
+        every queue's together, the total that ``maxBytes`` bounds."""
+        if scheduler is None:
+            return self._queued_bytes.held
         controller = self._controllers.get(scheduler)
         return controller.queued_bytes if controller is not None else 0
 

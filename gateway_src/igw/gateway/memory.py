@@ -76,7 +76,9 @@ RESIDENT_PER_COUNTED: Final = 2
 """Resident bytes per counted request-body byte: the reads' ``bytes`` objects, then the joined body
 while both live, and the heap pages they leave until trimmed."""
 QUEUE_DEFAULT_BYTES: Final = 128 * 1024 * 1024
-"""Flow control's global ``maxBytes`` when the field is unset (``FlowControlSettings.max_bytes``)."""
+"""Flow control's global ``maxBytes`` when the field is unset (``FlowControlSettings.max_bytes``):
+one budget for every scheduler's queue in the process together (:class:`igw.gateway.flow_gate.FlowGates`),
+so the plan reserves it once however many schedulers there are."""
 BODY_PART_DIVISOR: Final = 3
 """With a prefix index, resident request bodies get a third of what the base and the queue leave,
 the index the other two thirds: a full body budget answers 503 at once, a full index only forgets
@@ -271,7 +273,9 @@ def processes_fitting(memory_limit_bytes: int, *, parent_bytes: int = PARENT_BYT
 
 def configured_queue_bytes(flow_extension: object) -> int | None:
     """``spec.extensions.flowControl.maxBytes`` as the configuration sets it (``flow_extension``: the
-    extension's raw value), ``None`` when it is left to its default or flow control is absent."""
+    extension as the document states it, :attr:`~igw.config.model.GatewayConfig.stated_extensions`,
+    not with the schema's defaults filled in), ``None`` when it is left to its default or flow
+    control is absent."""
     if not isinstance(flow_extension, Mapping):
         return None
     value = flow_extension.get("maxBytes")

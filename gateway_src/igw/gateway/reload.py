@@ -237,12 +237,12 @@ class ConfigReloader:
         plan = self.state.memory_plan
         if plan is None:
             return
-        new = plan.with_queue(configured_queue_bytes(config.extensions.get(FLOW_EXTENSION)))
+        new = plan.with_queue(configured_queue_bytes(config.stated_extensions.get(FLOW_EXTENSION)))
         if new == plan:
             return
         self.state.memory_plan = new
-        # The loader fills maxBytes in from the schema's default once flowControl is present: only a
-        # new size is news. Worker 0 of a group logs it, not every worker once more.
+        # Turning flow control on with maxBytes unset reserves nothing new: only a new size is
+        # news. Worker 0 of a group logs it, not every worker once more.
         if new.queue_bytes == plan.queue_bytes or self.follows:
             return
         log.info(

@@ -871,13 +871,33 @@ class _Band:
             yield from queue
 
 
+@dataclass(slots=True)
+class QueueBytes:
+    """The bytes queued by every :class:`FlowController` that shares it: the whole queue's
+    ``maxBytes`` bounds this total, not each controller's own (the gateway's controllers, one per
+    scheduler, share one, so ``maxBytes`` bounds the process's queued bytes as the memory plan
+    reserves it: :class:`igw.gateway.flow_gate.FlowGates`)."""
+
+    held: int = 0
+
+
 class FlowController:
-    """The queues of one pool. Not thread-safe: one event loop owns it."""
+    """The queues of one pool. Not thread-safe: one event loop owns it.
+
+    ``shared_bytes``: the byte total that the global ``max_bytes`` bounds, shared with other
+    controllers (:class:`QueueBytes`; by default this controller's own). An arrival may displace
+    only this controller's lower bands to fit under it: another pool's queued requests are never
+    shed for it, so a full total refuses the arrival (``queue_full``)."""
 
     def __init__(
-        self, settings: FlowControlSettings, *, engine_priority: EnginePriority | None = None
+        self,
+        settings: FlowControlSettings,
+        *,
+        engine_priority: EnginePriority | None = None,
+        shared_bytes: QueueBytes | None = None,
     ) -> None:
         self.settings = settings
+        self.shared_bytes = QueueBytes() if shared_bytes is None else shared_bytes
         self.engine_priority = engine_priority
         """The pool's engine-side priority (``enginePriority``); where its engine preempts for a
         batch slot, no band keeps slots for the ones above (:meth:`slots_kept`)."""
@@ -905,6 +925,10 @@ class FlowController:
     @property
     def queued_bytes(self) -> int:
         return self._bytes
+
+    def queued(self) -> tuple[QueuedRequest, ...]:
+        """Every queued request (a copy: the caller may remove them as it goes)."""
+        return tuple(self._by_id.values())
 
     def depth(self, priority: int) -> int:
         band = self._bands.get(priority)
@@ -1071,6 +1095,7 @@ class FlowController:
         band.add(item, self.settings.ordering)
         self._by_id[request_id] = item
         self._bytes += size_bytes
+        self.shared_bytes.held += size_bytes
         displaced = tuple(Shed(v, ShedReason.FAIR_SHARE) for v in fair)
         displaced += tuple(Shed(v, ShedReason.DISPLACED) for v in victims)
         return Offer(True, None, expired + displaced)
@@ -1112,10 +1137,13 @@ class FlowController:
 
     def _victims_for(self, item: QueuedRequest, *, freed: list[QueuedRequest]) -> list[QueuedRequest] | None:
         """Queued requests of strictly lower bands to drop so ``item`` fits globally (``freed``
-        already leaving), or ``None``."""
+        already leaving), or ``None``. The bytes are the shared total's (:class:`QueueBytes`)."""
         count_over = len(self._by_id) + 1 - len(freed) - self.settings.max_requests
         bytes_over = (
-            self._bytes + item.size_bytes - sum(r.size_bytes for r in freed) - self.settings.max_bytes
+            self.shared_bytes.held
+            + item.size_bytes
+            - sum(r.size_bytes for r in freed)
+            - self.settings.max_bytes
         )
         victims: list[QueuedRequest] = []
         lower = sorted(p for p in self._bands if p < item.priority)
@@ -1157,7 +1185,8 @@ class FlowController:
           newest of those tenants' requests on a tie; the tenants' shares stay as even as an
           arrival's ``fair_share`` rule keeps them), else the newest request of the band;
         * a queue over its new global bounds sheds from the lowest band up, newest first, as an
-          arrival displaces (``queue_full``).
+          arrival displaces (``queue_full``); the bytes counted are this queue's own (a shared
+          total, :class:`QueueBytes`, is fitted by its owner across its queues afterwards).
 
         Raised limits need nothing here: the next dispatch pass reads them.
         """
@@ -1319,3 +1348,4 @@ class FlowController:
         self._bands[item.priority].remove(item)
         del self._by_id[item.request_id]
         self._bytes -= item.size_bytes
+        self.shared_bytes.held -= item.size_bytes
