@@ -147,3 +147,46 @@ def test_a_refused_value_is_named_by_its_rule() -> None:
     the rule in the schema."""
     (line,) = [p for p in configuration.problems({"image": {"tag": "latest"}}) if p.startswith("image.tag:")]
     assert line == 'image.tag: must not be "latest"; got "latest" (rule schema.not)', line
+
+
+@pytest.mark.parametrize(
+    ("values", "line"),
+    [
+        (
+            {"operator": {"awsRegion": "US-East-1"}},
+            "operator.awsRegion: must be empty, or an AWS region name in lower case, such as "
+            'us-west-2; got "US-East-1" (rule schema.pattern)',
+        ),
+        (
+            {"certManager": {"duration": "90 days"}},
+            "certManager.duration: must be a duration: one or more numbers, each with a unit ns, "
+            "us, µs, ms, s, m or h, such as 2160h, 1h30m or 500ms (no days, no spaces); "
+            'got "90 days" (rule schema.pattern)',
+        ),
+        (
+            {"podLabels": {"team name": "a"}},
+            'podLabels["team name"]: key must be a label key: an optional DNS subdomain prefix '
+            "and '/', then a name of 1 to 63 letters, digits, '-', '_' and '.', starting and "
+            "ending with a letter or digit, such as app.kubernetes.io/name; "
+            'got "team name" (rule schema.propertyNames)',
+        ),
+        (
+            {
+                "gateway": {
+                    "config": {
+                        "name": "x",
+                        "spec": {"extensions": {"rateLimits": {"redis": {"url": "http://cache:6379"}}}},
+                    }
+                }
+            },
+            "gateway.config.spec.extensions.rateLimits.redis.url: must be a redis://, rediss:// or "
+            'unix:// URL; got "http://cache:6379" (rule schema.pattern)',
+        ),
+    ],
+    ids=["region", "duration-definition", "label-key", "gateway-config-spec"],
+)
+def test_a_pattern_is_refused_in_words(values: dict[str, Any], line: str) -> None:
+    """A value a chart-values pattern refuses is described in words, not as the regular expression
+    (``must be a string matching ^([a-z]{2}(-[a-z]+)+-[0-9]+)?$``)."""
+    path = line.split(": ", 1)[0]
+    assert [p for p in configuration.problems(values) if p.startswith(f"{path}:")] == [line]

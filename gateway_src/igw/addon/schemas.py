@@ -66,6 +66,9 @@ _UNSUPPORTED_IN_DRAFT_06: Final = frozenset(
     }
 )
 _DROPPED: Final = frozenset({"$schema", "$id", "$comment"})
+_KEPT_ANNOTATIONS: Final = frozenset({"x-igw-hint"})
+"""``x-*`` annotations kept: a pattern's hint is what ``igw addon``'s check prints for a refused
+``gateway.config.spec`` value (without it, the regular expression); Helm and EKS ignore the keyword."""
 
 
 class SchemaGenerationError(IgwToolingError, RuntimeError):
@@ -73,7 +76,8 @@ class SchemaGenerationError(IgwToolingError, RuntimeError):
 
 
 def to_draft06(node: Any, *, where: str = "spec") -> Any:
-    """Rewrite an inlined 2020-12 schema node into draft-06; ``x-*`` annotations are dropped."""
+    """Rewrite an inlined 2020-12 schema node into draft-06; ``x-*`` annotations are dropped, but for
+    :data:`_KEPT_ANNOTATIONS`."""
     if isinstance(node, list):
         return [to_draft06(item, where=f"{where}[{i}]") for i, item in enumerate(node)]
     if not isinstance(node, dict):
@@ -84,7 +88,7 @@ def to_draft06(node: Any, *, where: str = "spec") -> Any:
             raise SchemaGenerationError(
                 f"{where}.{key}: keyword not expressible here in JSON Schema draft-06"
             )
-        if key in _DROPPED or key.startswith("x-"):
+        if key in _DROPPED or (key.startswith("x-") and key not in _KEPT_ANNOTATIONS):
             continue
         if key in ("properties", "patternProperties"):
             out[key] = {name: to_draft06(sub, where=f"{where}.{name}") for name, sub in value.items()}
