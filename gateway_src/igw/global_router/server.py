@@ -56,7 +56,7 @@ from igw.gateway.errors import (
 from igw.gateway.event_tokens import TokensPerEvent
 from igw.gateway.flow_gate import FAIRNESS_HEADER
 from igw.gateway.guards import GuardDenied, Principal, RequestGuard, caller_scope
-from igw.gateway.inference import REQUEST_ID_KEY
+from igw.gateway.inference import REQUEST_ID_HEADER, REQUEST_ID_KEY, request_id_for
 from igw.gateway.inference_apis import (
     ANTHROPIC_APIS,
     INFERENCE_PATHS,
@@ -303,9 +303,21 @@ def _forwarded_headers(router: GlobalRouter, request: web.Request, principal: Pr
     (:func:`igw.gateway.flow_gate.flow_tenant`). Until session s46 the client's was forwarded: a
     verified caller named another tenant there, or a new name per request, and took fair-share turns
     and queue places that tier 1 refuses its own authenticated callers. A caller the router did not
-    verify (no ``spec.auth``) sends its own, as tier 1 then reads it."""
+    verify (no ``spec.auth``) sends its own, as tier 1 then reads it.
+
+    ``X-Request-Id`` is the router's id of the request (the client's when
+    :func:`~igw.gateway.inference.request_id_for` keeps it, else a fresh one), never the client's
+    value as sent: tier 1 applies the same rule, keeps it, and answers, logs and forwards to the pod
+    under it, so one id joins the client's answer (the router's own errors included) and both tiers'
+    logs. Until session s48 the client's header went as it came: with none, or one refused (10 KiB,
+    non-ASCII, quotes), tier 1 minted an id of its own, so the router's own errors and the relayed
+    answers named a request by ids that no log of the other tier held, and a refused value reached
+    tier 1."""
     strip = router.guard.stripped_request_headers | _ROUTER_HEADERS
-    add = principal.forward_headers
+    add = {
+        **principal.forward_headers,
+        REQUEST_ID_HEADER: request.get(REQUEST_ID_KEY) or request_id_for(request.headers),
+    }
     if principal.authenticated:
         strip |= _FAIRNESS
         if principal.tenant:
