@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import orjson
 import pytest
 import yaml
 from aiohttp import web
@@ -31,6 +32,7 @@ from igw.gateway.discovery.static_file import StaticFileDiscovery
 from igw.gateway.inference import STATE_KEY
 from igw.gateway.serving import ServerLimits, serve_app
 from igw.gateway.state import GatewayState
+from igw.gateway.workers import WORKER_ENV
 from igw.perf.serve_process import ServeProcess, serve_process
 from igw.sim.spec import FleetSpec
 from tests.gateway.fake_model_server import FakeModelServer
@@ -289,6 +291,34 @@ def process_gone(pid: int) -> bool:
             return stat.read().rsplit(")", 1)[1].split()[0] == "Z"
     except FileNotFoundError:
         return True
+
+
+def catches(pid: int, signum: int) -> bool | None:
+    """Whether ``pid`` has a handler for ``signum`` (its ``SigCgt`` mask); ``None``: it is gone."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    caught = next(line for line in status.splitlines() if line.startswith("SigCgt:"))
+    return bool(int(caught.split()[1], 16) & (1 << (signum - 1)))
+
+
+def worker_pid(parent: int, index: int) -> int | None:
+    """The pid of worker ``index`` of ``parent`` once it runs ``igw`` (its environment names its role:
+    a child between ``fork`` and ``exec`` still has the parent's, and its signal handlers too)."""
+    try:
+        children = [int(p) for p in Path(f"/proc/{parent}/task/{parent}/children").read_text().split()]
+    except FileNotFoundError:
+        return None
+    for child in children:
+        try:
+            environ = Path(f"/proc/{child}/environ").read_bytes().split(b"\0")
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        role = next((v.split(b"=", 1)[1] for v in environ if v.startswith(WORKER_ENV.encode() + b"=")), None)
+        if role is not None and orjson.loads(role)["index"] == index:
+            return child
+    return None
 
 
 @contextlib.contextmanager

@@ -15,14 +15,20 @@ from collections.abc import Callable
 from pathlib import Path
 
 import aiohttp
-import orjson
 import pytest
 import yaml
 
-from igw.gateway.workers import WORKER_ENV
 from igw.sim.live import run_fleet
 from tests.gateway.support import data_events
-from tests.reliability.harness import MODEL, fleet_spec, gateway_doc, process_gone, write_config
+from tests.reliability.harness import (
+    MODEL,
+    catches,
+    fleet_spec,
+    gateway_doc,
+    process_gone,
+    worker_pid,
+    write_config,
+)
 
 # An interval no test waits out: a reload seen within seconds came from the SIGHUP.
 SLOW_RELOADS = {"configReloadInterval": "30m"}
@@ -143,34 +149,6 @@ async def test_sighup_without_reload_is_logged_and_cuts_no_stream(tmp_path: Path
                 proc.wait()
 
 
-def _catches_sighup(pid: int) -> bool | None:
-    """Whether ``pid`` has a handler for SIGHUP (its ``SigCgt`` mask); ``None``: it is gone."""
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return None
-    caught = next(line for line in status.splitlines() if line.startswith("SigCgt:"))
-    return bool(int(caught.split()[1], 16) & (1 << (signal.SIGHUP - 1)))
-
-
-def _worker_pid(parent: int, index: int) -> int | None:
-    """The pid of worker ``index`` of ``parent`` once it runs ``igw`` (its environment names its role:
-    a child between ``fork`` and ``exec`` still has the parent's)."""
-    try:
-        children = [int(p) for p in Path(f"/proc/{parent}/task/{parent}/children").read_text().split()]
-    except FileNotFoundError:
-        return None
-    for child in children:
-        try:
-            environ = Path(f"/proc/{child}/environ").read_bytes().split(b"\0")
-        except (FileNotFoundError, ProcessLookupError):
-            continue
-        role = next((v.split(b"=", 1)[1] for v in environ if v.startswith(WORKER_ENV.encode() + b"=")), None)
-        if role is not None and orjson.loads(role)["index"] == index:
-            return child
-    return None
-
-
 def _hang_up_while_starting(proc: subprocess.Popen[bytes], log: Path, index: int, whole_group: bool) -> bool:
     """Send SIGHUP to the group's whole process group (a terminal's hang-up), or to the parent alone,
     while worker ``index`` runs without a SIGHUP handler (it imports: ``SigCgt`` lacks it) and the
@@ -181,11 +159,11 @@ def _hang_up_while_starting(proc: subprocess.Popen[bytes], log: Path, index: int
     target = None
     while time.monotonic() < deadline:
         assert proc.poll() is None, _text(log)
-        target = target or _worker_pid(proc.pid, index)
+        target = target or worker_pid(proc.pid, index)
         if target is not None:
             if f"[worker {index}]: igw gateway test-gw serving" in _text(log):
                 return False
-            if _catches_sighup(target) is False and _catches_sighup(proc.pid):
+            if catches(target, signal.SIGHUP) is False and catches(proc.pid, signal.SIGHUP):
                 if whole_group:
                     os.killpg(proc.pid, signal.SIGHUP)
                 else:

@@ -21,11 +21,13 @@ from tests.gateway.support import data_events
 from tests.global_router.support import global_doc
 from tests.reliability.harness import (
     MODEL,
+    catches,
     fleet_spec,
     gateway_doc,
     igw_serve,
     sigterm_until_it_exits,
     worker_group,
+    worker_pid,
     write_config,
 )
 
@@ -140,9 +142,10 @@ def test_repeated_sigterms_while_it_stops_still_end_with_exit_0(kind: str, tmp_p
 
 
 def test_a_stop_while_the_workers_start_ends_the_group_with_0_and_no_worker_left(tmp_path: Path) -> None:
-    """SIGTERM to the parent just after it started its workers reaches them inside their start-up
-    (imports, config load): each ends with 128 + the signal, which is the stop the parent asked for.
-    The parent used to read those codes as workers that died (exit 3).
+    """SIGTERM to the parent just after it started its workers reaches worker 1 inside its start-up:
+    mostly while its interpreter starts, before ``igw`` has a handler (it dies of the signal, -15),
+    sometimes in ``igw``'s own start-up (128 + the signal: the next test makes sure of that case).
+    Either is the stop the parent asked for; it used to read them as workers that died (exit 3).
 
     The signal is sent as soon as the parent names its workers; a test process held off the CPU for
     longer than a worker's start-up (CI, two test workers on two cores) sends it after a worker
@@ -169,3 +172,43 @@ def test_a_stop_while_the_workers_start_ends_the_group_with_0_and_no_worker_left
         if landed_in_start_up:
             break
     assert landed_in_start_up, "in three tries the stop never reached the workers while they started"
+
+
+def _stop_while_worker_1_runs_igw(place: Path) -> bool:
+    """One group, SIGTERM to its parent as soon as worker 1 runs ``igw``'s own start-up (it catches
+    SIGTERM from the start of :func:`igw.cli.main.main`, :mod:`igw.cli.early_stop`; at ``exec`` the
+    handler is reset, so the bit in ``SigCgt`` is igw's); checks the group ends with 0, no traceback
+    and no worker left. ``False``: the moment was missed (worker 1 served before the stop reached it)."""
+    with worker_group(place) as group:
+        deadline = time.monotonic() + 60
+        while True:
+            assert group.proc.poll() is None, group.rest_of_log()
+            worker = worker_pid(group.proc.pid, 1)
+            if worker is not None and catches(worker, signal.SIGTERM):
+                break
+            assert time.monotonic() < deadline, "worker 1 never ran igw"
+            time.sleep(0.002)
+        assert worker == group.pids[1]
+        group.proc.send_signal(signal.SIGTERM)
+        rest = group.rest_of_log()
+        code = group.proc.wait(timeout=60)
+        assert code == 0, rest
+        assert "Traceback" not in rest
+        for pid in group.pids:  # both reaped by the parent: no worker outlives it
+            with pytest.raises(ProcessLookupError):
+                os.kill(pid, 0)
+    return not [line for line in rest.splitlines() if "[worker 1]" in line and "serving 1 scheduler" in line]
+
+
+def test_a_stop_while_a_worker_runs_igws_start_up_ends_the_group_with_0(tmp_path: Path) -> None:
+    """The stop reaches worker 1 after ``igw`` has its SIGTERM handler: it exits 128 + the signal
+    (``igw: interrupted``), which :data:`igw.gateway.workers.STOPPED_EXITS` must accept. The test
+    above sends its stop when the parent names the workers, which is while worker 1's interpreter
+    starts: it dies of the signal (-15) and the 143 path went untested (removing it passed). Up to
+    five groups are started until one stop lands before worker 1 serves."""
+    for attempt in range(5):
+        place = tmp_path / f"try-{attempt}"
+        place.mkdir()
+        if _stop_while_worker_1_runs_igw(place):
+            return
+    raise AssertionError("in five tries the stop never reached worker 1 before it served")
