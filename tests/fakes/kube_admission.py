@@ -25,6 +25,7 @@ admitted the same way against the schema's ``status`` node (:func:`admit_status`
 
 from __future__ import annotations
 
+import copy
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -129,6 +130,19 @@ def admit(
     stored, dropped, errors = _checked(schema, body, "", old_body, cel_view)
     server_side = {k: v for k, v in obj.items() if k in kept}
     return Admission({**server_side, **stored}, tuple(dropped), tuple(errors))
+
+
+def read_back(schema: Mapping[str, Any], obj: Mapping[str, Any]) -> dict[str, Any]:
+    """``obj`` as the API server reads a stored custom resource back under ``schema``, the CRD
+    version's current ``openAPIV3Schema``: every field but ``apiVersion``/``kind``/``metadata``
+    pruned and defaulted, on every get, list and watch event. Stored objects are not rewritten when a
+    CRD changes, so after a rollback to an older CRD a field only the newer schema declares is
+    dropped from what clients read (and from what they write back), and after an upgrade a new
+    field's ``default`` appears in objects written before it existed (apiextensions' storage pruning
+    and read defaulting)."""
+    body = {k: v for k, v in obj.items() if k not in _SERVER_FIELDS}
+    server_side = {k: copy.deepcopy(v) for k, v in obj.items() if k in _SERVER_FIELDS}
+    return {**server_side, **apply_defaults(schema, prune(schema, body))}
 
 
 def admit_status(schema: Mapping[str, Any], status: Any, *, old: Any = None) -> Admission:

@@ -1171,8 +1171,8 @@ class FakeKubeApiServer:
                         wanted(event.object),
                         event.previous is not None and wanted(event.previous),
                     )
-                    if event_type is not None:
-                        await send(event_type, event.object)
+                    if event_type is not None:  # decoded as read now, under the CRD served now
+                        await send(event_type, self.store.as_read(kind, event.object))
                 if withdrawn:  # the CRD is gone (or no longer serves this version): its storage with it
                     break
                 remaining = deadline - loop.time()

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from tests.fakes.kube_admission import Admission, admit, admit_status
+from tests.fakes.kube_admission import Admission, admit, admit_status, read_back
 from tests.fakes.kube_builtin_schemas import decoded, type_error
 from tests.fakes.kube_crd_validation import crd_errors, stored_versions, with_defaults
 from tests.fakes.kube_field_errors import FieldError, invalid_details, invalid_message
@@ -556,7 +556,7 @@ class KubeStore:
     def list(self, kind: ResourceKind, namespace: str | None) -> tuple[list[dict[str, Any]], int]:
         with self._lock:
             items = [
-                copy.deepcopy(obj)
+                self.as_read(kind, obj)
                 for (res, ns, _), obj in sorted(self._objects.items())
                 if res == kind.key and (namespace is None or ns == namespace)
             ]
@@ -567,7 +567,16 @@ class KubeStore:
             obj = self._objects.get((kind.key, namespace, name))
             if obj is None:
                 raise _not_found(kind, name)
-            return copy.deepcopy(obj)
+            return self.as_read(kind, obj)
+
+    def as_read(self, kind: ResourceKind, obj: Mapping[str, Any]) -> dict[str, Any]:
+        """A copy of stored ``obj`` as a client reads it: a custom resource pruned and defaulted under
+        the schema its kind is served with now (:func:`tests.fakes.kube_admission.read_back`), which
+        may be newer or older than the one it was written under; other kinds as stored."""
+        served = self.kinds.get(kind.key, kind)
+        if served.schema is None:
+            return copy.deepcopy(dict(obj))
+        return read_back(served.schema, obj)
 
     def create(
         self,

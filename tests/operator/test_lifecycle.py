@@ -641,7 +641,8 @@ def test_specs_of_the_wrong_shape_are_refused_and_spare_their_neighbours(
     model-name conflict check of every other object in its namespace."""
     odd = {
         "as-list": ([1, 2], "spec: expected object, got array"),
-        "ext-null": ({"extensions": None}, "spec.extensions: expected object, got null"),
+        # no `spec.extensions: null`: the API server prunes an undeclared null on every read (the fake
+        # too, since s48), so under this CRD the operator never reads one
         "flow-string": ({"extensions": {"flowControl": "x"}}, "spec.extensions.flowControl: expected object"),
     }
     for index, (name, (spec, _)) in enumerate(odd.items()):
