@@ -834,7 +834,9 @@ async def test_max_bytes_bounds_every_schedulers_queue_together_as_the_memory_pl
     assert gates.queued_bytes() == sum(gates.queued_bytes(p) for p in pools)
     assert gates.queued_bytes() <= plan.queue_bytes == 128 << 20
     refused = [t.result() for t in tasks if t.done()]
-    assert [r.reason.value for r in refused] == ["queue_full"] * 4
+    # c, within its share (a third), displaced a's and b's newest (pool_share), then was refused
+    assert [r.reason.value for r in refused] == ["pool_share", "pool_share", "queue_full", "queue_full"]
+    assert [gates.depths(p) for p in pools] == [{STANDARD: 3}, {STANDARD: 3}, {STANDARD: 2}]
     gates.configure(None, retry_after_bounds=(1, 30))
     await asyncio.wait_for(asyncio.gather(*tasks), timeout=10)
     assert gates.queued_bytes() == 0
@@ -858,3 +860,36 @@ async def test_a_lowered_max_bytes_sheds_across_every_pool_lowest_band_newest_fi
     assert [r.reason.value for r in shed] == ["queue_full", "queue_full"]
     gates.configure(None, retry_after_bounds=(1, 30))
     await asyncio.wait_for(asyncio.gather(*tasks), timeout=10)
+
+
+async def test_a_pool_flooded_with_large_prompts_leaves_the_other_pools_their_share_of_max_bytes() -> None:
+    """A flooded pool's queue held the whole process's ``maxBytes``, and a light pool's every
+    arrival was refused ``queue_full`` with a Retry-After of its own empty queue's (until session
+    s48). Now the flood's newest request gives way (``pool_share``, counted against its own pool),
+    and the light pool's arrival past its share waits for the flood's bytes to drain."""
+    clock = [0.0]
+    gates = FlowGates(registry=CollectorRegistry(), clock=lambda: clock[0])
+    band = BandLimits(max_requests=100, max_bytes=1 << 30, ttl_s=30.0)
+    settings = FlowControlSettings(poll_interval_s=60.0, max_bytes=100 << 20, bands={STANDARD: band})
+    gates.configure(settings, retry_after_bounds=(1, 60))
+    flood = await _fill(gates, ["flood"], 10 << 20, 10)
+    await wait_for(lambda: gates.queued_bytes("flood") == 100 << 20, what="the flood queued")
+    light = await _fill(gates, ["light"], 10 << 20, 1)
+    await wait_for(lambda: flood[-1].done(), what="the flood's newest displaced")
+    assert not light[0].done()
+    assert flood[-1].result().reason.value == "pool_share"
+    assert (gates.queued_bytes("flood"), gates.queued_bytes("light")) == (90 << 20, 10 << 20)
+    rejections = gates.metrics.rejections
+    assert rejections.labels("flood", str(STANDARD), "t", "pool_share")._value.get() == 1
+    # past its share (half), the light pool is refused; its Retry-After is the time for the
+    # flood's bytes to drain, the most while the flood dispatches nothing, not the 6 s its own
+    # band (5 queued, one request a second sent straight) would say
+    gates.sent_straight("light", STANDARD)
+    light += await _fill(gates, ["light"], 10 << 20, 5)
+    await wait_for(lambda: light[-1].done(), what="the light pool's arrival past its share refused")
+    assert [t.done() for t in flood + light] == [False] * 5 + [True] * 5 + [False] * 5 + [True]
+    refused = light[-1].result()
+    assert refused.reason.value == "queue_full"
+    assert refused.retry_after_s == 60
+    gates.configure(None, retry_after_bounds=(1, 60))
+    await asyncio.wait_for(asyncio.gather(*flood, *light), timeout=10)

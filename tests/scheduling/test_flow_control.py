@@ -9,6 +9,8 @@ import tracemalloc
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from igw.config.validate import validate_document
 from igw.scheduling.flow_control import (
@@ -25,6 +27,7 @@ from igw.scheduling.flow_control import (
     FlowControlSettings,
     Offer,
     Ordering,
+    QueueBytes,
     ShedReason,
     least_wait,
     predicted_wait_s,
@@ -1121,3 +1124,88 @@ def test_ten_seconds_at_ten_thousand_a_second_keep_the_rate_records_small_and_th
     assert fc.arrival_rate_above(STANDARD, now) == pytest.approx(10_000, rel=0.01)
     assert fc.retry_after_s(now + 9.5, priority=STANDARD) == 1  # the last half second still counts
     assert fc.retry_after_s(now + 10.5, priority=STANDARD) == 60  # all left the window
+
+
+def _pools(n: int, max_bytes: int = 100) -> list[FlowController]:
+    shared = QueueBytes()
+    settings = _settings(max_bytes=max_bytes)
+    return [FlowController(settings, shared_bytes=shared) for _ in range(n)]
+
+
+def test_a_flooded_pool_gives_up_its_newest_lowest_band_request_to_a_pool_within_its_share() -> None:
+    """One pool flooded with large prompts held the whole shared ``maxBytes`` and every other
+    pool's arrivals were refused ``queue_full`` (until session s48)."""
+    a, b = _pools(2)
+    for i in range(5):
+        assert _offer(a, f"a{i}", CRITICAL, size_bytes=10).queued
+    for i in range(5):
+        assert _offer(a, f"s{i}", SHEDDABLE, size_bytes=10).queued
+    assert a.shared_bytes.held == 100
+    offer = _offer(b, "b0", SHEDDABLE, size_bytes=15)
+    assert offer.queued
+    assert offer.displaced == ()
+    gone = [(other is a, s.request.request_id, s.reason) for other, s in offer.displaced_elsewhere]
+    assert gone == [(True, "s4", ShedReason.POOL_SHARE), (True, "s3", ShedReason.POOL_SHARE)]
+    assert (a.queued_bytes, b.queued_bytes, a.shared_bytes.held) == (80, 15, 95)
+    # b fills up to its share (50) at a's expense; past it, b is refused as before
+    for i in range(1, 4):
+        assert _offer(b, f"b{i}", STANDARD, size_bytes=10).queued
+    assert (a.queued_bytes, b.queued_bytes) == (50, 45)
+    refused = _offer(b, "b4", SHEDDABLE, size_bytes=10)  # nothing lower of its own to displace
+    assert (refused.queued, refused.reason, refused.displaced_elsewhere) == (False, ShedReason.QUEUE_FULL, ())
+    assert refused.wait_bytes == 5
+    # and a, now within its share, takes nothing back from b
+    assert not _offer(a, "a9", CRITICAL, size_bytes=10).queued
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 2),
+            st.sampled_from(["offer", "offer", "offer", "take", "cancel"]),
+            st.sampled_from([SHEDDABLE, STANDARD, CRITICAL]),
+            st.integers(1, 60),
+        ),
+        max_size=80,
+    )
+)
+def test_pools_sharing_max_bytes_never_hold_more_than_it(ops: list[tuple[int, str, int, int]]) -> None:
+    pools = _pools(3)
+    shared = pools[0].shared_bytes
+    for step, (which, op, priority, size) in enumerate(ops):
+        fc = pools[which]
+        if op == "offer":
+            share = 100 / (1 + sum(1 for p in pools if p is not fc and len(p)))
+            over = {id(p) for p in pools if p is not fc and p.queued_bytes > share}
+            within = fc.queued_bytes + size <= share
+            offer = _offer(fc, f"r{step}", priority, size_bytes=size)
+            # only for an arrival that stays within its share, only from pools over theirs
+            assert not offer.displaced_elsewhere or within
+            assert {id(o) for o, _ in offer.displaced_elsewhere} <= over
+        elif op == "take":
+            item = fc.peek(float(step))
+            if item is not None:
+                fc.take(item, float(step))
+        elif len(fc):
+            fc.cancel(fc.queued()[0].request_id)
+        assert shared.held == sum(p.queued_bytes for p in pools) <= 100
+
+
+def test_retry_after_of_a_refusal_by_the_shared_bytes_counts_the_other_pools_drain() -> None:
+    """A light pool's arrival refused because another pool's queue held the budget was told 1 s (its
+    own queue empty, its requests sent straight at 10/s) while that queue drained 2 bytes a second:
+    40 bytes had to leave, 20 s (until session s48)."""
+    a, b = _pools(2)
+    for i in range(10):
+        assert _offer(a, f"a{i}", size_bytes=10).queued
+    _take_next(a, 0.0)
+    _take_next(a, 9.0)  # a: 8 queued, 80 bytes, 2 dispatches over 10 s: 2 bytes/s
+    for i in range(2):
+        assert _offer(b, f"b{i}", size_bytes=10, now=9.5).queued
+    for i in range(10):
+        b.dispatched(9.0 + i / 10, STANDARD)
+    refused = _offer(b, "big", size_bytes=40, now=10.0)  # b would hold 60, past its share of 50
+    assert (refused.queued, refused.reason, refused.wait_bytes) == (False, ShedReason.QUEUE_FULL, 40)
+    assert b.retry_after_s(10.0, priority=STANDARD) == 1  # its own queue alone
+    assert b.retry_after_s(10.0, priority=STANDARD, wait_bytes=refused.wait_bytes) == 20

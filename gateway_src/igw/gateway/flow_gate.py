@@ -490,6 +490,7 @@ class FlowGates:
         still sleeping, finds no queue and ends); the waiters of its requests still unanswered,
         oldest first."""
         controller = self._controllers.pop(scheduler)
+        self._queued_bytes.leave(controller)
         waiters = []
         for item in controller.drain():
             waiter = self._waiters.get(item.request_id)
@@ -734,11 +735,13 @@ class FlowGates:
             client_deadline=None if max_queue_s is None else now + max_queue_s,
         )
         self._shed(scheduler, controller, offer.displaced)
+        self._shed_elsewhere(offer.displaced_elsewhere)
         if not offer.queued:
             reason = offer.reason or ShedReason.QUEUE_FULL
             self._count_rejection(scheduler, priority, tenant, reason)
             self._update_depth(scheduler, controller)
-            return Refused(reason, self._retry_after(controller, now, priority), priority)
+            retry = self._retry_after(controller, now, priority, wait_bytes=offer.wait_bytes)
+            return Refused(reason, retry, priority)
         future: asyncio.Future[RoutingDecision | Refused] = asyncio.get_running_loop().create_future()
         waiter = _Waiter(
             pick=pick,
@@ -968,11 +971,23 @@ class FlowGates:
                 refusal = Refused(s.reason, retry, s.request.priority)
                 waiter.future.set_result(refusal)
 
-    def _retry_after(self, controller: FlowController, now: float, priority: int) -> int:
+    def _shed_elsewhere(self, displaced: tuple[tuple[FlowController, Shed], ...]) -> None:
+        """Answer the requests of other schedulers' queues that an arrival displaced under the
+        fair share of ``maxBytes`` (``pool_share``), each counted against its own scheduler."""
+        for other, shed in displaced:
+            scheduler = next((n for n, c in self._controllers.items() if c is other), None)
+            if scheduler is not None:
+                self._shed(scheduler, other, (shed,))
+                self._update_depth(scheduler, other)
+
+    def _retry_after(
+        self, controller: FlowController, now: float, priority: int, *, wait_bytes: int = 0
+    ) -> int:
         """``Retry-After`` for a refused request of ``priority``: the queue ahead of it (its band and
-        those above) at the recent dispatch rate, within ``routing.retryAfter``."""
+        those above) at the recent dispatch rate, and for one refused by the shared ``maxBytes``
+        the time for ``wait_bytes`` to leave every pool's queue, within ``routing.retryAfter``."""
         low, high = self.retry_after_bounds
-        return controller.retry_after_s(now, priority=priority, min_s=low, max_s=high)
+        return controller.retry_after_s(now, priority=priority, wait_bytes=wait_bytes, min_s=low, max_s=high)
 
     def _count_rejection(self, scheduler: str, priority: int, tenant: str, reason: ShedReason) -> None:
         settings = self.settings

@@ -119,6 +119,9 @@ class ShedReason(StrEnum):
     """Displaced from a full band by a tenant with fewer requests queued there."""
     QUEUE_FULL = "queue_full"
     DISPLACED = "displaced"
+    POOL_SHARE = "pool_share"
+    """Displaced by an arrival of another pool: this pool held more than its share of the
+    process's ``maxBytes`` and the other pool less (:class:`QueueBytes`)."""
     TTL_EXPIRED = "ttl_expired"
 
 
@@ -821,6 +824,12 @@ class Offer:
     queued: bool
     reason: ShedReason | None
     displaced: tuple[Shed, ...] = ()
+    displaced_elsewhere: tuple[tuple[FlowController, Shed], ...] = ()
+    """Requests of other pools' queues (the controllers sharing its :class:`QueueBytes`) that the
+    arrival displaced under the fair-share rule (``pool_share``), each with its controller."""
+    wait_bytes: int = 0
+    """For a refusal: the bytes that must leave the shared queue before the arrival fits its
+    ``maxBytes`` (0: not refused by the shared bytes), for its ``Retry-After``."""
 
 
 class _Band:
@@ -876,18 +885,37 @@ class QueueBytes:
     """The bytes queued by every :class:`FlowController` that shares it: the whole queue's
     ``maxBytes`` bounds this total, not each controller's own (the gateway's controllers, one per
     scheduler, share one, so ``maxBytes`` bounds the process's queued bytes as the memory plan
-    reserves it: :class:`igw.gateway.flow_gate.FlowGates`)."""
+    reserves it: :class:`igw.gateway.flow_gate.FlowGates`).
+
+    ``members``: the controllers sharing it (each joins when it is made, :meth:`leave` when its
+    pool is gone). Each member holding queued requests is entitled to an equal share of
+    ``maxBytes`` (:meth:`FlowController.offer`)."""
 
     held: int = 0
+    members: list[FlowController] = field(default_factory=list)
+
+    def leave(self, controller: FlowController) -> None:
+        """Stop counting ``controller`` among the members (its pool was removed)."""
+        self.members = [m for m in self.members if m is not controller]
+
+
+def _dispatch_span(now: float, oldest: float) -> float:
+    """The seconds a dispatch rate is taken over: since its oldest dispatch, within
+    :data:`DISPATCH_MIN_SPAN_S` and :data:`DISPATCH_WINDOW_S`."""
+    return min(DISPATCH_WINDOW_S, max(DISPATCH_MIN_SPAN_S, now - oldest))
 
 
 class FlowController:
     """The queues of one pool. Not thread-safe: one event loop owns it.
 
     ``shared_bytes``: the byte total that the global ``max_bytes`` bounds, shared with other
-    controllers (:class:`QueueBytes`; by default this controller's own). An arrival may displace
-    only this controller's lower bands to fit under it: another pool's queued requests are never
-    shed for it, so a full total refuses the arrival (``queue_full``)."""
+    controllers (:class:`QueueBytes`; by default this controller's own). Each controller with
+    queued requests is entitled to an equal share of it: an arrival that would pass it, and would
+    stay within its pool's share, displaces the most recent lowest-band requests of the pool most
+    over its share (``pool_share``), then its own lower bands; an arrival that would take its pool
+    past its share displaces only its own lower bands, and is refused (``queue_full``) where those
+    do not free enough. Until session s48 another pool's requests were never shed, so one pool
+    flooded with large prompts held the whole budget and every other pool's arrivals were refused."""
 
     def __init__(
         self,
@@ -898,6 +926,7 @@ class FlowController:
     ) -> None:
         self.settings = settings
         self.shared_bytes = QueueBytes() if shared_bytes is None else shared_bytes
+        self.shared_bytes.members.append(self)
         self.engine_priority = engine_priority
         """The pool's engine-side priority (``enginePriority``); where its engine preempts for a
         batch slot, no band keeps slots for the ones above (:meth:`slots_kept`)."""
@@ -1085,11 +1114,14 @@ class FlowController:
             if taken is None:
                 return Offer(False, ShedReason.BAND_FULL, expired)
             fair = taken
-        victims = self._victims_for(item, freed=fair)
-        if victims is None:
-            return Offer(False, ShedReason.QUEUE_FULL, expired)
+        room = self._victims_for(item, freed=fair)
+        if isinstance(room, int):
+            return Offer(False, ShedReason.QUEUE_FULL, expired, wait_bytes=room)
+        victims, elsewhere = room
         for victim in (*fair, *victims):
             self._remove(victim)
+        for other, victim in elsewhere:
+            other._remove(victim)
         if band is None:
             band = self._bands[priority] = _Band(priority, limits)
         band.add(item, self.settings.ordering)
@@ -1098,7 +1130,8 @@ class FlowController:
         self.shared_bytes.held += size_bytes
         displaced = tuple(Shed(v, ShedReason.FAIR_SHARE) for v in fair)
         displaced += tuple(Shed(v, ShedReason.DISPLACED) for v in victims)
-        return Offer(True, None, expired + displaced)
+        foreign = tuple((other, Shed(v, ShedReason.POOL_SHARE)) for other, v in elsewhere)
+        return Offer(True, None, expired + displaced, displaced_elsewhere=foreign)
 
     def _fair_share_victims(
         self, band: _Band | None, item: QueuedRequest, limits: BandLimits
@@ -1135,16 +1168,21 @@ class FlowController:
             bytes_over -= victim.size_bytes
         return victims
 
-    def _victims_for(self, item: QueuedRequest, *, freed: list[QueuedRequest]) -> list[QueuedRequest] | None:
-        """Queued requests of strictly lower bands to drop so ``item`` fits globally (``freed``
-        already leaving), or ``None``. The bytes are the shared total's (:class:`QueueBytes`)."""
+    def _victims_for(
+        self, item: QueuedRequest, *, freed: list[QueuedRequest]
+    ) -> tuple[list[QueuedRequest], list[tuple[FlowController, QueuedRequest]]] | int:
+        """Queued requests to drop so ``item`` fits globally (``freed`` already leaving): other
+        pools' over their share of the shared bytes (:meth:`_over_share_victims`), then this
+        queue's strictly lower bands; or, where they do not free enough, the bytes still missing
+        (0 where the request count alone is short). The bytes are the shared total's
+        (:class:`QueueBytes`)."""
+        freed_bytes = sum(r.size_bytes for r in freed)
         count_over = len(self._by_id) + 1 - len(freed) - self.settings.max_requests
-        bytes_over = (
-            self.shared_bytes.held
-            + item.size_bytes
-            - sum(r.size_bytes for r in freed)
-            - self.settings.max_bytes
-        )
+        bytes_over = self.shared_bytes.held + item.size_bytes - freed_bytes - self.settings.max_bytes
+        elsewhere: list[tuple[FlowController, QueuedRequest]] = []
+        if bytes_over > 0:
+            elsewhere = self._over_share_victims(self._bytes - freed_bytes + item.size_bytes, bytes_over)
+            bytes_over -= sum(v.size_bytes for _, v in elsewhere)
         victims: list[QueuedRequest] = []
         lower = sorted(p for p in self._bands if p < item.priority)
         candidates = (
@@ -1153,10 +1191,42 @@ class FlowController:
         while count_over > 0 or bytes_over > 0:
             victim = next(candidates, None)
             if victim is None:
-                return None
+                return max(bytes_over, 0)
             victims.append(victim)
             count_over -= 1
             bytes_over -= victim.size_bytes
+        return victims, elsewhere
+
+    def _over_share_victims(self, mine: int, bytes_over: int) -> list[tuple[FlowController, QueuedRequest]]:
+        """Other pools' requests to drop, up to ``bytes_over`` bytes, for an arrival that leaves
+        its pool holding ``mine`` bytes: none unless that is within its share.
+
+        Each pool with queued requests (the arrival's counted) is entitled to ``maxBytes`` divided
+        by their number. While a pool holds more than its share, the pool holding the most gives up
+        its lowest band's most recent request, as one queue sheds its own lower bands. Only a pool
+        over its share gives up requests, and only for an arrival that stays within its own, so two
+        pools never take turns displacing each other. The bands of different pools are not
+        compared: a pool's priorities order its own requests against each other, and a Critical
+        request of a pool over its share gives way to a Sheddable one of a pool within it."""
+        others = [m for m in self.shared_bytes.members if m is not self and m._by_id]
+        if not others:
+            return []
+        share = self.settings.max_bytes / (len(others) + 1)
+        if mine > share:
+            return []
+        held = [m._bytes for m in others]
+        order = [sorted(m._by_id.values(), key=lambda r: (r.priority, -r.seq)) for m in others]
+        taken = [0] * len(others)
+        victims: list[tuple[FlowController, QueuedRequest]] = []
+        while bytes_over > 0:
+            most = max(range(len(others)), key=held.__getitem__)
+            if held[most] <= share:
+                break
+            victim = order[most][taken[most]]
+            taken[most] += 1
+            held[most] -= victim.size_bytes
+            bytes_over -= victim.size_bytes
+            victims.append((others[most], victim))
         return victims
 
     # -- reloads ----------------------------------------------------------------------------
@@ -1306,7 +1376,13 @@ class FlowController:
         return min((r.deadline for r in self._by_id.values()), default=None)
 
     def retry_after_s(
-        self, now: float, *, priority: int | None = None, min_s: int = 1, max_s: int = 60
+        self,
+        now: float,
+        *,
+        priority: int | None = None,
+        wait_bytes: int = 0,
+        min_s: int = 1,
+        max_s: int = 60,
     ) -> int:
         """Whole seconds a refused client should wait: the queue ahead at the recent dispatch rate.
 
@@ -1326,7 +1402,31 @@ class FlowController:
         Requests of bands above ``priority`` sent without queueing do not count: they took the
         capacity ahead of it, and counting them told a Sheddable request behind 9 queued ones,
         with 1 a second of its band dispatched and 10 a second of Critical ones sent straight, 1 s
-        where 10 s was the answer."""
+        where 10 s was the answer.
+
+        ``wait_bytes`` (an arrival refused by the shared ``maxBytes``, :attr:`Offer.wait_bytes`):
+        the answer is also at least the time for that many bytes to leave the queues sharing it
+        (:class:`QueueBytes`), at the rate each pool's queue dispatches its bytes
+        (:meth:`_byte_rate`). Counting the refused pool's queue alone told a light pool's arrival,
+        refused because another pool's flood held the budget, to come back in 1 s (its own queue
+        empty) while the flood drained at a few requests a second (until session s48)."""
+        rate = self._dispatch_rate(now, priority)
+        if rate is None and wait_bytes <= 0:
+            return max_s
+        wait = 0.0
+        if rate is not None:
+            ahead = len(self._by_id) if priority is None else self.queued_at_or_above(priority)
+            wait = (ahead + 1) / rate
+        if wait_bytes > 0:
+            byte_rate = sum(m._byte_rate(now) for m in self.shared_bytes.members)
+            if byte_rate <= 0:
+                return max_s
+            wait = max(wait, wait_bytes / byte_rate)
+        return max(min_s, min(max_s, math.ceil(wait)))
+
+    def _dispatch_rate(self, now: float, priority: int | None) -> float | None:
+        """Dispatches a second that take capacity ahead of a request of ``priority`` (every
+        dispatch without it), see :meth:`retry_after_s`; ``None`` when none was seen."""
         counted = 0
         oldest = now
         for p, recent in (*self._straight.items(), (None, self._taken)):
@@ -1338,11 +1438,19 @@ class FlowController:
             if priority is None or p is None or p <= priority:
                 counted += recent.count
         if counted <= 0:
-            return max_s
-        span = min(DISPATCH_WINDOW_S, max(DISPATCH_MIN_SPAN_S, now - oldest))
-        rate = counted / span
-        ahead = len(self._by_id) if priority is None else self.queued_at_or_above(priority)
-        return max(min_s, min(max_s, math.ceil((ahead + 1) / rate)))
+            return None
+        return counted / _dispatch_span(now, oldest)
+
+    def _byte_rate(self, now: float) -> float:
+        """Bytes a second this queue gives up by dispatching: its recent dispatches from the queue
+        (:meth:`take`, over the span :meth:`retry_after_s` uses) times its mean queued request."""
+        if not self._by_id:
+            return 0.0
+        self._taken.forget(now)
+        first = self._taken.oldest()
+        if first is None:
+            return 0.0
+        return self._taken.count / _dispatch_span(now, first) * self._bytes / len(self._by_id)
 
     def _remove(self, item: QueuedRequest) -> None:
         self._bands[item.priority].remove(item)
