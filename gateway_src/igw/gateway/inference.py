@@ -69,7 +69,7 @@ from igw.gateway.log_throttle import RepeatThrottle
 from igw.gateway.lora_field import LORA_PATH_ENGINES, lora_path_refusal
 from igw.gateway.model_rewrite import retargeted
 from igw.gateway.model_router import BASE_MODEL_HEADER, MODEL_HEADER, NO_MATCH_MESSAGE
-from igw.gateway.observer import CLIENT_CLOSED, QUEUED_CLIENT_GONE, RequestObserver
+from igw.gateway.observer import QUEUED_CLIENT_GONE, RequestObserver
 from igw.gateway.request_body import (
     MAX_RESPONSE_ID_LENGTH,
     BadRequestBody,
@@ -101,6 +101,7 @@ from igw.gateway.stream_usage import (
     StreamUsage,
     with_usage_asked,
 )
+from igw.gateway.telemetry import CLIENT_CLOSED
 from igw.gateway.tenant_fields import header_refusal_message, refusal_message, refused_field, refused_header
 from igw.gateway.upstream import (
     UPSTREAM_ACCEPT_ENCODING,

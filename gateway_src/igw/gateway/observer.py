@@ -20,7 +20,7 @@ from aiohttp import web
 
 from igw.gateway.access_log import AccessRecord
 from igw.gateway.forwarded_answer import ForwardedAnswer
-from igw.gateway.telemetry import UNKNOWN_MODEL, GatewayMetrics, ModelSeries
+from igw.gateway.telemetry import CLIENT_CLOSED, UNKNOWN_MODEL, GatewayMetrics, ModelSeries
 from igw.gateway.upstream import ExchangeResult
 from igw.scheduling.types import RoutingDecision
 
@@ -31,8 +31,6 @@ if TYPE_CHECKING:
 
 Answer = TypeVar("Answer", bound=web.StreamResponse | ForwardedAnswer)
 """What a request is answered with (its ``status`` is recorded)."""
-CLIENT_CLOSED: Final = 499
-"""Status recorded (metrics, access log) for requests the client abandoned (nginx's convention)."""
 FORWARD_CLIENT_GONE: Final = "client disconnected; upstream request cancelled"
 """The access log's ``error`` for a client that left while its request was forwarded."""
 QUEUED_CLIENT_GONE: Final = "client disconnected while queued by flow control; nothing was sent"

@@ -63,8 +63,11 @@ SCRAPED_ENDPOINT_FAMILIES: Final = (
 that scrapes it (or follows a scrape of it) reports alike, so views over several processes take
 their maximum, never their sum; in a worker group only worker 0 exports them."""
 
-REGISTERED_STATUSES: Final = frozenset(int(status) for status in HTTPStatus)
-"""The HTTP statuses with a registered name: the ``code`` label's own values (about 60)."""
+CLIENT_CLOSED: Final = 499
+"""Status recorded (metrics, access log) for requests the client abandoned (nginx's convention)."""
+REGISTERED_STATUSES: Final = frozenset(int(status) for status in HTTPStatus) | {CLIENT_CLOSED}
+"""The ``code`` label's own values (about 60): the HTTP statuses with a registered name, and the
+gateway's own :data:`CLIENT_CLOSED` (not registered, but recorded for every abandoned request)."""
 
 
 def status_label(status: int) -> str:
