@@ -136,3 +136,23 @@ def test_hyperpod_names_that_differ_in_case_get_distinct_lifecycle_buckets() -> 
     for bucket in buckets:
         assert len(bucket) <= 63
         assert re.fullmatch(r"sagemaker-[a-z0-9][a-z0-9-]*[a-z0-9]", bucket), bucket
+
+
+@pytest.mark.parametrize("field", ["clusterName", "instanceGroup"])
+def test_a_hyperpod_name_over_63_characters_is_refused(field: str) -> None:
+    """SageMaker's pattern ``^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$`` bounds the letters and digits, not the
+    hyphens: without ``maxLength`` an 81-character ``a-a-...-b`` passed, against the hint's "1 to 63"
+    and HyperPod's own limit, failing only at deploy time."""
+    document = example_document()
+    name = "a-" * 40 + "b"
+    if field == "clusterName":
+        document["hyperpod"]["clusterName"] = name
+        path = "hyperpod.clusterName"
+    else:
+        document["hyperpod"]["instanceGroups"][0]["name"] = name
+        path = "hyperpod.instanceGroups[0].name"
+    with pytest.raises(config.DeploymentConfigError) as caught:
+        config.parse(document, source="deploy.yaml")
+    (problem,) = caught.value.problems
+    assert problem.startswith(f"{path}: ")
+    assert "too long" in problem
