@@ -25,6 +25,7 @@ from igw.cli.arg_types import (
     PORT,
     POSITIVE,
     WORKER_COUNT,
+    NumberRange,
     cidr_block,
     container_image,
     env_assignment,
@@ -38,6 +39,10 @@ from igw.gateway.worker_heartbeat import STUCK_AFTER_S
 
 if TYPE_CHECKING:
     from igw.operator.runner import OperatorOptions
+
+API_THREAD_COUNT: Final = NumberRange(int, 1, 256)
+"""``--api-threads``: 1 to :data:`igw.operator.kube.MAX_API_THREADS` (not imported: the CLI builds
+every command's parser, and the operator's modules load only when this one runs)."""
 
 HELP = "Run the operator: reconcile InferenceGatewayConfig objects into gateway data planes."
 
@@ -187,6 +192,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=5.0,
         help="how often each object's data plane and status are re-checked (default 5)",
     )
+    parser.add_argument(
+        "--api-threads",
+        type=API_THREAD_COUNT,
+        metavar="N",
+        help="API calls the operator runs at once, each in a thread of its own pool "
+        "(default min(32, cores + 4), cores being the node's)",
+    )
     election = parser.add_argument_group("leader election (a coordination.k8s.io Lease)")
     election.add_argument(
         "--no-leader-election", action="store_true", help="act without a Lease (one replica only)"
@@ -263,6 +275,7 @@ def operator_options(args: argparse.Namespace) -> OperatorOptions:
         lease_name=args.lease_name,
         lease_namespace=args.lease_namespace,
         health_port=args.health_port,
+        api_threads=args.api_threads,
         **({"identity": args.identity} if args.identity else {}),
     )
 

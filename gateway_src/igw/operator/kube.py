@@ -20,11 +20,15 @@ as far as the API allows: see its docstring.
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
 import hashlib
 import json
+import os
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final, Literal, TypeVar
@@ -54,6 +58,20 @@ THROTTLED_ATTEMPTS: Final = 4
 (:meth:`Kube._in_thread`), as client-go retries them."""
 RETRY_AFTER_CAP_S: Final = 30.0
 """The longest ``Retry-After`` honoured; a larger one waits this long (a 429 without one: 1 s)."""
+
+
+def default_api_threads() -> int:
+    """Worker threads of :class:`Kube` unless told (``igw operator --api-threads``): as many as
+    asyncio's default pool, which ran the calls before, ``min(32, cores + 4)``. ``cores`` is the
+    node's, not the pod's CPU limit: name a count to fix it. A cold start's calls no longer fill the
+    pool every other ``asyncio.to_thread`` of the process (the Lease's release, the runner's stop)
+    waits in."""
+    return min(32, (os.cpu_count() or 1) + 4)
+
+
+MAX_API_THREADS: Final = 256
+"""The most threads taken (:func:`default_api_threads`): each thread holds an API server connection."""
+API_THREAD_PREFIX: Final = "igw-kube-api"
 _KEPT_SERVICE_FIELDS: Final = ("clusterIP", "clusterIPs", "healthCheckNodePort", "ipFamilies")
 T = TypeVar("T")
 
@@ -255,7 +273,15 @@ class Kube:
         *,
         reporting_instance: str = "",
         monotonic: Callable[[], float] = time.monotonic,
+        threads: int | None = None,
     ) -> None:
+        """``threads``: how many API calls run at once (``None``: :func:`default_api_threads`), each in
+        a thread of this client's own pool (:meth:`close` ends them)."""
+        threads = default_api_threads() if threads is None else threads
+        if not 1 <= threads <= MAX_API_THREADS:
+            raise ValueError(f"Kube threads: expected 1 to {MAX_API_THREADS}, got {threads!r}")
+        self.threads = threads
+        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix=API_THREAD_PREFIX)
         self._api_client = api_client
         self._reporting_instance = reporting_instance
         self._dynamic: Any = None
@@ -770,7 +796,7 @@ class Kube:
             if held > 0:
                 await asyncio.sleep(held)
             try:
-                return await asyncio.to_thread(self._counted, call, *args, **kwargs)
+                return await self._run_in_pool(call, *args, **kwargs)
             except Exception as exc:
                 wait = _retry_after(exc)
                 if wait is None:
@@ -779,6 +805,18 @@ class Kube:
                 if attempt == THROTTLED_ATTEMPTS:
                     raise
         raise AssertionError("unreachable")  # the loop returns or raises
+
+    async def _run_in_pool(self, call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """``call``, counted (:meth:`_counted`), in this client's pool; with the caller's context
+        variables, as ``asyncio.to_thread`` runs it."""
+        context = contextvars.copy_context()
+        bound = functools.partial(context.run, self._counted, call, *args, **kwargs)
+        return await asyncio.get_running_loop().run_in_executor(self._pool, bound)
+
+    def close(self) -> None:
+        """End the pool's idle threads (a running call finishes first: :meth:`quiesce` waits for
+        those). Left running, they outlived the operator until the interpreter exited."""
+        self._pool.shutdown(wait=False, cancel_futures=True)
 
     async def outside(self, call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run a blocking call to an API outside the cluster that a pass makes (ACM's, for an

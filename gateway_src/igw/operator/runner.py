@@ -49,6 +49,8 @@ class OperatorOptions:
     identity: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
     health_port: int | None = None
     """Serve ``/healthz`` here (probes); a standby replica is healthy too."""
+    api_threads: int | None = None
+    """API calls run at once; ``None``: :func:`igw.operator.kube.default_api_threads`."""
 
 
 @contextlib.asynccontextmanager
@@ -164,7 +166,16 @@ async def _run(options: OperatorOptions, stop: asyncio.Event, stop_signals: tupl
         # cancelled API calls as ERRORs. Nothing has touched the cluster yet: stop here.
         log.info("%s: stopped before it started", options.identity)
         return EXIT_STOPPED
-    kube = Kube(api_client, reporting_instance=options.identity)
+    kube = Kube(api_client, reporting_instance=options.identity, threads=options.api_threads)
+    try:
+        return await _run_with(options, stop, stop_signals, api_client, kube)
+    finally:
+        kube.close()
+
+
+async def _run_with(
+    options: OperatorOptions, stop: asyncio.Event, stop_signals: tuple[int, ...], api_client: Any, kube: Kube
+) -> int:
     reconciler = Reconciler(kube, options.data_plane, auto_tls=options.auto_tls)
     resync = Resync(reconciler, options.resync_s)
     registry = build_registry(reconciler, lambda: connection_for(api_client), resync=resync)
