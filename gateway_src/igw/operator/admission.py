@@ -32,10 +32,11 @@ list read is checked too. After a restart (or a change of leader) the record sta
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from igw.config.errors import Problem
 from igw.config.redis_password import GATEWAY_REDIS_NODES, spec_node
 from igw.config.validate import validate_document
 from igw.operator.dataplane import served_document
@@ -70,12 +71,14 @@ class Claim:
     applied in full (an apply that failed leaves the previous ones served)."""
 
 
-def spec_problems(igwc: Mapping[str, Any]) -> list[str]:
+def spec_problems(igwc: Mapping[str, Any], checked: Sequence[Problem] | None = None) -> list[str]:
     """Every problem of the object, as ``path: message [rule]`` lines (empty when valid), redacted
     (:func:`igw.redaction.redact_value`): they become the ``Accepted`` condition and Events,
     readable by anyone with the cluster's ``view`` role, and a quoted value may be a token put in the
-    wrong field (the config layer masks only a URL's user-info, and cuts a token rather than hiding it)."""
-    problems = validate_document(served_document(igwc))
+    wrong field (the config layer masks only a URL's user-info, and cuts a token rather than hiding it).
+    ``checked``: the problems of ``igwc``'s served document as the caller found them already
+    (:func:`igw.operator.crd_skew.resolve_skew`: a newer CRD's fields named as such), else validated here."""
+    problems = validate_document(served_document(igwc)) if checked is None else checked
     return [
         redact_value(f"{p.path}: {p.message} [{p.rule}]" if p.path else f"{p.message} [{p.rule}]")
         for p in problems
@@ -225,22 +228,27 @@ def _scheduler_indexes(obj: Mapping[str, Any], model: str) -> list[int]:
     ]
 
 
-def spec_refusal(igwc: Mapping[str, Any]) -> Refusal | None:
+def spec_refusal(igwc: Mapping[str, Any], checked: Sequence[Problem] | None = None) -> Refusal | None:
     """Why ``igwc``'s spec may not be served, alone (no neighbours): the rules of ``igw validate``,
     then the variables its pods would lack. Run on every spec admitted and on every last admitted spec
     restored (from the served ConfigMap or the annotation, which anyone who may edit them may rewrite,
     and which an older operator may have written before a rule existed): a restored spec whose pods
-    would not start was applied, a crash loop the refusal of the new spec did not explain."""
-    problems = spec_problems(igwc) or password_env_problems(igwc)
+    would not start was applied, a crash loop the refusal of the new spec did not explain.
+    ``checked``: as :func:`spec_problems`."""
+    problems = spec_problems(igwc, checked) or password_env_problems(igwc)
     return Refusal("InvalidSpec", tuple(problems)) if problems else None
 
 
 def admit(
-    igwc: Mapping[str, Any], neighbours: Iterable[Mapping[str, Any]], claims: Iterable[Claim] = ()
+    igwc: Mapping[str, Any],
+    neighbours: Iterable[Mapping[str, Any]],
+    claims: Iterable[Claim] = (),
+    checked: Sequence[Problem] | None = None,
 ) -> Refusal | None:
     """``None`` when the object may be programmed, else why not (invalid spec before conflicts);
-    ``claims``: the operator's record of admitted models (:func:`model_conflicts`)."""
-    refusal = spec_refusal(igwc)
+    ``claims``: the operator's record of admitted models (:func:`model_conflicts`); ``checked``: as
+    :func:`spec_problems`."""
+    refusal = spec_refusal(igwc, checked)
     if refusal is not None:
         return refusal
     conflicts = model_conflicts(igwc, neighbours, claims)

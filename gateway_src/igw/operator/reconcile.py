@@ -44,8 +44,11 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
+from igw import __version__
 from igw.config.build import build_gateway_config
+from igw.config.crd import CRD_NAME
 from igw.config.documents import DocumentReadError, parse_text
+from igw.config.errors import Problem
 from igw.config.inference_extension import API_VERSION as EXTENSION_API_VERSION
 from igw.config.inference_extension import OBJECTIVE_KIND, REWRITE_KIND
 from igw.config.model import KIND
@@ -60,6 +63,7 @@ from igw.operator.admission import (
     spec_refusal,
 )
 from igw.operator.bindings import Merge, Verdict, conditions, merge, pool_name, unbound
+from igw.operator.crd_skew import UNKNOWN_FIELD_RULE, ServedSchema, resolve_skew, served_schema
 from igw.operator.dataplane import (
     CONFIG_KEY,
     HPA_API_VERSION,
@@ -73,6 +77,7 @@ from igw.operator.dataplane import (
     horizontal_autoscaler,
     initial_only_fields,
     object_metadata,
+    served_document,
 )
 from igw.operator.kube import (
     ADOPTION_LABELS,
@@ -110,6 +115,10 @@ from igw.operator.tls_sweep import ClusterIdentity
 
 log = logging.getLogger("igw.operator")
 NOTES_REASON = "FieldsWithoutEffect"
+SKEW_REASON = "NewerCRDDefaultsLeftOut"
+"""Normal Event: fields the served CRD (newer than this operator) defaults, left out of what is served
+(:mod:`igw.operator.crd_skew`)."""
+CRD_API_VERSION = "apiextensions.k8s.io/v1"
 PORTS_REASON = "ServicePortUnresolved"
 """Warning Event: a Service port the config names whose pod port the operator could not resolve, so
 its NetworkPolicy may keep the gateway's connections out (:mod:`igw.operator.service_ports`)."""
@@ -260,6 +269,14 @@ class Reconciler:
         """``(namespace, name): (uid, generation)`` whose accepted-unused notes this process has
         handled (:meth:`_post_notes`): one Event per generation, not one per pass."""
         self._service_reads = CachedReader(kube, monotonic)
+        self._skew_noted: dict[tuple[str, str], tuple[object, object, tuple[str, ...]]] = {}
+        """``(namespace, name): (uid, generation, paths)`` whose newer-CRD defaults left out this
+        process has noted (:meth:`_resolve_skew`)."""
+        self._served_crd: tuple[object, ServedSchema | None] | None = None
+        """The served InferenceGatewayConfig CRD's schema, by ``(uid, generation)``
+        (:meth:`_served_schema`)."""
+        self._crd_unreadable: str | None = None
+        """Why the CRD could not be read last (logged when it changes)."""
         """The Services and pods behind configs' in-cluster Services, reused across the passes of one
         resync (:meth:`_service_egress`)."""
         self._ports_noted: dict[tuple[str, str], tuple[object, tuple[str, ...]]] = {}
@@ -374,6 +391,7 @@ class Reconciler:
                 self._unreadable_noted.pop(key, None)
                 self._restored_noted.pop(key, None)
                 self._apply_failed_noted.pop(key, None)
+                self._skew_noted.pop(key, None)
                 self._admitted.pop(key, None)
                 self._claims.pop(key, None)
                 return False
@@ -484,9 +502,10 @@ class Reconciler:
             served = {**igwc, "spec": merged.spec}
         else:  # admission refuses it, naming the type (a cluster without the CRD's schema stores it)
             merged, served = Merge(spec={}), igwc
+        served, checked = await self._resolve_skew(served)
         await self._recall_claims(namespace, neighbours)  # the last await before admit and _claim
         claims = [claim for (where, _), claim in self._claims.items() if where == namespace]
-        refusal = admit(served, neighbours, claims)
+        refusal = admit(served, neighbours, claims, checked)
         self._claim(igwc, served, admitted=refusal is None)  # no await between: passes interleave
         if self._gone(igwc):
             return
@@ -968,6 +987,49 @@ class Reconciler:
         await self._event(igwc, reason=PORTS_REASON, message=message, warning=True)
         return egress
 
+    async def _resolve_skew(self, served: dict[str, Any]) -> tuple[dict[str, Any], tuple[Problem, ...]]:
+        """``served`` without the fields a newer served CRD defaults, and the problems of what is left,
+        by :func:`igw.operator.crd_skew.resolve_skew` (an operator older than its CRD, mid-upgrade).
+        The CRD is read only when the spec has a field this operator does not know. What was left
+        out is noted once per generation: an INFO line and a Normal Event (not a Warning: nothing the
+        user wrote is lost, a newer operator serves the default itself)."""
+        problems = validate_document(served_document(served))
+        if not any(p.rule == UNKNOWN_FIELD_RULE for p in problems):
+            return served, tuple(problems)
+        skew = resolve_skew(served, problems, await self._served_schema())
+        if skew.dropped:
+            meta = served["metadata"]
+            key = (meta["namespace"], meta["name"])
+            if _newly_noted(self._skew_noted, key, (meta.get("uid"), meta.get("generation"), skew.dropped)):
+                said = (
+                    f"{', '.join(skew.dropped)}: declared and defaulted by the served CRD {CRD_NAME}, "
+                    f"which is newer than this operator (igw {__version__}); left out of the served "
+                    "configuration (the value is the newer version's default)"
+                )
+                log.info("%s/%s: %s", key[0], key[1], said)
+                await self._event(served, reason=SKEW_REASON, message=said, warning=False)
+        return dict(skew.igwc), skew.problems
+
+    async def _served_schema(self) -> ServedSchema | None:
+        """The served CRD's schema (read at most every few seconds, parsed once per generation);
+        ``None`` when it cannot be read (the operator's RBAC lacks it): unknown fields are refused."""
+        try:
+            crd = await self._service_reads.get(CRD_API_VERSION, "CustomResourceDefinition", "", CRD_NAME)
+        except Exception as exc:  # refused as before; said once per distinct error
+            text = _error_text(exc)
+            if text != self._crd_unreadable:
+                self._crd_unreadable = text
+                log.warning("reading the %s CRD failed (its defaults are refused): %s", CRD_NAME, text)
+            return None
+        self._crd_unreadable = None
+        if crd is None:
+            return None
+        meta = crd.get("metadata") or {}
+        mark = (meta.get("uid"), meta.get("generation"))
+        if self._served_crd is None or self._served_crd[0] != mark:
+            self._served_crd = (mark, served_schema(crd))
+        return self._served_crd[1]
+
     async def _post_notes(self, igwc: Mapping[str, Any]) -> None:
         """One Warning Event ``FieldsWithoutEffect`` per generation of ``igwc`` naming AWS's fields it
         sets that igw accepts without acting on (what ``igw validate`` prints as notes; a user who
@@ -1356,6 +1418,7 @@ class Reconciler:
         self._restore_noted.pop(_identity(igwc)[:2], None)
         self._not_kept_noted.pop(_identity(igwc)[:2], None)
         self._apply_failed_noted.pop(_identity(igwc)[:2], None)
+        self._skew_noted.pop(_identity(igwc)[:2], None)
         self._admitted.pop(_identity(igwc)[:2], None)
         self._claims.pop(_identity(igwc)[:2], None)
 
