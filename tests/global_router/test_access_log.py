@@ -10,6 +10,7 @@ import contextlib
 import dataclasses
 import io
 import logging
+import socket
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -87,6 +88,26 @@ async def test_a_failed_over_request_names_both_clusters_and_their_outcomes(
     assert 0 < line["ttfb_ms"] <= line["duration_ms"]
     assert "error" not in line
     assert "tenant" not in line
+
+
+async def test_a_cluster_that_refuses_connections_is_named_as_such(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    dead = FakeModelServer("dead")
+    with socket.socket() as closed:  # a port nothing listens on once closed: connections refused
+        closed.bind(("127.0.0.1", 0))
+        dead.port = closed.getsockname()[1]
+    async with (
+        running(FakeModelServer("west")) as (west,),
+        router(dead, west) as url,
+        aiohttp.ClientSession() as http,
+        http.post(url + "/v1/completions", data=orjson.dumps(COMPLETION), headers=JSON) as resp,
+    ):
+        assert resp.status == 200
+    [line] = lines(caplog)
+    assert line["tried"] == [
+        {"cluster": "c0", "outcome": "connect-failed"},
+        {"cluster": "c1", "outcome": "200"},
+    ]
 
 
 async def test_a_refused_request_logs_its_error_code(caplog: pytest.LogCaptureFixture) -> None:
