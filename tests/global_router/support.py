@@ -172,10 +172,12 @@ async def global_serve(
     *,
     env: Mapping[str, str] | None = None,
     pids: list[int] | None = None,
+    stderr_lines: list[str] | None = None,
 ) -> AsyncIterator[str]:
     """``igw global serve`` (the real command, a child process) for ``doc`` on a free loopback port;
     yields its URL once it serves (its log is read on, so it never blocks on a full pipe), then
-    SIGTERMs it and requires exit code 0 (no drain). ``pids``: the process's id is appended to it."""
+    SIGTERMs it and requires exit code 0 (no drain). ``pids``: the process's id is appended to it;
+    ``stderr_lines``: what it wrote on stderr, once it exited."""
     config = workdir / "global.yaml"
     config.write_text(yaml.safe_dump(dict(doc)))
     proc = await asyncio.create_subprocess_exec(
@@ -209,6 +211,8 @@ async def global_serve(
             proc.kill()
             await proc.wait()
         await reader
+        if stderr_lines is not None:
+            stderr_lines.extend(printed)
 
 
 def unread(fd: int) -> int:

@@ -269,8 +269,13 @@ async def test_global_serve_writes_emf_lines_on_stdout(tmp_path: Path, redis_ser
             await proc.wait()
         await server.stop()
     assert proc.returncode == 0
-    documents = [orjson.loads(line) for line in stdout.decode().splitlines() if line.strip()]
-    totals = _totals(documents)  # every stdout line is an EMF document (the interval outlives the run)
+    lines = [orjson.loads(line) for line in stdout.decode().splitlines() if line.strip()]
+    # every stdout line is an EMF document (the interval outlives the run) or an access-log line,
+    # which share stdout as at tier 1
+    documents = [line for line in lines if "_aws" in line]
+    accessed = [line for line in lines if "_aws" not in line]
+    assert [(line["path"], line["status"]) for line in accessed] == [("/v1/completions", 200)] * 3
+    totals = _totals(documents)
     assert (
         totals["RoutingDecisions", (("Cluster", "east-a"), ("Region", "east"), ("Reason", "same-region"))]
         == 3
@@ -324,5 +329,6 @@ async def test_global_serve_answers_while_its_stdout_is_not_read(
         if drained is None:
             os.close(read_end)
         await server.stop()
-    documents = [orjson.loads(line) for line in stdout.decode().splitlines()]
+    lines = [orjson.loads(line) for line in stdout.decode().splitlines()]
+    documents = [line for line in lines if "_aws" in line]  # the rest: access-log lines
     assert _totals(documents)["ClusterRequests", (("Cluster", "east-a"),)] == answered

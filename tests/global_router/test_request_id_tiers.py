@@ -142,3 +142,29 @@ async def test_an_id_refused_is_replaced_by_one_fresh_id_at_both_tiers(
     logged = "\n".join(r.getMessage() for r in caplog.records)
     assert given[:40] not in logged
     assert raw[:40] not in logged
+
+
+@pytest.mark.parametrize("client_id", [None, "client-run.7:42"])
+async def test_the_router_s_access_log_line_has_the_id_of_each_cluster_s_line(
+    gateway: Callable[..., Any], caplog: pytest.LogCaptureFixture, client_id: str | None
+) -> None:
+    """The router's line (``igw.global_router.access``) and tier 1's line of the cluster it tried
+    (east, whose pod answers 503, then west) carry one ``request_id``, the answer's: an operator
+    joins them by it."""
+    caplog.set_level(logging.INFO, logger="igw.access")
+    caplog.set_level(logging.INFO, logger="igw.global_router.access")
+    async with (
+        running(FakeModelServer("west")) as (west,),
+        tiers(gateway, pod_status=503, west=west) as (url, _, _),
+    ):
+        headers = {} if client_id is None else {"X-Request-Id": client_id}
+        status, answered, _ = await _ask(url, "/v1/completions", COMPLETION, headers)
+    assert status == 200
+    [router_line] = [
+        orjson.loads(r.getMessage()) for r in caplog.records if r.name == "igw.global_router.access"
+    ]
+    assert _access_ids(caplog) == [answered] == [router_line["request_id"]]
+    assert router_line["tried"] == [
+        {"cluster": "east-a", "outcome": "503"},
+        {"cluster": "west-a", "outcome": "200"},
+    ]

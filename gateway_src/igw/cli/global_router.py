@@ -80,14 +80,18 @@ def run(args: argparse.Namespace) -> int:
     # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
     from igw.gateway.log_buffer import close_reporting
 
-    emf = logging.getLogger("igw.emf")
-    installed_before = {id(handler) for handler in emf.handlers}
+    loggers = [logging.getLogger(name) for name in ("igw.emf", "igw.global_router.access")]
+    installed_before = {id(handler) for logger in loggers for handler in logger.handlers}
     try:
         return _run(args)
     finally:
-        for handler in [h for h in emf.handlers if id(h) not in installed_before]:
-            emf.removeHandler(handler)
-            close_reporting(handler)  # bounded: a stdout nobody reads cannot hold the exit
+        closed: set[int] = set()
+        for logger in loggers:
+            for handler in [h for h in logger.handlers if id(h) not in installed_before]:
+                logger.removeHandler(handler)
+                if id(handler) not in closed:  # one handler may serve both loggers
+                    closed.add(id(handler))
+                    close_reporting(handler)  # bounded: a stdout nobody reads cannot hold the exit
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -122,6 +126,18 @@ def _run(args: argparse.Namespace) -> int:
     lines = BatchedLineHandler(sys.stdout, label="stdout")
     lines.setFormatter(RedactingFormatter("%(message)s"))
     emf.addHandler(lines)
+    # The access log, as igw serve's: its own stdout handler shared with the EMF lines (one writer
+    # thread, one drop count), or a writer of its own on stderr
+    access = logging.getLogger("igw.global_router.access")
+    access.propagate = False
+    if config.access_log.enabled:
+        access.setLevel(logging.INFO)
+        if config.access_log.destination == "stdout":
+            access.addHandler(lines)
+        else:
+            errors = BatchedLineHandler(sys.stderr, label="stderr")
+            errors.setFormatter(RedactingFormatter("%(message)s"))
+            access.addHandler(errors)
     try:
         with contextlib.suppress(KeyboardInterrupt):
             asyncio.run(

@@ -35,13 +35,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
 import orjson
 
-from igw.gateway.log_buffer import line_sink
+from igw.gateway.log_buffer import DeferredLine, line_sink
 from igw.redaction import needs_redaction
 
 access_log = logging.getLogger("igw.access")
@@ -285,9 +285,7 @@ class AccessRecord:
             for row in scores.values():
                 if not _CLEAN.issuperset(row) and not all(map(_clean, row)):
                     return False
-        request_id = self.request_id
-        fresh = len(request_id) < _HEX_KEY_DIGITS and not request_id.strip(_HEX_DIGITS)
-        return fresh or _clean_once(request_id)
+        return id_clean(self.request_id)
 
     def line_fields(self) -> dict[str, object]:
         """The line's fields: every field that is not ``None``, in declaration order, the scores
@@ -356,3 +354,31 @@ class AccessRecord:
 def _clean_once(text: str) -> bool:
     """:func:`_clean` without remembering ``text`` (a client's request id: one per request)."""
     return not needs_redaction(orjson.dumps(text).decode())
+
+
+def id_clean(request_id: str) -> bool:
+    """Whether a request id is written by redaction unchanged inside a JSON line: a fresh id by its
+    alphabet and length, any other (a client's) scanned and not remembered."""
+    fresh = len(request_id) < _HEX_KEY_DIGITS and not request_id.strip(_HEX_DIGITS)
+    return fresh or _clean_once(request_id)
+
+
+def strings_clean(strings: Iterable[str | None]) -> bool:
+    """Whether every one of ``strings`` (``None``: absent) is written by redaction unchanged inside a
+    JSON line (:func:`_clean`, remembered): what another record's ``redaction_free`` is made of (the
+    global router's, :mod:`igw.global_router.access_log`), so both tiers' lines share one rule."""
+    return all(map(_clean, strings))
+
+
+def write_record(logger: logging.Logger, record: DeferredLine) -> None:
+    """Write ``record``'s line at INFO on ``logger`` as :meth:`AccessRecord.emit` writes its own: queued
+    unbuilt to the batched handler where the logger's set-up has one (:func:`line_sink`; built and
+    redacted unless proven clean on its writer thread), else built here and logged (the handler's
+    formatter redacts it). For a logger other than ``igw.access`` (the global router's)."""
+    if not logger.isEnabledFor(logging.INFO):
+        return
+    sink = line_sink(logger)
+    if sink is None:
+        logger.info(record.render_line()[0])
+    else:
+        sink.emit_deferred(record)

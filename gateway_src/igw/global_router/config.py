@@ -78,6 +78,14 @@ class HeartbeatSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class AccessLogSpec:
+    """``spec.accessLog``: the router's per-request JSON lines (:mod:`igw.global_router.access_log`)."""
+
+    enabled: bool = True
+    destination: Literal["stdout", "stderr"] = "stdout"
+
+
+@dataclass(frozen=True, slots=True)
 class ModelLimit:
     tenant: str
     model: str
@@ -114,6 +122,7 @@ class GlobalRouterConfig:
     server_limits: Mapping[str, Any] = field(default_factory=dict)
     """Raw ``spec.serverLimits`` (the IGWC ``extensions.serverLimits`` shape), read by
     :func:`igw.gateway.limits_config.server_limits`: the client listener's timeouts and bounds."""
+    access_log: AccessLogSpec = field(default_factory=AccessLogSpec)
     management: Mapping[str, Any] | None = None
     """Raw ``spec.management`` (``{port}``), the IGWC ``extensions.management`` shape; read by
     :func:`igw.gateway.management.management_port` with ``igw global serve --management-port``."""
@@ -140,6 +149,7 @@ def build_global_config(doc: Mapping[str, Any]) -> GlobalRouterConfig:
     redis = heartbeats.get("redis", {})
     upstream = spec.get("upstream", {})
     management = spec.get("management")
+    access_log = spec.get("accessLog", {})
     d_r, d_f, d_h = RoutingSpec(), FailoverSpec(), HeartbeatSpec()
     return GlobalRouterConfig(
         name=str(doc["metadata"]["name"]),
@@ -199,6 +209,10 @@ def build_global_config(doc: Mapping[str, Any]) -> GlobalRouterConfig:
             for e in spec.get("modelRateLimits", [])
         ),
         management=dict(management) if management is not None else None,
+        access_log=AccessLogSpec(
+            enabled=bool(access_log.get("enabled", True)),
+            destination="stderr" if access_log.get("destination") == "stderr" else "stdout",
+        ),
     )
 
 

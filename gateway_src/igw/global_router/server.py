@@ -104,6 +104,16 @@ from igw.gateway.upstream import (
     upstream_headers,
 )
 from igw.gateway.upstream_client import UpstreamPool
+from igw.global_router.access_log import (
+    CANCELLED,
+    CLIENT_DISCONNECTED,
+    CLIENT_GONE,
+    CONNECT_FAILED,
+    PAST_MAX_REQUEST,
+    POOL_FULL,
+    SHUT_DOWN,
+    RouterAccessRecord,
+)
 from igw.global_router.config import ClusterSpec, GlobalRouterConfig
 from igw.global_router.emf import FleetEmfReporter
 from igw.global_router.fleet import Fleet
@@ -387,6 +397,9 @@ async def _route(
     except GuardDenied as denied:
         m.requests.labels(_model_label(router, request.headers.get(MODEL_HEADER)), str(denied.status)).inc()
         return _denied(denied)
+    record = _record_of(request)
+    if record is not None and principal.authenticated:
+        record.tenant = principal.tenant
     # The body's bytes are counted from here until the request is answered: the router holds the
     # body whole while it tries clusters (a retry on the next sends it again). A declared length
     # over the body limit is refused unread, so it takes nothing.
@@ -461,6 +474,11 @@ async def _route_held(
     except BadRequestBody as exc:
         refused = gateway_error("invalid_request", exc.message, param=exc.param)
         return _counted_unread(router, request, refused)
+    record = _record_of(request)
+    if record is not None:
+        record.bytes_in = len(raw)
+        record.model = body.model
+        record.stream = body.stream
     if body.model is None:
         # Tier 1's answer (the message AWS documents for its gateway), so a client sees the same
         # whichever tier it reaches; until session s40 a 400 "'model' is required" here.
@@ -544,6 +562,13 @@ async def _route_held(
     pools = request.app[SESSION_KEY]
     last: ExchangeResult | None = None
     prepared: list[web.StreamResponse] = []
+
+    def on_prepared(response: web.StreamResponse) -> None:
+        prepared.append(response)
+        if record is not None and record.ttfb_ms is None:  # the first byte to the client: its head
+            record.ttfb_ms = (time.perf_counter() - started) * 1000.0
+            record.started_answer = response  # its bytes counted even if the handler is cancelled
+
     answered = 0
     waits: list[str] = []  # the Retry-After of each refusal moved on from (_relayed_refusal)
     try:
@@ -557,6 +582,8 @@ async def _route_held(
                 # up to requestTimeoutSeconds, while a later cluster has room. Not an attempt, no failure
                 # (until session s39 the request waited: 9 of 20 past the client's 8 s in the probe).
                 m.retries.labels(cluster.name, "pool-full").inc()
+                if record is not None:
+                    record.attempt(cluster.name, POOL_FULL)
                 continue
             m.decisions.labels(cluster.name, cluster.region, choice.reason).inc()
             try:
@@ -574,7 +601,7 @@ async def _route_held(
                         connect_timeout_s=router.config.connect_timeout_s,
                         idle_timeout_s=router.config.request_timeout_s,
                         response_headers={CLUSTER_HEADER: cluster.name, REGION_HEADER: cluster.region},
-                        on_prepared=prepared.append,
+                        on_prepared=on_prepared,
                         strip_usage=reads_usage,
                         body_timeout_s=router.config.request_timeout_s,
                         relay_whole_above=WHOLE_ANSWER_BUFFER_BYTES,
@@ -583,6 +610,8 @@ async def _route_held(
             except ConnectFailed:
                 router.fleet.record_outcome(cluster.name, ok=False, unreachable=True)
                 m.retries.labels(cluster.name, "connect").inc()
+                if record is not None:
+                    record.attempt(cluster.name, CONNECT_FAILED)
                 continue
             except (ClientGone, asyncio.CancelledError) as gone:
                 # The client left mid-stream; the cluster did nothing wrong. Nothing more can be sent;
@@ -592,13 +621,21 @@ async def _route_held(
                 await _charge_relayed(router, principal, tenant, model, body, prepared)
                 inflight = request.app.get(INFLIGHT_KEY)
                 if isinstance(gone, asyncio.CancelledError) and inflight is not None and inflight.cutting:
+                    if record is not None:
+                        record.attempt(cluster.name, SHUT_DOWN)
                     return await _shut_down(request, prepared, model=model, metrics=m)
+                if record is not None:  # the client left (or its handler was cancelled: it left)
+                    cancelled = isinstance(gone, asyncio.CancelledError)
+                    record.attempt(cluster.name, CANCELLED if cancelled else CLIENT_GONE)
+                    record.status, record.error = 499, CLIENT_DISCONNECTED
                 if isinstance(gone, asyncio.CancelledError):
                     raise
                 m.requests.labels(model, "499").inc()
                 return prepared[0] if prepared else web.Response(status=499)
             if result is None:  # spec.upstream.maxRequestSeconds passed: no other cluster is tried
                 m.requests.labels(model, "504").inc()
+                if record is not None:
+                    record.attempt(cluster.name, PAST_MAX_REQUEST)
                 if prepared:  # it was answering (a long stream): the bound is the request's, not a fault
                     _count_answer_faults(router, cluster.name, _relaying(prepared))
                     await _charge_relayed(router, principal, tenant, model, body, prepared)
@@ -611,6 +648,8 @@ async def _route_held(
                 return await _past_max_request(request, router, prepared)
             if token_withheld:
                 result = _auth_misconfigured(router, cluster, result)
+            if record is not None:
+                record.attempt(cluster.name, result.status)
             last = result
             _count_answer_faults(router, cluster.name, result)
             if searches and result.status == 404:
@@ -1264,14 +1303,78 @@ def _inference_route(api: InferenceApi) -> Callable[[web.Request], Awaitable[web
         # them cleanly: _shut_down).
         inflight = request.app.get(INFLIGHT_KEY)
         task = None if inflight is None else inflight.enter()
+        router = request.app[ROUTER_KEY]
+        started = time.perf_counter()
+        record = _access_record(router, request)
+        response: web.StreamResponse | None = None
         try:
-            response = await _route(request, request.app[ROUTER_KEY], api=api, started=time.perf_counter())
+            response = await _route(request, router, api=api, started=started)
+            if anthropic:
+                response = anthropic_shaped(response, request_id=request.get(REQUEST_ID_KEY))
+            return response
         finally:
             if inflight is not None:
                 inflight.leave(task)
-        return anthropic_shaped(response, request_id=request.get(REQUEST_ID_KEY)) if anthropic else response
+            if record is not None:
+                _log_access(record, response, started=started)
 
     return handle
+
+
+ACCESS_RECORD: Final = web.RequestKey("igw_global_access_record", RouterAccessRecord)
+"""The request's key of its :class:`~igw.global_router.access_log.RouterAccessRecord` (absent with
+``spec.accessLog.enabled: false``)."""
+
+
+def _access_record(router: GlobalRouter, request: web.Request) -> RouterAccessRecord | None:
+    """A new access-log record for ``request``, kept on it for :func:`_route` to fill in; ``None``
+    when the router writes no access log."""
+    if not router.config.access_log.enabled:
+        return None
+    request_id = request.get(REQUEST_ID_KEY) or request_id_for(request.headers)
+    request[REQUEST_ID_KEY] = request_id  # the id forwarded to every cluster (_forwarded_headers)
+    record = RouterAccessRecord(request_id, request.method, request.path, client=request.remote)
+    request[ACCESS_RECORD] = record
+    return record
+
+
+def _record_of(request: web.Request) -> RouterAccessRecord | None:
+    """``request``'s access-log record (:func:`_access_record`), if it has one."""
+    return request.get(ACCESS_RECORD)
+
+
+def _bytes_out(response: web.StreamResponse) -> int:
+    """Bytes written to the client: a relayed answer's as its connection's writer counted them
+    (headers and chunk framing included; what was written before a client left too), an answer
+    still to be sent whole its body's length."""
+    if response.prepared:
+        writer = getattr(response, "_payload_writer", None)
+        written = getattr(writer, "output_size", None)
+        return written if isinstance(written, int) else response.body_length
+    body = getattr(response, "body", None)
+    return len(body) if isinstance(body, bytes | bytearray) else 0
+
+
+def _log_access(record: RouterAccessRecord, response: web.StreamResponse | None, *, started: float) -> None:
+    """Complete ``record`` from the request's answer (``None``: its handler was cancelled, the
+    client gone or the router stopping) and write it."""
+    elapsed_ms = (time.perf_counter() - started) * 1000.0
+    record.duration_ms = elapsed_ms
+    started_answer, record.started_answer = record.started_answer, None  # not held while queued
+    if response is None:
+        record.status = record.status or 499
+        record.error = record.error or CLIENT_DISCONNECTED
+        if isinstance(started_answer, web.StreamResponse):
+            record.bytes_out = _bytes_out(started_answer)
+    else:
+        record.status = record.status or response.status
+        record.error = record.error or response.headers.get(ERROR_CODE_HEADER)
+        record.cluster = response.headers.get(CLUSTER_HEADER)
+        record.region = response.headers.get(REGION_HEADER) if record.cluster is not None else None
+        record.bytes_out = _bytes_out(response)
+        if record.ttfb_ms is None:  # an answer sent whole: handed to the connection now
+            record.ttfb_ms = elapsed_ms
+    record.emit()
 
 
 def _listed_models(router: GlobalRouter, principal: Principal) -> list[dict[str, object]]:
