@@ -416,6 +416,7 @@ def test_the_operator_args_the_chart_renders_are_never_refused_as_ignored(
         {"gateway": {"workers": 1}},
         {"gateway": {"workers": 1, "workerTimeoutSeconds": 10}},
         {"gateway": {"workers": 4, "workerTimeoutSeconds": 10}},
+        {"operator": {"apiThreads": 8}},
     ):
         (deployment,) = [o for o in _objects(values) if o["kind"] == "Deployment"]
         args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
@@ -453,3 +454,23 @@ def test_the_operator_may_read_only_the_issuer_it_is_configured_with(namespaces:
             assert rule["verbs"] == ["get"]
     off = _objects({"operator": {"autoTls": False, "namespaces": namespaces}})
     assert not any(_issuer_rules(o["rules"]) for o in off if o["kind"] in ("ClusterRole", "Role"))
+
+
+def _operator_args(values: dict[str, Any]) -> list[str]:
+    (deployment,) = [o for o in _objects(values) if o["kind"] == "Deployment"]
+    args: list[str] = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    return args
+
+
+def test_operator_api_threads_reaches_the_operator_only_when_set() -> None:
+    """``operator.apiThreads`` renders ``--api-threads``; unset (null), the operator's own default
+    (the pod's CPU limit) decides. The schema bounds are the option's (1 to 256), named on refusal."""
+    assert "--api-threads" not in _operator_args({})
+    args = _operator_args({"operator": {"apiThreads": 12}})
+    assert args[args.index("--api-threads") + 1] == "12"
+    assert build_parser().parse_args(args).api_threads == 12
+    assert configuration.problems({"operator": {"apiThreads": 12}}) == []
+    assert configuration.problems({"operator": {"apiThreads": None}}) == []
+    for bad in (0, 257, "many"):
+        (problem,) = configuration.problems({"operator": {"apiThreads": bad}})
+        assert problem.startswith("operator.apiThreads"), problem

@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import os
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -38,7 +39,37 @@ def test_api_calls_run_in_the_operators_own_pool(cluster: FakeKubeApiServer) -> 
 def test_the_default_pool_is_as_large_as_asyncios(cluster: FakeKubeApiServer) -> None:
     kube = Kube(cluster.api_client())
     kube.close()
-    assert kube.threads == default_api_threads() == min(32, (os.cpu_count() or 1) + 4)
+    assert kube.threads == default_api_threads()
+
+
+def _cgroup_v2(root: Path, cpu_max: str) -> None:
+    """A cgroup v2 container whose ``cpu.max`` is ``cpu_max`` (as tests/gateway/test_worker_count.py)."""
+    (root / "proc/self").mkdir(parents=True)
+    (root / "proc/self/cgroup").write_text("0::/kubepods/pod1/c1\n")
+    leaf = root / "sys/fs/cgroup/kubepods/pod1/c1"
+    leaf.mkdir(parents=True)
+    (leaf / "cpu.max").write_text(cpu_max)
+
+
+@pytest.mark.parametrize(
+    ("cpu_max", "cores", "threads"),
+    [
+        ("100000 100000\n", 96, 5),  # a 1-core limit on a 96-core node: 1 + 4, not 32
+        ("150000 100000\n", 96, 6),  # 1.5 cores round up to 2
+        ("max 100000\n", 96, 32),  # no limit: the node's cores, capped at 32
+        ("800000 100000\n", 2, 6),  # a limit above the node's cores: the cores
+    ],
+)
+def test_the_default_pool_follows_the_pods_cpu_limit(
+    tmp_path: Path, cpu_max: str, cores: int, threads: int
+) -> None:
+    _cgroup_v2(tmp_path, cpu_max)
+    assert default_api_threads(root=tmp_path, cores=cores) == threads
+
+
+def test_without_a_cgroup_the_default_pool_follows_the_cores(tmp_path: Path) -> None:
+    assert default_api_threads(root=tmp_path, cores=3) == 7
+    assert default_api_threads(root=tmp_path) == min(32, (os.cpu_count() or 1) + 4)
 
 
 @pytest.mark.parametrize("threads", [0, MAX_API_THREADS + 1])

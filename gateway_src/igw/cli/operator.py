@@ -197,7 +197,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=API_THREAD_COUNT,
         metavar="N",
         help="API calls the operator runs at once, each in a thread of its own pool "
-        "(default min(32, cores + 4), cores being the node's)",
+        "(default min(32, cpus + 4), cpus being the node's cores bounded by the container's CPU "
+        "limit, rounded up)",
     )
     election = parser.add_argument_group("leader election (a coordination.k8s.io Lease)")
     election.add_argument(

@@ -93,6 +93,13 @@ def auto_workers(
     return WorkerBudget(workers, cpus, cpu_limit, cpu_request, memory_limit)
 
 
+def cpu_limit(root: Path = Path("/")) -> float | None:
+    """This process's container CPU limit in cores (the smallest quota along its cgroup's ancestors,
+    v2 or v1), or ``None`` when there is none. The operator sizes its API thread pool by it
+    (:func:`igw.operator.kube.default_api_threads`)."""
+    return _cpu_limit(root, _cgroups(root))
+
+
 def memory_limit(root: Path = Path("/")) -> int | None:
     """This process's container memory limit in bytes (the smallest along its cgroup's ancestors,
     v2 or v1), or ``None`` when there is none."""

@@ -24,6 +24,7 @@ import contextvars
 import functools
 import hashlib
 import json
+import math
 import os
 import threading
 import time
@@ -31,10 +32,12 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, Final, Literal, TypeVar
 
 from igw.config.model import API_GROUP, API_VERSION, KIND
 from igw.errors import IgwToolingError
+from igw.gateway.worker_count import cpu_limit
 from igw.operator.dataplane import CONFIG_LABEL, MANAGED_BY
 
 APPLIED_HASH: Final = f"{API_GROUP}/applied-hash"
@@ -60,13 +63,20 @@ RETRY_AFTER_CAP_S: Final = 30.0
 """The longest ``Retry-After`` honoured; a larger one waits this long (a 429 without one: 1 s)."""
 
 
-def default_api_threads() -> int:
+def default_api_threads(root: Path = Path("/"), cores: int | None = None) -> int:
     """Worker threads of :class:`Kube` unless told (``igw operator --api-threads``): as many as
-    asyncio's default pool, which ran the calls before, ``min(32, cores + 4)``. ``cores`` is the
-    node's, not the pod's CPU limit: name a count to fix it. A cold start's calls no longer fill the
-    pool every other ``asyncio.to_thread`` of the process (the Lease's release, the runner's stop)
-    waits in."""
-    return min(32, (os.cpu_count() or 1) + 4)
+    asyncio's default pool, which ran the calls before, ``min(32, cpus + 4)``, where ``cpus`` is the
+    node's cores (``cores``; ``None``: :func:`os.cpu_count`) bounded by the pod's CPU limit, rounded
+    up, when it has one (:func:`igw.gateway.worker_count.cpu_limit`, what ``igw serve --workers
+    auto`` reads): a 1-core operator on a 96-core node takes 5 threads, not 32. ``root`` is the file
+    system root, a parameter so that tests can lay out a cgroup tree. A cold start's calls no longer
+    fill the pool every other ``asyncio.to_thread`` of the process (the Lease's release, the
+    runner's stop) waits in."""
+    cpus = (os.cpu_count() or 1) if cores is None else cores
+    limit = cpu_limit(root)
+    if limit is not None:
+        cpus = min(cpus, math.ceil(limit))
+    return min(32, cpus + 4)
 
 
 MAX_API_THREADS: Final = 256
