@@ -396,11 +396,19 @@ def _left_open(text: str) -> bool:
 
 _QUOTED_WORDS: Final = (*_FIELD_WORDS, "key", "verifier", "authorization", "code")
 _QUOTED_LAST: Final = _last_letters(_QUOTED_WORDS)
+
+
+def _behind_a_word(tail: str) -> str:
+    """Lookbehinds, one per word of :data:`_QUOTED_WORDS` followed by ``tail`` (regex text), joined as
+    alternatives: the hints' exact check once their cheap test of a word's last letter passed."""
+    return "|".join(f"(?<={word}{tail})" for word in _QUOTED_WORDS)
+
+
 _QUOTED_HINT: Final = re.compile(
     rf":(?<={_QUOTED_LAST}[\"']:)(?:"
-    + "|".join(f"(?<={word}.:)" for word in _QUOTED_WORDS)
+    + _behind_a_word(".:")
     + rf")|:(?<={_QUOTED_LAST}[\"'] :)(?:"
-    + "|".join(f"(?<={word}. :)" for word in _QUOTED_WORDS)
+    + _behind_a_word(". :")
     + ")"
 )
 """What a lower-cased text needs for :data:`_QUOTED_FIELD` to match (one of the words, a quote and a
@@ -413,7 +421,7 @@ _ESCAPED_HINT: Final = re.compile(
         rf"(?<=\\[\"']{blank}:)(?:"
         + "|".join(
             rf"(?<={_QUOTED_LAST}{slashes}[\"']{blank}:)(?:"
-            + "|".join(rf"(?<={word}{slashes}[\"']{blank}:)" for word in _QUOTED_WORDS)
+            + _behind_a_word(rf"{slashes}[\"']{blank}:")
             + ")"
             for slashes in (r"\\", r"\\\\", r"\\\\\\")
         )
@@ -450,9 +458,7 @@ _ESCAPED_KWARG: Final = re.compile(
 quotes escaped; the access log's JSON form of a repr), its string masked, quotes kept; up to the next
 such quote not after one backslash more, or, cut off, the end of the line."""
 _KWARG_HINT: Final = re.compile(
-    rf"[=:](?=[ \t]*[bru]{{0,2}}\\*[\"'\[({{])(?<={_QUOTED_LAST}[=:])(?:"
-    + "|".join(f"(?<={word}[=:])" for word in _QUOTED_WORDS)
-    + ")"
+    rf"[=:](?=[ \t]*[bru]{{0,2}}\\*[\"'\[({{])(?<={_QUOTED_LAST}[=:])(?:" + _behind_a_word("[=:]") + ")"
 )
 """What a lower-cased text needs for :data:`_KWARG_FIELD` to match: one of :data:`_QUOTED_WORDS`, ``=``
 and a quote or bracket; led by the ``=``, as :data:`_FORM_HINT`. Blanks before the ``=``:
@@ -485,9 +491,9 @@ is by the form rule. A comment after the value (``password = x  # prod``, ``toke
 after a blank) is kept and the value masked; until round 13 such a line went through whole."""
 _CONFIG_HINT: Final = re.compile(
     rf"[:=](?<={_QUOTED_LAST}[:=])(?:"
-    + "|".join(f"(?<={word}[:=])" for word in _QUOTED_WORDS)
+    + _behind_a_word("[:=]")
     + rf")|[:=](?<={_QUOTED_LAST}[ \t][:=])(?:"
-    + "|".join(f"(?<={word}[ \t][:=])" for word in _QUOTED_WORDS)
+    + _behind_a_word("[ \t][:=]")
     + r")|[:=](?<=[ \t][ \t][:=])"
 )
 """What a lower-cased text needs for :data:`_CONFIG_LINE` to match (one of :data:`_QUOTED_WORDS`, a
@@ -497,11 +503,11 @@ blank or none, then ``:`` or ``=``; or two blanks before them, an aligned INI fi
 
 _FIELD_HINT: Final = re.compile(
     rf"[:=](?:(?<={_QUOTED_LAST}[:=])(?:"
-    + "|".join(f"(?<={word}[:=])" for word in _QUOTED_WORDS)
+    + _behind_a_word("[:=]")
     + rf")|(?<={_QUOTED_LAST}[\"' \t][:=])(?:"
-    + "|".join(f"(?<={word}.[:=])" for word in _QUOTED_WORDS)
+    + _behind_a_word(".[:=]")
     + rf")|(?<={_QUOTED_LAST}[\"'] [:=])(?:"
-    + "|".join(f"(?<={word}. [:=])" for word in _QUOTED_WORDS)
+    + _behind_a_word(". [:=]")
     + r")|(?<=[ \t][ \t][:=]))"
 )
 """What a lower-cased text needs for any of :data:`_QUOTED_HINT`, :data:`_KWARG_HINT`,

@@ -7,14 +7,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
+import yaml
+from aiohttp import web
 
+from igw.config.loader import load_gateway_config
+from igw.gateway.app import create_app
+from igw.gateway.discovery.static_file import StaticFileDiscovery
+from igw.gateway.inference import STATE_KEY
+from igw.gateway.serving import LIMITS_KEY, GatewayRunner, ServerLimits
 from igw.gateway.upstream_client import Origin, UpstreamPool, _Connection
 from igw.scheduling.plugins.prefix_cache_scorer import PrefixCacheScorer
 
@@ -97,6 +106,71 @@ async def connection(port: int) -> AsyncIterator[tuple[asyncio.StreamReader, asy
         writer.close()
         with contextlib.suppress(ConnectionError):
             await writer.wait_closed()
+
+
+async def read_response(reader: asyncio.StreamReader) -> tuple[int, dict[str, str], bytes]:
+    """One HTTP/1.1 answer read off a raw connection: (status, lower-cased headers, body), the body
+    by its ``Content-Length`` or its chunks."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    lines = head.decode().split("\r\n")
+    status = int(lines[0].split()[1])
+    headers = {k.lower(): v for k, _, v in (line.partition(": ") for line in lines[1:] if line)}
+    if headers.get("transfer-encoding") == "chunked":
+        body = b""
+        while True:
+            size = int((await reader.readuntil(b"\r\n")).strip(), 16)
+            chunk = await reader.readexactly(size + 2)
+            if size == 0:
+                break
+            body += chunk[:-2]
+    else:
+        body = await reader.readexactly(int(headers.get("content-length", "0")))
+    return status, headers, body
+
+
+@contextlib.asynccontextmanager
+async def runner_gateway(
+    tmp_path: Path,
+    key: str,
+    *,
+    doc: dict[str, Any],
+    limits: ServerLimits | None = None,
+    budget: int | None = None,
+) -> AsyncIterator[tuple[int, web.Application, GatewayRunner]]:
+    """The gateway app of ``doc`` with the one pod ``key`` (pool ``llama``) on a :class:`GatewayRunner`
+    at a loopback port, yielded once the pod is scraped: (port, app, runner), for the tests that read
+    the runner's server or send raw bytes. ``limits``: set as the app's (else the runner's defaults,
+    the app's left unset); ``budget``: the body budget's limit."""
+    (tmp_path / "igwc.yaml").write_text(yaml.safe_dump(doc))
+    (tmp_path / "endpoints.yaml").write_text(yaml.safe_dump({"schedulers": {"llama": [key]}}))
+    config = load_gateway_config(tmp_path / "igwc.yaml")
+    app = create_app(
+        config,
+        discovery=StaticFileDiscovery.for_schedulers(tmp_path / "endpoints.yaml", config.schedulers),
+        rng=random.Random(1),
+    )
+    if limits is not None:
+        app[LIMITS_KEY] = limits
+    state = app[STATE_KEY]
+    if budget is not None:
+        state.body_budget.limit = budget
+    runner = GatewayRunner(app, limits=limits or ServerLimits(), handler_cancellation=True, access_log=None)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        sr = state.runtime.schedulers["llama"]
+        await wait_for(
+            lambda: (
+                (st := sr.pool.states.get(key)) is not None
+                and sr.scheduler.is_fresh(st.view(), state.clock())
+            ),
+            what="endpoint scraped",
+        )
+        yield port, app, runner
+    finally:
+        await runner.cleanup()
 
 
 def parsing_connection() -> _Connection:

@@ -7,31 +7,25 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import random
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
-import yaml
 from aiohttp import web
 
-from igw.config.loader import load_gateway_config
-from igw.gateway.app import create_app
 from igw.gateway.body_budget import (
     BodyBudget,
     HeapTrim,
     budget_meaning,
 )
-from igw.gateway.discovery.static_file import StaticFileDiscovery
 from igw.gateway.inference import STATE_KEY
 from igw.gateway.lean_server import SWITCH_ENV
 from igw.gateway.limits_config import server_limits
-from igw.gateway.serving import LIMITS_KEY, GatewayRunner, ServerLimits
+from igw.gateway.serving import ServerLimits
 from tests.gateway.fake_model_server import FakeModelServer, running
-from tests.gateway.support import config_doc, connection, scheduler, wait_for
-from tests.gateway.test_lean_server import read_response
+from tests.gateway.support import config_doc, connection, read_response, runner_gateway, scheduler, wait_for
 
 MIB = 2**20
 DOC = config_doc([scheduler("llama", "m")])
@@ -52,35 +46,9 @@ def upload(size: int = MIB) -> tuple[bytes, bytes]:
 async def gateway(
     tmp_path: Path, key: str, *, budget: int, doc: dict[str, Any] = DOC
 ) -> AsyncIterator[tuple[int, web.Application]]:
-    (tmp_path / "igwc.yaml").write_text(yaml.safe_dump(doc))
-    (tmp_path / "endpoints.yaml").write_text(yaml.safe_dump({"schedulers": {"llama": [key]}}))
-    config = load_gateway_config(tmp_path / "igwc.yaml")
-    app = create_app(
-        config,
-        discovery=StaticFileDiscovery.for_schedulers(tmp_path / "endpoints.yaml", config.schedulers),
-        rng=random.Random(1),
-    )
     limits = ServerLimits(body_timeout_s=1.0)
-    app[LIMITS_KEY] = limits
-    state = app[STATE_KEY]
-    state.body_budget.limit = budget
-    runner = GatewayRunner(app, limits=limits, handler_cancellation=True, access_log=None)
-    await runner.setup()
-    try:
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        sr = state.runtime.schedulers["llama"]
-        await wait_for(
-            lambda: (
-                (st := sr.pool.states.get(key)) is not None
-                and sr.scheduler.is_fresh(st.view(), state.clock())
-            ),
-            what="endpoint scraped",
-        )
+    async with runner_gateway(tmp_path, key, doc=doc, limits=limits, budget=budget) as (port, app, _):
         yield port, app
-    finally:
-        await runner.cleanup()
 
 
 @pytest.fixture(params=["lean", "aiohttp"])

@@ -5,27 +5,28 @@ over real loopback connections, through the lean side and through aiohttp, the s
 from __future__ import annotations
 
 import contextlib
-import random
 import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import orjson
 import pytest
-import yaml
 from aiohttp import web
 
-from igw.config.loader import load_gateway_config
-from igw.gateway.app import create_app
-from igw.gateway.discovery.static_file import StaticFileDiscovery
 from igw.gateway.forwarded_answer import ForwardedAnswer, as_response, forwarded_answer
-from igw.gateway.inference import STATE_KEY
 from igw.gateway.lean_server import SWITCH_ENV, response_head
-from igw.gateway.serving import GatewayRunner, GatewayServer, ServerLimits
+from igw.gateway.serving import GatewayServer
 from igw.perf.gateway_backend import realistic_vllm_page
 from igw.perf.raw_http import serve_backend
-from tests.gateway.support import config_doc, connection, parsing_connection, scheduler, wait_for
+from tests.gateway.support import (
+    config_doc,
+    connection,
+    parsing_connection,
+    runner_gateway,
+    scheduler,
+)
 
+DOC = config_doc([scheduler("llama", "m")])
 COMPLETION = orjson.dumps(
     {
         "id": "c1",
@@ -133,30 +134,13 @@ async def _gateway_before(tmp_path: Path, answer: bytes) -> AsyncIterator[int]:
     }
     backend = await serve_backend(answers)
     key = f"127.0.0.1:{backend.sockets[0].getsockname()[1]}"
-    (tmp_path / "igwc.yaml").write_text(yaml.safe_dump(config_doc([scheduler("llama", "m")])))
-    (tmp_path / "endpoints.yaml").write_text(yaml.safe_dump({"schedulers": {"llama": [key]}}))
-    config = load_gateway_config(tmp_path / "igwc.yaml")
-    discovery = StaticFileDiscovery.for_schedulers(tmp_path / "endpoints.yaml", config.schedulers)
-    app = create_app(config, discovery=discovery, rng=random.Random(1))
-    runner = GatewayRunner(app, limits=ServerLimits(), handler_cancellation=True, access_log=None)
-    await runner.setup()
     try:
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        state = app[STATE_KEY]
-        sr = state.runtime.schedulers["llama"]
-
-        def scraped() -> bool:
-            st = sr.pool.states.get(key)
-            return st is not None and sr.scheduler.is_fresh(st.view(), state.clock())
-
-        await wait_for(scraped, what="endpoint scraped")
-        server = runner.server
-        assert isinstance(server, GatewayServer)
-        yield site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        assert server.lean_requests >= 0
+        async with runner_gateway(tmp_path, key, doc=DOC) as (port, _, runner):
+            server = runner.server
+            assert isinstance(server, GatewayServer)
+            yield port
+            assert server.lean_requests >= 0
     finally:
-        await runner.cleanup()
         backend.close()
         await backend.wait_closed()
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import random
 import re
 import socket
 from collections.abc import AsyncIterator
@@ -15,16 +14,11 @@ from typing import Any, cast
 
 import orjson
 import pytest
-import yaml
 from aiohttp import web
 from aiohttp.client_exceptions import ClientConnectionResetError
 from multidict import CIMultiDict
 
-from igw.config.loader import load_gateway_config
 from igw.gateway import serving, upstream
-from igw.gateway.app import create_app
-from igw.gateway.discovery.static_file import StaticFileDiscovery
-from igw.gateway.inference import STATE_KEY
 from igw.gateway.lean_server import (
     LEAN_ROUTES_KEY,
     SWITCH_ENV,
@@ -41,7 +35,7 @@ from igw.gateway.serving import GatewayRunner, GatewayServer, ServerLimits
 from igw.gateway.shutdown import InflightRequests
 from tests.compiled.tree import skip_compiled
 from tests.gateway.fake_model_server import FakeModelServer, running
-from tests.gateway.support import config_doc, connection, scheduler, wait_for
+from tests.gateway.support import config_doc, connection, read_response, runner_gateway, scheduler, wait_for
 
 DOC = config_doc([scheduler("llama", "m")])
 BODY = orjson.dumps({"model": "m", "prompt": "hi", "max_tokens": 3})
@@ -61,52 +55,10 @@ def lean_side_on(monkeypatch: pytest.MonkeyPatch) -> None:
 @contextlib.asynccontextmanager
 async def lean_gateway(tmp_path: Path, key: str) -> AsyncIterator[tuple[int, GatewayServer]]:
     """The gateway app on a :class:`GatewayRunner` (to read its server's ``lean_requests``)."""
-    (tmp_path / "igwc.yaml").write_text(yaml.safe_dump(DOC))
-    (tmp_path / "endpoints.yaml").write_text(yaml.safe_dump({"schedulers": {"llama": [key]}}))
-    config = load_gateway_config(tmp_path / "igwc.yaml")
-    app = create_app(
-        config,
-        discovery=StaticFileDiscovery.for_schedulers(tmp_path / "endpoints.yaml", config.schedulers),
-        rng=random.Random(1),
-    )
-    runner = GatewayRunner(app, limits=ServerLimits(), handler_cancellation=True, access_log=None)
-    await runner.setup()
-    try:
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
+    async with runner_gateway(tmp_path, key, doc=DOC) as (port, _, runner):
         server = runner.server
         assert isinstance(server, GatewayServer)
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        state = app[STATE_KEY]
-        sr = state.runtime.schedulers["llama"]
-        await wait_for(
-            lambda: (
-                (st := sr.pool.states.get(key)) is not None
-                and sr.scheduler.is_fresh(st.view(), state.clock())
-            ),
-            what="endpoint scraped",
-        )
         yield port, server
-    finally:
-        await runner.cleanup()
-
-
-async def read_response(reader: asyncio.StreamReader) -> tuple[int, dict[str, str], bytes]:
-    head = await reader.readuntil(b"\r\n\r\n")
-    lines = head.decode().split("\r\n")
-    status = int(lines[0].split()[1])
-    headers = {k.lower(): v for k, _, v in (line.partition(": ") for line in lines[1:] if line)}
-    if headers.get("transfer-encoding") == "chunked":
-        body = b""
-        while True:
-            size = int((await reader.readuntil(b"\r\n")).strip(), 16)
-            chunk = await reader.readexactly(size + 2)
-            if size == 0:
-                break
-            body += chunk[:-2]
-    else:
-        body = await reader.readexactly(int(headers.get("content-length", "0")))
-    return status, headers, body
 
 
 @pytest.mark.parametrize("switch", ["lean", "aiohttp"])

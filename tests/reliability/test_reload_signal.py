@@ -83,13 +83,18 @@ def _url(log: Path) -> str:
     return line.rsplit(" at ", 1)[1].strip()
 
 
+def _still_waiting(deadline: float, what: str, proc: subprocess.Popen[bytes], log: Path) -> None:
+    """Fails the test, naming ``what`` and the log's end, once ``proc`` exited or ``deadline`` passed."""
+    assert proc.poll() is None, f"exited {proc.returncode} before {what}: {_text(log)[-3000:]}"
+    assert time.monotonic() < deadline, f"{what}: {_text(log)[-3000:]}"
+
+
 async def _until(
     cond: Callable[[], bool], within: float, what: str, proc: subprocess.Popen[bytes], log: Path
 ) -> None:
     deadline = time.monotonic() + within
     while not cond():
-        assert proc.poll() is None, f"exited {proc.returncode} before {what}: {_text(log)[-3000:]}"
-        assert time.monotonic() < deadline, f"{what}: {_text(log)[-3000:]}"
+        _still_waiting(deadline, what, proc, log)
         await asyncio.sleep(0.05)
 
 
@@ -178,8 +183,7 @@ def _wait_for(
 ) -> None:
     deadline = time.monotonic() + within
     while not cond():
-        assert proc.poll() is None, f"exited {proc.returncode} before {what}: {_text(log)[-3000:]}"
-        assert time.monotonic() < deadline, f"{what}: {_text(log)[-3000:]}"
+        _still_waiting(deadline, what, proc, log)
         time.sleep(0.05)
 
 

@@ -21,6 +21,7 @@ from tests.gateway.support import data_events
 from tests.global_router.support import global_doc
 from tests.reliability.harness import (
     MODEL,
+    WorkerGroup,
     catches,
     fleet_spec,
     gateway_doc,
@@ -141,6 +142,27 @@ def test_repeated_sigterms_while_it_stops_still_end_with_exit_0(kind: str, tmp_p
             proc.wait()
 
 
+def _stopped_cleanly(group: WorkerGroup) -> str:
+    """SIGTERM to ``group``'s parent; checks the group ends with 0, no traceback and no worker left
+    (both reaped by the parent: none outlives it). The rest of its log."""
+    group.proc.send_signal(signal.SIGTERM)
+    rest = group.rest_of_log()
+    code = group.proc.wait(timeout=60)
+    assert code == 0, rest
+    assert "Traceback" not in rest
+    for pid in group.pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+    return rest
+
+
+def _worker_1_served(rest: str) -> bool:
+    """Whether worker 1 logged that it serves (before the stop reached it). Worker 1's line alone:
+    worker 0's may come after the parent's (its log writer thread lags the start report), which read
+    as a miss in most tries on a loaded machine."""
+    return any("[worker 1]" in line and "serving 1 scheduler" in line for line in rest.splitlines())
+
+
 def test_a_stop_while_the_workers_start_ends_the_group_with_0_and_no_worker_left(tmp_path: Path) -> None:
     """SIGTERM to the parent just after it started its workers reaches worker 1 inside its start-up:
     mostly while its interpreter starts, before ``igw`` has a handler (it dies of the signal, -15),
@@ -156,19 +178,7 @@ def test_a_stop_while_the_workers_start_ends_the_group_with_0_and_no_worker_left
         place = tmp_path / f"try-{attempt}"
         place.mkdir()
         with worker_group(place) as group:
-            group.proc.send_signal(signal.SIGTERM)
-            rest = group.rest_of_log()
-            code = group.proc.wait(timeout=60)
-            assert code == 0, rest
-            assert "Traceback" not in rest
-            for pid in group.pids:  # both reaped by the parent: no worker outlives it
-                with pytest.raises(ProcessLookupError):
-                    os.kill(pid, 0)
-            # worker 1's line alone: worker 0's may come after the parent's (its log writer thread
-            # lags the start report), which read as a miss in most tries on a loaded machine
-            landed_in_start_up = not [
-                line for line in rest.splitlines() if "[worker 1]" in line and "serving 1 scheduler" in line
-            ]
+            landed_in_start_up = not _worker_1_served(_stopped_cleanly(group))
         if landed_in_start_up:
             break
     assert landed_in_start_up, "in three tries the stop never reached the workers while they started"
@@ -189,15 +199,7 @@ def _stop_while_worker_1_runs_igw(place: Path) -> bool:
             assert time.monotonic() < deadline, "worker 1 never ran igw"
             time.sleep(0.002)
         assert worker == group.pids[1]
-        group.proc.send_signal(signal.SIGTERM)
-        rest = group.rest_of_log()
-        code = group.proc.wait(timeout=60)
-        assert code == 0, rest
-        assert "Traceback" not in rest
-        for pid in group.pids:  # both reaped by the parent: no worker outlives it
-            with pytest.raises(ProcessLookupError):
-                os.kill(pid, 0)
-    return not [line for line in rest.splitlines() if "[worker 1]" in line and "serving 1 scheduler" in line]
+        return not _worker_1_served(_stopped_cleanly(group))
 
 
 def test_a_stop_while_a_worker_runs_igws_start_up_ends_the_group_with_0(tmp_path: Path) -> None:
