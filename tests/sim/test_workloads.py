@@ -287,3 +287,14 @@ def test_integral_float_lengths_from_spreadsheets_are_read_as_integers(tmp_path:
     p.write_text('{"time": 0, "input_tokens": 12.0, "output_tokens": 3.0}\n', encoding="utf-8")
     [request] = w.replay(p, model="m", rng=random.Random(0))
     assert (request.prompt_tokens, request.output_tokens) == (12, 3)
+
+
+def test_replay_csv_cell_over_field_limit_is_a_path_named_error(tmp_path: Path) -> None:
+    # a prompt cell over the csv module's 128 KiB field limit ended `igw sim run --trace` in a
+    # `_csv.Error` traceback; it is a WorkloadError naming the file and row
+    trace = tmp_path / "long.csv"
+    trace.write_text(
+        "timestamp,prompt_tokens,output_tokens\n0,10,10\n1,10," + "9" * 200_000 + "\n", encoding="utf-8"
+    )
+    with pytest.raises(w.WorkloadError, match=r"long\.csv:3: not a readable CSV row: field larger"):
+        list(w.replay(trace, model="m", rng=random.Random(0)))

@@ -454,7 +454,18 @@ def _csv_rows(p: Path) -> Iterator[tuple[int, Mapping[str, object]]]:
     except OSError as exc:
         raise WorkloadError(f"{p}: cannot read: {exc.strerror}") from None
     with fh:
-        for n, row in enumerate(csv.DictReader(fh), start=2):
+        rows = iter(csv.DictReader(fh))
+        n = 1
+        while True:
+            # a cell over the csv module's 128 KiB field limit (a long ``prompt``) or a stray quote
+            # ended `igw sim run --trace` / `igw bench --trace` in a ``_csv.Error`` traceback
+            try:
+                row = next(rows)
+            except StopIteration:
+                return
+            except csv.Error as exc:
+                raise WorkloadError(f"{p}:{n + 1}: not a readable CSV row: {exc}") from None
+            n += 1
             yield n, {k: v for k, v in row.items() if k is not None and v not in (None, "")}
 
 
