@@ -298,3 +298,16 @@ def test_replay_csv_cell_over_field_limit_is_a_path_named_error(tmp_path: Path) 
     )
     with pytest.raises(w.WorkloadError, match=r"long\.csv:3: not a readable CSV row: field larger"):
         list(w.replay(trace, model="m", rng=random.Random(0)))
+
+
+def test_replay_refuses_a_jsonl_line_over_the_limit_naming_it(tmp_path: Path) -> None:
+    """A whole JSONL line was read and parsed whatever its length (a 1 GiB line took several GiB before
+    its request was refused as too long); a line over ``MAX_TRACE_LINE_CHARS`` is refused by number."""
+    trace = tmp_path / "huge.jsonl"
+    first = json.dumps({"arrival": 0, "prompt_tokens": 5, "output_tokens": 5})
+    huge = json.dumps({"arrival": 1, "output_tokens": 5, "prompt": "x" * w.MAX_TRACE_LINE_CHARS})
+    trace.write_text(f"{first}\n{huge}\n", encoding="utf-8")
+    replayed = w.replay(trace, model="m", rng=random.Random(0))
+    assert next(replayed).prompt_tokens == 5  # the rows before it are read as before
+    with pytest.raises(w.WorkloadError, match=r"huge\.jsonl:2: line longer than 16,777,216 characters"):
+        next(replayed)
