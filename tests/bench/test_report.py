@@ -207,3 +207,22 @@ def test_the_baseline_against_itself_reads_plus_zero_not_a_negative_zero_drop(
     row = next(line for line in md.splitlines() if line.startswith("| round-robin | +0.0 %"))
     assert "-0.0 %" not in row
     assert row.count("+0.0 %") == 4  # TTFT p50, p95, p99 and out tok/s against itself
+
+
+def test_summary_shows_the_per_seed_range_of_each_ttft_p99_change(
+    tmp_path: Path, scenario_run: ScenarioRun
+) -> None:
+    """The summary's changes were of across-seed means alone, so a claimed improvement had no spread
+    beside it: the gateway's p99 is 0.5 s on seed 0 and 0.7 s on seed 1 against round-robin's 2 s
+    (-75 % and -65 %, mean -70 %) and least-request's 1 s (-50 % and -30 %, mean -40 %)."""
+    from igw.bench.summary import write_summary
+
+    scenario_run.policies["least-request"] = _policy("least-request", [[1.0] * 10, [1.0] * 10], PODS)
+    scenario_run.policies["gateway-default"] = scenario_run.policies.pop("gateway")
+    write_report(scenario_run, tmp_path)
+    text = write_summary(tmp_path).read_text()
+    row = next(line for line in text.splitlines() if line.startswith("| tiny |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[2] == "-70.0 % / -70.0 % [-75.0 % … -65.0 %]"  # p95 / p99 vs RR, p99 per seed
+    assert cells[5] == "-40.0 % [-50.0 % … -30.0 %]"  # p99 vs the best peer, per seed
+    assert "[lo … hi]" in text

@@ -29,3 +29,23 @@ def test_fixed_and_paced_rows_compare_quality_decisions_and_scrapes(
     assert 0.0 <= float(paced[6]) <= 1.0  # share of requests sent to the same pod
     assert 0 < int(paced[7]) <= int(fixed[7])  # pacing never scrapes more
     assert float(paced[8]) == pytest.approx(int(paced[7]) / int(fixed[7]), abs=0.001)
+
+
+@pytest.mark.parametrize("benchmark", ["scrape-des", "workers-des"])
+def test_a_duration_scale_too_long_to_hold_is_reported_not_a_traceback(
+    benchmark: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``igw perf scrape-des --duration-scale 1e9`` (and ``workers-des``) ended in the workload's
+    ``ValueError`` traceback, exit 1: the perf command reports tooling errors only. The capacity
+    measurement (seconds) is replaced by a fixed rate; the refusal comes before any request is built."""
+    import types
+
+    from igw.bench import capacity
+
+    monkeypatch.setattr(
+        capacity, "fleet_capacity", lambda *_a, **_k: types.SimpleNamespace(requests_per_s=200.0)
+    )
+    assert main(["perf", benchmark, "--duration-scale", "1e9"]) == 1
+    err = capsys.readouterr().err
+    assert f"igw perf {benchmark}: mixed-fleet-8b: " in err
+    assert "requests per seed, more than the 1,000,000 a run holds; lower --duration-scale" in err

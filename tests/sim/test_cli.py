@@ -247,7 +247,9 @@ def test_the_measured_policy_table_in_the_simulator_docs_is_what_sim_run_prints(
         assert measured == [served, p50, p95, p99, preempted], policy
 
 
-def test_run_takes_its_seed_from_the_spec_unless_seed_is_given(tmp_path: Path) -> None:
+def test_run_takes_its_seed_from_the_spec_unless_seed_is_given(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """The spec's ``seed`` was ignored by ``igw sim run`` (always 0 without ``--seed``): editing it
     changed nothing, while the docs say every draw is seeded from the spec or ``--seed``."""
 
@@ -262,6 +264,8 @@ def test_run_takes_its_seed_from_the_spec_unless_seed_is_given(tmp_path: Path) -
         return out.read_text(encoding="utf-8")
 
     from_spec = records(3)
+    # the summary names the seed used, so a printed result can be reproduced from itself
+    assert json.loads(capsys.readouterr().out)["seed"] == 3
     assert from_spec == records(None, "--seed", "3")
     assert from_spec != records(None)  # no seed anywhere: 0
     assert records(3, "--seed", "0") == records(None)  # --seed wins over the spec
@@ -345,3 +349,16 @@ def test_run_refuses_a_cv_whose_gamma_shape_is_not_a_number(
     err = capsys.readouterr().err
     assert err.startswith(f"igw sim run: cv {float(cv)!r} at rate 10.0 gives no usable gamma inter-arrivals")
     assert "Traceback" not in err
+
+
+def test_run_and_perf_des_refuse_a_request_count_beyond_the_documented_maximum(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``--requests 99999999999999999`` was accepted and ran until killed (requests are generated lazily,
+    one record kept each); a count over 1,000,000 is refused while parsing, naming the range."""
+    for words in (["sim", "run", "--spec", __file__], ["perf", "des"]):  # a --spec that exists
+        with pytest.raises(SystemExit) as exited:
+            main([*words, "--requests", "99999999999999999"])
+        assert exited.value.code == 2
+        err = capsys.readouterr().err
+        assert "argument --requests: expected a whole number from 1 to 1000000" in err, words

@@ -144,3 +144,17 @@ def test_overrides_reach_the_preset() -> None:
     preset = pod.resolved_preset()
     assert preset.max_num_seqs == 256
     assert preset.gpu_memory_utilization == 0.8
+
+
+def test_a_memory_share_that_leaves_no_kv_cache_is_refused_naming_the_field(tmp_path: Path) -> None:
+    """At ``gpu_memory_utilization: 0.1`` the 70B's weights (16.4 GiB per H100) fill its share: the pod
+    had no KV cache and ``igw sim run`` answered every request with an error, exit 0."""
+    spec = tmp_path / "fleet.yaml"
+    spec.write_text(
+        "pods:\n  - preset: llama-3.1-70b/8xh100\n    gpu_memory_utilization: 0.1\n", encoding="utf-8"
+    )
+    with pytest.raises(SpecError, match=r"fleet\.yaml:3: spec\.pods\[0\]\.gpu_memory_utilization: 0\.1 of "):
+        FleetSpec.from_yaml(spec)
+    # a share with room for KV blocks still loads
+    spec.write_text(spec.read_text(encoding="utf-8").replace("0.1", "0.3"), encoding="utf-8")
+    assert FleetSpec.from_yaml(spec).pods[0].resolved_preset().num_gpu_blocks > 0

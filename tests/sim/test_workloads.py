@@ -287,3 +287,27 @@ def test_integral_float_lengths_from_spreadsheets_are_read_as_integers(tmp_path:
     p.write_text('{"time": 0, "input_tokens": 12.0, "output_tokens": 3.0}\n', encoding="utf-8")
     [request] = w.replay(p, model="m", rng=random.Random(0))
     assert (request.prompt_tokens, request.output_tokens) == (12, 3)
+
+
+def test_replay_csv_cell_over_field_limit_is_a_path_named_error(tmp_path: Path) -> None:
+    # a prompt cell over the csv module's 128 KiB field limit ended `igw sim run --trace` in a
+    # `_csv.Error` traceback; it is a WorkloadError naming the file and row
+    trace = tmp_path / "long.csv"
+    trace.write_text(
+        "timestamp,prompt_tokens,output_tokens\n0,10,10\n1,10," + "9" * 200_000 + "\n", encoding="utf-8"
+    )
+    with pytest.raises(w.WorkloadError, match=r"long\.csv:3: not a readable CSV row: field larger"):
+        list(w.replay(trace, model="m", rng=random.Random(0)))
+
+
+def test_replay_refuses_a_jsonl_line_over_the_limit_naming_it(tmp_path: Path) -> None:
+    """A whole JSONL line was read and parsed whatever its length (a 1 GiB line took several GiB before
+    its request was refused as too long); a line over ``MAX_TRACE_LINE_CHARS`` is refused by number."""
+    trace = tmp_path / "huge.jsonl"
+    first = json.dumps({"arrival": 0, "prompt_tokens": 5, "output_tokens": 5})
+    huge = json.dumps({"arrival": 1, "output_tokens": 5, "prompt": "x" * w.MAX_TRACE_LINE_CHARS})
+    trace.write_text(f"{first}\n{huge}\n", encoding="utf-8")
+    replayed = w.replay(trace, model="m", rng=random.Random(0))
+    assert next(replayed).prompt_tokens == 5  # the rows before it are read as before
+    with pytest.raises(w.WorkloadError, match=r"huge\.jsonl:2: line longer than 16,777,216 characters"):
+        next(replayed)

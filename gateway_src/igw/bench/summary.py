@@ -42,6 +42,42 @@ def _mean(doc: dict[str, Any], policy: str, field: str) -> float | None:
     return math.inf if est["mean"] is None else float(est["mean"])
 
 
+def _per_seed(doc: dict[str, Any], policy: str, field: str) -> dict[int, float]:
+    """``field`` of each seed ``policy`` ran, by seed; JSON ``null`` is a failure (infinity), as in
+    :func:`_mean`."""
+    entry = doc["policies"].get(policy)
+    if entry is None or entry.get("unavailable"):
+        return {}
+    out: dict[int, float] = {}
+    for seed, summary in zip(entry.get("seeds") or [], entry.get("per_seed") or [], strict=False):
+        if field in summary:
+            value = summary[field]
+            out[int(seed)] = math.inf if value is None else float(value)
+    return out
+
+
+def _seed_range(doc: dict[str, Any], policy: str, field: str, *, baseline: str) -> str:
+    """`` [lo … hi]``: the lowest and highest change of ``policy``'s ``field`` against ``baseline``'s,
+    seed by seed (both replayed the same requests on each seed), shown as :func:`_pct` shows the mean;
+    empty with fewer than two shared seeds.
+
+    Why: the summary's changes are of across-seed means only, so "-12.2 %" read the same whether each
+    seed gave about -12 % or one gave -30 % and another +5 %; a claimed improvement needs its spread
+    beside it (before session s48 only the per-scenario reports showed intervals, of the latencies,
+    not of the changes)."""
+    mine = _per_seed(doc, policy, field)
+    theirs = _per_seed(doc, baseline, field)
+    changes = [
+        c
+        for seed in sorted(mine.keys() & theirs.keys())
+        if (c := reduction_pct(mine[seed], baseline=theirs[seed])) is not None
+    ]
+    if len(changes) < 2:
+        return ""
+    # a reduction's sign is flipped for display (negative = lower TTFT), so its max is the low end
+    return f" [{_pct(max(changes))} … {_pct(min(changes))}]"
+
+
 def _gap(doc: dict[str, Any], policy: str, field: str) -> float | None:
     """% above the oracle's across-seed mean, recomputed from the means (a failed side is ``±inf``,
     which the JSON's ``gap_to_oracle_pct`` can only write as ``null``)."""
@@ -77,14 +113,23 @@ def summary_rows(docs: list[dict[str, Any]]) -> list[str]:
     for doc in docs:
         params = doc["parameters"]
         claim = params.get("aws_claim") or "–"
-        vs_rr = f"{_pct(_red(doc, gw, 'ttft_p95_s'))} / {_pct(_red(doc, gw, 'ttft_p99_s'))}"
+        rr = doc.get("baseline") or "round-robin"
+        vs_rr = (
+            f"{_pct(_red(doc, gw, 'ttft_p95_s'))} / {_pct(_red(doc, gw, 'ttft_p99_s'))}"
+            f"{_seed_range(doc, gw, 'ttft_p99_s', baseline=rr)}"
+        )
         p99 = _mean(doc, gw, "ttft_p99_s")
         vs_service = _pct(reduction_pct(p99, baseline=_mean(doc, SERVICE_POLICY, "ttft_p99_s")))
         peers = [(p, _mean(doc, p, "ttft_p99_s")) for p in BEST_PEER_POLICIES]
         measured = [(p, v) for p, v in peers if v is not None]
         best = min(measured, key=lambda pv: pv[1]) if measured else None
         best_cell = "–" if best is None else f"{best[0]}: {_pct(_red(doc, best[0], 'ttft_p99_s'))}"
-        vs_best = "–" if best is None else _pct(reduction_pct(p99, baseline=best[1]))
+        vs_best = (
+            "–"
+            if best is None
+            else _pct(reduction_pct(p99, baseline=best[1]))
+            + _seed_range(doc, gw, "ttft_p99_s", baseline=best[0])
+        )
         gaps = [_gap(doc, pol, "ttft_p99_s") for pol in (gw, "gateway-tuned")]
         gap_cell = " (".join(format_pct(g) for g in gaps) + ")"
         lr = "least-request"
@@ -115,7 +160,9 @@ def write_summary(directory: Path) -> Path:
         "Rows are the gateway with default weights. Percentages are changes versus the named baseline",
         "(negative = lower = better for TTFT; for tok/s positive = more throughput); gaps are how far",
         "the gateway's TTFT p99 is above the oracle's. SLO goodput = share of all requests (failures",
-        "included) meeting both the scenario's TTFT and time-per-output-token SLO.",
+        "included) meeting both the scenario's TTFT and time-per-output-token SLO. [lo … hi] after a",
+        "TTFT p99 change: its lowest and highest value seed by seed (each seed's policies replay the",
+        "same requests); none with one seed.",
         "",
         *summary_rows(docs),
         "",

@@ -19,6 +19,7 @@ from igw.bench.scenarios import (
     SharedPrefixShape,
     SteadyLoad,
 )
+from igw.errors import IgwToolingError
 from igw.sim import workloads
 from igw.sim.presets import get_preset
 from igw.sim.request import SimRequest
@@ -125,18 +126,27 @@ process died of a ``MemoryError`` traceback (or took a shared machine's memory w
 scenario at full scale (homogeneous-steady) holds about 22,000 per seed."""
 
 
+class TooManyRequests(IgwToolingError, ValueError):
+    """A scenario's seed would hold more than :data:`MAX_REQUESTS_PER_SEED` requests.
+
+    A tooling error as well as the ``ValueError`` ``igw bench`` reports: ``igw perf scrape-des`` and
+    ``workers-des`` report only tooling errors, and ended ``--duration-scale 1e9`` in a ``ValueError``
+    traceback, exit 1 (before session s48)."""
+
+
 def scenario_requests(
     scenario: Scenario, *, capacity_rps: float, seed: int, duration_s: float | None = None
 ) -> list[SimRequest]:
     """The scenario's requests for one seed at its load level relative to ``capacity_rps``.
 
-    Raises ``ValueError`` naming the scenario and the count when it exceeds :data:`MAX_REQUESTS_PER_SEED`."""
+    Raises :class:`TooManyRequests` naming the scenario and the count when it exceeds
+    :data:`MAX_REQUESTS_PER_SEED`."""
     duration = scenario.duration_s if duration_s is None else duration_s
     rng = random.Random(seed)
     rate = mean_fraction(scenario) * capacity_rps
     count = max(1, round(rate * duration))
     if count > MAX_REQUESTS_PER_SEED:
-        raise ValueError(
+        raise TooManyRequests(
             f"{scenario.name}: {duration:g} s of traffic at {rate:.1f} req/s "
             f"is {count:,} requests per seed, more than the {MAX_REQUESTS_PER_SEED:,} a run holds; lower "
             "--duration-scale (live mode: --live-requests)"

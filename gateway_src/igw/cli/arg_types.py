@@ -163,6 +163,10 @@ LISTEN_PORT: Final = NumberRange(int, 1, 65535)
 """A TCP port that must be named (a probe port others connect to)."""
 COUNT: Final = NumberRange(int, 1)
 """How many of something (requests, pods, rounds, runs): at least one."""
+SIM_REQUESTS: Final = NumberRange(int, 1, 1_000_000)
+"""Requests one discrete-event run generates (``igw sim run``, ``igw perf des``). Unbounded, a mistyped
+``--requests 99999999999999999`` ran until killed (requests are generated lazily, each kept as a record);
+a million takes minutes and a few GB of memory, the most a one-process run is useful for."""
 NON_NEGATIVE_INT: Final = NumberRange(int, 0)
 """A count where 0 means "none" or "off" (retries, kept decisions)."""
 ANY_INT: Final = NumberRange(int)

@@ -25,6 +25,7 @@ from igw.cli.arg_types import (
     POSITIVE,
     SEED,
     SEEDS,
+    SIM_REQUESTS,
     NumberList,
     create_parent,
     output_directory,
@@ -106,7 +107,12 @@ def _auth_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _des_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--requests", type=COUNT, default=100_000, help="requests simulated (default 100000)")
+    parser.add_argument(
+        "--requests",
+        type=SIM_REQUESTS,
+        default=100_000,
+        help="requests simulated, at most 1000000 (default 100000)",
+    )
     parser.add_argument("--pods", type=COUNT, default=64, help="simulated pods (default 64)")
     parser.add_argument(
         "--preset",

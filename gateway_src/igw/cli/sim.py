@@ -7,10 +7,10 @@ import sys
 from typing import Any
 
 from igw.cli.arg_types import (
-    COUNT,
     NON_NEGATIVE_INT,
     POSITIVE,
     SEED,
+    SIM_REQUESTS,
     existing_file,
     existing_file_or_stdin,
     output_file,
@@ -59,7 +59,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="policy name from the benchmark registry (default round-robin)",
     )
     run.add_argument(
-        "--requests", type=COUNT, default=1000, help="number of requests to generate (default 1000)"
+        "--requests",
+        type=SIM_REQUESTS,
+        default=1000,
+        help="number of requests to generate, at most 1000000 (default 1000)",
     )
     run.add_argument("--rate", type=POSITIVE, default=10.0, help="mean arrival rate, requests/s (default 10)")
     run.add_argument(

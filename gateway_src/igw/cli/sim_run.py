@@ -66,7 +66,9 @@ def run_des_command(
         return 2
     # the registry name asked for: the policy's own name is "gateway" for both gateway-default and
     # gateway-tuned, so the summary could not tell them apart (before session s40)
-    summary = {**result.summary(), "policy": policy_name}
+    # and the seed used: without --seed it is the spec's, which the output did not show, so a printed
+    # result could not be reproduced from itself (before session s48)
+    summary = {**result.summary(), "policy": policy_name, "seed": seed}
     print(json.dumps(summary, indent=2))
     unserved = summary["requests"] - summary["served"]
     if unserved:

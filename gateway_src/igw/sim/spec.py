@@ -21,7 +21,7 @@ from igw.config.documents import DocumentReadError, SourceDocument, read_documen
 from igw.config.jsonpath import parse_path
 from igw.errors import IgwToolingError
 from igw.sim.engine import SGLANG_DEFAULT_PREEMPTION_THRESHOLD, PriorityScheduling
-from igw.sim.presets import PRESETS, Preset, get_preset
+from igw.sim.presets import GIB, PRESETS, Preset, get_preset
 
 _E = TypeVar("_E", bound=enum.StrEnum)
 
@@ -339,6 +339,20 @@ class PodSpec:
             for i, f in enumerate(_list(m.get("faults", []), f"{path}.faults"))
         )
         gmu = m.get("gpu_memory_utilization")
+        if gmu is not None:
+            gmu = _number(gmu, f"{path}.gpu_memory_utilization", minimum=0.05, maximum=1.0)
+            resolved = get_preset(preset).with_overrides(gpu_memory_utilization=gmu)
+            if resolved.num_gpu_blocks == 0:
+                # a pod whose weights fill its share of GPU memory had no KV cache and answered every
+                # request with an error, the run exiting 0 (vLLM refuses to start: "No available
+                # memory for the cache blocks")
+                weights = resolved.model.weight_bytes / resolved.tp / GIB
+                raise SpecError(
+                    f"{path}.gpu_memory_utilization",
+                    f"{gmu:g} of {resolved.gpu.memory_gib:g} GiB per GPU leaves no KV cache for {preset} "
+                    f"(weights {weights:.1f} GiB and a {resolved.gpu.activation_reserve_gib:g} GiB "
+                    "activation reserve per GPU); raise it",
+                )
         return cls(
             preset=preset,
             name=_str(m.get("name", ""), f"{path}.name"),
@@ -359,9 +373,7 @@ class PodSpec:
             max_num_batched_tokens=_opt_int(
                 m.get("max_num_batched_tokens"), f"{path}.max_num_batched_tokens"
             ),
-            gpu_memory_utilization=None
-            if gmu is None
-            else _number(gmu, f"{path}.gpu_memory_utilization", minimum=0.05, maximum=1.0),
+            gpu_memory_utilization=gmu,
             scheduling_policy=_enum(
                 SchedulingPolicy, m.get("scheduling_policy", "fcfs"), f"{path}.scheduling_policy"
             ),

@@ -281,6 +281,9 @@ MAX_TRACE_OFFSET_S = 1e9
 Why a bound: a finite but huge time (``1e308``) passed every check and ended the simulation in an
 ``OverflowError`` traceback (scrape ticks of ``now / interval``), naming no line; no trace spans 31
 years, and up to there a float still resolves well under a microsecond."""
+MAX_TRACE_LINE_CHARS: Final = 16 * 1024 * 1024
+"""The longest JSONL trace line read: 16 Mi characters, some thirty times the text of the longest
+context a preset serves; a longer line is refused with its file and line."""
 
 
 def replay(
@@ -436,7 +439,16 @@ def _jsonl_rows(p: Path) -> Iterator[tuple[int, Mapping[str, object]]]:
     except OSError as exc:
         raise WorkloadError(f"{p}: cannot read: {exc.strerror}") from None
     with fh:
-        for n, line in enumerate(fh, start=1):
+        n = 0
+        while line := fh.readline(MAX_TRACE_LINE_CHARS + 1):
+            n += 1
+            if len(line) > MAX_TRACE_LINE_CHARS:
+                # a whole line was read into memory, and its JSON parsed, whatever its length: a 1 GiB
+                # line took several GiB before the request it held was refused as too long anyway
+                raise WorkloadError(
+                    f"{p}:{n}: line longer than {MAX_TRACE_LINE_CHARS:,} characters (no model's context "
+                    "holds such a prompt)"
+                )
             if not line.strip():
                 continue
             try:
@@ -454,7 +466,18 @@ def _csv_rows(p: Path) -> Iterator[tuple[int, Mapping[str, object]]]:
     except OSError as exc:
         raise WorkloadError(f"{p}: cannot read: {exc.strerror}") from None
     with fh:
-        for n, row in enumerate(csv.DictReader(fh), start=2):
+        rows = iter(csv.DictReader(fh))
+        n = 1
+        while True:
+            # a cell over the csv module's 128 KiB field limit (a long ``prompt``) or a stray quote
+            # ended `igw sim run --trace` / `igw bench --trace` in a ``_csv.Error`` traceback
+            try:
+                row = next(rows)
+            except StopIteration:
+                return
+            except csv.Error as exc:
+                raise WorkloadError(f"{p}:{n + 1}: not a readable CSV row: {exc}") from None
+            n += 1
             yield n, {k: v for k, v in row.items() if k is not None and v not in (None, "")}
 
 
