@@ -21,7 +21,7 @@ from aiohttp import web
 from igw.gateway.serving import ServerLimits, serve_app
 from igw.global_router.config import GlobalConfigError, parse_global_config
 from igw.global_router.server import ROUTER_KEY, create_global_app
-from tests.gateway.test_lean_server import read_response
+from tests.gateway.support import read_response
 from tests.global_router.support import MODEL, global_doc, post_part_of_a_body
 from tests.reliability.harness import end_process
 from tests.security.helpers import wait_until
