@@ -24,12 +24,21 @@ import pytest
 import yaml
 
 from igw.config.crd import CRD_NAME, CRD_PATH
-from igw.operator.crd_skew import SKEW_RULE, ServedSchema, resolve_skew
+from igw.config.inference_extension import API_VERSION as EXTENSION_API_VERSION
+from igw.config.inference_extension import OBJECTIVE_KIND, REWRITE_KIND
+from igw.config.inference_extension_crds import crd_path
+from igw.operator.crd_skew import EXTENSION_CRDS, SKEW_RULE, ServedSchema, resolve_skew
 from igw.operator.dataplane import CONFIG_KEY, DataPlaneSettings, base_name
 from igw.operator.kube import Kube
-from igw.operator.reconcile import SKEW_REASON, Reconciler
+from igw.operator.reconcile import (
+    LAST_ADMITTED_ANNOTATION,
+    SKEW_REASON,
+    WITHDRAWN_REASON,
+    Reconciler,
+    last_admitted_text,
+)
 from tests.fakes.kube_api import FakeKubeApiServer, running_fake_kube
-from tests.operator.harness import ROOT, condition, find, igwc
+from tests.operator.harness import ROOT, condition, find, igwc, write_latest
 
 
 def _server_limits(crd: dict[str, Any]) -> dict[str, Any]:
@@ -153,3 +162,157 @@ def test_a_newer_objects_default_counts_with_its_nested_defaults_applied() -> No
         assert ("future" not in skew.igwc["spec"]) is left_out, value
         assert bool(skew.dropped) is left_out
         assert any(p.rule == SKEW_RULE for p in skew.problems) is not left_out
+
+
+# ---- InferenceObjective and InferenceModelRewrite: the same rule, by the object's own CRD -----------
+
+
+def _next_extension_crd(kind: str) -> dict[str, Any]:
+    """The next release's CRD of ``kind``: an objective's ``spec.futureField`` (integer, default 0),
+    a rewrite rule's ``futureMode`` (string, default "off"; a nested path); both parents keep unknown
+    fields (so a typo reaches the operator)."""
+    crd = copy.deepcopy(yaml.safe_load((ROOT / crd_path(kind)).read_text()))
+    spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    node = spec if kind == OBJECTIVE_KIND else spec["properties"]["rules"]["items"]
+    field = ("futureField", {"type": "integer", "default": 0})
+    if kind == REWRITE_KIND:
+        field = ("futureMode", {"type": "string", "default": "off"})
+    node["properties"][field[0]] = field[1]
+    node["x-kubernetes-preserve-unknown-fields"] = True
+    return dict(crd)
+
+
+@pytest.fixture
+def next_extension_cluster() -> Iterator[FakeKubeApiServer]:
+    """Today's InferenceGatewayConfig CRD, the next release's InferenceObjective and
+    InferenceModelRewrite CRDs (the operator under test is the previous)."""
+    with running_fake_kube() as kube:
+        kube.add(yaml.safe_load((ROOT / CRD_PATH).read_text()))
+        for kind in (OBJECTIVE_KIND, REWRITE_KIND):
+            kube.add(_next_extension_crd(kind))
+        yield kube
+
+
+def _objective(name: str, pool: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": EXTENSION_API_VERSION,
+        "kind": OBJECTIVE_KIND,
+        "metadata": {"name": name, "namespace": "inference"},
+        "spec": {"poolRef": {"name": pool}, "priority": 5, **extra},
+    }
+
+
+def _rewrite(name: str, pool: str, model: str, **extra: Any) -> dict[str, Any]:
+    rule = {"matches": [{"model": {"value": "alias"}}], "targets": [{"modelRewrite": model}], **extra}
+    return {
+        "apiVersion": EXTENSION_API_VERSION,
+        "kind": REWRITE_KIND,
+        "metadata": {"name": name, "namespace": "inference"},
+        "spec": {"poolRef": {"name": pool}, "rules": [rule]},
+    }
+
+
+def _served_extensions(kube: FakeKubeApiServer, name: str) -> dict[str, Any]:
+    config_map = find(kube, "ConfigMap", "inference", f"{base_name(name)}-config")
+    assert config_map is not None
+    extensions: dict[str, Any] = yaml.safe_load(config_map["data"][CONFIG_KEY])["spec"].get("extensions", {})
+    return extensions
+
+
+def test_a_newer_objective_and_rewrite_crds_defaults_are_left_out_and_the_objects_merged(
+    next_extension_cluster: FakeKubeApiServer,
+) -> None:
+    """Before: both objects were refused ``unknown field "spec.futureField"`` (resp.
+    ``spec.rules[0].futureMode``), InvalidSpec, and not merged, for a value the newer CRD defaulted."""
+    kube = next_extension_cluster
+    kube.add(igwc("pool", model="llama", app="llama"))
+    kube.add(_objective("gold", "pool"))
+    kube.add(_rewrite("alias", "pool", "llama"))
+    stored = find(kube, OBJECTIVE_KIND, "inference", "gold")
+    assert stored is not None
+    assert stored["spec"]["futureField"] == 0  # the next CRD defaulted it
+    stored = find(kube, REWRITE_KIND, "inference", "alias")
+    assert stored is not None
+    assert stored["spec"]["rules"][0]["futureMode"] == "off"
+    _pass(kube, "pool")
+
+    for kind, name in ((OBJECTIVE_KIND, "gold"), (REWRITE_KIND, "alias")):
+        accepted = condition(find(kube, kind, "inference", name), "Accepted")
+        assert accepted["status"] == "True", (kind, accepted)
+        [note] = [e for e in _events(kube, name) if e["reason"] == SKEW_REASON]  # once in two passes
+        assert note["type"] == "Normal"
+        assert note["involvedObject"]["kind"] == kind
+        assert EXTENSION_CRDS[kind][0] in note["message"]
+    extensions = _served_extensions(kube, "pool")
+    assert extensions["flowControl"]["objectives"] == [{"name": "gold", "priority": 5}]
+    [rule] = extensions["modelRewrites"]["rules"]
+    assert rule["model"] == "alias"
+    assert "futureMode" not in rule
+    config = find(kube, "InferenceGatewayConfig", "inference", "pool")
+    assert condition(config, "Accepted")["status"] == "True"
+
+
+def test_a_value_set_for_a_field_only_the_newer_objective_crd_declares_is_refused_naming_that_crd(
+    next_extension_cluster: FakeKubeApiServer,
+) -> None:
+    kube = next_extension_cluster
+    kube.add(igwc("pool", model="llama", app="llama"))
+    kube.add(_objective("wants", "pool", futureField=3))
+    kube.add(_objective("typo", "pool", futureFeild=0))
+    kube.add(_rewrite("mode", "pool", "llama", futureMode="on"))
+    _pass(kube, "pool")
+
+    wants = condition(find(kube, OBJECTIVE_KIND, "inference", "wants"), "Accepted")
+    assert (wants["status"], wants["reason"]) == ("False", "InvalidSpec")
+    assert (
+        f'"spec.futureField" is declared by the served CRD {EXTENSION_CRDS[OBJECTIVE_KIND][0]}'
+        in (wants["message"])
+    )
+    mode = condition(find(kube, REWRITE_KIND, "inference", "mode"), "Accepted")
+    assert (mode["status"], mode["reason"]) == ("False", "InvalidSpec")
+    assert f"is declared by the served CRD {EXTENSION_CRDS[REWRITE_KIND][0]}" in mode["message"]
+    typo = condition(find(kube, OBJECTIVE_KIND, "inference", "typo"), "Accepted")
+    assert typo["message"] == 'spec.futureFeild: unknown field "spec.futureFeild"'
+    assert "flowControl" not in _served_extensions(kube, "pool")
+
+
+# ---- the restore after a rollback: a last admitted spec written by a newer operator ----------------
+
+
+def test_a_last_admitted_spec_with_a_field_of_a_rolled_back_version_is_restored_without_it() -> None:
+    """The served CRD is today's (rolled back with the operator); the last admitted spec, written by the
+    newer operator, holds ``serverLimits.futureField: 5``; the current spec is refused and the data
+    plane was deleted. Before: the restore check refused that spec (``unknown field``) and nothing
+    was put back. Now the field is left out, a Warning Event names it, and the rest is restored."""
+    with running_fake_kube() as kube:
+        kube.add(yaml.safe_load((ROOT / CRD_PATH).read_text()))
+        kube.add(_config("back", "llama", {}))
+        _pass(kube, "back")
+        newer = copy.deepcopy(find(kube, "InferenceGatewayConfig", "inference", "back"))
+        assert newer is not None
+        newer["spec"]["extensions"]["serverLimits"]["futureField"] = 5
+
+        def refused(current: dict[str, Any]) -> None:
+            current["metadata"]["annotations"][LAST_ADMITTED_ANNOTATION] = last_admitted_text(newer["spec"])
+            current["spec"]["podDefaults"] = {"resources": {"requests": {"cpu": "2"}, "limits": {"cpu": "1"}}}
+            kind = kube.store.kind_for(api_version=current["apiVersion"], kind=current["kind"])
+            kube.store.replace(kind, "inference", "back", current)
+
+        write_latest(kube, "InferenceGatewayConfig", "inference", "back", refused)
+        for kind_name, api_version in (("ConfigMap", "v1"), ("Deployment", "apps/v1")):
+            suffix = "-config" if kind_name == "ConfigMap" else ""
+            kind = kube.store.kind_for(api_version=api_version, kind=kind_name)
+            kube.store.delete(kind, "inference", f"{base_name('back')}{suffix}")
+        _pass(kube, "back")  # a new Reconciler: after the operator's restart (the rollback)
+
+        accepted = condition(find(kube, "InferenceGatewayConfig", "inference", "back"), "Accepted")
+        assert accepted["status"] == "False"
+        assert find(kube, "Deployment", "inference", base_name("back")) is not None
+        limits = _served_extensions(kube, "back")["serverLimits"]
+        assert "futureField" not in limits
+        assert limits["headerTimeout"] == "10s"
+        [note] = [e for e in _events(kube, "back") if e["reason"] == WITHDRAWN_REASON]
+        assert note["type"] == "Warning"
+        assert note["message"].startswith(
+            "spec.extensions.serverLimits.futureField: in the last admitted spec"
+        )

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final
 
+from igw.config.errors import Problem
 from igw.config.extension_references import served_models
 from igw.config.inference_extension import OBJECTIVE_KIND, REWRITE_KIND, validate_resource
 
@@ -102,8 +103,14 @@ def rewrite_rules(obj: Mapping[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def _invalid(obj: Mapping[str, Any]) -> Verdict | None:
-    problems = validate_resource(obj)
+Checked = Mapping[tuple[str, str], Sequence[Problem]]
+"""The problems of bound objects, by ``(kind, name)``, as the caller found them already (an operator
+older than the objects' CRD: :func:`igw.operator.crd_skew.resolve_skew`)."""
+
+
+def _invalid(kind: str, obj: Mapping[str, Any], checked: Checked) -> Verdict | None:
+    key = (kind, _name(obj))
+    problems = checked[key] if key in checked else validate_resource(obj)
     if not problems:
         return None
     text = "; ".join(f"{p.path}: {p.message}" if p.path else p.message for p in problems)
@@ -111,23 +118,28 @@ def _invalid(obj: Mapping[str, Any]) -> Verdict | None:
 
 
 def merge(
-    spec: Mapping[str, Any], objectives: Iterable[Mapping[str, Any]], rewrites: Iterable[Mapping[str, Any]]
+    spec: Mapping[str, Any],
+    objectives: Iterable[Mapping[str, Any]],
+    rewrites: Iterable[Mapping[str, Any]],
+    checked: Checked | None = None,
 ) -> Merge:
-    """``spec`` with the bound objects merged in, and each object's verdict (see the module doc)."""
+    """``spec`` with the bound objects merged in, and each object's verdict (see the module doc);
+    ``checked``: problems of some objects found already (:data:`Checked`), the others validated here."""
+    checked = checked or {}
     merged: dict[str, Any] = copy.deepcopy(dict(spec))
     result = Merge(spec=merged)
     extensions: dict[str, Any] = merged.setdefault("extensions", {})
     if isinstance(extensions.get("flowControl", {}), Mapping):  # else admission names the type
-        _merge_objectives(result, extensions, sorted(objectives, key=_age_key))
+        _merge_objectives(result, extensions, sorted(objectives, key=_age_key), checked)
     if isinstance(extensions.get("modelRewrites", {}), Mapping):
-        _merge_rewrites(result, extensions, sorted(rewrites, key=_age_key), served_models(spec))
+        _merge_rewrites(result, extensions, sorted(rewrites, key=_age_key), served_models(spec), checked)
     if not extensions:
         merged.pop("extensions")
     return result
 
 
 def _merge_objectives(
-    result: Merge, extensions: dict[str, Any], objectives: Sequence[Mapping[str, Any]]
+    result: Merge, extensions: dict[str, Any], objectives: Sequence[Mapping[str, Any]], checked: Checked
 ) -> None:
     flow = extensions.get("flowControl")
     owners: dict[str, str] = {
@@ -138,7 +150,7 @@ def _merge_objectives(
     added: list[dict[str, Any]] = []
     for obj in objectives:
         name = _name(obj)
-        verdict = _invalid(obj)
+        verdict = _invalid(OBJECTIVE_KIND, obj, checked)
         if verdict is None and name in owners:
             verdict = Verdict(
                 False, "Conflict", f'objective name "{name}" is already defined by {owners[name]}'
@@ -154,7 +166,11 @@ def _merge_objectives(
 
 
 def _merge_rewrites(
-    result: Merge, extensions: dict[str, Any], rewrites: Sequence[Mapping[str, Any]], served: set[str]
+    result: Merge,
+    extensions: dict[str, Any],
+    rewrites: Sequence[Mapping[str, Any]],
+    served: set[str],
+    checked: Checked,
 ) -> None:
     existing = (extensions.get("modelRewrites") or {}).get("rules") or ()
     owners: dict[str, str] = {
@@ -165,7 +181,7 @@ def _merge_rewrites(
     added: list[dict[str, Any]] = []
     for obj in rewrites:
         name = _name(obj)
-        verdict = _invalid(obj)
+        verdict = _invalid(REWRITE_KIND, obj, checked)
         rules = rewrite_rules(obj) if verdict is None else []
         if verdict is None:
             verdict = _rewrite_problem(rules, owners, served)

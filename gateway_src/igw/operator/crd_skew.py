@@ -19,19 +19,33 @@ shows, kept per CRD generation):
   operator lacks. Refused, with a message naming the skew (this operator's version, the CRD's
   generation) instead of a bare "unknown field".
 * not declared by the served CRD either (a typo; or the CRD could not be read): refused as before.
+
+The same rule holds for the InferenceObjective and InferenceModelRewrite objects bound to a config,
+each field looked up in the CRD of the object's own kind (:data:`EXTENSION_CRDS`): the reconciler
+resolves each object before it is merged, so a newer version's default no longer refuses the object.
+
+The restore of a last admitted spec (:func:`resolve_skew` with ``restoring``) adds one case: a field
+this operator does not know that the served CRD does not declare either was written by a newer
+operator (the spec was admitted, so each of its fields was known to the operator that admitted it),
+and the CRD was rolled back with this operator. It is dropped (:attr:`Skew.withdrawn`, reported), as
+the API server prunes it from the object itself after the rollback: refused, no data plane was put
+back at all. A field the served CRD declares follows the rule above; unreadable CRD: refused.
 """
 
 from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from igw import __version__
 from igw.config.crd import CRD_NAME
 from igw.config.errors import Problem
+from igw.config.inference_extension import GROUP as EXTENSION_GROUP
+from igw.config.inference_extension import VERSION as EXTENSION_VERSION
+from igw.config.inference_extension_crds import PLURALS as EXTENSION_PLURALS
 from igw.config.jsonpath import PathPart, parse_path
 from igw.config.model import API_VERSION
 from igw.config.validate import validate_document
@@ -40,26 +54,34 @@ from igw.operator.dataplane import served_document
 UNKNOWN_FIELD_RULE = "schema.unknown-field"
 SKEW_RULE = "crd-newer-than-operator"
 """The rule of a refusal of a field the served CRD declares and this operator does not know."""
+EXTENSION_CRDS: Mapping[str, tuple[str, str]] = {
+    kind: (f"{plural}.{EXTENSION_GROUP}", EXTENSION_VERSION) for kind, plural in EXTENSION_PLURALS.items()
+}
+"""The CRD name and version an InferenceObjective's or InferenceModelRewrite's fields are looked up in."""
 
 
 @dataclass(frozen=True, slots=True)
 class ServedSchema:
-    """The ``openAPIV3Schema`` of the InferenceGatewayConfig version this operator reads, as the
-    served CRD declares it, and the CRD's ``metadata.generation`` (named in refusals)."""
+    """The ``openAPIV3Schema`` of the version this operator reads, as the served CRD declares it,
+    the CRD's ``metadata.generation`` and its name (both named in refusals)."""
 
     generation: int | None
     root: Mapping[str, Any]
+    name: str = CRD_NAME
 
 
-def served_schema(crd: Mapping[str, Any]) -> ServedSchema | None:
-    """``crd``'s schema of the version :data:`igw.config.model.API_VERSION`; ``None`` when it has none."""
+def served_schema(crd: Mapping[str, Any], version: str = API_VERSION) -> ServedSchema | None:
+    """``crd``'s schema of ``version`` (the InferenceGatewayConfig's, :data:`igw.config.model.API_VERSION`,
+    unless given); ``None`` when it has none."""
     versions = (crd.get("spec") or {}).get("versions") or []
-    for version in versions if isinstance(versions, list) else []:
-        if isinstance(version, Mapping) and version.get("name") == API_VERSION:
-            root = (version.get("schema") or {}).get("openAPIV3Schema")
+    meta = crd.get("metadata") or {}
+    for entry in versions if isinstance(versions, list) else []:
+        if isinstance(entry, Mapping) and entry.get("name") == version:
+            root = (entry.get("schema") or {}).get("openAPIV3Schema")
             if isinstance(root, Mapping):
-                generation = (crd.get("metadata") or {}).get("generation")
-                return ServedSchema(generation if isinstance(generation, int) else None, root)
+                generation = meta.get("generation")
+                generation = generation if isinstance(generation, int) else None
+                return ServedSchema(generation, root, str(meta.get("name") or CRD_NAME))
     return None
 
 
@@ -74,6 +96,9 @@ class Skew:
     with another value under :data:`SKEW_RULE`, saying so."""
     dropped: tuple[str, ...] = ()
     """Paths of the fields left out: a newer CRD's defaults."""
+    withdrawn: tuple[str, ...] = ()
+    """Paths of the fields left out of a restored spec that the served CRD does not declare (only
+    with ``restoring``): written by a newer operator, whose CRD was rolled back."""
 
 
 def declared(root: Mapping[str, Any], parts: Sequence[PathPart]) -> Mapping[str, Any] | None:
@@ -141,33 +166,52 @@ def _without(document: Mapping[str, Any], parts: Sequence[PathPart]) -> dict[str
     return out
 
 
-def resolve_skew(igwc: Mapping[str, Any], problems: Sequence[Problem], schema: ServedSchema | None) -> Skew:
-    """Apply the module's rule to ``problems``, those of ``igwc``'s served document; ``schema``:
-    the served CRD's (``None`` when it could not be read: nothing is resolved)."""
-    out, dropped, found = igwc, [], []
+def _served_problems(igwc: Mapping[str, Any]) -> Sequence[Problem]:
+    return validate_document(served_document(igwc))
+
+
+def resolve_skew(
+    igwc: Mapping[str, Any],
+    problems: Sequence[Problem],
+    schema: ServedSchema | None,
+    *,
+    validate: Callable[[Mapping[str, Any]], Sequence[Problem]] = _served_problems,
+    restoring: bool = False,
+) -> Skew:
+    """Apply the module's rule to ``problems``, those of ``igwc`` (an InferenceGatewayConfig's served
+    document, or with ``validate`` another kind's object, e.g.
+    :func:`igw.config.inference_extension.validate_resource`); ``schema``: the served CRD's of the
+    object's kind (``None`` when it could not be read: nothing is resolved). ``restoring``: ``igwc``
+    holds a last admitted spec; a field the served CRD does not declare is dropped too."""
+    out, dropped, withdrawn, found = igwc, [], [], []
     for problem in problems:
         parts = _spec_path(problem) if schema is not None else None
         node = None if parts is None or schema is None else declared(schema.root, parts)
         present, value = (False, None) if parts is None else _at(out, parts)
-        if schema is None or parts is None or node is None or not present:
-            found.append(problem)  # not an unknown field, or unknown to the served CRD too (a typo)
+        if schema is None or parts is None or not present:
+            found.append(problem)  # not an unknown field, or the CRD is unreadable
+        elif node is None and restoring:
+            out = _without(out, parts)  # written by a newer operator; its CRD was rolled back
+            withdrawn.append(problem.path)
+        elif node is None:
+            found.append(problem)  # unknown to the served CRD too (a typo)
         elif "default" in node and _same(value, defaulted(node["default"], node)):
             out = _without(out, parts)
             dropped.append(problem.path)
         else:
             message = (
-                f'"{problem.path}" is declared by the served CRD {CRD_NAME} '
+                f'"{problem.path}" is declared by the served CRD {schema.name} '
                 f"(generation {schema.generation}) but not known to this operator (igw {__version__}): "
                 "the CRD is newer than the operator, which cannot serve this setting; finish the "
                 "add-on update (CRD and operator together) or take the field out"
             )
             found.append(Problem(problem.path, message, SKEW_RULE))
-    if dropped:  # rare (an upgrade's window): check what is left as it will be served
+    if dropped or withdrawn:  # rare (an upgrade's window): check what is left as it will be served
         found = [
             p if p.rule != UNKNOWN_FIELD_RULE else next((f for f in found if f.path == p.path), p)
-            for p in validate_document(served_document(out))
+            for p in validate(out)
         ]
-    return Skew(out, tuple(found), tuple(dropped))
+    return Skew(out, tuple(found), tuple(dropped), tuple(withdrawn))
 
 
 def _spec_path(problem: Problem) -> list[PathPart] | None:

@@ -50,8 +50,8 @@ from igw.config.crd import CRD_NAME
 from igw.config.documents import DocumentReadError, parse_text
 from igw.config.errors import Problem
 from igw.config.inference_extension import API_VERSION as EXTENSION_API_VERSION
-from igw.config.inference_extension import OBJECTIVE_KIND, REWRITE_KIND
-from igw.config.model import KIND
+from igw.config.inference_extension import OBJECTIVE_KIND, REWRITE_KIND, validate_resource
+from igw.config.model import API_VERSION, KIND
 from igw.config.unused_fields import unused_field_notes
 from igw.config.validate import validate_document
 from igw.operator.admission import (
@@ -62,8 +62,15 @@ from igw.operator.admission import (
     served_models,
     spec_refusal,
 )
-from igw.operator.bindings import Merge, Verdict, conditions, merge, pool_name, unbound
-from igw.operator.crd_skew import UNKNOWN_FIELD_RULE, ServedSchema, resolve_skew, served_schema
+from igw.operator.bindings import Checked, Merge, Verdict, conditions, merge, pool_name, unbound
+from igw.operator.crd_skew import (
+    EXTENSION_CRDS,
+    UNKNOWN_FIELD_RULE,
+    ServedSchema,
+    Skew,
+    resolve_skew,
+    served_schema,
+)
 from igw.operator.dataplane import (
     CONFIG_KEY,
     HPA_API_VERSION,
@@ -117,7 +124,11 @@ log = logging.getLogger("igw.operator")
 NOTES_REASON = "FieldsWithoutEffect"
 SKEW_REASON = "NewerCRDDefaultsLeftOut"
 """Normal Event: fields the served CRD (newer than this operator) defaults, left out of what is served
-(:mod:`igw.operator.crd_skew`)."""
+(:mod:`igw.operator.crd_skew`); on an InferenceObjective or InferenceModelRewrite, by its own CRD."""
+WITHDRAWN_REASON = "RestoredWithoutNewerFields"
+"""Warning Event: fields of the last admitted spec that neither this operator nor the served CRD knows
+(written by a newer operator, rolled back since), left out of the data plane restored for a refused
+spec (:mod:`igw.operator.crd_skew`)."""
 CRD_API_VERSION = "apiextensions.k8s.io/v1"
 PORTS_REASON = "ServicePortUnresolved"
 """Warning Event: a Service port the config names whose pod port the operator could not resolve, so
@@ -269,14 +280,17 @@ class Reconciler:
         """``(namespace, name): (uid, generation)`` whose accepted-unused notes this process has
         handled (:meth:`_post_notes`): one Event per generation, not one per pass."""
         self._service_reads = CachedReader(kube, monotonic)
-        self._skew_noted: dict[tuple[str, str], tuple[object, object, tuple[str, ...]]] = {}
+        self._skew_noted: dict[tuple[str, str], _SkewMark] = {}
         """``(namespace, name): (uid, generation, paths)`` whose newer-CRD defaults left out this
         process has noted (:meth:`_resolve_skew`)."""
-        self._served_crd: tuple[object, ServedSchema | None] | None = None
-        """The served InferenceGatewayConfig CRD's schema, by ``(uid, generation)``
+        self._bound_skew_noted: dict[tuple[str, str], dict[tuple[str, str], _SkewMark]] = {}
+        """``(namespace, config name): {(kind, name): (uid, generation, paths)}``: the same, for the
+        objects bound to the config (:meth:`_resolve_bound_skew`)."""
+        self._served_crd: dict[str, tuple[object, ServedSchema | None]] = {}
+        """The served CRDs' schemas, by CRD name, with their ``(uid, generation)``
         (:meth:`_served_schema`)."""
-        self._crd_unreadable: str | None = None
-        """Why the CRD could not be read last (logged when it changes)."""
+        self._crd_unreadable: dict[str, str] = {}
+        """Why each CRD could not be read last (logged when it changes)."""
         """The Services and pods behind configs' in-cluster Services, reused across the passes of one
         resync (:meth:`_service_egress`)."""
         self._ports_noted: dict[tuple[str, str], tuple[object, tuple[str, ...]]] = {}
@@ -295,6 +309,9 @@ class Reconciler:
         self._admitted: dict[tuple[str, str], tuple[object, dict[str, Any]]] = {}
         """``(namespace, name): (uid, spec)`` last applied for an admitted spec: restores the data plane
         of a refused spec when its served ConfigMap is gone too (:meth:`_last_admitted`)."""
+        self._withdrawn_noted: dict[tuple[str, str], tuple[object, tuple[str, ...]]] = {}
+        """``(namespace, name): (uid, paths)`` of a restored spec's fields left out last reported
+        (:meth:`_resolve_restored_skew`): one Warning Event when they change."""
         self._restore_noted: dict[tuple[str, str], tuple[object, str]] = {}
         """``(namespace, name): (uid, message)`` of the last admitted spec last found unfit to restore
         (:meth:`_last_admitted`): one WARNING line when it changes, not one per pass."""
@@ -387,11 +404,13 @@ class Reconciler:
                 self._import_noted.pop(key, None)
                 self._issuer_noted.pop(key, None)
                 self._restore_noted.pop(key, None)
+                self._withdrawn_noted.pop(key, None)
                 self._not_kept_noted.pop(key, None)
                 self._unreadable_noted.pop(key, None)
                 self._restored_noted.pop(key, None)
                 self._apply_failed_noted.pop(key, None)
                 self._skew_noted.pop(key, None)
+                self._bound_skew_noted.pop(key, None)
                 self._admitted.pop(key, None)
                 self._claims.pop(key, None)
                 return False
@@ -498,7 +517,8 @@ class Reconciler:
         bound = await self._bound(namespace, name, listed)
         spec = igwc.get("spec") or {}
         if isinstance(spec, Mapping) and isinstance(spec.get("extensions", {}), Mapping):
-            merged = merge(spec, *bound)
+            resolved, bound_checked = await self._resolve_bound_skew(igwc, bound)
+            merged = merge(spec, *resolved, bound_checked)
             served = {**igwc, "spec": merged.spec}
         else:  # admission refuses it, naming the type (a cluster without the CRD's schema stores it)
             merged, served = Merge(spec={}), igwc
@@ -865,7 +885,10 @@ class Reconciler:
                 where, candidate = known
         else:
             where, candidate = known
-        refusal = None if candidate is None else spec_refusal(candidate)
+        refusal = None
+        if candidate is not None:
+            candidate, checked = await self._resolve_restored_skew(candidate, where)
+            refusal = spec_refusal(candidate, checked)
         if refusal is not None:  # the checks of a new spec: see admission.spec_refusal
             mark = (uid, f"the last admitted spec ({where}) is not restored: {refusal.message}")
             if _newly_noted(self._restore_noted, (namespace, meta["name"]), mark):
@@ -1010,25 +1033,105 @@ class Reconciler:
                 await self._event(served, reason=SKEW_REASON, message=said, warning=False)
         return dict(skew.igwc), skew.problems
 
-    async def _served_schema(self) -> ServedSchema | None:
-        """The served CRD's schema (read at most every few seconds, parsed once per generation);
-        ``None`` when it cannot be read (the operator's RBAC lacks it): unknown fields are refused."""
+    async def _served_schema(self, name: str = CRD_NAME, version: str = API_VERSION) -> ServedSchema | None:
+        """The served CRD ``name``'s schema of ``version`` (read at most every few seconds, parsed once
+        per generation); ``None`` when it cannot be read (the operator's RBAC lacks it): unknown fields
+        are refused."""
         try:
-            crd = await self._service_reads.get(CRD_API_VERSION, "CustomResourceDefinition", "", CRD_NAME)
+            crd = await self._service_reads.get(CRD_API_VERSION, "CustomResourceDefinition", "", name)
         except Exception as exc:  # refused as before; said once per distinct error
             text = _error_text(exc)
-            if text != self._crd_unreadable:
-                self._crd_unreadable = text
-                log.warning("reading the %s CRD failed (its defaults are refused): %s", CRD_NAME, text)
+            if text != self._crd_unreadable.get(name):
+                self._crd_unreadable[name] = text
+                log.warning("reading the %s CRD failed (its defaults are refused): %s", name, text)
             return None
-        self._crd_unreadable = None
+        self._crd_unreadable.pop(name, None)
         if crd is None:
             return None
         meta = crd.get("metadata") or {}
         mark = (meta.get("uid"), meta.get("generation"))
-        if self._served_crd is None or self._served_crd[0] != mark:
-            self._served_crd = (mark, served_schema(crd))
-        return self._served_crd[1]
+        known = self._served_crd.get(name)
+        if known is None or known[0] != mark:
+            known = self._served_crd[name] = (mark, served_schema(crd, version))
+        return known[1]
+
+    async def _resolve_bound_skew(
+        self, igwc: Mapping[str, Any], bound: tuple[list[dict[str, Any]], list[dict[str, Any]]]
+    ) -> tuple[tuple[list[dict[str, Any]], list[dict[str, Any]]], Checked]:
+        """The objects bound to ``igwc`` without the fields their own served CRD (newer than this
+        operator) defaults, and the problems of those that had a field this operator does not know
+        (:func:`igw.operator.crd_skew.resolve_skew`, each looked up in the CRD of its kind). Each
+        object's fields left out are noted once per generation of it: an INFO line and a Normal
+        Event on the object. Before, such an object was refused ``unknown field`` (not merged)."""
+        checked: dict[tuple[str, str], list[Problem]] = {}
+        notes: dict[tuple[str, str], _SkewMark] = {}
+        noted_objects: dict[tuple[str, str], Mapping[str, Any]] = {}
+        resolved: list[list[dict[str, Any]]] = []
+        for kind, objects in zip((OBJECTIVE_KIND, REWRITE_KIND), bound, strict=True):
+            out: list[dict[str, Any]] = []
+            for obj in objects:
+                problems = validate_resource(obj)
+                if not any(p.rule == UNKNOWN_FIELD_RULE for p in problems):
+                    checked[kind, _name_of(obj)] = problems  # merge validates each object once
+                    out.append(obj)
+                    continue
+                skew = resolve_skew(
+                    obj,
+                    problems,
+                    await self._served_schema(*EXTENSION_CRDS[kind]),
+                    validate=validate_resource,
+                )
+                meta = obj.get("metadata") or {}
+                key = (kind, _name_of(obj))
+                checked[key] = list(skew.problems)
+                out.append(dict(skew.igwc))
+                if skew.dropped:
+                    notes[key] = (meta.get("uid"), meta.get("generation"), skew.dropped)
+                    noted_objects[key] = obj
+            resolved.append(out)
+        config = _identity(igwc)[:2]
+        before = self._bound_skew_noted.get(config, {})
+        if notes:
+            self._bound_skew_noted[config] = notes
+        else:
+            self._bound_skew_noted.pop(config, None)
+        for (kind, name), mark in notes.items():
+            if before.get((kind, name)) == mark:
+                continue
+            said = (
+                f"{', '.join(mark[2])}: declared and defaulted by the served CRD {EXTENSION_CRDS[kind][0]}"
+                f", which is newer than this operator (igw {__version__}); left out of what is merged into "
+                "the InferenceGatewayConfig (the value is the newer version's default)"
+            )
+            log.info("%s/%s %s: %s", config[0], name, kind, said)
+            await self._event(noted_objects[kind, name], reason=SKEW_REASON, message=said, warning=False)
+        return (resolved[0], resolved[1]), checked
+
+    async def _resolve_restored_skew(
+        self, candidate: dict[str, Any], where: str
+    ) -> tuple[dict[str, Any], tuple[Problem, ...] | None]:
+        """``candidate`` (a last admitted spec about to be restored) by
+        :func:`igw.operator.crd_skew.resolve_skew` with ``restoring``: a newer CRD's defaults left out
+        as in a pass; fields neither this operator nor the served CRD knows (written by a newer
+        operator, rolled back since) left out too, once per distinct set a WARNING line and a Warning
+        Event. Before, such a spec was not restored at all after a rollback. The problems of what is
+        left (``None``: none unknown, :func:`spec_refusal` validates)."""
+        problems = validate_document(served_document(candidate))
+        if not any(p.rule == UNKNOWN_FIELD_RULE for p in problems):
+            return candidate, None
+        skew: Skew = resolve_skew(candidate, problems, await self._served_schema(), restoring=True)
+        if skew.withdrawn:
+            meta = candidate["metadata"]
+            key = (meta["namespace"], meta["name"])
+            said = (
+                f"{', '.join(skew.withdrawn)}: in the last admitted spec ({where}) but known neither to "
+                f"this operator (igw {__version__}) nor to the served CRD {CRD_NAME} (written by a newer "
+                "version, rolled back since); left out of the data plane restored for the refused spec"
+            )
+            if _newly_noted(self._withdrawn_noted, key, (meta.get("uid"), skew.withdrawn)):
+                log.warning("%s/%s: %s", key[0], key[1], said)
+                await self._event(candidate, reason=WITHDRAWN_REASON, message=said, warning=True)
+        return dict(skew.igwc), skew.problems
 
     async def _post_notes(self, igwc: Mapping[str, Any]) -> None:
         """One Warning Event ``FieldsWithoutEffect`` per generation of ``igwc`` naming AWS's fields it
@@ -1416,9 +1519,11 @@ class Reconciler:
         self._import_noted.pop(_identity(igwc)[:2], None)
         self._issuer_noted.pop(_identity(igwc)[:2], None)
         self._restore_noted.pop(_identity(igwc)[:2], None)
+        self._withdrawn_noted.pop(_identity(igwc)[:2], None)
         self._not_kept_noted.pop(_identity(igwc)[:2], None)
         self._apply_failed_noted.pop(_identity(igwc)[:2], None)
         self._skew_noted.pop(_identity(igwc)[:2], None)
+        self._bound_skew_noted.pop(_identity(igwc)[:2], None)
         self._admitted.pop(_identity(igwc)[:2], None)
         self._claims.pop(_identity(igwc)[:2], None)
 
@@ -1521,6 +1626,14 @@ def _parsed_time(text: Any) -> datetime | None:
 
 
 _Mark = TypeVar("_Mark")
+
+
+def _name_of(obj: Mapping[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("name") or "")
+
+
+_SkewMark = tuple[object, object, tuple[str, ...]]
+"""``(uid, generation, paths)`` of the newer CRD's defaults left out of an object, last noted."""
 
 
 def _newly_noted(noted: dict[tuple[str, str], _Mark], key: tuple[str, str], mark: _Mark) -> bool:
