@@ -277,14 +277,13 @@ async def test_the_large_error_warning_names_the_cluster_not_its_endpoint() -> N
     assert "127.0.0.1" not in line
 
 
-async def test_the_relay_cut_warning_names_the_cluster_not_its_endpoint() -> None:
-    """The WARNING for a large answer whose cluster died mid-relay names the cluster as configured,
-    not its endpoint (an internal URL): until session s48 it read ``upstream http://127.0.0.1:PORT:
-    ...; the client's connection is closed``. Tier 1 names its pod's ``host:port`` as before."""
+async def _relay_cut_warning(name: str) -> str:
+    """The WARNING logged when the cluster ``name`` closes a large answer's connection mid-relay (the
+    client's read of it fails)."""
     cluster = _breaking_cluster(sent=2 * WHOLE_ANSWER_BUFFER_BYTES, announced=None, hang=False)
     with captured_records("igw.gateway") as (_, records):
         async with (
-            _router(cluster, name="cut-named") as (url, _),
+            _router(cluster, name=name) as (url, _),
             aiohttp.ClientSession() as http,
             http.post(url + "/v1/completions", json={"model": MODEL, "prompt": "hi"}) as resp,
         ):
@@ -292,6 +291,14 @@ async def test_the_relay_cut_warning_names_the_cluster_not_its_endpoint() -> Non
             with pytest.raises(aiohttp.ClientPayloadError):
                 await resp.read()
     (line,) = [r.getMessage() for r in records if "the client's connection is closed" in r.getMessage()]
+    return line
+
+
+async def test_the_relay_cut_warning_names_the_cluster_not_its_endpoint() -> None:
+    """The WARNING for a large answer whose cluster died mid-relay names the cluster as configured,
+    not its endpoint (an internal URL): until session s48 it read ``upstream http://127.0.0.1:PORT:
+    ...; the client's connection is closed``. Tier 1 names its pod's ``host:port`` as before."""
+    line = await _relay_cut_warning("cut-named")
     assert line.startswith("upstream cluster 'cut-named': "), line
     assert "127.0.0.1" not in line
 
@@ -301,17 +308,7 @@ async def test_the_relay_cut_warning_s_cause_names_the_cluster_not_a_model_serve
     session s48 it read ``upstream cluster 'x': the model server closed the connection``, naming a
     model server the router never talks to. Tier 1 keeps ``the model server`` (``peer`` of
     :class:`~igw.gateway.upstream_client.UpstreamPool`)."""
-    cluster = _breaking_cluster(sent=2 * WHOLE_ANSWER_BUFFER_BYTES, announced=None, hang=False)
-    with captured_records("igw.gateway") as (_, records):
-        async with (
-            _router(cluster, name="cut-cause") as (url, _),
-            aiohttp.ClientSession() as http,
-            http.post(url + "/v1/completions", json={"model": MODEL, "prompt": "hi"}) as resp,
-        ):
-            assert resp.status == 200
-            with pytest.raises(aiohttp.ClientPayloadError):
-                await resp.read()
-    (line,) = [r.getMessage() for r in records if "the client's connection is closed" in r.getMessage()]
+    line = await _relay_cut_warning("cut-cause")
     assert line.startswith("upstream cluster 'cut-cause': the cluster closed the connection"), line
     assert "model server" not in line
 
