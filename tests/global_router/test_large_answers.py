@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import hashlib
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +46,13 @@ def _answer(size: int, *, completion_tokens: int = 7) -> bytes:
     return orjson.dumps(doc)
 
 
+def _completions(complete: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.Application:
+    """A cluster's gateway whose completions ``complete`` answers."""
+    app = web.Application()
+    app.router.add_post("/v1/completions", complete)
+    return app
+
+
 def _cluster(body: bytes) -> web.Application:
     """A cluster whose gateway answers every completion with ``body``."""
 
@@ -53,9 +60,7 @@ def _cluster(body: bytes) -> web.Application:
         await request.read()
         return web.Response(body=body, content_type="application/json")
 
-    app = web.Application()
-    app.router.add_post("/v1/completions", complete)
-    return app
+    return _completions(complete)
 
 
 def _peak_mb(pid: int) -> tuple[int, int]:
@@ -156,9 +161,7 @@ def _breaking_cluster(*, sent: int, announced: int | None, hang: bool) -> web.Ap
         request.transport.abort()
         return response
 
-    app = web.Application()
-    app.router.add_post("/v1/completions", complete)
-    return app
+    return _completions(complete)
 
 
 @pytest.mark.parametrize("framing", ["length", "chunked"])
@@ -321,9 +324,7 @@ def _redirecting_cluster() -> web.Application:
         await request.read()
         return web.Response(status=302, headers={"Location": "http://user:pw@10.0.0.9/x?sig=abc"})
 
-    app = web.Application()
-    app.router.add_post("/v1/completions", complete)
-    return app
+    return _completions(complete)
 
 
 async def test_the_refused_redirect_warning_names_the_cluster_not_its_endpoint() -> None:
@@ -361,9 +362,7 @@ def _stream_cutting_cluster() -> web.Application:
         request.transport.abort()
         return response
 
-    app = web.Application()
-    app.router.add_post("/v1/completions", complete)
-    return app
+    return _completions(complete)
 
 
 async def test_a_cut_stream_s_error_event_names_the_cluster_not_a_model_server() -> None:
