@@ -47,8 +47,11 @@ async def _stream(url: str, max_tokens: int) -> list[bytes]:
         return data_events(await resp.read())
 
 
-def _start(tmp_path: Path, keys: list[str], *args: str) -> tuple[subprocess.Popen[bytes], Path, Path]:
-    """``igw serve ARGS`` on a free port, its log in a file."""
+def _start(
+    tmp_path: Path, keys: list[str], *args: str, grace: str = "5", own_session: bool = False
+) -> tuple[subprocess.Popen[bytes], Path, Path]:
+    """``igw serve ARGS`` on a free port (a stream grace of ``grace`` seconds; in a session of its
+    own with ``own_session``), its log in a file."""
     config, eps = write_config(tmp_path, gateway_doc(routing=SLOW_RELOADS), keys)
     log = tmp_path / "gw.log"
     with log.open("wb") as out:
@@ -56,9 +59,9 @@ def _start(tmp_path: Path, keys: list[str], *args: str) -> tuple[subprocess.Pope
             [
                 sys.executable, "-m", "igw.cli.main", "serve", "--config", str(config),
                 "--endpoints", str(eps), "--host", "127.0.0.1", "--port", "0",
-                "--drain-seconds", "0.2", "--stream-grace-seconds", "5", *args,
+                "--drain-seconds", "0.2", "--stream-grace-seconds", grace, *args,
             ],
-            stdout=out, stderr=subprocess.STDOUT,
+            stdout=out, stderr=subprocess.STDOUT, start_new_session=own_session,
         )  # fmt: skip
     return proc, config, log
 
@@ -193,17 +196,7 @@ def _served_alone(place: Path, *args: str) -> Iterator[tuple[subprocess.Popen[by
     """``igw serve ARGS`` (no pod, reloads only on a signal, short drains) in a session of its own,
     so that a hang-up can reach its whole group; it and its log. Its group killed if still running
     at the end."""
-    config, eps = write_config(place, gateway_doc(routing=SLOW_RELOADS), ["127.0.0.1:9"])
-    log = place / "gw.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [
-                sys.executable, "-m", "igw.cli.main", "serve", "--config", str(config),
-                "--endpoints", str(eps), "--host", "127.0.0.1", "--port", "0",
-                "--drain-seconds", "0.2", "--stream-grace-seconds", "0.2", *args,
-            ],
-            stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
+    proc, _, log = _start(place, ["127.0.0.1:9"], *args, grace="0.2", own_session=True)
     try:
         yield proc, log
     finally:
