@@ -5,9 +5,13 @@ request whose answer is checked for its status within a bound (a frozen pod must
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass
 from typing import Any
 
-from tests.gateway.fake_model_server import FakeModelServer
+from tests.gateway.fake_model_server import FakeModelServer, running
+from tests.gateway.test_response_search import DOC, LLAMA
 
 FROZEN_S = 3600.0
 """A frozen pod's delay before it answers anything about a stored response (it never does in a test)."""
@@ -63,3 +67,57 @@ async def answered(gw: Any, method: str, path: str, *, status: int, within_s: fl
         assert answer.status == status, await answer.text()
         doc = await answer.json()
     return doc["error"] if status >= 400 else doc
+
+
+@dataclass
+class FrozenHolder:
+    """A running gateway whose ``llama`` scheduler remembers the frozen pod ``stuck`` as holding
+    ``resp_1``, with one other pod ``other``; the gateway's searches and response memory."""
+
+    gw: Any
+    stuck: FakeModelServer
+    other: FakeModelServer
+    searches: Any
+    responses: Any
+
+    def asked(self) -> list[int]:
+        """How many requests the frozen holder and the other pod have received."""
+        return [len(self.stuck.received), len(self.other.received)]
+
+    def assert_given_up(self, error: dict[str, Any]) -> None:
+        """``error`` is the holder's 504 at the search timeout (0.5 s), each pod asked once (the
+        holder not again), the holder still remembered and asked last, the id not listed as found
+        nowhere, no search place held."""
+        assert error["code"] == "upstream_timeout"
+        assert error["message"] == "the model server sent no response within 0.5s"
+        assert self.asked() == [1, 1]
+        assert self.responses.endpoint_of("resp_1") == self.stuck.key
+        assert set(self.searches._slow) == {self.stuck.key}
+        assert not self.searches.recently_unfound("resp_1", now=self.gw.state.clock(), within=LLAMA)
+        assert self.searches.in_flight == 0
+
+
+@asynccontextmanager
+async def frozen_holder(
+    gateway: Callable[..., AbstractAsyncContextManager[Any]],
+    *,
+    stores: str = "a",
+    timeout_s: float | None = 0.5,
+    deadline_s: float | None = 1.4,
+    hedge_s: float | None = None,
+) -> AsyncIterator[FrozenHolder]:
+    """A frozen pod ``a`` and a pod ``b`` (each storing ``resp_1`` when named in ``stores``) behind a
+    gateway whose search bounds are shortened (``timeout_s=None``: left as shipped) and which
+    remembers ``a`` as the holder of ``resp_1``."""
+    (stuck,) = frozen("a")
+    other = FakeModelServer("b")
+    for pod in (stuck, other):
+        if pod.name in stores:
+            stored(pod, "resp_1")
+    async with running(stuck, other), gateway(DOC, pools([stuck, other])) as gw:
+        if timeout_s is None:
+            searches = gw.state.response_searches
+        else:
+            searches = bounded(gw, timeout_s=timeout_s, deadline_s=deadline_s, hedge_s=hedge_s)
+        responses = remember(gw, "resp_1", stuck)
+        yield FrozenHolder(gw, stuck, other, searches, responses)

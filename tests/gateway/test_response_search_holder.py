@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from tests.gateway.fake_model_server import FakeModelServer, running
-from tests.gateway.search_support import answered, bounded, frozen, pools, remember, stored
+from tests.gateway.search_support import answered, bounded, frozen, frozen_holder, pools, remember, stored
 from tests.gateway.test_response_search import DOC, LLAMA
 
 
@@ -23,35 +23,17 @@ async def test_a_frozen_remembered_holder_is_given_up_and_the_others_searched(
     not asked again (since session s48; before, asked again last); the client gets the holder's 504
     within the search's deadline, not after ``responseTimeout``. Still remembered (nobody else has
     it), asked last by searches for a while."""
-    (stuck,) = frozen("a")
-    other = FakeModelServer("b")
-    stored(stuck, "resp_1")
-    async with running(stuck, other), gateway(DOC, pools([stuck, other])) as gw:
-        searches = bounded(gw, timeout_s=0.5, deadline_s=1.4, hedge_s=0.05)
-        responses = remember(gw, "resp_1", stuck)
-        error = await answered(gw, "GET", path, status=504, within_s=5)
-        assert error["code"] == "upstream_timeout"
-        assert error["message"] == "the model server sent no response within 0.5s"
-        assert [len(stuck.received), len(other.received)] == [1, 1]  # not asked again (since s48)
-        assert responses.endpoint_of("resp_1") == stuck.key
-        assert set(searches._slow) == {stuck.key}
-        assert not searches.recently_unfound("resp_1", now=gw.state.clock(), within=LLAMA)
-        assert searches.in_flight == 0
+    async with frozen_holder(gateway, hedge_s=0.05) as case:
+        case.assert_given_up(await answered(case.gw, "GET", path, status=504, within_s=5))
 
 
 async def test_a_response_found_past_a_frozen_holder_is_remembered_where_found(gateway: Any) -> None:
-    (stuck,) = frozen("a")
-    other = FakeModelServer("b")
-    stored(stuck, "resp_1")
-    stored(other, "resp_1")
-    async with running(stuck, other), gateway(DOC, pools([stuck, other])) as gw:
-        bounded(gw, timeout_s=0.5, deadline_s=1.4, hedge_s=0.05)
-        responses = remember(gw, "resp_1", stuck)
-        found = await answered(gw, "GET", "/v1/responses/resp_1", status=200, within_s=5)
+    async with frozen_holder(gateway, stores="ab", hedge_s=0.05) as case:
+        found = await answered(case.gw, "GET", "/v1/responses/resp_1", status=200, within_s=5)
         assert found["id"] == "resp_1"
-        assert [len(stuck.received), len(other.received)] == [1, 1]
-        assert responses.endpoint_of("resp_1") == other.key
-        assert gw.state.response_searches.in_flight == 0
+        assert case.asked() == [1, 1]
+        assert case.responses.endpoint_of("resp_1") == case.other.key
+        assert case.searches.in_flight == 0
 
 
 async def test_a_remembered_holder_answering_in_time_is_the_only_pod_asked(gateway: Any) -> None:
@@ -75,15 +57,11 @@ async def test_a_remembered_holder_answering_in_time_is_the_only_pod_asked(gatew
 
 
 async def test_no_search_place_free_leaves_a_frozen_holder_s_504(gateway: Any) -> None:
-    (stuck,) = frozen("a")
-    other = FakeModelServer("b")
-    async with running(stuck, other), gateway(DOC, pools([stuck, other])) as gw:
-        searches = bounded(gw, timeout_s=0.5, deadline_s=1.4, hedge_s=0.05)
-        remember(gw, "resp_1", stuck)
-        searches.in_flight = searches.limit  # every place taken
-        await answered(gw, "GET", "/v1/responses/resp_1", status=504, within_s=5)
-        assert [len(stuck.received), len(other.received)] == [1, 0]
-        assert searches.in_flight == searches.limit
+    async with frozen_holder(gateway, stores="", hedge_s=0.05) as case:
+        case.searches.in_flight = case.searches.limit  # every place taken
+        await answered(case.gw, "GET", "/v1/responses/resp_1", status=504, within_s=5)
+        assert case.asked() == [1, 0]
+        assert case.searches.in_flight == case.searches.limit
 
 
 async def test_a_pod_given_up_at_the_deadline_is_told_so_and_not_asked_last(gateway: Any) -> None:

@@ -15,8 +15,8 @@ import pytest
 
 from igw.gateway.response_search import SEARCH_TIMEOUT_S
 from tests.gateway.fake_model_server import FakeModelServer, running
-from tests.gateway.search_support import answered, bounded, frozen, pools, remember, stored
-from tests.gateway.test_response_search import DOC, LLAMA
+from tests.gateway.search_support import answered, bounded, frozen, frozen_holder, pools, remember, stored
+from tests.gateway.test_response_search import DOC
 
 CHANGES = [("DELETE", "/v1/responses/resp_1"), ("POST", "/v1/responses/resp_1/cancel")]
 
@@ -27,40 +27,22 @@ async def test_a_frozen_holder_s_deletion_or_cancel_ends_within_the_search_deadl
 ) -> None:
     """The holder given up at the search timeout, the other pod asked (404), the holder not asked
     again: its 504, well within the deadline; the holder still remembered, asked last a while."""
-    (stuck,) = frozen("a")
-    other = FakeModelServer("b")
-    stored(stuck, "resp_1")
-    async with running(stuck, other), gateway(DOC, pools([stuck, other])) as gw:
-        searches = bounded(gw, timeout_s=0.5, deadline_s=1.4)
-        responses = remember(gw, "resp_1", stuck)
+    async with frozen_holder(gateway) as case:
         t0 = time.monotonic()
-        error = await answered(gw, method, path, status=504, within_s=5)
-        took = time.monotonic() - t0
-        assert error["code"] == "upstream_timeout"
-        assert error["message"] == "the model server sent no response within 0.5s"
-        assert took < 1.2
-        assert [len(stuck.received), len(other.received)] == [1, 1]
-        assert responses.endpoint_of("resp_1") == stuck.key
-        assert set(searches._slow) == {stuck.key}
-        assert not searches.recently_unfound("resp_1", now=gw.state.clock(), within=LLAMA)
-        assert searches.in_flight == 0
+        error = await answered(case.gw, method, path, status=504, within_s=5)
+        assert time.monotonic() - t0 < 1.2
+        case.assert_given_up(error)
 
 
 @pytest.mark.parametrize(("method", "path"), CHANGES)
 async def test_a_frozen_holder_s_deletion_or_cancel_is_done_where_the_search_finds_it(
     gateway: Any, method: str, path: str
 ) -> None:
-    (stuck,) = frozen("a")
-    other = FakeModelServer("b")
-    stored(stuck, "resp_1")
-    stored(other, "resp_1")
-    async with running(stuck, other), gateway(DOC, pools([stuck, other])) as gw:
-        searches = bounded(gw, timeout_s=0.5, deadline_s=1.4)
-        remember(gw, "resp_1", stuck)
-        done = await answered(gw, method, path, status=200, within_s=5)
+    async with frozen_holder(gateway, stores="ab") as case:
+        done = await answered(case.gw, method, path, status=200, within_s=5)
         assert done["id"] == "resp_1"
-        assert ("resp_1" in other.stored_responses) is (method != "DELETE")
-        assert searches.in_flight == 0
+        assert ("resp_1" in case.other.stored_responses) is (method != "DELETE")
+        assert case.searches.in_flight == 0
 
 
 @pytest.mark.parametrize(("method", "path"), CHANGES)
@@ -99,51 +81,36 @@ async def test_a_deletion_the_holder_applied_late_is_answered_504_not_applied_ag
 async def test_a_frozen_holder_s_streamed_replay_is_given_up_at_its_head(gateway: Any) -> None:
     """``?stream=true``: no answer head from the holder within the search timeout, the other pod
     asked; it stores the response: its replay relayed as a stream."""
-    (stuck,) = frozen("a")
-    other = FakeModelServer("b")
-    stored(stuck, "resp_1")
-    stored(other, "resp_1")
-    async with running(stuck, other), gateway(DOC, pools([stuck, other])) as gw:
-        searches = bounded(gw, timeout_s=0.5, deadline_s=1.4)
-        remember(gw, "resp_1", stuck)
+    async with frozen_holder(gateway, stores="ab") as case:
         t0 = time.monotonic()
-        replay = await gw.http.get(gw.url + "/v1/responses/resp_1?stream=true", timeout=5)
+        replay = await case.gw.http.get(case.gw.url + "/v1/responses/resp_1?stream=true", timeout=5)
         assert replay.status == 200
         assert replay.content_type == "text/event-stream"
         assert b"response.completed" in await replay.read()
         assert time.monotonic() - t0 < 1.2
-        assert [len(stuck.received), len(other.received)] == [1, 1]
-        assert searches.in_flight == 0
+        assert case.asked() == [1, 1]
+        assert case.searches.in_flight == 0
 
 
 async def test_a_frozen_holder_s_streamed_replay_nobody_else_has_is_its_504(gateway: Any) -> None:
-    (stuck,) = frozen("a")
-    other = FakeModelServer("b")
-    stored(stuck, "resp_1")
-    async with running(stuck, other), gateway(DOC, pools([stuck, other])) as gw:
-        searches = bounded(gw, timeout_s=0.5, deadline_s=1.4)
-        remember(gw, "resp_1", stuck)
-        error = await answered(gw, "GET", "/v1/responses/resp_1?stream=true", status=504, within_s=5)
+    async with frozen_holder(gateway) as case:
+        path = "/v1/responses/resp_1?stream=true"
+        error = await answered(case.gw, "GET", path, status=504, within_s=5)
         assert error["message"] == "the model server sent no response within 0.5s"
-        assert [len(stuck.received), len(other.received)] == [1, 1]
-        assert searches.in_flight == 0
+        assert case.asked() == [1, 1]
+        assert case.searches.in_flight == 0
 
 
 async def test_a_frozen_holder_with_one_404_peer_costs_one_search_timeout(gateway: Any) -> None:
     """The shipped bounds (2 s per pod, 4.5 s deadline): the holder is not asked again after the
     other pod's 404, so the 504 comes after one search timeout (before: 4.0 s, the holder asked
     twice)."""
-    (stuck,) = frozen("a")
-    other = FakeModelServer("b")
-    stored(stuck, "resp_1")
-    async with running(stuck, other), gateway(DOC, pools([stuck, other])) as gw:
-        assert gw.state.response_searches.search_timeout_s == SEARCH_TIMEOUT_S
-        remember(gw, "resp_1", stuck)
+    async with frozen_holder(gateway, timeout_s=None) as case:
+        assert case.searches.search_timeout_s == SEARCH_TIMEOUT_S
         t0 = time.monotonic()
-        await answered(gw, "GET", "/v1/responses/resp_1", status=504, within_s=10)
-        took = time.monotonic() - t0
-        assert took < 3.0
-        assert [len(stuck.received), len(other.received)] == [1, 1]
+        await answered(case.gw, "GET", "/v1/responses/resp_1", status=504, within_s=10)
+        assert time.monotonic() - t0 < 3.0
+        assert case.asked() == [1, 1]
 
 
 async def test_a_pod_the_hedge_cancels_before_the_search_timeout_is_not_asked_last(gateway: Any) -> None:
@@ -168,21 +135,15 @@ async def test_a_deletion_done_past_a_frozen_holder_moves_the_memory_to_the_pod_
     """The other pod deleted the response: it is remembered in the frozen holder's place, so the next
     request about the id asks it (its 404 at once), not the frozen holder first (before: the holder
     still remembered, the next retrieval waited its search timeout and got its 504)."""
-    (stuck,) = frozen("a")
-    other = FakeModelServer("b")
-    stored(stuck, "resp_1")
-    stored(other, "resp_1")
-    async with running(stuck, other), gateway(DOC, pools([stuck, other])) as gw:
-        bounded(gw, timeout_s=0.5, deadline_s=1.4, hedge_s=0.05)
-        responses = remember(gw, "resp_1", stuck)
-        done = await answered(gw, "DELETE", "/v1/responses/resp_1", status=200, within_s=5)
+    async with frozen_holder(gateway, stores="ab", hedge_s=0.05) as case:
+        done = await answered(case.gw, "DELETE", "/v1/responses/resp_1", status=200, within_s=5)
         assert done["id"] == "resp_1"
-        assert responses.endpoint_of("resp_1") == other.key
+        assert case.responses.endpoint_of("resp_1") == case.other.key
         t0 = time.monotonic()
-        error = await answered(gw, "GET", "/v1/responses/resp_1", status=404, within_s=5)
+        error = await answered(case.gw, "GET", "/v1/responses/resp_1", status=404, within_s=5)
         assert time.monotonic() - t0 < 0.4
         assert error["code"] == "response_not_found" or "not found" in error["message"]
-        assert [len(stuck.received), len(other.received)] == [1, 2]
+        assert case.asked() == [1, 2]
 
 
 @pytest.mark.parametrize(
@@ -200,20 +161,15 @@ async def test_a_response_found_past_a_frozen_holder_is_remembered_where_found(
     """A retrieval (streamed or not), a cancel, its input items: the pod that answered is remembered
     in the frozen holder's place, and the next retrieval asks it alone. (A replay's id is read from
     its ``response.completed`` event with the usage, as vLLM sends it.)"""
-    (stuck,) = frozen("a")
-    other = FakeModelServer("b")
-    stored(stuck, "resp_1")
-    stored(other, "resp_1", usage={"input_tokens": 3, "output_tokens": 2, "total_tokens": 5})
-    async with running(stuck, other), gateway(DOC, pools([stuck, other])) as gw:
-        bounded(gw, timeout_s=0.5, deadline_s=1.4, hedge_s=0.05)
-        responses = remember(gw, "resp_1", stuck)
+    async with frozen_holder(gateway, stores="a", hedge_s=0.05) as case:
+        stored(case.other, "resp_1", usage={"input_tokens": 3, "output_tokens": 2, "total_tokens": 5})
         method = "POST" if path.endswith("/cancel") else "GET"
-        answer = await gw.http.request(method, gw.url + path, timeout=5)
+        answer = await case.gw.http.request(method, case.gw.url + path, timeout=5)
         assert answer.status == 200
         await answer.read()
-        assert responses.endpoint_of("resp_1") == other.key
-        await answered(gw, "GET", "/v1/responses/resp_1", status=200, within_s=0.4)
-        assert [len(stuck.received), len(other.received)] == [1, 2]
+        assert case.responses.endpoint_of("resp_1") == case.other.key
+        await answered(case.gw, "GET", "/v1/responses/resp_1", status=200, within_s=0.4)
+        assert case.asked() == [1, 2]
 
 
 async def test_a_replay_naming_no_usage_past_a_frozen_holder_is_remembered_where_found(gateway: Any) -> None:
@@ -222,16 +178,11 @@ async def test_a_replay_naming_no_usage_past_a_frozen_holder_is_remembered_where
     pod that answered is remembered in the frozen holder's place (before: the id was read only from
     an event with ``usage``, the frozen holder stayed remembered, and the next retrieval waited its
     search timeout again)."""
-    (stuck,) = frozen("a")
-    other = FakeModelServer("b")
-    stored(stuck, "resp_1")
-    stored(other, "resp_1")  # no usage: its replay's response.completed has none
-    async with running(stuck, other), gateway(DOC, pools([stuck, other])) as gw:
-        bounded(gw, timeout_s=0.5, deadline_s=1.4, hedge_s=0.05)
-        responses = remember(gw, "resp_1", stuck)
-        replay = await gw.http.get(gw.url + "/v1/responses/resp_1?stream=true", timeout=5)
+    # both store it, with no usage: the replay's response.completed has none
+    async with frozen_holder(gateway, stores="ab", hedge_s=0.05) as case:
+        replay = await case.gw.http.get(case.gw.url + "/v1/responses/resp_1?stream=true", timeout=5)
         assert replay.status == 200
         assert b'"usage"' not in await replay.read()
-        assert responses.endpoint_of("resp_1") == other.key
-        await answered(gw, "GET", "/v1/responses/resp_1", status=200, within_s=0.4)
-        assert [len(stuck.received), len(other.received)] == [1, 2]
+        assert case.responses.endpoint_of("resp_1") == case.other.key
+        await answered(case.gw, "GET", "/v1/responses/resp_1", status=200, within_s=0.4)
+        assert case.asked() == [1, 2]

@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import hashlib
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +46,13 @@ def _answer(size: int, *, completion_tokens: int = 7) -> bytes:
     return orjson.dumps(doc)
 
 
+def _completions(complete: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.Application:
+    """A cluster's gateway whose completions ``complete`` answers."""
+    app = web.Application()
+    app.router.add_post("/v1/completions", complete)
+    return app
+
+
 def _cluster(body: bytes) -> web.Application:
     """A cluster whose gateway answers every completion with ``body``."""
 
@@ -53,9 +60,7 @@ def _cluster(body: bytes) -> web.Application:
         await request.read()
         return web.Response(body=body, content_type="application/json")
 
-    app = web.Application()
-    app.router.add_post("/v1/completions", complete)
-    return app
+    return _completions(complete)
 
 
 def _peak_mb(pid: int) -> tuple[int, int]:
@@ -156,9 +161,7 @@ def _breaking_cluster(*, sent: int, announced: int | None, hang: bool) -> web.Ap
         request.transport.abort()
         return response
 
-    app = web.Application()
-    app.router.add_post("/v1/completions", complete)
-    return app
+    return _completions(complete)
 
 
 @pytest.mark.parametrize("framing", ["length", "chunked"])
@@ -277,14 +280,13 @@ async def test_the_large_error_warning_names_the_cluster_not_its_endpoint() -> N
     assert "127.0.0.1" not in line
 
 
-async def test_the_relay_cut_warning_names_the_cluster_not_its_endpoint() -> None:
-    """The WARNING for a large answer whose cluster died mid-relay names the cluster as configured,
-    not its endpoint (an internal URL): until session s48 it read ``upstream http://127.0.0.1:PORT:
-    ...; the client's connection is closed``. Tier 1 names its pod's ``host:port`` as before."""
+async def _relay_cut_warning(name: str) -> str:
+    """The WARNING logged when the cluster ``name`` closes a large answer's connection mid-relay (the
+    client's read of it fails)."""
     cluster = _breaking_cluster(sent=2 * WHOLE_ANSWER_BUFFER_BYTES, announced=None, hang=False)
     with captured_records("igw.gateway") as (_, records):
         async with (
-            _router(cluster, name="cut-named") as (url, _),
+            _router(cluster, name=name) as (url, _),
             aiohttp.ClientSession() as http,
             http.post(url + "/v1/completions", json={"model": MODEL, "prompt": "hi"}) as resp,
         ):
@@ -292,6 +294,14 @@ async def test_the_relay_cut_warning_names_the_cluster_not_its_endpoint() -> Non
             with pytest.raises(aiohttp.ClientPayloadError):
                 await resp.read()
     (line,) = [r.getMessage() for r in records if "the client's connection is closed" in r.getMessage()]
+    return line
+
+
+async def test_the_relay_cut_warning_names_the_cluster_not_its_endpoint() -> None:
+    """The WARNING for a large answer whose cluster died mid-relay names the cluster as configured,
+    not its endpoint (an internal URL): until session s48 it read ``upstream http://127.0.0.1:PORT:
+    ...; the client's connection is closed``. Tier 1 names its pod's ``host:port`` as before."""
+    line = await _relay_cut_warning("cut-named")
     assert line.startswith("upstream cluster 'cut-named': "), line
     assert "127.0.0.1" not in line
 
@@ -301,17 +311,7 @@ async def test_the_relay_cut_warning_s_cause_names_the_cluster_not_a_model_serve
     session s48 it read ``upstream cluster 'x': the model server closed the connection``, naming a
     model server the router never talks to. Tier 1 keeps ``the model server`` (``peer`` of
     :class:`~igw.gateway.upstream_client.UpstreamPool`)."""
-    cluster = _breaking_cluster(sent=2 * WHOLE_ANSWER_BUFFER_BYTES, announced=None, hang=False)
-    with captured_records("igw.gateway") as (_, records):
-        async with (
-            _router(cluster, name="cut-cause") as (url, _),
-            aiohttp.ClientSession() as http,
-            http.post(url + "/v1/completions", json={"model": MODEL, "prompt": "hi"}) as resp,
-        ):
-            assert resp.status == 200
-            with pytest.raises(aiohttp.ClientPayloadError):
-                await resp.read()
-    (line,) = [r.getMessage() for r in records if "the client's connection is closed" in r.getMessage()]
+    line = await _relay_cut_warning("cut-cause")
     assert line.startswith("upstream cluster 'cut-cause': the cluster closed the connection"), line
     assert "model server" not in line
 
@@ -324,9 +324,7 @@ def _redirecting_cluster() -> web.Application:
         await request.read()
         return web.Response(status=302, headers={"Location": "http://user:pw@10.0.0.9/x?sig=abc"})
 
-    app = web.Application()
-    app.router.add_post("/v1/completions", complete)
-    return app
+    return _completions(complete)
 
 
 async def test_the_refused_redirect_warning_names_the_cluster_not_its_endpoint() -> None:
@@ -364,9 +362,7 @@ def _stream_cutting_cluster() -> web.Application:
         request.transport.abort()
         return response
 
-    app = web.Application()
-    app.router.add_post("/v1/completions", complete)
-    return app
+    return _completions(complete)
 
 
 async def test_a_cut_stream_s_error_event_names_the_cluster_not_a_model_server() -> None:

@@ -11,7 +11,8 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import aiohttp
@@ -46,8 +47,11 @@ async def _stream(url: str, max_tokens: int) -> list[bytes]:
         return data_events(await resp.read())
 
 
-def _start(tmp_path: Path, keys: list[str], *args: str) -> tuple[subprocess.Popen[bytes], Path, Path]:
-    """``igw serve ARGS`` on a free port, its log in a file."""
+def _start(
+    tmp_path: Path, keys: list[str], *args: str, grace: str = "5", own_session: bool = False
+) -> tuple[subprocess.Popen[bytes], Path, Path]:
+    """``igw serve ARGS`` on a free port (a stream grace of ``grace`` seconds; in a session of its
+    own with ``own_session``), its log in a file."""
     config, eps = write_config(tmp_path, gateway_doc(routing=SLOW_RELOADS), keys)
     log = tmp_path / "gw.log"
     with log.open("wb") as out:
@@ -55,9 +59,9 @@ def _start(tmp_path: Path, keys: list[str], *args: str) -> tuple[subprocess.Pope
             [
                 sys.executable, "-m", "igw.cli.main", "serve", "--config", str(config),
                 "--endpoints", str(eps), "--host", "127.0.0.1", "--port", "0",
-                "--drain-seconds", "0.2", "--stream-grace-seconds", "5", *args,
+                "--drain-seconds", "0.2", "--stream-grace-seconds", grace, *args,
             ],
-            stdout=out, stderr=subprocess.STDOUT,
+            stdout=out, stderr=subprocess.STDOUT, start_new_session=own_session,
         )  # fmt: skip
     return proc, config, log
 
@@ -187,21 +191,34 @@ def _wait_for(
         time.sleep(0.05)
 
 
+@contextmanager
+def _served_alone(place: Path, *args: str) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
+    """``igw serve ARGS`` (no pod, reloads only on a signal, short drains) in a session of its own,
+    so that a hang-up can reach its whole group; it and its log. Its group killed if still running
+    at the end."""
+    proc, _, log = _start(place, ["127.0.0.1:9"], *args, grace="0.2", own_session=True)
+    try:
+        yield proc, log
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def _stopped_cleanly(proc: subprocess.Popen[bytes], log: Path, pids: Sequence[int] = ()) -> str:
+    """SIGTERM to ``proc``; checks it ends with 0, none of ``pids`` (its workers) is left and its log
+    holds no traceback. Its log."""
+    assert _stop(proc) == 0, _text(log)[-3000:]
+    assert all(process_gone(pid) for pid in pids)
+    text = _text(log)
+    assert "Traceback" not in text
+    return text
+
+
 def _hang_up_try(place: Path, index: int, whole_group: bool) -> bool:
     """One group, hung up while worker ``index`` starts (:func:`_hang_up_while_starting`); checks it
     serves, handles the held signal, and stops with 0. ``False``: the moment was missed."""
-    config, eps = write_config(place, gateway_doc(routing=SLOW_RELOADS), ["127.0.0.1:9"])
-    log = place / "gw.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [
-                sys.executable, "-m", "igw.cli.main", "serve", "--config", str(config),
-                "--endpoints", str(eps), "--host", "127.0.0.1", "--port", "0", "--workers", "2",
-                "--drain-seconds", "0.2", "--stream-grace-seconds", "0.2",
-            ],
-            stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
-    try:
+    with _served_alone(place, "--workers", "2") as (proc, log):
         landed = _hang_up_while_starting(proc, log, index, whole_group)
         if landed:
             _wait_for(lambda: "all 2 workers serve" in _text(log), 60, "the group serves", proc, log)
@@ -209,14 +226,8 @@ def _hang_up_try(place: Path, index: int, whole_group: bool) -> bool:
             checked = f"[worker {index}]: SIGHUP: checking the configuration file"
             _wait_for(lambda: checked in _text(log), 20, "the held SIGHUP", proc, log)
         pids = [int(p) for p in _text(log).partition("(pids ")[2].partition(")")[0].split()]
-        assert _stop(proc) == 0, _text(log)[-3000:]
-        assert all(process_gone(pid) for pid in pids)
-        assert "Traceback" not in _text(log)
+        _stopped_cleanly(proc, log, pids)
         return landed
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
 
 
 @pytest.mark.parametrize(("index", "whole_group"), [(0, True), (1, True), (0, False)])
@@ -262,19 +273,7 @@ def _hang_up_igw_start_try(place: Path, workers: bool) -> bool:
     start-up runs: its SIGTERM handler is in (:mod:`igw.cli.early_stop`), its SIGHUP handler not yet
     (``SigCgt``). Checks that SIGHUP was blocked then, that it serves, checks the file once, and
     stops with 0. ``False``: the moment was missed (it had its handler already)."""
-    config, eps = write_config(place, gateway_doc(routing=SLOW_RELOADS), ["127.0.0.1:9"])
-    log = place / "gw.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [
-                sys.executable, "-m", "igw.cli.main", "serve", "--config", str(config),
-                "--endpoints", str(eps), "--host", "127.0.0.1", "--port", "0",
-                "--drain-seconds", "0.2", "--stream-grace-seconds", "0.2",
-                *(["--workers", "2"] if workers else []),
-            ],
-            stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
-    try:
+    with _served_alone(place, *(["--workers", "2"] if workers else [])) as (proc, log):
         deadline = time.monotonic() + 60
         while True:
             assert time.monotonic() < deadline, _text(log)
@@ -291,15 +290,10 @@ def _hang_up_igw_start_try(place: Path, workers: bool) -> bool:
         _wait_for(lambda: ready in _text(log), 60, "it serves", proc, log)
         checked = "SIGHUP: checking the configuration file"
         _wait_for(lambda: checked in _text(log), 20, "the held SIGHUP's check", proc, log)
-        assert _stop(proc) == 0, _text(log)[-3000:]
-        assert _text(log).count(checked) == 1, _text(log)[-3000:]
+        text = _stopped_cleanly(proc, log)
+        assert text.count(checked) == 1, text[-3000:]
         assert masks["SigBlk"] & _bit(signal.SIGHUP), "SIGHUP was not blocked during igw's start-up"
-        assert "Traceback" not in _text(log)
         return True
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
 
 
 @pytest.mark.parametrize("workers", [False, True], ids=["single", "workers-parent"])

@@ -13,7 +13,8 @@ from __future__ import annotations
 import asyncio
 import random
 import re
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
@@ -83,6 +84,28 @@ NOT_FRAMING: dict[str, str] = {
 session s37 a bare-LF head and a space before a colon were answered as framing errors: the parser's
 message was matched with the request bytes it quotes, which held ``Content-Length``."""
 FRAMING = "malformed HTTP request framing"
+
+
+def _router_app(*, management_listener: bool = False) -> web.Application:
+    """The global router of :func:`global_doc`, its heartbeats not read: what its listeners' framing
+    tests serve."""
+    return create_global_app(
+        parse_global_config(global_doc()),
+        rng=random.Random(1),
+        read_heartbeats=False,
+        management_listener=management_listener,
+    )
+
+
+@asynccontextmanager
+async def _router_listeners() -> AsyncIterator[tuple[str, str]]:
+    """:func:`_router_app` served on its listener and on its management listener: their URLs."""
+    app = _router_app(management_listener=True)
+    async with (
+        serve_app(app, host="127.0.0.1", port=0) as router,
+        serve_app(global_management_app(app), host="127.0.0.1", port=0) as management,
+    ):
+        yield router, management
 
 
 @pytest.fixture(params=["lean", "aiohttp"])
@@ -357,7 +380,7 @@ async def test_chunk_extensions_past_the_bound_get_413_at_once_on_either_side(
 
 
 async def test_chunk_extensions_past_the_bound_get_413_at_the_global_router() -> None:
-    app = create_global_app(parse_global_config(global_doc()), rng=random.Random(1), read_heartbeats=False)
+    app = _router_app()
     async with serve_app(app, host="127.0.0.1", port=0) as url:
         data = await read_in_steps(url, EXTENSIONS_PAST_THE_BOUND["one chunk's extension"])
     head, _, body = data.partition(b"\r\n\r\n")
@@ -602,17 +625,10 @@ async def test_a_valid_request_before_a_malformed_one_is_answered_first_on_every
     router's and the management ports are aiohttp's alone) answered a single 400 whenever the valid
     request's head ended in the read holding the malformed bytes: the valid one was never handled."""
     pipeline = HEALTHZ + MALFORMED + HEALTHZ
-    app = create_global_app(
-        parse_global_config(global_doc()),
-        rng=random.Random(1),
-        read_heartbeats=False,
-        management_listener=True,
-    )
     async with (
         running(FakeModelServer("a")) as (pod,),
         gateway(DOC, {"llama": [pod.key]}) as gw,
-        serve_app(app, host="127.0.0.1", port=0) as router,
-        serve_app(global_management_app(app), host="127.0.0.1", port=0) as management,
+        _router_listeners() as (router, management),
     ):
         for url in (gw.url, router, management):
             for at in range(1, len(pipeline) + 1):
@@ -725,7 +741,7 @@ async def test_a_read_of_many_pipelined_requests_is_queued_32_at_a_time_and_each
         queued.append(len(self._messages))
 
     monkeypatch.setattr(GatewayRequestHandler, "data_received", counting)
-    app = create_global_app(parse_global_config(global_doc()), rng=random.Random(1), read_heartbeats=False)
+    app = _router_app()
     async with (
         running(FakeModelServer("a")) as (pod,),
         gateway(DOC, {"llama": [pod.key]}) as gw,
@@ -805,16 +821,7 @@ async def test_a_request_that_closes_mid_pipeline_is_the_last_answered_at_every_
     then bytes that are no request) are never answered - wherever the bytes are cut."""
     closing, status = CLOSING_MIDDLES[middle]
     pipeline = HEALTHZ + closing + HEALTHZ + MALFORMED
-    app = create_global_app(
-        parse_global_config(global_doc()),
-        rng=random.Random(1),
-        read_heartbeats=False,
-        management_listener=True,
-    )
-    async with (
-        serve_app(app, host="127.0.0.1", port=0) as router,
-        serve_app(global_management_app(app), host="127.0.0.1", port=0) as management,
-    ):
+    async with _router_listeners() as (router, management):
         for url in (router, management):
             for at in range(1, len(pipeline) + 1):
                 data = await send_split(url, pipeline, at, within_s=5)
