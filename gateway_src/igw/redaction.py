@@ -65,8 +65,21 @@ _AWS_KEY_PAIR: Final = re.compile(
 """An AWS access key id (``AKIA``/``ASIA`` and 16 capitals or digits) with a 40-character secret
 access key right after it (``AKIA...:<secret>``, ``(AKIA..., <secret>)``): the secret is masked, the
 key id (an identifier, which CloudTrail shows) kept to say which key."""
-_URL: Final = re.compile(r"(?i)\b[a-z][a-z0-9+.-]*://[^\s\"'<>]*")
-"""A URL with a scheme, up to the first blank, quote or angle bracket: what :func:`redact_url` rewrites."""
+_URL: Final = re.compile(r"(?<![\w+.-])[\w+.-]+://(?:[\w+.-]++(?!://)|[^\s\"'<>\\\w+.-]++|\\++(?![nrt]))*+")
+"""A URL with a scheme, up to the first blank, quote, angle bracket, escaped line break or tab (``\\n``
+in a JSON string or a repr, its backslash doubled too) or the next scheme: what :func:`redact_url`
+rewrites.
+
+The scheme is taken with every word character, ``+``, ``.`` and ``-`` glued before it (a run starts
+after any other character), so the user-info is masked whatever text is glued to the scheme and that
+text is kept with it. Until session s48 (round 15) a word boundary had to come before the scheme's
+first letter: ``_rediss://user:<password>@host``, ``1redis://...`` and ``éredis://...`` went through
+whole. Starting only where a run starts keeps the scan linear on a long run of letters. Also until
+round 15 an escaped line break and a next URL glued on were taken in (``redis://u:<a>@h\\nredis://u:<b>@h``,
+the access log's JSON form of a multi-line text; ``redis://u:<a>@h1,redis://u:<b>@h2``, a list), and
+the second URL's user-info went through as the first one's path. A URL in another's query value
+(``?next=https://...``) is masked as a URL of its own now: its user-info, query values and secret
+path segments, not its host and path."""
 _URL_PARTS: Final = re.compile(r"(?s)([^:]*://)(?:([^/?#]*)@)?([^?#]*)(?:\?([^#]*))?(?:#(.*))?")
 """Scheme, user-info (up to the last ``@`` before the path: a password may hold an unencoded ``@``),
 host and path, query, fragment."""

@@ -364,6 +364,8 @@ def _shapes(secret: str) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
         (jwt, secret),
         (f"-----BEGIN PRIVATE KEY-----\n{pem_lines}\n-----END PRIVATE KEY-----\n", body[:_PEM_LINE]),
         (f"bad key {der} refused", der[-40:]),
+        (f"rediss://user:{secret}@cache.example:6379", secret),
+        (f"postgres://:{secret}@[::1]:5432/db", secret),
     ]
     cut = [
         (f'{{"password": "{secret}', secret),
@@ -381,6 +383,14 @@ def _shapes(secret: str) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
 
 
 _SECRET = st.text(alphabet="ABCDEFGHJKLMNPQRSTUVWXYZabcdefghjkmnpqrstuvwxyz23456789", min_size=6, max_size=10)
+_PREFIXES = st.sampled_from(["", "upstream said ", "error: "])
+_GLUED_PREFIXES = st.sampled_from(
+    ["", "upstream said ", "error: ", "_", "x", "1", "é", "url=", "(", "\\n", "a.b+"]
+)
+"""Text before a URL, glued to its scheme too: the user-info went through after an underscore, digit
+or letter glued to the scheme (``_rediss://user:<password>@host``) until session s48 (round 15).
+A URL after another one with only a backslash between (``redis://u:<a>@h\\_redis://u:<b>@h``) was taken
+for the first one's path, its user-info shown, until round 15 too."""
 _SEPARATORS = st.sampled_from([" ", "; ", "\n", " | ", ": ", '" ', "' ", "\\", "\t"])
 
 
@@ -393,7 +403,7 @@ def _planted_text(draw: st.DrawFn) -> tuple[str, list[str]]:
     for index in range(count):
         whole, cut = _shapes("Zq7" + draw(_SECRET) + "x9")
         text, piece = draw(st.sampled_from(whole + cut if index == count - 1 else whole))
-        pieces.append(draw(st.sampled_from(["", "upstream said ", "error: "])) + text)
+        pieces.append(draw(_GLUED_PREFIXES if "://" in text else _PREFIXES) + text)
         planted.append(piece)
         if index < count - 1:
             pieces.append(draw(_SEPARATORS))
