@@ -229,9 +229,14 @@ def test_the_verified_token_cache_holds_when_compiled(compiled_tree: Path) -> No
     assert not probe.stdout.splitlines()[0].endswith(".py"), probe.stdout
     left_out = "not (without_digesting or hot_tokens_are_bounded)"
     test = "tests/security/test_token_cache.py"
-    done = _run(compiled_tree, "-m", "pytest", test, "-k", left_out, "-p", "no:cacheprovider", "-q")
+    selected = ("-m", "pytest", test, "-k", left_out, "-p", "no:cacheprovider", "-q")
+    listed = _run(compiled_tree, *selected, "--collect-only")
+    assert listed.returncode == 0, listed.stdout[-2000:] + listed.stderr[-2000:]
+    count = int(listed.stdout.split(f"{test}: ")[1].split()[0])  # the selection, as pytest counts it
+    assert count >= 9, listed.stdout  # the file's tests but the two left out (more as tests are added)
+    done = _run(compiled_tree, *selected)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
-    assert done.stdout.split()[0] == "." * 9, done.stdout[-2000:]  # every test but the two left out ran
+    assert done.stdout.split()[0] == "." * count, done.stdout[-2000:]  # every selected test ran and passed
 
 
 def test_the_access_lines_rounding_and_fields_hold_when_compiled(compiled_tree: Path) -> None:
