@@ -44,7 +44,7 @@ TOKEN_MIN_CHARS: Final = 8
 WORD_MAX_CHARS: Final = 24
 """Letters-only values this long are taken for tokens all the same: no English word is that long."""
 _CREDENTIAL_HEADER: Final = re.compile(
-    r"(?i)(?:\b|(?<=\\[nrt]))((?:proxy-)?authorization|set-cookie|cookie|x-api-key|api-key|apikey"
+    r"(?i)((?:proxy-)?authorization|set-cookie|cookie|x-api-key|api-key|apikey"
     r"|x-auth-token|x-amz-security-token|(?:aws_)?secret_access_key|aws_session_token|aws_security_token)"
     r"((?:\\*[\"'])?\s*[:=]\s*(?:\\*[\"'])?|\\*[\"']\s*,\s*b?\\*[\"'])((?:(?!\\+[rn\"'])[^\r\n\"'])*)"
 )
@@ -57,7 +57,12 @@ Since session s47 (round 10) also: after an escaped line break (``send: b'GET / 
 ...'``, http.client's debug output, where ``\\b`` finds no word start), with escaped quotes (``{\\"Cookie\\":
 \\"...\\"}``, a body in the access log's JSON) and as a header tuple (``('set-cookie', '...')``,
 ``(b'cookie', b'...')``: aiohttp's, httpx's and hpack's raw headers), where the cookie went through whole; the
-value ends at an escaped line break or quote, so the headers after it stay readable."""
+value ends at an escaped line break or quote, so the headers after it stay readable.
+
+Since round 16 (session s48) a name is found whatever is glued before it, and that text is kept
+(``xCookie: [REDACTED]``, ``_Authorization: [REDACTED]``, ``1X-Api-Key: [REDACTED]``): a word
+boundary, or an escaped line break, had to come before the name, and a letter, digit or underscore
+glued to it let the value through, as round 15 found for a URL's scheme."""
 _AWS_KEY_PAIR: Final = re.compile(
     r"(?<![A-Z0-9])((?:AKIA|ASIA)[A-Z0-9]{16}[\"']?(?:\s*[:,=]\s*|\s+)[\"']?)"
     r"(?<![A-Za-z0-9/+])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])"
@@ -80,6 +85,16 @@ the access log's JSON form of a multi-line text; ``redis://u:<a>@h1,redis://u:<b
 the second URL's user-info went through as the first one's path. A URL in another's query value
 (``?next=https://...``) is masked as a URL of its own now: its user-info, query values and secret
 path segments, not its host and path."""
+_ENCODED_URL: Final = re.compile(
+    r"(?i)(?<![\w+.-])([\w+.-]+%3A%2F%2F)((?:(?!%2F|%3F|%23)[^\s\"'<>\\&/?#@])*)%40"
+)
+"""A URL percent-encoded whole (``redis%3A%2F%2Fu%3Ap%40h``: a URL in another's query value or a form
+field, as a client writes it), its scheme taken as :data:`_URL` takes one, and its user-info up to the
+last ``%40`` before the encoded path, query or fragment (``%2F``, ``%3F``, ``%23``) or the end of the
+value: masked whole, as :func:`redact_url` masks a plain URL's. Until session s48 (round 16) only a
+plain ``://`` was found, and an encoded URL's password went through outside a plain URL's query."""
+_ENCODED_URL_MARK: Final = "%40"
+"""What an encoded user-info needs (an encoded ``@``, digits only, whatever the case): the cheap test."""
 _URL_PARTS: Final = re.compile(r"(?s)([^:]*://)(?:([^/?#]*)@)?([^?#]*)(?:\?([^#]*))?(?:#(.*))?")
 """Scheme, user-info (up to the last ``@`` before the path: a password may hold an unencoded ``@``),
 host and path, query, fragment."""
@@ -1010,6 +1025,8 @@ def needs_redaction(text: str) -> bool:
         return True
     if _target_secrets(text) or _lone_secret(text) or _escaped_or_bytes_secrets(text) or _dsn_secrets(text):
         return True
+    if _ENCODED_URL_MARK in text and _ENCODED_URL.search(text):
+        return True
     lowered = text.lower()
     return (
         _form_secrets(lowered)
@@ -1101,6 +1118,8 @@ def redact(text: str) -> str:
         return text
     if "://" in text and (_URL_SECRET_MARKS.intersection(text) or _PATH_HINT.search(text) or "eyJ" in text):
         text = _URL.sub(lambda m: redact_url(m.group(0)), text)
+    if _ENCODED_URL_MARK in text:
+        text = _ENCODED_URL.sub(lambda m: f"{m.group(1)}{MASK}%40", text)
     if _dsn_secrets(text):
         text = _DSN.sub(lambda m: f"{m.group(1)}:{MASK}@", text)
     if _target_secrets(text):

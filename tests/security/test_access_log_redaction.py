@@ -366,6 +366,7 @@ def _shapes(secret: str) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
         (f"bad key {der} refused", der[-40:]),
         (f"rediss://user:{secret}@cache.example:6379", secret),
         (f"postgres://:{secret}@[::1]:5432/db", secret),
+        (f"redis%3A%2F%2Fu%3A{secret}%40cache.example%3A6379", secret),
     ]
     cut = [
         (f'{{"password": "{secret}', secret),
@@ -383,12 +384,13 @@ def _shapes(secret: str) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
 
 
 _SECRET = st.text(alphabet="ABCDEFGHJKLMNPQRSTUVWXYZabcdefghjkmnpqrstuvwxyz23456789", min_size=6, max_size=10)
-_PREFIXES = st.sampled_from(["", "upstream said ", "error: "])
 _GLUED_PREFIXES = st.sampled_from(
     ["", "upstream said ", "error: ", "_", "x", "1", "é", "url=", "(", "\\n", "a.b+"]
 )
-"""Text before a URL, glued to its scheme too: the user-info went through after an underscore, digit
-or letter glued to the scheme (``_rediss://user:<password>@host``) until session s48 (round 15).
+"""Text before a shape, glued to it too: the user-info went through after an underscore, digit
+or letter glued to the scheme (``_rediss://user:<password>@host``) until session s48 (round 15), a
+credential header's value after one glued to its name (``xCookie: sid=<secret>``) until round 16,
+when these prefixes were drawn for every shape, not for URLs only.
 A URL after another one with only a backslash between (``redis://u:<a>@h\\_redis://u:<b>@h``) was taken
 for the first one's path, its user-info shown, until round 15 too."""
 _SEPARATORS = st.sampled_from([" ", "; ", "\n", " | ", ": ", '" ', "' ", "\\", "\t"])
@@ -403,7 +405,7 @@ def _planted_text(draw: st.DrawFn) -> tuple[str, list[str]]:
     for index in range(count):
         whole, cut = _shapes("Zq7" + draw(_SECRET) + "x9")
         text, piece = draw(st.sampled_from(whole + cut if index == count - 1 else whole))
-        pieces.append(draw(_GLUED_PREFIXES if "://" in text else _PREFIXES) + text)
+        pieces.append(draw(_GLUED_PREFIXES) + text)
         planted.append(piece)
         if index < count - 1:
             pieces.append(draw(_SEPARATORS))

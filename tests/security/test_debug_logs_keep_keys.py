@@ -824,6 +824,60 @@ def test_a_url_s_user_info_is_masked_whatever_is_glued_before_its_scheme(text: s
     assert "p4ss" not in redact(text)
 
 
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("xCookie: sid=p4ssw0rd", f"xCookie: {MASK}"),
+        ("_Cookie: sid=p4ssw0rd; Path=/", f"_Cookie: {MASK}"),
+        ("1Cookie: sid=p4ssw0rd", f"1Cookie: {MASK}"),
+        ("éSet-Cookie: sid=p4ssw0rd", f"éSet-Cookie: {MASK}"),
+        ("hdrAuthorization: Token p4ssw0rd", f"hdrAuthorization: {MASK}"),
+        ("_Proxy-Authorization: Token p4ssw0rd", f"_Proxy-Authorization: {MASK}"),
+        ("1X-Api-Key: p4ssw0rd", f"1X-Api-Key: {MASK}"),
+        ("hX-Auth-Token: p4ssw0rd", f"hX-Auth-Token: {MASK}"),
+        ("x_apikey=p4ssw0rd", f"x_apikey={MASK}"),
+        ("0X-Amz-Security-Token: p4ssw0rd", f"0X-Amz-Security-Token: {MASK}"),
+        (
+            "send: b'GET / HTTP/1.1\\r\\nxCookie: a=p4ssw0rd\\r\\nHost: h'",
+            f"send: b'GET / HTTP/1.1\\r\\nxCookie: {MASK}\\r\\nHost: h'",
+        ),
+    ],
+)
+def test_a_credential_header_is_masked_whatever_is_glued_before_its_name(text: str, shown: str) -> None:
+    """Until session s48 (round 16) a word boundary (or an escaped line break) had to come before a
+    credential header's name: a letter, digit or underscore glued to it (``xCookie: sid=...``) let the
+    value through. The glued text is kept, as a URL's is before its scheme (round 15)."""
+    assert needs_redaction(text), text
+    assert redact(text) == shown
+    assert _logged(text).endswith(f": {shown}\n")
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("redis%3A%2F%2Fu%3Ap4ssw0rd%40h", f"redis%3A%2F%2F{MASK}%40h"),
+        ("redis%3a%2f%2fu%3ap4ssw0rd%40h%2f0", f"redis%3a%2f%2f{MASK}%40h%2f0"),
+        ("url=rediss%3A%2F%2F%3Ap4ssw0rd%40h%3A6379&db=0", f"url=rediss%3A%2F%2F{MASK}%40h%3A6379&db=0"),
+        ("_https%3A%2F%2Fu%3Ap4ss%40w%40h%3Fa%3D1", f"_https%3A%2F%2F{MASK}%40h%3Fa%3D1"),
+        ("a redis%3A%2F%2Fu%3Ap4ssw0rd%40h b", f"a redis%3A%2F%2F{MASK}%40h b"),
+    ],
+)
+def test_a_percent_encoded_url_s_user_info_is_masked(text: str, shown: str) -> None:
+    """Until session s48 (round 16) only a plain ``://`` was taken for a URL: a URL percent-encoded
+    whole, on its own (not in a plain URL's query), showed its password, and :func:`needs_redaction`
+    judged the text clean."""
+    assert needs_redaction(text), text
+    assert redact(text) == shown
+    assert _logged(text).endswith(f": {shown}\n")
+
+
+def test_percent_encoded_text_without_user_info_stays() -> None:
+    """An encoded ``@`` outside a URL's user-info (an e-mail address, a path) is no credential."""
+    for text in ("to a%40b.com", "https%3A%2F%2Fexample.com%2Fx%40y", "redis%3A%2F%2Fh%2Fu%40x"):
+        assert redact(text) == text, text
+        assert not needs_redaction(text), text
+
+
 @pytest.mark.parametrize("name", ["rsa-pkcs8", "rsa-pkcs1", "ec-sec1", "encrypted"])
 @pytest.mark.parametrize("before", [b"\x00\x01", b"KEY:", b"\x00\x00\x04\xc1\x08"])
 def test_a_key_s_der_after_other_bytes_in_a_repr_is_masked(name: str, before: bytes) -> None:
