@@ -335,7 +335,10 @@ def _mode(**values: Any) -> Any:
             lambda d: d["inference"]["globalHeartbeatToken"].update(
                 secretArn="arn:aws:ssm:us-east-1:123456789012:parameter/igw-global-redis"
             ),
-            ["inference.globalHeartbeatToken.secretArn: 'arn:aws:ssm:"],
+            [
+                "inference.globalHeartbeatToken.secretArn: must be a Secrets Manager secret's full ARN",
+                "got 'arn:aws:ssm:",
+            ],
         ),
         (
             lambda d: d["inference"]["globalHeartbeatToken"].update(
@@ -382,7 +385,7 @@ def _mode(**values: Any) -> Any:
         ),
         (
             lambda d: d["inference"]["globalHeartbeatToken"].update(refreshInterval="1d"),
-            ["inference.globalHeartbeatToken.refreshInterval: '1d' does not match"],
+            ["inference.globalHeartbeatToken.refreshInterval: must be a duration", "got '1d'"],
         ),
         (
             lambda d: d["inference"]["globalHeartbeatToken"].update(bogus=1),

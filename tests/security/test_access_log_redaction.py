@@ -8,6 +8,7 @@ import dataclasses
 import io
 import logging
 import random
+import re
 from collections.abc import Iterator
 
 import orjson
@@ -393,6 +394,12 @@ credential header's value after one glued to its name (``xCookie: sid=<secret>``
 when these prefixes were drawn for every shape, not for URLs only.
 A URL after another one with only a backslash between (``redis://u:<a>@h\\_redis://u:<b>@h``) was taken
 for the first one's path, its user-info shown, until round 15 too."""
+_GLUED_BEFORE_A_HEADER = st.sampled_from(["", "upstream said ", "error: ", "_", "1", "é", "(", "\\n", "a.b+"])
+"""The glued prefixes without an ASCII letter: after one a header's name is part of another word
+(``forwardAuthorization: true``, ``preauthorization: pending``), which round 16 masked at first."""
+_HEADER_SHAPE = re.compile(
+    r"(?i)(?:proxy-)?authorization|set-cookie|cookie|x-api-key|api-key|apikey|x-auth-token|x-amz"
+)
 _SEPARATORS = st.sampled_from([" ", "; ", "\n", " | ", ": ", '" ', "' ", "\\", "\t"])
 
 
@@ -405,7 +412,8 @@ def _planted_text(draw: st.DrawFn) -> tuple[str, list[str]]:
     for index in range(count):
         whole, cut = _shapes("Zq7" + draw(_SECRET) + "x9")
         text, piece = draw(st.sampled_from(whole + cut if index == count - 1 else whole))
-        pieces.append(draw(_GLUED_PREFIXES) + text)
+        glue = _GLUED_BEFORE_A_HEADER if _HEADER_SHAPE.match(text) else _GLUED_PREFIXES
+        pieces.append(draw(glue) + text)
         planted.append(piece)
         if index < count - 1:
             pieces.append(draw(_SEPARATORS))

@@ -827,29 +827,42 @@ def test_a_url_s_user_info_is_masked_whatever_is_glued_before_its_scheme(text: s
 @pytest.mark.parametrize(
     ("text", "shown"),
     [
-        ("xCookie: sid=p4ssw0rd", f"xCookie: {MASK}"),
         ("_Cookie: sid=p4ssw0rd; Path=/", f"_Cookie: {MASK}"),
         ("1Cookie: sid=p4ssw0rd", f"1Cookie: {MASK}"),
         ("éSet-Cookie: sid=p4ssw0rd", f"éSet-Cookie: {MASK}"),
-        ("hdrAuthorization: Token p4ssw0rd", f"hdrAuthorization: {MASK}"),
         ("_Proxy-Authorization: Token p4ssw0rd", f"_Proxy-Authorization: {MASK}"),
         ("1X-Api-Key: p4ssw0rd", f"1X-Api-Key: {MASK}"),
-        ("hX-Auth-Token: p4ssw0rd", f"hX-Auth-Token: {MASK}"),
+        ("9X-Auth-Token: p4ssw0rd", f"9X-Auth-Token: {MASK}"),
         ("x_apikey=p4ssw0rd", f"x_apikey={MASK}"),
         ("0X-Amz-Security-Token: p4ssw0rd", f"0X-Amz-Security-Token: {MASK}"),
         (
-            "send: b'GET / HTTP/1.1\\r\\nxCookie: a=p4ssw0rd\\r\\nHost: h'",
-            f"send: b'GET / HTTP/1.1\\r\\nxCookie: {MASK}\\r\\nHost: h'",
+            "send: b'GET / HTTP/1.1\\r\\n_Cookie: a=p4ssw0rd\\r\\nHost: h'",
+            f"send: b'GET / HTTP/1.1\\r\\n_Cookie: {MASK}\\r\\nHost: h'",
         ),
     ],
 )
 def test_a_credential_header_is_masked_whatever_is_glued_before_its_name(text: str, shown: str) -> None:
     """Until session s48 (round 16) a word boundary (or an escaped line break) had to come before a
-    credential header's name: a letter, digit or underscore glued to it (``xCookie: sid=...``) let the
-    value through. The glued text is kept, as a URL's is before its scheme (round 15)."""
+    credential header's name: a digit, underscore or non-ASCII letter glued to it (``_Cookie: sid=...``)
+    let the value through. The glued text is kept, as a URL's is before its scheme (round 15)."""
     assert needs_redaction(text), text
     assert redact(text) == shown
     assert _logged(text).endswith(f": {shown}\n")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Either set spec.authorization.forwardAuthorization: true on the router",
+        "preauthorization: pending review",
+        "the gateway's xCookie: handling is documented",
+    ],
+)
+def test_a_name_ending_in_a_header_s_name_after_a_letter_is_not_a_credential_header(text: str) -> None:
+    """Round 16 first found a header's name after any glued text, which masked the audit's advice
+    ``forwardAuthorization: true`` (a camel-case setting) and words like ``preauthorization``: the final
+    CI of session s48 caught it. After an ASCII letter the name is part of another word."""
+    assert redact(text) == text
 
 
 @pytest.mark.parametrize(
