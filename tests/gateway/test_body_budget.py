@@ -275,3 +275,37 @@ async def test_the_heap_is_trimmed_once_per_burst_when_its_bodies_are_all_given_
     held.release()  # the peak was kept: this drain trims
     await wait_for(lambda: len(trims) == 3, what="the held burst's trim")
     assert trim.trims == 3
+
+
+async def test_a_pending_trim_is_cancelled_at_shutdown_and_none_is_scheduled_after(tmp_path: Path) -> None:
+    """One trim pending at most (a second drain within the interval adds none); the app's cleanup
+    cancels the pending one and later drains schedule nothing (no trim once shutdown began)."""
+    trims: list[int] = []
+    async with running(FakeModelServer("a")) as (a,), gateway(tmp_path, a.key, budget=100 * MIB) as (_, app):
+        state = app[STATE_KEY]
+        budget = state.body_budget
+
+        def fake_trim() -> bool:
+            trims.append(1)
+            return True
+
+        trim = state.heap_trim = HeapTrim(budget, interval_s=3600.0, trim=fake_trim)
+
+        def burst() -> None:
+            hold = budget.take(60 * MIB)
+            assert hold is not None
+            hold.release()
+
+        burst()
+        await wait_for(lambda: trims == [1], what="the first burst's trim")
+        burst()  # within the interval: pending until its end
+        assert trim.pending
+        handle = trim._pending
+        burst()  # a second drain while one is pending: still the one
+        assert trim._pending is handle
+    assert not trim.pending
+    assert handle is not None
+    assert handle.cancelled()
+    burst()  # a drain after the cleanup: nothing scheduled
+    assert not trim.pending
+    assert trims == [1]

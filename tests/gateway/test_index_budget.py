@@ -8,6 +8,7 @@ import random
 import time
 from pathlib import Path
 
+import orjson
 import pytest
 import yaml
 
@@ -225,14 +226,17 @@ async def test_a_reload_that_raises_the_queue_rechecks_the_plan_and_warns(
 
 
 @pytest.mark.parametrize(
-    ("flow", "configured"), [({}, False), ({"maxBytes": QUEUE_DEFAULT_BYTES}, True), (None, False)]
+    ("flow", "configured"),
+    [({}, False), ({"maxBytes": QUEUE_DEFAULT_BYTES}, False), ({"maxBytes": 96 * MIB}, True), (None, False)],
 )
 def test_the_start_plan_calls_max_bytes_configured_only_where_the_file_sets_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flow: dict[str, object] | None, configured: bool
 ) -> None:
     """The loader fills ``flowControl.maxBytes`` in from the schema's default once ``flowControl`` is
     present: the start log and the WARNING called that default configured, and told the operator to
-    lower a value the file never set (until session s48)."""
+    lower a value the file never set (until session s48). In operator mode the API server writes the
+    CRD's default (128 MiB) into the object: that value is not configured either (until session s49);
+    a value other than the default is."""
     from igw import launch
 
     path = tmp_path / "igwc.yaml"
@@ -240,7 +244,8 @@ def test_the_start_plan_calls_max_bytes_configured_only_where_the_file_sets_it(
     config = load_gateway_config(path)
     monkeypatch.setattr(launch, "memory_limit", lambda: GIB // 4)  # too small: the plan warns
     plan = launch._memory_plan(config, launch.LaunchOptions(config_path=str(path)), 1)
-    assert (plan.queue_bytes, plan.queue_configured) == (QUEUE_DEFAULT_BYTES, configured)
+    stated = flow.get("maxBytes", QUEUE_DEFAULT_BYTES) if flow is not None else QUEUE_DEFAULT_BYTES
+    assert (plan.queue_bytes, plan.queue_configured) == (stated, configured)
     assert ("(flowControl.maxBytes)" in plan.describe()) is configured
     warning = plan.overcommit_warning()
     assert warning is not None
@@ -248,3 +253,11 @@ def test_the_start_plan_calls_max_bytes_configured_only_where_the_file_sets_it(
         assert "lower spec.extensions.flowControl.maxBytes" in warning
     else:
         assert "set spec.extensions.flowControl.maxBytes below its default 128 MiB" in warning
+
+
+def test_the_queue_default_the_plan_counts_is_the_schemas_default() -> None:
+    """``configured_queue_bytes`` takes a value equal to :data:`QUEUE_DEFAULT_BYTES` for the API
+    server's filled-in default: the two must stay equal."""
+    schema = orjson.loads((Path(__file__).parents[2] / "addon" / "configuration-schema.json").read_bytes())
+    flow = schema["definitions"]["InferenceGatewayConfigSpec"]["properties"]["extensions"]["properties"]
+    assert flow["flowControl"]["properties"]["maxBytes"]["default"] == QUEUE_DEFAULT_BYTES

@@ -415,6 +415,7 @@ def create_app(
                 state.check_config_now = reloader.nudge
             yield
         finally:
+            state.heap_trim.close()
             state.check_config_now = None
             if reloader is not None:
                 await reloader.stop()

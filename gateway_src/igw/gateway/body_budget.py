@@ -141,9 +141,15 @@ class HeapTrim:
     (:meth:`drained`), a trim is scheduled as a callback of its own (not in the request's
     release), at most once per ``interval_s``: a drain sooner than that waits for the interval's
     end, and is skipped if bodies are held again by then (that burst's own drain trims). Counted in
-    ``igw_heap_trims_total``, its time logged at debug."""
+    ``igw_heap_trims_total``, its time logged at debug.
 
-    __slots__ = ("_budget", "_clock", "_interval_s", "_last", "_pending", "_trim", "trims")
+    The trim runs on the event loop, one at a time (one callback pending at most), not in a thread:
+    ``malloc_trim`` holds the main arena's lock while it walks the heap, so a loop that allocates
+    meanwhile (a serving gateway does) waits for it all the same (docs/gateway.md, "The heap after a
+    burst of bodies"). :meth:`close` (the app's cleanup, at shutdown) cancels a pending trim and
+    schedules none after it."""
+
+    __slots__ = ("_budget", "_clock", "_closed", "_interval_s", "_last", "_pending", "_trim", "trims")
 
     def __init__(
         self,
@@ -159,20 +165,35 @@ class HeapTrim:
         self._clock = clock
         self._last: float | None = None
         self._pending: asyncio.TimerHandle | None = None
+        self._closed = False
         self.trims = 0
         budget.trim = self
 
+    @property
+    def pending(self) -> bool:
+        """Whether a trim is scheduled and has not run yet."""
+        return self._pending is not None
+
     def drained(self) -> None:
-        """The bytes held are back to 0 after a burst: trim soon, unless a trim is pending already."""
-        if self._pending is not None:
+        """The bytes held are back to 0 after a burst: trim soon, unless a trim is pending already
+        or the process is shutting down (:meth:`close`)."""
+        if self._pending is not None or self._closed:
             return
         wait = 0.0 if self._last is None else max(0.0, self._last + self._interval_s - self._clock())
         self._pending = asyncio.get_running_loop().call_later(wait, self._run)
 
+    def close(self) -> None:
+        """Shutting down: cancel a pending trim and schedule none after this (the bodies' last
+        drains during the cleanup would otherwise trim a heap the process is about to give back)."""
+        self._closed = True
+        if self._pending is not None:
+            self._pending.cancel()
+            self._pending = None
+
     def _run(self) -> None:
         self._pending = None
         budget = self._budget
-        if budget.held:  # another burst under way: its own drain trims (the peak is kept)
+        if budget.held or self._closed:  # another burst under way: its own drain trims (the peak is kept)
             return
         budget.peak = 0
         started = self._clock()

@@ -275,8 +275,11 @@ def configured_queue_bytes(flow_extension: object) -> int | None:
     """``spec.extensions.flowControl.maxBytes`` as the configuration sets it (``flow_extension``: the
     extension as the document states it, :attr:`~igw.config.model.GatewayConfig.stated_extensions`,
     not with the schema's defaults filled in), ``None`` when it is left to its default or flow
-    control is absent."""
+    control is absent. A value equal to the schema's default (:data:`QUEUE_DEFAULT_BYTES`) counts as
+    left to it: in operator mode the API server writes the CRD's defaults into the object, so the
+    stated document carries ``maxBytes: 134217728`` that nobody set, and the plan's log and WARNING
+    called it configured (until session s49)."""
     if not isinstance(flow_extension, Mapping):
         return None
     value = flow_extension.get("maxBytes")
-    return None if value is None else int(value)
+    return None if value is None or int(value) == QUEUE_DEFAULT_BYTES else int(value)

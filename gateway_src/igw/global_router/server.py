@@ -1579,6 +1579,7 @@ def create_global_app(
         try:
             yield
         finally:
+            router.heap_trim.close()
             await fleet.stop()
             await app[SESSION_KEY].close()
             await router.model_limits.close()
