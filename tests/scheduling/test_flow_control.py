@@ -1258,6 +1258,26 @@ def test_pools_sharing_max_bytes_never_hold_more_than_it(ops: list[tuple[int, st
         assert shared.held == sum(p.queued_bytes for p in pools) <= max_bytes
 
 
+def test_bytes_leaving_by_ttl_do_not_count_as_drain_for_retry_after() -> None:
+    """A TTL exit frees bytes but is not service: a pool whose queue only expires (nothing
+    dispatched) tells a refusal by the shared bytes ``maxSeconds``, as a stalled queue does, and
+    one that dispatched too is told its dispatches' drain alone."""
+    a, b = _pools(2)
+    for i in range(5):
+        assert _offer(a, f"old{i}", size_bytes=10, now=0.0).queued  # expire at 30 s
+    for i in range(5):
+        assert _offer(a, f"new{i}", size_bytes=10, now=25.0).queued
+    assert not _offer(a, "x", size_bytes=10, now=29.0).queued  # full: 100 bytes
+    assert [s.reason for s in a.expire(30.0)] == [ShedReason.TTL_EXPIRED] * 5
+    for i in range(5):
+        assert _offer(a, f"more{i}", size_bytes=10, now=30.0).queued  # the overload refills them
+    refused = _offer(b, "b0", size_bytes=60, now=30.0)  # past its share (50): refused
+    assert (refused.queued, refused.wait_bytes) == (False, 60)
+    assert b.retry_after_s(30.0, wait_bytes=refused.wait_bytes) == 60
+    _take_next(a, 30.0)  # one dispatch a second of 10-byte requests: 10 bytes a second
+    assert b.retry_after_s(31.0, wait_bytes=20) == 2
+
+
 def test_retry_after_of_a_refusal_by_the_shared_bytes_counts_the_other_pools_drain() -> None:
     """A light pool's arrival refused because another pool's queue held the budget was told 1 s (its
     own queue empty, its requests sent straight at 10/s) while that queue drained 2 bytes a second:

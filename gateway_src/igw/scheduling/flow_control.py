@@ -1476,7 +1476,13 @@ class FlowController:
 
     def _byte_rate(self, now: float) -> float:
         """Bytes a second this queue gives up by dispatching: its recent dispatches from the queue
-        (:meth:`take`, over the span :meth:`retry_after_s` uses) times its mean queued request."""
+        (:meth:`take`, over the span :meth:`retry_after_s` uses) times its mean queued request.
+
+        Requests leaving by TTL (:meth:`expire`), by a shed or by a cancel are not counted, as they
+        are not in the dispatch rate: they free bytes but are not service. A queue whose requests
+        only expire is not being served, and its freed bytes go to the next arrivals of an overload
+        that is still running; counting them would tell a refused client to come back for capacity
+        that is not there, to wait in a queue that does not move and expire in turn."""
         if not self._by_id:
             return 0.0
         self._taken.forget(now)
