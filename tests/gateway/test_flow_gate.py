@@ -862,6 +862,99 @@ async def test_a_lowered_max_bytes_sheds_across_every_pool_lowest_band_newest_fi
     await asyncio.wait_for(asyncio.gather(*tasks), timeout=10)
 
 
+async def _queue(
+    gates: FlowGates, pool: str, count: int, priority: int, size: int
+) -> list[asyncio.Task[Any]]:
+    """``count`` requests of ``priority`` and ``size`` bytes offered to ``pool`` (never placed)."""
+    tasks = [
+        asyncio.create_task(
+            gates.wait(
+                scheduler=pool,
+                request_id=f"{pool}-{i}",
+                priority=priority,
+                tenant="t",
+                size_bytes=size,
+                max_queue_s=None,
+                pick=lambda: SATURATED,
+            )
+        )
+        for i in range(count)
+    ]
+    await wait_for(lambda: sum(gates.depths(pool).values()) == count, what=f"{pool}'s requests queued")
+    return tasks
+
+
+async def test_a_lowered_max_bytes_sheds_the_pool_most_over_its_share_not_the_pools_within_theirs() -> None:
+    """A reload lowering ``maxBytes`` from 100 to 60 bytes shed the lowest band newest first across
+    every pool: two light pools' Sheddable requests, 20 bytes each (their share of 60), all went,
+    and the flooded pool kept its 60 (until session s49)."""
+    gates = FlowGates(registry=CollectorRegistry(), clock=lambda: 0.0)
+    band = BandLimits(max_requests=100, max_bytes=1 << 30, ttl_s=30.0)
+    bands = {p: band for p in (SHEDDABLE, STANDARD, CRITICAL)}
+    gates.configure(
+        FlowControlSettings(poll_interval_s=60.0, max_bytes=100, bands=bands), retry_after_bounds=(1, 30)
+    )
+    light = await _queue(gates, "a", 2, SHEDDABLE, 10) + await _queue(gates, "b", 2, SHEDDABLE, 10)
+    flood = await _queue(gates, "flood", 6, CRITICAL, 10)
+    gates.configure(
+        FlowControlSettings(poll_interval_s=60.0, max_bytes=60, bands=bands), retry_after_bounds=(1, 30)
+    )
+    assert [gates.queued_bytes(p) for p in ("a", "b", "flood")] == [20, 20, 20]
+    await wait_for(lambda: sum(t.done() for t in flood) == 4, what="the flood's newest shed")
+    assert [t.done() for t in light + flood] == [False] * 6 + [True] * 4
+    assert {t.result().reason.value for t in flood[2:]} == {"queue_full"}
+    assert gates.metrics.rejections.labels("flood", str(CRITICAL), "t", "queue_full")._value.get() == 4
+    gates.configure(None, retry_after_bounds=(1, 30))
+    await asyncio.wait_for(asyncio.gather(*light, *flood), timeout=10)
+
+
+async def test_a_request_displaced_by_another_pools_arrival_is_told_when_its_own_pool_takes_it() -> None:
+    """A ``pool_share`` victim's ``Retry-After`` is its own pool's: the queue ahead of it there at
+    that pool's dispatch rate, what the same request coming straight back is told (refused, its pool
+    over its share), not the arriving pool's (nothing dispatched there: ``maxSeconds``)."""
+    clock = [0.0]
+    gates, pool = FlowGates(registry=CollectorRegistry(), clock=lambda: clock[0]), Pool()
+    band = BandLimits(max_requests=100, max_bytes=1 << 30, ttl_s=30.0)
+    settings = FlowControlSettings(
+        poll_interval_s=0.001, dispatch_per_endpoint=100, max_bytes=100, bands={STANDARD: band}
+    )
+    gates.configure(settings, retry_after_bounds=(1, 60))
+
+    def offer(scheduler: str, rid: str) -> asyncio.Task[RoutingDecision | Refused]:
+        return asyncio.create_task(
+            gates.wait(
+                scheduler=scheduler,
+                request_id=rid,
+                priority=STANDARD,
+                tenant="t",
+                size_bytes=10,
+                max_queue_s=None,
+                pick=lambda: pool.picker(rid) if scheduler == "flood" else SATURATED,
+            )
+        )
+
+    flood = [offer("flood", f"f{i}") for i in range(10)]
+    await wait_for(lambda: gates.depths("flood") == {STANDARD: 10}, what="the flood queued")
+    pool.free = 2
+    clock[0] = 0.5
+    gates.pump("flood")
+    await wait_for(lambda: gates.depths("flood") == {STANDARD: 8}, what="two dispatched from the queue")
+    flood += [offer("flood", f"f{i}") for i in range(10, 12)]
+    await wait_for(lambda: gates.queued_bytes("flood") == 100, what="the flood holding all of maxBytes")
+    clock[0] = 1.0  # the flood's queue turns over 2 requests a second
+    light = offer("light", "l0")
+    await wait_for(lambda: flood[-1].done(), what="the flood's newest displaced")
+    displaced = flood[-1].result()
+    assert isinstance(displaced, Refused)
+    assert displaced.reason.value == "pool_share"
+    assert displaced.retry_after_s == 5  # 9 ahead of it in the flood's queue, + itself, at 2/s
+    back = await offer("flood", "back")
+    assert isinstance(back, Refused)
+    assert (back.reason.value, back.retry_after_s) == ("queue_full", 5)
+    gates.configure(None, retry_after_bounds=(1, 60))
+    await asyncio.wait_for(asyncio.gather(*flood, light), timeout=10)
+
+
 async def test_a_pool_flooded_with_large_prompts_leaves_the_other_pools_their_share_of_max_bytes() -> None:
     """A flooded pool's queue held the whole process's ``maxBytes``, and a light pool's every
     arrival was refused ``queue_full`` with a Retry-After of its own empty queue's (until session

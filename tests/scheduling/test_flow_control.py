@@ -28,6 +28,7 @@ from igw.scheduling.flow_control import (
     Offer,
     Ordering,
     QueueBytes,
+    Shed,
     ShedReason,
     least_wait,
     predicted_wait_s,
@@ -1158,12 +1159,67 @@ def test_a_flooded_pool_gives_up_its_newest_lowest_band_request_to_a_pool_within
     assert not _offer(a, "a9", CRITICAL, size_bytes=10).queued
 
 
+def _reload(pools: list[FlowController], max_bytes: int, now: float) -> list[tuple[FlowController, Shed]]:
+    """Apply a lowered ``maxBytes`` as :meth:`FlowGates.configure` does: each queue, then the total."""
+    settings = _settings(max_bytes=max_bytes)
+    shed = [(fc, s) for fc in pools for s in fc.reconfigure(settings, engine_priority=None, now=now)]
+    return shed + list(pools[0].shared_bytes.fit(max_bytes))
+
+
+def _within_share_lost(
+    held: dict[int, int], shed: list[tuple[FlowController, Shed]], max_bytes: int
+) -> list[str]:
+    """The requests in ``shed`` (in order) taken from a pool within its share of ``max_bytes`` while
+    another pool held more than its share; ``held``: each pool's bytes before (by ``id``)."""
+    wrong: list[str] = []
+    for fc, s in shed:
+        share = max_bytes / sum(1 for b in held.values() if b > 0)
+        if held[id(fc)] <= share and any(b > share for b in held.values()):
+            wrong.append(s.request.request_id)
+        held[id(fc)] -= s.request.size_bytes
+    return wrong
+
+
+def test_a_lowered_max_bytes_sheds_the_pool_most_over_its_share_first() -> None:
+    """A reload lowering ``maxBytes`` shed the lowest band newest first across every pool: two light
+    pools, each holding its share (20 of 60), lost all their requests while a flooded pool kept
+    three times its own (until session s49)."""
+    a, b, flood = pools = _pools(3)
+    for i in range(2):
+        assert _offer(a, f"a{i}", SHEDDABLE, size_bytes=10).queued
+        assert _offer(b, f"b{i}", SHEDDABLE, size_bytes=10).queued
+    for i in range(6):
+        assert _offer(flood, f"f{i}", CRITICAL if i < 3 else STANDARD, size_bytes=10).queued
+    held = {id(p): p.queued_bytes for p in pools}
+    shed = _reload(pools, 60, now=1.0)
+    # the flood's Standard band, newest first, then its Critical one; a and b untouched
+    assert [(fc is flood, s.request.request_id, s.reason) for fc, s in shed] == [
+        (True, rid, ShedReason.QUEUE_FULL) for rid in ["f5", "f4", "f3", "f2"]
+    ]
+    assert (a.queued_bytes, b.queued_bytes, flood.queued_bytes, a.shared_bytes.held) == (20, 20, 20, 60)
+    assert _within_share_lost(held, shed, 60) == []
+
+
+@pytest.mark.parametrize(("b_priority", "expected"), [(STANDARD, ["a0"]), (SHEDDABLE, ["b1"])])
+def test_a_lowered_max_bytes_sheds_pools_holding_as_much_lowest_band_first(
+    b_priority: int, expected: list[str]
+) -> None:
+    """Between pools holding as many bytes: the lower band's request goes first, then the later
+    arrival (b's requests arrived after a's)."""
+    a, b = _pools(2)
+    assert _offer(a, "a0", SHEDDABLE, size_bytes=20).queued
+    assert _offer(b, "b0", b_priority, size_bytes=10, now=1.0).queued
+    assert _offer(b, "b1", b_priority, size_bytes=10, now=1.0).queued
+    shed = _reload([a, b], 30, now=1.0)
+    assert [s.request.request_id for _, s in shed] == expected
+
+
 @settings(max_examples=200, deadline=None)
 @given(
     st.lists(
         st.tuples(
             st.integers(0, 2),
-            st.sampled_from(["offer", "offer", "offer", "take", "cancel"]),
+            st.sampled_from(["offer", "offer", "offer", "take", "cancel", "reload"]),
             st.sampled_from([SHEDDABLE, STANDARD, CRITICAL]),
             st.integers(1, 60),
         ),
@@ -1171,12 +1227,22 @@ def test_a_flooded_pool_gives_up_its_newest_lowest_band_request_to_a_pool_within
     )
 )
 def test_pools_sharing_max_bytes_never_hold_more_than_it(ops: list[tuple[int, str, int, int]]) -> None:
+    """Arrivals, dispatches, cancellations and reloads lowering ``maxBytes`` (to ``40 + size``):
+    the pools never hold more than it together, and neither an arrival nor a reload takes a
+    request from a pool within its share while another pool is over its own."""
     pools = _pools(3)
     shared = pools[0].shared_bytes
+    max_bytes = 100
     for step, (which, op, priority, size) in enumerate(ops):
         fc = pools[which]
-        if op == "offer":
-            share = 100 / (1 + sum(1 for p in pools if p is not fc and len(p)))
+        if op == "reload":
+            lowered = min(max_bytes, 40 + size)
+            held = {id(p): p.queued_bytes for p in pools}
+            shed = _reload(pools, lowered, now=0.0)  # nothing expires: only the bounds shed
+            assert _within_share_lost(held, shed, lowered) == []
+            max_bytes = lowered
+        elif op == "offer":
+            share = max_bytes / (1 + sum(1 for p in pools if p is not fc and len(p)))
             over = {id(p) for p in pools if p is not fc and p.queued_bytes > share}
             within = fc.queued_bytes + size <= share
             offer = _offer(fc, f"r{step}", priority, size_bytes=size)
@@ -1189,7 +1255,27 @@ def test_pools_sharing_max_bytes_never_hold_more_than_it(ops: list[tuple[int, st
                 fc.take(item, float(step))
         elif len(fc):
             fc.cancel(fc.queued()[0].request_id)
-        assert shared.held == sum(p.queued_bytes for p in pools) <= 100
+        assert shared.held == sum(p.queued_bytes for p in pools) <= max_bytes
+
+
+def test_bytes_leaving_by_ttl_do_not_count_as_drain_for_retry_after() -> None:
+    """A TTL exit frees bytes but is not service: a pool whose queue only expires (nothing
+    dispatched) tells a refusal by the shared bytes ``maxSeconds``, as a stalled queue does, and
+    one that dispatched too is told its dispatches' drain alone."""
+    a, b = _pools(2)
+    for i in range(5):
+        assert _offer(a, f"old{i}", size_bytes=10, now=0.0).queued  # expire at 30 s
+    for i in range(5):
+        assert _offer(a, f"new{i}", size_bytes=10, now=25.0).queued
+    assert not _offer(a, "x", size_bytes=10, now=29.0).queued  # full: 100 bytes
+    assert [s.reason for s in a.expire(30.0)] == [ShedReason.TTL_EXPIRED] * 5
+    for i in range(5):
+        assert _offer(a, f"more{i}", size_bytes=10, now=30.0).queued  # the overload refills them
+    refused = _offer(b, "b0", size_bytes=60, now=30.0)  # past its share (50): refused
+    assert (refused.queued, refused.wait_bytes) == (False, 60)
+    assert b.retry_after_s(30.0, wait_bytes=refused.wait_bytes) == 60
+    _take_next(a, 30.0)  # one dispatch a second of 10-byte requests: 10 bytes a second
+    assert b.retry_after_s(31.0, wait_bytes=20) == 2
 
 
 def test_retry_after_of_a_refusal_by_the_shared_bytes_counts_the_other_pools_drain() -> None:

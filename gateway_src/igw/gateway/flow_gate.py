@@ -419,24 +419,14 @@ class FlowGates:
 
     def _shed_past_shared_bytes(self, max_bytes: int) -> None:
         """After a reload, shed across every scheduler's queue until their bytes together fit
-        ``max_bytes`` (each queue's own reconfiguration fits only its own bytes): the lowest band
-        first, the newest first, whichever pool it waits for (``queue_full``), as one queue sheds."""
-        if self._queued_bytes.held <= max_bytes:
-            return
-        queued = sorted(
-            (
-                (item.priority, -item.enqueued_at, -item.seq, scheduler, item.request_id)
-                for scheduler, controller in self._controllers.items()
-                for item in controller.queued()
-            )
-        )
-        for _, _, _, scheduler, request_id in queued:
-            if self._queued_bytes.held <= max_bytes:
-                break
-            controller = self._controllers[scheduler]
-            victim = controller.cancel(request_id)
-            if victim is not None:
-                self._shed(scheduler, controller, (Shed(victim, ShedReason.QUEUE_FULL),))
+        ``max_bytes`` (each queue's own reconfiguration fits only its own bytes): the pool most over
+        its share of ``max_bytes`` first, its lowest band's newest request first (``queue_full``,
+        :meth:`~igw.scheduling.flow_control.QueueBytes.fit`), so a pool within its share keeps its
+        requests while another is over its own."""
+        for controller, shed in self._queued_bytes.fit(max_bytes):
+            scheduler = next((n for n, c in self._controllers.items() if c is controller), None)
+            if scheduler is not None:
+                self._shed(scheduler, controller, (shed,))
                 self._update_depth(scheduler, controller)
 
     def _reclassified(self, scheduler: str, controller: FlowController) -> dict[str, int]:

@@ -898,6 +898,38 @@ class QueueBytes:
         """Stop counting ``controller`` among the members (its pool was removed)."""
         self.members = [m for m in self.members if m is not controller]
 
+    def fit(self, max_bytes: int) -> tuple[tuple[FlowController, Shed], ...]:
+        """Shed queued requests until the members' bytes together fit ``max_bytes`` (a reload
+        lowered it; each member's :meth:`FlowController.reconfigure` fits only its own bytes), and
+        return them with their queues (``queue_full``).
+
+        The shares are an arrival's (:meth:`FlowController.offer`, ``pool_share``): each member
+        with queued requests is entitled to ``max_bytes`` divided by their number, and the member
+        holding the most, the one most over its share, gives up its lowest band's most recent
+        request first (between members holding as many, the lower band's request, then the later
+        arrival). While the total is over ``max_bytes`` that member is over its share, so a pool
+        within its share never loses a request while another is over it. Shedding the lowest band
+        newest first across every pool instead emptied two light pools, each within its share,
+        and left a flooded pool at three times its own untouched (until session s49)."""
+        order = {
+            id(m): sorted(m.queued(), key=lambda r: (r.priority, -r.seq), reverse=True) for m in self.members
+        }
+
+        def rank(m: FlowController) -> tuple[int, int, float]:
+            candidate = order[id(m)][-1]
+            return (m.queued_bytes, -candidate.priority, candidate.enqueued_at)
+
+        shed: list[tuple[FlowController, Shed]] = []
+        while self.held > max_bytes:
+            holding = [m for m in self.members if order[id(m)]]
+            if not holding:
+                break
+            most = max(holding, key=rank)
+            victim = order[id(most)].pop()
+            if most.cancel(victim.request_id) is not None:
+                shed.append((most, Shed(victim, ShedReason.QUEUE_FULL)))
+        return tuple(shed)
+
 
 def _dispatch_span(now: float, oldest: float) -> float:
     """The seconds a dispatch rate is taken over: since its oldest dispatch, within
@@ -1256,7 +1288,8 @@ class FlowController:
           arrival's ``fair_share`` rule keeps them), else the newest request of the band;
         * a queue over its new global bounds sheds from the lowest band up, newest first, as an
           arrival displaces (``queue_full``); the bytes counted are this queue's own (a shared
-          total, :class:`QueueBytes`, is fitted by its owner across its queues afterwards).
+          total, :class:`QueueBytes`, is fitted by its owner across its queues afterwards,
+          :meth:`QueueBytes.fit`).
 
         Raised limits need nothing here: the next dispatch pass reads them.
         """
@@ -1443,7 +1476,13 @@ class FlowController:
 
     def _byte_rate(self, now: float) -> float:
         """Bytes a second this queue gives up by dispatching: its recent dispatches from the queue
-        (:meth:`take`, over the span :meth:`retry_after_s` uses) times its mean queued request."""
+        (:meth:`take`, over the span :meth:`retry_after_s` uses) times its mean queued request.
+
+        Requests leaving by TTL (:meth:`expire`), by a shed or by a cancel are not counted, as they
+        are not in the dispatch rate: they free bytes but are not service. A queue whose requests
+        only expire is not being served, and its freed bytes go to the next arrivals of an overload
+        that is still running; counting them would tell a refused client to come back for capacity
+        that is not there, to wait in a queue that does not move and expire in turn."""
         if not self._by_id:
             return 0.0
         self._taken.forget(now)
