@@ -148,9 +148,34 @@ async def test_a_streamed_request_is_logged_at_its_end_with_its_bytes(
         True,
         [{"cluster": "c0", "outcome": "200"}],
     )
-    assert line["bytes_out"] > len(first + rest)  # the body as written: its head and chunk framing too
+    assert line["bytes_out"] == len(first + rest)  # the body: no head, no chunk framing
     assert line["ttfb_ms"] < line["duration_ms"]
     assert line["duration_ms"] >= 300  # four events 0.1 s apart: written at the end
+
+
+@pytest.mark.parametrize("tokens", [8, 1_200_000], ids=["sent-whole", "relayed-as-it-came"])
+async def test_bytes_out_is_the_body_sent_whether_whole_or_relayed(
+    caplog: pytest.LogCaptureFixture, tokens: int
+) -> None:
+    """One definition for both kinds of answer: the body bytes the client got. An answer over the
+    router's buffer (1 MiB) is relayed as it arrives; until session s49 its line counted the wire
+    bytes (head and framing) while a smaller answer's counted its body."""
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    async with (
+        running(FakeModelServer("east", tokens=tokens)) as (east,),
+        router(east) as url,
+        aiohttp.ClientSession() as http,
+        http.post(url + "/v1/completions", json=COMPLETION) as resp,
+    ):
+        body = await resp.read()
+        for _ in range(100):  # a relayed answer's handler returns just after its last bytes
+            if lines(caplog):
+                break
+            await asyncio.sleep(0.01)
+    assert resp.status == 200
+    assert len(body) > tokens
+    [line] = lines(caplog)
+    assert line["bytes_out"] == len(body)
 
 
 async def test_a_client_leaving_mid_stream_is_logged(caplog: pytest.LogCaptureFixture) -> None:

@@ -14,8 +14,9 @@ string), ``ts``, ``model``, ``tenant`` (a verified caller's only), ``status``, `
 was relayed), ``tried`` (each cluster tried, in order, with its outcome: the HTTP status it answered,
 ``connect-failed``, ``pool-full``, ``past-max-request``, ``client-gone``, ``cancelled`` (the client
 left, its handler cancelled) or ``shut-down`` (the router's stream grace over)),
-``bytes_in`` (the request body), ``bytes_out``, ``ttfb_ms``, ``duration_ms``, ``stream``, ``client``
-(the peer address).
+``bytes_in`` (the request body), ``bytes_out`` (the answer's body bytes written to the client, a
+relayed answer's as a whole one's: no head, no chunk framing), ``ttfb_ms``, ``duration_ms``,
+``stream``, ``client`` (the peer address).
 """
 
 from __future__ import annotations

@@ -101,6 +101,7 @@ from igw.gateway.upstream import (
     exchange,
     names_itself,
     proxy_session,
+    sent_body_bytes,
     upstream_headers,
 )
 from igw.gateway.upstream_client import UpstreamPool
@@ -1344,14 +1345,14 @@ def _record_of(request: web.Request) -> RouterAccessRecord | None:
 
 
 def _bytes_out(response: web.StreamResponse) -> int:
-    """Bytes written to the client: a relayed answer's as its connection's writer counted them
-    (headers and chunk framing included; what was written before a client left too), an answer
-    still to be sent whole its body's length."""
-    if response.prepared:
-        writer = getattr(response, "_payload_writer", None)
-        written = getattr(writer, "output_size", None)
-        return written if isinstance(written, int) else response.body_length
-    body = getattr(response, "body", None)
+    """The answer's body bytes written to the client (the head and any chunk framing not counted):
+    a relayed answer's as written so far (what was written before a client left too), an answer
+    still to be sent whole its body's length. Until session s49 a relayed answer counted its wire
+    bytes (head and framing, read from aiohttp's private writer) and a whole one its body alone."""
+    relayed = sent_body_bytes(response)
+    if relayed is not None:
+        return relayed
+    body = response.body if isinstance(response, web.Response) and not response.prepared else None
     return len(body) if isinstance(body, bytes | bytearray) else 0
 
 
