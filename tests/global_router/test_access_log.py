@@ -203,6 +203,51 @@ async def test_a_client_leaving_mid_stream_is_logged(caplog: pytest.LogCaptureFi
     assert line["duration_ms"] < 4000  # not the whole 5 s stream
 
 
+async def test_a_stored_response_search_is_logged_with_each_cluster_asked(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A retrieval the router searches for (no cluster remembered): its line names each cluster
+    asked with its outcome - a 404, an answer about another response withheld - and the one that
+    answered. Until session s49 the stored-response routes wrote no line at all."""
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    stored = {"id": "resp_kept", "object": "response", "status": "completed", "output": []}
+    east, middle, west = FakeModelServer("east"), FakeModelServer("middle"), FakeModelServer("west")
+    middle.stored_answer = (200, orjson.dumps({**stored, "id": "resp_other"}))  # not relayed
+    west.stored_responses["resp_kept"] = stored
+    async with (
+        running(east, middle, west),
+        router(east, middle, west) as url,
+        aiohttp.ClientSession() as http,
+    ):
+        async with http.get(url + "/v1/responses/resp_kept?include=x") as resp:
+            body = await resp.read()
+            answered_id = resp.headers["x-request-id"]
+        async with http.delete(url + "/v1/responses/resp_nowhere") as gone:
+            await gone.read()
+        async with http.get(url + "/v1/responses/resp_nowhere") as unfound:
+            await unfound.read()
+    assert (resp.status, gone.status, unfound.status) == (200, 404, 404)
+    found, missing, again = lines(caplog)
+    assert found["tried"] == [
+        {"cluster": "c0", "outcome": "404"},
+        {"cluster": "c1", "outcome": "another-response"},
+        {"cluster": "c2", "outcome": "200"},
+    ]
+    assert (found["method"], found["path"], found["request_id"]) == (
+        "GET",
+        "/v1/responses/resp_kept",
+        answered_id,
+    )
+    assert (found["status"], found["cluster"], found["region"]) == (200, "c2", "west")
+    assert found["bytes_out"] == len(body)
+    assert (found["bytes_in"], found["stream"]) == (0, False)
+    assert 0 < found["ttfb_ms"] <= found["duration_ms"]
+    assert (missing["method"], missing["status"], missing["cluster"]) == ("DELETE", 404, "c2")
+    assert [t["outcome"] for t in missing["tried"]] == ["404", "another-response", "404"]
+    assert (again["status"], again["error"], again["tried"]) == (404, "response_not_found", [])
+    assert "cluster" not in again  # found nowhere moments ago: no cluster asked
+
+
 async def test_the_log_can_be_turned_off(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger=LOGGER)
     async with (
