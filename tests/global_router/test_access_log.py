@@ -148,9 +148,34 @@ async def test_a_streamed_request_is_logged_at_its_end_with_its_bytes(
         True,
         [{"cluster": "c0", "outcome": "200"}],
     )
-    assert line["bytes_out"] > len(first + rest)  # the body as written: its head and chunk framing too
+    assert line["bytes_out"] == len(first + rest)  # the body: no head, no chunk framing
     assert line["ttfb_ms"] < line["duration_ms"]
     assert line["duration_ms"] >= 300  # four events 0.1 s apart: written at the end
+
+
+@pytest.mark.parametrize("tokens", [8, 1_200_000], ids=["sent-whole", "relayed-as-it-came"])
+async def test_bytes_out_is_the_body_sent_whether_whole_or_relayed(
+    caplog: pytest.LogCaptureFixture, tokens: int
+) -> None:
+    """One definition for both kinds of answer: the body bytes the client got. An answer over the
+    router's buffer (1 MiB) is relayed as it arrives; until session s49 its line counted the wire
+    bytes (head and framing) while a smaller answer's counted its body."""
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    async with (
+        running(FakeModelServer("east", tokens=tokens)) as (east,),
+        router(east) as url,
+        aiohttp.ClientSession() as http,
+        http.post(url + "/v1/completions", json=COMPLETION) as resp,
+    ):
+        body = await resp.read()
+        for _ in range(100):  # a relayed answer's handler returns just after its last bytes
+            if lines(caplog):
+                break
+            await asyncio.sleep(0.01)
+    assert resp.status == 200
+    assert len(body) > tokens
+    [line] = lines(caplog)
+    assert line["bytes_out"] == len(body)
 
 
 async def test_a_client_leaving_mid_stream_is_logged(caplog: pytest.LogCaptureFixture) -> None:
@@ -176,6 +201,51 @@ async def test_a_client_leaving_mid_stream_is_logged(caplog: pytest.LogCaptureFi
     assert line["bytes_out"] > 0
     assert line["stream"] is True
     assert line["duration_ms"] < 4000  # not the whole 5 s stream
+
+
+async def test_a_stored_response_search_is_logged_with_each_cluster_asked(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A retrieval the router searches for (no cluster remembered): its line names each cluster
+    asked with its outcome - a 404, an answer about another response withheld - and the one that
+    answered. Until session s49 the stored-response routes wrote no line at all."""
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    stored = {"id": "resp_kept", "object": "response", "status": "completed", "output": []}
+    east, middle, west = FakeModelServer("east"), FakeModelServer("middle"), FakeModelServer("west")
+    middle.stored_answer = (200, orjson.dumps({**stored, "id": "resp_other"}))  # not relayed
+    west.stored_responses["resp_kept"] = stored
+    async with (
+        running(east, middle, west),
+        router(east, middle, west) as url,
+        aiohttp.ClientSession() as http,
+    ):
+        async with http.get(url + "/v1/responses/resp_kept?include=x") as resp:
+            body = await resp.read()
+            answered_id = resp.headers["x-request-id"]
+        async with http.delete(url + "/v1/responses/resp_nowhere") as gone:
+            await gone.read()
+        async with http.get(url + "/v1/responses/resp_nowhere") as unfound:
+            await unfound.read()
+    assert (resp.status, gone.status, unfound.status) == (200, 404, 404)
+    found, missing, again = lines(caplog)
+    assert found["tried"] == [
+        {"cluster": "c0", "outcome": "404"},
+        {"cluster": "c1", "outcome": "another-response"},
+        {"cluster": "c2", "outcome": "200"},
+    ]
+    assert (found["method"], found["path"], found["request_id"]) == (
+        "GET",
+        "/v1/responses/resp_kept",
+        answered_id,
+    )
+    assert (found["status"], found["cluster"], found["region"]) == (200, "c2", "west")
+    assert found["bytes_out"] == len(body)
+    assert (found["bytes_in"], found["stream"]) == (0, False)
+    assert 0 < found["ttfb_ms"] <= found["duration_ms"]
+    assert (missing["method"], missing["status"], missing["cluster"]) == ("DELETE", 404, "c2")
+    assert [t["outcome"] for t in missing["tried"]] == ["404", "another-response", "404"]
+    assert (again["status"], again["error"], again["tried"]) == (404, "response_not_found", [])
+    assert "cluster" not in again  # found nowhere moments ago: no cluster asked
 
 
 async def test_the_log_can_be_turned_off(caplog: pytest.LogCaptureFixture) -> None:

@@ -28,10 +28,10 @@ import contextlib
 import logging
 import re
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from http import HTTPStatus
-from typing import Final, Protocol, cast
+from typing import Any, Final, Protocol, cast
 
 import aiohttp
 import aiohttp.web_response  # mypyc: the compiled module needs _RelayedStream's base module
@@ -1610,6 +1610,10 @@ class _RelayedStream(web.StreamResponse):
 
     _send_headers_immediately = False
     _built_head: bytes | None = None
+    body_bytes: int = 0
+    """The body bytes written to the client so far (:meth:`write`, :meth:`send_now`): before any
+    transfer coding (chunk framing), without the head - what an access log counts as the answer's
+    bytes (:func:`sent_body_bytes`). A write that the client's leaving broke is counted."""
     relayed: ExchangeResult | None = None
     """The relay's record of this stream as it goes (its events, the usage they carried): what a
     client that leaves before the end is charged (:func:`igw.gateway.inference._charge_relayed`).
@@ -1670,7 +1674,14 @@ class _RelayedStream(web.StreamResponse):
 
     def send_now(self, data: bytes) -> None:
         """Frame and send ``data`` (not empty) without awaiting, after :meth:`start_now`."""
+        self.body_bytes += len(data)
         cast(ChunkSender, self._payload_writer).send_chunk(data)
+
+    def write(self, data: bytes | bytearray | memoryview) -> Coroutine[Any, Any, None]:
+        """aiohttp's write, counted in :attr:`body_bytes` (a plain function handing back aiohttp's
+        coroutine: no frame of its own per event)."""
+        self.body_bytes += len(data)  # bytes: what the relays write
+        return super().write(data)
 
     async def prepare(self, request: web.BaseRequest) -> AbstractStreamWriter | None:
         if self.start_now(request):
@@ -1682,6 +1693,12 @@ class _RelayedStream(web.StreamResponse):
             # waited for the end of the body until the keep-alive timeout (75 s).
             self.force_close()
         return await super().prepare(request)
+
+
+def sent_body_bytes(response: web.StreamResponse) -> int | None:
+    """The body bytes written so far to ``response`` when it is a relayed answer (a stream, a large
+    whole answer relayed as it came: :attr:`_RelayedStream.body_bytes`); ``None`` for any other."""
+    return response.body_bytes if isinstance(response, _RelayedStream) else None
 
 
 async def _relay_stream(

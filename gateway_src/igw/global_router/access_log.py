@@ -1,5 +1,6 @@
-"""The global router's access log: one JSON object per inference request on the
-``igw.global_router.access`` logger (``spec.accessLog``: on by default, on stdout).
+"""The global router's access log: one JSON object per inference request, and per request about a
+stored response (``GET``/``DELETE`` ``/v1/responses/{id}``, its ``cancel`` and ``input_items``), on
+the ``igw.global_router.access`` logger (``spec.accessLog``: on by default, on stdout).
 
 Written by tier 1's writer (:func:`igw.gateway.access_log.write_record`): queued unbuilt to the
 batched handler ``igw global serve`` installs, built and redacted on its writer thread unless proven
@@ -13,9 +14,12 @@ string), ``ts``, ``model``, ``tenant`` (a verified caller's only), ``status``, `
 ``X-Igw-Error-Code``, or ``client disconnected``), ``cluster`` and ``region`` (the cluster whose answer
 was relayed), ``tried`` (each cluster tried, in order, with its outcome: the HTTP status it answered,
 ``connect-failed``, ``pool-full``, ``past-max-request``, ``client-gone``, ``cancelled`` (the client
-left, its handler cancelled) or ``shut-down`` (the router's stream grace over)),
-``bytes_in`` (the request body), ``bytes_out``, ``ttfb_ms``, ``duration_ms``, ``stream``, ``client``
-(the peer address).
+left, its handler cancelled), ``shut-down`` (the router's stream grace over), and in a stored
+response's search ``search-timeout`` (no answer within the search's bound: the next cluster asked)
+or ``another-response`` (an answer about another response, or naming none: not relayed)),
+``bytes_in`` (the request body), ``bytes_out`` (the answer's body bytes written to the client, a
+relayed answer's as a whole one's: no head, no chunk framing), ``ttfb_ms``, ``duration_ms``,
+``stream``, ``client`` (the peer address).
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ PAST_MAX_REQUEST: Final = "past-max-request"
 CLIENT_GONE: Final = "client-gone"
 CANCELLED: Final = "cancelled"
 SHUT_DOWN: Final = "shut-down"
+ANOTHER_RESPONSE: Final = "another-response"
 CLIENT_DISCONNECTED: Final = "client disconnected"
 
 
@@ -68,6 +73,9 @@ class RouterAccessRecord:
     ttfb_ms: float | None = None
     duration_ms: float | None = None
     stream: bool = False
+    began: float = field(default_factory=time.perf_counter, repr=False, compare=False)
+    """When the record was made, at the handler's start (:func:`time.perf_counter`): what a stored
+    response's ``ttfb_ms`` is counted from; not in the line."""
     started_answer: object = field(default=None, repr=False, compare=False)
     """The client's answer once its head was sent (a stream, a large answer relayed as it comes): its
     bytes are counted from it when the handler is cancelled (the client gone); not in the line, and

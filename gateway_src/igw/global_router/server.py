@@ -101,10 +101,12 @@ from igw.gateway.upstream import (
     exchange,
     names_itself,
     proxy_session,
+    sent_body_bytes,
     upstream_headers,
 )
 from igw.gateway.upstream_client import UpstreamPool
 from igw.global_router.access_log import (
+    ANOTHER_RESPONSE,
     CANCELLED,
     CLIENT_DISCONNECTED,
     CLIENT_GONE,
@@ -952,11 +954,17 @@ async def _stored_response(request: web.Request) -> web.StreamResponse:
     inflight = request.app.get(INFLIGHT_KEY)
     task = None if inflight is None else inflight.enter()
     router = request.app[ROUTER_KEY]
+    # its access-log line as an inference request's (since session s49: until then none, so a
+    # retrieval's search across the clusters showed in no log)
+    record = _access_record(router, request)
+    response: web.StreamResponse | None = None
     try:
         response = await _forward_stored(request, router)
     finally:
         if inflight is not None:
             inflight.leave(task)
+        if record is not None:
+            _log_access(record, response, started=record.began)
     router.metrics.requests.labels(_stored_model_label(router, response), str(response.status)).inc()
     return response
 
@@ -989,6 +997,9 @@ async def _forward_stored(request: web.Request, router: GlobalRouter) -> web.Str
         principal = await router.guard.authenticate(request.headers)
     except GuardDenied as denied:
         return _denied(denied)
+    record = _record_of(request)
+    if record is not None and principal.authenticated:
+        record.tenant = principal.tenant
     response_id = request.match_info["response_id"]
     holder = router.responses.endpoint_of(response_id)
     known = None if holder is None else router.fleet.clusters.get(holder)
@@ -1110,6 +1121,18 @@ async def _ask_stored(
     withheld: str | None = None  # the last cluster whose answer named another response (not relayed)
     stalled: web.StreamResponse | None = None  # the 504 of the last cluster a search stopped waiting for
     started = time.perf_counter()
+    record = _record_of(request)
+
+    def on_prepared(response: web.StreamResponse) -> None:
+        prepared.append(response)
+        if record is not None and record.ttfb_ms is None:  # the first byte to the client: its head
+            record.ttfb_ms = (time.perf_counter() - record.began) * 1000.0
+            record.started_answer = response  # its bytes counted even if the handler is cancelled
+
+    def tried(cluster: ClusterSpec, outcome: str | int) -> None:
+        if record is not None:
+            record.attempt(cluster.name, outcome)
+
     for cluster in clusters:
         try:
             result = await _within(
@@ -1126,7 +1149,7 @@ async def _ask_stored(
                     connect_timeout_s=router.config.connect_timeout_s,
                     idle_timeout_s=router.config.request_timeout_s,
                     response_headers={CLUSTER_HEADER: cluster.name, REGION_HEADER: cluster.region},
-                    on_prepared=prepared.append,
+                    on_prepared=on_prepared,
                     method=request.method.encode("ascii"),
                     body_timeout_s=router.config.request_timeout_s,
                     relay_whole_above=WHOLE_ANSWER_BUFFER_BYTES,
@@ -1150,18 +1173,24 @@ async def _ask_stored(
         except ConnectFailed:
             router.fleet.record_outcome(cluster.name, ok=False, unreachable=True)
             router.metrics.retries.labels(cluster.name, "connect").inc()
+            tried(cluster, CONNECT_FAILED)
             continue
-        except ClientGone:
+        except (ClientGone, asyncio.CancelledError) as gone:
             _count_answer_faults(router, cluster.name, _relaying(prepared))
-            return prepared[0] if prepared else web.Response(status=499)
-        except asyncio.CancelledError:
-            _count_answer_faults(router, cluster.name, _relaying(prepared))
+            cancelled = isinstance(gone, asyncio.CancelledError)
             inflight = request.app.get(INFLIGHT_KEY)
-            if inflight is None or not inflight.cutting:
+            if cancelled and inflight is not None and inflight.cutting:
+                tried(cluster, SHUT_DOWN)
+                return await _shut_down(request, prepared, model=None, metrics=router.metrics)
+            tried(cluster, CANCELLED if cancelled else CLIENT_GONE)
+            if record is not None:
+                record.status, record.error = 499, CLIENT_DISCONNECTED
+            if cancelled:
                 raise
-            return await _shut_down(request, prepared, model=None, metrics=router.metrics)
+            return prepared[0] if prepared else web.Response(status=499)
         _count_answer_faults(router, cluster.name, _relaying(prepared) if result is None else result)
         if result is None:  # spec.upstream.maxRequestSeconds passed (a replayed stream's too)
+            tried(cluster, PAST_MAX_REQUEST)
             if not prepared:  # no answer within the request's bound: the cluster's failure, as in _route
                 router.fleet.record_outcome(cluster.name, ok=False)
             return await _past_max_request(request, router, prepared)
@@ -1175,6 +1204,7 @@ async def _ask_stored(
                 _record_stored_outcome(router, cluster, result)
             stalled = result.response
             router.metrics.retries.labels(cluster.name, SEARCH_TIMEOUT).inc()
+            tried(cluster, SEARCH_TIMEOUT)  # the retries reason's word
             continue
         _record_stored_outcome(router, cluster, result)
         named = result.response_id  # the id of the response object the answer carries, if any
@@ -1203,6 +1233,7 @@ async def _ask_stored(
             # logged (once a minute per cluster, no answer's content) as each is withheld: until
             # session s46 only the last, and only when the request ended on it.
             withheld = cluster.name
+            tried(cluster, ANOTHER_RESPONSE)
             router.metrics.usage_misnamed.labels(cluster.name).inc()
             misnamed_log.warning(
                 "cluster %s answered a retrieval of one response with another response (or none named): "
@@ -1212,6 +1243,7 @@ async def _ask_stored(
             if searching_on:
                 router.metrics.retries.labels(cluster.name, RESPONSE_SEARCH).inc()  # the next one is asked
             continue
+        tried(cluster, result.status)
         last = result.response
         if searching_on and result.status == 404:
             router.metrics.retries.labels(cluster.name, RESPONSE_SEARCH).inc()  # the next one is asked
@@ -1344,14 +1376,14 @@ def _record_of(request: web.Request) -> RouterAccessRecord | None:
 
 
 def _bytes_out(response: web.StreamResponse) -> int:
-    """Bytes written to the client: a relayed answer's as its connection's writer counted them
-    (headers and chunk framing included; what was written before a client left too), an answer
-    still to be sent whole its body's length."""
-    if response.prepared:
-        writer = getattr(response, "_payload_writer", None)
-        written = getattr(writer, "output_size", None)
-        return written if isinstance(written, int) else response.body_length
-    body = getattr(response, "body", None)
+    """The answer's body bytes written to the client (the head and any chunk framing not counted):
+    a relayed answer's as written so far (what was written before a client left too), an answer
+    still to be sent whole its body's length. Until session s49 a relayed answer counted its wire
+    bytes (head and framing, read from aiohttp's private writer) and a whole one its body alone."""
+    relayed = sent_body_bytes(response)
+    if relayed is not None:
+        return relayed
+    body = response.body if isinstance(response, web.Response) and not response.prepared else None
     return len(body) if isinstance(body, bytes | bytearray) else 0
 
 
