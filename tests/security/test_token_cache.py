@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from collections.abc import Mapping
 
 import pytest
@@ -122,11 +123,10 @@ def test_a_repeated_token_is_found_without_digesting_it(monkeypatch: pytest.Monk
 
 
 def test_an_evicted_or_replaced_entry_is_not_answered_from_the_hot_tokens() -> None:
-    cache = VerifiedTokenCache(max_entries=2, max_age_s=60)
+    cache = VerifiedTokenCache(max_entries=1, max_age_s=60)
     cache.put("a", P, now=0, expires_at=100, generation=1)
     assert cache.get("a", now=1, generation=1) is P  # a is hot
-    cache.put("b", P, now=0, expires_at=100, generation=1)
-    cache.put("c", P, now=0, expires_at=100, generation=1)  # evicts a (least recently used)
+    cache.put("c", P, now=2, expires_at=100, generation=1)  # evicts a (the only entry)
     assert cache.get("a", now=2, generation=1) is None
     assert cache.get("c", now=2, generation=1) is P
     other = Principal(subject="s2", tenant="t2", authenticated=True)
@@ -194,3 +194,53 @@ async def test_a_forged_signature_never_shares_a_cached_verdict_and_refusals_evi
     assert (await guard.authenticate(bearer(good))).authenticated
     assert make_guard.metric("igw_auth_token_cache_total", {"result": "hit"}) == hits + 1
     assert make_guard.metric("igw_auth_denied_total", {"reason": "bad_signature"}) == 202
+
+
+# -- eviction (session s49): sampled LRU, not pure LRU -------------------------------------------
+
+
+def _cycle_hits(cache: VerifiedTokenCache, distinct: int, passes: int) -> int:
+    """Look up ``distinct`` tokens in turn, ``passes`` times, verifying (putting) each miss."""
+    hits, now = 0, 0.0
+    for _ in range(passes):
+        for i in range(distinct):
+            now += 1
+            if cache.get(f"tok-{i}", now=now, generation=1) is not None:
+                hits += 1
+            else:
+                cache.put(f"tok-{i}", P, now=now, expires_at=1e9, generation=1)
+    return hits
+
+
+@pytest.mark.parametrize(
+    ("distinct", "passes", "at_least"), [(101, 20, 1700), (200, 11, 200)], ids=["capacity+1", "2x"]
+)
+def test_tokens_cycled_beyond_capacity_still_hit(distinct: int, passes: int, at_least: int) -> None:
+    """Pure LRU evicted each token just before its next use: 0 hits of 2,020 look-ups at capacity+1,
+    0 of 2,200 at twice the capacity (before s49). Two entries drawn at random keep most of the first
+    and some of the second (seed 49: 1,874 and 321 hits)."""
+    cache = VerifiedTokenCache(max_entries=100, max_age_s=1e9, rng=random.Random(49))
+    assert _cycle_hits(cache, distinct, passes) >= at_least
+    assert len(cache) == len(cache._keys) == 100  # bounded memory
+
+
+def test_a_token_in_use_survives_a_flood_of_new_tokens() -> None:
+    """A token sent on every request (answered by the hot tokens) is never the entry evicted while
+    others are older: before s49 a hot hit did not refresh its recency, so it was evicted after
+    ``maxEntries`` other insertions and re-verified."""
+    cache = VerifiedTokenCache(max_entries=10, max_age_s=1e9)
+    cache.put("mine", P, now=0, expires_at=1e9, generation=1)
+    for i in range(1, 500):
+        assert cache.get("mine", now=i, generation=1) is P, i
+        cache.put(f"other-{i}", P, now=i, expires_at=1e9, generation=1)
+
+
+def test_an_unusable_entry_is_evicted_before_a_usable_one() -> None:
+    """An expired entry (or one of an old key set) goes first, however recently it was used."""
+    cache = VerifiedTokenCache(max_entries=2, max_age_s=1e9)
+    cache.put("long", P, now=0, expires_at=100, generation=1)
+    cache.put("short", P, now=1, expires_at=10, generation=1)
+    assert cache.get("short", now=5, generation=1) is P  # used more recently than "long"
+    cache.put("new", P, now=20, expires_at=100, generation=1)  # "short" has expired
+    assert cache.get("long", now=21, generation=1) is P
+    assert cache.get("new", now=21, generation=1) is P

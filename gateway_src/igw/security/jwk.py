@@ -9,6 +9,7 @@ The key objects are parsed by PyJWT/cryptography (which check that EC points lie
 
 from __future__ import annotations
 
+import base64
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -138,24 +139,47 @@ def parse_jwks(document: Any, *, allowed_algorithms: Sequence[str], max_keys: in
     return KeySet(by_kid=by_kid, without_kid=tuple(without_kid), skipped=tuple(skipped))
 
 
-def still_listed(keys: KeySet, document: Any) -> KeySet:
-    """``keys`` less those a JWKS ``document`` no longer publishes: a key with a ``kid`` while no JWK
-    of the document carries that ``kid``, a key without one while no JWK has its public members.
+def still_listed(keys: KeySet, document: Any) -> tuple[KeySet, tuple[str, ...]]:
+    """``keys`` less those a JWKS ``document`` no longer publishes, and the ``kid`` of each key dropped
+    because the document reuses its ``kid`` for other key material. A key with a ``kid`` stays while
+    every JWK of the document carrying that ``kid`` has its public value; a key without one stays while
+    some JWK has its public value. Public values are compared as numbers (a modulus written with a
+    leading zero byte is the same key).
 
     For a fetched document with no usable key (a failed fetch, so the last good keys keep serving):
     the issuer withdrawing a key is still honoured at once, as a successful fetch would, instead of
-    the withdrawn key verifying for up to ``maxStale`` (24 h; before session s48). A document whose
-    ``keys`` is not an array says nothing, and ``keys`` comes back whole."""
+    the withdrawn key verifying for up to ``maxStale`` (24 h; before session s48). A ``kid`` naming
+    new material means the old key was rotated out, however unusable the new one is to us (RSA
+    under 2048 bits, another key type, ``use: enc``): before session s49 the old key kept verifying
+    because a JWK still carried its ``kid``. A document whose ``keys`` is not an array says
+    nothing, and ``keys`` comes back whole."""
     listed = document.get("keys") if isinstance(document, Mapping) else None
     if not isinstance(listed, list):
-        return keys
+        return keys, ()
     jwks = [jwk for jwk in listed if isinstance(jwk, Mapping)]
-    kids = {jwk.get("kid") for jwk in jwks if isinstance(jwk.get("kid"), str)}
+    by_kid: dict[str, set[tuple[object, ...]]] = {}
+    for jwk in jwks:
+        kid = jwk.get("kid")
+        if isinstance(kid, str):
+            by_kid.setdefault(kid, set()).add(_members(jwk))
     materials = {_members(jwk) for jwk in jwks}
-    return KeySet(
-        by_kid={kid: key for kid, key in keys.by_kid.items() if kid in kids},
-        without_kid=tuple(key for key in keys.without_kid if _members(_public_jwk(key.key)) in materials),
-        skipped=keys.skipped,
+    kept: dict[str, VerificationKey] = {}
+    replaced: list[str] = []
+    for kid, key in keys.by_kid.items():
+        published = by_kid.get(kid)
+        if published is None:
+            continue
+        if published == {_members(_public_jwk(key.key))}:
+            kept[kid] = key
+        else:
+            replaced.append(kid)
+    return (
+        KeySet(
+            by_kid=kept,
+            without_kid=tuple(key for key in keys.without_kid if _members(_public_jwk(key.key)) in materials),
+            skipped=keys.skipped,
+        ),
+        tuple(replaced),
     )
 
 
@@ -189,8 +213,24 @@ def _public_jwk(key: PublicKey) -> Mapping[str, Any]:
 
 
 def _members(jwk: Mapping[str, Any]) -> tuple[object, ...]:
-    """A public key's identifying JWK members (RFC 7638's, for a thumbprint)."""
-    return tuple(jwk.get(name) for name in ("kty", "crv", "n", "e", "x", "y"))
+    """A public key's identifying JWK members (RFC 7638's, for a thumbprint), RSA and EC values as
+    the integers they encode: a value that is no base64url string stays as it is (equal to no key's)."""
+    kty = jwk.get("kty")
+    numeric = kty in ("RSA", "EC")
+    return (
+        kty,
+        jwk.get("crv"),
+        *(_number(jwk.get(name)) if numeric else jwk.get(name) for name in ("n", "e", "x", "y")),
+    )
+
+
+def _number(value: object) -> object:
+    if not isinstance(value, str):
+        return value
+    try:
+        return int.from_bytes(base64.urlsafe_b64decode(value + "=" * (-len(value) % 4)), "big")
+    except ValueError:  # binascii.Error is a ValueError
+        return value
 
 
 def parse_jwk(raw: Any, *, allowed_algorithms: Sequence[str]) -> VerificationKey:

@@ -16,7 +16,8 @@ every unknown ``kid`` and dropped its cache on a fetch error (CVE-2026-48524). B
   ``max_stale_s`` after their fetch, then the cache fails closed (every token is refused, not ready).
 - **Replacement on success**: a fetched set that parses to zero usable keys counts as a failure;
   otherwise it replaces the old one entirely (removed keys stop verifying - attack case J26).
-  Such a failed fetch still drops the old keys it no longer lists (:meth:`JwksCache._withdraw_unlisted`).
+  Such a failed fetch still drops the old keys it no longer lists, and those whose ``kid`` it
+  reuses for other key material (:meth:`JwksCache._withdraw_unlisted`).
 - **OIDC discovery** (optional): ``<issuer>/.well-known/openid-configuration`` is fetched, its
   ``issuer`` must equal the configured one exactly, and its ``jwks_uri`` (HTTPS) is used; if
   discovery fails the configured ``remoteJWKS.uri`` is used.
@@ -104,6 +105,9 @@ class JwksCache:
         self.fetch_count = 0
         """Fetch attempts so far (tests use it to bound refetches; the metric is jwks_fetch_total)."""
         self.last_error: str | None = None
+        self._rotated_note = ""
+        """Why the last failed fetch withdrew keys whose ``kid`` it reuses for other material (kids
+        only, never key material), for :meth:`readiness_detail` while no key is left."""
         if metrics is not None:
             metrics.jwks_age.set_function(lambda: -1.0 if (age := self.age_s()) is None else age)
             metrics.jwks_ready.set_function(lambda: 1.0 if self.ready() else 0.0)
@@ -176,7 +180,10 @@ class JwksCache:
             if age is not None:
                 # loaded once, then every key withdrawn (_withdraw_unlisted): not a cold start, and
                 # an operator reading /readyz must not look for a network fault (before session s48)
-                return f"JWKS: the issuer no longer lists any key in use, none left (fail closed){why}"
+                return (
+                    "JWKS: the issuer no longer lists any key in use, none left (fail closed)"
+                    f"{self._rotated_note}{why}"
+                )
             return f"JWKS not loaded yet{why}"
         assert age is not None
         if age > self._settings.max_stale_s:
@@ -204,6 +211,7 @@ class JwksCache:
         self._failures = 0
         self._next_attempt_at = float("-inf")
         self.last_error = None
+        self._rotated_note = ""
         if self._metrics is not None and not self._closed:
             self._metrics.jwks_keys.set(len(keys))
         self._warn_if_crowded(keys)
@@ -336,19 +344,28 @@ class JwksCache:
         """A fetched document without a usable key is a failure (the last good keys keep serving),
         but the keys it no longer lists are dropped now: an issuer withdrawing a compromised key
         beside keys we cannot use (``use: enc``, RSA under 2048 bits, an empty set) is obeyed at once,
-        not after ``maxStale`` (before session s48). Dropping every key fails closed (not ready).
-        The key set's age is kept; :attr:`generation` moves, so cached verdicts are re-verified."""
+        not after ``maxStale`` (before session s48). So is a key whose ``kid`` the document reuses for
+        other material, usable or not: the issuer rotated it out (before session s49 it kept
+        verifying). Dropping every key fails closed (not ready). The key set's age is kept;
+        :attr:`generation` moves, so cached verdicts are re-verified."""
         current = self._keys
         if current is None:
             return
-        kept = still_listed(current, document)
+        kept, rotated = still_listed(current, document)
         if len(kept) == len(current):
             return
+        # kids only (issuer-chosen names, repr-quoted), never the key material
+        self._rotated_note = (
+            f"; kid {', '.join(repr(kid) for kid in rotated)} now names different key material (rotated out)"
+            if rotated
+            else ""
+        )
         log.warning(
-            "JWKS of issuer %s no longer lists %d of the %d keys in use: they stop verifying now",
+            "JWKS of issuer %s no longer lists %d of the %d keys in use%s: they stop verifying now",
             self._issuer,
             len(current) - len(kept),
             len(current),
+            self._rotated_note,
         )
         self._keys = kept if len(kept) else None
         self.generation += 1

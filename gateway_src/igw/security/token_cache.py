@@ -11,7 +11,16 @@ the token size). An entry is reused only while all of these hold:
 - it has not been evicted.
 
 Only successful verifications are cached; failures always take the full path (they are cheap and
-must stay visible in metrics). Eviction is least-recently-used.
+must stay visible in metrics).
+
+**Eviction** (session s49): when full, two distinct entries are drawn at random and the one unusable
+(expired, or verified against another key set) or else the one used least recently is dropped
+(sampled LRU, as Redis's). Pure LRU thrashed when more distinct tokens than ``maxEntries`` were used
+in turn: every token was evicted just before its next use, so every look-up missed (0 hits of
+``maxEntries + 1`` tokens cycled, test_token_cache.py); the random draw keeps most of them. A hot
+token's entry counts as used now (:data:`IN_USE`), so it is dropped only when the other entry drawn
+is hot too (before, a hit on the hot path did not refresh its recency, so a token sent on every
+request was evicted after ``maxEntries`` other insertions and re-verified).
 
 **Hot tokens.** Digesting a token costs more than the rest of a hit (≈ 1.1 µs for a 600-byte RS256
 token, measured in docs/gateway.md round 15), and a client sends the same token on every request.
@@ -28,7 +37,7 @@ authenticated request.
 from __future__ import annotations
 
 import hashlib
-from collections import OrderedDict
+import random
 from typing import Final
 
 from igw.gateway.guards import Principal
@@ -36,25 +45,39 @@ from igw.gateway.guards import Principal
 HOT_TOKENS: Final = 64
 """How many recently hit tokens are also kept by their exact string (emptied when full)."""
 
+IN_USE: Final = float("inf")
+"""The ``used_at`` of a hot token's entry: a hit on the hot path writes nothing (it costs what it did
+before sampled eviction), so a hot entry counts as used now until the hot tokens are emptied, which
+stamps each with that moment."""
+
 
 class _Entry:
-    """A verified token's principal and the bounds of its reuse. A plain class with a written-out
-    ``__init__`` (compiled: a native object built without a dataclass's generic machinery)."""
+    """A verified token's principal and the bounds of its reuse, its last use (the clock reading),
+    and its place in :attr:`VerifiedTokenCache._keys` (for a random draw). A plain class with a
+    written-out ``__init__`` (compiled: a native object built without a dataclass's generic machinery)."""
 
-    __slots__ = ("generation", "principal", "valid_until")
+    __slots__ = ("generation", "index", "key", "principal", "used_at", "valid_until")
 
-    def __init__(self, principal: Principal, valid_until: float, generation: int) -> None:
+    def __init__(
+        self, principal: Principal, valid_until: float, generation: int, key: bytes, used_at: float
+    ) -> None:
         self.principal = principal
         self.valid_until = valid_until
         self.generation = generation
+        self.key = key
+        self.used_at = used_at
+        self.index = 0
 
 
 class VerifiedTokenCache:
-    def __init__(self, *, max_entries: int, max_age_s: float) -> None:
+    def __init__(self, *, max_entries: int, max_age_s: float, rng: random.Random | None = None) -> None:
         self._max_entries = max_entries
         self._max_age_s = max_age_s
-        self._entries: OrderedDict[bytes, _Entry] = OrderedDict()
+        self._entries: dict[bytes, _Entry] = {}
+        self._keys: list[_Entry] = []
+        """Every entry, in no order: :meth:`_evict` draws from it by index."""
         self._hot: dict[str, _Entry] = {}
+        self._rng = random.Random() if rng is None else rng
 
     @property
     def enabled(self) -> bool:
@@ -80,14 +103,16 @@ class VerifiedTokenCache:
                 del self._hot[token]
             return None
         if now >= entry.valid_until or entry.generation != generation:
-            del self._entries[key]
+            self._remove(entry)
             self._hot.pop(token, None)
             return None
-        self._entries.move_to_end(key)
         if hot is not entry:
             if hot is None and len(self._hot) >= HOT_TOKENS:
+                for cooled in self._hot.values():
+                    cooled.used_at = now  # used within the last HOT_TOKENS new hot tokens
                 self._hot.clear()
             self._hot[token] = entry
+        entry.used_at = IN_USE
         return entry.principal
 
     def put(
@@ -101,13 +126,41 @@ class VerifiedTokenCache:
         key = self._key(token)
         replaced = self._entries.get(key)
         if replaced is not None:
-            replaced.valid_until = float("-inf")  # a hot copy of the old entry must not outlive it
-        self._entries[key] = _Entry(principal, valid_until, generation)
-        self._entries.move_to_end(key)
-        while len(self._entries) > self._max_entries:
-            _, evicted = self._entries.popitem(last=False)
-            evicted.valid_until = float("-inf")  # its hot copy (if any) is unusable from now on
+            self._remove(replaced)
+        while len(self._entries) >= self._max_entries:
+            self._evict(now=now, generation=generation)
+        entry = _Entry(principal, valid_until, generation, key, now)
+        entry.index = len(self._keys)
+        self._keys.append(entry)
+        self._entries[key] = entry
+
+    def _evict(self, *, now: float, generation: int) -> None:
+        """Drop one of two distinct entries drawn at random: one no longer usable, else the one used
+        least recently (the first drawn on a tie)."""
+        keys = self._keys
+        count = len(keys)
+        first = keys[int(self._rng.random() * count)]
+        victim = first
+        if count > 1:
+            other = int(self._rng.random() * (count - 1))
+            second = keys[other + 1 if other >= first.index else other]
+            first_usable = now < first.valid_until and first.generation == generation
+            second_usable = now < second.valid_until and second.generation == generation
+            if first_usable and (not second_usable or second.used_at < first.used_at):
+                victim = second
+        self._remove(victim)
+
+    def _remove(self, entry: _Entry) -> None:
+        """Drop ``entry`` from both tables (the last entry takes its place in :attr:`_keys`); marked
+        unusable, so a hot copy of it answers nothing from now on."""
+        entry.valid_until = float("-inf")
+        del self._entries[entry.key]
+        last = self._keys.pop()
+        if last is not entry:
+            last.index = entry.index
+            self._keys[entry.index] = last
 
     def clear(self) -> None:
         self._entries.clear()
+        self._keys.clear()
         self._hot.clear()
