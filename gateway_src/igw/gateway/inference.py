@@ -1363,7 +1363,14 @@ async def _forward(
                     silent_s=head_timeout_s,
                 )
             else:
-                silent = await _holder_first(state, plan, principal, search, ask, delay_s, ask_until)
+                relay = search.asker(
+                    request, headers, body, settings, head_timeout_s, search_deadline, relay_to=prepared
+                )
+                silent = await _holder_first(state, plan, principal, search, (relay, ask), delay_s, ask_until)
+        except ClientGone:  # while the holder's answer was relayed (nothing else in flight then)
+            _ = search.settled(gone=True)
+            obs.client_gone()
+            return prepared[0] if prepared else web.Response(status=CLIENT_CLOSED)
         except asyncio.CancelledError:  # its attempts cancelled and ended; nothing relayed yet
             if not state.inflight.cutting:
                 # the pods asked, in the access log's attempts (until s47: none, as if no pod had
@@ -1788,6 +1795,9 @@ class _HedgedSearch:
         than the search timeout (given up then, it is not asked last for it)."""
         self.searched = False
         """A remembered holder's retrieval (``plan.holder``) searched the other pods too."""
+        self.relayed: list[web.StreamResponse] = []
+        """The response a relaying attempt (``relay_to`` of :meth:`asker`) prepared: its outcome,
+        whatever it is, is the client's."""
 
     def asker(
         self,
@@ -1797,11 +1807,18 @@ class _HedgedSearch:
         settings: RoutingSettings,
         head_timeout_s: float | None,
         deadline: float | None = None,
+        *,
+        relay_to: list[web.StreamResponse] | None = None,
     ) -> Callable[[str], Awaitable[ExchangeResult]]:
         """One attempt of the search: the pod asked, its answer held (never written here), bounded
         by ``head_timeout_s`` or what is left until ``deadline`` (:func:`time.monotonic`), the
-        shorter."""
+        shorter. ``relay_to`` (a remembered holder's attempt, the only one in flight: since session
+        s49): its answer relayed as the sequential search's attempt's is, a large one (past
+        :data:`WHOLE_ANSWER_BUFFER_BYTES`) once its held start shows the response asked for, the
+        response prepared appended to it; held, such an answer was closed and the holder asked a
+        second time."""
         state, plan, obs = self.state, self.plan, self.obs
+        self.relayed = relay_to if relay_to is not None else self.relayed
 
         def ask(key: str) -> Awaitable[ExchangeResult]:
             self.asked.append(key)
@@ -1821,8 +1838,9 @@ class _HedgedSearch:
                 headers,
                 bound_s,
                 idle_timeout_s=None,
-                on_prepared=_never_prepared,
-                hold_bytes=WHOLE_ANSWER_BUFFER_BYTES,
+                on_prepared=_never_prepared if relay_to is None else relay_to.append,
+                hold_bytes=WHOLE_ANSWER_BUFFER_BYTES if relay_to is None else None,
+                relay_whole_above=None if relay_to is None else WHOLE_ANSWER_BUFFER_BYTES,
             )
 
         return ask
@@ -1841,6 +1859,16 @@ class _HedgedSearch:
             self.obs.usage_unread(result.usage_unread)
         if result.redirect:
             self.obs.upstream_redirect()
+        if self.relayed:  # written to the client: its answer, whatever it is (since session s49)
+            named = result.response_id
+            result.response_id = believed(named, self.plan.minted)
+            if named is not None and named != self.plan.settles and result.status < 400:
+                # a replay naming another, cut there (upstream._cut_replay), as the sequential path
+                self.withheld = key
+                _withheld(self.state, key)
+            self.won = result
+            self.heard.append((key, result, ""))
+            return WIN
         if result.gave_up:  # not a miss - it may store the response - but asked last for a while
             if self.shortened.get(key, False):  # ... unless the deadline, not its timeout, ended it
                 result = _stalled_at_deadline(self.plan, self.obs, searches.search_deadline_s, result)
@@ -1931,7 +1959,7 @@ async def _holder_first(
     plan: _Forward,
     principal: Principal,
     search: _HedgedSearch,
-    ask: Callable[[str], Awaitable[ExchangeResult]],
+    askers: tuple[Callable[[str], Awaitable[ExchangeResult]], Callable[[str], Awaitable[ExchangeResult]]],
     delay_s: float,
     ask_until: float | None,
 ) -> list[str]:
@@ -1942,16 +1970,20 @@ async def _holder_first(
     search's deadline and in a search place of the caller's scope (none free: the holder's 504); the
     holder is not asked again (since session s48: a pod silent the whole search timeout rarely
     answers in the time left, and asking it again cost the client a second timeout, 4.0 s). Until
-    s47 a frozen holder held the client until ``responseTimeout`` (600 s by default). Returns the
-    pods silent when the search ended (:func:`hedged`'s)."""
+    s47 a frozen holder held the client until ``responseTimeout`` (600 s by default). ``askers``: the
+    holder's (its answer relayed, a large one too: asked once, since session s49) and the others'
+    (held, several in flight). Returns the pods silent when the search ended (:func:`hedged`'s)."""
+    relay, ask = askers
     first, rest = plan.candidates[:1], plan.candidates[1:]
     silent_s = state.response_searches.search_timeout_s
-    silent = await hedged(first, ask, search.decide, delay_s=delay_s, ask_until=ask_until, silent_s=silent_s)
+    silent = await hedged(
+        first, relay, search.decide, delay_s=delay_s, ask_until=ask_until, silent_s=silent_s
+    )
     if search.withheld == plan.holder and plan.settles is not None and plan.holder is not None:
         # it named another response: forgotten, the next poll searches (as the sequential path)
         for sr in state.runtime.schedulers.values():
             sr.scheduler.disown_response(plan.settles, plan.holder, now=state.clock())
-    if search.stalled is None or not rest:
+    if search.stalled is None or not rest or search.relayed:
         return silent
     searches = state.response_searches
     scope = _search_scope(principal)
