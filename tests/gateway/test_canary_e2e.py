@@ -255,3 +255,44 @@ async def test_after_a_rollback_to_weight_0_conversations_on_that_version_contin
             assert resp.status == 200, await resp.text()
             fresh[(await resp.json())["server"]] += 1
         assert fresh == Counter({"v1": 30})
+
+
+async def test_a_continuation_whose_version_has_no_ready_pod_is_told_so_not_moved(gateway: Any) -> None:
+    """A conversation the canary (``llama-v2``) stored, then the canary's only pod down (its scrapes
+    fail: no usable endpoint). Its next turn gets 503 ``no_endpoints`` naming the version that holds
+    the response, with ``Retry-After``, and is not counted as a fallback; the stable version's pod is
+    not asked. Before session s49 the turn was moved to the stable version like a new request's draw,
+    where no pod stores the response: a 404 ``response_not_found`` for a conversation that still
+    exists, counted in ``igw_model_rewrite_fallbacks_total``."""
+    async with (
+        running(FakeModelServer("v1"), FakeModelServer("v2")) as (v1, v2),
+        gateway(doc(50, 50, name="canary"), {"old": [v1.key], "new": [v2.key]}) as gw,
+    ):
+        made: dict[str, Any] = {}
+        for i in range(60):
+            resp = await gw.post("/v1/responses", {"model": "llama", "input": f"hello {i}"})
+            assert resp.status == 200, await resp.text()
+            made = await resp.json()
+            if made["server"] == "v2":
+                break
+        assert made["server"] == "v2"
+        await v2.stop()
+        sr = gw.state.runtime.schedulers["new"]
+        await wait_for(
+            lambda: not any(sr.scheduler.is_fresh(v, gw.state.clock()) for v in sr.pool.views()),
+            within=10,
+            what="the canary's pod stale",
+        )
+        asked = len(v1.received)
+        body = {"model": "llama", "input": "and then?", "previous_response_id": made["id"]}
+        resp = await gw.post("/v1/responses", body)
+        assert resp.status == 503, await resp.text()
+        assert int(resp.headers["Retry-After"]) >= 1
+        error = (await resp.json())["error"]
+        assert error["code"] == "no_endpoints"
+        assert "llama-v2" in error["message"]
+        assert made["id"] in error["message"]
+        assert len(v1.received) == asked
+        registry = gw.state.metrics.registry
+        labels = {"rule": "canary", "from": "llama-v2", "to": "llama-v1"}
+        assert not registry.get_sample_value("igw_model_rewrite_fallbacks_total", labels)

@@ -509,6 +509,22 @@ def _has_fresh_endpoint(rt: GatewayRuntime, now: float) -> Callable[[str], bool]
     return usable
 
 
+def _version_unready(
+    state: GatewayState, obs: RequestObserver, response_id: str, model: str, rid: str
+) -> web.Response:
+    """503 ``no_endpoints`` for a continuation whose canary version (``model``) stores the response
+    and has no usable endpoint (:attr:`~igw.gateway.model_rewrite.Split.unready`): no other version's
+    pod stores it, so moved there (until session s49) it was answered 404 ``response_not_found`` for a
+    conversation that still exists. ``Retry-After`` as the scheduler's ``no_endpoints``."""
+    obs.rejected("no_endpoints")
+    retry = _retry_after(state, state.runtime.settings.retry_after_min_s)
+    message = (
+        f"no model server endpoint available for {model!r}, the version that stores response "
+        f"{response_id!r} (no other can continue it): none is ready; retry after {retry}s"
+    )
+    return gateway_error("no_endpoints", message, headers={"Retry-After": retry}, request_id=rid)
+
+
 def _not_yours(response_id: str, *, request_id: str, param: str | None = None) -> web.Response:
     """404 ``response_not_found`` for a response id the gateway minted for another caller
     (:mod:`igw.gateway.response_ids`): decided from the id alone, before any pod is asked."""
@@ -755,6 +771,7 @@ async def _route(
     continues = body.previous_response_id
     if continues is not None and minted_for(continues, caller_scope(principal)) is False:
         return _not_yours(continues, request_id=rid, param="previous_response_id")
+    unready = False  # the version storing the response continued has no usable endpoint (s49)
     if body.model and rt.rewrites.configured:
         # `stickyBy: tenant` keys by the tenant flow control queues the request under: the token's
         # claim, the fairness header only where the gateway authenticates nobody, and none (a random
@@ -771,6 +788,7 @@ async def _route(
         )
         if split is not None:
             obs.on_finish = state.rewrite_metrics.on_finish(split)
+            unready = split.unready
             if split.target != body.model:
                 obs.rewritten(body.model, named=split.named)
                 body = retargeted(body, split.target)
@@ -816,6 +834,8 @@ async def _route(
     if refusal is not None:  # igw.gateway.lora_field: the adapter served is the one authorized
         return gateway_error("invalid_request", refusal, param="lora_path", request_id=rid)
     _authorize_target(guard, principal, model=route.model, requested=obs.record.requested_model)
+    if unready and continues is not None:  # authorized first: the target is named to callers allowed it
+        return _version_unready(state, obs, continues, route.model, rid)
     await guard.admit(principal, model=route.model, est_tokens=est_tokens)
     obs.admitted()  # tracing hook
     sr = rt.schedulers[route.scheduler]
