@@ -283,6 +283,10 @@ class _Forward:
     alone and bounded as a search's attempt (a replay's head alone), its answer in time the client's;
     silent, the other pods are searched (``candidates``' rest; the holder not asked again) within
     the search's deadline. ``None``: no such request."""
+    elsewhere: dict[str, tuple[SchedulerRuntime, InferenceBody]]
+    """A continuation's search past its canary version's pool (since session s49): each candidate
+    of another version's pool -> that pool's scheduler (accounting and feedback) and the body with
+    that version's ``model``; empty otherwise."""
 
     def __init__(
         self,
@@ -306,6 +310,7 @@ class _Forward:
         minted: str | None = None,
         carried: bool = False,
         holder: str | None = None,
+        elsewhere: dict[str, tuple[SchedulerRuntime, InferenceBody]] | None = None,
     ) -> None:
         self.candidates = candidates
         self.sr = sr
@@ -326,6 +331,7 @@ class _Forward:
         self.minted = minted
         self.carried = carried
         self.holder = holder
+        self.elsewhere = {} if elsewhere is None else elsewhere
 
 
 async def handle_inference(
@@ -507,6 +513,31 @@ def _has_fresh_endpoint(rt: GatewayRuntime, now: float) -> Callable[[str], bool]
         return any(fresh(view, now) for view in sr.pool.views())
 
     return usable
+
+
+def _other_versions(
+    rt: GatewayRuntime,
+    guard: RequestGuard,
+    principal: Principal,
+    targets: tuple[str, ...],
+    drawn: SchedulerRuntime,
+) -> list[tuple[str, SchedulerRuntime]]:
+    """The canary ``targets`` (a continuation's rule's, :attr:`~igw.gateway.model_rewrite.Split.targets`)
+    whose pools besides ``drawn`` a search for the response continued asks, in the rule's order: each
+    target with its scheduler, one per pool, only those ``principal`` may use. A response this replica
+    does not know (made through another replica, before a restart) may be stored by any version's pod;
+    until session s49 only the drawn version's pool was searched, and a conversation another version
+    stored answered 404 as often as the draw missed it."""
+    found: list[tuple[str, SchedulerRuntime]] = []
+    seen = {drawn.spec.name}
+    for target in targets:
+        route = rt.router.resolve(target)
+        other = rt.schedulers.get(route.scheduler) if route is not None else None
+        if other is None or other.spec.name in seen or not guard.may_use(principal, model=target):
+            continue
+        seen.add(other.spec.name)
+        found.append((target, other))
+    return found
 
 
 def _version_unready(
@@ -772,6 +803,7 @@ async def _route(
     if continues is not None and minted_for(continues, caller_scope(principal)) is False:
         return _not_yours(continues, request_id=rid, param="previous_response_id")
     unready = False  # the version storing the response continued has no usable endpoint (s49)
+    versions: tuple[str, ...] = ()  # a continuation's canary targets: the search's pools (s49)
     if body.model and rt.rewrites.configured:
         # `stickyBy: tenant` keys by the tenant flow control queues the request under: the token's
         # claim, the fairness header only where the gateway authenticates nobody, and none (a random
@@ -789,6 +821,7 @@ async def _route(
         if split is not None:
             obs.on_finish = state.rewrite_metrics.on_finish(split)
             unready = split.unready
+            versions = split.targets if continues is not None else ()
             if split.target != body.model:
                 obs.rewritten(body.model, named=split.named)
                 body = retargeted(body, split.target)
@@ -850,16 +883,24 @@ async def _route(
         )
         param = "max_tokens" if output >= limit else None  # the prompt alone: vLLM names no field
         return gateway_error("context_length_exceeded", message, param=param, request_id=rid)
+    # a continuation no scheduler here knows the pod of: the other canary versions' pools the caller
+    # may use are searched too, after the drawn one's (since session s49)
+    other_versions = (
+        []
+        if continues is None or sr.scheduler.responses.endpoint_of(continues) is not None
+        else _other_versions(rt, guard, principal, versions, sr)
+    )
     if (
         continues is not None
-        and len(sr.pool.states) > 1
+        and (len(sr.pool.states) > 1 or any(other.pool.states for _, other in other_versions))
         and sr.scheduler.responses.endpoint_of(continues) is None
     ):
+        pools_searched = [sr.spec.name, *(other.spec.name for _, other in other_versions)]
         refused = _search_refusal(
             state,
             continues,
             _search_scope(principal),
-            within=search_context(caller_scope(principal), [sr.spec.name]),
+            within=search_context(caller_scope(principal), pools_searched),
             request_id=rid,
             param="previous_response_id",
         )
@@ -1058,11 +1099,21 @@ async def _route(
     candidates = [decision.endpoint, *decision.fallbacks]
     search_for = None
     continues = body.previous_response_id
+    elsewhere: dict[str, tuple[SchedulerRuntime, InferenceBody]] = {}
+    pools_searched = [sr.spec.name]
     if continues is not None and sr.scheduler.responses.endpoint_of(continues) is None:
         # A continuation of a response no scheduler here knows the pod of (made through another
-        # replica, before a restart): every pod of the pool may be asked, the decision's first.
+        # replica, before a restart): every pod of the pool may be asked, the decision's first, then
+        # (since session s49) those of the other canary versions' pools, each sent its own model
         picked = set(candidates)
         candidates += [v.key for v in sr.pool.views() if v.key not in picked]
+        for target, other in other_versions:
+            retold = retargeted(body, target)
+            for view in other.pool.views():
+                if view.key not in picked and view.key not in elsewhere and view.key not in candidates:
+                    elsewhere[view.key] = (other, retold)
+            pools_searched.append(other.spec.name)
+        candidates += list(elsewhere)
         search_for = continues if len(candidates) > 1 else None
     plan = _Forward(
         candidates=candidates[:RESPONSE_SEARCH_LIMIT] if search_for else candidates[:attempts],
@@ -1074,10 +1125,11 @@ async def _route(
         adapter=route.adapter,
         generates=api in GENERATING_APIS,
         search_for=search_for,
-        search_within=search_context(caller_scope(principal), [sr.spec.name]) if search_for else "",
+        search_within=search_context(caller_scope(principal), pools_searched) if search_for else "",
         strip_usage=asks_usage,
         routed_body=routed_body,
         minted=minted,
+        elsewhere=elsewhere if search_for else None,
     )
     if log is not None and log.opens(request.headers.get(DEBUG_TOKEN_HEADER)):
         plan.response_headers[DECISION_HEADER] = decision_header(decision)
@@ -1410,8 +1462,10 @@ async def _forward(
         # an answer the hedge could not hold (a stream, a large one): that pod asked again, relaying
         candidates = [] if search.unheld is None else [search.unheld]
     for attempt, key in enumerate(candidates, start=1):
-        ep = plan.sr.pool.states.get(key) if plan.sr is not None else None
-        if plan.sr is not None and ep is None:
+        # another canary version's pod (a continuation's search): its pool's scheduler, its model
+        owner, sent = plan.elsewhere.get(key, (plan.sr, body))
+        ep = owner.pool.states.get(key) if owner is not None else None
+        if owner is not None and ep is None:
             continue
         bound_s = head_timeout_s  # a search's attempt: what is left of its deadline, if less
         if search_deadline is not None and head_timeout_s is not None:
@@ -1420,12 +1474,14 @@ async def _forward(
                 cut_short = True  # the pods left are not asked (a 504 below unless one answered)
                 break
             bound_s = min(head_timeout_s, left_s)
-        if unsent is not None and ep is not None and plan.sr is not None:
+        if unsent is not None and ep is not None and plan.sr is not None and owner is plan.sr:
             _sent_instead(plan.sr, unsent, ep, request_id=obs.key, now=state.clock())
             unsent = None
         result = None
         misnamed = False  # a retrieval's answer naming another stored response than the one asked for
-        obs.attempt(attempt, key, scheduler=scheduler)
+        obs.attempt(
+            attempt, key, scheduler=scheduler if owner is plan.sr or owner is None else owner.spec.name
+        )
         if not isinstance(headers, bytes):
             obs.propagate(headers)  # tracing hook: traceparent of this attempt
         if ep is not None:
@@ -1441,15 +1497,15 @@ async def _forward(
                 plan,
                 settings,
                 key,
-                body,
+                sent,
                 headers,
                 bound_s,  # a search's whole answer, its body too (since s47)
                 idle_timeout_s=settings.stream_idle_timeout_s if body.stream else None,
                 on_prepared=prepared.append,
                 keepalive_s=settings.sse_keepalive_interval_s,
                 on_first_token=None
-                if plan.sr is None or ep is None
-                else _first_token_feedback(plan.sr, ep, obs, clock=state.clock),
+                if owner is None or ep is None
+                else _first_token_feedback(owner, ep, obs, clock=state.clock),
                 strip_usage=plan.strip_usage,
                 relay_whole_above=WHOLE_ANSWER_BUFFER_BYTES,
             )
@@ -1521,7 +1577,7 @@ async def _forward(
             # scheduler, and its outcome told now would make its state again, kept for good since
             # no removal comes for it any more; another pod now at its address would be charged
             # with the old one's failure.
-            if plan.sr is not None and plan.sr.pool.states.get(key) is ep:
+            if owner is not None and owner.pool.states.get(key) is ep:
                 if connected:
                     # A 404 for the pool's own model: the pod does not serve what it was selected for
                     # (a served-model-name mismatch), its fault; for an adapter: it lacks that adapter.
@@ -1529,7 +1585,7 @@ async def _forward(
                     lacks = refused == 404 and body.previous_response_id is None
                     own_model_missing = lacks and plan.adapter is None
                     _feedback(
-                        plan.sr,
+                        owner,
                         key,
                         obs,
                         result,
@@ -1538,10 +1594,11 @@ async def _forward(
                         body=plan.routed_body,
                     )
                     if lacks and plan.adapter is not None:
-                        plan.sr.scheduler.on_model_missing(key, plan.adapter, now=state.clock())
+                        owner.scheduler.on_model_missing(key, plan.adapter, now=state.clock())
                 else:  # outlier detection counts it; settles a forced choice's scores (access log)
-                    plan.sr.scheduler.on_connect_failed(key, now=state.clock())
-                    unsent = key  # the pod never got the request: its pick moves on (_sent_instead)
+                    owner.scheduler.on_connect_failed(key, now=state.clock())
+                    if owner is plan.sr:
+                        unsent = key  # the pod never got the request: its pick moves on (_sent_instead)
         # Retried here, not in the handler: mypyc cannot compile a `continue` inside try/finally
         # (igw.compiled). A plain answer - a success, most errors - costs the status test alone.
         searching_on = plan.search_for is not None and not prepared and attempt < len(candidates)
@@ -1612,7 +1669,7 @@ async def _forward(
             searched += 1
             refusal = result
             obs.retrying(scheduler or plan.search_pools.get(key, ""), RESPONSE_SEARCH, status=404)
-            if plan.sr is not None and plan.sr.pool.states.get(key) is ep:
+            if plan.sr is not None and owner is plan.sr and plan.sr.pool.states.get(key) is ep:
                 unsent = key  # a continuation's pick goes on with it: that pod prefilled nothing
             continue
         if scheduler is None:
@@ -1626,7 +1683,7 @@ async def _forward(
         if result is not None:
             refusal = result
             budgeted = True
-            if plan.sr is not None and plan.sr.pool.states.get(key) is ep:
+            if plan.sr is not None and owner is plan.sr and plan.sr.pool.states.get(key) is ep:
                 unsent = key  # refused, so never prefilled there: its pick moves on (_sent_instead)
     if place is not None:
         place.release()

@@ -231,11 +231,14 @@ class ModelRewrites:
             held = holds(target)
         if usable is not None and len(rule.targets) > 1 and not usable(target):
             if held:  # no other version's pod stores it: told so, not moved (since session s49)
-                return Split(rule.label, target, named=rule.model is not None, unready=True)
+                return Split(
+                    rule.label, target, named=rule.model is not None, unready=True, targets=rule.targets
+                )
             instead = rule.fallback_at(u, usable)
             if instead is not None:
-                return Split(rule.label, instead, named=rule.model is not None, fallback_from=target)
-        return Split(rule=rule.label, target=target, named=rule.model is not None)
+                named = rule.model is not None
+                return Split(rule.label, instead, named=named, fallback_from=target, targets=rule.targets)
+        return Split(rule=rule.label, target=target, named=rule.model is not None, targets=rule.targets)
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,6 +255,9 @@ class Split:
     unready: bool = False
     """``target`` stores the response a continuation continues and its pool has no usable endpoint:
     the request is answered 503 ``no_endpoints`` (no other version can continue it)."""
+    targets: tuple[str, ...] = ()
+    """Every target of the rule, in list order (weight 0 too): the versions a continuation of a
+    response no scheduler here knows is searched for in, the drawn ``target``'s pool first."""
 
 
 def _rule(
