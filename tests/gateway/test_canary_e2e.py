@@ -255,3 +255,106 @@ async def test_after_a_rollback_to_weight_0_conversations_on_that_version_contin
             assert resp.status == 200, await resp.text()
             fresh[(await resp.json())["server"]] += 1
         assert fresh == Counter({"v1": 30})
+
+
+async def test_a_continuation_whose_version_has_no_ready_pod_is_told_so_not_moved(gateway: Any) -> None:
+    """A conversation the canary (``llama-v2``) stored, then the canary's only pod down (its scrapes
+    fail: no usable endpoint). Its next turn gets 503 ``no_endpoints`` naming the version that holds
+    the response, with ``Retry-After``, and is not counted as a fallback; the stable version's pod is
+    not asked. Before session s49 the turn was moved to the stable version like a new request's draw,
+    where no pod stores the response: a 404 ``response_not_found`` for a conversation that still
+    exists, counted in ``igw_model_rewrite_fallbacks_total``."""
+    async with (
+        running(FakeModelServer("v1"), FakeModelServer("v2")) as (v1, v2),
+        gateway(doc(50, 50, name="canary"), {"old": [v1.key], "new": [v2.key]}) as gw,
+    ):
+        made: dict[str, Any] = {}
+        for i in range(60):
+            resp = await gw.post("/v1/responses", {"model": "llama", "input": f"hello {i}"})
+            assert resp.status == 200, await resp.text()
+            made = await resp.json()
+            if made["server"] == "v2":
+                break
+        assert made["server"] == "v2"
+        await v2.stop()
+        sr = gw.state.runtime.schedulers["new"]
+        await wait_for(
+            lambda: not any(sr.scheduler.is_fresh(v, gw.state.clock()) for v in sr.pool.views()),
+            within=10,
+            what="the canary's pod stale",
+        )
+        asked = len(v1.received)
+        body = {"model": "llama", "input": "and then?", "previous_response_id": made["id"]}
+        resp = await gw.post("/v1/responses", body)
+        assert resp.status == 503, await resp.text()
+        assert int(resp.headers["Retry-After"]) >= 1
+        error = (await resp.json())["error"]
+        assert error["code"] == "no_endpoints"
+        assert "llama-v2" in error["message"]
+        assert made["id"] in error["message"]
+        assert len(v1.received) == asked
+        registry = gw.state.metrics.registry
+        labels = {"rule": "canary", "from": "llama-v2", "to": "llama-v1"}
+        assert not registry.get_sample_value("igw_model_rewrite_fallbacks_total", labels)
+
+
+async def test_a_continuation_unknown_here_is_searched_for_in_every_version_s_pool(gateway: Any) -> None:
+    """A conversation the canary (``llama-v2``) stored, then forgotten by this replica (made through
+    another, or before a restart), continued 20 times at 50/50: each turn is searched for in the drawn
+    version's pool first, then the other's, the other's pod sent its own model; every turn is answered
+    by the canary's pod. Before session s49 only the drawn pool was searched: the turns drawn to the
+    stable version (about half) answered 404 ``response_not_found``."""
+    async with (
+        running(FakeModelServer("v1"), FakeModelServer("v2")) as (v1, v2),
+        gateway(doc(50, 50), {"old": [v1.key], "new": [v2.key]}) as gw,
+    ):
+        made: dict[str, Any] = {}
+        for i in range(60):
+            resp = await gw.post("/v1/responses", {"model": "llama", "input": f"hello {i}"})
+            assert resp.status == 200, await resp.text()
+            made = await resp.json()
+            if made["server"] == "v2":
+                break
+        assert made["server"] == "v2"
+        new = gw.state.runtime.schedulers["new"].scheduler
+        drawn_stable = 0
+        for _ in range(20):
+            new.disown_response(made["id"], v2.key, now=gw.state.clock())  # unknown here
+            asked_v1 = len(v1.received)
+            body = {"model": "llama", "input": "and then?", "previous_response_id": made["id"]}
+            resp = await gw.post("/v1/responses", body)
+            assert resp.status == 200, await resp.text()
+            assert (await resp.json())["server"] == "v2"
+            assert orjson.loads(v2.received[-1].body)["model"] == "llama-v2"
+            drawn_stable += len(v1.received) - asked_v1  # v1 asked first when drawn: its 404
+        assert 0 < drawn_stable < 20
+        assert gw.state.response_searches.in_flight == 0
+
+
+@pytest.mark.parametrize("denied", [None, "llama-v2"])
+async def test_a_continuation_s_search_asks_only_the_versions_the_caller_may_use(
+    gateway: Any, denied: str | None
+) -> None:
+    """The canary rolled back (100/0) and a response its pod stores that this replica does not know:
+    the stable pool is searched, then the canary's (200 from its pod) - unless the caller may not use
+    the canary's model, whose pod then never sees the request (404 from the stable pod)."""
+    from tests.gateway.test_routing_and_guard import RecordingGuard
+
+    auth = {"authorization": "Bearer good"}
+    async with (
+        running(FakeModelServer("v1"), FakeModelServer("v2")) as (v1, v2),
+        gateway(
+            doc(100, 0), {"old": [v1.key], "new": [v2.key]}, guard=RecordingGuard(deny_model=denied)
+        ) as gw,
+    ):
+        v2.stored_responses["resp_elsewhere"] = {"id": "resp_elsewhere", "object": "response", "output": []}
+        body = {"model": "llama", "input": "and then?", "previous_response_id": "resp_elsewhere"}
+        resp = await gw.post("/v1/responses", body, headers=auth)
+        if denied is None:
+            assert resp.status == 200, await resp.text()
+            assert (await resp.json())["server"] == "v2"
+        else:
+            assert resp.status == 404, await resp.text()
+            assert (await resp.json())["server"] == "v1"
+            assert v2.received == []
+        assert len(v1.received) == 1

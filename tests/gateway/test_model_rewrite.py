@@ -233,3 +233,27 @@ def test_a_continuation_follows_its_response_to_a_target_of_weight_0() -> None:
         nowhere = r.split("llama", headers={}, tenant=f"t{i}", rng=rng, holds=lambda t: False)
         assert nowhere is not None
         assert nowhere.target == "llama-v1"
+
+
+def test_a_continuation_whose_version_has_no_usable_endpoint_stays_unready_not_moved() -> None:
+    """The version storing the response has no usable endpoint: the split keeps it, marked
+    ``unready`` (answered 503), with no fallback; a new request's draw still moves (since s49)."""
+    r = rules([("llama-v1", 50), ("llama-v2", 50)])
+    rng = random.Random(5)
+    down = {"llama-v2"}
+    for _ in range(100):
+        split = r.split(
+            "llama",
+            headers={},
+            tenant=None,
+            rng=rng,
+            holds=lambda t: t == "llama-v2",
+            usable=lambda t: t not in down,
+        )
+        assert split is not None
+        assert (split.target, split.unready, split.fallback_from) == ("llama-v2", True, None)
+        fresh = r.split(
+            "llama", headers={}, tenant=None, rng=rng, holds=lambda t: False, usable=lambda t: t not in down
+        )
+        assert fresh is not None
+        assert (fresh.target, fresh.unready) == ("llama-v1", False)

@@ -283,6 +283,10 @@ class _Forward:
     alone and bounded as a search's attempt (a replay's head alone), its answer in time the client's;
     silent, the other pods are searched (``candidates``' rest; the holder not asked again) within
     the search's deadline. ``None``: no such request."""
+    elsewhere: dict[str, tuple[SchedulerRuntime, InferenceBody]]
+    """A continuation's search past its canary version's pool (since session s49): each candidate
+    of another version's pool -> that pool's scheduler (accounting and feedback) and the body with
+    that version's ``model``; empty otherwise."""
 
     def __init__(
         self,
@@ -306,6 +310,7 @@ class _Forward:
         minted: str | None = None,
         carried: bool = False,
         holder: str | None = None,
+        elsewhere: dict[str, tuple[SchedulerRuntime, InferenceBody]] | None = None,
     ) -> None:
         self.candidates = candidates
         self.sr = sr
@@ -326,6 +331,7 @@ class _Forward:
         self.minted = minted
         self.carried = carried
         self.holder = holder
+        self.elsewhere = {} if elsewhere is None else elsewhere
 
 
 async def handle_inference(
@@ -507,6 +513,47 @@ def _has_fresh_endpoint(rt: GatewayRuntime, now: float) -> Callable[[str], bool]
         return any(fresh(view, now) for view in sr.pool.views())
 
     return usable
+
+
+def _other_versions(
+    rt: GatewayRuntime,
+    guard: RequestGuard,
+    principal: Principal,
+    targets: tuple[str, ...],
+    drawn: SchedulerRuntime,
+) -> list[tuple[str, SchedulerRuntime]]:
+    """The canary ``targets`` (a continuation's rule's, :attr:`~igw.gateway.model_rewrite.Split.targets`)
+    whose pools besides ``drawn`` a search for the response continued asks, in the rule's order: each
+    target with its scheduler, one per pool, only those ``principal`` may use. A response this replica
+    does not know (made through another replica, before a restart) may be stored by any version's pod;
+    until session s49 only the drawn version's pool was searched, and a conversation another version
+    stored answered 404 as often as the draw missed it."""
+    found: list[tuple[str, SchedulerRuntime]] = []
+    seen = {drawn.spec.name}
+    for target in targets:
+        route = rt.router.resolve(target)
+        other = rt.schedulers.get(route.scheduler) if route is not None else None
+        if other is None or other.spec.name in seen or not guard.may_use(principal, model=target):
+            continue
+        seen.add(other.spec.name)
+        found.append((target, other))
+    return found
+
+
+def _version_unready(
+    state: GatewayState, obs: RequestObserver, response_id: str, model: str, rid: str
+) -> web.Response:
+    """503 ``no_endpoints`` for a continuation whose canary version (``model``) stores the response
+    and has no usable endpoint (:attr:`~igw.gateway.model_rewrite.Split.unready`): no other version's
+    pod stores it, so moved there (until session s49) it was answered 404 ``response_not_found`` for a
+    conversation that still exists. ``Retry-After`` as the scheduler's ``no_endpoints``."""
+    obs.rejected("no_endpoints")
+    retry = _retry_after(state, state.runtime.settings.retry_after_min_s)
+    message = (
+        f"no model server endpoint available for {model!r}, the version that stores response "
+        f"{response_id!r} (no other can continue it): none is ready; retry after {retry}s"
+    )
+    return gateway_error("no_endpoints", message, headers={"Retry-After": retry}, request_id=rid)
 
 
 def _not_yours(response_id: str, *, request_id: str, param: str | None = None) -> web.Response:
@@ -755,6 +802,8 @@ async def _route(
     continues = body.previous_response_id
     if continues is not None and minted_for(continues, caller_scope(principal)) is False:
         return _not_yours(continues, request_id=rid, param="previous_response_id")
+    unready = False  # the version storing the response continued has no usable endpoint (s49)
+    versions: tuple[str, ...] = ()  # a continuation's canary targets: the search's pools (s49)
     if body.model and rt.rewrites.configured:
         # `stickyBy: tenant` keys by the tenant flow control queues the request under: the token's
         # claim, the fairness header only where the gateway authenticates nobody, and none (a random
@@ -771,6 +820,8 @@ async def _route(
         )
         if split is not None:
             obs.on_finish = state.rewrite_metrics.on_finish(split)
+            unready = split.unready
+            versions = split.targets if continues is not None else ()
             if split.target != body.model:
                 obs.rewritten(body.model, named=split.named)
                 body = retargeted(body, split.target)
@@ -816,6 +867,8 @@ async def _route(
     if refusal is not None:  # igw.gateway.lora_field: the adapter served is the one authorized
         return gateway_error("invalid_request", refusal, param="lora_path", request_id=rid)
     _authorize_target(guard, principal, model=route.model, requested=obs.record.requested_model)
+    if unready and continues is not None:  # authorized first: the target is named to callers allowed it
+        return _version_unready(state, obs, continues, route.model, rid)
     await guard.admit(principal, model=route.model, est_tokens=est_tokens)
     obs.admitted()  # tracing hook
     sr = rt.schedulers[route.scheduler]
@@ -830,16 +883,24 @@ async def _route(
         )
         param = "max_tokens" if output >= limit else None  # the prompt alone: vLLM names no field
         return gateway_error("context_length_exceeded", message, param=param, request_id=rid)
+    # a continuation no scheduler here knows the pod of: the other canary versions' pools the caller
+    # may use are searched too, after the drawn one's (since session s49)
+    other_versions = (
+        []
+        if continues is None or sr.scheduler.responses.endpoint_of(continues) is not None
+        else _other_versions(rt, guard, principal, versions, sr)
+    )
     if (
         continues is not None
-        and len(sr.pool.states) > 1
+        and (len(sr.pool.states) > 1 or any(other.pool.states for _, other in other_versions))
         and sr.scheduler.responses.endpoint_of(continues) is None
     ):
+        pools_searched = [sr.spec.name, *(other.spec.name for _, other in other_versions)]
         refused = _search_refusal(
             state,
             continues,
             _search_scope(principal),
-            within=search_context(caller_scope(principal), [sr.spec.name]),
+            within=search_context(caller_scope(principal), pools_searched),
             request_id=rid,
             param="previous_response_id",
         )
@@ -1038,11 +1099,21 @@ async def _route(
     candidates = [decision.endpoint, *decision.fallbacks]
     search_for = None
     continues = body.previous_response_id
+    elsewhere: dict[str, tuple[SchedulerRuntime, InferenceBody]] = {}
+    pools_searched = [sr.spec.name]
     if continues is not None and sr.scheduler.responses.endpoint_of(continues) is None:
         # A continuation of a response no scheduler here knows the pod of (made through another
-        # replica, before a restart): every pod of the pool may be asked, the decision's first.
+        # replica, before a restart): every pod of the pool may be asked, the decision's first, then
+        # (since session s49) those of the other canary versions' pools, each sent its own model
         picked = set(candidates)
         candidates += [v.key for v in sr.pool.views() if v.key not in picked]
+        for target, other in other_versions:
+            retold = retargeted(body, target)
+            for view in other.pool.views():
+                if view.key not in picked and view.key not in elsewhere and view.key not in candidates:
+                    elsewhere[view.key] = (other, retold)
+            pools_searched.append(other.spec.name)
+        candidates += list(elsewhere)
         search_for = continues if len(candidates) > 1 else None
     plan = _Forward(
         candidates=candidates[:RESPONSE_SEARCH_LIMIT] if search_for else candidates[:attempts],
@@ -1054,10 +1125,11 @@ async def _route(
         adapter=route.adapter,
         generates=api in GENERATING_APIS,
         search_for=search_for,
-        search_within=search_context(caller_scope(principal), [sr.spec.name]) if search_for else "",
+        search_within=search_context(caller_scope(principal), pools_searched) if search_for else "",
         strip_usage=asks_usage,
         routed_body=routed_body,
         minted=minted,
+        elsewhere=elsewhere if search_for else None,
     )
     if log is not None and log.opens(request.headers.get(DEBUG_TOKEN_HEADER)):
         plan.response_headers[DECISION_HEADER] = decision_header(decision)
@@ -1363,7 +1435,14 @@ async def _forward(
                     silent_s=head_timeout_s,
                 )
             else:
-                silent = await _holder_first(state, plan, principal, search, ask, delay_s, ask_until)
+                relay = search.asker(
+                    request, headers, body, settings, head_timeout_s, search_deadline, relay_to=prepared
+                )
+                silent = await _holder_first(state, plan, principal, search, (relay, ask), delay_s, ask_until)
+        except ClientGone:  # while the holder's answer was relayed (nothing else in flight then)
+            _ = search.settled(gone=True)
+            obs.client_gone()
+            return prepared[0] if prepared else web.Response(status=CLIENT_CLOSED)
         except asyncio.CancelledError:  # its attempts cancelled and ended; nothing relayed yet
             if not state.inflight.cutting:
                 # the pods asked, in the access log's attempts (until s47: none, as if no pod had
@@ -1383,8 +1462,10 @@ async def _forward(
         # an answer the hedge could not hold (a stream, a large one): that pod asked again, relaying
         candidates = [] if search.unheld is None else [search.unheld]
     for attempt, key in enumerate(candidates, start=1):
-        ep = plan.sr.pool.states.get(key) if plan.sr is not None else None
-        if plan.sr is not None and ep is None:
+        # another canary version's pod (a continuation's search): its pool's scheduler, its model
+        owner, sent = plan.elsewhere.get(key, (plan.sr, body))
+        ep = owner.pool.states.get(key) if owner is not None else None
+        if owner is not None and ep is None:
             continue
         bound_s = head_timeout_s  # a search's attempt: what is left of its deadline, if less
         if search_deadline is not None and head_timeout_s is not None:
@@ -1393,12 +1474,14 @@ async def _forward(
                 cut_short = True  # the pods left are not asked (a 504 below unless one answered)
                 break
             bound_s = min(head_timeout_s, left_s)
-        if unsent is not None and ep is not None and plan.sr is not None:
+        if unsent is not None and ep is not None and plan.sr is not None and owner is plan.sr:
             _sent_instead(plan.sr, unsent, ep, request_id=obs.key, now=state.clock())
             unsent = None
         result = None
         misnamed = False  # a retrieval's answer naming another stored response than the one asked for
-        obs.attempt(attempt, key, scheduler=scheduler)
+        obs.attempt(
+            attempt, key, scheduler=scheduler if owner is plan.sr or owner is None else owner.spec.name
+        )
         if not isinstance(headers, bytes):
             obs.propagate(headers)  # tracing hook: traceparent of this attempt
         if ep is not None:
@@ -1414,15 +1497,15 @@ async def _forward(
                 plan,
                 settings,
                 key,
-                body,
+                sent,
                 headers,
                 bound_s,  # a search's whole answer, its body too (since s47)
                 idle_timeout_s=settings.stream_idle_timeout_s if body.stream else None,
                 on_prepared=prepared.append,
                 keepalive_s=settings.sse_keepalive_interval_s,
                 on_first_token=None
-                if plan.sr is None or ep is None
-                else _first_token_feedback(plan.sr, ep, obs, clock=state.clock),
+                if owner is None or ep is None
+                else _first_token_feedback(owner, ep, obs, clock=state.clock),
                 strip_usage=plan.strip_usage,
                 relay_whole_above=WHOLE_ANSWER_BUFFER_BYTES,
             )
@@ -1494,7 +1577,7 @@ async def _forward(
             # scheduler, and its outcome told now would make its state again, kept for good since
             # no removal comes for it any more; another pod now at its address would be charged
             # with the old one's failure.
-            if plan.sr is not None and plan.sr.pool.states.get(key) is ep:
+            if owner is not None and owner.pool.states.get(key) is ep:
                 if connected:
                     # A 404 for the pool's own model: the pod does not serve what it was selected for
                     # (a served-model-name mismatch), its fault; for an adapter: it lacks that adapter.
@@ -1502,7 +1585,7 @@ async def _forward(
                     lacks = refused == 404 and body.previous_response_id is None
                     own_model_missing = lacks and plan.adapter is None
                     _feedback(
-                        plan.sr,
+                        owner,
                         key,
                         obs,
                         result,
@@ -1511,10 +1594,11 @@ async def _forward(
                         body=plan.routed_body,
                     )
                     if lacks and plan.adapter is not None:
-                        plan.sr.scheduler.on_model_missing(key, plan.adapter, now=state.clock())
+                        owner.scheduler.on_model_missing(key, plan.adapter, now=state.clock())
                 else:  # outlier detection counts it; settles a forced choice's scores (access log)
-                    plan.sr.scheduler.on_connect_failed(key, now=state.clock())
-                    unsent = key  # the pod never got the request: its pick moves on (_sent_instead)
+                    owner.scheduler.on_connect_failed(key, now=state.clock())
+                    if owner is plan.sr:
+                        unsent = key  # the pod never got the request: its pick moves on (_sent_instead)
         # Retried here, not in the handler: mypyc cannot compile a `continue` inside try/finally
         # (igw.compiled). A plain answer - a success, most errors - costs the status test alone.
         searching_on = plan.search_for is not None and not prepared and attempt < len(candidates)
@@ -1585,7 +1669,7 @@ async def _forward(
             searched += 1
             refusal = result
             obs.retrying(scheduler or plan.search_pools.get(key, ""), RESPONSE_SEARCH, status=404)
-            if plan.sr is not None and plan.sr.pool.states.get(key) is ep:
+            if plan.sr is not None and owner is plan.sr and plan.sr.pool.states.get(key) is ep:
                 unsent = key  # a continuation's pick goes on with it: that pod prefilled nothing
             continue
         if scheduler is None:
@@ -1599,7 +1683,7 @@ async def _forward(
         if result is not None:
             refusal = result
             budgeted = True
-            if plan.sr is not None and plan.sr.pool.states.get(key) is ep:
+            if plan.sr is not None and owner is plan.sr and plan.sr.pool.states.get(key) is ep:
                 unsent = key  # refused, so never prefilled there: its pick moves on (_sent_instead)
     if place is not None:
         place.release()
@@ -1788,6 +1872,9 @@ class _HedgedSearch:
         than the search timeout (given up then, it is not asked last for it)."""
         self.searched = False
         """A remembered holder's retrieval (``plan.holder``) searched the other pods too."""
+        self.relayed: list[web.StreamResponse] = []
+        """The response a relaying attempt (``relay_to`` of :meth:`asker`) prepared: its outcome,
+        whatever it is, is the client's."""
 
     def asker(
         self,
@@ -1797,11 +1884,18 @@ class _HedgedSearch:
         settings: RoutingSettings,
         head_timeout_s: float | None,
         deadline: float | None = None,
+        *,
+        relay_to: list[web.StreamResponse] | None = None,
     ) -> Callable[[str], Awaitable[ExchangeResult]]:
         """One attempt of the search: the pod asked, its answer held (never written here), bounded
         by ``head_timeout_s`` or what is left until ``deadline`` (:func:`time.monotonic`), the
-        shorter."""
+        shorter. ``relay_to`` (a remembered holder's attempt, the only one in flight: since session
+        s49): its answer relayed as the sequential search's attempt's is, a large one (past
+        :data:`WHOLE_ANSWER_BUFFER_BYTES`) once its held start shows the response asked for, the
+        response prepared appended to it; held, such an answer was closed and the holder asked a
+        second time."""
         state, plan, obs = self.state, self.plan, self.obs
+        self.relayed = relay_to if relay_to is not None else self.relayed
 
         def ask(key: str) -> Awaitable[ExchangeResult]:
             self.asked.append(key)
@@ -1821,8 +1915,9 @@ class _HedgedSearch:
                 headers,
                 bound_s,
                 idle_timeout_s=None,
-                on_prepared=_never_prepared,
-                hold_bytes=WHOLE_ANSWER_BUFFER_BYTES,
+                on_prepared=_never_prepared if relay_to is None else relay_to.append,
+                hold_bytes=WHOLE_ANSWER_BUFFER_BYTES if relay_to is None else None,
+                relay_whole_above=None if relay_to is None else WHOLE_ANSWER_BUFFER_BYTES,
             )
 
         return ask
@@ -1841,6 +1936,16 @@ class _HedgedSearch:
             self.obs.usage_unread(result.usage_unread)
         if result.redirect:
             self.obs.upstream_redirect()
+        if self.relayed:  # written to the client: its answer, whatever it is (since session s49)
+            named = result.response_id
+            result.response_id = believed(named, self.plan.minted)
+            if named is not None and named != self.plan.settles and result.status < 400:
+                # a replay naming another, cut there (upstream._cut_replay), as the sequential path
+                self.withheld = key
+                _withheld(self.state, key)
+            self.won = result
+            self.heard.append((key, result, ""))
+            return WIN
         if result.gave_up:  # not a miss - it may store the response - but asked last for a while
             if self.shortened.get(key, False):  # ... unless the deadline, not its timeout, ended it
                 result = _stalled_at_deadline(self.plan, self.obs, searches.search_deadline_s, result)
@@ -1931,7 +2036,7 @@ async def _holder_first(
     plan: _Forward,
     principal: Principal,
     search: _HedgedSearch,
-    ask: Callable[[str], Awaitable[ExchangeResult]],
+    askers: tuple[Callable[[str], Awaitable[ExchangeResult]], Callable[[str], Awaitable[ExchangeResult]]],
     delay_s: float,
     ask_until: float | None,
 ) -> list[str]:
@@ -1942,16 +2047,20 @@ async def _holder_first(
     search's deadline and in a search place of the caller's scope (none free: the holder's 504); the
     holder is not asked again (since session s48: a pod silent the whole search timeout rarely
     answers in the time left, and asking it again cost the client a second timeout, 4.0 s). Until
-    s47 a frozen holder held the client until ``responseTimeout`` (600 s by default). Returns the
-    pods silent when the search ended (:func:`hedged`'s)."""
+    s47 a frozen holder held the client until ``responseTimeout`` (600 s by default). ``askers``: the
+    holder's (its answer relayed, a large one too: asked once, since session s49) and the others'
+    (held, several in flight). Returns the pods silent when the search ended (:func:`hedged`'s)."""
+    relay, ask = askers
     first, rest = plan.candidates[:1], plan.candidates[1:]
     silent_s = state.response_searches.search_timeout_s
-    silent = await hedged(first, ask, search.decide, delay_s=delay_s, ask_until=ask_until, silent_s=silent_s)
+    silent = await hedged(
+        first, relay, search.decide, delay_s=delay_s, ask_until=ask_until, silent_s=silent_s
+    )
     if search.withheld == plan.holder and plan.settles is not None and plan.holder is not None:
         # it named another response: forgotten, the next poll searches (as the sequential path)
         for sr in state.runtime.schedulers.values():
             sr.scheduler.disown_response(plan.settles, plan.holder, now=state.clock())
-    if search.stalled is None or not rest:
+    if search.stalled is None or not rest or search.relayed:
         return silent
     searches = state.response_searches
     scope = _search_scope(principal)

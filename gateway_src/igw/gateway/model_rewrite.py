@@ -15,7 +15,10 @@ fallback: it applies to a request only when no rule naming its model matched.
 A continuation (``previous_response_id``) goes to the target whose pool stored the response it
 continues, whatever the draw, when the gateway knows that pool (the stored response exists on one pod
 only), even a target of weight 0: rolling a version back ends its new conversations, not those in
-progress.
+progress. When that target's pool has no usable endpoint (below), the continuation is not moved: no
+other version's pod stores the response (its 404 would tell the client the conversation is gone), so
+it is answered 503 ``no_endpoints`` with ``Retry-After``, naming the version that holds it, and is not
+counted as a fallback (:attr:`Split.unready`, since session s49).
 
 A target whose pool has no usable endpoint (none discovered, or none with fresh metrics: scaled to
 zero, every pod gone or unreachable) gives its draw to the rule's other targets that have one, in
@@ -212,22 +215,30 @@ class ModelRewrites:
 
         ``usable`` says whether a target's pool has an endpoint to send to (one with fresh metrics):
         when the chosen target's has none, the draw goes to the targets that have one
-        (:meth:`RewriteRule.fallback_at`), named in :attr:`Split.fallback_from`."""
+        (:meth:`RewriteRule.fallback_at`), named in :attr:`Split.fallback_from` - unless it is the
+        target ``holds`` found, which stays, :attr:`Split.unready` (another's pods would answer 404)."""
         rule = self.match(model, headers)
         if rule is None:
             return None
         key = rule.sticky_key(headers, tenant)
         u = sticky_point(rule.model or "", key) if key else rng.random()
         target = rule.target_at(u)
-        if holds is not None and not holds(target):
+        held = holds is not None and holds(target)
+        if holds is not None and not held:
             # every target the rule lists, weight 0 too: a rolled-back version's pods still hold the
             # conversations they stored, and no other pod can continue one
             target = next((t for t in rule.targets if holds(t)), target)
+            held = holds(target)
         if usable is not None and len(rule.targets) > 1 and not usable(target):
+            if held:  # no other version's pod stores it: told so, not moved (since session s49)
+                return Split(
+                    rule.label, target, named=rule.model is not None, unready=True, targets=rule.targets
+                )
             instead = rule.fallback_at(u, usable)
             if instead is not None:
-                return Split(rule.label, instead, named=rule.model is not None, fallback_from=target)
-        return Split(rule=rule.label, target=target, named=rule.model is not None)
+                named = rule.model is not None
+                return Split(rule.label, instead, named=named, fallback_from=target, targets=rule.targets)
+        return Split(rule=rule.label, target=target, named=rule.model is not None, targets=rule.targets)
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,6 +252,12 @@ class Split:
     which catches any name a client makes up, so that name must not become a metric label."""
     fallback_from: str | None = None
     """The target drawn, when its pool had no usable endpoint and ``target`` took its draw."""
+    unready: bool = False
+    """``target`` stores the response a continuation continues and its pool has no usable endpoint:
+    the request is answered 503 ``no_endpoints`` (no other version can continue it)."""
+    targets: tuple[str, ...] = ()
+    """Every target of the rule, in list order (weight 0 too): the versions a continuation of a
+    response no scheduler here knows is searched for in, the drawn ``target``'s pool first."""
 
 
 def _rule(
