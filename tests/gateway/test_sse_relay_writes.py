@@ -73,6 +73,20 @@ async def test_the_head_leaves_with_the_first_event(gateway: Any, client_writes:
     assert b'"text":"tok1"' not in client_writes[head]  # relayed as it came, not buffered
 
 
+async def test_the_last_events_leave_with_the_end_of_the_stream(
+    gateway: Any, client_writes: list[bytes]
+) -> None:
+    """Events that came in the model server's last read, with its end of stream, are written with the
+    client's end of stream (the chunked terminator): one write, one client wake-up, not two."""
+    server = FakeModelServer("a", tokens=3, first_token_delay_s=0.02, token_delay_s=0.02)
+    text = await streamed_text(gateway, client_writes, server)
+    assert text.count("data: ") == 4
+    (last,) = [w for w in client_writes if b"data: [DONE]" in w]
+    assert last.endswith(b"data: [DONE]\n\n\r\n0\r\n\r\n")
+    assert client_writes[-1] == last  # nothing after it: the terminator did not leave on its own
+    assert b'"text":"tok0"' not in last  # the earlier events were relayed as they came
+
+
 @skip_compiled(
     "igw.gateway.upstream",
     "stream_head and UpstreamResponse.readany are replaced by monkeypatch to record the order; "
@@ -362,6 +376,8 @@ async def test_a_client_gone_at_the_streams_end_still_gives_the_relays_result(
         return result
 
     async def gone(self: upstream._RelayedStream, data: bytes = b"") -> None:
+        if data:  # events joined to the end of the stream: they reach the client, the terminator not
+            await self.write(data)
         raise ConnectionResetError("client went away")
 
     monkeypatch.setattr(upstream, "_relay_stream", kept)

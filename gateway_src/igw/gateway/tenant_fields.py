@@ -115,6 +115,8 @@ XARGS_REFUSED: Final = ("kv_transfer_params", "ec_transfer_params")
 DP_RANK_HEADER: Final = "x-data-parallel-rank"
 ROUTING_KEY_HEADER: Final = "x-smg-routing-key"
 """SGLang's OpenAI routes take it as the request's ``routing_key``; allowed with that field."""
+_SCANNED_NAMES: Final = frozenset((*TENANT_REFUSED_FIELDS, XARGS_FIELD))
+"""The body keys :func:`engine_fields` looks at."""
 OVERRIDE_PREFIX: Final = "x-override-"
 _DP_RANK_FIELDS: Final = ("routed_dp_rank", "data_parallel_rank")
 """The fields ``X-Data-Parallel-Rank`` sets (SGLang's and vLLM's name): allowing either allows it."""
@@ -123,7 +125,12 @@ _DP_RANK_FIELDS: Final = ("routed_dp_rank", "data_parallel_rank")
 def engine_fields(body: Mapping[str, object]) -> tuple[str, ...]:
     """The fields of :data:`TENANT_REFUSED_FIELDS` that the parsed JSON object ``body`` sets (a
     ``null`` asks for nothing), in the table's order, then ``vllm_xargs.<name>`` for each
-    :data:`XARGS_REFUSED` entry its ``vllm_xargs`` sets; ``()`` when none (the usual case)."""
+    :data:`XARGS_REFUSED` entry its ``vllm_xargs`` sets; ``()`` when none (the usual case).
+
+    Run on every request's body: a body naming none of the fields and no ``vllm_xargs`` (the usual
+    case) is answered by one set comparison of its keys, not a look-up per table field."""
+    if _SCANNED_NAMES.isdisjoint(body.keys()):
+        return ()
     found = [name for name in TENANT_REFUSED_FIELDS if body.get(name) is not None]
     xargs = body.get(XARGS_FIELD)
     if isinstance(xargs, dict):

@@ -1774,6 +1774,9 @@ async def _relay_stream(
     watching = checking  # and, once released, each later event naming another response cuts it
     unchecked = b""  # the events held meanwhile (comments, event names without data)
     ended = b""  # a replay's events held to its end (none with data came): relayed with the end
+    # Events read with the model server's end of stream (its last read brought both): written with
+    # the client's end of stream, one write (and one client wake-up) instead of two.
+    last_events = b""
 
     def first_bytes(data: bytes) -> None:
         nonlocal sent, sent_at, first, gone
@@ -1840,7 +1843,10 @@ async def _relay_stream(
                     more = events.feed(chunk[sent:]) if len(chunk) > sent else b""
                     sent = 0
                     if more:
-                        await response.write(more)
+                        if upstream.ended:
+                            last_events = more
+                        else:
+                            await response.write(more)
                     data = first + more if more else first
                     now = sent_at if first else time.perf_counter()  # when its first events left
                     spoke = heard
@@ -1873,7 +1879,10 @@ async def _relay_stream(
                         if not response.prepared:
                             await response.prepare(request)
                             on_prepared(response)
-                        await response.write(data)
+                        if upstream.ended:
+                            last_events = data
+                        else:
+                            await response.write(data)
                         spoke = heard
                     now = time.perf_counter()
             except (ConnectionResetError, aiohttp.ClientConnectionResetError) as reset:
@@ -1924,6 +1933,9 @@ async def _relay_stream(
             else f"upstream {kind}: {type(exc).__name__}"
         )
         events.rest()  # the unfinished event dropped: the error is an event of its own
+        if last_events:
+            await response.write(last_events)
+            last_events = b""
         await _terminal_error(response, code=code, message=message, anthropic=anthropic_path(request.path))
     finally:
         judge()
@@ -1932,11 +1944,9 @@ async def _relay_stream(
             await response.prepare(request)
             on_prepared(response)
         rest = events.rest()  # an unfinished last event: relayed as it came
-        if ended or rest:
-            await response.write(ended + rest)
-        await response.write_eof()
+        await response.write_eof(last_events + ended + rest)  # the events left and the end: one write
     except (ConnectionResetError, aiohttp.ClientConnectionResetError) as reset:
-        if ended:  # the client left before a replay's held events reached it: as from any other write
+        if last_events or ended:  # the client left before events reached it: as from any other write
             raise ClientGone() from reset
     response.relayed = None  # relayed to its end: nothing left to charge (see _RelayedStream.relayed)
     return result

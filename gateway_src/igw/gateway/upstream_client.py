@@ -559,6 +559,14 @@ class UpstreamResponse:
             await conn.wait(left)
         return conn.take()
 
+    @property
+    def ended(self) -> bool:
+        """Whether the body's end has arrived and every byte before it was read: the next
+        :meth:`readany` returns ``b""`` at once (a relay joins what it read last to its client's end
+        of stream, one write instead of two)."""
+        conn = self._conn
+        return conn.complete and not conn.chunks
+
     def on_first_bytes(self, callback: Callable[[bytes], None]) -> None:
         """Have ``callback`` called with the body's first bytes inside the read that brings them, still
         queued for :meth:`readany` as usual: a relay writes them to its client there, without the
