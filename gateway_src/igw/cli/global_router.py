@@ -5,6 +5,7 @@ Examples::
     igw global serve --config global.yaml                       # region from spec.region
     igw global serve --config global.yaml --region us-west-2 --port 8090
     igw global serve --config global.yaml --emf-interval 60     # fleet metrics as CloudWatch EMF
+    igw global serve --config global.yaml --otel-endpoint http://collector:4318   # request spans
 
 The configuration (a ``GlobalRouterConfig``) is validated at start-up: exit 2 with every problem
 listed. Replicas are stateless; run several behind a load balancer, all pointing at the same Redis.
@@ -18,7 +19,7 @@ import contextlib
 import logging
 import sys
 
-from igw.cli.arg_types import NON_NEGATIVE, PORT, existing_file_or_stdin, listen_host, region_name
+from igw.cli.arg_types import FRACTION, NON_NEGATIVE, PORT, existing_file_or_stdin, listen_host, region_name
 
 HELP = "Tier-2 global inference router across clusters and regions (igw global serve)."
 
@@ -71,6 +72,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="S",
         help="write fleet metrics as CloudWatch EMF lines on stdout every S seconds (default 0: off)",
     )
+    otel = serve.add_argument_group(
+        "OpenTelemetry traces (off by default; the OTEL_EXPORTER_OTLP_* variables also switch them on)"
+    )
+    otel.add_argument(
+        "--otel-endpoint",
+        metavar="URL",
+        help="send a span per request to this OTLP/HTTP receiver (http://collector:4318; the path "
+        "/v1/traces is added when the URL has none); clusters get the span's traceparent",
+    )
+    otel.add_argument(
+        "--otel-sample-ratio",
+        type=FRACTION,
+        metavar="R",
+        help="record this fraction (0..1) of the traces the router starts; a sampled incoming "
+        "traceparent is always followed (default: OTEL_TRACES_SAMPLER, else every request)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -101,9 +118,15 @@ def _run(args: argparse.Namespace) -> int:
     from igw.gateway.management import ManagementPortError, management_port
     from igw.gateway.redaction import RedactingFormatter, configure_logging
     from igw.gateway.serving import EXIT_LISTEN_FAILED, ListenError
+    from igw.gateway.tracing_options import TracingConfigError, tracing_options
     from igw.global_router.config import GlobalConfigError, load_global_config
     from igw.global_router.launch import run_global_router
 
+    try:
+        tracing = tracing_options(args.otel_endpoint, args.otel_sample_ratio)
+    except TracingConfigError as exc:
+        print(f"igw global serve: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
     configure_logging(
         args.log_level, lambda: BatchedLineHandler(sys.stderr, label="stderr")
     )  # never blocks the loop
@@ -149,6 +172,7 @@ def _run(args: argparse.Namespace) -> int:
                     limits=limits,
                     emf_interval_s=args.emf_interval if args.emf_interval > 0 else None,
                     management_port=management,
+                    tracing=tracing,
                 )
             )
     except ListenError as exc:  # the machine's state (a port in use), not a usage error: as igw serve

@@ -78,7 +78,10 @@ class Tracing:
         undo_log_throttle: Callable[[], None] | None = None,
         exporter: SpanExporter | None = None,
         flush_timeout_s: float | None = None,
+        service_name: str = SERVICE_NAME,
     ) -> None:
+        """``service_name``: ``service.name`` unless the ``OTEL_*`` variables name one (the global
+        router's spans are ``igw-global-router``'s, so the two tiers tell apart in a trace)."""
         self._exporter = exporter
         self._flush_timeout_s = flush_timeout_s
         """With ``exporter``: how long :meth:`shutdown`'s final flush may take before the exporter
@@ -91,13 +94,13 @@ class Tracing:
             sampler = ParentBased(TraceIdRatioBased(sample_ratio))
         resource = Resource.create()  # OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES, SDK defaults
         if str(resource.attributes.get("service.name", "")).startswith("unknown_service"):
-            resource = resource.merge(Resource({"service.name": SERVICE_NAME}))
+            resource = resource.merge(Resource({"service.name": service_name}))
         self.provider = TracerProvider(resource=resource, sampler=sampler)
         self.provider.add_span_processor(processor)
         self.tracer = self.provider.get_tracer("igw.gateway")
 
     @classmethod
-    def exporting(cls, options: TracingOptions) -> Tracing:
+    def exporting(cls, options: TracingOptions, *, service_name: str = SERVICE_NAME) -> Tracing:
         """Batch-export to ``options.endpoint`` over OTLP/HTTP (protobuf) from a background thread;
         spans that find the batch queue full are counted as dropped (:class:`QueueBound`)."""
         # deferred: optional dependency weight: the exporter (and requests) load only with tracing on
@@ -116,6 +119,7 @@ class Tracing:
             undo_log_throttle=undo,
             exporter=exporter,
             flush_timeout_s=options.export_timeout_s,
+            service_name=service_name,
         )
 
     def start(self, headers: Mapping[str, str], *, method: str, path: str, started: float) -> RequestTrace:

@@ -5,16 +5,41 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from typing import TYPE_CHECKING
 
 from igw.gateway.body_budget import budget_meaning
 from igw.gateway.memory import memory_plan
 from igw.gateway.serving import ServerLimits, serve_app
 from igw.gateway.stop_signals import StopSignals
+from igw.gateway.tracing_options import TracingOptions
 from igw.gateway.worker_count import memory_limit
 from igw.global_router.config import GlobalRouterConfig
 from igw.global_router.server import ROUTER_KEY, create_global_app, global_management_app
+from igw.redaction import redact_url
+
+if TYPE_CHECKING:
+    from igw.gateway.tracing import Tracing
 
 log = logging.getLogger("igw.global_router")
+
+
+def _tracing(options: TracingOptions | None) -> Tracing | None:
+    if options is None:
+        return None
+    # deferred: start-up cost: the OTLP exporter loads only when tracing is on
+    from igw.gateway.tracing import Tracing
+    from igw.global_router.tracing import SERVICE_NAME
+
+    log.info(
+        "tracing: OTLP/HTTP export to %s, sampling %s, export timeout %gs; failures counted in "
+        "igw_trace_export_spans_total",
+        redact_url(options.endpoint),
+        "as OTEL_TRACES_SAMPLER says, else every request"
+        if options.sample_ratio is None
+        else f"{options.sample_ratio:g} of new traces (a sampled incoming traceparent is always followed)",
+        options.export_timeout_s,
+    )
+    return Tracing.exporting(options, service_name=SERVICE_NAME)
 
 
 async def run_global_router(
@@ -26,12 +51,18 @@ async def run_global_router(
     limits: ServerLimits,
     emf_interval_s: float | None = None,
     management_port: int | None = None,
+    tracing: TracingOptions | None = None,
 ) -> None:
     """``limits``: the client listener's timeouts and bounds (``spec.serverLimits``), its drain period
     and stream grace included. ``management_port``: serve ``/metrics`` and the detailed ``/readyz``
-    there, not on ``port`` (opened first and closed last, so the drain stays observable)."""
+    there, not on ``port`` (opened first and closed last, so the drain stays observable).
+    ``tracing``: export a span per request there (:mod:`igw.global_router.tracing`)."""
     app = create_global_app(
-        config, region=region, emf_interval_s=emf_interval_s, management_listener=management_port is not None
+        config,
+        region=region,
+        emf_interval_s=emf_interval_s,
+        management_listener=management_port is not None,
+        tracing=_tracing(tracing),
     )
     held = limits.max_body_bytes_held
     budget = app[ROUTER_KEY].body_budget

@@ -93,6 +93,7 @@ from igw.gateway.shutdown import InflightRequests
 from igw.gateway.stream_usage import RELAY_USAGE, RELAY_USAGE_HEADER, StreamUsage
 from igw.gateway.telemetry import UNKNOWN_MODEL
 from igw.gateway.tenant_labels import TenantLabels
+from igw.gateway.tracing import Tracing
 from igw.gateway.upstream import (
     ClientGone,
     ConnectFailed,
@@ -124,6 +125,7 @@ from igw.global_router.limits import TIER2_RESERVATIONS, WILDCARD, ModelRateLimi
 from igw.global_router.metrics import FleetMetrics
 from igw.global_router.retry_after import soonest_retry_after
 from igw.global_router.stored_ids import believed
+from igw.global_router.tracing import RouterSpan, RouterTracing
 from igw.scheduling.response_affinity import RESPONSE_SEARCH, ResponseAffinity
 from igw.scheduling.retry_policy import UNAVAILABLE_STATUSES
 from igw.scheduling.retry_spread import spread_retry_after
@@ -226,6 +228,9 @@ class GlobalRouter:
         self.anonymous_tenant = anonymous_tenant
         self.wall_clock = wall_clock
         """Seconds since the epoch: what an HTTP-date ``Retry-After`` is measured against."""
+        self.tracing: RouterTracing | None = None
+        """Starts each inference and stored-response request's span (``None``: tracing is off, and
+        the client's ``traceparent`` goes to the clusters as it came)."""
         self.draining = False
         """Set on SIGTERM: /readyz answers 503 so the load balancer stops sending first."""
         self.responses = ResponseAffinity()
@@ -324,7 +329,10 @@ def _forwarded_headers(router: GlobalRouter, request: web.Request, principal: Pr
     logs. Until session s48 the client's header went as it came: with none, or one refused (10 KiB,
     non-ASCII, quotes), tier 1 minted an id of its own, so the router's own errors and the relayed
     answers named a request by ids that no log of the other tier held, and a refused value reached
-    tier 1."""
+    tier 1.
+
+    With tracing on, ``traceparent``/``tracestate`` are the router span's (:mod:`igw.global_router.tracing`),
+    not the client's: a cluster's span is then the router span's child."""
     strip = router.guard.stripped_request_headers | _ROUTER_HEADERS
     add = {
         **principal.forward_headers,
@@ -334,7 +342,11 @@ def _forwarded_headers(router: GlobalRouter, request: web.Request, principal: Pr
         strip |= _FAIRNESS
         if principal.tenant:
             add = {**add, FAIRNESS_HEADER: principal.tenant}
-    return upstream_headers(request.headers, strip=strip, add=add)
+    headers = upstream_headers(request.headers, strip=strip, add=add)
+    span = request.get(ROUTER_SPAN)
+    if span is not None:
+        span.inject(headers)
+    return headers
 
 
 def _withholds_token(router: GlobalRouter, principal: Principal) -> bool:
@@ -508,6 +520,8 @@ async def _route_held(
                 f"model {model!r} is not served by any cluster of this router",
                 param="model",
             )
+        if (span := request.get(ROUTER_SPAN)) is not None:
+            span.model(model)
         # the tenant-wide limits too, in the same round trip, where the router built its guard
         await router.model_limits.admit(tenant=tenant, model=model, est_tokens=est_tokens)
     except GuardDenied as denied:
@@ -555,6 +569,7 @@ async def _route_held(
     else:  # the same body failing moments ago: another cluster first
         choices = router.fleet.away_from_failures(choices, raw)
     headers = _forwarded_headers(router, request, principal)
+    span = request.get(ROUTER_SPAN)
     token_withheld = _withholds_token(router, principal)
     # A stream's usage asked of the cluster's gateway where the client did not ask, read and not
     # relayed (igw.gateway.stream_usage); one token per event where its pool's engine cannot say.
@@ -588,6 +603,8 @@ async def _route_held(
                     record.attempt(cluster.name, POOL_FULL)
                 continue
             m.decisions.labels(cluster.name, cluster.region, choice.reason).inc()
+            if span is not None:
+                span.attempts += 1
             try:
                 result = await _within(
                     router,
@@ -957,6 +974,7 @@ async def _stored_response(request: web.Request) -> web.StreamResponse:
     # its access-log line as an inference request's (since session s49: until then none, so a
     # retrieval's search across the clusters showed in no log)
     record = _access_record(router, request)
+    span = _start_span(router, request)
     response: web.StreamResponse | None = None
     try:
         response = await _forward_stored(request, router)
@@ -965,6 +983,8 @@ async def _stored_response(request: web.Request) -> web.StreamResponse:
             inflight.leave(task)
         if record is not None:
             _log_access(record, response, started=record.began)
+        if span is not None:
+            _end_span(span, response)
     router.metrics.requests.labels(_stored_model_label(router, response), str(response.status)).inc()
     return response
 
@@ -1133,7 +1153,10 @@ async def _ask_stored(
         if record is not None:
             record.attempt(cluster.name, outcome)
 
+    span = request.get(ROUTER_SPAN)
     for cluster in clusters:
+        if span is not None:
+            span.attempts += 1
         try:
             result = await _within(
                 router,
@@ -1338,6 +1361,7 @@ def _inference_route(api: InferenceApi) -> Callable[[web.Request], Awaitable[web
         router = request.app[ROUTER_KEY]
         started = time.perf_counter()
         record = _access_record(router, request)
+        span = _start_span(router, request)
         response: web.StreamResponse | None = None
         try:
             response = await _route(request, router, api=api, started=started)
@@ -1349,6 +1373,8 @@ def _inference_route(api: InferenceApi) -> Callable[[web.Request], Awaitable[web
                 inflight.leave(task)
             if record is not None:
                 _log_access(record, response, started=started)
+            if span is not None:
+                _end_span(span, response)
 
     return handle
 
@@ -1368,6 +1394,36 @@ def _access_record(router: GlobalRouter, request: web.Request) -> RouterAccessRe
     record = RouterAccessRecord(request_id, request.method, request.path, client=request.remote)
     request[ACCESS_RECORD] = record
     return record
+
+
+ROUTER_SPAN: Final = web.RequestKey("igw_global_router_span", RouterSpan)
+"""The request's key of its :class:`~igw.global_router.tracing.RouterSpan` (absent with tracing off)."""
+
+
+def _start_span(router: GlobalRouter, request: web.Request) -> RouterSpan | None:
+    """The request's span, kept on it for :func:`_forwarded_headers` and the attempts to fill in;
+    ``None`` with tracing off."""
+    if router.tracing is None:
+        return None
+    route = request.match_info.route.resource
+    span = router.tracing.start(
+        request.headers,
+        method=request.method,
+        route=route.canonical if route is not None else request.path,
+        path=request.path,
+    )
+    request[ROUTER_SPAN] = span
+    return span
+
+
+def _end_span(span: RouterSpan, response: web.StreamResponse | None) -> None:
+    """End ``span`` with the request's answer (``None``: its handler was cancelled, 499)."""
+    if response is None:
+        span.finish(499, cluster=None, region=None)
+        return
+    cluster = response.headers.get(CLUSTER_HEADER)
+    region = response.headers.get(REGION_HEADER) if cluster is not None else None
+    span.finish(response.status, cluster=cluster, region=region)
 
 
 def _record_of(request: web.Request) -> RouterAccessRecord | None:
@@ -1499,6 +1555,7 @@ def create_global_app(
     read_heartbeats: bool = True,
     emf_interval_s: float | None = None,
     management_listener: bool = False,
+    tracing: Tracing | None = None,
 ) -> web.Application:
     """Build a router replica. ``clock``: the fleet's and ``modelRateLimits``' clock (intervals only,
     monotonic); ``token_clock``: the request guard's (wall clock: a token's ``exp``/``nbf``/``iat``
@@ -1509,7 +1566,8 @@ def create_global_app(
     ``management_listener``: ``/metrics`` and the detailed ``/readyz`` are served by
     :func:`global_management_app` on a port of its own; this app keeps ``/healthz`` and a ``/readyz``
     without detail (the traffic port is the one the load balancer exposes, as for a tier-1 gateway:
-    :mod:`igw.gateway.management`)."""
+    :mod:`igw.gateway.management`). ``tracing``: a span per inference and stored-response request
+    (:mod:`igw.global_router.tracing`), shut down (what is buffered exported) when the app stops."""
     metrics = FleetMetrics(registry)
     limit_settings = RateLimitSettings.from_mapping(config.rate_limits)
     if (config.authorization or {}).get("prefixCacheIsolation", "shared") != "shared":
@@ -1584,6 +1642,10 @@ def create_global_app(
         wall_clock=token_clock,
     )
     metrics.registry.register(BodyBudgetCollector(router.body_budget))
+    if tracing is not None:
+        router.tracing = RouterTracing(tracing)
+        if tracing.export_stats is not None:
+            metrics.registry.register(tracing.export_stats)
     app = name_every_answer(
         web.Application(client_max_size=config.routing.max_request_body_bytes, middlewares=[openai_errors])
     )
@@ -1616,6 +1678,8 @@ def create_global_app(
             await app[SESSION_KEY].close()
             await router.model_limits.close()
             await guard.close()
+            if tracing is not None:
+                await asyncio.to_thread(tracing.shutdown)  # the exporter's final flush blocks
 
     app.cleanup_ctx.append(services)
     if emf_interval_s is not None:
