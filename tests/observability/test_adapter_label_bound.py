@@ -3,8 +3,9 @@
 A pod's ``vllm:lora_requests_info`` lists up to 1,024 adapter names per state, read anew every
 scrape: until session s48 each name was a series, so a hostile or broken pod listing new names every
 scrape made up to 2,048 new series per scrape. The adapters the scheduler routes to keep their name,
-then the first ``UNCONFIGURED_ADAPTER_LABELS`` others; the rest are summed as ``adapter="other"``.
-Routing still reads every name."""
+then up to ``UNCONFIGURED_ADAPTER_LABELS`` others, each slot freed once no pod has reported its name
+for ``ADAPTER_SLOT_GRACE_S`` (since session s49); the rest are summed as ``adapter="other"``, which
+no real adapter shares. Routing still reads every name."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from igw.gateway.endpoints import DiscoveredEndpoint
 from igw.gateway.guards import OpenGuard
 from igw.gateway.metrics_parser import VLLM, parse_page
 from igw.gateway.state import GatewayState
-from igw.gateway.telemetry import OTHER_ADAPTER, UNCONFIGURED_ADAPTER_LABELS
+from igw.gateway.telemetry import ADAPTER_SLOT_GRACE_S, OTHER_ADAPTER, UNCONFIGURED_ADAPTER_LABELS
 from igw.scheduling.plugins.lora_affinity_scorer import adapter_affinity
 from tests.gateway.support import config_doc, scheduler
 
@@ -74,3 +75,84 @@ def test_a_pod_naming_thousands_of_adapters_makes_a_bounded_stable_set_of_series
     assert {adapter for adapter, _ in seen} <= {"sql", OTHER_ADAPTER} | {
         f"r0-{i}" for i in range(RUNNING)
     } | {f"w0-{i}" for i in range(WAITING)}
+
+
+class _Pods:
+    """One scheduler ``p`` (routing to ``sql``) over two pods whose adapter lists each scrape sets,
+    and a clock the test moves: a scripted sequence of scrapes and collections."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        config = build_gateway_config(config_doc([scheduler("p", "m", loraAdapters=["sql"])]))
+        self.state = GatewayState(config, guard=OpenGuard(), clock=lambda: self.now, rng=random.Random(0))
+        self.state.apply_endpoints(
+            "p", [DiscoveredEndpoint("10.0.0.1:8000"), DiscoveredEndpoint("10.0.0.2:8000")]
+        )
+        self.endpoints = sorted(self.state.runtime.schedulers["p"].pool.states.values(), key=lambda e: e.key)
+
+    def scrape(self, at: float, *pods: list[str]) -> dict[str, float]:
+        """Each pod reports its list running at ``at``; the running series collected then, by label."""
+        self.now = at
+        for endpoint, names in zip(self.endpoints, pods, strict=True):
+            page = (
+                f'vllm:lora_requests_info{{max_lora="4",running_lora_adapters="{",".join(names)}"}} 1.9e9\n'
+            )
+            endpoint.metrics = parse_page(page, VLLM).metrics
+            endpoint.scraped_at = at
+        labels: dict[str, float] = {}
+        for family in self.state.metrics.registry.collect():
+            for s in family.samples:
+                if s.name == "igw_endpoint_lora_adapter":
+                    assert s.labels["state"] == "running"
+                    labels[s.labels["adapter"]] = labels.get(s.labels["adapter"], 0.0) + s.value
+        return labels
+
+
+def test_a_slot_unreported_for_the_grace_period_goes_to_an_adapter_that_came_later() -> None:
+    """A pod lists 8 names once and never again; a real adapter loaded later gets their freed slot
+    after ADAPTER_SLOT_GRACE_S (summed as ``other`` before that, not for the life of the process),
+    while a name still reported keeps its own."""
+    pods = _Pods()
+    junk = [f"junk-{i}" for i in range(UNCONFIGURED_ADAPTER_LABELS - 1)]
+    assert set(pods.scrape(0.0, ["sql", "kept", *junk], [])) == {"sql", "kept", *junk}
+    # the junk is gone from every page, "late" arrives: every slot is still held
+    assert pods.scrape(60.0, ["kept"], ["late"]) == {"kept": 1.0, OTHER_ADAPTER: 1.0}
+    assert pods.scrape(ADAPTER_SLOT_GRACE_S - 1, ["kept"], ["late"]) == {"kept": 1.0, OTHER_ADAPTER: 1.0}
+    # the junk unreported for the grace period: its slots are free, "late" takes one
+    assert pods.scrape(ADAPTER_SLOT_GRACE_S, ["kept"], ["late"]) == {"kept": 1.0, "late": 1.0}
+    # long after: "kept" and "late", reported all along, still have theirs
+    assert pods.scrape(10 * ADAPTER_SLOT_GRACE_S, ["kept"], ["late"]) == {"kept": 1.0, "late": 1.0}
+
+
+def test_a_free_slot_goes_to_the_adapter_most_pods_report() -> None:
+    """A hostile pod listing many names as a real adapter (served by both pods) appears: the real
+    one takes a free slot first, though its name sorts after every other."""
+    pods = _Pods()
+    hostile = [f"a-{i:04d}" for i in range(500)]
+    got = pods.scrape(0.0, [*hostile, "zz-real"], ["zz-real"])
+    assert got["zz-real"] == 2.0
+    assert len(got) == 1 + UNCONFIGURED_ADAPTER_LABELS  # the real one, 7 hostile names, other
+    assert got[OTHER_ADAPTER] == len(hostile) - (UNCONFIGURED_ADAPTER_LABELS - 1)
+
+
+def test_an_adapter_named_other_is_not_summed_into_the_overflow() -> None:
+    """Names are the engines' own (vLLM and SGLang take any name; only a comma cannot be listed): a
+    real adapter named ``other`` (routed or not) is labelled ``~other``, as tenants are, so
+    ``adapter="other"`` is the overflow alone; ``~`` names are escaped too, so labels stay distinct."""
+    config = build_gateway_config(config_doc([scheduler("p", "m", loraAdapters=["other"])]))
+    state = GatewayState(config, guard=OpenGuard(), clock=lambda: 0.0, rng=random.Random(0))
+    state.apply_endpoints("p", [DiscoveredEndpoint("10.0.0.1:8000")])
+    (endpoint,) = state.runtime.schedulers["p"].pool.states.values()
+    overflow = [f"n{i}" for i in range(UNCONFIGURED_ADAPTER_LABELS + 3)]
+    names = ["other", "~other", "~x", *overflow]
+    for listed in (names[:3], names):  # the escaped names first seen alone: they hold a slot
+        page = f'vllm:lora_requests_info{{max_lora="4",running_lora_adapters="{",".join(listed)}"}} 1.9e9\n'
+        endpoint.metrics = parse_page(page, VLLM).metrics
+        endpoint.scraped_at = 0.0
+        series = _adapter_series(state.metrics.registry)
+    assert series[("~other", "running")] == 1.0  # the routed adapter named "other"
+    assert series[("~~other", "running")] == 1.0
+    assert series[("~~x", "running")] == 1.0
+    # the overflow: the names beyond the slots (two of which the escaped names took), nothing else
+    assert series[(OTHER_ADAPTER, "running")] == len(overflow) - (UNCONFIGURED_ADAPTER_LABELS - 2)
+    assert sum(series.values()) == len(names)

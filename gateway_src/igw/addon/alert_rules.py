@@ -60,6 +60,12 @@ CANARY_MIN_RPS: Final = 0.1
 """The request rate a target must exceed (over 10 minutes: 60 requests) for its error share to page:
 a target with a handful of requests is one unlucky error from any share."""
 
+TENANT_FOLDS_PER_HOUR: Final = 10
+"""Distinct tenants one gateway process may fold into ``tenant="other"`` in an hour before
+:data:`ALERTS`' ``IgwTenantLabelsFolding`` may fire: a handful once is a budget a little short, ten
+an hour for 30 minutes is new tenants arriving steadily (a ``tenantClaim`` per user, or a caller
+minting fairness ids)."""
+
 _REWRITES = "igw_model_rewrite_requests_total"
 
 
@@ -448,6 +454,21 @@ ALERTS: Final[tuple[Alert, ...]] = (
         "Its pool has no fresh, ready endpoint (scaled to zero, crash-looping, metrics stale or every "
         "pod ejected), so the observed split is not the configured one and the version is not being "
         "tested. igw_model_rewrite_fallbacks_total{to} says where its draws go.",
+    ),
+    Alert(
+        # since session s49: igw_tenant_labels_folded_total (s48) was on /metrics only. max over a
+        # pod's processes: each worker has its own label budget and counts its own folds.
+        "IgwTenantLabelsFolding",
+        f"max by (pod) (increase(igw_tenant_labels_folded_total[1h]) {_NOT_ROUTER})\n"
+        f"> {TENANT_FOLDS_PER_HOUR}",
+        "30m",
+        "warning",
+        "Gateway {{ $labels.pod }} counted {{ $value | humanize }} new tenants as tenant=other in the "
+        "last hour: its tenant label budget is taken.",
+        "New tenants keep arriving after the first maxTenantLabels were given a label, so their rate "
+        "limits, rejections and requests are summed as tenant=other. Raise maxTenantLabels "
+        "(rateLimits.metrics, flowControl.metrics; at most 1,000) if they are real callers; "
+        "a caller minting tenant or fairness ids is abuse.",
     ),
 )
 """Every alert the chart ships."""

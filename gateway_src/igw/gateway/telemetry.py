@@ -21,6 +21,7 @@ shows a worker whose relayed copy fell behind.
 
 from __future__ import annotations
 
+import heapq
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from http import HTTPStatus
@@ -39,6 +40,7 @@ from igw.gateway.log_metrics import LogDropStats
 from igw.gateway.metric_batch import FoldingCounter, FoldingHistogram, MetricBatch
 from igw.gateway.metrics_render import MetricsPage
 from igw.gateway.response_search import SEARCH_REFUSAL_REASONS
+from igw.gateway.tenant_labels import ESCAPE
 from igw.scheduling.settings import RoutingSettings
 from igw.scheduling.values import EngineMetrics
 
@@ -81,10 +83,22 @@ def status_label(status: int) -> str:
 
 OTHER_ADAPTER: Final = "other"
 """The ``adapter`` label of ``igw_endpoint_lora_adapter`` that sums every adapter without a label of
-its own (:class:`AdapterLabels`); a real adapter named ``other`` is summed into it too."""
+its own (:class:`AdapterLabels`), and of no real adapter: one named ``other``, or starting with
+:data:`~igw.gateway.tenant_labels.ESCAPE`, is labelled with the escape prepended (``other`` ->
+``~other``, ``~x`` -> ``~~x``), as tenants are. Until session s49 an adapter named ``other`` was
+summed into the overflow."""
 UNCONFIGURED_ADAPTER_LABELS: Final = 8
 """Per scheduler: how many adapters it does not route to (a pod's own, loaded outside the gateway's
-configuration) keep their name in ``igw_endpoint_lora_adapter``, first seen first."""
+configuration) keep their name in ``igw_endpoint_lora_adapter`` at a time."""
+ADAPTER_SLOT_GRACE_S: Final = DEPARTED_GRACE_S
+"""Seconds an adapter holding one of the :data:`UNCONFIGURED_ADAPTER_LABELS` slots may go unreported
+by every endpoint of its scheduler before the slot is freed for another name."""
+
+
+def adapter_label(name: str) -> str:
+    """The ``adapter`` label of an adapter with a label of its own: its name, escaped when it would
+    read as the overflow (:data:`OTHER_ADAPTER`) or as an escaped name."""
+    return name if name != OTHER_ADAPTER and not name.startswith(ESCAPE) else ESCAPE + name
 
 
 class AdapterLabels:
@@ -92,32 +106,63 @@ class AdapterLabels:
     (up to :data:`~igw.gateway.metrics_parser.MAX_LISTED_ADAPTERS` per state, rebuilt per scrape), so
     a hostile or broken pod listing new names every scrape made up to 2,048 new series per scrape
     until session s48. The adapters a scheduler routes to (``ModelRouter.adapters``) keep their name,
-    then the first :data:`UNCONFIGURED_ADAPTER_LABELS` others seen per scheduler (kept for the life of
-    the process, so a series never switches label); the rest are summed into :data:`OTHER_ADAPTER`.
-    Only the exported label is bounded: routing reads every name the page lists."""
+    then up to :data:`UNCONFIGURED_ADAPTER_LABELS` others per scheduler; the rest are summed into
+    :data:`OTHER_ADAPTER`. Only the exported label is bounded: routing reads every name the page lists.
 
-    def __init__(self, unconfigured: int = UNCONFIGURED_ADAPTER_LABELS) -> None:
+    A slot is held while some endpoint of the scheduler reports the name, and freed once none has for
+    :data:`ADAPTER_SLOT_GRACE_S` (its series is already gone: the family is rebuilt per collection
+    from what the endpoints report). Free slots go to the names reported by the most endpoints
+    first (then by name), so an adapter several pods serve beats a single pod's list. Until session
+    s49 the first names seen kept their slot for the life of the process: a pod listing 8 names once
+    left every adapter that came later summed as ``other``."""
+
+    def __init__(
+        self, unconfigured: int = UNCONFIGURED_ADAPTER_LABELS, grace_s: float = ADAPTER_SLOT_GRACE_S
+    ) -> None:
         self._unconfigured = unconfigured
-        self._given: dict[str, set[str]] = {}
+        self._grace_s = grace_s
+        self._given: dict[str, dict[str, float]] = {}
+        """Per scheduler: each slot's adapter and when an endpoint last reported it."""
         self._lock = threading.Lock()
         """Families are collected on the page-render thread and by any ``generate_latest`` caller."""
 
-    def counts(self, scheduler: str, names: Iterable[str], known: frozenset[str]) -> dict[str, int]:
-        """How many of ``names`` (one endpoint's adapters of one state) each label value counts."""
-        out: dict[str, int] = {}
+    def observe(
+        self, reported: Mapping[str, Mapping[str, int]], known: Mapping[str, frozenset[str]], now: float
+    ) -> dict[str, frozenset[str]]:
+        """Record one collection: ``reported`` is, per scheduler, each adapter its endpoints report
+        (either state) and by how many endpoints; ``known``, the adapters each routes to. Frees the
+        slots unreported for the grace period, hands free slots to new names, and returns per
+        scheduler the names holding a slot."""
+        out: dict[str, frozenset[str]] = {}
         with self._lock:
-            given = self._given.setdefault(scheduler, set())
-            for name in sorted(names):
-                if name == OTHER_ADAPTER:
-                    label = OTHER_ADAPTER
-                elif name in known or name in given:
-                    label = name
-                elif len(given) < self._unconfigured:
-                    given.add(name)
-                    label = name
+            for sched in set(reported) | set(self._given):
+                names = reported.get(sched, {})
+                given = self._given.setdefault(sched, {})
+                for name in given.keys() & names.keys():
+                    given[name] = max(given[name], now)
+                for name in [n for n, at in given.items() if now - at >= self._grace_s]:
+                    del given[name]
+                free = self._unconfigured - len(given)
+                if free > 0:
+                    routed = known.get(sched, frozenset())
+                    new = [n for n in names if n not in given and n not in routed]
+                    for name in heapq.nsmallest(free, new, key=lambda n: (-names[n], n)):
+                        given[name] = now
+                if given:
+                    out[sched] = frozenset(given)
                 else:
-                    label = OTHER_ADAPTER
-                out[label] = out.get(label, 0) + 1
+                    del self._given[sched]
+        return out
+
+    @staticmethod
+    def counts(names: Iterable[str], known: frozenset[str], given: frozenset[str]) -> dict[str, int]:
+        """How many of ``names`` (one endpoint's adapters of one state) each label value counts:
+        ``known`` (routed) and ``given`` (holding a slot, :meth:`observe`) by name, the rest as
+        :data:`OTHER_ADAPTER`."""
+        out: dict[str, int] = {}
+        for name in names:
+            label = adapter_label(name) if name in known or name in given else OTHER_ADAPTER
+            out[label] = out.get(label, 0) + 1
         return out
 
 
@@ -275,6 +320,17 @@ class EndpointFamilies(Collector):
                 oldest.add_metric([sched], ages[sched])
         yield from (stale, oldest)
 
+    def _reported_adapters(self) -> dict[str, dict[str, int]]:
+        """Per scheduler: each adapter its endpoints report (running or waiting), by how many."""
+        reported: dict[str, dict[str, int]] = {}
+        for sched, _, _, _, _, _, m, _ in self._rows:
+            if m is None or not (m.active_adapters or m.waiting_adapters):
+                continue
+            per = reported.setdefault(sched, {})
+            for name in (m.active_adapters or frozenset()) | (m.waiting_adapters or frozenset()):
+                per[name] = per.get(name, 0) + 1
+        return reported
+
     def _scraped(self) -> Iterator[Metric]:
         labels = ["scheduler", "endpoint"]
         age = GaugeMetricFamily(
@@ -305,7 +361,7 @@ class EndpointFamilies(Collector):
         adapters = GaugeMetricFamily(
             "igw_endpoint_lora_adapter",
             "1 per LoRA adapter the endpoint reports in its running batch or waiting queue (as scraped); "
-            "adapters the scheduler does not route to beyond the first few are summed as adapter=other.",
+            "adapters the scheduler does not route to beyond a few are summed as adapter=other.",
             labels=["scheduler", "endpoint", "adapter", "state"],
         )
         max_lora = GaugeMetricFamily(
@@ -319,7 +375,8 @@ class EndpointFamilies(Collector):
             labels=["scheduler", "endpoint", "signal"],
         )
         now = self._now
-        known_adapters, adapter_labels = self._known_adapters, self._adapter_labels
+        known_adapters = self._known_adapters
+        given = self._adapter_labels.observe(self._reported_adapters(), known_adapters, now)
         for sched, key, scraped_at, scrape_failing, page_frozen, in_flight, m, absent in self._rows:
             lv = [sched, key]
             if scraped_at is not None:
@@ -337,9 +394,10 @@ class EndpointFamilies(Collector):
                 if m.max_lora is not None:
                     max_lora.add_metric(lv, float(m.max_lora))
                 known = known_adapters.get(sched, frozenset())
+                held = given.get(sched, frozenset())
                 for state, names in (("running", m.active_adapters), ("waiting", m.waiting_adapters)):
                     if names:
-                        counts = adapter_labels.counts(sched, names, known)
+                        counts = AdapterLabels.counts(names, known, held)
                         for adapter in sorted(counts):
                             adapters.add_metric([sched, key, adapter, state], float(counts[adapter]))
             for signal in sorted(absent):
