@@ -686,3 +686,59 @@ def test_engine_priority_needs_the_engines_flags(
     docs = secure_docs()
     mutation(docs)
     assert findings(run(docs, Command.PREFLIGHT)) == expected, name
+
+
+def _extension(name: str, value: dict[str, Any]) -> Callable[[Docs], None]:
+    def mutate(docs: Docs) -> None:
+        _igwc(docs)["spec"]["extensions"][name] = value
+
+    return mutate
+
+
+_PF032 = {("IGW-PF032", "WARN", "MEDIUM")}
+
+
+@pytest.mark.parametrize(
+    ("name", "mutation", "expected"),
+    [
+        ("retry-after-at-the-openai-cap", _extension("routing", {"retryAfter": {"maxSeconds": 120}}), set()),
+        ("retry-after-over-the-openai-cap", _extension("routing", {"retryAfter": {"maxSeconds": 121}}),
+         _PF032),
+        ("retry-after-min-over-the-cap",
+         _extension("routing", {"retryAfter": {"minSeconds": 300, "maxSeconds": 600}}), _PF032),
+        # 1/0.01 = 100 s, spread to at most 110 s; 1/0.009 = 112 s, spread to 123 s.
+        ("slow-request-refill-within-the-cap",
+         _extension("rateLimits", {"default": {"requestsPerSecond": 0.01}}), set()),
+        ("slow-request-refill-over-the-cap",
+         _extension("rateLimits", {"tenants": [{"tenant": "t", "requestsPerSecond": 0.009}]}), _PF032),
+        ("token-burst-of-a-minute", _extension("rateLimits", {"default": {"tokensPerMinute": 1000}}), set()),
+        ("token-burst-of-three-minutes",
+         _extension("rateLimits", {"default": {"tokensPerMinute": 1000, "tokenBurst": 3000}}), _PF032),
+    ],
+)  # fmt: skip
+def test_a_retry_after_the_openai_sdk_would_not_honour_is_warned_about(
+    name: str, mutation: Callable[[Docs], None], expected: set[tuple[str, str, str]]
+) -> None:
+    """The OpenAI Python SDK raises a 429 whose Retry-After is over 120 s at once, without retrying
+    (measured in tests/gateway/test_sdk_refusals.py): a configured bound, or a rate-limit refill, that
+    can send one is warned about with its config path."""
+    docs = secure_docs()
+    mutation(docs)
+    results = run(docs, Command.PREFLIGHT)
+    assert findings(results) == expected, name
+    for result in results:
+        if result.check_id == "IGW-PF032" and result.is_finding:
+            assert "spec.extensions." in result.message
+            assert "120 s" in result.message
+
+
+def test_a_retry_after_over_the_cap_is_named_by_its_path() -> None:
+    docs = secure_docs()
+    _extension("rateLimits", {"tenants": [{"tenant": "a"}, {"tenant": "b", "requestsPerSecond": 0.001}]})(
+        docs
+    )
+    [warned] = [r for r in run(docs, Command.PREFLIGHT) if r.check_id == "IGW-PF032" and r.is_finding]
+    assert warned.message.startswith("spec.extensions.rateLimits.tenants[1].requestsPerSecond: ")
+    assert "up to 1100 s" in warned.message
+    assert "OpenAI Python SDK" in warned.message
+    assert "Anthropic SDK" in warned.message

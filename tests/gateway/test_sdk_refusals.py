@@ -10,6 +10,7 @@ import openai
 import pytest
 from aiohttp import web
 
+from igw.checks.preflight.sdk_retry_after import OPENAI_MAX_RETRY_AFTER_S
 from igw.gateway.errors import gateway_error
 from igw.gateway.lean_server import SWITCH_ENV
 from igw.gateway.serving import serve_app
@@ -107,6 +108,45 @@ async def test_a_pool_without_endpoints_is_a_503_whose_spread_retry_after_each_s
             assert len(sleeps.taken) == 2
             assert set(sleeps.taken) <= {1.0, 2.0}
         assert await refused(gw, "503") == 1 + 3 + 3
+        assert a.received == []
+
+
+LONG_WAIT_DOC = config_doc(
+    [scheduler("llama", MODEL), scheduler("qwen", EMPTY_MODEL)],
+    routing={"retryAfter": {"minSeconds": 150, "maxSeconds": 160}},
+)
+
+
+@SWITCHES
+async def test_a_retry_after_over_the_openai_sdks_cap_is_not_retried_by_it_and_slept_by_anthropics(
+    gateway: Any, monkeypatch: pytest.MonkeyPatch, switch: str
+) -> None:
+    """``routing.retryAfter.minSeconds`` 150, over the OpenAI SDK's cap of 120 s (IGW-PF032 warns about
+    it): the OpenAI SDK sends the request once and raises the 503 at once, no retry and no wait; the
+    Anthropic SDK, which has no cap, sleeps the whole 150 to 160 s before each of its two retries."""
+    monkeypatch.setenv(SWITCH_ENV, switch)
+    assert openai._constants.MAX_RETRY_AFTER_DELAY == OPENAI_MAX_RETRY_AFTER_S  # the check's constant
+    async with (
+        running(FakeModelServer("a")) as (a,),
+        gateway(LONG_WAIT_DOC, {"llama": [a.key], "qwen": []}) as gw,
+    ):
+        oai_sleeps, claude_sleeps = _Sleeps(), _Sleeps()
+        monkeypatch.setattr(openai._base_client, "anyio", oai_sleeps)
+        monkeypatch.setattr(anthropic._base_client, "anyio", claude_sleeps)
+        async with openai.AsyncOpenAI(base_url=gw.url + "/v1", api_key="k", timeout=30) as oai:
+            with pytest.raises(openai.InternalServerError) as raised:
+                await oai.completions.create(model=EMPTY_MODEL, prompt="x", max_tokens=4)
+        assert 150 <= int(raised.value.response.headers["Retry-After"]) <= 160
+        assert oai_sleeps.taken == []
+        assert await refused(gw, "503") == 1
+        async with anthropic.AsyncAnthropic(base_url=gw.url, api_key="k", timeout=30) as claude:
+            with pytest.raises(anthropic.InternalServerError):
+                await claude.messages.create(
+                    model=EMPTY_MODEL, max_tokens=8, messages=[{"role": "user", "content": "x"}]
+                )
+        assert len(claude_sleeps.taken) == 2
+        assert all(150.0 <= s <= 160.0 for s in claude_sleeps.taken)
+        assert await refused(gw, "503") == 1 + 3
         assert a.received == []
 
 
