@@ -277,3 +277,48 @@ def test_a_malformed_link_is_a_usage_error(link: str, capsys: pytest.CaptureFixt
         cli("audit", "--manifests", ".", f"--link={link}")
     assert exit_.value.code == 2
     assert "CLUSTER=NAMESPACE/NAME" in capsys.readouterr().err
+
+
+def _audit_all(tmp_path: Path, *documents: str, checks: tuple[str, ...]) -> list[tuple[str, str, str, str]]:
+    """(check, status, resource, message) of every IGW-AU207..209 row of one ``igw audit`` of ``checks``."""
+    folder = tmp_path / "manifests"
+    folder.mkdir()
+    for index, document in enumerate(documents):
+        (folder / f"{index}.yaml").write_text(document)
+    options = [f"--check={check}" for check in checks]
+    _, out = cli("audit", "--manifests", str(folder), *options, "-o", "json")
+    return [(r["checkId"], r["status"], r["resource"], r["message"]) for r in json.loads(out)["results"]]
+
+
+def test_an_unlinked_gateway_is_one_row_of_the_first_tier_check(tmp_path: Path) -> None:
+    """Until session s49 each of IGW-AU207..209 gave the unlinked gateway's SKIP row: three rows of one
+    fact, each naming the fix. Now the first check of the run gives it, naming both fixes once."""
+    rows = _audit_all(
+        tmp_path, _router(), _gateway(), UNLINKED[0], checks=("IGW-AU207", "IGW-AU208", "IGW-AU209")
+    )
+    unlinked = [row for row in rows if row[2] == "InferenceGatewayConfig inference/llama-a"]
+    assert [(check, status) for check, status, _, _ in unlinked] == [("IGW-AU207", "SKIP")], rows
+    message = unlinked[0][3]
+    assert "--link CLUSTER=inference/llama-a" in message
+    assert "globalHeartbeat naming that cluster" in message
+    assert "IGW-AU207..209 do not check it" in message
+    assert {(check, status) for check, status, resource, _ in rows if resource == RESOURCE} == {
+        ("IGW-AU207", "FAIL"),
+        ("IGW-AU208", "PASS"),
+        ("IGW-AU209", "PASS"),
+    }
+
+
+def test_with_no_pair_the_later_tier_checks_refer_to_the_first(tmp_path: Path) -> None:
+    rows = _audit_all(tmp_path, _router(), *UNLINKED, checks=("IGW-AU207", "IGW-AU208", "IGW-AU209"))
+    by_check = {check: message for check, _, _, message in rows}
+    assert sorted(by_check) == ["IGW-AU207", "IGW-AU208", "IGW-AU209"]
+    assert by_check["IGW-AU207"].count("--link CLUSTER=") == 2
+    for later in ("IGW-AU208", "IGW-AU209"):
+        assert "--link CLUSTER=" not in by_check[later]
+        assert by_check[later].endswith("(what is not linked: see IGW-AU207)")
+
+
+def test_a_tier_check_run_without_the_first_names_the_unlinked_gateway_itself(tmp_path: Path) -> None:
+    rows = _audit_all(tmp_path, _router(), _gateway(), UNLINKED[0], checks=("IGW-AU209",))
+    assert ("IGW-AU209", "SKIP", "InferenceGatewayConfig inference/llama-a") in [row[:3] for row in rows]

@@ -222,7 +222,7 @@ async def test_a_worker_that_dies_stops_the_group_with_exit_3(tmp_path: Path) ->
         code = await asyncio.wait_for(gw.proc.wait(), timeout=60)
         assert code == 3
         await wait_until(lambda: "stopping all workers" in gw.output, within=5, what="the parent's log")
-        assert f"(pid {worker['pid']}) exited with status -9" in gw.output
+        assert f"(pid {worker['pid']}) ended (killed by SIGKILL)" in gw.output
 
 
 async def test_both_workers_send_a_shared_prefix_to_the_pod_that_got_it_first(tmp_path: Path) -> None:
@@ -486,7 +486,7 @@ def test_a_worker_that_refuses_to_start_after_worker_0_ends_the_group_with_its_c
     assert code == 2, caplog.text
     assert "2 workers (pids" in caplog.text  # worker 1 started after worker 0 served
     assert "worker 1 (pid " in caplog.text
-    assert "refused to start with status 2: stopping all workers" in caplog.text
+    assert "refused to start (exit code 2): stopping all workers; the group exits 2" in caplog.text
     workers_said = capfd.readouterr().err
     assert "igw serve: --debug-decisions: IGW_DEBUG_TOKEN" in workers_said
     assert "INFO igw.gateway [worker 0]: igw gateway stopped" in workers_said  # drained, not killed

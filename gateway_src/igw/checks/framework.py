@@ -9,7 +9,7 @@ The runner turns a :class:`MissingFact` into a SKIP with its reason and a crash 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Protocol
 
@@ -46,6 +46,10 @@ class CheckContext:
     inventory: Inventory
     options: CheckOptions = field(default_factory=CheckOptions)
     clock: Clock = utc_now
+    check_ids: tuple[str, ...] = ()
+    """The IDs of the checks this run holds, in order (:func:`run_checks` sets them; empty for a check
+    run alone): a note several checks would each repeat goes to the first of them that runs
+    (IGW-AU207..209's unlinked gateways)."""
 
 
 class Check(Protocol):
@@ -128,6 +132,7 @@ def run_checks(
 ) -> list[Result]:
     """Run ``checks`` in order; results sorted deterministically (check ID, resource, message)."""
     results: list[Result] = []
+    ctx = replace(ctx, check_ids=tuple(check.meta.id for check in checks))
     for index, check in enumerate(checks, start=1):
         results.extend(run_check(check, ctx))
         if on_progress is not None:

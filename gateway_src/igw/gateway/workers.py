@@ -42,7 +42,8 @@ is still starting exits with 128 + the signal (or dies of it, before Python inst
 that too is the stop the parent asked for, not a failure (the parent exited 3 for it when the stop
 came in the first second). A worker whose event loop stops beating for ``--worker-timeout`` is
 killed (:mod:`igw.gateway.worker_heartbeat`). **A worker that dies on its own ends the group**: the
-parent logs it, sends SIGTERM to the others (they drain the same way) and exits with
+parent logs it (ERROR: index, pid, exit code or signal name, and the group's exit code), sends
+SIGTERM to the others (they drain the same way), logs each one's end (:func:`_stop`) and exits with
 :data:`EXIT_WORKER_DIED`, so the container restarts as a whole. A restart in place was not chosen:
 worker 0 holds the scrape channel and the followers' snapshots would age while it restarts, and a
 pod that silently runs with fewer workers than asked for hides the failure from the orchestrator.
@@ -259,6 +260,23 @@ class WorkerRole:
         return role
 
 
+def describe_exit(code: int) -> str:
+    """A worker's exit status in words: ``exit code 1``, ``killed by SIGKILL`` (``Popen``'s negative
+    code), ``exit code 143 (128 + SIGTERM)`` (how ``igw`` ends on a signal while starting)."""
+    if code < 0:
+        return f"killed by {_signal_name(-code)}"
+    if code > 128 and _signal_name(code - 128) != str(code - 128):
+        return f"exit code {code} (128 + {_signal_name(code - 128)})"
+    return f"exit code {code}"
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return str(number)
+
+
 def refuse_a_taken_port(host: str, port: int) -> None:
     """Raise :class:`PortUnavailableError` when another socket is bound to ``host:port`` (port 0: none).
 
@@ -406,15 +424,18 @@ def supervise(
             refused = died is not None and group.refused(died)
             if died is not None and (not refused or len(group.workers) > 1):
                 index = group.workers.index(died)
-                what = "refused to start" if refused else "exited"
+                what = "refused to start" if refused else "ended"
+                ends = died.returncode if refused else EXIT_WORKER_DIED
                 log.error(
-                    "worker %d (pid %d) %s with status %s: stopping all workers",
+                    "worker %d (pid %d) %s (%s): stopping all workers; the group exits %d "
+                    "(no worker is restarted in place: the container restarts whole)",
                     index,
                     died.pid,
                     what,
-                    died.returncode,
+                    describe_exit(died.returncode),
+                    ends,
                 )
-            codes = _stop(group.workers, stop_budget_s + KILL_AFTER_S)
+            codes = _stop(group.workers, stop_budget_s + KILL_AFTER_S, logged=died)
             if refused and died is not None:
                 return died.returncode
             if died is not None or not all(code in STOPPED_EXITS for code in codes):
@@ -557,19 +578,55 @@ def _wait(
     return None
 
 
-def _stop(workers: list[subprocess.Popen[bytes]], budget_s: float) -> list[int]:
-    """SIGTERM every running worker, wait up to ``budget_s``, kill the rest; their exit codes."""
+def _stop(
+    workers: list[subprocess.Popen[bytes]],
+    budget_s: float,
+    *,
+    logged: subprocess.Popen[bytes] | None = None,
+) -> list[int]:
+    """SIGTERM every running worker, wait up to ``budget_s``, kill the rest; their exit codes.
+
+    One line for each worker's end (but ``logged``'s, the worker whose death started the stop, which
+    the caller has logged): INFO for a clean stop (:data:`STOPPED_EXITS`), WARNING for any other
+    status, ERROR for one killed after ``budget_s``; each says what the parent does next. Before
+    session s49 the parent logged no worker's exit during a stop, so a worker that crashed while
+    draining, or ended on a signal from outside, left no trace at the parent."""
     for w in workers:
         if w.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 w.send_signal(signal.SIGTERM)
     deadline = time.monotonic() + budget_s
     codes = []
-    for w in workers:
+    for index, w in enumerate(workers):
         try:
-            codes.append(w.wait(timeout=max(0.0, deadline - time.monotonic())))
+            code = w.wait(timeout=max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
-            log.error("worker pid %d did not stop within %gs: killed", w.pid, budget_s)
             w.kill()
-            codes.append(w.wait())
+            code = w.wait()
+            killed = True
+        else:
+            killed = False
+        codes.append(code)
+        if w is logged:
+            continue
+        left = sum(1 for other in workers[index + 1 :] if other.poll() is None)
+        then = f"waiting for {left} more" if left else "every worker has ended"
+        if killed:
+            log.error(
+                "worker %d (pid %d) did not stop within %gs of the stop: killed; %s",
+                index,
+                w.pid,
+                budget_s,
+                then,
+            )
+        elif code in STOPPED_EXITS:
+            log.info("worker %d (pid %d) stopped with %s; %s", index, w.pid, describe_exit(code), then)
+        else:
+            log.warning(
+                "worker %d (pid %d) ended during the stop with %s, not a clean stop; %s",
+                index,
+                w.pid,
+                describe_exit(code),
+                then,
+            )
     return codes

@@ -11,9 +11,12 @@ router with ``heartbeats.required: false``) is linked only by the user: ``igw au
 CLUSTER=NAMESPACE/NAME`` (:attr:`CheckOptions.tier_links`). Its endpoint URL and the gateway's host
 names are not matched, since an Ingress, an alias or a load balancer's DNS name may stand between
 them, so a match would be a guess. Such a gateway, and a ``--link`` naming nothing here, is named in
-a SKIP row of each check saying how to link it: before session s48 the checks skipped with no word
-of it, and a router withholding tokens from two authenticating clusters (IGW-AU207) went unseen.
-The Redis URLs are not compared either: the router's is often joined in by CDK.
+one SKIP row saying how to link it: before session s48 the checks skipped with no word of it, and a
+router withholding tokens from two authenticating clusters (IGW-AU207) went unseen. The row is the
+first of IGW-AU207..209 in the run's (:attr:`CheckContext.check_ids`); the others leave it out, or
+refer to it when they have nothing else to say (until session s49 each of the three gave the same
+row, three rows of one fact). The Redis URLs are not compared either: the router's is often joined
+in by CDK.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ DEFAULT_KEY_PREFIX: Final = "igw:hb:"
 DEFAULT_TENANT_CLAIM: Final = "tenant"
 """The authorization schema's default ``tenantClaim``."""
 CALLER_IDENTITY_DOC: Final = 'docs/global-router.md "Caller identity at the clusters"'
+TIER_CHECK_IDS: Final = ("IGW-AU207", "IGW-AU208", "IGW-AU209")
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,7 +115,10 @@ class ClaimRule:
 
 
 def required_claims(config: Manifest) -> dict[str, list[ClaimRule]]:
-    """Every ``requiredClaims`` rule of its providers, by claim name."""
+    """Every ``requiredClaims`` rule of its providers, by claim name as written: both tiers read a
+    name alike (:func:`igw.security.claims.claim_at`: the top-level claim of that exact name, else a
+    dotted path), and the schema has no other spelling of a claim (``/tenant`` is a claim of that
+    name, not ``tenant``), so equal text is the same claim and other text another one."""
     found: dict[str, list[ClaimRule]] = {}
     for provider in jwt_providers(config):
         rules = provider.get("requiredClaims")
@@ -158,9 +165,16 @@ class TierScope:
     notes: list[tuple[str, str]] = field(default_factory=list)
 
 
-def tier_scope(ctx: CheckContext) -> TierScope:
+def _notes_go_to(ctx: CheckContext) -> str | None:
+    """The check that reports the unlinked gateways in this run: the first of IGW-AU207..209 it holds
+    (``None``: a check run alone, which reports them itself)."""
+    return next((c for c in ctx.check_ids if c in TIER_CHECK_IDS), None)
+
+
+def tier_scope(ctx: CheckContext, check_id: str) -> TierScope:
     """Every (router cluster, tier-1 gateway) pair, by heartbeat or ``--link`` (see the module
-    docstring), and what stayed unlinked. Skips the check when the source has no pair."""
+    docstring), and what stayed unlinked (for the check that reports it, :func:`_notes_go_to`; the
+    others get no notes). Skips the check when the source has no pair."""
     routers = need(ctx.inventory.kube.of("GlobalRouterConfig"))
     gateways = need(ctx.inventory.kube.of("InferenceGatewayConfig"))
     links = ctx.options.tier_links
@@ -181,8 +195,9 @@ def tier_scope(ctx: CheckContext) -> TierScope:
         scope.notes += [
             (
                 ref(gateway),
-                "not linked to a router cluster: it has no spec.extensions.globalHeartbeat; if it serves "
-                f"one, run igw audit --link CLUSTER={gateway_key(gateway)}",
+                "not linked to a router cluster, so IGW-AU207..209 do not check it: it has no "
+                "spec.extensions.globalHeartbeat; if it serves a router's cluster, run igw audit --link "
+                f"CLUSTER={gateway_key(gateway)} (or give it a globalHeartbeat naming that cluster)",
             )
             for gateway in gateways
             if section(gateway, "extensions", "globalHeartbeat") is None and gateway_key(gateway) not in keys
@@ -196,12 +211,18 @@ def tier_scope(ctx: CheckContext) -> TierScope:
             for c, key in links
             if (c, key) not in known
         ]
+    reporter = _notes_go_to(ctx)
+    if reporter not in (None, check_id):
+        seen = f" (what is not linked: see {reporter})" if scope.notes else ""
+        scope.notes = []
+    else:
+        seen = "".join(f"; {resource} {text}" for resource, text in scope.notes)
     if not scope.pairs:
         raise MissingFact(
             Missing(
                 "no GlobalRouterConfig together with an InferenceGatewayConfig whose "
                 "spec.extensions.globalHeartbeat.cluster names one of its clusters, or that --link names"
-                + "".join(f"; {resource} {text}" for resource, text in scope.notes)
+                + seen
             )
         )
     return scope
@@ -213,7 +234,8 @@ Verdict = Callable[[TierPair, Reporter], Result]
 def tier_check(
     check_id: str, title: str, severity: Severity, description: str, remediation: str, verdict: Verdict
 ) -> FunctionCheck:
-    """An IGW-AU207..209 check: ``verdict`` judges each pair; each unlinked gateway is a SKIP row."""
+    """An IGW-AU207..209 check: ``verdict`` judges each pair; each unlinked gateway is a SKIP row of
+    the first of them in the run."""
     check_meta = CheckMeta(
         id=check_id,
         title=title,
@@ -225,7 +247,7 @@ def tier_check(
     )
 
     def run(ctx: CheckContext, r: Reporter) -> Iterator[Result]:
-        scope = tier_scope(ctx)
+        scope = tier_scope(ctx, check_id)
         yield from (verdict(pair, r) for pair in scope.pairs)
         yield from (r.skip(resource, Missing(text)) for resource, text in scope.notes)
 
