@@ -256,6 +256,7 @@ class GatewayRequestHandler(RequestHandler):
 
     # Attributes of our own: RequestHandler uses __slots__, so they are declared here.
     __slots__ = (
+        "_head_began",
         "_head_target",
         "_head_timer",
         "_idle_close",
@@ -278,6 +279,10 @@ class GatewayRequestHandler(RequestHandler):
         self._limits = limits
         self._max_connections = max_connections
         self._head_timer: asyncio.TimerHandle | None = None
+        self._head_began: float | None = None
+        """When the bytes of a request head not yet complete began to arrive while requests before it
+        were queued or being answered (no head timer runs then): its timer, started once they are
+        answered, counts from then (:meth:`_time_queued_head`)."""
         self._send_timer: asyncio.TimerHandle | None = None
         self._last_body: StreamReader | None = None
         """The body of the last request aiohttp handled on this connection (:meth:`_lingering`)."""
@@ -334,11 +339,42 @@ class GatewayRequestHandler(RequestHandler):
         return not self._request_in_progress and not self._messages and self.transport is not None
 
     # ---- request-head timeout --------------------------------------------------------------------
-    def start_head_timer(self) -> None:
-        """Start the request-head timeout unless it runs already or a request is being handled."""
+    def start_head_timer(self, began: float | None = None) -> None:
+        """Start the request-head timeout unless it runs already or a request is being handled; it
+        counts from ``began`` (loop time: when the head's first bytes came) when given, else from now."""
         waiting_for_head = not self._request_in_progress and not self._messages
         if waiting_for_head and self._head_timer is None:
-            self._head_timer = self._loop.call_later(self._limits.header_timeout_s, self._head_timed_out)
+            delay = self._limits.header_timeout_s
+            if began is not None:
+                delay = max(delay - (self._loop.time() - began), 0.0)
+            self._head_timer = self._loop.call_later(delay, self._head_timed_out)
+
+    def _note_queued_head(self, arrived: float | None) -> None:
+        """Keep when a head began arriving behind requests still queued or being answered (``arrived``:
+        this read's time; ``None`` for the parser's own resumption, which brings no new bytes): the
+        framing walk says whether the bytes after the last complete request begin one."""
+        framing = self._parser
+        if not isinstance(framing, _StopAfterClose) or not framing.head_begun():
+            self._head_began = None  # none begun (or where it would start is not known)
+        elif (
+            self._head_began is None and arrived is not None and (self._messages or self._request_in_progress)
+        ):
+            self._head_began = arrived
+
+    def _time_queued_head(self) -> None:
+        """The requests queued before a head still arriving were answered: its timer starts, counted
+        from its first bytes. Before session s49 none started until the client sent more: a client
+        that pipelined a request and stopped mid-way through the next head held the connection until
+        the keep-alive timeout."""
+        began = self._head_began
+        if began is None or self._messages:
+            return  # (the last of the queued requests starts it)
+        self._head_began = None
+        framing = self._parser
+        if self.transport is None or self._lingering():
+            return  # (bytes after an unread body are read and discarded first: not a head yet)
+        if isinstance(framing, _StopAfterClose) and framing.head_begun():
+            self.start_head_timer(began)
 
     def _lingering(self) -> bool:
         """Whether the bytes arriving are the rest of an answered request's body, which aiohttp
@@ -359,9 +395,11 @@ class GatewayRequestHandler(RequestHandler):
         # ``headerTimeout`` after such a body ended. (A next head that begins in the read ending
         # that body starts its timer with its next read; the keep-alive timeout bounds it.)
         lingering = self._lingering()
+        arrived = self._loop.time() if data and not lingering else None
         if data and not lingering and self._head_timer is None and self.evictable():
             self._head_target = request_target(data)  # a head begins: once per request, not per read
         super().data_received(data)
+        self._note_queued_head(arrived)
         framing = self._parser
         if isinstance(framing, _StopAfterClose) and framing.refused is not None:
             self._refuse_declared_body(framing, framing.refused)
@@ -476,7 +514,10 @@ class GatewayRequestHandler(RequestHandler):
                 # long before session s45).
                 self._lingering_time = 0.0
         self._last_body = request.content
-        return await super()._handle_request(request, start_time, request_handler)
+        try:
+            return await super()._handle_request(request, start_time, request_handler)
+        finally:
+            self._time_queued_head()
 
     # ---- errors aiohttp answers itself -----------------------------------------------------------
     def handle_error(
@@ -850,6 +891,11 @@ class _StopAfterClose:
         paused inside a body (:meth:`_paused_in`)."""
         self._paused = False
         """aiohttp paused reading during the last call to the parser (:meth:`pause_reading`)."""
+
+    def head_begun(self) -> bool:
+        """Whether bytes after the last complete request begin a head (or are held unparsed, which may):
+        ``False`` also when where that request ended was not worked out."""
+        return bool(self._seam) or bool(self._held)
 
     def message_consumed(self) -> None:
         """aiohttp took a request off its queue: one more may be parsed."""
