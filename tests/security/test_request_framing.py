@@ -868,3 +868,34 @@ async def test_a_head_begun_behind_queued_requests_is_timed_from_its_first_bytes
         pipeline = SLOW + HEALTHZ * (queued - 1) + b"GET /healthz HTTP/1.1\r\nHo"  # and nothing more
         data = await read_until_closed(url, pipeline, within_s=HEAD_TIMEOUT_S * 10)
     assert statuses_and_last_error(data) == ([b"200"] * queued + [b"408"], "request_timeout"), data[-300:]
+
+
+def chunked(body: bytes) -> bytes:
+    return f"{H}{TE}\r\n{len(body):x}\r\n".encode() + body + b"\r\n0\r\n\r\n"
+
+
+async def test_a_chunked_body_behind_a_body_paused_for_flow_control_gets_413_at_once_on_either_side(
+    gateway: Callable[..., Any], server_side: str
+) -> None:
+    """A body nobody reads yet (its request waits behind a slow one) pauses the parser once its unread
+    bytes pass the buffer's high-water mark, and the rest of the read is held; the parser, resumed,
+    returns the next request from the bytes it kept. Before session s49 the held bytes were then fed
+    without their framing walked: a chunked request there whose chunk-size line declared more than
+    ``maxRequestBodyBytes`` was not refused until that many bytes came (the client kept sending, or
+    its handler waited for the body timeout). Bodies of several sizes, so that a read ends at each
+    place around the pause: the third request gets its 413 at once after the two before it."""
+    limit = 4 << 20
+    doc = config_doc([scheduler("llama", "m")], bbr={"maxRequestBodyBytes": limit})
+    async with (
+        running(FakeModelServer("a", first_token_delay_s=0.2)) as (pod,),
+        gateway(doc, {"llama": [pod.key]}) as gw,
+    ):
+        for size in range(0x60000, 0xE0000, 0x10000):
+            paused = BODY[:-1] + b', "x": "' + b"a" * size + b'"}'
+            declared = f"{H}{TE}\r\n{2 * limit:x}\r\n".encode()  # and nothing more: its body never comes
+            data = await read_until_closed(gw.url, chunked(BODY) + chunked(paused) + declared, within_s=10)
+            assert statuses_and_last_error(data) == ([b"200", b"200", b"413"], "request_too_large"), (
+                server_side,
+                hex(size),
+                data[-300:],
+            )

@@ -847,6 +847,7 @@ class _StopAfterClose:
         "_queued",
         "_rest",
         "_seam",
+        "_seam_whole",
         "_watch",
         "limit",
         "refused",
@@ -879,6 +880,10 @@ class _StopAfterClose:
         (a blank line split across reads is still found); ``b""`` when none was begun - the blank
         lines a client may send before a request line (RFC 9112 2.2) do not begin one; ``None`` when
         where the last request ended was not worked out (the next one is then not walked)."""
+        self._seam_whole = False
+        """Whether :attr:`_seam` holds every byte after the last request the walk accounted for (not
+        just the last three): the walk stopped where the rest of a read was held (:attr:`_held`), and
+        the parser, paused inside the body before, may return a head in those bytes when it resumes."""
         self._closing: tuple[Any, Any] | None = None
         """The request that closes the connection (message, body reader), once parsed."""
         self._body_fed = 0
@@ -970,7 +975,8 @@ class _StopAfterClose:
         if found[0] and isinstance(found[0][-1][0], _ErrInfo):  # refused: nothing more is parsed
             self._rest, self._seam = None, None
             return found
-        if self._held:  # fed up to where the queue filled: the rest is walked when it is fed
+        whole = bool(self._held)
+        if whole:  # fed up to where the queue filled: the rest is walked when it is fed
             data = data[: len(data) - len(self._held)]
         if found[0]:
             _, body = found[0][-1]
@@ -981,16 +987,29 @@ class _StopAfterClose:
             return found
         self._previous = data[-8:]
         if at_boundary:
-            self._walk(data, 0, self._seam, found[0])
+            self._walk(data, 0, self._seam, found[0], whole=whole)
         elif resumed is not None:  # the body in progress ended at ``data[resumed]``
-            self._walk(data, resumed, b"", found[0])
+            self._walk(data, resumed, b"", found[0], whole=whole)
+        elif rest is None and self._seam_whole and self._seam is not None:
+            # held bytes fed after a paused body whose framing was walked to its end: they follow
+            # the seam (before session s49 they were not walked, nor was any request in them - a
+            # chunked body there declared any size unrefused until its bytes came)
+            self._walk(data, 0, self._seam, found[0], whole=whole)
         else:  # inside a body, or one not walked: where the next request starts is not known
             self._seam = None
             if found[0]:
                 self._rest = None
         return found
 
-    def _walk(self, data: bytes, start: int, seam: bytes | None, messages: Sequence[tuple[Any, Any]]) -> None:
+    def _walk(
+        self,
+        data: bytes,
+        start: int,
+        seam: bytes | None,
+        messages: Sequence[tuple[Any, Any]],
+        *,
+        whole: bool = False,
+    ) -> None:
         """Walk the requests of ``data[start:]`` (``messages``: those whose heads ended in it) by their
         framing to where the next one starts: the head of each is found, the requests before the last
         are walked to their ends (:func:`_request_end`), and the last one's body, when still arriving,
@@ -1003,6 +1022,7 @@ class _StopAfterClose:
         session s47 a blank line before a request line (RFC 9112 2.2) could be taken, with the
         previous request's last bytes, for the end of its head: its sizes went uncounted."""
         self._rest = None
+        self._seam_whole = False
         app = self._app
         if app is None or seam is None:
             self._seam = None
@@ -1029,7 +1049,8 @@ class _StopAfterClose:
                 return
         if not begun:
             at = _skip_blank_lines(joined, at)
-        self._seam = joined[max(at, len(joined) - 3) :]
+        self._seam_whole = whole
+        self._seam = joined[at:] if whole else joined[max(at, len(joined) - 3) :]
 
     def _walk_body(self, message: Any, body: StreamReader, data: bytes, start: int) -> None:
         """Walk the framing of ``message``'s body from ``data[start]`` (just after its head)."""
