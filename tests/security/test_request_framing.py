@@ -24,9 +24,17 @@ import pytest
 from aiohttp import web
 from aiohttp.web_protocol import MAX_MSG_QUEUE_SIZE
 
-from igw.gateway.lean_server import _HEAD_LIMIT, SWITCH_ENV
+from igw.gateway.lean_server import _HEAD_LIMIT, SWITCH_ENV, LeanRequestHandler
 from igw.gateway.request_body import MAX_CHUNK_EXTENSION_BYTES
-from igw.gateway.serving import BodyLength, ChunkSizes, GatewayRequestHandler, _request_end, serve_app
+from igw.gateway.serving import (
+    CONNECTION_HANDLER_KEY,
+    BodyLength,
+    ChunkSizes,
+    GatewayRequestHandler,
+    ServerLimits,
+    _request_end,
+    serve_app,
+)
 from igw.global_router.config import parse_global_config
 from igw.global_router.server import create_global_app, global_management_app
 from tests.gateway.fake_model_server import FakeModelServer, running
@@ -826,3 +834,68 @@ async def test_a_request_that_closes_mid_pipeline_is_the_last_answered_at_every_
             for at in range(1, len(pipeline) + 1):
                 data = await send_split(url, pipeline, at, within_s=5)
                 assert re.findall(rb"HTTP/1\.[01] (\d{3}) ", data) == [b"200", status], (url, at, data[-300:])
+
+
+HEAD_TIMEOUT_S = 0.5
+
+
+@pytest.mark.parametrize("handler", [GatewayRequestHandler, LeanRequestHandler])
+@pytest.mark.parametrize("queued", [1, 5, MAX_MSG_QUEUE_SIZE + 8])
+async def test_a_head_begun_behind_queued_requests_is_timed_from_its_first_bytes(
+    handler: type[GatewayRequestHandler], queued: int
+) -> None:
+    """A request head that began in a read behind requests still queued or being answered started no
+    head timer (none runs while a request is handled), and none started once they were answered:
+    before session s49 a client that pipelined requests and stopped mid-way through the next head held
+    the connection until the keep-alive timeout (60 s here), also with aiohttp's queue full (the
+    head's bytes held unparsed). Now its timer counts from the read its first bytes came in: every
+    queued request is answered, then the 408, and the connection closes - within a bound of a few
+    head timeouts, however long the first request took (a slow one, taking most of the timeout)."""
+
+    async def slow(request: web.Request) -> web.Response:
+        await asyncio.sleep(HEAD_TIMEOUT_S / 2)
+        return web.Response(text="slow")
+
+    async def ok(request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    app = web.Application()
+    app[CONNECTION_HANDLER_KEY] = handler
+    app.router.add_get("/slow", slow)
+    app.router.add_get("/healthz", ok)
+    limits = ServerLimits(header_timeout_s=HEAD_TIMEOUT_S, keepalive_timeout_s=60)
+    async with serve_app(app, host="127.0.0.1", port=0, limits=limits) as url:
+        pipeline = SLOW + HEALTHZ * (queued - 1) + b"GET /healthz HTTP/1.1\r\nHo"  # and nothing more
+        data = await read_until_closed(url, pipeline, within_s=HEAD_TIMEOUT_S * 10)
+    assert statuses_and_last_error(data) == ([b"200"] * queued + [b"408"], "request_timeout"), data[-300:]
+
+
+def chunked(body: bytes) -> bytes:
+    return f"{H}{TE}\r\n{len(body):x}\r\n".encode() + body + b"\r\n0\r\n\r\n"
+
+
+async def test_a_chunked_body_behind_a_body_paused_for_flow_control_gets_413_at_once_on_either_side(
+    gateway: Callable[..., Any], server_side: str
+) -> None:
+    """A body nobody reads yet (its request waits behind a slow one) pauses the parser once its unread
+    bytes pass the buffer's high-water mark, and the rest of the read is held; the parser, resumed,
+    returns the next request from the bytes it kept. Before session s49 the held bytes were then fed
+    without their framing walked: a chunked request there whose chunk-size line declared more than
+    ``maxRequestBodyBytes`` was not refused until that many bytes came (the client kept sending, or
+    its handler waited for the body timeout). Bodies of several sizes, so that a read ends at each
+    place around the pause: the third request gets its 413 at once after the two before it."""
+    limit = 4 << 20
+    doc = config_doc([scheduler("llama", "m")], bbr={"maxRequestBodyBytes": limit})
+    async with (
+        running(FakeModelServer("a", first_token_delay_s=0.2)) as (pod,),
+        gateway(doc, {"llama": [pod.key]}) as gw,
+    ):
+        for size in range(0x60000, 0xE0000, 0x10000):
+            paused = BODY[:-1] + b', "x": "' + b"a" * size + b'"}'
+            declared = f"{H}{TE}\r\n{2 * limit:x}\r\n".encode()  # and nothing more: its body never comes
+            data = await read_until_closed(gw.url, chunked(BODY) + chunked(paused) + declared, within_s=10)
+            assert statuses_and_last_error(data) == ([b"200", b"200", b"413"], "request_too_large"), (
+                server_side,
+                hex(size),
+                data[-300:],
+            )

@@ -256,6 +256,7 @@ class GatewayRequestHandler(RequestHandler):
 
     # Attributes of our own: RequestHandler uses __slots__, so they are declared here.
     __slots__ = (
+        "_head_began",
         "_head_target",
         "_head_timer",
         "_idle_close",
@@ -278,6 +279,10 @@ class GatewayRequestHandler(RequestHandler):
         self._limits = limits
         self._max_connections = max_connections
         self._head_timer: asyncio.TimerHandle | None = None
+        self._head_began: float | None = None
+        """When the bytes of a request head not yet complete began to arrive while requests before it
+        were queued or being answered (no head timer runs then): its timer, started once they are
+        answered, counts from then (:meth:`_time_queued_head`)."""
         self._send_timer: asyncio.TimerHandle | None = None
         self._last_body: StreamReader | None = None
         """The body of the last request aiohttp handled on this connection (:meth:`_lingering`)."""
@@ -334,11 +339,42 @@ class GatewayRequestHandler(RequestHandler):
         return not self._request_in_progress and not self._messages and self.transport is not None
 
     # ---- request-head timeout --------------------------------------------------------------------
-    def start_head_timer(self) -> None:
-        """Start the request-head timeout unless it runs already or a request is being handled."""
+    def start_head_timer(self, began: float | None = None) -> None:
+        """Start the request-head timeout unless it runs already or a request is being handled; it
+        counts from ``began`` (loop time: when the head's first bytes came) when given, else from now."""
         waiting_for_head = not self._request_in_progress and not self._messages
         if waiting_for_head and self._head_timer is None:
-            self._head_timer = self._loop.call_later(self._limits.header_timeout_s, self._head_timed_out)
+            delay = self._limits.header_timeout_s
+            if began is not None:
+                delay = max(delay - (self._loop.time() - began), 0.0)
+            self._head_timer = self._loop.call_later(delay, self._head_timed_out)
+
+    def _note_queued_head(self, arrived: float | None) -> None:
+        """Keep when a head began arriving behind requests still queued or being answered (``arrived``:
+        this read's time; ``None`` for the parser's own resumption, which brings no new bytes): the
+        framing walk says whether the bytes after the last complete request begin one."""
+        framing = self._parser
+        if not isinstance(framing, _StopAfterClose) or not framing.head_begun():
+            self._head_began = None  # none begun (or where it would start is not known)
+        elif (
+            self._head_began is None and arrived is not None and (self._messages or self._request_in_progress)
+        ):
+            self._head_began = arrived
+
+    def _time_queued_head(self) -> None:
+        """The requests queued before a head still arriving were answered: its timer starts, counted
+        from its first bytes. Before session s49 none started until the client sent more: a client
+        that pipelined a request and stopped mid-way through the next head held the connection until
+        the keep-alive timeout."""
+        began = self._head_began
+        if began is None or self._messages:
+            return  # (the last of the queued requests starts it)
+        self._head_began = None
+        framing = self._parser
+        if self.transport is None or self._lingering():
+            return  # (bytes after an unread body are read and discarded first: not a head yet)
+        if isinstance(framing, _StopAfterClose) and framing.head_begun():
+            self.start_head_timer(began)
 
     def _lingering(self) -> bool:
         """Whether the bytes arriving are the rest of an answered request's body, which aiohttp
@@ -359,9 +395,11 @@ class GatewayRequestHandler(RequestHandler):
         # ``headerTimeout`` after such a body ended. (A next head that begins in the read ending
         # that body starts its timer with its next read; the keep-alive timeout bounds it.)
         lingering = self._lingering()
+        arrived = self._loop.time() if data and not lingering else None
         if data and not lingering and self._head_timer is None and self.evictable():
             self._head_target = request_target(data)  # a head begins: once per request, not per read
         super().data_received(data)
+        self._note_queued_head(arrived)
         framing = self._parser
         if isinstance(framing, _StopAfterClose) and framing.refused is not None:
             self._refuse_declared_body(framing, framing.refused)
@@ -476,7 +514,10 @@ class GatewayRequestHandler(RequestHandler):
                 # long before session s45).
                 self._lingering_time = 0.0
         self._last_body = request.content
-        return await super()._handle_request(request, start_time, request_handler)
+        try:
+            return await super()._handle_request(request, start_time, request_handler)
+        finally:
+            self._time_queued_head()
 
     # ---- errors aiohttp answers itself -----------------------------------------------------------
     def handle_error(
@@ -806,6 +847,7 @@ class _StopAfterClose:
         "_queued",
         "_rest",
         "_seam",
+        "_seam_whole",
         "_watch",
         "limit",
         "refused",
@@ -838,6 +880,10 @@ class _StopAfterClose:
         (a blank line split across reads is still found); ``b""`` when none was begun - the blank
         lines a client may send before a request line (RFC 9112 2.2) do not begin one; ``None`` when
         where the last request ended was not worked out (the next one is then not walked)."""
+        self._seam_whole = False
+        """Whether :attr:`_seam` holds every byte after the last request the walk accounted for (not
+        just the last three): the walk stopped where the rest of a read was held (:attr:`_held`), and
+        the parser, paused inside the body before, may return a head in those bytes when it resumes."""
         self._closing: tuple[Any, Any] | None = None
         """The request that closes the connection (message, body reader), once parsed."""
         self._body_fed = 0
@@ -850,6 +896,11 @@ class _StopAfterClose:
         paused inside a body (:meth:`_paused_in`)."""
         self._paused = False
         """aiohttp paused reading during the last call to the parser (:meth:`pause_reading`)."""
+
+    def head_begun(self) -> bool:
+        """Whether bytes after the last complete request begin a head (or are held unparsed, which may):
+        ``False`` also when where that request ended was not worked out."""
+        return bool(self._seam) or bool(self._held)
 
     def message_consumed(self) -> None:
         """aiohttp took a request off its queue: one more may be parsed."""
@@ -924,7 +975,8 @@ class _StopAfterClose:
         if found[0] and isinstance(found[0][-1][0], _ErrInfo):  # refused: nothing more is parsed
             self._rest, self._seam = None, None
             return found
-        if self._held:  # fed up to where the queue filled: the rest is walked when it is fed
+        whole = bool(self._held)
+        if whole:  # fed up to where the queue filled: the rest is walked when it is fed
             data = data[: len(data) - len(self._held)]
         if found[0]:
             _, body = found[0][-1]
@@ -935,16 +987,29 @@ class _StopAfterClose:
             return found
         self._previous = data[-8:]
         if at_boundary:
-            self._walk(data, 0, self._seam, found[0])
+            self._walk(data, 0, self._seam, found[0], whole=whole)
         elif resumed is not None:  # the body in progress ended at ``data[resumed]``
-            self._walk(data, resumed, b"", found[0])
+            self._walk(data, resumed, b"", found[0], whole=whole)
+        elif rest is None and self._seam_whole and self._seam is not None:
+            # held bytes fed after a paused body whose framing was walked to its end: they follow
+            # the seam (before session s49 they were not walked, nor was any request in them - a
+            # chunked body there declared any size unrefused until its bytes came)
+            self._walk(data, 0, self._seam, found[0], whole=whole)
         else:  # inside a body, or one not walked: where the next request starts is not known
             self._seam = None
             if found[0]:
                 self._rest = None
         return found
 
-    def _walk(self, data: bytes, start: int, seam: bytes | None, messages: Sequence[tuple[Any, Any]]) -> None:
+    def _walk(
+        self,
+        data: bytes,
+        start: int,
+        seam: bytes | None,
+        messages: Sequence[tuple[Any, Any]],
+        *,
+        whole: bool = False,
+    ) -> None:
         """Walk the requests of ``data[start:]`` (``messages``: those whose heads ended in it) by their
         framing to where the next one starts: the head of each is found, the requests before the last
         are walked to their ends (:func:`_request_end`), and the last one's body, when still arriving,
@@ -957,6 +1022,7 @@ class _StopAfterClose:
         session s47 a blank line before a request line (RFC 9112 2.2) could be taken, with the
         previous request's last bytes, for the end of its head: its sizes went uncounted."""
         self._rest = None
+        self._seam_whole = False
         app = self._app
         if app is None or seam is None:
             self._seam = None
@@ -983,7 +1049,8 @@ class _StopAfterClose:
                 return
         if not begun:
             at = _skip_blank_lines(joined, at)
-        self._seam = joined[max(at, len(joined) - 3) :]
+        self._seam_whole = whole
+        self._seam = joined[at:] if whole else joined[max(at, len(joined) - 3) :]
 
     def _walk_body(self, message: Any, body: StreamReader, data: bytes, start: int) -> None:
         """Walk the framing of ``message``'s body from ``data[start]`` (just after its head)."""
