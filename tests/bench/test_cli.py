@@ -92,6 +92,9 @@ def test_the_demo_refuses_what_it_cannot_run_while_parsing(
         ("--count", "0"),
         ("--duration-scale", "0"),
         ("--duration-scale", "nan"),
+        # refused only once the capacity probe had run (before session s49)
+        ("--duration-scale", "1e9"),
+        ("--duration-scale", "1001"),
     ],
 )
 def test_bad_seeds_and_draws_are_an_argparse_error(
@@ -641,3 +644,34 @@ def test_a_demo_planned_over_a_day_is_refused_with_its_length_said_first(
     assert refusal in captured.err
     assert "capacity:" not in captured.out
     assert not (tmp_path / "out" / "work").exists()
+
+
+def test_a_duration_scale_one_scenario_cannot_hold_is_refused_before_any_scenario_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each scenario's request count was checked only when its turn came, so ``igw bench
+    demo-mixed-8b homogeneous-steady --duration-scale 60`` ran the first scenario for minutes before
+    the second was refused. Every scenario is checked now, after the (memoised) capacity measurements
+    and before any runs. The measurement is replaced by a fixed rate here (seconds of simulation each),
+    and a scenario run by a stub that fails the test."""
+    import types
+
+    from igw.bench import des_runner
+    from igw.cli import bench_run
+
+    rates = {"demo-mixed-8b": 1.0, "homogeneous-steady": 1_000.0}
+    monkeypatch.setattr(
+        des_runner,
+        "fleet_capacity",
+        lambda scenario, **_k: types.SimpleNamespace(requests_per_s=rates[scenario.name]),
+    )
+
+    def no_run(*_a: object, **_k: object) -> object:
+        raise AssertionError("a scenario ran before the duration scale was checked")
+
+    monkeypatch.setattr(bench_run, "run_des", no_run)
+    argv = ["bench", "demo-mixed-8b", "homogeneous-steady", "--duration-scale", "60", "--seeds", "1"]
+    assert main([*argv, "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "igw bench: homogeneous-steady: " in err
+    assert "requests per seed, more than the 1,000,000 a run holds; lower --duration-scale" in err

@@ -137,6 +137,24 @@ def test_sglang_metrics_need_flag_and_version() -> None:
     ).exposes_metrics
 
 
+def test_a_kv_cache_smaller_than_the_max_seq_len_is_refused_for_vllm(tmp_path: Path) -> None:
+    """At ``gpu_memory_utilization: 0.3`` an 8B on an H100 keeps 48,512 KV tokens, fewer than its
+    max_model_len 131072: vLLM refuses to start (the cache must hold one max-length request), but the
+    pod was accepted and served (before session s49). SGLang starts with a shorter request limit."""
+    spec = tmp_path / "fleet.yaml"
+    spec.write_text(
+        "pods:\n  - preset: llama-3.1-8b/h100\n    gpu_memory_utilization: 0.3\n", encoding="utf-8"
+    )
+    with pytest.raises(
+        SpecError, match=r"fleet\.yaml:3: spec\.pods\[0\]\.gpu_memory_utilization: 0\.3 leaves"
+    ) as err:
+        FleetSpec.from_yaml(spec)
+    assert "48512 tokens for llama-3.1-8b/h100, less than its max seq len (131072)" in str(err.value)
+    assert "vLLM refuses to start" in str(err.value)
+    spec.write_text(spec.read_text(encoding="utf-8") + "    engine: sglang\n", encoding="utf-8")
+    assert FleetSpec.from_yaml(spec).pods[0].resolved_preset().kv_capacity_tokens == 48512
+
+
 def test_overrides_reach_the_preset() -> None:
     pod = PodSpec.from_mapping(
         {"preset": "llama-3.1-8b/h100", "max_num_seqs": 256, "gpu_memory_utilization": 0.8}, path="p"
@@ -155,6 +173,6 @@ def test_a_memory_share_that_leaves_no_kv_cache_is_refused_naming_the_field(tmp_
     )
     with pytest.raises(SpecError, match=r"fleet\.yaml:3: spec\.pods\[0\]\.gpu_memory_utilization: 0\.1 of "):
         FleetSpec.from_yaml(spec)
-    # a share with room for KV blocks still loads
-    spec.write_text(spec.read_text(encoding="utf-8").replace("0.1", "0.3"), encoding="utf-8")
+    # a share with room for a max-length sequence's KV blocks still loads
+    spec.write_text(spec.read_text(encoding="utf-8").replace("0.1", "0.35"), encoding="utf-8")
     assert FleetSpec.from_yaml(spec).pods[0].resolved_preset().num_gpu_blocks > 0

@@ -20,7 +20,7 @@ from igw.bench.results import PolicyRun, ScenarioRun
 from igw.bench.scenarios import SCENARIOS, LoraShape, Scenario
 from igw.bench.stats import RequestSample, summarize
 from igw.bench.trace_fleet import check_servable, check_sizes, trace_capacity
-from igw.bench.workload import fleet_pods, mean_fraction, model_name, scenario_requests
+from igw.bench.workload import fleet_pods, mean_fraction, model_name, planned_requests, scenario_requests
 from igw.sim import workloads
 from igw.sim.des import SimulationResult, simulate
 from igw.sim.request import SimRequest
@@ -118,6 +118,20 @@ def run_policy_once(
         scrape_interval_s=options.scrape_interval_s,
         base_model=model_name(scenario),
     )
+
+
+def check_duration_scale(
+    scenarios: Sequence[Scenario], *, duration_scale: float, progress: Progress | None = None
+) -> None:
+    """Raise :class:`~igw.bench.workload.TooManyRequests` (a ``ValueError``) when one seed of any of
+    ``scenarios`` at ``duration_scale`` would hold more requests than a run holds, before any of them
+    runs. The count rests on each fleet's measured capacity, which :func:`run_des` then reuses (it is
+    memoised); checked only inside ``run_des``, ``igw bench all --duration-scale 60`` ran scenarios for
+    minutes before the largest one was refused (before session s49)."""
+    for scenario in scenarios:
+        cap = fleet_capacity(scenario, on_progress=progress)
+        planned_requests(scenario, capacity_rps=cap.requests_per_s,
+                         duration_s=scenario.duration_s * duration_scale)  # fmt: skip
 
 
 def run_des(

@@ -143,17 +143,28 @@ def scenario_requests(
     :data:`MAX_REQUESTS_PER_SEED`."""
     duration = scenario.duration_s if duration_s is None else duration_s
     rng = random.Random(seed)
-    rate = mean_fraction(scenario) * capacity_rps
-    count = max(1, round(rate * duration))
-    if count > MAX_REQUESTS_PER_SEED:
-        raise TooManyRequests(
-            f"{scenario.name}: {duration:g} s of traffic at {rate:.1f} req/s "
-            f"is {count:,} requests per seed, more than the {MAX_REQUESTS_PER_SEED:,} a run holds; lower "
-            "--duration-scale (live mode: --live-requests)"
-        )
+    count = planned_requests(scenario, capacity_rps=capacity_rps, duration_s=duration)
     return _stream(
         scenario, arrivals=_arrivals(scenario, capacity_rps=capacity_rps, rng=rng), count=count, rng=rng
     )
+
+
+def planned_requests(scenario: Scenario, *, capacity_rps: float, duration_s: float) -> int:
+    """How many requests one seed of ``scenario`` holds over ``duration_s`` at its load level relative
+    to ``capacity_rps`` (arithmetic only: nothing is built), so that ``igw bench`` can check every
+    scenario of a run before the first one starts.
+
+    Raises :class:`TooManyRequests` naming the scenario and the count when it exceeds
+    :data:`MAX_REQUESTS_PER_SEED`."""
+    rate = mean_fraction(scenario) * capacity_rps
+    count = max(1, round(rate * duration_s))
+    if count > MAX_REQUESTS_PER_SEED:
+        raise TooManyRequests(
+            f"{scenario.name}: {duration_s:g} s of traffic at {rate:.1f} req/s "
+            f"is {count:,} requests per seed, more than the {MAX_REQUESTS_PER_SEED:,} a run holds; lower "
+            "--duration-scale (live mode: --live-requests)"
+        )
+    return count
 
 
 def poisson_requests(scenario: Scenario, *, rate_rps: float, count: int, seed: int) -> list[SimRequest]:

@@ -186,6 +186,15 @@ LIVE_RATE: Final = NumberRange(float, 0.0, MAX_LIVE_RATE, exclusive_minimum=True
 """Offered requests per wall second of a live run (``igw bench --live-rate``, ``igw demo --rate``).
 Unbounded, ``--live-rate 1e308`` made ``igw bench global``'s load loop start requests as fast as it
 could, each held until answered or 60 s: its memory grew for the whole run (before session s43)."""
+MAX_DURATION_SCALE: Final = 1000.0
+"""The largest ``igw bench --duration-scale``. Far above any scale a scenario can run at (one seed
+holds at most a million requests: homogeneous-steady reaches that near 45, mixed-fleet-8b near 84),
+so only typos and exponent slips are refused here, before any work; a scale below it that still asks
+too much of some scenario is refused once the capacities are measured, before any scenario runs.
+Unbounded, ``--duration-scale 1e9`` was refused only after the capacity probe had run."""
+DURATION_SCALE: Final = NumberRange(float, 0.0, MAX_DURATION_SCALE, exclusive_minimum=True)
+"""``igw bench --duration-scale``: a multiplier of scenario durations, above 0, at most
+:data:`MAX_DURATION_SCALE`."""
 FRACTION: Final = NumberRange(float, 0.0, 1.0)
 """A share from 0 to 1."""
 WORKER_COUNT: Final = NumberOrWord(NumberRange(int, 1, MAX_WORKERS), "auto")

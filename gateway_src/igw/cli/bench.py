@@ -24,6 +24,7 @@ from pathlib import Path
 
 from igw.cli.arg_types import (
     COUNT,
+    DURATION_SCALE,
     LIVE_RATE,
     NON_NEGATIVE,
     POSITIVE,
@@ -114,7 +115,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--quick", action="store_true", help="one seed, a quarter of each duration (smoke run)"
     )
     parser.add_argument(
-        "--duration-scale", type=POSITIVE, default=1.0, help="multiply scenario durations (default 1)"
+        "--duration-scale",
+        type=DURATION_SCALE,
+        default=1.0,
+        help="multiply scenario durations, at most 1000 (default 1)",
     )
     parser.add_argument(
         "--weights", default=None, help='gateway weights as JSON, e.g. \'{"queue":3,"prefix":2}\''

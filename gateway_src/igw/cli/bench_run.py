@@ -20,7 +20,7 @@ from igw.bench.console import (
     share_table,
     thin_sample_warnings,
 )
-from igw.bench.des_runner import DesOptions, run_des, run_trace
+from igw.bench.des_runner import DesOptions, check_duration_scale, run_des, run_trace
 from igw.bench.live_runner import run_live_cli
 from igw.bench.policies.registry import DEFAULT_POLICIES, POLICIES, WEIGHTED_POLICIES
 from igw.bench.random_family import family, family_verdict, is_family_member, verdict_markdown
@@ -109,8 +109,6 @@ def run_bench(args: argparse.Namespace) -> int:
         return _run_tune(args)
     if not args.scenarios and not args.trace:
         raise ValueError("name at least one scenario (see --list) or pass --trace FILE")
-    if args.duration_scale <= 0:
-        raise ValueError("--duration-scale must be > 0")
     console = Console()
     if not console.is_terminal:
         console = Console(width=170)  # logs and pipes: keep the wide tables readable
@@ -163,6 +161,7 @@ def run_bench(args: argparse.Namespace) -> int:
             runs = [run_trace(Path(args.trace), fleet_yaml=args.fleet, speedup=args.trace_speedup,
                               options=options, progress=progress, command=command)]  # fmt: skip
         else:
+            check_duration_scale(scenarios, duration_scale=scale, progress=progress)
             runs = []
             for scenario in scenarios:
                 runs.append(run_des(scenario, options=options, progress=progress, command=command))
@@ -243,6 +242,7 @@ def _run_tune(args: argparse.Namespace) -> int:
             if plain is not None:
                 plain(msg)
 
+        check_duration_scale(scenarios, duration_scale=scale, progress=progress)
         rows, baselines = tune(scenarios, candidates=candidates, seeds=seeds, duration_scale=scale,
                                progress=progress)  # fmt: skip
     table = Table(

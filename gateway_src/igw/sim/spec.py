@@ -353,6 +353,15 @@ class PodSpec:
                     f"(weights {weights:.1f} GiB and a {resolved.gpu.activation_reserve_gib:g} GiB "
                     "activation reserve per GPU); raise it",
                 )
+            if engine is EngineKind.VLLM and resolved.kv_capacity_tokens < resolved.max_model_len:
+                # vLLM checks at start-up that the cache holds one sequence of the model's max length
+                # and refuses to start otherwise; the pod was accepted and served (before session s49)
+                raise SpecError(
+                    f"{path}.gpu_memory_utilization",
+                    f"{gmu:g} leaves a KV cache of {resolved.kv_capacity_tokens} tokens for {preset}, "
+                    f"less than its max seq len ({resolved.max_model_len}): vLLM refuses to start when "
+                    "the KV cache cannot hold one request of the model's max seq len; raise it",
+                )
         return cls(
             preset=preset,
             name=_str(m.get("name", ""), f"{path}.name"),
