@@ -23,10 +23,11 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from igw.operator.dataplane import DataPlaneSettings
+from igw.operator.handlers import Resync
 from igw.operator.kube import IGWC_API_VERSION, Kube
 from igw.operator.reconcile import Reconciler
 from tests.fakes.kube_api import FakeKubeApiServer
-from tests.operator.harness import find, igwc, running_operator, wait_condition, wait_for
+from tests.operator.harness import condition, find, igwc, running_operator, wait_condition, wait_for
 
 NAMESPACE = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "inference"}}
 
@@ -220,3 +221,103 @@ def test_a_pass_of_a_config_the_watch_shows_being_deleted_writes_nothing_more(
     assert writes == []
     assert find(cluster, "Deployment", "inference", "chat-gateway") is None
     assert "status" not in (find(cluster, "InferenceGatewayConfig", "inference", "chat") or {})
+
+
+def _verbs(requests: list[tuple[str, str, dict[str, str]]]) -> dict[str, int]:
+    counted: dict[str, int] = {}
+    for method, _, _ in requests:
+        counted[method] = counted.get(method, 0) + 1
+    return counted
+
+
+def _config_reads(requests: list[tuple[str, str, dict[str, str]]]) -> int:
+    return sum(method == "GET" and "/inferencegatewayconfigs/" in path for method, path, _ in requests)
+
+
+CONFIGS = 30
+
+
+def test_deleting_a_namespace_of_many_configs_costs_about_one_read_per_config_and_pass(
+    cluster: FakeKubeApiServer,
+) -> None:
+    """The namespace controller deletes a Terminating namespace's content kind by kind (the ConfigMaps
+    first here; the configs, holding no finalizer, last), so resyncs pass configs whose data plane is
+    half gone. Each pass of each config read every data-plane object, dry-ran the missing ones (all
+    refused ``NamespaceTerminating``) and read the Deployment and Service again: ~12 GETs per config
+    and resync (50 configs: ~600 GETs a resync, for objects the namespace controller was removing).
+    Once a pass was refused so, the other configs the namespace held then are known to go with it:
+    each pass of one reads the config, reports ``NamespaceTerminating`` once, and stops."""
+    cluster.add(NAMESPACE)
+    # passes already reading a data plane when the first refusal comes read on to their next request:
+    # as many at once as the API threads
+    reconciler = Reconciler(Kube(cluster.api_client(), threads=4), DataPlaneSettings())
+    resync = Resync(reconciler, interval_s=60)
+    for i in range(CONFIGS):
+        obj = cluster.add(igwc(f"c{i}", model=f"m{i}", app=f"a{i}"))
+        resync.saw("ADDED", obj)
+    asyncio.run(resync.pass_all())
+    assert condition(find(cluster, "InferenceGatewayConfig", "inference", "c0"), "GatewayProgrammed")[
+        "status"
+    ]
+    store = cluster.store
+    store.delete(store.kind_for(api_version="v1", kind="Namespace"), "", "inference")
+    config_maps = store.kind_for(api_version="v1", kind="ConfigMap")
+    for i in range(CONFIGS):  # the namespace controller's first kind
+        store.delete(config_maps, "inference", f"c{i}-gateway-config")
+
+    since = len(cluster.requests)
+    asyncio.run(resync.pass_all())
+    first = cluster.requests[since:]
+    since = len(cluster.requests)
+    asyncio.run(resync.pass_all())
+    second = cluster.requests[since:]
+
+    for i in range(CONFIGS):
+        programmed = condition(
+            find(cluster, "InferenceGatewayConfig", "inference", f"c{i}"), "GatewayProgrammed"
+        )
+        assert (programmed["status"], programmed["reason"]) == ("False", "NamespaceTerminating"), (
+            i,
+            programmed,
+        )
+        assert "namespace inference is being deleted" in programmed["message"]
+    assert _config_reads(first) == CONFIGS
+    assert _verbs(first).get("GET", 0) <= 5 * CONFIGS, _verbs(first)  # ~12 each before
+    assert _verbs(first).get("PATCH", 0) <= CONFIGS, _verbs(first)
+    # settled: one read of each config, nothing written
+    assert _config_reads(second) == CONFIGS
+    assert _verbs(second).get("GET", 0) <= CONFIGS + 3, _verbs(second)
+    assert set(_verbs(second)) == {"GET"}, _verbs(second)
+
+
+def test_a_config_made_in_a_new_namespace_of_the_same_name_is_reconciled(cluster: FakeKubeApiServer) -> None:
+    """The namespace is gone and made again at once, with configs of the same names in it: the marks
+    the old namespace's refusals left (its configs, by uid, not by name) stop no pass of the new ones."""
+    cluster.add(NAMESPACE)
+    reconciler = Reconciler(Kube(cluster.api_client()), DataPlaneSettings())
+    resync = Resync(reconciler, interval_s=60)
+    for name in ("a", "b"):
+        resync.saw("ADDED", cluster.add(igwc(name, model=name, app=name)))
+    asyncio.run(resync.pass_all())
+    store = cluster.store
+    store.delete(store.kind_for(api_version="v1", kind="Namespace"), "", "inference")
+    store.delete(store.kind_for(api_version="v1", kind="ConfigMap"), "inference", "a-gateway-config")
+    asyncio.run(resync.pass_all())  # a's pass is refused; b's may have ended before
+    asyncio.run(resync.pass_all())
+    assert wait_condition(cluster, "b", "GatewayProgrammed")["reason"] == "NamespaceTerminating"
+    assert store.finalize_namespace("inference") is True
+    # made again before any resync or DELETED event told the operator the old configs are gone
+    cluster.add(NAMESPACE)
+    for name in ("a", "b"):
+        resync.saw("ADDED", cluster.add(igwc(name, model=name, app=name)))
+    for passes in (["a", "b"], None):  # the watch's passes (ADDED), then a resync
+        if passes is None:
+            asyncio.run(resync.pass_all())
+        else:
+            for name in passes:
+                asyncio.run(reconciler.reconcile("inference", name))
+        for name in ("a", "b"):
+            programmed = wait_condition(cluster, name, "GatewayProgrammed")
+            assert (programmed["status"], programmed["reason"]) == ("True", "Programmed"), programmed
+            assert find(cluster, "Deployment", "inference", f"{name}-gateway") is not None
+            assert find(cluster, "ConfigMap", "inference", f"{name}-gateway-config") is not None

@@ -461,12 +461,13 @@ class Kube:
         """Steps 1 and 2 of :meth:`apply_all` (the body of :meth:`dry_run_all`): the writes planned,
         every one dry-run; :class:`NothingApplied` (or :class:`NamespaceTerminating`) when refused."""
         try:
-            writes = [
-                write
-                for desired, initial in objects
-                if (write := self._resending(self._plan, desired, initial))
-            ]
-        except OperatorStopping:
+            writes: list[Write] = []
+            for desired, initial in objects:
+                _abandon_if(abandon)  # each plan reads the object
+                write = self._resending(self._plan, desired, initial)
+                if write:
+                    writes.append(write)
+        except (OperatorStopping, PassAbandoned):
             raise
         except Exception as exc:  # a read failed, or an object is someone else's: nothing written yet
             raise NothingApplied(f"nothing of this pass was applied: {refusal_text(exc)}") from exc
@@ -916,8 +917,9 @@ class Kube:
         (at the latest at the resync) dry-runs and writes again. The one write whose dry run is
         skipped is a RoleBinding to a Role created in the same pass (:meth:`_dry_run_skipped`).
 
-        ``abandon`` is asked before each request: true (the object the pass is for is being deleted),
-        nothing more is sent and :class:`PassAbandoned` is raised."""
+        ``abandon`` is asked before each request (each object's read for its plan too): true (the
+        object the pass is for, or its namespace, is being deleted), nothing more is sent and
+        :class:`PassAbandoned` is raised."""
         return tuple(await self._in_thread(self._apply_all, objects, abandon))
 
     async def dry_run_all(self, objects: Sequence[tuple[Mapping[str, Any], tuple[str, ...]]]) -> None:

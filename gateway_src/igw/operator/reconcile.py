@@ -39,7 +39,7 @@ import json
 import logging
 import time
 import zlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -97,7 +97,12 @@ from igw.operator.kube import (
     refusal_text,
 )
 from igw.operator.service_ports import CachedReader, ServiceEgress, resolve, service_refs
-from igw.operator.status import Observation, Transition, compute_status
+from igw.operator.status import (
+    Observation,
+    Transition,
+    compute_status,
+    namespace_terminating_conditions,
+)
 from igw.operator.tls import (
     CERT_MANAGER_API,
     CERTIFICATE_KIND,
@@ -274,6 +279,14 @@ class Reconciler:
         Deleting a namespace of 50 configs, the passes that had read them before made 44 status
         writes and ~600 reads for objects already gone (before session s48)."""
         self._terminating: set[tuple[str, str]] = set()
+        self._doomed: dict[str, set[str]] = {}
+        """``namespace: uids`` of the configs it held when the API server first refused a pass there
+        ``NamespaceTerminating``: they go with the namespace (nothing is created in one being deleted,
+        so no config of it is newer), and a pass of one reads the config, says so once in its status
+        and stops (:meth:`_doomed_config`). Deleting a namespace of 50 configs, every resync pass of
+        each read its whole data plane, dry-ran what the namespace controller had already removed and
+        read the Deployment and Service again: ~600 GETs a resync until the namespace was gone (before
+        session s49). By uid, not name: a config made in a new namespace of that name is not one."""
         """Objects whose namespace the API server said is being deleted (logged once, not every pass;
         dropped with the object, which the namespace's deletion removes)."""
         self._noted: dict[tuple[str, str], tuple[object, object]] = {}
@@ -354,6 +367,10 @@ class Reconciler:
         self._sequence += 1
         sequence = self._sequence
         configs = await self._kube.list(IGWC_API_VERSION, KIND, namespace)
+        if namespace in self._doomed:  # uids not listed are gone for good
+            self._doomed[namespace] &= {_identity(config)[2] for config in configs}
+            if not self._doomed[namespace]:
+                del self._doomed[namespace]
         objectives, rewrites = await self._list_bindable(namespace)
         return NamespaceListing(sequence, configs, objectives, rewrites)
 
@@ -414,6 +431,9 @@ class Reconciler:
                 self._admitted.pop(key, None)
                 self._claims.pop(key, None)
                 return False
+            if self._doomed_config(igwc):
+                await self._report_doomed(igwc)
+                return True
             await self._pass(igwc, listed)
             return True
 
@@ -433,6 +453,31 @@ class Reconciler:
             return False
         log.debug("%s/%s: deleted while its pass ran; pass ended", namespace, name)
         return True
+
+    def _doomed_config(self, igwc: Mapping[str, Any]) -> bool:
+        """Whether ``igwc`` was in its namespace when the API server refused a pass there because the
+        namespace is being deleted (:attr:`_doomed`)."""
+        namespace, _, uid = _identity(igwc)
+        return bool(uid) and uid in self._doomed.get(namespace, ())
+
+    def _doom(self, namespace: str, configs: Sequence[Mapping[str, Any]]) -> None:
+        """``namespace`` is being deleted: ``configs`` (listed in it) go with it (:attr:`_doomed`)."""
+        uids = {uid for config in configs if (uid := _identity(config)[2])}
+        self._doomed.setdefault(namespace, set()).update(uids)
+
+    async def _report_doomed(self, igwc: Mapping[str, Any]) -> None:
+        """The pass of a config whose namespace is being deleted: ``GatewayProgrammed``
+        ``NamespaceTerminating`` once in its status, nothing read or written of its data plane."""
+        namespace, name, _ = _identity(igwc)
+        self._terminating.add((namespace, name))
+        message = (
+            f"namespace {namespace} is being deleted: the API server creates nothing new in it, so "
+            "the operator no longer reconciles this object; its data plane goes with the namespace"
+        )
+        log.debug("%s/%s: %s", namespace, name, message)
+        wanted = namespace_terminating_conditions(igwc, message, now=self._clock())
+        if wanted is not None:
+            await self._kube.write_status(igwc, {"conditions": wanted})
 
     async def reconcile_bound(self, obj: Mapping[str, Any]) -> None:
         """An InferenceObjective / InferenceModelRewrite changed: reconcile its config, or mark it unbound."""
@@ -529,6 +574,9 @@ class Reconciler:
         self._claim(igwc, served, admitted=refusal is None)  # no await between: passes interleave
         if self._gone(igwc):
             return
+        if self._doomed_config(igwc):  # a neighbour's pass found the namespace being deleted
+            await self._report_doomed(igwc)
+            return
         apply_error: str | None = None
         apply_reason = "ApplyFailed"
         tls = TlsOutcome()
@@ -558,7 +606,9 @@ class Reconciler:
                 planned = [(desired, initial_only_fields(desired, target)) for desired in objects]
                 if refusal is None:  # before the apply: the annotation is never behind what is served
                     kept_over = await self._keep_admitted(igwc, target, planned)
-                written = await self._kube.apply_all(planned, abandon=lambda: self._gone(igwc))
+                written = await self._kube.apply_all(
+                    planned, abandon=lambda: self._gone(igwc) or self._doomed_config(igwc)
+                )
                 for label in written:
                     log.info(
                         "%s/%s: applied %s%s",
@@ -579,6 +629,8 @@ class Reconciler:
                 await self._retire_network_policy(target)
             except Exception as exc:  # any API refusal is reported on the object, not raised
                 if isinstance(exc, PassAbandoned):
+                    if not self._gone(igwc):  # a neighbour's pass found the namespace being deleted
+                        await self._report_doomed(igwc)
                     return
                 apply_error = _error_text(exc)
                 if kept_over is not None and isinstance(exc, NothingApplied):
@@ -587,6 +639,7 @@ class Reconciler:
                     # Not a fault to retry: the namespace's deletion removes the object and its data
                     # plane; logged once, where a WARNING every resync pass went on until it was gone.
                     apply_reason = "NamespaceTerminating"
+                    self._doom(namespace, [*neighbours, igwc])
                     first = (namespace, name) not in self._terminating
                     self._terminating.add((namespace, name))
                     log.log(logging.INFO if first else logging.DEBUG, "%s/%s: %s", namespace, name, exc)
@@ -1511,6 +1564,11 @@ class Reconciler:
         """``igwc`` was deleted: delete its ACM import, its Certificate and the Secret cert-manager
         wrote for it. The garbage collector removes the Certificate, but not the Secret (cert-manager
         sets no owner reference on it by default): left, it kept the private key for good."""
+        namespace, _, uid = _identity(igwc)
+        if namespace in self._doomed:
+            self._doomed[namespace].discard(uid)
+            if not self._doomed[namespace]:
+                del self._doomed[namespace]
         await self._forget_import(igwc)
         await self._retire_certificate(igwc)
         self._certificates_gone.pop(_identity(igwc)[:2], None)

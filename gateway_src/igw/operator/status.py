@@ -420,3 +420,28 @@ def compute_status(
     elif previous_tls:
         status_body["tls"] = previous_tls
     return status_body, transitions
+
+
+def namespace_terminating_conditions(
+    igwc: Mapping[str, Any], message: str, *, now: datetime
+) -> list[dict[str, Any]] | None:
+    """``igwc``'s conditions with ``GatewayProgrammed`` ``False``/``NamespaceTerminating`` (``message``),
+    the others as they are; ``None`` when it already says so. For a config whose namespace the
+    operator knows is being deleted: the pass stops there, reading nothing of a data plane the
+    namespace controller is removing, so only that condition can be said anew."""
+    previous = [c for c in (igwc.get("status") or {}).get("conditions") or [] if isinstance(c, Mapping)]
+    current = next((c for c in previous if c.get("type") == "GatewayProgrammed"), {})
+    if (current.get("status"), current.get("reason")) == ("False", "NamespaceTerminating"):
+        return None
+    generation = int((igwc.get("metadata") or {}).get("generation", 0))
+    stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+    programmed, _ = _stamped(
+        {"GatewayProgrammed": ("False", "NamespaceTerminating", message)},
+        previous,
+        generation=generation,
+        stamp=stamp,
+    )
+    kept = [dict(c) for c in previous if c.get("type") != "GatewayProgrammed"]
+    by_type = {str(c.get("type")): c for c in [*kept, *programmed]}
+    ordered = [by_type[kind] for kind in CONDITION_TYPES if kind in by_type]
+    return ordered + [c for kind, c in by_type.items() if kind not in CONDITION_TYPES]
