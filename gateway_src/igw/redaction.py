@@ -32,8 +32,21 @@ as did one cut after its payload (a log line cut at 4 KiB), whose claims are mas
 also where the cut ends a quoted string (a JSON line's field, a repr: ``"error":"... eyJ...eyJ..."``),
 whose closing quote, not the line's end, follows it: the claims went through there."""
 
-_BEARER: Final = re.compile(r"(?i)\b(bearer|basic)\s+([^\s,;\"']+)")
-"""A scheme word and the value after it; :func:`_mask_bearer` decides whether that value is a token."""
+_BEARER: Final = re.compile(r"(?i)(?:(?<![a-z])|((?<=[a-z])))(bearer|basic)\s+([^\s,;\"'\\]+)")
+"""A scheme word and the value after it; :func:`_mask_bearer` decides whether that value is a token.
+
+Since round 17 (session s49) whatever is glued before the word: until then a word boundary had to
+come before it, and ``_Basic <credential>``, ``1Bearer <token>``, ``éBearer <token>`` and ``xBearer
+<token>`` went through. After an ASCII letter (group 1, empty, says so) the word may end another word
+(``nonBearer tokens``, ``torchbearer``, ``HTTPBasic``), so there the value must look like a token by its
+characters too (:data:`_TOKEN_CHARACTERS`). Also since round 17 the value ends at a backslash, which
+no bearer token (RFC 6750 ``b64token``) or ``token68`` holds: an escaped line break (``Bearer
+<a>\\nBearer <b>``, a JSON string's form of two lines) or one backslash between two values took the
+second scheme word in as the first token's end, and its token was shown."""
+_TOKEN_CHARACTERS: Final = re.compile(r"[0-9.+/=~]|[a-z][A-Z]")
+"""A digit, a JWT's or base64's punctuation, or a capital after a small letter (``dXNlcjpwYXNz``): what a
+value after a scheme word glued to an ASCII letter needs to be taken for a token. Words joined by
+``-`` or ``_`` (``nonBearer authorization_required``) are prose there, a token after a boundary."""
 _AUTH_PARAM: Final = re.compile(r"(?i)(?:realm|scope|error|error_description|error_uri|charset)=(?!=*\Z)")
 """A challenge's ``auth-param`` (RFC 6750 section 3, RFC 7617: ``realm=igw``, ``error=invalid_token``)
 after ``Bearer``/``Basic``: a name and ``=`` with more after it, which a bearer token (``b64token``) or
@@ -71,7 +84,9 @@ _AWS_KEY_PAIR: Final = re.compile(
 """An AWS access key id (``AKIA``/``ASIA`` and 16 capitals or digits) with a 40-character secret
 access key right after it (``AKIA...:<secret>``, ``(AKIA..., <secret>)``): the secret is masked, the
 key id (an identifier, which CloudTrail shows) kept to say which key."""
-_URL: Final = re.compile(r"(?<![\w+.-])[\w+.-]+://(?:[\w+.-]++(?!://)|[^\s\"'<>\\\w+.-]++|\\++(?![nrt]))*+")
+_URL: Final = re.compile(
+    r"(?<![\w+.-])[\w+.-]*://(?:[\w+.-]++(?!://)|(?:(?!://)[^\s\"'<>\\\w+.-])++|\\++(?![nrt]))*+"
+)
 """A URL with a scheme, up to the first blank, quote, angle bracket, escaped line break or tab (``\\n``
 in a JSON string or a repr, its backslash doubled too) or the next scheme: what :func:`redact_url`
 rewrites.
@@ -85,17 +100,28 @@ round 15 an escaped line break and a next URL glued on were taken in (``redis://
 the access log's JSON form of a multi-line text; ``redis://u:<a>@h1,redis://u:<b>@h2``, a list), and
 the second URL's user-info went through as the first one's path. A URL in another's query value
 (``?next=https://...``) is masked as a URL of its own now: its user-info, query values and secret
-path segments, not its host and path."""
+path segments, not its host and path.
+
+The scheme may be empty since round 17 (session s49): an authority after a bare ``://`` (``://u:p@h``,
+a URL whose scheme a cut or a template left out) had its password shown. A bare ``://`` also ends the URL
+before it, as a next scheme does (``://u:<a>@h\\://u:<b>@h``)."""
 _ENCODED_URL: Final = re.compile(
-    r"(?i)(?<![\w+.-])([\w+.-]+%3A%2F%2F)((?:(?!%2F|%3F|%23)[^\s\"'<>\\&/?#@])*)%40"
+    r"(?i)(?<![\w+.-])([\w+.-]+%(?:25)*3A%(?:25)*2F%(?:25)*2F)"
+    r"((?:(?!%(?:25)*(?:2F|3F|23))[^\s\"'<>\\&/?#@])*)(%(?:25)*40)"
 )
 """A URL percent-encoded whole (``redis%3A%2F%2Fu%3Ap%40h``: a URL in another's query value or a form
 field, as a client writes it), its scheme taken as :data:`_URL` takes one, and its user-info up to the
 last ``%40`` before the encoded path, query or fragment (``%2F``, ``%3F``, ``%23``) or the end of the
 value: masked whole, as :func:`redact_url` masks a plain URL's. Until session s48 (round 16) only a
-plain ``://`` was found, and an encoded URL's password went through outside a plain URL's query."""
-_ENCODED_URL_MARK: Final = "%40"
-"""What an encoded user-info needs (an encoded ``@``, digits only, whatever the case): the cheap test."""
+plain ``://`` was found, and an encoded URL's password went through outside a plain URL's query.
+
+Since round 17 (session s49) also a URL percent-encoded twice or more (``redis%253A%252F%252Fu%253Ap%2540h``:
+a URL in a query value of a URL that is itself a query value, or encoded twice by a client), each
+``%`` followed by any number of ``25`` (an encoded ``%``); its password went through, and
+:func:`needs_redaction` judged the text clean. The encoded ``@`` is kept as it was written."""
+_ENCODED_URL_MARK: Final = re.compile(r"%(?:25)*40")
+"""What an encoded user-info needs (an encoded ``@``, once or more, digits only, whatever the case): the
+cheap test, a search led by ``%``."""
 _URL_PARTS: Final = re.compile(r"(?s)([^:]*://)(?:([^/?#]*)@)?([^?#]*)(?:\?([^#]*))?(?:#(.*))?")
 """Scheme, user-info (up to the last ``@`` before the path: a password may hold an unencoded ``@``),
 host and path, query, fragment."""
@@ -1026,7 +1052,7 @@ def needs_redaction(text: str) -> bool:
         return True
     if _target_secrets(text) or _lone_secret(text) or _escaped_or_bytes_secrets(text) or _dsn_secrets(text):
         return True
-    if _ENCODED_URL_MARK in text and _ENCODED_URL.search(text):
+    if "%" in text and _ENCODED_URL_MARK.search(text) and _ENCODED_URL.search(text):
         return True
     lowered = text.lower()
     return (
@@ -1119,8 +1145,8 @@ def redact(text: str) -> str:
         return text
     if "://" in text and (_URL_SECRET_MARKS.intersection(text) or _PATH_HINT.search(text) or "eyJ" in text):
         text = _URL.sub(lambda m: redact_url(m.group(0)), text)
-    if _ENCODED_URL_MARK in text:
-        text = _ENCODED_URL.sub(lambda m: f"{m.group(1)}{MASK}%40", text)
+    if "%" in text and _ENCODED_URL_MARK.search(text):
+        text = _ENCODED_URL.sub(lambda m: f"{m.group(1)}{MASK}{m.group(3)}", text)
     if _dsn_secrets(text):
         text = _DSN.sub(lambda m: f"{m.group(1)}:{MASK}@", text)
     if _target_secrets(text):
@@ -1216,6 +1242,19 @@ _FUNCTION_WORDS: Final = frozenset(_SENTENCE_WORDS.split())
 """Words that make a run of words a sentence: a passphrase (``correct horse battery staple``) holds
 none of them, the prose after an error's label (``credentials: check your profile``, ``Secret: not
 found in ...``, ``GetSecretValue: Access denied for the role``) nearly always does."""
+_ERROR_OPENERS: Final = (
+    "access check unable exec environment token refresh missing must cannot required invalid unknown "
+    "expected duplicates each only expired error failed denied found field input should set empty value "
+    "see use needs given"
+)
+_PROSE_OPENERS: Final = _FUNCTION_WORDS | frozenset(_ERROR_OPENERS.split())
+"""The words a sentence after a secret's name may start with to be kept as prose: the function words and
+the words the project's own errors and the AWS SDK's start with after a secret-named path or label
+(``passwordEnv: environment variable ... is not set``, ``credentials: check your profile``, ``Secret:
+not found in ...``, ``GetSecretValue: Access denied for ...``, ``SSO Token: Token for x does not exist``,
+a configuration problem's ``must``/``cannot``/``duplicates``). Since round 17 (session s49): any other
+first word is the value, masked, the words after it kept (``client_secret: [REDACTED] and more``); a
+one-word password followed by prose (``client_secret: Rosebud and more``) was shown whole."""
 _ARN_BEFORE: Final = re.compile(r"arn:aws(?:-[a-z]+)*:\Z")
 _IAM_ACTION: Final = re.compile(r"(?:[A-Z][a-z]+)+\*?|\*")
 _TOKEN_LIKE: Final = re.compile(
@@ -1260,7 +1299,8 @@ def _names_no_secret(found: re.Match[str]) -> bool:
     Kept: after ``secretsmanager:`` an IAM action or an ARN's region and resource (its secret's name,
     which CloudTrail shows); after an error's name (:data:`_ERROR_NAME`) and ``: `` a word
     (:data:`_ERROR_TEXT`); after any other secret's name and ``: `` (no quote, no ``=``) a sentence
-    (:data:`_PROSE` holding one of :data:`_FUNCTION_WORDS`). A value with a digit or a symbol
+    (:data:`_PROSE` holding one of :data:`_FUNCTION_WORDS`) whose first word is one of
+    :data:`_PROSE_OPENERS`. A value with a digit or a symbol
     (``Secret: s3cr3t-v4lue``), a lone word (``secret: Sunshine``), words without a function word
     (``password: correct horse battery staple``), a quoted value and ``name=value`` stay masked."""
     name, separator, value = found.group(1, 2, 3)
@@ -1273,7 +1313,7 @@ def _names_no_secret(found: re.Match[str]) -> bool:
     if _ERROR_NAME.fullmatch(name.rpartition(".")[2]):
         return _ERROR_TEXT.match(text, found.start(3)) is not None
     prose = _PROSE.match(text, found.start(3))
-    if prose is None or len(prose.group(1)) >= WORD_MAX_CHARS:
+    if prose is None or prose.group(1).lower() not in _PROSE_OPENERS:
         return False
     words = [prose.group(1), *re.findall(r"[A-Za-z][A-Za-z_'-]*", prose.group(2))]
     return any(word.lower() in _FUNCTION_WORDS for word in words)
@@ -1349,8 +1389,10 @@ def _mask_bearer(found: re.Match[str]) -> str:
     (``Bearer authorization_required_by_policy``) are taken for a token: a static token a person chose
     (``team-alpha-shared-key``) has that shape, and showing prose is not worth showing it.
     """
-    value = found.group(2)
+    glued, scheme, value = found.group(1, 2, 3)
     word = value.isalpha() and value[1:].islower() and len(value) < WORD_MAX_CHARS
     if word or len(value) < TOKEN_MIN_CHARS or _AUTH_PARAM.match(value):
         return found.group(0)
-    return f"{found.group(1)} {MASK}"
+    if glued is not None and _TOKEN_CHARACTERS.search(value) is None:
+        return found.group(0)
+    return f"{scheme} {MASK}"

@@ -298,6 +298,8 @@ def test_the_one_field_hint_finds_every_text_a_field_rule_s_own_hint_finds(text:
         "getting credentials: exec: executable aws failed with exit code 255",
         "Secret: not found in namespace igw",
         "spec.extensions.rateLimit.redis.passwordEnv: environment variable REDIS_PW is not set or empty",
+        "spec.auth.clientSecret: must not be empty",
+        "cannot load cluster credentials: not running in a pod and no kubeconfig at ~/.kube/config",
     ],
 )
 def test_redact_value_leaves_error_names_and_their_prose_alone(text: str) -> None:
@@ -322,6 +324,9 @@ def test_redact_value_leaves_error_names_and_their_prose_alone(text: str) -> Non
         ('client_secret: "Sunshine is the one"', f'client_secret: "{MASK}"'),
         ("client_secret=Sunshine is the one", f"client_secret={MASK} is the one"),
         ("InvalidTokenError: abc123 is bad", f"InvalidTokenError: {MASK} is bad"),
+        ("client_secret: Rosebud and more", f"client_secret: {MASK} and more"),
+        ("password: Sunshine is the one", f"password: {MASK} is the one"),
+        ("token: hunter for the win", f"token: {MASK} for the win"),
         ("InvalidPasswordException=hunter", f"InvalidPasswordException={MASK}"),
         ("secretsmanager: hunter2", f"secretsmanager: {MASK}"),
         ("secretsmanager:Hunter2", f"secretsmanager:{MASK}"),
@@ -330,7 +335,10 @@ def test_redact_value_leaves_error_names_and_their_prose_alone(text: str) -> Non
 def test_redact_value_still_masks_secrets_after_their_names(text: str, masked: str) -> None:
     """Round 14's prose test keeps a word after an error's name, a sentence (a word with a function
     word among the next ones) after a secret's name and ``: ``; a value with a digit or symbol, a lone
-    word, words without a function word (a passphrase), a quoted value and ``name=value`` stay masked."""
+    word, words without a function word (a passphrase), a quoted value and ``name=value`` stay masked.
+    Until session s49 (round 17) a one-word secret followed by prose (``client_secret: Rosebud and
+    more``) was shown whole as a sentence; now a sentence is kept only when its first word is one error
+    prose opens with (:data:`igw.redaction._PROSE_OPENERS`)."""
     assert redaction.redact_value(text) == masked
 
 

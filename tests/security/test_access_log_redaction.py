@@ -368,6 +368,10 @@ def _shapes(secret: str) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
         (f"rediss://user:{secret}@cache.example:6379", secret),
         (f"postgres://:{secret}@[::1]:5432/db", secret),
         (f"redis%3A%2F%2Fu%3A{secret}%40cache.example%3A6379", secret),
+        (f"redis%253A%252F%252Fu%253A{secret}%2540cache.example", secret),
+        (f"://u:{secret}@cache.example:6379", secret),
+        (f"Bearer {secret}", secret),
+        (f"Basic {secret}", secret),
     ]
     cut = [
         (f'{{"password": "{secret}', secret),
@@ -391,7 +395,8 @@ _GLUED_PREFIXES = st.sampled_from(
 """Text before a shape, glued to it too: the user-info went through after an underscore, digit
 or letter glued to the scheme (``_rediss://user:<password>@host``) until session s48 (round 15), a
 credential header's value after one glued to its name (``xCookie: sid=<secret>``) until round 16,
-when these prefixes were drawn for every shape, not for URLs only.
+when these prefixes were drawn for every shape, not for URLs only. A ``Bearer``/``Basic`` scheme word
+(``xBearer <token>``), a URL encoded twice and one cut before its ``://`` went through until round 17.
 A URL after another one with only a backslash between (``redis://u:<a>@h\\_redis://u:<b>@h``) was taken
 for the first one's path, its user-info shown, until round 15 too."""
 _GLUED_BEFORE_A_HEADER = st.sampled_from(["", "upstream said ", "error: ", "_", "1", "é", "(", "\\n", "a.b+"])

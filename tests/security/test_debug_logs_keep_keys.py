@@ -884,6 +884,76 @@ def test_a_percent_encoded_url_s_user_info_is_masked(text: str, shown: str) -> N
     assert _logged(text).endswith(f": {shown}\n")
 
 
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("redis%253A%252F%252Fu%253Ap4ssw0rd%2540h", f"redis%253A%252F%252F{MASK}%2540h"),
+        ("url=redis%253a%252f%252fu%253ap4ssw0rd%2540h%252F0", f"url=redis%253a%252f%252f{MASK}%2540h%252F0"),
+        ("x https%25253A%25252F%25252Fu%25253Ap4ss%252540h", f"x https%25253A%25252F%25252F{MASK}%252540h"),
+    ],
+)
+def test_a_url_percent_encoded_twice_has_its_user_info_masked(text: str, shown: str) -> None:
+    """Until session s49 (round 17) a URL encoded twice or more (each ``%`` encoded again as ``%25``)
+    showed its password, and :func:`needs_redaction` judged the text clean."""
+    assert needs_redaction(text), text
+    assert redact(text) == shown
+    assert _logged(text).endswith(f": {shown}\n")
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("://u:p4ssw0rd@h", f"://{MASK}@h"),
+        ("cut at ://u:p4ssw0rd@cache:6379/0", f"cut at ://{MASK}@cache:6379/0"),
+        ('{"url": "://:p4ssw0rd@h/x?k=v"}', f'{{"url": "://{MASK}@h/x?k={MASK}"}}'),
+    ],
+)
+def test_an_authority_after_a_bare_scheme_separator_has_its_password_masked(text: str, shown: str) -> None:
+    """Until session s49 (round 17) a URL needed a scheme's letters before ``://``: a URL cut before
+    its ``://`` (or written without a scheme) showed its password."""
+    assert needs_redaction(text), text
+    assert redact(text) == shown
+    assert "p4ss" not in _logged(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("_Basic dXNlcjpwYXNz", f"_Basic {MASK}"),
+        ("1Bearer abc.def.ghi", f"1Bearer {MASK}"),
+        ("éBearer team-alpha-shared-key", f"éBearer {MASK}"),
+        ("xBearer abc.def.ghi", f"xBearer {MASK}"),
+        ("upstreamBasic dXNlcjpwYXNz refused", f"upstreamBasic {MASK} refused"),
+        ("sent aBearer sk-p4ssw0rd1234", f"sent aBearer {MASK}"),
+        ("Bearer p4ssw0rd12\\nBearer s3cr3t5678", f"Bearer {MASK}\\nBearer {MASK}"),
+        ("Bearer p4ssw0rd12\\Bearer s3cr3t5678", f"Bearer {MASK}\\Bearer {MASK}"),
+    ],
+)
+def test_a_scheme_word_glued_to_text_still_has_its_token_masked(text: str, shown: str) -> None:
+    """Until session s49 (round 17) a word boundary had to come before ``Bearer``/``Basic``: glued to
+    an underscore, a digit or a letter the credential after it went through. After an ASCII letter the
+    value must look like a token by its characters too (a digit, ``.+/=~``, a capital after a small
+    letter)."""
+    assert needs_redaction(text), text
+    assert redact(text) == shown
+    assert _logged(text).endswith(f": {shown}\n")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "nonBearer tokens are refused",
+        "the torchbearer team-alpha-lead",
+        "HTTPBearer credentials_missing_from_request",
+        "a flagBearer authorization_required_by_policy",
+    ],
+)
+def test_a_scheme_word_ending_another_word_before_prose_is_not_a_credential(text: str) -> None:
+    """After an ASCII letter ``bearer``/``basic`` may end another word (``torchbearer``, a class name
+    ``HTTPBearer``): words, even joined by ``-`` or ``_``, after it stay."""
+    assert redact(text) == text
+
+
 def test_percent_encoded_text_without_user_info_stays() -> None:
     """An encoded ``@`` outside a URL's user-info (an e-mail address, a path) is no credential."""
     for text in ("to a%40b.com", "https%3A%2F%2Fexample.com%2Fx%40y", "redis%3A%2F%2Fh%2Fu%40x"):
