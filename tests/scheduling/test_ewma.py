@@ -8,7 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from igw.scheduling import ewma as ewma_module
 from igw.scheduling.ewma import EndpointEwma
+from tests.compiled.tree import skip_compiled
 
 
 def test_mean_and_variance_follow_the_samples() -> None:
@@ -100,3 +102,41 @@ def test_observe_keeps_the_state_set_state_gives(alpha: float, steps: list[tuple
             assert {k: repr(v) for k, v in got.items()} == {k: repr(v) for k, v in want.items()}, table
         assert fast.changed is not None
         assert key in fast.changed
+
+
+@skip_compiled("igw.scheduling.ewma", "counts calls through the module's globals, which native code binds")
+def test_a_sample_works_out_no_alpha_constant_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``sqrt(alpha / (2 - alpha))`` and the settled count depend on ``alpha`` alone: worked out when
+    it is set, not per sample or per read (every outcome observes three or four EWMAs, and the TTFT
+    pool reads the settled count per outcome); the errors are the formula's floats all the same,
+    and setting ``alpha`` anew moves both."""
+    roots: list[float] = []
+    ceilings: list[float] = []
+    ceil = math.ceil
+
+    def counted_sqrt(x: float) -> float:
+        roots.append(x)
+        return math.sqrt(x)
+
+    def counted_ceil(x: float) -> int:
+        ceilings.append(x)
+        return ceil(x)
+
+    ewma = EndpointEwma(alpha=0.2)
+    monkeypatch.setattr(ewma_module, "sqrt", counted_sqrt)
+    monkeypatch.setattr(math, "ceil", counted_ceil)
+    for sample in (1.0, 2.0, 4.0):
+        ewma.observe("a", sample)
+    assert ewma.settled_count == 9
+    assert len(roots) == 4  # two per sample after the first: the spread and the count's root
+    assert ceilings == []
+    variance, count = ewma.variances["a"], ewma.counts["a"]
+    sd = math.sqrt(variance)
+    assert ewma.standard_error("a") == max(sd * math.sqrt(0.2 / 1.8), sd / math.sqrt(count))
+    monkeypatch.undo()
+    ewma.alpha = 0.5
+    assert ewma.settled_count == 3
+    ewma.observe("a", 8.0)
+    variance, count = ewma.variances["a"], ewma.counts["a"]
+    sd = math.sqrt(variance)
+    assert ewma.standard_error("a") == max(sd * math.sqrt(0.5 / 1.5), sd / math.sqrt(count))

@@ -29,7 +29,9 @@ class EndpointEwma:
     """
 
     def __init__(self, *, alpha: float, track_changes: bool = False) -> None:
-        self.alpha = alpha
+        self._alpha = alpha
+        self._window = _window_factor(alpha)
+        self._settled = _settled_count(alpha)
         self.values: dict[EndpointKey, float] = {}
         self.variances: dict[EndpointKey, float] = {}
         self.counts: dict[EndpointKey, int] = {}
@@ -44,31 +46,46 @@ class EndpointEwma:
         is): it names only endpoints the EWMA has a state for, however long the owner goes without
         reading it (a pool whose picks all fall back to in-flight counts, a pool of one)."""
 
+    @property
+    def alpha(self) -> float:
+        """The weight of a new sample (set anew, the noise's window factor follows)."""
+        return self._alpha
+
+    @alpha.setter
+    def alpha(self, alpha: float) -> None:
+        self._alpha = alpha
+        self._window = _window_factor(alpha)
+        self._settled = _settled_count(alpha)
+
     def observe(self, key: EndpointKey, sample: float) -> None:
         """Take in one sample: :meth:`set_state` with the updated mean, variance and count.
 
         Written out (:meth:`set_state` and :meth:`_standard_error` inline, each expression theirs,
         in the same order, so the same floats): every outcome updates three or four of these, and
-        the two calls per sample were most of the cost."""
+        the two calls per sample were most of the cost. The window's factor
+        ``sqrt(alpha / (2 - alpha))`` is the one worked out when ``alpha`` was set (the same float),
+        and a known endpoint's variance and count are read by subscript: :meth:`set_state`, this
+        method and :meth:`forget` keep the four dicts' keys the same, so a mean has both."""
         values = self.values
+        variances = self.variances
+        counts = self.counts
         old = values.get(key)
         if old is None:
             mean, variance, count = sample, 0.0, 1
         else:
-            a = self.alpha
+            a = self._alpha
             diff = sample - old
             mean = old + a * diff
-            variance = (1.0 - a) * (self.variances.get(key, 0.0) + a * diff * diff)
-            count = self.counts.get(key, 1) + 1
+            variance = (1.0 - a) * (variances[key] + a * diff * diff)
+            count = counts[key] + 1
         values[key] = mean
-        self.variances[key] = variance
-        self.counts[key] = count
+        variances[key] = variance
+        counts[key] = count
         if count <= 1:
             error = math.inf
         else:
-            a = self.alpha
             sd = sqrt(variance)
-            window_error = sd * sqrt(a / (2.0 - a)) if a < 2.0 else sd
+            window_error = sd * self._window
             error = sd / sqrt(count)
             if not error > window_error:  # max(window_error, error): the first unless the second is larger
                 error = window_error
@@ -91,7 +108,7 @@ class EndpointEwma:
     def settled_count(self) -> int:
         """Samples after which the mean spans its full window (``2 / alpha - 1``, at least 2: one
         sample has no spread to estimate noise from)."""
-        return max(2, math.ceil(2.0 / self.alpha - 1.0)) if self.alpha > 0 else 2
+        return self._settled
 
     def count(self, key: EndpointKey) -> int:
         return self.counts.get(key, 0)
@@ -112,9 +129,8 @@ class EndpointEwma:
         """
         if count <= 1:
             return math.inf
-        a = self.alpha
         sd = math.sqrt(variance)
-        window_error = sd * math.sqrt(a / (2.0 - a)) if a < 2.0 else sd
+        window_error = sd * self._window
         return max(window_error, sd / math.sqrt(count))
 
     def forget(self, keys: Sequence[EndpointKey]) -> None:
@@ -130,3 +146,15 @@ class EndpointEwma:
             self.errors.pop(key, None)
             if changed is not None:
                 changed.discard(key)
+
+
+def _window_factor(alpha: float) -> float:
+    """``sqrt(alpha / (2 - alpha))``, the factor from a sample's spread to the error of a mean that
+    spans its window; 1.0 (``sd * 1.0`` is ``sd``) for an ``alpha`` of 2 or more, where the formula
+    has no meaning. Worked out once per ``alpha``, not per sample."""
+    return sqrt(alpha / (2.0 - alpha)) if alpha < 2.0 else 1.0
+
+
+def _settled_count(alpha: float) -> int:
+    """:attr:`EndpointEwma.settled_count` for ``alpha`` (read on every outcome, set with ``alpha``)."""
+    return max(2, math.ceil(2.0 / alpha - 1.0)) if alpha > 0 else 2
