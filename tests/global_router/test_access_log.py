@@ -324,7 +324,17 @@ CREDENTIALS = [
 
 
 def test_every_text_field_is_listed() -> None:
-    assert set(TEXT_FIELDS) == {"method", "path", "client", "model", "tenant", "error", "cluster", "region"}
+    assert set(TEXT_FIELDS) == {
+        "method",
+        "path",
+        "client",
+        "model",
+        "tenant",
+        "error",
+        "cluster",
+        "region",
+        "trace_id",
+    }
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -7,6 +7,7 @@ standing in for clusters (and, once, a real tracing tier-1 gateway)."""
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,7 @@ from igw.gateway.serving import serve_app
 from igw.gateway.tracing import Tracing
 from igw.global_router.config import parse_global_config
 from igw.global_router.server import create_global_app
-from igw.global_router.tracing import SERVICE_NAME
+from igw.global_router.tracing import SERVICE_NAME, RouterTracing
 from tests.gateway.fake_model_server import FakeModelServer, running
 from tests.gateway.support import config_doc, scheduler, wait_for
 from tests.global_router.support import MODEL, global_doc
@@ -33,6 +34,11 @@ TRACE_ID = "0af7651916cd43dd8448eb211c80319c"
 PARENT_ID = "b7ad6b7169203331"
 COMPLETION = {"model": MODEL, "prompt": "x", "max_tokens": 2}
 JSON = {"Content-Type": "application/json"}
+ACCESS_LOGGER = "igw.global_router.access"
+
+
+def access_lines(caplog: pytest.LogCaptureFixture) -> list[dict[str, Any]]:
+    return [orjson.loads(r.getMessage()) for r in caplog.records if r.name == ACCESS_LOGGER]
 
 
 def _clusters(endpoints: list[str]) -> list[dict[str, Any]]:
@@ -56,12 +62,18 @@ def memory_tracing(exporter: InMemorySpanExporter, **kwargs: Any) -> Tracing:
     return Tracing(SimpleSpanProcessor(exporter), sample_ratio=1.0, service_name=SERVICE_NAME, **kwargs)
 
 
+def _router_scope(span: ReadableSpan) -> bool:
+    return span.instrumentation_scope is not None and span.instrumentation_scope.name == "igw.global_router"
+
+
 def router_spans(exporter: InMemorySpanExporter) -> list[ReadableSpan]:
-    return [
-        s
-        for s in exporter.get_finished_spans()
-        if s.instrumentation_scope is not None and s.instrumentation_scope.name == "igw.global_router"
-    ]
+    """The router's server spans (one a request)."""
+    return [s for s in exporter.get_finished_spans() if _router_scope(s) and s.kind is SpanKind.SERVER]
+
+
+def attempt_spans(exporter: InMemorySpanExporter) -> list[ReadableSpan]:
+    """The router's per-cluster attempt spans, in the order they ended."""
+    return [s for s in exporter.get_finished_spans() if _router_scope(s) and s.kind is SpanKind.CLIENT]
 
 
 def received_trace_headers(server: FakeModelServer) -> list[tuple[str | None, str | None]]:
@@ -116,9 +128,20 @@ async def test_a_request_has_one_span_and_the_cluster_gets_its_context() -> None
     assert attrs["http.response.status_code"] == 200
     assert attrs["gen_ai.request.model"] == MODEL
     assert span.status.status_code is StatusCode.UNSET
-    # the cluster's parent is the router's span, not the client's; the caller's tracestate kept
+    [attempt] = attempt_spans(exporter)
+    assert attempt.name == "igw.cluster"
+    assert attempt.parent is not None
+    assert attempt.parent.span_id == span.context.span_id
+    assert {k: v for k, v in (attempt.attributes or {}).items()} == {
+        "igw.cluster": "c0",
+        "igw.region": "east",
+        "igw.attempt": 1,
+        "igw.outcome": "200",
+        "http.response.status_code": 200,
+    }
+    # the cluster's parent is the router's attempt span, not the client's; the caller's tracestate kept
     [(traceparent, tracestate)] = received_trace_headers(east)
-    assert traceparent == f"00-{TRACE_ID}-{span.context.span_id:016x}-01"
+    assert traceparent == f"00-{TRACE_ID}-{attempt.context.span_id:016x}-01"
     assert tracestate == "vendor=abc"
 
 
@@ -136,8 +159,15 @@ async def test_a_failed_over_request_counts_both_clusters_and_each_gets_the_span
     [span] = router_spans(exporter)
     attrs = dict(span.attributes or {})
     assert (attrs["igw.attempts"], attrs["igw.cluster"], attrs["igw.region"]) == (2, "c1", "west")
-    expected = f"00-{TRACE_ID}-{span.context.span_id:016x}-01"
-    assert [tp for tp, _ in received_trace_headers(east) + received_trace_headers(west)] == [expected] * 2
+    first, second = attempt_spans(exporter)
+    assert [a.parent.span_id if a.parent else None for a in (first, second)] == [span.context.span_id] * 2
+    assert [(a.attributes or {}).get("igw.outcome") for a in (first, second)] == ["503", "200"]
+    assert first.status.status_code is StatusCode.ERROR
+    assert (first.attributes or {})["error.type"] == "503"
+    # each cluster was sent its own attempt's context
+    assert [tp for tp, _ in received_trace_headers(east) + received_trace_headers(west)] == [
+        f"00-{TRACE_ID}-{a.context.span_id:016x}-01" for a in (first, second)
+    ]
 
 
 async def test_an_answer_every_cluster_refused_marks_the_span_failed() -> None:
@@ -155,11 +185,12 @@ async def test_an_answer_every_cluster_refused_marks_the_span_failed() -> None:
     assert (attrs["http.response.status_code"], attrs["error.type"]) == (503, "503")
     [(traceparent, _)] = received_trace_headers(east)
     assert traceparent is not None
+    [attempt] = attempt_spans(exporter)
     version, trace_id, parent_id, flags = traceparent.split("-")
     assert (version, trace_id, parent_id) == (
         "00",
         f"{span.context.trace_id:032x}",
-        f"{span.context.span_id:016x}",
+        f"{attempt.context.span_id:016x}",
     )
     assert int(flags, 16) & 1  # sampled (the SDK also sets the random-trace-id flag of a new trace)
 
@@ -206,22 +237,30 @@ async def test_a_stored_response_search_has_a_span_counting_each_cluster_asked()
     attrs = dict(span.attributes or {})
     assert attrs["url.path"] == "/v1/responses/resp_kept"
     assert (attrs["igw.attempts"], attrs["igw.cluster"], attrs["http.response.status_code"]) == (2, "c1", 200)
-    expected = f"00-{TRACE_ID}-{span.context.span_id:016x}-01"
-    assert [tp for tp, _ in received_trace_headers(east) + received_trace_headers(west)] == [expected] * 2
+    asked = attempt_spans(exporter)
+    assert [((a.attributes or {})["igw.cluster"], (a.attributes or {})["igw.outcome"]) for a in asked] == [
+        ("c0", "404"),
+        ("c1", "200"),
+    ]
+    assert [tp for tp, _ in received_trace_headers(east) + received_trace_headers(west)] == [
+        f"00-{TRACE_ID}-{a.context.span_id:016x}-01" for a in asked
+    ]
 
 
-async def test_tier_1s_span_is_the_router_spans_child(gateway: Callable[..., Any]) -> None:
-    """Router and a real tier-1 gateway, both tracing into one exporter: one trace, tier 1's server
-    span parented on the router's (its upstream span on its own, as before)."""
+async def test_tier_1s_span_is_the_child_of_the_attempt_that_reached_it(gateway: Callable[..., Any]) -> None:
+    """A router failing over from a refusing cluster to a real tier-1 gateway, both tiers tracing
+    into one exporter: one trace, two attempt spans under the router's server span, and tier 1's
+    server span parented on the second attempt (since session s49; on the router's server span
+    before, so which cluster's try led to it was not in the trace)."""
     exporter = InMemorySpanExporter()
     async with (
-        running(FakeModelServer("pod")) as (pod,),
+        running(FakeModelServer("pod"), FakeModelServer("refusing", infer_status=503)) as (pod, refusing),
         gateway(
             config_doc([scheduler("pool", MODEL)]),
             {"pool": [pod.key]},
             tracing=Tracing(SimpleSpanProcessor(exporter), sample_ratio=1.0),
         ) as gw,
-        router(gw.url, tracing=memory_tracing(exporter)) as url,
+        router(f"http://{refusing.key}", gw.url, tracing=memory_tracing(exporter)) as url,
     ):
         assert await _post(url, client_headers()) == 200
         await wait_for(
@@ -234,8 +273,89 @@ async def test_tier_1s_span_is_the_router_spans_child(gateway: Callable[..., Any
     [tier1] = [s for s in servers if s is not tier2]
     assert tier1.resource.attributes["service.name"] != tier2.resource.attributes["service.name"]
     assert tier1.context.trace_id == tier2.context.trace_id
+    first, second = attempt_spans(exporter)
+    assert [a.parent.span_id if a.parent else None for a in (first, second)] == [tier2.context.span_id] * 2
+    assert [(a.attributes or {})["igw.cluster"] for a in (first, second)] == ["c0", "c1"]
     assert tier1.parent is not None
-    assert tier1.parent.span_id == tier2.context.span_id
+    assert tier1.parent.span_id == second.context.span_id
+
+
+async def test_a_client_leaving_mid_stream_ends_the_span_499_as_the_log(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The client closes its connection mid-stream: the access line says 499, and so does the span
+    (until session s49 the span said 200, the status of the answer already started), its attempt
+    ``client-gone``; the line carries the span's trace id."""
+    caplog.set_level(logging.INFO, logger=ACCESS_LOGGER)
+    exporter = InMemorySpanExporter()
+    async with (
+        running(FakeModelServer("east", tokens=50, token_delay_s=0.1)) as (east,),
+        router(f"http://{east.key}", tracing=memory_tracing(exporter)) as url,
+    ):
+        async with (
+            aiohttp.ClientSession() as http,
+            http.post(
+                url + "/v1/completions", data=orjson.dumps({**COMPLETION, "stream": True}), headers=JSON
+            ) as resp,
+        ):
+            assert resp.status == 200
+            assert await resp.content.readany()
+        await wait_for(lambda: len(router_spans(exporter)) == 1, within=5, what="the router's span")
+    [line] = access_lines(caplog)
+    assert line["status"] == 499
+    [span] = router_spans(exporter)
+    attrs = dict(span.attributes or {})
+    assert (attrs["http.response.status_code"], attrs["error.type"]) == (499, "499")
+    assert span.status.status_code is StatusCode.UNSET  # a client's leaving is not the router's failure
+    [attempt] = attempt_spans(exporter)
+    outcome = (attempt.attributes or {})["igw.outcome"]
+    assert outcome in ("client-gone", "cancelled")
+    assert (attempt.attributes or {})["error.type"] == str(outcome).replace("-", "_")
+    assert line["trace_id"] == f"{span.context.trace_id:032x}"
+
+
+def test_an_attempt_the_client_left_ends_the_span_499_whatever_answer_had_started() -> None:
+    """The ``ClientGone`` path (a write to the client failing, the handler not cancelled) returns
+    the answer already started, 200: the span still ends 499, as the access line (until session s49
+    it said 200). Driven directly: over loopback every probe's handler was cancelled instead (the
+    test above), whose span was already 499."""
+    exporter = InMemorySpanExporter()
+    tracer = RouterTracing(memory_tracing(exporter))
+    span = tracer.start({}, method="POST", route="/v1/completions", path="/v1/completions")
+    span.attempt("c0", "east")
+    span.attempt_done("client-gone")
+    span.finish(200, cluster="c0", region="east")
+    [server] = router_spans(exporter)
+    attrs = dict(server.attributes or {})
+    assert (attrs["http.response.status_code"], attrs["error.type"], attrs["igw.cluster"]) == (
+        499,
+        "499",
+        "c0",
+    )
+    [attempt] = attempt_spans(exporter)
+    assert (attempt.attributes or {})["error.type"] == "client_gone"
+
+
+@pytest.mark.parametrize("traced", ["recorded", "unsampled", "off"])
+async def test_the_access_line_carries_the_trace_id_when_recorded(
+    caplog: pytest.LogCaptureFixture, traced: str
+) -> None:
+    """Tier 1's ``trace_id`` field: the router span's trace id when it is recorded; none when the
+    caller's trace is not sampled or tracing is off."""
+    caplog.set_level(logging.INFO, logger=ACCESS_LOGGER)
+    exporter = InMemorySpanExporter()
+    tracing = None if traced == "off" else memory_tracing(exporter)
+    async with (
+        running(FakeModelServer("east")) as (east,),
+        router(f"http://{east.key}", tracing=tracing) as url,
+    ):
+        assert await _post(url, client_headers(sampled=traced != "unsampled")) == 200
+        await wait_for(lambda: len(access_lines(caplog)) == 1, within=5, what="the access line")
+    [line] = access_lines(caplog)
+    if traced == "recorded":
+        assert line["trace_id"] == TRACE_ID
+    else:
+        assert "trace_id" not in line
 
 
 def test_global_serve_takes_the_tracing_flags_as_igw_serve(

@@ -688,6 +688,22 @@ GLOBAL_ALERTS: Final[tuple[Alert, ...]] = (
         "waited: access, EMF or diagnostic lines are lost, so the CloudWatch metrics and log queries "
         "built on them undercount. The router keeps serving.",
     ),
+    Alert(
+        # since session s49: routers export igw_tenant_labels_folded_total too (their
+        # igw_global_ratelimit_hits_total tenant label), read by tier 1's alert only, which leaves
+        # the routers' targets out
+        "IgwGlobalTenantLabelsFolding",
+        f"max by (instance) (increase(igw_tenant_labels_folded_total[1h]) {_ROUTER})\n"
+        f"> {TENANT_FOLDS_PER_HOUR}",
+        "30m",
+        "warning",
+        "Router {{ $labels.instance }} counted {{ $value | humanize }} new tenants as tenant=other in the "
+        "last hour: its tenant label budget is taken.",
+        "New tenants keep arriving after the first rateLimits.metrics.maxTenantLabels were given a "
+        "label, so their rate-limit refusals (igw_global_ratelimit_hits_total) are summed as "
+        "tenant=other. Raise maxTenantLabels if they are real callers; a caller minting tenant ids "
+        "is abuse.",
+    ),
 )
 """Every alert of the global router's rule file."""
 

@@ -19,7 +19,8 @@ response's search ``search-timeout`` (no answer within the search's bound: the n
 or ``another-response`` (an answer about another response, or naming none: not relayed)),
 ``bytes_in`` (the request body), ``bytes_out`` (the answer's body bytes written to the client, a
 relayed answer's as a whole one's: no head, no chunk framing), ``ttfb_ms``, ``duration_ms``,
-``stream``, ``client`` (the peer address).
+``stream``, ``client`` (the peer address), ``trace_id`` (the router span's, 32 hex digits, when
+``--otel-endpoint`` is set and the request's trace is recorded: tier 1's field, to find its trace).
 """
 
 from __future__ import annotations
@@ -73,6 +74,7 @@ class RouterAccessRecord:
     ttfb_ms: float | None = None
     duration_ms: float | None = None
     stream: bool = False
+    trace_id: str | None = None
     began: float = field(default_factory=time.perf_counter, repr=False, compare=False)
     """When the record was made, at the handler's start (:func:`time.perf_counter`): what a stored
     response's ``ttfb_ms`` is counted from; not in the line."""
@@ -109,6 +111,7 @@ class RouterAccessRecord:
             self.error,
             self.cluster,
             self.region,
+            self.trace_id,
         )
         if not strings_clean(strings):
             return False
@@ -143,4 +146,6 @@ class RouterAccessRecord:
         out["stream"] = self.stream
         if self.client is not None:
             out["client"] = self.client
+        if self.trace_id is not None:
+            out["trace_id"] = self.trace_id
         return out

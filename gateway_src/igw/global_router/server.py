@@ -586,6 +586,13 @@ async def _route_held(
             record.ttfb_ms = (time.perf_counter() - started) * 1000.0
             record.started_answer = response  # its bytes counted even if the handler is cancelled
 
+    def tried(cluster: ClusterSpec, outcome: str | int) -> None:
+        """``cluster`` tried, with ``outcome``: in the access log, and its attempt span ended."""
+        if record is not None:
+            record.attempt(cluster.name, outcome)
+        if span is not None:
+            span.attempt_done(outcome)
+
     answered = 0
     waits: list[str] = []  # the Retry-After of each refusal moved on from (_relayed_refusal)
     try:
@@ -599,12 +606,12 @@ async def _route_held(
                 # up to requestTimeoutSeconds, while a later cluster has room. Not an attempt, no failure
                 # (until session s39 the request waited: 9 of 20 past the client's 8 s in the probe).
                 m.retries.labels(cluster.name, "pool-full").inc()
-                if record is not None:
-                    record.attempt(cluster.name, POOL_FULL)
+                tried(cluster, POOL_FULL)  # no attempt span: none started
                 continue
             m.decisions.labels(cluster.name, cluster.region, choice.reason).inc()
-            if span is not None:
-                span.attempts += 1
+            if span is not None:  # the cluster's parent span is this attempt's
+                span.attempt(cluster.name, cluster.region)
+                span.inject(headers)
             try:
                 result = await _within(
                     router,
@@ -629,8 +636,7 @@ async def _route_held(
             except ConnectFailed:
                 router.fleet.record_outcome(cluster.name, ok=False, unreachable=True)
                 m.retries.labels(cluster.name, "connect").inc()
-                if record is not None:
-                    record.attempt(cluster.name, CONNECT_FAILED)
+                tried(cluster, CONNECT_FAILED)
                 continue
             except (ClientGone, asyncio.CancelledError) as gone:
                 # The client left mid-stream; the cluster did nothing wrong. Nothing more can be sent;
@@ -640,12 +646,12 @@ async def _route_held(
                 await _charge_relayed(router, principal, tenant, model, body, prepared)
                 inflight = request.app.get(INFLIGHT_KEY)
                 if isinstance(gone, asyncio.CancelledError) and inflight is not None and inflight.cutting:
-                    if record is not None:
-                        record.attempt(cluster.name, SHUT_DOWN)
+                    tried(cluster, SHUT_DOWN)
                     return await _shut_down(request, prepared, model=model, metrics=m)
-                if record is not None:  # the client left (or its handler was cancelled: it left)
-                    cancelled = isinstance(gone, asyncio.CancelledError)
-                    record.attempt(cluster.name, CANCELLED if cancelled else CLIENT_GONE)
+                # the client left (or its handler was cancelled: it left): 499 in the log and the
+                # span (until session s49 the span recorded the answer it left, 200)
+                tried(cluster, CANCELLED if isinstance(gone, asyncio.CancelledError) else CLIENT_GONE)
+                if record is not None:
                     record.status, record.error = 499, CLIENT_DISCONNECTED
                 if isinstance(gone, asyncio.CancelledError):
                     raise
@@ -653,8 +659,7 @@ async def _route_held(
                 return prepared[0] if prepared else web.Response(status=499)
             if result is None:  # spec.upstream.maxRequestSeconds passed: no other cluster is tried
                 m.requests.labels(model, "504").inc()
-                if record is not None:
-                    record.attempt(cluster.name, PAST_MAX_REQUEST)
+                tried(cluster, PAST_MAX_REQUEST)
                 if prepared:  # it was answering (a long stream): the bound is the request's, not a fault
                     _count_answer_faults(router, cluster.name, _relaying(prepared))
                     await _charge_relayed(router, principal, tenant, model, body, prepared)
@@ -667,8 +672,7 @@ async def _route_held(
                 return await _past_max_request(request, router, prepared)
             if token_withheld:
                 result = _auth_misconfigured(router, cluster, result)
-            if record is not None:
-                record.attempt(cluster.name, result.status)
+            tried(cluster, result.status)
             last = result
             _count_answer_faults(router, cluster.name, result)
             if searches and result.status == 404:
@@ -982,7 +986,7 @@ async def _stored_response(request: web.Request) -> web.StreamResponse:
         if inflight is not None:
             inflight.leave(task)
         if record is not None:
-            _log_access(record, response, started=record.began)
+            _log_access(record, response, started=record.began, span=span)
         if span is not None:
             _end_span(span, response)
     router.metrics.requests.labels(_stored_model_label(router, response), str(response.status)).inc()
@@ -1149,14 +1153,19 @@ async def _ask_stored(
             record.ttfb_ms = (time.perf_counter() - record.began) * 1000.0
             record.started_answer = response  # its bytes counted even if the handler is cancelled
 
+    span = request.get(ROUTER_SPAN)
+
     def tried(cluster: ClusterSpec, outcome: str | int) -> None:
+        """``cluster`` asked, with ``outcome``: in the access log, and its attempt span ended."""
         if record is not None:
             record.attempt(cluster.name, outcome)
-
-    span = request.get(ROUTER_SPAN)
-    for cluster in clusters:
         if span is not None:
-            span.attempts += 1
+            span.attempt_done(outcome)
+
+    for cluster in clusters:
+        if span is not None:  # the cluster's parent span is this attempt's
+            span.attempt(cluster.name, cluster.region)
+            span.inject(headers)
         try:
             result = await _within(
                 router,
@@ -1372,7 +1381,7 @@ def _inference_route(api: InferenceApi) -> Callable[[web.Request], Awaitable[web
             if inflight is not None:
                 inflight.leave(task)
             if record is not None:
-                _log_access(record, response, started=started)
+                _log_access(record, response, started=started, span=span)
             if span is not None:
                 _end_span(span, response)
 
@@ -1443,10 +1452,19 @@ def _bytes_out(response: web.StreamResponse) -> int:
     return len(body) if isinstance(body, bytes | bytearray) else 0
 
 
-def _log_access(record: RouterAccessRecord, response: web.StreamResponse | None, *, started: float) -> None:
+def _log_access(
+    record: RouterAccessRecord,
+    response: web.StreamResponse | None,
+    *,
+    started: float,
+    span: RouterSpan | None = None,
+) -> None:
     """Complete ``record`` from the request's answer (``None``: its handler was cancelled, the
-    client gone or the router stopping) and write it."""
+    client gone or the router stopping) and write it, with ``span``'s trace id when it is recorded
+    (since session s49, as tier 1's line: the line leads to its trace)."""
     elapsed_ms = (time.perf_counter() - started) * 1000.0
+    if span is not None:
+        record.trace_id = span.recorded_trace_id
     record.duration_ms = elapsed_ms
     started_answer, record.started_answer = record.started_answer, None  # not held while queued
     if response is None:
