@@ -1683,6 +1683,13 @@ class _RelayedStream(web.StreamResponse):
         self.body_bytes += len(data)  # bytes: what the relays write
         return super().write(data)
 
+    def write_eof(self, data: bytes = b"") -> Coroutine[Any, Any, None]:
+        """aiohttp's write_eof, its data counted in :attr:`body_bytes`: a relay sends the events that
+        came with the model server's end together with the client's end (one write)."""
+        if data and not self._eof_sent:
+            self.body_bytes += len(data)
+        return super().write_eof(data)
+
     async def prepare(self, request: web.BaseRequest) -> AbstractStreamWriter | None:
         if self.start_now(request):
             return self._payload_writer
