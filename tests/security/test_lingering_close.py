@@ -9,11 +9,13 @@ them; over a network, those still in flight are lost). Seen as intermittent Conn
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 import random
 import re
 import socket
 import ssl
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -283,3 +285,137 @@ def test_a_tls_close_waits_for_the_client_s_close_notify_only_a_bounded_time(
 
     run = uvloop.run if loop_name == "uvloop" else asyncio.run
     assert run(scenario()) < 3  # 0.5 s and the loop's timer granularity; 30 s before
+
+
+LARGE = 8 * 2**20
+"""An answer far larger than the socket buffers: most of it is still unsent when the gateway closes."""
+
+
+async def large(request: web.Request) -> web.Response:
+    return web.Response(body=b"a" * LARGE, content_type="application/octet-stream")
+
+
+def _tls_pair() -> tuple[ssl.SSLContext, ssl.SSLContext]:
+    ca = trustme.CA()
+    server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(server_context)
+    client_context = ssl.create_default_context()
+    ca.configure_trust(client_context)
+    return server_context, client_context
+
+
+def _slow_tls_client(
+    port: int, context: ssl.SSLContext, request: bytes, *, delay_s: float, held: list[ssl.SSLSocket]
+) -> tuple[int, float]:
+    """Send ``request``, start reading only after ``delay_s``, in small reads, to the end of the
+    answer's body (as its Content-Length says) or of the stream; never sends close_notify (the socket
+    is kept in ``held``). The body bytes read, and when the last one came (monotonic)."""
+    raw = socket.socket()
+    raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 2**15)  # the answer waits in the gateway's buffers
+    raw.connect(("127.0.0.1", port))
+    tls = context.wrap_socket(raw, server_hostname="127.0.0.1")
+    held.append(tls)
+    tls.settimeout(10)
+    tls.sendall(request)
+    time.sleep(delay_s)
+    data = bytearray()
+    last = time.monotonic()
+    body_at = -1
+    while body_at < 0 or len(data) - body_at < LARGE:
+        try:
+            chunk = tls.recv(2**14)
+        except (OSError, ssl.SSLError):
+            break
+        if not chunk:
+            break
+        data += chunk
+        last = time.monotonic()
+        if body_at < 0 and (end := data.find(b"\r\n\r\n")) >= 0:
+            body_at = end + 4
+    return (len(data) - body_at if body_at >= 0 else 0), last
+
+
+@pytest.mark.parametrize("loop_name", ["asyncio", "uvloop"])
+@pytest.mark.parametrize(
+    "request_bytes",
+    [
+        b"GET /large HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        b"GET /large HTTP/1.0\r\nHost: x\r\n\r\n",
+    ],
+    ids=["connection-close", "http-1.0"],
+)
+def test_a_tls_close_sends_the_whole_answer_to_a_slow_reader_then_ends_soon(
+    loop_name: str, request_bytes: bytes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A closing answer far larger than the socket buffers reaches a client that starts reading
+    well after the close began (longer than LINGER_S), whole; the connection is then gone within
+    about LINGER_S of the last byte although the client never sends close_notify. Before session s49
+    the close_notify wait (LINGER_S) counted from the gateway's close, when most of the answer was
+    still unsent: the connection was cut mid-body (3.9 of 8 MiB with LINGER_S at 2 s, the client
+    starting after 1.5 s)."""
+    monkeypatch.setattr(serving, "LINGER_S", 0.3)
+    server_context, client_context = _tls_pair()
+    held: list[ssl.SSLSocket] = []
+
+    async def scenario() -> tuple[int, float]:
+        loop = asyncio.get_running_loop()
+        app = web.Application()
+        app.router.add_get("/large", large)
+        async with serve_app(app, host="127.0.0.1", port=0, ssl_context=server_context) as url:
+            server = next(s for s in _servers(app))
+            try:
+                port = int(url.rsplit(":", 1)[1])
+                got, last = await loop.run_in_executor(
+                    None,
+                    functools.partial(
+                        _slow_tls_client, port, client_context, request_bytes, delay_s=1.0, held=held
+                    ),
+                )
+                assert got == LARGE
+                await wait_for(lambda: server.open_connections() == 0, within=5, what="the close")
+                return got, time.monotonic() - last
+            finally:
+                for tls in held:
+                    tls.close()
+
+    run = uvloop.run if loop_name == "uvloop" else asyncio.run
+    got, after_last = run(scenario())
+    assert got == LARGE
+    assert after_last < 2.0  # LINGER_S (0.3 s) after the last byte, not the send timeout
+
+
+@pytest.mark.parametrize("loop_name", ["asyncio", "uvloop"])
+def test_a_tls_close_to_a_client_that_reads_nothing_is_cut_at_the_send_timeout(
+    loop_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Waiting for a closing answer's bytes to leave is bounded: a client that reads none of them is
+    cut once ``send_timeout`` passed without progress (and LINGER_S), not held for ever."""
+    monkeypatch.setattr(serving, "LINGER_S", 0.3)
+    server_context, client_context = _tls_pair()
+    held: list[ssl.SSLSocket] = []
+    limits = serving.ServerLimits(send_timeout_s=0.5)
+
+    def client(port: int) -> None:
+        raw = socket.socket()
+        raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 2**15)
+        raw.connect(("127.0.0.1", port))
+        tls = client_context.wrap_socket(raw, server_hostname="127.0.0.1")
+        held.append(tls)  # reads nothing, sends no close_notify, closed only at the end
+        tls.sendall(b"GET /large HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+
+    async def scenario() -> float:
+        loop = asyncio.get_running_loop()
+        app = web.Application()
+        app.router.add_get("/large", large)
+        async with serve_app(app, host="127.0.0.1", port=0, ssl_context=server_context, limits=limits) as url:
+            server = next(s for s in _servers(app))
+            try:
+                await loop.run_in_executor(None, client, int(url.rsplit(":", 1)[1]))
+                await wait_for(lambda: server.open_connections() == 1, within=5, what="the connection")
+                return await wait_for(lambda: server.open_connections() == 0, within=10, what="the cut")
+            finally:
+                for tls in held:
+                    tls.close()
+
+    run = uvloop.run if loop_name == "uvloop" else asyncio.run
+    assert run(scenario()) < 5  # about send_timeout (0.5 s) and LINGER_S; never held for ever

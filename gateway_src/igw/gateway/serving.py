@@ -1701,7 +1701,14 @@ class GatewaySite(web.TCPSite):
 
 def _tls_connection(server: GatewayServer, context: ssl.SSLContext, timeout_s: float) -> TlsHandshake:
     """An accepted TLS connection's protocol: its handshake, then its handler (``server()``)."""
-    return TlsHandshake(server, server(), context, timeout_s=timeout_s, shutdown_timeout_s=LINGER_S)
+    return TlsHandshake(
+        server,
+        server(),
+        context,
+        timeout_s=timeout_s,
+        shutdown_timeout_s=LINGER_S,
+        send_timeout_s=server.limits.send_timeout_s,
+    )
 
 
 def _bound_port(site: web.TCPSite) -> int:

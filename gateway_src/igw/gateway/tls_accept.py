@@ -13,6 +13,13 @@ The gateway's TLS listener therefore accepts plain TCP and runs the handshake it
 connection still in its handshake (counted, and closed first when the cap needs room), until the
 handshake is done and the connection's HTTP handler takes the TLS transport over. The handshake
 timeout still ends one that does not finish.
+
+The handler gets the TLS transport wrapped in :class:`DrainingClose`: the TLS close (and with it the
+``ssl_shutdown_timeout``, :data:`igw.gateway.serving.LINGER_S`, the wait for the client's
+close_notify) begins only once the answer's bytes have left, both loops' TLS layers handing them to
+the TCP transport, whose buffer outlives neither. Before session s49 that timeout counted from the
+handler's close: a ``Connection: close`` answer larger than the socket buffers, to a client slower to
+read than the timeout, was cut mid-body.
 """
 
 from __future__ import annotations
@@ -21,7 +28,8 @@ import asyncio
 import contextlib
 import logging
 import ssl
-from typing import Final, Protocol, cast
+from collections.abc import Iterable
+from typing import Any, Final, Protocol, cast
 
 log = logging.getLogger("igw.gateway")
 
@@ -62,6 +70,7 @@ class TlsHandshake(asyncio.Protocol):
         "_handler",
         "_received",
         "_registry",
+        "_send_timeout_s",
         "_shutdown_timeout_s",
         "_task",
         "_timeout_s",
@@ -77,6 +86,7 @@ class TlsHandshake(asyncio.Protocol):
         *,
         timeout_s: float,
         shutdown_timeout_s: float,
+        send_timeout_s: float,
     ) -> None:
         self._registry = registry
         self._handler = handler
@@ -86,6 +96,9 @@ class TlsHandshake(asyncio.Protocol):
         """How long a close waits for the client's close_notify (``ssl_shutdown_timeout``; both
         loops' default is 30 s, during which the connection still counts against
         ``maxConnections``: a client that never sends it held a slot that long, before session s48)."""
+        self._send_timeout_s = send_timeout_s
+        """Longest a close waits without progress for the answer's bytes to leave
+        (:class:`DrainingClose`)."""
         self._transport: asyncio.Transport | None = None
         self._task: asyncio.Task[None] | None = None
         self._tls_started = False
@@ -153,7 +166,7 @@ class TlsHandshake(asyncio.Protocol):
             return  # lost before the handler had it: it never saw the connection, nothing to tell it
         handler = self._handler
         tls.set_protocol(handler)
-        handler.connection_made(tls)
+        handler.connection_made(DrainingClose(tls, tcp, stall_s=self._send_timeout_s))
         received, self._received = self._received, []
         for data in received:
             handler.data_received(data)
@@ -195,6 +208,128 @@ class TlsHandshake(asyncio.Protocol):
         self._registry.handshake_ended(self._handler)
         if self._task is not None and not self._tls_started:
             self._task.cancel()
+
+
+DRAIN_POLL_S: Final = 0.05
+"""How often a closing :class:`DrainingClose` looks whether its unsent bytes are gone."""
+
+
+class DrainingClose(asyncio.Transport):
+    """A TLS connection's transport as its handler sees it: ``close`` starts the TLS close only once
+    every byte written has left (the TLS layer's buffer and the TCP transport's below it are empty).
+
+    The TLS close's bound (``ssl_shutdown_timeout``) is for the client's close_notify; both loops
+    start it at the close and then drop the TCP transport's unsent bytes with the connection, so it
+    must not start while the answer is still leaving. Until then the transport reads no more (as a
+    plain TCP transport that closes) and is closing to its handler; a wait in which no byte left
+    for ``stall_s`` (the send timeout) aborts the connection: a client that reads nothing is cut as
+    an answer's send timeout cuts it. Everything else is the TLS transport's own."""
+
+    __slots__ = ("_closing", "_last_unsent", "_poll", "_stall_s", "_stalled_at", "_tcp", "_tls")
+
+    def __init__(self, tls: asyncio.Transport, tcp: asyncio.Transport, *, stall_s: float) -> None:
+        super().__init__()
+        self._tls = tls
+        self._tcp = tcp
+        self._stall_s = stall_s
+        self._closing = False
+        self._poll: asyncio.TimerHandle | None = None
+        self._last_unsent = 0
+        self._stalled_at = 0.0
+
+    def _unsent(self) -> int:
+        return self._tls.get_write_buffer_size() + self._tcp.get_write_buffer_size()
+
+    def close(self) -> None:
+        if self._closing:
+            return
+        self._closing = True
+        tls = self._tls
+        unsent = self._unsent()
+        if unsent == 0 or tls.is_closing():
+            tls.close()
+            return
+        with contextlib.suppress(Exception):
+            tls.pause_reading()
+        loop = asyncio.get_running_loop()
+        self._last_unsent, self._stalled_at = unsent, loop.time()
+        self._poll = loop.call_later(DRAIN_POLL_S, self._check)
+
+    def _check(self) -> None:
+        self._poll = None
+        tls = self._tls
+        if tls.is_closing():
+            return  # lost (or aborted) meanwhile: nothing left to send
+        unsent = self._unsent()
+        if unsent == 0:
+            tls.close()
+            return
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        if unsent < self._last_unsent:
+            self._last_unsent, self._stalled_at = unsent, now
+        elif now - self._stalled_at >= self._stall_s:
+            log.warning(
+                "aborted a closing TLS connection from %s whose client read none of its answer for %gs "
+                "(send timeout)",
+                tls.get_extra_info("peername"),
+                self._stall_s,
+            )
+            tls.abort()
+            return
+        self._poll = loop.call_later(DRAIN_POLL_S, self._check)
+
+    def abort(self) -> None:
+        self._closing = True
+        if self._poll is not None:
+            self._poll.cancel()
+            self._poll = None
+        self._tls.abort()
+
+    def is_closing(self) -> bool:
+        return self._closing or self._tls.is_closing()
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        if not self._closing:
+            self._tls.write(data)
+
+    def writelines(self, list_of_data: Iterable[bytes | bytearray | memoryview]) -> None:
+        if not self._closing:
+            self._tls.writelines(list_of_data)
+
+    def write_eof(self) -> None:
+        self._tls.write_eof()
+
+    def can_write_eof(self) -> bool:
+        return self._tls.can_write_eof()
+
+    def get_write_buffer_size(self) -> int:
+        return self._tls.get_write_buffer_size()
+
+    def get_write_buffer_limits(self) -> tuple[int, int]:
+        return self._tls.get_write_buffer_limits()
+
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
+        self._tls.set_write_buffer_limits(high, low)
+
+    def pause_reading(self) -> None:
+        self._tls.pause_reading()
+
+    def resume_reading(self) -> None:
+        if not self._closing:
+            self._tls.resume_reading()
+
+    def is_reading(self) -> bool:
+        return self._tls.is_reading()
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return self._tls.get_extra_info(name, default)
+
+    def set_protocol(self, protocol: asyncio.BaseProtocol) -> None:
+        self._tls.set_protocol(protocol)
+
+    def get_protocol(self) -> asyncio.BaseProtocol:
+        return self._tls.get_protocol()
 
 
 _EARLY_LIMIT: Final = 2**16
