@@ -13,8 +13,9 @@ import orjson
 import pytest
 import yaml
 
+from igw.gateway.response_ids import minted_for
 from tests.gateway.fake_model_server import FakeModelServer, closed_port, running
-from tests.gateway.support import config_doc, scheduler, wait_for
+from tests.gateway.support import config_doc, scheduler, unreflected_dispatches, wait_for
 
 
 def doc(v1: int, v2: int, **rule: Any) -> dict[str, Any]:
@@ -358,3 +359,70 @@ async def test_a_continuation_s_search_asks_only_the_versions_the_caller_may_use
             assert (await resp.json())["server"] == "v1"
             assert v2.received == []
         assert len(v1.received) == 1
+
+
+def _engines_doc(stable: str, canary: str) -> dict[str, Any]:
+    """``doc(100, 0)`` (rule ``canary``) with each version's engine: ``vllm``, or ``generic`` (read
+    through metric specs, an engine the gateway writes no field for); scrapes slow, so a dispatch
+    stays unreflected in the ledger while the test reads it."""
+    engines = {"old": stable, "new": canary}
+    d = config_doc(
+        [scheduler("old", "llama-v1"), scheduler("new", "llama-v2")],
+        routing={"scrapeInterval": "10s", "staleThreshold": "30s"},
+    )
+    targets = [{"model": "llama-v1", "weight": 100}, {"model": "llama-v2", "weight": 0}]
+    ext = d["spec"]["extensions"]
+    ext["modelRewrites"] = {"rules": [{"model": "llama", "name": "canary", "targets": targets}]}
+    generic = [
+        {"scheduler": name, "queue": "vllm:num_requests_waiting", "running": "vllm:num_requests_running"}
+        for name, engine in engines.items()
+        if engine == "generic"
+    ]
+    ext["engines"] = {"generic": generic}
+    return d
+
+
+@pytest.mark.parametrize(("stable", "canary"), [("vllm", "generic"), ("generic", "vllm")])
+async def test_another_version_s_pod_gets_the_body_for_its_engine_and_is_named_as_answering(
+    gateway: Any, caplog: pytest.LogCaptureFixture, stable: str, canary: str
+) -> None:
+    """A continuation drawn to the stable version (``stable``'s engine) that only the canary's pod
+    (``canary``'s engine) stores: that pod gets the body prepared for its own engine - a minted
+    ``request_id`` for vLLM (the answer's id), the client's body with its model alone for an engine
+    the gateway writes no field for - while it is in flight its pool's dispatch ledger counts it,
+    and the access log, ``igw_requests_total`` and the canary's per-target series name the version
+    that answered. Before session s49's follow-up that pod got the drawn engine's body (a
+    ``request_id`` a generic engine may refuse; none minted for vLLM), its scheduler saw only the
+    endpoint's in-flight count, and the line and series named ``llama-v1``."""
+    caplog.set_level(logging.INFO, logger="igw.access")
+    async with (
+        running(FakeModelServer("v1"), FakeModelServer("v2", first_token_delay_s=0.5)) as (v1, v2),
+        gateway(_engines_doc(stable, canary), {"old": [v1.key], "new": [v2.key]}) as gw,
+    ):
+        v2.stored_responses["resp_elsewhere"] = {"id": "resp_elsewhere", "object": "response", "output": []}
+        body = {"model": "llama", "input": "and then?", "previous_response_id": "resp_elsewhere"}
+        answering = asyncio.create_task(gw.post("/v1/responses", body))
+        await wait_for(lambda: bool(v2.received), within=10, what="the canary's pod asked")
+        assert unreflected_dispatches(gw, v2.key, pool="new") == {v2.key: 1}
+        resp = await answering
+        assert resp.status == 200, await resp.text()
+        answer = await resp.json()
+        assert answer["server"] == "v2"
+        assert len(v1.received) == 1  # drawn, asked first: its 404
+        forwarded = orjson.loads(v2.received[-1].body)
+        if canary == "generic":
+            assert forwarded == {**body, "model": "llama-v2"}
+        else:
+            assert minted_for(forwarded["request_id"], "") is True
+            assert answer["id"] == forwarded["request_id"]
+            assert {k: v for k, v in forwarded.items() if k != "request_id"} == {**body, "model": "llama-v2"}
+        (entry,) = [orjson.loads(r.getMessage()) for r in caplog.records if r.name == "igw.access"]
+        assert (entry["requested_model"], entry["model"], entry["scheduler"]) == ("llama", "llama-v2", "new")
+        assert _rewrite_series(gw) == {("canary", "llama-v2", "200"): 1.0}
+        registry = gw.state.metrics.registry
+        assert (
+            registry.get_sample_value(
+                "igw_requests_total", {"model": "llama-v2", "requested_model": "llama", "code": "200"}
+            )
+            == 1.0
+        )

@@ -219,6 +219,33 @@ def upstream_request_id(request_id: str, *, key: str, headers: Mapping[str, str]
     return f"{request_id}-{key[:UPSTREAM_SUFFIX_HEX]}"
 
 
+@dataclass(slots=True)
+class _Prepared:
+    """A routed body as prepared for one pool's engine (:func:`_prepared_for`), and what forwarding
+    it needs to know of that preparation."""
+
+    body: InferenceBody
+    strip_usage: bool
+    """The gateway asked the engine for the stream's usage chunk and the client did not
+    (:attr:`_Forward.strip_usage`)."""
+    band: int | None
+    """The request's band where the pool's engine preempts for a batch slot (:attr:`_Forward.priority`)."""
+    minted: str | None
+    """The stored response's id written into the body (:attr:`_Forward.minted`)."""
+
+
+@dataclass(slots=True)
+class _Version:
+    """Another canary version's pool asked in a continuation's search (since session s49)."""
+
+    sr: SchedulerRuntime
+    """Its scheduler: accounting and feedback."""
+    model: str
+    base_model: str
+    prepared: _Prepared
+    """The body with this version's ``model``, prepared for this pool's engine."""
+
+
 @dataclass(slots=True, kw_only=True, init=False)
 class _Forward:
     """Where and how one request is forwarded (a scheduled pick, the default backend, or the pod
@@ -283,10 +310,10 @@ class _Forward:
     alone and bounded as a search's attempt (a replay's head alone), its answer in time the client's;
     silent, the other pods are searched (``candidates``' rest; the holder not asked again) within
     the search's deadline. ``None``: no such request."""
-    elsewhere: dict[str, tuple[SchedulerRuntime, InferenceBody]]
+    elsewhere: dict[str, _Version]
     """A continuation's search past its canary version's pool (since session s49): each candidate
-    of another version's pool -> that pool's scheduler (accounting and feedback) and the body with
-    that version's ``model``; empty otherwise."""
+    of another version's pool -> that version (:class:`_Version`: its scheduler, its model, the body
+    prepared for its engine); empty otherwise."""
 
     def __init__(
         self,
@@ -310,7 +337,7 @@ class _Forward:
         minted: str | None = None,
         carried: bool = False,
         holder: str | None = None,
-        elsewhere: dict[str, tuple[SchedulerRuntime, InferenceBody]] | None = None,
+        elsewhere: dict[str, _Version] | None = None,
     ) -> None:
         self.candidates = candidates
         self.sr = sr
@@ -911,11 +938,8 @@ async def _route(
     if faults.entries and faults.active(state.clock()):
         # a request failed moments ago: if it was this one (the same body), its new try goes elsewhere
         avoid = faults.failed_at(hash(body.raw), now=state.clock())
-    salt = body.cache_salt or None  # the client's own, as the engine reads it
-    scope_salt = principal.cache_salt  # prefixCacheIsolation: tenant
-    if scope_salt is not None or salt is not None:
-        salted = api in SALTED_APIS and sr.engine in SALTING_ENGINES
-        salt = request_salt(scope_salt, salt) if salted else None
+    # the client's own salt, as the engine reads it, with prefixCacheIsolation's (tenant)
+    salt = _salt_for(api, sr.engine, principal.cache_salt, body.cache_salt or None)
     rreq = RoutingRequest(
         request_id=obs.key,
         model=route.model,
@@ -1059,6 +1083,97 @@ async def _route(
         )
         return gateway_error("no_endpoints", message, headers={"Retry-After": retry}, request_id=rid)
     routed_body = body.raw  # the client's body as routed: a failure's digest is taken of it
+    unprepared = body  # another canary version's pod gets it prepared for its own engine
+    mine = _prepared_for(request, state, principal, api, sr, route.adapter, body, priority, salt)
+    body = mine.body
+    attempts = state.runtime.settings.retry.attempts
+    candidates = [decision.endpoint, *decision.fallbacks]
+    search_for = None
+    continues = body.previous_response_id
+    elsewhere: dict[str, _Version] = {}
+    pools_searched = [sr.spec.name]
+    if continues is not None and sr.scheduler.responses.endpoint_of(continues) is None:
+        # A continuation of a response no scheduler here knows the pod of (made through another
+        # replica, before a restart): every pod of the pool may be asked, the decision's first, then
+        # (since session s49) those of the other canary versions' pools, each sent its own model in a
+        # body prepared for its own engine (until s49 the drawn pool's engine's, model alone changed)
+        picked = set(candidates)
+        candidates += [v.key for v in sr.pool.views() if v.key not in picked]
+        minted = mine.minted
+        for target, other in other_versions:
+            other_route = rt.router.resolve(target)
+            if other_route is None:
+                continue
+            retold = retargeted(unprepared, target)
+            theirs = _prepared_for(
+                request,
+                state,
+                principal,
+                api,
+                other,
+                other_route.adapter,
+                retold,
+                priority,
+                _salt_for(api, other.engine, principal.cache_salt, unprepared.cache_salt or None),
+                minted,
+            )
+            minted = theirs.minted or minted  # one id for every attempt: only the pod that answers stores it
+            version = _Version(other, other_route.model, other_route.base_model, theirs)
+            for view in other.pool.views():
+                if view.key not in picked and view.key not in elsewhere and view.key not in candidates:
+                    elsewhere[view.key] = version
+            pools_searched.append(other.spec.name)
+        candidates += list(elsewhere)
+        search_for = continues if len(candidates) > 1 else None
+    plan = _Forward(
+        candidates=candidates[:RESPONSE_SEARCH_LIMIT] if search_for else candidates[:attempts],
+        sr=sr,
+        add_headers={"X-Gateway-Model-Name": route.model, "X-Gateway-Base-Model-Name": route.base_model},
+        timeout_s=sr.route_timeout_s,
+        what=repr(route.base_model),
+        priority=mine.band,
+        adapter=route.adapter,
+        generates=api in GENERATING_APIS,
+        search_for=search_for,
+        search_within=search_context(caller_scope(principal), pools_searched) if search_for else "",
+        strip_usage=mine.strip_usage,
+        routed_body=routed_body,
+        minted=mine.minted,
+        elsewhere=elsewhere if search_for else None,
+    )
+    if log is not None and log.opens(request.headers.get(DEBUG_TOKEN_HEADER)):
+        plan.response_headers[DECISION_HEADER] = decision_header(decision)
+    return plan, body
+
+
+def _salt_for(api: InferenceApi, engine: str, scope_salt: str | None, client_salt: str | None) -> str | None:
+    """The ``cache_salt`` an engine of that name reads for ``api`` (:mod:`igw.gateway.cache_salt`):
+    the caller's scope's salt (prefixCacheIsolation) combined with the client's own, ``None`` for an
+    engine or an API that takes none."""
+    if scope_salt is None and client_salt is None:
+        return None
+    salted = api in SALTED_APIS and engine in SALTING_ENGINES
+    return request_salt(scope_salt, client_salt) if salted else None
+
+
+def _prepared_for(
+    request: web.Request,
+    state: GatewayState,
+    principal: Principal,
+    api: InferenceApi,
+    sr: SchedulerRuntime,
+    adapter: str | None,
+    body: InferenceBody,
+    priority: int | None,
+    salt: str | None,
+    minted: str | None = None,
+) -> _Prepared:
+    """``body`` (as routed, its ``model`` the pool's) prepared for the engine of ``sr``'s pool: the
+    fields that engine reads written (``priority``, ``lora_path``, a minted ``request_id``,
+    ``stream_options``, ``cache_salt``; ``salt`` from :func:`_salt_for` for that engine), none an
+    engine that does not read them would refuse. One path for the drawn pool and for each other canary
+    version's pool a continuation's search asks; ``minted``: the id already written for another pool,
+    reused (only the pod that answers stores it)."""
     # Not into an Anthropic-shaped body: vLLM's Anthropic request model would drop the field unread.
     engine = (
         state.flow.engine_priority(sr.spec.name)
@@ -1066,15 +1181,15 @@ async def _route(
         else None
     )
     fields: dict[str, object] = {}
-    minted = None
     if engine is not None and priority is not None:
         fields["priority"] = engine.value(priority)
-    if route.adapter is not None and body.lora_path is None and sr.engine in LORA_PATH_ENGINES:
-        fields["lora_path"] = route.adapter  # SGLang serves its base model for a bare adapter name
+    if adapter is not None and body.lora_path is None and sr.engine in LORA_PATH_ENGINES:
+        fields["lora_path"] = adapter  # SGLang serves its base model for a bare adapter name
+    written = None
     if api is InferenceApi.RESPONSES and sr.engine in MINTING_ENGINES:
         # The stored response's id, bound to the caller (igw.gateway.response_ids); the same on
         # every attempt: only the pod that answers stores it.
-        minted = fields["request_id"] = mint(caller_scope(principal))
+        written = fields["request_id"] = minted if minted is not None else mint(caller_scope(principal))
     asks_usage = body.stream_usage is not None and sr.engine in USAGE_ENGINES
     if asks_usage:  # the usage chunk asked for where the client did not (igw.gateway.stream_usage)
         if body.stream_usage is StreamUsage.UNASKED:
@@ -1088,52 +1203,15 @@ async def _route(
             asks_usage = False
         if asks_usage and request.headers.get(RELAY_USAGE_HEADER) == RELAY_USAGE:
             asks_usage = False  # asked for the tier-2 router, which reads the chunk: relayed
-    if scope_salt is not None and salt is not None:  # the caller's scope's salt, written
+    if principal.cache_salt is not None and salt is not None:  # the caller's scope's salt, written
         if fields or body.cache_salt is not None:  # a client's own replaced: parsed and serialised
             fields["cache_salt"] = salt
         else:
             body = with_leading_field(body, "cache_salt", salt)
     if fields:
         body = with_fields(body, fields)
-    attempts = state.runtime.settings.retry.attempts
-    candidates = [decision.endpoint, *decision.fallbacks]
-    search_for = None
-    continues = body.previous_response_id
-    elsewhere: dict[str, tuple[SchedulerRuntime, InferenceBody]] = {}
-    pools_searched = [sr.spec.name]
-    if continues is not None and sr.scheduler.responses.endpoint_of(continues) is None:
-        # A continuation of a response no scheduler here knows the pod of (made through another
-        # replica, before a restart): every pod of the pool may be asked, the decision's first, then
-        # (since session s49) those of the other canary versions' pools, each sent its own model
-        picked = set(candidates)
-        candidates += [v.key for v in sr.pool.views() if v.key not in picked]
-        for target, other in other_versions:
-            retold = retargeted(body, target)
-            for view in other.pool.views():
-                if view.key not in picked and view.key not in elsewhere and view.key not in candidates:
-                    elsewhere[view.key] = (other, retold)
-            pools_searched.append(other.spec.name)
-        candidates += list(elsewhere)
-        search_for = continues if len(candidates) > 1 else None
-    plan = _Forward(
-        candidates=candidates[:RESPONSE_SEARCH_LIMIT] if search_for else candidates[:attempts],
-        sr=sr,
-        add_headers={"X-Gateway-Model-Name": route.model, "X-Gateway-Base-Model-Name": route.base_model},
-        timeout_s=sr.route_timeout_s,
-        what=repr(route.base_model),
-        priority=priority if engine is not None and engine.preempts_for_slot else None,
-        adapter=route.adapter,
-        generates=api in GENERATING_APIS,
-        search_for=search_for,
-        search_within=search_context(caller_scope(principal), pools_searched) if search_for else "",
-        strip_usage=asks_usage,
-        routed_body=routed_body,
-        minted=minted,
-        elsewhere=elsewhere if search_for else None,
-    )
-    if log is not None and log.opens(request.headers.get(DEBUG_TOKEN_HEADER)):
-        plan.response_headers[DECISION_HEADER] = decision_header(decision)
-    return plan, body
+    band = priority if engine is not None and engine.preempts_for_slot else None
+    return _Prepared(body=body, strip_usage=asks_usage, band=band, minted=written)
 
 
 def _server_busy(request: web.Request, state: GatewayState, request_id: str) -> web.Response:
@@ -1462,8 +1540,20 @@ async def _forward(
         # an answer the hedge could not hold (a stream, a large one): that pod asked again, relaying
         candidates = [] if search.unheld is None else [search.unheld]
     for attempt, key in enumerate(candidates, start=1):
-        # another canary version's pod (a continuation's search): its pool's scheduler, its model
-        owner, sent = plan.elsewhere.get(key, (plan.sr, body))
+        # another canary version's pod (a continuation's search): its pool's scheduler, its model, the
+        # body prepared for its engine
+        version = plan.elsewhere.get(key) if plan.elsewhere else None
+        owner, sent, band, strip_usage, minted = (
+            (plan.sr, body, plan.priority, plan.strip_usage, plan.minted)
+            if version is None
+            else (
+                version.sr,
+                version.prepared.body,
+                version.prepared.band,
+                version.prepared.strip_usage,
+                version.prepared.minted,
+            )
+        )
         ep = owner.pool.states.get(key) if owner is not None else None
         if owner is not None and ep is None:
             continue
@@ -1486,8 +1576,15 @@ async def _forward(
             obs.propagate(headers)  # tracing hook: traceparent of this attempt
         if ep is not None:
             ep.dispatched(est_tokens)
-            if plan.priority is not None:
-                state.flow.started(key, plan.priority)
+            if band is not None:
+                state.flow.started(key, band)
+        if version is not None:
+            # that pool's scheduler counts it in flight as its own pick (the dispatch ledger: its
+            # queue and running until a scrape shows it; until s49 only the endpoint's count), and
+            # the access log and the canary's series name the version asked, the one that answered
+            obs.version_asked(version.model, version.base_model, version.sr.spec.name)
+            if ep is not None:
+                version.sr.scheduler.record_dispatch(key, now=state.clock())
         connected = True
         try:
             exchanging = _exchange_with(
@@ -1506,7 +1603,7 @@ async def _forward(
                 on_first_token=None
                 if owner is None or ep is None
                 else _first_token_feedback(owner, ep, obs, clock=state.clock),
-                strip_usage=plan.strip_usage,
+                strip_usage=strip_usage,
                 relay_whole_above=WHOLE_ANSWER_BUFFER_BYTES,
             )
             # routeTimeout bounds the whole exchange; without one (the default) no timer is armed
@@ -1522,7 +1619,7 @@ async def _forward(
                 misnamed = (
                     plan.settles is not None and result.status < 400 and result.response_id != plan.settles
                 )
-                result.response_id = believed(result.response_id, plan.minted)
+                result.response_id = believed(result.response_id, minted)
             elif proves and result.status < 400 and not prepared:
                 misnamed = True  # no id (cut or id-less JSON, a large one's held start): no proof (s48)
         except ConnectFailed as exc:
@@ -1570,8 +1667,11 @@ async def _forward(
                 ep.completed(est_tokens)
                 if refused is not None:
                     ep.refused()  # the pod's own error answer: its page did not move (frozen pages)
-                if plan.priority is not None:
-                    state.flow.finished(key, plan.priority)
+                if band is not None:
+                    state.flow.finished(key, band)
+                if version is not None and (not connected or refused is not None):
+                    # not taken there (not stored, refused, not reached): nothing prefilled
+                    version.sr.scheduler.release_dispatch(key, now=state.clock())
             # Told only while the endpoint is still the pool's: one that left while the request ran
             # (a rolling update drains a pod after discovery dropped it) was forgotten by the
             # scheduler, and its outcome told now would make its state again, kept for good since

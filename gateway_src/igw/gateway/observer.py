@@ -75,8 +75,9 @@ class RequestObserver:
         self.series: ModelSeries | None = None
         """The request's per-model series once :meth:`exchanged` looked them up (its labels are
         final by then), so :meth:`finish` does not look them up again."""
-        self.on_finish: Callable[[int, float], None] | None = None
-        """Called with the final status and duration (set by the request path for canary rewrites)."""
+        self.on_finish: Callable[[int, float, str | None], None] | None = None
+        """Called with the final status, the duration and the model of the version asked last (set by
+        the request path for canary rewrites)."""
         self._done = False
 
     @property
@@ -122,6 +123,15 @@ class RequestObserver:
         if self.trace is not None:
             requested = self.record.requested_model
             self.trace.routed(requested_model=requested, model=model, scheduler=scheduler, stream=stream)
+
+    def version_asked(self, model: str, base_model: str, scheduler: str) -> None:
+        """A continuation's search asked another canary version's pod (``model`` in ``scheduler``'s
+        pool, since session s49): the access log's ``model``, ``base_model`` and ``scheduler``, the
+        per-model series and the canary's per-target series name that version, the one that answered
+        when no later attempt follows (until then they named the version drawn, whose pool did not
+        store the response). Configured names only, as :meth:`routed`'s."""
+        self.record.model, self.record.base_model, self.record.scheduler = model, base_model, scheduler
+        self.model_label = model
 
     def decided(
         self, scheduler: str, decision: RoutingDecision, elapsed_s: float, *, candidates: int = 0
@@ -288,5 +298,5 @@ class RequestObserver:
         series.requests(status).inc()
         series.duration.observe(elapsed)
         if self.on_finish is not None:
-            self.on_finish(status, elapsed)
+            self.on_finish(status, elapsed, self.record.model)
         self.record.emit()

@@ -16,15 +16,19 @@ a fallback rule that matches any client-chosen model name still adds only its ow
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from igw.gateway.model_rewrite import Split
 from igw.gateway.telemetry import LATENCY_BUCKETS, status_label
 
-FinishHook = Callable[[int, float], None]
-"""Called once with a request's final HTTP status and its duration in seconds."""
+
+class FinishHook(Protocol):
+    """Called once with a request's final HTTP status, its duration in seconds and the model of the
+    version asked last (``None``: the one drawn)."""
+
+    def __call__(self, status: int, elapsed_s: float, answered: str | None = None) -> None: ...
 
 
 class RewriteMetrics:
@@ -53,12 +57,17 @@ class RewriteMetrics:
         )
 
     def on_finish(self, split: Split) -> FinishHook:
-        """The hook that accounts one request of ``split`` when it completes (and its fallback now)."""
+        """The hook that accounts one request of ``split`` when it completes (and its fallback now),
+        under the target that answered: another of the rule's targets when a continuation's search
+        asked that version's pod last (since session s49; until then the drawn target was counted,
+        so a canary's errors and latency could land on the stable version's series). Only the
+        rule's own targets label a series."""
         if split.fallback_from is not None:
             self.fallbacks.labels(split.rule, split.fallback_from, split.target).inc()
 
-        def finished(status: int, elapsed_s: float) -> None:
-            self.requests.labels(split.rule, split.target, status_label(status)).inc()
-            self.duration.labels(split.rule, split.target).observe(elapsed_s)
+        def finished(status: int, elapsed_s: float, answered: str | None = None) -> None:
+            target = answered if answered is not None and answered in split.targets else split.target
+            self.requests.labels(split.rule, target, status_label(status)).inc()
+            self.duration.labels(split.rule, target).observe(elapsed_s)
 
         return finished
