@@ -258,6 +258,19 @@ async def test_after_a_rollback_to_weight_0_conversations_on_that_version_contin
         assert fresh == Counter({"v1": 30})
 
 
+async def _stored_by_the_canary(gw: Any) -> dict[str, Any]:
+    """A new conversation's first turn, drawn again until the canary's pod (``v2``) stores it."""
+    made: dict[str, Any] = {}
+    for i in range(60):
+        resp = await gw.post("/v1/responses", {"model": "llama", "input": f"hello {i}"})
+        assert resp.status == 200, await resp.text()
+        made = await resp.json()
+        if made["server"] == "v2":
+            break
+    assert made["server"] == "v2"
+    return made
+
+
 async def test_a_continuation_whose_version_has_no_ready_pod_is_told_so_not_moved(gateway: Any) -> None:
     """A conversation the canary (``llama-v2``) stored, then the canary's only pod down (its scrapes
     fail: no usable endpoint). Its next turn gets 503 ``no_endpoints`` naming the version that holds
@@ -269,14 +282,7 @@ async def test_a_continuation_whose_version_has_no_ready_pod_is_told_so_not_move
         running(FakeModelServer("v1"), FakeModelServer("v2")) as (v1, v2),
         gateway(doc(50, 50, name="canary"), {"old": [v1.key], "new": [v2.key]}) as gw,
     ):
-        made: dict[str, Any] = {}
-        for i in range(60):
-            resp = await gw.post("/v1/responses", {"model": "llama", "input": f"hello {i}"})
-            assert resp.status == 200, await resp.text()
-            made = await resp.json()
-            if made["server"] == "v2":
-                break
-        assert made["server"] == "v2"
+        made = await _stored_by_the_canary(gw)
         await v2.stop()
         sr = gw.state.runtime.schedulers["new"]
         await wait_for(
@@ -309,14 +315,7 @@ async def test_a_continuation_unknown_here_is_searched_for_in_every_version_s_po
         running(FakeModelServer("v1"), FakeModelServer("v2")) as (v1, v2),
         gateway(doc(50, 50), {"old": [v1.key], "new": [v2.key]}) as gw,
     ):
-        made: dict[str, Any] = {}
-        for i in range(60):
-            resp = await gw.post("/v1/responses", {"model": "llama", "input": f"hello {i}"})
-            assert resp.status == 200, await resp.text()
-            made = await resp.json()
-            if made["server"] == "v2":
-                break
-        assert made["server"] == "v2"
+        made = await _stored_by_the_canary(gw)
         new = gw.state.runtime.schedulers["new"].scheduler
         drawn_stable = 0
         for _ in range(20):

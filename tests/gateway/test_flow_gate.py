@@ -797,23 +797,28 @@ async def test_a_request_reaching_a_gate_turned_off_is_answered_by_the_scheduler
     assert (pool.placed, gates.depths("pool")) == (["placed"], {})
 
 
-async def _fill(gates: FlowGates, pools: list[str], size: int, per_pool: int) -> list[asyncio.Task[Any]]:
-    """``per_pool`` Standard requests of ``size`` bytes offered to each of ``pools`` (never placed)."""
-    tasks = [
+def _offer(gates: FlowGates, pool: str, count: int, priority: int, size: int) -> list[asyncio.Task[Any]]:
+    """``count`` requests of ``priority`` and ``size`` bytes offered to ``pool`` (never placed), not
+    waited for."""
+    return [
         asyncio.create_task(
             gates.wait(
-                scheduler=name,
-                request_id=f"{name}-{i}",
-                priority=STANDARD,
+                scheduler=pool,
+                request_id=f"{pool}-{i}",
+                priority=priority,
                 tenant="t",
                 size_bytes=size,
                 max_queue_s=None,
                 pick=lambda: SATURATED,
             )
         )
-        for name in pools
-        for i in range(per_pool)
+        for i in range(count)
     ]
+
+
+async def _fill(gates: FlowGates, pools: list[str], size: int, per_pool: int) -> list[asyncio.Task[Any]]:
+    """``per_pool`` Standard requests of ``size`` bytes offered to each of ``pools`` (never placed)."""
+    tasks = [task for name in pools for task in _offer(gates, name, per_pool, STANDARD, size)]
     await asyncio.sleep(0)
     await asyncio.sleep(0)
     return tasks
@@ -866,20 +871,7 @@ async def _queue(
     gates: FlowGates, pool: str, count: int, priority: int, size: int
 ) -> list[asyncio.Task[Any]]:
     """``count`` requests of ``priority`` and ``size`` bytes offered to ``pool`` (never placed)."""
-    tasks = [
-        asyncio.create_task(
-            gates.wait(
-                scheduler=pool,
-                request_id=f"{pool}-{i}",
-                priority=priority,
-                tenant="t",
-                size_bytes=size,
-                max_queue_s=None,
-                pick=lambda: SATURATED,
-            )
-        )
-        for i in range(count)
-    ]
+    tasks = _offer(gates, pool, count, priority, size)
     await wait_for(lambda: sum(gates.depths(pool).values()) == count, what=f"{pool}'s requests queued")
     return tasks
 

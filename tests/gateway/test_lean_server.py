@@ -543,6 +543,16 @@ async def test_the_inflight_registry_is_handed_the_handlers_task_on_the_lean_sid
     assert calls[0][1] is not calls[1][1]  # a task per request on either side
 
 
+async def _pipelined_in_one_write(count: int) -> None:
+    """``count`` small requests written at once on one connection to :func:`body_recording_server`:
+    each answered 200, each body read whole, in order."""
+    seen: list[tuple[str, bytes]] = []
+    async with body_recording_server(seen) as port, connection(port) as (reader, writer):
+        writer.write(b"".join(post(b'{"n": %d}' % i) for i in range(count)))  # one write
+        assert [(await read_response(reader))[0] for _ in range(count)] == [200] * count
+    assert seen == [("ReceivedBody", b'{"n": %d}' % i) for i in range(count)]  # each whole, in order
+
+
 async def test_a_read_of_pipelined_requests_is_parsed_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """Each request of a read holding many pipelined ones is parsed once: the parser stops at the
     end of the request it serves. Before session s48 it parsed on to the read's end, and the rest
@@ -555,12 +565,8 @@ async def test_a_read_of_pipelined_requests_is_parsed_once(monkeypatch: pytest.M
         on_url(self, url)
 
     monkeypatch.setattr(LeanRequestHandler, "on_url", counting_on_url)
-    seen: list[tuple[str, bytes]] = []
     count = 200
-    async with body_recording_server(seen) as port, connection(port) as (reader, writer):
-        writer.write(b"".join(post(b'{"n": %d}' % i) for i in range(count)))  # one write
-        assert [(await read_response(reader))[0] for _ in range(count)] == [200] * count
-    assert seen == [("ReceivedBody", b'{"n": %d}' % i) for i in range(count)]  # each whole, in order
+    await _pipelined_in_one_write(count)
     assert len(urls) == count
 
 
@@ -578,12 +584,8 @@ async def test_the_rest_of_a_read_of_pipelined_requests_is_not_copied_per_answer
         return feed(self, data)
 
     monkeypatch.setattr(LeanRequestHandler, "_feed", recording_feed)
-    seen: list[tuple[str, bytes]] = []
     count = 100
-    async with body_recording_server(seen) as port, connection(port) as (reader, writer):
-        writer.write(b"".join(post(b'{"n": %d}' % i) for i in range(count)))  # one write
-        assert [(await read_response(reader))[0] for _ in range(count)] == [200] * count
-    assert seen == [("ReceivedBody", b'{"n": %d}' % i) for i in range(count)]
+    await _pipelined_in_one_write(count)
     assert len(fed) >= count  # a feed per request at least
     # the socket's reads (a few: ~13 KB written at once), and the one buffer of the rest
     assert len({id(data) for data in fed}) < count // 4

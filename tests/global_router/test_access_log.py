@@ -30,6 +30,7 @@ from igw.global_router.config import parse_global_config
 from igw.global_router.server import create_global_app
 from tests.gateway.fake_model_server import FakeModelServer, running
 from tests.global_router.support import MODEL, global_doc, global_serve
+from tests.log_capture import written_line
 
 LOGGER = "igw.global_router.access"
 SECRET = "sk-live-abcdefgh12345678"
@@ -302,12 +303,7 @@ def _written(stream: io.StringIO, handler: BatchedLineHandler, record: RouterAcc
     router_access_log.propagate = False
     router_access_log.setLevel(logging.INFO)
     assert line_sink(router_access_log) is handler  # the deferred path: built on the writer thread
-    record.emit()
-    handler.flush()
-    [line] = stream.getvalue().splitlines()
-    stream.seek(0)
-    stream.truncate()
-    return line
+    return written_line(handler, stream, record.emit)
 
 
 TEXT_FIELDS = [

@@ -77,6 +77,12 @@ def _pass(kube: FakeKubeApiServer, *names: str) -> None:
             assert asyncio.run(reconciler.reconcile("inference", name)) is True
 
 
+def _accepted_after_a_pass(kube: FakeKubeApiServer, name: str) -> dict[str, Any]:
+    """The config's ``Accepted`` condition after :func:`_pass` over it."""
+    _pass(kube, name)
+    return condition(find(kube, "InferenceGatewayConfig", "inference", name), "Accepted")
+
+
 def _events(kube: FakeKubeApiServer, name: str) -> list[dict[str, Any]]:
     return [e for e in kube.store.iter_all() if e["kind"] == "Event" and e["involvedObject"]["name"] == name]
 
@@ -89,9 +95,7 @@ def test_a_newer_crds_default_is_left_out_and_the_config_stays_accepted(
     stored = find(kube, "InferenceGatewayConfig", "inference", "limited")
     assert stored is not None
     assert stored["spec"]["extensions"]["serverLimits"]["futureField"] == 0  # the next CRD defaulted it
-    _pass(kube, "limited")
-
-    accepted = condition(find(kube, "InferenceGatewayConfig", "inference", "limited"), "Accepted")
+    accepted = _accepted_after_a_pass(kube, "limited")
     assert accepted["status"] == "True", accepted
     config_map = find(kube, "ConfigMap", "inference", f"{base_name('limited')}-config")
     assert config_map is not None
@@ -112,8 +116,7 @@ def test_a_value_set_for_a_field_only_the_newer_crd_declares_is_refused_naming_t
 ) -> None:
     kube = next_crd_cluster
     kube.add(_config("wants-it", "mistral", {"futureField": 5}))
-    _pass(kube, "wants-it")
-    accepted = condition(find(kube, "InferenceGatewayConfig", "inference", "wants-it"), "Accepted")
+    accepted = _accepted_after_a_pass(kube, "wants-it")
     assert accepted["status"] == "False"
     assert accepted["reason"] == "InvalidSpec"
     message = accepted["message"]
@@ -129,8 +132,7 @@ def test_a_field_the_served_crd_does_not_declare_either_is_refused_as_before(
 ) -> None:
     kube = next_crd_cluster
     kube.add(_config("typo", "qwen", {"futureFeild": 0}))
-    _pass(kube, "typo")
-    accepted = condition(find(kube, "InferenceGatewayConfig", "inference", "typo"), "Accepted")
+    accepted = _accepted_after_a_pass(kube, "typo")
     assert accepted["status"] == "False"
     assert accepted["message"] == (
         'spec.extensions.serverLimits.futureFeild: unknown field "spec.extensions.serverLimits.futureFeild" '
@@ -303,9 +305,8 @@ def test_a_last_admitted_spec_with_a_field_of_a_rolled_back_version_is_restored_
             suffix = "-config" if kind_name == "ConfigMap" else ""
             kind = kube.store.kind_for(api_version=api_version, kind=kind_name)
             kube.store.delete(kind, "inference", f"{base_name('back')}{suffix}")
-        _pass(kube, "back")  # a new Reconciler: after the operator's restart (the rollback)
-
-        accepted = condition(find(kube, "InferenceGatewayConfig", "inference", "back"), "Accepted")
+        # a new Reconciler: after the operator's restart (the rollback)
+        accepted = _accepted_after_a_pass(kube, "back")
         assert accepted["status"] == "False"
         assert find(kube, "Deployment", "inference", base_name("back")) is not None
         limits = _served_extensions(kube, "back")["serverLimits"]

@@ -22,6 +22,7 @@ from igw.gateway.log_buffer import BatchedLineHandler, line_sink
 from igw.gateway.redaction import RedactingFormatter, redact_line
 from igw.redaction import _TRIGGERS, MASK, redact
 from tests.compiled.tree import declared_types, skip_compiled
+from tests.log_capture import written_line
 
 SECRET = "sk-live-abcdefgh12345678"
 CREDENTIALS = [
@@ -75,12 +76,7 @@ def _record(**fields: object) -> AccessRecord:
 
 def _written(handler: BatchedLineHandler, stream: io.StringIO, record: AccessRecord) -> str:
     _serve_setup(handler)
-    record.emit()
-    handler.flush()
-    [line] = stream.getvalue().splitlines()
-    stream.seek(0)
-    stream.truncate()
-    return line
+    return written_line(handler, stream, record.emit)
 
 
 def test_the_record_is_queued_and_its_line_built_by_the_writer(
