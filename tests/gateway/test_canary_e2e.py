@@ -13,6 +13,7 @@ import orjson
 import pytest
 import yaml
 
+from igw.gateway.lean_server import SWITCH_ENV
 from igw.gateway.response_ids import minted_for
 from tests.gateway.fake_model_server import FakeModelServer, closed_port, running
 from tests.gateway.support import config_doc, scheduler, unreflected_dispatches, wait_for
@@ -425,3 +426,79 @@ async def test_another_version_s_pod_gets_the_body_for_its_engine_and_is_named_a
             )
             == 1.0
         )
+
+
+def _adapters_doc() -> dict[str, Any]:
+    """A canary of LoRA adapters on SGLang pools: rule ``tuned`` -> ``tuned-v1`` (an adapter of the
+    stable pool ``old``, weight 100), ``tuned-v2`` (of the canary's pool ``new``, weight 0)."""
+    d = config_doc(
+        [
+            scheduler("old", "llama-v1", engineType="sglang", loraAdapters=["tuned-v1"]),
+            scheduler("new", "llama-v2", engineType="sglang", loraAdapters=["tuned-v2"]),
+        ]
+    )
+    targets = [{"model": "tuned-v1", "weight": 100}, {"model": "tuned-v2", "weight": 0}]
+    d["spec"]["extensions"]["modelRewrites"] = {"rules": [{"model": "tuned", "targets": targets}]}
+    return d
+
+
+@pytest.mark.parametrize("lora_path", [None, "tuned-v1"])
+async def test_another_version_s_pod_is_asked_only_for_the_adapter_checked_for_it(
+    gateway: Any, lora_path: str | None
+) -> None:
+    """A continuation drawn to the stable adapter (``tuned-v1``) that only the canary's pod stores.
+    Without a ``lora_path`` of the client's, the canary's SGLang pod is asked for its own adapter
+    (``lora_path`` written ``tuned-v2``). A client's ``lora_path: tuned-v1`` passes the drawn route's
+    check (it names the drawn adapter) but would be refused for ``tuned-v2``'s: that pool is not
+    asked, and the stable pod's 404 is the answer. Before session s49's follow-up the canary's pod got
+    ``model: tuned-v2, lora_path: tuned-v1`` - an adapter never checked for that version, which SGLang
+    serves by ``lora_path`` - and answered 200."""
+    async with (
+        running(FakeModelServer("v1", engine="sglang"), FakeModelServer("v2", engine="sglang")) as (v1, v2),
+        gateway(_adapters_doc(), {"old": [v1.key], "new": [v2.key]}) as gw,
+    ):
+        v2.stored_responses["resp_elsewhere"] = {"id": "resp_elsewhere", "object": "response", "output": []}
+        body: dict[str, Any] = {
+            "model": "tuned",
+            "input": "and then?",
+            "previous_response_id": "resp_elsewhere",
+        }
+        if lora_path is not None:
+            body["lora_path"] = lora_path
+        resp = await gw.post("/v1/responses", body)
+        assert len(v1.received) == 1  # drawn, asked first: its 404
+        assert orjson.loads(v1.received[0].body)["lora_path"] == "tuned-v1"
+        if lora_path is None:
+            assert resp.status == 200, await resp.text()
+            assert (await resp.json())["server"] == "v2"
+            forwarded = orjson.loads(v2.received[-1].body)
+            assert (forwarded["model"], forwarded["lora_path"]) == ("tuned-v2", "tuned-v2")
+        else:
+            assert resp.status == 404, await resp.text()
+            assert (await resp.json())["server"] == "v1"
+            assert v2.received == []
+
+
+@pytest.mark.parametrize("switch", ["lean", "aiohttp"])
+async def test_another_version_s_pod_is_told_its_own_model_in_the_gateway_s_headers(
+    gateway: Any, monkeypatch: pytest.MonkeyPatch, switch: str
+) -> None:
+    """A continuation drawn to the stable version (``llama-v1``) that only the canary's pod stores:
+    each pod asked gets ``X-Gateway-Model-Name`` / ``X-Gateway-Base-Model-Name`` naming its own
+    version, whichever server side parsed the request (its headers serialised from the fields as
+    received, or from aiohttp's). Before session s49's follow-up the headers were built once per
+    forward: the canary's pod was told ``llama-v1``, the model it does not serve."""
+    monkeypatch.setenv(SWITCH_ENV, switch)
+    async with (
+        running(FakeModelServer("v1"), FakeModelServer("v2")) as (v1, v2),
+        gateway(doc(100, 0), {"old": [v1.key], "new": [v2.key]}) as gw,
+    ):
+        v2.stored_responses["resp_elsewhere"] = {"id": "resp_elsewhere", "object": "response", "output": []}
+        body = {"model": "llama", "input": "and then?", "previous_response_id": "resp_elsewhere"}
+        resp = await gw.post("/v1/responses", body)
+        assert resp.status == 200, await resp.text()
+        assert (await resp.json())["server"] == "v2"
+        for pod, model in ((v1, "llama-v1"), (v2, "llama-v2")):
+            (got,) = pod.received
+            headers = {k.lower(): v for k, v in got.headers.items()}
+            assert (headers["x-gateway-model-name"], headers["x-gateway-base-model-name"]) == (model, model)

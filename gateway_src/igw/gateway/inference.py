@@ -548,19 +548,30 @@ def _other_versions(
     principal: Principal,
     targets: tuple[str, ...],
     drawn: SchedulerRuntime,
+    lora_path: str | None,
 ) -> list[tuple[str, SchedulerRuntime]]:
     """The canary ``targets`` (a continuation's rule's, :attr:`~igw.gateway.model_rewrite.Split.targets`)
     whose pools besides ``drawn`` a search for the response continued asks, in the rule's order: each
     target with its scheduler, one per pool, only those ``principal`` may use. A response this replica
     does not know (made through another replica, before a restart) may be stored by any version's pod;
     until session s49 only the drawn version's pool was searched, and a conversation another version
-    stored answered 404 as often as the draw missed it."""
+    stored answered 404 as often as the draw missed it.
+
+    Nor a target the client's own ``lora_path`` would be refused for (:func:`lora_path_refusal`, as
+    for the drawn route): an SGLang pod serves the adapter ``lora_path`` names whatever the body's
+    ``model``, so until session s49's follow-up an adapter canary sent another version's pod an
+    adapter checked only against the drawn version's."""
     found: list[tuple[str, SchedulerRuntime]] = []
     seen = {drawn.spec.name}
     for target in targets:
         route = rt.router.resolve(target)
         other = rt.schedulers.get(route.scheduler) if route is not None else None
         if other is None or other.spec.name in seen or not guard.may_use(principal, model=target):
+            continue
+        if (
+            route is not None
+            and lora_path_refusal(lora_path, adapter=route.adapter, model=route.model) is not None
+        ):
             continue
         seen.add(other.spec.name)
         found.append((target, other))
@@ -915,7 +926,7 @@ async def _route(
     other_versions = (
         []
         if continues is None or sr.scheduler.responses.endpoint_of(continues) is not None
-        else _other_versions(rt, guard, principal, versions, sr)
+        else _other_versions(rt, guard, principal, versions, sr, body.lora_path)
     )
     if (
         continues is not None
@@ -1464,6 +1475,10 @@ async def _forward(
         headers = upstream_header_block(fields, strip=strip_fields, add=add)
     else:
         headers = upstream_headers(request.headers, strip=strip, add=add)
+    drawn_headers = headers
+    # another canary version's pod (a continuation's search) is told its own model: headers of its
+    # own, made once per version (until session s49's follow-up it was told the drawn version's)
+    version_headers: dict[str, CIMultiDict[str] | bytes] = {}
     est_tokens = estimated_tokens(body)
     scheduler = plan.sr.spec.name if plan.sr is not None else None
     prepared: list[web.StreamResponse] = []
@@ -1557,6 +1572,23 @@ async def _forward(
         ep = owner.pool.states.get(key) if owner is not None else None
         if owner is not None and ep is None:
             continue
+        if version is None:
+            headers = drawn_headers
+        else:
+            own = version_headers.get(version.model)
+            if own is None:
+                # the spellings of the plan's add_headers: the same keys replaced, none added twice
+                told = {
+                    **add,
+                    "X-Gateway-Model-Name": version.model,
+                    "X-Gateway-Base-Model-Name": version.base_model,
+                }
+                if isinstance(drawn_headers, bytes) and fields is not None:
+                    own = upstream_header_block(fields, strip=strip_fields, add=told)
+                else:
+                    own = upstream_headers(request.headers, strip=strip, add=told)
+                version_headers[version.model] = own
+            headers = own
         bound_s = head_timeout_s  # a search's attempt: what is left of its deadline, if less
         if search_deadline is not None and head_timeout_s is not None:
             left_s = search_deadline - time.monotonic()
