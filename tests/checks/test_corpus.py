@@ -10,10 +10,11 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+import yaml
 
 from igw.checks.framework import CheckOptions
 from igw.checks.model import Command
-from tests.checks.helpers import find, findings, mutated, run, secure_docs
+from tests.checks.helpers import GLOBAL_ROUTER_EXAMPLE, find, findings, mutated, of, run, secure_docs
 
 Docs = list[dict[str, Any]]
 
@@ -742,3 +743,62 @@ def test_a_retry_after_over_the_cap_is_named_by_its_path() -> None:
     assert "up to 1100 s" in warned.message
     assert "OpenAI Python SDK" in warned.message
     assert "Anthropic SDK" in warned.message
+
+
+def _router_limits(**fields: Any) -> dict[str, Any]:
+    """The example GlobalRouterConfig with ``fields`` (``rateLimits``, ``modelRateLimits``) in its spec."""
+    doc: dict[str, Any] = copy.deepcopy(yaml.safe_load(GLOBAL_ROUTER_EXAMPLE.read_text()))
+    doc["spec"].update(fields)
+    return doc
+
+
+_LIMITS = {"backend": "redis", "redis": {"url": "rediss://cache.example.com:6379/0"}}
+
+
+@pytest.mark.parametrize(
+    ("name", "fields", "warned_path"),
+    [
+        ("the-example", {}, None),
+        # 1/0.009 = 112 s, spread to 123 s; tokenBurst 3 minutes of tokensPerMinute, spread to 198 s.
+        ("tenant-wide-request-refill-over-the-cap",
+         {"rateLimits": {**_LIMITS, "default": {"requestsPerSecond": 0.009}}},
+         "spec.rateLimits.default.requestsPerSecond"),
+        ("a-tenants-token-burst-over-the-cap",
+         {"rateLimits": {**_LIMITS,
+                         "tenants": [{"tenant": "a", "tokensPerMinute": 1000, "tokenBurst": 3000}]}},
+         "spec.rateLimits.tenants[0].tokenBurst"),
+        ("a-model-limit-over-the-cap",
+         {"modelRateLimits": [{"tenant": "*", "model": "m", "requestsPerSecond": 20},
+                              {"tenant": "a", "model": "m", "requestsPerSecond": 0.001}]},
+         "spec.modelRateLimits[1].requestsPerSecond"),
+        ("a-model-limit-within-the-cap",
+         {"modelRateLimits": [{"tenant": "a", "model": "m", "requestsPerSecond": 0.01}]}, None),
+    ],
+)  # fmt: skip
+def test_a_global_routers_rate_limits_are_judged_like_the_gateways(
+    name: str, fields: dict[str, Any], warned_path: str | None
+) -> None:
+    """The router refuses over its rateLimits and modelRateLimits with the same limiter and spread as
+    tier 1 (:func:`igw.security.denials.rate_limited`): a wait past the OpenAI SDK's 120 s is warned
+    about on the GlobalRouterConfig, by its path; its fixed no_healthy_cluster wait is named on a pass."""
+    results = of(run([*secure_docs(), _router_limits(**fields)], Command.PREFLIGHT), "IGW-PF032")
+    [router] = [r for r in results if r.resource == "GlobalRouterConfig global-llama"]
+    if warned_path is None:
+        assert not router.is_finding, (name, router.message)
+        assert "no_healthy_cluster" in router.message
+    else:
+        assert router.is_finding, name
+        assert (router.status.value, router.severity.label) == ("WARN", "MEDIUM")
+        assert router.message.startswith(f"{warned_path}: a Retry-After of up to "), router.message
+        assert "OpenAI Python SDK" in router.message
+    assert not [r for r in results if r.is_finding and r is not router]  # the gateway's config passes
+
+
+def test_a_global_router_alone_is_judged() -> None:
+    """Manifests holding only a GlobalRouterConfig (the router's own deployment) are judged too."""
+    doc = _router_limits(
+        modelRateLimits=[{"tenant": "a", "model": "m", "tokensPerMinute": 10, "tokenBurst": 100}]
+    )
+    [result] = of(run([doc], Command.PREFLIGHT), "IGW-PF032")
+    assert result.is_finding
+    assert result.message.startswith("spec.modelRateLimits[0].tokenBurst: a Retry-After of up to 660 s")

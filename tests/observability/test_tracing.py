@@ -505,3 +505,30 @@ async def test_the_connect_span_says_whether_a_pooled_connection_was_reused(
     connects = sorted((s for s in spans if s.name == "igw.upstream.connect"), key=lambda s: s.start_time or 0)
     assert [(s.attributes or {})["igw.connection.reused"] for s in connects] == [False, True]
     assert all(s.status.status_code is StatusCode.UNSET for s in connects)
+
+
+async def test_a_client_leaving_mid_stream_ends_the_attempt_client_gone_and_the_server_span_499(
+    gateway: Callable[..., Any],
+) -> None:
+    """The attempt span's ``error.type`` names the client's leaving (``client_gone``, the global
+    router's word), not an upstream failure; the server span keeps the access log's 499."""
+    exporter = InMemorySpanExporter()
+    tracing = Tracing(SimpleSpanProcessor(exporter), sample_ratio=1.0)
+    body = {"model": "m1", "prompt": "hello", "max_tokens": 50, "stream": True}
+    async with (
+        running(FakeModelServer("a", tokens=50, token_delay_s=0.2)) as (a,),
+        gateway(config_doc([scheduler("pool", "m1")]), {"pool": [a.key]}, tracing=tracing) as gw,
+    ):
+        resp = await gw.post("/v1/completions", body)
+        assert resp.status == 200
+        assert await resp.content.readany()  # the first event relayed, then the client leaves
+        resp.close()
+        spans = await finished(exporter)
+    named = by_name(spans)
+    server = dict(named["POST /v1/completions"].attributes or {})
+    assert server["http.response.status_code"] == 499
+    assert server["error.type"] == "499"
+    upstream = named["igw.upstream"]
+    assert dict(upstream.attributes or {})["error.type"] == "client_gone"
+    assert upstream.status.status_code is StatusCode.ERROR
+    assert "client disconnected" in (upstream.status.description or "")

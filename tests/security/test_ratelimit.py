@@ -172,6 +172,20 @@ async def test_a_request_that_generates_nothing_is_held_back_by_the_request_limi
     assert "requests" in (await denied(limiter.admit(tenant="t", est_tokens=None))).message
 
 
+async def test_a_tenant_in_debt_is_told_the_whole_wait_even_past_the_sdks_cap(
+    make_limiter: tuple[LimiterMaker, CollectorRegistry],
+) -> None:
+    """A long answer's debt is told as the honest wait, not capped at the OpenAI SDK's 120 s (nor
+    ``retryAfter.maxSeconds``): a client told less would only be refused again before the debt is
+    paid (the decision and the SDKs' behaviour: docs/gateway.md, the saturation step)."""
+    make, _ = make_limiter
+    limiter = await make(default={"tokensPerMinute": 1000})
+    await limiter.account(tenant="t", prompt_tokens=1000, completion_tokens=4000)  # 1000 - 5000
+    refused = await denied(limiter.admit(tenant="t", est_tokens=1))
+    # (1 + 4000) tokens at 1000/60 per second: 240.06 s, rounded up to 241, spread up to 24 s more
+    assert 241 <= int(refused.headers["Retry-After"]) <= 265
+
+
 async def test_a_reservation_is_settled_once_by_the_tokens_generated(
     make_limiter: tuple[LimiterMaker, CollectorRegistry],
 ) -> None:

@@ -47,6 +47,7 @@ from opentelemetry.util.types import AttributeValue
 
 from igw.gateway.inference_apis import operation_name
 from igw.gateway.log_throttle import RepeatThrottle
+from igw.gateway.telemetry import CLIENT_CLOSED
 from igw.gateway.trace_export import (
     CountingSpanExporter,
     ExportStats,
@@ -58,6 +59,9 @@ from igw.gateway.tracing_options import SERVICE_NAME, TracingOptions
 from igw.scheduling.types import RoutingDecision
 
 FIRST_TOKEN_EVENT: Final = "gen_ai.first_token"
+CLIENT_GONE_ERROR: Final = "client_gone"
+"""The attempt span's ``error.type`` when its client left (the global router's word for it): not
+the ``upstream_error`` of a pod that failed, which the leaving's error text would otherwise give."""
 _PROPAGATOR: Final = TraceContextTextMapPropagator()
 _CURRENT_ATTEMPT: contextvars.ContextVar[RequestTrace | None] = contextvars.ContextVar(
     "igw_trace_attempt", default=None
@@ -324,12 +328,12 @@ class RequestTrace:
     def rejected(self, reason: str) -> None:
         self._server.set_attribute("igw.rejection", reason)
 
-    def _end_attempt(self, error: str | None) -> None:
+    def _end_attempt(self, error: str | None, error_type: str | None = None) -> None:
         self.connect_done(error)
         if self._attempt is not None:
             if error is not None:
                 self._attempt.set_status(Status(StatusCode.ERROR, error))
-                self._attempt.set_attribute("error.type", _error_type(error))
+                self._attempt.set_attribute("error.type", error_type or _error_type(error))
             self._attempt.end()
             self._attempt = None
 
@@ -342,7 +346,8 @@ class RequestTrace:
         if self._pending is not None and status >= 400 and self._recording:
             self._phase(self._pending, {"error.type": str(status)})
         self._pending = None
-        self._end_attempt(error if status >= 499 else None)
+        gone = CLIENT_GONE_ERROR if status == CLIENT_CLOSED else None
+        self._end_attempt(error if status >= CLIENT_CLOSED else None, gone)
         self._server.set_attribute("http.response.status_code", status)
         if status >= 400:
             self._server.set_attribute("error.type", str(status))

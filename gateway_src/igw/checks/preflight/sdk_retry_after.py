@@ -11,18 +11,23 @@ ones). The configured values behind the waits the gateway sends are judged here:
 ``Retry-After``; maxSeconds is also what is sent before any completion is seen) and a rate-limit
 entry whose bucket takes longer than that to refill what one request needs (``1/requestsPerSecond``;
 ``tokenBurst`` at ``tokensPerMinute``), spread as :func:`igw.security.denials.rate_limited` spreads it.
+A GlobalRouterConfig's rate limits are refused by the same limiter with the same spread, so its
+``spec.rateLimits`` (``default``, ``tenants``) and ``spec.modelRateLimits`` entries are judged the same
+way (until session s49 the router was not judged). The router's other waits are fixed, not configured:
+``no_healthy_cluster`` sends 1 s spread to at most :data:`ROUTER_FIXED_RETRY_AFTER_S`, and a refusal
+relayed from the clusters carries the soonest of their tier-1 values (judged on their configs).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Final
 
 from igw.checks.framework import CheckContext, FunctionCheck, Reporter
 from igw.checks.igwc import section
-from igw.checks.inventory import need
-from igw.checks.k8s import ref
+from igw.checks.inventory import Missing, need
+from igw.checks.k8s import ref, spec
 from igw.checks.model import CheckMeta, Command, Result, Severity
 from igw.scheduling.retry_spread import SPREAD_FRACTION
 from igw.scheduling.settings import DEFAULT_RETRY_AFTER_MAX_SECONDS
@@ -32,6 +37,10 @@ OPENAI_MAX_RETRY_AFTER_S: Final = 120
 LEGACY_MAX_RETRY_AFTER_S: Final = 60
 """The cap of older OpenAI/Anthropic SDK releases, above which they used their own backoff (<= 8 s);
 named in the description only."""
+
+ROUTER_FIXED_RETRY_AFTER_S: Final = 2
+"""The longest ``Retry-After`` of the global router's ``no_healthy_cluster`` (1 s, spread by
+:func:`igw.scheduling.retry_spread.spread_retry_after`); named in the pass message."""
 
 META = CheckMeta(
     id="IGW-PF032",
@@ -43,8 +52,9 @@ META = CheckMeta(
     f"over {OPENAI_MAX_RETRY_AFTER_S} s: it raises at once; the Anthropic SDK sleeps any Retry-After; older "
     f"releases of both ignored one over {LEGACY_MAX_RETRY_AFTER_S} s and retried after at most 8 s.",
     remediation=f"Keep spec.extensions.routing.retryAfter.maxSeconds at or below {OPENAI_MAX_RETRY_AFTER_S} "
-    f"({LEGACY_MAX_RETRY_AFTER_S} where older SDKs call the gateway), and rate limits whose bucket refills "
-    "what one request needs within that time.",
+    f"({LEGACY_MAX_RETRY_AFTER_S} where older SDKs call the gateway), and rate limits (the gateway's, a "
+    "GlobalRouterConfig's rateLimits and modelRateLimits) whose bucket refills what one request needs "
+    "within that time.",
 )
 
 _CONSEQUENCE: Final = (
@@ -80,7 +90,17 @@ def _spread_top(wait_s: float) -> float:
     return float(whole + max(1, int(whole * SPREAD_FRACTION)))
 
 
-def _waits(config: Any) -> Iterator[tuple[str, float]]:
+def _limit_waits(limits: Mapping[str, Any], path: str) -> Iterator[tuple[str, float]]:
+    """``(config path, longest Retry-After)`` of a rate-limits block's ``default`` and ``tenants``."""
+    for field, wait in rate_limit_waits(limits.get("default")):
+        yield f"{path}.default.{field}", wait
+    tenants = limits.get("tenants")
+    for index, entry in enumerate(tenants if isinstance(tenants, list) else ()):
+        for field, wait in rate_limit_waits(entry):
+            yield f"{path}.tenants[{index}].{field}", wait
+
+
+def _gateway_waits(config: Any) -> Iterator[tuple[str, float]]:
     """``(config path, longest Retry-After in seconds)`` for every configured source of one."""
     retry_after = section(config, "extensions", "routing", "retryAfter") or {}
     max_s = _number(retry_after.get("maxSeconds"))
@@ -88,26 +108,44 @@ def _waits(config: Any) -> Iterator[tuple[str, float]]:
         "spec.extensions.routing.retryAfter.maxSeconds",
         max_s if max_s is not None else float(DEFAULT_RETRY_AFTER_MAX_SECONDS),
     )
-    limits = section(config, "extensions", "rateLimits") or {}
-    for field, wait in rate_limit_waits(limits.get("default")):
-        yield f"spec.extensions.rateLimits.default.{field}", wait
-    tenants = limits.get("tenants")
-    for index, entry in enumerate(tenants if isinstance(tenants, list) else ()):
+    yield from _limit_waits(section(config, "extensions", "rateLimits") or {}, "spec.extensions.rateLimits")
+
+
+def _router_waits(config: Any) -> Iterator[tuple[str, float]]:
+    """A GlobalRouterConfig's: its tenant limits (``spec.rateLimits``) and (tenant, model) limits."""
+    yield from _limit_waits(section(config, "rateLimits") or {}, "spec.rateLimits")
+    entries = spec(config).get("modelRateLimits")
+    for index, entry in enumerate(entries if isinstance(entries, list) else ()):
         for field, wait in rate_limit_waits(entry):
-            yield f"spec.extensions.rateLimits.tenants[{index}].{field}", wait
+            yield f"spec.modelRateLimits[{index}].{field}", wait
+
+
+_SOURCES: Final[Mapping[str, tuple[Callable[[Any], Iterator[tuple[str, float]]], str]]] = {
+    "InferenceGatewayConfig": (_gateway_waits, ""),
+    "GlobalRouterConfig": (
+        _router_waits,
+        f" (no_healthy_cluster's is fixed at {ROUTER_FIXED_RETRY_AFTER_S} s at most)",
+    ),
+}
 
 
 def _run(ctx: CheckContext, r: Reporter) -> Iterator[Result]:
-    for config in need(ctx.inventory.kube.of("InferenceGatewayConfig")):
-        found = False
-        for path, wait in _waits(config):
-            if wait > OPENAI_MAX_RETRY_AFTER_S:
-                found = True
-                yield r.warn(ref(config), f"{path}: a Retry-After of up to {wait:g} s; {_CONSEQUENCE}")
-        if not found:
-            yield r.passed(
-                ref(config), f"every configured Retry-After is at most {OPENAI_MAX_RETRY_AFTER_S} s"
-            )
+    found_kinds = {kind: ctx.inventory.kube.of(kind) for kind in _SOURCES}
+    if all(isinstance(configs, Missing) for configs in found_kinds.values()):
+        need(found_kinds["InferenceGatewayConfig"])  # skipped, with the source's reason
+    for kind, configs in found_kinds.items():
+        waits, fixed = _SOURCES[kind]
+        for config in configs if isinstance(configs, list) else ():
+            found = False
+            for path, wait in waits(config):
+                if wait > OPENAI_MAX_RETRY_AFTER_S:
+                    found = True
+                    yield r.warn(ref(config), f"{path}: a Retry-After of up to {wait:g} s; {_CONSEQUENCE}")
+            if not found:
+                yield r.passed(
+                    ref(config),
+                    f"every configured Retry-After is at most {OPENAI_MAX_RETRY_AFTER_S} s{fixed}",
+                )
 
 
 CHECK = FunctionCheck(META, _run)
