@@ -134,14 +134,16 @@ async def test_a_deletion_done_past_a_frozen_holder_moves_the_memory_to_the_pod_
 ) -> None:
     """The other pod deleted the response: it is remembered in the frozen holder's place, so the next
     request about the id asks it (its 404 at once), not the frozen holder first (before: the holder
-    still remembered, the next retrieval waited its search timeout and got its 504)."""
+    still remembered, the next retrieval waited its search timeout and got its 504). The retrieval's
+    search timeout is 2 s, so its 1 s bound leaves a loaded box a second either side."""
     async with frozen_holder(gateway, stores="ab", hedge_s=0.05) as case:
         done = await answered(case.gw, "DELETE", "/v1/responses/resp_1", status=200, within_s=5)
         assert done["id"] == "resp_1"
         assert case.responses.endpoint_of("resp_1") == case.other.key
+        bounded(case.gw, timeout_s=2.0, deadline_s=4.5)
         t0 = time.monotonic()
         error = await answered(case.gw, "GET", "/v1/responses/resp_1", status=404, within_s=5)
-        assert time.monotonic() - t0 < 0.4
+        assert time.monotonic() - t0 < 1.0
         assert error["code"] == "response_not_found" or "not found" in error["message"]
         assert case.asked() == [1, 2]
 
@@ -168,8 +170,8 @@ async def test_a_response_found_past_a_frozen_holder_is_remembered_where_found(
         assert answer.status == 200
         await answer.read()
         assert case.responses.endpoint_of("resp_1") == case.other.key
-        await answered(case.gw, "GET", "/v1/responses/resp_1", status=200, within_s=0.4)
-        assert case.asked() == [1, 2]
+        await answered(case.gw, "GET", "/v1/responses/resp_1", status=200, within_s=5)
+        assert case.asked() == [1, 2]  # the other pod alone: the frozen holder not asked again
 
 
 async def test_a_replay_naming_no_usage_past_a_frozen_holder_is_remembered_where_found(gateway: Any) -> None:
@@ -184,5 +186,5 @@ async def test_a_replay_naming_no_usage_past_a_frozen_holder_is_remembered_where
         assert replay.status == 200
         assert b'"usage"' not in await replay.read()
         assert case.responses.endpoint_of("resp_1") == case.other.key
-        await answered(case.gw, "GET", "/v1/responses/resp_1", status=200, within_s=0.4)
-        assert case.asked() == [1, 2]
+        await answered(case.gw, "GET", "/v1/responses/resp_1", status=200, within_s=5)
+        assert case.asked() == [1, 2]  # the other pod alone: the frozen holder not asked again

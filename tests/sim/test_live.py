@@ -416,8 +416,9 @@ async def test_error_rate_and_slow_down() -> None:
 
 async def test_clearing_a_slow_fault_rescales_the_step_already_running() -> None:
     """A step scheduled under ``slow`` (factor 1000: a 27 ms prefill becomes 27 s) kept its slowed
-    length after ``clear``: the request was still stuck seconds later. What is left of the step
-    now runs at the new factor, and the admin API refuses a factor above the documented maximum."""
+    length after ``clear``: the request was still stuck seconds later (about 27 s here, against the
+    5 s bound). What is left of the step now runs at the new factor, and the admin API refuses a
+    factor above the documented maximum."""
     async with run_fleet(fleet_spec(H100, time_scale=1.0)) as fleet, aiohttp.ClientSession() as s:
         status, out = await _admin(fleet, "POST", "/pods/h/faults", {"kind": "slow", "factor": 1e6})
         assert status == 400
@@ -429,9 +430,9 @@ async def test_clearing_a_slow_fault_rescales_the_step_already_running() -> None
         assert not sent.done()
         await fleet.clear("h")
         cleared = time.monotonic()
-        async with await asyncio.wait_for(sent, 2.0) as r:
+        async with await asyncio.wait_for(sent, 10.0) as r:
             assert r.status == 200
-        assert time.monotonic() - cleared < 1.0
+        assert time.monotonic() - cleared < 5.0
 
 
 async def test_die_mid_stream_cuts_the_connection_without_done() -> None:
