@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from typing import SupportsIndex
 
 import pytest
 
@@ -11,6 +12,7 @@ from igw.scheduling.errors import SchedulerConfigError
 from igw.scheduling.plugins.predicted_ttft_scorer import PredictedTtftScorer, factory
 from igw.scheduling.types import EndpointView, RequestOutcome
 from tests.scheduling.helpers import ctx, ep
+from tests.scheduling.reference import reference_pooled_ttft
 
 
 def view(key: str, *, waiting: int | None = 0, unreflected: int = 0, inflight: int = 0) -> EndpointView:
@@ -180,3 +182,66 @@ def test_groups_do_not_chain_small_steps_into_a_large_difference() -> None:
         _set_measurement(scorer, key, ttft=ttft, log_sd=0.45)
     pooled = scorer.pooled_ttft([view("a"), view("b"), view("c")])
     assert pooled == pytest.approx([0.025, 0.025, 0.045])
+
+
+class _CountingList(list[object]):
+    """A list that counts the element moves (``insert``, ``del``) made on it."""
+
+    def __init__(self, items: list[object]) -> None:
+        super().__init__(items)
+        self.moves = 0
+
+    def insert(self, index: SupportsIndex, value: object) -> None:
+        self.moves += 1
+        super().insert(index, value)
+
+    def __delitem__(self, index: SupportsIndex | slice) -> None:
+        self.moves += 1
+        super().__delitem__(index)
+
+
+def test_one_outcome_s_catch_up_takes_the_one_key_path_and_pools_as_from_scratch(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """After a first token on a settled pod (the usual case) ``TtftPool.catch_up`` updates that one
+    pod without the set union of ``_take_changes`` (whose EWMA change sets it empties itself), and
+    a mean that keeps its place among the sorted ones is written over rather than deleted and
+    inserted again; the pooled TTFTs stay those of a from-scratch walk, unmeasured candidates
+    (the mean of the measured ones) included."""
+    scorer = PredictedTtftScorer()
+    keys = ["a", "b", "c", "d", "new"]
+    for key, scale in (("a", 1.0), ("b", 1.1), ("c", 3.0), ("d", 9.0)):
+        _feed(scorer, key, [t * scale for t in NOISY])
+    views = [view(k) for k in keys]
+    scorer.pooled_ttft(views)  # the pool keeps this candidate list
+    pool = scorer.pool
+    pairs = _CountingList(pool._pairs)  # type: ignore[arg-type]
+    monkeypatch.setattr(pool, "_pairs", pairs)
+    taken = 0
+    take_changes = pool._take_changes
+
+    def counted() -> set[str]:
+        nonlocal taken
+        taken += 1
+        return take_changes()
+
+    monkeypatch.setattr(pool, "_take_changes", counted)
+    outcome = RequestOutcome(request_id="r1", endpoint="c", ok=True, ttft_s=0.03 * 3.0)
+    scorer.on_first_token(outcome, now=0.0)  # c's mean moves a little: it stays between b and d
+    assert taken == 0
+    assert pairs.moves == 0
+    assert not scorer.ttft.changed
+    assert not scorer.log_ttft.changed
+    assert scorer.pooled_ttft(views) == reference_pooled_ttft(scorer, views)
+    # A mean that passes a neighbour still moves (deleted and inserted), with the same result.
+    taken = 0  # the pick above took the (no) changes itself
+    for i in range(6):
+        fast = RequestOutcome(request_id=f"m{i}", endpoint="d", ok=True, ttft_s=0.001)
+        scorer.on_first_token(fast, now=0.0)
+    assert pairs.moves >= 2
+    assert taken == 0
+    assert scorer.pooled_ttft(views) == reference_pooled_ttft(scorer, views)
+    # An unmeasured candidate measured for the first time leaves the unmeasured ones.
+    scorer.on_first_token(RequestOutcome(request_id="n1", endpoint="new", ok=True, ttft_s=0.5), now=0.0)
+    assert pool._unmeasured == []
+    assert scorer.pooled_ttft(views) == reference_pooled_ttft(scorer, views)

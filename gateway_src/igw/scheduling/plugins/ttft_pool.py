@@ -45,8 +45,9 @@ class TtftPool:
         self._index: dict[EndpointKey, int] = {}
         self._measured: list[float | None] = []
         """Mean TTFT per candidate position (``None``: not measured)."""
-        self._unmeasured = 0
-        """How many ``None`` ``_measured`` holds (kept current, so a pick need not look)."""
+        self._unmeasured: list[int] = []
+        """The candidate positions whose ``_measured`` is ``None`` (kept current, so neither a pick
+        nor a catch-up looks through every candidate for them)."""
         self._sorted_as: list[float | None] = []
         """Per candidate position: the log mean it is sorted under, ``None`` when it is not settled."""
         # The settled candidates, ascending by (log mean, position); the lists are parallel.
@@ -83,10 +84,38 @@ class TtftPool:
         :meth:`pooled` applies whatever changes remain (none, usually) with the same incremental
         steps, and a different candidate list rebuilds everything as before. Nothing kept (no
         pick yet, or a key listed twice): nothing to do."""
-        if self._keys is not None:
-            changed = self._take_changes()
-            if changed:
-                self._apply(changed)
+        if self._keys is None:
+            return
+        ttft_changed, log_changed = self.ttft.changed, self.log_ttft.changed
+        assert ttft_changed is not None  # both checked in __init__
+        assert log_changed is not None
+        if len(ttft_changed) == 1 and ttft_changed == log_changed:
+            # The usual case, one outcome since the last pick or catch-up (both EWMAs took its
+            # sample): :meth:`_apply` for one key, without the set union and the loop over it.
+            key = ttft_changed.pop()
+            log_changed.clear()
+            position = self._index.get(key)
+            if position is not None:
+                self._apply_one(position, key)
+            return
+        changed = self._take_changes()
+        if changed:
+            self._apply(changed)
+
+    def _apply_one(self, position: int, key: EndpointKey) -> None:
+        """:meth:`_apply` for the one changed endpoint ``key``, a candidate at ``position``: the
+        same steps in the same order (so the same floats)."""
+        move = self._refresh(position, key)
+        out = self._out
+        ttft = self._measured[position]
+        if ttft is not None:
+            out[position] = ttft
+        if self._unmeasured:
+            fallback = self._fallback()
+            for i in self._unmeasured:
+                out[i] = fallback
+        if self.noise_z > 0 and move != (None, None):
+            self._regroup(out, [move])
 
     def _apply(self, changed: set[EndpointKey]) -> None:
         """Move the ``changed`` endpoints (candidates of the kept list or not) to their new places
@@ -106,7 +135,7 @@ class TtftPool:
                     out[position] = ttft  # its own mean, unless a group below says otherwise
         if self._unmeasured:  # the fallback is the mean of the measured ones
             fallback = self._fallback()
-            for i in [i for i, t in enumerate(measured) if t is None]:
+            for i in self._unmeasured:
                 out[i] = fallback
         if self.noise_z > 0 and moves:
             self._regroup(out, moves)
@@ -132,7 +161,7 @@ class TtftPool:
         self._index = {k: i for i, k in enumerate(keys)}
         get = self.ttft.values.get
         self._measured = [get(k) for k in keys]
-        self._unmeasured = sum(1 for t in self._measured if t is None)
+        self._unmeasured = [i for i, t in enumerate(self._measured) if t is None]
         self._sorted_as = [None] * len(keys)
         for lst in (self._pairs, self._positions, self._logs, self._errors, self._ttfts):
             lst.clear()
@@ -154,11 +183,31 @@ class TtftPool:
 
     def _refresh(self, position: int, key: EndpointKey) -> tuple[int | None, int | None]:
         """Re-read one candidate's measurements and move it in the sorted lists; returns where it
-        was deleted from and where it was inserted (``None``: not in the list before / after)."""
+        was deleted from and where it was inserted (``None``: not in the list before / after).
+
+        A new mean that keeps its place between its neighbours (often, as one sample moves a mean
+        by ``alpha`` of its difference) is written over the old one instead: what the deletion and
+        insertion would leave, without moving the lists' tails twice."""
         old = self._sorted_as[position]
         deleted = None
         if old is not None:
-            deleted = bisect_left(self._pairs, (old, position))
+            pairs = self._pairs
+            deleted = bisect_left(pairs, (old, position))
+            logs = self.log_ttft
+            ttft = self.ttft.values.get(key)
+            if ttft is not None and logs.counts.get(key, 0) >= logs.settled_count:
+                log = logs.values.get(key) or 0.0
+                pair = (log, position)
+                if (deleted == 0 or pairs[deleted - 1] < pair) and (
+                    deleted + 1 == len(pairs) or pair < pairs[deleted + 1]
+                ):  # in the sorted lists already: still measured, so ``_unmeasured`` stays
+                    pairs[deleted] = pair
+                    self._logs[deleted] = log
+                    self._errors[deleted] = logs.errors.get(key) or 0.0
+                    self._ttfts[deleted] = ttft
+                    self._measured[position] = ttft
+                    self._sorted_as[position] = log
+                    return deleted, deleted
             # The parallel lists, one statement each (no tuple of lists and loop per change).
             del self._pairs[deleted]
             del self._positions[deleted]
@@ -167,7 +216,11 @@ class TtftPool:
             del self._ttfts[deleted]
             self._sorted_as[position] = None
         ttft = self.ttft.values.get(key)
-        self._unmeasured += (ttft is None) - (self._measured[position] is None)
+        if (ttft is None) != (self._measured[position] is None):
+            if ttft is None:
+                self._unmeasured.append(position)
+            else:
+                self._unmeasured.remove(position)
         self._measured[position] = ttft
         logs = self.log_ttft
         if ttft is None or logs.counts.get(key, 0) < logs.settled_count:
