@@ -261,6 +261,60 @@ The one list of names: the form (:data:`_FORM_FIELD`), JSON and dict (:data:`_QU
 ``client_assertion``/``assertion``; RFC 7636 ``code_verifier``; RFC 8628 ``device_code``) and AWS's
 credential file and environment names (``aws_secret_access_key``, ``aws_session_token``, boto's
 ``SecretAccessKey``/``SessionToken``) all end in one of its words."""
+_NAME_WORD: Final = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
+"""A word of a field's name: camel case (``tokensPerMinute``), ``_``, ``-``, ``.`` or upper case
+(``CHARS_PER_TOKEN``) between words."""
+_COUNT_TEXT: Final = (
+    "max min per minute minutes second seconds hour hours day days burst budget count counts num number "
+    "total prompt completion completions limit limits rate ids usage remaining length len size bytes "
+    "capacity refill bucket window reasoning prediction est estimated reserved inflight pending batched "
+    "threshold million"
+)
+_COUNT_WORDS: Final = frozenset(_COUNT_TEXT.split())
+"""Words that, next to ``token``/``tokens`` in a name, say its value is a number of tokens (a count, a
+limit, a rate, a budget), not a token: ``max_tokens``, ``max_completion_tokens``, ``prompt_tokens``,
+``total_tokens``, ``num_tokens``, ``tokensPerMinute``, ``tokenBurst``, ``token_budget``,
+``maxTokenBytes``, ``x-ratelimit-remaining-tokens``, ``prompt_token_ids`` (OpenAI's and vLLM's token
+ids are numbers). Not ``id`` (``id_token`` is an OIDC token; ``token_id`` stays masked too)."""
+_PLURAL_COUNT_TEXT: Final = "input output cached audio generation generated new prefix"
+_PLURAL_COUNT_WORDS: Final = frozenset(_PLURAL_COUNT_TEXT.split())
+"""Words that say a count next to ``tokens`` only (``input_tokens``, ``cached_tokens``,
+``max_new_tokens``): ``input_token`` (GSS-API), ``cached_token`` or ``new_token`` may hold a token."""
+_CREDENTIAL_TEXT: Final = (
+    "secret secrets password passwd passphrase pwd credential credentials key apikey assertion verifier "
+    "access refresh id session bearer auth oauth jwt api hf csrf security"
+)
+_CREDENTIAL_WORDS: Final = frozenset(_CREDENTIAL_TEXT.split())
+"""Words that keep a name holding a count word a credential's name (``refresh_token_max``,
+``api_token_limit``): a name that says which credential it is may hold one."""
+
+
+@functools.cache
+def names_a_count(name: str) -> bool:
+    """Whether a field's name holding ``token`` says its value is a number of tokens, not a credential:
+    ``token`` or ``tokens`` as a word of it, with a word of :data:`_COUNT_WORDS` (or of
+    :data:`_PLURAL_COUNT_WORDS` beside ``tokens``) and none of :data:`_CREDENTIAL_WORDS`.
+
+    The one rule :func:`redact` (a name ending in ``token``: ``chars_per_token``) and
+    :func:`redact_value` (``token`` anywhere in it) keep such a value by. Until session s49 (round 18)
+    :func:`redact_value` masked every name holding ``token``, and a path-named configuration error
+    (``igw validate``, the add-on's values, the operator's conditions) showed ``{"tokensPerMinute":
+    [REDACTED], "tokenBurst": [REDACTED]}`` and an OpenAI request's ``max_tokens: [REDACTED]``. A dotted
+    name is judged from its last segment holding ``token`` (``rateLimits.token`` is a token; ``token.maxAge``
+    is not)."""
+    segments = name.split(".")
+    holding = [i for i, segment in enumerate(segments) if "token" in segment.lower()]
+    if not holding:
+        return False
+    words = [word.lower() for word in _NAME_WORD.findall(".".join(segments[holding[-1] :]))]
+    if "token" not in words and "tokens" not in words:
+        return False
+    if _CREDENTIAL_WORDS.intersection(words):
+        return False
+    counts = _COUNT_WORDS | _PLURAL_COUNT_WORDS if "tokens" in words else _COUNT_WORDS
+    return not counts.isdisjoint(words)
+
+
 _FORM_FIELD: Final = re.compile(
     r"(?i)(?:(?<=%26)|(?<![A-Za-z0-9_.-]))"
     r"(?:(" + _SECRET_FIELD + r")(=|%3D)(?!(?:[\[({]\s*)*\\*[bru]{0,2}[\"']|(?:[\[({]\s*)+-?[0-9])"
@@ -389,7 +443,10 @@ s47 (round 11) only where a kind of quote was left odd in the text: a stray quot
 
 def _mask_cut_field(found: re.Match[str]) -> str:
     """A :data:`_CUT_FIELD` with its value masked to the end of its line, or to the end of the string
-    that holds it (:func:`_enclosing_end`), which is kept."""
+    that holds it (:func:`_enclosing_end`), which is kept; as it is when the name counts tokens
+    (:func:`names_a_count`)."""
+    if names_a_count(found.group(3)):
+        return found.group(0)
     kept = _enclosing_end(found, found.end(4), found.group(1), found.group(2))
     field = found.group(1) + found.group(2) + found.group(3) + found.group(4)
     return f"{field}{MASK}{found.string[kept : found.end()]}"
@@ -585,8 +642,11 @@ def _config_changes(text: str) -> bool:
 
 
 def _mask_config_line(found: re.Match[str]) -> str:
-    """A :data:`_CONFIG_LINE` with its value masked, unless a ``:`` precedes a value that reads as a word."""
+    """A :data:`_CONFIG_LINE` with its value masked, unless a ``:`` precedes a value that reads as a word
+    or the name counts tokens (:func:`names_a_count`)."""
     value = found.group(3)
+    if names_a_count(found.group(1).strip(" \t-:=")):
+        return found.group(0)
     if found.group(2) == ":" and value.isalpha() and value[1:].islower() and len(value) < WORD_MAX_CHARS:
         return found.group(0)
     return f"{found.group(1)}{MASK}"
@@ -602,7 +662,9 @@ def _keyword_secrets(lowered: str) -> bool:
 
 def _mask_escaped_kwarg(found: re.Match[str]) -> str:
     """An :data:`_ESCAPED_KWARG` with its string masked, its escaped quotes kept (the closing one only
-    when it was there)."""
+    when it was there); as it is when the name counts tokens (:func:`names_a_count`)."""
+    if names_a_count(found.group(1)):
+        return found.group(0)
     quote = found.group(3) + found.group(4)
     closed = found.end(0) > found.end(4) and found.group(0).endswith(quote)
     if closed:
@@ -613,7 +675,10 @@ def _mask_escaped_kwarg(found: re.Match[str]) -> str:
 
 def _mask_kwarg(found: re.Match[str]) -> str:
     """A :data:`_KWARG_FIELD` with every string of its value masked (quotes and brackets kept), or,
-    cut off, its opening quote then :data:`MASK`."""
+    cut off, its opening quote then :data:`MASK`; as it is when the name counts tokens
+    (:func:`names_a_count`)."""
+    if names_a_count(found.group(1)):
+        return found.group(0)
     value = found.group(3)
     if found.group(4) is not None:
         kept = _enclosing_end(found, found.start(4) + 1, "", found.group(4))
@@ -665,6 +730,10 @@ def _mask_containers(text: str) -> str:
     position = 0
     while (found := _OPEN_CONTAINER.search(text, position)) is not None:
         start, stop = found.end(), _line_end(text, found.end())
+        if names_a_count(found.group(3) or found.group(5)):
+            shown.append(text[position:start])
+            position = start  # a number of tokens (``"per_token": [4, 8]``), not a credential
+            continue
         escape, quote = found.group(1), found.group(2)
         if escape is None and (first := _FIRST_QUOTE.search(text, start, stop)) is not None:
             if first.group(1):
@@ -763,8 +832,11 @@ def _mask_dump(found: re.Match[str]) -> str:
 def _mask_form_field(found: re.Match[str]) -> str:
     """A :data:`_FORM_FIELD` match with its value masked, its name and ``=`` kept, and the brackets
     that end it kept when they close one opened before the field (``Config(password=None)``: the
-    call's ``)``, which a form value would have percent-encoded)."""
+    call's ``)``, which a form value would have percent-encoded); as it is when the name counts
+    tokens (:func:`names_a_count`)."""
     groups = [g for g in found.groups() if g is not None]
+    if names_a_count(groups[0]):
+        return found.group(0)
     value = groups[2]
     before = found.string[: found.start()]
     kept = len(value)
@@ -782,8 +854,11 @@ _CLOSERS: Final = {")": "(", "]": "[", "}": "{"}
 
 def _mask_quoted_field(found: re.Match[str]) -> str:
     """A :data:`_QUOTED_FIELD` or :data:`_ESCAPED_FIELD` match with every string of its value masked
-    (an object's keys kept), its name, quotes, brackets and scalars kept."""
+    (an object's keys kept), its name, quotes, brackets and scalars kept; as it is when the name
+    counts tokens (:func:`names_a_count`)."""
     escape = found.group(1)
+    if names_a_count(found.group(3)):
+        return found.group(0)
     if found.group(5)[0] in "-0123456789":  # a number: a string in its place keeps the JSON valid
         if not found.string[: found.start()].rstrip().endswith(("{", ",")):
             return found.group(0)  # not an object's field (``error "token" : 401``): a status, kept
@@ -1255,6 +1330,11 @@ not found in ...``, ``GetSecretValue: Access denied for ...``, ``SSO Token: Toke
 a configuration problem's ``must``/``cannot``/``duplicates``). Since round 17 (session s49): any other
 first word is the value, masked, the words after it kept (``client_secret: [REDACTED] and more``); a
 one-word password followed by prose (``client_secret: Rosebud and more``) was shown whole."""
+_STATUS_OR_MISSING: Final = re.compile(r"(?:HTTP[ \t][1-5][0-9]{2}|Field required)(?![A-Za-z0-9_])")
+"""An HTTP status (``HTTP 401``, as the project's own errors write one) or pydantic's and the Messages
+API's ``Field required`` after a secret's name and ``: `` (``no token: HTTP 401``, ``api_key: Field
+required``): a message, kept since session s49 (round 18), not a value. A value of digits only
+(``api_key: 1234``, a PIN) stays masked, and so does ``token=HTTP``."""
 _ARN_BEFORE: Final = re.compile(r"arn:aws(?:-[a-z]+)*:\Z")
 _IAM_ACTION: Final = re.compile(r"(?:[A-Z][a-z]+)+\*?|\*")
 _TOKEN_LIKE: Final = re.compile(
@@ -1283,8 +1363,9 @@ def redact_value(text: str, *, identifiers: bool = False) -> str:
 
 
 def _mask_assignment(found: re.Match[str]) -> str:
-    """A :data:`_SECRET_ASSIGNMENT` with its value masked, unless :func:`_names_no_secret`."""
-    if _names_no_secret(found):
+    """A :data:`_SECRET_ASSIGNMENT` with its value masked, unless its name counts tokens
+    (:func:`names_a_count`: ``max_tokens``, ``tokensPerMinute``) or :func:`_names_no_secret`."""
+    if names_a_count(found.group(1)) or _names_no_secret(found):
         return found.group(0)
     return f"{found.group(1)}{found.group(2)}{MASK}"
 
@@ -1300,9 +1381,10 @@ def _names_no_secret(found: re.Match[str]) -> bool:
     which CloudTrail shows); after an error's name (:data:`_ERROR_NAME`) and ``: `` a word
     (:data:`_ERROR_TEXT`); after any other secret's name and ``: `` (no quote, no ``=``) a sentence
     (:data:`_PROSE` holding one of :data:`_FUNCTION_WORDS`) whose first word is one of
-    :data:`_PROSE_OPENERS`. A value with a digit or a symbol
-    (``Secret: s3cr3t-v4lue``), a lone word (``secret: Sunshine``), words without a function word
-    (``password: correct horse battery staple``), a quoted value and ``name=value`` stay masked."""
+    :data:`_PROSE_OPENERS`; an HTTP status or ``Field required`` (:data:`_STATUS_OR_MISSING`). A value
+    with a digit or a symbol (``Secret: s3cr3t-v4lue``), a lone word (``secret: Sunshine``), words
+    without a function word (``password: correct horse battery staple``), a quoted value and
+    ``name=value`` stay masked."""
     name, separator, value = found.group(1, 2, 3)
     text = found.string
     if name.lower() == "secretsmanager" and separator == ":":
@@ -1310,6 +1392,8 @@ def _names_no_secret(found: re.Match[str]) -> bool:
         return _ARN_BEFORE.search(before) is not None or _IAM_ACTION.fullmatch(value) is not None
     if separator[0] != ":" or separator[-1] not in " \t":
         return False
+    if _STATUS_OR_MISSING.match(text, found.start(3)):
+        return True
     if _ERROR_NAME.fullmatch(name.rpartition(".")[2]):
         return _ERROR_TEXT.match(text, found.start(3)) is not None
     prose = _PROSE.match(text, found.start(3))

@@ -4,16 +4,21 @@ from __future__ import annotations
 
 import io
 import logging
+from pathlib import Path
 
 import pytest
+import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from multidict import CIMultiDict
 
 from igw import redaction
+from igw.addon.configuration import problems as addon_problems
+from igw.cli.main import main
 from igw.gateway.redaction import RedactingFormatter
 from igw.gateway.upstream import upstream_headers
 from igw.redaction import MASK, redact
+from tests.config.cases import base_document
 
 JWT = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJhbGljZSJ9.c2lnbmF0dXJlLWJ5dGVz"
 
@@ -365,3 +370,138 @@ def test_no_value_holding_a_digit_goes_through_after_a_secret_s_or_an_error_s_na
 ) -> None:
     """Whatever name and prose surround it, round 14's exemptions never keep a value with a digit."""
     assert secret not in redaction.redact_value(f"{name}{separator}{secret}{after}")
+
+
+COUNT_NAMES = [
+    "max_tokens",
+    "max_completion_tokens",
+    "max_new_tokens",
+    "prompt_tokens",
+    "completion_tokens",
+    "total_tokens",
+    "num_tokens",
+    "input_tokens",
+    "cached_tokens",
+    "tokensPerMinute",
+    "tokenBurst",
+    "token_budget",
+    "maxTokenBytes",
+    "chars_per_token",
+    "CHARS_PER_TOKEN",
+    "prompt_token_ids",
+    "x-ratelimit-remaining-tokens",
+    "spec.extensions.rateLimits.default.tokenBurst",
+    "token.maxAge",
+]
+TOKEN_NAMES = [
+    "token",
+    "access_token",
+    "id_token",
+    "refresh_token",
+    "bearer_token",
+    "hf_token",
+    "tokenSecret",
+    "api_token",
+    "session_token",
+    "x-amz-security-token",
+    "token_id",
+    "input_token",
+    "rateLimits.token",
+    "refresh_token_max",
+    "api_token_limit",
+    "hfTokenPerMinute",
+]
+
+
+@pytest.mark.parametrize("name", COUNT_NAMES)
+@pytest.mark.parametrize(
+    "shape", ['{{"{0}": 100, "model": "m"}}', "{0}: 100", "{0}=100", "{0} = 100", "{0}: [1, 2]"]
+)
+def test_a_number_of_tokens_is_shown_after_its_name(name: str, shape: str) -> None:
+    """Until session s49 (round 18) :func:`redact_value` masked the value of every name holding
+    ``token``: an add-on or configuration error quoting a rate limit showed ``{"tokensPerMinute":
+    [REDACTED], "tokenBurst": [REDACTED]}``, an OpenAI request ``max_tokens: [REDACTED]``. Both
+    functions keep a count by the one rule (:func:`igw.redaction.names_a_count`)."""
+    text = shape.format(name)
+    assert redaction.names_a_count(name)
+    assert redaction.redact_value(text) == text
+    assert redact(text) == text
+
+
+@pytest.mark.parametrize("name", TOKEN_NAMES)
+def test_a_token_s_name_keeps_its_value_masked_whatever_count_word_it_holds(name: str) -> None:
+    assert not redaction.names_a_count(name)
+    for text in (f"{name}: s3cr3t-v4lue", f'{{"{name}": "s3cr3t-v4lue"}}', f"{name}=s3cr3t-v4lue"):
+        assert "s3cr3t-v4lue" not in redaction.redact_value(text), text
+    assert "12345" not in redaction.redact_value(f'{{"{name}": 12345}}')
+
+
+@pytest.mark.parametrize(
+    "name", ["token", "access_token", "id_token", "hf_token", "api_token", "session_token"]
+)
+def test_redact_masks_a_token_s_name_its_count_rule_keeps(name: str) -> None:
+    """:func:`redact` (names ending in ``token``) masks what it masked before the count rule."""
+    for text in (f'{{"{name}": "s3cr3t-v4lue"}}', f"{name}=s3cr3t-v4lue", f"{name}: s3cr3t4"):
+        assert "s3cr3t" not in redact(text), text
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    credential=st.sampled_from(
+        ["access", "refresh", "id", "session", "bearer", "api", "hf", "secret", "auth"]
+    ),
+    count=st.sampled_from(["max", "per_minute", "burst", "budget", "total", "count", "limit", "ids"]),
+    order=st.booleans(),
+    secret=st.from_regex(r"[A-Za-z]{0,4}[0-9][A-Za-z0-9]{2,8}", fullmatch=True),
+)
+def test_a_count_word_never_unmasks_a_named_credential(
+    credential: str, count: str, order: bool, secret: str
+) -> None:
+    name = f"{credential}_token_{count}" if order else f"{count}_{credential}_token"
+    assert secret not in redaction.redact_value(f"{name}: {secret}")
+    assert secret not in redaction.redact_value(f'{{"{name}": "{secret}"}}')
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "no token: HTTP 401",
+        "api_key: Field required",
+        "secret: HTTP 503 Service Unavailable",
+        "max_tokens: Field required",
+    ],
+)
+def test_an_http_status_or_a_missing_field_after_a_secret_s_name_is_a_message(text: str) -> None:
+    """``HTTP 401`` and pydantic's ``Field required`` after a secret's name read ``[REDACTED] 401`` and
+    ``[REDACTED] required`` until session s49 (round 18)."""
+    assert redaction.redact_value(text) == text
+
+
+@pytest.mark.parametrize(
+    ("text", "masked"),
+    [
+        ("api_key: 1234", f"api_key: {MASK}"),  # digits only: a PIN
+        ("token=HTTP 401", f"token={MASK} 401"),
+        ("token: HTTP 4011", f"token: {MASK} 4011"),
+        ("password: Field requiredness", f"password: {MASK} requiredness"),
+    ],
+)
+def test_digits_and_near_messages_after_a_secret_s_name_stay_masked(text: str, masked: str) -> None:
+    assert redaction.redact_value(text) == masked
+
+
+def test_igw_validate_and_the_add_on_show_a_misplaced_rate_limit_s_numbers(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A rate limit indented under ``backend`` is quoted by the enum's message; its counts were
+    ``[REDACTED]`` until session s49 (round 18), in ``igw validate`` and in the add-on's errors."""
+    limits = {"tokensPerMinute": 5000, "tokenBurst": 300}
+    doc = base_document()
+    doc["spec"]["extensions"] = {"rateLimits": {"backend": limits}}
+    path = tmp_path / "limits.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    assert main(["validate", str(path)]) == 1
+    out, _ = capsys.readouterr()
+    assert 'got {"tokensPerMinute": 5000, "tokenBurst": 300}' in out, out
+    found = addon_problems({"gateway": {"workers": limits}})
+    assert any('got {"tokensPerMinute": 5000, "tokenBurst' in problem for problem in found), found
