@@ -16,7 +16,7 @@ import yaml
 from igw.gateway.lean_server import SWITCH_ENV
 from igw.gateway.response_ids import minted_for
 from tests.gateway.fake_model_server import FakeModelServer, closed_port, running
-from tests.gateway.support import config_doc, scheduler, unreflected_dispatches, wait_for
+from tests.gateway.support import config_doc, prefix_blocks, scheduler, unreflected_dispatches, wait_for
 
 
 def doc(v1: int, v2: int, **rule: Any) -> dict[str, Any]:
@@ -502,3 +502,69 @@ async def test_another_version_s_pod_is_told_its_own_model_in_the_gateway_s_head
             (got,) = pod.received
             headers = {k.lower(): v for k, v in got.headers.items()}
             assert (headers["x-gateway-model-name"], headers["x-gateway-base-model-name"]) == (model, model)
+
+
+def _plugins_state(gw: Any, pool: str) -> dict[str, Any]:
+    """What scheduler ``pool``'s plugins hold in flight (settled): the backlog's pending picks per
+    endpoint (when its profile has the backlog scorer), the lora slots' and prefill's in flight."""
+    sch = gw.state.runtime.schedulers[pool].scheduler
+    sch.settle()
+    held: dict[str, Any] = {}
+    for plugin in sch.plugins:
+        for attr in ("dispatched", "_inflight", "_recent"):
+            value = getattr(plugin, attr, None)
+            if isinstance(value, dict) and value:
+                held[f"{plugin.name}.{attr}"] = dict(value)
+    return held
+
+
+@pytest.mark.parametrize("stored", [True, False])
+async def test_another_version_s_pod_that_answers_a_continuation_is_learnt_by_its_pool_s_prefix_index(
+    gateway: Any, stored: bool
+) -> None:
+    """A continuation drawn to the stable version (``llama-v1``) that this replica does not know,
+    searched past it into the canary's pool of two pods. When the second canary pod stores it (200),
+    the canary's scheduler learns that request as a pick there: its prefix index places the prompt on
+    that pod alone, and the next request with that prompt sent to the canary's pool is picked there.
+    When no pod stores it (every pod's 404), nothing stays learnt: no blocks, no dispatch in the
+    ledger, no pick held in flight by any plugin. Before session s49's follow-up only the dispatch
+    ledger counted the canary pod's attempt, and the prefix index knew nothing of the prompt."""
+    prompt = "a long shared conversation prefix " * 40
+    async with (
+        running(FakeModelServer("v1"), FakeModelServer("v2a"), FakeModelServer("v2b")) as (v1, v2a, v2b),
+        gateway(doc(100, 0), {"old": [v1.key], "new": [v2a.key, v2b.key]}) as gw,
+    ):
+        new = gw.state.runtime.schedulers["new"]
+        await wait_for(
+            lambda: all(new.scheduler.is_fresh(v, gw.state.clock()) for v in new.pool.views()),
+            within=10,
+            what="the canary's pods fresh",
+        )
+        if stored:
+            v2b.stored_responses["resp_elsewhere"] = {"id": "resp_elsewhere", "object": "response"}
+        body = {"model": "llama", "input": prompt, "previous_response_id": "resp_elsewhere"}
+        resp = await gw.post("/v1/responses", body)
+        assert resp.status == (200 if stored else 404), await resp.text()
+        assert len(v1.received) == 1  # drawn, asked first: its 404
+        if not stored:
+            assert len(v2a.received) == len(v2b.received) == 1
+            assert prefix_blocks(gw, v2a.key, v2b.key, pool="new") == {v2a.key: 0, v2b.key: 0}
+            assert unreflected_dispatches(gw, v2a.key, v2b.key, pool="new") == {v2a.key: 0, v2b.key: 0}
+            assert _plugins_state(gw, "new") == {}
+            return
+        assert (await resp.json())["server"] == "v2b"
+        blocks = prefix_blocks(gw, v2a.key, v2b.key, pool="new")
+        assert blocks[v2b.key] > 0, blocks
+        assert blocks[v2a.key] == 0, blocks  # asked before it: its 404, its pick taken back
+        assert len(v2a.received) == 1
+        # answered: nothing held in flight (the backlog's pick ended), only the prefix index's
+        # record of its pick on v2b, kept for a take-back
+        held = _plugins_state(gw, "new")
+        assert list(held) == ["prefix-cache-scorer._recent"]
+        assert [entry[0] for entry in held["prefix-cache-scorer._recent"].values()] == [v2b.key]
+        # the next turn of that prompt sent to the canary's pool: picked where it is cached
+        asked = (len(v2a.received), len(v2b.received))
+        resp = await gw.post("/v1/responses", {"model": "llama-v2", "input": prompt})
+        assert resp.status == 200, await resp.text()
+        assert (await resp.json())["server"] == "v2b"
+        assert (len(v2a.received), len(v2b.received)) == (asked[0], asked[1] + 1)

@@ -418,6 +418,29 @@ def test_a_dispatch_no_pick_chose_is_counted_and_noted_in_a_pool_of_any_size() -
         assert b.ledger.unreflected(view, now=10.02) == 1
 
 
+def test_a_request_sent_without_a_pick_is_learnt_as_a_pick_of_that_endpoint_alone() -> None:
+    """A continuation's search sends a request to a pod of another canary version's pool
+    (``Scheduler.pick_sent``): that pool's scheduler learns it as a pick there - the prefix index
+    places the prompt on that pod, the ledger counts it - and, the pool having two pods, the other
+    worker learns it through the notes. Taken back with its request id, nothing stays. A pod the
+    pick would not choose (saturated) is counted by the ledger alone, as ``record_dispatch``."""
+    a, b, eps, outbox = _two_sharing_workers()
+    assert a.pick_sent(req(PROMPT, request_id="sent"), eps, "b:1", now=10.01) is True
+    b.learn_picks(outbox.drain(), now=10.02)
+    for sched in (a, b):
+        (prefix,) = [p for p in sched.plugins if isinstance(p, PrefixCacheScorer)]
+        assert (prefix.index.size("a:1"), prefix.index.size("b:1") > 0) == (0, True)
+        assert sched.ledger is not None
+        assert [sched.ledger.unreflected(v, now=10.02) for v in eps] == [0, 1]
+    a.release_dispatch("b:1", now=10.03, request_id="sent")
+    (prefix,) = [p for p in a.plugins if isinstance(p, PrefixCacheScorer)]
+    assert a.ledger is not None
+    assert (prefix.index.size("b:1"), a.ledger.unreflected(eps[1], now=10.03)) == (0, 0)
+    full = [eps[0], ep("b:1", scraped_at=10.0, waiting=1000, kv=1.0)]
+    assert a.pick_sent(req(PROMPT, request_id="full"), full, "b:1", now=10.04) is False
+    assert (prefix.index.size("b:1"), a.ledger.unreflected(full[1], now=10.04)) == (0, 1)
+
+
 def test_a_note_added_outside_a_pick_keeps_the_outbox_bounds_and_wakes_it_once() -> None:
     outbox = PickNoteOutbox([], capacity=2)
     woken: list[int] = []

@@ -244,6 +244,9 @@ class _Version:
     base_model: str
     prepared: _Prepared
     """The body with this version's ``model``, prepared for this pool's engine."""
+    routing: RoutingRequest
+    """The request as this pool's scheduler routes it (its model, adapter and salt): picked among
+    the pod asked alone when sent there (:meth:`~igw.scheduling.scheduler.Scheduler.pick_sent`)."""
 
 
 @dataclass(slots=True, kw_only=True, init=False)
@@ -1116,6 +1119,7 @@ async def _route(
             if other_route is None:
                 continue
             retold = retargeted(unprepared, target)
+            their_salt = _salt_for(api, other.engine, principal.cache_salt, unprepared.cache_salt or None)
             theirs = _prepared_for(
                 request,
                 state,
@@ -1125,11 +1129,24 @@ async def _route(
                 other_route.adapter,
                 retold,
                 priority,
-                _salt_for(api, other.engine, principal.cache_salt, unprepared.cache_salt or None),
+                their_salt,
                 minted,
             )
             minted = theirs.minted or minted  # one id for every attempt: only the pod that answers stores it
-            version = _Version(other, other_route.model, other_route.base_model, theirs)
+            routing = RoutingRequest(
+                request_id=rreq.request_id,
+                model=other_route.model,
+                base_model=other_route.base_model,
+                prefix_text=rreq.prefix_text,
+                prompt_tokens=rreq.prompt_tokens,
+                max_tokens=rreq.max_tokens,
+                adapter=other_route.adapter,
+                tenant=rreq.tenant,
+                stream=rreq.stream,
+                previous_response_id=rreq.previous_response_id,
+                cache_salt=their_salt,
+            )
+            version = _Version(other, other_route.model, other_route.base_model, theirs, routing)
             for view in other.pool.views():
                 if view.key not in picked and view.key not in elsewhere and view.key not in candidates:
                     elsewhere[view.key] = version
@@ -1611,12 +1628,15 @@ async def _forward(
             if band is not None:
                 state.flow.started(key, band)
         if version is not None:
-            # that pool's scheduler counts it in flight as its own pick (the dispatch ledger: its
-            # queue and running until a scrape shows it; until s49 only the endpoint's count), and
-            # the access log and the canary's series name the version asked, the one that answered
+            # that pool's scheduler counts it as its own pick among that pod alone (the dispatch
+            # ledger, and since s49's follow-up its plugins: the prefix index places the prompt
+            # there, the backlog counts it in flight), and the access log and the canary's series
+            # name the version asked, the one that answered
             obs.version_asked(version.model, version.base_model, version.sr.spec.name)
             if ep is not None:
-                version.sr.scheduler.record_dispatch(key, now=state.clock())
+                version.sr.scheduler.pick_sent(
+                    version.routing, version.sr.pool.views(), key, now=state.clock()
+                )
         connected = True
         try:
             exchanging = _exchange_with(
@@ -1702,8 +1722,9 @@ async def _forward(
                 if band is not None:
                     state.flow.finished(key, band)
                 if version is not None and (not connected or refused is not None):
-                    # not taken there (not stored, refused, not reached): nothing prefilled
-                    version.sr.scheduler.release_dispatch(key, now=state.clock())
+                    # not taken there (not stored, refused, not reached): nothing prefilled, its
+                    # pick taken back (the prefix index, the backlog), as the drawn pool's is
+                    version.sr.scheduler.release_dispatch(key, now=state.clock(), request_id=obs.key)
             # Told only while the endpoint is still the pool's: one that left while the request ran
             # (a rolling update drains a pod after discovery dropped it) was forgotten by the
             # scheduler, and its outcome told now would make its state again, kept for good since

@@ -319,6 +319,30 @@ class Scheduler:
         if self.pick_notes is not None:
             self.pick_notes.add(now, self.ledger.name, key, now)
 
+    def pick_sent(
+        self, request: RoutingRequest, endpoints: Sequence[EndpointView], key: EndpointKey, *, now: float
+    ) -> bool:
+        """A request sent to ``key``, one of ``endpoints`` (this scheduler's pool), that no pick of
+        this scheduler chose (a continuation's search asked a pod of another canary version's pool,
+        ``igw.gateway.inference``): picked as a pick among ``key`` alone would be, so its bookkeeping
+        is a pick's - the dispatch ledger, every plugin's ``on_picked`` (the prefix index places the
+        prompt there, the backlog counts it in flight) and, in a pool of more than one endpoint, the
+        pick notes. Until session s49 only the ledger counted it (:meth:`record_dispatch`), and the
+        next request with that prompt drawn to this pool was not steered to the pod that cached it.
+
+        ``False`` when the pick would not choose ``key`` (a filter or outlier detection leaves it
+        out, or it is saturated): the ledger alone counts it, as :meth:`record_dispatch`. Taken back
+        like a pick, by :meth:`release_dispatch` with ``request.request_id``."""
+        self.settle()
+        only = [e for e in endpoints if e.key == key]
+        if only:
+            self._settle_later = False
+            decision = self._pick(request, only, now=now, noted_alone=len(endpoints) > 1)
+            if decision.kind is DecisionKind.PICKED and decision.endpoint == key:
+                return True
+        self.record_dispatch(key, now=now)
+        return False
+
     def learn_picks(
         self, notes: Sequence[Sequence[object]], *, now: float, counts: LearnCounts | None = None
     ) -> LearnCounts:
@@ -439,7 +463,10 @@ class Scheduler:
         *,
         now: float,
         on_decided: Callable[[RoutingDecision], None] | None = None,
+        noted_alone: bool = False,
     ) -> RoutingDecision:
+        """:meth:`pick`'s steps; ``noted_alone``: the pick is noted for the other workers even from
+        one endpoint (:meth:`pick_sent`: one endpoint of a larger pool)."""
         if not endpoints:
             return RoutingDecision(kind=DecisionKind.NO_ENDPOINTS, reason="no endpoints discovered")
         removed: dict[EndpointKey, str] = {}
@@ -455,7 +482,7 @@ class Scheduler:
         # before any per-request narrowing) leaves every worker's pick to that endpoint alone, so its
         # notes would change no ranking (see pick_notes, "Which pools note"). Checked per pick, so
         # the notes resume as soon as the pool grows.
-        noted = self.pick_notes is not None and len(endpoints) > 1
+        noted = self.pick_notes is not None and (len(endpoints) > 1 or noted_alone)
         fits = fitting(request, endpoints)  # before everything, the all-stale fallback included
         if len(fits) != len(endpoints):
             _note_removed(removed, endpoints, fits, "context window too small")
