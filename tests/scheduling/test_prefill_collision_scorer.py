@@ -315,3 +315,40 @@ def test_only_the_latest_pick_is_taken_back() -> None:
     s.on_picked(ctx(request(request_id="second"), now=0.0), ep("b"))
     assert not s.on_not_sent("first", "a", sent_to=None)
     assert len(s.recent["a"]) == 1
+
+
+class _CountedTokens(int):
+    """A prompt token count that counts the divisions it is the dividend of."""
+
+    divisions = 0
+
+    def __truediv__(self, other: object) -> float:
+        type(self).divisions += 1
+        return int(self) / other  # type: ignore[operator]
+
+
+def test_one_kind_candidates_divide_the_prompt_by_the_shared_rate_once() -> None:
+    """Pooled candidates share one rate, so the request's own prefill time is one division, not one
+    per candidate (the scorer runs on every pick), and the scores are those of the per-candidate
+    path with every rate equal to that mean."""
+    keys = [f"p{i}" for i in range(16)]
+    pooled, own = (factory("c", {"poolOneKind": flag}, "p") for flag in (True, False))
+    for s in (pooled, own):
+        for key in keys:  # every pod measures the same rate: the mean is each pod's own rate
+            s.on_complete(
+                RequestOutcome(request_id="w", endpoint=key, ok=True, ttft_s=0.01, prompt_tokens=1000),
+                now=0.0,
+            )
+        for i, key in enumerate(keys[:5]):
+            s.on_picked(ctx(request(300 * (i + 1), f"d{i}"), now=0.001 * i), ep(key))
+    endpoints = [ep(k) for k in keys]
+    c = ctx(request(), now=0.006)
+    c.state[STATE_ONE_KIND] = endpoints
+    tokens = _CountedTokens(1000)
+    c.request = dataclasses.replace(c.request, prompt_tokens=tokens)
+    _CountedTokens.divisions = 0
+    scores = pooled.score(c, endpoints)
+    assert _CountedTokens.divisions == 1
+    expected = own.score(ctx(dataclasses.replace(c.request, prompt_tokens=1000), now=0.006), endpoints)
+    assert scores == expected
+    assert len(set(scores)) > 1  # the pending work told the candidates apart

@@ -170,9 +170,15 @@ class PrefillCollisionScorer(PluginHooks):
         now = ctx.now
         keys = ctx.columns(endpoints).keys
         pooled = self.pool_one_kind and ctx.state.get(STATE_ONE_KIND) is endpoints
-        rates = [mean] * len(keys) if pooled else self._rates.of(keys, mean)
         try:
-            work = [tokens / r for r in rates]
+            if pooled:
+                # One rate for every candidate: one division, the same float for each (what the
+                # per-candidate comprehension below gives on a list of equal rates).
+                rates = [mean] * len(keys)
+                work = [tokens / mean] * len(keys)
+            else:
+                rates = self._rates.of(keys, mean)
+                work = [tokens / r for r in rates]
         except ZeroDivisionError:  # a zero rate: the guarded loop below
             work = []
         if work and min(work) > 0:
