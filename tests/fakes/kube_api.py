@@ -87,7 +87,9 @@ and point the REAL ``kubernetes`` client at it over HTTP. It serves:
   the API server answers a denial), :attr:`required_token` (401 without it),
   :meth:`throttle` (every request answered 429 TooManyRequests, or 503, with a ``Retry-After``
   header for a while: API Priority and Fairness rejecting an overloaded client),
-  :meth:`stall_open_watches` (the watches open now go silent and never end, ``timeoutSeconds``
+  :meth:`cut_off` (one client's requests, told apart by their bearer token, dropped unanswered: a
+  partition between it and the API server), :meth:`stall_open_watches` (the watches open now go
+  silent and never end, ``timeoutSeconds``
   included, while new requests are served: a connection black-holed on the way, e.g. the API
   server's node lost behind the cluster endpoint's load balancer, as a client sees it), and
   :func:`unreachable_url` (nothing listening).
@@ -336,6 +338,10 @@ class FakeKubeApiServer:
     def __init__(self, *, store: KubeStore | None = None) -> None:
         self.store = store or KubeStore()
         self.requests: list[tuple[str, str, dict[str, str]]] = []
+        self.callers: list[tuple[str | None, str, str]] = []
+        """Per request: ``(bearer token or None, method, path)``, to tell clients apart (one token each)."""
+        self._cut_off: set[str] = set()
+        """Bearer tokens whose requests get no answer (:meth:`cut_off`)."""
         self.required_token: str | None = None
         self._forbidden: set[str] | None = set()
         self._forbidden_all = False
@@ -496,6 +502,15 @@ class FakeKubeApiServer:
         priority and fairness filter rejects a client it has no seat for (before anything is read
         or written)."""
         self._throttle = (time.monotonic() + seconds, status, retry_after_s)
+
+    def cut_off(self, token: str) -> None:
+        """Requests carrying ``token`` (``Authorization: Bearer <token>``) get no answer: the connection
+        is dropped without a response, as a client sees a network partition between it and the API
+        server (a reset), while every other client is served. :meth:`reconnect` ends it."""
+        self._cut_off.add(token)
+
+    def reconnect(self, token: str) -> None:
+        self._cut_off.discard(token)
 
     def forbid(self, *plurals: str) -> None:
         """Answer 403 for these resources (e.g. ``"pods"``), or for everything when none are given."""
@@ -668,6 +683,12 @@ class FakeKubeApiServer:
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         query = dict(request.query)
         self.requests.append((request.method, request.path, query))
+        authorization = request.headers.get("Authorization", "")
+        token = authorization.removeprefix("Bearer ") if authorization.startswith("Bearer ") else None
+        self.callers.append((token, request.method, request.path))
+        if token is not None and token in self._cut_off and request.transport is not None:
+            request.transport.close()  # no answer: the client's connection is reset
+            return web.Response(status=503)
         throttled = self._throttled()
         if throttled is not None:
             return throttled

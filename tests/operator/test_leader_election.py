@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -16,7 +18,7 @@ from typing import Any
 import pytest
 
 from igw.operator.election import LIBRARY_LOGGER, ElectionSettings, LeaseElection
-from igw.operator.kube import FIELD_MANAGER
+from igw.operator.kube import FIELD_MANAGER, Kube, NotLeading
 from tests.fakes.kube_api import FakeKubeApiServer
 from tests.operator.harness import find, igwc, wait_condition, wait_for, write_latest
 
@@ -247,3 +249,148 @@ def test_renewals_and_standby_tries_are_not_logged_every_retry_period(
     assert lines.count("leader one has successfully acquired lease") == 1, lines
     waiting = [line for line in lines if line.startswith("yet to finish lease_duration")]
     assert waiting == ["yet to finish lease_duration, lease held by one and has not expired"], lines
+
+
+FAST = {"lease_duration_s": 3, "renew_deadline_s": 2, "retry_period_s": 1}
+
+
+def _writes_by(cluster: FakeKubeApiServer, token: str, since: int) -> list[tuple[str, str]]:
+    return [
+        (method, path) for who, method, path in cluster.callers[since:] if who == token and method != "GET"
+    ]
+
+
+def test_a_leader_frozen_past_its_renew_deadline_writes_nothing_and_steps_down(
+    cluster: FakeKubeApiServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A leader frozen past the lease duration (SIGSTOP, a paused VM: the monotonic clock runs on) went
+    on reconciling once thawed, beside the standby that had taken over, until its renew loop gave up
+    (6.0 s after the thaw, measured with two ``igw operator`` processes). Its API calls are now fenced:
+    none once the last renewal began a renew deadline ago, and it steps down (``lost``)."""
+    offset = [0.0]
+
+    def clock() -> float:
+        return time.monotonic() + offset[0]
+
+    async def main() -> tuple[bool, type[BaseException] | None, bool]:
+        election = LeaseElection(
+            ElectionSettings("igw-operator", "default", "frozen", **FAST),
+            cluster.api_client(token="frozen"),
+            monotonic=clock,
+        )
+        election.start()
+        await asyncio.wait_for(election.leading.wait(), 30)
+        kube = Kube(cluster.api_client(token="frozen"), fence=election.acting, threads=1)
+        acting_before = election.acting()
+        offset[0] += FAST["renew_deadline_s"] + 0.5  # the freeze: no renewal for the renew deadline
+        refused: type[BaseException] | None = None
+        try:
+            await kube.apply(_config_map("written-after-the-freeze"))
+        except NotLeading as exc:
+            refused = type(exc)
+        await asyncio.wait_for(election.watch(), 5)
+        election.stop()
+        kube.close()
+        return acting_before, refused, election.lost.is_set()
+
+    since = len(cluster.callers)
+    with caplog.at_level(logging.ERROR, logger="igw.operator"):
+        acting_before, refused, lost = asyncio.run(main())
+    assert acting_before is True
+    assert refused is NotLeading
+    assert lost is True
+    assert find(cluster, "ConfigMap", "default", "written-after-the-freeze") is None
+    assert [w for w in _writes_by(cluster, "frozen", since) if "leases" not in w[1]] == []
+    assert any("frozen: stepping down: Lease default/igw-operator not renewed" in m for m in caplog.messages)
+
+
+def _config_map(name: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": "default"}}
+
+
+def test_a_leader_cut_off_from_the_api_server_steps_down_and_writes_nothing_after(
+    cluster: FakeKubeApiServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A leader whose requests get no answer (a partition; the standby still reaches the API server):
+    the library's lock catches only ``ApiException``, so the connection error ended the election
+    thread, the leader never stepped down, and once the network healed it wrote beside the new leader
+    (27 writes in 10 s, measured with two processes). It now steps down within the renew deadline,
+    before its lease could be taken, and writes nothing after the partition heals."""
+
+    async def main() -> tuple[bool, bool]:
+        election = LeaseElection(
+            ElectionSettings("igw-operator", "default", "cut", **FAST), cluster.api_client(token="cut")
+        )
+        election.start()
+        await asyncio.wait_for(election.leading.wait(), 30)
+        kube = Kube(cluster.api_client(token="cut"), fence=election.acting, threads=1)
+        cluster.cut_off("cut")
+        watching = asyncio.ensure_future(election.watch())
+        await asyncio.wait_for(election.lost.wait(), 3 * FAST["lease_duration_s"])
+        held_by_cut = _lease(cluster).get("holderIdentity") == "cut"
+        cluster.reconnect("cut")
+        with pytest.raises(NotLeading):
+            await kube.apply(_config_map("written-after-the-partition"))
+        await asyncio.wait_for(watching, 5)
+        election.stop()
+        kube.close()
+        return held_by_cut, election.lost.is_set()
+
+    with caplog.at_level(logging.WARNING):
+        held_by_cut, lost = asyncio.run(main())
+    assert lost is True
+    # stepped down while its lease still stood: no other candidate could have led yet
+    assert held_by_cut is True
+    assert find(cluster, "ConfigMap", "default", "written-after-the-partition") is None
+    assert any("cut: stepping down" in m for m in caplog.messages), caplog.messages
+
+
+def test_a_standby_cut_off_for_a_while_still_takes_over_afterwards(cluster: FakeKubeApiServer) -> None:
+    """A standby's connection error (not an ``ApiException``) ended its election thread: it never
+    campaigned again, a healthy-looking replica that would never lead."""
+
+    async def main() -> bool:
+        leader = LeaseElection(
+            ElectionSettings("igw-operator", "default", "one", **FAST), cluster.api_client(token="one")
+        )
+        leader.start()
+        await asyncio.wait_for(leader.leading.wait(), 30)
+        standby = LeaseElection(
+            ElectionSettings("igw-operator", "default", "two", **FAST), cluster.api_client(token="two")
+        )
+        cluster.cut_off("two")
+        since = len(cluster.callers)
+        standby.start()
+        dropped = lambda: sum(1 for who, _, _ in cluster.callers[since:] if who == "two") >= 2  # noqa: E731
+        await asyncio.to_thread(wait_for, dropped, what="two of the standby's tries dropped")
+        cluster.reconnect("two")
+        await leader.release()
+        await asyncio.wait_for(standby.leading.wait(), 3 * FAST["lease_duration_s"])
+        led = standby.leading.is_set()
+        await standby.release()
+        return led
+
+    assert asyncio.run(main()) is True
+
+
+@pytest.mark.parametrize(
+    ("settings", "named"),
+    [
+        (
+            {"lease_duration_s": 5, "renew_deadline_s": 5},
+            "lease_duration_s (5) must exceed renew_deadline_s (5)",
+        ),
+        (
+            {"renew_deadline_s": 2, "retry_period_s": 2},
+            "renew_deadline_s (2) must exceed 1.2 x retry_period_s",
+        ),
+        ({"retry_period_s": 0}, "retry_period_s must be at least 1"),
+    ],
+)
+def test_election_settings_the_library_would_refuse_are_refused_up_front(
+    settings: dict[str, int], named: str
+) -> None:
+    """The library ``sys.exit``-ed on them inside the election thread: only that thread ended, and the
+    replica waited to lead for ever."""
+    with pytest.raises(ValueError, match=re.escape(named)):
+        ElectionSettings("igw-operator", "default", "one", **settings)

@@ -21,6 +21,8 @@ import asyncio
 import contextlib
 import logging
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
@@ -82,7 +84,28 @@ class ElectionSettings:
     lease_duration_s: int = 8
     """A dead leader's lease is taken over this long (plus a retry period) after its last renewal."""
     renew_deadline_s: int = 5
+    """A leader whose last successful renewal began this long ago stops acting
+    (:meth:`LeaseElection.acting`)."""
     retry_period_s: int = 2
+
+    def __post_init__(self) -> None:
+        """Refuse settings the library refuses: it ``sys.exit``-ed in the election thread, which only
+        ended that thread, and the replica then waited to lead for ever."""
+        problems = []
+        if self.retry_period_s < 1:
+            problems.append(f"retry_period_s must be at least 1, got {self.retry_period_s}")
+        if self.renew_deadline_s <= 1.2 * self.retry_period_s:
+            problems.append(
+                f"renew_deadline_s ({self.renew_deadline_s}) must exceed"
+                f" 1.2 x retry_period_s ({self.retry_period_s})"
+            )
+        if self.lease_duration_s <= self.renew_deadline_s:
+            problems.append(
+                f"lease_duration_s ({self.lease_duration_s}) must exceed"
+                f" renew_deadline_s ({self.renew_deadline_s})"
+            )
+        if problems:
+            raise ValueError("ElectionSettings: " + "; ".join(problems))
 
 
 def _failure(exc: Exception) -> str:
@@ -123,8 +146,13 @@ class _ReleasableLock:
     finishes before the release reads the Lease, and none follows it. Reads are answered as failed
     too, so the library's loops, which only end with the process, stop calling the API server."""
 
-    def __init__(self, lock: Any, coordination: Any) -> None:
+    def __init__(self, lock: Any, coordination: Any, monotonic: Callable[[], float] = time.monotonic) -> None:
         self._lock = lock
+        self._monotonic = monotonic
+        self._try_started = 0.0
+        self.renewed_at: float | None = None
+        """:func:`time.monotonic` at the start of the last try (its read) whose write succeeded: the
+        Lease's renewTime is no older than that."""
         self._coordination = coordination
         self.name: str = lock.name
         self.namespace: str = lock.namespace
@@ -140,15 +168,46 @@ class _ReleasableLock:
             from kubernetes.client.exceptions import ApiException
 
             return False, ApiException(reason="the election was stopped")
-        return self._lock.get(name, namespace)
+        self._try_started = self._monotonic()
+        try:
+            return self._lock.get(name, namespace)
+        except Exception as exc:
+            return False, self._unreachable(exc)
+
+    def _unreachable(self, exc: Exception) -> Any:
+        """A failure the library's lock does not catch (only ``ApiException`` is), as a failed try.
+
+        Why: a connection reset or timeout (urllib3's ``MaxRetryError``) escaped the library's loop
+        and ended the election thread: a leader cut off from the API server never stepped down (and
+        wrote again, beside the new leader, once the network healed), a standby never campaigned again."""
+        # deferred: start-up cost: the kubernetes client loads only on cluster-facing paths
+        from kubernetes.client.exceptions import ApiException
+
+        log.warning(
+            "%s: Lease %s/%s unreachable: %s", self.identity, self.namespace, self.name, _failure(exc)
+        )
+        return ApiException(reason=f"unreachable: {type(exc).__name__}")
+
+    def _write(self, write: Callable[[], Any]) -> bool:
+        if self._closed:
+            return False
+        started = self._try_started
+        try:
+            written = bool(write())
+        except Exception as exc:
+            self._unreachable(exc)
+            return False
+        if written:
+            self.renewed_at = started
+        return written
 
     def create(self, name: str, namespace: str, election_record: Any) -> bool:
         with self._mutex:
-            return not self._closed and bool(self._lock.create(name, namespace, election_record))
+            return self._write(lambda: self._lock.create(name, namespace, election_record))
 
     def update(self, name: str, namespace: str, updated_record: Any) -> bool:
         with self._mutex:
-            return not self._closed and bool(self._lock.update(name, namespace, updated_record))
+            return self._write(lambda: self._lock.update(name, namespace, updated_record))
 
     def close(self) -> None:
         """Refuse every further write, leaving the Lease as it is (it expires). Without the mutex, so
@@ -211,8 +270,12 @@ class _ReleasableLock:
 class LeaseElection:
     """Campaigns for the Lease in a thread; :attr:`leading` and :attr:`lost` are set on the loop."""
 
-    def __init__(self, settings: ElectionSettings, api_client: Any) -> None:
+    def __init__(
+        self, settings: ElectionSettings, api_client: Any, *, monotonic: Callable[[], float] = time.monotonic
+    ) -> None:
         self.settings = settings
+        self._monotonic = monotonic
+        self._stepped_down = False
         self.leading = asyncio.Event()
         self.lost = asyncio.Event()
         self._api_client = api_client
@@ -232,9 +295,47 @@ class LeaseElection:
         leases: Any = _FieldManagedLeases(client.CoordinationV1Api(self._api_client))  # duck-typed
         lock.api_instance = leases
         quiet_repeated_library_lines()
-        self._lock = _ReleasableLock(lock, lock.api_instance)
+        self._lock = _ReleasableLock(lock, lock.api_instance, self._monotonic)
         self._thread = threading.Thread(target=self._campaign, name="lease-election", daemon=True)
         self._thread.start()
+
+    def acting(self) -> bool:
+        """Whether this replica may act (write) now: it leads, and its last successful renewal began
+        less than ``renew_deadline_s`` ago. Called before each API call of the operator
+        (:class:`~igw.operator.kube.Kube`'s ``fence``) and by :meth:`watch`.
+
+        Why: the library only notices a lost lease at its next try, and gives up only after failing to
+        renew for ``renew_deadline_s`` from the start of a try cycle. A leader frozen past the lease
+        duration (a stopped process, a paused VM) went on reconciling after it thawed, beside the
+        standby that had taken over, until its renew loop gave up. The first ``False`` (a lapse)
+        steps down for good: :attr:`lost` is set and it never acts again in this process."""
+        if self._stepped_down:
+            return False
+        renewed_at = None if self._lock is None else self._lock.renewed_at
+        if not self.leading.is_set() or renewed_at is None:
+            return False
+        since = self._monotonic() - renewed_at
+        if since < self.settings.renew_deadline_s:
+            return True
+        self._stepped_down = True
+        log.error(
+            "%s: stepping down: Lease %s/%s not renewed for %.1f s (renew deadline %d s)",
+            self.settings.identity,
+            self.settings.lease_namespace,
+            self.settings.lease_name,
+            since,
+            self.settings.renew_deadline_s,
+        )
+        with contextlib.suppress(RuntimeError):  # the loop closed: the process is ending anyway
+            self._loop.call_soon_threadsafe(self.lost.set)
+        return False
+
+    async def watch(self) -> None:
+        """Check :meth:`acting` every quarter retry period while leading, so a lapse steps down even
+        when nothing is being written; returns once it stepped down."""
+        while self.acting():  # a deadline, not an event: polled  # noqa: ASYNC110
+            await asyncio.sleep(self.settings.retry_period_s / 4)
+        await self.lost.wait()  # set by the step-down (or the library's) through the loop
 
     def stop(self) -> None:
         """Stop acting on the election without giving the Lease up (it expires): for a stop while

@@ -207,6 +207,11 @@ class OperatorStopping(IgwToolingError):
     """An API call asked for after :meth:`Kube.quiesce`: the operator is stopping."""
 
 
+class NotLeading(OperatorStopping):
+    """An API call asked for while this replica may not act: its Lease was not renewed within the
+    renew deadline (:meth:`igw.operator.election.LeaseElection.acting`); it is stepping down."""
+
+
 class NothingApplied(IgwToolingError):
     """The API server refused one or more objects of the pass in a server-side dry run (or the pass
     could not be prepared): none of the pass's objects was written."""
@@ -284,9 +289,12 @@ class Kube:
         reporting_instance: str = "",
         monotonic: Callable[[], float] = time.monotonic,
         threads: int | None = None,
+        fence: Callable[[], bool] | None = None,
     ) -> None:
         """``threads``: how many API calls run at once (``None``: :func:`default_api_threads`), each in
-        a thread of this client's own pool (:meth:`close` ends them)."""
+        a thread of this client's own pool (:meth:`close` ends them). ``fence``: asked before each API
+        call (and each request of a pass), which is refused (:class:`NotLeading`) when it answers
+        ``False``: a leader that may have lost its Lease writes nothing more."""
         threads = default_api_threads() if threads is None else threads
         if not 1 <= threads <= MAX_API_THREADS:
             raise ValueError(f"Kube threads: expected 1 to {MAX_API_THREADS}, got {threads!r}")
@@ -294,6 +302,7 @@ class Kube:
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix=API_THREAD_PREFIX)
         self._api_client = api_client
         self._reporting_instance = reporting_instance
+        self._fence = fence
         self._dynamic: Any = None
         self._discovery_lock = threading.Lock()
         self._resources: dict[tuple[str, str], Any] = {}
@@ -412,6 +421,7 @@ class Kube:
                 )
                 if self._quiesced:
                     raise OperatorStopping("the operator is stopping: no more API calls")
+            self._check_fence()
             try:
                 return call(*args, **kwargs)
             except Exception as exc:
@@ -780,11 +790,16 @@ class Kube:
             body=event, namespace=meta["namespace"], field_manager=FIELD_MANAGER
         )
 
+    def _check_fence(self) -> None:
+        if self._fence is not None and not self._fence():
+            raise NotLeading("not leading (the Lease was not renewed in time): no more API calls")
+
     def _counted(self, call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run ``call`` in this worker thread, counted while it runs (:meth:`quiesce`)."""
         with self._calls:
             if self._quiesced:
                 raise OperatorStopping("the operator is stopping: no more API calls")
+            self._check_fence()
             self._running += 1
         try:
             return call(*args, **kwargs)

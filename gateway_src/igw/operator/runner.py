@@ -166,25 +166,33 @@ async def _run(options: OperatorOptions, stop: asyncio.Event, stop_signals: tupl
         # cancelled API calls as ERRORs. Nothing has touched the cluster yet: stop here.
         log.info("%s: stopped before it started", options.identity)
         return EXIT_STOPPED
-    kube = Kube(api_client, reporting_instance=options.identity, threads=options.api_threads)
+    election: LeaseElection | None = None
+    if options.leader_election:
+        election = LeaseElection(
+            ElectionSettings(options.lease_name, options.lease_namespace, options.identity), api_client
+        )
+    # Every API call of the leader is fenced: none once its Lease lapsed (LeaseElection.acting).
+    fence = None if election is None else election.acting
+    kube = Kube(api_client, reporting_instance=options.identity, threads=options.api_threads, fence=fence)
     try:
-        return await _run_with(options, stop, stop_signals, api_client, kube)
+        return await _run_with(options, stop, stop_signals, api_client, kube, election)
     finally:
         kube.close()
 
 
 async def _run_with(
-    options: OperatorOptions, stop: asyncio.Event, stop_signals: tuple[int, ...], api_client: Any, kube: Kube
+    options: OperatorOptions,
+    stop: asyncio.Event,
+    stop_signals: tuple[int, ...],
+    api_client: Any,
+    kube: Kube,
+    election: LeaseElection | None,
 ) -> int:
     reconciler = Reconciler(kube, options.data_plane, auto_tls=options.auto_tls)
     resync = Resync(reconciler, options.resync_s)
     registry = build_registry(reconciler, lambda: connection_for(api_client), resync=resync)
-    election: LeaseElection | None = None
     lost = asyncio.Event()
-    if options.leader_election:
-        election = LeaseElection(
-            ElectionSettings(options.lease_name, options.lease_namespace, options.identity), api_client
-        )
+    if election is not None:
         lost = election.lost
         election.start()
         log.info(
@@ -221,6 +229,8 @@ async def _run_with(
         sweep = OrphanSweep(kube, reconciler.acm, reconciler.cluster, namespaces=options.namespaces)
         sweeping = asyncio.create_task(sweep.run(kopf_stop, options.tls_sweep_s))
     watchers = {asyncio.ensure_future(stop.wait()), asyncio.ensure_future(lost.wait()), running}
+    if election is not None:
+        watchers.add(asyncio.ensure_future(election.watch()))  # a lapsed lease steps down (sets lost)
     await asyncio.wait(watchers, return_when=asyncio.FIRST_COMPLETED)
     signals_back.cancel()
     _handle_signals(stop, stop_signals)  # kopf may have stopped on its own handler before it was ready
