@@ -32,10 +32,6 @@ FLEET = str(EXAMPLES / "mixed-fleet.yaml")
             "--weights: expected a JSON object",
         ),
         (["bench"], "name at least one scenario"),
-        (
-            ["bench", "demo-mixed-8b", "--mode", "live", "--check-agreement", "--agreement-des-seeds", "1"],
-            "--agreement-des-seeds: at least 2",
-        ),
         (["bench", "--trace", TRACE, "--mode", "live"], "--trace runs in DES mode only"),
         (
             ["bench", "random", "--count", "5", "--draws", "2,7"],
@@ -675,3 +671,44 @@ def test_a_duration_scale_one_scenario_cannot_hold_is_refused_before_any_scenari
     err = capsys.readouterr().err
     assert "igw bench: homogeneous-steady: " in err
     assert "requests per seed, more than the 1,000,000 a run holds; lower --duration-scale" in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "option", "value", "reason"),
+    [
+        # both taken by any DES run (before session s49)
+        (["bench", "mixed-fleet-8b"], "--scrape-interval", "1e-300", "counts whole ms"),
+        (["bench", "mixed-fleet-8b"], "--scrape-interval", "1e300", "routes on its first scrape"),
+        (["perf", "scrape-des"], "--scrape-interval", "1e-300", "counts whole ms"),
+        (["perf", "workers-des"], "--scrape-interval", "601", "routes on its first scrape"),
+        # at least 2 was checked only once the run began; no upper bound, no --allow-long-run check
+        (
+            ["bench", "demo-mixed-8b", "--mode", "live", "--check-agreement"],
+            "--agreement-des-seeds",
+            "1",
+            "the tie rule needs seed-to-seed variation",
+        ),
+        (
+            ["bench", "demo-mixed-8b", "--mode", "live", "--check-agreement"],
+            "--agreement-des-seeds",
+            "1000000000",
+            "each seed is a DES run of every router",
+        ),
+        # refused only once the capacity probe had run (before session s49)
+        (["perf", "scrape-des"], "--duration-scale", "1e9", "<= 1000.0"),
+        (["perf", "workers-des"], "--duration-scale", "1001", "<= 1000.0"),
+    ],
+)
+def test_bounded_bench_and_perf_options_are_refused_while_parsing_saying_why(
+    argv: list[str], option: str, value: str, reason: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main([*argv, option, value])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument {option}: expected " in err
+    assert reason in err
+    assert (
+        build_parser().parse_args(["bench", "x", "--agreement-des-seeds", "100"]).agreement_des_seeds == 100
+    )
+    assert build_parser().parse_args(["bench", "x", "--scrape-interval", "0.001"]).scrape_interval == 0.001

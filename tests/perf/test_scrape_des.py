@@ -36,16 +36,28 @@ def test_a_duration_scale_too_long_to_hold_is_reported_not_a_traceback(
     benchmark: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """``igw perf scrape-des --duration-scale 1e9`` (and ``workers-des``) ended in the workload's
-    ``ValueError`` traceback, exit 1: the perf command reports tooling errors only. The capacity
-    measurement (seconds) is replaced by a fixed rate; the refusal comes before any request is built."""
+    ``ValueError`` traceback, exit 1: the perf command reports tooling errors only. And each scenario
+    was checked only when its turn came, so the first ran in full before the second was refused: every
+    scenario is checked now, before any runs. The capacity measurement (seconds) is replaced by a fixed
+    rate per scenario, and a run by a stub that fails the test."""
     import types
 
     from igw.bench import capacity
+    from igw.sim import des
 
+    rates = {"demo-mixed-8b": 1.0, "mixed-fleet-8b": 1_000.0}
     monkeypatch.setattr(
-        capacity, "fleet_capacity", lambda *_a, **_k: types.SimpleNamespace(requests_per_s=200.0)
+        capacity,
+        "fleet_capacity",
+        lambda scenario, **_k: types.SimpleNamespace(requests_per_s=rates[scenario.name]),
     )
-    assert main(["perf", benchmark, "--duration-scale", "1e9"]) == 1
+
+    def no_run(*_a: object, **_k: object) -> object:
+        raise AssertionError("a scenario ran before the duration scale was checked")
+
+    monkeypatch.setattr(des, "simulate", no_run)
+    argv = ["perf", benchmark, "--scenarios", "demo-mixed-8b,mixed-fleet-8b", "--duration-scale", "900"]
+    assert main(argv) == 1
     err = capsys.readouterr().err
     assert f"igw perf {benchmark}: mixed-fleet-8b: " in err
     assert "requests per seed, more than the 1,000,000 a run holds; lower --duration-scale" in err

@@ -362,3 +362,34 @@ def test_run_and_perf_des_refuse_a_request_count_beyond_the_documented_maximum(
         assert exited.value.code == 2
         err = capsys.readouterr().err
         assert "argument --requests: expected a whole number from 1 to 1000000" in err, words
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "reason"),
+    [
+        ("--rate", "1e-300", "the simulated clock outruns the precision of step times"),
+        ("--rate", "0.0009", "the simulated clock outruns the precision of step times"),
+        ("--rate", "1e300", "arrivals are one burst"),
+        ("--scrape-interval", "1e-300", "the gateway's scrapeInterval counts whole ms"),
+        ("--scrape-interval", "1e300", "every policy routes on its first scrape"),
+    ],
+)
+def test_run_refuses_a_rate_or_scrape_interval_it_cannot_simulate_saying_why(
+    option: str, value: str, reason: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--rate 1e-300`` exited 0 with every TTFT 0.0 (the clock at 2e302 s, where millisecond steps
+    no longer register), and ``--scrape-interval`` took any positive number (before session s49)."""
+    with pytest.raises(SystemExit) as exited:
+        main(["sim", "run", "--spec", __file__, option, value])  # a --spec that exists
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument {option}: expected a number from " in err
+    assert reason in err
+
+
+def test_run_takes_the_rate_bounds_themselves(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec = tmp_path / "fleet.yaml"
+    spec.write_text(SPEC, encoding="utf-8")
+    for rate in ("0.001", "1e6"):
+        assert main(["sim", "run", "--spec", str(spec), "--requests", "5", "--rate", rate]) == 0
+        assert json.loads(capsys.readouterr().out)["served"] == 5

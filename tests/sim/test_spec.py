@@ -176,3 +176,24 @@ def test_a_memory_share_that_leaves_no_kv_cache_is_refused_naming_the_field(tmp_
     # a share with room for a max-length sequence's KV blocks still loads
     spec.write_text(spec.read_text(encoding="utf-8").replace("0.1", "0.35"), encoding="utf-8")
     assert FleetSpec.from_yaml(spec).pods[0].resolved_preset().num_gpu_blocks > 0
+
+
+@pytest.mark.parametrize(
+    ("preset", "engine", "share", "message"),
+    [
+        ("llama-3.1-70b/8xh100", "vllm", 0.1, "gpu_memory_utilization: 0.1 of "),
+        ("llama-3.1-8b/h100", "vllm", 0.3, "gpu_memory_utilization: 0.3 leaves a KV cache of 48512 tokens"),
+        ("llama-3.1-8b/h100", "vllm", 5.0, "gpu_memory_utilization: must be a number in [0.05, 1], got 5.0"),
+    ],
+)
+def test_a_pod_built_in_python_gets_the_kv_checks_of_the_yaml_loader(
+    preset: str, engine: str, share: float, message: str
+) -> None:
+    """The KV cache checks ran in :meth:`PodSpec.from_mapping` only: ``PodSpec(...)`` built in Python
+    (scenarios, tests, scripts) took a memory share that leaves no KV cache, or one too small for
+    vLLM to start, and the run answered with errors (before session s49)."""
+    with pytest.raises(SpecError) as err:
+        PodSpec(preset=preset, engine=EngineKind(engine), gpu_memory_utilization=share)
+    assert message in str(err.value)
+    ok = PodSpec(preset="llama-3.1-8b/h100", engine=EngineKind.SGLANG, gpu_memory_utilization=0.3)
+    assert ok.resolved_preset().kv_capacity_tokens == 48512

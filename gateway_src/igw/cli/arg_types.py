@@ -49,6 +49,9 @@ class NumberRange(Generic[Number]):
     minimum: Number | None = None
     maximum: Number | None = None
     exclusive_minimum: bool = False
+    reason: str | None = None
+    """Why the bounds are where they are, added to the refusal in brackets: a bare "from 0.001 to
+    1000000" reads as arbitrary where a bound stands for what the command can still compute."""
 
     @property
     def __name__(self) -> str:  # argparse names the type in some of its own messages
@@ -81,7 +84,8 @@ class NumberRange(Generic[Number]):
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected {self.describe()}, got {text!r}") from None
         if not self.contains(value):
-            raise argparse.ArgumentTypeError(f"expected {self.describe()}, got {text!r}")
+            why = f" ({self.reason})" if self.reason else ""
+            raise argparse.ArgumentTypeError(f"expected {self.describe()}, got {text!r}{why}")
         return value
 
     def outside(self) -> str | None:
@@ -193,8 +197,56 @@ so only typos and exponent slips are refused here, before any work; a scale belo
 too much of some scenario is refused once the capacities are measured, before any scenario runs.
 Unbounded, ``--duration-scale 1e9`` was refused only after the capacity probe had run."""
 DURATION_SCALE: Final = NumberRange(float, 0.0, MAX_DURATION_SCALE, exclusive_minimum=True)
-"""``igw bench --duration-scale``: a multiplier of scenario durations, above 0, at most
-:data:`MAX_DURATION_SCALE`."""
+"""``igw bench`` and ``igw perf scrape-des/workers-des --duration-scale``: a multiplier of scenario
+durations, above 0, at most :data:`MAX_DURATION_SCALE`."""
+MIN_SIM_RATE: Final = 0.001
+"""The lowest ``igw sim run --rate``: one request per 1000 simulated s already meets an idle fleet
+every time, so a lower rate changes no latency, only the clock, which a million requests then run to
+about 1e9 s, where float seconds still resolve microseconds. ``--rate 1e-300`` ran the clock to
+2e302 s, where a step of milliseconds no longer registers: exit 0 with every TTFT 0.0."""
+MAX_SIM_RATE: Final = 1_000_000.0
+"""The highest ``igw sim run --rate``: arrivals then come a microsecond apart, far below an engine
+step of milliseconds, so every higher rate is the same single burst (``--rate 1e9`` gave the results
+of ``1e6``)."""
+SIM_RATE: Final = NumberRange(
+    float,
+    MIN_SIM_RATE,
+    MAX_SIM_RATE,
+    reason=f"below {MIN_SIM_RATE:g}/s the simulated clock outruns the precision of step times and an "
+    f"idle fleet answers alike; above {MAX_SIM_RATE:g}/s arrivals are one burst",
+)
+"""``igw sim run --rate``: mean arrivals per simulated second, :data:`MIN_SIM_RATE` to
+:data:`MAX_SIM_RATE`."""
+MIN_SCRAPE_INTERVAL: Final = 0.001
+"""The shortest simulated scrape interval: the gateway's own ``scrapeInterval`` counts whole
+milliseconds. ``igw perf scrape-des --scrape-interval 1e-300`` never ended (its paced run walks the
+ticks one by one), and ``igw sim run`` and ``igw bench`` took it, every policy then reading metrics
+fresher than any scraper delivers."""
+MAX_SCRAPE_INTERVAL: Final = 600.0
+"""The longest simulated scrape interval: ten minutes, beyond any a metrics scraper uses; at
+``--scrape-interval 1e300`` every policy routed on each pod's first scrape for the whole run, and
+exited 0 with those results."""
+SCRAPE_INTERVAL: Final = NumberRange(
+    float,
+    MIN_SCRAPE_INTERVAL,
+    MAX_SCRAPE_INTERVAL,
+    reason="seconds between metric scrapes: the gateway's scrapeInterval counts whole ms, and beyond "
+    "10 minutes every policy routes on its first scrape for the whole run",
+)
+"""``--scrape-interval`` of the DES commands (``igw bench``, ``igw sim run``, ``igw perf
+scrape-des/workers-des``): :data:`MIN_SCRAPE_INTERVAL` to :data:`MAX_SCRAPE_INTERVAL` seconds."""
+MAX_AGREEMENT_DES_SEEDS: Final = 100
+"""The most DES seeds ``igw bench --check-agreement`` runs per scenario: ten times the default, past
+which the spread of the DES side no longer narrows usefully. Unbounded, ``--agreement-des-seeds
+1000000000`` was taken, to build a list of a billion seeds and run each only once the live runs (hours,
+possibly) had finished; unlike ``--live-requests`` no ``--allow-long-run`` check looked at it."""
+AGREEMENT_DES_SEEDS: Final = NumberRange(
+    int,
+    2,
+    MAX_AGREEMENT_DES_SEEDS,
+    reason="the tie rule needs seed-to-seed variation, and each seed is a DES run of every router",
+)
+"""``igw bench --agreement-des-seeds``: 2 to :data:`MAX_AGREEMENT_DES_SEEDS`."""
 FRACTION: Final = NumberRange(float, 0.0, 1.0)
 """A share from 0 to 1."""
 WORKER_COUNT: Final = NumberOrWord(NumberRange(int, 1, MAX_WORKERS), "auto")

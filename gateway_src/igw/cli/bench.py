@@ -23,11 +23,13 @@ import sys
 from pathlib import Path
 
 from igw.cli.arg_types import (
+    AGREEMENT_DES_SEEDS,
     COUNT,
     DURATION_SCALE,
     LIVE_RATE,
     NON_NEGATIVE,
     POSITIVE,
+    SCRAPE_INTERVAL,
     SEED,
     SEEDS,
     existing_directory,
@@ -125,9 +127,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--scrape-interval",
-        type=POSITIVE,
+        type=SCRAPE_INTERVAL,
         default=0.05,
-        help="DES: seconds between metric scrapes (default 0.05)",
+        help="DES: seconds between metric scrapes, 0.001 to 600 (default 0.05)",
     )
     parser.add_argument(
         "--admission", action="store_true", help="keep the gateway's 429 admission on (off by default)"
@@ -163,9 +165,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--agreement-des-seeds",
-        type=COUNT,
+        type=AGREEMENT_DES_SEEDS,
         default=10,
-        help="--check-agreement: DES seeds at the same scale (cheap; default 10)",
+        help="--check-agreement: DES seeds at the same scale, 2 to 100 (cheap; default 10)",
     )
     parser.add_argument(
         "--decisions-out",

@@ -19,10 +19,12 @@ from typing import Final
 from igw.cli.arg_types import (
     COUNT,
     COUNTS,
+    DURATION_SCALE,
     FRACTION,
     NON_NEGATIVE,
     NON_NEGATIVE_INT,
     POSITIVE,
+    SCRAPE_INTERVAL,
     SEED,
     SEEDS,
     SIM_REQUESTS,
@@ -373,10 +375,16 @@ def _workers_des_arguments(parser: argparse.ArgumentParser) -> None:
         help="mitigations measured for N > 1: inflight, dispatches, picks (default all three)",
     )
     parser.add_argument(
-        "--duration-scale", type=POSITIVE, default=0.5, help="multiply scenario durations (default 0.5)"
+        "--duration-scale",
+        type=DURATION_SCALE,
+        default=0.5,
+        help="multiply scenario durations, at most 1000 (default 0.5)",
     )
     parser.add_argument(
-        "--scrape-interval", type=POSITIVE, default=0.05, help="scrape interval in seconds (default 0.05)"
+        "--scrape-interval",
+        type=SCRAPE_INTERVAL,
+        default=0.05,
+        help="scrape interval in seconds, 0.001 to 600 (default 0.05)",
     )
     parser.add_argument(
         "--note-interval",
@@ -415,10 +423,16 @@ def _scrape_des_arguments(parser: argparse.ArgumentParser) -> None:
         help="the policy routed (default gateway-default)",
     )
     parser.add_argument(
-        "--duration-scale", type=POSITIVE, default=0.25, help="multiply scenario durations (default 0.25)"
+        "--duration-scale",
+        type=DURATION_SCALE,
+        default=0.25,
+        help="multiply scenario durations, at most 1000 (default 0.25)",
     )
     parser.add_argument(
-        "--scrape-interval", type=POSITIVE, default=0.05, help="scrape interval in seconds (default 0.05)"
+        "--scrape-interval",
+        type=SCRAPE_INTERVAL,
+        default=0.05,
+        help="scrape interval in seconds, 0.001 to 600 (default 0.05)",
     )
     parser.add_argument(
         "--stale-threshold", type=POSITIVE, default=1.0, help="staleThreshold in seconds (default 1.0)"

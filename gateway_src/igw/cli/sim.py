@@ -9,7 +9,9 @@ from typing import Any
 from igw.cli.arg_types import (
     NON_NEGATIVE_INT,
     POSITIVE,
+    SCRAPE_INTERVAL,
     SEED,
+    SIM_RATE,
     SIM_REQUESTS,
     existing_file,
     existing_file_or_stdin,
@@ -64,7 +66,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=1000,
         help="number of requests to generate, at most 1000000 (default 1000)",
     )
-    run.add_argument("--rate", type=POSITIVE, default=10.0, help="mean arrival rate, requests/s (default 10)")
+    run.add_argument(
+        "--rate", type=SIM_RATE, default=10.0, help="mean arrival rate, requests/s, 0.001 to 1e6 (default 10)"
+    )
     run.add_argument(
         "--cv", type=POSITIVE, default=1.0, help="inter-arrival coefficient of variation (default 1: Poisson)"
     )
@@ -87,7 +91,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="random seed of the workload and the engines (default: the spec's seed, itself 0 by default)",
     )
     run.add_argument(
-        "--scrape-interval", type=POSITIVE, default=0.05, help="seconds between metric scrapes (default 0.05)"
+        "--scrape-interval",
+        type=SCRAPE_INTERVAL,
+        default=0.05,
+        help="seconds between metric scrapes, 0.001 to 600 (default 0.05)",
     )
     run.add_argument(
         "--max-retries",

@@ -90,6 +90,25 @@ def policy_context(scenario: Scenario, *, seed: int, index: int = 0) -> PolicyCo
     )
 
 
+def check_duration_scale(scenarios: Iterable[str], *, duration_scale: float) -> None:
+    """Raise :class:`~igw.bench.workload.TooManyRequests` (an ``IgwToolingError``) when one seed of any
+    of ``scenarios`` at ``duration_scale`` would hold more requests than a run holds, before any of them
+    runs: checked only as each scenario's requests were built, ``igw perf scrape-des --scenarios
+    mixed-fleet-8b,burst-70b`` measured the first scenario in full before the second was refused. The
+    capacity measurement is memoised, so each scenario's run reuses it."""
+    # deferred: start-up cost: igw perf builds every benchmark's parser; the bench code loads only when run
+    from igw.bench import capacity
+    from igw.bench.scenarios import SCENARIOS
+    from igw.bench.workload import planned_requests
+
+    for name in scenarios:
+        scenario = SCENARIOS[name]
+        cap = capacity.fleet_capacity(scenario)
+        planned_requests(
+            scenario, capacity_rps=cap.requests_per_s, duration_s=scenario.duration_s * duration_scale
+        )
+
+
 def run_per_scenario(
     scenarios: Iterable[str], measure: Callable[[str], list[Row]], print_rows: Callable[[list[Row]], None]
 ) -> list[Row]:

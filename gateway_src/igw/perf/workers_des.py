@@ -19,7 +19,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
-from igw.perf.des_quality import Quality, policy_context, run_per_scenario, seed_requests, summary_of
+from igw.perf.des_quality import (
+    Quality,
+    check_duration_scale,
+    policy_context,
+    run_per_scenario,
+    seed_requests,
+    summary_of,
+)
 
 if TYPE_CHECKING:
     from igw.bench.stats import RunSummary
@@ -138,6 +145,7 @@ def run(args: argparse.Namespace) -> int:
         f"{(args.note_interval or note_interval(args.scrape_interval)) * 1000:g} ms; "
         "requests spread over the workers at random (SO_REUSEPORT)"
     )
+    check_duration_scale(args.scenarios, duration_scale=args.duration_scale)
     run_per_scenario(
         args.scenarios,
         lambda name: measure(

@@ -240,6 +240,13 @@ class PodSpec:
             Version(self.engine_version)
         except InvalidVersion:
             raise SpecError("engine_version", f"not a valid version: {self.engine_version!r}") from None
+        if self.gpu_memory_utilization is not None:
+            # the YAML loader's checks, for a PodSpec built in Python too: one built with a share
+            # leaving no KV cache was accepted and answered every request with an error (before s49)
+            gmu = self.gpu_memory_utilization
+            if isinstance(gmu, bool) or not isinstance(gmu, (int, float)) or not 0.05 <= gmu <= 1.0:
+                raise SpecError("gpu_memory_utilization", f"must be a number in [0.05, 1], got {gmu!r}")
+            _check_kv_cache(self.preset, self.engine, gmu, path="gpu_memory_utilization")
 
     def resolved_preset(self) -> Preset:
         """The preset with this pod's scheduler overrides applied."""
@@ -341,27 +348,7 @@ class PodSpec:
         gmu = m.get("gpu_memory_utilization")
         if gmu is not None:
             gmu = _number(gmu, f"{path}.gpu_memory_utilization", minimum=0.05, maximum=1.0)
-            resolved = get_preset(preset).with_overrides(gpu_memory_utilization=gmu)
-            if resolved.num_gpu_blocks == 0:
-                # a pod whose weights fill its share of GPU memory had no KV cache and answered every
-                # request with an error, the run exiting 0 (vLLM refuses to start: "No available
-                # memory for the cache blocks")
-                weights = resolved.model.weight_bytes / resolved.tp / GIB
-                raise SpecError(
-                    f"{path}.gpu_memory_utilization",
-                    f"{gmu:g} of {resolved.gpu.memory_gib:g} GiB per GPU leaves no KV cache for {preset} "
-                    f"(weights {weights:.1f} GiB and a {resolved.gpu.activation_reserve_gib:g} GiB "
-                    "activation reserve per GPU); raise it",
-                )
-            if engine is EngineKind.VLLM and resolved.kv_capacity_tokens < resolved.max_model_len:
-                # vLLM checks at start-up that the cache holds one sequence of the model's max length
-                # and refuses to start otherwise; the pod was accepted and served (before session s49)
-                raise SpecError(
-                    f"{path}.gpu_memory_utilization",
-                    f"{gmu:g} leaves a KV cache of {resolved.kv_capacity_tokens} tokens for {preset}, "
-                    f"less than its max seq len ({resolved.max_model_len}): vLLM refuses to start when "
-                    "the KV cache cannot hold one request of the model's max seq len; raise it",
-                )
+            _check_kv_cache(preset, engine, gmu, path=f"{path}.gpu_memory_utilization")
         return cls(
             preset=preset,
             name=_str(m.get("name", ""), f"{path}.name"),
@@ -479,6 +466,34 @@ class FleetSpec:
             # the field path alone ("spec.pods[0].preset: ...") named no file: `igw bench --fleet` and
             # `igw sim run/fleet --spec` printed it without saying which file was wrong
             raise SpecError(exc.path, exc.message, source=f"{p}:{_line_of(document, exc.path)}") from None
+
+
+def _check_kv_cache(preset: str, engine: EngineKind, gmu: float, *, path: str) -> None:
+    """Raise :class:`SpecError` at ``path`` when ``gmu`` of the GPU memory leaves ``preset`` no KV
+    cache, or (vLLM) one smaller than the model's max seq len. Called by :meth:`PodSpec.__post_init__`,
+    so a pod built in Python is checked as one loaded from YAML is (which calls it first, to name the
+    field's full path)."""
+    resolved = get_preset(preset).with_overrides(gpu_memory_utilization=gmu)
+    if resolved.num_gpu_blocks == 0:
+        # a pod whose weights fill its share of GPU memory had no KV cache and answered every
+        # request with an error, the run exiting 0 (vLLM refuses to start: "No available
+        # memory for the cache blocks")
+        weights = resolved.model.weight_bytes / resolved.tp / GIB
+        raise SpecError(
+            path,
+            f"{gmu:g} of {resolved.gpu.memory_gib:g} GiB per GPU leaves no KV cache for {preset} "
+            f"(weights {weights:.1f} GiB and a {resolved.gpu.activation_reserve_gib:g} GiB "
+            "activation reserve per GPU); raise it",
+        )
+    if engine is EngineKind.VLLM and resolved.kv_capacity_tokens < resolved.max_model_len:
+        # vLLM checks at start-up that the cache holds one sequence of the model's max length
+        # and refuses to start otherwise; the pod was accepted and served (before session s49)
+        raise SpecError(
+            path,
+            f"{gmu:g} leaves a KV cache of {resolved.kv_capacity_tokens} tokens for {preset}, "
+            f"less than its max seq len ({resolved.max_model_len}): vLLM refuses to start when "
+            "the KV cache cannot hold one request of the model's max seq len; raise it",
+        )
 
 
 def _with_name(pod: PodSpec, name: str) -> PodSpec:
