@@ -568,3 +568,34 @@ async def test_another_version_s_pod_that_answers_a_continuation_is_learnt_by_it
         assert resp.status == 200, await resp.text()
         assert (await resp.json())["server"] == "v2b"
         assert (len(v2a.received), len(v2b.received)) == (asked[0], asked[1] + 1)
+
+
+async def test_a_drawn_pod_s_404_is_not_left_counted_when_another_version_s_attempt_times_out(
+    gateway: Any,
+) -> None:
+    """A streamed continuation drawn to the stable version that only the canary's pod stores, whose
+    prefill outlasts the drawn pool's ``routeTimeout``: the stream ends with a ``route_timeout``
+    error event, and the stable pod, which answered 404 and prefilled nothing, is left with neither
+    the pick's dispatch in its pool's ledger nor the prompt's blocks in its prefix index. Before
+    this fix the drawn pod's pick, kept while another version's pod was asked (only a pod of its own
+    pool takes it over), was given back only when the attempts ended normally: a routeTimeout, a
+    client gone or a shutdown during the other version's attempt left it counted there."""
+    d = _engines_doc("vllm", "vllm")
+    d["spec"]["schedulers"][0]["routeTimeout"] = "500ms"
+    async with (
+        running(FakeModelServer("v1"), FakeModelServer("v2", first_token_delay_s=2.0)) as (v1, v2),
+        gateway(d, {"old": [v1.key], "new": [v2.key]}) as gw,
+    ):
+        v2.stored_responses["resp_elsewhere"] = {"id": "resp_elsewhere", "object": "response", "output": []}
+        body = {
+            "model": "llama",
+            "input": "and then? " * 40,
+            "previous_response_id": "resp_elsewhere",
+            "stream": True,
+        }
+        resp = await gw.post("/v1/responses", body)
+        assert b"route_timeout" in await resp.read()
+        assert len(v1.received) == 1  # drawn, asked first: its 404
+        assert len(v2.received) == 1  # then the canary's pod, past the routeTimeout
+        assert unreflected_dispatches(gw, v1.key, pool="old") == {v1.key: 0}
+        assert prefix_blocks(gw, v1.key, pool="old") == {v1.key: 0}

@@ -1616,6 +1616,12 @@ async def _forward(
         if unsent is not None and ep is not None and plan.sr is not None and owner is plan.sr:
             _sent_instead(plan.sr, unsent, ep, request_id=obs.key, now=state.clock())
             unsent = None
+        elif unsent is not None and plan.sr is not None and owner is not plan.sr:
+            # the search moved on to another version's pool (after every pod of the drawn one): no
+            # drawn pod takes the pick over, so it is given back now - not only after the last attempt,
+            # which a routeTimeout, a client gone or a shutdown during this attempt never reaches
+            plan.sr.scheduler.release_dispatch(unsent, now=state.clock(), request_id=obs.key)
+            unsent = None
         result = None
         misnamed = False  # a retrieval's answer naming another stored response than the one asked for
         obs.attempt(
