@@ -285,8 +285,9 @@ class Reconciler:
         so no config of it is newer), and a pass of one reads the config, says so once in its status
         and stops (:meth:`_doomed_config`). Deleting a namespace of 50 configs, every resync pass of
         each read its whole data plane, dry-ran what the namespace controller had already removed and
-        read the Deployment and Service again: ~600 GETs a resync until the namespace was gone (before
-        session s49). By uid, not name: a config made in a new namespace of that name is not one."""
+        read the Deployment and Service again, every resync until the namespace was gone (before
+        session s49; counts in docs/operating.md). By uid, not name: a config made in a new namespace
+        of that name is not one."""
         """Objects whose namespace the API server said is being deleted (logged once, not every pass;
         dropped with the object, which the namespace's deletion removes)."""
         self._noted: dict[tuple[str, str], tuple[object, object]] = {}

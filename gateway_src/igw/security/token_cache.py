@@ -16,8 +16,8 @@ must stay visible in metrics).
 **Eviction** (session s49): when full, two distinct entries are drawn at random and the one unusable
 (expired, or verified against another key set) or else the one used least recently is dropped
 (sampled LRU, as Redis's). Pure LRU thrashed when more distinct tokens than ``maxEntries`` were used
-in turn: every token was evicted just before its next use, so every look-up missed (0 hits of
-``maxEntries + 1`` tokens cycled, test_token_cache.py); the random draw keeps most of them. A hot
+in turn: every token was evicted just before its next use, so every look-up missed (``maxEntries + 1``
+tokens cycled: test_token_cache.py); the random draw keeps most of them. A hot
 token's entry counts as used now (:data:`IN_USE`), so it is dropped only when the other entry drawn
 is hot too (before, a hit on the hot path did not refresh its recency, so a token sent on every
 request was evicted after ``maxEntries`` other insertions and re-verified).
