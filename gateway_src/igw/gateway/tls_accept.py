@@ -97,8 +97,8 @@ class TlsHandshake(asyncio.Protocol):
         loops' default is 30 s, during which the connection still counts against
         ``maxConnections``: a client that never sends it held a slot that long, before session s48)."""
         self._send_timeout_s = send_timeout_s
-        """Longest a close waits without progress for the answer's bytes to leave
-        (:class:`DrainingClose`)."""
+        """Longest the answer's bytes below the TLS layer, or a close waiting for them, may wait
+        without progress (:class:`DrainingClose`)."""
         self._transport: asyncio.Transport | None = None
         self._task: asyncio.Task[None] | None = None
         self._tls_started = False
