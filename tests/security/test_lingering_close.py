@@ -419,3 +419,100 @@ def test_a_tls_close_to_a_client_that_reads_nothing_is_cut_at_the_send_timeout(
 
     run = uvloop.run if loop_name == "uvloop" else asyncio.run
     assert run(scenario()) < 5  # about send_timeout (0.5 s) and LINGER_S; never held for ever
+
+
+async def large_event(request: web.Request) -> web.StreamResponse:
+    """A streamed answer whose one event is far larger than the socket buffers."""
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await resp.prepare(request)
+    await resp.write(b"data: " + b"a" * LARGE + b"\n\n")
+    await resp.write_eof()
+    return resp
+
+
+def _keep_alive_tls_client(port: int, context: ssl.SSLContext, path: str, held: list[ssl.SSLSocket]) -> None:
+    """Request ``path`` on a kept-alive TLS connection with a small receive buffer; read nothing."""
+    raw = socket.socket()
+    raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 2**15)
+    raw.connect(("127.0.0.1", port))
+    tls = context.wrap_socket(raw, server_hostname="127.0.0.1")
+    held.append(tls)  # closed only at the end
+    tls.sendall(b"GET %s HTTP/1.1\r\nHost: x\r\n\r\n" % path.encode())
+
+
+@pytest.mark.parametrize("loop_name", ["asyncio", "uvloop"])
+@pytest.mark.parametrize("path", ["/large", "/event"])
+def test_a_kept_alive_tls_client_that_stops_reading_is_cut_at_the_send_timeout(
+    loop_name: str, path: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An answer written in one piece larger than the socket buffers, to a kept-alive TLS client that
+    reads none of it, is cut at the send timeout, as on plain TCP, its unsent bytes dropped with the
+    connection. Before session s49 the TLS layer handed the whole write to the TCP transport's buffer
+    and no pause reached the handler: the connection (4.6 of 8 MiB unsent) stayed until the
+    keep-alive timeout."""
+    monkeypatch.setattr(serving, "LINGER_S", 0.3)
+    server_context, client_context = _tls_pair()
+    held: list[ssl.SSLSocket] = []
+    limits = serving.ServerLimits(send_timeout_s=0.5, keepalive_timeout_s=30)
+
+    async def scenario() -> float:
+        loop = asyncio.get_running_loop()
+        app = web.Application()
+        app.router.add_get("/large", large)
+        app.router.add_get("/event", large_event)
+        async with serve_app(app, host="127.0.0.1", port=0, ssl_context=server_context, limits=limits) as url:
+            server = next(s for s in _servers(app))
+            try:
+                port = int(url.rsplit(":", 1)[1])
+                await loop.run_in_executor(None, _keep_alive_tls_client, port, client_context, path, held)
+                return await wait_for(lambda: server.open_connections() == 0, within=10, what="the cut")
+            finally:
+                for tls in held:
+                    tls.close()
+
+    run = uvloop.run if loop_name == "uvloop" else asyncio.run
+    assert run(scenario()) < 3  # about send_timeout (0.5 s); the keep-alive timeout (30 s) before
+    assert any("send timeout" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("loop_name", ["asyncio", "uvloop"])
+def test_a_kept_alive_tls_client_that_reads_slowly_gets_the_whole_answer(loop_name: str) -> None:
+    """A TLS client that reads a large answer for longer than the send timeout, but steadily, is not
+    cut: the send timeout counts only while no byte leaves."""
+    server_context, client_context = _tls_pair()
+    held: list[ssl.SSLSocket] = []
+    limits = serving.ServerLimits(send_timeout_s=0.5)
+
+    def client(port: int) -> tuple[int, float]:
+        raw = socket.socket()
+        raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 2**15)
+        raw.connect(("127.0.0.1", port))
+        tls = client_context.wrap_socket(raw, server_hostname="127.0.0.1")
+        held.append(tls)
+        tls.settimeout(10)
+        tls.sendall(b"GET /large HTTP/1.1\r\nHost: x\r\n\r\n")
+        t0 = time.monotonic()
+        data = bytearray()
+        while (end := data.find(b"\r\n\r\n")) < 0 or len(data) - end - 4 < LARGE:
+            chunk = tls.recv(2**14)
+            if not chunk:
+                break
+            data += chunk
+            time.sleep(0.002)
+        return len(data) - data.find(b"\r\n\r\n") - 4, time.monotonic() - t0
+
+    async def scenario() -> tuple[int, float]:
+        loop = asyncio.get_running_loop()
+        app = web.Application()
+        app.router.add_get("/large", large)
+        async with serve_app(app, host="127.0.0.1", port=0, ssl_context=server_context, limits=limits) as url:
+            try:
+                return await loop.run_in_executor(None, client, int(url.rsplit(":", 1)[1]))
+            finally:
+                for tls in held:
+                    tls.close()
+
+    run = uvloop.run if loop_name == "uvloop" else asyncio.run
+    got, took = run(scenario())
+    assert got == LARGE
+    assert took > 1.0  # read for longer than the send timeout (0.5 s)

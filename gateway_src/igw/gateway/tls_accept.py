@@ -97,8 +97,8 @@ class TlsHandshake(asyncio.Protocol):
         loops' default is 30 s, during which the connection still counts against
         ``maxConnections``: a client that never sends it held a slot that long, before session s48)."""
         self._send_timeout_s = send_timeout_s
-        """Longest a close waits without progress for the answer's bytes to leave
-        (:class:`DrainingClose`)."""
+        """Longest the answer's bytes below the TLS layer, or a close waiting for them, may wait
+        without progress (:class:`DrainingClose`)."""
         self._transport: asyncio.Transport | None = None
         self._task: asyncio.Task[None] | None = None
         self._tls_started = False
@@ -215,63 +215,101 @@ DRAIN_POLL_S: Final = 0.05
 
 
 class DrainingClose(asyncio.Transport):
-    """A TLS connection's transport as its handler sees it: ``close`` starts the TLS close only once
-    every byte written has left (the TLS layer's buffer and the TCP transport's below it are empty).
+    """A TLS connection's transport as its handler sees it: the send timeout holds for the bytes
+    below the TLS layer, and ``close`` starts the TLS close only once every byte written has left
+    (the TLS layer's buffer and the TCP transport's below it are empty).
+
+    Both loops' TLS layers encrypt each write at once and hand it whole to the TCP transport while
+    that one is not paused; only the TLS layer's own buffer counts towards the handler's
+    ``pause_writing``, which starts its send timeout. One write larger than the socket buffers (a
+    whole answer) thus went to the TCP transport's buffer with no pause reaching the handler: a
+    keep-alive client that stopped reading held it (4.6 of 8 MiB unsent) until the keep-alive
+    timeout, before session s49. So a write that leaves the TCP transport's buffer over its
+    high-water mark starts a watch here: it ends once that buffer is back under the mark; a watch in
+    which no byte left for ``stall_s`` (the send timeout) aborts the connection, as the handler's
+    own send timeout aborts a plain-TCP one.
 
     The TLS close's bound (``ssl_shutdown_timeout``) is for the client's close_notify; both loops
     start it at the close and then drop the TCP transport's unsent bytes with the connection, so it
     must not start while the answer is still leaving. Until then the transport reads no more (as a
-    plain TCP transport that closes) and is closing to its handler; a wait in which no byte left
-    for ``stall_s`` (the send timeout) aborts the connection: a client that reads nothing is cut as
-    an answer's send timeout cuts it. Everything else is the TLS transport's own."""
+    plain TCP transport that closes) and is closing to its handler; the same ``stall_s`` without
+    progress aborts the wait. Everything else is the TLS transport's own.
 
-    __slots__ = ("_closing", "_last_unsent", "_poll", "_stall_s", "_stalled_at", "_tcp", "_tls")
+    Progress is a change of the TCP transport's buffer size: while over its high-water mark, that
+    transport has paused the TLS layer, so the buffer changes only as the client reads (it shrinks,
+    or, once drained to the low-water mark, the TLS layer refills it)."""
+
+    __slots__ = (
+        "_closing",
+        "_last_unsent",
+        "_poll",
+        "_stall_s",
+        "_stalled_at",
+        "_tcp",
+        "_tcp_high",
+        "_tls",
+    )
 
     def __init__(self, tls: asyncio.Transport, tcp: asyncio.Transport, *, stall_s: float) -> None:
         super().__init__()
         self._tls = tls
         self._tcp = tcp
         self._stall_s = stall_s
+        self._tcp_high = tcp.get_write_buffer_limits()[1]
+        """The TCP transport's high-water mark: past it, that transport pauses the TLS layer."""
         self._closing = False
         self._poll: asyncio.TimerHandle | None = None
+        """The watch's (or the closing wait's) next look."""
         self._last_unsent = 0
+        """The TCP transport's buffer size at the watch's last progress."""
         self._stalled_at = 0.0
 
-    def _unsent(self) -> int:
-        return self._tls.get_write_buffer_size() + self._tcp.get_write_buffer_size()
+    def _watch(self) -> None:
+        """Look every :data:`DRAIN_POLL_S` whether the unsent bytes leave (:meth:`_check`)."""
+        loop = asyncio.get_running_loop()
+        self._last_unsent, self._stalled_at = self._tcp.get_write_buffer_size(), loop.time()
+        self._poll = loop.call_later(DRAIN_POLL_S, self._check)
 
     def close(self) -> None:
         if self._closing:
             return
         self._closing = True
         tls = self._tls
-        unsent = self._unsent()
-        if unsent == 0 or tls.is_closing():
+        if tls.is_closing() or tls.get_write_buffer_size() + self._tcp.get_write_buffer_size() == 0:
+            self._stop_watch()
             tls.close()
             return
         with contextlib.suppress(Exception):
             tls.pause_reading()
-        loop = asyncio.get_running_loop()
-        self._last_unsent, self._stalled_at = unsent, loop.time()
-        self._poll = loop.call_later(DRAIN_POLL_S, self._check)
+        if self._poll is None:
+            self._watch()
+
+    def _stop_watch(self) -> None:
+        if self._poll is not None:
+            self._poll.cancel()
+            self._poll = None
 
     def _check(self) -> None:
         self._poll = None
         tls = self._tls
         if tls.is_closing():
             return  # lost (or aborted) meanwhile: nothing left to send
-        unsent = self._unsent()
-        if unsent == 0:
-            tls.close()
-            return
+        unsent = self._tcp.get_write_buffer_size()
+        if self._closing:
+            if unsent + tls.get_write_buffer_size() == 0:
+                tls.close()
+                return
+        elif unsent <= self._tcp_high:
+            return  # the client reads: the watch ends (a write that fills the buffer starts another)
         loop = asyncio.get_running_loop()
         now = loop.time()
-        if unsent < self._last_unsent:
+        if unsent != self._last_unsent:
             self._last_unsent, self._stalled_at = unsent, now
         elif now - self._stalled_at >= self._stall_s:
             log.warning(
-                "aborted a closing TLS connection from %s whose client read none of its answer for %gs "
+                "aborted a %sTLS connection from %s whose client read none of its answer for %gs "
                 "(send timeout)",
+                "closing " if self._closing else "",
                 tls.get_extra_info("peername"),
                 self._stall_s,
             )
@@ -281,9 +319,7 @@ class DrainingClose(asyncio.Transport):
 
     def abort(self) -> None:
         self._closing = True
-        if self._poll is not None:
-            self._poll.cancel()
-            self._poll = None
+        self._stop_watch()
         self._tls.abort()
 
     def is_closing(self) -> bool:
@@ -292,10 +328,14 @@ class DrainingClose(asyncio.Transport):
     def write(self, data: bytes | bytearray | memoryview) -> None:
         if not self._closing:
             self._tls.write(data)
+            if self._poll is None and self._tcp.get_write_buffer_size() > self._tcp_high:
+                self._watch()
 
     def writelines(self, list_of_data: Iterable[bytes | bytearray | memoryview]) -> None:
         if not self._closing:
             self._tls.writelines(list_of_data)
+            if self._poll is None and self._tcp.get_write_buffer_size() > self._tcp_high:
+                self._watch()
 
     def write_eof(self) -> None:
         self._tls.write_eof()
