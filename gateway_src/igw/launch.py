@@ -49,7 +49,7 @@ from igw.gateway.serving import (
     serve_app,
 )
 from igw.gateway.stop_signals import ReloadSignal, StopSignals
-from igw.gateway.tracing_options import TracingOptions
+from igw.gateway.tracing_options import TracingOptions, ratio_words
 from igw.gateway.worker_count import memory_limit
 from igw.gateway.worker_heartbeat import Heartbeat
 from igw.gateway.workers import WorkerRole
@@ -224,9 +224,7 @@ def optional_features(options: LaunchOptions, env: Mapping[str, str] = os.enviro
     tracing = options.tracing
     if tracing is not None:
         if tracing.sample_ratio is not None:
-            sampling = (
-                f"{tracing.sample_ratio:g} of new traces (a sampled incoming traceparent is always followed)"
-            )
+            sampling = ratio_words(tracing)
         elif env.get("OTEL_TRACES_SAMPLER"):
             arg = env.get("OTEL_TRACES_SAMPLER_ARG")
             sampling = f"OTEL_TRACES_SAMPLER={env['OTEL_TRACES_SAMPLER']}" + (f" ({arg})" if arg else "")

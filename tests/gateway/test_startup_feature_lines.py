@@ -27,8 +27,11 @@ def test_tracing_line_names_the_endpoint_without_its_credentials_and_the_samplin
     assert "hunter2" not in line
     assert "s3cr3t" not in line
     assert "user" not in line
-    assert "sampling 0.25 of new traces" in line
+    assert "sampling 0.25 of new traces and of callers' traces (their sampled flag not followed)" in line
     assert "export timeout 3s" in line
+    trusted = TracingOptions(endpoint="http://collector:4318", sample_ratio=0.25, trust_parent_sampling=True)
+    (line,) = optional_features(LaunchOptions(config_path="c.yaml", tracing=trusted), env={})
+    assert "0.25 of new traces (a caller's sampled flag followed: --otel-trust-parent-sampling)" in line
 
 
 def test_tracing_line_names_the_sdk_sampler_when_no_ratio_is_given() -> None:

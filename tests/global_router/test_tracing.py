@@ -199,9 +199,10 @@ async def test_an_unsampled_caller_is_followed_and_the_cluster_told_so() -> None
     """A ``traceparent`` whose sampled flag is 0: the router records nothing, and the cluster gets
     the trace with the flag still 0 (its gateway records nothing either), under the router's id."""
     exporter = InMemorySpanExporter()
+    tracing = memory_tracing(exporter, trust_parent_sampling=True)
     async with (
         running(FakeModelServer("east")) as (east,),
-        router(f"http://{east.key}", tracing=memory_tracing(exporter)) as url,
+        router(f"http://{east.key}", tracing=tracing) as url,
     ):
         assert await _post(url, client_headers(sampled=False)) == 200
     assert router_spans(exporter) == []
@@ -210,6 +211,28 @@ async def test_an_unsampled_caller_is_followed_and_the_cluster_told_so() -> None
     version, trace_id, parent_id, flags = traceparent.split("-")
     assert (version, trace_id, flags) == ("00", TRACE_ID, "00")
     assert parent_id != PARENT_ID
+
+
+@pytest.mark.parametrize(("ratio", "flags", "recorded"), [(0.0, "01", False), (1.0, "00", True)])
+async def test_an_untrusted_callers_sampled_flag_is_not_followed(
+    ratio: float, flags: str, recorded: bool
+) -> None:
+    """By default the router draws whether the caller's trace is recorded (its id kept): a client's
+    ``-01`` at a ratio of 0 had the router and every cluster record it, before session s49."""
+    exporter = InMemorySpanExporter()
+    tracing = Tracing(SimpleSpanProcessor(exporter), sample_ratio=ratio, service_name=SERVICE_NAME)
+    headers = {**client_headers(), "traceparent": f"00-{TRACE_ID}-{PARENT_ID}-{flags}"}
+    async with (
+        running(FakeModelServer("east")) as (east,),
+        router(f"http://{east.key}", tracing=tracing) as url,
+    ):
+        assert await _post(url, headers) == 200
+    assert len(router_spans(exporter)) == int(recorded)
+    [(traceparent, _)] = received_trace_headers(east)
+    assert traceparent is not None
+    _, trace_id, _, sent_flags = traceparent.split("-")
+    assert trace_id == TRACE_ID
+    assert int(sent_flags, 16) & 1 == int(recorded)
 
 
 async def test_with_tracing_off_the_callers_trace_headers_go_on_untouched() -> None:
@@ -344,7 +367,7 @@ async def test_the_access_line_carries_the_trace_id_when_recorded(
     caller's trace is not sampled or tracing is off."""
     caplog.set_level(logging.INFO, logger=ACCESS_LOGGER)
     exporter = InMemorySpanExporter()
-    tracing = None if traced == "off" else memory_tracing(exporter)
+    tracing = None if traced == "off" else memory_tracing(exporter, trust_parent_sampling=True)
     async with (
         running(FakeModelServer("east")) as (east,),
         router(f"http://{east.key}", tracing=tracing) as url,

@@ -140,6 +140,32 @@ def test_unreachable_collector_counts_failed_spans_and_logs_once(caplog: pytest.
         assert throttle not in logging.getLogger(name).filters
 
 
+def test_hostile_trace_headers_are_logged_once_not_once_a_request(caplog: pytest.LogCaptureFixture) -> None:
+    """The SDK warns of each ``traceparent``/``tracestate`` it refuses, quoting the caller's text: a
+    client sending them on every request wrote a line each (100 here) before session s49."""
+    parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    hostile = [
+        {"traceparent": parent + "-" + "a" * 10240},
+        {"traceparent": parent, "tracestate": ",".join(f"k{i}=v" for i in range(33))},
+        {"traceparent": parent, "tracestate": "k=" + "v" * 9000},
+        {"traceparent": parent, "tracestate": "BAD KEY=value-from-the-client"},
+    ]
+    options = tracing_options(f"http://127.0.0.1:{_closed_port()}", 0.0, env={})
+    assert options is not None
+    tracing = Tracing.exporting(options)
+    try:
+        with caplog.at_level(logging.WARNING):
+            for _ in range(25):
+                for headers in hostile:
+                    tracing.start(headers, method="POST", path="/v1/completions", started=0.0).finish(200)
+    finally:
+        tracing.shutdown()
+    lines = [r.getMessage() for r in caplog.records if r.name.startswith("opentelemetry.trace")]
+    # each kind's first line, and its repeats' count when the throttle is closed at shutdown
+    assert len(hostile) <= len(lines) <= 2 * len(hostile), lines
+    assert sum("more like this" in line for line in lines) >= len(hostile) - 1
+
+
 def test_shutdown_with_the_collector_silent_ends_within_the_exporter_timeout() -> None:
     """A collector that accepts connections and never answers: the final flush at shutdown took the
     SDK's own 30 s bound (batch after batch, each retried for the exporter's timeout), where the

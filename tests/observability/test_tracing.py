@@ -42,11 +42,13 @@ SECRET = "sk-do-not-trace-7f3a"
 
 @contextlib.asynccontextmanager
 async def traced_gateway(
-    gateway: Callable[..., Any], *, sample_ratio: float | None = 1.0
+    gateway: Callable[..., Any], *, sample_ratio: float | None = 1.0, trust_parent_sampling: bool = False
 ) -> AsyncIterator[tuple[Gateway, RunningFleet, InMemorySpanExporter]]:
     """A gateway tracing into memory, routing ``llama`` to two simulated pods."""
     exporter = InMemorySpanExporter()
-    tracing = Tracing(SimpleSpanProcessor(exporter), sample_ratio=sample_ratio)
+    tracing = Tracing(
+        SimpleSpanProcessor(exporter), sample_ratio=sample_ratio, trust_parent_sampling=trust_parent_sampling
+    )
     pods = [{"name": f"p{i}", "preset": "llama-3.1-8b/h100", "served_model_name": MODEL} for i in (0, 1)]
     spec = FleetSpec.from_mapping({"time_scale": 0.05, "seed": 3, "pods": pods})
     async with run_fleet(spec, admin=False) as fleet:
@@ -216,7 +218,8 @@ async def test_sampling_ratio_zero_records_nothing_but_still_propagates(
     gateway: Callable[..., Any], caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger="igw.access")
-    async with traced_gateway(gateway, sample_ratio=0.0) as (gw, fleet, exporter):
+    trusted = traced_gateway(gateway, sample_ratio=0.0, trust_parent_sampling=True)
+    async with trusted as (gw, fleet, exporter):
         body = {"model": MODEL, "prompt": "hello", "max_tokens": 2}
         resp = await gw.post("/v1/completions", body)
         assert resp.status == 200
@@ -236,6 +239,69 @@ async def test_sampling_ratio_zero_records_nothing_but_still_propagates(
     # The access log names the trace only where one was recorded.
     logged = [orjson.loads(r.getMessage()) for r in caplog.records if r.name == "igw.access"]
     assert [entry.get("trace_id") for entry in logged] == [None, TRACE_ID]
+
+
+async def test_an_untrusted_callers_sampled_flag_neither_forces_nor_prevents_recording(
+    gateway: Callable[..., Any],
+) -> None:
+    """By default the caller's trace is continued but the gateway draws whether it is recorded: a
+    client sending ``-01`` on every request at a ratio of 0 had each one recorded (cost), one sending
+    ``-00`` at a ratio of 1 none (hidden), before session s49; the pod is told the gateway's word."""
+    body = {"model": MODEL, "prompt": "hello", "max_tokens": 2}
+    low_bits_zero = TRACE_ID[:16] + "0" * 16  # recorded by a trace-id ratio at any ratio above 0
+    for ratio, flags, recorded in ((0.0, "01", False), (1.0, "00", True)):
+        async with traced_gateway(gateway, sample_ratio=ratio) as (gw, fleet, exporter):
+            for trace_id in (TRACE_ID, low_bits_zero):
+                headers = {"traceparent": f"00-{trace_id}-{PARENT_ID}-{flags}"}
+                resp = await gw.post("/v1/completions", body, headers=headers)
+                assert resp.status == 200
+                await resp.read()
+            if recorded:
+                spans = await finished(exporter, server_spans=2)
+                assert {f"{s.context.trace_id:032x}" for s in spans} == {TRACE_ID, low_bits_zero}
+            else:
+                await asyncio.sleep(0.05)
+                assert exporter.get_finished_spans() == ()
+            received = [tp for pod in fleet.pods for tp, _ in fleet.pod(pod.key).trace_contexts]
+        assert sorted(tp.split("-")[1] for tp in received) == sorted([TRACE_ID, low_bits_zero])
+        assert {int(tp.rsplit("-", 1)[1], 16) & 1 for tp in received} == {int(recorded)}
+
+
+def test_an_untrusted_callers_trace_is_drawn_at_the_ratio_not_by_its_chosen_id() -> None:
+    """A sampled caller whose chosen trace id has small low 64 bits: followed, or judged by a trace-id
+    ratio, every one was recorded; drawn, about 1 in 100."""
+    exporter = InMemorySpanExporter()
+    tracing = Tracing(SimpleSpanProcessor(exporter), sample_ratio=0.01)
+    chosen = TRACE_ID[:16] + "0" * 16
+    for _ in range(400):
+        tracing.start(
+            {"traceparent": f"00-{chosen}-{PARENT_ID}-01"}, method="POST", path="/v1/completions", started=0.0
+        ).finish(200)
+    assert len(exporter.get_finished_spans()) < 40  # 4 expected at 0.01; 400 by the trace id
+
+
+async def test_the_pod_never_gets_the_callers_tracestate_beside_a_trace_the_gateway_started(
+    gateway: Callable[..., Any],
+) -> None:
+    """A ``traceparent`` that is not valid starts a new trace, and a ``tracestate`` the SDK refuses
+    (33 members) is dropped: the caller's header went on to the pod as sent (W3C: discard it)."""
+    body = {"model": MODEL, "prompt": "hello", "max_tokens": 2}
+    big_state = ",".join(f"k{i}=" + "v" * 200 for i in range(33))
+    cases = [
+        {"traceparent": f"ff-{TRACE_ID}-{PARENT_ID}-01", "tracestate": "vendor=abc"},
+        {"traceparent": f"00-{'0' * 32}-{PARENT_ID}-01", "tracestate": "vendor=abc"},
+        {"traceparent": f"00-{TRACE_ID}-{PARENT_ID}-01", "tracestate": big_state},
+        {"tracestate": "vendor=abc"},
+    ]
+    async with traced_gateway(gateway) as (gw, fleet, _exporter):
+        for headers in cases:
+            resp = await gw.post("/v1/completions", body, headers=headers)
+            assert resp.status == 200
+            await resp.read()
+        received = [pair for pod in fleet.pods for pair in fleet.pod(pod.key).trace_contexts]
+    assert len(received) == len(cases)
+    assert all(state in (None, "") for _, state in received), received
+    assert sum(tp.split("-")[1] == TRACE_ID for tp, _ in received) == 1  # only the valid one continued
 
 
 @pytest.mark.parametrize("ratio", [-0.1, 1.5])
@@ -532,3 +598,20 @@ async def test_a_client_leaving_mid_stream_ends_the_attempt_client_gone_and_the_
     assert dict(upstream.attributes or {})["error.type"] == "client_gone"
     assert upstream.status.status_code is StatusCode.ERROR
     assert "client disconnected" in (upstream.status.description or "")
+
+
+def test_the_exporting_tracer_follows_a_callers_flag_only_when_told_to_trust_it() -> None:
+    """``--otel-trust-parent-sampling`` reaches the exporting tracer's sampler (off by default)."""
+    recorded = {}
+    for trust in (False, True):
+        options = tracing_options("http://127.0.0.1:4318", 0.0, env={}, trust_parent_sampling=trust)
+        assert options is not None
+        tracing = Tracing.exporting(options)
+        try:
+            sampled = {"traceparent": f"00-{TRACE_ID}-{PARENT_ID}-01"}
+            trace_ = tracing.start(sampled, method="POST", path="/v1/completions", started=0.0)
+            recorded[trust] = trace_.recorded_trace_id
+            trace_.finish(200)
+        finally:
+            tracing.shutdown()
+    assert recorded == {False: None, True: TRACE_ID}

@@ -85,8 +85,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--otel-sample-ratio",
         type=FRACTION,
         metavar="R",
-        help="record this fraction (0..1) of the traces the router starts; a sampled incoming "
-        "traceparent is always followed (default: OTEL_TRACES_SAMPLER, else every request)",
+        help="record this fraction (0..1) of the requests; a caller's traceparent is continued but its "
+        "sampled flag not followed (default: OTEL_TRACES_SAMPLER, else every request)",
+    )
+    otel.add_argument(
+        "--otel-trust-parent-sampling",
+        action="store_true",
+        help="with --otel-sample-ratio: follow the sampled flag of the caller's traceparent (for "
+        "callers that are trusted; otherwise a client could force every request recorded)",
     )
 
 
@@ -123,7 +129,11 @@ def _run(args: argparse.Namespace) -> int:
     from igw.global_router.launch import run_global_router
 
     try:
-        tracing = tracing_options(args.otel_endpoint, args.otel_sample_ratio)
+        tracing = tracing_options(
+            args.otel_endpoint,
+            args.otel_sample_ratio,
+            trust_parent_sampling=args.otel_trust_parent_sampling,
+        )
     except TracingConfigError as exc:
         print(f"igw global serve: {exc}", file=sys.stderr)
         return EXIT_CONFIG

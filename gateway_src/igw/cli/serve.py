@@ -152,8 +152,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--otel-sample-ratio",
         type=FRACTION,
         metavar="R",
-        help="record this fraction (0..1) of the traces the gateway starts; a sampled incoming "
-        "traceparent is always followed (default: OTEL_TRACES_SAMPLER, else every request)",
+        help="record this fraction (0..1) of the requests; a caller's traceparent is continued but its "
+        "sampled flag not followed (default: OTEL_TRACES_SAMPLER, else every request)",
+    )
+    otel.add_argument(
+        "--otel-trust-parent-sampling",
+        action="store_true",
+        help="with --otel-sample-ratio: follow the sampled flag of the caller's traceparent (for "
+        "callers that are trusted, e.g. the global router; otherwise a client could force every "
+        "request recorded)",
     )
     d = _default_limits()
     limits = parser.add_argument_group("client timeouts, limits and shutdown")
@@ -300,7 +307,11 @@ def _run(args: argparse.Namespace) -> int:
     from igw.launch import LaunchError, LaunchOptions, ListenUnavailableError, run_gateway
 
     try:
-        tracing = tracing_options(args.otel_endpoint, args.otel_sample_ratio)
+        tracing = tracing_options(
+            args.otel_endpoint,
+            args.otel_sample_ratio,
+            trust_parent_sampling=args.otel_trust_parent_sampling,
+        )
     except TracingConfigError as exc:
         print(f"igw serve: {exc}", file=sys.stderr)
         return EXIT_CONFIG

@@ -43,9 +43,15 @@ EXPORTER_LOGGERS: Final = (
     "opentelemetry.exporter.otlp.proto.http.trace_exporter",
     "opentelemetry.sdk._shared_internal",
     __name__,
+    "opentelemetry.trace.propagation.tracecontext",
+    "opentelemetry.trace.span",
 )
 """The loggers that repeat themselves while a collector is unreachable: the HTTP client's retries and
-give-ups, the trace exporter's, the batch processor's, and this module's "queue full" line."""
+give-ups, the trace exporter's, the batch processor's, and this module's "queue full" line; and the
+trace-context parser's, which warns of every caller's ``traceparent``/``tracestate`` it refuses
+(over 512 or 8192 characters, over 32 members, a member it cannot read: ``Invalid key/value pair
+(<the caller's key>, <its value>) found.``): until session s49 a line a request, up to 8 KiB of
+the caller's text each, so any client could flood the log at its request rate."""
 
 log = logging.getLogger(__name__)
 

@@ -30,9 +30,10 @@ request path makes no tracer call at all.
 from __future__ import annotations
 
 import contextvars
+import random
 import threading
 import time
-from collections.abc import Callable, Mapping, MutableMapping
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from typing import Final
 
 from opentelemetry import trace
@@ -40,10 +41,16 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
-from opentelemetry.sdk.trace.sampling import ParentBased, Sampler, TraceIdRatioBased
-from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+from opentelemetry.sdk.trace.sampling import (
+    Decision,
+    ParentBased,
+    Sampler,
+    SamplingResult,
+    TraceIdRatioBased,
+)
+from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode, TraceState
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
-from opentelemetry.util.types import AttributeValue
+from opentelemetry.util.types import Attributes, AttributeValue
 
 from igw.gateway.inference_apis import operation_name
 from igw.gateway.log_throttle import RepeatThrottle
@@ -63,6 +70,8 @@ CLIENT_GONE_ERROR: Final = "client_gone"
 """The attempt span's ``error.type`` when its client left (the global router's word for it): not
 the ``upstream_error`` of a pod that failed, which the leaving's error text would otherwise give."""
 _PROPAGATOR: Final = TraceContextTextMapPropagator()
+TRACE_HEADERS: Final = frozenset({"traceparent", "tracestate"})
+"""The W3C trace-context headers: with tracing on, a model server gets the gateway's, never the caller's."""
 _CURRENT_ATTEMPT: contextvars.ContextVar[RequestTrace | None] = contextvars.ContextVar(
     "igw_trace_attempt", default=None
 )
@@ -83,9 +92,13 @@ class Tracing:
         exporter: SpanExporter | None = None,
         flush_timeout_s: float | None = None,
         service_name: str = SERVICE_NAME,
+        trust_parent_sampling: bool = False,
     ) -> None:
         """``service_name``: ``service.name`` unless the ``OTEL_*`` variables name one (the global
-        router's spans are ``igw-global-router``'s, so the two tiers tell apart in a trace)."""
+        router's spans are ``igw-global-router``'s, so the two tiers tell apart in a trace).
+        ``trust_parent_sampling`` (with a ``sample_ratio``): follow the sampled flag of the caller's
+        ``traceparent``; without it the caller's trace is continued but whether it is recorded is
+        drawn here at ``sample_ratio`` (:func:`edge_sampler`)."""
         self._exporter = exporter
         self._flush_timeout_s = flush_timeout_s
         """With ``exporter``: how long :meth:`shutdown`'s final flush may take before the exporter
@@ -95,7 +108,7 @@ class Tracing:
         self._undo_log_throttle = undo_log_throttle
         sampler: Sampler | None = None
         if sample_ratio is not None:
-            sampler = ParentBased(TraceIdRatioBased(sample_ratio))
+            sampler = edge_sampler(sample_ratio, trust_parent=trust_parent_sampling)
         resource = Resource.create()  # OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES, SDK defaults
         if str(resource.attributes.get("service.name", "")).startswith("unknown_service"):
             resource = resource.merge(Resource({"service.name": service_name}))
@@ -124,6 +137,7 @@ class Tracing:
             exporter=exporter,
             flush_timeout_s=options.export_timeout_s,
             service_name=service_name,
+            trust_parent_sampling=options.trust_parent_sampling,
         )
 
     def start(self, headers: Mapping[str, str], *, method: str, path: str, started: float) -> RequestTrace:
@@ -153,6 +167,53 @@ class Tracing:
                 stop.cancel()
             if self._undo_log_throttle is not None:
                 self._undo_log_throttle()
+
+
+class _RatioDraw(Sampler):
+    """Records ``ratio`` of the spans it is asked about by a random draw, not by the trace id: a
+    caller's trace id is the caller's choice, and :class:`TraceIdRatioBased` records every id whose
+    low 64 bits are small (``00-<16 hex>0000000000000000-...-00`` is recorded at any ratio)."""
+
+    def __init__(self, ratio: float) -> None:
+        self._ratio = ratio
+
+    def should_sample(
+        self,
+        parent_context: Context | None,
+        trace_id: int,
+        name: str,
+        kind: SpanKind | None = None,
+        attributes: Attributes = None,
+        links: Sequence[Link] | None = None,
+        trace_state: TraceState | None = None,
+    ) -> SamplingResult:
+        keep = random.random() < self._ratio  # a sampling draw, not a secret
+        parent = trace.get_current_span(parent_context).get_span_context()
+        return SamplingResult(
+            Decision.RECORD_AND_SAMPLE if keep else Decision.DROP,
+            attributes if keep else None,
+            parent.trace_state if parent.is_valid else None,
+        )
+
+    def get_description(self) -> str:
+        return f"RatioDraw{{{self._ratio}}}"
+
+
+def edge_sampler(ratio: float, *, trust_parent: bool) -> Sampler:
+    """The sampler of a tier that ``ratio`` of the requests are recorded at.
+
+    A trace started here: by its (random) trace id. A caller's trace (its ``traceparent``): with
+    ``trust_parent``, as its sampled flag says (the W3C parent-based rule); otherwise drawn at
+    ``ratio`` as if started here, the caller's trace id and parent kept. Why: the caller's flag is
+    the caller's word, so an untrusted client sending ``-01`` on every request had each recorded
+    (with its five to seven spans exported) at a ratio of 0.01, 100 times the export the operator
+    sized, and one sending ``-00`` kept its requests out of every trace (before session s49). A
+    tier behind a trusted one (tier 1 behind the global router, a pod behind tier 1) trusts it to
+    keep whole traces; the spans below the server span follow it (a local parent) either way."""
+    if trust_parent:
+        return ParentBased(TraceIdRatioBased(ratio))
+    draw = _RatioDraw(ratio)
+    return ParentBased(TraceIdRatioBased(ratio), remote_parent_sampled=draw, remote_parent_not_sampled=draw)
 
 
 def _wall_ns(trace_: RequestTrace, perf: float) -> int:
@@ -271,7 +332,15 @@ class RequestTrace:
         )
 
     def inject(self, headers: MutableMapping[str, str]) -> None:
-        """Set ``traceparent`` (and ``tracestate``) for the model server: the attempt's span context."""
+        """Set ``traceparent`` (and ``tracestate``) for the model server: the attempt's span context,
+        in place of every copy the caller sent. The caller's ``tracestate`` goes only as the span
+        context carries it: dropped with a ``traceparent`` that is not valid (a new trace starts)
+        and when it is itself not valid (over 32 members or 8192 characters: the SDK), where until session
+        s49 the caller's header, up to the header size limit, was forwarded as sent beside the new
+        trace's ``traceparent`` (the SDK injects no ``tracestate`` when it has none)."""
+        for name in TRACE_HEADERS:
+            if name in headers:
+                del headers[name]  # every copy (a multi-valued mapping's too)
         span = self._attempt if self._attempt is not None else self._server
         _PROPAGATOR.inject(headers, context=trace.set_span_in_context(span, self._ctx))
 

@@ -51,16 +51,34 @@ class TracingOptions:
     endpoint: str
     """OTLP/HTTP traces URL (``http://collector:4318/v1/traces``)."""
     sample_ratio: float | None = None
-    """Fraction of traces started here that are recorded (a sampled incoming ``traceparent`` is
-    always followed); ``None``: the SDK's ``OTEL_TRACES_SAMPLER``/``_ARG`` variables decide."""
+    """Fraction of requests that are recorded, a caller's ``traceparent`` continued but its sampled
+    flag not followed unless :attr:`trust_parent_sampling`; ``None``: the SDK's
+    ``OTEL_TRACES_SAMPLER``/``_ARG`` variables decide (their parent-based samplers follow it)."""
+    trust_parent_sampling: bool = False
+    """Follow the sampled flag of the caller's ``traceparent`` (``--otel-trust-parent-sampling``):
+    for a tier whose callers are trusted (tier 1 behind the global router), so that the traces the
+    tier above records are recorded whole. Off: a client cannot force recording (cost) nor hide
+    its requests from it (:func:`igw.gateway.tracing.edge_sampler`)."""
     export_timeout_s: float = 10.0
     """The exporter's timeout for one batch (``OTEL_EXPORTER_OTLP_TRACES_TIMEOUT``, else
     ``OTEL_EXPORTER_OTLP_TIMEOUT``, seconds; the SDK's default 10 s): also how long the final flush
     at shutdown may take (:meth:`igw.gateway.tracing.Tracing.shutdown`)."""
 
 
+def ratio_words(options: TracingOptions) -> str:
+    """How the start-up line describes an explicit ``sample_ratio`` (and whose flag is followed)."""
+    ratio = f"{options.sample_ratio:g}"
+    if options.trust_parent_sampling:
+        return f"{ratio} of new traces (a caller's sampled flag followed: --otel-trust-parent-sampling)"
+    return f"{ratio} of new traces and of callers' traces (their sampled flag not followed)"
+
+
 def tracing_options(
-    endpoint: str | None, sample_ratio: float | None, env: Mapping[str, str] = os.environ
+    endpoint: str | None,
+    sample_ratio: float | None,
+    env: Mapping[str, str] = os.environ,
+    *,
+    trust_parent_sampling: bool = False,
 ) -> TracingOptions | None:
     """The options from ``igw serve --otel-endpoint/--otel-sample-ratio`` or, without the flag, the
     standard ``OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT`` variables; ``None`` when tracing stays off
@@ -103,7 +121,10 @@ def tracing_options(
         endpoint = _with_traces_path(endpoint)
     _check_headers(env)
     return TracingOptions(
-        endpoint=endpoint, sample_ratio=sample_ratio, export_timeout_s=_export_timeout_s(env)
+        endpoint=endpoint,
+        sample_ratio=sample_ratio,
+        export_timeout_s=_export_timeout_s(env),
+        trust_parent_sampling=trust_parent_sampling,
     )
 
 

@@ -11,7 +11,7 @@ from igw.gateway.body_budget import budget_meaning
 from igw.gateway.memory import memory_plan
 from igw.gateway.serving import ServerLimits, serve_app
 from igw.gateway.stop_signals import StopSignals
-from igw.gateway.tracing_options import TracingOptions
+from igw.gateway.tracing_options import TracingOptions, ratio_words
 from igw.gateway.worker_count import memory_limit
 from igw.global_router.config import GlobalRouterConfig
 from igw.global_router.server import ROUTER_KEY, create_global_app, global_management_app
@@ -36,7 +36,7 @@ def _tracing(options: TracingOptions | None) -> Tracing | None:
         redact_url(options.endpoint),
         "as OTEL_TRACES_SAMPLER says, else every request"
         if options.sample_ratio is None
-        else f"{options.sample_ratio:g} of new traces (a sampled incoming traceparent is always followed)",
+        else ratio_words(options),
         options.export_timeout_s,
     )
     return Tracing.exporting(options, service_name=SERVICE_NAME)
