@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
+import orjson
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
@@ -24,10 +25,13 @@ from igw.sim.spec import FleetSpec
 from igw.top.app import (
     DECISION_COLUMNS,
     MAX_BACKOFF_S,
+    MAX_CELL_CHARS,
+    MAX_ERROR_CHARS,
     MODEL_COLUMNS,
     POD_COLUMNS,
     POOL_COLUMNS,
     TopApp,
+    shown,
 )
 from igw.top.source import MAX_PAGE_BYTES, GatewaySource
 from igw.top.view import (
@@ -246,6 +250,118 @@ async def test_cells_are_drawn_as_text_never_read_as_markup() -> None:
     assert isinstance(cell, Text)
     assert cell.plain == hostile
     assert not cell.spans  # no style or link taken from the brackets
+
+
+OSC52 = "\x1b]52;c;SGVsbG8=\x07"
+"""An OSC 52 sequence: a terminal that honours it puts "Hello" on the operator's clipboard."""
+
+
+@pytest.mark.parametrize(
+    ("text", "drawn"),
+    [
+        ("10.0.0.7:8000", "10.0.0.7:8000"),
+        ("Qwen/Qwen3-32B ünïcode 模型", "Qwen/Qwen3-32B ünïcode 模型"),  # printable: untouched
+        (OSC52 + "pod", "\\x1b]52;c;SGVsbG8=\\x07pod"),
+        ("a\x1b[2Jb\rc\x08d\x00e\x9bf\tg\n", "a\\x1b[2Jb\\rc\\x08d\\x00e\\x9bf\\tg\\n"),
+        ("safe\u202eexe.txt", "safe\\u202eexe.txt"),  # a bidi override
+        ("x\u200by\u2028z", "x\\u200by\\u2028z"),  # zero-width space, line separator
+    ],
+)
+def test_shown_writes_control_and_bidi_characters_as_visible_escapes(text: str, drawn: str) -> None:
+    assert shown(text) == drawn
+
+
+def test_shown_cuts_a_long_name_with_an_ellipsis_escapes_counted() -> None:
+    assert shown("p" * 10240) == "p" * (MAX_CELL_CHARS - 1) + "…"
+    assert shown("p" * MAX_CELL_CHARS) == "p" * MAX_CELL_CHARS
+    escaped = shown("\x1b" * 10240)  # each ESC is four characters drawn
+    assert len(escaped) == MAX_CELL_CHARS
+    assert escaped.endswith("…")
+    assert shown("e" * 500, MAX_ERROR_CHARS) == "e" * (MAX_ERROR_CHARS - 1) + "…"
+
+
+def drawn_characters(app: TopApp) -> str:
+    """Every character the screen's tables and status line would write to the terminal."""
+    out: list[str] = []
+    for widget in [*app.query(DataTable), app.query_one("#status")]:
+        for y in range(widget.size.height):
+            out.extend(segment.text for segment in widget.render_line(y))
+    return "".join(out)
+
+
+async def test_hostile_names_on_the_gateways_pages_never_reach_the_terminal_raw() -> None:
+    """A pod (or whoever can label one) names itself with an escape sequence: the endpoint label on
+    ``/metrics``, the model and the adapter names on ``/readyz``. rich and textual pass ESC, NUL, C1
+    controls and bidi overrides through, so until session s49 ``igw top`` wrote them to the terminal
+    raw (an OSC 52 in an endpoint label set the operator's clipboard); now each is drawn as its
+    escape, and a 10 KiB adapter name is cut instead of widening its column by 10 KiB."""
+    endpoint = f"{OSC52}e\x1b[2J\u202e:1"
+    label = endpoint.replace("\\", "\\\\")
+    metrics = f'igw_endpoint_queue_depth{{scheduler="s",endpoint="{label}"}} 4\n'.encode()
+    readyz = orjson.dumps(
+        {
+            "schedulers": {
+                "s": {
+                    "model": f"m\r{OSC52}\x00",
+                    "endpoints": {endpoint: {"fresh": True, "adapters": ["\x9b31m", "a" * 10240]}},
+                }
+            }
+        }
+    )
+    async with garbage_gateway(metrics, readyz) as url:
+        app = TopApp(GatewaySource(url), interval_s=30)
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_for(lambda: app.refreshes >= 1, within=30, what="a drawn view")
+            await pilot.pause()
+            pods = cells(app, "pods", POD_COLUMNS)
+            pools = cells(app, "pools", POOL_COLUMNS)
+            drawn = drawn_characters(app)
+    assert pods[0]["pod"] == "\\x1b]52;c;SGVsbG8=\\x07e\\x1b[2J\\u202e:1"
+    assert pools[0]["model"] == "m\\r\\x1b]52;c;SGVsbG8=\\x07\\x00"
+    assert pods[0]["adapters"].startswith("\\x9b31m,aaa")
+    assert len(pods[0]["adapters"]) == MAX_CELL_CHARS
+    assert "SGVsbG8=" in drawn  # the cells were drawn, escaped
+    assert all(ch.isprintable() for ch in drawn), sorted({ch for ch in drawn if not ch.isprintable()})
+
+
+async def test_an_error_quoting_a_hostile_page_is_drawn_escaped_and_cut() -> None:
+    """The status line (and ``--screenshot``'s message, which prints the same error) quotes what
+    the page said: the Prometheus parser names the line it could not read. A first line of an OSC
+    52 sequence and 10 KiB reached the terminal raw and whole (before session s49)."""
+    async with garbage_gateway(f"{OSC52}{'x' * 10240}\n".encode(), b"{}") as url:
+        app = TopApp(GatewaySource(url), interval_s=30)
+        async with app.run_test(size=SIZE):
+            await wait_for(lambda: app.last_error is not None, within=30, what="a refused page")
+            status = str(app.query_one("#status").render())
+            drawn = drawn_characters(app)
+    error = app.last_error or ""
+    assert "/metrics: not a Prometheus text page" in error
+    assert "\\x1b]52;c;SGVsbG8=\\x07xxx" in error
+    assert len(error) == MAX_ERROR_CHARS
+    assert error in status
+    assert all(ch.isprintable() for ch in status + drawn)
+
+
+async def test_a_gateway_that_accepts_and_never_answers_is_named_with_the_wait() -> None:
+    """The whole-request timeout's error has no text: the status line read ``/metrics: TimeoutError: ``
+    (before session s49); now it says how long ``igw top`` waited."""
+    release = asyncio.Event()
+
+    async def hang(_reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await release.wait()
+        writer.close()
+
+    server = await asyncio.start_server(hang, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    source = GatewaySource(url, timeout_s=0.3)
+    async with server:
+        try:
+            with pytest.raises(GatewayUnreachable) as caught:
+                await source.scrape()
+        finally:
+            release.set()
+            await source.close()
+    assert str(caught.value) == f"{url}/metrics: no answer within 0.3 s"
 
 
 async def test_top_backs_off_while_the_gateway_does_not_answer_and_says_so() -> None:

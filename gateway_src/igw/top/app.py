@@ -71,6 +71,12 @@ DECISION_COLUMNS: Final = (
     "decision",
 )
 DASH: Final = "-"
+MAX_CELL_CHARS: Final = 96
+"""The most characters a cell shows (room for a model id such as ``org/name``, an endpoint, a pod
+label value); a longer one is cut with an ellipsis, so one hostile name cannot widen its column by
+kilobytes."""
+MAX_ERROR_CHARS: Final = 400
+"""The most characters of one error the status line (and ``--screenshot``'s message) shows."""
 MAX_BACKOFF_S: Final = 10.0
 """Longest wait between two attempts to reach a gateway that does not answer (or the interval, if
 longer)."""
@@ -84,6 +90,27 @@ class ScrapeSource(Protocol):
     async def scrape(self) -> Scrape: ...
 
     async def close(self) -> None: ...
+
+
+def shown(text: str, limit: int = MAX_CELL_CHARS) -> str:
+    """``text`` as the terminal may draw it: every character Python does not call printable (C0 and
+    C1 controls such as ESC, CR, backspace, NUL; bidi overrides such as U+202E and other format
+    characters; line and paragraph separators) written as its visible escape (``\\x1b``,
+    ``\\u202e``), and the result cut to ``limit`` characters with an ellipsis.
+
+    Every cell and the status line pass through here: they quote what the gateway's pages say (pod,
+    model, adapter and pool names, label values, decision fields, errors naming them), and a pod or
+    caller can put anything there. Until session s49 such names reached the terminal unchanged: an
+    OSC 52 sequence in an endpoint label (a clipboard write, on a terminal that honours it),
+    ``ESC[2J``, U+202E. (Markup is not the concern here: cells are :class:`~rich.text.Text` and the
+    status line has markup off.)"""
+    if len(text) <= limit and text.isprintable():
+        return text
+    head = text[: limit + 1]  # the part that can be drawn: escaping a 10 KiB name whole is waste
+    visible = "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in head)
+    if len(text) > limit or len(visible) > limit:
+        return visible[: limit - 1] + "…"
+    return visible
 
 
 def percent(value: float | None) -> str:
@@ -239,21 +266,24 @@ class TopApp(App[None]):
             scrape = await self.source.scrape()
             view = build_view(self._previous, scrape)
         except ScrapeError as exc:
-            self.last_error = str(exc)
+            self.last_error = shown(str(exc), MAX_ERROR_CHARS)
             self.unreachable = self.unreachable + 1 if isinstance(exc, GatewayUnreachable) else 0
             self.refused = not isinstance(exc, GatewayUnreachable | GatewayFailing)
             retry = f"; retrying in {self.next_delay_s():.1f} s" if self.unreachable else ""
             with contextlib.suppress(NoMatches):  # the screen may have closed meanwhile
-                shown = "no view yet" if self.view is None else "showing the last good view"
-                self._status(f"scrape failed: {exc} ({shown}{retry})")
+                kept = "no view yet" if self.view is None else "showing the last good view"
+                self._status(f"scrape failed: {self.last_error} ({kept}{retry})")
             return
         self.unreachable = 0
         self.refused = False
         # the decisions asked for but not read: the rest is drawn, the status line says why
-        self._previous, self.view, self.last_error = scrape, view, scrape.decisions_error
+        decisions_error = (
+            None if scrape.decisions_error is None else shown(scrape.decisions_error, MAX_ERROR_CHARS)
+        )
+        self._previous, self.view, self.last_error = scrape, view, decisions_error
         stamp = time.strftime("%H:%M:%S", time.localtime(self._clock()))
         interval = DASH if view.interval_s is None else f"{view.interval_s:.1f} s"
-        missing = "" if scrape.decisions_error is None else f"  decisions not shown: {scrape.decisions_error}"
+        missing = "" if decisions_error is None else f"  decisions not shown: {decisions_error}"
         try:
             self._draw(view)
             self._status(f"{stamp}  rates over {interval}{missing}")
@@ -277,8 +307,9 @@ class TopApp(App[None]):
         table.clear()
         # Each cell as plain text: a string cell is read as markup, and what the cells show comes
         # from the gateway's pages (pod and model names, label values, decision reasons): a value
-        # such as ``[link=...]`` or ``[b]`` was drawn as a link or a style instead of as itself.
-        table.add_rows([tuple([Text(cell) for cell in row]) for row in rows])
+        # such as ``[link=...]`` or ``[b]`` was drawn as a link or a style instead of as itself; and
+        # each made drawable first (:func:`shown`: no escape sequence reaches the terminal).
+        table.add_rows([tuple([Text(shown(cell)) for cell in row]) for row in rows])
         if rows:
             table.move_cursor(row=min(cursor, len(rows) - 1), animate=False)
 

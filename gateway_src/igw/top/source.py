@@ -119,6 +119,10 @@ class GatewaySource:
                         f"{shown}: not text in its charset ({exc.reason} at byte {exc.start})"
                     ) from exc
         except (aiohttp.ClientConnectionError, TimeoutError) as exc:
+            if isinstance(exc, TimeoutError) and not str(exc):
+                # the whole-request timeout says nothing: the status line read "TimeoutError: "
+                # for a gateway that accepts and then does not answer (until session s49)
+                raise GatewayUnreachable(f"{shown}: no answer within {self._timeout.total:g} s") from exc
             # aiohttp's own text may quote the URL it was given, user-info and all
             raise GatewayUnreachable(redact(f"{shown}: {type(exc).__name__}: {exc}")) from exc
         except aiohttp.ClientPayloadError as exc:  # the body was cut off: the next answer may be whole
