@@ -599,3 +599,53 @@ async def test_a_drawn_pod_s_404_is_not_left_counted_when_another_version_s_atte
         assert len(v2.received) == 1  # then the canary's pod, past the routeTimeout
         assert unreflected_dispatches(gw, v1.key, pool="old") == {v1.key: 0}
         assert prefix_blocks(gw, v1.key, pool="old") == {v1.key: 0}
+
+
+@pytest.mark.parametrize(
+    ("refusal", "cause"), [(503, "unavailable"), (429, "rate-limited"), (404, "response-search")]
+)
+async def test_another_version_s_refusal_is_counted_as_its_own_pool_s_retry(
+    gateway: Any, refusal: int, cause: str
+) -> None:
+    """A continuation drawn to the stable version (``llama-v1``) that this replica does not know,
+    searched past it into the canary's pool of two pods: the first refuses (503, 429) or does not
+    store the response (404), the second answers. The refused attempt's retry, or the search's step
+    past it, is counted in ``igw_upstream_retries_total`` under the canary's scheduler - the pool
+    that refused - not the drawn one, whose only attempt (its pod's 404) is its own step. Before
+    this fix every attempt of the search was counted under the drawn pool's scheduler. Each canary
+    pod asked counts as a pick of its pool's, and no decision time is observed for that pool."""
+    async with (
+        running(FakeModelServer("v1"), FakeModelServer("v2a"), FakeModelServer("v2b")) as (v1, v2a, v2b),
+        gateway(doc(100, 0), {"old": [v1.key], "new": [v2a.key, v2b.key]}) as gw,
+    ):
+        new = gw.state.runtime.schedulers["new"]
+        await wait_for(
+            lambda: all(new.scheduler.is_fresh(v, gw.state.clock()) for v in new.pool.views()),
+            within=10,
+            what="the canary's pods fresh",
+        )
+        v2a.infer_status = refusal if refusal != 404 else 200
+        v2b.stored_responses["resp_elsewhere"] = {"id": "resp_elsewhere", "object": "response"}
+        body = {"model": "llama", "input": "and then?", "previous_response_id": "resp_elsewhere"}
+        resp = await gw.post("/v1/responses", body)
+        assert resp.status == 200, await resp.text()
+        assert (await resp.json())["server"] == "v2b"
+        assert (len(v1.received), len(v2a.received), len(v2b.received)) == (1, 1, 1)
+        registry = gw.state.metrics.registry
+
+        def retries(pool: str, why: str) -> float:
+            labels = {"scheduler": pool, "cause": why}
+            return registry.get_sample_value("igw_upstream_retries_total", labels) or 0.0
+
+        assert retries("new", cause) == 1
+        assert retries("old", "response-search") == 1  # the drawn pod's 404: the drawn pool's step
+        assert retries("old", cause) == (1 if cause == "response-search" else 0)
+        # the canary's pool got two requests, each counted as a pick of its pod, but made no
+        # scheduling decision (each pod asked alone, Scheduler.pick_sent): its decision-time
+        # histogram holds only the drawn pool's one decision
+        for pod in (v2a, v2b):
+            picks = {"scheduler": "new", "endpoint": pod.key}
+            assert registry.get_sample_value("igw_endpoint_picks_total", picks) == 1
+        decisions = "igw_scheduler_decision_seconds_count"
+        assert registry.get_sample_value(decisions, {"scheduler": "old"}) == 1
+        assert not registry.get_sample_value(decisions, {"scheduler": "new"})

@@ -1624,9 +1624,11 @@ async def _forward(
             unsent = None
         result = None
         misnamed = False  # a retrieval's answer naming another stored response than the one asked for
-        obs.attempt(
-            attempt, key, scheduler=scheduler if owner is plan.sr or owner is None else owner.spec.name
-        )
+        # the pool the attempt is charged to (its picks, its retries and search steps): another
+        # version's pod's own pool (until session s49's follow-up its refusals' retries were counted
+        # under the drawn pool's scheduler)
+        charged = scheduler if owner is plan.sr or owner is None else owner.spec.name
+        obs.attempt(attempt, key, scheduler=charged)
         if not isinstance(headers, bytes):
             obs.propagate(headers)  # tracing hook: traceparent of this attempt
         if ep is not None:
@@ -1827,7 +1829,7 @@ async def _forward(
             # Not stored on that pod: the next one is asked, no retry (a 404 costs the pod no work).
             searched += 1
             refusal = result
-            obs.retrying(scheduler or plan.search_pools.get(key, ""), RESPONSE_SEARCH, status=404)
+            obs.retrying(charged or plan.search_pools.get(key, ""), RESPONSE_SEARCH, status=404)
             if plan.sr is not None and owner is plan.sr and plan.sr.pool.states.get(key) is ep:
                 unsent = key  # a continuation's pick goes on with it: that pod prefilled nothing
             continue
@@ -1837,7 +1839,7 @@ async def _forward(
             break
         if attempt - searched >= state.runtime.settings.retry.attempts:
             break  # the retry policy's attempts (a search's candidates run past them)
-        if not _retrying(state, obs, scheduler, result):
+        if not _retrying(state, obs, charged or scheduler, result):
             break
         if result is not None:
             refusal = result
@@ -2479,7 +2481,10 @@ def _retrying(
 ) -> bool:
     """Whether a failed attempt (``result``: the refusal it was answered, ``None`` when no connection
     could be made) goes on to the next-best endpoint under ``spec.extensions.routing.retry``; a retry
-    of an answered attempt takes a place in the retry budget (given back when its attempt ends)."""
+    of an answered attempt takes a place in the retry budget (given back when its attempt ends).
+    ``scheduler``: the pool of the endpoint that refused, the label the retry (or the budget's
+    overflow) is counted under - another canary version's in a continuation's search. The policy
+    and the budget are the gateway's, not a pool's."""
     policy = state.runtime.settings.retry
     condition = RetryCondition.CONNECT_FAILURE if result is None else retry_condition(result)
     if condition is None or not retried_for(condition, policy.retry_on):
