@@ -395,3 +395,34 @@ def test_global_serve_takes_the_tracing_flags_as_igw_serve(
     assert "igw global serve: --otel-sample-ratio needs --otel-endpoint" in capsys.readouterr().err
     assert main([*argv, "--otel-endpoint", "collector:4318"]) == 2
     assert "--otel-endpoint must be an http(s) URL" in capsys.readouterr().err
+
+
+def test_the_router_cuts_a_long_callers_tracestate_to_512_characters() -> None:
+    """The router passes on at most 512 characters of the caller's ``tracestate`` (members over 128
+    characters dropped first, then from the end): a 32-member, 8192-character one went on whole."""
+    tracing = RouterTracing(memory_tracing(InMemorySpanExporter()))
+    state = ",".join(["huge=" + "z" * 250] + [f"m{i}=" + "v" * 240 for i in range(31)])
+    span = tracing.start(
+        {"traceparent": f"00-{TRACE_ID}-{PARENT_ID}-01", "tracestate": state},
+        method="POST",
+        route="/v1/completions",
+        path="/v1/completions",
+    )
+    sent: dict[str, str] = {}
+    span.inject(sent)
+    span.finish(200, cluster=None, region=None)
+    assert sent["traceparent"].split("-")[1] == TRACE_ID
+    assert "tracestate" not in sent  # every member is over 128 characters: none left
+    span = tracing.start(
+        {
+            "traceparent": f"00-{TRACE_ID}-{PARENT_ID}-01",
+            "tracestate": ",".join(f"m{i}=" + "v" * 100 for i in range(10)),
+        },
+        method="POST",
+        route="/v1/completions",
+        path="/v1/completions",
+    )
+    sent = {}
+    span.inject(sent)
+    span.finish(200, cluster=None, region=None)
+    assert sent["tracestate"] == ",".join(f"m{i}=" + "v" * 100 for i in range(4))  # 4 x 104 + 3 = 419

@@ -615,3 +615,61 @@ def test_the_exporting_tracer_follows_a_callers_flag_only_when_told_to_trust_it(
         finally:
             tracing.shutdown()
     assert recorded == {False: None, True: TRACE_ID}
+
+
+def test_a_long_callers_tracestate_is_cut_to_512_characters_large_members_first() -> None:
+    """W3C Trace Context 3.3.1.5: over budget, members over 128 characters go first, then members
+    from the end; a valid 32-member, 8192-character state went on to every pod whole (before s49)."""
+    tracing = Tracing(SimpleSpanProcessor(InMemorySpanExporter()), sample_ratio=1.0)
+    small = [f"k{i}=" + "v" * 40 for i in range(30)]  # 44 characters each
+    large = ["big1=" + "x" * 200, "big2=" + "y" * 250]
+    state = ",".join([small[0], large[0], *small[1:], large[1]])
+    assert len(state) > 1700
+    sent: dict[str, str] = {}
+    trace_ = tracing.start(
+        {"traceparent": f"00-{TRACE_ID}-{PARENT_ID}-01", "tracestate": state},
+        method="POST",
+        path="/v1/completions",
+        started=time.perf_counter(),
+    )
+    trace_.inject(sent)
+    trace_.finish(200)
+    assert sent["traceparent"].split("-")[1] == TRACE_ID
+    assert sent["tracestate"] == ",".join(small[:11])  # 11 x 44 + 10 commas = 494 <= 512
+    short: dict[str, str] = {}
+    trace_ = tracing.start(
+        {
+            "traceparent": f"00-{TRACE_ID}-{PARENT_ID}-01",
+            "tracestate": "a=1,b=" + "x" * 250 + ",c=" + "y" * 200,
+        },
+        method="POST",
+        path="/v1/completions",
+        started=time.perf_counter(),
+    )
+    trace_.inject(short)
+    assert short["tracestate"] == "a=1,b=" + "x" * 250 + ",c=" + "y" * 200  # 460: kept, large members too
+
+
+def test_without_a_ratio_or_sampler_variable_a_callers_unsampled_flag_does_not_hide_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No ``--otel-sample-ratio`` and no ``OTEL_TRACES_SAMPLER``: every request recorded, a caller's
+    ``-00`` included (the SDK's default ``parentbased_always_on`` followed it: a client kept its
+    requests out of every trace, before session s49); an explicit sampler variable is obeyed, and
+    ``--otel-trust-parent-sampling`` follows the flag."""
+    unsampled = {"traceparent": f"00-{TRACE_ID}-{PARENT_ID}-00"}
+    recorded: dict[str, str | None] = {}
+    for case, variable, trust in (
+        ("default", None, False),
+        ("variable", "parentbased_always_on", False),
+        ("trusted", None, True),
+    ):
+        if variable is None:
+            monkeypatch.delenv("OTEL_TRACES_SAMPLER", raising=False)
+        else:
+            monkeypatch.setenv("OTEL_TRACES_SAMPLER", variable)
+        tracing = Tracing(SimpleSpanProcessor(InMemorySpanExporter()), trust_parent_sampling=trust)
+        trace_ = tracing.start(unsampled, method="POST", path="/v1/completions", started=time.perf_counter())
+        recorded[case] = trace_.recorded_trace_id
+        trace_.finish(200)
+    assert recorded == {"default": TRACE_ID, "variable": None, "trusted": None}

@@ -30,6 +30,7 @@ request path makes no tracer call at all.
 from __future__ import annotations
 
 import contextvars
+import os
 import random
 import threading
 import time
@@ -48,7 +49,16 @@ from opentelemetry.sdk.trace.sampling import (
     SamplingResult,
     TraceIdRatioBased,
 )
-from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode, TraceState
+from opentelemetry.trace import (
+    Link,
+    NonRecordingSpan,
+    Span,
+    SpanContext,
+    SpanKind,
+    Status,
+    StatusCode,
+    TraceState,
+)
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from opentelemetry.util.types import Attributes, AttributeValue
 
@@ -72,6 +82,16 @@ the ``upstream_error`` of a pod that failed, which the leaving's error text woul
 _PROPAGATOR: Final = TraceContextTextMapPropagator()
 TRACE_HEADERS: Final = frozenset({"traceparent", "tracestate"})
 """The W3C trace-context headers: with tracing on, a model server gets the gateway's, never the caller's."""
+TRACESTATE_BUDGET: Final = 512
+"""Characters of a caller's ``tracestate`` a tier passes on (the W3C minimum a vendor should
+propagate); members past it are dropped by :func:`caller_context`."""
+TRACESTATE_LARGE_MEMBER: Final = 128
+"""A ``tracestate`` member longer than this is the first to go when the header is over budget (W3C
+Trace Context 3.3.1.5)."""
+SAMPLER_ENV: Final = "OTEL_TRACES_SAMPLER"
+"""The SDK's sampler variable: when it is set (and no ``--otel-sample-ratio``), its sampler decides,
+a ``parentbased_*`` one following the caller's flag; unset, every request is recorded whatever the
+caller's flag says (unless ``--otel-trust-parent-sampling``)."""
 _CURRENT_ATTEMPT: contextvars.ContextVar[RequestTrace | None] = contextvars.ContextVar(
     "igw_trace_attempt", default=None
 )
@@ -98,7 +118,9 @@ class Tracing:
         router's spans are ``igw-global-router``'s, so the two tiers tell apart in a trace).
         ``trust_parent_sampling`` (with a ``sample_ratio``): follow the sampled flag of the caller's
         ``traceparent``; without it the caller's trace is continued but whether it is recorded is
-        drawn here at ``sample_ratio`` (:func:`edge_sampler`)."""
+        drawn here at ``sample_ratio`` (:func:`edge_sampler`). Without a ``sample_ratio`` the SDK's
+        ``OTEL_TRACES_SAMPLER`` decides when set; unset, every request is recorded, a caller's
+        ``-00`` not followed unless ``trust_parent_sampling`` (the SDK's default followed it)."""
         self._exporter = exporter
         self._flush_timeout_s = flush_timeout_s
         """With ``exporter``: how long :meth:`shutdown`'s final flush may take before the exporter
@@ -106,9 +128,12 @@ class Tracing:
         self.export_stats = export_stats
         """The exporter's span counts, for the gateway's ``/metrics`` (``None``: not an OTLP export)."""
         self._undo_log_throttle = undo_log_throttle
-        sampler: Sampler | None = None
+        sampler: Sampler | None = None  # None: the SDK's, from OTEL_TRACES_SAMPLER(_ARG)
         if sample_ratio is not None:
             sampler = edge_sampler(sample_ratio, trust_parent=trust_parent_sampling)
+        elif not trust_parent_sampling and not os.environ.get(SAMPLER_ENV, "").strip():
+            # the SDK's default (parentbased_always_on) let a caller's -00 keep its request unrecorded
+            sampler = edge_sampler(1.0, trust_parent=False)
         resource = Resource.create()  # OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES, SDK defaults
         if str(resource.attributes.get("service.name", "")).startswith("unknown_service"):
             resource = resource.merge(Resource({"service.name": service_name}))
@@ -216,6 +241,34 @@ def edge_sampler(ratio: float, *, trust_parent: bool) -> Sampler:
     return ParentBased(TraceIdRatioBased(ratio), remote_parent_sampled=draw, remote_parent_not_sampled=draw)
 
 
+def caller_context(headers: Mapping[str, str]) -> Context:
+    """The caller's trace context (``traceparent``/``tracestate``), its ``tracestate`` cut to
+    :data:`TRACESTATE_BUDGET` characters as W3C Trace Context 3.3.1.5 allows: members over
+    :data:`TRACESTATE_LARGE_MEMBER` characters dropped first, then members from the end.
+
+    Why: the state goes on to every cluster and pod the request reaches, and a valid one of 32
+    members and 8192 characters was passed on whole (before session s49), one client's bytes
+    on every upstream request."""
+    parent = _PROPAGATOR.extract(headers)
+    span_context = trace.get_current_span(parent).get_span_context()
+    state = span_context.trace_state
+    if not span_context.is_valid or len(state.to_header()) <= TRACESTATE_BUDGET:
+        return parent
+    members = [
+        (key, value) for key, value in state.items() if len(key) + 1 + len(value) <= TRACESTATE_LARGE_MEMBER
+    ]
+    while members and sum(len(k) + len(v) + 2 for k, v in members) - 1 > TRACESTATE_BUDGET:
+        members.pop()
+    bounded = SpanContext(
+        span_context.trace_id,
+        span_context.span_id,
+        is_remote=True,
+        trace_flags=span_context.trace_flags,
+        trace_state=TraceState(members),
+    )
+    return trace.set_span_in_context(NonRecordingSpan(bounded), parent)
+
+
 def _wall_ns(trace_: RequestTrace, perf: float) -> int:
     return trace_.wall0_ns + int((perf - trace_.perf0) * 1e9)
 
@@ -243,7 +296,7 @@ class RequestTrace:
         self._tracer = tracer
         self.perf0 = started
         self.wall0_ns = time.time_ns() - int((time.perf_counter() - started) * 1e9)
-        parent = _PROPAGATOR.extract(headers)
+        parent = caller_context(headers)
         self._server = tracer.start_span(
             f"{method} {path}",
             context=parent,

@@ -22,7 +22,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from igw.gateway.inference_apis import operation_name
-from igw.gateway.tracing import Tracing
+from igw.gateway.tracing import Tracing, caller_context
 
 SERVICE_NAME: Final = "igw-global-router"
 """The router's ``service.name`` unless ``OTEL_SERVICE_NAME`` (or ``OTEL_RESOURCE_ATTRIBUTES``)
@@ -63,7 +63,7 @@ class RouterSpan:
     def __init__(
         self, tracer: trace.Tracer, headers: Mapping[str, str], *, method: str, route: str, path: str
     ) -> None:
-        parent = _PROPAGATOR.extract(headers)
+        parent = caller_context(headers)  # its tracestate bounded
         attributes: dict[str, str] = {"http.request.method": method, "url.path": path}
         if route == path:  # an inference route (a stored response's path holds its id)
             attributes["gen_ai.operation.name"] = operation_name(path)
