@@ -29,6 +29,7 @@ from igw.global_router.access_log import RouterAccessRecord, router_access_log
 from igw.global_router.config import parse_global_config
 from igw.global_router.server import create_global_app
 from tests.gateway.fake_model_server import FakeModelServer, running
+from tests.gateway.support import wait_for
 from tests.global_router.support import MODEL, global_doc, global_serve
 from tests.log_capture import written_line
 
@@ -169,10 +170,8 @@ async def test_bytes_out_is_the_body_sent_whether_whole_or_relayed(
         http.post(url + "/v1/completions", json=COMPLETION) as resp,
     ):
         body = await resp.read()
-        for _ in range(100):  # a relayed answer's handler returns just after its last bytes
-            if lines(caplog):
-                break
-            await asyncio.sleep(0.01)
+        # a relayed answer's handler returns just after its last bytes (seconds left to a loaded box)
+        await wait_for(lambda: bool(lines(caplog)), within=10, what="the access line")
     assert resp.status == 200
     assert len(body) > tokens
     [line] = lines(caplog)

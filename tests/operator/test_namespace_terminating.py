@@ -256,9 +256,11 @@ def test_deleting_a_namespace_of_many_configs_costs_about_one_read_per_config_an
         obj = cluster.add(igwc(f"c{i}", model=f"m{i}", app=f"a{i}"))
         resync.saw("ADDED", obj)
     asyncio.run(resync.pass_all())
-    assert condition(find(cluster, "InferenceGatewayConfig", "inference", "c0"), "GatewayProgrammed")[
-        "status"
-    ]
+    for i in range(CONFIGS):  # every data plane made before the namespace goes
+        programmed = condition(
+            find(cluster, "InferenceGatewayConfig", "inference", f"c{i}"), "GatewayProgrammed"
+        )
+        assert (programmed["status"], programmed["reason"]) == ("True", "Programmed"), (i, programmed)
     store = cluster.store
     store.delete(store.kind_for(api_version="v1", kind="Namespace"), "", "inference")
     config_maps = store.kind_for(api_version="v1", kind="ConfigMap")
