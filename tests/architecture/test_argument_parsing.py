@@ -660,3 +660,132 @@ def test_every_command_says_what_it_does_in_its_own_help() -> None:
 
     walk(build_parser(), "igw")
     assert_none(missing, "commands whose --help does not say what they do")
+
+
+_SERVER_LIMIT = (
+    "checked by the command against spec.extensions.serverLimits's bounds, the one source of truth"
+)
+_UNPROBED = "not yet probed for 0, 1e-300 and 1e300 (listed in session s49): bound it once it is"
+UNBOUNDED_FLOAT_OPTIONS: dict[str, str] = {
+    "serve --worker-timeout": _UNPROBED,
+    "serve --emf-interval": _UNPROBED,
+    "serve --header-timeout": _SERVER_LIMIT,
+    "serve --body-timeout": _SERVER_LIMIT,
+    "serve --send-timeout": _SERVER_LIMIT,
+    "serve --keepalive-timeout": _SERVER_LIMIT,
+    "serve --drain-seconds": _SERVER_LIMIT,
+    "serve --stream-grace-seconds": _SERVER_LIMIT,
+    "global serve --drain-seconds": _UNPROBED,
+    "global serve --emf-interval": _UNPROBED,
+    "sim fleet --time-scale": _UNPROBED,
+    "sim fleet --duration": _UNPROBED,
+    "bench --drain": _UNPROBED,
+    "demo --drain": _UNPROBED,
+    "preflight --probe-timeout": _UNPROBED,
+    "addon create --timeout": _UNPROBED,
+    "addon update --timeout": _UNPROBED,
+    "addon delete --timeout": _UNPROBED,
+    "operator --gateway-worker-timeout": _UNPROBED,
+    "operator --tls-sweep-seconds": _UNPROBED,
+    "operator --resync-seconds": _UNPROBED,
+    "perf des --load": _UNPROBED,
+    "perf des --target-s": _UNPROBED,
+    "perf soak --minutes": _UNPROBED,
+    "perf soak --overload-minutes": _UNPROBED,
+    "perf soak --time-scale": _UNPROBED,
+    "perf soak --settle-seconds": _UNPROBED,
+    "perf soak --calibrate-seconds": _UNPROBED,
+    "perf scrape --seconds": _UNPROBED,
+    "perf workers-des --note-interval": _UNPROBED,
+    "top --interval": _UNPROBED,
+    "top --screenshot-wait": _UNPROBED,
+}
+"""Float options without an upper bound, each with why. Every other float option has both ends:
+``--cv``, ``--trace-speedup``, ``igw perf scrape --interval`` and ``--stale-threshold`` were
+``POSITIVE`` until session s49, and their extremes ran to results no value of theirs means (every
+``--cv`` from 100 to 1e100 the same run), a 300-digit load in a report, or tracebacks."""
+
+
+def unbounded_float_options(parser: argparse.ArgumentParser) -> list[str]:
+    """``igw <words> <option>`` of every float option whose range has no maximum."""
+    found = []
+    for words, action in _options(parser):
+        kind = action.type
+        if isinstance(kind, NumberList):
+            kind = kind.item
+        elif isinstance(kind, NumberOrWord):
+            kind = kind.number
+        if isinstance(kind, NumberRange) and kind.kind is float and kind.maximum is None:
+            found.append(" ".join([*words, action.option_strings[-1]]))
+    return found
+
+
+def test_every_float_option_is_bounded_or_says_why_not() -> None:
+    found = unbounded_float_options(build_parser())
+    assert_none(
+        [name for name in found if name not in UNBOUNDED_FLOAT_OPTIONS], "float options without a maximum"
+    )
+    assert_none(
+        [name for name in UNBOUNDED_FLOAT_OPTIONS if name not in found], "allow-listed options now bounded"
+    )
+
+
+def test_the_check_sees_an_unbounded_float_option() -> None:
+    parser = build_parser()
+    sim = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices["sim"]
+    run = next(a for a in sim._actions if isinstance(a, argparse._SubParsersAction)).choices["run"]
+    run.add_argument("--planted", type=NumberRange(float, 0.0, exclusive_minimum=True))
+    assert "sim run --planted" in unbounded_float_options(parser)
+
+
+@pytest.mark.parametrize(
+    ("argv", "option"),
+    [
+        (["sim", "run", "--spec", A_FILE, "--cv", "100"], "--cv"),
+        (["sim", "run", "--spec", A_FILE, "--cv", "1e-300"], "--cv"),
+        (["bench", "--trace", A_FILE, "--trace-speedup", "1e300"], "--trace-speedup"),
+        (["bench", "--trace", A_FILE, "--trace-speedup", "1e-9"], "--trace-speedup"),
+        (["perf", "scrape", "--interval", "1e300"], "--interval"),
+        (["perf", "scrape", "--interval", "1e-300"], "--interval"),
+        (["perf", "scrape", "--stale-threshold", "1e300"], "--stale-threshold"),
+        (["perf", "scrape-des", "--stale-threshold", "1e-300"], "--stale-threshold"),
+    ],
+)
+def test_extreme_rates_and_intervals_are_refused_while_parsing_with_a_reason(
+    argv: list[str], option: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        build_parser().parse_args(argv)
+    err = capsys.readouterr().err
+    assert exited.value.code == 2
+    assert f"argument {option}: expected a number from" in err, err
+    assert "(" in err.rsplit("got", 1)[1], f"the refusal gives the bound's reason: {err}"
+
+
+@pytest.mark.parametrize(
+    ("argv", "interval"),
+    [
+        (["perf", "scrape", "--interval", "0.05", "--stale-threshold", "0.05"], "--interval 0.05 s"),
+        (["perf", "scrape-des", "--stale-threshold", "0.01"], "--scrape-interval 0.05 s"),
+    ],
+)
+def test_a_stale_threshold_not_above_the_scrape_interval_is_refused_before_running(
+    argv: list[str], interval: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``scrape`` ended in a SchedulerConfigError traceback, ``scrape-des`` ran and exited 0."""
+    args = build_parser().parse_args(argv)
+    monkeypatch.setattr(args, "_perf_run", lambda _: pytest.fail("ran the benchmark"))
+    assert perf_cli.run(args) == 2
+    assert f"must be longer than {interval}" in capsys.readouterr().err
+
+
+def test_perf_scrapes_config_takes_the_longest_interval_and_threshold_allowed() -> None:
+    """``f"{ms}ms"`` wrote ``600000ms`` for the 600 s the option takes: six digits, which no
+    Gateway API duration has (up to five per unit)."""
+    from igw.perf.scrape_setup import config_doc
+    from igw.scheduling.settings import RoutingSettings
+
+    doc = config_doc(600.0, 3600.0)
+    routing = doc["spec"]["extensions"]["routing"]  # type: ignore[index]
+    settings = RoutingSettings.from_extension(routing)
+    assert (settings.scrape_interval_s, settings.stale_threshold_s) == (600.0, 3600.0)

@@ -311,3 +311,11 @@ def test_replay_refuses_a_jsonl_line_over_the_limit_naming_it(tmp_path: Path) ->
     assert next(replayed).prompt_tokens == 5  # the rows before it are read as before
     with pytest.raises(w.WorkloadError, match=r"huge\.jsonl:2: line longer than 16,777,216 characters"):
         next(replayed)
+
+
+@pytest.mark.parametrize("cv", [1e-300, 1e160])
+def test_gamma_arrivals_refuse_a_cv_whose_shape_is_not_a_number(cv: float) -> None:
+    """The library's own guard, now that ``igw sim run --cv`` refuses these while parsing: cv² or
+    1/cv² underflowing to 0 ended in a ZeroDivisionError traceback (before session s43)."""
+    with pytest.raises(w.WorkloadError, match="gives no usable gamma inter-arrivals"):
+        next(w.gamma_arrivals(rate=10.0, cv=cv, rng=random.Random(0)))

@@ -235,6 +235,52 @@ SCRAPE_INTERVAL: Final = NumberRange(
 )
 """``--scrape-interval`` of the DES commands (``igw bench``, ``igw sim run``, ``igw perf
 scrape-des/workers-des``): :data:`MIN_SCRAPE_INTERVAL` to :data:`MAX_SCRAPE_INTERVAL` seconds."""
+MIN_SIM_CV: Final = 0.001
+"""The lowest ``igw sim run --cv``: arrivals are then evenly spaced to within 0.1 %, as at any lower
+value; below about 1e-162 the gamma shape overflows and the run was refused only after parsing."""
+MAX_SIM_CV: Final = 10.0
+"""The highest ``igw sim run --cv``: at 10 most gaps (87 % of 1000) are already under a microsecond
+and 1000 requests at 10/s span 45 s, not 100. Above it the run is a few simultaneous bursts: every
+``--cv`` from 100 to 1e100 gave the same results, exit 0."""
+SIM_CV: Final = NumberRange(
+    float,
+    MIN_SIM_CV,
+    MAX_SIM_CV,
+    reason=f"below {MIN_SIM_CV:g} arrivals are evenly spaced already; above {MAX_SIM_CV:g} almost every "
+    "gap is under a microsecond and the arrivals are a few bursts that no longer keep the mean rate",
+)
+"""``igw sim run --cv``: the inter-arrival coefficient of variation, :data:`MIN_SIM_CV` to
+:data:`MAX_SIM_CV`."""
+MIN_TRACE_SPEEDUP: Final = 0.001
+"""The lowest ``igw bench --trace-speedup``: a trace slowed a thousandfold meets an idle fleet at every
+request, as :data:`MIN_SIM_RATE` does; ``1e-9`` was refused only after parsing, at the first row past
+the simulator's 1e9 s range."""
+MAX_TRACE_SPEEDUP: Final = 1_000_000.0
+"""The highest ``igw bench --trace-speedup``: rows a second apart then arrive a microsecond apart, one
+burst for any higher speedup. ``--trace-speedup 1e300`` exited with a report whose load was a
+300-digit percentage of the capacity."""
+TRACE_SPEEDUP: Final = NumberRange(
+    float,
+    MIN_TRACE_SPEEDUP,
+    MAX_TRACE_SPEEDUP,
+    reason=f"below {MIN_TRACE_SPEEDUP:g} every request meets an idle fleet; above {MAX_TRACE_SPEEDUP:g} "
+    "rows a second apart arrive in the same microsecond",
+)
+"""``igw bench --trace-speedup``: :data:`MIN_TRACE_SPEEDUP` to :data:`MAX_TRACE_SPEEDUP`."""
+MAX_STALE_THRESHOLD: Final = 3600.0
+"""The longest ``--stale-threshold`` of ``igw perf scrape`` and ``scrape-des``: an hour, longer than
+any run of theirs, so no pod ever goes stale; ``1e300`` ended ``igw perf scrape`` in a
+``SchedulerConfigError`` traceback (a duration of 300 digits) and ``scrape-des`` paced idle pods
+without limit, exit 0."""
+STALE_THRESHOLD: Final = NumberRange(
+    float,
+    MIN_SCRAPE_INTERVAL,
+    MAX_STALE_THRESHOLD,
+    reason="seconds after which a pod's metrics are stale: the gateway's staleThreshold counts whole ms, "
+    "and beyond an hour no pod goes stale within a run",
+)
+"""``--stale-threshold`` of ``igw perf scrape/scrape-des``: :data:`MIN_SCRAPE_INTERVAL` to
+:data:`MAX_STALE_THRESHOLD` seconds (longer than the scrape interval: the command checks that)."""
 MAX_AGREEMENT_DES_SEEDS: Final = 100
 """The most DES seeds ``igw bench --check-agreement`` runs per scenario: ten times the default, past
 which the spread of the DES side no longer narrows usefully. Unbounded, ``--agreement-des-seeds

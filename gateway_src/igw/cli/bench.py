@@ -28,10 +28,10 @@ from igw.cli.arg_types import (
     DURATION_SCALE,
     LIVE_RATE,
     NON_NEGATIVE,
-    POSITIVE,
     SCRAPE_INTERVAL,
     SEED,
     SEEDS,
+    TRACE_SPEEDUP,
     existing_directory,
     existing_file,
     existing_file_or_stdin,
@@ -98,7 +98,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="fleet for --trace (default: mixed-fleet-8b's)",
     )
     parser.add_argument(
-        "--trace-speedup", type=POSITIVE, default=1.0, help="divide trace arrival times by this (default 1)"
+        "--trace-speedup",
+        type=TRACE_SPEEDUP,
+        default=1.0,
+        help="divide trace arrival times by this, 0.001 to 1e6 (default 1)",
     )
     parser.add_argument(
         "--mode",

@@ -28,6 +28,7 @@ from igw.cli.arg_types import (
     SEED,
     SEEDS,
     SIM_REQUESTS,
+    STALE_THRESHOLD,
     NumberList,
     create_parent,
     output_directory,
@@ -207,10 +208,16 @@ def _scrape_arguments(parser: argparse.ArgumentParser) -> None:
         "--seconds", type=POSITIVE, default=10.0, help="measured wall time per fleet size (default 10)"
     )
     parser.add_argument(
-        "--interval", type=POSITIVE, default=0.05, help="scrape interval in seconds (default 0.05)"
+        "--interval",
+        type=SCRAPE_INTERVAL,
+        default=0.05,
+        help="scrape interval in seconds, 0.001 to 600 (default 0.05)",
     )
     parser.add_argument(
-        "--stale-threshold", type=POSITIVE, default=1.0, help="staleness bound in seconds (default 1.0)"
+        "--stale-threshold",
+        type=STALE_THRESHOLD,
+        default=1.0,
+        help="staleness bound in seconds, 0.001 to 3600 (default 1.0)",
     )
     parser.add_argument(
         "--parse-iterations", type=COUNT, default=2000, help="pages parsed for the parse row (default 2000)"
@@ -435,7 +442,10 @@ def _scrape_des_arguments(parser: argparse.ArgumentParser) -> None:
         help="scrape interval in seconds, 0.001 to 600 (default 0.05)",
     )
     parser.add_argument(
-        "--stale-threshold", type=POSITIVE, default=1.0, help="staleThreshold in seconds (default 1.0)"
+        "--stale-threshold",
+        type=STALE_THRESHOLD,
+        default=1.0,
+        help="staleThreshold in seconds, 0.001 to 3600 (default 1.0)",
     )
 
 
@@ -632,11 +642,32 @@ def _refuse_ignored_options(args: argparse.Namespace) -> bool:
     return refuse_given(args, command="igw perf workers", mode=mode, ignored=ignored)
 
 
+def _refuse_stale_before_a_scrape(args: argparse.Namespace) -> bool:
+    """Refuse (print and return ``True``) a ``--stale-threshold`` of ``igw perf scrape/scrape-des`` not
+    longer than the scrape interval, which the gateway refuses in a configuration (every pod would be
+    stale between two scrapes): ``scrape`` ended in a ``SchedulerConfigError`` traceback, ``scrape-des
+    --stale-threshold 1e-300`` ran and exited 0 (before session s49)."""
+    if args.benchmark not in ("scrape", "scrape-des"):
+        return False
+    interval = args.interval if args.benchmark == "scrape" else args.scrape_interval
+    option = "--interval" if args.benchmark == "scrape" else "--scrape-interval"
+    if args.stale_threshold > interval:
+        return False
+    print(
+        f"igw perf {args.benchmark}: --stale-threshold {args.stale_threshold:g} s must be longer than "
+        f"{option} {interval:g} s, or every pod is stale between two scrapes (the gateway refuses it)",
+        file=sys.stderr,
+    )
+    return True
+
+
 def run(args: argparse.Namespace) -> int:
     # deferred: start-up cost: igw builds every parser; the error type loads with the command
     from igw.errors import IgwToolingError
 
     if _refuse_ignored_options(args):
+        return 2
+    if _refuse_stale_before_a_scrape(args):
         return 2
     for dest in OUTPUT_FILES:  # checked while parsing; created now, before minutes of measuring
         path = getattr(args, dest, None)

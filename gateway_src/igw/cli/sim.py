@@ -11,6 +11,7 @@ from igw.cli.arg_types import (
     POSITIVE,
     SCRAPE_INTERVAL,
     SEED,
+    SIM_CV,
     SIM_RATE,
     SIM_REQUESTS,
     existing_file,
@@ -70,7 +71,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--rate", type=SIM_RATE, default=10.0, help="mean arrival rate, requests/s, 0.001 to 1e6 (default 10)"
     )
     run.add_argument(
-        "--cv", type=POSITIVE, default=1.0, help="inter-arrival coefficient of variation (default 1: Poisson)"
+        "--cv",
+        type=SIM_CV,
+        default=1.0,
+        help="inter-arrival coefficient of variation, 0.001 to 10 (default 1: Poisson)",
     )
     run.add_argument(
         "--lengths",

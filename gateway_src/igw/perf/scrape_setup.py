@@ -10,6 +10,7 @@ import sys
 from collections.abc import AsyncIterator
 from typing import Final
 
+from igw.config.durations import format_duration
 from igw.errors import IgwToolingError
 from igw.perf.scrape_fleet import VARIANTS
 
@@ -26,7 +27,6 @@ class ScrapeBenchmarkError(IgwToolingError, RuntimeError):
 
 def config_doc(interval_s: float, stale_s: float) -> dict[str, object]:
     """The benchmark's InferenceGatewayConfig: one scheduler, this scrape interval and stale threshold."""
-    ms = round(interval_s * 1000)
     return {
         "apiVersion": "inference.sagemaker.aws.amazon.com/v1alpha1",
         "kind": "InferenceGatewayConfig",
@@ -38,8 +38,8 @@ def config_doc(interval_s: float, stale_s: float) -> dict[str, object]:
             ],
             "extensions": {
                 "routing": {
-                    "scrapeInterval": f"{ms}ms",
-                    "staleThreshold": f"{round(stale_s * 1000)}ms",
+                    "scrapeInterval": format_duration(interval_s),
+                    "staleThreshold": format_duration(stale_s),
                     "scrapeTimeout": "1s",
                 }
             },
