@@ -26,6 +26,7 @@ import pytest
 from igw.addon import chart, pins
 from igw.cli import operator as operator_cli
 from igw.gateway.trace_export import queue_size
+from igw.gateway.tracing_options import tracing_options
 from igw.operator.dataplane import DataPlaneSettings, base_name
 from tests.fakes.kube_api import FakeKubeApiServer, running_fake_kube
 from tests.operator.harness import find, igwc, install_crd, kubelet_env, running_operator, wait_for
@@ -153,6 +154,7 @@ def test_gateway_env_reaches_every_operator_made_gateway(cluster: FakeKubeApiSer
         {"name": "OTEL_BSP_MAX_QUEUE_SIZE", "value": "8192"},
         {"name": "OTEL_TRACES_SAMPLER", "value": "parentbased_traceidratio"},
         {"name": "OTEL_TRACES_SAMPLER_ARG", "value": "0.1"},
+        {"name": "IGW_OTEL_SAMPLE_RATIO", "value": "0.05"},
     ]
     otlp = "http://otel-collector.observability:4318"
     args = _operator_args(_render({"operator": {"gatewayOtlpEndpoint": otlp, "gatewayEnv": env}}))
@@ -169,6 +171,9 @@ def test_gateway_env_reaches_every_operator_made_gateway(cluster: FakeKubeApiSer
     assert {e["name"]: seen[e["name"]] for e in env} == {e["name"]: e["value"] for e in env}
     assert seen["OTEL_EXPORTER_OTLP_ENDPOINT"] == otlp
     assert queue_size(seen) == 8192  # what the gateway's span queue bound reads
+    options = tracing_options(None, None, env=seen)  # what igw serve reads, given no flag
+    assert options is not None
+    assert options.sample_ratio == 0.05  # drawn by the gateway, not steered by the caller's flag
     (container,) = pinned_deployment["spec"]["template"]["spec"]["containers"]
     names = [e["name"] for e in container["env"]]
     assert names.count("OTEL_TRACES_SAMPLER_ARG") == 1  # one entry a name: server-side apply refuses two

@@ -617,6 +617,51 @@ def test_the_exporting_tracer_follows_a_callers_flag_only_when_told_to_trust_it(
     assert recorded == {False: None, True: TRACE_ID}
 
 
+def test_the_sampling_variables_stand_in_for_absent_flags() -> None:
+    """``IGW_OTEL_SAMPLE_RATIO`` / ``IGW_OTEL_TRUST_PARENT_SAMPLING``: the operator's gateway pods get
+    variables (``operator.gatewayEnv``), no ``igw serve`` flags, so before session s49 their only
+    ratio was an SDK sampler the caller steers. A flag given wins; a bad value is refused naming
+    the variable, as the flag is."""
+    endpoint = "http://127.0.0.1:4318"
+    env = {"IGW_OTEL_SAMPLE_RATIO": "0", "IGW_OTEL_TRUST_PARENT_SAMPLING": "false"}
+    options = tracing_options(endpoint, None, env=env)
+    assert options == TracingOptions(endpoint=f"{endpoint}/v1/traces", sample_ratio=0.0)
+    tracing = Tracing.exporting(options)
+    try:  # drawn here at the ratio: the caller's sampled flag does not force a recording
+        sampled = {"traceparent": f"00-{TRACE_ID}-{PARENT_ID}-01"}
+        trace_ = tracing.start(sampled, method="POST", path="/v1/completions", started=0.0)
+        assert trace_.recorded_trace_id is None
+        trace_.finish(200)
+    finally:
+        tracing.shutdown()
+    trusted = tracing_options(
+        endpoint, None, env={"IGW_OTEL_SAMPLE_RATIO": " 0.25 ", "IGW_OTEL_TRUST_PARENT_SAMPLING": "TRUE"}
+    )
+    assert trusted is not None
+    assert (trusted.sample_ratio, trusted.trust_parent_sampling) == (0.25, True)
+    flags = tracing_options(
+        endpoint, 0.5, env={**env, "IGW_OTEL_SAMPLE_RATIO": "bad"}, trust_parent_sampling=True
+    )
+    assert flags is not None
+    assert (flags.sample_ratio, flags.trust_parent_sampling) == (0.5, True)  # the flags win
+    unset = tracing_options(
+        endpoint, None, env={"IGW_OTEL_SAMPLE_RATIO": "", "IGW_OTEL_TRUST_PARENT_SAMPLING": ""}
+    )
+    assert unset == TracingOptions(endpoint=f"{endpoint}/v1/traces")
+    with pytest.raises(TracingConfigError, match="IGW_OTEL_SAMPLE_RATIO needs --otel-endpoint"):
+        tracing_options(None, None, env={"IGW_OTEL_SAMPLE_RATIO": "0.1"})
+    for name, value in (
+        ("IGW_OTEL_SAMPLE_RATIO", "1.5"),
+        ("IGW_OTEL_SAMPLE_RATIO", "-0.1"),
+        ("IGW_OTEL_SAMPLE_RATIO", "nan"),
+        ("IGW_OTEL_SAMPLE_RATIO", "10%"),
+        ("IGW_OTEL_TRUST_PARENT_SAMPLING", "1"),
+        ("IGW_OTEL_TRUST_PARENT_SAMPLING", "yes"),
+    ):
+        with pytest.raises(TracingConfigError, match=f"^{name} must be"):
+            tracing_options(endpoint, None, env={name: value})
+
+
 def test_a_long_callers_tracestate_is_cut_to_512_characters_large_members_first() -> None:
     """W3C Trace Context 3.3.1.5: over budget, members over 128 characters go first, then members
     from the end; a valid 32-member, 8192-character state went on to every pod whole (before s49)."""

@@ -59,14 +59,22 @@ async def test_serve_exports_request_spans_over_otlp_http(tmp_path: Path) -> Non
 async def test_serve_refuses_bad_tracing_options(tmp_path: Path) -> None:
     (tmp_path / "c.yaml").write_text("{}")
     (tmp_path / "e.yaml").write_text("schedulers: {}\n")  # a missing one is refused while parsing
-    for args, field in (
-        (("--otel-sample-ratio", "2"), "--otel-sample-ratio"),
-        (("--otel-endpoint", "collector:4318"), "--otel-endpoint"),
+    otlp = ("--otel-endpoint", "http://127.0.0.1:9")
+    for args, env, field in (
+        (("--otel-sample-ratio", "2"), {}, "--otel-sample-ratio"),
+        (("--otel-endpoint", "collector:4318"), {}, "--otel-endpoint"),
+        # the flags' stand-ins for operator-made pods (since session s49), refused like them
+        (otlp, {"IGW_OTEL_SAMPLE_RATIO": "2"}, "IGW_OTEL_SAMPLE_RATIO must be a number between 0 and 1"),
+        (
+            otlp,
+            {"IGW_OTEL_TRUST_PARENT_SAMPLING": "yes"},
+            "IGW_OTEL_TRUST_PARENT_SAMPLING must be true or false",
+        ),
     ):
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "igw.cli.main", "serve", "--config", str(tmp_path / "c.yaml"),
             "--endpoints", str(tmp_path / "e.yaml"), *args,
-            stderr=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.DEVNULL, env={**os.environ, **env},
         )  # fmt: skip
         _, err = await proc.communicate()
         assert proc.returncode == 2

@@ -86,13 +86,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=FRACTION,
         metavar="R",
         help="record this fraction (0..1) of the requests; a caller's traceparent is continued but its "
-        "sampled flag not followed (default: OTEL_TRACES_SAMPLER, else every request)",
+        "sampled flag not followed (default: $IGW_OTEL_SAMPLE_RATIO, else OTEL_TRACES_SAMPLER, else every "
+        "request)",
     )
     otel.add_argument(
         "--otel-trust-parent-sampling",
         action="store_true",
         help="with --otel-sample-ratio: follow the sampled flag of the caller's traceparent (for "
-        "callers that are trusted; otherwise a client could force every request recorded)",
+        "callers that are trusted; otherwise a client could force every request recorded; default: "
+        "$IGW_OTEL_TRUST_PARENT_SAMPLING, true or false)",
     )
 
 

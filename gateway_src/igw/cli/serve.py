@@ -153,14 +153,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=FRACTION,
         metavar="R",
         help="record this fraction (0..1) of the requests; a caller's traceparent is continued but its "
-        "sampled flag not followed (default: OTEL_TRACES_SAMPLER, else every request)",
+        "sampled flag not followed (default: $IGW_OTEL_SAMPLE_RATIO, else OTEL_TRACES_SAMPLER, else every "
+        "request)",
     )
     otel.add_argument(
         "--otel-trust-parent-sampling",
         action="store_true",
         help="with --otel-sample-ratio: follow the sampled flag of the caller's traceparent (for "
         "callers that are trusted, e.g. the global router; otherwise a client could force every "
-        "request recorded)",
+        "request recorded; default: $IGW_OTEL_TRUST_PARENT_SAMPLING, true or false)",
     )
     d = _default_limits()
     limits = parser.add_argument_group("client timeouts, limits and shutdown")

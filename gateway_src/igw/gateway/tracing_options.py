@@ -1,5 +1,6 @@
 """Whether and where the gateway sends OpenTelemetry traces: ``igw serve --otel-endpoint`` and
-``--otel-sample-ratio``, or the standard ``OTEL_*`` variables.
+``--otel-sample-ratio``, or the standard ``OTEL_*`` variables (and ``IGW_OTEL_SAMPLE_RATIO`` /
+``IGW_OTEL_TRUST_PARENT_SAMPLING`` for the sampling flags, where no flag can be given).
 
 Kept apart from :mod:`igw.gateway.tracing` so that deciding "tracing is off" (the default) never
 loads the OpenTelemetry SDK.
@@ -38,6 +39,13 @@ _HEADER_ENTRY: Final = re.compile(
 liberal form: a token name, ``=``, a value of printable ASCII and spaces without ``"``, ``,``, ``;``
 or ``\\``)."""
 _HEADER_DELIMITER: Final = re.compile(r"[ \t]*,[ \t]*")
+SAMPLE_RATIO_ENV: Final = "IGW_OTEL_SAMPLE_RATIO"
+"""``--otel-sample-ratio`` when the flag is absent: the operator's gateway pods get no ``igw serve``
+flags of an operator's choosing, only variables (``operator.gatewayEnv``). Without it their only
+ratio was an SDK sampler the caller steers (``parentbased_*`` follows its sampled flag,
+``traceidratio`` judges the trace id it chose)."""
+TRUST_PARENT_ENV: Final = "IGW_OTEL_TRUST_PARENT_SAMPLING"
+"""``--otel-trust-parent-sampling`` when the flag is absent: ``true`` or ``false``."""
 
 
 class TracingConfigError(IgwGatewayError):
@@ -82,9 +90,17 @@ def tracing_options(
 ) -> TracingOptions | None:
     """The options from ``igw serve --otel-endpoint/--otel-sample-ratio`` or, without the flag, the
     standard ``OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT`` variables; ``None`` when tracing stays off
-    (no endpoint, or ``OTEL_SDK_DISABLED=true``)."""
+    (no endpoint, or ``OTEL_SDK_DISABLED=true``). Without ``--otel-sample-ratio`` /
+    ``--otel-trust-parent-sampling``, :data:`SAMPLE_RATIO_ENV` / :data:`TRUST_PARENT_ENV` stand in
+    for them (a flag given wins)."""
+    ratio_source = "--otel-sample-ratio"
     if sample_ratio is not None and not 0.0 <= sample_ratio <= 1.0:
         raise TracingConfigError(f"--otel-sample-ratio must be between 0 and 1, got {sample_ratio:g}")
+    if sample_ratio is None:
+        sample_ratio = _env_ratio(env)
+        ratio_source = SAMPLE_RATIO_ENV
+    if not trust_parent_sampling:
+        trust_parent_sampling = _env_trust_parent(env)
     if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
         return None
     source = "--otel-endpoint"
@@ -98,7 +114,7 @@ def tracing_options(
         elif sample_ratio is not None:
             # tracing stays off: the ratio was dropped and the gateway started as if it sampled
             raise TracingConfigError(
-                f"--otel-sample-ratio needs --otel-endpoint or {' / '.join(ENDPOINT_ENV)}: "
+                f"{ratio_source} needs --otel-endpoint or {' / '.join(ENDPOINT_ENV)}: "
                 "without a receiver no trace is recorded"
             )
         else:
@@ -126,6 +142,33 @@ def tracing_options(
         export_timeout_s=_export_timeout_s(env),
         trust_parent_sampling=trust_parent_sampling,
     )
+
+
+def _env_ratio(env: Mapping[str, str]) -> float | None:
+    """:data:`SAMPLE_RATIO_ENV` as a fraction (``None``: unset or empty), refused like the flag."""
+    raw = env.get(SAMPLE_RATIO_ENV, "").strip()
+    if not raw:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not 0.0 <= value <= 1.0:  # also NaN, inf and words
+        raise TracingConfigError(
+            f"{SAMPLE_RATIO_ENV} must be a number between 0 and 1, got {redact(raw[:40])!r}"
+        )
+    return value
+
+
+def _env_trust_parent(env: Mapping[str, str]) -> bool:
+    """:data:`TRUST_PARENT_ENV`: ``true`` or ``false`` (any case; unset or empty: false). Anything
+    else is refused: a ``1`` or ``yes`` read as false would silently keep a tier's traces apart."""
+    raw = env.get(TRUST_PARENT_ENV, "").strip()
+    if raw.lower() in ("", "false"):
+        return False
+    if raw.lower() == "true":
+        return True
+    raise TracingConfigError(f"{TRUST_PARENT_ENV} must be true or false, got {redact(raw[:40])!r}")
 
 
 def _with_traces_path(base: str) -> str:
