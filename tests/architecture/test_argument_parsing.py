@@ -16,6 +16,9 @@ import pytest
 
 from igw.cli import perf as perf_cli
 from igw.cli.arg_types import (
+    FLEET_TIME_SCALE,
+    MAX_FLEET_TIME_SCALE,
+    MIN_FLEET_TIME_SCALE,
     NumberList,
     NumberOrWord,
     NumberRange,
@@ -677,7 +680,6 @@ UNBOUNDED_FLOAT_OPTIONS: dict[str, str] = {
     "serve --stream-grace-seconds": _SERVER_LIMIT,
     "global serve --drain-seconds": _UNPROBED,
     "global serve --emf-interval": _UNPROBED,
-    "sim fleet --time-scale": _UNPROBED,
     "sim fleet --duration": _UNPROBED,
     "bench --drain": _UNPROBED,
     "demo --drain": _UNPROBED,
@@ -688,11 +690,6 @@ UNBOUNDED_FLOAT_OPTIONS: dict[str, str] = {
     "operator --gateway-worker-timeout": _UNPROBED,
     "operator --tls-sweep-seconds": _UNPROBED,
     "operator --resync-seconds": _UNPROBED,
-    "perf des --load": _UNPROBED,
-    "perf des --target-s": _UNPROBED,
-    "perf soak --minutes": _UNPROBED,
-    "perf soak --overload-minutes": _UNPROBED,
-    "perf soak --time-scale": _UNPROBED,
     "perf soak --settle-seconds": _UNPROBED,
     "perf soak --calibrate-seconds": _UNPROBED,
     "perf scrape --seconds": _UNPROBED,
@@ -749,6 +746,16 @@ def test_the_check_sees_an_unbounded_float_option() -> None:
         (["perf", "scrape", "--interval", "1e-300"], "--interval"),
         (["perf", "scrape", "--stale-threshold", "1e300"], "--stale-threshold"),
         (["perf", "scrape-des", "--stale-threshold", "1e-300"], "--stale-threshold"),
+        (["sim", "fleet", "--spec", A_FILE, "--time-scale", "1e300"], "--time-scale"),
+        (["sim", "fleet", "--spec", A_FILE, "--time-scale", "1e-300"], "--time-scale"),
+        (["perf", "soak", "--time-scale", "1e300"], "--time-scale"),
+        (["perf", "soak", "--minutes", "1e-300"], "--minutes"),
+        (["perf", "soak", "--minutes", "1e300"], "--minutes"),
+        (["perf", "soak", "--overload-minutes", "0"], "--overload-minutes"),
+        (["perf", "des", "--load", "1e-300"], "--load"),
+        (["perf", "des", "--load", "1e300"], "--load"),
+        (["perf", "des", "--target-s", "1e-300"], "--target-s"),
+        (["perf", "des", "--target-s", "1e300"], "--target-s"),
     ],
 )
 def test_extreme_rates_and_intervals_are_refused_while_parsing_with_a_reason(
@@ -777,6 +784,20 @@ def test_a_stale_threshold_not_above_the_scrape_interval_is_refused_before_runni
     monkeypatch.setattr(args, "_perf_run", lambda _: pytest.fail("ran the benchmark"))
     assert perf_cli.run(args) == 2
     assert f"must be longer than {interval}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("scale", [MIN_FLEET_TIME_SCALE, MAX_FLEET_TIME_SCALE])
+def test_the_time_scale_options_take_what_a_fleet_spec_takes(scale: float) -> None:
+    """``--time-scale`` of ``sim fleet`` and ``perf soak`` ends up as a spec's ``time_scale``: its
+    ends are the spec's, so no value the option takes is refused afterwards."""
+    from igw.sim.spec import FleetSpec, SpecError
+
+    pods = [{"name": "p", "preset": "llama-3.1-8b/h100"}]
+    assert FleetSpec.from_mapping({"time_scale": scale, "pods": pods}).time_scale == scale
+    for beyond in (scale / 2, scale * 2):
+        if not FLEET_TIME_SCALE.contains(beyond):
+            with pytest.raises(SpecError):
+                FleetSpec.from_mapping({"time_scale": beyond, "pods": pods})
 
 
 def test_perf_scrapes_config_takes_the_longest_interval_and_threshold_allowed() -> None:

@@ -293,6 +293,58 @@ AGREEMENT_DES_SEEDS: Final = NumberRange(
     reason="the tie rule needs seed-to-seed variation, and each seed is a DES run of every router",
 )
 """``igw bench --agreement-des-seeds``: 2 to :data:`MAX_AGREEMENT_DES_SEEDS`."""
+MIN_FLEET_TIME_SCALE: Final = 0.001
+"""The smallest fleet ``time_scale`` (wall seconds per simulated GPU second), as a fleet spec's
+``time_scale`` takes it (:meth:`igw.sim.spec.FleetSpec.from_mapping`)."""
+MAX_FLEET_TIME_SCALE: Final = 1000.0
+"""The largest fleet ``time_scale``, the spec's own maximum."""
+FLEET_TIME_SCALE: Final = NumberRange(
+    float,
+    MIN_FLEET_TIME_SCALE,
+    MAX_FLEET_TIME_SCALE,
+    reason="wall seconds per simulated GPU second, the range of a fleet spec's time_scale",
+)
+"""``--time-scale`` of ``igw sim fleet`` and ``igw perf soak``. Unbounded, ``1e300`` was refused only
+after parsing, by the command (``sim fleet``) or as ``spec.time_scale`` (``perf soak``), naming no
+option."""
+MIN_SOAK_MINUTES: Final = 0.1
+"""The shortest ``igw perf soak`` phase: six seconds, still sampled ten times. ``--minutes 1e-300``
+ran the calibration, then ended in an ``IndexError`` traceback: a phase shorter than its first
+sample had no RSS sample to report."""
+MAX_SOAK_MINUTES: Final = 1440.0
+"""The longest ``igw perf soak`` phase: a day. The soak keeps every request's latency in memory (at
+a few hundred requests per second, tens of millions a day), and ``--minutes 1e300`` was taken."""
+SOAK_MINUTES: Final = NumberRange(
+    float,
+    MIN_SOAK_MINUTES,
+    MAX_SOAK_MINUTES,
+    reason="a phase samples RSS ten times and keeps every latency in memory: 6 s to a day",
+)
+"""``igw perf soak --minutes/--overload-minutes``: :data:`MIN_SOAK_MINUTES` to
+:data:`MAX_SOAK_MINUTES`."""
+MIN_DES_LOAD: Final = 0.001
+"""The lowest ``igw perf des --load`` (a share of a pod's ~12.5 req/s): one pod then offers 0.0125
+req/s, above :data:`MIN_SIM_RATE`. ``--load 1e-300`` ran the simulated clock past the precision of
+step times: a "simulated s per wall s" of 300 digits, every TTFT 0.0, exit 0."""
+MAX_DES_LOAD: Final = 1000.0
+"""The highest ``igw perf des --load``: a thousand times a pod's capacity is one queue that only
+grows; ``1e300`` offered every request in one burst, exit 0."""
+DES_LOAD: Final = NumberRange(
+    float,
+    MIN_DES_LOAD,
+    MAX_DES_LOAD,
+    reason=f"a share of a pod's capacity: below {MIN_DES_LOAD:g} the simulated clock outruns the precision "
+    f"of step times, above {MAX_DES_LOAD:g} arrivals are one burst",
+)
+"""``igw perf des --load``: :data:`MIN_DES_LOAD` to :data:`MAX_DES_LOAD`."""
+DES_TARGET_S: Final = NumberRange(
+    float,
+    0.1,
+    86400.0,
+    reason="wall seconds a run should stay under: a run of at most a million requests takes minutes",
+)
+"""``igw perf des --target-s``, the divisor of the printed ratio: ``1e-300`` printed a ratio of 300
+digits to "the 0 s target", ``1e300`` one to a target of 300 digits."""
 FRACTION: Final = NumberRange(float, 0.0, 1.0)
 """A share from 0 to 1."""
 WORKER_COUNT: Final = NumberOrWord(NumberRange(int, 1, MAX_WORKERS), "auto")

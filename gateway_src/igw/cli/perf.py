@@ -19,7 +19,10 @@ from typing import Final
 from igw.cli.arg_types import (
     COUNT,
     COUNTS,
+    DES_LOAD,
+    DES_TARGET_S,
     DURATION_SCALE,
+    FLEET_TIME_SCALE,
     FRACTION,
     NON_NEGATIVE,
     NON_NEGATIVE_INT,
@@ -28,6 +31,7 @@ from igw.cli.arg_types import (
     SEED,
     SEEDS,
     SIM_REQUESTS,
+    SOAK_MINUTES,
     STALE_THRESHOLD,
     NumberList,
     create_parent,
@@ -125,9 +129,10 @@ def _des_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--load",
-        type=POSITIVE,
+        type=DES_LOAD,
         default=0.6,
-        help="offered load per pod as a fraction of ~12.5 req/s, ShareGPT on H100 (default 0.6)",
+        help="offered load per pod as a fraction of ~12.5 req/s, ShareGPT on H100, 0.001 to 1000 "
+        "(default 0.6)",
     )
     parser.add_argument(
         "--policy",
@@ -143,9 +148,10 @@ def _des_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=SEED, default=0, help="random seed of the workload (default 0)")
     parser.add_argument(
         "--target-s",
-        type=POSITIVE,
+        type=DES_TARGET_S,
         default=60.0,
-        help="wall seconds the simulation should stay under; the ratio to it is printed (default 60)",
+        help="wall seconds the simulation should stay under, 0.1 to 86400; the ratio to it is printed "
+        "(default 60)",
     )
     parser.add_argument(
         "--no-fast-forward", action="store_true", help="step every decode one by one (same records, slower)"
@@ -168,15 +174,20 @@ def _checks_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _soak_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--minutes", type=POSITIVE, default=30.0, help="length of the 80 %% phase (default 30)"
+        "--minutes",
+        type=SOAK_MINUTES,
+        default=30.0,
+        help="length of the 80 %% phase, 0.1 to 1440 (default 30)",
     )
     parser.add_argument(
-        "--overload-minutes", type=NON_NEGATIVE, help="length of the 150 %% phase (default: --minutes)"
+        "--overload-minutes",
+        type=SOAK_MINUTES,
+        help="length of the 150 %% phase, 0.1 to 1440 (default: --minutes)",
     )
     parser.add_argument("--pods", type=COUNT, default=2, help="simulated H100 pods (default 2)")
     parser.add_argument(
         "--time-scale",
-        type=POSITIVE,
+        type=FLEET_TIME_SCALE,
         default=4.0,
         help="wall seconds per simulated second (default 4: the simulated GPUs, not this machine's CPU, "
         "must be the bottleneck, or the overload phase measures the load generator)",

@@ -7,6 +7,7 @@ import sys
 from typing import Any
 
 from igw.cli.arg_types import (
+    FLEET_TIME_SCALE,
     NON_NEGATIVE_INT,
     POSITIVE,
     SCRAPE_INTERVAL,
@@ -42,7 +43,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="fleet spec YAML (see gateway_src/igw/sim/examples/)",
     )
     fleet.add_argument("--json", action="store_true", help="print endpoints as one JSON object (for scripts)")
-    fleet.add_argument("--time-scale", type=POSITIVE, default=None, help="override the spec's time_scale")
+    fleet.add_argument(
+        "--time-scale",
+        type=FLEET_TIME_SCALE,
+        default=None,
+        help="override the spec's time_scale, 0.001 to 1000 wall s per simulated GPU s",
+    )
     fleet.add_argument(
         "--duration", type=POSITIVE, default=None, help="stop by itself after this many seconds"
     )
