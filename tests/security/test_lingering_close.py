@@ -17,7 +17,7 @@ import socket
 import ssl
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import trustme
@@ -25,6 +25,7 @@ import uvloop
 from aiohttp import web
 
 from igw.gateway import serving
+from igw.gateway.lean_server import _WRITE_HIGH_WATER, LeanStreamWriter
 from igw.gateway.serving import GatewayServer, serve_app
 from igw.global_router.config import parse_global_config
 from igw.global_router.server import create_global_app
@@ -516,3 +517,66 @@ def test_a_kept_alive_tls_client_that_reads_slowly_gets_the_whole_answer(loop_na
     got, took = run(scenario())
     assert got == LARGE
     assert took > 1.0  # read for longer than the send timeout (0.5 s)
+
+
+EVENT = b"data: " + b"e" * 1016 + b"\n\n"
+"""A 1 KiB server-sent event."""
+
+
+@pytest.mark.parametrize("loop_name", ["asyncio", "uvloop"])
+def test_a_slow_tls_streaming_reader_holds_about_as_many_unsent_bytes_as_on_plain_tcp(loop_name: str) -> None:
+    """A stream of 1 KiB events to a TLS client that reads nothing pauses its writer with at most
+    about twice a plain-TCP connection's unsent bytes in the gateway (the TLS layer's buffer and the
+    TCP transport's below it, each up to the TCP high-water mark), and the transport the handler
+    writes to reports both. Before session s49 the TLS layer kept its own 512 KiB high-water mark:
+    577 KiB held per slow reader against 65 KiB on plain TCP, and the handler's transport reported
+    only the TLS layer's part."""
+    server_context, client_context = _tls_pair()
+    held: list[ssl.SSLSocket] = []
+    written = [0]
+    transports: list[asyncio.Transport] = []
+
+    async def events(request: web.Request) -> web.StreamResponse:
+        transport = request.transport
+        assert transport is not None
+        transports.append(transport)
+        head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+        stream = LeanStreamWriter(cast(Any, request.protocol), head)  # the relay's writer
+        while True:
+            await stream.write(EVENT)
+            written[0] += 1
+
+    def client(port: int) -> None:
+        raw = socket.socket()
+        raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 2**15)
+        raw.connect(("127.0.0.1", port))
+        tls = client_context.wrap_socket(raw, server_hostname="127.0.0.1")
+        held.append(tls)  # reads nothing; closed only at the end
+        tls.sendall(b"GET /events HTTP/1.1\r\nHost: x\r\n\r\n")
+
+    async def scenario() -> tuple[int, int, int]:
+        loop = asyncio.get_running_loop()
+        app = web.Application()
+        app.router.add_get("/events", events)
+        limits = serving.ServerLimits(send_timeout_s=30)
+        async with serve_app(app, host="127.0.0.1", port=0, ssl_context=server_context, limits=limits) as url:
+            try:
+                await loop.run_in_executor(None, client, int(url.rsplit(":", 1)[1]))
+                before = -1
+                while written[0] != before:  # until the writer is paused
+                    before = written[0]
+                    await asyncio.sleep(0.3)
+                (transport,) = transports
+                tls, tcp = getattr(transport, "_tls"), getattr(transport, "_tcp")  # noqa: B009
+                reported = transport.get_write_buffer_size()
+                return tls.get_write_buffer_size(), tcp.get_write_buffer_size(), reported
+            finally:
+                for tls in held:
+                    tls.close()
+
+    run = uvloop.run if loop_name == "uvloop" else asyncio.run
+    in_tls, in_tcp, reported = run(scenario())
+    assert written[0] > 0
+    assert in_tcp > 0  # the client's socket buffers are full: the gateway holds the rest
+    assert in_tls + in_tcp <= 2 * _WRITE_HIGH_WATER + 4 * len(EVENT)  # 577 KiB before session s49
+    assert reported == in_tls + in_tcp

@@ -20,6 +20,12 @@ close_notify) begins only once the answer's bytes have left, both loops' TLS lay
 the TCP transport, whose buffer outlives neither. Before session s49 that timeout counted from the
 handler's close: a ``Connection: close`` answer larger than the socket buffers, to a client slower to
 read than the timeout, was cut mid-body.
+
+The TLS transport's write-buffer marks are set to the TCP transport's (64 KiB high, 16 KiB low), so a
+handler writing to a slow client is paused with as many bytes held as on plain TCP, give or take the
+TCP transport's own buffer below: both loops' TLS layers default to a 512 KiB high-water mark, so a
+slow TLS reader held about 600 KiB of a stream before its handler paused where a plain-TCP one held
+64 KiB (before session s49), ten times the memory for many slow streaming clients.
 """
 
 from __future__ import annotations
@@ -165,6 +171,8 @@ class TlsHandshake(asyncio.Protocol):
         if tls is None or (ended is not None and not ended[0]):
             return  # lost before the handler had it: it never saw the connection, nothing to tell it
         handler = self._handler
+        low, high = tcp.get_write_buffer_limits()
+        tls.set_write_buffer_limits(high=high, low=low)  # not the TLS layer's own 512 KiB: see the module
         tls.set_protocol(handler)
         handler.connection_made(DrainingClose(tls, tcp, stall_s=self._send_timeout_s))
         received, self._received = self._received, []
@@ -344,7 +352,10 @@ class DrainingClose(asyncio.Transport):
         return self._tls.can_write_eof()
 
     def get_write_buffer_size(self) -> int:
-        return self._tls.get_write_buffer_size()
+        """The answer's bytes not yet sent: the TLS layer's and, below it, the TCP transport's (a
+        check against a plain-TCP high-water mark, as :class:`igw.gateway.lean_server.LeanStreamWriter`
+        makes, counts every unsent byte on either listener)."""
+        return self._tls.get_write_buffer_size() + self._tcp.get_write_buffer_size()
 
     def get_write_buffer_limits(self) -> tuple[int, int]:
         return self._tls.get_write_buffer_limits()
