@@ -272,7 +272,7 @@ def test_a_leader_frozen_past_its_renew_deadline_writes_nothing_and_steps_down(
     def clock() -> float:
         return time.monotonic() + offset[0]
 
-    async def main() -> tuple[bool, type[BaseException] | None, bool]:
+    async def main() -> tuple[bool, type[BaseException] | None, bool, list[tuple[str, str]]]:
         election = LeaseElection(
             ElectionSettings("igw-operator", "default", "frozen", **FAST),
             cluster.api_client(token="frozen"),
@@ -289,16 +289,21 @@ def test_a_leader_frozen_past_its_renew_deadline_writes_nothing_and_steps_down(
         except NotLeading as exc:
             refused = type(exc)
         await asyncio.wait_for(election.watch(), 5)
+        await asyncio.sleep(0.5)  # a renewal already in flight at the step-down may still land
+        stepped_down = len(cluster.callers)
+        await asyncio.sleep(2 * FAST["retry_period_s"])  # the library's renew loop tries again meanwhile
         election.stop()
         kube.close()
-        return acting_before, refused, election.lost.is_set()
+        return acting_before, refused, election.lost.is_set(), _writes_by(cluster, "frozen", stepped_down)
 
     since = len(cluster.callers)
     with caplog.at_level(logging.ERROR, logger="igw.operator"):
-        acting_before, refused, lost = asyncio.run(main())
+        acting_before, refused, lost, renewed_after = asyncio.run(main())
     assert acting_before is True
     assert refused is NotLeading
     assert lost is True
+    # stepped down, it renews the Lease no more (it used to, so the standby waited out a fresh lease)
+    assert renewed_after == []
     assert find(cluster, "ConfigMap", "default", "written-after-the-freeze") is None
     assert [w for w in _writes_by(cluster, "frozen", since) if "leases" not in w[1]] == []
     assert any("frozen: stepping down: Lease default/igw-operator not renewed" in m for m in caplog.messages)

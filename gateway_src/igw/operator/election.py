@@ -350,7 +350,8 @@ class LeaseElection:
         renew for ``renew_deadline_s`` from the start of a try cycle. A leader frozen past the lease
         duration (a stopped process, a paused VM) went on reconciling after it thawed, beside the
         standby that had taken over, until its renew loop gave up. The first ``False`` (a lapse)
-        steps down for good: :attr:`lost` is set and it never acts again in this process."""
+        steps down for good: :attr:`lost` is set, the Lease is written no more (it expires) and it
+        never acts again in this process."""
         if self._stepped_down:
             return False
         renewed_at = None if self._lock is None else self._lock.renewed_at
@@ -360,6 +361,10 @@ class LeaseElection:
         if since < self.settings.renew_deadline_s:
             return True
         self._stepped_down = True
+        # No renewal after stepping down: the library's loop would renew on at its next try (its
+        # clock saw no lapse), and the standby had to wait out a lease nobody acts on.
+        if self._lock is not None:
+            self._lock.close()
         log.error(
             "%s: stepping down: Lease %s/%s not renewed for %.1f s (renew deadline %d s)",
             self.settings.identity,
