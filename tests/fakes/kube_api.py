@@ -88,7 +88,9 @@ and point the REAL ``kubernetes`` client at it over HTTP. It serves:
   :meth:`throttle` (every request answered 429 TooManyRequests, or 503, with a ``Retry-After``
   header for a while: API Priority and Fairness rejecting an overloaded client),
   :meth:`cut_off` (one client's requests, told apart by their bearer token, dropped unanswered: a
-  partition between it and the API server), :meth:`stall_open_watches` (the watches open now go
+  partition between it and the API server), :meth:`hang` (one client's requests read in full and
+  never answered: a black-holed connection or a stuck API server, as a client sees it),
+  :meth:`stall_open_watches` (the watches open now go
   silent and never end, ``timeoutSeconds``
   included, while new requests are served: a connection black-holed on the way, e.g. the API
   server's node lost behind the cluster endpoint's load balancer, as a client sees it), and
@@ -342,6 +344,10 @@ class FakeKubeApiServer:
         """Per request: ``(bearer token or None, method, path)``, to tell clients apart (one token each)."""
         self._cut_off: set[str] = set()
         """Bearer tokens whose requests get no answer (:meth:`cut_off`)."""
+        self._hung: set[str] = set()
+        """Bearer tokens whose requests are held unanswered (:meth:`hang`)."""
+        self._held: set[asyncio.Event] = set()
+        """One per request held unanswered; set when the server stops."""
         self.required_token: str | None = None
         self._forbidden: set[str] | None = set()
         self._forbidden_all = False
@@ -394,6 +400,8 @@ class FakeKubeApiServer:
         self._closing = True
         for wakeup in list(self._watch_wakeups):
             wakeup.set()
+        for held in list(self._held):
+            held.set()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -509,8 +517,17 @@ class FakeKubeApiServer:
         server (a reset), while every other client is served. :meth:`reconnect` ends it."""
         self._cut_off.add(token)
 
+    def hang(self, token: str) -> None:
+        """Requests carrying ``token`` are read in full and never answered: the connection stays open
+        and silent, as a client sees a black-holed connection (a dropped route, a stuck API server)
+        that only its own timeout ends. :meth:`reconnect` ends it for new requests; those held
+        meanwhile stay silent until the server stops (a stuck connection stays stuck)."""
+        self._hung.add(token)
+
     def reconnect(self, token: str) -> None:
+        """End :meth:`cut_off` and :meth:`hang` for ``token``."""
         self._cut_off.discard(token)
+        self._hung.discard(token)
 
     def forbid(self, *plurals: str) -> None:
         """Answer 403 for these resources (e.g. ``"pods"``), or for everything when none are given."""
@@ -688,6 +705,17 @@ class FakeKubeApiServer:
         self.callers.append((token, request.method, request.path))
         if token is not None and token in self._cut_off and request.transport is not None:
             request.transport.close()  # no answer: the client's connection is reset
+            return web.Response(status=503)
+        if token is not None and token in self._hung and not self._closing:
+            await request.read()  # the request arrived; no answer ever leaves
+            held = asyncio.Event()
+            self._held.add(held)
+            try:
+                await held.wait()
+            finally:
+                self._held.discard(held)
+            if request.transport is not None:
+                request.transport.close()
             return web.Response(status=503)
         throttled = self._throttled()
         if throttled is not None:

@@ -272,7 +272,7 @@ def test_a_leader_frozen_past_its_renew_deadline_writes_nothing_and_steps_down(
     def clock() -> float:
         return time.monotonic() + offset[0]
 
-    async def main() -> tuple[bool, type[BaseException] | None, bool]:
+    async def main() -> tuple[bool, type[BaseException] | None, bool, list[tuple[str, str]]]:
         election = LeaseElection(
             ElectionSettings("igw-operator", "default", "frozen", **FAST),
             cluster.api_client(token="frozen"),
@@ -289,16 +289,21 @@ def test_a_leader_frozen_past_its_renew_deadline_writes_nothing_and_steps_down(
         except NotLeading as exc:
             refused = type(exc)
         await asyncio.wait_for(election.watch(), 5)
+        await asyncio.sleep(0.5)  # a renewal already in flight at the step-down may still land
+        stepped_down = len(cluster.callers)
+        await asyncio.sleep(2 * FAST["retry_period_s"])  # the library's renew loop tries again meanwhile
         election.stop()
         kube.close()
-        return acting_before, refused, election.lost.is_set()
+        return acting_before, refused, election.lost.is_set(), _writes_by(cluster, "frozen", stepped_down)
 
     since = len(cluster.callers)
     with caplog.at_level(logging.ERROR, logger="igw.operator"):
-        acting_before, refused, lost = asyncio.run(main())
+        acting_before, refused, lost, renewed_after = asyncio.run(main())
     assert acting_before is True
     assert refused is NotLeading
     assert lost is True
+    # stepped down, it renews the Lease no more (it used to, so the standby waited out a fresh lease)
+    assert renewed_after == []
     assert find(cluster, "ConfigMap", "default", "written-after-the-freeze") is None
     assert [w for w in _writes_by(cluster, "frozen", since) if "leases" not in w[1]] == []
     assert any("frozen: stepping down: Lease default/igw-operator not renewed" in m for m in caplog.messages)
@@ -375,6 +380,97 @@ def test_a_standby_cut_off_for_a_while_still_takes_over_afterwards(cluster: Fake
         return led
 
     assert asyncio.run(main()) is True
+
+
+def _calls_by(cluster: FakeKubeApiServer, token: str, since: int) -> int:
+    return sum(1 for who, _, _ in cluster.callers[since:] if who == token)
+
+
+def test_a_standby_whose_lease_calls_hang_for_a_while_still_takes_over(cluster: FakeKubeApiServer) -> None:
+    """An API server that takes a standby's request and never answers: the Lease calls had no timeout,
+    so the standby's election thread waited on that answer for ever and never campaigned again (once
+    the leader exited, no replica led). Each Lease call now times out within the retry period, a
+    failed try, and the standby takes over once its calls are answered again."""
+
+    async def main() -> bool:
+        leader = LeaseElection(
+            ElectionSettings("igw-operator", "default", "one", **FAST), cluster.api_client(token="one")
+        )
+        leader.start()
+        await asyncio.wait_for(leader.leading.wait(), 30)
+        standby = LeaseElection(
+            ElectionSettings("igw-operator", "default", "two", **FAST), cluster.api_client(token="two")
+        )
+        cluster.hang("two")
+        since = len(cluster.callers)
+        standby.start()
+        await asyncio.to_thread(wait_for, lambda: _calls_by(cluster, "two", since) >= 1, what="a hung try")
+        await asyncio.sleep(2 * FAST["retry_period_s"])
+        cluster.reconnect("two")
+        await leader.release()
+        try:
+            await asyncio.wait_for(standby.leading.wait(), 3 * FAST["lease_duration_s"])
+        except TimeoutError:
+            standby.stop()
+            return False
+        await standby.release()
+        return True
+
+    assert asyncio.run(main()) is True
+
+
+def test_a_leader_whose_renewals_hang_steps_down_at_its_renew_deadline(cluster: FakeKubeApiServer) -> None:
+    """The leader's renewals get no answer: it steps down at the renew deadline (the fence), and its
+    renew loop goes on trying (each hung call a failed try) instead of waiting for ever."""
+
+    async def main() -> tuple[float, int]:
+        election = LeaseElection(
+            ElectionSettings("igw-operator", "default", "hung", **FAST), cluster.api_client(token="hung")
+        )
+        election.start()
+        await asyncio.wait_for(election.leading.wait(), 30)
+        watching = asyncio.ensure_future(election.watch())
+        since = len(cluster.callers)
+        cluster.hang("hung")
+        hung_at = time.monotonic()
+        await asyncio.wait_for(election.lost.wait(), 3 * FAST["lease_duration_s"])
+        stepped_down_after = time.monotonic() - hung_at
+        await asyncio.wait_for(watching, 5)
+        await asyncio.sleep(2 * FAST["retry_period_s"])
+        election.stop()
+        return stepped_down_after, _calls_by(cluster, "hung", since)
+
+    stepped_down_after, calls = asyncio.run(main())
+    assert stepped_down_after <= FAST["renew_deadline_s"] + 0.5
+    # the renew loop tried again (the hung call ended by its timeout) until it gave up; without the
+    # timeout its first renewal waited for ever
+    assert calls >= 2, calls
+
+
+def test_a_leader_stopped_while_its_lease_calls_hang_stops_promptly(cluster: FakeKubeApiServer) -> None:
+    """SIGTERM while the API server takes the leader's requests and never answers: giving the Lease up
+    waited on the renewal in flight (it holds the write mutex) and on its own read, both for ever, so
+    the operator never exited. Both now time out: the release gives up (the Lease expires)."""
+
+    async def main() -> bool:
+        election = LeaseElection(
+            ElectionSettings("igw-operator", "default", "stopping", **FAST),
+            cluster.api_client(token="stopping"),
+        )
+        election.start()
+        await asyncio.wait_for(election.leading.wait(), 30)
+        since = len(cluster.callers)
+        cluster.hang("stopping")
+        await asyncio.to_thread(
+            wait_for, lambda: _calls_by(cluster, "stopping", since) >= 1, what="a hung renewal"
+        )
+        try:
+            return await asyncio.wait_for(election.release(), 4 * FAST["retry_period_s"])
+        finally:
+            election.stop()
+
+    assert asyncio.run(main()) is False
+    assert _lease(cluster).get("holderIdentity") == "stopping"  # left to expire
 
 
 @pytest.mark.parametrize(

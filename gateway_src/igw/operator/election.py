@@ -88,6 +88,12 @@ class ElectionSettings:
     (:meth:`LeaseElection.acting`)."""
     retry_period_s: int = 2
 
+    @property
+    def request_timeout_s(self) -> float:
+        """How long one Lease call may take: three quarters of the retry period, so a call the API
+        server never answers ends as a failed try and the next try starts on time."""
+        return 0.75 * self.retry_period_s
+
     def __post_init__(self) -> None:
         """Refuse settings the library refuses: it ``sys.exit``-ed in the election thread, which only
         ended that thread, and the replica then waited to lead for ever."""
@@ -115,26 +121,59 @@ def _failure(exc: Exception) -> str:
 
 
 class _FieldManagedLeases:
-    """The ``CoordinationV1Api`` the election writes the Lease through, each write naming the
-    operator's ``fieldManager`` (:data:`~igw.operator.kube.FIELD_MANAGER`).
+    """The ``CoordinationV1Api`` the election calls the Lease through, each write naming the
+    operator's ``fieldManager`` (:data:`~igw.operator.kube.FIELD_MANAGER`) and every call bounded by
+    ``timeout_s``.
 
     The library's LeaseLock names none, so the API server filed every acquire and renewal under the
     Python client's User-Agent: ``managedFields`` of the Lease said ``OpenAPI-Generator`` (any script
-    using the client), where every other write of the operator says ``igw-operator``."""
+    using the client), where every other write of the operator says ``igw-operator``.
 
-    def __init__(self, api: Any) -> None:
+    It sets no request timeout either: a call the API server took and never answered (a black-holed
+    connection, a stuck API server) blocked the election thread for ever. A standby then never
+    campaigned again, and a leader's release on SIGTERM waited on it, so the operator never exited."""
+
+    def __init__(self, api: Any, timeout_s: float) -> None:
         self._api = api
+        self._timeout_s = timeout_s
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._api, name)
 
+    def read_namespaced_lease(self, name: str, namespace: str, **kwargs: Any) -> Any:
+        return self._api.read_namespaced_lease(name, namespace, _request_timeout=self._timeout_s, **kwargs)
+
     def create_namespaced_lease(self, namespace: str, body: Any, **kwargs: Any) -> Any:
-        return self._api.create_namespaced_lease(namespace, body, field_manager=FIELD_MANAGER, **kwargs)
+        return self._api.create_namespaced_lease(
+            namespace, body, field_manager=FIELD_MANAGER, _request_timeout=self._timeout_s, **kwargs
+        )
 
     def replace_namespaced_lease(self, name: str, namespace: str, body: Any, **kwargs: Any) -> Any:
         return self._api.replace_namespaced_lease(
-            name, namespace, body, field_manager=FIELD_MANAGER, **kwargs
+            name,
+            namespace,
+            body,
+            field_manager=FIELD_MANAGER,
+            _request_timeout=self._timeout_s,
+            **kwargs,
         )
+
+
+def _single_attempt_client(api_client: Any) -> Any:
+    """An ``ApiClient`` on a copy of ``api_client``'s configuration whose requests are tried once.
+
+    Why: urllib3 retries a timed-out read (three times by default), each try with the whole request
+    timeout, so a Lease call the API server never answered took four timeouts, past the retry
+    period. The election retries anyway, at its next try."""
+    # deferred: start-up cost: the kubernetes client loads only on cluster-facing paths
+    import copy
+
+    import urllib3
+    from kubernetes import client
+
+    configuration = copy.deepcopy(api_client.configuration)
+    configuration.retries = urllib3.Retry(total=0, raise_on_redirect=True)
+    return client.ApiClient(configuration)
 
 
 class _ReleasableLock:
@@ -292,7 +331,10 @@ class LeaseElection:
         lock = LeaseLock(  # type: ignore[no-untyped-call]
             self.settings.lease_name, self.settings.lease_namespace, self.settings.identity
         )
-        leases: Any = _FieldManagedLeases(client.CoordinationV1Api(self._api_client))  # duck-typed
+        leases: Any = _FieldManagedLeases(  # duck-typed
+            client.CoordinationV1Api(_single_attempt_client(self._api_client)),
+            self.settings.request_timeout_s,
+        )
         lock.api_instance = leases
         quiet_repeated_library_lines()
         self._lock = _ReleasableLock(lock, lock.api_instance, self._monotonic)
@@ -308,7 +350,8 @@ class LeaseElection:
         renew for ``renew_deadline_s`` from the start of a try cycle. A leader frozen past the lease
         duration (a stopped process, a paused VM) went on reconciling after it thawed, beside the
         standby that had taken over, until its renew loop gave up. The first ``False`` (a lapse)
-        steps down for good: :attr:`lost` is set and it never acts again in this process."""
+        steps down for good: :attr:`lost` is set, the Lease is written no more (it expires) and it
+        never acts again in this process."""
         if self._stepped_down:
             return False
         renewed_at = None if self._lock is None else self._lock.renewed_at
@@ -318,6 +361,10 @@ class LeaseElection:
         if since < self.settings.renew_deadline_s:
             return True
         self._stepped_down = True
+        # No renewal after stepping down: the library's loop would renew on at its next try (its
+        # clock saw no lapse), and the standby had to wait out a lease nobody acts on.
+        if self._lock is not None:
+            self._lock.close()
         log.error(
             "%s: stepping down: Lease %s/%s not renewed for %.1f s (renew deadline %d s)",
             self.settings.identity,
