@@ -1293,10 +1293,15 @@ def redact_quoting_keys(text: str) -> str:
 
 _SECRET_ASSIGNMENT: Final = re.compile(
     r"(?i)\b([a-z0-9_.-]*(?:password|passwd|secret|token|apikey|api_key|access_key|credential)[a-z0-9_.-]*)"
-    r"([\"']?\s*[:=]\s*[\"']?)([^\s,;&\"'}]+)"
+    r"([\"']?\s*[:=]\s*[\"']?)"
+    r"((?-i:((?:Invalid|Unsupported|Duplicate) value|Not found): "
+    r"(?:\"(?:[^\"\\\n]|\\.)*\"|\\\"(?:[^\"\\\n]|\\(?!\")[^\n])*\\\"|[^\s,;&\"'}]+))"
+    r"|[^\s,;&\"'}]+)"
 )
 """``password=...``, ``aws_secret_access_key: ...``, ``?token=...``: a value assigned to a secret's name,
-unless :func:`_names_no_secret` reads the match as an error's name or an AWS name and prose."""
+unless :func:`_names_no_secret` reads the match as an error's name or an AWS name and prose. A
+Kubernetes field error that quotes the value (``spec.token: Invalid value: "..."``, group 4 its
+type) is taken whole: :func:`_mask_assignment` keeps the type and masks the value after it."""
 _ERROR_NAME: Final = re.compile(r"[A-Z][A-Za-z0-9]*[a-z0-9](?:Exception|Error|Fault|Failure|Violation|Id)")
 """A CamelCase exception class or error code (``ExpiredTokenException``, ``InvalidClientTokenId``,
 ``NoCredentialsError``, ``PasswordPolicyViolation``), its module path (``jwt.exceptions.``) taken off
@@ -1330,11 +1335,32 @@ not found in ...``, ``GetSecretValue: Access denied for ...``, ``SSO Token: Toke
 a configuration problem's ``must``/``cannot``/``duplicates``). Since round 17 (session s49): any other
 first word is the value, masked, the words after it kept (``client_secret: [REDACTED] and more``); a
 one-word password followed by prose (``client_secret: Rosebud and more``) was shown whole."""
-_STATUS_OR_MISSING: Final = re.compile(r"(?:HTTP[ \t][1-5][0-9]{2}|Field required)(?![A-Za-z0-9_])")
-"""An HTTP status (``HTTP 401``, as the project's own errors write one) or pydantic's and the Messages
-API's ``Field required`` after a secret's name and ``: `` (``no token: HTTP 401``, ``api_key: Field
-required``): a message, kept since session s49 (round 18), not a value. A value of digits only
-(``api_key: 1234``, a PIN) stays masked, and so does ``token=HTTP``."""
+_MESSAGE_TEMPLATE: Final = re.compile(
+    r"(?:HTTP[ \t][1-5][0-9]{2}"
+    # the project's own schema messages (igw.config.schema_messages)
+    r'|(?:unknown|missing required) field(?= ")|key must be'
+    r"|expected \[?'?[a-z]+'?(?:, '?[a-z]+'?)*\]?, got [a-z]+"
+    # pydantic_core's messages
+    r"|Field (?:required|is frozen)|Extra inputs are not permitted|Input should (?:be|have|not)"
+    r"|String should (?:have at (?:least|most) [0-9]+ characters?|match pattern|contain only ASCII)"
+    r"|Value error,|Assertion failed,|Invalid JSON:|Missing required (?:argument|keyword only argument"
+    r"|positional only argument)|Unexpected (?:keyword|positional) argument|URL (?:input|scheme) should"
+    # Kubernetes field errors without a value (those with one: :data:`_SECRET_ASSIGNMENT`)
+    r"|Required value|Forbidden:|Too long:|Too many:|Internal error"
+    # botocore's parameter validation
+    r"|Parameter validation failed|Invalid (?:type|length|range) for parameter"
+    r")(?![A-Za-z0-9_])"
+)
+"""The messages the project builds from jsonschema's, pydantic's, Kubernetes' and botocore's errors
+after a secret-named path and ``: ``, matched as whole fixed phrases (``spec.redis.passwordEnv:
+expected string, got integer``, ``api_key: String should have at least 8 characters``,
+``spec.tokenSecretRef: Required value``), and an HTTP status (``no token: HTTP 401``): kept, not
+taken for a value. Until session s49 (round 19) their first word was masked (``[REDACTED] required
+field``, ``[REDACTED] inputs are not permitted``) unless it was one of :data:`_PROSE_OPENERS` and a
+function word followed. A phrase, not a word: a one-word secret that happens to open one (``password:
+String and more``, ``token: Required``) stays masked, and so do a value of digits only (``api_key:
+1234``, a PIN) and ``token=HTTP``. jsonschema's own messages start with the value itself (``'x' is
+not of type 'string'``), which stays masked."""
 _ARN_BEFORE: Final = re.compile(r"arn:aws(?:-[a-z]+)*:\Z")
 _IAM_ACTION: Final = re.compile(r"(?:[A-Z][a-z]+)+\*?|\*")
 _TOKEN_LIKE: Final = re.compile(
@@ -1364,8 +1390,15 @@ def redact_value(text: str, *, identifiers: bool = False) -> str:
 
 def _mask_assignment(found: re.Match[str]) -> str:
     """A :data:`_SECRET_ASSIGNMENT` with its value masked, unless its name counts tokens
-    (:func:`names_a_count`: ``max_tokens``, ``tokensPerMinute``) or :func:`_names_no_secret`."""
-    if names_a_count(found.group(1)) or _names_no_secret(found):
+    (:func:`names_a_count`: ``max_tokens``, ``tokensPerMinute``) or :func:`_names_no_secret`. A
+    Kubernetes field error's type is kept and the value it quotes masked (``spec.token: Invalid value:
+    [REDACTED]: ...``): until session s49 (round 19) the type's first word was masked and the value
+    shown."""
+    if names_a_count(found.group(1)):
+        return found.group(0)
+    if found.group(4) is not None and found.group(2) == ": ":
+        return f"{found.group(1)}: {found.group(4)}: {MASK}"
+    if _names_no_secret(found):
         return found.group(0)
     return f"{found.group(1)}{found.group(2)}{MASK}"
 
@@ -1381,7 +1414,7 @@ def _names_no_secret(found: re.Match[str]) -> bool:
     which CloudTrail shows); after an error's name (:data:`_ERROR_NAME`) and ``: `` a word
     (:data:`_ERROR_TEXT`); after any other secret's name and ``: `` (no quote, no ``=``) a sentence
     (:data:`_PROSE` holding one of :data:`_FUNCTION_WORDS`) whose first word is one of
-    :data:`_PROSE_OPENERS`; an HTTP status or ``Field required`` (:data:`_STATUS_OR_MISSING`). A value
+    :data:`_PROSE_OPENERS`; a library's or the project's message (:data:`_MESSAGE_TEMPLATE`). A value
     with a digit or a symbol (``Secret: s3cr3t-v4lue``), a lone word (``secret: Sunshine``), words
     without a function word (``password: correct horse battery staple``), a quoted value and
     ``name=value`` stay masked."""
@@ -1392,7 +1425,7 @@ def _names_no_secret(found: re.Match[str]) -> bool:
         return _ARN_BEFORE.search(before) is not None or _IAM_ACTION.fullmatch(value) is not None
     if separator[0] != ":" or separator[-1] not in " \t":
         return False
-    if _STATUS_OR_MISSING.match(text, found.start(3)):
+    if _MESSAGE_TEMPLATE.match(text, found.start(3)):
         return True
     if _ERROR_NAME.fullmatch(name.rpartition(".")[2]):
         return _ERROR_TEXT.match(text, found.start(3)) is not None

@@ -17,8 +17,10 @@ from igw.addon.configuration import problems as addon_problems
 from igw.cli.main import main
 from igw.gateway.redaction import RedactingFormatter
 from igw.gateway.upstream import upstream_headers
+from igw.operator import admission
 from igw.redaction import MASK, redact
 from tests.config.cases import base_document
+from tests.operator.harness import igwc
 
 JWT = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJhbGljZSJ9.c2lnbmF0dXJlLWJ5dGVz"
 
@@ -488,6 +490,92 @@ def test_an_http_status_or_a_missing_field_after_a_secret_s_name_is_a_message(te
 )
 def test_digits_and_near_messages_after_a_secret_s_name_stay_masked(text: str, masked: str) -> None:
     assert redaction.redact_value(text) == masked
+
+
+MESSAGE_TEMPLATES = [
+    'spec.podDefaults.envFrom[0].secretRef.bogus: unknown field "spec.x.bogus"',
+    'spec.podDefaults.env[0].valueFrom.secretKeyRef.key: missing required field "spec.x.key"',
+    "spec.extensions.rateLimits.redis.passwordEnv: expected string, got integer [schema.type]",
+    "spec.podDefaults.envFrom[0].secretRef: expected object, got string",
+    "spec.labels.token: key must be a label key; got 1",
+    "api_key: String should have at least 8 characters",
+    "api_key: String should match pattern '^sk-'",
+    "api_key: Extra inputs are not permitted",
+    "api_key: Input should be a valid string",
+    "client_secret: Value error, must start with sk-",
+    "password: Missing required argument",
+    "spec.tokenSecretRef: Required value",
+    "spec.token: Forbidden: may not be set",
+    "spec.tokenSecretRef.name: Too long: may not be more than 253 bytes",
+    "SecretString: Invalid type for parameter SecretString, value: [REDACTED], type: <class 'int'>",
+]
+
+
+@pytest.mark.parametrize("text", MESSAGE_TEMPLATES)
+def test_a_library_s_or_the_project_s_message_after_a_secret_s_name_is_kept(text: str) -> None:
+    """Until session s49 (round 19) the first word of these was masked (``[REDACTED] required field``,
+    ``[REDACTED] inputs are not permitted``, ``[REDACTED] value``): it was not one of the opener
+    words, or no function word followed it (:data:`igw.redaction._MESSAGE_TEMPLATE`)."""
+    assert redaction.redact_value(text) == text
+
+
+@pytest.mark.parametrize(
+    ("text", "masked"),
+    [
+        ("password: String and more", f"password: {MASK} and more"),
+        ("password: String should be fine", f"password: {MASK} should be fine"),
+        ("token: Required", f"token: {MASK}"),
+        ("token: Required values", f"token: {MASK} values"),
+        ("token: Forbidden", f"token: {MASK}"),
+        ("token: Input", f"token: {MASK}"),
+        ("token: expected abc", f"token: {MASK} abc"),
+        ("token: unknown fields", f"token: {MASK} fields"),
+        ("token: key must", f"token: {MASK} must"),
+        ("password: Extra inputs", f"password: {MASK} inputs"),
+        ("password: Missing", f"password: {MASK}"),
+        ("token: 's3cr3t' is not of type 'integer'", f"token: '{MASK}' is not of type 'integer'"),
+    ],
+)
+def test_a_secret_word_opening_a_message_s_phrase_stays_masked(text: str, masked: str) -> None:
+    """A template is a whole fixed phrase: a one-word secret followed by other words is a value."""
+    assert redaction.redact_value(text) == masked
+
+
+@pytest.mark.parametrize(
+    ("text", "masked"),
+    [
+        ('spec.token: Invalid value: "s3cr3t": must be', f"spec.token: Invalid value: {MASK}: must be"),
+        ('api_key: Unsupported value: "s3cr3t": supported values: "a"', None),
+        ('api_key: Duplicate value: "s3cr3t"', f"api_key: Duplicate value: {MASK}"),
+        ('spec.tokenSecretRef.name: Not found: "s3cr3t"', f"spec.tokenSecretRef.name: Not found: {MASK}"),
+        ('{"message": "spec.token: Invalid value: \\"s3cr3t\\": bad"}', None),
+        ('spec.token: Invalid value: "s3\\"cr3t": bad', f"spec.token: Invalid value: {MASK}: bad"),
+        ("spec.token: Invalid value: s3cr3t", f"spec.token: Invalid value: {MASK}"),
+    ],
+)
+def test_a_kubernetes_field_error_keeps_its_type_and_masks_the_value_it_quotes(
+    text: str, masked: str | None
+) -> None:
+    """Until session s49 (round 19) ``spec.token: Invalid value: "s3cr3t"`` read ``[REDACTED] value:
+    "s3cr3t"``: the error's type masked, the value it quotes shown."""
+    shown = redaction.redact_value(text)
+    assert "s3" not in shown
+    assert "cr3t" not in shown
+    assert masked is None or shown == masked
+    assert "value: " + MASK in shown or "found: " + MASK in shown
+
+
+def test_the_operator_s_refusal_names_a_secret_reference_s_problem_in_words() -> None:
+    """The operator's ``Accepted`` condition (:func:`igw.operator.admission.spec_problems`) read
+    ``secretKeyRef.key: [REDACTED] required field`` and ``passwordEnv: [REDACTED] string, got
+    integer`` until session s49 (round 19)."""
+    doc = igwc("demo")
+    doc["spec"]["podDefaults"] = {"env": [{"name": "A", "valueFrom": {"secretKeyRef": {"name": "s"}}}]}
+    doc["spec"]["extensions"] = {"rateLimits": {"redis": {"url": "redis://r:6379", "passwordEnv": 5}}}
+    lines = admission.spec_problems(doc)
+    assert any("secretKeyRef.key: missing required field" in line for line in lines), lines
+    assert any("passwordEnv: expected string, got integer" in line for line in lines), lines
+    assert not any(MASK in line for line in lines), lines
 
 
 def test_igw_validate_and_the_add_on_show_a_misplaced_rate_limit_s_numbers(
