@@ -123,6 +123,7 @@ _GIVEN: dict[type, dict[str, Any]] = {
         "carried": True,
         "search_within": "scope-f",
         "holder": "g:1",
+        "elsewhere": {"g:2": "version-f"},
     },
     ExchangeResult: {
         "answer": web.Response(status=201),
