@@ -235,7 +235,7 @@ async def test_a_client_leaving_the_queue_is_counted_and_logged_as_a_disconnect(
             entries = [orjson.loads(r.getMessage()) for r in caplog.records if r.name == "igw.access"]
             return [e for e in entries if e["status"] == 499]
 
-        await wait_for(lambda: len(gone()) == 3, what="three access-log lines")
+        await wait_for(lambda: len(gone()) == 3, within=10, what="three access-log lines")
         metrics = await (await gw.http.get(gw.url + "/metrics")).text()
     assert 'igw_client_disconnects_total{model="m1"} 3.0' in metrics
     assert 'igw_requests_total{code="499",model="m1",requested_model="m1"} 3.0' in metrics

@@ -88,7 +88,7 @@ async def test_a_client_leaving_a_hedged_search_ends_every_attempt(
             entries = [orjson.loads(r.getMessage()) for r in caplog.records if r.name == "igw.access"]
             return [e for e in entries if e["status"] == 499]
 
-        await wait_for(lambda: len(gone()) == 1, what="the access-log line")
+        await wait_for(lambda: len(gone()) == 1, within=10, what="the access-log line")
         await wait_for(lambda: open_to(gw, frozen) == 0, what="every attempt's connection closed")
         (line,) = gone()
         assert line["attempts"] == 4

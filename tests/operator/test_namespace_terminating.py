@@ -246,7 +246,8 @@ def test_deleting_a_namespace_of_many_configs_costs_about_one_read_per_config_an
     refused ``NamespaceTerminating``) and read the Deployment and Service again: ~12 GETs per config
     and resync (50 configs: ~600 GETs a resync, for objects the namespace controller was removing).
     Once a pass was refused so, the other configs the namespace held then are known to go with it:
-    each pass of one reads the config, reports ``NamespaceTerminating`` once, and stops."""
+    each pass of one reads the config, reports ``NamespaceTerminating`` once, and stops; passes already
+    running stop before their next request, as the mark is set at the refusal, not when its pass ends."""
     cluster.add(NAMESPACE)
     # passes already reading a data plane when the first refusal comes read on to their next request:
     # as many at once as the API threads
@@ -284,7 +285,10 @@ def test_deleting_a_namespace_of_many_configs_costs_about_one_read_per_config_an
         )
         assert "namespace inference is being deleted" in programmed["message"]
     assert _config_reads(first) == CONFIGS
-    assert _verbs(first).get("GET", 0) <= 5 * CONFIGS, _verbs(first)  # ~12 each before
+    # one read of each config, and the reads of the passes already planning in the API threads when
+    # the first dry run is refused (up to 9 each: their plans' reads; ~35 in all, whatever CONFIGS);
+    # 100-332 while the mark was set when the refused pass ended, ~12 per config before any mark
+    assert _verbs(first).get("GET", 0) <= CONFIGS + 45, _verbs(first)
     assert _verbs(first).get("PATCH", 0) <= CONFIGS, _verbs(first)
     # settled: one read of each config, nothing written
     assert _config_reads(second) == CONFIGS

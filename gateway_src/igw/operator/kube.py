@@ -436,9 +436,10 @@ class Kube:
         self,
         objects: Sequence[tuple[Mapping[str, Any], tuple[str, ...]]],
         abandon: Callable[[], bool] = lambda: False,
+        terminating: Callable[[], None] = lambda: None,
     ) -> list[str]:
         """The body of :meth:`apply_all`: the labels (``Kind ns/name``) of the objects written."""
-        writes = self._dry_run_all(objects, abandon)
+        writes = self._dry_run_all(objects, abandon, terminating)
         written: list[str] = []
         for index, write in enumerate(writes):
             _abandon_if(abandon)
@@ -449,6 +450,7 @@ class Kube:
             except Exception as exc:
                 rest = [w.label for w in writes[index + 1 :]]
                 if namespace_terminating(exc):
+                    terminating()
                     raise NamespaceTerminatedMidway(
                         f"namespace {write.body['metadata'].get('namespace', '')} is being deleted: it "
                         f"began after this pass's dry run, so {write.label} and what follows cannot be "
@@ -467,9 +469,11 @@ class Kube:
         self,
         objects: Sequence[tuple[Mapping[str, Any], tuple[str, ...]]],
         abandon: Callable[[], bool] = lambda: False,
+        terminating: Callable[[], None] = lambda: None,
     ) -> list[Write]:
         """Steps 1 and 2 of :meth:`apply_all` (the body of :meth:`dry_run_all`): the writes planned,
-        every one dry-run; :class:`NothingApplied` (or :class:`NamespaceTerminating`) when refused."""
+        every one dry-run; :class:`NothingApplied` (or :class:`NamespaceTerminating`) when refused.
+        ``terminating`` is called at the first ``NamespaceTerminating`` refusal, in this thread."""
         try:
             writes: list[Write] = []
             for desired, initial in objects:
@@ -482,7 +486,7 @@ class Kube:
         except Exception as exc:  # a read failed, or an object is someone else's: nothing written yet
             raise NothingApplied(f"nothing of this pass was applied: {refusal_text(exc)}") from exc
         refused: list[str] = []
-        terminating = 0
+        terminated = 0
         for write in writes:
             _abandon_if(abandon)
             if self._dry_run_skipped(write, writes):
@@ -493,8 +497,11 @@ class Kube:
                 raise
             except Exception as exc:  # every refusal is collected, so one pass reports them all
                 refused.append(f"{write.label} ({refusal_text(exc)})")
-                terminating += namespace_terminating(exc)
-        if refused and terminating == len(refused):
+                if namespace_terminating(exc):
+                    if not terminated:
+                        terminating()
+                    terminated += 1
+        if refused and terminated == len(refused):
             namespace = writes[0].body["metadata"].get("namespace", "")
             raise NamespaceTerminating(
                 f"namespace {namespace} is being deleted: the API server creates nothing new in it, so "
@@ -906,6 +913,7 @@ class Kube:
         objects: Sequence[tuple[Mapping[str, Any], tuple[str, ...]]],
         *,
         abandon: Callable[[], bool] = lambda: False,
+        terminating: Callable[[], None] = lambda: None,
     ) -> tuple[str, ...]:
         """Put every ``(desired, initial_only)`` in place, in order, all or nothing as far as the API
         allows; the labels (``Kind ns/name``) of the objects written (unchanged ones are not).
@@ -934,8 +942,11 @@ class Kube:
 
         ``abandon`` is asked before each request (each object's read for its plan too): true (the
         object the pass is for, or its namespace, is being deleted), nothing more is sent and
-        :class:`PassAbandoned` is raised."""
-        return tuple(await self._in_thread(self._apply_all, objects, abandon))
+        :class:`PassAbandoned` is raised. ``terminating`` is called in the worker thread at the pass's
+        first refusal because the namespace is being deleted (403 ``NamespaceTerminating``), as it
+        comes, not when the pass ends: passes of other objects there, running in other worker threads,
+        can then stop before their next request (through their ``abandon``)."""
+        return tuple(await self._in_thread(self._apply_all, objects, abandon, terminating))
 
     async def dry_run_all(self, objects: Sequence[tuple[Mapping[str, Any], tuple[str, ...]]]) -> None:
         """Steps 1 and 2 of :meth:`apply_all` alone: read, plan and dry-run every object, writing

@@ -37,6 +37,7 @@ import binascii
 import gzip
 import json
 import logging
+import threading
 import time
 import zlib
 from collections.abc import Callable, Mapping, Sequence
@@ -280,6 +281,7 @@ class Reconciler:
         writes and ~600 reads for objects already gone (before session s48)."""
         self._terminating: set[tuple[str, str]] = set()
         self._doomed: dict[str, set[str]] = {}
+        self._doomed_lock = threading.Lock()
         """``namespace: uids`` of the configs it held when the API server first refused a pass there
         ``NamespaceTerminating``: they go with the namespace (nothing is created in one being deleted,
         so no config of it is newer), and a pass of one reads the config, says so once in its status
@@ -287,7 +289,9 @@ class Reconciler:
         each read its whole data plane, dry-ran what the namespace controller had already removed and
         read the Deployment and Service again, every resync until the namespace was gone (before
         session s49; counts in docs/operating.md). By uid, not name: a config made in a new namespace
-        of that name is not one."""
+        of that name is not one. Marked at the first refusal, in the Kube worker thread that got it
+        (:meth:`_doom`), so passes running in other worker threads stop before their next request; so
+        read and written under ``_doomed_lock``."""
         """Objects whose namespace the API server said is being deleted (logged once, not every pass;
         dropped with the object, which the namespace's deletion removes)."""
         self._noted: dict[tuple[str, str], tuple[object, object]] = {}
@@ -368,10 +372,12 @@ class Reconciler:
         self._sequence += 1
         sequence = self._sequence
         configs = await self._kube.list(IGWC_API_VERSION, KIND, namespace)
-        if namespace in self._doomed:  # uids not listed are gone for good
-            self._doomed[namespace] &= {_identity(config)[2] for config in configs}
-            if not self._doomed[namespace]:
-                del self._doomed[namespace]
+        listed = {_identity(config)[2] for config in configs}
+        with self._doomed_lock:
+            if namespace in self._doomed:  # uids not listed are gone for good
+                self._doomed[namespace] &= listed
+                if not self._doomed[namespace]:
+                    del self._doomed[namespace]
         objectives, rewrites = await self._list_bindable(namespace)
         return NamespaceListing(sequence, configs, objectives, rewrites)
 
@@ -459,12 +465,15 @@ class Reconciler:
         """Whether ``igwc`` was in its namespace when the API server refused a pass there because the
         namespace is being deleted (:attr:`_doomed`)."""
         namespace, _, uid = _identity(igwc)
-        return bool(uid) and uid in self._doomed.get(namespace, ())
+        with self._doomed_lock:
+            return bool(uid) and uid in self._doomed.get(namespace, ())
 
     def _doom(self, namespace: str, configs: Sequence[Mapping[str, Any]]) -> None:
-        """``namespace`` is being deleted: ``configs`` (listed in it) go with it (:attr:`_doomed`)."""
+        """``namespace`` is being deleted: ``configs`` (listed in it) go with it (:attr:`_doomed`).
+        Called in a Kube worker thread too (:meth:`Kube.apply_all`'s ``terminating``)."""
         uids = {uid for config in configs if (uid := _identity(config)[2])}
-        self._doomed.setdefault(namespace, set()).update(uids)
+        with self._doomed_lock:
+            self._doomed.setdefault(namespace, set()).update(uids)
 
     async def _report_doomed(self, igwc: Mapping[str, Any]) -> None:
         """The pass of a config whose namespace is being deleted: ``GatewayProgrammed``
@@ -607,8 +616,16 @@ class Reconciler:
                 planned = [(desired, initial_only_fields(desired, target)) for desired in objects]
                 if refusal is None:  # before the apply: the annotation is never behind what is served
                     kept_over = await self._keep_admitted(igwc, target, planned)
+                refused_here: list[bool] = []
+
+                def terminating() -> None:  # in the worker thread, at this pass's first refusal
+                    refused_here.append(True)  # this pass goes on: its status names what was refused
+                    self._doom(namespace, [*neighbours, igwc])
+
                 written = await self._kube.apply_all(
-                    planned, abandon=lambda: self._gone(igwc) or self._doomed_config(igwc)
+                    planned,
+                    abandon=lambda: self._gone(igwc) or (not refused_here and self._doomed_config(igwc)),
+                    terminating=terminating,
                 )
                 for label in written:
                     log.info(
@@ -1566,10 +1583,11 @@ class Reconciler:
         wrote for it. The garbage collector removes the Certificate, but not the Secret (cert-manager
         sets no owner reference on it by default): left, it kept the private key for good."""
         namespace, _, uid = _identity(igwc)
-        if namespace in self._doomed:
-            self._doomed[namespace].discard(uid)
-            if not self._doomed[namespace]:
-                del self._doomed[namespace]
+        with self._doomed_lock:
+            if namespace in self._doomed:
+                self._doomed[namespace].discard(uid)
+                if not self._doomed[namespace]:
+                    del self._doomed[namespace]
         await self._forget_import(igwc)
         await self._retire_certificate(igwc)
         self._certificates_gone.pop(_identity(igwc)[:2], None)
