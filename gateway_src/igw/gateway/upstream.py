@@ -119,13 +119,19 @@ UPSTREAM_POOL_LIMIT: Final = 1024
 
 
 def proxy_session(
-    limit: int = UPSTREAM_POOL_LIMIT, *, hooks: ConnectHooks | None = None, peer: str = "the model server"
+    limit: int = UPSTREAM_POOL_LIMIT,
+    *,
+    hooks: ConnectHooks | None = None,
+    peer: str = "the model server",
+    dropped_fields: frozenset[bytes] = frozenset(),
 ) -> UpstreamPool:
     """The client a proxy forwards with: pooled keep-alive connections, bodies relayed as they come
     (no decompression), no headers of its own added beyond ``Host`` and ``Content-Length``. Call it
     with the event loop running. ``hooks``: the OpenTelemetry connect span (only when tracing is on);
-    ``peer``: how its failures' messages name the upstream (the global router's: ``"the cluster"``)."""
-    return UpstreamPool(limit=limit, keepalive_s=30.0, hooks=hooks, peer=peer)
+    ``peer``: how its failures' messages name the upstream (the global router's: ``"the cluster"``);
+    ``dropped_fields``: lower-case names of response fields never relayed (the global router's
+    origin-scoped ones)."""
+    return UpstreamPool(limit=limit, keepalive_s=30.0, hooks=hooks, peer=peer, dropped_fields=dropped_fields)
 
 
 _NO_FIELDS: Final[frozenset[bytes]] = frozenset()
