@@ -56,9 +56,9 @@ def _length(head: bytes) -> int:
 
 
 @contextlib.asynccontextmanager
-async def _cluster(answer: bytes) -> AsyncIterator[str]:
-    """A cluster answering every request with ``answer`` as it is (keep-alive); its URL. Its
-    connections' handlers are ended before it stops."""
+async def _cluster(answer: bytes, *, close: bool = False) -> AsyncIterator[str]:
+    """A cluster answering every request with ``answer`` as it is (keep-alive, unless ``close``:
+    the connection closed after it); its URL. Its connections' handlers are ended before it stops."""
     handlers: set[asyncio.Task[None]] = set()
     writers: list[asyncio.StreamWriter] = []
 
@@ -71,6 +71,8 @@ async def _cluster(answer: bytes) -> AsyncIterator[str]:
                 await reader.readexactly(_length(head))
                 writer.write(answer)
                 await writer.drain()
+                if close:
+                    break
         writer.close()
 
     server = await asyncio.start_server(handle, "127.0.0.1", 0)
@@ -145,3 +147,30 @@ async def test_dropped_fields_still_count_against_the_field_bound() -> None:
     error = orjson.loads(body)["error"]
     assert error["code"] == "upstream_error"
     assert "cluster 'east-a'" in error["message"]
+
+
+async def test_a_body_shorter_than_its_length_is_a_502_naming_the_cluster_and_retried() -> None:
+    """A cluster that declares ``Content-Length: 500`` and closes after 27 bytes: a 502 naming the
+    cluster as configured (until session s49 ``upstream failed while sending its response``, which
+    named no cluster), nothing sent to the client yet, so the next cluster answers."""
+    broken = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 500\r\n\r\n" + BODY
+    async with _cluster(broken, close=True) as first, _cluster(WHOLE) as second:
+        clusters = [
+            {"name": "east-a", "region": "east", "endpoint": first, "models": [MODEL]},
+            {"name": "west-a", "region": "west", "endpoint": second, "models": [MODEL]},
+        ]
+        alone = global_doc(clusters[:1], heartbeats={"required": False})
+        app = create_global_app(parse_global_config(alone), read_heartbeats=False)
+        async with serve_app(app, host="127.0.0.1", port=0) as url:
+            head, body = await _raw_post(url, stream=False)
+        assert head.startswith(b"HTTP/1.1 502 "), head
+        assert orjson.loads(body)["error"]["message"] == (
+            "cluster 'east-a' failed while sending its response: UpstreamBroken"
+        )
+        both = global_doc(clusters, heartbeats={"required": False})
+        app = create_global_app(parse_global_config(both), read_heartbeats=False)
+        async with serve_app(app, host="127.0.0.1", port=0) as url:
+            head, body = await _raw_post(url, stream=False)
+        assert head.startswith(b"HTTP/1.1 200 "), head
+        assert b"x-igw-cluster: west-a" in head.lower()
+        assert body == BODY

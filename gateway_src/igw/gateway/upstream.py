@@ -1036,7 +1036,7 @@ def _answer_failed(
     if isinstance(failed, UpstreamStalled):
         return _stalled(failed, extra)
     if isinstance(failed, UpstreamBroken):
-        return _upstream_failed("upstream failed while sending its response", failed, extra)
+        return _upstream_failed(f"{upstream_name} failed while sending its response", failed, extra)
     return _stalled(_timed_out(endpoint, upstream_name, "did not finish its response within", bound_s), extra)
 
 
@@ -1330,7 +1330,7 @@ async def _relay_whole(
     except UpstreamStalled as stalled:
         return _stalled(stalled, extra)
     except UpstreamBroken as broken:
-        return _upstream_failed("upstream failed while sending its response", broken, extra)
+        return _upstream_failed(f"{upstream_name} failed while sending its response", broken, extra)
     response = _RelayedStream(status=upstream.status)
     _response_headers(upstream, extra, response.headers)
     length = upstream.noted.get(b"content-length")
@@ -1464,7 +1464,7 @@ async def _relay_decoded(
                         ),
                         extra,
                     )
-                return _upstream_failed("upstream failed while sending its response", exc, extra)
+                return _upstream_failed(f"{upstream_name} failed while sending its response", exc, extra)
             # its end: what is held back of it (a raw deflate body read as zlib at first, read again)
             for piece in scan.decode(chunk) if chunk else scan.end():
                 if piece:  # an empty one is only a turn for the loop (empty gzip members)
