@@ -119,13 +119,19 @@ UPSTREAM_POOL_LIMIT: Final = 1024
 
 
 def proxy_session(
-    limit: int = UPSTREAM_POOL_LIMIT, *, hooks: ConnectHooks | None = None, peer: str = "the model server"
+    limit: int = UPSTREAM_POOL_LIMIT,
+    *,
+    hooks: ConnectHooks | None = None,
+    peer: str = "the model server",
+    dropped_fields: frozenset[bytes] = frozenset(),
 ) -> UpstreamPool:
     """The client a proxy forwards with: pooled keep-alive connections, bodies relayed as they come
     (no decompression), no headers of its own added beyond ``Host`` and ``Content-Length``. Call it
     with the event loop running. ``hooks``: the OpenTelemetry connect span (only when tracing is on);
-    ``peer``: how its failures' messages name the upstream (the global router's: ``"the cluster"``)."""
-    return UpstreamPool(limit=limit, keepalive_s=30.0, hooks=hooks, peer=peer)
+    ``peer``: how its failures' messages name the upstream (the global router's: ``"the cluster"``);
+    ``dropped_fields``: lower-case names of response fields never relayed (the global router's
+    origin-scoped ones)."""
+    return UpstreamPool(limit=limit, keepalive_s=30.0, hooks=hooks, peer=peer, dropped_fields=dropped_fields)
 
 
 _NO_FIELDS: Final[frozenset[bytes]] = frozenset()
@@ -1030,7 +1036,7 @@ def _answer_failed(
     if isinstance(failed, UpstreamStalled):
         return _stalled(failed, extra)
     if isinstance(failed, UpstreamBroken):
-        return _upstream_failed("upstream failed while sending its response", failed, extra)
+        return _upstream_failed(f"{upstream_name} failed while sending its response", failed, extra)
     return _stalled(_timed_out(endpoint, upstream_name, "did not finish its response within", bound_s), extra)
 
 
@@ -1324,7 +1330,7 @@ async def _relay_whole(
     except UpstreamStalled as stalled:
         return _stalled(stalled, extra)
     except UpstreamBroken as broken:
-        return _upstream_failed("upstream failed while sending its response", broken, extra)
+        return _upstream_failed(f"{upstream_name} failed while sending its response", broken, extra)
     response = _RelayedStream(status=upstream.status)
     _response_headers(upstream, extra, response.headers)
     length = upstream.noted.get(b"content-length")
@@ -1458,7 +1464,7 @@ async def _relay_decoded(
                         ),
                         extra,
                     )
-                return _upstream_failed("upstream failed while sending its response", exc, extra)
+                return _upstream_failed(f"{upstream_name} failed while sending its response", exc, extra)
             # its end: what is held back of it (a raw deflate body read as zlib at first, read again)
             for piece in scan.decode(chunk) if chunk else scan.end():
                 if piece:  # an empty one is only a turn for the loop (empty gzip members)

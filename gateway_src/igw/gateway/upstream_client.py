@@ -399,6 +399,9 @@ class _Connection:
         if oversized is not None:
             self._fail(UpstreamBroken(f"{self.pool.peer}'s response has {oversized}"))
             return
+        dropped = self.pool.dropped_fields
+        if dropped:
+            self.fields = [field for field in self.fields if field[0].lower() not in dropped]
         self.status = status
         self.keep_alive = parser.should_keep_alive()
         framed = b"content-length" in self.noted or b"transfer-encoding" in self.noted
@@ -641,7 +644,8 @@ class UpstreamPool:
     how the failures' messages (:class:`UpstreamBroken`, :class:`UpstreamStalled`) name what the
     pool connects to - a tier-1 gateway's model servers, or a global router's cluster (``"the
     cluster"``: until session s48 a cluster's broken answer was logged as ``cluster 'east-1': the
-    model server closed the connection``)."""
+    model server closed the connection``). ``dropped_fields``: lower-case names of response fields
+    taken out of every response's fields, whichever way the answer is then relayed."""
 
     def __init__(
         self,
@@ -651,9 +655,13 @@ class UpstreamPool:
         ssl_context: ssl.SSLContext | None = None,
         hooks: ConnectHooks | None = None,
         peer: str = "the model server",
+        dropped_fields: frozenset[bytes] = frozenset(),
     ):
         self.loop = asyncio.get_running_loop()
         self.peer = peer
+        self.dropped_fields = dropped_fields
+        """Lower-case names of response fields never handed over (after the field count and size
+        bounds counted them): the global router's :data:`~igw.global_router.server.ORIGIN_FIELDS`."""
         self._hooks = hooks
         self._slots = Slots(limit)
         self._idle: dict[Origin, list[_Connection]] = {}

@@ -176,6 +176,15 @@ for ``requestTimeoutSeconds``, 600 s by default); a continuation's search gives 
 cluster that has not answered 404 by then is generating the answer, no longer searched)."""
 
 
+ORIGIN_FIELDS: Final = frozenset({b"set-cookie", b"set-cookie2", b"strict-transport-security", b"alt-svc"})
+"""A cluster's answer fields that set state on the origin the client talks to - the router's, which
+fronts every cluster - never relayed: a cookie one cluster sets would be sent back (the router
+forwards ``Cookie``) to whichever cluster serves the client next, a ``Strict-Transport-Security``
+with ``includeSubDomains`` would pin every host under the router's domain to HTTPS, and an
+``Alt-Svc`` would send the client's later connections to a host the cluster names. Until session
+s49 a cluster's answer relayed all three to the client as the router's own."""
+
+
 class ClusterPools:
     """One upstream connection pool per cluster, each with its own connection limit
     (:data:`~igw.gateway.upstream.UPSTREAM_POOL_LIMIT`): a cluster that takes connections and holds
@@ -186,7 +195,10 @@ class ClusterPools:
     def __init__(self, clusters: Sequence[str]) -> None:
         """Call with the event loop running (the pools take it)."""
         # its failures' messages name "the cluster", not "the model server" (since session s48)
-        self._pools = {name: proxy_session(peer="the cluster") for name in clusters}
+        # their answers never set state on the router's origin (ORIGIN_FIELDS)
+        self._pools = {
+            name: proxy_session(peer="the cluster", dropped_fields=ORIGIN_FIELDS) for name in clusters
+        }
 
     def of(self, cluster: str) -> UpstreamPool:
         """``cluster``'s pool (a configured cluster's name)."""

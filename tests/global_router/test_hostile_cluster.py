@@ -1,0 +1,176 @@
+"""A hostile or broken cluster's answer head, as the router relays it to a raw-socket client.
+
+The cluster here is a raw asyncio server, so it can answer with any bytes; the router routes on
+configuration alone (``heartbeats.required: false``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+import orjson
+import pytest
+
+from igw.gateway.serving import serve_app
+from igw.global_router.config import parse_global_config
+from igw.global_router.server import create_global_app
+from tests.global_router.support import MODEL, global_doc
+
+BODY = b'{"choices":[{"text":"ok"}]}'
+ORIGIN_FIELDS = (
+    b"Set-Cookie: sess=evil; Domain=router.example; Path=/\r\n"
+    b"set-cookie: other=1\r\n"
+    b"Strict-Transport-Security: max-age=63072000; includeSubDomains; preload\r\n"
+    b'Alt-Svc: h3="evil.example:443"; ma=86400\r\n'
+)
+EVENT = b'data: {"choices":[{"text":"ok"}]}\n\n'
+
+
+def _chunk(data: bytes) -> bytes:
+    return b"%x\r\n%b\r\n" % (len(data), data)
+
+
+WHOLE = (
+    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Kept: yes\r\n"
+    + ORIGIN_FIELDS
+    + b"Content-Length: %d\r\n\r\n" % len(BODY)
+    + BODY
+)
+STREAM = (
+    b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nX-Kept: yes\r\n"
+    + ORIGIN_FIELDS
+    + b"Transfer-Encoding: chunked\r\n\r\n"
+    + _chunk(EVENT)
+    + _chunk(b"data: [DONE]\n\n")
+    + b"0\r\n\r\n"
+)
+
+
+def _length(head: bytes) -> int:
+    """The ``Content-Length`` of a message head."""
+    return next(
+        int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")
+    )
+
+
+@contextlib.asynccontextmanager
+async def _cluster(answer: bytes, *, close: bool = False) -> AsyncIterator[str]:
+    """A cluster answering every request with ``answer`` as it is (keep-alive, unless ``close``:
+    the connection closed after it); its URL. Its connections' handlers are ended before it stops."""
+    handlers: set[asyncio.Task[None]] = set()
+    writers: list[asyncio.StreamWriter] = []
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        handlers.add(asyncio.current_task())  # type: ignore[arg-type]
+        writers.append(writer)
+        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                await reader.readexactly(_length(head))
+                writer.write(answer)
+                await writer.drain()
+                if close:
+                    break
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    try:
+        yield f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    finally:
+        server.close()
+        for writer in writers:
+            writer.close()
+        await asyncio.wait_for(asyncio.gather(*handlers, return_exceptions=True), timeout=5)
+        await server.wait_closed()
+
+
+async def _raw_post(url: str, *, stream: bool) -> tuple[bytes, bytes]:
+    """POST a completion on a raw connection; the answer's head and body (its declared length, or
+    a stream's chunks to the last)."""
+    host, port = url.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    body = orjson.dumps({"model": MODEL, "prompt": "hi", "stream": stream})
+    writer.write(
+        b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        + b"Content-Length: %d\r\n\r\n" % len(body)
+        + body
+    )
+    await writer.drain()
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=10)
+    if stream:
+        rest = await asyncio.wait_for(reader.readuntil(b"0\r\n\r\n"), timeout=10)
+    else:
+        rest = await asyncio.wait_for(reader.readexactly(_length(head)), timeout=10)
+    writer.close()
+    return head, rest
+
+
+@pytest.mark.parametrize(("answer", "stream"), [(WHOLE, False), (STREAM, True)], ids=["whole", "stream"])
+async def test_a_clusters_origin_scoped_fields_never_reach_the_client(answer: bytes, stream: bool) -> None:
+    """``Set-Cookie``, ``Strict-Transport-Security`` and ``Alt-Svc`` from a cluster would set state
+    on the router's origin, which fronts every cluster (a cookie then forwarded to other clusters,
+    HSTS pinning the router's whole domain, the client's later connections sent to a host the
+    cluster names): dropped, in a whole answer and a stream alike; the cluster's other fields kept."""
+    async with _cluster(answer) as endpoint:
+        doc = global_doc(
+            [{"name": "east-a", "region": "east", "endpoint": endpoint, "models": [MODEL]}],
+            heartbeats={"required": False},
+        )
+        app = create_global_app(parse_global_config(doc), read_heartbeats=False)
+        async with serve_app(app, host="127.0.0.1", port=0) as url:
+            head, body = await _raw_post(url, stream=stream)
+    lines = head.lower().split(b"\r\n")
+    assert lines[0] == b"http/1.1 200 ok"
+    assert b"x-kept: yes" in lines
+    names = {line.split(b":")[0] for line in lines[1:] if line}
+    assert not names & {b"set-cookie", b"strict-transport-security", b"alt-svc"}, head
+    assert b"evil" not in head
+    assert (EVENT in body) if stream else body == BODY
+
+
+async def test_dropped_fields_still_count_against_the_field_bound() -> None:
+    """A cluster's 10,000 ``Set-Cookie`` fields are refused by the field-count bound (a 502, the
+    cluster named) as any 10,000 fields are: dropping a name does not take it out of the count."""
+    fields = b"".join(b"Set-Cookie: c%d=1\r\n" % i for i in range(10_000))
+    answer = b"HTTP/1.1 200 OK\r\n" + fields + b"Content-Length: %d\r\n\r\n" % len(BODY) + BODY
+    async with _cluster(answer) as endpoint:
+        doc = global_doc(
+            [{"name": "east-a", "region": "east", "endpoint": endpoint, "models": [MODEL]}],
+            heartbeats={"required": False},
+        )
+        app = create_global_app(parse_global_config(doc), read_heartbeats=False)
+        async with serve_app(app, host="127.0.0.1", port=0) as url:
+            head, body = await _raw_post(url, stream=False)
+    assert head.startswith(b"HTTP/1.1 502 "), head
+    error = orjson.loads(body)["error"]
+    assert error["code"] == "upstream_error"
+    assert "cluster 'east-a'" in error["message"]
+
+
+async def test_a_body_shorter_than_its_length_is_a_502_naming_the_cluster_and_retried() -> None:
+    """A cluster that declares ``Content-Length: 500`` and closes after 27 bytes: a 502 naming the
+    cluster as configured (until session s49 ``upstream failed while sending its response``, which
+    named no cluster), nothing sent to the client yet, so the next cluster answers."""
+    broken = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 500\r\n\r\n" + BODY
+    async with _cluster(broken, close=True) as first, _cluster(WHOLE) as second:
+        clusters = [
+            {"name": "east-a", "region": "east", "endpoint": first, "models": [MODEL]},
+            {"name": "west-a", "region": "west", "endpoint": second, "models": [MODEL]},
+        ]
+        alone = global_doc(clusters[:1], heartbeats={"required": False})
+        app = create_global_app(parse_global_config(alone), read_heartbeats=False)
+        async with serve_app(app, host="127.0.0.1", port=0) as url:
+            head, body = await _raw_post(url, stream=False)
+        assert head.startswith(b"HTTP/1.1 502 "), head
+        assert orjson.loads(body)["error"]["message"] == (
+            "cluster 'east-a' failed while sending its response: UpstreamBroken"
+        )
+        both = global_doc(clusters, heartbeats={"required": False})
+        app = create_global_app(parse_global_config(both), read_heartbeats=False)
+        async with serve_app(app, host="127.0.0.1", port=0) as url:
+            head, body = await _raw_post(url, stream=False)
+        assert head.startswith(b"HTTP/1.1 200 "), head
+        assert b"x-igw-cluster: west-a" in head.lower()
+        assert body == BODY
