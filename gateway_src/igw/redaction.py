@@ -1295,13 +1295,15 @@ _SECRET_ASSIGNMENT: Final = re.compile(
     r"(?i)\b([a-z0-9_.-]*(?:password|passwd|secret|token|apikey|api_key|access_key|credential)[a-z0-9_.-]*)"
     r"([\"']?\s*[:=]\s*[\"']?)"
     r"((?-i:((?:Invalid|Unsupported|Duplicate) value|Not found): "
-    r"(?:\"(?:[^\"\\\n]|\\.)*\"|\\\"(?:[^\"\\\n]|\\(?!\")[^\n])*\\\"|[^\s,;&\"'}]+))"
+    r"(?:\"(?:[^\"\\\n]|\\.)*\"|\\\"(?:[^\"\\\n]|\\(?!\")[^\n])*\\\"|[^\n]*?(?=: )|[^\s,;&\"'}]+))"
     r"|[^\s,;&\"'}]+)"
 )
 """``password=...``, ``aws_secret_access_key: ...``, ``?token=...``: a value assigned to a secret's name,
 unless :func:`_names_no_secret` reads the match as an error's name or an AWS name and prose. A
 Kubernetes field error that quotes the value (``spec.token: Invalid value: "..."``, group 4 its
-type) is taken whole: :func:`_mask_assignment` keeps the type and masks the value after it."""
+type) is taken whole: :func:`_mask_assignment` keeps the type and masks the value after it; a value
+neither quoted nor one token (``Invalid value: map[string]interface {}{...}: ...``) up to the ``: `` that
+follows it, where until session s49 (round 20) it was masked only up to its first blank."""
 _ERROR_NAME: Final = re.compile(r"[A-Z][A-Za-z0-9]*[a-z0-9](?:Exception|Error|Fault|Failure|Violation|Id)")
 """A CamelCase exception class or error code (``ExpiredTokenException``, ``InvalidClientTokenId``,
 ``NoCredentialsError``, ``PasswordPolicyViolation``), its module path (``jwt.exceptions.``) taken off
@@ -1385,7 +1387,52 @@ def redact_value(text: str, *, identifiers: bool = False) -> str:
     ``CorrectHorseBatteryStaple12345678`` reads as a logical ID (session s38 first relaxed every
     text this way, and such passwords, masked before, went through)."""
     text = _SECRET_ASSIGNMENT.sub(_mask_assignment, redact(text))
+    if "for parameter " in text:
+        text = _BOTOCORE_VALUE.sub(_mask_library_value, text)
+    if "input_value=" in text:
+        text = _PYDANTIC_VALUE.sub(_mask_library_value, text)
     return _TOKEN_LIKE.sub(_mask_token_keeping_identifiers if identifiers else _mask_token, text)
+
+
+_LIBRARY_SECRET_NAME: Final = re.compile(
+    r"(?i)password|passwd|passphrase|secret|token|credential|api_?key|access_?key|private_?key"
+)
+_NAME_NOT_SECRET_END: Final = frozenset(["id", "ids", "name", "names", "arn", "arns", "type", "types"])
+_BOTOCORE_VALUE: Final = re.compile(
+    r"(Invalid (?:type|value|length) for (?:document )?parameter ([^\s,]+), value: )"
+    r"([^\n]*(?=, type: <class '[^'\n]*'>|, valid min (?:value|length): )|[^\n]*)"
+)
+"""botocore's parameter validation error (``Invalid type for parameter SecretString, value: 12345, type:
+<class 'int'>, valid types: <class 'str'>``): group 2 the parameter's name, group 3 the value, up to the
+last ``, type: <class ...>``/``, valid min ...`` of its line, or to the line's end when the line was cut."""
+_PYDANTIC_VALUE: Final = re.compile(
+    r"(?m)(^([^\s\n][^\n]*)\n[ \t]+[^\n]*\[type=[A-Za-z0-9_]+, input_value=)"
+    r"([^\n]*(?=, input_type=[^\n]*\]$)|[^\n]*)"
+)
+"""pydantic v2's ``str(ValidationError)``: a location line (group 2: ``api_key``, ``auth.0.token``), then
+its message ending in ``[type=..., input_value=..., input_type=...]``; group 3 the input's repr, up to
+the last ``, input_type=`` of its line, or to the line's end when the line was cut."""
+
+
+def _names_a_library_secret(name: str) -> bool:
+    """Whether a botocore parameter's or pydantic location's name (``SecretString``, ``SecretBinary``,
+    ``Password``, ``SessionToken``, ``PrivateKey``, ``auth.api_key``) holds a secret: its last segment
+    holds a secret's word, and neither counts tokens (:func:`names_a_count`) nor names the secret by an
+    id, name, ARN or type (``SecretId``, ``SecretArn``, ``TokenType``: shown, to say what to fix)."""
+    last = re.split(r"[.\[\]]+", name.strip(".[]"))[-1]
+    if not _LIBRARY_SECRET_NAME.search(last) or names_a_count(last):
+        return False
+    words = _NAME_WORD.findall(last)
+    return not words or words[-1].lower() not in _NAME_NOT_SECRET_END
+
+
+def _mask_library_value(found: re.Match[str]) -> str:
+    """A :data:`_BOTOCORE_VALUE` or :data:`_PYDANTIC_VALUE` with its value masked when the parameter or
+    location names a secret. Until session s49 (round 20) :func:`redact_value` showed it: ``value`` and
+    ``input_value`` are no secret's names, and the secret-named parameter stood before them."""
+    if not _names_a_library_secret(found.group(2)):
+        return found.group(0)
+    return f"{found.group(1)}{MASK}"
 
 
 def _mask_assignment(found: re.Match[str]) -> str:

@@ -593,3 +593,69 @@ def test_igw_validate_and_the_add_on_show_a_misplaced_rate_limit_s_numbers(
     assert 'got {"tokensPerMinute": 5000, "tokenBurst": 300}' in out, out
     found = addon_problems({"gateway": {"workers": limits}})
     assert any('got {"tokensPerMinute": 5000, "tokenBurst' in problem for problem in found), found
+
+
+def _botocore_error(**params: object) -> str:
+    """botocore's own text for a call whose parameters fail its validation (raised before any request)."""
+    import boto3
+    from botocore.exceptions import ParamValidationError
+
+    client = boto3.client(
+        "secretsmanager", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="y"
+    )
+    with pytest.raises(ParamValidationError) as raised:
+        client.put_secret_value(**params)
+    return str(raised.value)
+
+
+def test_botocore_s_validation_error_masks_a_secret_parameter_s_value_and_shows_the_others() -> None:
+    """Round 20 (session s49): ``Invalid type for parameter SecretString, value: 12345, type: ...`` showed
+    the value, ``value`` being no secret's name; a parameter that names no secret keeps its value."""
+    text = _botocore_error(SecretId=98765, SecretString=12345, ClientRequestToken=["tok-4242"])
+    shown = redaction.redact_value(text)
+    assert "12345" in text
+    assert "tok-4242" in text
+    assert "12345" not in shown
+    assert "tok-4242" not in shown
+    assert f"parameter SecretString, value: {MASK}, type: <class 'int'>, valid types: <class 'str'>" in shown
+    assert "parameter SecretId, value: 98765, type: <class 'int'>" in shown
+    cut = redaction.redact_value("Invalid type for parameter SecretBinary, value: {'k': 'v, w")
+    assert cut == f"Invalid type for parameter SecretBinary, value: {MASK}"
+
+
+def test_pydantic_s_validation_error_masks_a_secret_field_s_input_and_shows_the_others() -> None:
+    """Round 20 (session s49): pydantic v2's ``input_value=`` after a secret-named location line showed the
+    input; a field that names no secret (``model``) and a token count keep theirs."""
+    import pydantic
+
+    class Settings(pydantic.BaseModel):
+        api_key: str
+        model: str
+        max_tokens: int
+
+    with pytest.raises(pydantic.ValidationError) as raised:
+        Settings.model_validate({"api_key": 12345, "model": 67890, "max_tokens": "lots-of-them"})
+    text = str(raised.value)
+    shown = redaction.redact_value(text)
+    assert "input_value=12345" in text
+    assert (
+        f"api_key\n  Input should be a valid string [type=string_type, input_value={MASK}, input_type=int]"
+        in shown
+    )
+    assert "input_value=67890" in shown
+    assert "input_value='lots-of-them'" in shown
+
+
+def test_a_kubernetes_value_neither_quoted_nor_one_token_is_masked_to_the_colon_after_it() -> None:
+    """Round 20 (session s49): ``Invalid value: map[string]interface {}{...}`` was masked up to its first
+    blank, the rest shown; through the add-on's AWS error path too (:func:`igw.addon.eks_api._wrap`)."""
+    from botocore.exceptions import ClientError
+
+    from igw.addon.eks_api import _wrap
+
+    text = 'spec.token: Invalid value: map[string]interface {}{"v":"s3cr3t x"}: must be a string'
+    assert redaction.redact_value(text) == f"spec.token: Invalid value: {MASK}: must be a string"
+    error = ClientError({"Error": {"Code": "InvalidParameterException", "Message": text}}, "CreateAddon")
+    assert "s3cr3t" not in str(_wrap("CreateAddon", error))
+    kept = 'spec.model: Invalid value: map[string]interface {}{"v":"llama x"}: must be a string'
+    assert redaction.redact_value(kept) == kept
