@@ -476,3 +476,41 @@ def test_an_access_denied_message_that_names_the_action_gets_no_hint(
     monkeypatch.setattr(addon_cli, "_clients", refused_clients)
     assert main(["addon", "versions", "--region", "us-west-2"]) == 1
     assert capsys.readouterr().err == f"igw addon: DescribeAddonVersions: AccessDeniedException: {denied}\n"
+
+
+@pytest.mark.parametrize("kind", ["client-error", "validation-error"])
+def test_an_aws_error_quoting_a_secret_is_printed_redacted(
+    kind: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """botocore's errors were printed as they came: an EKS refusal quoting the API server's field error
+    (``spec.token: Invalid value: "..."``) or a parameter validation error quoting a secret parameter's
+    value reached the terminal (and CI logs) whole."""
+    from botocore.exceptions import ClientError, ParamValidationError
+
+    import igw.cli.addon as addon_cli
+
+    secret = "s3cr3tTokenValue9876"
+
+    def refused(args: object) -> object:
+        if kind == "client-error":
+            raise ClientError(
+                {
+                    "Error": {
+                        "Code": "InvalidParameterException",
+                        "Message": f'webhook denied: spec.token: Invalid value: "{secret}": must be empty',
+                    }
+                },
+                "DescribeCluster",
+            )
+        raise ParamValidationError(
+            report=f"Invalid type for parameter SecretString, value: {secret}, type: <class 'int'>, "
+            "valid types: <class 'str'>"
+        )
+
+    monkeypatch.setattr(addon_cli, "_clients", refused)
+    code = main(["addon", "versions", "--region", "us-west-2"])
+    err = capsys.readouterr().err
+    assert code == (1 if kind == "client-error" else 2)
+    assert err.startswith("igw addon: AWS: ")
+    assert secret not in err
+    assert "[REDACTED]" in err

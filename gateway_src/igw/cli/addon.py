@@ -398,11 +398,15 @@ def run(args: argparse.Namespace) -> int:
 
             error = exc.response.get("Error", {})
             hint = error_hint(str(error.get("Code", "")), exc.operation_name, str(error.get("Message", "")))
-            print(f"igw addon: AWS: {exc}" + (f"\n  - {hint}" if hint else ""), file=sys.stderr)
+            # AWS's message may quote what was sent (an EKS refusal quoting the API server's field
+            # error, a value): redacted as every other error this command prints
+            said = redact_value(str(exc))
+            print(f"igw addon: AWS: {said}" + (f"\n  - {hint}" if hint else ""), file=sys.stderr)
             return EXIT_FAILED
         if not isinstance(exc, BotoCoreError):
             raise
         # boto3 reads AWS_DEFAULT_REGION (or the profile's region), not AWS_REGION
         hint = " (pass --region or set AWS_DEFAULT_REGION)" if isinstance(exc, NoRegionError) else ""
-        print(f"igw addon: AWS: {exc}{hint}", file=sys.stderr)
+        # a parameter validation error quotes the value it refused
+        print(f"igw addon: AWS: {redact_value(str(exc))}{hint}", file=sys.stderr)
         return EXIT_USAGE
