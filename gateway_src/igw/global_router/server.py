@@ -55,6 +55,7 @@ from igw.gateway.errors import (
 )
 from igw.gateway.event_tokens import TokensPerEvent
 from igw.gateway.flow_gate import FAIRNESS_HEADER
+from igw.gateway.forwarded_answer import ORIGIN_FIELDS
 from igw.gateway.guards import GuardDenied, Principal, RequestGuard, caller_scope
 from igw.gateway.inference import REQUEST_ID_HEADER, REQUEST_ID_KEY, request_id_for
 from igw.gateway.inference_apis import (
@@ -174,15 +175,6 @@ smaller; since session s46). A retrieval's search stops waiting for the cluster'
 the next cluster (a stored response's answer starts at once; a frozen cluster held the search's place
 for ``requestTimeoutSeconds``, 600 s by default); a continuation's search gives its place back (a
 cluster that has not answered 404 by then is generating the answer, no longer searched)."""
-
-
-ORIGIN_FIELDS: Final = frozenset({b"set-cookie", b"set-cookie2", b"strict-transport-security", b"alt-svc"})
-"""A cluster's answer fields that set state on the origin the client talks to - the router's, which
-fronts every cluster - never relayed: a cookie one cluster sets would be sent back (the router
-forwards ``Cookie``) to whichever cluster serves the client next, a ``Strict-Transport-Security``
-with ``includeSubDomains`` would pin every host under the router's domain to HTTPS, and an
-``Alt-Svc`` would send the client's later connections to a host the cluster names. Until session
-s49 a cluster's answer relayed all three to the client as the router's own."""
 
 
 class ClusterPools:
