@@ -590,10 +590,11 @@ async def _route_held(
             record.ttfb_ms = (time.perf_counter() - started) * 1000.0
             record.started_answer = response  # its bytes counted even if the handler is cancelled
 
-    def tried(cluster: ClusterSpec, outcome: str | int) -> None:
-        """``cluster`` tried, with ``outcome``: in the access log, and its attempt span ended."""
+    def tried(cluster: ClusterSpec, outcome: str | int, error: str | None = None) -> None:
+        """``cluster`` tried, with ``outcome`` (and ``error``, a failed exchange's cause): in the
+        access log, and its attempt span ended."""
         if record is not None:
-            record.attempt(cluster.name, outcome)
+            record.attempt(cluster.name, outcome, error)
         if span is not None:
             span.attempt_done(outcome)
 
@@ -676,7 +677,7 @@ async def _route_held(
                 return await _past_max_request(request, router, prepared)
             if token_withheld:
                 result = _auth_misconfigured(router, cluster, result)
-            tried(cluster, result.status)
+            tried(cluster, result.status, result.error)  # its cause logged, as tier 1's `error`
             last = result
             _count_answer_faults(router, cluster.name, result)
             if searches and result.status == 404:
@@ -1159,10 +1160,11 @@ async def _ask_stored(
 
     span = request.get(ROUTER_SPAN)
 
-    def tried(cluster: ClusterSpec, outcome: str | int) -> None:
-        """``cluster`` asked, with ``outcome``: in the access log, and its attempt span ended."""
+    def tried(cluster: ClusterSpec, outcome: str | int, error: str | None = None) -> None:
+        """``cluster`` asked, with ``outcome`` (and ``error``, a failed exchange's cause): in the
+        access log, and its attempt span ended."""
         if record is not None:
-            record.attempt(cluster.name, outcome)
+            record.attempt(cluster.name, outcome, error)
         if span is not None:
             span.attempt_done(outcome)
 
@@ -1279,7 +1281,7 @@ async def _ask_stored(
             if searching_on:
                 router.metrics.retries.labels(cluster.name, RESPONSE_SEARCH).inc()  # the next one is asked
             continue
-        tried(cluster, result.status)
+        tried(cluster, result.status, result.error)
         last = result.response
         if searching_on and result.status == 404:
             router.metrics.retries.labels(cluster.name, RESPONSE_SEARCH).inc()  # the next one is asked
