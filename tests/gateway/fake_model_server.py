@@ -114,8 +114,16 @@ class FakeModelServer:
     max_model_len: int | None = None
     """Not None: ``GET /v1/models`` lists one model with this context window, as vLLM's does (the
     gateway reads it); None: no such route (a window the gateway cannot know)."""
+    answer_fields: tuple[tuple[str, str], ...] = ()
+    """Header fields added to every answer but ``/metrics``'s, repeated names kept (a model server
+    behind a framework or proxy that sets cookies, HSTS, ``Alt-Svc``)."""
     port: int = 0
     _runner: web.AppRunner | None = None
+
+    async def _add_answer_fields(self, request: web.Request, response: web.StreamResponse) -> None:
+        if request.path != "/metrics":
+            for name, value in self.answer_fields:
+                response.headers.add(name, value)
 
     @property
     def key(self) -> str:
@@ -559,6 +567,8 @@ class FakeModelServer:
         app.router.add_get("/v1/responses/{rid}/input_items", self._stored)
         if self.max_model_len is not None:
             app.router.add_get("/v1/models", self._models)
+        if self.answer_fields:
+            app.on_response_prepare.append(self._add_answer_fields)
         self._runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port)

@@ -24,6 +24,7 @@ from igw.config.errors import ConfigError
 from igw.gateway.log_buffer import BatchedLineHandler, line_sink
 from igw.gateway.redaction import RedactingFormatter
 from igw.gateway.serving import serve_app
+from igw.gateway.upstream_client import MAX_RESPONSE_FIELDS
 from igw.global_router.access_log import RouterAccessRecord, router_access_log
 from igw.global_router.config import parse_global_config
 from igw.global_router.server import create_global_app
@@ -89,6 +90,33 @@ async def test_a_failed_over_request_names_both_clusters_and_their_outcomes(
     assert 0 < line["ttfb_ms"] <= line["duration_ms"]
     assert "error" not in line
     assert "tenant" not in line
+
+
+async def test_a_clusters_broken_answer_logs_its_cause(caplog: pytest.LogCaptureFixture) -> None:
+    """A cluster's answer the router refuses (more header fields than it takes: a 502
+    ``upstream_error``) is logged with its cause in its ``tried`` entry's ``error``, as tier 1's line
+    gives a failed exchange's cause (until session s49 only the outcome, 502); the next cluster
+    answers, its entry without one."""
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    many = tuple((f"X-F{i}", "1") for i in range(MAX_RESPONSE_FIELDS + 1))
+    async with (
+        running(FakeModelServer("east", answer_fields=many), FakeModelServer("west")) as (east, west),
+        router(east, west) as url,
+        aiohttp.ClientSession() as http,
+        http.post(url + "/v1/completions", data=orjson.dumps(COMPLETION), headers=JSON) as resp,
+    ):
+        assert resp.status == 200
+    [line] = lines(caplog)
+    assert line["tried"] == [
+        {
+            "cluster": "c0",
+            "outcome": "502",
+            "error": "UpstreamBroken: the cluster's response has more than "
+            f"{MAX_RESPONSE_FIELDS} header fields",
+        },
+        {"cluster": "c1", "outcome": "200"},
+    ]
+    assert "error" not in line  # the answer relayed is c1's
 
 
 async def test_a_cluster_that_refuses_connections_is_named_as_such(caplog: pytest.LogCaptureFixture) -> None:
@@ -328,7 +356,7 @@ def test_every_text_field_is_listed() -> None:
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
-    where=st.sampled_from([*TEXT_FIELDS, "tried-cluster", "tried-outcome", "request_id"]),
+    where=st.sampled_from([*TEXT_FIELDS, "tried-cluster", "tried-outcome", "tried-error", "request_id"]),
     credential=st.sampled_from(CREDENTIALS),
     prefix=st.sampled_from(["", " ", "a b ", "x="]),
 )
@@ -343,6 +371,8 @@ def test_no_credential_reaches_a_line(
         record.attempt(value, 200)
     elif where == "tried-outcome":
         record.attempt("c1", value)
+    elif where == "tried-error":
+        record.attempt("c1", 502, f"cluster 'c1' answered a redirect to {value}")
     else:
         setattr(record, where, value)
     line = _written(stream, handler, record)

@@ -32,7 +32,7 @@ from igw.gateway.decision_log import DecisionLog
 from igw.gateway.discovery import DiscoverySource
 from igw.gateway.emf import emf_context, emf_reporter
 from igw.gateway.errors import REQUEST_ID_HEADER, anthropic_shaped, denial_response, gateway_error
-from igw.gateway.forwarded_answer import as_response
+from igw.gateway.forwarded_answer import ORIGIN_FIELDS, as_response
 from igw.gateway.guards import GuardDenied, GuardFactory, OpenGuard, Principal, RequestGuard
 from igw.gateway.heartbeat import EXTENSION as HEARTBEAT_EXTENSION
 from igw.gateway.heartbeat import heartbeat_context, publishes_heartbeat
@@ -378,7 +378,10 @@ def create_app(
 
     async def services(app: web.Application) -> AsyncIterator[None]:
         await state.guard.start()
-        upstream = proxy_session(hooks=None if tracing is None else tracing.connect_hooks())
+        # a pod's answer never sets state on the gateway's origin, which fronts every pod (ORIGIN_FIELDS)
+        upstream = proxy_session(
+            hooks=None if tracing is None else tracing.connect_hooks(), dropped_fields=ORIGIN_FIELDS
+        )
         scrape = ScrapeClient()
         app[SESSION_KEY] = state.upstream = upstream
         state.scraper = await start_scraping(

@@ -46,6 +46,15 @@ HOP_BY_HOP: Final = frozenset(
 """Lower-case names of the fields a proxy never forwards (RFC 9110 7.6.1, plus ``Host`` and
 ``Content-Length``, which each hop sets for itself)."""
 HOP_BY_HOP_FIELDS: Final = frozenset(name.encode() for name in HOP_BY_HOP)
+ORIGIN_FIELDS: Final = frozenset({b"set-cookie", b"set-cookie2", b"strict-transport-security", b"alt-svc"})
+"""An upstream's answer fields that set state on the origin the client talks to - the proxy's, which
+fronts every upstream (a tier-1 gateway every pod, the global router every cluster) - never relayed
+(the upstream pools' ``dropped_fields``, :func:`~igw.gateway.upstream.proxy_session`): a cookie one
+upstream sets would be sent back (``Cookie`` is forwarded) to whichever upstream serves the client
+next, a ``Strict-Transport-Security`` with ``includeSubDomains`` would pin every host under the
+proxy's domain to HTTPS, and an ``Alt-Svc`` would send the client's later connections to a host the
+upstream names. Dropped by the global router since session s49 and by tier 1 since session s49 too
+(until then a pod's answer relayed all three to the client as the gateway's own)."""
 _NOT_FORWARDED: Final = HOP_BY_HOP_FIELDS | {UPSTREAM_SERVER_FIELD}
 """The hop-by-hop fields and the model server's ``Server``, which the gateway replaces with its own."""
 _NONE: Final[frozenset[bytes]] = frozenset()

@@ -129,8 +129,8 @@ def proxy_session(
     (no decompression), no headers of its own added beyond ``Host`` and ``Content-Length``. Call it
     with the event loop running. ``hooks``: the OpenTelemetry connect span (only when tracing is on);
     ``peer``: how its failures' messages name the upstream (the global router's: ``"the cluster"``);
-    ``dropped_fields``: lower-case names of response fields never relayed (the global router's
-    origin-scoped ones)."""
+    ``dropped_fields``: lower-case names of response fields never relayed (both tiers pass the
+    origin-scoped ones, :data:`~igw.gateway.forwarded_answer.ORIGIN_FIELDS`)."""
     return UpstreamPool(limit=limit, keepalive_s=30.0, hooks=hooks, peer=peer, dropped_fields=dropped_fields)
 
 

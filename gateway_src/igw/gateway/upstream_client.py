@@ -661,7 +661,7 @@ class UpstreamPool:
         self.peer = peer
         self.dropped_fields = dropped_fields
         """Lower-case names of response fields never handed over (after the field count and size
-        bounds counted them): the global router's :data:`~igw.global_router.server.ORIGIN_FIELDS`."""
+        bounds counted them): both tiers' :data:`~igw.gateway.forwarded_answer.ORIGIN_FIELDS`."""
         self._hooks = hooks
         self._slots = Slots(limit)
         self._idle: dict[Origin, list[_Connection]] = {}

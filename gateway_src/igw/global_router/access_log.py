@@ -16,7 +16,10 @@ was relayed), ``tried`` (each cluster tried, in order, with its outcome: the HTT
 ``connect-failed``, ``pool-full``, ``past-max-request``, ``client-gone``, ``cancelled`` (the client
 left, its handler cancelled), ``shut-down`` (the router's stream grace over), and in a stored
 response's search ``search-timeout`` (no answer within the search's bound: the next cluster asked)
-or ``another-response`` (an answer about another response, or naming none: not relayed)),
+or ``another-response`` (an answer about another response, or naming none: not relayed); and, for an
+exchange that failed, its ``error``: the cause, as tier 1's line's ``error`` gives it -
+``UpstreamBroken: the cluster's response has more than 100 header fields`` for a 502 - where the
+answer's code says only ``upstream_error``; until session s49 never logged),
 ``bytes_in`` (the request body), ``bytes_out`` (the answer's body bytes written to the client, a
 relayed answer's as a whole one's: no head, no chunk framing), ``ttfb_ms``, ``duration_ms``,
 ``stream``, ``client`` (the peer address), ``trace_id`` (the router span's, 32 hex digits, when
@@ -40,7 +43,8 @@ RECORD_BYTES: Final = 640
 """A queued record's memory without its attempts (tier 1's
 :data:`~igw.gateway.access_log.RECORD_BYTES`)."""
 ATTEMPT_BYTES: Final = 200
-"""Each attempt's share (a tuple of two short strings and the dict it becomes; rounded up)."""
+"""Each attempt's share (a tuple of two short strings and the dict it becomes; rounded up), plus its
+``error``'s length where it has one (:meth:`RouterAccessRecord.queued_bytes`)."""
 
 CONNECT_FAILED: Final = "connect-failed"
 POOL_FULL: Final = "pool-full"
@@ -68,7 +72,7 @@ class RouterAccessRecord:
     error: str | None = None
     cluster: str | None = None
     region: str | None = None
-    tried: list[tuple[str, str]] = field(default_factory=list)
+    tried: list[tuple[str, str, str | None]] = field(default_factory=list)
     bytes_in: int = 0
     bytes_out: int = 0
     ttfb_ms: float | None = None
@@ -83,9 +87,10 @@ class RouterAccessRecord:
     bytes are counted from it when the handler is cancelled (the client gone); not in the line, and
     cleared before the record is queued."""
 
-    def attempt(self, cluster: str, outcome: str | int) -> None:
-        """Record one cluster tried and its outcome (an HTTP status, or one of the words above)."""
-        self.tried.append((cluster, str(outcome)))
+    def attempt(self, cluster: str, outcome: str | int, error: str | None = None) -> None:
+        """Record one cluster tried and its outcome (an HTTP status, or one of the words above);
+        ``error``: a failed exchange's cause (:attr:`~igw.gateway.upstream.ExchangeResult.error`)."""
+        self.tried.append((cluster, str(outcome), error))
 
     def emit(self) -> None:
         """Write the line (INFO on :data:`router_access_log`)."""
@@ -93,7 +98,8 @@ class RouterAccessRecord:
 
     def queued_bytes(self) -> int:
         """An upper estimate of the memory held while the line waits (the writer's queue bound)."""
-        return RECORD_BYTES + ATTEMPT_BYTES * len(self.tried)
+        causes = sum(len(error) for _, _, error in self.tried if error is not None)
+        return RECORD_BYTES + ATTEMPT_BYTES * len(self.tried) + causes
 
     def render_line(self) -> tuple[str, bool]:
         """The line and whether redacting it would leave it as it is (on the writer's thread)."""
@@ -136,7 +142,12 @@ class RouterAccessRecord:
             value = getattr(self, name)
             if value is not None:
                 out[name] = value
-        out["tried"] = [{"cluster": cluster, "outcome": outcome} for cluster, outcome in self.tried]
+        out["tried"] = [
+            {"cluster": cluster, "outcome": outcome}
+            if error is None
+            else {"cluster": cluster, "outcome": outcome, "error": error}
+            for cluster, outcome, error in self.tried
+        ]
         out["bytes_in"] = self.bytes_in
         out["bytes_out"] = self.bytes_out
         if self.ttfb_ms is not None:

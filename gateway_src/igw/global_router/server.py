@@ -55,6 +55,7 @@ from igw.gateway.errors import (
 )
 from igw.gateway.event_tokens import TokensPerEvent
 from igw.gateway.flow_gate import FAIRNESS_HEADER
+from igw.gateway.forwarded_answer import ORIGIN_FIELDS
 from igw.gateway.guards import GuardDenied, Principal, RequestGuard, caller_scope
 from igw.gateway.inference import REQUEST_ID_HEADER, REQUEST_ID_KEY, request_id_for
 from igw.gateway.inference_apis import (
@@ -174,15 +175,6 @@ smaller; since session s46). A retrieval's search stops waiting for the cluster'
 the next cluster (a stored response's answer starts at once; a frozen cluster held the search's place
 for ``requestTimeoutSeconds``, 600 s by default); a continuation's search gives its place back (a
 cluster that has not answered 404 by then is generating the answer, no longer searched)."""
-
-
-ORIGIN_FIELDS: Final = frozenset({b"set-cookie", b"set-cookie2", b"strict-transport-security", b"alt-svc"})
-"""A cluster's answer fields that set state on the origin the client talks to - the router's, which
-fronts every cluster - never relayed: a cookie one cluster sets would be sent back (the router
-forwards ``Cookie``) to whichever cluster serves the client next, a ``Strict-Transport-Security``
-with ``includeSubDomains`` would pin every host under the router's domain to HTTPS, and an
-``Alt-Svc`` would send the client's later connections to a host the cluster names. Until session
-s49 a cluster's answer relayed all three to the client as the router's own."""
 
 
 class ClusterPools:
@@ -598,10 +590,11 @@ async def _route_held(
             record.ttfb_ms = (time.perf_counter() - started) * 1000.0
             record.started_answer = response  # its bytes counted even if the handler is cancelled
 
-    def tried(cluster: ClusterSpec, outcome: str | int) -> None:
-        """``cluster`` tried, with ``outcome``: in the access log, and its attempt span ended."""
+    def tried(cluster: ClusterSpec, outcome: str | int, error: str | None = None) -> None:
+        """``cluster`` tried, with ``outcome`` (and ``error``, a failed exchange's cause): in the
+        access log, and its attempt span ended."""
         if record is not None:
-            record.attempt(cluster.name, outcome)
+            record.attempt(cluster.name, outcome, error)
         if span is not None:
             span.attempt_done(outcome)
 
@@ -684,7 +677,7 @@ async def _route_held(
                 return await _past_max_request(request, router, prepared)
             if token_withheld:
                 result = _auth_misconfigured(router, cluster, result)
-            tried(cluster, result.status)
+            tried(cluster, result.status, result.error)  # its cause logged, as tier 1's `error`
             last = result
             _count_answer_faults(router, cluster.name, result)
             if searches and result.status == 404:
@@ -1167,10 +1160,11 @@ async def _ask_stored(
 
     span = request.get(ROUTER_SPAN)
 
-    def tried(cluster: ClusterSpec, outcome: str | int) -> None:
-        """``cluster`` asked, with ``outcome``: in the access log, and its attempt span ended."""
+    def tried(cluster: ClusterSpec, outcome: str | int, error: str | None = None) -> None:
+        """``cluster`` asked, with ``outcome`` (and ``error``, a failed exchange's cause): in the
+        access log, and its attempt span ended."""
         if record is not None:
-            record.attempt(cluster.name, outcome)
+            record.attempt(cluster.name, outcome, error)
         if span is not None:
             span.attempt_done(outcome)
 
@@ -1287,7 +1281,7 @@ async def _ask_stored(
             if searching_on:
                 router.metrics.retries.labels(cluster.name, RESPONSE_SEARCH).inc()  # the next one is asked
             continue
-        tried(cluster, result.status)
+        tried(cluster, result.status, result.error)
         last = result.response
         if searching_on and result.status == 404:
             router.metrics.retries.labels(cluster.name, RESPONSE_SEARCH).inc()  # the next one is asked
