@@ -504,6 +504,17 @@ async def test_another_version_s_pod_is_told_its_own_model_in_the_gateway_s_head
             assert (headers["x-gateway-model-name"], headers["x-gateway-base-model-name"]) == (model, model)
 
 
+async def _canary_pods_fresh(gw: Any) -> None:
+    """Wait until each pod of the canary's pool (``new``) has been scraped fresh, so that the pods
+    a search tries are the ones its scheduler would pick from."""
+    new = gw.state.runtime.schedulers["new"]
+    await wait_for(
+        lambda: all(new.scheduler.is_fresh(v, gw.state.clock()) for v in new.pool.views()),
+        within=10,
+        what="the canary's pods fresh",
+    )
+
+
 def _plugins_state(gw: Any, pool: str) -> dict[str, Any]:
     """What scheduler ``pool``'s plugins hold in flight (settled): the backlog's pending picks per
     endpoint (when its profile has the backlog scorer), the lora slots' and prefill's in flight."""
@@ -534,12 +545,7 @@ async def test_another_version_s_pod_that_answers_a_continuation_is_learnt_by_it
         running(FakeModelServer("v1"), FakeModelServer("v2a"), FakeModelServer("v2b")) as (v1, v2a, v2b),
         gateway(doc(100, 0), {"old": [v1.key], "new": [v2a.key, v2b.key]}) as gw,
     ):
-        new = gw.state.runtime.schedulers["new"]
-        await wait_for(
-            lambda: all(new.scheduler.is_fresh(v, gw.state.clock()) for v in new.pool.views()),
-            within=10,
-            what="the canary's pods fresh",
-        )
+        await _canary_pods_fresh(gw)
         if stored:
             v2b.stored_responses["resp_elsewhere"] = {"id": "resp_elsewhere", "object": "response"}
         body = {"model": "llama", "input": prompt, "previous_response_id": "resp_elsewhere"}
@@ -618,12 +624,7 @@ async def test_another_version_s_refusal_is_counted_as_its_own_pool_s_retry(
         running(FakeModelServer("v1"), FakeModelServer("v2a"), FakeModelServer("v2b")) as (v1, v2a, v2b),
         gateway(doc(100, 0), {"old": [v1.key], "new": [v2a.key, v2b.key]}) as gw,
     ):
-        new = gw.state.runtime.schedulers["new"]
-        await wait_for(
-            lambda: all(new.scheduler.is_fresh(v, gw.state.clock()) for v in new.pool.views()),
-            within=10,
-            what="the canary's pods fresh",
-        )
+        await _canary_pods_fresh(gw)
         v2a.infer_status = refusal if refusal != 404 else 200
         v2b.stored_responses["resp_elsewhere"] = {"id": "resp_elsewhere", "object": "response"}
         body = {"model": "llama", "input": "and then?", "previous_response_id": "resp_elsewhere"}

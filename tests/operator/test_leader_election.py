@@ -254,6 +254,32 @@ def test_renewals_and_standby_tries_are_not_logged_every_retry_period(
 FAST = {"lease_duration_s": 3, "renew_deadline_s": 2, "retry_period_s": 1}
 
 
+def _election(
+    cluster: FakeKubeApiServer, identity: str, settings: dict[str, int] = FAST, **options: Any
+) -> LeaseElection:
+    """A candidate for the ``igw-operator`` Lease with an API client of its own (token ``identity``),
+    so that the fake can cut off, hang or count that candidate's calls alone."""
+    return LeaseElection(
+        ElectionSettings("igw-operator", "default", identity, **settings),
+        cluster.api_client(token=identity),
+        **options,
+    )
+
+
+async def _leader(
+    cluster: FakeKubeApiServer, identity: str, settings: dict[str, int] = FAST, **options: Any
+) -> LeaseElection:
+    """:func:`_election`, started, once it leads (alone, it takes the free Lease at its first try)."""
+    election = _election(cluster, identity, settings, **options)
+    election.start()
+    await asyncio.wait_for(election.leading.wait(), 30)
+    return election
+
+
+def _calls_by(cluster: FakeKubeApiServer, token: str, since: int) -> int:
+    return sum(1 for who, _, _ in cluster.callers[since:] if who == token)
+
+
 def _writes_by(cluster: FakeKubeApiServer, token: str, since: int) -> list[tuple[str, str]]:
     return [
         (method, path) for who, method, path in cluster.callers[since:] if who == token and method != "GET"
@@ -273,13 +299,7 @@ def test_a_leader_frozen_past_its_renew_deadline_writes_nothing_and_steps_down(
         return time.monotonic() + offset[0]
 
     async def main() -> tuple[bool, type[BaseException] | None, bool, list[tuple[str, str]]]:
-        election = LeaseElection(
-            ElectionSettings("igw-operator", "default", "frozen", **FAST),
-            cluster.api_client(token="frozen"),
-            monotonic=clock,
-        )
-        election.start()
-        await asyncio.wait_for(election.leading.wait(), 30)
+        election = await _leader(cluster, "frozen", monotonic=clock)
         kube = Kube(cluster.api_client(token="frozen"), fence=election.acting, threads=1)
         acting_before = election.acting()
         offset[0] += FAST["renew_deadline_s"] + 0.5  # the freeze: no renewal for the renew deadline
@@ -325,11 +345,7 @@ def test_a_leader_cut_off_from_the_api_server_steps_down_and_writes_nothing_afte
     settings = {**FAST, "lease_duration_s": 6}
 
     async def main() -> tuple[bool, bool]:
-        election = LeaseElection(
-            ElectionSettings("igw-operator", "default", "cut", **settings), cluster.api_client(token="cut")
-        )
-        election.start()
-        await asyncio.wait_for(election.leading.wait(), 30)
+        election = await _leader(cluster, "cut", settings)
         kube = Kube(cluster.api_client(token="cut"), fence=election.acting, threads=1)
         cluster.cut_off("cut")
         watching = asyncio.ensure_future(election.watch())
@@ -359,19 +375,14 @@ def test_a_standby_cut_off_for_a_while_still_takes_over_afterwards(cluster: Fake
     campaigned again, a healthy-looking replica that would never lead."""
 
     async def main() -> bool:
-        leader = LeaseElection(
-            ElectionSettings("igw-operator", "default", "one", **FAST), cluster.api_client(token="one")
-        )
-        leader.start()
-        await asyncio.wait_for(leader.leading.wait(), 30)
-        standby = LeaseElection(
-            ElectionSettings("igw-operator", "default", "two", **FAST), cluster.api_client(token="two")
-        )
+        leader = await _leader(cluster, "one")
+        standby = _election(cluster, "two")
         cluster.cut_off("two")
         since = len(cluster.callers)
         standby.start()
-        dropped = lambda: sum(1 for who, _, _ in cluster.callers[since:] if who == "two") >= 2  # noqa: E731
-        await asyncio.to_thread(wait_for, dropped, what="two of the standby's tries dropped")
+        await asyncio.to_thread(
+            wait_for, lambda: _calls_by(cluster, "two", since) >= 2, what="two of the standby's tries dropped"
+        )
         cluster.reconnect("two")
         await leader.release()
         await asyncio.wait_for(standby.leading.wait(), 3 * FAST["lease_duration_s"])
@@ -382,10 +393,6 @@ def test_a_standby_cut_off_for_a_while_still_takes_over_afterwards(cluster: Fake
     assert asyncio.run(main()) is True
 
 
-def _calls_by(cluster: FakeKubeApiServer, token: str, since: int) -> int:
-    return sum(1 for who, _, _ in cluster.callers[since:] if who == token)
-
-
 def test_a_standby_whose_lease_calls_hang_for_a_while_still_takes_over(cluster: FakeKubeApiServer) -> None:
     """An API server that takes a standby's request and never answers: the Lease calls had no timeout,
     so the standby's election thread waited on that answer for ever and never campaigned again (once
@@ -393,14 +400,8 @@ def test_a_standby_whose_lease_calls_hang_for_a_while_still_takes_over(cluster: 
     failed try, and the standby takes over once its calls are answered again."""
 
     async def main() -> bool:
-        leader = LeaseElection(
-            ElectionSettings("igw-operator", "default", "one", **FAST), cluster.api_client(token="one")
-        )
-        leader.start()
-        await asyncio.wait_for(leader.leading.wait(), 30)
-        standby = LeaseElection(
-            ElectionSettings("igw-operator", "default", "two", **FAST), cluster.api_client(token="two")
-        )
+        leader = await _leader(cluster, "one")
+        standby = _election(cluster, "two")
         cluster.hang("two")
         since = len(cluster.callers)
         standby.start()
@@ -424,11 +425,7 @@ def test_a_leader_whose_renewals_hang_steps_down_at_its_renew_deadline(cluster: 
     renew loop goes on trying (each hung call a failed try) instead of waiting for ever."""
 
     async def main() -> tuple[float, int]:
-        election = LeaseElection(
-            ElectionSettings("igw-operator", "default", "hung", **FAST), cluster.api_client(token="hung")
-        )
-        election.start()
-        await asyncio.wait_for(election.leading.wait(), 30)
+        election = await _leader(cluster, "hung")
         watching = asyncio.ensure_future(election.watch())
         since = len(cluster.callers)
         cluster.hang("hung")
@@ -453,12 +450,7 @@ def test_a_leader_stopped_while_its_lease_calls_hang_stops_promptly(cluster: Fak
     the operator never exited. Both now time out: the release gives up (the Lease expires)."""
 
     async def main() -> bool:
-        election = LeaseElection(
-            ElectionSettings("igw-operator", "default", "stopping", **FAST),
-            cluster.api_client(token="stopping"),
-        )
-        election.start()
-        await asyncio.wait_for(election.leading.wait(), 30)
+        election = await _leader(cluster, "stopping")
         since = len(cluster.callers)
         cluster.hang("stopping")
         await asyncio.to_thread(

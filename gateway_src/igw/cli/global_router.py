@@ -19,7 +19,8 @@ import contextlib
 import logging
 import sys
 
-from igw.cli.arg_types import FRACTION, NON_NEGATIVE, PORT, existing_file_or_stdin, listen_host, region_name
+from igw.cli.arg_types import NON_NEGATIVE, PORT, existing_file_or_stdin, listen_host, region_name
+from igw.cli.tracing_flags import add_tracing_options
 
 HELP = "Tier-2 global inference router across clusters and regions (igw global serve)."
 
@@ -72,29 +73,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="S",
         help="write fleet metrics as CloudWatch EMF lines on stdout every S seconds (default 0: off)",
     )
-    otel = serve.add_argument_group(
-        "OpenTelemetry traces (off by default; the OTEL_EXPORTER_OTLP_* variables also switch them on)"
-    )
-    otel.add_argument(
-        "--otel-endpoint",
-        metavar="URL",
-        help="send a span per request to this OTLP/HTTP receiver (http://collector:4318; the path "
-        "/v1/traces is added when the URL has none); clusters get the span's traceparent",
-    )
-    otel.add_argument(
-        "--otel-sample-ratio",
-        type=FRACTION,
-        metavar="R",
-        help="record this fraction (0..1) of the requests; a caller's traceparent is continued but its "
-        "sampled flag not followed (default: $IGW_OTEL_SAMPLE_RATIO, else OTEL_TRACES_SAMPLER, else every "
-        "request)",
-    )
-    otel.add_argument(
-        "--otel-trust-parent-sampling",
-        action="store_true",
-        help="with --otel-sample-ratio: follow the sampled flag of the caller's traceparent (for "
-        "callers that are trusted; otherwise a client could force every request recorded; default: "
-        "$IGW_OTEL_TRUST_PARENT_SAMPLING, true or false)",
+    add_tracing_options(
+        serve,
+        sends="a span per request",
+        note="; clusters get the span's traceparent",
+        trusted="callers that are trusted",
     )
 
 

@@ -22,7 +22,6 @@ from typing import Any
 from igw.cli.arg_types import (
     ANY_INT,
     FINITE,
-    FRACTION,
     NON_NEGATIVE,
     NON_NEGATIVE_INT,
     PORT,
@@ -33,6 +32,7 @@ from igw.cli.arg_types import (
     source_name,
 )
 from igw.cli.option_scope import given
+from igw.cli.tracing_flags import add_tracing_options
 from igw.gateway.worker_heartbeat import STUCK_AFTER_S
 
 HELP = "Run the GPU-aware inference gateway (OpenAI-compatible proxy with the endpoint picker)."
@@ -139,29 +139,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="keep the last N scheduling decisions and serve them at /debug/decisions to callers "
         "presenting the token in $IGW_DEBUG_TOKEN (default 0: off)",
     )
-    otel = parser.add_argument_group(
-        "OpenTelemetry traces (off by default; the OTEL_EXPORTER_OTLP_* variables also switch them on)"
-    )
-    otel.add_argument(
-        "--otel-endpoint",
-        metavar="URL",
-        help="send request traces to this OTLP/HTTP receiver (http://collector:4318; the path "
-        "/v1/traces is added when the URL has none)",
-    )
-    otel.add_argument(
-        "--otel-sample-ratio",
-        type=FRACTION,
-        metavar="R",
-        help="record this fraction (0..1) of the requests; a caller's traceparent is continued but its "
-        "sampled flag not followed (default: $IGW_OTEL_SAMPLE_RATIO, else OTEL_TRACES_SAMPLER, else every "
-        "request)",
-    )
-    otel.add_argument(
-        "--otel-trust-parent-sampling",
-        action="store_true",
-        help="with --otel-sample-ratio: follow the sampled flag of the caller's traceparent (for "
-        "callers that are trusted, e.g. the global router; otherwise a client could force every "
-        "request recorded; default: $IGW_OTEL_TRUST_PARENT_SAMPLING, true or false)",
+    add_tracing_options(
+        parser, sends="request traces", trusted="callers that are trusted, e.g. the global router"
     )
     d = _default_limits()
     limits = parser.add_argument_group("client timeouts, limits and shutdown")

@@ -1133,17 +1133,14 @@ async def _route(
                 minted,
             )
             minted = theirs.minted or minted  # one id for every attempt: only the pod that answers stores it
-            routing = RoutingRequest(
-                request_id=rreq.request_id,
+            # the same request as that version's scheduler sees it: its model, adapter and salt; the
+            # drawn pool's failed endpoints (``avoid``) name none of that pool's
+            routing = dataclasses.replace(
+                rreq,
                 model=other_route.model,
                 base_model=other_route.base_model,
-                prefix_text=rreq.prefix_text,
-                prompt_tokens=rreq.prompt_tokens,
-                max_tokens=rreq.max_tokens,
                 adapter=other_route.adapter,
-                tenant=rreq.tenant,
-                stream=rreq.stream,
-                previous_response_id=rreq.previous_response_id,
+                avoid=None,
                 cache_salt=their_salt,
             )
             version = _Version(other, other_route.model, other_route.base_model, theirs, routing)
