@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import dataclasses
 import logging
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,8 +20,9 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from igw.addon import chart, pins
+from igw.addon import chart, configuration, pins
 from igw.cli import operator as operator_cli
+from igw.operator import election
 from igw.operator.dataplane import DataPlaneSettings
 from igw.operator.kube import IGWC_API_VERSION, Kube
 from igw.operator.reconcile import Reconciler
@@ -207,3 +209,62 @@ def test_the_chart_rbac_lets_the_operator_report_a_missing_issuer(
     assert found is not None
     assert (found["status"], found["reason"]) == ("False", "IssuerNotFound"), found
     assert "ClusterIssuer igw-selfsigned does not exist" in found["message"]
+
+
+def test_the_charts_leader_election_durations_reach_the_operators_settings() -> None:
+    """``operator.leaderElection.*`` render ``--lease-duration`` / ``--renew-deadline`` /
+    ``--retry-period``, which ``igw operator`` parses into the options its election is built from; the
+    defaults render the operator's own defaults."""
+    rendered = _render(
+        {
+            "operator": {
+                "leaderElection": {
+                    "leaseDurationSeconds": 30,
+                    "renewDeadlineSeconds": 20,
+                    "retryPeriodSeconds": 5,
+                }
+            }
+        }
+    )
+    args = _container_args(rendered)
+    assert [
+        args[args.index(flag) + 1] for flag in ("--lease-duration", "--renew-deadline", "--retry-period")
+    ] == [
+        "30",
+        "20",
+        "5",
+    ]
+    options = _options(args, Path("/dev/null"))
+    assert (options.lease_duration_s, options.renew_deadline_s, options.retry_period_s) == (30, 20, 5)
+    default = _options(_container_args(_render({})), Path("/dev/null"))
+    assert (default.lease_duration_s, default.renew_deadline_s, default.retry_period_s) == (
+        election.DEFAULT_LEASE_DURATION_S,
+        election.DEFAULT_RENEW_DEADLINE_S,
+        election.DEFAULT_RETRY_PERIOD_S,
+    )
+
+
+@pytest.mark.parametrize(
+    ("durations", "named"),
+    [
+        (
+            {"leaseDurationSeconds": 5, "renewDeadlineSeconds": 5},
+            "renewDeadlineSeconds (5) must be below operator.leaderElection.leaseDurationSeconds (5)",
+        ),
+        (
+            {"renewDeadlineSeconds": 6, "retryPeriodSeconds": 5},
+            "renewDeadlineSeconds (6) must exceed 1.2 x operator.leaderElection.retryPeriodSeconds (5)",
+        ),
+    ],
+)
+def test_the_chart_refuses_leader_election_durations_the_operator_would_refuse(
+    durations: dict[str, int], named: str
+) -> None:
+    """Rendered, they were args ``igw operator`` refuses (exit 2): every operator pod crash-looped."""
+    import helm_python as helm
+
+    with pytest.raises(helm.HelmError, match=re.escape(named)):
+        _render({"operator": {"leaderElection": durations}})
+    for bad in ({"leaseDurationSeconds": 2}, {"retryPeriodSeconds": 61}, {"renewDeadlineSeconds": 300}):
+        (problem,) = configuration.problems({"operator": {"leaderElection": bad}})
+        assert problem.startswith("operator.leaderElection."), problem

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import pytest
 
+from igw.cli import operator as operator_cli
 from igw.cli.main import build_parser, main
+from igw.operator.election import ElectionSettings
 
 
 @pytest.mark.parametrize(
@@ -53,3 +55,67 @@ def test_a_good_value_parses(option: str, value: str) -> None:
     dest = option.removeprefix("--").replace("-", "_")
     parsed = getattr(args, dest)
     assert parsed == ([value] if isinstance(parsed, list) else value)
+
+
+def test_the_election_durations_reach_the_operators_settings() -> None:
+    """``--lease-duration`` / ``--renew-deadline`` / ``--retry-period`` (fixed at 8 / 5 / 2 s before, so
+    a slow API server made the leader step down over and over) reach the options the runner builds
+    its :class:`ElectionSettings` from; left out, they are the settings' own defaults."""
+    args = build_parser().parse_args(
+        ["operator", "--lease-duration", "30", "--renew-deadline", "20", "--retry-period", "5"]
+    )
+    options = operator_cli.operator_options(args)
+    assert (options.lease_duration_s, options.renew_deadline_s, options.retry_period_s) == (30, 20, 5)
+    default = operator_cli.operator_options(build_parser().parse_args(["operator"]))
+    settings = ElectionSettings("igw-operator", "kube-system", "one")
+    assert (default.lease_duration_s, default.renew_deadline_s, default.retry_period_s) == (
+        settings.lease_duration_s,
+        settings.renew_deadline_s,
+        settings.retry_period_s,
+    )
+
+
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [
+        (["--renew-deadline", "8"], "--lease-duration (8) must exceed --renew-deadline (8)"),
+        (["--retry-period", "5"], "--renew-deadline (5) must exceed 1.2 x --retry-period (5)"),
+        (
+            ["--lease-duration", "10", "--renew-deadline", "12", "--retry-period", "10"],
+            "--renew-deadline (12) must exceed 1.2 x --retry-period (10); "
+            "--lease-duration (10) must exceed --renew-deadline (12)",
+        ),
+    ],
+)
+def test_election_durations_that_break_the_rules_together_are_refused_naming_the_flags(
+    flags: list[str], named: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each within its bounds, together refused before the operator connects (exit 2), naming the
+    flags rather than ``ElectionSettings``' fields."""
+    assert main(["operator", "--kubeconfig", "/dev/null", *flags]) == 2
+    assert capsys.readouterr().err.strip() == f"igw operator: {named}"
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("--lease-duration", "2"),
+        ("--lease-duration", "301"),
+        ("--renew-deadline", "300"),
+        ("--retry-period", "0"),
+    ],
+)
+def test_an_election_duration_out_of_bounds_is_refused_while_parsing_with_its_reason(
+    option: str, value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["operator", option, value])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument {option}: expected a whole number from" in err
+    assert "seconds" in err.split(f"got {value!r}", 1)[1]  # the reason, in brackets
+
+
+def test_election_durations_are_refused_without_leader_election(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["operator", "--no-leader-election", "--retry-period", "3"]) == 2
+    assert "--retry-period does not apply to --no-leader-election" in capsys.readouterr().err

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import logging
 import os
 import re
@@ -17,10 +19,19 @@ from typing import Any
 
 import pytest
 
+from igw.operator import runner
 from igw.operator.election import LIBRARY_LOGGER, ElectionSettings, LeaseElection
 from igw.operator.kube import FIELD_MANAGER, Kube, NotLeading
 from tests.fakes.kube_api import FakeKubeApiServer
-from tests.operator.harness import find, igwc, wait_condition, wait_for, write_latest
+from tests.operator.harness import (
+    OperatorThread,
+    find,
+    igwc,
+    operator_options,
+    wait_condition,
+    wait_for,
+    write_latest,
+)
 
 LEASE_DURATION_S = 8
 RETRY_PERIOD_S = 2
@@ -329,6 +340,53 @@ def test_a_leader_frozen_past_its_renew_deadline_writes_nothing_and_steps_down(
     assert any("frozen: stepping down: Lease default/igw-operator not renewed" in m for m in caplog.messages)
 
 
+def test_a_leader_that_stepped_down_gives_its_lease_up_once_it_stopped(
+    cluster: FakeKubeApiServer,
+    kubeconfig: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """``igw operator`` frozen past its renew deadline steps down (exit 3). It only stopped the
+    election, so its Lease still named it and the standby waited out the whole lease duration (10 s
+    here) with nothing reconciling. Once kopf and its handlers have stopped it now releases the Lease
+    (read afresh: only while it still names this replica), and the standby leads at its next try."""
+    durations = {"lease_duration_s": 10, "renew_deadline_s": 2, "retry_period_s": 1}
+    offset = [0.0]
+
+    def clock() -> float:
+        return time.monotonic() + offset[0]
+
+    monkeypatch.setattr(runner, "LeaseElection", functools.partial(LeaseElection, monotonic=clock))
+    options = operator_options(kubeconfig, leader_election=True, identity="frozen", **durations)
+    caplog.set_level(logging.INFO, logger="igw.operator")
+    operator = OperatorThread(options).start()
+    try:
+        wait_for(lambda: _lease(cluster).get("holderIdentity") == "frozen", timeout=30, what="the leader")
+
+        async def main() -> float:
+            standby = LeaseElection(
+                ElectionSettings("igw-operator", "default", "standby", **durations), cluster.api_client()
+            )
+            standby.start()
+            await asyncio.sleep(2 * durations["retry_period_s"])  # the standby found the lease held
+            offset[0] += durations["renew_deadline_s"] + 0.5  # the freeze: the leader steps down
+            thawed = time.monotonic()
+            await asyncio.wait_for(standby.leading.wait(), 3 * durations["lease_duration_s"])
+            took = time.monotonic() - thawed
+            await standby.release()
+            return took
+
+        took = asyncio.run(main())
+    finally:
+        exit_code = operator.stop()
+    print(f"standby led {took:.1f} s after the leader's step-down")
+    assert exit_code == runner.EXIT_LOST_LEASE
+    assert "frozen: released Lease default/igw-operator" in caplog.messages
+    # released: kopf's stop plus at most one retry period; kept, the lease duration after the leader's
+    # last renewal (about 9 s)
+    assert took < durations["lease_duration_s"] / 2, took
+
+
 def _config_map(name: str) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": "default"}}
 
@@ -463,6 +521,49 @@ def test_a_leader_stopped_while_its_lease_calls_hang_stops_promptly(cluster: Fak
 
     assert asyncio.run(main()) is False
     assert _lease(cluster).get("holderIdentity") == "stopping"  # left to expire
+
+
+def _open_connections_to(port: int) -> int:
+    """This process's established TCP connections to ``port`` on 127.0.0.1 (its client side)."""
+    own = set()
+    for fd in Path("/proc/self/fd").iterdir():
+        with contextlib.suppress(OSError):
+            target = os.readlink(fd)
+            if target.startswith("socket:["):
+                own.add(target[len("socket:[") : -1])
+    remote = f"0100007F:{port:04X}"
+    count = 0
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        if fields[2] == remote and fields[3] == "01" and fields[9] in own:
+            count += 1
+    return count
+
+
+@pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="reads /proc/net/tcp (Linux)")
+@pytest.mark.parametrize("ending", ["release", "stop"])
+def test_an_ended_election_closes_its_own_api_client(cluster: FakeKubeApiServer, ending: str) -> None:
+    """The election makes an ``ApiClient`` of its own (single-attempt requests) and never closed it:
+    each ended election kept its pooled connection to the API server until the process exited (one
+    per election in a test run)."""
+
+    async def main() -> tuple[int, int]:
+        election = LeaseElection(
+            ElectionSettings("igw-operator", "default", "one", **FAST), cluster.api_client()
+        )
+        election.start()
+        await asyncio.wait_for(election.leading.wait(), 30)
+        campaigning = _open_connections_to(cluster.port)
+        if ending == "release":
+            await election.release()
+        else:
+            election.stop()
+        await asyncio.sleep(2 * FAST["retry_period_s"])  # the library's loops run on meanwhile
+        return campaigning, _open_connections_to(cluster.port)
+
+    campaigning, ended = asyncio.run(main())
+    assert campaigning >= 1
+    assert ended == 0
 
 
 @pytest.mark.parametrize(

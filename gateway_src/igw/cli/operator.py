@@ -44,6 +44,33 @@ API_THREAD_COUNT: Final = NumberRange(int, 1, 256)
 """``--api-threads``: 1 to :data:`igw.operator.kube.MAX_API_THREADS` (not imported: the CLI builds
 every command's parser, and the operator's modules load only when this one runs)."""
 
+LEASE_DURATION: Final = NumberRange(
+    int,
+    3,
+    300,
+    reason="seconds a dead leader's Lease stands before a standby may take it, nothing reconciling "
+    "meanwhile: above the renew deadline, at most 5 minutes",
+)
+RENEW_DEADLINE: Final = NumberRange(
+    int,
+    2,
+    299,
+    reason="seconds a leader acts without a successful renewal: above 1.2 x the retry period and below "
+    "the lease duration",
+)
+RETRY_PERIOD: Final = NumberRange(
+    int,
+    1,
+    60,
+    reason="seconds between Lease tries, each call given three quarters of it: at least 1 (the "
+    "election library's least), at most a minute",
+)
+"""``--lease-duration`` / ``--renew-deadline`` / ``--retry-period`` (whole seconds: a Lease's
+``leaseDurationSeconds`` is an integer); the rules between them are checked once all are parsed
+(:func:`igw.operator.election.election_problems`)."""
+
+ELECTION_FLAGS: Final = ("--lease-duration", "--renew-deadline", "--retry-period")
+
 HELP = "Run the operator: reconcile InferenceGatewayConfig objects into gateway data planes."
 
 EXIT_USAGE = 2
@@ -211,6 +238,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--lease-namespace", type=namespace_name, default="kube-system", help="default kube-system"
     )
     election.add_argument("--identity", help="this replica's holder identity (default: host name and pid)")
+    election.add_argument(
+        "--lease-duration",
+        type=LEASE_DURATION,
+        default=8,
+        metavar="S",
+        help="a standby takes a dead leader's Lease this long after its last renewal (default 8)",
+    )
+    election.add_argument(
+        "--renew-deadline",
+        type=RENEW_DEADLINE,
+        default=5,
+        metavar="S",
+        help="the leader steps down (and exits 3) when its last successful renewal began this long ago; "
+        "below --lease-duration, above 1.2 x --retry-period (default 5)",
+    )
+    election.add_argument(
+        "--retry-period",
+        type=RETRY_PERIOD,
+        default=2,
+        metavar="S",
+        help="seconds between Lease tries; a Lease call slower than three quarters of it counts as "
+        "failed (default 2)",
+    )
     parser.add_argument(
         "--health-port", type=PORT, metavar="PORT", help="serve GET /healthz on this port (probes)"
     )
@@ -230,6 +280,11 @@ def _egress_rule(text: str) -> dict[str, Any]:
         raise argparse.ArgumentTypeError(f"not a NetworkPolicy egress rule: {exc}") from None
 
 
+class ElectionFlagsError(ValueError):
+    """``--lease-duration`` / ``--renew-deadline`` / ``--retry-period`` that break the election's rules
+    together (each is within its own bounds), the message naming the flags."""
+
+
 DEFERS_STOP_SIGNALS = True
 """SIGTERM / Ctrl-C before the loop's handlers are in place are recorded, then acted on
 (:mod:`igw.cli.early_stop`): an interrupt inside kopf's imports was turned into a traceback."""
@@ -237,14 +292,19 @@ DEFERS_STOP_SIGNALS = True
 
 def operator_options(args: argparse.Namespace) -> OperatorOptions:
     """The operator's options from its parsed arguments (what the chart's container args become);
-    raises ``TlsIssuerError`` / ``EmfEndpointError`` naming the option for a value the parser does
-    not check alone."""
+    raises ``TlsIssuerError`` / ``EmfEndpointError`` / ``ElectionFlagsError`` naming the option for a
+    value the parser does not check alone."""
     # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
     from igw.gateway.emf_sink import AgentEndpoint
     from igw.operator.dataplane import DEFAULT_HTTPS_EGRESS_CIDRS, DEFAULT_INGRESS_CIDRS, DataPlaneSettings
+    from igw.operator.election import election_problems
     from igw.operator.runner import OperatorOptions
     from igw.operator.tls import AutoTlsSettings, IssuerRef
 
+    durations = (args.lease_duration, args.renew_deadline, args.retry_period)
+    problems = election_problems(*durations, names=ELECTION_FLAGS)
+    if problems and not args.no_leader_election:
+        raise ElectionFlagsError("; ".join(problems))
     issuer = IssuerRef.parse(args.tls_issuer)
     emf_endpoint = (
         AgentEndpoint.parse(args.gateway_emf_endpoint, source="--gateway-emf-endpoint")
@@ -275,6 +335,9 @@ def operator_options(args: argparse.Namespace) -> OperatorOptions:
         leader_election=not args.no_leader_election,
         lease_name=args.lease_name,
         lease_namespace=args.lease_namespace,
+        lease_duration_s=args.lease_duration,
+        renew_deadline_s=args.renew_deadline,
+        retry_period_s=args.retry_period,
         health_port=args.health_port,
         api_threads=args.api_threads,
         **({"identity": args.identity} if args.identity else {}),
@@ -288,7 +351,11 @@ IGNORED_WITH: Final = (
         ("gateway_https_egress_cidr", "gateway_ingress_cidr", "gateway_extra_egress"),
     ),
     ("no_auto_tls", "--no-auto-tls", ("tls_issuer", "tls_sweep_seconds")),
-    ("no_leader_election", "--no-leader-election", ("lease_name", "lease_namespace")),
+    (
+        "no_leader_election",
+        "--no-leader-election",
+        ("lease_name", "lease_namespace", "lease_duration", "renew_deadline", "retry_period"),
+    ),
 )
 """(switch, as typed, the options it leaves without effect): with the gateways' NetworkPolicy off no
 CIDR or egress rule is written anywhere, without auto-TLS nothing is issued or swept, and without
@@ -348,7 +415,7 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     try:
         options = operator_options(args)
-    except (TlsIssuerError, EmfEndpointError) as exc:
+    except (TlsIssuerError, EmfEndpointError, ElectionFlagsError) as exc:
         print(f"igw operator: {exc}", file=sys.stderr)
         return EXIT_USAGE
 

@@ -76,17 +76,22 @@ def quiet_repeated_library_lines() -> None:
         library.addFilter(_RepeatFilter())
 
 
+DEFAULT_LEASE_DURATION_S: Final = 8
+DEFAULT_RENEW_DEADLINE_S: Final = 5
+DEFAULT_RETRY_PERIOD_S: Final = 2
+
+
 @dataclass(frozen=True, slots=True)
 class ElectionSettings:
     lease_name: str
     lease_namespace: str
     identity: str
-    lease_duration_s: int = 8
+    lease_duration_s: int = DEFAULT_LEASE_DURATION_S
     """A dead leader's lease is taken over this long (plus a retry period) after its last renewal."""
-    renew_deadline_s: int = 5
+    renew_deadline_s: int = DEFAULT_RENEW_DEADLINE_S
     """A leader whose last successful renewal began this long ago stops acting
     (:meth:`LeaseElection.acting`)."""
-    retry_period_s: int = 2
+    retry_period_s: int = DEFAULT_RETRY_PERIOD_S
 
     @property
     def request_timeout_s(self) -> float:
@@ -97,21 +102,34 @@ class ElectionSettings:
     def __post_init__(self) -> None:
         """Refuse settings the library refuses: it ``sys.exit``-ed in the election thread, which only
         ended that thread, and the replica then waited to lead for ever."""
-        problems = []
-        if self.retry_period_s < 1:
-            problems.append(f"retry_period_s must be at least 1, got {self.retry_period_s}")
-        if self.renew_deadline_s <= 1.2 * self.retry_period_s:
-            problems.append(
-                f"renew_deadline_s ({self.renew_deadline_s}) must exceed"
-                f" 1.2 x retry_period_s ({self.retry_period_s})"
-            )
-        if self.lease_duration_s <= self.renew_deadline_s:
-            problems.append(
-                f"lease_duration_s ({self.lease_duration_s}) must exceed"
-                f" renew_deadline_s ({self.renew_deadline_s})"
-            )
+        problems = election_problems(self.lease_duration_s, self.renew_deadline_s, self.retry_period_s)
         if problems:
             raise ValueError("ElectionSettings: " + "; ".join(problems))
+
+
+FIELD_NAMES: Final = ("lease_duration_s", "renew_deadline_s", "retry_period_s")
+"""How :func:`election_problems` names the three durations by default (:class:`ElectionSettings`'
+fields); ``igw operator`` passes its flags instead."""
+
+
+def election_problems(
+    lease_duration_s: int,
+    renew_deadline_s: int,
+    retry_period_s: int,
+    *,
+    names: tuple[str, str, str] = FIELD_NAMES,
+) -> list[str]:
+    """What is wrong with three election durations (the rules of the library's ``Config``), each
+    naming them as ``names`` (lease duration, renew deadline, retry period) say; empty when none."""
+    lease, renew, retry = names
+    problems = []
+    if retry_period_s < 1:
+        problems.append(f"{retry} must be at least 1, got {retry_period_s}")
+    if renew_deadline_s <= 1.2 * retry_period_s:
+        problems.append(f"{renew} ({renew_deadline_s}) must exceed 1.2 x {retry} ({retry_period_s})")
+    if lease_duration_s <= renew_deadline_s:
+        problems.append(f"{lease} ({lease_duration_s}) must exceed {renew} ({renew_deadline_s})")
+    return problems
 
 
 def _failure(exc: Exception) -> str:
@@ -322,6 +340,9 @@ class LeaseElection:
         self._thread: threading.Thread | None = None
         self._release = threading.Event()
         self._lock: _ReleasableLock | None = None
+        self._client: Any = None
+        """The election's own ``ApiClient`` (single-attempt requests), closed by :meth:`stop` and
+        :meth:`release`: left open, each election kept its connection pool until the process ended."""
 
     def start(self) -> None:
         # deferred: start-up cost: the kubernetes client loads only on cluster-facing paths
@@ -331,8 +352,9 @@ class LeaseElection:
         lock = LeaseLock(  # type: ignore[no-untyped-call]
             self.settings.lease_name, self.settings.lease_namespace, self.settings.identity
         )
+        self._client = _single_attempt_client(self._api_client)
         leases: Any = _FieldManagedLeases(  # duck-typed
-            client.CoordinationV1Api(_single_attempt_client(self._api_client)),
+            client.CoordinationV1Api(self._client),
             self.settings.request_timeout_s,
         )
         lock.api_instance = leases
@@ -390,15 +412,35 @@ class LeaseElection:
         self._release.set()
         if self._lock is not None:
             self._lock.close()
+        self._close_client()
 
     async def release(self) -> bool:
         """Stop campaigning and renewing, and give the Lease up if this candidate holds it; ``True``
         when it was given up. Call it only once nothing the Lease guards runs any more: the next
-        leader starts at its next try (within a retry period)."""
+        leader starts at its next try (within a retry period). Also after a step-down (the Lease
+        is read afresh, and left alone unless it still names this candidate)."""
         self._release.set()
         if self._lock is None:
             return False
-        return await asyncio.to_thread(self._lock.release)
+        try:
+            return await asyncio.to_thread(self._lock.release)
+        finally:
+            self._close_client()
+
+    def _close_client(self) -> None:
+        """Close the election's own ``ApiClient`` (its pooled connections); the lock is closed by
+        then, so the library's loops, which run on until the process ends, call the API no more.
+
+        Each connection pool is closed first: ``ApiClient.close`` only empties urllib3's pool manager
+        (2.x closes no pool on that), so an idle connection stayed open until garbage collection."""
+        own, self._client = self._client, None
+        if own is None:
+            return
+        pools = own.rest_client.pool_manager.pools
+        for key in list(pools.keys()):  # the container refuses iteration
+            with contextlib.suppress(KeyError):  # an in-flight call's connection closes when it returns
+                pools[key].close()
+        own.close()
 
     def _campaign(self) -> None:
         # deferred: start-up cost: the kubernetes client loads only on cluster-facing paths

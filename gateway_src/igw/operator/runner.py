@@ -16,7 +16,13 @@ import kopf
 
 from igw.gateway.discovery.kube_client import make_api_client
 from igw.operator.dataplane import DataPlaneSettings
-from igw.operator.election import ElectionSettings, LeaseElection
+from igw.operator.election import (
+    DEFAULT_LEASE_DURATION_S,
+    DEFAULT_RENEW_DEADLINE_S,
+    DEFAULT_RETRY_PERIOD_S,
+    ElectionSettings,
+    LeaseElection,
+)
 from igw.operator.handlers import Connection, Resync, build_registry, build_settings
 from igw.operator.kube import Kube
 from igw.operator.reconcile import Reconciler
@@ -47,6 +53,10 @@ class OperatorOptions:
     lease_name: str = "igw-operator"
     lease_namespace: str = "kube-system"
     identity: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
+    lease_duration_s: int = DEFAULT_LEASE_DURATION_S
+    renew_deadline_s: int = DEFAULT_RENEW_DEADLINE_S
+    retry_period_s: int = DEFAULT_RETRY_PERIOD_S
+    """The election's durations (:class:`~igw.operator.election.ElectionSettings`)."""
     health_port: int | None = None
     """Serve ``/healthz`` here (probes); a standby replica is healthy too."""
     api_threads: int | None = None
@@ -102,8 +112,8 @@ async def run_operator(
 ) -> int:
     """Serve until ``stop`` is set (exit 0) or the Lease is lost (exit :data:`EXIT_LOST_LEASE`).
 
-    Stopped, a leader gives its Lease up once nothing it started can still write, so a standby leads
-    at its next try (:func:`_give_up_lease`).
+    Stopped, or stepped down, a leader gives its Lease up once nothing it started can still write, so
+    a standby leads at its next try (:func:`_give_up_lease`).
 
     ``stop_signals`` (the command's SIGTERM/SIGINT) set ``stop`` for the whole run: kopf installs
     its own handlers for them when it starts, and those resolve a one-shot future, so a second
@@ -168,9 +178,15 @@ async def _run(options: OperatorOptions, stop: asyncio.Event, stop_signals: tupl
         return EXIT_STOPPED
     election: LeaseElection | None = None
     if options.leader_election:
-        election = LeaseElection(
-            ElectionSettings(options.lease_name, options.lease_namespace, options.identity), api_client
+        settings = ElectionSettings(
+            options.lease_name,
+            options.lease_namespace,
+            options.identity,
+            lease_duration_s=options.lease_duration_s,
+            renew_deadline_s=options.renew_deadline_s,
+            retry_period_s=options.retry_period_s,
         )
+        election = LeaseElection(settings, api_client)
     # Every API call of the leader is fenced: none once its Lease lapsed (LeaseElection.acting).
     fence = None if election is None else election.acting
     kube = Kube(api_client, reporting_instance=options.identity, threads=options.api_threads, fence=fence)
@@ -249,10 +265,10 @@ async def _run_with(
     for task in watchers:
         task.cancel()
     if election is not None:
-        if lost.is_set():
-            election.stop()
-        else:
-            await _give_up_lease(election, kube, quiet=joined and running.done(), identity=options.identity)
+        # Stepped down too (a frozen or cut-off leader, a slow API server): the Lease, unless another
+        # candidate took it meanwhile, still names this replica until it expires, and the standby
+        # waited out the whole lease duration although nothing here acts any more.
+        await _give_up_lease(election, kube, quiet=joined and running.done(), identity=options.identity)
     if lost.is_set():
         log.error("%s: lost the Lease; exiting so a fresh candidate takes its place", options.identity)
         return EXIT_LOST_LEASE

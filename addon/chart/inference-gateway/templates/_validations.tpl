@@ -72,6 +72,7 @@ outlast the grace period the chart checked them against). */}}
 {{- include "igw.validateExtraEnv" . }}
 {{- else }}
 {{- include "igw.validateGatewayEnv" . }}
+{{- include "igw.validateLeaderElection" . }}
 {{- end }}
 {{- end }}
 
@@ -220,5 +221,20 @@ Operator mode. operator.gatewayEnv names must be unique and not the operator's o
 {{- fail (printf "operator.gatewayEnv[%d].name: %s is already set by %s; each variable may be given once" $index $name .) }}
 {{- end }}
 {{- $_ := set $seen $name (printf "operator.gatewayEnv[%d]" $index) }}
+{{- end }}
+{{- end }}
+
+{{/*
+Operator mode. The leader election's durations: igw operator refuses a renew deadline not below the
+lease duration or not above 1.2 x the retry period (the election library's rules) and would not start.
+*/}}
+{{- define "igw.validateLeaderElection" -}}
+{{- with .Values.operator.leaderElection }}
+{{- if ge (int .renewDeadlineSeconds) (int .leaseDurationSeconds) }}
+{{- fail (printf "operator.leaderElection.renewDeadlineSeconds (%v) must be below operator.leaderElection.leaseDurationSeconds (%v): a standby could take the Lease while the leader still acts" .renewDeadlineSeconds .leaseDurationSeconds) }}
+{{- end }}
+{{- if le (mul 5 (int .renewDeadlineSeconds)) (mul 6 (int .retryPeriodSeconds)) }}
+{{- fail (printf "operator.leaderElection.renewDeadlineSeconds (%v) must exceed 1.2 x operator.leaderElection.retryPeriodSeconds (%v): the leader must get more than one try to renew" .renewDeadlineSeconds .retryPeriodSeconds) }}
+{{- end }}
 {{- end }}
 {{- end }}
