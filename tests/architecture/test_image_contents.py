@@ -35,6 +35,7 @@ IMAGE_CLI_MODULES = {
     "validate.py",
     "global_router.py",
     "operator.py",
+    "tracing_flags.py",
 }
 PRODUCT_PACKAGES = CORE_PACKAGES | {"igw.global_router", "igw.operator"}
 """The core plus the tier-2 router (``igw global serve``) and the add-on's operator (``igw operator``),
