@@ -35,6 +35,7 @@ from igw.cli.arg_types import (
     object_name,
 )
 from igw.cli.option_scope import refuse_given
+from igw.errors import IgwToolingError
 from igw.gateway.worker_heartbeat import STUCK_AFTER_S
 
 if TYPE_CHECKING:
@@ -280,7 +281,7 @@ def _egress_rule(text: str) -> dict[str, Any]:
         raise argparse.ArgumentTypeError(f"not a NetworkPolicy egress rule: {exc}") from None
 
 
-class ElectionFlagsError(ValueError):
+class ElectionFlagsError(IgwToolingError, ValueError):
     """``--lease-duration`` / ``--renew-deadline`` / ``--retry-period`` that break the election's rules
     together (each is within its own bounds), the message naming the flags."""
 
