@@ -588,12 +588,22 @@ def _version_unready(
     and has no usable endpoint (:attr:`~igw.gateway.model_rewrite.Split.unready`): no other version's
     pod stores it, so moved there (until session s49) it was answered 404 ``response_not_found`` for a
     conversation that still exists. ``Retry-After`` as the scheduler's ``no_endpoints``."""
+    return _no_endpoints(
+        state,
+        obs,
+        f"no model server endpoint available for {model!r}, the version that stores response "
+        f"{response_id!r} (no other can continue it): none is ready",
+        rid,
+    )
+
+
+def _no_endpoints(state: GatewayState, obs: RequestObserver, cause: str, rid: str) -> web.Response:
+    """503 ``no_endpoints``: ``cause``, then when to come back. ``Retry-After`` as a 429's, from
+    ``retryAfter.minSeconds`` and spread (before session s48: none, so the SDKs' retries came back on
+    their own short backoff, all at once, while the pool scaled)."""
     obs.rejected("no_endpoints")
     retry = _retry_after(state, state.runtime.settings.retry_after_min_s)
-    message = (
-        f"no model server endpoint available for {model!r}, the version that stores response "
-        f"{response_id!r} (no other can continue it): none is ready; retry after {retry}s"
-    )
+    message = f"{cause}; retry after {retry}s"
     return gateway_error("no_endpoints", message, headers={"Retry-After": retry}, request_id=rid)
 
 
@@ -1087,15 +1097,9 @@ async def _route(
         )
         return gateway_error("pool_saturated", message, headers={"Retry-After": retry}, request_id=rid)
     if decision.kind is DecisionKind.NO_ENDPOINTS or decision.endpoint is None:
-        obs.rejected("no_endpoints")
-        # Retry-After as a 429's, from retryAfter.minSeconds and spread (since session s48: none, so
-        # the SDKs' retries came back on their own short backoff, all at once, while the pool scaled)
-        retry = _retry_after(state, state.runtime.settings.retry_after_min_s)
-        message = (
-            f"no model server endpoint available for {route.base_model!r}: {decision.reason}; "
-            f"retry after {retry}s"
+        return _no_endpoints(
+            state, obs, f"no model server endpoint available for {route.base_model!r}: {decision.reason}", rid
         )
-        return gateway_error("no_endpoints", message, headers={"Retry-After": retry}, request_id=rid)
     routed_body = body.raw  # the client's body as routed: a failure's digest is taken of it
     unprepared = body  # another canary version's pod gets it prepared for its own engine
     mine = _prepared_for(request, state, principal, api, sr, route.adapter, body, priority, salt)
