@@ -18,7 +18,12 @@ from igw.gateway.endpoints import DiscoveredEndpoint
 from igw.gateway.guards import OpenGuard
 from igw.gateway.metrics_parser import VLLM, parse_page
 from igw.gateway.state import GatewayState
-from igw.gateway.telemetry import ADAPTER_SLOT_GRACE_S, OTHER_ADAPTER, UNCONFIGURED_ADAPTER_LABELS
+from igw.gateway.telemetry import (
+    ADAPTER_SLOT_GRACE_S,
+    OTHER_ADAPTER,
+    UNCONFIGURED_ADAPTER_LABELS,
+    AdapterLabels,
+)
 from igw.scheduling.plugins.lora_affinity_scorer import adapter_affinity
 from tests.gateway.support import config_doc, scheduler
 
@@ -156,3 +161,16 @@ def test_an_adapter_named_other_is_not_summed_into_the_overflow() -> None:
     # the overflow: the names beyond the slots (two of which the escaped names took), nothing else
     assert series[(OTHER_ADAPTER, "running")] == len(overflow) - (UNCONFIGURED_ADAPTER_LABELS - 2)
     assert sum(series.values()) == len(names)
+
+
+def test_an_adapter_routed_after_it_took_a_slot_gives_the_slot_up() -> None:
+    """A reload makes an adapter that held one of the unconfigured slots a routed one: it keeps its
+    name as a routed adapter, and its slot goes to another unconfigured adapter. Before session s50
+    the routed adapter, still reported, held the slot for good, so one fewer unconfigured adapter
+    than :data:`UNCONFIGURED_ADAPTER_LABELS` kept its name."""
+    labels = AdapterLabels(unconfigured=2)
+    assert labels.observe({"p": {"a": 1, "b": 1}}, {}, 0.0) == {"p": frozenset({"a", "b"})}
+    routed = {"p": frozenset({"a"})}
+    given = labels.observe({"p": {"a": 1, "b": 1, "c": 1}}, routed, 1.0)
+    assert given == {"p": frozenset({"b", "c"})}
+    assert AdapterLabels.counts(["a", "b", "c"], routed["p"], given["p"]) == {"a": 1, "b": 1, "c": 1}

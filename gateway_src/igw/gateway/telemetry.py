@@ -138,13 +138,15 @@ class AdapterLabels:
             for sched in set(reported) | set(self._given):
                 names = reported.get(sched, {})
                 given = self._given.setdefault(sched, {})
+                routed = known.get(sched, frozenset())
                 for name in given.keys() & names.keys():
                     given[name] = max(given[name], now)
-                for name in [n for n, at in given.items() if now - at >= self._grace_s]:
+                # a name routed since it took its slot keeps its label as a routed one: the slot
+                # is for another (before session s50 it stayed held while the name was reported)
+                for name in [n for n, at in given.items() if now - at >= self._grace_s or n in routed]:
                     del given[name]
                 free = self._unconfigured - len(given)
                 if free > 0:
-                    routed = known.get(sched, frozenset())
                     new = [n for n in names if n not in given and n not in routed]
                     for name in heapq.nsmallest(free, new, key=lambda n: (-names[n], n)):
                         given[name] = now
