@@ -21,6 +21,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 
 from igw.cli.main import main
+from igw.gateway.response_ids import response_ref
 from igw.gateway.serving import serve_app
 from igw.gateway.tracing import Tracing
 from igw.gateway.tracing_options import TracingConfigError, tracing_options
@@ -260,7 +261,10 @@ async def test_a_stored_response_search_has_a_span_counting_each_cluster_asked()
     [span] = router_spans(exporter)
     assert span.name == "GET /v1/responses/{response_id}"  # the route, not the id
     attrs = dict(span.attributes or {})
-    assert attrs["url.path"] == "/v1/responses/resp_kept"
+    # the id is a capability: its one-way reference only (until session s50 url.path held it)
+    assert attrs["url.path"] == f"/v1/responses/{{response_id:{response_ref('resp_kept')}}}"
+    assert attrs["http.route"] == "/v1/responses/{response_id}"
+    assert not [s for s in exporter.get_finished_spans() if "resp_kept" in str(dict(s.attributes or {}))]
     assert (attrs["igw.attempts"], attrs["igw.cluster"], attrs["http.response.status_code"]) == (2, "c1", 200)
     asked = attempt_spans(exporter)
     assert [((a.attributes or {})["igw.cluster"], (a.attributes or {})["igw.outcome"]) for a in asked] == [
