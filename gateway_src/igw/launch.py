@@ -228,6 +228,8 @@ def optional_features(options: LaunchOptions, env: Mapping[str, str] = os.enviro
         elif env.get("OTEL_TRACES_SAMPLER"):
             arg = env.get("OTEL_TRACES_SAMPLER_ARG")
             sampling = f"OTEL_TRACES_SAMPLER={env['OTEL_TRACES_SAMPLER']}" + (f" ({arg})" if arg else "")
+            if not tracing.trust_parent_sampling:  # its ratio drawn here (env_sampler_ratio)
+                sampling += ", callers' sampled flag not followed"
         else:
             sampling = "every request"
         lines.append(

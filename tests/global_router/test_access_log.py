@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from igw.config.errors import ConfigError
 from igw.gateway.log_buffer import BatchedLineHandler, line_sink
 from igw.gateway.redaction import RedactingFormatter
+from igw.gateway.response_ids import response_ref
 from igw.gateway.serving import serve_app
 from igw.gateway.upstream_client import MAX_RESPONSE_FIELDS
 from igw.global_router.access_log import RouterAccessRecord, router_access_log
@@ -257,9 +258,14 @@ async def test_a_stored_response_search_is_logged_with_each_cluster_asked(
     ]
     assert (found["method"], found["path"], found["request_id"]) == (
         "GET",
-        "/v1/responses/resp_kept",
+        f"/v1/responses/{{response_id:{response_ref('resp_kept')}}}",  # the id left out (s50)
         answered_id,
     )
+    assert not [
+        r for r in caplog.records if "resp_kept" in r.getMessage() or "resp_nowhere" in r.getMessage()
+    ]
+    assert found["model"] == missing["model"] == MODEL  # the answering cluster's one model (s50)
+    assert "model" not in again  # no cluster answered
     assert (found["status"], found["cluster"], found["region"]) == (200, "c2", "west")
     assert found["bytes_out"] == len(body)
     assert (found["bytes_in"], found["stream"]) == (0, False)

@@ -21,14 +21,17 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 
 from igw.cli.main import main
+from igw.gateway.response_ids import response_ref
 from igw.gateway.serving import serve_app
 from igw.gateway.tracing import Tracing
+from igw.gateway.tracing_options import TracingConfigError, tracing_options
 from igw.global_router.config import parse_global_config
 from igw.global_router.server import create_global_app
 from igw.global_router.tracing import SERVICE_NAME, RouterTracing
 from tests.gateway.fake_model_server import FakeModelServer, running
 from tests.gateway.support import config_doc, scheduler, wait_for
 from tests.global_router.support import MODEL, global_doc
+from tests.observability.otlp_receiver import otlp_receiver
 
 TRACE_ID = "0af7651916cd43dd8448eb211c80319c"
 PARENT_ID = "b7ad6b7169203331"
@@ -258,7 +261,10 @@ async def test_a_stored_response_search_has_a_span_counting_each_cluster_asked()
     [span] = router_spans(exporter)
     assert span.name == "GET /v1/responses/{response_id}"  # the route, not the id
     attrs = dict(span.attributes or {})
-    assert attrs["url.path"] == "/v1/responses/resp_kept"
+    # the id is a capability: its one-way reference only (until session s50 url.path held it)
+    assert attrs["url.path"] == f"/v1/responses/{{response_id:{response_ref('resp_kept')}}}"
+    assert attrs["http.route"] == "/v1/responses/{response_id}"
+    assert not [s for s in exporter.get_finished_spans() if "resp_kept" in str(dict(s.attributes or {}))]
     assert (attrs["igw.attempts"], attrs["igw.cluster"], attrs["http.response.status_code"]) == (2, "c1", 200)
     asked = attempt_spans(exporter)
     assert [((a.attributes or {})["igw.cluster"], (a.attributes or {})["igw.outcome"]) for a in asked] == [
@@ -426,3 +432,59 @@ def test_the_router_cuts_a_long_callers_tracestate_to_512_characters() -> None:
     span.inject(sent)
     span.finish(200, cluster=None, region=None)
     assert sent["tracestate"] == ",".join(f"m{i}=" + "v" * 100 for i in range(4))  # 4 x 104 + 3 = 419
+
+
+@pytest.mark.parametrize(
+    ("sampler", "arg", "flags", "recorded"),
+    [
+        ("parentbased_always_on", None, "00", True),
+        ("parentbased_traceidratio", "0", "01", False),
+        ("parentbased_always_off", None, "01", False),
+    ],
+)
+async def test_an_sdk_sampler_variable_does_not_follow_an_untrusted_callers_flag(
+    monkeypatch: pytest.MonkeyPatch, sampler: str, arg: str | None, flags: str, recorded: bool
+) -> None:
+    """``OTEL_TRACES_SAMPLER`` names the fraction recorded, not whose word decides: without
+    ``--otel-trust-parent-sampling`` a caller's ``-00`` does not hide its request from a
+    ``parentbased_always_on`` router, nor its ``-01`` force one at a ratio of 0 (until session s50 the
+    SDK's parent-based sampler followed the flag). Spans exported through the real OTLP exporter."""
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER", sampler)
+    if arg is None:
+        monkeypatch.delenv("OTEL_TRACES_SAMPLER_ARG", raising=False)
+    else:
+        monkeypatch.setenv("OTEL_TRACES_SAMPLER_ARG", arg)
+    headers = {**client_headers(), "traceparent": f"00-{TRACE_ID}-{PARENT_ID}-{flags}"}
+    async with otlp_receiver() as receiver:
+        options = tracing_options(receiver.url, None)
+        assert options is not None
+        tracing = Tracing.exporting(options, service_name=SERVICE_NAME)
+        async with (
+            running(FakeModelServer("east")) as (east,),
+            router(f"http://{east.key}", tracing=tracing) as url,
+        ):
+            assert await _post(url, headers) == 200
+        # leaving the router shut its tracing down: what was recorded is exported
+    exported = [s for s in receiver.spans if s.resource.get("service.name") == SERVICE_NAME]
+    assert bool(exported) is recorded
+    assert all(s.trace_id == TRACE_ID for s in exported)
+    [(traceparent, _)] = received_trace_headers(east)
+    assert traceparent is not None
+    assert int(traceparent.rsplit("-", 1)[1], 16) & 1 == int(recorded)
+
+
+def test_an_sdk_sampler_variable_of_no_known_ratio_is_refused_by_name() -> None:
+    """A sampler this gateway cannot read a ratio from (the SDK put ``parentbased_always_on``, which
+    follows the caller's flag, in its place) or a ratio that is not one: refused at start-up, named."""
+    endpoint = "http://collector:4318"
+    for env, words in (
+        ({"OTEL_TRACES_SAMPLER": "xray"}, "OTEL_TRACES_SAMPLER must be one of"),
+        (
+            {"OTEL_TRACES_SAMPLER": "traceidratio", "OTEL_TRACES_SAMPLER_ARG": "half"},
+            "OTEL_TRACES_SAMPLER_ARG must be a number between 0 and 1",
+        ),
+    ):
+        with pytest.raises(TracingConfigError, match=words):
+            tracing_options(endpoint, None, env)
+        options = tracing_options(endpoint, None, env, trust_parent_sampling=True)  # the SDK's own
+        assert options is not None

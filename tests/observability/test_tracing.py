@@ -700,8 +700,8 @@ def test_without_a_ratio_or_sampler_variable_a_callers_unsampled_flag_does_not_h
 ) -> None:
     """No ``--otel-sample-ratio`` and no ``OTEL_TRACES_SAMPLER``: every request recorded, a caller's
     ``-00`` included (the SDK's default ``parentbased_always_on`` followed it: a client kept its
-    requests out of every trace, before session s49); an explicit sampler variable is obeyed, and
-    ``--otel-trust-parent-sampling`` follows the flag."""
+    requests out of every trace, before session s49), and with ``OTEL_TRACES_SAMPLER`` naming a
+    parent-based sampler (followed until session s50); ``--otel-trust-parent-sampling`` follows it."""
     unsampled = {"traceparent": f"00-{TRACE_ID}-{PARENT_ID}-00"}
     recorded: dict[str, str | None] = {}
     for case, variable, trust in (
@@ -717,4 +717,4 @@ def test_without_a_ratio_or_sampler_variable_a_callers_unsampled_flag_does_not_h
         trace_ = tracing.start(unsampled, method="POST", path="/v1/completions", started=time.perf_counter())
         recorded[case] = trace_.recorded_trace_id
         trace_.finish(200)
-    assert recorded == {"default": TRACE_ID, "variable": None, "trusted": None}
+    assert recorded == {"default": TRACE_ID, "variable": TRACE_ID, "trusted": None}

@@ -32,8 +32,8 @@ def add_tracing_options(parser: argparse.ArgumentParser, *, sends: str, note: st
         type=FRACTION,
         metavar="R",
         help="record this fraction (0..1) of the requests; a caller's traceparent is continued but its "
-        "sampled flag not followed (default: $IGW_OTEL_SAMPLE_RATIO, else OTEL_TRACES_SAMPLER, else every "
-        "request)",
+        "sampled flag not followed (default: $IGW_OTEL_SAMPLE_RATIO, else OTEL_TRACES_SAMPLER's ratio, its "
+        "parent-based samplers not following the flag either, else every request)",
     )
     otel.add_argument(
         "--otel-trust-parent-sampling",

@@ -87,7 +87,7 @@ from igw.gateway.request_body import (
     with_fields,
     with_leading_field,
 )
-from igw.gateway.response_ids import MINTING_ENGINES, believed, mint, minted_for
+from igw.gateway.response_ids import MINTING_ENGINES, believed, logged_path, mint, minted_for
 from igw.gateway.response_search import SEARCH_ASK_LEAST_S, SEARCH_TIMEOUT, SearchPlace, search_context
 from igw.gateway.retries import refused_status, request_digest, retry_condition
 from igw.gateway.runtime import GatewayRuntime, SchedulerRuntime
@@ -677,7 +677,9 @@ async def handle_stored_response(request: web.Request) -> web.StreamResponse:
     (resuming a background response's events) is relayed as a stream."""
     state = request.app[STATE_KEY]
     request_id = request.get(REQUEST_ID_KEY) or request_id_for(request.headers)
-    obs = RequestObserver(state.metrics, request_id=request_id, method=request.method, path=request.path)
+    # the path logged without the response's id (igw.gateway.response_ids.logged_path)
+    path = logged_path(request.path)
+    obs = RequestObserver(state.metrics, request_id=request_id, method=request.method, path=path)
     guard = state.guard
     try:
         principal = await guard.authenticate(request.headers)

@@ -111,3 +111,38 @@ def believed(reported: str | None, minted: str | None) -> str | None:
     if reported is None or minted is not None:
         return reported if reported == minted else None
     return None if _minted_shape(reported) else reported
+
+
+REF_HEX: Final = 16
+"""Hex digits of a stored response's reference in logs and spans (:func:`logged_path`): 64 bits."""
+_REF_PERSON: Final = b"igw-response-ref"
+_STORED_PREFIX: Final = "/v1/responses/"
+
+
+def response_ref(response_id: str) -> str:
+    """The reference logs and spans name a stored response by: a BLAKE2b digest of its id, the same
+    at both tiers (a router line, the cluster's line and both tiers' spans join on it)."""
+    digest = hashlib.blake2b(response_id.encode(), digest_size=REF_HEX // 2, person=_REF_PERSON)
+    return digest.hexdigest()
+
+
+def logged_path(path: str) -> str:
+    """``path`` as an access line or a span writes it: a stored response's id
+    (``/v1/responses/{id}``, its ``/cancel`` and ``/input_items``) replaced by
+    ``{response_id:<ref>}`` (:func:`response_ref`); any other path as it is.
+
+    Why: the id is what reads, cancels and deletes the response for every caller of its scope
+    (and, for an id not minted here, for any caller), and logs and traces reach people and systems
+    that are not callers (a log pipeline, a tracing vendor). Until session s50 the access lines of
+    both tiers and the router's span (``url.path``) carried it whole. The digest is one-way: it
+    joins the lines and spans about one response, and a given id's is computed to find them."""
+    if not path.startswith(_STORED_PREFIX) or len(path) == len(_STORED_PREFIX):
+        return path
+    rest = path[len(_STORED_PREFIX) :]
+    for suffix in ("/cancel", "/input_items"):
+        if rest.endswith(suffix) and len(rest) > len(suffix):
+            response_id, tail = rest[: -len(suffix)], suffix
+            break
+    else:
+        response_id, tail = rest, ""
+    return f"{_STORED_PREFIX}{{response_id:{response_ref(response_id)}}}{tail}"

@@ -72,7 +72,7 @@ from igw.gateway.trace_export import (
     queue_size,
     throttle_exporter_logs,
 )
-from igw.gateway.tracing_options import SERVICE_NAME, TracingOptions
+from igw.gateway.tracing_options import SERVICE_NAME, TracingOptions, env_sampler_ratio
 from igw.scheduling.types import RoutingDecision
 
 FIRST_TOKEN_EVENT: Final = "gen_ai.first_token"
@@ -88,10 +88,6 @@ propagate); members past it are dropped by :func:`caller_context`."""
 TRACESTATE_LARGE_MEMBER: Final = 128
 """A ``tracestate`` member longer than this is the first to go when the header is over budget (W3C
 Trace Context 3.3.1.5)."""
-SAMPLER_ENV: Final = "OTEL_TRACES_SAMPLER"
-"""The SDK's sampler variable: when it is set (and no ``--otel-sample-ratio``), its sampler decides,
-a ``parentbased_*`` one following the caller's flag; unset, every request is recorded whatever the
-caller's flag says (unless ``--otel-trust-parent-sampling``)."""
 _CURRENT_ATTEMPT: contextvars.ContextVar[RequestTrace | None] = contextvars.ContextVar(
     "igw_trace_attempt", default=None
 )
@@ -118,9 +114,11 @@ class Tracing:
         router's spans are ``igw-global-router``'s, so the two tiers tell apart in a trace).
         ``trust_parent_sampling`` (with a ``sample_ratio``): follow the sampled flag of the caller's
         ``traceparent``; without it the caller's trace is continued but whether it is recorded is
-        drawn here at ``sample_ratio`` (:func:`edge_sampler`). Without a ``sample_ratio`` the SDK's
-        ``OTEL_TRACES_SAMPLER`` decides when set; unset, every request is recorded, a caller's
-        ``-00`` not followed unless ``trust_parent_sampling`` (the SDK's default followed it)."""
+        drawn here at ``sample_ratio`` (:func:`edge_sampler`). Without a ``sample_ratio``: with
+        ``trust_parent_sampling`` the SDK's ``OTEL_TRACES_SAMPLER`` decides; without it that
+        variable's ratio is drawn here as a ``sample_ratio`` would be
+        (:func:`~igw.gateway.tracing_options.env_sampler_ratio`: the SDK's samplers followed the
+        caller's flag), and with the variable unset every request is recorded."""
         self._exporter = exporter
         self._flush_timeout_s = flush_timeout_s
         """With ``exporter``: how long :meth:`shutdown`'s final flush may take before the exporter
@@ -129,11 +127,13 @@ class Tracing:
         """The exporter's span counts, for the gateway's ``/metrics`` (``None``: not an OTLP export)."""
         self._undo_log_throttle = undo_log_throttle
         sampler: Sampler | None = None  # None: the SDK's, from OTEL_TRACES_SAMPLER(_ARG)
+        if sample_ratio is None and not trust_parent_sampling:
+            # the SDK's samplers follow the caller's flag (its default parentbased_always_on let a
+            # caller's -00 keep its request unrecorded): the variable's ratio is drawn here instead
+            env_ratio = env_sampler_ratio(os.environ)
+            sample_ratio = 1.0 if env_ratio is None else env_ratio
         if sample_ratio is not None:
             sampler = edge_sampler(sample_ratio, trust_parent=trust_parent_sampling)
-        elif not trust_parent_sampling and not os.environ.get(SAMPLER_ENV, "").strip():
-            # the SDK's default (parentbased_always_on) let a caller's -00 keep its request unrecorded
-            sampler = edge_sampler(1.0, trust_parent=False)
         resource = Resource.create()  # OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES, SDK defaults
         if str(resource.attributes.get("service.name", "")).startswith("unknown_service"):
             resource = resource.merge(Resource({"service.name": service_name}))

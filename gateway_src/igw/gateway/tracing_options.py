@@ -46,6 +46,15 @@ ratio was an SDK sampler the caller steers (``parentbased_*`` follows its sample
 ``traceidratio`` judges the trace id it chose)."""
 TRUST_PARENT_ENV: Final = "IGW_OTEL_TRUST_PARENT_SAMPLING"
 """``--otel-trust-parent-sampling`` when the flag is absent: ``true`` or ``false``."""
+SAMPLER_ENV: Final = "OTEL_TRACES_SAMPLER"
+SAMPLER_ARG_ENV: Final = "OTEL_TRACES_SAMPLER_ARG"
+_FIXED_SAMPLERS: Final = {
+    "always_on": 1.0,
+    "parentbased_always_on": 1.0,
+    "always_off": 0.0,
+    "parentbased_always_off": 0.0,
+}
+_RATIO_SAMPLERS: Final = frozenset({"traceidratio", "parentbased_traceidratio"})
 
 
 class TracingConfigError(IgwGatewayError):
@@ -136,6 +145,8 @@ def tracing_options(
     if parts.path in ("", "/"):
         endpoint = _with_traces_path(endpoint)
     _check_headers(env)
+    if sample_ratio is None and not trust_parent_sampling:
+        env_sampler_ratio(env)  # refused here, at start-up, as the flags are
     return TracingOptions(
         endpoint=endpoint,
         sample_ratio=sample_ratio,
@@ -156,6 +167,43 @@ def _env_ratio(env: Mapping[str, str]) -> float | None:
     if not 0.0 <= value <= 1.0:  # also NaN, inf and words
         raise TracingConfigError(
             f"{SAMPLE_RATIO_ENV} must be a number between 0 and 1, got {redact(raw[:40])!r}"
+        )
+    return value
+
+
+def env_sampler_ratio(env: Mapping[str, str]) -> float | None:
+    """The fraction of requests :data:`SAMPLER_ENV` (with :data:`SAMPLER_ARG_ENV`) asks to record,
+    for a tier that does not follow its callers' sampled flag (``None``: the variable is unset).
+
+    Why: the SDK's samplers of that variable leave the decision to the caller: a ``parentbased_*``
+    one follows the ``traceparent``'s flag (a client's ``-00`` kept its request out of every trace,
+    its ``-01`` had it recorded at a ratio of 0) and ``traceidratio`` judges the trace id the caller
+    chose. Read as a ratio, the tier draws it itself (:func:`igw.gateway.tracing.edge_sampler`), as
+    for ``--otel-sample-ratio``; until session s50 the SDK's sampler was used as named. A name the
+    SDK does not know (it put ``parentbased_always_on`` in its place) or an argument that is not a
+    ratio is refused, named: the SDK had logged a warning and used 1.0."""
+    name = env.get(SAMPLER_ENV, "").strip().lower()
+    if not name:
+        return None
+    if name in _FIXED_SAMPLERS:
+        return _FIXED_SAMPLERS[name]
+    if name not in _RATIO_SAMPLERS:
+        known = ", ".join([*_FIXED_SAMPLERS, *sorted(_RATIO_SAMPLERS)])
+        raise TracingConfigError(
+            f"{SAMPLER_ENV} must be one of {known} (or set --otel-trust-parent-sampling / "
+            f"{TRUST_PARENT_ENV}=true to use the SDK's own), got {redact(name[:40])!r}"
+        )
+    raw = env.get(SAMPLER_ARG_ENV, "").strip()
+    if not raw:
+        return 1.0  # the SDK's default rate
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not 0.0 <= value <= 1.0:  # also NaN, inf and words
+        raise TracingConfigError(
+            f"{SAMPLER_ARG_ENV} must be a number between 0 and 1 (the ratio of {SAMPLER_ENV}={name}), "
+            f"got {redact(raw[:40])!r}"
         )
     return value
 

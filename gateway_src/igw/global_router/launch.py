@@ -34,7 +34,11 @@ def _tracing(options: TracingOptions | None) -> Tracing | None:
         "tracing: OTLP/HTTP export to %s, sampling %s, export timeout %gs; failures counted in "
         "igw_trace_export_spans_total",
         redact_url(options.endpoint),
-        "as OTEL_TRACES_SAMPLER says, else every request"
+        (
+            "as OTEL_TRACES_SAMPLER says"
+            + ("" if options.trust_parent_sampling else " (its ratio; callers' sampled flag not followed)")
+            + ", else every request"
+        )
         if options.sample_ratio is None
         else ratio_words(options),
         options.export_timeout_s,

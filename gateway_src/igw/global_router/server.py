@@ -80,6 +80,7 @@ from igw.gateway.request_body import (
     read_limited,
     relayed_tokens,
 )
+from igw.gateway.response_ids import logged_path
 from igw.gateway.response_search import SEARCHES_PER_SCOPE, ResponseSearches, SearchPlace
 from igw.gateway.retries import request_digest
 from igw.gateway.server_identity import name_every_answer
@@ -991,6 +992,11 @@ async def _stored_response(request: web.Request) -> web.StreamResponse:
         if inflight is not None:
             inflight.leave(task)
         if record is not None:
+            if response is not None and record.model is None:
+                # the model of the cluster that answered, where it serves one only (the metric's
+                # label); until session s50 the line had none, the chat path's lines always one
+                model = _stored_model_label(router, response)
+                record.model = None if model == UNKNOWN_MODEL else model
             _log_access(record, response, started=record.began, span=span)
         if span is not None:
             _end_span(span, response)
@@ -1406,7 +1412,8 @@ def _access_record(router: GlobalRouter, request: web.Request) -> RouterAccessRe
         return None
     request_id = request.get(REQUEST_ID_KEY) or request_id_for(request.headers)
     request[REQUEST_ID_KEY] = request_id  # the id forwarded to every cluster (_forwarded_headers)
-    record = RouterAccessRecord(request_id, request.method, request.path, client=request.remote)
+    # a stored response's id left out (logged_path): it reads and deletes the response
+    record = RouterAccessRecord(request_id, request.method, logged_path(request.path), client=request.remote)
     request[ACCESS_RECORD] = record
     return record
 
@@ -1425,7 +1432,7 @@ def _start_span(router: GlobalRouter, request: web.Request) -> RouterSpan | None
         request.headers,
         method=request.method,
         route=route.canonical if route is not None else request.path,
-        path=request.path,
+        path=logged_path(request.path),  # a stored response's id left out, as in the access line
     )
     request[ROUTER_SPAN] = span
     return span

@@ -50,8 +50,10 @@ class RouterTracing:
         self._tracer = tracing.provider.get_tracer("igw.global_router")
 
     def start(self, headers: Mapping[str, str], *, method: str, route: str, path: str) -> RouterSpan:
-        """The span of one request (``route``: its route's template, the span's name; ``path``: as
-        requested), a child of the client's ``traceparent`` when it sent one."""
+        """The span of one request (``route``: its route's template, the span's name and
+        ``http.route``; ``path``: as requested, a stored response's id replaced by its reference,
+        :func:`igw.gateway.response_ids.logged_path`), a child of the client's ``traceparent`` when
+        it sent one."""
         return RouterSpan(self._tracer, headers, method=method, route=route, path=path)
 
 
@@ -64,8 +66,8 @@ class RouterSpan:
         self, tracer: trace.Tracer, headers: Mapping[str, str], *, method: str, route: str, path: str
     ) -> None:
         parent = caller_context(headers)  # its tracestate bounded
-        attributes: dict[str, str] = {"http.request.method": method, "url.path": path}
-        if route == path:  # an inference route (a stored response's path holds its id)
+        attributes: dict[str, str] = {"http.request.method": method, "http.route": route, "url.path": path}
+        if route == path:  # an inference route (a stored response's path holds its reference)
             attributes["gen_ai.operation.name"] = operation_name(path)
         self._span = tracer.start_span(
             f"{method} {route}", context=parent, kind=SpanKind.SERVER, attributes=attributes
