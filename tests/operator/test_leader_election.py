@@ -22,6 +22,7 @@ import pytest
 from igw.operator import runner
 from igw.operator.election import LIBRARY_LOGGER, ElectionSettings, LeaseElection
 from igw.operator.kube import FIELD_MANAGER, Kube, NotLeading
+from igw.operator.reconcile import Reconciler
 from tests.fakes.kube_api import FakeKubeApiServer
 from tests.operator.harness import (
     OperatorThread,
@@ -592,3 +593,47 @@ def test_election_settings_the_library_would_refuse_are_refused_up_front(
     replica waited to lead for ever."""
     with pytest.raises(ValueError, match=re.escape(named)):
         ElectionSettings("igw-operator", "default", "one", **settings)
+
+
+def test_kopfs_own_writes_are_fenced_on_the_renew_deadline(
+    cluster: FakeKubeApiServer, kubeconfig: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only the operator's own API calls were fenced: kopf writes through its own client, and once a
+    handler returns it patches its bookkeeping annotations on the object. A leader whose deadline
+    passed while the pass ran (frozen here right as the pass returns) still sent kopf's PATCH after
+    it (probed: ``PATCH .../inferencegatewayconfigs/late`` with kopf's User-Agent, at the deadline).
+    kopf's writes now ask the same fence, and nothing but the Lease is written after the freeze."""
+    durations = {"lease_duration_s": 10, "renew_deadline_s": 2, "retry_period_s": 1}
+    offset = [0.0]
+    frozen_at: list[int] = []
+
+    def clock() -> float:
+        return time.monotonic() + offset[0]
+
+    original = Reconciler.reconcile
+
+    async def reconcile_then_freeze(self: Reconciler, namespace: str, name: str, **kwargs: Any) -> Any:
+        result = await original(self, namespace, name, **kwargs)
+        if name == "late" and "listed" not in kwargs and not frozen_at:  # kopf's handler, not a resync
+            frozen_at.append(len(cluster.callers))
+            offset[0] += durations["renew_deadline_s"] + 0.5
+        return result
+
+    monkeypatch.setattr(Reconciler, "reconcile", reconcile_then_freeze)
+    monkeypatch.setattr(runner, "LeaseElection", functools.partial(LeaseElection, monotonic=clock))
+    options = operator_options(
+        kubeconfig, leader_election=True, identity="frozen", resync_s=60.0, **durations
+    )
+    operator = OperatorThread(options).start()
+    try:
+        wait_for(lambda: _lease(cluster).get("holderIdentity") == "frozen", timeout=30, what="the leader")
+        cluster.add(igwc("chat"))
+        wait_condition(cluster, "chat", "GatewayProgrammed", timeout=60)
+        cluster.add(igwc("late", model="mistral", app="mistral"))
+        wait_for(lambda: frozen_at, timeout=60, what="the pass of the late object")
+        wait_for(lambda: operator.exit_code is not None, timeout=30, what="the step-down")
+    finally:
+        exit_code = operator.stop()
+    assert exit_code == runner.EXIT_LOST_LEASE
+    after = [(method, path) for _, method, path in cluster.callers[frozen_at[0] :] if method != "GET"]
+    assert [w for w in after if "/leases/" not in w[1]] == [], after

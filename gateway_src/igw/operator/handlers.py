@@ -27,6 +27,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+import aiohttp
 import kopf
 
 from igw.config.crd import PLURAL
@@ -36,7 +37,7 @@ from igw.config.inference_extension_crds import PLURALS as EXTENSION_PLURALS
 from igw.config.model import API_GROUP, API_VERSION, KIND
 from igw.operator.bindings import pool_name
 from igw.operator.diffbase import DigestDiffBaseStorage
-from igw.operator.kube import refusal_text
+from igw.operator.kube import NotLeading, refusal_text
 from igw.operator.reconcile import NamespaceListing, Reconciler
 
 KOPF_PREFIX: Final = "operator.igw.dev"
@@ -126,6 +127,39 @@ class Connection:
 
 HANDLER_THREAD_PREFIX = "igw-kopf-handler"
 
+READ_METHODS: Final = frozenset({"GET", "HEAD", "OPTIONS"})
+"""kopf's requests the fence lets through after a step-down (its watches and reads change nothing)."""
+
+
+def fenced_session(info: kopf.ConnectionInfo, fence: Callable[[], bool]) -> aiohttp.ClientSession:
+    """The ``aiohttp`` session kopf would make for ``info`` (its connector, TLS and headers), whose
+    every write (any method but :data:`READ_METHODS`) asks ``fence`` first and is refused
+    (:class:`~igw.operator.kube.NotLeading`, nothing sent) when it answers ``False``.
+
+    Why: only the operator's own calls were fenced on the renew deadline. kopf writes through its own
+    client: after a handler returns it patches its bookkeeping annotations (``operator.igw.dev/...``)
+    on the InferenceGatewayConfig, and after a failed handler the retry count. A leader that lapsed
+    while a pass ran (frozen, cut off) still sent that PATCH after its deadline, beside the standby
+    that may already lead. kopf logs the refused write as an unrecoverable error of that event,
+    once; the replica is stepping down anyway."""
+
+    async def refuse_unless_acting(
+        _session: aiohttp.ClientSession, _context: Any, params: aiohttp.TraceRequestStartParams
+    ) -> None:
+        if params.method.upper() not in READ_METHODS and not fence():
+            raise NotLeading(
+                f"not leading (the Lease was not renewed in time): kopf's {params.method} "
+                f"{params.url.path} refused"
+            )
+
+    trace = aiohttp.TraceConfig()
+    trace.on_request_start.append(refuse_unless_acting)
+    return aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=0, ssl=info.as_ssl_context()),
+        headers=info.as_http_headers(),
+        trace_configs=[trace],
+    )
+
 
 def build_settings() -> kopf.OperatorSettings:
     """kopf's settings for this operator.
@@ -150,19 +184,24 @@ def build_settings() -> kopf.OperatorSettings:
 
 
 def build_registry(
-    reconciler: Reconciler, connect: Callable[[], Connection], *, resync: Resync
+    reconciler: Reconciler,
+    connect: Callable[[], Connection],
+    *,
+    resync: Resync,
+    fence: Callable[[], bool] | None = None,
 ) -> kopf.OperatorRegistry:
     """A private registry (several operators can run in one process, as the tests do).
 
     ``connect`` is asked again whenever kopf logs in anew (after a 401), so a rotated service-account
-    token is picked up. No handler here makes kopf add a finalizer (no timer, daemon or mandatory
-    deletion handler): ``tests/operator/test_lifecycle.py`` checks that objects carry none.
+    token is picked up. ``fence`` (the election's :meth:`~igw.operator.election.LeaseElection.acting`):
+    kopf's own writes are refused once it answers ``False`` (:func:`fenced_session`). No handler
+    here makes kopf add a finalizer (no timer, daemon or mandatory deletion handler):
+    ``tests/operator/test_lifecycle.py`` checks that objects carry none.
     """
     registry = kopf.OperatorRegistry()
     resource = (API_GROUP, API_VERSION, PLURAL)
 
-    @kopf.on.login(registry=registry)
-    def login(**_: Any) -> kopf.ConnectionInfo:
+    def connection_info() -> kopf.ConnectionInfo:
         connection = connect()
         return kopf.ConnectionInfo(
             server=connection.server,
@@ -173,6 +212,21 @@ def build_registry(
             private_key_path=connection.private_key_path,
             insecure=connection.insecure or None,
         )
+
+    if fence is None:
+
+        @kopf.on.login(registry=registry)
+        def login(**_: Any) -> kopf.ConnectionInfo:
+            return connection_info()
+
+    else:
+
+        @kopf.on.login(registry=registry)
+        async def fenced_login(**_: Any) -> kopf.AiohttpSession:
+            # the session is made here, on kopf's loop (kopf closes it with its other sessions);
+            # connect() in a thread: it may refresh the pod's token from its volume
+            info = await asyncio.to_thread(connection_info)
+            return kopf.AiohttpSession(server=info.server, aiohttp_session=fenced_session(info, fence))
 
     async def reconcile(namespace: str | None, name: str | None, **_: Any) -> None:
         reconciler.served(f"{API_GROUP}/{API_VERSION}", KIND)  # kopf serves it: the CRD is installed

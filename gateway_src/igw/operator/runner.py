@@ -206,7 +206,8 @@ async def _run_with(
 ) -> int:
     reconciler = Reconciler(kube, options.data_plane, auto_tls=options.auto_tls)
     resync = Resync(reconciler, options.resync_s)
-    registry = build_registry(reconciler, lambda: connection_for(api_client), resync=resync)
+    fence = None if election is None else election.acting  # kopf's own writes too
+    registry = build_registry(reconciler, lambda: connection_for(api_client), resync=resync, fence=fence)
     lost = asyncio.Event()
     if election is not None:
         lost = election.lost
