@@ -668,10 +668,14 @@ def test_every_command_says_what_it_does_in_its_own_help() -> None:
 _SERVER_LIMIT = (
     "checked by the command against spec.extensions.serverLimits's bounds, the one source of truth"
 )
+_ZERO_IS_OFF = (
+    "0 is off, so no range can refuse 1e-300 (probed in session s50: EMF documents back to back) while "
+    "taking 0; needs a '0 or at least N' type"
+)
 _UNPROBED = "not yet probed for 0, 1e-300 and 1e300 (listed in session s49): bound it once it is"
 UNBOUNDED_FLOAT_OPTIONS: dict[str, str] = {
     "serve --worker-timeout": _UNPROBED,
-    "serve --emf-interval": _UNPROBED,
+    "serve --emf-interval": _ZERO_IS_OFF,
     "serve --header-timeout": _SERVER_LIMIT,
     "serve --body-timeout": _SERVER_LIMIT,
     "serve --send-timeout": _SERVER_LIMIT,
@@ -680,22 +684,15 @@ UNBOUNDED_FLOAT_OPTIONS: dict[str, str] = {
     "serve --stream-grace-seconds": _SERVER_LIMIT,
     "global serve --drain-seconds": _UNPROBED,
     "global serve --emf-interval": _UNPROBED,
-    "sim fleet --duration": _UNPROBED,
+    "sim fleet --duration": "probed in session s50: 1e-300 stops at once, 1e300 runs until signalled, as "
+    "without --duration; both are what was asked",
     "bench --drain": _UNPROBED,
     "demo --drain": _UNPROBED,
-    "preflight --probe-timeout": _UNPROBED,
-    "addon create --timeout": _UNPROBED,
-    "addon update --timeout": _UNPROBED,
-    "addon delete --timeout": _UNPROBED,
     "operator --gateway-worker-timeout": _UNPROBED,
-    "operator --tls-sweep-seconds": _UNPROBED,
-    "operator --resync-seconds": _UNPROBED,
     "perf soak --settle-seconds": _UNPROBED,
     "perf soak --calibrate-seconds": _UNPROBED,
     "perf scrape --seconds": _UNPROBED,
     "perf workers-des --note-interval": _UNPROBED,
-    "top --interval": _UNPROBED,
-    "top --screenshot-wait": _UNPROBED,
 }
 """Float options without an upper bound, each with why. Every other float option has both ends:
 ``--cv``, ``--trace-speedup``, ``igw perf scrape --interval`` and ``--stale-threshold`` were
@@ -727,6 +724,120 @@ def test_every_float_option_is_bounded_or_says_why_not() -> None:
     )
 
 
+_UNPROBED_INT = "not yet probed for 0, -1, 2**63 and 10**30 (listed in session s50): bound it once it is"
+UNBOUNDED_INT_OPTIONS: dict[str, str] = {
+    "serve --debug-decisions": _UNPROBED_INT,
+    "serve --max-connections": _SERVER_LIMIT,
+    "serve --max-headers": _SERVER_LIMIT,
+    "serve --max-header-bytes": _SERVER_LIMIT,
+    "serve --max-body-bytes-held": _SERVER_LIMIT,
+    "sim run --seed": _UNPROBED_INT,
+    "sim run --max-retries": _UNPROBED_INT,
+    "bench --seeds": _UNPROBED_INT,
+    "bench --live-requests": _UNPROBED_INT,
+    "bench --count": _UNPROBED_INT,
+    "bench --seed": _UNPROBED_INT,
+    "bench --draws": _UNPROBED_INT,
+    "demo --requests": _UNPROBED_INT,
+    "audit --cert-warn-days": _UNPROBED_INT,
+    "operator --gateway-emf-interval": _UNPROBED_INT,
+    "perf gateway --requests": _UNPROBED_INT,
+    "perf gateway --rounds": _UNPROBED_INT,
+    "perf gateway --stream-requests": _UNPROBED_INT,
+    "perf auth --iterations": _UNPROBED_INT,
+    "perf auth --repeats": _UNPROBED_INT,
+    "perf des --pods": _UNPROBED_INT,
+    "perf des --seed": _UNPROBED_INT,
+    "perf checks --pods": _UNPROBED_INT,
+    "perf checks --configs": _UNPROBED_INT,
+    "perf checks --schedulers": _UNPROBED_INT,
+    "perf checks --repeat": _UNPROBED_INT,
+    "perf soak --pods": _UNPROBED_INT,
+    "perf soak --concurrency": _UNPROBED_INT,
+    "perf soak --seed": _UNPROBED_INT,
+    "perf scrape --pods": _UNPROBED_INT,
+    "perf scrape --parse-iterations": _UNPROBED_INT,
+    "perf scrape --page-variants": _UNPROBED_INT,
+    "perf scrape --groups": _UNPROBED_INT,
+    "perf workers --requests": _UNPROBED_INT,
+    "perf workers --concurrency": _UNPROBED_INT,
+    "perf workers --rounds": _UNPROBED_INT,
+    "perf workers --seconds": _UNPROBED_INT,
+    "perf workers-des --workers": _UNPROBED_INT,
+    "perf workers-des --seeds": _UNPROBED_INT,
+    "perf workers-notes --picks": _UNPROBED_INT,
+    "perf workers-notes --rounds": _UNPROBED_INT,
+    "perf workers-notes --batch": _UNPROBED_INT,
+    "perf scrape-des --seeds": _UNPROBED_INT,
+    "perf decide --endpoints": _UNPROBED_INT,
+    "perf decide --picks": _UNPROBED_INT,
+    "perf decide --runs": _UNPROBED_INT,
+    "perf decide --profile": _UNPROBED_INT,
+    "perf compiled --pairs": _UNPROBED_INT,
+    "perf compiled --requests": _UNPROBED_INT,
+    "perf compiled --rounds": _UNPROBED_INT,
+    "perf compiled --stream-requests": _UNPROBED_INT,
+    "perf metrics-page --endpoints": _UNPROBED_INT,
+    "perf metrics-page --pools": _UNPROBED_INT,
+    "perf metrics-page --models": _UNPROBED_INT,
+    "perf metrics-page --scrapes": _UNPROBED_INT,
+    "perf metrics-page --clusters": _UNPROBED_INT,
+    "perf metrics-page --regions": _UNPROBED_INT,
+    "perf metrics-page --router-models": _UNPROBED_INT,
+    "top --screenshot-after": _UNPROBED_INT,
+}
+"""Integer options without an upper bound, each with why, as :data:`UNBOUNDED_FLOAT_OPTIONS` for
+floats: ``--port`` (0 to 65535), ``--workers`` (1 to 64), ``--requests`` of the simulator (up to a
+million) and ``igw top --decisions`` (0 to 50) have both ends."""
+
+
+def unbounded_int_options(parser: argparse.ArgumentParser) -> list[str]:
+    """``igw <words> <option>`` of every integer option whose range has no maximum."""
+    found = []
+    for words, action in _options(parser):
+        kind = action.type
+        if isinstance(kind, NumberList):
+            kind = kind.item
+        elif isinstance(kind, NumberOrWord):
+            kind = kind.number
+        if isinstance(kind, NumberRange) and kind.kind is int and kind.maximum is None:
+            found.append(" ".join([*words, action.option_strings[-1]]))
+    return found
+
+
+def test_every_int_option_is_bounded_or_says_why_not() -> None:
+    found = unbounded_int_options(build_parser())
+    assert_none(
+        [name for name in found if name not in UNBOUNDED_INT_OPTIONS], "integer options without a maximum"
+    )
+    assert_none(
+        [name for name in UNBOUNDED_INT_OPTIONS if name not in found], "allow-listed options now bounded"
+    )
+
+
+def test_the_check_sees_an_unbounded_int_option() -> None:
+    parser = build_parser()
+    sim = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices["sim"]
+    run = next(a for a in sim._actions if isinstance(a, argparse._SubParsersAction)).choices["run"]
+    run.add_argument("--planted", type=NumberList(NumberRange(int, 1)))
+    assert "sim run --planted" in unbounded_int_options(parser)
+    assert "serve --port" not in unbounded_int_options(parser)
+
+
+@pytest.mark.parametrize(
+    "argv", [["perf", "gateway", "--workers", "65"], ["perf", "workers", "--workers", "1,65"]]
+)
+def test_perf_refuses_a_worker_count_igw_serve_refuses_while_parsing(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``igw perf gateway --workers 65`` started an ``igw serve --workers 65``, which refused it: a
+    RuntimeError traceback (exit 1) naming serve's option."""
+    with pytest.raises(SystemExit) as exited:
+        build_parser().parse_args(argv)
+    assert exited.value.code == 2
+    assert "argument --workers: expected" in capsys.readouterr().err
+
+
 def test_the_check_sees_an_unbounded_float_option() -> None:
     parser = build_parser()
     sim = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices["sim"]
@@ -756,6 +867,19 @@ def test_the_check_sees_an_unbounded_float_option() -> None:
         (["perf", "des", "--load", "1e300"], "--load"),
         (["perf", "des", "--target-s", "1e-300"], "--target-s"),
         (["perf", "des", "--target-s", "1e300"], "--target-s"),
+        # igw top never refreshed, and with --screenshot ran until killed (SIGINT did not stop it)
+        (["top", "http://127.0.0.1:1", "--interval", "1e300"], "--interval"),
+        (["top", "http://127.0.0.1:1", "--screenshot-wait", "1e300"], "--screenshot-wait"),
+        (["preflight", "--probe", "--probe-timeout", "1e-300"], "--probe-timeout"),
+        (["preflight", "--probe", "--probe-timeout", "1e300"], "--probe-timeout"),
+        (["operator", "--resync-seconds", "1e-300"], "--resync-seconds"),
+        (["operator", "--resync-seconds", "1e300"], "--resync-seconds"),
+        (["operator", "--tls-sweep-seconds", "1e-300"], "--tls-sweep-seconds"),
+        (["operator", "--tls-sweep-seconds", "1e300"], "--tls-sweep-seconds"),
+        (["addon", "create", "--cluster", "c", "--timeout", "1e-300"], "--timeout"),
+        (["addon", "update", "--cluster", "c", "--timeout", "1e300"], "--timeout"),
+        (["addon", "delete", "--cluster", "c", "--timeout", "1e-300"], "--timeout"),
+        (["top", "http://127.0.0.1:1", "--decisions", "51"], "--decisions"),
     ],
 )
 def test_extreme_rates_and_intervals_are_refused_while_parsing_with_a_reason(
@@ -765,7 +889,8 @@ def test_extreme_rates_and_intervals_are_refused_while_parsing_with_a_reason(
         build_parser().parse_args(argv)
     err = capsys.readouterr().err
     assert exited.value.code == 2
-    assert f"argument {option}: expected a number from" in err, err
+    assert f"argument {option}: expected a" in err, err
+    assert " from " in err, err
     assert "(" in err.rsplit("got", 1)[1], f"the refusal gives the bound's reason: {err}"
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from igw.cli.arg_types import (
-    POSITIVE,
+    ADDON_WAIT,
     addon_version,
     ecr_namespace,
     eks_cluster_name,
@@ -68,7 +68,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         )
         action.add_argument("--no-wait", action="store_true", help="return once EKS accepted the request")
         action.add_argument(
-            "--timeout", type=POSITIVE, default=900.0, help="seconds to wait for ACTIVE (default 900)"
+            "--timeout", type=ADDON_WAIT, default=900.0, help="seconds to wait for ACTIVE (default 900)"
         )
         _aws_options(action)
         if name == "create":
@@ -96,7 +96,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     delete.add_argument("--no-wait", action="store_true", help="return once EKS accepted the request")
     delete.add_argument(
         "--timeout",
-        type=POSITIVE,
+        type=ADDON_WAIT,
         default=900.0,
         help="seconds to wait for the add-on to be gone (default 900)",
     )

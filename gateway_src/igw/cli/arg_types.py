@@ -346,12 +346,44 @@ DES_TARGET_S: Final = NumberRange(
 """``igw perf des --target-s``, the divisor of the printed ratio: ``1e-300`` printed a ratio of 300
 digits to "the 0 s target", ``1e300`` one to a target of 300 digits."""
 FRACTION: Final = NumberRange(float, 0.0, 1.0)
+TOP_INTERVAL: Final = NumberRange(
+    float, 0.1, 3600.0, reason="seconds between igw top's refreshes: 0.1 s to an hour"
+)
+"""``igw top --interval``. ``1e300`` never refreshed (with ``--screenshot``: never saved, and Ctrl-C did
+not stop it); below 0.1 s was refused only after parsing, naming no range."""
+TOP_SCREENSHOT_WAIT: Final = NumberRange(
+    float, 0.0, 3600.0, reason="seconds to keep trying a gateway that does not answer: up to an hour"
+)
+"""``igw top --screenshot-wait``: ``1e300`` tried a gateway that never answered until killed (Ctrl-C
+did not stop it)."""
+PROBE_TIMEOUT: Final = NumberRange(
+    float, 0.1, 600.0, reason="seconds one probe fetch may take: below 0.1 s no fetch completes"
+)
+"""``igw preflight --probe-timeout``: ``1e-300`` failed every probe as if the cluster did not answer."""
+OPERATOR_RESYNC: Final = NumberRange(
+    float, 0.1, 3600.0, reason="seconds between re-checks of every object: each is a pass of API reads"
+)
+"""``igw operator --resync-seconds``: ``1e-300`` re-checked every object back to back, reading the API
+server without pause; beyond an hour a changed data plane went unnoticed for that long."""
+TLS_SWEEP_INTERVAL: Final = NumberRange(
+    float, 1.0, 86400.0, reason="seconds between sweeps, each one ACM listing: 1 s to a day"
+)
+"""``igw operator --tls-sweep-seconds``: ``1e-300`` listed ACM back to back."""
+ADDON_WAIT: Final = NumberRange(float, 1.0, 86400.0, reason="seconds to wait for EKS: 1 s to a day")
+"""``igw addon create/update/delete --timeout``: ``1e-300`` gave up before the first status read ("timed
+out after 0 s"), ``1e300`` would report a 301-digit wait."""
+TOP_DECISIONS: Final = NumberRange(int, 0, 50, reason="decisions shown below the pools: 0 (off) to 50")
+"""``igw top --decisions``: rows of the decisions table, which the screen shows only so many of; above
+50 was refused only after parsing, naming no range."""
 """A share from 0 to 1."""
 WORKER_COUNT: Final = NumberOrWord(NumberRange(int, 1, MAX_WORKERS), "auto")
 """``--workers``: how many, at most :data:`~igw.gateway.worker_count.MAX_WORKERS`, or ``auto`` (see
 :mod:`igw.gateway.worker_count`). The same bound as ``auto`` and the chart's ``gateway.workers``:
 until session s41 any count was taken, so ``--workers 65`` (which the add-on schema refuses) or a
 typo such as ``--workers 1000`` started that many processes."""
+GATEWAY_WORKERS: Final = NumberRange(int, 1, MAX_WORKERS, reason="the range of igw serve --workers")
+"""``--workers`` of ``igw perf gateway/workers``, passed to the ``igw serve`` they start: ``--workers 65``
+ended ``igw perf gateway`` in a RuntimeError traceback once that serve refused it."""
 COUNTS: Final = NumberList(COUNT)
 """Comma-separated counts (fleet sizes, worker counts), each at least one."""
 SEEDS: Final = NumberList(SEED, distinct=True)

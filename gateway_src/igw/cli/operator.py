@@ -22,8 +22,9 @@ from typing import TYPE_CHECKING, Any, Final
 from igw.cli.arg_types import (
     NON_NEGATIVE,
     NON_NEGATIVE_INT,
+    OPERATOR_RESYNC,
     PORT,
-    POSITIVE,
+    TLS_SWEEP_INTERVAL,
     WORKER_COUNT,
     NumberRange,
     cidr_block,
@@ -207,7 +208,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--tls-sweep-seconds",
-        type=POSITIVE,
+        type=TLS_SWEEP_INTERVAL,
         default=600.0,
         metavar="S",
         help="how often the leader deletes the ACM imports and Secrets of auto-issued TLS whose config "
@@ -216,7 +217,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--resync-seconds",
-        type=POSITIVE,
+        type=OPERATOR_RESYNC,
         default=5.0,
         help="how often each object's data plane and status are re-checked (default 5)",
     )

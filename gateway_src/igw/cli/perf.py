@@ -24,6 +24,7 @@ from igw.cli.arg_types import (
     DURATION_SCALE,
     FLEET_TIME_SCALE,
     FRACTION,
+    GATEWAY_WORKERS,
     NON_NEGATIVE,
     NON_NEGATIVE_INT,
     POSITIVE,
@@ -72,7 +73,7 @@ def _gateway_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--workers",
-        type=COUNT,
+        type=GATEWAY_WORKERS,
         default=1,
         help="igw serve --workers N for the gateway (default 1): on a machine with cores to spare the "
         "Rust peers serve on a thread per core, so compare them with a gateway of as many workers; "
@@ -282,7 +283,7 @@ def _scrape_clients(text: str) -> list[str]:
 def _workers_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--workers",
-        type=COUNTS,
+        type=NumberList(GATEWAY_WORKERS),
         default=[1, 2],
         help="comma-separated worker counts; the first is the baseline (default 1,2)",
     )

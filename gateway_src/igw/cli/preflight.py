@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from igw.cli.arg_types import POSITIVE, ca_bundle
+from igw.cli.arg_types import PROBE_TIMEOUT, ca_bundle
 
 HELP = (
     "Pre-flight checks: add-on and dependency versions, CRD, IAM, subnets, selectors, model servers, signals."
@@ -23,7 +23,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="fetch each Ready model-server pod's /metrics and each JWT provider's JWKS",
     )
     probe.add_argument(
-        "--probe-timeout", type=POSITIVE, default=5.0, metavar="SECONDS", help="per-fetch timeout (default 5)"
+        "--probe-timeout",
+        type=PROBE_TIMEOUT,
+        default=5.0,
+        metavar="SECONDS",
+        help="per-fetch timeout (default 5)",
     )
     probe.add_argument(
         "--ca-bundle",
