@@ -316,8 +316,8 @@ def names_a_count(name: str) -> bool:
 
 
 _FORM_FIELD: Final = re.compile(
-    r"(?i)(?:(?<=%26)|(?<![A-Za-z0-9_.-]))"
-    r"(?:(" + _SECRET_FIELD + r")(=|%3D)(?!(?:[\[({]\s*)*\\*[bru]{0,2}[\"']|(?:[\[({]\s*)+-?[0-9])"
+    r"(?i)(?:(?<=%26)|(?<![A-Za-z0-9_-]))"
+    r"(?:(" + _SECRET_FIELD + r")(\]?(?:=|%3D))(?!(?:[\[({]\s*)*\\*[bru]{0,2}[\"']|(?:[\[({]\s*)+-?[0-9])"
     r"((?:(?!%26|,(?:\s|\Z))[^&\s\"'<>\\])+)"
     r"|((?:device_)?code)(=|%3D)((?:(?!%26)[^&\s\"'<>\\])+)(?=&|%26))"
     r"|(?:(?<=&)|(?<=%26))((?:device_)?code)(=|%3D)((?:(?!%26)[^&\s\"'<>\\])+)"
@@ -334,7 +334,10 @@ opening with a quote or a bracket and a quote (``password='x'``, ``token=['x'``)
 :data:`_OPEN_CONTAINER`'s: taken here, it masked the ``b`` or ``[`` only and showed the rest. A comma
 before a blank ends the value (a repr's separator, ``Config(password=None, token=...)``, which a form
 value has percent-encoded), and so does a closing bracket of a call around it (:func:`_mask_form_field`);
-until session s47 (round 9) both were masked with it. Other fields (``status=200``, ``model=llama``) stay."""
+until session s47 (round 9) both were masked with it. Other fields (``status=200``, ``model=llama``) stay.
+Since round 21 (session s50) also a dotted or indexed name (Helm's ``--set redis.password=...``, a
+Rails-style form's ``user[password]=...``), whose value went through: a ``.`` before the name or a
+``]`` after it had ended the match."""
 _FIELD_WORDS: Final = (
     "token",
     "secret",
@@ -358,7 +361,9 @@ def _last_letters(words: tuple[str, ...]) -> str:
 
 
 _FORM_HINT: Final = re.compile(
-    f"=(?<={_last_letters(_FORM_WORDS)}=)(?:" + "|".join(f"(?<={word}=)" for word in _FORM_WORDS) + ")"
+    f"=(?<={_last_letters(_FORM_WORDS)[:-1]}\\]]=)(?:"
+    + "|".join(f"(?<={word}=)|(?<={word}\\]=)" for word in _FORM_WORDS)
+    + ")"
 )
 _ENCODED_FORM_HINT: Final = re.compile("%3d(?:" + "|".join(f"(?<={word}%3d)" for word in _FORM_WORDS) + ")")
 """What a lower-cased text needs for :data:`_FORM_FIELD` to match (a secret word right before ``=`` or
@@ -1129,6 +1134,8 @@ def needs_redaction(text: str) -> bool:
         return True
     if "%" in text and _ENCODED_URL_MARK.search(text) and _ENCODED_URL.search(text):
         return True
+    if _mask_library_values(text) != text:
+        return True
     lowered = text.lower()
     return (
         _form_secrets(lowered)
@@ -1218,6 +1225,7 @@ def redact(text: str) -> str:
     key without a name on a line of its own (:data:`_LONE_LINE`)."""
     if not text:
         return text
+    text = _mask_library_values(text)
     if "://" in text and (_URL_SECRET_MARKS.intersection(text) or _PATH_HINT.search(text) or "eyJ" in text):
         text = _URL.sub(lambda m: redact_url(m.group(0)), text)
     if "%" in text and _ENCODED_URL_MARK.search(text):
@@ -1291,12 +1299,22 @@ def redact_quoting_keys(text: str) -> str:
     return _BASE64_RUN.sub(MASK, redact(text))
 
 
-_SECRET_ASSIGNMENT: Final = re.compile(
-    r"(?i)\b([a-z0-9_.-]*(?:password|passwd|secret|token|apikey|api_key|access_key|credential)[a-z0-9_.-]*)"
-    r"([\"']?\s*[:=]\s*[\"']?)"
-    r"((?-i:((?:Invalid|Unsupported|Duplicate) value|Not found): "
+_ASSIGNED_NAME: Final = (
+    r"(?i)\b([a-z0-9_.\[\]-]*(?:password|passwd|secret|token(?!i[sz])|api[_-]?key|access[_-]?key|credential)"
+    r"[a-z0-9_.\[\]-]*)"
+)
+"""A secret's name as :data:`_SECRET_ASSIGNMENT` and :data:`_FIELD_ERROR_VALUE` find it: a dotted path,
+a Kubernetes index in brackets (``data[password]``, ``stringData[api_key]``) since round 21 (session
+s50), where the bracket ended the name and the value quoted after it went through, and ``api-key``,
+``access-key`` (a Secret's data key); not ``tokenizer``,
+``tokenize``, ``tokenization`` (``spec.tokenizerPath: /models/...`` was masked until round 21)."""
+_FIELD_ERROR: Final = (
+    r"(?-i:((?:Invalid|Unsupported|Duplicate) value|Not found): "
     r"(?:\"(?:[^\"\\\n]|\\.)*\"|\\\"(?:[^\"\\\n]|\\(?!\")[^\n])*\\\"|[^\n]*?(?=: )|[^\s,;&\"'}]+))"
-    r"|[^\s,;&\"'}]+)"
+)
+"""A Kubernetes field error's type and the value it quotes (group 4 the type)."""
+_SECRET_ASSIGNMENT: Final = re.compile(
+    _ASSIGNED_NAME + r"([\"']?\s*[:=]\s*[\"']?)(" + _FIELD_ERROR + r"|[^\s,;&\"'}]+)"
 )
 """``password=...``, ``aws_secret_access_key: ...``, ``?token=...``: a value assigned to a secret's name,
 unless :func:`_names_no_secret` reads the match as an error's name or an AWS name and prose. A
@@ -1366,12 +1384,14 @@ not of type 'string'``), which stays masked."""
 _ARN_BEFORE: Final = re.compile(r"arn:aws(?:-[a-z]+)*:\Z")
 _IAM_ACTION: Final = re.compile(r"(?:[A-Z][a-z]+)+\*?|\*")
 _TOKEN_LIKE: Final = re.compile(
-    r"(?<![A-Za-z0-9+/=])(?=[A-Za-z0-9+/=]*[0-9])(?=[A-Za-z0-9+/=]*[A-Za-z])[A-Za-z0-9+/=]{20,}"
+    r"(?<![A-Za-z0-9+/])(?=[A-Za-z0-9+/]*[0-9])(?=[A-Za-z0-9+/]*[A-Za-z])[A-Za-z0-9+/]{20,}={0,2}"
 )
 """A run of 20 or more base64 characters mixing letters and digits: an API key's random part, a base64
 secret, a JWT segment (cut or whole), unless it reads as a path (:func:`_mask_token`). Names are
 hyphen-, dot- or underscore-separated words, each shorter (``mistral-7b-instruct-v0.3``, a UID), and are
-left alone."""
+left alone. ``=`` only as trailing padding, as base64 has it: until round 21 (session s50) a name and
+its value glued by ``=`` were one run (``maxTokensPerMinute=5000`` read ``[REDACTED]``, name and all); a
+value after ``=`` is a run of its own now."""
 _MIXED: Final = re.compile(r"(?=[^/]*[0-9])(?=[^/]*[A-Za-z])[^/]{20,}")
 """A ``/``-separated piece of such a run that is a token by itself (20+ characters, letters and digits)."""
 
@@ -1387,15 +1407,11 @@ def redact_value(text: str, *, identifiers: bool = False) -> str:
     ``CorrectHorseBatteryStaple12345678`` reads as a logical ID (session s38 first relaxed every
     text this way, and such passwords, masked before, went through)."""
     text = _SECRET_ASSIGNMENT.sub(_mask_assignment, redact(text))
-    if "for parameter " in text:
-        text = _BOTOCORE_VALUE.sub(_mask_library_value, text)
-    if "input_value=" in text:
-        text = _PYDANTIC_VALUE.sub(_mask_library_value, text)
     return _TOKEN_LIKE.sub(_mask_token_keeping_identifiers if identifiers else _mask_token, text)
 
 
 _LIBRARY_SECRET_NAME: Final = re.compile(
-    r"(?i)password|passwd|passphrase|secret|token|credential|api_?key|access_?key|private_?key"
+    r"(?i)password|passwd|passphrase|secret|token|credential|api[_-]?key|access[_-]?key|private[_-]?key"
 )
 _NAME_NOT_SECRET_END: Final = frozenset(["id", "ids", "name", "names", "arn", "arns", "type", "types"])
 _BOTOCORE_VALUE: Final = re.compile(
@@ -1412,6 +1428,53 @@ _PYDANTIC_VALUE: Final = re.compile(
 """pydantic v2's ``str(ValidationError)``: a location line (group 2: ``api_key``, ``auth.0.token``), then
 its message ending in ``[type=..., input_value=..., input_type=...]``; group 3 the input's repr, up to
 the last ``, input_type=`` of its line, or to the line's end when the line was cut."""
+_ESCAPED_LINE_CHAR: Final = r"(?:[^\n\\]|\\[^n\n])"
+"""A character of a line whose line breaks are escaped (``\\n`` in a JSON string or a repr), an escape
+taken whole (``\\\\`` is a backslash, so ``\\\\n`` is no line break)."""
+_ESCAPED_PYDANTIC_VALUE: Final = re.compile(
+    r"((?:^|(?<=\\n)|(?<=[\"']))((?:[^\s\\\"']"
+    + _ESCAPED_LINE_CHAR
+    + r"*?))\\n[ \t]+"
+    + _ESCAPED_LINE_CHAR
+    + r"*?\[type=[A-Za-z0-9_]+, input_value=)("
+    + _ESCAPED_LINE_CHAR
+    + r"*(?=, input_type=[^\]\n\\]*\](?:\\n|\Z|[\"']))|"
+    + _ESCAPED_LINE_CHAR
+    + r"*)"
+)
+""":data:`_PYDANTIC_VALUE` with its line breaks escaped: the error's text in a JSON log line (the access
+log's ``error``, a JSON message) or a repr, which round 20's rule, on real lines only, did not find."""
+_FIELD_ERROR_VALUE: Final = re.compile(_ASSIGNED_NAME + r"(: )" + _FIELD_ERROR)
+"""A Kubernetes field error quoting the value of a secret-named field (``spec.token: Invalid value:
+"..."``, ``data[password]: Invalid value: "..."``): :data:`_SECRET_ASSIGNMENT`'s field-error form
+alone, which :func:`redact` masks (group 3 the type)."""
+
+
+def _mask_library_values(text: str) -> str:
+    """``text`` with the values that a library's validation error quotes after a secret's name masked:
+    botocore's (:data:`_BOTOCORE_VALUE`), pydantic's (:data:`_PYDANTIC_VALUE`, its lines real or
+    escaped) and Kubernetes' field errors (:data:`_FIELD_ERROR_VALUE`). Part of :func:`redact`, so every
+    path masks them alike: until round 21 (session s50) only :func:`redact_value` did, and a log line,
+    the access log's ``error`` and a logged traceback showed ``Invalid length for parameter
+    SecretString, value: hunter2``, pydantic's ``input_value='...'`` and ``spec.token: Invalid value:
+    "..."``. Each rule runs only where its literal is in the text."""
+    if "for parameter " in text:
+        text = _BOTOCORE_VALUE.sub(_mask_library_value, text)
+    if "input_value=" in text:
+        text = _PYDANTIC_VALUE.sub(_mask_library_value, text)
+        if "\\n" in text:
+            text = _ESCAPED_PYDANTIC_VALUE.sub(_mask_library_value, text)
+    if " value: " in text or "Not found: " in text:
+        text = _FIELD_ERROR_VALUE.sub(_mask_field_error, text)
+    return text
+
+
+def _mask_field_error(found: re.Match[str]) -> str:
+    """A :data:`_FIELD_ERROR_VALUE` with its value masked, its type kept; as it is when the name counts
+    tokens (:func:`names_a_count`: ``spec.maxTokens: Invalid value: -1``)."""
+    if names_a_count(found.group(1)):
+        return found.group(0)
+    return f"{found.group(1)}: {found.group(3)}: {MASK}"
 
 
 def _names_a_library_secret(name: str) -> bool:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import io
+import json
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -659,3 +661,167 @@ def test_a_kubernetes_value_neither_quoted_nor_one_token_is_masked_to_the_colon_
     assert "s3cr3t" not in str(_wrap("CreateAddon", error))
     kept = 'spec.model: Invalid value: map[string]interface {}{"v":"llama x"}: must be a string'
     assert redaction.redact_value(kept) == kept
+
+
+def _every_entry_point(text: str) -> dict[str, str]:
+    """``text`` as each public path writes it: :func:`redact`, :func:`redaction.redact_value`, the log
+    formatter with :data:`LOG_FORMAT`'s prefix and message-only, a JSON log line's field, a repr."""
+    from igw.gateway.redaction import LOG_FORMAT, redact_line
+
+    record = logging.LogRecord("igw.x", logging.ERROR, __file__, 1, text, None, None)
+    return {
+        "redact": redact(text),
+        "redact_value": redaction.redact_value(text),
+        "formatter": RedactingFormatter(LOG_FORMAT).format(record),
+        "message-only": RedactingFormatter("%(message)s").format(record),
+        "json line": redact_line(json.dumps({"error": text})),
+        "repr": redact(repr(text)),
+    }
+
+
+def _pydantic_error(**values: object) -> str:
+    import pydantic
+
+    class Settings(pydantic.BaseModel):
+        api_key: str
+        model: str
+
+    with pytest.raises(pydantic.ValidationError) as raised:
+        Settings.model_validate(values)
+    return str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "secret", "kept"),
+    [
+        (
+            lambda: _botocore_error(SecretId="igw-redis", SecretString=982451653),
+            "982451653",
+            f"parameter SecretString, value: {MASK}, type: <class 'int'>",
+        ),
+        (lambda: _pydantic_error(api_key=982451653, model="llama"), "982451653", f"input_value={MASK},"),
+        (
+            lambda: 'spec.token: Invalid value: "hunter2x9": must be no more than 8 characters',
+            "hunter2x9",
+            f"spec.token: Invalid value: {MASK}: must be",
+        ),
+    ],
+)
+def test_every_entry_point_masks_a_library_s_validation_error_value(
+    text: Callable[[], str], secret: str, kept: str
+) -> None:
+    """Round 21 (session s50): round 20's rules ran in :func:`redaction.redact_value` only, and a log line,
+    the access log's JSON ``error`` and a logged traceback showed the value; one rule set now."""
+    error = text()
+    assert secret in error
+    for path, shown in _every_entry_point(error).items():
+        assert secret not in shown, path
+        if path in ("redact", "redact_value", "message-only"):
+            assert kept in shown, path
+    assert redaction.needs_redaction(error)
+    assert redaction.needs_redaction(json.dumps(error))
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        'Secret "x" is invalid: [data[password]: Invalid value: "hunter2x9": a valid config key must consist',
+        'Secret "x" is invalid: stringData[api-key]: Invalid value: "hunter2x9": must be no more than 8',
+        "1 validation error for Settings\nstringData[api-key]\n  String should have at least 64 characters "
+        "[type=string_too_short, input_value='hunter2x9', input_type=str]",
+    ],
+)
+def test_a_secret_s_key_in_brackets_or_with_a_hyphen_has_its_quoted_value_masked(text: str) -> None:
+    """Round 21 (session s50): the bracket of a Kubernetes index ended the name, and ``api-key`` was no
+    secret's name, so the value went through every path, :func:`redaction.redact_value` included."""
+    for path, shown in _every_entry_point(text).items():
+        assert "hunter2x9" not in shown, path
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "helm upgrade igw addon --set redis.password=hunter2x9 --set model=llama",
+        "user[password]=hunter2x9&user[name]=bob",
+    ],
+)
+def test_a_dotted_or_indexed_form_field_s_value_is_masked(text: str) -> None:
+    """Round 21 (session s50): a ``.`` before a secret's name or a ``]`` after it ended the form rule's
+    match, and ``--set redis.password=...`` went to the logs as it was."""
+    shown = redact(text)
+    assert "hunter2x9" not in shown
+    assert MASK in shown
+    assert "model=llama" in shown or "user[name]=bob" in shown
+    assert redaction.needs_redaction(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("maxTokensPerMinute=5000", "maxTokensPerMinute=5000"),
+        (
+            "spec.tokenizerPath: /models/llama/tokenizer.json",
+            "spec.tokenizerPath: /models/llama/tokenizer.json",
+        ),
+        ('spec.tokenizer: Invalid value: "meta-llama/x": not found', None),
+        ("model=Zq9xW2vK7pLmN4rT12345", f"model={MASK}"),
+        ("token=tokenizer", f"token={MASK}"),
+        (
+            'spec.tokenizerToken: Invalid value: "hunter2x9": bad',
+            f"spec.tokenizerToken: Invalid value: {MASK}: bad",
+        ),
+    ],
+)
+def test_run_together_names_that_name_no_secret_keep_their_values(text: str, expected: str | None) -> None:
+    """Round 21 (session s50): :func:`redaction.redact_value` read ``maxTokensPerMinute=5000`` as one
+    token-like run (``[REDACTED]``, its name too) and ``tokenizer`` as a token's name. A value after
+    ``=`` that is a token by itself, and a real token's name after ``tokenizer``, stay masked."""
+    assert redaction.redact_value(text) == (text if expected is None else expected)
+
+
+_LIBRARY_SHAPES = (
+    "HTTPSConnectionPool(host='otel.example', port=4318): Max retries exceeded with url: "
+    "/v1/traces?api_key={s} (Caused by NewConnectionError('refused'))",
+    "Cannot connect to host h:443 ssl:default [url='https://u:{s}@h/x']",
+    "401, message='Unauthorized', url=URL('https://idp.example/token?client_secret={s}')",
+    "An error occurred (ValidationException) when calling the PutSecretValue operation: "
+    "Invalid length for parameter {p}, value: {s}, valid min length: 40",
+    "Parameter validation failed:\nInvalid type for parameter {p}, value: {s}, type: <class 'int'>, "
+    "valid types: <class 'str'>",
+    "(422)\nReason: Unprocessable Entity\nHTTP response headers: HTTPHeaderDict({{'Audit-Id': 'a', "
+    '\'Authorization\': \'Bearer {s}\'}})\nHTTP response body: {{"kind":"Status","message":"Secret '
+    '\\"x\\" is invalid: {n}: Invalid value: \\"{s}\\": must be no more than 63 characters"}}',
+    'Secret "x" is invalid: [metadata.name: Required value, {n}: Invalid value: "{s}": a valid config key]',
+    "2 validation errors for Settings\nmodel\n  Field required [type=missing, input_value={{}}, "
+    "input_type=dict]\n{n}\n  Input should be a valid integer [type=int_parsing, input_value='{s}', "
+    "input_type=str]",
+    "jwt.exceptions.DecodeError: Invalid token type. Token must be a <class 'bytes'>: Bearer {s}",
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.sampled_from(_LIBRARY_SHAPES),
+    st.sampled_from(
+        [
+            "password",
+            "api_key",
+            "client_secret",
+            "spec.redis.password",
+            "data[password]",
+            "stringData[api-key]",
+        ]
+    ),
+    st.sampled_from(["SecretString", "Password", "SessionToken", "SecretBinary"]),
+    st.text("abcdefghijkmnopqrstuvwxyzABCDEFGHJKLMNPQRSTUVWXYZ23456789", min_size=10, max_size=28).filter(
+        lambda s: any(c.isdigit() for c in s) and any(c.isalpha() for c in s)
+    ),
+)
+def test_no_secret_survives_a_library_s_exception_text_on_any_path(
+    shape: str, name: str, parameter: str, secret: str
+) -> None:
+    """Secret-bearing texts in the shapes urllib3, aiohttp, botocore, the kubernetes client, pydantic and
+    PyJWT write their errors in, through every public path (:func:`_every_entry_point`)."""
+    text = shape.format(n=name, p=parameter, s=secret)
+    for path, shown in _every_entry_point(text).items():
+        assert secret not in shown, (path, shown)
