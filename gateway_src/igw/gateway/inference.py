@@ -64,7 +64,13 @@ from igw.gateway.flow_gate import (
 from igw.gateway.forwarded_answer import ForwardedAnswer, as_response
 from igw.gateway.guards import GuardDenied, Principal, RequestGuard, caller_scope
 from igw.gateway.hedged_search import LAST, NEXT, WIN, hedged
-from igw.gateway.inference_apis import ANTHROPIC_APIS, GENERATING_APIS, InferenceApi, anthropic_path
+from igw.gateway.inference_apis import (
+    ANTHROPIC_APIS,
+    GENERATING_APIS,
+    INFERENCE_PATHS,
+    InferenceApi,
+    anthropic_path,
+)
 from igw.gateway.log_throttle import RepeatThrottle
 from igw.gateway.lora_field import LORA_PATH_ENGINES, lora_path_refusal
 from igw.gateway.model_rewrite import retargeted
@@ -1986,6 +1992,8 @@ def _exchange_with(
         # ended there)
         discard_large_errors=plan.search_for is not None and not plan.generates,
         require_id=_proves(request, plan),
+        # an inference path's answer is a JSON object or an event stream: anything else the pod's fault
+        json_answer=request.path in INFERENCE_PATHS,
     )
 
 

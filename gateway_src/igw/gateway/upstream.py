@@ -786,6 +786,39 @@ def _not_modified(upstream: UpstreamResponse, extra: Mapping[str, str]) -> Excha
     )
 
 
+BODILESS_STATUSES: Final = frozenset({204, 205, 304})
+"""Final statuses that carry no answer body (a ``1xx`` is interim, waited past; ``101`` ends the
+connection as broken): what a request whose API answers JSON or an event stream cannot be answered
+with (``json_answer`` of :func:`exchange`). Until session s50 a pod's 204, 205 or 304 to ``POST
+/v1/completions`` reached the client as it came, an empty success the OpenAI SDK fails to parse."""
+
+
+def _json_object(payload: bytes) -> dict[str, object] | None:
+    """``payload`` as a JSON object, or ``None`` when it is none (empty, not JSON, another JSON value)."""
+    try:  # not contextlib.suppress: an object and two calls per answer
+        doc = orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def _not_an_answer(what: str, upstream_name: str, extra: Mapping[str, str]) -> ExchangeResult:
+    """A 502 ``upstream_error`` for an answer that cannot be one to the request's API (``what``: a
+    bodiless status, a whole success that is no JSON object), nothing of it relayed: the upstream's
+    fault, not ``ok``, retried elsewhere as a broken connection is (``retryOn``'s ``5xx``). Until
+    session s50 an empty or non-JSON 200 to a completion was relayed as a success."""
+    return ExchangeResult(
+        answer=gateway_error(
+            "upstream_error",
+            f"{upstream_name} answered with {what}, which is no answer to this API: not relayed",
+            headers=extra,
+        ),
+        status=502,
+        ok=False,
+        error=f"not an answer: {what}",
+    )
+
+
 def _refused_redirect(
     upstream: UpstreamResponse, endpoint: str, upstream_name: str, extra: Mapping[str, str]
 ) -> ExchangeResult:
@@ -859,6 +892,7 @@ async def exchange(
     answer_timeout_s: float | None = None,
     discard_large_errors: bool = False,
     require_id: bool = False,
+    json_answer: bool = False,
 ) -> ExchangeResult:
     """Forward to ``endpoint`` (with ``method``) and relay the answer (``headers``: the upstream
     request's fields, as a map or serialised by :func:`upstream_header_block`). Raises
@@ -900,7 +934,12 @@ async def exchange(
     ended there, the cluster storing the response never asked). ``require_id`` (with ``expect_id``:
     a search's retrieval or cancel): a whole answer below 400 past ``relay_whole_above`` whose held
     bytes do not show the response asked for (:func:`_shows`; no ``id``, or not JSON) is returned
-    unrelayed too, as one naming another; without it such an answer naming none is relayed."""
+    unrelayed too, as one naming another; without it such an answer naming none is relayed.
+    ``json_answer``: the request's API answers a JSON document or an event stream (an inference
+    path's ``POST``), so an answer that can be neither is the upstream's fault, a 502
+    ``upstream_error`` the request path may retry elsewhere (:func:`_not_an_answer`): a bodiless
+    status (:data:`BODILESS_STATUSES`) and a whole answer below 400 collected whole whose body is no
+    JSON object (empty included)."""
     answered_by = None if answer_timeout_s is None else time.monotonic() + answer_timeout_s
     # ``endpoint`` is a pod's ``host:port``, or a base URL with its scheme (the global router's
     # clusters). Waiting for a free pooled connection is not a connect failure (it would turn pool
@@ -930,6 +969,9 @@ async def exchange(
     if 300 <= upstream.status < 400 and upstream.status != 304:  # 304: a conditional GET's, no redirect
         upstream.close()
         return _refused_redirect(upstream, endpoint, upstream_name, response_headers)
+    if json_answer and upstream.status in BODILESS_STATUSES:
+        upstream.close()
+        return _not_an_answer(f"status {upstream.status}", upstream_name, response_headers)
     # what is left of answer_timeout_s for the bytes held after the head (None: no such bound)
     held_timeout_s = None if answered_by is None else max(0.0, answered_by - time.monotonic())
     # a collected answer's bound: answer_timeout_s's rest when shorter than body_timeout_s (named so)
@@ -1008,6 +1050,7 @@ async def exchange(
                     require_id=require_id,
                     held_timeout_s=held_timeout_s,
                     held_bound_s=answer_timeout_s,
+                    json_answer=json_answer,
                 )
             if payload is None:
                 if whole_timeout_s is None:
@@ -1018,7 +1061,13 @@ async def exchange(
         except (TimeoutError, UpstreamBroken) as answer_cut:  # UpstreamStalled too
             return _answer_failed(answer_cut, endpoint, upstream_name, whole_bound_s, response_headers)
         coded = await _decoded_scan(upstream, payload) if _coded_json(upstream) else None
-        return _whole_answer(upstream, payload, extra=response_headers, coded=coded)
+        return _whole_answer(
+            upstream,
+            payload,
+            extra=response_headers,
+            coded=coded,
+            not_json_refused=upstream_name if json_answer else None,
+        )
     finally:
         upstream.close()
 
@@ -1199,15 +1248,31 @@ async def _decoded_scan(upstream: UpstreamResponse, payload: bytes) -> CodedScan
 
 
 def _whole_answer(
-    upstream: UpstreamResponse, payload: bytes, *, extra: Mapping[str, str], coded: CodedScan | None = None
+    upstream: UpstreamResponse,
+    payload: bytes,
+    *,
+    extra: Mapping[str, str],
+    coded: CodedScan | None = None,
+    not_json_refused: str | None = None,
 ) -> ExchangeResult:
     """A complete (non-streamed) upstream answer: forwarded as it came (a non-JSON error wrapped in
     the OpenAI shape), with the token usage its JSON body reports. ``coded``: what the caller read
     of it when it is compressed JSON (:func:`_coded_json`, :func:`_decoded_scan`), decoded there so
-    that the decode may give the event loop turns; such an answer without it is read as no JSON."""
+    that the decode may give the event loop turns; such an answer without it is read as no JSON.
+    ``not_json_refused``: the upstream's name when the request's API answers JSON (``json_answer``
+    of :func:`exchange`): an answer below 400, not coded, whose body is no JSON object (an empty
+    body included; whatever its content type) is refused (:func:`_not_an_answer`)."""
     usage = None
     response_id = None
     is_json = _plain_json(upstream)
+    if not_json_refused is not None and coded is None and upstream.status < 400:
+        doc = _json_object(payload)
+        if doc is None:
+            what = "an empty body" if not payload else "a body that is not a JSON object"
+            return _not_an_answer(what, not_json_refused, extra)
+        usage = _usage_from(doc)
+        response_id = _stored_response_id(doc)
+        is_json = False  # read here already
     if coded is not None:
         # compressed though the gateway asked for none: its usage read from the decoded bytes
         if coded.unreadable is not None:
@@ -1275,6 +1340,7 @@ async def _relay_whole(
     require_id: bool = False,
     held_timeout_s: float | None = None,
     held_bound_s: float | None = None,
+    json_answer: bool = False,
 ) -> ExchangeResult:
     """A whole (non-streamed) answer that is final whatever it holds: collected while it stays within
     ``buffer_bytes`` (then forwarded as :func:`_whole_answer` forwards it), else relayed as it arrives
@@ -1301,7 +1367,8 @@ async def _relay_whole(
 
     ``held_timeout_s`` bounds the bytes held, before the relay starts, too (``answer_timeout_s`` of
     :func:`exchange`, whose whole is ``held_bound_s``, what the 504's message names): a search's
-    attempt, given up while nothing of it reached the client."""
+    attempt, given up while nothing of it reached the client. ``json_answer``: as :func:`exchange`'s,
+    for an answer collected whole."""
     loop = asyncio.get_running_loop()
     deadline = None if body_timeout_s is None else loop.time() + body_timeout_s
     held_by = None if held_timeout_s is None else loop.time() + held_timeout_s
@@ -1324,7 +1391,8 @@ async def _relay_whole(
             if not chunk:
                 payload = b"".join(parts)
                 coded = await _decoded_scan(upstream, payload) if _coded_json(upstream) else None
-                return _whole_answer(upstream, payload, extra=extra, coded=coded)
+                refused = upstream_name if json_answer else None
+                return _whole_answer(upstream, payload, extra=extra, coded=coded, not_json_refused=refused)
             parts.append(chunk)
             held += len(chunk)
     except UpstreamStalled as stalled:

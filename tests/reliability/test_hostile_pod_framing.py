@@ -1,0 +1,145 @@
+"""A hostile model server's framing at tier 1, from a raw-socket pod on loopback: answers that run past
+their own end never desynchronise a pooled connection, and an answer that cannot be one to an
+inference API (a bodiless status, an empty or non-JSON success) is a 502 ``upstream_error``, retried
+elsewhere with ``retryOn: [5xx]``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import orjson
+import pytest
+
+from igw.gateway.lean_server import SWITCH_ENV
+from tests.gateway.fake_model_server import FakeModelServer
+from tests.reliability.harness import gateway_doc, in_process_gateway
+
+GOOD = b'{"id":"cmpl-1","object":"text_completion","choices":[{"index":0,"text":"hi"}]}'
+FORGED = b'{"id":"cmpl-forged","object":"text_completion","choices":[{"index":0,"text":"FORGED"}]}'
+SSE = b'data: {"id":"c","choices":[{"index":0,"text":"hi"}]}\n\ndata: [DONE]\n\n'
+
+
+def ok(body: bytes, ctype: bytes = b"application/json") -> bytes:
+    return b"HTTP/1.1 200 OK\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n%s" % (ctype, len(body), body)
+
+
+def chunked_sse(tail: bytes = b"") -> bytes:
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+    return head + b"%x\r\n%s\r\n0\r\n\r\n" % (len(SSE), SSE) + tail
+
+
+class RawPod:
+    """A model server written byte by byte: ``GET`` requests get a valid vLLM metrics page (the
+    scrape) and a model list; each ``POST`` the next of ``answers`` (the last one repeated)."""
+
+    def __init__(self, *answers: bytes) -> None:
+        self.answers = list(answers)
+        self.connections = 0
+        self.posts: list[int] = []
+        """The connection (its number, from 1) each POST came on."""
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        number = self.connections
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = 0
+                for line in head.split(b"\r\n"):
+                    if line.lower().startswith(b"content-length:"):
+                        length = int(line.split(b":", 1)[1])
+                await reader.readexactly(length)
+                if head.startswith(b"GET "):
+                    page = (
+                        FakeModelServer("raw").page().encode()
+                        if b" /metrics " in head
+                        else b'{"object":"list","data":[{"id":"llama","object":"model"}]}'
+                    )
+                    writer.write(ok(page, b"text/plain"))
+                else:
+                    self.posts.append(number)
+                    writer.write(self.answers[min(len(self.posts), len(self.answers)) - 1])
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+
+@contextlib.asynccontextmanager
+async def raw_pod(pod: RawPod) -> AsyncIterator[str]:
+    server = await asyncio.start_server(pod.serve, "127.0.0.1", 0)
+    try:
+        yield f"127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    finally:
+        server.close()
+
+
+@pytest.mark.parametrize(
+    ("first", "stream"),
+    [(ok(GOOD) + ok(FORGED), False), (chunked_sse(ok(FORGED)), True)],
+    ids=["whole-past-content-length", "stream-past-its-last-chunk"],
+)
+async def test_a_full_answer_past_an_answers_end_is_never_read_as_the_next_requests(
+    tmp_path: Path, first: bytes, stream: bool
+) -> None:
+    """Bytes after an answer's end (here a whole forged ``HTTP/1.1 200`` answer) close the pooled
+    connection: the next request goes on a fresh one and gets the pod's own answer, never the forged
+    one (session s50's probe found this holding; pinned)."""
+    pod = RawPod(first, ok(GOOD))
+    async with raw_pod(pod) as key, in_process_gateway(tmp_path, gateway_doc(), [key]) as gw:
+        resp = await gw.complete("a", stream=stream)
+        assert resp.status == 200
+        assert await resp.read() == (SSE if stream else GOOD)
+        resp = await gw.complete("b")
+        assert (resp.status, await resp.read()) == (200, GOOD)
+    assert len(pod.posts) == 2
+    assert pod.posts[1] != pod.posts[0]  # the first answer's connection was not reused
+
+
+NOT_ANSWERS = {
+    "204": b"HTTP/1.1 204 No Content\r\n\r\n",
+    "204-with-a-body": b"HTTP/1.1 204 No Content\r\nContent-Length: %d\r\n\r\n" % len(GOOD) + GOOD,
+    "205": b"HTTP/1.1 205 Reset Content\r\nContent-Length: 0\r\n\r\n",
+    "304": b"HTTP/1.1 304 Not Modified\r\nContent-Type: application/json\r\n\r\n",
+    "empty-200": ok(b""),
+    "text-200": ok(b"hello, not json", b"text/plain"),
+    "json-typed-text-200": ok(b"hello, not json"),
+    "json-array-200": ok(b"[1,2,3]"),
+}
+
+
+@pytest.mark.parametrize("switch", ["lean", "aiohttp"])
+@pytest.mark.parametrize("answer", list(NOT_ANSWERS))
+async def test_an_answer_that_cannot_be_a_completion_is_a_502_retried_elsewhere(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, answer: str, switch: str
+) -> None:
+    """Until session s50 a pod's 204, 205 or 304 to ``POST /v1/completions`` reached the client as it
+    came, and an empty or non-JSON 200 as a success: the OpenAI SDK failed parsing it, and nothing
+    was retried. Now a 502 ``upstream_error``, not ``ok`` (the pod's fault), retried at another pod
+    with ``retryOn: [5xx]``."""
+    monkeypatch.setenv(SWITCH_ENV, switch)
+    (tmp_path / "one").mkdir()
+    (tmp_path / "two").mkdir()
+    hostile = RawPod(NOT_ANSWERS[answer])
+    async with raw_pod(hostile) as key, in_process_gateway(tmp_path / "one", gateway_doc(), [key]) as gw:
+        resp = await gw.complete("a")
+        error = orjson.loads(await resp.read())["error"]
+        assert (resp.status, error["code"], error["type"]) == (502, "upstream_error", "upstream_error")
+    retry_5xx = {"retry": {"attempts": 2, "retryOn": ["5xx"]}}
+    hostile, good = RawPod(NOT_ANSWERS[answer]), RawPod(ok(GOOD))
+    async with (
+        raw_pod(hostile) as bad_key,
+        raw_pod(good) as good_key,
+        in_process_gateway(tmp_path / "two", gateway_doc(routing=retry_5xx), [bad_key, good_key]) as gw,
+    ):
+        for _ in range(20):  # until the hostile pod was picked first a few times
+            resp = await gw.complete("a")
+            assert (resp.status, await resp.read()) == (200, GOOD)
+            if len(hostile.posts) >= 2:
+                break
+    assert len(hostile.posts) >= 2
