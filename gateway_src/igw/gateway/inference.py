@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 import math
 import os
@@ -35,7 +36,7 @@ from multidict import CIMultiDict
 from igw.gateway.body_budget import RETRY_AFTER_S as BODY_RETRY_AFTER_S
 from igw.gateway.body_budget import BodyHold
 from igw.gateway.cache_salt import SALTED_APIS, SALTING_ENGINES, request_salt
-from igw.gateway.decision_log import DEBUG_TOKEN_HEADER, DECISION_HEADER, decision_header
+from igw.gateway.decision_log import DEBUG_TOKEN_HEADER, DECISION_HEADER, DecisionLog, decision_header
 from igw.gateway.default_backend import DEFAULT_BACKEND_SCHEDULER
 from igw.gateway.emf_metrics import USAGE_UNREAD_CLIENT_GONE
 from igw.gateway.endpoints import EndpointState
@@ -1645,8 +1646,18 @@ async def _forward(
             # name the version asked, the one that answered
             obs.version_asked(version.model, version.base_model, version.sr.spec.name)
             if ep is not None:
+                views = version.sr.pool.views()
+                log = state.decision_log
                 version.sr.scheduler.pick_sent(
-                    version.routing, version.sr.pool.views(), key, now=state.clock()
+                    version.routing,
+                    views,
+                    key,
+                    now=state.clock(),
+                    on_decided=None
+                    if log is None
+                    else functools.partial(
+                        _log_asked_alone, log, obs.request_id, version, key, candidates=len(views)
+                    ),
                 )
         connected = True
         try:
@@ -2478,6 +2489,29 @@ def _first_token_feedback(
         )
 
     return heard
+
+
+def _log_asked_alone(
+    log: DecisionLog,
+    request_id: str,
+    version: _Version,
+    key: str,
+    decision: RoutingDecision,
+    *,
+    candidates: int,
+) -> None:
+    """Record in the decision log the pick among ``key`` alone that another canary version's pool
+    made for a continuation's search sending the request there (``asked_alone`` marks it; the
+    decision log's ``record``). Not timed: no decision was waited for, the pod was already chosen."""
+    log.record(
+        request_id=request_id,
+        scheduler=version.sr.spec.name,
+        model=version.model,
+        candidates=candidates,
+        decision=decision,
+        elapsed_s=None,
+        asked_alone=key,
+    )
 
 
 def _retrying(
