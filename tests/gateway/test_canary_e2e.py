@@ -13,6 +13,7 @@ import orjson
 import pytest
 import yaml
 
+from igw.gateway.decision_log import DecisionLog
 from igw.gateway.lean_server import SWITCH_ENV
 from igw.gateway.response_ids import minted_for
 from tests.gateway.fake_model_server import FakeModelServer, closed_port, running
@@ -650,3 +651,40 @@ async def test_another_version_s_refusal_is_counted_as_its_own_pool_s_retry(
         decisions = "igw_scheduler_decision_seconds_count"
         assert registry.get_sample_value(decisions, {"scheduler": "old"}) == 1
         assert not registry.get_sample_value(decisions, {"scheduler": "new"})
+
+
+async def test_another_version_s_pod_asked_in_a_search_has_its_pick_in_the_decision_log(gateway: Any) -> None:
+    """A continuation drawn to the stable version (``llama-v1``) that this replica does not know,
+    searched past it into the canary's pool of two pods, the second of which stores it. The decision
+    log holds the drawn pool's pick and, for each canary pod asked, that pool's pick among the pod
+    alone (``Scheduler.pick_sent``), in the shape of a normal entry, with its model and scheduler,
+    and marked ``asked_alone`` with the pod. Before session s50 those picks were in no entry: the log
+    did not show that the canary's pods were asked."""
+    async with (
+        running(FakeModelServer("v1"), FakeModelServer("v2a"), FakeModelServer("v2b")) as (v1, v2a, v2b),
+        gateway(doc(100, 0), {"old": [v1.key], "new": [v2a.key, v2b.key]}) as gw,
+    ):
+        await _canary_pods_fresh(gw)
+        gw.state.decision_log = log = DecisionLog(16, token="t" * 32)
+        v2b.stored_responses["resp_elsewhere"] = {"id": "resp_elsewhere", "object": "response"}
+        body = {"model": "llama", "input": "and then?", "previous_response_id": "resp_elsewhere"}
+        resp = await gw.post("/v1/responses", body)
+        assert resp.status == 200, await resp.text()
+        assert (len(v1.received), len(v2a.received), len(v2b.received)) == (1, 1, 1)
+        drawn, *asked = reversed(log.latest())
+        assert (drawn["scheduler"], drawn["model"], drawn["chosen"]) == ("old", "llama-v1", v1.key)
+        assert "asked_alone" not in drawn
+        assert [(e["scheduler"], e["model"], e["asked_alone"]) for e in asked] == [
+            ("new", "llama-v2", v2a.key),
+            ("new", "llama-v2", v2b.key),
+        ]
+        for entry in asked:
+            assert set(entry) == {*drawn, "asked_alone"}
+            assert entry["request_id"] == drawn["request_id"]
+            assert (entry["outcome"], entry["chosen"], entry["candidates"]) == (
+                "picked",
+                entry["asked_alone"],
+                2,
+            )
+            assert [row["endpoint"] for row in entry["scored"]] == [entry["asked_alone"]]
+            assert entry["decision_us"] is None  # not a decision the request waited for

@@ -277,13 +277,22 @@ def test_5xx_covers_unavailable_and_the_defaults_leave_5xx_out() -> None:
 def test_the_budget_is_a_share_of_the_requests_in_flight_with_a_floor() -> None:
     budget = RetryBudget()
     policy = RetryPolicy(budget_percent=20, min_retry_concurrency=2)
-    assert [budget.take(policy, requests_in_flight=5) for _ in range(3)] == [True, True, False]  # floor 2
-    assert budget.take(policy, requests_in_flight=15)  # 20 % of 15 = 3
-    assert not budget.take(policy, requests_in_flight=15)
-    budget.give_back()
-    assert budget.take(policy, requests_in_flight=15)
-    assert budget.active == 3
-    assert not budget.take(RetryPolicy(budget_percent=0, min_retry_concurrency=0), requests_in_flight=100)
+    # the floor, 2
+    assert [budget.take(policy, "a", requests_in_flight=5) for _ in range(3)] == [True, True, False]
+    assert budget.take(policy, "a", requests_in_flight=15)  # 20 % of 15 = 3
+    assert not budget.take(policy, "a", requests_in_flight=15)
+    budget.give_back("a")
+    assert budget.take(policy, "a", requests_in_flight=15)
+    assert budget.active_in("a") == 3
+    empty = RetryPolicy(budget_percent=0, min_retry_concurrency=0)
+    assert not budget.take(empty, "a", requests_in_flight=100)
+    # another pool's budget is its own: pool a's three retries leave b its floor (since s50)
+    assert [budget.take(policy, "b", requests_in_flight=1) for _ in range(3)] == [True, True, False]
+    assert (budget.active_in("b"), budget.active) == (2, 5)
+    for pool in ("a", "a", "a", "b", "b"):
+        budget.give_back(pool)
+    assert budget.active == 0
+    assert budget._active == {}  # no entry left for a pool a reload removed
 
 
 async def test_the_only_endpoint_of_a_pool_is_not_reported_ejected(

@@ -61,13 +61,21 @@ class DecisionLog:
         decision: RoutingDecision,
         elapsed_s: float | None,
         queued_s: float | None = None,
+        asked_alone: str | None = None,
     ) -> None:
         """Append one decision (the scores mapping is copied into plain JSON-ready values; at most
         :data:`ENTRY_TOP_N` of each list, so an entry's size does not grow with the pool).
 
         ``queued_s``: the decision was the re-pick that dispatched a request after it waited this
         long in its flow-control queue (the saturated decision that queued it is its own entry);
-        ``elapsed_s`` is ``None`` when the pick was not timed (the queue's re-picks)."""
+        ``elapsed_s`` is ``None`` when the pick was not timed (the queue's re-picks).
+
+        ``asked_alone``: the decision was no choice among the pool but the pick among this endpoint
+        alone, made when a continuation's search sent the request to it, a pod of another canary
+        version's pool (:meth:`~igw.scheduling.scheduler.Scheduler.pick_sent`); the request went
+        there whatever ``chosen`` says (``null`` or ``outcome`` other than ``picked``: a filter,
+        outlier detection or saturation would have left it out). Until session s50 such picks
+        were in no entry: the log did not say why, or that, that pool's pod was asked."""
         ranked = [
             {"endpoint": key, "rank": rank, "scores": {name: round(v, 6) for name, v in per.items()}}
             for rank, (key, per) in enumerate(islice(decision.scores.items(), ENTRY_TOP_N))
@@ -93,6 +101,8 @@ class DecisionLog:
         }
         if queued_s is not None:
             entry["queued_ms"] = round(queued_s * 1000, 3)
+        if asked_alone is not None:
+            entry["asked_alone"] = asked_alone
         self._entries.append(entry)
 
     def opens(self, presented: str | None) -> bool:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 import math
 import os
@@ -35,7 +36,7 @@ from multidict import CIMultiDict
 from igw.gateway.body_budget import RETRY_AFTER_S as BODY_RETRY_AFTER_S
 from igw.gateway.body_budget import BodyHold
 from igw.gateway.cache_salt import SALTED_APIS, SALTING_ENGINES, request_salt
-from igw.gateway.decision_log import DEBUG_TOKEN_HEADER, DECISION_HEADER, decision_header
+from igw.gateway.decision_log import DEBUG_TOKEN_HEADER, DECISION_HEADER, DecisionLog, decision_header
 from igw.gateway.default_backend import DEFAULT_BACKEND_SCHEDULER
 from igw.gateway.emf_metrics import USAGE_UNREAD_CLIENT_GONE
 from igw.gateway.endpoints import EndpointState
@@ -1510,7 +1511,7 @@ async def _forward(
     prepared: list[web.StreamResponse] = []
     result: ExchangeResult | None = None
     refusal: ExchangeResult | None = None  # a retried attempt's answer: the client's if no later one
-    budgeted = False  # the running attempt is a retry counted in the retry budget
+    budgeted: str | None = None  # the running attempt is a retry counted in this pool's retry budget
     searched = 0  # attempts that found no stored response (``plan.search_for``): not retries
     missed = 0  # candidates that answered a search 404 or with another response, the last one's included
     # The pool's endpoint holding the pick's dispatch that did not take the request - its connection
@@ -1651,8 +1652,18 @@ async def _forward(
             # name the version asked, the one that answered
             obs.version_asked(version.model, version.base_model, version.sr.spec.name)
             if ep is not None:
+                views = version.sr.pool.views()
+                log = state.decision_log
                 version.sr.scheduler.pick_sent(
-                    version.routing, version.sr.pool.views(), key, now=state.clock()
+                    version.routing,
+                    views,
+                    key,
+                    now=state.clock(),
+                    on_decided=None
+                    if log is None
+                    else functools.partial(
+                        _log_asked_alone, log, obs.request_id, version, key, candidates=len(views)
+                    ),
                 )
         connected = True
         try:
@@ -1728,9 +1739,9 @@ async def _forward(
                 return obs.finish(prepared[0])
             return obs.finish(gateway_error("shutting_down", message, request_id=obs.request_id))
         finally:
-            if budgeted:
-                state.retry_budget.give_back()
-                budgeted = False
+            if budgeted is not None:
+                state.retry_budget.give_back(budgeted)
+                budgeted = None
             refused = refused_status(result)
             if ep is not None:
                 ep.completed(est_tokens)
@@ -1848,17 +1859,18 @@ async def _forward(
             break
         if attempt - searched >= state.runtime.settings.retry.attempts:
             break  # the retry policy's attempts (a search's candidates run past them)
-        if not _retrying(state, obs, charged or scheduler, result):
+        refusing_pool = charged or scheduler
+        if not _retrying(state, obs, refusing_pool, result):
             break
         if result is not None:
             refusal = result
-            budgeted = True
+            budgeted = refusing_pool  # _retrying took a place in its retry budget
             if plan.sr is not None and owner is plan.sr and plan.sr.pool.states.get(key) is ep:
                 unsent = key  # refused, so never prefilled there: its pick moves on (_sent_instead)
     if place is not None:
         place.release()
-    if budgeted:  # the retry's endpoint was gone before its attempt started
-        state.retry_budget.give_back()
+    if budgeted is not None:  # the retry's endpoint was gone before its attempt started
+        state.retry_budget.give_back(budgeted)
     if unsent is not None and plan.sr is not None:  # no attempt took it after that: nobody got it
         plan.sr.scheduler.release_dispatch(unsent, now=state.clock(), request_id=obs.key)
     if stalled is not None and (result is None or (result.status == 404 and not prepared)):
@@ -2487,6 +2499,29 @@ def _first_token_feedback(
     return heard
 
 
+def _log_asked_alone(
+    log: DecisionLog,
+    request_id: str,
+    version: _Version,
+    key: str,
+    decision: RoutingDecision,
+    *,
+    candidates: int,
+) -> None:
+    """Record in the decision log the pick among ``key`` alone that another canary version's pool
+    made for a continuation's search sending the request there (``asked_alone`` marks it; the
+    decision log's ``record``). Not timed: no decision was waited for, the pod was already chosen."""
+    log.record(
+        request_id=request_id,
+        scheduler=version.sr.spec.name,
+        model=version.model,
+        candidates=candidates,
+        decision=decision,
+        elapsed_s=None,
+        asked_alone=key,
+    )
+
+
 def _retrying(
     state: GatewayState, obs: RequestObserver, scheduler: str, result: ExchangeResult | None
 ) -> bool:
@@ -2494,15 +2529,21 @@ def _retrying(
     could be made) goes on to the next-best endpoint under ``spec.extensions.routing.retry``; a retry
     of an answered attempt takes a place in the retry budget (given back when its attempt ends).
     ``scheduler``: the pool of the endpoint that refused, the label the retry (or the budget's
-    overflow) is counted under - another canary version's in a continuation's search. The policy
-    and the budget are the gateway's, not a pool's."""
+    overflow) is counted under - another canary version's in a continuation's search - and the pool
+    whose budget it takes: a share of the requests in flight at that pool's pods (the refused one
+    included, its attempt having ended). The policy is the gateway's; the budget is per pool (since
+    session s50, :mod:`igw.gateway.retries`)."""
     policy = state.runtime.settings.retry
     condition = RetryCondition.CONNECT_FAILURE if result is None else retry_condition(result)
     if condition is None or not retried_for(condition, policy.retry_on):
         return False
-    if result is not None and not state.retry_budget.take(policy, requests_in_flight=len(state.inflight)):
-        obs.retry_overflowed(scheduler)
-        return False
+    if result is not None:
+        sr = state.runtime.schedulers.get(scheduler)
+        # summed on a refusal only: the request path keeps no per-pool count for it
+        in_flight = 1 + (sum(ep.inflight for ep in sr.pool.states.values()) if sr is not None else 0)
+        if not state.retry_budget.take(policy, scheduler, requests_in_flight=in_flight):
+            obs.retry_overflowed(scheduler)
+            return False
     obs.retrying(scheduler, condition.value, status=None if result is None else result.status)
     return True
 

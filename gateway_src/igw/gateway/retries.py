@@ -14,6 +14,14 @@ sent every request twice, which doubles its load exactly when it can least take 
 retry budget, retries of answered requests in flight at once are at most ``budgetPercent`` of the
 requests in flight, or ``minRetryConcurrency`` whatever the load. A connect failure is not budgeted:
 no model server saw the request, so its retry adds no work to any.
+
+The budget is a pool's (a scheduler's), as Envoy's is a cluster's: a pool's retries in flight are
+bounded by the requests in flight at that pool's pods. The load a budget protects is one fleet's,
+and a fleet's retries are caused by its own pods' refusals; until session s50 one budget bounded the
+whole process, and a pool refusing everything (a canary version's bad rollout, one model's pods all
+down) spent it on its own retries, so a healthy pool's transient refusal (one pod's 503) reached its
+client unretried. The cost: at low load every pool may have its ``minRetryConcurrency`` in flight
+at once - each fleet still sees no more than its own budget.
 """
 
 from __future__ import annotations
@@ -58,24 +66,41 @@ def retry_condition(result: ExchangeResult) -> RetryCondition | None:
 
 
 class RetryBudget:
-    """The retries of answered requests one gateway process has in flight (the module docstring)."""
+    """The retries of answered requests one gateway process has in flight, per pool (the module
+    docstring)."""
 
-    __slots__ = ("active",)
+    __slots__ = ("_active",)
 
     def __init__(self) -> None:
-        self.active = 0
-        """Retries taken and not yet given back (each covers one attempt after a refusal)."""
+        self._active: dict[str, int] = {}
+        """Per pool: retries taken and not yet given back (each covers one attempt after a refusal);
+        a pool with none has no entry, so pools a reload removed leave nothing behind."""
 
-    def take(self, policy: RetryPolicy, *, requests_in_flight: int) -> bool:
-        """Count one retry in if ``policy``'s budget allows it (the policy in force: a reload may
-        change it while retries are in flight), with ``requests_in_flight`` requests owed an answer
-        (the retrying one included); False, nothing counted, when it does not."""
+    @property
+    def active(self) -> int:
+        """Retries in flight, every pool's together."""
+        return sum(self._active.values())
+
+    def active_in(self, pool: str) -> int:
+        """Retries in flight charged to ``pool``."""
+        return self._active.get(pool, 0)
+
+    def take(self, policy: RetryPolicy, pool: str, *, requests_in_flight: int) -> bool:
+        """Count one retry in for ``pool`` (the pool whose pod refused) if ``policy``'s budget allows
+        it (the policy in force: a reload may change it while retries are in flight), with
+        ``requests_in_flight`` requests in flight at that pool (the retrying one included); False,
+        nothing counted, when it does not."""
         allowed = max(policy.min_retry_concurrency, requests_in_flight * policy.budget_percent // 100)
-        if self.active >= allowed:
+        active = self._active.get(pool, 0)
+        if active >= allowed:
             return False
-        self.active += 1
+        self._active[pool] = active + 1
         return True
 
-    def give_back(self) -> None:
-        """The retried attempt ended (whatever its outcome)."""
-        self.active -= 1
+    def give_back(self, pool: str) -> None:
+        """The retried attempt ``pool``'s budget counted ended (whatever its outcome)."""
+        left = self._active[pool] - 1
+        if left:
+            self._active[pool] = left
+        else:
+            del self._active[pool]

@@ -97,7 +97,7 @@ class GatewayState:
         self.inflight = InflightRequests()
         """Requests being forwarded, so a shutdown can wait for them and then end them cleanly."""
         self.retry_budget = RetryBudget()
-        """Retries of answered requests in flight (``spec.extensions.routing.retry``'s budget)."""
+        """Retries of answered requests in flight, per pool (``spec.extensions.routing.retry``'s budget)."""
         self.response_searches = ResponseSearches(per_scope=SEARCHES_PER_SCOPE)
         """Searches of the pods for a stored response no scheduler remembers: their bounds, a caller
         scope's ``SEARCHES_PER_SCOPE`` at most (since session s46)."""

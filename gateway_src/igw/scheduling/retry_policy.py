@@ -52,8 +52,9 @@ class RetryPolicy:
     """Tries per request, the first included (1: never retry)."""
     retry_on: frozenset[RetryCondition] = DEFAULT_RETRY_ON
     budget_percent: int = DEFAULT_RETRY_BUDGET_PERCENT
-    """Retries of answered requests in flight at once: at most this share of the requests in flight
-    (or ``min_retry_concurrency``, whichever is more). Connect failures are not budgeted."""
+    """A pool's retries of answered requests in flight at once: at most this share of the requests in
+    flight at its pods (or ``min_retry_concurrency``, whichever is more; per pool since session s50,
+    :mod:`igw.gateway.retries`). Connect failures are not budgeted."""
     min_retry_concurrency: int = DEFAULT_MIN_RETRY_CONCURRENCY
 
 

@@ -320,7 +320,13 @@ class Scheduler:
             self.pick_notes.add(now, self.ledger.name, key, now)
 
     def pick_sent(
-        self, request: RoutingRequest, endpoints: Sequence[EndpointView], key: EndpointKey, *, now: float
+        self,
+        request: RoutingRequest,
+        endpoints: Sequence[EndpointView],
+        key: EndpointKey,
+        *,
+        now: float,
+        on_decided: Callable[[RoutingDecision], None] | None = None,
     ) -> bool:
         """A request sent to ``key``, one of ``endpoints`` (this scheduler's pool), that no pick of
         this scheduler chose (a continuation's search asked a pod of another canary version's pool,
@@ -332,12 +338,18 @@ class Scheduler:
 
         ``False`` when the pick would not choose ``key`` (a filter or outlier detection leaves it
         out, or it is saturated): the ledger alone counts it, as :meth:`record_dispatch`. Taken back
-        like a pick, by :meth:`release_dispatch` with ``request.request_id``."""
+        like a pick, by :meth:`release_dispatch` with ``request.request_id``.
+
+        ``on_decided``: told that pick's decision, whatever it chose (the gateway's decision log
+        records it as the pick of a pod asked alone); not called when ``key`` is not in
+        ``endpoints``."""
         self.settle()
         only = [e for e in endpoints if e.key == key]
         if only:
             self._settle_later = False
             decision = self._pick(request, only, now=now, noted_alone=len(endpoints) > 1)
+            if on_decided is not None:
+                on_decided(decision)
             if decision.kind is DecisionKind.PICKED and decision.endpoint == key:
                 return True
         self.record_dispatch(key, now=now)
