@@ -117,6 +117,9 @@ class LaunchOptions:
     """Client timeouts and limits, and the shutdown timing: after SIGTERM ``/readyz`` answers 503
     for ``drain_s`` while requests are still served (so the load balancer stops routing here
     first), then no new connections, in-flight requests get ``stream_grace_s``, then the exit."""
+    limit_options: frozenset[str] = frozenset()
+    """The ``limits`` fields given on the command line: a hot reload's ``serverLimits`` does not
+    change them (``--max-body-bytes-held`` keeps the body budget where a reload would set it)."""
 
 
 def picker_configs_from_dir(config: GatewayConfig, directory: Path | None) -> PickerConfigs:
@@ -380,6 +383,7 @@ async def _serve(config: GatewayConfig, options: LaunchOptions, registry: Collec
             management_listener=options.management_port is not None,
             index_blocks=index_blocks,
             max_header_field_bytes=options.limits.max_header_field_bytes,
+            limit_options=options.limit_options,
         )
     except ValueError as exc:
         raise LaunchError(str(exc)) from exc

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from igw.addon import chart, pins
-from igw.config.restart_only import RESTART_ONLY
+from igw.config.restart_only import LIVE_SERVER_LIMITS, RESTART_ONLY, restart_digest
 from igw.operator.model_egress import model_server_rules
 from tests.operator.dataplane_support import K8S_VERSION
 
@@ -79,6 +79,27 @@ def test_a_change_the_hot_reload_applies_leaves_the_pod_template_alone() -> None
     before = _annotation(config)
     config["spec"]["schedulers"][0]["modelName"] = "another-model"
     assert _annotation(config) == before
+
+
+def test_a_body_budget_the_hot_reload_applies_leaves_the_pod_template_alone() -> None:
+    """``serverLimits.maxBodyBytesHeld`` is applied by the hot reload (since session s50): setting or
+    changing it rolls no pod, while the other ``serverLimits`` fields still do (as the operator's
+    :func:`restart_digest`)."""
+    config = _config()
+    plain = _annotation(config)
+    limits = config["spec"].setdefault("extensions", {}).setdefault("serverLimits", {})
+    limits["maxBodyBytesHeld"] = 2**20
+    assert _annotation(config) == plain
+    limits["maxBodyBytesHeld"] = 2**22
+    assert _annotation(config) == plain
+    limits["headerTimeout"] = "3s"
+    assert _annotation(config) not in (None, plain)
+    assert {"maxBodyBytesHeld"} == LIVE_SERVER_LIMITS  # the chart's helper omits this one
+    plain_limits = {"headerTimeout": "3s"}
+    assert restart_digest({"serverLimits": {**plain_limits, "maxBodyBytesHeld": 1}}) == restart_digest(
+        {"serverLimits": plain_limits}
+    )
+    assert restart_digest({"serverLimits": {"maxBodyBytesHeld": 1}}) is None
 
 
 def _egress_ports(config: dict[str, Any]) -> list[int]:

@@ -213,7 +213,7 @@ async def test_a_reload_that_raises_the_queue_rechecks_the_plan_and_warns(
         and "lower spec.extensions.flowControl.maxBytes" in w
         for w in warnings
     ), warnings
-    assert any("budgets keep their sizes from the start" in r.getMessage() for r in caplog.records)
+    assert any("the prefix index keeps its size from the start" in r.getMessage() for r in caplog.records)
 
     caplog.clear()
     _flow_config(path, {"maxBytes": 64 * MIB})  # back within the share: logged, no warning

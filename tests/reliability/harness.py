@@ -123,12 +123,13 @@ class ServedGateway:
 
 @contextlib.asynccontextmanager
 async def igw_serve(
-    tmp_path: Path, doc: Mapping[str, Any], endpoints: Sequence[str], *args: str
+    tmp_path: Path, doc: Mapping[str, Any], endpoints: Sequence[str], *args: str, reload: bool = False
 ) -> AsyncIterator[ServedGateway]:
-    """``igw serve`` on a free loopback port, ready; SIGTERM (then kill) on exit."""
+    """``igw serve`` on a free loopback port, ready; SIGTERM (then kill) on exit (``reload``: the
+    configuration file ``tmp_path/igwc.yaml`` is watched)."""
     config, eps = write_config(tmp_path, doc, endpoints)
     lines: list[str] = []
-    async with serve_process(config, eps, *args, on_line=lines.append) as process:
+    async with serve_process(config, eps, *args, on_line=lines.append, reload=reload) as process:
         yield ServedGateway(process, lines)
 
 

@@ -474,6 +474,7 @@ def _run(args: argparse.Namespace) -> int:
         reload=not args.no_reload,
         config_digest=config_digest,
         limits=limits,
+        limit_options=frozenset(f.name for f in fields(ServerLimits) if getattr(args, f.name) is not None),
         decision_debug=decision_debug,
         emf_interval_s=args.emf_interval if args.emf_interval > 0 else None,
         tracing=tracing,

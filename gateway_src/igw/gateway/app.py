@@ -287,6 +287,7 @@ def create_app(
     management_listener: bool = False,
     index_blocks: int | None = None,
     max_header_field_bytes: int | None = None,
+    limit_options: frozenset[str] = frozenset(),
     holds_refused: Counter | None = None,
 ) -> web.Application:
     """Build the gateway for ``config``.
@@ -310,6 +311,8 @@ def create_app(
     see :func:`igw.gateway.memory.memory_plan`).
     ``max_header_field_bytes``: the listener's header field limit (``ServerLimits``), fixed at start:
     a hot reload whose token cap it cannot carry is rejected (``None``: not checked).
+    ``limit_options``: the ``ServerLimits`` fields given on ``igw serve``'s command line, which a
+    reload's ``serverLimits`` does not change (``maxBodyBytesHeld``, the one it applies).
     ``management_listener``: ``/metrics``, the detailed ``/readyz`` and ``/debug/decisions`` are served
     by :func:`igw.gateway.management.management_app` on a port of their own, so this app keeps only
     ``/healthz`` and a ``/readyz`` without detail next to the inference routes.
@@ -400,6 +403,7 @@ def create_app(
                 guard_ready_timeout_s=guard_ready_timeout_s,
                 loaded_digest=config_digest,
                 max_header_field_bytes=max_header_field_bytes,
+                limit_options=limit_options,
             )
             if config_path is not None
             else None

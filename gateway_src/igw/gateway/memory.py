@@ -142,6 +142,22 @@ class MemoryPlan:
             queue_configured=queue_bytes is not None,
         )
 
+    def with_body(self, body_bytes: int | None) -> MemoryPlan:
+        """This (gateway) plan with the request-body budget a reloaded configuration sets
+        (``serverLimits.maxBodyBytesHeld``; ``None``: derived from the share as at start, with this
+        plan's queue). The prefix index keeps its size (fixed at start): a larger budget only makes
+        the parts full pass the share (:meth:`overcommit_warning`)."""
+        if body_bytes is None:
+            derived = memory_plan(
+                self.limit,
+                self.processes,
+                prefix_index=self.index_bytes != 0,
+                queue_bytes=self.queue_bytes if self.queue_configured else None,
+            )
+            body_bytes = derived.body_bytes
+            return replace(self, body_bytes=body_bytes, body_configured=False)
+        return replace(self, body_bytes=body_bytes, body_configured=True)
+
     def describe(self) -> str:
         """The plan in one line, for the start-up log."""
         share = (

@@ -39,14 +39,16 @@ import asyncio
 import contextlib
 import hashlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from igw.config.errors import ConfigError
 from igw.config.loader import load_gateway_config
 from igw.config.model import GatewayConfig
-from igw.config.restart_only import RESTART_ONLY, restart_only_values
+from igw.config.restart_only import LIVE_SERVER_LIMITS, RESTART_ONLY, SERVER_LIMITS, restart_only_values
 from igw.errors import IgwGatewayError
+from igw.gateway.body_budget import DEFAULT_BYTES as BODY_DEFAULT_BYTES
+from igw.gateway.body_budget import budget_meaning
 from igw.gateway.guards import GuardFactory, RequestGuard, guard_inputs
 from igw.gateway.limits_config import ServerLimitsError, reload_token_room_problem
 from igw.gateway.memory import configured_queue_bytes
@@ -98,8 +100,12 @@ class ConfigReloader:
         guard_ready_timeout_s: float = GUARD_READY_TIMEOUT_S,
         loaded_digest: str | None = None,
         max_header_field_bytes: int | None = None,
+        limit_options: frozenset[str] = frozenset(),
     ) -> None:
-        """``max_header_field_bytes``: the listener's header field limit, fixed at start; a reload whose
+        """``limit_options``: the ``ServerLimits`` fields given on ``igw serve``'s command line
+        (``--max-body-bytes-held``...): they win over the configuration at start, and so on reload.
+
+        ``max_header_field_bytes``: the listener's header field limit, fixed at start; a reload whose
         token cap it cannot carry is rejected (:func:`~igw.gateway.limits_config.reload_token_room_problem`).
         ``None``: not checked (no listener of igw's own, as in some tests).
 
@@ -116,6 +122,7 @@ class ConfigReloader:
         self.guard_factory = guard_factory
         self.guard_ready_timeout_s = guard_ready_timeout_s
         self.max_header_field_bytes = max_header_field_bytes
+        self.limit_options = limit_options
         self._digest = file_digest(path) if loaded_digest is None else loaded_digest
         self._task: asyncio.Task[None] | None = None
         self._nudged = asyncio.Event()
@@ -191,6 +198,7 @@ class ConfigReloader:
                 pickers = await asyncio.to_thread(self.load_picker_configs, config)
             new_guard = await self._next_guard(config)
             before = restart_only_values(self.state.runtime.config.extensions)
+            body_before = _stated_body_bytes(self.state.runtime.config)
             self.state.apply_config(config, picker_configs=pickers)
         except PickerReadPending:
             # A follower's check ran ahead of worker 0's read of this file: not a change yet; worker
@@ -217,7 +225,7 @@ class ConfigReloader:
         if not self.follows:  # worker 0 of a group logs them, not every worker once more
             for note in config.notes:
                 log.warning("%s", note)
-        self._recheck_memory(config)
+        self._recheck_memory(config, body_before)
         after = restart_only_values(config.extensions)
         for name, running in RESTART_ONLY.items():
             if after.get(name) == before.get(name):
@@ -225,33 +233,67 @@ class ConfigReloader:
             if after.get(name) == self._started_with.get(name):
                 log.info("spec.extensions.%s is back to what this process runs with", name)
             else:
-                log.warning("spec.extensions.%s changed: %s until igw serve restarts", name, running)
+                log.warning(
+                    "spec.extensions.%s changed%s: %s until igw serve restarts",
+                    name,
+                    _changed_fields(before.get(name), after.get(name)),
+                    running,
+                )
         return True
 
-    def _recheck_memory(self, config: GatewayConfig) -> None:
-        """Re-check the memory plan against the applied configuration's ``flowControl.maxBytes``
-        (the queue is the one part a reload sizes): the new plan is logged, and WARNED when its parts
-        full pass the process's share. Only the queue changes; the prefix index and body budgets
-        keep the sizes they got at start (until session s48's second round a reload that raised
-        ``maxBytes`` changed nothing here and said nothing)."""
+    def _recheck_memory(self, config: GatewayConfig, body_before: int | None) -> None:
+        """Apply the reloaded request-body budget (``serverLimits.maxBodyBytesHeld``,
+        ``body_before``: the running configuration's, ``None`` when derived) and re-check the memory
+        plan against it and ``flowControl.maxBytes``: the new plan is logged, and WARNED when its
+        parts full pass the process's share. The prefix index keeps the size it got at start.
+
+        The budget is the counter every request's handler reads (:mod:`igw.gateway.body_budget`), so
+        the new limit holds from the next body on: lowered below what uploads in progress hold, they
+        keep their bytes and finish (a chunked one's next chunk is held to the new bound, as to the
+        old) while new bodies are answered 503 ``server_busy`` until the bytes held fit under it;
+        raised, the next body is admitted (there is no queue of refused bodies: each was answered
+        with ``Retry-After``). A ``--max-body-bytes-held`` given on the command line wins, as at
+        start. Until session s50 the budget kept its start value, and the reload only WARNED that
+        ``serverLimits`` needed a restart."""
+        budget = self.state.body_budget
+        body = _stated_body_bytes(config)
+        fixed = "max_body_bytes_held" in self.limit_options
+        if fixed and body != body_before and not self.follows:
+            log.warning(
+                "spec.extensions.serverLimits.maxBodyBytesHeld changed, but --max-body-bytes-held given to "
+                "igw serve wins: request bodies held at once stay at most %d bytes",
+                budget.limit,
+            )
         plan = self.state.memory_plan
-        if plan is None:
-            return
-        new = plan.with_queue(configured_queue_bytes(config.stated_extensions.get(FLOW_EXTENSION)))
-        if new == plan:
-            return
-        self.state.memory_plan = new
-        # Turning flow control on with maxBytes unset reserves nothing new: only a new size is
-        # news. Worker 0 of a group logs it, not every worker once more.
-        if new.queue_bytes == plan.queue_bytes or self.follows:
-            return
-        log.info(
-            "%s (flowControl.maxBytes reloaded; the prefix index and body budgets keep their sizes "
-            "from the start until igw serve restarts)",
-            new.describe(),
-        )
-        if (overcommit := new.overcommit_warning()) is not None:
-            log.warning("%s", overcommit)
+        was = budget.limit
+        if plan is None:  # no memory plan (an app without igw serve): the stated value, else the default
+            if not fixed and body != body_before:
+                budget.limit = BODY_DEFAULT_BYTES if body is None else body
+        else:
+            new = plan.with_queue(configured_queue_bytes(config.stated_extensions.get(FLOW_EXTENSION)))
+            if not fixed and body != body_before:  # a queue-only change leaves the budget as it is
+                new = new.with_body(body)
+            if new == plan:
+                return
+            self.state.memory_plan = new
+            budget.limit = new.body_bytes
+            # Turning flow control on with maxBytes unset reserves nothing new: only a new size is
+            # news. Worker 0 of a group logs it, not every worker once more.
+            if (new.queue_bytes, new.body_bytes) != (plan.queue_bytes, plan.body_bytes) and not self.follows:
+                log.info(
+                    "%s (reloaded; the prefix index keeps its size from the start until igw serve restarts)",
+                    new.describe(),
+                )
+                if (overcommit := new.overcommit_warning()) is not None:
+                    log.warning("%s", overcommit)
+        if budget.limit != was and not self.follows:
+            log.info(
+                "request bodies held at once: at most %d bytes from now on (was %d; %s, reloaded): %s",
+                budget.limit,
+                was,
+                "serverLimits.maxBodyBytesHeld" if body is not None else "derived",
+                budget_meaning(budget.limit),
+            )
 
     async def _next_guard(self, config: GatewayConfig) -> RequestGuard | None:
         """A started, ready guard for ``config``, or ``None`` when the running one still fits."""
@@ -298,3 +340,23 @@ class ConfigReloader:
         self.state.metrics.config_reload_ok.set(0)
         log.error("configuration reload rejected, the running configuration stays: %s", message)
         return False
+
+
+def _stated_body_bytes(config: GatewayConfig) -> int | None:
+    """``spec.extensions.serverLimits.maxBodyBytesHeld`` of ``config``; ``None`` when 0 or unset
+    (derived from the memory plan)."""
+    limits = config.extensions.get(SERVER_LIMITS)
+    value = limits.get("maxBodyBytesHeld") if isinstance(limits, Mapping) else None
+    return int(value) if value else None
+
+
+def _changed_fields(before: object, after: object) -> str:
+    """`` (headerTimeout, maxConnections)``: the fields of an extension a reload changed, for its
+    restart-required WARNING (``""`` when it is not a mapping on both sides: added or removed).
+    ``serverLimits``' :data:`LIVE_SERVER_LIMITS` are applied, and left out by the caller already."""
+    if not isinstance(before, Mapping) or not isinstance(after, Mapping):
+        return ""
+    keys = sorted(
+        k for k in {*before, *after} if before.get(k) != after.get(k) and k not in LIVE_SERVER_LIMITS
+    )
+    return f" ({', '.join(keys)})" if keys else ""

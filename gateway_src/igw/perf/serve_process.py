@@ -53,12 +53,18 @@ async def _pump(stream: asyncio.StreamReader, on_line: Callable[[str], object]) 
 
 @contextlib.asynccontextmanager
 async def serve_process(
-    config: Path, endpoints: Path, *args: str, on_line: Callable[[str], object], ready: bool = True
+    config: Path,
+    endpoints: Path,
+    *args: str,
+    on_line: Callable[[str], object],
+    ready: bool = True,
+    reload: bool = False,
 ) -> AsyncIterator[ServeProcess]:
-    """Run ``igw serve --config CONFIG --endpoints ENDPOINTS ARGS...`` on ``127.0.0.1``, port 0."""
+    """Run ``igw serve --config CONFIG --endpoints ENDPOINTS ARGS...`` on ``127.0.0.1``, port 0
+    (``--no-reload`` unless ``reload``: the configuration file is then watched)."""
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "igw.cli.main", "serve", "--config", str(config), "--endpoints", str(endpoints),
-        "--host", "127.0.0.1", "--port", "0", "--no-reload", *args,
+        "--host", "127.0.0.1", "--port", "0", *([] if reload else ["--no-reload"]), *args,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     if proc.stdout is None or proc.stderr is None:

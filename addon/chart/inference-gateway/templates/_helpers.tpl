@@ -191,14 +191,19 @@ kept and the grace period raised to cover it. */}}
 Gateway mode: a digest of the served configuration igw serve reads only when it starts
 (igw.config.restart_only.RESTART_ONLY: serverLimits, tlsTermination, management, globalHeartbeat),
 empty when none is set. On the pod template, so a helm upgrade that changes one rolls the pods; a hot
-reload would keep the running values. tests/addon/test_chart_served_config.py keeps the list equal to
-the Python one.
+reload would keep the running values. serverLimits.maxBodyBytesHeld is left out: the hot reload
+applies it (LIVE_SERVER_LIMITS). tests/addon/test_chart_served_config.py keeps the lists equal to
+the Python ones.
 */}}
 {{- define "igw.restartConfig" -}}
 {{- $extensions := (include "igw.configSpec" . | fromYaml).extensions | default dict }}
 {{- $restart := dict }}
 {{- range $name := list "serverLimits" "tlsTermination" "management" "globalHeartbeat" }}
 {{- if hasKey $extensions $name }}{{- $_ := set $restart $name (get $extensions $name) }}{{- end }}
+{{- end }}
+{{- if kindIs "map" $restart.serverLimits }}
+{{- $limits := omit $restart.serverLimits "maxBodyBytesHeld" }}
+{{- if $limits }}{{- $_ := set $restart "serverLimits" $limits }}{{- else }}{{- $_ := unset $restart "serverLimits" }}{{- end }}
 {{- end }}
 {{- if $restart }}{{- toJson $restart | sha256sum | trunc 16 }}{{- end }}
 {{- end }}
