@@ -78,8 +78,8 @@ def test_the_election_durations_reach_the_operators_settings() -> None:
 @pytest.mark.parametrize(
     ("flags", "named"),
     [
-        (["--renew-deadline", "8"], "--lease-duration (8) must exceed --renew-deadline (8)"),
-        (["--retry-period", "5"], "--renew-deadline (5) must exceed 1.2 x --retry-period (5)"),
+        (["--renew-deadline", "15"], "--lease-duration (15) must exceed --renew-deadline (15)"),
+        (["--retry-period", "9"], "--renew-deadline (10) must exceed 1.2 x --retry-period (9)"),
         (
             ["--lease-duration", "10", "--renew-deadline", "12", "--retry-period", "10"],
             "--renew-deadline (12) must exceed 1.2 x --retry-period (10); "

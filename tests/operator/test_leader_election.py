@@ -20,7 +20,13 @@ from typing import Any
 import pytest
 
 from igw.operator import runner
-from igw.operator.election import LIBRARY_LOGGER, ElectionSettings, LeaseElection
+from igw.operator.election import (
+    DEFAULT_LEASE_DURATION_S,
+    DEFAULT_RETRY_PERIOD_S,
+    LIBRARY_LOGGER,
+    ElectionSettings,
+    LeaseElection,
+)
 from igw.operator.kube import FIELD_MANAGER, Kube, NotLeading
 from igw.operator.reconcile import Reconciler
 from tests.fakes.kube_api import FakeKubeApiServer
@@ -33,9 +39,6 @@ from tests.operator.harness import (
     wait_for,
     write_latest,
 )
-
-LEASE_DURATION_S = 8
-RETRY_PERIOD_S = 2
 
 
 def _start(kubeconfig: Path, identity: str, log: Path) -> subprocess.Popen[bytes]:
@@ -111,7 +114,8 @@ def test_one_operator_acts_and_the_other_takes_over(
     )
     takeover_s = (_time(lease["acquireTime"]) - last_renewal).total_seconds()
     print(f"lease taken over {takeover_s:.1f} s after the dead leader's last renewal")
-    assert takeover_s <= 15
+    # the lease duration, then at most a retry period until the standby's next try (and its slack)
+    assert takeover_s <= DEFAULT_LEASE_DURATION_S + DEFAULT_RETRY_PERIOD_S + 5
 
     cluster.add(igwc("second", model="mistral", app="mistral"))
     wait_condition(cluster, "second", "GatewayProgrammed", timeout=60)
@@ -124,9 +128,9 @@ def test_a_leader_stopped_with_sigterm_hands_the_lease_over_at_once(
     cluster: FakeKubeApiServer, operators: dict[str, subprocess.Popen[bytes]], tmp_path: Path
 ) -> None:
     """A rolling update of the operator stops the leader with SIGTERM. It kept its Lease, so the
-    standby took over only once the lease expired (8 s plus a retry after the last renewal) and nothing
-    reconciled meanwhile. Now the leader releases it as it stops, and the standby leads at its next
-    try; objects created meanwhile are programmed by it."""
+    standby took over only once the lease expired (the lease duration plus a retry after the last
+    renewal) and nothing reconciled meanwhile. Now the leader releases it as it stops, and the
+    standby leads at its next try; objects created meanwhile are programmed by it."""
     holder = wait_for(lambda: _lease(cluster).get("holderIdentity"), timeout=60, what="a lease holder")
     standby = "beta" if holder == "alpha" else "alpha"
     cluster.add(igwc("chat"))
@@ -148,8 +152,8 @@ def test_a_leader_stopped_with_sigterm_hands_the_lease_over_at_once(
     )
     # Released as it exits, the lease is taken at the standby's next try (a retry period at most);
     # kept, it is taken only once it expires (the lease duration after the last renewal).
-    assert takeover_s <= stop_s + RETRY_PERIOD_S + 1.5
-    assert takeover_s < LEASE_DURATION_S
+    assert takeover_s <= stop_s + DEFAULT_RETRY_PERIOD_S + 1.5
+    assert takeover_s < DEFAULT_LEASE_DURATION_S
     log = (tmp_path / f"{holder}.log").read_text(encoding="utf-8", errors="replace")
     assert f"{holder}: released Lease default/igw-operator" in log, log[-3000:]
 
@@ -392,23 +396,26 @@ def _config_map(name: str) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": "default"}}
 
 
+@pytest.mark.parametrize("settings", [{**FAST, "lease_duration_s": 6}, {}], ids=["short", "defaults"])
 def test_a_leader_cut_off_from_the_api_server_steps_down_and_writes_nothing_after(
-    cluster: FakeKubeApiServer, caplog: pytest.LogCaptureFixture
+    cluster: FakeKubeApiServer, caplog: pytest.LogCaptureFixture, settings: dict[str, int]
 ) -> None:
     """A leader whose requests get no answer (a partition; the standby still reaches the API server):
     the library's lock catches only ``ApiException``, so the connection error ended the election
     thread, the leader never stepped down, and once the network healed it wrote beside the new leader
     (27 writes in 10 s, measured with two processes). It now steps down within the renew deadline,
-    before its lease could be taken, and writes nothing after the partition heals. The lease lasts
-    6 s here, so the step-down (about 2 s after the last renewal) and the lease's end are 4 s apart."""
-    settings = {**FAST, "lease_duration_s": 6}
+    before its lease could be taken, and writes nothing after the partition heals: with a 6 s lease
+    the step-down (about 2 s after the last renewal) and the lease's end are 4 s apart; at the
+    defaults (:data:`~igw.operator.election.DEFAULT_RENEW_DEADLINE_S`), which ride out hung
+    renewals, 10 s and 15 s."""
+    lease_duration_s = settings.get("lease_duration_s", DEFAULT_LEASE_DURATION_S)
 
     async def main() -> tuple[bool, bool]:
         election = await _leader(cluster, "cut", settings)
         kube = Kube(cluster.api_client(token="cut"), fence=election.acting, threads=1)
         cluster.cut_off("cut")
         watching = asyncio.ensure_future(election.watch())
-        await asyncio.wait_for(election.lost.wait(), 3 * settings["lease_duration_s"])
+        await asyncio.wait_for(election.lost.wait(), 3 * lease_duration_s)
         lease = _lease(cluster)  # the last renewal that reached the API server
         expires = _time(lease["renewTime"]) + timedelta(seconds=lease["leaseDurationSeconds"])
         unexpired = lease["holderIdentity"] == "cut" and datetime.now(UTC) < expires
@@ -506,6 +513,45 @@ def test_a_leader_whose_renewals_hang_steps_down_at_its_renew_deadline(cluster: 
     # the renew loop tried again (the hung call ended by its timeout) until it gave up; without the
     # timeout its first renewal waited for ever
     assert calls >= 2, calls
+
+
+@pytest.mark.parametrize("hung_tries", [1, 2])
+def test_a_leader_at_the_default_durations_rides_out_hung_renewals(
+    cluster: FakeKubeApiServer, hung_tries: int
+) -> None:
+    """One black-holed Lease call made the leader step down for good (exit 3) at the default 8 / 5 / 2 s:
+    the fence counts from the start of the last good try, the hung try starts a retry period after it
+    and fails 1.5 s later (its call timeout), the next comes a retry period after that: 5.5 s, past the
+    5 s renew deadline, though the next try renewed and the 8 s lease never lapsed. At the defaults it
+    now rides out two hung tries in a row (:class:`~igw.operator.election.ElectionSettings`)."""
+
+    async def main() -> tuple[bool, bool, bool]:
+        election = await _leader(cluster, "flaky", {})
+        watching = asyncio.ensure_future(election.watch())  # steps down at any lapse of the fence
+        since = len(cluster.callers)
+        await asyncio.to_thread(wait_for, lambda: _writes_by(cluster, "flaky", since), what="a renewal")
+        since = len(cluster.callers)
+        cluster.hang("flaky")  # the next try (a retry period after that renewal) hangs
+        await asyncio.to_thread(
+            wait_for,
+            lambda: _calls_by(cluster, "flaky", since) >= hung_tries or election.lost.is_set(),
+            what="the hung tries",
+        )
+        cluster.reconnect("flaky")
+        since = len(cluster.callers)
+        # two renewals after the reconnect: the first one has returned (and renewed the fence)
+        await asyncio.to_thread(
+            wait_for,
+            lambda: len(_writes_by(cluster, "flaky", since)) >= 2 or election.lost.is_set(),
+            what="renewals after the hang",
+        )
+        acting, lost, watched_on = election.acting(), election.lost.is_set(), not watching.done()
+        watching.cancel()
+        election.stop()
+        return acting, lost, watched_on
+
+    acting, lost, watched_on = asyncio.run(main())
+    assert (acting, lost, watched_on) == (True, False, True)
 
 
 def test_a_leader_stopped_while_its_lease_calls_hang_stops_promptly(cluster: FakeKubeApiServer) -> None:

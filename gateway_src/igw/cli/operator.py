@@ -243,17 +243,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     election.add_argument(
         "--lease-duration",
         type=LEASE_DURATION,
-        default=8,
+        default=15,
         metavar="S",
-        help="a standby takes a dead leader's Lease this long after its last renewal (default 8)",
+        help="a standby takes a dead leader's Lease this long after its last renewal (default 15)",
     )
     election.add_argument(
         "--renew-deadline",
         type=RENEW_DEADLINE,
-        default=5,
+        default=10,
         metavar="S",
         help="the leader steps down (and exits 3) when its last successful renewal began this long ago; "
-        "below --lease-duration, above 1.2 x --retry-period (default 5)",
+        "below --lease-duration, above 1.2 x --retry-period (default 10: two hung Lease calls in a row "
+        "are ridden out)",
     )
     election.add_argument(
         "--retry-period",

@@ -9,7 +9,7 @@ tries to lead again in this process: it exits so Kubernetes restarts it as a fre
 
 On a graceful stop the leader gives its Lease up (:meth:`LeaseElection.release`, what client-go's
 ``ReleaseOnCancel`` does): without it, a rolling update of the operator left nothing reconciling
-until the stopped leader's lease expired (the lease duration plus a retry, about 10 s). The client
+until the stopped leader's lease expired (the lease duration plus a retry, about 17 s). The client
 library has no release, so every Lease write of the election goes through :class:`_ReleasableLock`,
 which refuses to write once the release began: the renew loop, which runs on until the process
 exits, can then neither renew nor take the lease back.
@@ -76,9 +76,17 @@ def quiet_repeated_library_lines() -> None:
         library.addFilter(_RepeatFilter())
 
 
-DEFAULT_LEASE_DURATION_S: Final = 8
-DEFAULT_RENEW_DEADLINE_S: Final = 5
+DEFAULT_LEASE_DURATION_S: Final = 15
+DEFAULT_RENEW_DEADLINE_S: Final = 10
 DEFAULT_RETRY_PERIOD_S: Final = 2
+"""client-go's defaults. The arithmetic (retry r = 2 s, each Lease call bounded by t = 0.75 r = 1.5 s):
+the fence (:meth:`LeaseElection.acting`) counts the renew deadline from the start of the last good try;
+the next try starts r after it, and each hung try costs t + r, so k hung tries in a row end at
+r + k (t + r): 5.5 s for one, 9 s for two, both below the 10 s renew deadline, so the try after them
+renews in time (12.5 s for three: the leader steps down). A try that fails at once costs r: four in a
+row are ridden out. The fence stays 5 s below the 15 s lease, which a standby takes no earlier than
+the lease duration after it saw the last renewal. At 8 / 5 / 2 one hung try (5.5 s) made the leader
+step down for good (exit 3) though its next try would have renewed and the lease never lapsed."""
 
 
 @dataclass(frozen=True, slots=True)
