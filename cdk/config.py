@@ -484,6 +484,29 @@ def _instance_type_problems(doc: Mapping[str, Any]) -> list[str]:
     return problems
 
 
+S3_RESERVED_PREFIXES: Final = ("xn--", "sthree-", "amzn-s3-demo-")
+S3_RESERVED_SUFFIXES: Final = ("-s3alias", "--ol-s3", ".mrap", "--x-s3", "--table-s3")
+"""What S3's bucket naming rules reserve beyond the schema's characters and length."""
+
+
+def _bucket_problems(doc: Mapping[str, Any]) -> list[str]:
+    """``platform.modelBuckets`` names no bucket can have (``a..b``, ``192.168.1.1``, a reserved prefix
+    or suffix): they matched the schema's characters and were granted in the S3 CSI driver's role
+    without a word (before session s50), a grant on a bucket that cannot exist."""
+    problems: list[str] = []
+    for i, name in enumerate(doc.get("platform", {}).get("modelBuckets", [])):
+        why = None
+        if ".." in name:
+            why = "two adjacent periods"
+        elif re.fullmatch(r"[0-9]{1,3}(\.[0-9]{1,3}){3}", name):
+            why = "the form of an IP address"
+        elif name.startswith(S3_RESERVED_PREFIXES) or name.endswith(S3_RESERVED_SUFFIXES):
+            why = "a prefix or suffix S3 reserves"
+        if why is not None:
+            problems.append(f"platform.modelBuckets[{i}]: {name!r} is not an S3 bucket name ({why})")
+    return problems
+
+
 def _endpoint_problems(doc: Mapping[str, Any]) -> list[str]:
     """An endpoint name ACM cannot put in a certificate: ``recordName.zoneName`` over 64 characters
     ended synthesis in a jsii traceback (``Domain name must be 64 characters or less``)."""
@@ -608,6 +631,7 @@ def _semantic_problems(doc: Mapping[str, Any]) -> list[str]:
     problems += aws_tags.problems(doc.get("tags", {}))
     problems += _platform_problems(doc)
     problems += _instance_type_problems(doc)
+    problems += _bucket_problems(doc)
     problems += _endpoint_problems(doc)
     problems += _ip_family_problems(doc)
     cluster = doc.get("cluster", {})

@@ -503,3 +503,25 @@ def test_instance_group_labels_hyperpod_refuses_are_refused(
     assert expected in problem
     example["hyperpod"]["instanceGroups"][0]["labels"] = {"example.com/pool": "gpu-a", "tier": ""}
     config.parse(example)
+
+
+@pytest.mark.parametrize(
+    ("bucket", "why"),
+    [
+        ("a..b", "two adjacent periods"),
+        ("192.168.1.1", "the form of an IP address"),
+        ("xn--weights", "a prefix or suffix S3 reserves"),
+        ("weights-s3alias", "a prefix or suffix S3 reserves"),
+    ],
+)
+def test_model_buckets_no_bucket_can_be_named_are_refused(
+    example: dict[str, Any], bucket: str, why: str
+) -> None:
+    """Session s50: these matched the schema's characters and were granted in the S3 CSI driver's role,
+    a grant on a bucket that cannot exist, with no word."""
+    example["platform"]["modelBuckets"] = ["my-model-weights", bucket]
+    with pytest.raises(config.DeploymentConfigError) as refused:
+        config.parse(example)
+    assert refused.value.problems == [
+        f"platform.modelBuckets[1]: {bucket!r} is not an S3 bucket name ({why})"
+    ]
