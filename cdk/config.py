@@ -10,6 +10,8 @@ configuration schema, and the ``InferenceGatewayConfig`` with the project's own 
 
 from __future__ import annotations
 
+import difflib
+import functools
 import hashlib
 import ipaddress
 import json
@@ -431,6 +433,80 @@ def _platform_problems(doc: Mapping[str, Any]) -> list[str]:
     return problems
 
 
+@functools.cache
+def known_instance_types(service: str, shape: str) -> frozenset[str]:
+    """The instance types an AWS API accepts, from botocore's offline model of it (``sagemaker``
+    ``ClusterInstanceType`` for HyperPod, ``ec2`` ``InstanceType`` for the system node group)."""
+    import botocore.session  # imported here: the EC2 model is large, and only a config with a type needs it
+
+    model = botocore.session.Session().get_service_model(service)
+    return frozenset(model.shape_for(shape).enum)
+
+
+def _unknown_instance_type(where: str, value: str, known: frozenset[str], what: str) -> str:
+    import botocore
+
+    close = difflib.get_close_matches(value, sorted(known), n=1)
+    guess = f"; did you mean {close[0]}?" if close else ""
+    return (
+        f"{where}: {value} is not {what} (botocore {botocore.__version__} lists {len(known)}){guess} A type "
+        "newer than that botocore needs a newer one (pip install -U botocore)"
+    )
+
+
+def _instance_type_problems(doc: Mapping[str, Any]) -> list[str]:
+    """Instance types that match the schema's shape but that no AWS API accepts (``ml.p5.48xlarg``,
+    ``m6i.huge``): accepted and synthesized until session s50, they failed only at deploy time, the
+    HyperPod cluster's after the VPC and the EKS cluster had been created."""
+    problems: list[str] = []
+    groups = (doc.get("hyperpod") or {}).get("instanceGroups", [])
+    if groups and "existingCluster" not in doc:
+        hyperpod_types = known_instance_types("sagemaker", "ClusterInstanceType")
+        problems += [
+            _unknown_instance_type(
+                f"hyperpod.instanceGroups[{i}].instanceType",
+                group["instanceType"],
+                hyperpod_types,
+                "a HyperPod instance type",
+            )
+            for i, group in enumerate(groups)
+            if group["instanceType"] not in hyperpod_types
+        ]
+    system = doc.get("cluster", {}).get("systemNodes", {}).get("instanceType")
+    if system is not None and "existingCluster" not in doc:
+        ec2_types = known_instance_types("ec2", "InstanceType")
+        if system not in ec2_types:
+            problems.append(
+                _unknown_instance_type(
+                    "cluster.systemNodes.instanceType", system, ec2_types, "an EC2 instance type"
+                )
+            )
+    return problems
+
+
+S3_RESERVED_PREFIXES: Final = ("xn--", "sthree-", "amzn-s3-demo-")
+S3_RESERVED_SUFFIXES: Final = ("-s3alias", "--ol-s3", ".mrap", "--x-s3", "--table-s3")
+"""What S3's bucket naming rules reserve beyond the schema's characters and length."""
+
+
+def _bucket_problems(doc: Mapping[str, Any]) -> list[str]:
+    """``platform.modelBuckets`` names no bucket can have (``a..b``, ``192.168.1.1``, a reserved prefix
+    or suffix): they matched the schema's characters and were granted in the S3 CSI driver's role
+    without a word (before session s50), a grant on a bucket that cannot exist."""
+    problems: list[str] = []
+    for i, name in enumerate(doc.get("platform", {}).get("modelBuckets", [])):
+        why = None
+        if ".." in name:
+            why = "two adjacent periods"
+        elif re.fullmatch(r"[0-9]{1,3}(\.[0-9]{1,3}){3}", name):
+            why = "the form of an IP address"
+        elif name.startswith(S3_RESERVED_PREFIXES) or name.endswith(S3_RESERVED_SUFFIXES):
+            why = "a prefix or suffix S3 reserves"
+        if why is not None:
+            problems.append(f"platform.modelBuckets[{i}]: {name!r} is not an S3 bucket name ({why})")
+    return problems
+
+
 def _endpoint_problems(doc: Mapping[str, Any]) -> list[str]:
     """An endpoint name ACM cannot put in a certificate: ``recordName.zoneName`` over 64 characters
     ended synthesis in a jsii traceback (``Domain name must be 64 characters or less``)."""
@@ -554,6 +630,8 @@ def _semantic_problems(doc: Mapping[str, Any]) -> list[str]:
     problems: list[str] = _network_problems(doc)
     problems += aws_tags.problems(doc.get("tags", {}))
     problems += _platform_problems(doc)
+    problems += _instance_type_problems(doc)
+    problems += _bucket_problems(doc)
     problems += _endpoint_problems(doc)
     problems += _ip_family_problems(doc)
     cluster = doc.get("cluster", {})

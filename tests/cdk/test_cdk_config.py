@@ -433,3 +433,95 @@ def test_operator_mode_takes_the_gateway_values_its_operator_hands_on(example: d
         "inference.addon.configurationValues.resources: has no effect with the chart's mode operator"
         in str(refused.value)
     )
+
+
+@pytest.mark.parametrize(
+    ("where", "value", "expected"),
+    [
+        (
+            ("hyperpod", "instanceGroups", 0, "instanceType"),
+            "ml.p5.48xlarg",
+            "hyperpod.instanceGroups[0].instanceType: ml.p5.48xlarg is not a HyperPod instance type "
+            "(botocore ",
+        ),
+        (
+            ("cluster", "systemNodes", "instanceType"),
+            "m6i.huge",
+            "cluster.systemNodes.instanceType: m6i.huge is not an EC2 instance type (botocore ",
+        ),
+    ],
+)
+def test_an_instance_type_no_aws_api_accepts_is_refused(
+    example: dict[str, Any], where: tuple[Any, ...], value: str, expected: str
+) -> None:
+    """Session s50: a mistyped instance type matched the schema's shape, was synthesized, and failed
+    only at deploy time (the HyperPod cluster's after the VPC and the EKS cluster existed). Checked
+    against botocore's models of the two APIs, with the nearest known type suggested."""
+    node: Any = example
+    for key in where[:-1]:
+        node = node[key]
+    node[where[-1]] = value
+    with pytest.raises(config.DeploymentConfigError) as refused:
+        config.parse(example, source="deploy.yaml")
+    assert len(refused.value.problems) == 1
+    assert refused.value.problems[0].startswith(expected)
+    assert "did you mean " in refused.value.problems[0]
+
+
+@pytest.mark.parametrize("instance_type", ["ml.p6-b200.48xlarge", "ml.p6e-gb200.36xlarge"])
+def test_hyperpod_instance_types_with_a_hyphenated_family_are_accepted(
+    example: dict[str, Any], instance_type: str
+) -> None:
+    """HyperPod's B200 and GB200 types have a hyphen in their family; until session s50 the schema's
+    ``ml.<family>.<size>`` pattern allowed none there and refused them."""
+    example["hyperpod"]["instanceGroups"][0]["instanceType"] = instance_type
+    parsed = config.parse(example)
+    assert parsed.hyperpod is not None
+    assert parsed.hyperpod.instance_groups[0].instance_type == instance_type
+
+
+@pytest.mark.parametrize(
+    ("labels", "expected"),
+    [
+        ({"bad key": "x"}, "must be a Kubernetes label key"),
+        ({"example.com/pool": "has space"}, "must be a Kubernetes label value"),
+        ({"pool": "-dash"}, "must be a Kubernetes label value"),
+        ({f"k{i}": "v" for i in range(51)}, "has too many properties"),
+    ],
+)
+def test_instance_group_labels_hyperpod_refuses_are_refused(
+    example: dict[str, Any], labels: dict[str, str], expected: str
+) -> None:
+    """Node labels go to HyperPod's ``KubernetesConfig.Labels`` as they are; until session s50 any key
+    and any value of at most 63 characters was accepted and synthesized, and SageMaker refused the
+    cluster at deploy time."""
+    example["hyperpod"]["instanceGroups"][0]["labels"] = labels
+    with pytest.raises(config.DeploymentConfigError) as refused:
+        config.parse(example)
+    (problem,) = refused.value.problems
+    assert problem.startswith("hyperpod.instanceGroups[0].labels")
+    assert expected in problem
+    example["hyperpod"]["instanceGroups"][0]["labels"] = {"example.com/pool": "gpu-a", "tier": ""}
+    config.parse(example)
+
+
+@pytest.mark.parametrize(
+    ("bucket", "why"),
+    [
+        ("a..b", "two adjacent periods"),
+        ("192.168.1.1", "the form of an IP address"),
+        ("xn--weights", "a prefix or suffix S3 reserves"),
+        ("weights-s3alias", "a prefix or suffix S3 reserves"),
+    ],
+)
+def test_model_buckets_no_bucket_can_be_named_are_refused(
+    example: dict[str, Any], bucket: str, why: str
+) -> None:
+    """Session s50: these matched the schema's characters and were granted in the S3 CSI driver's role,
+    a grant on a bucket that cannot exist, with no word."""
+    example["platform"]["modelBuckets"] = ["my-model-weights", bucket]
+    with pytest.raises(config.DeploymentConfigError) as refused:
+        config.parse(example)
+    assert refused.value.problems == [
+        f"platform.modelBuckets[1]: {bucket!r} is not an S3 bucket name ({why})"
+    ]
