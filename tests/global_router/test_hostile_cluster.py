@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator
 
 import orjson
@@ -174,3 +175,51 @@ async def test_a_body_shorter_than_its_length_is_a_502_naming_the_cluster_and_re
         assert head.startswith(b"HTTP/1.1 200 "), head
         assert b"x-igw-cluster: west-a" in head.lower()
         assert body == BODY
+
+
+NOT_ANSWERS = {
+    "204": b"HTTP/1.1 204 No Content\r\n\r\n",
+    "304": b"HTTP/1.1 304 Not Modified\r\nContent-Type: application/json\r\n\r\n",
+    "empty-200": b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 0\r\n\r\n",
+    "text-200": b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 5\r\n\r\nhello",
+}
+
+
+@pytest.mark.parametrize("answer", list(NOT_ANSWERS))
+async def test_a_clusters_answer_that_cannot_be_a_completion_is_tried_at_the_next_cluster(
+    caplog: pytest.LogCaptureFixture, answer: str
+) -> None:
+    """A cluster's 204 or 304, or a whole 200 that is no JSON object (empty included), to a
+    completion: the cluster's fault, a 502 ``upstream_error`` naming it, tried at the next cluster
+    and named in the access log's ``tried`` with its cause, counted by reason. Until session s50 the
+    router relayed it as it came (tier 1 refused it since s50): an empty success the OpenAI SDK
+    fails to parse, no other cluster asked."""
+    caplog.set_level(logging.INFO, logger="igw.global_router.access")
+    async with _cluster(NOT_ANSWERS[answer]) as first, _cluster(WHOLE) as second:
+        clusters = [
+            {"name": "east-a", "region": "east", "endpoint": first, "models": [MODEL]},
+            {"name": "west-a", "region": "west", "endpoint": second, "models": [MODEL]},
+        ]
+        alone = create_global_app(
+            parse_global_config(global_doc(clusters[:1], heartbeats={"required": False})),
+            read_heartbeats=False,
+        )
+        async with serve_app(alone, host="127.0.0.1", port=0) as url:
+            head, body = await _raw_post(url, stream=False)
+        assert head.startswith(b"HTTP/1.1 502 "), head
+        error = orjson.loads(body)["error"]
+        assert error["code"] == "upstream_error"
+        assert error["message"].startswith("cluster 'east-a' answered with ")
+        both = create_global_app(
+            parse_global_config(global_doc(clusters, heartbeats={"required": False})),
+            read_heartbeats=False,
+        )
+        async with serve_app(both, host="127.0.0.1", port=0) as url:
+            head, body = await _raw_post(url, stream=False)
+        assert head.startswith(b"HTTP/1.1 200 "), head
+        assert b"x-igw-cluster: west-a" in head.lower()
+        assert body == BODY
+    lines = [orjson.loads(r.getMessage()) for r in caplog.records if r.name == "igw.global_router.access"]
+    tried = lines[-1]["tried"]
+    assert [(t["cluster"], t["outcome"]) for t in tried] == [("east-a", "502"), ("west-a", "200")]
+    assert tried[0]["error"].startswith("not an answer: ")

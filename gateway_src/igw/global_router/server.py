@@ -637,6 +637,10 @@ async def _route_held(
                         strip_usage=reads_usage,
                         body_timeout_s=router.config.request_timeout_s,
                         relay_whole_above=WHOLE_ANSWER_BUFFER_BYTES,
+                        # an inference API's answer is a JSON object or an event stream: a cluster's
+                        # 204 or empty 200 is its fault, a 502 tried at the next cluster (since
+                        # session s50; relayed as it came before)
+                        json_answer=True,
                     ),
                 )
             except ConnectFailed:
