@@ -959,6 +959,8 @@ def _count_answer_faults(router: GlobalRouter, cluster: str, result: ExchangeRes
         router.metrics.answer_usage_unread.labels(cluster, result.usage_unread).inc()
     if result.redirect:  # refused with a 502 (since session s46: relayed, Location and all, before)
         router.metrics.upstream_redirects.labels(cluster).inc()
+    if result.not_an_answer is not None:  # refused with a 502 (since session s50: relayed before)
+        router.metrics.upstream_non_answers.labels(cluster, result.not_an_answer).inc()
 
 
 def _stopped_waiting(result: ExchangeResult) -> bool:
