@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry
 
 from igw.gateway.serving import serve_app
 from igw.global_router.config import parse_global_config
-from igw.global_router.server import ROUTER_KEY, create_global_app
+from igw.global_router.server import ROUTER_KEY, WHOLE_ANSWER_BUFFER_BYTES, create_global_app
 from tests.global_router.support import MODEL, global_doc
 from tests.log_capture import captured_records
 
@@ -190,6 +190,12 @@ NOT_ANSWERS = {  # the answer, the reason it is counted by
         b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 5\r\n\r\nhello",
         "not_json_object",
     ),
+    # past the 1 MiB the router holds: relayed as it arrives, so only its start is read
+    "large-text-200": (
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n%s"
+        % (2 * WHOLE_ANSWER_BUFFER_BYTES, b" [" * WHOLE_ANSWER_BUFFER_BYTES),
+        "not_json_object",
+    ),
 }
 
 
@@ -246,3 +252,20 @@ async def _ask_twice(hostile: bytes, name: str) -> CollectorRegistry:
         assert b"x-igw-cluster: west-a" in head.lower()
         assert body == BODY
     return both[ROUTER_KEY].metrics.registry
+
+
+async def test_a_large_json_object_past_leading_whitespace_is_relayed() -> None:
+    """The start check of an answer past the 1 MiB hold reads past JSON's whitespace: a 2 MiB JSON
+    object after blank lines is relayed whole, not refused."""
+    large = b"\r\n \t\n" + b'{"choices":[{"text":"' + b"a" * (2 * WHOLE_ANSWER_BUFFER_BYTES) + b'"}]}'
+    answer = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(large)
+    async with _cluster(answer + large) as endpoint:
+        doc = global_doc(
+            [{"name": "east-a", "region": "east", "endpoint": endpoint, "models": [MODEL]}],
+            heartbeats={"required": False},
+        )
+        app = create_global_app(parse_global_config(doc), read_heartbeats=False)
+        async with serve_app(app, host="127.0.0.1", port=0) as url:
+            head, body = await _raw_post(url, stream=False)
+    assert head.startswith(b"HTTP/1.1 200 "), head
+    assert body == large

@@ -15,6 +15,7 @@ import orjson
 import pytest
 
 from igw.gateway.lean_server import SWITCH_ENV
+from igw.gateway.upstream import WHOLE_ANSWER_BUFFER_BYTES
 from tests.gateway.fake_model_server import FakeModelServer
 from tests.log_capture import captured_records
 from tests.reliability.harness import MODEL, gateway_doc, in_process_gateway
@@ -111,6 +112,8 @@ NOT_ANSWERS = {
     "text-200": ok(b"hello, not json", b"text/plain"),
     "json-typed-text-200": ok(b"hello, not json"),
     "json-array-200": ok(b"[1,2,3]"),
+    # past the 1 MiB a whole answer is held to: relayed as it arrives, so only its start is read
+    "large-array-200": ok(b"\n[" + b"1," * WHOLE_ANSWER_BUFFER_BYTES + b"1]"),
 }
 
 

@@ -821,6 +821,16 @@ body (:data:`BODILESS_STATUSES`), a whole success with an empty body, one whose 
 object (for one past ``relay_whole_above``: whose first byte past whitespace is not ``{``)."""
 
 
+def _json_start(parts: Sequence[bytes]) -> bytes:
+    """The first byte of ``parts`` (an answer's held bytes, in order) past JSON's whitespace, or
+    ``b""`` when they hold none."""
+    for part in parts:
+        rest = part.lstrip(b" \t\r\n")
+        if rest:
+            return rest[:1]
+    return b""
+
+
 def _not_an_answer(
     reason: str, what: str, endpoint: str, upstream_name: str, extra: Mapping[str, str]
 ) -> ExchangeResult:
@@ -1405,7 +1415,9 @@ async def _relay_whole(
     ``held_timeout_s`` bounds the bytes held, before the relay starts, too (``answer_timeout_s`` of
     :func:`exchange`, whose whole is ``held_bound_s``, what the 504's message names): a search's
     attempt, given up while nothing of it reached the client. ``json_answer``: as :func:`exchange`'s,
-    for an answer collected whole."""
+    for an answer collected whole; one past ``buffer_bytes`` (below 400, not compressed) is refused
+    unrelayed when its first byte past whitespace is not ``{`` (:func:`_json_start`): a cheap check
+    of the start only, since the rest passes through unparsed (its usage scanned as it goes)."""
     loop = asyncio.get_running_loop()
     deadline = None if body_timeout_s is None else loop.time() + body_timeout_s
     held_by = None if held_timeout_s is None else loop.time() + held_timeout_s
@@ -1436,6 +1448,17 @@ async def _relay_whole(
         return _stalled(stalled, extra)
     except UpstreamBroken as broken:
         return _upstream_failed(f"{upstream_name} failed while sending its response", broken, extra)
+    # Too large to parse before it is relayed, so its start alone is read: a JSON object's first byte
+    # past whitespace is ``{``. Until session s50 such an answer was relayed unchecked.
+    plain = not compressed(upstream.noted.get(b"content-encoding"))
+    if json_answer and upstream.status < 400 and plain and _json_start(parts) != b"{":
+        return _not_an_answer(
+            "not_json_object",
+            "a body that does not start as a JSON object",
+            endpoint,
+            upstream_name,
+            extra,
+        )
     response = _RelayedStream(status=upstream.status)
     _response_headers(upstream, extra, response.headers)
     length = upstream.noted.get(b"content-length")
