@@ -8,15 +8,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator
 
 import orjson
 import pytest
+from prometheus_client import CollectorRegistry
 
 from igw.gateway.serving import serve_app
 from igw.global_router.config import parse_global_config
-from igw.global_router.server import create_global_app
+from igw.global_router.server import ROUTER_KEY, WHOLE_ANSWER_BUFFER_BYTES, create_global_app
 from tests.global_router.support import MODEL, global_doc
+from tests.log_capture import captured_records
 
 BODY = b'{"choices":[{"text":"ok"}]}'
 ORIGIN_FIELDS = (
@@ -174,3 +177,95 @@ async def test_a_body_shorter_than_its_length_is_a_502_naming_the_cluster_and_re
         assert head.startswith(b"HTTP/1.1 200 "), head
         assert b"x-igw-cluster: west-a" in head.lower()
         assert body == BODY
+
+
+NOT_ANSWERS = {  # the answer, the reason it is counted by
+    "204": (b"HTTP/1.1 204 No Content\r\n\r\n", "bodiless_status"),
+    "304": (b"HTTP/1.1 304 Not Modified\r\nContent-Type: application/json\r\n\r\n", "bodiless_status"),
+    "empty-200": (
+        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 0\r\n\r\n",
+        "empty_body",
+    ),
+    "text-200": (
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 5\r\n\r\nhello",
+        "not_json_object",
+    ),
+    # past the 1 MiB the router holds: relayed as it arrives, so only its start is read
+    "large-text-200": (
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n%s"
+        % (2 * WHOLE_ANSWER_BUFFER_BYTES, b" [" * WHOLE_ANSWER_BUFFER_BYTES),
+        "not_json_object",
+    ),
+}
+
+
+@pytest.mark.parametrize("answer", list(NOT_ANSWERS))
+async def test_a_clusters_answer_that_cannot_be_a_completion_is_tried_at_the_next_cluster(
+    caplog: pytest.LogCaptureFixture, answer: str
+) -> None:
+    """A cluster's 204 or 304, or a whole 200 that is no JSON object (empty included), to a
+    completion: the cluster's fault, a 502 ``upstream_error`` naming it, tried at the next cluster
+    and named in the access log's ``tried`` with its cause, counted by reason and warned of by the
+    cluster's name (not its endpoint URL). Until session s50 the router relayed it as it came (tier
+    1 refused it since s50): an empty success the OpenAI SDK fails to parse, no other cluster asked."""
+    caplog.set_level(logging.INFO, logger="igw.global_router.access")
+    hostile, reason = NOT_ANSWERS[answer]
+    name = f"east-{answer}"  # its own: the WARNING's throttle outlives a test
+    with captured_records("igw.gateway.upstream_non_answers") as (_, warnings):
+        registry = await _ask_twice(hostile, name)
+    counted = {"cluster": name, "reason": reason}
+    assert registry.get_sample_value("igw_global_upstream_non_answers_total", counted) == 1
+    [warned] = [r.getMessage() for r in warnings]  # the second router's held by the throttle
+    assert warned.startswith(f"upstream cluster '{name}' answered an inference request with {reason} ")
+    assert "127.0.0.1" not in warned
+    lines = [orjson.loads(r.getMessage()) for r in caplog.records if r.name == "igw.global_router.access"]
+    tried = lines[-1]["tried"]
+    assert [(t["cluster"], t["outcome"]) for t in tried] == [(name, "502"), ("west-a", "200")]
+    assert tried[0]["error"].startswith("not an answer: ")
+
+
+async def _ask_twice(hostile: bytes, name: str) -> CollectorRegistry:
+    """A completion asked of a router whose one cluster, ``name``, answers ``hostile`` (a 502 naming
+    it), then of one that has a good cluster after it (its answer): the second router's registry."""
+    async with _cluster(hostile) as first, _cluster(WHOLE) as second:
+        clusters = [
+            {"name": name, "region": "east", "endpoint": first, "models": [MODEL]},
+            {"name": "west-a", "region": "west", "endpoint": second, "models": [MODEL]},
+        ]
+        alone = create_global_app(
+            parse_global_config(global_doc(clusters[:1], heartbeats={"required": False})),
+            read_heartbeats=False,
+        )
+        async with serve_app(alone, host="127.0.0.1", port=0) as url:
+            head, body = await _raw_post(url, stream=False)
+        assert head.startswith(b"HTTP/1.1 502 "), head
+        error = orjson.loads(body)["error"]
+        assert error["code"] == "upstream_error"
+        assert error["message"].startswith(f"cluster '{name}' answered with ")
+        both = create_global_app(
+            parse_global_config(global_doc(clusters, heartbeats={"required": False})),
+            read_heartbeats=False,
+        )
+        async with serve_app(both, host="127.0.0.1", port=0) as url:
+            head, body = await _raw_post(url, stream=False)
+        assert head.startswith(b"HTTP/1.1 200 "), head
+        assert b"x-igw-cluster: west-a" in head.lower()
+        assert body == BODY
+    return both[ROUTER_KEY].metrics.registry
+
+
+async def test_a_large_json_object_past_leading_whitespace_is_relayed() -> None:
+    """The start check of an answer past the 1 MiB hold reads past JSON's whitespace: a 2 MiB JSON
+    object after blank lines is relayed whole, not refused."""
+    large = b"\r\n \t\n" + b'{"choices":[{"text":"' + b"a" * (2 * WHOLE_ANSWER_BUFFER_BYTES) + b'"}]}'
+    answer = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(large)
+    async with _cluster(answer + large) as endpoint:
+        doc = global_doc(
+            [{"name": "east-a", "region": "east", "endpoint": endpoint, "models": [MODEL]}],
+            heartbeats={"required": False},
+        )
+        app = create_global_app(parse_global_config(doc), read_heartbeats=False)
+        async with serve_app(app, host="127.0.0.1", port=0) as url:
+            head, body = await _raw_post(url, stream=False)
+    assert head.startswith(b"HTTP/1.1 200 "), head
+    assert body == large

@@ -15,8 +15,10 @@ import orjson
 import pytest
 
 from igw.gateway.lean_server import SWITCH_ENV
+from igw.gateway.upstream import WHOLE_ANSWER_BUFFER_BYTES
 from tests.gateway.fake_model_server import FakeModelServer
-from tests.reliability.harness import gateway_doc, in_process_gateway
+from tests.log_capture import captured_records
+from tests.reliability.harness import MODEL, gateway_doc, in_process_gateway
 
 GOOD = b'{"id":"cmpl-1","object":"text_completion","choices":[{"index":0,"text":"hi"}]}'
 FORGED = b'{"id":"cmpl-forged","object":"text_completion","choices":[{"index":0,"text":"FORGED"}]}'
@@ -110,6 +112,8 @@ NOT_ANSWERS = {
     "text-200": ok(b"hello, not json", b"text/plain"),
     "json-typed-text-200": ok(b"hello, not json"),
     "json-array-200": ok(b"[1,2,3]"),
+    # past the 1 MiB a whole answer is held to: relayed as it arrives, so only its start is read
+    "large-array-200": ok(b"\n[" + b"1," * WHOLE_ANSWER_BUFFER_BYTES + b"1]"),
 }
 
 
@@ -143,3 +147,64 @@ async def test_an_answer_that_cannot_be_a_completion_is_a_502_retried_elsewhere(
             if len(hostile.posts) >= 2:
                 break
     assert len(hostile.posts) >= 2
+
+
+async def test_an_answer_refused_as_no_answer_is_counted_by_reason_and_warned_once_per_pod(
+    tmp_path: Path,
+) -> None:
+    """Each refusal is counted in ``igw_upstream_non_answers_total{model,reason}`` and logged as a
+    WARNING naming the pod's address, throttled per pod and reason, never quoting the body (until
+    session s50 only the access log's ``error`` said so: no series, no line an operator alerts on)."""
+    echo = b"PROMPT-ECHO-never-logged"
+    pod = RawPod(NOT_ANSWERS["204"], ok(echo, b"text/plain"))
+    with captured_records("igw.gateway.upstream_non_answers") as (_, records):
+        async with raw_pod(pod) as key, in_process_gateway(tmp_path, gateway_doc(), [key]) as gw:
+            for prompt in ("a", "b", "c"):
+                resp = await gw.complete(prompt)
+                assert resp.status == 502, await resp.read()
+            expected = [
+                f'igw_upstream_non_answers_total{{model="{MODEL}",reason="bodiless_status"}} 1.0',
+                f'igw_upstream_non_answers_total{{model="{MODEL}",reason="not_json_object"}} 2.0',
+            ]
+            for _ in range(200):  # counted once the handler has finished its accounting
+                page = await (await gw.http.get(gw.url + "/metrics")).text()
+                if all(line in page for line in expected):
+                    break
+                await asyncio.sleep(0.02)
+            else:
+                pytest.fail(f"{expected} not in /metrics")
+    lines = [r.getMessage() for r in records]
+    assert len(lines) == 2, lines  # one per reason; the third answer's line held by the throttle
+    assert all(key in line for line in lines), lines
+    assert "bodiless_status (status 204)" in lines[0]
+    assert "not_json_object (a body that is not a JSON object)" in lines[1]
+    assert not any("PROMPT-ECHO" in line for line in lines)
+
+
+CONFLICTING = {
+    "length-and-chunked": b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
+    b"Transfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n" % (len(GOOD), len(GOOD), GOOD),
+    "two-lengths": b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
+    b"Content-Length: %d\r\n\r\n%s" % (len(GOOD), len(GOOD) - 10, GOOD),
+}
+
+
+@pytest.mark.parametrize("answer", list(CONFLICTING))
+async def test_an_answer_with_conflicting_framing_is_a_502_and_its_connection_not_reused(
+    tmp_path: Path, answer: str
+) -> None:
+    """``Content-Length`` beside ``Transfer-Encoding``, or two different lengths: which bytes end the
+    answer is ambiguous (a request-smuggling shape), so it is refused - a 502 ``upstream_error``,
+    nothing relayed - and its connection closed: the next request goes on a fresh one and gets the
+    pod's own answer, never the bytes left of the ambiguous one (session s50's probe saw this; pinned)."""
+    pod = RawPod(CONFLICTING[answer], ok(GOOD))
+    async with raw_pod(pod) as key, in_process_gateway(tmp_path, gateway_doc(), [key]) as gw:
+        resp = await gw.complete("a")
+        body = await resp.read()
+        assert resp.status == 502, body
+        assert orjson.loads(body)["error"]["code"] == "upstream_error"
+        assert b"hi" not in body
+        resp = await gw.complete("b")
+        assert (resp.status, await resp.read()) == (200, GOOD)
+    assert len(pod.posts) == 2
+    assert pod.posts[1] != pod.posts[0]

@@ -1695,6 +1695,8 @@ async def _forward(
                 obs.usage_unread(result.usage_unread)
             if result.redirect:  # each attempt's, as above
                 obs.upstream_redirect()
+            if result.not_an_answer is not None:  # each attempt's, as above
+                obs.upstream_non_answer(result.not_an_answer)
             if result.response_id is not None:  # remembered (its pod) and a reservation's key
                 misnamed = (
                     plan.settles is not None and result.status < 400 and result.response_id != plan.settles
@@ -2120,6 +2122,8 @@ class _HedgedSearch:
             self.obs.usage_unread(result.usage_unread)
         if result.redirect:
             self.obs.upstream_redirect()
+        if result.not_an_answer is not None:
+            self.obs.upstream_non_answer(result.not_an_answer)
         if self.relayed:  # written to the client: its answer, whatever it is (since session s49)
             named = result.response_id
             result.response_id = believed(named, self.plan.minted)

@@ -266,6 +266,11 @@ class RequestObserver:
         a retried one's too."""
         self.metrics.child(self.metrics.upstream_redirects, self.model_label).inc()
 
+    def upstream_non_answer(self, reason: str) -> None:
+        """Count an attempt's answer refused as no answer to its API (``reason``:
+        :attr:`igw.gateway.upstream.ExchangeResult.not_an_answer`), a retried one's too."""
+        self.metrics.child(self.metrics.upstream_non_answers, self.model_label, reason).inc()
+
     def finish(self, response: Answer) -> Answer:
         """Record the final status and emit; returns ``response`` so handlers can ``return`` it."""
         if not self._done:

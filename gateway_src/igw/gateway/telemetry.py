@@ -550,6 +550,14 @@ class GatewayMetrics:
             ["model"],
             registry=r,
         )
+        self.upstream_non_answers = FoldingCounter(
+            "igw_upstream_non_answers",
+            "Model servers' answers to an inference POST that cannot be one, refused with a 502 "
+            "upstream_error, nothing relayed, by reason: bodiless_status (204, 205, 304), empty_body, "
+            "not_json_object (a whole success); each attempt's (a retried one's too).",
+            ["model", "reason"],
+            registry=r,
+        )
         self.answer_usage_unread = FoldingCounter(
             "igw_answer_usage_unread",
             "Answers a model server compressed though asked for none whose usage the gateway could not "
@@ -641,7 +649,7 @@ class GatewayMetrics:
             self.requests, self.duration, self.ttft, self.itl, self.tokens, self.picks, self.rejections,
             self.decision, self.retries, self.retry_overflow, self.stream_errors, self.client_disconnects,
             self.config_reloads, self.scrapes, self.ejections, self.request_faults, self.large_error_answers,
-            self.answer_usage_unread, self.upstream_redirects,
+            self.answer_usage_unread, self.upstream_redirects, self.upstream_non_answers,
         ):  # fmt: skip
             family.folds = self._batch.fold
         for per_endpoint in (self.picks, self.ejections):

@@ -80,6 +80,13 @@ redirect_log = logging.getLogger("igw.gateway.upstream_redirects")
 throttled per upstream (:class:`~igw.gateway.log_throttle.RepeatThrottle`): a pod that redirects
 every request is one line a minute, each still counted."""
 redirect_log.addFilter(RepeatThrottle(keyed_args=1))
+non_answer_log = logging.getLogger("igw.gateway.upstream_non_answers")
+"""The WARNING for a model server's (or a cluster's) answer refused as no answer to an inference API
+(:func:`_not_an_answer`), throttled per upstream and reason: a pod answering every completion 204 is
+one line a minute, each still counted (``igw_upstream_non_answers_total``; tier 2:
+``igw_global_upstream_non_answers_total``). It names the status or the body's kind, never the body's
+bytes (a prompt's echo, whatever the pod sent). Since session s50."""
+non_answer_log.addFilter(RepeatThrottle(keyed_args=2))
 
 __all__ = [
     "HOP_BY_HOP",
@@ -199,6 +206,10 @@ class ExchangeResult:
     redirect: bool
     """The upstream answered a redirect (3xx), refused as a 502 (:func:`_refused_redirect`): counted in
     ``igw_upstream_redirects_total`` (tier 2: ``igw_global_upstream_redirects_total``)."""
+    not_an_answer: str | None
+    """Why the upstream's answer was refused as no answer to the request's API (a 502:
+    :func:`_not_an_answer`), one of :data:`NON_ANSWER_REASONS`: counted in
+    ``igw_upstream_non_answers_total`` (tier 2: ``igw_global_upstream_non_answers_total``)."""
     unheld: bool
     """An exchange asked to hold its answer (``hold_bytes`` of :func:`exchange`) got one it could not
     hold - an event stream, one past ``hold_bytes``, one to decode for the client - and closed it
@@ -224,6 +235,7 @@ class ExchangeResult:
         coded: bool = False,
         redirect: bool = False,
         unheld: bool = False,
+        not_an_answer: str | None = None,
     ) -> None:
         self.answer = answer
         self.status = status
@@ -242,6 +254,7 @@ class ExchangeResult:
         self.coded = coded
         self.redirect = redirect
         self.unheld = unheld
+        self.not_an_answer = not_an_answer
 
     @property
     def response(self) -> web.StreamResponse:
@@ -802,11 +815,38 @@ def _json_object(payload: bytes) -> dict[str, object] | None:
     return doc if isinstance(doc, dict) else None
 
 
-def _not_an_answer(what: str, upstream_name: str, extra: Mapping[str, str]) -> ExchangeResult:
-    """A 502 ``upstream_error`` for an answer that cannot be one to the request's API (``what``: a
-    bodiless status, a whole success that is no JSON object), nothing of it relayed: the upstream's
-    fault, not ``ok``, retried elsewhere as a broken connection is (``retryOn``'s ``5xx``). Until
-    session s50 an empty or non-JSON 200 to a completion was relayed as a success."""
+NON_ANSWER_REASONS: Final = ("bodiless_status", "empty_body", "not_json_object")
+"""The ``reason`` label of ``igw_upstream_non_answers_total`` (tier 2's too): a status that carries no
+body (:data:`BODILESS_STATUSES`), a whole success with an empty body, one whose body is no JSON
+object (for one past ``relay_whole_above``: whose first byte past whitespace is not ``{``)."""
+
+
+def _json_start(parts: Sequence[bytes]) -> bytes:
+    """The first byte of ``parts`` (an answer's held bytes, in order) past JSON's whitespace, or
+    ``b""`` when they hold none."""
+    for part in parts:
+        rest = part.lstrip(b" \t\r\n")
+        if rest:
+            return rest[:1]
+    return b""
+
+
+def _not_an_answer(
+    reason: str, what: str, endpoint: str, upstream_name: str, extra: Mapping[str, str]
+) -> ExchangeResult:
+    """A 502 ``upstream_error`` for an answer that cannot be one to the request's API (``reason``, one
+    of :data:`NON_ANSWER_REASONS`; ``what``: the bodiless status, or the kind of body), nothing of it
+    relayed: the upstream's fault, not ``ok``, retried elsewhere as a broken connection is
+    (``retryOn``'s ``5xx``). Until session s50 an empty or non-JSON 200 to a completion was relayed as
+    a success. A WARNING (:data:`non_answer_log`, throttled per upstream and reason) names the
+    upstream as :func:`_logged_upstream` does, never the body's content: until session s50 the access
+    log's ``error`` alone said so."""
+    non_answer_log.warning(
+        "upstream %s answered an inference request with %s (%s): refused with a 502, not relayed",
+        _logged_upstream(endpoint, upstream_name),
+        reason,
+        what,
+    )
     return ExchangeResult(
         answer=gateway_error(
             "upstream_error",
@@ -816,6 +856,7 @@ def _not_an_answer(what: str, upstream_name: str, extra: Mapping[str, str]) -> E
         status=502,
         ok=False,
         error=f"not an answer: {what}",
+        not_an_answer=reason,
     )
 
 
@@ -971,7 +1012,9 @@ async def exchange(
         return _refused_redirect(upstream, endpoint, upstream_name, response_headers)
     if json_answer and upstream.status in BODILESS_STATUSES:
         upstream.close()
-        return _not_an_answer(f"status {upstream.status}", upstream_name, response_headers)
+        return _not_an_answer(
+            "bodiless_status", f"status {upstream.status}", endpoint, upstream_name, response_headers
+        )
     # what is left of answer_timeout_s for the bytes held after the head (None: no such bound)
     held_timeout_s = None if answered_by is None else max(0.0, answered_by - time.monotonic())
     # a collected answer's bound: answer_timeout_s's rest when shorter than body_timeout_s (named so)
@@ -1066,7 +1109,7 @@ async def exchange(
             payload,
             extra=response_headers,
             coded=coded,
-            not_json_refused=upstream_name if json_answer else None,
+            not_json_refused=(endpoint, upstream_name) if json_answer else None,
         )
     finally:
         upstream.close()
@@ -1253,23 +1296,27 @@ def _whole_answer(
     *,
     extra: Mapping[str, str],
     coded: CodedScan | None = None,
-    not_json_refused: str | None = None,
+    not_json_refused: tuple[str, str] | None = None,
 ) -> ExchangeResult:
     """A complete (non-streamed) upstream answer: forwarded as it came (a non-JSON error wrapped in
     the OpenAI shape), with the token usage its JSON body reports. ``coded``: what the caller read
     of it when it is compressed JSON (:func:`_coded_json`, :func:`_decoded_scan`), decoded there so
     that the decode may give the event loop turns; such an answer without it is read as no JSON.
-    ``not_json_refused``: the upstream's name when the request's API answers JSON (``json_answer``
-    of :func:`exchange`): an answer below 400, not coded, whose body is no JSON object (an empty
-    body included; whatever its content type) is refused (:func:`_not_an_answer`)."""
+    ``not_json_refused``: the upstream's endpoint and name when the request's API answers JSON
+    (``json_answer`` of :func:`exchange`): an answer below 400, not coded, whose body is no JSON
+    object (an empty body included; whatever its content type) is refused (:func:`_not_an_answer`)."""
     usage = None
     response_id = None
     is_json = _plain_json(upstream)
     if not_json_refused is not None and coded is None and upstream.status < 400:
         doc = _json_object(payload)
         if doc is None:
-            what = "an empty body" if not payload else "a body that is not a JSON object"
-            return _not_an_answer(what, not_json_refused, extra)
+            reason, what = (
+                ("empty_body", "an empty body")
+                if not payload
+                else ("not_json_object", "a body that is not a JSON object")
+            )
+            return _not_an_answer(reason, what, *not_json_refused, extra)
         usage = _usage_from(doc)
         response_id = _stored_response_id(doc)
         is_json = False  # read here already
@@ -1368,7 +1415,9 @@ async def _relay_whole(
     ``held_timeout_s`` bounds the bytes held, before the relay starts, too (``answer_timeout_s`` of
     :func:`exchange`, whose whole is ``held_bound_s``, what the 504's message names): a search's
     attempt, given up while nothing of it reached the client. ``json_answer``: as :func:`exchange`'s,
-    for an answer collected whole."""
+    for an answer collected whole; one past ``buffer_bytes`` (below 400, not compressed) is refused
+    unrelayed when its first byte past whitespace is not ``{`` (:func:`_json_start`): a cheap check
+    of the start only, since the rest passes through unparsed (its usage scanned as it goes)."""
     loop = asyncio.get_running_loop()
     deadline = None if body_timeout_s is None else loop.time() + body_timeout_s
     held_by = None if held_timeout_s is None else loop.time() + held_timeout_s
@@ -1391,7 +1440,7 @@ async def _relay_whole(
             if not chunk:
                 payload = b"".join(parts)
                 coded = await _decoded_scan(upstream, payload) if _coded_json(upstream) else None
-                refused = upstream_name if json_answer else None
+                refused = (endpoint, upstream_name) if json_answer else None
                 return _whole_answer(upstream, payload, extra=extra, coded=coded, not_json_refused=refused)
             parts.append(chunk)
             held += len(chunk)
@@ -1399,6 +1448,17 @@ async def _relay_whole(
         return _stalled(stalled, extra)
     except UpstreamBroken as broken:
         return _upstream_failed(f"{upstream_name} failed while sending its response", broken, extra)
+    # Too large to parse before it is relayed, so its start alone is read: a JSON object's first byte
+    # past whitespace is ``{``. Until session s50 such an answer was relayed unchecked.
+    plain = not compressed(upstream.noted.get(b"content-encoding"))
+    if json_answer and upstream.status < 400 and plain and _json_start(parts) != b"{":
+        return _not_an_answer(
+            "not_json_object",
+            "a body that does not start as a JSON object",
+            endpoint,
+            upstream_name,
+            extra,
+        )
     response = _RelayedStream(status=upstream.status)
     _response_headers(upstream, extra, response.headers)
     length = upstream.noted.get(b"content-length")

@@ -80,6 +80,14 @@ class FleetMetrics:
             ["cluster"],
             registry=r,
         )
+        self.upstream_non_answers = Counter(
+            f"{PREFIX}_upstream_non_answers",
+            "Clusters' answers to an inference POST that cannot be one, refused with a 502 "
+            "upstream_error (tried at the next cluster), nothing relayed, by cluster and reason: "
+            "bodiless_status (204, 205, 304), empty_body, not_json_object (a whole success).",
+            ["cluster", "reason"],
+            registry=r,
+        )
         self.upstream_auth_refused = Counter(
             f"{PREFIX}_upstream_auth_refused",
             "Clusters' 401 and 407 answers to callers this router verified itself and whose token it "

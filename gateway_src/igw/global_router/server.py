@@ -637,6 +637,10 @@ async def _route_held(
                         strip_usage=reads_usage,
                         body_timeout_s=router.config.request_timeout_s,
                         relay_whole_above=WHOLE_ANSWER_BUFFER_BYTES,
+                        # an inference API's answer is a JSON object or an event stream: a cluster's
+                        # 204 or empty 200 is its fault, a 502 tried at the next cluster (since
+                        # session s50; relayed as it came before)
+                        json_answer=True,
                     ),
                 )
             except ConnectFailed:
@@ -955,6 +959,8 @@ def _count_answer_faults(router: GlobalRouter, cluster: str, result: ExchangeRes
         router.metrics.answer_usage_unread.labels(cluster, result.usage_unread).inc()
     if result.redirect:  # refused with a 502 (since session s46: relayed, Location and all, before)
         router.metrics.upstream_redirects.labels(cluster).inc()
+    if result.not_an_answer is not None:  # refused with a 502 (since session s50: relayed before)
+        router.metrics.upstream_non_answers.labels(cluster, result.not_an_answer).inc()
 
 
 def _stopped_waiting(result: ExchangeResult) -> bool:
