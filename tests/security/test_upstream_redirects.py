@@ -189,7 +189,7 @@ def assert_not_relayed(status: int, headers: Any, body: bytes, says: str) -> Non
 
 
 @pytest.mark.parametrize("stream", [False, True])
-async def test_a_pod_s_304_is_relayed_without_location(tmp_path: Path, stream: bool) -> None:
+async def test_a_pod_s_304_to_a_completion_is_a_502_none_of_it_relayed(tmp_path: Path, stream: bool) -> None:
     """Found by probing (session s47): a 304 (let through as no redirect) came with its ``Location``,
     ``Refresh`` and ``Content-Location`` as the pod sent them; it kept only its cache fields since.
     Since session s50 a 304 to an inference ``POST`` is no answer to it: a 502, none of it relayed."""
@@ -204,7 +204,7 @@ async def test_a_pod_s_304_is_relayed_without_location(tmp_path: Path, stream: b
         )
 
 
-async def test_a_cluster_s_304_is_relayed_without_location() -> None:
+async def test_a_cluster_s_304_to_a_completion_is_a_502_none_of_it_relayed() -> None:
     cluster = web.Application()
     cluster.router.add_post("/v1/completions", not_modified)
     async with (
