@@ -683,8 +683,6 @@ UNBOUNDED_FLOAT_OPTIONS: dict[str, str] = {
     "demo --drain": _UNPROBED,
     "perf soak --settle-seconds": _UNPROBED,
     "perf soak --calibrate-seconds": _UNPROBED,
-    "perf scrape --seconds": _UNPROBED,
-    "perf workers-des --note-interval": _UNPROBED,
 }
 """Float options without an upper bound, each with why. Every other float option has both ends:
 ``--cv``, ``--trace-speedup``, ``igw perf scrape --interval`` and ``--stale-threshold`` were
@@ -886,6 +884,12 @@ def test_the_check_sees_an_unbounded_float_option() -> None:
         (["global", "serve", "--config", A_FILE, "--emf-interval", "1e-300"], "--emf-interval"),
         (["operator", "--gateway-worker-timeout", "1e-300"], "--gateway-worker-timeout"),
         (["operator", "--gateway-emf-interval", "3601"], "--gateway-emf-interval"),
+        # no scrape fits in 1e-300 s: "no scrape succeeded" (exit 1) after the warm-up
+        (["perf", "scrape", "--seconds", "1e-300"], "--seconds"),
+        (["perf", "scrape", "--seconds", "1e300"], "--seconds"),
+        # 1e300: no note ever exchanged, so the "picks" rows were the unshared ones, exit 0
+        (["perf", "workers-des", "--note-interval", "1e300"], "--note-interval"),
+        (["perf", "workers-des", "--note-interval", "1e-300"], "--note-interval"),
     ],
 )
 def test_extreme_rates_and_intervals_are_refused_while_parsing_with_a_reason(
@@ -898,6 +902,17 @@ def test_extreme_rates_and_intervals_are_refused_while_parsing_with_a_reason(
     assert f"argument {option}: expected " in err, err
     assert " from " in err, err
     assert "(" in err.rsplit("got", 1)[1], f"the refusal gives the bound's reason: {err}"
+
+
+def test_workers_des_without_one_worker_is_refused_before_running(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``igw perf workers-des --workers 2`` simulated every count, then ended in a KeyError traceback:
+    each row's "p99 vs 1" divides by the one-worker run."""
+    args = build_parser().parse_args(["perf", "workers-des", "--workers", "2,4"])
+    monkeypatch.setattr(args, "_perf_run", lambda _: pytest.fail("ran the benchmark"))
+    assert perf_cli.run(args) == 2
+    assert "--workers must include 1" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

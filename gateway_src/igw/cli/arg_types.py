@@ -395,6 +395,21 @@ TOP_DECISIONS: Final = NumberRange(int, 0, 50, reason="decisions shown below the
 """``igw top --decisions``: rows of the decisions table, which the screen shows only so many of; above
 50 was refused only after parsing, naming no range."""
 """A share from 0 to 1."""
+PERF_SCRAPE_SECONDS: Final = NumberRange(
+    float, 1.0, 3600.0, reason="measured wall seconds per fleet size: a second to an hour"
+)
+"""``igw perf scrape --seconds``: ``1e-300`` warmed up every fleet, then ended "no scrape of the 2-pod
+fleet succeeded" (exit 1): no scrape fits in no time; ``1e300`` measured until killed."""
+NOTE_INTERVAL: Final = NumberRange(
+    float,
+    MIN_SCRAPE_INTERVAL,
+    MAX_SCRAPE_INTERVAL,
+    reason="seconds between pick-note exchanges, as for scrapes: whole ms at least, and beyond 10 "
+    "minutes no note arrives within a run",
+)
+"""``igw perf workers-des --note-interval``: ``1e300`` exchanged no note, so its ``picks`` rows were the
+unshared ones (1.27x the one-worker p99, exit 0); ``1e-300`` exchanged notes at no delay at all, which
+no gateway does (its interval is 5 ms)."""
 MAX_GATEWAY_SECONDS: Final = 3600.0
 """The longest EMF interval and worker timeout a gateway takes: the chart's ``gateway.cloudWatch.
 emfIntervalSeconds`` and ``gateway.workerTimeoutSeconds`` end there, and a value beyond it is the

@@ -27,6 +27,8 @@ from igw.cli.arg_types import (
     GATEWAY_WORKERS,
     NON_NEGATIVE,
     NON_NEGATIVE_INT,
+    NOTE_INTERVAL,
+    PERF_SCRAPE_SECONDS,
     POSITIVE,
     SCRAPE_INTERVAL,
     SEED,
@@ -217,7 +219,10 @@ def _scrape_arguments(parser: argparse.ArgumentParser) -> None:
         help="comma-separated fleet sizes, each measured in turn (default 16,64,256,1000)",
     )
     parser.add_argument(
-        "--seconds", type=POSITIVE, default=10.0, help="measured wall time per fleet size (default 10)"
+        "--seconds",
+        type=PERF_SCRAPE_SECONDS,
+        default=10.0,
+        help="measured wall time per fleet size, 1 to 3600 s (default 10)",
     )
     parser.add_argument(
         "--interval",
@@ -378,7 +383,10 @@ def _workers_des_arguments(parser: argparse.ArgumentParser) -> None:
         help="comma-separated DES scenarios (default mixed-fleet-8b,shared-prefix-8b-high-cache)",
     )
     parser.add_argument(
-        "--workers", type=COUNTS, default=[1, 2, 4, 8], help="worker counts (default 1,2,4,8)"
+        "--workers",
+        type=COUNTS,
+        default=[1, 2, 4, 8],
+        help="worker counts, 1 among them: the baseline of the 'p99 vs 1' column (default 1,2,4,8)",
     )
     parser.add_argument("--seeds", type=SEEDS, default=[1, 2], help="comma-separated seeds (default 1,2)")
     parser.add_argument(
@@ -407,10 +415,10 @@ def _workers_des_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--note-interval",
-        type=POSITIVE,
+        type=NOTE_INTERVAL,
         default=None,
-        help="seconds between exchanges of pick notes (default: igw serve's, 5 ms or the scrape "
-        "interval when shorter)",
+        help="seconds between exchanges of pick notes, 0.001 to 600 (default: igw serve's, 5 ms or the "
+        "scrape interval when shorter)",
     )
 
 
@@ -680,6 +688,15 @@ def run(args: argparse.Namespace) -> int:
     if _refuse_ignored_options(args):
         return 2
     if _refuse_stale_before_a_scrape(args):
+        return 2
+    if args.benchmark == "workers-des" and 1 not in args.workers:
+        # each row's "p99 vs 1" divides by the one-worker run: a KeyError traceback (exit 1) after
+        # every other count had been simulated (before session s50)
+        print(
+            "igw perf workers-des: --workers must include 1, the baseline every other count is compared "
+            f"with (got {','.join(map(str, args.workers))})",
+            file=sys.stderr,
+        )
         return 2
     for dest in OUTPUT_FILES:  # checked while parsing; created now, before minutes of measuring
         path = getattr(args, dest, None)
