@@ -735,9 +735,7 @@ UNBOUNDED_INT_OPTIONS: dict[str, str] = {
     "perf gateway --stream-requests": _UNPROBED_INT,
     "perf auth --iterations": _UNPROBED_INT,
     "perf auth --repeats": _UNPROBED_INT,
-    "perf des --pods": _UNPROBED_INT,
     "perf des --seed": _UNPROBED_INT,
-    "perf checks --pods": _UNPROBED_INT,
     "perf checks --configs": _UNPROBED_INT,
     "perf checks --schedulers": _UNPROBED_INT,
     "perf checks --repeat": _UNPROBED_INT,
@@ -890,6 +888,9 @@ def test_the_check_sees_an_unbounded_float_option() -> None:
         # 1e300: no note ever exchanged, so the "picks" rows were the unshared ones, exit 0
         (["perf", "workers-des", "--note-interval", "1e300"], "--note-interval"),
         (["perf", "workers-des", "--note-interval", "1e-300"], "--note-interval"),
+        # built pods until killed
+        (["perf", "des", "--pods", str(10**30)], "--pods"),
+        (["perf", "checks", "--pods", str(10**30)], "--pods"),
     ],
 )
 def test_extreme_rates_and_intervals_are_refused_while_parsing_with_a_reason(

@@ -395,8 +395,17 @@ TOP_DECISIONS: Final = NumberRange(int, 0, 50, reason="decisions shown below the
 """``igw top --decisions``: rows of the decisions table, which the screen shows only so many of; above
 50 was refused only after parsing, naming no range."""
 """A share from 0 to 1."""
+DES_PODS: Final = NumberRange(
+    int, 1, 10_000, reason="simulated pods of one discrete-event run, each an engine model: up to 10000"
+)
+"""``igw perf des --pods``: ``10**30`` built simulated pods until killed (ten thousand run in
+seconds)."""
+CHECKS_PODS: Final = NumberRange(
+    int, 1, 100_000, reason="model-server pods of the simulated inventory: up to 100 times the default"
+)
+"""``igw perf checks --pods``: ``10**30`` built the inventory's pods until killed."""
 PERF_SCRAPE_SECONDS: Final = NumberRange(
-    float, 1.0, 3600.0, reason="measured wall seconds per fleet size: a second to an hour"
+    float, 0.1, 3600.0, reason="measured wall seconds per fleet size: a tenth of a second to an hour"
 )
 """``igw perf scrape --seconds``: ``1e-300`` warmed up every fleet, then ended "no scrape of the 2-pod
 fleet succeeded" (exit 1): no scrape fits in no time; ``1e300`` measured until killed."""

@@ -17,9 +17,11 @@ from pathlib import Path
 from typing import Final
 
 from igw.cli.arg_types import (
+    CHECKS_PODS,
     COUNT,
     COUNTS,
     DES_LOAD,
+    DES_PODS,
     DES_TARGET_S,
     DURATION_SCALE,
     FLEET_TIME_SCALE,
@@ -123,7 +125,7 @@ def _des_arguments(parser: argparse.ArgumentParser) -> None:
         default=100_000,
         help="requests simulated, at most 1000000 (default 100000)",
     )
-    parser.add_argument("--pods", type=COUNT, default=64, help="simulated pods (default 64)")
+    parser.add_argument("--pods", type=DES_PODS, default=64, help="simulated pods, 1 to 10000 (default 64)")
     parser.add_argument(
         "--preset",
         type=preset_name,
@@ -167,7 +169,9 @@ def _des_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _checks_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--pods", type=COUNT, default=1000, help="model-server pods (default 1000)")
+    parser.add_argument(
+        "--pods", type=CHECKS_PODS, default=1000, help="model-server pods, 1 to 100000 (default 1000)"
+    )
     parser.add_argument("--configs", type=COUNT, default=50, help="InferenceGatewayConfigs (default 50)")
     parser.add_argument("--schedulers", type=COUNT, default=2, help="schedulers per config (default 2)")
     parser.add_argument(
@@ -222,7 +226,7 @@ def _scrape_arguments(parser: argparse.ArgumentParser) -> None:
         "--seconds",
         type=PERF_SCRAPE_SECONDS,
         default=10.0,
-        help="measured wall time per fleet size, 1 to 3600 s (default 10)",
+        help="measured wall time per fleet size, 0.1 to 3600 s (default 10)",
     )
     parser.add_argument(
         "--interval",
