@@ -681,8 +681,6 @@ UNBOUNDED_FLOAT_OPTIONS: dict[str, str] = {
     "without --duration; both are what was asked",
     "bench --drain": _UNPROBED,
     "demo --drain": _UNPROBED,
-    "perf soak --settle-seconds": _UNPROBED,
-    "perf soak --calibrate-seconds": _UNPROBED,
 }
 """Float options without an upper bound, each with why. Every other float option has both ends:
 ``--cv``, ``--trace-speedup``, ``igw perf scrape --interval`` and ``--stale-threshold`` were
@@ -891,6 +889,9 @@ def test_the_check_sees_an_unbounded_float_option() -> None:
         # built pods until killed
         (["perf", "des", "--pods", str(10**30)], "--pods"),
         (["perf", "checks", "--pods", str(10**30)], "--pods"),
+        # a capacity of 0 from no answer in time: a ZeroDivisionError traceback in the steady phase
+        (["perf", "soak", "--calibrate-seconds", "1e-300"], "--calibrate-seconds"),
+        (["perf", "soak", "--settle-seconds", "1e300"], "--settle-seconds"),
     ],
 )
 def test_extreme_rates_and_intervals_are_refused_while_parsing_with_a_reason(

@@ -395,6 +395,15 @@ TOP_DECISIONS: Final = NumberRange(int, 0, 50, reason="decisions shown below the
 """``igw top --decisions``: rows of the decisions table, which the screen shows only so many of; above
 50 was refused only after parsing, naming no range."""
 """A share from 0 to 1."""
+SOAK_CALIBRATE_SECONDS: Final = NumberRange(
+    float, 1.0, 3600.0, reason="wall seconds of closed-loop load that measure the capacity: 1 s to an hour"
+)
+"""``igw perf soak --calibrate-seconds``: ``1e-300`` answered no request in time, a capacity of 0, and
+the steady phase ended in a ZeroDivisionError traceback (exit 1)."""
+SOAK_SETTLE_SECONDS: Final = NumberRange(
+    float, 0.0, 3600.0, reason="idle wall seconds before descriptors are counted: up to an hour"
+)
+"""``igw perf soak --settle-seconds``: ``1e300`` slept after the calibration until killed."""
 DES_PODS: Final = NumberRange(
     int, 1, 10_000, reason="simulated pods of one discrete-event run, each an engine model: up to 10000"
 )

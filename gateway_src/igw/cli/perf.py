@@ -27,16 +27,16 @@ from igw.cli.arg_types import (
     FLEET_TIME_SCALE,
     FRACTION,
     GATEWAY_WORKERS,
-    NON_NEGATIVE,
     NON_NEGATIVE_INT,
     NOTE_INTERVAL,
     PERF_SCRAPE_SECONDS,
-    POSITIVE,
     SCRAPE_INTERVAL,
     SEED,
     SEEDS,
     SIM_REQUESTS,
+    SOAK_CALIBRATE_SECONDS,
     SOAK_MINUTES,
+    SOAK_SETTLE_SECONDS,
     STALE_THRESHOLD,
     NumberList,
     create_parent,
@@ -202,12 +202,15 @@ def _soak_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log", type=output_file, help="keep igw serve's log and access log in this file")
     parser.add_argument(
         "--settle-seconds",
-        type=NON_NEGATIVE,
+        type=SOAK_SETTLE_SECONDS,
         default=SOAK_SETTLE_S,
-        help=f"idle wait before counting descriptors (default {SOAK_SETTLE_S:g})",
+        help=f"idle wait before counting descriptors, 0 to 3600 s (default {SOAK_SETTLE_S:g})",
     )
     parser.add_argument(
-        "--calibrate-seconds", type=POSITIVE, default=20.0, help="capacity measurement length (default 20)"
+        "--calibrate-seconds",
+        type=SOAK_CALIBRATE_SECONDS,
+        default=20.0,
+        help="capacity measurement length, 1 to 3600 s (default 20)",
     )
     parser.add_argument(
         "--concurrency", type=COUNT, default=96, help="closed-loop clients when calibrating (default 96)"
