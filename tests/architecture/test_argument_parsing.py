@@ -668,14 +668,8 @@ def test_every_command_says_what_it_does_in_its_own_help() -> None:
 _SERVER_LIMIT = (
     "checked by the command against spec.extensions.serverLimits's bounds, the one source of truth"
 )
-_ZERO_IS_OFF = (
-    "0 is off, so no range can refuse 1e-300 (probed in session s50: EMF documents back to back) while "
-    "taking 0; needs a '0 or at least N' type"
-)
 _UNPROBED = "not yet probed for 0, 1e-300 and 1e300 (listed in session s49): bound it once it is"
 UNBOUNDED_FLOAT_OPTIONS: dict[str, str] = {
-    "serve --worker-timeout": _UNPROBED,
-    "serve --emf-interval": _ZERO_IS_OFF,
     "serve --header-timeout": _SERVER_LIMIT,
     "serve --body-timeout": _SERVER_LIMIT,
     "serve --send-timeout": _SERVER_LIMIT,
@@ -683,16 +677,10 @@ UNBOUNDED_FLOAT_OPTIONS: dict[str, str] = {
     "serve --drain-seconds": _SERVER_LIMIT,
     "serve --stream-grace-seconds": _SERVER_LIMIT,
     "global serve --drain-seconds": _UNPROBED,
-    "global serve --emf-interval": _UNPROBED,
     "sim fleet --duration": "probed in session s50: 1e-300 stops at once, 1e300 runs until signalled, as "
     "without --duration; both are what was asked",
     "bench --drain": _UNPROBED,
     "demo --drain": _UNPROBED,
-    "operator --gateway-worker-timeout": _UNPROBED,
-    "perf soak --settle-seconds": _UNPROBED,
-    "perf soak --calibrate-seconds": _UNPROBED,
-    "perf scrape --seconds": _UNPROBED,
-    "perf workers-des --note-interval": _UNPROBED,
 }
 """Float options without an upper bound, each with why. Every other float option has both ends:
 ``--cv``, ``--trace-speedup``, ``igw perf scrape --interval`` and ``--stale-threshold`` were
@@ -740,15 +728,12 @@ UNBOUNDED_INT_OPTIONS: dict[str, str] = {
     "bench --draws": _UNPROBED_INT,
     "demo --requests": _UNPROBED_INT,
     "audit --cert-warn-days": _UNPROBED_INT,
-    "operator --gateway-emf-interval": _UNPROBED_INT,
     "perf gateway --requests": _UNPROBED_INT,
     "perf gateway --rounds": _UNPROBED_INT,
     "perf gateway --stream-requests": _UNPROBED_INT,
     "perf auth --iterations": _UNPROBED_INT,
     "perf auth --repeats": _UNPROBED_INT,
-    "perf des --pods": _UNPROBED_INT,
     "perf des --seed": _UNPROBED_INT,
-    "perf checks --pods": _UNPROBED_INT,
     "perf checks --configs": _UNPROBED_INT,
     "perf checks --schedulers": _UNPROBED_INT,
     "perf checks --repeat": _UNPROBED_INT,
@@ -880,6 +865,33 @@ def test_the_check_sees_an_unbounded_float_option() -> None:
         (["addon", "update", "--cluster", "c", "--timeout", "1e300"], "--timeout"),
         (["addon", "delete", "--cluster", "c", "--timeout", "1e-300"], "--timeout"),
         (["top", "http://127.0.0.1:1", "--decisions", "51"], "--decisions"),
+        # 0 is off; a tiny positive value wrote EMF back to back / stopped a healthy worker group (exit 3)
+        (["serve", "--config", A_FILE, "--endpoints", A_FILE, "--emf-interval", "1e-300"], "--emf-interval"),
+        (["serve", "--config", A_FILE, "--endpoints", A_FILE, "--emf-interval", "1e300"], "--emf-interval"),
+        (
+            ["serve", "--config", A_FILE, "--endpoints", A_FILE, "--worker-timeout", "1e-300"],
+            "--worker-timeout",
+        ),
+        (["serve", "--config", A_FILE, "--endpoints", A_FILE, "--worker-timeout", "1"], "--worker-timeout"),
+        (
+            ["serve", "--config", A_FILE, "--endpoints", A_FILE, "--worker-timeout", "1e300"],
+            "--worker-timeout",
+        ),
+        (["global", "serve", "--config", A_FILE, "--emf-interval", "1e-300"], "--emf-interval"),
+        (["operator", "--gateway-worker-timeout", "1e-300"], "--gateway-worker-timeout"),
+        (["operator", "--gateway-emf-interval", "3601"], "--gateway-emf-interval"),
+        # no scrape fits in 1e-300 s: "no scrape succeeded" (exit 1) after the warm-up
+        (["perf", "scrape", "--seconds", "1e-300"], "--seconds"),
+        (["perf", "scrape", "--seconds", "1e300"], "--seconds"),
+        # 1e300: no note ever exchanged, so the "picks" rows were the unshared ones, exit 0
+        (["perf", "workers-des", "--note-interval", "1e300"], "--note-interval"),
+        (["perf", "workers-des", "--note-interval", "1e-300"], "--note-interval"),
+        # built pods until killed
+        (["perf", "des", "--pods", str(10**30)], "--pods"),
+        (["perf", "checks", "--pods", str(10**30)], "--pods"),
+        # a capacity of 0 from no answer in time: a ZeroDivisionError traceback in the steady phase
+        (["perf", "soak", "--calibrate-seconds", "1e-300"], "--calibrate-seconds"),
+        (["perf", "soak", "--settle-seconds", "1e300"], "--settle-seconds"),
     ],
 )
 def test_extreme_rates_and_intervals_are_refused_while_parsing_with_a_reason(
@@ -889,9 +901,20 @@ def test_extreme_rates_and_intervals_are_refused_while_parsing_with_a_reason(
         build_parser().parse_args(argv)
     err = capsys.readouterr().err
     assert exited.value.code == 2
-    assert f"argument {option}: expected a" in err, err
+    assert f"argument {option}: expected " in err, err
     assert " from " in err, err
     assert "(" in err.rsplit("got", 1)[1], f"the refusal gives the bound's reason: {err}"
+
+
+def test_workers_des_without_one_worker_is_refused_before_running(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``igw perf workers-des --workers 2`` simulated every count, then ended in a KeyError traceback:
+    each row's "p99 vs 1" divides by the one-worker run."""
+    args = build_parser().parse_args(["perf", "workers-des", "--workers", "2,4"])
+    monkeypatch.setattr(args, "_perf_run", lambda _: pytest.fail("ran the benchmark"))
+    assert perf_cli.run(args) == 2
+    assert "--workers must include 1" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
@@ -935,3 +958,28 @@ def test_perf_scrapes_config_takes_the_longest_interval_and_threshold_allowed() 
     routing = doc["spec"]["extensions"]["routing"]  # type: ignore[index]
     settings = RoutingSettings.from_extension(routing)
     assert (settings.scrape_interval_s, settings.stale_threshold_s) == (600.0, 3600.0)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["serve", "--config", A_FILE, "--endpoints", A_FILE, "--emf-interval", "0", "--worker-timeout", "0"],
+        [
+            "serve",
+            "--config",
+            A_FILE,
+            "--endpoints",
+            A_FILE,
+            "--emf-interval",
+            "0.2",
+            "--worker-timeout",
+            "2",
+        ],
+        ["global", "serve", "--config", A_FILE, "--emf-interval", "0.01"],
+        ["operator", "--gateway-worker-timeout", "0", "--gateway-emf-interval", "0"],
+        ["operator", "--gateway-worker-timeout", "3600", "--gateway-emf-interval", "1"],
+    ],
+)
+def test_zero_still_switches_an_interval_or_timeout_off(argv: list[str]) -> None:
+    """The "0 (off) or at least N" options take 0 and the least value the tests run with."""
+    build_parser().parse_args(argv)

@@ -7,6 +7,7 @@ import contextlib
 import os
 import pty
 import select
+import signal
 import socket
 import subprocess
 import sys
@@ -211,6 +212,41 @@ async def test_a_gateway_answering_5xx_or_429_is_retried_until_it_answers(tmp_pa
         )
     assert rc == 0, out
     assert "qwen" in target.read_text()
+
+
+async def test_ctrl_c_ends_a_screenshot_still_retrying_at_once(tmp_path: Path) -> None:
+    """SIGINT was lost inside the headless app (session s50): ``igw top URL --screenshot x.svg`` against
+    a gateway answering 503 went on retrying for its 30 intervals (60 s here) after Ctrl-C, and with
+    ``--screenshot-wait`` against one not answering until that wait was over. Now it ends at once as
+    every igw command does on Ctrl-C: ``igw: interrupted``, exit 130, nothing saved."""
+    asked = asyncio.Event()
+
+    async def metrics(_: web.Request) -> web.Response:
+        asked.set()
+        return web.Response(status=503, text="starting")
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/readyz", metrics)
+    target = tmp_path / "x.svg"
+    async with serving(app) as url:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "igw.cli.main", "top", url, "--interval", "2", "--screenshot", str(target),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+            env={k: v for k, v in os.environ.items() if k != "TERM"},
+        )  # fmt: skip
+        try:
+            await asyncio.wait_for(asked.wait(), timeout=60)  # the app runs and retries
+            await asyncio.sleep(0.5)
+            proc.send_signal(signal.SIGINT)
+            out, _ = await asyncio.wait_for(proc.communicate(), timeout=20)
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+    assert proc.returncode == 130, out.decode()
+    assert "igw: interrupted" in out.decode()
+    assert not target.exists()
 
 
 def test_the_live_view_without_a_terminal_is_a_usage_error() -> None:

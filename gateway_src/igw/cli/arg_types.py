@@ -26,12 +26,13 @@ import math
 import re
 import tempfile
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Final, Generic, TypeVar
 from urllib.parse import urlsplit
 
 from igw.gateway.worker_count import MAX_WORKERS
+from igw.gateway.worker_heartbeat import BEAT_INTERVAL_S
 
 Number = TypeVar("Number", int, float)
 Listed = TypeVar("Listed", int, float, str)
@@ -52,6 +53,9 @@ class NumberRange(Generic[Number]):
     reason: str | None = None
     """Why the bounds are where they are, added to the refusal in brackets: a bare "from 0.001 to
     1000000" reads as arbitrary where a bound stands for what the command can still compute."""
+    zero_is_off: bool = False
+    """0 is taken besides [minimum, maximum]: an interval or timeout where 0 switches the feature off
+    and a tiny positive value would run it back to back (see :func:`zero_or_range`)."""
 
     @property
     def __name__(self) -> str:  # argparse names the type in some of its own messages
@@ -59,6 +63,8 @@ class NumberRange(Generic[Number]):
 
     def describe(self) -> str:
         noun = "a whole number" if self.kind is int else "a number"
+        if self.zero_is_off:
+            return "0 (off) or " + replace(self, zero_is_off=False).describe()
         if self.minimum is not None and self.maximum is not None:
             if self.exclusive_minimum:
                 return f"{noun} > {self.minimum} and <= {self.maximum}"
@@ -72,6 +78,8 @@ class NumberRange(Generic[Number]):
     def contains(self, value: Number) -> bool:
         if isinstance(value, float) and not math.isfinite(value):
             return False
+        if self.zero_is_off and value == 0:
+            return True
         if self.minimum is not None and (
             value < self.minimum or (self.exclusive_minimum and value == self.minimum)
         ):
@@ -90,12 +98,23 @@ class NumberRange(Generic[Number]):
 
     def outside(self) -> str | None:
         """A value this range refuses, for tests (``None`` when only non-numbers are refused)."""
+        if self.zero_is_off and self.minimum is not None and self.minimum > 0:
+            # between off and the least value taken: what the bound is for
+            return str(self.minimum / 2 if self.kind is float else self.minimum - 1 or -1)
         if self.minimum is not None:
             low = self.minimum if self.exclusive_minimum else self.minimum - 1
             return str(low)
         if self.maximum is not None:
             return str(self.maximum + 1)
         return "nan" if self.kind is float else None
+
+
+def zero_or_range(kind: type[Number], minimum: Number, maximum: Number, reason: str) -> NumberRange[Number]:
+    """0 (off), or ``minimum`` to ``maximum``: intervals and timeouts whose 0 switches a feature off.
+    ``NON_NEGATIVE`` took ``igw serve --emf-interval 1e-300`` (EMF documents written back to back) and
+    ``--worker-timeout 1e-300`` (a healthy worker group stopped, exit 3, as soon as it started), since
+    no plain range can refuse those while taking 0."""
+    return NumberRange(kind, minimum, maximum, reason=reason, zero_is_off=True)
 
 
 @dataclass(frozen=True)
@@ -376,6 +395,70 @@ TOP_DECISIONS: Final = NumberRange(int, 0, 50, reason="decisions shown below the
 """``igw top --decisions``: rows of the decisions table, which the screen shows only so many of; above
 50 was refused only after parsing, naming no range."""
 """A share from 0 to 1."""
+SOAK_CALIBRATE_SECONDS: Final = NumberRange(
+    float, 1.0, 3600.0, reason="wall seconds of closed-loop load that measure the capacity: 1 s to an hour"
+)
+"""``igw perf soak --calibrate-seconds``: ``1e-300`` answered no request in time, a capacity of 0, and
+the steady phase ended in a ZeroDivisionError traceback (exit 1)."""
+SOAK_SETTLE_SECONDS: Final = NumberRange(
+    float, 0.0, 3600.0, reason="idle wall seconds before descriptors are counted: up to an hour"
+)
+"""``igw perf soak --settle-seconds``: ``1e300`` slept after the calibration until killed."""
+DES_PODS: Final = NumberRange(
+    int, 1, 10_000, reason="simulated pods of one discrete-event run, each an engine model: up to 10000"
+)
+"""``igw perf des --pods``: ``10**30`` built simulated pods until killed (ten thousand run in
+seconds)."""
+CHECKS_PODS: Final = NumberRange(
+    int, 1, 100_000, reason="model-server pods of the simulated inventory: up to 100 times the default"
+)
+"""``igw perf checks --pods``: ``10**30`` built the inventory's pods until killed."""
+PERF_SCRAPE_SECONDS: Final = NumberRange(
+    float, 0.1, 3600.0, reason="measured wall seconds per fleet size: a tenth of a second to an hour"
+)
+"""``igw perf scrape --seconds``: ``1e-300`` warmed up every fleet, then ended "no scrape of the 2-pod
+fleet succeeded" (exit 1): no scrape fits in no time; ``1e300`` measured until killed."""
+NOTE_INTERVAL: Final = NumberRange(
+    float,
+    MIN_SCRAPE_INTERVAL,
+    MAX_SCRAPE_INTERVAL,
+    reason="seconds between pick-note exchanges, as for scrapes: whole ms at least, and beyond 10 "
+    "minutes no note arrives within a run",
+)
+"""``igw perf workers-des --note-interval``: ``1e300`` exchanged no note, so its ``picks`` rows were the
+unshared ones (1.27x the one-worker p99, exit 0); ``1e-300`` exchanged notes at no delay at all, which
+no gateway does (its interval is 5 ms)."""
+MAX_GATEWAY_SECONDS: Final = 3600.0
+"""The longest EMF interval and worker timeout a gateway takes: the chart's ``gateway.cloudWatch.
+emfIntervalSeconds`` and ``gateway.workerTimeoutSeconds`` end there, and a value beyond it is the
+feature off in all but name."""
+MIN_WORKER_TIMEOUT: Final = 2 * BEAT_INTERVAL_S
+"""The shortest ``--worker-timeout`` besides 0: two of the workers' one-second beats, so one beat
+late does not end the group. ``igw serve --workers 2 --worker-timeout 1e-300`` stopped a healthy
+group 2.1 s after it started (exit 3), the first time the parent looked."""
+WORKER_TIMEOUT: Final = zero_or_range(
+    float,
+    MIN_WORKER_TIMEOUT,
+    MAX_GATEWAY_SECONDS,
+    reason="seconds a worker may miss its one-second heartbeats: at least two of them, at most the "
+    "chart's hour; 0 is off",
+)
+"""``igw serve --worker-timeout`` and ``igw operator --gateway-worker-timeout`` (passed to it)."""
+MIN_EMF_INTERVAL: Final = 0.01
+"""The shortest EMF interval besides 0: ``--emf-interval 1e-300`` wrote EMF documents back to back,
+each interval's build taking the event loop from requests."""
+EMF_INTERVAL: Final = zero_or_range(
+    float,
+    MIN_EMF_INTERVAL,
+    MAX_GATEWAY_SECONDS,
+    reason="seconds between EMF documents: below 0.01 s they are written back to back, and the chart's "
+    "emfIntervalSeconds ends at an hour; 0 is off",
+)
+"""``--emf-interval`` of ``igw serve`` and ``igw global serve``."""
+GATEWAY_EMF_INTERVAL: Final = zero_or_range(
+    int, 1, int(MAX_GATEWAY_SECONDS), reason="the range of the chart's gateway.cloudWatch.emfIntervalSeconds"
+)
+"""``igw operator --gateway-emf-interval``: whole seconds, as the chart renders it."""
 WORKER_COUNT: Final = NumberOrWord(NumberRange(int, 1, MAX_WORKERS), "auto")
 """``--workers``: how many, at most :data:`~igw.gateway.worker_count.MAX_WORKERS`, or ``auto`` (see
 :mod:`igw.gateway.worker_count`). The same bound as ``auto`` and the chart's ``gateway.workers``:

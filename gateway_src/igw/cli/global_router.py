@@ -19,7 +19,14 @@ import contextlib
 import logging
 import sys
 
-from igw.cli.arg_types import NON_NEGATIVE, PORT, existing_file_or_stdin, listen_host, region_name
+from igw.cli.arg_types import (
+    EMF_INTERVAL,
+    NON_NEGATIVE,
+    PORT,
+    existing_file_or_stdin,
+    listen_host,
+    region_name,
+)
 from igw.cli.tracing_flags import add_tracing_options
 
 HELP = "Tier-2 global inference router across clusters and regions (igw global serve)."
@@ -68,10 +75,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     serve.add_argument(
         "--emf-interval",
-        type=NON_NEGATIVE,
+        type=EMF_INTERVAL,
         default=0.0,
         metavar="S",
-        help="write fleet metrics as CloudWatch EMF lines on stdout every S seconds (default 0: off)",
+        help="write fleet metrics as CloudWatch EMF lines on stdout every S seconds, 0.01 to 3600 "
+        "(default 0: off)",
     )
     add_tracing_options(
         serve,

@@ -20,12 +20,12 @@ import sys
 from typing import TYPE_CHECKING, Any, Final
 
 from igw.cli.arg_types import (
-    NON_NEGATIVE,
-    NON_NEGATIVE_INT,
+    GATEWAY_EMF_INTERVAL,
     OPERATOR_RESYNC,
     PORT,
     TLS_SWEEP_INTERVAL,
     WORKER_COUNT,
+    WORKER_TIMEOUT,
     NumberRange,
     cidr_block,
     container_image,
@@ -111,11 +111,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--gateway-worker-timeout",
-        type=NON_NEGATIVE,
+        type=WORKER_TIMEOUT,
         default=STUCK_AFTER_S,
         metavar="S",
         help="igw serve --worker-timeout of those pods (when they run more than one worker): a worker "
-        "whose event loop is silent for S seconds is killed and the container restarts; 0: off "
+        "whose event loop is silent for S seconds is killed and the container restarts; 0: off, else 2 to "
+        "3600 "
         f"(default {STUCK_AFTER_S:g})",
     )
     parser.add_argument(
@@ -167,10 +168,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     observability = parser.add_argument_group("gateway pods' observability (off by default)")
     observability.add_argument(
         "--gateway-emf-interval",
-        type=NON_NEGATIVE_INT,
+        type=GATEWAY_EMF_INTERVAL,
         default=0,
         metavar="SECONDS",
-        help="gateway pods write CloudWatch EMF documents every SECONDS (default 0: off)",
+        help="gateway pods write CloudWatch EMF documents every SECONDS, 1 to 3600 (default 0: off)",
     )
     observability.add_argument(
         "--gateway-emf-endpoint",

@@ -17,22 +17,26 @@ from pathlib import Path
 from typing import Final
 
 from igw.cli.arg_types import (
+    CHECKS_PODS,
     COUNT,
     COUNTS,
     DES_LOAD,
+    DES_PODS,
     DES_TARGET_S,
     DURATION_SCALE,
     FLEET_TIME_SCALE,
     FRACTION,
     GATEWAY_WORKERS,
-    NON_NEGATIVE,
     NON_NEGATIVE_INT,
-    POSITIVE,
+    NOTE_INTERVAL,
+    PERF_SCRAPE_SECONDS,
     SCRAPE_INTERVAL,
     SEED,
     SEEDS,
     SIM_REQUESTS,
+    SOAK_CALIBRATE_SECONDS,
     SOAK_MINUTES,
+    SOAK_SETTLE_SECONDS,
     STALE_THRESHOLD,
     NumberList,
     create_parent,
@@ -121,7 +125,7 @@ def _des_arguments(parser: argparse.ArgumentParser) -> None:
         default=100_000,
         help="requests simulated, at most 1000000 (default 100000)",
     )
-    parser.add_argument("--pods", type=COUNT, default=64, help="simulated pods (default 64)")
+    parser.add_argument("--pods", type=DES_PODS, default=64, help="simulated pods, 1 to 10000 (default 64)")
     parser.add_argument(
         "--preset",
         type=preset_name,
@@ -165,7 +169,9 @@ def _des_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _checks_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--pods", type=COUNT, default=1000, help="model-server pods (default 1000)")
+    parser.add_argument(
+        "--pods", type=CHECKS_PODS, default=1000, help="model-server pods, 1 to 100000 (default 1000)"
+    )
     parser.add_argument("--configs", type=COUNT, default=50, help="InferenceGatewayConfigs (default 50)")
     parser.add_argument("--schedulers", type=COUNT, default=2, help="schedulers per config (default 2)")
     parser.add_argument(
@@ -196,12 +202,15 @@ def _soak_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log", type=output_file, help="keep igw serve's log and access log in this file")
     parser.add_argument(
         "--settle-seconds",
-        type=NON_NEGATIVE,
+        type=SOAK_SETTLE_SECONDS,
         default=SOAK_SETTLE_S,
-        help=f"idle wait before counting descriptors (default {SOAK_SETTLE_S:g})",
+        help=f"idle wait before counting descriptors, 0 to 3600 s (default {SOAK_SETTLE_S:g})",
     )
     parser.add_argument(
-        "--calibrate-seconds", type=POSITIVE, default=20.0, help="capacity measurement length (default 20)"
+        "--calibrate-seconds",
+        type=SOAK_CALIBRATE_SECONDS,
+        default=20.0,
+        help="capacity measurement length, 1 to 3600 s (default 20)",
     )
     parser.add_argument(
         "--concurrency", type=COUNT, default=96, help="closed-loop clients when calibrating (default 96)"
@@ -217,7 +226,10 @@ def _scrape_arguments(parser: argparse.ArgumentParser) -> None:
         help="comma-separated fleet sizes, each measured in turn (default 16,64,256,1000)",
     )
     parser.add_argument(
-        "--seconds", type=POSITIVE, default=10.0, help="measured wall time per fleet size (default 10)"
+        "--seconds",
+        type=PERF_SCRAPE_SECONDS,
+        default=10.0,
+        help="measured wall time per fleet size, 0.1 to 3600 s (default 10)",
     )
     parser.add_argument(
         "--interval",
@@ -378,7 +390,10 @@ def _workers_des_arguments(parser: argparse.ArgumentParser) -> None:
         help="comma-separated DES scenarios (default mixed-fleet-8b,shared-prefix-8b-high-cache)",
     )
     parser.add_argument(
-        "--workers", type=COUNTS, default=[1, 2, 4, 8], help="worker counts (default 1,2,4,8)"
+        "--workers",
+        type=COUNTS,
+        default=[1, 2, 4, 8],
+        help="worker counts, 1 among them: the baseline of the 'p99 vs 1' column (default 1,2,4,8)",
     )
     parser.add_argument("--seeds", type=SEEDS, default=[1, 2], help="comma-separated seeds (default 1,2)")
     parser.add_argument(
@@ -407,10 +422,10 @@ def _workers_des_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--note-interval",
-        type=POSITIVE,
+        type=NOTE_INTERVAL,
         default=None,
-        help="seconds between exchanges of pick notes (default: igw serve's, 5 ms or the scrape "
-        "interval when shorter)",
+        help="seconds between exchanges of pick notes, 0.001 to 600 (default: igw serve's, 5 ms or the "
+        "scrape interval when shorter)",
     )
 
 
@@ -680,6 +695,15 @@ def run(args: argparse.Namespace) -> int:
     if _refuse_ignored_options(args):
         return 2
     if _refuse_stale_before_a_scrape(args):
+        return 2
+    if args.benchmark == "workers-des" and 1 not in args.workers:
+        # each row's "p99 vs 1" divides by the one-worker run: a KeyError traceback (exit 1) after
+        # every other count had been simulated (before session s50)
+        print(
+            "igw perf workers-des: --workers must include 1, the baseline every other count is compared "
+            f"with (got {','.join(map(str, args.workers))})",
+            file=sys.stderr,
+        )
         return 2
     for dest in OUTPUT_FILES:  # checked while parsing; created now, before minutes of measuring
         path = getattr(args, dest, None)

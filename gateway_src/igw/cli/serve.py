@@ -21,11 +21,12 @@ from typing import Any
 
 from igw.cli.arg_types import (
     ANY_INT,
+    EMF_INTERVAL,
     FINITE,
-    NON_NEGATIVE,
     NON_NEGATIVE_INT,
     PORT,
     WORKER_COUNT,
+    WORKER_TIMEOUT,
     existing_directory,
     existing_file,
     listen_host,
@@ -105,12 +106,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--worker-timeout",
-        type=NON_NEGATIVE,
+        type=WORKER_TIMEOUT,
         default=STUCK_AFTER_S,
         metavar="S",
         help="with --workers: kill a worker whose event loop has not answered the parent for S seconds "
         "(it would keep its share of the port's connections and hang them), which stops the group "
-        "(exit 3); a starting worker has 60 s more; 0: off (default 30)",
+        "(exit 3); a starting worker has 60 s more; 0: off, else 2 to 3600 (default 30)",
     )
     parser.add_argument(
         "--log-level", default="info", choices=["debug", "info", "warning", "error"], help="(default info)"
@@ -118,11 +119,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-reload", action="store_true", help="do not watch the configuration file")
     parser.add_argument(
         "--emf-interval",
-        type=NON_NEGATIVE,
+        type=EMF_INTERVAL,
         default=0.0,
         metavar="SECONDS",
         help="write CloudWatch Embedded Metric Format lines (per-model requests, error rate, P99 "
-        "latency/TTFT; per-pool KV and ready pods) every SECONDS (default 0: off)",
+        "latency/TTFT; per-pool KV and ready pods) every SECONDS, 0.01 to 3600 (default 0: off)",
     )
     parser.add_argument(
         "--emf-endpoint",

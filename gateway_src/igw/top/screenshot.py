@@ -10,11 +10,16 @@ default 0: at the first such attempt); and when the refreshes are not drawn with
 :data:`GIVE_UP_AFTER_INTERVALS` refresh intervals (the gateway answers, but with a 5xx, a 408 or
 429, or a body cut off: a gateway starting or overloaded). Until session s39 a port nothing
 listens on took those 30 intervals, 31 s at the default interval, to say so.
+
+Ctrl-C (SIGINT) ends the run at once, saving nothing, as ``KeyboardInterrupt`` (``igw: interrupted``,
+exit 130). Until session s50 it was lost inside the headless app: a run waiting on ``--screenshot-wait``
+went on until that wait was over, and only SIGTERM or SIGKILL ended it earlier.
 """
 
 from __future__ import annotations
 
 import asyncio
+import signal
 import sys
 import time
 from pathlib import Path
@@ -34,8 +39,21 @@ def save_screenshot(app: TopApp, file: str, *, refreshes: int, wait_unanswered_s
     """Run ``app`` headless until it has drawn ``refreshes`` scrapes, then write ``file`` (SVG)."""
     target = Path(file)
     outcome: list[int] = []
+    interrupted: list[bool] = []
+
+    def interrupt() -> None:
+        interrupted.append(True)
+        app.exit()
 
     async def pilot(driver: Pilot[object]) -> None:
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGINT, interrupt)
+        try:
+            await _drive(driver)
+        finally:
+            loop.remove_signal_handler(signal.SIGINT)
+
+    async def _drive(driver: Pilot[object]) -> None:
         wait_s = app.interval_s / 4
         started = time.monotonic()
         for _ in range(int((GIVE_UP_AFTER_INTERVALS * app.interval_s + wait_unanswered_s) / wait_s)):
@@ -56,6 +74,8 @@ def save_screenshot(app: TopApp, file: str, *, refreshes: int, wait_unanswered_s
                 app.exit()
                 return
             await asyncio.sleep(wait_s)
+            if interrupted:
+                return
         else:
             print(f"igw top: no data from {app.source.base_url}: {app.last_error}", file=sys.stderr)
             outcome.append(EXIT_NO_DATA)
@@ -69,4 +89,6 @@ def save_screenshot(app: TopApp, file: str, *, refreshes: int, wait_unanswered_s
         app.exit()
 
     app.run(headless=True, size=SCREEN_SIZE, auto_pilot=pilot)
+    if interrupted:
+        raise KeyboardInterrupt
     return outcome[0] if outcome else EXIT_NO_DATA
