@@ -928,15 +928,21 @@ algorithm's OID (an encrypted key has no version field), or two dashes. The chea
 :func:`_mask_hex_keys` runs."""
 _HEX_RUN: Final = re.compile(r"(?<![0-9A-Fa-f])[0-9A-Fa-f]{64,}")
 """64 or more hex digits in a row (a DER key in hex inside a line: ``der=308204bd...``)."""
-_LINE_BREAK: Final = re.compile(r"(\r?\n|\\n)")
+_REAL_BREAK: Final = re.compile(r"\r?\n")
+_ANY_BREAK: Final = re.compile(r"\r?\n|(?<!\\)((?:\\\\)*)\\n")
+"""A line break, real or escaped (``\\n`` after an even number of backslashes: ``\\\\n`` is an escaped
+backslash then ``n``, as ``repr`` writes a characters column's ``\\n``); group 1 the escaped backslashes
+before it, which stay with their line."""
 _HEX_DUMP_LINE: Final = re.compile(
     r"[ \t]*(?:[0-9A-Fa-f]{6,8}:?[ \t]+)?"
     r"((?:[0-9A-Fa-f]{2})+(?:[ \t]{1,2}(?:[0-9A-Fa-f]{2})+)*)"
-    r"(?:[ \t]{2,}[^\r\n]{1,20})?[ \t]*"
+    r"(?:[ \t]{2,}[^\r\n]{1,40})?[ \t]*"
 )
 """One line of a hex dump: an offset (``xxd``'s ``00000000:``, ``hexdump -C``'s, ``od``'s) or none
 (``xxd -p``, ``od -An``), the bytes in groups of any even width, and ``xxd``'s or ``hexdump -C``'s
-characters column (which shows a PEM's base64 16 characters a line: masked with the bytes)."""
+characters column (which shows a PEM's base64 16 characters a line: masked with the bytes); up to 40
+characters, as a JSON string or a repr escapes each ``"`` or ``\\`` of its 16 (until session s50, round
+22, three of them in a ``hexdump -C`` line ended the dump there, and the key's rest was shown)."""
 _TRAILING_HEX: Final = re.compile(r"[0-9A-Fa-f]{2,}\Z")
 
 
@@ -955,9 +961,27 @@ def _mask_hex_keys(text: str) -> str:
     (newlines real or escaped) whose bytes hold one becomes one :data:`MASK` line, the hex digits that
     end the line before it (``body: 3082...``, the dump's first line after a log prefix) masked with
     it; and a run of 64+ hex digits inside a line that holds one is masked. Other hex (digests, ids, a
-    certificate) stays."""
-    parts = _LINE_BREAK.split(text)
-    lines, breaks = parts[0::2], parts[1::2]
+    certificate) stays.
+
+    A text with real line breaks is read by them first: a characters column may show the bytes ``5c
+    6e`` as ``\\n``, which until session s50 (round 22) ended the dump as an escaped line break, and the
+    key's lines after it went through (one RSA key in about 150, in ``hexdump -C`` or ``xxd``). Then
+    escaped line breaks count too (a dump in a JSON string or a repr)."""
+    if "\n" in text:
+        text = _mask_hex_dumps(text, _REAL_BREAK)
+    text = _mask_hex_dumps(text, _ANY_BREAK)
+    return _HEX_RUN.sub(lambda m: MASK if _HEX_KEY.search(m.group(0).lower()) else m.group(0), text)
+
+
+def _mask_hex_dumps(text: str, breaks_at: re.Pattern[str]) -> str:
+    """:func:`_mask_hex_keys`' dumps, the text's lines ending at ``breaks_at``."""
+    lines, breaks, start = [], [], 0
+    for brk in breaks_at.finditer(text):
+        cut = brk.end(1) if brk.lastindex else brk.start()
+        lines.append(text[start:cut])
+        breaks.append(text[cut : brk.end()])
+        start = brk.end()
+    lines.append(text[start:])
     index = 0
     while index < len(lines):
         found = _HEX_DUMP_LINE.fullmatch(lines[index])
@@ -980,8 +1004,7 @@ def _mask_hex_keys(text: str) -> str:
             index += 1
             continue
         index = end
-    text = "".join(line + brk for line, brk in zip(lines, [*breaks, ""], strict=True))
-    return _HEX_RUN.sub(lambda m: MASK if _HEX_KEY.search(m.group(0).lower()) else m.group(0), text)
+    return "".join(line + brk for line, brk in zip(lines, [*breaks, ""], strict=True))
 
 
 _BYTES_REPR: Final = re.compile(
