@@ -249,7 +249,7 @@ cheaper than running the case-insensitive patterns over the line."""
 
 _SECRET_FIELD: Final = (
     r"[a-z0-9_-]*(?:token|secrets?|password|passwd|passphrase|pwd|credentials?|assertion|api_?key"
-    r"|access_?key|code_verifier)"
+    r"|access_?key|code_verifier|secret_?string|secret_?binary)"
 )
 """A field name that says its value is a credential (``refresh_token``, ``client_secret``,
 ``clientSecret``, ``password``, ``client_assertion``, ``api_key``, ``code_verifier``; since session
@@ -260,7 +260,10 @@ The one list of names: the form (:data:`_FORM_FIELD`), JSON and dict (:data:`_QU
 (RFC 6749: ``access_token``, ``refresh_token``, ``client_secret``, ``password``, ``code``; RFC 7521
 ``client_assertion``/``assertion``; RFC 7636 ``code_verifier``; RFC 8628 ``device_code``) and AWS's
 credential file and environment names (``aws_secret_access_key``, ``aws_session_token``, boto's
-``SecretAccessKey``/``SessionToken``) all end in one of its words."""
+``SecretAccessKey``/``SessionToken``) all end in one of its words. Secrets Manager's ``SecretString`` and
+``SecretBinary`` (a ``PutSecretValue``/``CreateSecret`` request's body, botocore's DEBUG ``params``)
+since session s50 (round 22): the value went through :func:`redact`, masked by :func:`redact_value`
+alone."""
 _NAME_WORD: Final = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
 """A word of a field's name: camel case (``tokensPerMinute``), ``_``, ``-``, ``.`` or upper case
 (``CHARS_PER_TOKEN``) between words."""
@@ -349,6 +352,10 @@ _FIELD_WORDS: Final = (
     "credential",
     "credentials",
     "assertion",
+    "secretstring",
+    "secret_string",
+    "secretbinary",
+    "secret_binary",
 )
 """The words of :data:`_SECRET_FIELD` a field's name ends with, for the hints below (the key names
 each rule adds are in :data:`_FORM_WORDS` and :data:`_QUOTED_WORDS`)."""
@@ -589,10 +596,13 @@ _SPACED_KWARG_HINT: Final = re.compile(
 
 _CONFIG_WORDS: Final = "(?:" + "|".join(_QUOTED_WORDS) + ")"
 _LINE_START: Final = r"(?:^|(?<=\n)|(?<=\\n)|(?<=[\"']))"
+_PATH_SEGMENT: Final = r"[a-z0-9_-]+(?:\[[a-z0-9_-]*\])*"
 _CONFIG_LINE: Final = re.compile(
-    r"(?i)(" + _LINE_START + r"[ \t]*(?:-[ \t]+)?(?:" + _QUOTED_NAME + r")[ \t]*([:=])[ \t]*)"
-    r"((?:(?!\\[nr])[^\s\"'\[({])(?:(?!\\[nr])[^\s\"'])*)"
-    r"(?=[ \t]*(?:\r?\n|\\[nr]|\Z|\\*[\"'](?:[\s,}\]]|\Z))|[ \t]+[#;])"
+    r"(?i)((?:" + _LINE_START + r"[ \t]*(?:-[ \t]+)?|(?<=[ \t(,])(?=" + _PATH_SEGMENT + r"\.))"
+    r"(?P<path>(?:" + _PATH_SEGMENT + r"\.)+)?"
+    r"(?:" + _QUOTED_NAME + r")[ \t]*(?P<sep>[:=])[ \t]*)"
+    r"(?P<value>(?:(?!\\[nr])[^\s\"'\[({])(?:(?!\\[nr])[^\s\"'])*)"
+    r"(?(path)(?=\s|\Z|\\[nr])|(?=[ \t]*(?:\r?\n|\\[nr]|\Z|\\*[\"'](?:[\s,}\]]|\Z))|[ \t]+[#;]))"
 )
 """A secret-named key of a configuration line and its unquoted value, alone on its line (a YAML
 ``password: hunter2``, an INI or ``.env`` dump's ``password = hunter2``, ``token: abc.def``, indented
@@ -605,7 +615,10 @@ line and the value is one run without blanks that ends it, so ``the password = f
 word (letters only, at most capitalised, shorter than :data:`WORD_MAX_CHARS`: ``token: expired``,
 ``password: none``) stays too (:func:`_mask_config_line`); after ``=`` it is masked, as ``token=expired``
 is by the form rule. A comment after the value (``password = x  # prod``, ``token: abc123 ; note``,
-after a blank) is kept and the value masked; until round 13 such a line went through whole."""
+after a blank) is kept and the value masked; until round 13 such a line went through whole. A dotted
+path (``spec.redis.password: <value>``, ``auth[0].token: <value>``: a configuration error's location)
+is a key wherever it is in a line, after a blank, ``(`` or ``,``, its value up to the next blank (a
+word after ``:`` kept, as above); until session s50 (round 22) it had to start its line."""
 _CONFIG_HINT: Final = re.compile(
     rf"[:=](?<={_QUOTED_LAST}[:=])(?:"
     + _behind_a_word("[:=]")
@@ -649,10 +662,12 @@ def _config_changes(text: str) -> bool:
 def _mask_config_line(found: re.Match[str]) -> str:
     """A :data:`_CONFIG_LINE` with its value masked, unless a ``:`` precedes a value that reads as a word
     or the name counts tokens (:func:`names_a_count`)."""
-    value = found.group(3)
+    value = found.group("value")
+    if found.group("path"):  # a value that ends before a blank mid-line: a word may end in punctuation
+        value = value.rstrip(":,;.)") or value
     if names_a_count(found.group(1).strip(" \t-:=")):
         return found.group(0)
-    if found.group(2) == ":" and value.isalpha() and value[1:].islower() and len(value) < WORD_MAX_CHARS:
+    if found.group("sep") == ":" and value.isalpha() and value[1:].islower() and len(value) < WORD_MAX_CHARS:
         return found.group(0)
     return f"{found.group(1)}{MASK}"
 

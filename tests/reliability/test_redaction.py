@@ -916,3 +916,35 @@ def test_the_prefixed_formatter_writes_its_prefix_then_the_message_only_formatte
     assert prefix in prefixed
     shown = prefixed.split(prefix, 1)[1]
     assert shown == alone or json.loads(shown) == json.loads(alone), (prefixed, alone)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("params: SecretString=hunter2x9 SecretId=igw", f"params: SecretString={MASK} SecretId=igw"),
+        (
+            "{'SecretId': 'igw', 'SecretString': 'hunter2x9'}",
+            f"{{'SecretId': 'igw', 'SecretString': '{MASK}'}}",
+        ),
+        (
+            'b\'{"SecretId":"igw","SecretBinary":"hunter2x9"}\'',
+            f'b\'{{"SecretId":"igw","SecretBinary":"{MASK}"}}\'',
+        ),
+        ("invalid config: spec.redis.password: hunter2x9", f"invalid config: spec.redis.password: {MASK}"),
+        ("auth.0.token: hunter2x9", f"auth.0.token: {MASK}"),
+        ("error at auth[0].token: hunter2x9 (line 3)", f"error at auth[0].token: {MASK} (line 3)"),
+        ("spec.redis.password: must be set", None),
+        ("x spec.auth.token: expired", None),
+        ("x spec.rateLimits.maxTokens: 500", None),
+        ("Error: token: expired", None),
+        ("the SecretString is empty", None),
+    ],
+)
+def test_secrets_manager_values_and_a_dotted_path_s_value_mid_line_are_masked_by_redact(
+    text: str, expected: str | None
+) -> None:
+    """Round 22 (session s50): :func:`redact` (logs, the access log) showed botocore's ``SecretString``/
+    ``SecretBinary`` (masked by :func:`redaction.redact_value` only) and a configuration error's dotted
+    path value unless the path started its line; prose after a path (``must be set``) stays."""
+    assert redact(text) == (text if expected is None else expected)
+    assert redaction.needs_redaction(text) is (expected is not None)
