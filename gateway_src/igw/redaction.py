@@ -980,7 +980,7 @@ def _mask_hex_keys(text: str) -> str:
 
     A text with real line breaks is read by them first: a characters column may show the bytes ``5c
     6e`` as ``\\n``, which until session s50 (round 22) ended the dump as an escaped line break, and the
-    key's lines after it went through (one RSA key in about 150, in ``hexdump -C`` or ``xxd``). Then
+    key's lines after it went through (one RSA key DER in about 300, in ``hexdump -C`` or ``xxd``). Then
     escaped line breaks count too (a dump in a JSON string or a repr)."""
     if "\n" in text:
         text = _mask_hex_dumps(text, _REAL_BREAK)
