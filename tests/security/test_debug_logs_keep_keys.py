@@ -539,7 +539,7 @@ def test_a_characters_column_that_reads_as_an_escape_does_not_end_the_dump(
 ) -> None:
     """Round 22 (session s50): the bytes ``5c 6e`` of a key, which a dump's characters column shows as
     ``\\n``, ended the dump there as an escaped line break, and the rows after it were shown: about one
-    RSA key in 150 in ``hexdump -C`` (the "flaky" ``[rsa-pkcs8]`` run above was this leak, no test's
+    RSA key DER in 300 in ``hexdump -C`` (the "flaky" ``[rsa-pkcs8]`` run above was this leak, no test's
     looseness: its 8 bytes from the key's middle were in the output). In a JSON string or a repr, three
     ``"`` or ``\\`` in a row's 16 characters made the column too long for a dump line, with the same
     effect."""
