@@ -249,7 +249,7 @@ cheaper than running the case-insensitive patterns over the line."""
 
 _SECRET_FIELD: Final = (
     r"[a-z0-9_-]*(?:token|secrets?|password|passwd|passphrase|pwd|credentials?|assertion|api_?key"
-    r"|access_?key|code_verifier)"
+    r"|access_?key|code_verifier|secret_?string|secret_?binary)"
 )
 """A field name that says its value is a credential (``refresh_token``, ``client_secret``,
 ``clientSecret``, ``password``, ``client_assertion``, ``api_key``, ``code_verifier``; since session
@@ -260,7 +260,10 @@ The one list of names: the form (:data:`_FORM_FIELD`), JSON and dict (:data:`_QU
 (RFC 6749: ``access_token``, ``refresh_token``, ``client_secret``, ``password``, ``code``; RFC 7521
 ``client_assertion``/``assertion``; RFC 7636 ``code_verifier``; RFC 8628 ``device_code``) and AWS's
 credential file and environment names (``aws_secret_access_key``, ``aws_session_token``, boto's
-``SecretAccessKey``/``SessionToken``) all end in one of its words."""
+``SecretAccessKey``/``SessionToken``) all end in one of its words. Secrets Manager's ``SecretString`` and
+``SecretBinary`` (a ``PutSecretValue``/``CreateSecret`` request's body, botocore's DEBUG ``params``)
+since session s50 (round 22): the value went through :func:`redact`, masked by :func:`redact_value`
+alone."""
 _NAME_WORD: Final = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
 """A word of a field's name: camel case (``tokensPerMinute``), ``_``, ``-``, ``.`` or upper case
 (``CHARS_PER_TOKEN``) between words."""
@@ -349,6 +352,10 @@ _FIELD_WORDS: Final = (
     "credential",
     "credentials",
     "assertion",
+    "secretstring",
+    "secret_string",
+    "secretbinary",
+    "secret_binary",
 )
 """The words of :data:`_SECRET_FIELD` a field's name ends with, for the hints below (the key names
 each rule adds are in :data:`_FORM_WORDS` and :data:`_QUOTED_WORDS`)."""
@@ -589,10 +596,13 @@ _SPACED_KWARG_HINT: Final = re.compile(
 
 _CONFIG_WORDS: Final = "(?:" + "|".join(_QUOTED_WORDS) + ")"
 _LINE_START: Final = r"(?:^|(?<=\n)|(?<=\\n)|(?<=[\"']))"
+_PATH_SEGMENT: Final = r"[a-z0-9_-]+(?:\[[a-z0-9_-]*\])*"
 _CONFIG_LINE: Final = re.compile(
-    r"(?i)(" + _LINE_START + r"[ \t]*(?:-[ \t]+)?(?:" + _QUOTED_NAME + r")[ \t]*([:=])[ \t]*)"
-    r"((?:(?!\\[nr])[^\s\"'\[({])(?:(?!\\[nr])[^\s\"'])*)"
-    r"(?=[ \t]*(?:\r?\n|\\[nr]|\Z|\\*[\"'](?:[\s,}\]]|\Z))|[ \t]+[#;])"
+    r"(?i)((?:" + _LINE_START + r"[ \t]*(?:-[ \t]+)?|(?<=[ \t(,])(?=" + _PATH_SEGMENT + r"\.))"
+    r"(?P<path>(?:" + _PATH_SEGMENT + r"\.)+)?"
+    r"(?:" + _QUOTED_NAME + r")[ \t]*(?P<sep>[:=])[ \t]*)"
+    r"(?P<value>(?:(?!\\[nr])[^\s\"'\[({])(?:(?!\\[nr])[^\s\"'])*)"
+    r"(?(path)(?=\s|\Z|\\[nr])|(?=[ \t]*(?:\r?\n|\\[nr]|\Z|\\*[\"'](?:[\s,}\]]|\Z))|[ \t]+[#;]))"
 )
 """A secret-named key of a configuration line and its unquoted value, alone on its line (a YAML
 ``password: hunter2``, an INI or ``.env`` dump's ``password = hunter2``, ``token: abc.def``, indented
@@ -605,7 +615,10 @@ line and the value is one run without blanks that ends it, so ``the password = f
 word (letters only, at most capitalised, shorter than :data:`WORD_MAX_CHARS`: ``token: expired``,
 ``password: none``) stays too (:func:`_mask_config_line`); after ``=`` it is masked, as ``token=expired``
 is by the form rule. A comment after the value (``password = x  # prod``, ``token: abc123 ; note``,
-after a blank) is kept and the value masked; until round 13 such a line went through whole."""
+after a blank) is kept and the value masked; until round 13 such a line went through whole. A dotted
+path (``spec.redis.password: <value>``, ``auth[0].token: <value>``: a configuration error's location)
+is a key wherever it is in a line, after a blank, ``(`` or ``,``, its value up to the next blank (a
+word after ``:`` kept, as above); until session s50 (round 22) it had to start its line."""
 _CONFIG_HINT: Final = re.compile(
     rf"[:=](?<={_QUOTED_LAST}[:=])(?:"
     + _behind_a_word("[:=]")
@@ -649,10 +662,12 @@ def _config_changes(text: str) -> bool:
 def _mask_config_line(found: re.Match[str]) -> str:
     """A :data:`_CONFIG_LINE` with its value masked, unless a ``:`` precedes a value that reads as a word
     or the name counts tokens (:func:`names_a_count`)."""
-    value = found.group(3)
+    value = found.group("value")
+    if found.group("path"):  # a value that ends before a blank mid-line: a word may end in punctuation
+        value = value.rstrip(":,;.)") or value
     if names_a_count(found.group(1).strip(" \t-:=")):
         return found.group(0)
-    if found.group(2) == ":" and value.isalpha() and value[1:].islower() and len(value) < WORD_MAX_CHARS:
+    if found.group("sep") == ":" and value.isalpha() and value[1:].islower() and len(value) < WORD_MAX_CHARS:
         return found.group(0)
     return f"{found.group(1)}{MASK}"
 
@@ -928,15 +943,21 @@ algorithm's OID (an encrypted key has no version field), or two dashes. The chea
 :func:`_mask_hex_keys` runs."""
 _HEX_RUN: Final = re.compile(r"(?<![0-9A-Fa-f])[0-9A-Fa-f]{64,}")
 """64 or more hex digits in a row (a DER key in hex inside a line: ``der=308204bd...``)."""
-_LINE_BREAK: Final = re.compile(r"(\r?\n|\\n)")
+_REAL_BREAK: Final = re.compile(r"\r?\n")
+_ANY_BREAK: Final = re.compile(r"\r?\n|(?<!\\)((?:\\\\)*)\\n")
+"""A line break, real or escaped (``\\n`` after an even number of backslashes: ``\\\\n`` is an escaped
+backslash then ``n``, as ``repr`` writes a characters column's ``\\n``); group 1 the escaped backslashes
+before it, which stay with their line."""
 _HEX_DUMP_LINE: Final = re.compile(
     r"[ \t]*(?:[0-9A-Fa-f]{6,8}:?[ \t]+)?"
     r"((?:[0-9A-Fa-f]{2})+(?:[ \t]{1,2}(?:[0-9A-Fa-f]{2})+)*)"
-    r"(?:[ \t]{2,}[^\r\n]{1,20})?[ \t]*"
+    r"(?:[ \t]{2,}[^\r\n]{1,40})?[ \t]*"
 )
 """One line of a hex dump: an offset (``xxd``'s ``00000000:``, ``hexdump -C``'s, ``od``'s) or none
 (``xxd -p``, ``od -An``), the bytes in groups of any even width, and ``xxd``'s or ``hexdump -C``'s
-characters column (which shows a PEM's base64 16 characters a line: masked with the bytes)."""
+characters column (which shows a PEM's base64 16 characters a line: masked with the bytes); up to 40
+characters, as a JSON string or a repr escapes each ``"`` or ``\\`` of its 16 (until session s50, round
+22, three of them in a ``hexdump -C`` line ended the dump there, and the key's rest was shown)."""
 _TRAILING_HEX: Final = re.compile(r"[0-9A-Fa-f]{2,}\Z")
 
 
@@ -955,9 +976,27 @@ def _mask_hex_keys(text: str) -> str:
     (newlines real or escaped) whose bytes hold one becomes one :data:`MASK` line, the hex digits that
     end the line before it (``body: 3082...``, the dump's first line after a log prefix) masked with
     it; and a run of 64+ hex digits inside a line that holds one is masked. Other hex (digests, ids, a
-    certificate) stays."""
-    parts = _LINE_BREAK.split(text)
-    lines, breaks = parts[0::2], parts[1::2]
+    certificate) stays.
+
+    A text with real line breaks is read by them first: a characters column may show the bytes ``5c
+    6e`` as ``\\n``, which until session s50 (round 22) ended the dump as an escaped line break, and the
+    key's lines after it went through (one RSA key DER in about 300, in ``hexdump -C`` or ``xxd``). Then
+    escaped line breaks count too (a dump in a JSON string or a repr)."""
+    if "\n" in text:
+        text = _mask_hex_dumps(text, _REAL_BREAK)
+    text = _mask_hex_dumps(text, _ANY_BREAK)
+    return _HEX_RUN.sub(lambda m: MASK if _HEX_KEY.search(m.group(0).lower()) else m.group(0), text)
+
+
+def _mask_hex_dumps(text: str, breaks_at: re.Pattern[str]) -> str:
+    """:func:`_mask_hex_keys`' dumps, the text's lines ending at ``breaks_at``."""
+    lines, breaks, start = [], [], 0
+    for brk in breaks_at.finditer(text):
+        cut = brk.end(1) if brk.lastindex else brk.start()
+        lines.append(text[start:cut])
+        breaks.append(text[cut : brk.end()])
+        start = brk.end()
+    lines.append(text[start:])
     index = 0
     while index < len(lines):
         found = _HEX_DUMP_LINE.fullmatch(lines[index])
@@ -980,8 +1019,7 @@ def _mask_hex_keys(text: str) -> str:
             index += 1
             continue
         index = end
-    text = "".join(line + brk for line, brk in zip(lines, [*breaks, ""], strict=True))
-    return _HEX_RUN.sub(lambda m: MASK if _HEX_KEY.search(m.group(0).lower()) else m.group(0), text)
+    return "".join(line + brk for line, brk in zip(lines, [*breaks, ""], strict=True))
 
 
 _BYTES_REPR: Final = re.compile(

@@ -825,3 +825,126 @@ def test_no_secret_survives_a_library_s_exception_text_on_any_path(
     text = shape.format(n=name, p=parameter, s=secret)
     for path, shown in _every_entry_point(text).items():
         assert secret not in shown, (path, shown)
+
+
+def _logged(fmt: str, message: str, *args: object) -> str:
+    """What a real :class:`logging.Logger` writes for ``log.error(message, *args)`` through the
+    project's formatter with format ``fmt``."""
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(RedactingFormatter(fmt))
+    log = logging.getLogger("igw.tests.round22")
+    log.addHandler(handler)
+    log.propagate = False
+    try:
+        log.error(message, *args)
+    finally:
+        log.removeHandler(handler)
+    return stream.getvalue()
+
+
+@pytest.mark.parametrize("worker", [None, 3])
+@pytest.mark.parametrize(
+    ("message", "kept"),
+    [
+        ("client_secret: %s", "client_secret: "),
+        ("password = %s", "password = "),
+        ("api_key: %s\nretrying", "\nretrying"),
+        (
+            "1 validation error for Settings\napi_key\n  Input should be a valid string [type=string_type, "
+            "input_value=%s, input_type=int]",
+            "input_value=",
+        ),
+    ],
+)
+def test_a_prefixed_log_line_masks_what_the_message_alone_masks(
+    worker: int | None, message: str, kept: str
+) -> None:
+    """Round 22 (session s50): with :data:`LOG_FORMAT`'s time, level and logger before it, a message's
+    configuration line (``client_secret: <value>``) no longer started its line, and ``igw serve``,
+    ``igw operator`` and ``igw global serve`` wrote the value; the access log's message-only formatter
+    masked it. The message is redacted apart from the prefix now."""
+    from igw.gateway.redaction import LOG_FORMAT, worker_log_format
+
+    fmt = LOG_FORMAT if worker is None else worker_log_format(worker)
+    alone = _logged("%(message)s", message, "Xq9vLp2wRt")
+    prefixed = _logged(fmt, message, "Xq9vLp2wRt")
+    assert "Xq9vLp2wRt" not in alone
+    assert "Xq9vLp2wRt" not in prefixed, prefixed
+    assert kept in prefixed
+    assert prefixed.endswith(f"igw.tests.round22{'' if worker is None else f' [worker {worker}]'}: {alone}")
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.sampled_from(
+            [
+                "client_secret: {s}",
+                "password={s}",
+                "token: expired",
+                "token: {s}",
+                "  - api_key: {s}",
+                '{{"password": "{s}"}}',
+                "Authorization: Bearer {s}",
+                "redis://u:{s}@h:6379/0",
+                "retrying in 2s",
+                "Error: token: expired",
+            ]
+        ),
+        min_size=1,
+        max_size=3,
+    ),
+    st.text("abcdefghijkmnopqrstuvwxyzABCDEFGHJKLMNPQRSTUVWXYZ23456789", min_size=10, max_size=24).filter(
+        lambda s: any(c.isdigit() for c in s)
+    ),
+)
+def test_the_prefixed_formatter_writes_its_prefix_then_the_message_only_formatter_s_line(
+    lines: list[str], secret: str
+) -> None:
+    """Whatever the message (lines of configuration, JSON, headers, URLs and prose, one after another),
+    the :data:`LOG_FORMAT` line is its prefix followed by what the message-only formatter writes (a
+    JSON message the same JSON; the prefixed line keeps its spacing): the prefix hides no rule, and the
+    secret is in neither."""
+    from igw.gateway.redaction import LOG_FORMAT
+
+    message = "\n".join(lines).format(s=secret)
+    alone = _logged("%(message)s", "%s", message)
+    prefixed = _logged(LOG_FORMAT, "%s", message)
+    assert secret not in prefixed
+    prefix = " ERROR igw.tests.round22: "
+    assert prefix in prefixed
+    shown = prefixed.split(prefix, 1)[1]
+    assert shown == alone or json.loads(shown) == json.loads(alone), (prefixed, alone)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("params: SecretString=hunter2x9 SecretId=igw", f"params: SecretString={MASK} SecretId=igw"),
+        (
+            "{'SecretId': 'igw', 'SecretString': 'hunter2x9'}",
+            f"{{'SecretId': 'igw', 'SecretString': '{MASK}'}}",
+        ),
+        (
+            'b\'{"SecretId":"igw","SecretBinary":"hunter2x9"}\'',
+            f'b\'{{"SecretId":"igw","SecretBinary":"{MASK}"}}\'',
+        ),
+        ("invalid config: spec.redis.password: hunter2x9", f"invalid config: spec.redis.password: {MASK}"),
+        ("auth.0.token: hunter2x9", f"auth.0.token: {MASK}"),
+        ("error at auth[0].token: hunter2x9 (line 3)", f"error at auth[0].token: {MASK} (line 3)"),
+        ("spec.redis.password: must be set", None),
+        ("x spec.auth.token: expired", None),
+        ("x spec.rateLimits.maxTokens: 500", None),
+        ("Error: token: expired", None),
+        ("the SecretString is empty", None),
+    ],
+)
+def test_secrets_manager_values_and_a_dotted_path_s_value_mid_line_are_masked_by_redact(
+    text: str, expected: str | None
+) -> None:
+    """Round 22 (session s50): :func:`redact` (logs, the access log) showed botocore's ``SecretString``/
+    ``SecretBinary`` (masked by :func:`redaction.redact_value` only) and a configuration error's dotted
+    path value unless the path started its line; prose after a path (``must be set``) stays."""
+    assert redact(text) == (text if expected is None else expected)
+    assert redaction.needs_redaction(text) is (expected is not None)

@@ -60,10 +60,29 @@ class RedactingFormatter(logging.Formatter):
         formatted = super().format(record)
         if self.message_only:
             return redact_line(formatted)
-        redacted = redact(formatted)
-        if redacted == formatted or not record.message.startswith(("{", "[")):
+        head = self.formatMessage(record)
+        start = _message_start(head, record.message, formatted)
+        redacted = (
+            redact(formatted) if start is None else redact(formatted[:start]) + redact(formatted[start:])
+        )
+        if redacted == formatted or start is None or not record.message.startswith(("{", "[")):
             return redacted
-        return _prefixed_json(self.formatMessage(record), record.message, formatted) or redacted
+        return _prefixed_json(formatted[:start], record.message, formatted) or redacted
+
+
+def _message_start(head: str, message: str, formatted: str) -> int | None:
+    """Where the message starts in a formatted record whose format ends in it (:data:`LOG_FORMAT`'s
+    time, level and logger, then the message), or ``None`` where the format puts something after it.
+
+    The prefix and the message (with any traceback after it) are redacted apart, as the message-only
+    formatter redacts the message: a rule that reads a line's start (a configuration line
+    ``client_secret: <value>``, pydantic's location line) sees the message's. Until session s50
+    (round 22) the prefixed line was redacted whole, and ``logger.error("client_secret: %s", secret)``
+    was written unmasked by ``igw serve``, ``igw operator`` and ``igw global serve``, masked by the
+    access log's formatter."""
+    if not (formatted.startswith(head) and head.endswith(message)):
+        return None
+    return len(head) - len(message)
 
 
 def redact_line(line: str) -> str:
@@ -87,25 +106,23 @@ def redact_line(line: str) -> str:
     return _json_redacted(line) or redacted
 
 
-def _prefixed_json(head: str, message: str, formatted: str) -> str | None:
+def _prefixed_json(prefix: str, message: str, formatted: str) -> str | None:
     """A formatted record whose message is JSON after the format's prefix (:data:`LOG_FORMAT`'s time,
     level and logger: ``2026-12-07 ... INFO igw.x: {"error": ...}``), its prefix and what follows the
     message (a traceback) redacted as text, its message as :func:`redact_line` redacts a JSON line;
-    ``None`` where ``head`` (the record's formatted first part) does not end in the message or the
-    message is no JSON. The whole line's redaction is kept where it leaves the message JSON (its
-    spacing as logged). Until session s48 (round 12) such a line was redacted as text only, and a rule
-    masking a cut value to the end of the line took the message's closing ``"}``."""
-    if not (formatted.startswith(head) and head.endswith(message)):
-        return None
-    prefix = redact(head[: len(head) - len(message)])
-    if len(formatted) == len(head):  # no traceback: the whole line's redaction, if it left JSON
-        redacted = redact(formatted)
-        if redacted.startswith(prefix) and _is_json(redacted[len(prefix) :]):
-            return redacted
+    ``None`` where the message is no JSON. ``formatted`` is ``prefix``, the message, then anything
+    after it. The message's redaction as text is kept where it leaves it JSON (its spacing as logged).
+    Until session s48 (round 12) such a line was redacted as text only, and a rule masking a cut value
+    to the end of the line took the message's closing ``"}``."""
+    head = len(prefix) + len(message)
+    if len(formatted) == head:  # no traceback: the message's redaction as text, if it left JSON
+        redacted = redact(message)
+        if _is_json(redacted):
+            return redact(prefix) + redacted
     json_redacted = _json_redacted(message)
     if json_redacted is None:
         return None
-    return prefix + json_redacted + redact(formatted[len(head) :])
+    return redact(prefix) + json_redacted + redact(formatted[head:])
 
 
 def _is_json(text: str) -> bool:
