@@ -570,6 +570,8 @@ def test_a_slow_tls_streaming_reader_holds_as_many_unsent_bytes_as_on_plain_tcp(
                 (transport,) = transports
                 tls, tcp = getattr(transport, "_tls"), getattr(transport, "_tcp")  # noqa: B009
                 reported = transport.get_write_buffer_size()
+                # the marks that decide the pause are the TCP transport's (the TLS layer's are 0 and 1)
+                assert transport.get_write_buffer_limits() == tcp.get_write_buffer_limits()
                 return tls.get_write_buffer_size(), tcp.get_write_buffer_size(), reported
             finally:
                 for tls in held:
