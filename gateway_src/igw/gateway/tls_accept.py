@@ -21,11 +21,14 @@ the TCP transport, whose buffer outlives neither. Before session s49 that timeou
 handler's close: a ``Connection: close`` answer larger than the socket buffers, to a client slower to
 read than the timeout, was cut mid-body.
 
-The TLS transport's write-buffer marks are set to the TCP transport's (64 KiB high, 16 KiB low), so a
-handler writing to a slow client is paused with as many bytes held as on plain TCP, give or take the
-TCP transport's own buffer below: both loops' TLS layers default to a 512 KiB high-water mark, so a
-slow TLS reader held about 600 KiB of a stream before its handler paused where a plain-TCP one held
-64 KiB (before session s49), ten times the memory for many slow streaming clients.
+The TLS layer's write-buffer marks are 1 byte high and 0 low: it pauses the handler as soon as it
+holds a byte, which happens only while the TCP transport below it is paused (over its 64 KiB mark;
+otherwise each write is encrypted and handed on at once), and resumes it once it has handed every
+byte on. The handler is thus paused exactly while the TCP transport is, as on plain TCP, and a slow
+TLS reader holds as many unsent bytes as a plain-TCP one. Both loops' TLS layers default to a 512 KiB
+high-water mark (before session s49: about 600 KiB held per slow stream against 64 KiB on plain TCP,
+ten times the memory for many slow streaming clients); s49 gave the TLS layer the TCP transport's
+marks, which still held both buffers' worth, about twice plain TCP's (before session s50).
 """
 
 from __future__ import annotations
@@ -171,8 +174,7 @@ class TlsHandshake(asyncio.Protocol):
         if tls is None or (ended is not None and not ended[0]):
             return  # lost before the handler had it: it never saw the connection, nothing to tell it
         handler = self._handler
-        low, high = tcp.get_write_buffer_limits()
-        tls.set_write_buffer_limits(high=high, low=low)  # not the TLS layer's own 512 KiB: see the module
+        tls.set_write_buffer_limits(high=1, low=0)  # paused while the TCP transport is: see the module
         tls.set_protocol(handler)
         handler.connection_made(DrainingClose(tls, tcp, stall_s=self._send_timeout_s))
         received, self._received = self._received, []
@@ -358,10 +360,13 @@ class DrainingClose(asyncio.Transport):
         return self._tls.get_write_buffer_size() + self._tcp.get_write_buffer_size()
 
     def get_write_buffer_limits(self) -> tuple[int, int]:
-        return self._tls.get_write_buffer_limits()
+        """The TCP transport's marks: they decide when the handler is paused (the TLS layer's are
+        1 and 0 bytes, see the module)."""
+        return self._tcp.get_write_buffer_limits()
 
     def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
-        self._tls.set_write_buffer_limits(high, low)
+        self._tcp.set_write_buffer_limits(high, low)
+        self._tcp_high = self._tcp.get_write_buffer_limits()[1]
 
     def pause_reading(self) -> None:
         self._tls.pause_reading()
