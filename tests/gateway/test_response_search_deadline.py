@@ -7,8 +7,13 @@ whole cluster (measured with the real bounds, an id stored nowhere: a ``GET`` pa
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
+import orjson
+import pytest
+
+from igw.gateway.response_ids import logged_id
 from tests.gateway.fake_model_server import FakeModelServer, running
 from tests.gateway.search_support import answered, bounded, frozen, pools
 from tests.gateway.test_response_search import DOC, LLAMA
@@ -64,3 +69,25 @@ async def test_pods_never_asked_at_the_deadline_make_it_a_504_not_a_404(gateway:
         assert not searches.recently_unfound("resp_x", now=gw.state.clock(), within=LLAMA)
         assert searches._slow == {}
         assert searches.in_flight == 0
+
+
+async def test_a_search_out_of_time_logs_the_ids_reference_not_the_id(
+    gateway: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The caller is told the id it sent; the access line's ``error`` (and the span's status, the
+    same text) names its one-way reference: the id reads and deletes the response. Until session
+    s50 the line held the id, every other log line of a stored response its reference."""
+    caplog.set_level(logging.DEBUG)
+    rid = "resp_0123456789abcdef_not_for_the_log"
+    slow = [FakeModelServer(name, stored_delay_s=0.4) for name in "abcd"]
+    async with running(*slow), gateway(DOC, pools(slow)) as gw:
+        bounded(gw, timeout_s=2.0, deadline_s=1.0)
+        async with asyncio.timeout(10):
+            answer = await gw.http.delete(f"{gw.url}/v1/responses/{rid}")
+            assert answer.status == 504
+            assert rid in (await answer.json())["error"]["message"]  # the caller's own id
+    [line] = [orjson.loads(r.getMessage()) for r in caplog.records if r.name == "igw.access"]
+    assert line["error"] == (
+        f"the search for response {logged_id(rid)} did not end within 1s: some model servers were not asked"
+    )
+    assert not [r for r in caplog.records if rid in r.getMessage()]

@@ -15,6 +15,7 @@ from typing import Any
 import aiohttp
 import orjson
 import pytest
+from opentelemetry.proto.trace.v1.trace_pb2 import Span as ProtoSpan
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -32,6 +33,8 @@ from tests.gateway.fake_model_server import FakeModelServer, running
 from tests.gateway.support import config_doc, scheduler, wait_for
 from tests.global_router.support import MODEL, global_doc
 from tests.observability.otlp_receiver import otlp_receiver
+
+OTLP_SERVER = ProtoSpan.SpanKind.SPAN_KIND_SERVER
 
 TRACE_ID = "0af7651916cd43dd8448eb211c80319c"
 PARENT_ID = "b7ad6b7169203331"
@@ -488,3 +491,63 @@ def test_an_sdk_sampler_variable_of_no_known_ratio_is_refused_by_name() -> None:
             tracing_options(endpoint, None, env)
         options = tracing_options(endpoint, None, env, trust_parent_sampling=True)  # the SDK's own
         assert options is not None
+
+
+async def test_tier_1_gives_a_stored_response_request_a_span_under_the_router_s_attempt(
+    gateway: Callable[..., Any],
+) -> None:
+    """A retrieval, its input items and its deletion through a router whose first cluster does not
+    store the response, both tiers exporting to one real OTLP receiver: tier 1's server span, named
+    by the route's template, is the child of the router's attempt that reached it, its pod gets its
+    attempt's context, and no span holds the id. Until session s50 tier 1 made no span for these
+    routes: the router's attempt had no child and the pod got the router's context."""
+    rid = "resp_a_stored_one_0123456789"
+    stored = {"id": rid, "object": "response", "status": "completed", "output": []}
+    async with otlp_receiver() as receiver:
+        options = tracing_options(receiver.url, 1.0)
+        assert options is not None
+        async with (
+            running(FakeModelServer("other"), FakeModelServer("pod")) as (other, pod),
+            gateway(
+                config_doc([scheduler("pool", MODEL)]),
+                {"pool": [pod.key]},
+                tracing=Tracing.exporting(options),
+            ) as gw,
+            router(
+                f"http://{other.key}", gw.url, tracing=Tracing.exporting(options, service_name=SERVICE_NAME)
+            ) as url,
+            aiohttp.ClientSession() as http,
+        ):
+            pod.stored_responses[rid] = stored
+            for method, path in (("GET", ""), ("GET", "/input_items"), ("DELETE", "")):
+                target = f"{url}/v1/responses/{rid}{path}"
+                async with http.request(method, target, headers=client_headers()) as r:
+                    await r.read()
+                    assert r.status == 200, (method, path)
+        # leaving both tiers shut their tracing down: what was recorded is exported
+    spans = receiver.spans
+    assert not [s for s in spans if rid in f"{s.name} {s.attributes}"]  # the id in no span
+    tier1 = [s for s in spans if s.kind == OTLP_SERVER and s.resource["service.name"] != SERVICE_NAME]
+    assert [(s.name, s.attributes["http.request.method"]) for s in tier1] == [
+        ("GET /v1/responses/{response_id}", "GET"),
+        ("GET /v1/responses/{response_id}/input_items", "GET"),
+        ("DELETE /v1/responses/{response_id}", "DELETE"),
+    ]
+    ref = response_ref(rid)
+    assert [s.attributes["url.path"] for s in tier1] == [
+        f"/v1/responses/{{response_id:{ref}}}",
+        f"/v1/responses/{{response_id:{ref}}}/input_items",
+        f"/v1/responses/{{response_id:{ref}}}",
+    ]
+    assert all(s.attributes["http.route"] == s.name.split(" ", 1)[1] for s in tier1)
+    assert all(s.trace_id == TRACE_ID for s in spans)
+    by_id = {s.span_id: s for s in spans}
+    for server in tier1:  # under the router's attempt at the tier-1 cluster (c1), not c0's
+        attempt = by_id[server.parent_span_id]
+        assert (attempt.name, attempt.attributes["igw.cluster"]) == ("igw.cluster", "c1")
+        assert attempt.resource["service.name"] == SERVICE_NAME
+    upstream = [s for s in spans if s.name == "igw.upstream"]
+    assert {by_id[s.parent_span_id].name for s in upstream} == {s.name for s in tier1}
+    assert [tp for tp, _ in received_trace_headers(pod)] == [
+        f"00-{TRACE_ID}-{s.span_id}-01" for s in upstream
+    ]

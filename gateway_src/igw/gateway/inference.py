@@ -94,7 +94,7 @@ from igw.gateway.request_body import (
     with_fields,
     with_leading_field,
 )
-from igw.gateway.response_ids import MINTING_ENGINES, believed, logged_path, mint, minted_for
+from igw.gateway.response_ids import MINTING_ENGINES, believed, logged_id, logged_path, mint, minted_for
 from igw.gateway.response_search import SEARCH_ASK_LEAST_S, SEARCH_TIMEOUT, SearchPlace, search_context
 from igw.gateway.retries import refused_status, request_digest, retry_condition
 from igw.gateway.runtime import GatewayRuntime, SchedulerRuntime
@@ -687,9 +687,18 @@ async def handle_stored_response(request: web.Request) -> web.StreamResponse:
     # the path logged without the response's id (igw.gateway.response_ids.logged_path)
     path = logged_path(request.path)
     obs = RequestObserver(state.metrics, request_id=request_id, method=request.method, path=path)
+    if state.tracing is not None:
+        # a server span as an inference request's, named by the route's template (since session
+        # s50; before, none: the router's attempt span had no child and the pod got its context)
+        resource = request.match_info.route.resource
+        route = resource.canonical if resource is not None else path
+        obs.trace = state.tracing.start(
+            request.headers, method=request.method, path=path, started=obs.started, route=route
+        )
     guard = state.guard
     try:
         principal = await guard.authenticate(request.headers)
+        obs.authenticated()  # tracing hook
         response_id = request.match_info["response_id"]
         if len(response_id) > MAX_RESPONSE_ID_LENGTH:  # no engine makes such an id: not searched for
             message = f"no response has an id longer than {MAX_RESPONSE_ID_LENGTH} characters"
@@ -737,6 +746,7 @@ async def handle_stored_response(request: web.Request) -> web.StreamResponse:
         # generates nothing: the request limit alone (a tenant in debt for a background response's
         # bound may still poll for it)
         await guard.admit(principal, model=first.spec.model_name, est_tokens=None)
+        obs.admitted()  # tracing hook
         candidates = list(owners)
         if found is None:  # pods a search stopped waiting for lately asked last (since session s47)
             candidates = state.response_searches.ordered(candidates, now=state.clock())
@@ -2282,13 +2292,14 @@ def _out_of_search_time(plan: _Forward, obs: RequestObserver, deadline_s: float)
     """A search whose deadline passed before it asked every pod, none of those asked silent (they
     answered 404, or another response): a 504 ``upstream_timeout``, never the 404 of those asked -
     a pod not asked may store the response."""
-    message = (
-        f"the search for response {plan.search_for!r} did not end within {deadline_s:g}s: "
-        "some model servers were not asked; retry the request"
-    )
+    said = f"did not end within {deadline_s:g}s: some model servers were not asked"
+    message = f"the search for response {plan.search_for!r} {said}; retry the request"
     headers = {"X-Request-Id": obs.request_id, **plan.response_headers, SHOULD_RETRY_HEADER: "true"}
     answer = gateway_error("upstream_timeout", message, request_id=obs.request_id, headers=headers)
-    return ExchangeResult(answer=answer, status=504, ok=False, error=message, gave_up=True)
+    # the caller's message names the id it sent; the access line's error and the span's status
+    # name its reference (logged_id): until session s50 they held the id
+    logged = f"the search for response {logged_id(plan.search_for or '')} {said}"
+    return ExchangeResult(answer=answer, status=504, ok=False, error=logged, gave_up=True)
 
 
 def _shut_down_search(obs: RequestObserver) -> web.Response:

@@ -126,6 +126,16 @@ def response_ref(response_id: str) -> str:
     return digest.hexdigest()
 
 
+def logged_id(response_id: str) -> str:
+    """A stored response's id as every log line, span and logged error message writes it:
+    ``{response_id:<ref>}`` (:func:`response_ref`), as in :func:`logged_path`. Why: the id reads,
+    cancels and deletes the response (:func:`logged_path`); an answer to the caller who sent it may
+    name it, a text that is also logged (the access line's ``error``, a span's status) may not.
+    Until session s50 a tier-1 search that ran out of time wrote the id into its access line's
+    ``error`` and its span's status."""
+    return f"{{response_id:{response_ref(response_id)}}}"
+
+
 def logged_path(path: str) -> str:
     """``path`` as an access line or a span writes it: a stored response's id
     (``/v1/responses/{id}``, its ``/cancel`` and ``/input_items``) replaced by
@@ -145,4 +155,4 @@ def logged_path(path: str) -> str:
             break
     else:
         response_id, tail = rest, ""
-    return f"{_STORED_PREFIX}{{response_id:{response_ref(response_id)}}}{tail}"
+    return f"{_STORED_PREFIX}{logged_id(response_id)}{tail}"

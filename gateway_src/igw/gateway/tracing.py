@@ -165,9 +165,20 @@ class Tracing:
             trust_parent_sampling=options.trust_parent_sampling,
         )
 
-    def start(self, headers: Mapping[str, str], *, method: str, path: str, started: float) -> RequestTrace:
-        """The trace of one request, continuing the client's ``traceparent`` when it sent one."""
-        return RequestTrace(self.tracer, headers, method=method, path=path, started=started)
+    def start(
+        self,
+        headers: Mapping[str, str],
+        *,
+        method: str,
+        path: str,
+        started: float,
+        route: str | None = None,
+    ) -> RequestTrace:
+        """The trace of one request, continuing the client's ``traceparent`` when it sent one.
+        ``route``: a stored-response route's template (the span's name and ``http.route``; ``path``
+        then as :func:`igw.gateway.response_ids.logged_path` writes it); ``None``: an inference
+        route, ``path`` its own template."""
+        return RequestTrace(self.tracer, headers, method=method, path=path, started=started, route=route)
 
     def connect_hooks(self) -> CurrentAttemptHooks:
         """Hooks for the upstream client that time ``igw.upstream.connect``."""
@@ -291,22 +302,30 @@ class RequestTrace:
     )
 
     def __init__(
-        self, tracer: trace.Tracer, headers: Mapping[str, str], *, method: str, path: str, started: float
+        self,
+        tracer: trace.Tracer,
+        headers: Mapping[str, str],
+        *,
+        method: str,
+        path: str,
+        started: float,
+        route: str | None = None,
     ) -> None:
         self._tracer = tracer
         self.perf0 = started
         self.wall0_ns = time.time_ns() - int((time.perf_counter() - started) * 1e9)
         parent = caller_context(headers)
+        attributes: dict[str, AttributeValue] = {"http.request.method": method, "url.path": path}
+        if route is None:  # an inference route
+            attributes["gen_ai.operation.name"] = operation_name(path)
+        else:  # a stored response's (its path holds the id's reference, never the id)
+            attributes["http.route"] = route
         self._server = tracer.start_span(
-            f"{method} {path}",
+            f"{method} {route or path}",
             context=parent,
             kind=SpanKind.SERVER,
             start_time=self.wall0_ns,
-            attributes={
-                "http.request.method": method,
-                "url.path": path,
-                "gen_ai.operation.name": operation_name(path),
-            },
+            attributes=attributes,
         )
         self._ctx: Context = trace.set_span_in_context(self._server, parent)
         self._recording = self._server.is_recording()
