@@ -10,13 +10,14 @@ from __future__ import annotations
 import dataclasses
 from typing import cast
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from igw.gateway import endpoints
 from igw.gateway.endpoints import VIEW_FIELDS, DiscoveredEndpoint, EndpointPool, EndpointState
 from igw.scheduling.types import EndpointView, EngineMetrics
-from tests.compiled.tree import compiled
+from tests.compiled.tree import compiled, skip_compiled
 
 
 def built_from_scratch(pool: EndpointPool) -> list[EndpointView]:
@@ -181,3 +182,66 @@ def test_a_view_made_by_slot_writes_is_the_constructors_field_for_field() -> Non
         assert type(getattr(made, f.name)) is type(getattr(built, f.name)), f.name
     # the slot writes in use on the sources (see slot_init); a compiled EndpointView is its own constructor
     assert (endpoints._view is EndpointView) == compiled("igw.scheduling.values")
+
+
+def largest_from_the_states(pool: EndpointPool) -> int | None:
+    """``largest_context`` as it was computed before session s50: a pass over the states."""
+    lengths = [s.max_model_len for s in pool.states.values()]
+    if not lengths or None in lengths:
+        return None
+    return max(n for n in lengths if n is not None)
+
+
+@settings(max_examples=200, deadline=None)
+@given(ops=_OPS, scrapes=st.lists(st.one_of(st.none(), st.integers(100, 9000)), max_size=6))
+def test_the_kept_largest_context_equals_a_pass_over_the_states(
+    ops: list[tuple[str, object, object]], scrapes: list[int | None]
+) -> None:
+    """Asked before or after ``views()``, after any mix of writes (a scrape's ``take_scrape`` too)
+    and membership changes, the kept answer is the one a pass over the states gives."""
+    pool = EndpointPool()
+    assert pool.largest_context() is None  # no endpoints
+    pool.replace([DiscoveredEndpoint(k, {"role": "decode"}) for k in _KEYS[:4]])
+    for i, (op, key, arg) in enumerate(ops):
+        state = pool.states.get(str(key))
+        if op == "write" and state is not None:
+            name, value = cast("tuple[str, object]", arg)
+            setattr(state, name, value)
+        elif op == "dispatch" and state is not None:
+            state.dispatched(int(arg))  # type: ignore[call-overload]
+            if scrapes:
+                length = scrapes[i % len(scrapes)]
+                state.take_scrape(None, None, 1.0, False, None, frozenset(), length)
+        elif op == "discover":
+            pool.replace([DiscoveredEndpoint(k, {"role": str(arg)}) for k in key])  # type: ignore[attr-defined]
+        elif op == "views":
+            pool.views()
+        assert pool.largest_context() == largest_from_the_states(pool)
+    assert pool.views() == built_from_scratch(pool)
+
+
+@skip_compiled("igw.gateway.endpoints", "it counts reads of an interpreted property")
+def test_the_largest_context_is_not_a_pass_over_the_states_per_request(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every request asks the pool's largest context before its pick: with the lengths unchanged it
+    reads no endpoint's state (a pass over 1,000 states cost about 60 µs per request)."""
+    pool = EndpointPool()
+    keys = [f"10.0.{i // 250}.{i % 250}:8000" for i in range(1000)]
+    pool.replace([DiscoveredEndpoint(k) for k in keys])
+    for i, state in enumerate(pool.states.values()):
+        state.max_model_len = 4096 + i
+    assert pool.largest_context() == 4096 + 999
+    reads: list[int] = []
+    kept = EndpointState.max_model_len
+
+    def counted(state: EndpointState) -> int | None:
+        reads.append(1)
+        return cast("int | None", kept.fget(state))  # type: ignore[attr-defined]
+
+    monkeypatch.setattr(EndpointState, "max_model_len", property(counted, kept.fset))  # type: ignore[attr-defined]
+    pool.states[keys[7]].dispatched(100)  # a request in flight: one view replaced, no length moved
+    assert pool.largest_context() == 4096 + 999
+    assert len(reads) == 0
+    pool.states[keys[999]].max_model_len = 100  # a length moved: the answer follows
+    assert pool.largest_context() == 4096 + 998

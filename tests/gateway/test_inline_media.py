@@ -16,10 +16,20 @@ import openai
 import orjson
 import pytest
 
+from igw.gateway import inline_media as inline_media_module
+from igw.gateway import request_body
 from igw.gateway.inference_apis import InferenceApi
-from igw.gateway.inline_media import MEDIA_TOKENS, inline_media
+from igw.gateway.inline_media import (
+    CHARS_PER_NODE,
+    MEDIA_TOKENS,
+    WALK_FIRST_CHARS,
+    holds_inline_media,
+    inline_media,
+    media_in,
+)
 from igw.gateway.request_body import parse_body
 from igw.sim.live import run_fleet
+from tests.compiled.tree import skip_compiled
 from tests.reliability.harness import MODEL, fleet_spec, gateway_doc, in_process_gateway, wait_until
 
 PHOTO = base64.b64encode(random.Random(39).randbytes(450 * 1024)).decode()
@@ -115,6 +125,84 @@ def test_text_that_only_looks_like_media_is_counted_as_text() -> None:
     assert parsed.prompt_tokens >= len(text) // 4
     assert inline_media([{"url": "data:text/plain," + text}, "https://example.com/x.jpg"]) == (0, 0)
     assert inline_media([[[{"url": DATA_URL}]], {"type": "base64", "data": "QUJD"}]) == (2, len(DATA_URL) + 4)
+
+
+PROSE = "You are a helpful assistant. "
+"""Prompt text without any marker (a long one: the walk goes first)."""
+
+
+_PARTS = [{"type": "text", "text": "a few words of text"} for _ in range(3_000)]
+
+
+def _searched_first(fields: list[object], text: str) -> tuple[int, int]:
+    """What ``parse_body`` counted before session s50: the text searched, then the fields walked."""
+    return inline_media(fields) if holds_inline_media(text) else (0, 0)
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        [[{"role": "user", "content": PROSE * 400}]],  # long prose: the walk finishes, no media
+        [[{"role": "user", "content": "base64 " * 2_000}]],  # a marker word, no media
+        [[{"role": "user", "content": [{"type": "image_url", "image_url": {"url": DATA_URL}}]}]],
+        [[{"role": "user", "content": PROSE * 400}, {"type": "base64", "data": "QUJD"}]],
+        # many small values: the walk gives up at its bound and the text is searched, as before
+        [[{"role": "user", "content": "hi"} for _ in range(2_000)] + [{"type": "base64", "data": "QUJD"}]],
+        [[{"role": "user", "content": "hi"} for _ in range(2_000)]],
+        [[{"role": "user", "content": "short"}, {"type": "base64", "data": "QUJD"}]],  # short text
+        # one message of many small parts: the walk starts, gives up at its bound, the text is searched
+        [[{"role": "user", "content": [*_PARTS, {"type": "base64", "data": "QUJD"}]}]],
+        [[{"role": "user", "content": _PARTS}]],
+    ],
+    ids=[
+        "prose",
+        "marker-word",
+        "photo",
+        "prose-and-source",
+        "many-with-source",
+        "many",
+        "short",
+        "parts-with-source",
+        "parts",
+    ],
+)
+def test_media_counted_with_the_walk_first_equals_the_text_searched_first(fields: list[object]) -> None:
+    text = orjson.dumps(fields[0]).decode()
+    assert media_in(fields, text) == _searched_first(fields, text)
+
+
+def test_media_the_walk_finds_in_fields_whose_text_holds_no_marker_is_not_counted() -> None:
+    """The search decides as before: media the walk finds (a text, for instance, that an API builds
+    from its fields otherwise) counts only when the text holds a marker."""
+    fields: list[object] = [[{"type": "base64", "data": "QUJD"}, PROSE * 200]]
+    text = PROSE * 200
+    assert len(text) >= WALK_FIRST_CHARS
+    assert media_in(fields, text) == (0, 0) == _searched_first(fields, text)
+    assert media_in(fields, text + "base64") == (1, 4) == _searched_first(fields, text + "base64")
+
+
+@skip_compiled("igw.gateway.request_body", "it replaces a module function the compiled module calls directly")
+def test_a_long_chat_prompt_without_media_is_not_searched_for_markers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A 100 kB chat message: the walk of its few JSON values answers, the text (searched twice,
+    about 80 µs) is not read; a short prompt is still searched first."""
+    searched: list[int] = []
+
+    def counted(text: str) -> bool:
+        searched.append(len(text))
+        return holds_inline_media(text)
+
+    for module in (inline_media_module, request_body):  # wherever parse_body looks the search up
+        monkeypatch.setattr(module, "holds_inline_media", counted, raising=False)
+    body = {"model": "m", "messages": [{"role": "user", "content": PROSE * 3_500}], "stream": True}
+    parsed = parse_body(orjson.dumps(body), api=InferenceApi.CHAT, header_model=None)
+    assert parsed.prompt_tokens == len(parsed.prefix_text) // 4
+    assert searched == []
+    assert len(parsed.prefix_text) // CHARS_PER_NODE > 5  # the bound was no reason to stop
+    short = {"model": "m", "messages": [{"role": "user", "content": PROSE}]}
+    parse_body(orjson.dumps(short), api=InferenceApi.CHAT, header_model=None)
+    assert len(searched) == 1
 
 
 async def test_a_vision_request_with_a_photo_is_served_not_refused_as_too_long(tmp_path: Path) -> None:

@@ -269,6 +269,14 @@ class EndpointState:
         )
 
 
+def _largest_of(views: list[EndpointView]) -> int | None:
+    """The largest ``max_model_len`` of ``views``; ``None`` when there are none or any is unknown."""
+    lengths = [v.max_model_len for v in views]
+    if not lengths or None in lengths:
+        return None
+    return max(n for n in lengths if n is not None)
+
+
 class EndpointPool:
     """The endpoints of one scheduler, keyed by ``host:port``.
 
@@ -282,6 +290,9 @@ class EndpointPool:
         """Every state's view in ``states`` order; ``None``: rebuild on the next :meth:`views`."""
         self._positions: dict[EndpointKey, int] = {}
         self._changed: set[EndpointKey] = set()
+        self._largest: int | None = None
+        """:meth:`largest_context` of the views in ``_views``: recomputed when they are rebuilt or a
+        replaced view's ``max_model_len`` differs from the one it replaces."""
 
     def replace(
         self, discovered: Iterable[DiscoveredEndpoint]
@@ -322,14 +333,22 @@ class EndpointPool:
         return added, removed
 
     def largest_context(self) -> int | None:
-        """The largest ``max_model_len`` in the pool; ``None`` while any endpoint's is unknown."""
-        lengths = [s.max_model_len for s in self.states.values()]
-        if not lengths or None in lengths:
-            return None
-        return max(n for n in lengths if n is not None)
+        """The largest ``max_model_len`` in the pool; ``None`` while any endpoint's is unknown.
+
+        Read from the kept views (:meth:`_current_views`), recomputed only when an endpoint's length
+        or the membership changed: every request asks it before its pick, and a pass over the states
+        (a property read each) grew with the pool (one per endpoint per request, where the views are
+        kept up to date per changed endpoint)."""
+        self._current_views()
+        return self._largest
 
     def views(self) -> list[EndpointView]:
         """Every endpoint's current view, in pool order (a new list; the views are shared)."""
+        return list(self._current_views())
+
+    def _current_views(self) -> list[EndpointView]:
+        """The kept list of views, brought up to date (the pool's own: :meth:`views` copies it), and
+        :attr:`_largest` with it."""
         views, changed = self._views, self._changed
         if views is None or len(views) != len(self.states):
             # First call, or the membership changed (or ``states`` was edited directly).
@@ -338,17 +357,24 @@ class EndpointPool:
             for state in self.states.values():
                 state.on_view_change = changed.add
             changed.clear()
+            self._largest = _largest_of(views)
         elif changed:
             states, positions = self.states, self._positions
+            lengths_moved = False
             for key in changed:
                 i = positions.get(key)
                 changed_state = states.get(key)
                 if i is None or changed_state is None:  # ``states`` was edited directly: start again
                     self._views = None
-                    return self.views()
-                views[i] = changed_state.view()
+                    return self._current_views()
+                view = changed_state.view()
+                if view.max_model_len != views[i].max_model_len:
+                    lengths_moved = True
+                views[i] = view
             changed.clear()
-        return list(views)
+            if lengths_moved:
+                self._largest = _largest_of(views)
+        return views
 
     def __len__(self) -> int:
         return len(self.states)

@@ -31,7 +31,7 @@ from igw.errors import IgwGatewayError
 from igw.gateway.body_budget import BodyHold
 from igw.gateway.cache_salt import SALTED_APIS
 from igw.gateway.inference_apis import InferenceApi
-from igw.gateway.inline_media import MEDIA_TOKENS, holds_inline_media, inline_media
+from igw.gateway.inline_media import MEDIA_TOKENS, WALK_FIRST_CHARS, holds_inline_media, media_in
 from igw.gateway.stream_usage import StreamUsage, stream_usage_of
 from igw.gateway.tenant_fields import engine_fields
 
@@ -404,10 +404,10 @@ def parse_body(raw: bytes, *, api: InferenceApi, header_model: str | None) -> In
         # base model it may not; before session s34).
         raw = orjson.dumps({**body, "model": model})
     media_tokens = media_chars = 0
-    if api in MEDIA_FIELDS and holds_inline_media(text):
+    if api in MEDIA_FIELDS and (len(text) >= WALK_FIRST_CHARS or holds_inline_media(text)):
         # an embedding's text is its ``input`` when it has one, else its ``messages``
         fields = ("input",) if api is InferenceApi.EMBEDDINGS and "input" in body else MEDIA_FIELDS[api]
-        media, media_chars = inline_media([body.get(name) for name in fields])
+        media, media_chars = media_in([body.get(name) for name in fields], text)
         media_tokens = media * MEDIA_TOKENS
     return InferenceBody(
         raw=raw,
