@@ -47,6 +47,7 @@ from igw.gateway.emf_metrics import (
     RESULT_DIMENSION,
     SCOPE_BUSY,
     SEARCH_REFUSAL_METRICS,
+    UPSTREAM_NON_ANSWER_METRICS,
     UPSTREAM_REDIRECT_METRICS,
     USAGE_UNREAD_CLIENT_GONE,
     USAGE_UNREAD_METRICS,
@@ -220,6 +221,19 @@ class GatewayMetricsDashboard(Construct):
             description="a model server answered a redirect (3xx), refused with 502 upstream_error and "
             "its Location not relayed (any model; the PrometheusRule IgwUpstreamRedirects)",
         )
+        non_answers, _ = emitted("UpstreamNonAnswers", UPSTREAM_NON_ANSWER_METRICS)
+        self.alarms["UpstreamNonAnswers"] = sustained_alarm(
+            self,
+            alarm_id("UpstreamNonAnswers"),
+            insights_sum(DEFAULT_NAMESPACE, non_answers, [MODEL_DIMENSION, REASON_DIMENSION]),
+            above=1,
+            inclusive=True,
+            minutes=1,
+            description="a model server answered an inference request with what cannot be an answer "
+            "(204, 205, 304, an empty body, a success that is no JSON object), refused with 502 "
+            "upstream_error, nothing relayed (any model, any reason; the PrometheusRule "
+            "IgwUpstreamNonAnswers)",
+        )
         self.alarms["ResponseSearchesScopeBusy"] = scope_busy_alarm(
             self,
             alarm_id("ResponseSearchesScopeBusy"),
@@ -278,6 +292,10 @@ class GatewayMetricsDashboard(Construct):
             *(
                 _search_widget(DEFAULT_NAMESPACE, [MODEL_DIMENSION], n, u)
                 for n, u in UPSTREAM_REDIRECT_METRICS
+            ),
+            *(
+                _search_widget(DEFAULT_NAMESPACE, [MODEL_DIMENSION, REASON_DIMENSION], n, u)
+                for n, u in UPSTREAM_NON_ANSWER_METRICS
             ),
             *(_search_widget(DEFAULT_NAMESPACE, [REASON_DIMENSION], n, u) for n, u in SEARCH_REFUSAL_METRICS),
         )
@@ -505,6 +523,12 @@ FLEET_ANY_IN_A_MINUTE: Final[tuple[tuple[str, str], ...]] = (
         "UpstreamRedirects",
         "a cluster answered a redirect (3xx), refused with 502 upstream_error (tried "
         "at the next cluster), its Location not relayed (the rule IgwGlobalUpstreamRedirects)",
+    ),
+    (
+        "UpstreamNonAnswers",
+        "a cluster answered an inference request with what cannot be an answer (204, 205, 304, "
+        "an empty body, a success that is no JSON object), refused with 502 upstream_error (tried "
+        "at the next cluster), nothing relayed (the rule IgwGlobalUpstreamNonAnswers)",
     ),
     (
         "UpstreamAuthRefused",

@@ -26,6 +26,7 @@ from igw.gateway.emf_metrics import (
     RESULT_DIMENSION,
     SCOPE_BUSY,
     SEARCH_REFUSAL_METRICS,
+    UPSTREAM_NON_ANSWER_METRICS,
     UPSTREAM_REDIRECT_METRICS,
     USAGE_UNREAD_CLIENT_GONE,
     USAGE_UNREAD_METRICS,
@@ -47,6 +48,7 @@ TIER1 = {
     **{name: () for name, _ in GATEWAY_METRICS},
     **{name: (MODEL_DIMENSION, REASON_DIMENSION) for name, _ in USAGE_UNREAD_METRICS},
     **{name: (MODEL_DIMENSION,) for name, _ in UPSTREAM_REDIRECT_METRICS},
+    **{name: (MODEL_DIMENSION, REASON_DIMENSION) for name, _ in UPSTREAM_NON_ANSWER_METRICS},
     **{name: (REASON_DIMENSION,) for name, _ in SEARCH_REFUSAL_METRICS},
 }
 """Metric name -> its dimension set, as the gateway's emitter writes them."""
@@ -212,6 +214,7 @@ def test_replicas_documents_add_up_only_where_they_are_shares_of_traffic(synthes
         "RateLimitHoldsRefused": "Sum",  # each replica's own buckets (since session s45)
         "AnswerUsageUnread": "Sum",
         "UpstreamRedirects": "Sum",  # each replica's own attempts (since session s46)
+        "UpstreamNonAnswers": "Sum",  # each replica's own attempts (since session s50)
         "ResponseSearchesRefused": "Sum",  # each replica's own refusals (since session s47)
     }
 
@@ -293,6 +296,7 @@ def test_fleet_dashboard_and_alarms_name_only_what_the_router_emits(
         "RateLimitHits",
         "RateLimitHoldsRefused",  # since session s45 (before, on /metrics only)
         "UpstreamAuthRefused",  # since session s47 (before, on /metrics only)
+        "UpstreamNonAnswers",  # since session s50 (before, on /metrics only)
         "UpstreamRedirects",  # since session s46 (before, on /metrics only)
         "UsageMisnamed",
     ]
@@ -306,6 +310,7 @@ def test_fleet_dashboard_and_alarms_name_only_what_the_router_emits(
         "UsageMisnamed",
         "RateLimitHoldsRefused",
         "UpstreamRedirects",
+        "UpstreamNonAnswers",
         "UpstreamAuthRefused",
     ):
         assert any_count[name] == (1, "GreaterThanOrEqualToThreshold", 1)
@@ -371,9 +376,9 @@ def test_an_alarm_keeps_its_logical_id_when_models_are_added_beside_it() -> None
     after = alarms(["aaa/first", "meta-llama/Llama-3.1-8B-Instruct", "qwen"], ["a-pool", "llama"])
     # two per model, two per pool, the failed heartbeat writes and prunes, the unread and the
     # misnamed usage, the refused holds, the refused redirects (since session s46), the searches
-    # refused for a scope held to its share (since session s47)
-    assert len(before) == 13
-    assert len(after) == 17
+    # refused for a scope held to its share (since session s47), the refused non-answers (since s50)
+    assert len(before) == 14
+    assert len(after) == 18
     assert {k: v for k, v in after.items() if k in before} == before
 
 
@@ -480,6 +485,28 @@ def test_the_gateway_alarms_on_any_refused_redirect(synthesized: Synthesized) ->
     m = INSIGHTS.fullmatch(alarm["Metrics"][0]["Expression"])
     assert m is not None
     assert (m["ns"], tuple(m["dims"].split(", "))) == (DEFAULT_NAMESPACE, TIER1["UpstreamRedirects"])
+    assert (alarm["Threshold"], alarm["ComparisonOperator"]) == (1, "GreaterThanOrEqualToThreshold")
+    assert (alarm["EvaluationPeriods"], alarm["DatapointsToAlarm"]) == (1, 1)
+    assert alarm["TreatMissingData"] == "notBreaching"
+
+
+def test_the_gateway_alarms_on_any_refused_non_answer(synthesized: Synthesized) -> None:
+    """Since session s50: a pod's answer that cannot be one (204/205/304, an empty or non-JSON
+    success to an inference POST, refused with a 502) reaches CloudWatch as ``UpstreamNonAnswers`` by
+    ``Model``, ``Reason``, and any count in a minute, summed over every model and reason that reports
+    (a Metrics Insights query), fires, as the PrometheusRule ``IgwUpstreamNonAnswers`` does."""
+    alarms = of_type(synthesized.templates["inference"], "AWS::CloudWatch::Alarm")
+    (alarm,) = [
+        a
+        for a in alarms
+        if len(a.get("Metrics", [])) == 1
+        and (m := INSIGHTS.fullmatch(a["Metrics"][0]["Expression"]))
+        and m["name"] == "UpstreamNonAnswers"
+    ]
+    m = INSIGHTS.fullmatch(alarm["Metrics"][0]["Expression"])
+    assert m is not None
+    assert (m["ns"], tuple(m["dims"].split(", "))) == (DEFAULT_NAMESPACE, TIER1["UpstreamNonAnswers"])
+    assert TIER1["UpstreamNonAnswers"] == (MODEL_DIMENSION, REASON_DIMENSION)
     assert (alarm["Threshold"], alarm["ComparisonOperator"]) == (1, "GreaterThanOrEqualToThreshold")
     assert (alarm["EvaluationPeriods"], alarm["DatapointsToAlarm"]) == (1, 1)
     assert alarm["TreatMissingData"] == "notBreaching"

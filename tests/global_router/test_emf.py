@@ -123,6 +123,26 @@ def test_refused_redirects_are_reported_per_cluster() -> None:
     assert reporter.documents() == []
 
 
+def test_refused_non_answers_are_reported_per_cluster_and_reason() -> None:
+    """``igw_global_upstream_non_answers_total{cluster,reason}`` (a cluster's 204/205/304 or non-JSON
+    success to an inference POST, refused with a 502) reaches CloudWatch as ``UpstreamNonAnswers`` by
+    ``Cluster``, ``Reason`` (since session s50; before, on ``/metrics`` only), where the stack's
+    alarm reads."""
+    metrics = FleetMetrics()
+    reporter = FleetEmfReporter(metrics, clock=lambda: 1.0)
+    metrics.upstream_non_answers.labels("east-a", "bodiless_status").inc(2)
+    metrics.upstream_non_answers.labels("west-b", "not_json_object").inc()
+    documents = reporter.documents()
+    assert _totals(documents) == {
+        ("UpstreamNonAnswers", (("Cluster", "east-a"), ("Reason", "bodiless_status"))): 2,
+        ("UpstreamNonAnswers", (("Cluster", "west-b"), ("Reason", "not_json_object"))): 1,
+    }
+    metrics.upstream_non_answers.labels("east-a", "empty_body").inc()
+    (later,) = reporter.documents()
+    assert (later["Cluster"], later["Reason"], later["UpstreamNonAnswers"]) == ("east-a", "empty_body", 1)
+    assert reporter.documents() == []
+
+
 def test_refused_upstream_auth_and_refused_searches_are_reported() -> None:
     """Since session s47 ``igw_global_upstream_auth_refused_total{cluster}`` (a cluster's 401/407 to a
     caller the router verified, 502 ``upstream_auth_misconfigured``) reaches CloudWatch as

@@ -236,6 +236,38 @@ def test_refused_redirects_are_reported_per_model() -> None:
     assert reporter.documents() == []
 
 
+def test_refused_non_answers_are_reported_per_model_and_reason() -> None:
+    """``igw_upstream_non_answers_total{model,reason}`` (a pod's 204/205/304 or non-JSON success to an
+    inference POST, refused with a 502) reaches CloudWatch as ``UpstreamNonAnswers`` by ``Model``,
+    ``Reason`` (since session s50; before, on ``/metrics`` only), in a document of its own per
+    (model, reason) that moved (not the model's: a refused attempt may be a retried one), the
+    interval's delta, nothing once it stops moving."""
+    metrics = GatewayMetrics(lister=lambda: [], clock=lambda: 0.0)
+    reporter = emf_reporter(metrics)
+    for name, reason, times in (
+        ("m", "bodiless_status", 2),
+        ("m", "not_json_object", 1),
+        ("other", "empty_body", 1),
+    ):
+        for _ in range(times):
+            metrics.child(metrics.upstream_non_answers, name, reason).inc()
+    documents = reporter.documents()
+    for document in documents:
+        check_emf(document)
+    assert {(d["Model"], d["Reason"]): d["UpstreamNonAnswers"] for d in documents} == {
+        ("m", "bodiless_status"): 2,
+        ("m", "not_json_object"): 1,
+        ("other", "empty_body"): 1,
+    }
+    assert [d["_aws"]["CloudWatchMetrics"][0]["Dimensions"] for d in documents] == [[["Model", "Reason"]]] * 3
+    metrics.requests.labels("m", "m", "502").inc()
+    metrics.child(metrics.upstream_non_answers, "m", "empty_body").inc()
+    model, later = reporter.documents()
+    assert (model["Model"], model["Requests"], "UpstreamNonAnswers" in model) == ("m", 1, False)
+    assert (later["Model"], later["Reason"], later["UpstreamNonAnswers"]) == ("m", "empty_body", 1)
+    assert reporter.documents() == []
+
+
 def test_refused_searches_are_reported_per_reason() -> None:
     """``igw_response_searches_refused_total{reason}`` (since session s47: tier 1 counted none of its
     refused searches for stored responses) reaches CloudWatch as ``ResponseSearchesRefused`` by

@@ -219,3 +219,71 @@ async def test_a_cluster_s_304_to_a_completion_is_a_502_none_of_it_relayed() -> 
         assert_not_relayed(
             resp.status, resp.headers, await resp.read(), "cluster 'east-a' answered with status 304"
         )
+
+
+STORED = {"id": "resp_1", "object": "response", "status": "completed", "model": MODEL, "output": []}
+
+
+async def stored(request: web.Request) -> web.Response:
+    """A stored response's creation, answered whole."""
+    await request.read()
+    return web.json_response(STORED)
+
+
+def assert_304_relayed_bare(status: int, headers: Any, body: bytes) -> None:
+    """A relayed 304: no body, its validators and cache fields kept, none that points elsewhere."""
+    assert (status, body) == (304, b""), (status, body)
+    assert (headers.get("ETag"), headers.get("Cache-Control")) == ('"v1"', "no-cache"), headers
+    for name in ("Location", "Refresh", "Content-Location", "Link", "Set-Cookie"):
+        assert name not in headers, headers
+
+
+async def test_a_pod_s_304_to_a_conditional_get_of_input_items_is_relayed_bare(tmp_path: Path) -> None:
+    """A conditional ``GET /v1/responses/{id}/input_items`` (``If-None-Match``; no inference POST, so
+    no refusal of a bodiless status) reaches the holder with its validator, and the holder's 304 comes
+    back as a 304 with only its cache fields (session s50's probe: this is where ``_not_modified`` is
+    still reached, since a 304 to an inference POST is a 502)."""
+    seen: list[str | None] = []
+
+    async def items(request: web.Request) -> web.Response:
+        seen.append(request.headers.get("If-None-Match"))
+        return await not_modified(request)
+
+    routes = {"POST /v1/responses": stored, "GET /v1/responses/{id}/input_items": items}
+    async with (
+        scripted_upstream(routes) as pod,
+        in_process_gateway(tmp_path, gateway_doc(), [pod]) as gw,
+    ):
+        body = {"model": MODEL, "input": "hi", "store": True}
+        async with gw.http.post(gw.url + "/v1/responses", json=body) as resp:
+            assert resp.status == 200, await resp.read()
+        async with gw.http.get(
+            gw.url + "/v1/responses/resp_1/input_items",
+            headers={"If-None-Match": '"v1"'},
+            allow_redirects=False,
+        ) as resp:
+            assert_304_relayed_bare(resp.status, resp.headers, await resp.read())
+    assert seen == ['"v1"']
+
+
+async def test_a_cluster_s_304_to_a_conditional_get_of_input_items_is_relayed_bare() -> None:
+    """Tier 2's counterpart: the cluster holding the response gets the ``If-None-Match`` and its 304
+    reaches the client bare."""
+    seen: list[str | None] = []
+
+    async def items(request: web.Request) -> web.Response:
+        seen.append(request.headers.get("If-None-Match"))
+        return await not_modified(request)
+
+    cluster = web.Application()
+    cluster.router.add_post("/v1/responses", stored)
+    cluster.router.add_get("/v1/responses/{id}/input_items", items)
+    async with router_over([("east-a", "east", cluster)]) as (url, _), aiohttp.ClientSession() as http:
+        body = {"model": ROUTED_MODEL, "input": "hi", "store": True}
+        async with http.post(url + "/v1/responses", json=body) as resp:
+            assert resp.status == 200, await resp.read()
+        async with http.get(
+            url + "/v1/responses/resp_1/input_items", headers={"If-None-Match": '"v1"'}, allow_redirects=False
+        ) as resp:
+            assert_304_relayed_bare(resp.status, resp.headers, await resp.read())
+    assert seen == ['"v1"']

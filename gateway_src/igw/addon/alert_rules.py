@@ -366,6 +366,20 @@ ALERTS: Final[tuple[Alert, ...]] = (
         "clients at another address.",
     ),
     Alert(
+        # since session s50: the counter (s50) was on /metrics only
+        "IgwUpstreamNonAnswers",
+        "sum by (pod, model, reason) (increase(igw_upstream_non_answers_total[10m])) > 0",
+        "0m",
+        "warning",
+        "Gateway {{ $labels.pod }} refused answers of model {{ $labels.model }}'s pods that cannot be "
+        "one ({{ $labels.reason }}).",
+        "A pod answered an inference POST with 204, 205 or 304 (bodiless_status), an empty body "
+        "(empty_body) or a success that is no JSON object (not_json_object): each refused with 502 "
+        "upstream_error, nothing of it relayed (retried on the next pod where retry.retryOn covers "
+        "5xx). A model server that is not the one configured (a health or default backend behind "
+        "the port), a broken proxy in front of it, or a hostile pod.",
+    ),
+    Alert(
         # since session s46: a pod frozen for retrievals is passed by each search after 2 s; outlier
         # detection counts the timeout as a failure, but ejects only after failures in a row, which
         # the pod's other answers (inference requests it still serves) keep breaking
@@ -585,6 +599,21 @@ GLOBAL_ALERTS: Final[tuple[Alert, ...]] = (
         "Each was refused with 502 upstream_error, its Location not relayed, and tried at the next "
         "cluster: something in front of that cluster's gateway redirects (an HTTP-to-HTTPS listener "
         "rule of its load balancer, a wrong endpoint URL) or is hostile.",
+    ),
+    Alert(
+        # since session s50: the counter (s50) was on /metrics only
+        "IgwGlobalUpstreamNonAnswers",
+        "sum by (instance, cluster, reason) (increase(igw_global_upstream_non_answers_total[10m])) > 0",
+        "0m",
+        "warning",
+        "Router {{ $labels.instance }} refused answers of cluster {{ $labels.cluster }} that cannot be "
+        "one ({{ $labels.reason }}).",
+        "The cluster answered an inference POST with 204, 205 or 304 (bodiless_status), an empty body "
+        "(empty_body) or a success that is no JSON object (not_json_object): each refused with 502 "
+        "upstream_error, nothing of it relayed, and tried at the next cluster. Something in front of "
+        "that cluster's gateway answers in its place (a load balancer's default action or health "
+        "page, a wrong endpoint URL) or is hostile; its own gateway's IgwUpstreamNonAnswers says "
+        "whether its pods did.",
     ),
     Alert(
         # since session s47: before, the cluster's 401 was relayed to every verified caller

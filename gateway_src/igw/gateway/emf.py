@@ -54,6 +54,7 @@ from igw.gateway.emf_metrics import (
     REASON_DIMENSION,
     RESULT_DIMENSION,
     SEARCH_REFUSAL_METRICS,
+    UPSTREAM_NON_ANSWER_METRICS,
     UPSTREAM_REDIRECT_METRICS,
     USAGE_UNREAD_METRICS,
 )
@@ -163,6 +164,7 @@ class EmfReporter:
         holds_refused: MetricWrapperBase | None = None,
         upstream_redirects: MetricWrapperBase | None = None,
         searches_refused: MetricWrapperBase | None = None,
+        upstream_non_answers: MetricWrapperBase | None = None,
     ) -> None:
         """``ejections``: ``(pool, endpoint, seconds left)`` of every endpoint outlier detection
         leaves out now (``EjectedPods``; ``None``: reported as 0). ``retries``: the retried attempts
@@ -177,7 +179,9 @@ class EmfReporter:
         rate-limit buckets refused (``RateLimitHoldsRefused``); ``upstream_redirects``: the pods'
         redirects refused, by model (``UpstreamRedirects``, since session s46);
         ``searches_refused``: the searches for stored responses refused, by reason
-        (``ResponseSearchesRefused``, since session s47); ``None``: not reported."""
+        (``ResponseSearchesRefused``, since session s47); ``upstream_non_answers``: the pods'
+        answers that cannot be one refused, by model and reason (``UpstreamNonAnswers``, since
+        session s50); ``None``: not reported."""
         self._requests, self._duration, self._ttft, self._pools = requests, duration, ttft, pools
         self._ejections = ejections
         self._retries = retries
@@ -195,6 +199,7 @@ class EmfReporter:
                 usage_unread,
                 upstream_redirects,
                 searches_refused,
+                upstream_non_answers,
             )
             if f is not None
         )
@@ -205,6 +210,7 @@ class EmfReporter:
         self._unread_name = None if usage_unread is None else _family_name(usage_unread)
         self._redirects_name = None if upstream_redirects is None else _family_name(upstream_redirects)
         self._searches_refused_name = None if searches_refused is None else _family_name(searches_refused)
+        self._non_answers_name = None if upstream_non_answers is None else _family_name(upstream_non_answers)
         self._requests_name = _family_name(requests)
         self._duration_name = _family_name(duration)
         self._namespace = namespace
@@ -252,7 +258,11 @@ class EmfReporter:
         by_model: dict[str, list[tuple[str, str, dict[str, str], float]]] = {}
         for (family, sample, labels), value in delta.items():
             lv = dict(labels)
-            if "model" in lv and family not in (self._unread_name, self._redirects_name):
+            if "model" in lv and family not in (
+                self._unread_name,
+                self._redirects_name,
+                self._non_answers_name,
+            ):
                 by_model.setdefault(lv["model"], []).append((family, sample, lv, value))
         out = [self._model_document(by_model[model], timestamp) for model in sorted(by_model)]
         out.extend(self._pool_documents(timestamp, delta, pools, ejections))
@@ -268,12 +278,13 @@ class EmfReporter:
     ) -> Iterator[dict[str, Any]]:
         """The replica's own counters that moved in the interval: heartbeat writes and prunes per
         (cluster, result), a document without dimensions for the misnamed usage and the refused
-        holds, the unread usage per (model, reason), the refused redirects per model and the refused
-        searches per reason."""
+        holds, the unread usage per (model, reason), the refused redirects per model, the refused
+        non-answers per (model, reason) and the refused searches per reason."""
         heartbeat: dict[str, dict[str, float]] = {}
         replica: dict[str, float] = {}
         unread: dict[tuple[str, str], float] = {}
         redirects: dict[str, float] = {}
+        non_answers: dict[tuple[str, str], float] = {}
         searches_refused: dict[str, float] = {}
         for (family, _, labels), value in delta.items():
             if family in (self._heartbeat_name, self._prunes_name):
@@ -290,6 +301,10 @@ class EmfReporter:
             elif family == self._redirects_name:
                 model = dict(labels).get("model", "")
                 redirects[model] = redirects.get(model, 0.0) + value
+            elif family == self._non_answers_name:
+                lv = dict(labels)
+                key = (lv.get("model", ""), lv.get("reason", ""))
+                non_answers[key] = non_answers.get(key, 0.0) + value
             elif family == self._searches_refused_name:
                 reason = dict(labels).get("reason", "")
                 searches_refused[reason] = searches_refused.get(reason, 0.0) + value
@@ -310,6 +325,11 @@ class EmfReporter:
             if value > 0:
                 values = {"UpstreamRedirects": value}
                 yield self._document(timestamp, {MODEL_DIMENSION: model}, UPSTREAM_REDIRECT_METRICS, values)
+        for (model, reason), value in sorted(non_answers.items()):
+            if value > 0:
+                dimensions = {MODEL_DIMENSION: model, REASON_DIMENSION: reason}
+                values = {"UpstreamNonAnswers": value}
+                yield self._document(timestamp, dimensions, UPSTREAM_NON_ANSWER_METRICS, values)
         for reason, value in sorted(searches_refused.items()):
             if value > 0:
                 values = {"ResponseSearchesRefused": value}
@@ -463,6 +483,7 @@ def emf_reporter(
         holds_refused=holds_refused,
         upstream_redirects=metrics.upstream_redirects,
         searches_refused=metrics.searches_refused,
+        upstream_non_answers=metrics.upstream_non_answers,
         clock=clock,
     )
 

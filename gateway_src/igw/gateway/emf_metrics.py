@@ -87,6 +87,14 @@ UPSTREAM_REDIRECT_METRICS: Final = (("UpstreamRedirects", "Count"),)
 redirects (3xx) refused with a 502 in the interval (``igw_upstream_redirects_total``), one document per
 model that moved; its own document, as :data:`USAGE_UNREAD_METRICS`' (each attempt's, a retried one's
 too). The tier-2 counterpart is ``UpstreamRedirects`` by ``Cluster``. Since session s46."""
+UPSTREAM_NON_ANSWER_METRICS: Final = (("UpstreamNonAnswers", "Count"),)
+"""``(name, unit)`` of the per-(model, reason) document (dimensions :data:`MODEL_DIMENSION`,
+:data:`REASON_DIMENSION`): the model's pods' answers to an inference ``POST`` that cannot be one (204,
+205, 304; an empty body; a success that is no JSON object), refused with a 502 in the interval
+(``igw_upstream_non_answers_total``, reasons ``bodiless_status``, ``empty_body``,
+``not_json_object``), one document per (model, reason) that moved; its own document, as
+:data:`UPSTREAM_REDIRECT_METRICS`' (each attempt's, a retried one's too). The tier-2 counterpart is
+``UpstreamNonAnswers`` by ``Cluster``, ``Reason``. Since session s50 (before, on ``/metrics`` only)."""
 SEARCH_REFUSAL_METRICS: Final = (("ResponseSearchesRefused", "Count"),)
 """``(name, unit)`` of the per-reason document (dimension :data:`REASON_DIMENSION`): requests about a
 stored response answered without searching the pods (``igw_response_searches_refused_total``: 404 for

@@ -41,6 +41,7 @@ FLEET_METRICS: Final = (
     FleetMetric("UsageMisnamed", "usage_misnamed", (("cluster", "Cluster"),)),
     FleetMetric("RateLimitHoldsRefused", "ratelimit_holds_refused", ()),
     FleetMetric("UpstreamRedirects", "upstream_redirects", (("cluster", "Cluster"),)),
+    FleetMetric("UpstreamNonAnswers", "upstream_non_answers", (("cluster", "Cluster"), ("reason", "Reason"))),
     FleetMetric("UpstreamAuthRefused", "upstream_auth_refused", (("cluster", "Cluster"),)),
     FleetMetric("ResponseSearchesRefused", "searches_refused", (("reason", "Reason"),)),
 )
@@ -54,4 +55,6 @@ with a 502) since session s46. ``UpstreamAuthRefused`` (``igw_global_upstream_au
 clusters' 401/407 to callers the router verified, refused with a 502 ``upstream_auth_misconfigured``)
 and ``ResponseSearchesRefused`` (``igw_global_response_searches_refused_total``: requests about a
 stored response answered without asking a cluster, by reason ``unfound``, ``busy``, ``scope_busy``)
-since session s47 (before, on ``/metrics`` only)."""
+since session s47 (before, on ``/metrics`` only). ``UpstreamNonAnswers``
+(``igw_global_upstream_non_answers_total``: clusters' answers to an inference ``POST`` that cannot be
+one, refused with a 502, by cluster and reason) since session s50."""
