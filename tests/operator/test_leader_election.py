@@ -683,3 +683,79 @@ def test_kopfs_own_writes_are_fenced_on_the_renew_deadline(
     assert exit_code == runner.EXIT_LOST_LEASE
     after = [(method, path) for _, method, path in cluster.callers[frozen_at[0] :] if method != "GET"]
     assert [w for w in after if "/leases/" not in w[1]] == [], after
+
+
+def test_a_write_sent_just_before_the_renew_deadline_waits_no_longer_than_the_deadline(
+    cluster: FakeKubeApiServer,
+) -> None:
+    """The fence is asked before a call is sent: a write sent 0.3 s before the renew deadline to an
+    API server that never answers (``hang``) kept waiting with no bound (probed: still waiting 9.7 s
+    past the deadline when the probe gave up), and an answer, the write applied, could have come
+    after the standby took over. Each request's timeout is now bounded by the time left
+    (:meth:`~igw.operator.election.LeaseElection.seconds_left`): the call ends by the deadline."""
+
+    async def main() -> tuple[float, float, type[BaseException] | None]:
+        election = await _leader(cluster, "late")
+        api_client = cluster.api_client(token="late")
+        api_client.configuration.retries = 1  # as igw's own client (make_api_client): PUTs are resent
+        kube = Kube(api_client, fence=election.acting, time_left=election.seconds_left, threads=1)
+        await kube.apply(_config_map("written-in-time"))
+        lock: Any = election._lock
+        last = lock.renewed_at
+        while lock.renewed_at == last:  # right after a renewal: a whole renew deadline away  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
+        cluster.hang("late")  # the renewals and the write alike
+        deadline = lock.renewed_at + FAST["renew_deadline_s"]
+        await asyncio.sleep(deadline - time.monotonic() - 0.3)
+        sent = time.monotonic()
+        ended: type[BaseException] | None = None
+        try:
+            await asyncio.wait_for(kube.apply(_config_map("written-late")), 10)
+        except Exception as exc:
+            ended = type(exc)
+        done = time.monotonic()
+        election.stop()
+        kube.close()
+        return deadline - sent, done - deadline, ended
+
+    left, past, ended = asyncio.run(main())
+    print(f"sent {left:.2f} s before the deadline, ended {past:.2f} s after it: {ended}")
+    assert ended is not None
+    assert ended is not TimeoutError  # the request's own timeout ended it, not the test's
+    assert past < 0.2, past
+    assert find(cluster, "ConfigMap", "default", "written-late") is None
+
+
+@pytest.mark.parametrize(
+    ("settings", "warned"),
+    [(FAST, True), ({"lease_duration_s": 8, "renew_deadline_s": 5, "retry_period_s": 2}, True), ({}, False)],
+    ids=["fast", "8-5-2", "defaults"],
+)
+def test_settings_that_cannot_ride_out_one_hung_lease_call_are_warned_of_at_start(
+    cluster: FakeKubeApiServer,
+    caplog: pytest.LogCaptureFixture,
+    settings: dict[str, int],
+    warned: bool,
+) -> None:
+    """At 8 / 5 / 2 one hung Lease call made the leader step down for good with nothing saying the
+    settings could not ride it out (5 s < 2 + (1.5 + 2) s). Such settings are not refused (the tests
+    use short ones) but named with their arithmetic in a WARNING when the election starts."""
+
+    async def main() -> None:
+        election = await _leader(cluster, "warned", settings)
+        election.stop()
+
+    with caplog.at_level(logging.WARNING, logger="igw.operator"):
+        asyncio.run(main())
+    lines = [m for m in caplog.messages if "one Lease call the API server does not answer" in m]
+    if warned:
+        retry = settings["retry_period_s"]
+        expected = (
+            f"warned: renew deadline {settings['renew_deadline_s']} s < retry period + (request timeout"
+            f" + retry period) = {retry} + ({0.75 * retry:.2f} + {retry}) = {2.75 * retry:.2f} s"
+        )
+        assert lines == [
+            f"{expected}: one Lease call the API server does not answer makes this leader step down"
+        ]
+    else:
+        assert lines == []

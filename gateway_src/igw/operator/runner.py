@@ -189,7 +189,14 @@ async def _run(options: OperatorOptions, stop: asyncio.Event, stop_signals: tupl
         election = LeaseElection(settings, api_client)
     # Every API call of the leader is fenced: none once its Lease lapsed (LeaseElection.acting).
     fence = None if election is None else election.acting
-    kube = Kube(api_client, reporting_instance=options.identity, threads=options.api_threads, fence=fence)
+    time_left = None if election is None else election.seconds_left  # no call waits past the deadline
+    kube = Kube(
+        api_client,
+        reporting_instance=options.identity,
+        threads=options.api_threads,
+        fence=fence,
+        time_left=time_left,
+    )
     try:
         return await _run_with(options, stop, stop_signals, api_client, kube, election)
     finally:
