@@ -759,3 +759,49 @@ def test_settings_that_cannot_ride_out_one_hung_lease_call_are_warned_of_at_star
         ]
     else:
         assert lines == []
+
+
+def test_kopfs_write_sent_just_before_the_renew_deadline_waits_no_longer_than_the_deadline(
+    cluster: FakeKubeApiServer,
+) -> None:
+    """kopf's session (:func:`~igw.operator.handlers.fenced_session`) asked the fence before a write
+    only: a PATCH sent 0.5 s before the deadline to an API server that never answers waited for kopf's
+    30 s request timeout (probed: 30.0 s, the PATCH could be applied all that while). It now waits no
+    longer than the time left; reads keep kopf's own timeouts."""
+    import aiohttp
+    import kopf
+
+    from igw.config.model import API_GROUP, API_VERSION
+    from igw.operator.handlers import fenced_session
+
+    deadline = time.monotonic() + 0.5
+
+    def time_left() -> float:
+        return max(deadline - time.monotonic(), 0.0)
+
+    async def main() -> tuple[float, type[BaseException] | None]:
+        info = kopf.ConnectionInfo(server=cluster.url, token="kopf", scheme="Bearer")
+        session = fenced_session(info, lambda: time_left() > 0, time_left)
+        cluster.hang("kopf")
+        ended: type[BaseException] | None = None
+        try:
+            path = (
+                f"{cluster.url}/apis/{API_GROUP}/{API_VERSION}/namespaces/default/inferencegatewayconfigs/x"
+            )
+            async with session.patch(
+                path,
+                json={"metadata": {"annotations": {"a": "b"}}},
+                headers={"Content-Type": "application/merge-patch+json"},
+                timeout=aiohttp.ClientTimeout(total=30),  # kopf's request timeout (build_settings)
+            ):
+                pass
+        except Exception as exc:
+            ended = type(exc)
+        finally:
+            await session.close()
+        return time.monotonic() - deadline, ended
+
+    past, ended = asyncio.run(asyncio.wait_for(main(), 40))
+    print(f"kopf's PATCH ended {past:.2f} s after the deadline: {ended}")
+    assert ended is TimeoutError
+    assert past < 0.2, past

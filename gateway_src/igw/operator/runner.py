@@ -214,7 +214,10 @@ async def _run_with(
     reconciler = Reconciler(kube, options.data_plane, auto_tls=options.auto_tls)
     resync = Resync(reconciler, options.resync_s)
     fence = None if election is None else election.acting  # kopf's own writes too
-    registry = build_registry(reconciler, lambda: connection_for(api_client), resync=resync, fence=fence)
+    time_left = None if election is None else election.seconds_left
+    registry = build_registry(
+        reconciler, lambda: connection_for(api_client), resync=resync, fence=fence, time_left=time_left
+    )
     lost = asyncio.Event()
     if election is not None:
         lost = election.lost
