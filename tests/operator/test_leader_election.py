@@ -642,7 +642,10 @@ def test_election_settings_the_library_would_refuse_are_refused_up_front(
 
 
 def test_kopfs_own_writes_are_fenced_on_the_renew_deadline(
-    cluster: FakeKubeApiServer, kubeconfig: Path, monkeypatch: pytest.MonkeyPatch
+    cluster: FakeKubeApiServer,
+    kubeconfig: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """Only the operator's own API calls were fenced: kopf writes through its own client, and once a
     handler returns it patches its bookkeeping annotations on the object. A leader whose deadline
@@ -670,6 +673,7 @@ def test_kopfs_own_writes_are_fenced_on_the_renew_deadline(
     options = operator_options(
         kubeconfig, leader_election=True, identity="frozen", resync_s=60.0, **durations
     )
+    caplog.set_level(logging.WARNING)
     operator = OperatorThread(options).start()
     try:
         wait_for(lambda: _lease(cluster).get("holderIdentity") == "frozen", timeout=30, what="the leader")
@@ -683,6 +687,16 @@ def test_kopfs_own_writes_are_fenced_on_the_renew_deadline(
     assert exit_code == runner.EXIT_LOST_LEASE
     after = [(method, path) for _, method, path in cluster.callers[frozen_at[0] :] if method != "GET"]
     assert [w for w in after if "/leases/" not in w[1]] == [], after
+    # kopf's refusals at the step-down: one line, no traceback (it logged two ERRORs with tracebacks
+    # for the object: its failed handler, and its refused PATCH)
+    kopf_lines = [r for r in caplog.records if r.name.startswith("kopf") and "not leading" in r.getMessage()]
+    assert [(r.levelname, r.getMessage(), r.exc_info) for r in kopf_lines] == [
+        (
+            "WARNING",
+            "frozen: not leading: kopf's handlers and writes are refused from now on (stepping down)",
+            None,
+        )
+    ]
 
 
 def test_a_write_sent_just_before_the_renew_deadline_waits_no_longer_than_the_deadline(

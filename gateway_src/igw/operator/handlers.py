@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -183,6 +184,61 @@ def fenced_session(
         trace_configs=[trace],
         middlewares=(answered_by_the_deadline,),
     )
+
+
+KOPF_LOGGERS: Final = ("kopf.objects", "kopf._core.reactor.queueing")
+"""Where kopf logs a handler's or its own failure for an object (``kopf.objects``) and an event's
+unrecoverable failure (its queueing worker)."""
+
+
+def _caused_by_not_leading(exc: BaseException | None) -> bool:
+    seen = 0
+    while exc is not None and seen < 10:  # the cause chain, bounded
+        if isinstance(exc, NotLeading):
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
+
+
+class NotLeadingOnce(logging.Filter):
+    """Turns the first of kopf's failure lines caused by :class:`~igw.operator.kube.NotLeading` into one
+    WARNING line naming the replica, without its traceback, and drops the others.
+
+    Why: at a step-down every object whose pass or bookkeeping PATCH was refused was logged by kopf
+    as an ERROR with a 30-line traceback, twice (the failed handler, then the refused PATCH's
+    throttling), although nothing is wrong but the step-down, which the election logs itself."""
+
+    def __init__(self, identity: str) -> None:
+        super().__init__()
+        self._identity = identity
+        self._said = False
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if not _caused_by_not_leading(exc):
+            return True
+        if self._said:
+            return False
+        self._said = True
+        record.levelno, record.levelname = logging.WARNING, "WARNING"
+        record.msg = "%s: not leading: kopf's handlers and writes are refused from now on (stepping down)"
+        record.args = (self._identity,)
+        record.exc_info, record.exc_text, record.stack_info = None, None, None
+        return True
+
+
+@contextlib.contextmanager
+def not_leading_said_once(identity: str) -> Iterator[None]:
+    """:class:`NotLeadingOnce` on kopf's loggers (:data:`KOPF_LOGGERS`) while the block runs."""
+    quiet = NotLeadingOnce(identity)
+    loggers = [logging.getLogger(name) for name in KOPF_LOGGERS]
+    for logger in loggers:
+        logger.addFilter(quiet)
+    try:
+        yield
+    finally:
+        for logger in loggers:
+            logger.removeFilter(quiet)
 
 
 def build_settings() -> kopf.OperatorSettings:

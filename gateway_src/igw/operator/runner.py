@@ -23,7 +23,13 @@ from igw.operator.election import (
     ElectionSettings,
     LeaseElection,
 )
-from igw.operator.handlers import Connection, Resync, build_registry, build_settings
+from igw.operator.handlers import (
+    Connection,
+    Resync,
+    build_registry,
+    build_settings,
+    not_leading_said_once,
+)
 from igw.operator.kube import Kube
 from igw.operator.reconcile import Reconciler
 from igw.operator.tls import AutoTlsSettings
@@ -198,7 +204,8 @@ async def _run(options: OperatorOptions, stop: asyncio.Event, stop_signals: tupl
         time_left=time_left,
     )
     try:
-        return await _run_with(options, stop, stop_signals, api_client, kube, election)
+        with not_leading_said_once(options.identity):  # kopf's refusals at a step-down: one line
+            return await _run_with(options, stop, stop_signals, api_client, kube, election)
     finally:
         kube.close()
 
