@@ -819,3 +819,43 @@ def test_kopfs_write_sent_just_before_the_renew_deadline_waits_no_longer_than_th
     print(f"kopf's PATCH ended {past:.2f} s after the deadline: {ended}")
     assert ended is TimeoutError
     assert past < 0.2, past
+
+
+def test_a_leader_stopped_while_a_pass_call_hangs_still_releases_its_lease(
+    cluster: FakeKubeApiServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """SIGTERM while a pass's API call hangs on the API server (the Lease calls still answered): the
+    hung call never ended (no request timeout), the runner's 5 s wait for running calls ran out and
+    the Lease was left to expire (probed at 15 / 10 / 2: exit after 7.0 s, the standby then waited out
+    the 15 s lease). Each call now ends by the renew deadline it saw when sent, urllib3 resends
+    nothing after a read timeout (it did, with the whole timeout again), and the runner waits up to the
+    renew deadline (12 s here; 5 s ran out): the Lease is released, nothing else is written."""
+    durations = {"lease_duration_s": 20, "renew_deadline_s": 12, "retry_period_s": 2}
+    kubeconfig = cluster.write_kubeconfig(tmp_path / "kubeconfig", token="passes")
+
+    def election(settings: ElectionSettings, _api_client: Any, **options: Any) -> LeaseElection:
+        return LeaseElection(settings, cluster.api_client(token="lease"), **options)  # the Lease answered
+
+    monkeypatch.setattr(runner, "LeaseElection", election)
+    caplog.set_level(logging.INFO, logger="igw.operator")
+    options = operator_options(
+        kubeconfig, leader_election=True, identity="stopped", resync_s=60.0, **durations
+    )
+    operator = OperatorThread(options).start()
+    try:
+        wait_for(lambda: _lease(cluster).get("holderIdentity") == "stopped", timeout=30, what="the leader")
+        cluster.add(igwc("chat"))
+        wait_condition(cluster, "chat", "GatewayProgrammed", timeout=60)
+        cluster.hang("passes")
+        since = len(cluster.callers)
+        cluster.add(igwc("late", model="mistral", app="mistral"))
+        wait_for(lambda: _calls_by(cluster, "passes", since) > 0, timeout=30, what="the hung call")
+    finally:
+        exit_code = operator.stop()
+    assert exit_code == runner.EXIT_STOPPED
+    assert "stopped: released Lease default/igw-operator" in caplog.messages
+    assert _lease(cluster).get("holderIdentity") is None
+    assert _writes_by(cluster, "passes", since) == []

@@ -288,20 +288,21 @@ def _deadline_bound_client(api_client: Any, time_left: Callable[[], float]) -> A
     Why: the fence is asked before a call is sent. A write sent just before the renew deadline to an
     API server that did not answer waited with no bound (probed: still waiting 9.7 s past a 2 s
     deadline when the probe gave up), and its answer, the write applied, could come after the
-    standby took over. Bounded, it ends at the deadline at the latest. urllib3 resends a timed-out
-    PUT or DELETE (idempotent) on its own, past every fence: that resend is refused after the
-    deadline too."""
+    standby took over. Bounded, it ends at the deadline at the latest. urllib3 resends a failed
+    request on its own (``make_api_client``: once), past every fence, each time with the whole
+    timeout again: no resend once the time ran out, nor after a read timeout (the call waited until
+    the deadline its timeout was cut to; a resend waited as long again, past it)."""
     # deferred: start-up cost: the kubernetes client loads only on cluster-facing paths
     import copy
 
     import urllib3
     from kubernetes import client
     from kubernetes.dynamic import DynamicClient
-    from urllib3.exceptions import MaxRetryError
+    from urllib3.exceptions import MaxRetryError, ReadTimeoutError
 
     class DeadlineRetry(urllib3.Retry):
-        """urllib3's retry, refused once ``time_left()`` ran out (its ``new`` copies are of this
-        class too)."""
+        """urllib3's retry, refused once ``time_left()`` ran out or after a read timeout (its ``new``
+        copies are of this class too)."""
 
         def increment(
             self,
@@ -312,7 +313,7 @@ def _deadline_bound_client(api_client: Any, time_left: Callable[[], float]) -> A
             _pool: Any = None,
             _stacktrace: Any = None,
         ) -> DeadlineRetry:
-            if time_left() <= 0:
+            if time_left() <= 0 or isinstance(error, ReadTimeoutError):
                 raise MaxRetryError(_pool, url or "", error)
             return super().increment(method, url, response, error, _pool, _stacktrace)
 

@@ -164,9 +164,14 @@ async def _give_up_lease(election: LeaseElection, kube: Kube, *, quiet: bool, id
     """Release the Lease once nothing this replica started can still write (``quiet``: kopf and the
     resync stopped, handler threads joined), so the next leader starts within a retry period instead
     of waiting out the lease (a rolling update otherwise left nothing reconciling for ~10 s). Kube
-    calls still running in worker threads are waited for first (up to 5 s); when something may still
-    run, the Lease is left to expire, as before."""
-    if quiet and await asyncio.to_thread(kube.quiesce, 5):
+    calls still running in worker threads are waited for first, up to the renew deadline (at least
+    5 s): each call waits for its answer no longer than the time left before the deadline when it
+    was sent (:meth:`~igw.operator.election.LeaseElection.seconds_left`), so every one has ended by
+    then. With 5 s, a pass's call hung on the API server was still running, and the Lease was left
+    to expire (the standby waited out the lease duration). When something may still run, the Lease
+    is left to expire, as before."""
+    within_s = max(5.0, float(election.settings.renew_deadline_s))
+    if quiet and await asyncio.to_thread(kube.quiesce, within_s):
         await election.release()
         return
     log.warning("%s: work may still be running; leaving the Lease to expire", identity)
