@@ -642,7 +642,10 @@ def test_election_settings_the_library_would_refuse_are_refused_up_front(
 
 
 def test_kopfs_own_writes_are_fenced_on_the_renew_deadline(
-    cluster: FakeKubeApiServer, kubeconfig: Path, monkeypatch: pytest.MonkeyPatch
+    cluster: FakeKubeApiServer,
+    kubeconfig: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """Only the operator's own API calls were fenced: kopf writes through its own client, and once a
     handler returns it patches its bookkeeping annotations on the object. A leader whose deadline
@@ -670,6 +673,7 @@ def test_kopfs_own_writes_are_fenced_on_the_renew_deadline(
     options = operator_options(
         kubeconfig, leader_election=True, identity="frozen", resync_s=60.0, **durations
     )
+    caplog.set_level(logging.WARNING)
     operator = OperatorThread(options).start()
     try:
         wait_for(lambda: _lease(cluster).get("holderIdentity") == "frozen", timeout=30, what="the leader")
@@ -683,3 +687,175 @@ def test_kopfs_own_writes_are_fenced_on_the_renew_deadline(
     assert exit_code == runner.EXIT_LOST_LEASE
     after = [(method, path) for _, method, path in cluster.callers[frozen_at[0] :] if method != "GET"]
     assert [w for w in after if "/leases/" not in w[1]] == [], after
+    # kopf's refusals at the step-down: one line, no traceback (it logged two ERRORs with tracebacks
+    # for the object: its failed handler, and its refused PATCH)
+    kopf_lines = [r for r in caplog.records if r.name.startswith("kopf") and "not leading" in r.getMessage()]
+    assert [(r.levelname, r.getMessage(), r.exc_info) for r in kopf_lines] == [
+        (
+            "WARNING",
+            "frozen: not leading: kopf's handlers and writes are refused from now on (stepping down)",
+            None,
+        )
+    ]
+
+
+def test_a_write_sent_just_before_the_renew_deadline_waits_no_longer_than_the_deadline(
+    cluster: FakeKubeApiServer,
+) -> None:
+    """The fence is asked before a call is sent: a write sent 0.3 s before the renew deadline to an
+    API server that never answers (``hang``) kept waiting with no bound (probed: still waiting 9.7 s
+    past the deadline when the probe gave up), and an answer, the write applied, could have come
+    after the standby took over. Each request's timeout is now bounded by the time left
+    (:meth:`~igw.operator.election.LeaseElection.seconds_left`): the call ends by the deadline."""
+
+    async def main() -> tuple[float, float, type[BaseException] | None]:
+        election = await _leader(cluster, "late")
+        api_client = cluster.api_client(token="late")
+        api_client.configuration.retries = 1  # as igw's own client (make_api_client): PUTs are resent
+        kube = Kube(api_client, fence=election.acting, time_left=election.seconds_left, threads=1)
+        await kube.apply(_config_map("written-in-time"))
+        lock: Any = election._lock
+        last = lock.renewed_at
+        while lock.renewed_at == last:  # right after a renewal: a whole renew deadline away  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
+        cluster.hang("late")  # the renewals and the write alike
+        deadline = lock.renewed_at + FAST["renew_deadline_s"]
+        await asyncio.sleep(deadline - time.monotonic() - 0.3)
+        sent = time.monotonic()
+        ended: type[BaseException] | None = None
+        try:
+            await asyncio.wait_for(kube.apply(_config_map("written-late")), 10)
+        except Exception as exc:
+            ended = type(exc)
+        done = time.monotonic()
+        election.stop()
+        kube.close()
+        return deadline - sent, done - deadline, ended
+
+    left, past, ended = asyncio.run(main())
+    print(f"sent {left:.2f} s before the deadline, ended {past:.2f} s after it: {ended}")
+    assert ended is not None
+    assert ended is not TimeoutError  # the request's own timeout ended it, not the test's
+    assert past < 0.2, past
+    assert find(cluster, "ConfigMap", "default", "written-late") is None
+
+
+@pytest.mark.parametrize(
+    ("settings", "warned"),
+    [(FAST, True), ({"lease_duration_s": 8, "renew_deadline_s": 5, "retry_period_s": 2}, True), ({}, False)],
+    ids=["fast", "8-5-2", "defaults"],
+)
+def test_settings_that_cannot_ride_out_one_hung_lease_call_are_warned_of_at_start(
+    cluster: FakeKubeApiServer,
+    caplog: pytest.LogCaptureFixture,
+    settings: dict[str, int],
+    warned: bool,
+) -> None:
+    """At 8 / 5 / 2 one hung Lease call made the leader step down for good with nothing saying the
+    settings could not ride it out (5 s < 2 + (1.5 + 2) s). Such settings are not refused (the tests
+    use short ones) but named with their arithmetic in a WARNING when the election starts."""
+
+    async def main() -> None:
+        election = await _leader(cluster, "warned", settings)
+        election.stop()
+
+    with caplog.at_level(logging.WARNING, logger="igw.operator"):
+        asyncio.run(main())
+    lines = [m for m in caplog.messages if "one Lease call the API server does not answer" in m]
+    if warned:
+        retry = settings["retry_period_s"]
+        expected = (
+            f"warned: renew deadline {settings['renew_deadline_s']} s < retry period + (request timeout"
+            f" + retry period) = {retry} + ({0.75 * retry:.2f} + {retry}) = {2.75 * retry:.2f} s"
+        )
+        assert lines == [
+            f"{expected}: one Lease call the API server does not answer makes this leader step down"
+        ]
+    else:
+        assert lines == []
+
+
+def test_kopfs_write_sent_just_before_the_renew_deadline_waits_no_longer_than_the_deadline(
+    cluster: FakeKubeApiServer,
+) -> None:
+    """kopf's session (:func:`~igw.operator.handlers.fenced_session`) asked the fence before a write
+    only: a PATCH sent 0.5 s before the deadline to an API server that never answers waited for kopf's
+    30 s request timeout (probed: 30.0 s, the PATCH could be applied all that while). It now waits no
+    longer than the time left; reads keep kopf's own timeouts."""
+    import aiohttp
+    import kopf
+
+    from igw.config.model import API_GROUP, API_VERSION
+    from igw.operator.handlers import fenced_session
+
+    deadline = time.monotonic() + 0.5
+
+    def time_left() -> float:
+        return max(deadline - time.monotonic(), 0.0)
+
+    async def main() -> tuple[float, type[BaseException] | None]:
+        info = kopf.ConnectionInfo(server=cluster.url, token="kopf", scheme="Bearer")
+        session = fenced_session(info, lambda: time_left() > 0, time_left)
+        cluster.hang("kopf")
+        ended: type[BaseException] | None = None
+        try:
+            path = (
+                f"{cluster.url}/apis/{API_GROUP}/{API_VERSION}/namespaces/default/inferencegatewayconfigs/x"
+            )
+            async with session.patch(
+                path,
+                json={"metadata": {"annotations": {"a": "b"}}},
+                headers={"Content-Type": "application/merge-patch+json"},
+                timeout=aiohttp.ClientTimeout(total=30),  # kopf's request timeout (build_settings)
+            ):
+                pass
+        except Exception as exc:
+            ended = type(exc)
+        finally:
+            await session.close()
+        return time.monotonic() - deadline, ended
+
+    past, ended = asyncio.run(asyncio.wait_for(main(), 40))
+    print(f"kopf's PATCH ended {past:.2f} s after the deadline: {ended}")
+    assert ended is TimeoutError
+    assert past < 0.2, past
+
+
+def test_a_leader_stopped_while_a_pass_call_hangs_still_releases_its_lease(
+    cluster: FakeKubeApiServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """SIGTERM while a pass's API call hangs on the API server (the Lease calls still answered): the
+    hung call never ended (no request timeout), the runner's 5 s wait for running calls ran out and
+    the Lease was left to expire (probed at 15 / 10 / 2: exit after 7.0 s, the standby then waited out
+    the 15 s lease). Each call now ends by the renew deadline it saw when sent, urllib3 resends
+    nothing after a read timeout (it did, with the whole timeout again), and the runner waits up to the
+    renew deadline (12 s here; 5 s ran out): the Lease is released, nothing else is written."""
+    durations = {"lease_duration_s": 20, "renew_deadline_s": 12, "retry_period_s": 2}
+    kubeconfig = cluster.write_kubeconfig(tmp_path / "kubeconfig", token="passes")
+
+    def election(settings: ElectionSettings, _api_client: Any, **options: Any) -> LeaseElection:
+        return LeaseElection(settings, cluster.api_client(token="lease"), **options)  # the Lease answered
+
+    monkeypatch.setattr(runner, "LeaseElection", election)
+    caplog.set_level(logging.INFO, logger="igw.operator")
+    options = operator_options(
+        kubeconfig, leader_election=True, identity="stopped", resync_s=60.0, **durations
+    )
+    operator = OperatorThread(options).start()
+    try:
+        wait_for(lambda: _lease(cluster).get("holderIdentity") == "stopped", timeout=30, what="the leader")
+        cluster.add(igwc("chat"))
+        wait_condition(cluster, "chat", "GatewayProgrammed", timeout=60)
+        cluster.hang("passes")
+        since = len(cluster.callers)
+        cluster.add(igwc("late", model="mistral", app="mistral"))
+        wait_for(lambda: _calls_by(cluster, "passes", since) > 0, timeout=30, what="the hung call")
+    finally:
+        exit_code = operator.stop()
+    assert exit_code == runner.EXIT_STOPPED
+    assert "stopped: released Lease default/igw-operator" in caplog.messages
+    assert _lease(cluster).get("holderIdentity") is None
+    assert _writes_by(cluster, "passes", since) == []

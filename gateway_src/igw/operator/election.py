@@ -140,6 +140,32 @@ def election_problems(
     return problems
 
 
+def warn_unless_one_hung_call_is_ridden_out(settings: ElectionSettings) -> bool:
+    """Log a WARNING (and answer ``True``) when one Lease call the API server never answers makes the
+    leader step down: the next try starts a retry period after the last good one began, the hung one
+    costs its timeout (three quarters of a retry period) plus a retry period, so the renewal after it
+    begins ``retry + (0.75 x retry + retry)`` after the last good one, which must be under the renew
+    deadline (:data:`DEFAULT_RENEW_DEADLINE_S`). Not refused: short settings suit tests.
+
+    Why: at 8 / 5 / 2 one hung try made the leader step down for good (exit 3) though its lease never
+    lapsed; nothing said that the settings themselves could not ride it out."""
+    retry = settings.retry_period_s
+    needed = retry + (settings.request_timeout_s + retry)
+    if settings.renew_deadline_s >= needed:
+        return False
+    log.warning(
+        "%s: renew deadline %d s < retry period + (request timeout + retry period) = %d + (%.2f + %d)"
+        " = %.2f s: one Lease call the API server does not answer makes this leader step down",
+        settings.identity,
+        settings.renew_deadline_s,
+        retry,
+        settings.request_timeout_s,
+        retry,
+        needed,
+    )
+    return True
+
+
 def _failure(exc: Exception) -> str:
     """An API error as its status and reason (its body is left out), anything else as it prints."""
     status = getattr(exc, "status", None)
@@ -367,6 +393,7 @@ class LeaseElection:
         )
         lock.api_instance = leases
         quiet_repeated_library_lines()
+        warn_unless_one_hung_call_is_ridden_out(self.settings)
         self._lock = _ReleasableLock(lock, lock.api_instance, self._monotonic)
         self._thread = threading.Thread(target=self._campaign, name="lease-election", daemon=True)
         self._thread.start()
@@ -406,6 +433,21 @@ class LeaseElection:
         with contextlib.suppress(RuntimeError):  # the loop closed: the process is ending anyway
             self._loop.call_soon_threadsafe(self.lost.set)
         return False
+
+    def seconds_left(self) -> float:
+        """How long this replica may still act: the time until its renew deadline, ``0.0`` once it
+        may not (:meth:`acting`). :class:`~igw.operator.kube.Kube` bounds each API call's request
+        timeout by it, and kopf's writes too (:func:`~igw.operator.handlers.fenced_session`).
+
+        Why: the fence is asked before a call is sent; a write sent just before the deadline to an API
+        server that did not answer kept its worker waiting with no bound at all, and an answer (the
+        write applied) could come after the deadline, beside the standby that took over."""
+        if not self.acting():
+            return 0.0
+        renewed_at = None if self._lock is None else self._lock.renewed_at
+        if renewed_at is None:  # acting() answered True, so a renewal was seen
+            return 0.0
+        return max(self.settings.renew_deadline_s - (self._monotonic() - renewed_at), 0.0)
 
     async def watch(self) -> None:
         """Check :meth:`acting` every quarter retry period while leading, so a lapse steps down even

@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -131,7 +132,11 @@ READ_METHODS: Final = frozenset({"GET", "HEAD", "OPTIONS"})
 """kopf's requests the fence lets through after a step-down (its watches and reads change nothing)."""
 
 
-def fenced_session(info: kopf.ConnectionInfo, fence: Callable[[], bool]) -> aiohttp.ClientSession:
+def fenced_session(
+    info: kopf.ConnectionInfo,
+    fence: Callable[[], bool],
+    time_left: Callable[[], float] | None = None,
+) -> aiohttp.ClientSession:
     """The ``aiohttp`` session kopf would make for ``info`` (its connector, TLS and headers), whose
     every write (any method but :data:`READ_METHODS`) asks ``fence`` first and is refused
     (:class:`~igw.operator.kube.NotLeading`, nothing sent) when it answers ``False``.
@@ -141,7 +146,12 @@ def fenced_session(info: kopf.ConnectionInfo, fence: Callable[[], bool]) -> aioh
     on the InferenceGatewayConfig, and after a failed handler the retry count. A leader that lapsed
     while a pass ran (frozen, cut off) still sent that PATCH after its deadline, beside the standby
     that may already lead. kopf logs the refused write as an unrecoverable error of that event,
-    once; the replica is stepping down anyway."""
+    once; the replica is stepping down anyway.
+
+    ``time_left`` (the election's :meth:`~igw.operator.election.LeaseElection.seconds_left`): each
+    write waits for its answer no longer than that (a client middleware), where kopf's own request
+    timeout (:func:`build_settings`, 30 s) let a PATCH sent just before the deadline to an API server
+    that did not answer wait, and be applied, well past it."""
 
     async def refuse_unless_acting(
         _session: aiohttp.ClientSession, _context: Any, params: aiohttp.TraceRequestStartParams
@@ -152,13 +162,83 @@ def fenced_session(info: kopf.ConnectionInfo, fence: Callable[[], bool]) -> aioh
                 f"{params.url.path} refused"
             )
 
+    async def answered_by_the_deadline(
+        request: aiohttp.ClientRequest, handler: aiohttp.ClientHandlerType
+    ) -> aiohttp.ClientResponse:
+        if time_left is None or request.method.upper() in READ_METHODS:
+            return await handler(request)
+        left = time_left()
+        if left <= 0:
+            raise NotLeading(
+                f"not leading (the Lease was not renewed in time): kopf's {request.method} "
+                f"{request.url.path} refused"
+            )
+        async with asyncio.timeout(left):
+            return await handler(request)
+
     trace = aiohttp.TraceConfig()
     trace.on_request_start.append(refuse_unless_acting)
     return aiohttp.ClientSession(
         connector=aiohttp.TCPConnector(limit=0, ssl=info.as_ssl_context()),
         headers=info.as_http_headers(),
         trace_configs=[trace],
+        middlewares=(answered_by_the_deadline,),
     )
+
+
+KOPF_LOGGERS: Final = ("kopf.objects", "kopf._core.reactor.queueing")
+"""Where kopf logs a handler's or its own failure for an object (``kopf.objects``) and an event's
+unrecoverable failure (its queueing worker)."""
+
+
+def _caused_by_not_leading(exc: BaseException | None) -> bool:
+    seen = 0
+    while exc is not None and seen < 10:  # the cause chain, bounded
+        if isinstance(exc, NotLeading):
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
+
+
+class NotLeadingOnce(logging.Filter):
+    """Turns the first of kopf's failure lines caused by :class:`~igw.operator.kube.NotLeading` into one
+    WARNING line naming the replica, without its traceback, and drops the others.
+
+    Why: at a step-down every object whose pass or bookkeeping PATCH was refused was logged by kopf
+    as an ERROR with a 30-line traceback, twice (the failed handler, then the refused PATCH's
+    throttling), although nothing is wrong but the step-down, which the election logs itself."""
+
+    def __init__(self, identity: str) -> None:
+        super().__init__()
+        self._identity = identity
+        self._said = False
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if not _caused_by_not_leading(exc):
+            return True
+        if self._said:
+            return False
+        self._said = True
+        record.levelno, record.levelname = logging.WARNING, "WARNING"
+        record.msg = "%s: not leading: kopf's handlers and writes are refused from now on (stepping down)"
+        record.args = (self._identity,)
+        record.exc_info, record.exc_text, record.stack_info = None, None, None
+        return True
+
+
+@contextlib.contextmanager
+def not_leading_said_once(identity: str) -> Iterator[None]:
+    """:class:`NotLeadingOnce` on kopf's loggers (:data:`KOPF_LOGGERS`) while the block runs."""
+    quiet = NotLeadingOnce(identity)
+    loggers = [logging.getLogger(name) for name in KOPF_LOGGERS]
+    for logger in loggers:
+        logger.addFilter(quiet)
+    try:
+        yield
+    finally:
+        for logger in loggers:
+            logger.removeFilter(quiet)
 
 
 def build_settings() -> kopf.OperatorSettings:
@@ -189,12 +269,14 @@ def build_registry(
     *,
     resync: Resync,
     fence: Callable[[], bool] | None = None,
+    time_left: Callable[[], float] | None = None,
 ) -> kopf.OperatorRegistry:
     """A private registry (several operators can run in one process, as the tests do).
 
     ``connect`` is asked again whenever kopf logs in anew (after a 401), so a rotated service-account
     token is picked up. ``fence`` (the election's :meth:`~igw.operator.election.LeaseElection.acting`):
-    kopf's own writes are refused once it answers ``False`` (:func:`fenced_session`). No handler
+    kopf's own writes are refused once it answers ``False``, and wait for their answer no longer than
+    ``time_left`` (the election's ``seconds_left``; :func:`fenced_session`). No handler
     here makes kopf add a finalizer (no timer, daemon or mandatory deletion handler):
     ``tests/operator/test_lifecycle.py`` checks that objects carry none.
     """
@@ -226,7 +308,9 @@ def build_registry(
             # the session is made here, on kopf's loop (kopf closes it with its other sessions);
             # connect() in a thread: it may refresh the pod's token from its volume
             info = await asyncio.to_thread(connection_info)
-            return kopf.AiohttpSession(server=info.server, aiohttp_session=fenced_session(info, fence))
+            return kopf.AiohttpSession(
+                server=info.server, aiohttp_session=fenced_session(info, fence, time_left)
+            )
 
     async def reconcile(namespace: str | None, name: str | None, **_: Any) -> None:
         reconciler.served(f"{API_GROUP}/{API_VERSION}", KIND)  # kopf serves it: the CRD is installed

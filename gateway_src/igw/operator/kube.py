@@ -279,6 +279,70 @@ def _holder(obj: Mapping[str, Any]) -> str:
     return "no controller (created outside the operator)"
 
 
+def _deadline_bound_client(api_client: Any, time_left: Callable[[], float]) -> Any:
+    """A ``DynamicClient`` on a copy of ``api_client``'s configuration whose every request is refused
+    (:class:`NotLeading`) once ``time_left()`` is not positive, and otherwise waits for its answer no
+    longer than ``time_left()`` (its ``_request_timeout``, which the dynamic client hands to the REST
+    client), and whose urllib3 retries stop once ``time_left()`` ran out.
+
+    Why: the fence is asked before a call is sent. A write sent just before the renew deadline to an
+    API server that did not answer waited with no bound (probed: still waiting 9.7 s past a 2 s
+    deadline when the probe gave up), and its answer, the write applied, could come after the
+    standby took over. Bounded, it ends at the deadline at the latest. urllib3 resends a failed
+    request on its own (``make_api_client``: once), past every fence, each time with the whole
+    timeout again: no resend once the time ran out, nor after a read timeout (the call waited until
+    the deadline its timeout was cut to; a resend waited as long again, past it)."""
+    # deferred: start-up cost: the kubernetes client loads only on cluster-facing paths
+    import copy
+
+    import urllib3
+    from kubernetes import client
+    from kubernetes.dynamic import DynamicClient
+    from urllib3.exceptions import MaxRetryError, ReadTimeoutError
+
+    class DeadlineRetry(urllib3.Retry):
+        """urllib3's retry, refused once ``time_left()`` ran out or after a read timeout (its ``new``
+        copies are of this class too)."""
+
+        def increment(
+            self,
+            method: str | None = None,
+            url: str | None = None,
+            response: Any = None,
+            error: Exception | None = None,
+            _pool: Any = None,
+            _stacktrace: Any = None,
+        ) -> DeadlineRetry:
+            if time_left() <= 0 or isinstance(error, ReadTimeoutError):
+                raise MaxRetryError(_pool, url or "", error)
+            return super().increment(method, url, response, error, _pool, _stacktrace)
+
+    configuration = copy.deepcopy(api_client.configuration)
+    base = urllib3.Retry.from_int(configuration.retries)
+    configuration.retries = DeadlineRetry(
+        total=base.total,
+        connect=base.connect,
+        read=base.read,
+        redirect=base.redirect,
+        status=base.status,
+        other=base.other,
+    )
+
+    class DeadlineBound(DynamicClient):  # the client is untyped (Any)
+        def request(self, method: str, path: str, body: Any = None, **params: Any) -> Any:
+            left = time_left()
+            if left <= 0:
+                raise NotLeading(
+                    f"not leading (the Lease was not renewed in time): {method.upper()} {path} refused"
+                )
+            asked = params.get("_request_timeout")
+            if not isinstance(asked, int | float) or asked > left:
+                params["_request_timeout"] = left
+            return super().request(method, path, body, **params)
+
+    return DeadlineBound(client.ApiClient(configuration))  # type: ignore[no-untyped-call]
+
+
 class Kube:
     """Dict-in, dict-out access to any kind through one ``kubernetes.client.ApiClient``."""
 
@@ -290,11 +354,15 @@ class Kube:
         monotonic: Callable[[], float] = time.monotonic,
         threads: int | None = None,
         fence: Callable[[], bool] | None = None,
+        time_left: Callable[[], float] | None = None,
     ) -> None:
         """``threads``: how many API calls run at once (``None``: :func:`default_api_threads`), each in
         a thread of this client's own pool (:meth:`close` ends them). ``fence``: asked before each API
         call (and each request of a pass), which is refused (:class:`NotLeading`) when it answers
-        ``False``: a leader that may have lost its Lease writes nothing more."""
+        ``False``: a leader that may have lost its Lease writes nothing more. ``time_left``: how long
+        it may still act (:meth:`igw.operator.election.LeaseElection.seconds_left`); each request's
+        timeout is bounded by it (:func:`_deadline_bound_client`), so no call of this client is still
+        waiting for its answer past the renew deadline."""
         threads = default_api_threads() if threads is None else threads
         if not 1 <= threads <= MAX_API_THREADS:
             raise ValueError(f"Kube threads: expected 1 to {MAX_API_THREADS}, got {threads!r}")
@@ -303,6 +371,7 @@ class Kube:
         self._api_client = api_client
         self._reporting_instance = reporting_instance
         self._fence = fence
+        self._time_left = time_left
         self._dynamic: Any = None
         self._discovery_lock = threading.Lock()
         self._resources: dict[tuple[str, str], Any] = {}
@@ -333,7 +402,10 @@ class Kube:
                 # deferred: start-up cost: the dynamic client reads discovery documents when built
                 from kubernetes.dynamic import DynamicClient
 
-                self._dynamic = DynamicClient(self._api_client)  # type: ignore[no-untyped-call]
+                if self._time_left is None:
+                    self._dynamic = DynamicClient(self._api_client)  # type: ignore[no-untyped-call]
+                else:
+                    self._dynamic = _deadline_bound_client(self._api_client, self._time_left)
             # Under the lock too: a lookup that misses the dynamic client's discovery cache rewrites
             # it, and two threads doing that at once fail with KeyError('resources').
             key = (api_version, kind)

@@ -23,7 +23,13 @@ from igw.operator.election import (
     ElectionSettings,
     LeaseElection,
 )
-from igw.operator.handlers import Connection, Resync, build_registry, build_settings
+from igw.operator.handlers import (
+    Connection,
+    Resync,
+    build_registry,
+    build_settings,
+    not_leading_said_once,
+)
 from igw.operator.kube import Kube
 from igw.operator.reconcile import Reconciler
 from igw.operator.tls import AutoTlsSettings
@@ -158,9 +164,14 @@ async def _give_up_lease(election: LeaseElection, kube: Kube, *, quiet: bool, id
     """Release the Lease once nothing this replica started can still write (``quiet``: kopf and the
     resync stopped, handler threads joined), so the next leader starts within a retry period instead
     of waiting out the lease (a rolling update otherwise left nothing reconciling for ~10 s). Kube
-    calls still running in worker threads are waited for first (up to 5 s); when something may still
-    run, the Lease is left to expire, as before."""
-    if quiet and await asyncio.to_thread(kube.quiesce, 5):
+    calls still running in worker threads are waited for first, up to the renew deadline (at least
+    5 s): each call waits for its answer no longer than the time left before the deadline when it
+    was sent (:meth:`~igw.operator.election.LeaseElection.seconds_left`), so every one has ended by
+    then. With 5 s, a pass's call hung on the API server was still running, and the Lease was left
+    to expire (the standby waited out the lease duration). When something may still run, the Lease
+    is left to expire, as before."""
+    within_s = max(5.0, float(election.settings.renew_deadline_s))
+    if quiet and await asyncio.to_thread(kube.quiesce, within_s):
         await election.release()
         return
     log.warning("%s: work may still be running; leaving the Lease to expire", identity)
@@ -189,9 +200,17 @@ async def _run(options: OperatorOptions, stop: asyncio.Event, stop_signals: tupl
         election = LeaseElection(settings, api_client)
     # Every API call of the leader is fenced: none once its Lease lapsed (LeaseElection.acting).
     fence = None if election is None else election.acting
-    kube = Kube(api_client, reporting_instance=options.identity, threads=options.api_threads, fence=fence)
+    time_left = None if election is None else election.seconds_left  # no call waits past the deadline
+    kube = Kube(
+        api_client,
+        reporting_instance=options.identity,
+        threads=options.api_threads,
+        fence=fence,
+        time_left=time_left,
+    )
     try:
-        return await _run_with(options, stop, stop_signals, api_client, kube, election)
+        with not_leading_said_once(options.identity):  # kopf's refusals at a step-down: one line
+            return await _run_with(options, stop, stop_signals, api_client, kube, election)
     finally:
         kube.close()
 
@@ -207,7 +226,10 @@ async def _run_with(
     reconciler = Reconciler(kube, options.data_plane, auto_tls=options.auto_tls)
     resync = Resync(reconciler, options.resync_s)
     fence = None if election is None else election.acting  # kopf's own writes too
-    registry = build_registry(reconciler, lambda: connection_for(api_client), resync=resync, fence=fence)
+    time_left = None if election is None else election.seconds_left
+    registry = build_registry(
+        reconciler, lambda: connection_for(api_client), resync=resync, fence=fence, time_left=time_left
+    )
     lost = asyncio.Event()
     if election is not None:
         lost = election.lost
