@@ -676,11 +676,8 @@ UNBOUNDED_FLOAT_OPTIONS: dict[str, str] = {
     "serve --keepalive-timeout": _SERVER_LIMIT,
     "serve --drain-seconds": _SERVER_LIMIT,
     "serve --stream-grace-seconds": _SERVER_LIMIT,
-    "global serve --drain-seconds": _UNPROBED,
     "sim fleet --duration": "probed in session s50: 1e-300 stops at once, 1e300 runs until signalled, as "
     "without --duration; both are what was asked",
-    "bench --drain": _UNPROBED,
-    "demo --drain": _UNPROBED,
 }
 """Float options without an upper bound, each with why. Every other float option has both ends:
 ``--cv``, ``--trace-speedup``, ``igw perf scrape --interval`` and ``--stale-threshold`` were
@@ -737,8 +734,6 @@ UNBOUNDED_INT_OPTIONS: dict[str, str] = {
     "perf checks --configs": _UNPROBED_INT,
     "perf checks --schedulers": _UNPROBED_INT,
     "perf checks --repeat": _UNPROBED_INT,
-    "perf soak --pods": _UNPROBED_INT,
-    "perf soak --concurrency": _UNPROBED_INT,
     "perf soak --seed": _UNPROBED_INT,
     "perf scrape --pods": _UNPROBED_INT,
     "perf scrape --parse-iterations": _UNPROBED_INT,
@@ -892,6 +887,13 @@ def test_the_check_sees_an_unbounded_float_option() -> None:
         # a capacity of 0 from no answer in time: a ZeroDivisionError traceback in the steady phase
         (["perf", "soak", "--calibrate-seconds", "1e-300"], "--calibrate-seconds"),
         (["perf", "soak", "--settle-seconds", "1e300"], "--settle-seconds"),
+        # drained for ever after SIGTERM, further signals ignored: only SIGKILL ended it
+        (["global", "serve", "--config", A_FILE, "--drain-seconds", "1e300"], "--drain-seconds"),
+        # refused only by the 24 h plan check, which named --live-rate and --live-requests, not --drain
+        (["bench", "--mode", "live", "--drain", "1e300"], "--drain"),
+        # built pod names until killed, Ctrl-C ignored
+        (["perf", "soak", "--pods", str(10**30)], "--pods"),
+        (["perf", "soak", "--concurrency", str(10**30)], "--concurrency"),
     ],
 )
 def test_extreme_rates_and_intervals_are_refused_while_parsing_with_a_reason(
@@ -932,6 +934,32 @@ def test_a_stale_threshold_not_above_the_scrape_interval_is_refused_before_runni
     monkeypatch.setattr(args, "_perf_run", lambda _: pytest.fail("ran the benchmark"))
     assert perf_cli.run(args) == 2
     assert f"must be longer than {interval}" in capsys.readouterr().err
+
+
+def test_demo_refuses_a_drain_past_an_hour_while_parsing(capsys: pytest.CaptureFixture[str]) -> None:
+    """``igw demo --drain 1e300`` was refused only by the 24 h plan check, with a plan of 300-digit
+    hours and the advice to raise ``--rate`` or lower ``--requests``; ``--drain 45`` (the docs') runs."""
+    with pytest.raises(SystemExit) as exited:
+        build_parser().parse_args(["demo", "--drain", "1e300"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --drain: expected a number > 0.0 and <= 3600.0, got '1e300' (wall seconds" in err, err
+    assert build_parser().parse_args(["demo", "--drain", "45"]).drain == 45.0
+
+
+def test_perf_scrape_refuses_a_measurement_shorter_than_one_interval_before_running(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--seconds 0.5 --interval 2`` warmed every fleet up, then ended "no scrape of the 2-pod fleet
+    succeeded" (exit 1); a measurement of exactly one interval still runs."""
+    argv = ["perf", "scrape", "--interval", "2", "--stale-threshold", "3"]
+    args = build_parser().parse_args([*argv, "--seconds", "0.5"])
+    monkeypatch.setattr(args, "_perf_run", lambda _: pytest.fail("ran the benchmark"))
+    assert perf_cli.run(args) == 2
+    assert "--seconds 0.5 s must be at least --interval 2 s" in capsys.readouterr().err
+    args = build_parser().parse_args([*argv, "--seconds", "2"])
+    monkeypatch.setattr(args, "_perf_run", lambda _: 0)
+    assert perf_cli.run(args) == 0
 
 
 @pytest.mark.parametrize("scale", [MIN_FLEET_TIME_SCALE, MAX_FLEET_TIME_SCALE])

@@ -58,7 +58,7 @@ def test_bad_arguments_are_rejected_with_the_argument_named(
     ("argv", "message"),
     [
         (["demo", "--requests", "3"], "argument --requests: expected a whole number >= 10, got '3'"),
-        (["demo", "--drain", "0"], "argument --drain: expected a number > 0.0, got '0'"),
+        (["demo", "--drain", "0"], "argument --drain: expected a number > 0.0 and <= 3600.0, got '0'"),
     ],
 )
 def test_the_demo_refuses_what_it_cannot_run_while_parsing(

@@ -86,3 +86,51 @@ def test_rss_growth_is_measured_from_the_first_steady_sample_after_warm_up() -> 
     filling = PhaseReport("steady 80%", 1.0, 100, Tally(), samples[:2], 10, 10, (0.0, 0.0, 0.0))
     assert filling.baseline is None
     assert filling.rss_growth == pytest.approx(0.0)  # from the warm sample, flagged as not steady
+
+
+def test_a_calibration_that_answers_nothing_ends_the_soak_with_a_reason(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A gateway that refuses every request gave a capacity of 0, and the steady phase ended in a
+    ZeroDivisionError traceback (``expovariate(0)``) after the calibration: now exit 1, saying why."""
+    import contextlib
+    import os
+    from collections.abc import AsyncIterator
+    from pathlib import Path
+
+    from aiohttp import web
+
+    from igw.perf import soak
+
+    async def refuse(request: web.Request) -> web.Response:
+        await request.read()
+        return web.json_response({"error": {"message": "down"}}, status=503)
+
+    @contextlib.asynccontextmanager
+    async def no_fleet(spec: object, workdir: Path) -> AsyncIterator[list[str]]:
+        yield []
+
+    @contextlib.asynccontextmanager
+    async def refusing_gateway(
+        workdir: Path, endpoints: list[str], log_path: Path
+    ) -> AsyncIterator[tuple[str, int]]:
+        app = web.Application()
+        app.router.add_post("/v1/completions", refuse)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        try:
+            yield f"http://127.0.0.1:{port}", os.getpid()
+        finally:
+            await runner.cleanup()
+
+    monkeypatch.setattr(soak, "fleet_process", no_fleet)
+    monkeypatch.setattr(soak, "gateway_process", refusing_gateway)
+    argv = ["perf", "soak", "--minutes", "0.1", "--calibrate-seconds", "1", "--settle-seconds", "0"]
+    assert main([*argv, "--pods", "1", "--concurrency", "2"]) == 1
+    err = capsys.readouterr().err
+    assert "igw perf soak: no request answered in the 1 s calibration: " in err, err
+    assert "(HTTP 503: " in err, err
+    assert "Traceback" not in err

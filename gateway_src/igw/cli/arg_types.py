@@ -455,6 +455,42 @@ EMF_INTERVAL: Final = zero_or_range(
     "emfIntervalSeconds ends at an hour; 0 is off",
 )
 """``--emf-interval`` of ``igw serve`` and ``igw global serve``."""
+GLOBAL_DRAIN_SECONDS: Final = NumberRange(
+    float,
+    0.0,
+    MAX_GATEWAY_SECONDS,
+    reason="seconds a stopping replica reports not-ready, further signals ignored: up to an hour",
+)
+"""``igw global serve --drain-seconds``: ``1e300`` drained for ever after SIGTERM, every further
+SIGTERM and SIGINT ignored (shutdown had begun), so only SIGKILL ended the replica."""
+MAX_LIVE_DRAIN: Final = 3600.0
+"""The longest wait after a live run's last send: an hour, far past the 120 s a request may take."""
+LIVE_DRAIN: Final = NumberRange(
+    float,
+    0.0,
+    MAX_LIVE_DRAIN,
+    reason="wall seconds to wait for answers after the last send of each run: up to an hour",
+)
+"""``igw bench --drain``: ``1e300`` was refused only by the 24 h plan check, with a plan of 300-digit
+hours and the advice to raise ``--live-rate`` or lower ``--live-requests``, naming not ``--drain``."""
+DEMO_DRAIN: Final = NumberRange(
+    float,
+    0.0,
+    MAX_LIVE_DRAIN,
+    exclusive_minimum=True,
+    reason="wall seconds to wait for answers after the last send of each run: up to an hour",
+)
+"""``igw demo --drain``: above 0 (``--drain 0`` is refused by the run), at most :data:`MAX_LIVE_DRAIN`;
+``1e300`` was refused as ``igw bench --drain`` was."""
+SOAK_PODS: Final = NumberRange(
+    int, 1, 1000, reason="simulated pods of the one fleet process the soak starts: up to 1000"
+)
+"""``igw perf soak --pods``: ``10**30`` built pod names until killed, Ctrl-C (SIGINT) ignored."""
+SOAK_CONCURRENCY: Final = NumberRange(
+    int, 1, 10_000, reason="closed-loop clients of the calibration, each a coroutine: up to 10000"
+)
+"""``igw perf soak --concurrency``: ``10**30`` started clients until killed, SIGINT ignored (exit 137
+under ``timeout -s INT -k 5 25``)."""
 GATEWAY_EMF_INTERVAL: Final = zero_or_range(
     int, 1, int(MAX_GATEWAY_SECONDS), reason="the range of the chart's gateway.cloudWatch.emfIntervalSeconds"
 )

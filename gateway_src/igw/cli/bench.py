@@ -26,8 +26,8 @@ from igw.cli.arg_types import (
     AGREEMENT_DES_SEEDS,
     COUNT,
     DURATION_SCALE,
+    LIVE_DRAIN,
     LIVE_RATE,
-    NON_NEGATIVE,
     SCRAPE_INTERVAL,
     SEED,
     SEEDS,
@@ -157,9 +157,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--drain",
-        type=NON_NEGATIVE,
+        type=LIVE_DRAIN,
         default=30.0,
-        help="live mode: wall s to wait after the last send (default 30)",
+        help="live mode: wall s to wait after the last send, 0 to 3600 (default 30)",
     )
     parser.add_argument(
         "--check-agreement",

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Final
 
-from igw.cli.arg_types import LIVE_RATE, POSITIVE, NumberRange, output_directory
+from igw.cli.arg_types import DEMO_DRAIN, LIVE_RATE, NumberRange, output_directory
 from igw.cli.option_scope import given, refuse_unused
 
 DEFAULT_RATE = 20.0
@@ -53,9 +53,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--drain",
-        type=POSITIVE,
+        type=DEMO_DRAIN,
         default=45.0,
-        help="wall s to wait after the last send, above 0 (default 45)",
+        help="wall s to wait after the last send, above 0, at most 3600 (default 45)",
     )
     parser.add_argument(
         "--allow-long-run",

@@ -21,7 +21,7 @@ import sys
 
 from igw.cli.arg_types import (
     EMF_INTERVAL,
-    NON_NEGATIVE,
+    GLOBAL_DRAIN_SECONDS,
     PORT,
     existing_file_or_stdin,
     listen_host,
@@ -68,10 +68,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     serve.add_argument(
         "--drain-seconds",
-        type=NON_NEGATIVE,
+        type=GLOBAL_DRAIN_SECONDS,
         default=None,
-        help="after SIGTERM, report not-ready for this long before stopping (default: the config's "
-        "spec.serverLimits.drainPeriod, else 5)",
+        help="after SIGTERM, report not-ready for this long before stopping, 0 to 3600 s (default: the "
+        "config's spec.serverLimits.drainPeriod, else 5)",
     )
     serve.add_argument(
         "--emf-interval",

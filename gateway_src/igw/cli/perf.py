@@ -35,7 +35,9 @@ from igw.cli.arg_types import (
     SEEDS,
     SIM_REQUESTS,
     SOAK_CALIBRATE_SECONDS,
+    SOAK_CONCURRENCY,
     SOAK_MINUTES,
+    SOAK_PODS,
     SOAK_SETTLE_SECONDS,
     STALE_THRESHOLD,
     NumberList,
@@ -191,7 +193,9 @@ def _soak_arguments(parser: argparse.ArgumentParser) -> None:
         type=SOAK_MINUTES,
         help="length of the 150 %% phase, 0.1 to 1440 (default: --minutes)",
     )
-    parser.add_argument("--pods", type=COUNT, default=2, help="simulated H100 pods (default 2)")
+    parser.add_argument(
+        "--pods", type=SOAK_PODS, default=2, help="simulated H100 pods, 1 to 1000 (default 2)"
+    )
     parser.add_argument(
         "--time-scale",
         type=FLEET_TIME_SCALE,
@@ -213,7 +217,10 @@ def _soak_arguments(parser: argparse.ArgumentParser) -> None:
         help="capacity measurement length, 1 to 3600 s (default 20)",
     )
     parser.add_argument(
-        "--concurrency", type=COUNT, default=96, help="closed-loop clients when calibrating (default 96)"
+        "--concurrency",
+        type=SOAK_CONCURRENCY,
+        default=96,
+        help="closed-loop clients when calibrating, 1 to 10000 (default 96)",
     )
     parser.add_argument("--seed", type=SEED, default=1, help="random seed of the load (default 1)")
 
@@ -688,13 +695,27 @@ def _refuse_stale_before_a_scrape(args: argparse.Namespace) -> bool:
     return True
 
 
+def _refuse_a_measurement_shorter_than_a_scrape(args: argparse.Namespace) -> bool:
+    """Refuse (print and return ``True``) an ``igw perf scrape --seconds`` shorter than its
+    ``--interval``: no scrape falls in the measured window, so ``--seconds 0.5 --interval 2`` warmed
+    every fleet up, then ended "no scrape of the 2-pod fleet succeeded" (exit 1, before session s50)."""
+    if args.benchmark != "scrape" or args.seconds >= args.interval:
+        return False
+    print(
+        f"igw perf scrape: --seconds {args.seconds:g} s must be at least --interval {args.interval:g} s, "
+        "or no scrape falls in the measured time",
+        file=sys.stderr,
+    )
+    return True
+
+
 def run(args: argparse.Namespace) -> int:
     # deferred: start-up cost: igw builds every parser; the error type loads with the command
     from igw.errors import IgwToolingError
 
     if _refuse_ignored_options(args):
         return 2
-    if _refuse_stale_before_a_scrape(args):
+    if _refuse_stale_before_a_scrape(args) or _refuse_a_measurement_shorter_than_a_scrape(args):
         return 2
     if args.benchmark == "workers-des" and 1 not in args.workers:
         # each row's "p99 vs 1" divides by the one-worker run: a KeyError traceback (exit 1) after

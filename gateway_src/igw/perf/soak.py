@@ -52,6 +52,7 @@ import aiohttp
 import orjson
 import yaml
 
+from igw.errors import IgwToolingError
 from igw.perf.fleet_process import fleet_process
 from igw.perf.serve_process import serve_process
 from igw.scheduling.plugins.prefix_cache_scorer import CHARS_PER_TOKEN
@@ -75,6 +76,10 @@ SAMPLE_S: Final = 10.0
 SETTLE_S: Final = 65.0
 """Idle wait before counting descriptors: aiohttp closes pooled upstream connections idle for 30 s
 on a timer with the same period, so up to 60 s after their last use."""
+
+
+class SoakError(IgwToolingError, RuntimeError):
+    """The soak cannot go on (``igw perf`` prints it, exit 1)."""
 
 
 @dataclass(slots=True)
@@ -346,6 +351,8 @@ async def soak(args: argparse.Namespace) -> list[PhaseReport]:
             calib = await closed_loop(
                 url, seconds=args.calibrate_seconds, concurrency=args.concurrency, rng=rng, fill=fill
             )
+            if not calib.ok:
+                raise SoakError(no_capacity(calib, args.calibrate_seconds))
             capacity = calib.ok / args.calibrate_seconds
             load = os.getloadavg()
             await asyncio.sleep(args.settle_seconds)
@@ -372,6 +379,18 @@ async def soak(args: argparse.Namespace) -> list[PhaseReport]:
                 )
                 reports.append(phase)
     return reports
+
+
+def no_capacity(calib: Tally, seconds: float) -> str:
+    """Why the load phases cannot run after a calibration that answered nothing: their arrival rate
+    is a share of the calibrated capacity, so a capacity of 0 ended the steady phase in a
+    ZeroDivisionError traceback (``expovariate(0)``) after the whole calibration (before session s50)."""
+    reasons = ", ".join(f"{reason}: {n}" for reason, n in sorted(calib.lost_reasons.items()))
+    return (
+        f"no request answered in the {seconds:g} s calibration: {calib.sent} sent, "
+        f"{calib.rejected} refused with 429, {calib.lost} lost{f' ({reasons})' if reasons else ''}; "
+        "the load phases run at a share of the answered rate (see the gateway's log, --log)"
+    )
 
 
 def _mib(kib: int) -> str:
