@@ -10,7 +10,7 @@ import orjson
 import pytest
 
 from igw.gateway.guards import ANONYMOUS, Principal, caller_scope
-from igw.gateway.response_ids import MINTED_LENGTH, mint, minted_for
+from igw.gateway.response_ids import MINTED_LENGTH, logged_id, logged_url, mint, minted_for
 from tests.gateway.fake_model_server import FakeModelServer, running
 from tests.gateway.support import config_doc, scheduler
 
@@ -97,3 +97,18 @@ async def test_pools_whose_engine_stores_under_request_id_get_a_minted_one(gatew
             refused = await gw.post("/v1/responses", {"model": "v", "input": "x", "request_id": "resp_mine"})
             assert refused.status == 400
             assert (await refused.json())["error"]["param"] == "request_id"
+
+
+def test_a_redirect_s_location_names_a_stored_response_by_its_reference() -> None:
+    """A ``Location`` (:func:`logged_url`) keeps host and path but no stored response's id: the one
+    after ``/v1/responses/`` and the asked one wherever it stands; a path naming none is kept."""
+    asked = "resp_3fa85f64-5717-4562-b3fc-2c963f66afa6"
+    ref = logged_id(asked)
+    assert logged_url(f"http://pod:8000/v1/responses/{asked}/", f"/v1/responses/{asked}") == (
+        f"http://pod:8000/v1/responses/{ref}/"
+    )
+    assert logged_url(f"/store/{asked}?x=1", f"/v1/responses/{asked}/cancel") == f"/store/{ref}?x=1"
+    assert logged_url("/v1/responses/resp_other", "/v1/completions") == (
+        f"/v1/responses/{logged_id('resp_other')}"
+    )
+    assert logged_url("https://h/v1/models", "/v1/completions") == "https://h/v1/models"

@@ -38,6 +38,11 @@ async def test_a_failing_pool_does_not_spend_a_healthy_pool_s_retries(gateway: A
         failing = [asyncio.create_task(gw.post("/v1/completions", body)) for _ in range(FAILING)]
         # every first attempt refused, the bad pool's budget (its floor, 3) spent on retries in flight
         await wait_for(lambda: len(bad1.received) + len(bad2.received) >= FAILING + 3, within=5)
+        # the gauges show the bad pool's budget spent (its retries wait 1 s at the pods), not the good one's
+        spent = await (await gw.http.get(gw.url + "/metrics")).text()
+        assert 'igw_upstream_retries_in_flight{scheduler="bad"} 3.0' in spent, spent
+        assert 'igw_upstream_retry_budget{scheduler="bad"} 3.0' in spent
+        assert 'igw_upstream_retries_in_flight{scheduler="good"} 0.0' in spent
         best.infer_status = 503  # the healthy pool's one transient refusal
         resp = await gw.post("/v1/completions", {"model": "m1", "prompt": "hi", "max_tokens": 3})
         assert resp.status == 200, await resp.text()
@@ -50,3 +55,5 @@ async def test_a_failing_pool_does_not_spend_a_healthy_pool_s_retries(gateway: A
         assert 'igw_upstream_retries_total{cause="unavailable",scheduler="bad"} 3.0' in metrics
         assert 'igw_upstream_retry_overflow_total{scheduler="bad"} 7.0' in metrics
         assert len(bad1.received) + len(bad2.received) == FAILING + 3
+        # every retry ended: nothing left charged to either pool
+        assert 'igw_upstream_retries_in_flight{scheduler="bad"} 0.0' in metrics

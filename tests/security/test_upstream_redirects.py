@@ -287,3 +287,64 @@ async def test_a_cluster_s_304_to_a_conditional_get_of_input_items_is_relayed_ba
         ) as resp:
             assert_304_relayed_bare(resp.status, resp.headers, await resp.read())
     assert seen == ['"v1"']
+
+
+STORED_ID = "resp_3fa85f64-5717-4562-b3fc-2c963f66afa6"
+"""A stored response's id of no minted shape (relayed unchecked), of segments too short for
+:func:`~igw.redaction.redact_url` to take for a credential."""
+
+
+async def redirecting_to_the_id(request: web.Request) -> web.Response:
+    """A pod or cluster redirecting a stored response's retrieval to the same path with a slash
+    (a framework's trailing-slash redirect), and naming the id in its query too."""
+    await request.read()
+    where = f"{request.path}/?again={request.match_info['id']}"
+    if request.query.get("absolute"):
+        where = f"http://10.0.0.7:8000{where}"
+    return web.Response(status=307, headers={"Location": where})
+
+
+def assert_no_id(caplog: pytest.LogCaptureFixture) -> None:
+    """No record of the gateway's (or the router's) holds the stored response's id, and the
+    redirect's WARNING was written (the scripted pod's own ``aiohttp.access`` line is not ours)."""
+    records = [r for r in caplog.records if r.name.startswith("igw")]
+    said = [r.getMessage() for r in records]
+    assert any("answered a redirect" in line for line in said), said
+    assert not any(STORED_ID in line for line in said), said
+
+
+@pytest.mark.parametrize("absolute", [False, True])
+async def test_a_pod_s_redirect_of_a_stored_response_logs_no_id(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, absolute: bool
+) -> None:
+    """Found by probing (session s50): a pod redirecting ``GET /v1/responses/<id>`` to
+    ``/v1/responses/<id>/`` had the id written whole into the redirect's WARNING and the access
+    line's ``error`` (the ``Location`` went through :func:`~igw.redaction.redact_url` alone), while
+    the access line's path named it by its reference; the id reads and deletes the response."""
+    caplog.set_level(logging.INFO)
+    async with (
+        scripted_upstream({"GET /v1/responses/{id}": redirecting_to_the_id}) as pod,
+        in_process_gateway(tmp_path, gateway_doc(routing={"retry": {"attempts": 1}}), [pod]) as gw,
+    ):
+        params = {"absolute": "1"} if absolute else {}
+        async with gw.http.get(
+            f"{gw.url}/v1/responses/{STORED_ID}", params=params, allow_redirects=False
+        ) as resp:
+            assert resp.status in (404, 502), await resp.read()
+            assert "Location" not in resp.headers
+    assert_no_id(caplog)
+
+
+async def test_a_cluster_s_redirect_of_a_stored_response_logs_no_id(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO)
+    cluster = web.Application()
+    cluster.router.add_get("/v1/responses/{id}", redirecting_to_the_id)
+    async with (
+        # a cluster of its own name: the WARNING is throttled per upstream
+        router_over([("east-ids", "east", cluster)]) as (url, _),
+        aiohttp.ClientSession() as http,
+        http.get(f"{url}/v1/responses/{STORED_ID}?absolute=1", allow_redirects=False) as resp,
+    ):
+        assert resp.status in (404, 502), await resp.read()
+        assert "Location" not in resp.headers
+    assert_no_id(caplog)

@@ -524,3 +524,65 @@ async def test_a_declared_length_past_the_bound_is_refused_before_reading() -> N
         finally:
             await source.close()
     assert not isinstance(caught.value, GatewayUnreachable)
+
+
+ASKED_ALONE_ENTRY = {
+    "time": 1.0,
+    "request_id": "r1",
+    "scheduler": "llama-canary",
+    "model": "llama",
+    "outcome": "saturated",
+    "chosen": None,
+    "fallbacks": [],
+    "fallbacks_total": 0,
+    "candidates": 1,
+    "scored": [],
+    "scored_total": 0,
+    "removed": [],
+    "removed_total": 0,
+    "reason": "every endpoint saturated",
+    "decision_us": None,
+    "asked_alone": "10.0.0.9:8000",
+}
+"""A decision-log entry as the gateway writes a canary continuation's pick among the pod its search
+sent the request to (``asked_alone``, untimed: ``decision_us`` null; session s50)."""
+
+
+async def test_a_pod_asked_alone_is_shown_as_where_the_request_went() -> None:
+    """Found by probing (session s50): an ``asked_alone`` entry (its ``decision_us`` null) was
+    refused as malformed (``an entry lacks or mistypes``), the decisions table and the whole view
+    with it; and nothing said that the pod was asked alone. Now the ``chosen`` cell names that pod
+    with a mark, the untimed decision a dash, beside an ordinary timed entry."""
+    timed = {**ASKED_ALONE_ENTRY, "outcome": "picked", "chosen": "a:1", "decision_us": 41.5}
+    del timed["asked_alone"]
+
+    async def decisions_page(_: web.Request) -> web.Response:
+        return web.json_response({"decisions": [timed, ASKED_ALONE_ENTRY]})
+
+    async def metrics_page(_: web.Request) -> web.Response:
+        return web.Response(body=GOOD_POD, content_type="text/plain")
+
+    async def readyz_page(_: web.Request) -> web.Response:
+        return web.json_response({"schedulers": {}})
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics_page)
+    app.router.add_get("/readyz", readyz_page)
+    app.router.add_get("/debug/decisions", decisions_page)
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    try:
+        url = str(server.make_url("")).rstrip("/")
+        top = TopApp(GatewaySource(url, token="t", decisions=5), interval_s=30, show_decisions=True)
+        async with top.run_test(size=SIZE) as pilot:
+            await wait_for(lambda: top.refreshes >= 1, within=30, what="a drawn view")
+            await pilot.pause()
+            decisions = cells(top, "decisions", DECISION_COLUMNS)
+            status = str(top.query_one("#status").render())
+    finally:
+        await server.close()
+    assert "mistypes" not in status, status
+    assert [(row["chosen"], row["decision"]) for row in decisions] == [
+        ("a:1", "42 µs"),
+        ("10.0.0.9:8000 (asked alone)", "-"),
+    ], decisions

@@ -48,6 +48,7 @@ it can only be another request's).
 from __future__ import annotations
 
 import hashlib
+import re
 import secrets
 from typing import Final
 
@@ -146,13 +147,46 @@ def logged_path(path: str) -> str:
     that are not callers (a log pipeline, a tracing vendor). Until session s50 the access lines of
     both tiers and the router's span (``url.path``) carried it whole. The digest is one-way: it
     joins the lines and spans about one response, and a given id's is computed to find them."""
-    if not path.startswith(_STORED_PREFIX) or len(path) == len(_STORED_PREFIX):
+    named = _named(path)
+    if named is None:
         return path
+    response_id, tail = named
+    return f"{_STORED_PREFIX}{logged_id(response_id)}{tail}"
+
+
+def _named(path: str) -> tuple[str, str] | None:
+    """The stored response's id ``path`` names (:func:`logged_path`) and what follows it
+    (``/cancel``, ``/input_items`` or nothing); ``None`` for a path naming none."""
+    if not path.startswith(_STORED_PREFIX) or len(path) == len(_STORED_PREFIX):
+        return None
     rest = path[len(_STORED_PREFIX) :]
     for suffix in ("/cancel", "/input_items"):
         if rest.endswith(suffix) and len(rest) > len(suffix):
-            response_id, tail = rest[: -len(suffix)], suffix
-            break
-    else:
-        response_id, tail = rest, ""
-    return f"{_STORED_PREFIX}{logged_id(response_id)}{tail}"
+            return rest[: -len(suffix)], suffix
+    return rest, ""
+
+
+_STORED_IN_URL: Final = re.compile(r"/v1/responses/([^/?#]+)")
+"""A stored response's id in a URL (absolute or a path), wherever its ``/v1/responses/`` is."""
+
+
+def logged_url(url: str, asked_path: str) -> str:
+    """``url``, a URL an upstream answered with (a redirect's ``Location``), with each stored
+    response's id it names written as :func:`logged_id` writes it: the id after any
+    ``/v1/responses/`` in it, and the id ``asked_path`` (the request's path) names wherever else it
+    stands. Why: a pod or cluster redirecting ``GET /v1/responses/<id>`` points at the id again
+    (``/v1/responses/<id>/``, a framework's trailing-slash redirect), and until session s50 the
+    redirect's WARNING and the access line's ``error`` wrote that ``Location`` with the id whole,
+    beside an access line's path naming it by its reference. Masking credentials is not done
+    here (:func:`igw.redaction.redact_url` after this)."""
+    named = _named(asked_path)
+    if named is not None and named[0] in url:
+        url = url.replace(named[0], logged_id(named[0]))
+    return _STORED_IN_URL.sub(
+        lambda found: (
+            found.group(0)
+            if found.group(1).startswith("{response_id:")
+            else f"{_STORED_PREFIX}{logged_id(found.group(1))}"
+        ),
+        url,
+    )

@@ -26,6 +26,11 @@ at once - each fleet still sees no more than its own budget.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Mapping
+
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
 from igw.gateway.upstream import ExchangeResult
 from igw.scheduling.retry_policy import RetryCondition, RetryPolicy, refusal_condition
 
@@ -81,6 +86,10 @@ class RetryBudget:
         """Retries in flight, every pool's together."""
         return sum(self._active.values())
 
+    def pools(self) -> frozenset[str]:
+        """The pools with retries in flight."""
+        return frozenset(self._active)
+
     def active_in(self, pool: str) -> int:
         """Retries in flight charged to ``pool``."""
         return self._active.get(pool, 0)
@@ -90,7 +99,7 @@ class RetryBudget:
         it (the policy in force: a reload may change it while retries are in flight), with
         ``requests_in_flight`` requests in flight at that pool (the retrying one included); False,
         nothing counted, when it does not."""
-        allowed = max(policy.min_retry_concurrency, requests_in_flight * policy.budget_percent // 100)
+        allowed = budget_allows(policy, requests_in_flight)
         active = self._active.get(pool, 0)
         if active >= allowed:
             return False
@@ -104,3 +113,52 @@ class RetryBudget:
             self._active[pool] = left
         else:
             del self._active[pool]
+
+
+def budget_allows(policy: RetryPolicy, requests_in_flight: int) -> int:
+    """Retries in flight a pool's budget allows with ``requests_in_flight`` requests in flight at
+    its pods: ``budgetPercent`` of them, ``minRetryConcurrency`` at least."""
+    return max(policy.min_retry_concurrency, requests_in_flight * policy.budget_percent // 100)
+
+
+class RetryBudgetCollector(Collector):
+    """``igw_upstream_retries_in_flight{scheduler}`` and ``igw_upstream_retry_budget{scheduler}``,
+    read at each scrape: a pool's retries in flight beside what its budget allows at its current
+    load, so an operator sees how close a pool is to refusing retries (``igw_upstream_retry_overflow``
+    counts them only once it has). Why: since session s50 the budget is per pool (the module
+    docstring), and the counters said what a budget refused, never how much of it was spent.
+
+    ``pools``: each configured pool (scheduler) by name with the requests in flight at its pods;
+    ``policy``: the retry policy in force. The label values are the configured pools' names (as the
+    retry counters'), plus a pool a reload removed while it had retries in flight, until they end."""
+
+    def __init__(
+        self,
+        budget: RetryBudget,
+        pools: Callable[[], Mapping[str, int]],
+        policy: Callable[[], RetryPolicy],
+    ) -> None:
+        self._budget = budget
+        self._pools = pools
+        self._policy = policy
+
+    def collect(self) -> Iterator[Metric]:
+        in_flight = dict(self._pools())
+        policy = self._policy()
+        active = GaugeMetricFamily(
+            "igw_upstream_retries_in_flight",
+            "Retries of answered requests in flight charged to the pool whose pod refused "
+            "(spec.extensions.routing.retry's budget is per pool).",
+            labels=["scheduler"],
+        )
+        allowed = GaugeMetricFamily(
+            "igw_upstream_retry_budget",
+            "Retries in flight the pool's retry budget allows at its current load: budgetPercent of "
+            "the requests in flight at its pods, minRetryConcurrency at least.",
+            labels=["scheduler"],
+        )
+        for pool in sorted({*in_flight, *self._budget.pools()}):
+            active.add_metric([pool], self._budget.active_in(pool))
+            allowed.add_metric([pool], budget_allows(policy, in_flight.get(pool, 0)))
+        yield active
+        yield allowed

@@ -23,7 +23,7 @@ from igw.gateway.flow_gate import FlowGates
 from igw.gateway.guards import RequestGuard
 from igw.gateway.memory import MemoryPlan
 from igw.gateway.response_search import SEARCHES_PER_SCOPE, ResponseSearches
-from igw.gateway.retries import RetryBudget
+from igw.gateway.retries import RetryBudget, RetryBudgetCollector
 from igw.gateway.rewrite_metrics import RewriteMetrics
 from igw.gateway.runtime import GatewayRuntime, PickerConfigs
 from igw.gateway.scraper import ScrapeService
@@ -110,6 +110,11 @@ class GatewayState:
         self.heap_trim = HeapTrim(self.body_budget)
         """Trims the C heap once the bodies of a burst are all given back (:class:`HeapTrim`)."""
         self.metrics.registry.register(BodyBudgetCollector(self.body_budget))
+        self.metrics.registry.register(
+            RetryBudgetCollector(
+                self.retry_budget, self._requests_in_flight, lambda: self.runtime.settings.retry
+            )
+        )
         self.tokens_per_event: dict[str, TokensPerEvent] = {}
         """Per scheduler: the output tokens its pool's stream events carry, learnt from its streams
         (what a stream cut before its usage is charged: :mod:`igw.gateway.event_tokens`)."""
@@ -127,6 +132,14 @@ class GatewayState:
         /readyz answers 503 until then. ``None``: a single process."""
 
     # ---- discovery sink -------------------------------------------------------------------------
+    def _requests_in_flight(self) -> dict[str, int]:
+        """Per configured pool: the requests in flight at its pods (what its retry budget is a share
+        of, :mod:`igw.gateway.retries`); read at a scrape, not on the request path."""
+        return {
+            name: sum(ep.inflight for ep in sr.pool.states.values())
+            for name, sr in self.runtime.schedulers.items()
+        }
+
     def apply_endpoints(self, scheduler: str, endpoints: Sequence[DiscoveredEndpoint]) -> None:
         self.discovered[scheduler] = list(endpoints)
         self.discovery_ready = True

@@ -48,6 +48,7 @@ from igw.gateway.errors import gateway_error, sse_error_event
 from igw.gateway.forwarded_answer import HOP_BY_HOP, HOP_BY_HOP_FIELDS, ForwardedAnswer, forwarded_answer
 from igw.gateway.inference_apis import anthropic_path
 from igw.gateway.log_throttle import RepeatThrottle
+from igw.gateway.response_ids import logged_url
 from igw.gateway.server_identity import UPSTREAM_SERVER_FIELD
 from igw.gateway.upstream_client import (
     ConnectFailed,
@@ -861,7 +862,7 @@ def _not_an_answer(
 
 
 def _refused_redirect(
-    upstream: UpstreamResponse, endpoint: str, upstream_name: str, extra: Mapping[str, str]
+    upstream: UpstreamResponse, endpoint: str, upstream_name: str, extra: Mapping[str, str], asked_path: str
 ) -> ExchangeResult:
     """A 502 ``upstream_error`` for a redirect (any 3xx) from a model server or a cluster, nothing of
     it relayed (304 Not Modified, a conditional request's answer, is no redirect: :func:`_not_modified`): no
@@ -872,10 +873,14 @@ def _refused_redirect(
     and all, at both tiers. The client is told the status alone; the access log's ``error`` and a
     WARNING (throttled per upstream, named as :func:`_logged_upstream` names it: a cluster by its
     name, not its endpoint URL, since session s48) keep the ``Location``, credentials and query
-    values masked (:func:`~igw.redaction.redact_url`). Not ``ok``: a 502 either tier may retry
-    elsewhere."""
+    values masked (:func:`~igw.redaction.redact_url`) and a stored response's id named by its
+    reference (:func:`~igw.gateway.response_ids.logged_url`; ``asked_path``: the request's path).
+    Not ``ok``: a 502 either tier may retry elsewhere."""
     location = next((value for name, value in upstream.fields if name.lower() == b"location"), None)
-    shown = "none" if location is None else redact_url(location.decode(_CHARSET, _UNDECODABLE).strip())
+    if location is None:
+        shown = "none"
+    else:
+        shown = redact_url(logged_url(location.decode(_CHARSET, _UNDECODABLE).strip(), asked_path))
     redirect_log.warning(
         "upstream %s answered a redirect (HTTP %d, Location %s): refused with a 502, not relayed",
         _logged_upstream(endpoint, upstream_name),
@@ -1009,7 +1014,7 @@ async def exchange(
         return _upstream_failed(f"{upstream_name} failed before responding", failed, response_headers)
     if 300 <= upstream.status < 400 and upstream.status != 304:  # 304: a conditional GET's, no redirect
         upstream.close()
-        return _refused_redirect(upstream, endpoint, upstream_name, response_headers)
+        return _refused_redirect(upstream, endpoint, upstream_name, response_headers, request.path)
     if json_answer and upstream.status in BODILESS_STATUSES:
         upstream.close()
         return _not_an_answer(

@@ -71,6 +71,10 @@ DECISION_COLUMNS: Final = (
     "decision",
 )
 DASH: Final = "-"
+ASKED_ALONE_MARK: Final = "(asked alone)"
+"""Beside a decision's pod in the ``chosen`` column when the entry is an ``asked_alone`` pick: a
+canary continuation's search sent the request to that pod of another version's pool, which picked
+among it alone (:meth:`igw.gateway.decision_log.DecisionLog.record`)."""
 MAX_CELL_CHARS: Final = 96
 """The most characters a cell shows (room for a model id such as ``org/name``, an endpoint, a pod
 label value); a longer one is cut with an ellipsis, so one hostile name cannot widen its column by
@@ -173,11 +177,12 @@ def decision_cells(row: DecisionRow) -> tuple[str, ...]:
         row.pool,
         row.model or DASH,
         row.outcome,
-        row.chosen or DASH,
+        # the pod a continuation asked alone is where the request went, whatever was chosen
+        f"{row.asked_alone} {ASKED_ALONE_MARK}" if row.asked_alone is not None else row.chosen or DASH,
         str(row.candidates),
         str(row.removed),
         row.leading_scorer or DASH,
-        f"{row.decision_us:.0f} µs",
+        DASH if row.decision_us is None else f"{row.decision_us:.0f} µs",
     )
 
 

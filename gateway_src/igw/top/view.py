@@ -258,7 +258,12 @@ class DecisionRow:
     """Endpoints excluded before scoring (stale, context too small, a filter)."""
     leading_scorer: str | None
     """The scorer that gave the chosen endpoint its largest weighted score."""
-    decision_us: float
+    decision_us: float | None
+    """``None``: the pick was not timed (a flow-control queue's re-pick, an :attr:`asked_alone` pick)."""
+    asked_alone: str | None = None
+    """The pod a canary continuation's search sent the request to (the entry's ``asked_alone``,
+    since session s50): the decision was its pool's pick among that pod alone, and the request went
+    there whatever :attr:`chosen` says."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -352,7 +357,10 @@ def decision_row(entry: Mapping[str, Any]) -> DecisionRow:
             # a gateway since session s42 lists at most 32 removed endpoints and counts them all
             removed=int(entry.get("removed_total", len(entry["removed"]))),
             leading_scorer=max(scores, key=lambda name: scores[name]) if scores else None,
-            decision_us=float(entry["decision_us"]),
+            # null when the pick was not timed (a queue's re-pick, an asked-alone pick): until
+            # session s50 such an entry was refused as malformed, and with it the whole view
+            decision_us=None if entry["decision_us"] is None else float(entry["decision_us"]),
+            asked_alone=None if entry.get("asked_alone") is None else str(entry["asked_alone"]),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise ScrapeError(f"/debug/decisions: an entry lacks or mistypes {exc}") from exc
