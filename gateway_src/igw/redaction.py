@@ -18,6 +18,7 @@ from __future__ import annotations
 import codecs
 import functools
 import re
+from collections.abc import Callable
 from typing import Final
 
 MASK: Final = "[REDACTED]"
@@ -319,8 +320,9 @@ def names_a_count(name: str) -> bool:
 
 
 _FORM_FIELD: Final = re.compile(
-    r"(?i)(?:(?<=%26)|(?<![A-Za-z0-9_-]))"
-    r"(?:(" + _SECRET_FIELD + r")(\]?(?:=|%3D))(?!(?:[\[({]\s*)*\\*[bru]{0,2}[\"']|(?:[\[({]\s*)+-?[0-9])"
+    r"(?i)(?:(?<=%[0-9A-F]{2})|(?<=%25[0-9A-F]{2})|(?<![A-Za-z0-9_%-]))"
+    r"(?:(" + _SECRET_FIELD + r"|[a-z0-9_-]*api-key)((?:\]|%5D|%255D)?(?:=|%3D|%253D))"
+    r"(?!(?:[\[({]\s*)*\\*[bru]{0,2}[\"']|(?:[\[({]\s*)+-?[0-9])"
     r"((?:(?!%26|,(?:\s|\Z))[^&\s\"'<>\\])+)"
     r"|((?:device_)?code)(=|%3D)((?:(?!%26)[^&\s\"'<>\\])+)(?=&|%26))"
     r"|(?:(?<=&)|(?<=%26))((?:device_)?code)(=|%3D)((?:(?!%26)[^&\s\"'<>\\])+)"
@@ -340,7 +342,10 @@ value has percent-encoded), and so does a closing bracket of a call around it (:
 until session s47 (round 9) both were masked with it. Other fields (``status=200``, ``model=llama``) stay.
 Since round 21 (session s50) also a dotted or indexed name (Helm's ``--set redis.password=...``, a
 Rails-style form's ``user[password]=...``), whose value went through: a ``.`` before the name or a
-``]`` after it had ended the match."""
+``]`` after it had ended the match. Since round 23 (session s50) the name may follow any percent-encoded
+character, once or twice encoded (``user%5Bpassword%5D=...``, ``a%20password%3D...``, ``%255B``), its
+``]`` and ``=`` may be encoded (``%5D``, ``%3D``, twice: ``%255D``, ``%253D``), and ``api-key`` is a
+name's word (``x-api-key%3D...``): each went through every path."""
 _FIELD_WORDS: Final = (
     "token",
     "secret",
@@ -359,7 +364,16 @@ _FIELD_WORDS: Final = (
 )
 """The words of :data:`_SECRET_FIELD` a field's name ends with, for the hints below (the key names
 each rule adds are in :data:`_FORM_WORDS` and :data:`_QUOTED_WORDS`)."""
-_FORM_WORDS: Final = (*_FIELD_WORDS, "apikey", "api_key", "access_key", "accesskey", "code", "code_verifier")
+_FORM_WORDS: Final = (
+    *_FIELD_WORDS,
+    "apikey",
+    "api_key",
+    "api-key",
+    "access_key",
+    "accesskey",
+    "code",
+    "code_verifier",
+)
 
 
 def _last_letters(words: tuple[str, ...]) -> str:
@@ -368,11 +382,20 @@ def _last_letters(words: tuple[str, ...]) -> str:
 
 
 _FORM_HINT: Final = re.compile(
-    f"=(?<={_last_letters(_FORM_WORDS)[:-1]}\\]]=)(?:"
-    + "|".join(f"(?<={word}=)|(?<={word}\\]=)" for word in _FORM_WORDS)
+    f"=(?<={_last_letters(_FORM_WORDS)[:-1]}\\]d]=)(?:"
+    + "|".join(f"(?<={word}=)|(?<={word}\\]=)|(?<={word}%5d=)|(?<={word}%255d=)" for word in _FORM_WORDS)
     + ")"
 )
-_ENCODED_FORM_HINT: Final = re.compile("%3d(?:" + "|".join(f"(?<={word}%3d)" for word in _FORM_WORDS) + ")")
+_ENCODED_FORM_HINT: Final = re.compile(
+    "%(?:25)?3d(?:"
+    + "|".join(
+        f"(?<={word}{close}{equals})"
+        for word in _FORM_WORDS
+        for close in ("", "\\]", "%5d", "%255d")
+        for equals in ("%3d", "%253d")
+    )
+    + ")"
+)
 """What a lower-cased text needs for :data:`_FORM_FIELD` to match (a secret word right before ``=`` or
 ``%3D``): searches led by that literal, each ``=`` first checked for the last letter of one of the
 words (:func:`_last_letters`), which cost a fraction of a microsecond on a line without one, where looking for
@@ -1166,6 +1189,8 @@ def needs_redaction(text: str) -> bool:
     The access log uses it on a line's strings, once per distinct string, so that a line built only
     of such strings is written without the writer thread scanning it again
     (:mod:`igw.gateway.access_log`)."""
+    if (plain := _plain(text)) != text:
+        return needs_redaction(plain)
     if "://" in text and (_URL_SECRET_MARKS.intersection(text) or _PATH_HINT.search(text)):
         return True
     if _target_secrets(text) or _lone_secret(text) or _escaped_or_bytes_secrets(text) or _dsn_secrets(text):
@@ -1260,7 +1285,67 @@ def redact(text: str) -> str:
     """``text`` with every credential-looking substring replaced by :data:`MASK`: credential headers,
     bearer tokens, JWTs, URL secrets, and private keys (PEM blocks, their base64, a value assigned to
     a key's name), which botocore's DEBUG line for ACM's ``ImportCertificate`` printed whole, and a
-    key without a name on a line of its own (:data:`_LONE_LINE`)."""
+    key without a name on a line of its own (:data:`_LONE_LINE`), also where a separator or a name is
+    written in a lookalike (:func:`_unconfused`)."""
+    return _unconfused(text, _redact)
+
+
+_LOOKALIKES: Final[dict[int, str]] = str.maketrans(
+    {
+        **{code: chr(code - 0xFEE0) for code in range(0xFF01, 0xFF5F)},
+        0x3000: " ",
+        0xFE55: ":",
+        0xFE13: ":",
+        0x2236: ":",
+        0xA789: ":",
+        0x02F8: ":",
+        0x0589: ":",
+        0x05C3: ":",
+        0xFE66: "=",
+        0x207C: "=",
+        0x208C: "=",
+        0xA78A: "=",
+    }
+)
+"""Characters that read as ASCII punctuation or letters, each to its ASCII one: the fullwidth forms
+(``＝``, ``：``, ``＆``, ``＂``, ``ｐａｓｓｗｏｒｄ``), the ideographic space, small and vertical colons, the
+ratio sign ``∶``, the modifier letters ``꞉``/``꞊``, super- and subscript ``=``. One character for one,
+so a text keeps its length."""
+
+
+def _unconfused(text: str, rules: Callable[[str], str]) -> str:
+    """``rules(text)``, read with :data:`_LOOKALIKES` as their ASCII forms: where that masks something,
+    the masked text has the ASCII forms (``password=[REDACTED]`` for ``password＝hunter2``), where it
+    masks nothing, ``text`` is returned as it was. Until round 23 (session s50) a fullwidth ``＝``/``：``
+    or a fullwidth name after which a person pasted a secret hid it from every rule; an ASCII text
+    (almost every log line) costs one :meth:`str.isascii`."""
+    if (plain := _plain(text)) == text:
+        return rules(text)
+    masked = rules(plain)
+    return text if masked == plain else masked
+
+
+_ESCAPED_LOOKALIKE: Final = re.compile(
+    r"\\u(ff(?!0[27]|3c)[0-5][0-9a-f]|3000|fe66|207c|208c|a78a|fe55|fe13|2236|a789|02f8|0589|05c3)",
+    re.IGNORECASE,
+)
+"""A lookalike of :data:`_LOOKALIKES` as a JSON or repr escape (``\\uff1d``, ``\\uff50``: Python's
+``json.dumps`` writes non-ASCII so by default), but for the fullwidth quotes and backslash, whose ASCII
+forms would end or escape the string."""
+
+
+def _plain(text: str) -> str:
+    """``text`` with its lookalikes, raw or (in an ASCII text) escaped, as their ASCII forms; ``text``
+    itself when it has none."""
+    if not text.isascii():
+        return text.translate(_LOOKALIKES)
+    if "\\u" not in text:
+        return text
+    return _ESCAPED_LOOKALIKE.sub(lambda found: chr(int(found.group(1), 16)).translate(_LOOKALIKES), text)
+
+
+def _redact(text: str) -> str:
+    """:func:`redact`'s rules, on a text without lookalikes."""
     if not text:
         return text
     text = _mask_library_values(text)
@@ -1444,7 +1529,12 @@ def redact_value(text: str, *, identifiers: bool = False) -> str:
     CloudFormation logical ID, an AWS type name). Never for a value a user typed: a password such as
     ``CorrectHorseBatteryStaple12345678`` reads as a logical ID (session s38 first relaxed every
     text this way, and such passwords, masked before, went through)."""
-    text = _SECRET_ASSIGNMENT.sub(_mask_assignment, redact(text))
+    return _unconfused(text, functools.partial(_redact_value, identifiers=identifiers))
+
+
+def _redact_value(text: str, *, identifiers: bool) -> str:
+    """:func:`redact_value`'s rules, on a text without lookalikes."""
+    text = _SECRET_ASSIGNMENT.sub(_mask_assignment, _redact(text))
     return _TOKEN_LIKE.sub(_mask_token_keeping_identifiers if identifiers else _mask_token, text)
 
 
@@ -1571,6 +1661,10 @@ def _names_no_secret(found: re.Match[str]) -> bool:
     if name.lower() == "secretsmanager" and separator == ":":
         before = text[max(0, found.start() - 16) : found.start()]
         return _ARN_BEFORE.search(before) is not None or _IAM_ACTION.fullmatch(value) is not None
+    if _NAMING_VALUE.fullmatch(value):
+        return True
+    if _DURATION.fullmatch(value) and _names_a_duration(name):
+        return True
     if separator[0] != ":" or separator[-1] not in " \t":
         return False
     if _MESSAGE_TEMPLATE.match(text, found.start(3)):
@@ -1582,6 +1676,38 @@ def _names_no_secret(found: re.Match[str]) -> bool:
         return False
     words = [prose.group(1), *re.findall(r"[A-Za-z][A-Za-z_'-]*", prose.group(2))]
     return any(word.lower() in _FUNCTION_WORDS for word in words)
+
+
+_NAMING_VALUE: Final = re.compile(
+    r"arn:aws[a-z-]*:[a-z0-9-]+:[a-z0-9-]*:(?:[0-9]{12})?:[^\s]+|https?://[^\s@?#\[\]]+"
+)
+"""A value that names a secret or where to get one, not the secret: an ARN (``secretsManagerArn:
+arn:aws:secretsmanager:...``) and a URL without user-info, query or fragment (``tokenEndpoint:
+https://idp/token``). :func:`redact_value` keeps it after a secret's name since round 23 (session s50),
+where it masked it whole; a token-like run in it is still masked (:data:`_TOKEN_LIKE`), and a URL's
+user-info or query, already masked by :func:`redact`, leaves it no match."""
+_DURATION: Final = re.compile(r"[0-9]+(?:\.[0-9]+)?(?:ms|s|m|h|d)?")
+_DURATION_UNIT_TEXT: Final = (
+    "seconds second secs sec minutes minute mins hours hour days day ms millis milliseconds"
+)
+_DURATION_UNITS: Final = frozenset(_DURATION_UNIT_TEXT.split())
+_DURATION_SUBJECT_TEXT: Final = (
+    "lifetime ttl expiry expires expiration age timeout validity duration interval"
+)
+_DURATION_SUBJECTS: Final = frozenset(_DURATION_SUBJECT_TEXT.split())
+
+
+def _names_a_duration(name: str) -> bool:
+    """Whether a secret's name says its value is how long something lasts: its last word ``ttl``, or a
+    unit of :data:`_DURATION_UNITS` with a word of :data:`_DURATION_SUBJECTS` before it
+    (``accessTokenLifetimeSeconds``, ``tokenTtl``, ``sessionTokenMaxAgeMinutes``). A number after such a
+    name is kept by :func:`redact_value` since round 23 (session s50), where ``access`` made it a
+    credential's name (:func:`names_a_count`) and the number was masked. A rate stays masked after a
+    credential's name (``hfTokenPerMinute``), as does a number after any other (``api_key: 1234``)."""
+    words = [word.lower() for word in _NAME_WORD.findall(name.rpartition(".")[2])]
+    if not words:
+        return False
+    return words[-1] == "ttl" or (words[-1] in _DURATION_UNITS and not _DURATION_SUBJECTS.isdisjoint(words))
 
 
 _CDK_LOGICAL_ID: Final = re.compile(r"[A-Z][A-Za-z0-9]*[0-9A-F]{8}")

@@ -948,3 +948,136 @@ def test_secrets_manager_values_and_a_dotted_path_s_value_mid_line_are_masked_by
     path value unless the path started its line; prose after a path (``must be set``) stays."""
     assert redact(text) == (text if expected is None else expected)
     assert redaction.needs_redaction(text) is (expected is not None)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "user[password]%3DXq9vLp2wRt7k",
+        "user%5Bpassword%5D%3DXq9vLp2wRt7k",
+        "user%5Bpassword%5D=Xq9vLp2wRt7k",
+        "a=1&user%5bpassword%5d=Xq9vLp2wRt7k&b=2",
+        "user%255Bpassword%255D%253DXq9vLp2wRt7k",
+        "x-api-key%3DXq9vLp2wRt7k",
+        "q=a%20password%3DXq9vLp2wRt7k",
+    ],
+)
+def test_a_percent_encoded_indexed_form_field_is_masked_on_every_path(text: str) -> None:
+    """Round 23 (session s50): an encoded ``[``/``]``/``=`` around a secret's name (once or twice), an
+    encoded character before it, and ``api-key`` as a name's word went through every path, where
+    ``password%3D...`` was masked."""
+    assert redaction.needs_redaction(text)
+    for path, shown in _every_entry_point(text).items():
+        assert "Xq9vLp2wRt7k" not in shown, (path, shown)
+        assert MASK in shown, (path, shown)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "password\uff1dXq9vLp2wRt7k",
+        "client_secret\uff1a Xq9vLp2wRt7k",
+        "api_key\u2236Xq9vLp2wRt7k",
+        "a=1\uff06token\ufe66Xq9vLp2wRt7k",
+        "\uff50\uff41\uff53\uff53\uff57\uff4f\uff52\uff44=Xq9vLp2wRt7k",
+        '{"msg": "API_KEY\uff1dXq9vLp2wRt7k"}',
+    ],
+)
+def test_a_lookalike_separator_or_name_is_read_as_its_ascii_form(text: str) -> None:
+    """Round 23 (session s50): a fullwidth ``＝``/``：``/``＆``, a ratio sign or a fullwidth name hid the
+    secret after it from every rule."""
+    assert redaction.needs_redaction(text)
+    for path, shown in _every_entry_point(text).items():
+        assert "Xq9vLp2wRt7k" not in shown, (path, shown)
+
+
+@pytest.mark.parametrize(
+    "text", ["température\uff1a 20°C", "\uff48\uff45\uff4c\uff4c\uff4f\uff1dworld", "naïve＝ok"]
+)
+def test_a_text_with_lookalikes_and_no_secret_is_left_as_it_was(text: str) -> None:
+    """The ASCII forms are written only where a secret was masked."""
+    assert redact(text) == text
+    assert redaction.redact_value(text) == text
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "secretsManagerArn: arn:aws:secretsmanager:us-east-1:123456789012:secret:igw/redis-AbCdEf",
+        "spec.auth.secretsManagerArn: arn:aws-us-gov:secretsmanager:us-gov-west-1:123456789012:secret:x",
+        "accessTokenLifetimeSeconds: 3600",
+        "tokenTtl: 300s",
+        "tokenEndpoint: https://idp.example/oauth2/token",
+    ],
+)
+def test_redact_value_keeps_an_arn_a_duration_and_a_plain_url_after_a_secret_s_name(text: str) -> None:
+    """Round 23 (session s50): an ARN names a secret, a lifetime counts seconds and a URL without
+    user-info or query says where a token comes from; :func:`redaction.redact_value` masked each whole
+    (``redact`` kept them)."""
+    assert redaction.redact_value(text) == text
+
+
+@pytest.mark.parametrize(
+    ("text", "masked"),
+    [
+        ("passwordSecretName: hunter2x9", "passwordSecretName: [REDACTED]"),
+        ("tokenSecretRef.name: hunter2x9", "tokenSecretRef.name: [REDACTED]"),
+        ("api_key: 1234", "api_key: [REDACTED]"),
+        ("password: 3600", "password: [REDACTED]"),
+        ("tokenEndpoint: https://u:hunter2x9@idp/token", "tokenEndpoint: [REDACTED]"),
+        ("tokenEndpoint: https://idp/token?client_secret=hunter2x9", "tokenEndpoint: [REDACTED]"),
+        ("password: arn:hunter2x9", "password: [REDACTED]"),
+    ],
+)
+def test_redact_value_still_masks_what_may_be_a_pasted_secret(text: str, masked: str) -> None:
+    """What round 23 keeps is an ARN, a number after a duration's name and a bare URL only."""
+    assert redaction.redact_value(text) == masked
+
+
+_EQUALS_LIKE = ["=", "%3D", "%3d", "%253D", "\uff1d", "\ufe66"]
+_ATTACK_NAMES = [
+    "password",
+    "PassWord",
+    "PASSWORD",
+    "API_KEY",
+    "x-api-key",
+    "X-Api-Key",
+    "client_secret",
+    "access_token",
+    "apiKey",
+    "redis.password",
+    "user[password]",
+]
+
+
+def _encoded(name: str, times: int) -> str:
+    from urllib.parse import quote
+
+    for _ in range(times):
+        name = quote(name, safe="")
+    return name
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.sampled_from(_ATTACK_NAMES),
+    st.integers(0, 2),
+    st.sampled_from(_EQUALS_LIKE),
+    st.sampled_from(["{n}{e}{s}", "a=1&{n}{e}{s}&b=2", "retry {n}{e}{s} later", '{{"msg": "{n}{e}{s}"}}']),
+    st.booleans(),
+    st.text("abcdefghijkmnopqrstuvwxyzABCDEFGHJKLMNPQRSTUVWXYZ23456789", min_size=10, max_size=24).filter(
+        lambda s: any(c.isdigit() for c in s)
+    ),
+)
+def test_no_encoded_mixed_case_or_lookalike_assignment_survives_any_path(
+    name: str, times: int, equals: str, shape: str, nested: bool, secret: str
+) -> None:
+    """Round 23's attack: a secret's name in mixed case, percent-encoded once or twice, then ``=``
+    plain, encoded once or twice or as a lookalike, in a form body, prose or a JSON string, that
+    string itself inside another JSON (``nested``): every path masks it (:func:`_every_entry_point`;
+    the JSON line as the access log writes it, orjson's UTF-8)."""
+    text = shape.format(n=_encoded(name, times), e=equals, s=secret)
+    if nested:
+        text = json.dumps({"body": text}, ensure_ascii=False)
+    for path, shown in _every_entry_point(text).items():
+        assert secret not in shown, (path, text, shown)
