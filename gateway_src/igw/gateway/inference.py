@@ -111,6 +111,7 @@ from igw.gateway.stream_usage import (
 from igw.gateway.telemetry import CLIENT_CLOSED
 from igw.gateway.tenant_fields import header_refusal_message, refusal_message, refused_field, refused_header
 from igw.gateway.upstream import (
+    UNPROVABLE_REQUEST_HEADERS,
     UPSTREAM_ACCEPT_ENCODING,
     WHOLE_ANSWER_BUFFER_BYTES,
     ClientGone,
@@ -157,6 +158,10 @@ _CHARSET: Final = "utf-8"
 _UNDECODABLE: Final = "surrogateescape"
 _STRIPPED: dict[frozenset[str], tuple[frozenset[str], frozenset[bytes]]] = {}
 """A guard's stripped request headers -> with the gateway's own added, as text and as field names."""
+
+
+_UNPROVABLE_FIELDS: Final = frozenset(name.encode() for name in UNPROVABLE_REQUEST_HEADERS)
+""":data:`~igw.gateway.upstream.UNPROVABLE_REQUEST_HEADERS` as the raw header block strips them."""
 
 
 def _stripped(guard_strips: frozenset[str]) -> tuple[frozenset[str], frozenset[bytes]]:
@@ -1497,6 +1502,10 @@ async def _forward(
         named = {h.lower() for h in principal.forward_headers}
         strip = strip | named
         strip_fields = strip_fields | {h.encode(_CHARSET, _UNDECODABLE) for h in named}
+    proves = _proves(request, plan)  # an answer below 400 must carry the response to be taken
+    if proves:  # so never one drawn bodiless or partial by a conditional or range request (s50)
+        strip = strip | UNPROVABLE_REQUEST_HEADERS
+        strip_fields = strip_fields | _UNPROVABLE_FIELDS
     upstream_id = upstream_request_id(obs.request_id, key=obs.key, headers=request.headers)
     add = {
         **principal.forward_headers,
@@ -1535,7 +1544,6 @@ async def _forward(
     # the search until responseTimeout): the 504 of the last pod it stopped waiting for, the client's
     # if no other has it
     polling = plan.search_for is not None and not plan.generates
-    proves = _proves(request, plan)  # an answer below 400 must carry the response to be taken
     head_timeout_s = state.response_searches.search_timeout_s if polling else None
     # ... and the search as a whole search_deadline_s (since s47: past enough frozen pods it outlasted
     # the global router's 5 s wait for the cluster); a pod asked only while SEARCH_ASK_LEAST_S is left

@@ -91,6 +91,7 @@ non_answer_log.addFilter(RepeatThrottle(keyed_args=2))
 
 __all__ = [
     "HOP_BY_HOP",
+    "UNPROVABLE_REQUEST_HEADERS",
     "ClientGone",
     "ConnectFailed",
     "ExchangeResult",
@@ -501,6 +502,18 @@ def names_itself(request: web.Request) -> bool:
     if request.path.endswith("/input_items") or request.method == "DELETE":
         return False
     return request.query.get("stream") != "true"
+
+
+UNPROVABLE_REQUEST_HEADERS: Final = frozenset({"if-none-match", "if-modified-since", "if-range", "range"})
+"""The client's request fields never forwarded with a request whose answer must name the stored
+response asked for (:func:`names_itself`, both tiers): each can draw an answer below 400 with no
+whole response object - a 304 Not Modified (``If-None-Match``, ``If-Modified-Since``) or a 206
+Partial Content (``Range``; ``If-Range`` only qualifies it) - that no check can take, so the client
+got 404 ``response_not_found`` for a response that was there, the holder forgotten. Without them the
+pod answers 200 with the whole object, checked and relayed with its validators (``ETag``,
+``Last-Modified``): a server may ignore these fields (RFC 9110 13.2.1, 14.2), so a 200 is a correct
+answer to them. ``If-Match`` and ``If-Unmodified-Since`` are forwarded: they draw a 200 or a 412,
+both handled as any answer. Until session s50 all were forwarded."""
 
 
 def _misnamed(status: int, named: str | None, extra: Mapping[str, str]) -> ExchangeResult:

@@ -97,6 +97,7 @@ from igw.gateway.telemetry import UNKNOWN_MODEL
 from igw.gateway.tenant_labels import TenantLabels
 from igw.gateway.tracing import Tracing
 from igw.gateway.upstream import (
+    UNPROVABLE_REQUEST_HEADERS,
     ClientGone,
     ConnectFailed,
     ExchangeResult,
@@ -314,9 +315,15 @@ _ROUTER_HEADERS: Final = frozenset({CLUSTER_HEADER, REGION_HEADER, RELAY_USAGE_H
 _FAIRNESS: Final = frozenset({FAIRNESS_HEADER})
 
 
-def _forwarded_headers(router: GlobalRouter, request: web.Request, principal: Principal) -> CIMultiDict[str]:
+def _forwarded_headers(
+    router: GlobalRouter, request: web.Request, principal: Principal, *, proves: bool = False
+) -> CIMultiDict[str]:
     """The client's headers as a cluster gets them: less hop-by-hop ones, the guard's stripped ones
     and the router's own answer headers, plus the principal's forwarded identity.
+
+    ``proves``: a request whose answer must name the stored response asked for (a retrieval, a
+    cancel): less :data:`~igw.gateway.upstream.UNPROVABLE_REQUEST_HEADERS` too, whose 304 or 206 no
+    check can take (since session s50; tier 1 drops them too).
 
     For a caller the router verified, ``x-gateway-inference-fairness-id`` is its verified tenant (or
     absent: a token without one), never the client's. A cluster's gateway behind an authenticating
@@ -339,6 +346,8 @@ def _forwarded_headers(router: GlobalRouter, request: web.Request, principal: Pr
     With tracing on, ``traceparent``/``tracestate`` are the router span's (:mod:`igw.global_router.tracing`),
     not the client's: a cluster's span is then the router span's child."""
     strip = router.guard.stripped_request_headers | _ROUTER_HEADERS
+    if proves:
+        strip |= UNPROVABLE_REQUEST_HEADERS
     add = {
         **principal.forward_headers,
         REQUEST_ID_HEADER: request.get(REQUEST_ID_KEY) or request_id_for(request.headers),
@@ -1155,7 +1164,8 @@ async def _ask_stored(
     the next (since session s46): found there, its answer; else the
     timed-out cluster's 504 ``upstream_timeout``, never a 404 - it may store the response - and the id
     is not listed as found nowhere."""
-    headers = _forwarded_headers(router, request, principal)
+    proves = names_itself(request)  # an answer below 400 must name the response asked for
+    headers = _forwarded_headers(router, request, principal, proves=proves)
     token_withheld = _withholds_token(router, principal)
     prepared: list[web.StreamResponse] = []
     last: web.StreamResponse | None = None
@@ -1217,7 +1227,7 @@ async def _ask_stored(
                     # a retrieval or cancel over 1 MiB whose held start does not show the response
                     # asked for: a miss, unrelayed (since s48; relayed before, the search ended
                     # there), as a smaller one is (``unproven`` below); the remembered cluster's too
-                    require_id=names_itself(request),
+                    require_id=proves,
                 ),
             )
         except ConnectFailed:
@@ -1262,7 +1272,7 @@ async def _ask_stored(
         # no proof it is stored there (until s48 relayed, and the search ended at it). The remembered
         # cluster's too, forgotten and a 404 (tier 1's rule for a remembered holder; until s48 an
         # id-less 200 of the remembered cluster was relayed and it stayed remembered)
-        unproven = not result.response.prepared and names_itself(request)
+        unproven = not result.response.prepared and proves
         other = named != response_id if unproven else named is not None and named != response_id
         if result.status == 404 or (other and result.status < 400 and not result.response.prepared):
             missed.append(cluster.name)
