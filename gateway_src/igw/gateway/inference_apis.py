@@ -28,6 +28,12 @@ class InferenceApi(enum.Enum):
     """One OpenAI-compatible inference API; its value is the OpenTelemetry GenAI operation name
     (``gen_ai.operation.name``) its requests' spans carry."""
 
+    # Enum's own __hash__ is a Python method (the hash of the member's name): every set or dict look-up
+    # keyed by an API (CHOICE_APIS, SALTED_APIS and MEDIA_FIELDS in parse_body, ANTHROPIC_APIS: five a
+    # request) ran it as a Python call. Members are singletons compared by identity (Enum defines no
+    # __eq__), so the identity hash is as exact, and it is object's C slot.
+    __hash__ = object.__hash__
+
     CHAT = "chat"
     COMPLETIONS = "text_completion"
     EMBEDDINGS = "embeddings"

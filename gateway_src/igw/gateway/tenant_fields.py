@@ -155,6 +155,8 @@ def refused_header(names: Iterable[str], allowed: frozenset[str]) -> str | None:
     ``rid``); those of fields outside the table (``priority``, ``conversation_id``) never are: the
     body carries them."""
     for name in names:
+        if name[:1] not in "xX":  # every refused name starts with "x-" (no other character lowers to "x")
+            continue
         lower = name.lower()
         if lower == DP_RANK_HEADER:
             if allowed.isdisjoint(_DP_RANK_FIELDS):

@@ -316,6 +316,23 @@ def upstream_headers(
 _NEVER_FORWARDED: Final = HOP_BY_HOP_FIELDS | frozenset(name.encode() for name in DECODED_REQUEST_HEADERS)
 
 
+_ADDED_NAMES: Final[dict[str, tuple[bytes, bytes]]] = {}
+"""An added field's name -> its lower-case bytes and its line's opening (``Name: ``), encoded once per
+name (:func:`upstream_header_block`: the same few names, the forwarded identity's, the model's, the
+request id's, on every request; until session s50 both were encoded again for each)."""
+_ADDED_NAMES_HELD: Final = 256
+"""At most this many names are kept (the names come from configuration: a handful)."""
+
+
+def _added_name(name: str) -> tuple[bytes, bytes]:
+    """``name``'s entry of :data:`_ADDED_NAMES`, made and kept."""
+    known = (name.lower().encode(_CHARSET, _UNDECODABLE), f"{name}: ".encode(_CHARSET, _UNDECODABLE))
+    if len(_ADDED_NAMES) >= _ADDED_NAMES_HELD:
+        _ADDED_NAMES.clear()
+    _ADDED_NAMES[name] = known
+    return known
+
+
 def upstream_header_block(
     fields: Sequence[tuple[bytes, bytes]], *, strip: frozenset[bytes], add: Mapping[str, str]
 ) -> bytes:
@@ -364,8 +381,11 @@ def upstream_header_block(
     for added, text in add.items():
         if not text.isprintable():  # an ordinary value is checked by this one scan, without a call
             safe_field_value(added, text)
-        line = f"{added}: {text}\r\n".encode(_CHARSET, _UNDECODABLE)
-        low = added.lower().encode(_CHARSET, _UNDECODABLE)
+        known = _ADDED_NAMES.get(added)
+        if known is None:
+            known = _added_name(added)
+        low, opening = known
+        line = b"%b%b\r\n" % (opening, text.encode(_CHARSET, _UNDECODABLE))
         if low not in names:
             names.append(low)
             lines.append(line)
@@ -443,6 +463,8 @@ def _response_id(response: dict[str, object] | None) -> str | None:
 def _stored_response_id(obj: object) -> str | None:
     """The id of a Responses API answer the model server stored (:func:`_response_object`); ``None``
     for any other answer and for one made with ``store: false``."""
+    if isinstance(obj, dict) and obj.get("object") != "response" and "response" not in obj:
+        return None  # the usual answer (a completion's): what _response_object answers, without the calls
     response = _response_object(obj)
     return None if response is not None and response.get("store") is False else _response_id(response)
 
