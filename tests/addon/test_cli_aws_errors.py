@@ -48,6 +48,27 @@ def test_a_missing_aws_setup_is_named_not_a_traceback(
 
 
 @pytest.mark.usefixtures("no_aws_setup")
+@pytest.mark.parametrize(
+    ("argv", "next_step"),
+    [
+        (
+            ["addon", "versions", "--region", "us-west-2"],
+            "(pass --profile, set AWS_PROFILE, or run aws configure or aws sso login)",
+        ),
+        (["addon", "package", "--push", "--region", "us-west-2"], "pass --profile, set AWS_PROFILE"),
+        (["addon", "versions", "--profile", "nobody"], "(name a profile of the AWS config: aws configure"),
+    ],
+)
+def test_missing_credentials_or_profile_say_what_to_do(
+    argv: list[str], next_step: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before session s50 these ended at botocore's "Unable to locate credentials" / "The config
+    profile (nobody) could not be found", with no next step, where igw preflight names one."""
+    assert main(argv) == 2
+    assert next_step in capsys.readouterr().err
+
+
+@pytest.mark.usefixtures("no_aws_setup")
 def test_the_region_hint_names_the_variable_boto3_reads(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
