@@ -54,7 +54,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             "or file://PATH; a plain PATH of a JSON or YAML file also works",
         )
         action.add_argument(
-            "--version", type=addon_version, help="add-on version (create default: the pinned one)"
+            "--version",
+            type=addon_version,
+            help="add-on version (default: "
+            + ("the one this igw pins)" if name == "create" else "the installed one, unchanged)"),
         )
         # CreateAddon refuses PRESERVE ("Resolve conflicts option preserve is not supported for
         # operation CreateAddon", InvalidParameterException): offered for update only
