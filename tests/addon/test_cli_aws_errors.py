@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,27 @@ def test_a_missing_aws_setup_is_named_not_a_traceback(
     assert err.startswith("igw addon: AWS: ")
     assert says in err
     assert "Traceback" not in err
+
+
+@pytest.mark.usefixtures("no_aws_setup")
+@pytest.mark.parametrize(
+    ("argv", "next_step"),
+    [
+        (
+            ["addon", "versions", "--region", "us-west-2"],
+            "(pass --profile, set AWS_PROFILE, or run aws configure or aws sso login)",
+        ),
+        (["addon", "package", "--push", "--region", "us-west-2"], "pass --profile, set AWS_PROFILE"),
+        (["addon", "versions", "--profile", "nobody"], "(name a profile of the AWS config: aws configure"),
+    ],
+)
+def test_missing_credentials_or_profile_say_what_to_do(
+    argv: list[str], next_step: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before session s50 these ended at botocore's "Unable to locate credentials" / "The config
+    profile (nobody) could not be found", with no next step, where igw preflight names one."""
+    assert main(argv) == 2
+    assert next_step in capsys.readouterr().err
 
 
 @pytest.mark.usefixtures("no_aws_setup")
@@ -295,6 +317,21 @@ def test_update_still_takes_preserve() -> None:
 
     args = build_parser().parse_args(["addon", "update", "--cluster", "c", "--resolve-conflicts", "PRESERVE"])
     assert args.resolve_conflicts == "PRESERVE"
+
+
+@pytest.mark.parametrize(
+    ("command", "default"), [("create", "the one this igw pins"), ("update", "the installed one, unchanged")]
+)
+def test_the_version_help_gives_each_command_its_own_default(command: str, default: str) -> None:
+    """``igw addon update --help`` said "(create default: the pinned one)": update keeps the installed
+    version when none is given (session s50)."""
+    from igw.cli.main import build_parser
+
+    parser = build_parser()
+    addon = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices["addon"]
+    action = next(a for a in addon._actions if isinstance(a, argparse._SubParsersAction)).choices[command]
+    (version,) = (a for a in action._actions if "--version" in a.option_strings)
+    assert version.help == f"add-on version (default: {default})"
 
 
 @pytest.mark.usefixtures("no_aws_setup")

@@ -19,23 +19,32 @@ from igw.cli import demo_run
 from igw.cli.main import main
 
 
-def _samples(count: int, failed: int) -> list[RequestSample]:
+def _samples(count: int, failed: int, timed_out: int = 0) -> list[RequestSample]:
     ok = [
         RequestSample(endpoint="h100-0", ok=True, arrival_s=i * 0.05, ttft_s=0.02, e2e_s=0.3, itl_s=0.008,
                       output_tokens=30)
         for i in range(count - failed)
     ]  # fmt: skip
-    bad = [
-        RequestSample(endpoint="a10g-0", ok=False, arrival_s=1.0, ttft_s=None, e2e_s=None, itl_s=None)
-    ] * failed
-    return ok + bad
+    refused = RequestSample(endpoint="a10g-0", ok=False, arrival_s=1.0, ttft_s=None, e2e_s=None, itl_s=None)
+    bad = [refused] * (failed - timed_out)
+    late = [
+        RequestSample(endpoint="a10g-0", ok=False, arrival_s=1.0, ttft_s=2.0, e2e_s=None, itl_s=None,
+                      timed_out=True)
+    ] * timed_out  # fmt: skip
+    return ok + bad + late
 
 
 def _stub_demo(
-    monkeypatch: pytest.MonkeyPatch, *, count: int, failed: Mapping[str, int], unavailable: str | None = None
+    monkeypatch: pytest.MonkeyPatch,
+    *,
+    count: int,
+    failed: Mapping[str, int],
+    unavailable: str | None = None,
+    timed_out: Mapping[str, int] | None = None,
 ) -> None:
     """``igw demo`` with a fixed capacity and a live run that "sent" ``count`` requests per router,
-    ``failed[router]`` of them failed; ``unavailable`` names a router that did not start."""
+    ``failed[router]`` of them failed (``timed_out[router]`` of those still unanswered when the drain
+    ran out); ``unavailable`` names a router that did not start."""
 
     def capacity(scenario: Scenario) -> FleetCapacity:
         return FleetCapacity(per_type=(), requests_per_s=300.0)
@@ -53,7 +62,7 @@ def _stub_demo(
             if name == unavailable:
                 pol.unavailable = "exited at start (code 1)"
                 continue
-            samples = _samples(count, failed.get(name, 0))
+            samples = _samples(count, failed.get(name, 0), (timed_out or {}).get(name, 0))
             pol.seeds.append(1)
             pol.summaries.append(
                 summarize(samples, endpoints=["h100-0", "a10g-0"], ttft_slo_s=1.0, duration_s=10.0)
@@ -131,6 +140,20 @@ def test_a_demo_fails_when_the_gateway_loses_requests_or_a_router_is_not_run(
         assert "the demo failed" not in err
     else:
         assert said in err.splitlines()
+
+
+def test_requests_left_unanswered_by_a_short_drain_name_the_remedy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``igw demo --requests 10 --drain 2`` (a newcomer shortening the demo) failed every request, each
+    still being generated when the drain ran out, and ended "gateway-default failed 10 of 10 requests"
+    with no word of why nor of ``--drain`` (session s50)."""
+    _stub_demo(monkeypatch, count=10, failed={"gateway-default": 10}, timed_out={"gateway-default": 7})
+    assert main(["demo", "--requests", "10", "--drain", "2", "--out", str(tmp_path)]) == 1
+    assert (
+        "igw demo: the demo failed: gateway-default failed 10 of 10 requests (7 still unanswered 2 s after "
+        "the last send: raise --drain, default 45); exit status 1"
+    ) in capsys.readouterr().err.splitlines()
 
 
 def test_the_plan_of_make_demo_reads_in_minutes() -> None:

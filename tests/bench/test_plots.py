@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import warnings
+from pathlib import Path
+
 import pytest
 
-from igw.bench.plots import ttft_cdf_points
+from igw.bench.plots import plot_ttft_cdf, ttft_cdf_points
+from igw.bench.results import PolicyRun, ScenarioRun
 from igw.bench.stats import RequestSample
 
 
@@ -30,3 +34,16 @@ def test_cdf_of_all_answered_reaches_one() -> None:
     assert xs == [1e-4, 0.1, 0.3]
     assert ys[-1] == pytest.approx(1.0)
     assert unanswered == 0
+
+
+def test_a_run_with_no_answered_request_plots_without_a_warning(tmp_path: Path) -> None:
+    """``igw demo --drain 2`` (every request unanswered) printed matplotlib's "No artists with labels
+    found to put in legend" UserWarning, with a source line, among its report (session s50)."""
+    run = ScenarioRun(scenario="s", mode="live", parameters={}, oracle=None)
+    for name in ("round-robin", "gateway-default"):
+        run.policies[name] = PolicyRun(
+            policy=name, description=name, samples=[_sample(ok=False, ttft=2.0)] * 3
+        )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert plot_ttft_cdf(run, tmp_path / "cdf.png").stat().st_size > 0

@@ -57,7 +57,12 @@ def plot_ttft_cdf(run: ScenarioRun, path: Path) -> Path:
     ax.set_ylabel("fraction of requests")
     ax.set_title(f"{run.scenario} ({run.mode}): TTFT CDF per policy")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(loc="lower right", fontsize="small")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(loc="lower right", fontsize="small")
+    else:
+        # no policy had an answered request (a demo whose --drain ran out first): an empty legend
+        # was matplotlib's "No artists with labels found" UserWarning on the user's terminal
+        ax.text(0.5, 0.5, "no request answered", transform=ax.transAxes, ha="center", va="center")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -54,7 +54,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             "or file://PATH; a plain PATH of a JSON or YAML file also works",
         )
         action.add_argument(
-            "--version", type=addon_version, help="add-on version (create default: the pinned one)"
+            "--version",
+            type=addon_version,
+            help="add-on version (default: "
+            + ("the one this igw pins)" if name == "create" else "the installed one, unchanged)"),
         )
         # CreateAddon refuses PRESERVE ("Resolve conflicts option preserve is not supported for
         # operation CreateAddon", InvalidParameterException): offered for update only
@@ -388,7 +391,13 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     except Exception as exc:  # botocore's own errors: no region, no credentials, unknown profile, no route
         # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
-        from botocore.exceptions import BotoCoreError, ClientError, NoRegionError
+        from botocore.exceptions import (
+            BotoCoreError,
+            ClientError,
+            NoCredentialsError,
+            NoRegionError,
+            ProfileNotFound,
+        )
 
         if isinstance(exc, ClientError):
             # AWS refused a read-only pre-check (DescribeCluster, GetRole): credentials rejected or
@@ -405,8 +414,16 @@ def run(args: argparse.Namespace) -> int:
             return EXIT_FAILED
         if not isinstance(exc, BotoCoreError):
             raise
-        # boto3 reads AWS_DEFAULT_REGION (or the profile's region), not AWS_REGION
-        hint = " (pass --region or set AWS_DEFAULT_REGION)" if isinstance(exc, NoRegionError) else ""
+        # each names what to do, as igw preflight's do: "Unable to locate credentials" alone left a
+        # newcomer without the next step. boto3 reads AWS_DEFAULT_REGION (or the profile's region),
+        # not AWS_REGION
+        hint = ""
+        if isinstance(exc, NoRegionError):
+            hint = " (pass --region or set AWS_DEFAULT_REGION)"
+        elif isinstance(exc, NoCredentialsError):
+            hint = " (pass --profile, set AWS_PROFILE, or run aws configure or aws sso login)"
+        elif isinstance(exc, ProfileNotFound):
+            hint = " (name a profile of the AWS config: aws configure list-profiles)"
         # a parameter validation error quotes the value it refused
         print(f"igw addon: AWS: {redact_value(str(exc))}{hint}", file=sys.stderr)
         return EXIT_USAGE

@@ -109,7 +109,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="des",
         help="des: the discrete-event simulator; live: simulated pods on loopback (default des)",
     )
-    parser.add_argument("--policies", type=name_list, default=None, help="comma-separated policy names")
+    parser.add_argument(
+        "--policies",
+        type=name_list,
+        default=None,
+        help="comma-separated policy names (see --list; default: every one but oracle-slo); round-robin, "
+        "the baseline, is always added",
+    )
     parser.add_argument(
         "--seeds",
         type=SEEDS,

@@ -39,9 +39,11 @@ def _routers(raw: str) -> list[str]:
     return names
 
 
-def demo_failures(run: ScenarioRun) -> list[str]:
+def demo_failures(run: ScenarioRun, *, drain_s: float) -> list[str]:
     """What failed the demo, one phrase each: a router that was not run (any router: the comparison
-    is incomplete), and requests failed by a router of :data:`DEMONSTRATED`."""
+    is incomplete), and requests failed by a router of :data:`DEMONSTRATED`. Requests still
+    unanswered when the ``--drain`` ran out are counted apart, with the remedy: a demo shortened with
+    a small ``--drain`` failed every request, and the line blamed the gateway without saying why."""
     problems = []
     for name, pol in run.policies.items():
         if pol.unavailable is not None:
@@ -49,7 +51,14 @@ def demo_failures(run: ScenarioRun) -> list[str]:
             continue
         failed = sum(s.errors for s in pol.summaries)
         if failed and name in DEMONSTRATED:
-            problems.append(f"{name} failed {failed} of {sum(s.requests for s in pol.summaries)} requests")
+            problem = f"{name} failed {failed} of {sum(s.requests for s in pol.summaries)} requests"
+            unanswered = sum(1 for s in pol.samples if s.timed_out)  # the first seed's: the demo has one
+            if unanswered:
+                problem += (
+                    f" ({unanswered} still unanswered {drain_s:g} s after the last send: raise --drain,"
+                    " default 45)"
+                )
+            problems.append(problem)
     return problems
 
 
@@ -148,7 +157,7 @@ def run_demo(args: argparse.Namespace) -> int:
     )
     for warning in thin_sample_warnings([run], remedy="raise --requests"):
         print(warning, file=sys.stderr)
-    problems = demo_failures(run)
+    problems = demo_failures(run, drain_s=args.drain)
     if problems:
         print(f"igw demo: the demo failed: {'; '.join(problems)}; exit status 1", file=sys.stderr)
         return 1

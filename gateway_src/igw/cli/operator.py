@@ -266,7 +266,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "failed (default 2)",
     )
     parser.add_argument(
-        "--health-port", type=PORT, metavar="PORT", help="serve GET /healthz on this port (probes)"
+        "--health-port",
+        type=PORT,
+        metavar="PORT",
+        help="serve GET /healthz on this port (probes; default: none)",
     )
     parser.add_argument(
         "--log-level", default="info", choices=["debug", "info", "warning", "error"], help="(default info)"

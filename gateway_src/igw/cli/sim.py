@@ -50,7 +50,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="override the spec's time_scale, 0.001 to 1000 wall s per simulated GPU s",
     )
     fleet.add_argument(
-        "--duration", type=POSITIVE, default=None, help="stop by itself after this many seconds"
+        "--duration",
+        type=POSITIVE,
+        default=None,
+        help="stop by itself after this many seconds (default: run until SIGINT/SIGTERM)",
     )
 
     text = "run a workload through a routing policy in the discrete-event simulator"
