@@ -11,6 +11,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator
 
+import aiohttp
 import orjson
 import pytest
 from prometheus_client import CollectorRegistry
@@ -269,3 +270,24 @@ async def test_a_large_json_object_past_leading_whitespace_is_relayed() -> None:
             head, body = await _raw_post(url, stream=False)
     assert head.startswith(b"HTTP/1.1 200 "), head
     assert body == large
+
+
+@pytest.mark.parametrize("large", [False, True], ids=["whole", "past-the-held-bytes"])
+async def test_a_clusters_rerank_answer_that_is_a_json_array_is_relayed(large: bool) -> None:
+    """SGLang's ``/v1/rerank`` answers a JSON array (a tier-1 gateway relays it as it came): the
+    router relays it too. Session s50's non-answer refusal made it a 502 ``not_json_object`` at the
+    router, every reranker request of an SGLang cluster failing (for one past the router's held
+    bytes, from its ``[`` start)."""
+    item = b'{"score":0.5,"document":"a","index":0}'
+    ranked = b"[" + b",".join([item] * ((2 * WHOLE_ANSWER_BUFFER_BYTES // len(item)) if large else 2)) + b"]"
+    answer = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(ranked)
+    async with _cluster(answer + ranked) as endpoint, aiohttp.ClientSession() as http:
+        doc = global_doc(
+            [{"name": "east-a", "region": "east", "endpoint": endpoint, "models": [MODEL]}],
+            heartbeats={"required": False},
+        )
+        app = create_global_app(parse_global_config(doc), read_heartbeats=False)
+        async with serve_app(app, host="127.0.0.1", port=0) as url:
+            body = {"model": MODEL, "query": "which?", "documents": ["a", "b"]}
+            async with http.post(url + "/v1/rerank", json=body) as resp:
+                assert (resp.status, await resp.read()) == (200, ranked)

@@ -149,6 +149,30 @@ async def test_an_answer_that_cannot_be_a_completion_is_a_502_retried_elsewhere(
     assert len(hostile.posts) >= 2
 
 
+# SGLang's ``/v1/rerank`` (and Text Embeddings Inference's ``/rerank``, a generic engine) answers a
+# JSON array of ``{"index", "score", ...}``, not an object: the rerank API's valid answer there
+RERANKED = b'[{"score":0.98,"document":"b","index":1},{"score":0.01,"document":"a","index":0}]'
+LARGE_RERANKED = b"[" + b",".join([b'{"score":0.5,"index":0}'] * (WHOLE_ANSWER_BUFFER_BYTES // 20)) + b"]"
+
+
+@pytest.mark.parametrize("switch", ["lean", "aiohttp"])
+@pytest.mark.parametrize("path", ["/v1/rerank", "/rerank", "/v2/rerank"])
+@pytest.mark.parametrize("answer", [RERANKED, LARGE_RERANKED], ids=["whole", "past-the-held-bytes"])
+async def test_a_rerank_answer_that_is_a_json_array_is_relayed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, answer: bytes, path: str, switch: str
+) -> None:
+    """A rerank answer that is a JSON array (SGLang's, TEI's) is the engine's answer, relayed as it
+    came: session s50's non-answer refusal made it a 502 ``not_json_object`` (for one past the held
+    bytes, its ``[`` start), so every SGLang reranker behind the gateway failed. An array to any other
+    API stays refused (``json-array-200`` above)."""
+    monkeypatch.setenv(SWITCH_ENV, switch)
+    pod = RawPod(ok(answer))
+    async with raw_pod(pod) as key, in_process_gateway(tmp_path, gateway_doc(), [key]) as gw:
+        body = {"model": MODEL, "query": "which?", "documents": ["a", "b"]}
+        resp = await gw.http.post(gw.url + path, json=body)
+        assert (resp.status, await resp.read()) == (200, answer)
+
+
 async def test_an_answer_refused_as_no_answer_is_counted_by_reason_and_warned_once_per_pod(
     tmp_path: Path,
 ) -> None:

@@ -46,7 +46,7 @@ from igw.gateway.answer_coding import SCAN_RATIO, CodedScan, accepts_coding, com
 from igw.gateway.answer_scan import AnswerScan
 from igw.gateway.errors import gateway_error, sse_error_event
 from igw.gateway.forwarded_answer import HOP_BY_HOP, HOP_BY_HOP_FIELDS, ForwardedAnswer, forwarded_answer
-from igw.gateway.inference_apis import anthropic_path
+from igw.gateway.inference_apis import INFERENCE_PATHS, InferenceApi, anthropic_path
 from igw.gateway.log_throttle import RepeatThrottle
 from igw.gateway.response_ids import logged_url
 from igw.gateway.server_identity import UPSTREAM_SERVER_FIELD
@@ -842,13 +842,23 @@ with (``json_answer`` of :func:`exchange`). Until session s50 a pod's 204, 205 o
 /v1/completions`` reached the client as it came, an empty success the OpenAI SDK fails to parse."""
 
 
-def _json_object(payload: bytes) -> dict[str, object] | None:
-    """``payload`` as a JSON object, or ``None`` when it is none (empty, not JSON, another JSON value)."""
+ARRAY_ANSWER_PATHS: Final = frozenset(
+    path for path, api in INFERENCE_PATHS.items() if api is InferenceApi.RERANK
+)
+"""The inference paths whose answer may be a JSON array as well as an object (``json_answer`` of
+:func:`exchange`): SGLang's ``/v1/rerank`` answers a list of ``{"score", "document", "index"}``,
+as Text Embeddings Inference's ``/rerank`` (a generic engine) does. Until review 51 of session s50
+such an answer was refused as ``not_json_object``, so every SGLang reranker behind the gateway failed."""
+
+
+def _json_answer_doc(payload: bytes, *, arrays: bool) -> dict[str, object] | list[object] | None:
+    """``payload`` as a JSON object, or as a JSON array when ``arrays`` (:data:`ARRAY_ANSWER_PATHS`);
+    ``None`` when it is neither (empty, not JSON, another JSON value)."""
     try:  # not contextlib.suppress: an object and two calls per answer
         doc = orjson.loads(payload)
     except orjson.JSONDecodeError:
         return None
-    return doc if isinstance(doc, dict) else None
+    return doc if isinstance(doc, dict) or (arrays and isinstance(doc, list)) else None
 
 
 NON_ANSWER_REASONS: Final = ("bodiless_status", "empty_body", "not_json_object")
@@ -1150,6 +1160,7 @@ async def exchange(
             extra=response_headers,
             coded=coded,
             not_json_refused=(endpoint, upstream_name) if json_answer else None,
+            arrays=request.path in ARRAY_ANSWER_PATHS,
         )
     finally:
         upstream.close()
@@ -1337,6 +1348,7 @@ def _whole_answer(
     extra: Mapping[str, str],
     coded: CodedScan | None = None,
     not_json_refused: tuple[str, str] | None = None,
+    arrays: bool = False,
 ) -> ExchangeResult:
     """A complete (non-streamed) upstream answer: forwarded as it came (a non-JSON error wrapped in
     the OpenAI shape), with the token usage its JSON body reports. ``coded``: what the caller read
@@ -1344,21 +1356,22 @@ def _whole_answer(
     that the decode may give the event loop turns; such an answer without it is read as no JSON.
     ``not_json_refused``: the upstream's endpoint and name when the request's API answers JSON
     (``json_answer`` of :func:`exchange`): an answer below 400, not coded, whose body is no JSON
-    object (an empty body included; whatever its content type) is refused (:func:`_not_an_answer`)."""
+    object (an empty body included; whatever its content type) is refused (:func:`_not_an_answer`);
+    ``arrays``: a JSON array is an answer too (:data:`ARRAY_ANSWER_PATHS`)."""
     usage = None
     response_id = None
     is_json = _plain_json(upstream)
     if not_json_refused is not None and coded is None and upstream.status < 400:
-        doc = _json_object(payload)
-        if doc is None:
+        answered = _json_answer_doc(payload, arrays=arrays)
+        if answered is None:
             reason, what = (
                 ("empty_body", "an empty body")
                 if not payload
                 else ("not_json_object", "a body that is not a JSON object")
             )
             return _not_an_answer(reason, what, *not_json_refused, extra)
-        usage = _usage_from(doc)
-        response_id = _stored_response_id(doc)
+        usage = _usage_from(answered)  # an array's: none
+        response_id = _stored_response_id(answered)
         is_json = False  # read here already
     if coded is not None:
         # compressed though the gateway asked for none: its usage read from the decoded bytes
@@ -1481,7 +1494,10 @@ async def _relay_whole(
                 payload = b"".join(parts)
                 coded = await _decoded_scan(upstream, payload) if _coded_json(upstream) else None
                 refused = (endpoint, upstream_name) if json_answer else None
-                return _whole_answer(upstream, payload, extra=extra, coded=coded, not_json_refused=refused)
+                arrays = request.path in ARRAY_ANSWER_PATHS
+                return _whole_answer(
+                    upstream, payload, extra=extra, coded=coded, not_json_refused=refused, arrays=arrays
+                )
             parts.append(chunk)
             held += len(chunk)
     except UpstreamStalled as stalled:
@@ -1491,7 +1507,8 @@ async def _relay_whole(
     # Too large to parse before it is relayed, so its start alone is read: a JSON object's first byte
     # past whitespace is ``{``. Until session s50 such an answer was relayed unchecked.
     plain = not compressed(upstream.noted.get(b"content-encoding"))
-    if json_answer and upstream.status < 400 and plain and _json_start(parts) != b"{":
+    starts = (b"{", b"[") if request.path in ARRAY_ANSWER_PATHS else (b"{",)
+    if json_answer and upstream.status < 400 and plain and _json_start(parts) not in starts:
         return _not_an_answer(
             "not_json_object",
             "a body that does not start as a JSON object",
