@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import email.utils
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -22,6 +23,7 @@ import pytest
 import redis.asyncio as redis_asyncio
 from aiohttp import web
 
+from igw.gateway.errors import gateway_error
 from igw.gateway.heartbeat_message import PoolLoad
 from igw.gateway.serving import ServerLimits, serve_app
 from igw.gateway.upstream import proxy_session
@@ -600,3 +602,67 @@ async def test_a_request_unanswered_when_the_router_stops_is_a_closing_anthropic
             assert resp.headers["Connection"] == "close"
             assert said["error"]["type"] == "overloaded_error"
             assert said["request_id"] == resp.headers["request-id"] == resp.headers["X-Request-Id"]
+
+
+def _cluster_without_endpoints(retry_after: str) -> web.Application:
+    """A cluster whose gateway has no ready pod for the model: tier 1's 503 ``no_endpoints`` with
+    ``retry_after`` (its pool scaling up)."""
+
+    async def answer(request: web.Request) -> web.Response:
+        await request.read()
+        return gateway_error(
+            "no_endpoints", "no model server endpoint is ready", headers={"Retry-After": retry_after}
+        )
+
+    app = web.Application()
+    app.router.add_post("/v1/completions", answer)
+    return app
+
+
+@pytest.mark.parametrize("form", ["delta-seconds", "http-date"])
+async def test_a_cluster_503_drains_its_model_for_its_retry_after(
+    form: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Cluster ``a`` answers every request 503 ``no_endpoints`` with ``Retry-After: 30`` (or an HTTP
+    date 30 s ahead); ``b`` serves. Three such answers drain ``a`` for the model for those 30 s,
+    not for ``ejectionSeconds`` (5): 10 s on it is still out and every request goes to ``b``; past
+    30 s it is back (slow-starting). Until session s50 ``a`` was back after 5 s and three more
+    requests were spent on it each time."""
+    retry_after = "30" if form == "delta-seconds" else email.utils.formatdate(time.time() + 30, usegmt=True)
+    now = [1000.0]
+    async with contextlib.AsyncExitStack() as stack:
+        a_url = await stack.enter_async_context(
+            serve_app(_cluster_without_endpoints(retry_after), host="127.0.0.1", port=0)
+        )
+        b_url = await _serve_cluster(stack, _answer_ok)
+        clusters = [
+            {"name": "a", "region": "east", "endpoint": a_url, "models": [MODEL]},
+            {"name": "b", "region": "east", "endpoint": b_url, "models": [MODEL]},
+        ]
+        doc = global_doc(clusters, heartbeats={"required": False}, failover={"ejectionSeconds": 5})
+        app = create_global_app(parse_global_config(doc), read_heartbeats=False, clock=lambda: now[0])
+        url = await stack.enter_async_context(serve_app(app, host="127.0.0.1", port=0))
+        http = await stack.enter_async_context(aiohttp.ClientSession())
+
+        async def ask(n: int) -> tuple[int, str]:
+            async with http.post(url + "/v1/completions", json={"model": MODEL, "prompt": f"r{n}"}) as resp:
+                await resp.read()
+                return resp.status, resp.headers["x-igw-cluster"]
+
+        async def drained() -> list[str]:
+            async with http.get(url + "/readyz") as resp:
+                drained_models: list[str] = (await resp.json())["clusters"]["a"]["drained_models"]
+                return drained_models
+
+        for n in range(200):  # each request tries a first or b first; a's 503 moves on to b
+            assert await ask(n) == (200, "b")
+            if await drained():
+                break
+        assert await drained() == [MODEL]
+        if form == "delta-seconds":  # the drain's length as made (an HTTP date's: 29 to 30 s)
+            assert f"cluster a drained for model {MODEL!r} for 30 s" in caplog.text
+        now[0] += 10.0  # past ejectionSeconds, within the Retry-After
+        assert await drained() == [MODEL]
+        assert Counter([await ask(n) for n in range(20)]) == {(200, "b"): 20}
+        now[0] += 21.0  # past the Retry-After (an HTTP date's: at most 30 s by then)
+        assert await drained() == []

@@ -11,7 +11,14 @@ from prometheus_client import CollectorRegistry
 
 from igw.global_router.config import ClusterSpec, FailoverSpec
 from igw.global_router.fleet import Fleet
-from igw.global_router.health import RAMP_FLOOR, ClusterHealth, record_failure
+from igw.global_router.health import (
+    MAX_DRAIN_FACTOR,
+    MIN_DRAIN_S,
+    RAMP_FLOOR,
+    ClusterHealth,
+    ejection_seconds,
+    record_failure,
+)
 from igw.global_router.metrics import FleetMetrics
 from igw.scheduling.outliers import ejection_bound
 from tests.global_router.support import MODEL, beat, global_config
@@ -249,6 +256,44 @@ def test_failed_answers_drain_a_cluster_for_their_model_only() -> None:
     assert health["a"].available()
     assert health["a"].ejected_models(now=0.0) == ["bad"]
     assert health["a"].ejected_models(now=5.0) == []  # ejection_s later: back for "bad"
+
+
+@pytest.mark.parametrize(
+    ("retry_after_s", "out_for_s"),
+    [
+        (None, SPEC.ejection_s),  # no Retry-After (or none readable): ejectionSeconds
+        (30.0, 30.0),  # the cluster's word, longer than ejectionSeconds
+        (2.0, 2.0),  # and shorter
+        (0.0, MIN_DRAIN_S),  # never nothing
+        (999_999_999.0, SPEC.ejection_s * MAX_DRAIN_FACTOR),  # never for ever
+        (float("inf"), SPEC.ejection_s * MAX_DRAIN_FACTOR),
+        (float("nan"), SPEC.ejection_s),
+    ],
+)
+def test_a_503_s_retry_after_sets_how_long_its_model_is_drained_within_bounds(
+    retry_after_s: float | None, out_for_s: float
+) -> None:
+    """The failed answer completing a model's ejection is a 503 saying when to come back: the
+    cluster is out for that model that long, within [1 s, 10 x ejectionSeconds]. Until session s50
+    it was out ``ejectionSeconds`` (5 s) whatever it said, ``Retry-After: 30`` included."""
+    assert ejection_seconds(SPEC, retry_after_s) == out_for_s
+    health, specs = fleet("a", "b")
+    for _ in range(SPEC.failure_threshold):
+        assert (
+            record_failure(health, specs, "a", now=10.0, spec=SPEC, model=MODEL, retry_after_s=retry_after_s)
+            is None
+        )
+    assert health["a"].model_ejection_ends(MODEL) == 10.0 + out_for_s
+    assert health["a"].ejected(now=10.0 + out_for_s - 0.01, model=MODEL)
+    assert not health["a"].ejected(now=10.0 + out_for_s, model=MODEL)
+    assert not health["a"].ejected(now=10.0)  # the cluster itself: never
+
+
+def test_a_503_s_retry_after_floor_is_ejection_seconds_when_that_is_shorter() -> None:
+    spec = replace(SPEC, ejection_s=0.5)
+    assert ejection_seconds(spec, 0.0) == 0.5  # the floor is ejectionSeconds when that is shorter
+    assert ejection_seconds(spec, 3.0) == 3.0
+    assert ejection_seconds(spec, 60.0) == 0.5 * MAX_DRAIN_FACTOR
 
 
 def test_a_model_s_success_resets_its_row_and_a_take_back_shortens_it() -> None:

@@ -231,11 +231,12 @@ class Fleet:
             if transition.model is None:
                 log.warning("cluster %s drained (%s)", transition.cluster, transition.reason)
             else:
+                ends = self.health[transition.cluster].model_ejection_ends(transition.model)
                 log.warning(
                     "cluster %s drained for model %r for %g s (%s; its other models are served)",
                     transition.cluster,
                     transition.model,
-                    self.config.failover.ejection_s,
+                    self.config.failover.ejection_s if ends is None else round(ends - transition.at, 3),
                     transition.reason,
                 )
         else:
@@ -296,13 +297,16 @@ class Fleet:
         digest: int | None = None,
         unreachable: bool = False,
         model: str | None = None,
+        retry_after_s: float | None = None,
     ) -> None:
         """A request's outcome at ``cluster``: failures drain it after ``failureThreshold`` in a row,
         within the fleet's bound (:func:`~igw.global_router.health.record_failure`; ``unreachable``:
         a connection that failed, not bounded; ``model``: the request's, whose failed answers drain
         the cluster for that model only). ``digest``: the request body's, for a cluster's own 500
         answer (:func:`~igw.gateway.retries.request_digest`): a body that failed at another cluster
-        too is the request's fault, counted at neither."""
+        too is the request's fault, counted at neither. ``retry_after_s``: the failed answer's
+        ``Retry-After`` (a 503's): how long an ejection for ``model`` it completes lasts, bounded
+        (:func:`~igw.global_router.health.ejection_seconds`)."""
         health = self.health[cluster]
         if ok:
             health.record_success(model)
@@ -324,6 +328,7 @@ class Fleet:
             spec=self.config.failover,
             unreachable=unreachable,
             model=model,
+            retry_after_s=retry_after_s,
         )
         if answered and not was_out and health.ejected(now=now, model=model):
             self._record(Transition(cluster, "failover", "failures", now, model=model))

@@ -30,6 +30,15 @@ Pure state with an injected clock (the router passes ``now``), so every transiti
   (bodies every engine fails on, since session s34) than failing themselves, and emptying the fleet
   turned that into a 503 for every caller. A refused connection is no request's doing: an ejection
   it completes is not bounded.
+- **A 503's ``Retry-After``** (since session s50): a failed answer that is a 503 saying when to come
+  back (tier 1's ``no_endpoints`` while a pool has no ready pod: ``retryAfter``, from 1 s) ejects the
+  cluster for that model for that long, not for ``ejection_s``, bounded to
+  [:data:`MIN_DRAIN_S` (or ``ejection_s`` when shorter), ``ejection_s`` x :data:`MAX_DRAIN_FACTOR`]
+  (:func:`ejection_seconds`): a broken or hostile gateway's ``0`` or ``999999999`` can neither
+  make the ejection nothing nor keep the model out for ever (it comes back, slow-starting, and is
+  ejected again after ``failure_threshold`` more). Until then every ejection lasted ``ejection_s``:
+  a cluster saying ``Retry-After: 30`` while its pool scaled up was tried again after 5 s, three
+  more requests spent on it each time (each moved on to the next cluster, a round trip later).
 - **Slow start**: when a drained cluster becomes available again its share of traffic ramps
   linearly from :data:`RAMP_FLOOR` to 1 over ``slow_start_s`` (:meth:`ClusterHealth.ramp`), so a
   recovering cluster is not hit by a thundering herd. So does a cluster's share of one model's
@@ -54,6 +63,22 @@ from igw.scheduling.outliers import ejection_bound
 
 RAMP_FLOOR: Final = 0.1
 """Share of its full traffic a returning cluster gets at the start of its slow-start window."""
+MIN_DRAIN_S: Final = 1.0
+"""The shortest ejection a 503's ``Retry-After`` makes (the least a tier-1 gateway sends): a ``0``
+still takes the model out for a second (``ejection_s`` when that is shorter)."""
+MAX_DRAIN_FACTOR: Final = 10
+"""The longest ejection a 503's ``Retry-After`` makes, in ``ejection_s``: the operator's setting
+bounds what a cluster may ask (Envoy's ``max_ejection_time`` default is 10 times its base)."""
+
+
+def ejection_seconds(spec: FailoverSpec, retry_after_s: float | None) -> float:
+    """How long an ejection lasts: ``ejection_s``, or the ``Retry-After`` of the 503 that completed
+    it (``retry_after_s``, ``None`` when it had none that could be read) within the module's bounds."""
+    if retry_after_s is None or retry_after_s != retry_after_s:  # none, or NaN
+        return spec.ejection_s
+    floor = min(MIN_DRAIN_S, spec.ejection_s)
+    return min(spec.ejection_s * MAX_DRAIN_FACTOR, max(floor, retry_after_s))
+
 
 DrainReason = Literal["stale", "gone", "draining", "failures", "no-heartbeat", "malformed"]
 
@@ -160,13 +185,19 @@ class ClusterHealth:
         else:
             self.model_failures.pop(model, None)
 
-    def eject(self, *, now: float, model: str | None = None) -> None:
-        """Out for ``ejection_s`` from ``now``: the cluster, or only for ``model``."""
+    def eject(self, *, now: float, model: str | None = None, retry_after_s: float | None = None) -> None:
+        """Out for ``ejection_s`` from ``now``: the cluster, or only for ``model`` (for the
+        ``Retry-After`` of the 503 that completed it when it had one: :func:`ejection_seconds`)."""
         if model is None:
             self.ejected_until = now + self._spec.ejection_s
         else:
-            self._model_ejected_until[model] = now + self._spec.ejection_s
+            self._model_ejected_until[model] = now + ejection_seconds(self._spec, retry_after_s)
             self._model_returned.discard(model)
+
+    def model_ejection_ends(self, model: str) -> float | None:
+        """When this cluster's ejection for ``model`` ends (or ended, its slow start under way);
+        ``None`` when there is none."""
+        return self._model_ejected_until.get(model)
 
     def ejected(self, *, now: float, model: str | None = None) -> bool:
         """Out for failing requests at ``now``: the cluster, or (``model``) the cluster for that model."""
@@ -268,6 +299,7 @@ def record_failure(
     spec: FailoverSpec,
     unreachable: bool = False,
     model: str | None = None,
+    retry_after_s: float | None = None,
 ) -> str | None:
     """Count a failed request at cluster ``name`` and eject it at ``failure_threshold`` in a row,
     within the fleet's bound (the module's rules); the reason an ejection due was not made, else
@@ -275,10 +307,13 @@ def record_failure(
     answered), which no request can cause: the ejection it completes is made whatever the bound
     (several clusters down at once fail over at once, as before the bound). ``model``: a failed
     answer to a request for that model, counted and ejected for that model only (among the clusters
-    serving it); ignored when ``unreachable``. The caller evaluates the fleet afterwards (a
-    cluster's ejection shows as a failover)."""
+    serving it); ignored when ``unreachable``. ``retry_after_s``: that answer's ``Retry-After``
+    (a 503's), how long an ejection it completes lasts (:func:`ejection_seconds`). The caller
+    evaluates the fleet afterwards (a cluster's ejection shows as a failover)."""
     if model is not None and not unreachable:
-        return _record_model_failure(health, clusters, name, model, now=now, spec=spec)
+        return _record_model_failure(
+            health, clusters, name, model, now=now, spec=spec, retry_after_s=retry_after_s
+        )
     if not health[name].count_failure():
         return None
     if unreachable:
@@ -308,6 +343,7 @@ def _record_model_failure(
     *,
     now: float,
     spec: FailoverSpec,
+    retry_after_s: float | None = None,
 ) -> str | None:
     """:func:`record_failure` of a failed answer for ``model``: ejects ``name`` for that model, the
     bound counted among the clusters configured for it."""
@@ -326,5 +362,5 @@ def _record_model_failure(
         for other in peers
     ):
         return f"it is the last available cluster serving model {model!r}"
-    health[name].eject(now=now, model=model)
+    health[name].eject(now=now, model=model, retry_after_s=retry_after_s)
     return None

@@ -719,14 +719,20 @@ async def _route_held(
                 and not _stopped_waiting(result)
             ):
                 if not _busy(result):
-                    router.fleet.record_outcome(cluster.name, ok=False, model=failed_for)
+                    router.fleet.record_outcome(
+                        cluster.name, ok=False, model=failed_for, retry_after_s=_drain_hint(router, result)
+                    )
                 waits.extend(result.response.headers.getall("Retry-After", ()))
                 m.retries.labels(
                     cluster.name, str(result.status) if result.status in (429, 503) else "5xx"
                 ).inc()
                 continue
             router.fleet.record_outcome(
-                cluster.name, ok=result.ok, digest=request_digest(result, raw), model=failed_for
+                cluster.name,
+                ok=result.ok,
+                digest=request_digest(result, raw),
+                model=failed_for,
+                retry_after_s=_drain_hint(router, result),
             )
             found = result.status < 400
             stored = believed(result.response_id, principal) if result.ok else None
@@ -978,6 +984,17 @@ def _stopped_waiting(result: ExchangeResult) -> bool:
     so it is not tried at the next cluster, as tier 1 tries it at no other pod. This router's own
     timeout on a cluster that sent no head (a frozen gateway) is retried as before."""
     return not result.gave_up and result.response.headers.get(ERROR_CODE_HEADER) in STOPPED_WAITING_CODES
+
+
+def _drain_hint(router: GlobalRouter, result: ExchangeResult) -> int | None:
+    """The ``Retry-After`` of a cluster's 503 in seconds (the soonest readable value, at least 1, at
+    most 3600), ``None`` for any other answer or none readable: how long an ejection of the cluster
+    for the request's model that this answer completes lasts, within the bounds of
+    :func:`~igw.global_router.health.ejection_seconds`. Until session s50 it lasted
+    ``ejectionSeconds`` whatever the cluster said."""
+    if result.status != 503:
+        return None
+    return soonest_retry_after(result.response.headers.getall("Retry-After", ()), now=router.wall_clock())
 
 
 def _busy(result: ExchangeResult) -> bool:
@@ -1371,7 +1388,9 @@ def _record_stored_outcome(router: GlobalRouter, cluster: ClusterSpec, result: E
     elif result.error is not None:
         router.fleet.record_outcome(cluster.name, ok=False)
     elif model is not None:
-        router.fleet.record_outcome(cluster.name, ok=False, model=model)
+        router.fleet.record_outcome(
+            cluster.name, ok=False, model=model, retry_after_s=_drain_hint(router, result)
+        )
 
 
 def _observe(
