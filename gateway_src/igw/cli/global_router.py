@@ -9,6 +9,9 @@ Examples::
 
 The configuration (a ``GlobalRouterConfig``) is validated at start-up: exit 2 with every problem
 listed. Replicas are stateless; run several behind a load balancer, all pointing at the same Redis.
+An edit of the file is reloaded: validated as at start, applied where it can be live, the running
+configuration kept when it is invalid (docs/global-router.md); not a configuration read from standard
+input (``--config -``) or from the environment (``IGW_GLOBAL_CONFIG``: the CDK stack's).
 """
 
 from __future__ import annotations
@@ -17,7 +20,10 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import os
 import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from igw.cli.arg_types import (
     EMF_INTERVAL,
@@ -29,6 +35,9 @@ from igw.cli.arg_types import (
 )
 from igw.cli.tracing_flags import add_tracing_options
 
+if TYPE_CHECKING:
+    from igw.gateway.serving import ServerLimits
+
 HELP = "Tier-2 global inference router across clusters and regions (igw global serve)."
 
 EXIT_CONFIG = 2
@@ -36,6 +45,9 @@ MANAGEMENT_PATH = "spec.management.port"
 """The GlobalRouterConfig field of the management port (``--management-port`` overrides it)."""
 SERVER_LIMITS_PATH = "spec.serverLimits"
 """The GlobalRouterConfig field of the client listener's limits (``--drain-seconds`` overrides one)."""
+CONFIG_ENV = "IGW_GLOBAL_CONFIG"
+"""The environment variable the CDK stack passes the configuration in (``cdk/stacks/global_router_stack.py``
+writes it to the file given to ``--config``): set, the file is a copy of it and not reloaded."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -112,13 +124,14 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
+    from igw.gateway.file_watch import file_digest
     from igw.gateway.limits_config import ServerLimitsError, server_limits
     from igw.gateway.log_buffer import BatchedLineHandler
     from igw.gateway.management import ManagementPortError, management_port
     from igw.gateway.redaction import RedactingFormatter, configure_logging
     from igw.gateway.serving import EXIT_LISTEN_FAILED, ListenError
     from igw.gateway.tracing_options import TracingConfigError, tracing_options
-    from igw.global_router.config import GlobalConfigError, load_global_config
+    from igw.global_router.config import GlobalConfigError, GlobalRouterConfig, load_global_config
     from igw.global_router.launch import run_global_router
 
     try:
@@ -133,12 +146,26 @@ def _run(args: argparse.Namespace) -> int:
     configure_logging(
         args.log_level, lambda: BatchedLineHandler(sys.stderr, label="stderr")
     )  # never blocks the loop
+
+    def validate(loaded: GlobalRouterConfig) -> ServerLimits:
+        """The checks beyond the document's own, at start and of each reloaded file."""
+        management_port(loaded.management, args.management_port, serving_port=args.port, path=MANAGEMENT_PATH)
+        return server_limits(loaded.server_limits, {"drain_s": args.drain_seconds}, path=SERVER_LIMITS_PATH)
+
+    from_env = bool(os.environ.get(CONFIG_ENV))
+    watched = None if args.config == "-" or from_env else Path(args.config)
+    try:
+        digest = (
+            None if watched is None else file_digest(watched)
+        )  # before the load: an edit in between is seen
+    except OSError:
+        watched = digest = None  # not a file to watch (a FIFO read once, gone): the load says why
     try:
         config = load_global_config(args.config)
         management = management_port(
             config.management, args.management_port, serving_port=args.port, path=MANAGEMENT_PATH
         )
-        limits = server_limits(config.server_limits, {"drain_s": args.drain_seconds}, path=SERVER_LIMITS_PATH)
+        limits = validate(config)
     except (GlobalConfigError, ManagementPortError, ServerLimitsError) as exc:
         print(f"igw global serve: {exc}", file=sys.stderr)
         return EXIT_CONFIG
@@ -164,6 +191,13 @@ def _run(args: argparse.Namespace) -> int:
             errors = BatchedLineHandler(sys.stderr, label="stderr")
             errors.setFormatter(RedactingFormatter("%(message)s"))
             access.addHandler(errors)
+    if watched is None:
+        logging.getLogger("igw.global_router").info(
+            "configuration read %s: not reloaded; restart the router to change it",
+            f"from {CONFIG_ENV} (a new task definition deploys new tasks)"
+            if from_env
+            else "from standard input",
+        )
     try:
         with contextlib.suppress(KeyboardInterrupt):
             asyncio.run(
@@ -176,6 +210,9 @@ def _run(args: argparse.Namespace) -> int:
                     emf_interval_s=args.emf_interval if args.emf_interval > 0 else None,
                     management_port=management,
                     tracing=tracing,
+                    config_path=watched,
+                    validate=validate,
+                    loaded_digest=digest,
                 )
             )
     except ListenError as exc:  # the machine's state (a port in use), not a usage error: as igw serve

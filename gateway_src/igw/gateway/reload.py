@@ -36,8 +36,6 @@ does at start: a user who edits the file never runs ``igw validate``.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import hashlib
 import logging
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -49,6 +47,7 @@ from igw.config.restart_only import LIVE_SERVER_LIMITS, RESTART_ONLY, SERVER_LIM
 from igw.errors import IgwGatewayError
 from igw.gateway.body_budget import DEFAULT_BYTES as BODY_DEFAULT_BYTES
 from igw.gateway.body_budget import budget_meaning
+from igw.gateway.file_watch import TORN_WRITE_SETTLE_S, PolledFile, file_digest
 from igw.gateway.guards import GuardFactory, RequestGuard, guard_inputs
 from igw.gateway.limits_config import ServerLimitsError, reload_token_room_problem
 from igw.gateway.memory import configured_queue_bytes
@@ -69,10 +68,7 @@ FOLLOWER_POLL_FACTOR = 10
 """A follower (see :attr:`ConfigReloader.follows`) still checks the file itself every this many
 reload intervals: a safety net should a nudge be lost."""
 
-
-TORN_WRITE_SETTLE_S = 0.1
-"""How long after a failed load the file is read again, to tell a file caught while being written
-in place (its content changed meanwhile: checked again next interval) from a broken one."""
+__all__ = ["TORN_WRITE_SETTLE_S", "ConfigReloader", "file_digest"]
 
 
 class GuardReloadError(IgwGatewayError, ValueError):
@@ -84,12 +80,10 @@ class GuardNotReadyError(GuardReloadError):
     configuration, is at fault, so the same file is tried again (:attr:`ConfigReloader.retrying`)."""
 
 
-def file_digest(path: Path) -> str:
-    """The digest the reloader compares ``path``'s content by (raises ``OSError`` as reading does)."""
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+class ConfigReloader(PolledFile):
+    """An ``igw serve`` gateway's configuration file, reloaded when it changes (the module's
+    docstring); the watching itself is :class:`~igw.gateway.file_watch.PolledFile`'s."""
 
-
-class ConfigReloader:
     def __init__(
         self,
         path: Path,
@@ -114,7 +108,7 @@ class ConfigReloader:
         landed between the load and now (the seconds a process takes to start; with ``--config-map``,
         worker 0's first ConfigMap read writes the file in that time) was taken for the running
         configuration and never applied."""
-        self.path = path
+        super().__init__(path, loaded_digest=loaded_digest, task_name="config reload")
         self.state = state
         self._started_with = restart_only_values(state.runtime.config.extensions)
         """The restart-only extensions this process runs with (:mod:`igw.config.restart_only`)."""
@@ -123,65 +117,25 @@ class ConfigReloader:
         self.guard_ready_timeout_s = guard_ready_timeout_s
         self.max_header_field_bytes = max_header_field_bytes
         self.limit_options = limit_options
-        self._digest = file_digest(path) if loaded_digest is None else loaded_digest
-        self._task: asyncio.Task[None] | None = None
-        self._nudged = asyncio.Event()
         self.follows = False
         """Check when nudged (:meth:`nudge`) rather than every interval (every
         :data:`FOLLOWER_POLL_FACTOR` intervals at the latest): how the workers of an ``igw serve
         --workers`` group other than worker 0 reload, told by worker 0 when the file changed, so all
         of them apply a change within milliseconds of each other instead of up to an interval apart."""
-        self.on_changed: Callable[[], None] | None = None
-        """Called after a check that found the file changed (applied or rejected)."""
         self.retrying = False
         """The file's current content was rejected because its guard did not become ready: the next
         check loads it again although it did not change (every interval, a follower too)."""
 
-    def nudge(self) -> None:
-        """Check the file now (the loop's next turn) instead of at the end of the interval."""
-        self._nudged.set()
-
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="config reload")
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-
-    async def _run(self) -> None:
-        while True:
-            interval = self.state.runtime.settings.config_reload_interval_s
-            waits = interval * FOLLOWER_POLL_FACTOR if self.follows and not self.retrying else interval
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._nudged.wait(), waits)
-            self._nudged.clear()
-            try:
-                changed = await self.check()
-            except Exception as exc:  # the watch must outlive any file: a dead watch is silent
-                changed = self._reject(f"{self.path}: unexpected {type(exc).__name__} while reloading: {exc}")
-            if changed is not None and self.on_changed is not None:
-                self.on_changed()
+    def wait_s(self) -> float:
+        interval = self.state.runtime.settings.config_reload_interval_s
+        return interval * FOLLOWER_POLL_FACTOR if self.follows and not self.retrying else interval
 
     async def check(self) -> bool | None:
         """Reload if the file changed: ``True`` applied, ``False`` rejected, ``None`` unchanged."""
-        try:
-            digest = file_digest(self.path)
-        except OSError as exc:
-            # Reported once, and remembered as the file's state: when it can be read again it is
-            # loaded, even with the running content (which clears the error in /readyz), instead of
-            # an error logged and counted every interval and shown in /readyz for good after the file
-            # came back unchanged (an editor or a deploy script that removes and rewrites it).
-            unreadable = f"{self.path}: cannot be read: {exc}"
-            if unreadable == self._digest:
-                return None
-            self._digest = unreadable
-            return self._reject(unreadable)
-        if digest == self._digest and not self.retrying:
-            return None
         previous = self._digest, self.retrying
-        self._digest = digest
+        digest = self.changed_digest(again=self.retrying)
+        if not isinstance(digest, str):
+            return digest
         self.retrying = False
         new_guard: RequestGuard | None = None
         try:
@@ -207,14 +161,14 @@ class ConfigReloader:
             return None
         except GuardNotReadyError as exc:
             self.retrying = True
-            return self._reject(f"{exc} (tried again every configReloadInterval)")
+            return self.reject(f"{exc} (tried again every configReloadInterval)")
         except (ConfigError, SchedulerConfigError, ValueError) as exc:
             if new_guard is not None:
                 await new_guard.close()
-            if await self._being_written(digest):
+            if await self.being_written(digest):
                 self._digest, self.retrying = previous
                 return None
-            return self._reject(str(exc))
+            return self.reject(str(exc))
         if new_guard is not None:
             old_guard, self.state.guard = self.state.guard, new_guard
             await old_guard.close()
@@ -325,16 +279,7 @@ class ConfigReloader:
                 )
             await asyncio.sleep(_READY_POLL_S)
 
-    async def _being_written(self, digest: str) -> bool:
-        """Whether the file read as ``digest`` has changed after :data:`TORN_WRITE_SETTLE_S`: the
-        failed load may have read it half-written, so it is not rejected but checked again."""
-        await asyncio.sleep(TORN_WRITE_SETTLE_S)
-        try:
-            return file_digest(self.path) != digest
-        except OSError:
-            return False
-
-    def _reject(self, message: str) -> bool:
+    def reject(self, message: str) -> bool:
         self.state.config_error = message
         self.state.metrics.config_reloads.labels("rejected").inc()
         self.state.metrics.config_reload_ok.set(0)

@@ -9,6 +9,7 @@ replica computes the same state from the same shared heartbeats, so replicas nee
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import random
@@ -49,21 +50,16 @@ class Fleet:
         self._rng = rng
         self._metrics = metrics
         self._reader = reader
-        self.clusters: dict[str, ClusterSpec] = {c.name: c for c in config.clusters}
-        self._models = {c.name: frozenset(c.models) for c in config.clusters}
+        self.clusters: dict[str, ClusterSpec] = {}
+        self._models: dict[str, frozenset[str]] = {}
         self._configured_for: dict[str, list[str]] = {}
         """Model -> the names of the clusters configured for it, in the configuration's order (their
         specs read from :attr:`clusters` at each plan): what a request's plan looks at. Until
         session s43 every plan (and every check of a request's model) scanned each cluster's list
         of models: 9.6 ms a request at 1 000 clusters of 256 models, the most a configuration may
         have, for a model one cluster serves (8.5 ms for an unknown model)."""
-        for spec in config.clusters:
-            for model in dict.fromkeys(spec.models):
-                self._configured_for.setdefault(model, []).append(spec.name)
-        self.health: dict[str, ClusterHealth] = {
-            c.name: ClusterHealth(c.name, config.failover, heartbeat_required=config.heartbeats.required)
-            for c in config.clusters
-        }
+        self.health: dict[str, ClusterHealth] = {}
+        self._set_clusters(config)
         self.source_up = reader is None
         self._started_at = clock()
         """When this fleet was made: the age ``igw_global_heartbeat_age_seconds`` gives a cluster
@@ -101,6 +97,46 @@ class Fleet:
         the fleet's last one was seen (the fleet's clock, the time excused deducted)."""
         self._kept: frozenset[str] = frozenset()
         """The clusters whose staleness is suspended while :attr:`silent_since` is set."""
+        self.evaluate()
+
+    def _set_clusters(self, config: GlobalRouterConfig) -> None:
+        """Take ``config``'s clusters: a cluster kept keeps its health (its heartbeat, a drain, its
+        slow start), a new one starts as one does at the router's start."""
+        self.clusters = {c.name: c for c in config.clusters}
+        self._models = {c.name: frozenset(c.models) for c in config.clusters}
+        configured_for: dict[str, list[str]] = {}
+        for spec in config.clusters:
+            for model in dict.fromkeys(spec.models):
+                configured_for.setdefault(model, []).append(spec.name)
+        self._configured_for = configured_for
+        self.health = {
+            c.name: self.health.get(c.name)
+            or ClusterHealth(c.name, config.failover, heartbeat_required=config.heartbeats.required)
+            for c in config.clusters
+        }
+
+    def reconfigure(self, config: GlobalRouterConfig) -> None:
+        """Route by ``config`` from now on (a hot reload: :mod:`igw.global_router.reload`): its
+        clusters (added, removed, endpoints, models, weights, costs) and ``spec.routing``. Its
+        ``failover`` and ``heartbeats`` must be the running ones (restart-only: each cluster's
+        health and the heartbeat reader hold them). A removed cluster's series of this fleet's
+        gauges are removed; its requests in flight finish, their outcomes not counted."""
+        before = dict(self.clusters)
+        self.config = config
+        self._set_clusters(config)
+        if self._reader is not None:
+            self._reader.set_clusters(list(self.clusters))
+        m = self._metrics
+        for name, spec in before.items():
+            now = self.clusters.get(name)
+            if now is None or now.region != spec.region:
+                with contextlib.suppress(KeyError):
+                    m.available.remove(name, spec.region)
+            if now is None:
+                for gauge in (m.ramp, m.heartbeat_age, m.heartbeat_unread):
+                    with contextlib.suppress(KeyError):
+                        gauge.remove(name)
+        self._kept &= frozenset(self.clusters)
         self.evaluate()
 
     @property
@@ -153,7 +189,8 @@ class Fleet:
                 for name in self.health:
                     self._metrics.heartbeat_unread.labels(name).set(1 if name in unread else 0)
                 for name, beat in beats.items():
-                    self.health[name].observe_heartbeat(beat, now=now, malformed=name in malformed)
+                    if (known := self.health.get(name)) is not None:  # not removed while it was read
+                        known.observe_heartbeat(beat, now=now, malformed=name in malformed)
                 self._judge_silence(now)
         self.polled = True
         self.evaluate()
@@ -307,7 +344,9 @@ class Fleet:
         too is the request's fault, counted at neither. ``retry_after_s``: the failed answer's
         ``Retry-After`` (a 503's): how long an ejection for ``model`` it completes lasts, bounded
         (:func:`~igw.global_router.health.ejection_seconds`)."""
-        health = self.health[cluster]
+        health = self.health.get(cluster)
+        if health is None:  # removed by a reload while its request was in flight
+            return
         if ok:
             health.record_success(model)
             return
@@ -347,7 +386,8 @@ class Fleet:
         counted): the failure counted against each other one is taken back, and the operator is told
         once (never the body)."""
         for name in clusters - {failing}:
-            self.health[name].take_back_failure(model)
+            if (health := self.health.get(name)) is not None:  # else removed by a reload since
+                health.take_back_failure(model)
         self._metrics.request_faults.inc()
         log.warning(
             "a request failed at clusters %s alike: taken for the request's fault (counted at none of "
@@ -420,7 +460,10 @@ def _configured_beats(
 ) -> dict[str, Heartbeat | None]:
     """Each cluster's heartbeat in ``beats`` less what its cluster is not configured for
     (``models``: each cluster's configured models; :func:`_configured`)."""
-    return {name: None if beat is None else _configured(beat, models[name]) for name, beat in beats.items()}
+    return {
+        name: None if beat is None else _configured(beat, models.get(name, frozenset()))
+        for name, beat in beats.items()
+    }
 
 
 def _configured(beat: Heartbeat, models: frozenset[str]) -> Heartbeat:

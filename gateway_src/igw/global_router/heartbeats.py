@@ -47,7 +47,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Final
 
 from igw.config.redis_client import LuaScript, lean_handshake
@@ -195,6 +195,8 @@ class HeartbeatReader:
         )
         self._password_env = password_env
         self._clusters = tuple(clusters)
+        self._key_prefix = key_prefix
+        self._staleness_s = staleness_s
         self._keys = [f"{key_prefix}{name}" for name in self._clusters]
         self._merges = {name: ReplicaMerge(staleness_s=staleness_s) for name in self._clusters}
         self._clock = clock
@@ -214,6 +216,22 @@ class HeartbeatReader:
         self._refused: set[str] = set()
         """The clusters whose key was too large to read (or of another type) at the last read."""
 
+    def set_clusters(self, clusters: Sequence[str]) -> None:
+        """Read ``clusters``' keys from the next read on (a reloaded ``spec.clusters``): a cluster kept
+        keeps what was learnt of it (its replicas, a lost or refused key), a removed one is
+        forgotten. A read in flight finishes with the clusters it started with."""
+        self._clusters = tuple(clusters)
+        self._keys = [f"{self._key_prefix}{name}" for name in self._clusters]
+        self._merges = {
+            name: self._merges.get(name) or ReplicaMerge(staleness_s=self._staleness_s)
+            for name in self._clusters
+        }
+        kept = set(self._clusters)
+        for names in (self._bad, self._lost, self._draining, self._refused):
+            names &= kept
+        self._bad_fields = {(c, r) for c, r in self._bad_fields if c in kept}
+        self._holding &= kept
+
     @property
     def unread(self) -> frozenset[str]:
         """The clusters whose key was not read at the last :meth:`read`: too large (alone, or the
@@ -229,12 +247,13 @@ class HeartbeatReader:
         """``{cluster: heartbeat or None}`` for every configured cluster, its replicas merged, less
         the clusters whose key the store lost (with others, or across an outage) and that is not
         written again yet (nothing is known of them: the module's docstring)."""
+        clusters, keys, merges = self._clusters, self._keys, self._merges  # as they are when asked
         try:
-            fields = await self._fetch()
+            fields = await self._fetch(keys)
         except HeartbeatSourceDown:
             self._after_outage = True
             raise
-        holding = frozenset(name for name, replicas in zip(self._clusters, fields, strict=True) if replicas)
+        holding = frozenset(name for name, replicas in zip(clusters, fields, strict=True) if replicas)
         vanished = self._holding - holding
         if len(vanished) >= 2 or (vanished and self._after_outage):
             log.error(
@@ -257,16 +276,21 @@ class HeartbeatReader:
         self._refused -= self._lost  # no key to refuse (igw_global_heartbeat_unread)
         # Decoded on a worker thread: one cluster's key may hold MAX_KEY_BYTES of JSON, whose objects
         # take a tenth of a second and more to build and check, and requests wait on the loop.
-        return await asyncio.to_thread(self._decode_all, fields, now=self._clock())
+        return await asyncio.to_thread(self._decode_all, fields, clusters, merges, now=self._clock())
 
     def _decode_all(
-        self, fields: Sequence[dict[str, bytes] | str], *, now: float
+        self,
+        fields: Sequence[dict[str, bytes] | str],
+        clusters: Sequence[str],
+        merges: Mapping[str, ReplicaMerge],
+        *,
+        now: float,
     ) -> dict[str, Heartbeat | None]:
         """Every cluster's documents in ``fields`` (as :meth:`_fetch` returns them) decoded and merged
         at ``now``: :meth:`read`'s answer. Run on a worker thread (one read at a time: the fleet
         polls in one task), so it touches only the reader's own bookkeeping."""
         out: dict[str, Heartbeat | None] = {}
-        for name, replicas in zip(self._clusters, fields, strict=True):
+        for name, replicas in zip(clusters, fields, strict=True):
             if name in self._lost:
                 continue
             if isinstance(replicas, str):  # a key too large to read: drained, as a malformed one
@@ -274,7 +298,7 @@ class HeartbeatReader:
                     log.error("cluster %s: heartbeat key not read (%s); draining it", name, replicas)
                     self._refused.add(name)
                 self._bad.add(name)
-                out[name] = self._merges[name].merge({}, now=now)
+                out[name] = merges[name].merge({}, now=now)
                 continue
             if name in self._refused:
                 self._refused.discard(name)
@@ -293,14 +317,14 @@ class HeartbeatReader:
             elif name in self._bad:
                 log.warning("cluster %s: heartbeat well-formed again", name)
                 self._bad.discard(name)
-            out[name] = merged = self._merges[name].merge(good, now=now)
+            out[name] = merged = merges[name].merge(good, now=now)
             if merged is not None and merged.draining:
                 self._draining.add(name)
             elif merged is not None:
                 self._draining.discard(name)
         return out
 
-    async def _fetch(self) -> list[dict[str, bytes] | str]:
+    async def _fetch(self, keys: Sequence[str]) -> list[dict[str, bytes] | str]:
         """Every cluster's fields (replica name → raw document; a plain-string key as one field), or
         why its key was not read (too many fields or bytes, another type: :data:`_FETCH`)."""
         # deferred: optional dependency: redis is imported only when this feature is configured
@@ -309,7 +333,7 @@ class HeartbeatReader:
         try:
             results = await self._fetch_script(
                 self._client,
-                keys=self._keys,
+                keys=list(keys),
                 args=[MAX_REPLICA_FIELDS, MAX_KEY_BYTES, MAX_READ_FIELDS, MAX_READ_BYTES],
             )
         except (AuthenticationError, AuthorizationError, NoPermissionError) as exc:

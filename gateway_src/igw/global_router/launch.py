@@ -5,15 +5,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from igw.gateway.body_budget import budget_meaning
-from igw.gateway.memory import memory_plan
 from igw.gateway.serving import ServerLimits, serve_app
 from igw.gateway.stop_signals import StopSignals
 from igw.gateway.tracing_options import TracingOptions, ratio_words
-from igw.gateway.worker_count import memory_limit
 from igw.global_router.config import GlobalRouterConfig
+from igw.global_router.reload import RELOAD_INTERVAL_S, GlobalConfigReloader, body_plan
 from igw.global_router.server import ROUTER_KEY, create_global_app, global_management_app
 from igw.redaction import redact_url
 
@@ -56,11 +57,18 @@ async def run_global_router(
     emf_interval_s: float | None = None,
     management_port: int | None = None,
     tracing: TracingOptions | None = None,
+    config_path: Path | None = None,
+    validate: Callable[[GlobalRouterConfig], ServerLimits] | None = None,
+    loaded_digest: str | None = None,
+    reload_interval_s: float = RELOAD_INTERVAL_S,
 ) -> None:
     """``limits``: the client listener's timeouts and bounds (``spec.serverLimits``), its drain period
     and stream grace included. ``management_port``: serve ``/metrics`` and the detailed ``/readyz``
     there, not on ``port`` (opened first and closed last, so the drain stays observable).
-    ``tracing``: export a span per request there (:mod:`igw.global_router.tracing`)."""
+    ``tracing``: export a span per request there (:mod:`igw.global_router.tracing`).
+    ``config_path``: the file ``config`` was read from, reloaded when it changes
+    (:mod:`igw.global_router.reload`; ``validate``: the command line's checks of a reloaded file,
+    ``loaded_digest``: the file's digest taken before ``config`` was read); ``None``: not reloaded."""
     app = create_global_app(
         config,
         region=region,
@@ -70,7 +78,7 @@ async def run_global_router(
     )
     held = limits.max_body_bytes_held
     budget = app[ROUTER_KEY].body_budget
-    plan = memory_plan(memory_limit(), 1, prefix_index=False, flow_queue=False, body_bytes=held or None)
+    plan = body_plan(held)
     log.info("%s", plan.describe())
     if (overcommit := plan.overcommit_warning()) is not None:
         log.warning("%s", overcommit)
@@ -99,6 +107,23 @@ async def run_global_router(
                 len(config.clusters),
                 url,
             )
+            reloader = None
+            if config_path is not None and validate is not None:
+                reloader = GlobalConfigReloader(
+                    app,
+                    config_path,
+                    validate=validate,
+                    loaded_digest=loaded_digest,
+                    interval_s=reload_interval_s,
+                )
+                reloader.start()
+                listeners.push_async_callback(reloader.stop)
+                log.info(
+                    "configuration %s: reloaded when it changes (checked every %gs; restart-only fields "
+                    "are named when an edit changes them)",
+                    config_path,
+                    reload_interval_s,
+                )
             await stop.wait()
             stop_signals.ignore_further()
             router.draining = True

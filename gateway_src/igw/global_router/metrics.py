@@ -170,6 +170,15 @@ class FleetMetrics:
             ["tenant", "model", "limit"],
             registry=r,
         )
+        self.config_reloads = Counter(
+            f"{PREFIX}_config_reloads",
+            "Changes of the configuration file seen by the router's hot reload, by result (applied; "
+            "rejected: the running configuration stays, the reason logged).",
+            ["result"],
+            registry=r,
+        )
+        for result in ("applied", "rejected"):
+            self.config_reloads.labels(result)
         self.requests = Counter(
             f"{PREFIX}_requests",
             "Requests answered, by model and HTTP status.",

@@ -198,6 +198,14 @@ class ClusterPools:
         """``cluster``'s pool (a configured cluster's name)."""
         return self._pools[cluster]
 
+    def ensure(self, clusters: Sequence[str]) -> None:
+        """A pool for each of ``clusters`` that has none yet (a reload's new clusters). A removed
+        cluster's pool stays until the router stops: its requests in flight are using it, and it
+        is the cluster's again should a later reload bring it back."""
+        for name in clusters:
+            if name not in self._pools:
+                self._pools[name] = proxy_session(peer="the cluster", dropped_fields=ORIGIN_FIELDS)
+
     async def close(self) -> None:
         for pool in self._pools.values():
             await pool.close()
@@ -283,6 +291,22 @@ class GlobalRouter:
 
 
 ROUTER_KEY = web.AppKey("igw_global_router", GlobalRouter)
+
+
+def apply_global_config(app: web.Application, config: GlobalRouterConfig) -> None:
+    """Route ``app``'s requests by ``config`` from the next one on: a hot reload
+    (:mod:`igw.global_router.reload`), which passes a configuration whose restart-only fields are
+    the running ones. Its clusters (a new one gets a connection pool), ``spec.routing`` (the body
+    bound included: the listener reads it from the app before any handler) and ``spec.upstream``;
+    a request in flight finishes with the settings it started with where it read them already."""
+    router = app[ROUTER_KEY]
+    router.config = config
+    router.search_timeout_s = min(SEARCH_TIMEOUT_S, config.request_timeout_s)
+    router.replay_keepalive_s = config.replay_keepalive_s
+    app._client_max_size = config.routing.max_request_body_bytes
+    if (pools := app.get(SESSION_KEY)) is not None:
+        pools.ensure([c.name for c in config.clusters])
+    router.fleet.reconfigure(config)
 
 
 def _no_cluster(router: GlobalRouter, message: str) -> web.Response:

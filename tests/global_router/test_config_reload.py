@@ -1,0 +1,178 @@
+"""The router's hot reload of its configuration file (:mod:`igw.global_router.reload`, since session
+s50; before, ``igw global serve`` read the file once and ignored every edit without a word): an edit
+that adds a cluster routes to it, a bad edit keeps the running configuration and is logged naming
+its problems, a restart-only edit is applied but for the fields named in one WARNING."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import yaml
+
+from igw.gateway.serving import serve_app
+from igw.global_router.config import GlobalRouterConfig, load_global_config
+from igw.global_router.reload import GlobalConfigReloader
+from igw.global_router.server import ROUTER_KEY, create_global_app
+from tests.gateway.fake_model_server import FakeModelServer, running
+from tests.global_router.support import MODEL, global_doc, global_serve
+
+
+def _doc(*servers: FakeModelServer, **spec: Any) -> dict[str, Any]:
+    clusters = [
+        {"name": s.name, "region": "east", "endpoint": f"http://{s.key}", "models": [MODEL]} for s in servers
+    ]
+    return global_doc(clusters, heartbeats={"required": False}, **spec)
+
+
+def _write(path: Path, doc: dict[str, Any]) -> None:
+    """As a deploy script or ConfigMap does: a new file renamed over the old one."""
+    fresh = path.with_suffix(".new")
+    fresh.write_text(yaml.safe_dump(doc))
+    fresh.replace(path)
+
+
+def _no_extra_checks(config: GlobalRouterConfig) -> Any:
+    from igw.gateway.limits_config import server_limits
+
+    return server_limits(config.server_limits, {}, path="spec.serverLimits")
+
+
+def _reloads(record: logging.LogRecord) -> bool:
+    return record.name == "igw.global_router.reload"
+
+
+async def _send(http: aiohttp.ClientSession, url: str, n: int) -> None:
+    for _ in range(n):
+        async with http.post(url + "/v1/completions", json={"model": MODEL, "prompt": "hi"}) as resp:
+            assert resp.status == 200, await resp.text()
+            await resp.read()
+
+
+async def _reloaded_router(path: Path) -> tuple[Any, GlobalConfigReloader]:
+    app = create_global_app(load_global_config(path), read_heartbeats=False)
+    return app, GlobalConfigReloader(app, path, validate=_no_extra_checks)
+
+
+async def test_an_edit_that_adds_a_cluster_routes_to_it_and_one_that_removes_a_cluster_stops(
+    tmp_path: Path,
+) -> None:
+    config = tmp_path / "global.yaml"
+    async with running(FakeModelServer("a"), FakeModelServer("b")) as (a, b):
+        _write(config, _doc(a))
+        app, reloader = await _reloaded_router(config)
+        async with serve_app(app, host="127.0.0.1", port=0) as url, aiohttp.ClientSession() as http:
+            await _send(http, url, 4)
+            assert (len(a.received), len(b.received)) == (4, 0)
+            _write(config, _doc(b))  # b added, a removed
+            assert await reloader.check() is True
+            await _send(http, url, 4)
+            assert (len(a.received), len(b.received)) == (4, 4)
+            fleet = app[ROUTER_KEY].fleet
+            assert list(fleet.health) == ["b"]
+            metrics = await (await http.get(url + "/metrics")).text()
+            assert 'igw_global_config_reloads_total{result="applied"} 1.0' in metrics
+            assert 'igw_global_cluster_available{cluster="a"' not in metrics  # its series gone with it
+
+
+async def test_a_bad_edit_keeps_the_running_config_and_logs_its_problems_by_path(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    config = tmp_path / "global.yaml"
+    async with running(FakeModelServer("a"), FakeModelServer("b")) as (a, b):
+        _write(config, _doc(a))
+        app, reloader = await _reloaded_router(config)
+        async with serve_app(app, host="127.0.0.1", port=0) as url, aiohttp.ClientSession() as http:
+            bad = _doc(b, routing={"policy": "cheapest"})
+            bad["spec"]["clusters"][0]["endpoint"] = "ftp://b"
+            _write(config, bad)
+            with caplog.at_level(logging.ERROR, logger="igw.global_router.reload"):
+                assert await reloader.check() is False
+            (line,) = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+            assert "configuration reload rejected, the running configuration stays" in line
+            assert str(config) in line
+            assert "spec.routing.policy" in line
+            assert "spec.clusters[0].endpoint" in line
+            await _send(http, url, 3)
+            assert (len(a.received), len(b.received)) == (3, 0)
+            metrics = await (await http.get(url + "/metrics")).text()
+            assert 'igw_global_config_reloads_total{result="rejected"} 1.0' in metrics
+            assert await reloader.check() is None  # the same bad file: reported once
+            _write(config, _doc(b))  # fixed: applied
+            assert await reloader.check() is True
+            await _send(http, url, 1)
+            assert len(b.received) == 1
+
+
+async def test_a_restart_only_edit_warns_naming_each_field_and_applies_the_rest(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    config = tmp_path / "global.yaml"
+    async with running(FakeModelServer("a")) as (a,):
+        _write(config, _doc(a))
+        app, reloader = await _reloaded_router(config)
+        router = app[ROUTER_KEY]
+        async with serve_app(app, host="127.0.0.1", port=0):
+            edited = _doc(
+                a,
+                routing={"maxAttempts": 5},
+                failover={"ejectionSeconds": 9},
+                serverLimits={"keepAliveTimeout": "30s", "maxBodyBytesHeld": 1048576},
+                accessLog={"enabled": False},
+            )
+            _write(config, edited)
+            with caplog.at_level(logging.INFO, logger="igw.global_router.reload"):
+                assert await reloader.check() is True
+            (warning,) = [
+                r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and _reloads(r)
+            ]
+            assert warning.startswith(
+                "spec.accessLog.enabled, spec.failover.ejectionSeconds, spec.serverLimits.keepAliveTimeout "
+                "changed in "
+            )
+            assert "restart-only, the running values stay until igw global serve restarts" in warning
+            # the live fields applied, the restart-only ones as the process started
+            assert router.config.routing.max_attempts == 5
+            assert router.body_budget.limit == 1048576
+            assert router.config.failover.ejection_s == 5.0
+            assert router.config.access_log.enabled is True
+            assert "keepAliveTimeout" not in router.config.server_limits
+            caplog.clear()
+            _write(config, _doc(a))  # back as started: no warning
+            with caplog.at_level(logging.INFO, logger="igw.global_router.reload"):
+                assert await reloader.check() is True
+            assert not [r for r in caplog.records if r.levelno >= logging.WARNING and _reloads(r)]
+            assert any("back to what this process runs with" in r.getMessage() for r in caplog.records)
+
+
+async def test_igw_global_serve_reloads_its_file_and_routes_to_an_added_cluster(tmp_path: Path) -> None:
+    """The real command: the file watched from the start, an edit applied within the interval."""
+    lines: list[str] = []
+    async with (
+        running(FakeModelServer("a"), FakeModelServer("b")) as (a, b),
+        global_serve(tmp_path, _doc(a), stderr_lines=lines) as url,
+        aiohttp.ClientSession() as http,
+    ):
+        await _send(http, url, 2)
+        _write(tmp_path / "global.yaml", _doc(a, b, failover={"ejectionSeconds": 7}))
+
+        async def applied() -> bool:
+            async with http.get(url + "/metrics") as resp:
+                return 'igw_global_config_reloads_total{result="applied"} 1.0' in await resp.text()
+
+        deadline = asyncio.get_running_loop().time() + 15
+        while not await applied():
+            assert asyncio.get_running_loop().time() < deadline, "the edit was not applied"
+            await asyncio.sleep(0.1)
+        for _ in range(20):
+            await _send(http, url, 1)
+            if b.received:
+                break
+        assert b.received, "no request reached the added cluster"
+    log = "".join(lines)
+    assert "reloaded when it changes" in log
+    assert "spec.failover.ejectionSeconds changed in" in log
