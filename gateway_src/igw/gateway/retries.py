@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 
+from mypy_extensions import mypyc_attr
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -121,6 +122,7 @@ def budget_allows(policy: RetryPolicy, requests_in_flight: int) -> int:
     return max(policy.min_retry_concurrency, requests_in_flight * policy.budget_percent // 100)
 
 
+@mypyc_attr(native_class=False)  # mypyc: it subclasses prometheus_client's, so it stays a Python class
 class RetryBudgetCollector(Collector):
     """``igw_upstream_retries_in_flight{scheduler}`` and ``igw_upstream_retry_budget{scheduler}``,
     read at each scrape: a pool's retries in flight beside what its budget allows at its current
