@@ -10,6 +10,7 @@ import yaml
 from igw.addon import chart, configuration, pins
 from igw.cli.main import build_parser
 from igw.cli.operator import refuse_ignored_options
+from igw.operator import runner
 from igw.operator.dataplane import DataPlaneSettings, desired_objects
 from igw.operator.tls import CLUSTER_ACCESS, KUBE_ACCESS
 
@@ -474,3 +475,28 @@ def test_operator_api_threads_reaches_the_operator_only_when_set() -> None:
     for bad in (0, 257, "many"):
         (problem,) = configuration.problems({"operator": {"apiThreads": bad}})
         assert problem.startswith("operator.apiThreads"), problem
+
+
+@pytest.mark.parametrize(
+    ("election", "grace"),
+    [
+        ({}, 35),  # 15 / 10 / 2: 10 + 5 + 10 + 3 x 1.5 = 29.5 -> 30, + 5
+        (  # the slow-API-server example of docs/operating.md: 10 + 5 + 25 + 3 x 3.75 = 51.25 -> 52, + 5
+            {"leaseDurationSeconds": 40, "renewDeadlineSeconds": 25, "retryPeriodSeconds": 5},
+            57,
+        ),
+    ],
+)
+def test_the_operator_pods_grace_period_covers_its_stop(election: dict[str, int], grace: int) -> None:
+    """The operator pod's ``terminationGracePeriodSeconds`` is derived from ``operator.leaderElection``
+    as the operator computes its longest stop (:func:`runner.stop_bound_s`), so the kubelet never
+    kills a stopping leader before it released its Lease. None was set: the Kubernetes default of
+    30 s left 0.5 s at the defaults and killed the leader at 40 / 25 / 5, whose standby then waited
+    out the whole lease."""
+    values: dict[str, Any] = {"operator": {"leaderElection": election}} if election else {}
+    (deployment,) = [o for o in _objects(values) if o["kind"] == "Deployment"]
+    rendered = deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+    args = build_parser().parse_args(_operator_args(values))
+    assert rendered == grace
+    assert rendered == runner.termination_grace_s(args.renew_deadline, args.retry_period)
+    assert rendered >= runner.stop_bound_s(args.renew_deadline, args.retry_period) + runner.STOP_RESERVE_S

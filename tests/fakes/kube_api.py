@@ -344,8 +344,9 @@ class FakeKubeApiServer:
         """Per request: ``(bearer token or None, method, path)``, to tell clients apart (one token each)."""
         self._cut_off: set[str] = set()
         """Bearer tokens whose requests get no answer (:meth:`cut_off`)."""
-        self._hung: set[str] = set()
-        """Bearer tokens whose requests are held unanswered (:meth:`hang`)."""
+        self._hung: dict[str, Callable[[str, str], bool] | None] = {}
+        """Bearer tokens whose requests are held unanswered (:meth:`hang`), each with the test of
+        ``(method, path)`` a request must pass to be held (``None``: every request)."""
         self._held: set[asyncio.Event] = set()
         """One per request held unanswered; set when the server stops."""
         self.required_token: str | None = None
@@ -517,17 +518,28 @@ class FakeKubeApiServer:
         server (a reset), while every other client is served. :meth:`reconnect` ends it."""
         self._cut_off.add(token)
 
-    def hang(self, token: str) -> None:
+    def hang(self, token: str, *, where: Callable[[str, str], bool] | None = None) -> None:
         """Requests carrying ``token`` are read in full and never answered: the connection stays open
         and silent, as a client sees a black-holed connection (a dropped route, a stuck API server)
         that only its own timeout ends. :meth:`reconnect` ends it for new requests; those held
-        meanwhile stay silent until the server stops (a stuck connection stays stuck)."""
-        self._hung.add(token)
+        meanwhile stay silent until the server stops (a stuck connection stays stuck).
+
+        ``where(method, path)``: hold only the requests it accepts, to hang some calls of a process
+        that sends all of them with one token (an ``igw operator`` subprocess: its Lease calls
+        answered, its passes' calls not)."""
+        self._hung[token] = where
 
     def reconnect(self, token: str) -> None:
         """End :meth:`cut_off` and :meth:`hang` for ``token``."""
         self._cut_off.discard(token)
-        self._hung.discard(token)
+        self._hung.pop(token, None)
+
+    def _holds(self, token: str, request: web.Request) -> bool:
+        """Whether :meth:`hang` holds this request of ``token``."""
+        if token not in self._hung:
+            return False
+        where = self._hung[token]
+        return where is None or where(request.method, request.path)
 
     def forbid(self, *plurals: str) -> None:
         """Answer 403 for these resources (e.g. ``"pods"``), or for everything when none are given."""
@@ -706,7 +718,7 @@ class FakeKubeApiServer:
         if token is not None and token in self._cut_off and request.transport is not None:
             request.transport.close()  # no answer: the client's connection is reset
             return web.Response(status=503)
-        if token is not None and token in self._hung and not self._closing:
+        if token is not None and self._holds(token, request) and not self._closing:
             await request.read()  # the request arrived; no answer ever leaves
             held = asyncio.Event()
             self._held.add(held)

@@ -859,3 +859,97 @@ def test_a_leader_stopped_while_a_pass_call_hangs_still_releases_its_lease(
     assert "stopped: released Lease default/igw-operator" in caplog.messages
     assert _lease(cluster).get("holderIdentity") is None
     assert _writes_by(cluster, "passes", since) == []
+
+
+def _operator_process(kubeconfig: Path, tmp_path: Path, *args: str) -> subprocess.Popen[bytes]:
+    """``igw operator`` in its own process (the interpreter's exit joins its worker threads), logging
+    to ``tmp_path/operator.log``; the dynamic client's discovery cache is kept under ``tmp_path``."""
+    command = [sys.executable, "-m", "igw.cli.main", "operator", "--kubeconfig", str(kubeconfig), *args]
+    with (tmp_path / "operator.log").open("wb") as out:
+        return subprocess.Popen(
+            command, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "TMPDIR": str(tmp_path)}
+        )
+
+
+def _stopped_within(process: subprocess.Popen[bytes], within_s: float) -> tuple[int | None, float]:
+    """SIGTERM ``process``; its exit status (``None``: still running after ``within_s``, then killed)
+    and the seconds it took."""
+    signalled = time.monotonic()
+    process.send_signal(signal.SIGTERM)
+    try:
+        code: int | None = process.wait(within_s)
+    except subprocess.TimeoutExpired:
+        code = None
+        process.kill()
+        process.wait(10)
+    return code, time.monotonic() - signalled
+
+
+def _not_a_lease_call(_method: str, path: str) -> bool:
+    return "/leases" not in path
+
+
+def test_a_leader_process_stopped_while_a_pass_call_hangs_exits_within_its_grace_period(
+    cluster: FakeKubeApiServer, tmp_path: Path
+) -> None:
+    """A real ``igw operator`` leader, SIGTERM while a pass's API call hangs (its Lease calls
+    answered): it exits 0 within :func:`runner.stop_bound_s` (what the chart's operator pod grace
+    period is derived from), having released the Lease, and its pool thread, which the interpreter
+    joins at exit, did not hold the exit past that."""
+    durations = ("--lease-duration", "6", "--renew-deadline", "4", "--retry-period", "1")
+    kubeconfig = cluster.write_kubeconfig(tmp_path / "kubeconfig", token="op")
+    process = _operator_process(
+        kubeconfig, tmp_path, "--lease-namespace", "default", "--identity", "stopped", *durations
+    )
+    try:
+        wait_for(lambda: _lease(cluster).get("holderIdentity") == "stopped", timeout=60, what="the leader")
+        cluster.add(igwc("chat"))
+        wait_condition(cluster, "chat", "GatewayProgrammed", timeout=60)
+        cluster.hang("op", where=_not_a_lease_call)
+        since = len(cluster.callers)
+        cluster.add(igwc("late", model="mistral", app="mistral"))
+        wait_for(
+            lambda: any(who == "op" and "/leases" not in path for who, _, path in cluster.callers[since:]),
+            timeout=30,
+            what="the hung pass call",
+        )
+        bound = runner.stop_bound_s(4, 1)
+        code, took = _stopped_within(process, bound + 10)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(10)
+    log = (tmp_path / "operator.log").read_text(encoding="utf-8", errors="replace")
+    assert code == 0, log[-3000:]
+    assert took <= bound, (took, bound)
+    assert "stopped: released Lease default/igw-operator" in log, log[-3000:]
+    assert _lease(cluster).get("holderIdentity") is None
+
+
+def test_an_unelected_operator_whose_discovery_read_hangs_still_exits_on_sigterm(
+    cluster: FakeKubeApiServer, tmp_path: Path
+) -> None:
+    """``--no-leader-election``: the first pass's API call reads the API's discovery documents, and the
+    API server never answers (``hang`` on ``/version`` alone: kopf's own calls answered). No call had a
+    request timeout without the election's renew deadline, so the worker thread waited for ever
+    holding the discovery lock, and the interpreter, which joins it at exit, never exited after
+    SIGTERM (probed: still running 60 s after it; so with a hung pass call). Each call now waits at
+    most :data:`runner.UNELECTED_CALL_TIMEOUT_S`."""
+    kubeconfig = cluster.write_kubeconfig(tmp_path / "kubeconfig", token="op")
+    process = _operator_process(kubeconfig, tmp_path, "--no-leader-election", "--resync-seconds", "60")
+    try:
+        cluster.hang("op", where=lambda _method, path: path == "/version")
+        cluster.add(igwc("chat"))
+        wait_for(
+            lambda: ("op", "GET", "/version") in cluster.callers, timeout=60, what="the hung discovery read"
+        )
+        # kopf's stop, its handler threads, then the hung call's own timeout (the exit joins it)
+        bound = runner.KOPF_STOP_S + runner.HANDLER_JOIN_S + runner.UNELECTED_CALL_TIMEOUT_S
+        code, took = _stopped_within(process, bound + 10)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(10)
+    log = (tmp_path / "operator.log").read_text(encoding="utf-8", errors="replace")
+    assert code == 0, (took, log[-3000:])
+    assert took <= bound, (took, bound)

@@ -6,11 +6,12 @@ import asyncio
 import contextlib
 import functools
 import logging
+import math
 import os
 import socket
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 import kopf
 
@@ -40,6 +41,47 @@ log = logging.getLogger("igw.operator")
 EXIT_STOPPED = 0
 EXIT_CRASHED = 1
 EXIT_LOST_LEASE = 3
+
+KOPF_STOP_S: Final = 10.0
+"""How long kopf is given to stop once told to (then it is cancelled)."""
+HANDLER_JOIN_S: Final = 5.0
+"""How long kopf's handler threads are waited for once kopf stopped (:func:`_join_handler_threads`)."""
+MIN_CALLS_WAIT_S: Final = 5.0
+"""The shortest wait for running API calls before the Lease is released (:func:`_give_up_lease`)."""
+LEASE_CALLS_AT_RELEASE: Final = 3
+"""Lease calls a release may wait for: a renewal in flight (it holds the lock's mutex), the read and
+the write of the release, each bounded by the election's request timeout."""
+UNELECTED_CALL_TIMEOUT_S: Final = 10.0
+"""Without leader election (``--no-leader-election``), how long one API call (discovery reads too)
+waits for its answer: elected, the renew deadline bounds it (:func:`stop_bound_s`)."""
+STOP_RESERVE_S: Final = 5
+"""Seconds the operator pod's grace period keeps beyond :func:`stop_bound_s`: the loop's and the
+interpreter's own teardown."""
+
+
+def calls_wait_s(renew_deadline_s: float) -> float:
+    """How long a stopping leader waits for API calls still running before giving its Lease up."""
+    return max(MIN_CALLS_WAIT_S, float(renew_deadline_s))
+
+
+def stop_bound_s(renew_deadline_s: float, retry_period_s: float) -> float:
+    """The longest a leader takes from SIGTERM to exit: kopf's stop (:data:`KOPF_STOP_S`), the join
+    of its handler threads (:data:`HANDLER_JOIN_S`), the wait for running API calls (each bounded by
+    the renew deadline it saw when sent: :func:`calls_wait_s`), then the release
+    (:data:`LEASE_CALLS_AT_RELEASE` Lease calls of three quarters of a retry period each).
+
+    At the defaults (10 / 2): 10 + 5 + 10 + 3 x 1.5 = 29.5 s, so the Kubernetes default grace period
+    (30 s) left nothing for the interpreter's exit, and at 40 / 25 / 5 (a slow API server) 51.25 s:
+    the kubelet killed the leader before its release and the standby waited out the whole lease.
+    The chart sets the operator pod's ``terminationGracePeriodSeconds`` to :func:`termination_grace_s`."""
+    release_s = LEASE_CALLS_AT_RELEASE * 0.75 * retry_period_s
+    return KOPF_STOP_S + HANDLER_JOIN_S + calls_wait_s(renew_deadline_s) + release_s
+
+
+def termination_grace_s(renew_deadline_s: float, retry_period_s: float) -> int:
+    """The operator pod's ``terminationGracePeriodSeconds`` (the chart computes the same): the stop
+    (:func:`stop_bound_s`) rounded up, plus :data:`STOP_RESERVE_S`."""
+    return math.ceil(stop_bound_s(renew_deadline_s, retry_period_s)) + STOP_RESERVE_S
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,7 +187,7 @@ async def _take_signals_back(ready: asyncio.Event, stop: asyncio.Event, signals:
     _handle_signals(stop, signals)
 
 
-async def _join_handler_threads(settings: kopf.OperatorSettings, *, within_s: float = 5) -> bool:
+async def _join_handler_threads(settings: kopf.OperatorSettings, *, within_s: float = HANDLER_JOIN_S) -> bool:
     """Shut kopf's handler executor down once kopf has stopped (kopf never does), waiting up to
     ``within_s`` for a handler still running. Its idle worker would otherwise live until the process
     exits without holding back SIGTERM (it started before the command blocks the stop signals), so a
@@ -170,12 +212,16 @@ async def _give_up_lease(election: LeaseElection, kube: Kube, *, quiet: bool, id
     then. With 5 s, a pass's call hung on the API server was still running, and the Lease was left
     to expire (the standby waited out the lease duration). When something may still run, the Lease
     is left to expire, as before."""
-    within_s = max(5.0, float(election.settings.renew_deadline_s))
+    within_s = calls_wait_s(election.settings.renew_deadline_s)
     if quiet and await asyncio.to_thread(kube.quiesce, within_s):
         await election.release()
         return
     log.warning("%s: work may still be running; leaving the Lease to expire", identity)
     election.stop()
+
+
+def _unelected_time_left() -> float:
+    return UNELECTED_CALL_TIMEOUT_S
 
 
 async def _run(options: OperatorOptions, stop: asyncio.Event, stop_signals: tuple[int, ...]) -> int:
@@ -200,7 +246,10 @@ async def _run(options: OperatorOptions, stop: asyncio.Event, stop_signals: tupl
         election = LeaseElection(settings, api_client)
     # Every API call of the leader is fenced: none once its Lease lapsed (LeaseElection.acting).
     fence = None if election is None else election.acting
-    time_left = None if election is None else election.seconds_left  # no call waits past the deadline
+    # No call waits past the deadline; unelected, none waits longer than UNELECTED_CALL_TIMEOUT_S:
+    # with no bound at all, one call the API server never answered kept a worker thread, which the
+    # interpreter joins at exit, so a SIGTERM never ended the process.
+    time_left = _unelected_time_left if election is None else election.seconds_left
     kube = Kube(
         api_client,
         reporting_instance=options.identity,
@@ -278,7 +327,7 @@ async def _run_with(
         log.error("%s: kopf stopped with an error: %r", options.identity, running.exception())
     kopf_stop.set()
     with contextlib.suppress(asyncio.CancelledError, Exception):
-        await asyncio.wait_for(running, 10)
+        await asyncio.wait_for(running, KOPF_STOP_S)
     joined = await _join_handler_threads(settings)
     for background in (resyncing, sweeping):
         if background is not None:

@@ -162,6 +162,19 @@ service.beta.kubernetes.io/aws-load-balancer-target-group-attributes: {{ printf 
 {{- $total }}
 {{- end }}
 
+{{/* The operator pod's terminationGracePeriodSeconds, from operator.leaderElection; the operator's
+igw.operator.runner.termination_grace_s computes the same. After SIGTERM the leader stops kopf
+(10 s at most), joins its handler threads (5 s), waits for its API calls (each ends by the renew
+deadline it saw: max(5, renewDeadlineSeconds)), then releases the Lease (a renewal in flight, the read,
+the write: 3 x 0.75 x retryPeriodSeconds); rounded up, plus 5 s for the exit. Shorter, the kubelet
+kills it before the release and the standby waits out the whole lease. */}}
+{{- define "igw.operatorTerminationGrace" -}}
+{{- $election := .Values.operator.leaderElection }}
+{{- $calls := maxf 5 (float64 $election.renewDeadlineSeconds) }}
+{{- $release := mulf 2.25 (float64 $election.retryPeriodSeconds) }}
+{{- add (int64 (ceil (addf 15 $calls $release))) 5 }}
+{{- end }}
+
 {{/* Gateway-mode shutdown timing as JSON {drain, grace, termination}; the operator's
 igw.operator.shutdown_timing computes the same. preStop sleep, then the drain (serverLimits.drainPeriod,
 else 5 s) not-ready while serving, then the stream grace (serverLimits.streamGrace, else what
