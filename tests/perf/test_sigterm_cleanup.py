@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from igw.cli.main import _exit_on_sigterm
+from igw.cli.main import _stop_on_signal
 
 
 def descendants(pid: int) -> set[int]:
@@ -82,8 +82,8 @@ def test_sigterm_to_a_benchmark_stops_its_children() -> None:
 
 CALLBACK_SCRIPT = """
 import asyncio, os, signal, uvloop
-from igw.cli.main import _exit_on_sigterm
-signal.signal(signal.SIGTERM, _exit_on_sigterm)
+from igw.cli.main import _stop_on_signal
+signal.signal(signal.SIGTERM, _stop_on_signal)
 
 class Client(asyncio.Protocol):
     def __init__(self, done):
@@ -135,5 +135,5 @@ def test_sigterm_while_asyncio_is_still_being_imported_exits_143(monkeypatch: py
     partial = types.ModuleType("asyncio")  # what sys.modules holds while asyncio/__init__ runs
     monkeypatch.setitem(sys.modules, "asyncio", partial)
     with pytest.raises(SystemExit) as stopped:
-        _exit_on_sigterm(signal.SIGTERM, None)
+        _stop_on_signal(signal.SIGTERM, None)
     assert stopped.value.code == 128 + signal.SIGTERM

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import _thread
 import argparse
 import difflib
 import importlib
@@ -97,14 +98,30 @@ SIGTERM_EXIT = 128 + signal.SIGTERM
 SIGINT_EXIT = 128 + signal.SIGINT
 
 
-def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
-    """SIGTERM as ``SystemExit(143)``: raised here, or, while an event loop runs, by the loop between
-    two callbacks. Python runs this handler wherever the main thread happens to be, and inside a
-    transport's callback (uvloop's ``data_received``) the exception is taken for the connection's
-    fatal error: the connection is closed and the command goes on, then fails on the closed
-    connection (exit 1, seen as a flaky test of ``igw perf workers``). A callback's ``SystemExit`` is
-    let out by both asyncio's and uvloop's loops, and ``asyncio.run`` then cancels the tasks so their
-    ``finally`` blocks stop what the command started."""
+STOP_GRACE_S = 1.0
+"""How long a stop signal waits for a running event loop to raise it between two callbacks; past it
+the loop is busy in one callback (a long loop that never awaits) and the signal is raised there."""
+_BUSY: set[int] = set()
+"""Signals whose loop did not raise them within :data:`STOP_GRACE_S`: raised where the main thread is."""
+
+
+def _stop_exception(signum: int) -> BaseException:
+    return KeyboardInterrupt() if signum == signal.SIGINT else SystemExit(128 + signum)
+
+
+def _stop_on_signal(signum: int, frame: FrameType | None) -> None:
+    """SIGTERM as ``SystemExit(143)``, Ctrl-C as ``KeyboardInterrupt``: raised here, or, while an
+    event loop runs, by the loop between two callbacks. Python runs this handler wherever the main
+    thread happens to be, and inside a transport's callback (uvloop's ``data_received``) the exception
+    is taken for the connection's fatal error: the connection is closed and the command goes on, then
+    fails on the closed connection (exit 1, seen as a flaky test of ``igw perf workers``). A callback's
+    ``SystemExit`` or ``KeyboardInterrupt`` is let out by both asyncio's and uvloop's loops, and
+    ``asyncio.run`` then cancels the tasks so their ``finally`` blocks stop what the command started.
+
+    A loop busy in one long callback runs nothing else: asyncio's own Ctrl-C handler (cancel the main
+    task) and a bare ``call_soon`` waited for it, and ``igw perf soak --pods 10**30`` building its pod
+    names ignored Ctrl-C until SIGKILL (before session s50). Past :data:`STOP_GRACE_S` the signal is
+    raised again, where the main thread is, as a second Ctrl-C is by asyncio."""
     # Not imported, or still being imported (the signal came during ``import asyncio``: the module is
     # in sys.modules without get_running_loop yet, and an AttributeError here ended the command in a
     # traceback, exit 1): no loop can be running, and nothing is imported here.
@@ -114,13 +131,41 @@ def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
         loop = None if get_running_loop is None else get_running_loop()
     except RuntimeError:
         loop = None
-    if loop is None:
-        raise SystemExit(SIGTERM_EXIT)
-    loop.call_soon(_raise_sigterm_exit)
+    if loop is None or signum in _BUSY:
+        _BUSY.discard(signum)
+        raise _stop_exception(signum)
+    pending = _PendingStop(signum)
+    loop.call_soon_threadsafe(pending.raise_between_callbacks)
+    timer = threading.Timer(STOP_GRACE_S, pending.raise_in_busy_loop)
+    timer.daemon = True
+    timer.start()
 
 
-def _raise_sigterm_exit() -> None:
-    raise SystemExit(SIGTERM_EXIT)
+class _PendingStop:
+    """One stop signal, raised once: by the loop between two callbacks, or, past the grace, in the busy
+    main thread. The other way then does nothing: a queued raise left behind would interrupt
+    ``asyncio.run`` cancelling the tasks, and their ``finally`` blocks would not all run."""
+
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+        self._lock = threading.Lock()
+        self._taken = False
+
+    def _take(self) -> bool:
+        with self._lock:
+            taken, self._taken = self._taken, True
+        return not taken
+
+    def raise_between_callbacks(self) -> None:
+        if self._take():
+            raise _stop_exception(self.signum)
+
+    def raise_in_busy_loop(self) -> None:
+        if self._take():
+            _BUSY.add(self.signum)
+            _thread.interrupt_main(
+                signal.Signals(self.signum)
+            )  # runs _stop_on_signal again in the main thread
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -156,17 +201,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         for signum, handler in previous.items():
             current = signal.getsignal(signum)
-            if current is _exit_on_sigterm or early_stop.deferring(signum):  # a command may have set its own
+            if current is _stop_on_signal or early_stop.deferring(signum):  # a command may have set its own
                 signal.signal(signum, handler)
         early_stop.drop_held_hangup(hangup_held_before)
 
 
 def _act_on_stop_signals(previous: dict[signal.Signals, Any]) -> None:
-    """From here on SIGTERM raises ``SystemExit(143)`` and SIGINT does what it did before igw started."""
+    """From here on SIGTERM raises ``SystemExit(143)`` and SIGINT ``KeyboardInterrupt``, both through
+    :func:`_stop_on_signal`; a SIGINT igw found ignored (started in the background) stays ignored, and
+    one a caller gave its own handler keeps it."""
     if signal.SIGTERM in previous:
-        signal.signal(signal.SIGTERM, _exit_on_sigterm)
+        signal.signal(signal.SIGTERM, _stop_on_signal)
     if signal.SIGINT in previous:
-        signal.signal(signal.SIGINT, previous[signal.SIGINT])
+        handler = previous[signal.SIGINT]
+        signal.signal(signal.SIGINT, _stop_on_signal if handler is signal.default_int_handler else handler)
 
 
 Command = Callable[[argparse.Namespace], int]
