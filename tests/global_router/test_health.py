@@ -388,3 +388,52 @@ def test_a_model_back_after_its_ejection_slow_starts_and_is_reported_as_a_recove
     fleet.evaluate()
     assert health.ramp(now=clock.now, model=MODEL) == 1.0
     assert len(fleet.transitions) == 2  # reported once
+
+
+def test_repeated_drains_of_a_model_grow_up_to_ten_times_and_start_again_after_a_healthy_period() -> None:
+    """A cluster that keeps failing one model (503s without ``Retry-After``) is out for it
+    ``ejectionSeconds`` x its drains in a row, at most 10 x; back for that long, the next drain is
+    the first again. Until session s50 each drain lasted ``ejectionSeconds`` (5 s): three more
+    requests were spent on it every 5 s, however long it had been failing."""
+    health, specs = fleet("a", "b", models={"a": (MODEL, "other"), "b": (MODEL, "other")})
+    now = 0.0
+    lengths = []
+    for _ in range(MAX_DRAIN_FACTOR + 2):
+        for _ in range(SPEC.failure_threshold):
+            assert record_failure(health, specs, "a", now=now, spec=SPEC, model=MODEL) is None
+        ends = health["a"].model_ejection_ends(MODEL)
+        assert ends is not None
+        lengths.append(ends - now)
+        now = ends + 1.0  # back for a second, then failing again
+    assert (
+        lengths
+        == [SPEC.ejection_s * n for n in range(1, MAX_DRAIN_FACTOR + 1)]
+        + [SPEC.ejection_s * MAX_DRAIN_FACTOR] * 2
+    )
+    # A 503's Retry-After sets the one it completes, and counts in the row.
+    for _ in range(SPEC.failure_threshold):
+        record_failure(health, specs, "a", now=now, spec=SPEC, model=MODEL, retry_after_s=2.0)
+    assert health["a"].model_ejection_ends(MODEL) == now + 2.0
+    # Back long enough (10 x ejectionSeconds after its last drain ended): the next is the first again.
+    now += 2.0 + SPEC.ejection_s * MAX_DRAIN_FACTOR
+    for _ in range(SPEC.failure_threshold):
+        record_failure(health, specs, "a", now=now, spec=SPEC, model=MODEL)
+    assert health["a"].model_ejection_ends(MODEL) == now + SPEC.ejection_s
+    # Another model's row is its own.
+    for _ in range(SPEC.failure_threshold):
+        record_failure(health, specs, "a", now=now, spec=SPEC, model="other")
+    assert health["a"].model_ejection_ends("other") == now + SPEC.ejection_s
+
+
+def test_a_drain_made_again_while_the_model_is_out_does_not_lengthen_the_row() -> None:
+    """Requests sent before a drain that fail late may complete another while the model is still
+    out: it restarts that drain at the same length, not the next one's."""
+    health, specs = fleet("a", "b", "c", "d")
+    for _ in range(SPEC.failure_threshold):
+        record_failure(health, specs, "a", now=0.0, spec=SPEC, model=MODEL)
+    for _ in range(SPEC.failure_threshold):
+        record_failure(health, specs, "a", now=1.0, spec=SPEC, model=MODEL)
+    assert health["a"].model_ejection_ends(MODEL) == 1.0 + SPEC.ejection_s
+    for _ in range(SPEC.failure_threshold):
+        record_failure(health, specs, "a", now=7.0, spec=SPEC, model=MODEL)
+    assert health["a"].model_ejection_ends(MODEL) == 7.0 + 2 * SPEC.ejection_s

@@ -39,6 +39,14 @@ Pure state with an injected clock (the router passes ``now``), so every transiti
   ejected again after ``failure_threshold`` more). Until then every ejection lasted ``ejection_s``:
   a cluster saying ``Retry-After: 30`` while its pool scaled up was tried again after 5 s, three
   more requests spent on it each time (each moved on to the next cluster, a round trip later).
+- **Repeated drains grow** (since session s50): a model's ejection at a cluster lasts ``ejection_s``
+  times its ejections there in a row, at most ``ejection_s`` x :data:`MAX_DRAIN_FACTOR`; once the
+  model has been back there that long after its last ejection, the next is the first again (tier
+  1's pod ejections, Envoy's ``base_ejection_time`` x ejections capped by ``max_ejection_time``). A
+  503's ``Retry-After`` sets the length of the one it completes, as above, and counts in the row.
+  Until then a cluster answering 503 without ``Retry-After`` (or failing) for one model for minutes
+  was drained for ``ejection_s`` each time and spent ``failure_threshold`` more requests every
+  ``ejection_s``.
 - **Slow start**: when a drained cluster becomes available again its share of traffic ramps
   linearly from :data:`RAMP_FLOOR` to 1 over ``slow_start_s`` (:meth:`ClusterHealth.ramp`), so a
   recovering cluster is not hit by a thundering herd. So does a cluster's share of one model's
@@ -71,11 +79,13 @@ MAX_DRAIN_FACTOR: Final = 10
 bounds what a cluster may ask (Envoy's ``max_ejection_time`` default is 10 times its base)."""
 
 
-def ejection_seconds(spec: FailoverSpec, retry_after_s: float | None) -> float:
-    """How long an ejection lasts: ``ejection_s``, or the ``Retry-After`` of the 503 that completed
-    it (``retry_after_s``, ``None`` when it had none that could be read) within the module's bounds."""
+def ejection_seconds(spec: FailoverSpec, retry_after_s: float | None, *, in_a_row: int = 1) -> float:
+    """How long an ejection lasts: ``ejection_s`` times ``in_a_row`` (the ejections of the model here
+    in a row, this one included) up to ``ejection_s`` x :data:`MAX_DRAIN_FACTOR`, or the
+    ``Retry-After`` of the 503 that completed it (``retry_after_s``, ``None`` when it had none that
+    could be read) within the module's bounds."""
     if retry_after_s is None or retry_after_s != retry_after_s:  # none, or NaN
-        return spec.ejection_s
+        return spec.ejection_s * min(max(1, in_a_row), MAX_DRAIN_FACTOR)
     floor = min(MIN_DRAIN_S, spec.ejection_s)
     return min(spec.ejection_s * MAX_DRAIN_FACTOR, max(floor, retry_after_s))
 
@@ -112,6 +122,9 @@ class ClusterHealth:
         """Per model: failed answers in a row (a model of the cluster's configuration: bounded)."""
         self._model_ejected_until: dict[str, float] = {}
         """Per model: when its ejection here ends (kept through the slow start that follows it)."""
+        self._model_drains: dict[str, tuple[int, float]] = {}
+        """Per model: its ejections here in a row and when the last one ends (kept after its slow
+        start: the row goes on; bounded by the configured models)."""
         self._model_returned: set[str] = set()
         """The models whose ejection ended and whose recovery was reported (slow start under way)."""
         self.available_since: float | None = None
@@ -186,13 +199,23 @@ class ClusterHealth:
             self.model_failures.pop(model, None)
 
     def eject(self, *, now: float, model: str | None = None, retry_after_s: float | None = None) -> None:
-        """Out for ``ejection_s`` from ``now``: the cluster, or only for ``model`` (for the
-        ``Retry-After`` of the 503 that completed it when it had one: :func:`ejection_seconds`)."""
+        """Out for ``ejection_s`` from ``now``: the cluster, or only for ``model``, for ``ejection_s``
+        times its ejections here in a row (or for the ``Retry-After`` of the 503 that completed it
+        when it had one: :func:`ejection_seconds`). The row starts again once the model has been back
+        here ``ejection_s`` x :data:`MAX_DRAIN_FACTOR`; an ejection made while the model is still out
+        (requests sent before it failing late) restarts it without lengthening the row."""
         if model is None:
             self.ejected_until = now + self._spec.ejection_s
-        else:
-            self._model_ejected_until[model] = now + ejection_seconds(self._spec, retry_after_s)
-            self._model_returned.discard(model)
+            return
+        in_a_row, ended = self._model_drains.get(model, (0, float("-inf")))
+        if now >= ended:
+            if now - ended >= self._spec.ejection_s * MAX_DRAIN_FACTOR:
+                in_a_row = 0  # back long enough since the last one: the next is the first again
+            in_a_row += 1
+        until = now + ejection_seconds(self._spec, retry_after_s, in_a_row=in_a_row)
+        self._model_drains[model] = (in_a_row, until)
+        self._model_ejected_until[model] = until
+        self._model_returned.discard(model)
 
     def model_ejection_ends(self, model: str) -> float | None:
         """When this cluster's ejection for ``model`` ends (or ended, its slow start under way);
