@@ -24,9 +24,10 @@ from __future__ import annotations
 
 import logging
 import weakref
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
+from multidict import CIMultiDictProxy
 from mypy_extensions import mypyc_attr
 
 from igw.gateway.guards import ANONYMOUS, GuardReadiness, Principal
@@ -127,8 +128,11 @@ class SecurityGuard:
         return self._model_access.allows(principal.claims, model=model)
 
     async def admit(self, principal: Principal, *, model: str, est_tokens: int | None) -> None:
-        if self._limiter is not None:
-            await self._limiter.admit(tenant=principal.tenant, est_tokens=est_tokens)
+        limiter = self._limiter
+        if limiter is not None:
+            limited = limiter.admission(principal.tenant)  # a plain call: a coroutine only when limited
+            if limited is not None:
+                await limiter.admit_limited(*limited, est_tokens)
 
     async def account(
         self,
@@ -140,14 +144,18 @@ class SecurityGuard:
         reserved_tokens: int = 0,
         reservation: str | None = None,
     ) -> None:
-        if self._limiter is not None:
-            await self._limiter.account(
-                tenant=principal.tenant,
-                prompt_tokens=prompt_tokens,
-                completion_tokens=completion_tokens,
-                reserved_tokens=reserved_tokens,
-                reservation=reservation,
-            )
+        limiter = self._limiter
+        if limiter is None:
+            return
+        charge = limiter.usage(  # a plain call: a coroutine only when a token limit applies
+            tenant=principal.tenant,
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
+            reserved_tokens=reserved_tokens,
+            reservation=reservation,
+        )
+        if charge is not None:
+            await limiter.debit(charge)
 
     async def settle(self, *, reservation: str, completion_tokens: int) -> None:
         if self._limiter is not None:
@@ -222,8 +230,15 @@ class SecurityGuard:
         return unauthorized(reason=reason, token_present=token_present)
 
 
-def header_values(headers: Mapping[str, str], name: str) -> list[str]:
-    """Every value of header ``name`` (case-insensitive), from a multidict or a plain mapping."""
+def header_values(headers: Mapping[str, str], name: str) -> Sequence[str]:
+    """Every value of header ``name`` (case-insensitive), from a multidict or a plain mapping.
+
+    A request's headers (the lean server's and aiohttp's) are a ``CIMultiDictProxy``, asked
+    directly: its ``getall`` list is new, so it is answered as it is, without ``getattr`` and a
+    copy (round 28 in docs/gateway.md)."""
+    if type(headers) is CIMultiDictProxy:
+        found: Sequence[str] = headers.getall(name, ())
+        return found
     getall: Any = getattr(headers, "getall", None)
     if getall is not None:
         return list(getall(name, ()))

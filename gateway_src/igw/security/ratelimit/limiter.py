@@ -56,8 +56,12 @@ at the least, and a number Redis's expiry arithmetic represents."""
 
 
 def _charged(tokens: int) -> int:
-    """``tokens`` as one count of a charge: 0 to :data:`MAX_CHARGE_TOKENS`."""
-    return min(max(0, tokens), MAX_CHARGE_TOKENS)
+    """``tokens`` as one count of a charge: 0 to :data:`MAX_CHARGE_TOKENS`. Compared, not
+    ``min(max(...))``: three counts per request, and the builtins' generic argument handling cost
+    more than the rest of this (round 28 in docs/gateway.md)."""
+    if tokens < 0:
+        return 0
+    return tokens if tokens < MAX_CHARGE_TOKENS else MAX_CHARGE_TOKENS
 
 
 _Plan = tuple[TenantLimits, bool, bool]
@@ -66,6 +70,10 @@ _Plan = tuple[TenantLimits, bool, bool]
 
 _Debit = tuple[str, TenantLimits, int]
 """A backend's ``account_all`` debit: bucket key, limits, tokens (a credit when negative)."""
+
+Charge = tuple[list[_Debit], list[tuple[str, str, int]]]
+"""What :meth:`RateLimiter.usage` asks of the backend: the debits and the holds (reservation key,
+tenant key, tokens) of one ``account_all`` call."""
 
 
 def _plan(limits: TenantLimits) -> _Plan:
@@ -277,11 +285,28 @@ class RateLimiter:
         ``est_tokens`` ``None``: a request that generates nothing (a stored response's retrieval)
         is held back by the request limit alone. Before session s37 it needed a token too, so a
         tenant in debt for a background response's bound could not poll for that response."""
+        limited = self.admission(tenant)
+        if limited is None:
+            return
+        key, limits = limited  # admit_limited's body, without a second coroutine
+        index, decision = await self._decide([(self._bucket(key), limits)], est_tokens)
+        self._raise_refused(key, [key], index, decision)
+        self._count_admitted(key)
+
+    def admission(self, tenant: str | None) -> tuple[str, TenantLimits] | None:
+        """:meth:`admit`'s first half, a plain call: ``None`` when no limit applies to the tenant
+        (its request counted admitted), else its key and limits, for :meth:`admit_limited` to
+        decide. The guard calls the two itself, so a request no limit holds back makes no coroutine
+        here (round 28 in docs/gateway.md)."""
         key = self.tenant_key(tenant)
         limits, limited, _ = self._plans.get(key, self._default_plan)
         if not limited:
             self._count_admitted(key)
-            return
+            return None
+        return key, limits
+
+    async def admit_limited(self, key: str, limits: TenantLimits, est_tokens: int | None) -> None:
+        """:meth:`admit`'s second half: :meth:`admission`'s ``key`` and ``limits`` decided."""
         index, decision = await self._decide([(self._bucket(key), limits)], est_tokens)
         self._raise_refused(key, [key], index, decision)
         self._count_admitted(key)
@@ -359,13 +384,15 @@ class RateLimiter:
         """Debit the tenant's token bucket by the tokens a request used, and count them in its
         series; ``reserved_tokens`` are debited, not counted (a bound, not a measurement), and held
         under ``reservation`` (when given: the response's id) for :meth:`settle`."""
-        await self.account_with(
+        charge = self.usage(
             tenant=tenant,
             prompt_tokens=prompt_tokens,
             completion_tokens=completion_tokens,
             reserved_tokens=reserved_tokens,
             reservation=reservation,
         )
+        if charge is not None:
+            await self.debit(charge)
 
     async def account_with(
         self,
@@ -385,14 +412,42 @@ class RateLimiter:
         tenant-wide and the per-model buckets in two round trips after every response, and held a
         background response's two charges in two more (one ``SET`` each): the holds now go in the
         debit's call."""
+        charge = self.usage(
+            tenant=tenant,
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
+            reserved_tokens=reserved_tokens,
+            reservation=reservation,
+            also=also,
+            also_key=also_key,
+        )
+        if charge is not None:
+            await self.debit(charge)
+
+    def usage(
+        self,
+        *,
+        tenant: str | None,
+        prompt_tokens: int,
+        completion_tokens: int,
+        reserved_tokens: int = 0,
+        reservation: str | None = None,
+        also: RateLimiter | None = None,
+        also_key: str = "",
+    ) -> Charge | None:
+        """:meth:`account_with`'s first half, a plain call: the tokens counted in the tenant's
+        series now, and the backend call its limits (and ``also``'s) ask for, ``None`` when none
+        (no token limit applies, or nothing was used): then no coroutine is made at all. The guard
+        calls it and :meth:`debit` itself (one coroutine fewer per request, two when no token limit
+        applies: round 28 in docs/gateway.md)."""
         key = self.tenant_key(tenant)
         prompt_tokens, completion_tokens = _charged(prompt_tokens), _charged(completion_tokens)
         reserved_tokens = _charged(reserved_tokens)
         self._count_tokens(key, prompt_tokens, completion_tokens)
         total = prompt_tokens + completion_tokens + reserved_tokens
         if total == 0:
-            return
-        debits: list[tuple[str, TenantLimits, int]] = []
+            return None
+        debits: list[_Debit] = []
         holds: list[tuple[str, str, int]] = []
         limits, _, counts_tokens = self._plans.get(key, self._default_plan)
         if counts_tokens:
@@ -408,8 +463,13 @@ class RateLimiter:
                 debits.append((also._bucket(other_key), other_limits, total))
                 if reservation is not None and reserved_tokens > 0:
                     holds.append((also._held_at(reservation), other_key, reserved_tokens))
-        if debits:
-            await self._on_backend(lambda b: b.account_all(debits, holds=holds))
+        return (debits, holds) if debits else None
+
+    async def debit(self, charge: Charge) -> None:
+        """:meth:`account_with`'s second half: :meth:`usage`'s answer sent to the backend (else, it
+        being down, to the policy's buckets), in one call."""
+        debits, holds = charge
+        await self._on_backend(lambda b: b.account_all(debits, holds=holds))
 
     async def settle(self, *, reservation: str, completion_tokens: int) -> None:
         """The tokens held under ``reservation`` are settled, once, by ``completion_tokens``: those
@@ -493,6 +553,7 @@ class RateLimiter:
         return metrics.tenant_labels.label(key, named=self._labelled, limit=self._settings.max_tenant_labels)
 
     def _count_tokens(self, key: str, prompt_tokens: int, completion_tokens: int) -> None:
+        """Count charged tokens (:func:`_charged`, 0 or more) in ``key``'s series."""
         m = self._metrics
         if m is not None:
             children = self._tokens.get(key) if is_plain(key) else None  # keyed by label
@@ -504,8 +565,8 @@ class RateLimiter:
                         m.child(m.tenant_tokens, label, "prompt"),
                         m.child(m.tenant_tokens, label, "completion"),
                     )
-            children[0].inc(max(0, prompt_tokens))
-            children[1].inc(max(0, completion_tokens))
+            children[0].inc(prompt_tokens)  # charged counts (_charged): never negative
+            children[1].inc(completion_tokens)
 
     async def close(self) -> None:
         await self._backend.close()

@@ -252,6 +252,11 @@ class LocalBuckets:
         return decision, requests
 
     async def account(self, *, tenant: str, limits: TenantLimits, tokens: int) -> None:
+        self._debit(tenant, limits, tokens)
+
+    def _debit(self, tenant: str, limits: TenantLimits, tokens: int) -> None:
+        """:meth:`account`'s work, a plain call: :meth:`account_all` debits a request's tokens
+        without a coroutine per debit (round 28 in docs/gateway.md)."""
         limits = self._share(limits)
         if limits.tokens_per_minute is None or tokens == 0:
             return
@@ -265,7 +270,7 @@ class LocalBuckets:
         holds: Sequence[tuple[str, str, int]] = (),
     ) -> None:
         for tenant, limits, tokens in debits:
-            await self.account(tenant=tenant, limits=limits, tokens=tokens)
+            self._debit(tenant, limits, tokens)
         for key, tenant, tokens in holds:
             await self.hold(key=key, tenant=tenant, tokens=tokens)
 
