@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from igw.gateway.serving import serve_app
-from igw.global_router.config import GlobalRouterConfig, load_global_config
+from igw.global_router.config import CONFIG_ENV, GlobalRouterConfig, load_global_config
 from igw.global_router.reload import GlobalConfigReloader
 from igw.global_router.server import ROUTER_KEY, create_global_app
 from tests.gateway.fake_model_server import FakeModelServer, running
@@ -101,9 +101,18 @@ async def test_a_bad_edit_keeps_the_running_config_and_logs_its_problems_by_path
             assert (len(a.received), len(b.received)) == (3, 0)
             metrics = await (await http.get(url + "/metrics")).text()
             assert 'igw_global_config_reloads_total{result="rejected"} 1.0' in metrics
+            # as tier 1's: a gauge the alert reads (the counter's increase forgets), /readyz names why
+            assert "igw_global_config_last_reload_successful 0.0" in metrics
+            async with http.get(url + "/readyz") as resp:
+                assert resp.status == 200  # still ready: it serves the running configuration
+                assert "spec.routing.policy" in (await resp.json())["config_reload_error"]
             assert await reloader.check() is None  # the same bad file: reported once
             _write(config, _doc(b))  # fixed: applied
             assert await reloader.check() is True
+            metrics = await (await http.get(url + "/metrics")).text()
+            assert "igw_global_config_last_reload_successful 1.0" in metrics
+            async with http.get(url + "/readyz") as resp:
+                assert "config_reload_error" not in await resp.json()
             await _send(http, url, 1)
             assert len(b.received) == 1
 
@@ -176,3 +185,27 @@ async def test_igw_global_serve_reloads_its_file_and_routes_to_an_added_cluster(
     log = "".join(lines)
     assert "reloaded when it changes" in log
     assert "spec.failover.ejectionSeconds changed in" in log
+
+
+async def test_a_configuration_from_the_environment_is_not_watched_and_the_start_says_so(
+    tmp_path: Path,
+) -> None:
+    """The CDK stack's case: the document in :data:`CONFIG_ENV` (the name the stack imports), written
+    to the file ``--config`` names. That file is a copy, so an edit of it is not reloaded, and the
+    start says where the configuration came from and how to change it."""
+    lines: list[str] = []
+    async with (
+        running(FakeModelServer("a"), FakeModelServer("b")) as (a, b),
+        global_serve(tmp_path, _doc(a), env={CONFIG_ENV: yaml.safe_dump(_doc(a))}, stderr_lines=lines) as url,
+        aiohttp.ClientSession() as http,
+    ):
+        _write(tmp_path / "global.yaml", _doc(b))
+        await asyncio.sleep(2.5)  # over two checks of the default interval: none is made
+        await _send(http, url, 2)
+        assert (len(a.received), len(b.received)) == (2, 0)
+    log = "".join(lines)
+    assert (
+        f"configuration read from {CONFIG_ENV} (a new task definition deploys new tasks): not reloaded; "
+        "restart the router to change it" in log
+    )
+    assert "reloaded when it changes" not in log

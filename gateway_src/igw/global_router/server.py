@@ -247,6 +247,10 @@ class GlobalRouter:
         the client's ``traceparent`` goes to the clusters as it came)."""
         self.draining = False
         """Set on SIGTERM: /readyz answers 503 so the load balancer stops sending first."""
+        self.config_error: str | None = None
+        """Why the configuration file's last change was rejected (the running configuration stays);
+        ``None`` while the router serves the file as it is. ``/readyz`` shows it, as tier 1's
+        ``config_reload_error``; readiness does not depend on it."""
         self.responses = ResponseAffinity()
         """Which cluster stored which Responses API response (its ``id``): a continuation
         (``previous_response_id``) tries that cluster first and a stored response's retrieval goes
@@ -1592,6 +1596,8 @@ def _readiness(router: GlobalRouter) -> tuple[bool, dict[str, object]]:
     ready = ready and guard.ready and not router.draining
     if router.draining:
         detail["draining"] = True
+    if router.config_error is not None:
+        detail["config_reload_error"] = router.config_error
     return ready, detail
 
 
