@@ -53,6 +53,7 @@ from cdk.constructs.removal import (
 )
 from cdk.constructs.service_trust import ecs_task_source_arn, flow_log_source_arn, pin_role
 from cdk.global_router_config import GlobalRouterDeployment
+from igw.global_router.config import CONFIG_ENV
 
 ROUTER_PORT = 8080
 ROUTER_MEMORY_MIB = 2048
@@ -65,7 +66,6 @@ Fleet metrics leave as CloudWatch EMF lines instead."""
 REDIS_PORT = 6380
 """Not Redis's default 6379 (cdk-nag AwsSolutions-AEC5)."""
 TOKEN_ENV = "IGW_REDIS_TOKEN"
-CONFIG_ENV = "IGW_GLOBAL_CONFIG"
 EMF_INTERVAL_S = 60
 """Fleet metrics as CloudWatch EMF on stdout every minute: the awslogs driver sends them to CloudWatch
 Logs, which extracts the metrics (namespace ``InferenceGateway/Global``)."""

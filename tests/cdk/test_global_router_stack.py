@@ -15,6 +15,7 @@ from cdk.global_router_config import EXAMPLE_FILE, GlobalRouterDeploymentError, 
 from igw.checks.inventory import need
 from igw.checks.model import Command, Status
 from igw.checks.sources.cdk_out import load_cdk_out, render
+from igw.global_router.config import CONFIG_ENV
 from tests.cdk.support import cfn_lint
 from tests.checks.helpers import of, run
 
@@ -74,8 +75,10 @@ def test_router_tasks_get_the_validated_config_with_redis_filled_in(
     (task,) = resources(synthesized[1], "AWS::ECS::TaskDefinition")
     (container,) = task["ContainerDefinitions"]
     env = {e["Name"]: e["Value"] for e in container["Environment"]}
-    text = json.dumps(env["IGW_GLOBAL_CONFIG"])
-    assert "rediss://${Redis.PrimaryEndPoint.Address}:6380/0" in render(env["IGW_GLOBAL_CONFIG"])
+    # the variable igw global serve reads as "not reloaded" (one constant for both sides, since s50)
+    assert f'os.environ["{CONFIG_ENV}"]' in container["Command"][0]
+    text = json.dumps(env[CONFIG_ENV])
+    assert "rediss://${Redis.PrimaryEndPoint.Address}:6380/0" in render(env[CONFIG_ENV])
     assert "passwordEnv: IGW_REDIS_TOKEN" in text  # the token stays in the task's environment
     assert "expandvars" not in container["Command"][0]
     assert "igw.use1-a.example.com" in text  # the per-cluster gateway endpoints

@@ -15,9 +15,9 @@ import pytest
 import yaml
 
 from igw.gateway.serving import serve_app
-from igw.global_router.config import GlobalRouterConfig, load_global_config
+from igw.global_router.config import CONFIG_ENV, GlobalRouterConfig, load_global_config
 from igw.global_router.reload import GlobalConfigReloader
-from igw.global_router.server import ROUTER_KEY, create_global_app
+from igw.global_router.server import ROUTER_KEY, SESSION_KEY, ClusterPools, create_global_app
 from tests.gateway.fake_model_server import FakeModelServer, running
 from tests.global_router.support import MODEL, global_doc, global_serve
 
@@ -101,9 +101,18 @@ async def test_a_bad_edit_keeps_the_running_config_and_logs_its_problems_by_path
             assert (len(a.received), len(b.received)) == (3, 0)
             metrics = await (await http.get(url + "/metrics")).text()
             assert 'igw_global_config_reloads_total{result="rejected"} 1.0' in metrics
+            # as tier 1's: a gauge the alert reads (the counter's increase forgets), /readyz names why
+            assert "igw_global_config_last_reload_successful 0.0" in metrics
+            async with http.get(url + "/readyz") as resp:
+                assert resp.status == 200  # still ready: it serves the running configuration
+                assert "spec.routing.policy" in (await resp.json())["config_reload_error"]
             assert await reloader.check() is None  # the same bad file: reported once
             _write(config, _doc(b))  # fixed: applied
             assert await reloader.check() is True
+            metrics = await (await http.get(url + "/metrics")).text()
+            assert "igw_global_config_last_reload_successful 1.0" in metrics
+            async with http.get(url + "/readyz") as resp:
+                assert "config_reload_error" not in await resp.json()
             await _send(http, url, 1)
             assert len(b.received) == 1
 
@@ -176,3 +185,95 @@ async def test_igw_global_serve_reloads_its_file_and_routes_to_an_added_cluster(
     log = "".join(lines)
     assert "reloaded when it changes" in log
     assert "spec.failover.ejectionSeconds changed in" in log
+
+
+async def test_a_configuration_from_the_environment_is_not_watched_and_the_start_says_so(
+    tmp_path: Path,
+) -> None:
+    """The CDK stack's case: the document in :data:`CONFIG_ENV` (the name the stack imports), written
+    to the file ``--config`` names. That file is a copy, so an edit of it is not reloaded, and the
+    start says where the configuration came from and how to change it."""
+    lines: list[str] = []
+    async with (
+        running(FakeModelServer("a"), FakeModelServer("b")) as (a, b),
+        global_serve(tmp_path, _doc(a), env={CONFIG_ENV: yaml.safe_dump(_doc(a))}, stderr_lines=lines) as url,
+        aiohttp.ClientSession() as http,
+    ):
+        _write(tmp_path / "global.yaml", _doc(b))
+        await asyncio.sleep(2.5)  # over two checks of the default interval: none is made
+        await _send(http, url, 2)
+        assert (len(a.received), len(b.received)) == (2, 0)
+    log = "".join(lines)
+    assert (
+        f"configuration read from {CONFIG_ENV} (a new task definition deploys new tasks): not reloaded; "
+        "restart the router to change it" in log
+    )
+    assert "reloaded when it changes" not in log
+
+
+async def test_edits_adding_and_removing_clusters_leave_no_pool_of_a_removed_one_open(tmp_path: Path) -> None:
+    """Since session s50 (round 2): a removed cluster's pool is closed once the requests in flight at
+    its removal have ended; before, each stayed until the router stopped, one per name ever
+    configured (20 edits each adding a cluster and removing the one before left 21 pools)."""
+    config = tmp_path / "global.yaml"
+    async with running(FakeModelServer("a")) as (a,):
+        _write(config, _doc(a))
+        app, reloader = await _reloaded_router(config)
+        async with serve_app(app, host="127.0.0.1", port=0) as url, aiohttp.ClientSession() as http:
+            pools = app[SESSION_KEY]
+            for i in range(20):
+                doc = _doc(a)
+                doc["spec"]["clusters"].append(
+                    {
+                        "name": f"renamed-{i}",
+                        "region": "east",
+                        "endpoint": "http://127.0.0.1:9",
+                        "models": [MODEL],
+                    }
+                )
+                _write(config, doc)
+                assert await reloader.check() is True
+            await asyncio.sleep(0)  # the closers of the pools removed with no request in flight run
+            assert len(pools) == 2  # a's and the last edit's
+            _write(config, _doc(a))
+            assert await reloader.check() is True
+            await _send(http, url, 2)  # a's pool is the same one throughout
+            assert len(pools) == 1
+            with pytest.raises(KeyError):
+                pools.of("renamed-19")
+
+
+async def test_a_removed_clusters_pool_closes_when_the_requests_in_flight_at_its_removal_end() -> None:
+    """The pool stays usable while a request that was in flight at the removal may still try the
+    cluster (its plan named it), and closes when that request ends, or after ``within_s`` at most;
+    a cluster brought back before then takes its pool back."""
+    release = asyncio.Event()
+    request = asyncio.create_task(release.wait())
+    later = asyncio.create_task(asyncio.sleep(3600))
+    pools = ClusterPools(["a", "b"])
+    b = pools.of("b")
+    pools.reconcile(["a"], in_flight=[request], within_s=3600)
+    await asyncio.sleep(0)
+    assert pools.of("b") is b
+    assert len(pools) == 2
+    pools.reconcile(["a", "b"], in_flight=[], within_s=3600)  # back before it closed: the same pool
+    assert pools.of("b") is b
+    pools.reconcile(["a"], in_flight=[request, later], within_s=3600)
+    release.set()
+    await request
+    await asyncio.sleep(0)
+    assert len(pools) == 2  # the other request is still running
+    later.cancel()
+    await asyncio.gather(later, return_exceptions=True)
+    for _ in range(3):
+        await asyncio.sleep(0)
+    assert len(pools) == 1
+    assert b._closed
+    stuck = asyncio.create_task(asyncio.sleep(3600))
+    a_pool = pools.of("a")
+    pools.reconcile(["c"], in_flight=[stuck], within_s=0.05)  # a request outliving maxRequestSeconds
+    await asyncio.sleep(0.3)
+    assert len(pools) == 1
+    assert a_pool._closed
+    stuck.cancel()
+    await pools.close()

@@ -686,6 +686,17 @@ GLOBAL_ALERTS: Final[tuple[Alert, ...]] = (
         "(IgwGlobalBodyBudgetRefusals). Size the field and the task's memory (docs/runbook.md).",
     ),
     Alert(
+        # since session s50 (the router's hot reload): tier 1's IgwConfigReloadRejected, for a router
+        "IgwGlobalConfigReloadRejected",
+        "igw_global_config_last_reload_successful == 0",
+        "10m",
+        "warning",
+        "Router {{ $labels.instance }} serves an older configuration than its file: the last change "
+        "was rejected.",
+        "The running configuration stays; the router's /readyz names the reason (config_reload_error), "
+        "as does its log (configuration reload rejected).",
+    ),
+    Alert(
         # since session s46: before, tier 1's IgwJwksRefreshFailing fired for a router it scraped too
         "IgwGlobalJwksRefreshFailing",
         f'sum by (instance) (increase(igw_jwks_fetch_total{{result="failure"}}[15m]) {_ROUTER}) > 0\n'

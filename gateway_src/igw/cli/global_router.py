@@ -45,9 +45,6 @@ MANAGEMENT_PATH = "spec.management.port"
 """The GlobalRouterConfig field of the management port (``--management-port`` overrides it)."""
 SERVER_LIMITS_PATH = "spec.serverLimits"
 """The GlobalRouterConfig field of the client listener's limits (``--drain-seconds`` overrides one)."""
-CONFIG_ENV = "IGW_GLOBAL_CONFIG"
-"""The environment variable the CDK stack passes the configuration in (``cdk/stacks/global_router_stack.py``
-writes it to the file given to ``--config``): set, the file is a copy of it and not reloaded."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -131,7 +128,7 @@ def _run(args: argparse.Namespace) -> int:
     from igw.gateway.redaction import RedactingFormatter, configure_logging
     from igw.gateway.serving import EXIT_LISTEN_FAILED, ListenError
     from igw.gateway.tracing_options import TracingConfigError, tracing_options
-    from igw.global_router.config import GlobalConfigError, GlobalRouterConfig, load_global_config
+    from igw.global_router.config import CONFIG_ENV, GlobalConfigError, GlobalRouterConfig, load_global_config
     from igw.global_router.launch import run_global_router
 
     try:

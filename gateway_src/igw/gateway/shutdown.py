@@ -39,6 +39,11 @@ class InflightRequests:
     def __len__(self) -> int:
         return len(self._tasks)
 
+    def tasks(self) -> frozenset[asyncio.Task[object]]:
+        """The tasks counted in now (a copy): what a global router's reload waits for before it
+        closes a removed cluster's connection pool."""
+        return frozenset(self._tasks)
+
     def enter(self, task: asyncio.Task[object] | None = None) -> asyncio.Task[object] | None:
         """Count ``task`` in - the task running the request's handler, when the caller has it at hand
         (the lean server's request carries it), else the calling task - and return it, for

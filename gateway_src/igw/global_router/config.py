@@ -24,6 +24,12 @@ from igw.global_router.schema import (
 
 Policy = Literal["latency-first", "cost-first-within-slo"]
 
+CONFIG_ENV = "IGW_GLOBAL_CONFIG"
+"""The environment variable the CDK stack passes the configuration in (``cdk/stacks/global_router_stack.py``
+imports this name and writes the variable to the file it gives ``igw global serve --config``); set, the
+command treats the file as a copy of it and does not reload it. One name for both sides: the command
+told the two cases apart by a literal of its own until session s50."""
+
 
 class GlobalConfigError(ConfigError):
     """A GlobalRouterConfig could not be loaded; ``problems`` names every field at fault."""

@@ -179,6 +179,16 @@ class FleetMetrics:
         )
         for result in ("applied", "rejected"):
             self.config_reloads.labels(result)
+        self.config_reload_ok = Gauge(
+            f"{PREFIX}_config_last_reload_successful",
+            "1 while the router serves its configuration file as it is (unchanged since start, or its "
+            "last change applied); 0 from a rejected reload until a reload is applied.",
+            registry=r,
+        )
+        """Tier 1's ``igw_config_last_reload_successful``: what the counter cannot say, whether the
+        running configuration is the file's *now* (an alert on the counter's increase forgets a
+        rejection once its window passes)."""
+        self.config_reload_ok.set(1)
         self.requests = Counter(
             f"{PREFIX}_requests",
             "Requests answered, by model and HTTP status.",

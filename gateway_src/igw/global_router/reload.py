@@ -164,6 +164,8 @@ class GlobalConfigReloader(PolledFile):
         applied = running_config(config, self._started)
         apply_global_config(self.app, applied)
         self.router.metrics.config_reloads.labels("applied").inc()
+        self.router.metrics.config_reload_ok.set(1)
+        self.router.config_error = None
         log.info(
             "configuration %s reloaded and applied: %d cluster(s), policy %s",
             self.path,
@@ -211,5 +213,7 @@ class GlobalConfigReloader(PolledFile):
 
     def reject(self, message: str) -> bool:
         self.router.metrics.config_reloads.labels("rejected").inc()
+        self.router.metrics.config_reload_ok.set(0)
+        self.router.config_error = message
         log.error("configuration reload rejected, the running configuration stays: %s", message)
         return False

@@ -31,7 +31,7 @@ import functools
 import logging
 import random
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
 from typing import Final
 
 import orjson
@@ -193,20 +193,60 @@ class ClusterPools:
         self._pools = {
             name: proxy_session(peer="the cluster", dropped_fields=ORIGIN_FIELDS) for name in clusters
         }
+        self._retired: dict[str, tuple[UpstreamPool, asyncio.Task[None]]] = {}
+        """A removed cluster's pool, until the requests in flight at its removal have ended (or
+        ``spec.upstream.maxRequestSeconds`` has passed): then closed and dropped."""
+
+    def __len__(self) -> int:
+        """The pools open: the configured clusters' and the removed ones' not yet closed."""
+        return len(self._pools) + len(self._retired)
 
     def of(self, cluster: str) -> UpstreamPool:
-        """``cluster``'s pool (a configured cluster's name)."""
-        return self._pools[cluster]
+        """``cluster``'s pool (a configured cluster's name, or a removed one's while requests that
+        started before its removal may still use it)."""
+        pool = self._pools.get(cluster)
+        return pool if pool is not None else self._retired[cluster][0]
 
-    def ensure(self, clusters: Sequence[str]) -> None:
-        """A pool for each of ``clusters`` that has none yet (a reload's new clusters). A removed
-        cluster's pool stays until the router stops: its requests in flight are using it, and it
-        is the cluster's again should a later reload bring it back."""
+    def reconcile(
+        self, clusters: Sequence[str], *, in_flight: Collection[asyncio.Task[object]], within_s: float
+    ) -> None:
+        """A pool for each of ``clusters`` (a reload's): a new cluster gets one, a cluster brought
+        back takes its pool back if it is not closed yet, and a removed cluster's pool is closed once
+        each request of ``in_flight`` (those running at the reload: only they can have planned the
+        removed cluster) has ended, or after ``within_s`` (``maxRequestSeconds``: no request runs
+        longer) at most. Closing ends the idle connections at once and each connection in use when its
+        answer ends. Until session s50 a removed cluster's pool stayed until the router stopped, so
+        edits adding and removing clusters (renamed, say) left one pool per name ever configured."""
+        wanted = set(clusters)
         for name in clusters:
-            if name not in self._pools:
+            if name in self._pools:
+                continue
+            back = self._retired.pop(name, None)
+            if back is not None:
+                back[1].cancel()
+                self._pools[name] = back[0]
+            else:
                 self._pools[name] = proxy_session(peer="the cluster", dropped_fields=ORIGIN_FIELDS)
+        pending = frozenset(task for task in in_flight if not task.done())
+        for name in [n for n in self._pools if n not in wanted]:
+            pool = self._pools.pop(name)
+            closer = asyncio.create_task(self._close_retired(name, pool, pending, within_s))
+            self._retired[name] = (pool, closer)
+
+    async def _close_retired(
+        self, name: str, pool: UpstreamPool, pending: frozenset[asyncio.Task[object]], within_s: float
+    ) -> None:
+        if pending:
+            await asyncio.wait(pending, timeout=within_s)
+        if (held := self._retired.get(name)) is not None and held[0] is pool:
+            del self._retired[name]
+        await pool.close()
 
     async def close(self) -> None:
+        for pool, closer in self._retired.values():
+            closer.cancel()
+            await pool.close()
+        self._retired.clear()
         for pool in self._pools.values():
             await pool.close()
 
@@ -247,6 +287,10 @@ class GlobalRouter:
         the client's ``traceparent`` goes to the clusters as it came)."""
         self.draining = False
         """Set on SIGTERM: /readyz answers 503 so the load balancer stops sending first."""
+        self.config_error: str | None = None
+        """Why the configuration file's last change was rejected (the running configuration stays);
+        ``None`` while the router serves the file as it is. ``/readyz`` shows it, as tier 1's
+        ``config_reload_error``; readiness does not depend on it."""
         self.responses = ResponseAffinity()
         """Which cluster stored which Responses API response (its ``id``): a continuation
         (``previous_response_id``) tries that cluster first and a stored response's retrieval goes
@@ -298,14 +342,21 @@ def apply_global_config(app: web.Application, config: GlobalRouterConfig) -> Non
     (:mod:`igw.global_router.reload`), which passes a configuration whose restart-only fields are
     the running ones. Its clusters (a new one gets a connection pool), ``spec.routing`` (the body
     bound included: the listener reads it from the app before any handler) and ``spec.upstream``;
-    a request in flight finishes with the settings it started with where it read them already."""
+    a request in flight finishes with the settings it started with where it read them already. A
+    removed cluster's pool is closed once the requests in flight now have ended
+    (:meth:`ClusterPools.reconcile`)."""
     router = app[ROUTER_KEY]
     router.config = config
     router.search_timeout_s = min(SEARCH_TIMEOUT_S, config.request_timeout_s)
     router.replay_keepalive_s = config.replay_keepalive_s
     app._client_max_size = config.routing.max_request_body_bytes
     if (pools := app.get(SESSION_KEY)) is not None:
-        pools.ensure([c.name for c in config.clusters])
+        inflight = app.get(INFLIGHT_KEY)
+        pools.reconcile(
+            [c.name for c in config.clusters],
+            in_flight=() if inflight is None else inflight.tasks(),
+            within_s=config.max_request_s,
+        )
     router.fleet.reconfigure(config)
 
 
@@ -1592,6 +1643,8 @@ def _readiness(router: GlobalRouter) -> tuple[bool, dict[str, object]]:
     ready = ready and guard.ready and not router.draining
     if router.draining:
         detail["draining"] = True
+    if router.config_error is not None:
+        detail["config_reload_error"] = router.config_error
     return ready, detail
 
 
