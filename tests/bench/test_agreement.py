@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import io
 import math
 from collections.abc import Mapping, Sequence
 
 import pytest
+from rich.console import Console
 
 from igw.bench.agreement import compare, ranking, separation, welch_significant
 from igw.bench.results import PolicyRun, ScenarioRun
@@ -99,6 +101,24 @@ def test_single_seed_runs_are_flagged() -> None:
     assert not p99.agrees
     assert p99.single_seed
     assert "tolerance only" in p99.describe()
+
+
+def test_a_pair_one_mode_cannot_separate_is_said_as_such_not_as_ordered_alike() -> None:
+    """The newcomer's walk (session s50): one live seed, the DES's two seeds too noisy for Welch's
+    test. Both orders read ``gw < rr`` by mean; the line said "AGREE (0 pairs ordered alike, 1 tied in
+    a mode)", and on the terminal the one-seed note was gone (rich read ``[...]`` as markup)."""
+    des = _run("des", {"gw": [0.05, 0.05], "rr": [0.02, 1.3]})
+    live = _run("live", {"gw": [0.05], "rr": [0.6]})
+    (p99,) = compare(des, live, metrics=["ttft_p99_s"])
+    line = p99.describe()
+    assert line == (
+        "ttft_p99_s: by mean, DES gw < rr | live gw < rr -> AGREE: no pair in opposite order; of 1 pair, "
+        "0 separated in both modes, in the same order; not separated (within 10% or not significant): "
+        "1 in DES, 0 live (one seed in a mode: tolerance only, no significance test)"
+    )
+    printed = io.StringIO()
+    Console(file=printed, width=1000).print(line)  # as igw bench --check-agreement prints it
+    assert printed.getvalue().strip() == line
 
 
 def test_policies_missing_or_unavailable_in_one_mode_are_left_out() -> None:

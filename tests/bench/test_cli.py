@@ -183,7 +183,7 @@ def test_bracketed_out_and_trace_names_are_printed_as_given(
     argv = ["bench", "--trace", str(trace), "--policies", "round-robin", "--seeds", "1", "--out", str(out)]
     assert main(argv) == 0
     printed = capsys.readouterr().out
-    assert f"reports written to {out}/ (trace-[bold]t.md)" in printed
+    assert f"reports written to {out}/ (trace-[bold]t.md, index.md)" in printed  # index.md named (s50)
     assert "trace-[bold]t (des)" in printed
     assert (out / "trace-[bold]t.json").exists()
 

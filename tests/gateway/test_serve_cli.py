@@ -31,6 +31,29 @@ def test_invalid_config_exits_2_with_every_problem(
     assert "modelName" in err
 
 
+def test_a_refusal_comes_after_the_log_lines_still_queued(capsys: pytest.CaptureFixture[str]) -> None:
+    """A start-up refusal is the last line on stderr: the log lines logged before it and still queued
+    in the writer thread (interval 0.2 s; here an hour, so the race is not left to timing) are written
+    first. Until session s50 ``igw serve --in-cluster --workers auto`` with no cluster printed the
+    error, then worker 0's start-up INFO lines, written at exit."""
+    from igw.cli.serve import _refuse
+    from igw.gateway.log_buffer import BatchedLineHandler
+
+    handler = BatchedLineHandler(sys.stderr, interval_s=3600)
+    root = logging.getLogger()
+    root.addHandler(handler)
+    try:
+        logging.getLogger("igw.gateway").warning("start-up line")
+        _refuse("cannot load cluster credentials")
+    finally:
+        root.removeHandler(handler)
+        handler.close()
+    assert capsys.readouterr().err.splitlines() == [
+        "start-up line",
+        "igw serve: cannot load cluster credentials",
+    ]
+
+
 def test_returning_leaves_no_log_handler_behind(tmp_path: Path) -> None:
     """``igw serve`` installs its access-log writer on stdout; one left behind after an early exit kept
     writing to pytest's closed capture ("Logging error: I/O operation on closed file")."""

@@ -235,6 +235,9 @@ def test_a_worker_group_refuses_to_start_as_one_process_does(tmp_path: Path, ref
     assert_one_line_error(done, needle)
     said = [line for line in done.stderr.splitlines() if line.startswith("igw serve:")]
     assert len(said) == 1, done.stderr
+    # The refusal is the last line: until session s50 worker 0's start-up INFO lines, still queued in
+    # its log writer, came out after it (written at exit), so the error scrolled away above them.
+    assert done.stderr.splitlines()[-1] == said[0], done.stderr
     assert "[worker 1]" not in done.stderr  # no other worker started, so none served or drained
     assert "worker 0 (pid" not in done.stderr  # the refusal is its one line: no exit line after it
 

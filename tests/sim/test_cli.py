@@ -135,6 +135,11 @@ def test_presets_lists_every_preset(capsys: pytest.CaptureFixture[str]) -> None:
     h100 = next(r for r in rows if r["preset"] == "llama-3.1-8b/h100")
     assert h100["num_gpu_blocks"] == 27485
     assert h100["sources"]
+    # The help says what comes out: one array (until session s50 it said "one JSON object per preset",
+    # which reads as JSON lines; a script parsing line by line failed on "[").
+    with pytest.raises(SystemExit):
+        main(["sim", "presets", "--help"])
+    assert "one JSON array of the presets" in " ".join(capsys.readouterr().out.split())
 
 
 @pytest.mark.parametrize(

@@ -41,20 +41,41 @@ class Agreement:
     """Pairs at least one mode cannot separate (within tolerance or not significant)."""
     single_seed: bool = False
     """At least one mode ran one seed: verdicts rest on the tolerance alone, not on a test."""
+    des_unseparated: int = 0
+    """Pairs the DES does not separate (some of :attr:`ties`; the rest the live run does not)."""
+    live_unseparated: int = 0
+    """Pairs the live run does not separate."""
+    tolerance: float = DEFAULT_TOLERANCE
 
     @property
     def agrees(self) -> bool:
         return not self.contradictions
 
     def describe(self) -> str:
+        """One line: each mode's order by seed-mean, then the verdict on the pairs.
+
+        The orders are by mean alone; the verdict counts the pairs each mode *separates* (tolerance
+        and test). Until session s50 a pair one mode could not separate read "AGREE (0 pairs ordered
+        alike, 1 tied in a mode)" under two identical orders - both true, read together a
+        contradiction; now the line says which mode left how many pairs unseparated, and why."""
         des, live = " < ".join(self.des_order), " < ".join(self.live_order)
+        pairs = len(self.confirmed) + len(self.ties) + len(self.contradictions)
         if self.agrees:
-            verdict = f"AGREE ({len(self.confirmed)} pairs ordered alike, {len(self.ties)} tied in a mode)"
+            verdict = (
+                f"AGREE: no pair in opposite order; of {pairs} {'pair' if pairs == 1 else 'pairs'}, "
+                f"{len(self.confirmed)} separated in both modes, in the same order"
+            )
+            if self.ties:
+                verdict += (
+                    f"; not separated (within {self.tolerance:.0%} or not significant): "
+                    f"{self.des_unseparated} in DES, {self.live_unseparated} live"
+                )
         else:
             verdict = "DISAGREE on " + ", ".join(f"{a}/{b}" for a, b in self.contradictions)
         if self.single_seed:
-            verdict += " [one seed in a mode: tolerance only, no significance test]"
-        return f"{self.metric}: DES {des} | live {live} -> {verdict}"
+            # not in [brackets]: rich (the terminal's console) read it as markup and dropped it
+            verdict += " (one seed in a mode: tolerance only, no significance test)"
+        return f"{self.metric}: by mean, DES {des} | live {live} -> {verdict}"
 
 
 def _values(run: ScenarioRun, metric: str, policies: Sequence[str]) -> dict[str, list[float]]:
@@ -135,9 +156,12 @@ def compare(
         bad: list[tuple[str, str]] = []
         confirmed: list[tuple[str, str]] = []
         ties: list[tuple[str, str]] = []
+        unseparated = {"des": 0, "live": 0}
         for a, b in itertools.combinations(both, 2):
             sd = separation(d[a], d[b], tolerance=tolerance)
             sl = separation(lv[a], lv[b], tolerance=tolerance)
+            unseparated["des"] += sd == 0
+            unseparated["live"] += sl == 0
             if sd * sl < 0:
                 bad.append((a, b))
             elif sd * sl > 0:
@@ -153,6 +177,9 @@ def compare(
                 confirmed=tuple(confirmed),
                 ties=tuple(ties),
                 single_seed=any(len(d[n]) < 2 or len(lv[n]) < 2 for n in both),
+                des_unseparated=unseparated["des"],
+                live_unseparated=unseparated["live"],
+                tolerance=tolerance,
             )
         )
     return out

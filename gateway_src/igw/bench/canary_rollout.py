@@ -51,7 +51,12 @@ STICKY_EVERY: Final = 10
 class PhaseResult:
     weight_percent: int
     measured: int = 0
-    """Requests without a sticky key sent after the reload was applied (sticky ones are checked apart)."""
+    """Requests without a sticky key answered among the first ``requests_per_phase`` of them sent
+    after the reload was applied (sticky ones are checked apart). The sample is fixed when a request
+    is sent, not when it is answered: the progress line and the report count the same requests, and
+    the requests still in flight when the count is reached are neither added afterwards (until
+    session s50 the report counted up to 16 more than the progress line - 1,014 against 1,000, with a
+    different share) nor dropped (the first answered would favour the faster version)."""
     on_new: int = 0
     failed: int = 0
     sent: int = 0
@@ -157,6 +162,10 @@ class _Load:
         self.measuring = False
         self.target = 0
         self.reached = asyncio.Event()
+        self.claimed = 0
+        """Unkeyed requests of this phase's sample sent so far (at most ``target``)."""
+        self.settled = 0
+        """Requests of the sample answered or failed (the phase ends when all ``target`` are)."""
         self.sticky: dict[int, dict[str, set[str]]] = {}
         """Phase weight -> user -> versions seen."""
         self.counter = 0
@@ -164,6 +173,7 @@ class _Load:
     def start_phase(self, phase: PhaseResult, *, target: int) -> None:
         self.phase, self.measuring, self.target = phase, False, target
         self.reached = asyncio.Event()
+        self.claimed = self.settled = 0
 
     async def one(self) -> None:
         phase, measuring = self.phase, self.measuring
@@ -175,25 +185,32 @@ class _Load:
         headers = {STICKY_HEADER: user} if user else {}
         body = {"model": CLIENT_MODEL, "prompt": "hello", "max_tokens": 2}
         phase.sent += 1
+        sampled = measuring and user is None and self.claimed < self.target
+        if sampled:
+            self.claimed += 1
         try:
-            async with self.http.post(self.url + "/v1/completions", json=body, headers=headers) as resp:
-                text = await resp.text()
-                if resp.status != 200:
-                    self._failed(phase, f"HTTP {resp.status}: {text[:200]}")
-                    return
-                served = str(json.loads(text)["model"])
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            self._failed(phase, f"{type(exc).__name__}: {exc}")
-            return
-        if not measuring:  # sent around the switch: either weights may apply
-            return
-        if user is not None:
-            self.sticky.setdefault(phase.weight_percent, {}).setdefault(user, set()).add(served)
-        else:
-            phase.measured += 1
-            phase.on_new += served == NEW
-            if phase is self.phase and phase.measured >= self.target:
-                self.reached.set()
+            try:
+                async with self.http.post(self.url + "/v1/completions", json=body, headers=headers) as resp:
+                    text = await resp.text()
+                    if resp.status != 200:
+                        self._failed(phase, f"HTTP {resp.status}: {text[:200]}")
+                        return
+                    served = str(json.loads(text)["model"])
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                self._failed(phase, f"{type(exc).__name__}: {exc}")
+                return
+            if not measuring:  # sent around the switch: either weights may apply
+                return
+            if user is not None:
+                self.sticky.setdefault(phase.weight_percent, {}).setdefault(user, set()).add(served)
+            elif sampled:
+                phase.measured += 1
+                phase.on_new += served == NEW
+        finally:
+            if sampled and phase is self.phase:  # not a phase ended early (GIVE_UP_FAILURES)
+                self.settled += 1
+                if self.settled >= self.target:
+                    self.reached.set()
 
     def _failed(self, phase: PhaseResult, what: str) -> None:
         phase.failed += 1
@@ -240,7 +257,8 @@ async def run_canary(
                     progress(f"phase {percent} %: measuring {requests_per_phase} requests")
                     await load.reached.wait()
                     share = "-" if phase.share is None else f"{phase.share:.2%}"
-                    progress(f"phase {percent} %: {share} on {NEW}, {phase.failed} failed")
+                    told = f"{share} of {phase.measured} on {NEW}, {phase.failed} failed"
+                    progress(f"phase {percent} %: {told}")
             finally:
                 stop.set()
                 await clients

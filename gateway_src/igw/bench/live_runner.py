@@ -381,7 +381,8 @@ def run_live_cli(
             console.print(scenario_table(des))
             agreements = compare(_renamed_to_live(des), live)
             for a in agreements:
-                console.print(a.describe())
+                # not markup: "[one seed in a mode: ...]" was read as a rich tag and dropped
+                console.print(a.describe(), markup=False)
             live.parameters["agreement_with_des"] = [a.describe() for a in agreements]
             live.parameters["des_equivalents"] = {k: v for k, v in DES_EQUIVALENT.items() if k in routers}
             index.append(write_report(des, out).name)

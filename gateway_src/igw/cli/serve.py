@@ -268,6 +268,21 @@ def run(args: argparse.Namespace) -> int:
                 close_reporting(handler)  # bounded: a stdout nobody reads cannot hold the exit
 
 
+def _refuse(message: str) -> None:
+    """Say ``igw serve: message`` on stderr, after the log lines still queued in the log writers.
+
+    Why: the handlers write from a thread every 0.2 s (:class:`~igw.gateway.log_buffer.BatchedLineHandler`)
+    and the rest at exit, so a refusal printed at once came before the start-up lines logged ahead of
+    it - worker 0 of ``--workers auto`` refusing ``--in-cluster`` without credentials put its INFO
+    lines after the error, which scrolled out of sight. Flushed first, the refusal is the last line.
+    """
+    import logging  # deferred: start-up cost, as in _run
+
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+    print(f"igw serve: {message}", file=sys.stderr)
+
+
 def _run(args: argparse.Namespace) -> int:
     # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
     import asyncio
@@ -294,7 +309,7 @@ def _run(args: argparse.Namespace) -> int:
             trust_parent_sampling=args.otel_trust_parent_sampling,
         )
     except TracingConfigError as exc:
-        print(f"igw serve: {exc}", file=sys.stderr)
+        _refuse(str(exc))
         return EXIT_CONFIG
     # Every line the process logs passes through redaction (tokens, credential headers, JWTs).
     configure_logging(
@@ -320,11 +335,11 @@ def _run(args: argparse.Namespace) -> int:
     try:
         emf_endpoint = endpoint_from(args.emf_endpoint)
     except EmfEndpointError as exc:
-        print(f"igw serve: {exc}", file=sys.stderr)
+        _refuse(str(exc))
         return EXIT_CONFIG
     ignored = _ignored_option(args)  # after the endpoint's own check: a bad value is named first
     if ignored is not None:
-        print(f"igw serve: {ignored}", file=sys.stderr)
+        _refuse(ignored)
         return EXIT_CONFIG
     if emf_endpoint is None:
         logging.getLogger("igw.emf").addHandler(access)  # EMF lines share stdout with the access log
@@ -336,7 +351,7 @@ def _run(args: argparse.Namespace) -> int:
     try:
         role = WorkerRole.from_env()
     except WorkerSetupError as exc:
-        print(f"igw serve: {exc}", file=sys.stderr)
+        _refuse(str(exc))
         return EXIT_CONFIG
     if role is not None:
         # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
@@ -358,21 +373,18 @@ def _run(args: argparse.Namespace) -> int:
         try:  # first: a worker left without its parent would serve the port unsupervised
             stop_with_parent(role.parent)
         except (ParentGoneError, OSError) as exc:
-            print(f"igw serve: worker {role.index}: {exc}", file=sys.stderr)
+            _refuse(f"worker {role.index}: {exc}")
             return EXIT_WORKER_SETUP
     if args.config_map and not args.in_cluster:
-        print("igw serve: --config-map needs --in-cluster", file=sys.stderr)
+        _refuse("--config-map needs --in-cluster")
         return EXIT_CONFIG
     # Both were ignored (a kubeconfig or a --config-maps folder that does not exist is refused while
     # parsing: arg_types.existing_file / existing_directory).
     if args.kubeconfig is not None and not args.in_cluster:
-        print("igw serve: --kubeconfig needs --in-cluster (--endpoints reads no cluster)", file=sys.stderr)
+        _refuse("--kubeconfig needs --in-cluster (--endpoints reads no cluster)")
         return EXIT_CONFIG
     if args.config_maps is not None and args.in_cluster:
-        print(
-            "igw serve: --config-maps needs --endpoints (--in-cluster reads the ConfigMaps from the cluster)",
-            file=sys.stderr,
-        )
+        _refuse("--config-maps needs --endpoints (--in-cluster reads the ConfigMaps from the cluster)")
         return EXIT_CONFIG
     if args.config_map and role is None:  # a worker's parent has already written the file
         # deferred: start-up cost: the kubernetes client loads only for --config-map
@@ -386,7 +398,7 @@ def _run(args: argparse.Namespace) -> int:
                 Path(args.config),
             )
         except (ConfigSyncError, KubeClientError) as exc:
-            print(f"igw serve: {exc}", file=sys.stderr)
+            _refuse(str(exc))
             return EXIT_CONFIG
     # Taken before the load, so that an edit landing after it is seen as one by the hot reload (an
     # unreadable file: the load names why).
@@ -396,7 +408,7 @@ def _run(args: argparse.Namespace) -> int:
     try:
         config = load_gateway_config(args.config)
     except ConfigError as exc:
-        print(f"igw serve: {exc}", file=sys.stderr)
+        _refuse(str(exc))
         return EXIT_CONFIG
     if role is None:  # once per igw serve, not once more by each worker of a group
         # A user who applies the YAML or serves the file never ran igw validate: same notes, logged.
@@ -409,7 +421,7 @@ def _run(args: argparse.Namespace) -> int:
             max_token_bytes=_max_token_bytes(config),
         )
     except ServerLimitsError as exc:
-        print(f"igw serve: {exc}", file=sys.stderr)
+        _refuse(str(exc))
         return EXIT_CONFIG
     # deferred: start-up cost: loaded only when this command runs (igw builds every parser)
     from igw.gateway.management import EXTENSION as MANAGEMENT_EXTENSION
@@ -420,7 +432,7 @@ def _run(args: argparse.Namespace) -> int:
             config.extensions.get(MANAGEMENT_EXTENSION), args.management_port, serving_port=args.port
         )
     except ManagementPortError as exc:
-        print(f"igw serve: {exc}", file=sys.stderr)
+        _refuse(str(exc))
         return EXIT_CONFIG
     try:
         workers = _worker_count(args.workers) if role is None else 1
@@ -441,10 +453,10 @@ def _run(args: argparse.Namespace) -> int:
                 stuck_after_s=args.worker_timeout or None,
             )
     except PortUnavailableError as exc:
-        print(f"igw serve: {exc}", file=sys.stderr)
+        _refuse(str(exc))
         return EXIT_LISTEN_FAILED
     except WorkerSetupError as exc:
-        print(f"igw serve: {exc}", file=sys.stderr)
+        _refuse(str(exc))
         return EXIT_CONFIG
     decision_debug = None
     if args.debug_decisions:
@@ -456,12 +468,12 @@ def _run(args: argparse.Namespace) -> int:
         from igw.gateway.decision_log import MAX_CAPACITY
 
         if not 1 <= args.debug_decisions <= MAX_CAPACITY:
-            print(f"igw serve: --debug-decisions must be 0..{MAX_CAPACITY}", file=sys.stderr)
+            _refuse(f"--debug-decisions must be 0..{MAX_CAPACITY}")
             return EXIT_CONFIG
         try:
             decision_debug = DecisionDebug(args.debug_decisions, os.environ.get(DEBUG_TOKEN_ENV, ""))
         except IgwGatewayError as exc:
-            print(f"igw serve: --debug-decisions: {exc}", file=sys.stderr)
+            _refuse(f"--debug-decisions: {exc}")
             return EXIT_CONFIG
     options = LaunchOptions(
         config_path=args.config,
@@ -493,10 +505,10 @@ def _run(args: argparse.Namespace) -> int:
         with asyncio.Runner(loop_factory=loop_factory) as runner:
             runner.run(run_gateway(config, options))
     except ListenUnavailableError as exc:
-        print(f"igw serve: {exc}", file=sys.stderr)
+        _refuse(str(exc))
         return EXIT_LISTEN_FAILED
     except LaunchError as exc:
-        print(f"igw serve: {exc}", file=sys.stderr)
+        _refuse(str(exc))
         return EXIT_CONFIG
     except KeyboardInterrupt:
         pass

@@ -121,7 +121,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     text = "list GPU/model presets with derived KV capacity and step times"
     presets = sub.add_parser("presets", help=text, description=text)
-    presets.add_argument("--json", action="store_true", help="one JSON object per preset, with sources")
+    presets.add_argument(
+        "--json", action="store_true", help="one JSON array of the presets (an object each, with sources)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
