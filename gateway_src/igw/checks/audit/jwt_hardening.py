@@ -1,10 +1,10 @@
 """IGW-AU205: JWT verification settings in ``spec.extensions.authorization`` are not weakened.
 
 Flags clock skew above 300 s (or not a duration), ``none`` (unsigned tokens) or HMAC algorithms
-alongside a JWKS (key confusion), and forwarding the raw Authorization header upstream (model servers then see bearer tokens in their logs). A
-GlobalRouterConfig's ``spec.authorization`` is read the same way (since session s41), except
-``forwardAuthorization``: there it hands the token to the tier-1 gateways, which may verify it
-themselves (IGW-AU307 grades where that travels in clear).
+alongside a JWKS (key confusion), and forwarding the raw Authorization header upstream (model servers
+then see bearer tokens in their logs). A GlobalRouterConfig's ``spec.authorization`` is read the same
+way (since session s41), except ``forwardAuthorization``: there it hands the token to the tier-1
+gateways, which may verify it themselves (IGW-AU307 grades where that travels in clear).
 """
 
 from __future__ import annotations
