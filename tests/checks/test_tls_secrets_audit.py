@@ -160,6 +160,12 @@ def test_a_host_the_certificate_does_not_name_fails() -> None:
     assert _audit(_secret(_pem(_leaf(), CA), _key_pem(LEAF_KEY)), _ingress([HOST])).status is Status.PASS
 
 
+def test_hosts_that_are_not_a_list_are_not_read_letter_by_letter() -> None:
+    ingress = _ingress([])
+    ingress["spec"]["tls"][0]["hosts"] = HOST  # a YAML slip: a string, not a list
+    assert _audit(_secret(_pem(_leaf(), CA), _key_pem(LEAF_KEY)), ingress).status is Status.PASS
+
+
 def test_no_secret_data_reaches_any_report(tmp_path: Any) -> None:
     key = _key_pem(_rsa(1024))
     docs = [_secret(_pem(_leaf(), CA), key), _secret(b"-----BEGIN CERTIFICATE-----\nx\n", key, name="bad")]

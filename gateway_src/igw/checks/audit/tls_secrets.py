@@ -201,7 +201,9 @@ def _served_hosts(ingresses: list[Mapping[str, Any]]) -> dict[tuple[str, str], l
         for entry in spec(ingress).get("tls") or []:
             if isinstance(entry, Mapping) and entry.get("secretName"):
                 key = (namespace_of(ingress), str(entry["secretName"]))
-                hosts.setdefault(key, []).extend(str(h) for h in entry.get("hosts") or [])
+                listed = entry.get("hosts")
+                names = listed if isinstance(listed, list) else []  # a string is no list of hosts
+                hosts.setdefault(key, []).extend(str(h) for h in names)
     return hosts
 
 
