@@ -289,6 +289,20 @@ CORPUS: list[tuple[str, Callable[[Docs], None], Command, set[tuple[str, str, str
         Command.AUDIT,
         {("IGW-AU205", "FAIL", "HIGH")},
     ),
+    # unsigned tokens, and a skew written as a number of seconds, passed as "defaults or stricter"
+    # until session s50 (the schema refuses both; the audit reads manifests nothing validated)
+    (
+        "alg-none",
+        lambda d: _igwc(d)["spec"]["extensions"]["authorization"].update(algorithms=["RS256", "None"]),
+        Command.AUDIT,
+        {("IGW-AU205", "FAIL", "HIGH")},
+    ),
+    (
+        "clock-skew-a-day-in-seconds",
+        lambda d: _igwc(d)["spec"]["extensions"]["authorization"].update(clockSkew=86400),
+        Command.AUDIT,
+        {("IGW-AU205", "FAIL", "MEDIUM")},
+    ),
     # a token is accepted for as long as its own exp says (Envoy's default too; session s40)
     (
         "token-lifetime-unbounded",

@@ -37,6 +37,7 @@ KINDS = (
     "InferenceGatewayConfig",
     "GlobalRouterConfig",
     "Certificate",
+    "Secret",
     "ServiceAccount",
 )
 """Kinds every source tries to provide (other kinds in a manifest directory are ignored)."""

@@ -8,11 +8,25 @@ not read it: API unreachable or forbidden) - only the latter makes the run incom
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from enum import Enum, StrEnum
 from typing import Final
 
 from igw.redaction import redact_value
+
+_UNPRINTABLE: Final = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff\ufffe\uffff]"
+)
+
+
+def printable(text: str) -> str:
+    """``text`` with control characters written out as ``\\xNN``/``\\uNNNN`` escapes (newline and tab kept).
+
+    A report quotes names and values of the scanned source, which an untrusted change can set: an
+    ANSI escape (``\\x1b[2J``), a carriage return or a bidirectional override in a manifest's name went
+    to the terminal as written, and a C0 control made the JUnit file not XML (XML 1.0 admits none)."""
+    return _UNPRINTABLE.sub(lambda m: ascii(m.group())[1:-1], text)
 
 
 class Severity(Enum):
@@ -119,9 +133,9 @@ class Result:
         # such a token whole.
         # The resource is a name the check wrote (``IAM role <logical ID>``): CDK's logical IDs and
         # AWS's type names, token-like to the redaction, stay readable there and nowhere else.
-        object.__setattr__(self, "resource", redact_value(self.resource, identifiers=True))
-        object.__setattr__(self, "message", redact_value(self.message))
-        object.__setattr__(self, "remediation", redact_value(self.remediation))
+        object.__setattr__(self, "resource", printable(redact_value(self.resource, identifiers=True)))
+        object.__setattr__(self, "message", printable(redact_value(self.message)))
+        object.__setattr__(self, "remediation", printable(redact_value(self.remediation)))
 
     @property
     def is_finding(self) -> bool:

@@ -45,6 +45,7 @@ from igw.checks.audit import (
     tier_auth_withheld,
     tier_identity_match,
     tier_token_to_pods,
+    tls_secrets,
     tls_termination,
 )
 from igw.checks.framework import Check
@@ -104,6 +105,7 @@ AUDIT: Final[tuple[Check, ...]] = (
     lb_tls_policy.CHECK,
     certificates.CHECK,
     certificate_names.CHECK,
+    tls_secrets.CHECK,
     jwt_present.CHECK,
     jwt_https.CHECK,
     jwt_audience.CHECK,

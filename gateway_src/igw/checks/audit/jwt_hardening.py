@@ -1,10 +1,10 @@
 """IGW-AU205: JWT verification settings in ``spec.extensions.authorization`` are not weakened.
 
-Flags clock skew above 300 s, HMAC algorithms alongside a JWKS (key confusion), and forwarding the raw
-Authorization header upstream (model servers then see bearer tokens in their logs). A
-GlobalRouterConfig's ``spec.authorization`` is read the same way (since session s41), except
-``forwardAuthorization``: there it hands the token to the tier-1 gateways, which may verify it
-themselves (IGW-AU307 grades where that travels in clear).
+Flags clock skew above 300 s (or not a duration), ``none`` (unsigned tokens) or HMAC algorithms
+alongside a JWKS (key confusion), and forwarding the raw Authorization header upstream (model servers
+then see bearer tokens in their logs). A GlobalRouterConfig's ``spec.authorization`` is read the same
+way (since session s41), except ``forwardAuthorization``: there it hands the token to the tier-1
+gateways, which may verify it themselves (IGW-AU307 grades where that travels in clear).
 """
 
 from __future__ import annotations
@@ -43,7 +43,15 @@ def _run(ctx: CheckContext, r: Reporter) -> Iterator[Result]:
                     problems.append((Severity.MEDIUM, f"clockSkew {skew_text} exceeds {int(MAX_SKEW_S)}s"))
             except ValueError:
                 problems.append((Severity.MEDIUM, f"clockSkew {skew_text!r} is not a duration"))
-        hmac = [a for a in authz.get("algorithms") or [] if str(a).upper().startswith("HS")]
+        elif skew_text is not None:  # 86400 (seconds?) passed unread before session s50
+            problems.append((Severity.MEDIUM, f"clockSkew {skew_text!r} is not a duration string"))
+        algorithms = authz.get("algorithms") or []
+        unsigned = [a for a in algorithms if str(a).strip().lower() == "none"]
+        if unsigned:
+            problems.append(
+                (Severity.HIGH, f"algorithm {', '.join(map(str, unsigned))} accepts unsigned tokens")
+            )
+        hmac = [a for a in algorithms if str(a).upper().startswith("HS")]
         if hmac:
             problems.append(
                 (Severity.HIGH, f"HMAC algorithms {', '.join(map(str, hmac))} accepted with a JWKS")

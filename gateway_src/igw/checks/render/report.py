@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from igw.checks.inventory import SourceLocation
-from igw.checks.model import CheckMeta, Command, Result, Severity, Status
+from igw.checks.model import CheckMeta, Command, Result, Severity, Status, printable
 from igw.redaction import redact_value
 
 
@@ -57,12 +57,12 @@ def build_report(
     # it. The locations are keyed by the results' (redacted) resources.
     return Report(
         command,
-        redact_value(source),
+        printable(redact_value(source)),
         tuple(checks),
         tuple(results),
         fail_on,
         exit_code,
-        tuple([redact_value(error) for error in source_errors]),
+        tuple([printable(redact_value(error)) for error in source_errors]),
         {redact_value(resource): where for resource, where in (locations or {}).items()},
         default_location,
     )
