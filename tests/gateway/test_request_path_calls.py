@@ -5,11 +5,7 @@ test fails when the cut work comes back; each result is compared with what the l
 from __future__ import annotations
 
 import sys
-from collections import Counter
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from types import FrameType
-from typing import Any
+from collections.abc import Callable
 
 import pytest
 
@@ -18,24 +14,7 @@ from igw.gateway.inference_apis import ANTHROPIC_APIS, InferenceApi
 from igw.gateway.request_body import parse_body
 from igw.gateway.tenant_fields import refused_header
 from igw.gateway.upstream import upstream_header_block
-
-
-@contextmanager
-def counted() -> Iterator[Counter[str]]:
-    """Python calls by code name and C calls by function name (``c:<name>``), in this thread."""
-    calls: Counter[str] = Counter()
-
-    def hook(frame: FrameType, event: str, arg: Any) -> None:
-        if event == "call":
-            calls[frame.f_code.co_name] += 1
-        elif event == "c_call":
-            calls[f"c:{getattr(arg, '__name__', '?')}"] += 1
-
-    sys.setprofile(hook)
-    try:
-        yield calls
-    finally:
-        sys.setprofile(None)
+from tests.call_counts import counted
 
 
 def test_an_api_is_hashed_by_cs_slot_not_a_python_method() -> None:

@@ -7,12 +7,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import sys
-from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
-from types import FrameType
-from typing import Any
 
 import pytest
 from multidict import CIMultiDict, CIMultiDictProxy
@@ -23,25 +17,8 @@ from igw.security.ratelimit.buckets import Bucket, tokens_needed
 from igw.security.ratelimit.limiter import MAX_CHARGE_TOKENS, _charged
 from igw.security.ratelimit.local import LocalBuckets
 from igw.security.settings import TenantLimits
+from tests.call_counts import counted
 from tests.security.helpers import GuardMaker, TokenFactory
-
-
-@contextmanager
-def counted() -> Iterator[Counter[str]]:
-    """Python calls by code name and C calls by function name (``c:<name>``), in this thread."""
-    calls: Counter[str] = Counter()
-
-    def hook(frame: FrameType, event: str, arg: Any) -> None:
-        if event == "call":
-            calls[frame.f_code.co_name] += 1
-        elif event == "c_call":
-            calls[f"c:{getattr(arg, '__name__', '?')}"] += 1
-
-    sys.setprofile(hook)
-    try:
-        yield calls
-    finally:
-        sys.setprofile(None)
 
 
 def proxy(*items: tuple[str, str]) -> CIMultiDictProxy[str]:
