@@ -384,15 +384,13 @@ class RateLimiter:
         """Debit the tenant's token bucket by the tokens a request used, and count them in its
         series; ``reserved_tokens`` are debited, not counted (a bound, not a measurement), and held
         under ``reservation`` (when given: the response's id) for :meth:`settle`."""
-        charge = self.usage(
+        await self.account_with(
             tenant=tenant,
             prompt_tokens=prompt_tokens,
             completion_tokens=completion_tokens,
             reserved_tokens=reserved_tokens,
             reservation=reservation,
         )
-        if charge is not None:
-            await self.debit(charge)
 
     async def account_with(
         self,
