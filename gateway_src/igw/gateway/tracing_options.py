@@ -160,14 +160,18 @@ def _env_ratio(env: Mapping[str, str]) -> float | None:
     raw = env.get(SAMPLE_RATIO_ENV, "").strip()
     if not raw:
         return None
+    return _ratio(raw, f"{SAMPLE_RATIO_ENV} must be a number between 0 and 1")
+
+
+def _ratio(raw: str, refusal: str) -> float:
+    """``raw`` as a fraction from 0 to 1, or :class:`TracingConfigError` saying ``refusal`` and
+    what was given (cut and redacted: a variable may hold anything)."""
     try:
         value = float(raw)
     except ValueError:
         value = math.nan
     if not 0.0 <= value <= 1.0:  # also NaN, inf and words
-        raise TracingConfigError(
-            f"{SAMPLE_RATIO_ENV} must be a number between 0 and 1, got {redact(raw[:40])!r}"
-        )
+        raise TracingConfigError(f"{refusal}, got {redact(raw[:40])!r}")
     return value
 
 
@@ -196,16 +200,9 @@ def env_sampler_ratio(env: Mapping[str, str]) -> float | None:
     raw = env.get(SAMPLER_ARG_ENV, "").strip()
     if not raw:
         return 1.0  # the SDK's default rate
-    try:
-        value = float(raw)
-    except ValueError:
-        value = math.nan
-    if not 0.0 <= value <= 1.0:  # also NaN, inf and words
-        raise TracingConfigError(
-            f"{SAMPLER_ARG_ENV} must be a number between 0 and 1 (the ratio of {SAMPLER_ENV}={name}), "
-            f"got {redact(raw[:40])!r}"
-        )
-    return value
+    return _ratio(
+        raw, f"{SAMPLER_ARG_ENV} must be a number between 0 and 1 (the ratio of {SAMPLER_ENV}={name})"
+    )
 
 
 def _env_trust_parent(env: Mapping[str, str]) -> bool:
