@@ -685,8 +685,9 @@ UNBOUNDED_FLOAT_OPTIONS: dict[str, str] = {
 ``--cv`` from 100 to 1e100 the same run), a 300-digit load in a report, or tracebacks."""
 
 
-def unbounded_float_options(parser: argparse.ArgumentParser) -> list[str]:
-    """``igw <words> <option>`` of every float option whose range has no maximum."""
+def unbounded_options(parser: argparse.ArgumentParser, number: type) -> list[str]:
+    """``igw <words> <option>`` of every ``number`` (``int`` or ``float``) option whose range has no
+    maximum."""
     found = []
     for words, action in _options(parser):
         kind = action.type
@@ -694,19 +695,14 @@ def unbounded_float_options(parser: argparse.ArgumentParser) -> list[str]:
             kind = kind.item
         elif isinstance(kind, NumberOrWord):
             kind = kind.number
-        if isinstance(kind, NumberRange) and kind.kind is float and kind.maximum is None:
+        if isinstance(kind, NumberRange) and kind.kind is number and kind.maximum is None:
             found.append(" ".join([*words, action.option_strings[-1]]))
     return found
 
 
-def test_every_float_option_is_bounded_or_says_why_not() -> None:
-    found = unbounded_float_options(build_parser())
-    assert_none(
-        [name for name in found if name not in UNBOUNDED_FLOAT_OPTIONS], "float options without a maximum"
-    )
-    assert_none(
-        [name for name in UNBOUNDED_FLOAT_OPTIONS if name not in found], "allow-listed options now bounded"
-    )
+def unbounded_float_options(parser: argparse.ArgumentParser) -> list[str]:
+    """``igw <words> <option>`` of every float option whose range has no maximum."""
+    return unbounded_options(parser, float)
 
 
 _UNPROBED_INT = "not yet probed for 0, -1, 2**63 and 10**30 (listed in session s50): bound it once it is"
@@ -773,26 +769,20 @@ million) and ``igw top --decisions`` (0 to 50) have both ends."""
 
 def unbounded_int_options(parser: argparse.ArgumentParser) -> list[str]:
     """``igw <words> <option>`` of every integer option whose range has no maximum."""
-    found = []
-    for words, action in _options(parser):
-        kind = action.type
-        if isinstance(kind, NumberList):
-            kind = kind.item
-        elif isinstance(kind, NumberOrWord):
-            kind = kind.number
-        if isinstance(kind, NumberRange) and kind.kind is int and kind.maximum is None:
-            found.append(" ".join([*words, action.option_strings[-1]]))
-    return found
+    return unbounded_options(parser, int)
 
 
-def test_every_int_option_is_bounded_or_says_why_not() -> None:
-    found = unbounded_int_options(build_parser())
+@pytest.mark.parametrize(
+    ("number", "allowed"),
+    [(float, UNBOUNDED_FLOAT_OPTIONS), (int, UNBOUNDED_INT_OPTIONS)],
+    ids=["float", "int"],
+)
+def test_every_number_option_is_bounded_or_says_why_not(number: type, allowed: dict[str, str]) -> None:
+    found = unbounded_options(build_parser(), number)
     assert_none(
-        [name for name in found if name not in UNBOUNDED_INT_OPTIONS], "integer options without a maximum"
+        [name for name in found if name not in allowed], f"{number.__name__} options without a maximum"
     )
-    assert_none(
-        [name for name in UNBOUNDED_INT_OPTIONS if name not in found], "allow-listed options now bounded"
-    )
+    assert_none([name for name in allowed if name not in found], "allow-listed options now bounded")
 
 
 def test_the_check_sees_an_unbounded_int_option() -> None:
