@@ -322,6 +322,19 @@ def test_certificate_names_cover_ingress_hosts(hosts: list[str], names: list[str
         assert "not in Certificate ml/gw names" in result.message
 
 
+def test_certificate_names_and_hosts_that_are_not_lists_are_not_read_letter_by_letter() -> None:
+    """A string where Kubernetes wants a list (a YAML slip) lists no name: read letter by letter, each
+    letter of ``hosts`` was a host the certificate did not cover (session s50)."""
+    cert = _certificate(None)
+    cert["spec"]["dnsNames"] = "igw.example.com"
+    ingress = _tls_ingress(["igw.example.com"])
+    ingress["spec"]["tls"][0]["hosts"] = "igw.example.com"
+    inventory = inventory_from_documents([cert, ingress], source="t")
+    [check] = select(Command.AUDIT, only=["IGW-AU104"])
+    [result] = run_check(check, CheckContext(inventory=inventory, clock=lambda: NOW))
+    assert (result.status, result.message) == (Status.PASS, "0 host(s) covered by Certificate ml/gw")
+
+
 def test_partially_unreadable_load_balancers_are_not_evaluated(secure_inventory: Inventory) -> None:
     secure_inventory.kube.objects["Service"] = Missing("API forbidden: services", SkipKind.NOT_EVALUATED)
     for check_id in ("IGW-AU102", "IGW-AU301", "IGW-AU302"):

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from igw.checks.audit._hosts import listed_names
 from igw.checks.framework import CheckContext, FunctionCheck, Reporter
 from igw.checks.inventory import need
 from igw.checks.k8s import namespace_of, ref, spec
@@ -38,7 +39,7 @@ def covers(pattern: str, host: str) -> bool:
 
 
 def _names(cert: Mapping[str, Any]) -> list[str]:
-    names = [str(n) for n in spec(cert).get("dnsNames") or []]
+    names = listed_names(spec(cert).get("dnsNames"))
     common = spec(cert).get("commonName")
     return [*names, str(common)] if common else names
 
@@ -55,7 +56,7 @@ def _run(ctx: CheckContext, r: Reporter) -> Iterator[Result]:
             if cert is None:
                 continue
             names = _names(cert)
-            hosts = [str(h) for h in entry.get("hosts") or []]
+            hosts = listed_names(entry.get("hosts"))
             uncovered = [h for h in hosts if not any(covers(n, h) for n in names)]
             resource = f"{ref(ingress)} secret {entry.get('secretName')}"
             if uncovered:

@@ -33,6 +33,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
+from igw.checks.audit._hosts import listed_names
 from igw.checks.audit.certificate_names import covers
 from igw.checks.framework import CheckContext, FunctionCheck, Reporter
 from igw.checks.inventory import need
@@ -201,9 +202,7 @@ def _served_hosts(ingresses: list[Mapping[str, Any]]) -> dict[tuple[str, str], l
         for entry in spec(ingress).get("tls") or []:
             if isinstance(entry, Mapping) and entry.get("secretName"):
                 key = (namespace_of(ingress), str(entry["secretName"]))
-                listed = entry.get("hosts")
-                names = listed if isinstance(listed, list) else []  # a string is no list of hosts
-                hosts.setdefault(key, []).extend(str(h) for h in names)
+                hosts.setdefault(key, []).extend(listed_names(entry.get("hosts")))
     return hosts
 
 
