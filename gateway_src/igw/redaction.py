@@ -1423,14 +1423,20 @@ def redact_quoting_keys(text: str) -> str:
 
 
 _ASSIGNED_NAME: Final = (
-    r"(?i)\b([a-z0-9_.\[\]-]*(?:password|passwd|secret|token(?!i[sz])|api[_-]?key|access[_-]?key|credential)"
-    r"[a-z0-9_.\[\]-]*)"
+    r"(?i)\b([a-z0-9_.\[\]-]{0,96}(?:password|passwd|secret|token(?!i[sz])|api[_-]?key|access[_-]?key|credential)"
+    r"[a-z0-9_.\[\]-]{0,96}+)"
 )
 """A secret's name as :data:`_SECRET_ASSIGNMENT` and :data:`_FIELD_ERROR_VALUE` find it: a dotted path,
 a Kubernetes index in brackets (``data[password]``, ``stringData[api_key]``) since round 21 (session
 s50), where the bracket ended the name and the value quoted after it went through, and ``api-key``,
 ``access-key`` (a Secret's data key); not ``tokenizer``,
-``tokenize``, ``tokenization`` (``spec.tokenizerPath: /models/...`` was masked until round 21)."""
+``tokenize``, ``tokenization`` (``spec.tokenizerPath: /models/...`` was masked until round 21).
+The name's run before and after the secret's word is bounded (96 characters each, the one after
+possessive: nothing of a name can be what follows it): unbounded, a long run of name characters
+holding many secret words and no ``=``/``:`` after it was tried from every word in it to the run's
+end - 95 KB of ``secretpasswordtoken`` took :func:`redact_value` 20 s and, ending in ``Invalid
+value: x``, :func:`redact` 9 s (found in session s50). A dotted path restarts the name at each
+``.``, so only a single word longer than 96 characters before its secret word goes unmatched."""
 _FIELD_ERROR: Final = (
     r"(?-i:((?:Invalid|Unsupported|Duplicate) value|Not found): "
     r"(?:\"(?:[^\"\\\n]|\\.)*\"|\\\"(?:[^\"\\\n]|\\(?!\")[^\n])*\\\"|[^\n]*?(?=: )|[^\s,;&\"'}]+))"

@@ -1081,3 +1081,34 @@ def test_no_encoded_mixed_case_or_lookalike_assignment_survives_any_path(
         text = json.dumps({"body": text}, ensure_ascii=False)
     for path, shown in _every_entry_point(text).items():
         assert secret not in shown, (path, text, shown)
+
+
+_LONG_NAME_RUN = """
+import resource, sys
+resource.setrlimit(resource.RLIMIT_CPU, (20, 20))
+from igw.redaction import redact, redact_value
+run = "secretpasswordtoken" * 10_000
+redact_value(run)
+redact(run + " Invalid value: x")
+assert redact_value("spec.redis.password: hunter2x9") == "spec.redis.password: [REDACTED]"
+print("ok")
+"""
+
+
+def test_a_long_run_of_secret_words_is_redacted_in_bounded_time() -> None:
+    """A run of name characters holding many secret words and no ``=``/``:`` after it was tried from
+    every word to the run's end: 95 KB took :func:`redact_value` 20 s and :func:`redact` (a log line
+    ending in ``Invalid value: x``) 9 s, growing as the square of the length (found in session s50).
+    Bounded, 190 KB takes milliseconds; the child is given 20 s of CPU (unbounded: about 80 s)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", _LONG_NAME_RUN],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PYTHONPATH": str(Path(redaction.__file__).resolve().parents[1]), "PATH": "/usr/bin:/bin"},
+        check=False,
+    )
+    assert (done.returncode, done.stdout.strip()) == (0, "ok"), done.stderr[-2000:]

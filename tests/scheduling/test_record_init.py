@@ -143,6 +143,7 @@ _GIVEN: dict[type, dict[str, Any]] = {
         "coded": True,
         "redirect": True,
         "unheld": True,
+        "not_an_answer": "empty_body",
     },
     InferenceBody: {
         "raw": b'{"model": "m"}',

@@ -163,12 +163,15 @@ class RepeatThrottle(logging.Filter):
                 ends = min(self._seen[key][0] for key in self._held) + self._interval_s
                 self._arm(ends, self._clock())
 
-    def forget_held(self) -> None:
-        """Cancel the timer and drop the repeats held, logging nothing (a test suite: one test's
-        held repeats must not land in a later test's captured log a window later)."""
+    def forget(self) -> None:
+        """Cancel the timer, drop the repeats held and the kinds seen, logging nothing (a test suite:
+        one test's held repeats must not land in a later test's captured log a window later, and a
+        kind one test logged - a pod's address on a port the next test's pod reuses - must not hold
+        the next test's first line)."""
         with self._lock:
             armed, self._armed, self._armed_for = self._armed, None, float("inf")
             self._held.clear()
+            self._seen.clear()
         if armed is not None:
             armed.cancel()
 

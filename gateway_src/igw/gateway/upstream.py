@@ -208,15 +208,15 @@ class ExchangeResult:
     redirect: bool
     """The upstream answered a redirect (3xx), refused as a 502 (:func:`_refused_redirect`): counted in
     ``igw_upstream_redirects_total`` (tier 2: ``igw_global_upstream_redirects_total``)."""
-    not_an_answer: str | None
-    """Why the upstream's answer was refused as no answer to the request's API (a 502:
-    :func:`_not_an_answer`), one of :data:`NON_ANSWER_REASONS`: counted in
-    ``igw_upstream_non_answers_total`` (tier 2: ``igw_global_upstream_non_answers_total``)."""
     unheld: bool
     """An exchange asked to hold its answer (``hold_bytes`` of :func:`exchange`) got one it could not
     hold - an event stream, one past ``hold_bytes``, one to decode for the client - and closed it
     unread: the pod answered (it is not frozen), nothing reached the client, :attr:`answer` is a
     placeholder 502 the request path does not relay."""
+    not_an_answer: str | None
+    """Why the upstream's answer was refused as no answer to the request's API (a 502:
+    :func:`_not_an_answer`), one of :data:`NON_ANSWER_REASONS`: counted in
+    ``igw_upstream_non_answers_total`` (tier 2: ``igw_global_upstream_non_answers_total``)."""
 
     def __init__(
         self,
