@@ -8,7 +8,8 @@ import contextlib
 import itertools
 import re
 import socket
-from collections.abc import AsyncIterator
+import threading
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 
 import aiohttp
@@ -20,6 +21,7 @@ from rich.text import Text
 from textual.coordinate import Coordinate
 from textual.widgets import DataTable
 
+import igw.top.source
 from igw.sim.live import run_fleet
 from igw.sim.spec import FleetSpec
 from igw.top.app import (
@@ -40,7 +42,9 @@ from igw.top.view import (
     RETRIES,
     SIGNAL_MISSING,
     GatewayUnreachable,
+    Scrape,
     ScrapeError,
+    parse_scrape,
 )
 from tests.gateway.support import wait_for
 from tests.observability.live_gateway import (
@@ -337,7 +341,7 @@ async def test_an_error_quoting_a_hostile_page_is_drawn_escaped_and_cut() -> Non
     error = app.last_error or ""
     assert "/metrics: not a Prometheus text page" in error
     assert "\\x1b]52;c;SGVsbG8=\\x07xxx" in error
-    assert len(error) == MAX_ERROR_CHARS
+    assert len(error) <= MAX_ERROR_CHARS  # since session s50 the error quotes 80 characters of the line
     assert error in status
     assert all(ch.isprintable() for ch in status + drawn)
 
@@ -498,6 +502,29 @@ async def endless_gateway(*, declare: int | None = None) -> AsyncIterator[tuple[
         yield str(server.make_url("")).rstrip("/"), sent
     finally:
         await server.close()
+
+
+async def test_the_screen_s_event_loop_runs_while_a_page_is_parsed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A page of many series ``igw top`` reads (or one 10 MB label value) takes the pure-Python parser
+    up to seconds; until session s50 it ran on the screen's event loop, which froze keys (``q``,
+    Ctrl-C) and drawing meanwhile. The parse here waits for the loop to run a callback: on the loop
+    it could not, and the scrape failed."""
+    loop_ran = threading.Event()
+
+    def parse_waiting_for_the_loop(metrics: str, readiness: Mapping[str, object], **kwargs: object) -> Scrape:
+        loop.call_soon_threadsafe(loop_ran.set)
+        assert loop_ran.wait(timeout=5), "the event loop did not run while the page was parsed"
+        return parse_scrape(metrics, readiness, **kwargs)  # type: ignore[arg-type]
+
+    loop = asyncio.get_running_loop()
+    monkeypatch.setattr(igw.top.source, "parse_scrape", parse_waiting_for_the_loop)
+    async with garbage_gateway(GOOD_POD, b"{}") as url:
+        source = GatewaySource(url)
+        try:
+            page = await source.scrape()
+        finally:
+            await source.close()
+    assert page.samples == {("igw_endpoint_queue_depth", (("endpoint", "e:1"), ("scheduler", "s"))): 4.0}
 
 
 async def test_a_page_past_the_size_bound_is_refused_and_named_in_the_status_line() -> None:

@@ -13,6 +13,7 @@ server streaming 600 MiB took ``igw top``'s process to 1.9 GB).
 
 from __future__ import annotations
 
+import asyncio
 import codecs
 import time
 from collections.abc import Callable
@@ -91,14 +92,20 @@ class GatewaySource:
             # pods to show: until session s40 either failed the whole refresh, every refresh.
             path = f"{DEBUG_DECISIONS_PATH}?limit={self._decisions}"
             try:
-                decisions = orjson.loads(await self._get(path, accept=(200,)))["decisions"]
+                page = await self._get(path, accept=(200,))
+                decisions = (await asyncio.to_thread(orjson.loads, page))["decisions"]
             except GatewayUnreachable:
                 raise
             except ScrapeError as exc:
                 decisions_error = str(exc)
             except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
                 decisions_error = f"{self.base_url}{path}: not a decision log ({exc})"
-        return parse_scrape(metrics, readiness, at=at, decisions=decisions, decisions_error=decisions_error)
+        # Parsed off the event loop: a page of many series the screen reads (up to MAX_PAGE_BYTES)
+        # takes the pure-Python parser seconds, and on the loop the screen (keys, Ctrl-C, q) froze
+        # for as long (until session s50).
+        return await asyncio.to_thread(
+            parse_scrape, metrics, readiness, at=at, decisions=decisions, decisions_error=decisions_error
+        )
 
     async def _get(self, path: str, *, accept: tuple[int, ...]) -> str:
         assert self._session is not None

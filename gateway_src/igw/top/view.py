@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import operator
+import re
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -89,6 +90,13 @@ REQUIRED_LABELS: Final[Mapping[str, tuple[str, ...]]] = {
 """The labels each sample ``igw top`` reads must carry; :func:`parse_scrape` refuses a page whose
 samples lack one (before session s39 such a page, from something that is not an igw gateway or a
 proxy's garbage, ended ``igw top`` with a traceback instead of naming the problem)."""
+_READ_LINE: Final = re.compile(
+    r"^[ \t]*(?:" + "|".join(re.escape(name) for name in sorted(READ_METRICS)) + r")[ \t{].*$", re.MULTILINE
+)
+"""A sample line of a name in :data:`READ_METRICS` (the name ends at a label brace or a blank)."""
+_NOT_A_LINE: Final = re.compile(r"^[ \t]*[^#\sa-zA-Z_:].*$", re.MULTILINE)
+"""A line no Prometheus text page has: neither blank, nor a comment, nor starting with a metric
+name (an HTML or JSON page served as ``/metrics``)."""
 COUNTS: Final = frozenset({READY_PODS, STALE_ENDPOINTS})
 """Samples shown as whole numbers: NaN or an infinity there is refused, not drawn."""
 
@@ -133,10 +141,23 @@ def parse_scrape(
     decisions: Sequence[Mapping[str, Any]] = (),
     decisions_error: str | None = None,
 ) -> Scrape:
-    """The samples of a Prometheus text page that ``igw top`` reads, keyed by name and labels."""
+    """The samples of a Prometheus text page that ``igw top`` reads, keyed by name and labels.
+
+    Only the lines of :data:`READ_METRICS` go through the Prometheus parser (found by one regular
+    expression scan), and the rest of the page is checked only for lines no Prometheus page has:
+    the parser is pure Python, and until session s50 it read every series of the page, those of
+    other families (a gateway's tenants and adapters, a hostile page of a million names) included,
+    on the screen's event loop, so a large page froze the screen for seconds each refresh."""
+    bad = _NOT_A_LINE.search(metrics_text)
+    if bad is not None:
+        start = bad.start()
+        line = metrics_text.count("\n", 0, start) + 1
+        quoted = metrics_text[start : start + 80].partition("\n")[0]
+        raise ScrapeError(f"/metrics: not a Prometheus text page (line {line}: {quoted!r})")
+    read = "\n".join(match.group() for match in _READ_LINE.finditer(metrics_text))
     samples: dict[SampleKey, float] = {}
     try:
-        for family in text_string_to_metric_families(metrics_text):
+        for family in text_string_to_metric_families(read):
             for s in family.samples:
                 if s.name in READ_METRICS:
                     _check_sample(s.name, s.labels, s.value)
