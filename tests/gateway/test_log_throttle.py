@@ -150,3 +150,24 @@ def test_the_default_timer_logs_the_held_repeat_on_its_own(
         throttle.close()
     assert lines[0] == "collector down (0)"
     assert lines[1].startswith("collector down (2) [1 more like this in the last ")
+
+
+def test_a_forgotten_throttle_passes_a_kind_it_had_seen(
+    captured: tuple[logging.Logger, list[logging.LogRecord]],
+) -> None:
+    """:meth:`~RepeatThrottle.forget` (the suite's conftest, at each test's end) drops the kinds seen,
+    not only the repeats held: a pod's address and reason one test logged, on the port a later test's
+    pod reuses, held that test's first line within the minute (``test_hostile_pod_framing``'s
+    ``..._warned_once_per_pod`` saw its ``not_json_object`` line held in a full-suite run)."""
+    logger, records = captured
+    throttle = RepeatThrottle(clock=ManualClock(1000.0), keyed_args=2)
+    logger.addFilter(throttle)
+    try:
+        logger.warning(TEMPLATE, "127.0.0.1:42443", "not_json_object", "an earlier test's")
+        throttle.forget()
+        logger.warning(TEMPLATE, "127.0.0.1:42443", "not_json_object", "the next test's")
+        logger.warning(TEMPLATE, "127.0.0.1:42443", "not_json_object", "held")
+    finally:
+        logger.removeFilter(throttle)
+    details = [r.args[2] for r in records if isinstance(r.args, tuple)]
+    assert details == ["an earlier test's", "the next test's"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gzip
 import logging
 from collections.abc import AsyncIterator
 
@@ -180,6 +181,13 @@ async def test_a_body_shorter_than_its_length_is_a_502_naming_the_cluster_and_re
         assert body == BODY
 
 
+def _coded(body: bytes) -> bytes:
+    """A 200 ``application/json`` answer of ``body`` gzipped."""
+    data = gzip.compress(body)
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Encoding: gzip\r\n"
+    return head + b"Content-Length: %d\r\n\r\n%s" % (len(data), data)
+
+
 NOT_ANSWERS = {  # the answer, the reason it is counted by
     "204": (b"HTTP/1.1 204 No Content\r\n\r\n", "bodiless_status"),
     "304": (b"HTTP/1.1 304 Not Modified\r\nContent-Type: application/json\r\n\r\n", "bodiless_status"),
@@ -191,6 +199,9 @@ NOT_ANSWERS = {  # the answer, the reason it is counted by
         b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 5\r\n\r\nhello",
         "not_json_object",
     ),
+    # compressed though the router asks for none: its decoded body's shape is checked (since s50)
+    "gzip-array-200": (_coded(b'[{"text":"ok"}]'), "not_json_object"),
+    "gzip-empty-200": (_coded(b"\n"), "empty_body"),
     # past the 1 MiB the router holds: relayed as it arrives, so only its start is read
     "large-text-200": (
         b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n%s"

@@ -44,10 +44,24 @@ HELD_PART: float = 0.25
 
 
 def _zip_bomb(size: int) -> bytes:
-    """A gzip body that decodes to ``size`` spaces (about a thousandth of that on the wire)."""
+    """A gzip body that decodes to a JSON object of ``size`` spaces, ``{`` and ``}`` around them
+    (about a thousandth of that on the wire): an answer's shape, so the gateway decodes it as one
+    (since session s50 a compressed answer to an inference POST that does not start as a JSON object
+    is refused at its first decoded byte, before the decode this test watches)."""
     squeezer = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
     mib = b" " * (1 << 20)
-    return b"".join(squeezer.compress(mib) for _ in range(size >> 20)) + squeezer.flush()
+    coded = [squeezer.compress(b"{"), *(squeezer.compress(mib) for _ in range(size >> 20))]
+    return b"".join([*coded, squeezer.compress(b"}"), squeezer.flush()])
+
+
+def _empty_members(size: int) -> bytes:
+    """A gzip body of about ``size`` bytes, nearly all of it empty members (each decodes to nothing,
+    RFC 1952 2.2), between a member of ``{`` and one of ``}``: a JSON object, so the gateway takes it
+    as an answer (since session s50 one that decodes to nothing is refused as an empty body)."""
+    member = gzip.compress(b"")
+    ends = gzip.compress(b"{"), gzip.compress(b"}")
+    count = (size - sum(map(len, ends))) // len(member)
+    return ends[0] + member * count + ends[1]
 
 
 def _exchange(port: int, accept: str) -> tuple[int, int]:
@@ -84,11 +98,8 @@ def _exchange(port: int, accept: str) -> tuple[int, int]:
 async def test_a_zip_bomb_is_decoded_in_turns_of_the_event_loop(
     tmp_path: Path, accept: str, junk: int, status: int
 ) -> None:
-    if junk < 0:
-        member = gzip.compress(b"")
-        body = member * ((1 << 20) // len(member) - 1)
-    else:
-        body = _zip_bomb(300 << 20) + os.urandom(junk)  # the bound is reached before the junk
+    # the bound is reached before the junk
+    body = _empty_members((1 << 20) - 64) if junk < 0 else _zip_bomb(300 << 20) + os.urandom(junk)
 
     answer = answering_coded(body)
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gzip
+import zlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -27,6 +29,14 @@ SSE = b'data: {"id":"c","choices":[{"index":0,"text":"hi"}]}\n\ndata: [DONE]\n\n
 
 def ok(body: bytes, ctype: bytes = b"application/json") -> bytes:
     return b"HTTP/1.1 200 OK\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n%s" % (ctype, len(body), body)
+
+
+def coded_ok(body: bytes, coding: bytes = b"gzip") -> bytes:
+    """A 200 ``application/json`` answer of ``body`` compressed with ``coding`` (though the gateway
+    asks for none)."""
+    data = gzip.compress(body) if coding == b"gzip" else zlib.compress(body)
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Encoding: %s\r\n" % coding
+    return head + b"Content-Length: %d\r\n\r\n%s" % (len(data), data)
 
 
 def chunked_sse(tail: bytes = b"") -> bytes:
@@ -114,6 +124,11 @@ NOT_ANSWERS = {
     "json-array-200": ok(b"[1,2,3]"),
     # past the 1 MiB a whole answer is held to: relayed as it arrives, so only its start is read
     "large-array-200": ok(b"\n[" + b"1," * WHOLE_ANSWER_BUFFER_BYTES + b"1]"),
+    # compressed though the gateway asks for none: its decoded body's shape is checked (since s50)
+    "gzip-empty-200": coded_ok(b""),
+    "gzip-array-200": coded_ok(b' [{"text":"hi"}]\n'),
+    "gzip-text-200": coded_ok(b"<html>upstream error</html>"),
+    "deflate-cut-object-200": coded_ok(b'{"id":"cmpl-1","choices":[', b"deflate"),
 }
 
 
@@ -157,20 +172,22 @@ LARGE_RERANKED = b"[" + b",".join([b'{"score":0.5,"index":0}'] * (WHOLE_ANSWER_B
 
 @pytest.mark.parametrize("switch", ["lean", "aiohttp"])
 @pytest.mark.parametrize("path", ["/v1/rerank", "/rerank", "/v2/rerank"])
-@pytest.mark.parametrize("answer", [RERANKED, LARGE_RERANKED], ids=["whole", "past-the-held-bytes"])
+@pytest.mark.parametrize(
+    "answer", [RERANKED, LARGE_RERANKED, "gzip"], ids=["whole", "past-the-held-bytes", "compressed"]
+)
 async def test_a_rerank_answer_that_is_a_json_array_is_relayed(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, answer: bytes, path: str, switch: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, answer: bytes | str, path: str, switch: str
 ) -> None:
     """A rerank answer that is a JSON array (SGLang's, TEI's) is the engine's answer, relayed as it
     came: session s50's non-answer refusal made it a 502 ``not_json_object`` (for one past the held
     bytes, its ``[`` start), so every SGLang reranker behind the gateway failed. An array to any other
     API stays refused (``json-array-200`` above)."""
     monkeypatch.setenv(SWITCH_ENV, switch)
-    pod = RawPod(ok(answer))
+    pod = RawPod(ok(answer) if isinstance(answer, bytes) else coded_ok(RERANKED))
     async with raw_pod(pod) as key, in_process_gateway(tmp_path, gateway_doc(), [key]) as gw:
         body = {"model": MODEL, "query": "which?", "documents": ["a", "b"]}
-        resp = await gw.http.post(gw.url + path, json=body)
-        assert (resp.status, await resp.read()) == (200, answer)
+        resp = await gw.http.post(gw.url + path, json=body)  # a gzip answer decoded by the client
+        assert (resp.status, await resp.read()) == (200, answer if isinstance(answer, bytes) else RERANKED)
 
 
 async def test_an_answer_refused_as_no_answer_is_counted_by_reason_and_warned_once_per_pod(

@@ -37,12 +37,17 @@ def _answer(text: str) -> bytes:
     )
 
 
-async def _post_raw(url: str, accept_encoding: str | None) -> tuple[int, str | None, bytes]:
-    """POST a completion as a plain client: no ``Accept-Encoding`` unless given, nothing decoded."""
+async def _post_raw(
+    url: str, accept_encoding: str | None, path: str = "/v1/completions"
+) -> tuple[int, str | None, bytes]:
+    """POST a completion as a plain client: no ``Accept-Encoding`` unless given, nothing decoded
+    (``path``: another route, ``GET`` for one under ``/v1/responses/``)."""
     headers = {} if accept_encoding is None else {"Accept-Encoding": accept_encoding}
+    method = "GET" if path.startswith("/v1/responses/") else "POST"
+    body = {"model": MODEL, "prompt": "x"} if method == "POST" else None
     async with (
         aiohttp.ClientSession(auto_decompress=False, skip_auto_headers=["Accept-Encoding"]) as http,
-        http.post(url + "/v1/completions", json={"model": MODEL, "prompt": "x"}, headers=headers) as resp,
+        http.request(method, url + path, json=body, headers=headers) as resp,
     ):
         return resp.status, resp.headers.get("Content-Encoding"), await resp.read()
 
@@ -94,7 +99,13 @@ async def test_a_raw_deflate_answer_that_starts_like_zlib_is_relayed_whole(
     (``78 9c``), its content repeating that length: zlib reads a 64 KiB stored block of it. Before
     session s45 such an answer was a 502 (``truncated``) for a client accepting ``deflate`` and
     garbage, then a cut connection, for one that does not; before session s46 still so when it
-    decoded past 64 bytes per coded byte plus 1 MiB (2 MiB of one repeated record)."""
+    decoded past 64 bytes per coded byte plus 1 MiB (2 MiB of one repeated record).
+
+    Its decoded body must start with that length (``9c 00``: zlib's reading takes it as the stored
+    block's ``NLEN``), so it is no JSON: since session s50 an inference POST's compressed answer that
+    is no JSON object is refused (a 502 ``not_json_object``, both to a client decoded for and to one
+    taking it coded). It is relayed where the gateway relays any body a pod sends: a stored
+    response's input items (``GET /v1/responses/{id}/input_items``)."""
     monkeypatch.setenv(SWITCH_ENV, switch)
     plain = struct.pack("<H", 0x9C) + LIKE_ZLIB[content]
     squeezer = zlib.compressobj(6, zlib.DEFLATED, -zlib.MAX_WBITS)
@@ -102,12 +113,33 @@ async def test_a_raw_deflate_answer_that_starts_like_zlib_is_relayed_whole(
     body += squeezer.compress(plain[0x9C:]) + squeezer.flush()
     assert zlib.decompress(body, -zlib.MAX_WBITS) == plain
 
+    async def stored(request: web.Request) -> web.Response:
+        await request.read()
+        return web.json_response({"id": "resp_1", "object": "response", "status": "completed", "output": []})
+
+    routes = {
+        "POST /v1/completions": answering_coded(body, "deflate"),
+        "POST /v1/responses": stored,
+        "GET /v1/responses/{id}/input_items": answering_coded(body, "deflate"),
+    }
     async with (
-        scripted_upstream({"POST /v1/completions": answering_coded(body, "deflate")}) as pod,
+        scripted_upstream(routes) as pod,
         in_process_gateway(tmp_path, gateway_doc(), [pod]) as gw,
     ):
-        assert (await _post_raw(gw.url, None)) == (200, None, plain)  # relayed decoded
-        assert (await _post_raw(gw.url, "gzip, deflate")) == (200, "deflate", body)  # relayed coded
+        async with gw.http.post(gw.url + "/v1/responses", json={"model": MODEL, "input": "hi"}) as resp:
+            assert resp.status == 200, await resp.read()  # the gateway knows the pod that holds it
+        items = "/v1/responses/resp_1/input_items"
+        assert (await _post_raw(gw.url, None, items)) == (200, None, plain)  # relayed decoded
+        assert (await _post_raw(gw.url, "gzip, deflate", items)) == (200, "deflate", body)  # relayed coded
+        refusals = {  # read as raw deflate (zlib's garbage thrown away), then found no JSON object
+            None: "a compressed body that does not start as a JSON object",  # at its first byte
+            "gzip, deflate": "a compressed body that is not a JSON object",  # held whole
+        }
+        for accepting, what in refusals.items():
+            status, coding, refused = await _post_raw(gw.url, accepting)
+            assert (status, coding) == (502, None), (accepting, refused)
+            assert orjson.loads(refused)["error"]["type"] == "upstream_error"
+            assert what in orjson.loads(refused)["error"]["message"], refused
 
 
 def _two_members(plain: bytes) -> bytes:

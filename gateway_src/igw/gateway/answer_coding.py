@@ -37,6 +37,7 @@ billing that read the usage had no series to watch. An answer relayed decoded st
 from __future__ import annotations
 
 import asyncio
+import re
 import zlib
 from collections.abc import Iterator
 from typing import Final
@@ -77,6 +78,10 @@ RAW_RETRY_BYTES: Final = 64 * 1024
 read them again as raw deflate should zlib refuse them or end short of its stream's end
 (:meth:`CodedScan.decode`, :meth:`CodedScan.end`). What zlib decodes of them is held too, up to
 :data:`PIECE_BYTES`: past either bound the body is zlib for good."""
+_JSON_SPACE: Final = b" \t\r\n"
+_JSON_SPACE_RUN: Final = re.compile(rb"[ \t\r\n]*")
+_EDGE_PROBE: Final = 64
+"""The bytes at a decoded piece's end looked at first for its last byte past whitespace."""
 UNREAD_REASONS: Final = ("unknown_coding", "decode_error", "truncated", "bomb_bound")
 """Why a compressed answer's usage went unread (:attr:`CodedScan.unread`), a bounded label value:
 a coding the gateway cannot decode (``br``, ``zstd``), a body not valid for its coding, one that
@@ -138,6 +143,7 @@ class CodedScan:
         "_coded",
         "_decoded",
         "_decoder",
+        "_edges",
         "_head",
         "_held",
         "_held_bytes",
@@ -174,6 +180,9 @@ class CodedScan:
         zlib takes for a while (a stored block's length read as a zlib header, then its bytes as a
         stored block) decodes to garbage that must reach neither the client nor the usage scan."""
         self._held_bytes = 0
+        self._edges = b""
+        """The first and last bytes past JSON's whitespace of what was decoded and scanned (one byte
+        while one was found; none while there is none): :meth:`json_edges`."""
         self._relay = relay
         self._coded = 0
         """The coded bytes fed so far."""
@@ -278,6 +287,7 @@ class CodedScan:
         self._decoded = 0
         self.unread = None
         self.scan = AnswerScan()
+        self._edges = b""
         self._decoder = zlib.decompressobj(_RAW_DEFLATE)
         yield from self._inflate(body)
 
@@ -320,6 +330,7 @@ class CodedScan:
                 self.unread = "bomb_bound"
             if self.unread is None:
                 self.scan.feed(piece)
+                self._edge(piece)
             quiet = 0 if piece else quiet + 1
             if piece or quiet == QUIET_STEPS:
                 quiet = 0
@@ -387,3 +398,21 @@ class CodedScan:
     def document(self) -> dict[str, object]:
         """The fields read of the decoded answer (:meth:`AnswerScan.document`)."""
         return self.scan.document()
+
+    def _edge(self, piece: bytes) -> None:
+        """Note ``piece``'s first and last bytes past JSON's whitespace (:meth:`json_edges`)."""
+        tail = piece[-_EDGE_PROBE:].rstrip(_JSON_SPACE) or piece.rstrip(_JSON_SPACE)
+        if not tail:
+            return  # whitespace alone (or nothing)
+        first = self._edges[:1]
+        if not first:
+            start = _JSON_SPACE_RUN.match(piece)
+            first = piece[start.end() : start.end() + 1] if start is not None else b""
+        self._edges = first + tail[-1:]
+
+    def json_edges(self) -> bytes:
+        """The decoded answer's first and last bytes past JSON's whitespace (the same byte twice for
+        a one-byte body; ``b""`` for an empty or blank one): ``{`` and ``}`` for a JSON object, a
+        cheap check of its shape that holds none of the decoded bytes (the caller's:
+        :func:`igw.gateway.upstream._whole_answer`)."""
+        return self._edges

@@ -42,7 +42,7 @@ from multidict import CIMultiDict
 from mypy_extensions import mypyc_attr
 
 from igw.errors import IgwGatewayError
-from igw.gateway.answer_coding import SCAN_RATIO, CodedScan, accepts_coding, compressed
+from igw.gateway.answer_coding import PIECE_BYTES, SCAN_RATIO, CodedScan, accepts_coding, compressed
 from igw.gateway.answer_scan import AnswerScan
 from igw.gateway.errors import gateway_error, sse_error_event
 from igw.gateway.forwarded_answer import HOP_BY_HOP, HOP_BY_HOP_FIELDS, ForwardedAnswer, forwarded_answer
@@ -1123,6 +1123,7 @@ async def exchange(
                     extra=response_headers,
                     on_prepared=on_prepared,
                     body_timeout_s=body_timeout_s,
+                    json_answer=json_answer,
                 )
             payload = upstream.received()
             discarded = _wrapped(upstream) or (discard_large_errors and upstream.status >= 400)
@@ -1356,8 +1357,12 @@ def _whole_answer(
     that the decode may give the event loop turns; such an answer without it is read as no JSON.
     ``not_json_refused``: the upstream's endpoint and name when the request's API answers JSON
     (``json_answer`` of :func:`exchange`): an answer below 400, not coded, whose body is no JSON
-    object (an empty body included; whatever its content type) is refused (:func:`_not_an_answer`);
-    ``arrays``: a JSON array is an answer too (:data:`ARRAY_ANSWER_PATHS`)."""
+    object (an empty body included; whatever its content type) is refused (:func:`_not_an_answer`),
+    and so is a coded one whose decoded body does not start with ``{`` and end with ``}`` past
+    whitespace (:meth:`~igw.gateway.answer_coding.CodedScan.json_edges`: its decoded bytes are not
+    held to be parsed; until session s50 such an answer, an array or a page of text compressed
+    though the gateway asked for none, was relayed as a success); ``arrays``: a JSON array is an
+    answer too (:data:`ARRAY_ANSWER_PATHS`)."""
     usage = None
     response_id = None
     is_json = _plain_json(upstream)
@@ -1377,6 +1382,14 @@ def _whole_answer(
         # compressed though the gateway asked for none: its usage read from the decoded bytes
         if coded.unreadable is not None:
             return _unreadable_answer(coded, extra)
+        edges = coded.json_edges()
+        if not_json_refused is not None and upstream.status < 400 and edges not in _json_edges(arrays):
+            reason, what = (
+                ("empty_body", "an empty compressed body")
+                if not edges
+                else ("not_json_object", "a compressed body that is not a JSON object")
+            )
+            return _not_an_answer(reason, what, *not_json_refused, extra)
         doc = coded.document()
         usage = _usage_from(doc)
         response_id = _stored_response_id(doc)
@@ -1396,6 +1409,12 @@ def _whole_answer(
     return ExchangeResult(
         answer=answer, status=upstream.status, ok=upstream.status < 500, usage=usage, response_id=response_id
     )
+
+
+def _json_edges(arrays: bool) -> tuple[bytes, ...]:
+    """The first and last bytes (past whitespace) a JSON answer's decoded body may have: an
+    object's, or an array's too with ``arrays`` (:data:`ARRAY_ANSWER_PATHS`)."""
+    return (b"{}", b"[]") if arrays else (b"{}",)
 
 
 def _plain_json(upstream: UpstreamResponse) -> bool:
@@ -1609,6 +1628,7 @@ async def _relay_decoded(
     extra: Mapping[str, str],
     on_prepared: Callable[[web.StreamResponse], None],
     body_timeout_s: float | None,
+    json_answer: bool = False,
 ) -> ExchangeResult:
     """A whole answer below 400 a pod compressed though the gateway asked for none, for a client
     whose ``Accept-Encoding`` does not accept that coding (RFC 9110 12.5.3): relayed decoded, as it
@@ -1619,11 +1639,18 @@ async def _relay_decoded(
     A coding the gateway cannot decode, or a body that is not valid for it before anything was
     relayed, is a 502 ``upstream_error``; one found invalid (or past the bound, or cut short) once
     the relay started closes the client's connection before the body's end, as an upstream failing
-    mid-body does (:func:`_relay_whole`). ``body_timeout_s`` bounds the body as there."""
+    mid-body does (:func:`_relay_whole`). ``body_timeout_s`` bounds the body as there.
+    ``json_answer``: as :func:`exchange`'s; a decoded body that is empty (or blank), or whose first
+    byte past whitespace is not ``{`` (or ``[`` on :data:`ARRAY_ANSWER_PATHS`), is refused unrelayed
+    (:func:`_not_an_answer`; its start alone is read, as :func:`_relay_whole`'s past its held bytes):
+    until session s50 it was relayed as a success."""
     coding = cast(bytes, upstream.noted.get(b"content-encoding"))
     scan = CodedScan(coding)
     if scan.unreadable is not None:
         return _unreadable_answer(scan, extra)
+    starts = ((b"{", b"[") if request.path in ARRAY_ANSWER_PATHS else (b"{",)) if json_answer else None
+    blank: list[bytes] = []
+    """Decoded whitespace held before the answer's first byte (at most a piece)."""
     loop = asyncio.get_running_loop()
     deadline = None if body_timeout_s is None else loop.time() + body_timeout_s
 
@@ -1652,11 +1679,23 @@ async def _relay_decoded(
                 return _upstream_failed(f"{upstream_name} failed while sending its response", exc, extra)
             # its end: what is held back of it (a raw deflate body read as zlib at first, read again)
             for piece in scan.decode(chunk) if chunk else scan.end():
+                if piece and starts is not None and not response.prepared:
+                    first = scan.json_edges()[:1]
+                    if first and first not in starts:
+                        what = "a compressed body that does not start as a JSON object"
+                        return _not_an_answer("not_json_object", what, endpoint, upstream_name, extra)
+                    if not first:  # whitespace so far: held until the answer's first byte
+                        blank.append(piece)
+                        if sum(map(len, blank)) > PIECE_BYTES:
+                            what = "a compressed body that does not start as a JSON object"
+                            return _not_an_answer("not_json_object", what, endpoint, upstream_name, extra)
+                        piece = b""
                 if piece:  # an empty one is only a turn for the loop (empty gzip members)
                     if not response.prepared:
                         response.relayed = result
                         await response.prepare(request)
                         on_prepared(response)
+                        piece = b"".join([*blank, piece])
                     await response.write(piece)
                     result.relayed_bytes += len(piece)
                 # a write to a client that reads as fast as it is written never waits: without this
@@ -1669,6 +1708,9 @@ async def _relay_decoded(
             if not chunk:
                 break
         if not response.prepared:  # an empty body
+            if starts is not None:
+                what = "an empty compressed body"
+                return _not_an_answer("empty_body", what, endpoint, upstream_name, extra)
             response.relayed = result
             await response.prepare(request)
             on_prepared(response)
