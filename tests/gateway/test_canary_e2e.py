@@ -688,3 +688,47 @@ async def test_another_version_s_pod_asked_in_a_search_has_its_pick_in_the_decis
             )
             assert [row["endpoint"] for row in entry["scored"]] == [entry["asked_alone"]]
             assert entry["decision_us"] is None  # not a decision the request waited for
+
+
+async def test_a_continuation_of_a_version_removed_from_the_rule_is_told_where_it_is_stored(
+    gateway: Any,
+) -> None:
+    """Conversations started at 50/50, then ``llama-v2`` removed from the rule by a reload (its
+    scheduler kept): a next turn sent as ``llama`` is answered 404 ``response_not_found`` by the
+    gateway, naming the version that stores it, and that version still continues it when named.
+    Until session s50 the turn was forwarded to the stable version's pod, whose bare 404 ("not
+    found", 9 of 9 in the probe) did not say the conversation still exists."""
+    async with (
+        running(FakeModelServer("v1"), FakeModelServer("v2")) as (v1, v2),
+        gateway(doc(50, 50), {"old": [v1.key], "new": [v2.key]}, reload=True) as gw,
+    ):
+        made: list[dict[str, Any]] = []
+        while len(made) < 3:
+            resp = await gw.post("/v1/responses", {"model": "llama", "input": f"hello {len(made)}"})
+            assert resp.status == 200, await resp.text()
+            answer = await resp.json()
+            if answer["server"] == "v2":
+                made.append(answer)
+        removed = doc(100, 0)
+        removed["spec"]["extensions"]["modelRewrites"]["rules"][0]["targets"].pop()
+        gw.config_path.write_text(yaml.safe_dump(removed))
+        await wait_for(
+            lambda: len(gw.state.runtime.rewrites.rules["llama"][0].targets) == 1, within=15, what="reload"
+        )
+        asked = len(v1.received)
+        for m in made:
+            body = {"model": "llama", "input": "and then?", "previous_response_id": m["id"]}
+            resp = await gw.post("/v1/responses", body)
+            error = (await resp.json())["error"]
+            assert (resp.status, error["code"], error["param"]) == (
+                404,
+                "response_not_found",
+                "previous_response_id",
+            )
+            assert "stored by model 'llama-v2'" in error["message"]
+            assert "continue it by sending model 'llama-v2'" in error["message"]
+        assert len(v1.received) == asked  # the stable version's pod was not asked
+        body = {"model": "llama-v2", "input": "and then?", "previous_response_id": made[0]["id"]}
+        resp = await gw.post("/v1/responses", body)
+        assert resp.status == 200, await resp.text()
+        assert (await resp.json())["server"] == "v2"

@@ -540,6 +540,35 @@ def _stores(rt: GatewayRuntime, response_id: str) -> Callable[[str], bool]:
     return holds
 
 
+def _stored_outside(rt: GatewayRuntime, response_id: str, targets: tuple[str, ...]) -> str | None:
+    """The model of the pool that is known to store ``response_id`` when that pool serves none of
+    a canary rule's ``targets`` (its version left the rule by a reload, its scheduler kept); ``None``
+    when no pool of this gateway knows the response (made through another replica: searched for)."""
+    serving = {route.scheduler for t in targets if (route := rt.router.resolve(t)) is not None}
+    for name, sr in rt.schedulers.items():
+        if name not in serving and sr.scheduler.responses.endpoint_of(response_id) is not None:
+            return sr.spec.model_name
+    return None
+
+
+def _version_left(
+    obs: RequestObserver, response_id: str, requested: str, named: str | None, rid: str
+) -> web.Response:
+    """404 ``response_not_found`` for a continuation whose response is stored by a version that its
+    canary rule no longer lists (``named``: that version's model, ``None`` for a caller that may not
+    use it). No version the rule lists stores it, so until session s50 the request was forwarded to
+    the drawn one's pod, whose bare 404 ("not found") did not say the conversation still exists."""
+    obs.rejected("response_not_found")
+    where = f"model {named!r}" if named is not None else "a version"
+    message = (
+        f"response {response_id!r} is stored by {where}, which the canary rule for {requested!r} does "
+        "not route to (a version a reload removed from it): none of the rule's versions can continue it"
+    )
+    if named is not None:
+        message += f"; continue it by sending model {named!r}"
+    return gateway_error("response_not_found", message, param="previous_response_id", request_id=rid)
+
+
 def _has_fresh_endpoint(rt: GatewayRuntime, now: float) -> Callable[[str], bool]:
     """Whether the pool serving a canary target has an endpoint with fresh metrics: a target whose
     pool has none (scaled to zero, every pod gone) gives its draw to one that has
@@ -879,24 +908,29 @@ async def _route(
         return _not_yours(continues, request_id=rid, param="previous_response_id")
     unready = False  # the version storing the response continued has no usable endpoint (s49)
     versions: tuple[str, ...] = ()  # a continuation's canary targets: the search's pools (s49)
+    left: tuple[str, str] | None = None  # the name sent, and a version storing it that left its rule (s50)
     if body.model and rt.rewrites.configured:
         # `stickyBy: tenant` keys by the tenant flow control queues the request under: the token's
         # claim, the fairness header only where the gateway authenticates nobody, and none (a random
         # draw) for a verified token without a tenant claim, whose caller would otherwise pick its
         # target by picking the header's value.
         tenant = flow_tenant(principal.tenant, principal.authenticated, request.headers) or None
+        holds = None if continues is None else _stores(rt, continues)
         split = rt.rewrites.split(
             body.model,
             headers=request.headers,
             tenant=tenant,
             rng=state.rng,
-            holds=None if continues is None else _stores(rt, continues),
+            holds=holds,
             usable=_has_fresh_endpoint(rt, state.clock()),
         )
         if split is not None:
             obs.on_finish = state.rewrite_metrics.on_finish(split)
             unready = split.unready
             versions = split.targets if continues is not None else ()
+            if continues is not None and holds is not None and not any(map(holds, split.targets)):
+                stored_by = _stored_outside(rt, continues, split.targets)
+                left = None if stored_by is None else (body.model, stored_by)
             if split.target != body.model:
                 obs.rewritten(body.model, named=split.named)
                 body = retargeted(body, split.target)
@@ -944,6 +978,9 @@ async def _route(
     _authorize_target(guard, principal, model=route.model, requested=obs.record.requested_model)
     if unready and continues is not None:  # authorized first: the target is named to callers allowed it
         return _version_unready(state, obs, continues, route.model, rid)
+    if left is not None and continues is not None:  # authorized first, as above
+        named = left[1] if guard.may_use(principal, model=left[1]) else None
+        return _version_left(obs, continues, left[0], named, rid)
     await guard.admit(principal, model=route.model, est_tokens=est_tokens)
     obs.admitted()  # tracing hook
     sr = rt.schedulers[route.scheduler]
