@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,19 @@ from igw.global_router.reload import GlobalConfigReloader
 from igw.global_router.server import ROUTER_KEY, SESSION_KEY, ClusterPools, create_global_app
 from tests.gateway.fake_model_server import FakeModelServer, running
 from tests.global_router.support import MODEL, global_doc, global_serve
+
+FAILOVER = {"failureThreshold": 3, "ejectionSeconds": 5, "slowStartSeconds": 30, "maxEjectionPercent": 100}
+"""The failover settings the clock tests start with."""
+
+
+class Clock:
+    """The fleet's clock, moved by the test."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
 
 
 def _doc(*servers: FakeModelServer, **spec: Any) -> dict[str, Any]:
@@ -53,9 +67,15 @@ async def _send(http: aiohttp.ClientSession, url: str, n: int) -> None:
             await resp.read()
 
 
-async def _reloaded_router(path: Path) -> tuple[Any, GlobalConfigReloader]:
-    app = create_global_app(load_global_config(path), read_heartbeats=False)
+async def _reloaded_router(path: Path, clock: Clock | None = None) -> tuple[Any, GlobalConfigReloader]:
+    config = load_global_config(path)
+    app = create_global_app(config, read_heartbeats=False, clock=clock or time.monotonic)
     return app, GlobalConfigReloader(app, path, validate=_no_extra_checks)
+
+
+def _failover_doc(**failover: Any) -> dict[str, Any]:
+    """Three clusters serving :data:`MODEL` (none reached: the tests record outcomes)."""
+    return global_doc(heartbeats={"required": False}, failover={**FAILOVER, **failover})
 
 
 async def test_an_edit_that_adds_a_cluster_routes_to_it_and_one_that_removes_a_cluster_stops(
@@ -129,7 +149,7 @@ async def test_a_restart_only_edit_warns_naming_each_field_and_applies_the_rest(
             edited = _doc(
                 a,
                 routing={"maxAttempts": 5},
-                failover={"ejectionSeconds": 9},
+                failover={"heartbeatStalenessSeconds": 9, "ejectionSeconds": 9},
                 serverLimits={"keepAliveTimeout": "30s", "maxBodyBytesHeld": 1048576},
                 accessLog={"enabled": False},
             )
@@ -140,14 +160,16 @@ async def test_a_restart_only_edit_warns_naming_each_field_and_applies_the_rest(
                 r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and _reloads(r)
             ]
             assert warning.startswith(
-                "spec.accessLog.enabled, spec.failover.ejectionSeconds, spec.serverLimits.keepAliveTimeout "
+                "spec.accessLog.enabled, spec.failover.heartbeatStalenessSeconds, "
+                "spec.serverLimits.keepAliveTimeout "
                 "changed in "
             )
             assert "restart-only, the running values stay until igw global serve restarts" in warning
             # the live fields applied, the restart-only ones as the process started
             assert router.config.routing.max_attempts == 5
             assert router.body_budget.limit == 1048576
-            assert router.config.failover.ejection_s == 5.0
+            assert router.config.failover.heartbeat_staleness_s == 3.0
+            assert router.config.failover.ejection_s == 9.0  # live since round 3
             assert router.config.access_log.enabled is True
             assert "keepAliveTimeout" not in router.config.server_limits
             caplog.clear()
@@ -167,7 +189,7 @@ async def test_igw_global_serve_reloads_its_file_and_routes_to_an_added_cluster(
         aiohttp.ClientSession() as http,
     ):
         await _send(http, url, 2)
-        _write(tmp_path / "global.yaml", _doc(a, b, failover={"ejectionSeconds": 7}))
+        _write(tmp_path / "global.yaml", _doc(a, b, failover={"heartbeatStalenessSeconds": 7}))
 
         async def applied() -> bool:
             async with http.get(url + "/metrics") as resp:
@@ -184,7 +206,7 @@ async def test_igw_global_serve_reloads_its_file_and_routes_to_an_added_cluster(
         assert b.received, "no request reached the added cluster"
     log = "".join(lines)
     assert "reloaded when it changes" in log
-    assert "spec.failover.ejectionSeconds changed in" in log
+    assert "spec.failover.heartbeatStalenessSeconds changed in" in log
 
 
 async def test_a_configuration_from_the_environment_is_not_watched_and_the_start_says_so(
@@ -277,3 +299,69 @@ async def test_a_removed_clusters_pool_closes_when_the_requests_in_flight_at_its
     assert a_pool._closed
     stuck.cancel()
     await pools.close()
+
+
+async def test_a_failover_edit_applies_to_the_next_drain_and_a_drain_under_way_keeps_its_end(
+    tmp_path: Path,
+) -> None:
+    """Since session s50 (round 3) ``failureThreshold``, ``ejectionSeconds``, ``slowStartSeconds`` and
+    ``maxEjectionPercent`` are live (before, restart-only: an edit was named in a WARNING and not
+    applied). An ejection's end is set when it starts: one under way keeps it."""
+    config = tmp_path / "global.yaml"
+    clock = Clock()
+    _write(config, _failover_doc())
+    app, reloader = await _reloaded_router(config, clock)
+    fleet = app[ROUTER_KEY].fleet
+    for _ in range(3):
+        fleet.record_outcome("east-a", ok=False, model=MODEL)
+    assert fleet.health["east-a"].model_ejection_ends(MODEL) == 105.0
+    _write(config, _failover_doc(failureThreshold=2, ejectionSeconds=20))
+    assert await reloader.check() is True
+    for _ in range(2):  # the new threshold: two failed answers drain the next cluster
+        fleet.record_outcome("east-b", ok=False, model=MODEL)
+    assert fleet.health["east-b"].model_ejection_ends(MODEL) == 120.0  # for the new ejectionSeconds
+    assert fleet.health["east-a"].model_ejection_ends(MODEL) == 105.0  # the drain under way: its end
+    clock.now = 105.0
+    assert not fleet.health["east-a"].ejected(now=clock.now, model=MODEL)
+    assert fleet.health["east-b"].ejected(now=clock.now, model=MODEL)
+
+
+async def test_a_slow_start_under_way_keeps_its_window_and_the_next_ramps_over_the_new_one(
+    tmp_path: Path,
+) -> None:
+    """``slowStartSeconds`` is read at each ramp's share: without its window pinned at the reload, an
+    edit from 30 s to 300 s took a cluster 20 s into its slow start from 70 % of its traffic to 16 %
+    (and one from 300 s to 30 s to full traffic at once)."""
+    config = tmp_path / "global.yaml"
+    clock = Clock()
+    _write(config, _failover_doc())
+    app, reloader = await _reloaded_router(config, clock)
+    fleet = app[ROUTER_KEY].fleet
+    a, b = fleet.health["east-a"], fleet.health["east-b"]
+    for _ in range(3):
+        fleet.record_outcome("east-a", ok=False, unreachable=True)  # the cluster out: its own ramp
+        fleet.record_outcome("east-b", ok=False, model=MODEL)  # out for the model: the model's ramp
+    clock.now = 105.0
+    fleet.evaluate()  # both back, ramping over 30 s
+    clock.now = 125.0
+    assert a.ramp(now=clock.now) == pytest.approx(0.7)
+    assert b.ramp(now=clock.now, model=MODEL) == pytest.approx(0.7)
+    _write(config, _failover_doc(slowStartSeconds=300))
+    assert await reloader.check() is True
+    assert a.ramp(now=clock.now) == pytest.approx(0.7)  # under way: its 30 s
+    assert b.ramp(now=clock.now, model=MODEL) == pytest.approx(0.7)
+    clock.now = 135.0
+    fleet.evaluate()
+    assert a.ramp(now=clock.now) == 1.0
+    assert b.ramp(now=clock.now, model=MODEL) == 1.0
+    for _ in range(3):  # drained again: the next slow start is over the new 300 s
+        fleet.record_outcome("east-a", ok=False, unreachable=True)
+        fleet.record_outcome("east-b", ok=False, model=MODEL)
+    clock.now = 140.0
+    fleet.evaluate()
+    clock.now = 160.0
+    assert a.ramp(now=clock.now) == pytest.approx(0.16)
+    assert b.model_ejection_ends(MODEL) == 145.0  # its second in a row: twice ejectionSeconds
+    fleet.evaluate()
+    clock.now = 165.0
+    assert b.ramp(now=clock.now, model=MODEL) == pytest.approx(0.16)

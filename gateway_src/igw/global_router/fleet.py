@@ -117,11 +117,16 @@ class Fleet:
 
     def reconfigure(self, config: GlobalRouterConfig) -> None:
         """Route by ``config`` from now on (a hot reload: :mod:`igw.global_router.reload`): its
-        clusters (added, removed, endpoints, models, weights, costs) and ``spec.routing``. Its
-        ``failover`` and ``heartbeats`` must be the running ones (restart-only: each cluster's
-        health and the heartbeat reader hold them). A removed cluster's series of this fleet's
+        clusters (added, removed, endpoints, models, weights, costs), ``spec.routing`` and
+        ``spec.failover`` (a kept cluster's ejections and slow starts under way keep their end and
+        window: :meth:`~igw.global_router.health.ClusterHealth.reconfigure`). Its
+        ``failover.heartbeatStalenessSeconds`` and ``heartbeats`` must be the running ones
+        (restart-only: the heartbeat reader holds them). A removed cluster's series of this fleet's
         gauges are removed; its requests in flight finish, their outcomes not counted."""
         before = dict(self.clusters)
+        at = self._clock()
+        for health in self.health.values():
+            health.reconfigure(config.failover, now=at)
         self.config = config
         self._set_clusters(config)
         if self._reader is not None:

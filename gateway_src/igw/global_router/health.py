@@ -54,6 +54,14 @@ Pure state with an injected clock (the router passes ``now``), so every transiti
   of the two ramps), reported as a recovery of the cluster for that model
   (:meth:`ClusterHealth.model_recoveries`). Until session s39 such a model came back at full share
   the moment its ejection ended, with no recovery event, while a whole cluster's return ramped.
+- **A reload** (since session s50, :meth:`ClusterHealth.reconfigure`): a kept cluster takes the new
+  ``failover`` settings but ``heartbeat_staleness_s`` (restart-only: the reader's replica merges
+  hold it, and the rule that the poll period is below it checks the file's period, not the running
+  one). An ejection's end is computed when it starts, so one under way keeps its end; the next
+  failure counts against the new ``failure_threshold`` and ``max_ejection_percent``, the next
+  ejection lasts the new ``ejection_s``. A slow start under way keeps the window it started with
+  (pinned at the reload), the next one ramps over the new ``slow_start_s``: without the pin an edit
+  from 30 s to 300 s dropped a cluster 20 s into its ramp from 70 % back to 16 % of its traffic.
 
 Transitions are reported as :class:`Transition` values (the router counts them as failover and
 recovery events).
@@ -131,6 +139,32 @@ class ClusterHealth:
         """When the cluster last became available (``None`` while it is drained)."""
         self._has_failed = False
         self.drain_reason: DrainReason | None = "no-heartbeat" if heartbeat_required else None
+        self._ramp_s: float | None = None
+        """The window of the cluster's slow start under way at a reload, pinned (:meth:`reconfigure`);
+        ``None``: ``slow_start_s``."""
+        self._model_ramp_s: dict[str, float] = {}
+        """Per model: the window of its slow start under way at a reload, pinned (as :attr:`_ramp_s`;
+        forgotten with its ejection)."""
+
+    def reconfigure(self, spec: FailoverSpec, *, now: float) -> None:
+        """Take ``spec`` (a reload's ``failover``; its ``heartbeat_staleness_s`` the running one):
+        ejections under way keep their end, slow starts under way at ``now`` keep their window, the
+        next failure, ejection and slow start follow ``spec``."""
+        since = self.available_since
+        if since is not None and self.drain_reason is None and now - since < self._window():
+            self._ramp_s = self._window()
+        else:
+            self._ramp_s = None
+        for model, until in self._model_ejected_until.items():
+            if until <= now and now - until < self._window(model):
+                self._model_ramp_s[model] = self._window(model)
+        self._spec = spec
+
+    def _window(self, model: str | None = None) -> float:
+        """The window of the cluster's (or ``model``'s) slow start: pinned by a reload, else
+        ``slow_start_s``."""
+        pinned = self._ramp_s if model is None else self._model_ramp_s.get(model)
+        return max(0.0, self._spec.slow_start_s if pinned is None else pinned)
 
     # -- inputs --------------------------------------------------------------------------------
     def observe_heartbeat(self, beat: Heartbeat | None, *, now: float, malformed: bool = False) -> None:
@@ -215,6 +249,7 @@ class ClusterHealth:
         until = now + ejection_seconds(self._spec, retry_after_s, in_a_row=in_a_row)
         self._model_drains[model] = (in_a_row, until)
         self._model_ejected_until[model] = until
+        self._model_ramp_s.pop(model, None)  # its next slow start: the window set then
         self._model_returned.discard(model)
 
     def model_ejection_ends(self, model: str) -> float | None:
@@ -236,7 +271,6 @@ class ClusterHealth:
         """The recoveries of this cluster for models whose ejection ended by ``now`` (each reported
         once; their slow start runs from the ejection's end), sorted by model; forgets the models
         whose slow start is over (what is kept is bounded by the configured models)."""
-        window = max(0.0, self._spec.slow_start_s)
         back: list[Transition] = []
         for model, until in sorted(self._model_ejected_until.items()):
             if now < until:
@@ -244,8 +278,9 @@ class ClusterHealth:
             if model not in self._model_returned:
                 self._model_returned.add(model)
                 back.append(Transition(self.name, "recovery", "available", now, model=model))
-            if now - until >= window:
+            if now - until >= self._window(model):
                 del self._model_ejected_until[model]
+                self._model_ramp_s.pop(model, None)
                 self._model_returned.discard(model)
         return back
 
@@ -286,6 +321,7 @@ class ClusterHealth:
             return None
         if was_available:
             self.available_since = None
+            self._ramp_s = None  # its next slow start: the window set then
             self._has_failed = True
             return Transition(self.name, "failover", reason, now)
         return None
@@ -299,15 +335,15 @@ class ClusterHealth:
         answers (0 while it lasts), the smaller of the two ramps."""
         if self.drain_reason is not None or self.available_since is None:
             return 0.0
-        share = self._slow_start(now - self.available_since)
+        share = self._slow_start(now - self.available_since, self._window())
         until = None if model is None else self._model_ejected_until.get(model)
-        if until is not None:
-            share = 0.0 if now < until else min(share, self._slow_start(now - until))
+        if until is not None and model is not None:
+            share = 0.0 if now < until else min(share, self._slow_start(now - until, self._window(model)))
         return share
 
-    def _slow_start(self, elapsed: float) -> float:
-        """The share ``elapsed`` seconds into a slow start."""
-        window = self._spec.slow_start_s
+    @staticmethod
+    def _slow_start(elapsed: float, window: float) -> float:
+        """The share ``elapsed`` seconds into a slow start over ``window`` seconds."""
         if window <= 0 or elapsed >= window:
             return 1.0
         return RAMP_FLOOR + (1.0 - RAMP_FLOOR) * max(0.0, elapsed) / window

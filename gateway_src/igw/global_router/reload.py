@@ -10,7 +10,8 @@ failure keeps the running configuration: one ERROR naming every problem by its p
 ``igw_global_config_reloads_total{result="rejected"}``.
 
 A valid change is applied at once where that is cheap and safe (:data:`LIVE`: the clusters, the
-routing policy, the upstream timeouts, ``serverLimits.maxBodyBytesHeld``); every other field is
+routing policy, the upstream timeouts, ``serverLimits.maxBodyBytesHeld``, ``failover`` but its
+``heartbeatStalenessSeconds``); every other field is
 restart-only (:func:`restart_only_values`): the running value stays and one WARNING names each such
 field the edit changed (an INFO when an edit puts them back to what the process runs with).
 """
@@ -48,16 +49,16 @@ LIVE: Final = (
     "spec.routing",
     "spec.upstream",
     f"spec.serverLimits.{BODY_BYTES_HELD}",
+    "spec.failover.failureThreshold",
+    "spec.failover.ejectionSeconds",
+    "spec.failover.slowStartSeconds",
+    "spec.failover.maxEjectionPercent",
 )
 """The fields a reload applies (docs/global-router.md, "Reloading the configuration")."""
 
 _RESTART_ONLY: Final[Mapping[str, Callable[[GlobalRouterConfig], object]]] = {
     "spec.region": lambda c: c.region,
     "spec.failover.heartbeatStalenessSeconds": lambda c: c.failover.heartbeat_staleness_s,
-    "spec.failover.failureThreshold": lambda c: c.failover.failure_threshold,
-    "spec.failover.ejectionSeconds": lambda c: c.failover.ejection_s,
-    "spec.failover.slowStartSeconds": lambda c: c.failover.slow_start_s,
-    "spec.failover.maxEjectionPercent": lambda c: c.failover.max_ejection_percent,
     "spec.heartbeats.redis.url": lambda c: c.heartbeats.redis_url,
     "spec.heartbeats.redis.passwordEnv": lambda c: c.heartbeats.redis_password_env,
     "spec.heartbeats.redis.keyPrefix": lambda c: c.heartbeats.key_prefix,
@@ -74,12 +75,14 @@ _RESTART_ONLY: Final[Mapping[str, Callable[[GlobalRouterConfig], object]]] = {
 
 
 def restart_only_values(config: GlobalRouterConfig) -> dict[str, object]:
-    """``config``'s restart-only fields by path: each cluster's health and the heartbeat reader hold
-    ``failover`` and ``heartbeats`` (its Redis client, its poll period), the request guard and the
-    limiters hold ``auth``, ``authorization``, ``rateLimits`` and ``modelRateLimits`` (their Redis
-    connections and buckets), the log handlers ``accessLog``, the listeners ``management`` and
-    ``serverLimits`` (but :data:`BODY_BYTES_HELD`, one field each), and ``region`` (``--region``
-    overrides it) orders every plan."""
+    """``config``'s restart-only fields by path: the heartbeat reader holds ``heartbeats`` (its Redis
+    client, its poll period) and ``failover.heartbeatStalenessSeconds`` (its replica merges; and the
+    rule that the poll period is below it checks the file's period, not the running one: a live
+    staleness could fall below the running period, draining every cluster between reads), the
+    request guard and the limiters hold ``auth``, ``authorization``, ``rateLimits`` and
+    ``modelRateLimits`` (their Redis connections and buckets), the log handlers ``accessLog``, the
+    listeners ``management`` and ``serverLimits`` (but :data:`BODY_BYTES_HELD`, one field each),
+    and ``region`` (``--region`` overrides it) orders every plan."""
     values = {path: read(config) for path, read in _RESTART_ONLY.items()}
     for key, value in config.server_limits.items():
         if key != BODY_BYTES_HELD:
@@ -96,7 +99,9 @@ def running_config(new: GlobalRouterConfig, started: GlobalRouterConfig) -> Glob
     return dataclasses.replace(
         new,
         region=started.region,
-        failover=started.failover,
+        failover=dataclasses.replace(
+            new.failover, heartbeat_staleness_s=started.failover.heartbeat_staleness_s
+        ),
         heartbeats=started.heartbeats,
         auth=started.auth,
         authorization=started.authorization,
