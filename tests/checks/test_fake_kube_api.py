@@ -445,3 +445,42 @@ def test_a_validating_webhook_denies_real_writes_as_the_api_server_answers(kube:
     assert served.spec.type == "ClusterIP"
     api.create_namespaced_config_map("ns", _config_map("cm"))  # a kind it does not match
     assert reviewed == [("CREATE", "svc", False), ("UPDATE", "svc", False)]
+
+
+def test_a_server_answering_html_is_named_not_a_kubernetes_api() -> None:
+    """A kubeconfig whose server is a proxy or login page answering 200 HTML: the JSON decoder's error
+    ended the whole scan (``cannot read the source: JSONDecodeError``, before session s50). Every kind
+    is not-evaluated, saying what answered, without quoting the body."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from igw.checks.sources.live_kube import live_kube_view
+
+    class Html(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = b"<html>secret-looking login page</html>"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Html)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        configuration = kubernetes.client.Configuration()
+        configuration.host = f"http://127.0.0.1:{server.server_address[1]}"
+        view = live_kube_view(kubernetes.client.ApiClient(configuration), source="t")
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+    messages = {getattr(value, "reason", None) for value in view.objects.values()}
+    assert messages == {
+        "not a Kubernetes API: listing Pod, the server answered "
+        "HTTP 200 with Content-Type 'text/html', not a Kubernetes list (is the kubeconfig's server a "
+        "proxy or a login page?)"
+    }

@@ -725,6 +725,10 @@ def existing_path(text: str) -> Path:
     directory``, before session s44); refused here, argparse names the option and exits 2."""
     path = source_path(text)
     if not path.exists():
+        if path.is_symlink():  # "no such file" sent the user looking for a file that is there
+            raise argparse.ArgumentTypeError(
+                f"{text}: a symlink that leads nowhere (a loop, or a target that does not exist)"
+            )
         raise argparse.ArgumentTypeError(f"{text}: no such file or folder")
     return path
 

@@ -87,6 +87,22 @@ def _api_message(exc: Any) -> str:
         return str(getattr(exc, "reason", exc))
 
 
+class NotKubernetesAnswer(Exception):
+    """The server answered a list with something that is not a JSON object (a proxy's or a login
+    page's HTML, a plain-text banner): it ended the whole scan as ``cannot read the source:
+    JSONDecodeError: Expecting value: line 1 column 1 (char 0)``, naming neither the API nor the
+    answer (until session s50). The body is not quoted: it may hold anything."""
+
+    def __init__(self, kind: str, response: Any) -> None:
+        status = getattr(response, "status", "?")
+        headers = getattr(response, "headers", None) or {}
+        content_type = headers.get("Content-Type") or "none"
+        super().__init__(
+            f"listing {kind}, the server answered HTTP {status} with Content-Type {content_type!r}, "
+            "not a Kubernetes list (is the kubeconfig's server a proxy or a login page?)"
+        )
+
+
 def _list_all(call: Callable[..., Any], args: tuple[str, ...], kind: str) -> list[Manifest]:
     items: list[Manifest] = []
     token: str | None = None
@@ -99,7 +115,12 @@ def _list_all(call: Callable[..., Any], args: tuple[str, ...], kind: str) -> lis
         if token:
             kwargs["_continue"] = token
         response = call(*args, **kwargs)
-        page = json.loads(response.data)
+        try:
+            page = json.loads(response.data)
+        except ValueError:
+            page = None
+        if not isinstance(page, dict):
+            raise NotKubernetesAnswer(kind, response)
         for item in page.get("items") or []:
             item.setdefault("kind", kind)
             items.append(item)
@@ -131,10 +152,13 @@ def live_kube_view(api_client: Any, *, source: str) -> KubeView:
                     f"API error {exc.status} listing {lister.kind}: {_api_message(exc)}",
                     SkipKind.NOT_EVALUATED,
                 )
-        except (urllib3.exceptions.HTTPError, OSError) as exc:
-            missing = Missing(
-                f"Kubernetes API unreachable: {type(exc).__name__}: {exc}", SkipKind.NOT_EVALUATED
+        except (urllib3.exceptions.HTTPError, OSError, NotKubernetesAnswer) as exc:
+            reason = (
+                f"not a Kubernetes API: {exc}"
+                if isinstance(exc, NotKubernetesAnswer)
+                else f"Kubernetes API unreachable: {type(exc).__name__}: {exc}"
             )
+            missing = Missing(reason, SkipKind.NOT_EVALUATED)
             return KubeView(objects={lst.kind: missing for lst in LISTERS}, static=False, source=source)
     return KubeView(objects=objects, static=False, source=source)
 

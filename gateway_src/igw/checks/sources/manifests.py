@@ -6,6 +6,8 @@ nothing was readable) instead of aborting the scan: one bad file must not hide t
 
 from __future__ import annotations
 
+import errno
+import os
 from pathlib import Path
 from typing import Any
 
@@ -17,19 +19,44 @@ from igw.config.documents import MANIFEST_LIMITS, DocumentReadError, parse_text,
 SUFFIXES = (".yaml", ".yml", ".json")
 
 
-def manifest_files(root: Path) -> list[Path]:
+def unresolvable_link(path: Path) -> str | None:
+    """Why the symlink ``path`` leads to no file (a loop, or a target that does not exist), or
+    ``None`` when ``path`` is no such link. ``Path.is_file`` answers False for both, so a manifest
+    behind such a link was skipped without a word (until session s50)."""
+    if not path.is_symlink():
+        return None
+    try:
+        path.stat()
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return f"{path}: a symlink loop (it never reaches a file)"
+        return f"{path}: a broken symlink (its target {os.readlink(path)!r} does not exist)"
+    return None
+
+
+def manifest_files(root: Path) -> tuple[list[Path], list[str]]:
+    """The manifest files under ``root`` (sorted), and a source problem for each manifest-named
+    symlink that leads to no file."""
     if root.is_file():
-        return [root]
-    return sorted(p for p in root.rglob("*") if p.is_file() and p.suffix.lower() in SUFFIXES)
+        return [root], []
+    files: list[Path] = []
+    problems: list[str] = []
+    for path in sorted(root.rglob("*")):
+        if path.suffix.lower() not in SUFFIXES:
+            continue
+        if path.is_file():
+            files.append(path)
+        elif (problem := unresolvable_link(path)) is not None:
+            problems.append(problem)
+    return files, problems
 
 
 def load_manifests(root: Path) -> Inventory:
     if not root.exists():
-        raise FileNotFoundError(f"{root}: no such file or directory")
+        raise FileNotFoundError(unresolvable_link(root) or f"{root}: no such file or directory")
     docs: list[Any] = []
-    errors: list[str] = []
     locations: dict[str, SourceLocation] = {}
-    files = manifest_files(root)
+    files, errors = manifest_files(root)
     for path in files:
         try:
             text = read_text(path)
@@ -48,7 +75,7 @@ def load_manifests(root: Path) -> Inventory:
     # A document counts when it is a Kubernetes object: /etc/passwd (one YAML string) or a folder of
     # comments was scanned as an empty cluster and reported "1 failed ... exit 0", not as a mistake.
     objects = [d for d in docs if isinstance(d, dict) and d.get("kind")]
-    if not files or (not objects and not errors):
+    if not objects and not errors:
         raise FileNotFoundError(
             f"{root}: no manifests found (no .yaml, .yml or .json file with a Kubernetes object)"
         )
