@@ -1423,14 +1423,22 @@ def redact_quoting_keys(text: str) -> str:
 
 
 _ASSIGNED_NAME: Final = (
-    r"(?i)\b([a-z0-9_.\[\]-]*(?:password|passwd|secret|token(?!i[sz])|api[_-]?key|access[_-]?key|credential)"
-    r"[a-z0-9_.\[\]-]*)"
+    r"(?i)(?<![a-z0-9_.\[\]-])((?=[a-z0-9_.\[\]-]*?"
+    r"(?:password|passwd|secret|token(?!i[sz])|api[_-]?key|access[_-]?key|credential))"
+    r"[a-z0-9_.\[\]-]*+)"
 )
 """A secret's name as :data:`_SECRET_ASSIGNMENT` and :data:`_FIELD_ERROR_VALUE` find it: a dotted path,
 a Kubernetes index in brackets (``data[password]``, ``stringData[api_key]``) since round 21 (session
 s50), where the bracket ended the name and the value quoted after it went through, and ``api-key``,
 ``access-key`` (a Secret's data key); not ``tokenizer``,
-``tokenize``, ``tokenization`` (``spec.tokenizerPath: /models/...`` was masked until round 21)."""
+``tokenize``, ``tokenization`` (``spec.tokenizerPath: /models/...`` was masked until round 21).
+
+The name is a whole run of those characters, tried once where the run starts: the secret's word is
+looked for ahead of it, then the run taken without giving any back (a separator holds none of its
+characters). Until session s50 (review 52) the name started at any word boundary in the run, each
+start scanning the run to its end, and a long run (``a.a.a...``, ``api-keyapi-key...``: 10 KB took
+seconds to minutes) held the log path on :func:`redact`'s field-error rule and
+:func:`redact_value`."""
 _FIELD_ERROR: Final = (
     r"(?-i:((?:Invalid|Unsupported|Duplicate) value|Not found): "
     r"(?:\"(?:[^\"\\\n]|\\.)*\"|\\\"(?:[^\"\\\n]|\\(?!\")[^\n])*\\\"|[^\n]*?(?=: )|[^\s,;&\"'}]+))"

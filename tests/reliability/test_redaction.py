@@ -1081,3 +1081,20 @@ def test_no_encoded_mixed_case_or_lookalike_assignment_survives_any_path(
         text = json.dumps({"body": text}, ensure_ascii=False)
     for path, shown in _every_entry_point(text).items():
         assert secret not in shown, (path, text, shown)
+
+
+def test_a_secret_s_name_is_tried_once_per_run_of_name_characters() -> None:
+    """Review 52 (session s50): the name of :data:`redaction._SECRET_ASSIGNMENT` and of
+    :data:`redaction._FIELD_ERROR_VALUE` starts only where a run of name characters starts, not at
+    every word boundary inside it: each start scanned the run to its end, so a long run (``a.a.a...``
+    before ``value: ``, which brings :func:`redact`'s field-error rule onto a log line) cost its length
+    squared; a 100 KB line held the log path for minutes. A name inside a run is still found whole."""
+    for pattern in (redaction._SECRET_ASSIGNMENT, redaction._FIELD_ERROR_VALUE):
+        text = 'a.spec.token: Invalid value: "hunter2x9"'
+        assert pattern.match(text, 2) is None
+        found = pattern.match(text)
+        assert found is not None
+        assert found.group(1) == "a.spec.token"
+    long_run = "a." * 50_000 + "token: Invalid value: " + '"hunter2x9"'
+    assert redact(long_run) == "a." * 50_000 + "token: Invalid value: " + MASK
+    assert redaction.redact_value("api-key" * 15_000) == "api-key" * 15_000
