@@ -1189,8 +1189,8 @@ def needs_redaction(text: str) -> bool:
     The access log uses it on a line's strings, once per distinct string, so that a line built only
     of such strings is written without the writer thread scanning it again
     (:mod:`igw.gateway.access_log`)."""
-    if (plain := _plain(text)) != text:
-        return needs_redaction(plain)
+    if (plain := _plain(text)) != text and needs_redaction(plain):
+        return True  # and the text as written, below (:func:`_unconfused` reads both)
     if "://" in text and (_URL_SECRET_MARKS.intersection(text) or _PATH_HINT.search(text)):
         return True
     if _target_secrets(text) or _lone_secret(text) or _escaped_or_bytes_secrets(text) or _dsn_secrets(text):
@@ -1318,11 +1318,17 @@ def _unconfused(text: str, rules: Callable[[str], str]) -> str:
     the masked text has the ASCII forms (``password=[REDACTED]`` for ``password＝hunter2``), where it
     masks nothing, ``text`` is returned as it was. Until round 23 (session s50) a fullwidth ``＝``/``：``
     or a fullwidth name after which a person pasted a secret hid it from every rule; an ASCII text
-    (almost every log line) costs one :meth:`str.isascii`."""
-    if (plain := _plain(text)) == text:
-        return rules(text)
-    masked = rules(plain)
-    return text if masked == plain else masked
+    (almost every log line) costs one :meth:`str.isascii`.
+
+    The rules read the text as written first, then its ASCII form: a lookalike may also be what let a
+    rule see a secret (a fullwidth letter glued before ``Cookie:``, ``Authorization:`` or ``Bearer``,
+    which those rules mask after any character but an ASCII letter, a camel-case word's). Until session
+    s50 (review 52) only the ASCII form was read, and such a value, masked before round 23, was shown."""
+    masked = rules(text)
+    if (plain := _plain(masked)) == masked:
+        return masked
+    again = rules(plain)
+    return masked if again == plain else again
 
 
 _ESCAPED_LOOKALIKE: Final = re.compile(

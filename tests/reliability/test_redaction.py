@@ -1098,3 +1098,24 @@ def test_a_secret_s_name_is_tried_once_per_run_of_name_characters() -> None:
     long_run = "a." * 50_000 + "token: Invalid value: " + '"hunter2x9"'
     assert redact(long_run) == "a." * 50_000 + "token: Invalid value: " + MASK
     assert redaction.redact_value("api-key" * 15_000) == "api-key" * 15_000
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "\uff58Cookie: session=team-alpha-shared-key",
+        "\uff58Authorization: team-alpha-shared-key",
+        "\uff21\uff30\uff29Bearer team-alpha-shared-key",
+        "token\uff1dabc123x9 \uff58Authorization: team-alpha-shared-key",
+    ],
+)
+def test_a_lookalike_never_unmasks_what_its_own_form_masked(text: str) -> None:
+    """Review 52 (session s50): round 23 read a text with lookalikes only in their ASCII forms, and a
+    fullwidth letter glued before a header's name or ``Bearer`` (masked after any character but an
+    ASCII letter) became an ASCII one, before which the rule keeps a camel-case word; the value,
+    masked before round 23, was shown by every path and :func:`redaction.needs_redaction` judged the
+    text clean. Each form is read now, the text as written first."""
+    assert redaction.needs_redaction(text)
+    for path, shown in _every_entry_point(text).items():
+        assert "team-alpha-shared-key" not in shown, (path, shown)
+        assert "abc123x9" not in shown, (path, shown)
