@@ -1189,8 +1189,8 @@ def needs_redaction(text: str) -> bool:
     The access log uses it on a line's strings, once per distinct string, so that a line built only
     of such strings is written without the writer thread scanning it again
     (:mod:`igw.gateway.access_log`)."""
-    if (plain := _plain(text)) != text:
-        return needs_redaction(plain)
+    if (plain := _plain(text)) != text and needs_redaction(plain):
+        return True  # and the text as written, below (:func:`_unconfused` reads both)
     if "://" in text and (_URL_SECRET_MARKS.intersection(text) or _PATH_HINT.search(text)):
         return True
     if _target_secrets(text) or _lone_secret(text) or _escaped_or_bytes_secrets(text) or _dsn_secrets(text):
@@ -1318,11 +1318,17 @@ def _unconfused(text: str, rules: Callable[[str], str]) -> str:
     the masked text has the ASCII forms (``password=[REDACTED]`` for ``password＝hunter2``), where it
     masks nothing, ``text`` is returned as it was. Until round 23 (session s50) a fullwidth ``＝``/``：``
     or a fullwidth name after which a person pasted a secret hid it from every rule; an ASCII text
-    (almost every log line) costs one :meth:`str.isascii`."""
-    if (plain := _plain(text)) == text:
-        return rules(text)
-    masked = rules(plain)
-    return text if masked == plain else masked
+    (almost every log line) costs one :meth:`str.isascii`.
+
+    The rules read the text as written first, then its ASCII form: a lookalike may also be what let a
+    rule see a secret (a fullwidth letter glued before ``Cookie:``, ``Authorization:`` or ``Bearer``,
+    which those rules mask after any character but an ASCII letter, a camel-case word's). Until session
+    s50 (review 52) only the ASCII form was read, and such a value, masked before round 23, was shown."""
+    masked = rules(text)
+    if (plain := _plain(masked)) == masked:
+        return masked
+    again = rules(plain)
+    return masked if again == plain else again
 
 
 _ESCAPED_LOOKALIKE: Final = re.compile(
@@ -1423,20 +1429,22 @@ def redact_quoting_keys(text: str) -> str:
 
 
 _ASSIGNED_NAME: Final = (
-    r"(?i)\b([a-z0-9_.\[\]-]{0,96}(?:password|passwd|secret|token(?!i[sz])|api[_-]?key|access[_-]?key|credential)"
-    r"[a-z0-9_.\[\]-]{0,96}+)"
+    r"(?i)(?<![a-z0-9_.\[\]-])((?=[a-z0-9_.\[\]-]*?"
+    r"(?:password|passwd|secret|token(?!i[sz])|api[_-]?key|access[_-]?key|credential))"
+    r"[a-z0-9_.\[\]-]*+)"
 )
 """A secret's name as :data:`_SECRET_ASSIGNMENT` and :data:`_FIELD_ERROR_VALUE` find it: a dotted path,
 a Kubernetes index in brackets (``data[password]``, ``stringData[api_key]``) since round 21 (session
 s50), where the bracket ended the name and the value quoted after it went through, and ``api-key``,
 ``access-key`` (a Secret's data key); not ``tokenizer``,
 ``tokenize``, ``tokenization`` (``spec.tokenizerPath: /models/...`` was masked until round 21).
-The name's run before and after the secret's word is bounded (96 characters each, the one after
-possessive: nothing of a name can be what follows it): unbounded, a long run of name characters
-holding many secret words and no ``=``/``:`` after it was tried from every word in it to the run's
-end - 95 KB of ``secretpasswordtoken`` took :func:`redact_value` 20 s and, ending in ``Invalid
-value: x``, :func:`redact` 9 s (found in session s50). A dotted path restarts the name at each
-``.``, so only a single word longer than 96 characters before its secret word goes unmatched."""
+
+The name is a whole run of those characters, tried once where the run starts: the secret's word is
+looked for ahead of it, then the run taken without giving any back (a separator holds none of its
+characters). Until session s50 (review 52) the name started at any word boundary in the run, each
+start scanning the run to its end, and a long run (``a.a.a...``, ``api-keyapi-key...``: 10 KB took
+seconds to minutes) held the log path on :func:`redact`'s field-error rule and
+:func:`redact_value`."""
 _FIELD_ERROR: Final = (
     r"(?-i:((?:Invalid|Unsupported|Duplicate) value|Not found): "
     r"(?:\"(?:[^\"\\\n]|\\.)*\"|\\\"(?:[^\"\\\n]|\\(?!\")[^\n])*\\\"|[^\n]*?(?=: )|[^\s,;&\"'}]+))"

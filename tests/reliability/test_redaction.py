@@ -1112,3 +1112,41 @@ def test_a_long_run_of_secret_words_is_redacted_in_bounded_time() -> None:
         check=False,
     )
     assert (done.returncode, done.stdout.strip()) == (0, "ok"), done.stderr[-2000:]
+
+
+def test_a_secret_s_name_is_tried_once_per_run_of_name_characters() -> None:
+    """Review 52 (session s50): the name of :data:`redaction._SECRET_ASSIGNMENT` and of
+    :data:`redaction._FIELD_ERROR_VALUE` starts only where a run of name characters starts, not at
+    every word boundary inside it: each start scanned the run to its end, so a long run (``a.a.a...``
+    before ``value: ``, which brings :func:`redact`'s field-error rule onto a log line) cost its length
+    squared; a 100 KB line held the log path for minutes. A name inside a run is still found whole."""
+    for pattern in (redaction._SECRET_ASSIGNMENT, redaction._FIELD_ERROR_VALUE):
+        text = 'a.spec.token: Invalid value: "hunter2x9"'
+        assert pattern.match(text, 2) is None
+        found = pattern.match(text)
+        assert found is not None
+        assert found.group(1) == "a.spec.token"
+    long_run = "a." * 50_000 + "token: Invalid value: " + '"hunter2x9"'
+    assert redact(long_run) == "a." * 50_000 + "token: Invalid value: " + MASK
+    assert redaction.redact_value("api-key" * 15_000) == "api-key" * 15_000
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "\uff58Cookie: session=team-alpha-shared-key",
+        "\uff58Authorization: team-alpha-shared-key",
+        "\uff21\uff30\uff29Bearer team-alpha-shared-key",
+        "token\uff1dabc123x9 \uff58Authorization: team-alpha-shared-key",
+    ],
+)
+def test_a_lookalike_never_unmasks_what_its_own_form_masked(text: str) -> None:
+    """Review 52 (session s50): round 23 read a text with lookalikes only in their ASCII forms, and a
+    fullwidth letter glued before a header's name or ``Bearer`` (masked after any character but an
+    ASCII letter) became an ASCII one, before which the rule keeps a camel-case word; the value,
+    masked before round 23, was shown by every path and :func:`redaction.needs_redaction` judged the
+    text clean. Each form is read now, the text as written first."""
+    assert redaction.needs_redaction(text)
+    for path, shown in _every_entry_point(text).items():
+        assert "team-alpha-shared-key" not in shown, (path, shown)
+        assert "abc123x9" not in shown, (path, shown)
