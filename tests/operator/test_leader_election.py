@@ -347,7 +347,7 @@ def test_a_leader_frozen_past_its_renew_deadline_writes_nothing_and_steps_down(
 
 def test_a_leader_that_stepped_down_gives_its_lease_up_once_it_stopped(
     cluster: FakeKubeApiServer,
-    kubeconfig: Path,
+    tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -361,7 +361,17 @@ def test_a_leader_that_stepped_down_gives_its_lease_up_once_it_stopped(
     def clock() -> float:
         return time.monotonic() + offset[0]
 
-    monkeypatch.setattr(runner, "LeaseElection", functools.partial(LeaseElection, monotonic=clock))
+    elections: list[LeaseElection] = []
+
+    def election(settings: ElectionSettings, api_client: Any) -> LeaseElection:
+        elections.append(LeaseElection(settings, api_client, monotonic=clock))
+        return elections[-1]
+
+    def frozen_lease_call(_method: str, path: str) -> bool:
+        return "/leases" in path and not elections[0].lost.is_set()
+
+    monkeypatch.setattr(runner, "LeaseElection", election)
+    kubeconfig = cluster.write_kubeconfig(tmp_path / "kubeconfig", token="frozen")
     options = operator_options(kubeconfig, leader_election=True, identity="frozen", **durations)
     caplog.set_level(logging.INFO, logger="igw.operator")
     operator = OperatorThread(options).start()
@@ -374,7 +384,13 @@ def test_a_leader_that_stepped_down_gives_its_lease_up_once_it_stopped(
             )
             standby.start()
             await asyncio.sleep(2 * durations["retry_period_s"])  # the standby found the lease held
-            offset[0] += durations["renew_deadline_s"] + 0.5  # the freeze: the leader steps down
+            # The freeze: the leader's clock jumps past its renew deadline, and its Lease calls get no
+            # answer until it stepped down. Its renew loop runs on beside the clock: a renewal begun
+            # after the jump but before the fence's next check (a quarter retry period; longer on a
+            # loaded machine) succeeded - the 10 s lease had not expired, so leading on was right -
+            # and the leader never stepped down (the standby waited 30 s, once in three loaded runs).
+            cluster.hang("frozen", where=frozen_lease_call)
+            offset[0] += durations["renew_deadline_s"] + 0.5
             thawed = time.monotonic()
             await asyncio.wait_for(standby.leading.wait(), 3 * durations["lease_duration_s"])
             took = time.monotonic() - thawed

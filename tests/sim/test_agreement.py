@@ -1,9 +1,11 @@
 """The live servers and the DES agree on a small workload (same engine model, same prefix hashing).
 
-Tolerance (simulated time, jitter off on both sides, time_scale 2 so event-loop overhead counts half):
-the mean TTFT within 10 % + 5 ms and the mean E2E within 5 % + 5 ms; each request's TTFT and E2E
-within 15 % + 50 ms (an arrival can land on either side of a step boundary: up to one A10G step); the
-cached-token counts exactly equal.
+Tolerance (simulated time, jitter off on both sides): the mean TTFT within 10 % + 5 ms and the mean
+E2E within 5 % + 5 ms; each request's TTFT and E2E within 15 % + 50 ms (an arrival can land on either
+side of a step boundary: up to one A10G step); the cached-token counts exactly equal. The live fleet
+runs at time_scale 5, so event-loop overhead and a loaded machine's scheduling stalls count a fifth in
+simulated time: at 2 (counted half), the CI's two workers beside other load on two cores took a run
+past these bounds now and then.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from igw.sim.spec import FleetSpec, PodSpec
 from igw.sim.workloads import FixedLength, poisson_arrivals, shared_prefix, synthetic, take
 from tests.sim.support import RoundRobin
 
-TIME_SCALE = 2.0
+TIME_SCALE = 5.0
 POD = {"preset": "llama-3.1-8b/a10g", "jitter_sigma": 0.0}
 
 
