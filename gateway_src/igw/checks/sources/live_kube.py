@@ -87,7 +87,7 @@ def _api_message(exc: Any) -> str:
         return str(getattr(exc, "reason", exc))
 
 
-class NotKubernetesAnswer(Exception):
+class NotKubernetesAnswer(IgwToolingError):
     """The server answered a list with something that is not a JSON object (a proxy's or a login
     page's HTML, a plain-text banner): it ended the whole scan as ``cannot read the source:
     JSONDecodeError: Expecting value: line 1 column 1 (char 0)``, naming neither the API nor the
